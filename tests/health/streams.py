@@ -1,0 +1,102 @@
+"""Tiny synthetic metric streams for the health tests.
+
+A stream is a list of ``(step, metrics)`` pairs. ``healthy`` is a plausible run where nothing is
+wrong; ``make`` builds a constant healthy baseline and replaces chosen metrics by per-step
+functions (return ``None`` to leave the metric out at that step).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable
+from typing import Any
+
+Stream = list[tuple[int, dict[str, Any]]]
+
+# Healthy, constant values for every metric a rule reads (plus a few it does not).
+BASE: dict[str, float] = {
+    "entropy/mean": 1.0,
+    "length/truncated_frac": 0.05,
+    "length/correct_mean": 20.0,
+    "length/incorrect_mean": 20.0,
+    "reward/mean": 0.5,
+    "batch/zero_std_frac": 0.3,
+    "mismatch/prob_abs_diff_max": 0.2,
+    "mismatch/kl": 0.001,
+    "clip/frac": 0.05,
+    "kl/ref": 0.02,
+    "loss/policy": 0.01,
+    "grad/norm": 1.0,
+    "perf/step_s": 0.5,
+}
+
+
+def make(n: int, **series: Callable[[int], float | None]) -> Stream:
+    """``n`` steps of ``BASE`` with the named metrics replaced by ``f(step)``.
+
+    Keyword names use ``__`` for ``/``: ``make(30, entropy__mean=lambda s: ...)``.
+    """
+    out: Stream = []
+    for step in range(n):
+        m: dict[str, Any] = dict(BASE)
+        for key, f in series.items():
+            name = key.replace("__", "/")
+            v = f(step)
+            if v is None:
+                m.pop(name, None)
+            else:
+                m[name] = v
+        out.append((step, m))
+    return out
+
+
+def step_change(before: float, after: float, at: int) -> Callable[[int], float]:
+    """``before`` for steps < ``at``, ``after`` from ``at`` on."""
+    return lambda s: before if s < at else after
+
+
+def spike(base: float, value: float, at: int) -> Callable[[int], float]:
+    """``base`` everywhere except ``value`` at step ``at``."""
+    return lambda s: value if s == at else base
+
+
+def healthy(n: int = 80, seed: int = 0) -> Stream:
+    """A noisy but healthy run: reward and entropy drift up slowly, everything else in range."""
+    rng = random.Random(seed)
+    out: Stream = []
+    for s in range(n):
+        correct_len = 20.0 + 0.05 * s + rng.uniform(-1, 1)
+        out.append(
+            (
+                s,
+                {
+                    "entropy/mean": 0.8 + 0.002 * s + rng.uniform(-0.05, 0.05),
+                    "length/mean": correct_len + 1.0,
+                    "length/truncated_frac": rng.uniform(0.0, 0.1),
+                    "length/correct_mean": correct_len,
+                    "length/incorrect_mean": correct_len * rng.uniform(1.0, 1.3),
+                    "reward/mean": min(0.3 + 0.005 * s + rng.uniform(-0.05, 0.05), 1.0),
+                    "accuracy/train": 0.3 + 0.005 * s,
+                    "batch/zero_std_frac": rng.uniform(0.2, 0.5),
+                    "mismatch/prob_abs_diff_max": rng.uniform(0.0, 0.4),
+                    "mismatch/prob_abs_diff_mean": rng.uniform(0.0, 0.01),
+                    "mismatch/kl": rng.uniform(0.0, 0.005),
+                    "clip/frac": rng.uniform(0.0, 0.1),
+                    "kl/ref": rng.uniform(0.0, 0.1),
+                    "loss/policy": rng.uniform(-0.1, 0.1),
+                    "grad/norm": rng.uniform(0.5, 2.0),
+                    "perf/step_s": 0.4,
+                },
+            )
+        )
+    return out
+
+
+def with_value(stream: Stream, step: int, key: str, value: Any) -> Stream:
+    """A copy of ``stream`` with ``metrics[key] = value`` at ``step``."""
+    return [(s, {**m, key: value} if s == step else dict(m)) for s, m in stream]
+
+
+def nan_stream(n: int = 10, at: int = 5) -> Stream:
+    return make(n, loss__policy=spike(0.01, math.nan, at))

@@ -1,0 +1,215 @@
+"""Each rule fires at a hand-computed step; contract tests every registered rule passes."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from pydantic import BaseModel
+
+from workbench.health import HEALTH_RULES, HealthMonitor, HealthRule, RuleParams
+from workbench.health.rules import to_float
+
+from .streams import BASE, healthy, make, spike, step_change
+
+
+def run(stream, cfg=None) -> HealthMonitor:
+    monitor = HealthMonitor.from_config(cfg)
+    for step, metrics in stream:
+        monitor.observe(step, metrics)
+    return monitor
+
+
+def fired(monitor: HealthMonitor) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for e in monitor.events:
+        out.setdefault(e.rule, []).append(e.step)
+    return out
+
+
+# --- one stream per rule, with the step worked out by hand under the default preset ----------
+# default: baseline 3 obs, patience 5 unless noted.
+CASES = {
+    # initial = mean(1,1,1) = 1; threshold 0.2; 0.1 < 0.2 from step 10; 5th violation at 14.
+    "entropy_collapse": (make(30, entropy__mean=step_change(1.0, 0.1, 10)), 14, 0.1, 0.2),
+    # threshold 3 x 1 = 3; 3.5 > 3 from step 10 -> fires at 14.
+    "entropy_blowup": (make(30, entropy__mean=step_change(1.0, 3.5, 10)), 14, 3.5, 3.0),
+    # 0.5 > 0.3 from step 20 -> fires at 24.
+    "length_blowup": (make(40, length__truncated_frac=step_change(0.05, 0.5, 20)), 24, 0.5, 0.3),
+    # ratio = 1 + 0.2 (s - 9) for s >= 10; > 1.5 from s = 12 (1.6), rising vs 5 obs earlier;
+    # patience 3 -> fires at 14 with ratio 2.0.
+    "incorrect_length_gap": (
+        make(30, length__incorrect_mean=lambda s: 20.0 if s < 10 else 20.0 + 4.0 * (s - 9)),
+        14,
+        2.0,
+        1.5,
+    ),
+    # running mean of 5: best 0.8; step 20: 0.68 (ok, thr 0.6); step 21: 0.56 < 0.6 -> 21..25.
+    "reward_collapse": (make(40, reward__mean=step_change(0.8, 0.2, 20)), 25, 0.2, 0.6),
+    # patience 10: 0.95 > 0.9 from step 10 -> fires at 19.
+    "no_learning_signal": (make(30, batch__zero_std_frac=step_change(0.3, 0.95, 10)), 19, 0.95, 0.9),
+    # patience 1: 0.95 > 0.8 at step 15.
+    "mismatch_spike": (make(30, mismatch__prob_abs_diff_max=spike(0.2, 0.95, 15)), 15, 0.95, 0.8),
+    # 0.5 > 0.3 from step 30 -> fires at 34.
+    "clip_fraction_anomaly": (make(40, clip__frac=step_change(0.05, 0.5, 30)), 34, 0.5, 0.3),
+    # patience 1: 2.0 > 1.0 at step 12.
+    "kl_explosion": (make(30, kl__ref=spike(0.02, 2.0, 12)), 12, 2.0, 1.0),
+    # immediate.
+    "non_finite": (make(30, grad__norm=spike(1.0, math.inf, 7)), 7, math.inf, None),
+}
+
+
+def test_every_rule_has_a_case():
+    assert sorted(CASES) == HEALTH_RULES.names()
+
+
+@pytest.mark.parametrize("rule", sorted(CASES))
+def test_rule_fires_at_hand_computed_step(rule):
+    stream, step, value, threshold = CASES[rule]
+    monitor = run(stream)
+    assert fired(monitor) == {rule: [step]}
+    (event,) = monitor.events
+    assert event.value == pytest.approx(value)
+    if threshold is not None:
+        assert event.threshold == pytest.approx(threshold)
+    assert event.severity == ("fail" if rule == "non_finite" else "warn")
+    assert rule in event.message and str(step) in event.message
+
+
+def test_healthy_stream_fires_nothing_under_default():
+    for seed in range(5):
+        monitor = run(healthy(120, seed=seed))
+        assert monitor.events == [], [e.message for e in monitor.events]
+        assert monitor.run_status == "ok" and monitor.reasons == ""
+
+
+def test_mismatch_kl_alone_fires_and_names_its_metric():
+    monitor = run(make(20, mismatch__kl=spike(0.001, 0.1, 7)))
+    (event,) = monitor.events
+    assert (event.rule, event.step, event.metric, event.value) == ("mismatch_spike", 7, "mismatch/kl", 0.1)
+
+
+def test_mismatch_check_can_be_switched_off_by_none():
+    cfg = {"rules": {"mismatch_spike": {"max_prob_abs_diff": None}}}
+    monitor = run(make(30, mismatch__prob_abs_diff_max=spike(0.2, 0.95, 15)), cfg)
+    assert monitor.events == []
+
+
+def test_incorrect_length_gap_needs_growth():
+    # ratio constant at 2.0 (> 1.5) but not growing: never fires.
+    monitor = run(make(40, length__incorrect_mean=lambda s: 40.0))
+    assert monitor.events == []
+
+
+def test_entropy_baseline_is_mean_of_first_observations():
+    # baseline (2 + 1 + 0) / 3 = 1 -> threshold 0.2; 0.15 from step 3 -> fires at 7.
+    values = [2.0, 1.0, 0.0]
+    monitor = run(make(12, entropy__mean=lambda s: values[s] if s < 3 else 0.15))
+    assert fired(monitor) == {"entropy_collapse": [7]}
+    assert monitor.rules["entropy_collapse"].initial == pytest.approx(1.0)
+
+
+# --- streak / patience semantics ----------------------------------------------------------------
+
+
+def test_streak_resets_on_a_clean_observation():
+    # entropy low at 10..13 (4 obs), recovers at 14, low again from 15 -> fires at 19.
+    monitor = run(make(30, entropy__mean=lambda s: 1.0 if s < 10 or s == 14 else 0.1))
+    assert fired(monitor) == {"entropy_collapse": [19]}
+
+
+def test_absent_steps_neither_advance_nor_reset_the_streak():
+    # low at 10, 11, absent at 12, low at 13, 14, 15 -> 5th observation at 15.
+    monitor = run(make(30, entropy__mean=lambda s: 1.0 if s < 10 else (None if s == 12 else 0.1)))
+    assert fired(monitor) == {"entropy_collapse": [15]}
+
+
+def test_rule_fires_once_per_episode_and_again_after_clearing():
+    # kl/ref above the limit at 5..9 (one episode), clear at 10, above again at 15.
+    monitor = run(make(20, kl__ref=lambda s: 2.0 if 5 <= s <= 9 or s == 15 else 0.02))
+    assert fired(monitor) == {"kl_explosion": [5, 15]}
+    assert monitor.report()["rules"]["kl_explosion"]["count"] == 2
+
+
+def test_non_finite_value_is_absent_for_other_rules():
+    # a NaN entropy does not count as a collapse observation (non_finite reports it instead).
+    stream = make(30, entropy__mean=lambda s: 1.0 if s < 10 else (math.nan if s == 12 else 0.1))
+    monitor = run(stream, {"on_fail": "continue"})
+    assert fired(monitor) == {"non_finite": [12], "entropy_collapse": [15]}
+
+
+# --- absent metrics -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("rule", sorted(CASES))
+def test_rule_without_its_metrics_does_not_evaluate(rule):
+    cls = HEALTH_RULES.get(rule)
+    stream, *_ = CASES[rule]
+    watched = set(cls.watches) - {"*"}
+    stripped = [(s, {k: v for k, v in m.items() if k not in watched}) for s, m in stream]
+    if rule == "non_finite":
+        stripped = [(s, {k: v for k, v in m.items() if math.isfinite(v)}) for s, m in stream]
+    monitor = run(stripped)
+    assert monitor.events == []
+
+
+def test_empty_and_unrelated_metrics_fire_nothing():
+    monitor = HealthMonitor.from_config("strict")
+    for step in range(50):
+        verdict = monitor.observe(step, {} if step % 2 else {"something/else": 1.0, "note": "text"})
+        assert verdict.status == 0 and verdict.events == ()
+    assert monitor.run_status == "ok"
+
+
+def test_non_numeric_values_are_ignored():
+    class Scalar:  # like a 0-d tensor
+        def __float__(self):
+            return 0.1
+
+    assert to_float(Scalar()) == 0.1
+    assert to_float(True) is None and to_float("nan") is None and to_float(None) is None
+    assert to_float(3) == 3.0
+    monitor = run([(s, {"entropy/mean": 1.0 if s < 3 else Scalar(), "tag": "x"}) for s in range(10)])
+    assert fired(monitor) == {"entropy_collapse": [7]}
+
+
+# --- contract: every registered rule ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", HEALTH_RULES.names())
+def test_rule_contract(name):
+    cls = HEALTH_RULES.get(name)
+    assert issubclass(cls, HealthRule) and cls.name == name
+    doc = cls.__doc__ or ""
+    assert len(doc.split()) > 20 and "[" in doc, "docstring must say the symptom and cite a source"
+    assert cls.watches and cls.consequence
+    assert issubclass(cls.Params, RuleParams) and issubclass(cls.Params, BaseModel)
+    for field_name, field in cls.Params.model_fields.items():
+        assert not field.is_required(), f"{name}.{field_name} needs a default"
+        assert field.description, f"{name}.{field_name} needs a docstring"
+    rule = cls()
+    assert rule.observe(0, {}) is None and not rule.active
+    # disabled rules never fire, whatever the stream
+    disabled = cls(enabled=False)
+    for step, metrics in CASES[name][0]:
+        assert disabled.observe(step, metrics) is None
+    # reset forgets state: replaying the case fires at the same step again
+    stream, step, *_ = CASES[name]
+    fresh = cls()
+    first = [fresh.observe(s, m) for s, m in stream]
+    fresh.reset()
+    second = [fresh.observe(s, m) for s, m in stream]
+    assert first == second and any(e is not None and e.step == step for e in first)
+
+
+def test_rule_accepts_params_mapping_and_overrides():
+    cls = HEALTH_RULES.get("entropy_collapse")
+    assert cls({"patience": 2}).params.patience == 2
+    assert cls(cls.Params(patience=2), min_fraction=0.5).params.min_fraction == 0.5
+    with pytest.raises(TypeError):
+        cls(HEALTH_RULES.get("kl_explosion").Params())
+
+
+def test_base_values_are_healthy():
+    monitor = run([(s, dict(BASE)) for s in range(50)], "strict")
+    assert monitor.events == []

@@ -1,0 +1,93 @@
+"""Sampler/learner mismatch corrections: importance weights ``π_learner / π_sampler`` per token.
+
+The sampler (vLLM, or HF in another precision) and the learner assign slightly different
+probabilities to the same sampled tokens, so on-policy RL is silently off-policy. A
+correction turns the two log-probabilities into detached weights ``[B,T]`` that
+``compute_policy_loss(..., is_weights=...)`` multiplies into the per-token loss.
+
+A registered correction is ``(log_ratio [B,T], mask [B,T], *, cap) -> (weights [B,T], capped [B,T] bool)``
+where ``log_ratio = learner_logp - sampler_logp``; ``capped`` marks tokens whose raw weight
+exceeded the cap (they were truncated or masked).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+from workbench.algorithms._masked import clamped_exp, masked_mean, sequence_mean_log_ratio, where_mask
+from workbench.registry import Registry
+
+Correction = Callable[..., tuple[Tensor, Tensor]]
+
+IS_CORRECTIONS: Registry[Correction] = Registry("importance-sampling correction")
+
+IS_METRIC_KEYS = ("mismatch/is_weight_mean", "mismatch/is_clipped_frac")
+
+
+@IS_CORRECTIONS.register("tis")
+def tis(log_ratio: Tensor, mask: Tensor, *, cap: float) -> tuple[Tensor, Tensor]:
+    """Truncated importance sampling ``min(π_learner/π_sampler, C)`` per token.
+
+    TIS, Yao et al. 2025 ("Your Efficient RL Framework Secretly Brings You Off-Policy RL
+    Training", blog post; the truncated-IS fix it proposes); verl ``rollout_is=token`` with
+    ``rollout_is_threshold=C``.
+    """
+    raw = clamped_exp(log_ratio)  # [B,T]
+    return raw.clamp(max=cap), raw > cap
+
+
+@IS_CORRECTIONS.register("mis")
+def mis(log_ratio: Tensor, mask: Tensor, *, cap: float) -> tuple[Tensor, Tensor]:
+    """Masked importance sampling: weight ``w`` where ``w <= C``, else 0 (the token is dropped).
+
+    MIS, Liu et al. 2025 ("When Speed Kills Stability: Demystifying RL Collapse from the
+    Training-Inference Mismatch", blog post; token-level masked IS): rejecting instead
+    of truncating outlier tokens removes their bias instead of damping it.
+    """
+    raw = clamped_exp(log_ratio)  # [B,T]
+    capped = raw > cap  # [B,T]
+    return torch.where(capped, torch.zeros_like(raw), raw), capped
+
+
+@IS_CORRECTIONS.register("seq_tis")
+def seq_tis(log_ratio: Tensor, mask: Tensor, *, cap: float) -> tuple[Tensor, Tensor]:
+    """Sequence-level weight: the geometric mean of the token ratios, truncated at ``C``, on every token.
+
+    Sequence-level IS of Liu et al. 2025 ("When Speed Kills Stability", blog post),
+    length-normalised as GSPO's sequence ratio (Zheng et al. 2025, §4.1) so long responses
+    do not explode the weight: ``w_b = min(exp(mean_t log r_bt), C)``.
+    """
+    raw = clamped_exp(sequence_mean_log_ratio(log_ratio, mask))[:, None].expand_as(log_ratio)  # [B,T]
+    return raw.clamp(max=cap), raw > cap
+
+
+def importance_weights(
+    correction: str, learner_logp: Tensor, sampler_logp: Tensor, mask: Tensor, *, cap: float = 2.0
+) -> tuple[Tensor, dict[str, float]]:
+    """Detached IS weights ``[B,T]`` (0 on padding) and their metrics.
+
+    Metrics (python floats, means over response tokens; 0 for an empty mask):
+    ``mismatch/is_weight_mean`` (mean returned weight) and ``mismatch/is_clipped_frac``
+    (fraction of tokens whose raw weight exceeded ``cap``). Raises ``ValueError`` on an
+    unknown correction (naming the valid ones) or a non-positive cap.
+    """
+    fn = IS_CORRECTIONS.get(correction)
+    if learner_logp.dim() != 2 or sampler_logp.shape != learner_logp.shape or mask.shape != learner_logp.shape:
+        raise ValueError(
+            f"learner_logp, sampler_logp and mask must all be [B,T]; got {tuple(learner_logp.shape)}, "
+            f"{tuple(sampler_logp.shape)}, {tuple(mask.shape)}"
+        )
+    if not cap > 0:
+        raise ValueError(f"cap must be positive, got {cap}")
+    with torch.no_grad():
+        log_ratio = where_mask(learner_logp - sampler_logp, mask)  # [B,T]
+        weights, capped = fn(log_ratio, mask, cap=cap)
+        weights = where_mask(weights, mask)  # [B,T]
+        metrics = {
+            "mismatch/is_weight_mean": float(masked_mean(weights, mask)),
+            "mismatch/is_clipped_frac": float(masked_mean(capped.to(weights.dtype), mask)),
+        }
+    return weights, metrics

@@ -1,0 +1,262 @@
+"""Policy-gradient losses of the GRPO family.
+
+A registered loss is a pure function ``(logp, old_logp, advantages, mask, **clip) -> PolicyTerms``:
+the per-token loss matrix plus what the clip metrics need. ``compute_policy_loss`` applies
+the optional importance-sampling weights, aggregates with the chosen mode and computes the
+metrics, so every loss is measured the same way.
+
+Shapes: ``logp``, ``old_logp``, ``mask`` are ``[B,T]`` (log-probabilities of the sampled
+tokens under the current and the behaviour policy); ``advantages`` is ``[B]`` and is
+broadcast over each completion's tokens. All log-ratios are clamped to ±20 before ``exp``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Callable
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+from workbench.algorithms._masked import (
+    clamped_exp,
+    masked_max,
+    masked_mean,
+    sequence_mean_log_ratio,
+    where_mask,
+)
+from workbench.algorithms.aggregate import AGG_MODES, aggregate_loss
+from workbench.registry import Registry
+
+# Exact metric keys returned by ``compute_policy_loss`` (DESIGN.md).
+POLICY_METRIC_KEYS = (
+    "clip/frac",
+    "clip/frac_low",
+    "clip/frac_high",
+    "policy/approx_kl",
+    "policy/ratio_mean",
+    "policy/ratio_max",
+)
+
+
+class PolicyTerms(NamedTuple):
+    """What a registered loss hands back to ``compute_policy_loss``."""
+
+    loss_mat: Tensor  # [B,T] per-token loss, before IS weights and aggregation
+    ratio: Tensor  # [B,T] ratio the metrics read (token ratio, or sequence ratio broadcast), detached
+    clipped_low: Tensor  # [B,T] bool: clipped on the low side with A < 0
+    clipped_high: Tensor  # [B,T] bool: clipped on the high side with A > 0
+    # Fixed reduction ``(loss_mat, mask) -> []`` for losses defined per sequence; None = use agg_mode.
+    reduce: Callable[[Tensor, Tensor], Tensor] | None = None
+
+
+PolicyLoss = Callable[..., PolicyTerms]
+
+POLICY_LOSSES: Registry[PolicyLoss] = Registry("policy loss")
+
+
+def _clip_masks(ratio: Tensor, adv: Tensor, low: float, high: float) -> tuple[Tensor, Tensor]:
+    """DESIGN.md's clip events: ``ratio < low`` with ``A < 0``; ``ratio > high`` with ``A > 0``."""
+    return (ratio < low) & (adv < 0), (ratio > high) & (adv > 0)  # [B,T], [B,T]
+
+
+@POLICY_LOSSES.register("ppo_clip")
+def ppo_clip(
+    logp: Tensor,
+    old_logp: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    *,
+    clip_low: float,
+    clip_high: float,
+    dual_clip: float | None,
+) -> PolicyTerms:
+    """Clipped surrogate ``max(-A r, -A clip(r, 1-ε_low, 1+ε_high))`` per token.
+
+    PPO, Schulman et al. 2017, §3 (Eq. 7), as used by GRPO (Shao et al. 2024, §4.1.1).
+    ``clip_high != clip_low`` is DAPO's Clip-Higher (Yu et al. 2025, §3.1).
+    ``dual_clip = c`` additionally caps the loss of negative-advantage tokens at ``-A c``
+    (dual-clip PPO, Ye et al. 2020, "Mastering Complex Control in MOBA Games with Deep RL",
+    arXiv:1912.09729); None disables it. verl ``policy_loss.loss_mode=vanilla`` (with ``clip_ratio_c`` = dual_clip).
+    """
+    adv = advantages[:, None]  # [B,1]
+    ratio = clamped_exp(logp - old_logp)  # [B,T]
+    surrogate = -adv * ratio  # [B,T]
+    clipped = -adv * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)  # [B,T]
+    loss = torch.maximum(surrogate, clipped)  # [B,T]
+    if dual_clip is not None:
+        loss = torch.where(adv < 0, torch.minimum(loss, -adv * dual_clip), loss)  # [B,T]
+    low, high = _clip_masks(ratio, adv, 1.0 - clip_low, 1.0 + clip_high)
+    return PolicyTerms(loss, ratio.detach(), low, high)
+
+
+@POLICY_LOSSES.register("gspo")
+def gspo(
+    logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, *, clip_low: float, clip_high: float
+) -> PolicyTerms:
+    """Sequence-level clipped surrogate with the length-normalised sequence ratio.
+
+    GSPO, Zheng et al. 2025 (arXiv:2507.18071), §4.1 and the GSPO-token form of §4.3:
+    ``s_b = exp(mean_t log r_bt)`` is clipped to ``[1-ε_low, 1+ε_high]``; each token carries
+    ``s_bt = sg(s_b) · π_θ(y_t) / sg(π_θ(y_t))``, whose value is ``s_b`` and whose gradient
+    flows through the token's own log-probability. verl ``loss_mode=gspo``.
+    """
+    adv = advantages[:, None]  # [B,1]
+    seq_log_ratio = sequence_mean_log_ratio(logp - old_logp, mask)  # [B]
+    token_log_ratio = seq_log_ratio.detach()[:, None] + logp - logp.detach()  # [B,T], value = seq ratio
+    ratio = clamped_exp(token_log_ratio)  # [B,T]
+    surrogate = -adv * ratio  # [B,T]
+    clipped = -adv * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)  # [B,T]
+    loss = torch.maximum(surrogate, clipped)  # [B,T]
+    seq_ratio = ratio.detach()  # [B,T], constant along each row
+    low, high = _clip_masks(seq_ratio, adv, 1.0 - clip_low, 1.0 + clip_high)
+    return PolicyTerms(loss, seq_ratio, low, high)
+
+
+def _mean_over_sequences(loss_mat: Tensor, mask: Tensor) -> Tensor:
+    """Mean over all ``B`` sequences of each sequence's token mean (GMPO's and verl's reduction)."""
+    return masked_mean(loss_mat, mask, dim=-1).mean()  # [B] -> []
+
+
+@POLICY_LOSSES.register("gmpo")
+def gmpo(
+    logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, *, clip_low: float, clip_high: float
+) -> PolicyTerms:
+    """Geometric-mean surrogate: ``-A_b · exp(mean_t clip(log r_bt))``, averaged over sequences.
+
+    GMPO, Zhao et al. 2025 (arXiv:2507.20673), §3, the GMPO objective and its clipping:
+    token log-ratios are clipped in log space, sign-aware — for ``A > 0`` at ``+ε_high`` above,
+    for ``A < 0`` at ``-ε_low`` below — then averaged per sequence and exponentiated. The
+    objective is defined per sequence and is a plain mean over the ``B`` sequences whatever
+    ``agg_mode`` says (as verl's ``loss_mode=geo_mean``). Token IS weights multiply the
+    broadcast sequence loss, i.e. the sequence is weighted by its mean token weight.
+    """
+    adv = advantages[:, None]  # [B,1]
+    log_ratio = logp - old_logp  # [B,T]
+    clipped_log_ratio = torch.where(
+        adv > 0,
+        log_ratio.clamp(max=clip_high),
+        torch.where(adv < 0, log_ratio.clamp(min=-clip_low), torch.zeros_like(log_ratio)),
+    )  # [B,T]
+    seq_ratio = clamped_exp(sequence_mean_log_ratio(clipped_log_ratio, mask))  # [B]
+    loss = (-advantages * seq_ratio)[:, None].expand_as(log_ratio)  # [B,T], the sequence loss on each token
+    geo_ratio = clamped_exp(sequence_mean_log_ratio(log_ratio, mask)).detach()[:, None].expand_as(log_ratio)  # [B,T]
+    low, high = _clip_masks(geo_ratio, adv, math.exp(-clip_low), math.exp(clip_high))
+    return PolicyTerms(loss, geo_ratio, low, high, reduce=_mean_over_sequences)
+
+
+@POLICY_LOSSES.register("cispo")
+def cispo(
+    logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, *, clip_low: float, clip_high: float
+) -> PolicyTerms:
+    """REINFORCE weighted by the clipped, stop-gradient ratio: ``-sg(clip(r)) · A · log π``.
+
+    CISPO, MiniMax-M1 technical report (MiniMax 2025, arXiv:2506.13585), §3: clipping the IS weight
+    instead of the update keeps the gradient of every token. verl ``loss_mode=cispo``.
+    """
+    adv = advantages[:, None]  # [B,1]
+    ratio = clamped_exp(logp - old_logp)  # [B,T]
+    weight = ratio.clamp(1.0 - clip_low, 1.0 + clip_high).detach()  # [B,T]
+    loss = -weight * adv * logp  # [B,T]
+    low, high = _clip_masks(ratio, adv, 1.0 - clip_low, 1.0 + clip_high)
+    return PolicyTerms(loss, ratio.detach(), low, high)
+
+
+@POLICY_LOSSES.register("reinforce")
+def reinforce(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor) -> PolicyTerms:
+    """Plain policy gradient ``-A · log π`` (no ratio, no clipping; ``clip_*`` do not apply).
+
+    REINFORCE, Williams 1992; with group baselines as in RLOO (Ahmadian et al. 2024).
+    Off-policy correction comes from ``is_weights`` (verl ``compute_policy_loss_reinforce``).
+    ``old_logp`` only feeds the ratio metrics.
+    """
+    ratio = clamped_exp(logp - old_logp).detach()  # [B,T]
+    loss = -advantages[:, None] * logp  # [B,T]
+    nothing = torch.zeros_like(ratio, dtype=torch.bool)  # [B,T]
+    return PolicyTerms(loss, ratio, nothing, nothing)
+
+
+def _check_shapes(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, is_weights: Tensor | None) -> None:
+    if logp.dim() != 2 or old_logp.shape != logp.shape or mask.shape != logp.shape:
+        raise ValueError(
+            f"logp, old_logp and mask must all be [B,T]; got {tuple(logp.shape)}, "
+            f"{tuple(old_logp.shape)}, {tuple(mask.shape)}"
+        )
+    if advantages.shape != logp.shape[:1]:
+        raise ValueError(f"advantages must be [B]={tuple(logp.shape[:1])}; got {tuple(advantages.shape)}")
+    if is_weights is not None and is_weights.shape != logp.shape:
+        raise ValueError(f"is_weights must be [B,T]={tuple(logp.shape)}; got {tuple(is_weights.shape)}")
+
+
+def compute_policy_loss(
+    loss: str,
+    logp: Tensor,
+    old_logp: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    *,
+    clip_low: float = 0.2,
+    clip_high: float = 0.2,
+    dual_clip: float | None = None,
+    agg_mode: str = "token-mean",
+    norm_constant: float | None = None,
+    is_weights: Tensor | None = None,
+) -> tuple[Tensor, dict[str, float]]:
+    """Scalar policy loss and its metrics.
+
+    ``is_weights`` ``[B,T]`` (e.g. from ``importance_weights``) multiplies the per-token loss,
+    detached. The loss is reduced with ``agg_mode`` (and ``norm_constant``), except for losses
+    defined per sequence (``gmpo``: mean over sequences). ``dual_clip`` applies to
+    ``ppo_clip`` only and must be > 1; giving it to another loss raises ``ValueError``.
+
+    Metrics (python floats, means over response tokens; 0 for an empty mask):
+    ``clip/frac_low`` (ratio < 1-clip_low with A<0), ``clip/frac_high`` (ratio > 1+clip_high
+    with A>0), ``clip/frac`` (their sum), ``policy/approx_kl`` (mean of old_logp - logp),
+    ``policy/ratio_mean``, ``policy/ratio_max``. For ``gspo``/``gmpo`` the ratio is the
+    sequence ratio broadcast to its tokens, against their own clip ranges (``gmpo``: the
+    geometric-mean ratio against ``[exp(-clip_low), exp(clip_high)]``); ``reinforce`` clips nothing.
+    """
+    fn = POLICY_LOSSES.get(loss)
+    AGG_MODES.get(agg_mode)  # validate the name even when the loss fixes its own reduction
+    _check_shapes(logp, old_logp, advantages, mask, is_weights)
+    if clip_low < 0 or clip_high < 0:
+        raise ValueError(f"clip_low and clip_high must be >= 0; got {clip_low}, {clip_high}")
+    params = inspect.signature(fn).parameters
+    if dual_clip is not None:
+        if "dual_clip" not in params:
+            raise ValueError(f"dual_clip applies to ppo_clip only, not to policy loss {loss!r}")
+        if dual_clip <= 1.0:
+            raise ValueError(f"dual_clip must be > 1, got {dual_clip}")
+    offered = {"clip_low": clip_low, "clip_high": clip_high, "dual_clip": dual_clip}
+    kwargs = {name: value for name, value in offered.items() if name in params}
+
+    # Padding may hold arbitrary values: zero it so it reaches neither values nor gradients.
+    logp = where_mask(logp, mask)  # [B,T]
+    old_logp = where_mask(old_logp.detach(), mask)  # [B,T]
+    advantages = advantages.detach()  # [B]
+    terms = fn(logp, old_logp, advantages, mask, **kwargs)
+
+    loss_mat = terms.loss_mat  # [B,T]
+    if is_weights is not None:
+        loss_mat = loss_mat * where_mask(is_weights.detach(), mask)  # [B,T]
+    if terms.reduce is not None:
+        if norm_constant is not None:
+            raise ValueError(f"norm_constant does not apply to policy loss {loss!r} (it fixes its own reduction)")
+        value = terms.reduce(loss_mat, mask)
+    else:
+        value = aggregate_loss(loss_mat, mask, agg_mode, norm_constant=norm_constant)
+
+    with torch.no_grad():
+        frac_low = masked_mean(terms.clipped_low.to(logp.dtype), mask)
+        frac_high = masked_mean(terms.clipped_high.to(logp.dtype), mask)
+        metrics = {
+            "clip/frac": float(frac_low + frac_high),
+            "clip/frac_low": float(frac_low),
+            "clip/frac_high": float(frac_high),
+            "policy/approx_kl": float(masked_mean(old_logp - logp, mask)),
+            "policy/ratio_mean": float(masked_mean(terms.ratio, mask)),
+            "policy/ratio_max": float(masked_max(terms.ratio, mask)),
+        }
+    return value, metrics

@@ -1,0 +1,189 @@
+"""Typed run configuration: one documented field per knob, invariants checked at construction.
+
+A study expands into ``RunConfig`` objects; ``RunConfig`` is also what gets flattened into
+MLflow params and hashed into ``run_key``. Unknown keys are rejected everywhere.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+Dtype = Literal["float32", "bfloat16", "float16"]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class TinyModelConfig(Strict):
+    """The CPU default: a small Llama built from a seed and warmed up by SFT on the task."""
+
+    arch: Literal["llama", "qwen2"] = "llama"
+    hidden_size: int = Field(128, ge=16, description="model width")
+    num_layers: int = Field(4, ge=1)
+    num_heads: int = Field(4, ge=1)
+    intermediate_size: int = Field(512, ge=16)
+    sft_steps: int = Field(600, ge=0, description="cold-start SFT steps on worked examples")
+    sft_batch_size: int = Field(64, ge=1)
+    sft_lr: float = Field(3e-3, gt=0)
+    seed: int = Field(0, description="init and SFT data seed (the model is deterministic given the config)")
+
+    @model_validator(mode="after")
+    def _heads_divide_width(self) -> TinyModelConfig:
+        if self.hidden_size % self.num_heads:
+            raise ValueError(f"hidden_size={self.hidden_size} must be divisible by num_heads={self.num_heads}")
+        return self
+
+
+class ModelConfig(Strict):
+    """Either ``builtin: tiny`` (built locally, cached) or ``path`` to a local HF causal-LM directory."""
+
+    builtin: Literal["tiny"] | None = None
+    path: str | None = None
+    tiny: TinyModelConfig = TinyModelConfig()
+    prompt_template: str = Field("{prompt}", description="how a problem's prompt is shown to the model")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ModelConfig:
+        if (self.builtin is None) == (self.path is None):
+            raise ValueError("model needs exactly one of 'builtin: tiny' or 'path: DIR'")
+        if "{prompt}" not in self.prompt_template:
+            raise ValueError("model.prompt_template must contain '{prompt}'")
+        return self
+
+
+class TaskConfig(Strict):
+    """Where problems come from. ``arithmetic`` is generated; ``jsonl`` reads user data."""
+
+    name: Literal["arithmetic", "jsonl"] = "arithmetic"
+    seed: int = Field(0, description="fixes the problem set and the train/eval split")
+    digits: int = Field(2, ge=1, description="arithmetic: operands have up to this many digits")
+    ops: str = Field("+-", description="arithmetic: operators drawn from '+-*/'")
+    path: str | None = Field(None, description="jsonl: training file")
+    eval_path: str | None = Field(None, description="jsonl: eval file (default: split off `path`)")
+    eval_size: int = Field(200, ge=1, description="number of held-out problems")
+
+    @model_validator(mode="after")
+    def _jsonl_has_path(self) -> TaskConfig:
+        if self.name == "jsonl" and not self.path:
+            raise ValueError("task 'jsonl' needs 'path'")
+        return self
+
+
+class SamplerConfig(Strict):
+    """Generation engine. Its dtype is independent of the learner's (precision mismatch studies)."""
+
+    backend: Literal["hf"] = "hf"
+    dtype: Dtype = "float32"
+    temperature: float = Field(1.0, gt=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    max_new_tokens: int = Field(32, ge=1)
+
+
+class LearnerConfig(Strict):
+    backend: Literal["torch"] = "torch"
+    dtype: Dtype = "float32"
+    lr: float = Field(1e-4, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    betas: tuple[float, float] = (0.9, 0.99)
+    grad_clip: float = Field(1.0, gt=0, description="max global grad norm")
+
+
+class RolloutConfig(Strict):
+    prompts_per_step: int = Field(16, ge=1)
+    group_size: int = Field(8, ge=1, description="completions per prompt (G)")
+    steps: int = Field(100, ge=1, description="RL steps (one batch of rollouts and one update each)")
+    eval_every: int = Field(10, ge=1, description="held-out eval every k steps (and at step 0 and the end)")
+    eval_temperature: float = Field(0.0, ge=0, description="0 = greedy")
+    eval_size: int | None = Field(None, ge=1, description="cap on eval problems (default: the task's eval set)")
+    log_samples: int = Field(32, ge=0, description="sample completions kept in the artifact table per eval")
+
+
+class AlgorithmConfig(Strict):
+    """Which registered units the loop composes. A preset fills the fields left unset."""
+
+    preset: str = "grpo"
+    estimator: str | None = None
+    loss: str | None = None
+    agg_mode: str | None = None
+    norm_constant: float | None = None
+    clip_low: float | None = Field(None, ge=0)
+    clip_high: float | None = Field(None, ge=0)
+    dual_clip: float | None = Field(None, gt=1)
+    epochs: int = Field(1, ge=1, description="passes over each batch")
+    minibatches: int = Field(1, ge=1, description="optimizer steps per pass")
+    correction: str | None = Field(None, description="sampler/learner IS correction: tis | mis | seq_tis")
+    correction_cap: float = Field(2.0, gt=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _resolve_preset(cls, data: Any) -> Any:
+        from workbench.algorithms.presets import resolve_preset
+
+        return resolve_preset(data) if isinstance(data, dict) else data
+
+    @model_validator(mode="after")
+    def _names_exist(self) -> AlgorithmConfig:
+        from workbench import algorithms as alg
+
+        alg.ADVANTAGE_ESTIMATORS.get(self.estimator)
+        alg.POLICY_LOSSES.get(self.loss)
+        alg.AGG_MODES.get(self.agg_mode)
+        if self.correction is not None:
+            alg.IS_CORRECTIONS.get(self.correction)
+        return self
+
+
+class TrackingConfig(Strict):
+    uri: str | None = Field(None, description="MLflow tracking URI (env MLFLOW_TRACKING_URI wins)")
+    experiment: str | None = Field(None, description="default: the study name")
+
+
+class RunConfig(Strict):
+    """Everything that determines one run. Hashing it (with the seed) gives ``run_key``."""
+
+    seed: int = 0
+    model: ModelConfig = Field(default_factory=lambda: ModelConfig(builtin="tiny"))
+    task: TaskConfig = TaskConfig()
+    sampler: SamplerConfig = SamplerConfig()
+    learner: LearnerConfig = LearnerConfig()
+    rollout: RolloutConfig = RolloutConfig()
+    algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
+    health: dict[str, Any] = Field(default_factory=lambda: {"preset": "default"})
+    tracking: TrackingConfig = TrackingConfig()
+
+    def flat(self) -> dict[str, Any]:
+        """Dotted-key params for MLflow, e.g. ``{"learner.lr": 1e-4}``."""
+        return flatten(self.model_dump(mode="json"))
+
+    def run_key(self) -> str:
+        """Stable hash of what determines the results (tracking settings excluded)."""
+        payload = self.model_dump(mode="json", exclude={"tracking"})
+        blob = json.dumps(payload, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            out.update(flatten(value, f"{name}."))
+        else:
+            out[name] = value
+    return out
+
+
+def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """Recursive dict merge; ``override`` wins. Neither input is modified."""
+    out = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out

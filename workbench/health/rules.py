@@ -1,0 +1,693 @@
+"""Health rules: small stateful watchers over the per-step metric stream.
+
+Each rule is a class registered in ``HEALTH_RULES`` under its ``name``, with a pydantic
+``Params`` model (every field has a default and a docstring) and one method that matters,
+``observe(step, metrics) -> HealthEvent | None``, called once per RL step with the step's metric
+dict (canonical names, DESIGN.md).
+
+Shared semantics (implemented once, in ``HealthRule.observe``):
+
+* A rule *reads* the metrics it needs. If one is absent, or is not a finite number, the rule does
+  not evaluate at that step: nothing fires and its state (streak, baseline, history) is unchanged.
+  Non-finite values are the business of ``non_finite`` alone.
+* ``patience`` counts consecutive *evaluated* steps (observations) on which the condition holds.
+  A step where the condition does not hold resets the streak and clears the rule.
+* The rule fires **once** (returns a ``HealthEvent``) on the observation where the streak reaches
+  ``patience``; it then stays *active* (no new event) until an observation clears it. If the
+  condition comes back later it fires again after another ``patience`` observations.
+* Comparisons are strict: "below" is ``<``, "above" is ``>``.
+
+Citations refer to the references of the seed overview "GRPO++: Tricks for Making RL Actually
+Work" (``/work/shared/seeds/004_*``): [1] DAPO (Yu et al. 2025, arXiv:2503.14476); [3] Dr. GRPO,
+"Understanding R1-Zero-like training" (Liu et al. 2025, arXiv:2503.20783); [4] "Your efficient
+RL framework secretly brings you off-policy RL training" (Yao et al. 2025, truncated IS);
+[8] MiniMax-M1 / CISPO (2025, arXiv:2506.13585); [11] PPO (Schulman et al. 2017,
+arXiv:1707.06347); [13] DeepSeekMath / GRPO (Shao et al. 2024, arXiv:2402.03300).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from workbench.registry import Registry
+
+from .events import HealthEvent, Severity
+
+__all__ = [
+    "HEALTH_RULES",
+    "HealthRule",
+    "Reading",
+    "RuleParams",
+    "StreakParams",
+    "finite_value",
+    "to_float",
+]
+
+# Canonical metric names read by the rules (DESIGN.md, "Canonical metric names").
+ENTROPY = "entropy/mean"
+TRUNCATED_FRAC = "length/truncated_frac"
+LEN_CORRECT = "length/correct_mean"
+LEN_INCORRECT = "length/incorrect_mean"
+REWARD = "reward/mean"
+ZERO_STD_FRAC = "batch/zero_std_frac"
+MISMATCH_PROB_MAX = "mismatch/prob_abs_diff_max"
+MISMATCH_KL = "mismatch/kl"
+CLIP_FRAC = "clip/frac"
+KL_REF = "kl/ref"
+
+HEALTH_RULES: Registry[type[HealthRule]] = Registry("health rule")
+
+
+# --------------------------------------------------------------------------------------------
+# Value helpers
+# --------------------------------------------------------------------------------------------
+
+
+def to_float(v: Any) -> float | None:
+    """A metric value as a float, or ``None`` if it is not a number.
+
+    Accepts Python/NumPy numbers and anything with ``__float__`` (a 0-d tensor); rejects
+    ``bool``, strings and multi-element arrays. NaN and inf are returned as floats.
+    """
+    if v is None or isinstance(v, (bool, str, bytes)):
+        return None
+    try:
+        return float(v)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    except Exception:  # noqa: BLE001 - e.g. a multi-element tensor raising RuntimeError
+        return None
+
+
+def finite_value(metrics: Mapping[str, Any], key: str) -> float | None:
+    """``metrics[key]`` as a finite float, or ``None`` if absent, non-numeric or non-finite."""
+    x = to_float(metrics.get(key))
+    return x if x is not None and math.isfinite(x) else None
+
+
+# --------------------------------------------------------------------------------------------
+# Params and the rule base class
+# --------------------------------------------------------------------------------------------
+
+
+class RuleParams(BaseModel):
+    """Parameters every rule has."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    enabled: bool = True
+    """Whether the rule runs at all. A disabled rule never fires and never affects the status."""
+
+    severity: Severity = "warn"
+    """``warn`` marks the run; ``fail`` marks it failed and, with ``on_fail: stop``, stops it."""
+
+
+class StreakParams(RuleParams):
+    """Parameters of rules that must hold for several consecutive observations."""
+
+    patience: int = Field(default=5, ge=1)
+    """Consecutive observations the condition must hold before the rule fires (1 = at once)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """One evaluation of a rule's condition at one step."""
+
+    violated: bool
+    metric: str  # the metric the value refers to (or a derived name such as a ratio)
+    value: float  # the watched quantity
+    threshold: float  # the limit it was compared with
+    detail: str  # the comparison in words, e.g. "entropy/mean = 0.05 < 0.2 × initial 0.9 = 0.18"
+
+
+class HealthRule:
+    """Base class: the patience/active bookkeeping shared by every rule.
+
+    Subclasses set ``name``, ``Params``, ``watches`` (metric names read), ``consequence`` (why the
+    symptom matters, one sentence used in event messages) and implement ``update(metrics)``,
+    which advances the rule's own state and returns a ``Reading`` or ``None`` (not evaluated).
+    """
+
+    name: ClassVar[str]
+    Params: ClassVar[type[RuleParams]] = StreakParams
+    watches: ClassVar[tuple[str, ...]] = ()
+    consequence: ClassVar[str] = ""
+
+    def __init__(self, params: RuleParams | Mapping[str, Any] | None = None, **overrides: Any):
+        if params is None:
+            params = self.Params(**overrides)
+        elif isinstance(params, Mapping):
+            params = self.Params(**{**params, **overrides})
+        elif overrides:
+            params = self.Params(**{**params.model_dump(), **overrides})
+        if not isinstance(params, self.Params):
+            raise TypeError(
+                f"health rule {self.name!r} expects {self.Params.__name__}, "
+                f"got {type(params).__name__}"
+            )
+        self.params = params
+        self.reset()
+
+    # -- state -------------------------------------------------------------------------------
+
+    def reset(self) -> None:
+        """Forget everything observed (streak, active flag and the rule's own state)."""
+        self._streak = 0
+        self._streak_start: int | None = None
+        self._active = False
+        self._reset_state()
+
+    def _reset_state(self) -> None:
+        """Subclass hook: clear baselines/histories."""
+
+    @property
+    def active(self) -> bool:
+        """Whether the condition has held for ``patience`` observations and not cleared since."""
+        return self._active
+
+    @property
+    def enabled(self) -> bool:
+        return self.params.enabled
+
+    @property
+    def patience(self) -> int:
+        return getattr(self.params, "patience", 1)
+
+    # -- evaluation --------------------------------------------------------------------------
+
+    def update(self, metrics: Mapping[str, Any]) -> Reading | None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def observe(self, step: int, metrics: Mapping[str, Any]) -> HealthEvent | None:
+        """Consume one step; return an event on the step the rule starts firing, else ``None``."""
+        if not self.params.enabled:
+            return None
+        reading = self.update(metrics)
+        if reading is None:
+            return None
+        if not reading.violated:
+            self._streak = 0
+            self._streak_start = None
+            self._active = False
+            return None
+        if self._streak == 0:
+            self._streak_start = step
+        self._streak += 1
+        if self._active or self._streak < self.patience:
+            return None
+        self._active = True
+        return HealthEvent(
+            rule=self.name,
+            step=step,
+            metric=reading.metric,
+            value=reading.value,
+            threshold=reading.threshold,
+            severity=self.params.severity,
+            message=self._message(step, reading),
+        )
+
+    def _message(self, step: int, reading: Reading) -> str:
+        if self.patience == 1:
+            when = f"at step {step}"
+        else:
+            when = (
+                f"for {self._streak} consecutive observations "
+                f"(steps {self._streak_start}–{step})"
+            )
+        return f"{self.name}: {reading.detail} {when}. {self.consequence}".strip()
+
+
+def _register(cls: type[HealthRule]) -> type[HealthRule]:
+    HEALTH_RULES.register(cls.name)(cls)
+    return cls
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.4g}"
+
+
+# --------------------------------------------------------------------------------------------
+# Entropy
+# --------------------------------------------------------------------------------------------
+
+
+class EntropyBaselineParams(StreakParams):
+    baseline_steps: int = Field(default=3, ge=1)
+    """Initial entropy = mean of the first ``baseline_steps`` observations (not checked)."""
+
+
+class _EntropyRelative(HealthRule):
+    """Shared baseline logic: initial entropy from the first observations, then a relative check."""
+
+    watches = (ENTROPY,)
+
+    def _reset_state(self) -> None:
+        self._baseline: list[float] = []
+        self._initial: float | None = None
+
+    @property
+    def initial(self) -> float | None:
+        """The baseline entropy, once ``baseline_steps`` observations have been seen."""
+        return self._initial
+
+    def update(self, metrics: Mapping[str, Any]) -> Reading | None:
+        x = finite_value(metrics, ENTROPY)
+        if x is None:
+            return None
+        if self._initial is None:
+            self._baseline.append(x)
+            if len(self._baseline) == self.params.baseline_steps:
+                self._initial = math.fsum(self._baseline) / len(self._baseline)
+            return None
+        if self._initial <= 0.0:
+            return None  # a degenerate baseline: relative thresholds are meaningless
+        return self._compare(x, self._initial)
+
+    def _compare(self, x: float, initial: float) -> Reading:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+class EntropyCollapseParams(EntropyBaselineParams):
+    min_fraction: float = Field(default=0.2, gt=0.0, lt=1.0)
+    """Fires when entropy < ``min_fraction`` × initial entropy."""
+
+
+@_register
+class EntropyCollapse(_EntropyRelative):
+    """Entropy collapse: ``entropy/mean`` falls below a fraction of its initial value.
+
+    Symptom: the next-token distribution concentrates on one token, samples in a group become
+    near-identical, the group-relative advantage loses its signal and exploration stops. DAPO [1]
+    identifies it in vanilla GRPO and traces it to the symmetric PPO clip (hence clip-higher);
+    [4] sees it with quantised (int8) rollouts, i.e. a large sampler/learner mismatch.
+    """
+
+    name = "entropy_collapse"
+    Params = EntropyCollapseParams
+    consequence = (
+        "Entropy collapse: outputs turn deterministic and exploration stops "
+        "(DAPO [1]; try clip_high > clip_low, or an IS correction if the mismatch is large [4])."
+    )
+
+    def _compare(self, x: float, initial: float) -> Reading:
+        f = self.params.min_fraction
+        thr = f * initial
+        return Reading(
+            violated=x < thr,
+            metric=ENTROPY,
+            value=x,
+            threshold=thr,
+            detail=f"entropy/mean = {_fmt(x)} < {f:g} × initial {_fmt(initial)} = {_fmt(thr)}",
+        )
+
+
+class EntropyBlowupParams(EntropyBaselineParams):
+    max_multiple: float = Field(default=3.0, gt=1.0)
+    """Fires when entropy > ``max_multiple`` × initial entropy."""
+
+
+@_register
+class EntropyBlowup(_EntropyRelative):
+    """Entropy blow-up: ``entropy/mean`` rises above a multiple of its initial value.
+
+    Symptom: the policy spreads probability over many tokens, i.e. it is drifting towards
+    gibberish. The seed overview's health checklist asks for entropy "not too low and not too
+    high"; a *slow* rise is healthy (DAPO [1]), a multiple of the start is not.
+    """
+
+    name = "entropy_blowup"
+    Params = EntropyBlowupParams
+    consequence = (
+        "Entropy blow-up: the policy is drifting towards random text "
+        "(check the learning rate, clip_high and the reward)."
+    )
+
+    def _compare(self, x: float, initial: float) -> Reading:
+        m = self.params.max_multiple
+        thr = m * initial
+        return Reading(
+            violated=x > thr,
+            metric=ENTROPY,
+            value=x,
+            threshold=thr,
+            detail=f"entropy/mean = {_fmt(x)} > {m:g} × initial {_fmt(initial)} = {_fmt(thr)}",
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# Length
+# --------------------------------------------------------------------------------------------
+
+
+class LengthBlowupParams(StreakParams):
+    max_truncated_frac: float = Field(default=0.3, ge=0.0, le=1.0)
+    """Fires when ``length/truncated_frac`` > this fraction of completions hit max_new_tokens."""
+
+
+@_register
+class LengthBlowup(HealthRule):
+    """Length blow-up: too many completions are truncated at ``max_new_tokens``.
+
+    Symptom: responses grow without bound (repetition, gibberish). Truncated samples carry a
+    misleading reward and destabilise training unless filtered or softly penalised (DAPO [1],
+    overlong filtering / reward shaping); [4] reports abnormally long responses together with
+    entropy collapse under a large sampler/learner mismatch.
+    """
+
+    name = "length_blowup"
+    Params = LengthBlowupParams
+    watches = (TRUNCATED_FRAC,)
+    consequence = (
+        "Length blow-up: truncated samples get misleading rewards "
+        "(DAPO [1]: overlong filtering or soft overlong punishment)."
+    )
+
+    def update(self, metrics: Mapping[str, Any]) -> Reading | None:
+        x = finite_value(metrics, TRUNCATED_FRAC)
+        if x is None:
+            return None
+        thr = self.params.max_truncated_frac
+        return Reading(x > thr, TRUNCATED_FRAC, x, thr, f"{TRUNCATED_FRAC} = {_fmt(x)} > {thr:g}")
+
+
+class IncorrectLengthGapParams(StreakParams):
+    patience: int = Field(default=3, ge=1)
+    """Consecutive observations the condition must hold before the rule fires (1 = at once)."""
+
+    max_ratio: float = Field(default=1.5, gt=0.0)
+    """Fires when length/incorrect_mean ÷ length/correct_mean > ``max_ratio`` ..."""
+
+    trend_window: int = Field(default=5, ge=1)
+    """... and the ratio is above its value ``trend_window`` observations earlier (growing)."""
+
+
+@_register
+class IncorrectLengthGap(HealthRule):
+    """GRPO length bias: incorrect answers are much longer than correct ones, and the gap grows.
+
+    Symptom: ``length/incorrect_mean / length/correct_mean`` above a limit and rising. With
+    per-sequence length normalisation (vanilla GRPO's ``seq-mean-token-mean``) a long wrong answer
+    is penalised less per token than a short one, so the policy learns to "overthink" when wrong
+    (Dr. GRPO [3]); token-level aggregation (DAPO [1]) or a constant normaliser removes the bias.
+    Needs both lengths and a positive correct length; otherwise it does not evaluate.
+    """
+
+    name = "incorrect_length_gap"
+    Params = IncorrectLengthGapParams
+    watches = (LEN_CORRECT, LEN_INCORRECT)
+    consequence = (
+        "GRPO length bias: wrong answers are getting longer relative to right ones "
+        "(Dr. GRPO [3]; use token-level or constant-normalised loss aggregation)."
+    )
+    RATIO = "length/incorrect_mean÷length/correct_mean"
+
+    def _reset_state(self) -> None:
+        self._ratios: deque[float] = deque(maxlen=self.params.trend_window)
+
+    def update(self, metrics: Mapping[str, Any]) -> Reading | None:
+        correct = finite_value(metrics, LEN_CORRECT)
+        incorrect = finite_value(metrics, LEN_INCORRECT)
+        if correct is None or incorrect is None or correct <= 0.0:
+            return None
+        ratio = incorrect / correct
+        w = self.params.trend_window
+        past = self._ratios[0] if len(self._ratios) == w else None
+        self._ratios.append(ratio)
+        thr = self.params.max_ratio
+        growing = past is not None and ratio > past
+        if past is None:
+            trend = f"its trend is not known yet (needs {w} earlier observations)"
+        else:
+            verb = "rising" if growing else "not rising"
+            trend = f"{verb} (was {_fmt(past)} {w} observations earlier)"
+        return Reading(
+            violated=ratio > thr and growing,
+            metric=self.RATIO,
+            value=ratio,
+            threshold=thr,
+            detail=f"incorrect/correct length ratio = {_fmt(ratio)} > {thr:g} and {trend}",
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# Reward and learning signal
+# --------------------------------------------------------------------------------------------
+
+
+class RewardCollapseParams(StreakParams):
+    window: int = Field(default=5, ge=1)
+    """Running reward = mean of the last ``window`` observations of reward/mean."""
+
+    margin: float = Field(default=0.2, gt=0.0)
+    """Fires when the running reward is more than ``margin`` (reward units) below its best."""
+
+
+@_register
+class RewardCollapse(HealthRule):
+    """Reward collapse: the running training reward falls well below the best it reached.
+
+    Symptom: training diverged after making progress. The seed overview's health checklist: the
+    training reward "should increase in a stable manner"; DAPO [1] uses a reward that does not
+    "decline significantly" as a sign an experiment is not deteriorating. The running reward is a
+    ``window``-observation mean (evaluated once the window is full); best = max running reward.
+    """
+
+    name = "reward_collapse"
+    Params = RewardCollapseParams
+    watches = (REWARD,)
+    consequence = "Reward collapse: training is undoing its progress (check lr, clipping, entropy)."
+
+    def _reset_state(self) -> None:
+        self._window: deque[float] = deque(maxlen=self.params.window)
+        self._best = -math.inf
+
+    def update(self, metrics: Mapping[str, Any]) -> Reading | None:
+        x = finite_value(metrics, REWARD)
+        if x is None:
+            return None
+        self._window.append(x)
+        if len(self._window) < self.params.window:
+            return None
+        running = math.fsum(self._window) / len(self._window)
+        self._best = max(self._best, running)
+        thr = self._best - self.params.margin
+        return Reading(
+            violated=running < thr,
+            metric=REWARD,
+            value=running,
+            threshold=thr,
+            detail=(
+                f"running {REWARD} (mean of {self.params.window}) = {_fmt(running)} is more than "
+                f"{self.params.margin:g} below its best {_fmt(self._best)}"
+            ),
+        )
+
+
+class NoLearningSignalParams(StreakParams):
+    patience: int = Field(default=10, ge=1)
+    """Consecutive observations the condition must hold before the rule fires (1 = at once)."""
+
+    max_zero_std_frac: float = Field(default=0.9, ge=0.0, le=1.0)
+    """Fires when batch/zero_std_frac > this (fraction of groups whose rewards are all equal)."""
+
+
+@_register
+class NoLearningSignal(HealthRule):
+    """No learning signal: almost every group has identical rewards, so advantages are zero.
+
+    Symptom: in GRPO a group whose completions all get the same reward contributes zero advantage
+    and zero gradient; when most groups are like that (all solved or all failed) the effective
+    batch shrinks and the gradient is noise. DAPO [1] adds dynamic sampling for this reason.
+    """
+
+    name = "no_learning_signal"
+    Params = NoLearningSignalParams
+    watches = (ZERO_STD_FRAC,)
+    consequence = (
+        "No learning signal: most groups have zero-variance rewards and zero advantage "
+        "(DAPO [1] dynamic sampling, or harder/easier prompts)."
+    )
+
+    def update(self, metrics: Mapping[str, Any]) -> Reading | None:
+        x = finite_value(metrics, ZERO_STD_FRAC)
+        if x is None:
+            return None
+        thr = self.params.max_zero_std_frac
+        return Reading(x > thr, ZERO_STD_FRAC, x, thr, f"{ZERO_STD_FRAC} = {_fmt(x)} > {thr:g}")
+
+
+# --------------------------------------------------------------------------------------------
+# Off-policyness: sampler/learner mismatch, clipping, KL
+# --------------------------------------------------------------------------------------------
+
+
+class MismatchSpikeParams(StreakParams):
+    patience: int = Field(default=1, ge=1)
+    """Consecutive observations the condition must hold before the rule fires (1 = at once)."""
+
+    max_prob_abs_diff: float | None = Field(default=0.8, gt=0.0)
+    """Fires when mismatch/prob_abs_diff_max > this (``None`` skips this check)."""
+
+    max_kl: float | None = Field(default=0.05, gt=0.0)
+    """Fires when mismatch/kl > this (``None`` skips this check)."""
+
+
+@_register
+class MismatchSpike(HealthRule):
+    """Sampler/learner mismatch spike: token probabilities disagree between the two engines.
+
+    Symptom: the max |p_learner − p_sampler| over sampled tokens, or the token-mean k3 KL between
+    them, jumps. Yao et al. [4] show the gap silently makes "on-policy" RL off-policy; the *max*
+    difference is the sensitive signal (≈0.4 with bf16 rollouts, ≈1.0 with int8, while the mean
+    barely moves), and a large gap goes with entropy collapse and long responses. Fires if either
+    configured check is exceeded; the event reports the first one exceeded (prob diff first).
+    """
+
+    name = "mismatch_spike"
+    Params = MismatchSpikeParams
+    watches = (MISMATCH_PROB_MAX, MISMATCH_KL)
+    consequence = (
+        "Sampler/learner mismatch: training is silently off-policy "
+        "(Yao et al. [4]; enable an IS correction such as tis, align dtypes/kernels)."
+    )
+
+    def update(self, metrics: Mapping[str, Any]) -> Reading | None:
+        readings: list[Reading] = []
+        for key, thr in (
+            (MISMATCH_PROB_MAX, self.params.max_prob_abs_diff),
+            (MISMATCH_KL, self.params.max_kl),
+        ):
+            x = finite_value(metrics, key)
+            if thr is None or x is None:
+                continue
+            readings.append(Reading(x > thr, key, x, thr, f"{key} = {_fmt(x)} > {thr:g}"))
+        if not readings:
+            return None
+        for r in readings:
+            if r.violated:
+                return r
+        return readings[0]
+
+
+class ClipFractionParams(StreakParams):
+    max_clip_frac: float = Field(default=0.3, ge=0.0, le=1.0)
+    """Fires when clip/frac > this fraction of response tokens clipped."""
+
+
+@_register
+class ClipFractionAnomaly(HealthRule):
+    """Clip-fraction anomaly: a large share of tokens hit the PPO/GRPO clip.
+
+    Symptom: the policy moves far from the sampling policy within one step (lr too high, too many
+    updates per batch, or a large mismatch); clipped tokens get no gradient, so learning stalls
+    and, on the high side, exploration tokens are cut off (PPO [11]; DAPO [1] clip-higher;
+    MiniMax-M1/CISPO [8] on clipped "fork" tokens).
+    """
+
+    name = "clip_fraction_anomaly"
+    Params = ClipFractionParams
+    watches = (CLIP_FRAC,)
+    consequence = (
+        "Clip fraction anomaly: updates are too far off the sampling policy "
+        "(lower lr or updates per batch; check the mismatch)."
+    )
+
+    def update(self, metrics: Mapping[str, Any]) -> Reading | None:
+        x = finite_value(metrics, CLIP_FRAC)
+        if x is None:
+            return None
+        thr = self.params.max_clip_frac
+        return Reading(x > thr, CLIP_FRAC, x, thr, f"{CLIP_FRAC} = {_fmt(x)} > {thr:g}")
+
+
+class KLExplosionParams(StreakParams):
+    patience: int = Field(default=1, ge=1)
+    """Consecutive observations the condition must hold before the rule fires (1 = at once)."""
+
+    max_kl: float = Field(default=1.0, gt=0.0)
+    """Fires when kl/ref (KL to the reference policy) > this."""
+
+
+@_register
+class KLExplosion(HealthRule):
+    """KL explosion: the policy runs away from the reference policy.
+
+    Symptom: ``kl/ref`` (only logged when a reference/KL penalty is used, as in the original GRPO
+    [13]) exceeds a limit: the KL anchor is no longer holding the policy, typically before reward
+    hacking or a collapse. The seed overview notes most reasoning recipes drop the KL term; then
+    the metric is absent and this rule does not evaluate.
+    """
+
+    name = "kl_explosion"
+    Params = KLExplosionParams
+    watches = (KL_REF,)
+    consequence = (
+        "KL explosion: the policy is running away from the reference "
+        "(raise the KL coefficient or lower the lr)."
+    )
+
+    def update(self, metrics: Mapping[str, Any]) -> Reading | None:
+        x = finite_value(metrics, KL_REF)
+        if x is None:
+            return None
+        thr = self.params.max_kl
+        return Reading(x > thr, KL_REF, x, thr, f"{KL_REF} = {_fmt(x)} > {thr:g}")
+
+
+# --------------------------------------------------------------------------------------------
+# Non-finite values
+# --------------------------------------------------------------------------------------------
+
+
+class NonFiniteParams(RuleParams):
+    severity: Severity = "fail"
+    """``fail`` by default: a NaN/inf in the loss or gradient poisons the weights."""
+
+    keys: list[str] | None = None
+    """Metrics to check; ``None`` checks every numeric value in the step's dict."""
+
+
+@_register
+class NonFinite(HealthRule):
+    """Non-finite metrics: a NaN or ±inf in ``loss/policy``, ``grad/norm`` or any other metric.
+
+    Symptom: numerical divergence: overflowing importance ratios (hence the ±20 log-ratio clamp
+    in DESIGN.md, as in verl), a zero-variance group divided by a zero std in the GRPO advantage
+    [13] without its ε, low-precision (bf16/fp8) overflow [4]. Once a NaN reaches the optimizer
+    the weights are lost, so this rule is immediate (no patience) and ``fail`` by default.
+    Non-numeric values are ignored.
+    """
+
+    name = "non_finite"
+    Params = NonFiniteParams
+    watches = ("loss/policy", "grad/norm", "*")
+    consequence = "Non-finite values: training has diverged numerically; further steps are wasted."
+
+    def update(self, metrics: Mapping[str, Any]) -> Reading | None:
+        keys = self.params.keys if self.params.keys is not None else list(metrics)
+        bad: list[tuple[str, float]] = []
+        seen = False
+        for key in keys:
+            x = to_float(metrics.get(key))
+            if x is None:
+                continue
+            seen = True
+            if not math.isfinite(x):
+                bad.append((key, x))
+        if not seen:
+            return None
+        if not bad:
+            return Reading(False, "", 0.0, math.nan, "all metrics finite")
+        bad.sort()
+        key, x = bad[0]
+        listed = ", ".join(f"{k} = {v}" for k, v in bad)
+        return Reading(True, key, x, math.nan, f"non-finite metric(s): {listed}")
+
+
+HEALTH_RULES.freeze()

@@ -1,0 +1,90 @@
+"""HF transformers sampler: KV-cached ``generate`` with per-token logprobs of the sampling distribution."""
+
+from __future__ import annotations
+
+import copy
+import time
+
+import torch
+
+from workbench.batch import Rollouts
+from workbench.config import SamplerConfig
+from workbench.tasks import Problem
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class HFSampler:
+    """Samples with its own weight copy in ``sampler.dtype``; shares the learner's module when dtypes agree."""
+
+    def __init__(self, learner_model, tokenizer, cfg: SamplerConfig, prompt_template: str = "{prompt}") -> None:
+        self.cfg = cfg
+        self.tokenizer = tokenizer
+        self.template = prompt_template
+        self.dtype = DTYPES[cfg.dtype]
+        self.model = None
+        self.sync_weights(learner_model)
+
+    def sync_weights(self, learner_model) -> None:
+        if learner_model.dtype == self.dtype:
+            self.model = learner_model  # same weights, same precision: nothing to copy
+        elif self.model is None or self.model is learner_model:
+            self.model = copy.deepcopy(learner_model).to(self.dtype).eval()
+        else:
+            with torch.no_grad():
+                for dst, src in zip(self.model.parameters(), learner_model.parameters(), strict=True):
+                    dst.copy_(src)  # casts to the sampler's dtype
+
+    @torch.no_grad()
+    def generate(self, problems: list[Problem], group_size: int, *, temperature: float, seed: int) -> Rollouts:
+        start = time.perf_counter()
+        tok = self.tokenizer
+        prompts = [self.template.format(prompt=p.prompt) for p in problems]
+        enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+        greedy = temperature == 0
+        torch.manual_seed(seed)
+        was_training = self.model.training
+        self.model.eval()
+        out = self.model.generate(
+            **enc,
+            do_sample=not greedy,
+            temperature=None if greedy else temperature,
+            top_p=None if greedy else self.cfg.top_p,
+            top_k=None if greedy else 0,  # transformers defaults to top-k 50: off, so logprobs are the true distribution
+            num_return_sequences=group_size,
+            max_new_tokens=self.cfg.max_new_tokens,
+            output_scores=True,
+            return_dict_in_generate=True,
+            pad_token_id=tok.pad_token_id,
+            eos_token_id=tok.eos_token_id,
+        )
+        self.model.train(was_training)
+        prompt_len = enc["input_ids"].shape[1]
+        completion = out.sequences[:, prompt_len:]  # [B, T]
+        scores = torch.stack(out.scores, dim=1).float()  # [B, T, V] logits after temperature/top-p
+        logp_all = torch.log_softmax(scores, dim=-1)
+        sampler_logp = logp_all.gather(-1, completion.unsqueeze(-1)).squeeze(-1)  # [B, T]
+        mask, truncated = response_mask(completion, tok.eos_token_id)
+        sampler_logp = torch.where(mask.bool(), sampler_logp, torch.zeros_like(sampler_logp))
+        texts = tok.batch_decode(torch.where(mask.bool(), completion, tok.pad_token_id), skip_special_tokens=True)
+        return Rollouts(
+            problems=[p for p in problems for _ in range(group_size)],
+            group_ids=torch.arange(len(problems)).repeat_interleave(group_size),
+            prompt_ids=enc["input_ids"].repeat_interleave(group_size, dim=0),
+            prompt_mask=enc["attention_mask"].repeat_interleave(group_size, dim=0),
+            completion_ids=completion,
+            mask=mask,
+            sampler_logp=sampler_logp,
+            truncated=truncated,
+            texts=texts,
+            sample_seconds=time.perf_counter() - start,
+        )
+
+
+def response_mask(completion: torch.Tensor, eos_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """1 up to and including the first EOS; rows without EOS are truncated (all ones)."""
+    is_eos = completion == eos_id  # [B, T]
+    seen_before = (is_eos.cumsum(dim=1) - is_eos.long()) > 0  # EOS strictly earlier in the row
+    mask = (~seen_before).float()
+    truncated = ~is_eos.any(dim=1)
+    return mask, truncated

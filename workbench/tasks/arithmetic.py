@@ -1,0 +1,77 @@
+"""Arithmetic problems (+ − × ÷) generated from a seed, with disjoint train/eval splits."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+from workbench.tasks.base import Problem, boxed
+
+OPS = "+-*/"
+
+
+@dataclass
+class ArithmeticTask:
+    """Problems ``a op b=`` with operands of up to ``digits`` digits.
+
+    Subtraction keeps results non-negative and division is exact (``a = b·q``), so every
+    answer is an integer. The eval set is drawn once from ``seed``; training problems that
+    coincide with an eval problem are rejected, so the splits are disjoint.
+    """
+
+    digits: int = 2
+    ops: str = "+-"
+    seed: int = 0
+    eval_size: int = 200
+    name: str = "arithmetic"
+    _eval: list[Problem] = field(init=False, repr=False)
+    _eval_prompts: frozenset[str] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.digits < 1:
+            raise ValueError(f"task.digits must be >= 1, got {self.digits}")
+        bad = sorted(set(self.ops) - set(OPS))
+        if not self.ops or bad:
+            raise ValueError(f"task.ops must be a non-empty string of {OPS!r}, got {self.ops!r}")
+        space = self._space_size()
+        if self.eval_size > space // 4:
+            raise ValueError(
+                f"task.eval_size={self.eval_size} leaves too few training problems "
+                f"(only ~{space} distinct problems with digits={self.digits}, ops={self.ops!r})"
+            )
+        rng = random.Random(f"arithmetic-eval-{self.seed}")
+        seen: dict[str, Problem] = {}
+        while len(seen) < self.eval_size:
+            p = self._draw(rng)
+            seen.setdefault(p.prompt, p)
+        self._eval = list(seen.values())
+        self._eval_prompts = frozenset(seen)
+
+    def _space_size(self) -> int:
+        n = 10**self.digits
+        return n * n * len(self.ops)
+
+    def _draw(self, rng: random.Random) -> Problem:
+        hi = 10**self.digits - 1
+        op = rng.choice(self.ops)
+        a, b = rng.randint(0, hi), rng.randint(0, hi)
+        if op == "-" and a < b:
+            a, b = b, a
+        if op == "/":  # exact division: choose divisor and quotient, show their product
+            b = rng.randint(1, hi)
+            q = rng.randint(0, hi)
+            a, result = b * q, q
+        else:
+            result = {"+": a + b, "-": a - b, "*": a * b}[op]
+        return Problem(prompt=f"{a}{op}{b}=", answer=str(result), solution=boxed(str(result)))
+
+    def sample_train(self, n: int, rng: random.Random) -> list[Problem]:
+        out: list[Problem] = []
+        while len(out) < n:
+            p = self._draw(rng)
+            if p.prompt not in self._eval_prompts:
+                out.append(p)
+        return out
+
+    def eval_problems(self) -> list[Problem]:
+        return list(self._eval)
