@@ -12,6 +12,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from workbench.health import HealthConfig
+
 Dtype = Literal["float32", "bfloat16", "float16"]
 
 
@@ -27,8 +29,13 @@ class TinyModelConfig(Strict):
     num_layers: int = Field(4, ge=1)
     num_heads: int = Field(4, ge=1)
     intermediate_size: int = Field(512, ge=16)
-    sft_steps: int = Field(600, ge=0, description="cold-start SFT steps on worked examples")
-    sft_batch_size: int = Field(64, ge=1)
+    sft_max_steps: int = Field(1500, ge=0, description="cap on cold-start SFT steps on worked examples")
+    sft_target_accuracy: float = Field(
+        0.3, gt=0, le=1,
+        description="stop SFT once greedy accuracy on a train-split probe reaches this: RL starts imperfect",
+    )
+    sft_check_every: int = Field(25, ge=1, description="SFT steps between accuracy probes")
+    sft_batch_size: int = Field(256, ge=1)
     sft_lr: float = Field(3e-3, gt=0)
     seed: int = Field(0, description="init and SFT data seed (the model is deterministic given the config)")
 
@@ -138,6 +145,32 @@ class AlgorithmConfig(Strict):
         return self
 
 
+class ShapingTerm(Strict):
+    """One weighted reward-shaping term, by registered name (see ``workbench.reward.REWARD_SHAPERS``)."""
+
+    name: str
+    weight: float = 1.0
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class RewardConfig(Strict):
+    """reward = 1·correct (math-verify) + Σ weight·shaper. Verification runs in bounded worker processes."""
+
+    timeout_s: float = Field(1.0, gt=0, description="wall-clock limit per completion; slower scores 0")
+    workers: int = Field(1, ge=1, description="verifier worker processes")
+    shaping: list[ShapingTerm] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _shapers_exist(self) -> RewardConfig:
+        from workbench.reward import validate_shaping
+
+        validate_shaping([(t.name, t.weight, t.params) for t in self.shaping])
+        return self
+
+    def specs(self) -> list[tuple[str, float, dict[str, Any]]]:
+        return [(t.name, t.weight, dict(t.params)) for t in self.shaping]
+
+
 class TrackingConfig(Strict):
     uri: str | None = Field(None, description="MLflow tracking URI (env MLFLOW_TRACKING_URI wins)")
     experiment: str | None = Field(None, description="default: the study name")
@@ -152,8 +185,9 @@ class RunConfig(Strict):
     sampler: SamplerConfig = SamplerConfig()
     learner: LearnerConfig = LearnerConfig()
     rollout: RolloutConfig = RolloutConfig()
+    reward: RewardConfig = Field(default_factory=RewardConfig)
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
-    health: dict[str, Any] = Field(default_factory=lambda: {"preset": "default"})
+    health: HealthConfig = Field(default_factory=HealthConfig)
     tracking: TrackingConfig = TrackingConfig()
 
     def flat(self) -> dict[str, Any]:

@@ -11,11 +11,11 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
-import math
 import os
 import random
 import shutil
 import tempfile
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -24,6 +24,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel, Qwen2Co
 from workbench.config import ModelConfig, TaskConfig, TinyModelConfig
 from workbench.models.tokenizer import build_char_tokenizer
 from workbench.tasks import Task, build_task
+from workbench.train.sft import supervised_warmup
 
 BUILD_VERSION = 1  # bump when the build procedure changes, to invalidate caches
 
@@ -54,12 +55,12 @@ def tiny_model_dir(model_cfg: ModelConfig, task_cfg: TaskConfig, progress: bool 
         if not (target / "config.json").exists():
             tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".build-"))
             try:
-                model, tokenizer = build_tiny_model(model_cfg, build_task(task_cfg), progress=progress)
+                model, tokenizer, sft = build_tiny_model(model_cfg, build_task(task_cfg), progress=progress)
                 model.save_pretrained(tmp)
                 tokenizer.save_pretrained(tmp)
-                (tmp / "workbench_build.json").write_text(
-                    json.dumps({"model": model_cfg.model_dump(mode="json"), "task": task_cfg.model_dump(mode="json")}, indent=2)
-                )
+                record = {"model": model_cfg.model_dump(mode="json"), "task": task_cfg.model_dump(mode="json"),
+                          "sft": asdict(sft)}
+                (tmp / "workbench_build.json").write_text(json.dumps(record, indent=2))
                 tmp.rename(target)
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
@@ -87,18 +88,13 @@ def init_tiny_model(cfg: TinyModelConfig, vocab_size: int, pad_id: int, eos_id: 
 
 def build_tiny_model(model_cfg: ModelConfig, task: Task, progress: bool = True):
     """Initialise from the seed and run the cold-start SFT on worked examples."""
-    from workbench.train.sft import supervised_warmup
 
     cfg = model_cfg.tiny
     tokenizer = build_char_tokenizer()
     model = init_tiny_model(cfg, len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id)
-    rng = random.Random(f"sft-{cfg.seed}")
-    supervised_warmup(model, tokenizer, task, model_cfg.prompt_template, steps=cfg.sft_steps,
-                      batch_size=cfg.sft_batch_size, lr=cfg.sft_lr, rng=rng, progress=progress)
-    return model.eval(), tokenizer
-
-
-def cosine_lr(step: int, total: int, warmup: int = 20) -> float:
-    if step < warmup:
-        return (step + 1) / warmup
-    return 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, total - warmup)))
+    sft = supervised_warmup(
+        model, tokenizer, task, model_cfg.prompt_template, max_steps=cfg.sft_max_steps,
+        batch_size=cfg.sft_batch_size, lr=cfg.sft_lr, target_accuracy=cfg.sft_target_accuracy,
+        check_every=cfg.sft_check_every, rng=random.Random(f"sft-{cfg.seed}"), progress=progress,
+    )
+    return model.eval(), tokenizer, sft

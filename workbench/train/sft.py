@@ -1,22 +1,34 @@
-"""Cold-start supervised stage: teach the answer format from worked examples."""
+"""Cold-start supervised stage: teach the answer format from worked examples, stopping early.
+
+RL needs a policy that is right sometimes but not always. Training stops as soon as greedy
+accuracy on a fixed probe of *training* problems reaches a target, so the starting point is
+"imperfect" by construction rather than by a lucky step count.
+"""
 
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 
 import torch
 from rich.progress import Progress
 
-from workbench.tasks import Task
+from workbench.tasks import Problem, Task
 
 
-def sft_batch(tokenizer, task: Task, template: str, batch_size: int, rng: random.Random):
+@dataclass
+class SFTResult:
+    steps: int
+    final_loss: float
+    probe_accuracy: float
+
+
+def sft_batch(tokenizer, problems: list[Problem], template: str):
     """Right-padded prompt+solution+EOS sequences; labels only on the solution tokens."""
-    problems = [p for p in task.sample_train(batch_size, rng) if p.solution is not None]
-    if not problems:
-        raise ValueError(f"task {task.name!r} has no worked solutions to warm up on")
     rows, labels = [], []
     for p in problems:
+        if p.solution is None:
+            raise ValueError("cold-start SFT needs problems with a worked 'solution'")
         prompt_ids = tokenizer(template.format(prompt=p.prompt), add_special_tokens=False)["input_ids"]
         answer_ids = tokenizer(p.solution, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
         rows.append(prompt_ids + answer_ids)
@@ -29,27 +41,45 @@ def sft_batch(tokenizer, task: Task, template: str, batch_size: int, rng: random
     return input_ids, attention, label_t
 
 
-def supervised_warmup(model, tokenizer, task: Task, template: str, *, steps: int, batch_size: int,
-                      lr: float, rng: random.Random, progress: bool = True) -> list[float]:
-    from workbench.models.tiny import cosine_lr
-
-    if steps == 0:
-        return []
+@torch.no_grad()
+def probe_accuracy(model, tokenizer, probe: list[Problem], template: str) -> float:
+    """Greedy exact-match of the worked solution (cheap; the RL reward uses math-verify)."""
+    model.eval()
+    enc = tokenizer([template.format(prompt=p.prompt) for p in probe], return_tensors="pt", padding=True,
+                    add_special_tokens=False)
+    budget = max(len(p.solution or "") for p in probe) + 2
+    out = model.generate(**enc, do_sample=False, max_new_tokens=budget, pad_token_id=tokenizer.pad_token_id,
+                         eos_token_id=tokenizer.eos_token_id)
+    texts = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
     model.train()
+    return sum(t.strip() == p.solution for t, p in zip(texts, probe, strict=True)) / len(probe)
+
+
+def supervised_warmup(model, tokenizer, task: Task, template: str, *, max_steps: int, batch_size: int, lr: float,
+                      target_accuracy: float, check_every: int, rng: random.Random,
+                      progress: bool = True) -> SFTResult:
+    probe = task.sample_train(128, random.Random("sft-probe"))
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: cosine_lr(s, steps))
-    losses = []
+    warmup = 20  # linear warmup, then constant: the stop is decided by the probe, not a schedule
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warmup))
+    model.train()
+    loss_value, accuracy, step = float("nan"), 0.0, 0
     with Progress(disable=not progress, transient=True) as bar:
-        job = bar.add_task("building tiny model (cold-start SFT)", total=steps)
-        for _ in range(steps):
-            input_ids, attention, labels = sft_batch(tokenizer, task, template, batch_size, rng)
+        job = bar.add_task("building tiny model (cold-start SFT)", total=max_steps)
+        for step in range(1, max_steps + 1):
+            input_ids, attention, labels = sft_batch(tokenizer, task.sample_train(batch_size, rng), template)
             loss = model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
             sched.step()
-            losses.append(loss.item())
-            bar.update(job, advance=1, description=f"building tiny model (SFT loss {loss.item():.3f})")
+            loss_value = loss.item()
+            if step % check_every == 0:
+                accuracy = probe_accuracy(model, tokenizer, probe, template)
+                if accuracy >= target_accuracy:
+                    break
+            bar.update(job, completed=step,
+                       description=f"building tiny model (SFT loss {loss_value:.3f}, probe acc {accuracy:.2f})")
     model.eval()
-    return losses
+    return SFTResult(steps=step, final_loss=loss_value, probe_accuracy=accuracy)

@@ -1,0 +1,238 @@
+"""compare_variants on synthetic studies: clear winner, identical variants, direction, 1 seed,
+NaN, reproducibility, serialisation, and simulation checks of error rate, coverage and power."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from workbench.compare import COLUMNS, ComparisonTable, compare_variants, t_test_power
+
+
+def study(
+    means: dict[str, float],
+    *,
+    sd: float = 0.02,
+    n: int = 5,
+    seed: int = 0,
+    matched: bool = True,
+    seed_sd: float = 0.0,
+    metric: str = "acc",
+) -> pd.DataFrame:
+    """One row per run; ``seed_sd`` adds a per-seed effect shared by all variants (what pairing removes)."""
+    rng = np.random.default_rng(seed)
+    shared = rng.normal(0.0, seed_sd, n)
+    rows = []
+    for v, mu in means.items():
+        for s in range(n):
+            rows.append(
+                {"variant": v, "seed": s if matched else f"{v}-{s}", metric: mu + shared[s] + rng.normal(0.0, sd)}
+            )
+    return pd.DataFrame(rows)
+
+
+def row(table: ComparisonTable, variant: str, metric: str = "acc") -> pd.Series:
+    rows = table.for_metric(metric)
+    return rows[rows["variant"] == variant].iloc[0]
+
+
+def test_clear_winner_is_better():
+    t = compare_variants(study({"grpo": 0.5, "dapo": 0.8}), "grpo", ["acc"], {"acc": True})
+    r = row(t, "dapo")
+    assert r["verdict"] == "better"
+    assert r["delta"] == pytest.approx(0.3, abs=0.03)
+    # paired sd ~ 0.02 * sqrt(2), se ~ 0.0126, t(0.975, 4) = 2.78: half-width ~ 0.035
+    assert 0.2 < r["delta_lo"] < 0.3 < r["delta_hi"] < 0.4
+    assert r["p_improve"] == 1.0 and r["p_improve_lo"] == 1.0
+    assert r["paired"] and r["test"] == "paired t"
+    assert r["p_adjusted"] < 1e-4
+    assert t.ranking("acc") == ["dapo", "grpo"]
+    assert t.winners("acc") == ["dapo"]
+    assert r["seeds_needed"] <= 3  # |delta| / sd ~ 10: almost the smallest t-test
+    assert list(t.df.columns) == list(COLUMNS)
+    b = row(t, "grpo")
+    assert b["verdict"] == "baseline" and math.isnan(b["delta"]) and math.isnan(b["p_value"])
+
+
+def test_identical_variants_are_not_distinguishable():
+    t = compare_variants(study({"grpo": 0.5, "dr_grpo": 0.5}, sd=0.05, seed=3), "grpo", ["acc"], {"acc": True})
+    r = row(t, "dr_grpo")
+    assert r["verdict"] == "not distinguishable with 5 seeds"
+    assert r["delta_lo"] < 0 < r["delta_hi"]
+    assert r["p_improve_lo"] < 0.5 < r["p_improve_hi"]
+    assert t.winners("acc") == []
+    assert r["seeds_needed"] > 5
+
+
+def test_direction_lower_is_better():
+    df = study({"grpo": 1.5, "dr_grpo": 1.1}, sd=0.05, metric="ratio")
+    down = compare_variants(df, "grpo", ["ratio"], {"ratio": False})
+    r = row(down, "dr_grpo", "ratio")
+    assert r["verdict"] == "better" and r["delta"] < 0 and r["p_improve"] == 1.0
+    assert down.ranking("ratio") == ["dr_grpo", "grpo"]
+    up = compare_variants(df, "grpo", ["ratio"], {"ratio": True})
+    r = row(up, "dr_grpo", "ratio")
+    assert r["verdict"] == "worse" and r["p_improve"] == 0.0
+    assert up.ranking("ratio") == ["grpo", "dr_grpo"]
+    # no direction: says higher/lower, no rank
+    none = compare_variants(df, "grpo", ["ratio"], {"ratio": None})
+    assert row(none, "dr_grpo", "ratio")["verdict"] == "lower"
+    assert none.df["rank"].isna().all()
+
+
+def test_direction_defaults_to_registered_summary():
+    df = study({"grpo": 100.0, "dapo": 50.0}, sd=1.0, metric="tokens_per_correct")
+    t = compare_variants(df, "grpo", ["tokens_per_correct"])
+    assert t.higher_is_better == {"tokens_per_correct": False}
+    assert row(t, "dapo", "tokens_per_correct")["verdict"] == "better"
+
+
+def test_one_seed_is_explicit():
+    df = study({"grpo": 0.5, "dapo": 0.8})
+    df = df[(df.variant == "grpo") | (df.seed == 0)]
+    r = row(compare_variants(df, "grpo", ["acc"], {"acc": True}), "dapo")
+    assert r["n_seeds"] == 1
+    assert r["verdict"] == "not distinguishable with 1 vs 5 seeds"
+    for c in ["mean_lo", "mean_hi", "iqm_lo", "delta_lo", "delta_hi", "p_improve_lo", "p_value", "p_adjusted"]:
+        assert math.isnan(r[c]), c
+    assert "1 seed" in r["note"]
+    both = compare_variants(df[df.seed == 0], "grpo", ["acc"], {"acc": True})
+    assert row(both, "dapo")["verdict"] == "not distinguishable with 1 seed"
+
+
+def test_nans_are_dropped_and_counted():
+    df = study({"grpo": 0.5, "dapo": 0.8})
+    df.loc[(df.variant == "dapo") & (df.seed < 2), "acc"] = math.nan
+    r = row(compare_variants(df, "grpo", ["acc"], {"acc": True}), "dapo")
+    assert r["n_seeds"] == 3 and r["n_nan"] == 2
+    assert "2 non-finite value(s) dropped" in r["note"]
+    assert not r["paired"]  # seed sets differ after dropping: Welch on all runs
+    assert r["verdict"] == "better"
+    allnan = df.copy()
+    allnan.loc[allnan.variant == "dapo", "acc"] = math.nan
+    assert row(compare_variants(allnan, "grpo", ["acc"], {"acc": True}), "dapo")["verdict"] == "no data"
+
+
+def test_identical_constant_values():
+    df = pd.DataFrame({"variant": ["a"] * 3 + ["b"] * 3, "seed": [0, 1, 2] * 2, "acc": [0.5] * 6})
+    r = row(compare_variants(df, "a", ["acc"], {"acc": True}), "b")
+    assert r["delta"] == 0 and r["p_value"] == 1.0
+    assert (r["mean_lo"], r["mean_hi"], r["delta_lo"], r["delta_hi"]) == (0.5, 0.5, 0.0, 0.0)
+    assert r["verdict"] == "not distinguishable with 3 seeds"
+    assert r["seeds_needed"] == math.inf
+
+
+def test_holm_correction_across_variants():
+    df = study({"base": 0.5, "v1": 0.52, "v2": 0.5, "v3": 0.9}, sd=0.02, seed=1, matched=False)
+    t = compare_variants(df, "base", ["acc"], {"acc": True})
+    rows = t.for_metric("acc").set_index("variant").drop("base")
+    p = rows["p_value"].sort_values()
+    m = len(p)
+    expected = np.maximum.accumulate(np.minimum(1, p.to_numpy() * (m - np.arange(m))))
+    assert rows.loc[p.index, "p_adjusted"].to_numpy() == pytest.approx(expected)
+    # the corrected CI of the smallest p is at level 1 - alpha/3, the largest at 1 - alpha
+    assert rows.loc[p.index[0], "delta_level"] == pytest.approx(1 - 0.05 / 3)
+    assert rows.loc[p.index[-1], "delta_level"] == pytest.approx(0.95)
+    none = compare_variants(df, "base", ["acc"], {"acc": True}, correction="none")
+    assert (none.df["p_adjusted"].dropna() == none.df["p_value"].dropna()).all()
+    # family "all" corrects across metrics too
+    df["acc2"] = df["acc"]
+    fam = compare_variants(df, "base", ["acc", "acc2"], {"acc": True, "acc2": True}, family="all")
+    assert fam.df["delta_level"].max() == pytest.approx(1 - 0.05 / 6)
+
+
+def test_reproducible_with_fixed_seed_and_order_independent():
+    df = study({"grpo": 0.5, "dapo": 0.6, "gspo": 0.55}, sd=0.05)
+    a = compare_variants(df, "grpo", ["acc"], {"acc": True}, rng=11)
+    b = compare_variants(df, "grpo", ["acc"], {"acc": True}, rng=11)
+    pd.testing.assert_frame_equal(a.df, b.df)
+    c = compare_variants(df, "grpo", ["acc"], {"acc": True}, rng=12)
+    assert not np.allclose(a.df["mean_lo"], c.df["mean_lo"])
+    # a cell's bootstrap does not depend on which other variants are in the table
+    sub = compare_variants(df[df.variant != "gspo"], "grpo", ["acc"], {"acc": True}, rng=11)
+    for col in ["mean_lo", "mean_hi", "iqm_lo", "p_improve_lo", "p_improve_hi"]:
+        assert row(sub, "dapo")[col] == row(a, "dapo")[col]
+
+
+def test_serialisation_round_trip(tmp_path):
+    df = study({"grpo": 0.5, "dapo": 0.8, "solo": 0.6})
+    df = df[(df.variant != "solo") | (df.seed == 0)]
+    t = compare_variants(df, "grpo", ["acc"], {"acc": True})
+    doc = json.loads(t.to_json())
+    assert doc["baseline"] == "grpo" and doc["correction"] == "holm" and doc["alpha"] == pytest.approx(0.05)
+    assert len(doc["rows"]) == 3
+    back = ComparisonTable.from_dict(doc)
+    pd.testing.assert_frame_equal(back.df, t.df, check_dtype=False)
+    t.to_json(tmp_path / "t.json")
+    assert json.loads((tmp_path / "t.json").read_text()) == doc
+    csv = pd.read_csv(pd.io.common.StringIO(t.to_csv()))
+    assert list(csv.columns) == list(COLUMNS) and len(csv) == 3
+    md = t.to_markdown()
+    assert "### acc (higher is better; baseline: grpo)" in md
+    assert "| 1 | dapo | 5 |" in md and "better" in md
+    assert "not distinguishable with 1 vs 5 seeds" in md and "solo: 1 seed: no CI" in md
+
+
+def test_input_errors():
+    df = study({"grpo": 0.5, "dapo": 0.8})
+    with pytest.raises(ValueError, match="baseline 'gpro' not among"):
+        compare_variants(df, "gpro", ["acc"])
+    with pytest.raises(ValueError, match="missing columns"):
+        compare_variants(df, "grpo", ["accuracy"])
+    with pytest.raises(ValueError, match="did you mean 'holm'"):
+        compare_variants(df, "grpo", ["acc"], correction="holmes")
+
+
+# ---- simulations (fixed seeds; verdicts do not depend on the bootstrap, so few resamples) ----
+
+
+def _sim(means, n_studies, *, sd, n, matched, seed_sd=0.0, start=0):
+    for i in range(n_studies):
+        df = study(means, sd=sd, n=n, seed=start + i, matched=matched, seed_sd=seed_sd)
+        yield compare_variants(df, "base", ["acc"], {"acc": True}, n_resamples=10, rng=i)
+
+
+def test_identical_variants_false_positive_rate():
+    """3 variants identical to the baseline: Holm keeps the family-wise error rate <= 5%."""
+    n_studies = 250
+    any_claim = 0
+    for t in _sim({"base": 0.5, "a": 0.5, "b": 0.5, "c": 0.5}, n_studies, sd=0.1, n=5, matched=False):
+        any_claim += t.df["verdict"].isin(["better", "worse"]).any()
+    # at most 5% expected (1000 such studies gave 3.7%); P(Binomial(250, 0.05) >= 23) < 0.5%
+    assert any_claim / n_studies < 0.09
+
+
+def test_planted_effect_ci_coverage_and_power():
+    """Effect 0.1 with sd 0.05 per run, 5 matched seeds (shared seed effect): the corrected CI
+    (one variant: 95%) covers the true effect ~95% of the time, and the effect is detected at
+    the rate the power calculation predicts."""
+    n_studies = 300
+    covered = detected = 0
+    for t in _sim({"base": 0.5, "v": 0.55}, n_studies, sd=0.05, n=5, matched=True, seed_sd=0.2, start=1000):
+        r = t.df[t.df.variant == "v"].iloc[0]
+        covered += r["delta_lo"] <= 0.05 <= r["delta_hi"]
+        detected += r["verdict"] == "better"
+    # binomial sd of the coverage at 300 studies: 1.3%
+    assert 0.91 <= covered / n_studies <= 0.99
+    expected = t_test_power(5, 0.05, 0.05 * math.sqrt(2), paired=True)  # sd of a paired difference
+    assert detected / n_studies == pytest.approx(expected, abs=0.08)
+
+
+def test_stratified_compare_resamples_within_strata():
+    # two tasks with very different scales: stratified CIs of the mean are much narrower
+    rows = []
+    rng = np.random.default_rng(5)
+    for v in ["base", "v"]:
+        for task, level in [("easy", 0.9), ("hard", 0.1)]:
+            for s in range(4):
+                rows.append({"variant": v, "seed": s, "task": task, "acc": level + rng.normal(0, 0.01)})
+    df = pd.DataFrame(rows)
+    strat = row(compare_variants(df, "base", ["acc"], {"acc": True}, strata="task"), "v")
+    plain = row(compare_variants(df, "base", ["acc"], {"acc": True}), "v")
+    assert strat["mean"] == plain["mean"]
+    assert strat["mean_hi"] - strat["mean_lo"] < 0.25 * (plain["mean_hi"] - plain["mean_lo"])
+    assert not strat["paired"]  # each seed appears twice (once per task): pairing is ambiguous

@@ -1,0 +1,196 @@
+"""Statistics against values worked out by hand (and against scipy where scipy has the method)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats as sps
+
+from workbench.compare import (
+    adjust_pvalues,
+    bootstrap_ci,
+    iqm,
+    mean_difference,
+    probability_of_improvement,
+    probability_of_improvement_ci,
+    seeds_needed,
+    t_test_power,
+    verdict,
+)
+
+
+def test_probability_of_improvement_by_hand():
+    # x=3: beats 1 (1), ties 3 (1/2), loses to 4 (0) -> 1.5; x=5 beats all three -> 3; 4.5 / 6
+    assert probability_of_improvement([3, 5], [1, 3, 4]) == pytest.approx(0.75)
+    # lower is better: the complement (ties still 1/2)
+    assert probability_of_improvement([3, 5], [1, 3, 4], higher_is_better=False) == pytest.approx(0.25)
+    # x=1 loses twice, x=2 ties twice (2 x 1/2), x=3 wins twice: 3 / 6
+    assert probability_of_improvement([1, 2, 3], [2, 2]) == pytest.approx(0.5)
+    assert probability_of_improvement([1, 1], [1, 1, 1]) == pytest.approx(0.5)
+    # equals Mann-Whitney U / (n m)
+    x, y = [0.3, 0.1, 0.5, 0.5, 0.9], [0.5, 0.2, 0.2, 0.4]
+    u = sps.mannwhitneyu(x, y).statistic
+    assert probability_of_improvement(x, y) == pytest.approx(u / 20)
+
+
+def test_probability_of_improvement_nan_and_empty():
+    assert probability_of_improvement([3, math.nan, 5], [1, 3, 4]) == pytest.approx(0.75)
+    assert math.isnan(probability_of_improvement([math.nan], [1.0]))
+    est = probability_of_improvement_ci([1.0], [0.0, 2.0], rng=0)
+    assert est.value == 0.5 and math.isnan(est.lo) and "1 seed" in est.note
+
+
+def test_iqm_by_hand():
+    # 8 values: drop the 2 lowest and 2 highest -> mean(3, 4, 5, 6)
+    assert iqm(np.array([100.0, 1, 7, 3, 5, 2, 6, 4])) == pytest.approx(4.5)
+    # 5 values: floor(5/4) = 1 dropped at each end -> mean(2, 3, 10)
+    assert iqm(np.array([1.0, 2, 3, 10, 50])) == pytest.approx(5.0)
+    # fewer than 4: plain mean
+    assert iqm(np.array([1.0, 2, 6])) == pytest.approx(3.0)
+
+
+def test_paired_difference_by_hand():
+    # seeds deliberately in different orders: pairing is by seed, not by position
+    x, xs = [0.7, 0.5, 0.6], [2, 0, 1]
+    y, ys = [0.4, 0.55, 0.5], [0, 1, 2]
+    d = mean_difference(x, y, x_seeds=xs, y_seeds=ys)
+    # differences by seed: 0.1, 0.05, 0.2 -> mean 0.35/3 = 7/60; deviations -1/60, -4/60, 5/60
+    # -> sd^2 = (1 + 16 + 25) / 3600 / 2 = 7/1200
+    assert d.paired and d.method == "paired t"
+    assert d.delta == pytest.approx(0.35 / 3)
+    assert d.sd == pytest.approx(math.sqrt(7 / 1200))
+    assert d.se == pytest.approx(d.sd / math.sqrt(3))
+    # t = sqrt(7) with 2 df; the t(2) cdf is 1/2 + t / (2 sqrt(2 + t^2)) -> p = 1 - sqrt(7)/3
+    assert d.delta / d.se == pytest.approx(math.sqrt(7))
+    assert d.p_value == pytest.approx(1 - math.sqrt(7) / 3)
+    lo, hi = d.interval(0.95)
+    half = 4.302652729911275 * d.se  # t_{0.975, 2}
+    assert (lo, hi) == pytest.approx((d.delta - half, d.delta + half))
+    ref = sps.ttest_rel([0.5, 0.6, 0.7], y).confidence_interval(0.95)
+    assert (lo, hi) == pytest.approx((ref.low, ref.high))
+
+
+def test_welch_difference_by_hand():
+    d = mean_difference([1.0, 2, 3], [2.0, 3, 5])
+    assert not d.paired and d.method == "welch t"
+    assert d.delta == pytest.approx(-4 / 3)
+    # var 1 and 7/3 -> se^2 = 1/3 + 7/9 = 10/9; Welch df = (10/9)^2 / ((1/3)^2/2 + (7/9)^2/2)
+    assert d.se == pytest.approx(math.sqrt(10 / 9))
+    assert d.df == pytest.approx((10 / 9) ** 2 / ((1 / 9) / 2 + (49 / 81) / 2))
+    ref = sps.ttest_ind([1.0, 2, 3], [2.0, 3, 5], equal_var=False)
+    assert d.p_value == pytest.approx(ref.pvalue)
+    assert d.interval(0.9) == pytest.approx(tuple(ref.confidence_interval(0.9)))
+
+
+def test_pairing_rules():
+    # same seed sets -> paired; a missing partner -> Welch on all runs; duplicated seeds -> Welch
+    assert mean_difference([1, 2, 4], [1, 1, 2], x_seeds=[0, 1, 2], y_seeds=[2, 1, 0]).paired
+    assert not mean_difference([1, 2, 4], [1, 1, 2], x_seeds=[0, 1, 3], y_seeds=[0, 1, 2]).paired
+    assert not mean_difference([1, 2, 4], [1, 1, 2], x_seeds=[0, 0, 1], y_seeds=[0, 0, 1]).paired
+    # a NaN on one side breaks the match in auto mode ...
+    assert not mean_difference([1, math.nan, 4], [1, 1, 2], x_seeds=[0, 1, 2], y_seeds=[0, 1, 2]).paired
+    # ... while forced pairing uses the common seeds
+    forced = mean_difference([1, 2, 4, 9], [1, 1, 2], x_seeds=[0, 1, 2, 3], y_seeds=[0, 1, 2], pairing="paired")
+    assert forced.paired and forced.n_x == 3 and forced.delta == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="pairing"):
+        mean_difference([1, 2], [3, 4], pairing="matched")
+
+
+def test_degenerate_differences():
+    one = mean_difference([0.5], [0.4, 0.6])
+    assert math.isnan(one.p_value) and "1 seed" in one.note
+    same = mean_difference([0.5] * 4, [0.5] * 4)
+    assert same.p_value == 1.0 and same.interval() == (0.0, 0.0)
+    # constant groups, different seeds: exact permutation p = 2 / C(10, 5)
+    const = mean_difference([0.7] * 5, [0.5] * 5, rng=0)
+    assert const.method.startswith("permutation")
+    assert const.p_value == pytest.approx(2 / 252)
+    assert const.interval() == pytest.approx((0.2, 0.2))
+    # constant paired differences: sign flips, p = 2 / 2^5
+    pc = mean_difference([0.7] * 5, [0.5] * 5, x_seeds=range(5), y_seeds=range(5), rng=0)
+    assert pc.paired and pc.p_value == pytest.approx(2 / 32)
+
+
+def test_holm_by_hand():
+    adj, div = adjust_pvalues([0.01, 0.04, 0.03], "holm")
+    # sorted 0.01*3 = 0.03, 0.03*2 = 0.06, 0.04*1 = 0.04 -> running max 0.06
+    assert adj == pytest.approx([0.03, 0.06, 0.06])
+    assert div == pytest.approx([3, 1, 2])
+    adj, div = adjust_pvalues([0.01, 0.04, 0.03], "bonferroni")
+    assert adj == pytest.approx([0.03, 0.12, 0.09]) and div == pytest.approx([3, 3, 3])
+    adj, _ = adjust_pvalues([0.01, math.nan, 0.04], "holm")  # NaN does not count in m
+    assert adj[0] == pytest.approx(0.02) and math.isnan(adj[1]) and adj[2] == pytest.approx(0.04)
+    with pytest.raises(ValueError, match="did you mean 'holm'"):
+        adjust_pvalues([0.1], "hom")
+
+
+def test_seeds_needed_matches_textbook_values():
+    # two-sample t, alpha 0.05 two-sided, power 0.8 (Cohen 1988; G*Power): d=0.5 -> 64, 0.8 -> 26, 1 -> 17
+    assert seeds_needed(0.5, 1.0) == 64
+    assert seeds_needed(0.8, 1.0) == 26
+    assert seeds_needed(-0.1, 0.1) == 17  # sign does not matter, only |effect| / sd
+    # paired (one-sample t on differences): d=0.5 -> 34
+    assert seeds_needed(0.5, 1.0, paired=True) == 34
+    assert t_test_power(17, 1.0, 1.0) == pytest.approx(0.807, abs=1e-3)
+    assert seeds_needed(0.0, 1.0) == math.inf
+    assert seeds_needed(0.2, 0.0) == 2
+    assert math.isnan(seeds_needed(0.2, math.nan))
+
+
+def test_bootstrap_ci_edge_cases():
+    one = bootstrap_ci([0.3], rng=0)
+    assert one.value == 0.3 and math.isnan(one.lo) and math.isnan(one.hi) and one.note == "1 seed: no CI"
+    flat = bootstrap_ci([0.3, 0.3, 0.3], "iqm", rng=0)
+    assert (flat.lo, flat.value, flat.hi) == pytest.approx((0.3, 0.3, 0.3))
+    nan = bootstrap_ci([0.1, math.nan, 0.3, math.inf], rng=0)
+    assert nan.n == 2 and nan.n_dropped == 2 and nan.value == pytest.approx(0.2)
+    none = bootstrap_ci([math.nan], rng=0)
+    assert none.n == 0 and math.isnan(none.value)
+
+
+def test_bootstrap_ci_is_reproducible_and_reasonable():
+    x = np.random.default_rng(1).normal(0.0, 1.0, 20)
+    a = bootstrap_ci(x, "mean", rng=7)
+    assert a == bootstrap_ci(x, "mean", rng=7)
+    assert a != bootstrap_ci(x, "mean", rng=8)
+    # percentile bootstrap of the mean is close to the normal interval mean +- 1.96 sd/sqrt(n)
+    se = x.std(ddof=0) / math.sqrt(x.size)
+    assert a.lo == pytest.approx(x.mean() - 1.96 * se, abs=0.3 * se)
+    assert a.hi == pytest.approx(x.mean() + 1.96 * se, abs=0.3 * se)
+
+
+def test_stratified_bootstrap():
+    # two strata far apart: stratified resampling keeps 3 runs from each, so the mean varies
+    # only within strata; an unstratified bootstrap mixes them and is much wider.
+    values = [0.0, 0.1, 0.2, 10.0, 10.1, 10.2]
+    strata = ["a", "a", "a", "b", "b", "b"]
+    s = bootstrap_ci(values, strata=strata, rng=0)
+    u = bootstrap_ci(values, rng=0)
+    assert s.value == u.value == pytest.approx(5.1)
+    assert s.hi - s.lo < 0.2 < u.hi - u.lo
+    # singleton strata stay fixed; all singletons: no CI
+    assert math.isnan(bootstrap_ci([1.0, 2.0], strata=["a", "b"], rng=0).lo)
+
+
+def test_verdict_rules():
+    kw = {"alpha": 0.05, "n_x": 5, "n_y": 5}
+    assert verdict(0.3, 0.2, 0.4, 0.001, higher_is_better=True, **kw) == "better"
+    assert verdict(0.3, 0.2, 0.4, 0.001, higher_is_better=False, **kw) == "worse"
+    assert verdict(-0.3, -0.4, -0.2, 0.001, higher_is_better=False, **kw) == "better"
+    assert verdict(0.3, 0.2, 0.4, 0.001, higher_is_better=None, **kw) == "higher"
+    # p below alpha but the corrected CI touches 0: no winner
+    assert verdict(0.3, -0.01, 0.6, 0.01, higher_is_better=True, **kw) == "not distinguishable with 5 seeds"
+    assert verdict(0.3, 0.2, 0.4, 0.06, higher_is_better=True, **kw) == "not distinguishable with 5 seeds"
+    assert verdict(0.3, math.nan, math.nan, math.nan, alpha=0.05, n_x=1, n_y=1) == "not distinguishable with 1 seed"
+    assert verdict(0.3, math.nan, math.nan, math.nan, alpha=0.05, n_x=3, n_y=5).endswith("3 vs 5 seeds")
+    assert verdict(math.nan, math.nan, math.nan, math.nan, alpha=0.05, n_x=0, n_y=5) == "no data"
+
+
+@pytest.mark.parametrize("paired", [False, True])
+@pytest.mark.parametrize(("effect", "alpha", "power"), [(0.05, 0.05, 0.8), (0.37, 0.01, 0.9), (1.3, 0.1, 0.5), (4.0, 0.05, 0.99)])
+def test_seeds_needed_is_the_smallest_n_reaching_the_power(effect, alpha, power, paired):
+    ns = np.arange(2, 20_000)
+    brute = ns[np.argmax(t_test_power(ns, effect, 1.0, paired=paired, alpha=alpha) >= power)]
+    assert seeds_needed(effect, 1.0, paired=paired, alpha=alpha, power=power) == brute

@@ -1,0 +1,217 @@
+"""Per-run summaries and curve alignment on small hand-built histories (values worked out by hand)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from workbench.compare import SUMMARY_METRICS, align_curves, curve_bands, iter_runs, resolve_summary, summarize_runs
+
+
+def tidy(run_id: str, variant: str, seed: int, metric: str, steps, values) -> list[dict]:
+    return [
+        {"run_id": run_id, "variant": variant, "seed": seed, "step": int(s), "metric": metric, "value": float(v)}
+        for s, v in zip(steps, values, strict=True)
+    ]
+
+
+def history_r1() -> list[dict]:
+    """Run r1: 30 training steps (0..29), evals at 0, 10, 20, 30."""
+    rows = tidy("r1", "grpo", 0, "eval/accuracy", [0, 10, 20, 30], [0.2, 0.4, 0.6, 0.5])
+    steps = range(30)
+    rows += tidy("r1", "grpo", 0, "length/mean", steps, [10.0] * 30)
+    rows += tidy("r1", "grpo", 0, "accuracy/train", steps, [0.5] * 30)
+    rows += tidy("r1", "grpo", 0, "entropy/mean", steps, [1.0] * 27 + [0.3, 0.2, 0.1])
+    rows += tidy("r1", "grpo", 0, "reward/mean", steps, np.linspace(0, 1, 30))
+    rows += tidy("r1", "grpo", 0, "length/correct_mean", steps, [10.0] * 29 + [math.nan])
+    rows += tidy("r1", "grpo", 0, "length/incorrect_mean", steps, [20.0] * 27 + [30.0, 40.0, 99.0])
+    return rows
+
+
+RUNS = pd.DataFrame(
+    {
+        "run_id": ["r1", "r2", "r3"],
+        "variant": ["grpo", "grpo", "dr_grpo"],
+        "seed": [0, 1, 0],
+        "status": ["FINISHED", "FAILED", "FINISHED"],
+        "health": ["ok", "fail", "warn"],
+        "rollout.prompts_per_step": ["4", None, None],  # MLflow params are strings
+        "params.rollout.group_size": [2, None, None],
+    }
+)
+
+
+def r3_rows() -> list[dict]:
+    """Run r3: token counter, no sample params; eval logged twice at step 1 (last one wins)."""
+    rows = tidy("r3", "dr_grpo", 0, "perf/sample_tokens", [0, 1], [100, 300])
+    rows += tidy("r3", "dr_grpo", 0, "length/mean", [0, 1], [10, 20])
+    rows += tidy("r3", "dr_grpo", 0, "accuracy/train", [0, 1], [0.5, 0.2])
+    rows += tidy("r3", "dr_grpo", 0, "eval/accuracy", [0, 1, 1], [0.1, 0.9, 0.5])
+    return rows
+
+
+@pytest.fixture
+def history() -> pd.DataFrame:
+    return pd.DataFrame(history_r1() + r3_rows())
+
+
+def test_summaries_by_hand(history):
+    s = summarize_runs(history, RUNS).set_index("run_id")
+    r1 = s.loc["r1"]
+    assert r1["final_eval_accuracy"] == pytest.approx((0.4 + 0.6 + 0.5) / 3)
+    # trapezoids 10*(0.2+0.4)/2 + 10*(0.4+0.6)/2 + 10*(0.6+0.5)/2 = 3 + 5 + 5.5, over span 30
+    assert r1["eval_auc"] == pytest.approx(13.5 / 30)
+    assert r1["steps_to_threshold"] == 20
+    # 8 completions x 10 tokens per step; through step 20: 21 steps
+    assert r1["tokens_to_threshold"] == pytest.approx(80 * 21)
+    assert r1["tokens_per_correct"] == pytest.approx(80 / (0.5 * 8))
+    # the last 10 steps with both lengths are 19..28 (step 29 has no correct length)
+    inc = [20.0] * 8 + [30.0, 40.0]
+    assert r1["final_length_ratio"] == pytest.approx(np.mean(inc) / 10.0)
+    assert r1["final_entropy"] == pytest.approx((1.0 * 7 + 0.3 + 0.2 + 0.1) / 10)
+    assert r1["final_reward"] == pytest.approx(np.mean(np.linspace(0, 1, 30)[-10:]))
+    # run columns carried through, in order
+    assert list(s.reset_index().columns[:7]) == list(RUNS.columns)
+    assert r1["health"] == "ok"
+
+
+def test_token_counter_run_by_hand(history):
+    r3 = summarize_runs(history, RUNS).set_index("run_id").loc["r3"]
+    # samples = tokens / length = [10, 15]; correct = [5, 3]; 400 tokens / 8 correct
+    assert r3["tokens_per_correct"] == pytest.approx(50.0)
+    assert r3["final_eval_accuracy"] == pytest.approx((0.1 + 0.5) / 2)  # duplicate step: last value
+    assert r3["steps_to_threshold"] == 1
+    assert r3["tokens_to_threshold"] == pytest.approx(400.0)
+    assert math.isnan(r3["final_length_ratio"])
+
+
+def test_run_without_history_gets_nans(history):
+    r2 = summarize_runs(history, RUNS).set_index("run_id").loc["r2"]
+    assert r2["status"] == "FAILED"
+    assert all(math.isnan(r2[m]) for m in SUMMARY_METRICS.names())
+
+
+def test_never_reaching_threshold_is_nan(history):
+    s = summarize_runs(history, RUNS, ["steps_to_threshold"], params={"steps_to_threshold": {"threshold": 0.95}})
+    assert s["steps_to_threshold"].isna().all()
+
+
+def test_parameters_and_windows(history):
+    s = summarize_runs(
+        history,
+        RUNS,
+        ["final_eval_accuracy", "final_length_ratio"],
+        params={"final_eval_accuracy": {"k": 1}, "final_length_ratio": {"window": 2}},
+    ).set_index("run_id")
+    assert s.loc["r1", "final_eval_accuracy"] == pytest.approx(0.5)
+    assert s.loc["r1", "final_length_ratio"] == pytest.approx(35.0 / 10.0)
+
+
+def test_length_only_fallback_for_tokens_per_correct():
+    # no counters, no params: samples per step assumed constant -> sum(length) / sum(acc)
+    rows = tidy("a", "v", 0, "length/mean", [0, 1], [10, 30]) + tidy("a", "v", 0, "accuracy/train", [0, 1], [0.5, 0.5])
+    s = summarize_runs(pd.DataFrame(rows), metrics=["tokens_per_correct"])
+    assert s.loc[0, "tokens_per_correct"] == pytest.approx(40 / 1.0)
+    zero = tidy("b", "v", 0, "length/mean", [0], [10]) + tidy("b", "v", 0, "accuracy/train", [0], [0.0])
+    assert summarize_runs(pd.DataFrame(zero), metrics=["tokens_per_correct"]).loc[0, "tokens_per_correct"] == math.inf
+
+
+def test_history_only_runs_and_final_prefix(history):
+    s = summarize_runs(history, None, ["final:eval/accuracy", "final:reward/mean"])
+    assert list(s.columns) == ["run_id", "variant", "seed", "final:eval/accuracy", "final:reward/mean"]
+    r1 = s.set_index("run_id").loc["r1"]
+    assert r1["final:eval/accuracy"] == pytest.approx(0.5)
+    assert resolve_summary("final:eval/accuracy").higher_is_better is True
+    assert resolve_summary("final:length/mean").higher_is_better is None
+
+
+def test_errors_are_explicit(history):
+    with pytest.raises(ValueError, match="did you mean 'final_eval_accuracy'"):
+        summarize_runs(history, RUNS, ["final_eval_acuracy"])
+    with pytest.raises(ValueError, match="has no parameter"):
+        summarize_runs(history, RUNS, ["eval_auc"], params={"eval_auc": {"k": 2}})
+    with pytest.raises(ValueError, match="not requested"):
+        summarize_runs(history, RUNS, ["eval_auc"], params={"final_entropy": {"window": 2}})
+    with pytest.raises(ValueError, match="missing columns"):
+        summarize_runs(history.drop(columns="step"), RUNS)
+
+
+def test_registered_metrics_have_direction_and_description():
+    for name in SUMMARY_METRICS:
+        spec = SUMMARY_METRICS.get(name)
+        assert spec.description and spec.reads
+        assert spec.higher_is_better in (True, False, None)
+    assert SUMMARY_METRICS.get("tokens_per_correct").higher_is_better is False
+    assert SUMMARY_METRICS.get("final_length_ratio").higher_is_better is False
+    assert SUMMARY_METRICS.get("final_eval_accuracy").higher_is_better is True
+
+
+def test_iter_runs_restricts_metrics(history):
+    runs = {r.run_id: r for r in iter_runs(history, RUNS, ["eval/accuracy"])}
+    assert set(runs) == {"r1", "r2", "r3"}
+    assert set(runs["r1"].curves) == {"eval/accuracy"}
+    assert list(runs["r3"].series("eval/accuracy")) == [0.1, 0.5]
+
+
+# ---- alignment --------------------------------------------------------------------------------
+
+
+def test_align_on_step_and_tokens(history):
+    by_step = align_curves(history, "eval/accuracy", "step", runs=RUNS)
+    assert list(by_step.columns) == ["run_id", "variant", "seed", "step", "value"]
+    assert by_step[by_step.run_id == "r1"]["step"].tolist() == [0, 10, 20, 30]
+
+    by_tokens = align_curves(history, "eval/accuracy", "tokens", runs=RUNS, grid=None)
+    r1 = by_tokens[by_tokens.run_id == "r1"]
+    # cumulative tokens through steps 0, 10, 20, 30 (training ends at 29): 80, 880, 1680, 2400
+    assert r1["tokens"].tolist() == [80, 880, 1680, 2400]
+    assert r1["step"].tolist() == [0, 10, 20, 30]
+    samples = align_curves(history[history.run_id == "r1"], "eval/accuracy", "samples", runs=RUNS.iloc[:1])
+    assert samples["samples"].tolist() == [8, 88, 168, 240]
+
+
+def test_align_interpolates_within_each_run(history):
+    out = align_curves(history, "eval/accuracy", "tokens", runs=RUNS, grid=[80, 250, 480, 2400, 5000])
+    r1 = out[out.run_id == "r1"].set_index("tokens")["value"]
+    assert r1[480] == pytest.approx(0.3)  # halfway between (80, 0.2) and (880, 0.4)
+    assert r1[2400] == pytest.approx(0.5)
+    assert 5000 not in r1.index  # no extrapolation
+    # r3 sits at tokens 100 (step 0, 0.1) and 400 (step 1, 0.5): only 250 is inside
+    r3 = out[out.run_id == "r3"].set_index("tokens")["value"]
+    assert list(r3.index) == [250]
+    assert r3[250] == pytest.approx(0.3)
+    auto = align_curves(history, "eval/accuracy", "tokens", runs=RUNS)  # 200 points over 80..2400
+    assert auto["tokens"].min() >= 80 and auto["tokens"].max() <= 2400
+    assert auto.groupby("run_id").size()["r1"] == 200
+
+
+def test_align_requires_counts():
+    rows = tidy("a", "v", 0, "eval/accuracy", [0, 5], [0.1, 0.2])
+    with pytest.raises(ValueError, match="cannot align on tokens"):
+        align_curves(pd.DataFrame(rows), "eval/accuracy", "tokens")
+    with pytest.raises(ValueError, match="unknown x"):
+        align_curves(pd.DataFrame(rows), "eval/accuracy", "time")
+
+
+def test_curve_bands():
+    rows = []
+    for seed, level in enumerate([0.2, 0.4, 0.6]):
+        rows += tidy(f"a{seed}", "A", seed, "eval/accuracy", [0, 10], [level, level + 0.1])
+    rows += tidy("b0", "B", 0, "eval/accuracy", [0, 10], [0.5, 0.5])
+    aligned = align_curves(pd.DataFrame(rows), "eval/accuracy")
+    bands = curve_bands(aligned, rng=0, n_resamples=500)
+    a = bands[bands.variant == "A"].set_index("step")
+    assert a.loc[0, "estimate"] == pytest.approx(0.4)
+    assert a.loc[10, "estimate"] == pytest.approx(0.5)
+    assert (a["n"] == 3).all()
+    assert (a["lo"] <= a["estimate"]).all() and (a["estimate"] <= a["hi"]).all()
+    assert a.loc[0, "lo"] >= 0.2 - 1e-12 and a.loc[0, "hi"] <= 0.6 + 1e-12
+    b = bands[bands.variant == "B"]
+    assert b["lo"].isna().all()  # one run: no band
+    again = curve_bands(aligned, rng=0, n_resamples=500)
+    pd.testing.assert_frame_equal(bands, again)
+    iq = curve_bands(aligned, statistic="iqm", rng=0, n_resamples=200)
+    assert iq[iq.variant == "A"].set_index("step").loc[0, "estimate"] == pytest.approx(0.4)

@@ -1,0 +1,467 @@
+"""Variant-vs-baseline comparison of per-run summaries: a tidy, ranked table of estimates, CIs,
+P(improvement), corrected tests and verdicts. Pure data (no plotting, MLflow or terminal
+styling); the CLI and ``viz`` render it.
+
+    table = compare_variants(summary, baseline="grpo",
+                             metrics=["final_eval_accuracy", "final_length_ratio"],
+                             higher_is_better={"final_length_ratio": False})
+    print(table.to_markdown())
+
+The statistical choices are documented in :mod:`workbench.compare.stats`.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from . import stats
+from .summary import resolve_summary
+
+__all__ = ["COLUMNS", "ComparisonTable", "compare_variants"]
+
+#: Columns of :attr:`ComparisonTable.df`, in order.
+COLUMNS: tuple[str, ...] = (
+    "metric",
+    "rank",
+    "variant",
+    "n_seeds",
+    "n_nan",
+    "mean",
+    "mean_lo",
+    "mean_hi",
+    "iqm",
+    "iqm_lo",
+    "iqm_hi",
+    "delta",
+    "delta_lo",
+    "delta_hi",
+    "delta_level",
+    "paired",
+    "p_improve",
+    "p_improve_lo",
+    "p_improve_hi",
+    "p_value",
+    "p_adjusted",
+    "verdict",
+    "seeds_needed",
+    "higher_is_better",
+    "test",
+    "note",
+)
+
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, (np.bool_, bool)):
+        return bool(v)
+    if isinstance(v, (np.integer,)):
+        return int(v)
+    if isinstance(v, (float, np.floating)):
+        f = float(v)
+        if math.isnan(f):
+            return None
+        if math.isinf(f):
+            return "inf" if f > 0 else "-inf"
+        return f
+    if v is None or v is pd.NA:
+        return None
+    return v
+
+
+def _fmt(v: Any) -> str:
+    """Compact number: 4 significant digits, thousands separators from 10,000."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "—"
+    v = float(v)
+    if math.isinf(v):
+        return "∞" if v > 0 else "-∞"
+    if abs(v) >= 10_000:
+        return f"{v:,.0f}"
+    return f"{v:.4g}"
+
+
+def _fmt_ci(est: Any, lo: Any, hi: Any) -> str:
+    if isinstance(lo, float) and math.isnan(lo):
+        return _fmt(est)
+    return f"{_fmt(est)} [{_fmt(lo)}, {_fmt(hi)}]"
+
+
+def _fmt_p(p: Any) -> str:
+    if isinstance(p, float) and math.isnan(p):
+        return "—"
+    return "<0.001" if p < 0.001 else f"{p:.3f}"
+
+
+@dataclass
+class ComparisonTable:
+    """The result of :func:`compare_variants`: a tidy DataFrame plus the settings that made it.
+
+    ``df`` is sorted by metric (in the order requested), then rank (best first), baseline rows
+    placed by their rank too.
+
+    Columns (one row per metric x variant; the baseline has a row too, with verdict "baseline"):
+
+    - ``rank``: 1 = best mean in the metric's direction (ties share the lower rank; NaN for a metric
+      without a direction or a variant without data).
+    - ``n_seeds``: runs with a finite value; ``n_nan``: runs whose value was NaN/inf (dropped).
+    - ``mean``/``iqm`` with ``_lo``/``_hi``: percentile bootstrap CI at ``confidence``.
+    - ``delta`` = mean(variant) - mean(baseline) (paired: mean of per-seed differences), raw sign;
+      ``delta_lo``/``delta_hi`` its t interval **after correction** at level ``delta_level``.
+    - ``paired``: seeds matched with the baseline (paired t) or not (Welch t).
+    - ``p_improve``: P(variant run improves on baseline run) in the metric's direction (for a
+      metric without a direction, P(variant > baseline)), with bootstrap CI.
+    - ``p_value``/``p_adjusted``: the t-test's two-sided p-value, and after the correction.
+    - ``verdict``: better / worse (higher / lower without a direction) / not distinguishable with N
+      seeds / no data / baseline.
+    - ``seeds_needed``: seeds per variant for ``power`` at alpha for the observed delta and sd.
+    - ``test``: the test behind ``p_value``; ``note``: anything unusual (1 seed, NaNs dropped, ...).
+    """
+
+    df: pd.DataFrame
+    baseline: str
+    metrics: list[str]
+    higher_is_better: dict[str, bool | None]
+    confidence: float = 0.95
+    correction: str = "holm"
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def alpha(self) -> float:
+        return 1.0 - self.confidence
+
+    def for_metric(self, metric: str) -> pd.DataFrame:
+        if metric not in self.metrics:
+            raise ValueError(f"metric {metric!r} not in this table (has {self.metrics})")
+        return self.df[self.df["metric"] == metric].reset_index(drop=True)
+
+    def ranking(self, metric: str) -> list[str]:
+        """Variants best first by mean in the metric's direction (without a direction: table order)."""
+        return self.for_metric(metric)["variant"].tolist()
+
+    def verdicts(self) -> dict[tuple[str, str], str]:
+        """``(metric, variant) -> verdict`` for every non-baseline variant."""
+        rows = self.df[self.df["variant"] != self.baseline]
+        return {(m, v): x for m, v, x in zip(rows["metric"], rows["variant"], rows["verdict"], strict=True)}
+
+    def winners(self, metric: str) -> list[str]:
+        """Variants declared better than the baseline (after correction) on ``metric``."""
+        rows = self.for_metric(metric)
+        return rows.loc[rows["verdict"] == "better", "variant"].tolist()
+
+    # ---- serialisation ----------------------------------------------------------------------
+
+    def to_csv(self, path: str | Path | None = None) -> str | None:
+        """CSV of :attr:`df` (returned as a string when ``path`` is ``None``)."""
+        return self.df.to_csv(path, index=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "baseline": self.baseline,
+            "metrics": list(self.metrics),
+            "higher_is_better": dict(self.higher_is_better),
+            "confidence": self.confidence,
+            "alpha": self.alpha,
+            "correction": self.correction,
+            "settings": {k: _jsonable(v) for k, v in self.settings.items()},
+            "columns": list(self.df.columns),
+            "rows": [{k: _jsonable(v) for k, v in r.items()} for r in self.df.to_dict("records")],
+        }
+
+    def to_json(self, path: str | Path | None = None, *, indent: int | None = 2) -> str:
+        """JSON ``{baseline, metrics, higher_is_better, confidence, alpha, correction, settings,
+        columns, rows}``; NaN as ``null``, infinities as ``"inf"``/``"-inf"``. Written to
+        ``path`` if given; always returned."""
+        text = json.dumps(self.to_dict(), indent=indent, allow_nan=False)
+        if path is not None:
+            Path(path).write_text(text)
+        return text
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> ComparisonTable:
+        """Inverse of :meth:`to_dict` (``"inf"`` strings back to floats)."""
+
+        def back(v: Any) -> Any:
+            if v == "inf":
+                return math.inf
+            if v == "-inf":
+                return -math.inf
+            return math.nan if v is None else v
+
+        text = {"metric", "variant", "verdict", "note", "test", "higher_is_better", "paired"}
+        rows = [{k: v if k in text else back(v) for k, v in r.items()} for r in d["rows"]]
+        df = pd.DataFrame(rows, columns=d["columns"])
+        if "paired" in df.columns:
+            df["paired"] = df["paired"].astype("boolean")
+        return cls(
+            df=df,
+            baseline=d["baseline"],
+            metrics=list(d["metrics"]),
+            higher_is_better=dict(d["higher_is_better"]),
+            confidence=d["confidence"],
+            correction=d["correction"],
+            settings=dict(d.get("settings", {})),
+        )
+
+    def to_markdown(self) -> str:
+        """One GitHub-flavoured markdown table per metric, best first."""
+        level = f"{self.confidence:.0%}"
+        out = io.StringIO()
+        for metric in self.metrics:
+            hib = self.higher_is_better.get(metric)
+            direction = {True: "higher is better", False: "lower is better", None: "no preferred direction"}[hib]
+            out.write(f"### {metric} ({direction}; baseline: {self.baseline})\n\n")
+            head = [
+                "rank",
+                "variant",
+                "seeds",
+                f"mean [{level} CI]",
+                f"IQM [{level} CI]",
+                "Δ vs baseline [corrected CI]",
+                f"P(improve) [{level} CI]",
+                f"p ({self.correction})",
+                "verdict",
+                "seeds for 80% power" if self.settings.get("power", 0.8) == 0.8 else "seeds needed",
+            ]
+            out.write("| " + " | ".join(head) + " |\n")
+            out.write("|" + "|".join("---" for _ in head) + "|\n")
+            for r in self.for_metric(metric).to_dict("records"):
+                base = r["variant"] == self.baseline
+                cells = [
+                    "—" if isinstance(r["rank"], float) and math.isnan(r["rank"]) else str(int(r["rank"])),
+                    f"**{r['variant']}**" if base else str(r["variant"]),
+                    str(r["n_seeds"]) + (f" (+{r['n_nan']} NaN)" if r["n_nan"] else ""),
+                    _fmt_ci(r["mean"], r["mean_lo"], r["mean_hi"]),
+                    _fmt_ci(r["iqm"], r["iqm_lo"], r["iqm_hi"]),
+                    "—" if base else _fmt_ci(r["delta"], r["delta_lo"], r["delta_hi"]),
+                    "—" if base else _fmt_ci(r["p_improve"], r["p_improve_lo"], r["p_improve_hi"]),
+                    "—" if base else _fmt_p(r["p_adjusted"]),
+                    str(r["verdict"]),
+                    "—" if base else _fmt(r["seeds_needed"]),
+                ]
+                out.write("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |\n")
+            notes = [f"{r['variant']}: {r['note']}" for r in self.for_metric(metric).to_dict("records") if r["note"]]
+            if notes:
+                out.write("\n" + "\n".join(f"- {n}" for n in notes) + "\n")
+            out.write("\n")
+        out.write(
+            f"Δ = variant − baseline; CIs of Δ are t intervals after {self.correction} correction "
+            f"(family: {self.settings.get('family', 'metric')}); mean/IQM/P(improve) CIs are "
+            f"percentile bootstrap ({self.settings.get('n_resamples', '?')} resamples).\n"
+        )
+        return out.getvalue()
+
+
+def _child_rng(seed: int, *keys: str) -> np.random.Generator:
+    """An RNG for one table cell, independent of the order cells are computed in."""
+    return np.random.default_rng([seed, *(zlib.crc32(k.encode()) for k in keys)])
+
+
+def _direction(metric: str, given: Mapping[str, bool | None] | None) -> bool | None:
+    if given is not None and metric in given:
+        return given[metric]
+    try:
+        return resolve_summary(metric).higher_is_better
+    except ValueError:
+        return None
+
+
+def compare_variants(
+    summary_df: pd.DataFrame,
+    baseline: str,
+    metrics: Sequence[str],
+    higher_is_better: Mapping[str, bool | None] | None = None,
+    *,
+    variant_col: str = "variant",
+    seed_col: str = "seed",
+    strata: str | None = None,
+    confidence: float = 0.95,
+    correction: str = "holm",
+    family: str = "metric",
+    pairing: str = "auto",
+    n_resamples: int = stats.DEFAULT_RESAMPLES,
+    power: float = 0.8,
+    rng: int | np.random.Generator | None = 0,
+) -> ComparisonTable:
+    """Compare every variant with ``baseline`` on each metric column of ``summary_df``.
+
+    ``summary_df`` has one row per run (e.g. from :func:`summarize_runs`) with ``variant_col``,
+    ``seed_col`` and the ``metrics`` columns. ``higher_is_better`` maps a metric to its direction;
+    a metric not in it takes its registered summary metric's direction (``None`` if unknown or
+    undirected: then the verdict says higher/lower, never better/worse).
+
+    Per metric and variant: mean and IQM with percentile bootstrap CIs (stratified by the
+    ``strata`` column if given); against the baseline, the mean difference with a paired t-test
+    when the seeds are matched (``pairing="auto"``) else Welch's t-test; P(improvement) with a
+    bootstrap CI; p-values corrected with ``correction`` (``holm``/``bonferroni``/``none``)
+    across the variants of each metric (``family="metric"``) or across all metrics and variants
+    (``family="all"``); CIs of the difference at the corrected level; the verdict; and the seeds
+    per variant needed for ``power`` at ``alpha = 1 - confidence``.
+
+    ``rng`` seeds every bootstrap (each cell gets its own stream derived from ``rng``, metric and
+    variant, so a cell does not change when variants or metrics are added).
+    """
+    metrics = list(metrics)
+    if not metrics:
+        raise ValueError("no metrics to compare")
+    if family not in ("metric", "all"):
+        raise ValueError(f"unknown family {family!r} (valid: all, metric)")
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    stats.CORRECTIONS.get(correction)  # unknown name -> ValueError with the valid ones
+    need = [variant_col, seed_col, *metrics] + ([strata] if strata else [])
+    missing = [c for c in need if c not in summary_df.columns]
+    if missing:
+        raise ValueError(f"summary_df is missing columns {missing} (has {list(summary_df.columns)})")
+    variants = list(pd.unique(summary_df[variant_col]))
+    if baseline not in variants:
+        raise ValueError(f"baseline {baseline!r} not among the variants {variants}")
+    others = [v for v in variants if v != baseline]
+    if isinstance(rng, np.random.Generator):
+        seed = int(rng.integers(2**31))
+    else:
+        seed = 0 if rng is None else int(rng)
+    alpha = 1.0 - confidence
+    directions = {m: _direction(m, higher_is_better) for m in metrics}
+    groups = {v: g for v, g in summary_df.groupby(variant_col, sort=False)}
+
+    rows: list[dict[str, Any]] = []
+    diffs: list[stats.Difference | None] = []
+    for metric in metrics:
+        hib = directions[metric]
+        base = groups[baseline]
+        for variant in [baseline, *others]:
+            g = groups[variant]
+            raw = pd.to_numeric(g[metric], errors="coerce").to_numpy(dtype=float)
+            lab = g[strata].to_numpy() if strata else None
+            m_est = stats.bootstrap_ci(raw, "mean", strata=lab, confidence=confidence,
+                                       n_resamples=n_resamples, rng=_child_rng(seed, metric, variant, "mean"))
+            i_est = stats.bootstrap_ci(raw, "iqm", strata=lab, confidence=confidence,
+                                       n_resamples=n_resamples, rng=_child_rng(seed, metric, variant, "iqm"))
+            notes = []
+            if m_est.n_dropped:
+                notes.append(f"{m_est.n_dropped} non-finite value(s) dropped")
+            if m_est.note:
+                notes.append(m_est.note)
+            row: dict[str, Any] = {
+                "metric": metric,
+                "variant": variant,
+                "n_seeds": m_est.n,
+                "n_nan": m_est.n_dropped,
+                "mean": m_est.value,
+                "mean_lo": m_est.lo,
+                "mean_hi": m_est.hi,
+                "iqm": i_est.value,
+                "iqm_lo": i_est.lo,
+                "iqm_hi": i_est.hi,
+                "delta": math.nan,
+                "delta_lo": math.nan,
+                "delta_hi": math.nan,
+                "delta_level": math.nan,
+                "paired": pd.NA,
+                "p_improve": math.nan,
+                "p_improve_lo": math.nan,
+                "p_improve_hi": math.nan,
+                "p_value": math.nan,
+                "p_adjusted": math.nan,
+                "verdict": "baseline" if variant == baseline else "",
+                "seeds_needed": math.nan,
+                "higher_is_better": hib,
+                "test": "",
+            }
+            diff = None
+            if variant != baseline:
+                base_raw = pd.to_numeric(base[metric], errors="coerce").to_numpy(dtype=float)
+                diff = stats.mean_difference(
+                    raw, base_raw,
+                    x_seeds=g[seed_col].tolist(), y_seeds=base[seed_col].tolist(),
+                    pairing=pairing, rng=_child_rng(seed, metric, variant, "perm"),
+                )
+                poi = stats.probability_of_improvement_ci(
+                    raw, base_raw, higher_is_better=hib is not False, confidence=confidence,
+                    n_resamples=n_resamples, rng=_child_rng(seed, metric, variant, "poi"),
+                )
+                row.update(
+                    delta=diff.delta,
+                    paired=diff.paired,
+                    p_value=diff.p_value,
+                    p_improve=poi.value,
+                    p_improve_lo=poi.lo,
+                    p_improve_hi=poi.hi,
+                    test=diff.method,
+                    seeds_needed=stats.seeds_needed(
+                        diff.delta, diff.sd, paired=diff.paired, alpha=alpha, power=power
+                    ),
+                )
+                if diff.note and diff.note not in notes:
+                    notes.append(diff.note)
+            row["note"] = "; ".join(notes)
+            rows.append(row)
+            diffs.append(diff)
+
+    # ---- correction, corrected CIs of delta, verdicts -----------------------------------------
+    families: dict[str, list[int]] = {}
+    for i, r in enumerate(rows):
+        if r["variant"] != baseline:
+            families.setdefault(r["metric"] if family == "metric" else "all", []).append(i)
+    for idx in families.values():
+        adj, div = stats.adjust_pvalues([rows[i]["p_value"] for i in idx], correction)
+        for i, a, d in zip(idx, adj, div, strict=True):
+            rows[i]["p_adjusted"] = float(a)
+            rows[i]["delta_level"] = 1.0 - alpha / d if math.isfinite(d) else math.nan
+    base_n = {r["metric"]: r["n_seeds"] for r in rows if r["variant"] == baseline}
+    for r, diff in zip(rows, diffs, strict=True):
+        if diff is None:
+            continue
+        level = r["delta_level"] if math.isfinite(r["delta_level"]) else confidence
+        r["delta_lo"], r["delta_hi"] = diff.interval(level)
+        if math.isfinite(r["delta_lo"]):
+            r["delta_level"] = level
+        r["verdict"] = stats.verdict(
+            diff.delta, r["delta_lo"], r["delta_hi"], r["p_adjusted"], alpha=alpha,
+            higher_is_better=r["higher_is_better"], n_x=r["n_seeds"], n_y=base_n[r["metric"]],
+        )
+
+    # ---- rank (best mean first in the metric's direction) and order ---------------------------
+    for metric in metrics:
+        part = [r for r in rows if r["metric"] == metric]
+        hib = directions[metric]
+        ranks = (
+            pd.Series([r["mean"] for r in part]).rank(ascending=not hib, method="min").to_numpy()
+            if hib is not None
+            else np.full(len(part), math.nan)
+        )
+        for r, k in zip(part, ranks, strict=True):
+            r["rank"] = float(k)
+    order = {m: j for j, m in enumerate(metrics)}
+    rows.sort(key=lambda r: (order[r["metric"]], math.isnan(r["rank"]), 0.0 if math.isnan(r["rank"]) else r["rank"]))
+    df = pd.DataFrame(rows, columns=list(COLUMNS))
+    df["paired"] = df["paired"].astype("boolean")
+    settings = {
+        "family": family,
+        "pairing": pairing,
+        "n_resamples": n_resamples,
+        "power": power,
+        "rng": seed,
+        "strata": strata,
+        "bootstrap": "percentile",
+    }
+    return ComparisonTable(
+        df=df,
+        baseline=baseline,
+        metrics=metrics,
+        higher_is_better=directions,
+        confidence=confidence,
+        correction=correction,
+        settings=settings,
+    )
+

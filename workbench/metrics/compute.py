@@ -1,0 +1,65 @@
+"""Canonical metrics computed once per step from the step's tensors (no extra forward passes)."""
+
+from __future__ import annotations
+
+import torch
+
+from workbench.batch import ScoredRollouts
+
+
+def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
+    """Mean over response tokens only; 0 for an empty mask."""
+    denom = mask.sum()
+    return float((values * mask).sum() / denom) if denom > 0 else 0.0
+
+
+def _mean_or_nan(values: torch.Tensor) -> float:
+    return float(values.mean()) if values.numel() else float("nan")
+
+
+def rollout_metrics(scored: ScoredRollouts) -> dict[str, float]:
+    """Reward, accuracy and response lengths, split correct / incorrect / truncated."""
+    r = scored.rollouts
+    lengths = r.lengths  # [B]
+    rewards = scored.rewards.float()
+    correct = scored.correct.bool()
+    metrics = {
+        "reward/mean": float(rewards.mean()),
+        "reward/std": float(rewards.std(unbiased=False)),
+        "accuracy/train": float(correct.float().mean()),
+        "length/mean": float(lengths.mean()),
+        "length/max": float(lengths.max()),
+        # NaN when a side is empty (e.g. nothing correct yet): absent, not zero
+        "length/correct_mean": _mean_or_nan(lengths[correct]),
+        "length/incorrect_mean": _mean_or_nan(lengths[~correct]),
+        "length/truncated_frac": float(r.truncated.float().mean()),
+        "batch/zero_std_frac": zero_std_fraction(rewards, r.group_ids),
+    }
+    for name, term in scored.reward_terms.items():
+        metrics[f"reward/{name}"] = float(term.float().mean())
+    return {k: v for k, v in metrics.items() if v == v}  # drop NaNs: a missing point, not a fake value
+
+
+def zero_std_fraction(rewards: torch.Tensor, group_ids: torch.Tensor) -> float:
+    """Fraction of groups whose rewards are all equal: they give no GRPO gradient."""
+    groups = group_ids.unique()
+    flat = [bool((rewards[group_ids == g] == rewards[group_ids == g][0]).all()) for g in groups]
+    return sum(flat) / len(flat)
+
+
+def mismatch_metrics(learner_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
+    """Sampler vs learner on the sampled tokens, learner before the update.
+
+    ``mismatch/kl`` is the token-mean k3 estimate of KL(π_sampler ‖ π_learner) with samples
+    from the sampler: k3 = (ρ − 1) − log ρ, ρ = π_learner/π_sampler.
+    """
+    learner_logp, sampler_logp = learner_logp.detach().float(), sampler_logp.float()
+    diff = (learner_logp.exp() - sampler_logp.exp()).abs()  # [B, T]
+    log_ratio = (learner_logp - sampler_logp).clamp(-20, 20)
+    k3 = log_ratio.exp() - 1 - log_ratio
+    on = mask.bool()
+    return {
+        "mismatch/prob_abs_diff_mean": masked_mean(diff, mask),
+        "mismatch/prob_abs_diff_max": float(diff[on].max()) if on.any() else 0.0,
+        "mismatch/kl": masked_mean(k3, mask),
+    }

@@ -1,0 +1,92 @@
+"""Execute one run: validate, open its MLflow run, train, and always close it with a status.
+
+A crash marks the run FAILED with its traceback as ``error.txt``; Ctrl-C marks it KILLED;
+a health stop is a normal FINISHED run tagged ``workbench.stopped_early``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from workbench.config import RunConfig
+from workbench.health import HealthMonitor
+from workbench.progress import RunProgress
+from workbench.tracking.store import resolve_tracking_uri
+from workbench.tracking.writer import RunTracker
+from workbench.train.loop import train
+
+
+@dataclass
+class RunOutcome:
+    label: str
+    variant: str
+    seed: int
+    run_key: str
+    status: str  # FINISHED | FAILED | KILLED | SKIPPED
+    run_id: str | None = None
+    eval_first: float = math.nan
+    eval_last: float = math.nan
+    health: str = "-"
+    steps: int = 0
+    error: str = ""
+
+
+def preflight(cfg: RunConfig) -> None:
+    """Checks that need the filesystem, done before anything is written to MLflow."""
+    from pathlib import Path
+
+    from workbench.models import check_model_path
+    from workbench.tasks import build_task
+
+    if cfg.model.path is not None:
+        check_model_path(Path(cfg.model.path).expanduser())
+    build_task(cfg.task)  # a missing/malformed JSONL file fails here
+
+
+def run_tags(study: str, variant: str, cfg: RunConfig, role: str = "run") -> dict[str, str]:
+    return {
+        "workbench.role": role,
+        "workbench.study": study,
+        "workbench.variant": variant,
+        "workbench.seed": str(cfg.seed),
+        "workbench.run_key": cfg.run_key(),
+        "workbench.algorithm.preset": cfg.algorithm.preset,
+    }
+
+
+def execute_run(cfg: RunConfig, *, study: str, variant: str, label: str, parent_run_id: str | None = None,
+                progress: RunProgress | None = None) -> RunOutcome:
+    preflight(cfg)
+    outcome = RunOutcome(label=label, variant=variant, seed=cfg.seed, run_key=cfg.run_key(), status="RUNNING")
+    tracker = RunTracker(resolve_tracking_uri(cfg.tracking.uri), cfg.tracking.experiment or study, label,
+                         run_tags(study, variant, cfg), parent_run_id=parent_run_id)
+    outcome.run_id = tracker.start()
+    tracker.log_params(cfg.flat())
+    tracker.log_dict(cfg.model_dump(mode="json"), "config.yaml")
+    monitor = HealthMonitor.from_config(cfg.health)
+    bar = progress or RunProgress(enabled=False)
+    bar.start_run(label, cfg.rollout.steps)
+    try:
+        result = train(cfg, tracker, monitor, on_step=bar.on_step)
+    except BaseException as error:  # noqa: BLE001 - every exit path must close the MLflow run
+        killed = isinstance(error, KeyboardInterrupt)
+        outcome.status = "KILLED" if killed else "FAILED"
+        outcome.error = f"{type(error).__name__}: {error}"
+        tracker.set_tags(monitor.tags())
+        tracker.finish(outcome.status, error=None if killed else error)
+        bar.end_run(label, outcome.status)
+        if killed:
+            raise
+        return outcome
+    tracker.set_tags(monitor.tags() | {"workbench.stopped_early": str(result.stopped_early).lower()})
+    tracker.log_text(monitor.report_json(), "health.json")
+    tracker.log_table(result.samples, "samples.json")
+    tracker.finish("FINISHED")
+    outcome.status = "FINISHED"
+    outcome.health = monitor.run_status
+    outcome.steps = result.steps_done
+    if result.eval_history:
+        outcome.eval_first, outcome.eval_last = result.eval_history[0][1], result.eval_history[-1][1]
+    bar.end_run(label, f"{outcome.health}")
+    return outcome

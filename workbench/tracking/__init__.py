@@ -1,0 +1,1 @@
+"""MLflow tracking: where runs are written (writer) and read back (reader)."""
