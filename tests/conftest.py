@@ -1,0 +1,48 @@
+"""Shared fixtures: a very small tiny-model config, and an isolated model cache per session."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+# A model small enough to build in seconds: plumbing tests need a real HF model, not a good one.
+MICRO_MODEL = {
+    "builtin": "tiny",
+    "tiny": {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "intermediate_size": 64,
+             "sft_max_steps": 30, "sft_target_accuracy": 1.0, "sft_check_every": 1000, "sft_batch_size": 32},
+}
+
+
+def micro_run_config(**overrides) -> dict:
+    """A run config (as a dict) that trains for a few seconds on the micro model."""
+    from workbench.config import deep_merge
+
+    base = {
+        "model": MICRO_MODEL,
+        "task": {"eval_size": 16},
+        "sampler": {"max_new_tokens": 8},
+        "rollout": {"prompts_per_step": 4, "group_size": 4, "steps": 3, "eval_every": 2, "log_samples": 4},
+    }
+    return deep_merge(base, overrides)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def model_cache(tmp_path_factory):
+    """Keep built models out of ~/.cache, but share them across the session's tests."""
+    cache = tmp_path_factory.mktemp("workbench-cache")
+    old = os.environ.get("WORKBENCH_CACHE")
+    os.environ["WORKBENCH_CACHE"] = str(cache)
+    yield cache
+    if old is None:
+        os.environ.pop("WORKBENCH_CACHE", None)
+    else:
+        os.environ["WORKBENCH_CACHE"] = old
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    """Run in an empty directory with no inherited tracking URI, so the default local store is used."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    return tmp_path

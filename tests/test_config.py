@@ -1,0 +1,52 @@
+import pytest
+from pydantic import ValidationError
+
+from workbench.algorithms.presets import PRESETS
+from workbench.config import AlgorithmConfig, RunConfig
+
+
+def test_unknown_keys_are_rejected_at_every_level():
+    with pytest.raises(ValidationError, match="lrr"):
+        RunConfig.model_validate({"learner": {"lrr": 1e-4}})
+    with pytest.raises(ValidationError, match="samplr"):
+        RunConfig.model_validate({"samplr": {}})
+
+
+def test_preset_fills_unset_fields_and_explicit_fields_win():
+    a = AlgorithmConfig(preset="dapo")
+    assert (a.estimator, a.loss, a.agg_mode, a.clip_low, a.clip_high) == ("grpo", "ppo_clip", "token-mean", 0.2, 0.28)
+    b = AlgorithmConfig(preset="dapo", clip_high=0.4, agg_mode="seq-mean-token-mean")
+    assert b.clip_high == 0.4 and b.agg_mode == "seq-mean-token-mean" and b.clip_low == 0.2
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_every_preset_names_registered_units(preset):
+    AlgorithmConfig(preset=preset)  # raises if a preset names an unknown unit
+
+
+@pytest.mark.parametrize("field, value, valid", [
+    ("preset", "dapoo", "did you mean 'dapo'"), ("estimator", "grpoo", "valid:"), ("loss", "ppo", "valid:"),
+    ("agg_mode", "mean", "valid:"), ("correction", "tiss", "did you mean 'tis'"),
+])
+def test_unknown_unit_names_list_the_valid_ones(field, value, valid):
+    with pytest.raises(ValidationError, match=valid):
+        AlgorithmConfig(**{field: value})
+
+
+def test_run_key_is_stable_and_ignores_tracking():
+    a = RunConfig.model_validate({"learner": {"lr": 3e-4}, "seed": 1})
+    assert a.run_key() == RunConfig.model_validate({"seed": 1, "learner": {"lr": 3e-4}}).run_key()
+    assert a.run_key() == RunConfig.model_validate({"seed": 1, "learner": {"lr": 3e-4},
+                                                   "tracking": {"uri": "http://x"}}).run_key()
+    assert a.run_key() != RunConfig.model_validate({"seed": 2, "learner": {"lr": 3e-4}}).run_key()
+
+
+def test_flat_params_use_dotted_keys():
+    flat = RunConfig().flat()
+    assert flat["learner.lr"] == 1e-4 and flat["algorithm.estimator"] == "grpo"
+    assert flat["model.tiny.hidden_size"] == 128
+
+
+def test_model_needs_exactly_one_source():
+    with pytest.raises(ValidationError, match="exactly one"):
+        RunConfig.model_validate({"model": {"builtin": "tiny", "path": "/x"}})

@@ -1,0 +1,70 @@
+"""Canonical step metrics on hand-computed batches."""
+
+import math
+
+import torch
+
+from workbench.batch import Rollouts, ScoredRollouts
+from workbench.metrics import BY_NAME, CATALOGUE
+from workbench.metrics.compute import masked_mean, mismatch_metrics, rollout_metrics, zero_std_fraction
+from workbench.tasks import Problem
+
+
+def scored(rewards, correct, lengths, truncated, group_ids, T=6):
+    B = len(rewards)
+    mask = torch.tensor([[1.0] * n + [0.0] * (T - n) for n in lengths])
+    zeros = torch.zeros(B, T)
+    r = Rollouts(problems=[Problem("1+1=", "2")] * B, group_ids=torch.tensor(group_ids),
+                 prompt_ids=torch.zeros(B, 2, dtype=torch.long), prompt_mask=torch.ones(B, 2, dtype=torch.long),
+                 completion_ids=zeros.long(), mask=mask, sampler_logp=zeros, truncated=torch.tensor(truncated),
+                 texts=[""] * B)
+    return ScoredRollouts(r, torch.tensor(rewards), torch.tensor(correct))
+
+
+def test_rollout_metrics_hand_computed():
+    s = scored(rewards=[1.0, 0.0, 0.0, 0.0], correct=[True, False, False, False], lengths=[2, 4, 6, 6],
+               truncated=[False, False, True, False], group_ids=[0, 0, 1, 1])
+    m = rollout_metrics(s)
+    assert m["reward/mean"] == 0.25
+    assert math.isclose(m["reward/std"], math.sqrt(0.1875), rel_tol=1e-6)  # population std, float32
+    assert m["accuracy/train"] == 0.25
+    assert m["length/mean"] == 4.5 and m["length/max"] == 6
+    assert m["length/correct_mean"] == 2.0
+    assert math.isclose(m["length/incorrect_mean"], 16 / 3, rel_tol=1e-6)
+    assert m["length/truncated_frac"] == 0.25
+    assert m["batch/zero_std_frac"] == 0.5  # group 1 is all zero
+
+
+def test_empty_side_is_absent_not_zero():
+    s = scored(rewards=[0.0, 0.0], correct=[False, False], lengths=[3, 3], truncated=[False, False],
+               group_ids=[0, 0])
+    m = rollout_metrics(s)
+    assert "length/correct_mean" not in m and m["length/incorrect_mean"] == 3.0
+
+
+def test_mismatch_metrics_hand_computed():
+    mask = torch.tensor([[1.0, 1.0, 0.0]])
+    learner = torch.log(torch.tensor([[0.5, 0.2, 0.9]]))
+    sampler = torch.log(torch.tensor([[0.4, 0.2, 0.1]]))  # the padded token differs wildly: ignored
+    m = mismatch_metrics(learner, sampler, mask)
+    assert math.isclose(m["mismatch/prob_abs_diff_mean"], 0.05, rel_tol=1e-5)
+    assert math.isclose(m["mismatch/prob_abs_diff_max"], 0.1, rel_tol=1e-5)
+    rho = 0.5 / 0.4  # k3 = (rho - 1) - log rho on the first token, 0 on the second
+    assert math.isclose(m["mismatch/kl"], ((rho - 1) - math.log(rho)) / 2, rel_tol=1e-5)
+
+
+def test_masked_mean_and_zero_std():
+    assert masked_mean(torch.tensor([1.0, 3.0, 100.0]), torch.tensor([1.0, 1.0, 0.0])) == 2.0
+    assert masked_mean(torch.tensor([1.0]), torch.tensor([0.0])) == 0.0
+    assert zero_std_fraction(torch.tensor([1.0, 1.0, 0.0, 1.0, 0.5, 0.5]), torch.tensor([0, 0, 1, 1, 2, 2])) == 2 / 3
+
+
+def test_catalogue_covers_the_design_contract():
+    contract = ["reward/mean", "reward/std", "accuracy/train", "entropy/mean", "length/mean", "length/max",
+                "length/correct_mean", "length/incorrect_mean", "length/truncated_frac", "clip/frac",
+                "clip/frac_low", "clip/frac_high", "mismatch/prob_abs_diff_mean", "mismatch/prob_abs_diff_max",
+                "mismatch/kl", "mismatch/is_weight_mean", "mismatch/is_clipped_frac", "kl/ref", "loss/policy",
+                "grad/norm", "batch/zero_std_frac", "batch/filtered_frac", "eval/accuracy", "eval/length_mean",
+                "perf/step_s", "perf/sample_tokens_per_s", "perf/learn_tokens_per_s", "health/status"]
+    assert set(contract) <= set(BY_NAME)
+    assert len(BY_NAME) == len(CATALOGUE)

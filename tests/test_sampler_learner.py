@@ -1,0 +1,89 @@
+"""The sampler's logprobs must be the learner's logprobs for the same weights (float32)."""
+
+import random
+
+import pytest
+import torch
+
+from workbench.config import LearnerConfig, SamplerConfig, TinyModelConfig
+from workbench.models.tiny import init_tiny_model
+from workbench.models.tokenizer import build_char_tokenizer
+from workbench.rollout.hf import HFSampler, response_mask
+from workbench.tasks import ArithmeticTask
+from workbench.train.learner import TorchLearner
+
+
+@pytest.fixture(scope="module")
+def policy():
+    tok = build_char_tokenizer()
+    cfg = TinyModelConfig(hidden_size=64, num_layers=2, num_heads=4, intermediate_size=128, seed=3)
+    return init_tiny_model(cfg, len(tok), tok.pad_token_id, tok.eos_token_id), tok
+
+
+def problems(n=6):  # prompts of different lengths exercise left padding
+    return ArithmeticTask(digits=3, ops="+-*", eval_size=10).sample_train(n, random.Random(0))
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_sampler_logprobs_equal_learner_logprobs(policy, temperature):
+    model, tok = policy
+    learner = TorchLearner(model, LearnerConfig())
+    sampler = HFSampler(learner.model, tok, SamplerConfig(max_new_tokens=12, temperature=temperature))
+    rollouts = sampler.generate(problems(), 4, temperature=temperature, seed=0)
+    with torch.no_grad():
+        logp, entropy = learner.logprobs(rollouts, slice(None), temperature)
+    on = rollouts.mask.bool()
+    assert on.sum() > 0
+    assert torch.allclose(logp[on], rollouts.sampler_logp[on], atol=1e-4)
+    assert (rollouts.sampler_logp[~on] == 0).all()
+    assert (entropy[on] >= 0).all()
+
+
+def test_rollout_shapes_and_groups(policy):
+    model, tok = policy
+    sampler = HFSampler(model, tok, SamplerConfig(max_new_tokens=5))
+    r = sampler.generate(problems(3), 4, temperature=1.0, seed=1)
+    assert r.completion_ids.shape == r.mask.shape == r.sampler_logp.shape == (12, 5)
+    assert r.group_ids.tolist() == [0] * 4 + [1] * 4 + [2] * 4
+    assert [p.prompt for p in r.problems[:4]] == [r.problems[0].prompt] * 4
+    assert len(r.texts) == 12
+    assert (r.truncated == (r.lengths == 5) & (r.completion_ids[:, -1] != tok.eos_token_id)).all()
+
+
+def test_sampling_is_seeded(policy):
+    model, tok = policy
+    sampler = HFSampler(model, tok, SamplerConfig(max_new_tokens=6))
+    a = sampler.generate(problems(2), 3, temperature=1.0, seed=5)
+    b = sampler.generate(problems(2), 3, temperature=1.0, seed=5)
+    assert torch.equal(a.completion_ids, b.completion_ids)
+
+
+def test_greedy_is_deterministic_and_argmax(policy):
+    model, tok = policy
+    sampler = HFSampler(model, tok, SamplerConfig(max_new_tokens=4))
+    r = sampler.generate(problems(2), 1, temperature=0, seed=0)
+    r2 = sampler.generate(problems(2), 1, temperature=0, seed=99)
+    assert torch.equal(r.completion_ids, r2.completion_ids)
+
+
+def test_low_precision_sampler_keeps_its_own_copy_and_resyncs(policy):
+    model, tok = policy
+    learner = TorchLearner(model, LearnerConfig())
+    sampler = HFSampler(learner.model, tok, SamplerConfig(dtype="bfloat16"))
+    assert sampler.model is not learner.model
+    assert next(sampler.model.parameters()).dtype == torch.bfloat16
+    with torch.no_grad():
+        next(learner.model.parameters()).add_(1.0)
+    sampler.sync_weights(learner.model)
+    a, b = next(sampler.model.parameters()), next(learner.model.parameters())
+    assert torch.allclose(a.float(), b, atol=0.05)
+    with torch.no_grad():
+        next(learner.model.parameters()).sub_(1.0)
+
+
+def test_response_mask_hand_computed():
+    eos = 1
+    completion = torch.tensor([[5, 6, 1, 0, 0], [5, 1, 0, 0, 0], [5, 6, 7, 8, 9], [1, 0, 0, 0, 0]])
+    mask, truncated = response_mask(completion, eos)
+    assert mask.tolist() == [[1, 1, 1, 0, 0], [1, 1, 0, 0, 0], [1, 1, 1, 1, 1], [1, 0, 0, 0, 0]]
+    assert truncated.tolist() == [False, False, True, False]

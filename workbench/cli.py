@@ -1,0 +1,189 @@
+"""The ``workbench`` command line: plan, run, metrics, ui.
+
+Bad input (missing file, malformed YAML, unknown key, missing model path) prints one line
+naming the problem and exits with code 2, before anything is written to MLflow.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="rl-workbench: ablate GRPO-family RL changes with tracked, comparable runs.")
+console = Console()
+err_console = Console(stderr=True)
+
+StudyArg = Annotated[Path, typer.Argument(help="study YAML file")]
+SetOpt = Annotated[list[str] | None, typer.Option("--set", help="override a config path, e.g. learner.lr=3e-4")]
+OnlyOpt = Annotated[str | None, typer.Option("--only", help="filter runs, e.g. variant=dapo,seed=0")]
+
+
+def fail(message: str, code: int = 2) -> typer.Exit:
+    err_console.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+    return typer.Exit(code)
+
+
+def load_specs(study_path: Path, overrides: list[str] | None, only: str | None):
+    """Study -> filtered RunSpecs, or a one-line error and exit 2."""
+    from workbench.study import StudyError, apply_overrides, expand, load_study
+
+    try:
+        study = load_study(study_path)
+        if overrides:
+            study = apply_overrides(study, overrides)
+        specs = expand(study)
+    except (StudyError, FileNotFoundError, ValueError) as e:
+        raise fail(str(e)) from None
+    if only:
+        specs = filter_specs(specs, only)
+        if not specs:
+            raise fail(f"--only {only!r} matches no run of {study_path}")
+    return study, specs
+
+
+def filter_specs(specs, only: str):
+    wanted = {}
+    for part in only.split(","):
+        key, _, value = part.partition("=")
+        if not value:
+            raise fail(f"--only expects key=value pairs, got {part!r}")
+        wanted[key.strip()] = value.strip()
+
+    def keep(spec) -> bool:
+        values = {"variant": spec.variant, "seed": str(spec.seed), **{k: str(v) for k, v in spec.grid.items()}}
+        return all(values.get(k) == v for k, v in wanted.items())
+
+    return [s for s in specs if keep(s)]
+
+
+@app.command()
+def plan(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
+         format: Annotated[str, typer.Option(help="table | json")] = "table") -> None:
+    """Show the runs a study expands into, with their status in MLflow."""
+    from workbench.execute import plan_rows
+
+    study_obj, specs = load_specs(study, set_, only)
+    statuses = _known_statuses(study_obj, specs)
+    rows = plan_rows(specs, statuses)
+    for row, spec in zip(rows, specs, strict=True):
+        r = spec.config.rollout
+        row["completions"] = r.steps * r.prompts_per_step * r.group_size
+        row["max_tokens"] = row["completions"] * spec.config.sampler.max_new_tokens
+    if format == "json":
+        print(json.dumps({"study": study_obj.name, "runs": rows}, indent=2, default=str))
+        return
+    table = Table(title=f"{study_obj.name}: {len(rows)} runs")
+    for col in ["label", "seed", "run_key", "status", "completions", "max_tokens"]:
+        table.add_column(col)
+    for row in rows:
+        table.add_row(*(str(row[c]) for c in ["label", "seed", "run_key", "status", "completions", "max_tokens"]))
+    console.print(table)
+
+
+def _known_statuses(study_obj, specs) -> dict[str, str]:
+    """Statuses from MLflow if the store already exists; never creates a store just to look."""
+    from mlflow import MlflowClient
+
+    from workbench.execute import run_statuses
+    from workbench.tracking.store import resolve_tracking_uri
+
+    uri = resolve_tracking_uri(specs[0].config.tracking.uri if specs else None)
+    if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).exists():
+        return {}
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name(study_obj.name)
+    return run_statuses(client, experiment.experiment_id) if experiment else {}
+
+
+@app.command()
+def run(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
+        quiet: Annotated[bool, typer.Option(help="no progress bars")] = False) -> None:
+    """Execute a study's runs (skipping those already finished) and print a summary."""
+    from workbench.execute import run_study
+
+    study_obj, specs = load_specs(study, set_, only)
+    try:
+        outcomes = run_study(study_obj, specs, progress=not quiet)
+    except FileNotFoundError as e:
+        raise fail(str(e)) from None
+    except KeyboardInterrupt:
+        err_console.print("[yellow]interrupted: unfinished runs are marked KILLED; run again to resume[/yellow]")
+        raise typer.Exit(130) from None
+    print_summary(study_obj.name, outcomes)
+    if any(o.status == "FAILED" for o in outcomes):
+        raise typer.Exit(1)
+
+
+def print_summary(name: str, outcomes) -> None:
+    from workbench.tracking.store import resolve_tracking_uri
+
+    table = Table(title=f"study {name}")
+    for col in ["run", "status", "steps", "eval first", "eval last", "Δ", "health"]:
+        table.add_column(col, justify="right" if col.startswith(("eval", "Δ", "steps")) else "left")
+    for o in outcomes:
+        delta = o.eval_last - o.eval_first
+        fmt = lambda v: "-" if v != v else f"{v:.3f}"  # noqa: E731 - NaN prints as "-"
+        table.add_row(o.label, o.status, str(o.steps or "-"), fmt(o.eval_first), fmt(o.eval_last),
+                      "-" if delta != delta else f"{delta:+.3f}", o.health)
+        if o.error:
+            table.add_row("", f"[red]{o.error[:120]}", "", "", "", "", "")
+    console.print(table)
+    uri = resolve_tracking_uri()
+    console.print(f"Tracked in MLflow at [bold]{uri}[/bold]. Open the UI with: [bold]workbench ui[/bold]")
+
+
+@app.command()
+def metrics() -> None:
+    """The canonical metric catalogue: definition, unit, healthy direction."""
+    from workbench.metrics import CATALOGUE
+
+    table = Table(title="canonical metrics (MLflow step = RL step)")
+    for col in ["name", "meaning", "unit", "healthy"]:
+        table.add_column(col)
+    for m in CATALOGUE:
+        table.add_row(m.name, m.meaning, m.unit, m.healthy)
+    console.print(table)
+
+
+@app.command()
+def ui(port: Annotated[int, typer.Option(help="port on 127.0.0.1")] = 5000,
+       tracking_uri: Annotated[str | None, typer.Option(help="default: the local store")] = None) -> None:
+    """Start a real MLflow server for the local store on 127.0.0.1 (Ctrl-C stops it)."""
+    from workbench.tracking.store import resolve_tracking_uri
+
+    uri = resolve_tracking_uri(tracking_uri)
+    if not uri.startswith(("sqlite:", "postgresql", "mysql")):
+        raise fail(f"`workbench ui` serves a database store; {uri} is already a server")
+    env = os.environ | {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", uri, "--host", "127.0.0.1",
+           "--port", str(port), "--workers", "1"]
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True)  # own process group: stop it whole
+    console.print(f"MLflow UI: [bold]http://127.0.0.1:{port}[/bold]  (store {uri}; Ctrl-C to stop)")
+    try:
+        while proc.poll() is None:
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=20)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

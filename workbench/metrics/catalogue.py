@@ -1,0 +1,64 @@
+"""The canonical metric catalogue: name, meaning, unit, and which direction is healthy.
+
+Names are a contract (DESIGN.md): dashboards, health rules, comparisons and users'
+notebooks read them. Add metrics freely; never rename one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Direction = Literal["up", "down", "stable", "none"]
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    name: str
+    meaning: str
+    unit: str
+    healthy: Direction  # up: higher is better; down: lower is better; stable: drift is the symptom
+
+
+CATALOGUE: tuple[MetricSpec, ...] = (
+    MetricSpec("reward/mean", "mean total reward over all sampled completions", "reward", "up"),
+    MetricSpec("reward/std", "std of total reward over all sampled completions", "reward", "none"),
+    MetricSpec("accuracy/train", "fraction of sampled completions judged correct by math-verify", "fraction", "up"),
+    MetricSpec("entropy/mean", "learner next-token entropy of the sampling distribution, token-mean over responses",
+               "nats", "stable"),
+    MetricSpec("length/mean", "response length", "tokens", "stable"),
+    MetricSpec("length/max", "longest response in the batch", "tokens", "stable"),
+    MetricSpec("length/correct_mean", "mean length of correct responses", "tokens", "stable"),
+    MetricSpec("length/incorrect_mean", "mean length of incorrect responses (grows under GRPO length bias)",
+               "tokens", "down"),
+    MetricSpec("length/truncated_frac", "fraction of responses that hit max_new_tokens without EOS", "fraction",
+               "down"),
+    MetricSpec("clip/frac", "fraction of response tokens clipped (low + high)", "fraction", "stable"),
+    MetricSpec("clip/frac_low", "tokens with ratio < 1-ε_low and A < 0", "fraction", "stable"),
+    MetricSpec("clip/frac_high", "tokens with ratio > 1+ε_high and A > 0", "fraction", "stable"),
+    MetricSpec("policy/approx_kl", "token-mean k1 estimate of KL(old ‖ new) during the update", "nats", "down"),
+    MetricSpec("policy/ratio_mean", "mean importance ratio π_new/π_old over response tokens", "ratio", "stable"),
+    MetricSpec("policy/ratio_max", "max importance ratio over response tokens", "ratio", "down"),
+    MetricSpec("mismatch/prob_abs_diff_mean", "|p_learner − p_sampler| of sampled tokens, learner before the update",
+               "probability", "down"),
+    MetricSpec("mismatch/prob_abs_diff_max", "max |p_learner − p_sampler| of sampled tokens", "probability", "down"),
+    MetricSpec("mismatch/kl", "token-mean k3 estimate of KL(π_sampler ‖ π_learner)", "nats", "down"),
+    MetricSpec("mismatch/is_weight_mean", "mean IS correction weight (when a correction is on)", "ratio", "stable"),
+    MetricSpec("mismatch/is_clipped_frac", "fraction of tokens whose IS weight was truncated/masked", "fraction",
+               "down"),
+    MetricSpec("kl/ref", "KL to the reference policy (when one is used)", "nats", "down"),
+    MetricSpec("loss/policy", "policy loss (mean over the step's optimizer steps)", "loss", "none"),
+    MetricSpec("grad/norm", "global grad norm before clipping (mean over optimizer steps)", "norm", "stable"),
+    MetricSpec("batch/zero_std_frac", "fraction of groups whose rewards are all equal (no GRPO signal)", "fraction",
+               "down"),
+    MetricSpec("batch/filtered_frac", "fraction of groups dropped by dynamic sampling", "fraction", "none"),
+    MetricSpec("eval/accuracy", "held-out accuracy (greedy unless configured), at eval steps", "fraction", "up"),
+    MetricSpec("eval/length_mean", "held-out mean response length, at eval steps", "tokens", "stable"),
+    MetricSpec("perf/step_s", "wall time of the RL step", "s", "down"),
+    MetricSpec("perf/sample_tokens_per_s", "generated tokens per second of sampling", "tokens/s", "up"),
+    MetricSpec("perf/learn_tokens_per_s", "tokens per second through the learner update", "tokens/s", "up"),
+    MetricSpec("perf/sample_tokens", "tokens generated this step", "tokens", "none"),
+    MetricSpec("health/status", "0 ok, 1 warn, 2 fail (worst rule active this step)", "code", "down"),
+)
+
+BY_NAME = {m.name: m for m in CATALOGUE}
