@@ -28,6 +28,11 @@ class Rollouts:
     texts: list[str]  # [B] decoded completions (EOS and padding stripped)
     sample_seconds: float = 0.0
 
+    def to(self, device: torch.device | str) -> Rollouts:
+        """The same rollouts with every tensor on ``device`` (the learner's)."""
+        moved = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in vars(self).items()}
+        return Rollouts(**moved)
+
     @property
     def lengths(self) -> torch.Tensor:  # [B] response tokens per completion
         return self.mask.sum(-1)

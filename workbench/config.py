@@ -93,6 +93,7 @@ class SamplerConfig(Strict):
 
 class LearnerConfig(Strict):
     backend: Literal["torch"] = "torch"
+    device: str = Field("auto", description="auto = cuda if available, else cpu; or an explicit torch device")
     dtype: Dtype = "float32"
     lr: float = Field(1e-4, gt=0)
     weight_decay: float = Field(0.0, ge=0)

@@ -40,7 +40,7 @@ class HFSampler:
         start = time.perf_counter()
         tok = self.tokenizer
         prompts = [self.template.format(prompt=p.prompt) for p in problems]
-        enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+        enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(self.model.device)
         greedy = temperature == 0
         torch.manual_seed(seed)
         was_training = self.model.training
@@ -63,7 +63,8 @@ class HFSampler:
         completion = out.sequences[:, prompt_len:]  # [B, T]
         scores = torch.stack(out.scores, dim=1).float()  # [B, T, V] logits after temperature/top-p
         logp_all = torch.log_softmax(scores, dim=-1)
-        sampler_logp = logp_all.gather(-1, completion.unsqueeze(-1)).squeeze(-1)  # [B, T]
+        sampler_logp = logp_all.gather(-1, completion.unsqueeze(-1)).squeeze(-1).cpu()  # [B, T]
+        completion, enc = completion.cpu(), enc.to("cpu")  # rollouts live on the CPU; the learner moves them
         mask, truncated = response_mask(completion, tok.eos_token_id)
         sampler_logp = torch.where(mask.bool(), sampler_logp, torch.zeros_like(sampler_logp))
         texts = tok.batch_decode(torch.where(mask.bool(), completion, tok.pad_token_id), skip_special_tokens=True)

@@ -11,12 +11,19 @@ from workbench.config import LearnerConfig
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
+def resolve_device(name: str) -> str:
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return name
+
+
 class TorchLearner:
     """Owns the policy weights and the optimizer (single process, CPU or one GPU)."""
 
     def __init__(self, model, cfg: LearnerConfig) -> None:
         self.cfg = cfg
-        self.model = model.to(DTYPES[cfg.dtype]).train()
+        self.device = torch.device(resolve_device(cfg.device))
+        self.model = model.to(device=self.device, dtype=DTYPES[cfg.dtype]).train()
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay
         )

@@ -92,7 +92,8 @@ def rl_step(cfg: RunConfig, step: int, task, rng: random.Random, generator: torc
     advantages = compute_advantages(cfg.algorithm.estimator, scored.rewards, rollouts.group_ids)  # [B]
 
     learn_start = time.perf_counter()
-    metrics = policy_update(learner, rollouts, advantages, cfg.algorithm, temperature, generator)
+    metrics = policy_update(learner, rollouts.to(learner.device), advantages.to(learner.device), cfg.algorithm,
+                            temperature, generator)
     sampler.sync_weights(learner.model)
     learn_s = time.perf_counter() - learn_start
 
