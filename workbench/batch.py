@@ -53,3 +53,56 @@ class ScoredRollouts:
     correct: torch.Tensor  # [B] bool, judged by the verifier
     reward_terms: dict[str, torch.Tensor] = field(default_factory=dict)  # name -> [B]
     score_seconds: float = 0.0
+
+
+def select(scored: ScoredRollouts, keep: torch.Tensor) -> ScoredRollouts:
+    """The completions where ``keep`` [B] is true (whole groups, for batch filters)."""
+    r = scored.rollouts
+    idx = keep.nonzero().squeeze(-1)
+    rollouts = Rollouts(
+        problems=[r.problems[i] for i in idx.tolist()], group_ids=r.group_ids[idx], prompt_ids=r.prompt_ids[idx],
+        prompt_mask=r.prompt_mask[idx], completion_ids=r.completion_ids[idx], mask=r.mask[idx],
+        sampler_logp=r.sampler_logp[idx], truncated=r.truncated[idx], texts=[r.texts[i] for i in idx.tolist()],
+        sample_seconds=r.sample_seconds,
+    )
+    return ScoredRollouts(rollouts, scored.rewards[idx], scored.correct[idx],
+                          {k: v[idx] for k, v in scored.reward_terms.items()}, scored.score_seconds)
+
+
+def concat(parts: list[ScoredRollouts]) -> ScoredRollouts:
+    """Stack rounds of scored rollouts; prompts re-padded on the left, completions on the right.
+
+    Group ids are renumbered so groups from different rounds never collide.
+    """
+    if len(parts) == 1:
+        return parts[0]
+    P = max(p.rollouts.prompt_ids.shape[1] for p in parts)
+    T = max(p.rollouts.completion_ids.shape[1] for p in parts)
+    pad_id = 0  # any id works under a zero attention mask; 0 keeps the tensors valid indices
+
+    def left(x: torch.Tensor, width: int, value) -> torch.Tensor:
+        return torch.nn.functional.pad(x, (width - x.shape[1], 0), value=value)
+
+    def right(x: torch.Tensor, width: int, value) -> torch.Tensor:
+        return torch.nn.functional.pad(x, (0, width - x.shape[1]), value=value)
+
+    offset, group_ids = 0, []
+    for p in parts:
+        group_ids.append(p.rollouts.group_ids + offset)
+        offset += int(p.rollouts.group_ids.max()) + 1 if len(p.rollouts.group_ids) else 0
+    rs = [p.rollouts for p in parts]
+    rollouts = Rollouts(
+        problems=[q for r in rs for q in r.problems],
+        group_ids=torch.cat(group_ids),
+        prompt_ids=torch.cat([left(r.prompt_ids, P, pad_id) for r in rs]),
+        prompt_mask=torch.cat([left(r.prompt_mask, P, 0) for r in rs]),
+        completion_ids=torch.cat([right(r.completion_ids, T, pad_id) for r in rs]),
+        mask=torch.cat([right(r.mask, T, 0.0) for r in rs]),
+        sampler_logp=torch.cat([right(r.sampler_logp, T, 0.0) for r in rs]),
+        truncated=torch.cat([r.truncated for r in rs]),
+        texts=[t for r in rs for t in r.texts],
+        sample_seconds=sum(r.sample_seconds for r in rs),
+    )
+    terms = {k: torch.cat([p.reward_terms[k] for p in parts]) for k in parts[0].reward_terms}
+    return ScoredRollouts(rollouts, torch.cat([p.rewards for p in parts]), torch.cat([p.correct for p in parts]),
+                          terms, sum(p.score_seconds for p in parts))

@@ -126,6 +126,12 @@ class AlgorithmConfig(Strict):
     minibatches: int = Field(1, ge=1, description="optimizer steps per pass")
     correction: str | None = Field(None, description="sampler/learner IS correction: tis | mis | seq_tis")
     correction_cap: float = Field(2.0, gt=0)
+    batch_filter: str | None = Field(None, description="group filter with refill, e.g. zero_std (DAPO dynamic sampling)")
+    max_sampling_rounds: int = Field(3, ge=1, description="sampling rounds per step when a batch filter drops groups")
+    token_filters: list[str] = Field(default_factory=list, description="loss-mask edits, e.g. [overlong]")
+    kl_coef: float = Field(0.0, ge=0, description="KL to the frozen initial policy; 0 = no reference model")
+    kl_estimator: str = Field("k3", description="k1 | k2 | k3 | low_var_kl")
+    kl_in: Literal["loss", "reward"] = Field("loss", description="add KL to the loss, or subtract it from the reward")
 
     @model_validator(mode="before")
     @classmethod
@@ -137,12 +143,18 @@ class AlgorithmConfig(Strict):
     @model_validator(mode="after")
     def _names_exist(self) -> AlgorithmConfig:
         from workbench import algorithms as alg
+        from workbench.algorithms.filters import BATCH_FILTERS, TOKEN_FILTERS
 
         alg.ADVANTAGE_ESTIMATORS.get(self.estimator)
         alg.POLICY_LOSSES.get(self.loss)
         alg.AGG_MODES.get(self.agg_mode)
         if self.correction is not None:
             alg.IS_CORRECTIONS.get(self.correction)
+        if self.batch_filter is not None:
+            BATCH_FILTERS.get(self.batch_filter)
+        for name in self.token_filters:
+            TOKEN_FILTERS.get(name)
+        alg.KL_ESTIMATORS.get(self.kl_estimator)
         return self
 
 

@@ -27,8 +27,10 @@ PRESETS: dict[str, dict[str, Any]] = {
         "clip_low": 0.2,
         "clip_high": 0.2,
     },
-    # DAPO (Yu et al. 2025) §3.1 clip-higher ε_high=0.28, §3.3 token-level loss.
-    "dapo": {"estimator": "grpo", "loss": "ppo_clip", "agg_mode": "token-mean", "clip_low": 0.2, "clip_high": 0.28},
+    # DAPO (Yu et al. 2025) §3.1 clip-higher ε_high=0.28, §3.2 dynamic sampling, §3.3 token-level loss,
+    # §3.4 overlong filtering. (The soft overlong punishment is reward shaping: `reward.shaping`.)
+    "dapo": {"estimator": "grpo", "loss": "ppo_clip", "agg_mode": "token-mean", "clip_low": 0.2, "clip_high": 0.28,
+             "batch_filter": "zero_std", "token_filters": ["overlong"]},
     # GSPO (Zheng et al. 2025) §5.1: sequence-level ratio, clip range (3e-4, 4e-4).
     "gspo": {
         "estimator": "grpo",

@@ -15,7 +15,9 @@ from typing import Protocol
 
 import torch
 
-from workbench.algorithms import compute_advantages
+from workbench.algorithms import compute_advantages, kl_penalty
+from workbench.algorithms.filters import BATCH_FILTERS, TOKEN_FILTERS
+from workbench.batch import ScoredRollouts, concat, select
 from workbench.config import RunConfig
 from workbench.health import HealthMonitor
 from workbench.metrics.compute import rollout_metrics
@@ -25,7 +27,7 @@ from workbench.reward.rollouts import score_rollouts
 from workbench.rollout.hf import HFSampler
 from workbench.tasks import build_task
 from workbench.train.evaluate import evaluate
-from workbench.train.learner import TorchLearner
+from workbench.train.learner import ReferencePolicy, TorchLearner
 from workbench.train.update import policy_update
 
 
@@ -55,6 +57,7 @@ def train(cfg: RunConfig, sink: StepSink, monitor: HealthMonitor, on_step=None) 
     model, tokenizer = load_policy(cfg.model, cfg.task)
     learner = TorchLearner(model, cfg.learner)
     sampler = HFSampler(learner.model, tokenizer, cfg.sampler, cfg.model.prompt_template)
+    reference = ReferencePolicy(learner.model) if cfg.algorithm.kl_coef > 0 else None  # no KL, no copy
     shaping = cfg.reward.specs()
     result = TrainResult(steps_done=0, stopped_early=False)
 
@@ -67,7 +70,7 @@ def train(cfg: RunConfig, sink: StepSink, monitor: HealthMonitor, on_step=None) 
                 result.eval_history.append((step, eval_metrics["eval/accuracy"]))
                 result.samples += samples
             if step < roll.steps:
-                metrics |= rl_step(cfg, step, task, rng, generator, sampler, verifier, learner, shaping)
+                metrics |= rl_step(cfg, step, task, rng, generator, sampler, verifier, learner, reference, shaping)
                 result.steps_done = step + 1
             metrics |= monitor.observe(step, metrics).as_metrics()
             sink.log_metrics(metrics, step)
@@ -81,32 +84,75 @@ def train(cfg: RunConfig, sink: StepSink, monitor: HealthMonitor, on_step=None) 
 
 
 def rl_step(cfg: RunConfig, step: int, task, rng: random.Random, generator: torch.Generator, sampler,
-            verifier, learner: TorchLearner, shaping) -> dict[str, float]:
+            verifier, learner: TorchLearner, reference: ReferencePolicy | None, shaping) -> dict[str, float]:
     """One RL step: sample, score, estimate advantages, update, sync. Returns its metrics."""
     start = time.perf_counter()
-    roll, temperature = cfg.rollout, cfg.sampler.temperature
-    problems = task.sample_train(roll.prompts_per_step, rng)
-    rollouts = sampler.generate(problems, roll.group_size, temperature=temperature,
-                                seed=cfg.seed * 1_000_003 + step)
-    scored = score_rollouts(verifier, rollouts, shaping)
-    advantages = compute_advantages(cfg.algorithm.estimator, scored.rewards, rollouts.group_ids)  # [B]
+    algo, temperature = cfg.algorithm, cfg.sampler.temperature
+    sampled, batch, metrics = collect_batch(cfg, step, task, rng, sampler, verifier, shaping)
+    rollouts = batch.rollouts.to(learner.device)
+    loss_mask = rollouts.mask
+    for name in algo.token_filters:
+        loss_mask = TOKEN_FILTERS.get(name)(loss_mask, rollouts.truncated)
+    rewards = batch.rewards.to(learner.device)  # [B]
+    ref_logp = None if reference is None else reference.logprobs(rollouts, temperature)  # [B, T]
+    if ref_logp is not None and algo.kl_in == "reward":  # KL as a per-sequence reward penalty
+        with torch.no_grad():
+            logp, _ = learner.logprobs(rollouts, slice(None), temperature, with_entropy=False)
+        seq_kl = (kl_penalty(logp, ref_logp, algo.kl_estimator) * rollouts.mask).sum(-1)  # [B]
+        rewards = rewards - algo.kl_coef * seq_kl
+    advantages = compute_advantages(algo.estimator, rewards, rollouts.group_ids)  # [B]
 
     learn_start = time.perf_counter()
-    metrics = policy_update(learner, rollouts.to(learner.device), advantages.to(learner.device), cfg.algorithm,
-                            temperature, generator)
+    metrics |= policy_update(learner, rollouts, advantages, algo, temperature, generator, loss_mask=loss_mask,
+                             ref_logp=ref_logp)
     sampler.sync_weights(learner.model)
     learn_s = time.perf_counter() - learn_start
 
-    metrics |= rollout_metrics(scored)
-    generated = float(rollouts.lengths.sum())
-    learned = float(rollouts.attention_mask.sum()) * cfg.algorithm.epochs
+    metrics |= rollout_metrics(sampled)  # over everything sampled, not only what was kept
+    generated = float(sampled.rollouts.lengths.sum())
+    learned = float(rollouts.attention_mask.sum()) * algo.epochs
     metrics |= {
         "perf/step_s": time.perf_counter() - start,
-        "perf/sample_s": rollouts.sample_seconds,
-        "perf/score_s": scored.score_seconds,
+        "perf/sample_s": sampled.rollouts.sample_seconds,
+        "perf/score_s": sampled.score_seconds,
         "perf/learn_s": learn_s,
-        "perf/sample_tokens_per_s": generated / max(rollouts.sample_seconds, 1e-9),
+        "perf/sample_tokens_per_s": generated / max(sampled.rollouts.sample_seconds, 1e-9),
         "perf/learn_tokens_per_s": learned / max(learn_s, 1e-9),
         "perf/sample_tokens": generated,
     }
     return metrics
+
+
+def collect_batch(cfg: RunConfig, step: int, task, rng: random.Random, sampler, verifier,
+                  shaping) -> tuple[ScoredRollouts, ScoredRollouts, dict[str, float]]:
+    """Sample and score ``prompts_per_step`` groups; with a batch filter, refill dropped groups.
+
+    Returns (everything sampled, the training batch, batch metrics). Without a filter both
+    are the same single round. With one, rounds continue until the batch is full or
+    ``max_sampling_rounds`` is reached; a batch left with no group keeps the last round whole
+    (its advantages are all zero, so the update is a no-op rather than a crash).
+    """
+    algo, roll = cfg.algorithm, cfg.rollout
+    keep_group = None if algo.batch_filter is None else BATCH_FILTERS.get(algo.batch_filter)
+    rounds, kept, groups_kept = [], [], 0
+    for round_ in range(algo.max_sampling_rounds if keep_group else 1):
+        problems = task.sample_train(roll.prompts_per_step, rng)
+        rollouts = sampler.generate(problems, roll.group_size, temperature=cfg.sampler.temperature,
+                                    seed=(cfg.seed * 1_000_003 + step) * 101 + round_)
+        scored = score_rollouts(verifier, rollouts, shaping)
+        rounds.append(scored)
+        if keep_group is None:
+            return scored, scored, {}
+        keep = keep_group(scored.rewards, rollouts.group_ids)  # [B] bool, whole groups
+        kept.append(select(scored, keep))
+        groups_kept += int(keep.sum()) // roll.group_size
+        if groups_kept >= roll.prompts_per_step:
+            break
+    sampled = concat(rounds)
+    batch = concat([k for k in kept if len(k.rewards)]) if groups_kept else rounds[-1]
+    limit = roll.prompts_per_step * roll.group_size
+    if len(batch.rewards) > limit:  # the last round overshot: keep whole groups up to the batch size
+        batch = select(batch, torch.arange(len(batch.rewards)) < limit)
+    n_sampled = len(rounds) * roll.prompts_per_step
+    metrics = {"batch/filtered_frac": 1 - groups_kept / n_sampled, "batch/sampling_rounds": float(len(rounds))}
+    return sampled, batch, metrics
