@@ -1,4 +1,4 @@
-"""Every loop-level knob of the algorithm zoo runs end to end on the micro model.
+"""Every preset and loop-level knob of the algorithm zoo runs end to end on the micro model.
 
 These check plumbing and metrics, not learning: a few steps each, real MLflow store.
 """
@@ -9,19 +9,21 @@ from mlflow import MlflowClient
 from typer.testing import CliRunner
 
 from tests.conftest import micro_run_config
+from workbench.algorithms.presets import PRESETS
 from workbench.cli import app
 
 pytestmark = pytest.mark.slow
 
-VARIANTS = {
+PRESET_VARIANTS = {f"preset_{name}": {"algorithm": {"preset": name}} for name in PRESETS}
+KNOB_VARIANTS = {
     "dapo": {"algorithm": {"preset": "dapo", "max_sampling_rounds": 2}},
     "kl_loss": {"algorithm": {"kl_coef": 0.1, "kl_estimator": "low_var_kl"}},
     "kl_reward": {"algorithm": {"kl_coef": 0.1, "kl_in": "reward"}},
     "multi_update_tis": {"algorithm": {"epochs": 2, "minibatches": 2, "correction": "tis"},
                          "sampler": {"dtype": "bfloat16"}},
-    "gspo": {"algorithm": {"preset": "gspo"}},
     "cispo": {"algorithm": {"preset": "cispo", "correction": "seq_tis"}},
 }
+VARIANTS = PRESET_VARIANTS | KNOB_VARIANTS
 
 
 def test_algorithm_knobs_run_and_log_their_metrics(workdir):
@@ -38,8 +40,13 @@ def test_algorithm_knobs_run_and_log_their_metrics(workdir):
     m = {v: r.data.metrics for v, r in runs.items()}
     assert {"batch/filtered_frac", "batch/sampling_rounds"} <= set(m["dapo"])
     assert 1 <= m["dapo"]["batch/sampling_rounds"] <= 2
-    assert "kl/ref" in m["kl_loss"] and "kl/ref" in m["kl_reward"] and "kl/ref" not in m["gspo"]
+    assert "kl/ref" in m["kl_loss"] and "kl/ref" in m["kl_reward"] and "kl/ref" not in m["preset_gspo"]
     assert m["multi_update_tis"]["train/optimizer_steps"] == 4
     assert {"mismatch/is_weight_mean", "mismatch/is_clipped_frac"} <= set(m["multi_update_tis"])
     assert m["multi_update_tis"]["mismatch/prob_abs_diff_max"] > 0  # bf16 sampler vs fp32 learner
     assert runs["dapo"].data.params["algorithm.clip_high"] == "0.28"
+    for name, preset in PRESETS.items():  # each preset ran with its own units and logged their metrics
+        run = runs[f"preset_{name}"]
+        for key in ("estimator", "loss", "agg_mode"):
+            assert run.data.params[f"algorithm.{key}"] == preset[key]
+        assert {"clip/frac_low", "clip/frac_high", "policy/ratio_max", "loss/policy"} <= set(run.data.metrics)

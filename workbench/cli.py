@@ -108,13 +108,18 @@ def _known_statuses(study_obj, specs) -> dict[str, str]:
 
 @app.command()
 def run(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
+        parallel: Annotated[int | None, typer.Option(
+            "--parallel", "-j", min=1,
+            help="runs at a time, each in its own process (default: the study's execution.parallel, else 1)")] = None,
         quiet: Annotated[bool, typer.Option(help="no progress bars")] = False) -> None:
     """Execute a study's runs (skipping those already finished) and print a summary."""
     from workbench.execute import run_study
 
     study_obj, specs = load_specs(study, set_, only)
+    if parallel is None:
+        parallel = int(study_obj.execution.get("parallel", 1))
     try:
-        outcomes = run_study(study_obj, specs, progress=not quiet)
+        outcomes = run_study(study_obj, specs, progress=not quiet, parallel=parallel)
     except FileNotFoundError as e:
         raise fail(str(e)) from None
     except KeyboardInterrupt:

@@ -1,21 +1,35 @@
-"""Execute a study's runs under one MLflow experiment, resumably.
+"""Execute a study's runs under one MLflow experiment, resumably, in one or N local processes.
 
 The study's parent run (``workbench.role=study``) holds the YAML and the plan; each run is
-a child. Runs whose ``run_key`` already FINISHED are skipped, so re-running a study resumes.
+a child. Runs whose ``run_key`` already FINISHED are skipped, so re-running a study resumes;
+FAILED and KILLED runs are run again (a new MLflow run: the old one stays as history).
+
+* ``parallel=1``: the runs execute one after another in this process.
+* ``parallel=N>1``: N runs at a time, each in its own ``spawn``-ed process
+  (:mod:`workbench.pool`), so a crash or an OOM kill of one run never takes down the others.
+* Across machines: ``workbench worker`` (:mod:`workbench.distributed`).
+
+Ctrl-C stops launching, ends the running runs KILLED, marks the study's parent run KILLED and
+re-raises ``KeyboardInterrupt`` (the CLI exits 130). A run left RUNNING by a process that is gone
+(``kill -9`` of the whole study) is marked FAILED when the study is run again, before its rerun.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
-from workbench.progress import RunProgress
 from workbench.runs import RunOutcome, execute_run, preflight
 from workbench.study import RunSpec, Study
 from workbench.tracking.store import get_or_create_experiment, resolve_tracking_uri
+
+ORPHAN_ERROR = "its process is gone: the run was left RUNNING (killed worker or machine)"
 
 
 @dataclass
@@ -32,63 +46,151 @@ def plan_rows(specs: list[RunSpec], statuses: dict[str, str]) -> list[dict]:
             for s in specs]
 
 
+def _child_runs(client, experiment_id: str, extra_filter: str = ""):
+    query = "tags.`workbench.role` = 'run'" + (f" and {extra_filter}" if extra_filter else "")
+    return client.search_runs([experiment_id], query, max_results=50000)
+
+
 def run_statuses(client, experiment_id: str) -> dict[str, str]:
     """run_key -> best known status (FINISHED beats RUNNING beats FAILED/KILLED)."""
     rank = {"FINISHED": 3, "RUNNING": 2, "FAILED": 1, "KILLED": 1}
     out: dict[str, str] = {}
-    runs = client.search_runs([experiment_id], "tags.`workbench.role` = 'run'", max_results=50000)
-    for run in runs:
+    for run in _child_runs(client, experiment_id):
         key = run.data.tags.get("workbench.run_key")
         if key and rank.get(run.info.status, 0) > rank.get(out.get(key, ""), 0):
             out[key] = run.info.status
     return out
 
 
-def open_study(study: Study, specs: list[RunSpec]) -> StudyContext:
-    """Create (or find) the experiment and the study's parent run."""
+def finished_runs(client, experiment_id: str) -> dict:
+    """run_key -> its FINISHED MLflow run (the latest if, against the rules, there are several)."""
+    out: dict = {}
+    for run in _child_runs(client, experiment_id, "attributes.status = 'FINISHED'"):
+        key = run.data.tags.get("workbench.run_key")
+        if key and (key not in out or run.info.start_time > out[key].info.start_time):
+            out[key] = run
+    return out
+
+
+def skipped_outcome(spec: RunSpec, run=None) -> RunOutcome:
+    """The summary row of a run that already FINISHED earlier (values read back from MLflow)."""
+    outcome = RunOutcome(spec.label, spec.variant, spec.seed, spec.run_key, "SKIPPED")
+    if run is not None:
+        outcome.run_id = run.info.run_id
+        outcome.eval_last = run.data.metrics.get("eval/accuracy", math.nan)
+        outcome.health = run.data.tags.get("workbench.health", "-")
+    return outcome
+
+
+def mark_orphaned_runs(client, experiment_id: str, run_keys, *, reason: str = ORPHAN_ERROR,
+                       status: str = "FAILED") -> list[str]:
+    """Close the MLflow runs of ``run_keys`` still RUNNING (their process died without closing them)."""
+    keys = set(run_keys)
+    closed = []
+    for run in _child_runs(client, experiment_id, "attributes.status = 'RUNNING'"):
+        if run.data.tags.get("workbench.run_key") in keys:
+            client.set_tag(run.info.run_id, "workbench.error", reason[:500])
+            client.set_terminated(run.info.run_id, status=status)
+            closed.append(run.info.run_id)
+    return closed
+
+
+def open_study(study: Study, specs: list[RunSpec], *, log_plan: bool = True) -> StudyContext:
+    """Create (or find) the experiment and the study's parent run, and mark the parent RUNNING."""
     from mlflow import MlflowClient
 
     uri = resolve_tracking_uri(specs[0].config.tracking.uri if specs else None)
     client = MlflowClient(uri)
     experiment_id = get_or_create_experiment(client, study.name, uri)
-    found = client.search_runs([experiment_id], "tags.`workbench.role` = 'study'", max_results=1)
+    found = client.search_runs([experiment_id], "tags.`workbench.role` = 'study'", max_results=1,
+                               order_by=["attributes.start_time ASC"])
     if found:
         parent = found[0].info.run_id
         client.update_run(parent, status="RUNNING")
     else:
         parent = client.create_run(experiment_id, run_name=f"study:{study.name}",
                                    tags={"workbench.role": "study", "workbench.study": study.name}).info.run_id
-    if study.source:
-        client.log_text(parent, Path(study.source).read_text(), "study.yaml")
-    client.log_text(parent, json.dumps(plan_rows(specs, {}), indent=2, default=str), "plan.json")
+    if log_plan:
+        if study.source:
+            client.log_text(parent, Path(study.source).read_text(), "study.yaml")
+        client.log_text(parent, json.dumps(plan_rows(specs, {}), indent=2, default=str), "plan.json")
     return StudyContext(study, uri, experiment_id, parent)
 
 
-def run_study(study: Study, specs: list[RunSpec], *, progress: bool = True) -> list[RunOutcome]:
-    """Run every spec not yet FINISHED, one after another; returns one outcome per spec."""
+def prebuild_models(specs: list[RunSpec], progress: bool = False) -> None:
+    """Build each distinct tiny model once, here, before N processes would all wait on its lock."""
+    from workbench.models import model_dir
+
+    seen: set[str] = set()
+    for spec in specs:
+        model, task = spec.config.model, spec.config.task
+        if model.builtin is None:
+            continue
+        key = json.dumps([model.model_dump(mode="json"), task.model_dump(mode="json")], sort_keys=True)
+        if key not in seen:
+            seen.add(key)
+            model_dir(model, task, progress=progress)
+
+
+def run_study(study: Study, specs: list[RunSpec], *, progress: bool = True, parallel: int = 1) -> list[RunOutcome]:
+    """Run every spec not yet FINISHED; returns one outcome per spec, in plan order.
+
+    Raises ``KeyboardInterrupt`` after a clean stop (running runs KILLED, parent run KILLED).
+    """
     from mlflow import MlflowClient
+
+    from workbench.study_progress import StudyProgress
 
     for spec in specs:  # everything that can fail before training fails before MLflow is touched
         preflight(spec.config)
     ctx = open_study(study, specs)
     client = MlflowClient(ctx.tracking_uri)
-    done = {k for k, s in run_statuses(client, ctx.experiment_id).items() if s == "FINISHED"}
-    outcomes: list[RunOutcome] = []
+    done = finished_runs(client, ctx.experiment_id)
+    todo = [s for s in specs if s.run_key not in done]
+    mark_orphaned_runs(client, ctx.experiment_id, [s.run_key for s in todo])
+    results: dict[str, RunOutcome] = {s.run_key: skipped_outcome(s, done[s.run_key]) for s in specs
+                                      if s.run_key in done}
     status = "FINISHED"
     try:
-        with RunProgress(enabled=progress) as bar:
-            for spec in specs:
-                if spec.run_key in done:
-                    outcomes.append(RunOutcome(spec.label, spec.variant, spec.seed, spec.run_key, "SKIPPED"))
-                    continue
-                outcomes.append(execute_run(spec.config, study=study.name, variant=spec.variant, label=spec.label,
-                                            parent_run_id=ctx.parent_run_id, progress=bar))
+        with StudyProgress(study.name, len(specs), enabled=progress) as bar:
+            bar.add_done(len(specs) - len(todo))
+            if todo and parallel > 1:
+                from workbench.pool import run_pool
+
+                prebuild_models(todo, progress=False)
+                results |= run_pool(ctx, todo, parallel=parallel, progress=bar)
+            else:
+                for spec in todo:
+                    results[spec.run_key] = execute_run(
+                        spec.config, study=study.name, variant=spec.variant, label=spec.label,
+                        parent_run_id=ctx.parent_run_id, progress=bar.run_view(spec.label))
     except KeyboardInterrupt:
         status = "KILLED"
         raise
     finally:
         client.set_terminated(ctx.parent_run_id, status=status)
-    return outcomes
+    return [results[s.run_key] for s in specs]
+
+
+def cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def threads_per_run(parallel: int) -> int:
+    return max(1, cpu_count() // max(1, parallel))
+
+
+def format_duration(seconds: float) -> str:
+    seconds = int(max(0, seconds))
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
+
+
+def now() -> float:
+    return time.monotonic()
 
 
 def dump_yaml(data) -> str:

@@ -1,0 +1,239 @@
+"""Local process pool for ``workbench run --parallel N``: every run in its own spawned process.
+
+A run's process reports through a ``multiprocessing`` queue: ``start``/``step`` messages feed the
+study progress display and one ``result`` message carries its :class:`~workbench.runs.RunOutcome`.
+A process that exits without a result (segfault, OOM kill, ``kill -9``) has its MLflow run marked
+FAILED with the exit code, and the other runs go on.
+
+Children use ``spawn`` (never ``fork``: the parent has torch threads), get
+``torch.set_num_threads(cores // N)`` and treat SIGTERM like Ctrl-C: the run ends KILLED. On
+Ctrl-C in the parent, nothing new is launched, every child is asked to stop (SIGTERM; a terminal's
+Ctrl-C has usually reached them already), given ``STOP_GRACE_S`` to close its run, then killed.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import queue as queue_mod
+import signal
+import time
+from collections import deque
+from dataclasses import dataclass
+
+from workbench.runs import RunOutcome
+from workbench.study import RunSpec
+
+STOP_GRACE_S = 30.0  # how long stopping children get to mark their runs KILLED before SIGKILL
+POLL_S = 0.2
+PROGRESS_METRICS = ("reward/mean", "accuracy/train", "eval/accuracy", "health/status")
+
+
+@dataclass
+class ChildJob:
+    spec: RunSpec
+    study: str
+    parent_run_id: str
+    tracking_uri: str
+    threads: int
+
+
+# ------------------------------------------------------------------------------------ child side
+class _QueueReporter:
+    """The ``RunProgress`` interface ``execute_run`` drives, forwarded to the parent."""
+
+    def __init__(self, queue, key: str) -> None:
+        self.queue = queue
+        self.key = key
+
+    def start_run(self, label: str, steps: int) -> None:
+        self.queue.put(("start", self.key, steps))
+
+    def on_step(self, step: int, metrics: dict[str, float]) -> None:
+        self.queue.put(("step", self.key, step, {k: float(metrics[k]) for k in PROGRESS_METRICS if k in metrics}))
+
+    def end_run(self, label: str, status: str) -> None:
+        pass  # the parent ends the line when the result arrives
+
+
+def _interrupt_once(signum, frame):
+    """First SIGINT/SIGTERM: stop the run (KeyboardInterrupt); later ones are ignored so that
+    marking the run KILLED is not itself interrupted (Ctrl-C reaches us and the parent's SIGTERM)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
+def child_main(job: ChildJob, queue) -> None:
+    """Entry point of a run's process (spawned)."""
+    signal.signal(signal.SIGINT, _interrupt_once)
+    signal.signal(signal.SIGTERM, _interrupt_once)
+    spec = job.spec
+    outcome = RunOutcome(spec.label, spec.variant, spec.seed, spec.run_key, "FAILED")
+    try:
+        os.environ["MLFLOW_TRACKING_URI"] = job.tracking_uri  # log where the parent looks
+        import torch
+        from transformers.utils import logging as hf_logging
+
+        from workbench.runs import execute_run
+
+        torch.set_num_threads(job.threads)
+        hf_logging.disable_progress_bar()  # no weight-loading bars under the study display
+        outcome = execute_run(spec.config, study=job.study, variant=spec.variant, label=spec.label,
+                              parent_run_id=job.parent_run_id, progress=_QueueReporter(queue, spec.run_key))
+    except KeyboardInterrupt:
+        outcome.status, outcome.error = "KILLED", "interrupted"
+    except BaseException as error:  # noqa: BLE001 - report anything, the parent decides
+        outcome.status, outcome.error = "FAILED", f"{type(error).__name__}: {error}"
+    queue.put(("result", spec.run_key, outcome))
+
+
+# ----------------------------------------------------------------------------------- parent side
+@dataclass
+class _Child:
+    proc: mp.process.BaseProcess
+    spec: RunSpec
+
+
+def describe_exit(code: int | None) -> str:
+    if code is None:
+        return "did not exit"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        hint = " (out of memory? killed by the OOM killer or by hand)" if -code == signal.SIGKILL else ""
+        return f"run process died with exit code {code}: {name}{hint}"
+    return f"run process died with exit code {code} without reporting a result"
+
+
+class _Pool:
+    def __init__(self, ctx, specs: list[RunSpec], parallel: int, progress) -> None:
+        from workbench.execute import threads_per_run
+
+        self.ctx = ctx
+        self.mp = mp.get_context("spawn")
+        self.queue = self.mp.Queue()
+        self.pending = deque(specs)
+        self.parallel = parallel
+        self.threads = threads_per_run(parallel)
+        self.progress = progress
+        self.running: dict[str, _Child] = {}
+        self.results: dict[str, RunOutcome] = {}
+        self.stopping = False
+
+    # -------------------------------------------------------------------------------- loop
+    def run(self) -> dict[str, RunOutcome]:
+        try:
+            while self.pending or self.running:
+                while self.pending and len(self.running) < self.parallel:
+                    self._launch(self.pending.popleft())
+                self._drain(POLL_S)
+                self._reap()
+        except KeyboardInterrupt:
+            self._stop()
+            raise
+        return self.results
+
+    def _launch(self, spec: RunSpec) -> None:
+        job = ChildJob(spec, self.ctx.study.name, self.ctx.parent_run_id, self.ctx.tracking_uri, self.threads)
+        proc = self.mp.Process(target=child_main, args=(job, self.queue), name=f"workbench-run {spec.label}")
+        proc.start()
+        self.running[spec.run_key] = _Child(proc, spec)
+
+    def _drain(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                message = self.queue.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue_mod.Empty:
+                return
+            self._handle(message)
+            timeout = 0.0  # after the first message, take what is there and go on
+
+    def _handle(self, message) -> None:
+        kind, key = message[0], message[1]
+        child = self.running.get(key)
+        label = child.spec.label if child else key
+        if kind == "start":
+            self.progress.run_started(label, message[2])
+        elif kind == "step":
+            self.progress.run_step(label, message[2], message[3])
+        elif kind == "result":
+            outcome: RunOutcome = message[2]
+            self.results[key] = outcome
+            detail = f"health {outcome.health}" if outcome.status == "FINISHED" else outcome.error[:100]
+            self.progress.run_ended(label, outcome.status, detail)
+
+    def _reap(self) -> None:
+        for key, child in list(self.running.items()):
+            if child.proc.exitcode is None:
+                continue
+            if key not in self.results:
+                self._drain(0.5)  # a result written just before exit may still be in the pipe
+            child.proc.join()
+            del self.running[key]
+            if key not in self.results:
+                self._lost(child, "KILLED" if self.stopping else "FAILED", describe_exit(child.proc.exitcode))
+
+    def _lost(self, child: _Child, status: str, reason: str) -> None:
+        """A child gone without a result: close (or create) its MLflow run with the reason."""
+        spec = child.spec
+        outcome = RunOutcome(spec.label, spec.variant, spec.seed, spec.run_key, status, error=reason)
+        try:
+            outcome.run_id = record_lost_run(self.ctx, spec, status, reason)
+        except Exception as error:  # noqa: BLE001 - the study goes on; the summary says what happened
+            outcome.error += f" (and MLflow could not be updated: {error})"
+        self.results[spec.run_key] = outcome
+        self.progress.run_ended(spec.label, status, reason[:100])
+
+    # -------------------------------------------------------------------------------- Ctrl-C
+    def _stop(self) -> None:
+        self.stopping = True
+        self.pending.clear()
+        try:
+            for child in self.running.values():
+                if child.proc.exitcode is None:
+                    os.kill(child.proc.pid, signal.SIGTERM)
+            deadline = time.monotonic() + STOP_GRACE_S
+            while self.running and time.monotonic() < deadline:
+                self._drain(POLL_S)
+                self._reap()
+        except KeyboardInterrupt:  # a second Ctrl-C: stop waiting
+            pass
+        for child in self.running.values():
+            if child.proc.exitcode is None:
+                child.proc.kill()
+        for key, child in list(self.running.items()):
+            child.proc.join(timeout=10)
+            del self.running[key]
+            if key not in self.results:
+                self._lost(child, "KILLED", "stopped by Ctrl-C (killed after the grace period)")
+
+
+def record_lost_run(ctx, spec: RunSpec, status: str, reason: str) -> str | None:
+    """Mark the RUNNING MLflow run of ``spec`` ``status`` with ``reason``; if the process died
+    before it created one, create it, so that the failure is visible in MLflow."""
+    from mlflow import MlflowClient
+
+    from workbench.execute import mark_orphaned_runs
+    from workbench.runs import run_tags
+    from workbench.tracking.writer import RunTracker
+
+    client = MlflowClient(ctx.tracking_uri)
+    closed = mark_orphaned_runs(client, ctx.experiment_id, [spec.run_key], reason=reason, status=status)
+    if closed:
+        return closed[0]
+    experiment = spec.config.tracking.experiment or ctx.study.name
+    tracker = RunTracker(ctx.tracking_uri, experiment, spec.label, run_tags(ctx.study.name, spec.variant, spec.config),
+                         parent_run_id=ctx.parent_run_id)
+    run_id = tracker.start()
+    tracker.set_tags({"workbench.error": reason[:500]})
+    tracker.finish(status)
+    return run_id
+
+
+def run_pool(ctx, specs: list[RunSpec], *, parallel: int, progress) -> dict[str, RunOutcome]:
+    """Run ``specs`` ``parallel`` at a time, each in its own process; run_key -> outcome."""
+    return _Pool(ctx, specs, parallel, progress).run()

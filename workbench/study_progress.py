@@ -1,0 +1,159 @@
+"""Study-level progress: runs done/total with an ETA, and one line per running run with its step.
+
+Fed either directly by :func:`workbench.runs.execute_run` (through :meth:`StudyProgress.run_view`,
+which speaks :class:`workbench.progress.RunProgress`'s interface) or by the local process pool,
+which forwards its children's step reports. Disabled = silent (``--quiet``, tests).
+
+The ETA extrapolates the elapsed time from the fraction of this session's work done, counting
+each running run's finished steps, so it moves between run completions too.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, ProgressColumn, TaskID, TextColumn, TimeElapsedColumn
+from rich.text import Text
+
+
+@dataclass
+class _Running:
+    task: TaskID
+    steps: int
+    done_steps: int = 0
+    started: float = 0.0
+    eval: str = ""
+
+
+class _EtaColumn(ProgressColumn):
+    def __init__(self, owner: StudyProgress) -> None:
+        super().__init__()
+        self.owner = owner
+
+    def render(self, task) -> Text:
+        return Text(self.owner.eta_text() if task.fields.get("study") else "", style="progress.remaining")
+
+
+class StudyProgress:
+    """``with StudyProgress(name, total) as p: p.run_started(label, steps); p.run_step(...); ...``"""
+
+    def __init__(self, name: str, total: int, enabled: bool = True, console: Console | None = None) -> None:
+        self.name = name
+        self.total = total
+        self.enabled = enabled
+        self.progress = Progress(
+            TextColumn("[bold]{task.description}"), BarColumn(bar_width=30), TextColumn("{task.completed:.0f}/{task.total:.0f}"),
+            TextColumn("{task.fields[stats]}"), TimeElapsedColumn(), _EtaColumn(self),
+            console=console, disable=not enabled,
+        )
+        self.running: dict[str, _Running] = {}
+        self.skipped = 0
+        self.finished = 0  # ended this session, any status
+        self.failed = 0
+        self.started = time.monotonic()
+        self._study = self.progress.add_task(f"study {name}", total=max(total, 1), stats="", study=True)
+
+    def __enter__(self) -> StudyProgress:
+        self.progress.start()
+        self.started = time.monotonic()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.progress.stop()
+
+    # ----------------------------------------------------------------------------------- study
+    def add_done(self, n: int) -> None:
+        """Runs that already finished in an earlier session (skipped now)."""
+        self.skipped += n
+        self._refresh()
+
+    def fraction(self) -> float:
+        """Fraction of this session's work done (running runs count their finished steps)."""
+        todo = self.total - self.skipped
+        if todo <= 0:
+            return 1.0
+        partial = sum(r.done_steps / r.steps for r in self.running.values() if r.steps)
+        return min(1.0, (self.finished + partial) / todo)
+
+    def eta_seconds(self) -> float | None:
+        frac = self.fraction()
+        if frac <= 0:
+            return None
+        elapsed = time.monotonic() - self.started
+        return elapsed * (1 - frac) / frac
+
+    def eta_text(self) -> str:
+        from workbench.execute import format_duration
+
+        eta = self.eta_seconds()
+        return "ETA -:--" if eta is None else f"ETA {format_duration(eta)}"
+
+    def _refresh(self) -> None:
+        parts = [f"{len(self.running)} running"] if self.running else []
+        if self.skipped:
+            parts.append(f"{self.skipped} skipped")
+        if self.failed:
+            parts.append(f"[red]{self.failed} failed[/red]")
+        self.progress.update(self._study, completed=self.skipped + self.finished, stats="  ".join(parts))
+
+    # ------------------------------------------------------------------------------------ runs
+    def run_started(self, label: str, steps: int) -> None:
+        task = self.progress.add_task(f"  {label}", total=max(steps, 1), stats="starting", study=False)
+        self.running[label] = _Running(task, steps, started=time.monotonic())
+        self._refresh()
+
+    def run_step(self, label: str, step: int, metrics: dict[str, float]) -> None:
+        run = self.running.get(label)
+        if run is None:
+            return
+        run.done_steps = min(step + 1, run.steps)
+        if "eval/accuracy" in metrics:
+            run.eval = f"eval {metrics['eval/accuracy']:.2f}"
+        parts = [f"reward {metrics['reward/mean']:.2f}" if "reward/mean" in metrics else "",
+                 f"acc {metrics['accuracy/train']:.2f}" if "accuracy/train" in metrics else "", run.eval]
+        health = metrics.get("health/status", 0)
+        if health > 0:
+            parts.append("[yellow]health!" if health == 1 else "[red]health FAIL")
+        self.progress.update(run.task, completed=run.done_steps, stats="  ".join(p for p in parts if p))
+
+    def run_ended(self, label: str, status: str, detail: str = "") -> None:
+        from workbench.execute import format_duration
+
+        run = self.running.pop(label, None)
+        self.finished += 1
+        if status not in ("FINISHED", "SKIPPED"):
+            self.failed += 1
+        if run is not None:
+            self.progress.remove_task(run.task)
+            took = format_duration(time.monotonic() - run.started)
+            colour = {"FINISHED": "green", "KILLED": "yellow"}.get(status, "red")
+            if self.enabled:
+                self.progress.console.print(f"  [{colour}]{status:<8}[/{colour}] {label}  {run.eval}  {detail}  "
+                                            f"({took})", highlight=False)
+        self._refresh()
+
+    def run_view(self, label: str) -> RunView:
+        """A :class:`~workbench.progress.RunProgress`-like view of one run, for ``execute_run``."""
+        return RunView(self, label)
+
+
+class RunView:
+    """What ``execute_run`` calls: ``start_run``, ``on_step``, ``end_run``."""
+
+    def __init__(self, owner: StudyProgress, label: str) -> None:
+        self.owner = owner
+        self.label = label
+
+    def start_run(self, label: str, steps: int) -> None:
+        self.owner.run_started(self.label, steps)
+
+    def on_step(self, step: int, metrics: dict[str, float]) -> None:
+        self.owner.run_step(self.label, step, metrics)
+
+    def end_run(self, label: str, status: str) -> None:
+        # execute_run passes the health verdict ("ok"/"warn"/"fail") for a finished run
+        finished = status not in ("FAILED", "KILLED")
+        self.owner.run_ended(self.label, "FINISHED" if finished else status,
+                             f"health {status}" if finished else "")

@@ -1,0 +1,272 @@
+"""Plotly figures from :mod:`workbench.compare` data (drawing only: no statistics, no MLflow).
+
+The split follows rliable (``metrics.py`` / ``library.py`` / ``plot_utils.py``): the numbers come
+from ``workbench.compare`` (``curve_bands``, ``ComparisonTable``, ``summarize_runs``) and from the
+health cells of ``workbench.commands.health``; this module only turns frames into traces.
+
+Trace builders return lists of ``go.Scatter``/``go.Bar``/``go.Heatmap`` that a caller places in a
+subplot (the dashboard renderer); the ``*_figure`` functions wrap them into standalone figures.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from .style import FONT, SEVERITY_COLORS, SEVERITY_SYMBOLS, TEMPLATE, variant_colors, with_alpha
+
+__all__ = [
+    "HEALTH_STATES",
+    "band_traces",
+    "base_layout",
+    "curve_figure",
+    "health_heatmap_trace",
+    "health_matrix_figure",
+    "marker_traces",
+    "run_traces",
+    "summary_bar_traces",
+    "summary_figure",
+]
+
+#: Health cell states and their heatmap codes (``off``: rule disabled, drawn as a gap).
+HEALTH_STATES: dict[str, float] = {"ok": 0.0, "warn": 1.0, "fail": 2.0, "unknown": 0.5}
+_HEALTH_SCALE = [
+    [0.0, "#E8F5E9"], [0.24, "#E8F5E9"],  # ok
+    [0.25, "#EEEEEE"], [0.49, "#EEEEEE"],  # unknown (no health.json, no reasons tag)
+    [0.5, "#FFE0A3"], [0.74, "#FFE0A3"],  # warn
+    [0.75, "#F5B7B1"], [1.0, "#F5B7B1"],  # fail
+]
+
+
+def base_layout(fig: go.Figure, *, title: str | None = None, height: int | None = None) -> go.Figure:
+    fig.update_layout(template=TEMPLATE, font={"family": FONT, "size": 12}, hovermode="closest",
+                      margin={"l": 60, "r": 20, "t": 70 if title else 40, "b": 50},
+                      legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0},
+                      title={"text": title, "x": 0.01} if title else None, height=height)
+    return fig
+
+
+def _fmt(v: Any) -> str:
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "—"
+    return f"{float(v):.4g}"
+
+
+# --------------------------------------------------------------------------------------------
+# Curves
+# --------------------------------------------------------------------------------------------
+
+def band_traces(bands: pd.DataFrame, x: str, *, name: str, color: str, dash: str = "solid",
+                legendgroup: str | None = None, showlegend: bool = True, band: bool = True,
+                statistic: str = "mean", metric: str = "") -> list[go.Scatter]:
+    """One group's aggregate curve with its CI band, from :func:`workbench.compare.curve_bands`
+    output (columns ``<x>, n, estimate, lo, hi`` for one group).
+
+    The band is drawn where at least 2 runs have a value (``lo``/``hi`` finite)."""
+    b = bands.sort_values(x)
+    xs = b[x].to_numpy()
+    group = legendgroup or name
+    traces: list[go.Scatter] = []
+    ok = np.isfinite(b["lo"].to_numpy(dtype=float)) & np.isfinite(b["hi"].to_numpy(dtype=float))
+    if band and ok.any():
+        bx = xs[ok]
+        traces.append(go.Scatter(
+            x=np.concatenate([bx, bx[::-1]]),
+            y=np.concatenate([b["hi"].to_numpy(dtype=float)[ok], b["lo"].to_numpy(dtype=float)[ok][::-1]]),
+            fill="toself", fillcolor=with_alpha(color, 0.18), line={"width": 0}, mode="lines",
+            hoverinfo="skip", showlegend=False, legendgroup=group, name=f"{name} CI",
+        ))
+    label = f"{name} · {metric}" if metric else name
+    traces.append(go.Scatter(
+        x=xs, y=b["estimate"].to_numpy(dtype=float), mode="lines", name=name, legendgroup=group,
+        showlegend=showlegend, line={"color": color, "dash": dash, "width": 2},
+        customdata=np.stack([b["n"].to_numpy(dtype=float), b["lo"].to_numpy(dtype=float),
+                             b["hi"].to_numpy(dtype=float)], axis=-1),
+        hovertemplate=(f"<b>{label}</b><br>{x}=%{{x}}<br>{statistic}=%{{y:.4g}}"
+                       "<br>95% CI [%{customdata[1]:.4g}, %{customdata[2]:.4g}]<br>runs=%{customdata[0]}<extra></extra>"),
+    ))
+    return traces
+
+
+def run_traces(curves: pd.DataFrame, x: str, *, colors: Mapping[str, str], color_by: str = "variant",
+               labels: Mapping[str, str] | None = None, dash: str = "solid", shown: set[str] | None = None,
+               metric: str = "", opacity: float = 0.75) -> list[go.Scatter]:
+    """One line per run from a tidy frame ``run_id, variant, seed, <x>, value``.
+
+    ``color_by="variant"``: runs share their variant's colour and legend entry;
+    ``color_by="run"``: each run has its own colour (``colors`` keyed by run id) and entry.
+    ``shown`` collects legend groups already shown (pass one set per figure)."""
+    shown = set() if shown is None else shown
+    labels = labels or {}
+    traces = []
+    for rid, g in curves.groupby("run_id", sort=False):
+        g = g.sort_values(x)
+        variant = str(g["variant"].iloc[0])
+        label = labels.get(rid, f"{variant}/seed={g['seed'].iloc[0]}")
+        group = variant if color_by == "variant" else rid
+        color = colors.get(group, "#888888")
+        traces.append(go.Scatter(
+            x=g[x].to_numpy(), y=g["value"].to_numpy(dtype=float), mode="lines+markers" if len(g) < 30 else "lines",
+            marker={"size": 4}, name=variant if color_by == "variant" else label, legendgroup=group,
+            showlegend=group not in shown, opacity=opacity, line={"color": color, "dash": dash, "width": 1.5},
+            hovertemplate=f"<b>{label}</b>{' · ' + metric if metric else ''}<br>{x}=%{{x}}<br>value=%{{y:.4g}}<extra></extra>",
+        ))
+        shown.add(group)
+    return traces
+
+
+def marker_traces(events: pd.DataFrame, x: str = "step", *, shown: set[str] | None = None) -> list[go.Scatter]:
+    """Health-rule trigger markers from a frame ``<x>, y, severity, rule, label, message``
+    (one row per event placed on a curve): one trace per severity."""
+    shown = set() if shown is None else shown
+    traces = []
+    for severity, g in events.groupby("severity", sort=True):
+        key = f"health:{severity}"
+        traces.append(go.Scatter(
+            x=g[x].to_numpy(), y=g["y"].to_numpy(dtype=float), mode="markers",
+            name=f"health {severity}", legendgroup=key, showlegend=key not in shown,
+            marker={"symbol": SEVERITY_SYMBOLS.get(severity, "circle"), "size": 11,
+                    "color": SEVERITY_COLORS.get(severity, "#C0392B"), "line": {"width": 1, "color": "white"}},
+            customdata=np.stack([g["label"].astype(str).to_numpy(), g["message"].astype(str).to_numpy()], axis=-1),
+            hovertemplate="<b>%{customdata[0]}</b><br>%{customdata[1]}<extra></extra>",
+        ))
+        shown.add(key)
+    return traces
+
+
+def curve_figure(bands: pd.DataFrame, x: str = "step", *, metric: str = "", title: str | None = None,
+                 colors: Mapping[str, str] | None = None, baseline: str | None = None,
+                 group: str = "variant", statistic: str = "mean") -> go.Figure:
+    """A standalone figure: every group's aggregate curve with its CI band (``curve_bands`` output)."""
+    groups = list(pd.unique(bands[group]))
+    colors = colors or variant_colors(groups, baseline)
+    fig = go.Figure()
+    for g in groups:
+        for t in band_traces(bands[bands[group] == g], x, name=str(g), color=colors[g], statistic=statistic,
+                             metric=metric):
+            fig.add_trace(t)
+    fig.update_xaxes(title_text=x)
+    fig.update_yaxes(title_text=metric)
+    return base_layout(fig, title=title or metric)
+
+
+# --------------------------------------------------------------------------------------------
+# Summary bars (rliable-style point estimates with CIs, plus every seed)
+# --------------------------------------------------------------------------------------------
+
+def summary_bar_traces(table_rows: pd.DataFrame, values: pd.DataFrame | None, metric: str, *,
+                       colors: Mapping[str, str], baseline: str, statistic: str = "mean",
+                       shown: set[str] | None = None) -> list[go.BaseTraceType]:
+    """Bars of one metric's per-variant estimate with its bootstrap CI (``ComparisonTable.df``
+    rows of that metric, in rank order) and one dot per run (``values``: columns ``variant`` and
+    ``metric``)."""
+    shown = set() if shown is None else shown
+    rows = table_rows
+    variants = rows["variant"].astype(str).tolist()
+    est = rows[statistic].to_numpy(dtype=float)
+    lo = rows[f"{statistic}_lo"].to_numpy(dtype=float)
+    hi = rows[f"{statistic}_hi"].to_numpy(dtype=float)
+    err_plus = np.where(np.isfinite(hi), hi - est, np.nan)
+    err_minus = np.where(np.isfinite(lo), est - lo, np.nan)
+    hover = []
+    for r in rows.to_dict("records"):
+        if r["variant"] == baseline:
+            hover.append(f"baseline · {r['n_seeds']} seeds")
+        else:
+            hover.append(f"Δ {_fmt(r['delta'])} [{_fmt(r['delta_lo'])}, {_fmt(r['delta_hi'])}]<br>"
+                         f"P(improve) {_fmt(r['p_improve'])}<br>{r['verdict']}")
+    traces: list[go.BaseTraceType] = [go.Bar(
+        x=variants, y=est, marker={"color": [with_alpha(colors.get(v, "#888888"), 0.55) for v in variants],
+                                   "line": {"color": [colors.get(v, "#888888") for v in variants],
+                                            "width": [3 if v == baseline else 1 for v in variants]}},
+        error_y={"type": "data", "symmetric": False, "array": err_plus, "arrayminus": err_minus,
+                 "thickness": 1.5, "width": 6, "color": "#333333"},
+        customdata=np.array(hover, dtype=object), showlegend=False, name=metric,
+        hovertemplate=f"<b>%{{x}}</b><br>{statistic} %{{y:.4g}}<br>%{{customdata}}<extra>{metric}</extra>",
+    )]
+    if values is not None and metric in values.columns:
+        pts = values[["variant", metric]].dropna()
+        pts = pts[pts["variant"].astype(str).isin(variants)]
+        if len(pts):
+            traces.append(go.Scatter(
+                x=pts["variant"].astype(str).to_numpy(), y=pts[metric].to_numpy(dtype=float), mode="markers",
+                marker={"color": "#222222", "size": 6, "opacity": 0.7, "symbol": "circle-open"},
+                name="runs (seeds)", legendgroup="seeds", showlegend="seeds" not in shown,
+                hovertemplate=f"%{{x}}: %{{y:.4g}}<extra>{metric} (one run)</extra>",
+            ))
+            shown.add("seeds")
+    return traces
+
+
+def summary_figure(table: Any, summary: pd.DataFrame | None = None, metrics: Sequence[str] | None = None, *,
+                   colors: Mapping[str, str] | None = None, statistic: str = "mean", cols: int = 2,
+                   title: str | None = "Summary metrics per variant (bars: estimate with 95% bootstrap CI; "
+                                       "circles: runs)") -> go.Figure:
+    """One subplot per metric of a :class:`~workbench.compare.ComparisonTable`."""
+    metrics = list(metrics or table.metrics)
+    cols = max(1, min(cols, len(metrics)))
+    rows = math.ceil(len(metrics) / cols)
+    colors = colors or variant_colors(pd.unique(table.df["variant"]), table.baseline)
+    titles = []
+    for m in metrics:
+        hib = table.higher_is_better.get(m)
+        titles.append(f"{m} ({'↑ better' if hib else '↓ better' if hib is False else 'no direction'})")
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=titles, vertical_spacing=0.18 if rows > 1 else 0.1)
+    shown: set[str] = set()
+    for i, m in enumerate(metrics):
+        r, c = divmod(i, cols)
+        for t in summary_bar_traces(table.for_metric(m), summary, m, colors=colors, baseline=table.baseline,
+                                    statistic=statistic, shown=shown):
+            fig.add_trace(t, row=r + 1, col=c + 1)
+    return base_layout(fig, title=title, height=max(320, 300 * rows))
+
+
+# --------------------------------------------------------------------------------------------
+# Health matrix
+# --------------------------------------------------------------------------------------------
+
+def health_heatmap_trace(cells: pd.DataFrame, *, rules: Sequence[str] | None = None,
+                         run_order: Sequence[str] | None = None) -> go.Heatmap:
+    """Runs × rules heatmap from health cells (columns ``run_id, label, rule, state, step,
+    message``): colour = state (ok / warn / fail; grey: unknown; gap: rule off), text = the
+    first-trigger step."""
+    rules = list(rules or pd.unique(cells["rule"]))
+    run_order = list(run_order or pd.unique(cells["run_id"]))
+    labels = cells.drop_duplicates("run_id").set_index("run_id")["label"].astype(str)
+    idx = {(r, u): i for i, (r, u) in enumerate(zip(cells["run_id"], cells["rule"], strict=True))}
+    z = np.full((len(run_order), len(rules)), np.nan)
+    text = np.full(z.shape, "", dtype=object)
+    hover = np.full(z.shape, "", dtype=object)
+    for i, rid in enumerate(run_order):
+        for j, rule in enumerate(rules):
+            k = idx.get((rid, rule))
+            if k is None:
+                continue
+            row = cells.iloc[k]
+            state = str(row["state"])
+            z[i, j] = HEALTH_STATES.get(state, np.nan)
+            step = row["step"]
+            text[i, j] = "" if pd.isna(step) else str(int(step))
+            hover[i, j] = f"{state}" + (f" at step {int(step)}: {row['message']}" if not pd.isna(step) else "")
+    y = [labels.get(r, r) for r in run_order]
+    return go.Heatmap(
+        z=z / 2.0, x=rules, y=y, text=text, texttemplate="%{text}", customdata=hover, zmin=0.0, zmax=1.0,
+        colorscale=_HEALTH_SCALE, showscale=False, xgap=2, ygap=2,
+        hovertemplate="<b>%{y}</b> · %{x}<br>%{customdata}<extra></extra>",
+    )
+
+
+def health_matrix_figure(cells: pd.DataFrame, *, rules: Sequence[str] | None = None,
+                         title: str | None = "Health: first-trigger step of each rule (amber warn, red fail, "
+                                             "blank cell: rule off)") -> go.Figure:
+    fig = go.Figure(health_heatmap_trace(cells, rules=rules))
+    n_runs = cells["run_id"].nunique() if len(cells) else 1
+    fig.update_yaxes(autorange="reversed")
+    fig.update_xaxes(tickangle=-30)
+    return base_layout(fig, title=title, height=max(260, 140 + 28 * n_runs))

@@ -1,0 +1,56 @@
+"""Colours, line styles and layout defaults shared by every figure, so a variant looks the same
+in every panel of every report and dashboard."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+#: Baseline: neutral grey (the reference, not a contender).
+BASELINE_COLOR = "#4D4D4D"
+#: Other variants, in order (D3 "category10" without its grey, colour-blind tolerable pairs first).
+PALETTE: tuple[str, ...] = (
+    "#1F77B4", "#FF7F0E", "#2CA02C", "#D62728", "#9467BD", "#8C564B", "#E377C2", "#BCBD22", "#17BECF",
+)
+#: Line dash per metric when a panel shows several metrics.
+DASHES: tuple[str, ...] = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
+DASH_GLYPHS: dict[str, str] = {"solid": "——", "dash": "– –", "dot": "···", "dashdot": "–·–",
+                               "longdash": "— —", "longdashdot": "—·—"}
+SEVERITY_COLORS: dict[str, str] = {"warn": "#E69F00", "fail": "#C0392B"}
+SEVERITY_SYMBOLS: dict[str, str] = {"warn": "triangle-up", "fail": "x"}
+FONT = "Inter, -apple-system, Segoe UI, Helvetica, Arial, sans-serif"
+TEMPLATE = "plotly_white"
+PLOT_CONFIG = {"displaylogo": False, "responsive": True,
+               "toImageButtonOptions": {"format": "svg"}}  # PNG export needs kaleido; SVG is client-side
+
+
+def variant_colors(variants: Iterable[str], baseline: str | None = None) -> dict[str, str]:
+    """``variant -> colour``: the baseline grey, the others from :data:`PALETTE` in order."""
+    out: dict[str, str] = {}
+    i = 0
+    for v in dict.fromkeys(variants):
+        if v == baseline:
+            out[v] = BASELINE_COLOR
+        else:
+            out[v] = PALETTE[i % len(PALETTE)]
+            i += 1
+    return out
+
+
+def with_alpha(color: str, alpha: float) -> str:
+    """``#RRGGBB`` (or ``rgb(r, g, b)``) as ``rgba(r, g, b, alpha)`` for bands."""
+    if color.startswith("#") and len(color) == 7:
+        r, g, b = (int(color[i:i + 2], 16) for i in (1, 3, 5))
+    elif color.startswith("rgb(") and color.endswith(")"):
+        r, g, b = (int(float(x)) for x in color[4:-1].split(","))
+    else:
+        return color
+    return f"rgba({r}, {g}, {b}, {alpha})"
+
+
+def dash_for(index: int) -> str:
+    return DASHES[index % len(DASHES)]
+
+
+def dash_legend(metrics: Sequence[str]) -> str:
+    """``"—— reward/mean, – – reward/std"``: which dash is which metric, for panel titles."""
+    return ", ".join(f"{DASH_GLYPHS[dash_for(i)]} {m}" for i, m in enumerate(metrics))
