@@ -71,6 +71,8 @@ def main() -> None:
         ("  sampling s", f"{med('perf/sample_s'):.3f}"),
         ("  scoring s (math-verify)", f"{med('perf/score_s'):.3f}"),
         ("  learning s", f"{med('perf/learn_s'):.3f}"),
+        ("  algorithm units s (advantage, IS, loss)", f"{med('perf/algorithm_s'):.4f}"),
+        ("algorithm overhead, % of learning (target <= 5%)", f"{100 * med('perf/algorithm_s') / med('perf/learn_s'):.2f}%"),
         ("tracking s per step", f"{tracking_per_step:.4f}"),
         ("tracking overhead (target <= 3%)", f"{100 * tracking_per_step / step_s:.2f}%"),
     ]

@@ -100,7 +100,9 @@ def rl_step(cfg: RunConfig, step: int, task, rng: random.Random, generator: torc
             logp, _ = learner.logprobs(rollouts, slice(None), temperature, with_entropy=False)
         seq_kl = (kl_penalty(logp, ref_logp, algo.kl_estimator) * rollouts.mask).sum(-1)  # [B]
         rewards = rewards - algo.kl_coef * seq_kl
+    t0 = time.perf_counter()
     advantages = compute_advantages(algo.estimator, rewards, rollouts.group_ids)  # [B]
+    advantage_s = time.perf_counter() - t0
 
     learn_start = time.perf_counter()
     metrics |= policy_update(learner, rollouts, advantages, algo, temperature, generator, loss_mask=loss_mask,
@@ -108,6 +110,7 @@ def rl_step(cfg: RunConfig, step: int, task, rng: random.Random, generator: torc
     sampler.sync_weights(learner.model)
     learn_s = time.perf_counter() - learn_start
 
+    metrics["perf/algorithm_s"] += advantage_s
     metrics |= rollout_metrics(sampled)  # over everything sampled, not only what was kept
     generated = float(sampled.rollouts.lengths.sum())
     learned = float(rollouts.attention_mask.sum()) * algo.epochs

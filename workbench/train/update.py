@@ -7,6 +7,7 @@ forward that computes the loss also provides the "old" logprobs (ratio exactly 1
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 
 import torch
@@ -42,9 +43,12 @@ def policy_update(learner: TorchLearner, rollouts: Rollouts, advantages: torch.T
         metrics["kl/ref"] = masked_mean(kl_penalty(old_logp, ref_logp, algo.kl_estimator), mask)
     metrics |= mismatch_metrics(old_logp, rollouts.sampler_logp, mask)
     is_weights = None
+    algo_s = 0.0  # time inside the registered algorithm units (benchmarked against learner time)
     if algo.correction is not None:
+        t0 = time.perf_counter()
         is_weights, is_metrics = importance_weights(algo.correction, old_logp, rollouts.sampler_logp, mask,
                                                     cap=algo.correction_cap)
+        algo_s += time.perf_counter() - t0
         metrics |= is_metrics
 
     sums: dict[str, float] = defaultdict(float)
@@ -55,6 +59,7 @@ def policy_update(learner: TorchLearner, rollouts: Rollouts, advantages: torch.T
             if not single:
                 logp, _ = learner.logprobs(rollouts, rows, temperature, with_entropy=False)
             sel = slice(None) if single else rows
+            t0 = time.perf_counter()
             loss, loss_metrics = compute_policy_loss(
                 algo.loss, logp, old_logp[sel], advantages[sel], loss_mask[sel],
                 clip_low=algo.clip_low, clip_high=algo.clip_high, dual_clip=algo.dual_clip,
@@ -65,6 +70,7 @@ def policy_update(learner: TorchLearner, rollouts: Rollouts, advantages: torch.T
                 kl = kl_penalty(logp, ref_logp[sel], algo.kl_estimator)  # [b, T]
                 loss = loss + algo.kl_coef * aggregate_loss(kl, loss_mask[sel], algo.agg_mode,
                                                             norm_constant=algo.norm_constant)
+            algo_s += time.perf_counter() - t0
             grad_norm = learner.optimizer_step(loss)
             for key, value in loss_metrics.items():
                 sums[key] += value
@@ -73,4 +79,5 @@ def policy_update(learner: TorchLearner, rollouts: Rollouts, advantages: torch.T
             updates += 1
     metrics |= {key: value / updates for key, value in sums.items()}  # means over the optimizer steps
     metrics["train/optimizer_steps"] = float(updates)
+    metrics["perf/algorithm_s"] = algo_s
     return metrics
