@@ -50,3 +50,9 @@ def test_flat_params_use_dotted_keys():
 def test_model_needs_exactly_one_source():
     with pytest.raises(ValidationError, match="exactly one"):
         RunConfig.model_validate({"model": {"builtin": "tiny", "path": "/x"}})
+
+
+def test_run_key_ignores_values_equal_to_defaults():
+    """Spelling out a default, or a schema that grew a defaulted field, keeps the key (resume works)."""
+    assert RunConfig().run_key() == RunConfig.model_validate({"learner": {"lr": 1e-4, "grad_clip": 1.0}}).run_key()
+    assert RunConfig().run_key() != RunConfig.model_validate({"learner": {"grad_clip": 0.5}}).run_key()

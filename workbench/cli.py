@@ -130,6 +130,52 @@ def run(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
         raise typer.Exit(1)
 
 
+@app.command()
+def worker(
+    study: StudyArg,
+    storage: Annotated[str, typer.Option(
+        help="shared Optuna storage: postgresql://user:pw@host/db, sqlite:///optuna.db, or a journal file path")],
+    tracking_uri: Annotated[str | None, typer.Option(
+        help="MLflow tracking server all workers log to (default: $MLFLOW_TRACKING_URI, else the local store)")] = None,
+    set_: SetOpt = None,
+    heartbeat: Annotated[int, typer.Option(min=1, help="seconds between a running trial's heartbeats")] = 30,
+    grace: Annotated[int | None, typer.Option(
+        min=1, help="seconds without a heartbeat after which a run's worker counts as lost (default 2 x heartbeat)")] = None,
+    max_retries: Annotated[int, typer.Option(min=0, help="re-runs of a run whose worker was lost")] = 3,
+    threads: Annotated[int | None, typer.Option(min=1, help="torch threads (default: torch's choice)")] = None,
+    quiet: Annotated[bool, typer.Option(help="no per-run lines")] = False,
+) -> None:
+    """Execute a study together with any number of other workers, on any machines (see docs/distributed.md)."""
+    from workbench.distributed import WorkerError, WorkerOptions, run_worker
+    from workbench.pool import _interrupt_once
+
+    if tracking_uri:
+        os.environ["MLFLOW_TRACKING_URI"] = tracking_uri  # every run of this worker logs there
+    study_obj, specs = load_specs(study, set_, None)
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+    signal.signal(signal.SIGTERM, _interrupt_once)  # `kill PID` stops like Ctrl-C: the run ends KILLED
+    log = (lambda line: None) if quiet else (lambda line: console.print(line, markup=False, highlight=False,
+                                                                        soft_wrap=True))
+    options = WorkerOptions(heartbeat_interval=heartbeat, grace_period=grace, max_retries=max_retries, log=log)
+    try:
+        report = run_worker(study_obj, specs, storage, options)
+    except (WorkerError, FileNotFoundError) as e:
+        raise fail(str(e)) from None
+    except KeyboardInterrupt:
+        err_console.print("[yellow]worker stopped: its run is KILLED and enqueued again for the other workers[/yellow]")
+        raise typer.Exit(130) from None
+    if report.outcomes:
+        print_summary(study_obj.name, report.outcomes)
+    console.print(f"study {report.study}: {report.finished}/{report.total} runs finished; "
+                  f"this worker ({report.worker}) ran {len(report.outcomes)}", highlight=False)
+    if report.failed:
+        err_console.print(f"[red]not finished:[/red] {', '.join(report.failed)}", highlight=False)
+        raise typer.Exit(1)
+
+
 def print_summary(name: str, outcomes) -> None:
     from workbench.tracking.store import resolve_tracking_uri
 
@@ -184,6 +230,11 @@ def ui(port: Annotated[int, typer.Option(help="port on 127.0.0.1")] = 5000,
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGTERM)
             proc.wait(timeout=20)
+
+
+from workbench.commands import register as _register_report_commands  # noqa: E402 - after the app's own commands
+
+_register_report_commands(app)  # health, compare, dashboard (workbench/commands/)
 
 
 def main() -> None:

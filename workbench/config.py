@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from workbench.health import HealthConfig
 
 Dtype = Literal["float32", "bfloat16", "float16"]
+RUN_KEY_VERSION = 1  # bump when a default value changes meaning (see RunConfig.run_key)
 
 
 class Strict(BaseModel):
@@ -208,9 +209,14 @@ class RunConfig(Strict):
         return flatten(self.model_dump(mode="json"))
 
     def run_key(self) -> str:
-        """Stable hash of what determines the results (tracking settings excluded)."""
-        payload = self.model_dump(mode="json", exclude={"tracking"})
-        blob = json.dumps(payload, sort_keys=True, separators=(",", ":"))
+        """Stable hash of what determines the results (tracking settings excluded).
+
+        Only values that differ from their defaults are hashed, so adding a new field (with a
+        default) to the schema keeps existing run keys, and resuming old studies still works.
+        Changing a default's *value* must bump ``RUN_KEY_VERSION``.
+        """
+        payload = self.model_dump(mode="json", exclude={"tracking"}, exclude_defaults=True)
+        blob = json.dumps({"v": RUN_KEY_VERSION, "config": payload}, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 

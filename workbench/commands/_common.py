@@ -44,8 +44,11 @@ class Target:
 
 
 def resolve_target(arg: str, tracking_uri: str | None = None, *, allow_run: bool = True,
-                   cache_dir: Any = None) -> Target:
-    """``arg`` is a study YAML file, a study (experiment) name, or a run id (child or parent run)."""
+                   settings: bool = True, cache_dir: Any = None) -> Target:
+    """``arg`` is a study YAML file, a study (experiment) name, or a run id (child or parent run).
+
+    ``settings``: for a name or run id, read ``compare:`` and the variant order from the
+    ``study.yaml`` the parent run logged."""
     from workbench.tracking.reader import StudyNotFound, StudyReader
     from workbench.tracking.store import resolve_tracking_uri
 
@@ -81,7 +84,7 @@ def resolve_target(arg: str, tracking_uri: str | None = None, *, allow_run: bool
         raise fail(str(e)) from None
     except ValueError as e:
         raise fail(str(e)) from None
-    if not compare:
+    if settings and not compare:
         compare, order = _logged_study_settings(reader, name)
     return Target(name, uri, reader, compare, run_id, order)
 
@@ -94,7 +97,8 @@ def _logged_study_settings(reader: Any, study: str) -> tuple[dict[str, Any], lis
         parent = reader.parent_run_id(study)
         if parent is None:
             return {}, []
-        text = _artifact_text(reader, parent, "study.yaml")
+        info = reader.run_info(parent)
+        text = reader.read_artifact_text(parent, info and info.get("artifact_uri"), "study.yaml")
         data = yaml.safe_load(text) if text else None
     except Exception:  # noqa: BLE001 - settings are a convenience; defaults apply
         return {}, []
@@ -103,13 +107,6 @@ def _logged_study_settings(reader: Any, study: str) -> tuple[dict[str, Any], lis
     compare = data.get("compare") if isinstance(data.get("compare"), dict) else {}
     variants = data.get("variants") if isinstance(data.get("variants"), dict) else {}
     return dict(compare), list(variants)
-
-
-def _artifact_text(reader: Any, run_id: str, path: str) -> str | None:
-    from mlflow import MlflowClient
-
-    uri = MlflowClient(reader.tracking_uri).get_run(run_id).info.artifact_uri
-    return reader.read_artifact_text(run_id, uri, path)
 
 
 def parent_run(target: Target, *, create: bool = True) -> str | None:

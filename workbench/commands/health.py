@@ -171,6 +171,8 @@ def health(
     preset: Annotated[str | None, typer.Option(help="with --recheck: apply this preset (default | strict | off) "
                                                "instead of each run's own health config")] = None,
     format: Annotated[str, typer.Option("--format", help="table | json")] = "table",
+    all_rules: Annotated[bool, typer.Option("--all-rules", help="a column for every rule, "
+                                            "not only those that fired")] = False,
     tracking_uri: TrackingOpt = None,
 ) -> None:
     """Runs × health rules: the step each rule first fired (from health.json, or --recheck)."""
@@ -182,7 +184,7 @@ def health(
         if preset not in HEALTH_PRESETS:
             raise fail(f"unknown health preset {preset!r} (valid: {', '.join(sorted(HEALTH_PRESETS))})")
         recheck = True
-    target = resolve_target(study_or_run, tracking_uri)
+    target = resolve_target(study_or_run, tracking_uri, settings=False)
     reader = target.reader
     if recheck:
         frames = reader.load(target.study, run_ids=[target.run_id] if target.run_id else None)
@@ -219,21 +221,28 @@ def health(
         return
     from rich.table import Table
 
-    table = Table(title=f"health of study {target.study} ({source}): first-trigger step per rule",
-                  caption="yellow: warn, red: fail, ·: did not fire, off: rule disabled, ?: no report")
-    table.add_column("run")
+    shown = rules if all_rules else [r for r in rules if cells.loc[cells["rule"] == r, "state"]
+                                     .isin(["warn", "fail", "off", "unknown"]).any()]
+    quiet = [r for r in rules if r not in shown]
+    what = target.run_id[:8] if target.run_id else f"study {target.study}"
+    table = Table(title=f"health of {what} ({source}): step at which each rule first fired",
+                  caption="yellow: warn · red: fail · '·': did not fire · off: rule disabled · ?: no report",
+                  title_justify="left", caption_justify="left")
+    table.add_column("run", no_wrap=True)
     table.add_column("status")
     table.add_column("health")
-    for r in rules:
+    for r in shown:
         table.add_column(r.replace("_", " "), justify="right")
     for row in runs.to_dict("records"):
         c = cells[cells["run_id"] == row["run_id"]].set_index("rule")
         rep = reports.get(row["run_id"]) or {}
         verdict = rep.get("status") or row.get("health") or "?"
         color = {"ok": "green", "warn": "yellow", "fail": "red"}.get(verdict, "dim")
-        table.add_row(_label(row), str(row["status"]), f"[{color}]{verdict}[/{color}]",
-                      *(_styled(c.loc[r]) if r in c.index else "" for r in rules))
+        table.add_row(_label(row), str(row["status"]).lower(), f"[{color}]{verdict}[/{color}]",
+                      *(_styled(c.loc[r]) if r in c.index else "" for r in shown))
     console.print(table)
+    if quiet:
+        console.print(f"[dim]did not fire in any run: {', '.join(quiet)}[/dim]", highlight=False, soft_wrap=True)
     missing = [_label(r) for r in runs.to_dict("records") if not reports.get(r["run_id"])]
     if missing and not recheck:
         note(f"[yellow]no health.json for {len(missing)} run(s) ({', '.join(missing[:5])}"

@@ -28,6 +28,9 @@ def check_model_path(path: Path) -> None:
 def load_policy(model_cfg: ModelConfig, task_cfg: TaskConfig, progress: bool = True):
     """(model, tokenizer) with left padding, ready for sampling and learning."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # our own progress display covers loading
 
     path = model_dir(model_cfg, task_cfg, progress=progress)
     tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")

@@ -53,6 +53,9 @@ def tiny_model_dir(model_cfg: ModelConfig, task_cfg: TaskConfig, progress: bool 
     with open(target.parent / f"{target.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (target / "config.json").exists():
+            from transformers.utils import logging as hf_logging
+
+            hf_logging.disable_progress_bar()
             tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".build-"))
             try:
                 model, tokenizer, sft = build_tiny_model(model_cfg, build_task(task_cfg), progress=progress)

@@ -177,7 +177,7 @@ class _SqlBackend:
 
     def run_info(self, run_id: str) -> dict[str, Any] | None:
         df = self._query(
-            "SELECT r.run_uuid, r.experiment_id, e.name AS experiment, t.value AS role FROM runs r "
+            "SELECT r.run_uuid, r.experiment_id, r.artifact_uri, e.name AS experiment, t.value AS role FROM runs r "
             "JOIN experiments e ON e.experiment_id = r.experiment_id "
             "LEFT JOIN tags t ON t.run_uuid = r.run_uuid AND t.key = :role_tag WHERE r.run_uuid = :id",
             {"id": run_id, "role_tag": ROLE_TAG})
@@ -185,7 +185,7 @@ class _SqlBackend:
             return None
         row = df.iloc[0]
         return {"run_id": run_id, "experiment_id": str(row["experiment_id"]), "experiment": row["experiment"],
-                "role": row["role"]}
+                "role": row["role"], "artifact_uri": row["artifact_uri"]}
 
     def runs(self, experiment_id: str, role: str) -> tuple[pd.DataFrame, dict[str, dict[str, str]], dict[str, dict[str, str]]]:
         """Run rows (run_id, run_name, status, start_time, end_time, artifact_uri), tags and params by run."""
@@ -308,7 +308,7 @@ class _RestBackend:
             return None
         exp = self.client.get_experiment(run.info.experiment_id)
         return {"run_id": run_id, "experiment_id": run.info.experiment_id, "experiment": exp.name,
-                "role": run.data.tags.get(ROLE_TAG)}
+                "role": run.data.tags.get(ROLE_TAG), "artifact_uri": run.info.artifact_uri}
 
     def runs(self, experiment_id: str, role: str):
         rows, tags, params = [], {}, {}
@@ -500,7 +500,7 @@ class StudyReader:
         return self.backend.experiment_id(study) is not None
 
     def run_info(self, run_id: str) -> dict[str, Any] | None:
-        """``{run_id, experiment_id, experiment, role}`` of any run, or None."""
+        """``{run_id, experiment_id, experiment, role, artifact_uri}`` of any run, or None."""
         return self.backend.run_info(run_id)
 
     def parent_run_id(self, study: str) -> str | None:

@@ -21,7 +21,8 @@ Panel fields: ``kind`` (``curve`` | ``summary`` | ``health_matrix``), ``metrics`
 ``aggregation`` (``mean`` | ``iqm``: across the runs of a group, with a 95% bootstrap band;
 ``none``: every run's own line), ``group_by`` (``variant`` | ``run``), ``x`` (``step`` |
 ``samples`` | ``tokens``), ``band``, ``health_markers``, ``log_y``, ``y_title``, ``width``
-(columns spanned), ``row``/``col`` (1-based, optional: panels are placed row by row otherwise).
+(columns spanned), ``optional`` (left out when its metrics were never logged), ``row``/``col``
+(1-based, optional: panels are placed row by row otherwise).
 Every mistake is reported with the spec file, line and field, e.g.
 ``dashboards/mine.yaml:7: panels[1].aggregation: must be one of mean, iqm, none (got 'median')``.
 
@@ -104,6 +105,9 @@ class PanelSpec(_Strict):
     log_y: bool = False
     y_title: str | None = None
     width: int = Field(1, ge=1, le=4, description="columns spanned")
+    optional: bool = False
+    """Leave the panel out when none of its metrics was logged (e.g. ``kl/ref`` without a reference
+    policy) instead of showing an empty panel."""
     row: int | None = Field(None, ge=1)
     col: int | None = Field(None, ge=1)
 
@@ -429,6 +433,12 @@ def render_dashboard(spec: DashboardSpec, data: DashboardData) -> RenderedDashbo
     from . import figures as F
     from .style import PALETTE, dash_for, dash_legend, variant_colors
 
+    logged = set(pd.unique(data.history["metric"])) if len(data.history) else set()
+    keep = [p for p in spec.panels if not (p.optional and p.kind == "curve" and not logged & set(p.metrics))]
+    if len(keep) < len(spec.panels):
+        if not keep:
+            keep = spec.panels[:1]
+        spec = spec.model_copy(update={"panels": [p.model_copy(update={"row": None, "col": None}) for p in keep]})
     cols = spec.layout.cols
     places = spec.placements()
     n_rows = max(r for r, _ in places)

@@ -1,0 +1,362 @@
+"""``workbench compare STUDY`` and ``workbench dashboard STUDY``: statistics and plots of a study,
+in the terminal and as self-contained HTML logged to the study's parent MLflow run.
+
+Data flow: :mod:`workbench.tracking.reader` (frames) → :mod:`workbench.compare` (summaries,
+statistics) → :mod:`workbench.viz` (figures, HTML) → MLflow artifacts:
+
+* ``reports/compare.html`` (+ ``compare.csv``, ``compare.json``, ``compare.md``) on the parent run;
+* ``dashboards/<spec name>.html`` on the parent run (on the run itself with ``--run``).
+"""
+
+from __future__ import annotations
+
+import html
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated, Any
+
+import pandas as pd
+import typer
+
+from ._common import (
+    Target,
+    TrackingOpt,
+    console,
+    fail,
+    fmt_ci,
+    fmt_num,
+    fmt_p,
+    log_artifacts_text,
+    note,
+    parent_run,
+    resolve_target,
+)
+
+__all__ = ["build_compare_report", "compare", "comparison_metrics", "dashboard", "select_runs"]
+
+DEFAULT_METRICS = ("final_eval_accuracy",)
+REPORT_DIR = "reports"
+DASHBOARD_DIR = "dashboards"
+
+
+# --------------------------------------------------------------------------------------------
+# Pieces (pure: frames in, frames/HTML out)
+# --------------------------------------------------------------------------------------------
+
+def comparison_metrics(requested: Sequence[str] | None, compare_cfg: dict[str, Any]) -> list[str]:
+    """Summary metric names to compare: ``--metric`` values, else the study's ``compare.metrics``,
+    else ``final_eval_accuracy``. Logged metric names (``eval/accuracy``) become ``final:<name>``."""
+    from workbench.viz.dashboard import summary_name
+
+    names = list(requested or compare_cfg.get("metrics") or DEFAULT_METRICS)
+    return list(dict.fromkeys(summary_name(m) for m in names))
+
+
+def select_runs(runs: pd.DataFrame, include_unfinished: bool) -> tuple[pd.DataFrame, dict[str, int]]:
+    """FINISHED runs only (unless ``include_unfinished``); the count of the others by status."""
+    if include_unfinished:
+        return runs, {}
+    keep = runs["status"] == "FINISHED"
+    return runs[keep].reset_index(drop=True), runs.loc[~keep, "status"].value_counts().to_dict()
+
+
+def _verdict_class(v: Any) -> str:
+    v = str(v)
+    return {"better": "better", "worse": "worse"}.get(v, "nd" if v.startswith("not distinguishable") else "")
+
+
+def comparison_table_html(table: Any) -> str:
+    from workbench.viz.html import df_table_html
+
+    parts = []
+    level = f"{table.confidence:.0%}"
+    for metric in table.metrics:
+        rows = table.for_metric(metric)
+        hib = table.higher_is_better.get(metric)
+        direction = {True: "higher is better", False: "lower is better", None: "no preferred direction"}[hib]
+        view = pd.DataFrame({
+            "rank": [fmt_num(r) for r in rows["rank"]],
+            "variant": rows["variant"],
+            "seeds": rows["n_seeds"],
+            f"mean [{level} CI]": [fmt_ci(*x) for x in zip(rows["mean"], rows["mean_lo"], rows["mean_hi"], strict=True)],
+            f"IQM [{level} CI]": [fmt_ci(*x) for x in zip(rows["iqm"], rows["iqm_lo"], rows["iqm_hi"], strict=True)],
+            "Δ vs baseline [corrected CI]": ["—" if v == table.baseline else fmt_ci(d, lo, hi) for v, d, lo, hi in
+                                             zip(rows["variant"], rows["delta"], rows["delta_lo"], rows["delta_hi"],
+                                                 strict=True)],
+            f"P(improve) [{level} CI]": ["—" if v == table.baseline else fmt_ci(p, lo, hi) for v, p, lo, hi in
+                                         zip(rows["variant"], rows["p_improve"], rows["p_improve_lo"],
+                                             rows["p_improve_hi"], strict=True)],
+            f"p ({table.correction})": [fmt_p(p) for p in rows["p_adjusted"]],
+            "verdict": rows["verdict"],
+            "seeds needed (80% power)": ["—" if v == table.baseline else fmt_num(n)
+                                         for v, n in zip(rows["variant"], rows["seeds_needed"], strict=True)],
+            "test": rows["test"],
+        })
+        parts.append(f"<h3>{html.escape(metric)} <small>({direction}; baseline: "
+                     f"{html.escape(str(table.baseline))})</small></h3>")
+        parts.append(df_table_html(view, left=("variant", "verdict", "test"), cell_class={"verdict": _verdict_class},
+                                   row_class=lambda r: "baseline" if r["variant"] == table.baseline else ""))
+        notes = [f"{r['variant']}: {r['note']}" for r in rows.to_dict("records") if r["note"]]
+        if notes:
+            parts.append("<ul class='note'>" + "".join(f"<li>{html.escape(n)}</li>" for n in notes) + "</ul>")
+    return "\n".join(parts)
+
+
+def _runs_overview_html(runs: pd.DataFrame, excluded: dict[str, int]) -> str:
+    from workbench.viz.html import df_table_html
+
+    g = runs.groupby("variant", sort=False)
+    view = pd.DataFrame({
+        "variant": list(g.groups),
+        "runs": g.size().to_numpy(),
+        "seeds": [", ".join(str(s) for s in sorted(x.dropna().tolist())) for _, x in g["seed"]],
+        "health ok / warn / fail": [f"{(x == 'ok').sum()} / {(x == 'warn').sum()} / {(x == 'fail').sum()}"
+                                    for _, x in g["health"]],
+    })
+    out = df_table_html(view, left=("variant", "seeds"))
+    if excluded:
+        out += ("<p class='note'>Not compared (not FINISHED): "
+                + ", ".join(f"{n} {s}" for s, n in excluded.items()) + ". Use --include-unfinished to include them.</p>")
+    return out
+
+
+def build_compare_report(study: str, table: Any, summary: pd.DataFrame, history: pd.DataFrame,
+                         runs: pd.DataFrame, cells: pd.DataFrame | None, *, spec: Any = None,
+                         tracking_uri: str = "", excluded: dict[str, int] | None = None,
+                         n_resamples: int = 1000) -> tuple[str, list[str]]:
+    """The HTML report (and rendering warnings): runs, comparison table, summary bars with CIs,
+    curves with CI bands (the curve panels of ``spec``), health matrix."""
+    from workbench.viz.dashboard import DashboardData, render_dashboard
+    from workbench.viz.figures import health_matrix_figure, summary_figure
+    from workbench.viz.html import Section, html_page
+    from workbench.viz.style import variant_colors
+
+    colors = variant_colors(pd.unique(runs["variant"]), table.baseline)
+    sections = [
+        Section("Runs", body_html=_runs_overview_html(runs, excluded or {})),
+        Section("Which variant wins", body_html=comparison_table_html(table), note=(
+            f"Per-run summary metrics compared across seeds. Δ = variant − baseline "
+            f"({'paired t-test on matched seeds' if table.df['paired'].fillna(False).any() else 'Welch t-test'}; "
+            f"CIs of Δ after {table.correction} correction across variants); mean/IQM/P(improvement) CIs: "
+            f"percentile bootstrap ({table.settings.get('n_resamples')} resamples). A variant is called better or "
+            "worse only when the corrected test and CI agree; otherwise the verdict says how many seeds were not "
+            "enough, and 'seeds needed' estimates how many would be (80% power, from the observed variance).")),
+        Section("Summary metrics", figure=summary_figure(table, summary, colors=colors)),
+    ]
+    warnings: list[str] = []
+    if spec is not None:
+        curve_spec = spec.model_copy(update={"panels": [p.model_copy(update={"row": None, "col": None})
+                                                        for p in spec.panels if p.kind == "curve"]})
+        if curve_spec.panels:
+            data = DashboardData(history, runs, baseline=table.baseline, n_resamples=n_resamples)
+            rendered = render_dashboard(curve_spec, data)
+            warnings += rendered.warnings
+            rendered.figure.update_layout(title=None)
+            sections.append(Section("Curves", figure=rendered.figure, note=(
+                "Mean over the runs of each variant with a 95% percentile-bootstrap band (runs resampled); "
+                "x = RL step. Dashed/dotted lines: the second/third metric of a panel (see its title).")))
+    if cells is not None and len(cells):
+        sections.append(Section("Health", figure=health_matrix_figure(cells, title=None), note=(
+            "First step at which each health rule fired, per run (from health.json; amber: warn, red: fail, "
+            "grey: no report). `workbench health STUDY` prints the same table.")))
+    subtitle = f"study <b>{html.escape(study)}</b> · {len(runs)} runs · store {html.escape(tracking_uri)}"
+    return html_page(f"Comparison report: {study}", sections, subtitle=subtitle), warnings
+
+
+# --------------------------------------------------------------------------------------------
+# Terminal output
+# --------------------------------------------------------------------------------------------
+
+def print_table(table: Any) -> None:
+    from rich.table import Table
+
+    level = f"{table.confidence:.0%}"
+    for metric in table.metrics:
+        hib = table.higher_is_better.get(metric)
+        direction = {True: "↑ better", False: "↓ better", None: "no direction"}[hib]
+        t = Table(title=f"{metric} ({direction}; baseline {table.baseline})", title_justify="left")
+        for col, just in [("#", "right"), ("variant", "left"), ("seeds", "right"), (f"mean [{level} CI]", "right"),
+                          ("Δ vs baseline [CI]", "right"), (f"P(improve) [{level} CI]", "right"),
+                          (f"p ({table.correction})", "right"), ("verdict", "left"), ("seeds needed", "right")]:
+            t.add_column(col, justify=just)
+        for r in table.for_metric(metric).to_dict("records"):
+            base = r["variant"] == table.baseline
+            v = str(r["verdict"])
+            style = {"better": "bold green", "worse": "bold red", "baseline": "bold"}.get(v, "dim")
+            t.add_row(fmt_num(r["rank"]), f"[bold]{r['variant']}[/bold]" if base else str(r["variant"]),
+                      str(r["n_seeds"]), fmt_ci(r["mean"], r["mean_lo"], r["mean_hi"]),
+                      "—" if base else fmt_ci(r["delta"], r["delta_lo"], r["delta_hi"]),
+                      "—" if base else fmt_ci(r["p_improve"], r["p_improve_lo"], r["p_improve_hi"]),
+                      "—" if base else fmt_p(r["p_adjusted"]), f"[{style}]{v}[/{style}]",
+                      "—" if base else fmt_num(r["seeds_needed"]))
+        console.print(t)
+
+
+# --------------------------------------------------------------------------------------------
+# Commands
+# --------------------------------------------------------------------------------------------
+
+StudyArg = Annotated[str, typer.Argument(help="study YAML file or study name (its MLflow experiment)")]
+
+
+def _load_spec(name: str):
+    from workbench.viz.dashboard import SpecError, find_spec, load_spec
+
+    try:
+        return load_spec(find_spec(name))
+    except SpecError as e:
+        raise fail(str(e)) from None
+
+
+def _spec_metrics(spec: Any) -> set[str]:
+    from workbench.compare import resolve_summary
+    from workbench.compare.summary import COUNT_METRICS
+    from workbench.viz.dashboard import summary_name
+
+    out: set[str] = set()
+    for p in spec.panels:
+        if p.kind == "curve":
+            out |= set(p.metrics)
+            if (p.x or spec.defaults.x) != "step":
+                out |= set(COUNT_METRICS)
+        elif p.kind == "summary":
+            for m in p.metrics:
+                out |= set(resolve_summary(summary_name(m)).reads)
+    return out
+
+
+def compare(
+    study: StudyArg,
+    metric: Annotated[list[str] | None, typer.Option("--metric", "-m", help="summary metric (final_eval_accuracy, "
+                                                     "eval_auc, ...) or logged metric (its final value); repeatable; "
+                                                     "default: the study's compare.metrics")] = None,
+    baseline: Annotated[str | None, typer.Option(help="baseline variant (default: the study's compare.baseline, "
+                                                 "else the first variant)")] = None,
+    format: Annotated[str, typer.Option("--format", help="table | csv | json | md (to stdout)")] = "table",
+    out: Annotated[Path | None, typer.Option("--out", help="also write the HTML report to this file")] = None,
+    spec: Annotated[str, typer.Option(help="dashboard spec whose curve panels the report shows")] = "compare",
+    include_unfinished: Annotated[bool, typer.Option(help="also compare RUNNING/FAILED/KILLED runs")] = False,
+    log: Annotated[bool, typer.Option("--log/--no-log", help="log the report to the study's parent MLflow run")] = True,
+    tracking_uri: TrackingOpt = None,
+) -> None:
+    """Which variant wins, by how much, with what confidence: table + HTML report logged to MLflow."""
+    from workbench.compare import compare_variants, resolve_summary, summarize_runs
+
+    if format not in ("table", "csv", "json", "md"):
+        raise fail(f"--format must be one of table, csv, json, md; got {format!r}")
+    t0 = time.perf_counter()
+    target: Target = resolve_target(study, tracking_uri, allow_run=False)
+    try:
+        names = comparison_metrics(metric, target.compare)
+    except ValueError as e:
+        raise fail(str(e)) from None
+    dash = _load_spec(spec)
+    needed = {m for n in names for m in resolve_summary(n).reads} | _spec_metrics(dash)
+    frames = target.reader.load(target.study, sorted(needed))
+    runs, excluded = select_runs(frames.runs, include_unfinished)
+    if runs.empty:
+        raise fail(f"study {target.study!r} has no FINISHED runs to compare"
+                   + (f" ({', '.join(f'{n} {s}' for s, n in excluded.items())}; try --include-unfinished)"
+                      if excluded else ""))
+    history = frames.history[frames.history["run_id"].isin(set(runs["run_id"]))]
+    variants = list(pd.unique(runs["variant"]))
+    ordered = [v for v in target.variants_order if v in variants] + [v for v in variants
+                                                                     if v not in target.variants_order]
+    runs = runs.assign(_o=runs["variant"].map({v: i for i, v in enumerate(ordered)})) \
+        .sort_values(["_o", "seed"], kind="stable").drop(columns="_o").reset_index(drop=True)
+    base = baseline or target.compare.get("baseline") or ordered[0]
+    if base not in variants:
+        raise fail(f"baseline {base!r} is not a variant of study {target.study!r} (variants: {', '.join(ordered)})")
+    try:
+        summary = summarize_runs(history, runs, names)
+        table = compare_variants(summary, base, names)
+    except ValueError as e:
+        raise fail(str(e)) from None
+
+    if format == "table":
+        print_table(table)
+    elif format == "csv":
+        print(table.to_csv(), end="")
+    elif format == "json":
+        print(table.to_json())
+    else:
+        print(table.to_markdown(), end="")
+
+    reports = target.reader.health_reports(runs)
+    from .health import health_cells
+
+    cells = health_cells(runs, reports)
+    page, warnings = build_compare_report(target.study, table, summary, history, runs, cells, spec=dash,
+                                          tracking_uri=target.tracking_uri, excluded=excluded)
+    for w in warnings:
+        note(f"[dim]{w}[/dim]")
+    size = len(page.encode())
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(page, encoding="utf-8")
+        note(f"wrote {out} ({size / 1e6:.1f} MB)")
+    if log:
+        parent = parent_run(target)
+        where = log_artifacts_text(target.tracking_uri, parent, {
+            f"{REPORT_DIR}/compare.html": page,
+            f"{REPORT_DIR}/compare.csv": table.to_csv(),
+            f"{REPORT_DIR}/compare.json": table.to_json(),
+            f"{REPORT_DIR}/compare.md": table.to_markdown(),
+        })
+        note(f"logged to MLflow run {parent} (study {target.study}): {where[0]} ({size / 1e6:.1f} MB)")
+    note(f"[dim]{frames.stats.summary()}; total {time.perf_counter() - t0:.1f} s[/dim]")
+
+
+def dashboard(
+    study: StudyArg,
+    spec: Annotated[str | None, typer.Option(help="spec file or name in ./dashboards or the project's "
+                                             "dashboards/ (default: compare; health with --run)")] = None,
+    run: Annotated[str | None, typer.Option("--run", help="only this run (its id); the dashboard is logged "
+                                            "to that run")] = None,
+    out: Annotated[Path | None, typer.Option("--out", help="also write the HTML to this file")] = None,
+    log: Annotated[bool, typer.Option("--log/--no-log", help="log the HTML to MLflow")] = True,
+    tracking_uri: TrackingOpt = None,
+) -> None:
+    """Render a dashboard spec (YAML panels) for a study to self-contained HTML logged to MLflow."""
+    from .health import health_cells, health_events
+
+    target = resolve_target(study, tracking_uri)
+    run_id = run or target.run_id
+    dash = _load_spec(spec or ("health" if run_id else "compare"))
+    needs_health = any(p.kind == "health_matrix" or (p.health_markers if p.health_markers is not None
+                                                    else dash.defaults.health_markers) for p in dash.panels)
+    frames = target.reader.load(target.study, sorted(_spec_metrics(dash)), run_ids=[run_id] if run_id else None)
+    if frames.runs.empty:
+        raise fail(f"no run {run_id} in study {target.study!r}" if run_id else
+                   f"study {target.study!r} has no runs in {target.tracking_uri}")
+    cells = events = None
+    if needs_health:
+        reports = target.reader.health_reports(frames.runs)
+        cells, events = health_cells(frames.runs, reports), health_events(reports)
+    from workbench.viz.dashboard import DashboardData, render_dashboard
+
+    baseline = target.compare.get("baseline")
+    data = DashboardData(frames.history, frames.runs, health_cells=cells, health_events=events, baseline=baseline)
+    rendered = render_dashboard(dash, data)
+    for w in rendered.warnings:
+        note(f"[dim]{w}[/dim]")
+    what = f"run {data.labels.get(run_id, run_id)}" if run_id else f"{len(frames.runs)} runs"
+    page = rendered.to_html(subtitle=f"study <b>{html.escape(target.study)}</b> · {html.escape(what)} · "
+                                     f"spec {html.escape(dash.name)}")
+    size = len(page.encode())
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(page, encoding="utf-8")
+        note(f"wrote {out} ({size / 1e6:.1f} MB)")
+    artifact = f"{DASHBOARD_DIR}/{dash.name}.html"
+    if log:
+        owner = run_id or parent_run(target)
+        where = log_artifacts_text(target.tracking_uri, owner, {artifact: page})
+        console.print(f"dashboard [bold]{dash.name}[/bold] ({rendered.panels_with_data}/{len(rendered.spec.panels)} panels "
+                      f"with data, {size / 1e6:.1f} MB) logged to MLflow run {owner} as [bold]{artifact}[/bold]",
+                      highlight=False)
+        console.print(where[0], highlight=False, soft_wrap=True)
+    else:
+        console.print(f"dashboard {dash.name}: {rendered.panels_with_data}/{len(rendered.spec.panels)} panels with data",
+                      highlight=False)
