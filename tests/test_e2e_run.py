@@ -114,3 +114,23 @@ def test_crash_mid_run_is_marked_failed_with_traceback(workdir):
     assert "workbench.error" in run.data.tags
     text = read_artifact(client, run.info.run_id, "error.txt", workdir)
     assert "Traceback" in text
+
+
+def test_failing_health_rule_stops_the_run_early_and_says_why(workdir):
+    """With max_new_tokens=8 the micro model cannot finish '\\boxed{..}': every completion truncates."""
+    rules = {"length_blowup": {"max_truncated_frac": 0.5, "patience": 2, "severity": "fail"}}
+    study = write_study(workdir / "stop.yaml", name="stop", rollout={"steps": 6},
+                        health={"preset": "default", "rules": rules, "on_fail": "stop"})
+    result = invoke("run", study, "--quiet")
+    assert result.exit_code == 0, result.output
+    client = client_for(workdir)
+    (run,) = client.search_runs([client.get_experiment_by_name("stop").experiment_id],
+                                "tags.`workbench.role` = 'run'")
+    assert run.info.status == "FINISHED"  # a health stop is a verdict, not a crash
+    assert run.data.tags["workbench.health"] == "fail"
+    assert run.data.tags["workbench.health_reasons"] == "length_blowup@1"
+    assert run.data.tags["workbench.stopped_early"] == "true"
+    steps = {m.step for m in client.get_metric_history(run.info.run_id, "reward/mean")}
+    assert steps == {0, 1}  # stopped right after the rule fired at step 1
+    report = json.loads(read_artifact(client, run.info.run_id, "health.json", workdir))
+    assert report["rules"]["length_blowup"]["first_trigger"]["step"] == 1

@@ -156,10 +156,10 @@ def worker(
         import torch
 
         torch.set_num_threads(threads)
-    signal.signal(signal.SIGTERM, _interrupt_once)  # `kill PID` stops like Ctrl-C: the run ends KILLED
     log = (lambda line: None) if quiet else (lambda line: console.print(line, markup=False, highlight=False,
                                                                         soft_wrap=True))
     options = WorkerOptions(heartbeat_interval=heartbeat, grace_period=grace, max_retries=max_retries, log=log)
+    previous = signal.signal(signal.SIGTERM, _interrupt_once)  # `kill PID` stops like Ctrl-C: run KILLED
     try:
         report = run_worker(study_obj, specs, storage, options)
     except (WorkerError, FileNotFoundError) as e:
@@ -167,6 +167,8 @@ def worker(
     except KeyboardInterrupt:
         err_console.print("[yellow]worker stopped: its run is KILLED and enqueued again for the other workers[/yellow]")
         raise typer.Exit(130) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     if report.outcomes:
         print_summary(study_obj.name, report.outcomes)
     console.print(f"study {report.study}: {report.finished}/{report.total} runs finished; "

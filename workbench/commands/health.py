@@ -131,9 +131,18 @@ def run_health_config(row: Mapping[str, Any], preset: str | None = None) -> dict
     p = row.get("health.preset")
     if isinstance(p, str) and p:
         cfg["preset"] = p
-    rules = row.get("health.rules")
-    if isinstance(rules, str) and rules.strip() not in ("", "{}"):
-        cfg["rules"] = json.loads(rules)
+    rules: dict[str, dict[str, Any]] = {}
+    whole = row.get("health.rules")  # logged as one JSON param when empty ("{}")
+    if isinstance(whole, str) and whole.strip() not in ("", "{}"):
+        rules = json.loads(whole)
+    for key, value in row.items():  # flattened: health.rules.<rule>.<param>
+        if not key.startswith("health.rules.") or value is None or (isinstance(value, float) and pd.isna(value)):
+            continue
+        rule, _, param = key[len("health.rules."):].partition(".")
+        if param:
+            rules.setdefault(rule, {})[param] = _param(value)
+    if rules:
+        cfg["rules"] = rules
     on_fail = row.get("health.on_fail")
     if isinstance(on_fail, str) and on_fail:
         cfg["on_fail"] = on_fail
@@ -255,3 +264,19 @@ def _jf(v: Any) -> Any:
     from workbench.health.events import json_float
 
     return None if v is None or v is pd.NA else json_float(v)
+
+
+def _param(v: Any) -> Any:
+    """An MLflow param string back to a value: True/False, numbers (already numeric from the
+    reader), JSON lists; anything else as is."""
+    if isinstance(v, str):
+        if v in ("True", "False"):
+            return v == "True"
+        if v[:1] in "[{":
+            try:
+                return json.loads(v)
+            except ValueError:
+                return v
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    return v

@@ -1,0 +1,253 @@
+"""Distributed execution (`workbench worker`): real Optuna storages, real MLflow stores, real
+worker processes, some of them killed with SIGKILL.
+
+Fast tests drive :class:`workbench.distributed.Worker` in-process without training (enqueue,
+duplicates, stale-trial retry). Slow ones start worker subprocesses on a shared Optuna storage and
+a shared sqlite MLflow store. The PostgreSQL test starts a throwaway server from the Debian
+``postgresql`` package (or uses ``WORKBENCH_TEST_POSTGRES_URL``); it is skipped where neither the
+server nor the ``psycopg2`` driver is installed, unless ``WORKBENCH_REQUIRE_POSTGRES=1`` (CI).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import optuna
+import pytest
+from mlflow import MlflowClient
+from optuna.trial import TrialState
+
+from tests.execution_helpers import (
+    child_runs,
+    install_empty_mlflow_db,
+    spawn,
+    statuses_by_key,
+    stop_group,
+    wait_for,
+    workbench_cmd,
+    write_study,
+)
+from workbench.distributed import (
+    KEY,
+    LOST,
+    OUTCOME,
+    WORKER,
+    Worker,
+    WorkerOptions,
+    open_storage,
+)
+from workbench.study import expand, load_study
+
+warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+pytestmark = pytest.mark.filterwarnings("ignore:Heartbeat of storage is supposed to be used")
+
+
+def storage_url(kind: str, root: Path) -> str:
+    return f"sqlite:///{root / 'optuna.db'}" if kind == "sqlite" else str(root / "optuna-journal.log")
+
+
+def trials_of(url: str, name: str) -> list:
+    """A fresh look at the study's trials, as a separate process would see them."""
+    storage = open_storage(url, heartbeat_interval=1)
+    return optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False)
+
+
+def make_worker(study_path: Path, url: str, **options) -> Worker:
+    study = load_study(study_path)
+    return Worker(study, expand(study), url, WorkerOptions(log=lambda line: None, **options))
+
+
+# ------------------------------------------------------------------------------------------ fast
+@pytest.mark.parametrize("kind", ["sqlite", "journal"])
+def test_enqueue_is_idempotent_and_duplicates_are_pruned(workdir, kind):
+    install_empty_mlflow_db(workdir)
+    path = write_study(workdir / "study.yaml", "enqueue", seeds=[0, 1, 2])
+    url = storage_url(kind, workdir)
+    first = make_worker(path, url)
+    first.connect()
+    second = make_worker(path, url)  # a second worker joining: nothing is enqueued twice
+    second.connect()
+    trials = trials_of(url, "enqueue")
+    keys = [t.user_attrs[KEY] for t in trials]
+    assert len(keys) == 3 and len(set(keys)) == 3
+    assert {t.state for t in trials} == {TrialState.WAITING}
+    assert first.ctx.parent_run_id == second.ctx.parent_run_id  # one MLflow parent run
+
+    # A duplicate (as two workers enqueueing at the same instant would make) never runs:
+    second.ostudy.enqueue_trial({}, user_attrs=dict(trials[0].user_attrs))
+    popped = [second.ostudy.ask() for _ in range(4)]
+    assert popped[3].user_attrs[KEY] == keys[0]
+    with pytest.raises(optuna.TrialPruned, match="duplicate of trial 0"):
+        second._objective(popped[3])
+    assert popped[3].user_attrs[OUTCOME] == "duplicate"
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "journal"])
+def test_a_lost_worker_s_run_is_failed_in_mlflow_and_retried_up_to_max_retries(workdir, kind):
+    uri = install_empty_mlflow_db(workdir)
+    path = write_study(workdir / "study.yaml", "stale", seeds=[0])
+    url = storage_url(kind, workdir)
+    worker = make_worker(path, url, heartbeat_interval=1, grace_period=1, max_retries=1)
+    worker.connect()
+    client = MlflowClient(uri)
+    key = worker.specs[0].run_key
+
+    def lose_a_worker():
+        """A worker takes the trial, starts its MLflow run, sends one heartbeat, and dies."""
+        trial = worker.ostudy.ask()
+        assert trial.user_attrs[KEY] == key
+        trial.set_user_attr(WORKER, "elsewhere:1")
+        run = client.create_run(worker.ctx.experiment_id, tags={
+            "workbench.role": "run", "workbench.run_key": key, "mlflow.parentRunId": worker.ctx.parent_run_id})
+        worker.ostudy._storage.record_heartbeat(trial._trial_id)
+        time.sleep(2.2)  # > grace_period
+        optuna.storages.fail_stale_trials(worker.ostudy)
+        return trial, client.get_run(run.info.run_id)
+
+    trial, run = lose_a_worker()
+    assert run.info.status == "FAILED" and "was lost" in run.data.tags["workbench.error"]
+    states = {t.number: (t.state, t.user_attrs.get(LOST)) for t in trials_of(url, "stale")}
+    assert states[trial.number][0] == TrialState.FAIL
+    assert states[trial.number + 1] == (TrialState.WAITING, 1)  # the retry
+
+    trial, run = lose_a_worker()  # the retry's worker dies too: max_retries=1 is used up
+    assert run.info.status == "FAILED"
+    assert [t.state for t in trials_of(url, "stale")] == [TrialState.FAIL, TrialState.FAIL]
+    report = worker.loop()  # nothing left to run: the worker exits and reports the failure
+    assert report.total == 1 and report.failed == [worker.specs[0].label]
+
+
+def test_bad_storage_is_one_line_exit_2(workdir):
+    from typer.testing import CliRunner
+
+    from workbench.cli import app
+
+    path = write_study(workdir / "study.yaml", "bad-storage", seeds=[0])
+    result = CliRunner().invoke(app, ["worker", str(path), "--storage", "nosuchdb://x/y"])
+    assert result.exit_code == 2, result.output
+    assert "cannot open Optuna storage" in result.output and "Traceback" not in result.output
+
+
+# ------------------------------------------------------------------------------------------ slow
+def run_workers_killing_one(workdir: Path, url: str, n_workers: int, name: str, seeds: list[int],
+                            env: dict | None = None) -> None:
+    """Start n workers on one study, SIGKILL the worker of the first run seen in progress, and
+    check that the others finish the study with exactly one FINISHED MLflow run per run_key."""
+    uri = install_empty_mlflow_db(workdir)
+    path = write_study(workdir / "study.yaml", name, steps=40, seeds=seeds)
+    keys = {s.run_key for s in expand(load_study(path))}
+    args = ["worker", path, "--storage", url, "--tracking-uri", uri, "--heartbeat", "1", "--grace", "3",
+            "--threads", "1"]
+    procs = [spawn(workbench_cmd(*args), workdir, workdir / f"worker{i}.log", env) for i in range(n_workers)]
+    try:
+        def running_trial():
+            try:
+                trials = trials_of(url, name)
+            except KeyError:  # the study is not created yet
+                return None
+            return next((t for t in trials if t.state == TrialState.RUNNING and WORKER in t.user_attrs), None)
+
+        victim_trial = wait_for(running_trial, 120, what="a worker running a trial")
+        victim_pid = int(victim_trial.user_attrs[WORKER].rsplit(":", 1)[1])
+        victim = next(p for p in procs if p.pid == victim_pid)
+        os.kill(victim_pid, signal.SIGKILL)
+        for proc in procs:
+            proc.wait(timeout=240)
+        logs = {p.pid: (workdir / f"worker{i}.log").read_text() for i, p in enumerate(procs)}
+        assert victim.returncode == -signal.SIGKILL
+        for proc in procs:
+            if proc is not victim:
+                assert proc.returncode == 0, logs[proc.pid]
+    finally:
+        for proc in procs:
+            stop_group(proc)
+
+    runs = child_runs(MlflowClient(uri), name)
+    statuses = statuses_by_key(runs)
+    assert set(statuses) == keys
+    victim_key = victim_trial.user_attrs[KEY]
+    for key, seen in statuses.items():  # every run executed to completion exactly once ...
+        assert seen.count("FINISHED") == 1, (key, seen)
+        # ... and the only other run is the victim's, closed FAILED by the worker that retried it
+        assert sorted(seen) == (["FAILED", "FINISHED"] if key == victim_key else ["FINISHED"]), (key, seen)
+    lost = next(r for r in runs if r.info.status == "FAILED")
+    assert "was lost" in lost.data.tags["workbench.error"]
+    trials = trials_of(url, name)
+    retry = [t for t in trials if t.user_attrs.get(KEY) == victim_key and t.state == TrialState.COMPLETE]
+    assert len(retry) == 1 and retry[0].user_attrs[LOST] == 1
+    assert all(t.state in (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED) for t in trials)
+
+    # a worker started after the study is done finds nothing to do
+    again = subprocess.run(workbench_cmd(*args, "--quiet"), cwd=workdir, capture_output=True, text=True,
+                           env=os.environ | (env or {}), timeout=120)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert f"{len(keys)}/{len(keys)} runs finished" in again.stdout and "ran 0" in again.stdout
+    assert len(child_runs(MlflowClient(uri), name)) == len(runs)
+
+
+@pytest.mark.slow
+def test_two_workers_on_sqlite_one_killed_every_run_finishes_exactly_once(workdir):
+    run_workers_killing_one(workdir, storage_url("sqlite", workdir), 2, "two-workers", seeds=[0, 1, 2])
+
+
+# ------------------------------------------------------------------------------------ PostgreSQL
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _pg_bin(name: str) -> str | None:
+    found = shutil.which(name)
+    if found:
+        return found
+    versions = sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True)
+    return next((str(v / name) for v in versions if (v / name).exists()), None)
+
+
+@pytest.fixture
+def postgres_url():
+    """A PostgreSQL database URL: $WORKBENCH_TEST_POSTGRES_URL, or a throwaway local server."""
+    require = os.environ.get("WORKBENCH_REQUIRE_POSTGRES") == "1"
+    missing = pytest.fail if require else pytest.skip
+    try:
+        import psycopg2  # noqa: F401 - SQLAlchemy's default PostgreSQL driver
+    except ImportError:
+        missing("psycopg2 is not installed (pip install psycopg2-binary)")
+    if os.environ.get("WORKBENCH_TEST_POSTGRES_URL"):
+        yield os.environ["WORKBENCH_TEST_POSTGRES_URL"]
+        return
+    initdb, pg_ctl = _pg_bin("initdb"), _pg_bin("pg_ctl")
+    if not (initdb and pg_ctl):
+        missing("no PostgreSQL server binaries (apt-get install postgresql)")
+    root = Path(tempfile.mkdtemp(prefix="workbench-pg-"))
+    run_as: list[str] = []
+    if os.geteuid() == 0:  # the server refuses to run as root
+        shutil.chown(root, "postgres")
+        run_as = ["runuser", "-u", "postgres", "--"]
+    port = _free_port()
+    data = root / "data"
+    try:
+        subprocess.run([*run_as, initdb, "-D", str(data), "-U", "workbench", "--auth=trust", "-E", "UTF8"],
+                       check=True, capture_output=True, timeout=120)
+        subprocess.run([*run_as, pg_ctl, "-D", str(data), "-l", str(root / "server.log"), "-w", "-t", "60",
+                        "-o", f"-p {port} -k {root} -c listen_addresses=127.0.0.1", "start"],
+                       check=True, capture_output=True, timeout=120)
+        yield f"postgresql://workbench@127.0.0.1:{port}/postgres"
+    finally:
+        subprocess.run([*run_as, pg_ctl, "-D", str(data), "-m", "immediate", "stop"], capture_output=True, timeout=60)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_three_workers_on_postgresql_one_killed_every_run_finishes_exactly_once(workdir, postgres_url):
+    name = f"pg-workers-{os.getpid()}-{int(time.time())}"  # unique: a shared server may hold older studies
+    run_workers_killing_one(workdir, postgres_url, 3, name, seeds=[0, 1, 2, 3])

@@ -1,0 +1,133 @@
+"""Local study execution: `workbench run --parallel N` (a process per run), crash isolation,
+Ctrl-C, SIGKILL of a run's process, resume. Real runs of the micro model, a real MLflow store."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+from mlflow import MlflowClient
+from typer.testing import CliRunner
+
+from tests.execution_helpers import (
+    broken_model_dir,
+    child_runs,
+    children,
+    cmdline,
+    install_empty_mlflow_db,
+    spawn,
+    statuses_by_key,
+    stop_group,
+    wait_for,
+    workbench_cmd,
+    write_study,
+)
+from workbench.cli import app
+from workbench.pool import describe_exit
+from workbench.study import expand, load_study
+from workbench.study_progress import StudyProgress
+
+
+def invoke(*args):
+    return CliRunner().invoke(app, [str(a) for a in args], catch_exceptions=False)
+
+
+def study_parent(client, name: str):
+    exp = client.get_experiment_by_name(name)
+    (parent,) = client.search_runs([exp.experiment_id], "tags.`workbench.role` = 'study'")
+    return parent
+
+
+# ------------------------------------------------------------------------------------------ fast
+def test_study_progress_counts_steps_of_running_runs_in_the_eta():
+    bar = StudyProgress("s", total=4, enabled=False)
+    bar.add_done(1)  # finished in an earlier session: not part of this session's work
+    assert bar.fraction() == 0 and bar.eta_seconds() is None
+    bar.run_started("a", steps=10)
+    bar.run_step("a", 4, {"reward/mean": 0.5})  # 5 of 10 steps done
+    assert bar.fraction() == pytest.approx(0.5 / 3)
+    bar.run_ended("a", "FINISHED")
+    bar.run_started("b", steps=10)
+    assert bar.fraction() == pytest.approx(1 / 3)
+    bar.started -= 30  # 30 s for a third of the work: 60 s left
+    assert bar.eta_seconds() == pytest.approx(60, rel=0.05)
+    bar.run_ended("b", "FAILED")
+    assert bar.failed == 1 and bar.finished == 2
+
+
+def test_a_dead_run_process_is_described_by_its_exit_code():
+    assert "SIGKILL" in describe_exit(-signal.SIGKILL) and "out of memory" in describe_exit(-9)
+    assert "exit code 3" in describe_exit(3)
+
+
+# ------------------------------------------------------------------------------------------ slow
+@pytest.mark.slow
+def test_parallel_runs_each_once_a_crash_stays_contained_and_rerun_skips_finished(workdir):
+    uri = install_empty_mlflow_db(workdir)
+    broken = broken_model_dir(workdir)
+    path = write_study(workdir / "study.yaml", "parallel", variants={
+        "a": {}, "b": {"learner": {"lr": 3.0e-4}}, "broken": {"model": {"path": str(broken), "builtin": None}},
+    }, seeds=[0, 1], exclude=[{"variant": "broken", "seed": 1}])
+    specs = expand(load_study(path))
+    assert len(specs) == 5
+    broken_key = next(s.run_key for s in specs if s.variant == "broken")
+
+    result = invoke("run", path, "--parallel", 2, "--quiet")
+    assert result.exit_code == 1, result.output  # one run failed; the four others finished
+    client = MlflowClient(uri)
+    statuses = statuses_by_key(child_runs(client, "parallel"))
+    assert statuses.pop(broken_key) == ["FAILED"]
+    assert sorted(statuses) == sorted(s.run_key for s in specs if s.variant != "broken")
+    assert all(seen == ["FINISHED"] for seen in statuses.values())
+    assert study_parent(client, "parallel").info.status == "FINISHED"
+    (crashed,) = [r for r in child_runs(client, "parallel") if r.info.status == "FAILED"]
+    assert "workbench.error" in crashed.data.tags  # the run's own traceback, not a lost process
+
+    again = invoke("run", path, "--parallel", 2, "--quiet")  # resume: only the failed run runs again
+    assert again.exit_code == 1
+    assert again.output.count("SKIPPED") == 4
+    statuses = statuses_by_key(child_runs(client, "parallel"))
+    assert statuses.pop(broken_key) == ["FAILED", "FAILED"]
+    assert all(seen == ["FINISHED"] for seen in statuses.values())
+
+
+@pytest.mark.slow
+def test_sigkill_of_a_run_process_and_ctrl_c_then_resume_finishes_every_run_once(workdir):
+    uri = install_empty_mlflow_db(workdir)
+    path = write_study(workdir / "study.yaml", "interrupted", steps=60, seeds=[0, 1, 2])
+    keys = {s.run_key for s in expand(load_study(path))}
+    client = MlflowClient(uri)
+    proc = spawn(workbench_cmd("run", path, "--parallel", 2, "--quiet"), workdir, workdir / "run.log")
+    try:
+        def running(n):
+            return lambda: len([r for r in child_runs(client, "interrupted") if r.info.status == "RUNNING"]) >= n
+
+        wait_for(running(2), 120, what="two runs in progress")
+        run_procs = [pid for pid in children(proc.pid) if "spawn_main" in cmdline(pid)]
+        assert len(run_procs) == 2
+        os.kill(run_procs[0], signal.SIGKILL)  # a run's process dies (think: the OOM killer)
+        wait_for(lambda: any(r.info.status == "FAILED" for r in child_runs(client, "interrupted")), 60,
+                 what="the killed run marked FAILED")
+        wait_for(running(2), 60, what="the third run started in its place")
+        time.sleep(0.5)
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C in a terminal: the whole process group
+        assert proc.wait(timeout=120) == 130, (workdir / "run.log").read_text()
+    finally:
+        stop_group(proc)
+
+    runs = child_runs(client, "interrupted")
+    by_status = sorted(r.info.status for r in runs)
+    assert by_status == ["FAILED", "KILLED", "KILLED"], (workdir / "run.log").read_text()
+    (killed,) = [r for r in runs if r.info.status == "FAILED"]
+    assert "SIGKILL" in killed.data.tags["workbench.error"]
+    assert study_parent(client, "interrupted").info.status == "KILLED"
+
+    result = invoke("run", path, "--parallel", 2, "--quiet")  # resume
+    assert result.exit_code == 0, result.output
+    statuses = statuses_by_key(child_runs(client, "interrupted"))
+    assert set(statuses) == keys
+    for seen in statuses.values():  # exactly one FINISHED run per run_key, the rest history
+        assert seen.count("FINISHED") == 1 and seen.count("RUNNING") == 0
+    assert study_parent(client, "interrupted").info.status == "FINISHED"
