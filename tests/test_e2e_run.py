@@ -134,3 +134,20 @@ def test_failing_health_rule_stops_the_run_early_and_says_why(workdir):
     assert steps == {0, 1}  # stopped right after the rule fired at step 1
     report = json.loads(read_artifact(client, run.info.run_id, "health.json", workdir))
     assert report["rules"]["length_blowup"]["first_trigger"]["step"] == 1
+
+
+def test_stop_run_from_a_step_callback_is_a_deliberate_stop(workdir):
+    """The hook Optuna pruning uses: raising StopRun ends the run FINISHED with the reason."""
+    from workbench.config import RunConfig
+    from workbench.runs import StopRun, execute_run
+
+    def prune_at_step_1(step, metrics):
+        if step == 1:
+            raise StopRun("pruned by optuna at step 1")
+
+    cfg = RunConfig.model_validate(micro_run_config(rollout={"steps": 5}))
+    outcome = execute_run(cfg, study="hook", variant="base", label="hook", on_step=prune_at_step_1)
+    assert outcome.status == "FINISHED" and outcome.steps == 2
+    run = client_for(workdir).get_run(outcome.run_id)
+    assert run.data.tags["workbench.stopped_early"] == "true"
+    assert run.data.tags["workbench.stop_reason"] == "pruned by optuna at step 1"

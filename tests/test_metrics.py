@@ -68,3 +68,12 @@ def test_catalogue_covers_the_design_contract():
                 "perf/step_s", "perf/sample_tokens_per_s", "perf/learn_tokens_per_s", "health/status"]
     assert set(contract) <= set(BY_NAME)
     assert len(BY_NAME) == len(CATALOGUE)
+
+
+def test_docs_metrics_table_matches_the_catalogue():
+    from pathlib import Path
+
+    from workbench.metrics.catalogue import markdown_table
+
+    doc = (Path(__file__).parents[1] / "docs" / "metrics.md").read_text()
+    assert markdown_table() in doc, "regenerate docs/metrics.md with `workbench metrics --format markdown`"

@@ -197,9 +197,14 @@ def print_summary(name: str, outcomes) -> None:
 
 
 @app.command()
-def metrics() -> None:
+def metrics(format: Annotated[str, typer.Option(help="table | markdown")] = "table") -> None:
     """The canonical metric catalogue: definition, unit, healthy direction."""
     from workbench.metrics import CATALOGUE
+    from workbench.metrics.catalogue import markdown_table
+
+    if format == "markdown":
+        print(markdown_table(), end="")
+        return
 
     table = Table(title="canonical metrics (MLflow step = RL step)")
     for col in ["name", "meaning", "unit", "healthy"]:

@@ -17,6 +17,18 @@ from workbench.tracking.writer import RunTracker
 from workbench.train.loop import train
 
 
+class StopRun(Exception):
+    """Raised from an ``on_step`` callback to end a run early on purpose (e.g. Optuna pruning).
+
+    The run is closed FINISHED with ``workbench.stopped_early=true`` and the reason as a tag:
+    a deliberate stop is a result, not a crash.
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
 @dataclass
 class RunOutcome:
     label: str
@@ -56,19 +68,31 @@ def run_tags(study: str, variant: str, cfg: RunConfig, role: str = "run") -> dic
 
 
 def execute_run(cfg: RunConfig, *, study: str, variant: str, label: str, parent_run_id: str | None = None,
-                progress: RunProgress | None = None) -> RunOutcome:
+                progress: RunProgress | None = None, on_step=None, role: str = "run",
+                extra_tags: dict[str, str] | None = None) -> RunOutcome:
+    """Run ``cfg`` as one MLflow run. ``on_step(step, metrics)`` is called after each step and
+    may raise ``StopRun`` to end the run early (recorded as a deliberate stop)."""
     preflight(cfg)
     outcome = RunOutcome(label=label, variant=variant, seed=cfg.seed, run_key=cfg.run_key(), status="RUNNING")
     tracker = RunTracker(resolve_tracking_uri(cfg.tracking.uri), cfg.tracking.experiment or study, label,
-                         run_tags(study, variant, cfg), parent_run_id=parent_run_id)
+                         run_tags(study, variant, cfg, role) | (extra_tags or {}), parent_run_id=parent_run_id)
     outcome.run_id = tracker.start()
     tracker.log_params(cfg.flat())
     tracker.log_dict(cfg.model_dump(mode="json"), "config.yaml")
     monitor = HealthMonitor.from_config(cfg.health)
     bar = progress or RunProgress(enabled=False)
     bar.start_run(label, cfg.rollout.steps)
+    stop_reason = ""
+
+    def step_hook(step: int, metrics: dict[str, float]) -> None:
+        bar.on_step(step, metrics)
+        if on_step is not None:
+            on_step(step, metrics)
+
     try:
-        result = train(cfg, tracker, monitor, on_step=bar.on_step)
+        result = train(cfg, tracker, monitor, on_step=step_hook)
+    except StopRun as stop:
+        result, stop_reason = stop.partial, stop.reason
     except BaseException as error:  # noqa: BLE001 - every exit path must close the MLflow run
         killed = isinstance(error, KeyboardInterrupt)
         outcome.status = "KILLED" if killed else "FAILED"
@@ -79,7 +103,10 @@ def execute_run(cfg: RunConfig, *, study: str, variant: str, label: str, parent_
         if killed:
             raise
         return outcome
-    tracker.set_tags(monitor.tags() | {"workbench.stopped_early": str(result.stopped_early).lower()})
+    if result.stopped_early and not stop_reason:
+        stop_reason = f"health: {monitor.reasons}"
+    tracker.set_tags(monitor.tags() | {"workbench.stopped_early": str(bool(stop_reason)).lower(),
+                                       "workbench.stop_reason": stop_reason})
     tracker.log_text(monitor.report_json(), "health.json")
     tracker.log_table(result.samples, "samples.json")
     tracker.finish("FINISHED")

@@ -65,3 +65,10 @@ CATALOGUE: tuple[MetricSpec, ...] = (
 )
 
 BY_NAME = {m.name: m for m in CATALOGUE}
+
+
+def markdown_table() -> str:
+    """The catalogue as the markdown table in docs/metrics.md (kept in sync by a test)."""
+    lines = ["| name | meaning | unit | healthy |", "|---|---|---|---|"]
+    lines += [f"| `{m.name}` | {m.meaning} | {m.unit} | {m.healthy} |" for m in CATALOGUE]
+    return "\n".join(lines) + "\n"

@@ -76,7 +76,12 @@ def train(cfg: RunConfig, sink: StepSink, monitor: HealthMonitor, on_step=None) 
             sink.log_metrics(metrics, step)
             result.last_metrics |= metrics
             if on_step is not None:
-                on_step(step, metrics)
+                try:
+                    on_step(step, metrics)
+                except Exception as stop:  # e.g. runs.StopRun: hand back what was done so far
+                    stop.partial = result  # type: ignore[attr-defined]
+                    result.stopped_early = True
+                    raise
             if monitor.should_stop:
                 result.stopped_early = True
                 break
