@@ -105,7 +105,7 @@ def test_cache_reads_a_finished_run_once(study_dir, tmp_path, monkeypatch):
     second = StudyReader(uri_of(study_dir), cache_dir=tmp_path / "cache")  # a later session
     calls = []
     real = second.backend.history
-    monkeypatch.setattr(second.backend, "history", lambda ids, keys: calls.append(ids) or real(ids, keys))
+    monkeypatch.setattr(second.backend, "history", lambda ids, keys, **kw: calls.append(ids) or real(ids, keys, **kw))
     again = second.load(STUDY)
     assert calls == [] and again.stats.fetched_runs == [] and len(again.stats.cached_runs) == 4
     pd.testing.assert_frame_equal(again.history, first.history)
@@ -115,7 +115,7 @@ def test_cache_fetches_only_missing_metric_keys(study_dir, tmp_path):
     reader = StudyReader(uri_of(study_dir), cache_dir=tmp_path / "cache")
     calls = []
     real = reader.backend.history
-    reader.backend.history = lambda ids, keys: calls.append(keys) or real(ids, keys)
+    reader.backend.history = lambda ids, keys, **kw: calls.append(keys) or real(ids, keys, **kw)
     reader.load(STUDY, ["eval/accuracy"])
     reader.load(STUDY, ["eval/accuracy"])
     assert calls == [{"eval/accuracy"}]  # the second load is served by the cache
@@ -215,3 +215,37 @@ def test_health_reports_are_read_and_cached(study_dir, frames, tmp_path, client)
         assert rep["status"] == row["health"] and rep["reasons"] == row["health_reasons"]
     reader.read_artifact_text = lambda *a, **k: pytest.fail("cached health.json read again")
     assert reader.health_reports(runs) == reports
+
+
+def test_numeric_fast_path_equals_the_plain_query_and_falls_back_on_mismatch(study_dir, frames):
+    reader = StudyReader(uri_of(study_dir), cache_dir=False)
+    backend = reader.backend
+    ids = list(frames[1]["run_id"])
+    from workbench.tracking.reader import _clean_points
+
+    fast = _clean_points(backend.history(ids, None, frozen=True))
+    plain = _clean_points(backend.history(ids, None, frozen=False))
+    pd.testing.assert_frame_equal(fast, plain)
+
+    real = backend._query
+
+    def inflate(sql, params=None, expanding=()):  # a point appears between the two queries
+        df = real(sql, params, expanding)
+        if "COUNT(*)" in sql and len(df):
+            df.loc[0, "n"] += 1
+        return df
+
+    backend._query = inflate
+    assert backend._numeric_history(ids, "WHERE run_uuid IN :ids", {}, ()) is None
+    pd.testing.assert_frame_equal(_clean_points(backend.history(ids, None, frozen=True)), plain)
+
+
+def test_a_step_logged_twice_keeps_the_latest_value(study_dir, tmp_path):
+    uri = copy_store(study_dir, tmp_path / "store")
+    client = MlflowClient(uri)
+    rid = child_runs(client)[0].info.run_id
+    client.log_metric(rid, "test/dup", 2.0, timestamp=2000, step=5)
+    client.log_metric(rid, "test/dup", 1.0, timestamp=1000, step=5)  # logged later, but older timestamp
+    client.log_metric(rid, "test/dup", 3.0, timestamp=3000, step=6)
+    h, _ = load_study_frames(STUDY, uri, metrics=["test/dup"], cache_dir=False)
+    assert h[["step", "value"]].values.tolist() == [[5, 2.0], [6, 3.0]]

@@ -218,7 +218,8 @@ def health(
             out_runs.append({
                 "run_id": row["run_id"], "label": _label(row), "variant": row["variant"],
                 "seed": None if pd.isna(row["seed"]) else int(row["seed"]), "status": row["status"],
-                "health": rep.get("status", row.get("health")), "reasons": rep.get("reasons", row.get("health_reasons")),
+                "health": rep.get("status", row.get("health")),
+                "reasons": rep.get("reasons", row.get("health_reasons")),
                 "source": c["source"].iloc[0] if len(c) else "none",
                 "rules": {r["rule"]: {"state": r["state"], "step": None if pd.isna(r["step"]) else int(r["step"]),
                                       "value": _jf(r["value"]), "threshold": _jf(r["threshold"]),

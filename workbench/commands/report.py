@@ -79,7 +79,8 @@ def comparison_table_html(table: Any) -> str:
             "rank": [fmt_num(r) for r in rows["rank"]],
             "variant": rows["variant"],
             "seeds": rows["n_seeds"],
-            f"mean [{level} CI]": [fmt_ci(*x) for x in zip(rows["mean"], rows["mean_lo"], rows["mean_hi"], strict=True)],
+            f"mean [{level} CI]": [fmt_ci(*x) for x in zip(rows["mean"], rows["mean_lo"], rows["mean_hi"],
+                                                           strict=True)],
             f"IQM [{level} CI]": [fmt_ci(*x) for x in zip(rows["iqm"], rows["iqm_lo"], rows["iqm_hi"], strict=True)],
             "Δ vs baseline [corrected CI]": ["—" if v == table.baseline else fmt_ci(d, lo, hi) for v, d, lo, hi in
                                              zip(rows["variant"], rows["delta"], rows["delta_lo"], rows["delta_hi"],
@@ -117,7 +118,8 @@ def _runs_overview_html(runs: pd.DataFrame, excluded: dict[str, int]) -> str:
     out = df_table_html(view, left=("variant", "seeds"))
     if excluded:
         out += ("<p class='note'>Not compared (not FINISHED): "
-                + ", ".join(f"{n} {s}" for s, n in excluded.items()) + ". Use --include-unfinished to include them.</p>")
+                + ", ".join(f"{n} {s}" for s, n in excluded.items())
+                + ". Use --include-unfinished to include them.</p>")
     return out
 
 
@@ -175,8 +177,8 @@ def print_table(table: Any) -> None:
     for metric in table.metrics:
         hib = table.higher_is_better.get(metric)
         direction = {True: "↑ better", False: "↓ better", None: "no direction"}[hib]
-        t = Table(title=f"{metric} ({direction}; baseline {table.baseline})", title_justify="left")
-        for col, just in [("#", "right"), ("variant", "left"), ("seeds", "right"), (f"mean [{level} CI]", "right"),
+        t = Table(title=f"{metric} ({direction}; baseline {table.baseline}; best first)", title_justify="left")
+        for col, just in [("variant", "left"), ("seeds", "right"), (f"mean [{level} CI]", "right"),
                           ("Δ vs baseline [CI]", "right"), (f"P(improve) [{level} CI]", "right"),
                           (f"p ({table.correction})", "right"), ("verdict", "left"), ("seeds needed", "right")]:
             t.add_column(col, justify=just)
@@ -184,7 +186,7 @@ def print_table(table: Any) -> None:
             base = r["variant"] == table.baseline
             v = str(r["verdict"])
             style = {"better": "bold green", "worse": "bold red", "baseline": "bold"}.get(v, "dim")
-            t.add_row(fmt_num(r["rank"]), f"[bold]{r['variant']}[/bold]" if base else str(r["variant"]),
+            t.add_row(f"[bold]{r['variant']}[/bold]" if base else str(r["variant"]),
                       str(r["n_seeds"]), fmt_ci(r["mean"], r["mean_lo"], r["mean_hi"]),
                       "—" if base else fmt_ci(r["delta"], r["delta_lo"], r["delta_hi"]),
                       "—" if base else fmt_ci(r["p_improve"], r["p_improve_lo"], r["p_improve_hi"]),
@@ -353,10 +355,12 @@ def dashboard(
     if log:
         owner = run_id or parent_run(target)
         where = log_artifacts_text(target.tracking_uri, owner, {artifact: page})
-        console.print(f"dashboard [bold]{dash.name}[/bold] ({rendered.panels_with_data}/{len(rendered.spec.panels)} panels "
+        shown = f"{rendered.panels_with_data}/{len(rendered.spec.panels)}"
+        console.print(f"dashboard [bold]{dash.name}[/bold] ({shown} panels "
                       f"with data, {size / 1e6:.1f} MB) logged to MLflow run {owner} as [bold]{artifact}[/bold]",
                       highlight=False)
         console.print(where[0], highlight=False, soft_wrap=True)
     else:
-        console.print(f"dashboard {dash.name}: {rendered.panels_with_data}/{len(rendered.spec.panels)} panels with data",
+        shown = f"{rendered.panels_with_data}/{len(rendered.spec.panels)}"
+        console.print(f"dashboard {dash.name}: {shown} panels with data",
                       highlight=False)

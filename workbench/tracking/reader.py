@@ -156,14 +156,19 @@ class _SqlBackend:
         self.requests += 1
         with self.engine.connect() as conn:
             result = conn.execute(stmt, params or {})
-            return pd.DataFrame(result.fetchall(), columns=list(result.keys()))
+            columns = list(result.keys())
+            # plain DBAPI tuples: pandas probing SQLAlchemy Row objects costs ~10 us per row
+            rows = result.cursor.fetchall() if result.cursor is not None else []
+        if not rows:
+            return pd.DataFrame(columns=columns)
+        return pd.DataFrame(dict(zip(columns, (list(c) for c in zip(*rows)), strict=True)))
 
     def _query_chunked(self, sql: str, ids: Sequence[str], params: dict[str, Any] | None = None,
                        expanding: Sequence[str] = ()) -> pd.DataFrame:
         parts = [self._query(sql, {**(params or {}), "ids": list(ids[i:i + _SQL_CHUNK])}, ("ids", *expanding))
                  for i in range(0, len(ids), _SQL_CHUNK)]
         parts = [p for p in parts if len(p)]
-        return pd.concat(parts, ignore_index=True) if parts else parts_empty(sql)
+        return pd.concat(parts, ignore_index=True) if parts else _empty_like(sql)
 
     def experiment_names(self) -> list[str]:
         df = self._query("SELECT name FROM experiments WHERE lifecycle_stage = 'active'")
@@ -187,7 +192,8 @@ class _SqlBackend:
         return {"run_id": run_id, "experiment_id": str(row["experiment_id"]), "experiment": row["experiment"],
                 "role": row["role"], "artifact_uri": row["artifact_uri"]}
 
-    def runs(self, experiment_id: str, role: str) -> tuple[pd.DataFrame, dict[str, dict[str, str]], dict[str, dict[str, str]]]:
+    def runs(self, experiment_id: str, role: str) -> tuple[pd.DataFrame, dict[str, dict[str, str]],
+                                                           dict[str, dict[str, str]]]:
         """Run rows (run_id, run_name, status, start_time, end_time, artifact_uri), tags and params by run."""
         base = ("SELECT r.run_uuid FROM runs r JOIN tags t ON t.run_uuid = r.run_uuid "
                 "AND t.key = :role_tag AND t.value = :role "
@@ -209,24 +215,67 @@ class _SqlBackend:
             out[rid].add(key)
         return out
 
-    def history(self, run_ids: Sequence[str], keys: Iterable[str] | None) -> pd.DataFrame:
-        """Raw points: run_id, metric, step, value, timestamp (NaN restored from is_nan)."""
+    def history(self, run_ids: Sequence[str], keys: Iterable[str] | None, *, frozen: bool = False) -> pd.DataFrame:
+        """Points ``run_id, metric, step, value, timestamp`` (NaN restored from ``is_nan``).
+
+        ``frozen``: the runs are in a terminal state, so their points cannot change between two
+        queries: then the strings are not fetched per point (the slow part of reading millions of
+        rows), only per (run, key) group with its count, and the points as numbers in group order.
+        """
         if not run_ids:
             return _empty_points()
-        cols = "SELECT run_uuid AS run_id, key AS metric, step, value, timestamp, is_nan FROM metrics WHERE run_uuid IN :ids"
-        if keys is None:
-            df = self._query_chunked(cols, run_ids)
-        else:
-            keys = sorted(keys)
-            if not keys:
-                return _empty_points()
-            df = self._query_chunked(cols + " AND key IN :keys", run_ids, {"keys": keys}, ("keys",))
-        if df.empty:
+        keys = None if keys is None else sorted(keys)
+        if keys is not None and not keys:
             return _empty_points()
-        value = df["value"].to_numpy(dtype=float, copy=True)
-        value[df["is_nan"].to_numpy(dtype=bool)] = np.nan
-        df["value"] = value
-        return df.drop(columns="is_nan")
+        where = "WHERE run_uuid IN :ids" + ("" if keys is None else " AND key IN :keys")
+        extra = {} if keys is None else {"keys": keys}
+        expanding = () if keys is None else ("keys",)
+        parts = []
+        for i in range(0, len(run_ids), _SQL_CHUNK):
+            ids = list(run_ids[i:i + _SQL_CHUNK])
+            part = self._numeric_history(ids, where, extra, expanding) if frozen else None
+            if part is None:
+                part = self._query(
+                    f"SELECT run_uuid AS run_id, key AS metric, step, value, timestamp, is_nan FROM metrics {where}",
+                    {"ids": ids, **extra}, ("ids", *expanding))
+                if len(part):
+                    value = part["value"].to_numpy(dtype=float, copy=True)
+                    value[part["is_nan"].to_numpy(dtype=bool)] = np.nan
+                    part = part.assign(value=value).drop(columns="is_nan")
+            if len(part):
+                parts.append(part)
+        return pd.concat(parts, ignore_index=True) if parts else _empty_points()
+
+    def _numeric_history(self, ids: list[str], where: str, extra: dict[str, Any],
+                         expanding: Sequence[str]) -> pd.DataFrame | None:
+        """Two queries in (run, key) order: group counts, then numbers only. None if the counts
+        and the points disagree (the runs changed in between after all): the caller falls back."""
+        import itertools
+
+        import sqlalchemy as sa
+
+        params = {"ids": ids, **extra}
+        groups = self._query(f"SELECT run_uuid, key, COUNT(*) AS n FROM metrics {where} "
+                             "GROUP BY run_uuid, key ORDER BY run_uuid, key", params, ("ids", *expanding))
+        if groups.empty:
+            return _empty_points()
+        stmt = sa.text(f"SELECT step, value, timestamp, is_nan FROM metrics {where} ORDER BY run_uuid, key, step")
+        stmt = stmt.bindparams(*(sa.bindparam(n, expanding=True) for n in ("ids", *expanding)))
+        self.requests += 1
+        chunks = []
+        with self.engine.connect() as conn:
+            cursor = conn.execute(stmt, params).cursor
+            while rows := cursor.fetchmany(250_000):
+                chunks.append(np.fromiter(itertools.chain.from_iterable(rows), dtype=float, count=4 * len(rows)))
+        data = np.concatenate(chunks).reshape(-1, 4) if chunks else np.empty((0, 4))
+        counts = groups["n"].to_numpy(dtype=np.int64)
+        if counts.sum() != len(data):
+            return None
+        value = data[:, 1].copy()
+        value[data[:, 3] != 0] = np.nan
+        gid = np.repeat(np.arange(len(groups)), counts)
+        return _points_from_codes(groups["run_uuid"].to_numpy(), groups["key"].to_numpy(), gid,
+                                  data[:, 0].astype(np.int64), value, data[:, 2].astype(np.int64))
 
     def parent_run_id(self, experiment_id: str) -> str | None:
         df = self._query(
@@ -236,7 +285,7 @@ class _SqlBackend:
         return None if df.empty else str(df["run_uuid"].iloc[0])
 
 
-def parts_empty(sql: str) -> pd.DataFrame:
+def _empty_like(sql: str) -> pd.DataFrame:
     # column names of an empty chunked result: the SELECT list's aliases
     head = sql.split(" FROM ")[0].removeprefix("SELECT ")
     return pd.DataFrame(columns=[c.split(" AS ")[-1].strip() for c in head.split(",")])
@@ -259,6 +308,24 @@ def _empty_points() -> pd.DataFrame:
     return pd.DataFrame({"run_id": pd.Series([], dtype=str), "metric": pd.Series([], dtype=str),
                          "step": pd.Series([], dtype="int64"), "value": pd.Series([], dtype=float),
                          "timestamp": pd.Series([], dtype="int64")})
+
+
+def _arrow_strings(codes: np.ndarray, names: Sequence[str]) -> pd.Series:
+    """A str column from integer codes into ``names``, built in arrow (no Python str per row)."""
+    import pyarrow as pa
+
+    dictionary = pa.DictionaryArray.from_arrays(pa.array(codes.astype(np.int32)), pa.array(list(names), pa.string()))
+    return pd.Series(dictionary.cast(pa.string()), dtype=pd.Series([""]).dtype)
+
+
+def _points_from_codes(group_runs: np.ndarray, group_keys: np.ndarray, gid: np.ndarray, step: np.ndarray,
+                       value: np.ndarray, timestamp: np.ndarray) -> pd.DataFrame:
+    """Points frame from per-(run, key) groups and per-point group ids (no per-point strings)."""
+    run_names, run_of_group = np.unique(group_runs.astype(str), return_inverse=True)
+    key_names, key_of_group = np.unique(group_keys.astype(str), return_inverse=True)
+    return pd.DataFrame({"run_id": _arrow_strings(run_of_group[gid], run_names),
+                         "metric": _arrow_strings(key_of_group[gid], key_names),
+                         "step": step, "value": value, "timestamp": timestamp})
 
 
 Transport = Callable[[str, dict[str, Any]], dict[str, Any]]
@@ -332,7 +399,7 @@ class _RestBackend:
     def metric_keys(self, run_ids: Sequence[str]) -> dict[str, set[str]]:
         return {r: set(self._keys.get(r, set())) for r in run_ids}
 
-    def history(self, run_ids: Sequence[str], keys: Iterable[str] | None) -> pd.DataFrame:
+    def history(self, run_ids: Sequence[str], keys: Iterable[str] | None, *, frozen: bool = False) -> pd.DataFrame:
         run_keys = self.metric_keys(run_ids)
         wanted = set().union(*run_keys.values()) if run_keys else set()
         if keys is not None:
@@ -544,21 +611,24 @@ class StudyReader:
         available_keys = self.backend.metric_keys([r for r in to_fetch if r not in partial])
         for rid, (_, _, available) in partial.items():
             available_keys[rid] = available
-        fetched = self.backend.history(to_fetch, want) if to_fetch else _empty_points()
-        fetched = _clean_points(fetched)
+        info = runs.set_index("run_id")
+        frozen = [r for r in to_fetch if info.at[r, "status"] in TERMINAL_STATUSES]
+        live = [r for r in to_fetch if info.at[r, "status"] not in TERMINAL_STATUSES]
+        parts = [self.backend.history(ids, want, frozen=f) for ids, f in ((frozen, True), (live, False)) if ids]
+        fetched = _clean_points(pd.concat(parts, ignore_index=True) if parts else _empty_points())
         stats.fetched_runs = list(to_fetch)
         stats.cached_runs = list(cached)
         stats.points_fetched = len(fetched)
 
-        info = runs.set_index("run_id")
-        by_run = dict(tuple(fetched.groupby("run_id", sort=False))) if len(fetched) else {}
+        by_run = _split_runs(fetched)
         for rid in to_fetch:
-            new = by_run.get(rid, _empty_points()).drop(columns=["run_id", "timestamp"], errors="ignore")
+            new = by_run.get(rid, _EMPTY_RUN)
             available = available_keys.get(rid, set())
             got = available if want is None else available & want
             if rid in partial:
                 old, keys, _ = partial[rid]
                 new = pd.concat([old[~old["metric"].isin(got)], new], ignore_index=True)
+                new = new.sort_values(["metric", "step"], kind="stable", ignore_index=True)
                 got = keys | got
             cached[rid] = new
             self.cache.put(rid, info.at[rid, "status"], _ms(info.at[rid, "end_time"]), new, got, available)
@@ -648,38 +718,79 @@ def _ms(v: Any) -> Any:
 
 
 def _clean_points(df: pd.DataFrame) -> pd.DataFrame:
-    """Types, ±1e308 -> ±inf, one value per (run, metric, step): the latest timestamp."""
+    """Types, ±1e308 -> ±inf, sorted by (run, metric, step), one value per (run, metric, step):
+    the one with the latest timestamp (the last logged). Sorting works on integer codes."""
     if df.empty:
         return _empty_points()
     df = df.astype({"step": "int64", "value": "float64", "timestamp": "int64"})
     v = df["value"].to_numpy(copy=True)
     big = np.abs(v) >= _INF_STORED
     if big.any():
-        v = v.copy()
         v[big] = np.copysign(np.inf, v[big])
         df["value"] = v
-    df = df.sort_values(["run_id", "metric", "step", "timestamp"], kind="stable")
-    return df.drop_duplicates(["run_id", "metric", "step"], keep="last")
+    r, _ = pd.factorize(df["run_id"], sort=True)
+    m, _ = pd.factorize(df["metric"], sort=True)
+    step, ts = df["step"].to_numpy(), df["timestamp"].to_numpy()
+    if not _lex_sorted(r, m, step, ts):
+        order = np.lexsort((ts, step, m, r))
+        df, r, m, step = df.iloc[order].reset_index(drop=True), r[order], m[order], step[order]
+    dup = (r[1:] == r[:-1]) & (m[1:] == m[:-1]) & (step[1:] == step[:-1])
+    if dup.any():
+        df = df[np.r_[~dup, True]].reset_index(drop=True)
+    return df
+
+
+def _lex_sorted(*keys: np.ndarray) -> bool:
+    """Whether rows are in nondecreasing lexicographic order of ``keys`` (vectorised)."""
+    ok = np.ones(max(len(keys[0]) - 1, 0), dtype=bool)
+    equal = np.ones_like(ok)
+    for k in keys:
+        d = np.diff(k)
+        ok &= ~equal | (d >= 0)
+        equal &= d == 0
+    return bool(ok.all())
+
+
+_EMPTY_RUN = pd.DataFrame({"metric": pd.Series([], dtype=str), "step": pd.Series([], dtype="int64"),
+                           "value": pd.Series([], dtype=float)})
+
+
+def _split_runs(points: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """Clean points (sorted by run) -> ``run_id -> frame(metric, step, value)`` by slicing."""
+    if points.empty:
+        return {}
+    rid = points["run_id"].to_numpy()
+    starts = np.r_[0, np.flatnonzero(rid[1:] != rid[:-1]) + 1]
+    ends = np.r_[starts[1:], len(rid)]
+    body = points[["metric", "step", "value"]]
+    return {rid[a]: body.iloc[a:b].reset_index(drop=True) for a, b in zip(starts, ends, strict=True)}
 
 
 def _assemble(runs: pd.DataFrame, per_run: dict[str, pd.DataFrame], want: set[str] | None) -> pd.DataFrame:
-    parts = []
-    for rid, variant, seed in zip(runs["run_id"], runs["variant"], runs["seed"], strict=True):
+    """The history frame: runs in ``runs`` order, each run's points by metric then step."""
+    parts, idx = [], []
+    for i, rid in enumerate(runs["run_id"]):
         f = per_run.get(rid)
         if f is None or f.empty:
             continue
         if want is not None:
             f = f[f["metric"].isin(want)]
-        f = f.sort_values(["metric", "step"], kind="stable")
-        parts.append(pd.DataFrame({"run_id": rid, "variant": variant, "seed": seed, "step": f["step"].to_numpy(),
-                                   "metric": f["metric"].to_numpy(), "value": f["value"].to_numpy()}))
+        parts.append(f)
+        idx.append(np.full(len(f), i, dtype=np.int64))
     if not parts:
         return pd.DataFrame({"run_id": pd.Series([], dtype=str), "variant": pd.Series([], dtype=str),
                              "seed": pd.Series([], dtype="Int64"), "step": pd.Series([], dtype="int64"),
                              "metric": pd.Series([], dtype=str), "value": pd.Series([], dtype=float)})
-    out = pd.concat(parts, ignore_index=True)
-    out["seed"] = out["seed"].astype(runs["seed"].dtype)
-    return out[list(HISTORY_COLUMNS)]
+    body = pd.concat(parts, ignore_index=True)
+    which = np.concatenate(idx)
+    variants = runs["variant"].astype(str).tolist()
+    v_names, v_codes = np.unique(variants, return_inverse=True)
+    return pd.DataFrame({
+        "run_id": _arrow_strings(which, runs["run_id"].astype(str).tolist()),
+        "variant": _arrow_strings(v_codes[which], list(v_names)),
+        "seed": pd.array(runs["seed"].to_numpy()[which], dtype=runs["seed"].dtype),
+        "step": body["step"].to_numpy(), "metric": body["metric"], "value": body["value"].to_numpy(),
+    })[list(HISTORY_COLUMNS)]
 
 
 def _param_value(v: Any) -> Any:

@@ -34,11 +34,12 @@ from __future__ import annotations
 
 import difflib
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 import pandas as pd
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -370,6 +371,10 @@ class DashboardData:
     confidence: float = 0.95
     n_resamples: int = 1000
     seed: int = 0
+    max_points: int = 300
+    """Curves on x = step with more logged steps than this are drawn (and their bands computed) on
+    an evenly spaced subset of the steps, shared by all runs: the figure stays light and the
+    bootstrap fast; summaries and statistics always use every point."""
 
     def __post_init__(self) -> None:
         if not self.labels and len(self.runs):
@@ -419,6 +424,15 @@ def _event_markers(data: DashboardData, metric: str, hist: pd.DataFrame) -> pd.D
                      "rule": e["rule"], "label": data.labels.get(e["run_id"], e["run_id"][:8]),
                      "message": e["message"]})
     return pd.DataFrame(rows, columns=["step", "y", "severity", "rule", "label", "message"])
+
+
+def _thin_steps(hist: pd.DataFrame, max_points: int) -> pd.DataFrame:
+    """Keep at most ``max_points`` distinct steps (evenly spaced, first and last kept)."""
+    steps = np.unique(hist["step"].to_numpy())
+    if len(steps) <= max_points:
+        return hist
+    keep = steps[np.unique(np.linspace(0, len(steps) - 1, max_points).round().astype(int))]
+    return hist[hist["step"].isin(keep)]
 
 
 def render_dashboard(spec: DashboardSpec, data: DashboardData) -> RenderedDashboard:
@@ -473,9 +487,10 @@ def render_dashboard(spec: DashboardSpec, data: DashboardData) -> RenderedDashbo
         traces: list[Any] = []
         if p.kind == "curve":
             for j, metric in enumerate(p.metrics):
-                hist = data.history[data.history["metric"] == metric]
-                if hist.empty:
+                full = data.history[data.history["metric"] == metric]
+                if full.empty:
                     continue
+                hist = _thin_steps(full, data.max_points)
                 try:  # samples/tokens need the count metrics and params: the full history and runs
                     aligned = (align_curves(hist, metric, "step") if p.x == "step"
                                else align_curves(data.history, metric, p.x, runs=data.runs))
@@ -501,7 +516,7 @@ def render_dashboard(spec: DashboardSpec, data: DashboardData) -> RenderedDashbo
                     if p.x != "step":
                         problems.append(f"panel {name!r}: health markers are drawn on x: step only")
                     else:
-                        traces += F.marker_traces(_event_markers(data, metric, hist), "step", shown=shown)
+                        traces += F.marker_traces(_event_markers(data, metric, full), "step", shown=shown)
         elif p.kind == "summary":
             names = [summary_name(m) for m in p.metrics]
             key = tuple(names)
@@ -522,7 +537,8 @@ def render_dashboard(spec: DashboardSpec, data: DashboardData) -> RenderedDashbo
         elif p.kind == "health_matrix":
             cells = data.health_cells
             if cells is not None and len(cells):
-                traces.append(F.health_heatmap_trace(cells, run_order=[r for r in run_ids if r in set(cells["run_id"])]))
+                present = set(cells["run_id"])
+                traces.append(F.health_heatmap_trace(cells, run_order=[r for r in run_ids if r in present]))
         if traces:
             with_data += 1
             for t in traces:

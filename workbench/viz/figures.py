@@ -89,7 +89,8 @@ def band_traces(bands: pd.DataFrame, x: str, *, name: str, color: str, dash: str
         customdata=np.stack([b["n"].to_numpy(dtype=float), b["lo"].to_numpy(dtype=float),
                              b["hi"].to_numpy(dtype=float)], axis=-1),
         hovertemplate=(f"<b>{label}</b><br>{x}=%{{x}}<br>{statistic}=%{{y:.4g}}"
-                       "<br>95% CI [%{customdata[1]:.4g}, %{customdata[2]:.4g}]<br>runs=%{customdata[0]}<extra></extra>"),
+                       "<br>CI [%{customdata[1]:.4g}, %{customdata[2]:.4g}]"
+                       "<br>runs=%{customdata[0]}<extra></extra>"),
     ))
     return traces
 
@@ -115,7 +116,8 @@ def run_traces(curves: pd.DataFrame, x: str, *, colors: Mapping[str, str], color
             x=g[x].to_numpy(), y=g["value"].to_numpy(dtype=float), mode="lines+markers" if len(g) < 30 else "lines",
             marker={"size": 4}, name=variant if color_by == "variant" else label, legendgroup=group,
             showlegend=group not in shown, opacity=opacity, line={"color": color, "dash": dash, "width": 1.5},
-            hovertemplate=f"<b>{label}</b>{' · ' + metric if metric else ''}<br>{x}=%{{x}}<br>value=%{{y:.4g}}<extra></extra>",
+            hovertemplate=(f"<b>{label}</b>{' · ' + metric if metric else ''}<br>{x}=%{{x}}"
+                           "<br>value=%{y:.4g}<extra></extra>"),
         ))
         shown.add(group)
     return traces

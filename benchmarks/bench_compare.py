@@ -1,0 +1,154 @@
+"""`workbench compare` on a synthetic study of 200 runs x 30 metrics x 500 steps (issue #6).
+
+    python benchmarks/bench_compare.py [--dir /tmp/wb-bench] [--runs 200] [--metrics 30] [--steps 500]
+                                       [--baseline-runs 200]
+
+Builds a local MLflow sqlite store the size of a large study (runs created through MlflowClient,
+their 3M metric points inserted into MLflow's own ``metrics``/``latest_metrics`` tables in bulk,
+so building takes seconds instead of the ~4 minutes ``log_batch`` would), then times:
+
+1. ``workbench compare STUDY --no-log`` end to end (cold: empty history cache), in a subprocess;
+2. the same again (warm: finished runs come from the on-disk cache);
+3. the reader alone, all 30 metrics (``load_study_frames``, no cache);
+4. the baseline: one ``MlflowClient.get_metric_history`` call per run and metric for the same
+   data (on the first ``--baseline-runs`` runs, extrapolated linearly if fewer than all).
+
+Targets: (1) under 30 s on 2 cores; (3) at least 5x faster than (4).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from workbench.compare.summary import SUMMARY_METRICS  # noqa: F401 - fail early if the package is broken
+
+STUDY = "bench-compare"
+CANONICAL = [
+    "reward/mean", "reward/std", "accuracy/train", "entropy/mean", "length/mean", "length/max",
+    "length/correct_mean", "length/incorrect_mean", "length/truncated_frac", "clip/frac", "clip/frac_low",
+    "clip/frac_high", "mismatch/prob_abs_diff_mean", "mismatch/prob_abs_diff_max", "mismatch/kl", "kl/ref",
+    "loss/policy", "grad/norm", "batch/zero_std_frac", "batch/filtered_frac", "eval/accuracy", "eval/length_mean",
+    "perf/step_s", "perf/sample_tokens_per_s", "perf/learn_tokens_per_s", "perf/sample_tokens", "health/status",
+    "policy/approx_kl", "policy/ratio_mean", "policy/ratio_max",
+]
+
+
+def build(root: Path, n_runs: int, n_metrics: int, n_steps: int) -> str:
+    from mlflow import MlflowClient
+    from mlflow.entities import Param, RunTag
+
+    root.mkdir(parents=True, exist_ok=True)
+    db = root / "mlflow.db"
+    uri = f"sqlite:///{db}"
+    if db.exists():
+        return uri
+    client = MlflowClient(uri)
+    exp = client.create_experiment(STUDY, artifact_location=(root / "mlartifacts").resolve().as_uri())
+    parent = client.create_run(exp, run_name=f"study:{STUDY}", tags={"workbench.role": "study",
+                                                                     "workbench.study": STUDY})
+    variants = ["grpo", "dr_grpo", "dapo", "gspo"]
+    metrics = (CANONICAL * (1 + n_metrics // len(CANONICAL)))[:n_metrics]
+    rng = np.random.default_rng(0)
+    rows, latest = [], []
+    ts = int(time.time() * 1000)
+    steps = np.arange(n_steps)
+    for i in range(n_runs):
+        variant, seed = variants[i % len(variants)], i // len(variants)
+        run = client.create_run(exp, run_name=f"{variant}/seed={seed}", tags={
+            "workbench.role": "run", "workbench.study": STUDY, "workbench.variant": variant,
+            "workbench.seed": str(seed), "workbench.run_key": f"{i:016x}", "workbench.health": "ok",
+            "workbench.health_reasons": "", "mlflow.parentRunId": parent.info.run_id})
+        rid = run.info.run_id
+        client.log_batch(rid, params=[Param("learner.lr", "0.0001"), Param("rollout.prompts_per_step", "32"),
+                                      Param("rollout.group_size", "8"), Param("seed", str(seed))],
+                         tags=[RunTag("mlflow.runName", f"{variant}/seed={seed}")])
+        skill = 0.1 * variants.index(variant)
+        for k, name in enumerate(metrics):
+            curve = 0.3 + (0.3 + skill) * steps / n_steps + rng.normal(0, 0.03, n_steps) + 0.01 * k
+            rows.extend(zip([name] * n_steps, curve.tolist(), [ts] * n_steps, [rid] * n_steps, steps.tolist(),
+                            [0] * n_steps, strict=True))
+            latest.append((name, float(curve[-1]), ts, n_steps - 1, 0, rid))
+        client.set_terminated(rid, "FINISHED")
+    client.set_terminated(parent.info.run_id, "FINISHED")
+    con = sqlite3.connect(db)
+    with con:
+        con.executemany("INSERT INTO metrics (key, value, timestamp, run_uuid, step, is_nan) VALUES (?,?,?,?,?,?)",
+                        rows)
+        con.executemany("INSERT INTO latest_metrics (key, value, timestamp, step, is_nan, run_uuid) "
+                        "VALUES (?,?,?,?,?,?)", latest)
+    con.close()
+    return uri
+
+
+def timed_compare(root: Path, cache: Path) -> tuple[float, str]:
+    env = os.environ | {"WORKBENCH_HISTORY_CACHE": str(cache), "COLUMNS": "160"}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    t0 = time.perf_counter()
+    out = subprocess.run([sys.executable, "-m", "workbench.cli", "compare", STUDY, "--no-log", "--out",
+                          str(root / "report.html"), "-m", "final_eval_accuracy", "-m", "eval_auc", "-m",
+                          "final_length_ratio"], cwd=root, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if out.returncode:
+        raise SystemExit(out.stdout + out.stderr)
+    return wall, out.stderr.strip().splitlines()[-1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dir", type=Path, default=Path("/tmp/wb-bench"))
+    parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--metrics", type=int, default=30)
+    parser.add_argument("--steps", type=int, default=500)
+    parser.add_argument("--baseline-runs", type=int, default=200)
+    args = parser.parse_args()
+
+    t0 = time.perf_counter()
+    uri = build(args.dir, args.runs, args.metrics, args.steps)
+    print(f"store: {uri} ({args.runs} runs x {args.metrics} metrics x {args.steps} steps; "
+          f"built/found in {time.perf_counter() - t0:.1f} s)")
+
+    import shutil
+
+    cache = args.dir / "cache"
+    shutil.rmtree(cache, ignore_errors=True)
+    cold, line = timed_compare(args.dir, cache)
+    print(f"workbench compare, cold: {cold:.1f} s wall   [{line}]")
+    warm, line = timed_compare(args.dir, cache)
+    print(f"workbench compare, warm: {warm:.1f} s wall   [{line}]")
+    print(f"report: {(args.dir / 'report.html').stat().st_size / 1e6:.1f} MB")
+
+    from workbench.tracking.reader import load_study_frames
+
+    t0 = time.perf_counter()
+    history, runs = load_study_frames(STUDY, uri, cache_dir=False)
+    bulk = time.perf_counter() - t0
+    print(f"reader, all metrics, no cache: {bulk:.2f} s for {len(history):,} points of {len(runs)} runs")
+
+    from mlflow import MlflowClient
+
+    client = MlflowClient(uri)
+    ids = runs["run_id"].tolist()[: args.baseline_runs]
+    keys = sorted(history["metric"].unique())
+    t0 = time.perf_counter()
+    n = 0
+    for rid in ids:
+        for key in keys:
+            n += len(client.get_metric_history(rid, key))
+    per_call = time.perf_counter() - t0
+    scale = len(runs) / len(ids)
+    base = per_call * scale
+    print(f"get_metric_history per run and metric: {per_call:.1f} s for {len(ids)} runs x {len(keys)} metrics "
+          f"({n:,} points){f', extrapolated to {base:.1f} s for all runs' if scale != 1 else ''}")
+    print(f"speed-up of the bulk reader: {base / bulk:.1f}x")
+
+
+if __name__ == "__main__":
+    main()

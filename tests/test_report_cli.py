@@ -1,0 +1,202 @@
+"""`workbench health`, `workbench compare`, `workbench dashboard` on a real micro study."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+from typer.testing import CliRunner
+
+from tests.viz.micro_study import STUDY, build_micro_study, uri_of
+from workbench.cli import app
+from workbench.commands.health import recheck_reports
+from workbench.tracking.reader import StudyReader
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def study_dir(tmp_path_factory):
+    return build_micro_study(tmp_path_factory)
+
+
+@pytest.fixture
+def in_study(study_dir, monkeypatch):
+    """Run commands from the study's directory (its default local store), as a user would."""
+    monkeypatch.chdir(study_dir)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.setenv("COLUMNS", "200")  # tables unwrapped, as in a wide terminal
+    return study_dir
+
+
+def invoke(*args):
+    return CliRunner().invoke(app, [str(a) for a in args], catch_exceptions=False)
+
+
+def runs_of(client, role="run"):
+    exp = client.get_experiment_by_name(STUDY)
+    return client.search_runs([exp.experiment_id], f"tags.`workbench.role` = '{role}'")
+
+
+def artifact_paths(client, run_id, path):
+    return {a.path for a in client.list_artifacts(run_id, path)}
+
+
+# ---- health ----------------------------------------------------------------------------------
+
+def test_health_table_shows_first_trigger_steps(in_study):
+    result = invoke("health", STUDY)
+    assert result.exit_code == 0, result.output
+    client = MlflowClient(uri_of(in_study))
+    fired = set()
+    for run in runs_of(client):
+        assert f"{run.data.tags['workbench.variant']}/seed={run.data.tags['workbench.seed']}" in result.output
+        fired |= {r.split("@")[0] for r in run.data.tags["workbench.health_reasons"].split(",") if r}
+    assert fired, "the micro study is configured so that some rules fire"
+    for rule in fired:
+        assert rule.replace("_", " ") in result.output
+    assert "did not fire in any run" in result.output
+
+
+def test_health_json_matches_the_runs_tags(in_study):
+    result = invoke("health", "study.yaml", "--format", "json")  # the study file works as well as its name
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["study"] == STUDY and data["source"] == "health.json" and len(data["runs"]) == 4
+    tags = {r.info.run_id: r.data.tags for r in runs_of(MlflowClient(uri_of(in_study)))}
+    for run in data["runs"]:
+        t = tags[run["run_id"]]
+        assert run["health"] == t["workbench.health"] and run["reasons"] == t["workbench.health_reasons"]
+        reasons = {r.split("@")[0]: int(r.split("@")[1]) for r in t["workbench.health_reasons"].split(",") if r}
+        fired = {name: cell["step"] for name, cell in run["rules"].items() if cell["state"] in ("warn", "fail")}
+        assert fired == reasons
+        for name in fired:
+            assert run["rules"][name]["message"] and run["rules"][name]["value"] is not None
+
+
+def test_recheck_reproduces_the_logged_health_json(in_study):
+    reader = StudyReader(uri_of(in_study), cache_dir=False)
+    frames = reader.load(STUDY)
+    logged = reader.health_reports(frames.runs)
+    rechecked = recheck_reports(frames.history, frames.runs)
+    for rid, live in logged.items():
+        again = rechecked[rid]
+        for key in ("status", "reasons", "first_fail_step", "steps_observed", "first_step", "last_step", "events"):
+            assert again[key] == live[key], key
+        for rule, r in live["rules"].items():
+            assert again["rules"][rule]["first_trigger"] == r["first_trigger"], rule
+            assert again["rules"][rule]["params"] == r["params"], rule  # the run's own config was used
+    # and through the CLI: the same cells
+    a = json.loads(invoke("health", STUDY, "--format", "json").output)
+    b = json.loads(invoke("health", STUDY, "--recheck", "--format", "json").output)
+    assert b["source"].startswith("recheck")
+    strip = lambda d: [{k: v for k, v in r.items() if k != "source"} for r in d["runs"]]  # noqa: E731
+    assert strip(a) == strip(b)
+
+
+def test_health_of_one_run_with_another_preset(in_study):
+    run = runs_of(MlflowClient(uri_of(in_study)))[0]
+    result = invoke("health", run.info.run_id, "--preset", "off", "--format", "json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert [r["run_id"] for r in data["runs"]] == [run.info.run_id]
+    assert "off" in data["source"]
+    assert all(c["state"] == "off" for c in data["runs"][0]["rules"].values())
+    strict = json.loads(invoke("health", run.info.run_id, "--preset", "strict", "--format", "json").output)
+    assert strict["runs"][0]["rules"]["length_blowup"]["state"] in ("ok", "warn")
+
+
+def test_health_errors_are_one_line(in_study):
+    result = CliRunner().invoke(app, ["health", "no-such-study"])
+    assert result.exit_code == 2 and "no study 'no-such-study'" in result.output and "Traceback" not in result.output
+    result = CliRunner().invoke(app, ["health", STUDY, "--preset", "lenient"])
+    assert result.exit_code == 2 and "unknown health preset 'lenient'" in result.output
+
+
+# ---- compare ---------------------------------------------------------------------------------
+
+def test_compare_table_and_html_report_logged_to_the_parent_run(in_study, tmp_path):
+    out = tmp_path / "report.html"
+    result = invoke("compare", STUDY, "--out", out)
+    assert result.exit_code == 0, result.output
+    for text in ("final_eval_accuracy", "final_reward", "baseline grpo", "dr_grpo", "not distinguishable"):
+        assert text in result.output, text
+    html = out.read_text()
+    assert html.count("Plotly.newPlot") == 3  # summary bars, curves, health matrix
+    assert not re.search(r"<script[^>]+src=", html)  # self-contained: nothing fetched
+    for section in ("Which variant wins", "Summary metrics", "Curves", "Health"):
+        assert f"<h2>{section}</h2>" in html
+    client = MlflowClient(uri_of(in_study))
+    (parent,) = runs_of(client, "study")
+    logged = artifact_paths(client, parent.info.run_id, "reports")
+    assert {"reports/compare.html", "reports/compare.csv", "reports/compare.json", "reports/compare.md"} <= logged
+    local = client.download_artifacts(parent.info.run_id, "reports/compare.html", str(tmp_path))
+    assert Path(local).stat().st_size > 3_000_000  # self-contained: plotly.js inside
+    table = json.loads(Path(client.download_artifacts(parent.info.run_id, "reports/compare.json", str(tmp_path)))
+                       .read_text())
+    assert table["baseline"] == "grpo" and table["metrics"] == ["final_eval_accuracy", "final_reward"]
+
+
+@pytest.mark.parametrize("fmt", ["json", "csv", "md"])
+def test_compare_machine_formats(in_study, fmt):
+    result = invoke("compare", "study.yaml", "--metric", "eval/accuracy", "--metric", "eval_auc",
+                    "--baseline", "dr_grpo", "--format", fmt, "--no-log")
+    assert result.exit_code == 0, result.output
+    if fmt == "json":
+        data = json.loads(result.stdout)
+        assert data["baseline"] == "dr_grpo" and data["metrics"] == ["final:eval/accuracy", "eval_auc"]
+        assert len(data["rows"]) == 4 and {r["variant"] for r in data["rows"]} == {"grpo", "dr_grpo"}
+    elif fmt == "csv":
+        header = result.stdout.splitlines()[0].split(",")
+        assert header[:3] == ["metric", "rank", "variant"] and len(result.stdout.splitlines()) == 5
+    else:
+        assert "### final:eval/accuracy" in result.stdout and "| **dr_grpo** |" in result.stdout
+
+
+def test_compare_bad_input_exits_2(in_study):
+    for args, message in [
+        (["--baseline", "ppo"], "baseline 'ppo' is not a variant"),
+        (["--metric", "final_eval_acc"], "did you mean 'final_eval_accuracy'"),
+        (["--format", "xml"], "--format must be one of"),
+        (["--spec", "nope"], "no such dashboard spec"),
+    ]:
+        result = CliRunner().invoke(app, ["compare", STUDY, "--no-log", *args])
+        assert result.exit_code == 2, (args, result.output)
+        assert message in result.output and "Traceback" not in result.output
+
+
+# ---- dashboard -------------------------------------------------------------------------------
+
+def test_dashboard_logs_html_to_the_parent_run(in_study, tmp_path):
+    result = invoke("dashboard", STUDY, "--spec", "health", "--out", tmp_path / "h.html")
+    assert result.exit_code == 0, result.output
+    assert "dashboards/health.html" in result.output
+    client = MlflowClient(uri_of(in_study))
+    (parent,) = runs_of(client, "study")
+    assert "dashboards/health.html" in artifact_paths(client, parent.info.run_id, "dashboards")
+    assert (tmp_path / "h.html").stat().st_size > 3_000_000
+
+
+def test_dashboard_of_one_run_is_logged_to_that_run(in_study):
+    run = runs_of(MlflowClient(uri_of(in_study)))[0]
+    result = invoke("dashboard", STUDY, "--run", run.info.run_id)  # default spec with --run: health
+    assert result.exit_code == 0, result.output
+    assert run.info.run_id in result.output
+    assert "dashboards/health.html" in artifact_paths(MlflowClient(uri_of(in_study)), run.info.run_id, "dashboards")
+
+
+def test_user_spec_without_code_and_spec_errors(in_study):
+    specs = in_study / "dashboards"
+    specs.mkdir(exist_ok=True)
+    (specs / "mine.yaml").write_text("title: Mine\npanels:\n  - {metric: reward/mean, aggregation: iqm}\n"
+                                     "  - {kind: summary, metrics: [final_reward]}\n")
+    result = invoke("dashboard", STUDY, "--spec", "mine", "--no-log")
+    assert result.exit_code == 0, result.output
+    assert "2/2 panels with data" in result.output
+    (specs / "broken.yaml").write_text("panels:\n  - {metric: reward/mean, aggregation: median}\n")
+    result = CliRunner().invoke(app, ["dashboard", STUDY, "--spec", "broken"])
+    assert result.exit_code == 2
+    assert "broken.yaml:2: panels[0].aggregation: must be one of mean, iqm, none" in result.output.replace("\n", "")

@@ -1,0 +1,188 @@
+"""Rendering dashboards and figures from synthetic study frames: every panel has data, bands and
+bars carry the statistics of workbench.compare, markers sit on the curves, HTML is self-contained."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tests.viz.synthetic import health_report, synthetic_study
+from workbench.commands.health import health_cells, health_events
+from workbench.compare import align_curves, compare_variants, curve_bands, summarize_runs
+from workbench.viz import DashboardData, html_page, load_spec, parse_spec, render_dashboard, summary_figure
+from workbench.viz.figures import health_matrix_figure
+from workbench.viz.html import Section
+
+DASHBOARDS = Path(__file__).resolve().parents[2] / "dashboards"
+
+
+@pytest.fixture(scope="module")
+def study():
+    history, runs = synthetic_study()
+    reports = {rid: health_report([]) for rid in runs["run_id"]}
+    first = runs["run_id"].iloc[0]
+    reports[first] = health_report([("entropy_collapse", 7, "warn", "entropy/mean", 0.1),
+                                    ("non_finite", 12, "fail", "grad/norm", float("nan"))])
+    reports[runs["run_id"].iloc[1]] = None  # no health.json: from tags (none here) -> unknown
+    return history, runs, reports
+
+
+def traces_in(fig, row, col):
+    """Traces placed in the subplot at (row, col)."""
+    ref = fig.get_subplot(row, col)
+    xa = ref.xaxis.plotly_name.replace("axis", "")
+    return [t for t in fig.data if (t.xaxis or "x") == xa]
+
+
+def test_compare_spec_renders_every_panel_with_bands_from_curve_bands(study):
+    history, runs, _ = study
+    spec = load_spec(DASHBOARDS / "compare.yaml")
+    rendered = render_dashboard(spec, DashboardData(history, runs, baseline="grpo", n_resamples=200))
+    assert rendered.warnings == []
+    assert rendered.panels_with_data == len(spec.panels)
+    places = spec.placements()
+    # the eval accuracy panel: per variant one band (filled polygon) and one mean line
+    (r, c) = places[0]
+    ts = traces_in(rendered.figure, r, c)
+    lines = {t.name: t for t in ts if t.fill is None and t.mode == "lines"}
+    bands = [t for t in ts if t.fill == "toself"]
+    assert set(lines) == {"grpo", "dapo"} and len(bands) == 2
+    expected = curve_bands(align_curves(history, "eval/accuracy"), rng=0, n_resamples=200)
+    exp_dapo = expected[expected["variant"] == "dapo"]
+    np.testing.assert_allclose(np.asarray(lines["dapo"].y, dtype=float), exp_dapo["estimate"].to_numpy())
+    band = next(t for t in bands if t.legendgroup == "dapo")
+    ys = np.asarray(band.y, dtype=float)
+    np.testing.assert_allclose(ys[: len(exp_dapo)], exp_dapo["hi"].to_numpy())
+    assert (ys[: len(exp_dapo)] >= ys[len(exp_dapo):][::-1]).all()  # upper edge above the lower edge
+    # a two-metric panel tells its metrics apart by dash
+    length_panel = next(i for i, p in enumerate(spec.panels) if len(p.metrics) == 2)
+    dashes = {t.line.dash for t in traces_in(rendered.figure, *places[length_panel]) if t.fill is None}
+    assert dashes == {"solid", "dash"}
+    # each variant appears once in the legend, in one colour everywhere
+    shown = [t.name for t in rendered.figure.data if t.showlegend]
+    assert shown.count("grpo") == 1 and shown.count("dapo") == 1
+    colors = {t.line.color for t in rendered.figure.data if t.name == "grpo" and t.fill is None}
+    assert len(colors) == 1
+
+
+def test_summary_panel_bars_are_compare_variants_estimates(study):
+    history, runs, _ = study
+    spec = parse_spec("panels:\n  - {kind: summary, metrics: [final_eval_accuracy, eval/accuracy]}\n")
+    rendered = render_dashboard(spec, DashboardData(history, runs, baseline="grpo"))
+    bars = [t for t in rendered.figure.data if t.type == "bar"]
+    summary = summarize_runs(history, runs[["run_id", "variant", "seed"]], ["final_eval_accuracy"])
+    table = compare_variants(summary, "grpo", ["final_eval_accuracy"], rng=0)
+    rows = table.for_metric("final_eval_accuracy")
+    np.testing.assert_allclose(np.asarray(bars[0].y, dtype=float), rows["mean"].to_numpy())
+    np.testing.assert_allclose(np.asarray(bars[0].error_y.array, dtype=float),
+                               (rows["mean_hi"] - rows["mean"]).to_numpy())
+    assert list(bars[0].x) == rows["variant"].tolist()
+    assert len(bars) == 2  # eval/accuracy became final:eval/accuracy
+    seeds = [t for t in rendered.figure.data if t.type == "scatter" and t.mode == "markers"]
+    assert sum(len(t.x) for t in seeds) == 2 * len(runs)  # one circle per run per metric
+
+
+def test_health_spec_per_run_lines_markers_and_matrix(study):
+    history, runs, reports = study
+    spec = load_spec(DASHBOARDS / "health.yaml")
+    cells, events = health_cells(runs, reports), health_events(reports)
+    data = DashboardData(history, runs, health_cells=cells, health_events=events, baseline="grpo")
+    rendered = render_dashboard(spec, data)
+    # kl/ref and the IS correction were never logged: their optional panels are left out, not empty
+    titles = [p.title for p in rendered.spec.panels]
+    assert "KL to reference" not in titles and len(rendered.spec.panels) == len(spec.panels) - 2
+    assert rendered.warnings == [] and rendered.panels_with_data == len(rendered.spec.panels)
+    fig = rendered.figure
+    entropy_lines = [t for t in fig.data if t.type == "scatter" and t.mode in ("lines", "lines+markers")
+                     and "entropy/mean" in (t.hovertemplate or "")]
+    assert len(entropy_lines) == len(runs)  # aggregation none: one line per run
+    warn = [t for t in fig.data if t.name == "health warn"]
+    assert len(warn) == 1 and list(warn[0].x) == [7]
+    rid = runs["run_id"].iloc[0]
+    h = history[(history["run_id"] == rid) & (history["metric"] == "entropy/mean") & (history["step"] == 7)]
+    assert warn[0].y[0] == pytest.approx(h["value"].iloc[0])  # on the run's entropy curve
+    (fail,) = [t for t in fig.data if t.name == "health fail"]  # on the event's own metric (grad/norm)
+    h = history[(history["run_id"] == rid) & (history["metric"] == "grad/norm") & (history["step"] == 12)]
+    assert list(fail.x) == [12] and fail.y[0] == pytest.approx(h["value"].iloc[0])
+    (heat,) = [t for t in fig.data if t.type == "heatmap"]
+    z = np.asarray(heat.z, dtype=float)
+    rules = list(heat.x)
+    assert z[0, rules.index("non_finite")] == 1.0 and heat.text[0][rules.index("non_finite")] == "12"
+    assert z[0, rules.index("entropy_collapse")] == 0.5
+    assert np.allclose(z[1], 0.0)  # no report, but its tags say ok with no reasons
+
+
+def test_group_by_run_colours_each_run_and_missing_metrics_are_reported(study):
+    history, runs, _ = study
+    spec = parse_spec("panels:\n  - {metric: reward/mean, group_by: run}\n  - {metric: no/such_metric}\n")
+    rendered = render_dashboard(spec, DashboardData(history, runs))
+    lines = [t for t in rendered.figure.data if t.type == "scatter"]
+    assert len({t.line.color for t in lines}) == len(runs) and all(t.showlegend for t in lines)
+    assert rendered.panels_with_data == 1
+    assert rendered.warnings == ["panel 'no/such_metric': no data for no/such_metric"]
+    assert any("no data" in a.text for a in rendered.figure.layout.annotations)
+
+
+def test_x_tokens_aligns_on_cumulative_tokens(study):
+    history, runs, _ = study
+    spec = parse_spec("panels:\n  - {metric: reward/mean, x: tokens}\n")
+    rendered = render_dashboard(spec, DashboardData(history, runs, n_resamples=100))
+    line = next(t for t in rendered.figure.data if t.fill is None)
+    assert max(line.x) > 1000  # tokens (length/mean x 16 completions per step), not steps
+    assert rendered.figure.layout.xaxis.title.text == "tokens"
+
+
+def test_summary_and_health_figures(study):
+    history, runs, reports = study
+    summary = summarize_runs(history, runs, ["final_eval_accuracy", "final_reward"])
+    table = compare_variants(summary, "grpo", ["final_eval_accuracy", "final_reward"])
+    fig = summary_figure(table, summary)
+    assert [t.type for t in fig.data].count("bar") == 2
+    heat = health_matrix_figure(health_cells(runs, reports))
+    assert heat.data[0].type == "heatmap" and len(heat.data[0].y) == len(runs)
+
+
+def test_html_is_self_contained_and_valid_js(study, tmp_path):
+    history, runs, _ = study
+    rendered = render_dashboard(load_spec(DASHBOARDS / "compare.yaml"), DashboardData(history, runs, n_resamples=50))
+    page = rendered.to_html(subtitle="test")
+    assert page.count("Plotly.newPlot") == 1
+    assert not re.search(r"<script[^>]+src=", page)  # nothing loaded from a CDN or elsewhere
+    assert len(page) > 3_000_000  # plotly.js inlined
+    two = html_page("t", [Section("a", figure=rendered.figure), Section("b", figure=rendered.figure)])
+    assert two.count("Plotly.newPlot") == 2 and len(two) < len(page) * 1.2  # one shared copy of plotly.js
+    if shutil.which("node"):
+        for i, js in enumerate(re.findall(r"<script[^>]*>(.*?)</script>", page, flags=re.S)):
+            f = tmp_path / f"s{i}.js"
+            f.write_text(js)
+            r = subprocess.run(["node", "--check", str(f)], capture_output=True, text=True)
+            assert r.returncode == 0, r.stderr[:500]
+
+
+def test_health_cells_from_tags_when_no_report():
+    runs = pd.DataFrame({"run_id": ["a" * 32, "b" * 32], "variant": ["v", "v"], "seed": [0, 1],
+                         "health": ["fail", None], "health_reasons": ["non_finite@4,entropy_collapse@2", None]})
+    cells = health_cells(runs, {"a" * 32: None, "b" * 32: None}).set_index(["run_id", "rule"])
+    a = cells.loc["a" * 32]
+    assert a.loc["non_finite", "state"] == "fail" and a.loc["non_finite", "step"] == 4
+    assert a.loc["entropy_collapse", "state"] == "warn" and a.loc["entropy_collapse", "source"] == "tags"
+    assert a.loc["reward_collapse", "state"] == "ok"
+    assert (cells.loc["b" * 32, "state"] == "unknown").all()
+
+
+def test_long_curves_are_thinned_for_drawing_only(study):
+    history, runs, _ = study
+    spec = parse_spec("panels:\n  - {metric: reward/mean}\n  - {kind: summary, metrics: [final_reward]}\n")
+    rendered = render_dashboard(spec, DashboardData(history, runs, n_resamples=50, max_points=5))
+    line = next(t for t in rendered.figure.data if t.type == "scatter" and t.fill is None and t.name == "grpo")
+    assert list(line.x) == [0, 5, 10, 14, 19]  # evenly spaced, first and last step kept
+    bar = next(t for t in rendered.figure.data if t.type == "bar")
+    summary = summarize_runs(history, runs, ["final_reward"])  # last 10 steps: every point, not the thinned ones
+    assert bar.y[list(bar.x).index("grpo")] == pytest.approx(summary.loc[summary["variant"] == "grpo",
+                                                                         "final_reward"].mean())
