@@ -4,6 +4,7 @@ and process inspection through /proc."""
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import signal
@@ -50,6 +51,7 @@ def install_empty_mlflow_db(workdir: Path) -> str:
         from mlflow import MlflowClient
 
         template = Path(tempfile.mkdtemp(prefix="workbench-mlflow-template-")) / "mlflow.db"
+        atexit.register(shutil.rmtree, template.parent, True)
         MlflowClient(f"sqlite:///{template}").search_experiments()  # creates the tables
         _TEMPLATE = template
     shutil.copy(_TEMPLATE, workdir / "mlflow.db")
@@ -74,7 +76,8 @@ def workbench_cmd(*args) -> list[str]:
 
 def spawn(args: list[str], cwd: Path, log: Path, env: dict | None = None) -> subprocess.Popen:
     """A CLI process in its own session (so a test can signal its whole group like a terminal)."""
-    full_env = os.environ | {"PYTHONPATH": str(Path(__file__).resolve().parents[1])} | (env or {})
+    path = os.pathsep.join(p for p in [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH")] if p)
+    full_env = os.environ | {"PYTHONPATH": path} | (env or {})
     return subprocess.Popen(args, cwd=cwd, env=full_env, stdout=log.open("w"), stderr=subprocess.STDOUT,
                             start_new_session=True)
 

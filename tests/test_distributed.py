@@ -4,12 +4,13 @@ worker processes, some of them killed with SIGKILL.
 Fast tests drive :class:`workbench.distributed.Worker` in-process without training (enqueue,
 duplicates, stale-trial retry). Slow ones start worker subprocesses on a shared Optuna storage and
 a shared sqlite MLflow store. The PostgreSQL test starts a throwaway server from the Debian
-``postgresql`` package (or uses ``WORKBENCH_TEST_POSTGRES_URL``); it is skipped where neither the
-server nor the ``psycopg2`` driver is installed, unless ``WORKBENCH_REQUIRE_POSTGRES=1`` (CI).
+``postgresql`` package (or uses ``WORKBENCH_TEST_POSTGRES_URL``); it is skipped where the
+server or the ``psycopg`` driver is missing, unless ``WORKBENCH_REQUIRE_POSTGRES=1`` (CI).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import signal
@@ -138,58 +139,75 @@ def test_bad_storage_is_one_line_exit_2(workdir):
 
 # ------------------------------------------------------------------------------------------ slow
 def run_workers_killing_one(workdir: Path, url: str, n_workers: int, name: str, seeds: list[int],
-                            env: dict | None = None) -> None:
-    """Start n workers on one study, SIGKILL the worker of the first run seen in progress, and
-    check that the others finish the study with exactly one FINISHED MLflow run per run_key."""
+                            terminate_another: bool = False) -> None:
+    """Start n workers on one study, SIGKILL the worker of the first run seen in progress (and,
+    with ``terminate_another``, stop the worker of another run with SIGTERM, as `kill PID` or
+    Ctrl-C would), and check that the others finish the study with exactly one FINISHED MLflow
+    run per run_key."""
     uri = install_empty_mlflow_db(workdir)
     path = write_study(workdir / "study.yaml", name, steps=40, seeds=seeds)
     keys = {s.run_key for s in expand(load_study(path))}
     args = ["worker", path, "--storage", url, "--tracking-uri", uri, "--heartbeat", "1", "--grace", "3",
             "--threads", "1"]
-    procs = [spawn(workbench_cmd(*args), workdir, workdir / f"worker{i}.log", env) for i in range(n_workers)]
+    procs = [spawn(workbench_cmd(*args), workdir, workdir / f"worker{i}.log") for i in range(n_workers)]
+    by_pid = {p.pid: p for p in procs}
+    stopped: dict[int, tuple[object, str]] = {}  # pid -> (its trial, the signal's effect)
+    client = MlflowClient(uri)
     try:
         def running_trial():
+            """A trial in progress whose run is under way in MLflow (a signal before that finds no
+            run to close), run by a worker not yet stopped."""
             try:
                 trials = trials_of(url, name)
             except KeyError:  # the study is not created yet
                 return None
-            return next((t for t in trials if t.state == TrialState.RUNNING and WORKER in t.user_attrs), None)
+            in_mlflow = {r.data.tags["workbench.run_key"] for r in child_runs(client, name)
+                         if r.info.status == "RUNNING"}
+            return next((t for t in trials if t.state == TrialState.RUNNING and WORKER in t.user_attrs
+                         and t.user_attrs[KEY] in in_mlflow
+                         and int(t.user_attrs[WORKER].rsplit(":", 1)[1]) not in stopped), None)
 
-        victim_trial = wait_for(running_trial, 120, what="a worker running a trial")
-        victim_pid = int(victim_trial.user_attrs[WORKER].rsplit(":", 1)[1])
-        victim = next(p for p in procs if p.pid == victim_pid)
-        os.kill(victim_pid, signal.SIGKILL)
+        for sig, effect in [(signal.SIGKILL, "FAILED"), (signal.SIGTERM, "KILLED")][: 1 + terminate_another]:
+            trial = wait_for(running_trial, 120, what="a worker running a trial")
+            pid = int(trial.user_attrs[WORKER].rsplit(":", 1)[1])
+            os.kill(pid, sig)
+            stopped[pid] = (trial, effect)
         for proc in procs:
             proc.wait(timeout=240)
         logs = {p.pid: (workdir / f"worker{i}.log").read_text() for i, p in enumerate(procs)}
-        assert victim.returncode == -signal.SIGKILL
-        for proc in procs:
-            if proc is not victim:
-                assert proc.returncode == 0, logs[proc.pid]
+        for pid, proc in by_pid.items():
+            expected = {"FAILED": -signal.SIGKILL, "KILLED": 130}[stopped[pid][1]] if pid in stopped else 0
+            assert proc.returncode == expected, logs[pid]
     finally:
         for proc in procs:
             stop_group(proc)
 
-    runs = child_runs(MlflowClient(uri), name)
+    runs = child_runs(client, name)
     statuses = statuses_by_key(runs)
     assert set(statuses) == keys
-    victim_key = victim_trial.user_attrs[KEY]
+    effects = {trial.user_attrs[KEY]: effect for trial, effect in stopped.values()}
     for key, seen in statuses.items():  # every run executed to completion exactly once ...
         assert seen.count("FINISHED") == 1, (key, seen)
-        # ... and the only other run is the victim's, closed FAILED by the worker that retried it
-        assert sorted(seen) == (["FAILED", "FINISHED"] if key == victim_key else ["FINISHED"]), (key, seen)
+        # ... and the only other runs are the stopped ones: lost (FAILED) or stopped (KILLED)
+        assert sorted(seen) == sorted(["FINISHED", *([effects[key]] if key in effects else [])]), (key, seen)
     lost = next(r for r in runs if r.info.status == "FAILED")
     assert "was lost" in lost.data.tags["workbench.error"]
     trials = trials_of(url, name)
-    retry = [t for t in trials if t.user_attrs.get(KEY) == victim_key and t.state == TrialState.COMPLETE]
-    assert len(retry) == 1 and retry[0].user_attrs[LOST] == 1
+    for key, effect in effects.items():  # the retry that completed the stopped run
+        (retry,) = [t for t in trials if t.user_attrs.get(KEY) == key and t.state == TrialState.COMPLETE]
+        assert retry.user_attrs[LOST] == (1 if effect == "FAILED" else 0)
     assert all(t.state in (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED) for t in trials)
 
-    # a worker started after the study is done finds nothing to do
-    again = subprocess.run(workbench_cmd(*args, "--quiet"), cwd=workdir, capture_output=True, text=True,
-                           env=os.environ | (env or {}), timeout=120)
-    assert again.returncode == 0, again.stdout + again.stderr
-    assert f"{len(keys)}/{len(keys)} runs finished" in again.stdout and "ran 0" in again.stdout
+    # a worker started after the study is done enqueues nothing, runs nothing, and exits
+    late = make_worker(path, url)
+    os.environ["MLFLOW_TRACKING_URI"] = uri
+    try:
+        late.connect()
+        report = late.loop()
+    finally:
+        del os.environ["MLFLOW_TRACKING_URI"]
+    assert (report.total, report.finished, report.failed, report.outcomes) == (len(keys), len(keys), [], [])
+    assert len(trials_of(url, name)) == len(trials)
     assert len(child_runs(MlflowClient(uri), name)) == len(runs)
 
 
@@ -218,10 +236,8 @@ def postgres_url():
     """A PostgreSQL database URL: $WORKBENCH_TEST_POSTGRES_URL, or a throwaway local server."""
     require = os.environ.get("WORKBENCH_REQUIRE_POSTGRES") == "1"
     missing = pytest.fail if require else pytest.skip
-    try:
-        import psycopg2  # noqa: F401 - SQLAlchemy's default PostgreSQL driver
-    except ImportError:
-        missing("psycopg2 is not installed (pip install psycopg2-binary)")
+    if importlib.util.find_spec("psycopg") is None:  # SQLAlchemy 2.1's driver for postgresql:// URLs
+        missing("the PostgreSQL driver is not installed (pip install 'psycopg[binary]')")
     if os.environ.get("WORKBENCH_TEST_POSTGRES_URL"):
         yield os.environ["WORKBENCH_TEST_POSTGRES_URL"]
         return
@@ -248,6 +264,6 @@ def postgres_url():
 
 
 @pytest.mark.slow
-def test_three_workers_on_postgresql_one_killed_every_run_finishes_exactly_once(workdir, postgres_url):
+def test_three_workers_on_postgresql_one_killed_one_stopped_every_run_finishes_exactly_once(workdir, postgres_url):
     name = f"pg-workers-{os.getpid()}-{int(time.time())}"  # unique: a shared server may hold older studies
-    run_workers_killing_one(workdir, postgres_url, 3, name, seeds=[0, 1, 2, 3])
+    run_workers_killing_one(workdir, postgres_url, 3, name, seeds=[0, 1, 2, 3], terminate_another=True)

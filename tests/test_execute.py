@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 
 import pytest
 from mlflow import MlflowClient
@@ -25,7 +24,9 @@ from tests.execution_helpers import (
     write_study,
 )
 from workbench.cli import app
+from workbench.execute import seed_matrix
 from workbench.pool import describe_exit
+from workbench.runs import RunOutcome
 from workbench.study import expand, load_study
 from workbench.study_progress import StudyProgress
 
@@ -57,6 +58,18 @@ def test_study_progress_counts_steps_of_running_runs_in_the_eta():
     assert bar.failed == 1 and bar.finished == 2
 
 
+def test_seed_matrix_groups_runs_by_label_without_the_seed():
+    def outcome(label, seed, status="FINISHED", value=float("nan")):
+        return RunOutcome(label, label.split("/")[0], seed, f"k-{label}", status, eval_last=value, health="ok")
+
+    seeds, rows = seed_matrix([outcome("a/lr=1e-4/seed=0", 0, value=0.2), outcome("a/lr=1e-4/seed=1", 1, value=0.4),
+                               outcome("b/seed=0", 0, "FAILED"), outcome("b/seed=1", 1, "SKIPPED", 0.5)])
+    assert seeds == [0, 1]
+    (a, by_seed_a, mean_a), (b, by_seed_b, mean_b) = rows
+    assert (a, sorted(by_seed_a), mean_a) == ("a/lr=1e-4", [0, 1], pytest.approx(0.3))
+    assert (b, by_seed_b[0].status, mean_b) == ("b", "FAILED", 0.5)
+
+
 def test_a_dead_run_process_is_described_by_its_exit_code():
     assert "SIGKILL" in describe_exit(-signal.SIGKILL) and "out of memory" in describe_exit(-9)
     assert "exit code 3" in describe_exit(3)
@@ -76,6 +89,7 @@ def test_parallel_runs_each_once_a_crash_stays_contained_and_rerun_skips_finishe
 
     result = invoke("run", path, "--parallel", 2, "--quiet")
     assert result.exit_code == 1, result.output  # one run failed; the four others finished
+    assert "by seed" in result.output  # the variant x seed summary
     client = MlflowClient(uri)
     statuses = statuses_by_key(child_runs(client, "parallel"))
     assert statuses.pop(broken_key) == ["FAILED"]
@@ -85,7 +99,7 @@ def test_parallel_runs_each_once_a_crash_stays_contained_and_rerun_skips_finishe
     (crashed,) = [r for r in child_runs(client, "parallel") if r.info.status == "FAILED"]
     assert "workbench.error" in crashed.data.tags  # the run's own traceback, not a lost process
 
-    again = invoke("run", path, "--parallel", 2, "--quiet")  # resume: only the failed run runs again
+    again = invoke("run", path, "--quiet")  # resume (in this process): only the failed run runs again
     assert again.exit_code == 1
     assert again.output.count("SKIPPED") == 4
     statuses = statuses_by_key(child_runs(client, "parallel"))
@@ -96,38 +110,42 @@ def test_parallel_runs_each_once_a_crash_stays_contained_and_rerun_skips_finishe
 @pytest.mark.slow
 def test_sigkill_of_a_run_process_and_ctrl_c_then_resume_finishes_every_run_once(workdir):
     uri = install_empty_mlflow_db(workdir)
-    path = write_study(workdir / "study.yaml", "interrupted", steps=60, seeds=[0, 1, 2])
+    path = write_study(workdir / "study.yaml", "interrupted", steps=80, seeds=[0, 1])
     keys = {s.run_key for s in expand(load_study(path))}
     client = MlflowClient(uri)
     proc = spawn(workbench_cmd("run", path, "--parallel", 2, "--quiet"), workdir, workdir / "run.log")
     try:
-        def running(n):
-            return lambda: len([r for r in child_runs(client, "interrupted") if r.info.status == "RUNNING"]) >= n
+        def in_progress():
+            return [r for r in child_runs(client, "interrupted") if r.info.status == "RUNNING"]
 
-        wait_for(running(2), 120, what="two runs in progress")
+        wait_for(lambda: len(in_progress()) == 2, 120, what="two runs in progress")
         run_procs = [pid for pid in children(proc.pid) if "spawn_main" in cmdline(pid)]
         assert len(run_procs) == 2
-        os.kill(run_procs[0], signal.SIGKILL)  # a run's process dies (think: the OOM killer)
+        os.kill(run_procs[0], signal.SIGKILL)  # a run's process dies (think: the OOM killer) ...
         wait_for(lambda: any(r.info.status == "FAILED" for r in child_runs(client, "interrupted")), 60,
                  what="the killed run marked FAILED")
-        wait_for(running(2), 60, what="the third run started in its place")
-        time.sleep(0.5)
-        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C in a terminal: the whole process group
+        assert len(in_progress()) == 1  # ... and the other run goes on
+        os.killpg(proc.pid, signal.SIGINT)  # then Ctrl-C in the terminal: the whole process group
         assert proc.wait(timeout=120) == 130, (workdir / "run.log").read_text()
     finally:
         stop_group(proc)
 
+    log = (workdir / "run.log").read_text()
     runs = child_runs(client, "interrupted")
-    by_status = sorted(r.info.status for r in runs)
-    assert by_status == ["FAILED", "KILLED", "KILLED"], (workdir / "run.log").read_text()
+    assert sorted(r.info.status for r in runs) == ["FAILED", "KILLED"], log
     (killed,) = [r for r in runs if r.info.status == "FAILED"]
     assert "SIGKILL" in killed.data.tags["workbench.error"]
     assert study_parent(client, "interrupted").info.status == "KILLED"
+    assert "race condition" not in log and "Traceback" not in log, log
+    (stopped,) = [r for r in runs if r.info.status == "KILLED"]
+    assert "grace period" not in stopped.data.tags.get("workbench.error", ""), stopped.data.tags  # it stopped itself
 
-    result = invoke("run", path, "--parallel", 2, "--quiet")  # resume
+    # resume (in run processes: one torch thread each, where this process's default two threads
+    # make the tiny model's steps several times slower on a busy 2-core machine)
+    result = invoke("run", path, "--parallel", 2, "--quiet")
     assert result.exit_code == 0, result.output
     statuses = statuses_by_key(child_runs(client, "interrupted"))
     assert set(statuses) == keys
-    for seen in statuses.values():  # exactly one FINISHED run per run_key, the rest history
-        assert seen.count("FINISHED") == 1 and seen.count("RUNNING") == 0
+    for seen in statuses.values():  # exactly one FINISHED run per run_key; the others are history
+        assert sorted(seen) in (["FAILED", "FINISHED"], ["FINISHED", "KILLED"])
     assert study_parent(client, "interrupted").info.status == "FINISHED"

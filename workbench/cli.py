@@ -116,6 +116,7 @@ def run(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
     from workbench.execute import run_study
 
     study_obj, specs = load_specs(study, set_, only)
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")  # a server prints no links per run
     if parallel is None:
         parallel = int(study_obj.execution.get("parallel", 1))
     try:
@@ -151,13 +152,14 @@ def worker(
 
     if tracking_uri:
         os.environ["MLFLOW_TRACKING_URI"] = tracking_uri  # every run of this worker logs there
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")  # no "View run at" per run
     study_obj, specs = load_specs(study, set_, None)
     if threads:
         import torch
 
         torch.set_num_threads(threads)
-    log = (lambda line: None) if quiet else (lambda line: console.print(line, markup=False, highlight=False,
-                                                                        soft_wrap=True))
+    log = (lambda line: None) if quiet else (lambda line: console.print(
+        f"{time.strftime('%H:%M:%S')} {line}", markup=False, highlight=False, soft_wrap=True))
     options = WorkerOptions(heartbeat_interval=heartbeat, grace_period=grace, max_retries=max_retries, log=log)
     previous = signal.signal(signal.SIGTERM, _interrupt_once)  # `kill PID` stops like Ctrl-C: run KILLED
     try:
@@ -192,8 +194,36 @@ def print_summary(name: str, outcomes) -> None:
         if o.error:
             table.add_row("", f"[red]{o.error[:120]}", "", "", "", "", "")
     console.print(table)
+    _print_seed_matrix(outcomes)
     uri = resolve_tracking_uri()
-    console.print(f"Tracked in MLflow at [bold]{uri}[/bold]. Open the UI with: [bold]workbench ui[/bold]")
+    where = "[bold]workbench ui[/bold]" if not uri.startswith("http") else f"[bold]{uri}[/bold]"
+    console.print(f"Tracked in MLflow at [bold]{uri}[/bold]. Open the UI with: {where}")
+
+
+def _print_seed_matrix(outcomes) -> None:
+    """With several seeds: final eval accuracy and health, one row per variant/grid point, one column per seed."""
+    from workbench.execute import seed_matrix
+
+    seeds, rows = seed_matrix(outcomes)
+    if len(seeds) < 2:
+        return
+    table = Table(title="final eval/accuracy (health) by seed")
+    table.add_column("run")
+    for seed in seeds:
+        table.add_column(f"seed={seed}", justify="right")
+    table.add_column("mean", justify="right")
+    for group, by_seed, mean in rows:
+        cells = []
+        for seed in seeds:
+            o = by_seed.get(seed)
+            if o is None:
+                cells.append("")
+            elif o.eval_last == o.eval_last:  # not NaN
+                cells.append(f"{o.eval_last:.3f} {o.health}")
+            else:
+                cells.append(o.status)
+        table.add_row(group, *cells, "-" if mean != mean else f"{mean:.3f}")
+    console.print(table)
 
 
 @app.command()
@@ -242,6 +272,10 @@ def ui(port: Annotated[int, typer.Option(help="port on 127.0.0.1")] = 5000,
 from workbench.commands import register as _register_report_commands  # noqa: E402 - after the app's own commands
 
 _register_report_commands(app)  # health, compare, dashboard (workbench/commands/)
+
+from workbench.search.cli import register as _register_search_commands  # noqa: E402
+
+_register_search_commands(app)  # tune (workbench/search/)
 
 
 def main() -> None:

@@ -31,9 +31,9 @@ whose heartbeat is older than ``grace_period`` is failed by whichever worker see
 and enqueues a retry of the run (``workbench.lost`` counts these; at most ``max_retries``).
 RDBStorage has the heartbeat built in; for JournalStorage, :class:`JournalHeartbeatStorage`
 adds it (a timestamp system attribute, compared with the local clock: keep the machines'
-clocks in sync). A worker stopped by Ctrl-C or SIGTERM ends its run KILLED and enqueues it again
-for the others. A run that fails by itself (an exception: FAILED in MLflow) is a FAIL trial and
-is not retried until a worker is started again.
+clocks in sync). A worker stopped by Ctrl-C or SIGTERM ends its run KILLED and, once its trial is
+failed, enqueues the run again for the others. A run that fails by itself (an exception: FAILED in
+MLflow) is a FAIL trial and is not retried until a worker is started again.
 
 Optuna trial state <-> MLflow: COMPLETE = FINISHED (value: final eval accuracy), FAIL = FAILED,
 KILLED or lost; PRUNED = nothing ran (duplicate, or an idle ``ask`` that found the queue empty).
@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import math
 import os
+import random
 import socket
 import time
 import warnings
@@ -77,6 +78,7 @@ READY = "workbench.ready"
 HEARTBEAT_ATTR = "workbench:heartbeat"
 
 INIT_TIMEOUT_S = 120.0
+RDB_OPEN_ATTEMPTS = 5
 
 
 class WorkerError(ValueError):
@@ -152,12 +154,23 @@ def open_storage(url: str, *, heartbeat_interval: int, grace_period: int | None 
         engine_kwargs: dict = {"pool_pre_ping": True}
         if url.startswith("sqlite"):
             engine_kwargs = {"connect_args": {"timeout": 60}}  # several processes share the file
-        try:
-            return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, heartbeat_interval=heartbeat_interval,
-                                              grace_period=grace_period, heartbeat_stale_trial_callback=on_stale)
-        except Exception as error:  # bad URL, driver missing, server unreachable
-            raise WorkerError(f"cannot open Optuna storage {describe_storage(url)}: "
-                              f"{type(error).__name__}: {str(error).splitlines()[0]}") from None
+        for attempt in range(RDB_OPEN_ATTEMPTS):
+            try:
+                return optuna.storages.RDBStorage(
+                    url, engine_kwargs=engine_kwargs, heartbeat_interval=heartbeat_interval,
+                    grace_period=grace_period, heartbeat_stale_trial_callback=on_stale)
+            except ImportError as error:  # no driver: trying again will not help
+                raise WorkerError(f"cannot open Optuna storage {describe_storage(url)}: {error} "
+                                  f"(for postgresql:// URLs: pip install 'psycopg[binary]')") from None
+            except Exception as error:  # noqa: BLE001 - bad URL, server unreachable, or a race:
+                # workers started together on an empty database all create Optuna's tables, and
+                # PostgreSQL rejects the concurrent CREATEs of all but one; the next try finds them.
+                from sqlalchemy.exc import ArgumentError  # a malformed URL: no point in retrying
+
+                if attempt == RDB_OPEN_ATTEMPTS - 1 or isinstance(error, ArgumentError):
+                    raise WorkerError(f"cannot open Optuna storage {describe_storage(url)}: "
+                                      f"{type(error).__name__}: {str(error).splitlines()[0]}") from None
+                time.sleep(0.5 + random.random() * (attempt + 1))
     path = url.removeprefix("journal:")
     from optuna.storages.journal import JournalFileBackend
 
@@ -186,7 +199,7 @@ class WorkerOptions:
     grace_period: int | None = None  # default: 2 x heartbeat_interval (Optuna's default)
     max_retries: int = 3  # re-runs after a worker died running the run
     poll_s: float | None = None  # default: min(heartbeat_interval, 5)
-    log: Callable[[str], None] = print
+    log: Callable[[str], None] = print  # one line per event; the CLI prefixes the time
 
 
 def worker_id() -> str:
@@ -211,6 +224,7 @@ class Worker:
         self.ctx: StudyContext | None = None
         self.client = None
         self.ostudy = None
+        self._interrupted_trial = None  # the trial whose run a Ctrl-C/SIGTERM stopped
 
     # ----------------------------------------------------------------------- set-up
     def connect(self) -> None:
@@ -299,7 +313,18 @@ class Worker:
             optuna.storages.fail_stale_trials(self.ostudy)
             open_trials = self.ostudy.get_trials(deepcopy=False, states=(TrialState.WAITING, TrialState.RUNNING))
             if any(t.state == TrialState.WAITING for t in open_trials):
-                self.ostudy.optimize(self._objective, n_trials=1, catch=(RunFailed,))
+                self._interrupted_trial = None
+                try:
+                    self.ostudy.optimize(self._objective, n_trials=1, catch=(RunFailed,))
+                except KeyboardInterrupt:
+                    # Stopped by hand: the run ended KILLED and optimize() has failed its trial; only
+                    # now (a live trial would make the retry a "duplicate") hand the run to the others.
+                    trial = self._interrupted_trial
+                    if trial is not None:
+                        self._enqueue_retry(trial, lost=int(trial.user_attrs.get(LOST, 0)))
+                        self.opt.log(f"[{self.id}] {trial.user_attrs.get(LABEL)} KILLED; enqueued again "
+                                     f"for the other workers")
+                    raise
             elif any(KEY in t.user_attrs for t in open_trials):
                 time.sleep(poll)  # runs in progress elsewhere; a lost one comes back as a retry
             else:
@@ -326,6 +351,14 @@ class Worker:
 
     # -------------------------------------------------------------------- one trial
     def _objective(self, trial) -> float:
+        try:
+            return self._run_trial(trial)
+        except KeyboardInterrupt:  # wherever it lands, loop() hands the run to the other workers
+            if KEY in trial.user_attrs:
+                self._interrupted_trial = trial
+            raise
+
+    def _run_trial(self, trial) -> float:
         import optuna
         from optuna.trial import TrialState
 
@@ -361,11 +394,16 @@ class Worker:
         try:
             outcome = execute_run(cfg, study=self.study.name, variant=variant, label=label,
                                   parent_run_id=self.ctx.parent_run_id, progress=bar)
-        except KeyboardInterrupt:  # stopped by hand: the run is KILLED; hand it to the others
+        except KeyboardInterrupt:  # stopped by hand: the run is KILLED; loop() hands it to the others
             trial.set_user_attr(OUTCOME, "KILLED")
-            self._enqueue_retry(trial, lost=int(attrs.get(LOST, 0)))
-            self.opt.log(f"[{self.id}] {label} KILLED; enqueued again for the other workers")
+            # (if the interrupt came while its MLflow run was being opened, that run is still RUNNING)
+            mark_orphaned_runs(self.client, self.ctx.experiment_id, [key], reason="interrupted", status="KILLED")
             raise
+        except Exception as error:  # noqa: BLE001 - failed before training started: this run fails, not the worker
+            mark_orphaned_runs(self.client, self.ctx.experiment_id, [key], reason=f"{type(error).__name__}: {error}")
+            trial.set_user_attr(OUTCOME, "FAILED")
+            self.opt.log(f"[{self.id}] {label} FAILED: {type(error).__name__}: {error}")
+            raise RunFailed(f"{type(error).__name__}: {error}") from error
         self.report.outcomes.append(outcome)
         trial.set_user_attr(OUTCOME, outcome.status)
         if outcome.run_id:

@@ -11,7 +11,8 @@ FAILED and KILLED runs are run again (a new MLflow run: the old one stays as his
 
 Ctrl-C stops launching, ends the running runs KILLED, marks the study's parent run KILLED and
 re-raises ``KeyboardInterrupt`` (the CLI exits 130). A run left RUNNING by a process that is gone
-(``kill -9`` of the whole study) is marked FAILED when the study is run again, before its rerun.
+(``kill -9`` of the whole study) is marked FAILED when the study is run again, before its rerun
+(so do not ``workbench run`` a study that ``workbench worker`` processes are executing).
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -151,25 +151,45 @@ def run_study(study: Study, specs: list[RunSpec], *, progress: bool = True, para
     results: dict[str, RunOutcome] = {s.run_key: skipped_outcome(s, done[s.run_key]) for s in specs
                                       if s.run_key in done}
     status = "FINISHED"
+    current: str | None = None  # the run_key executing in this process, if any
     try:
+        if todo and parallel > 1:
+            prebuild_models(todo, progress=progress)
         with StudyProgress(study.name, len(specs), enabled=progress) as bar:
             bar.add_done(len(specs) - len(todo))
             if todo and parallel > 1:
                 from workbench.pool import run_pool
 
-                prebuild_models(todo, progress=False)
                 results |= run_pool(ctx, todo, parallel=parallel, progress=bar)
             else:
                 for spec in todo:
+                    current = spec.run_key
                     results[spec.run_key] = execute_run(
                         spec.config, study=study.name, variant=spec.variant, label=spec.label,
                         parent_run_id=ctx.parent_run_id, progress=bar.run_view(spec.label))
+                    current = None
     except KeyboardInterrupt:
         status = "KILLED"
+        if current is not None:  # interrupted while its MLflow run was being opened
+            mark_orphaned_runs(client, ctx.experiment_id, [current], reason="interrupted", status="KILLED")
         raise
     finally:
         client.set_terminated(ctx.parent_run_id, status=status)
     return [results[s.run_key] for s in specs]
+
+
+def seed_matrix(outcomes: list[RunOutcome]) -> tuple[list[int], list[tuple[str, dict[int, RunOutcome], float]]]:
+    """Outcomes as (seeds, rows): a row per variant/grid point (the label without its seed), with
+    its outcome per seed and the mean final eval accuracy over the seeds that have one."""
+    seeds = sorted({o.seed for o in outcomes})
+    groups: dict[str, dict[int, RunOutcome]] = {}
+    for o in outcomes:
+        groups.setdefault(o.label.rsplit("/seed=", 1)[0], {})[o.seed] = o
+    rows = []
+    for group, by_seed in groups.items():
+        values = [o.eval_last for o in by_seed.values() if o.eval_last == o.eval_last]
+        rows.append((group, by_seed, sum(values) / len(values) if values else math.nan))
+    return seeds, rows
 
 
 def cpu_count() -> int:
@@ -187,10 +207,6 @@ def format_duration(seconds: float) -> str:
     seconds = int(max(0, seconds))
     hours, rest = divmod(seconds, 3600)
     return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
-
-
-def now() -> float:
-    return time.monotonic()
 
 
 def dump_yaml(data) -> str:

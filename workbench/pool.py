@@ -1,7 +1,8 @@
 """Local process pool for ``workbench run --parallel N``: every run in its own spawned process.
 
-A run's process reports through a ``multiprocessing`` queue: ``start``/``step`` messages feed the
-study progress display and one ``result`` message carries its :class:`~workbench.runs.RunOutcome`.
+A run's process reports through its own pipe (not a shared queue, whose lock a process killed
+mid-write would hold forever): ``start``/``step`` messages feed the study progress display and
+one ``result`` message carries its :class:`~workbench.runs.RunOutcome`.
 A process that exits without a result (segfault, OOM kill, ``kill -9``) has its MLflow run marked
 FAILED with the exit code, and the other runs go on.
 
@@ -15,11 +16,11 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
-import queue as queue_mod
 import signal
 import time
 from collections import deque
 from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
 
 from workbench.runs import RunOutcome
 from workbench.study import RunSpec
@@ -39,32 +40,40 @@ class ChildJob:
 
 
 # ------------------------------------------------------------------------------------ child side
-class _QueueReporter:
+class _PipeReporter:
     """The ``RunProgress`` interface ``execute_run`` drives, forwarded to the parent."""
 
-    def __init__(self, queue, key: str) -> None:
-        self.queue = queue
-        self.key = key
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
 
     def start_run(self, label: str, steps: int) -> None:
-        self.queue.put(("start", self.key, steps))
+        self.conn.send(("start", steps))
 
     def on_step(self, step: int, metrics: dict[str, float]) -> None:
-        self.queue.put(("step", self.key, step, {k: float(metrics[k]) for k in PROGRESS_METRICS if k in metrics}))
+        self.conn.send(("step", step, {k: float(metrics[k]) for k in PROGRESS_METRICS if k in metrics}))
 
     def end_run(self, label: str, status: str) -> None:
         pass  # the parent ends the line when the result arrives
 
 
+_interrupted = False
+
+
 def _interrupt_once(signum, frame):
     """First SIGINT/SIGTERM: stop the run (KeyboardInterrupt); later ones are ignored so that
-    marking the run KILLED is not itself interrupted (Ctrl-C reaches us and the parent's SIGTERM)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    raise KeyboardInterrupt
+    marking the run KILLED is not itself interrupted (a terminal's Ctrl-C reaches a run's process
+    and the parent's SIGTERM follows). A Python-level no-op rather than SIG_IGN: swapping the
+    handler while a signal is pending makes CPython print a "race condition" error."""
+    global _interrupted
+    if not _interrupted:
+        _interrupted = True
+        raise KeyboardInterrupt
 
 
-def child_main(job: ChildJob, queue) -> None:
+interrupt_once = _interrupt_once  # the public name (other process entry points use it too)
+
+
+def child_main(job: ChildJob, conn: Connection) -> None:
     """Entry point of a run's process (spawned)."""
     signal.signal(signal.SIGINT, _interrupt_once)
     signal.signal(signal.SIGTERM, _interrupt_once)
@@ -80,12 +89,13 @@ def child_main(job: ChildJob, queue) -> None:
         torch.set_num_threads(job.threads)
         hf_logging.disable_progress_bar()  # no weight-loading bars under the study display
         outcome = execute_run(spec.config, study=job.study, variant=spec.variant, label=spec.label,
-                              parent_run_id=job.parent_run_id, progress=_QueueReporter(queue, spec.run_key))
+                              parent_run_id=job.parent_run_id, progress=_PipeReporter(conn))
     except KeyboardInterrupt:
         outcome.status, outcome.error = "KILLED", "interrupted"
     except BaseException as error:  # noqa: BLE001 - report anything, the parent decides
         outcome.status, outcome.error = "FAILED", f"{type(error).__name__}: {error}"
-    queue.put(("result", spec.run_key, outcome))
+    conn.send(("result", outcome))
+    conn.close()
 
 
 # ----------------------------------------------------------------------------------- parent side
@@ -93,6 +103,7 @@ def child_main(job: ChildJob, queue) -> None:
 class _Child:
     proc: mp.process.BaseProcess
     spec: RunSpec
+    conn: Connection  # the parent's (reading) end of the child's pipe
 
 
 def describe_exit(code: int | None) -> str:
@@ -114,7 +125,6 @@ class _Pool:
 
         self.ctx = ctx
         self.mp = mp.get_context("spawn")
-        self.queue = self.mp.Queue()
         self.pending = deque(specs)
         self.parallel = parallel
         self.threads = threads_per_run(parallel)
@@ -138,31 +148,37 @@ class _Pool:
 
     def _launch(self, spec: RunSpec) -> None:
         job = ChildJob(spec, self.ctx.study.name, self.ctx.parent_run_id, self.ctx.tracking_uri, self.threads)
-        proc = self.mp.Process(target=child_main, args=(job, self.queue), name=f"workbench-run {spec.label}")
+        reader, writer = self.mp.Pipe(duplex=False)
+        proc = self.mp.Process(target=child_main, args=(job, writer), name=f"workbench-run {spec.label}")
         proc.start()
-        self.running[spec.run_key] = _Child(proc, spec)
+        writer.close()  # the child holds the writing end now: EOF here once it is gone
+        self.running[spec.run_key] = _Child(proc, spec, reader)
 
     def _drain(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
+        """Handle every message waiting (waiting up to ``timeout`` for the first)."""
+        by_conn = {child.conn: key for key, child in self.running.items() if not child.conn.closed}
+        sentinels = [child.proc.sentinel for child in self.running.values()]  # wake up when one exits
+        for conn in wait([*by_conn, *sentinels], timeout=timeout):
+            if conn not in by_conn:
+                continue
             try:
-                message = self.queue.get(timeout=max(0.0, deadline - time.monotonic()))
-            except queue_mod.Empty:
-                return
-            self._handle(message)
-            timeout = 0.0  # after the first message, take what is there and go on
+                while conn.poll():
+                    self._handle(by_conn[conn], conn.recv())
+            except (EOFError, OSError):  # the child exited (or died): nothing more will come
+                conn.close()
 
-    def _handle(self, message) -> None:
-        kind, key = message[0], message[1]
-        child = self.running.get(key)
-        label = child.spec.label if child else key
+    def _handle(self, key: str, message) -> None:
+        kind = message[0]
+        label = self.running[key].spec.label
         if kind == "start":
-            self.progress.run_started(label, message[2])
+            self.progress.run_started(label, message[1])
         elif kind == "step":
-            self.progress.run_step(label, message[2], message[3])
+            self.progress.run_step(label, message[1], message[2])
         elif kind == "result":
-            outcome: RunOutcome = message[2]
+            outcome: RunOutcome = message[1]
             self.results[key] = outcome
+            if outcome.status != "FINISHED":  # interrupted while opening its MLflow run: close it
+                close_left_running(self.ctx, key, outcome)
             detail = f"health {outcome.health}" if outcome.status == "FINISHED" else outcome.error[:100]
             self.progress.run_ended(label, outcome.status, detail)
 
@@ -173,6 +189,7 @@ class _Pool:
             if key not in self.results:
                 self._drain(0.5)  # a result written just before exit may still be in the pipe
             child.proc.join()
+            child.conn.close()
             del self.running[key]
             if key not in self.results:
                 self._lost(child, "KILLED" if self.stopping else "FAILED", describe_exit(child.proc.exitcode))
@@ -207,9 +224,24 @@ class _Pool:
                 child.proc.kill()
         for key, child in list(self.running.items()):
             child.proc.join(timeout=10)
+            child.conn.close()
             del self.running[key]
             if key not in self.results:
                 self._lost(child, "KILLED", "stopped by Ctrl-C (killed after the grace period)")
+
+
+def close_left_running(ctx, key: str, outcome: RunOutcome) -> None:
+    """A run can end (Ctrl-C, an error) between creating its MLflow run and the point from which
+    ``execute_run`` closes it: whatever it left RUNNING gets the outcome's status."""
+    from mlflow import MlflowClient
+
+    from workbench.execute import mark_orphaned_runs
+
+    try:
+        mark_orphaned_runs(MlflowClient(ctx.tracking_uri), ctx.experiment_id, [key],
+                           reason=outcome.error or outcome.status, status=outcome.status)
+    except Exception:  # noqa: BLE001 - best effort; a later run of the study closes it too
+        pass
 
 
 def record_lost_run(ctx, spec: RunSpec, status: str, reason: str) -> str | None:

@@ -44,7 +44,8 @@ class StudyProgress:
         self.total = total
         self.enabled = enabled
         self.progress = Progress(
-            TextColumn("[bold]{task.description}"), BarColumn(bar_width=30), TextColumn("{task.completed:.0f}/{task.total:.0f}"),
+            TextColumn("[bold]{task.description}"), BarColumn(bar_width=30),
+            TextColumn("{task.completed:.0f}/{task.total:.0f}"),
             TextColumn("{task.fields[stats]}"), TimeElapsedColumn(), _EtaColumn(self),
             console=console, disable=not enabled,
         )
