@@ -77,11 +77,8 @@ def execute_run(cfg: RunConfig, *, study: str, variant: str, label: str, parent_
     tracker = RunTracker(resolve_tracking_uri(cfg.tracking.uri), cfg.tracking.experiment or study, label,
                          run_tags(study, variant, cfg, role) | (extra_tags or {}), parent_run_id=parent_run_id)
     outcome.run_id = tracker.start()
-    tracker.log_params(cfg.flat())
-    tracker.log_dict(cfg.model_dump(mode="json"), "config.yaml")
     monitor = HealthMonitor.from_config(cfg.health)
     bar = progress or RunProgress(enabled=False)
-    bar.start_run(label, cfg.rollout.steps)
     stop_reason = ""
 
     def step_hook(step: int, metrics: dict[str, float]) -> None:
@@ -89,7 +86,10 @@ def execute_run(cfg: RunConfig, *, study: str, variant: str, label: str, parent_
         if on_step is not None:
             on_step(step, metrics)
 
-    try:
+    try:  # from here on, every exit closes the MLflow run with a status
+        tracker.log_params(cfg.flat())
+        tracker.log_dict(cfg.model_dump(mode="json"), "config.yaml")
+        bar.start_run(label, cfg.rollout.steps)
         result = train(cfg, tracker, monitor, on_step=step_hook)
     except StopRun as stop:
         result, stop_reason = stop.partial, stop.reason
