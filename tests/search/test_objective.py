@@ -1,0 +1,193 @@
+"""The trial objective on scripted learning curves (no training): what is reported to Optuna, when a
+trial is pruned and why, the mean over seeds, multi-objective values, constraints and the budget."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+import workbench.runs
+from tests.search.helpers import search_run_config
+from workbench.runs import RunOutcome, StopRun
+from workbench.search.objective import (
+    OUTCOME,
+    OVER_BUDGET,
+    PRUNE_REASON,
+    PRUNED_BY,
+    STEPS,
+    OverBudget,
+    RunSummary,
+    SearchContext,
+    TrialFailed,
+    TrialObjective,
+)
+from workbench.search.schema import parse_search
+from workbench.study import validate_study
+
+optuna.logging.set_verbosity(optuna.logging.ERROR)
+LR = {"low": 1e-4, "high": 1.0, "log": True}
+
+
+class FakeClient:
+    def __init__(self) -> None:
+        self.tags: dict[str, dict[str, str]] = {}
+        self.metrics: dict[str, dict[str, float]] = {}
+
+    def get_run(self, run_id):
+        return SimpleNamespace(data=SimpleNamespace(tags=self.tags.get(run_id, {})))
+
+    def set_tag(self, run_id, key, value):
+        self.tags.setdefault(run_id, {})[key] = value
+
+    def log_metric(self, run_id, key, value):
+        self.metrics.setdefault(run_id, {})[key] = value
+
+
+def fake_runs(monkeypatch, client: FakeClient, curve, *, health_stop_at=None, fail=False):
+    """Replace execute_run: ``curve(cfg, step) -> metrics`` per step, eval at every step; a StopRun
+    from on_step ends the run as execute_run does; ``health_stop_at`` ends it like a failing rule."""
+    calls = []
+
+    def execute_run(cfg, *, study, variant, label, parent_run_id=None, progress=None, on_step=None, role="run",
+                    extra_tags=None):
+        run_id = f"run{len(calls)}"
+        calls.append((label, role, extra_tags, cfg))
+        client.tags[run_id] = dict(extra_tags or {})
+        if fail:
+            return RunOutcome(label, variant, cfg.seed, cfg.run_key(), "FAILED", run_id, error="boom")
+        steps = 0
+        for step in range(cfg.rollout.steps + 1):
+            metrics = {"eval/accuracy": 0.0}
+            if step < cfg.rollout.steps:  # the last step is an eval only, as in the real loop
+                metrics |= dict(curve(cfg, step)) | {"perf/step_s": 0.1}
+                steps = step + 1
+            try:
+                on_step(step, metrics)
+            except StopRun as stop:
+                client.tags[run_id] |= {"workbench.stopped_early": "true", "workbench.stop_reason": stop.reason}
+                break
+            if health_stop_at is not None and step == health_stop_at:
+                client.tags[run_id] |= {"workbench.stopped_early": "true",
+                                        "workbench.stop_reason": "health: entropy_collapse@1"}
+                break
+        return RunOutcome(label, variant, cfg.seed, cfg.run_key(), "FINISHED", run_id, steps=steps)
+
+    monkeypatch.setattr(workbench.runs, "execute_run", execute_run)
+    return calls
+
+
+def make(search: dict, steps: int = 4):
+    base = search_run_config(steps=steps)
+    spec = parse_search(validate_study({"name": "fake", "base": base, "search": search}))
+    client = FakeClient()
+    objective = TrialObjective(spec, SearchContext("sqlite://", "0", "parent", client), "test:1", log=lambda _: None)
+    study = optuna.create_study(directions=spec.directions, pruner=spec.make_pruner(),
+                                sampler=optuna.samplers.RandomSampler(seed=0))
+    return spec, objective, study, client
+
+
+def by_lr(cfg, step):
+    """reward/mean rises with the learning rate: lr 0.1 climbs fastest."""
+    return {"reward/mean": -1.0 + step * cfg.learner.lr}
+
+
+def test_curves_are_reported_per_learner_step_and_a_worse_curve_is_pruned(monkeypatch):
+    spec, objective, study, client = make({"metric": "reward/mean", "params": {"learner.lr": LR}, "n_trials": 5,
+                                           "pruner": {"name": "median", "n_startup_trials": 1}})
+    calls = fake_runs(monkeypatch, client, by_lr)
+    study.enqueue_trial({"learner.lr": 0.1})
+    study.enqueue_trial({"learner.lr": 0.001})
+    study.optimize(objective, n_trials=2)
+    good, bad = study.trials
+    assert good.state == TrialState.COMPLETE and good.value == pytest.approx(-1.0 + 3 * 0.1)  # last logged reward
+    assert good.intermediate_values == pytest.approx({s: -1.0 + s * 0.1 for s in range(4)} | {4: -0.7})
+    assert bad.state == TrialState.PRUNED
+    assert bad.user_attrs[PRUNE_REASON] == "pruned by optuna at step 1" and bad.user_attrs[PRUNED_BY] == "optuna"
+    assert bad.user_attrs[STEPS] == 2 < good.user_attrs[STEPS] == 4  # step 1 is logged after its update
+    label, role, tags, cfg = calls[1]
+    assert role == "trial" and tags["workbench.trial"] == "1" and cfg.learner.lr == 0.001
+    assert client.tags["run1"]["workbench.trial_state"] == "PRUNED"
+    assert client.tags["run1"][PRUNE_REASON] == "pruned by optuna at step 1"
+
+
+def test_a_health_stop_prunes_the_trial_with_its_reason(monkeypatch):
+    spec, objective, study, client = make({"metric": "reward/mean", "params": {"learner.lr": LR}, "n_trials": 5,
+                                           "pruner": "none"})
+    fake_runs(monkeypatch, client, by_lr, health_stop_at=1)
+    study.optimize(objective, n_trials=1)
+    (trial,) = study.trials
+    assert trial.state == TrialState.PRUNED
+    assert trial.user_attrs[PRUNE_REASON] == "health: entropy_collapse@1" and trial.user_attrs[PRUNED_BY] == "health"
+    assert client.tags["run0"][PRUNE_REASON] == "health: entropy_collapse@1"
+
+
+def test_seeds_are_averaged_and_reported_on_one_learner_step_axis(monkeypatch):
+    spec, objective, study, client = make({"metric": "reward/mean", "params": {"learner.lr": LR}, "n_trials": 5,
+                                           "seeds": [0, 1], "pruner": "none"}, steps=2)
+    fake_runs(monkeypatch, client, lambda cfg, step: {"reward/mean": step + 10.0 * cfg.seed})
+    study.enqueue_trial({"learner.lr": 0.01})
+    study.optimize(objective, n_trials=1)
+    (trial,) = study.trials
+    assert trial.value == pytest.approx(((0 + 1) + (10 + 1)) / 2)  # last reward of each seed, averaged
+    # seed 0 at steps 0..2; seed 1 continues at 2 + s (its untrained step 0 is not reported again)
+    assert trial.intermediate_values == {0: 0.0, 1: 1.0, 2: 1.0, 3: 11.0, 4: 11.0}
+    assert trial.user_attrs[STEPS] == 4 and trial.user_attrs["workbench.values_by_seed"] == {"0": [1.0], "1": [11.0]}
+
+
+def test_multi_objective_values_summary_metrics_and_constraints(monkeypatch):
+    spec, objective, study, client = make({
+        "objectives": [{"metric": "reward/mean"}, {"metric": "summary/tokens_per_correct"}],
+        "params": {"learner.lr": LR}, "n_trials": 5,
+        "constraints": [{"metric": "length/mean", "max": 5}]}, steps=2)
+
+    def curve(cfg, step):  # 16 completions per step (4 prompts x 4), a quarter correct, 64 tokens
+        return {"reward/mean": 0.5, "accuracy/train": 0.25, "perf/sample_tokens": 64.0, "length/mean": 7.0}
+
+    fake_runs(monkeypatch, client, curve)
+    study.optimize(objective, n_trials=1)
+    (trial,) = study.trials
+    assert trial.state == TrialState.COMPLETE
+    # 2 RL steps x 64 tokens over 2 x 4 correct completions
+    assert trial.values == pytest.approx([0.5, 16.0])
+    assert trial.intermediate_values == {}  # Optuna has no pruning (and no report) for several objectives
+    assert client.metrics["run0"]["summary/tokens_per_correct"] == pytest.approx(16.0)
+    assert trial.constraints == pytest.approx({"length/mean<=5": 2.0})  # length 7 > 5: infeasible by 2
+
+
+def test_a_failed_run_fails_the_trial(monkeypatch):
+    spec, objective, study, client = make({"metric": "reward/mean", "params": {"learner.lr": LR}, "n_trials": 2})
+    fake_runs(monkeypatch, client, by_lr, fail=True)
+    study.optimize(objective, n_trials=1, catch=(TrialFailed,))
+    (trial,) = study.trials
+    assert trial.state == TrialState.FAIL and "boom" in trial.user_attrs["workbench.error"]
+    assert objective.last_outcome == "FAILED"
+
+
+def test_a_trial_started_after_the_budget_is_taken_runs_nothing(monkeypatch):
+    spec, objective, study, client = make({"metric": "reward/mean", "params": {"learner.lr": LR}, "n_trials": 1})
+    calls = fake_runs(monkeypatch, client, by_lr)
+    other_worker = study.ask()  # RUNNING elsewhere: it holds the single slot
+    study.optimize(objective, n_trials=1, catch=(OverBudget,))
+    mine = study.trials[1]
+    assert mine.state == TrialState.FAIL and mine.user_attrs[OUTCOME] == OVER_BUDGET and not calls
+    assert other_worker.number == 0
+
+
+def test_run_summary_reductions():
+    cfg = validate_study({"name": "x", "base": search_run_config()}).base
+    from workbench.config import RunConfig
+
+    summary = RunSummary(RunConfig.model_validate(cfg))
+    for step, value in enumerate([3.0, 1.0, float("nan"), 2.0]):
+        summary.observe(step, {"reward/mean": value})
+    assert summary.value("reward/mean", "last") == 2.0  # NaN points are skipped
+    assert (summary.value("reward/mean", "max"), summary.value("reward/mean", "min")) == (3.0, 1.0)
+    assert summary.value("reward/mean", "mean") == pytest.approx(2.0)
+    assert math.isnan(summary.value("eval/accuracy"))
+    assert math.isnan(summary.value("summary/tokens_per_correct"))  # nothing sampled
+    summary.observe(4, {"perf/sample_tokens": 10.0, "accuracy/train": 0.0})
+    assert summary.value("summary/tokens_per_correct") == math.inf  # tokens spent, none correct

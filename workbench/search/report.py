@@ -1,0 +1,246 @@
+"""Results of a search: the best trials, an HTML report of Optuna's plots, the best config as YAML.
+
+``write_report`` builds one self-contained HTML page (plotly.js inlined once, opens offline and in
+MLflow's artifact view): the best trials, every trial, and ``optuna.visualization``'s optimization
+history, intermediate values (the learning curves the pruner saw), parallel coordinates, parameter
+importances (plus the Pareto front for several objectives and the timeline of the workers). It is
+logged to the search's MLflow run. ``export_best`` writes the best configuration as a study variant.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from workbench.search.objective import OUTCOME, OVER_BUDGET, PRUNE_REASON, RUNS, STEPS, WORKER
+from workbench.search.schema import SearchSpec
+from workbench.search.worker import PARENT, SearchError, TuneOptions, _quiet_optuna
+
+
+def open_search(spec: SearchSpec, storage_url: str):
+    """The search's Optuna study (read only); ``SearchError`` if it does not exist yet."""
+    import optuna
+
+    from workbench.distributed import describe_storage
+    from workbench.search.worker import SearchWorker
+
+    _quiet_optuna()
+    storage = SearchWorker(spec, storage_url, TuneOptions(heartbeat_interval=60)).open_storage()
+    try:
+        return optuna.load_study(study_name=spec.optuna_name, storage=storage)
+    except KeyError:
+        raise SearchError(f"no search {spec.optuna_name!r} in {describe_storage(storage_url)}: run "
+                          f"`workbench tune STUDY` first (with the same --storage)") from None
+
+
+def _feasible(trial) -> bool:
+    """Optuna's rule: feasible when every constraint value (``Trial.set_constraint``) is <= 0."""
+    return all(c <= 0 for c in (getattr(trial, "constraints", None) or {}).values())
+
+
+def best_trials(ostudy, spec: SearchSpec, top: int = 5) -> list:
+    """Single objective: the ``top`` COMPLETE trials, best first (feasible ones first). Several
+    objectives: the Pareto front (Optuna's ``best_trials``)."""
+    from optuna.trial import TrialState
+
+    complete = ostudy.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    if not complete:
+        return []
+    if spec.multi_objective:
+        return sorted(ostudy.best_trials, key=lambda t: t.number)
+    sign = -1.0 if spec.directions[0] == "maximize" else 1.0
+    return sorted(complete, key=lambda t: (not _feasible(t), sign * t.value, t.number))[:top]
+
+
+def _fmt_value(v: Any) -> Any:
+    if isinstance(v, float):
+        return float(f"{v:.6g}")
+    return v
+
+
+def trial_rows(trials, spec: SearchSpec) -> list[dict[str, Any]]:
+    names = spec.objective_names()
+    rows = []
+    for t in trials:
+        row: dict[str, Any] = {"trial": t.number, "state": t.state.name}
+        values = t.values if t.values is not None else [None] * len(names)
+        if t.state.name == "PRUNED" and t.values is None and t.intermediate_values:
+            values = [t.intermediate_values[max(t.intermediate_values)]] + [None] * (len(names) - 1)
+        for name, v in zip(names, values, strict=True):
+            row[name] = _fmt_value(v)
+        for name in spec.params:
+            row[name] = _fmt_value(t.params.get(name))
+        row["learner steps"] = t.user_attrs.get(STEPS)
+        row["runs"] = len(t.user_attrs.get(RUNS, [])) or None  # one per seed run (fewer if stopped)
+        why = t.user_attrs.get(PRUNE_REASON) or t.user_attrs.get("workbench.error") or ""
+        if t.user_attrs.get(OUTCOME) == OVER_BUDGET:
+            why = "over budget (nothing ran)"
+        row["note"] = why[:120]
+        row["worker"] = t.user_attrs.get(WORKER, "")
+        if t.datetime_start and t.datetime_complete:
+            row["seconds"] = round((t.datetime_complete - t.datetime_start).total_seconds(), 1)
+        rows.append(row)
+    return rows
+
+
+def _figures(ostudy, spec: SearchSpec):
+    """(title, figure or None, note) for each plot; a plot Optuna cannot draw yet gets a note."""
+    from optuna import visualization as vis
+
+    names = spec.objective_names()
+    targets = [(None, names[0])] if not spec.multi_objective else [
+        (lambda t, i=i: t.values[i], name) for i, name in enumerate(names)]
+    plots: list[tuple[str, Any]] = []
+    for target, name in targets:
+        suffix = f" — {name}" if spec.multi_objective else ""
+        plots.append((f"Optimization history{suffix}",
+                      lambda target=target, name=name: vis.plot_optimization_history(
+                          ostudy, target=target, target_name=name)))
+    if not spec.multi_objective:
+        plots.append(("Intermediate values (objective at each eval step, by learner step)",
+                      lambda: vis.plot_intermediate_values(ostudy)))
+    for target, name in targets:
+        suffix = f" — {name}" if spec.multi_objective else ""
+        plots.append((f"Parallel coordinates{suffix}", lambda target=target, name=name:
+                      vis.plot_parallel_coordinate(ostudy, target=target, target_name=name)))
+    if not spec.multi_objective:
+        plots.append(("Parameter importances", lambda: vis.plot_param_importances(ostudy)))
+    else:  # per objective; Optuna's evaluator ranks low target values, so a maximised one is negated
+        for i, (name, direction) in enumerate(zip(names, spec.directions, strict=True)):
+            sign = -1.0 if direction == "maximize" else 1.0
+            plots.append((f"Parameter importances — {name}", lambda i=i, sign=sign, name=name:
+                          vis.plot_param_importances(ostudy, target=lambda t: sign * t.values[i],
+                                                     target_name=name)))
+    if spec.multi_objective:
+        plots.append(("Pareto front", lambda: vis.plot_pareto_front(ostudy, target_names=names)))
+    plots.append(("Timeline (trials per worker and state)", lambda: vis.plot_timeline(ostudy)))
+    import warnings
+
+    from optuna.trial import TrialState
+
+    finished = ostudy.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
+    out = []
+    for title, make in plots:
+        if not finished:
+            out.append((title, None, "not available yet: no trial has finished"))
+            continue
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # Optuna's notes on experimental plots and evaluators
+                out.append((title, make(), ""))
+        except Exception as error:  # noqa: BLE001 - e.g. too few complete trials for importances
+            out.append((title, None, f"not available yet: {' '.join(str(error).split())[:300]}"))
+    return out
+
+
+def write_report(ostudy, spec: SearchSpec, path: str | os.PathLike[str], *, log_to_mlflow: bool = True) -> Path:
+    """Write the HTML report to ``path`` and log it (and ``trials.csv``) to the search's MLflow run."""
+    import pandas as pd
+
+    from workbench.viz.html import Section, df_table_html, html_page
+
+    path = Path(path)
+    trials = ostudy.get_trials(deepcopy=False)
+    best = best_trials(ostudy, spec)
+    all_rows = trial_rows(trials, spec)
+    sections = []
+    what = "Pareto-optimal trials" if spec.multi_objective else "Best trials"
+    if best:
+        sections.append(Section(what, body_html=df_table_html(pd.DataFrame(trial_rows(best, spec)),
+                                                                left=["state", "note", "worker"])))
+    else:
+        sections.append(Section(what, note="no trial has completed yet"))
+    for title, figure, note in _figures(ostudy, spec):
+        sections.append(Section(title, figure=figure, note=note))
+    if all_rows:
+        sections.append(Section("All trials", body_html=df_table_html(pd.DataFrame(all_rows),
+                                                                       left=["state", "note", "worker"])))
+    from workbench.search.worker import trial_counts
+
+    c = trial_counts(trials)
+    budget = f"{c['done']}/{spec.n_trials}" if spec.n_trials else f"{c['done']}"
+    subtitle = (f"study {spec.study.name}, variant {spec.variant}; objectives "
+                f"{', '.join(f'{n} ({d})' for n, d in zip(spec.objective_names(), spec.directions, strict=True))}; "
+                f"trials {budget} done ({c['COMPLETE']} complete, {c['PRUNED']} pruned), {c['FAIL']} failed; "
+                f"sampler {spec.sampler_name}, pruner {spec.pruner_name}; seeds per trial {spec.seeds}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(html_page(f"Search {spec.optuna_name}", sections, subtitle=subtitle), encoding="utf-8")
+    if log_to_mlflow:
+        _log_artifacts(ostudy, spec, path, all_rows)
+    return path
+
+
+def _log_artifacts(ostudy, spec: SearchSpec, path: Path, rows: list[dict[str, Any]]) -> None:
+    import tempfile
+
+    import pandas as pd
+    from mlflow import MlflowClient
+
+    from workbench.tracking.store import resolve_tracking_uri
+
+    parent = ostudy.user_attrs.get(PARENT)
+    if not parent:
+        return
+    client = MlflowClient(resolve_tracking_uri(spec.layered.get("tracking", {}).get("uri")))
+    client.log_artifact(parent, str(path))
+    if rows:
+        with tempfile.TemporaryDirectory() as tmp:
+            csv = Path(tmp) / "trials.csv"
+            pd.DataFrame(rows).to_csv(csv, index=False)
+            client.log_artifact(parent, str(csv))
+
+
+def export_best(ostudy, spec: SearchSpec, path: str | os.PathLike[str]) -> list[str]:
+    """Write the best configuration (several objectives: every Pareto-optimal one) as study
+    variants to ``path``; returns the variant names.
+
+    With a study file, the export ``include:``s it, so ``workbench run FILE`` runs the study's own
+    variants (already finished ones are skipped) next to the tuned one(s) for a direct comparison.
+    """
+    path = Path(path)
+    best = best_trials(ostudy, spec, top=1)
+    if not best:
+        raise SearchError(f"search {spec.optuna_name!r} has no COMPLETE trial yet: nothing to export")
+    names = spec.objective_names()
+    variants: dict[str, Any] = {}
+    lines = [f"# Best configuration of search {spec.optuna_name!r} (variant {spec.variant!r} + sampled values;",
+             f"# seeds per trial {spec.seeds}). Run it beside the study's variants: workbench run {path.name}"]
+    # the search's own variant, as a no-op override: kept when the study file names it, created
+    # when it is the implicit default `base`, so that `workbench run FILE` compares against it
+    variants[spec.variant] = {}
+    taken = set(spec.study.variants)
+    for t in best:
+        name = "tuned" if len(best) == 1 else f"tuned_t{t.number}"
+        while name in taken:
+            name += "_"
+        taken.add(name)
+        variants[name] = spec.variant_override(dict(t.params))
+        shown = ", ".join(f"{n} = {v:.6g}" for n, v in zip(names, t.values, strict=True))
+        lines.append(f"#   {name}: trial {t.number}: {shown}")
+    if spec.study.source:
+        include = os.path.relpath(Path(spec.study.source).resolve(), path.resolve().parent)
+        data: dict[str, Any] = {"include": include, "variants": variants}
+    else:
+        data = {"name": spec.study.name, "base": spec.study.base, "variants": variants,
+                "seeds": list(spec.study.seeds)}
+        if spec.study.health is not None:
+            data["health"] = spec.study.health
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n" + yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return [name for name in variants if name != spec.variant]
+
+
+def best_summary_lines(ostudy, spec: SearchSpec, top: int = 5) -> list[str]:
+    """Plain-text lines for logs (the CLI draws a table)."""
+    rows = trial_rows(best_trials(ostudy, spec, top), spec)
+    names = spec.objective_names()
+    out = []
+    for row in rows:
+        values = ", ".join(f"{n}={row[n]}" for n in names)
+        params = ", ".join(f"{p}={row[p]}" for p in spec.params)
+        out.append(f"trial {row['trial']}: {values} | {params}")
+    return out
+
