@@ -73,6 +73,8 @@ def main() -> None:
         ("  learning s", f"{med('perf/learn_s'):.3f}"),
         ("  algorithm units s (advantage, IS, loss)", f"{med('perf/algorithm_s'):.4f}"),
         ("algorithm overhead, % of learning (target <= 5%)", f"{100 * med('perf/algorithm_s') / med('perf/learn_s'):.2f}%"),
+        ("health rules s per step", f"{med('perf/health_s'):.5f}"),
+        ("health overhead (target <= 1%)", f"{100 * med('perf/health_s') / step_s:.3f}%"),
         ("tracking s per step", f"{tracking_per_step:.4f}"),
         ("tracking overhead (target <= 3%)", f"{100 * tracking_per_step / step_s:.2f}%"),
     ]

@@ -100,6 +100,9 @@ class LearnerConfig(Strict):
     weight_decay: float = Field(0.0, ge=0)
     betas: tuple[float, float] = (0.9, 0.99)
     grad_clip: float = Field(1.0, gt=0, description="max global grad norm")
+    inject_nonfinite_at_step: int | None = Field(
+        None, ge=0, description="fault injection: make this RL step's loss NaN (tests the health rules' stop path)"
+    )
 
 
 class RolloutConfig(Strict):

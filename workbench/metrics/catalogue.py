@@ -58,6 +58,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     MetricSpec("perf/sample_tokens_per_s", "generated tokens per second of sampling", "tokens/s", "up"),
     MetricSpec("perf/learn_tokens_per_s", "tokens per second through the learner update", "tokens/s", "up"),
     MetricSpec("perf/sample_tokens", "tokens generated this step", "tokens", "none"),
+    MetricSpec("perf/health_s", "time evaluating the health rules this step", "s", "down"),
     MetricSpec("perf/algorithm_s", "time inside the algorithm units (advantages, IS weights, loss)", "s", "down"),
     MetricSpec("batch/sampling_rounds", "sampling rounds used to fill the batch (dynamic sampling)", "count", "down"),
     MetricSpec("train/optimizer_steps", "optimizer steps this RL step (epochs × minibatches)", "count", "none"),

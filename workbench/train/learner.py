@@ -51,6 +51,7 @@ class TorchLearner:
     def __init__(self, model, cfg: LearnerConfig) -> None:
         self.cfg = cfg
         self.device = torch.device(resolve_device(cfg.device))
+        self.poison_next_update = False
         self.model = model.to(device=self.device, dtype=DTYPES[cfg.dtype]).train()
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay
@@ -62,6 +63,8 @@ class TorchLearner:
 
     def optimizer_step(self, loss: torch.Tensor) -> float:
         """Backward, clip the global grad norm, step. Returns the pre-clip grad norm."""
+        if self.poison_next_update:  # fault injection (learner.inject_nonfinite_at_step)
+            loss = loss * float("nan")
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)

@@ -72,7 +72,9 @@ def train(cfg: RunConfig, sink: StepSink, monitor: HealthMonitor, on_step=None) 
             if step < roll.steps:
                 metrics |= rl_step(cfg, step, task, rng, generator, sampler, verifier, learner, reference, shaping)
                 result.steps_done = step + 1
+            health_start = time.perf_counter()
             metrics |= monitor.observe(step, metrics).as_metrics()
+            metrics["perf/health_s"] = time.perf_counter() - health_start
             sink.log_metrics(metrics, step)
             result.last_metrics |= metrics
             if on_step is not None:
@@ -110,6 +112,7 @@ def rl_step(cfg: RunConfig, step: int, task, rng: random.Random, generator: torc
     advantage_s = time.perf_counter() - t0
 
     learn_start = time.perf_counter()
+    learner.poison_next_update = cfg.learner.inject_nonfinite_at_step == step
     metrics |= policy_update(learner, rollouts, advantages, algo, temperature, generator, loss_mask=loss_mask,
                              ref_logp=ref_logp)
     sampler.sync_weights(learner.model)
