@@ -236,3 +236,21 @@ def test_combination_error_points_at_what_varies(write):
     with pytest.raises(StudyError) as err:
         load_study("x.yaml")
     assert str(err.value) == "x.yaml:7 grid.model.tiny.num_heads[1]: hidden_size=96 must be divisible by num_heads=5"
+
+
+@pytest.mark.parametrize(("files", "expected"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_malformed_study_through_the_cli_exits_2_and_writes_nothing(write, tmp_path, monkeypatch, files, expected):
+    """What a user sees: the same lines, exit code 2, and no MLflow store created."""
+    from typer.testing import CliRunner
+
+    from workbench.cli import app
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    for name, text in files.items():
+        write(name, text)
+    result = CliRunner().invoke(app, ["run", "x.yaml", "--quiet"])
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    first = expected[0][:-3].rstrip(". ") if expected[0].endswith("...") else expected[0]
+    assert first in " ".join(result.output.split()), result.output
+    assert not (tmp_path / "mlflow.db").exists()
