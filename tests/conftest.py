@@ -6,6 +6,8 @@ import os
 
 import pytest
 
+from tests.postgres import postgres_url  # noqa: F401 - a real, throwaway PostgreSQL server (fixture)
+
 # A model small enough to build in seconds: plumbing tests need a real HF model, not a good one.
 MICRO_MODEL = {
     "builtin": "tiny",

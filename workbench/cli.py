@@ -89,6 +89,21 @@ def plan(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
     for row in rows:
         table.add_row(*(str(row[c]) for c in ["label", "seed", "run_key", "status", "completions", "max_tokens"]))
     console.print(table)
+    _note_search_problems(study_obj)
+
+
+def _note_search_problems(study_obj) -> None:
+    """`run` ignores the search: section; say early what `workbench tune` will reject in it."""
+    from workbench.search.schema import parse_search
+    from workbench.study import StudyError
+
+    if study_obj.search is None:
+        return
+    try:
+        parse_search(study_obj)
+    except StudyError as error:
+        console.print(f"[yellow]note: `workbench tune` will reject this study's search: section:[/]\n{error}",
+                      highlight=False)
 
 
 def _known_statuses(study_obj, specs) -> dict[str, str]:

@@ -131,6 +131,24 @@ def _journal_heartbeat_class():
     return JournalHeartbeatStorage
 
 
+def wait_for_creator(ostudy, *, owned: Callable[[dict], bool], take_over: Callable[[], None],
+                     log: Callable[[str], None], what: str, timeout_s: float = INIT_TIMEOUT_S) -> None:
+    """Wait until the worker that created ``ostudy`` marks it READY; take its setup over if it died midway.
+
+    Setup (parent MLflow run, queue) is written by whichever worker created the Optuna study; the
+    others wait. ``owned(user_attrs)`` is False for a same-named study of another kind, which is
+    left for the caller to report rather than set up over.
+    """
+    deadline = time.monotonic() + timeout_s
+    while not ostudy.user_attrs.get(READY):
+        if time.monotonic() > deadline:
+            if owned(ostudy.user_attrs):
+                log(f"the worker that created {what} did not finish setting it up in {timeout_s:.0f} s: taking over")
+                take_over()
+            return
+        time.sleep(0.5)
+
+
 def describe_storage(url: str) -> str:
     """The storage URL without its password, for messages."""
     if "://" in url and "@" in url:
@@ -266,17 +284,11 @@ class Worker:
         self.ostudy.set_user_attr(READY, True)
 
     def _wait_until_ready(self) -> None:
-        deadline = time.monotonic() + INIT_TIMEOUT_S
-        while not self.ostudy.user_attrs.get(READY):
-            if time.monotonic() > deadline:
-                attrs = self.ostudy.user_attrs
-                if attrs.get(STUDY_KIND) not in (None, KIND) or (STUDY_KIND not in attrs and self.ostudy.trials):
-                    return  # not ours: connect() reports it
-                self.opt.log(f"the worker that created the study did not finish setting it up in "
-                             f"{INIT_TIMEOUT_S:.0f} s: taking over")
-                self._initialise()
-                return
-            time.sleep(0.5)
+        def owned(attrs: dict) -> bool:  # an unmarked study with trials is another tool's
+            return attrs.get(STUDY_KIND) in (None, KIND) and (STUDY_KIND in attrs or not self.ostudy.trials)
+
+        wait_for_creator(self.ostudy, owned=owned, take_over=self._initialise, log=self.opt.log,
+                         what=f"study {self.study.name!r}")
 
     def _open_mlflow(self, parent_run_id: str) -> None:
         from mlflow import MlflowClient

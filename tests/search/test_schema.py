@@ -181,3 +181,16 @@ def test_tune_rejects_an_invalid_search_before_anything_is_written(workdir):
     assert "search.params.learner.lrr: unknown run-config path" in result.output
     assert "Traceback" not in result.output
     assert not (workdir / "optuna.db").exists() and not (workdir / "mlflow.db").exists()
+
+
+def test_plan_notes_what_tune_will_reject_in_the_search_section(workdir):
+    """`run` ignores search:, so a study with a tune-only problem still plans, with a note naming the line."""
+    from typer.testing import CliRunner
+
+    from workbench.cli import app
+
+    path = Path(__file__).parents[1] / "study" / "data" / "grpo_vs_dr_grpo.yaml"  # no search budget
+    result = CliRunner().invoke(app, ["plan", str(path)], catch_exceptions=False, env={"COLUMNS": "200"})
+    assert result.exit_code == 0
+    assert "`workbench tune` will reject" in result.output
+    assert "grpo_vs_dr_grpo.yaml:18 search.n_trials" in result.output

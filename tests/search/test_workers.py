@@ -20,7 +20,6 @@ from optuna.trial import TrialState
 
 from tests.execution_helpers import children, install_empty_mlflow_db, spawn, stop_group, wait_for, workbench_cmd
 from tests.search.helpers import load_spec, optuna_trials, trial_runs, write_search_study
-from tests.test_distributed import postgres_url  # noqa: F401 - the PostgreSQL fixture, shared
 from workbench.search.objective import OUTCOME, OVER_BUDGET, RETRY_OF, WORKER
 
 pytestmark = [pytest.mark.slow,

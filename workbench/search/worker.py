@@ -59,7 +59,6 @@ PARENT = "workbench.search_run_id"
 OBJECTIVES = "workbench.objectives"
 FINGERPRINT = "workbench.fingerprint"
 READY = "workbench.ready"
-INIT_TIMEOUT_S = 120.0
 STOP_GRACE_S = 30.0
 
 
@@ -208,17 +207,10 @@ class SearchWorker:
         self.ostudy.set_user_attr(READY, True)
 
     def _wait_until_ready(self) -> None:
-        deadline = time.monotonic() + INIT_TIMEOUT_S
-        while not self.ostudy.user_attrs.get(READY):
-            if time.monotonic() > deadline:
-                attrs = self.ostudy.user_attrs
-                if attrs.get(KIND_ATTR) not in (None, KIND):
-                    return  # not ours: connect() says so
-                self.opt.log(f"the worker that created search {self.spec.optuna_name!r} did not finish setting "
-                             f"it up in {INIT_TIMEOUT_S:.0f} s: taking over")
-                self._initialise()
-                return
-            time.sleep(0.5)
+        from workbench.distributed import wait_for_creator
+
+        wait_for_creator(self.ostudy, owned=lambda attrs: attrs.get(KIND_ATTR) in (None, KIND),
+                         take_over=self._initialise, log=self.opt.log, what=f"search {self.spec.optuna_name!r}")
 
     def _open_mlflow(self, parent_run_id: str) -> None:
         from mlflow import MlflowClient
