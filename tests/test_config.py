@@ -56,3 +56,25 @@ def test_run_key_ignores_values_equal_to_defaults():
     """Spelling out a default, or a schema that grew a defaulted field, keeps the key (resume works)."""
     assert RunConfig().run_key() == RunConfig.model_validate({"learner": {"lr": 1e-4, "grad_clip": 1.0}}).run_key()
     assert RunConfig().run_key() != RunConfig.model_validate({"learner": {"grad_clip": 0.5}}).run_key()
+
+
+def test_dr_grpo_divides_by_the_generation_budget_unless_told_otherwise():
+    """Dr. GRPO's normaliser is a constant. The API's fallback (verl's) is the padded length T,
+    which changes with the longest completion of each batch; a run uses the budget instead."""
+    import torch
+
+    from workbench.algorithms import aggregate_loss
+
+    cfg = RunConfig.model_validate({"algorithm": {"preset": "dr_grpo"}, "sampler": {"max_new_tokens": 24}})
+    assert cfg.algorithm.norm_constant == 24.0
+    explicit = RunConfig.model_validate({"algorithm": {"preset": "dr_grpo", "norm_constant": 5}})
+    assert explicit.algorithm.norm_constant == 5.0
+    assert RunConfig.model_validate({"algorithm": {"preset": "grpo"}}).algorithm.norm_constant is None
+
+    # Same tokens, one batch padded further (its longest completion was longer): only the constant agrees.
+    loss, mask = torch.tensor([[1.0, 2.0, 0.0]]), torch.tensor([[1.0, 1.0, 0.0]])
+    padded_loss, padded_mask = torch.nn.functional.pad(loss, (0, 3)), torch.nn.functional.pad(mask, (0, 3))
+    mode = "seq-mean-token-sum-norm"
+    assert float(aggregate_loss(loss, mask, mode, norm_constant=24.0)) == float(
+        aggregate_loss(padded_loss, padded_mask, mode, norm_constant=24.0)) == 3.0 / 24
+    assert float(aggregate_loss(loss, mask, mode)) == 1.0 and float(aggregate_loss(padded_loss, padded_mask, mode)) == 0.5

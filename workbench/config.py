@@ -122,7 +122,10 @@ class AlgorithmConfig(Strict):
     estimator: str | None = None
     loss: str | None = None
     agg_mode: str | None = None
-    norm_constant: float | None = None
+    norm_constant: float | None = Field(
+        None, gt=0,
+        description="seq-mean-token-sum-norm divisor; unset = the generation budget sampler.max_new_tokens",
+    )
     clip_low: float | None = Field(None, ge=0)
     clip_high: float | None = Field(None, ge=0)
     dual_clip: float | None = Field(None, gt=1)
@@ -206,6 +209,15 @@ class RunConfig(Strict):
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
     health: HealthConfig = Field(default_factory=HealthConfig)
     tracking: TrackingConfig = TrackingConfig()
+
+    @model_validator(mode="after")
+    def _constant_length_normaliser(self) -> RunConfig:
+        # Dr. GRPO divides token sums by a constant. The API's fallback (verl's) is the batch's
+        # padded length, which changes from step to step; in a run the constant is the budget.
+        algo = self.algorithm
+        if algo.agg_mode == "seq-mean-token-sum-norm" and algo.norm_constant is None:
+            algo.norm_constant = float(self.sampler.max_new_tokens)
+        return self
 
     def flat(self) -> dict[str, Any]:
         """Dotted-key params for MLflow, e.g. ``{"learner.lr": 1e-4}``."""
