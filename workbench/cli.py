@@ -260,28 +260,116 @@ def metrics(format: Annotated[str, typer.Option(help="table | markdown")] = "tab
 
 
 @app.command()
-def ui(port: Annotated[int, typer.Option(help="port on 127.0.0.1")] = 5000,
-       tracking_uri: Annotated[str | None, typer.Option(help="default: the local store")] = None) -> None:
-    """Start a real MLflow server for the local store on 127.0.0.1 (Ctrl-C stops it)."""
-    from workbench.tracking.store import resolve_tracking_uri
-
-    uri = resolve_tracking_uri(tracking_uri)
+def ui(study: Annotated[str | None, typer.Argument(
+           help="study YAML file or name: list only its reports (default: every study in the store)")] = None,
+       port: Annotated[int, typer.Option(help="port on 127.0.0.1")] = 5000,
+       tracking_uri: Annotated[str | None, typer.Option(help="default: the study's tracking.uri, "
+                                                        "$MLFLOW_TRACKING_URI, ./mlflow.db")] = None) -> None:
+    """Start a real MLflow server for the local store on 127.0.0.1 and list each study's HTML
+    reports and dashboards: artifact path, link into the UI, file on disk (Ctrl-C stops it)."""
+    uri, studies = _ui_studies(study, tracking_uri)
     if not uri.startswith(("sqlite:", "postgresql", "mysql")):
         raise fail(f"`workbench ui` serves a database store; {uri} is already a server")
     env = os.environ | {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", uri, "--host", "127.0.0.1",
            "--port", str(port), "--workers", "1"]
-    proc = subprocess.Popen(cmd, env=env, start_new_session=True)  # own process group: stop it whole
-    console.print(f"MLflow UI: [bold]http://127.0.0.1:{port}[/bold]  (store {uri}; Ctrl-C to stop)")
+    base = f"http://127.0.0.1:{port}"
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)  # `kill PID` must not orphan the server
+    proc, stopped = None, False
     try:
+        proc = subprocess.Popen(cmd, env=env, start_new_session=True)  # own process group: stop it whole
+        console.print(f"MLflow UI: [bold]{base}[/bold]  (store {uri}; Ctrl-C to stop)", soft_wrap=True)
+        for s in studies:
+            _print_study_links(base, s)
         while proc.poll() is None:
             time.sleep(0.5)
     except KeyboardInterrupt:
-        pass
+        stopped = True
     finally:
-        if proc.poll() is None:
+        signal.signal(signal.SIGTERM, previous)
+        if proc is not None and proc.poll() is None:
             os.killpg(proc.pid, signal.SIGTERM)
             proc.wait(timeout=20)
+    if not stopped:  # e.g. the port is taken (mlflow exits 0 then): its messages above say why
+        raise fail(f"mlflow server stopped by itself (exit code {proc.returncode}); see its messages above", code=1)
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def _ui_studies(study: str | None, tracking_uri: str | None) -> tuple[str, list[dict]]:
+    """The store to serve, and for each study in it with a parent run: ``{study, experiment_id,
+    run_id, html: [(artifact path, local file or None)]}``. Read before the server starts, read-only."""
+    from workbench.tracking.reader import StudyNotFound, StudyReader
+    from workbench.tracking.store import resolve_tracking_uri
+
+    if study is not None:
+        from workbench.commands._common import resolve_target
+
+        target = resolve_target(study, tracking_uri, allow_run=False, settings=False, cache_dir=False)
+        uri, names, reader = target.tracking_uri, [target.study], target.reader
+    else:
+        uri = tracking_uri or resolve_tracking_uri()
+        if not uri.startswith(("sqlite:", "postgresql", "mysql")):
+            return uri, []
+        try:
+            reader = StudyReader(uri, cache_dir=False)
+        except StudyNotFound:  # no store yet: the server creates an empty one
+            return uri, []
+        names = sorted(reader.backend.experiment_names())
+    studies = []
+    for name in names:
+        run_id = reader.parent_run_id(name)
+        if run_id is None:  # not a workbench study (e.g. MLflow's "Default" experiment)
+            continue
+        info = reader.run_info(run_id)
+        studies.append({"study": name, "experiment_id": info["experiment_id"], "run_id": run_id,
+                        "html": _html_artifacts(uri, run_id, info["artifact_uri"])})
+    return uri, studies
+
+
+def _html_artifacts(uri: str, run_id: str, artifact_uri: str | None) -> list[tuple[str, str | None]] | str:
+    """``(artifact path, local file)`` of every ``.html`` a run logged (reports/, dashboards/);
+    the local file is None for a remote artifact store. A string says why they could not be listed."""
+    from urllib.parse import unquote, urlparse
+
+    if artifact_uri and artifact_uri.startswith("file:"):
+        root = Path(unquote(urlparse(artifact_uri).path))
+        return sorted((p.relative_to(root).as_posix(), str(p)) for p in root.rglob("*.html"))
+    from mlflow import MlflowClient
+
+    found, todo = [], [None]
+    try:
+        client = MlflowClient(uri)
+        while todo:
+            for a in client.list_artifacts(run_id, todo.pop()):
+                if a.is_dir:
+                    todo.append(a.path)
+                elif a.path.endswith(".html"):
+                    found.append((a.path, None))
+    except Exception as e:  # noqa: BLE001 - a listing is a convenience; the server still starts
+        return f"could not list the artifacts of run {run_id}: {str(e).splitlines()[0][:200]}"
+    return sorted(found)
+
+
+def _print_study_links(base: str, s: dict) -> None:
+    def line(text: str) -> None:  # names and paths verbatim: no rich markup, one line however long
+        console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+    exp = f"{base}/#/experiments/{s['experiment_id']}"
+    # .../runs: the runs table (MLflow 3's bare experiment URL opens its GenAI traces overview)
+    line(f"study {s['study']}: {exp}/runs  (parent run {s['run_id']})")
+    if isinstance(s["html"], str):
+        line(f"  {s['html']}")
+        return
+    if not s["html"]:
+        line(f"  no reports or dashboards yet: `workbench compare {s['study']}`, `workbench dashboard {s['study']}`")
+    width = max((len(path) for path, _ in s["html"]), default=0)
+    for path, local in s["html"]:
+        line(f"  {path:<{width}}  {exp}/runs/{s['run_id']}/artifactPath/{path}")
+        if local:
+            line(f"  {'':<{width}}  {local}")
 
 
 from workbench.commands import register as _register_report_commands  # noqa: E402 - after the app's own commands

@@ -1,0 +1,306 @@
+"""Browser acceptance test of comparisons and dashboards (issue #6), in headless Chromium.
+
+On the real micro study (tests/viz/micro_study.py): the HTML report of ``workbench compare`` and
+the ``health`` dashboard of ``workbench dashboard`` open from disk with the network cut off, raise
+no JavaScript error, and every panel of every plotly graph has data; ``workbench ui`` serves the
+store with a real ``mlflow server``, whose UI shows the study's parent run and its child runs, and
+the report links ``workbench ui`` prints open the report inside the UI.
+
+Screenshots: .workbench/test-artifacts/browser/*.png (or $WORKBENCH_TEST_ARTIFACTS/browser).
+Needs the Debian ``chromium`` and the ``playwright`` package: skips without them, fails in CI
+(``WORKBENCH_REQUIRE_BROWSER=1``, set by .ci/run).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+from typer.testing import CliRunner
+
+from tests.browser import (
+    PageWatch,
+    artifacts_dir,
+    launch_chromium,
+    n_panels,
+    panel_problems,
+    plot_panels,
+    require_browser,
+)
+from tests.postgres import _free_port
+from tests.viz.micro_study import SEEDS, STUDY, VARIANTS, build_micro_study, copy_store
+from workbench.cli import app
+from workbench.viz.dashboard import find_spec, load_spec
+
+pytestmark = pytest.mark.slow
+
+CHILD_RUNS = [f"{v}/seed={s}" for v in VARIANTS for s in SEEDS]  # run names of the micro study's runs
+PARENT_RUN = f"study:{STUDY}"
+# The MLflow 3.17 UI asks for the signed-in user, which only the basic-auth server knows: a 404
+# (and its console line) on every page, not an error of ours.
+MLFLOW_UI_KNOWN_404 = "/ajax-api/2.0/mlflow/users/current"
+
+
+def invoke(*args):
+    return CliRunner().invoke(app, [str(a) for a in args], catch_exceptions=False)
+
+
+@dataclass
+class Served:
+    """A study directory whose reports are logged, with ``workbench ui`` serving it."""
+
+    home: Path  # holds mlflow.db: the default store of a user running commands there
+    report: Path  # `workbench compare --out`
+    dashboard: Path  # `workbench dashboard --spec health --out`
+    proc: subprocess.Popen
+    port: int
+    log: Path
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def output(self) -> str:
+        return self.log.read_text()
+
+    def wait_ready(self, timeout: float = 120) -> str:
+        """The UI's base URL once the server answers /health (≈10 s quiet, more under load)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                pytest.fail(f"workbench ui exited with {self.proc.returncode}:\n{self.output()}")
+            try:
+                with urllib.request.urlopen(f"{self.base}/health", timeout=2) as r:
+                    if r.status == 200:
+                        return self.base
+            except OSError:
+                time.sleep(0.3)
+        pytest.fail(f"mlflow server not answering after {timeout} s:\n{self.output()}")
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """Log the compare report and the health dashboard, then start ``workbench ui STUDY`` (left
+    starting while the file-based tests run). Stopped with SIGTERM, as `kill PID` would: its
+    mlflow server must go with it."""
+    require_browser()  # before building anything
+    study = build_micro_study(tmp_path_factory)
+    home = tmp_path_factory.mktemp("browser-home")
+    copy_store(study, home)  # the UI's server gets a private copy of the store; artifacts are shared
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(home)
+        mp.delenv("MLFLOW_TRACKING_URI", raising=False)
+        result = invoke("compare", STUDY, "--out", home / "compare.html")
+        assert result.exit_code == 0, result.output
+        result = invoke("dashboard", STUDY, "--spec", "health", "--out", home / "health.html")
+        assert result.exit_code == 0, result.output
+
+    port = _free_port()
+    log = home / "ui.log"
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    with log.open("w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "workbench.cli", "ui", STUDY, "--port", str(port)],
+                                cwd=home, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    served = Served(home, home / "compare.html", home / "health.html", proc, port, log)
+    yield served
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise
+    with socket.socket() as s:
+        still_up = s.connect_ex(("127.0.0.1", port)) == 0
+    assert not still_up, f"workbench ui was stopped but its mlflow server still listens on port {port}"
+
+
+@pytest.fixture(scope="module")
+def chromium_browser():
+    with launch_chromium() as browser:
+        yield browser
+
+
+def new_page(browser, width: int = 1400, height: int = 1000):
+    return browser.new_page(viewport={"width": width, "height": height})
+
+
+def shot(page, name: str, *, full_page: bool = True) -> Path:
+    path = artifacts_dir() / name
+    page.screenshot(path=str(path), full_page=full_page)
+    return path
+
+
+# ---- the HTML files, from disk and offline -------------------------------------------------------
+
+def test_compare_report_renders_offline_without_errors_and_every_panel_has_data(served, chromium_browser):
+    page = new_page(chromium_browser)
+    watch = PageWatch.attach(page, offline=True)
+    page.goto(served.report.as_uri())
+    graphs = plot_panels(page)
+    assert watch.errors == []
+    assert watch.external == []  # plotly.js is inlined: nothing to fetch
+    assert len(graphs) == served.report.read_text().count("Plotly.newPlot") == 3  # bars, curves, health
+    assert panel_problems(graphs) == []
+    spec = load_spec(find_spec("compare"))
+    curves = sum(p.kind == "curve" for p in spec.panels)
+    # one bar panel per compared metric (the study's compare.metrics), the spec's curve panels, the matrix
+    assert n_panels(graphs) == 2 + curves + 1
+    shot(page, "compare-report.png")
+    page.close()
+
+
+def test_health_dashboard_renders_offline_without_errors_and_every_panel_has_data(served, chromium_browser):
+    page = new_page(chromium_browser)
+    watch = PageWatch.attach(page, offline=True)
+    page.goto(served.dashboard.as_uri())
+    graphs = plot_panels(page)
+    assert watch.errors == [] and watch.external == []
+    assert panel_problems(graphs) == []
+    # the micro study logs no importance weights and no reference KL: the two optional panels go
+    spec = load_spec(find_spec("health"))
+    assert n_panels(graphs) == sum(not p.optional for p in spec.panels) == len(spec.panels) - 2
+    shot(page, "health-dashboard.png")
+    page.close()
+
+
+def test_the_checks_catch_an_empty_panel_a_script_error_and_a_fetch(served, chromium_browser, tmp_path,
+                                                                    monkeypatch):
+    """The same checks on a dashboard with a panel on a metric the study never logged: they fail."""
+    monkeypatch.chdir(served.home)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    spec = tmp_path / "gap.yaml"
+    spec.write_text("panels:\n  - {title: Reward, metric: reward/mean}\n  - {title: KL to ref, metric: kl/ref}\n")
+    result = invoke("dashboard", STUDY, "--spec", spec, "--no-log", "--out", tmp_path / "gap.html")
+    assert result.exit_code == 0 and "1/2 panels with data" in result.output, result.output
+    page = new_page(chromium_browser)
+    watch = PageWatch.attach(page, offline=True)
+    page.goto((tmp_path / "gap.html").as_uri())
+    problems = panel_problems(plot_panels(page))
+    assert problems == ["wb-plot-0: the page says 'no data for kl/ref'", "wb-plot-0 panel x2y2 'KL to ref': no traces"]
+    page.evaluate("setTimeout(() => { throw new Error('boom') }, 0); fetch('https://cdn.plot.ly/x.js').catch(() => 0)")
+    page.wait_for_timeout(300)
+    assert any("boom" in e for e in watch.errors), watch.errors
+    assert watch.external == ["https://cdn.plot.ly/x.js"]
+    page.close()
+
+
+# ---- workbench ui: the real MLflow UI ------------------------------------------------------------
+
+def _ids(served: Served) -> tuple[str, str]:
+    client = MlflowClient(f"sqlite:///{served.home / 'mlflow.db'}")
+    exp = client.get_experiment_by_name(STUDY)
+    (parent,) = client.search_runs([exp.experiment_id], "tags.`workbench.role` = 'study'")
+    return exp.experiment_id, parent.info.run_id
+
+
+def _close_assistant(page) -> None:
+    """The MLflow Assistant side panel opens by default; closed, the screenshot shows the table."""
+    close = page.get_by_role("button", name="Close", exact=True)
+    if close.count() == 1 and close.is_visible():
+        close.click()
+
+
+def test_mlflow_ui_shows_the_parent_run_and_its_child_runs(served, chromium_browser):
+    """Opened at the study link `workbench ui` printed."""
+    from playwright.sync_api import expect
+
+    base = served.wait_ready()
+    experiment_id, parent_id = _ids(served)
+    link = re.search(rf"^study {STUDY}: (\S+)  \(parent run {parent_id}\)$", served.output(), re.MULTILINE)
+    assert link, served.output()
+    assert link[1] == f"{base}/#/experiments/{experiment_id}/runs"  # the runs table, not the GenAI overview
+    page = new_page(chromium_browser, 1600, 900)
+    watch = PageWatch.attach(page)
+    searches = []  # responses of the page's own POST /ajax-api/2.0/mlflow/runs/search
+    page.on("response", lambda r: "/runs/search" in r.url and r.ok and searches.append(r))
+    page.goto(link[1])
+    parent_row = page.locator(".ag-row", has_text=PARENT_RUN)
+    parent_row.wait_for(timeout=60_000)
+    # MLflow nests child runs under their parent, collapsed: expand it with the row's +/- button
+    if not page.get_by_text(CHILD_RUNS[0], exact=True).is_visible():
+        parent_row.locator("[col-id='attributes.`Run Name`'] button").first.click()
+    for name in [PARENT_RUN, *CHILD_RUNS]:
+        expect(page.get_by_text(name, exact=True)).to_be_visible(timeout=15_000)
+
+    # what the table was built from: the page's own REST calls
+    runs = {r["info"]["run_id"]: r for response in searches for r in response.json().get("runs", [])}
+    tags = {rid: {t["key"]: t["value"] for t in r["data"].get("tags", [])} for rid, r in runs.items()}
+    children = sorted(r["info"]["run_name"] for rid, r in runs.items()
+                      if tags[rid].get("mlflow.parentRunId") == parent_id)
+    assert children == sorted(CHILD_RUNS)
+    assert runs[parent_id]["info"]["run_name"] == PARENT_RUN and tags[parent_id]["workbench.role"] == "study"
+
+    assert [e for e in watch.errors if "Failed to load resource" not in e] == []
+    assert [f for f in watch.failed if not f.endswith(MLFLOW_UI_KNOWN_404)] == []
+    _close_assistant(page)
+    shot(page, "mlflow-ui-runs.png", full_page=False)
+    page.close()
+
+
+def _printed_links(output: str) -> dict[str, tuple[str, str | None]]:
+    """``artifact path -> (UI link, local file)`` from what `workbench ui` printed."""
+    links: dict[str, tuple[str, str | None]] = {}
+    lines = output.splitlines()
+    for i, line in enumerate(lines):
+        m = re.match(r"^  (\S+\.html)\s+(http://\S+)$", line)
+        if m:
+            nxt = lines[i + 1].strip() if i + 1 < len(lines) else ""
+            links[m[1]] = (m[2], nxt if nxt.startswith("/") else None)
+    return links
+
+
+def test_ui_prints_the_report_links_and_they_open_in_the_mlflow_ui(served, chromium_browser):
+    base = served.wait_ready()
+    experiment_id, parent_id = _ids(served)
+    out = served.output()
+    assert f"MLflow UI: {base}" in out
+    links = _printed_links(out)
+    assert {"reports/compare.html", "dashboards/health.html"} <= set(links), out
+    url, local = links["reports/compare.html"]
+    assert url == f"{base}/#/experiments/{experiment_id}/runs/{parent_id}/artifactPath/reports/compare.html"
+    assert Path(local).read_text() == served.report.read_text()  # the logged report is the one from --out
+    assert Path(links["dashboards/health.html"][1]).read_text() == served.dashboard.read_text()
+
+    page = new_page(chromium_browser, 1600, 1000)
+    watch = PageWatch.attach(page)
+    page.goto(url)
+    # the UI shows an HTML artifact in a sandboxed iframe (srcdoc/blob): the report's own scripts run there
+    frame = page.locator("iframe").element_handle(timeout=60_000).content_frame()
+    frame.wait_for_function("() => document.querySelectorAll('.js-plotly-plot').length === 3", timeout=60_000)
+    assert panel_problems(plot_panels(frame)) == []
+    assert [e for e in watch.errors if "Failed to load resource" not in e] == []
+    assert [f for f in watch.failed if not f.endswith(MLFLOW_UI_KNOWN_404)] == []
+    _close_assistant(page)
+    frame.locator("h2", has_text="Curves").scroll_into_view_if_needed()  # a plot in the screenshot
+    shot(page, "mlflow-ui-report.png", full_page=False)
+    page.close()
+
+
+def test_ui_on_a_taken_port_exits_1_and_says_so(tmp_path, monkeypatch):
+    """mlflow server exits 0 when it cannot bind: `workbench ui` must not pass that off as success."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        result = CliRunner().invoke(app, ["ui", "--port", str(taken.getsockname()[1])])
+    assert result.exit_code == 1, result.output
+    assert "mlflow server stopped by itself" in result.output
+
+
+def test_ui_of_an_unknown_study_exits_2_before_starting_a_server(tmp_path_factory, monkeypatch):
+    monkeypatch.chdir(build_micro_study(tmp_path_factory))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    result = CliRunner().invoke(app, ["ui", "report-micr", "--port", str(_free_port())])
+    assert result.exit_code == 2, result.output
+    assert "no study 'report-micr'" in result.output and "did you mean 'report-micro'" in result.output
