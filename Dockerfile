@@ -20,6 +20,6 @@ COPY dashboards ./dashboards
 #   docker run --gpus all -v /models:/models -v $PWD/runs:/runs -w /runs IMAGE \
 #     workbench run /workbench/studies/sanity.yaml --set model.path=/models/Qwen2.5-0.5B --set model.builtin=null
 ENTRYPOINT ["workbench"]
-# The HF sampler and torch learner use the GPU when one is visible (learner.device: auto).
-# The vllm/deepspeed backends (issue #8) will be selected here with --set sampler.backend=vllm ...
-CMD ["run", "/workbench/studies/sanity.yaml"]
+# The real engines: vLLM samples (weights synced in place after every update), DeepSpeed learns.
+# Several GPUs: see docs/engines.md for the `deepspeed` launcher command.
+CMD ["run", "/workbench/studies/sanity.yaml", "--set", "sampler.backend=vllm", "--set", "learner.backend=deepspeed"]

@@ -59,4 +59,4 @@ bench: install
 	$(BIN)/python benchmarks/bench_sanity.py
 
 clean:
-	rm -rf $(VENV) $(ENGINES) .workbench mlflow.db mlartifacts
+	rm -rf $(VENV) $(ENGINES) .workbench mlflow.db mlartifacts checkpoints

@@ -78,3 +78,10 @@ def test_dr_grpo_divides_by_the_generation_budget_unless_told_otherwise():
     assert float(aggregate_loss(loss, mask, mode, norm_constant=24.0)) == float(
         aggregate_loss(padded_loss, padded_mask, mode, norm_constant=24.0)) == 3.0 / 24
     assert float(aggregate_loss(loss, mask, mode)) == 1.0 and float(aggregate_loss(padded_loss, padded_mask, mode)) == 0.5
+
+
+def test_checkpointing_does_not_change_the_run_key():
+    """Turning checkpoints on for a study that already ran must not re-run its finished runs."""
+    plain = RunConfig.model_validate({"seed": 3})
+    assert RunConfig.model_validate({"seed": 3, "learner": {"checkpoint_every": 5}}).run_key() == plain.run_key()
+    assert RunConfig.model_validate({"seed": 3, "learner": {"micro_batch_size": 4}}).run_key() != plain.run_key()

@@ -151,3 +151,19 @@ def test_stop_run_from_a_step_callback_is_a_deliberate_stop(workdir):
     run = client_for(workdir).get_run(outcome.run_id)
     assert run.data.tags["workbench.stopped_early"] == "true"
     assert run.data.tags["workbench.stop_reason"] == "pruned by optuna at step 1"
+
+
+@pytest.mark.parametrize(("setting", "engine"), [("sampler.backend=vllm", "vllm"),
+                                                  ("learner.backend=deepspeed", "deepspeed")])
+def test_a_missing_engine_is_one_line_exit_2_before_any_model_or_store(workdir, setting, engine):
+    """The engines live in their own venv (`make engines`); from the main one, asking for them
+    fails at once, naming the extra, instead of after the tiny model is built and warmed up."""
+    import importlib.util
+
+    if importlib.util.find_spec(engine) is not None:
+        pytest.skip(f"{engine} is installed in this environment")
+    study = write_study(workdir / "s.yaml")
+    result = CliRunner().invoke(app, ["run", str(study), "--set", setting])
+    assert result.exit_code == 2
+    assert f"{setting} needs {engine}" in result.output and "rl-workbench[gpu]" in result.output
+    assert not (workdir / "mlflow.db").exists()

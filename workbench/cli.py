@@ -30,7 +30,10 @@ OnlyOpt = Annotated[str | None, typer.Option("--only", help="filter runs, e.g. v
 
 
 def fail(message: str, code: int = 2) -> typer.Exit:
-    err_console.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+    from rich.markup import escape
+
+    # escape(): messages quote user text and pip extras ("rl-workbench[gpu]"), not markup
+    err_console.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
     return typer.Exit(code)
 
 
@@ -136,7 +139,7 @@ def run(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
         parallel = int(study_obj.execution.get("parallel", 1))
     try:
         outcomes = run_study(study_obj, specs, progress=not quiet, parallel=parallel)
-    except FileNotFoundError as e:
+    except (FileNotFoundError, ImportError) as e:  # a missing model/data file or engine
         raise fail(str(e)) from None
     except KeyboardInterrupt:
         err_console.print("[yellow]interrupted: unfinished runs are marked KILLED; run again to resume[/yellow]")
@@ -179,7 +182,7 @@ def worker(
     previous = signal.signal(signal.SIGTERM, _interrupt_once)  # `kill PID` stops like Ctrl-C: run KILLED
     try:
         report = run_worker(study_obj, specs, storage, options)
-    except (WorkerError, FileNotFoundError) as e:
+    except (WorkerError, FileNotFoundError, ImportError) as e:
         raise fail(str(e)) from None
     except KeyboardInterrupt:
         err_console.print("[yellow]worker stopped: its run is KILLED and enqueued again for the other workers[/yellow]")

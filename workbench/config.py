@@ -85,24 +85,70 @@ class TaskConfig(Strict):
 class SamplerConfig(Strict):
     """Generation engine. Its dtype is independent of the learner's (precision mismatch studies)."""
 
-    backend: Literal["hf"] = "hf"
+    backend: Literal["hf", "vllm"] = Field(
+        "hf", description="hf = transformers generate; vllm = a vLLM engine (extra `gpu`, or `make engines` on a CPU)"
+    )
     dtype: Dtype = "float32"
     temperature: float = Field(1.0, gt=0)
     top_p: float = Field(1.0, gt=0, le=1)
     max_new_tokens: int = Field(32, ge=1)
+    sync: Literal["auto", "inplace", "rebuild"] = Field(
+        "auto",
+        description="vllm: how learner weights reach the engine after each update, verified by logprobs every time: "
+        "inplace = load into the running engine; rebuild = save a checkpoint and restart the engine; "
+        "auto = inplace, rebuilding if verification fails",
+    )
+    gpu_memory_utilization: float = Field(
+        0.5, gt=0, le=1, description="vllm on a GPU: share of GPU memory for the engine (the learner needs the rest)"
+    )
+    enforce_eager: bool | None = Field(
+        None, description="vllm: no torch.compile / CUDA graphs. Default: eager on a CPU (compiling adds ~18 s per "
+        "engine start and was no faster here), compiled on a GPU",
+    )
 
 
 class LearnerConfig(Strict):
-    backend: Literal["torch"] = "torch"
+    """Who trains the policy: plain torch or DeepSpeed (ZeRO 0-3); one process either way (docs/engines.md)."""
+
+    backend: Literal["torch", "deepspeed"] = Field(
+        "torch", description="torch | deepspeed (needs the `gpu` or `cpu-engines` extra; see docs/engines.md)"
+    )
     device: str = Field("auto", description="auto = cuda if available, else cpu; or an explicit torch device")
-    dtype: Dtype = "float32"
+    dtype: Dtype = Field(
+        "float32", description="weights dtype; deepspeed: bfloat16/float16 train with fp32 master weights"
+    )
     lr: float = Field(1e-4, gt=0)
     weight_decay: float = Field(0.0, ge=0)
     betas: tuple[float, float] = (0.9, 0.99)
     grad_clip: float = Field(1.0, gt=0, description="max global grad norm")
+    micro_batch_size: int | None = Field(
+        None, ge=1,
+        description="sequences per forward/backward: a larger minibatch is split and its gradients accumulated "
+        "(exactly the minibatch gradient, for every agg_mode) before one optimizer step; None = no split",
+    )
+    zero_stage: int = Field(
+        0, ge=0, le=3,
+        description="deepspeed: ZeRO stage (1 partitions optimizer states, 2 also gradients, 3 also weights)",
+    )
+    deepspeed_config: dict[str, Any] = Field(
+        default_factory=dict,
+        description="deepspeed: extra DeepSpeed config keys merged over the generated ones "
+        "(e.g. zero_optimization.offload_optimizer); the optimizer and batch keys stay workbench's",
+    )
+    checkpoint_every: int | None = Field(
+        None, ge=1,
+        description="save a resumable checkpoint every k RL steps; a FAILED/KILLED run executed again resumes "
+        "from it (see docs/engines.md); None = off",
+    )
     inject_nonfinite_at_step: int | None = Field(
         None, ge=0, description="fault injection: make this RL step's loss NaN (tests the health rules' stop path)"
     )
+
+    @model_validator(mode="after")
+    def _deepspeed_only_knobs(self) -> LearnerConfig:
+        if self.backend != "deepspeed" and (self.zero_stage or self.deepspeed_config):
+            raise ValueError("learner.zero_stage and learner.deepspeed_config apply to learner.backend=deepspeed only")
+        return self
 
 
 class RolloutConfig(Strict):
@@ -196,6 +242,10 @@ class TrackingConfig(Strict):
     experiment: str | None = Field(None, description="default: the study name")
 
 
+# Settings that change where or how safely a run executes, never its numbers: section -> fields.
+NOT_IN_RUN_KEY: dict[str, set[str]] = {"learner": {"checkpoint_every"}}
+
+
 class RunConfig(Strict):
     """Everything that determines one run. Hashing it (with the seed) gives ``run_key``."""
 
@@ -230,7 +280,11 @@ class RunConfig(Strict):
         default) to the schema keeps existing run keys, and resuming old studies still works.
         Changing a default's *value* must bump ``RUN_KEY_VERSION``.
         """
-        payload = self.model_dump(mode="json", exclude={"tracking"}, exclude_defaults=True)
+        # Reset (not exclude) the non-result fields: an excluded one would leave an empty section behind.
+        neutral = self.model_copy(update={
+            section: getattr(self, section).model_copy(update=dict.fromkeys(names))  # their defaults are None
+            for section, names in NOT_IN_RUN_KEY.items()})
+        payload = neutral.model_dump(mode="json", exclude={"tracking"}, exclude_defaults=True)
         blob = json.dumps({"v": RUN_KEY_VERSION, "config": payload}, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

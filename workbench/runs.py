@@ -14,6 +14,7 @@ from workbench.health import HealthMonitor
 from workbench.progress import RunProgress
 from workbench.tracking.store import resolve_tracking_uri
 from workbench.tracking.writer import RunTracker
+from workbench.train.checkpoint import RunCheckpoints
 from workbench.train.loop import train
 
 
@@ -54,6 +55,22 @@ def preflight(cfg: RunConfig) -> None:
     if cfg.model.path is not None:
         check_model_path(Path(cfg.model.path).expanduser())
     build_task(cfg.task)  # a missing/malformed JSONL file fails here
+    check_engines(cfg)
+
+
+ENGINE_HINT = ("install the `gpu` extra on a CUDA machine (pip install 'rl-workbench[gpu]'), or run "
+               "`make engines` on a CPU and use .venv-engines (docs/engines.md)")
+
+
+def check_engines(cfg: RunConfig) -> None:
+    """A missing vLLM/DeepSpeed is reported now, not after the model is built and warmed up."""
+    import importlib.util
+
+    needed = {"sampler.backend=vllm": "vllm" if cfg.sampler.backend == "vllm" else None,
+              "learner.backend=deepspeed": "deepspeed" if cfg.learner.backend == "deepspeed" else None}
+    for setting, module in needed.items():
+        if module and importlib.util.find_spec(module) is None:
+            raise ModuleNotFoundError(f"{setting} needs {module}, which is not installed: {ENGINE_HINT}")
 
 
 def run_tags(study: str, variant: str, cfg: RunConfig, role: str = "run") -> dict[str, str]:
@@ -74,8 +91,14 @@ def execute_run(cfg: RunConfig, *, study: str, variant: str, label: str, parent_
     may raise ``StopRun`` to end the run early (recorded as a deliberate stop)."""
     preflight(cfg)
     outcome = RunOutcome(label=label, variant=variant, seed=cfg.seed, run_key=cfg.run_key(), status="RUNNING")
-    tracker = RunTracker(resolve_tracking_uri(cfg.tracking.uri), cfg.tracking.experiment or study, label,
-                         run_tags(study, variant, cfg, role) | (extra_tags or {}), parent_run_id=parent_run_id)
+    tracking_uri = resolve_tracking_uri(cfg.tracking.uri)
+    # learner.checkpoint_every: an earlier FAILED/KILLED attempt of this run_key left a checkpoint to resume from
+    checkpoints = RunCheckpoints.for_run(outcome.run_key, cfg.learner.checkpoint_every, tracking_uri)
+    resumed = None if checkpoints is None else checkpoints.latest_step()
+    resume_tags = {} if resumed is None else {"workbench.resumed_from_step": str(resumed)}  # first step run here
+    tracker = RunTracker(tracking_uri, cfg.tracking.experiment or study, label,
+                         run_tags(study, variant, cfg, role) | resume_tags | (extra_tags or {}),
+                         parent_run_id=parent_run_id)
     outcome.run_id = tracker.start()
     monitor = HealthMonitor.from_config(cfg.health)
     bar = progress or RunProgress(enabled=False)
@@ -90,7 +113,7 @@ def execute_run(cfg: RunConfig, *, study: str, variant: str, label: str, parent_
         tracker.log_params(cfg.flat())
         tracker.log_dict(cfg.model_dump(mode="json"), "config.yaml")
         bar.start_run(label, cfg.rollout.steps)
-        result = train(cfg, tracker, monitor, on_step=step_hook)
+        result = train(cfg, tracker, monitor, on_step=step_hook, checkpoints=checkpoints)
     except StopRun as stop:
         result, stop_reason = stop.partial, stop.reason
     except BaseException as error:  # noqa: BLE001 - every exit path must close the MLflow run
@@ -110,6 +133,8 @@ def execute_run(cfg: RunConfig, *, study: str, variant: str, label: str, parent_
     tracker.log_text(monitor.report_json(), "health.json")
     tracker.log_table(result.samples, "samples.json")
     tracker.finish("FINISHED")
+    if checkpoints is not None:  # they exist to resume an unfinished run
+        checkpoints.clear()
     outcome.status = "FINISHED"
     outcome.health = monitor.run_status
     outcome.steps = result.steps_done

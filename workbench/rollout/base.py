@@ -16,3 +16,7 @@ class Sampler(Protocol):
     def sync_weights(self, learner_model) -> None:
         """Make the sampler's policy equal to the learner's current weights."""
         ...
+
+    def close(self) -> None:
+        """Release the engine (the training loop calls it when the run ends, however it ends)."""
+        ...

@@ -29,11 +29,14 @@ class HFSampler:
         if learner_model.dtype == self.dtype:
             self.model = learner_model  # same weights, same precision: nothing to copy
         elif self.model is None or self.model is learner_model:
-            self.model = copy.deepcopy(learner_model).to(self.dtype).eval()
+            self.model = plain_copy(learner_model).to(self.dtype).eval()
         else:
             with torch.no_grad():
                 for dst, src in zip(self.model.parameters(), learner_model.parameters(), strict=True):
                     dst.copy_(src)  # casts to the sampler's dtype
+
+    def close(self) -> None:
+        """Nothing to release: the weights are plain torch modules."""
 
     @torch.no_grad()
     def generate(self, problems: list[Problem], group_size: int, *, temperature: float, seed: int) -> Rollouts:
@@ -80,6 +83,17 @@ class HFSampler:
             texts=texts,
             sample_seconds=time.perf_counter() - start,
         )
+
+
+def plain_copy(model: torch.nn.Module) -> torch.nn.Module:
+    """A copy holding ``model``'s current weights and nothing else: a deepcopy of a DeepSpeed
+    ZeRO-3 module would carry its partitioning hooks along, so HF models are rebuilt from config."""
+    config = getattr(model, "config", None)
+    if config is None:
+        return copy.deepcopy(model)
+    fresh = type(model)(config)
+    fresh.load_state_dict(model.state_dict())
+    return fresh.to(model.device)
 
 
 def response_mask(completion: torch.Tensor, eos_id: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -31,7 +31,9 @@ def get_or_create_experiment(client, name: str, tracking_uri: str) -> str:
     if experiment is not None:
         return experiment.experiment_id
     try:
-        return client.create_experiment(name, artifact_location=default_artifact_location(tracking_uri))
+        # A training experiment: the MLflow UI then opens on the runs table, not its GenAI view.
+        return client.create_experiment(name, artifact_location=default_artifact_location(tracking_uri),
+                                        tags={"mlflow.experimentKind": "custom_model_development"})
     except Exception:  # created concurrently by a parallel worker
         experiment = client.get_experiment_by_name(name)
         if experiment is None:

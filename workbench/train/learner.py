@@ -1,6 +1,25 @@
-"""The torch learner: teacher-forced logprobs and entropy, and optimizer steps."""
+"""Learner backends: teacher-forced logprobs and entropy, accumulated backward passes, optimizer steps.
+
+Every backend offers the same surface, so ``policy_update`` and the loop never ask which one runs:
+
+    logprobs(rollouts, rows, temperature, with_entropy) -> (logp [b,T], entropy [b,T] | None)
+    backward(loss)      accumulate d loss / d weights (one micro-batch)
+    step() -> float     clip the accumulated gradient, apply it if finite, clear it; returns the pre-clip norm
+    model, device       the trainable module (full weights) and where rollouts must live
+    gathered_model()    context: a module holding the full weights (ZeRO-3 partitions them elsewhere)
+    full_state_dict()   the full weights by name (what a sampler loads)
+    policy_copy()       a frozen full copy (the reference policy for KL)
+    save_checkpoint(dir) / load_checkpoint(dir)
+
+``build_learner(model, cfg)`` picks the backend named by ``learner.backend``.
+"""
 
 from __future__ import annotations
+
+import contextlib
+import copy
+from collections.abc import Iterator
+from pathlib import Path
 
 import torch
 
@@ -27,12 +46,13 @@ def sequence_logprobs(model, rollouts: Rollouts, rows: torch.Tensor | slice, tem
 
 
 class ReferencePolicy:
-    """A frozen copy of the initial policy, for KL regularisation (only built when kl_coef > 0)."""
+    """A frozen policy (the initial one, for KL regularisation; only built when kl_coef > 0).
+
+    Give it a copy (``learner.policy_copy()``): it is put in eval mode and never trained.
+    """
 
     def __init__(self, model) -> None:
-        import copy
-
-        self.model = copy.deepcopy(model).eval().requires_grad_(False)
+        self.model = model.eval().requires_grad_(False)
 
     @torch.no_grad()
     def logprobs(self, rollouts: Rollouts, temperature: float) -> torch.Tensor:
@@ -45,8 +65,19 @@ def resolve_device(name: str) -> str:
     return name
 
 
+def build_learner(model, cfg: LearnerConfig):
+    """The learner backend named by ``cfg.backend``, owning ``model`` from now on."""
+    if cfg.backend == "deepspeed":
+        from workbench.train.deepspeed_learner import DeepSpeedLearner  # deepspeed is imported there, lazily
+
+        return DeepSpeedLearner(model, cfg)
+    return TorchLearner(model, cfg)
+
+
 class TorchLearner:
     """Owns the policy weights and the optimizer (single process, CPU or one GPU)."""
+
+    CHECKPOINT_FILE = "learner.pt"
 
     def __init__(self, model, cfg: LearnerConfig) -> None:
         self.cfg = cfg
@@ -56,18 +87,48 @@ class TorchLearner:
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay
         )
+        self.optimizer.zero_grad(set_to_none=True)
 
     def logprobs(self, rollouts: Rollouts, rows: torch.Tensor | slice, temperature: float,
                  with_entropy: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
         return sequence_logprobs(self.model, rollouts, rows, temperature, with_entropy)
 
-    def optimizer_step(self, loss: torch.Tensor) -> float:
-        """Backward, clip the global grad norm, step. Returns the pre-clip grad norm."""
+    def backward(self, loss: torch.Tensor) -> None:
+        """Add ``d loss / d weights`` to the accumulated gradient (one micro-batch)."""
         if self.poison_next_update:  # fault injection (learner.inject_nonfinite_at_step)
             loss = loss * float("nan")
-        self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
+
+    def step(self) -> float:
+        """Clip the accumulated global grad norm, step, clear the gradient. Returns the pre-clip norm."""
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
         if torch.isfinite(grad_norm):  # a non-finite step is reported (health: non_finite), never applied
             self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
         return float(grad_norm)
+
+    def optimizer_step(self, loss: torch.Tensor) -> float:
+        """Backward, clip the global grad norm, step. Returns the pre-clip grad norm."""
+        self.backward(loss)
+        return self.step()
+
+    @contextlib.contextmanager
+    def gathered_model(self) -> Iterator[torch.nn.Module]:
+        yield self.model  # one process holds every weight
+
+    def full_state_dict(self) -> dict[str, torch.Tensor]:
+        """Every weight under the module's own (HF) names: the live tensors, read-only."""
+        return {name: tensor.detach() for name, tensor in self.model.state_dict().items()}
+
+    def policy_copy(self) -> torch.nn.Module:
+        return copy.deepcopy(self.model)
+
+    def save_checkpoint(self, directory: Path) -> None:
+        """Weights and optimizer state (AdamW moments and step counts) into ``directory``."""
+        torch.save({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()},
+                   Path(directory) / self.CHECKPOINT_FILE)
+
+    def load_checkpoint(self, directory: Path) -> None:
+        state = torch.load(Path(directory) / self.CHECKPOINT_FILE, map_location=self.device, weights_only=True)
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 import time
+from contextlib import closing
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -24,10 +25,11 @@ from workbench.metrics.compute import rollout_metrics
 from workbench.models import load_policy
 from workbench.reward import AnswerVerifier
 from workbench.reward.rollouts import score_rollouts
-from workbench.rollout.hf import HFSampler
+from workbench.rollout import build_sampler
 from workbench.tasks import build_task
+from workbench.train.checkpoint import RunCheckpoints, capture
 from workbench.train.evaluate import evaluate
-from workbench.train.learner import ReferencePolicy, TorchLearner
+from workbench.train.learner import ReferencePolicy, TorchLearner, build_learner
 from workbench.train.update import policy_update
 
 
@@ -46,7 +48,8 @@ class TrainResult:
     last_metrics: dict[str, float] = field(default_factory=dict)
 
 
-def train(cfg: RunConfig, sink: StepSink, monitor: HealthMonitor, on_step=None) -> TrainResult:
+def train(cfg: RunConfig, sink: StepSink, monitor: HealthMonitor, on_step=None,
+          checkpoints: RunCheckpoints | None = None) -> TrainResult:
     torch.manual_seed(cfg.seed)
     rng = random.Random(f"train-{cfg.seed}")
     generator = torch.Generator().manual_seed(cfg.seed)
@@ -55,14 +58,27 @@ def train(cfg: RunConfig, sink: StepSink, monitor: HealthMonitor, on_step=None) 
     task = build_task(cfg.task)
     eval_set = task.eval_problems()[: roll.eval_size]
     model, tokenizer = load_policy(cfg.model, cfg.task)
-    learner = TorchLearner(model, cfg.learner)
-    sampler = HFSampler(learner.model, tokenizer, cfg.sampler, cfg.model.prompt_template)
-    reference = ReferencePolicy(learner.model) if cfg.algorithm.kl_coef > 0 else None  # no KL, no copy
+    learner = build_learner(model, cfg.learner)  # learner.backend: torch | deepspeed
+    with learner.gathered_model() as full:  # a vLLM engine copies the weights: ZeRO-3 must gather them first
+        sampler = build_sampler(cfg, full, tokenizer, cfg.model.prompt_template)
+    reference = ReferencePolicy(learner.policy_copy()) if cfg.algorithm.kl_coef > 0 else None  # no KL, no copy
     shaping = cfg.reward.specs()
     result = TrainResult(steps_done=0, stopped_early=False)
+    history: list[tuple[int, dict[str, float]]] = []  # every step's logged metrics, kept in checkpoints
 
-    with AnswerVerifier(timeout_s=cfg.reward.timeout_s, workers=cfg.reward.workers) as verifier:
-        for step in range(roll.steps + 1):
+    # closing(): the sampler's engine is released however the run ends
+    with AnswerVerifier(timeout_s=cfg.reward.timeout_s, workers=cfg.reward.workers) as verifier, closing(sampler):
+        if checkpoints is not None and checkpoints.latest_step() is not None:  # an earlier attempt failed: resume
+            state = checkpoints.restore(learner, rng, generator)  # weights, optimizer, RNG states, its steps
+            with learner.gathered_model() as full:  # ZeRO-3 partitions the weights elsewhere
+                sampler.sync_weights(full)
+            for step, metrics in state.history:  # replay the earlier steps, so this run's record is whole
+                monitor.observe(step, metrics)
+                sink.log_metrics(metrics, step)
+                result.last_metrics |= metrics
+            history, result.samples, result.steps_done = state.history, state.samples, state.steps_done
+            result.eval_history = [(step, m["eval/accuracy"]) for step, m in history if "eval/accuracy" in m]
+        for step in range(result.steps_done, roll.steps + 1):
             metrics: dict[str, float] = {}
             if step % roll.eval_every == 0 or step == roll.steps:  # before this step's update
                 eval_metrics, samples = evaluate(sampler, verifier, eval_set, roll, seed=cfg.seed, step=step)
@@ -76,7 +92,10 @@ def train(cfg: RunConfig, sink: StepSink, monitor: HealthMonitor, on_step=None) 
             metrics |= monitor.observe(step, metrics).as_metrics()
             metrics["perf/health_s"] = time.perf_counter() - health_start
             sink.log_metrics(metrics, step)
+            history.append((step, metrics))
             result.last_metrics |= metrics
+            if checkpoints is not None and step < roll.steps and checkpoints.due(step + 1):
+                checkpoints.save(learner, capture(step + 1, rng, generator, history, result.samples))
             if on_step is not None:
                 try:
                     on_step(step, metrics)
@@ -115,7 +134,8 @@ def rl_step(cfg: RunConfig, step: int, task, rng: random.Random, generator: torc
     learner.poison_next_update = cfg.learner.inject_nonfinite_at_step == step
     metrics |= policy_update(learner, rollouts, advantages, algo, temperature, generator, loss_mask=loss_mask,
                              ref_logp=ref_logp)
-    sampler.sync_weights(learner.model)
+    with learner.gathered_model() as full:  # ZeRO-3: the sampler needs whole weights
+        sampler.sync_weights(full)
     learn_s = time.perf_counter() - learn_start
 
     metrics["perf/algorithm_s"] += advantage_s

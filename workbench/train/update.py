@@ -3,6 +3,11 @@
 Composes registered units by name (estimator, IS correction, policy loss, aggregation);
 knows no paper. ``epochs × minibatches`` optimizer steps per batch; with a single step the
 forward that computes the loss also provides the "old" logprobs (ratio exactly 1).
+
+``learner.micro_batch_size`` splits a minibatch into micro-batches whose gradients are
+accumulated before its one optimizer step. Each micro-batch loss is weighted by its share of
+the minibatch loss (``micro_shares``), so the accumulated gradient is the minibatch gradient for
+every aggregation mode, and the logged metrics keep their meaning (means over the minibatch).
 """
 
 from __future__ import annotations
@@ -16,13 +21,13 @@ from workbench.algorithms import aggregate_loss, compute_policy_loss, importance
 from workbench.batch import Rollouts
 from workbench.config import AlgorithmConfig
 from workbench.metrics.compute import masked_mean, mismatch_metrics
-from workbench.train.learner import TorchLearner
 
 
-def policy_update(learner: TorchLearner, rollouts: Rollouts, advantages: torch.Tensor, algo: AlgorithmConfig,
+def policy_update(learner, rollouts: Rollouts, advantages: torch.Tensor, algo: AlgorithmConfig,
                   temperature: float, generator: torch.Generator, *, loss_mask: torch.Tensor | None = None,
                   ref_logp: torch.Tensor | None = None) -> dict[str, float]:
-    """Update the learner on ``rollouts``; returns the step's learner-side metrics.
+    """Update the learner (any backend of ``workbench.train.learner``) on ``rollouts``; returns the
+    step's learner-side metrics.
 
     ``loss_mask`` (default: the response mask) selects the tokens that carry gradient;
     ``ref_logp`` adds ``kl_coef · KL(π ‖ π_ref)`` to the loss, aggregated like the policy loss.
@@ -30,14 +35,15 @@ def policy_update(learner: TorchLearner, rollouts: Rollouts, advantages: torch.T
     mask = rollouts.mask  # [B, T] every response token: metrics see them all
     loss_mask = mask if loss_mask is None else loss_mask  # [B, T] tokens that carry gradient
     n = mask.shape[0]
-    single = algo.epochs * algo.minibatches == 1
+    micro = learner.cfg.micro_batch_size
+    # One optimizer step over the whole batch in one pass: the loss's forward is also the "old" policy's.
+    single = algo.epochs * algo.minibatches == 1 and (micro is None or micro >= n)
     # Learner logprobs before any update: the "old" policy, and the side of the mismatch metrics.
     if single:
         logp, entropy = learner.logprobs(rollouts, slice(None), temperature)
         old_logp = logp.detach()
     else:
-        with torch.no_grad():
-            old_logp, entropy = learner.logprobs(rollouts, slice(None), temperature)
+        old_logp, entropy = no_grad_logprobs(learner, rollouts, temperature, micro)
     metrics = {"entropy/mean": masked_mean(entropy, mask)}
     if ref_logp is not None:
         metrics["kl/ref"] = masked_mean(kl_penalty(old_logp, ref_logp, algo.kl_estimator), mask)
@@ -51,33 +57,121 @@ def policy_update(learner: TorchLearner, rollouts: Rollouts, advantages: torch.T
         algo_s += time.perf_counter() - t0
         metrics |= is_metrics
 
+    def micro_loss(rows: torch.Tensor, logp: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None, dict]:
+        """(policy loss, KL loss or None, policy metrics) of the sequences ``rows``, reduced over them."""
+        loss, loss_metrics = compute_policy_loss(
+            algo.loss, logp, old_logp[rows], advantages[rows], loss_mask[rows],
+            clip_low=algo.clip_low, clip_high=algo.clip_high, dual_clip=algo.dual_clip,
+            agg_mode=algo.agg_mode, norm_constant=algo.norm_constant,
+            is_weights=None if is_weights is None else is_weights[rows],
+        )
+        kl = None
+        if ref_logp is not None and algo.kl_in == "loss":
+            kl = aggregate_loss(kl_penalty(logp, ref_logp[rows], algo.kl_estimator), loss_mask[rows],
+                                algo.agg_mode, norm_constant=algo.norm_constant)
+        return loss, kl, loss_metrics
+
     sums: dict[str, float] = defaultdict(float)
     updates = 0
     for _ in range(algo.epochs):
         order = torch.randperm(n, generator=generator)
         for rows in order.chunk(algo.minibatches):  # fewer chunks if minibatches > B
-            if not single:
-                logp, _ = learner.logprobs(rollouts, rows, temperature, with_entropy=False)
-            sel = slice(None) if single else rows
-            t0 = time.perf_counter()
-            loss, loss_metrics = compute_policy_loss(
-                algo.loss, logp, old_logp[sel], advantages[sel], loss_mask[sel],
-                clip_low=algo.clip_low, clip_high=algo.clip_high, dual_clip=algo.dual_clip,
-                agg_mode=algo.agg_mode, norm_constant=algo.norm_constant,
-                is_weights=None if is_weights is None else is_weights[sel],
-            )
-            if ref_logp is not None and algo.kl_in == "loss":
-                kl = kl_penalty(logp, ref_logp[sel], algo.kl_estimator)  # [b, T]
-                loss = loss + algo.kl_coef * aggregate_loss(kl, loss_mask[sel], algo.agg_mode,
-                                                            norm_constant=algo.norm_constant)
-            algo_s += time.perf_counter() - t0
-            grad_norm = learner.optimizer_step(loss)
-            for key, value in loss_metrics.items():
+            parts = [rows] if micro is None else list(rows.split(micro))
+            shares = micro_shares(algo, loss_mask[rows], [len(p) for p in parts]) if len(parts) > 1 else None
+            minibatch = MinibatchMetrics(loss_mask[rows])
+            for k, part in enumerate(parts):
+                if not single:
+                    logp, _ = learner.logprobs(rollouts, part, temperature, with_entropy=False)
+                sel = slice(None) if single else part
+                t0 = time.perf_counter()
+                policy, kl, loss_metrics = micro_loss(sel, logp)
+                if shares is not None:  # this micro-batch's part of the minibatch loss
+                    policy = shares[k][0] * policy
+                    kl = None if kl is None else shares[k][1] * kl
+                loss = policy if kl is None else policy + algo.kl_coef * kl
+                algo_s += time.perf_counter() - t0
+                learner.backward(loss)
+                minibatch.add(loss_mask[sel], float(loss.detach()), loss_metrics)
+            grad_norm = learner.step()
+            for key, value in minibatch.means().items():
                 sums[key] += value
-            sums["loss/policy"] += float(loss.detach())
             sums["grad/norm"] += grad_norm
             updates += 1
     metrics |= {key: value / updates for key, value in sums.items()}  # means over the optimizer steps
     metrics["train/optimizer_steps"] = float(updates)
     metrics["perf/algorithm_s"] = algo_s
     return metrics
+
+
+@torch.no_grad()
+def no_grad_logprobs(learner, rollouts: Rollouts, temperature: float,
+                     micro: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Logprobs and entropy ``[B, T]`` of the whole batch, ``micro`` sequences per forward."""
+    n = rollouts.mask.shape[0]
+    if micro is None or micro >= n:
+        return learner.logprobs(rollouts, slice(None), temperature)
+    pieces = [learner.logprobs(rollouts, rows, temperature) for rows in torch.arange(n).split(micro)]
+    return torch.cat([p[0] for p in pieces]), torch.cat([p[1] for p in pieces])
+
+
+def micro_shares(algo: AlgorithmConfig, loss_mask: torch.Tensor, sizes: list[int]) -> list[tuple[float, float]]:
+    """(policy, KL) weight of each micro-batch: minibatch loss = Σ_k w_k · loss(micro-batch k).
+
+    ``loss_mask`` ``[b, T]`` is the minibatch's, its rows in micro-batch order (``sizes`` rows each).
+    Every registered reduction is a sum of per-sequence terms divided by a normaliser that depends
+    only on the mask (token count, non-empty sequences, sequences, a constant), so
+    ``w_k = normaliser(micro-batch k) / normaliser(minibatch)``. The weights are read off the
+    registered reductions themselves rather than tabulated per mode: reduce a loss of one on micro-batch
+    k's sequences (zero elsewhere) over the minibatch, and over micro-batch k alone; the ratio is w_k.
+    The policy side goes through ``compute_policy_loss`` (a loss may fix its own reduction), at ratio 1
+    with advantage 1 on micro-batch k (every registered loss is then ±1 per token) and 0 elsewhere.
+    A micro-batch with no loss tokens has loss 0 and weight 0.
+    """
+    offsets = torch.tensor([0, *sizes]).cumsum(0).tolist()
+    # logp = old_logp = -1: ratio 1 and |loss| = |A| per token for every loss; float64 keeps the ratios exact
+    minus_one = -torch.ones(loss_mask.shape, dtype=torch.float64)
+
+    def policy_value(adv: torch.Tensor, mask: torch.Tensor) -> float:
+        rows = mask.shape[0]
+        value, _ = compute_policy_loss(algo.loss, minus_one[:rows], minus_one[:rows], adv, mask,
+                                       clip_low=algo.clip_low, clip_high=algo.clip_high, dual_clip=algo.dual_clip,
+                                       agg_mode=algo.agg_mode, norm_constant=algo.norm_constant)
+        return float(value)
+
+    def kl_value(weight: torch.Tensor, mask: torch.Tensor) -> float:
+        unit = weight[:, None].expand(mask.shape).to(minus_one.dtype)  # [rows, T]
+        return float(aggregate_loss(unit, mask, algo.agg_mode, norm_constant=algo.norm_constant))
+
+    shares = []
+    for k in range(len(sizes)):
+        lo, hi = offsets[k], offsets[k + 1]
+        inside = torch.zeros(loss_mask.shape[0], dtype=torch.float64)
+        inside[lo:hi] = 1.0  # [b] 1 on micro-batch k
+        alone = torch.ones(hi - lo, dtype=torch.float64)
+        pairs = ((policy_value(inside, loss_mask), policy_value(alone, loss_mask[lo:hi])),
+                 (kl_value(inside, loss_mask), kl_value(alone, loss_mask[lo:hi])))
+        shares.append(tuple(whole / part if part != 0 else 0.0 for whole, part in pairs))
+    return shares
+
+
+class MinibatchMetrics:
+    """Combines micro-batch metrics into the minibatch's: losses add up (they are already weighted);
+    the policy metrics are token means over the loss mask, so they combine weighted by token count
+    (``policy/ratio_max`` by max)."""
+
+    def __init__(self, loss_mask: torch.Tensor) -> None:
+        self.tokens = max(int(loss_mask.bool().sum()), 1)
+        self.loss = 0.0
+        self.sums: dict[str, float] = defaultdict(float)
+
+    def add(self, loss_mask: torch.Tensor, loss: float, policy_metrics: dict[str, float]) -> None:
+        self.loss += loss
+        weight = int(loss_mask.bool().sum()) / self.tokens
+        for key, value in policy_metrics.items():
+            if key == "policy/ratio_max":
+                self.sums[key] = max(self.sums.get(key, value), value)
+            else:
+                self.sums[key] += weight * value
+
+    def means(self) -> dict[str, float]:
+        return {**self.sums, "loss/policy": self.loss}

@@ -1,0 +1,92 @@
+"""Interrupt a run after step k, execute it again, compare with an uninterrupted run (any learner backend).
+
+Shared by the torch-learner test (tests/test_resume.py) and the DeepSpeed one (tests/engines).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+from mlflow import MlflowClient
+
+from tests.execution_helpers import fast_run_config
+from workbench.config import RunConfig, deep_merge
+from workbench.runs import RunOutcome, execute_run
+from workbench.tracking.store import resolve_tracking_uri
+from workbench.train.checkpoint import checkpoint_root
+
+STEPS = 4
+# Metrics that depend on the weights, the optimizer state and every RNG the loop uses.
+COMPARED = ("loss/policy", "grad/norm", "entropy/mean", "reward/mean", "mismatch/kl", "clip/frac",
+            "policy/ratio_mean", "length/mean")
+
+
+# Rewards that vary within a group even for the never-correct untrained micro model: -length/8.
+LENGTH_REWARD = {"shaping": [{"name": "overlong_soft", "weight": 1.0, "params": {"max_length": 8, "cache_length": 8}}]}
+
+
+class Interrupt(RuntimeError):
+    """Raised from on_step: the run crashes (FAILED) right after step k was logged."""
+
+
+@dataclass
+class ResumeRecord:
+    reference: dict[str, dict[int, float]]  # uninterrupted run: key -> step -> value
+    first: RunOutcome
+    second: RunOutcome
+    resumed: dict[str, dict[int, float]]
+    resumed_tags: dict[str, str]
+    checkpoint_dir_after: bool  # does the run's checkpoint directory still exist after it FINISHED?
+
+
+def resume_config(learner: dict, **overrides) -> RunConfig:
+    """A 4-step micro run that learns: a length reward (the untrained micro model is never correct, and
+    all-zero rewards would leave the weights alone), lr 1e-2, two minibatches (the second one's loss
+    then depends on the updated weights, Adam's moments and the minibatch order)."""
+    base = fast_run_config(steps=STEPS, algorithm={"minibatches": 2}, reward=LENGTH_REWARD,
+                           learner={"checkpoint_every": 1, "lr": 1e-2, **learner})
+    return RunConfig.model_validate(deep_merge(base, overrides))
+
+
+def history(run_id: str) -> dict[str, dict[int, float]]:
+    client = MlflowClient(resolve_tracking_uri())
+    return {key: {m.step: m.value for m in client.get_metric_history(run_id, key)} for key in COMPARED}
+
+
+def interrupt_and_resume(cfg: RunConfig, crash_after: int, error: type[BaseException] = Interrupt) -> ResumeRecord:
+    """Run ``cfg`` uninterrupted; then again, crashing after step ``crash_after``; then once more."""
+    reference = execute_run(cfg, study="uninterrupted", variant="v", label="ref")
+    assert reference.status == "FINISHED"
+
+    def crash(step: int, metrics: dict) -> None:
+        if step == crash_after:
+            raise error(f"interrupted after step {step}")
+
+    if error is KeyboardInterrupt:  # Ctrl-C: the run is closed KILLED and the interrupt re-raised
+        with pytest.raises(KeyboardInterrupt):
+            execute_run(cfg, study="resumed", variant="v", label="r", on_step=crash)
+        client = MlflowClient(resolve_tracking_uri())
+        exp = client.get_experiment_by_name("resumed")
+        first = RunOutcome("r", "v", cfg.seed, cfg.run_key(), client.search_runs([exp.experiment_id])[0].info.status)
+    else:
+        first = execute_run(cfg, study="resumed", variant="v", label="r", on_step=crash)
+    second = execute_run(cfg, study="resumed", variant="v", label="r")
+    run = MlflowClient(resolve_tracking_uri()).get_run(second.run_id)
+    return ResumeRecord(history(reference.run_id), first, second, history(second.run_id), run.data.tags,
+                        (checkpoint_root(resolve_tracking_uri()) / cfg.run_key()).exists())
+
+
+def check_resumed(record: ResumeRecord, crash_after: int, tolerance: float = 0.0) -> None:
+    """The second execution starts at step k+1 and its every step equals the uninterrupted run's
+    (within ``tolerance``, relative and absolute; 0 = bitwise)."""
+    assert record.first.status in ("FAILED", "KILLED")
+    assert record.second.status == "FINISHED" and record.second.steps == STEPS
+    assert record.resumed_tags["workbench.resumed_from_step"] == str(crash_after + 1)
+    for key in COMPARED:
+        assert sorted(record.resumed[key]) == list(range(STEPS)), key  # replayed 0..k, then k+1.. trained
+        if tolerance == 0.0:
+            assert record.resumed[key] == record.reference[key], key
+        else:
+            assert record.resumed[key] == pytest.approx(record.reference[key], rel=tolerance, abs=tolerance), key
+    assert not record.checkpoint_dir_after  # a FINISHED run's checkpoints are removed
