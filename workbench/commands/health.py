@@ -30,7 +30,7 @@ CELL_COLUMNS = ("run_id", "label", "variant", "seed", "rule", "state", "step", "
 
 
 def _label(row: Mapping[str, Any]) -> str:
-    return f"{row['variant']}/seed={row['seed']}"
+    return f"{row.get('arm') or row['variant']}/seed={row['seed']}"  # arm = variant + grid point
 
 
 def _rule_order(reports: Mapping[str, Mapping[str, Any] | None]) -> list[str]:

@@ -75,29 +75,34 @@ def comparison_table_html(table: Any) -> str:
         rows = table.for_metric(metric)
         hib = table.higher_is_better.get(metric)
         direction = {True: "higher is better", False: "lower is better", None: "no preferred direction"}[hib]
+        base = (rows["verdict"] == "baseline").tolist()
+        vs = {"baseline arm": ["—" if b else (a or "—") for b, a in zip(base, rows["baseline_arm"], strict=True)]} \
+            if table.per_grid_point else {}
         view = pd.DataFrame({
             "rank": [fmt_num(r) for r in rows["rank"]],
-            "variant": rows["variant"],
+            table.unit: rows["variant"],
+            **vs,
             "seeds": rows["n_seeds"],
             f"mean [{level} CI]": [fmt_ci(*x) for x in zip(rows["mean"], rows["mean_lo"], rows["mean_hi"],
                                                            strict=True)],
             f"IQM [{level} CI]": [fmt_ci(*x) for x in zip(rows["iqm"], rows["iqm_lo"], rows["iqm_hi"], strict=True)],
-            "Δ vs baseline [corrected CI]": ["—" if v == table.baseline else fmt_ci(d, lo, hi) for v, d, lo, hi in
-                                             zip(rows["variant"], rows["delta"], rows["delta_lo"], rows["delta_hi"],
+            "Δ vs baseline [corrected CI]": ["—" if b else fmt_ci(d, lo, hi) for b, d, lo, hi in
+                                             zip(base, rows["delta"], rows["delta_lo"], rows["delta_hi"],
                                                  strict=True)],
-            f"P(improve) [{level} CI]": ["—" if v == table.baseline else fmt_ci(p, lo, hi) for v, p, lo, hi in
-                                         zip(rows["variant"], rows["p_improve"], rows["p_improve_lo"],
+            f"P(improve) [{level} CI]": ["—" if b else fmt_ci(p, lo, hi) for b, p, lo, hi in
+                                         zip(base, rows["p_improve"], rows["p_improve_lo"],
                                              rows["p_improve_hi"], strict=True)],
             f"p ({table.correction})": [fmt_p(p) for p in rows["p_adjusted"]],
             "verdict": rows["verdict"],
-            "seeds needed (80% power)": ["—" if v == table.baseline else fmt_num(n)
-                                         for v, n in zip(rows["variant"], rows["seeds_needed"], strict=True)],
+            "seeds needed (80% power)": ["—" if b else fmt_num(n)
+                                         for b, n in zip(base, rows["seeds_needed"], strict=True)],
             "test": rows["test"],
         })
         parts.append(f"<h3>{html.escape(metric)} <small>({direction}; baseline: "
-                     f"{html.escape(str(table.baseline))})</small></h3>")
-        parts.append(df_table_html(view, left=("variant", "verdict", "test"), cell_class={"verdict": _verdict_class},
-                                   row_class=lambda r: "baseline" if r["variant"] == table.baseline else ""))
+                     f"{html.escape(table.baseline_phrase())})</small></h3>")
+        parts.append(df_table_html(view, left=(table.unit, *vs, "verdict", "test"),
+                                   cell_class={"verdict": _verdict_class},
+                                   row_class=lambda r: "baseline" if r["verdict"] == "baseline" else ""))
         notes = [f"{r['variant']}: {r['note']}" for r in rows.to_dict("records") if r["note"]]
         if notes:
             parts.append("<ul class='note'>" + "".join(f"<li>{html.escape(n)}</li>" for n in notes) + "</ul>")
@@ -105,17 +110,20 @@ def comparison_table_html(table: Any) -> str:
 
 
 def _runs_overview_html(runs: pd.DataFrame, excluded: dict[str, int]) -> str:
+    from workbench.compare.arms import arm_column
     from workbench.viz.html import df_table_html
 
-    g = runs.groupby("variant", sort=False)
+    arms = arm_column(runs)
+    unit = "variant" if (arms == runs["variant"].astype(str)).all() else "arm"
+    g = runs.groupby(arms.to_numpy(), sort=False)
     view = pd.DataFrame({
-        "variant": list(g.groups),
+        unit: list(g.groups),
         "runs": g.size().to_numpy(),
         "seeds": [", ".join(str(s) for s in sorted(x.dropna().tolist())) for _, x in g["seed"]],
         "health ok / warn / fail": [f"{(x == 'ok').sum()} / {(x == 'warn').sum()} / {(x == 'fail').sum()}"
                                     for _, x in g["health"]],
     })
-    out = df_table_html(view, left=("variant", "seeds"))
+    out = df_table_html(view, left=(unit, "seeds"))
     if excluded:
         out += ("<p class='note'>Not compared (not FINISHED): "
                 + ", ".join(f"{n} {s}" for s, n in excluded.items())
@@ -129,21 +137,28 @@ def build_compare_report(study: str, table: Any, summary: pd.DataFrame, history:
                          n_resamples: int = 1000) -> tuple[str, list[str]]:
     """The HTML report (and rendering warnings): runs, comparison table, summary bars with CIs,
     curves with CI bands (the curve panels of ``spec``), health matrix."""
+    from workbench.compare.arms import arm_column
     from workbench.viz.dashboard import DashboardData, render_dashboard
     from workbench.viz.figures import health_matrix_figure, summary_figure
     from workbench.viz.html import Section, html_page
     from workbench.viz.style import variant_colors
 
-    colors = variant_colors(pd.unique(runs["variant"]), table.baseline)
+    colors = variant_colors(pd.unique(arm_column(runs)), table.baseline_arms)
+    unit = table.unit
+    grid_note = (" An arm is a variant at one grid point (its run label without the seed); the runs of an arm "
+                 "are its seeds. Each arm is compared with the baseline variant's arm at the same grid point"
+                 + ("" if table.per_grid_point else f" (here: every arm with {table.baseline})")
+                 + "." if table.by_arm else "")
     sections = [
         Section("Runs", body_html=_runs_overview_html(runs, excluded or {})),
         Section("Which variant wins", body_html=comparison_table_html(table), note=(
-            f"Per-run summary metrics compared across seeds. Δ = variant − baseline "
+            f"Per-run summary metrics compared across seeds. Δ = {unit} − baseline "
             f"({'paired t-test on matched seeds' if table.df['paired'].fillna(False).any() else 'Welch t-test'}; "
-            f"CIs of Δ after {table.correction} correction across variants); mean/IQM/P(improvement) CIs: "
-            f"percentile bootstrap ({table.settings.get('n_resamples')} resamples). A variant is called better or "
+            f"CIs of Δ after {table.correction} correction across {unit}s); mean/IQM/P(improvement) CIs: "
+            f"percentile bootstrap ({table.settings.get('n_resamples')} resamples). A {unit} is called better or "
             "worse only when the corrected test and CI agree; otherwise the verdict says how many seeds were not "
-            "enough, and 'seeds needed' estimates how many would be (80% power, from the observed variance).")),
+            "enough, and 'seeds needed' estimates how many would be (80% power, from the observed variance)."
+            + grid_note)),
         Section("Summary metrics", figure=summary_figure(table, summary, colors=colors)),
     ]
     warnings: list[str] = []
@@ -156,7 +171,7 @@ def build_compare_report(study: str, table: Any, summary: pd.DataFrame, history:
             warnings += rendered.warnings
             rendered.figure.update_layout(title=None)
             sections.append(Section("Curves", figure=rendered.figure, note=(
-                "Mean over the runs of each variant with a 95% percentile-bootstrap band (runs resampled); "
+                f"Mean over the runs of each {unit} with a 95% percentile-bootstrap band (runs resampled); "
                 "x = RL step. Dashed/dotted lines: the second/third metric of a panel (see its title).")))
     if cells is not None and len(cells):
         sections.append(Section("Health", figure=health_matrix_figure(cells, title=None), note=(
@@ -171,22 +186,28 @@ def build_compare_report(study: str, table: Any, summary: pd.DataFrame, history:
 # --------------------------------------------------------------------------------------------
 
 def print_table(table: Any) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     level = f"{table.confidence:.0%}"
     for metric in table.metrics:
         hib = table.higher_is_better.get(metric)
         direction = {True: "↑ better", False: "↓ better", None: "no direction"}[hib]
-        t = Table(title=f"{metric} ({direction}; baseline {table.baseline}; best first)", title_justify="left")
-        for col, just in [("variant", "left"), ("seeds", "right"), (f"mean [{level} CI]", "right"),
+        t = Table(title=f"{metric} ({direction}; baseline {table.baseline_phrase()}; best first)",
+                  title_justify="left")
+        vs = table.per_grid_point
+        for col, just in [(table.unit, "left"), *([("baseline arm", "left")] if vs else []),
+                          ("seeds", "right"), (f"mean [{level} CI]", "right"),
                           ("Δ vs baseline [CI]", "right"), (f"P(improve) [{level} CI]", "right"),
                           (f"p ({table.correction})", "right"), ("verdict", "left"), ("seeds needed", "right")]:
             t.add_column(col, justify=just)
         for r in table.for_metric(metric).to_dict("records"):
-            base = r["variant"] == table.baseline
+            base = r["verdict"] == "baseline"
             v = str(r["verdict"])
             style = {"better": "bold green", "worse": "bold red", "baseline": "bold"}.get(v, "dim")
-            t.add_row(f"[bold]{r['variant']}[/bold]" if base else str(r["variant"]),
+            name = escape(str(r["variant"]))  # a grid value can look like markup ("[1,2]")
+            t.add_row(f"[bold]{name}[/bold]" if base else name,
+                      *([("—" if base else escape(r["baseline_arm"] or "—"))] if vs else []),
                       str(r["n_seeds"]), fmt_ci(r["mean"], r["mean_lo"], r["mean_hi"]),
                       "—" if base else fmt_ci(r["delta"], r["delta_lo"], r["delta_hi"]),
                       "—" if base else fmt_ci(r["p_improve"], r["p_improve_lo"], r["p_improve_hi"]),
@@ -209,6 +230,27 @@ def _load_spec(name: str):
         return load_spec(find_spec(name))
     except SpecError as e:
         raise fail(str(e)) from None
+
+
+def _in_study_order(runs: pd.DataFrame, variants_order: Sequence[str]) -> pd.DataFrame:
+    """Runs ordered by variant (the study file's order, then the others as loaded), then arm (as
+    loaded: the reader orders arms by their first run), then seed."""
+    from workbench.compare.arms import arm_column
+
+    variants = list(pd.unique(runs["variant"]))
+    ordered = [v for v in variants_order if v in variants] + [v for v in variants if v not in variants_order]
+    arms = arm_column(runs)
+    return runs.assign(_o=runs["variant"].map({v: i for i, v in enumerate(ordered)}),
+                       _a=arms.map({a: i for i, a in enumerate(pd.unique(arms))})) \
+        .sort_values(["_o", "_a", "seed"], kind="stable").drop(columns=["_o", "_a"]).reset_index(drop=True)
+
+
+def _labelled_by_arm(runs: pd.DataFrame) -> pd.DataFrame:
+    """``runs`` with ``variant`` replaced by the arm, for ``health_cells``, which labels a run
+    ``<variant>/seed=N``: with a grid that label is not unique, ``<arm>/seed=N`` (the run name) is."""
+    from workbench.compare.arms import arm_column
+
+    return runs.assign(variant=arm_column(runs))
 
 
 def _spec_metrics(spec: Any) -> set[str]:
@@ -242,8 +284,13 @@ def compare(
     log: Annotated[bool, typer.Option("--log/--no-log", help="log the report to the study's parent MLflow run")] = True,
     tracking_uri: TrackingOpt = None,
 ) -> None:
-    """Which variant wins, by how much, with what confidence: table + HTML report logged to MLflow."""
+    """Which variant wins, by how much, with what confidence: table + HTML report logged to MLflow.
+
+    With a grid, each (variant, grid point) is an arm, compared with the baseline variant's arm at
+    the same grid point (paired by seed); ``--baseline VARIANT/KEY=VALUE`` compares every arm with
+    that one arm."""
     from workbench.compare import compare_variants, resolve_summary, summarize_runs
+    from workbench.compare.arms import arm_column
 
     if format not in ("table", "csv", "json", "md"):
         raise fail(f"--format must be one of table, csv, json, md; got {format!r}")
@@ -262,14 +309,14 @@ def compare(
                    + (f" ({', '.join(f'{n} {s}' for s, n in excluded.items())}; try --include-unfinished)"
                       if excluded else ""))
     history = frames.history[frames.history["run_id"].isin(set(runs["run_id"]))]
+    runs = _in_study_order(runs, target.variants_order)
     variants = list(pd.unique(runs["variant"]))
-    ordered = [v for v in target.variants_order if v in variants] + [v for v in variants
-                                                                     if v not in target.variants_order]
-    runs = runs.assign(_o=runs["variant"].map({v: i for i, v in enumerate(ordered)})) \
-        .sort_values(["_o", "seed"], kind="stable").drop(columns="_o").reset_index(drop=True)
-    base = baseline or target.compare.get("baseline") or ordered[0]
-    if base not in variants:
-        raise fail(f"baseline {base!r} is not a variant of study {target.study!r} (variants: {', '.join(ordered)})")
+    arms = list(pd.unique(arm_column(runs)))
+    base = baseline or target.compare.get("baseline") or variants[0]
+    if base not in variants and base not in arms:  # a variant (matched per grid point) or one arm
+        grid = f"; arms: {', '.join(arms)}" if arms != variants else ""
+        raise fail(f"baseline {base!r} is not a variant{' or arm' if grid else ''} of study {target.study!r} "
+                   f"(variants: {', '.join(variants)}{grid})")
     try:
         summary = summarize_runs(history, runs, names)
         table = compare_variants(summary, base, names)
@@ -288,7 +335,7 @@ def compare(
     reports = target.reader.health_reports(runs)
     from .health import health_cells
 
-    cells = health_cells(runs, reports)
+    cells = health_cells(_labelled_by_arm(runs), reports)
     page, warnings = build_compare_report(target.study, table, summary, history, runs, cells, spec=dash,
                                           tracking_uri=target.tracking_uri, excluded=excluded)
     for w in warnings:
@@ -335,7 +382,7 @@ def dashboard(
     cells = events = None
     if needs_health:
         reports = target.reader.health_reports(frames.runs)
-        cells, events = health_cells(frames.runs, reports), health_events(reports)
+        cells, events = health_cells(_labelled_by_arm(frames.runs), reports), health_events(reports)
     from workbench.viz.dashboard import DashboardData, render_dashboard
 
     baseline = target.compare.get("baseline")

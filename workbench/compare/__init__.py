@@ -14,7 +14,8 @@ Public surface::
 
 Modules: ``summary`` (registered per-run summaries, curve alignment), ``stats`` (bootstrap CIs,
 P(improvement), t-tests, Holm, power; the statistical choices are documented there), ``report``
-(the comparison table). Pure pandas/numpy/scipy: no plotting, no MLflow.
+(the comparison table), ``arms`` (the units compared: one per variant and grid point, each
+matched with the baseline at its grid point). Pure pandas/numpy/scipy: no plotting, no MLflow.
 """
 
 from .report import COLUMNS, ComparisonTable, compare_variants

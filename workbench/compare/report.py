@@ -2,6 +2,11 @@
 P(improvement), corrected tests and verdicts. Pure data (no plotting, MLflow or terminal
 styling); the CLI and ``viz`` render it.
 
+The units compared are **arms**, one per (variant, grid point) (:mod:`workbench.compare.arms`):
+with an ``arm`` column in the summary (the reader provides it) each arm is compared with the
+baseline variant's arm at the same grid point; without a grid (or without the column) an arm is
+a variant and everything below reads "variant".
+
     table = compare_variants(summary, baseline="grpo",
                              metrics=["final_eval_accuracy", "final_length_ratio"],
                              higher_is_better={"final_length_ratio": False})
@@ -24,6 +29,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from . import arms as _arms
 from . import stats
 from .summary import resolve_summary
 
@@ -57,6 +63,7 @@ COLUMNS: tuple[str, ...] = (
     "higher_is_better",
     "test",
     "note",
+    "baseline_arm",
 )
 
 
@@ -109,7 +116,12 @@ class ComparisonTable:
     ``df`` is sorted by metric (in the order requested), then rank (best first), baseline rows
     placed by their rank too.
 
-    Columns (one row per metric x variant; the baseline has a row too, with verdict "baseline"):
+    Columns (one row per metric x arm; an arm is a variant in a study without a grid, see
+    :mod:`workbench.compare.arms`; each baseline arm has a row too, with verdict "baseline"):
+
+    - ``variant``: the arm's name (the variant's name without a grid; ``dr_grpo/lr=3e-05`` with one).
+    - ``baseline_arm``: the arm this row is compared with (its own name on a baseline row; empty
+      when its grid point has no baseline run: verdict "no baseline at this grid point").
 
     - ``rank``: 1 = best mean in the metric's direction (ties share the lower rank; NaN for a metric
       without a direction or a variant without data).
@@ -122,7 +134,7 @@ class ComparisonTable:
       metric without a direction, P(variant > baseline)), with bootstrap CI.
     - ``p_value``/``p_adjusted``: the t-test's two-sided p-value, and after the correction.
     - ``verdict``: better / worse (higher / lower without a direction) / not distinguishable with N
-      seeds / no data / baseline.
+      seeds / no data / no baseline at this grid point / baseline.
     - ``seeds_needed``: seeds per variant for ``power`` at alpha for the observed delta and sd.
     - ``test``: the test behind ``p_value``; ``note``: anything unusual (1 seed, NaNs dropped, ...).
     """
@@ -139,22 +151,48 @@ class ComparisonTable:
     def alpha(self) -> float:
         return 1.0 - self.confidence
 
+    @property
+    def by_arm(self) -> bool:
+        """Whether the units are arms of a grid (some arm's name is more than its variant)."""
+        return bool(self.settings.get("arms", False))
+
+    @property
+    def unit(self) -> str:
+        """What a row is: ``"arm"`` in a study with a grid, else ``"variant"`` (for headings)."""
+        return "arm" if self.by_arm else "variant"
+
+    @property
+    def baseline_arms(self) -> list[str]:
+        """The arms compared with themselves (one per grid point with a baseline run), in order."""
+        return list(pd.unique(self.df.loc[self.df["verdict"] == "baseline", "variant"]))
+
+    @property
+    def per_grid_point(self) -> bool:
+        """Whether arms were compared with the baseline variant's arm at their own grid point
+        (rather than all with one baseline)."""
+        col = self.df["baseline_arm"] if "baseline_arm" in self.df.columns else pd.Series([], dtype=str)
+        return bool((col.fillna("").astype(str).replace("", self.baseline) != self.baseline).any())
+
+    def baseline_phrase(self) -> str:
+        """``grpo`` or ``grpo at the same grid point`` (for titles)."""
+        return f"{self.baseline} at the same grid point" if self.per_grid_point else str(self.baseline)
+
     def for_metric(self, metric: str) -> pd.DataFrame:
         if metric not in self.metrics:
             raise ValueError(f"metric {metric!r} not in this table (has {self.metrics})")
         return self.df[self.df["metric"] == metric].reset_index(drop=True)
 
     def ranking(self, metric: str) -> list[str]:
-        """Variants best first by mean in the metric's direction (without a direction: table order)."""
+        """Arms (variants) best first by mean in the metric's direction (without a direction: table order)."""
         return self.for_metric(metric)["variant"].tolist()
 
     def verdicts(self) -> dict[tuple[str, str], str]:
-        """``(metric, variant) -> verdict`` for every non-baseline variant."""
-        rows = self.df[self.df["variant"] != self.baseline]
+        """``(metric, arm) -> verdict`` for every arm that is not a baseline."""
+        rows = self.df[self.df["verdict"] != "baseline"]
         return {(m, v): x for m, v, x in zip(rows["metric"], rows["variant"], rows["verdict"], strict=True)}
 
     def winners(self, metric: str) -> list[str]:
-        """Variants declared better than the baseline (after correction) on ``metric``."""
+        """Arms (variants) declared better than their baseline (after correction) on ``metric``."""
         rows = self.for_metric(metric)
         return rows.loc[rows["verdict"] == "better", "variant"].tolist()
 
@@ -197,7 +235,7 @@ class ComparisonTable:
                 return -math.inf
             return math.nan if v is None else v
 
-        text = {"metric", "variant", "verdict", "note", "test", "higher_is_better", "paired"}
+        text = {"metric", "variant", "verdict", "note", "test", "higher_is_better", "paired", "baseline_arm"}
         rows = [{k: v if k in text else back(v) for k, v in r.items()} for r in d["rows"]]
         df = pd.DataFrame(rows, columns=d["columns"])
         if "paired" in df.columns:
@@ -219,10 +257,12 @@ class ComparisonTable:
         for metric in self.metrics:
             hib = self.higher_is_better.get(metric)
             direction = {True: "higher is better", False: "lower is better", None: "no preferred direction"}[hib]
-            out.write(f"### {metric} ({direction}; baseline: {self.baseline})\n\n")
+            out.write(f"### {metric} ({direction}; baseline: {self.baseline_phrase()})\n\n")
+            vs = self.per_grid_point
             head = [
                 "rank",
-                "variant",
+                self.unit,
+                *(["baseline arm"] if vs else []),
                 "seeds",
                 f"mean [{level} CI]",
                 f"IQM [{level} CI]",
@@ -235,10 +275,11 @@ class ComparisonTable:
             out.write("| " + " | ".join(head) + " |\n")
             out.write("|" + "|".join("---" for _ in head) + "|\n")
             for r in self.for_metric(metric).to_dict("records"):
-                base = r["variant"] == self.baseline
+                base = r["verdict"] == "baseline"
                 cells = [
                     "—" if isinstance(r["rank"], float) and math.isnan(r["rank"]) else str(int(r["rank"])),
                     f"**{r['variant']}**" if base else str(r["variant"]),
+                    *([("—" if base else (r["baseline_arm"] or "—"))] if vs else []),
                     str(r["n_seeds"]) + (f" (+{r['n_nan']} NaN)" if r["n_nan"] else ""),
                     _fmt_ci(r["mean"], r["mean_lo"], r["mean_hi"]),
                     _fmt_ci(r["iqm"], r["iqm_lo"], r["iqm_hi"]),
@@ -254,7 +295,7 @@ class ComparisonTable:
                 out.write("\n" + "\n".join(f"- {n}" for n in notes) + "\n")
             out.write("\n")
         out.write(
-            f"Δ = variant − baseline; CIs of Δ are t intervals after {self.correction} correction "
+            f"Δ = {self.unit} − baseline; CIs of Δ are t intervals after {self.correction} correction "
             f"(family: {self.settings.get('family', 'metric')}); mean/IQM/P(improve) CIs are "
             f"percentile bootstrap ({self.settings.get('n_resamples', '?')} resamples).\n"
         )
@@ -282,6 +323,7 @@ def compare_variants(
     higher_is_better: Mapping[str, bool | None] | None = None,
     *,
     variant_col: str = "variant",
+    arm_col: str | None = _arms.ARM_COLUMN,
     seed_col: str = "seed",
     strata: str | None = None,
     confidence: float = 0.95,
@@ -292,12 +334,17 @@ def compare_variants(
     power: float = 0.8,
     rng: int | np.random.Generator | None = 0,
 ) -> ComparisonTable:
-    """Compare every variant with ``baseline`` on each metric column of ``summary_df``.
+    """Compare every arm (variant) with its baseline on each metric column of ``summary_df``.
 
     ``summary_df`` has one row per run (e.g. from :func:`summarize_runs`) with ``variant_col``,
-    ``seed_col`` and the ``metrics`` columns. ``higher_is_better`` maps a metric to its direction;
-    a metric not in it takes its registered summary metric's direction (``None`` if unknown or
-    undirected: then the verdict says higher/lower, never better/worse).
+    ``seed_col`` and the ``metrics`` columns, and optionally ``arm_col`` (the run's arm: its label
+    without ``/seed=N``; :mod:`workbench.compare.arms`). The units are the arms (the variants
+    when there is no arm column or no grid). ``baseline`` names a variant: each arm is compared
+    with the baseline variant's arm at its own grid point (none there: verdict "no baseline at
+    this grid point"); or it names one arm, which every other arm is compared with.
+    ``higher_is_better`` maps a metric to its direction; a metric not in it takes its registered
+    summary metric's direction (``None`` if unknown or undirected: then the verdict says
+    higher/lower, never better/worse).
 
     Per metric and variant: mean and IQM with percentile bootstrap CIs (stratified by the
     ``strata`` column if given); against the baseline, the mean difference with a paired t-test
@@ -305,10 +352,11 @@ def compare_variants(
     bootstrap CI; p-values corrected with ``correction`` (``holm``/``bonferroni``/``none``)
     across the variants of each metric (``family="metric"``) or across all metrics and variants
     (``family="all"``); CIs of the difference at the corrected level; the verdict; and the seeds
-    per variant needed for ``power`` at ``alpha = 1 - confidence``.
+    per variant needed for ``power`` at ``alpha = 1 - confidence``. With arms, "variant" above
+    reads "arm": the correction runs across all arm comparisons of a metric (or of the table).
 
     ``rng`` seeds every bootstrap (each cell gets its own stream derived from ``rng``, metric and
-    variant, so a cell does not change when variants or metrics are added).
+    arm, so a cell does not change when arms or metrics are added).
     """
     metrics = list(metrics)
     if not metrics:
@@ -322,25 +370,26 @@ def compare_variants(
     missing = [c for c in need if c not in summary_df.columns]
     if missing:
         raise ValueError(f"summary_df is missing columns {missing} (has {list(summary_df.columns)})")
-    variants = list(pd.unique(summary_df[variant_col]))
-    if baseline not in variants:
-        raise ValueError(f"baseline {baseline!r} not among the variants {variants}")
-    others = [v for v in variants if v != baseline]
+    arm_variant = _arms.arm_variants(summary_df, variant_col, arm_col or "")  # arm -> variant
+    baselines = _arms.match_baselines(arm_variant, baseline)  # arm -> its baseline arm (None: none)
+    base_arms = [a for a, b in baselines.items() if a == b]
+    others = [a for a in arm_variant if baselines[a] != a]
     if isinstance(rng, np.random.Generator):
         seed = int(rng.integers(2**31))
     else:
         seed = 0 if rng is None else int(rng)
     alpha = 1.0 - confidence
     directions = {m: _direction(m, higher_is_better) for m in metrics}
-    groups = {v: g for v, g in summary_df.groupby(variant_col, sort=False)}
+    units = _arms.arm_column(summary_df, variant_col, arm_col or "")
+    groups = {a: g for a, g in summary_df.groupby(units.to_numpy(), sort=False)}
 
     rows: list[dict[str, Any]] = []
     diffs: list[stats.Difference | None] = []
     for metric in metrics:
         hib = directions[metric]
-        base = groups[baseline]
-        for variant in [baseline, *others]:
+        for variant in [*base_arms, *others]:  # an arm; named variant as in a study without a grid
             g = groups[variant]
+            base_arm = baselines[variant]
             raw = pd.to_numeric(g[metric], errors="coerce").to_numpy(dtype=float)
             lab = g[strata].to_numpy() if strata else None
             m_est = stats.bootstrap_ci(raw, "mean", strata=lab, confidence=confidence,
@@ -348,6 +397,9 @@ def compare_variants(
             i_est = stats.bootstrap_ci(raw, "iqm", strata=lab, confidence=confidence,
                                        n_resamples=n_resamples, rng=_child_rng(seed, metric, variant, "iqm"))
             notes = []
+            if base_arm is None:
+                point = _arms.grid_point(variant, arm_variant[variant]) or "its grid point"
+                notes.append(f"no {baseline} run at {point}")
             if m_est.n_dropped:
                 notes.append(f"{m_est.n_dropped} non-finite value(s) dropped")
             if m_est.note:
@@ -373,13 +425,15 @@ def compare_variants(
                 "p_improve_hi": math.nan,
                 "p_value": math.nan,
                 "p_adjusted": math.nan,
-                "verdict": "baseline" if variant == baseline else "",
+                "verdict": "baseline" if base_arm == variant else "" if base_arm else _arms.NO_BASELINE,
                 "seeds_needed": math.nan,
                 "higher_is_better": hib,
                 "test": "",
+                "baseline_arm": base_arm or "",
             }
             diff = None
-            if variant != baseline:
+            if base_arm is not None and base_arm != variant:
+                base = groups[base_arm]
                 base_raw = pd.to_numeric(base[metric], errors="coerce").to_numpy(dtype=float)
                 diff = stats.mean_difference(
                     raw, base_raw,
@@ -411,14 +465,14 @@ def compare_variants(
     # ---- correction, corrected CIs of delta, verdicts -----------------------------------------
     families: dict[str, list[int]] = {}
     for i, r in enumerate(rows):
-        if r["variant"] != baseline:
+        if diffs[i] is not None:
             families.setdefault(r["metric"] if family == "metric" else "all", []).append(i)
     for idx in families.values():
         adj, div = stats.adjust_pvalues([rows[i]["p_value"] for i in idx], correction)
         for i, a, d in zip(idx, adj, div, strict=True):
             rows[i]["p_adjusted"] = float(a)
             rows[i]["delta_level"] = 1.0 - alpha / d if math.isfinite(d) else math.nan
-    base_n = {r["metric"]: r["n_seeds"] for r in rows if r["variant"] == baseline}
+    base_n = {(r["metric"], r["variant"]): r["n_seeds"] for r in rows if r["verdict"] == "baseline"}
     for r, diff in zip(rows, diffs, strict=True):
         if diff is None:
             continue
@@ -428,7 +482,7 @@ def compare_variants(
             r["delta_level"] = level
         r["verdict"] = stats.verdict(
             diff.delta, r["delta_lo"], r["delta_hi"], r["p_adjusted"], alpha=alpha,
-            higher_is_better=r["higher_is_better"], n_x=r["n_seeds"], n_y=base_n[r["metric"]],
+            higher_is_better=r["higher_is_better"], n_x=r["n_seeds"], n_y=base_n[r["metric"], r["baseline_arm"]],
         )
 
     # ---- rank (best mean first in the metric's direction) and order ---------------------------
@@ -454,6 +508,7 @@ def compare_variants(
         "rng": seed,
         "strata": strata,
         "bootstrap": "percentile",
+        "arms": any(a != v for a, v in arm_variant.items()),
     }
     return ComparisonTable(
         df=df,

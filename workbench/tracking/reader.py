@@ -13,11 +13,16 @@ Output (the input contract of :mod:`workbench.compare`):
   because MLflow's stores reject infinities) are read back as ``±inf``. Sorted by run (in
   ``runs`` order), metric, step.
 * ``runs``: one row per child run of the study (tag ``workbench.role=run``; the study's parent
-  run and Optuna trials are not included), columns ``run_id, run_name, variant, seed, status,
-  health, health_reasons, run_key, stopped_early, start_time, end_time, artifact_uri`` and then
-  the run's params with their dotted keys (``learner.lr``, ...), numeric where every value
-  parses as a number, ``None`` for the string ``"None"``. Sorted by variant (first-start order),
-  seed, start time.
+  run and Optuna trials are not included), columns ``run_id, run_name, variant, arm, seed,
+  status, health, health_reasons, run_key, stopped_early, start_time, end_time, artifact_uri``
+  and then the run's params with their dotted keys (``learner.lr``, ...), numeric where every
+  value parses as a number, ``None`` for the string ``"None"``. Sorted by variant (first-start
+  order), arm (first-start order), seed, start time.
+
+  ``arm`` is the comparison unit, one per (variant, grid point) (:mod:`workbench.compare.arms`):
+  the ``workbench.arm`` tag if the run has one, else its run name (the study label, e.g.
+  ``dapo/lr=3e-05/seed=1``) without the trailing ``/seed=N``, when that name starts with the
+  variant and ends with the run's own seed; else (runs logged otherwise) the variant.
 
 How it is fast (numbers from STACK-NOTES.md, 120k points): a database store (``sqlite:``,
 ``postgresql:``, ``mysql:``, ``mssql:``) is read with a handful of SQL queries on MLflow's own
@@ -41,6 +46,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -67,7 +73,7 @@ __all__ = [
 
 HISTORY_COLUMNS: tuple[str, ...] = ("run_id", "variant", "seed", "step", "metric", "value")
 RUN_COLUMNS: tuple[str, ...] = (
-    "run_id", "run_name", "variant", "seed", "status", "health", "health_reasons", "run_key",
+    "run_id", "run_name", "variant", "arm", "seed", "status", "health", "health_reasons", "run_key",
     "stopped_early", "start_time", "end_time", "artifact_uri",
 )
 #: Statuses after which MLflow run data no longer changes: their histories are cached.
@@ -76,12 +82,15 @@ ROLE_TAG = "workbench.role"
 #: tag -> runs column
 _TAG_COLUMNS = {
     "workbench.variant": "variant",
+    "workbench.arm": "arm",
     "workbench.seed": "seed",
     "workbench.health": "health",
     "workbench.health_reasons": "health_reasons",
     "workbench.run_key": "run_key",
     "workbench.stopped_early": "stopped_early",
 }
+#: A study label's seed suffix (workbench.study: ``<variant>[/<key>=<value>...]/seed=<int>``).
+_SEED_SUFFIX = re.compile(r"/seed=(-?\d+)$")
 _INF_STORED = 1e308  # RunTracker writes ±inf as ±1e308 (MLflow stores reject infinities)
 _SQL_CHUNK = 500  # bound parameters per IN list (sqlite's old limit is 999)
 _CACHE_VERSION = 1
@@ -793,6 +802,24 @@ def _assemble(runs: pd.DataFrame, per_run: dict[str, pd.DataFrame], want: set[st
     })[list(HISTORY_COLUMNS)]
 
 
+def _arm_from_name(variant: str, run_name: str | None, seed: Any) -> str:
+    """The run's arm from its name, the study label: the name without ``/seed=N`` when it starts
+    with the variant and N is the run's seed; else the variant (runs named otherwise: one arm
+    per variant, as before grids were told apart)."""
+    m = _SEED_SUFFIX.search(run_name or "")
+    if m is None:
+        return variant
+    stem = run_name[:m.start()]
+    if stem != variant and not stem.startswith(variant + "/"):
+        return variant
+    try:
+        if seed is not None and int(seed) != int(m.group(1)):
+            return variant
+    except (TypeError, ValueError):
+        return variant
+    return stem
+
+
 def _param_value(v: Any) -> Any:
     return None if v == "None" else v
 
@@ -811,6 +838,8 @@ def _runs_frame(rows: pd.DataFrame, tags: dict[str, dict[str, str]], params: dic
             rec["seed"] = p["seed"]
         if rec["variant"] is None:
             rec["variant"] = r["run_name"] or r["run_id"][:8]
+        if not rec["arm"]:
+            rec["arm"] = _arm_from_name(rec["variant"], r["run_name"], rec["seed"])
         records.append((rec, p))
     param_keys = sorted({k for _, p in records for k in p})
     reserved = set(RUN_COLUMNS)
@@ -837,7 +866,9 @@ def _runs_frame(rows: pd.DataFrame, tags: dict[str, dict[str, str]], params: dic
         num = pd.to_numeric(df[c], errors="coerce")
         if num.notna().sum() == df[c].notna().sum() and df[c].notna().any():
             df[c] = num
-    # order: variants in order of their first run's start, then seed, then start time
+    # order: variants in order of their first run's start, then their arms alike, then seed, start time
     first = df.groupby("variant", sort=False)["start_time"].transform("min")
-    df = df.assign(_first=first).sort_values(["_first", "variant", "seed", "start_time"], kind="stable")
-    return df.drop(columns="_first").reset_index(drop=True)
+    first_arm = df.groupby("arm", sort=False)["start_time"].transform("min")
+    df = df.assign(_first=first, _first_arm=first_arm).sort_values(
+        ["_first", "variant", "_first_arm", "arm", "seed", "start_time"], kind="stable")
+    return df.drop(columns=["_first", "_first_arm"]).reset_index(drop=True)

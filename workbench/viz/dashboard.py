@@ -19,7 +19,8 @@ A spec (``dashboards/*.yaml``; add your own, no code needed)::
 
 Panel fields: ``kind`` (``curve`` | ``summary`` | ``health_matrix``), ``metrics``,
 ``aggregation`` (``mean`` | ``iqm``: across the runs of a group, with a 95% bootstrap band;
-``none``: every run's own line), ``group_by`` (``variant`` | ``run``), ``x`` (``step`` |
+``none``: every run's own line), ``group_by`` (``variant`` | ``run``; a "variant" group is an
+arm, variant and grid point, in a study with a grid), ``x`` (``step`` |
 ``samples`` | ``tokens``), ``band``, ``health_markers``, ``log_y``, ``y_title``, ``width``
 (columns spanned), ``optional`` (left out when its metrics were never logged), ``row``/``col``
 (1-based, optional: panels are placed row by row otherwise).
@@ -359,7 +360,11 @@ class DashboardData:
     ``health_cells``: runs × rules (``workbench.commands.health.health_cells``), for
     ``health_matrix`` panels. ``health_events``: one row per fired rule and run (columns
     ``run_id, rule, step, severity, message, watches``), for markers. ``baseline``: the variant
-    the summary panels compare against (default: the first).
+    the summary panels compare against (default: the first), matched per grid point, or one arm.
+
+    Groups (colours, bands, legend entries, summary bars) are the runs' **arms** when ``runs``
+    has an ``arm`` column (:mod:`workbench.compare.arms`: variant and grid point, e.g.
+    ``dapo/lr=3e-05``), else their variants; without a grid the two are the same.
     """
 
     history: pd.DataFrame
@@ -377,13 +382,32 @@ class DashboardData:
     bootstrap fast; summaries and statistics always use every point."""
 
     def __post_init__(self) -> None:
+        from workbench.compare.arms import arm_column
+
         if not self.labels and len(self.runs):
             self.labels = {r: f"{v}/seed={s}" for r, v, s in
-                           zip(self.runs["run_id"], self.runs["variant"], self.runs["seed"], strict=True)}
+                           zip(self.runs["run_id"], arm_column(self.runs), self.runs["seed"], strict=True)}
 
     @property
     def variants(self) -> list[str]:
-        return list(pd.unique(self.runs["variant"])) if len(self.runs) else list(pd.unique(self.history["variant"]))
+        """The groups drawn: arms (variants in a study without a grid), in order."""
+        from workbench.compare.arms import arm_column
+
+        return list(pd.unique(arm_column(self.runs))) if len(self.runs) else list(pd.unique(self.history["variant"]))
+
+    def resolved_baseline(self) -> tuple[str | None, list[str]]:
+        """The baseline the summary panels use (``baseline`` if it names a variant or an arm, else
+        the first variant) and the arms that are baselines (drawn grey)."""
+        from workbench.compare.arms import arm_variants, match_baselines
+
+        if not len(self.runs):
+            groups = self.variants
+            base = self.baseline if self.baseline in groups else (groups[0] if groups else None)
+            return base, [base] if base is not None else []
+        pairs = arm_variants(self.runs)
+        names = list(dict.fromkeys(pairs.values()))
+        base = self.baseline if self.baseline in names or self.baseline in pairs else names[0]
+        return base, [a for a, b in match_baselines(pairs, base).items() if a == b]
 
 
 @dataclass
@@ -443,6 +467,7 @@ def render_dashboard(spec: DashboardSpec, data: DashboardData) -> RenderedDashbo
     from plotly.subplots import make_subplots
 
     from workbench.compare import align_curves, compare_variants, curve_bands, summarize_runs
+    from workbench.compare.arms import runs_by_arm
 
     from . import figures as F
     from .style import PALETTE, dash_for, dash_legend, variant_colors
@@ -472,9 +497,9 @@ def render_dashboard(spec: DashboardSpec, data: DashboardData) -> RenderedDashbo
               if grid[r - 1][c - 1] is not None]
     fig = make_subplots(rows=n_rows, cols=cols, specs=grid, subplot_titles=titles,
                         vertical_spacing=min(0.25, 0.35 / max(1, n_rows) + 0.04), horizontal_spacing=0.08)
-    variants = data.variants
-    baseline = data.baseline if data.baseline in variants else (variants[0] if variants else None)
-    colors = variant_colors(variants, baseline)
+    variants = data.variants  # arms (= variants without a grid)
+    baseline, baseline_arms = data.resolved_baseline()
+    colors = variant_colors(variants, baseline_arms)
     run_ids = list(data.runs["run_id"]) if len(data.runs) else list(pd.unique(data.history["run_id"]))
     run_colors = {r: PALETTE[i % len(PALETTE)] for i, r in enumerate(run_ids)}
     shown: set[str] = set()
@@ -497,6 +522,7 @@ def render_dashboard(spec: DashboardSpec, data: DashboardData) -> RenderedDashbo
                 except ValueError as e:
                     problems.append(f"panel {name!r}: {e}")
                     continue
+                aligned = runs_by_arm(aligned, data.runs)  # group by arm: grid points are not seeds
                 dash = dash_for(j)
                 if p.aggregation in ("mean", "iqm"):
                     with warnings.catch_warnings():
@@ -522,7 +548,8 @@ def render_dashboard(spec: DashboardSpec, data: DashboardData) -> RenderedDashbo
             key = tuple(names)
             try:
                 if key not in table_cache:
-                    summary = summarize_runs(data.history, data.runs[["run_id", "variant", "seed"]], names)
+                    ids = [c for c in ("run_id", "variant", "arm", "seed") if c in data.runs.columns]
+                    summary = summarize_runs(data.history, data.runs[ids], names)
                     table = compare_variants(summary, baseline, names, confidence=data.confidence, rng=data.seed)
                     table_cache[key] = (summary, table)
                 summary, table = table_cache[key]

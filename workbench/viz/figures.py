@@ -165,20 +165,23 @@ def curve_figure(bands: pd.DataFrame, x: str = "step", *, metric: str = "", titl
 def summary_bar_traces(table_rows: pd.DataFrame, values: pd.DataFrame | None, metric: str, *,
                        colors: Mapping[str, str], baseline: str, statistic: str = "mean",
                        shown: set[str] | None = None) -> list[go.BaseTraceType]:
-    """Bars of one metric's per-variant estimate with its bootstrap CI (``ComparisonTable.df``
-    rows of that metric, in rank order) and one dot per run (``values``: columns ``variant`` and
-    ``metric``)."""
+    """Bars of one metric's per-variant (per-arm) estimate with its bootstrap CI
+    (``ComparisonTable.df`` rows of that metric, in rank order) and one dot per run (``values``:
+    columns ``variant`` and ``metric``, and ``arm`` when the rows are arms). Baseline rows (verdict
+    "baseline"; ``baseline`` for rows without verdicts) get a thick outline."""
     shown = set() if shown is None else shown
     rows = table_rows
     variants = rows["variant"].astype(str).tolist()
+    is_base = (rows["verdict"] == "baseline").tolist() if "verdict" in rows.columns else \
+        [v == baseline for v in variants]
     est = rows[statistic].to_numpy(dtype=float)
     lo = rows[f"{statistic}_lo"].to_numpy(dtype=float)
     hi = rows[f"{statistic}_hi"].to_numpy(dtype=float)
     err_plus = np.where(np.isfinite(hi), hi - est, np.nan)
     err_minus = np.where(np.isfinite(lo), est - lo, np.nan)
     hover = []
-    for r in rows.to_dict("records"):
-        if r["variant"] == baseline:
+    for r, base in zip(rows.to_dict("records"), is_base, strict=True):
+        if base:
             hover.append(f"baseline · {r['n_seeds']} seeds")
         else:
             hover.append(f"Δ {_fmt(r['delta'])} [{_fmt(r['delta_lo'])}, {_fmt(r['delta_hi'])}]<br>"
@@ -186,14 +189,16 @@ def summary_bar_traces(table_rows: pd.DataFrame, values: pd.DataFrame | None, me
     traces: list[go.BaseTraceType] = [go.Bar(
         x=variants, y=est, marker={"color": [with_alpha(colors.get(v, "#888888"), 0.55) for v in variants],
                                    "line": {"color": [colors.get(v, "#888888") for v in variants],
-                                            "width": [3 if v == baseline else 1 for v in variants]}},
+                                            "width": [3 if b else 1 for b in is_base]}},
         error_y={"type": "data", "symmetric": False, "array": err_plus, "arrayminus": err_minus,
                  "thickness": 1.5, "width": 6, "color": "#333333"},
         customdata=np.array(hover, dtype=object), showlegend=False, name=metric,
         hovertemplate=f"<b>%{{x}}</b><br>{statistic} %{{y:.4g}}<br>%{{customdata}}<extra>{metric}</extra>",
     )]
     if values is not None and metric in values.columns:
-        pts = values[["variant", metric]].dropna()
+        from workbench.compare.arms import arm_column
+
+        pts = values.assign(variant=arm_column(values))[["variant", metric]].dropna()
         pts = pts[pts["variant"].astype(str).isin(variants)]
         if len(pts):
             traces.append(go.Scatter(
@@ -214,7 +219,7 @@ def summary_figure(table: Any, summary: pd.DataFrame | None = None, metrics: Seq
     metrics = list(metrics or table.metrics)
     cols = max(1, min(cols, len(metrics)))
     rows = math.ceil(len(metrics) / cols)
-    colors = colors or variant_colors(pd.unique(table.df["variant"]), table.baseline)
+    colors = colors or variant_colors(pd.unique(table.df["variant"]), table.baseline_arms)
     titles = []
     for m in metrics:
         hib = table.higher_is_better.get(m)

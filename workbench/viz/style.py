@@ -3,10 +3,12 @@ in every panel of every report and dashboard."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 
 #: Baseline: neutral grey (the reference, not a contender).
 BASELINE_COLOR = "#4D4D4D"
+#: Several baseline arms (one per grid point of a study with a grid): greys told apart.
+BASELINE_GREYS: tuple[str, ...] = (BASELINE_COLOR, "#A0A0A0", "#1A1A1A", "#737373", "#C4C4C4")
 #: Other variants, in order (D3 "category10" without its grey, colour-blind tolerable pairs first).
 PALETTE: tuple[str, ...] = (
     "#1F77B4", "#FF7F0E", "#2CA02C", "#D62728", "#9467BD", "#8C564B", "#E377C2", "#BCBD22", "#17BECF",
@@ -23,13 +25,16 @@ PLOT_CONFIG = {"displaylogo": False, "responsive": True,
                "toImageButtonOptions": {"format": "svg"}}  # PNG export needs kaleido; SVG is client-side
 
 
-def variant_colors(variants: Iterable[str], baseline: str | None = None) -> dict[str, str]:
-    """``variant -> colour``: the baseline grey, the others from :data:`PALETTE` in order."""
+def variant_colors(variants: Iterable[str], baseline: str | Collection[str] | None = None) -> dict[str, str]:
+    """``variant -> colour`` (or arm -> colour): the baseline grey, the others from :data:`PALETTE`
+    in order. ``baseline`` may be several arms (one per grid point): shades of grey."""
+    bases = {baseline} if isinstance(baseline, str) or baseline is None else set(baseline)
     out: dict[str, str] = {}
-    i = 0
+    i = j = 0
     for v in dict.fromkeys(variants):
-        if v == baseline:
-            out[v] = BASELINE_COLOR
+        if v in bases:
+            out[v] = BASELINE_GREYS[j % len(BASELINE_GREYS)]
+            j += 1
         else:
             out[v] = PALETTE[i % len(PALETTE)]
             i += 1
