@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import time
 from typing import Protocol
+
+import torch
 
 from workbench.batch import Rollouts
 from workbench.tasks import Problem
@@ -20,3 +23,22 @@ class Sampler(Protocol):
     def close(self) -> None:
         """Release the engine (the training loop calls it when the run ends, however it ends)."""
         ...
+
+
+def grouped_rollouts(problems: list[Problem], group_size: int, enc, *, completion: torch.Tensor, mask: torch.Tensor,
+                     sampler_logp: torch.Tensor, truncated: torch.Tensor, texts: list[str],
+                     started: float) -> Rollouts:
+    """Package ``group_size`` completions per problem (rows grouped by problem) as ``Rollouts``;
+    ``enc`` holds the left-padded prompts, one row per problem."""
+    return Rollouts(
+        problems=[p for p in problems for _ in range(group_size)],
+        group_ids=torch.arange(len(problems)).repeat_interleave(group_size),
+        prompt_ids=enc["input_ids"].repeat_interleave(group_size, dim=0),
+        prompt_mask=enc["attention_mask"].repeat_interleave(group_size, dim=0),
+        completion_ids=completion,
+        mask=mask,
+        sampler_logp=sampler_logp,
+        truncated=truncated,
+        texts=texts,
+        sample_seconds=time.perf_counter() - started,
+    )

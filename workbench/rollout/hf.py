@@ -9,6 +9,7 @@ import torch
 
 from workbench.batch import Rollouts
 from workbench.config import SamplerConfig
+from workbench.rollout.base import grouped_rollouts
 from workbench.tasks import Problem
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -71,18 +72,8 @@ class HFSampler:
         mask, truncated = response_mask(completion, tok.eos_token_id)
         sampler_logp = torch.where(mask.bool(), sampler_logp, torch.zeros_like(sampler_logp))
         texts = tok.batch_decode(torch.where(mask.bool(), completion, tok.pad_token_id), skip_special_tokens=True)
-        return Rollouts(
-            problems=[p for p in problems for _ in range(group_size)],
-            group_ids=torch.arange(len(problems)).repeat_interleave(group_size),
-            prompt_ids=enc["input_ids"].repeat_interleave(group_size, dim=0),
-            prompt_mask=enc["attention_mask"].repeat_interleave(group_size, dim=0),
-            completion_ids=completion,
-            mask=mask,
-            sampler_logp=sampler_logp,
-            truncated=truncated,
-            texts=texts,
-            sample_seconds=time.perf_counter() - start,
-        )
+        return grouped_rollouts(problems, group_size, enc, completion=completion, mask=mask,
+                                sampler_logp=sampler_logp, truncated=truncated, texts=texts, started=start)
 
 
 def plain_copy(model: torch.nn.Module) -> torch.nn.Module:

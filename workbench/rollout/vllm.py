@@ -41,6 +41,7 @@ import torch
 
 from workbench.batch import Rollouts
 from workbench.config import SamplerConfig
+from workbench.rollout.base import grouped_rollouts
 from workbench.tasks import Problem
 
 logger = logging.getLogger(__name__)
@@ -132,18 +133,8 @@ class VLLMSampler:
             mask[i, :n] = 1.0  # the completion includes its EOS, as in the HF sampler's mask
         truncated = torch.tensor([c.finish_reason == "length" for c in completions])
         texts = tok.batch_decode(completion.masked_fill(mask == 0, tok.pad_token_id), skip_special_tokens=True)
-        return Rollouts(
-            problems=[p for p in problems for _ in range(group_size)],
-            group_ids=torch.arange(len(problems)).repeat_interleave(group_size),
-            prompt_ids=enc["input_ids"].repeat_interleave(group_size, dim=0),
-            prompt_mask=enc["attention_mask"].repeat_interleave(group_size, dim=0),
-            completion_ids=completion,
-            mask=mask,
-            sampler_logp=sampler_logp,
-            truncated=truncated,
-            texts=texts,
-            sample_seconds=time.perf_counter() - start,
-        )
+        return grouped_rollouts(problems, group_size, enc, completion=completion, mask=mask,
+                                sampler_logp=sampler_logp, truncated=truncated, texts=texts, started=start)
 
     # -- weight sync --------------------------------------------------------------------------
 
