@@ -61,6 +61,7 @@ def test_run_tracks_every_canonical_metric_and_resumes(workdir):
                 "workbench.health_reasons"]:
         assert tag in run.data.tags
     assert run.data.params["learner.lr"] == "0.0001" and run.data.params["algorithm.estimator"] == "grpo"
+    assert run.data.tags["workbench.arm"] == run.info.run_name.rsplit("/seed=", 1)[0]  # compare's grouping
 
     steps = 3
     for key in STEP_METRICS:  # every training step carries every canonical metric

@@ -132,18 +132,23 @@ def run(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
         quiet: Annotated[bool, typer.Option(help="no progress bars")] = False) -> None:
     """Execute a study's runs (skipping those already finished) and print a summary."""
     from workbench.execute import run_study
+    from workbench.train import ranks
 
+    if ranks.is_follower():  # several DeepSpeed ranks: rank 0 runs the study, this rank mirrors its learner
+        raise typer.Exit(ranks.follow())
     study_obj, specs = load_specs(study, set_, only)
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")  # a server prints no links per run
     if parallel is None:
         parallel = int(study_obj.execution.get("parallel", 1))
     try:
-        outcomes = run_study(study_obj, specs, progress=not quiet, parallel=parallel)
+        outcomes = run_study(study_obj, specs, progress=not quiet, parallel=1 if ranks.multi_rank() else parallel)
     except (FileNotFoundError, ImportError) as e:  # a missing model/data file or engine
         raise fail(str(e)) from None
     except KeyboardInterrupt:
         err_console.print("[yellow]interrupted: unfinished runs are marked KILLED; run again to resume[/yellow]")
         raise typer.Exit(130) from None
+    finally:
+        ranks.stop_followers()  # several ranks: followers return, however the study ended
     print_summary(study_obj.name, outcomes)
     if any(o.status == "FAILED" for o in outcomes):
         raise typer.Exit(1)

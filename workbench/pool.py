@@ -258,8 +258,8 @@ def record_lost_run(ctx, spec: RunSpec, status: str, reason: str) -> str | None:
     if closed:
         return closed[0]
     experiment = spec.config.tracking.experiment or ctx.study.name
-    tracker = RunTracker(ctx.tracking_uri, experiment, spec.label, run_tags(ctx.study.name, spec.variant, spec.config),
-                         parent_run_id=ctx.parent_run_id)
+    tags = run_tags(ctx.study.name, spec.variant, spec.config, label=spec.label)
+    tracker = RunTracker(ctx.tracking_uri, experiment, spec.label, tags, parent_run_id=ctx.parent_run_id)
     run_id = tracker.start()
     tracker.set_tags({"workbench.error": reason[:500]})
     tracker.finish(status)

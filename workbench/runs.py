@@ -16,6 +16,7 @@ from workbench.tracking.store import resolve_tracking_uri
 from workbench.tracking.writer import RunTracker
 from workbench.train.checkpoint import RunCheckpoints
 from workbench.train.loop import train
+from workbench.train.ranks import check_multi_rank
 
 
 class StopRun(Exception):
@@ -56,6 +57,7 @@ def preflight(cfg: RunConfig) -> None:
         check_model_path(Path(cfg.model.path).expanduser())
     build_task(cfg.task)  # a missing/malformed JSONL file fails here
     check_engines(cfg)
+    check_multi_rank(cfg.learner)  # several processes (WORLD_SIZE > 1): DeepSpeed ZeRO 0-2 only
 
 
 ENGINE_HINT = ("install the `gpu` extra on a CUDA machine (pip install 'rl-workbench[gpu]'), or run "
@@ -73,8 +75,9 @@ def check_engines(cfg: RunConfig) -> None:
             raise ModuleNotFoundError(f"{setting} needs {module}, which is not installed: {ENGINE_HINT}")
 
 
-def run_tags(study: str, variant: str, cfg: RunConfig, role: str = "run") -> dict[str, str]:
-    return {
+def run_tags(study: str, variant: str, cfg: RunConfig, role: str = "run", label: str | None = None) -> dict[str, str]:
+    arm = {} if label is None else {"workbench.arm": label.rsplit("/seed=", 1)[0]}  # variant + grid point
+    return arm | {
         "workbench.role": role,
         "workbench.study": study,
         "workbench.variant": variant,
@@ -97,7 +100,7 @@ def execute_run(cfg: RunConfig, *, study: str, variant: str, label: str, parent_
     resumed = None if checkpoints is None else checkpoints.latest_step()
     resume_tags = {} if resumed is None else {"workbench.resumed_from_step": str(resumed)}  # first step run here
     tracker = RunTracker(tracking_uri, cfg.tracking.experiment or study, label,
-                         run_tags(study, variant, cfg, role) | resume_tags | (extra_tags or {}),
+                         run_tags(study, variant, cfg, role, label) | resume_tags | (extra_tags or {}),
                          parent_run_id=parent_run_id)
     outcome.run_id = tracker.start()
     monitor = HealthMonitor.from_config(cfg.health)

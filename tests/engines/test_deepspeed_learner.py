@@ -212,8 +212,8 @@ def test_torch_learner_is_built_for_backend_torch(setup):
     assert isinstance(learner(setup), DeepSpeedLearner)
 
 
-def test_a_multi_process_launch_is_refused_with_the_reason(setup, monkeypatch):
-    """Every rank would run the whole study (own MLflow runs, own health stops): refuse, and say how to launch."""
+def test_zero3_on_several_processes_is_refused_with_the_reason(setup, monkeypatch):
+    """Under ZeRO-3 every forward is collective (rank 0's sampling too): rank 0 drives cannot mirror that."""
     monkeypatch.setenv("WORLD_SIZE", "2")
-    with pytest.raises(NotImplementedError, match="WORLD_SIZE=2.*--num_gpus 1"):
-        learner(setup, zero_stage=2)
+    with pytest.raises(ValueError, match="zero_stage=3 with WORLD_SIZE=2.*every forward is a collective"):
+        learner(setup, zero_stage=3)

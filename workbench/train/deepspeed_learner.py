@@ -8,8 +8,9 @@ once; the engine runs with ``managed_gradient_accumulation=false`` (its ``step()
 boundary, whatever the number of micro-batches) and without its own ``1/gas`` loss scaling.
 
 One process without a launcher gets single-process distributed defaults (``RANK=0``, a free
-``MASTER_PORT``, ...); under the ``deepspeed`` launcher its environment wins. One process per run
-for now: a multi-process launch (``WORLD_SIZE > 1``) is refused with an explanation (docs/engines.md).
+``MASTER_PORT``, ...); under the ``deepspeed`` launcher its environment wins. Several processes
+(``WORLD_SIZE > 1``): rank 0 drives the study and the other ranks mirror its learner calls
+(``workbench.train.ranks``); ZeRO-3 is refused there (docs/engines.md, 'DeepSpeed learner').
 ``deepspeed`` is imported here, inside the class, so workbench imports without it.
 """
 
@@ -97,26 +98,15 @@ def import_deepspeed():
     return deepspeed
 
 
-MULTI_PROCESS = (
-    "learner.backend=deepspeed: WORLD_SIZE={world} but workbench runs one DeepSpeed process per run for now. "
-    "Under a multi-process launch every rank would execute the whole study: sample the same batch, open its own "
-    "MLflow runs and take health stops on its own (a hang in the next collective). Launch one process "
-    "(`deepspeed --num_gpus 1 --no_local_rank $(which workbench) run study.yaml`, or plain `workbench run`); "
-    "see docs/engines.md, 'DeepSpeed learner'."
-)
-
-
-def check_single_process() -> None:
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world > 1:
-        raise NotImplementedError(MULTI_PROCESS.format(world=world))
 
 
 class DeepSpeedLearner:
     """Owns the policy through a DeepSpeed engine (ZeRO 0-3); the same surface as ``TorchLearner``."""
 
     def __init__(self, model, cfg: LearnerConfig) -> None:
-        check_single_process()
+        from workbench.train.ranks import check_multi_rank
+
+        check_multi_rank(cfg)  # several processes: ZeRO 0-2 only, rank 0 driving (ranks.py)
         single_process_defaults(cfg.device)
         deepspeed = import_deepspeed()
         from deepspeed.accelerator import get_accelerator

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 import time
-from contextlib import closing
+from contextlib import closing, nullcontext
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -27,6 +27,7 @@ from workbench.reward import AnswerVerifier
 from workbench.reward.rollouts import score_rollouts
 from workbench.rollout import build_sampler
 from workbench.tasks import build_task
+from workbench.train import ranks
 from workbench.train.checkpoint import RunCheckpoints, capture
 from workbench.train.evaluate import evaluate
 from workbench.train.learner import ReferencePolicy, TorchLearner, build_learner
@@ -58,7 +59,8 @@ def train(cfg: RunConfig, sink: StepSink, monitor: HealthMonitor, on_step=None,
     task = build_task(cfg.task)
     eval_set = task.eval_problems()[: roll.eval_size]
     model, tokenizer = load_policy(cfg.model, cfg.task)
-    learner = build_learner(model, cfg.learner)  # learner.backend: torch | deepspeed
+    # learner.backend: torch | deepspeed; several DeepSpeed ranks: this is rank 0, the others follow (ranks.py)
+    learner = ranks.build_learner(model, cfg) if ranks.multi_rank() else build_learner(model, cfg.learner)
     with learner.gathered_model() as full:  # a vLLM engine copies the weights: ZeRO-3 must gather them first
         sampler = build_sampler(cfg, full, tokenizer, cfg.model.prompt_template)
     reference = ReferencePolicy(learner.policy_copy()) if cfg.algorithm.kl_coef > 0 else None  # no KL, no copy
@@ -67,7 +69,8 @@ def train(cfg: RunConfig, sink: StepSink, monitor: HealthMonitor, on_step=None,
     history: list[tuple[int, dict[str, float]]] = []  # every step's logged metrics, kept in checkpoints
 
     # closing(): the sampler's engine is released however the run ends
-    with AnswerVerifier(timeout_s=cfg.reward.timeout_s, workers=cfg.reward.workers) as verifier, closing(sampler):
+    with (AnswerVerifier(timeout_s=cfg.reward.timeout_s, workers=cfg.reward.workers) as verifier, closing(sampler),
+          closing(learner) if ranks.multi_rank() else nullcontext()):  # followers: the run is over
         if checkpoints is not None and checkpoints.latest_step() is not None:  # an earlier attempt failed: resume
             state = checkpoints.restore(learner, rng, generator)  # weights, optimizer, RNG states, its steps
             with learner.gathered_model() as full:  # ZeRO-3 partitions the weights elsewhere

@@ -32,6 +32,8 @@ def policy_update(learner, rollouts: Rollouts, advantages: torch.Tensor, algo: A
     ``loss_mask`` (default: the response mask) selects the tokens that carry gradient;
     ``ref_logp`` adds ``kl_coef · KL(π ‖ π_ref)`` to the loss, aggregated like the policy loss.
     """
+    if hasattr(learner, "announce_update"):  # several DeepSpeed ranks: followers update on the same inputs
+        learner.announce_update(rollouts, advantages, algo, temperature, generator, loss_mask, ref_logp)
     mask = rollouts.mask  # [B, T] every response token: metrics see them all
     loss_mask = mask if loss_mask is None else loss_mask  # [B, T] tokens that carry gradient
     n = mask.shape[0]
