@@ -10,7 +10,6 @@ learner: same gradient, same metrics, same weights as without accumulation.
 from __future__ import annotations
 
 import copy
-import random
 
 import pytest
 import torch
@@ -18,12 +17,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.algorithms.strategies import random_logps, random_mask
+from tests.learner_helpers import micro_policy_batch
 from workbench.algorithms import AGG_MODES, POLICY_LOSSES, aggregate_loss, compute_policy_loss, kl_penalty
-from workbench.config import AlgorithmConfig, LearnerConfig, SamplerConfig, TinyModelConfig
-from workbench.models.tiny import init_tiny_model
-from workbench.models.tokenizer import build_char_tokenizer
-from workbench.rollout.hf import HFSampler
-from workbench.tasks import ArithmeticTask
+from workbench.config import AlgorithmConfig, LearnerConfig
 from workbench.train.learner import TorchLearner
 from workbench.train.update import micro_shares, policy_update
 
@@ -111,12 +107,7 @@ class GradRecordingLearner(TorchLearner):
 
 @pytest.fixture(scope="module")
 def setup():
-    tok = build_char_tokenizer()
-    cfg = TinyModelConfig(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, seed=5)
-    model = init_tiny_model(cfg, len(tok), tok.pad_token_id, tok.eos_token_id)
-    problems = ArithmeticTask(digits=2, ops="+-", eval_size=10).sample_train(3, random.Random(1))
-    rollouts = HFSampler(model, tok, SamplerConfig(max_new_tokens=8)).generate(problems, 4, temperature=1.0, seed=3)
-    advantages = torch.randn(len(rollouts.texts), generator=torch.Generator().manual_seed(0))
+    model, _, _, rollouts, advantages = micro_policy_batch()
     return model, rollouts, advantages
 
 

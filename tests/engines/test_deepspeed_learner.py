@@ -8,18 +8,15 @@ from tests.engines.conftest import require_engine
 require_engine("deepspeed")
 
 import copy
-import random
 
 import pytest
 import torch
 from deepspeed.utils import safe_get_full_optimizer_state
 
+from tests.learner_helpers import micro_policy_batch
 from workbench.algorithms import AGG_MODES
-from workbench.config import AlgorithmConfig, LearnerConfig, SamplerConfig, TinyModelConfig
-from workbench.models.tiny import init_tiny_model
-from workbench.models.tokenizer import build_char_tokenizer
+from workbench.config import AlgorithmConfig, LearnerConfig, SamplerConfig
 from workbench.rollout.hf import HFSampler
-from workbench.tasks import ArithmeticTask
 from workbench.train.deepspeed_learner import DeepSpeedLearner, deepspeed_config
 from workbench.train.learner import TorchLearner, build_learner
 from workbench.train.update import policy_update
@@ -30,13 +27,7 @@ LR = 1e-3
 @pytest.fixture(scope="module")
 def setup():
     """A 1-layer micro Llama, 12 sampled completions and fixed advantages."""
-    tok = build_char_tokenizer()
-    cfg = TinyModelConfig(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, seed=5)
-    model = init_tiny_model(cfg, len(tok), tok.pad_token_id, tok.eos_token_id)
-    problems = ArithmeticTask(digits=2, ops="+-", eval_size=10).sample_train(3, random.Random(1))
-    rollouts = HFSampler(model, tok, SamplerConfig(max_new_tokens=8)).generate(problems, 4, temperature=1.0, seed=3)
-    advantages = torch.randn(len(rollouts.texts), generator=torch.Generator().manual_seed(0))
-    return model, tok, problems, rollouts, advantages
+    return micro_policy_batch()
 
 
 # ZeRO-3 keeps parameters under 1e5 elements whole by default (all of the micro model's): partition them all.

@@ -1,0 +1,25 @@
+"""A fixed micro policy and batch for learner tests (torch and DeepSpeed use the same one)."""
+
+from __future__ import annotations
+
+import random
+
+import torch
+
+from workbench.config import SamplerConfig, TinyModelConfig
+from workbench.models.tiny import init_tiny_model
+from workbench.models.tokenizer import build_char_tokenizer
+from workbench.rollout.hf import HFSampler
+from workbench.tasks import ArithmeticTask
+
+
+def micro_policy_batch():
+    """(model, tokenizer, problems, rollouts, advantages): a 1-layer micro Llama, 12 sampled
+    completions (3 problems x 4) and fixed random advantages."""
+    tok = build_char_tokenizer()
+    cfg = TinyModelConfig(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, seed=5)
+    model = init_tiny_model(cfg, len(tok), tok.pad_token_id, tok.eos_token_id)
+    problems = ArithmeticTask(digits=2, ops="+-", eval_size=10).sample_train(3, random.Random(1))
+    rollouts = HFSampler(model, tok, SamplerConfig(max_new_tokens=8)).generate(problems, 4, temperature=1.0, seed=3)
+    advantages = torch.randn(len(rollouts.texts), generator=torch.Generator().manual_seed(0))
+    return model, tok, problems, rollouts, advantages
