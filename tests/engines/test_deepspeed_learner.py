@@ -177,7 +177,7 @@ def test_fp16_on_this_cpu_is_a_clear_error(setup):
     from deepspeed.accelerator import get_accelerator
 
     if get_accelerator().is_fp16_supported():
-        pytest.skip("this accelerator trains in fp16")
+        pytest.skip("this accelerator (a GPU) trains in fp16: the CPU-only refusal does not apply")
     with pytest.raises(ValueError, match="learner.dtype=float16.*bfloat16 or float32"):
         learner(setup, dtype="float16")
 
