@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from tests.execution_helpers import fast_run_config
 from workbench.cli import app
 from workbench.config import RunConfig, deep_merge
-from workbench.lint import LINT_RULES, lint_config, lint_specs
+from workbench.lint import LINT_RULES, Finding, lint_config, lint_specs
 from workbench.study import expand, load_study
 
 ROOT = Path(__file__).parents[1]
@@ -86,6 +86,21 @@ def test_clip_rule_names_dual_clip_and_the_reason():
     assert "ratio is exactly 1" in found[1]
 
 
+def test_clip_range_of_a_loss_without_one():
+    cfg = config(algorithm={"loss": "reinforce", "clip_high": 0.28, "minibatches": 4})
+    assert findings("clip_with_one_step", cfg) == [("algorithm.clip_high=0.28", "algorithm.loss reinforce has no clip range")]
+
+
+def test_rules_are_pure_and_return_findings():
+    """Contract over every registered rule: same config, same findings, each naming a knob and a reason."""
+    for rule in LINT_RULES:
+        for inert, _, active in [CASES[rule]]:
+            for cfg in (inert, active):
+                first, again = list(LINT_RULES.get(rule)(cfg)), list(LINT_RULES.get(rule)(cfg))
+                assert first == again
+                assert all(isinstance(f, Finding) and f.knob and f.reason for f in first)
+
+
 def test_correction_acts_with_top_p_or_another_engine():
     assert findings("correction_without_mismatch", config(algorithm={"correction": "tis"}, sampler={"top_p": 0.9})) == []
     assert findings("correction_without_mismatch",
@@ -112,7 +127,7 @@ def test_zero_weight_and_group_of_one_shaping():
     cfg = config(rollout={"group_size": 1},
                  reward={"shaping": [{"name": "format", "weight": 0.0}, {"name": "kimi_length"}]})
     knobs = [k for k, _ in findings("shaping_that_cannot_trigger", cfg)]
-    assert knobs == ["reward.shaping[0] (format) weight=0", "reward.shaping[1] (kimi_length) "]
+    assert knobs == ["reward.shaping[0] (format) weight=0", "reward.shaping[1] (kimi_length)"]
 
 
 def test_batch_filter_with_groups_of_one_drops_everything():

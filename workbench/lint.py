@@ -14,10 +14,12 @@ like they matter and do not.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from workbench.algorithms import POLICY_LOSSES
 from workbench.algorithms.presets import PRESETS
 from workbench.config import AlgorithmConfig, RunConfig
 from workbench.registry import Registry
@@ -36,6 +38,11 @@ LINT_RULES: Registry[LintCheck] = Registry("lint rule")
 
 _ALGO_DEFAULTS = {name: f.default for name, f in AlgorithmConfig.model_fields.items()}
 _BASELINE_CLIP = {k: PRESETS["grpo"][k] for k in ("clip_low", "clip_high")}  # the plain PPO/GRPO range
+
+
+def _loss_takes(loss: str, param: str) -> bool:
+    """Whether the registered policy loss ``loss`` has the keyword ``param`` (read from its signature)."""
+    return param in inspect.signature(POLICY_LOSSES.get(loss)).parameters
 
 
 def _show(value: Any) -> str:
@@ -58,12 +65,16 @@ def knob(path: str, value: Any) -> str:
 @LINT_RULES.register("clip_with_one_step")
 def clip_with_one_step(cfg: RunConfig) -> Iterable[Finding]:
     """Clipping acts on the policy ratio π/π_old. With ``epochs × minibatches == 1`` the only
-    update's forward is also π_old's (``train/update.py``), so the ratio is exactly 1."""
+    update's forward is also π_old's (``train/update.py``), so the ratio is exactly 1. A loss whose
+    registered function takes no clip range (``reinforce``) never clips."""
     algo = cfg.algorithm
-    if algo.epochs * algo.minibatches != 1:
+    if not _loss_takes(algo.loss, "clip_low"):
+        why = f"algorithm.loss {algo.loss} has no clip range"
+    elif algo.epochs * algo.minibatches == 1:
+        why = ("one optimizer step per batch (algorithm.epochs × minibatches = 1), so the policy ratio is exactly 1 "
+               "and nothing is ever clipped; set algorithm.minibatches or epochs > 1")
+    else:
         return
-    why = ("one optimizer step per batch (algorithm.epochs × minibatches = 1), so the policy ratio is exactly 1 "
-           "and nothing is ever clipped; set algorithm.minibatches or epochs > 1")
     for name in ("clip_low", "clip_high"):
         value = getattr(algo, name)
         if value != _BASELINE_CLIP[name]:
@@ -171,7 +182,7 @@ def shaping_that_cannot_trigger(cfg: RunConfig) -> Iterable[Finding]:
         why = None if check is None else check(dict(term.params), cfg)
         if why is not None:
             shown = ", ".join(f"{k}={_show(v)}" for k, v in sorted(term.params.items()))
-            yield Finding(f"{label} {shown}", why)
+            yield Finding(f"{label} {shown}".rstrip(), why)
 
 
 # ---------------------------------------------------------------------------------------------
