@@ -8,13 +8,15 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from tests.execution_helpers import fast_run_config
 from workbench.cli import app
 from workbench.config import RunConfig, deep_merge
 from workbench.lint import LINT_RULES, Finding, lint_config, lint_specs
-from workbench.study import expand, load_study
+from workbench.study import RunSpec, expand, load_study
 
 ROOT = Path(__file__).parents[1]
 STUDIES = sorted((ROOT / "studies").glob("*.yaml"))
@@ -196,3 +198,28 @@ def test_run_warns_before_it_starts(workdir):
     assert result.exit_code == 0, result.output
     assert "warning: algorithm.clip_high=0.3 has no effect in base:" in result.output
     assert result.output.index("warning:") < result.output.index("FINISHED")
+
+
+# --- property: the warning lines are exactly the distinct findings, each naming its variants ------
+
+RUNS = st.lists(st.tuples(st.sampled_from(["a", "b", "c"]), st.sampled_from([0.2, 0.28, 0.3]),
+                          st.sampled_from([1, 2]), st.integers(0, 2)), min_size=1, max_size=12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(RUNS)
+def test_lines_are_the_distinct_findings_naming_every_affected_variant(runs):
+    specs = []
+    for i, (variant, clip_high, minibatches, seed) in enumerate(runs):
+        cfg = config(algorithm={"clip_high": clip_high, "minibatches": minibatches})
+        label = f"{variant}/minibatches={minibatches}/seed={seed}/{i}"  # unique labels, arms by minibatches
+        specs.append(RunSpec(variant, seed, {"algorithm.minibatches": minibatches}, cfg, f"k{i}", label))
+    lines = lint_specs(specs)
+    expected = {f for s in specs for f in lint_config(s.config)}
+    assert len(lines) == len(set(lines)) == len(expected)
+    for finding in expected:
+        (line,) = [ln for ln in lines if ln.startswith(f"warning: {finding.knob} has no effect in ")
+                   and ln.endswith(f": {finding.reason}")]
+        affected = {s.variant for s in specs if finding in lint_config(s.config)}
+        named = line.removeprefix(f"warning: {finding.knob} has no effect in ").split(": ")[0].split(", ")
+        assert {name.split("/")[0] for name in named} == affected
