@@ -187,6 +187,7 @@ def worker(
         os.environ["MLFLOW_TRACKING_URI"] = tracking_uri  # every run of this worker logs there
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")  # no "View run at" per run
     study_obj, specs = load_specs(study, set_, None)
+    warn_inert_knobs(specs)
     if threads:
         import torch
 
