@@ -55,6 +55,14 @@ def load_specs(study_path: Path, overrides: list[str] | None, only: str | None):
     return study, specs
 
 
+def warn_inert_knobs(specs) -> None:
+    """Config lint (workbench/lint.py): one stderr line per knob that cannot act, before anything runs."""
+    from workbench.lint import lint_specs
+
+    for line in lint_specs(specs):
+        print(line, file=sys.stderr)  # plain print: one line however long, no markup
+
+
 def filter_specs(specs, only: str):
     wanted = {}
     for part in only.split(","):
@@ -77,6 +85,7 @@ def plan(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
     from workbench.execute import plan_rows
 
     study_obj, specs = load_specs(study, set_, only)
+    warn_inert_knobs(specs)
     statuses = _known_statuses(study_obj, specs)
     rows = plan_rows(specs, statuses)
     for row, spec in zip(rows, specs, strict=True):
@@ -137,6 +146,7 @@ def run(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
     if ranks.is_follower():  # several DeepSpeed ranks: rank 0 runs the study, this rank mirrors its learner
         raise typer.Exit(ranks.follow())
     study_obj, specs = load_specs(study, set_, only)
+    warn_inert_knobs(specs)
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")  # a server prints no links per run
     if parallel is None:
         parallel = int(study_obj.execution.get("parallel", 1))
@@ -177,6 +187,7 @@ def worker(
         os.environ["MLFLOW_TRACKING_URI"] = tracking_uri  # every run of this worker logs there
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")  # no "View run at" per run
     study_obj, specs = load_specs(study, set_, None)
+    warn_inert_knobs(specs)
     if threads:
         import torch
 

@@ -180,6 +180,10 @@ class AlgorithmConfig(Strict):
     correction: str | None = Field(None, description="sampler/learner IS correction: tis | mis | seq_tis")
     correction_cap: float = Field(2.0, gt=0)
     batch_filter: str | None = Field(None, description="group filter with refill, e.g. zero_std (DAPO dynamic sampling)")
+    filter_on: Literal["correct", "reward"] | None = Field(
+        None, description="what batch_filter judges: correct (accuracy, DAPO §3.2; the default once a batch_filter "
+        "is set) | reward (the total shaped reward)",
+    )
     max_sampling_rounds: int = Field(3, ge=1, description="sampling rounds per step when a batch filter drops groups")
     token_filters: list[str] = Field(default_factory=list, description="loss-mask edits, e.g. [overlong]")
     kl_coef: float = Field(0.0, ge=0, description="KL to the frozen initial policy; 0 = no reference model")
@@ -189,9 +193,16 @@ class AlgorithmConfig(Strict):
     @model_validator(mode="before")
     @classmethod
     def _resolve_preset(cls, data: Any) -> Any:
+        from workbench.algorithms.filters import DEFAULT_FILTER_ON
         from workbench.algorithms.presets import resolve_preset
 
-        return resolve_preset(data) if isinstance(data, dict) else data
+        if not isinstance(data, dict):
+            return data
+        data = resolve_preset(data)
+        if data.get("batch_filter") is not None and data.get("filter_on") is None:
+            # set, not defaulted: it enters run_key, so runs filtered on the reward before keep their keys apart
+            data["filter_on"] = DEFAULT_FILTER_ON
+        return data
 
     @model_validator(mode="after")
     def _names_exist(self) -> AlgorithmConfig:
