@@ -5,8 +5,9 @@ Definitions read from verl 0.9.1 (the copy ``make verl`` installs under ``.workb
 ``response_length/*``; ``compute_throughout_metrics``: ``perf/*``),
 ``verl/trainer/ppo/core_algos.py`` (``compute_policy_loss_vanilla``: ``actor/pg_clipfrac``,
 ``actor/pg_clipfrac_lower``, ``actor/ppo_kl``), ``verl/trainer/ppo/ray_trainer.py``
-(``actor/entropy``), ``verl/workers/utils/losses.py`` (``actor/pg_loss``). The actor's
-per-micro-batch values are averaged over the step by ``reduce_metrics``.
+(``actor/entropy``; ``_update_actor`` prefixes the actor worker's metrics with ``actor/``),
+``verl/workers/utils/losses.py`` (``actor/pg_loss``, ``kl_loss``), ``verl/workers/engine/base.py``
+(``grad_norm``). The actor's per-micro-batch values are reduced over the step by ``reduce_metrics``.
 
 Log formats (``verl/utils/tracking.py``): ``trainer.logger=['console']`` prints
 ``step:N - name:value - name:value`` per step (``LocalLogger``, ``concat_dict_to_str``);
@@ -48,9 +49,11 @@ MAPPINGS = (
                          "fraction clip/frac_low (ratio < 1-eps with A < 0); kept as source/actor/pg_clipfrac_lower"),
     MetricMapping("actor/ppo_kl", "policy/approx_kl", f"{CORE_ALGOS} (masked_mean(-log ratio))"),
     MetricMapping("actor/pg_loss", "loss/policy", "verl/workers/utils/losses.py (ppo_loss)"),
-    MetricMapping("actor/kl_loss", "kl/ref", "verl/workers/actor/dp_actor.py (kl_penalty, use_kl_loss)",
+    MetricMapping("actor/kl_loss", "kl/ref", "verl/workers/utils/losses.py (ppo_loss: kl_loss; prefixed actor/ "
+                  "by ray_trainer._update_actor)",
                   caveat="logged only with actor.use_kl_loss; the estimator is actor.kl_loss_type"),
-    MetricMapping("actor/grad_norm", "grad/norm", "verl/workers/actor/dp_actor.py (_optimizer_step)",
+    MetricMapping("actor/grad_norm", "grad/norm", "verl/workers/engine/base.py (grad_norm; prefixed actor/ by "
+                  "ray_trainer._update_actor)",
                   caveat="before clipping, averaged over the step's optimizer steps"),
     MetricMapping("perf/time_per_step", "perf/step_s", f"{METRIC_UTILS} (compute_throughout_metrics)"),
 )
