@@ -67,3 +67,13 @@ def test_trainer_state_merges_entries_of_one_step(tmp_path):
 def test_missing_file_is_bad_input(tmp_path):
     with pytest.raises(ImportSourceError, match="no such file"):
         ADAPTERS.get("trl").file_reader(str(tmp_path / "absent.json"))
+
+
+@pytest.mark.parametrize("framework", ADAPTERS.names())
+def test_docs_show_each_adapter_table_as_registered(framework):
+    from pathlib import Path
+
+    from workbench.importers.adapters import markdown_table
+
+    docs = (Path(__file__).parents[2] / "docs" / "import.md").read_text(encoding="utf-8")
+    assert markdown_table(ADAPTERS.get(framework)) in docs, "regenerate the table in docs/import.md"

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from workbench.registry import Registry
 
-__all__ = ["ADAPTERS", "SOURCE_PREFIX", "Adapter", "MetricMapping", "identity"]
+__all__ = ["ADAPTERS", "SOURCE_PREFIX", "Adapter", "MetricMapping", "identity", "markdown_table"]
 
 #: Metrics with no canonical counterpart are logged as ``source/<their name>``.
 SOURCE_PREFIX = "source/"
@@ -105,6 +105,15 @@ class Adapter:
                          "conversion": m.conversion if m else "as is",
                          "caveat": m.caveat if m else "", "defined_in": m.defined_in if m else ""})
         return rows
+
+
+def markdown_table(adapter: Adapter) -> str:
+    """The adapter's mappings as the markdown table docs/import.md shows (a test keeps them in sync)."""
+    lines = ["| source metric | imported as | conversion | caveat | defined in |", "|---|---|---|---|---|"]
+    for m in adapter.mappings:
+        target = f"`{m.canonical}`" if m.canonical else f"`{SOURCE_PREFIX}{m.source}` (not canonical)"
+        lines.append(f"| `{m.source}` | {target} | {m.conversion} | {m.caveat or 'same meaning'} | {m.defined_in} |")
+    return "\n".join(lines) + "\n"
 
 
 ADAPTERS: Registry[Adapter] = Registry("framework")
