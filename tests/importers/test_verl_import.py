@@ -65,6 +65,11 @@ def test_verl_log_import_and_recheck(tmp_path):
     assert rules["entropy_collapse"]["state"] == "ok" and rules["reward_collapse"]["state"] == "ok"
     table = workbench("health", "verl-grpo", "--recheck", "--tracking-uri", dst, cwd=tmp_path)
     assert "no_learning_signal: not evaluated: needs batch/zero_std_frac (1 of 1 runs)" in table.stderr
+    page = tmp_path / "health.html"
+    dash = workbench("dashboard", "verl-grpo", "--spec", "health", "--no-log", "--out", str(page),
+                     "--tracking-uri", dst, cwd=tmp_path)
+    assert dash.returncode == 0, dash.stderr
+    assert "entropy/mean" in page.read_text(encoding="utf-8")  # the imported curves are drawn
 
 
 def _artifact_json(uri: str, run_id: str, path: str) -> dict:

@@ -41,7 +41,7 @@ class ImportOutcome:
     tracking_uri: str
     parent_run_id: str | None = None
     imported: list[tuple[str, str]] = field(default_factory=list)  # (label, run id)
-    skipped: list[str] = field(default_factory=list)  # labels already imported
+    skipped: list[str] = field(default_factory=list)  # labels whose source was imported before
     not_finished: list[str] = field(default_factory=list)  # labels still running in the source
 
 
@@ -92,8 +92,8 @@ def write_study(adapter: Adapter, runs: Sequence[SourceRun], uri: str, study: st
     outcome = ImportOutcome(study, uri)
     todo = []
     for run in runs:
-        if run.key in keys:
-            outcome.skipped.append(run.label)
+        if run.key in keys:  # the same source, whatever variant/seed it is given now
+            outcome.skipped.append(f"{run.label} (same source as run {keys[run.key]})")
         elif run.status not in _TERMINAL:
             outcome.not_finished.append(f"{run.label} ({run.status})")
         else:
