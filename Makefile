@@ -56,22 +56,24 @@ $(TRL_STAMP): pyproject.toml
 demo: install
 	$(BIN)/workbench run studies/sanity.yaml
 
-# The main suite, then the engine suite in its own venv when `make engines` has built it.
+# The main suite, then the engine suite and the TRL import tests in their own venvs when
+# `make engines` / `make trl` have built them.
+TRL_TESTS := tests/importers/test_trl_*.py
 test: install verl
-	WORKBENCH_VERL_PATH=$(VERL) $(BIN)/python -m pytest --ignore=tests/engines
+	WORKBENCH_VERL_PATH=$(VERL) $(BIN)/python -m pytest --ignore=tests/engines --ignore-glob='$(TRL_TESTS)'
 	@if [ -f $(ENGINES_STAMP) ]; then $(MAKE) --no-print-directory test-engines; \
 	 else echo "engine tests not run: \`make engines\` installs vLLM and DeepSpeed (see docs/engines.md)"; fi
 	@if [ -f $(TRL_STAMP) ]; then $(MAKE) --no-print-directory test-trl; \
 	 else echo "TRL import tests not run: \`make trl\` installs TRL (see docs/import.md)"; fi
 
 test-trl: $(TRL_STAMP)
-	$(TRL)/bin/python -m pytest tests/importers/test_trl_*.py
+	$(TRL)/bin/python -m pytest $(TRL_TESTS)
 
 test-engines: $(ENGINES_STAMP)
 	$(ENGINES)/bin/python -m pytest tests/engines
 
 test-fast: install
-	$(BIN)/python -m pytest -m "not slow" --ignore=tests/engines
+	$(BIN)/python -m pytest -m "not slow" --ignore=tests/engines --ignore-glob='$(TRL_TESTS)'
 
 bench: install
 	$(BIN)/python benchmarks/bench_sanity.py
