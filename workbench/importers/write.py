@@ -123,8 +123,9 @@ def write_study(adapter: Adapter, runs: Sequence[SourceRun], uri: str, study: st
                               "source": run.origin, "source_name": run.name, "source_status": run.status,
                               "metrics": adapter.mapping_report(names)}, "import.json")
             tracker.log_text(monitor.report_json(), "health.json")
-        except BaseException as e:
-            tracker.finish("FAILED", error=e)
+        except BaseException:
+            # a half-written run would hold the source's run_key and block the retry: remove it
+            client.delete_run(tracker.run_id)
             raise
         tracker.finish(run.status)
         outcome.imported.append((run.label, tracker.run_id))
