@@ -399,6 +399,10 @@ from workbench.search.cli import register as _register_search_commands  # noqa: 
 
 _register_search_commands(app)  # tune (workbench/search/)
 
+from workbench.importers.cli import register as _register_import_command  # noqa: E402
+
+_register_import_command(app)  # import (workbench/importers/)
+
 
 def main() -> None:
     app()

@@ -149,6 +149,7 @@ def test_report_is_strict_json_with_expected_contents(tmp_path):
         "enabled": True, "severity": "warn",
         "params": {"enabled": True, "severity": "warn", "patience": 1, "max_kl": 1.0},
         "watches": ["kl/ref"], "count": 0, "active": False, "first_trigger": None,
+        "evaluated": 30, "not_evaluated": None,
     }
     assert [e["rule"] for e in report["events"]] == ["entropy_collapse", "non_finite"]
     assert monitor.tags() == {"workbench.health": "fail",
@@ -261,3 +262,16 @@ def test_recheck_gives_the_same_events_as_live(stream, cfg):
         assert again.report() == report
         assert again.reasons == live.reasons and again.run_status == live.run_status
         assert again.should_stop == live.should_stop
+
+
+def test_a_rule_whose_inputs_never_arrive_says_what_it_needs():
+    """An imported run may lack a rule's inputs: the report says so instead of a silent pass."""
+    history = [(step, {"entropy/mean": 1.0, "reward/mean": 0.5}) for step in range(6)]
+    rules = HealthMonitor.from_config(None).recheck(history).report()["rules"]
+    assert rules["kl_explosion"]["evaluated"] == 0
+    assert rules["kl_explosion"]["not_evaluated"] == "not evaluated: needs kl/ref"
+    assert rules["incorrect_length_gap"]["not_evaluated"] == (
+        "not evaluated: needs length/correct_mean, length/incorrect_mean")
+    assert rules["reward_collapse"]["evaluated"] > 0 and rules["reward_collapse"]["not_evaluated"] is None
+    off = HealthMonitor.from_config("off").recheck(history).report()["rules"]
+    assert off["kl_explosion"]["not_evaluated"] is None  # a disabled rule is "off", not "not evaluated"

@@ -67,6 +67,8 @@ def health_cells(runs: pd.DataFrame, reports: Mapping[str, Mapping[str, Any] | N
                     ft = r["first_trigger"]
                     cell.update(state=r.get("severity", "warn"), step=ft.get("step"), value=_num(ft.get("value")),
                                 threshold=_num(ft.get("threshold")), message=ft.get("message", ""))
+                elif r.get("not_evaluated"):  # its inputs were never logged: unknown, not passed
+                    cell["message"] = r["not_evaluated"]
                 else:
                     cell["state"] = "ok"
                 out.append(cell)
@@ -236,7 +238,8 @@ def health(
     quiet = [r for r in rules if r not in shown]
     what = target.run_id[:8] if target.run_id else f"study {target.study}"
     table = Table(title=f"health of {what} ({source}): step at which each rule first fired",
-                  caption="yellow: warn · red: fail · '·': did not fire · off: rule disabled · ?: no report",
+                  caption="yellow: warn · red: fail · '·': did not fire · off: rule disabled · ?: no report or "
+                          "not evaluated",
                   title_justify="left", caption_justify="left")
     table.add_column("run", no_wrap=True)
     table.add_column("status")
@@ -253,6 +256,9 @@ def health(
     console.print(table)
     if quiet:
         console.print(f"[dim]did not fire in any run: {', '.join(quiet)}[/dim]", highlight=False, soft_wrap=True)
+    unevaluated = cells[(cells["state"] == "unknown") & cells["message"].str.startswith("not evaluated")]
+    for (rule, message), group in unevaluated.groupby(["rule", "message"], sort=True):
+        note(f"[yellow]{rule}: {message} ({len(group)} of {len(runs)} runs)[/yellow]")
     missing = [_label(r) for r in runs.to_dict("records") if not reports.get(r["run_id"])]
     if missing and not recheck:
         note(f"[yellow]no health.json for {len(missing)} run(s) ({', '.join(missing[:5])}"

@@ -33,7 +33,7 @@ from ._common import (
     resolve_target,
 )
 
-__all__ = ["build_compare_report", "compare", "comparison_metrics", "dashboard", "select_runs"]
+__all__ = ["build_compare_report", "compare", "comparison_metrics", "dashboard", "select_runs", "uncomputed_summaries"]
 
 DEFAULT_METRICS = ("final_eval_accuracy",)
 REPORT_DIR = "reports"
@@ -51,6 +51,23 @@ def comparison_metrics(requested: Sequence[str] | None, compare_cfg: dict[str, A
 
     names = list(requested or compare_cfg.get("metrics") or DEFAULT_METRICS)
     return list(dict.fromkeys(summary_name(m) for m in names))
+
+
+def uncomputed_summaries(summary: pd.DataFrame, history: pd.DataFrame, names: Sequence[str]) -> list[str]:
+    """One line per summary metric that is NaN for some runs, with what those runs lack
+    (e.g. an imported run has no ``eval/accuracy``), so a missing summary is said, not silent."""
+    from workbench.compare import resolve_summary
+
+    logged = history.groupby("run_id")["metric"].agg(set).to_dict() if len(history) else {}
+    lines = []
+    for name in names:
+        bad = summary.loc[summary[name].isna(), "run_id"].tolist()
+        if not bad:
+            continue
+        missing = sorted({m for rid in bad for m in resolve_summary(name).reads if m not in logged.get(rid, set())})
+        why = f"needs {', '.join(missing)}" if missing else "too few finite values"
+        lines.append(f"could not compute {name} for {len(bad)} of {len(summary)} runs: {why}")
+    return lines
 
 
 def select_runs(runs: pd.DataFrame, include_unfinished: bool) -> tuple[pd.DataFrame, dict[str, int]]:
@@ -323,6 +340,8 @@ def compare(
     except ValueError as e:
         raise fail(str(e)) from None
 
+    for line in uncomputed_summaries(summary, history, names):
+        note(f"[yellow]{line}[/yellow]")
     if format == "table":
         print_table(table)
     elif format == "csv":

@@ -139,6 +139,7 @@ class HealthMonitor:
         self._last_step: int | None = None
         self._worst = OK
         self._status = OK
+        self._seen: set[str] = set()  # metric names observed with a value: what an unevaluated rule lacked
 
     def reset(self) -> None:
         """Forget everything observed (all rules and the run's verdict)."""
@@ -178,6 +179,7 @@ class HealthMonitor:
                 f"after {self._last_step} "
                 "(merge a step's metrics into one dict and call observe once per step)"
             )
+        self._seen.update(metrics)
         events: list[HealthEvent] = []
         for rule in self._rules.values():
             event = rule.observe(step, metrics)
@@ -248,6 +250,8 @@ class HealthMonitor:
                 "params": rule.params.model_dump(mode="json"),
                 "watches": list(rule.watches),
                 "count": self._counts[name],
+                "evaluated": rule.evaluated,
+                "not_evaluated": self._not_evaluated(rule),
                 "active": rule.enabled and rule.active,
                 "first_trigger": None
                 if first is None
@@ -274,6 +278,17 @@ class HealthMonitor:
             "rules": rules,
             "events": [e.to_dict() for e in self._events],
         }
+
+    def _not_evaluated(self, rule: HealthRule) -> str | None:
+        """Why an enabled rule never evaluated ("not evaluated: needs X"), so a rule whose inputs
+        were never logged does not read as passed; None once it evaluated (or if it is off)."""
+        if not rule.enabled or rule.evaluated or self._steps == 0:
+            return None
+        watched = [w for w in rule.watches if w != "*"]
+        missing = [w for w in watched if w not in self._seen]
+        if missing:
+            return f"not evaluated: needs {', '.join(missing)}"
+        return f"not evaluated: needs more finite observations of {', '.join(watched)}"
 
     def report_json(self, indent: int | None = 2) -> str:
         """``report()`` as strict JSON text (no NaN literals)."""

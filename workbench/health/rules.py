@@ -161,6 +161,7 @@ class HealthRule:
         self._streak = 0
         self._streak_start: int | None = None
         self._active = False
+        self._evaluated = 0  # observations on which update() returned a reading
         self._reset_state()
 
     def _reset_state(self) -> None:
@@ -170,6 +171,11 @@ class HealthRule:
     def active(self) -> bool:
         """Whether the condition has held for ``patience`` observations and not cleared since."""
         return self._active
+
+    @property
+    def evaluated(self) -> int:
+        """How many observations the rule evaluated (0: its inputs never arrived, e.g. an imported run)."""
+        return self._evaluated
 
     @property
     def enabled(self) -> bool:
@@ -191,6 +197,7 @@ class HealthRule:
         reading = self.update(metrics)
         if reading is None:
             return None
+        self._evaluated += 1
         if not reading.violated:
             self._streak = 0
             self._streak_start = None
