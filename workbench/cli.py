@@ -250,21 +250,21 @@ def _print_seed_matrix(outcomes) -> None:
 
 
 @app.command()
-def metrics(format: Annotated[str, typer.Option(help="table | markdown")] = "table") -> None:
+def metrics(format: Annotated[str, typer.Option(
+        help="auto (table on a terminal, plain off one) | table | plain (tab-separated) | markdown")] = "auto") -> None:
     """The canonical metric catalogue: definition, unit, healthy direction."""
+    from workbench.console import print_table
     from workbench.metrics import CATALOGUE
     from workbench.metrics.catalogue import markdown_table
 
     if format == "markdown":
         print(markdown_table(), end="")
         return
-
-    table = Table(title="canonical metrics (MLflow step = RL step)")
-    for col in ["name", "meaning", "unit", "healthy"]:
-        table.add_column(col)
-    for m in CATALOGUE:
-        table.add_row(m.name, m.meaning, m.unit, m.healthy)
-    console.print(table)
+    if format not in ("auto", "table", "plain"):
+        raise fail(f"--format: expected auto, table, plain or markdown, got {format!r}")
+    rows = [(m.name, m.meaning, m.unit, m.healthy) for m in CATALOGUE]
+    print_table(["name", "meaning", "unit", "healthy"], rows, wrap=["meaning"],
+                title="canonical metrics (MLflow step = RL step)", plain={"auto": None, "table": False}.get(format, True))
 
 
 @app.command()
