@@ -388,6 +388,10 @@ from workbench.search.cli import register as _register_search_commands  # noqa: 
 
 _register_search_commands(app)  # tune (workbench/search/)
 
+from workbench.commands.algorithms import algorithms_app  # noqa: E402
+
+app.add_typer(algorithms_app, name="algorithms")  # presets and their citations
+
 
 def main() -> None:
     app()

@@ -128,7 +128,7 @@ PRESET_LIST: list[Preset] = [
            | _settings(DAPO, "§3.3", agg_mode="token-mean")
            | _settings(DAPO, "§3.1", clip_low=0.2, clip_high=0.28)
            | _settings(DAPO, "§3.2", batch_filter="zero_std")
-           | _settings(OLMO3, "RL (via the GRPO++ overview)", kl_coef=0.0)
+           | _settings(OLMO3, "RL recipe, per the GRPO++ overview", kl_coef=0.0)
            | _settings(TIS, "", correction="tis")),
 ]
 
