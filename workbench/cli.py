@@ -129,10 +129,17 @@ def run(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
         parallel: Annotated[int | None, typer.Option(
             "--parallel", "-j", min=1,
             help="runs at a time, each in its own process (default: the study's execution.parallel, else 1)")] = None,
-        quiet: Annotated[bool, typer.Option(help="no progress bars")] = False) -> None:
+        quiet: Annotated[bool, typer.Option(help="no progress bars")] = False,
+        progress_every: Annotated[float | None, typer.Option(
+            min=0, help="off a terminal (nohup, CI): seconds between plain progress lines "
+                        "(default $WORKBENCH_PROGRESS_EVERY or 30; evals always print)")] = None) -> None:
     """Execute a study's runs (skipping those already finished) and print a summary."""
     from workbench.execute import run_study
+    from workbench.study_progress import PROGRESS_EVERY_ENV
     from workbench.train import ranks
+
+    if progress_every is not None:
+        os.environ[PROGRESS_EVERY_ENV] = str(progress_every)
 
     if ranks.is_follower():  # several DeepSpeed ranks: rank 0 runs the study, this rank mirrors its learner
         raise typer.Exit(ranks.follow())
