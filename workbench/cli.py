@@ -270,8 +270,9 @@ def metrics(format: Annotated[str, typer.Option(
     if format not in ("auto", "table", "plain"):
         raise fail(f"--format: expected auto, table, plain or markdown, got {format!r}")
     rows = [(m.name, m.meaning, m.unit, m.healthy) for m in CATALOGUE]
+    plain = {"auto": None, "table": False}.get(format, True)  # auto: tab-separated when stdout is not a terminal
     print_table(["name", "meaning", "unit", "healthy"], rows, wrap=["meaning"],
-                title="canonical metrics (MLflow step = RL step)", plain={"auto": None, "table": False}.get(format, True))
+                title="canonical metrics (MLflow step = RL step)", plain=plain)
 
 
 @app.command()

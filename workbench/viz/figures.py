@@ -253,7 +253,8 @@ def summary_interval_traces(table_rows: pd.DataFrame, values: pd.DataFrame | Non
         # An invisible box carries the points: plotly offsets and jitters a box's points beside the
         # category, so the seeds sit next to the interval instead of on top of it.
         traces.append(go.Box(
-            x=pts["variant"].to_numpy(), y=pts["value"].to_numpy(), boxpoints="all", jitter=0.5, pointpos=-1.5, width=0.2,
+            x=pts["variant"].to_numpy(), y=pts["value"].to_numpy(), boxpoints="all", jitter=0.5, pointpos=-1.5,
+            width=0.2,
             fillcolor="rgba(0,0,0,0)", line={"width": 0}, hoveron="points", meta=SEEDS_META,
             marker={"color": "#222222", "size": 6, "opacity": 0.7, "symbol": "circle-open"},
             name="runs (seeds)", legendgroup="seeds", showlegend="seeds" not in shown,
