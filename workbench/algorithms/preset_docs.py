@@ -125,6 +125,8 @@ def markdown_document() -> str:
         "## Presets",
         "",
         markdown_preset_table(),
+        *[f"- `{p.name}`: {p.summary} ({p.paper.short}, {p.paper.authors})." for p in PRESET_LIST],
+        "",
         "## Paper index",
         "",
         markdown_paper_index(),
