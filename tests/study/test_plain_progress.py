@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 
+import pytest
 from rich.console import Console
 
 from tests.execution_helpers import write_study
@@ -19,6 +20,7 @@ LINE = re.compile(r"^\d\d:\d\d:\d\d progress (?P<run>\S+) step (?P<step>\d+)/(?P
                   r"\| study \d+/\d+ ETA (?:-:--|\d+:\d\d(?::\d\d)?)$")
 
 
+@pytest.mark.slow  # trains two micro runs in a subprocess
 def test_study_with_stdout_to_a_file_prints_plain_progress_lines(tmp_path):
     study = write_study(tmp_path / "study.yaml", "plain-progress", steps=4, seeds=(0,),
                         variants={"a": {}, "b": {"learner": {"lr": 2.0e-4}}})
