@@ -138,10 +138,17 @@ def run(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
         parallel: Annotated[int | None, typer.Option(
             "--parallel", "-j", min=1,
             help="runs at a time, each in its own process (default: the study's execution.parallel, else 1)")] = None,
-        quiet: Annotated[bool, typer.Option(help="no progress bars")] = False) -> None:
+        quiet: Annotated[bool, typer.Option(help="no progress bars")] = False,
+        progress_every: Annotated[float | None, typer.Option(
+            min=0, help="off a terminal (nohup, CI): seconds between plain progress lines "
+                        "(default $WORKBENCH_PROGRESS_EVERY or 30; evals always print)")] = None) -> None:
     """Execute a study's runs (skipping those already finished) and print a summary."""
     from workbench.execute import run_study
+    from workbench.study_progress import PROGRESS_EVERY_ENV
     from workbench.train import ranks
+
+    if progress_every is not None:
+        os.environ[PROGRESS_EVERY_ENV] = str(progress_every)
 
     if ranks.is_follower():  # several DeepSpeed ranks: rank 0 runs the study, this rank mirrors its learner
         raise typer.Exit(ranks.follow())
@@ -261,21 +268,22 @@ def _print_seed_matrix(outcomes) -> None:
 
 
 @app.command()
-def metrics(format: Annotated[str, typer.Option(help="table | markdown")] = "table") -> None:
+def metrics(format: Annotated[str, typer.Option(
+        help="auto (table on a terminal, plain off one) | table | plain (tab-separated) | markdown")] = "auto") -> None:
     """The canonical metric catalogue: definition, unit, healthy direction."""
+    from workbench.console import print_table
     from workbench.metrics import CATALOGUE
     from workbench.metrics.catalogue import markdown_table
 
     if format == "markdown":
         print(markdown_table(), end="")
         return
-
-    table = Table(title="canonical metrics (MLflow step = RL step)")
-    for col in ["name", "meaning", "unit", "healthy"]:
-        table.add_column(col)
-    for m in CATALOGUE:
-        table.add_row(m.name, m.meaning, m.unit, m.healthy)
-    console.print(table)
+    if format not in ("auto", "table", "plain"):
+        raise fail(f"--format: expected auto, table, plain or markdown, got {format!r}")
+    rows = [(m.name, m.meaning, m.unit, m.healthy) for m in CATALOGUE]
+    plain = {"auto": None, "table": False}.get(format, True)  # auto: tab-separated when stdout is not a terminal
+    print_table(["name", "meaning", "unit", "healthy"], rows, wrap=["meaning"],
+                title="canonical metrics (MLflow step = RL step)", plain=plain)
 
 
 @app.command()
@@ -402,6 +410,10 @@ _register_search_commands(app)  # tune (workbench/search/)
 from workbench.importers.cli import register as _register_import_command  # noqa: E402
 
 _register_import_command(app)  # import (workbench/importers/)
+
+from workbench.commands.algorithms import algorithms_app  # noqa: E402
+
+app.add_typer(algorithms_app, name="algorithms")  # presets and their citations
 
 
 def main() -> None:

@@ -255,7 +255,7 @@ def test_dashboard_groups_curves_by_arm(store):
                                                                                n_resamples=50))
     names = {t.name for t in rendered.figure.data if t.type == "scatter" and t.name}
     assert {GRPO_LO, GRPO_HI, DR_LO, DR_HI} <= names and "grpo" not in names
-    bars = [t for t in rendered.figure.data if t.type == "bar"]
+    bars = [t for t in rendered.figure.data if getattr(t, "meta", None) == "summary-interval"]  # intervals
     assert bars and set(bars[0].x) == {GRPO_LO, GRPO_HI, DR_LO, DR_HI}
     colors = {t.name: t.line.color for t in rendered.figure.data if t.type == "scatter" and t.name in names
               and t.line.color}
