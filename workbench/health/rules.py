@@ -38,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from workbench.registry import Registry
 
 from .events import HealthEvent, Severity
+from .trend import SlopeTest, WindowTrend, one_sided_p
 
 __all__ = [
     "HEALTH_RULES",
@@ -381,10 +382,16 @@ class IncorrectLengthGapParams(StreakParams):
     """Consecutive observations the condition must hold before the rule fires (1 = at once)."""
 
     max_ratio: float = Field(default=1.5, gt=0.0)
-    """Fires when length/incorrect_mean ÷ length/correct_mean > ``max_ratio`` ..."""
+    """Fires when the fitted length/incorrect_mean ÷ length/correct_mean at the newest observation
+    exceeds this ..."""
 
-    trend_window: int = Field(default=5, ge=1)
-    """... and the ratio is above its value ``trend_window`` observations earlier (growing)."""
+    trend_window: int = Field(default=12, ge=3)
+    """... and its least-squares slope over the last ``trend_window`` observations is positive at
+    one-sided level ``alpha`` (t test of the slope)."""
+
+    alpha: float = Field(default=0.002, gt=0.0, lt=0.5)
+    """One-sided significance level of the slope test: on a flat, noisy ratio one evaluation is
+    significant with this probability (then ``patience`` consecutive ones are needed)."""
 
 
 @_register
@@ -395,7 +402,10 @@ class IncorrectLengthGap(HealthRule):
     per-sequence length normalisation (vanilla GRPO's ``seq-mean-token-mean``) a long wrong answer
     is penalised less per token than a short one, so the policy learns to "overthink" when wrong
     (Dr. GRPO [3]); token-level aggregation (DAPO [1]) or a constant normaliser removes the bias.
-    Needs both lengths and a positive correct length; otherwise it does not evaluate.
+    "Rising" is a tested trend: the least-squares slope of the ratio over the last
+    ``trend_window`` observations is significantly positive (one-sided t test at ``alpha``), and
+    the fitted ratio at the newest observation is above ``max_ratio``; a large but stable gap does
+    not fire. Needs both lengths and a positive correct length; otherwise it does not evaluate.
     """
 
     name = "incorrect_length_gap"
@@ -408,30 +418,32 @@ class IncorrectLengthGap(HealthRule):
     RATIO = "length/incorrect_mean÷length/correct_mean"
 
     def _reset_state(self) -> None:
-        self._ratios: deque[float] = deque(maxlen=self.params.trend_window)
+        self._trend = WindowTrend(self.params.trend_window, self.params.alpha)
 
     def update(self, metrics: Mapping[str, Any]) -> Reading | None:
         correct = finite_value(metrics, LEN_CORRECT)
         incorrect = finite_value(metrics, LEN_INCORRECT)
         if correct is None or incorrect is None or correct <= 0.0:
             return None
-        ratio = incorrect / correct
-        w = self.params.trend_window
-        past = self._ratios[0] if len(self._ratios) == w else None
-        self._ratios.append(ratio)
+        test = self._trend.add(incorrect / correct)
+        if test is None:
+            return None  # no trend can be tested before the window is full
         thr = self.params.max_ratio
-        growing = past is not None and ratio > past
-        if past is None:
-            trend = f"its trend is not known yet (needs {w} earlier observations)"
-        else:
-            verb = "rising" if growing else "not rising"
-            trend = f"{verb} (was {_fmt(past)} {w} observations earlier)"
+        violated = test.rising and test.fitted_end > thr
         return Reading(
-            violated=ratio > thr and growing,
+            violated=violated,
             metric=self.RATIO,
-            value=ratio,
+            value=test.fitted_end,
             threshold=thr,
-            detail=f"incorrect/correct length ratio = {_fmt(ratio)} > {thr:g} and {trend}",
+            detail=self._detail(test, thr) if violated else "slope not significant or fitted ratio within the limit",
+        )
+
+    def _detail(self, test: SlopeTest, thr: float) -> str:
+        p = one_sided_p(test.t, test.df)  # only for the message: the decision used the critical t
+        return (
+            f"incorrect/correct length ratio rises {_fmt(test.slope)} per observation over the last "
+            f"{self.params.trend_window} (least-squares slope, one-sided p = {p:.2g} < {self.params.alpha:g}) "
+            f"and its fitted value {_fmt(test.fitted_end)} > {thr:g}"
         )
 
 
