@@ -457,7 +457,35 @@ class RewardCollapseParams(StreakParams):
     """Running reward = mean of the last ``window`` observations of reward/mean."""
 
     margin: float = Field(default=0.2, gt=0.0)
-    """Fires when the running reward is more than ``margin`` (reward units) below its best."""
+    """Fires when the running reward is more than ``margin`` (reward units) below its best ..."""
+
+    noise_z: float = Field(default=7.0, ge=0.0)
+    """... and more than ``noise_z`` standard errors of the running reward below it (the noise
+    margin; 0 switches it off). The best is a maximum over the run, biased up by the noise:
+    7 keeps false alarms under 5% of healthy 100-step runs up to a step-to-step reward sd of 0.3
+    (tests/health/test_false_alarms.py)."""
+
+    noise_window: int = Field(default=20, ge=3)
+    """Observations used to estimate the step-to-step noise of reward/mean."""
+
+
+# median |x_t - x_{t-1}| of iid N(μ, σ²) is σ·√2·0.6745 (the normal quartile Φ⁻¹(3/4) = 0.6745).
+_MEDIAN_ABS_DIFF_PER_SIGMA = math.sqrt(2.0) * 0.6744897501960817
+
+
+def _noise_sd(values: deque[float]) -> float:
+    """Step-to-step noise sd of a series from the median absolute successive difference.
+
+    Successive differences ignore a slow trend, and the median ignores a few jumps (such as the
+    collapse itself), so the estimate is that of the noise, not of the signal.
+    """
+    xs = list(values)
+    diffs = sorted(abs(b - a) for a, b in zip(xs, xs[1:]))
+    if not diffs:
+        return 0.0
+    mid = len(diffs) // 2
+    median = diffs[mid] if len(diffs) % 2 else 0.5 * (diffs[mid - 1] + diffs[mid])
+    return median / _MEDIAN_ABS_DIFF_PER_SIGMA
 
 
 @_register
@@ -468,6 +496,9 @@ class RewardCollapse(HealthRule):
     training reward "should increase in a stable manner"; DAPO [1] uses a reward that does not
     "decline significantly" as a sign an experiment is not deteriorating. The running reward is a
     ``window``-observation mean (evaluated once the window is full); best = max running reward.
+    "Well below" is beyond both ``margin`` and a noise margin of ``noise_z`` standard errors of
+    the running reward, the noise sd being estimated robustly from the last ``noise_window``
+    observations (median absolute successive difference), so noisy rewards do not cry wolf.
     """
 
     name = "reward_collapse"
@@ -477,6 +508,7 @@ class RewardCollapse(HealthRule):
 
     def _reset_state(self) -> None:
         self._window: deque[float] = deque(maxlen=self.params.window)
+        self._recent: deque[float] = deque(maxlen=self.params.noise_window)
         self._best = -math.inf
 
     def update(self, metrics: Mapping[str, Any]) -> Reading | None:
@@ -484,19 +516,24 @@ class RewardCollapse(HealthRule):
         if x is None:
             return None
         self._window.append(x)
+        self._recent.append(x)
         if len(self._window) < self.params.window:
             return None
         running = math.fsum(self._window) / len(self._window)
         self._best = max(self._best, running)
-        thr = self._best - self.params.margin
+        p = self.params
+        standard_error = _noise_sd(self._recent) / math.sqrt(p.window)
+        limit = max(p.margin, p.noise_z * standard_error)
+        thr = self._best - limit
         return Reading(
             violated=running < thr,
             metric=REWARD,
             value=running,
             threshold=thr,
             detail=(
-                f"running {REWARD} (mean of {self.params.window}) = {_fmt(running)} is more than "
-                f"{self.params.margin:g} below its best {_fmt(self._best)}"
+                f"running {REWARD} (mean of {p.window}) = {_fmt(running)} is more than {_fmt(limit)} below "
+                f"its best {_fmt(self._best)} (the larger of the margin {p.margin:g} and {p.noise_z:g} × its "
+                f"standard error {_fmt(standard_error)})"
             ),
         )
 
