@@ -86,14 +86,19 @@ def test_clip_metrics_equal_what_the_clipping_does(name, seed, batch, length, sp
 
 
 def test_gmpo_counts_token_level_log_space_clipping():
-    # The issue's figure: with log-ratio sd 0.3 and clip 0.4 a token is clipped on its
-    # advantage's side with probability P(Z > 0.4/0.3) = 0.091; the sequence geometric mean
-    # (old metric) almost never leaves [e^-0.4, e^0.4] (0.3% in the issue).
-    logp, old, adv, mask = _inputs(0, 256, 20, 0.3)
+    # The issue's measurement: B=256, T=20 (every token a response token), log-ratio sd 0.3,
+    # clip 0.4. A token loses its gradient when its log-ratio passes the clip on its advantage's
+    # side: probability P(Z > 0.4/0.3) = 0.0912. The old metric tested the sequence geometric
+    # mean (sd 0.3/sqrt(20)) against the same range and reported ~0.3%.
+    gen = torch.Generator().manual_seed(0)
+    mask = torch.ones(256, 20)
+    logp, old = random_logps(gen, 256, 20, spread=0.3)
+    adv = torch.randn(256, generator=gen)
     _, metrics = _token_grads("gmpo", logp, old, adv, mask, 0.4, 0.4)
-    # 256 x ~10.5 tokens: binomial sd of the fraction ~ sqrt(0.09 x 0.91 / 2700) = 0.0055;
-    # the per-sequence drift (sd 0.15) widens the token log-ratio to sd 0.335 -> p = 0.116.
-    assert 0.07 < metrics["clip/frac"] < 0.15
+    # 5120 tokens: binomial sd of the fraction sqrt(0.0912 x 0.9088 / 5120) = 0.004; ±4 sd
+    assert abs(metrics["clip/frac"] - 0.0912) < 0.016
+    expected = _expected_fractions("gmpo", logp, old, adv, mask, 0.4, 0.4)
+    assert metrics["clip/frac"] == pytest.approx(expected["clip/frac"], abs=FRAC_TOL)
 
 
 def test_cispo_counts_truncation_whatever_the_advantage_sign():
