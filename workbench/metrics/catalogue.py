@@ -35,10 +35,10 @@ CATALOGUE: tuple[MetricSpec, ...] = (
                "down"),
     MetricSpec("clip/frac", "fraction of response tokens whose gradient the clipping removes (low + high; "
                "CISPO: weights truncated)", "fraction", "stable"),
-    MetricSpec("clip/frac_low", "clipped tokens with A < 0 (ratio < 1-ε_low; GMPO: log-ratio < -ε_low; CISPO: any A)",
-               "fraction", "stable"),
-    MetricSpec("clip/frac_high", "clipped tokens with A > 0 (ratio > 1+ε_high; GMPO: log-ratio > ε_high; CISPO: any A)",
-               "fraction", "stable"),
+    MetricSpec("clip/frac_low", "A < 0 tokens clipped: ratio < 1-ε_low (GMPO: log-ratio < -ε_low); "
+               "CISPO: weight truncated below, any A", "fraction", "stable"),
+    MetricSpec("clip/frac_high", "A > 0 tokens clipped: ratio > 1+ε_high (GMPO: log-ratio > ε_high); "
+               "CISPO: weight truncated above, any A", "fraction", "stable"),
     MetricSpec("policy/approx_kl", "token-mean k1 estimate of KL(old ‖ new) during the update", "nats", "down"),
     MetricSpec("policy/ratio_mean", "mean importance ratio π_new/π_old over response tokens", "ratio", "stable"),
     MetricSpec("policy/ratio_max", "max importance ratio over response tokens", "ratio", "down"),
