@@ -79,6 +79,18 @@ def test_power_on_a_planted_slope():
     assert found / 500 >= 0.97
 
 
+def test_extreme_magnitudes_neither_overflow_nor_fire_wrongly():
+    # ratios of ~1e158 next to ~1 (a correct length of 5e-161): squares would overflow
+    trend = WindowTrend(3, 0.05)
+    for v in (9.5e158, 1.0, 1.0):
+        test = trend.add(v)
+    assert test is not None and test.slope < 0 and not test.rising
+    huge = WindowTrend(3, 0.05)
+    for v in (-1.7e308, 1.7e308, 1.7e308):  # spread beyond the float range: cannot be fitted
+        test = huge.add(v)
+    assert test is None
+
+
 def test_critical_value_is_scipy_t():
     assert t_critical(0.002, 10) == pytest.approx(stats.t.ppf(0.998, 10))
     with pytest.raises(ValueError, match="at least 3"):

@@ -425,7 +425,10 @@ class IncorrectLengthGap(HealthRule):
         incorrect = finite_value(metrics, LEN_INCORRECT)
         if correct is None or incorrect is None or correct <= 0.0:
             return None
-        test = self._trend.add(incorrect / correct)
+        ratio = incorrect / correct
+        if not math.isfinite(ratio):  # a correct length near 0 (e.g. 1e-320): no usable ratio
+            return None
+        test = self._trend.add(ratio)
         if test is None:
             return None  # no trend can be tested before the window is full
         thr = self.params.max_ratio

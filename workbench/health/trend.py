@@ -67,21 +67,31 @@ class WindowTrend:
         self._values.clear()
 
     def add(self, value: float) -> SlopeTest | None:
-        """Append ``value``; the test over the full window, or ``None`` until it is full."""
+        """Append finite ``value``; the test over the full window, or ``None`` until it is full
+        (and, for a window whose spread exceeds the float range, ``None``: it cannot be fitted)."""
         self._values.append(value)
         if len(self._values) < self.window:
             return None
         ys = self._values
-        mean = math.fsum(ys) / self.window
-        sxy = math.fsum(x * (y - mean) for x, y in zip(self._x, ys))
-        syy = math.fsum((y - mean) ** 2 for y in ys)
-        slope = sxy / self._sxx
+        mean = math.fsum(y / self.window for y in ys)  # divide first: no overflow for finite values
+        deviations = [y - mean for y in ys]
+        scale = max(abs(d) for d in deviations)
         df = self.window - 2
-        rss = max(syy - slope * sxy, 0.0)  # residual sum of squares (>= 0 up to rounding)
+        if not math.isfinite(scale):
+            return None
+        if scale == 0.0:  # a flat window
+            return SlopeTest(slope=0.0, t=0.0, df=df, fitted_end=mean, rising=False)
+        # Sums on deviations scaled to [-1, 1] cannot overflow; t does not depend on the scale.
+        unit = [d / scale for d in deviations]
+        sxy = math.fsum(x * u for x, u in zip(self._x, unit))
+        syy = math.fsum(u * u for u in unit)
+        unit_slope = sxy / self._sxx
+        rss = max(syy - unit_slope * sxy, 0.0)  # residual sum of squares (>= 0 up to rounding)
         se = math.sqrt(rss / df / self._sxx)
         if se > 0.0:
-            t = slope / se
+            t = unit_slope / se
         else:  # a perfect line: rising if the slope is positive at all
-            t = math.inf if slope > 0 else (-math.inf if slope < 0 else 0.0)
+            t = math.inf if unit_slope > 0 else (-math.inf if unit_slope < 0 else 0.0)
+        slope = unit_slope * scale
         fitted_end = mean + slope * self._x[-1]
         return SlopeTest(slope=slope, t=t, df=df, fitted_end=fitted_end, rising=t > self._critical)
