@@ -93,6 +93,14 @@ def test_advantage_estimator_contract(name, binary, gen):
     assert bool(torch.isfinite(adv).all()) and not adv.requires_grad
     # integer rewards are accepted too
     assert compute_advantages(name, rewards.long(), group_ids).shape == (B,)
+    # a response mask is accepted by every estimator (those that whiten over tokens use it)
+    mask = random_mask(gen, B, T)
+    masked = compute_advantages(name, rewards, group_ids, mask=mask)
+    assert masked.shape == (B,) and bool(torch.isfinite(masked).all()) and not masked.requires_grad
+    if name != "reinforce_plus_plus_baseline":  # the others do not weigh completions by length
+        torch.testing.assert_close(masked, adv, rtol=0, atol=0)
+    with pytest.raises(ValueError, match="mask"):
+        compute_advantages(name, rewards, group_ids, mask=torch.ones(B + 1, T))
 
 
 @pytest.mark.parametrize("name", AGG_MODES.names())

@@ -79,6 +79,23 @@ def test_reinforce_plus_plus_baseline_hand_values():
     close(adv, [-0.277350, -0.832050, 1.109400])
 
 
+def test_reinforce_plus_plus_baseline_with_mask_whitens_over_tokens():
+    # r = [1, 0, 3], groups [0, 0, 1], response lengths [1, 3, 2] (6 tokens): x = [0.5, -0.5, 3]
+    # token-weighted mean (0.5·1 - 0.5·3 + 3·2)/6 = 5/6; deviations [-1/3, -4/3, 13/6]
+    # Bessel var over tokens (1·1/9 + 3·16/9 + 2·169/36)/5 = (534/36)/5 = 2.966667, std 1.722401
+    # A = dev / sqrt(2.966667 + 1e-8) = [-0.193530, -0.774119, 1.257944] (verl's masked_whiten)
+    mask = torch.tensor([[1.0, 0.0, 0.0], [1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
+    adv = compute_advantages(
+        "reinforce_plus_plus_baseline", torch.tensor([1.0, 0.0, 3.0]), torch.tensor([0, 0, 1]), mask=mask
+    )
+    close(adv, [-0.193530, -0.774119, 1.257944])
+    # one token per response: the same as without a mask (per completion)
+    ones = compute_advantages(
+        "reinforce_plus_plus_baseline", torch.tensor([1.0, 0.0, 3.0]), torch.tensor([0, 0, 1]), mask=torch.ones(3, 1)
+    )
+    close(ones, [-0.277350, -0.832050, 1.109400])
+
+
 def test_lite_ppo_hand_values():
     # r = [1, 0, 3], groups [0, 0, 1]: centred x = [0.5, -0.5, 3]
     # batch std of r: mean 4/3, squared deviations (1 + 16 + 25)/9, Bessel var = 42/18 = 2.333333, std 1.527525
@@ -194,8 +211,11 @@ def test_gmpo_hand_values():
     for mode in ("token-mean", "seq-mean-token-sum"):
         value, m, _ = policy("gmpo", agg_mode=mode)
         close(value, -0.113688)
-    # geometric-mean ratio 0.866025 is inside [exp(-0.2), exp(0.2)] = [0.818731, 1.221403]: no clip events
-    assert m["clip/frac"] == 0.0 and m["policy/ratio_max"] == pytest.approx(0.866025, abs=hand_tol(1.0))
+    # the clip acts per token: row 0's first token (A>0, 0.405 > 0.2) and row 1's second token
+    # (A<0, -0.693 < -0.2) lose their gradient -> 1 of 4 tokens on each side; the geometric-mean
+    # ratio 0.866025 (inside [exp(-0.2), exp(0.2)]) is what the ratio metrics read
+    assert m["clip/frac_high"] == 0.25 and m["clip/frac_low"] == 0.25 and m["clip/frac"] == 0.5
+    assert m["policy/ratio_max"] == pytest.approx(0.866025, abs=hand_tol(1.0))
 
 
 def test_cispo_hand_values():
@@ -206,7 +226,8 @@ def test_cispo_hand_values():
     # gradient flows through every token: -w·A/4 = [[-0.3, -0.2], [0.15, 0.1]]
     value.backward()
     close(logp.grad, [[-0.3, -0.2], [0.15, 0.1]])
-    assert m["clip/frac"] == pytest.approx(0.5)  # DESIGN's definition: r=1.5 with A>0, r=0.5 with A<0
+    # CISPO truncates weights (DESIGN.md): every ratio (1.5, 0.5) is outside [0.8, 1.2], whatever A
+    assert m["clip/frac"] == 1.0 and m["clip/frac_low"] == 0.5 and m["clip/frac_high"] == 0.5
 
 
 def test_reinforce_hand_values():

@@ -321,3 +321,26 @@ def test_arguments_that_do_not_apply_are_rejected():
         importance_weights("tis", _X, _X, _M, cap=0.0)
     with pytest.raises(ValueError, match="advantages must be"):
         compute_policy_loss("ppo_clip", _X, _X, torch.zeros(B, T), _M)
+
+
+@FAST
+@given(n_groups=st.integers(1, 4), group_size=st.integers(1, 5), length=lengths, seed=seeds, binary=st.booleans())
+def test_masked_whitening_counts_each_completion_once_per_token(n_groups, group_size, length, seed, binary):
+    # reinforce_plus_plus_baseline with a mask == plain whitening of the centred rewards repeated
+    # once per response token (verl's masked_whiten over a [B,T] tensor), read back per completion.
+    gen = torch.Generator().manual_seed(seed)
+    rewards, group_ids = grouped_rewards(gen, n_groups, group_size, binary)
+    rewards = rewards.double()  # float64 throughout: the two summation orders differ only by rounding
+    mask = random_mask(gen, rewards.numel(), length)
+    adv = compute_advantages("reinforce_plus_plus_baseline", rewards, group_ids, mask=mask)
+    centred = compute_advantages("dr_grpo", rewards, group_ids)  # r - group mean (mean 0 for a group of one)
+    repeated = centred.repeat_interleave(mask.sum(-1).long())  # one entry per response token
+    if repeated.numel() < 2:
+        assert bool((adv == 0).all())
+        return
+    expected = (centred - repeated.mean()) / torch.sqrt(repeated.var() + 1e-8)
+    # Weighted sums over B completions vs plain sums over N <= 20·7 = 140 tokens, float64: each
+    # sum is off by <= N·eps64·max|x| = 140 · 1.1e-16 · 10 ~ 2e-13; divided by a std that is
+    # either exactly 0 (all centred values 0: both give exactly 0) or >= ~0.01 here (binary
+    # rewards in groups of <= 5 over <= 140 tokens; Gaussian rewards spread ~1): <= 2e-11.
+    torch.testing.assert_close(adv, expected, rtol=0, atol=1e-9)

@@ -8,8 +8,9 @@ conflict with ours): ``tests/algorithms/install_verl.sh DIR`` installs it there,
 
 Conventions DESIGN.md fixes where verl leaves a choice (and what the tests feed verl):
 ``dual_clip=None`` is verl with an unreachable ``clip_ratio_c``; ``dr_grpo`` is verl's
-``grpo`` with ``norm_adv_by_std_in_grpo=False``; ``reinforce_plus_plus_baseline`` whitens per
-completion, which is verl's token-level whitening with one token per response.
+``grpo`` with ``norm_adv_by_std_in_grpo=False``; ``reinforce_plus_plus_baseline`` given the
+response ``mask`` whitens over tokens as verl does (without one, per completion, which is
+verl's whitening with one token per response).
 Metrics follow DESIGN.md; they are compared only where the two definitions coincide.
 """
 
@@ -184,6 +185,40 @@ def test_group_advantages_match_verl(verl, seed, ours, theirs, kwargs):
                                **tol(20, float(rewards.abs().max()) * scale))
 
 
+def _verl_reinforce_pp(verl, token_rewards, mask, group_ids):
+    expected, _ = verl.core.get_adv_estimator_fn("reinforce_plus_plus_baseline")(
+        token_level_rewards=token_rewards, response_mask=mask, index=group_ids.numpy(), epsilon=1e-6
+    )
+    return expected
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_reinforce_plus_plus_baseline_with_mask_matches_verl_token_whitening(verl, seed):
+    rewards, group_ids, token_rewards, mask = _grouped(seed)  # 1..T tokens per response
+    expected = _verl_reinforce_pp(verl, token_rewards, mask, group_ids)
+    adv = compute_advantages("reinforce_plus_plus_baseline", rewards, group_ids, mask=mask)
+    torch.testing.assert_close(adv[:, None] * mask, expected, **TOL)
+
+
+@pytest.mark.parametrize("scale", [1e-3, 1e3])
+def test_reinforce_plus_plus_baseline_with_mask_matches_verl_extreme_inputs(verl, scale):
+    # tiny and large reward scales (verl's variance floor 1e-8 matters at the small one), a
+    # constant-reward group, and very unequal lengths (1 token next to T tokens)
+    rewards, group_ids, token_rewards, mask = _grouped(7)
+    rewards = rewards * scale
+    first = group_ids == group_ids[0]
+    rewards[first] = 2.0 * scale  # one group with identical rewards: its deviations are 0
+    mask[0] = 0
+    mask[0, 0] = 1
+    mask[-1] = 1
+    lengths = mask.sum(-1).long()
+    token_rewards = torch.zeros_like(mask)
+    token_rewards[torch.arange(len(rewards)), lengths - 1] = rewards
+    expected = _verl_reinforce_pp(verl, token_rewards, mask, group_ids)
+    adv = compute_advantages("reinforce_plus_plus_baseline", rewards, group_ids, mask=mask)
+    torch.testing.assert_close(adv[:, None] * mask, expected, **TOL)
+
+
 @pytest.mark.parametrize("seed", SEEDS)
 def test_reinforce_plus_plus_baseline_matches_verl_per_completion(verl, seed):
     # verl whitens over response tokens; with one token per response that is per completion.
@@ -330,6 +365,42 @@ def test_gspo_matches_verl(verl, seed, agg_mode, weights):
     ours, theirs = _both(verl, "gspo", verl.core.get_policy_loss_fn("gspo"), seed, agg_mode=agg_mode, weights=weights)
     assert ours["clip/frac"] == pytest.approx(theirs["actor/pg_clipfrac"], abs=1e-6)  # same sequence-level events
     assert ours["clip/frac"] > 0  # the inputs do exercise clipping
+
+
+def _extreme_inputs(seed: int):
+    """Inputs at the clamps: sequence log-ratios of +15 and +10.5 (above GSPO's +10), -25, and
+    single tokens at ±25 (beyond the ±20 token clamp), next to ordinary ones."""
+    logp, old, adv, mask, token_w, _ = _policy_inputs(seed)
+    mask[:4] = 1
+    logp[0] = old[0] + 15.0
+    logp[1] = old[1] + 10.5
+    logp[2] = old[2] - 25.0
+    logp[3, 0], logp[3, 1] = old[3, 0] + 25.0, old[3, 1] - 25.0
+    adv[:4] = torch.tensor([-1.0, -0.5, 1.0, -2.0])  # negative advantages keep the unclipped large ratios
+    return logp, old, adv, mask, token_w
+
+
+@pytest.mark.parametrize(("ours_name", "theirs_name"), [("ppo_clip", "vanilla"), ("gspo", "gspo"), ("cispo", "cispo")])
+@pytest.mark.parametrize("agg_mode", ["token-mean", "seq-mean-token-mean"])
+def test_losses_match_verl_on_extreme_log_ratios(verl, ours_name, theirs_name, agg_mode):
+    logp, old, adv, mask, token_w = _extreme_inputs(3)
+    ours_logp, theirs_logp = logp.clone().requires_grad_(True), logp.clone().requires_grad_(True)
+    ours, metrics = compute_policy_loss(
+        ours_name, ours_logp, old, adv, mask, clip_low=CLIP_LOW, clip_high=CLIP_HIGH, agg_mode=agg_mode,
+        is_weights=token_w,
+    )
+    theirs, their_metrics = verl.core.get_policy_loss_fn(theirs_name)(
+        old, theirs_logp, adv[:, None].expand(B, T), mask, agg_mode, verl.config(), token_w
+    )
+    # the losses are dominated by e^15 ~ 3.3e6 (GSPO: e^10 after the clamp): compare relatively
+    torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
+    ours.backward()
+    theirs.backward()
+    torch.testing.assert_close(ours_logp.grad, theirs_logp.grad, rtol=1e-5, atol=1e-5)
+    # policy/approx_kl is the mean of the raw old - new log-ratio (DESIGN.md); verl's vanilla and
+    # cispo report it after their ±20 clamp, so the metrics coincide only for gspo here.
+    if ours_name == "gspo":
+        assert metrics["policy/approx_kl"] == pytest.approx(their_metrics["actor/ppo_kl"], rel=1e-5, abs=1e-5)
 
 
 @pytest.mark.parametrize("seed", SEEDS)

@@ -238,7 +238,7 @@ CONFIGS = st.sampled_from([
     "strict",
     {"preset": "strict", "on_fail": "continue",
      "rules": {n: {"patience": 1} for n in ("entropy_collapse", "reward_collapse", "length_blowup")}},
-    {"rules": {"incorrect_length_gap": {"trend_window": 1, "patience": 1},
+    {"rules": {"incorrect_length_gap": {"trend_window": 3, "patience": 1},
                "reward_collapse": {"window": 1}}},
 ])
 

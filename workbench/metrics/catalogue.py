@@ -33,9 +33,12 @@ CATALOGUE: tuple[MetricSpec, ...] = (
                "tokens", "down"),
     MetricSpec("length/truncated_frac", "fraction of responses that hit max_new_tokens without EOS", "fraction",
                "down"),
-    MetricSpec("clip/frac", "fraction of response tokens clipped (low + high)", "fraction", "stable"),
-    MetricSpec("clip/frac_low", "tokens with ratio < 1-ε_low and A < 0", "fraction", "stable"),
-    MetricSpec("clip/frac_high", "tokens with ratio > 1+ε_high and A > 0", "fraction", "stable"),
+    MetricSpec("clip/frac", "fraction of response tokens whose gradient the clipping removes (low + high; "
+               "CISPO: weights truncated)", "fraction", "stable"),
+    MetricSpec("clip/frac_low", "A < 0 tokens clipped: ratio < 1-ε_low (GMPO: log-ratio < -ε_low); "
+               "CISPO: weight truncated below, any A", "fraction", "stable"),
+    MetricSpec("clip/frac_high", "A > 0 tokens clipped: ratio > 1+ε_high (GMPO: log-ratio > ε_high); "
+               "CISPO: weight truncated above, any A", "fraction", "stable"),
     MetricSpec("policy/approx_kl", "token-mean k1 estimate of KL(old ‖ new) during the update", "nats", "down"),
     MetricSpec("policy/ratio_mean", "mean importance ratio π_new/π_old over response tokens", "ratio", "stable"),
     MetricSpec("policy/ratio_max", "max importance ratio over response tokens", "ratio", "down"),
