@@ -149,7 +149,7 @@ def run(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
         raise typer.Exit(130) from None
     finally:
         ranks.stop_followers()  # several ranks: followers return, however the study ended
-    print_summary(study_obj.name, outcomes)
+    print_summary(study_obj.name, outcomes, _study_store(specs))
     if any(o.status == "FAILED" for o in outcomes):
         raise typer.Exit(1)
 
@@ -195,7 +195,7 @@ def worker(
     finally:
         signal.signal(signal.SIGTERM, previous)
     if report.outcomes:
-        print_summary(study_obj.name, report.outcomes)
+        print_summary(study_obj.name, report.outcomes, _study_store(specs))
     console.print(f"study {report.study}: {report.finished}/{report.total} runs finished; "
                   f"this worker ({report.worker}) ran {len(report.outcomes)}", highlight=False)
     if report.failed:
@@ -203,8 +203,17 @@ def worker(
         raise typer.Exit(1)
 
 
-def print_summary(name: str, outcomes) -> None:
+def _study_store(specs) -> str:
+    """The MLflow store a study's runs log to: $MLFLOW_TRACKING_URI, else its tracking.uri, else ./mlflow.db."""
     from workbench.tracking.store import resolve_tracking_uri
+
+    return resolve_tracking_uri(specs[0].config.tracking.uri if specs else None)
+
+
+def print_summary(name: str, outcomes, uri: str) -> None:
+    from workbench.tracking.redact import redact_uri
+
+    from rich.markup import escape
 
     table = Table(title=f"study {name}")
     for col in ["run", "status", "steps", "eval first", "eval last", "Δ", "health"]:
@@ -218,9 +227,9 @@ def print_summary(name: str, outcomes) -> None:
             table.add_row("", f"[red]{o.error[:120]}", "", "", "", "", "")
     console.print(table)
     _print_seed_matrix(outcomes)
-    uri = resolve_tracking_uri()
-    where = "[bold]workbench ui[/bold]" if not uri.startswith("http") else f"[bold]{uri}[/bold]"
-    console.print(f"Tracked in MLflow at [bold]{uri}[/bold]. Open the UI with: {where}")
+    shown = escape(redact_uri(uri))  # never the store's password
+    where = "[bold]workbench ui[/bold]" if not uri.startswith("http") else f"[bold]{shown}[/bold]"
+    console.print(f"Tracked in MLflow at [bold]{shown}[/bold]. Open the UI with: {where}", soft_wrap=True)
 
 
 def _print_seed_matrix(outcomes) -> None:
@@ -275,18 +284,23 @@ def ui(study: Annotated[str | None, typer.Argument(
                                                         "$MLFLOW_TRACKING_URI, ./mlflow.db")] = None) -> None:
     """Start a real MLflow server for the local store on 127.0.0.1 and list each study's HTML
     reports and dashboards: artifact path, link into the UI, file on disk (Ctrl-C stops it)."""
+    from rich.markup import escape
+
+    from workbench.tracking.redact import redact_uri
+
     uri, studies = _ui_studies(study, tracking_uri)
     if not uri.startswith(("sqlite:", "postgresql", "mysql")):
-        raise fail(f"`workbench ui` serves a database store; {uri} is already a server")
-    env = os.environ | {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-    cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", uri, "--host", "127.0.0.1",
-           "--port", str(port), "--workers", "1"]
+        raise fail(f"`workbench ui` serves a database store; {redact_uri(uri)} is already a server")
+    # the store URI (and its password) goes through the environment, not argv: `ps` shows argv to everyone
+    env = os.environ | {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", "MLFLOW_BACKEND_STORE_URI": uri}
+    cmd = [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
     base = f"http://127.0.0.1:{port}"
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)  # `kill PID` must not orphan the server
     proc, stopped = None, False
     try:
         proc = subprocess.Popen(cmd, env=env, start_new_session=True)  # own process group: stop it whole
-        console.print(f"MLflow UI: [bold]{base}[/bold]  (store {uri}; Ctrl-C to stop)", soft_wrap=True)
+        console.print(f"MLflow UI: [bold]{base}[/bold]  (store {escape(redact_uri(uri))}; Ctrl-C to stop)",
+                      soft_wrap=True)
         for s in studies:
             _print_study_links(base, s)
         while proc.poll() is None:

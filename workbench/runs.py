@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from workbench.config import RunConfig
 from workbench.health import HealthMonitor
 from workbench.progress import RunProgress
+from workbench.tracking.redact import redact_config
 from workbench.tracking.store import resolve_tracking_uri
 from workbench.tracking.writer import RunTracker
 from workbench.train.checkpoint import RunCheckpoints
@@ -113,8 +114,8 @@ def execute_run(cfg: RunConfig, *, study: str, variant: str, label: str, parent_
             on_step(step, metrics)
 
     try:  # from here on, every exit closes the MLflow run with a status
-        tracker.log_params(cfg.flat())
-        tracker.log_dict(cfg.model_dump(mode="json"), "config.yaml")
+        tracker.log_params(redact_config(cfg.flat()))  # a tracking.uri's password is never stored
+        tracker.log_dict(redact_config(cfg.model_dump(mode="json")), "config.yaml")
         bar.start_run(label, cfg.rollout.steps)
         result = train(cfg, tracker, monitor, on_step=step_hook, checkpoints=checkpoints)
     except StopRun as stop:
