@@ -19,10 +19,19 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+from workbench.cli_errors import DEBUG_ENV, GuardedGroup
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, cls=GuardedGroup,  # unhandled errors: one line
                   help="rl-workbench: ablate GRPO-family RL changes with tracked, comparable runs.")
 console = Console()
 err_console = Console(stderr=True)
+
+
+@app.callback()
+def _global_options(debug: Annotated[bool, typer.Option(
+        "--debug", help="show the full traceback of an unexpected error (also: WORKBENCH_DEBUG=1)")] = False) -> None:
+    if debug:
+        os.environ[DEBUG_ENV] = "1"  # inherited by the processes a study starts
 
 StudyArg = Annotated[Path, typer.Argument(help="study YAML file")]
 SetOpt = Annotated[list[str] | None, typer.Option("--set", help="override a config path, e.g. learner.lr=3e-4")]
@@ -32,8 +41,10 @@ OnlyOpt = Annotated[str | None, typer.Option("--only", help="filter runs, e.g. v
 def fail(message: str, code: int = 2) -> typer.Exit:
     from rich.markup import escape
 
+    from workbench.tracking.redact import redact_text
+
     # escape(): messages quote user text and pip extras ("rl-workbench[gpu]"), not markup
-    err_console.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
+    err_console.print(f"[red]error:[/red] {escape(redact_text(message))}", highlight=False, soft_wrap=True)
     return typer.Exit(code)
 
 
@@ -132,6 +143,7 @@ def run(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
         quiet: Annotated[bool, typer.Option(help="no progress bars")] = False) -> None:
     """Execute a study's runs (skipping those already finished) and print a summary."""
     from workbench.execute import run_study
+    from workbench.runs import PreflightError
     from workbench.train import ranks
 
     if ranks.is_follower():  # several DeepSpeed ranks: rank 0 runs the study, this rank mirrors its learner
@@ -142,7 +154,7 @@ def run(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
         parallel = int(study_obj.execution.get("parallel", 1))
     try:
         outcomes = run_study(study_obj, specs, progress=not quiet, parallel=1 if ranks.multi_rank() else parallel)
-    except (FileNotFoundError, ImportError) as e:  # a missing model/data file or engine
+    except (PreflightError, FileNotFoundError, ImportError) as e:  # unrunnable config, missing model/data/engine
         raise fail(str(e)) from None
     except KeyboardInterrupt:
         err_console.print("[yellow]interrupted: unfinished runs are marked KILLED; run again to resume[/yellow]")
@@ -172,6 +184,7 @@ def worker(
     """Execute a study together with any number of other workers, on any machines (see docs/distributed.md)."""
     from workbench.distributed import WorkerError, WorkerOptions, run_worker
     from workbench.pool import _interrupt_once
+    from workbench.runs import PreflightError
 
     if tracking_uri:
         os.environ["MLFLOW_TRACKING_URI"] = tracking_uri  # every run of this worker logs there
@@ -187,7 +200,7 @@ def worker(
     previous = signal.signal(signal.SIGTERM, _interrupt_once)  # `kill PID` stops like Ctrl-C: run KILLED
     try:
         report = run_worker(study_obj, specs, storage, options)
-    except (WorkerError, FileNotFoundError, ImportError) as e:
+    except (WorkerError, PreflightError, FileNotFoundError, ImportError) as e:
         raise fail(str(e)) from None
     except KeyboardInterrupt:
         err_console.print("[yellow]worker stopped: its run is KILLED and enqueued again for the other workers[/yellow]")

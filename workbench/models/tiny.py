@@ -27,6 +27,7 @@ from workbench.tasks import Task, build_task
 from workbench.train.sft import supervised_warmup
 
 BUILD_VERSION = 1  # bump when the build procedure changes, to invalidate caches
+TINY_MAX_POSITIONS = 512  # the tiny model's context: prompt + completion must fit
 
 
 def cache_root() -> Path:
@@ -79,7 +80,7 @@ def init_tiny_model(cfg: TinyModelConfig, vocab_size: int, pad_id: int, eos_id: 
         num_hidden_layers=cfg.num_layers,
         num_attention_heads=cfg.num_heads,
         num_key_value_heads=cfg.num_heads,
-        max_position_embeddings=512,
+        max_position_embeddings=TINY_MAX_POSITIONS,
         tie_word_embeddings=True,
         pad_token_id=pad_id,
         eos_token_id=eos_id,
