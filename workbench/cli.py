@@ -142,13 +142,14 @@ def run(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
             help="runs at a time, each in its own process (default: the study's execution.parallel, else 1)")] = None,
         quiet: Annotated[bool, typer.Option(help="no progress bars")] = False) -> None:
     """Execute a study's runs (skipping those already finished) and print a summary."""
+    # the study first: a bad one fails before torch is imported (seconds and ~250 MB; every rank checks it)
+    study_obj, specs = load_specs(study, set_, only)
     from workbench.execute import run_study
     from workbench.runs import PreflightError
     from workbench.train import ranks
 
     if ranks.is_follower():  # several DeepSpeed ranks: rank 0 runs the study, this rank mirrors its learner
         raise typer.Exit(ranks.follow())
-    study_obj, specs = load_specs(study, set_, only)
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")  # a server prints no links per run
     if parallel is None:
         parallel = int(study_obj.execution.get("parallel", 1))

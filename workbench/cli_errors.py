@@ -49,7 +49,8 @@ class GuardedGroup(TyperGroup):
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
-        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException, KeyboardInterrupt, SystemExit):
+        except (typer.Exit, typer.Abort, click.exceptions.Exit, click.exceptions.Abort, click.ClickException,
+                KeyboardInterrupt, SystemExit):  # deliberate exits (typer's are not click's in typer 0.29)
             raise
         except Exception as error:
             if debug_enabled():

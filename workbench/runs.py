@@ -95,7 +95,7 @@ def _model_context(cfg: RunConfig):
         from workbench.models import inspect_model_dir
 
         return inspect_model_dir(Path(cfg.model.path).expanduser())
-    from workbench.models.tiny import TINY_MAX_POSITIONS
+    from workbench.models import TINY_MAX_POSITIONS  # not models.tiny: that imports the model classes
     from workbench.models.tokenizer import build_char_tokenizer
 
     return build_char_tokenizer(), TINY_MAX_POSITIONS

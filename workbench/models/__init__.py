@@ -6,6 +6,8 @@ from pathlib import Path
 
 from workbench.config import ModelConfig, TaskConfig
 
+TINY_MAX_POSITIONS = 512  # the built-in tiny model's context: prompt + completion must fit (checked in preflight)
+
 
 def model_dir(model_cfg: ModelConfig, task_cfg: TaskConfig, progress: bool = True) -> Path:
     """Where the weights live: the user's ``path``, or the cached tiny model (built on first use)."""

@@ -22,12 +22,12 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel, Qwen2Config, Qwen2ForCausalLM
 
 from workbench.config import ModelConfig, TaskConfig, TinyModelConfig
+from workbench.models import TINY_MAX_POSITIONS
 from workbench.models.tokenizer import build_char_tokenizer
 from workbench.tasks import Task, build_task
 from workbench.train.sft import supervised_warmup
 
 BUILD_VERSION = 1  # bump when the build procedure changes, to invalidate caches
-TINY_MAX_POSITIONS = 512  # the tiny model's context: prompt + completion must fit
 
 
 def cache_root() -> Path:
