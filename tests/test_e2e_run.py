@@ -99,11 +99,17 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(workdir, content, messa
 
 
 def test_crash_mid_run_is_marked_failed_with_traceback(workdir):
-    broken = workdir / "broken-model"
-    broken.mkdir()
-    (broken / "config.json").write_text("{}")  # passes the preflight check, fails when loading weights
-    study = workdir / "crash.yaml"
+    import shutil
+
+    from workbench.config import RunConfig
+    from workbench.models import model_dir
+
     cfg = micro_run_config()
+    built = RunConfig.model_validate(cfg)
+    broken = workdir / "broken-model"  # config and tokenizer load (preflight passes); the weights do not
+    shutil.copytree(model_dir(built.model, built.task, progress=False), broken)
+    (broken / "model.safetensors").write_bytes(b"\0" * 64)
+    study = workdir / "crash.yaml"
     cfg["model"] = {"path": str(broken)}
     study.write_text(yaml.safe_dump({"name": "crash", "base": cfg}))
     result = invoke("run", study, "--quiet")

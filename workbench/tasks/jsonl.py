@@ -48,7 +48,8 @@ def _parse_line(raw: bytes, where: str) -> Problem | None:
     try:
         row = json.loads(line)
     except json.JSONDecodeError as e:
-        raise ValueError(f"{where}: invalid JSON ({e.msg} at column {e.colno})") from None
+        where_in_line = f"{e.msg} column" if e.msg.endswith(" at") else f"{e.msg} at column"  # json's wording varies
+        raise ValueError(f"{where}: invalid JSON ({where_in_line} {e.colno})") from None
     except RecursionError:
         raise ValueError(f"{where}: invalid JSON (nested too deeply)") from None
     if not isinstance(row, dict):
