@@ -99,18 +99,11 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(workdir, content, messa
 
 
 def test_crash_mid_run_is_marked_failed_with_traceback(workdir):
-    import shutil
-
-    from workbench.config import RunConfig
-    from workbench.models import model_dir
+    from tests.execution_helpers import broken_model_dir
 
     cfg = micro_run_config()
-    built = RunConfig.model_validate(cfg)
-    broken = workdir / "broken-model"  # config and tokenizer load (preflight passes); the weights do not
-    shutil.copytree(model_dir(built.model, built.task, progress=False), broken)
-    (broken / "model.safetensors").write_bytes(b"\0" * 64)
+    cfg["model"] = {"path": str(broken_model_dir(workdir))}  # preflight passes; loading the weights fails
     study = workdir / "crash.yaml"
-    cfg["model"] = {"path": str(broken)}
     study.write_text(yaml.safe_dump({"name": "crash", "base": cfg}))
     result = invoke("run", study, "--quiet")
     assert result.exit_code == 1
