@@ -29,6 +29,8 @@ def read_numbered_problems(path: Path) -> list[tuple[int, Problem]]:
     problems = []
     with open(path, "rb") as handle:  # bytes: a bad UTF-8 sequence is reported with its line
         for lineno, raw in enumerate(handle, start=1):
+            if lineno == 1 and raw.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte order mark (Windows editors)
+                raw = raw[3:]
             problem = _parse_line(raw, f"{path}:{lineno}")
             if problem is not None:
                 problems.append((lineno, problem))
