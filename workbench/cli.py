@@ -19,10 +19,19 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+from workbench.cli_errors import DEBUG_ENV, GuardedGroup
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, cls=GuardedGroup,  # unhandled errors: one line
                   help="rl-workbench: ablate GRPO-family RL changes with tracked, comparable runs.")
 console = Console()
 err_console = Console(stderr=True)
+
+
+@app.callback()
+def _global_options(debug: Annotated[bool, typer.Option(
+        "--debug", help="show the full traceback of an unexpected error (also: WORKBENCH_DEBUG=1)")] = False) -> None:
+    if debug:
+        os.environ[DEBUG_ENV] = "1"  # inherited by the processes a study starts
 
 StudyArg = Annotated[Path, typer.Argument(help="study YAML file")]
 SetOpt = Annotated[list[str] | None, typer.Option("--set", help="override a config path, e.g. learner.lr=3e-4")]
@@ -32,8 +41,10 @@ OnlyOpt = Annotated[str | None, typer.Option("--only", help="filter runs, e.g. v
 def fail(message: str, code: int = 2) -> typer.Exit:
     from rich.markup import escape
 
+    from workbench.tracking.redact import redact_text
+
     # escape(): messages quote user text and pip extras ("rl-workbench[gpu]"), not markup
-    err_console.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
+    err_console.print(f"[red]error:[/red] {escape(redact_text(message))}", highlight=False, soft_wrap=True)
     return typer.Exit(code)
 
 
@@ -143,7 +154,10 @@ def run(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
             min=0, help="off a terminal (nohup, CI): seconds between plain progress lines "
                         "(default $WORKBENCH_PROGRESS_EVERY or 30; evals always print)")] = None) -> None:
     """Execute a study's runs (skipping those already finished) and print a summary."""
+    # the study first: a bad one fails before torch is imported (seconds and ~250 MB; every rank checks it)
+    study_obj, specs = load_specs(study, set_, only)
     from workbench.execute import run_study
+    from workbench.runs import PreflightError
     from workbench.study_progress import PROGRESS_EVERY_ENV
     from workbench.train import ranks
 
@@ -152,21 +166,20 @@ def run(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
 
     if ranks.is_follower():  # several DeepSpeed ranks: rank 0 runs the study, this rank mirrors its learner
         raise typer.Exit(ranks.follow())
-    study_obj, specs = load_specs(study, set_, only)
-    warn_inert_knobs(specs)
+    warn_inert_knobs(specs)  # rank 0 (or the only process) lints; followers mirror it
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")  # a server prints no links per run
     if parallel is None:
         parallel = int(study_obj.execution.get("parallel", 1))
     try:
         outcomes = run_study(study_obj, specs, progress=not quiet, parallel=1 if ranks.multi_rank() else parallel)
-    except (FileNotFoundError, ImportError) as e:  # a missing model/data file or engine
+    except (PreflightError, FileNotFoundError, ImportError) as e:  # unrunnable config, missing model/data/engine
         raise fail(str(e)) from None
     except KeyboardInterrupt:
         err_console.print("[yellow]interrupted: unfinished runs are marked KILLED; run again to resume[/yellow]")
         raise typer.Exit(130) from None
     finally:
         ranks.stop_followers()  # several ranks: followers return, however the study ended
-    print_summary(study_obj.name, outcomes)
+    print_summary(study_obj.name, outcomes, _study_store(specs))
     if any(o.status == "FAILED" for o in outcomes):
         raise typer.Exit(1)
 
@@ -189,6 +202,7 @@ def worker(
     """Execute a study together with any number of other workers, on any machines (see docs/distributed.md)."""
     from workbench.distributed import WorkerError, WorkerOptions, run_worker
     from workbench.pool import _interrupt_once
+    from workbench.runs import PreflightError
 
     if tracking_uri:
         os.environ["MLFLOW_TRACKING_URI"] = tracking_uri  # every run of this worker logs there
@@ -205,7 +219,7 @@ def worker(
     previous = signal.signal(signal.SIGTERM, _interrupt_once)  # `kill PID` stops like Ctrl-C: run KILLED
     try:
         report = run_worker(study_obj, specs, storage, options)
-    except (WorkerError, FileNotFoundError, ImportError) as e:
+    except (WorkerError, PreflightError, FileNotFoundError, ImportError) as e:
         raise fail(str(e)) from None
     except KeyboardInterrupt:
         err_console.print("[yellow]worker stopped: its run is KILLED and enqueued again for the other workers[/yellow]")
@@ -213,7 +227,7 @@ def worker(
     finally:
         signal.signal(signal.SIGTERM, previous)
     if report.outcomes:
-        print_summary(study_obj.name, report.outcomes)
+        print_summary(study_obj.name, report.outcomes, _study_store(specs))
     console.print(f"study {report.study}: {report.finished}/{report.total} runs finished; "
                   f"this worker ({report.worker}) ran {len(report.outcomes)}", highlight=False)
     if report.failed:
@@ -221,8 +235,17 @@ def worker(
         raise typer.Exit(1)
 
 
-def print_summary(name: str, outcomes) -> None:
+def _study_store(specs) -> str:
+    """The MLflow store a study's runs log to: $MLFLOW_TRACKING_URI, else its tracking.uri, else ./mlflow.db."""
     from workbench.tracking.store import resolve_tracking_uri
+
+    return resolve_tracking_uri(specs[0].config.tracking.uri if specs else None)
+
+
+def print_summary(name: str, outcomes, uri: str) -> None:
+    from workbench.tracking.redact import redact_uri
+
+    from rich.markup import escape
 
     table = Table(title=f"study {name}")
     for col in ["run", "status", "steps", "eval first", "eval last", "Δ", "health"]:
@@ -236,9 +259,9 @@ def print_summary(name: str, outcomes) -> None:
             table.add_row("", f"[red]{o.error[:120]}", "", "", "", "", "")
     console.print(table)
     _print_seed_matrix(outcomes)
-    uri = resolve_tracking_uri()
-    where = "[bold]workbench ui[/bold]" if not uri.startswith("http") else f"[bold]{uri}[/bold]"
-    console.print(f"Tracked in MLflow at [bold]{uri}[/bold]. Open the UI with: {where}")
+    shown = escape(redact_uri(uri))  # never the store's password
+    where = "[bold]workbench ui[/bold]" if not uri.startswith("http") else f"[bold]{shown}[/bold]"
+    console.print(f"Tracked in MLflow at [bold]{shown}[/bold]. Open the UI with: {where}", soft_wrap=True)
 
 
 def _print_seed_matrix(outcomes) -> None:
@@ -294,18 +317,23 @@ def ui(study: Annotated[str | None, typer.Argument(
                                                         "$MLFLOW_TRACKING_URI, ./mlflow.db")] = None) -> None:
     """Start a real MLflow server for the local store on 127.0.0.1 and list each study's HTML
     reports and dashboards: artifact path, link into the UI, file on disk (Ctrl-C stops it)."""
+    from rich.markup import escape
+
+    from workbench.tracking.redact import redact_uri
+
     uri, studies = _ui_studies(study, tracking_uri)
     if not uri.startswith(("sqlite:", "postgresql", "mysql")):
-        raise fail(f"`workbench ui` serves a database store; {uri} is already a server")
-    env = os.environ | {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-    cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", uri, "--host", "127.0.0.1",
-           "--port", str(port), "--workers", "1"]
+        raise fail(f"`workbench ui` serves a database store; {redact_uri(uri)} is already a server")
+    # the store URI (and its password) goes through the environment, not argv: `ps` shows argv to everyone
+    env = os.environ | {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", "MLFLOW_BACKEND_STORE_URI": uri}
+    cmd = [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
     base = f"http://127.0.0.1:{port}"
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)  # `kill PID` must not orphan the server
     proc, stopped = None, False
     try:
         proc = subprocess.Popen(cmd, env=env, start_new_session=True)  # own process group: stop it whole
-        console.print(f"MLflow UI: [bold]{base}[/bold]  (store {uri}; Ctrl-C to stop)", soft_wrap=True)
+        console.print(f"MLflow UI: [bold]{base}[/bold]  (store {escape(redact_uri(uri))}; Ctrl-C to stop)",
+                      soft_wrap=True)
         for s in studies:
             _print_study_links(base, s)
         while proc.poll() is None:

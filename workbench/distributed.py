@@ -150,12 +150,10 @@ def wait_for_creator(ostudy, *, owned: Callable[[dict], bool], take_over: Callab
 
 
 def describe_storage(url: str) -> str:
-    """The storage URL without its password, for messages."""
-    if "://" in url and "@" in url:
-        scheme, rest = url.split("://", 1)
-        creds, host = rest.rsplit("@", 1)
-        return f"{scheme}://{creds.split(':', 1)[0]}:***@{host}"
-    return url
+    """The storage URL without its password or password-like query parameters, for messages."""
+    from workbench.tracking.redact import redact_uri
+
+    return redact_uri(url)
 
 
 def open_storage(url: str, *, heartbeat_interval: int, grace_period: int | None = None,

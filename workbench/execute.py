@@ -27,6 +27,7 @@ import yaml
 
 from workbench.runs import RunOutcome, execute_run, preflight
 from workbench.study import RunSpec, Study
+from workbench.tracking.redact import redact_text
 from workbench.tracking.store import get_or_create_experiment, resolve_tracking_uri
 
 ORPHAN_ERROR = "its process is gone: the run was left RUNNING (killed worker or machine)"
@@ -112,7 +113,7 @@ def open_study(study: Study, specs: list[RunSpec], *, log_plan: bool = True) -> 
                                    tags={"workbench.role": "study", "workbench.study": study.name}).info.run_id
     if log_plan:
         if study.source:
-            client.log_text(parent, Path(study.source).read_text(), "study.yaml")
+            client.log_text(parent, redact_text(Path(study.source).read_text()), "study.yaml")  # no passwords
         client.log_text(parent, json.dumps(plan_rows(specs, {}), indent=2, default=str), "plan.json")
     return StudyContext(study, uri, experiment_id, parent)
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from workbench.config import RunConfig
 from workbench.health import HealthMonitor
 from workbench.progress import RunProgress
+from workbench.tracking.redact import redact_config
 from workbench.tracking.store import resolve_tracking_uri
 from workbench.tracking.writer import RunTracker
 from workbench.train.checkpoint import RunCheckpoints
@@ -46,18 +47,103 @@ class RunOutcome:
     error: str = ""
 
 
-def preflight(cfg: RunConfig) -> None:
-    """Checks that need the filesystem, done before anything is written to MLflow."""
-    from pathlib import Path
+class PreflightError(ValueError):
+    """A schema-valid config that cannot run (missing file, bad data, unavailable device, ...):
+    one line naming the setting and the file, raised before any MLflow run is opened."""
 
-    from workbench.models import check_model_path
+
+def preflight(cfg: RunConfig) -> None:
+    """Checks that need the filesystem, the model directory or the data, done before anything
+    is written to MLflow. Every failure is a one-line ``PreflightError``."""
+    try:
+        _preflight(cfg)
+    except PreflightError:
+        raise
+    except (OSError, ValueError, ImportError) as error:  # FileNotFoundError, ModuleNotFoundError, bad data
+        raise PreflightError(" ".join(str(error).split())) from None
+
+
+def _preflight(cfg: RunConfig) -> None:
     from workbench.tasks import build_task
 
-    if cfg.model.path is not None:
-        check_model_path(Path(cfg.model.path).expanduser())
-    build_task(cfg.task)  # a missing/malformed JSONL file fails here
+    check_device(cfg.learner.device)
+    tokenizer, positions = _model_context(cfg)
+    task = build_task(cfg.task)  # a missing/malformed JSONL file fails here, with its line number
     check_engines(cfg)
     check_multi_rank(cfg.learner)  # several processes (WORLD_SIZE > 1): DeepSpeed ZeRO 0-2 only
+    check_problems_fit(cfg, task, tokenizer, positions)
+
+
+def check_device(device: str) -> None:
+    """An explicit CUDA device must exist here (``auto`` falls back to the CPU)."""
+    if device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise PreflightError(f"learner.device={device!r}, but torch sees no CUDA device here (use auto or cpu)")
+        index = torch.device(device).index
+        if index is not None and index >= torch.cuda.device_count():
+            raise PreflightError(f"learner.device={device!r}, but this machine has "
+                                 f"{torch.cuda.device_count()} CUDA device(s)")
+
+
+def _model_context(cfg: RunConfig):
+    """(tokenizer, max positions) of the policy, from the model directory or the built-in tiny model."""
+    from pathlib import Path
+
+    if cfg.model.path is not None:
+        from workbench.models import inspect_model_dir
+
+        return inspect_model_dir(Path(cfg.model.path).expanduser())
+    from workbench.models import TINY_MAX_POSITIONS  # not models.tiny: that imports the model classes
+    from workbench.models.tokenizer import build_char_tokenizer
+
+    return build_char_tokenizer(), TINY_MAX_POSITIONS
+
+
+TRAIN_PROBES = 256  # generated tasks: training prompts sampled to check lengths (their length is bounded by the config)
+
+
+def check_problems_fit(cfg: RunConfig, task, tokenizer, positions: int | None) -> None:
+    """Every prompt (after the template) plus ``sampler.max_new_tokens`` fits the model's positions;
+    with the built-in tiny model, every JSONL training line has the ``solution`` its cold-start SFT needs."""
+    import random
+    from pathlib import Path
+
+    from workbench.models import token_count_over
+
+    template, budget_new = cfg.model.prompt_template, cfg.sampler.max_new_tokens
+    if positions is not None and budget_new >= positions:
+        raise PreflightError(f"sampler.max_new_tokens={budget_new} leaves no room for a prompt: "
+                             f"the model has {positions} positions")
+    if cfg.task.name == "jsonl":
+        from workbench.tasks.jsonl import read_numbered_problems
+
+        files = [cfg.task.path] + ([cfg.task.eval_path] if cfg.task.eval_path else [])
+        numbered = [(f"{name}:{line}", p) for name in files for line, p in read_numbered_problems(Path(name))]
+        if cfg.model.builtin is not None:
+            lacking = [(where, p) for where, p in numbered if p.solution is None and where.startswith(f"{files[0]}:")]
+            if lacking:
+                raise PreflightError(
+                    f"{lacking[0][0]}: no 'solution' (the built-in tiny model warms up by SFT on worked solutions; "
+                    f"{len(lacking)} line(s) of task.path lack one): add 'solution' to every line or use model.path")
+    else:
+        numbered = [("eval problem", p) for p in task.eval_problems()]
+        numbered += [("train problem", p) for p in task.sample_train(TRAIN_PROBES, random.Random(0))]
+    if positions is None:
+        return
+    for where, problem in numbered:
+        prompt = template.format(prompt=problem.prompt)
+        over = token_count_over(tokenizer, prompt, positions - budget_new - 1)  # 1: a BOS the tokenizer may add
+        if over is not None:
+            raise PreflightError(
+                f"{where}: the prompt has {over} tokens; with sampler.max_new_tokens={budget_new} it exceeds the "
+                f"model's {positions} positions")
+        if cfg.model.builtin is not None and problem.solution is not None:
+            over = token_count_over(tokenizer, prompt + problem.solution, positions - 1)
+            if over is not None:
+                raise PreflightError(f"{where}: prompt + solution have {over} tokens; the tiny model's "
+                                     f"cold-start SFT needs them within {positions} positions")
 
 
 ENGINE_HINT = ("install the `gpu` extra on a CUDA machine (pip install 'rl-workbench[gpu]'), or run "
@@ -113,8 +199,8 @@ def execute_run(cfg: RunConfig, *, study: str, variant: str, label: str, parent_
             on_step(step, metrics)
 
     try:  # from here on, every exit closes the MLflow run with a status
-        tracker.log_params(cfg.flat())
-        tracker.log_dict(cfg.model_dump(mode="json"), "config.yaml")
+        tracker.log_params(redact_config(cfg.flat()))  # a tracking.uri's password is never stored
+        tracker.log_dict(redact_config(cfg.model_dump(mode="json")), "config.yaml")
         bar.start_run(label, cfg.rollout.steps)
         result = train(cfg, tracker, monitor, on_step=step_hook, checkpoints=checkpoints)
     except StopRun as stop:

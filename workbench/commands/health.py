@@ -21,6 +21,8 @@ from typing import Annotated, Any
 import pandas as pd
 import typer
 
+from workbench.tracking.redact import redact_uri
+
 from ._common import TrackingOpt, console, fail, note, resolve_target
 
 __all__ = ["health", "health_cells", "health_events", "recheck_reports", "run_health_config"]
@@ -209,7 +211,7 @@ def health(
         reports = reader.health_reports(runs)
         source = "health.json"
     if runs.empty:
-        raise fail(f"study {target.study!r} has no runs in {target.tracking_uri}")
+        raise fail(f"study {target.study!r} has no runs in {redact_uri(target.tracking_uri)}")
     cells = health_cells(runs, reports)
     rules = list(pd.unique(cells["rule"]))
     if format == "json":
@@ -228,7 +230,7 @@ def health(
                                       "message": r["message"]}
                           for r in c.to_dict("records")},
             })
-        print(json.dumps({"study": target.study, "tracking_uri": target.tracking_uri, "source": source,
+        print(json.dumps({"study": target.study, "tracking_uri": redact_uri(target.tracking_uri), "source": source,
                           "rules": rules, "runs": out_runs}, indent=2, default=str, allow_nan=False))
         return
     from rich.table import Table

@@ -19,6 +19,8 @@ from typing import Annotated, Any
 import pandas as pd
 import typer
 
+from workbench.tracking.redact import redact_uri
+
 from ._common import (
     Target,
     TrackingOpt,
@@ -194,7 +196,7 @@ def build_compare_report(study: str, table: Any, summary: pd.DataFrame, history:
         sections.append(Section("Health", figure=health_matrix_figure(cells, title=None), note=(
             "First step at which each health rule fired, per run (from health.json; amber: warn, red: fail, "
             "grey: no report). `workbench health STUDY` prints the same table.")))
-    subtitle = f"study <b>{html.escape(study)}</b> · {len(runs)} runs · store {html.escape(tracking_uri)}"
+    subtitle = f"study <b>{html.escape(study)}</b> · {len(runs)} runs · store {html.escape(redact_uri(tracking_uri))}"
     return html_page(f"Comparison report: {study}", sections, subtitle=subtitle), warnings
 
 
@@ -397,7 +399,7 @@ def dashboard(
     frames = target.reader.load(target.study, sorted(_spec_metrics(dash)), run_ids=[run_id] if run_id else None)
     if frames.runs.empty:
         raise fail(f"no run {run_id} in study {target.study!r}" if run_id else
-                   f"study {target.study!r} has no runs in {target.tracking_uri}")
+                   f"study {target.study!r} has no runs in {redact_uri(target.tracking_uri)}")
     cells = events = None
     if needs_health:
         reports = target.reader.health_reports(frames.runs)
