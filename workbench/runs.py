@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from workbench.config import RunConfig
 from workbench.health import HealthMonitor
+from workbench.metrics.catalogue import unlogged_by_config
 from workbench.progress import RunProgress
 from workbench.tracking.redact import redact_config
 from workbench.tracking.store import resolve_tracking_uri
@@ -189,7 +190,7 @@ def execute_run(cfg: RunConfig, *, study: str, variant: str, label: str, parent_
                          run_tags(study, variant, cfg, role, label) | resume_tags | (extra_tags or {}),
                          parent_run_id=parent_run_id)
     outcome.run_id = tracker.start()
-    monitor = HealthMonitor.from_config(cfg.health)
+    monitor = HealthMonitor.from_config(cfg.health, unlogged=unlogged_by_config(cfg.flat()))
     bar = progress or RunProgress(enabled=False)
     stop_reason = ""
 

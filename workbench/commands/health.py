@@ -65,6 +65,8 @@ def health_cells(runs: pd.DataFrame, reports: Mapping[str, Mapping[str, Any] | N
                     cell["message"] = "rule not in this run's report"
                 elif not r.get("enabled", True):
                     cell["state"] = "off"
+                elif r.get("not_applicable"):  # watches only metrics this run's config never logs
+                    cell.update(state="off", message=r["not_applicable"])
                 elif r.get("first_trigger"):
                     ft = r["first_trigger"]
                     cell.update(state=r.get("severity", "warn"), step=ft.get("step"), value=_num(ft.get("value")),
@@ -156,11 +158,13 @@ def run_health_config(row: Mapping[str, Any], preset: str | None = None) -> dict
 def recheck_reports(history: pd.DataFrame, runs: pd.DataFrame, preset: str | None = None) -> dict[str, dict]:
     """``run_id -> health report`` recomputed from the logged metrics (same events as live)."""
     from workbench.health import HealthMonitor
+    from workbench.metrics.catalogue import unlogged_by_config
 
     by_run = {rid: g for rid, g in history.groupby("run_id", sort=False)}
     out = {}
     for row in runs.to_dict("records"):
-        monitor = HealthMonitor.from_config(run_health_config(row, preset))
+        params = {k: v for k, v in row.items() if isinstance(v, str)}  # the run's logged config params
+        monitor = HealthMonitor.from_config(run_health_config(row, preset), unlogged=unlogged_by_config(params))
         g = by_run.get(row["run_id"])
         series: dict[str, list[tuple[int, float]]] = {}
         if g is not None:
