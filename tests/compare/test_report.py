@@ -153,7 +153,7 @@ def test_holm_correction_across_variants():
 
 
 def test_reproducible_with_fixed_seed_and_order_independent():
-    df = study({"grpo": 0.5, "dapo": 0.6, "gspo": 0.55}, sd=0.05)
+    df = study({"grpo": 0.5, "dapo": 0.6, "gspo": 0.55}, sd=0.05, n=8)  # 8 seeds: a BCa IQM CI varies with rng
     a = compare_variants(df, "grpo", ["acc"], {"acc": True}, rng=11)
     b = compare_variants(df, "grpo", ["acc"], {"acc": True}, rng=11)
     pd.testing.assert_frame_equal(a.df, b.df)

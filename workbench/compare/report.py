@@ -423,7 +423,8 @@ def compare_variants(
     per variant needed for ``power`` at ``alpha = 1 - confidence``. With arms, "variant" above
     reads "arm": the correction runs across all arm comparisons of a metric (or of the table).
 
-    ``rng`` seeds every bootstrap (each cell gets its own stream derived from ``rng``, metric and
+    ``n_resamples=0`` skips the bootstraps (IQM and P(improvement) without intervals; verdicts do
+    not use them): for simulations. ``rng`` seeds every bootstrap (each cell gets its own stream derived from ``rng``, metric and
     arm, so a cell does not change when arms or metrics are added).
     """
     metrics = list(metrics)
@@ -471,8 +472,12 @@ def compare_variants(
                 done = _outcomes.run_outcomes(g, metric) == "finished"
                 lab = g[strata].to_numpy()[done]
             m_est = stats.mean_ci(arm.values, confidence=confidence)
-            i_est = stats.iqm_ci(arm.values, strata=lab, confidence=confidence,
-                                 n_resamples=n_resamples, rng=_child_rng(seed, metric, variant, "iqm"))
+            if n_resamples > 0:
+                i_est = stats.iqm_ci(arm.values, strata=lab, confidence=confidence,
+                                     n_resamples=n_resamples, rng=_child_rng(seed, metric, variant, "iqm"))
+            else:  # no bootstrap asked for (simulations): the IQM without its interval
+                i_est = stats.Estimate(float(stats.iqm(arm.values)) if arm.values.size else math.nan,
+                                       math.nan, math.nan, n=arm.values.size)
             notes = []
             if base_arm is None:
                 point = _arms.grid_point(variant, arm_variant[variant]) or "its grid point"
@@ -536,7 +541,8 @@ def compare_variants(
                 poi = stats.probability_of_improvement_ci(
                     x_ranked, y_ranked, higher_is_better=hib is not False, confidence=confidence,
                     n_resamples=n_resamples, method="percentile", rng=_child_rng(seed, metric, variant, "poi"),
-                )
+                ) if n_resamples > 0 else stats.Estimate(stats.probability_of_improvement(
+                    x_ranked, y_ranked, higher_is_better=hib is not False), math.nan, math.nan, n=0)
                 row.update(
                     delta=diff.delta,
                     paired=diff.paired and not by_rank,

@@ -602,10 +602,10 @@ def rank_test(x: Any, y: Any, *, x_worst: int, y_worst: int, higher_is_better: b
     if xv.size == 0 or yv.size == 0:
         return math.nan, math.nan
     poi = float(_poi(xv, yv))
-    if _is_constant(np.concatenate([xv, yv])) or np.all(np.concatenate([xv, yv]) == -math.inf):
-        return 1.0, poi
-    # ranks only: map to finite ranks so the permutation statistic never sees inf - inf
+    # ranks only: finite ranks, so neither the test nor the constant check sees inf - inf
     ranks = sps.rankdata(np.concatenate([xv, yv]))
+    if _is_constant(ranks):
+        return 1.0, poi
     res = sps.mannwhitneyu(ranks[: xv.size], ranks[xv.size :], alternative="two-sided",
                            method=sps.PermutationMethod(n_resamples=9999, rng=as_rng(rng)))
     return float(min(1.0, res.pvalue)), poi
