@@ -239,6 +239,7 @@ def print_table(table: Any, out: Any = None) -> None:
     terminal rather than cut.
     """
     from rich.markup import escape
+    from rich.measure import Measurement
     from rich.table import Table
 
     out = out or console
@@ -260,7 +261,8 @@ def print_table(table: Any, out: Any = None) -> None:
             if v == "baseline":
                 cells[0] = f"[bold]{cells[0]}[/bold]"
             t.add_row(*cells)
-        if out.measure(t).maximum <= out.width:
+        natural = Measurement.get(out, out.options.update(max_width=1_000_000), t).maximum  # unwrapped width
+        if natural <= out.width:
             out.print(t)
             continue
         out.print(escape(_title(table, metric)), soft_wrap=True, highlight=False)
