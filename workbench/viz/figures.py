@@ -213,7 +213,7 @@ def summary_bar_traces(table_rows: pd.DataFrame, values: pd.DataFrame | None, me
 
 def summary_figure(table: Any, summary: pd.DataFrame | None = None, metrics: Sequence[str] | None = None, *,
                    colors: Mapping[str, str] | None = None, statistic: str = "mean", cols: int = 2,
-                   title: str | None = "Summary metrics per variant (bars: estimate with 95% bootstrap CI; "
+                   title: str | None = "Summary metrics per variant (bars: estimate with 95% CI; "
                                        "circles: runs)") -> go.Figure:
     """One subplot per metric of a :class:`~workbench.compare.ComparisonTable`."""
     metrics = list(metrics or table.metrics)
