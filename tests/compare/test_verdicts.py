@@ -265,3 +265,27 @@ def test_rank_test_p_value_is_exact_by_hand():
     p2, poi2 = rank_test([0.9] * 5, [0.6] * 6, x_worst=1, y_worst=0, higher_is_better=True, rng=0)
     exact = sps.mannwhitneyu([2] * 5 + [0], [1] * 6, method=sps.PermutationMethod(rng=0)).pvalue
     assert poi2 == pytest.approx(30 / 36) and p2 == pytest.approx(exact)
+
+
+@pytest.mark.parametrize("n", [5, 10])
+@pytest.mark.parametrize("dist", ["normal", "lognormal"])
+def test_iqm_ci_covers_its_stated_level(n, dist):
+    """The IQM's trimmed-mean t interval (a BCa bootstrap covered 86.5% at 5 seeds). The estimand is
+    the population mean trimmed by the sample's own share floor(n/4)/n at each end (n = 5: 20%,
+    n = 10: 20%). 2000 studies: s.e. of a 95% coverage 0.49 points; +-3 points is 6 s.e."""
+    from workbench.compare.stats import iqm_ci
+
+    rng = np.random.default_rng([n, len(dist), 7])
+    share = (n // 4) / n
+    if dist == "normal":
+        x, truth = rng.normal(0.5, 0.1, (2000, n)), 0.5
+    else:  # E[X | q_share < X < q_(1-share)] for lognormal(0, 0.25)
+        x = rng.lognormal(0.0, 0.25, (2000, n))
+        lo, hi = sps.norm.ppf([share, 1 - share])
+        truth = math.exp(0.25**2 / 2) * (sps.norm.cdf(hi - 0.25) - sps.norm.cdf(lo - 0.25)) / (1 - 2 * share)
+    hits = 0
+    for row in x:
+        est = iqm_ci(row)
+        hits += est.lo <= truth <= est.hi
+    assert est.method == "trimmed-mean t (Tukey-McLaughlin)"
+    assert abs(hits / 2000 - 0.95) <= 0.03, hits / 2000

@@ -170,7 +170,7 @@ def build_compare_report(study: str, table: Any, summary: pd.DataFrame, history:
             f"Per-run summary metrics compared across seeds. Δ = {unit} − baseline "
             f"({'paired t-test on matched seeds' if table.df['paired'].fillna(False).any() else 'Welch t-test'}; "
             f"CIs of Δ after {table.correction} correction across {unit}s, excluding 0 exactly when the corrected "
-            f"test rejects); mean CIs: t interval; IQM CIs: BCa bootstrap (t below 4 seeds); P(improvement) CIs: "
+            f"test rejects); mean CIs: t interval; IQM CIs: trimmed-mean t (Tukey-McLaughlin; t below 4 seeds); P(improvement) CIs: "
             f"percentile bootstrap ({table.settings.get('n_resamples')} resamples). 'runs' counts each {unit}'s "
             "runs as finished / failed / stopped early / censored (threshold never reached, nothing correct) / "
             "missing; failed, stopped and censored runs are ranked worst (Mann-Whitney test) and a verdict they "

@@ -150,7 +150,8 @@ class ComparisonTable:
     - ``n_runs`` and ``n_finished``/``n_failed``/``n_stopped``/``n_censored``/``n_missing``: the runs
       per outcome (:mod:`workbench.compare.outcomes`, which states the policy for them).
     - ``mean``/``iqm`` with ``_lo``/``_hi``: CIs at ``confidence`` made by ``mean_method`` (t) and
-      ``iqm_method`` (BCa bootstrap; t below 4 seeds, where the IQM is the mean).
+      ``iqm_method`` (trimmed-mean t of Tukey-McLaughlin; t below 4 seeds, where the IQM is the
+      mean; BCa bootstrap with strata).
     - ``delta`` = mean(variant) - mean(baseline) (paired: mean of per-seed differences), raw sign;
       ``delta_lo``/``delta_hi`` its t interval **after correction** at level ``delta_level``: it
       excludes 0 exactly when the corrected test rejects. No interval when the test is the rank
@@ -326,7 +327,7 @@ class ComparisonTable:
         out.write(
             f"Δ = {self.unit} − baseline; CIs of Δ are t intervals after {self.correction} correction "
             f"(family: {self.settings.get('family', 'metric')}), excluding 0 exactly when the corrected "
-            f"test rejects; mean CIs: t interval; IQM CIs: BCa bootstrap (t below 4 seeds); P(improve) "
+            f"test rejects; mean CIs: t interval; IQM CIs: trimmed-mean t (Tukey-McLaughlin; t below 4 seeds); P(improve) "
             f"CIs: percentile bootstrap ({self.settings.get('n_resamples', '?')} resamples). seeds = "
             f"finished runs with a value; runs failed, stopped early or censored are ranked worst "
             f"(Mann-Whitney) and can withhold a verdict (docs/reports.md).\n"
@@ -412,7 +413,8 @@ def compare_variants(
     Runs are classified per metric as finished / failed / stopped / censored / missing
     (:mod:`workbench.compare.outcomes`, which states the policy; ``status``, ``stopped_early`` and
     ``health_reasons`` columns are read when present). Per metric and arm: mean (t interval) and
-    IQM (BCa bootstrap, stratified by the ``strata`` column if given) of the finished runs; against
+    IQM (trimmed-mean t interval; BCa bootstrap stratified by the ``strata`` column if given) of
+    the finished runs; against
     the baseline, when both arms' runs all finished, the mean difference with a paired t-test
     when the seeds are matched (``pairing="auto"``) else Welch's t-test, otherwise Mann-Whitney
     with failed/stopped/censored runs ranked worst (a verdict it does not support is withheld,
@@ -619,7 +621,8 @@ def compare_variants(
         "power": power,
         "rng": seed,
         "strata": strata,
-        "bootstrap": "BCa (IQM), percentile (P(improve))",
+        "bootstrap": "percentile (P(improve)); BCa (IQM with strata)",
+        "iqm_ci": stats.IQM_T_METHOD,
         "mean_ci": "t",
         "arms": any(a != v for a, v in arm_variant.items()),
     }

@@ -9,11 +9,12 @@ except in :func:`curve_bands`, no I/O. The choices, and why:
   The CI of the **mean** is the **t interval** (:func:`mean_ci`): with 3-10 seeds the percentile
   bootstrap covers the mean in only 71-90% of studies (its spread is biased by ``(n-1)/n`` and its
   tails are too short), the t interval in 95% for normal data (simulation tests in
-  ``tests/compare/test_verdicts.py``). The CI of the **IQM** has no t form, so it is a
-  **BCa** bootstrap (``scipy.stats.bootstrap(method='BCa')``, :func:`bootstrap_ci`), stratified
-  when a strata key is given (runs resampled within each stratum, as rliable does); with fewer
-  than 4 values the IQM *is* the mean and gets the t interval. Every interval names its method
-  (``Estimate.method``).
+  ``tests/compare/test_verdicts.py``). The CI of the **IQM** (:func:`iqm_ci`) is the trimmed-mean
+  t interval of Tukey and McLaughlin (``scipy.stats.mstats.trimmed_mean_ci``), which covers
+  92-98% at 4-10 seeds where the BCa bootstrap covers 86.5% at 5; with a strata key it is the
+  stratified **BCa** bootstrap (``scipy.stats.bootstrap(method='BCa')``, :func:`bootstrap_ci`:
+  runs resampled within each stratum, as rliable does); with fewer than 4 values the IQM *is* the
+  mean and gets the t interval. Every interval names its method (``Estimate.method``).
 * **Probability of improvement** (:func:`probability_of_improvement`): Agarwal et al. 2021,
   Sec. 4.3: ``P(X > Y) = 1/(n m) sum_ij S(x_i, y_j)`` with ``S = 1`` if ``x_i > y_j``, ``1/2`` on a
   tie, ``0`` otherwise: the Mann-Whitney U statistic divided by ``n m``. "Improvement" follows the
@@ -296,11 +297,32 @@ def iqm_ci(
     n_resamples: int = DEFAULT_RESAMPLES,
     rng: RngLike = None,
 ) -> Estimate:
-    """IQM with its CI: BCa bootstrap from 4 values on; below 4 the IQM is the mean, so its t interval."""
-    if np.isfinite(np.asarray(values, dtype=float)).sum() < 4 and strata is None:
+    """IQM with its CI.
+
+    * below 4 values the IQM *is* the mean (nothing trimmed): its t interval;
+    * from 4 values the **trimmed-mean t interval** of Tukey and McLaughlin
+      (``scipy.stats.mstats.trimmed_mean_ci``: winsorised standard error, t with ``h - 1`` degrees
+      of freedom for ``h`` kept values). No bootstrap is needed, and it keeps its level where
+      BCa does not: at 5 seeds BCa covered 86.5%, this 94.5-94.6% (normal, lognormal data);
+    * with ``strata``: the stratified **BCa** bootstrap (the t form has no strata).
+    """
+    v, n_dropped = finite(values)
+    if strata is not None:
+        return bootstrap_ci(values, "iqm", strata=strata, confidence=confidence, n_resamples=n_resamples,
+                            method="BCa", rng=rng)
+    if v.size < 4:
         return mean_ci(values, confidence=confidence)
-    return bootstrap_ci(values, "iqm", strata=strata, confidence=confidence, n_resamples=n_resamples,
-                        method="BCa", rng=rng)
+    common = {"n": v.size, "n_dropped": n_dropped, "confidence": confidence}
+    value = float(iqm(v))
+    if _is_constant(v):
+        return Estimate(value, value, value, note="identical values: zero-width CI", method="t", **common)
+    lo, hi = sps.mstats.trimmed_mean_ci(v, limits=(0.25, 0.25), alpha=1.0 - confidence)
+    if not (math.isfinite(lo) and math.isfinite(hi)):  # the kept quartiles are all equal: no spread
+        return bootstrap_ci(v, "iqm", confidence=confidence, n_resamples=n_resamples, method="BCa", rng=rng)
+    return Estimate(value, float(lo), float(hi), method=IQM_T_METHOD, **common)
+
+
+IQM_T_METHOD = "trimmed-mean t (Tukey-McLaughlin)"
 
 
 # --------------------------------------------------------------------------------------------
