@@ -87,6 +87,9 @@ def test_censored_thresholds_are_ranked_worst():
     r = verdict_of(t, "slow", "steps_to_threshold")
     assert r["n_censored"] == 4 and r["n_finished"] == 2
     assert "never reached 0.5 in 4/6 runs" in r["verdict"] and r["verdict"] != "better"
+    # the success rates side by side, with Boschloo's exact test (2/6 vs 6/6)
+    p = sps.boschloo_exact([[2, 6], [4, 0]]).pvalue
+    assert f"got there in 2/6 vs baseline 6/6 runs (Boschloo exact p = {p:.3g})" in r["note"]
     assert t.winners("steps_to_threshold") == []
     # a clear Welch win on the 2 survivors (10, 11 vs 40, 50, ...): withheld, not 'better'
     summary.loc[(summary.variant == "slow") & (summary.seed < 2), "steps_to_threshold"] = [10.0, 11.0]

@@ -359,6 +359,20 @@ def _ranked_values(arm: _outcomes.ArmOutcomes, base: _outcomes.ArmOutcomes,
     return ranks[: x.size], ranks[x.size:]
 
 
+def _success_rates(arm: _outcomes.ArmOutcomes, base: _outcomes.ArmOutcomes) -> str:
+    """"got there" (not censored) in each arm among runs that ended with a value, compared with
+    Boschloo's exact test (``scipy.stats.boschloo_exact``): a second view of a censored metric."""
+    def got(a: _outcomes.ArmOutcomes) -> tuple[int, int]:
+        return a.counts["finished"], a.counts["finished"] + a.counts["censored"]
+
+    (kx, nx), (ky, ny) = got(arm), got(base)
+    text = f"got there in {kx}/{nx} vs baseline {ky}/{ny} runs"
+    if nx and ny:
+        p = stats.sps.boschloo_exact([[kx, ky], [nx - kx, ny - ky]]).pvalue
+        text += f" (Boschloo exact p = {float(min(p, 1.0)):.3g})"
+    return text
+
+
 def _ranked_verdict(r: Mapping[str, Any], arm: _outcomes.ArmOutcomes, base: _outcomes.ArmOutcomes,
                     diff: stats.Difference, t_lo: float, t_hi: float, *, alpha: float) -> str:
     """Verdict of a comparison where some runs did not finish or never reached a value
@@ -559,6 +573,8 @@ def compare_variants(
                 )
                 if base.reason():
                     notes.append(f"baseline {base_arm}: {base.reason()}")
+                if arm.counts["censored"] or base.counts["censored"]:
+                    notes.append(_success_rates(arm, base))
                 if diff.note and diff.note not in notes and not by_rank:
                     notes.append(diff.note)
                 if by_rank:
