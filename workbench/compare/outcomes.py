@@ -33,14 +33,13 @@ The policy (``docs/reports.md``, "Runs that did not finish"): no run is dropped 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-__all__ = ["OUTCOMES", "ArmOutcomes", "arm_outcomes", "run_outcomes"]
+__all__ = ["OUTCOMES", "RANKED_WORST", "ArmOutcomes", "arm_outcomes", "run_outcomes", "withheld"]
 
 #: The outcomes, in the order outputs list them.
 OUTCOMES: tuple[str, ...] = ("finished", "failed", "stopped", "censored", "missing")
@@ -145,7 +144,3 @@ def arm_outcomes(frame: pd.DataFrame, metric: str, *, seed_col: str = "seed",
 def withheld(reason: str) -> str:
     """The verdict text of a withheld verdict."""
     return f"withheld: {reason}"
-
-
-def is_missing(v: float) -> bool:
-    return isinstance(v, float) and math.isnan(v)
