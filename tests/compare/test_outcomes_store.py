@@ -148,3 +148,38 @@ def test_terminal_output_keeps_every_name_and_number_whole(store, width):
         assert "\n  verdict" in text  # blocks: one line per field
     else:
         assert "┃" in text or "│" in text  # a table
+
+
+def test_compare_in_an_80_column_terminal_prints_every_cell_whole(store):
+    """`COLUMNS=80 workbench compare ...` in a real (pseudo-)terminal: blocks, nothing cut."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    from workbench.compare import compare_variants, summarize_runs
+    from workbench.tracking.reader import StudyReader
+
+    master, slave = pty.openpty()
+    env = os.environ | {"COLUMNS": "80", "LINES": "50", "TERM": "xterm", "NO_COLOR": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "workbench.cli", "compare", STUDY, "--tracking-uri", store,
+                             "--no-log", *(a for m in METRICS for a in ("-m", m))],
+                            stdin=slave, stdout=slave, stderr=subprocess.DEVNULL, env=env)
+    os.close(slave)
+    chunks = []
+    while True:  # read while it writes: a full pty buffer would block the child
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # EIO: the child closed its side
+            break
+        if not data:
+            break
+        chunks.append(data)
+    assert proc.wait(timeout=300) == 0
+    os.close(master)
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", b"".join(chunks).decode()).replace("\r\n", "\n")
+    frames = StudyReader(store, cache_dir=False).load(STUDY, ["eval/accuracy"])
+    table = compare_variants(summarize_runs(frames.history, frames.runs, list(METRICS)), "grpo", list(METRICS))
+    for cell in _all_cells(table):
+        assert cell in text, cell
+    assert "…" not in text and "\n  verdict" in text
