@@ -292,3 +292,17 @@ def test_iqm_ci_covers_its_stated_level(n, dist):
         hits += est.lo <= truth <= est.hi
     assert est.method == "trimmed-mean t (Tukey-McLaughlin)"
     assert abs(hits / 2000 - 0.95) <= 0.03, hits / 2000
+
+
+def test_run_outcomes_by_hand():
+    from workbench.compare import run_outcomes
+
+    frame = pd.DataFrame({
+        "status": ["FINISHED", "FAILED", "KILLED", "FINISHED", "FINISHED", "FINISHED", None],
+        "stopped_early": [False, False, False, True, False, False, None],
+        "m": [0.5, 0.5, math.nan, 0.9, math.inf, math.nan, 0.4],
+    })
+    # a failure beats everything, then a health stop, then inf (censored) / NaN (missing); a run
+    # without a status (known only from its history) counts as finished
+    assert run_outcomes(frame, "m").tolist() == [
+        "finished", "failed", "failed", "stopped", "censored", "missing", "finished"]

@@ -57,11 +57,11 @@ def _stopped(frame: pd.DataFrame) -> np.ndarray:
 def run_outcomes(frame: pd.DataFrame, metric: str) -> np.ndarray:
     """One outcome (see module docstring) per row of a summary frame for ``metric``.
 
-    Rows without a ``status`` column count as FINISHED (hand-built frames); without
-    ``stopped_early`` as not stopped.
+    Rows without a status (no ``status`` column: hand-built frames; an empty one: runs known only
+    from the history) count as FINISHED; without ``stopped_early`` as not stopped.
     """
     values = pd.to_numeric(frame[metric], errors="coerce").to_numpy(dtype=float)
-    status = frame["status"].astype(str).str.upper().to_numpy() if "status" in frame.columns \
+    status = frame["status"].fillna("FINISHED").astype(str).str.upper().to_numpy() if "status" in frame.columns \
         else np.full(len(frame), "FINISHED")
     out = np.full(len(frame), "finished", dtype=object)
     out[np.isnan(values)] = "missing"
