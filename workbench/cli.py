@@ -113,14 +113,13 @@ def _known_statuses(study_obj, specs) -> dict[str, str]:
     """Statuses from MLflow if the store already exists; never creates a store just to look."""
     from mlflow import MlflowClient
 
-    from workbench.execute import run_statuses
-    from workbench.tracking.store import resolve_tracking_uri
+    from workbench.execute import run_statuses, study_experiment, study_tracking_uri
 
-    uri = resolve_tracking_uri(specs[0].config.tracking.uri if specs else None)
+    uri = study_tracking_uri(specs)
     if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).exists():
         return {}
     client = MlflowClient(uri)
-    experiment = client.get_experiment_by_name(study_obj.name)
+    experiment = client.get_experiment_by_name(study_experiment(study_obj, specs))
     return run_statuses(client, experiment.experiment_id) if experiment else {}
 
 
@@ -132,6 +131,8 @@ def run(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
         quiet: Annotated[bool, typer.Option(help="no progress bars")] = False) -> None:
     """Execute a study's runs (skipping those already finished) and print a summary."""
     from workbench.execute import run_study
+    from workbench.study_lock import StudyBusy
+    from workbench.tracking.writer import TrackingOutage
     from workbench.train import ranks
 
     if ranks.is_follower():  # several DeepSpeed ranks: rank 0 runs the study, this rank mirrors its learner
@@ -142,8 +143,10 @@ def run(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
         parallel = int(study_obj.execution.get("parallel", 1))
     try:
         outcomes = run_study(study_obj, specs, progress=not quiet, parallel=1 if ranks.multi_rank() else parallel)
-    except (FileNotFoundError, ImportError) as e:  # a missing model/data file or engine
+    except (FileNotFoundError, ImportError, StudyBusy) as e:  # a missing model/data file or engine; a busy study
         raise fail(str(e)) from None
+    except TrackingOutage as e:  # MLflow unreachable while the study was being opened
+        raise fail(str(e), code=1) from None
     except KeyboardInterrupt:
         err_console.print("[yellow]interrupted: unfinished runs are marked KILLED; run again to resume[/yellow]")
         raise typer.Exit(130) from None
@@ -172,6 +175,7 @@ def worker(
     """Execute a study together with any number of other workers, on any machines (see docs/distributed.md)."""
     from workbench.distributed import WorkerError, WorkerOptions, run_worker
     from workbench.pool import _interrupt_once
+    from workbench.study_lock import StudyBusy
 
     if tracking_uri:
         os.environ["MLFLOW_TRACKING_URI"] = tracking_uri  # every run of this worker logs there
@@ -187,7 +191,7 @@ def worker(
     previous = signal.signal(signal.SIGTERM, _interrupt_once)  # `kill PID` stops like Ctrl-C: run KILLED
     try:
         report = run_worker(study_obj, specs, storage, options)
-    except (WorkerError, FileNotFoundError, ImportError) as e:
+    except (WorkerError, FileNotFoundError, ImportError, StudyBusy) as e:
         raise fail(str(e)) from None
     except KeyboardInterrupt:
         err_console.print("[yellow]worker stopped: its run is KILLED and enqueued again for the other workers[/yellow]")
