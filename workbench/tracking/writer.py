@@ -126,7 +126,7 @@ def call_with_retries(fn: Callable, *args, policy: OutagePolicy, uri: str, what:
                                      f"{str(error).splitlines()[0][:300]}") from None
             wait = min(plan[attempt], left)
             attempt += 1
-            policy.warn(f"MLflow unreachable at {redacted_uri(uri)}, retrying in {wait:.0f}s "
+            policy.warn(f"MLflow unreachable at {redacted_uri(uri)}, retrying in {round(wait, 1):g}s "
                         f"({attempt}/{len(plan)})…")
             time.sleep(wait)
 
