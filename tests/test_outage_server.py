@@ -164,10 +164,12 @@ def test_a_permanent_outage_fails_the_run_within_the_deadline_and_resume_resends
     finally:
         stop_group(proc)
     log = (workdir / "run.log").read_text()
+    print(f"permanent outage: the study exited {took:.1f} s after the server stopped (deadline {deadline:g} s)")
     assert code == 1, log
-    # the deadline, plus training up to the next flush (<= 10 micro steps) and the closing attempts
-    # (each refused at once): a minute of slack on a loaded 2-core machine
-    assert took < deadline + 60, (took, log)
+    # the deadline counts from the first failed call: add training up to the next flush (<= 10 micro
+    # steps, a few seconds) and one refused try for each close (MLflow's one bounded HTTP retry,
+    # <= ~2 s each); 30 s covers those on a loaded 2-core machine
+    assert took < deadline + 30, (took, log)
     assert "MLflow unreachable at" in log and "Traceback" not in log, log
     spills = list((workdir / ".workbench" / "checkpoints" / "unsent").glob(f"{key}.*.jsonl"))
     assert [p.name for p in spills] == [f"{key}.{run.info.run_id}.jsonl"], log

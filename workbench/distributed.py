@@ -63,6 +63,7 @@ from workbench.execute import (
 )
 from workbench.runs import RunOutcome, execute_run, preflight
 from workbench.study import RunSpec, Study
+from workbench.tracking.writer import resend_spills
 
 KEY = "workbench.run_key"
 LABEL = "workbench.label"
@@ -408,6 +409,7 @@ class Worker:
                             f"(workers run different workbench versions?)")
         label, variant = attrs[LABEL], attrs[VARIANT]
         trial.set_user_attr(WORKER, self.id)
+        resend_spills(self.ctx.tracking_uri, key)  # what an earlier attempt's MLflow outage kept back
         mark_orphaned_runs(self.client, self.ctx.experiment_id, [key])  # a lost earlier attempt, if any
         self.opt.log(f"[{self.id}] trial {trial.number}: run {label} ({key})")
         started = time.monotonic()

@@ -39,7 +39,13 @@ from workbench.runs import RunOutcome, execute_run, preflight
 from workbench.study import RunSpec, Study
 from workbench.study_lock import study_lock
 from workbench.tracking.store import ensure_store, get_or_create_experiment, resolve_tracking_uri
-from workbench.tracking.writer import OutagePolicy, TrackingOutage, bound_mlflow_http_retries, call_with_retries
+from workbench.tracking.writer import (
+    OutagePolicy,
+    TrackingOutage,
+    bound_mlflow_http_retries,
+    call_with_retries,
+    resend_spills,
+)
 
 ORPHAN_ERROR = "its process is gone: the run was left RUNNING (killed worker or machine)"
 
@@ -200,6 +206,8 @@ def _run_locked(study: Study, specs: list[RunSpec], *, progress: bool, parallel:
     client = MlflowClient(ctx.tracking_uri)
     done = finished_runs(client, ctx.experiment_id)
     todo = [s for s in specs if s.run_key not in done]
+    for spec in todo:  # first what an outage kept back: its runs then close with their real reason
+        resend_spills(ctx.tracking_uri, spec.run_key, policy)
     mark_orphaned_runs(client, ctx.experiment_id, [s.run_key for s in todo])
     results: dict[str, RunOutcome] = {s.run_key: skipped_outcome(s, done[s.run_key]) for s in specs
                                       if s.run_key in done}
@@ -222,8 +230,10 @@ def _run_locked(study: Study, specs: list[RunSpec], *, progress: bool, parallel:
                         parent_run_id=ctx.parent_run_id, progress=bar.run_view(spec.label))
                     current = None
                     if outcome.tracking_lost:  # every later run would wait out the deadline again
-                        status = "FAILED"
                         break
+        if any(o.tracking_lost for o in results.values()):
+            status = "FAILED"
+            policy = OutagePolicy(deadline_s=0.0, warn=policy.warn)  # closing the parent: one try, no more waiting
         for spec in todo:
             if spec.run_key not in results:  # not started: MLflow was lost
                 results[spec.run_key] = RunOutcome(spec.label, spec.variant, spec.seed, spec.run_key, "FAILED",

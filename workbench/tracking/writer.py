@@ -159,9 +159,11 @@ def resend_spills(tracking_uri: str, run_key: str, policy: OutagePolicy | None =
                               policy=policy, uri=tracking_uri, what="re-sending spilled metrics")
         sent += len(metrics)
         for r in records:
-            if r["kind"] == "end" and client.get_run(run_id).info.status == "RUNNING":
-                call_with_retries(client.set_tag, run_id, "workbench.error", r["error"][:500],
-                                  policy=policy, uri=tracking_uri, what="closing a spilled run")
+            if r["kind"] != "end":
+                continue
+            call_with_retries(client.set_tag, run_id, "workbench.error", r["error"][:500],  # the real reason
+                              policy=policy, uri=tracking_uri, what="closing a spilled run")
+            if client.get_run(run_id).info.status == "RUNNING":
                 call_with_retries(client.set_terminated, run_id, status=r["status"], end_time=r["end_time"],
                                   policy=policy, uri=tracking_uri, what="closing a spilled run")
         call_with_retries(client.set_tag, run_id, "workbench.spill_resent", str(len(metrics)),
