@@ -116,6 +116,30 @@ def test_metrics_stay_buffered_through_a_failed_flush_are_spilled_and_resent_exa
         assert sorted(m.step for m in client.get_metric_history(run_id, key)) == [0, 1, 2, 3, 4, 5]
 
 
+def test_a_spill_sent_twice_keeps_one_point_each_and_a_refused_spill_is_kept_aside(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker = RunTracker(uri, "outage", "run", {"workbench.role": "run"}, flush_every=100,
+                         outage=OutagePolicy(deadline_s=0.5, warn=lambda line: None))
+    run_id = tracker.start()
+    tracker.log_metrics({"reward/mean": 0.25}, 0)
+    tracker.log_metrics({"reward/mean": 0.5}, 1)
+    tracker.client = MlflowClient(dead_server_uri())
+    path = tracker.spill("key2", "FAILED", TrackingOutage("gone"))
+    copy = path.read_text()
+    assert resend_spills(uri, "key2") == 2
+    path.write_text(copy)  # as if the first re-send had died before removing the spill
+    assert resend_spills(uri, "key2") == 2
+    assert [(m.step, m.value) for m in sorted(MlflowClient(uri).get_metric_history(run_id, "reward/mean"),
+                                               key=lambda m: m.step)] == [(0, 0.25), (1, 0.5)]
+
+    orphan = spill_path(uri, "key3", "f" * 32)  # its run is not in this store (deleted, another store)
+    orphan.write_text(copy)
+    lines: list[str] = []
+    assert resend_spills(uri, "key3", OutagePolicy(deadline_s=1, warn=lines.append)) == 0
+    assert not orphan.exists() and orphan.with_suffix(".rejected").exists()
+    assert len(lines) == 1 and "could not re-send" in lines[0]
+
+
 # ------------------------------------------------------------------------------------ the lock
 HOLD = """
 import sys, time

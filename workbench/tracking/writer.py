@@ -145,31 +145,45 @@ def resend_spills(tracking_uri: str, run_key: str, policy: OutagePolicy | None =
     """Send what earlier attempts of ``run_key`` could not (metrics, then their final status) to
     their own MLflow runs, and remove each spill once sent. Returns the metric points sent."""
     from mlflow import MlflowClient
-    from mlflow.entities import Metric
 
     policy = policy or OutagePolicy()
     client = MlflowClient(tracking_uri)
     sent = 0
     for path in sorted(spill_dir(tracking_uri).glob(f"{run_key}.*.jsonl")):
-        records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        run_id = path.name.split(".")[1]
-        metrics = [Metric(r["key"], r["value"], r["timestamp"], r["step"]) for r in records if r["kind"] == "metric"]
-        for i in range(0, len(metrics), MAX_METRICS_PER_BATCH):
-            call_with_retries(client.log_batch, run_id, metrics=metrics[i : i + MAX_METRICS_PER_BATCH],
-                              policy=policy, uri=tracking_uri, what="re-sending spilled metrics")
-        sent += len(metrics)
-        for r in records:
-            if r["kind"] != "end":
-                continue
-            call_with_retries(client.set_tag, run_id, "workbench.error", r["error"][:500],  # the real reason
-                              policy=policy, uri=tracking_uri, what="closing a spilled run")
-            if client.get_run(run_id).info.status == "RUNNING":
-                call_with_retries(client.set_terminated, run_id, status=r["status"], end_time=r["end_time"],
-                                  policy=policy, uri=tracking_uri, what="closing a spilled run")
-        call_with_retries(client.set_tag, run_id, "workbench.spill_resent", str(len(metrics)),
-                          policy=policy, uri=tracking_uri, what="re-sending spilled metrics")
-        path.unlink()
+        try:
+            sent += _resend_spill(client, path, tracking_uri, policy)
+        except TrackingOutage:
+            raise
+        except Exception as error:  # noqa: BLE001 - refused (e.g. its run was deleted): kept aside, said once
+            rejected = path.with_suffix(".rejected")
+            path.rename(rejected)
+            policy.warn(f"could not re-send {path.name} ({type(error).__name__}: {str(error).splitlines()[0][:200]}); "
+                        f"kept as {rejected}")
     return sent
+
+
+def _resend_spill(client, path: Path, tracking_uri: str, policy: OutagePolicy) -> int:
+    """Re-sending is idempotent: MLflow keeps one row per identical (key, value, timestamp, step)."""
+    from mlflow.entities import Metric
+
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    run_id = path.name.split(".")[1]
+    metrics = [Metric(r["key"], r["value"], r["timestamp"], r["step"]) for r in records if r["kind"] == "metric"]
+    for i in range(0, len(metrics), MAX_METRICS_PER_BATCH):
+        call_with_retries(client.log_batch, run_id, metrics=metrics[i : i + MAX_METRICS_PER_BATCH],
+                          policy=policy, uri=tracking_uri, what="re-sending spilled metrics")
+    for r in records:
+        if r["kind"] != "end":
+            continue
+        call_with_retries(client.set_tag, run_id, "workbench.error", r["error"][:500],  # the real reason
+                          policy=policy, uri=tracking_uri, what="closing a spilled run")
+        if client.get_run(run_id).info.status == "RUNNING":
+            call_with_retries(client.set_terminated, run_id, status=r["status"], end_time=r["end_time"],
+                              policy=policy, uri=tracking_uri, what="closing a spilled run")
+    call_with_retries(client.set_tag, run_id, "workbench.spill_resent", str(len(metrics)),
+                      policy=policy, uri=tracking_uri, what="re-sending spilled metrics")
+    path.unlink()
+    return len(metrics)
 
 
 class RunTracker:
