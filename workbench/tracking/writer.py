@@ -44,6 +44,7 @@ MLFLOW_HTTP_BOUNDS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUE
 UNSENT_DIR = "unsent"
 
 log = logging.getLogger("workbench.tracking")
+log.addHandler(logging.NullHandler())  # the line goes to stderr once (below), and to the log if one is set up
 
 
 class TrackingOutage(RuntimeError):
