@@ -36,13 +36,16 @@ from workbench.tracking.writer import (
 REPO = Path(__file__).resolve().parents[1]
 
 
+HTTP_BOUNDS = ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "MLFLOW_HTTP_REQUEST_TIMEOUT")
+
+
 @pytest.fixture(autouse=True)
 def bounded_http(monkeypatch):
-    for name in ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "MLFLOW_HTTP_REQUEST_TIMEOUT"):
+    for name in HTTP_BOUNDS:
         monkeypatch.delenv(name, raising=False)
     bound_mlflow_http_retries()  # what every RunTracker does
     yield
-    for name in ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "MLFLOW_HTTP_REQUEST_TIMEOUT"):
+    for name in HTTP_BOUNDS:
         os.environ.pop(name, None)
 
 

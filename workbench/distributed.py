@@ -15,11 +15,12 @@ A worker:
    ``INIT_TIMEOUT_S``), then enqueue only the runs that have no live trial (WAITING, RUNNING,
    COMPLETE): a second worker, or a later one, does not enqueue again; a later one does
    re-enqueue runs whose trials all failed (resume).
-2. loops: fail stale trials (also every ``poll_s`` in a background thread, so that a lost worker
-   is noticed, its MLflow run marked FAILED and its retry enqueued while every survivor is busy
-   with a run; the retry itself starts when a worker is free); if a trial is WAITING, ``study.optimize(n_trials=1)`` pops it
-   (Optuna hands a WAITING trial to exactly one worker) and runs it; else, if trials are still
-   RUNNING elsewhere, waits (one of them may come back as a retry); else exits.
+2. loops: fail stale trials (also every ``poll_s`` in a background thread, :class:`StaleTrialWatch`,
+   so that a lost worker is noticed, its MLflow run marked FAILED and its retry enqueued while
+   every survivor is busy with a run; the retry itself starts when a worker is free); if a trial
+   is WAITING, ``study.optimize(n_trials=1)`` pops it (Optuna hands a WAITING trial to exactly
+   one worker) and runs it; else, if trials are still RUNNING elsewhere, waits (one of them may
+   come back as a retry); else exits.
 
 Exactly once. A trial's run executes only if the trial is the lowest-numbered *live* trial of
 its ``run_key`` (the rare duplicates from concurrent enqueues or retries are PRUNED with
