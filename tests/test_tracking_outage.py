@@ -29,6 +29,7 @@ from workbench.tracking.writer import (
     TrackingOutage,
     bound_mlflow_http_retries,
     call_with_retries,
+    redacted_text,
     resend_spills,
     spill_path,
 )
@@ -65,8 +66,9 @@ def test_an_unreachable_store_is_retried_with_a_visible_line_then_raises_at_the_
     uri = dead_server_uri("alice:s3cret@")
     policy = OutagePolicy(deadline_s=3, first_wait_s=0.5, max_wait_s=1, warn=lines.append)
     started = time.monotonic()
-    with pytest.raises(TrackingOutage, match="MLflow unreachable at .* for [0-9]+ s"):
+    with pytest.raises(TrackingOutage, match="MLflow unreachable at .* for [0-9]+ s") as outage:
         call_with_retries(MlflowClient(uri).search_experiments, policy=policy, uri=uri, what="a test")
+    assert "s3cret" not in str(outage.value) and "alice:***@" in str(outage.value)  # MLflow's text quotes the URL
     took = time.monotonic() - started
     # waits 0.5 + 1 + 1 + 0.5 = 3 s; each refused call returns in well under a second (MLflow's
     # own retry bounded to one, backoff factor 1: <= ~1 s), so 4 calls add at most ~4 s
@@ -75,6 +77,11 @@ def test_an_unreachable_store_is_retried_with_a_visible_line_then_raises_at_the_
     assert lines[0] == f"MLflow unreachable at http://alice:***@{uri.rsplit('@', 1)[1]}, retrying in 0.5s (1/4)…"
     assert all("s3cret" not in line for line in lines)
     assert [line.rsplit("(", 1)[1] for line in lines] == ["1/4)…", "2/4)…", "3/4)…", "4/4)…"]
+
+
+def test_passwords_in_uris_inside_any_text_are_masked():
+    assert redacted_text("to http://bob:pw@h:1/api and postgresql+psycopg://u:p%40ss@db/x; http://h/a@b") == \
+        "to http://bob:***@h:1/api and postgresql+psycopg://u:***@db/x; http://h/a@b"
 
 
 def test_a_refused_request_is_not_retried(tmp_path):

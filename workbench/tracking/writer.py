@@ -19,6 +19,7 @@ import json
 import logging
 import math
 import os
+import re
 import sys
 import tempfile
 import time
@@ -67,6 +68,14 @@ def redacted_uri(uri: str) -> str:
     host = parts.hostname or ""
     netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
     return urlunsplit(parts._replace(netloc=netloc))
+
+
+_USERINFO = re.compile(r"(\b[a-zA-Z][\w+.-]*://[^:/@\s]*:)[^@\s]*@")
+
+
+def redacted_text(text: str) -> str:
+    """``text`` with the password of every URI in it masked (MLflow's errors quote the request URL)."""
+    return _USERINFO.sub(r"\1***@", text)
 
 
 def is_unreachable(error: BaseException) -> bool:
@@ -124,7 +133,7 @@ def call_with_retries(fn: Callable, *args, policy: OutagePolicy, uri: str, what:
             if left <= 0 or attempt >= len(plan):
                 raise TrackingOutage(f"MLflow unreachable at {redacted_uri(uri)} for {now - started:.0f} s "
                                      f"(tracking.outage_deadline_s={policy.deadline_s:g}) during {what}: "
-                                     f"{str(error).splitlines()[0][:300]}") from None
+                                     f"{redacted_text(str(error).splitlines()[0])[:300]}") from None
             wait = min(plan[attempt], left)
             attempt += 1
             policy.warn(f"MLflow unreachable at {redacted_uri(uri)}, retrying in {round(wait, 1):g}s "
@@ -158,7 +167,8 @@ def resend_spills(tracking_uri: str, run_key: str, policy: OutagePolicy | None =
         except Exception as error:  # noqa: BLE001 - refused (e.g. its run was deleted): kept aside, said once
             rejected = path.with_suffix(".rejected")
             path.rename(rejected)
-            policy.warn(f"could not re-send {path.name} ({type(error).__name__}: {str(error).splitlines()[0][:200]}); "
+            policy.warn(f"could not re-send {path.name} ({type(error).__name__}: "
+                        f"{redacted_text(str(error).splitlines()[0])[:200]}); "
                         f"kept as {rejected}")
     return sent
 
