@@ -133,14 +133,13 @@ def _known_statuses(study_obj, specs) -> dict[str, str]:
     """Statuses from MLflow if the store already exists; never creates a store just to look."""
     from mlflow import MlflowClient
 
-    from workbench.execute import run_statuses
-    from workbench.tracking.store import resolve_tracking_uri
+    from workbench.execute import run_statuses, study_experiment, study_tracking_uri
 
-    uri = resolve_tracking_uri(specs[0].config.tracking.uri if specs else None)
+    uri = study_tracking_uri(specs)
     if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).exists():
         return {}
     client = MlflowClient(uri)
-    experiment = client.get_experiment_by_name(study_obj.name)
+    experiment = client.get_experiment_by_name(study_experiment(study_obj, specs))
     return run_statuses(client, experiment.experiment_id) if experiment else {}
 
 
@@ -158,7 +157,9 @@ def run(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
     study_obj, specs = load_specs(study, set_, only)
     from workbench.execute import run_study
     from workbench.runs import PreflightError
+    from workbench.study_lock import StudyBusy
     from workbench.study_progress import PROGRESS_EVERY_ENV
+    from workbench.tracking.writer import TrackingOutage
     from workbench.train import ranks
 
     if progress_every is not None:
@@ -172,8 +173,10 @@ def run(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
         parallel = int(study_obj.execution.get("parallel", 1))
     try:
         outcomes = run_study(study_obj, specs, progress=not quiet, parallel=1 if ranks.multi_rank() else parallel)
-    except (PreflightError, FileNotFoundError, ImportError) as e:  # unrunnable config, missing model/data/engine
+    except (PreflightError, FileNotFoundError, ImportError, StudyBusy) as e:  # unrunnable config; a busy study
         raise fail(str(e)) from None
+    except TrackingOutage as e:  # MLflow unreachable while the study was being opened
+        raise fail(str(e), code=1) from None
     except KeyboardInterrupt:
         err_console.print("[yellow]interrupted: unfinished runs are marked KILLED; run again to resume[/yellow]")
         raise typer.Exit(130) from None
@@ -203,6 +206,7 @@ def worker(
     from workbench.distributed import WorkerError, WorkerOptions, run_worker
     from workbench.pool import _interrupt_once
     from workbench.runs import PreflightError
+    from workbench.study_lock import StudyBusy
 
     if tracking_uri:
         os.environ["MLFLOW_TRACKING_URI"] = tracking_uri  # every run of this worker logs there
@@ -219,7 +223,7 @@ def worker(
     previous = signal.signal(signal.SIGTERM, _interrupt_once)  # `kill PID` stops like Ctrl-C: run KILLED
     try:
         report = run_worker(study_obj, specs, storage, options)
-    except (WorkerError, PreflightError, FileNotFoundError, ImportError) as e:
+    except (WorkerError, PreflightError, FileNotFoundError, ImportError, StudyBusy) as e:
         raise fail(str(e)) from None
     except KeyboardInterrupt:
         err_console.print("[yellow]worker stopped: its run is KILLED and enqueued again for the other workers[/yellow]")

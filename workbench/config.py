@@ -301,6 +301,9 @@ class RewardConfig(Strict):
 class TrackingConfig(Strict):
     uri: str | None = Field(None, description="MLflow tracking URI (env MLFLOW_TRACKING_URI wins)")
     experiment: str | None = Field(None, description="default: the study name")
+    outage_deadline_s: float = Field(300.0, gt=0, allow_inf_nan=False, description=(
+        "how long a run keeps retrying an unreachable MLflow before it stops FAILED, its unsent "
+        "metrics kept in a local spill that is re-sent when the run is executed again"))
 
 
 # Settings that change where or how safely a run executes, never its numbers: section -> fields.

@@ -177,6 +177,8 @@ class _Pool:
         elif kind == "result":
             outcome: RunOutcome = message[1]
             self.results[key] = outcome
+            if outcome.tracking_lost:  # MLflow gone past the deadline: runs started now would only wait it out
+                self.pending.clear()
             if outcome.status != "FINISHED":  # interrupted while opening its MLflow run: close it
                 close_left_running(self.ctx, key, outcome)
             detail = f"health {outcome.health}" if outcome.status == "FINISHED" else outcome.error[:100]

@@ -15,7 +15,7 @@ from workbench.metrics.catalogue import unlogged_by_config
 from workbench.progress import RunProgress
 from workbench.tracking.redact import redact_config
 from workbench.tracking.store import resolve_tracking_uri
-from workbench.tracking.writer import RunTracker
+from workbench.tracking.writer import OutagePolicy, RunTracker, TrackingOutage, resend_spills
 from workbench.train.checkpoint import RunCheckpoints
 from workbench.train.loop import train
 from workbench.train.ranks import check_multi_rank
@@ -46,6 +46,7 @@ class RunOutcome:
     health: str = "-"
     steps: int = 0
     error: str = ""
+    tracking_lost: bool = False  # MLflow stayed unreachable past tracking.outage_deadline_s
 
 
 class PreflightError(ValueError):
@@ -186,10 +187,16 @@ def execute_run(cfg: RunConfig, *, study: str, variant: str, label: str, parent_
     checkpoints = RunCheckpoints.for_run(outcome.run_key, cfg.learner.checkpoint_every, tracking_uri)
     resumed = None if checkpoints is None else checkpoints.latest_step()
     resume_tags = {} if resumed is None else {"workbench.resumed_from_step": str(resumed)}  # first step run here
+    outage = OutagePolicy(deadline_s=cfg.tracking.outage_deadline_s)
     tracker = RunTracker(tracking_uri, cfg.tracking.experiment or study, label,
                          run_tags(study, variant, cfg, role, label) | resume_tags | (extra_tags or {}),
-                         parent_run_id=parent_run_id)
-    outcome.run_id = tracker.start()
+                         parent_run_id=parent_run_id, outage=outage)
+    try:
+        resend_spills(tracking_uri, outcome.run_key, outage)  # what an earlier attempt could not send
+        outcome.run_id = tracker.start()
+    except TrackingOutage as error:  # nothing opened in MLflow: nothing to close or spill
+        outcome.status, outcome.error, outcome.tracking_lost = "FAILED", f"TrackingOutage: {error}", True
+        return outcome
     monitor = HealthMonitor.from_config(cfg.health, unlogged=unlogged_by_config(cfg.flat()))
     bar = progress or RunProgress(enabled=False)
     stop_reason = ""
@@ -207,22 +214,17 @@ def execute_run(cfg: RunConfig, *, study: str, variant: str, label: str, parent_
     except StopRun as stop:
         result, stop_reason = stop.partial, stop.reason
     except BaseException as error:  # noqa: BLE001 - every exit path must close the MLflow run
-        killed = isinstance(error, KeyboardInterrupt)
-        outcome.status = "KILLED" if killed else "FAILED"
-        outcome.error = f"{type(error).__name__}: {error}"
-        tracker.set_tags(monitor.tags())
-        tracker.finish(outcome.status, error=None if killed else error)
-        bar.end_run(label, outcome.status)
-        if killed:
-            raise
-        return outcome
+        return _close_failed(tracker, monitor, bar, outcome, error)
     if result.stopped_early and not stop_reason:
         stop_reason = f"health: {monitor.reasons}"
-    tracker.set_tags(monitor.tags() | {"workbench.stopped_early": str(bool(stop_reason)).lower(),
-                                       "workbench.stop_reason": stop_reason})
-    tracker.log_text(monitor.report_json(), "health.json")
-    tracker.log_table(result.samples, "samples.json")
-    tracker.finish("FINISHED")
+    try:
+        tracker.set_tags(monitor.tags() | {"workbench.stopped_early": str(bool(stop_reason)).lower(),
+                                           "workbench.stop_reason": stop_reason})
+        tracker.log_text(monitor.report_json(), "health.json")
+        tracker.log_table(result.samples, "samples.json")
+        tracker.finish("FINISHED")
+    except BaseException as error:  # noqa: BLE001 - e.g. MLflow lost at the very end: FAILED, resumable
+        return _close_failed(tracker, monitor, bar, outcome, error)
     if checkpoints is not None:  # they exist to resume an unfinished run
         checkpoints.clear()
     outcome.status = "FINISHED"
@@ -231,4 +233,27 @@ def execute_run(cfg: RunConfig, *, study: str, variant: str, label: str, parent_
     if result.eval_history:
         outcome.eval_first, outcome.eval_last = result.eval_history[0][1], result.eval_history[-1][1]
     bar.end_run(label, f"{outcome.health}")
+    return outcome
+
+
+def _close_failed(tracker: RunTracker, monitor: HealthMonitor, bar, outcome: RunOutcome,
+                  error: BaseException) -> RunOutcome:
+    """End the MLflow run KILLED (Ctrl-C, re-raised) or FAILED. With MLflow unreachable past the
+    deadline, the unsent metrics and the status go to the run's spill instead (re-sent on resume)."""
+    killed = isinstance(error, KeyboardInterrupt)
+    outcome.status = "KILLED" if killed else "FAILED"
+    outcome.error = f"{type(error).__name__}: {error}"
+    if isinstance(error, TrackingOutage) or tracker.unreachable:
+        outcome.tracking_lost = True
+        tracker.spill(outcome.run_key, outcome.status, error)
+    else:
+        try:
+            tracker.set_tags(monitor.tags())
+            tracker.finish(outcome.status, error=None if killed else error)
+        except TrackingOutage as lost:  # MLflow went away while the run was being closed
+            outcome.tracking_lost = True
+            tracker.spill(outcome.run_key, outcome.status, lost)
+    bar.end_run(outcome.label, outcome.status)
+    if killed:
+        raise error
     return outcome
