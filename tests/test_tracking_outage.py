@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from workbench.tracking.redact import redact_text
 from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 
@@ -29,7 +31,6 @@ from workbench.tracking.writer import (
     TrackingOutage,
     bound_mlflow_http_retries,
     call_with_retries,
-    redacted_text,
     resend_spills,
     spill_path,
 )
@@ -80,7 +81,7 @@ def test_an_unreachable_store_is_retried_with_a_visible_line_then_raises_at_the_
 
 
 def test_passwords_in_uris_inside_any_text_are_masked():
-    assert redacted_text("to http://bob:pw@h:1/api and postgresql+psycopg://u:p%40ss@db/x; http://h/a@b") == \
+    assert redact_text("to http://bob:pw@h:1/api and postgresql+psycopg://u:p%40ss@db/x; http://h/a@b") == \
         "to http://bob:***@h:1/api and postgresql+psycopg://u:***@db/x; http://h/a@b"
 
 

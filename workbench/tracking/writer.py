@@ -19,7 +19,6 @@ import json
 import logging
 import math
 import os
-import re
 import sys
 import tempfile
 import time
@@ -28,9 +27,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import yaml
+
+from workbench.tracking.redact import redact_text, redact_uri
 
 MAX_METRICS_PER_BATCH = 1000
 MAX_PARAMS_PER_BATCH = 100
@@ -55,27 +55,6 @@ class TrackingOutage(RuntimeError):
 def bound_mlflow_http_retries() -> None:
     for name, value in MLFLOW_HTTP_BOUNDS.items():
         os.environ.setdefault(name, value)
-
-
-def redacted_uri(uri: str) -> str:
-    """``uri`` without a password (userinfo), for messages."""
-    try:
-        parts = urlsplit(uri)
-    except ValueError:
-        return "<unparseable uri>"
-    if parts.password is None:
-        return uri
-    host = parts.hostname or ""
-    netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
-
-
-_USERINFO = re.compile(r"(\b[a-zA-Z][\w+.-]*://[^:/@\s]*:)[^@\s]*@")
-
-
-def redacted_text(text: str) -> str:
-    """``text`` with the password of every URI in it masked (MLflow's errors quote the request URL)."""
-    return _USERINFO.sub(r"\1***@", text)
 
 
 def is_unreachable(error: BaseException) -> bool:
@@ -131,12 +110,12 @@ def call_with_retries(fn: Callable, *args, policy: OutagePolicy, uri: str, what:
             started = now if started is None else started
             left = policy.deadline_s - (now - started)  # calls take time too: the clock, not the plan, decides
             if left <= 0 or attempt >= len(plan):
-                raise TrackingOutage(f"MLflow unreachable at {redacted_uri(uri)} for {now - started:.0f} s "
+                raise TrackingOutage(f"MLflow unreachable at {redact_uri(uri)} for {now - started:.0f} s "
                                      f"(tracking.outage_deadline_s={policy.deadline_s:g}) during {what}: "
-                                     f"{redacted_text(str(error).splitlines()[0])[:300]}") from None
+                                     f"{redact_text(str(error).splitlines()[0])[:300]}") from None
             wait = min(plan[attempt], left)
             attempt += 1
-            policy.warn(f"MLflow unreachable at {redacted_uri(uri)}, retrying in {round(wait, 1):g}s "
+            policy.warn(f"MLflow unreachable at {redact_uri(uri)}, retrying in {round(wait, 1):g}s "
                         f"({attempt}/{len(plan)})…")
             time.sleep(wait)
 
@@ -168,7 +147,7 @@ def resend_spills(tracking_uri: str, run_key: str, policy: OutagePolicy | None =
             rejected = path.with_suffix(".rejected")
             path.rename(rejected)
             policy.warn(f"could not re-send {path.name} ({type(error).__name__}: "
-                        f"{redacted_text(str(error).splitlines()[0])[:200]}); "
+                        f"{redact_text(str(error).splitlines()[0])[:200]}); "
                         f"kept as {rejected}")
     return sent
 
@@ -320,10 +299,11 @@ class RunTracker:
             self.flush()
         finally:
             if error is not None:
-                text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+                # a connection error quotes its URI: no password reaches the store (tracking/redact.py)
+                text = redact_text("".join(traceback.format_exception(type(error), error, error.__traceback__)))
                 self.log_text(text, "error.txt")
                 self._call(self.client.set_tag, self.run_id, "workbench.error",
-                           f"{type(error).__name__}: {error}"[:500], what="recording the error")
+                           redact_text(f"{type(error).__name__}: {error}")[:500], what="recording the error")
             self._call(self.client.set_terminated, self.run_id, status=status, what="ending the run")
 
     def spill(self, run_key: str, status: str, error: BaseException | None = None) -> Path | None:
