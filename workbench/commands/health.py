@@ -163,7 +163,7 @@ def recheck_reports(history: pd.DataFrame, runs: pd.DataFrame, preset: str | Non
     by_run = {rid: g for rid, g in history.groupby("run_id", sort=False)}
     out = {}
     for row in runs.to_dict("records"):
-        params = {k: v for k, v in row.items() if isinstance(v, str)}  # the run's logged config params
+        params = {k: v for k, v in row.items() if v is not None and not (isinstance(v, float) and pd.isna(v))}
         monitor = HealthMonitor.from_config(run_health_config(row, preset), unlogged=unlogged_by_config(params))
         g = by_run.get(row["run_id"])
         series: dict[str, list[tuple[int, float]]] = {}
