@@ -140,9 +140,11 @@ def run(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")  # a server prints no links per run
     if parallel is None:
         parallel = int(study_obj.execution.get("parallel", 1))
+    from workbench.viz.dashboard import SpecError
+
     try:
         outcomes = run_study(study_obj, specs, progress=not quiet, parallel=1 if ranks.multi_rank() else parallel)
-    except (FileNotFoundError, ImportError) as e:  # a missing model/data file or engine
+    except (FileNotFoundError, ImportError, SpecError) as e:  # a missing model/data file or engine; a broken dashboard spec
         raise fail(str(e)) from None
     except KeyboardInterrupt:
         err_console.print("[yellow]interrupted: unfinished runs are marked KILLED; run again to resume[/yellow]")
@@ -172,6 +174,7 @@ def worker(
     """Execute a study together with any number of other workers, on any machines (see docs/distributed.md)."""
     from workbench.distributed import WorkerError, WorkerOptions, run_worker
     from workbench.pool import _interrupt_once
+    from workbench.viz.dashboard import SpecError
 
     if tracking_uri:
         os.environ["MLFLOW_TRACKING_URI"] = tracking_uri  # every run of this worker logs there
@@ -187,7 +190,7 @@ def worker(
     previous = signal.signal(signal.SIGTERM, _interrupt_once)  # `kill PID` stops like Ctrl-C: run KILLED
     try:
         report = run_worker(study_obj, specs, storage, options)
-    except (WorkerError, FileNotFoundError, ImportError) as e:
+    except (WorkerError, FileNotFoundError, ImportError, SpecError) as e:
         raise fail(str(e)) from None
     except KeyboardInterrupt:
         err_console.print("[yellow]worker stopped: its run is KILLED and enqueued again for the other workers[/yellow]")
@@ -333,8 +336,18 @@ def _ui_studies(study: str | None, tracking_uri: str | None) -> tuple[str, list[
             continue
         info = reader.run_info(run_id)
         studies.append({"study": name, "experiment_id": info["experiment_id"], "run_id": run_id,
+                        "views": _saved_views(uri, info["experiment_id"]),
                         "html": _html_artifacts(uri, run_id, info["artifact_uri"])})
     return uri, studies
+
+
+def _saved_views(uri: str, experiment_id: str) -> list:
+    """The experiment's MLflow saved views (:mod:`workbench.tracking.views`), ours first."""
+    from mlflow import MlflowClient
+
+    from workbench.tracking.views import list_views
+
+    return list_views(experiment_id, MlflowClient(uri).get_experiment(experiment_id).tags)
 
 
 def _html_artifacts(uri: str, run_id: str, artifact_uri: str | None) -> list[tuple[str, str | None]] | str:
@@ -368,6 +381,11 @@ def _print_study_links(base: str, s: dict) -> None:
     exp = f"{base}/#/experiments/{s['experiment_id']}"
     # .../runs: the runs table (MLflow 3's bare experiment URL opens its GenAI traces overview)
     line(f"study {s['study']}: {exp}/runs  (parent run {s['run_id']})")
+    # saved views first: the UI's own charts of the runs, grouped by variant
+    for view in s.get("views", []):
+        line(f"  view {view.name}: {view.url(base)}")
+    if not s.get("views"):
+        line(f"  no saved views yet: `workbench dashboard {s['study']}` writes them")
     if isinstance(s["html"], str):
         line(f"  {s['html']}")
         return

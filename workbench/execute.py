@@ -95,10 +95,17 @@ def mark_orphaned_runs(client, experiment_id: str, run_keys, *, reason: str = OR
     return closed
 
 
-def open_study(study: Study, specs: list[RunSpec], *, log_plan: bool = True) -> StudyContext:
-    """Create (or find) the experiment and the study's parent run, and mark the parent RUNNING."""
+def open_study(study: Study, specs: list[RunSpec], *, log_plan: bool = True, views: bool = True) -> StudyContext:
+    """Create (or find) the experiment and the study's parent run, and mark the parent RUNNING.
+
+    ``views``: also write the study's MLflow saved views, description and run colours
+    (:mod:`workbench.tracking.views`), so the UI shows a study while it runs. The dashboard specs
+    are validated first: a broken one raises ``SpecError`` before MLflow is touched."""
     from mlflow import MlflowClient
 
+    from workbench.tracking.views import load_view_specs
+
+    dashboard_specs = load_view_specs() if views else []
     uri = resolve_tracking_uri(specs[0].config.tracking.uri if specs else None)
     client = MlflowClient(uri)
     experiment_id = get_or_create_experiment(client, study.name, uri)
@@ -114,7 +121,27 @@ def open_study(study: Study, specs: list[RunSpec], *, log_plan: bool = True) -> 
         if study.source:
             client.log_text(parent, Path(study.source).read_text(), "study.yaml")
         client.log_text(parent, json.dumps(plan_rows(specs, {}), indent=2, default=str), "plan.json")
+    if views:
+        from workbench.tracking.views import layout_of, publish_study_views
+
+        publish_study_views(client, experiment_id, layout_of(study), dashboard_specs)
     return StudyContext(study, uri, experiment_id, parent)
+
+
+def refresh_study_views(ctx: StudyContext) -> None:
+    """At the end of a study: the views again (now knowing every logged metric) and each run's
+    colour and health line. A failure here is reported, never allowed to hide the study's outcome."""
+    import warnings
+
+    from mlflow import MlflowClient
+
+    from workbench.tracking.views import layout_of, load_view_specs, publish_study_views
+
+    try:
+        publish_study_views(MlflowClient(ctx.tracking_uri), ctx.experiment_id, layout_of(ctx.study),
+                            load_view_specs())
+    except Exception as e:  # noqa: BLE001 - the runs are tracked; only the views' refresh failed
+        warnings.warn(f"could not refresh the study's MLflow views: {e}", stacklevel=2)
 
 
 def prebuild_models(specs: list[RunSpec], progress: bool = False) -> None:
@@ -175,6 +202,7 @@ def run_study(study: Study, specs: list[RunSpec], *, progress: bool = True, para
         raise
     finally:
         client.set_terminated(ctx.parent_run_id, status=status)
+        refresh_study_views(ctx)
     return [results[s.run_key] for s in specs]
 
 
