@@ -405,7 +405,9 @@ def test_the_per_seed_view_draws_every_run(served, chromium_browser):
     cards = _chart_cards(page, len(expected))
     assert [c["title"] for c in cards] == [title for title, _ in expected]
     reward = cards[0]
-    assert sorted(reward["legend"]) == sorted(f"{run} (reward/mean)" for run in CHILD_RUNS)
+    # one group per run: variant and seed (MLflow labels a group by its keys)
+    assert sorted(reward["legend"]) == sorted(f"workbench.variant: {v}, workbench.seed: {s} (reward/mean)"
+                                              for v in VARIANTS for s in SEEDS)
     steps = steps_logged(served, "reward/mean")
     assert sum(t["lines"] and t["points"] == steps for t in reward["traces"]) >= len(CHILD_RUNS)
     _close_assistant(page)

@@ -89,7 +89,10 @@ def test_every_metric_not_charted_is_listed_deleted_once_so_the_page_does_not_ad
 def test_per_seed_view_is_ungrouped_and_has_its_own_id():
     grouped, per_seed = compile_view(HEALTH), compile_view(HEALTH, grouped=False)
     assert per_seed.view_id == "workbench-health-per-seed" != grouped.view_id
-    assert per_seed.state["groupBy"] is None and per_seed.name == "Training health (per seed)"
+    # one group per run: ungrouped, MLflow folds the runs under their parent run and charts nothing
+    assert per_seed.state["groupBy"] == {"aggregateFunction": "average", "groupByKeys": [
+        {"mode": "tag", "groupByData": "workbench.variant"}, {"mode": "tag", "groupByData": "workbench.seed"}]}
+    assert per_seed.name == "Training health (per seed)"
     assert [c["selectedMetricKeys"] for c in shown(per_seed)] == [c["selectedMetricKeys"] for c in shown(grouped)]
 
 

@@ -24,7 +24,8 @@ Panel kinds map to chart cards: ``curve`` → a line chart of its metrics (x = s
 → a bar chart of the last logged value of the metric each summary reads (MLflow shows no
 bootstrap CIs: the HTML dashboard has those), ``health_matrix`` → a line chart of
 ``health/status`` (0 ok, 1 warn, 2 fail). Grouped views draw each group's average with a
-min–max band (MLflow's ``aggregateFunction: average``); the per-seed view draws every run.
+min–max band (MLflow's ``aggregateFunction: average``); the per-seed view draws every run (a
+group per variant, grid point and seed).
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ DEFLATE_PREFIX = "deflate;"
 RUN_FILTER = "tags.`workbench.role` = 'run'"  # the study's runs, not its parent run or search trials
 HEALTH_STATUS = "health/status"
 PER_SEED_SUFFIX = "-per-seed"
+SEED_KEY = {"mode": "tag", "groupByData": "workbench.seed"}
 # MLflow tag keys and URL query values both take these characters unescaped.
 _ID_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
@@ -141,8 +143,8 @@ def _summary_source(metric: str) -> str:
 def compile_view(spec: DashboardSpec, *, grouped: bool = True, known_metrics: Iterable[str] = (),
                  grid_params: Sequence[str] = ()) -> SavedView:
     """The saved view of ``spec``: its panels as chart cards in order, in one section named after
-    the spec, over the study's runs (``workbench.role=run``), grouped by variant (and grid point)
-    unless ``grouped`` is false (the per-seed view: one line per run). ``known_metrics``: metric
+    the spec, over the study's runs (``workbench.role=run``), grouped by variant (and grid point);
+    with ``grouped`` false, by variant, grid point and seed (the per-seed view: one line per run). ``known_metrics``: metric
     names the study logs or may log; those not charted are listed as deleted cards."""
     vid = view_id(spec.name, grouped=grouped)
     title = spec.title or spec.name
@@ -173,8 +175,11 @@ def compile_view(spec: DashboardSpec, *, grouped: bool = True, known_metrics: It
         "searchFilter": RUN_FILTER,
         "runsHiddenMode": "SHOW_ALL",
         "selectedColumns": columns,
-        "groupBy": ({"aggregateFunction": "average", "groupByKeys": group_by_keys(grid_params)}
-                    if grouped else None),
+        # per seed: grouped too, by variant, grid point and seed (one run per group). Ungrouped, the
+        # page folds the study's runs under their parent run, whose expansion a saved view cannot
+        # hold, and charts only the (metric-less) parent: "No charts in this section".
+        "groupBy": {"aggregateFunction": "average",
+                    "groupByKeys": group_by_keys(grid_params) + ([] if grouped else [SEED_KEY])},
         "useGroupedValuesInCharts": True,
         "hideEmptyCharts": True,  # optional panels (kl/ref, IS weights) vanish when never logged
         "compareRunSections": [{"uuid": section, "name": title, "display": True, "isReordered": True,
