@@ -276,8 +276,9 @@ def ui(study: Annotated[str | None, typer.Argument(
        port: Annotated[int, typer.Option(help="port on 127.0.0.1")] = 5000,
        tracking_uri: Annotated[str | None, typer.Option(help="default: the study's tracking.uri, "
                                                         "$MLFLOW_TRACKING_URI, ./mlflow.db")] = None) -> None:
-    """Start a real MLflow server for the local store on 127.0.0.1 and list each study's HTML
-    reports and dashboards: artifact path, link into the UI, file on disk (Ctrl-C stops it)."""
+    """Start a real MLflow server for the local store on 127.0.0.1 and list each study's saved
+    views (links to MLflow's charts, grouped by variant), then its HTML reports and dashboards:
+    artifact path, link into the UI, file on disk (Ctrl-C stops it)."""
     uri, studies = _ui_studies(study, tracking_uri)
     if not uri.startswith(("sqlite:", "postgresql", "mysql")):
         raise fail(f"`workbench ui` serves a database store; {uri} is already a server")
