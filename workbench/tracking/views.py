@@ -18,7 +18,6 @@ it works on a local store and on a tracking server alike.
 from __future__ import annotations
 
 import json
-import re
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -27,7 +26,6 @@ from typing import Any
 
 from workbench.viz.saved_view import (
     VIEW_TAG_PREFIX,
-    SavedView,
     decode_envelope,
     encode_envelope,
     view_link,
@@ -239,8 +237,3 @@ def list_views(experiment_id: str, tags: dict[str, str]) -> list[ViewLink]:
         ours = []
     others = sorted((v for v in names if v not in ours), key=lambda v: (names[v][1], v))
     return [ViewLink(v, names[v][0], experiment_id) for v in [*ours, *others]]
-
-
-def view_ids_in(text: str) -> list[str]:
-    """Share keys of the view links in ``text`` (e.g. what `workbench ui` printed)."""
-    return re.findall(r"viewStateShareKey=([A-Za-z0-9_.-]+)", text)
