@@ -296,3 +296,30 @@ def test_a_broken_dashboard_spec_stops_workbench_run_with_exit_2_before_anything
     assert result.exit_code == 2, result.output
     assert "mine.yaml:2: panels[0].aggregation: must be one of mean, iqm, none" in result.output
     assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_views_are_written_when_a_study_starts_before_any_run(tmp_path, monkeypatch):
+    """open_study (the start of `workbench run` and of every `workbench worker`) writes them, so a
+    running study is browsable."""
+    import yaml
+
+    from tests.conftest import micro_run_config
+    from workbench.execute import open_study
+    from workbench.study import expand, load_study
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    (tmp_path / "s.yaml").write_text("# Is dr_grpo any different?\n" + yaml.safe_dump(
+        {"name": "s", "base": micro_run_config(), "variants": {"grpo": {}, "dr_grpo": {"algorithm": {"preset": "dr_grpo"}}},
+         "grid": {"learner.lr": [1.0e-4, 3.0e-4]}}))
+    study = load_study(tmp_path / "s.yaml")
+    ctx = open_study(study, expand(study))
+    client = MlflowClient(ctx.tracking_uri)
+    tags = client.get_experiment(ctx.experiment_id).tags
+    assert client.search_runs([ctx.experiment_id], "tags.`workbench.role` = 'run'") == []
+    views = list_views(ctx.experiment_id, tags)
+    assert [v.view_id for v in views][0] == "workbench-health"
+    _, _, state = decode_envelope(tags[VIEW_TAG_PREFIX + "workbench-health"])
+    assert state["groupBy"]["groupByKeys"][1] == {"mode": "param", "groupByData": "learner.lr"}  # the grid axis
+    assert tags["mlflow.note.content"].startswith("**Study `s`**: Is dr_grpo any different?")
+    assert "grid over `learner.lr`" in tags["mlflow.note.content"]
