@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 VERL   := .workbench/verl
 TORCH  := torch==2.13.0  # the CPU wheel; an unpinned torch pulls a multi-GB CUDA build
 
-.PHONY: install demo test test-fast bench verl engines test-engines clean
+.PHONY: install demo test test-fast bench verl engines test-engines trl test-trl clean
 
 install: $(STAMP)
 
@@ -40,23 +40,43 @@ $(ENGINES_STAMP): pyproject.toml
 	$(ENGINES)/bin/python -c "import vllm, deepspeed, workbench"
 	touch $@
 
+# TRL (the peer framework `workbench import trl` reads) in its own venv, test-only: the import
+# acceptance test trains real GRPOTrainer runs with it (tests/importers/test_trl_*.py).
+TRL       := .venv-trl
+TRL_STAMP := $(TRL)/.installed
+trl: $(TRL_STAMP)
+$(TRL_STAMP): pyproject.toml
+	test -d $(TRL) || $(PYTHON) -m venv $(TRL)
+	$(TRL)/bin/pip install -q --upgrade pip
+	$(TRL)/bin/pip install -q "$(TORCH)"
+	$(TRL)/bin/pip install -q -e '.[dev]' 'trl>=1.16,<1.17' 'datasets>=5,<6'  # the TRL version the adapter was read from
+	$(TRL)/bin/python -c "import trl, workbench"
+	touch $@
+
 demo: install
 	$(BIN)/workbench run studies/sanity.yaml
 
-# The main suite, then the engine suite in its own venv when `make engines` has built it.
+# The main suite, then the engine suite and the TRL import tests in their own venvs when
+# `make engines` / `make trl` have built them.
+TRL_TESTS := tests/importers/test_trl_*.py
 test: install verl
-	WORKBENCH_VERL_PATH=$(VERL) $(BIN)/python -m pytest --ignore=tests/engines
+	WORKBENCH_VERL_PATH=$(VERL) $(BIN)/python -m pytest --ignore=tests/engines --ignore-glob='$(TRL_TESTS)'
 	@if [ -f $(ENGINES_STAMP) ]; then $(MAKE) --no-print-directory test-engines; \
 	 else echo "engine tests not run: \`make engines\` installs vLLM and DeepSpeed (see docs/engines.md)"; fi
+	@if [ -f $(TRL_STAMP) ]; then $(MAKE) --no-print-directory test-trl; \
+	 else echo "TRL import tests not run: \`make trl\` installs TRL (see docs/import.md)"; fi
+
+test-trl: $(TRL_STAMP)
+	$(TRL)/bin/python -m pytest $(TRL_TESTS)
 
 test-engines: $(ENGINES_STAMP)
 	$(ENGINES)/bin/python -m pytest tests/engines
 
 test-fast: install
-	$(BIN)/python -m pytest -m "not slow" --ignore=tests/engines
+	$(BIN)/python -m pytest -m "not slow" --ignore=tests/engines --ignore-glob='$(TRL_TESTS)'
 
 bench: install
 	$(BIN)/python benchmarks/bench_sanity.py
 
 clean:
-	rm -rf $(VENV) $(ENGINES) .workbench mlflow.db mlartifacts checkpoints
+	rm -rf $(VENV) $(ENGINES) $(TRL) .workbench mlflow.db mlartifacts checkpoints

@@ -37,10 +37,16 @@ def write_study(path: Path, name: str, *, steps: int = 3, variants=None, seeds=(
 
 
 def broken_model_dir(root: Path) -> Path:
-    """Passes the preflight check (a directory with config.json), fails when the weights load."""
+    """Passes the preflight check (the micro model's config and tokenizer load), fails when the
+    weights load: they are overwritten with zeros."""
+    from workbench.config import RunConfig
+    from workbench.models import model_dir
+
+    built = RunConfig.model_validate(micro_run_config())
     broken = root / "broken-model"
-    broken.mkdir(exist_ok=True)
-    (broken / "config.json").write_text("{}")
+    if not broken.exists():
+        shutil.copytree(model_dir(built.model, built.task, progress=False), broken)
+        (broken / "model.safetensors").write_bytes(b"\0" * 64)
     return broken
 
 

@@ -99,12 +99,11 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(workdir, content, messa
 
 
 def test_crash_mid_run_is_marked_failed_with_traceback(workdir):
-    broken = workdir / "broken-model"
-    broken.mkdir()
-    (broken / "config.json").write_text("{}")  # passes the preflight check, fails when loading weights
-    study = workdir / "crash.yaml"
+    from tests.execution_helpers import broken_model_dir
+
     cfg = micro_run_config()
-    cfg["model"] = {"path": str(broken)}
+    cfg["model"] = {"path": str(broken_model_dir(workdir))}  # preflight passes; loading the weights fails
+    study = workdir / "crash.yaml"
     study.write_text(yaml.safe_dump({"name": "crash", "base": cfg}))
     result = invoke("run", study, "--quiet")
     assert result.exit_code == 1

@@ -19,10 +19,19 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+from workbench.cli_errors import DEBUG_ENV, GuardedGroup
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, cls=GuardedGroup,  # unhandled errors: one line
                   help="rl-workbench: ablate GRPO-family RL changes with tracked, comparable runs.")
 console = Console()
 err_console = Console(stderr=True)
+
+
+@app.callback()
+def _global_options(debug: Annotated[bool, typer.Option(
+        "--debug", help="show the full traceback of an unexpected error (also: WORKBENCH_DEBUG=1)")] = False) -> None:
+    if debug:
+        os.environ[DEBUG_ENV] = "1"  # inherited by the processes a study starts
 
 StudyArg = Annotated[Path, typer.Argument(help="study YAML file")]
 SetOpt = Annotated[list[str] | None, typer.Option("--set", help="override a config path, e.g. learner.lr=3e-4")]
@@ -32,8 +41,10 @@ OnlyOpt = Annotated[str | None, typer.Option("--only", help="filter runs, e.g. v
 def fail(message: str, code: int = 2) -> typer.Exit:
     from rich.markup import escape
 
+    from workbench.tracking.redact import redact_text
+
     # escape(): messages quote user text and pip extras ("rl-workbench[gpu]"), not markup
-    err_console.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
+    err_console.print(f"[red]error:[/red] {escape(redact_text(message))}", highlight=False, soft_wrap=True)
     return typer.Exit(code)
 
 
@@ -53,6 +64,14 @@ def load_specs(study_path: Path, overrides: list[str] | None, only: str | None):
         if not specs:
             raise fail(f"--only {only!r} matches no run of {study_path}")
     return study, specs
+
+
+def warn_inert_knobs(specs) -> None:
+    """Config lint (workbench/lint.py): one stderr line per knob that cannot act, before anything runs."""
+    from workbench.lint import lint_specs
+
+    for line in lint_specs(specs):
+        print(line, file=sys.stderr)  # plain print: one line however long, no markup
 
 
 def filter_specs(specs, only: str):
@@ -77,6 +96,7 @@ def plan(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
     from workbench.execute import plan_rows
 
     study_obj, specs = load_specs(study, set_, only)
+    warn_inert_knobs(specs)
     statuses = _known_statuses(study_obj, specs)
     rows = plan_rows(specs, statuses)
     for row, spec in zip(rows, specs, strict=True):
@@ -113,14 +133,13 @@ def _known_statuses(study_obj, specs) -> dict[str, str]:
     """Statuses from MLflow if the store already exists; never creates a store just to look."""
     from mlflow import MlflowClient
 
-    from workbench.execute import run_statuses
-    from workbench.tracking.store import resolve_tracking_uri
+    from workbench.execute import run_statuses, study_experiment, study_tracking_uri
 
-    uri = resolve_tracking_uri(specs[0].config.tracking.uri if specs else None)
+    uri = study_tracking_uri(specs)
     if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).exists():
         return {}
     client = MlflowClient(uri)
-    experiment = client.get_experiment_by_name(study_obj.name)
+    experiment = client.get_experiment_by_name(study_experiment(study_obj, specs))
     return run_statuses(client, experiment.experiment_id) if experiment else {}
 
 
@@ -129,14 +148,26 @@ def run(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
         parallel: Annotated[int | None, typer.Option(
             "--parallel", "-j", min=1,
             help="runs at a time, each in its own process (default: the study's execution.parallel, else 1)")] = None,
-        quiet: Annotated[bool, typer.Option(help="no progress bars")] = False) -> None:
+        quiet: Annotated[bool, typer.Option(help="no progress bars")] = False,
+        progress_every: Annotated[float | None, typer.Option(
+            min=0, help="off a terminal (nohup, CI): seconds between plain progress lines "
+                        "(default $WORKBENCH_PROGRESS_EVERY or 30; evals always print)")] = None) -> None:
     """Execute a study's runs (skipping those already finished) and print a summary."""
+    # the study first: a bad one fails before torch is imported (seconds and ~250 MB; every rank checks it)
+    study_obj, specs = load_specs(study, set_, only)
     from workbench.execute import run_study
+    from workbench.runs import PreflightError
+    from workbench.study_lock import StudyBusy
+    from workbench.study_progress import PROGRESS_EVERY_ENV
+    from workbench.tracking.writer import TrackingOutage
     from workbench.train import ranks
+
+    if progress_every is not None:
+        os.environ[PROGRESS_EVERY_ENV] = str(progress_every)
 
     if ranks.is_follower():  # several DeepSpeed ranks: rank 0 runs the study, this rank mirrors its learner
         raise typer.Exit(ranks.follow())
-    study_obj, specs = load_specs(study, set_, only)
+    warn_inert_knobs(specs)  # rank 0 (or the only process) lints; followers mirror it
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")  # a server prints no links per run
     if parallel is None:
         parallel = int(study_obj.execution.get("parallel", 1))
@@ -144,14 +175,16 @@ def run(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
 
     try:
         outcomes = run_study(study_obj, specs, progress=not quiet, parallel=1 if ranks.multi_rank() else parallel)
-    except (FileNotFoundError, ImportError, SpecError) as e:  # a missing model/data file or engine; a broken dashboard spec
+    except (PreflightError, FileNotFoundError, ImportError, StudyBusy, SpecError) as e:  # bad config, spec; busy study
         raise fail(str(e)) from None
+    except TrackingOutage as e:  # MLflow unreachable while the study was being opened
+        raise fail(str(e), code=1) from None
     except KeyboardInterrupt:
         err_console.print("[yellow]interrupted: unfinished runs are marked KILLED; run again to resume[/yellow]")
         raise typer.Exit(130) from None
     finally:
         ranks.stop_followers()  # several ranks: followers return, however the study ended
-    print_summary(study_obj.name, outcomes)
+    print_summary(study_obj.name, outcomes, _study_store(specs))
     if any(o.status == "FAILED" for o in outcomes):
         raise typer.Exit(1)
 
@@ -174,12 +207,15 @@ def worker(
     """Execute a study together with any number of other workers, on any machines (see docs/distributed.md)."""
     from workbench.distributed import WorkerError, WorkerOptions, run_worker
     from workbench.pool import _interrupt_once
+    from workbench.runs import PreflightError
+    from workbench.study_lock import StudyBusy
     from workbench.viz.dashboard import SpecError
 
     if tracking_uri:
         os.environ["MLFLOW_TRACKING_URI"] = tracking_uri  # every run of this worker logs there
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")  # no "View run at" per run
     study_obj, specs = load_specs(study, set_, None)
+    warn_inert_knobs(specs)
     if threads:
         import torch
 
@@ -190,7 +226,7 @@ def worker(
     previous = signal.signal(signal.SIGTERM, _interrupt_once)  # `kill PID` stops like Ctrl-C: run KILLED
     try:
         report = run_worker(study_obj, specs, storage, options)
-    except (WorkerError, FileNotFoundError, ImportError, SpecError) as e:
+    except (WorkerError, PreflightError, FileNotFoundError, ImportError, StudyBusy, SpecError) as e:
         raise fail(str(e)) from None
     except KeyboardInterrupt:
         err_console.print("[yellow]worker stopped: its run is KILLED and enqueued again for the other workers[/yellow]")
@@ -198,7 +234,7 @@ def worker(
     finally:
         signal.signal(signal.SIGTERM, previous)
     if report.outcomes:
-        print_summary(study_obj.name, report.outcomes)
+        print_summary(study_obj.name, report.outcomes, _study_store(specs))
     console.print(f"study {report.study}: {report.finished}/{report.total} runs finished; "
                   f"this worker ({report.worker}) ran {len(report.outcomes)}", highlight=False)
     if report.failed:
@@ -206,8 +242,17 @@ def worker(
         raise typer.Exit(1)
 
 
-def print_summary(name: str, outcomes) -> None:
+def _study_store(specs) -> str:
+    """The MLflow store a study's runs log to: $MLFLOW_TRACKING_URI, else its tracking.uri, else ./mlflow.db."""
     from workbench.tracking.store import resolve_tracking_uri
+
+    return resolve_tracking_uri(specs[0].config.tracking.uri if specs else None)
+
+
+def print_summary(name: str, outcomes, uri: str) -> None:
+    from workbench.tracking.redact import redact_uri
+
+    from rich.markup import escape
 
     table = Table(title=f"study {name}")
     for col in ["run", "status", "steps", "eval first", "eval last", "Δ", "health"]:
@@ -221,9 +266,9 @@ def print_summary(name: str, outcomes) -> None:
             table.add_row("", f"[red]{o.error[:120]}", "", "", "", "", "")
     console.print(table)
     _print_seed_matrix(outcomes)
-    uri = resolve_tracking_uri()
-    where = "[bold]workbench ui[/bold]" if not uri.startswith("http") else f"[bold]{uri}[/bold]"
-    console.print(f"Tracked in MLflow at [bold]{uri}[/bold]. Open the UI with: {where}")
+    shown = escape(redact_uri(uri))  # never the store's password
+    where = "[bold]workbench ui[/bold]" if not uri.startswith("http") else f"[bold]{shown}[/bold]"
+    console.print(f"Tracked in MLflow at [bold]{shown}[/bold]. Open the UI with: {where}", soft_wrap=True)
 
 
 def _print_seed_matrix(outcomes) -> None:
@@ -253,21 +298,22 @@ def _print_seed_matrix(outcomes) -> None:
 
 
 @app.command()
-def metrics(format: Annotated[str, typer.Option(help="table | markdown")] = "table") -> None:
+def metrics(format: Annotated[str, typer.Option(
+        help="auto (table on a terminal, plain off one) | table | plain (tab-separated) | markdown")] = "auto") -> None:
     """The canonical metric catalogue: definition, unit, healthy direction."""
+    from workbench.console import print_table
     from workbench.metrics import CATALOGUE
     from workbench.metrics.catalogue import markdown_table
 
     if format == "markdown":
         print(markdown_table(), end="")
         return
-
-    table = Table(title="canonical metrics (MLflow step = RL step)")
-    for col in ["name", "meaning", "unit", "healthy"]:
-        table.add_column(col)
-    for m in CATALOGUE:
-        table.add_row(m.name, m.meaning, m.unit, m.healthy)
-    console.print(table)
+    if format not in ("auto", "table", "plain"):
+        raise fail(f"--format: expected auto, table, plain or markdown, got {format!r}")
+    rows = [(m.name, m.meaning, m.unit, m.healthy) for m in CATALOGUE]
+    plain = {"auto": None, "table": False}.get(format, True)  # auto: tab-separated when stdout is not a terminal
+    print_table(["name", "meaning", "unit", "healthy"], rows, wrap=["meaning"],
+                title="canonical metrics (MLflow step = RL step)", plain=plain)
 
 
 @app.command()
@@ -279,18 +325,23 @@ def ui(study: Annotated[str | None, typer.Argument(
     """Start a real MLflow server for the local store on 127.0.0.1 and list each study's saved
     views (links to MLflow's charts, grouped by variant), then its HTML reports and dashboards:
     artifact path, link into the UI, file on disk (Ctrl-C stops it)."""
+    from rich.markup import escape
+
+    from workbench.tracking.redact import redact_uri
+
     uri, studies = _ui_studies(study, tracking_uri)
     if not uri.startswith(("sqlite:", "postgresql", "mysql")):
-        raise fail(f"`workbench ui` serves a database store; {uri} is already a server")
-    env = os.environ | {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-    cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", uri, "--host", "127.0.0.1",
-           "--port", str(port), "--workers", "1"]
+        raise fail(f"`workbench ui` serves a database store; {redact_uri(uri)} is already a server")
+    # the store URI (and its password) goes through the environment, not argv: `ps` shows argv to everyone
+    env = os.environ | {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", "MLFLOW_BACKEND_STORE_URI": uri}
+    cmd = [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
     base = f"http://127.0.0.1:{port}"
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)  # `kill PID` must not orphan the server
     proc, stopped = None, False
     try:
         proc = subprocess.Popen(cmd, env=env, start_new_session=True)  # own process group: stop it whole
-        console.print(f"MLflow UI: [bold]{base}[/bold]  (store {uri}; Ctrl-C to stop)", soft_wrap=True)
+        console.print(f"MLflow UI: [bold]{base}[/bold]  (store {escape(redact_uri(uri))}; Ctrl-C to stop)",
+                      soft_wrap=True)
         for s in studies:
             _print_study_links(base, s)
         while proc.poll() is None:
@@ -406,6 +457,14 @@ _register_report_commands(app)  # health, compare, dashboard (workbench/commands
 from workbench.search.cli import register as _register_search_commands  # noqa: E402
 
 _register_search_commands(app)  # tune (workbench/search/)
+
+from workbench.importers.cli import register as _register_import_command  # noqa: E402
+
+_register_import_command(app)  # import (workbench/importers/)
+
+from workbench.commands.algorithms import algorithms_app  # noqa: E402
+
+app.add_typer(algorithms_app, name="algorithms")  # presets and their citations
 
 
 def main() -> None:

@@ -8,18 +8,24 @@ from __future__ import annotations
 
 import hashlib
 import json
+import string
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from workbench.health import HealthConfig
 
 Dtype = Literal["float32", "bfloat16", "float16"]
 RUN_KEY_VERSION = 1  # bump when a default value changes meaning (see RunConfig.run_key)
 
+MAX_SEED = 2**63 - 1  # torch.manual_seed and numpy take seeds in [0, 2^64); MLflow tags and JSON keep int64
+MAX_STEPS = 10_000_000  # far beyond any run here; a larger count (e.g. `steps: 1e29`) is a typo, not a plan
+MAX_BATCH = 1_000_000  # prompts, completions or tokens per step: larger cannot fit any machine's memory
+
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # allow_inf_nan=False: `lr: .inf`, `1e400` (YAML reads inf) or `.nan` are rejected at load time
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 class TinyModelConfig(Strict):
@@ -38,7 +44,8 @@ class TinyModelConfig(Strict):
     sft_check_every: int = Field(25, ge=1, description="SFT steps between accuracy probes")
     sft_batch_size: int = Field(256, ge=1)
     sft_lr: float = Field(3e-3, gt=0)
-    seed: int = Field(0, description="init and SFT data seed (the model is deterministic given the config)")
+    seed: int = Field(0, ge=0, le=MAX_SEED,
+                      description="init and SFT data seed (the model is deterministic given the config)")
 
     @model_validator(mode="after")
     def _heads_divide_width(self) -> TinyModelConfig:
@@ -61,19 +68,34 @@ class ModelConfig(Strict):
             raise ValueError("model needs exactly one of 'builtin: tiny' or 'path: DIR'")
         if "{prompt}" not in self.prompt_template:
             raise ValueError("model.prompt_template must contain '{prompt}'")
+        check_prompt_template(self.prompt_template)
         return self
+
+
+def check_prompt_template(template: str) -> None:
+    """``template.format(prompt=...)`` must work: ``{prompt}`` is the only placeholder; ``{{``/``}}`` are braces."""
+    try:
+        fields = [name for _, name, spec, conv in string.Formatter().parse(template) if name is not None]
+    except ValueError as error:  # a lone '{' or '}'
+        raise ValueError(f"model.prompt_template is not a valid template ({error}); "
+                         "write literal braces as '{{' and '}}'") from None
+    unknown = sorted({name for name in fields if name != "prompt"})
+    if unknown:
+        raise ValueError(f"model.prompt_template has unknown placeholder(s) {', '.join(map(repr, unknown))}: "
+                         "'{prompt}' is the only one; write literal braces as '{{' and '}}'")
 
 
 class TaskConfig(Strict):
     """Where problems come from. ``arithmetic`` is generated; ``jsonl`` reads user data."""
 
     name: Literal["arithmetic", "jsonl"] = "arithmetic"
-    seed: int = Field(0, description="fixes the problem set and the train/eval split")
-    digits: int = Field(2, ge=1, description="arithmetic: operands have up to this many digits")
+    seed: int = Field(0, ge=0, le=MAX_SEED, description="fixes the problem set and the train/eval split")
+    # le=100: a prompt then has a few hundred characters; Python refuses int<->str beyond 4300 digits anyway
+    digits: int = Field(2, ge=1, le=100, description="arithmetic: operands have up to this many digits")
     ops: str = Field("+-", description="arithmetic: operators drawn from '+-*/'")
     path: str | None = Field(None, description="jsonl: training file")
     eval_path: str | None = Field(None, description="jsonl: eval file (default: split off `path`)")
-    eval_size: int = Field(200, ge=1, description="number of held-out problems")
+    eval_size: int = Field(200, ge=1, le=MAX_BATCH, description="number of held-out problems")
 
     @model_validator(mode="after")
     def _jsonl_has_path(self) -> TaskConfig:
@@ -91,7 +113,7 @@ class SamplerConfig(Strict):
     dtype: Dtype = "float32"
     temperature: float = Field(1.0, gt=0)
     top_p: float = Field(1.0, gt=0, le=1)
-    max_new_tokens: int = Field(32, ge=1)
+    max_new_tokens: int = Field(32, ge=1, le=MAX_BATCH)
     sync: Literal["auto", "inplace", "rebuild"] = Field(
         "auto",
         description="vllm: how learner weights reach the engine after each update, verified by logprobs every time: "
@@ -114,12 +136,26 @@ class LearnerConfig(Strict):
         "torch", description="torch | deepspeed (needs the `gpu` or `cpu-engines` extra; see docs/engines.md)"
     )
     device: str = Field("auto", description="auto = cuda if available, else cpu; or an explicit torch device")
+
+    @field_validator("device")
+    @classmethod
+    def _a_torch_device(cls, value: str) -> str:
+        if value == "auto":
+            return value
+        import torch
+
+        try:
+            torch.device(value)
+        except (RuntimeError, ValueError):
+            raise ValueError(f"learner.device {value!r} is not a torch device: use auto, cpu, cuda, cuda:0, ...") \
+                from None
+        return value
     dtype: Dtype = Field(
         "float32", description="weights dtype; deepspeed: bfloat16/float16 train with fp32 master weights"
     )
     lr: float = Field(1e-4, gt=0)
     weight_decay: float = Field(0.0, ge=0)
-    betas: tuple[float, float] = (0.9, 0.99)
+    betas: tuple[float, float] = Field((0.9, 0.99), description="Adam betas, each in [0, 1)")
     grad_clip: float = Field(1.0, gt=0, description="max global grad norm")
     micro_batch_size: int | None = Field(
         None, ge=1,
@@ -144,6 +180,13 @@ class LearnerConfig(Strict):
         None, ge=0, description="fault injection: make this RL step's loss NaN (tests the health rules' stop path)"
     )
 
+    @field_validator("betas")
+    @classmethod
+    def _betas_in_unit_interval(cls, value: tuple[float, float]) -> tuple[float, float]:
+        if not all(0.0 <= b < 1.0 for b in value):  # torch.optim.AdamW raises on these mid-run
+            raise ValueError(f"learner.betas must each be in [0, 1), got {list(value)}")
+        return value
+
     @model_validator(mode="after")
     def _deepspeed_only_knobs(self) -> LearnerConfig:
         if self.backend != "deepspeed" and (self.zero_stage or self.deepspeed_config):
@@ -152,10 +195,17 @@ class LearnerConfig(Strict):
 
 
 class RolloutConfig(Strict):
-    prompts_per_step: int = Field(16, ge=1)
-    group_size: int = Field(8, ge=1, description="completions per prompt (G)")
-    steps: int = Field(100, ge=1, description="RL steps (one batch of rollouts and one update each)")
+    prompts_per_step: int = Field(16, ge=1, le=MAX_BATCH)
+    group_size: int = Field(8, ge=1, le=MAX_BATCH, description="completions per prompt (G)")
+    steps: int = Field(100, ge=1, le=MAX_STEPS, description="RL steps (one batch of rollouts and one update each)")
     eval_every: int = Field(10, ge=1, description="held-out eval every k steps (and at step 0 and the end)")
+
+    @model_validator(mode="after")
+    def _batch_fits(self) -> RolloutConfig:
+        if self.prompts_per_step * self.group_size > MAX_BATCH:
+            raise ValueError(f"rollout.prompts_per_step x group_size = {self.prompts_per_step * self.group_size} "
+                             f"completions per step; at most {MAX_BATCH} fit in memory")
+        return self
     eval_temperature: float = Field(0.0, ge=0, description="0 = greedy")
     eval_size: int | None = Field(None, ge=1, description="cap on eval problems (default: the task's eval set)")
     log_samples: int = Field(32, ge=0, description="sample completions kept in the artifact table per eval")
@@ -180,6 +230,10 @@ class AlgorithmConfig(Strict):
     correction: str | None = Field(None, description="sampler/learner IS correction: tis | mis | seq_tis")
     correction_cap: float = Field(2.0, gt=0)
     batch_filter: str | None = Field(None, description="group filter with refill, e.g. zero_std (DAPO dynamic sampling)")
+    filter_on: Literal["correct", "reward"] | None = Field(
+        None, description="what batch_filter judges: correct (accuracy, DAPO §3.2; the default once a batch_filter "
+        "is set) | reward (the total shaped reward)",
+    )
     max_sampling_rounds: int = Field(3, ge=1, description="sampling rounds per step when a batch filter drops groups")
     token_filters: list[str] = Field(default_factory=list, description="loss-mask edits, e.g. [overlong]")
     kl_coef: float = Field(0.0, ge=0, description="KL to the frozen initial policy; 0 = no reference model")
@@ -189,9 +243,16 @@ class AlgorithmConfig(Strict):
     @model_validator(mode="before")
     @classmethod
     def _resolve_preset(cls, data: Any) -> Any:
+        from workbench.algorithms.filters import DEFAULT_FILTER_ON
         from workbench.algorithms.presets import resolve_preset
 
-        return resolve_preset(data) if isinstance(data, dict) else data
+        if not isinstance(data, dict):
+            return data
+        data = resolve_preset(data)
+        if data.get("batch_filter") is not None and data.get("filter_on") is None:
+            # set, not defaulted: it enters run_key, so runs filtered on the reward before keep their keys apart
+            data["filter_on"] = DEFAULT_FILTER_ON
+        return data
 
     @model_validator(mode="after")
     def _names_exist(self) -> AlgorithmConfig:
@@ -222,7 +283,7 @@ class ShapingTerm(Strict):
 class RewardConfig(Strict):
     """reward = 1·correct (math-verify) + Σ weight·shaper. Verification runs in bounded worker processes."""
 
-    timeout_s: float = Field(1.0, gt=0, description="wall-clock limit per completion; slower scores 0")
+    timeout_s: float = Field(1.0, gt=0, le=3600, description="wall-clock limit per completion; slower scores 0")
     workers: int = Field(1, ge=1, description="verifier worker processes")
     shaping: list[ShapingTerm] = Field(default_factory=list)
 
@@ -240,6 +301,9 @@ class RewardConfig(Strict):
 class TrackingConfig(Strict):
     uri: str | None = Field(None, description="MLflow tracking URI (env MLFLOW_TRACKING_URI wins)")
     experiment: str | None = Field(None, description="default: the study name")
+    outage_deadline_s: float = Field(300.0, gt=0, allow_inf_nan=False, description=(
+        "how long a run keeps retrying an unreachable MLflow before it stops FAILED, its unsent "
+        "metrics kept in a local spill that is re-sent when the run is executed again"))
 
 
 # Settings that change where or how safely a run executes, never its numbers: section -> fields.
@@ -249,7 +313,7 @@ NOT_IN_RUN_KEY: dict[str, set[str]] = {"learner": {"checkpoint_every"}}
 class RunConfig(Strict):
     """Everything that determines one run. Hashing it (with the seed) gives ``run_key``."""
 
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=MAX_SEED)
     model: ModelConfig = Field(default_factory=lambda: ModelConfig(builtin="tiny"))
     task: TaskConfig = TaskConfig()
     sampler: SamplerConfig = SamplerConfig()

@@ -15,9 +15,12 @@ A worker:
    ``INIT_TIMEOUT_S``), then enqueue only the runs that have no live trial (WAITING, RUNNING,
    COMPLETE): a second worker, or a later one, does not enqueue again; a later one does
    re-enqueue runs whose trials all failed (resume).
-2. loops: fail stale trials; if a trial is WAITING, ``study.optimize(n_trials=1)`` pops it
-   (Optuna hands a WAITING trial to exactly one worker) and runs it; else, if trials are still
-   RUNNING elsewhere, waits (one of them may come back as a retry); else exits.
+2. loops: fail stale trials (also every ``poll_s`` in a background thread, :class:`StaleTrialWatch`,
+   so that a lost worker is noticed, its MLflow run marked FAILED and its retry enqueued while
+   every survivor is busy with a run; the retry itself starts when a worker is free); if a trial
+   is WAITING, ``study.optimize(n_trials=1)`` pops it (Optuna hands a WAITING trial to exactly
+   one worker) and runs it; else, if trials are still RUNNING elsewhere, waits (one of them may
+   come back as a retry); else exits.
 
 Exactly once. A trial's run executes only if the trial is the lowest-numbered *live* trial of
 its ``run_key`` (the rare duplicates from concurrent enqueues or retries are PRUNED with
@@ -45,6 +48,7 @@ import math
 import os
 import random
 import socket
+import threading
 import time
 import warnings
 from collections.abc import Callable
@@ -55,9 +59,12 @@ from workbench.execute import (
     finished_runs,
     mark_orphaned_runs,
     open_study,
+    study_experiment,
+    study_tracking_uri,
 )
 from workbench.runs import RunOutcome, execute_run, preflight
 from workbench.study import RunSpec, Study
+from workbench.tracking.writer import resend_spills
 
 KEY = "workbench.run_key"
 LABEL = "workbench.label"
@@ -150,12 +157,10 @@ def wait_for_creator(ostudy, *, owned: Callable[[dict], bool], take_over: Callab
 
 
 def describe_storage(url: str) -> str:
-    """The storage URL without its password, for messages."""
-    if "://" in url and "@" in url:
-        scheme, rest = url.split("://", 1)
-        creds, host = rest.rsplit("@", 1)
-        return f"{scheme}://{creds.split(':', 1)[0]}:***@{host}"
-    return url
+    """The storage URL without its password or password-like query parameters, for messages."""
+    from workbench.tracking.redact import redact_uri
+
+    return redact_uri(url)
 
 
 def open_storage(url: str, *, heartbeat_interval: int, grace_period: int | None = None,
@@ -297,7 +302,7 @@ class Worker:
 
         uri = resolve_tracking_uri(self.specs[0].config.tracking.uri if self.specs else None)
         self.client = MlflowClient(uri)
-        experiment_id = get_or_create_experiment(self.client, self.study.name, uri)
+        experiment_id = get_or_create_experiment(self.client, study_experiment(self.study, self.specs), uri)
         self.ctx = StudyContext(self.study, uri, experiment_id, parent_run_id)
 
     def _enqueue_missing(self) -> None:
@@ -317,10 +322,14 @@ class Worker:
 
     # ------------------------------------------------------------------------- loop
     def loop(self) -> WorkerReport:
+        poll = self.opt.poll_s if self.opt.poll_s is not None else min(self.opt.heartbeat_interval, 5)
+        with StaleTrialWatch(self.ostudy, poll):
+            return self._loop(poll)
+
+    def _loop(self, poll: float) -> WorkerReport:
         import optuna
         from optuna.trial import TrialState
 
-        poll = self.opt.poll_s if self.opt.poll_s is not None else min(self.opt.heartbeat_interval, 5)
         while True:
             optuna.storages.fail_stale_trials(self.ostudy)
             open_trials = self.ostudy.get_trials(deepcopy=False, states=(TrialState.WAITING, TrialState.RUNNING))
@@ -399,6 +408,7 @@ class Worker:
                             f"(workers run different workbench versions?)")
         label, variant = attrs[LABEL], attrs[VARIANT]
         trial.set_user_attr(WORKER, self.id)
+        resend_spills(self.ctx.tracking_uri, key)  # what an earlier attempt's MLflow outage kept back
         mark_orphaned_runs(self.client, self.ctx.experiment_id, [key])  # a lost earlier attempt, if any
         self.opt.log(f"[{self.id}] trial {trial.number}: run {label} ({key})")
         started = time.monotonic()
@@ -451,6 +461,35 @@ class Worker:
         self.opt.log(f"[{self.id}] {label}: {reason}; enqueued a retry")
 
 
+class StaleTrialWatch:
+    """Fails stale trials every ``interval_s`` in a daemon thread while the worker runs a trial
+    (Optuna's ``fail_stale_trials`` is atomic per trial: the main loop's own calls and other
+    workers' never fail one twice, and the stale callback runs once per trial)."""
+
+    def __init__(self, ostudy, interval_s: float) -> None:
+        self.ostudy = ostudy
+        self.interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="workbench-stale-trials", daemon=True)
+
+    def _run(self) -> None:
+        import optuna
+
+        while not self._stop.wait(self.interval_s):
+            try:
+                optuna.storages.fail_stale_trials(self.ostudy)
+            except Exception:  # noqa: BLE001 - storage briefly unavailable: the next round (or the loop) retries
+                pass
+
+    def __enter__(self) -> StaleTrialWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+
 def _value(x: float) -> float:
     """Optuna fails a trial whose value is NaN: a finished run without an eval counts 0."""
     return float(x) if x is not None and math.isfinite(x) else 0.0
@@ -461,6 +500,11 @@ def run_worker(study: Study, specs: list[RunSpec], storage_url: str, options: Wo
     """Join (or start) the distributed execution of ``study``; return when no run is left."""
     for spec in specs:  # a worker that cannot run the study fails before touching anything shared
         preflight(spec.config)
+    from workbench.study_lock import study_lock
+
     worker = Worker(study, specs, storage_url, options or WorkerOptions(), progress_factory)
-    worker.connect()
-    return worker.loop()
+    # shared: workers run together; a `workbench run` of the study on this machine is refused meanwhile
+    with study_lock(study_tracking_uri(specs), study_experiment(study, specs), shared=True,
+                    command="workbench worker"):
+        worker.connect()
+        return worker.loop()

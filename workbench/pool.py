@@ -24,6 +24,7 @@ from multiprocessing.connection import Connection, wait
 
 from workbench.runs import RunOutcome
 from workbench.study import RunSpec
+from workbench.tracking.redact import redact_text
 
 STOP_GRACE_S = 30.0  # how long stopping children get to mark their runs KILLED before SIGKILL
 POLL_S = 0.2
@@ -177,6 +178,8 @@ class _Pool:
         elif kind == "result":
             outcome: RunOutcome = message[1]
             self.results[key] = outcome
+            if outcome.tracking_lost:  # MLflow gone past the deadline: runs started now would only wait it out
+                self.pending.clear()
             if outcome.status != "FINISHED":  # interrupted while opening its MLflow run: close it
                 close_left_running(self.ctx, key, outcome)
             detail = f"health {outcome.health}" if outcome.status == "FINISHED" else outcome.error[:100]
@@ -261,7 +264,7 @@ def record_lost_run(ctx, spec: RunSpec, status: str, reason: str) -> str | None:
     tags = run_tags(ctx.study.name, spec.variant, spec.config, label=spec.label)
     tracker = RunTracker(ctx.tracking_uri, experiment, spec.label, tags, parent_run_id=ctx.parent_run_id)
     run_id = tracker.start()
-    tracker.set_tags({"workbench.error": reason[:500]})
+    tracker.set_tags({"workbench.error": redact_text(reason)[:500]})
     tracker.finish(status)
     return run_id
 

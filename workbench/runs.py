@@ -11,9 +11,11 @@ from dataclasses import dataclass
 
 from workbench.config import RunConfig
 from workbench.health import HealthMonitor
+from workbench.metrics.catalogue import unlogged_by_config
 from workbench.progress import RunProgress
+from workbench.tracking.redact import redact_config
 from workbench.tracking.store import resolve_tracking_uri
-from workbench.tracking.writer import RunTracker
+from workbench.tracking.writer import OutagePolicy, RunTracker, TrackingOutage, resend_spills
 from workbench.train.checkpoint import RunCheckpoints
 from workbench.train.loop import train
 from workbench.train.ranks import check_multi_rank
@@ -44,20 +46,106 @@ class RunOutcome:
     health: str = "-"
     steps: int = 0
     error: str = ""
+    tracking_lost: bool = False  # MLflow stayed unreachable past tracking.outage_deadline_s
+
+
+class PreflightError(ValueError):
+    """A schema-valid config that cannot run (missing file, bad data, unavailable device, ...):
+    one line naming the setting and the file, raised before any MLflow run is opened."""
 
 
 def preflight(cfg: RunConfig) -> None:
-    """Checks that need the filesystem, done before anything is written to MLflow."""
-    from pathlib import Path
+    """Checks that need the filesystem, the model directory or the data, done before anything
+    is written to MLflow. Every failure is a one-line ``PreflightError``."""
+    try:
+        _preflight(cfg)
+    except PreflightError:
+        raise
+    except (OSError, ValueError, ImportError) as error:  # FileNotFoundError, ModuleNotFoundError, bad data
+        raise PreflightError(" ".join(str(error).split())) from None
 
-    from workbench.models import check_model_path
+
+def _preflight(cfg: RunConfig) -> None:
     from workbench.tasks import build_task
 
-    if cfg.model.path is not None:
-        check_model_path(Path(cfg.model.path).expanduser())
-    build_task(cfg.task)  # a missing/malformed JSONL file fails here
+    check_device(cfg.learner.device)
+    tokenizer, positions = _model_context(cfg)
+    task = build_task(cfg.task)  # a missing/malformed JSONL file fails here, with its line number
     check_engines(cfg)
     check_multi_rank(cfg.learner)  # several processes (WORLD_SIZE > 1): DeepSpeed ZeRO 0-2 only
+    check_problems_fit(cfg, task, tokenizer, positions)
+
+
+def check_device(device: str) -> None:
+    """An explicit CUDA device must exist here (``auto`` falls back to the CPU)."""
+    if device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise PreflightError(f"learner.device={device!r}, but torch sees no CUDA device here (use auto or cpu)")
+        index = torch.device(device).index
+        if index is not None and index >= torch.cuda.device_count():
+            raise PreflightError(f"learner.device={device!r}, but this machine has "
+                                 f"{torch.cuda.device_count()} CUDA device(s)")
+
+
+def _model_context(cfg: RunConfig):
+    """(tokenizer, max positions) of the policy, from the model directory or the built-in tiny model."""
+    from pathlib import Path
+
+    if cfg.model.path is not None:
+        from workbench.models import inspect_model_dir
+
+        return inspect_model_dir(Path(cfg.model.path).expanduser())
+    from workbench.models import TINY_MAX_POSITIONS  # not models.tiny: that imports the model classes
+    from workbench.models.tokenizer import build_char_tokenizer
+
+    return build_char_tokenizer(), TINY_MAX_POSITIONS
+
+
+TRAIN_PROBES = 256  # generated tasks: training prompts sampled to check lengths (their length is bounded by the config)
+
+
+def check_problems_fit(cfg: RunConfig, task, tokenizer, positions: int | None) -> None:
+    """Every prompt (after the template) plus ``sampler.max_new_tokens`` fits the model's positions;
+    with the built-in tiny model, every JSONL training line has the ``solution`` its cold-start SFT needs."""
+    import random
+    from pathlib import Path
+
+    from workbench.models import token_count_over
+
+    template, budget_new = cfg.model.prompt_template, cfg.sampler.max_new_tokens
+    if positions is not None and budget_new >= positions:
+        raise PreflightError(f"sampler.max_new_tokens={budget_new} leaves no room for a prompt: "
+                             f"the model has {positions} positions")
+    if cfg.task.name == "jsonl":
+        from workbench.tasks.jsonl import read_numbered_problems
+
+        files = [cfg.task.path] + ([cfg.task.eval_path] if cfg.task.eval_path else [])
+        numbered = [(f"{name}:{line}", p) for name in files for line, p in read_numbered_problems(Path(name))]
+        if cfg.model.builtin is not None:
+            lacking = [(where, p) for where, p in numbered if p.solution is None and where.startswith(f"{files[0]}:")]
+            if lacking:
+                raise PreflightError(
+                    f"{lacking[0][0]}: no 'solution' (the built-in tiny model warms up by SFT on worked solutions; "
+                    f"{len(lacking)} line(s) of task.path lack one): add 'solution' to every line or use model.path")
+    else:
+        numbered = [("eval problem", p) for p in task.eval_problems()]
+        numbered += [("train problem", p) for p in task.sample_train(TRAIN_PROBES, random.Random(0))]
+    if positions is None:
+        return
+    for where, problem in numbered:
+        prompt = template.format(prompt=problem.prompt)
+        over = token_count_over(tokenizer, prompt, positions - budget_new - 1)  # 1: a BOS the tokenizer may add
+        if over is not None:
+            raise PreflightError(
+                f"{where}: the prompt has {over} tokens; with sampler.max_new_tokens={budget_new} it exceeds the "
+                f"model's {positions} positions")
+        if cfg.model.builtin is not None and problem.solution is not None:
+            over = token_count_over(tokenizer, prompt + problem.solution, positions - 1)
+            if over is not None:
+                raise PreflightError(f"{where}: prompt + solution have {over} tokens; the tiny model's "
+                                     f"cold-start SFT needs them within {positions} positions")
 
 
 ENGINE_HINT = ("install the `gpu` extra on a CUDA machine (pip install 'rl-workbench[gpu]'), or run "
@@ -99,11 +187,17 @@ def execute_run(cfg: RunConfig, *, study: str, variant: str, label: str, parent_
     checkpoints = RunCheckpoints.for_run(outcome.run_key, cfg.learner.checkpoint_every, tracking_uri)
     resumed = None if checkpoints is None else checkpoints.latest_step()
     resume_tags = {} if resumed is None else {"workbench.resumed_from_step": str(resumed)}  # first step run here
+    outage = OutagePolicy(deadline_s=cfg.tracking.outage_deadline_s)
     tracker = RunTracker(tracking_uri, cfg.tracking.experiment or study, label,
                          run_tags(study, variant, cfg, role, label) | resume_tags | (extra_tags or {}),
-                         parent_run_id=parent_run_id)
-    outcome.run_id = tracker.start()
-    monitor = HealthMonitor.from_config(cfg.health)
+                         parent_run_id=parent_run_id, outage=outage)
+    try:
+        resend_spills(tracking_uri, outcome.run_key, outage)  # what an earlier attempt could not send
+        outcome.run_id = tracker.start()
+    except TrackingOutage as error:  # nothing opened in MLflow: nothing to close or spill
+        outcome.status, outcome.error, outcome.tracking_lost = "FAILED", f"TrackingOutage: {error}", True
+        return outcome
+    monitor = HealthMonitor.from_config(cfg.health, unlogged=unlogged_by_config(cfg.flat()))
     bar = progress or RunProgress(enabled=False)
     stop_reason = ""
 
@@ -113,29 +207,24 @@ def execute_run(cfg: RunConfig, *, study: str, variant: str, label: str, parent_
             on_step(step, metrics)
 
     try:  # from here on, every exit closes the MLflow run with a status
-        tracker.log_params(cfg.flat())
-        tracker.log_dict(cfg.model_dump(mode="json"), "config.yaml")
+        tracker.log_params(redact_config(cfg.flat()))  # a tracking.uri's password is never stored
+        tracker.log_dict(redact_config(cfg.model_dump(mode="json")), "config.yaml")
         bar.start_run(label, cfg.rollout.steps)
         result = train(cfg, tracker, monitor, on_step=step_hook, checkpoints=checkpoints)
     except StopRun as stop:
         result, stop_reason = stop.partial, stop.reason
     except BaseException as error:  # noqa: BLE001 - every exit path must close the MLflow run
-        killed = isinstance(error, KeyboardInterrupt)
-        outcome.status = "KILLED" if killed else "FAILED"
-        outcome.error = f"{type(error).__name__}: {error}"
-        tracker.set_tags(monitor.tags())
-        tracker.finish(outcome.status, error=None if killed else error)
-        bar.end_run(label, outcome.status)
-        if killed:
-            raise
-        return outcome
+        return _close_failed(tracker, monitor, bar, outcome, error)
     if result.stopped_early and not stop_reason:
         stop_reason = f"health: {monitor.reasons}"
-    tracker.set_tags(monitor.tags() | {"workbench.stopped_early": str(bool(stop_reason)).lower(),
-                                       "workbench.stop_reason": stop_reason})
-    tracker.log_text(monitor.report_json(), "health.json")
-    tracker.log_table(result.samples, "samples.json")
-    tracker.finish("FINISHED")
+    try:
+        tracker.set_tags(monitor.tags() | {"workbench.stopped_early": str(bool(stop_reason)).lower(),
+                                           "workbench.stop_reason": stop_reason})
+        tracker.log_text(monitor.report_json(), "health.json")
+        tracker.log_table(result.samples, "samples.json")
+        tracker.finish("FINISHED")
+    except BaseException as error:  # noqa: BLE001 - e.g. MLflow lost at the very end: FAILED, resumable
+        return _close_failed(tracker, monitor, bar, outcome, error)
     if checkpoints is not None:  # they exist to resume an unfinished run
         checkpoints.clear()
     outcome.status = "FINISHED"
@@ -144,4 +233,27 @@ def execute_run(cfg: RunConfig, *, study: str, variant: str, label: str, parent_
     if result.eval_history:
         outcome.eval_first, outcome.eval_last = result.eval_history[0][1], result.eval_history[-1][1]
     bar.end_run(label, f"{outcome.health}")
+    return outcome
+
+
+def _close_failed(tracker: RunTracker, monitor: HealthMonitor, bar, outcome: RunOutcome,
+                  error: BaseException) -> RunOutcome:
+    """End the MLflow run KILLED (Ctrl-C, re-raised) or FAILED. With MLflow unreachable past the
+    deadline, the unsent metrics and the status go to the run's spill instead (re-sent on resume)."""
+    killed = isinstance(error, KeyboardInterrupt)
+    outcome.status = "KILLED" if killed else "FAILED"
+    outcome.error = f"{type(error).__name__}: {error}"
+    if isinstance(error, TrackingOutage) or tracker.unreachable:
+        outcome.tracking_lost = True
+        tracker.spill(outcome.run_key, outcome.status, error)
+    else:
+        try:
+            tracker.set_tags(monitor.tags())
+            tracker.finish(outcome.status, error=None if killed else error)
+        except TrackingOutage as lost:  # MLflow went away while the run was being closed
+            outcome.tracking_lost = True
+            tracker.spill(outcome.run_key, outcome.status, lost)
+    bar.end_run(outcome.label, outcome.status)
+    if killed:
+        raise error
     return outcome

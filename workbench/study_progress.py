@@ -6,10 +6,17 @@ which forwards its children's step reports. Disabled = silent (``--quiet``, test
 
 The ETA extrapolates the elapsed time from the fraction of this session's work done, counting
 each running run's finished steps, so it moves between run completions too.
+
+Off a terminal (``nohup``, CI logs, ``> log.txt``) a live bar cannot redraw, so the display prints plain
+lines instead, flushed at once: one per running run every ``WORKBENCH_PROGRESS_EVERY`` seconds
+(default 30; ``workbench run --progress-every``) and one at each eval, e.g.::
+
+    22:10:05 progress grpo/seed=0 step 120/400 reward 0.53 acc 0.50 eval 0.41@100 | study 3/9 ETA 12:40
 """
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 
@@ -25,6 +32,20 @@ class _Running:
     done_steps: int = 0
     started: float = 0.0
     eval: str = ""
+    stats: str = ""  # plain text: reward, acc, eval, health
+
+
+PROGRESS_EVERY_ENV = "WORKBENCH_PROGRESS_EVERY"
+DEFAULT_PROGRESS_EVERY = 30.0
+
+
+def progress_interval() -> float:
+    """Seconds between plain progress lines: ``$WORKBENCH_PROGRESS_EVERY`` or 30 (0: every step)."""
+    raw = os.environ.get(PROGRESS_EVERY_ENV, "")
+    try:
+        return max(0.0, float(raw)) if raw else DEFAULT_PROGRESS_EVERY
+    except ValueError:
+        raise ValueError(f"{PROGRESS_EVERY_ENV}: expected seconds, got {raw!r}") from None
 
 
 class _EtaColumn(ProgressColumn):
@@ -39,15 +60,21 @@ class _EtaColumn(ProgressColumn):
 class StudyProgress:
     """``with StudyProgress(name, total) as p: p.run_started(label, steps); p.run_step(...); ...``"""
 
-    def __init__(self, name: str, total: int, enabled: bool = True, console: Console | None = None) -> None:
+    def __init__(self, name: str, total: int, enabled: bool = True, console: Console | None = None,
+                 plain_every: float | None = None) -> None:
         self.name = name
         self.total = total
         self.enabled = enabled
+        console = console or Console()
+        # No terminal: no live bar (it would only render at the end), plain lines instead.
+        self.plain = enabled and not console.is_terminal
+        self.plain_every = progress_interval() if plain_every is None else plain_every
+        self._last_plain = float("-inf")
         self.progress = Progress(
             TextColumn("[bold]{task.description}"), BarColumn(bar_width=30),
             TextColumn("{task.completed:.0f}/{task.total:.0f}"),
             TextColumn("{task.fields[stats]}"), TimeElapsedColumn(), _EtaColumn(self),
-            console=console, disable=not enabled,
+            console=console, disable=not enabled or self.plain,
         )
         self.running: dict[str, _Running] = {}
         self.skipped = 0
@@ -59,6 +86,7 @@ class StudyProgress:
     def __enter__(self) -> StudyProgress:
         self.progress.start()
         self.started = time.monotonic()
+        self._last_plain = self.started  # the first periodic lines come one interval in
         return self
 
     def __exit__(self, *exc) -> None:
@@ -104,20 +132,37 @@ class StudyProgress:
         task = self.progress.add_task(f"  {label}", total=max(steps, 1), stats="starting", study=False)
         self.running[label] = _Running(task, steps, started=time.monotonic())
         self._refresh()
+        self._plain_line(f"start {label} ({steps} steps) | {self._study_text()}")
 
     def run_step(self, label: str, step: int, metrics: dict[str, float]) -> None:
         run = self.running.get(label)
         if run is None:
             return
         run.done_steps = min(step + 1, run.steps)
-        if "eval/accuracy" in metrics:
-            run.eval = f"eval {metrics['eval/accuracy']:.2f}"
+        evaluated = "eval/accuracy" in metrics
+        if evaluated:
+            run.eval = f"eval {metrics['eval/accuracy']:.2f}@{step}"  # accuracy at RL step
         parts = [f"reward {metrics['reward/mean']:.2f}" if "reward/mean" in metrics else "",
                  f"acc {metrics['accuracy/train']:.2f}" if "accuracy/train" in metrics else "", run.eval]
         health = metrics.get("health/status", 0)
         if health > 0:
             parts.append("[yellow]health!" if health == 1 else "[red]health FAIL")
-        self.progress.update(run.task, completed=run.done_steps, stats="  ".join(p for p in parts if p))
+        stats = "  ".join(p for p in parts if p)
+        self.progress.update(run.task, completed=run.done_steps, stats=stats)
+        run.stats = " ".join(Text.from_markup(stats).plain.split())
+        if self.plain:
+            self._plain_progress(label, evaluated)
+
+    def _plain_progress(self, label: str, evaluated: bool) -> None:
+        """Off a terminal: this run's line at an eval; every running run's line once per interval."""
+        if evaluated:
+            self._plain_line(self._run_text(label, self.running[label]))
+        now = time.monotonic()
+        if now - self._last_plain >= self.plain_every:
+            self._last_plain = now
+            for other, run in self.running.items():
+                if not (evaluated and other == label):
+                    self._plain_line(self._run_text(other, run))
 
     def run_ended(self, label: str, status: str, detail: str = "") -> None:
         from workbench.execute import format_duration
@@ -130,10 +175,29 @@ class StudyProgress:
             self.progress.remove_task(run.task)
             took = format_duration(time.monotonic() - run.started)
             colour = {"FINISHED": "green", "KILLED": "yellow"}.get(status, "red")
-            if self.enabled:
+            if self.plain:
+                self._plain_line(f"{status} {label} {run.eval} {detail} ({took}) | "
+                                 f"study {self.skipped + self.finished}/{self.total}".replace("  ", " "))
+            elif self.enabled:
                 self.progress.console.print(f"  [{colour}]{status:<8}[/{colour}] {label}  {run.eval}  {detail}  "
                                             f"({took})", highlight=False)
         self._refresh()
+
+    # ------------------------------------------------------------------------------ plain lines
+    def _study_text(self) -> str:
+        return f"study {self.skipped + self.finished}/{self.total} {self.eta_text()}"
+
+    def _run_text(self, label: str, run: _Running) -> str:
+        stats = f" {run.stats}" if run.stats else ""
+        return f"progress {label} step {run.done_steps}/{run.steps}{stats} | {self._study_text()}"
+
+    def _plain_line(self, text: str) -> None:
+        """One timestamped line, flushed (a log file read while the study runs shows it at once)."""
+        if not self.plain:
+            return
+        stream = self.progress.console.file
+        stream.write(f"{time.strftime('%H:%M:%S')} {text}\n")
+        stream.flush()
 
     def run_view(self, label: str) -> RunView:
         """A :class:`~workbench.progress.RunProgress`-like view of one run, for ``execute_run``."""

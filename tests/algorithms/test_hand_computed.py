@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from tests.tolerance import order_tolerance
 from workbench.algorithms import (
     aggregate_loss,
     compute_advantages,
@@ -16,7 +17,17 @@ from workbench.algorithms import (
     kl_penalty,
 )
 
+# Error analysis (tests/tolerance.py): each expected value is ≤ 10 float32 operations from the inputs,
+# and hand values are quoted to 6 decimals (≤ 5e-7 off). For values ≤ 2 that is ≤ 5e-7 + 10·eps32·2
+# ≈ 2.9e-6 absolute (atol 1e-5 allows it); for the large exact ones (k2 = 450) 10·eps32 ≈ 1.2e-6
+# relative (rtol 1e-5 allows it).
 TOL = {"rtol": 1e-5, "atol": 1e-5}
+HAND_6_DECIMALS = 5e-7
+
+
+def hand_tol(magnitude: float, operations: int = 10) -> float:
+    """A 6-decimal hand value of size ≤ ``magnitude`` after ≤ ``operations`` float32 operations."""
+    return HAND_6_DECIMALS + order_tolerance(operations, magnitude)
 LN = math.log
 
 
@@ -66,6 +77,23 @@ def test_reinforce_plus_plus_baseline_hand_values():
     # A = dev / sqrt(3.25 + 1e-8) = [-0.277350, -0.832050, 1.109400]
     adv = compute_advantages("reinforce_plus_plus_baseline", torch.tensor([1.0, 0.0, 3.0]), torch.tensor([0, 0, 1]))
     close(adv, [-0.277350, -0.832050, 1.109400])
+
+
+def test_reinforce_plus_plus_baseline_with_mask_whitens_over_tokens():
+    # r = [1, 0, 3], groups [0, 0, 1], response lengths [1, 3, 2] (6 tokens): x = [0.5, -0.5, 3]
+    # token-weighted mean (0.5·1 - 0.5·3 + 3·2)/6 = 5/6; deviations [-1/3, -4/3, 13/6]
+    # Bessel var over tokens (1·1/9 + 3·16/9 + 2·169/36)/5 = (534/36)/5 = 2.966667, std 1.722401
+    # A = dev / sqrt(2.966667 + 1e-8) = [-0.193530, -0.774119, 1.257944] (verl's masked_whiten)
+    mask = torch.tensor([[1.0, 0.0, 0.0], [1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
+    adv = compute_advantages(
+        "reinforce_plus_plus_baseline", torch.tensor([1.0, 0.0, 3.0]), torch.tensor([0, 0, 1]), mask=mask
+    )
+    close(adv, [-0.193530, -0.774119, 1.257944])
+    # one token per response: the same as without a mask (per completion)
+    ones = compute_advantages(
+        "reinforce_plus_plus_baseline", torch.tensor([1.0, 0.0, 3.0]), torch.tensor([0, 0, 1]), mask=torch.ones(3, 1)
+    )
+    close(ones, [-0.277350, -0.832050, 1.109400])
 
 
 def test_lite_ppo_hand_values():
@@ -131,7 +159,7 @@ def test_ppo_clip_hand_values():
     assert m["clip/frac"] == pytest.approx(0.5)
     assert m["policy/ratio_mean"] == pytest.approx(1.0) and m["policy/ratio_max"] == pytest.approx(1.5)
     # approx_kl = mean(old - new) = -(2·ln 1.5 + 2·ln 0.5)/4 = -½ ln 0.75 = 0.143841
-    assert m["policy/approx_kl"] == pytest.approx(0.143841, abs=1e-6)
+    assert m["policy/approx_kl"] == pytest.approx(0.143841, abs=hand_tol(0.5))
     # d/dlogp of the unclipped terms is -A·r/4: row 0 token 1: -0.5/4; row 1 token 0: 0.5·1.5/4
     value.backward()
     close(logp.grad, [[0.0, -0.125], [0.1875, 0.0]])
@@ -169,7 +197,7 @@ def test_gspo_hand_values():
     value, m, logp = policy("gspo", clip_low=0.1)
     close(value, -0.208013)
     assert m["clip/frac_low"] == pytest.approx(0.5) and m["clip/frac_high"] == 0.0
-    assert m["policy/ratio_mean"] == pytest.approx(0.866025, abs=1e-6)
+    assert m["policy/ratio_mean"] == pytest.approx(0.866025, abs=hand_tol(1.0))
     # token gradient = -A·s/4 per unclipped token (the sg trick): row 0: -0.866025/4; row 1 clipped: 0
     value.backward()
     close(logp.grad, [[-0.216506, -0.216506], [0.0, 0.0]])
@@ -183,8 +211,11 @@ def test_gmpo_hand_values():
     for mode in ("token-mean", "seq-mean-token-sum"):
         value, m, _ = policy("gmpo", agg_mode=mode)
         close(value, -0.113688)
-    # geometric-mean ratio 0.866025 is inside [exp(-0.2), exp(0.2)] = [0.818731, 1.221403]: no clip events
-    assert m["clip/frac"] == 0.0 and m["policy/ratio_max"] == pytest.approx(0.866025, abs=1e-6)
+    # the clip acts per token: row 0's first token (A>0, 0.405 > 0.2) and row 1's second token
+    # (A<0, -0.693 < -0.2) lose their gradient -> 1 of 4 tokens on each side; the geometric-mean
+    # ratio 0.866025 (inside [exp(-0.2), exp(0.2)]) is what the ratio metrics read
+    assert m["clip/frac_high"] == 0.25 and m["clip/frac_low"] == 0.25 and m["clip/frac"] == 0.5
+    assert m["policy/ratio_max"] == pytest.approx(0.866025, abs=hand_tol(1.0))
 
 
 def test_cispo_hand_values():
@@ -195,7 +226,8 @@ def test_cispo_hand_values():
     # gradient flows through every token: -w·A/4 = [[-0.3, -0.2], [0.15, 0.1]]
     value.backward()
     close(logp.grad, [[-0.3, -0.2], [0.15, 0.1]])
-    assert m["clip/frac"] == pytest.approx(0.5)  # DESIGN's definition: r=1.5 with A>0, r=0.5 with A<0
+    # CISPO truncates weights (DESIGN.md): every ratio (1.5, 0.5) is outside [0.8, 1.2], whatever A
+    assert m["clip/frac"] == 1.0 and m["clip/frac_low"] == 0.5 and m["clip/frac_high"] == 0.5
 
 
 def test_reinforce_hand_values():
@@ -233,7 +265,7 @@ def test_seq_tis_hand_values():
     # mean (2·1.224745 + 2·2)/4 = 1.612372; the 2 tokens of row 1 count as capped
     w, m = importance_weights("seq_tis", LEARNER, SAMPLER, FULL, cap=2.0)
     close(w, [[1.224745, 1.224745], [2.0, 2.0]])
-    assert m == pytest.approx({"mismatch/is_weight_mean": 1.612372, "mismatch/is_clipped_frac": 0.5}, abs=1e-6)
+    assert m == pytest.approx({"mismatch/is_weight_mean": 1.612372, "mismatch/is_clipped_frac": 0.5}, abs=hand_tol(2.0))
 
 
 def test_corrections_zero_padding_weights():

@@ -221,7 +221,8 @@ def test_baseline_can_name_one_arm(store):
 
 
 def test_grid_point_without_baseline_runs_gets_an_explicit_verdict(store, tmp_path):
-    """grpo's runs at lr=1e-4 did not finish: dr_grpo there has no baseline; no crash, no pooling."""
+    """grpo's runs at lr=1e-4 are still running: dr_grpo there has no baseline; no crash, no pooling.
+    Once they FAILED they count (ranked worst) and dr_grpo's verdict there is withheld, with why."""
     root, _, _ = store
     shutil.copy(root / "mlflow.db", tmp_path / "mlflow.db")
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -229,6 +230,11 @@ def test_grid_point_without_baseline_runs_gets_an_explicit_verdict(store, tmp_pa
     client = MlflowClient(uri)
     for rid in runs.loc[runs["arm"] == GRPO_HI, "run_id"]:
         client.set_terminated(rid, "FAILED")
+    failed = {r["variant"]: r for r in compare_json(uri)["rows"]}
+    assert failed[DR_HI]["verdict"] == "withheld: baseline: all 3 runs failed"
+    assert failed[GRPO_HI]["n_failed"] == 3 and failed[GRPO_HI]["n_finished"] == 0
+    for rid in runs.loc[runs["arm"] == GRPO_HI, "run_id"]:
+        client.update_run(rid, status="RUNNING")
     rows = {r["variant"]: r for r in compare_json(uri)["rows"]}
     assert set(rows) == {GRPO_LO, DR_LO, DR_HI}
     assert rows[DR_HI]["verdict"] == NO_BASELINE and rows[DR_HI]["baseline_arm"] == ""
@@ -255,7 +261,7 @@ def test_dashboard_groups_curves_by_arm(store):
                                                                                n_resamples=50))
     names = {t.name for t in rendered.figure.data if t.type == "scatter" and t.name}
     assert {GRPO_LO, GRPO_HI, DR_LO, DR_HI} <= names and "grpo" not in names
-    bars = [t for t in rendered.figure.data if t.type == "bar"]
+    bars = [t for t in rendered.figure.data if getattr(t, "meta", None) == "summary-interval"]  # intervals
     assert bars and set(bars[0].x) == {GRPO_LO, GRPO_HI, DR_LO, DR_HI}
     colors = {t.name: t.line.color for t in rendered.figure.data if t.type == "scatter" and t.name in names
               and t.line.color}

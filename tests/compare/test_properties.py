@@ -80,3 +80,14 @@ def test_adjusted_pvalues_are_valid(p, method):
     assert np.all(div >= 1) and np.all(div <= p.size)
     order = np.argsort(p, kind="stable")
     assert np.all(np.diff(adj[order]) >= -1e-15)  # monotone in the raw p-values
+
+
+@seeded
+@given(st.lists(st.floats(0.0, 1.0), min_size=1, max_size=10), st.sampled_from(["holm", "bonferroni", "none"]),
+       st.sampled_from([0.01, 0.05, 0.1]))
+def test_corrected_level_rejects_exactly_what_the_correction_rejects(p, method, alpha):
+    """A CI at 1 - alpha/divisor excludes 0 iff p < alpha/divisor (t duality); that must be the
+    correction's own decision, adjusted p < alpha (issue 12, finding 3: Holm's stop)."""
+    adj, div = adjust_pvalues(p, method, alpha=alpha)
+    p = np.array(p)
+    assert np.array_equal(p < alpha / div, adj < alpha)

@@ -117,6 +117,10 @@ def test_holm_by_hand():
     adj, div = adjust_pvalues([0.01, 0.04, 0.03], "holm")
     # sorted 0.01*3 = 0.03, 0.03*2 = 0.06, 0.04*1 = 0.04 -> running max 0.06
     assert adj == pytest.approx([0.03, 0.06, 0.06])
+    # 0.01 < 0.05/3 rejected; 0.03 > 0.05/2: Holm stops there, so 0.03 and 0.04 keep divisor 2
+    # (divisor 1 for 0.04 would give a 95% CI excluding 0 while its verdict is "not rejected")
+    assert div == pytest.approx([3, 2, 2])
+    _, div = adjust_pvalues([0.01, 0.04, 0.02], "holm")  # 0.02 < 0.025, 0.04 < 0.05: all rejected
     assert div == pytest.approx([3, 1, 2])
     adj, div = adjust_pvalues([0.01, 0.04, 0.03], "bonferroni")
     assert adj == pytest.approx([0.03, 0.12, 0.09]) and div == pytest.approx([3, 3, 3])

@@ -65,8 +65,9 @@ def test_summaries_by_hand(history):
     # trapezoids 10*(0.2+0.4)/2 + 10*(0.4+0.6)/2 + 10*(0.6+0.5)/2 = 3 + 5 + 5.5, over span 30
     assert r1["eval_auc"] == pytest.approx(13.5 / 30)
     assert r1["steps_to_threshold"] == 20
-    # 8 completions x 10 tokens per step; through step 20: 21 steps
-    assert r1["tokens_to_threshold"] == pytest.approx(80 * 21)
+    # 8 completions x 10 tokens per step; the eval at step 20 runs before step 20 samples:
+    # steps 0..19 = 20 steps (counting step 20 too, 1680, was finding 4 of issue 12)
+    assert r1["tokens_to_threshold"] == pytest.approx(80 * 20)
     assert r1["tokens_per_correct"] == pytest.approx(80 / (0.5 * 8))
     # the last 10 steps with both lengths are 19..28 (step 29 has no correct length)
     inc = [20.0] * 8 + [30.0, 40.0]
@@ -84,7 +85,7 @@ def test_token_counter_run_by_hand(history):
     assert r3["tokens_per_correct"] == pytest.approx(50.0)
     assert r3["final_eval_accuracy"] == pytest.approx((0.1 + 0.5) / 2)  # duplicate step: last value
     assert r3["steps_to_threshold"] == 1
-    assert r3["tokens_to_threshold"] == pytest.approx(400.0)
+    assert r3["tokens_to_threshold"] == pytest.approx(100.0)  # the eval at step 1 saw step 0's 100 tokens
     assert math.isnan(r3["final_length_ratio"])
 
 
@@ -94,9 +95,14 @@ def test_run_without_history_gets_nans(history):
     assert all(math.isnan(r2[m]) for m in SUMMARY_METRICS.names())
 
 
-def test_never_reaching_threshold_is_nan(history):
-    s = summarize_runs(history, RUNS, ["steps_to_threshold"], params={"steps_to_threshold": {"threshold": 0.95}})
-    assert s["steps_to_threshold"].isna().all()
+def test_never_reaching_threshold_is_censored_not_missing(history):
+    names = ["steps_to_threshold", "tokens_to_threshold"]
+    s = summarize_runs(history, RUNS, names, params={n: {"threshold": 0.95} for n in names}).set_index("run_id")
+    # r1 and r3 were evaluated and never got there: inf (censored, ranked worst by compare);
+    # r2 has no evals at all: NaN (missing)
+    for n in names:
+        assert s.loc["r1", n] == math.inf and s.loc["r3", n] == math.inf and math.isnan(s.loc["r2", n])
+    assert s.attrs["censored"] == {n: "never reached 0.95" for n in names}
 
 
 def test_parameters_and_windows(history):
@@ -166,25 +172,28 @@ def test_align_on_step_and_tokens(history):
 
     by_tokens = align_curves(history, "eval/accuracy", "tokens", runs=RUNS, grid=None)
     r1 = by_tokens[by_tokens.run_id == "r1"]
-    # cumulative tokens through steps 0, 10, 20, 30 (training ends at 29): 80, 880, 1680, 2400
-    assert r1["tokens"].tolist() == [80, 880, 1680, 2400]
+    # an eval at step s runs before step s samples: tokens of steps < 0, 10, 20, 30 (80 per step)
+    assert r1["tokens"].tolist() == [0, 800, 1600, 2400]
     assert r1["step"].tolist() == [0, 10, 20, 30]
     samples = align_curves(history[history.run_id == "r1"], "eval/accuracy", "samples", runs=RUNS.iloc[:1])
-    assert samples["samples"].tolist() == [8, 88, 168, 240]
+    assert samples["samples"].tolist() == [0, 80, 160, 240]
+    # a training metric at step s is logged after step s sampled: its own tokens count
+    reward = align_curves(history[history.run_id == "r1"], "reward/mean", "tokens", runs=RUNS.iloc[:1], grid=None)
+    assert reward["tokens"].tolist()[:3] == [80, 160, 240]
 
 
 def test_align_interpolates_within_each_run(history):
-    out = align_curves(history, "eval/accuracy", "tokens", runs=RUNS, grid=[80, 250, 480, 2400, 5000])
+    out = align_curves(history, "eval/accuracy", "tokens", runs=RUNS, grid=[50, 400, 2400, 5000])
     r1 = out[out.run_id == "r1"].set_index("tokens")["value"]
-    assert r1[480] == pytest.approx(0.3)  # halfway between (80, 0.2) and (880, 0.4)
+    assert r1[400] == pytest.approx(0.3)  # halfway between (0, 0.2) and (800, 0.4)
     assert r1[2400] == pytest.approx(0.5)
     assert 5000 not in r1.index  # no extrapolation
-    # r3 sits at tokens 100 (step 0, 0.1) and 400 (step 1, 0.5): only 250 is inside
+    # r3 sits at tokens 0 (step 0, 0.1) and 100 (step 1, 0.5): only 50 is inside
     r3 = out[out.run_id == "r3"].set_index("tokens")["value"]
-    assert list(r3.index) == [250]
-    assert r3[250] == pytest.approx(0.3)
-    auto = align_curves(history, "eval/accuracy", "tokens", runs=RUNS)  # 200 points over 80..2400
-    assert auto["tokens"].min() >= 80 and auto["tokens"].max() <= 2400
+    assert list(r3.index) == [50]
+    assert r3[50] == pytest.approx(0.3)
+    auto = align_curves(history, "eval/accuracy", "tokens", runs=RUNS)  # 200 points over 0..2400
+    assert auto["tokens"].min() >= 0 and auto["tokens"].max() <= 2400
     assert auto.groupby("run_id").size()["r1"] == 200
 
 

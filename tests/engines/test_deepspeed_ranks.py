@@ -24,6 +24,7 @@ import yaml
 from mlflow import MlflowClient
 
 from tests.execution_helpers import fast_run_config
+from tests.tolerance import order_tolerance
 from workbench.config import deep_merge
 from workbench.train.deepspeed_learner import free_port
 
@@ -31,8 +32,10 @@ STEPS = 3
 # Learner-side metrics: each is a function of the weights at that step (entropy, mismatch) or of the update.
 LEARNER_METRICS = ["loss/policy", "grad/norm", "entropy/mean", "mismatch/kl", "clip/frac"]
 CANONICAL = LEARNER_METRICS + ["reward/mean", "accuracy/train", "length/mean", "perf/step_s", "health/status"]
-# Measured on this CPU: identical (max |Δ| 0 over every metric and step). Allowed: float32 all-reduce rounding.
-TOLERANCE = 1e-6
+# Allowed: float32 summation order (all-reduce buckets), by error analysis (tests/tolerance.py). The micro
+# model's learner metrics are sums over its 16 sequences × ≤ 14 positions (224) at the end of a reduction
+# depth of 2·32 + 64 + vocabulary (< 40) ≈ 170 sums: ≤ 400 operands × eps32 × |value|, relative.
+METRIC_OPERANDS = 400
 
 
 def write_study(directory: Path) -> Path:
@@ -95,7 +98,10 @@ def test_two_deepspeed_ranks_run_one_study_like_one_process(tmp_path):
     _, want = run_metrics(single.parent)
     worst = max(abs(got[key][step] - want[key][step]) for key in LEARNER_METRICS for step in range(STEPS))
     print(f"2 ranks {multi_s:.1f}s, 1 process {single_s:.1f}s; max |Δ| learner metrics {worst:.2e}")
-    assert worst <= TOLERANCE
+    for key in LEARNER_METRICS:
+        for step in range(STEPS):
+            tol = order_tolerance(METRIC_OPERANDS, max(abs(want[key][step]), 1.0))
+            assert abs(got[key][step] - want[key][step]) <= tol, (key, step)
     assert got["eval/accuracy"] == want["eval/accuracy"]  # greedy eval on the final weights
 
 

@@ -12,6 +12,7 @@ from mlflow import MlflowClient
 
 from tests.execution_helpers import fast_run_config
 from tests.resume_helpers import LENGTH_REWARD, check_resumed, interrupt_and_resume, resume_config
+from tests.tolerance import order_tolerance
 from workbench.config import RunConfig, deep_merge
 from workbench.runs import execute_run
 from workbench.tracking.store import resolve_tracking_uri
@@ -43,13 +44,16 @@ def test_rl_steps_with_the_deepspeed_zero2_learner_log_the_canonical_metrics(wor
 
 def test_killed_zero2_run_resumes_from_its_deepspeed_checkpoint(workdir):
     """Ctrl-C after step 1 (run KILLED), run again: it starts at step 2 from `engine.load_checkpoint`, and
-    every step agrees with the uninterrupted run to 1e-6 (measured: identical). Bitwise is not promised:
+    every step agrees with the uninterrupted run up to float32 rounding. Bitwise is not promised:
     DeepSpeed's CPU Adam kernel keeps a process-wide β^t that it advances by multiplication for consecutive
     steps and recomputes with pow() after a jump, as when an engine resumes at step k+1 or two engines step
     in turn (≈1 ulp in the bias correction; test_deepspeed_learner shows it)."""
     record = interrupt_and_resume(resume_config(ZERO2), crash_after=1, error=KeyboardInterrupt)
     assert record.first.status == "KILLED"
-    check_resumed(record, crash_after=1, tolerance=1e-6)
+    # Adam's bias correction off by ≈1 ulp per step → weights off by ~lr·eps; the metrics that follow are
+    # sums of ≤ 400 operands (16 sequences × 14 positions + reduction depth ≈ 170): 400 × eps32, relative
+    # (tests/tolerance.py).
+    check_resumed(record, crash_after=1, tolerance=order_tolerance(400, 1.0))
     worst = max(abs(record.resumed[k][s] - record.reference[k][s]) for k in record.reference for s in (2, 3))
     print(f"largest |resumed - uninterrupted| at steps 2-3: {worst:.2e}")
 

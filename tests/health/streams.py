@@ -100,3 +100,60 @@ def with_value(stream: Stream, step: int, key: str, value: Any) -> Stream:
 
 def nan_stream(n: int = 10, at: int = 5) -> Stream:
     return make(n, loss__policy=spike(0.01, math.nan, at))
+
+
+# --- healthy noisy runs and planted failures, for the false-alarm simulations -------------------
+#
+# Noise levels are those of a small real run (16 prompts x 8 completions = 128 samples per step):
+# binomial fractions over 128 completions or 16 groups, reward/mean with prompt-to-prompt spread
+# (sd 0.08), entropy and lengths +-5%. Every rule's watched metric is present at every step.
+COMPLETIONS, GROUPS = 128, 16
+HEALTHY_KINDS = ("flat", "improving")
+
+
+def _binomial_frac(rng: random.Random, n: int, p: float) -> float:
+    return sum(rng.random() < p for _ in range(n)) / n
+
+
+def noisy_healthy(kind: str, n: int = 100, seed: int = 0) -> Stream:
+    """A healthy run with step-to-step noise: ``flat`` (every level constant) or ``improving``.
+
+    ``improving`` is a run that learns slowly: reward 0.3 -> 0.8, entropy 1.0 -> 0.6 (a healthy
+    decline), lengths 20 -> 40 tokens with the incorrect/correct ratio easing 1.7 -> 1.5,
+    more all-correct groups (zero-std 0.2 -> 0.5), KL to the reference 0.01 -> 0.3.
+    Both keep the incorrect/correct length ratio above the default ``max_ratio`` 1.5 most of the
+    time: a stable gap is not GRPO's growing length bias, so only a trend test stays quiet.
+    """
+    if kind not in HEALTHY_KINDS:
+        raise ValueError(f"kind must be one of {HEALTHY_KINDS}, got {kind!r}")
+    rng = random.Random(seed)
+    out: Stream = []
+    for s in range(n):
+        u = s / max(n - 1, 1) if kind == "improving" else 0.0  # training progress 0 -> 1
+        correct_len = (20.0 + 20.0 * u) * (1 + rng.gauss(0, 0.05))
+        ratio = (1.6 if kind == "flat" else 1.7 - 0.2 * u) + rng.gauss(0, 0.05)
+        reward = min(max(0.5 + rng.gauss(0, 0.08) if kind == "flat" else 0.3 + 0.5 * u + rng.gauss(0, 0.08), 0.0), 1.0)
+        out.append((s, {
+            "entropy/mean": (0.9 if kind == "flat" else 1.0 - 0.4 * u) * (1 + rng.gauss(0, 0.05)),
+            "length/mean": correct_len * 1.3,
+            "length/correct_mean": correct_len,
+            "length/incorrect_mean": correct_len * ratio,
+            "length/truncated_frac": _binomial_frac(rng, COMPLETIONS, 0.05),
+            "reward/mean": reward,
+            "accuracy/train": reward,
+            "batch/zero_std_frac": _binomial_frac(rng, GROUPS, 0.3 if kind == "flat" else 0.2 + 0.3 * u),
+            "mismatch/prob_abs_diff_max": rng.uniform(0.0, 0.4),
+            "mismatch/prob_abs_diff_mean": rng.uniform(0.0, 0.01),
+            "mismatch/kl": rng.uniform(0.0, 0.005),
+            "clip/frac": max(0.0, 0.05 + rng.gauss(0, 0.02)),
+            "kl/ref": abs((0.05 if kind == "flat" else 0.01 + 0.29 * u) + rng.gauss(0, 0.02)),
+            "loss/policy": rng.gauss(0, 0.05),
+            "grad/norm": rng.uniform(0.5, 2.0),
+            "perf/step_s": 0.4,
+        }))
+    return out
+
+
+def plant(stream: Stream, at: int, key: str, value: Callable[[int, float], float]) -> Stream:
+    """A copy of ``stream`` with ``metrics[key] = value(step - at, old)`` from step ``at`` on."""
+    return [(s, {**m, key: value(s - at, m[key])} if s >= at else dict(m)) for s, m in stream]

@@ -149,6 +149,7 @@ def test_report_is_strict_json_with_expected_contents(tmp_path):
         "enabled": True, "severity": "warn",
         "params": {"enabled": True, "severity": "warn", "patience": 1, "max_kl": 1.0},
         "watches": ["kl/ref"], "count": 0, "active": False, "first_trigger": None,
+        "evaluated": 30, "not_evaluated": None, "not_applicable": None,
     }
     assert [e["rule"] for e in report["events"]] == ["entropy_collapse", "non_finite"]
     assert monitor.tags() == {"workbench.health": "fail",
@@ -237,7 +238,7 @@ CONFIGS = st.sampled_from([
     "strict",
     {"preset": "strict", "on_fail": "continue",
      "rules": {n: {"patience": 1} for n in ("entropy_collapse", "reward_collapse", "length_blowup")}},
-    {"rules": {"incorrect_length_gap": {"trend_window": 1, "patience": 1},
+    {"rules": {"incorrect_length_gap": {"trend_window": 3, "patience": 1},
                "reward_collapse": {"window": 1}}},
 ])
 
@@ -261,3 +262,37 @@ def test_recheck_gives_the_same_events_as_live(stream, cfg):
         assert again.report() == report
         assert again.reasons == live.reasons and again.run_status == live.run_status
         assert again.should_stop == live.should_stop
+
+
+def test_a_rule_whose_inputs_never_arrive_says_what_it_needs():
+    """An imported run may lack a rule's inputs: the report says so instead of a silent pass."""
+    history = [(step, {"entropy/mean": 1.0, "reward/mean": 0.5}) for step in range(6)]
+    rules = HealthMonitor.from_config(None).recheck(history).report()["rules"]
+    assert rules["kl_explosion"]["evaluated"] == 0
+    assert rules["kl_explosion"]["not_evaluated"] == "not evaluated: needs kl/ref"
+    assert rules["incorrect_length_gap"]["not_evaluated"] == (
+        "not evaluated: needs length/correct_mean, length/incorrect_mean")
+    assert rules["reward_collapse"]["evaluated"] > 0 and rules["reward_collapse"]["not_evaluated"] is None
+    off = HealthMonitor.from_config("off").recheck(history).report()["rules"]
+    assert off["kl_explosion"]["not_evaluated"] is None  # a disabled rule is "off", not "not evaluated"
+
+
+def test_a_rule_on_metrics_the_config_never_logs_is_not_applicable_not_unevaluated():
+    """kl/ref is only logged with a reference model: for a run with kl_coef 0, kl_explosion is
+    'not applicable' (shown as off), while a rule whose inputs merely went missing stays 'not evaluated'."""
+    from workbench.config import RunConfig
+    from workbench.metrics.catalogue import unlogged_by_config
+
+    unlogged = unlogged_by_config(RunConfig().flat())  # defaults: kl_coef 0, no IS correction
+    assert set(unlogged) == {"kl/ref", "mismatch/is_weight_mean", "mismatch/is_clipped_frac"}
+    history = [(step, {"entropy/mean": 1.0, "reward/mean": 0.5}) for step in range(6)]
+    rules = HealthMonitor.from_config(None, unlogged=unlogged).recheck(history).report()["rules"]
+    assert rules["kl_explosion"]["not_evaluated"] is None
+    assert rules["kl_explosion"]["not_applicable"] == (
+        "not applicable: kl/ref is not logged when algorithm.kl_coef = 0 (no reference model)")
+    assert rules["incorrect_length_gap"]["not_evaluated"].startswith("not evaluated: needs")
+    assert rules["incorrect_length_gap"]["not_applicable"] is None
+    # logged params are strings; a run with a reference model logs kl/ref, so nothing is unlogged for it
+    assert "kl/ref" not in unlogged_by_config({"algorithm.kl_coef": "0.05", "algorithm.correction": "tis"})
+    assert unlogged_by_config({"algorithm.kl_coef": "0.0", "algorithm.correction": "None"}).keys() == set(unlogged)
+    assert unlogged_by_config({}) == {}  # nothing known about the config: nothing assumed

@@ -9,6 +9,7 @@ from pydantic import BaseModel
 
 from workbench.health import HEALTH_RULES, HealthMonitor, HealthRule, RuleParams
 from workbench.health.rules import to_float
+from workbench.metrics.catalogue import BY_NAME
 
 from .streams import BASE, healthy, make, spike, step_change
 
@@ -36,14 +37,10 @@ CASES = {
     "entropy_blowup": (make(30, entropy__mean=step_change(1.0, 3.5, 10)), 14, 3.5, 3.0),
     # 0.5 > 0.3 from step 20 -> fires at 24.
     "length_blowup": (make(40, length__truncated_frac=step_change(0.05, 0.5, 20)), 24, 0.5, 0.3),
-    # ratio = 1 + 0.2 (s - 9) for s >= 10; > 1.5 from s = 12 (1.6), rising vs 5 obs earlier;
-    # patience 3 -> fires at 14 with ratio 2.0.
-    "incorrect_length_gap": (
-        make(30, length__incorrect_mean=lambda s: 20.0 if s < 10 else 20.0 + 4.0 * (s - 9)),
-        14,
-        2.0,
-        1.5,
-    ),
+    # ratio = 1 + 0.05 s, a straight line: the 12-observation window is full at step 11, where the
+    # slope test is significant (a perfect line) and the fitted ratio is 1.55 > 1.5; violated at
+    # 11, 12, 13 -> patience 3 -> fires at 13 with fitted ratio 1 + 0.05·13 = 1.65.
+    "incorrect_length_gap": (make(30, length__incorrect_mean=lambda s: 20.0 * (1.0 + 0.05 * s)), 13, 1.65, 1.5),
     # running mean of 5: best 0.8; step 20: 0.68 (ok, thr 0.6); step 21: 0.56 < 0.6 -> 21..25.
     "reward_collapse": (make(40, reward__mean=step_change(0.8, 0.2, 20)), 25, 0.2, 0.6),
     # patience 10: 0.95 > 0.9 from step 10 -> fires at 19.
@@ -99,6 +96,19 @@ def test_incorrect_length_gap_needs_growth():
     # ratio constant at 2.0 (> 1.5) but not growing: never fires.
     monitor = run(make(40, length__incorrect_mean=lambda s: 40.0))
     assert monitor.events == []
+
+
+def test_incorrect_length_gap_needs_the_fitted_ratio_above_the_limit():
+    # rising steadily (1.0 -> 1.39) but the fitted ratio never exceeds 1.5: never fires.
+    monitor = run(make(40, length__incorrect_mean=lambda s: 20.0 * (1.0 + 0.01 * s)))
+    assert monitor.events == []
+
+
+def test_incorrect_length_gap_message_says_what_was_tested():
+    (event,) = run(CASES["incorrect_length_gap"][0]).events
+    assert "least-squares slope" in event.message and "one-sided p = " in event.message
+    assert "rises 0.05 per observation over the last 12" in event.message
+    assert "fitted value 1.65 > 1.5" in event.message
 
 
 def test_entropy_baseline_is_mean_of_first_observations():
@@ -183,6 +193,9 @@ def test_rule_contract(name):
     doc = cls.__doc__ or ""
     assert len(doc.split()) > 20 and "[" in doc, "docstring must say the symptom and cite a source"
     assert cls.watches and cls.consequence
+    # every metric a rule watches is a canonical one ("*" = every metric of the step)
+    unknown = [m for m in cls.watches if m != "*" and m not in BY_NAME]
+    assert not unknown, f"{name} watches metrics missing from workbench/metrics/catalogue.py: {unknown}"
     assert issubclass(cls.Params, RuleParams) and issubclass(cls.Params, BaseModel)
     for field_name, field in cls.Params.model_fields.items():
         assert not field.is_required(), f"{name}.{field_name} needs a default"

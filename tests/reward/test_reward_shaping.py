@@ -124,7 +124,7 @@ def test_kimi_length_hand_computed():
 
 def test_kimi_length_correct_long_answer_is_penalised():
     out = REWARD_SHAPERS.get("kimi_length")(make_input([10, 15, 30], [True, True, True]))
-    torch.testing.assert_close(out, torch.tensor([0.5, 0.25, -0.5]))
+    torch.testing.assert_close(out, torch.tensor([0.5, 0.25, -0.5]))  # exact: integer lengths, quotients 0, 1/4, 1
 
 
 @settings(max_examples=50, deadline=None)

@@ -244,3 +244,10 @@ def test_duplicate_items_are_scored_once(flaky):
     assert [r.correct for r in results] == [True, False, True, False, False] * 20
     assert [r.timed_out for r in results] == [False, True, False, True, False] * 20
     assert flaky.restarts == 1
+
+
+@pytest.mark.parametrize("control", ["\x00", "\x01", "\x07", "\x08", "\x1b", "\x7f"])
+def test_a_control_character_inside_an_answer_is_not_removed_before_verification(verifier, control):
+    """`\\boxed{4<NUL>2}` is not 42: a control character must not vanish and join its neighbours."""
+    broken, clean = verifier.score([f"\\boxed{{4{control}2}}", "\\boxed{42}"], ["42", "42"])
+    assert broken.correct is False and clean.correct is True

@@ -26,7 +26,7 @@ CASES = [
     ("bad-yaml-tab", {"x.yaml": "name: t\nbase:\n\tmodel: {}\n"},
      ["x.yaml:3:1: invalid YAML: found character '\\t' that cannot start any token ..."]),
     ("not-a-mapping", {"x.yaml": "- name: t\n"},
-     ["x.yaml:1: a study file is a mapping of fields (name, base, variants, ...), got list ..."]),
+     ["x.yaml:1: a study file is a mapping of fields (name, base, variants, ...), got a list"]),
     ("unknown-top-level", {"x.yaml": HEAD + "variant:\n  a: {}\n"},
      ["x.yaml:6 variant: unknown field; did you mean 'variants'?"]),
     ("unknown-top-level-no-match", {"x.yaml": HEAD + "zzz: 1\n"},

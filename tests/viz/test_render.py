@@ -16,7 +16,7 @@ from tests.viz.synthetic import health_report, synthetic_study
 from workbench.commands.health import health_cells, health_events
 from workbench.compare import align_curves, compare_variants, curve_bands, summarize_runs
 from workbench.viz import DashboardData, html_page, load_spec, parse_spec, render_dashboard, summary_figure
-from workbench.viz.figures import health_matrix_figure
+from workbench.viz.figures import health_matrix_figure, is_interval_trace, zoomed_range
 from workbench.viz.html import Section
 
 DASHBOARDS = Path(__file__).resolve().parents[2] / "dashboards"
@@ -71,11 +71,11 @@ def test_compare_spec_renders_every_panel_with_bands_from_curve_bands(study):
     assert len(colors) == 1
 
 
-def test_summary_panel_bars_are_compare_variants_estimates(study):
+def test_summary_panel_intervals_are_compare_variants_estimates(study):
     history, runs, _ = study
     spec = parse_spec("panels:\n  - {kind: summary, metrics: [final_eval_accuracy, eval/accuracy]}\n")
     rendered = render_dashboard(spec, DashboardData(history, runs, baseline="grpo"))
-    bars = [t for t in rendered.figure.data if t.type == "bar"]
+    bars = [t for t in rendered.figure.data if is_interval_trace(t)]
     summary = summarize_runs(history, runs[["run_id", "variant", "seed"]], ["final_eval_accuracy"])
     table = compare_variants(summary, "grpo", ["final_eval_accuracy"], rng=0)
     rows = table.for_metric("final_eval_accuracy")
@@ -84,8 +84,9 @@ def test_summary_panel_bars_are_compare_variants_estimates(study):
                                (rows["mean_hi"] - rows["mean"]).to_numpy())
     assert list(bars[0].x) == rows["variant"].tolist()
     assert len(bars) == 2  # eval/accuracy became final:eval/accuracy
-    seeds = [t for t in rendered.figure.data if t.type == "scatter" and t.mode == "markers"]
+    seeds = [t for t in rendered.figure.data if t.type == "box"]
     assert sum(len(t.x) for t in seeds) == 2 * len(runs)  # one circle per run per metric
+    assert all(t.boxpoints == "all" for t in seeds)
 
 
 def test_health_spec_per_run_lines_markers_and_matrix(study):
@@ -143,7 +144,7 @@ def test_summary_and_health_figures(study):
     summary = summarize_runs(history, runs, ["final_eval_accuracy", "final_reward"])
     table = compare_variants(summary, "grpo", ["final_eval_accuracy", "final_reward"])
     fig = summary_figure(table, summary)
-    assert [t.type for t in fig.data].count("bar") == 2
+    assert sum(is_interval_trace(t) for t in fig.data) == 2 and [t.type for t in fig.data].count("bar") == 0
     heat = health_matrix_figure(health_cells(runs, reports))
     assert heat.data[0].type == "heatmap" and len(heat.data[0].y) == len(runs)
 
@@ -182,7 +183,30 @@ def test_long_curves_are_thinned_for_drawing_only(study):
     rendered = render_dashboard(spec, DashboardData(history, runs, n_resamples=50, max_points=5))
     line = next(t for t in rendered.figure.data if t.type == "scatter" and t.fill is None and t.name == "grpo")
     assert list(line.x) == [0, 5, 10, 14, 19]  # evenly spaced, first and last step kept
-    bar = next(t for t in rendered.figure.data if t.type == "bar")
+    bar = next(t for t in rendered.figure.data if is_interval_trace(t))
     summary = summarize_runs(history, runs, ["final_reward"])  # last 10 steps: every point, not the thinned ones
     assert bar.y[list(bar.x).index("grpo")] == pytest.approx(summary.loc[summary["variant"] == "grpo",
                                                                          "final_reward"].mean())
+
+
+def test_summary_intervals_zoom_in_so_close_variants_look_different():
+    """0.79 vs 0.81 (5 seeds each): the axis spans the values, not 0..0.8, and every seed is drawn."""
+    seeds = [-0.004, -0.002, 0.0, 0.002, 0.004]
+    summary = pd.DataFrame([{"variant": v, "seed": i, "acc": mu + d}
+                            for v, mu in (("grpo", 0.79), ("dapo", 0.81)) for i, d in enumerate(seeds)])
+    table = compare_variants(summary, "grpo", ["acc"], {"acc": True}, rng=0)
+    fig = summary_figure(table, summary)
+    lo, hi = fig.layout.yaxis.range
+    assert 0.7 < lo < 0.786 and 0.814 < hi < 0.9  # hand: values 0.786..0.814, margin 8% of the span
+    (interval,) = [t for t in fig.data if is_interval_trace(t)]
+    assert dict(zip(interval.x, interval.y, strict=True)) == pytest.approx({"grpo": 0.79, "dapo": 0.81}, abs=1e-12)  # mean of 5: ≤ 5·eps64·0.81 ≈ 1e-15
+    assert (np.asarray(interval.error_y.array) > 0).all() and (np.asarray(interval.error_y.arrayminus) > 0).all()
+    (points,) = [t for t in fig.data if t.type == "box"]
+    assert sorted(np.round(points.y, 6)) == sorted(np.round(summary["acc"], 6))  # all 10 seeds, as given
+    assert not [t for t in fig.data if t.type == "bar"]
+
+
+def test_zoomed_range_by_hand():
+    assert zoomed_range(np.array([0.79, 0.81])) == pytest.approx([0.79 - 0.0016, 0.81 + 0.0016])  # 8% of 0.02
+    assert zoomed_range(np.array([0.5, np.nan])) == pytest.approx([0.475, 0.525])  # one value: ±5% of it
+    assert zoomed_range(np.array([np.nan])) is None

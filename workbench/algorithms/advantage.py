@@ -2,7 +2,9 @@
 
 Every estimator is a pure function ``(rewards [B], group_ids [B], ...) -> advantages [B]``
 registered in ``ADVANTAGE_ESTIMATORS``; completions sharing a ``group_id`` answer the same
-prompt. The losses broadcast the advantage to the completion's tokens.
+prompt. The losses broadcast the advantage to the completion's tokens. An estimator that
+normalises over tokens takes a keyword ``token_counts`` ``[B]`` (response tokens per
+completion, from the optional ``mask`` of ``compute_advantages``); the others ignore the mask.
 
 Conventions (fixed for verl 0.9.1 parity, see DESIGN.md): group statistics use the Bessel
 std (``torch.std``); a group with a single completion counts as mean 0 and std 1.
@@ -17,6 +19,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from workbench.algorithms._masked import as_bool
 from workbench.registry import Registry
 
 AdvantageEstimator = Callable[..., Tensor]
@@ -95,23 +98,38 @@ def rloo(rewards: Tensor, group_ids: Tensor) -> Tensor:
     return scale * (rewards - stats.mean)  # [B]
 
 
+def _weighted_whiten(values: Tensor, weights: Tensor) -> Tensor:
+    """``(x - mean_w) / sqrt(var_w + 1e-8)`` with each value counted ``weights`` times.
+
+    The mean and the Bessel variance are those of the multiset in which ``values[b]`` occurs
+    ``weights[b]`` times (verl's ``masked_whiten`` over a ``[B,T]`` tensor that repeats each
+    value on its response tokens). Fewer than 2 counted items give 0.
+    """
+    total = weights.sum()
+    if float(total) < 2:
+        return torch.zeros_like(values)
+    mean = (weights * values).sum() / total
+    var = (weights * (values - mean) ** 2).sum() / (total - 1)  # Bessel over the counted items
+    return (values - mean) * torch.rsqrt(var + WHITEN_VAR_FLOOR)  # [B]
+
+
 @ADVANTAGE_ESTIMATORS.register("reinforce_plus_plus_baseline")
-def reinforce_plus_plus_baseline(rewards: Tensor, group_ids: Tensor) -> Tensor:
+def reinforce_plus_plus_baseline(rewards: Tensor, group_ids: Tensor, *, token_counts: Tensor | None = None) -> Tensor:
     """Group-mean baseline, then whitening over the whole batch.
 
-    ``x = r - mean_g``; ``A = (x - mean_B(x)) / sqrt(var_B(x) + 1e-8)`` with the Bessel
-    variance over the batch's completions. REINFORCE++ w/ baseline, Hu et al. 2025
-    (arXiv:2501.03262): group-mean subtraction followed by global advantage normalization.
+    ``x = r - mean_g``; ``A = (x - mean(x)) / sqrt(var(x) + 1e-8)`` with the Bessel variance.
+    REINFORCE++ w/ baseline, Hu et al. 2025 (arXiv:2501.03262): group-mean subtraction
+    followed by global advantage normalization.
 
-    verl's ``adv_estimator=reinforce_plus_plus_baseline`` whitens the same way (variance
-    floor 1e-8, not ``epsilon``) but over response *tokens*, so longer responses weigh more;
-    an API of per-completion advantages weighs each completion once. The two agree when
-    every response has one token. A batch of one gives 0.
+    With ``token_counts`` (from ``compute_advantages(..., mask=)``) the mean and variance are
+    over response *tokens*, as verl's ``adv_estimator=reinforce_plus_plus_baseline``
+    (``masked_whiten``, variance floor 1e-8, not ``epsilon``): a completion weighs as many
+    times as it has tokens. Without it they are over completions (each weighs once); the two
+    agree when every response has one token. Fewer than 2 completions (tokens) give 0.
     """
     centered = rewards - group_stats(rewards, group_ids).mean  # [B]
-    if centered.numel() < 2:
-        return torch.zeros_like(centered)
-    return (centered - centered.mean()) * torch.rsqrt(centered.var() + WHITEN_VAR_FLOOR)  # [B]
+    weights = torch.ones_like(centered) if token_counts is None else token_counts.to(centered.dtype)  # [B]
+    return _weighted_whiten(centered, weights)  # [B]
 
 
 @ADVANTAGE_ESTIMATORS.register("lite_ppo")
@@ -126,11 +144,16 @@ def lite_ppo(rewards: Tensor, group_ids: Tensor, *, epsilon: float) -> Tensor:
     return centered / (_batch_std(rewards) + epsilon)  # [B]
 
 
-def compute_advantages(estimator: str, rewards: Tensor, group_ids: Tensor, *, epsilon: float = 1e-6) -> Tensor:
+def compute_advantages(
+    estimator: str, rewards: Tensor, group_ids: Tensor, *, epsilon: float = 1e-6, mask: Tensor | None = None
+) -> Tensor:
     """Per-completion advantages ``[B]`` from scalar rewards ``[B]`` and prompt group ids ``[B]``.
 
     ``epsilon`` guards the division by a std; it is passed to the estimators that divide by
-    one (``grpo``, ``lite_ppo``). The result carries no gradient.
+    one (``grpo``, ``lite_ppo``). ``mask`` ``[B,T]`` (1 on response tokens; bool, int or
+    float) is the response mask: estimators that normalise over tokens
+    (``reinforce_plus_plus_baseline``, as verl) count each completion once per response
+    token; the others do not depend on it. The result carries no gradient.
     Raises ``ValueError`` naming the valid estimators on an unknown name.
     """
     fn = ADVANTAGE_ESTIMATORS.get(estimator)
@@ -138,6 +161,11 @@ def compute_advantages(estimator: str, rewards: Tensor, group_ids: Tensor, *, ep
         raise ValueError(
             f"rewards and group_ids must both be [B]; got {tuple(rewards.shape)} and {tuple(group_ids.shape)}"
         )
+    if mask is not None and (mask.dim() != 2 or mask.shape[0] != rewards.shape[0]):
+        raise ValueError(f"mask must be [B,T] with B={rewards.shape[0]}; got {tuple(mask.shape)}")
     rewards = rewards.detach().to(torch.promote_types(rewards.dtype, torch.float32))
-    kwargs = {"epsilon": epsilon} if "epsilon" in inspect.signature(fn).parameters else {}
+    params = inspect.signature(fn).parameters
+    kwargs: dict[str, object] = {"epsilon": epsilon} if "epsilon" in params else {}
+    if mask is not None and "token_counts" in params:
+        kwargs["token_counts"] = as_bool(mask.detach()).sum(dim=-1)  # [B] response tokens per completion
     return fn(rewards, group_ids, **kwargs)

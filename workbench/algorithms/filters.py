@@ -1,10 +1,14 @@
 """Batch-level units: which groups and tokens enter the loss.
 
 ``BATCH_FILTERS`` decide per group whether it is kept (DAPO dynamic sampling); the loop
-oversamples and refills until the batch is full. ``TOKEN_FILTERS`` edit the loss mask.
+oversamples and refills until the batch is full. What a batch filter judges is chosen by
+``algorithm.filter_on`` (:data:`FILTER_INPUTS`): correctness by default, as DAPO §3.2 and verl's
+DAPO recipe (``filter_groups.metric: acc``) do. ``TOKEN_FILTERS`` edit the loss mask.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -15,17 +19,36 @@ BATCH_FILTERS: Registry = Registry("batch filter")
 TOKEN_FILTERS: Registry = Registry("token filter")
 
 
-@BATCH_FILTERS.register("zero_std")
-def keep_nonzero_std(rewards: Tensor, group_ids: Tensor) -> Tensor:
-    """DAPO (Yu et al. 2025) §3.2 dynamic sampling: drop groups whose rewards are all equal.
+# filter_on -> the per-completion value a batch filter judges, from (total rewards [B], correct [B] bool).
+# "correct": a group all right or all wrong is dropped even when shaping terms (a format bonus, a length
+# penalty) spread its rewards; its advantages would only teach the shaping. "reward": the total shaped reward.
+DEFAULT_FILTER_ON = "correct"
+FILTER_INPUTS: dict[str, Callable[[Tensor, Tensor], Tensor]] = {
+    "correct": lambda rewards, correct: correct.to(torch.float32),
+    "reward": lambda rewards, correct: rewards,
+}
 
-    Such groups have zero advantage under any group baseline, so they only dilute the batch.
+
+def filter_input(filter_on: str | None, rewards: Tensor, correct: Tensor) -> Tensor:
+    """The ``[B]`` values a batch filter judges under ``algorithm.filter_on`` (None: the default)."""
+    filter_on = filter_on or DEFAULT_FILTER_ON
+    if filter_on not in FILTER_INPUTS:
+        raise ValueError(f"unknown filter_on {filter_on!r} (valid: {', '.join(FILTER_INPUTS)})")
+    return FILTER_INPUTS[filter_on](rewards, correct)
+
+
+@BATCH_FILTERS.register("zero_std")
+def keep_nonzero_std(values: Tensor, group_ids: Tensor) -> Tensor:
+    """DAPO (Yu et al. 2025) §3.2 dynamic sampling: drop groups whose ``values`` are all equal.
+
+    With ``values`` = correctness (the default ``filter_on``), these are the groups with accuracy
+    0 or 1: no correctness signal to learn from, so they only dilute the batch.
     Returns a ``[B]`` bool mask, constant within each group.
     """
-    keep = torch.zeros_like(rewards, dtype=torch.bool)  # [B]
+    keep = torch.zeros_like(values, dtype=torch.bool)  # [B]
     for g in group_ids.unique():
         members = group_ids == g
-        keep[members] = bool((rewards[members] != rewards[members][0]).any())
+        keep[members] = bool((values[members] != values[members][0]).any())
     return keep
 
 

@@ -7,13 +7,13 @@ metrics, so every loss is measured the same way.
 
 Shapes: ``logp``, ``old_logp``, ``mask`` are ``[B,T]`` (log-probabilities of the sampled
 tokens under the current and the behaviour policy); ``advantages`` is ``[B]`` and is
-broadcast over each completion's tokens. All log-ratios are clamped to ±20 before ``exp``.
+broadcast over each completion's tokens. Log-ratios are clamped to ±20 before ``exp``, except
+``gspo``'s sequence log-ratio, clamped at +10 only (verl's convention).
 """
 
 from __future__ import annotations
 
 import inspect
-import math
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -46,19 +46,33 @@ class PolicyTerms(NamedTuple):
 
     loss_mat: Tensor  # [B,T] per-token loss, before IS weights and aggregation
     ratio: Tensor  # [B,T] ratio the metrics read (token ratio, or sequence ratio broadcast), detached
-    clipped_low: Tensor  # [B,T] bool: clipped on the low side with A < 0
-    clipped_high: Tensor  # [B,T] bool: clipped on the high side with A > 0
+    # Clip events (DESIGN.md): tokens whose gradient the clipping removes, on the low side (A < 0)
+    # and the high side (A > 0); for a loss in TRUNCATES_WEIGHT, tokens whose weight was truncated
+    # below / above its range, whatever the sign of A.
+    clipped_low: Tensor  # [B,T] bool
+    clipped_high: Tensor  # [B,T] bool
     # Fixed reduction ``(loss_mat, mask) -> []`` for losses defined per sequence; None = use agg_mode.
     reduce: Callable[[Tensor, Tensor], Tensor] | None = None
 
 
 PolicyLoss = Callable[..., PolicyTerms]
 
+# Losses that truncate a weight instead of removing gradients: their clip metrics count the
+# tokens whose weight was truncated, whatever the advantage's sign (DESIGN.md metric table).
+TRUNCATES_WEIGHT = frozenset({"cispo"})
+
 POLICY_LOSSES: Registry[PolicyLoss] = Registry("policy loss")
 
 
+# verl clamps GSPO's length-normalised sequence log-ratio at +10 only (core_algos.compute_policy_loss_gspo).
+GSPO_MAX_LOG_RATIO = 10.0
+
+
 def _clip_masks(ratio: Tensor, adv: Tensor, low: float, high: float) -> tuple[Tensor, Tensor]:
-    """DESIGN.md's clip events: ``ratio < low`` with ``A < 0``; ``ratio > high`` with ``A > 0``."""
+    """DESIGN.md's clip events: ``ratio < low`` with ``A < 0``; ``ratio > high`` with ``A > 0``.
+
+    For a clipped surrogate these are exactly the tokens whose gradient the clip removes.
+    """
     return (ratio < low) & (adv < 0), (ratio > high) & (adv > 0)  # [B,T], [B,T]
 
 
@@ -80,6 +94,7 @@ def ppo_clip(
     ``dual_clip = c`` additionally caps the loss of negative-advantage tokens at ``-A c``
     (dual-clip PPO, Ye et al. 2020, "Mastering Complex Control in MOBA Games with Deep RL",
     arXiv:1912.09729); None disables it. verl ``policy_loss.loss_mode=vanilla`` (with ``clip_ratio_c`` = dual_clip).
+    Dual-clip events also lose their gradient but are not clip events (DESIGN.md's definition).
     """
     adv = advantages[:, None]  # [B,1]
     ratio = clamped_exp(logp - old_logp)  # [B,T]
@@ -101,12 +116,13 @@ def gspo(
     GSPO, Zheng et al. 2025 (arXiv:2507.18071), §4.1 and the GSPO-token form of §4.3:
     ``s_b = exp(mean_t log r_bt)`` is clipped to ``[1-ε_low, 1+ε_high]``; each token carries
     ``s_bt = sg(s_b) · π_θ(y_t) / sg(π_θ(y_t))``, whose value is ``s_b`` and whose gradient
-    flows through the token's own log-probability. verl ``loss_mode=gspo``.
+    flows through the token's own log-probability. verl ``loss_mode=gspo``; as there, the
+    log of ``s_bt`` is clamped at +10 (no lower clamp: ``exp`` of a very negative value is 0).
     """
     adv = advantages[:, None]  # [B,1]
     seq_log_ratio = sequence_mean_log_ratio(logp - old_logp, mask)  # [B]
     token_log_ratio = seq_log_ratio.detach()[:, None] + logp - logp.detach()  # [B,T], value = seq ratio
-    ratio = clamped_exp(token_log_ratio)  # [B,T]
+    ratio = torch.exp(token_log_ratio.clamp(max=GSPO_MAX_LOG_RATIO))  # [B,T]
     surrogate = -adv * ratio  # [B,T]
     clipped = -adv * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)  # [B,T]
     loss = torch.maximum(surrogate, clipped)  # [B,T]
@@ -132,6 +148,10 @@ def gmpo(
     objective is defined per sequence and is a plain mean over the ``B`` sequences whatever
     ``agg_mode`` says (as verl's ``loss_mode=geo_mean``). Token IS weights multiply the
     broadcast sequence loss, i.e. the sequence is weighted by its mean token weight.
+
+    Clip metrics count the tokens whose log-ratio was clipped on its advantage's side: exactly
+    those lose their gradient (the sequence's geometric-mean ratio is not what is clipped).
+    The ratio metrics read the geometric-mean ratio broadcast to its tokens.
     """
     adv = advantages[:, None]  # [B,1]
     log_ratio = logp - old_logp  # [B,T]
@@ -143,7 +163,7 @@ def gmpo(
     seq_ratio = clamped_exp(sequence_mean_log_ratio(clipped_log_ratio, mask))  # [B]
     loss = (-advantages * seq_ratio)[:, None].expand_as(log_ratio)  # [B,T], the sequence loss on each token
     geo_ratio = clamped_exp(sequence_mean_log_ratio(log_ratio, mask)).detach()[:, None].expand_as(log_ratio)  # [B,T]
-    low, high = _clip_masks(geo_ratio, adv, math.exp(-clip_low), math.exp(clip_high))
+    low, high = _clip_masks(log_ratio.detach(), adv, -clip_low, clip_high)  # per token, in log space
     return PolicyTerms(loss, geo_ratio, low, high, reduce=_mean_over_sequences)
 
 
@@ -155,13 +175,14 @@ def cispo(
 
     CISPO, MiniMax-M1 technical report (MiniMax 2025, arXiv:2506.13585), §3: clipping the IS weight
     instead of the update keeps the gradient of every token. verl ``loss_mode=cispo``.
+    No gradient is removed, so the clip metrics count truncated weights (``TRUNCATES_WEIGHT``):
+    low = ratio < 1-ε_low, high = ratio > 1+ε_high, whatever the advantage's sign.
     """
     adv = advantages[:, None]  # [B,1]
-    ratio = clamped_exp(logp - old_logp)  # [B,T]
-    weight = ratio.clamp(1.0 - clip_low, 1.0 + clip_high).detach()  # [B,T]
+    ratio = clamped_exp(logp - old_logp).detach()  # [B,T]
+    weight = ratio.clamp(1.0 - clip_low, 1.0 + clip_high)  # [B,T]
     loss = -weight * adv * logp  # [B,T]
-    low, high = _clip_masks(ratio, adv, 1.0 - clip_low, 1.0 + clip_high)
-    return PolicyTerms(loss, ratio.detach(), low, high)
+    return PolicyTerms(loss, ratio, ratio < 1.0 - clip_low, ratio > 1.0 + clip_high)
 
 
 @POLICY_LOSSES.register("reinforce")
@@ -211,12 +232,16 @@ def compute_policy_loss(
     defined per sequence (``gmpo``: mean over sequences). ``dual_clip`` applies to
     ``ppo_clip`` only and must be > 1; giving it to another loss raises ``ValueError``.
 
-    Metrics (python floats, means over response tokens; 0 for an empty mask):
-    ``clip/frac_low`` (ratio < 1-clip_low with A<0), ``clip/frac_high`` (ratio > 1+clip_high
-    with A>0), ``clip/frac`` (their sum), ``policy/approx_kl`` (mean of old_logp - logp),
-    ``policy/ratio_mean``, ``policy/ratio_max``. For ``gspo``/``gmpo`` the ratio is the
-    sequence ratio broadcast to its tokens, against their own clip ranges (``gmpo``: the
-    geometric-mean ratio against ``[exp(-clip_low), exp(clip_high)]``); ``reinforce`` clips nothing.
+    Metrics (python floats, means over response tokens; 0 for an empty mask): ``clip/frac``
+    is the fraction of response tokens whose gradient the clipping removes, split into
+    ``clip/frac_low`` (A<0: ``ppo_clip`` ratio < 1-clip_low; ``gspo`` sequence ratio below its
+    range; ``gmpo`` token log-ratio < -clip_low) and ``clip/frac_high`` (A>0, the mirror image);
+    ``cispo`` (``TRUNCATES_WEIGHT``) removes none and counts truncated IS weights instead
+    (low: ratio < 1-clip_low, high: ratio > 1+clip_high, any advantage); ``reinforce`` clips
+    nothing. Dual-clip events are not clip events (DESIGN.md). ``policy/approx_kl`` is the mean
+    of old_logp - logp; ``policy/ratio_mean`` and ``policy/ratio_max`` read the token ratio
+    (``gspo``: the sequence ratio, ``gmpo``: the geometric-mean ratio, broadcast to its tokens).
+    The clip-metric contract (tests/algorithms/test_clip_metrics.py) checks these by autograd.
     """
     fn = POLICY_LOSSES.get(loss)
     AGG_MODES.get(agg_mode)  # validate the name even when the loss fixes its own reduction

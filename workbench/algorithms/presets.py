@@ -6,63 +6,136 @@ Fields the user sets explicitly in ``algorithm:`` win over the preset.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-PRESETS: dict[str, dict[str, Any]] = {
-    # DeepSeekMath (Shao et al. 2024) §4.1: group-normalised advantages, PPO clip 0.2,
-    # per-sequence 1/|o| averaging then mean over the group.
-    "grpo": {
-        "estimator": "grpo",
-        "loss": "ppo_clip",
-        "agg_mode": "seq-mean-token-mean",
-        "clip_low": 0.2,
-        "clip_high": 0.2,
-    },
-    # Dr. GRPO (Liu et al. 2025) §3.1: drop the std division and the 1/|o| length normaliser
-    # (sum over tokens divided by a constant, here the generation budget).
-    "dr_grpo": {
-        "estimator": "dr_grpo",
-        "loss": "ppo_clip",
-        "agg_mode": "seq-mean-token-sum-norm",
-        "clip_low": 0.2,
-        "clip_high": 0.2,
-    },
-    # DAPO (Yu et al. 2025) §3.1 clip-higher ε_high=0.28, §3.2 dynamic sampling, §3.3 token-level loss,
-    # §3.4 overlong filtering. (The soft overlong punishment is reward shaping: `reward.shaping`.)
-    "dapo": {"estimator": "grpo", "loss": "ppo_clip", "agg_mode": "token-mean", "clip_low": 0.2, "clip_high": 0.28,
-             "batch_filter": "zero_std", "token_filters": ["overlong"]},
-    # GSPO (Zheng et al. 2025) §5.1: sequence-level ratio, clip range (3e-4, 4e-4).
-    "gspo": {
-        "estimator": "grpo",
-        "loss": "gspo",
-        "agg_mode": "seq-mean-token-mean",
-        "clip_low": 3e-4,
-        "clip_high": 4e-4,
-    },
-    # GMPO (Zhao et al. 2025) §3: geometric-mean ratio, clip in log space to (−0.4, 0.4).
-    "gmpo": {"estimator": "grpo", "loss": "gmpo", "agg_mode": "seq-mean-token-mean", "clip_low": 0.4, "clip_high": 0.4},
-    # CISPO (MiniMax-M1 2025) §3.1: clip the IS weight, not the update; no lower bound in
-    # practice (ε_low large), ε_high tuned — DAPO's 0.28 as a starting point.
-    "cispo": {"estimator": "grpo", "loss": "cispo", "agg_mode": "token-mean", "clip_low": 1.0, "clip_high": 0.28},
-    # RLOO (Ahmadian et al. 2024) §3: leave-one-out baseline.
-    "rloo": {"estimator": "rloo", "loss": "ppo_clip", "agg_mode": "token-mean", "clip_low": 0.2, "clip_high": 0.2},
-    # REINFORCE++ (Hu 2025) §3: group-mean baseline then batch whitening.
-    "reinforce_pp": {
-        "estimator": "reinforce_plus_plus_baseline",
-        "loss": "ppo_clip",
-        "agg_mode": "token-mean",
-        "clip_low": 0.2,
-        "clip_high": 0.2,
-    },
-    # Lite PPO (Liu et al. 2025, "Part I: Tricks or Traps") §4: group mean, batch std, token-level loss.
-    "lite_ppo": {
-        "estimator": "lite_ppo",
-        "loss": "ppo_clip",
-        "agg_mode": "token-mean",
-        "clip_low": 0.2,
-        "clip_high": 0.2,
-    },
-}
+
+@dataclass(frozen=True)
+class Paper:
+    """A source a preset value comes from."""
+
+    short: str  # how tables cite it: "DAPO"
+    title: str
+    authors: str  # "Yu et al. 2025"
+    url: str
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One preset value and where it comes from: ``paper`` and ``section`` (as the paper numbers it)."""
+
+    value: Any
+    paper: Paper
+    section: str
+
+    @property
+    def citation(self) -> str:
+        return f"{self.paper.short} {self.section}".strip()
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A named bundle of unit settings, each with its citation."""
+
+    name: str
+    summary: str
+    paper: Paper
+    settings: dict[str, Setting]
+
+    def values(self) -> dict[str, Any]:
+        return {key: setting.value for key, setting in self.settings.items()}
+
+
+def arxiv(number: str) -> str:
+    return f"https://arxiv.org/abs/{number}"
+
+
+DEEPSEEKMATH = Paper("DeepSeekMath", "DeepSeekMath: Pushing the Limits of Mathematical Reasoning in Open Language "
+                     "Models", "Shao et al. 2024", arxiv("2402.03300"))
+DR_GRPO = Paper("Dr. GRPO", "Understanding R1-Zero-Like Training: A Critical Perspective", "Liu et al. 2025",
+                arxiv("2503.20783"))
+DAPO = Paper("DAPO", "DAPO: An Open-Source LLM Reinforcement Learning System at Scale", "Yu et al. 2025",
+             arxiv("2503.14476"))
+GSPO = Paper("GSPO", "Group Sequence Policy Optimization", "Zheng et al. 2025", arxiv("2507.18071"))
+GMPO = Paper("GMPO", "Geometric-Mean Policy Optimization", "Zhao et al. 2025", arxiv("2507.20673"))
+MINIMAX_M1 = Paper("MiniMax-M1", "MiniMax-M1: Scaling Test-Time Compute Efficiently with Lightning Attention",
+                   "MiniMax 2025", arxiv("2506.13585"))
+RLOO = Paper("RLOO", "Back to Basics: Revisiting REINFORCE Style Optimization for Learning from Human Feedback "
+             "in LLMs", "Ahmadian et al. 2024", arxiv("2402.14740"))
+REINFORCE_PP = Paper("REINFORCE++", "REINFORCE++: A Simple and Efficient Approach for Aligning Large Language "
+                     "Models", "Hu 2025", arxiv("2501.03262"))
+TRICKS_OR_TRAPS = Paper("Tricks or Traps", "Part I: Tricks or Traps? A Deep Dive into RL for LLM Reasoning",
+                        "Liu et al. 2025", arxiv("2508.08221"))
+OLMO3 = Paper("OLMo 3", "Olmo 3", "Team Olmo 2025", arxiv("2512.13961"))
+TIS = Paper("TIS", "Your Efficient RL Framework Secretly Brings You Off-Policy RL Training", "Yao et al. 2025",
+            "https://fengyao.notion.site/off-policy-rl")
+PAPERS = [DEEPSEEKMATH, DR_GRPO, DAPO, GSPO, GMPO, MINIMAX_M1, RLOO, REINFORCE_PP, TRICKS_OR_TRAPS, OLMO3, TIS]
+
+
+def _settings(paper: Paper, section: str, **values: Any) -> dict[str, Setting]:
+    """Several settings from one paper section."""
+    return {key: Setting(value, paper, section) for key, value in values.items()}
+
+
+PRESET_LIST: list[Preset] = [
+    Preset("grpo", "group-normalised advantages, PPO clip, per-sequence 1/|o| averaging", DEEPSEEKMATH,
+           _settings(DEEPSEEKMATH, "§4.1", estimator="grpo", loss="ppo_clip", agg_mode="seq-mean-token-mean",
+                     clip_low=0.2, clip_high=0.2)),
+    # Dr. GRPO drops the std division and the 1/|o| length normaliser (sum over tokens divided by a
+    # constant, here the generation budget); it keeps GRPO's clip.
+    Preset("dr_grpo", "no std division, no 1/|o| length normaliser", DR_GRPO,
+           _settings(DR_GRPO, "§3.1", estimator="dr_grpo", loss="ppo_clip", agg_mode="seq-mean-token-sum-norm")
+           | _settings(DEEPSEEKMATH, "§4.1", clip_low=0.2, clip_high=0.2)),
+    # The soft overlong punishment (DAPO §3.4) is reward shaping: `reward.shaping`.
+    Preset("dapo", "clip-higher, dynamic sampling, token-level loss, overlong filtering", DAPO,
+           _settings(DEEPSEEKMATH, "§4.1", estimator="grpo", loss="ppo_clip")
+           | _settings(DAPO, "§3.3", agg_mode="token-mean")
+           | _settings(DAPO, "§3.1", clip_low=0.2, clip_high=0.28)
+           | _settings(DAPO, "§3.2", batch_filter="zero_std")
+           | _settings(DAPO, "§3.4", token_filters=["overlong"])),
+    Preset("gspo", "sequence-level importance ratio and clipping", GSPO,
+           _settings(DEEPSEEKMATH, "§4.1", estimator="grpo")
+           | _settings(GSPO, "§4", loss="gspo", agg_mode="seq-mean-token-mean")
+           | _settings(GSPO, "§5.1", clip_low=3e-4, clip_high=4e-4)),
+    # Clip in log space to (−0.4, 0.4).
+    Preset("gmpo", "geometric-mean ratio, clipped in log space", GMPO,
+           _settings(DEEPSEEKMATH, "§4.1", estimator="grpo")
+           | _settings(GMPO, "§3", loss="gmpo", agg_mode="seq-mean-token-mean", clip_low=0.4, clip_high=0.4)),
+    # Clip the IS weight, not the update: no lower bound in practice (ε_low large); ε_high tuned,
+    # DAPO's 0.28 as a starting point.
+    Preset("cispo", "clipped IS-weight policy optimisation", MINIMAX_M1,
+           _settings(DEEPSEEKMATH, "§4.1", estimator="grpo")
+           | _settings(MINIMAX_M1, "§3.1", loss="cispo", agg_mode="token-mean", clip_low=1.0)
+           | _settings(DAPO, "§3.1", clip_high=0.28)),
+    Preset("rloo", "leave-one-out baseline", RLOO,
+           _settings(RLOO, "§3", estimator="rloo")
+           | _settings(DEEPSEEKMATH, "§4.1", loss="ppo_clip", clip_low=0.2, clip_high=0.2)
+           | _settings(DAPO, "§3.3", agg_mode="token-mean")),
+    Preset("reinforce_pp", "group-mean baseline, then batch whitening", REINFORCE_PP,
+           _settings(REINFORCE_PP, "§3", estimator="reinforce_plus_plus_baseline")
+           | _settings(DEEPSEEKMATH, "§4.1", loss="ppo_clip", clip_low=0.2, clip_high=0.2)
+           | _settings(DAPO, "§3.3", agg_mode="token-mean")),
+    Preset("lite_ppo", "group-mean advantage, batch-level std, token-level loss", TRICKS_OR_TRAPS,
+           _settings(TRICKS_OR_TRAPS, "§4", estimator="lite_ppo", agg_mode="token-mean")
+           | _settings(DEEPSEEKMATH, "§4.1", loss="ppo_clip", clip_low=0.2, clip_high=0.2)),
+    # OLMo 3 Think's RL recipe, as the GRPO++ overview (Wolfe 2025, "Putting It All Together") lists it:
+    # zero-gradient filtering + active sampling (DAPO's dynamic sampling), token-level loss, no KL,
+    # clip-higher, truncated importance sampling, no std in the advantage (Dr. GRPO). The clip and TIS
+    # numbers are the cited papers' (DAPO's ε_high, the TIS cap stays `correction_cap`'s default).
+    Preset("olmo3", "OLMo 3 Think: DAPO-style filtering, no KL, no std, TIS", OLMO3,
+           _settings(DR_GRPO, "§3.1", estimator="dr_grpo")
+           | _settings(DEEPSEEKMATH, "§4.1", loss="ppo_clip")
+           | _settings(DAPO, "§3.3", agg_mode="token-mean")
+           | _settings(DAPO, "§3.1", clip_low=0.2, clip_high=0.28)
+           | _settings(DAPO, "§3.2", batch_filter="zero_std")
+           | _settings(OLMO3, "RL recipe, per the GRPO++ overview", kl_coef=0.0)
+           | _settings(TIS, "", correction="tis")),
+]
+
+PRESET_INFO: dict[str, Preset] = {preset.name: preset for preset in PRESET_LIST}
+
+# The values alone: what ``resolve_preset`` fills in.
+PRESETS: dict[str, dict[str, Any]] = {preset.name: preset.values() for preset in PRESET_LIST}
 
 
 def resolve_preset(algorithm: dict[str, Any]) -> dict[str, Any]:

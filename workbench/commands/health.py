@@ -21,6 +21,8 @@ from typing import Annotated, Any
 import pandas as pd
 import typer
 
+from workbench.tracking.redact import redact_uri
+
 from ._common import TrackingOpt, console, fail, note, resolve_target
 
 __all__ = ["health", "health_cells", "health_events", "recheck_reports", "run_health_config"]
@@ -63,10 +65,14 @@ def health_cells(runs: pd.DataFrame, reports: Mapping[str, Mapping[str, Any] | N
                     cell["message"] = "rule not in this run's report"
                 elif not r.get("enabled", True):
                     cell["state"] = "off"
+                elif r.get("not_applicable"):  # watches only metrics this run's config never logs
+                    cell.update(state="off", message=r["not_applicable"])
                 elif r.get("first_trigger"):
                     ft = r["first_trigger"]
                     cell.update(state=r.get("severity", "warn"), step=ft.get("step"), value=_num(ft.get("value")),
                                 threshold=_num(ft.get("threshold")), message=ft.get("message", ""))
+                elif r.get("not_evaluated"):  # its inputs were never logged: unknown, not passed
+                    cell["message"] = r["not_evaluated"]
                 else:
                     cell["state"] = "ok"
                 out.append(cell)
@@ -152,11 +158,13 @@ def run_health_config(row: Mapping[str, Any], preset: str | None = None) -> dict
 def recheck_reports(history: pd.DataFrame, runs: pd.DataFrame, preset: str | None = None) -> dict[str, dict]:
     """``run_id -> health report`` recomputed from the logged metrics (same events as live)."""
     from workbench.health import HealthMonitor
+    from workbench.metrics.catalogue import unlogged_by_config
 
     by_run = {rid: g for rid, g in history.groupby("run_id", sort=False)}
     out = {}
     for row in runs.to_dict("records"):
-        monitor = HealthMonitor.from_config(run_health_config(row, preset))
+        params = {k: v for k, v in row.items() if isinstance(v, str)}  # the run's logged config params
+        monitor = HealthMonitor.from_config(run_health_config(row, preset), unlogged=unlogged_by_config(params))
         g = by_run.get(row["run_id"])
         series: dict[str, list[tuple[int, float]]] = {}
         if g is not None:
@@ -207,7 +215,7 @@ def health(
         reports = reader.health_reports(runs)
         source = "health.json"
     if runs.empty:
-        raise fail(f"study {target.study!r} has no runs in {target.tracking_uri}")
+        raise fail(f"study {target.study!r} has no runs in {redact_uri(target.tracking_uri)}")
     cells = health_cells(runs, reports)
     rules = list(pd.unique(cells["rule"]))
     if format == "json":
@@ -226,7 +234,7 @@ def health(
                                       "message": r["message"]}
                           for r in c.to_dict("records")},
             })
-        print(json.dumps({"study": target.study, "tracking_uri": target.tracking_uri, "source": source,
+        print(json.dumps({"study": target.study, "tracking_uri": redact_uri(target.tracking_uri), "source": source,
                           "rules": rules, "runs": out_runs}, indent=2, default=str, allow_nan=False))
         return
     from rich.table import Table
@@ -236,7 +244,8 @@ def health(
     quiet = [r for r in rules if r not in shown]
     what = target.run_id[:8] if target.run_id else f"study {target.study}"
     table = Table(title=f"health of {what} ({source}): step at which each rule first fired",
-                  caption="yellow: warn · red: fail · '·': did not fire · off: rule disabled · ?: no report",
+                  caption="yellow: warn · red: fail · '·': did not fire · off: rule disabled · ?: no report or "
+                          "not evaluated",
                   title_justify="left", caption_justify="left")
     table.add_column("run", no_wrap=True)
     table.add_column("status")
@@ -253,6 +262,9 @@ def health(
     console.print(table)
     if quiet:
         console.print(f"[dim]did not fire in any run: {', '.join(quiet)}[/dim]", highlight=False, soft_wrap=True)
+    unevaluated = cells[(cells["state"] == "unknown") & cells["message"].str.startswith("not evaluated")]
+    for (rule, message), group in unevaluated.groupby(["rule", "message"], sort=True):
+        note(f"[yellow]{rule}: {message} ({len(group)} of {len(runs)} runs)[/yellow]")
     missing = [_label(r) for r in runs.to_dict("records") if not reports.get(r["run_id"])]
     if missing and not recheck:
         note(f"[yellow]no health.json for {len(missing)} run(s) ({', '.join(missing[:5])}"

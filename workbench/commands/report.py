@@ -19,6 +19,8 @@ from typing import Annotated, Any
 import pandas as pd
 import typer
 
+from workbench.tracking.redact import redact_uri
+
 from ._common import (
     Target,
     TrackingOpt,
@@ -33,7 +35,7 @@ from ._common import (
     resolve_target,
 )
 
-__all__ = ["build_compare_report", "compare", "comparison_metrics", "dashboard", "select_runs"]
+__all__ = ["build_compare_report", "compare", "comparison_metrics", "dashboard", "select_runs", "uncomputed_summaries"]
 
 DEFAULT_METRICS = ("final_eval_accuracy",)
 REPORT_DIR = "reports"
@@ -53,20 +55,45 @@ def comparison_metrics(requested: Sequence[str] | None, compare_cfg: dict[str, A
     return list(dict.fromkeys(summary_name(m) for m in names))
 
 
+def uncomputed_summaries(summary: pd.DataFrame, history: pd.DataFrame, names: Sequence[str]) -> list[str]:
+    """One line per summary metric that is NaN for some runs, with what those runs lack
+    (e.g. an imported run has no ``eval/accuracy``), so a missing summary is said, not silent."""
+    from workbench.compare import resolve_summary
+
+    logged = history.groupby("run_id")["metric"].agg(set).to_dict() if len(history) else {}
+    lines = []
+    for name in names:
+        bad = summary.loc[summary[name].isna(), "run_id"].tolist()
+        if not bad:
+            continue
+        missing = sorted({m for rid in bad for m in resolve_summary(name).reads if m not in logged.get(rid, set())})
+        why = f"needs {', '.join(missing)}" if missing else "too few finite values"
+        lines.append(f"could not compute {name} for {len(bad)} of {len(summary)} runs: {why}")
+    return lines
+
+
+#: Statuses of runs that ended: all are compared (a FAILED or KILLED run is a result, ranked worst;
+#: :mod:`workbench.compare.outcomes`). Runs still RUNNING (or SCHEDULED) are left out unless asked.
+ENDED_STATUSES = ("FINISHED", "FAILED", "KILLED")
+
+
 def select_runs(runs: pd.DataFrame, include_unfinished: bool) -> tuple[pd.DataFrame, dict[str, int]]:
-    """FINISHED runs only (unless ``include_unfinished``); the count of the others by status."""
+    """Runs that ended (FINISHED, FAILED, KILLED: failures count against their arm), plus the
+    still-running ones with ``include_unfinished``; the count of the runs left out by status."""
     if include_unfinished:
         return runs, {}
-    keep = runs["status"] == "FINISHED"
+    keep = runs["status"].isin(ENDED_STATUSES)
     return runs[keep].reset_index(drop=True), runs.loc[~keep, "status"].value_counts().to_dict()
 
 
 def _verdict_class(v: Any) -> str:
     v = str(v)
-    return {"better": "better", "worse": "worse"}.get(v, "nd" if v.startswith("not distinguishable") else "")
+    undecided = v.startswith(("not distinguishable", "withheld"))
+    return {"better": "better", "worse": "worse"}.get(v, "nd" if undecided else "")
 
 
 def comparison_table_html(table: Any) -> str:
+    from workbench.compare.report import runs_phrase
     from workbench.viz.html import df_table_html
 
     parts = []
@@ -83,6 +110,7 @@ def comparison_table_html(table: Any) -> str:
             table.unit: rows["variant"],
             **vs,
             "seeds": rows["n_seeds"],
+            "runs": [runs_phrase(r) for r in rows.to_dict("records")],
             f"mean [{level} CI]": [fmt_ci(*x) for x in zip(rows["mean"], rows["mean_lo"], rows["mean_hi"],
                                                            strict=True)],
             f"IQM [{level} CI]": [fmt_ci(*x) for x in zip(rows["iqm"], rows["iqm_lo"], rows["iqm_hi"], strict=True)],
@@ -100,7 +128,7 @@ def comparison_table_html(table: Any) -> str:
         })
         parts.append(f"<h3>{html.escape(metric)} <small>({direction}; baseline: "
                      f"{html.escape(table.baseline_phrase())})</small></h3>")
-        parts.append(df_table_html(view, left=(table.unit, *vs, "verdict", "test"),
+        parts.append(df_table_html(view, left=(table.unit, *vs, "runs", "verdict", "test"),
                                    cell_class={"verdict": _verdict_class},
                                    row_class=lambda r: "baseline" if r["verdict"] == "baseline" else ""))
         notes = [f"{r['variant']}: {r['note']}" for r in rows.to_dict("records") if r["note"]]
@@ -116,18 +144,24 @@ def _runs_overview_html(runs: pd.DataFrame, excluded: dict[str, int]) -> str:
     arms = arm_column(runs)
     unit = "variant" if (arms == runs["variant"].astype(str)).all() else "arm"
     g = runs.groupby(arms.to_numpy(), sort=False)
+    stopped = runs["stopped_early"].fillna(False).astype(bool) if "stopped_early" in runs.columns \
+        else pd.Series(False, index=runs.index)
+    status = runs["status"].astype(str)
     view = pd.DataFrame({
         unit: list(g.groups),
         "runs": g.size().to_numpy(),
+        "finished / failed / stopped early": [
+            f"{((status[i] == 'FINISHED') & ~stopped[i]).sum()} / {(status[i] != 'FINISHED').sum()} / "
+            f"{((status[i] == 'FINISHED') & stopped[i]).sum()}" for i in g.groups.values()],
         "seeds": [", ".join(str(s) for s in sorted(x.dropna().tolist())) for _, x in g["seed"]],
         "health ok / warn / fail": [f"{(x == 'ok').sum()} / {(x == 'warn').sum()} / {(x == 'fail').sum()}"
                                     for _, x in g["health"]],
     })
     out = df_table_html(view, left=(unit, "seeds"))
     if excluded:
-        out += ("<p class='note'>Not compared (not FINISHED): "
+        out += ("<p class='note'>Not compared (still running): "
                 + ", ".join(f"{n} {s}" for s, n in excluded.items())
-                + ". Use --include-unfinished to include them.</p>")
+                + ". Use --include-unfinished to count them as not finished.</p>")
     return out
 
 
@@ -154,8 +188,12 @@ def build_compare_report(study: str, table: Any, summary: pd.DataFrame, history:
         Section("Which variant wins", body_html=comparison_table_html(table), note=(
             f"Per-run summary metrics compared across seeds. Δ = {unit} − baseline "
             f"({'paired t-test on matched seeds' if table.df['paired'].fillna(False).any() else 'Welch t-test'}; "
-            f"CIs of Δ after {table.correction} correction across {unit}s); mean/IQM/P(improvement) CIs: "
-            f"percentile bootstrap ({table.settings.get('n_resamples')} resamples). A {unit} is called better or "
+            f"CIs of Δ after {table.correction} correction across {unit}s, excluding 0 exactly when the corrected "
+            f"test rejects); mean CIs: t interval; IQM CIs: trimmed-mean t (Tukey-McLaughlin; t below 4 seeds); P(improvement) CIs: "
+            f"percentile bootstrap ({table.settings.get('n_resamples')} resamples). 'runs' counts each {unit}'s "
+            "runs as finished / failed / stopped early / censored (threshold never reached, nothing correct) / "
+            "missing; failed, stopped and censored runs are ranked worst (Mann-Whitney test) and a verdict they "
+            f"could change is withheld, with the reason. A {unit} is called better or "
             "worse only when the corrected test and CI agree; otherwise the verdict says how many seeds were not "
             "enough, and 'seeds needed' estimates how many would be (80% power, from the observed variance)."
             + grid_note)),
@@ -177,7 +215,7 @@ def build_compare_report(study: str, table: Any, summary: pd.DataFrame, history:
         sections.append(Section("Health", figure=health_matrix_figure(cells, title=None), note=(
             "First step at which each health rule fired, per run (from health.json; amber: warn, red: fail, "
             "grey: no report). `workbench health STUDY` prints the same table.")))
-    subtitle = f"study <b>{html.escape(study)}</b> · {len(runs)} runs · store {html.escape(tracking_uri)}"
+    subtitle = f"study <b>{html.escape(study)}</b> · {len(runs)} runs · store {html.escape(redact_uri(tracking_uri))}"
     return html_page(f"Comparison report: {study}", sections, subtitle=subtitle), warnings
 
 
@@ -185,35 +223,76 @@ def build_compare_report(study: str, table: Any, summary: pd.DataFrame, history:
 # Terminal output
 # --------------------------------------------------------------------------------------------
 
-def print_table(table: Any) -> None:
-    from rich.markup import escape
-    from rich.table import Table
+def _table_cells(table: Any, metric: str) -> tuple[list[str], list[list[str]], list[str]]:
+    """Headers, one row of whole cell texts per arm, and each row's verdict (no markup)."""
+    from workbench.compare.report import runs_phrase
 
     level = f"{table.confidence:.0%}"
+    vs = table.per_grid_point
+    head = [table.unit, *(["baseline arm"] if vs else []), "runs", f"mean [{level} CI]", "Δ vs baseline [CI]",
+            f"P(improve) [{level} CI]", f"p ({table.correction})", "verdict", "seeds needed"]
+    rows, verdicts = [], []
+    for r in table.for_metric(metric).to_dict("records"):
+        base = r["verdict"] == "baseline"
+        rows.append([str(r["variant"]), *([("—" if base else (r["baseline_arm"] or "—"))] if vs else []),
+                     runs_phrase(r), fmt_ci(r["mean"], r["mean_lo"], r["mean_hi"]),
+                     "—" if base else fmt_ci(r["delta"], r["delta_lo"], r["delta_hi"]),
+                     "—" if base else fmt_ci(r["p_improve"], r["p_improve_lo"], r["p_improve_hi"]),
+                     "—" if base else fmt_p(r["p_adjusted"]), str(r["verdict"]),
+                     "—" if base else fmt_num(r["seeds_needed"])])
+        verdicts.append(str(r["verdict"]))
+    return head, rows, verdicts
+
+
+def _title(table: Any, metric: str) -> str:
+    direction = {True: "↑ better", False: "↓ better", None: "no direction"}[table.higher_is_better.get(metric)]
+    return f"{metric} ({direction}; baseline {table.baseline_phrase()}; best first)"
+
+
+def print_table(table: Any, out: Any = None) -> None:
+    """The comparison in the terminal, every name and number whole at any width.
+
+    Not a terminal (a pipe, a file): plain tab-separated lines, one per arm under a ``# metric``
+    title, for ``cut``/``awk``. A terminal wide enough for the table: a table. A narrower one
+    (``COLUMNS=80``): one block per arm, a ``field  value`` line per column, wrapped by the
+    terminal rather than cut.
+    """
+    from rich.markup import escape
+    from rich.measure import Measurement
+    from rich.table import Table
+
+    out = out or console
+    styles = {"better": "bold green", "worse": "bold red", "baseline": "bold"}
     for metric in table.metrics:
-        hib = table.higher_is_better.get(metric)
-        direction = {True: "↑ better", False: "↓ better", None: "no direction"}[hib]
-        t = Table(title=f"{metric} ({direction}; baseline {table.baseline_phrase()}; best first)",
-                  title_justify="left")
-        vs = table.per_grid_point
-        for col, just in [(table.unit, "left"), *([("baseline arm", "left")] if vs else []),
-                          ("seeds", "right"), (f"mean [{level} CI]", "right"),
-                          ("Δ vs baseline [CI]", "right"), (f"P(improve) [{level} CI]", "right"),
-                          (f"p ({table.correction})", "right"), ("verdict", "left"), ("seeds needed", "right")]:
-            t.add_column(col, justify=just)
-        for r in table.for_metric(metric).to_dict("records"):
-            base = r["verdict"] == "baseline"
-            v = str(r["verdict"])
-            style = {"better": "bold green", "worse": "bold red", "baseline": "bold"}.get(v, "dim")
-            name = escape(str(r["variant"]))  # a grid value can look like markup ("[1,2]")
-            t.add_row(f"[bold]{name}[/bold]" if base else name,
-                      *([("—" if base else escape(r["baseline_arm"] or "—"))] if vs else []),
-                      str(r["n_seeds"]), fmt_ci(r["mean"], r["mean_lo"], r["mean_hi"]),
-                      "—" if base else fmt_ci(r["delta"], r["delta_lo"], r["delta_hi"]),
-                      "—" if base else fmt_ci(r["p_improve"], r["p_improve_lo"], r["p_improve_hi"]),
-                      "—" if base else fmt_p(r["p_adjusted"]), f"[{style}]{v}[/{style}]",
-                      "—" if base else fmt_num(r["seeds_needed"]))
-        console.print(t)
+        head, rows, verdicts = _table_cells(table, metric)
+        if not out.is_terminal:
+            out.file.write(f"# {_title(table, metric)}\n" + "\t".join(head) + "\n"
+                           + "".join("\t".join(r) + "\n" for r in rows))
+            continue
+        t = Table(title=escape(_title(table, metric)), title_justify="left")
+        for i, col in enumerate(head):
+            left = i == 0 or col in ("baseline arm", "runs", "verdict")
+            t.add_column(col, justify="left" if left else "right", no_wrap=True)
+        for r, v in zip(rows, verdicts, strict=True):
+            style = styles.get(v, "dim")
+            cells = [escape(c) for c in r]  # a grid value can look like markup ("[1,2]")
+            cells[head.index("verdict")] = f"[{style}]{cells[head.index('verdict')]}[/{style}]"
+            if v == "baseline":
+                cells[0] = f"[bold]{cells[0]}[/bold]"
+            t.add_row(*cells)
+        natural = Measurement.get(out, out.options.update(max_width=1_000_000), t).maximum  # unwrapped width
+        if natural <= out.width:
+            out.print(t)
+            continue
+        out.print(escape(_title(table, metric)), soft_wrap=True, highlight=False)
+        key_width = max(len(h) for h in head[1:])
+        for r, v in zip(rows, verdicts, strict=True):
+            style = styles.get(v, "")
+            out.print(f"[bold]{escape(r[0])}[/bold]", soft_wrap=True, highlight=False)
+            for h, c in zip(head[1:], r[1:], strict=True):
+                value = f"[{style}]{escape(c)}[/{style}]" if h == "verdict" and style else escape(c)
+                out.print(f"  {h.ljust(key_width)}  {value}", soft_wrap=True, highlight=False)
+        out.print("")
 
 
 # --------------------------------------------------------------------------------------------
@@ -280,7 +359,7 @@ def compare(
     format: Annotated[str, typer.Option("--format", help="table | csv | json | md (to stdout)")] = "table",
     out: Annotated[Path | None, typer.Option("--out", help="also write the HTML report to this file")] = None,
     spec: Annotated[str, typer.Option(help="dashboard spec whose curve panels the report shows")] = "compare",
-    include_unfinished: Annotated[bool, typer.Option(help="also compare RUNNING/FAILED/KILLED runs")] = False,
+    include_unfinished: Annotated[bool, typer.Option(help="also compare runs still RUNNING (counted as not finished; FAILED/KILLED runs are always compared, ranked worst)")] = False,
     log: Annotated[bool, typer.Option("--log/--no-log", help="log the report to the study's parent MLflow run")] = True,
     tracking_uri: TrackingOpt = None,
 ) -> None:
@@ -323,6 +402,8 @@ def compare(
     except ValueError as e:
         raise fail(str(e)) from None
 
+    for line in uncomputed_summaries(summary, history, names):
+        note(f"[yellow]{line}[/yellow]")
     if format == "table":
         print_table(table)
     elif format == "csv":
@@ -379,7 +460,7 @@ def dashboard(
     frames = target.reader.load(target.study, sorted(_spec_metrics(dash)), run_ids=[run_id] if run_id else None)
     if frames.runs.empty:
         raise fail(f"no run {run_id} in study {target.study!r}" if run_id else
-                   f"study {target.study!r} has no runs in {target.tracking_uri}")
+                   f"study {target.study!r} has no runs in {redact_uri(target.tracking_uri)}")
     cells = events = None
     if needs_health:
         reports = target.reader.health_reports(frames.runs)

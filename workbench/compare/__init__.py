@@ -7,17 +7,20 @@ Public surface::
     summary = summarize_runs(history, runs, ["final_eval_accuracy", "final_length_ratio"])
     table = compare_variants(summary, baseline="grpo",
                              metrics=["final_eval_accuracy", "final_length_ratio"])
-    table.df                     # tidy: variant, metric, mean [CI], IQM [CI], delta [CI], P(improve) [CI],
-                                 # p, p_adjusted, verdict, seeds_needed, rank, ...
+    table.df                     # tidy: variant, metric, runs per outcome, mean [CI], IQM [CI],
+                                 # delta [CI], P(improve) [CI], p, p_adjusted, verdict, seeds_needed, ...
     table.to_markdown(); table.to_csv(); table.to_json()
     bands = curve_bands(align_curves(history, "eval/accuracy", x="tokens"))   # for plots
 
-Modules: ``summary`` (registered per-run summaries, curve alignment), ``stats`` (bootstrap CIs,
-P(improvement), t-tests, Holm, power; the statistical choices are documented there), ``report``
+Modules: ``summary`` (registered per-run summaries, curve alignment), ``stats`` (t and trimmed-mean
+t intervals, bootstrap CIs, P(improvement), t-tests, the rank test, Holm, power; the statistical
+choices are documented there), ``outcomes`` (finished / failed / stopped / censored / missing runs
+and the one policy for them), ``report``
 (the comparison table), ``arms`` (the units compared: one per variant and grid point, each
 matched with the baseline at its grid point). Pure pandas/numpy/scipy: no plotting, no MLflow.
 """
 
+from .outcomes import OUTCOMES, arm_outcomes, run_outcomes
 from .report import COLUMNS, ComparisonTable, compare_variants
 from .stats import (
     CORRECTIONS,
@@ -28,10 +31,14 @@ from .stats import (
     bootstrap_ci,
     curve_bands,
     iqm,
+    iqm_ci,
+    mean_ci,
     mean_difference,
     probability_of_improvement,
     probability_of_improvement_ci,
+    rank_test,
     seeds_needed,
+    t_interval,
     t_test_power,
     verdict,
 )
@@ -49,6 +56,7 @@ from .summary import (
 __all__ = [
     "COLUMNS",
     "CORRECTIONS",
+    "OUTCOMES",
     "STATISTICS",
     "SUMMARY_METRICS",
     "ComparisonTable",
@@ -58,18 +66,24 @@ __all__ = [
     "SummaryMetric",
     "adjust_pvalues",
     "align_curves",
+    "arm_outcomes",
     "bootstrap_ci",
     "compare_variants",
     "curve_bands",
     "iqm",
+    "iqm_ci",
     "iter_runs",
+    "mean_ci",
     "mean_difference",
     "probability_of_improvement",
     "probability_of_improvement_ci",
+    "rank_test",
     "resolve_summary",
+    "run_outcomes",
     "seeds_needed",
     "summarize_runs",
     "summary_metric",
+    "t_interval",
     "t_test_power",
     "verdict",
 ]

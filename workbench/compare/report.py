@@ -30,10 +30,11 @@ import numpy as np
 import pandas as pd
 
 from . import arms as _arms
+from . import outcomes as _outcomes
 from . import stats
 from .summary import resolve_summary
 
-__all__ = ["COLUMNS", "ComparisonTable", "compare_variants"]
+__all__ = ["COLUMNS", "COUNT_COLUMNS", "ComparisonTable", "compare_variants", "runs_phrase"]
 
 #: Columns of :attr:`ComparisonTable.df`, in order.
 COLUMNS: tuple[str, ...] = (
@@ -42,6 +43,12 @@ COLUMNS: tuple[str, ...] = (
     "variant",
     "n_seeds",
     "n_nan",
+    "n_runs",
+    "n_finished",
+    "n_failed",
+    "n_stopped",
+    "n_censored",
+    "n_missing",
     "mean",
     "mean_lo",
     "mean_hi",
@@ -64,7 +71,11 @@ COLUMNS: tuple[str, ...] = (
     "test",
     "note",
     "baseline_arm",
+    "mean_method",
+    "iqm_method",
 )
+#: Per-outcome run counts (:mod:`workbench.compare.outcomes`), as shown in every output.
+COUNT_COLUMNS: tuple[str, ...] = ("n_finished", "n_failed", "n_stopped", "n_censored", "n_missing")
 
 
 
@@ -83,6 +94,15 @@ def _jsonable(v: Any) -> Any:
     if v is None or v is pd.NA:
         return None
     return v
+
+
+def runs_phrase(r: Mapping[str, Any]) -> str:
+    """A row's runs per outcome: ``"6: 3 finished, 3 failed"`` (``"5 finished"`` when all did)."""
+    counts = {c[2:]: int(r.get(c) or 0) for c in COUNT_COLUMNS}
+    total = int(r.get("n_runs") or sum(counts.values()))
+    if counts["finished"] == total:
+        return f"{total} finished"
+    return f"{total}: " + ", ".join(f"{n} {o}" for o, n in counts.items() if n)
 
 
 def _fmt(v: Any) -> str:
@@ -125,16 +145,23 @@ class ComparisonTable:
 
     - ``rank``: 1 = best mean in the metric's direction (ties share the lower rank; NaN for a metric
       without a direction or a variant without data).
-    - ``n_seeds``: runs with a finite value; ``n_nan``: runs whose value was NaN/inf (dropped).
-    - ``mean``/``iqm`` with ``_lo``/``_hi``: percentile bootstrap CI at ``confidence``.
+    - ``n_seeds``: finished runs with a finite value (what mean, IQM and the t-test use);
+      ``n_nan``: the other runs (not in those estimates, never dropped from the verdict).
+    - ``n_runs`` and ``n_finished``/``n_failed``/``n_stopped``/``n_censored``/``n_missing``: the runs
+      per outcome (:mod:`workbench.compare.outcomes`, which states the policy for them).
+    - ``mean``/``iqm`` with ``_lo``/``_hi``: CIs at ``confidence`` made by ``mean_method`` (t) and
+      ``iqm_method`` (trimmed-mean t of Tukey-McLaughlin; t below 4 seeds, where the IQM is the
+      mean; BCa bootstrap with strata).
     - ``delta`` = mean(variant) - mean(baseline) (paired: mean of per-seed differences), raw sign;
-      ``delta_lo``/``delta_hi`` its t interval **after correction** at level ``delta_level``.
+      ``delta_lo``/``delta_hi`` its t interval **after correction** at level ``delta_level``: it
+      excludes 0 exactly when the corrected test rejects. No interval when the test is the rank
+      test (runs failed, stopped or censored).
     - ``paired``: seeds matched with the baseline (paired t) or not (Welch t).
     - ``p_improve``: P(variant run improves on baseline run) in the metric's direction (for a
       metric without a direction, P(variant > baseline)), with bootstrap CI.
     - ``p_value``/``p_adjusted``: the t-test's two-sided p-value, and after the correction.
     - ``verdict``: better / worse (higher / lower without a direction) / not distinguishable with N
-      seeds / no data / no baseline at this grid point / baseline.
+      seeds / withheld: <why> / no data / no baseline at this grid point / baseline.
     - ``seeds_needed``: seeds per variant for ``power`` at alpha for the observed delta and sd.
     - ``test``: the test behind ``p_value``; ``note``: anything unusual (1 seed, NaNs dropped, ...).
     """
@@ -235,7 +262,8 @@ class ComparisonTable:
                 return -math.inf
             return math.nan if v is None else v
 
-        text = {"metric", "variant", "verdict", "note", "test", "higher_is_better", "paired", "baseline_arm"}
+        text = {"metric", "variant", "verdict", "note", "test", "higher_is_better", "paired", "baseline_arm",
+                "mean_method", "iqm_method"}
         rows = [{k: v if k in text else back(v) for k, v in r.items()} for r in d["rows"]]
         df = pd.DataFrame(rows, columns=d["columns"])
         if "paired" in df.columns:
@@ -264,6 +292,7 @@ class ComparisonTable:
                 self.unit,
                 *(["baseline arm"] if vs else []),
                 "seeds",
+                "runs",
                 f"mean [{level} CI]",
                 f"IQM [{level} CI]",
                 "Δ vs baseline [corrected CI]",
@@ -280,7 +309,8 @@ class ComparisonTable:
                     "—" if isinstance(r["rank"], float) and math.isnan(r["rank"]) else str(int(r["rank"])),
                     f"**{r['variant']}**" if base else str(r["variant"]),
                     *([("—" if base else (r["baseline_arm"] or "—"))] if vs else []),
-                    str(r["n_seeds"]) + (f" (+{r['n_nan']} NaN)" if r["n_nan"] else ""),
+                    str(r["n_seeds"]),
+                    runs_phrase(r),
                     _fmt_ci(r["mean"], r["mean_lo"], r["mean_hi"]),
                     _fmt_ci(r["iqm"], r["iqm_lo"], r["iqm_hi"]),
                     "—" if base else _fmt_ci(r["delta"], r["delta_lo"], r["delta_hi"]),
@@ -296,8 +326,11 @@ class ComparisonTable:
             out.write("\n")
         out.write(
             f"Δ = {self.unit} − baseline; CIs of Δ are t intervals after {self.correction} correction "
-            f"(family: {self.settings.get('family', 'metric')}); mean/IQM/P(improve) CIs are "
-            f"percentile bootstrap ({self.settings.get('n_resamples', '?')} resamples).\n"
+            f"(family: {self.settings.get('family', 'metric')}), excluding 0 exactly when the corrected "
+            f"test rejects; mean CIs: t interval; IQM CIs: trimmed-mean t (Tukey-McLaughlin; t below 4 seeds); P(improve) "
+            f"CIs: percentile bootstrap ({self.settings.get('n_resamples', '?')} resamples). seeds = "
+            f"finished runs with a value; runs failed, stopped early or censored are ranked worst "
+            f"(Mann-Whitney) and can withhold a verdict (docs/reports.md).\n"
         )
         return out.getvalue()
 
@@ -314,6 +347,51 @@ def _direction(metric: str, given: Mapping[str, bool | None] | None) -> bool | N
         return resolve_summary(metric).higher_is_better
     except ValueError:
         return None
+
+
+def _ranked_values(arm: _outcomes.ArmOutcomes, base: _outcomes.ArmOutcomes,
+                   hib: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Both arms' runs as ranks, failed/stopped/censored runs tied at the worst rank (for P(improve))."""
+    worst = -math.inf if hib else math.inf
+    x = np.concatenate([arm.values, np.full(arm.n_worst, worst)])
+    y = np.concatenate([base.values, np.full(base.n_worst, worst)])
+    ranks = stats.sps.rankdata(np.concatenate([x, y]))
+    return ranks[: x.size], ranks[x.size:]
+
+
+def _success_rates(arm: _outcomes.ArmOutcomes, base: _outcomes.ArmOutcomes) -> str:
+    """"got there" (not censored) in each arm among runs that ended with a value, compared with
+    Boschloo's exact test (``scipy.stats.boschloo_exact``): a second view of a censored metric."""
+    def got(a: _outcomes.ArmOutcomes) -> tuple[int, int]:
+        return a.counts["finished"], a.counts["finished"] + a.counts["censored"]
+
+    (kx, nx), (ky, ny) = got(arm), got(base)
+    text = f"got there in {kx}/{nx} vs baseline {ky}/{ny} runs"
+    if nx and ny:
+        p = stats.sps.boschloo_exact([[kx, ky], [nx - kx, ny - ky]]).pvalue
+        text += f" (Boschloo exact p = {float(min(p, 1.0)):.3g})"
+    return text
+
+
+def _ranked_verdict(r: Mapping[str, Any], arm: _outcomes.ArmOutcomes, base: _outcomes.ArmOutcomes,
+                    diff: stats.Difference, t_lo: float, t_hi: float, *, alpha: float) -> str:
+    """Verdict of a comparison where some runs did not finish or never reached a value
+    (:mod:`workbench.compare.outcomes`, points 3-5)."""
+    why = "; ".join(x for x in (arm.reason(), f"baseline: {base.reason()}" if base.reason() else "") if x)
+    if arm.counts["finished"] == 0 or base.counts["finished"] == 0:
+        gone = arm if arm.counts["finished"] == 0 else base
+        return _outcomes.withheld(gone.reason() if gone is arm else f"baseline: {gone.reason()}")
+    hib = r["higher_is_better"]
+    if hib is None:
+        return _outcomes.withheld(f"{why} (no direction to rank them)")
+    n_x, n_y = arm.n_runs - arm.counts["missing"], base.n_runs - base.counts["missing"]
+    rejected = math.isfinite(r["p_adjusted"]) and r["p_adjusted"] < alpha
+    t_claims = math.isfinite(t_lo) and (t_lo > 0.0 or t_hi < 0.0)
+    if rejected and not (arm.counts["missing"] or base.counts["missing"]):
+        return "better" if r["p_improve"] > 0.5 else "worse"
+    if rejected or t_claims:
+        return _outcomes.withheld(why)
+    return f"not distinguishable with {stats.seeds_phrase(n_x, n_y)} ({why})"
 
 
 def compare_variants(
@@ -346,16 +424,23 @@ def compare_variants(
     summary metric's direction (``None`` if unknown or undirected: then the verdict says
     higher/lower, never better/worse).
 
-    Per metric and variant: mean and IQM with percentile bootstrap CIs (stratified by the
-    ``strata`` column if given); against the baseline, the mean difference with a paired t-test
-    when the seeds are matched (``pairing="auto"``) else Welch's t-test; P(improvement) with a
+    Runs are classified per metric as finished / failed / stopped / censored / missing
+    (:mod:`workbench.compare.outcomes`, which states the policy; ``status``, ``stopped_early`` and
+    ``health_reasons`` columns are read when present). Per metric and arm: mean (t interval) and
+    IQM (trimmed-mean t interval; BCa bootstrap stratified by the ``strata`` column if given) of
+    the finished runs; against
+    the baseline, when both arms' runs all finished, the mean difference with a paired t-test
+    when the seeds are matched (``pairing="auto"``) else Welch's t-test, otherwise Mann-Whitney
+    with failed/stopped/censored runs ranked worst (a verdict it does not support is withheld,
+    with the reason); P(improvement) with a
     bootstrap CI; p-values corrected with ``correction`` (``holm``/``bonferroni``/``none``)
     across the variants of each metric (``family="metric"``) or across all metrics and variants
     (``family="all"``); CIs of the difference at the corrected level; the verdict; and the seeds
     per variant needed for ``power`` at ``alpha = 1 - confidence``. With arms, "variant" above
     reads "arm": the correction runs across all arm comparisons of a metric (or of the table).
 
-    ``rng`` seeds every bootstrap (each cell gets its own stream derived from ``rng``, metric and
+    ``n_resamples=0`` skips the bootstraps (IQM and P(improvement) without intervals; verdicts do
+    not use them): for simulations. ``rng`` seeds every bootstrap (each cell gets its own stream derived from ``rng``, metric and
     arm, so a cell does not change when arms or metrics are added).
     """
     metrics = list(metrics)
@@ -383,32 +468,49 @@ def compare_variants(
     units = _arms.arm_column(summary_df, variant_col, arm_col or "")
     groups = {a: g for a, g in summary_df.groupby(units.to_numpy(), sort=False)}
 
+    censored_as = dict(getattr(summary_df, "attrs", {}).get("censored", {}))
     rows: list[dict[str, Any]] = []
     diffs: list[stats.Difference | None] = []
+    ranked: list[bool] = []  # row decided by the rank test (incomplete runs), not the t-test
+    outcomes: dict[tuple[str, str], _outcomes.ArmOutcomes] = {}
+    for metric in metrics:
+        for arm in arm_variant:
+            outcomes[metric, arm] = _outcomes.arm_outcomes(groups[arm], metric, seed_col=seed_col,
+                                                           censored_as=censored_as.get(metric, ""))
     for metric in metrics:
         hib = directions[metric]
         for variant in [*base_arms, *others]:  # an arm; named variant as in a study without a grid
             g = groups[variant]
             base_arm = baselines[variant]
-            raw = pd.to_numeric(g[metric], errors="coerce").to_numpy(dtype=float)
-            lab = g[strata].to_numpy() if strata else None
-            m_est = stats.bootstrap_ci(raw, "mean", strata=lab, confidence=confidence,
-                                       n_resamples=n_resamples, rng=_child_rng(seed, metric, variant, "mean"))
-            i_est = stats.bootstrap_ci(raw, "iqm", strata=lab, confidence=confidence,
-                                       n_resamples=n_resamples, rng=_child_rng(seed, metric, variant, "iqm"))
+            arm = outcomes[metric, variant]
+            lab = None
+            if strata:
+                done = _outcomes.run_outcomes(g, metric) == "finished"
+                lab = g[strata].to_numpy()[done]
+            m_est = stats.mean_ci(arm.values, confidence=confidence)
+            if n_resamples > 0:
+                i_est = stats.iqm_ci(arm.values, strata=lab, confidence=confidence,
+                                     n_resamples=n_resamples, rng=_child_rng(seed, metric, variant, "iqm"))
+            else:  # no bootstrap asked for (simulations): the IQM without its interval
+                i_est = stats.Estimate(float(stats.iqm(arm.values)) if arm.values.size else math.nan,
+                                       math.nan, math.nan, n=arm.values.size)
             notes = []
             if base_arm is None:
                 point = _arms.grid_point(variant, arm_variant[variant]) or "its grid point"
                 notes.append(f"no {baseline} run at {point}")
-            if m_est.n_dropped:
-                notes.append(f"{m_est.n_dropped} non-finite value(s) dropped")
+            if arm.reason():
+                notes.append(arm.reason())
             if m_est.note:
                 notes.append(m_est.note)
+            if i_est.note and i_est.note != m_est.note:
+                notes.append(f"IQM: {i_est.note}")
             row: dict[str, Any] = {
                 "metric": metric,
                 "variant": variant,
                 "n_seeds": m_est.n,
-                "n_nan": m_est.n_dropped,
+                "n_nan": arm.n_runs - m_est.n,
+                "n_runs": arm.n_runs,
+                **{f"n_{o}": arm.counts[o] for o in _outcomes.OUTCOMES},
                 "mean": m_est.value,
                 "mean_lo": m_est.lo,
                 "mean_hi": m_est.hi,
@@ -430,37 +532,57 @@ def compare_variants(
                 "higher_is_better": hib,
                 "test": "",
                 "baseline_arm": base_arm or "",
+                "mean_method": m_est.method,
+                "iqm_method": i_est.method,
             }
             diff = None
+            by_rank = False
             if base_arm is not None and base_arm != variant:
-                base = groups[base_arm]
-                base_raw = pd.to_numeric(base[metric], errors="coerce").to_numpy(dtype=float)
+                base = outcomes[metric, base_arm]
                 diff = stats.mean_difference(
-                    raw, base_raw,
-                    x_seeds=g[seed_col].tolist(), y_seeds=base[seed_col].tolist(),
+                    arm.values, base.values, x_seeds=arm.seeds, y_seeds=base.seeds,
                     pairing=pairing, rng=_child_rng(seed, metric, variant, "perm"),
                 )
+                by_rank = bool(arm.n_worst or base.n_worst)  # missing values alone: t-test, verdict may be withheld
+                if by_rank and hib is not None:
+                    p_value, _ = stats.rank_test(
+                        arm.values, base.values, x_worst=arm.n_worst, y_worst=base.n_worst,
+                        higher_is_better=hib, rng=_child_rng(seed, metric, variant, "rank"))
+                    x_ranked, y_ranked = _ranked_values(arm, base, hib)
+                    test = "Mann-Whitney (failed/stopped/censored runs ranked worst)"
+                else:
+                    p_value = math.nan if by_rank else diff.p_value
+                    x_ranked, y_ranked = arm.values, base.values
+                    test = "none (no direction to rank incomplete runs)" if by_rank else diff.method
                 poi = stats.probability_of_improvement_ci(
-                    raw, base_raw, higher_is_better=hib is not False, confidence=confidence,
-                    n_resamples=n_resamples, rng=_child_rng(seed, metric, variant, "poi"),
-                )
+                    x_ranked, y_ranked, higher_is_better=hib is not False, confidence=confidence,
+                    n_resamples=n_resamples, method="percentile", rng=_child_rng(seed, metric, variant, "poi"),
+                ) if n_resamples > 0 else stats.Estimate(stats.probability_of_improvement(
+                    x_ranked, y_ranked, higher_is_better=hib is not False), math.nan, math.nan, n=0)
                 row.update(
                     delta=diff.delta,
-                    paired=diff.paired,
-                    p_value=diff.p_value,
+                    paired=diff.paired and not by_rank,
+                    p_value=p_value,
                     p_improve=poi.value,
                     p_improve_lo=poi.lo,
                     p_improve_hi=poi.hi,
-                    test=diff.method,
-                    seeds_needed=stats.seeds_needed(
+                    test=test,
+                    seeds_needed=math.nan if by_rank else stats.seeds_needed(
                         diff.delta, diff.sd, paired=diff.paired, alpha=alpha, power=power
                     ),
                 )
-                if diff.note and diff.note not in notes:
+                if base.reason():
+                    notes.append(f"baseline {base_arm}: {base.reason()}")
+                if arm.counts["censored"] or base.counts["censored"]:
+                    notes.append(_success_rates(arm, base))
+                if diff.note and diff.note not in notes and not by_rank:
                     notes.append(diff.note)
+                if by_rank:
+                    notes.append("Δ of finished runs only; no t interval (rank test decides)")
             row["note"] = "; ".join(notes)
             rows.append(row)
             diffs.append(diff)
+            ranked.append(by_rank)
 
     # ---- correction, corrected CIs of delta, verdicts -----------------------------------------
     families: dict[str, list[int]] = {}
@@ -468,22 +590,30 @@ def compare_variants(
         if diffs[i] is not None:
             families.setdefault(r["metric"] if family == "metric" else "all", []).append(i)
     for idx in families.values():
-        adj, div = stats.adjust_pvalues([rows[i]["p_value"] for i in idx], correction)
+        adj, div = stats.adjust_pvalues([rows[i]["p_value"] for i in idx], correction, alpha=alpha)
         for i, a, d in zip(idx, adj, div, strict=True):
             rows[i]["p_adjusted"] = float(a)
             rows[i]["delta_level"] = 1.0 - alpha / d if math.isfinite(d) else math.nan
-    base_n = {(r["metric"], r["variant"]): r["n_seeds"] for r in rows if r["verdict"] == "baseline"}
-    for r, diff in zip(rows, diffs, strict=True):
+    for r, diff, by_rank in zip(rows, diffs, ranked, strict=True):
         if diff is None:
             continue
+        arm, base = outcomes[r["metric"], r["variant"]], outcomes[r["metric"], r["baseline_arm"]]
         level = r["delta_level"] if math.isfinite(r["delta_level"]) else confidence
-        r["delta_lo"], r["delta_hi"] = diff.interval(level)
-        if math.isfinite(r["delta_lo"]):
-            r["delta_level"] = level
-        r["verdict"] = stats.verdict(
-            diff.delta, r["delta_lo"], r["delta_hi"], r["p_adjusted"], alpha=alpha,
-            higher_is_better=r["higher_is_better"], n_x=r["n_seeds"], n_y=base_n[r["metric"], r["baseline_arm"]],
-        )
+        t_lo, t_hi = diff.interval(level)
+        if not by_rank:
+            r["delta_lo"], r["delta_hi"] = t_lo, t_hi
+            if math.isfinite(r["delta_lo"]) or math.isinf(r["delta_lo"]):
+                r["delta_level"] = level
+            r["verdict"] = stats.verdict(
+                diff.delta, t_lo, t_hi, r["p_adjusted"], alpha=alpha, higher_is_better=r["higher_is_better"],
+                n_x=r["n_seeds"], n_y=base.counts["finished"],
+            )
+            unknown = [x for x in (arm.reason(), f"baseline: {base.reason()}" if base.reason() else "") if x]
+            if unknown and r["verdict"] in ("better", "worse", "higher", "lower"):
+                r["verdict"] = _outcomes.withheld("; ".join(unknown))  # missing values could go either way
+            continue
+        r["delta_level"] = math.nan
+        r["verdict"] = _ranked_verdict(r, arm, base, diff, t_lo, t_hi, alpha=alpha)
 
     # ---- rank (best mean first in the metric's direction) and order ---------------------------
     for metric in metrics:
@@ -507,7 +637,9 @@ def compare_variants(
         "power": power,
         "rng": seed,
         "strata": strata,
-        "bootstrap": "percentile",
+        "bootstrap": "percentile (P(improve)); BCa (IQM with strata)",
+        "iqm_ci": stats.IQM_T_METHOD,
+        "mean_ci": "t",
         "arms": any(a != v for a, v in arm_variant.items()),
     }
     return ComparisonTable(

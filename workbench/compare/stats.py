@@ -3,13 +3,18 @@
 Pure numpy/scipy on 1-D arrays of per-run summary values (one value per seed). No pandas
 except in :func:`curve_bands`, no I/O. The choices, and why:
 
-* **Point estimates** (:func:`bootstrap_ci`): the mean and the interquartile mean (IQM,
+* **Point estimates**: the mean and the interquartile mean (IQM,
   ``scipy.stats.trim_mean(x, 0.25)``: drops ``floor(n/4)`` values at each end), as recommended by
   Agarwal et al. 2021, "Deep RL at the Edge of the Statistical Precipice" (rliable), Sec. 4.
-  Their CIs are **percentile** bootstrap intervals from ``scipy.stats.bootstrap`` (rliable's
-  default method; BCa degenerates with 3-5 seeds and with ties), **stratified** when a strata
-  key is given (runs are resampled within each stratum, e.g. each task or grid point, as
-  rliable's stratified bootstrap resamples runs within each task).
+  The CI of the **mean** is the **t interval** (:func:`mean_ci`): with 3-10 seeds the percentile
+  bootstrap covers the mean in only 71-90% of studies (its spread is biased by ``(n-1)/n`` and its
+  tails are too short), the t interval in 95% for normal data (simulation tests in
+  ``tests/compare/test_verdicts.py``). The CI of the **IQM** (:func:`iqm_ci`) is the trimmed-mean
+  t interval of Tukey and McLaughlin (``scipy.stats.mstats.trimmed_mean_ci``), which covers
+  92-98% at 4-10 seeds where the BCa bootstrap covers 86.5% at 5; with a strata key it is the
+  stratified **BCa** bootstrap (``scipy.stats.bootstrap(method='BCa')``, :func:`bootstrap_ci`:
+  runs resampled within each stratum, as rliable does); with fewer than 4 values the IQM *is* the
+  mean and gets the t interval. Every interval names its method (``Estimate.method``).
 * **Probability of improvement** (:func:`probability_of_improvement`): Agarwal et al. 2021,
   Sec. 4.3: ``P(X > Y) = 1/(n m) sum_ij S(x_i, y_j)`` with ``S = 1`` if ``x_i > y_j``, ``1/2`` on a
   tie, ``0`` otherwise: the Mann-Whitney U statistic divided by ``n m``. "Improvement" follows the
@@ -29,11 +34,21 @@ except in :func:`curve_bands`, no I/O. The choices, and why:
 * **Multiple comparisons** (:data:`CORRECTIONS`): Holm-Bonferroni (default; controls the
   family-wise error rate, uniformly more powerful than Bonferroni), Bonferroni, or none. Each
   correction also gives the confidence level at which each hypothesis was effectively tested, so
-  the reported CI of the difference is the CI *after correction* (Holm: the hypothesis of rank
-  ``r`` among ``m`` is tested at ``alpha / (m - r + 1)``).
+  the reported CI of the difference is the CI *after correction* and excludes 0 exactly when the
+  corrected test rejects. Holm: the hypothesis of rank ``r`` among ``m`` is tested at
+  ``alpha / (m - r + 1)`` **until the first non-rejection**; Holm stops there, so that hypothesis
+  and every later one get the level of the stop (their p-values are at least as large, so their
+  intervals contain 0, as their verdicts say).
+* **Runs that did not finish or never reached a value** (:func:`rank_test`): see
+  :mod:`workbench.compare.outcomes`; when an arm has such runs the test is Mann-Whitney's (exact
+  permutation distribution, ``scipy.stats.mannwhitneyu``) over all runs with those runs ranked
+  worst, and there is no t interval of Δ.
 * **Verdict** (:func:`verdict`): "better"/"worse" only if the corrected p-value is below alpha
-  **and** the corrected CI of the difference excludes 0; otherwise "not distinguishable with N
-  seeds". Never a winner from point estimates alone.
+  **and** the corrected CI of the difference excludes 0 (the two agree by construction);
+  otherwise "not distinguishable with N seeds". Never a winner from point estimates alone.
+  With a zero-variance difference the p-value is a permutation test's and the interval is its
+  inversion: the point ``delta`` when the smallest achievable p-value is below the level's
+  alpha, else the whole line.
 * **Seeds needed** (:func:`seeds_needed`): exact power of the same t-test (noncentral t,
   ``scipy.stats.nct``) for the observed difference and standard deviation; the smallest number of
   seeds per variant reaching the target power. A post-hoc estimate from a noisy effect: a guide
@@ -65,9 +80,12 @@ __all__ = [
     "curve_bands",
     "finite",
     "iqm",
+    "iqm_ci",
+    "mean_ci",
     "mean_difference",
     "probability_of_improvement",
     "probability_of_improvement_ci",
+    "rank_test",
     "seeds_needed",
     "seeds_phrase",
     "t_test_power",
@@ -142,7 +160,8 @@ class Estimate:
     """A point estimate with its confidence interval.
 
     ``lo``/``hi`` are NaN when no interval exists (fewer than 2 values; ``note`` says why).
-    ``n`` counts the finite values used, ``n_dropped`` the non-finite ones left out.
+    ``n`` counts the finite values used, ``n_dropped`` the non-finite ones left out;
+    ``method`` names how the interval was made (``t``, ``BCa bootstrap``, ...).
     """
 
     value: float
@@ -152,6 +171,7 @@ class Estimate:
     n_dropped: int = 0
     confidence: float = 0.95
     note: str = ""
+    method: str = ""
 
     def contains(self, x: float) -> bool:
         return bool(self.lo <= x <= self.hi)
@@ -166,17 +186,49 @@ def _percentile_bootstrap(
     method: str,
     rng: RngLike,
 ) -> tuple[float, float]:
-    res = sps.bootstrap(
-        data,
-        statistic,
-        vectorized=True,
-        paired=False,
-        n_resamples=n_resamples,
-        confidence_level=confidence,
-        method=method,
-        rng=as_rng(rng),
-    )
+    with warnings.catch_warnings():  # BCa on ties/degenerate jackknives warns and returns NaN
+        warnings.simplefilter("ignore")
+        res = sps.bootstrap(
+            data,
+            statistic,
+            vectorized=True,
+            paired=False,
+            n_resamples=n_resamples,
+            confidence_level=confidence,
+            method=method,
+            rng=as_rng(rng),
+        )
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+BOOTSTRAP_NAMES = {"percentile": "percentile bootstrap", "bca": "BCa bootstrap", "basic": "basic bootstrap"}
+
+
+def t_interval(x: Any, *, confidence: float = 0.95, axis: int = -1) -> tuple[Any, Any, Any]:
+    """``(mean, lo, hi)`` of the two-sided Student t interval of the mean along ``axis``
+    (vectorised: the simulation tests call exactly what the report calls)."""
+    x = np.asarray(x, dtype=float)
+    n = x.shape[axis]
+    m = x.mean(axis=axis)
+    se = x.std(axis=axis, ddof=1) / math.sqrt(n)
+    q = sps.t.ppf(0.5 + confidence / 2.0, n - 1)
+    return m, m - q * se, m + q * se
+
+
+def mean_ci(values: Any, *, confidence: float = 0.95) -> Estimate:
+    """Mean of ``values`` (one per run) with its t interval; non-finite values dropped and counted."""
+    v, n_dropped = finite(values)
+    n = v.size
+    common = {"n": n, "n_dropped": n_dropped, "confidence": confidence}
+    if n == 0:
+        return Estimate(math.nan, math.nan, math.nan, note="no finite values", **common)
+    value = float(v.mean())
+    if n == 1:
+        return Estimate(value, math.nan, math.nan, note="1 seed: no CI", **common)
+    if _is_constant(v):
+        return Estimate(value, value, value, note="identical values: zero-width CI", method="t", **common)
+    _, lo, hi = t_interval(v, confidence=confidence)
+    return Estimate(value, float(lo), float(hi), method="t", **common)
 
 
 def bootstrap_ci(
@@ -186,13 +238,15 @@ def bootstrap_ci(
     strata: Any | None = None,
     confidence: float = 0.95,
     n_resamples: int = DEFAULT_RESAMPLES,
-    method: str = "percentile",
+    method: str = "BCa",
     rng: RngLike = None,
 ) -> Estimate:
     """Statistic of ``values`` (one per run) with a (stratified) bootstrap CI, via ``scipy.stats.bootstrap``.
 
     ``statistic`` is a name in :data:`STATISTICS` (``mean``, ``iqm``, ``median``) or a function
-    ``f(x, axis) -> array``. With ``strata`` (one label per value) runs are resampled within
+    ``f(x, axis) -> array``. ``method`` is scipy's (``BCa`` by default; ``percentile``, ``basic``);
+    when BCa is undefined (its jackknife has no spread, e.g. heavy ties) the percentile interval
+    is used and the note says so. With ``strata`` (one label per value) runs are resampled within
     each stratum and the statistic is computed on all resampled runs together (rliable's
     stratified bootstrap); a stratum with a single run is kept fixed. Non-finite values are
     dropped and counted. Fewer than 2 values: no interval (NaN, with a note); identical values:
@@ -225,7 +279,50 @@ def bootstrap_ci(
     lo, hi = _percentile_bootstrap(
         resampled, stat, confidence=confidence, n_resamples=n_resamples, method=method, rng=rng
     )
-    return Estimate(value, lo, hi, **common)
+    used, note = method, ""
+    if not (math.isfinite(lo) and math.isfinite(hi)) and method.lower() != "percentile":
+        used, note = "percentile", f"{method} undefined here: percentile bootstrap"
+        lo, hi = _percentile_bootstrap(
+            resampled, stat, confidence=confidence, n_resamples=n_resamples, method=used, rng=rng
+        )
+    name = BOOTSTRAP_NAMES.get(used.lower(), f"{used} bootstrap")
+    return Estimate(value, lo, hi, note=note, method=name, **common)
+
+
+def iqm_ci(
+    values: Any,
+    *,
+    strata: Any | None = None,
+    confidence: float = 0.95,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    rng: RngLike = None,
+) -> Estimate:
+    """IQM with its CI.
+
+    * below 4 values the IQM *is* the mean (nothing trimmed): its t interval;
+    * from 4 values the **trimmed-mean t interval** of Tukey and McLaughlin
+      (``scipy.stats.mstats.trimmed_mean_ci``: winsorised standard error, t with ``h - 1`` degrees
+      of freedom for ``h`` kept values). No bootstrap is needed, and it keeps its level where
+      BCa does not: at 5 seeds BCa covered 86.5%, this 94.5-94.6% (normal, lognormal data);
+    * with ``strata``: the stratified **BCa** bootstrap (the t form has no strata).
+    """
+    v, n_dropped = finite(values)
+    if strata is not None:
+        return bootstrap_ci(values, "iqm", strata=strata, confidence=confidence, n_resamples=n_resamples,
+                            method="BCa", rng=rng)
+    if v.size < 4:
+        return mean_ci(values, confidence=confidence)
+    common = {"n": v.size, "n_dropped": n_dropped, "confidence": confidence}
+    value = float(iqm(v))
+    if _is_constant(v):
+        return Estimate(value, value, value, note="identical values: zero-width CI", method="t", **common)
+    lo, hi = sps.mstats.trimmed_mean_ci(v, limits=(0.25, 0.25), alpha=1.0 - confidence)
+    if not (math.isfinite(lo) and math.isfinite(hi)):  # the kept quartiles are all equal: no spread
+        return bootstrap_ci(v, "iqm", confidence=confidence, n_resamples=n_resamples, method="BCa", rng=rng)
+    return Estimate(value, float(lo), float(hi), method=IQM_T_METHOD, **common)
+
+
+IQM_T_METHOD = "trimmed-mean t (Tukey-McLaughlin)"
 
 
 # --------------------------------------------------------------------------------------------
@@ -310,13 +407,21 @@ class Difference:
     sd: float
     method: str
     note: str = ""
+    p_floor: float = 0.0  # zero variance: the smallest p-value the permutation test can give
 
     def interval(self, confidence: float = 0.95) -> tuple[float, float]:
-        """Two-sided t interval ``delta +- t_{df}(1 - alpha/2) * se`` (matches scipy's ``confidence_interval``)."""
+        """Two-sided t interval ``delta +- t_{df}(1 - alpha/2) * se`` (matches scipy's ``confidence_interval``).
+
+        Zero variance (permutation test): the inverted permutation test, i.e. ``(delta, delta)``
+        when its smallest achievable p-value is below ``1 - confidence``, else ``(-inf, inf)``:
+        with 3 vs 3 constant seeds nothing can be excluded, as the test cannot reject.
+        """
         if not (math.isfinite(self.se) and math.isfinite(self.delta)):
             return math.nan, math.nan
         if self.se == 0.0:
-            return self.delta, self.delta
+            if self.p_floor < 1.0 - confidence:
+                return self.delta, self.delta
+            return -math.inf, math.inf
         q = float(sps.t.ppf(0.5 + confidence / 2.0, self.df))
         return self.delta - q * self.se, self.delta + q * self.se
 
@@ -407,7 +512,8 @@ def _paired(x: np.ndarray, y: np.ndarray, *, rng: RngLike, note: str = "") -> Di
     if _is_constant(d):
         no_change = _is_constant(np.array([delta, 0.0]))
         p = 1.0 if no_change else _permutation_p(x, y, paired=True, rng=rng)
-        return Difference(delta, 0.0, n - 1, p, True, n, n, 0.0, "permutation (zero variance)", note)
+        return Difference(delta, 0.0, n - 1, p, True, n, n, 0.0, "permutation (zero variance)", note,
+                          p_floor=2.0 / 2.0**n)  # all signs flipped together: 2 of 2^n arrangements
     sd = float(d.std(ddof=1))
     res = sps.ttest_rel(x, y)
     return Difference(delta, sd / math.sqrt(n), float(n - 1), float(res.pvalue), True, n, n, sd, "paired t", note)
@@ -427,7 +533,8 @@ def _welch(x: np.ndarray, y: np.ndarray, *, rng: RngLike) -> Difference:
     if _is_constant(x) and _is_constant(y):
         same = _is_constant(np.concatenate([x, y]))
         p = 1.0 if same else _permutation_p(x, y, paired=False, rng=rng)
-        return Difference(delta, 0.0, float(nx + ny - 2), p, False, nx, ny, 0.0, "permutation (zero variance)")
+        return Difference(delta, 0.0, float(nx + ny - 2), p, False, nx, ny, 0.0, "permutation (zero variance)",
+                          p_floor=2.0 / math.comb(nx + ny, nx))  # the two splits that separate the groups
     a, b = vx / nx, vy / ny
     se = math.sqrt(a + b)
     df = (a + b) ** 2 / (a**2 / (nx - 1) + b**2 / (ny - 1))
@@ -440,30 +547,42 @@ def _welch(x: np.ndarray, y: np.ndarray, *, rng: RngLike) -> Difference:
 # --------------------------------------------------------------------------------------------
 
 
-def _holm(p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Holm (1979) step-down: p_(r) is compared with alpha/(m - r + 1); adjusted p is the running max."""
+def _holm(p: np.ndarray, alpha: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
+    """Holm (1979) step-down: p_(r) is compared with alpha/(m - r + 1) until the first
+    non-rejection; the adjusted p is the running max of ``p_(r) (m - r + 1)``.
+
+    Divisors: rank ``r`` gets ``m - r + 1`` while Holm is still rejecting; the first
+    non-rejected hypothesis and all after it get the divisor of that stop (Holm tests nothing
+    after it), so a CI at ``1 - alpha / divisor`` excludes 0 exactly when Holm rejects.
+    """
     m = p.size
     order = np.argsort(p, kind="stable")
+    steps = m - np.arange(m, dtype=float)  # m, m-1, ..., 1
+    rejected = np.logical_and.accumulate(p[order] < alpha / steps)
+    stop = int(rejected.sum())  # index (in sorted order) of the first non-rejection
+    sorted_div = steps.copy()
+    if stop < m:
+        sorted_div[stop:] = steps[stop]
     divisors = np.empty(m)
-    divisors[order] = m - np.arange(m)
-    adj_sorted = np.maximum.accumulate(np.minimum(1.0, p[order] * (m - np.arange(m))))
+    divisors[order] = sorted_div
+    adj_sorted = np.maximum.accumulate(np.minimum(1.0, p[order] * steps))
     adj = np.empty(m)
     adj[order] = adj_sorted
     return adj, divisors
 
 
-def _bonferroni(p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _bonferroni(p: np.ndarray, alpha: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
     m = p.size
     return np.minimum(1.0, p * m), np.full(m, float(m))
 
 
-def _no_correction(p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _no_correction(p: np.ndarray, alpha: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
     return p.copy(), np.ones(p.size)
 
 
-#: ``f(pvalues) -> (adjusted pvalues, divisors)``: hypothesis i is tested at ``alpha / divisors[i]``
-#: and its CI after correction has confidence ``1 - alpha / divisors[i]``.
-CORRECTIONS: Registry[Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]] = Registry(
+#: ``f(pvalues, alpha) -> (adjusted pvalues, divisors)``: hypothesis i is tested at
+#: ``alpha / divisors[i]`` and its CI after correction has confidence ``1 - alpha / divisors[i]``.
+CORRECTIONS: Registry[Callable[..., tuple[np.ndarray, np.ndarray]]] = Registry(
     "multiple-comparison correction"
 )
 CORRECTIONS.register("holm")(_holm)
@@ -471,16 +590,50 @@ CORRECTIONS.register("bonferroni")(_bonferroni)
 CORRECTIONS.register("none")(_no_correction)
 
 
-def adjust_pvalues(pvalues: Any, method: str = "holm") -> tuple[np.ndarray, np.ndarray]:
-    """Adjusted p-values and per-hypothesis divisors of alpha; NaN p-values stay NaN and do not count in m."""
+def adjust_pvalues(pvalues: Any, method: str = "holm", *, alpha: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
+    """Adjusted p-values and per-hypothesis divisors of ``alpha`` (Holm's depend on where it stops
+    at ``alpha``); NaN p-values stay NaN and do not count in m."""
     p = np.asarray(pvalues, dtype=float).ravel()
     fn = CORRECTIONS.get(method)
     adj = np.full(p.size, math.nan)
     div = np.full(p.size, math.nan)
     ok = np.isfinite(p)
     if ok.any():
-        adj[ok], div[ok] = fn(p[ok])
+        adj[ok], div[ok] = fn(p[ok], alpha)
     return adj, div
+
+
+# --------------------------------------------------------------------------------------------
+# Rank test with incomplete runs ranked worst
+# --------------------------------------------------------------------------------------------
+
+
+def rank_test(x: Any, y: Any, *, x_worst: int, y_worst: int, higher_is_better: bool,
+              rng: RngLike = None) -> tuple[float, float]:
+    """``(p_value, P(improvement))`` of Mann-Whitney's test of X against Y where ``x_worst`` runs of
+    X and ``y_worst`` of Y (failed, stopped early, censored) count as worse than every value
+    (tied among themselves). The p-value comes from the permutation distribution of U
+    (``scipy.stats.mannwhitneyu`` with ``PermutationMethod``: exact up to 9999 arrangements, ties
+    handled), P(improvement) is ``U / (n m)`` in the metric's direction.
+    """
+    worst = -math.inf if higher_is_better else math.inf
+    xv = np.concatenate([finite(x)[0], np.full(x_worst, worst)])
+    yv = np.concatenate([finite(y)[0], np.full(y_worst, worst)])
+    if not higher_is_better:
+        xv, yv = -xv, -yv
+    if xv.size == 0 or yv.size == 0:
+        return math.nan, math.nan
+    poi = float(_poi(xv, yv))
+    # ranks only: finite ranks, so neither the test nor the constant check sees inf - inf
+    ranks = sps.rankdata(np.concatenate([xv, yv]))
+    if _is_constant(ranks):
+        return 1.0, poi
+    # exact permutation distribution while it has <= 9999 arrangements (up to 7 vs 7 runs); beyond,
+    # the normal approximation with tie correction, accurate there and 100x cheaper
+    small = math.comb(xv.size + yv.size, xv.size) <= 9999
+    method = sps.PermutationMethod(n_resamples=9999, rng=as_rng(rng)) if small else "asymptotic"
+    res = sps.mannwhitneyu(ranks[: xv.size], ranks[xv.size :], alternative="two-sided", method=method)
+    return float(min(1.0, res.pvalue)), poi
 
 
 # --------------------------------------------------------------------------------------------

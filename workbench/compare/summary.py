@@ -21,15 +21,20 @@ Conventions, fixed once here:
 
 * A run's curve for a metric is its finite values by step, sorted; a step logged twice keeps
   the last value logged.
-* A summary is NaN when the run lacks the data (no eval logged, no token counts, ...).
+* A summary is NaN when the run lacks the data (no eval logged, no token counts, ...), and
+  ``inf`` when the run has the data but never got there (**censored**: a threshold never
+  reached, nothing correct); :mod:`workbench.compare.outcomes` ranks such runs worst instead of
+  dropping them. Each summary that can be censored says how in ``SummaryMetric.censored``.
 * **Samples** are sampled completions. Per step they are the ``perf/samples`` counter when
   logged, else ``rollout.prompts_per_step x rollout.group_size`` from the run's params, else
   ``perf/sample_tokens / length/mean``.
 * **Tokens** are generated (sampled) response tokens. Per step they are the
   ``perf/sample_tokens`` counter when logged, else ``length/mean x samples``.
-* Cumulative samples/tokens at step ``s`` count every training step ``<= s`` (an eval logged at
-  step ``s`` sees the model after step ``s``'s update); an eval before the first training step
-  sits at 0.
+* Cumulative samples/tokens at step ``s`` of a training metric count every training step
+  ``<= s`` (it is logged after step ``s`` sampled); at step ``s`` of an **eval** metric they count
+  the steps ``< s`` only: the loop evaluates at step ``s`` *before* step ``s`` samples and
+  updates (``workbench.train.loop``), so the eval at step ``s`` has seen ``s`` steps of samples
+  (an eval before the first training step sits at 0).
 """
 
 from __future__ import annotations
@@ -168,10 +173,11 @@ class RunCurves:
         return None if per_step is None else per_step.sort_index().cumsum()
 
     @staticmethod
-    def at_steps(cumulative: pd.Series, steps: Iterable[Any]) -> np.ndarray:
-        """Value of a cumulative count at ``steps``: through the last training step ``<= step``."""
+    def at_steps(cumulative: pd.Series, steps: Iterable[Any], *, before: bool = False) -> np.ndarray:
+        """Value of a cumulative count at ``steps``: through the last training step ``<= step``,
+        or ``< step`` with ``before`` (for evals, which run before their step samples)."""
         steps = np.asarray(list(steps) if not isinstance(steps, np.ndarray) else steps)
-        pos = np.searchsorted(cumulative.index.to_numpy(), steps, side="right")
+        pos = np.searchsorted(cumulative.index.to_numpy(), steps, side="left" if before else "right")
         vals = np.concatenate([[0.0], cumulative.to_numpy(dtype=float)])
         return vals[pos]
 
@@ -231,7 +237,9 @@ class SummaryMetric:
     """A registered per-run summary: ``fn(run: RunCurves, **params) -> float``.
 
     ``higher_is_better`` is its healthy direction (``None``: no preferred direction); ``reads``
-    the history metrics it needs (``summarize_runs`` loads only those).
+    the history metrics it needs (``summarize_runs`` loads only those); ``censored`` what an
+    ``inf`` value means, a template of its parameters (``"never reached {threshold}"``; empty:
+    the summary is never censored).
     """
 
     name: str
@@ -239,6 +247,11 @@ class SummaryMetric:
     higher_is_better: bool | None
     reads: tuple[str, ...]
     description: str
+    censored: str = ""
+
+    def censored_reason(self, **params: Any) -> str:
+        """``censored`` with the parameters filled in (defaults where not given)."""
+        return self.censored.format(**(self.params | params)) if self.censored else ""
 
     @property
     def params(self) -> dict[str, Any]:
@@ -260,7 +273,7 @@ SUMMARY_METRICS: Registry[SummaryMetric] = Registry("summary metric")
 
 
 def summary_metric(
-    name: str, *, higher_is_better: bool | None, reads: Sequence[str]
+    name: str, *, higher_is_better: bool | None, reads: Sequence[str], censored: str = ""
 ) -> Callable[[Callable[..., float]], Callable[..., float]]:
     """Decorator: register ``fn(run, **params) -> float`` as summary metric ``name``.
 
@@ -270,7 +283,7 @@ def summary_metric(
     def add(fn: Callable[..., float]) -> Callable[..., float]:
         doc = inspect.getdoc(fn) or ""
         SUMMARY_METRICS.register(name)(
-            SummaryMetric(name, fn, higher_is_better, tuple(reads), doc.split("\n\n")[0])
+            SummaryMetric(name, fn, higher_is_better, tuple(reads), doc.split("\n\n")[0], censored)
         )
         return fn
 
@@ -311,28 +324,39 @@ def _first_reaching(s: pd.Series, threshold: float) -> Any:
     return hit[0] if len(hit) else None
 
 
-@summary_metric("steps_to_threshold", higher_is_better=False, reads=[EVAL_ACCURACY])
+@summary_metric("steps_to_threshold", higher_is_better=False, reads=[EVAL_ACCURACY],
+                censored="never reached {threshold}")
 def steps_to_threshold(run: RunCurves, threshold: float = 0.5) -> float:
-    """First eval step with ``eval/accuracy >= threshold``; NaN if never reached."""
-    step = _first_reaching(run.series(EVAL_ACCURACY), threshold)
-    return math.nan if step is None else float(step)
-
-
-@summary_metric("tokens_to_threshold", higher_is_better=False, reads=[EVAL_ACCURACY, *COUNT_METRICS])
-def tokens_to_threshold(run: RunCurves, threshold: float = 0.5) -> float:
-    """Sampled tokens through the first eval step with ``eval/accuracy >= threshold``.
-
-    NaN if never reached or if the run has no token counts (see module docstring).
-    """
-    step = _first_reaching(run.series(EVAL_ACCURACY), threshold)
-    cum = run.cumulative("tokens")
-    if step is None or cum is None:
+    """First eval step with ``eval/accuracy >= threshold``; ``inf`` (censored) if never reached,
+    NaN without evals."""
+    s = run.series(EVAL_ACCURACY)
+    if len(s) == 0:
         return math.nan
-    return float(RunCurves.at_steps(cum, [step])[0])
+    step = _first_reaching(s, threshold)
+    return math.inf if step is None else float(step)
+
+
+@summary_metric("tokens_to_threshold", higher_is_better=False, reads=[EVAL_ACCURACY, *COUNT_METRICS],
+                censored="never reached {threshold}")
+def tokens_to_threshold(run: RunCurves, threshold: float = 0.5) -> float:
+    """Sampled tokens before the first eval step with ``eval/accuracy >= threshold`` (the eval at
+    step ``s`` runs before step ``s`` samples, so steps ``< s`` count).
+
+    ``inf`` (censored) if never reached; NaN without evals or token counts (module docstring).
+    """
+    s = run.series(EVAL_ACCURACY)
+    cum = run.cumulative("tokens")
+    if len(s) == 0 or cum is None:
+        return math.nan
+    step = _first_reaching(s, threshold)
+    if step is None:
+        return math.inf
+    return float(RunCurves.at_steps(cum, [step], before=True)[0])
 
 
 @summary_metric(
-    "tokens_per_correct", higher_is_better=False, reads=[TRAIN_ACCURACY, LENGTH_MEAN, *COUNT_METRICS]
+    "tokens_per_correct", higher_is_better=False, reads=[TRAIN_ACCURACY, LENGTH_MEAN, *COUNT_METRICS],
+    censored="nothing correct",
 )
 def tokens_per_correct(run: RunCurves) -> float:
     """Sampled tokens per correct sampled completion over the whole run.
@@ -394,13 +418,13 @@ def final_reward(run: RunCurves, window: int = 10) -> float:
     return _last_mean(run.series(REWARD), window)
 
 
-#: Directions of canonical metrics used by ``final:<metric>`` summaries.
-_CANONICAL_DIRECTIONS: dict[str, bool] = {
-    EVAL_ACCURACY: True,
-    TRAIN_ACCURACY: True,
-    REWARD: True,
-    "length/truncated_frac": False,
-}
+def catalogue_direction(metric: str) -> bool | None:
+    """``higher_is_better`` of a logged metric from the metrics catalogue (DESIGN.md): ``up`` ->
+    True, ``down`` -> False, ``stable``/``none``/not catalogued -> None."""
+    from workbench.metrics.catalogue import CATALOGUE
+
+    healthy = {m.name: m.healthy for m in CATALOGUE}.get(metric)
+    return {"up": True, "down": False}.get(healthy or "")
 
 
 def resolve_summary(name: str) -> SummaryMetric:
@@ -415,7 +439,7 @@ def resolve_summary(name: str) -> SummaryMetric:
         return SummaryMetric(
             name,
             final_value,
-            _CANONICAL_DIRECTIONS.get(metric),
+            catalogue_direction(metric),
             (metric,),
             f"Mean of the last {default} logged values of {metric}.",
         )
@@ -461,7 +485,10 @@ def summarize_runs(
             row[spec.name] = spec(run, **params.get(spec.name, {}))
         rows.append(row)
     base_cols = list(runs.columns) if runs is not None else list(ID_COLUMNS)
-    return pd.DataFrame(rows, columns=[*base_cols, *names])
+    out = pd.DataFrame(rows, columns=[*base_cols, *names])
+    # what an inf means per metric, for the comparison's words ("never reached 0.5 in 4/6 runs")
+    out.attrs["censored"] = {s.name: s.censored_reason(**params.get(s.name, {})) for s in specs if s.censored}
+    return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -513,7 +540,7 @@ def align_curves(
                     f"no {' x '.join(SAMPLES_PARAMS)} params"
                     + (f" with {LENGTH_MEAN}" if x == "tokens" else "")
                 )
-            xs = RunCurves.at_steps(cum, steps)
+            xs = RunCurves.at_steps(cum, steps, before=metric.startswith("eval/"))
         per_run.append((run, steps, xs, s.to_numpy(dtype=float)))
 
     cols = ["run_id", "variant", "seed", x, "value"]

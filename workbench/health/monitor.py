@@ -94,7 +94,10 @@ class HealthMonitor:
         *,
         on_fail: str = "stop",
         config: HealthConfig | None = None,
+        unlogged: Mapping[str, str] | None = None,
     ) -> None:
+        # metric -> the setting that keeps this run from logging it (metrics.unlogged_by_config)
+        self.unlogged: dict[str, str] = dict(unlogged or {})
         if on_fail not in ("stop", "continue"):
             raise ValueError(f"on_fail must be 'stop' or 'continue', got {on_fail!r}")
         self._rules: dict[str, HealthRule] = {}
@@ -108,7 +111,8 @@ class HealthMonitor:
 
     @classmethod
     def from_config(
-        cls, cfg: HealthConfig | Mapping[str, Any] | str | None = None
+        cls, cfg: HealthConfig | Mapping[str, Any] | str | None = None, *,
+        unlogged: Mapping[str, str] | None = None,
     ) -> HealthMonitor:
         """A monitor with every registered rule, configured by ``cfg``.
 
@@ -126,7 +130,7 @@ class HealthMonitor:
                 f"expected HealthConfig, dict, preset name or None; got {type(cfg).__name__}"
             )
         rules = [HEALTH_RULES.get(name)(params) for name, params in cfg.resolved().items()]
-        return cls(rules, on_fail=cfg.on_fail, config=cfg)
+        return cls(rules, on_fail=cfg.on_fail, config=cfg, unlogged=unlogged)
 
     # -- state -------------------------------------------------------------------------------
 
@@ -139,6 +143,7 @@ class HealthMonitor:
         self._last_step: int | None = None
         self._worst = OK
         self._status = OK
+        self._seen: set[str] = set()  # metric names observed with a value: what an unevaluated rule lacked
 
     def reset(self) -> None:
         """Forget everything observed (all rules and the run's verdict)."""
@@ -149,7 +154,7 @@ class HealthMonitor:
     def fresh(self) -> HealthMonitor:
         """A new monitor with the same rules and parameters and no observations."""
         rules = [type(r)(r.params) for r in self._rules.values()]
-        return type(self)(rules, on_fail=self.on_fail, config=self.config)
+        return type(self)(rules, on_fail=self.on_fail, config=self.config, unlogged=self.unlogged)
 
     # -- the per-step call -------------------------------------------------------------------
 
@@ -178,6 +183,7 @@ class HealthMonitor:
                 f"after {self._last_step} "
                 "(merge a step's metrics into one dict and call observe once per step)"
             )
+        self._seen.update(metrics)
         events: list[HealthEvent] = []
         for rule in self._rules.values():
             event = rule.observe(step, metrics)
@@ -248,6 +254,9 @@ class HealthMonitor:
                 "params": rule.params.model_dump(mode="json"),
                 "watches": list(rule.watches),
                 "count": self._counts[name],
+                "evaluated": rule.evaluated,
+                "not_evaluated": self._not_evaluated(rule),
+                "not_applicable": self._not_applicable(rule),
                 "active": rule.enabled and rule.active,
                 "first_trigger": None
                 if first is None
@@ -274,6 +283,26 @@ class HealthMonitor:
             "rules": rules,
             "events": [e.to_dict() for e in self._events],
         }
+
+    def _not_applicable(self, rule: HealthRule) -> str | None:
+        """Why a rule cannot apply to this run at all: every metric it watches is one the run's own
+        config never logs (``unlogged``: e.g. kl/ref with kl_coef 0). None otherwise."""
+        watched = [w for w in rule.watches if w != "*"]
+        if not rule.enabled or rule.evaluated or not watched or any(w not in self.unlogged for w in watched):
+            return None
+        return "not applicable: " + "; ".join(f"{w} is not logged when {self.unlogged[w]}" for w in watched)
+
+    def _not_evaluated(self, rule: HealthRule) -> str | None:
+        """Why an enabled rule never evaluated ("not evaluated: needs X"), so a rule whose inputs
+        were never logged does not read as passed; None once it evaluated, if it is off, or if it
+        does not apply to the run's config."""
+        if not rule.enabled or rule.evaluated or self._steps == 0 or self._not_applicable(rule):
+            return None
+        watched = [w for w in rule.watches if w != "*"]
+        missing = [w for w in watched if w not in self._seen]
+        if missing:
+            return f"not evaluated: needs {', '.join(missing)}"
+        return f"not evaluated: needs more finite observations of {', '.join(watched)}"
 
     def report_json(self, indent: int | None = 2) -> str:
         """``report()`` as strict JSON text (no NaN literals)."""

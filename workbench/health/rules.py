@@ -38,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from workbench.registry import Registry
 
 from .events import HealthEvent, Severity
+from .trend import SlopeTest, WindowTrend, one_sided_p
 
 __all__ = [
     "HEALTH_RULES",
@@ -161,6 +162,7 @@ class HealthRule:
         self._streak = 0
         self._streak_start: int | None = None
         self._active = False
+        self._evaluated = 0  # observations on which update() returned a reading
         self._reset_state()
 
     def _reset_state(self) -> None:
@@ -170,6 +172,11 @@ class HealthRule:
     def active(self) -> bool:
         """Whether the condition has held for ``patience`` observations and not cleared since."""
         return self._active
+
+    @property
+    def evaluated(self) -> int:
+        """How many observations the rule evaluated (0: its inputs never arrived, e.g. an imported run)."""
+        return self._evaluated
 
     @property
     def enabled(self) -> bool:
@@ -191,6 +198,7 @@ class HealthRule:
         reading = self.update(metrics)
         if reading is None:
             return None
+        self._evaluated += 1
         if not reading.violated:
             self._streak = 0
             self._streak_start = None
@@ -381,10 +389,16 @@ class IncorrectLengthGapParams(StreakParams):
     """Consecutive observations the condition must hold before the rule fires (1 = at once)."""
 
     max_ratio: float = Field(default=1.5, gt=0.0)
-    """Fires when length/incorrect_mean ÷ length/correct_mean > ``max_ratio`` ..."""
+    """Fires when the fitted length/incorrect_mean ÷ length/correct_mean at the newest observation
+    exceeds this ..."""
 
-    trend_window: int = Field(default=5, ge=1)
-    """... and the ratio is above its value ``trend_window`` observations earlier (growing)."""
+    trend_window: int = Field(default=12, ge=3)
+    """... and its least-squares slope over the last ``trend_window`` observations is positive at
+    one-sided level ``alpha`` (t test of the slope)."""
+
+    alpha: float = Field(default=0.002, gt=0.0, lt=0.5)
+    """One-sided significance level of the slope test: on a flat, noisy ratio one evaluation is
+    significant with this probability (then ``patience`` consecutive ones are needed)."""
 
 
 @_register
@@ -395,7 +409,10 @@ class IncorrectLengthGap(HealthRule):
     per-sequence length normalisation (vanilla GRPO's ``seq-mean-token-mean``) a long wrong answer
     is penalised less per token than a short one, so the policy learns to "overthink" when wrong
     (Dr. GRPO [3]); token-level aggregation (DAPO [1]) or a constant normaliser removes the bias.
-    Needs both lengths and a positive correct length; otherwise it does not evaluate.
+    "Rising" is a tested trend: the least-squares slope of the ratio over the last
+    ``trend_window`` observations is significantly positive (one-sided t test at ``alpha``), and
+    the fitted ratio at the newest observation is above ``max_ratio``; a large but stable gap does
+    not fire. Needs both lengths and a positive correct length; otherwise it does not evaluate.
     """
 
     name = "incorrect_length_gap"
@@ -408,7 +425,7 @@ class IncorrectLengthGap(HealthRule):
     RATIO = "length/incorrect_mean÷length/correct_mean"
 
     def _reset_state(self) -> None:
-        self._ratios: deque[float] = deque(maxlen=self.params.trend_window)
+        self._trend = WindowTrend(self.params.trend_window, self.params.alpha)
 
     def update(self, metrics: Mapping[str, Any]) -> Reading | None:
         correct = finite_value(metrics, LEN_CORRECT)
@@ -416,22 +433,27 @@ class IncorrectLengthGap(HealthRule):
         if correct is None or incorrect is None or correct <= 0.0:
             return None
         ratio = incorrect / correct
-        w = self.params.trend_window
-        past = self._ratios[0] if len(self._ratios) == w else None
-        self._ratios.append(ratio)
+        if not math.isfinite(ratio):  # a correct length near 0 (e.g. 1e-320): no usable ratio
+            return None
+        test = self._trend.add(ratio)
+        if test is None:
+            return None  # no trend can be tested before the window is full
         thr = self.params.max_ratio
-        growing = past is not None and ratio > past
-        if past is None:
-            trend = f"its trend is not known yet (needs {w} earlier observations)"
-        else:
-            verb = "rising" if growing else "not rising"
-            trend = f"{verb} (was {_fmt(past)} {w} observations earlier)"
+        violated = test.rising and test.fitted_end > thr
         return Reading(
-            violated=ratio > thr and growing,
+            violated=violated,
             metric=self.RATIO,
-            value=ratio,
+            value=test.fitted_end,
             threshold=thr,
-            detail=f"incorrect/correct length ratio = {_fmt(ratio)} > {thr:g} and {trend}",
+            detail=self._detail(test, thr) if violated else "slope not significant or fitted ratio within the limit",
+        )
+
+    def _detail(self, test: SlopeTest, thr: float) -> str:
+        p = one_sided_p(test.t, test.df)  # only for the message: the decision used the critical t
+        return (
+            f"incorrect/correct length ratio rises {_fmt(test.slope)} per observation over the last "
+            f"{self.params.trend_window} (least-squares slope, one-sided p = {p:.2g} < {self.params.alpha:g}) "
+            f"and its fitted value {_fmt(test.fitted_end)} > {thr:g}"
         )
 
 
@@ -445,7 +467,35 @@ class RewardCollapseParams(StreakParams):
     """Running reward = mean of the last ``window`` observations of reward/mean."""
 
     margin: float = Field(default=0.2, gt=0.0)
-    """Fires when the running reward is more than ``margin`` (reward units) below its best."""
+    """Fires when the running reward is more than ``margin`` (reward units) below its best ..."""
+
+    noise_z: float = Field(default=7.0, ge=0.0)
+    """... and more than ``noise_z`` standard errors of the running reward below it (the noise
+    margin; 0 switches it off). The best is a maximum over the run, biased up by the noise:
+    7 keeps false alarms under 5% of healthy 100-step runs up to a step-to-step reward sd of 0.3
+    (tests/health/test_false_alarms.py)."""
+
+    noise_window: int = Field(default=20, ge=3)
+    """Observations used to estimate the step-to-step noise of reward/mean."""
+
+
+# median |x_t - x_{t-1}| of iid N(μ, σ²) is σ·√2·0.6745 (the normal quartile Φ⁻¹(3/4) = 0.6745).
+_MEDIAN_ABS_DIFF_PER_SIGMA = math.sqrt(2.0) * 0.6744897501960817
+
+
+def _noise_sd(values: deque[float]) -> float:
+    """Step-to-step noise sd of a series from the median absolute successive difference.
+
+    Successive differences ignore a slow trend, and the median ignores a few jumps (such as the
+    collapse itself), so the estimate is that of the noise, not of the signal.
+    """
+    xs = list(values)
+    diffs = sorted(abs(b - a) for a, b in zip(xs, xs[1:]))
+    if not diffs:
+        return 0.0
+    mid = len(diffs) // 2
+    median = diffs[mid] if len(diffs) % 2 else 0.5 * (diffs[mid - 1] + diffs[mid])
+    return median / _MEDIAN_ABS_DIFF_PER_SIGMA
 
 
 @_register
@@ -456,6 +506,9 @@ class RewardCollapse(HealthRule):
     training reward "should increase in a stable manner"; DAPO [1] uses a reward that does not
     "decline significantly" as a sign an experiment is not deteriorating. The running reward is a
     ``window``-observation mean (evaluated once the window is full); best = max running reward.
+    "Well below" is beyond both ``margin`` and a noise margin of ``noise_z`` standard errors of
+    the running reward, the noise sd being estimated robustly from the last ``noise_window``
+    observations (median absolute successive difference), so noisy rewards do not cry wolf.
     """
 
     name = "reward_collapse"
@@ -465,6 +518,7 @@ class RewardCollapse(HealthRule):
 
     def _reset_state(self) -> None:
         self._window: deque[float] = deque(maxlen=self.params.window)
+        self._recent: deque[float] = deque(maxlen=self.params.noise_window)
         self._best = -math.inf
 
     def update(self, metrics: Mapping[str, Any]) -> Reading | None:
@@ -472,19 +526,24 @@ class RewardCollapse(HealthRule):
         if x is None:
             return None
         self._window.append(x)
+        self._recent.append(x)
         if len(self._window) < self.params.window:
             return None
         running = math.fsum(self._window) / len(self._window)
         self._best = max(self._best, running)
-        thr = self._best - self.params.margin
+        p = self.params
+        standard_error = _noise_sd(self._recent) / math.sqrt(p.window)
+        limit = max(p.margin, p.noise_z * standard_error)
+        thr = self._best - limit
         return Reading(
             violated=running < thr,
             metric=REWARD,
             value=running,
             threshold=thr,
             detail=(
-                f"running {REWARD} (mean of {self.params.window}) = {_fmt(running)} is more than "
-                f"{self.params.margin:g} below its best {_fmt(self._best)}"
+                f"running {REWARD} (mean of {p.window}) = {_fmt(running)} is more than {_fmt(limit)} below "
+                f"its best {_fmt(self._best)} (the larger of the margin {p.margin:g} and {p.noise_z:g} × its "
+                f"standard error {_fmt(standard_error)})"
             ),
         )
 

@@ -7,7 +7,8 @@ notebooks read them. Add metrics freely; never rename one.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from collections.abc import Mapping
+from typing import Any, Literal
 
 Direction = Literal["up", "down", "stable", "none"]
 
@@ -33,9 +34,12 @@ CATALOGUE: tuple[MetricSpec, ...] = (
                "tokens", "down"),
     MetricSpec("length/truncated_frac", "fraction of responses that hit max_new_tokens without EOS", "fraction",
                "down"),
-    MetricSpec("clip/frac", "fraction of response tokens clipped (low + high)", "fraction", "stable"),
-    MetricSpec("clip/frac_low", "tokens with ratio < 1-ε_low and A < 0", "fraction", "stable"),
-    MetricSpec("clip/frac_high", "tokens with ratio > 1+ε_high and A > 0", "fraction", "stable"),
+    MetricSpec("clip/frac", "fraction of response tokens whose gradient the clipping removes (low + high; "
+               "CISPO: weights truncated)", "fraction", "stable"),
+    MetricSpec("clip/frac_low", "A < 0 tokens clipped: ratio < 1-ε_low (GMPO: log-ratio < -ε_low); "
+               "CISPO: weight truncated below, any A", "fraction", "stable"),
+    MetricSpec("clip/frac_high", "A > 0 tokens clipped: ratio > 1+ε_high (GMPO: log-ratio > ε_high); "
+               "CISPO: weight truncated above, any A", "fraction", "stable"),
     MetricSpec("policy/approx_kl", "token-mean k1 estimate of KL(old ‖ new) during the update", "nats", "down"),
     MetricSpec("policy/ratio_mean", "mean importance ratio π_new/π_old over response tokens", "ratio", "stable"),
     MetricSpec("policy/ratio_max", "max importance ratio over response tokens", "ratio", "down"),
@@ -66,6 +70,25 @@ CATALOGUE: tuple[MetricSpec, ...] = (
 )
 
 BY_NAME = {m.name: m for m in CATALOGUE}
+
+
+def unlogged_by_config(params: Mapping[str, Any]) -> dict[str, str]:
+    """Metrics that a run with these (flattened, dotted) config params never logs, with the setting
+    that switches them off: a health rule watching one is not applicable to the run, not unevaluated.
+
+    Works on a resolved config dumped flat and on a run's logged MLflow params (strings) alike."""
+
+    def off(key: str) -> bool:
+        value = params.get(key)
+        return value is None or str(value).strip().lower() in ("", "none", "null", "0", "0.0")
+
+    absent: dict[str, str] = {}
+    if "algorithm.kl_coef" in params and off("algorithm.kl_coef"):
+        absent["kl/ref"] = "algorithm.kl_coef = 0 (no reference model)"
+    if "algorithm.correction" in params and off("algorithm.correction"):
+        for name in ("mismatch/is_weight_mean", "mismatch/is_clipped_frac"):
+            absent[name] = "algorithm.correction is not set"
+    return absent
 
 
 def markdown_table() -> str:

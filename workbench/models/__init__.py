@@ -6,6 +6,8 @@ from pathlib import Path
 
 from workbench.config import ModelConfig, TaskConfig
 
+TINY_MAX_POSITIONS = 512  # the built-in tiny model's context: prompt + completion must fit (checked in preflight)
+
 
 def model_dir(model_cfg: ModelConfig, task_cfg: TaskConfig, progress: bool = True) -> Path:
     """Where the weights live: the user's ``path``, or the cached tiny model (built on first use)."""
@@ -23,6 +25,53 @@ def check_model_path(path: Path) -> None:
         raise FileNotFoundError(f"model.path does not exist or is not a directory: {path}")
     if not (path / "config.json").is_file():
         raise FileNotFoundError(f"model.path has no config.json (not a HF model directory): {path}")
+
+
+def _first_line(error: BaseException, limit: int = 200) -> str:
+    text = " ".join(str(error).split()) or type(error).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def inspect_model_dir(path: Path):
+    """Preflight of a local model directory, without loading weights: ``(tokenizer, max positions)``.
+
+    Loads ``config.json`` and the tokenizer exactly as training will (so a fake or garbled
+    config fails here, as one line, not inside an MLflow run), checks the architecture is a
+    causal LM and that weight files exist. Raises ``ValueError``/``FileNotFoundError``."""
+    from transformers import AutoConfig, AutoTokenizer
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+    check_model_path(path)
+    try:
+        config = AutoConfig.from_pretrained(path)
+    except Exception as error:  # noqa: BLE001 - OSError (bad JSON), ValueError (unknown model_type), ...
+        raise ValueError(f"model.path {path}: config.json cannot be loaded: {_first_line(error)}") from None
+    if type(config) not in MODEL_FOR_CAUSAL_LM_MAPPING:
+        raise ValueError(f"model.path {path}: model_type {config.model_type!r} is not a causal language model")
+    weights = [*path.glob("*.safetensors"), *path.glob("pytorch_model*.bin"), *path.glob("*.safetensors.index.json")]
+    if not weights:
+        raise FileNotFoundError(f"model.path {path}: no weights (*.safetensors or pytorch_model*.bin)")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+    except Exception as error:  # noqa: BLE001 - any failure to load is the user's directory, reported as such
+        raise ValueError(f"model.path {path}: tokenizer cannot be loaded: {_first_line(error)}") from None
+    positions = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    return tokenizer, positions
+
+
+def token_count_over(tokenizer, text: str, budget: int) -> int | None:
+    """Tokens in ``text`` if more than ``budget``, else ``None``; never tokenizes megabytes to say so.
+
+    A prefix of ``(budget + 1) * 64`` characters is tokenized first: if it alone exceeds the
+    budget by more than one token, so does the text (subword tokenizers split a prefix as they
+    split the start of the whole text, except for the token cut at its end)."""
+    cut = (budget + 1) * 64
+    if len(text) > cut:
+        prefix = len(tokenizer(text[:cut], add_special_tokens=False)["input_ids"])
+        if prefix > budget + 1:
+            return prefix
+    count = len(tokenizer(text, add_special_tokens=False)["input_ids"])
+    return count if count > budget else None
 
 
 def load_policy(model_cfg: ModelConfig, task_cfg: TaskConfig, progress: bool = True):

@@ -22,6 +22,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel, Qwen2Config, Qwen2ForCausalLM
 
 from workbench.config import ModelConfig, TaskConfig, TinyModelConfig
+from workbench.models import TINY_MAX_POSITIONS
 from workbench.models.tokenizer import build_char_tokenizer
 from workbench.tasks import Task, build_task
 from workbench.train.sft import supervised_warmup
@@ -79,7 +80,7 @@ def init_tiny_model(cfg: TinyModelConfig, vocab_size: int, pad_id: int, eos_id: 
         num_hidden_layers=cfg.num_layers,
         num_attention_heads=cfg.num_heads,
         num_key_value_heads=cfg.num_heads,
-        max_position_embeddings=512,
+        max_position_embeddings=TINY_MAX_POSITIONS,
         tie_word_embeddings=True,
         pad_token_id=pad_id,
         eos_token_id=eos_id,

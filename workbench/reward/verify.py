@@ -77,7 +77,8 @@ def _context():
 
 def _clean(text: object, max_chars: int, keep: str) -> str:
     """Coerce to ``str``, keep the last (``keep="tail"``) or first ``max_chars`` characters,
-    and make it valid UTF-8 without NULs (lone surrogates become ``?``)."""
+    and make it valid UTF-8 without NULs (lone surrogates become ``?``). A NUL becomes U+FFFD,
+    never nothing: removing it would join its neighbours (``\\boxed{4\\x002}`` would read 42)."""
     if text is None:
         text = ""
     elif isinstance(text, (bytes, bytearray)):
@@ -88,7 +89,7 @@ def _clean(text: object, max_chars: int, keep: str) -> str:
         text = text[-max_chars:] if keep == "tail" else text[:max_chars]
     if not text.isascii():
         text = text.encode("utf-8", errors="replace").decode("utf-8")
-    return text.replace("\x00", "")
+    return text.replace("\x00", "\ufffd")  # other control characters stay: math-verify rejects them itself
 
 
 @dataclass(eq=False)

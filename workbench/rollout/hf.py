@@ -1,11 +1,20 @@
-"""HF transformers sampler: KV-cached ``generate`` with per-token logprobs of the sampling distribution."""
+"""HF transformers sampler: KV-cached ``generate`` with per-token logprobs of the sampling distribution.
+
+Sampling applies exactly what the learner applies: the run config's temperature (and top-p),
+nothing else. ``generate`` would otherwise fill every setting the call leaves unset from the model
+directory's ``generation_config.json`` (a ``repetition_penalty``, ``top_k``, ``no_repeat_ngram_size``,
+``bad_words_ids``, ...), reshaping the sampled distribution but not the learner's: a silently
+off-policy run. So generation runs under a neutral config holding only the special token ids.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import time
 
 import torch
+from transformers import GenerationConfig
 
 from workbench.batch import Rollouts
 from workbench.config import SamplerConfig
@@ -49,19 +58,20 @@ class HFSampler:
         torch.manual_seed(seed)
         was_training = self.model.training
         self.model.eval()
-        out = self.model.generate(
-            **enc,
-            do_sample=not greedy,
-            temperature=None if greedy else temperature,
-            top_p=None if greedy else self.cfg.top_p,
-            top_k=None if greedy else 0,  # transformers defaults to top-k 50: off, so logprobs are the true distribution
-            num_return_sequences=group_size,
-            max_new_tokens=self.cfg.max_new_tokens,
-            output_scores=True,
-            return_dict_in_generate=True,
-            pad_token_id=tok.pad_token_id,
-            eos_token_id=tok.eos_token_id,
-        )
+        with run_config_only(self.model, tok):
+            out = self.model.generate(
+                **enc,
+                do_sample=not greedy,
+                temperature=None if greedy else temperature,
+                top_p=None if greedy else self.cfg.top_p,
+                top_k=None if greedy else 0,  # transformers defaults to top-k 50: off, so logprobs are the true distribution
+                num_return_sequences=group_size,
+                max_new_tokens=self.cfg.max_new_tokens,
+                output_scores=True,
+                return_dict_in_generate=True,
+                pad_token_id=tok.pad_token_id,
+                eos_token_id=tok.eos_token_id,
+            )
         self.model.train(was_training)
         prompt_len = enc["input_ids"].shape[1]
         completion = out.sequences[:, prompt_len:]  # [B, T]
@@ -74,6 +84,21 @@ class HFSampler:
         texts = tok.batch_decode(torch.where(mask.bool(), completion, tok.pad_token_id), skip_special_tokens=True)
         return grouped_rollouts(problems, group_size, enc, completion=completion, mask=mask,
                                 sampler_logp=sampler_logp, truncated=truncated, texts=texts, started=start)
+
+
+@contextlib.contextmanager
+def run_config_only(model, tokenizer):
+    """Generate under a neutral ``GenerationConfig``: only the special token ids, so every setting the
+    ``generate`` call leaves unset takes transformers' neutral default, never the model directory's value
+    (its ``generation_config.json`` fills unset fields otherwise). The model's own config is restored."""
+    saved = model.generation_config
+    model.generation_config = GenerationConfig(
+        bos_token_id=getattr(tokenizer, "bos_token_id", None), eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id)
+    try:
+        yield
+    finally:
+        model.generation_config = saved
 
 
 def plain_copy(model: torch.nn.Module) -> torch.nn.Module:

@@ -182,6 +182,7 @@ class SearchWorker:
         from mlflow import MlflowClient
 
         from workbench.distributed import describe_storage
+        from workbench.tracking.redact import redact_config, redact_text
         from workbench.tracking.store import get_or_create_experiment, resolve_tracking_uri
 
         uri = resolve_tracking_uri(self.spec.layered.get("tracking", {}).get("uri"))
@@ -193,10 +194,10 @@ class SearchWorker:
             "workbench.storage": describe_storage(self.storage_url)})
         parent = run.info.run_id
         if self.spec.study.source and Path(self.spec.study.source).exists():
-            client.log_text(parent, Path(self.spec.study.source).read_text(), "study.yaml")
+            client.log_text(parent, redact_text(Path(self.spec.study.source).read_text()), "study.yaml")
         client.log_text(parent, json.dumps({
             "search": self.spec.config.model_dump(mode="json"), "variant": self.spec.variant,
-            "seeds": self.spec.seeds, "n_trials": self.spec.n_trials, "base_config": self.spec.layered},
+            "seeds": self.spec.seeds, "n_trials": self.spec.n_trials, "base_config": redact_config(self.spec.layered)},
             indent=2, default=str), "search.json")
         self.ostudy.set_user_attr(KIND_ATTR, KIND)
         self.ostudy.set_user_attr(PARENT, parent)

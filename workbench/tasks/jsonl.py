@@ -11,24 +11,62 @@ from workbench.tasks.base import Problem
 
 
 def read_problems(path: Path) -> list[Problem]:
-    """Parse a JSONL file; errors name the file and line."""
+    """Parse a JSONL file line by line; every error is one line naming the file and the line number.
+
+    A line is an object with a non-empty string ``prompt``, an ``answer`` (string or number) and
+    optionally a string ``solution`` (a worked completion, needed by the built-in model's SFT)."""
+    return [problem for _, problem in read_numbered_problems(path)]
+
+
+def read_numbered_problems(path: Path) -> list[tuple[int, Problem]]:
+    """``(line number, problem)`` for each non-blank line of a JSONL file (see ``read_problems``)."""
+    import stat
+
     if not path.is_file():
         raise FileNotFoundError(f"task file not found: {path}")
+    if not stat.S_ISREG(path.stat().st_mode):  # is_file() follows links; refuse devices and pipes
+        raise ValueError(f"{path}: not a regular file")
     problems = []
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}:{lineno}: invalid JSON ({e.msg})") from None
-        if not isinstance(row, dict) or not {"prompt", "answer"} <= row.keys():
-            raise ValueError(f"{path}:{lineno}: each line needs the keys 'prompt' and 'answer'")
-        solution = row.get("solution")
-        problems.append(Problem(str(row["prompt"]), str(row["answer"]), None if solution is None else str(solution)))
+    with open(path, "rb") as handle:  # bytes: a bad UTF-8 sequence is reported with its line
+        for lineno, raw in enumerate(handle, start=1):
+            if lineno == 1 and raw.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte order mark (Windows editors)
+                raw = raw[3:]
+            problem = _parse_line(raw, f"{path}:{lineno}")
+            if problem is not None:
+                problems.append((lineno, problem))
     if not problems:
-        raise ValueError(f"{path}: no problems found")
+        raise ValueError(f"{path}: no problems found (expected one JSON object per line with 'prompt' and 'answer')")
     return problems
+
+
+def _parse_line(raw: bytes, where: str) -> Problem | None:
+    """One JSONL line -> a Problem, ``None`` for a blank line; ``ValueError`` naming ``where`` otherwise."""
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{where}: not UTF-8 text ({e.reason} at byte {e.start} of the line)") from None
+    if not line.strip():
+        return None
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as e:
+        where_in_line = f"{e.msg} column" if e.msg.endswith(" at") else f"{e.msg} at column"  # json's wording varies
+        raise ValueError(f"{where}: invalid JSON ({where_in_line} {e.colno})") from None
+    except RecursionError:
+        raise ValueError(f"{where}: invalid JSON (nested too deeply)") from None
+    if not isinstance(row, dict):
+        raise ValueError(f"{where}: expected a JSON object with 'prompt' and 'answer', got a {type(row).__name__}")
+    missing = [key for key in ("prompt", "answer") if key not in row]
+    if missing:
+        raise ValueError(f"{where}: each line needs 'prompt' and 'answer'; missing {' and '.join(map(repr, missing))}")
+    prompt, answer, solution = row["prompt"], row["answer"], row.get("solution")
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise ValueError(f"{where}: 'prompt' must be a non-empty string")
+    if isinstance(answer, bool) or not isinstance(answer, (str, int, float)) or not str(answer).strip():
+        raise ValueError(f"{where}: 'answer' must be a non-empty string or a number")
+    if solution is not None and not isinstance(solution, str):
+        raise ValueError(f"{where}: 'solution' must be a string")
+    return Problem(prompt, str(answer), solution)
 
 
 @dataclass

@@ -464,7 +464,9 @@ def _backend_for(uri: str, **kwargs: Any):
         return _SqlBackend(uri)
     if scheme in ("http", "https", "databricks"):
         return _RestBackend(uri, **kwargs)
-    raise ValueError(f"cannot read tracking URI {uri!r}: expected a database (sqlite:///..., postgresql://...) "
+    from workbench.tracking.redact import redact_uri
+
+    raise ValueError(f"cannot read tracking URI {redact_uri(uri)!r}: expected a database (sqlite:///..., postgresql://...) "
                      "or a tracking server (http://...)")
 
 
@@ -569,7 +571,9 @@ class StudyReader:
             close = difflib.get_close_matches(study, names, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             known = ", ".join(sorted(n for n in names if n != "Default")) or "none"
-            raise StudyNotFound(f"no study {study!r} in {self.tracking_uri}{hint} (studies: {known})")
+            from workbench.tracking.redact import redact_uri
+
+            raise StudyNotFound(f"no study {study!r} in {redact_uri(self.tracking_uri)}{hint} (studies: {known})")
         return eid
 
     def has_study(self, study: str) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 from pathlib import Path
 
@@ -39,3 +40,25 @@ def get_or_create_experiment(client, name: str, tracking_uri: str) -> str:
         if experiment is None:
             raise
         return experiment.experiment_id
+
+
+_READY_STORES: set[str] = set()
+
+
+def ensure_store(tracking_uri: str) -> None:
+    """Create a local sqlite store's tables under a file lock, once per process.
+
+    MLflow creates (migrates) a fresh sqlite database on first use; two processes doing it at
+    once crash in its table creation. The lock makes the second wait for the first, then find the
+    tables. Other stores are created by whoever runs them (a server, a DBA).
+    """
+    if tracking_uri in _READY_STORES or not tracking_uri.startswith("sqlite:///"):
+        return
+    from mlflow import MlflowClient
+
+    db = Path(tracking_uri.removeprefix("sqlite:///"))
+    db.parent.mkdir(parents=True, exist_ok=True)
+    with open(db.parent / f".{db.name}.create-lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released on close, or by the kernel if this process dies
+        MlflowClient(tracking_uri).search_experiments(max_results=1)  # creates the tables if missing
+    _READY_STORES.add(tracking_uri)

@@ -17,7 +17,7 @@ from typing import Protocol
 import torch
 
 from workbench.algorithms import compute_advantages, kl_penalty
-from workbench.algorithms.filters import BATCH_FILTERS, TOKEN_FILTERS
+from workbench.algorithms.filters import BATCH_FILTERS, TOKEN_FILTERS, filter_input
 from workbench.batch import ScoredRollouts, concat, select
 from workbench.config import RunConfig
 from workbench.health import HealthMonitor
@@ -130,7 +130,7 @@ def rl_step(cfg: RunConfig, step: int, task, rng: random.Random, generator: torc
         seq_kl = (kl_penalty(logp, ref_logp, algo.kl_estimator) * rollouts.mask).sum(-1)  # [B]
         rewards = rewards - algo.kl_coef * seq_kl
     t0 = time.perf_counter()
-    advantages = compute_advantages(algo.estimator, rewards, rollouts.group_ids)  # [B]
+    advantages = compute_advantages(algo.estimator, rewards, rollouts.group_ids, mask=rollouts.mask)  # [B]
     advantage_s = time.perf_counter() - t0
 
     learn_start = time.perf_counter()
@@ -177,7 +177,8 @@ def collect_batch(cfg: RunConfig, step: int, task, rng: random.Random, sampler, 
         rounds.append(scored)
         if keep_group is None:
             return scored, scored, {}
-        keep = keep_group(scored.rewards, rollouts.group_ids)  # [B] bool, whole groups
+        keep = keep_group(filter_input(algo.filter_on, scored.rewards, scored.correct),
+                          rollouts.group_ids)  # [B] bool, whole groups
         kept.append(select(scored, keep))
         groups_kept += int(keep.sum()) // roll.group_size
         if groups_kept >= roll.prompts_per_step:

@@ -4,7 +4,7 @@ The split follows rliable (``metrics.py`` / ``library.py`` / ``plot_utils.py``):
 from ``workbench.compare`` (``curve_bands``, ``ComparisonTable``, ``summarize_runs``) and from the
 health cells of ``workbench.commands.health``; this module only turns frames into traces.
 
-Trace builders return lists of ``go.Scatter``/``go.Bar``/``go.Heatmap`` that a caller places in a
+Trace builders return lists of ``go.Scatter``/``go.Box``/``go.Heatmap`` that a caller places in a
 subplot (the dashboard renderer); the ``*_figure`` functions wrap them into standalone figures.
 """
 
@@ -30,8 +30,13 @@ __all__ = [
     "health_matrix_figure",
     "marker_traces",
     "run_traces",
+    "interval_bounds",
+    "is_interval_trace",
     "summary_bar_traces",
     "summary_figure",
+    "summary_interval_traces",
+    "summary_range",
+    "zoomed_range",
 ]
 
 #: Health cell states and their heatmap codes (``off``: rule disabled, drawn as a gap).
@@ -159,63 +164,122 @@ def curve_figure(bands: pd.DataFrame, x: str = "step", *, metric: str = "", titl
 
 
 # --------------------------------------------------------------------------------------------
-# Summary bars (rliable-style point estimates with CIs, plus every seed)
+# Summary intervals (rliable-style: point estimate with its CI on a zoomed axis, plus every seed)
 # --------------------------------------------------------------------------------------------
+# Bars would start at 0 and make 0.79 and 0.81 look the same; an interval plot puts the axis where
+# the values are, so the estimates, their CIs and the seeds' spread can be told apart.
 
-def summary_bar_traces(table_rows: pd.DataFrame, values: pd.DataFrame | None, metric: str, *,
-                       colors: Mapping[str, str], baseline: str, statistic: str = "mean",
-                       shown: set[str] | None = None) -> list[go.BaseTraceType]:
-    """Bars of one metric's per-variant (per-arm) estimate with its bootstrap CI
-    (``ComparisonTable.df`` rows of that metric, in rank order) and one dot per run (``values``:
-    columns ``variant`` and ``metric``, and ``arm`` when the rows are arms). Baseline rows (verdict
-    "baseline"; ``baseline`` for rows without verdicts) get a thick outline."""
+INTERVAL_META = "summary-interval"  # marks the estimate-with-CI trace (tests and callers find it by this)
+SEEDS_META = "summary-seeds"
+
+
+def is_interval_trace(trace: Any) -> bool:
+    return getattr(trace, "meta", None) == INTERVAL_META
+
+
+def interval_bounds(rows: pd.DataFrame, statistic: str = "mean") -> tuple[np.ndarray, np.ndarray]:
+    """The CI of ``statistic`` per row, from whichever columns the comparison table has:
+    ``<statistic>_lo/_hi`` or ``<statistic>_ci_lo/_ci_hi`` or ``lo/hi``; NaN (no interval drawn)
+    when none. Drawing only: the interval method is ``workbench.compare``'s."""
+    for lo, hi in ((f"{statistic}_lo", f"{statistic}_hi"), (f"{statistic}_ci_lo", f"{statistic}_ci_hi"),
+                   ("lo", "hi")):
+        if lo in rows.columns and hi in rows.columns:
+            return rows[lo].to_numpy(dtype=float), rows[hi].to_numpy(dtype=float)
+    nan = np.full(len(rows), np.nan)
+    return nan, nan.copy()
+
+
+def seed_points(values: pd.DataFrame | None, metric: str, arms: Sequence[str]) -> pd.DataFrame:
+    """The per-run values of ``metric`` (columns ``variant``, ``metric`` and ``arm`` when the rows are
+    arms) of the given arms, as ``variant, value``; empty when there are none."""
+    if values is None or metric not in values.columns:
+        return pd.DataFrame({"variant": [], "value": []})
+    from workbench.compare.arms import arm_column
+
+    pts = values.assign(variant=arm_column(values))[["variant", metric]].dropna()
+    pts = pts[pts["variant"].astype(str).isin([str(a) for a in arms])]
+    return pd.DataFrame({"variant": pts["variant"].astype(str).to_numpy(), "value": pts[metric].to_numpy(float)})
+
+
+def zoomed_range(*arrays: np.ndarray, pad_fraction: float = 0.08) -> list[float] | None:
+    """A y range around every finite value (estimates, CI ends, seeds) with a margin; never widened
+    to 0. None when there is no finite value."""
+    finite = np.concatenate([np.asarray(a, dtype=float).ravel() for a in arrays]) if arrays else np.array([])
+    finite = finite[np.isfinite(finite)]
+    if not len(finite):
+        return None
+    lo, hi = float(finite.min()), float(finite.max())
+    span = hi - lo
+    pad = span * pad_fraction if span > 0 else max(abs(hi) * 0.05, 1e-3)
+    return [lo - pad, hi + pad]
+
+
+def summary_interval_traces(table_rows: pd.DataFrame, values: pd.DataFrame | None, metric: str, *,
+                            colors: Mapping[str, str], baseline: str, statistic: str = "mean",
+                            shown: set[str] | None = None) -> list[go.BaseTraceType]:
+    """One metric's per-variant (per-arm) estimate as a point with its CI as an error bar
+    (``ComparisonTable.df`` rows of that metric, in rank order), and beside it one dot per run
+    (``values``: columns ``variant`` and ``metric``, and ``arm`` when the rows are arms). Baseline rows
+    (verdict "baseline"; ``baseline`` for rows without verdicts) get a larger, outlined marker."""
     shown = set() if shown is None else shown
     rows = table_rows
     variants = rows["variant"].astype(str).tolist()
     is_base = (rows["verdict"] == "baseline").tolist() if "verdict" in rows.columns else \
         [v == baseline for v in variants]
     est = rows[statistic].to_numpy(dtype=float)
-    lo = rows[f"{statistic}_lo"].to_numpy(dtype=float)
-    hi = rows[f"{statistic}_hi"].to_numpy(dtype=float)
+    lo, hi = interval_bounds(rows, statistic)
     err_plus = np.where(np.isfinite(hi), hi - est, np.nan)
     err_minus = np.where(np.isfinite(lo), est - lo, np.nan)
     hover = []
-    for r, base in zip(rows.to_dict("records"), is_base, strict=True):
+    for r, base, low, high in zip(rows.to_dict("records"), is_base, lo, hi, strict=True):
+        ci = f"CI [{_fmt(low)}, {_fmt(high)}]"
         if base:
-            hover.append(f"baseline · {r['n_seeds']} seeds")
+            hover.append(f"{ci}<br>baseline · {r.get('n_seeds', '?')} seeds")
         else:
-            hover.append(f"Δ {_fmt(r['delta'])} [{_fmt(r['delta_lo'])}, {_fmt(r['delta_hi'])}]<br>"
-                         f"P(improve) {_fmt(r['p_improve'])}<br>{r['verdict']}")
-    traces: list[go.BaseTraceType] = [go.Bar(
-        x=variants, y=est, marker={"color": [with_alpha(colors.get(v, "#888888"), 0.55) for v in variants],
-                                   "line": {"color": [colors.get(v, "#888888") for v in variants],
-                                            "width": [3 if b else 1 for b in is_base]}},
+            hover.append(f"{ci}<br>Δ {_fmt(r.get('delta'))} [{_fmt(r.get('delta_lo'))}, {_fmt(r.get('delta_hi'))}]"
+                         f"<br>P(improve) {_fmt(r.get('p_improve'))}<br>{r.get('verdict', '')}")
+    traces: list[go.BaseTraceType] = [go.Scatter(
+        x=variants, y=est, mode="markers", meta=INTERVAL_META,
+        marker={"color": [colors.get(v, "#888888") for v in variants], "symbol": "diamond",
+                "size": [14 if b else 11 for b in is_base],
+                "line": {"color": "#222222", "width": [2 if b else 0 for b in is_base]}},
         error_y={"type": "data", "symmetric": False, "array": err_plus, "arrayminus": err_minus,
-                 "thickness": 1.5, "width": 6, "color": "#333333"},
+                 "thickness": 3, "width": 10, "color": "#333333"},
         customdata=np.array(hover, dtype=object), showlegend=False, name=metric,
         hovertemplate=f"<b>%{{x}}</b><br>{statistic} %{{y:.4g}}<br>%{{customdata}}<extra>{metric}</extra>",
     )]
-    if values is not None and metric in values.columns:
-        from workbench.compare.arms import arm_column
-
-        pts = values.assign(variant=arm_column(values))[["variant", metric]].dropna()
-        pts = pts[pts["variant"].astype(str).isin(variants)]
-        if len(pts):
-            traces.append(go.Scatter(
-                x=pts["variant"].astype(str).to_numpy(), y=pts[metric].to_numpy(dtype=float), mode="markers",
-                marker={"color": "#222222", "size": 6, "opacity": 0.7, "symbol": "circle-open"},
-                name="runs (seeds)", legendgroup="seeds", showlegend="seeds" not in shown,
-                hovertemplate=f"%{{x}}: %{{y:.4g}}<extra>{metric} (one run)</extra>",
-            ))
-            shown.add("seeds")
+    pts = seed_points(values, metric, variants)
+    if len(pts):
+        # An invisible box carries the points: plotly offsets and jitters a box's points beside the
+        # category, so the seeds sit next to the interval instead of on top of it.
+        traces.append(go.Box(
+            x=pts["variant"].to_numpy(), y=pts["value"].to_numpy(), boxpoints="all", jitter=0.5, pointpos=-1.5,
+            width=0.2,
+            fillcolor="rgba(0,0,0,0)", line={"width": 0}, hoveron="points", meta=SEEDS_META,
+            marker={"color": "#222222", "size": 6, "opacity": 0.7, "symbol": "circle-open"},
+            name="runs (seeds)", legendgroup="seeds", showlegend="seeds" not in shown,
+            hovertemplate=f"%{{x}}: %{{y:.4g}}<extra>{metric} (one run)</extra>",
+        ))
+        shown.add("seeds")
     return traces
+
+
+def summary_range(table_rows: pd.DataFrame, values: pd.DataFrame | None, metric: str,
+                  statistic: str = "mean") -> list[float] | None:
+    """The zoomed y range of one metric's interval panel: estimates, CI ends and seeds."""
+    lo, hi = interval_bounds(table_rows, statistic)
+    pts = seed_points(values, metric, table_rows["variant"].astype(str).tolist())
+    return zoomed_range(table_rows[statistic].to_numpy(dtype=float), lo, hi, pts["value"].to_numpy())
+
+
+summary_bar_traces = summary_interval_traces  # the dashboard renderer's name for it, kept working
 
 
 def summary_figure(table: Any, summary: pd.DataFrame | None = None, metrics: Sequence[str] | None = None, *,
                    colors: Mapping[str, str] | None = None, statistic: str = "mean", cols: int = 2,
-                   title: str | None = "Summary metrics per variant (bars: estimate with 95% bootstrap CI; "
-                                       "circles: runs)") -> go.Figure:
-    """One subplot per metric of a :class:`~workbench.compare.ComparisonTable`."""
+                   title: str | None = "Summary metrics per variant (diamonds: estimate with 95% CI, on a "
+                                       "zoomed axis; circles: runs)") -> go.Figure:
+    """One interval panel per metric of a :class:`~workbench.compare.ComparisonTable`."""
     metrics = list(metrics or table.metrics)
     cols = max(1, min(cols, len(metrics)))
     rows = math.ceil(len(metrics) / cols)
@@ -228,9 +292,13 @@ def summary_figure(table: Any, summary: pd.DataFrame | None = None, metrics: Seq
     shown: set[str] = set()
     for i, m in enumerate(metrics):
         r, c = divmod(i, cols)
-        for t in summary_bar_traces(table.for_metric(m), summary, m, colors=colors, baseline=table.baseline,
-                                    statistic=statistic, shown=shown):
+        metric_rows = table.for_metric(m)
+        for t in summary_interval_traces(metric_rows, summary, m, colors=colors, baseline=table.baseline,
+                                         statistic=statistic, shown=shown):
             fig.add_trace(t, row=r + 1, col=c + 1)
+        y_range = summary_range(metric_rows, summary, m, statistic)
+        if y_range is not None:
+            fig.update_yaxes(range=y_range, row=r + 1, col=c + 1)
     return base_layout(fig, title=title, height=max(320, 300 * rows))
 
 

@@ -1,0 +1,122 @@
+"""verl logs (console and JSONL) -> workbench import -> health --recheck; the pg_clipfrac_lower caveat."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from workbench.importers import ADAPTERS
+
+from .helpers import child_runs, sqlite_uri, workbench
+
+FIXTURES = Path(__file__).with_name("fixtures")
+CONSOLE = FIXTURES / "verl_console.log"
+JSONL = FIXTURES / "verl_metrics.jsonl"
+
+
+def test_console_and_jsonl_logs_read_to_the_same_steps():
+    read = ADAPTERS.get("verl").file_reader
+    console, jsonl = read(str(CONSOLE)), read(str(JSONL))
+    assert [s for s, _ in console] == list(range(1, 9))  # the header and progress lines are not steps
+    assert console == jsonl  # same numbers: repr in the console, JSON in the file
+    step3 = dict(console)[3]
+    assert step3["actor/pg_clipfrac"] == 0.35  # printed as np.float64(0.35)
+    assert step3["critic/score/mean"] == pytest.approx(0.35)  # 0.2 + 0.05 * 3, as written (round to 4 places)
+    assert step3["response_length/max"] == 256.0
+
+
+def test_verl_log_import_and_recheck(tmp_path):
+    dst = sqlite_uri(tmp_path / "mlflow.db")
+    args = ["import", "verl", str(CONSOLE), "--study", "verl-grpo", "--variant", "grpo", "--seed", "0",
+            "--tracking-uri", dst]
+    done = workbench(*args, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert workbench(*args, cwd=tmp_path).returncode == 0  # re-import: same file content, same run_key
+    (run,) = child_runs(dst, "verl-grpo")
+    tags = run.data.tags
+    assert tags["workbench.source"] == "verl" and tags["workbench.source_file"] == str(CONSOLE.resolve())
+    m = run.data.metrics  # latest values (step 8)
+    # canonical names, values unchanged (conversion "as is")
+    assert m["reward/mean"] == pytest.approx(0.6)  # critic/score/mean = 0.2 + 0.05 * 8
+    assert m["entropy/mean"] == pytest.approx(1.04)  # actor/entropy = 1.2 - 0.02 * 8
+    assert m["length/truncated_frac"] == 0.0625  # response_length/clip_ratio: the truncated fraction
+    assert m["clip/frac"] == 0.35  # actor/pg_clipfrac
+    # the caveat: verl's pg_clipfrac_lower is the dual-clip fraction, not the low-side clip fraction
+    assert "clip/frac_low" not in m
+    assert m["source/actor/pg_clipfrac_lower"] == 0.5
+    assert m["source/timing_s/gen"] == 3.25  # no canonical counterpart: kept under source/
+    mapping = {row["source"]: row for row in _artifact_json(dst, run.info.run_id, "import.json")["metrics"]}
+    assert mapping["actor/pg_clipfrac_lower"]["imported_as"] == "source/actor/pg_clipfrac_lower"
+    assert "dual-clip" in mapping["actor/pg_clipfrac_lower"]["caveat"]
+
+    health = workbench("health", "verl-grpo", "--recheck", "--format", "json", "--tracking-uri", dst, cwd=tmp_path)
+    assert health.returncode == 0, health.stderr
+    (rules,) = [r["rules"] for r in json.loads(health.stdout)["runs"]]
+    # clip/frac = 0.35 > 0.3 from step 1; default patience 5 -> fires on the 5th observation, step 5
+    assert (rules["clip_fraction_anomaly"]["state"], rules["clip_fraction_anomaly"]["step"]) == ("warn", 5)
+    # verl logs no zero-std fraction: the rule says so instead of passing
+    assert rules["no_learning_signal"]["state"] == "unknown"
+    assert rules["no_learning_signal"]["message"] == "not evaluated: needs batch/zero_std_frac"
+    # entropy falls 1.18 -> 1.04, reward rises: neither entropy nor reward rule fires
+    assert rules["entropy_collapse"]["state"] == "ok" and rules["reward_collapse"]["state"] == "ok"
+    table = workbench("health", "verl-grpo", "--recheck", "--tracking-uri", dst, cwd=tmp_path)
+    assert "no_learning_signal: not evaluated: needs batch/zero_std_frac (1 of 1 runs)" in table.stderr
+    page = tmp_path / "health.html"
+    dash = workbench("dashboard", "verl-grpo", "--spec", "health", "--no-log", "--out", str(page),
+                     "--tracking-uri", dst, cwd=tmp_path)
+    assert dash.returncode == 0, dash.stderr
+    assert page.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
+    assert "no data for entropy/mean" not in dash.stderr  # the imported curves are drawn ...
+    assert "no data for batch/zero_std_frac" in dash.stderr  # ... and what verl does not log is said
+
+
+def _artifact_json(uri: str, run_id: str, path: str) -> dict:
+    from mlflow import MlflowClient
+
+    return json.loads(Path(MlflowClient(uri).download_artifacts(run_id, path)).read_text())
+
+
+def _verl_root() -> Path | None:
+    path = os.environ.get("WORKBENCH_VERL_PATH")
+    root = Path(path) / "verl" if path else None
+    return root if root is not None and (root / "trainer" / "ppo" / "core_algos.py").is_file() else None
+
+
+def _in_verl_source(name: str, sources: str) -> bool:
+    """The name as a string literal in verl, or an actor worker key that _update_actor prefixes
+    with actor/, or a key built by an f-string prefix (timing_s/{name})."""
+    if f'"{name}"' in sources:
+        return True
+    if name.startswith("actor/") and f'"{name.removeprefix("actor/")}"' in sources:
+        return True
+    prefix = name.rsplit("/", 1)[0] + "/"
+    return f'f"{prefix}{{' in sources
+
+
+@pytest.mark.skipif(_verl_root() is None, reason="verl's source not installed (`make verl`, WORKBENCH_VERL_PATH)")
+def test_fixture_and_adapter_names_are_verl_names():
+    root = _verl_root()
+    sources = "\n".join(p.read_text(encoding="utf-8", errors="replace") for p in root.rglob("*.py"))
+    assert (root.parent / "verl-0.9.1.dist-info").is_dir()  # the version the adapter cites
+    names = {n for _, metrics in ADAPTERS.get("verl").file_reader(str(JSONL)) for n in metrics}
+    names |= {m.source for m in ADAPTERS.get("verl").mappings}
+    missing = sorted(n for n in names if not _in_verl_source(n, sources))
+    assert not missing, f"not verl 0.9.1 metric names: {missing}"
+
+
+def test_pg_clipfrac_lower_definition_is_the_dual_clip_one():
+    """Read from verl's own compute_policy_loss_vanilla: pg_clipfrac_lower compares with the dual-clip
+    bound clip_ratio_c, not with 1 - clip_ratio_low, which is why the adapter keeps it apart."""
+    root = _verl_root()
+    if root is None:
+        pytest.skip("verl's source not installed (`make verl`, WORKBENCH_VERL_PATH)")
+    text = (root / "trainer" / "ppo" / "core_algos.py").read_text()
+    body = text[text.index("def compute_policy_loss_vanilla"):]
+    body = body[:body.index("\ndef ", 1)]
+    assert re.search(r"pg_clipfrac_lower = verl_F\.masked_mean\(\s*torch\.gt\(clip_pg_losses1, pg_losses3\)", body)
+    assert "pg_losses3 = -advantages * clip_ratio_c" in body
+    assert ADAPTERS.get("verl").mapping("actor/pg_clipfrac_lower").canonical is None

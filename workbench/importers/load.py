@@ -1,0 +1,185 @@
+"""Read a framework's runs, from an MLflow store or from its own log files, into :class:`SourceRun`s.
+
+Everything here only reads; :mod:`workbench.importers.write` writes. Each source run gets a
+stable ``key`` (the source run id, or the SHA-256 of the file's bytes), so importing the same
+source twice finds the runs it already wrote.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .adapters import Adapter
+from .errors import ImportSourceError
+
+__all__ = ["SourceRun", "parse_selector", "runs_from_files", "runs_from_mlflow"]
+
+SELECTOR_KINDS = ("param", "tag")
+
+
+@dataclass
+class SourceRun:
+    """One run of the source framework, before mapping: metric names as the framework logged them."""
+
+    key: str  # stable identity of the source (run id or file digest): the imported run's run_key
+    variant: str
+    seed: int
+    origin: dict[str, str]  # workbench.source_* tags: where it came from
+    steps: list[tuple[int, dict[str, float]]]  # (step, {source name: value}), ascending steps
+    params: dict[str, str] = field(default_factory=dict)
+    status: str = "FINISHED"
+    name: str = ""  # the source run's own name, if any
+
+    @property
+    def label(self) -> str:
+        return f"{self.variant}/seed={self.seed}"
+
+
+def _digest(*parts: str) -> str:
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
+
+
+def parse_selector(text: str, option: str) -> tuple[str, str]:
+    """``param:loss_type`` -> ``("param", "loss_type")``; anything else is bad input."""
+    kind, sep, name = text.partition(":")
+    if not sep or kind not in SELECTOR_KINDS or not name:
+        raise ImportSourceError(f"{option} expects param:NAME or tag:NAME, got {text!r}")
+    return kind, name
+
+
+def _seed(value: Any, where: str) -> int:
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        f = math.nan
+    if not math.isfinite(f) or f != int(f):
+        raise ImportSourceError(f"{where}: seed {value!r} is not an integer")
+    return int(f)
+
+
+# --------------------------------------------------------------------------------------------
+# From an MLflow store
+# --------------------------------------------------------------------------------------------
+
+def _open_store(uri: str):
+    from mlflow import MlflowClient
+
+    if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).is_file():
+        raise ImportSourceError(f"--from {uri}: no MLflow store there (no such sqlite file)")
+    if "://" not in uri and not uri.startswith(("sqlite:", "file:")):
+        raise ImportSourceError(f"--from {uri}: not a tracking URI (sqlite:///PATH, postgresql://..., http://...)")
+    return MlflowClient(uri)
+
+
+def _selected(run: Any, kind: str, name: str) -> str | None:
+    values = run.data.params if kind == "param" else run.data.tags
+    return values.get(name)
+
+
+def runs_from_mlflow(adapter: Adapter, uri: str, experiment: str, variant_by: str, seed_by: str) -> list[SourceRun]:
+    """Every run of ``experiment`` in the store ``uri``: variant and seed from the param or tag
+    named by ``variant_by`` / ``seed_by`` (``param:NAME`` or ``tag:NAME``), full metric histories."""
+    vkind, vname = parse_selector(variant_by, "--variant-by")
+    skind, sname = parse_selector(seed_by, "--seed-by")
+    client = _open_store(uri)
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None:
+        names = sorted(e.name for e in client.search_experiments() if e.name != "Default")
+        raise ImportSourceError(f"--experiment {experiment!r}: no such experiment in {uri} "
+                                f"(experiments: {', '.join(names) or 'none'})")
+    runs = []
+    token = None
+    while True:  # paged: an experiment may hold more runs than one page
+        page = client.search_runs([exp.experiment_id], max_results=1000, page_token=token,
+                                  order_by=["attributes.start_time ASC"])
+        runs.extend(page)
+        token = page.token
+        if not token:
+            break
+    runs = [r for r in runs if r.data.tags.get("workbench.role") is None]  # never re-import our own runs
+    if not runs:
+        raise ImportSourceError(f"--experiment {experiment!r} in {uri} has no runs to import")
+    for kind, name, option in ((vkind, vname, "--variant-by"), (skind, sname, "--seed-by")):
+        lacking = [r for r in runs if _selected(r, kind, name) is None]
+        if lacking:
+            have = sorted(lacking[0].data.params if kind == "param" else lacking[0].data.tags)
+            shown = ", ".join(have[:12]) + (", ..." if len(have) > 12 else "")
+            raise ImportSourceError(
+                f"{option} {kind}:{name}: run {lacking[0].info.run_id} of experiment {experiment!r} has no "
+                f"{kind} {name!r} ({len(lacking)} of {len(runs)} runs lack it; its {kind}s: {shown or 'none'})")
+    out = []
+    for r in runs:
+        rid = r.info.run_id
+        seed = _seed(_selected(r, skind, sname), f"run {rid} ({skind}:{sname})")
+        steps = _history(client, rid, list(r.data.metrics))
+        out.append(SourceRun(
+            key=_digest(adapter.framework, "mlflow-run", rid),
+            variant=str(_selected(r, vkind, vname)), seed=seed,
+            origin={"workbench.source_run": rid, "workbench.source_uri": _safe_uri(uri),
+                    "workbench.source_experiment": experiment},
+            steps=steps, params=dict(r.data.params), status=r.info.status, name=r.info.run_name or ""))
+    _check_unique_labels(out)
+    return out
+
+
+def _history(client: Any, run_id: str, keys: Sequence[str]) -> list[tuple[int, dict[str, float]]]:
+    by_step: dict[int, dict[str, float]] = {}
+    for key in keys:
+        points = sorted(client.get_metric_history(run_id, key), key=lambda m: (m.step, m.timestamp))
+        for m in points:  # a step logged twice keeps the latest value
+            by_step.setdefault(int(m.step), {})[key] = float(m.value)
+    return sorted(by_step.items())
+
+
+def _safe_uri(uri: str) -> str:
+    """The URI without a password (``postgresql://user:pw@host`` -> ``postgresql://user@host``)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(uri)
+    if parts.password is None:
+        return uri
+    host = parts.hostname or ""
+    netloc = f"{parts.username}@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def _check_unique_labels(runs: list[SourceRun]) -> None:
+    seen: dict[str, str] = {}
+    for r in runs:
+        where = r.origin.get("workbench.source_run") or r.origin.get("workbench.source_file", "")
+        if r.label in seen:
+            raise ImportSourceError(f"two source runs have variant {r.variant!r} and seed {r.seed} "
+                                    f"({seen[r.label]} and {where}): pick --variant-by/--seed-by that tell them apart")
+        seen[r.label] = where
+
+
+# --------------------------------------------------------------------------------------------
+# From files
+# --------------------------------------------------------------------------------------------
+
+def runs_from_files(adapter: Adapter, paths: Sequence[str], variant: str, seeds: Sequence[int]) -> list[SourceRun]:
+    """One run per file, all of ``variant``; ``seeds``: one (a single file) or one per file, in order."""
+    if not paths:
+        raise ImportSourceError("give FILE... or --from URI --experiment NAME")
+    if len(seeds) != len(paths):
+        raise ImportSourceError(f"--seed: give one per file ({len(paths)} files, {len(seeds)} seeds)")
+    out = []
+    for path, seed in zip(paths, seeds, strict=True):
+        p = Path(path)
+        if p.is_dir():
+            raise ImportSourceError(f"{path} is a directory; give {adapter.file_kind}")
+        steps = adapter.file_reader(str(p))
+        if not any(metrics for _, metrics in steps):
+            raise ImportSourceError(f"{path} holds no metrics")
+        digest = hashlib.sha256(p.read_bytes()).hexdigest()
+        out.append(SourceRun(
+            key=_digest(adapter.framework, "file", digest), variant=variant, seed=seed,
+            origin={"workbench.source_file": str(p.resolve()), "workbench.source_sha256": digest},
+            steps=steps, name=p.name))
+    _check_unique_labels(out)
+    return out

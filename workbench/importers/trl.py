@@ -1,0 +1,93 @@
+"""TRL (``GRPOTrainer``, TRL 1.16): metric mappings and the ``trainer_state.json`` reader.
+
+Definitions read from ``trl/trainer/grpo_trainer.py`` (TRL 1.16.0): ``_generate_and_score_completions``
+logs lengths, rewards and ``frac_reward_zero_std``; ``_compute_loss`` logs ``entropy``, ``kl``
+and the ``clip_ratio/*`` fractions; ``GRPOTrainer.log`` averages each over the logging window.
+``loss``, ``grad_norm``, ``learning_rate`` and ``epoch`` come from ``transformers.Trainer``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from .adapters import ADAPTERS, Adapter, MetricMapping
+from .errors import ImportSourceError
+
+GRPO = "trl/trainer/grpo_trainer.py"
+HF_TRAINER = "transformers/trainer.py (Trainer._maybe_log_save_evaluate)"
+
+MAPPINGS = (
+    MetricMapping("reward", "reward/mean", f"{GRPO} (_generate_and_score_completions: nanmean of weighted rewards)"),
+    MetricMapping("reward_std", "reward/std", f"{GRPO} (nanstd over all completions of the batch)",
+                  caveat="Bessel-corrected std over the whole batch, unscorable completions excluded"),
+    MetricMapping("frac_reward_zero_std", "batch/zero_std_frac",
+                  f"{GRPO} (is_std_zero per completion, mean)",
+                  caveat="a fraction of completions in zero-std groups; equals the fraction of groups "
+                         "because every group has num_generations completions"),
+    MetricMapping("entropy", "entropy/mean", f"{GRPO} (_compute_loss: global_masked_mean(entropies))"),
+    MetricMapping("completions/mean_length", "length/mean", f"{GRPO} (completion_mask.sum(1), mean)"),
+    MetricMapping("completions/max_length", "length/max", f"{GRPO} (completion_mask.sum(1), max)"),
+    MetricMapping("completions/clipped_ratio", "length/truncated_frac",
+                  f"{GRPO} (last token neither EOS nor pad)",
+                  caveat="TRL calls it 'clipped'; it is the truncated fraction (no EOS within "
+                         "max_completion_length), not a ratio-clipping statistic"),
+    MetricMapping("clip_ratio/low_mean", "clip/frac_low", f"{GRPO} (_compute_loss: is_low_clipped)",
+                  caveat="region-based on the advantage sign: ratio < 1-epsilon_low and advantage < 0 "
+                         "(the canonical definition); logged only for loss_type grpo, bnpo, dr_grpo, "
+                         "dapo, luspo"),
+    MetricMapping("clip_ratio/high_mean", "clip/frac_high", f"{GRPO} (_compute_loss: is_high_clipped)",
+                  caveat="ratio > 1+epsilon_high and advantage > 0; same loss types as clip_ratio/low_mean"),
+    MetricMapping("clip_ratio/region_mean", "clip/frac", f"{GRPO} (_compute_loss: is_region_clipped)",
+                  caveat="low or high region; same loss types as clip_ratio/low_mean"),
+    MetricMapping("cispo_clip_ratio", None, f"{GRPO} (_compute_loss: is_cispo_clipped)",
+                  caveat="counts ratio > epsilon_high only where advantage > 0; the canonical CISPO "
+                         "clip/frac counts every truncated weight, so it is kept as source/cispo_clip_ratio"),
+    MetricMapping("kl", "kl/ref", f"{GRPO} (_compute_loss: per_token_kl, k3 to the reference model)",
+                  caveat="logged only when beta != 0"),
+    MetricMapping("loss", "loss/policy", HF_TRAINER,
+                  caveat="the total training loss (policy term + beta*KL - entropy bonus), averaged over "
+                         "the logging window; equals the policy loss when beta = 0 and no entropy bonus"),
+    MetricMapping("grad_norm", "grad/norm", HF_TRAINER,
+                  caveat="global norm before clipping, at the logging step"),
+    MetricMapping("step_time", "perf/step_s", f"{GRPO} (training_step wall time)"),
+)
+
+
+def read_trainer_state(path: str) -> list[tuple[int, dict[str, float]]]:
+    """``trainer_state.json`` -> ``[(global step, {metric: value})]`` from its ``log_history``.
+
+    Entries logged at the same step are merged (later keys win, as HF's loggers do); non-numeric
+    values (strings) are skipped; ``None`` (TRL's "no valid value in the window") becomes NaN.
+    """
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ImportSourceError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError, ValueError):
+        raise ImportSourceError(f"{path} is not a TRL trainer state (not JSON)") from None
+    history = data.get("log_history") if isinstance(data, dict) else None
+    if not isinstance(history, list) or not all(isinstance(e, dict) for e in history):
+        raise ImportSourceError(f"{path} is not a TRL trainer state (no 'log_history' list)")
+    by_step: dict[int, dict[str, float]] = {}
+    for i, entry in enumerate(history):
+        step = entry.get("step")
+        if isinstance(step, bool) or not isinstance(step, int):
+            raise ImportSourceError(f"{path}: log_history[{i}] has no integer 'step'")
+        row = by_step.setdefault(step, {})
+        for key, value in entry.items():
+            if key == "step":
+                continue
+            if value is None:
+                row[key] = math.nan
+            elif isinstance(value, (int, float)) and not isinstance(value, bool):
+                row[key] = float(value)
+    return sorted(by_step.items())
+
+
+ADAPTERS.register("trl")(Adapter(
+    framework="trl", version="1.16.0", mappings=MAPPINGS, file_reader=read_trainer_state,
+    file_kind="a TRL trainer_state.json",
+))

@@ -1,0 +1,152 @@
+"""Write source runs into the destination store as a workbench study.
+
+Layout (DESIGN.md, "MLflow layout"): one experiment named after the study; a parent run
+(``workbench.role=study``) holding ``study.yaml`` (variants and a ``compare:`` section, so
+``workbench compare`` works without a study file); one child run per source run
+(``workbench.role=run``) with ``workbench.study/variant/seed/run_key/health/health_reasons``,
+``workbench.source`` (the framework) and where it came from (``workbench.source_run`` or
+``workbench.source_file``), the source params as ``source.<name>``, every metric at its step under
+its canonical name or ``source/<name>``, and the artifacts ``import.json`` (the mapping used,
+with caveats) and ``health.json`` (the health rules applied to the imported metrics).
+
+The ``run_key`` of an imported run is a digest of its source (run id or file content): a run
+whose key is already in the study is skipped, so importing the same source twice adds nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .adapters import Adapter
+from .errors import ImportSourceError
+from .load import SourceRun
+
+__all__ = ["ImportOutcome", "DEFAULT_COMPARE_METRICS", "existing_keys", "write_study"]
+
+#: What ``workbench compare`` compares in an imported study unless told otherwise: canonical
+#: metrics every framework logs (an imported run has no held-out eval/accuracy).
+DEFAULT_COMPARE_METRICS = ("reward/mean", "length/mean", "entropy/mean")
+#: Source statuses an import can take as final; a run still running in the source is left for later.
+_TERMINAL = ("FINISHED", "FAILED", "KILLED")
+
+
+@dataclass
+class ImportOutcome:
+    study: str
+    tracking_uri: str
+    parent_run_id: str | None = None
+    imported: list[tuple[str, str]] = field(default_factory=list)  # (label, run id)
+    skipped: list[str] = field(default_factory=list)  # labels whose source was imported before
+    not_finished: list[str] = field(default_factory=list)  # labels still running in the source
+
+
+def _store_exists(uri: str) -> bool:
+    return not uri.startswith("sqlite:///") or Path(uri.removeprefix("sqlite:///")).is_file()
+
+
+def existing_keys(uri: str, study: str) -> tuple[dict[str, str], list[str]]:
+    """``run_key -> run id`` of the study's child runs and their variants (first-seen order);
+    raises when ``study`` names an experiment that is not a workbench study. Reads only."""
+    if not _store_exists(uri):
+        return {}, []
+    from mlflow import MlflowClient
+
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name(study)
+    if exp is None:
+        return {}, []
+    runs = client.search_runs([exp.experiment_id], max_results=50000)
+    if runs and not any(r.data.tags.get("workbench.role") == "study" for r in runs):
+        raise ImportSourceError(f"--study {study!r}: experiment exists in {uri} and is not a workbench study "
+                                "(no workbench.role=study run); choose another --study name")
+    children = [r for r in runs if r.data.tags.get("workbench.role") == "run"]
+    keys = {r.data.tags["workbench.run_key"]: r.info.run_id for r in children if "workbench.run_key" in r.data.tags}
+    variants = list(dict.fromkeys(r.data.tags.get("workbench.variant", "") for r in reversed(children)))
+    return keys, [v for v in variants if v]
+
+
+def _series(steps: list[tuple[int, dict[str, float]]], adapter: Adapter) -> list[tuple[int, dict[str, float]]]:
+    return [(step, adapter.convert_step(metrics)) for step, metrics in steps]
+
+
+def _health(converted: list[tuple[int, dict[str, float]]]):
+    from workbench.health import HealthMonitor
+
+    return HealthMonitor.from_config(None).recheck(converted)
+
+
+def write_study(adapter: Adapter, runs: Sequence[SourceRun], uri: str, study: str,
+                *, source_note: dict[str, Any]) -> ImportOutcome:
+    """Write ``runs`` (already read and checked) into ``study`` in the store ``uri``."""
+    from mlflow import MlflowClient
+
+    from workbench.tracking.store import get_or_create_experiment
+    from workbench.tracking.writer import RunTracker
+
+    keys, variants = existing_keys(uri, study)
+    outcome = ImportOutcome(study, uri)
+    todo = []
+    for run in runs:
+        if run.key in keys:  # the same source, whatever variant/seed it is given now
+            outcome.skipped.append(f"{run.label} (same source as run {keys[run.key]})")
+        elif run.status not in _TERMINAL:
+            outcome.not_finished.append(f"{run.label} ({run.status})")
+        else:
+            todo.append(run)
+    for run in todo:
+        if run.variant not in variants:
+            variants.append(run.variant)
+    client = MlflowClient(uri)
+    get_or_create_experiment(client, study, uri)
+    outcome.parent_run_id = _parent_run(client, uri, study, adapter.framework, variants, source_note)
+    for run in todo:
+        converted = _series(run.steps, adapter)
+        monitor = _health(converted)
+        tags = {"workbench.role": "run", "workbench.study": study, "workbench.variant": run.variant,
+                "workbench.seed": str(run.seed), "workbench.run_key": run.key,
+                "workbench.source": adapter.framework, **run.origin, **monitor.tags()}
+        tracker = RunTracker(uri, study, run.label, tags, parent_run_id=outcome.parent_run_id, flush_every=1000)
+        tracker.start()
+        try:
+            if run.params:
+                tracker.log_params({f"source.{k}": v for k, v in run.params.items()})
+            for step, metrics in converted:
+                if metrics:
+                    tracker.log_metrics(metrics, step=step)
+            names = {name for _, metrics in run.steps for name in metrics}
+            tracker.log_dict({"framework": adapter.framework, "adapter_version": adapter.version,
+                              "source": run.origin, "source_name": run.name, "source_status": run.status,
+                              "metrics": adapter.mapping_report(names)}, "import.json")
+            tracker.log_text(monitor.report_json(), "health.json")
+        except BaseException:
+            # a half-written run would hold the source's run_key and block the retry: remove it
+            client.delete_run(tracker.run_id)
+            raise
+        tracker.finish(run.status)
+        outcome.imported.append((run.label, tracker.run_id))
+    return outcome
+
+
+def _parent_run(client: Any, uri: str, study: str, framework: str, variants: list[str],
+                source_note: dict[str, Any]) -> str:
+    """The study's parent run (created if missing), with ``study.yaml`` naming every variant."""
+    exp = client.get_experiment_by_name(study)
+    found = client.search_runs([exp.experiment_id], "tags.`workbench.role` = 'study'", max_results=1)
+    if found:
+        run_id = found[0].info.run_id
+    else:
+        run = client.create_run(exp.experiment_id, run_name=f"study:{study}",
+                                tags={"workbench.role": "study", "workbench.study": study,
+                                      "workbench.source": framework})
+        run_id = run.info.run_id
+        client.set_terminated(run_id, "FINISHED")
+    document = {"name": study, "imported_from": {"framework": framework, **source_note},
+                "variants": {v: {} for v in variants},
+                "compare": {"baseline": variants[0], "metrics": list(DEFAULT_COMPARE_METRICS)}}
+    client.log_text(run_id, yaml.safe_dump(document, sort_keys=False), "study.yaml")
+    return run_id
