@@ -4,7 +4,8 @@ On the real micro study (tests/viz/micro_study.py): the HTML report of ``workben
 the ``health`` dashboard of ``workbench dashboard`` open from disk with the network cut off, raise
 no JavaScript error, and every panel of every plotly graph has data; ``workbench ui`` serves the
 store with a real ``mlflow server``, whose UI shows the study's parent run and its child runs, and
-the report links ``workbench ui`` prints open the report inside the UI.
+the report links ``workbench ui`` prints open the report inside the UI, and the study's saved
+views (issue #15) open MLflow's own charts grouped by variant, with every health metric charted.
 
 Screenshots: .workbench/test-artifacts/browser/*.png (or $WORKBENCH_TEST_ARTIFACTS/browser).
 Needs the Debian ``chromium`` and the ``playwright`` package: skips without them, fails in CI
@@ -283,6 +284,136 @@ def test_ui_prints_the_report_links_and_they_open_in_the_mlflow_ui(served, chrom
     _close_assistant(page)
     frame.locator("h2", has_text="Curves").scroll_into_view_if_needed()  # a plot in the screenshot
     shot(page, "mlflow-ui-report.png", full_page=False)
+    page.close()
+
+
+# ---- the study's MLflow saved views (issue #15) --------------------------------------------------
+
+VIEW_CARD = "[data-testid='experiment-view-compare-runs-card']"
+
+# For every chart card on the page, in order: its title (MLflow names a card after its metrics,
+# "a vs b" for several), its legend lines ("<group or run> (<metric>)") and its plotly traces: line
+# traces (one per group or run and metric) and band traces (the min–max band of a group), each
+# with its count of finite y values.
+_CARDS_JS = r"""
+(selector) => Array.from(document.querySelectorAll(selector)).map(card => {
+  const lines = card.innerText.split('\n').map(s => s.trim()).filter(Boolean);
+  const gd = card.querySelector('.js-plotly-plot');
+  const finite = t => Array.from(t.y || []).filter(v => v !== null && v !== '' && Number.isFinite(Number(v))).length;
+  const traces = gd && gd.data ? gd.data.map(t => ({lines: String(t.mode || '').includes('lines'),
+                                                    band: Boolean(t.fill), points: finite(t)})) : [];
+  return {title: lines[0] || '', legend: lines.filter(l => /\(.+\)$/.test(l)), traces};
+})
+"""
+
+
+def _printed_views(output: str) -> dict[str, str]:
+    """``view name -> UI link`` from what `workbench ui` printed."""
+    return dict(re.findall(r"^  view (.+): (http://\S+)$", output, re.MULTILINE))
+
+
+def _chart_cards(page, expected: int) -> list[dict]:
+    page.wait_for_function(f"() => document.querySelectorAll({VIEW_CARD!r}).length >= {expected}", timeout=90_000)
+    # every card drawn by plotly with its data (cards render as they scroll into the tall viewport)
+    page.wait_for_function(f"() => Array.from(document.querySelectorAll({VIEW_CARD!r})).every("
+                           "c => { const g = c.querySelector('.js-plotly-plot'); return g && g.data && g.data.length; })",
+                           timeout=90_000)
+    return page.evaluate(_CARDS_JS, VIEW_CARD)
+
+
+def steps_logged(served: Served, metric: str) -> int:
+    """How many steps the micro study's runs logged ``metric`` at (the same in every run)."""
+    client = MlflowClient(f"sqlite:///{served.home / 'mlflow.db'}")
+    experiment_id, _ = _ids(served)
+    runs = client.search_runs([experiment_id], "tags.`workbench.role` = 'run'")
+    counts = {len(client.get_metric_history(r.info.run_id, metric)) for r in runs}
+    assert len(counts) == 1, (metric, counts)
+    return counts.pop()
+
+
+def _expected_cards(spec) -> list[tuple[str, list[str]]]:
+    """``(card title, metrics)`` of each panel the micro study has data for, in the spec's order: MLflow
+    hides the optional panels' charts (kl/ref, IS weights are never logged there) as empty."""
+    out = []
+    for p in spec.panels:
+        if p.optional:
+            continue
+        metrics = ["health/status"] if p.kind == "health_matrix" else list(p.metrics)
+        out.append((" vs ".join(metrics), metrics))
+    return out
+
+
+def test_ui_prints_the_saved_view_links_before_the_artifact_links(served):
+    base = served.wait_ready()
+    experiment_id, _ = _ids(served)
+    out = served.output()
+    views = _printed_views(out)
+    assert list(views)[:2] == ["Training health (by variant)", "Variant comparison (by variant)"], out
+    assert "Training health (per seed)" in views
+    assert views["Training health (by variant)"] == (
+        f"{base}/#/experiments/{experiment_id}/runs?viewStateShareKey=workbench-health"
+        "&compareRunsMode=CHART&workflowType=machine_learning")
+    assert out.index("  view Training health") < out.index("reports/compare.html")
+
+
+def test_the_health_view_opens_grouped_by_variant_with_every_health_metric_charted(served, chromium_browser):
+    """Acceptance (issue #15): the link `workbench ui` printed opens MLflow's chart view of the study's
+    runs grouped by workbench.variant, the health spec's charts in its order, each with a line and a
+    min–max band per variant."""
+    from playwright.sync_api import expect
+
+    served.wait_ready()
+    url = _printed_views(served.output())["Training health (by variant)"]
+    spec = load_spec(find_spec("health"))
+    expected = _expected_cards(spec)
+    page = new_page(chromium_browser, 1600, 4200)  # tall: every chart card is on screen, so all render
+    watch = PageWatch.attach(page)
+    page.goto(url)
+    expect(page.get_by_role("button", name=re.compile("Group by: workbench.variant"))).to_be_visible(timeout=90_000)
+    for variant in VARIANTS:  # the runs table folds the 4 runs into one group per variant
+        expect(page.get_by_text(re.compile(rf"^Group: {variant}$"))).to_be_visible(timeout=30_000)
+    cards = _chart_cards(page, len(expected))
+    assert page.get_by_text("No charts in this section").count() == 0
+    assert [c["title"] for c in cards] == [title for title, _ in expected]  # the spec's order
+    for card, (title, metrics) in zip(cards, expected, strict=True):
+        for variant in VARIANTS:
+            for m in metrics:
+                assert f"{variant} ({m})" in card["legend"], (title, card["legend"])
+        lines = [t for t in card["traces"] if t["lines"] and t["points"] > 0]
+        bands = [t for t in card["traces"] if t["band"] and t["points"] > 0]
+        # each variant's mean over its 2 seeds is a line over every logged step, with a min–max band
+        # (MLflow bands a card's first metric per group)
+        steps = max(steps_logged(served, m) for m in metrics)
+        assert len(lines) >= len(VARIANTS) * len(metrics) and all(t["points"] == steps for t in lines), (title, lines)
+        assert len(bands) >= len(VARIANTS), (title, card["traces"])
+    # Chromium reports a resize observer that fired during layout as a console error; MLflow's chart
+    # grid resizes its cards while they render: browser noise, not a failure of the page
+    assert [e for e in watch.errors if "Failed to load resource" not in e and "ResizeObserver loop" not in e] == []
+    assert [f for f in watch.failed if not f.endswith(MLFLOW_UI_KNOWN_404)] == []
+    _close_assistant(page)
+    page.set_viewport_size({"width": 1600, "height": 1000})
+    shot(page, "mlflow-health-view.png", full_page=False)
+    page.close()
+
+
+def test_the_per_seed_view_draws_every_run(served, chromium_browser):
+    served.wait_ready()
+    url = _printed_views(served.output())["Training health (per seed)"]
+    expected = _expected_cards(load_spec(find_spec("health")))
+    page = new_page(chromium_browser, 1600, 4200)
+    page.goto(url)
+    cards = _chart_cards(page, len(expected))
+    assert [c["title"] for c in cards] == [title for title, _ in expected]
+    reward = cards[0]
+    # one group per run: variant and seed (MLflow labels a group by its keys). The page also loads the
+    # runs' parent run (to nest them), which has no variant tag: MLflow lists it as "Unassigned", no data
+    assert sorted(g for g in reward["legend"] if not g.startswith("Unassigned ")) == sorted(f"workbench.variant: {v}, workbench.seed: {s} (reward/mean)"
+                                              for v in VARIANTS for s in SEEDS)
+    steps = steps_logged(served, "reward/mean")
+    assert sum(t["lines"] and t["points"] == steps for t in reward["traces"]) >= len(CHILD_RUNS)
+    _close_assistant(page)
+    page.set_viewport_size({"width": 1600, "height": 1000})
+    shot(page, "mlflow-health-per-seed-view.png", full_page=False)
     page.close()
 
 

@@ -171,9 +171,11 @@ def run(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")  # a server prints no links per run
     if parallel is None:
         parallel = int(study_obj.execution.get("parallel", 1))
+    from workbench.viz.dashboard import SpecError
+
     try:
         outcomes = run_study(study_obj, specs, progress=not quiet, parallel=1 if ranks.multi_rank() else parallel)
-    except (PreflightError, FileNotFoundError, ImportError, StudyBusy) as e:  # unrunnable config; a busy study
+    except (PreflightError, FileNotFoundError, ImportError, StudyBusy, SpecError) as e:  # bad config, spec; busy study
         raise fail(str(e)) from None
     except TrackingOutage as e:  # MLflow unreachable while the study was being opened
         raise fail(str(e), code=1) from None
@@ -207,6 +209,7 @@ def worker(
     from workbench.pool import _interrupt_once
     from workbench.runs import PreflightError
     from workbench.study_lock import StudyBusy
+    from workbench.viz.dashboard import SpecError
 
     if tracking_uri:
         os.environ["MLFLOW_TRACKING_URI"] = tracking_uri  # every run of this worker logs there
@@ -223,7 +226,7 @@ def worker(
     previous = signal.signal(signal.SIGTERM, _interrupt_once)  # `kill PID` stops like Ctrl-C: run KILLED
     try:
         report = run_worker(study_obj, specs, storage, options)
-    except (WorkerError, PreflightError, FileNotFoundError, ImportError, StudyBusy) as e:
+    except (WorkerError, PreflightError, FileNotFoundError, ImportError, StudyBusy, SpecError) as e:
         raise fail(str(e)) from None
     except KeyboardInterrupt:
         err_console.print("[yellow]worker stopped: its run is KILLED and enqueued again for the other workers[/yellow]")
@@ -319,8 +322,9 @@ def ui(study: Annotated[str | None, typer.Argument(
        port: Annotated[int, typer.Option(help="port on 127.0.0.1")] = 5000,
        tracking_uri: Annotated[str | None, typer.Option(help="default: the study's tracking.uri, "
                                                         "$MLFLOW_TRACKING_URI, ./mlflow.db")] = None) -> None:
-    """Start a real MLflow server for the local store on 127.0.0.1 and list each study's HTML
-    reports and dashboards: artifact path, link into the UI, file on disk (Ctrl-C stops it)."""
+    """Start a real MLflow server for the local store on 127.0.0.1 and list each study's saved
+    views (links to MLflow's charts, grouped by variant), then its HTML reports and dashboards:
+    artifact path, link into the UI, file on disk (Ctrl-C stops it)."""
     from rich.markup import escape
 
     from workbench.tracking.redact import redact_uri
@@ -384,8 +388,18 @@ def _ui_studies(study: str | None, tracking_uri: str | None) -> tuple[str, list[
             continue
         info = reader.run_info(run_id)
         studies.append({"study": name, "experiment_id": info["experiment_id"], "run_id": run_id,
+                        "views": _saved_views(uri, info["experiment_id"]),
                         "html": _html_artifacts(uri, run_id, info["artifact_uri"])})
     return uri, studies
+
+
+def _saved_views(uri: str, experiment_id: str) -> list:
+    """The experiment's MLflow saved views (:mod:`workbench.tracking.views`), ours first."""
+    from mlflow import MlflowClient
+
+    from workbench.tracking.views import list_views
+
+    return list_views(experiment_id, MlflowClient(uri).get_experiment(experiment_id).tags)
 
 
 def _html_artifacts(uri: str, run_id: str, artifact_uri: str | None) -> list[tuple[str, str | None]] | str:
@@ -419,6 +433,11 @@ def _print_study_links(base: str, s: dict) -> None:
     exp = f"{base}/#/experiments/{s['experiment_id']}"
     # .../runs: the runs table (MLflow 3's bare experiment URL opens its GenAI traces overview)
     line(f"study {s['study']}: {exp}/runs  (parent run {s['run_id']})")
+    # saved views first: the UI's own charts of the runs, grouped by variant
+    for view in s.get("views", []):
+        line(f"  view {view.name}: {view.url(base)}")
+    if not s.get("views"):
+        line(f"  no saved views yet: `workbench dashboard {s['study']}` writes them")
     if isinstance(s["html"], str):
         line(f"  {s['html']}")
         return

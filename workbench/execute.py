@@ -127,12 +127,18 @@ def mark_orphaned_runs(client, experiment_id: str, run_keys, *, reason: str = OR
     return closed
 
 
-def open_study(study: Study, specs: list[RunSpec], *, log_plan: bool = True) -> StudyContext:
+def open_study(study: Study, specs: list[RunSpec], *, log_plan: bool = True, views: bool = True) -> StudyContext:
     """Create (or find) the experiment and the study's parent run, and mark the parent RUNNING.
 
-    Retries while MLflow is unreachable; raises ``TrackingOutage`` after the deadline."""
+    Retries while MLflow is unreachable; raises ``TrackingOutage`` after the deadline.
+    ``views``: also write the study's MLflow saved views, description and run colours
+    (:mod:`workbench.tracking.views`), so the UI shows a study while it runs. The dashboard specs
+    are validated first: a broken one raises ``SpecError`` before MLflow is touched."""
     from mlflow import MlflowClient
 
+    from workbench.tracking.views import load_view_specs
+
+    dashboard_specs = load_view_specs() if views else []
     bound_mlflow_http_retries()
     uri = study_tracking_uri(specs)
     policy = study_outage_policy(specs)
@@ -155,7 +161,27 @@ def open_study(study: Study, specs: list[RunSpec], *, log_plan: bool = True) -> 
         if study.source:
             call(client.log_text, parent, redact_text(Path(study.source).read_text()), "study.yaml")  # no passwords
         call(client.log_text, parent, json.dumps(plan_rows(specs, {}), indent=2, default=str), "plan.json")
+    if views:
+        from workbench.tracking.views import layout_of, publish_study_views
+
+        call(publish_study_views, client, experiment_id, layout_of(study), dashboard_specs)
     return StudyContext(study, uri, experiment_id, parent)
+
+
+def refresh_study_views(ctx: StudyContext) -> None:
+    """At the end of a study: the views again (now knowing every logged metric) and each run's
+    colour and health line. A failure here is reported, never allowed to hide the study's outcome."""
+    import warnings
+
+    from mlflow import MlflowClient
+
+    from workbench.tracking.views import layout_of, load_view_specs, publish_study_views
+
+    try:
+        publish_study_views(MlflowClient(ctx.tracking_uri), ctx.experiment_id, layout_of(ctx.study),
+                            load_view_specs())
+    except Exception as e:  # noqa: BLE001 - the runs are tracked; only the views' refresh failed
+        warnings.warn(f"could not refresh the study's MLflow views: {e}", stacklevel=2)
 
 
 def close_parent(ctx: StudyContext, status: str, policy: OutagePolicy) -> None:
@@ -246,6 +272,7 @@ def _run_locked(study: Study, specs: list[RunSpec], *, progress: bool, parallel:
         raise
     finally:
         close_parent(ctx, status, policy)
+        refresh_study_views(ctx)
     return [results[s.run_key] for s in specs]
 
 

@@ -454,6 +454,7 @@ def dashboard(
     target = resolve_target(study, tracking_uri)
     run_id = run or target.run_id
     dash = _load_spec(spec or ("health" if run_id else "compare"))
+    view_specs = _view_specs(dash) if log else []  # every spec validated before anything is written
     needs_health = any(p.kind == "health_matrix" or (p.health_markers if p.health_markers is not None
                                                     else dash.defaults.health_markers) for p in dash.panels)
     frames = target.reader.load(target.study, sorted(_spec_metrics(dash)), run_ids=[run_id] if run_id else None)
@@ -488,7 +489,40 @@ def dashboard(
                       f"with data, {size / 1e6:.1f} MB) logged to MLflow run {owner} as [bold]{artifact}[/bold]",
                       highlight=False)
         console.print(where[0], highlight=False, soft_wrap=True)
+        _refresh_views(target, view_specs)
     else:
         shown = f"{rendered.panels_with_data}/{len(rendered.spec.panels)}"
         console.print(f"dashboard {dash.name}: {shown} panels with data",
                       highlight=False)
+
+
+def _view_specs(dash) -> list:
+    """The specs whose MLflow saved views ``workbench dashboard`` rewrites: every spec found
+    (project and ./dashboards), plus ``dash`` when it is a file found nowhere else."""
+    from workbench.tracking.views import load_view_specs
+    from workbench.viz.dashboard import SpecError
+
+    try:
+        specs = load_view_specs()
+    except SpecError as e:
+        raise fail(str(e)) from None
+    return specs if any(s.name == dash.name for s in specs) else [*specs, dash]
+
+
+def _refresh_views(target: Target, specs: Sequence[Any]) -> None:
+    """Rewrite the study's saved views, description, run colours and health lines (same ids)."""
+    from mlflow import MlflowClient
+
+    from workbench.tracking.views import StudyLayout, publish_study_views, read_layout
+
+    client = MlflowClient(target.tracking_uri)
+    experiment_id = client.get_experiment_by_name(target.study).experiment_id
+    layout = read_layout(client, experiment_id) or StudyLayout(
+        study=target.study, variants=list(target.variants_order), baseline=target.compare.get("baseline"))
+    try:
+        links = publish_study_views(client, experiment_id, layout, specs)
+    except ValueError as e:  # a spec too large for one MLflow tag
+        raise fail(str(e)) from None
+    console.print(f"MLflow saved views of {target.study} (open them from `workbench ui`):", highlight=False)
+    for link in links:
+        console.print(f"  {link.name}: {link.url()}", highlight=False, soft_wrap=True, markup=False)
