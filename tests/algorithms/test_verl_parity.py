@@ -4,7 +4,8 @@ Where a workbench name coincides with a verl one, values and gradients must agre
 inputs (DESIGN.md), up to float32 rounding: each comparison's tolerance is operand count × eps ×
 magnitude for the computation compared (tests/tolerance.py), ≈ 1e-5 or below for per-token values. verl is imported from a separate directory (its dependencies
 conflict with ours): ``tests/algorithms/install_verl.sh DIR`` installs it there, and
-``WORKBENCH_VERL_PATH=DIR`` points these tests at it. Without it they are skipped.
+``WORKBENCH_VERL_PATH=DIR`` points these tests at it. Without it they are skipped, unless
+``WORKBENCH_REQUIRE_VERL=1`` (set by .ci/run), where a missing or unimportable verl fails them.
 
 Conventions DESIGN.md fixes where verl leaves a choice (and what the tests feed verl):
 ``dual_clip=None`` is verl with an unreachable ``clip_ratio_c``; ``dr_grpo`` is verl's
@@ -41,6 +42,7 @@ from workbench.algorithms import (
 )
 
 ENV = "WORKBENCH_VERL_PATH"
+REQUIRE_ENV = "WORKBENCH_REQUIRE_VERL"
 VERL_VERSION = "0.9.1"
 # Per-token values and their gradients: ≤ 10 float32 operations each, of values ≤ 1 in size (relative
 # beyond): 10·eps32 ≈ 1.2e-6. Sums and normalised statistics get their own bounds below.
@@ -104,7 +106,7 @@ def _import_verl(path: str) -> Verl:
             sys.modules["ray"] = stand_in
         verl = importlib.import_module("verl")
         if verl.__version__ != VERL_VERSION:
-            pytest.skip(f"{ENV}={path} holds verl {verl.__version__}; parity is pinned to verl {VERL_VERSION}")
+            verl_unavailable(f"{ENV}={path} holds verl {verl.__version__}; parity is pinned to verl {VERL_VERSION}")
         return Verl(
             core=importlib.import_module("verl.trainer.ppo.core_algos"),
             functional=importlib.import_module("verl.utils.torch_functional"),
@@ -119,21 +121,43 @@ def _import_verl(path: str) -> Verl:
         root.handlers[:] = saved_logging[1]
 
 
-@pytest.fixture(scope="module")
-def verl() -> Verl:
+def verl_unavailable(reason: str) -> None:
+    """Skip, or fail under ``WORKBENCH_REQUIRE_VERL=1``: in CI the parity contract may not vanish."""
+    (pytest.fail if os.environ.get(REQUIRE_ENV) == "1" else pytest.skip)(reason)
+
+
+def load_verl() -> Verl:
     path = os.environ.get(ENV)
     if not path:
-        pytest.skip(
+        verl_unavailable(
             f"{ENV} is not set: run tests/algorithms/install_verl.sh DIR and set {ENV}=DIR to check verl parity"
         )
     if not os.path.isdir(path):
-        pytest.skip(f"{ENV}={path} is not a directory (run tests/algorithms/install_verl.sh {path})")
+        verl_unavailable(f"{ENV}={path} is not a directory (run tests/algorithms/install_verl.sh {path})")
     try:
         return _import_verl(path)
-    except pytest.skip.Exception:
+    except (pytest.skip.Exception, pytest.fail.Exception):
         raise
-    except Exception as exc:  # any import failure: report why, do not fail the suite
-        pytest.skip(f"cannot import verl {VERL_VERSION} from {ENV}={path}: {exc!r}")
+    except Exception as exc:  # any import failure: report why (a skip, or a failure when verl is required)
+        verl_unavailable(f"cannot import verl {VERL_VERSION} from {ENV}={path}: {exc!r}")
+
+
+@pytest.fixture(scope="module")
+def verl() -> Verl:
+    return load_verl()
+
+
+def test_missing_verl_fails_when_required_and_skips_otherwise(monkeypatch, tmp_path):
+    monkeypatch.setenv(ENV, str(tmp_path / "absent"))
+    monkeypatch.setenv(REQUIRE_ENV, "1")
+    with pytest.raises(pytest.fail.Exception, match="is not a directory"):
+        load_verl()
+    monkeypatch.delenv(ENV)
+    with pytest.raises(pytest.fail.Exception, match="is not set"):
+        load_verl()
+    monkeypatch.setenv(REQUIRE_ENV, "0")
+    with pytest.raises(pytest.skip.Exception, match="is not set"):
+        load_verl()
 
 
 def _gen(seed: int) -> torch.Generator:
