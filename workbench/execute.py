@@ -32,8 +32,6 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from workbench.runs import RunOutcome, execute_run, preflight
 from workbench.study import RunSpec, Study
 from workbench.study_lock import study_lock
@@ -224,7 +222,3 @@ def seed_matrix(outcomes: list[RunOutcome]) -> tuple[list[int], list[tuple[str, 
         values = [o.eval_last for o in by_seed.values() if o.eval_last == o.eval_last]
         rows.append((group, by_seed, sum(values) / len(values) if values else math.nan))
     return seeds, rows
-
-
-def dump_yaml(data) -> str:
-    return yaml.safe_dump(data, sort_keys=False)

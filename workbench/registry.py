@@ -15,7 +15,8 @@ T = TypeVar("T")
 
 
 class Registry(Generic[T]):
-    """A frozen-after-import mapping from names to units (functions or classes)."""
+    """A mapping from names to units (functions or classes). Open to additions (users register
+    their own import adapters, docs/import.md) unless :meth:`freeze` closes it."""
 
     def __init__(self, kind: str) -> None:
         self.kind = kind  # e.g. "advantage estimator": used in error messages
@@ -49,6 +50,7 @@ class Registry(Generic[T]):
         return f"unknown {self.kind} {name!r}{hint} (valid: {valid})"
 
     def freeze(self) -> None:
+        """Refuse further additions (``HEALTH_RULES`` is frozen once its module has registered them)."""
         self._frozen = True
 
     def names(self) -> list[str]:

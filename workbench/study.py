@@ -64,7 +64,6 @@ from pydantic import (
 )
 
 from workbench.config import RunConfig, deep_merge
-from workbench.health.config import HealthConfig
 
 __all__ = [
     "STUDY_VERSION",
@@ -455,8 +454,6 @@ class _ListOf:
 
 def _field_kind(model: type[BaseModel], name: str) -> Any:
     """The model class of a field, ``_ANY`` for a free-form dict, ``_LEAF`` for a value."""
-    if model is RunConfig and name == "health":
-        return HealthConfig  # RunConfig keeps it a dict; HealthConfig is its schema
     ann = model.model_fields[name].annotation
     options = [ann]
     if typing.get_origin(ann) in (typing.Union, types.UnionType):
@@ -1096,11 +1093,6 @@ def _blame(
     return max(candidates, key=lambda c: (c[0], c[1]))[2]
 
 
-# An older RunConfig kept ``health`` a plain dict; then its HealthConfig is checked here.
-_HEALTH_ANNOTATION = RunConfig.model_fields["health"].annotation
-_HEALTH_IS_DICT = not (isinstance(_HEALTH_ANNOTATION, type) and issubclass(_HEALTH_ANNOTATION, BaseModel))
-
-
 def _matches(entry: dict[str, Any], variant: str, seed: int, resolved: dict[str, Any]) -> bool:
     for key, wanted in entry.items():
         if key == "variant":
@@ -1158,13 +1150,6 @@ def _expand(study: Study, rep: _Reporter) -> list[RunSpec]:
             base_label = "/".join(parts)
 
             config, problems = _validate_config({**raw, "seed": study.seeds[0]})
-            if _HEALTH_IS_DICT and isinstance(raw.get("health", {}), dict):
-                try:
-                    HealthConfig.model_validate(raw.get("health", {"preset": "default"}))
-                except ValidationError as err:
-                    fields = list(HealthConfig.model_fields)
-                    for loc, msg in _pydantic_issues(err, lambda loc: fields if loc == () else None):
-                        problems.append((("health",) + loc, msg))
             resolved = config.model_dump(mode="python") if config is not None else raw
 
             for seed_index, seed in enumerate(study.seeds):
