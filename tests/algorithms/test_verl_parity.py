@@ -1,18 +1,18 @@
 """Parity with verl 0.9.1's ``verl/trainer/ppo/core_algos.py``: same names, same numbers.
 
 Where a workbench name coincides with a verl one, values and gradients must agree on random
-inputs (DESIGN.md), up to float32 rounding: each comparison's tolerance is operand count × eps ×
+inputs, up to float32 rounding: each comparison's tolerance is operand count × eps ×
 magnitude for the computation compared (tests/tolerance.py), ≈ 1e-5 or below for per-token values. verl is imported from a separate directory (its dependencies
 conflict with ours): ``tests/algorithms/install_verl.sh DIR`` installs it there, and
 ``WORKBENCH_VERL_PATH=DIR`` points these tests at it. Without it they are skipped, unless
 ``WORKBENCH_REQUIRE_VERL=1`` (set by .ci/run), where a missing or unimportable verl fails them.
 
-Conventions DESIGN.md fixes where verl leaves a choice (and what the tests feed verl):
+Conventions the workbench fixes where verl leaves a choice (and what the tests feed verl):
 ``dual_clip=None`` is verl with an unreachable ``clip_ratio_c``; ``dr_grpo`` is verl's
 ``grpo`` with ``norm_adv_by_std_in_grpo=False``; ``reinforce_plus_plus_baseline`` given the
 response ``mask`` whitens over tokens as verl does (without one, per completion, which is
 verl's whitening with one token per response).
-Metrics follow DESIGN.md; they are compared only where the two definitions coincide.
+Metrics follow docs/metrics.md; they are compared only where the two definitions coincide.
 """
 
 from __future__ import annotations
@@ -421,7 +421,7 @@ def test_losses_match_verl_on_extreme_log_ratios(verl, ours_name, theirs_name, a
     ours.backward()
     theirs.backward()
     torch.testing.assert_close(ours_logp.grad, theirs_logp.grad, rtol=1e-5, atol=1e-5)
-    # policy/approx_kl is the mean of the raw old - new log-ratio (DESIGN.md); verl's vanilla and
+    # policy/approx_kl is the mean of the raw old - new log-ratio (docs/metrics.md); verl's vanilla and
     # cispo report it after their ±20 clamp, so the metrics coincide only for gspo here.
     if ours_name == "gspo":
         assert metrics["policy/approx_kl"] == pytest.approx(their_metrics["actor/ppo_kl"], rel=1e-5, abs=1e-5)

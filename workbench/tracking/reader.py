@@ -24,7 +24,7 @@ Output (the input contract of :mod:`workbench.compare`):
   ``dapo/lr=3e-05/seed=1``) without the trailing ``/seed=N``, when that name starts with the
   variant and ends with the run's own seed; else (runs logged otherwise) the variant.
 
-How it is fast (numbers from STACK-NOTES.md, 120k points): a database store (``sqlite:``,
+How it is fast (measured with MLflow 3.17 on 120k points): a database store (``sqlite:``,
 ``postgresql:``, ``mysql:``, ``mssql:``) is read with a handful of SQL queries on MLflow's own
 ``runs``/``tags``/``params``/``metrics`` tables (0.5 s, against ~20 s for one
 ``get_metric_history`` per run and metric through a server); a tracking server
