@@ -7,9 +7,10 @@ with a did-you-mean suggestion.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
+
+from workbench.errors import did_you_mean
 
 T = TypeVar("T")
 
@@ -45,8 +46,7 @@ class Registry(Generic[T]):
 
     def unknown_message(self, name: str) -> str:
         valid = ", ".join(sorted(self._items))
-        close = difflib.get_close_matches(str(name), list(self._items), n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
+        hint = did_you_mean(name, self._items)
         return f"unknown {self.kind} {name!r}{hint} (valid: {valid})"
 
     def freeze(self) -> None:

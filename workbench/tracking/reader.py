@@ -58,6 +58,7 @@ from urllib.parse import unquote, urlparse
 import numpy as np
 import pandas as pd
 
+from workbench.errors import did_you_mean
 from workbench.tracking.store import resolve_tracking_uri
 
 __all__ = [
@@ -565,11 +566,8 @@ class StudyReader:
     def experiment_id(self, study: str) -> str:
         eid = self.backend.experiment_id(study)
         if eid is None:
-            import difflib
-
             names = self.backend.experiment_names()
-            close = difflib.get_close_matches(study, names, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
+            hint = did_you_mean(study, names)
             known = ", ".join(sorted(n for n in names if n != "Default")) or "none"
             from workbench.tracking.redact import redact_uri
 
