@@ -1,4 +1,4 @@
-"""Typed containers passed between stages: Rollouts -> ScoredRollouts -> StepStats.
+"""Typed containers passed between stages: Rollouts (sampled) -> ScoredRollouts (rewarded).
 
 Shapes: B sequences (prompts × group), P prompt tokens (left-padded), T response tokens
 (right-padded). ``mask`` is 1 on response tokens, EOS included.

@@ -16,15 +16,13 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from workbench.cli_errors import DEBUG_ENV, GuardedGroup
+from workbench.cli_output import console, err_console, fail
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, cls=GuardedGroup,  # unhandled errors: one line
                   help="rl-workbench: ablate GRPO-family RL changes with tracked, comparable runs.")
-console = Console()
-err_console = Console(stderr=True)
 
 
 @app.callback()
@@ -36,16 +34,6 @@ def _global_options(debug: Annotated[bool, typer.Option(
 StudyArg = Annotated[Path, typer.Argument(help="study YAML file")]
 SetOpt = Annotated[list[str] | None, typer.Option("--set", help="override a config path, e.g. learner.lr=3e-4")]
 OnlyOpt = Annotated[str | None, typer.Option("--only", help="filter runs, e.g. variant=dapo,seed=0")]
-
-
-def fail(message: str, code: int = 2) -> typer.Exit:
-    from rich.markup import escape
-
-    from workbench.tracking.redact import redact_text
-
-    # escape(): messages quote user text and pip extras ("rl-workbench[gpu]"), not markup
-    err_console.print(f"[red]error:[/red] {escape(redact_text(message))}", highlight=False, soft_wrap=True)
-    return typer.Exit(code)
 
 
 def load_specs(study_path: Path, overrides: list[str] | None, only: str | None):

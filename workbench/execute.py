@@ -29,17 +29,22 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
-
-import yaml
 
 from workbench.runs import RunOutcome, execute_run, preflight
 from workbench.study import RunSpec, Study
 from workbench.study_lock import study_lock
+from workbench.study_progress import StudyProgress, format_duration  # noqa: F401 - format_duration: re-exported
+from workbench.threads import cpu_count, threads_per_run  # noqa: F401 - re-exported
 from workbench.tracking.redact import redact_text
 from workbench.tracking.store import ensure_store, get_or_create_experiment, resolve_tracking_uri
+from workbench.tracking.study_runs import (  # noqa: F401 - ORPHAN_ERROR, run_statuses: re-exported
+    ORPHAN_ERROR,
+    finished_runs,
+    mark_orphaned_runs,
+    run_statuses,
+)
 from workbench.tracking.writer import (
     OutagePolicy,
     TrackingOutage,
@@ -47,9 +52,6 @@ from workbench.tracking.writer import (
     call_with_retries,
     resend_spills,
 )
-
-ORPHAN_ERROR = "its process is gone: the run was left RUNNING (killed worker or machine)"
-
 
 @dataclass
 class StudyContext:
@@ -78,32 +80,6 @@ def plan_rows(specs: list[RunSpec], statuses: dict[str, str]) -> list[dict]:
             for s in specs]
 
 
-def _child_runs(client, experiment_id: str, extra_filter: str = ""):
-    query = "tags.`workbench.role` = 'run'" + (f" and {extra_filter}" if extra_filter else "")
-    return client.search_runs([experiment_id], query, max_results=50000)
-
-
-def run_statuses(client, experiment_id: str) -> dict[str, str]:
-    """run_key -> best known status (FINISHED beats RUNNING beats FAILED/KILLED)."""
-    rank = {"FINISHED": 3, "RUNNING": 2, "FAILED": 1, "KILLED": 1}
-    out: dict[str, str] = {}
-    for run in _child_runs(client, experiment_id):
-        key = run.data.tags.get("workbench.run_key")
-        if key and rank.get(run.info.status, 0) > rank.get(out.get(key, ""), 0):
-            out[key] = run.info.status
-    return out
-
-
-def finished_runs(client, experiment_id: str) -> dict:
-    """run_key -> its FINISHED MLflow run (the latest if, against the rules, there are several)."""
-    out: dict = {}
-    for run in _child_runs(client, experiment_id, "attributes.status = 'FINISHED'"):
-        key = run.data.tags.get("workbench.run_key")
-        if key and (key not in out or run.info.start_time > out[key].info.start_time):
-            out[key] = run
-    return out
-
-
 def skipped_outcome(spec: RunSpec, run=None) -> RunOutcome:
     """The summary row of a run that already FINISHED earlier (values read back from MLflow)."""
     outcome = RunOutcome(spec.label, spec.variant, spec.seed, spec.run_key, "SKIPPED")
@@ -112,19 +88,6 @@ def skipped_outcome(spec: RunSpec, run=None) -> RunOutcome:
         outcome.eval_last = run.data.metrics.get("eval/accuracy", math.nan)
         outcome.health = run.data.tags.get("workbench.health", "-")
     return outcome
-
-
-def mark_orphaned_runs(client, experiment_id: str, run_keys, *, reason: str = ORPHAN_ERROR,
-                       status: str = "FAILED") -> list[str]:
-    """Close the MLflow runs of ``run_keys`` still RUNNING (their process died without closing them)."""
-    keys = set(run_keys)
-    closed = []
-    for run in _child_runs(client, experiment_id, "attributes.status = 'RUNNING'"):
-        if run.data.tags.get("workbench.run_key") in keys:
-            client.set_tag(run.info.run_id, "workbench.error", reason[:500])
-            client.set_terminated(run.info.run_id, status=status)
-            closed.append(run.info.run_id)
-    return closed
 
 
 def open_study(study: Study, specs: list[RunSpec], *, log_plan: bool = True, views: bool = True) -> StudyContext:
@@ -226,8 +189,6 @@ def run_study(study: Study, specs: list[RunSpec], *, progress: bool = True, para
 def _run_locked(study: Study, specs: list[RunSpec], *, progress: bool, parallel: int) -> list[RunOutcome]:
     from mlflow import MlflowClient
 
-    from workbench.study_progress import StudyProgress
-
     policy = study_outage_policy(specs)
     ctx = open_study(study, specs)
     client = MlflowClient(ctx.tracking_uri)
@@ -288,24 +249,3 @@ def seed_matrix(outcomes: list[RunOutcome]) -> tuple[list[int], list[tuple[str, 
         values = [o.eval_last for o in by_seed.values() if o.eval_last == o.eval_last]
         rows.append((group, by_seed, sum(values) / len(values) if values else math.nan))
     return seeds, rows
-
-
-def cpu_count() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
-
-
-def threads_per_run(parallel: int) -> int:
-    return max(1, cpu_count() // max(1, parallel))
-
-
-def format_duration(seconds: float) -> str:
-    seconds = int(max(0, seconds))
-    hours, rest = divmod(seconds, 3600)
-    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
-
-
-def dump_yaml(data) -> str:
-    return yaml.safe_dump(data, sort_keys=False)

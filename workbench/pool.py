@@ -24,7 +24,9 @@ from multiprocessing.connection import Connection, wait
 
 from workbench.runs import RunOutcome
 from workbench.study import RunSpec
+from workbench.threads import threads_per_run
 from workbench.tracking.redact import redact_text
+from workbench.tracking.study_runs import mark_orphaned_runs
 
 STOP_GRACE_S = 30.0  # how long stopping children get to mark their runs KILLED before SIGKILL
 POLL_S = 0.2
@@ -122,8 +124,6 @@ def describe_exit(code: int | None) -> str:
 
 class _Pool:
     def __init__(self, ctx, specs: list[RunSpec], parallel: int, progress) -> None:
-        from workbench.execute import threads_per_run
-
         self.ctx = ctx
         self.mp = mp.get_context("spawn")
         self.pending = deque(specs)
@@ -238,8 +238,6 @@ def close_left_running(ctx, key: str, outcome: RunOutcome) -> None:
     ``execute_run`` closes it: whatever it left RUNNING gets the outcome's status."""
     from mlflow import MlflowClient
 
-    from workbench.execute import mark_orphaned_runs
-
     try:
         mark_orphaned_runs(MlflowClient(ctx.tracking_uri), ctx.experiment_id, [key],
                            reason=outcome.error or outcome.status, status=outcome.status)
@@ -252,7 +250,6 @@ def record_lost_run(ctx, spec: RunSpec, status: str, reason: str) -> str | None:
     before it created one, create it, so that the failure is visible in MLflow."""
     from mlflow import MlflowClient
 
-    from workbench.execute import mark_orphaned_runs
     from workbench.runs import run_tags
     from workbench.tracking.writer import RunTracker
 

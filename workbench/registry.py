@@ -7,15 +7,17 @@ with a did-you-mean suggestion.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
+
+from workbench.errors import did_you_mean
 
 T = TypeVar("T")
 
 
 class Registry(Generic[T]):
-    """A frozen-after-import mapping from names to units (functions or classes)."""
+    """A mapping from names to units (functions or classes). Open to additions (users register
+    their own import adapters, docs/import.md) unless :meth:`freeze` closes it."""
 
     def __init__(self, kind: str) -> None:
         self.kind = kind  # e.g. "advantage estimator": used in error messages
@@ -44,11 +46,11 @@ class Registry(Generic[T]):
 
     def unknown_message(self, name: str) -> str:
         valid = ", ".join(sorted(self._items))
-        close = difflib.get_close_matches(str(name), list(self._items), n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
+        hint = did_you_mean(name, self._items)
         return f"unknown {self.kind} {name!r}{hint} (valid: {valid})"
 
     def freeze(self) -> None:
+        """Refuse further additions (``HEALTH_RULES`` is frozen once its module has registered them)."""
         self._frozen = True
 
     def names(self) -> list[str]:

@@ -40,7 +40,6 @@ Public API::
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import itertools
 import json
 import os
@@ -64,7 +63,7 @@ from pydantic import (
 )
 
 from workbench.config import RunConfig, deep_merge
-from workbench.health.config import HealthConfig
+from workbench.errors import closest_match, suggestion_hint
 
 __all__ = [
     "STUDY_VERSION",
@@ -210,14 +209,9 @@ def _show(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _did_you_mean(word: Any, choices: Iterable[str]) -> str | None:
-    close = difflib.get_close_matches(str(word), list(choices), n=1, cutoff=0.6)
-    return close[0] if close else None
-
-
 def _unknown(word: Any, choices: Iterable[str], what: str = "field") -> str:
     choices = sorted(choices)
-    close = _did_you_mean(word, choices)
+    close = closest_match(word, choices)
     if close:
         return f"unknown {what}; did you mean {close!r}?"
     return f"unknown {what} (valid: {', '.join(choices)})" if choices else f"unknown {what}"
@@ -455,8 +449,6 @@ class _ListOf:
 
 def _field_kind(model: type[BaseModel], name: str) -> Any:
     """The model class of a field, ``_ANY`` for a free-form dict, ``_LEAF`` for a value."""
-    if model is RunConfig and name == "health":
-        return HealthConfig  # RunConfig keeps it a dict; HealthConfig is its schema
     ann = model.model_fields[name].annotation
     options = [ann]
     if typing.get_origin(ann) in (typing.Union, types.UnionType):
@@ -519,15 +511,15 @@ def config_path_error(dotted: str) -> str | None:
         if not (isinstance(node, type) and issubclass(node, BaseModel)):
             return f"{here!r} is a single value, not a section; use {here!r} itself"
         if part not in node.model_fields:
-            local = _did_you_mean(part, node.model_fields)
+            local = closest_match(part, node.model_fields)
             if local:
                 suggestion = ".".join(parts[:i] + [local] + parts[i + 1 :])
             else:  # e.g. 'lr' -> 'learner.lr', 'algo.clip_high' -> 'algorithm.clip_high'
                 paths = _all_config_paths()
                 same_leaf = [p for p in paths if p.rsplit(".", 1)[-1] == parts[-1]]
-                suggestion = same_leaf[0] if len(same_leaf) == 1 else _did_you_mean(dotted, paths)
+                suggestion = same_leaf[0] if len(same_leaf) == 1 else closest_match(dotted, paths)
             where = f" in {here!r}" if here else ""
-            hint = f"; did you mean {suggestion!r}?" if suggestion else ""
+            hint = suggestion_hint(suggestion)
             valid = f" (valid{where}: {', '.join(sorted(node.model_fields))})" if not suggestion else ""
             return f"unknown run-config path {dotted!r}: no field {part!r}{where}{hint}{valid}"
         node = _field_kind(node, part)
@@ -1096,11 +1088,6 @@ def _blame(
     return max(candidates, key=lambda c: (c[0], c[1]))[2]
 
 
-# An older RunConfig kept ``health`` a plain dict; then its HealthConfig is checked here.
-_HEALTH_ANNOTATION = RunConfig.model_fields["health"].annotation
-_HEALTH_IS_DICT = not (isinstance(_HEALTH_ANNOTATION, type) and issubclass(_HEALTH_ANNOTATION, BaseModel))
-
-
 def _matches(entry: dict[str, Any], variant: str, seed: int, resolved: dict[str, Any]) -> bool:
     for key, wanted in entry.items():
         if key == "variant":
@@ -1158,13 +1145,6 @@ def _expand(study: Study, rep: _Reporter) -> list[RunSpec]:
             base_label = "/".join(parts)
 
             config, problems = _validate_config({**raw, "seed": study.seeds[0]})
-            if _HEALTH_IS_DICT and isinstance(raw.get("health", {}), dict):
-                try:
-                    HealthConfig.model_validate(raw.get("health", {"preset": "default"}))
-                except ValidationError as err:
-                    fields = list(HealthConfig.model_fields)
-                    for loc, msg in _pydantic_issues(err, lambda loc: fields if loc == () else None):
-                        problems.append((("health",) + loc, msg))
             resolved = config.model_dump(mode="python") if config is not None else raw
 
             for seed_index, seed in enumerate(study.seeds):

@@ -114,8 +114,6 @@ class StudyProgress:
         return elapsed * (1 - frac) / frac
 
     def eta_text(self) -> str:
-        from workbench.execute import format_duration
-
         eta = self.eta_seconds()
         return "ETA -:--" if eta is None else f"ETA {format_duration(eta)}"
 
@@ -165,8 +163,6 @@ class StudyProgress:
                     self._plain_line(self._run_text(other, run))
 
     def run_ended(self, label: str, status: str, detail: str = "") -> None:
-        from workbench.execute import format_duration
-
         run = self.running.pop(label, None)
         self.finished += 1
         if status not in ("FINISHED", "SKIPPED"):
@@ -222,3 +218,10 @@ class RunView:
         finished = status not in ("FAILED", "KILLED")
         self.owner.run_ended(self.label, "FINISHED" if finished else status,
                              f"health {status}" if finished else "")
+
+
+def format_duration(seconds: float) -> str:
+    """``M:SS``, or ``H:MM:SS`` from an hour on."""
+    seconds = int(max(0, seconds))
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"

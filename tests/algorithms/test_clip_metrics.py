@@ -1,6 +1,6 @@
 """Contract: every registered loss's clip metrics equal what its clipping does to the gradient.
 
-DESIGN.md: ``clip/frac`` is the fraction of response tokens whose gradient the clipping
+docs/metrics.md: ``clip/frac`` is the fraction of response tokens whose gradient the clipping
 removes (``clip/frac_low``: those with A < 0, ``clip/frac_high``: A > 0); a loss that
 truncates a weight instead (``TRUNCATES_WEIGHT``, e.g. CISPO) reports the fraction of tokens
 whose weight was truncated (low: below ``1 - clip_low``, high: above ``1 + clip_high``),

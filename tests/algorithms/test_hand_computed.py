@@ -226,7 +226,7 @@ def test_cispo_hand_values():
     # gradient flows through every token: -w·A/4 = [[-0.3, -0.2], [0.15, 0.1]]
     value.backward()
     close(logp.grad, [[-0.3, -0.2], [0.15, 0.1]])
-    # CISPO truncates weights (DESIGN.md): every ratio (1.5, 0.5) is outside [0.8, 1.2], whatever A
+    # CISPO truncates weights (docs/metrics.md, clip/frac): every ratio (1.5, 0.5) is outside [0.8, 1.2], whatever A
     assert m["clip/frac"] == 1.0 and m["clip/frac_low"] == 0.5 and m["clip/frac_high"] == 0.5
 
 

@@ -1,17 +1,18 @@
 """Parity with verl 0.9.1's ``verl/trainer/ppo/core_algos.py``: same names, same numbers.
 
 Where a workbench name coincides with a verl one, values and gradients must agree on random
-inputs (DESIGN.md), up to float32 rounding: each comparison's tolerance is operand count × eps ×
+inputs, up to float32 rounding: each comparison's tolerance is operand count × eps ×
 magnitude for the computation compared (tests/tolerance.py), ≈ 1e-5 or below for per-token values. verl is imported from a separate directory (its dependencies
 conflict with ours): ``tests/algorithms/install_verl.sh DIR`` installs it there, and
-``WORKBENCH_VERL_PATH=DIR`` points these tests at it. Without it they are skipped.
+``WORKBENCH_VERL_PATH=DIR`` points these tests at it. Without it they are skipped, unless
+``WORKBENCH_REQUIRE_VERL=1`` (set by .ci/run), where a missing or unimportable verl fails them.
 
-Conventions DESIGN.md fixes where verl leaves a choice (and what the tests feed verl):
+Conventions the workbench fixes where verl leaves a choice (and what the tests feed verl):
 ``dual_clip=None`` is verl with an unreachable ``clip_ratio_c``; ``dr_grpo`` is verl's
 ``grpo`` with ``norm_adv_by_std_in_grpo=False``; ``reinforce_plus_plus_baseline`` given the
 response ``mask`` whitens over tokens as verl does (without one, per completion, which is
 verl's whitening with one token per response).
-Metrics follow DESIGN.md; they are compared only where the two definitions coincide.
+Metrics follow docs/metrics.md; they are compared only where the two definitions coincide.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from workbench.algorithms import (
 )
 
 ENV = "WORKBENCH_VERL_PATH"
+REQUIRE_ENV = "WORKBENCH_REQUIRE_VERL"
 VERL_VERSION = "0.9.1"
 # Per-token values and their gradients: ≤ 10 float32 operations each, of values ≤ 1 in size (relative
 # beyond): 10·eps32 ≈ 1.2e-6. Sums and normalised statistics get their own bounds below.
@@ -104,7 +106,7 @@ def _import_verl(path: str) -> Verl:
             sys.modules["ray"] = stand_in
         verl = importlib.import_module("verl")
         if verl.__version__ != VERL_VERSION:
-            pytest.skip(f"{ENV}={path} holds verl {verl.__version__}; parity is pinned to verl {VERL_VERSION}")
+            verl_unavailable(f"{ENV}={path} holds verl {verl.__version__}; parity is pinned to verl {VERL_VERSION}")
         return Verl(
             core=importlib.import_module("verl.trainer.ppo.core_algos"),
             functional=importlib.import_module("verl.utils.torch_functional"),
@@ -119,21 +121,43 @@ def _import_verl(path: str) -> Verl:
         root.handlers[:] = saved_logging[1]
 
 
-@pytest.fixture(scope="module")
-def verl() -> Verl:
+def verl_unavailable(reason: str) -> None:
+    """Skip, or fail under ``WORKBENCH_REQUIRE_VERL=1``: in CI the parity contract may not vanish."""
+    (pytest.fail if os.environ.get(REQUIRE_ENV) == "1" else pytest.skip)(reason)
+
+
+def load_verl() -> Verl:
     path = os.environ.get(ENV)
     if not path:
-        pytest.skip(
+        verl_unavailable(
             f"{ENV} is not set: run tests/algorithms/install_verl.sh DIR and set {ENV}=DIR to check verl parity"
         )
     if not os.path.isdir(path):
-        pytest.skip(f"{ENV}={path} is not a directory (run tests/algorithms/install_verl.sh {path})")
+        verl_unavailable(f"{ENV}={path} is not a directory (run tests/algorithms/install_verl.sh {path})")
     try:
         return _import_verl(path)
-    except pytest.skip.Exception:
+    except (pytest.skip.Exception, pytest.fail.Exception):
         raise
-    except Exception as exc:  # any import failure: report why, do not fail the suite
-        pytest.skip(f"cannot import verl {VERL_VERSION} from {ENV}={path}: {exc!r}")
+    except Exception as exc:  # any import failure: report why (a skip, or a failure when verl is required)
+        verl_unavailable(f"cannot import verl {VERL_VERSION} from {ENV}={path}: {exc!r}")
+
+
+@pytest.fixture(scope="module")
+def verl() -> Verl:
+    return load_verl()
+
+
+def test_missing_verl_fails_when_required_and_skips_otherwise(monkeypatch, tmp_path):
+    monkeypatch.setenv(ENV, str(tmp_path / "absent"))
+    monkeypatch.setenv(REQUIRE_ENV, "1")
+    with pytest.raises(pytest.fail.Exception, match="is not a directory"):
+        load_verl()
+    monkeypatch.delenv(ENV)
+    with pytest.raises(pytest.fail.Exception, match="is not set"):
+        load_verl()
+    monkeypatch.setenv(REQUIRE_ENV, "0")
+    with pytest.raises(pytest.skip.Exception, match="is not set"):
+        load_verl()
 
 
 def _gen(seed: int) -> torch.Generator:
@@ -397,7 +421,7 @@ def test_losses_match_verl_on_extreme_log_ratios(verl, ours_name, theirs_name, a
     ours.backward()
     theirs.backward()
     torch.testing.assert_close(ours_logp.grad, theirs_logp.grad, rtol=1e-5, atol=1e-5)
-    # policy/approx_kl is the mean of the raw old - new log-ratio (DESIGN.md); verl's vanilla and
+    # policy/approx_kl is the mean of the raw old - new log-ratio (docs/metrics.md); verl's vanilla and
     # cispo report it after their ±20 clamp, so the metrics coincide only for gspo here.
     if ours_name == "gspo":
         assert metrics["policy/approx_kl"] == pytest.approx(their_metrics["actor/ppo_kl"], rel=1e-5, abs=1e-5)

@@ -200,7 +200,7 @@ def test_tokens_to_threshold_counts_the_steps_before_the_eval():
 # ---- finding 9: catalogue directions -----------------------------------------------------------
 
 def test_final_metrics_take_their_direction_from_the_catalogue():
-    """Before: final:length/incorrect_mean had no direction, so DESIGN.md's example metric could only
+    """Before: final:length/incorrect_mean had no direction, so the grpo-vs-dr-grpo study's metric could only
     ever be 'lower', never 'better'."""
     assert resolve_summary("final:length/incorrect_mean").higher_is_better is False
     assert resolve_summary("final:eval/accuracy").higher_is_better is True

@@ -18,7 +18,7 @@ from workbench.runs import execute_run
 from workbench.tracking.store import resolve_tracking_uri
 
 ZERO2 = {"backend": "deepspeed", "zero_stage": 2}
-# Canonical per-step metrics (DESIGN.md) the learner side produces, plus the rollout side's.
+# Canonical per-step metrics (docs/metrics.md) the learner side produces, plus the rollout side's.
 STEP_METRICS = ["grad/norm", "loss/policy", "entropy/mean", "clip/frac", "clip/frac_low", "clip/frac_high",
                 "mismatch/prob_abs_diff_mean", "mismatch/prob_abs_diff_max", "mismatch/kl", "reward/mean",
                 "accuracy/train", "length/mean", "perf/step_s", "perf/learn_tokens_per_s", "health/status"]

@@ -4,7 +4,7 @@
     python tests/importers/trl_train.py MODEL_DIR --uri sqlite:///trl.db --experiment trl-grpo \\
         --loss-type grpo --loss-type dr_grpo --seed 0 --seed 1 --steps 3 --out DIR
 
-CPU settings from STACK-NOTES.md (TRL 1.16): bf16 and gradient checkpointing off, ``use_cpu``,
+CPU settings TRL 1.16 needs here: bf16 and gradient checkpointing off, ``use_cpu``,
 an explicit learning rate; ``per_device_train_batch_size`` counts completions. Each run also
 writes its ``trainer_state.json`` under ``OUT/<loss_type>-<seed>/`` (``state.save_to_json``).
 """

@@ -19,7 +19,7 @@ def test_bundled_specs_validate(name):
     assert name in list_specs()
 
 
-def test_health_spec_has_the_panels_the_issue_asks_for():
+def test_health_spec_plots_the_training_health_signals_and_the_health_matrix():
     spec = load_spec(PROJECT_DASHBOARDS / "health.yaml")
     metrics = {m for p in spec.panels for m in p.metrics}
     for m in ["reward/mean", "entropy/mean", "length/correct_mean", "length/incorrect_mean", "length/truncated_frac",

@@ -6,7 +6,7 @@ prompt. The losses broadcast the advantage to the completion's tokens. An estima
 normalises over tokens takes a keyword ``token_counts`` ``[B]`` (response tokens per
 completion, from the optional ``mask`` of ``compute_advantages``); the others ignore the mask.
 
-Conventions (fixed for verl 0.9.1 parity, see DESIGN.md): group statistics use the Bessel
+Conventions (fixed for verl 0.9.1 parity, checked by tests/algorithms/test_verl_parity.py): group statistics use the Bessel
 std (``torch.std``); a group with a single completion counts as mean 0 and std 1.
 """
 

@@ -30,7 +30,7 @@ from workbench.algorithms._masked import (
 from workbench.algorithms.aggregate import AGG_MODES, aggregate_loss
 from workbench.registry import Registry
 
-# Exact metric keys returned by ``compute_policy_loss`` (DESIGN.md).
+# Exact metric keys returned by ``compute_policy_loss`` (docs/metrics.md).
 POLICY_METRIC_KEYS = (
     "clip/frac",
     "clip/frac_low",
@@ -46,7 +46,7 @@ class PolicyTerms(NamedTuple):
 
     loss_mat: Tensor  # [B,T] per-token loss, before IS weights and aggregation
     ratio: Tensor  # [B,T] ratio the metrics read (token ratio, or sequence ratio broadcast), detached
-    # Clip events (DESIGN.md): tokens whose gradient the clipping removes, on the low side (A < 0)
+    # Clip events (docs/metrics.md): tokens whose gradient the clipping removes, on the low side (A < 0)
     # and the high side (A > 0); for a loss in TRUNCATES_WEIGHT, tokens whose weight was truncated
     # below / above its range, whatever the sign of A.
     clipped_low: Tensor  # [B,T] bool
@@ -58,7 +58,7 @@ class PolicyTerms(NamedTuple):
 PolicyLoss = Callable[..., PolicyTerms]
 
 # Losses that truncate a weight instead of removing gradients: their clip metrics count the
-# tokens whose weight was truncated, whatever the advantage's sign (DESIGN.md metric table).
+# tokens whose weight was truncated, whatever the advantage's sign (docs/metrics.md).
 TRUNCATES_WEIGHT = frozenset({"cispo"})
 
 POLICY_LOSSES: Registry[PolicyLoss] = Registry("policy loss")
@@ -69,7 +69,7 @@ GSPO_MAX_LOG_RATIO = 10.0
 
 
 def _clip_masks(ratio: Tensor, adv: Tensor, low: float, high: float) -> tuple[Tensor, Tensor]:
-    """DESIGN.md's clip events: ``ratio < low`` with ``A < 0``; ``ratio > high`` with ``A > 0``.
+    """The clip events of docs/metrics.md: ``ratio < low`` with ``A < 0``; ``ratio > high`` with ``A > 0``.
 
     For a clipped surrogate these are exactly the tokens whose gradient the clip removes.
     """
@@ -94,7 +94,7 @@ def ppo_clip(
     ``dual_clip = c`` additionally caps the loss of negative-advantage tokens at ``-A c``
     (dual-clip PPO, Ye et al. 2020, "Mastering Complex Control in MOBA Games with Deep RL",
     arXiv:1912.09729); None disables it. verl ``policy_loss.loss_mode=vanilla`` (with ``clip_ratio_c`` = dual_clip).
-    Dual-clip events also lose their gradient but are not clip events (DESIGN.md's definition).
+    Dual-clip events also lose their gradient but are not clip events (docs/metrics.md's definition).
     """
     adv = advantages[:, None]  # [B,1]
     ratio = clamped_exp(logp - old_logp)  # [B,T]
@@ -238,7 +238,7 @@ def compute_policy_loss(
     range; ``gmpo`` token log-ratio < -clip_low) and ``clip/frac_high`` (A>0, the mirror image);
     ``cispo`` (``TRUNCATES_WEIGHT``) removes none and counts truncated IS weights instead
     (low: ratio < 1-clip_low, high: ratio > 1+clip_high, any advantage); ``reinforce`` clips
-    nothing. Dual-clip events are not clip events (DESIGN.md). ``policy/approx_kl`` is the mean
+    nothing. Dual-clip events are not clip events (docs/metrics.md). ``policy/approx_kl`` is the mean
     of old_logp - logp; ``policy/ratio_mean`` and ``policy/ratio_max`` read the token ratio
     (``gspo``: the sequence ratio, ``gmpo``: the geometric-mean ratio, broadcast to its tokens).
     The clip-metric contract (tests/algorithms/test_clip_metrics.py) checks these by autograd.

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from workbench.errors import did_you_mean
+
 
 @dataclass(frozen=True)
 class Paper:
@@ -142,10 +144,7 @@ def resolve_preset(algorithm: dict[str, Any]) -> dict[str, Any]:
     """Return ``algorithm`` with unset (missing or None) fields filled from its preset."""
     name = algorithm.get("preset", "grpo")
     if name not in PRESETS:
-        import difflib
-
-        close = difflib.get_close_matches(str(name), list(PRESETS), n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
+        hint = did_you_mean(name, PRESETS)
         raise ValueError(f"unknown preset {name!r}{hint} (valid: {', '.join(sorted(PRESETS))})")
     out = dict(algorithm)
     for key, value in PRESETS[name].items():

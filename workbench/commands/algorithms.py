@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
-import difflib
 from typing import Annotated
 
 import typer
+
+from workbench.errors import did_you_mean
 
 FormatOpt = Annotated[str, typer.Option(
     help="auto (table on a terminal, tab-separated off one) | table | plain | markdown")]
@@ -50,8 +51,7 @@ def show(name: Annotated[str, typer.Argument(help="preset name, e.g. dapo")], fo
     from workbench.console import print_table
 
     if name not in PRESET_INFO:
-        close = difflib.get_close_matches(name, list(PRESET_INFO), n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
+        hint = did_you_mean(name, PRESET_INFO)
         raise fail(f"unknown preset {name!r}{hint} (valid: {', '.join(sorted(PRESET_INFO))})")
     preset = PRESET_INFO[name]
     plain = _plain(format)

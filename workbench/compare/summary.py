@@ -3,7 +3,7 @@
 Input (produced from MLflow by ``workbench.tracking``):
 
 * ``history``: one row per logged value, columns ``run_id`` (str), ``variant`` (str), ``seed``
-  (int), ``step`` (int, the RL step), ``metric`` (canonical name, DESIGN.md), ``value`` (float).
+  (int), ``step`` (int, the RL step), ``metric`` (canonical name, docs/metrics.md), ``value`` (float).
 * ``runs``: one row per run, columns ``run_id, variant, seed, status, health`` plus params
   (flattened dotted keys, with or without a ``params.`` prefix).
 
@@ -64,7 +64,7 @@ __all__ = [
     "summary_metric",
 ]
 
-# Canonical metric names read here (DESIGN.md, "Canonical metric names").
+# Canonical metric names read here (docs/metrics.md).
 EVAL_ACCURACY = "eval/accuracy"
 TRAIN_ACCURACY = "accuracy/train"
 REWARD = "reward/mean"
@@ -419,7 +419,7 @@ def final_reward(run: RunCurves, window: int = 10) -> float:
 
 
 def catalogue_direction(metric: str) -> bool | None:
-    """``higher_is_better`` of a logged metric from the metrics catalogue (DESIGN.md): ``up`` ->
+    """``higher_is_better`` of a logged metric from the metrics catalogue (docs/metrics.md): ``up`` ->
     True, ``down`` -> False, ``stable``/``none``/not catalogued -> None."""
     from workbench.metrics.catalogue import CATALOGUE
 

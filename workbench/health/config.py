@@ -17,7 +17,6 @@ the field and the constraint.
 
 from __future__ import annotations
 
-import difflib
 from typing import Any, Literal
 
 from pydantic import (
@@ -28,6 +27,8 @@ from pydantic import (
     ValidationInfo,
     field_validator,
 )
+
+from workbench.errors import did_you_mean
 
 from .presets import preset_overrides
 from .rules import HEALTH_RULES, RuleParams
@@ -56,8 +57,7 @@ def resolve_rule_params(
     merged: dict[str, Any] = dict(preset_overrides(preset).get(rule, {}))
     for key, value in (overrides or {}).items():
         if key not in fields:
-            close = difflib.get_close_matches(str(key), list(fields), n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
+            hint = did_you_mean(key, fields)
             valid = ", ".join(sorted(fields))
             raise ValueError(
                 f"unknown parameter {key!r} for health rule {rule!r}{hint} (valid: {valid})"

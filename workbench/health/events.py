@@ -1,6 +1,6 @@
 """Health verdict data: severities, status codes, events and per-step verdicts.
 
-Status codes are the values of the ``health/status`` metric (DESIGN.md): 0 ok, 1 warn, 2 fail.
+Status codes are the values of the ``health/status`` metric (docs/metrics.md): 0 ok, 1 warn, 2 fail.
 Events are plain frozen dataclasses with a ``to_dict`` that is strict JSON (non-finite floats are
 written as the strings ``"nan"``, ``"inf"``, ``"-inf"``), so ``health.json`` always parses.
 """

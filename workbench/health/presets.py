@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from workbench.errors import did_you_mean
+
 from .rules import HEALTH_RULES
 
 __all__ = ["HEALTH_PRESETS", "preset_overrides"]
@@ -49,10 +51,7 @@ def preset_overrides(preset: str) -> dict[str, dict[str, Any]]:
     try:
         data = HEALTH_PRESETS[preset]
     except KeyError:
-        import difflib
-
-        close = difflib.get_close_matches(str(preset), list(HEALTH_PRESETS), n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
+        hint = did_you_mean(preset, HEALTH_PRESETS)
         valid = ", ".join(sorted(HEALTH_PRESETS))
         raise ValueError(f"unknown health preset {preset!r}{hint} (valid: {valid})") from None
     return {rule: dict(params) for rule, params in data.items()}

@@ -3,7 +3,7 @@
 Each rule is a class registered in ``HEALTH_RULES`` under its ``name``, with a pydantic
 ``Params`` model (every field has a default and a docstring) and one method that matters,
 ``observe(step, metrics) -> HealthEvent | None``, called once per RL step with the step's metric
-dict (canonical names, DESIGN.md).
+dict (canonical names, docs/metrics.md).
 
 Shared semantics (implemented once, in ``HealthRule.observe``):
 
@@ -18,7 +18,7 @@ Shared semantics (implemented once, in ``HealthRule.observe``):
 * Comparisons are strict: "below" is ``<``, "above" is ``>``.
 
 Citations refer to the references of the seed overview "GRPO++: Tricks for Making RL Actually
-Work" (``/work/shared/seeds/004_*``): [1] DAPO (Yu et al. 2025, arXiv:2503.14476); [3] Dr. GRPO,
+Work": [1] DAPO (Yu et al. 2025, arXiv:2503.14476); [3] Dr. GRPO,
 "Understanding R1-Zero-like training" (Liu et al. 2025, arXiv:2503.20783); [4] "Your efficient
 RL framework secretly brings you off-policy RL training" (Yao et al. 2025, truncated IS);
 [8] MiniMax-M1 / CISPO (2025, arXiv:2506.13585); [11] PPO (Schulman et al. 2017,
@@ -50,7 +50,7 @@ __all__ = [
     "to_float",
 ]
 
-# Canonical metric names read by the rules (DESIGN.md, "Canonical metric names").
+# Canonical metric names read by the rules (docs/metrics.md).
 ENTROPY = "entropy/mean"
 TRUNCATED_FRAC = "length/truncated_frac"
 LEN_CORRECT = "length/correct_mean"
@@ -717,7 +717,7 @@ class NonFinite(HealthRule):
     """Non-finite metrics: a NaN or ±inf in ``loss/policy``, ``grad/norm`` or any other metric.
 
     Symptom: numerical divergence: overflowing importance ratios (hence the ±20 log-ratio clamp
-    in DESIGN.md, as in verl), a zero-variance group divided by a zero std in the GRPO advantage
+    of workbench/algorithms/_masked.py, as in verl), a zero-variance group divided by a zero std in the GRPO advantage
     [13] without its ε, low-precision (bf16/fp8) overflow [4]. Once a NaN reaches the optimizer
     the weights are lost, so this rule is immediate (no patience) and ``fail`` by default.
     Non-numeric values are ignored.

@@ -2,7 +2,7 @@
 
 An adapter is a list of :class:`MetricMapping` rows, one per source metric name that has a
 canonical counterpart (or that must *not* get one, with the reason): the source name, the
-canonical name (DESIGN.md), a conversion, the file where the framework defines the metric and a
+canonical name (docs/metrics.md), a conversion, the file where the framework defines the metric and a
 caveat where the two meanings differ. Everything a framework logs that no row maps is kept,
 unchanged, under ``source/<name>``: an import never drops a value.
 

@@ -33,7 +33,7 @@ def import_runs(
 ) -> None:
     """Import TRL or verl runs (from their MLflow store or log files) as a workbench study, with
     their metrics mapped onto the canonical names (docs/import.md); re-importing adds nothing twice."""
-    from workbench.cli import console, fail
+    from workbench.cli_output import console, fail
     from workbench.tracking.store import resolve_tracking_uri
 
     from . import ADAPTERS, ImportSourceError, runs_from_files, runs_from_mlflow, write_study

@@ -1,6 +1,6 @@
 """The canonical metric catalogue: name, meaning, unit, and which direction is healthy.
 
-Names are a contract (DESIGN.md): dashboards, health rules, comparisons and users'
+Names are a contract (docs/metrics.md lists them): dashboards, health rules, comparisons and users'
 notebooks read them. Add metrics freely; never rename one.
 """
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from workbench.config import ModelConfig, TaskConfig
-
-TINY_MAX_POSITIONS = 512  # the built-in tiny model's context: prompt + completion must fit (checked in preflight)
+from workbench.models.tiny_context import TINY_MAX_POSITIONS  # noqa: F401 - re-exported
 
 
 def model_dir(model_cfg: ModelConfig, task_cfg: TaskConfig, progress: bool = True) -> Path:

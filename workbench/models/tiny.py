@@ -22,7 +22,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel, Qwen2Config, Qwen2ForCausalLM
 
 from workbench.config import ModelConfig, TaskConfig, TinyModelConfig
-from workbench.models import TINY_MAX_POSITIONS
+from workbench.models.tiny_context import TINY_MAX_POSITIONS
 from workbench.models.tokenizer import build_char_tokenizer
 from workbench.tasks import Task, build_task
 from workbench.train.sft import supervised_warmup

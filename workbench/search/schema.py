@@ -37,7 +37,6 @@ range, CMA-ES for a multi-objective search), pruning of a multi-objective search
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import hashlib
 import importlib.util
 import inspect
@@ -51,6 +50,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
 from workbench.config import RunConfig, deep_merge
+from workbench.errors import closest_match, suggestion_hint
 from workbench.metrics.catalogue import BY_NAME as CATALOGUE
 from workbench.study import Study, StudyError, StudyIssue, config_path_error
 
@@ -380,8 +380,8 @@ def _show(value: Any) -> str:
 
 
 def _did_you_mean(word: Any, choices) -> str:
-    close = difflib.get_close_matches(str(word), list(choices), n=1, cutoff=0.6)
-    return f"; did you mean {close[0]!r}?" if close else f" (valid: {', '.join(sorted(choices))})"
+    close = closest_match(word, choices)
+    return suggestion_hint(close) if close else f" (valid: {', '.join(sorted(choices))})"
 
 
 _BOUNDS = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<", "less_than_equal": "<="}
@@ -687,8 +687,8 @@ def _option_issues(kind: str, spec: dict[str, Any], table: dict[str, str], issue
     for key in spec:
         if key != "name" and key not in accepted:
             what = f"valid for {name}: {', '.join(accepted)}" if accepted else f"{name} takes no options"
-            close = difflib.get_close_matches(key, accepted, n=1)
-            hint = f"did you mean {close[0]!r}? " if close else ""
+            close = closest_match(key, accepted)
+            hint = f"did you mean {close!r}? " if close else ""
             issues.add((kind, key), f"unknown option of {kind} {name!r}; {hint}({what})")
             bad = True
     if bad:

@@ -411,7 +411,7 @@ def _any_config(spec: SearchSpec):
 
 def _run_processes(spec: SearchSpec, storage_url: str, options: TuneOptions, workers: int, ctx,
                    deadline: float | None) -> list[str]:
-    from workbench.execute import threads_per_run
+    from workbench.threads import threads_per_run
 
     _prebuild_model(spec)
     context = mp.get_context("spawn")

@@ -24,7 +24,7 @@ Output (the input contract of :mod:`workbench.compare`):
   ``dapo/lr=3e-05/seed=1``) without the trailing ``/seed=N``, when that name starts with the
   variant and ends with the run's own seed; else (runs logged otherwise) the variant.
 
-How it is fast (numbers from STACK-NOTES.md, 120k points): a database store (``sqlite:``,
+How it is fast (measured with MLflow 3.17 on 120k points): a database store (``sqlite:``,
 ``postgresql:``, ``mysql:``, ``mssql:``) is read with a handful of SQL queries on MLflow's own
 ``runs``/``tags``/``params``/``metrics`` tables (0.5 s, against ~20 s for one
 ``get_metric_history`` per run and metric through a server); a tracking server
@@ -58,6 +58,7 @@ from urllib.parse import unquote, urlparse
 import numpy as np
 import pandas as pd
 
+from workbench.errors import did_you_mean
 from workbench.tracking.store import resolve_tracking_uri
 
 __all__ = [
@@ -565,11 +566,8 @@ class StudyReader:
     def experiment_id(self, study: str) -> str:
         eid = self.backend.experiment_id(study)
         if eid is None:
-            import difflib
-
             names = self.backend.experiment_names()
-            close = difflib.get_close_matches(study, names, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
+            hint = did_you_mean(study, names)
             known = ", ".join(sorted(n for n in names if n != "Default")) or "none"
             from workbench.tracking.redact import redact_uri
 

@@ -28,7 +28,7 @@ import torch
 
 from workbench.batch import Rollouts
 from workbench.config import LearnerConfig, deep_merge
-from workbench.train.learner import sequence_logprobs
+from workbench.train.logprobs import sequence_logprobs
 
 MISSING = (
     "learner.backend=deepspeed needs the deepspeed package: install the `gpu` extra "
@@ -104,9 +104,6 @@ class DeepSpeedLearner:
     """Owns the policy through a DeepSpeed engine (ZeRO 0-3); the same surface as ``TorchLearner``."""
 
     def __init__(self, model, cfg: LearnerConfig) -> None:
-        from workbench.train.ranks import check_multi_rank
-
-        check_multi_rank(cfg)  # several processes: ZeRO 0-2 only, rank 0 driving (ranks.py)
         single_process_defaults(cfg.device)
         deepspeed = import_deepspeed()
         from deepspeed.accelerator import get_accelerator

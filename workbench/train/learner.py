@@ -23,26 +23,12 @@ from pathlib import Path
 
 import torch
 
-from workbench.algorithms import entropy_from_logits
 from workbench.batch import Rollouts
 from workbench.config import LearnerConfig
+from workbench.train.logprobs import sequence_logprobs  # noqa: F401 - re-exported (its home until now)
+from workbench.train.rank_env import check_multi_rank
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-def sequence_logprobs(model, rollouts: Rollouts, rows: torch.Tensor | slice, temperature: float,
-                      with_entropy: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Teacher-forced logp [b, T] of the sampled tokens and entropy [b, T] of the sampling distribution."""
-    input_ids = rollouts.input_ids[rows]  # [b, P+T]
-    attention = rollouts.attention_mask[rows]  # [b, P+T]
-    # Left padding: positions count real tokens only, exactly as generate() numbered them.
-    positions = (attention.cumsum(dim=1) - 1).clamp(min=0)
-    p = rollouts.prompt_ids.shape[1]
-    logits = model(input_ids=input_ids, attention_mask=attention, position_ids=positions).logits
-    logits = logits[:, p - 1 : -1].float() / temperature  # [b, T, V] predicts each response token
-    logp = torch.log_softmax(logits, dim=-1).gather(-1, rollouts.completion_ids[rows].unsqueeze(-1)).squeeze(-1)
-    entropy = entropy_from_logits(logits.detach()) if with_entropy else None
-    return logp, entropy
 
 
 class ReferencePolicy:
@@ -66,7 +52,11 @@ def resolve_device(name: str) -> str:
 
 
 def build_learner(model, cfg: LearnerConfig):
-    """The learner backend named by ``cfg.backend``, owning ``model`` from now on."""
+    """The learner backend named by ``cfg.backend``, owning ``model`` from now on.
+
+    Every rank builds its learner here, so the multi-rank rules are checked here once (preflight
+    checks them earlier, before MLflow is touched)."""
+    check_multi_rank(cfg)  # several processes: DeepSpeed ZeRO 0-2 only, rank 0 driving (ranks.py)
     if cfg.backend == "deepspeed":
         from workbench.train.deepspeed_learner import DeepSpeedLearner  # deepspeed is imported there, lazily
 

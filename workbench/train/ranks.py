@@ -31,37 +31,15 @@ from typing import Any
 
 import torch
 
-ZERO3 = ("learner.zero_stage=3 with WORLD_SIZE={world}: under ZeRO-3 every forward is a collective (rank 0's "
-         "sampling, reference and eval forwards too), which the rank-0-drives design cannot mirror; use "
-         "zero_stage 0-2 with several processes, or one process (docs/engines.md, 'DeepSpeed learner')")
-NOT_DEEPSPEED = ("learner.backend={backend} with WORLD_SIZE={world}: only learner.backend=deepspeed runs on "
-                 "several processes; launch one process for the torch learner")
-
-
-def world_size() -> int:
-    return int(os.environ.get("WORLD_SIZE", "1"))
-
-
-def rank() -> int:
-    return int(os.environ.get("RANK", "0"))
-
-
-def multi_rank() -> bool:
-    return world_size() > 1
-
-
-def is_follower() -> bool:
-    return multi_rank() and rank() > 0
-
-
-def check_multi_rank(learner_cfg) -> None:
-    """Refuse what several ranks cannot run (called by preflight on rank 0, before MLflow is touched)."""
-    if not multi_rank():
-        return
-    if learner_cfg.backend != "deepspeed":
-        raise ValueError(NOT_DEEPSPEED.format(backend=learner_cfg.backend, world=world_size()))
-    if learner_cfg.zero_stage == 3:
-        raise ValueError(ZERO3.format(world=world_size()))
+from workbench.train.rank_env import (  # noqa: F401 - ZERO3, NOT_DEEPSPEED, check_multi_rank: re-exported
+    NOT_DEEPSPEED,
+    ZERO3,
+    check_multi_rank,
+    is_follower,
+    multi_rank,
+    rank,
+    world_size,
+)
 
 
 def ensure_group() -> None:
@@ -134,7 +112,6 @@ def build_learner(model, cfg):
     """Rank 0 of several: followers build the same learner now (``deepspeed.initialize`` is collective)."""
     from workbench.train.learner import build_learner as build
 
-    check_multi_rank(cfg.learner)
     send("run", cfg)  # after load_policy: the tiny model is cached before followers load it
     return LearnerLeader(build(model, cfg.learner))
 

@@ -33,7 +33,6 @@ Rendering takes the frames of :mod:`workbench.tracking.reader`, statistics from
 
 from __future__ import annotations
 
-import difflib
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -44,6 +43,8 @@ import numpy as np
 import pandas as pd
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from workbench.errors import did_you_mean
 
 __all__ = [
     "DashboardData",
@@ -270,8 +271,7 @@ def _explain(err: dict[str, Any]) -> str:
         parent = next((str(p) for p in reversed(loc[:-1]) if isinstance(p, str)), "")
         model = _FIELDS.get(parent, DashboardSpec)
         valid = [f for f in model.model_fields] + (["metric"] if model is PanelSpec else [])
-        close = difflib.get_close_matches(name, valid, n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
+        hint = did_you_mean(name, valid)
         return f"unknown field {name!r}{hint} (valid: {', '.join(valid)})"
     msg = err["msg"].removeprefix("Value error, ")
     if err["type"] == "literal_error":
@@ -342,8 +342,7 @@ def find_spec(name_or_path: str | Path) -> Path:
     specs = list_specs()
     if str(name_or_path) in specs:
         return specs[str(name_or_path)]
-    close = difflib.get_close_matches(str(name_or_path), list(specs), n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
+    hint = did_you_mean(name_or_path, specs)
     raise SpecError(str(name_or_path), [f"{name_or_path}: no such dashboard spec file or name{hint} "
                                         f"(known: {', '.join(specs) or 'none'})"])
 

@@ -1,0 +1,49 @@
+"""A study's child runs in MLflow: which run_keys finished, and closing runs whose process died.
+
+Shared by the in-process executor (:mod:`workbench.execute`), the process pool
+(:mod:`workbench.pool`) and ``workbench worker`` (:mod:`workbench.distributed`); it lives here,
+below all three, so none of them imports another for it.
+"""
+
+from __future__ import annotations
+
+ORPHAN_ERROR = "its process is gone: the run was left RUNNING (killed worker or machine)"
+
+
+def _child_runs(client, experiment_id: str, extra_filter: str = ""):
+    query = "tags.`workbench.role` = 'run'" + (f" and {extra_filter}" if extra_filter else "")
+    return client.search_runs([experiment_id], query, max_results=50000)
+
+
+def run_statuses(client, experiment_id: str) -> dict[str, str]:
+    """run_key -> best known status (FINISHED beats RUNNING beats FAILED/KILLED)."""
+    rank = {"FINISHED": 3, "RUNNING": 2, "FAILED": 1, "KILLED": 1}
+    out: dict[str, str] = {}
+    for run in _child_runs(client, experiment_id):
+        key = run.data.tags.get("workbench.run_key")
+        if key and rank.get(run.info.status, 0) > rank.get(out.get(key, ""), 0):
+            out[key] = run.info.status
+    return out
+
+
+def finished_runs(client, experiment_id: str) -> dict:
+    """run_key -> its FINISHED MLflow run (the latest if, against the rules, there are several)."""
+    out: dict = {}
+    for run in _child_runs(client, experiment_id, "attributes.status = 'FINISHED'"):
+        key = run.data.tags.get("workbench.run_key")
+        if key and (key not in out or run.info.start_time > out[key].info.start_time):
+            out[key] = run
+    return out
+
+
+def mark_orphaned_runs(client, experiment_id: str, run_keys, *, reason: str = ORPHAN_ERROR,
+                       status: str = "FAILED") -> list[str]:
+    """Close the MLflow runs of ``run_keys`` still RUNNING (their process died without closing them)."""
+    keys = set(run_keys)
+    closed = []
+    for run in _child_runs(client, experiment_id, "attributes.status = 'RUNNING'"):
+        if run.data.tags.get("workbench.run_key") in keys:
+            client.set_tag(run.info.run_id, "workbench.error", reason[:500])
+            client.set_terminated(run.info.run_id, status=status)
+            closed.append(run.info.run_id)
+    return closed
