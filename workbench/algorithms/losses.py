@@ -1,7 +1,10 @@
 """Policy-gradient losses of the GRPO family.
 
-A registered loss is a pure function ``(logp, old_logp, advantages, mask, **clip) -> PolicyTerms``:
-the per-token loss matrix plus what the clip metrics need. ``compute_policy_loss`` applies
+A registered loss is a pure function ``(logp, old_logp, advantages, mask, *, <its params>) -> PolicyTerms``:
+the per-token loss matrix plus what the clip metrics need. Its keyword-only parameters are its
+knobs (``workbench.algorithms.params``): ``clip_low``/``clip_high``/``dual_clip`` have named
+arguments in ``compute_policy_loss``; any other is passed as ``**loss_params`` (a run config's
+``algorithm.loss_params``) and keeps the unit's default when not given. ``compute_policy_loss`` applies
 the optional importance-sampling weights, aggregates with the chosen mode and computes the
 metrics, so every loss is measured the same way.
 
@@ -15,7 +18,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
@@ -28,6 +31,7 @@ from workbench.algorithms._masked import (
     where_mask,
 )
 from workbench.algorithms.aggregate import AGG_MODES, aggregate_loss
+from workbench.algorithms.params import check_unit_params
 from workbench.registry import Registry
 
 # Exact metric keys returned by ``compute_policy_loss`` (DESIGN.md).
@@ -62,6 +66,10 @@ PolicyLoss = Callable[..., PolicyTerms]
 TRUNCATES_WEIGHT = frozenset({"cispo"})
 
 POLICY_LOSSES: Registry[PolicyLoss] = Registry("policy loss")
+
+# Loss parameters with their own named argument in ``compute_policy_loss`` (and field in a run
+# config): never part of ``loss_params``.
+CLIP_PARAMS = ("clip_low", "clip_high", "dual_clip")
 
 
 # verl clamps GSPO's length-normalised sequence log-ratio at +10 only (core_algos.compute_policy_loss_gspo).
@@ -224,6 +232,7 @@ def compute_policy_loss(
     agg_mode: str = "token-mean",
     norm_constant: float | None = None,
     is_weights: Tensor | None = None,
+    **loss_params: Any,
 ) -> tuple[Tensor, dict[str, float]]:
     """Scalar policy loss and its metrics.
 
@@ -231,6 +240,9 @@ def compute_policy_loss(
     detached. The loss is reduced with ``agg_mode`` (and ``norm_constant``), except for losses
     defined per sequence (``gmpo``: mean over sequences). ``dual_clip`` applies to
     ``ppo_clip`` only and must be > 1; giving it to another loss raises ``ValueError``.
+    ``clip_low``/``clip_high`` reach the losses that take them. ``loss_params`` are the loss's
+    other keyword-only parameters; a key it does not take raises ``ValueError`` naming it, the
+    loss and the valid keys.
 
     Metrics (python floats, means over response tokens; 0 for an empty mask): ``clip/frac``
     is the fraction of response tokens whose gradient the clipping removes, split into
@@ -256,6 +268,7 @@ def compute_policy_loss(
             raise ValueError(f"dual_clip must be > 1, got {dual_clip}")
     offered = {"clip_low": clip_low, "clip_high": clip_high, "dual_clip": dual_clip}
     kwargs = {name: value for name, value in offered.items() if name in params}
+    kwargs |= check_unit_params("policy loss", loss, fn, loss_params, exclude=CLIP_PARAMS)
 
     # Padding may hold arbitrary values: zero it so it reaches neither values nor gradients.
     logp = where_mask(logp, mask)  # [B,T]
