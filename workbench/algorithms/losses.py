@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Annotated, Any, NamedTuple
 
 import torch
+from annotated_types import Gt
 from torch import Tensor
 
 from workbench.algorithms._masked import (
@@ -193,6 +194,46 @@ def cispo(
     return PolicyTerms(loss, ratio, ratio < 1.0 - clip_low, ratio > 1.0 + clip_high)
 
 
+# A temperature must be > 0: the gate divides by it. The annotation carries the constraint so a
+# run config rejects a bad value when the study loads (``params.check_unit_params``).
+Temperature = Annotated[float, Gt(0)]
+
+
+@POLICY_LOSSES.register("sapo")
+def sapo(
+    logp: Tensor,
+    old_logp: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    *,
+    temperature_pos: Temperature = 1.0,
+    temperature_neg: Temperature = 1.05,
+) -> PolicyTerms:
+    """Soft-gated surrogate ``-A · f_τ(r)`` with ``f_τ(r) = σ(τ (r - 1)) · 4/τ`` per token.
+
+    SAPO, Gao et al. 2025 ("Soft Adaptive Policy Optimization", arXiv:2511.20347): a smooth,
+    temperature-controlled gate replaces the hard clip. ``τ = temperature_pos`` for ``A > 0`` and
+    ``temperature_neg`` otherwise; the paper's defaults 1.0 and 1.05 (a faster decay for negative
+    advantages, whose updates spread over many unsampled tokens) are TRL's ``sapo_temperature_pos``
+    and ``sapo_temperature_neg`` (``GRPOConfig``, ``loss_type="sapo"``). The ``4/τ`` factor makes
+    ``∂f/∂r = 4 σ(1-σ) = 1`` at ``r = 1``: on policy the gradient is plain PPO's, and it decays
+    smoothly as ``r`` leaves 1 (``∂f/∂r = 4 σ(1-σ)`` is never 0, only small).
+
+    Clip metrics: no gradient is ever removed and no weight truncated, so ``clip/frac*`` are 0
+    (honestly so: the clip-metric contract compares gradients with and without a clip range).
+    How strongly the gate damps off-policy tokens shows in ``policy/ratio_mean``/``ratio_max``.
+    ``clip_low``/``clip_high`` do not apply.
+    """
+    if not (temperature_pos > 0 and temperature_neg > 0):
+        raise ValueError(f"sapo temperatures must be > 0, got {temperature_pos}, {temperature_neg}")
+    adv = advantages[:, None]  # [B,1]
+    ratio = clamped_exp(logp - old_logp)  # [B,T]
+    tau = torch.where(adv > 0, torch.full_like(adv, temperature_pos), torch.full_like(adv, temperature_neg))  # [B,1]
+    gate = torch.sigmoid(tau * (ratio - 1.0)) * (4.0 / tau)  # [B,T]
+    nothing = torch.zeros_like(ratio, dtype=torch.bool)  # [B,T]
+    return PolicyTerms(-adv * gate, ratio.detach(), nothing, nothing)
+
+
 @POLICY_LOSSES.register("reinforce")
 def reinforce(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor) -> PolicyTerms:
     """Plain policy gradient ``-A · log π`` (no ratio, no clipping; ``clip_*`` do not apply).
@@ -249,8 +290,8 @@ def compute_policy_loss(
     ``clip/frac_low`` (A<0: ``ppo_clip`` ratio < 1-clip_low; ``gspo`` sequence ratio below its
     range; ``gmpo`` token log-ratio < -clip_low) and ``clip/frac_high`` (A>0, the mirror image);
     ``cispo`` (``TRUNCATES_WEIGHT``) removes none and counts truncated IS weights instead
-    (low: ratio < 1-clip_low, high: ratio > 1+clip_high, any advantage); ``reinforce`` clips
-    nothing. Dual-clip events are not clip events (DESIGN.md). ``policy/approx_kl`` is the mean
+    (low: ratio < 1-clip_low, high: ratio > 1+clip_high, any advantage); ``reinforce`` and
+    ``sapo`` (a soft gate, no clip) clip nothing. Dual-clip events are not clip events (DESIGN.md). ``policy/approx_kl`` is the mean
     of old_logp - logp; ``policy/ratio_mean`` and ``policy/ratio_max`` read the token ratio
     (``gspo``: the sequence ratio, ``gmpo``: the geometric-mean ratio, broadcast to its tokens).
     The clip-metric contract (tests/algorithms/test_clip_metrics.py) checks these by autograd.

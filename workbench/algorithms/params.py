@@ -52,7 +52,7 @@ def check_unit_params(kind: str, unit: str, fn: Callable[..., Any], params: Mapp
         return dict(params)
     from pydantic import ConfigDict, TypeAdapter, ValidationError
 
-    hints = typing.get_type_hints(fn)
+    hints = typing.get_type_hints(fn, include_extras=True)  # keep Annotated constraints (e.g. > 0)
     out: dict[str, Any] = {}
     for key, value in params.items():
         adapter = TypeAdapter(hints.get(key, Any), config=ConfigDict(allow_inf_nan=False))

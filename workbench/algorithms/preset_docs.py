@@ -56,7 +56,8 @@ def preset_rows() -> list[list[str]]:
     rows = []
     for preset in PRESET_LIST:
         resolved = resolved_settings(preset.name)
-        clip = f"{format_value(resolved['clip_low'])}, {format_value(resolved['clip_high'])}"
+        no_range = resolved["clip_low"] is None and resolved["clip_high"] is None  # a loss without a clip
+        clip = "-" if no_range else f"{format_value(resolved['clip_low'])}, {format_value(resolved['clip_high'])}"
         rows.append([preset.name, resolved["estimator"], resolved["loss"], resolved["agg_mode"], clip,
                      other_settings(preset), sources(preset)])
     return rows
