@@ -131,3 +131,20 @@ def test_the_run_level_length_normaliser_comes_from_the_aggregation_registry():
         assert run_norm_constant(mode, 32) == (32.0 if mode in takes_constant else None)
     assert RunConfig(algorithm={"preset": "dr_grpo"}, sampler={"max_new_tokens": 24}).algorithm.norm_constant == 24.0
     assert RunConfig(algorithm={"preset": "grpo"}).algorithm.norm_constant is None
+
+
+def test_a_bad_unit_param_in_a_study_is_one_line_exit_2_and_nothing_written(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from workbench.cli import app
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "x.yaml").write_text("name: t\nbase:\n  model: {builtin: tiny}\n"
+                                     "  algorithm: {preset: grpo, estimator_params: {epsilonn: 0.1}}\n")
+    result = CliRunner().invoke(app, ["run", "x.yaml", "--quiet"])
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert lines == ["error: x.yaml:4 base.algorithm: estimator_params: advantage estimator 'grpo' has no "
+                     "parameter 'epsilonn'; did you mean 'epsilon'? (valid: epsilon)"], result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.yaml"]
