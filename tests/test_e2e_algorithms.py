@@ -22,6 +22,7 @@ KNOB_VARIANTS = {
     "multi_update_tis": {"algorithm": {"epochs": 2, "minibatches": 2, "correction": "tis"},
                          "sampler": {"dtype": "bfloat16"}},
     "cispo": {"algorithm": {"preset": "cispo", "correction": "seq_tis"}},
+    "estimator_params": {"algorithm": {"estimator_params": {"epsilon": 0.01}}},
 }
 VARIANTS = PRESET_VARIANTS | KNOB_VARIANTS
 
@@ -45,6 +46,7 @@ def test_algorithm_knobs_run_and_log_their_metrics(workdir):
     assert {"mismatch/is_weight_mean", "mismatch/is_clipped_frac"} <= set(m["multi_update_tis"])
     assert m["multi_update_tis"]["mismatch/prob_abs_diff_max"] > 0  # bf16 sampler vs fp32 learner
     assert runs["dapo"].data.params["algorithm.clip_high"] == "0.28"
+    assert runs["estimator_params"].data.params["algorithm.estimator_params.epsilon"] == "0.01"
     for name, preset in PRESETS.items():  # each preset ran with its own units and logged their metrics
         run = runs[f"preset_{name}"]
         for key in ("estimator", "loss", "agg_mode"):

@@ -93,6 +93,13 @@ def test_clip_range_of_a_loss_without_one():
     assert findings("clip_with_one_step", cfg) == [("algorithm.clip_high=0.28", "algorithm.loss reinforce has no clip range")]
 
 
+def test_an_unset_clip_range_is_not_a_knob():
+    """A preset whose loss has no clip range (sapo) leaves clip_low/high unset: nothing to warn about."""
+    assert findings("clip_with_one_step", config(algorithm={"preset": "sapo", "minibatches": 4})) == []
+    cfg = config(algorithm={"preset": "sapo", "clip_high": 0.28})
+    assert findings("clip_with_one_step", cfg) == [("algorithm.clip_high=0.28", "algorithm.loss sapo has no clip range")]
+
+
 def test_rules_are_pure_and_return_findings():
     """Contract over every registered rule: same config, same findings, each naming a knob and a reason."""
     for rule in LINT_RULES:

@@ -225,6 +225,16 @@ class AlgorithmConfig(Strict):
     clip_low: float | None = Field(None, ge=0)
     clip_high: float | None = Field(None, ge=0)
     dual_clip: float | None = Field(None, gt=1)
+    loss_params: dict[str, Any] = Field(
+        default_factory=dict,
+        description="the policy loss's own keyword parameters beyond clip_low/clip_high/dual_clip "
+        "(e.g. sapo: temperature_pos); unset keys keep the loss's defaults",
+    )
+    estimator_params: dict[str, Any] = Field(
+        default_factory=dict,
+        description="the advantage estimator's own keyword parameters (e.g. grpo: epsilon); "
+        "unset keys keep the estimator's defaults",
+    )
     epochs: int = Field(1, ge=1, description="passes over each batch")
     minibatches: int = Field(1, ge=1, description="optimizer steps per pass")
     correction: str | None = Field(None, description="sampler/learner IS correction: tis | mis | seq_tis")
@@ -257,10 +267,27 @@ class AlgorithmConfig(Strict):
     @model_validator(mode="after")
     def _names_exist(self) -> AlgorithmConfig:
         from workbench import algorithms as alg
+        from workbench.algorithms.advantage import DERIVED_PARAMS
         from workbench.algorithms.filters import BATCH_FILTERS, TOKEN_FILTERS
+        from workbench.algorithms.losses import CLIP_PARAMS
+        from workbench.algorithms.params import check_unit_params, required_param
 
-        alg.ADVANTAGE_ESTIMATORS.get(self.estimator)
-        alg.POLICY_LOSSES.get(self.loss)
+        estimator = alg.ADVANTAGE_ESTIMATORS.get(self.estimator)
+        loss = alg.POLICY_LOSSES.get(self.loss)
+        for key in CLIP_PARAMS:
+            if key in self.loss_params:
+                raise ValueError(f"loss_params.{key}: set algorithm.{key} instead")
+            if key != "dual_clip" and getattr(self, key) is None and required_param(loss, key):  # None = no dual clip
+                raise ValueError(f"{key}: policy loss {self.loss!r} needs it and preset {self.preset!r} sets none")
+        # Checked (and converted) in place: assigning a field here would re-run this validator.
+        for field, kind, name, fn, exclude in (
+                ("estimator_params", "advantage estimator", self.estimator, estimator, DERIVED_PARAMS),
+                ("loss_params", "policy loss", self.loss, loss, CLIP_PARAMS)):
+            params = getattr(self, field)
+            try:
+                params.update(check_unit_params(kind, name, fn, params, exclude=exclude, check_types=True))
+            except ValueError as error:
+                raise ValueError(f"{field}: {error}") from None
         alg.AGG_MODES.get(self.agg_mode)
         if self.correction is not None:
             alg.IS_CORRECTIONS.get(self.correction)
@@ -270,6 +297,12 @@ class AlgorithmConfig(Strict):
             TOKEN_FILTERS.get(name)
         alg.KL_ESTIMATORS.get(self.kl_estimator)
         return self
+
+    def loss_kwargs(self) -> dict[str, Any]:
+        """``compute_policy_loss``'s keyword arguments for the loss: the clip fields that are set, and ``loss_params``."""
+        from workbench.algorithms.losses import CLIP_PARAMS
+
+        return {key: getattr(self, key) for key in CLIP_PARAMS if getattr(self, key) is not None} | self.loss_params
 
 
 class ShapingTerm(Strict):
@@ -326,11 +359,15 @@ class RunConfig(Strict):
 
     @model_validator(mode="after")
     def _constant_length_normaliser(self) -> RunConfig:
-        # Dr. GRPO divides token sums by a constant. The API's fallback (verl's) is the batch's
-        # padded length, which changes from step to step; in a run the constant is the budget.
+        # An aggregation that divides by a constant length gets the run's generation budget
+        # unless one is set (the aggregation registry says which modes and why).
+        from workbench.algorithms.aggregate import run_norm_constant
+
         algo = self.algorithm
-        if algo.agg_mode == "seq-mean-token-sum-norm" and algo.norm_constant is None:
-            algo.norm_constant = float(self.sampler.max_new_tokens)
+        if algo.norm_constant is None:
+            default = run_norm_constant(algo.agg_mode, self.sampler.max_new_tokens)
+            if default is not None:
+                algo.norm_constant = default
         return self
 
     def flat(self) -> dict[str, Any]:

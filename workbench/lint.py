@@ -77,7 +77,7 @@ def clip_with_one_step(cfg: RunConfig) -> Iterable[Finding]:
         return
     for name in ("clip_low", "clip_high"):
         value = getattr(algo, name)
-        if value != _BASELINE_CLIP[name]:
+        if value is not None and value != _BASELINE_CLIP[name]:  # unset (a preset without a clip range): no knob
             yield Finding(knob(f"algorithm.{name}", value), why)
     if algo.dual_clip is not None:
         yield Finding(knob("algorithm.dual_clip", algo.dual_clip), why)

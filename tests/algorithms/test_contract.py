@@ -63,7 +63,7 @@ def test_public_surface_is_exactly_the_documented_one():
 def test_required_names_are_registered():
     assert {"grpo", "dr_grpo", "rloo", "reinforce_plus_plus_baseline", "lite_ppo"} <= set(ADVANTAGE_ESTIMATORS)
     assert {"token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"} <= set(AGG_MODES)
-    assert {"ppo_clip", "gspo", "gmpo", "cispo", "reinforce"} <= set(POLICY_LOSSES)
+    assert {"ppo_clip", "gspo", "gmpo", "cispo", "reinforce", "sapo"} <= set(POLICY_LOSSES)
     assert {"tis", "mis", "seq_tis"} <= set(IS_CORRECTIONS)
     assert {"k1", "k2", "k3", "low_var_kl"} <= set(KL_ESTIMATORS)
 

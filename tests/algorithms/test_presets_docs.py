@@ -63,7 +63,7 @@ def test_algorithms_lists_every_preset_with_its_resolved_settings():
     lines = result.stdout.splitlines()
     assert lines[0].split("\t")[:5] == ["preset", "estimator", "loss", "aggregation", "clip (low, high)"]
     rows = {line.split("\t")[0]: line.split("\t") for line in lines[1:]}
-    assert list(rows) == list(PRESETS) and len(rows) == 10  # 9 before + olmo3 (no SAPO loss is registered)
+    assert list(rows) == list(PRESETS) and len(rows) == 11  # 9 before + olmo3 + sapo
     assert rows["olmo3"][1:5] == ["dr_grpo", "ppo_clip", "token-mean", "0.2, 0.28"]
     assert rows["gspo"][4] == "0.0003, 0.0004"
 

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
 
 from workbench.algorithms._masked import as_bool
+from workbench.algorithms.params import check_unit_params
 from workbench.registry import Registry
 
 AdvantageEstimator = Callable[..., Tensor]
@@ -65,7 +66,7 @@ def _batch_std(values: Tensor) -> Tensor:
 
 
 @ADVANTAGE_ESTIMATORS.register("grpo")
-def grpo(rewards: Tensor, group_ids: Tensor, *, epsilon: float) -> Tensor:
+def grpo(rewards: Tensor, group_ids: Tensor, *, epsilon: float = 1e-6) -> Tensor:
     """Group-normalised advantage ``(r - mean_g) / (std_g + eps)``.
 
     GRPO, Shao et al. 2024 (DeepSeekMath), §4.1.2 "Outcome supervision RL with GRPO".
@@ -133,7 +134,7 @@ def reinforce_plus_plus_baseline(rewards: Tensor, group_ids: Tensor, *, token_co
 
 
 @ADVANTAGE_ESTIMATORS.register("lite_ppo")
-def lite_ppo(rewards: Tensor, group_ids: Tensor, *, epsilon: float) -> Tensor:
+def lite_ppo(rewards: Tensor, group_ids: Tensor, *, epsilon: float = 1e-6) -> Tensor:
     """Group-level mean, batch-level std: ``(r - mean_g) / (std_B(r) + eps)``.
 
     Lite PPO, Liu et al. 2025 ("Tricks or Traps? A Deep Dive into RL for LLM Reasoning",
@@ -144,8 +145,13 @@ def lite_ppo(rewards: Tensor, group_ids: Tensor, *, epsilon: float) -> Tensor:
     return centered / (_batch_std(rewards) + epsilon)  # [B]
 
 
+# Estimator parameters that ``compute_advantages`` derives itself: never part of ``estimator_params``.
+DERIVED_PARAMS = ("token_counts",)
+
+
 def compute_advantages(
-    estimator: str, rewards: Tensor, group_ids: Tensor, *, epsilon: float = 1e-6, mask: Tensor | None = None
+    estimator: str, rewards: Tensor, group_ids: Tensor, *, epsilon: float = 1e-6, mask: Tensor | None = None,
+    **estimator_params: Any,
 ) -> Tensor:
     """Per-completion advantages ``[B]`` from scalar rewards ``[B]`` and prompt group ids ``[B]``.
 
@@ -153,8 +159,11 @@ def compute_advantages(
     one (``grpo``, ``lite_ppo``). ``mask`` ``[B,T]`` (1 on response tokens; bool, int or
     float) is the response mask: estimators that normalise over tokens
     (``reinforce_plus_plus_baseline``, as verl) count each completion once per response
-    token; the others do not depend on it. The result carries no gradient.
-    Raises ``ValueError`` naming the valid estimators on an unknown name.
+    token; the others do not depend on it. ``estimator_params`` are the estimator's other
+    keyword-only parameters (a run config's ``algorithm.estimator_params``); the estimator's
+    defaults hold for those not given. The result carries no gradient.
+    Raises ``ValueError`` naming the valid estimators on an unknown name, and naming the
+    estimator and its valid keys on a parameter it does not take.
     """
     fn = ADVANTAGE_ESTIMATORS.get(estimator)
     if rewards.dim() != 1 or group_ids.shape != rewards.shape:
@@ -166,6 +175,8 @@ def compute_advantages(
     rewards = rewards.detach().to(torch.promote_types(rewards.dtype, torch.float32))
     params = inspect.signature(fn).parameters
     kwargs: dict[str, object] = {"epsilon": epsilon} if "epsilon" in params else {}
+    kwargs |= check_unit_params("advantage estimator", estimator, fn, estimator_params,
+                                exclude=("epsilon", *DERIVED_PARAMS))
     if mask is not None and "token_counts" in params:
         kwargs["token_counts"] = as_bool(mask.detach()).sum(dim=-1)  # [B] response tokens per completion
     return fn(rewards, group_ids, **kwargs)

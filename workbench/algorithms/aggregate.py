@@ -84,6 +84,16 @@ def _accepts_norm_constant(fn: Aggregator) -> bool:
     return "norm_constant" in inspect.signature(fn).parameters
 
 
+def run_norm_constant(mode: str, generation_budget: int) -> float | None:
+    """The constant a *run* divides by in a mode that takes ``norm_constant``; None for other modes.
+
+    The API's fallback (verl's) is the batch's padded length, which changes from step to step;
+    a run divides by its generation budget (``sampler.max_new_tokens``) instead, the constant
+    Dr. GRPO §3.1 (Liu et al. 2025) calls for and TRL's ``loss_type="dr_grpo"`` uses.
+    """
+    return float(generation_budget) if _accepts_norm_constant(AGG_MODES.get(mode)) else None
+
+
 def aggregate_loss(loss_mat: Tensor, mask: Tensor, mode: str, *, norm_constant: float | None = None) -> Tensor:
     """Reduce a per-token loss ``[B,T]`` over response tokens (``mask``) to a scalar.
 

@@ -1,7 +1,10 @@
 """Policy-gradient losses of the GRPO family.
 
-A registered loss is a pure function ``(logp, old_logp, advantages, mask, **clip) -> PolicyTerms``:
-the per-token loss matrix plus what the clip metrics need. ``compute_policy_loss`` applies
+A registered loss is a pure function ``(logp, old_logp, advantages, mask, *, <its params>) -> PolicyTerms``:
+the per-token loss matrix plus what the clip metrics need. Its keyword-only parameters are its
+knobs (``workbench.algorithms.params``): ``clip_low``/``clip_high``/``dual_clip`` have named
+arguments in ``compute_policy_loss``; any other is passed as ``**loss_params`` (a run config's
+``algorithm.loss_params``) and keeps the unit's default when not given. ``compute_policy_loss`` applies
 the optional importance-sampling weights, aggregates with the chosen mode and computes the
 metrics, so every loss is measured the same way.
 
@@ -15,9 +18,10 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Annotated, Any, NamedTuple
 
 import torch
+from annotated_types import Gt
 from torch import Tensor
 
 from workbench.algorithms._masked import (
@@ -28,6 +32,7 @@ from workbench.algorithms._masked import (
     where_mask,
 )
 from workbench.algorithms.aggregate import AGG_MODES, aggregate_loss
+from workbench.algorithms.params import check_unit_params
 from workbench.registry import Registry
 
 # Exact metric keys returned by ``compute_policy_loss`` (docs/metrics.md).
@@ -62,6 +67,10 @@ PolicyLoss = Callable[..., PolicyTerms]
 TRUNCATES_WEIGHT = frozenset({"cispo"})
 
 POLICY_LOSSES: Registry[PolicyLoss] = Registry("policy loss")
+
+# Loss parameters with their own named argument in ``compute_policy_loss`` (and field in a run
+# config): never part of ``loss_params``.
+CLIP_PARAMS = ("clip_low", "clip_high", "dual_clip")
 
 
 # verl clamps GSPO's length-normalised sequence log-ratio at +10 only (core_algos.compute_policy_loss_gspo).
@@ -185,6 +194,46 @@ def cispo(
     return PolicyTerms(loss, ratio, ratio < 1.0 - clip_low, ratio > 1.0 + clip_high)
 
 
+# A temperature must be > 0: the gate divides by it. The annotation carries the constraint so a
+# run config rejects a bad value when the study loads (``params.check_unit_params``).
+Temperature = Annotated[float, Gt(0)]
+
+
+@POLICY_LOSSES.register("sapo")
+def sapo(
+    logp: Tensor,
+    old_logp: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    *,
+    temperature_pos: Temperature = 1.0,
+    temperature_neg: Temperature = 1.05,
+) -> PolicyTerms:
+    """Soft-gated surrogate ``-A · f_τ(r)`` with ``f_τ(r) = σ(τ (r - 1)) · 4/τ`` per token.
+
+    SAPO, Gao et al. 2025 ("Soft Adaptive Policy Optimization", arXiv:2511.20347): a smooth,
+    temperature-controlled gate replaces the hard clip. ``τ = temperature_pos`` for ``A > 0`` and
+    ``temperature_neg`` otherwise; the paper's defaults 1.0 and 1.05 (a faster decay for negative
+    advantages, whose updates spread over many unsampled tokens) are TRL's ``sapo_temperature_pos``
+    and ``sapo_temperature_neg`` (``GRPOConfig``, ``loss_type="sapo"``). The ``4/τ`` factor makes
+    ``∂f/∂r = 4 σ(1-σ) = 1`` at ``r = 1``: on policy the gradient is plain PPO's, and it decays
+    smoothly as ``r`` leaves 1 (``∂f/∂r = 4 σ(1-σ)`` is never 0, only small).
+
+    Clip metrics: no gradient is ever removed and no weight truncated, so ``clip/frac*`` are 0
+    (honestly so: the clip-metric contract compares gradients with and without a clip range).
+    How strongly the gate damps off-policy tokens shows in ``policy/ratio_mean``/``ratio_max``.
+    ``clip_low``/``clip_high`` do not apply.
+    """
+    if not (temperature_pos > 0 and temperature_neg > 0):
+        raise ValueError(f"sapo temperatures must be > 0, got {temperature_pos}, {temperature_neg}")
+    adv = advantages[:, None]  # [B,1]
+    ratio = clamped_exp(logp - old_logp)  # [B,T]
+    tau = torch.where(adv > 0, torch.full_like(adv, temperature_pos), torch.full_like(adv, temperature_neg))  # [B,1]
+    gate = torch.sigmoid(tau * (ratio - 1.0)) * (4.0 / tau)  # [B,T]
+    nothing = torch.zeros_like(ratio, dtype=torch.bool)  # [B,T]
+    return PolicyTerms(-adv * gate, ratio.detach(), nothing, nothing)
+
+
 @POLICY_LOSSES.register("reinforce")
 def reinforce(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor) -> PolicyTerms:
     """Plain policy gradient ``-A · log π`` (no ratio, no clipping; ``clip_*`` do not apply).
@@ -224,6 +273,7 @@ def compute_policy_loss(
     agg_mode: str = "token-mean",
     norm_constant: float | None = None,
     is_weights: Tensor | None = None,
+    **loss_params: Any,
 ) -> tuple[Tensor, dict[str, float]]:
     """Scalar policy loss and its metrics.
 
@@ -231,14 +281,18 @@ def compute_policy_loss(
     detached. The loss is reduced with ``agg_mode`` (and ``norm_constant``), except for losses
     defined per sequence (``gmpo``: mean over sequences). ``dual_clip`` applies to
     ``ppo_clip`` only and must be > 1; giving it to another loss raises ``ValueError``.
+    ``clip_low``/``clip_high`` reach the losses that take them. ``loss_params`` are the loss's
+    other keyword-only parameters; a key it does not take raises ``ValueError`` naming it, the
+    loss and the valid keys.
 
     Metrics (python floats, means over response tokens; 0 for an empty mask): ``clip/frac``
     is the fraction of response tokens whose gradient the clipping removes, split into
     ``clip/frac_low`` (A<0: ``ppo_clip`` ratio < 1-clip_low; ``gspo`` sequence ratio below its
     range; ``gmpo`` token log-ratio < -clip_low) and ``clip/frac_high`` (A>0, the mirror image);
     ``cispo`` (``TRUNCATES_WEIGHT``) removes none and counts truncated IS weights instead
-    (low: ratio < 1-clip_low, high: ratio > 1+clip_high, any advantage); ``reinforce`` clips
-    nothing. Dual-clip events are not clip events (docs/metrics.md). ``policy/approx_kl`` is the mean
+    (low: ratio < 1-clip_low, high: ratio > 1+clip_high, any advantage); ``reinforce`` and
+    ``sapo`` (a soft gate, no clip) clip nothing. Dual-clip events are not clip events
+    (docs/metrics.md). ``policy/approx_kl`` is the mean
     of old_logp - logp; ``policy/ratio_mean`` and ``policy/ratio_max`` read the token ratio
     (``gspo``: the sequence ratio, ``gmpo``: the geometric-mean ratio, broadcast to its tokens).
     The clip-metric contract (tests/algorithms/test_clip_metrics.py) checks these by autograd.
@@ -256,6 +310,7 @@ def compute_policy_loss(
             raise ValueError(f"dual_clip must be > 1, got {dual_clip}")
     offered = {"clip_low": clip_low, "clip_high": clip_high, "dual_clip": dual_clip}
     kwargs = {name: value for name, value in offered.items() if name in params}
+    kwargs |= check_unit_params("policy loss", loss, fn, loss_params, exclude=CLIP_PARAMS)
 
     # Padding may hold arbitrary values: zero it so it reaches neither values nor gradients.
     logp = where_mask(logp, mask)  # [B,T]

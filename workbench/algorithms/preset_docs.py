@@ -56,7 +56,8 @@ def preset_rows() -> list[list[str]]:
     rows = []
     for preset in PRESET_LIST:
         resolved = resolved_settings(preset.name)
-        clip = f"{format_value(resolved['clip_low'])}, {format_value(resolved['clip_high'])}"
+        no_range = resolved["clip_low"] is None and resolved["clip_high"] is None  # a loss without a clip
+        clip = "-" if no_range else f"{format_value(resolved['clip_low'])}, {format_value(resolved['clip_high'])}"
         rows.append([preset.name, resolved["estimator"], resolved["loss"], resolved["agg_mode"], clip,
                      other_settings(preset), sources(preset)])
     return rows
@@ -107,6 +108,34 @@ def markdown_paper_index() -> str:
     return "\n".join(out)
 
 
+def unit_param_rows() -> list[list[str]]:
+    """One row per keyword parameter of a registered loss or estimator: kind, unit, name, default, how set."""
+    import inspect
+
+    from .advantage import ADVANTAGE_ESTIMATORS, DERIVED_PARAMS
+    from .losses import CLIP_PARAMS, POLICY_LOSSES
+
+    rows = []
+    for kind, registry, field, own_fields in (("estimator", ADVANTAGE_ESTIMATORS, "estimator_params", ()),
+                                              ("loss", POLICY_LOSSES, "loss_params", CLIP_PARAMS)):
+        for name in registry.names():
+            for param in inspect.signature(registry.get(name)).parameters.values():
+                if param.kind is not inspect.Parameter.KEYWORD_ONLY or param.name in DERIVED_PARAMS:
+                    continue
+                default = "(preset or field)" if param.default is param.empty else format_value(param.default)
+                where = f"algorithm.{param.name}" if param.name in own_fields else f"algorithm.{field}.{param.name}"
+                rows.append([kind, name, param.name, default, where])
+    return rows
+
+
+def markdown_unit_params() -> str:
+    """The table of unit parameters in docs/algorithms.md."""
+    lines = ["| unit | name | parameter | default | set with |", "|---|---|---|---|---|"]
+    lines += [f"| {kind} | `{name}` | `{param}` | `{default}` | `{where}` |"
+              for kind, name, param, default, where in unit_param_rows()]
+    return "\n".join(lines) + "\n"
+
+
 def markdown_document() -> str:
     """docs/algorithms.md, whole."""
     return "\n".join([
@@ -126,6 +155,24 @@ def markdown_document() -> str:
         "",
         markdown_preset_table(),
         *[f"- `{p.name}`: {p.summary} ({p.paper.short}, {p.paper.authors})." for p in PRESET_LIST],
+        "",
+        "## Unit parameters",
+        "",
+        "A unit's own knobs are its keyword-only parameters, with its defaults. `clip_low`, `clip_high` and",
+        "`dual_clip` have fields of their own; any other goes in `algorithm.loss_params` or",
+        "`algorithm.estimator_params`, checked against the unit's signature when the study loads",
+        "(an unknown key or a wrong type is a one-line error naming the unit and its valid keys).",
+        "An empty mapping is the default, so run keys of studies that never set one do not change.",
+        "",
+        "```yaml",
+        "algorithm:",
+        "  preset: grpo",
+        "  estimator_params: {epsilon: 1.0e-4}   # grpo's (r - mean) / (std + epsilon)",
+        "```",
+        "",
+        markdown_unit_params(),
+        "With `agg_mode: seq-mean-token-sum-norm` and no `norm_constant`, a run divides by its generation",
+        "budget `sampler.max_new_tokens` (Dr. GRPO §3.1; `aggregate.run_norm_constant`).",
         "",
         "## Paper index",
         "",

@@ -69,9 +69,13 @@ REINFORCE_PP = Paper("REINFORCE++", "REINFORCE++: A Simple and Efficient Approac
 TRICKS_OR_TRAPS = Paper("Tricks or Traps", "Part I: Tricks or Traps? A Deep Dive into RL for LLM Reasoning",
                         "Liu et al. 2025", arxiv("2508.08221"))
 OLMO3 = Paper("OLMo 3", "Olmo 3", "Team Olmo 2025", arxiv("2512.13961"))
+SAPO = Paper("SAPO", "Soft Adaptive Policy Optimization", "Gao et al. 2025", arxiv("2511.20347"))
+TRL = Paper("TRL", "TRL: Transformer Reinforcement Learning", "von Werra et al. 2020",
+            "https://github.com/huggingface/trl")
 TIS = Paper("TIS", "Your Efficient RL Framework Secretly Brings You Off-Policy RL Training", "Yao et al. 2025",
             "https://fengyao.notion.site/off-policy-rl")
-PAPERS = [DEEPSEEKMATH, DR_GRPO, DAPO, GSPO, GMPO, MINIMAX_M1, RLOO, REINFORCE_PP, TRICKS_OR_TRAPS, OLMO3, TIS]
+PAPERS = [DEEPSEEKMATH, DR_GRPO, DAPO, GSPO, GMPO, MINIMAX_M1, RLOO, REINFORCE_PP, TRICKS_OR_TRAPS, OLMO3, SAPO,
+          TRL, TIS]
 
 
 def _settings(paper: Paper, section: str, **values: Any) -> dict[str, Setting]:
@@ -132,6 +136,13 @@ PRESET_LIST: list[Preset] = [
            | _settings(DAPO, "§3.2", batch_filter="zero_std")
            | _settings(OLMO3, "RL recipe, per the GRPO++ overview", kl_coef=0.0)
            | _settings(TIS, "", correction="tis")),
+    # A soft gate instead of a clip: no clip range. Its temperatures are the loss's own parameters
+    # (defaults 1.0 / 1.05, the paper's; `algorithm.loss_params`). Group-normalised advantages and
+    # GRPO's per-sequence 1/|o| mean, as TRL's loss_type="sapo" aggregates it.
+    Preset("sapo", "soft temperature-controlled gate instead of a hard clip", SAPO,
+           _settings(DEEPSEEKMATH, "§4.1", estimator="grpo")
+           | _settings(SAPO, "objective (soft gate)", loss="sapo")
+           | _settings(TRL, "GRPOTrainer loss_type=sapo", agg_mode="seq-mean-token-mean")),
 ]
 
 PRESET_INFO: dict[str, Preset] = {preset.name: preset for preset in PRESET_LIST}

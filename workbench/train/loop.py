@@ -130,7 +130,8 @@ def rl_step(cfg: RunConfig, step: int, task, rng: random.Random, generator: torc
         seq_kl = (kl_penalty(logp, ref_logp, algo.kl_estimator) * rollouts.mask).sum(-1)  # [B]
         rewards = rewards - algo.kl_coef * seq_kl
     t0 = time.perf_counter()
-    advantages = compute_advantages(algo.estimator, rewards, rollouts.group_ids, mask=rollouts.mask)  # [B]
+    advantages = compute_advantages(algo.estimator, rewards, rollouts.group_ids, mask=rollouts.mask,
+                                    **algo.estimator_params)  # [B]
     advantage_s = time.perf_counter() - t0
 
     learn_start = time.perf_counter()

@@ -63,9 +63,8 @@ def policy_update(learner, rollouts: Rollouts, advantages: torch.Tensor, algo: A
         """(policy loss, KL loss or None, policy metrics) of the sequences ``rows``, reduced over them."""
         loss, loss_metrics = compute_policy_loss(
             algo.loss, logp, old_logp[rows], advantages[rows], loss_mask[rows],
-            clip_low=algo.clip_low, clip_high=algo.clip_high, dual_clip=algo.dual_clip,
             agg_mode=algo.agg_mode, norm_constant=algo.norm_constant,
-            is_weights=None if is_weights is None else is_weights[rows],
+            is_weights=None if is_weights is None else is_weights[rows], **algo.loss_kwargs(),
         )
         kl = None
         if ref_logp is not None and algo.kl_in == "loss":
@@ -126,18 +125,19 @@ def micro_shares(algo: AlgorithmConfig, loss_mask: torch.Tensor, sizes: list[int
     registered reductions themselves rather than tabulated per mode: reduce a loss of one on micro-batch
     k's sequences (zero elsewhere) over the minibatch, and over micro-batch k alone; the ratio is w_k.
     The policy side goes through ``compute_policy_loss`` (a loss may fix its own reduction), at ratio 1
-    with advantage 1 on micro-batch k (every registered loss is then ±1 per token) and 0 elsewhere.
+    with advantage 1 on micro-batch k (every registered loss is then the same constant c·A per token,
+    c = 1 for the clipped ones; c cancels in the ratio) and 0 elsewhere.
     A micro-batch with no loss tokens has loss 0 and weight 0.
     """
     offsets = torch.tensor([0, *sizes]).cumsum(0).tolist()
-    # logp = old_logp = -1: ratio 1 and |loss| = |A| per token for every loss; float64 keeps the ratios exact
+    # logp = old_logp = -1: ratio 1 and |loss| = c·|A| per token for every loss; float64 keeps the ratios exact
     minus_one = -torch.ones(loss_mask.shape, dtype=torch.float64)
 
     def policy_value(adv: torch.Tensor, mask: torch.Tensor) -> float:
         rows = mask.shape[0]
         value, _ = compute_policy_loss(algo.loss, minus_one[:rows], minus_one[:rows], adv, mask,
-                                       clip_low=algo.clip_low, clip_high=algo.clip_high, dual_clip=algo.dual_clip,
-                                       agg_mode=algo.agg_mode, norm_constant=algo.norm_constant)
+                                       agg_mode=algo.agg_mode, norm_constant=algo.norm_constant,
+                                       **algo.loss_kwargs())
         return float(value)
 
     def kl_value(weight: torch.Tensor, mask: torch.Tensor) -> float:
