@@ -2,8 +2,8 @@
 
 ``17+5-9+40=`` can be answered tersely (``\\boxed{53}``) or with a scratchpad of running totals
 (``17+5=22,22-9=13,13+40=53,\\boxed{53}``). A tiny model adds two numbers far more reliably than
-it adds four at once, so the longer form is the more accurate one: RL can move the length, and
-moving it pays. The cold-start SFT sees both forms (half each), so the starting policy uses both
+it adds four at once, so the longer form should be the more accurate one: RL can move the length,
+and moving it should pay. The cold-start SFT sees both forms (half each), so the starting policy uses both
 and the length distribution has room to go either way. This is the task the length-bias
 studies (Dr. GRPO Fig. 1) need: on ``arithmetic`` the ``\\boxed{}`` format fixes the length.
 """
