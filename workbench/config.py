@@ -88,11 +88,15 @@ def check_prompt_template(template: str) -> None:
 class TaskConfig(Strict):
     """Where problems come from. ``arithmetic`` is generated; ``jsonl`` reads user data."""
 
-    name: Literal["arithmetic", "jsonl"] = "arithmetic"
+    name: Literal["arithmetic", "scratchpad", "jsonl"] = "arithmetic"
     seed: int = Field(0, ge=0, le=MAX_SEED, description="fixes the problem set and the train/eval split")
     # le=100: a prompt then has a few hundred characters; Python refuses int<->str beyond 4300 digits anyway
     digits: int = Field(2, ge=1, le=100, description="arithmetic: operands have up to this many digits")
-    ops: str = Field("+-", description="arithmetic: operators drawn from '+-*/'")
+    ops: str = Field("+-", description="arithmetic: operators drawn from '+-*/'; scratchpad: from '+-'")
+    # None when unset and then left out of dumps: the tiny model's cache key hashes the task's dump,
+    # so a new field that always appeared would rebuild every cached arithmetic model.
+    operands: int | None = Field(None, ge=2, le=12, exclude_if=lambda v: v is None,
+                                 description="scratchpad: each problem has 2 to this many operands (default 4)")
     path: str | None = Field(None, description="jsonl: training file")
     eval_path: str | None = Field(None, description="jsonl: eval file (default: split off `path`)")
     eval_size: int = Field(200, ge=1, le=MAX_BATCH, description="number of held-out problems")
@@ -101,6 +105,10 @@ class TaskConfig(Strict):
     def _jsonl_has_path(self) -> TaskConfig:
         if self.name == "jsonl" and not self.path:
             raise ValueError("task 'jsonl' needs 'path'")
+        if self.operands is not None and self.name != "scratchpad":
+            raise ValueError(f"task.operands applies to task 'scratchpad' only, not {self.name!r}")
+        if self.name == "scratchpad" and set(self.ops) - set("+-"):
+            raise ValueError(f"task 'scratchpad' takes ops from '+-', got {self.ops!r}")
         return self
 
 

@@ -42,8 +42,11 @@ def sft_batch(tokenizer, problems: list[Problem], template: str):
 
 
 @torch.no_grad()
-def probe_accuracy(model, tokenizer, probe: list[Problem], template: str) -> float:
-    """Greedy exact-match of the worked solution (cheap; the RL reward uses math-verify)."""
+def probe_accuracy(model, tokenizer, probe: list[Problem], template: str, task: Task | None = None) -> float:
+    """Greedy exact-match of the worked solution (cheap; the RL reward uses math-verify).
+
+    A task whose solutions vary in form (terse or worked) judges a completion with its own
+    ``probe_correct`` instead: any right form counts."""
     model.eval()
     enc = tokenizer([template.format(prompt=p.prompt) for p in probe], return_tensors="pt", padding=True,
                     add_special_tokens=False)
@@ -52,7 +55,8 @@ def probe_accuracy(model, tokenizer, probe: list[Problem], template: str) -> flo
                          eos_token_id=tokenizer.eos_token_id)
     texts = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
     model.train()
-    return sum(t.strip() == p.solution for t, p in zip(texts, probe, strict=True)) / len(probe)
+    correct = getattr(task, "probe_correct", None) or (lambda text, p: text.strip() == p.solution)
+    return sum(correct(t, p) for t, p in zip(texts, probe, strict=True)) / len(probe)
 
 
 def supervised_warmup(model, tokenizer, task: Task, template: str, *, max_steps: int, batch_size: int, lr: float,
@@ -76,7 +80,7 @@ def supervised_warmup(model, tokenizer, task: Task, template: str, *, max_steps:
             sched.step()
             loss_value = loss.item()
             if step % check_every == 0:
-                accuracy = probe_accuracy(model, tokenizer, probe, template)
+                accuracy = probe_accuracy(model, tokenizer, probe, template, task)
                 if accuracy >= target_accuracy:
                     break
             bar.update(job, completed=step,

@@ -1,0 +1,107 @@
+"""Multi-operand sums where the response length is the policy's choice: answer at once or show the steps.
+
+``17+5-9+40=`` can be answered tersely (``\\boxed{53}``) or with a scratchpad of running totals
+(``17+5=22,22-9=13,13+40=53,\\boxed{53}``). A tiny model adds two numbers far more reliably than
+it adds four at once, so the longer form should be the more accurate one: RL can move the length,
+and moving it should pay. The cold-start SFT sees both forms (half each), so the starting policy uses both
+and the length distribution has room to go either way. This is the task the length-bias
+studies (Dr. GRPO Fig. 1) need: on ``arithmetic`` the ``\\boxed{}`` format fixes the length.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import dataclass, field
+
+from workbench.tasks.base import Problem, boxed
+
+OPS = "+-"
+WORKED_FRACTION = 0.5  # share of cold-start solutions that show their steps (the rest are terse)
+_BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
+
+
+def worked_solution(operands: list[int], ops: list[str]) -> str:
+    """Running totals, one ``a op b=r`` step per operator, then the boxed result."""
+    total, steps = operands[0], []
+    for op, x in zip(ops, operands[1:], strict=True):
+        new = total + x if op == "+" else total - x
+        steps.append(f"{total}{op}{x}={new}")
+        total = new
+    return ",".join([*steps, boxed(str(total))])
+
+
+@dataclass
+class ScratchpadTask:
+    """Problems ``a op b op c ...=`` with 2..``operands`` operands of up to ``digits`` digits.
+
+    Subtraction never takes the running total below zero, so every intermediate result is a
+    non-negative integer. The eval set is drawn once from ``seed`` and training problems that
+    coincide with an eval prompt are rejected (disjoint splits), as in ``arithmetic``. Each
+    problem's cold-start ``solution`` is terse or worked (drawn with the problem), so
+    solutions vary in length both by operand count and by form.
+    """
+
+    digits: int = 2
+    operands: int = 4
+    ops: str = "+-"
+    seed: int = 0
+    eval_size: int = 200
+    name: str = "scratchpad"
+    _eval: list[Problem] = field(init=False, repr=False)
+    _eval_prompts: frozenset[str] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.digits < 1:
+            raise ValueError(f"task.digits must be >= 1, got {self.digits}")
+        if self.operands < 2:
+            raise ValueError(f"task.operands must be >= 2, got {self.operands}")
+        bad = sorted(set(self.ops) - set(OPS))
+        if not self.ops or bad:
+            raise ValueError(f"task.ops must be a non-empty string of {OPS!r} for scratchpad, got {self.ops!r}")
+        # The smallest slice of the space (two operands, one operator) bounds how many distinct prompts exist.
+        space = (10**self.digits) ** 2 * len(self.ops) * (self.operands - 1)
+        if self.eval_size > space // 4:
+            raise ValueError(f"task.eval_size={self.eval_size} leaves too few training problems "
+                             f"(~{space} distinct problems with digits={self.digits}, operands={self.operands})")
+        rng = random.Random(f"scratchpad-eval-{self.seed}")
+        seen: dict[str, Problem] = {}
+        while len(seen) < self.eval_size:
+            p = self._draw(rng)
+            seen.setdefault(p.prompt, p)
+        self._eval = list(seen.values())
+        self._eval_prompts = frozenset(seen)
+
+    def _draw(self, rng: random.Random) -> Problem:
+        hi = 10**self.digits - 1
+        count = rng.randint(2, self.operands)
+        operands, ops = [rng.randint(0, hi)], []
+        total = operands[0]
+        for _ in range(count - 1):
+            op = rng.choice(self.ops)
+            x = rng.randint(0, hi if op == "+" else min(hi, total))  # keeps every running total >= 0
+            total = total + x if op == "+" else total - x
+            operands.append(x)
+            ops.append(op)
+        prompt = "".join(str(a) + op for a, op in zip(operands, [*ops, "="], strict=True))
+        solution = worked_solution(operands, ops) if rng.random() < WORKED_FRACTION else boxed(str(total))
+        return Problem(prompt=prompt, answer=str(total), solution=solution)
+
+    def sample_train(self, n: int, rng: random.Random) -> list[Problem]:
+        out: list[Problem] = []
+        while len(out) < n:
+            p = self._draw(rng)
+            if p.prompt not in self._eval_prompts:
+                out.append(p)
+        return out
+
+    def eval_problems(self) -> list[Problem]:
+        return list(self._eval)
+
+    def probe_correct(self, text: str, problem: Problem) -> bool:
+        """The SFT probe's check: the last boxed value is the answer, in either form.
+
+        Exact match of the worked solution (what ``arithmetic`` uses) would count a right
+        terse answer to a problem whose drawn solution was worked as wrong."""
+        found = _BOXED.findall(text)
+        return bool(found) and found[-1] == problem.answer
