@@ -5,13 +5,13 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from workbench.tasks.base import Problem, boxed
+from workbench.tasks.base import GeneratedSplits, Problem, boxed
 
 OPS = "+-*/"
 
 
 @dataclass
-class ArithmeticTask:
+class ArithmeticTask(GeneratedSplits):
     """Problems ``a op b=`` with operands of up to ``digits`` digits.
 
     Subtraction keeps results non-negative and division is exact (``a = b·q``), so every
@@ -39,13 +39,7 @@ class ArithmeticTask:
                 f"task.eval_size={self.eval_size} leaves too few training problems "
                 f"(only ~{space} distinct problems with digits={self.digits}, ops={self.ops!r})"
             )
-        rng = random.Random(f"arithmetic-eval-{self.seed}")
-        seen: dict[str, Problem] = {}
-        while len(seen) < self.eval_size:
-            p = self._draw(rng)
-            seen.setdefault(p.prompt, p)
-        self._eval = list(seen.values())
-        self._eval_prompts = frozenset(seen)
+        self._draw_eval_set("arithmetic")
 
     def _space_size(self) -> int:
         n = 10**self.digits
@@ -64,14 +58,3 @@ class ArithmeticTask:
         else:
             result = {"+": a + b, "-": a - b, "*": a * b}[op]
         return Problem(prompt=f"{a}{op}{b}=", answer=str(result), solution=boxed(str(result)))
-
-    def sample_train(self, n: int, rng: random.Random) -> list[Problem]:
-        out: list[Problem] = []
-        while len(out) < n:
-            p = self._draw(rng)
-            if p.prompt not in self._eval_prompts:
-                out.append(p)
-        return out
-
-    def eval_problems(self) -> list[Problem]:
-        return list(self._eval)

@@ -26,6 +26,39 @@ class Task(Protocol):
         ...
 
 
+class GeneratedSplits:
+    """Disjoint splits for a task that generates its problems with ``_draw(rng)``: the eval set is
+    drawn once from ``seed`` (distinct prompts), and a training problem whose prompt is in it is
+    rejected. A dataclass task with ``seed`` and ``eval_size`` calls ``_draw_eval_set(tag)`` last
+    in ``__post_init__``; ``tag`` keeps each task's eval set its own for the same seed."""
+
+    seed: int
+    eval_size: int
+
+    def _draw(self, rng: random.Random) -> Problem:
+        raise NotImplementedError
+
+    def _draw_eval_set(self, tag: str) -> None:
+        rng = random.Random(f"{tag}-eval-{self.seed}")
+        seen: dict[str, Problem] = {}
+        while len(seen) < self.eval_size:
+            p = self._draw(rng)
+            seen.setdefault(p.prompt, p)
+        self._eval = list(seen.values())
+        self._eval_prompts = frozenset(seen)
+
+    def sample_train(self, n: int, rng: random.Random) -> list[Problem]:
+        out: list[Problem] = []
+        while len(out) < n:
+            p = self._draw(rng)
+            if p.prompt not in self._eval_prompts:
+                out.append(p)
+        return out
+
+    def eval_problems(self) -> list[Problem]:
+        return list(self._eval)
+
+
 def boxed(answer: str) -> str:
     """The answer format every worked example ends with (R1-style)."""
     return f"\\boxed{{{answer}}}"

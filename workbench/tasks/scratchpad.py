@@ -14,7 +14,7 @@ import random
 import re
 from dataclasses import dataclass, field
 
-from workbench.tasks.base import Problem, boxed
+from workbench.tasks.base import GeneratedSplits, Problem, boxed
 
 OPS = "+-"
 WORKED_FRACTION = 0.5  # share of cold-start solutions that show their steps (the rest are terse)
@@ -32,7 +32,7 @@ def worked_solution(operands: list[int], ops: list[str]) -> str:
 
 
 @dataclass
-class ScratchpadTask:
+class ScratchpadTask(GeneratedSplits):
     """Problems ``a op b op c ...=`` with 2..``operands`` operands of up to ``digits`` digits.
 
     Subtraction never takes the running total below zero, so every intermediate result is a
@@ -64,13 +64,7 @@ class ScratchpadTask:
         if self.eval_size > space // 4:
             raise ValueError(f"task.eval_size={self.eval_size} leaves too few training problems "
                              f"(~{space} distinct problems with digits={self.digits}, operands={self.operands})")
-        rng = random.Random(f"scratchpad-eval-{self.seed}")
-        seen: dict[str, Problem] = {}
-        while len(seen) < self.eval_size:
-            p = self._draw(rng)
-            seen.setdefault(p.prompt, p)
-        self._eval = list(seen.values())
-        self._eval_prompts = frozenset(seen)
+        self._draw_eval_set("scratchpad")
 
     def _draw(self, rng: random.Random) -> Problem:
         hi = 10**self.digits - 1
@@ -87,16 +81,6 @@ class ScratchpadTask:
         solution = worked_solution(operands, ops) if rng.random() < WORKED_FRACTION else boxed(str(total))
         return Problem(prompt=prompt, answer=str(total), solution=solution)
 
-    def sample_train(self, n: int, rng: random.Random) -> list[Problem]:
-        out: list[Problem] = []
-        while len(out) < n:
-            p = self._draw(rng)
-            if p.prompt not in self._eval_prompts:
-                out.append(p)
-        return out
-
-    def eval_problems(self) -> list[Problem]:
-        return list(self._eval)
 
     def probe_correct(self, text: str, problem: Problem) -> bool:
         """The SFT probe's check: the last boxed value is the answer, in either form.
