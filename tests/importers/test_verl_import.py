@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
+from mlflow import MlflowClient
 
 from workbench.importers import ADAPTERS
 
@@ -37,6 +38,10 @@ def test_verl_log_import_and_recheck(tmp_path):
     assert done.returncode == 0, done.stderr
     assert workbench(*args, cwd=tmp_path).returncode == 0  # re-import: same file content, same run_key
     (run,) = child_runs(dst, "verl-grpo")
+    # the imported study gets the MLflow saved views a workbench study gets (health view grouped by variant)
+    experiment_tags = MlflowClient(dst).get_experiment_by_name("verl-grpo").tags
+    assert "mlflow.sharedViewState.workbench-health" in experiment_tags
+    assert "workbench.variant" in experiment_tags["mlflow.sharedViewState.workbench-health"]
     tags = run.data.tags
     assert tags["workbench.source"] == "verl" and tags["workbench.source_file"] == str(CONSOLE.resolve())
     m = run.data.metrics  # latest values (step 8)
@@ -75,8 +80,6 @@ def test_verl_log_import_and_recheck(tmp_path):
 
 
 def _artifact_json(uri: str, run_id: str, path: str) -> dict:
-    from mlflow import MlflowClient
-
     return json.loads(Path(MlflowClient(uri).download_artifacts(run_id, path)).read_text())
 
 

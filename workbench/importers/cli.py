@@ -68,9 +68,12 @@ def import_runs(
         from .write import existing_keys
 
         existing_keys(uri, study)  # a name taken by a non-workbench experiment: refuse before writing
+        from workbench.tracking.views import load_view_specs
+
+        view_specs = load_view_specs()  # a broken dashboard spec (SpecError) fails before anything is written
     except (ImportSourceError, ValueError) as e:
         raise fail(str(e)) from None
-    outcome = write_study(adapter, runs, uri, study, source_note=note)
+    outcome = write_study(adapter, runs, uri, study, source_note=note, view_specs=view_specs)
     for label, run_id in outcome.imported:
         console.print(f"imported {label} -> run {run_id}", highlight=False)
     if outcome.skipped:

@@ -81,8 +81,10 @@ def _health(converted: list[tuple[int, dict[str, float]]]):
 
 
 def write_study(adapter: Adapter, runs: Sequence[SourceRun], uri: str, study: str,
-                *, source_note: dict[str, Any]) -> ImportOutcome:
-    """Write ``runs`` (already read and checked) into ``study`` in the store ``uri``."""
+                *, source_note: dict[str, Any], view_specs: Sequence[Any] = ()) -> ImportOutcome:
+    """Write ``runs`` (already read and checked) into ``study`` in the store ``uri``; then the
+    study's MLflow saved views from ``view_specs`` (validated dashboard specs), as a workbench
+    study gets them, so the MLflow UI shows imported runs grouped by variant too."""
     from mlflow import MlflowClient
 
     from workbench.tracking.store import get_or_create_experiment
@@ -129,6 +131,12 @@ def write_study(adapter: Adapter, runs: Sequence[SourceRun], uri: str, study: st
             raise
         tracker.finish(run.status)
         outcome.imported.append((run.label, tracker.run_id))
+    if view_specs:
+        from workbench.tracking.views import StudyLayout, publish_study_views
+
+        layout = StudyLayout(study=study, question=f"Runs imported from {adapter.framework}.", variants=variants,
+                             baseline=variants[0] if variants else None)
+        publish_study_views(client, client.get_experiment_by_name(study).experiment_id, layout, view_specs)
     return outcome
 
 
