@@ -35,6 +35,7 @@ from workbench.distributed import (
     KEY,
     LOST,
     OUTCOME,
+    RETRY_OF,
     WORKER,
     Worker,
     WorkerOptions,
@@ -121,6 +122,46 @@ def test_a_lost_worker_s_run_is_failed_in_mlflow_and_retried_up_to_max_retries(w
     assert report.total == 1 and report.failed == [worker.specs[0].label]
 
 
+@pytest.mark.parametrize("outcome", [None, "KILLED"])
+def test_a_run_whose_hand_over_was_lost_is_requeued_by_a_surviving_worker(workdir, outcome):
+    """A worker can die after a trial is failed and before its retry is enqueued (killed while
+    its stale-trial callback ran, or between ending a stopped run and handing it on). The run
+    must not be orphaned: the next worker to look re-enqueues it and runs it, once."""
+    uri = install_empty_mlflow_db(workdir)
+    path = write_study(workdir / "study.yaml", "orphan", seeds=[0])
+    url = storage_url("sqlite", workdir)
+    worker = make_worker(path, url, heartbeat_interval=1, max_retries=1)
+    worker.connect()
+    key = worker.specs[0].run_key
+    trial = worker.ostudy.ask()  # taken by a worker that then dies without handing the run on
+    trial.set_user_attr(WORKER, "elsewhere:1")
+    if outcome:
+        trial.set_user_attr(OUTCOME, outcome)
+    worker.ostudy.tell(trial, state=TrialState.FAIL)
+
+    report = worker.loop()
+    assert report.failed == [] and report.finished == 1
+    trials = trials_of(url, "orphan")
+    assert [(t.state, t.user_attrs.get(RETRY_OF), t.user_attrs.get(LOST, 0)) for t in trials] == [
+        (TrialState.FAIL, None, 0), (TrialState.COMPLETE, trial.number, 0 if outcome else 1)]
+    finished = [r for r in child_runs(MlflowClient(uri), "orphan") if r.info.status == "FINISHED"]
+    assert [r.data.tags["workbench.run_key"] for r in finished] == [key]
+
+
+def test_a_run_that_failed_by_itself_is_not_requeued(workdir):
+    install_empty_mlflow_db(workdir)
+    path = write_study(workdir / "study.yaml", "failed-itself", seeds=[0])
+    url = storage_url("sqlite", workdir)
+    worker = make_worker(path, url, heartbeat_interval=1)
+    worker.connect()
+    trial = worker.ostudy.ask()
+    trial.set_user_attr(OUTCOME, "FAILED")
+    worker.ostudy.tell(trial, state=TrialState.FAIL)
+    report = worker.loop()
+    assert report.failed == [worker.specs[0].label]
+    assert [t.state for t in trials_of(url, "failed-itself")] == [TrialState.FAIL]
+
+
 def test_bad_storage_is_one_line_exit_2(workdir):
     from typer.testing import CliRunner
 
@@ -133,6 +174,19 @@ def test_bad_storage_is_one_line_exit_2(workdir):
 
 
 # ------------------------------------------------------------------------------------------ slow
+def describe_failure(pid: int, logs: dict[int, str], url: str, name: str) -> str:
+    """Every worker's log and the trial table: a race between workers shows only in all of them."""
+    lines = [f"worker {pid} exited unexpectedly"]
+    for other, log in logs.items():
+        lines += [f"--- worker {other}", log]
+    lines.append("--- trials (number, state, run_key, worker, outcome, retry of)")
+    for t in trials_of(url, name):
+        attrs = t.user_attrs
+        lines.append(f"{t.number} {t.state.name} {attrs.get(KEY)} {attrs.get(WORKER)} {attrs.get(OUTCOME)} "
+                     f"{attrs.get(RETRY_OF)}")
+    return "\n".join(lines)
+
+
 def run_workers_killing_one(workdir: Path, url: str, n_workers: int, name: str, seeds: list[int],
                             terminate_another: bool = False, tracking_uri: str | None = None) -> None:
     """Start n workers on one study, SIGKILL the worker of the first run seen in progress (and,
@@ -172,7 +226,7 @@ def run_workers_killing_one(workdir: Path, url: str, n_workers: int, name: str, 
         logs = {p.pid: (workdir / f"worker{i}.log").read_text() for i, p in enumerate(procs)}
         for pid, proc in by_pid.items():
             expected = {"FAILED": -signal.SIGKILL, "KILLED": 130}[stopped[pid][1]] if pid in stopped else 0
-            assert proc.returncode == expected, logs[pid]
+            assert proc.returncode == expected, describe_failure(pid, logs, url, name)
     finally:
         for proc in procs:
             stop_group(proc)

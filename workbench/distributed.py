@@ -20,7 +20,10 @@ A worker:
    every survivor is busy with a run; the retry itself starts when a worker is free); if a trial
    is WAITING, ``study.optimize(n_trials=1)`` pops it (Optuna hands a WAITING trial to exactly
    one worker) and runs it; else, if trials are still RUNNING elsewhere, waits (one of them may
-   come back as a retry); else exits.
+   come back as a retry); else looks once more after a poll and exits. Each round reads the
+   study afresh (Optuna's per-process trial cache can miss another worker's late-committed
+   trial) and re-enqueues any run whose hand-over was lost: its last trial failed by a lost or
+   stopped worker that died before enqueueing the retry.
 
 Exactly once. A trial's run executes only if the trial is the lowest-numbered *live* trial of
 its ``run_key`` (the rare duplicates from concurrent enqueues or retries are PRUNED with
@@ -247,6 +250,7 @@ class Worker:
         self.ctx: StudyContext | None = None
         self.client = None
         self.ostudy = None
+        self._storage = None
         self._interrupted_trial = None  # the trial whose run a Ctrl-C/SIGTERM stopped
 
     # ----------------------------------------------------------------------- set-up
@@ -259,6 +263,7 @@ class Worker:
         hf_logging.disable_progress_bar()  # no weight-loading bars between the worker's lines
         storage = open_storage(self.storage_url, heartbeat_interval=self.opt.heartbeat_interval,
                                grace_period=self.opt.grace_period, on_stale=self._on_stale)
+        self._storage = storage
         name = self.study.name
         try:
             self.ostudy = optuna.create_study(storage=storage, study_name=name, direction="maximize")
@@ -330,10 +335,14 @@ class Worker:
         import optuna
         from optuna.trial import TrialState
 
+        settled_once = False
         while True:
+            self._reload()
             optuna.storages.fail_stale_trials(self.ostudy)
+            self._requeue_orphans()
             open_trials = self.ostudy.get_trials(deepcopy=False, states=(TrialState.WAITING, TrialState.RUNNING))
             if any(t.state == TrialState.WAITING for t in open_trials):
+                settled_once = False
                 self._interrupted_trial = None
                 try:
                     self.ostudy.optimize(self._objective, n_trials=1, catch=(RunFailed,))
@@ -347,14 +356,63 @@ class Worker:
                                      f"for the other workers")
                     raise
             elif any(KEY in t.user_attrs for t in open_trials):
+                settled_once = False
                 time.sleep(poll)  # runs in progress elsewhere; a lost one comes back as a retry
+            elif not settled_once:
+                # Nothing open: look once more after a poll, so that a retry another worker is
+                # enqueueing right now (its insert not yet committed) is not missed.
+                settled_once = True
+                time.sleep(poll)
             else:
                 break
         return self._finish()
 
+    def _reload(self) -> None:
+        """Look at the study afresh. Optuna caches an RDB study's trials per process and re-reads
+        only those above the highest finished trial id it has seen; PostgreSQL can commit trial
+        ids out of order (another worker's enqueue still in flight while a later trial finishes),
+        so a long-lived cache can miss a WAITING trial for good. A new cache reads every trial."""
+        import optuna
+
+        if isinstance(self._storage, optuna.storages.RDBStorage):
+            self.ostudy = optuna.load_study(study_name=self.study.name, storage=self._storage)
+
+    def _requeue_orphans(self) -> None:
+        """Enqueue a retry of any run left with no live trial by a worker that was lost or
+        stopped before it could hand the run on (its trial FAIL with no outcome, or KILLED, and
+        no retry): e.g. a worker killed between failing a stale trial and enqueueing its retry.
+        A retry enqueued at the same moment by another worker is a duplicate, pruned unrun."""
+        from optuna.trial import TrialState
+
+        by_key: dict[str, list] = {}
+        for t in self.ostudy.get_trials(deepcopy=False):
+            if KEY in t.user_attrs and t.user_attrs.get(OUTCOME) not in ("duplicate", "idle"):
+                by_key.setdefault(t.user_attrs[KEY], []).append(t)
+        done = None
+        for key, trials in by_key.items():
+            if any(t.state in (TrialState.WAITING, TrialState.RUNNING, TrialState.COMPLETE) for t in trials):
+                continue
+            last = max(trials, key=lambda t: t.number)
+            outcome = last.user_attrs.get(OUTCOME)
+            if last.state != TrialState.FAIL or outcome not in (None, "KILLED"):
+                continue  # a run that failed by itself is not retried (see the module docstring)
+            lost = int(last.user_attrs.get(LOST, 0)) + (outcome is None)
+            if lost > self.opt.max_retries:
+                continue
+            if done is None:
+                done = finished_runs(self.client, self.ctx.experiment_id)
+            if key in done:
+                continue
+            if outcome is None:  # as the stale callback would have: its MLflow run FAILED, "was lost"
+                mark_orphaned_runs(self.client, self.ctx.experiment_id, [key], reason=self._lost_reason(last))
+            self._enqueue_retry(last, lost=lost)
+            self.opt.log(f"[{self.id}] {last.user_attrs.get(LABEL, key)}: trial {last.number} ended "
+                         f"{'KILLED' if outcome else 'lost'} and was not retried; enqueued a retry")
+
     def _finish(self) -> WorkerReport:
         from optuna.trial import TrialState
 
+        self._reload()
         best: dict[str, tuple[str, bool]] = {}
         for t in self.ostudy.get_trials(deepcopy=False):
             key = t.user_attrs.get(KEY)
@@ -441,15 +499,18 @@ class Worker:
         attrs = {k: trial.user_attrs[k] for k in IDENTITY if k in trial.user_attrs}
         self.ostudy.enqueue_trial({}, user_attrs=attrs | {LOST: lost, RETRY_OF: trial.number})
 
+    def _lost_reason(self, trial) -> str:
+        who = trial.user_attrs.get(WORKER, "a worker")
+        grace = self.opt.grace_period if self.opt.grace_period is not None else 2 * self.opt.heartbeat_interval
+        return f"{who} was lost (no heartbeat for {grace} s) while running trial {trial.number}"
+
     def _on_stale(self, study, trial) -> None:
         """Called (once, by one worker) for a trial whose worker stopped sending heartbeats."""
         key = trial.user_attrs.get(KEY)
         if key is None:
             return
         label = trial.user_attrs.get(LABEL, key)
-        who = trial.user_attrs.get(WORKER, "a worker")
-        grace = self.opt.grace_period if self.opt.grace_period is not None else 2 * self.opt.heartbeat_interval
-        reason = f"{who} was lost (no heartbeat for {grace} s) while running trial {trial.number}"
+        reason = self._lost_reason(trial)
         if self.client is not None:
             mark_orphaned_runs(self.client, self.ctx.experiment_id, [key], reason=reason)
         lost = int(trial.user_attrs.get(LOST, 0)) + 1
