@@ -81,3 +81,16 @@ def test_show_unknown_preset_is_one_line_and_exit_2():
     result = workbench("algorithms", "show", "dapoo")
     assert result.returncode == 2 and result.stdout == ""
     assert len(result.stderr.strip().splitlines()) == 1 and "did you mean 'dapo'" in result.stderr
+
+
+def test_a_missing_field_takes_the_preset_value_and_an_explicit_null_switches_it_off():
+    """``batch_filter: null`` under ``preset: dapo`` is DAPO without dynamic sampling (a study's
+    variant must be able to remove one component of a preset), and a resolved config read back
+    resolves to itself."""
+    full = AlgorithmConfig(preset="dapo")
+    assert full.batch_filter == "zero_std" and full.token_filters == ["overlong"]
+    ablated = AlgorithmConfig.model_validate({"preset": "dapo", "batch_filter": None, "token_filters": []})
+    assert ablated.batch_filter is None and ablated.filter_on is None and ablated.token_filters == []
+    assert ablated.clip_high == full.clip_high == 0.28  # the other components stay DAPO's
+    for config in (full, ablated):
+        assert AlgorithmConfig.model_validate(config.model_dump(mode="json")) == config

@@ -152,13 +152,18 @@ PRESETS: dict[str, dict[str, Any]] = {preset.name: preset.values() for preset in
 
 
 def resolve_preset(algorithm: dict[str, Any]) -> dict[str, Any]:
-    """Return ``algorithm`` with unset (missing or None) fields filled from its preset."""
+    """Return ``algorithm`` with its missing fields filled from its preset.
+
+    A field present with ``None`` stays ``None``: that is how a variant switches a preset's knob
+    off (``batch_filter: null`` under ``preset: dapo``). A resolved config dumped and read back
+    resolves to itself.
+    """
     name = algorithm.get("preset", "grpo")
     if name not in PRESETS:
         hint = did_you_mean(name, PRESETS)
         raise ValueError(f"unknown preset {name!r}{hint} (valid: {', '.join(sorted(PRESETS))})")
     out = dict(algorithm)
     for key, value in PRESETS[name].items():
-        if out.get(key) is None:
+        if key not in out:
             out[key] = value
     return out
