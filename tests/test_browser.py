@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -209,6 +211,22 @@ def _close_assistant(page) -> None:
     close = page.get_by_role("button", name="Close", exact=True)
     if close.count() == 1 and close.is_visible():
         close.click()
+
+
+def test_compare_png_is_the_summary_and_curve_figures_as_chromium_draws_them(served, tmp_path):
+    """`workbench compare --png` (the figures in docs/findings.md): a real PNG of the report's
+    summary and curve sections, at the page width; run as a user would, in its own process."""
+    png = tmp_path / "figure.png"
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    result = subprocess.run([sys.executable, "-m", "workbench.cli", "compare", STUDY, "--no-log", "--png", str(png)],
+                            cwd=served.home, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"wrote {png} (summary metrics, curves)" in result.stdout + result.stderr
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = struct.unpack(">II", data[16:24])  # the IHDR chunk
+    assert width == 1280 and height > 900  # two sections of figures, not an empty page
+    shutil.copy(png, artifacts_dir() / "compare-png.png")
 
 
 def test_mlflow_ui_shows_the_parent_run_and_its_child_runs(served, chromium_browser):

@@ -165,10 +165,13 @@ def test_compare_bad_input_exits_2(in_study):
         (["--metric", "final_eval_acc"], "did you mean 'final_eval_accuracy'"),
         (["--format", "xml"], "--format must be one of"),
         (["--spec", "nope"], "no such dashboard spec"),
+        (["--png", "figure.jpg"], "--png: figure.jpg must end in .png"),
+        (["--png", "."], "must end in .png"),
     ]:
         result = CliRunner().invoke(app, ["compare", STUDY, "--no-log", *args])
         assert result.exit_code == 2, (args, result.output)
         assert message in result.output and "Traceback" not in result.output
+    assert not Path("figure.jpg").exists()
 
 
 # ---- dashboard -------------------------------------------------------------------------------

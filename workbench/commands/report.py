@@ -349,6 +349,35 @@ def _spec_metrics(spec: Any) -> set[str]:
     return out
 
 
+def _check_png_target(png: Path) -> None:
+    """Before any work: a bad --png is one line and exit 2, with nothing written."""
+    from workbench.viz.snapshot import missing_requirement
+
+    if png.suffix.lower() != ".png":
+        raise fail(f"--png: {png} must end in .png")
+    if png.is_dir():
+        raise fail(f"--png: {png} is a directory")
+    lacking = missing_requirement()
+    if lacking:
+        raise fail(f"--png: {lacking}")
+
+
+def _save_png(page: str, png: Path, sections: list[str]) -> None:
+    import tempfile
+
+    from workbench.viz.snapshot import SnapshotError, save_sections_png
+
+    with tempfile.TemporaryDirectory(prefix="workbench-png-") as tmp:
+        html_file = Path(tmp) / "report.html"
+        html_file.write_text(page, encoding="utf-8")
+        present = [s for s in sections if f"<h2>{s}</h2>" in page]
+        try:
+            save_sections_png(html_file, png, present)
+        except SnapshotError as e:
+            raise fail(f"--png: {e}") from None
+    note(f"wrote {png} ({', '.join(present).lower()})")
+
+
 def compare(
     study: StudyArg,
     metric: Annotated[list[str] | None, typer.Option("--metric", "-m", help="summary metric (final_eval_accuracy, "
@@ -358,6 +387,8 @@ def compare(
                                                  "else the first variant)")] = None,
     format: Annotated[str, typer.Option("--format", help="table | csv | json | md (to stdout)")] = "table",
     out: Annotated[Path | None, typer.Option("--out", help="also write the HTML report to this file")] = None,
+    png: Annotated[Path | None, typer.Option("--png", help="also save the report's summary and curve figures "
+                                             "as a PNG (headless Chromium; for docs and papers)")] = None,
     spec: Annotated[str, typer.Option(help="dashboard spec whose curve panels the report shows")] = "compare",
     include_unfinished: Annotated[bool, typer.Option(help="also compare runs still RUNNING (counted as not finished; FAILED/KILLED runs are always compared, ranked worst)")] = False,
     log: Annotated[bool, typer.Option("--log/--no-log", help="log the report to the study's parent MLflow run")] = True,
@@ -373,6 +404,8 @@ def compare(
 
     if format not in ("table", "csv", "json", "md"):
         raise fail(f"--format must be one of table, csv, json, md; got {format!r}")
+    if png is not None:
+        _check_png_target(png)
     t0 = time.perf_counter()
     target: Target = resolve_target(study, tracking_uri, allow_run=False)
     try:
@@ -426,6 +459,8 @@ def compare(
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(page, encoding="utf-8")
         note(f"wrote {out} ({size / 1e6:.1f} MB)")
+    if png is not None:
+        _save_png(page, png, ["Summary metrics", "Curves"])
     if log:
         parent = parent_run(target)
         where = log_artifacts_text(target.tracking_uri, parent, {
