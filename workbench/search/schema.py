@@ -348,11 +348,6 @@ class _Issues(Reporter):
         super().add(("search",) + tuple(path), message)
 
 
-def _did_you_mean(word: Any, choices: Any) -> str:
-    """``; did you mean 'x'?``, else `` (valid: a, b)`` (sorted)."""
-    return suggest_or_list(word, sorted(choices))
-
-
 def _config_issues(error: ValidationError) -> list[tuple[tuple[Any, ...], str]]:
     """A run config's validation errors, explained as the study explains them."""
     return pydantic_issues(error, config_fields_at)
@@ -475,7 +470,7 @@ def _metric_issue(metric: Any) -> str | None:
     if not isinstance(metric, str) or _known_metric(metric):
         return None
     names = list(CATALOGUE) + list(DERIVED_METRICS)
-    return f"unknown metric {metric!r}{_did_you_mean(metric, names)} (see `workbench metrics`)"
+    return f"unknown metric {metric!r}{suggest_or_list(metric, sorted(names))} (see `workbench metrics`)"
 
 
 def _check_objectives(cfg: SearchConfig, issues: _Issues) -> None:
@@ -589,7 +584,7 @@ def _check_enqueue(cfg: SearchConfig, layered: dict[str, Any], issues: _Issues, 
             path = ("enqueue", i, name)
             p = cfg.params.get(name)
             if p is None:
-                issues.add(path, f"not a parameter of this search{_did_you_mean(name, cfg.params)}")
+                issues.add(path, f"not a parameter of this search{suggest_or_list(name, sorted(cfg.params))}")
                 ok = False
                 continue
             if isinstance(p, CategoricalParam):
@@ -621,7 +616,7 @@ def _option_issues(kind: str, spec: dict[str, Any], table: dict[str, str], issue
     name = spec.get("name")
     if name not in table:
         issues.add((kind, "name") if len(spec) > 1 else (kind,),
-                   f"unknown {kind} {show_value(name)}{_did_you_mean(name, table)}")
+                   f"unknown {kind} {show_value(name)}{suggest_or_list(name, sorted(table))}")
         return
     import optuna
 
@@ -741,7 +736,7 @@ def parse_search(study: Study) -> SearchSpec:
 
     variant = cfg.variant or next(iter(study.variants))
     if variant not in study.variants:
-        issues.add(("variant",), f"unknown variant {variant!r}{_did_you_mean(variant, study.variants)}")
+        issues.add(("variant",), f"unknown variant {variant!r}{suggest_or_list(variant, sorted(study.variants))}")
         issues.raise_if_any()
     layered = _copy_tree(study.base)
     if study.health is not None:
