@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
 
-from workbench.errors import did_you_mean
+from workbench.errors import suggest_and_list
 
 T = TypeVar("T")
 
@@ -45,9 +45,7 @@ class Registry(Generic[T]):
             raise ValueError(self.unknown_message(name)) from None
 
     def unknown_message(self, name: str) -> str:
-        valid = ", ".join(sorted(self._items))
-        hint = did_you_mean(name, self._items)
-        return f"unknown {self.kind} {name!r}{hint} (valid: {valid})"
+        return f"unknown {self.kind} {name!r}{suggest_and_list(name, sorted(self._items))}"
 
     def freeze(self) -> None:
         """Refuse further additions (``HEALTH_RULES`` is frozen once its module has registered them)."""

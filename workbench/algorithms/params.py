@@ -13,7 +13,7 @@ import typing
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from workbench.errors import did_you_mean
+from workbench.errors import suggest_and_list
 
 
 def keyword_params(fn: Callable[..., Any], *, exclude: Iterable[str] = ()) -> list[str]:
@@ -31,9 +31,7 @@ def required_param(fn: Callable[..., Any], name: str) -> bool:
 
 def unknown_param_message(kind: str, unit: str, key: str, valid: list[str]) -> str:
     """One line naming the unknown key, the unit and the keys it takes, with a did-you-mean hint."""
-    hint = did_you_mean(key, valid)
-    takes = ", ".join(sorted(valid)) if valid else "no parameters"
-    return f"{kind} {unit!r} has no parameter {key!r}{hint} (valid: {takes})"
+    return f"{kind} {unit!r} has no parameter {key!r}{suggest_and_list(key, sorted(valid), none='no parameters')}"
 
 
 def check_unit_params(kind: str, unit: str, fn: Callable[..., Any], params: Mapping[str, Any], *,

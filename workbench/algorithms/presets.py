@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from workbench.errors import did_you_mean
+from workbench.errors import suggest_and_list
 
 
 @dataclass(frozen=True)
@@ -160,8 +160,7 @@ def resolve_preset(algorithm: dict[str, Any]) -> dict[str, Any]:
     """
     name = algorithm.get("preset", "grpo")
     if name not in PRESETS:
-        hint = did_you_mean(name, PRESETS)
-        raise ValueError(f"unknown preset {name!r}{hint} (valid: {', '.join(sorted(PRESETS))})")
+        raise ValueError(f"unknown preset {name!r}{suggest_and_list(name, sorted(PRESETS))}")
     out = dict(algorithm)
     for key, value in PRESETS[name].items():
         if key not in out:

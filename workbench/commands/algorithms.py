@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from workbench.errors import did_you_mean
+from workbench.errors import suggest_and_list
 
 FormatOpt = Annotated[str, typer.Option(
     help="auto (table on a terminal, tab-separated off one) | table | plain | markdown")]
@@ -51,8 +51,7 @@ def show(name: Annotated[str, typer.Argument(help="preset name, e.g. dapo")], fo
     from workbench.console import print_table
 
     if name not in PRESET_INFO:
-        hint = did_you_mean(name, PRESET_INFO)
-        raise fail(f"unknown preset {name!r}{hint} (valid: {', '.join(sorted(PRESET_INFO))})")
+        raise fail(f"unknown preset {name!r}{suggest_and_list(name, sorted(PRESET_INFO))}")
     preset = PRESET_INFO[name]
     plain = _plain(format)
     title = (f"{name}: {preset.summary}\n{preset.paper.authors}, {preset.paper.title}, {preset.paper.url}"

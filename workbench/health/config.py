@@ -28,7 +28,7 @@ from pydantic import (
     field_validator,
 )
 
-from workbench.errors import did_you_mean
+from workbench.errors import format_path, pydantic_issues, suggest_and_list
 
 from .presets import preset_overrides
 from .rules import HEALTH_RULES, RuleParams
@@ -37,10 +37,7 @@ __all__ = ["HealthConfig", "resolve_rule_params"]
 
 
 def _param_error(rule: str, err: ValidationError) -> str:
-    parts = []
-    for e in err.errors():
-        loc = ".".join(str(p) for p in e["loc"]) or "<params>"
-        parts.append(f"{loc}: {e['msg']} (got {e.get('input')!r})")
+    parts = [f"{format_path(loc) or '<params>'}: {msg}" for loc, msg in pydantic_issues(err)]
     return f"invalid parameters for health rule {rule!r}: " + "; ".join(parts)
 
 
@@ -57,11 +54,8 @@ def resolve_rule_params(
     merged: dict[str, Any] = dict(preset_overrides(preset).get(rule, {}))
     for key, value in (overrides or {}).items():
         if key not in fields:
-            hint = did_you_mean(key, fields)
-            valid = ", ".join(sorted(fields))
-            raise ValueError(
-                f"unknown parameter {key!r} for health rule {rule!r}{hint} (valid: {valid})"
-            )
+            hint = suggest_and_list(key, sorted(fields))
+            raise ValueError(f"unknown parameter {key!r} for health rule {rule!r}{hint}")
         merged[key] = value
     try:
         return cls.Params(**merged)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from workbench.errors import did_you_mean
+from workbench.errors import suggest_and_list
 
 from .rules import HEALTH_RULES
 
@@ -51,7 +51,6 @@ def preset_overrides(preset: str) -> dict[str, dict[str, Any]]:
     try:
         data = HEALTH_PRESETS[preset]
     except KeyError:
-        hint = did_you_mean(preset, HEALTH_PRESETS)
-        valid = ", ".join(sorted(HEALTH_PRESETS))
-        raise ValueError(f"unknown health preset {preset!r}{hint} (valid: {valid})") from None
+        hint = suggest_and_list(preset, sorted(HEALTH_PRESETS))
+        raise ValueError(f"unknown health preset {preset!r}{hint}") from None
     return {rule: dict(params) for rule, params in data.items()}

@@ -50,9 +50,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
 from workbench.config import RunConfig, deep_merge
-from workbench.errors import closest_match, suggestion_hint
+from workbench.errors import did_you_mean, explain_pydantic_error, pydantic_issues, show_value, suggest_or_list
 from workbench.metrics.catalogue import BY_NAME as CATALOGUE
-from workbench.study import Study, StudyError, StudyIssue, config_path_error
+from workbench.study import Study, config_path_error
+from workbench.study.paths import config_fields_at, set_path
+from workbench.study.report import Reporter
 
 __all__ = [
     "DERIVED_METRICS",
@@ -282,7 +284,7 @@ class SearchSpec:
         try:
             return RunConfig.model_validate(self.trial_raw(values, seed))
         except ValidationError as err:
-            problems = "; ".join(f"{'.'.join(map(str, loc)) or 'config'}: {msg}" for loc, msg in _explain_all(err))
+            problems = "; ".join(f"{'.'.join(map(str, loc)) or 'config'}: {msg}" for loc, msg in _config_issues(err))
             raise ValueError(f"the sampled values {values} give an invalid run config: {problems}") from None
 
     def variant_override(self, values: dict[str, Any]) -> dict[str, Any]:
@@ -323,15 +325,6 @@ def grid_size(params: dict[str, Any]) -> int:
     return math.prod(len(v) for v in grid_space(params).values())
 
 
-def set_path(tree: dict[str, Any], parts: list[str], value: Any) -> None:
-    node = tree
-    for part in parts[:-1]:
-        child = node.get(part)
-        node[part] = dict(child) if isinstance(child, dict) else {}
-        node = node[part]
-    node[parts[-1]] = value
-
-
 def _copy_tree(tree: Any) -> Any:
     if isinstance(tree, dict):
         return {k: _copy_tree(v) for k, v in tree.items()}
@@ -345,72 +338,19 @@ def _copy_tree(tree: Any) -> Any:
 # ---------------------------------------------------------------------------------------------
 
 
-class _Issues:
+class _Issues(Reporter):
     """Collects ``search.*`` problems with the file and line they were written at."""
 
     def __init__(self, study: Study) -> None:
-        self.origin = getattr(study, "_origin", None)
-        self.items: list[StudyIssue] = []
+        super().__init__(getattr(study, "_origin", None))
 
-    def add(self, path: tuple[Any, ...], message: str) -> None:
-        full = ("search",) + tuple(path)
-        file = line = None
-        if self.origin is not None:
-            loc = self.origin.locate(full)
-            file, line = loc.file, loc.line
-        text = ""
-        for part in full:
-            text += f"[{part}]" if isinstance(part, int) and not isinstance(part, bool) else ("." if text else "") + str(part)
-        self.items.append(StudyIssue(message, text, file, line))
-
-    def raise_if_any(self) -> None:
-        if self.items:
-            raise StudyError(self.items)
+    def add(self, path: tuple[Any, ...], message: str) -> None:  # type: ignore[override]
+        super().add(("search",) + tuple(path), message)
 
 
-def _show(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return repr(value)
-    text = json.dumps(value, default=str) if not isinstance(value, (int, float)) else repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _did_you_mean(word: Any, choices) -> str:
-    close = closest_match(word, choices)
-    return suggestion_hint(close) if close else f" (valid: {', '.join(sorted(choices))})"
-
-
-_BOUNDS = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<", "less_than_equal": "<="}
-_TYPES = {"float": "a number", "int": "an integer", "bool": "true or false", "string": "a string",
-          "dict": "a mapping", "list": "a list", "model": "a mapping"}
-
-
-def _explain(err: dict[str, Any]) -> str:
-    kind, ctx, value = err["type"], err.get("ctx") or {}, err.get("input")
-    if kind == "missing":
-        return "missing required field"
-    for op_kind, op in _BOUNDS.items():
-        if kind == op_kind:
-            bound = next(iter(ctx.values()), "?")
-            return f"must be {op} {bound}, got {_show(value)}"
-    for prefix, what in _TYPES.items():
-        if kind.startswith(prefix) and (kind.endswith(("_type", "_parsing", "_from_float")) or kind == prefix):
-            return f"expected {what}, got {_show(value)}"
-    if kind == "literal_error":
-        return f"expected {ctx.get('expected')}, got {_show(value)}"
-    if kind in ("value_error", "assertion_error"):
-        return " ".join(str(ctx.get("error") or err["msg"]).split())
-    if kind == "too_short":
-        return "must not be empty"
-    return f"{err['msg']}, got {_show(value)}"
-
-
-def _explain_all(error: ValidationError) -> list[tuple[tuple[Any, ...], str]]:
-    return [(tuple(e["loc"]), _explain(e)) for e in error.errors()]
+def _config_issues(error: ValidationError) -> list[tuple[tuple[Any, ...], str]]:
+    """A run config's validation errors, explained as the study explains them."""
+    return pydantic_issues(error, config_fields_at)
 
 
 def _parse_timeout(value: Any) -> Any:
@@ -421,7 +361,7 @@ def _parse_timeout(value: Any) -> Any:
         if text and parts and any(parts.groups()):
             h, m, s = (float(g) if g else 0.0 for g in parts.groups())
             return h * 3600 + m * 60 + s
-        raise ValueError(f"expected seconds or a duration like '90s', '30m', '2h', got {_show(value)}")
+        raise ValueError(f"expected seconds or a duration like '90s', '30m', '2h', got {show_value(value)}")
     return value
 
 
@@ -452,7 +392,7 @@ def _normalise_param(name: str, raw: Any, issues: _Issues) -> Any:
         return {"type": "categorical", "choices": raw}
     if not isinstance(raw, dict):
         issues.add(path, f"expected a range like {{low: 1.0e-5, high: 1.0e-3, log: true}} or a list of "
-                         f"choices, got {_show(raw)}")
+                         f"choices, got {show_value(raw)}")
         return None
     raw = dict(raw)
     given = raw.get("type")
@@ -469,7 +409,7 @@ def _normalise_param(name: str, raw: Any, issues: _Issues) -> Any:
                        for k in ("low", "high") if k in raw)
             raw["type"] = "int" if ints and not isinstance(raw.get("step"), float) else "float"
     elif given not in ("float", "int", "categorical"):
-        issues.add(path + ("type",), f"expected 'float', 'int' or 'categorical', got {_show(given)}")
+        issues.add(path + ("type",), f"expected 'float', 'int' or 'categorical', got {show_value(given)}")
         return None
     if raw["type"] == "float" and kind == "int":
         issues.add(path + ("type",), f"{name!r} is an integer field: use type: int (or leave 'type' out)")
@@ -530,7 +470,7 @@ def _metric_issue(metric: Any) -> str | None:
     if not isinstance(metric, str) or _known_metric(metric):
         return None
     names = list(CATALOGUE) + list(DERIVED_METRICS)
-    return f"unknown metric {metric!r}{_did_you_mean(metric, names)} (see `workbench metrics`)"
+    return f"unknown metric {metric!r}{suggest_or_list(metric, sorted(names))} (see `workbench metrics`)"
 
 
 def _check_objectives(cfg: SearchConfig, issues: _Issues) -> None:
@@ -576,7 +516,7 @@ def _probe(layered: dict[str, Any], path: str, value: Any) -> str | None:
         RunConfig.model_validate(raw)
     except ValidationError as err:
         parts = tuple(path.split("."))
-        problems = _explain_all(err)
+        problems = _config_issues(err)
         # the error at (or under, or above) the path itself, else the first one
         mine = [msg for loc, msg in problems
                 if loc[: len(parts)] == parts or parts[: len(loc)] == loc]
@@ -621,17 +561,17 @@ def _check_params(cfg: SearchConfig, layered: dict[str, Any], study: Study, issu
             for key, value in probes:
                 problem = _probe(layered, name, value)
                 if problem:
-                    issues.add(path + ((key,) if key else ()), f"{_show(value)} is not a valid {name}: {problem}")
+                    issues.add(path + ((key,) if key else ()), f"{show_value(value)} is not a valid {name}: {problem}")
                     break
         else:
             seen: list[Any] = []
             for i, choice in enumerate(p.choices):
                 if any(type(choice) is type(s) and choice == s for s in seen):
-                    issues.add(path + (i,), f"choice {_show(choice)} appears twice")
+                    issues.add(path + (i,), f"choice {show_value(choice)} appears twice")
                 seen.append(choice)
                 problem = _probe(layered, name, choice)
                 if problem:
-                    issues.add(path + (i,), f"{_show(choice)} is not a valid {name}: {problem}")
+                    issues.add(path + (i,), f"{show_value(choice)} is not a valid {name}: {problem}")
 
 
 def _check_enqueue(cfg: SearchConfig, layered: dict[str, Any], issues: _Issues, skip: set[str]) -> None:
@@ -644,21 +584,21 @@ def _check_enqueue(cfg: SearchConfig, layered: dict[str, Any], issues: _Issues, 
             path = ("enqueue", i, name)
             p = cfg.params.get(name)
             if p is None:
-                issues.add(path, f"not a parameter of this search{_did_you_mean(name, cfg.params)}")
+                issues.add(path, f"not a parameter of this search{suggest_or_list(name, sorted(cfg.params))}")
                 ok = False
                 continue
             if isinstance(p, CategoricalParam):
                 if not any(type(value) is type(c) and value == c for c in p.choices):
-                    issues.add(path, f"{_show(value)} is not one of the choices {_show(p.choices)}")
+                    issues.add(path, f"{show_value(value)} is not one of the choices {show_value(p.choices)}")
                     ok = False
             elif isinstance(value, bool) or not isinstance(value, (int, float)):
-                issues.add(path, f"expected a number, got {_show(value)}")
+                issues.add(path, f"expected a number, got {show_value(value)}")
                 ok = False
             elif isinstance(p, IntParam) and not float(value).is_integer():
-                issues.add(path, f"{name} is an int parameter, got {_show(value)}")
+                issues.add(path, f"{name} is an int parameter, got {show_value(value)}")
                 ok = False
             elif not p.low <= value <= p.high:
-                issues.add(path, f"{_show(value)} is outside [{p.low}, {p.high}]")
+                issues.add(path, f"{show_value(value)} is outside [{p.low}, {p.high}]")
                 ok = False
         if ok and fixed:
             raw = _copy_tree(layered)
@@ -667,7 +607,7 @@ def _check_enqueue(cfg: SearchConfig, layered: dict[str, Any], issues: _Issues, 
             try:
                 RunConfig.model_validate(raw)
             except ValidationError as err:
-                loc, msg = _explain_all(err)[0]
+                loc, msg = _config_issues(err)[0]
                 issues.add(("enqueue", i), f"gives an invalid run config: {'.'.join(map(str, loc))}: {msg}")
 
 
@@ -676,7 +616,7 @@ def _option_issues(kind: str, spec: dict[str, Any], table: dict[str, str], issue
     name = spec.get("name")
     if name not in table:
         issues.add((kind, "name") if len(spec) > 1 else (kind,),
-                   f"unknown {kind} {_show(name)}{_did_you_mean(name, table)}")
+                   f"unknown {kind} {show_value(name)}{suggest_or_list(name, sorted(table))}")
         return
     import optuna
 
@@ -687,9 +627,7 @@ def _option_issues(kind: str, spec: dict[str, Any], table: dict[str, str], issue
     for key in spec:
         if key != "name" and key not in accepted:
             what = f"valid for {name}: {', '.join(accepted)}" if accepted else f"{name} takes no options"
-            close = closest_match(key, accepted)
-            hint = f"did you mean {close!r}? " if close else ""
-            issues.add((kind, key), f"unknown option of {kind} {name!r}; {hint}({what})")
+            issues.add((kind, key), f"unknown option of {kind} {name!r}{did_you_mean(key, accepted)} ({what})")
             bad = True
     if bad:
         return
@@ -732,17 +670,15 @@ def _schema_issue(e: dict[str, Any], raw: dict[str, Any]) -> tuple[tuple[Any, ..
     loc = tuple(e["loc"])
     if len(loc) >= 3 and loc[0] == "params":  # (params, name, type-tag, field...): drop the tag
         loc = loc[:2] + loc[3:]
+    valid: list[str] | None = None  # the keys of the mapping holding an unknown key
     if e["type"] == "extra_forbidden":
-        valid: list[str] | None = None
         if len(loc) == 1:
             valid = list(SearchConfig.model_fields) + ["metric", "direction", "summary"]
         elif loc[0] == "params":
             valid = list(FloatParam.model_fields) + ["choices"]
         elif loc[0] in ("objectives", "constraints"):
             valid = list((Objective if loc[0] == "objectives" else Constraint).model_fields)
-        msg = f"unknown field{_did_you_mean(loc[-1], valid)}" if valid else "unknown field"
-    else:
-        msg = _explain(e)
+    msg = explain_pydantic_error(e, valid)
     if loc[:1] == ("objectives",) and "objectives" not in raw and len(loc) >= 2:
         loc = loc[2:] or ("metric",)  # written as metric/direction/summary
     return loc, msg
@@ -793,14 +729,14 @@ def parse_search(study: Study) -> SearchSpec:
                        "and the docstring of workbench/search/schema.py)")
         issues.raise_if_any()
     if not isinstance(raw, dict):
-        issues.add((), f"expected a mapping (metric, params, sampler, ...), got {_show(raw)}")
+        issues.add((), f"expected a mapping (metric, params, sampler, ...), got {show_value(raw)}")
         issues.raise_if_any()
     data = _normalise(raw, issues)
     cfg, dropped = _validate_schema(data, raw, issues)
 
     variant = cfg.variant or next(iter(study.variants))
     if variant not in study.variants:
-        issues.add(("variant",), f"unknown variant {variant!r}{_did_you_mean(variant, study.variants)}")
+        issues.add(("variant",), f"unknown variant {variant!r}{suggest_or_list(variant, sorted(study.variants))}")
         issues.raise_if_any()
     layered = _copy_tree(study.base)
     if study.health is not None:

@@ -44,7 +44,7 @@ import pandas as pd
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from workbench.errors import did_you_mean
+from workbench.errors import did_you_mean, suggest_and_list
 
 __all__ = [
     "DashboardData",
@@ -271,8 +271,7 @@ def _explain(err: dict[str, Any]) -> str:
         parent = next((str(p) for p in reversed(loc[:-1]) if isinstance(p, str)), "")
         model = _FIELDS.get(parent, DashboardSpec)
         valid = [f for f in model.model_fields] + (["metric"] if model is PanelSpec else [])
-        hint = did_you_mean(name, valid)
-        return f"unknown field {name!r}{hint} (valid: {', '.join(valid)})"
+        return f"unknown field {name!r}{suggest_and_list(name, valid)}"
     msg = err["msg"].removeprefix("Value error, ")
     if err["type"] == "literal_error":
         choices = str(err.get("ctx", {}).get("expected", "")).replace("'", "").replace(" or ", ", ")

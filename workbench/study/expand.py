@@ -1,0 +1,205 @@
+"""A ``Study`` -> one ``RunSpec`` per run: variants x grid/zip points x seeds, minus exclusions.
+
+Precedence, lowest first: ``base`` < the study's ``health:``/``tracking:`` < the variant < the
+grid/zip values < the seed. Expansion order: variants in file order, then grid points (grid axes
+in file order, the zip as one last axis; the last axis varies fastest), then seeds. Every run's
+config is validated; an invalid value is reported at the line of the study that set it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+from typing import Any
+
+from pydantic import ValidationError
+
+from workbench.config import RunConfig, deep_merge
+from workbench.errors import pydantic_issues
+from workbench.study.paths import MISSING, config_fields_at, get_path, is_int, set_path
+from workbench.study.report import Path_, Reporter
+from workbench.study.schema import Study, check_semantics, same_value
+
+__all__ = ["RunSpec", "expand", "expand_runs", "validate_run_config"]
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSpec:
+    """One run of a study: its resolved, validated config and its identity."""
+
+    variant: str
+    seed: int
+    grid: dict[str, Any] = dataclasses.field(hash=False)  # this point's grid/zip values, dotted keys
+    config: RunConfig = dataclasses.field(hash=False)  # seed set; tracking.experiment defaults to the study name
+    run_key: str  # == config.run_key(): hash of everything that determines results
+    label: str  # e.g. "dapo/lr=3e-05/seed=1"; unique within the study
+
+
+@dataclasses.dataclass(frozen=True)
+class _Axis:
+    field: str  # "grid" | "zip"
+    keys: tuple[str, ...]  # one key for a grid axis, all zip keys for the zip axis
+    points: tuple[tuple[Any, ...], ...]  # per point: one value per key
+
+
+def _axes(study: Study) -> list[_Axis]:
+    axes = [_Axis("grid", (key,), tuple((v,) for v in values)) for key, values in study.grid.items()]
+    if study.zip:
+        keys = tuple(study.zip)
+        points = tuple(zip(*(study.zip[k] for k in keys), strict=True))
+        axes.append(_Axis("zip", keys, points))
+    return axes
+
+
+def _fmt_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, (int, float, str)):
+        return repr(value) if isinstance(value, float) else str(value)
+    return json.dumps(value, separators=(",", ":"), default=str)
+
+
+def _short_names(keys: list[str]) -> dict[str, str]:
+    """Last path component for labels, the full path where two axes share a last component."""
+    last = [k.rsplit(".", 1)[-1] for k in keys]
+    return {k: (s if last.count(s) == 1 else k) for k, s in zip(keys, last, strict=True)}
+
+
+def _depth(layer: Any, loc: tuple[Any, ...]) -> int:
+    """How many leading parts of ``loc`` the layer dict has."""
+    d = 0
+    for part in loc:
+        if isinstance(layer, dict) and part in layer:
+            layer = layer[part]
+        elif isinstance(layer, list) and is_int(part) and 0 <= part < len(layer):
+            layer = layer[part]
+        else:
+            break
+        d += 1
+    return d
+
+
+def _blame(
+    loc: tuple[Any, ...], study: Study, variant: str, point: list[tuple[_Axis, int]], seed_index: int
+) -> Path_:
+    """The study path that set the config value at ``loc``: grid > seed > variant > health/tracking > base."""
+    candidates: list[tuple[int, int, Path_]] = []
+    for axis, index in point:
+        for key in axis.keys:
+            parts = tuple(key.split("."))
+            n = min(len(parts), len(loc))
+            if n and parts[:n] == loc[:n]:
+                rest = loc[len(parts) :] if len(loc) > len(parts) else ()
+                candidates.append((n, 4, (axis.field, key, index) + rest))
+    if loc[:1] == ("seed",):
+        candidates.append((1, 3, ("seeds", seed_index)))
+    d = _depth(study.variants.get(variant, {}), loc)
+    if d:
+        candidates.append((d, 2, ("variants", variant) + loc))
+    for section in ("health", "tracking"):
+        layer = getattr(study, section)
+        if loc[:1] == (section,) and layer:
+            candidates.append((_depth({section: layer}, loc), 1, loc))
+    candidates.append((_depth(study.base, loc), 0, ("base",) + loc))
+    return max(candidates, key=lambda c: (c[0], c[1]))[2]
+
+
+def _matches(entry: dict[str, Any], variant: str, seed: int, resolved: dict[str, Any]) -> bool:
+    for key, wanted in entry.items():
+        if key == "variant":
+            ok = variant == wanted
+        elif key == "seed":
+            ok = same_value(seed, wanted)
+        else:
+            actual = get_path(resolved, key.split("."))
+            ok = actual is not MISSING and same_value(actual, wanted)
+        if not ok:
+            return False
+    return True
+
+
+def validate_run_config(raw: dict[str, Any]) -> tuple[RunConfig | None, list[tuple[tuple[Any, ...], str]]]:
+    """(config, []) or (None, problems as (run-config loc, message))."""
+    try:
+        return RunConfig.model_validate(raw), []
+    except ValidationError as err:
+        problems = pydantic_issues(err, config_fields_at)
+    # An unknown preset stops the `algorithm` section early; check the rest of it under the
+    # default preset so that every problem is reported at once.
+    if any(loc == ("algorithm", "preset") and msg.startswith("unknown preset") for loc, msg in problems):
+        algorithm = {k: v for k, v in raw["algorithm"].items() if k != "preset"}
+        _, more = validate_run_config({**raw, "algorithm": algorithm})
+        problems += [p for p in more if p[0][:1] == ("algorithm",) and p not in problems]
+    return None, problems
+
+
+def expand_runs(study: Study, rep: Reporter) -> list[RunSpec]:
+    """All runs of a study whose fields passed ``check_semantics``; issues go to ``rep``."""
+    axes = _axes(study)
+    short = _short_names([k for axis in axes for k in axis.keys])
+    specs: list[RunSpec] = []
+    first_label: dict[str, str] = {}  # run_key -> label
+    for variant, override in study.variants.items():
+        layered = dict(study.base)
+        if study.health is not None:
+            layered = deep_merge(layered, {"health": study.health})
+        layered = deep_merge(layered, {"tracking": study.tracking}) if study.tracking else layered
+        layered = deep_merge(layered, override)
+        for point in itertools.product(*(list(enumerate(a.points)) for a in axes)):
+            chosen = [(axis, index) for axis, (index, _) in zip(axes, point, strict=True)]
+            values: dict[str, Any] = {}
+            raw = dict(layered)
+            for axis, (_, vals) in zip(axes, point, strict=True):
+                for key, value in zip(axis.keys, vals, strict=True):
+                    values[key] = value
+                    set_path(raw, key.split("."), value)
+            tracking = dict(raw.get("tracking") or {}) if isinstance(raw.get("tracking", {}), dict) else None
+            if tracking is not None:
+                tracking.setdefault("experiment", study.name)
+                raw["tracking"] = tracking
+            parts = [variant] + [f"{short[k]}={_fmt_value(v)}" for k, v in values.items()]
+            base_label = "/".join(parts)
+
+            config, problems = validate_run_config({**raw, "seed": study.seeds[0]})
+            resolved = config.model_dump(mode="python") if config is not None else raw
+
+            for seed_index, seed in enumerate(study.seeds):
+                if any(_matches(e, variant, seed, resolved) for e in study.exclude):
+                    continue
+                if problems or config is None:
+                    for loc, msg in problems:
+                        rep.add(_blame(loc, study, variant, chosen, seed_index), msg)
+                    break  # same problems for every seed
+                cfg = config.model_copy(update={"seed": seed}, deep=True)  # no shared sub-configs
+                key = cfg.run_key()
+                label = f"{base_label}/seed={seed}"
+                if key in first_label:
+                    other = first_label[key]
+                    rep.add(
+                        ("variants", variant),
+                        f"runs {other!r} and {label!r} have the same resolved config (run_key {key}); "
+                        "make them differ or drop one",
+                    )
+                    continue
+                first_label[key] = label
+                specs.append(RunSpec(variant, seed, dict(values), cfg, key, label))
+    if not specs and not rep.issues:
+        rep.add(("exclude",) if study.exclude else (), "the study expands to no runs")
+    return specs
+
+
+def expand(study: Study) -> list[RunSpec]:
+    """The study's runs: variants in file order, then grid points, then seeds, minus exclusions.
+
+    Raises ``StudyError`` listing every invalid run config (at the line that set the bad value)
+    and every pair of runs with the same ``run_key``.
+    """
+    rep = Reporter(study._origin)
+    check_semantics(study.model_dump(), rep)
+    rep.raise_if_any()
+    specs = expand_runs(study, rep)
+    rep.raise_if_any()
+    return specs

@@ -1,0 +1,259 @@
+"""The study schema: the ``Study`` model, the checks beyond types, and both reported per line.
+
+Unknown top-level keys are rejected; names must be safe MLflow experiment names and variant
+names identifiers; grid/zip axes must be run-config paths, disjoint, with distinct values; zip
+lists paired (equal lengths); seeds distinct; exclude entries and ``compare.baseline`` must name
+existing variants and paths. Every problem goes to a :class:`Reporter` (all of them, not the
+first); checking each run's resolved config is the job of :mod:`workbench.study.expand`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    field_validator,
+)
+
+from workbench.errors import pydantic_issues, show_value, unknown_message
+from workbench.study.paths import config_path_error, is_int
+from workbench.study.report import Origin, Reporter
+
+__all__ = ["STUDY_VERSION", "Study", "check_semantics", "same_value", "validate_fields"]
+
+STUDY_VERSION = 1
+"""The study schema version this module reads (the ``version:`` field)."""
+
+
+_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,199}")
+_IDENT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+class Study(BaseModel):
+    """One study file (after ``include:`` is resolved). Unknown top-level keys are rejected."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    version: StrictInt = Field(STUDY_VERSION, description="study schema version (this workbench reads 1)")
+    name: StrictStr = Field(
+        description="the study's name, also its MLflow experiment: letters, digits, '_', '-', '.'"
+    )
+    description: StrictStr = Field("", description="what question the study asks")
+    include: StrictStr | None = Field(
+        None, description="another study file (relative to this one) whose fields this file deep-overrides"
+    )
+    base: dict[str, Any] = Field(
+        description="a full run config (model, task, sampler, learner, rollout, algorithm, ...)"
+    )
+    variants: dict[str, dict[str, Any]] = Field(
+        default_factory=lambda: {"base": {}},
+        description="named deep overrides of base, in run order (names are identifiers)",
+    )
+    grid: dict[str, list[Any]] = Field(
+        default_factory=dict, description="dotted run-config path -> values; cartesian product"
+    )
+    zip: dict[str, list[Any]] = Field(
+        default_factory=dict,
+        description="dotted run-config path -> equal-length lists, paired; one more grid axis",
+    )
+    seeds: list[StrictInt] = Field(default_factory=lambda: [0], description="one run per seed")
+    exclude: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="drop combinations: each entry maps variant/seed/dotted path -> value; "
+        "a run matching every key of an entry is dropped",
+    )
+    compare: dict[str, Any] = Field(default_factory=dict, description="comparison report settings")
+    health: dict[str, Any] | None = Field(
+        None, description="`health:` of every run (HealthConfig) unless a variant overrides it"
+    )
+    search: dict[str, Any] | None = Field(None, description="Optuna search settings")
+    tracking: dict[str, Any] = Field(
+        default_factory=dict, description="run config `tracking` (uri, experiment: default the name)"
+    )
+    execution: dict[str, Any] = Field(default_factory=dict, description="e.g. {parallel: 4}")
+
+    _origin: Origin | None = PrivateAttr(default=None)
+
+    @field_validator("variants", mode="before")
+    @classmethod
+    def _empty_variant_is_base(cls, value: Any) -> Any:
+        """``variants: {grpo: }`` (nothing after the colon) means no overrides."""
+        if isinstance(value, dict):
+            return {k: ({} if v is None else v) for k, v in value.items()}
+        return value
+
+    @field_validator("grid", "zip", "exclude", "compare", "tracking", "execution", mode="before")
+    @classmethod
+    def _null_is_empty(cls, value: Any, info: Any) -> Any:
+        """``grid:`` with everything below commented out means no grid."""
+        if value is None:
+            return [] if info.field_name == "exclude" else {}
+        return value
+
+    @property
+    def source(self) -> str | None:
+        """The file this study was loaded from (``None`` if built in code)."""
+        return self._origin.file if self._origin else None
+
+
+def study_fields_at(loc: tuple[Any, ...]) -> list[str] | None:
+    return list(Study.model_fields) if loc == () else None
+
+
+STUDY_HINTS = {name: f.description or "" for name, f in Study.model_fields.items()}
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """Value equality as a user means it: 1e-4 == 0.0001, [0.9, 0.99] == (0.9, 0.99)."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return float(a) == float(b)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same_value(a[k], b[k]) for k in a)
+    return a == b
+
+
+def check_semantics(data: dict[str, Any], rep: Reporter) -> None:
+    """Checks beyond types. Defensive: runs on raw data even where the types are wrong."""
+    name = data.get("name")
+    if isinstance(name, str):
+        if not name.strip():
+            rep.add(("name",), "must not be empty")
+        elif not _NAME_RE.fullmatch(name):
+            safe = re.sub(r"[^A-Za-z0-9_.\-]+", "-", name).strip("-._") or "my-study"
+            rep.add(
+                ("name",),
+                f"{name!r} is not a safe MLflow experiment name: use letters, digits, '_', '-', '.' "
+                f"(at most 200), starting with a letter or digit, e.g. {safe!r}",
+            )
+    version = data.get("version", STUDY_VERSION)
+    if is_int(version) and version != STUDY_VERSION:
+        rep.add(("version",), f"unsupported study version {version}; this workbench reads version {STUDY_VERSION}")
+
+    base = data.get("base")
+    if isinstance(base, dict) and "seed" in base:
+        rep.add(("base", "seed"), "the seed is set per run by the study's 'seeds:' list; remove it here")
+
+    variants = data.get("variants", {"base": {}})
+    names: list[str] = []
+    if isinstance(variants, dict):
+        if not variants:
+            rep.add(("variants",), "no variants; omit 'variants:' for a single variant named 'base'")
+        for vname, over in variants.items():
+            if not isinstance(vname, str) or not _IDENT_RE.fullmatch(vname):
+                fixed = re.sub(r"\W+", "_", str(vname)).strip("_") or "v"
+                fixed = fixed if not fixed[0].isdigit() else f"v_{fixed}"
+                rep.add(
+                    ("variants", vname),
+                    f"variant name {str(vname)!r} is not an identifier (letters, digits, '_'; "
+                    f"not starting with a digit), e.g. {fixed!r}",
+                )
+            else:
+                names.append(vname)
+            if isinstance(over, dict) and "seed" in over:
+                rep.add(("variants", vname, "seed"), "the seed is set per run by 'seeds:'; remove it here")
+
+    axes: dict[str, str] = {}
+    lengths: dict[str, int] = {}
+    for field in ("grid", "zip"):
+        table = data.get(field)
+        if not isinstance(table, dict):
+            continue
+        for key, values in table.items():
+            path = (field, key)
+            if not isinstance(key, str):
+                continue  # reported by the schema
+            problem = config_path_error(key)
+            if problem:
+                rep.add(path, problem)
+                continue
+            for other, other_field in axes.items():
+                if key == other:
+                    rep.add(path, f"{key!r} is already an axis in '{other_field}'; an axis appears once")
+                elif key.startswith(other + ".") or other.startswith(key + "."):
+                    rep.add(path, f"overlaps the axis {other!r} in '{other_field}'; axes must be disjoint paths")
+            axes[key] = field
+            if not isinstance(values, list):
+                continue
+            if not values:
+                rep.add(path, "empty list: an axis needs at least one value (a study with no runs is an error)")
+            for j, value in enumerate(values):
+                for i in range(j):
+                    if same_value(values[i], value):
+                        rep.add(path + (j,), f"value {show_value(value)} repeats {field}.{key}[{i}]")
+                        break
+            if field == "zip":
+                lengths[key] = len(values)
+    if len(set(lengths.values())) > 1:
+        desc = ", ".join(f"{k}: {n}" for k, n in lengths.items())
+        rep.add(("zip",), f"zip lists must have equal lengths (they are paired); got {desc}")
+
+    seeds = data.get("seeds", [0])
+    if isinstance(seeds, list):
+        if not seeds:
+            rep.add(("seeds",), "empty list: give at least one seed, e.g. [0]")
+        for j, seed in enumerate(seeds):
+            if seed in seeds[:j]:
+                rep.add(("seeds", j), f"seed {seed} appears twice")
+
+    exclude = data.get("exclude")
+    if isinstance(exclude, list):
+        for i, entry in enumerate(exclude):
+            if not isinstance(entry, dict):
+                continue  # a type error, reported by the schema
+            if not entry:
+                rep.add(("exclude", i), "empty entry would drop every run; give variant/seed/path: value")
+            for key, value in entry.items():
+                path = ("exclude", i, key)
+                if key == "variant":
+                    if isinstance(variants, dict) and value not in variants:
+                        rep.add(path, f"{unknown_message(value, names, 'variant ' + show_value(value))}")
+                elif key == "seed":
+                    if not is_int(value):
+                        rep.add(path, f"expected an integer, got {show_value(value)}")
+                else:
+                    problem = config_path_error(key)
+                    if problem:
+                        rep.add(path, f"{problem} (exclude keys are 'variant', 'seed' or run-config paths)")
+
+    execution = data.get("execution")
+    if isinstance(execution, dict) and "parallel" in execution:
+        parallel = execution["parallel"]
+        if not is_int(parallel) or parallel < 1:
+            rep.add(("execution", "parallel"), f"expected a positive integer, got {show_value(parallel)}")
+
+    compare = data.get("compare")
+    if isinstance(compare, dict) and isinstance(variants, dict):
+        baseline = compare.get("baseline")
+        if isinstance(baseline, str) and baseline not in variants:
+            rep.add(("compare", "baseline"), unknown_message(baseline, names, f"variant {baseline!r}"))
+
+
+def validate_fields(data: Any, rep: Reporter) -> Study | None:
+    """The ``Study`` of ``data`` (``None`` if its types are wrong), every problem reported to ``rep``.
+
+    Raises ``StudyError`` at once if ``data`` is not a mapping (nothing else can be checked)."""
+    if not isinstance(data, dict):
+        rep.add((), f"a study is a mapping of fields (name, base, variants, ...), got {show_value(data)}")
+        rep.raise_if_any()
+    study: Study | None = None
+    try:
+        study = Study.model_validate(data)
+    except ValidationError as err:
+        for loc, msg in pydantic_issues(err, study_fields_at, STUDY_HINTS):
+            if len(loc) == 2 and loc[0] in ("grid", "zip") and msg.startswith("expected a list"):
+                msg += f" (an axis is a list of values, e.g. [{show_value(data[loc[0]][loc[1]])}])"
+            rep.add(loc, msg)
+    check_semantics(data, rep)
+    return study
