@@ -249,3 +249,45 @@ def test_a_step_logged_twice_keeps_the_latest_value(study_dir, tmp_path):
     client.log_metric(rid, "test/dup", 3.0, timestamp=3000, step=6)
     h, _ = load_study_frames(STUDY, uri, metrics=["test/dup"], cache_dir=False)
     assert h[["step", "value"]].values.tolist() == [[5, 2.0], [6, 3.0]]
+
+
+def test_both_backends_answer_the_run_reader_protocol_alike(study_dir, frames, monkeypatch):
+    """The contract of workbench.tracking.readers: the SQL and REST backends are both RunReaders and
+    give the same runs, keys and points for the same store (REST via MLflow's real handlers)."""
+    from mlflow.server import app, handlers
+    from mlflow.tracking._tracking_service import utils as tracking_utils
+
+    from workbench.tracking.readers import RestRunReader, RunReader, SqlRunReader, reader_for
+    from workbench.tracking.readers.frames import clean_points
+
+    monkeypatch.setattr(handlers, "_tracking_store", None)
+    monkeypatch.setattr(tracking_utils, "_tracking_uri", tracking_utils._tracking_uri)  # the handler sets it
+    handlers._get_tracking_store(uri_of(study_dir), str(study_dir / "mlartifacts"))
+    http = app.test_client()
+
+    def transport(endpoint, params):
+        response = http.get(endpoint, query_string=params)
+        assert response.status_code == 200, response.data[:300]
+        return response.get_json()
+
+    sql = reader_for(uri_of(study_dir))
+    rest = reader_for("http://mlflow.test", client=MlflowClient(uri_of(study_dir)), transport=transport)
+    assert isinstance(sql, SqlRunReader) and isinstance(rest, RestRunReader)
+    assert isinstance(sql, RunReader) and isinstance(rest, RunReader)
+    with pytest.raises(ValueError, match="cannot read tracking URI 'file:///tmp/x'"):
+        reader_for("file:///tmp/x")
+
+    eid = sql.experiment_id(STUDY)
+    assert rest.experiment_id(STUDY) == eid and sql.experiment_id("no-such-study") is None
+    assert set(sql.experiment_names()) == set(rest.experiment_names())
+    assert sql.parent_run_id(eid) == rest.parent_run_id(eid) is not None
+    (rows_s, tags_s, params_s), (rows_r, tags_r, params_r) = sql.runs(eid, "run"), rest.runs(eid, "run")
+    ids = sorted(rows_s["run_id"])
+    assert sorted(rows_r["run_id"]) == ids == sorted(frames[1]["run_id"])
+    assert params_s == params_r
+    assert all(tags_s[r]["workbench.variant"] == tags_r[r]["workbench.variant"] for r in ids)
+    assert sql.run_info(ids[0]) == rest.run_info(ids[0])
+    assert sql.metric_keys(ids) == rest.metric_keys(ids)
+    points_s, points_r = clean_points(sql.history(ids, None)), clean_points(rest.history(ids, None))
+    assert len(points_s) == len(frames[0]) > 0
+    pd.testing.assert_frame_equal(points_s, points_r, check_dtype=False)

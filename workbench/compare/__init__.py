@@ -17,10 +17,12 @@ t intervals, bootstrap CIs, P(improvement), t-tests, the rank test, Holm, power;
 choices are documented there), ``outcomes`` (finished / failed / stopped / censored / missing runs
 and the one policy for them), ``report``
 (the comparison table), ``arms`` (the units compared: one per variant and grid point, each
-matched with the baseline at its grid point). Pure pandas/numpy/scipy: no plotting, no MLflow.
+matched with the baseline at its grid point), ``panels`` (what a dashboard panel shows: curves
+with their bands, summaries, marker positions; :mod:`workbench.viz` only draws them). Pure pandas/numpy/scipy: no plotting, no MLflow.
 """
 
 from .outcomes import OUTCOMES, arm_outcomes, run_outcomes
+from .panels import CurvePanel, SummaryPanel, curve_panel, summary_panel
 from .report import COLUMNS, ComparisonTable, compare_variants
 from .stats import (
     CORRECTIONS,
@@ -60,16 +62,19 @@ __all__ = [
     "STATISTICS",
     "SUMMARY_METRICS",
     "ComparisonTable",
+    "CurvePanel",
     "Difference",
     "Estimate",
     "RunCurves",
     "SummaryMetric",
+    "SummaryPanel",
     "adjust_pvalues",
     "align_curves",
     "arm_outcomes",
     "bootstrap_ci",
     "compare_variants",
     "curve_bands",
+    "curve_panel",
     "iqm",
     "iqm_ci",
     "iter_runs",
@@ -83,6 +88,7 @@ __all__ = [
     "seeds_needed",
     "summarize_runs",
     "summary_metric",
+    "summary_panel",
     "t_interval",
     "t_test_power",
     "verdict",

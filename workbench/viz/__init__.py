@@ -11,7 +11,8 @@ Public surface::
 
 Modules: ``style`` (colours, dashes), ``figures`` (trace and figure builders), ``dashboard``
 (YAML spec models, loading with file:line errors, rendering), ``html`` (pages with one inlined
-plotly.js).
+plotly.js). Every number drawn comes from :mod:`workbench.compare` (panel data:
+:mod:`workbench.compare.panels`); nothing here computes a statistic.
 """
 
 from .dashboard import (

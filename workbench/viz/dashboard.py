@@ -27,19 +27,18 @@ arm, variant and grid point, in a study with a grid), ``x`` (``step`` |
 Every mistake is reported with the spec file, line and field, e.g.
 ``dashboards/mine.yaml:7: panels[1].aggregation: must be one of mean, iqm, none (got 'median')``.
 
-Rendering takes the frames of :mod:`workbench.tracking.reader`, statistics from
-:mod:`workbench.compare` and traces from :mod:`workbench.viz.figures`.
+Rendering takes the frames of :mod:`workbench.tracking.reader`, turns each panel into plain data
+with :mod:`workbench.compare.panels` (alignment, thinning, bands, summaries, marker positions: every
+number is computed there) and draws that data with the traces of :mod:`workbench.viz.figures`.
 """
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import numpy as np
 import pandas as pd
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -380,32 +379,24 @@ class DashboardData:
     bootstrap fast; summaries and statistics always use every point."""
 
     def __post_init__(self) -> None:
-        from workbench.compare.arms import arm_column
+        from workbench.compare.panels import run_labels
 
         if not self.labels and len(self.runs):
-            self.labels = {r: f"{v}/seed={s}" for r, v, s in
-                           zip(self.runs["run_id"], arm_column(self.runs), self.runs["seed"], strict=True)}
+            self.labels = run_labels(self.runs)
 
     @property
     def variants(self) -> list[str]:
         """The groups drawn: arms (variants in a study without a grid), in order."""
-        from workbench.compare.arms import arm_column
+        from workbench.compare.panels import panel_groups
 
-        return list(pd.unique(arm_column(self.runs))) if len(self.runs) else list(pd.unique(self.history["variant"]))
+        return panel_groups(self.history, self.runs)
 
     def resolved_baseline(self) -> tuple[str | None, list[str]]:
         """The baseline the summary panels use (``baseline`` if it names a variant or an arm, else
         the first variant) and the arms that are baselines (drawn grey)."""
-        from workbench.compare.arms import arm_variants, match_baselines
+        from workbench.compare.panels import resolve_baseline
 
-        if not len(self.runs):
-            groups = self.variants
-            base = self.baseline if self.baseline in groups else (groups[0] if groups else None)
-            return base, [base] if base is not None else []
-        pairs = arm_variants(self.runs)
-        names = list(dict.fromkeys(pairs.values()))
-        base = self.baseline if self.baseline in names or self.baseline in pairs else names[0]
-        return base, [a for a, b in match_baselines(pairs, base).items() if a == b]
+        return resolve_baseline(self.runs, self.baseline, self.variants)
 
 
 @dataclass
@@ -423,40 +414,6 @@ class RenderedDashboard:
         return html_page(self.spec.title or f"dashboard: {self.spec.name}", sections, subtitle=subtitle)
 
 
-def _value_at(history_run_metric: pd.DataFrame, step: int) -> float:
-    s = history_run_metric
-    before = s[s["step"] <= step]
-    row = before.iloc[-1] if len(before) else s.iloc[0]
-    return float(row["value"])
-
-
-def _event_markers(data: DashboardData, metric: str, hist: pd.DataFrame) -> pd.DataFrame:
-    ev = data.health_events
-    if ev is None or ev.empty:
-        return pd.DataFrame(columns=["step", "y", "severity", "rule", "label", "message"])
-    rows = []
-    for e in ev.to_dict("records"):
-        watches = set(e.get("watches") or ()) | {e.get("metric")}
-        if metric not in watches:
-            continue
-        h = hist[hist["run_id"] == e["run_id"]].sort_values("step")
-        if h.empty:
-            continue
-        rows.append({"step": int(e["step"]), "y": _value_at(h, int(e["step"])), "severity": e["severity"],
-                     "rule": e["rule"], "label": data.labels.get(e["run_id"], e["run_id"][:8]),
-                     "message": e["message"]})
-    return pd.DataFrame(rows, columns=["step", "y", "severity", "rule", "label", "message"])
-
-
-def _thin_steps(hist: pd.DataFrame, max_points: int) -> pd.DataFrame:
-    """Keep at most ``max_points`` distinct steps (evenly spaced, first and last kept)."""
-    steps = np.unique(hist["step"].to_numpy())
-    if len(steps) <= max_points:
-        return hist
-    keep = steps[np.unique(np.linspace(0, len(steps) - 1, max_points).round().astype(int))]
-    return hist[hist["step"].isin(keep)]
-
-
 def render_dashboard(spec: DashboardSpec, data: DashboardData) -> RenderedDashboard:
     """Render ``spec`` over ``data`` as one plotly figure (a grid of panels).
 
@@ -464,8 +421,7 @@ def render_dashboard(spec: DashboardSpec, data: DashboardData) -> RenderedDashbo
     """
     from plotly.subplots import make_subplots
 
-    from workbench.compare import align_curves, compare_variants, curve_bands, summarize_runs
-    from workbench.compare.arms import runs_by_arm
+    from workbench.compare.panels import curve_panel, summary_panel
 
     from . import figures as F
     from .style import PALETTE, dash_for, dash_legend, variant_colors
@@ -510,52 +466,44 @@ def render_dashboard(spec: DashboardSpec, data: DashboardData) -> RenderedDashbo
         traces: list[Any] = []
         if p.kind == "curve":
             for j, metric in enumerate(p.metrics):
-                full = data.history[data.history["metric"] == metric]
-                if full.empty:
-                    continue
-                hist = _thin_steps(full, data.max_points)
                 try:  # samples/tokens need the count metrics and params: the full history and runs
-                    aligned = (align_curves(hist, metric, "step") if p.x == "step"
-                               else align_curves(data.history, metric, p.x, runs=data.runs))
+                    panel = curve_panel(data.history, data.runs, metric, x=p.x, aggregation=p.aggregation,
+                                        confidence=data.confidence, n_resamples=data.n_resamples,
+                                        seed=data.seed, max_points=data.max_points,
+                                        health_events=data.health_events, markers=p.health_markers,
+                                        labels=data.labels)
                 except ValueError as e:
                     problems.append(f"panel {name!r}: {e}")
                     continue
-                aligned = runs_by_arm(aligned, data.runs)  # group by arm: grid points are not seeds
+                if panel is None:
+                    continue
                 dash = dash_for(j)
-                if p.aggregation in ("mean", "iqm"):
-                    with warnings.catch_warnings():
-                        warnings.simplefilter("ignore", RuntimeWarning)
-                        bands = curve_bands(aligned, x=p.x, statistic=p.aggregation, confidence=data.confidence,
-                                            n_resamples=data.n_resamples, rng=data.seed)
-                    for v in [v for v in variants if v in set(bands["variant"])]:
-                        traces += F.band_traces(bands[bands["variant"] == v], p.x, name=str(v), color=colors[v],
+                if panel.bands is not None:
+                    drawn = set(panel.groups)
+                    for v in [v for v in variants if v in drawn]:
+                        traces += F.band_traces(panel.band(v), p.x, name=str(v), color=colors[v],
                                                 dash=dash, showlegend=v not in shown, band=p.band,
                                                 statistic=p.aggregation, metric=metric)
                         shown.add(v)
                 else:
-                    traces += F.run_traces(aligned, p.x, colors=run_colors if p.group_by == "run" else colors,
+                    traces += F.run_traces(panel.curves, p.x, colors=run_colors if p.group_by == "run" else colors,
                                            color_by=p.group_by, labels=data.labels, dash=dash, shown=shown,
                                            metric=metric)
                 if p.health_markers:
-                    if p.x != "step":
+                    if panel.markers is None:
                         problems.append(f"panel {name!r}: health markers are drawn on x: step only")
                     else:
-                        traces += F.marker_traces(_event_markers(data, metric, full), "step", shown=shown)
+                        traces += F.marker_traces(panel.markers, "step", shown=shown)
         elif p.kind == "summary":
             names = [summary_name(m) for m in p.metrics]
             key = tuple(names)
             try:
                 if key not in table_cache:
-                    ids = [c for c in ("run_id", "variant", "arm", "seed") if c in data.runs.columns]
-                    summary = summarize_runs(data.history, data.runs[ids], names)
-                    table = compare_variants(summary, baseline, names, confidence=data.confidence, rng=data.seed)
-                    table_cache[key] = (summary, table)
-                summary, table = table_cache[key]
-                for m in names:
-                    rows = table.for_metric(m)
-                    if rows["n_seeds"].sum() == 0:
-                        continue
-                    traces += F.summary_bar_traces(rows, summary, m, colors=colors, baseline=baseline,
+                    table_cache[key] = summary_panel(data.history, data.runs, names, baseline,
+                                                     confidence=data.confidence, seed=data.seed)
+                summary = table_cache[key]
+                for m, rows in summary.rows():
+                    traces += F.summary_bar_traces(rows, summary.values, m, colors=colors, baseline=baseline,
                                                    shown=shown)
             except ValueError as e:
                 problems.append(f"panel {name!r}: {e}")

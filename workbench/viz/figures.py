@@ -1,8 +1,9 @@
 """Plotly figures from :mod:`workbench.compare` data (drawing only: no statistics, no MLflow).
 
 The split follows rliable (``metrics.py`` / ``library.py`` / ``plot_utils.py``): the numbers come
-from ``workbench.compare`` (``curve_bands``, ``ComparisonTable``, ``summarize_runs``) and from the
-health cells of ``workbench.commands.health``; this module only turns frames into traces.
+from ``workbench.compare`` (``curve_bands``, ``ComparisonTable``, ``summarize_runs``, the panel data
+of :mod:`workbench.compare.panels`) and from the health cells of ``workbench.commands.health``;
+this module only turns frames into traces.
 
 Trace builders return lists of ``go.Scatter``/``go.Box``/``go.Heatmap`` that a caller places in a
 subplot (the dashboard renderer); the ``*_figure`` functions wrap them into standalone figures.
@@ -177,28 +178,14 @@ def is_interval_trace(trace: Any) -> bool:
     return getattr(trace, "meta", None) == INTERVAL_META
 
 
-def interval_bounds(rows: pd.DataFrame, statistic: str = "mean") -> tuple[np.ndarray, np.ndarray]:
-    """The CI of ``statistic`` per row, from whichever columns the comparison table has:
-    ``<statistic>_lo/_hi`` or ``<statistic>_ci_lo/_ci_hi`` or ``lo/hi``; NaN (no interval drawn)
-    when none. Drawing only: the interval method is ``workbench.compare``'s."""
-    for lo, hi in ((f"{statistic}_lo", f"{statistic}_hi"), (f"{statistic}_ci_lo", f"{statistic}_ci_hi"),
-                   ("lo", "hi")):
-        if lo in rows.columns and hi in rows.columns:
-            return rows[lo].to_numpy(dtype=float), rows[hi].to_numpy(dtype=float)
-    nan = np.full(len(rows), np.nan)
-    return nan, nan.copy()
+def __getattr__(name: str) -> Any:
+    # interval_bounds and seed_points select data: they live in workbench.compare.panels (imported
+    # on first use: scipy and the comparison code stay out of `import workbench.viz`)
+    if name in ("interval_bounds", "seed_points"):
+        from workbench.compare import panels
 
-
-def seed_points(values: pd.DataFrame | None, metric: str, arms: Sequence[str]) -> pd.DataFrame:
-    """The per-run values of ``metric`` (columns ``variant``, ``metric`` and ``arm`` when the rows are
-    arms) of the given arms, as ``variant, value``; empty when there are none."""
-    if values is None or metric not in values.columns:
-        return pd.DataFrame({"variant": [], "value": []})
-    from workbench.compare.arms import arm_column
-
-    pts = values.assign(variant=arm_column(values))[["variant", metric]].dropna()
-    pts = pts[pts["variant"].astype(str).isin([str(a) for a in arms])]
-    return pd.DataFrame({"variant": pts["variant"].astype(str).to_numpy(), "value": pts[metric].to_numpy(float)})
+        return getattr(panels, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def zoomed_range(*arrays: np.ndarray, pad_fraction: float = 0.08) -> list[float] | None:
@@ -221,6 +208,8 @@ def summary_interval_traces(table_rows: pd.DataFrame, values: pd.DataFrame | Non
     (``ComparisonTable.df`` rows of that metric, in rank order), and beside it one dot per run
     (``values``: columns ``variant`` and ``metric``, and ``arm`` when the rows are arms). Baseline rows
     (verdict "baseline"; ``baseline`` for rows without verdicts) get a larger, outlined marker."""
+    from workbench.compare.panels import interval_bounds, seed_points
+
     shown = set() if shown is None else shown
     rows = table_rows
     variants = rows["variant"].astype(str).tolist()
@@ -267,6 +256,8 @@ def summary_interval_traces(table_rows: pd.DataFrame, values: pd.DataFrame | Non
 def summary_range(table_rows: pd.DataFrame, values: pd.DataFrame | None, metric: str,
                   statistic: str = "mean") -> list[float] | None:
     """The zoomed y range of one metric's interval panel: estimates, CI ends and seeds."""
+    from workbench.compare.panels import interval_bounds, seed_points
+
     lo, hi = interval_bounds(table_rows, statistic)
     pts = seed_points(values, metric, table_rows["variant"].astype(str).tolist())
     return zoomed_range(table_rows[statistic].to_numpy(dtype=float), lo, hi, pts["value"].to_numpy())
