@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import random
 import time
-from contextlib import closing, nullcontext
+from contextlib import closing
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Protocol
 
 import torch
 
 from workbench.algorithms import compute_advantages, kl_penalty
 from workbench.algorithms.filters import BATCH_FILTERS, TOKEN_FILTERS, filter_input
-from workbench.batch import ScoredRollouts, concat, select
+from workbench.batch import ScoredRollouts, TrainBatch, concat, select
 from workbench.config import RunConfig
 from workbench.health import HealthMonitor
 from workbench.metrics.compute import rollout_metrics
@@ -27,11 +28,9 @@ from workbench.reward import AnswerVerifier
 from workbench.reward.rollouts import score_rollouts
 from workbench.rollout import build_sampler
 from workbench.tasks import build_task
-from workbench.train import ranks
 from workbench.train.checkpoint import RunCheckpoints, capture
 from workbench.train.evaluate import evaluate
-from workbench.train.learner import ReferencePolicy, TorchLearner, build_learner
-from workbench.train.update import policy_update
+from workbench.train.learner import ReferencePolicy, build_learner
 
 
 class StepSink(Protocol):
@@ -40,17 +39,31 @@ class StepSink(Protocol):
     def log_metrics(self, metrics: dict[str, float], step: int) -> None: ...
 
 
+@dataclass(frozen=True)
+class StopReason:
+    """Why a run ended before its last step: a failing health rule, or its ``on_step`` callback."""
+
+    reason: str  # e.g. "health: non_finite@2", "pruned by optuna at step 3"
+
+
 @dataclass
 class TrainResult:
     steps_done: int
-    stopped_early: bool
+    stop: StopReason | None = None  # None: every step ran
     eval_history: list[tuple[int, float]] = field(default_factory=list)  # (step, eval/accuracy)
     samples: list[dict] = field(default_factory=list)  # completions shown at eval steps
     last_metrics: dict[str, float] = field(default_factory=dict)
 
+    @property
+    def stopped_early(self) -> bool:
+        return self.stop is not None
 
-def train(cfg: RunConfig, sink: StepSink, monitor: HealthMonitor, on_step=None,
+
+def train(cfg: RunConfig, sink: StepSink, monitor: HealthMonitor,
+          on_step: Callable[[int, dict[str, float]], StopReason | None] | None = None,
           checkpoints: RunCheckpoints | None = None) -> TrainResult:
+    """Train ``cfg``, logging every step to ``sink``. ``on_step(step, metrics)`` runs after each step
+    is logged; a ``StopReason`` it returns ends the run there, as a failing health rule does."""
     torch.manual_seed(cfg.seed)
     rng = random.Random(f"train-{cfg.seed}")
     generator = torch.Generator().manual_seed(cfg.seed)
@@ -59,18 +72,17 @@ def train(cfg: RunConfig, sink: StepSink, monitor: HealthMonitor, on_step=None,
     task = build_task(cfg.task)
     eval_set = task.eval_problems()[: roll.eval_size]
     model, tokenizer = load_policy(cfg.model, cfg.task)
-    # learner.backend: torch | deepspeed; several DeepSpeed ranks: this is rank 0, the others follow (ranks.py)
-    learner = ranks.build_learner(model, cfg) if ranks.multi_rank() else build_learner(model, cfg.learner)
+    learner = build_learner(model, cfg)  # learner.backend: torch | deepspeed, in the wrappers the run needs
     with learner.gathered_model() as full:  # a vLLM engine copies the weights: ZeRO-3 must gather them first
         sampler = build_sampler(cfg, full, tokenizer, cfg.model.prompt_template)
     reference = ReferencePolicy(learner.policy_copy()) if cfg.algorithm.kl_coef > 0 else None  # no KL, no copy
     shaping = cfg.reward.specs()
-    result = TrainResult(steps_done=0, stopped_early=False)
+    result = TrainResult(steps_done=0)
     history: list[tuple[int, dict[str, float]]] = []  # every step's logged metrics, kept in checkpoints
 
     # closing(): the sampler's engine is released however the run ends
     with (AnswerVerifier(timeout_s=cfg.reward.timeout_s, workers=cfg.reward.workers) as verifier, closing(sampler),
-          closing(learner) if ranks.multi_rank() else nullcontext()):  # followers: the run is over
+          closing(learner)):
         if checkpoints is not None and checkpoints.latest_step() is not None:  # an earlier attempt failed: resume
             state = checkpoints.restore(learner, rng, generator)  # weights, optimizer, RNG states, its steps
             with learner.gathered_model() as full:  # ZeRO-3 partitions the weights elsewhere
@@ -99,21 +111,16 @@ def train(cfg: RunConfig, sink: StepSink, monitor: HealthMonitor, on_step=None,
             result.last_metrics |= metrics
             if checkpoints is not None and step < roll.steps and checkpoints.due(step + 1):
                 checkpoints.save(learner, capture(step + 1, rng, generator, history, result.samples))
-            if on_step is not None:
-                try:
-                    on_step(step, metrics)
-                except Exception as stop:  # e.g. runs.StopRun: hand back what was done so far
-                    stop.partial = result  # type: ignore[attr-defined]
-                    result.stopped_early = True
-                    raise
-            if monitor.should_stop:
-                result.stopped_early = True
+            result.stop = None if on_step is None else on_step(step, metrics)  # e.g. Optuna pruning
+            if result.stop is None and monitor.should_stop:
+                result.stop = StopReason(f"health: {monitor.reasons}")
+            if result.stop is not None:
                 break
     return result
 
 
 def rl_step(cfg: RunConfig, step: int, task, rng: random.Random, generator: torch.Generator, sampler,
-            verifier, learner: TorchLearner, reference: ReferencePolicy | None, shaping) -> dict[str, float]:
+            verifier, learner, reference: ReferencePolicy | None, shaping) -> dict[str, float]:
     """One RL step: sample, score, estimate advantages, update, sync. Returns its metrics."""
     start = time.perf_counter()
     algo, temperature = cfg.algorithm, cfg.sampler.temperature
@@ -135,9 +142,8 @@ def rl_step(cfg: RunConfig, step: int, task, rng: random.Random, generator: torc
     advantage_s = time.perf_counter() - t0
 
     learn_start = time.perf_counter()
-    learner.poison_next_update = cfg.learner.inject_nonfinite_at_step == step
-    metrics |= policy_update(learner, rollouts, advantages, algo, temperature, generator, loss_mask=loss_mask,
-                             ref_logp=ref_logp)
+    metrics |= learner.update(TrainBatch(step, rollouts, advantages, loss_mask, ref_logp), algo, temperature,
+                              generator)
     with learner.gathered_model() as full:  # ZeRO-3: the sampler needs whole weights
         sampler.sync_weights(full)
     learn_s = time.perf_counter() - learn_start

@@ -18,24 +18,21 @@ from collections import defaultdict
 import torch
 
 from workbench.algorithms import aggregate_loss, compute_policy_loss, importance_weights, kl_penalty
-from workbench.batch import Rollouts
+from workbench.batch import Rollouts, TrainBatch
 from workbench.config import AlgorithmConfig
 from workbench.metrics.compute import masked_mean, mismatch_metrics
 
 
-def policy_update(learner, rollouts: Rollouts, advantages: torch.Tensor, algo: AlgorithmConfig,
-                  temperature: float, generator: torch.Generator, *, loss_mask: torch.Tensor | None = None,
-                  ref_logp: torch.Tensor | None = None) -> dict[str, float]:
-    """Update the learner (any backend of ``workbench.train.learner``) on ``rollouts``; returns the
+def policy_update(learner, batch: TrainBatch, algo: AlgorithmConfig, temperature: float,
+                  generator: torch.Generator) -> dict[str, float]:
+    """Update the learner (any backend of ``workbench.train.learner``) on ``batch``; returns the
     step's learner-side metrics.
 
-    ``loss_mask`` (default: the response mask) selects the tokens that carry gradient;
-    ``ref_logp`` adds ``kl_coef · KL(π ‖ π_ref)`` to the loss, aggregated like the policy loss.
+    ``batch.loss_mask`` selects the tokens that carry gradient; ``batch.ref_logp`` adds
+    ``kl_coef · KL(π ‖ π_ref)`` to the loss, aggregated like the policy loss.
     """
-    if hasattr(learner, "announce_update"):  # several DeepSpeed ranks: followers update on the same inputs
-        learner.announce_update(rollouts, advantages, algo, temperature, generator, loss_mask, ref_logp)
+    rollouts, advantages, loss_mask, ref_logp = batch.rollouts, batch.advantages, batch.loss_mask, batch.ref_logp
     mask = rollouts.mask  # [B, T] every response token: metrics see them all
-    loss_mask = mask if loss_mask is None else loss_mask  # [B, T] tokens that carry gradient
     n = mask.shape[0]
     micro = learner.cfg.micro_batch_size
     # One optimizer step over the whole batch in one pass: the loss's forward is also the "old" policy's.
