@@ -29,7 +29,7 @@ import torch
 from workbench.batch import Rollouts, TrainBatch
 from workbench.config import AlgorithmConfig, LearnerConfig, deep_merge
 from workbench.train.logprobs import sequence_logprobs
-from workbench.train.update import policy_update
+from workbench.train.update import ALGORITHM_UNITS, AlgorithmUnits, policy_update
 
 MISSING = (
     "learner.backend=deepspeed needs the deepspeed package: install the `gpu` extra "
@@ -156,10 +156,10 @@ class DeepSpeedLearner:
         self.backward(loss)
         return self.step()
 
-    def update(self, batch: TrainBatch, algo: AlgorithmConfig, temperature: float,
-               generator: torch.Generator) -> dict[str, float]:
+    def update(self, batch: TrainBatch, algo: AlgorithmConfig, temperature: float, generator: torch.Generator,
+               units: AlgorithmUnits = ALGORITHM_UNITS) -> dict[str, float]:
         """One policy update on ``batch``; returns its learner-side metrics."""
-        return policy_update(self, batch, algo, temperature, generator)
+        return policy_update(self, batch, algo, temperature, generator, units)
 
     def close(self) -> None:
         """Nothing to release here: the engine goes with the object."""

@@ -32,7 +32,7 @@ from workbench.config import AlgorithmConfig, LearnerConfig, RunConfig
 from workbench.train import ranks
 from workbench.train.logprobs import sequence_logprobs  # noqa: F401 - re-exported (its home until now)
 from workbench.train.rank_env import check_multi_rank
-from workbench.train.update import policy_update
+from workbench.train.update import ALGORITHM_UNITS, AlgorithmUnits, policy_update
 from workbench.train.wrappers import NonFiniteInjection
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -121,10 +121,10 @@ class TorchLearner:
         self.backward(loss)
         return self.step()
 
-    def update(self, batch: TrainBatch, algo: AlgorithmConfig, temperature: float,
-               generator: torch.Generator) -> dict[str, float]:
+    def update(self, batch: TrainBatch, algo: AlgorithmConfig, temperature: float, generator: torch.Generator,
+               units: AlgorithmUnits = ALGORITHM_UNITS) -> dict[str, float]:
         """One policy update on ``batch``; returns its learner-side metrics."""
-        return policy_update(self, batch, algo, temperature, generator)
+        return policy_update(self, batch, algo, temperature, generator, units)
 
     def close(self) -> None:
         """Nothing to release: the weights go with the object."""

@@ -3,8 +3,9 @@
 Under a multi-process launch (``WORLD_SIZE > 1``, e.g. ``deepspeed --num_gpus 2 --no_local_rank
 $(which workbench) run study.yaml``) rank 0 executes the study as one process would (MLflow, sampling,
 rewards, health, eval, checkpoints' loop state). The other ranks never touch MLflow, never sample
-or score: ``workbench.train.follower.follow()`` receives rank 0's commands (``torch.distributed.broadcast_object_list`` on
-the default group) and repeats each collective learner call with identical inputs:
+or score: ``workbench.train.follower.follow()`` receives rank 0's commands
+(``torch.distributed.broadcast_object_list`` on the default group) and repeats each collective
+learner call with identical inputs:
 
     ("run", cfg)            drop the previous learner; build the run's learner (same model, same config)
     ("update", kwargs)      the same update on the same TrainBatch (its step too: fault injection repeats
@@ -44,6 +45,7 @@ from workbench.train.rank_env import (  # noqa: F401 - ZERO3, NOT_DEEPSPEED, che
     rank,
     world_size,
 )
+from workbench.train.update import ALGORITHM_UNITS, AlgorithmUnits
 from workbench.train.wrappers import LearnerWrapper
 
 
@@ -77,12 +79,12 @@ def receive() -> tuple:
 class MultiRankLeader(LearnerWrapper):
     """Rank 0's learner: each collective call is first sent to the followers, which repeat it."""
 
-    def update(self, batch: TrainBatch, algo: AlgorithmConfig, temperature: float,
-               generator: torch.Generator) -> dict[str, float]:
+    def update(self, batch: TrainBatch, algo: AlgorithmConfig, temperature: float, generator: torch.Generator,
+               units: AlgorithmUnits = ALGORITHM_UNITS) -> dict[str, float]:
         """Followers update on the same inputs (sent before anything is consumed, the RNG state included)."""
         send("update", {"batch": batch.to("cpu"), "algo": algo,  # CUDA tensors would land on rank 0's GPU
                         "temperature": temperature, "generator_state": generator.get_state()})
-        return self.inner.update(batch, algo, temperature, generator)
+        return self.inner.update(batch, algo, temperature, generator, units)
 
     def save_checkpoint(self, directory: Path) -> None:
         send("save", str(directory))

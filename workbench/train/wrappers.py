@@ -10,7 +10,7 @@ import torch
 
 from workbench.batch import TrainBatch
 from workbench.config import AlgorithmConfig
-from workbench.train.update import policy_update
+from workbench.train.update import ALGORITHM_UNITS, AlgorithmUnits, policy_update
 
 
 class LearnerWrapper:
@@ -33,11 +33,11 @@ class NonFiniteInjection(LearnerWrapper):
         self.at_step = at_step
         self.poisoned = False  # inside the update of step at_step
 
-    def update(self, batch: TrainBatch, algo: AlgorithmConfig, temperature: float,
-               generator: torch.Generator) -> dict[str, float]:
+    def update(self, batch: TrainBatch, algo: AlgorithmConfig, temperature: float, generator: torch.Generator,
+               units: AlgorithmUnits = ALGORITHM_UNITS) -> dict[str, float]:
         self.poisoned = batch.step == self.at_step
         try:
-            return policy_update(self, batch, algo, temperature, generator)  # its backward() comes here
+            return policy_update(self, batch, algo, temperature, generator, units)  # its backward() comes here
         finally:
             self.poisoned = False
 
