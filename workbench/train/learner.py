@@ -63,14 +63,13 @@ def build_learner(model, cfg: RunConfig):
 
     On rank 0 of several processes the followers build the same learner at the same time
     (``deepspeed.initialize`` is collective) and then mirror its updates (``ranks.MultiRankLeader``)."""
-    if ranks.multi_rank() and not ranks.is_follower():
+    leader = ranks.multi_rank() and not ranks.is_follower()  # rank 0 of several DeepSpeed processes
+    if leader:
         ranks.send("run", cfg)  # after load_policy: the tiny model is cached before followers load it
     learner = build_backend(model, cfg.learner)
-    if cfg.learner.inject_nonfinite_at_step is not None:  # every rank: followers poison the same step
+    if cfg.learner.inject_nonfinite_at_step is not None:  # on every rank: followers poison the same step
         learner = NonFiniteInjection(learner, cfg.learner.inject_nonfinite_at_step)
-    if ranks.multi_rank() and not ranks.is_follower():
-        learner = ranks.MultiRankLeader(learner)
-    return learner
+    return ranks.MultiRankLeader(learner) if leader else learner
 
 
 def build_backend(model, cfg: LearnerConfig):

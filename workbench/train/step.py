@@ -26,7 +26,8 @@ from workbench.models import load_policy
 from workbench.reward import AnswerVerifier
 from workbench.reward.rollouts import score_rollouts
 from workbench.rollout import build_sampler
-from workbench.tasks import Problem, build_task
+from workbench.rollout.base import Sampler
+from workbench.tasks import Problem, Task, build_task
 from workbench.train.learner import ReferencePolicy, build_learner
 from workbench.train.stopwatch import Stopwatch
 from workbench.train.update import ALGORITHM_UNITS, AlgorithmUnits
@@ -36,9 +37,9 @@ from workbench.train.update import ALGORITHM_UNITS, AlgorithmUnits
 class RunParts:
     """A run's collaborators, built once by ``open_run_parts`` and used by every step."""
 
-    task: object  # workbench.tasks: sample_train(n, rng), eval_problems()
+    task: Task
     eval_set: list[Problem]
-    sampler: object  # workbench.rollout: generate(...), sync_weights(model)
+    sampler: Sampler
     verifier: AnswerVerifier
     learner: object  # workbench.train.learner: a backend inside its wrappers
     reference: ReferencePolicy | None  # the frozen initial policy, only with KL
@@ -113,17 +114,16 @@ def train_batch(cfg: RunConfig, step: int, scored: ScoredRollouts, parts: RunPar
 
 def perf_metrics(seconds: dict[str, float], sampled: ScoredRollouts, batch: TrainBatch,
                  epochs: int) -> dict[str, float]:
-    """The step's ``perf/*`` metrics from its stopwatch sections; sampling and scoring time themselves."""
+    """The step's ``perf/*`` metrics from its stopwatch sections (every sampling and scoring round)."""
     generated = float(sampled.rollouts.lengths.sum())
     learned = float(batch.rollouts.attention_mask.sum()) * epochs
-    sample_s = sampled.rollouts.sample_seconds
     return {
-        "perf/algorithm_s": seconds.get("algorithm", 0.0),
+        "perf/algorithm_s": seconds["algorithm"],
         "perf/step_s": seconds["step"],
-        "perf/sample_s": sample_s,
-        "perf/score_s": sampled.score_seconds,
+        "perf/sample_s": seconds["sample"],
+        "perf/score_s": seconds["score"],
         "perf/learn_s": seconds["learn"],
-        "perf/sample_tokens_per_s": generated / max(sample_s, 1e-9),
+        "perf/sample_tokens_per_s": generated / max(seconds["sample"], 1e-9),
         "perf/learn_tokens_per_s": learned / max(seconds["learn"], 1e-9),
         "perf/sample_tokens": generated,
     }
@@ -151,9 +151,11 @@ def collect_batch(cfg: RunConfig, step: int, parts: RunParts) -> tuple[ScoredRol
     rounds, kept, groups_kept = [], [], 0
     for round_ in range(algo.max_sampling_rounds if keep_group else 1):
         problems = parts.task.sample_train(roll.prompts_per_step, parts.rng)
-        rollouts = parts.sampler.generate(problems, roll.group_size, temperature=cfg.sampler.temperature,
-                                          seed=(cfg.seed * 1_000_003 + step) * 101 + round_)
-        scored = score_rollouts(parts.verifier, rollouts, parts.shaping)
+        with parts.watch("sample"):
+            rollouts = parts.sampler.generate(problems, roll.group_size, temperature=cfg.sampler.temperature,
+                                              seed=(cfg.seed * 1_000_003 + step) * 101 + round_)
+        with parts.watch("score"):
+            scored = score_rollouts(parts.verifier, rollouts, parts.shaping)
         rounds.append(scored)
         if keep_group is None:
             return scored, scored, {}
