@@ -10,7 +10,7 @@ Every backend offers the same surface, so ``policy_update`` and the loop never a
     full_state_dict()   the full weights by name (what a sampler loads)
     policy_copy()       a frozen full copy (the reference policy for KL)
     save_checkpoint(dir) / load_checkpoint(dir)
-    update(batch, algo, temperature, generator) -> metrics   one policy update (``policy_update``)
+    update(batch, algo, temperature, generator, units) -> metrics   one policy update (``policy_update``)
     close()             the run is over
 
 ``build_learner(model, cfg)`` builds the run's learner: the backend named by ``learner.backend``,

@@ -1,4 +1,4 @@
-"""One policy update on a batch of scored rollouts: the PPO-style inner loop.
+"""One policy update on a ``TrainBatch``: the PPO-style inner loop.
 
 Composes registered units by name (estimator, IS correction, policy loss, aggregation);
 knows no paper. ``epochs × minibatches`` optimizer steps per batch; with a single step the
@@ -8,6 +8,10 @@ forward that computes the loss also provides the "old" logprobs (ratio exactly 1
 accumulated before its one optimizer step. Each micro-batch loss is weighted by its share of
 the minibatch loss (``micro_shares``), so the accumulated gradient is the minibatch gradient for
 every aggregation mode, and the logged metrics keep their meaning (means over the minibatch).
+
+The learner may be any backend inside any wrappers (``workbench.train.wrappers``): this module
+neither knows nor asks. The algorithm units are called through ``AlgorithmUnits``, which the run
+times (``perf/algorithm_s``) from outside.
 """
 
 from __future__ import annotations

@@ -20,13 +20,18 @@ class LearnerWrapper:
         self.inner = inner
 
     def __getattr__(self, name: str):  # only called for what this wrapper does not define itself
+        if name == "inner":  # not set yet (copy, unpickling): no endless recursion
+            raise AttributeError(name)
         return getattr(self.inner, name)
 
 
 class NonFiniteInjection(LearnerWrapper):
     """Fault injection (``learner.inject_nonfinite_at_step``): the update of batch step ``at_step``
     back-propagates a NaN loss, so its gradient is non-finite. The backend reports it (``grad/norm``)
-    and never applies it, and the health rules see what a real blow-up looks like."""
+    and never applies it, and the health rules see what a real blow-up looks like.
+
+    Wrap a backend directly: the update runs over this wrapper's calls (``policy_update(self, ...)``),
+    so ``backward`` comes here. ``build_learner`` puts the multi-rank leader outside it."""
 
     def __init__(self, inner, at_step: int) -> None:
         super().__init__(inner)
