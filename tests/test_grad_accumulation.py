@@ -20,6 +20,7 @@ from tests.algorithms.strategies import random_logps, random_mask
 from tests.learner_helpers import micro_policy_batch
 from tests.tolerance import EPS64, order_tolerance, reduction_depth
 from workbench.algorithms import AGG_MODES, POLICY_LOSSES, aggregate_loss, compute_policy_loss, kl_penalty
+from workbench.batch import TrainBatch
 from workbench.config import AlgorithmConfig, LearnerConfig
 from workbench.train.learner import TorchLearner
 from workbench.train.update import micro_shares, policy_update
@@ -122,7 +123,8 @@ def update_once(setup, a: AlgorithmConfig, micro: int | None, ref_shift: float |
     model, rollouts, advantages = setup
     learner = GradRecordingLearner(copy.deepcopy(model), LearnerConfig(lr=1e-2, micro_batch_size=micro))
     ref = None if ref_shift is None else rollouts.sampler_logp - ref_shift
-    metrics = policy_update(learner, rollouts, advantages, a, 1.0, torch.Generator().manual_seed(0), ref_logp=ref)
+    metrics = policy_update(learner, TrainBatch.of(rollouts, advantages, ref_logp=ref), a, 1.0,
+                            torch.Generator().manual_seed(0))
     return learner, metrics
 
 

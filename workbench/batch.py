@@ -1,4 +1,5 @@
-"""Typed containers passed between stages: Rollouts (sampled) -> ScoredRollouts (rewarded).
+"""Typed containers passed between stages: Rollouts (sampled) -> ScoredRollouts (rewarded)
+-> TrainBatch (what the policy update consumes).
 
 Shapes: B sequences (prompts × group), P prompt tokens (left-padded), T response tokens
 (right-padded). ``mask`` is 1 on response tokens, EOS included.
@@ -53,6 +54,31 @@ class ScoredRollouts:
     correct: torch.Tensor  # [B] bool, judged by the verifier
     reward_terms: dict[str, torch.Tensor] = field(default_factory=dict)  # name -> [B]
     score_seconds: float = 0.0
+
+
+@dataclass
+class TrainBatch:
+    """One RL step's update input, handed from scoring and advantage estimation to the learner.
+
+    The token ids, masks and sampler logprobs are the rollouts'; the rest is named here.
+    """
+
+    step: int  # the RL step this batch trains (fault injection and followers key on it)
+    rollouts: Rollouts  # token ids [B, P+T], response mask [B, T], sampler logprobs [B, T]
+    advantages: torch.Tensor  # [B] one advantage per sequence
+    loss_mask: torch.Tensor  # [B, T] the response tokens that carry gradient (token filters applied)
+    ref_logp: torch.Tensor | None = None  # [B, T] reference-policy logprobs (KL); None without KL
+
+    @classmethod
+    def of(cls, rollouts: Rollouts, advantages: torch.Tensor, *, step: int = 0,
+           loss_mask: torch.Tensor | None = None, ref_logp: torch.Tensor | None = None) -> TrainBatch:
+        """A batch whose loss mask defaults to every response token."""
+        return cls(step, rollouts, advantages, rollouts.mask if loss_mask is None else loss_mask, ref_logp)
+
+    def to(self, device: torch.device | str) -> TrainBatch:
+        """The same batch with every tensor on ``device``."""
+        return TrainBatch(self.step, self.rollouts.to(device), self.advantages.to(device), self.loss_mask.to(device),
+                          None if self.ref_logp is None else self.ref_logp.to(device))
 
 
 def select(scored: ScoredRollouts, keep: torch.Tensor) -> ScoredRollouts:

@@ -154,7 +154,9 @@ def run(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
         os.environ[PROGRESS_EVERY_ENV] = str(progress_every)
 
     if ranks.is_follower():  # several DeepSpeed ranks: rank 0 runs the study, this rank mirrors its learner
-        raise typer.Exit(ranks.follow())
+        from workbench.train.follower import follow
+
+        raise typer.Exit(follow())
     warn_inert_knobs(specs)  # rank 0 (or the only process) lints; followers mirror it
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")  # a server prints no links per run
     if parallel is None:

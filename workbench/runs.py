@@ -17,7 +17,7 @@ from workbench.tracking.redact import redact_config
 from workbench.tracking.store import resolve_tracking_uri
 from workbench.tracking.writer import OutagePolicy, RunTracker, TrackingOutage, resend_spills
 from workbench.train.checkpoint import RunCheckpoints
-from workbench.train.loop import train
+from workbench.train.loop import StopReason, train
 from workbench.train.ranks import check_multi_rank
 
 
@@ -199,24 +199,24 @@ def execute_run(cfg: RunConfig, *, study: str, variant: str, label: str, parent_
         return outcome
     monitor = HealthMonitor.from_config(cfg.health, unlogged=unlogged_by_config(cfg.flat()))
     bar = progress or RunProgress(enabled=False)
-    stop_reason = ""
 
-    def step_hook(step: int, metrics: dict[str, float]) -> None:
+    def step_hook(step: int, metrics: dict[str, float]) -> StopReason | None:
         bar.on_step(step, metrics)
-        if on_step is not None:
-            on_step(step, metrics)
+        try:
+            if on_step is not None:
+                on_step(step, metrics)
+        except StopRun as stop:  # a deliberate stop: the loop ends the run and returns what was done
+            return StopReason(stop.reason)
+        return None
 
     try:  # from here on, every exit closes the MLflow run with a status
         tracker.log_params(redact_config(cfg.flat()))  # a tracking.uri's password is never stored
         tracker.log_dict(redact_config(cfg.model_dump(mode="json")), "config.yaml")
         bar.start_run(label, cfg.rollout.steps)
         result = train(cfg, tracker, monitor, on_step=step_hook, checkpoints=checkpoints)
-    except StopRun as stop:
-        result, stop_reason = stop.partial, stop.reason
     except BaseException as error:  # noqa: BLE001 - every exit path must close the MLflow run
         return _close_failed(tracker, monitor, bar, outcome, error)
-    if result.stopped_early and not stop_reason:
-        stop_reason = f"health: {monitor.reasons}"
+    stop_reason = "" if result.stop is None else result.stop.reason
     try:
         tracker.set_tags(monitor.tags() | {"workbench.stopped_early": str(bool(stop_reason)).lower(),
                                            "workbench.stop_reason": stop_reason})

@@ -16,11 +16,11 @@ from deepspeed.utils import safe_get_full_optimizer_state
 from tests.learner_helpers import micro_policy_batch
 from tests.tolerance import order_tolerance, reduction_depth
 from workbench.algorithms import AGG_MODES
-from workbench.config import AlgorithmConfig, LearnerConfig, SamplerConfig
+from workbench.batch import TrainBatch
+from workbench.config import AlgorithmConfig, LearnerConfig, RunConfig, SamplerConfig
 from workbench.rollout.hf import HFSampler
 from workbench.train.deepspeed_learner import DeepSpeedLearner, deepspeed_config
 from workbench.train.learner import TorchLearner, build_learner
-from workbench.train.update import policy_update
 
 LR = 1e-3
 
@@ -39,12 +39,12 @@ def learner(setup, **fields):
     backend = fields.pop("backend", "deepspeed")
     if fields.get("zero_stage") == 3:
         fields["deepspeed_config"] = ZERO3_PARTITION_ALL
-    return build_learner(copy.deepcopy(setup[0]), LearnerConfig(backend=backend, lr=LR, **fields))
+    return build_learner(copy.deepcopy(setup[0]), RunConfig(learner=LearnerConfig(backend=backend, lr=LR, **fields)))
 
 
-def update(setup, lrn, algo: AlgorithmConfig | None = None) -> dict[str, float]:
+def update(setup, lrn, algo: AlgorithmConfig | None = None, step: int = 0) -> dict[str, float]:
     algo = algo or AlgorithmConfig(preset="grpo", minibatches=2)
-    return policy_update(lrn, setup[3], setup[4], algo, 1.0, torch.Generator().manual_seed(0))
+    return lrn.update(TrainBatch.of(setup[3], setup[4], step=step), algo, 1.0, torch.Generator().manual_seed(0))
 
 
 def weights(lrn) -> list[torch.Tensor]:
@@ -149,14 +149,12 @@ def test_accumulated_gradient_equals_the_unsplit_gradient(setup, stage, agg_mode
 def test_non_finite_step_is_reported_and_not_applied(setup, stage, dtype):
     """A NaN loss (learner.inject_nonfinite_at_step) gives a non-finite grad/norm and leaves the
     weights as they were; the next, finite update applies normally."""
-    lrn = learner(setup, zero_stage=stage, dtype=dtype)
+    lrn = learner(setup, zero_stage=stage, dtype=dtype, inject_nonfinite_at_step=0)
     before = weights(lrn)
-    lrn.poison_next_update = True
-    metrics = update(setup, lrn)
+    metrics = update(setup, lrn, step=0)
     assert not torch.isfinite(torch.tensor(metrics["grad/norm"]))
     assert max_abs_diff(weights(lrn), before) == 0.0
-    lrn.poison_next_update = False
-    metrics = update(setup, lrn)
+    metrics = update(setup, lrn, step=1)
     assert torch.isfinite(torch.tensor(metrics["grad/norm"]))
     assert max_abs_diff(weights(lrn), before) > 1e-4
 

@@ -26,9 +26,10 @@ from typing import Any
 
 import torch
 
-from workbench.batch import Rollouts
-from workbench.config import LearnerConfig, deep_merge
+from workbench.batch import Rollouts, TrainBatch
+from workbench.config import AlgorithmConfig, LearnerConfig, deep_merge
 from workbench.train.logprobs import sequence_logprobs
+from workbench.train.update import ALGORITHM_UNITS, AlgorithmUnits, policy_update
 
 MISSING = (
     "learner.backend=deepspeed needs the deepspeed package: install the `gpu` extra "
@@ -112,7 +113,6 @@ class DeepSpeedLearner:
             raise ValueError(f"learner.dtype=float16: DeepSpeed's {get_accelerator().device_name()} accelerator has "
                              "no fp16 training; use bfloat16 or float32 (fp16 needs a GPU)")
         self.cfg = cfg
-        self.poison_next_update = False
         self._deepspeed = deepspeed
         self._module_type, self._module_config = type(model), getattr(model, "config", None)
         self.engine, *_ = deepspeed.initialize(model=model.float().train(), model_parameters=model.parameters(),
@@ -133,8 +133,6 @@ class DeepSpeedLearner:
 
     def backward(self, loss: torch.Tensor) -> None:
         """Add ``d loss / d weights`` to the accumulated gradient (one micro-batch)."""
-        if self.poison_next_update:  # fault injection (learner.inject_nonfinite_at_step)
-            loss = loss * float("nan")
         self.engine.backward(loss, scale_wrt_gas=False)  # the micro-batch weights are policy_update's
 
     def step(self) -> float:
@@ -157,6 +155,14 @@ class DeepSpeedLearner:
     def optimizer_step(self, loss: torch.Tensor) -> float:
         self.backward(loss)
         return self.step()
+
+    def update(self, batch: TrainBatch, algo: AlgorithmConfig, temperature: float, generator: torch.Generator,
+               units: AlgorithmUnits = ALGORITHM_UNITS) -> dict[str, float]:
+        """One policy update on ``batch``; returns its learner-side metrics."""
+        return policy_update(self, batch, algo, temperature, generator, units)
+
+    def close(self) -> None:
+        """Nothing to release here: the engine goes with the object."""
 
     @contextlib.contextmanager
     def gathered_model(self) -> Iterator[torch.nn.Module]:

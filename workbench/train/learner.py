@@ -10,8 +10,12 @@ Every backend offers the same surface, so ``policy_update`` and the loop never a
     full_state_dict()   the full weights by name (what a sampler loads)
     policy_copy()       a frozen full copy (the reference policy for KL)
     save_checkpoint(dir) / load_checkpoint(dir)
+    update(batch, algo, temperature, generator, units) -> metrics   one policy update (``policy_update``)
+    close()             the run is over
 
-``build_learner(model, cfg)`` picks the backend named by ``learner.backend``.
+``build_learner(model, cfg)`` builds the run's learner: the backend named by ``learner.backend``,
+inside the wrappers the run asks for (``workbench.train.wrappers``): fault injection
+(``learner.inject_nonfinite_at_step``) and, on rank 0 of several processes, the multi-rank leader.
 """
 
 from __future__ import annotations
@@ -23,10 +27,13 @@ from pathlib import Path
 
 import torch
 
-from workbench.batch import Rollouts
-from workbench.config import LearnerConfig
+from workbench.batch import Rollouts, TrainBatch
+from workbench.config import AlgorithmConfig, LearnerConfig, RunConfig
+from workbench.train import ranks
 from workbench.train.logprobs import sequence_logprobs  # noqa: F401 - re-exported (its home until now)
 from workbench.train.rank_env import check_multi_rank
+from workbench.train.update import ALGORITHM_UNITS, AlgorithmUnits, policy_update
+from workbench.train.wrappers import NonFiniteInjection
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -51,7 +58,21 @@ def resolve_device(name: str) -> str:
     return name
 
 
-def build_learner(model, cfg: LearnerConfig):
+def build_learner(model, cfg: RunConfig):
+    """The run's learner, owning ``model`` from now on: the backend, inside the wrappers the run needs.
+
+    On rank 0 of several processes the followers build the same learner at the same time
+    (``deepspeed.initialize`` is collective) and then mirror its updates (``ranks.MultiRankLeader``)."""
+    leader = ranks.multi_rank() and not ranks.is_follower()  # rank 0 of several DeepSpeed processes
+    if leader:
+        ranks.send("run", cfg)  # after load_policy: the tiny model is cached before followers load it
+    learner = build_backend(model, cfg.learner)
+    if cfg.learner.inject_nonfinite_at_step is not None:  # on every rank: followers poison the same step
+        learner = NonFiniteInjection(learner, cfg.learner.inject_nonfinite_at_step)
+    return ranks.MultiRankLeader(learner) if leader else learner
+
+
+def build_backend(model, cfg: LearnerConfig):
     """The learner backend named by ``cfg.backend``, owning ``model`` from now on.
 
     Every rank builds its learner here, so the multi-rank rules are checked here once (preflight
@@ -72,7 +93,6 @@ class TorchLearner:
     def __init__(self, model, cfg: LearnerConfig) -> None:
         self.cfg = cfg
         self.device = torch.device(resolve_device(cfg.device))
-        self.poison_next_update = False
         self.model = model.to(device=self.device, dtype=DTYPES[cfg.dtype]).train()
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay
@@ -85,8 +105,6 @@ class TorchLearner:
 
     def backward(self, loss: torch.Tensor) -> None:
         """Add ``d loss / d weights`` to the accumulated gradient (one micro-batch)."""
-        if self.poison_next_update:  # fault injection (learner.inject_nonfinite_at_step)
-            loss = loss * float("nan")
         loss.backward()
 
     def step(self) -> float:
@@ -101,6 +119,14 @@ class TorchLearner:
         """Backward, clip the global grad norm, step. Returns the pre-clip grad norm."""
         self.backward(loss)
         return self.step()
+
+    def update(self, batch: TrainBatch, algo: AlgorithmConfig, temperature: float, generator: torch.Generator,
+               units: AlgorithmUnits = ALGORITHM_UNITS) -> dict[str, float]:
+        """One policy update on ``batch``; returns its learner-side metrics."""
+        return policy_update(self, batch, algo, temperature, generator, units)
+
+    def close(self) -> None:
+        """Nothing to release: the weights go with the object."""
 
     @contextlib.contextmanager
     def gathered_model(self) -> Iterator[torch.nn.Module]:

@@ -3,11 +3,13 @@
 Under a multi-process launch (``WORLD_SIZE > 1``, e.g. ``deepspeed --num_gpus 2 --no_local_rank
 $(which workbench) run study.yaml``) rank 0 executes the study as one process would (MLflow, sampling,
 rewards, health, eval, checkpoints' loop state). The other ranks never touch MLflow, never sample
-or score: ``follow()`` receives rank 0's commands (``torch.distributed.broadcast_object_list`` on
-the default group) and repeats each collective learner call with identical inputs:
+or score: ``workbench.train.follower.follow()`` receives rank 0's commands
+(``torch.distributed.broadcast_object_list`` on the default group) and repeats each collective
+learner call with identical inputs:
 
     ("run", cfg)            drop the previous learner; build the run's learner (same model, same config)
-    ("update", kwargs)      policy_update on the same rollouts, advantages, masks, RNG state, fault flag
+    ("update", kwargs)      the same update on the same TrainBatch (its step too: fault injection repeats
+                            itself) and RNG state
     ("save", dir) / ("load", dir)   engine.save_checkpoint / load_checkpoint (collective in DeepSpeed)
     ("end",)                the run is over (sent in a ``finally``: a crash or health stop on rank 0 too)
     ("stop",)               the study is over: followers return
@@ -19,7 +21,8 @@ collective. If rank 0 dies hard (``kill -9``, OOM), no command comes: the launch
 torchrun) kills the other ranks when one exits; otherwise they wait until the process-group timeout
 (``WORKBENCH_RANK_TIMEOUT_S``, default 6 h, long enough for rank 0's sampling and eval between updates).
 
-With ``WORLD_SIZE`` unset or 1 nothing here runs: every hook returns at once.
+Rank 0's side is ``MultiRankLeader``, the learner wrapper ``build_learner`` puts around rank 0's learner
+when ``WORLD_SIZE > 1``; with ``WORLD_SIZE`` unset or 1 nothing here runs.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ from typing import Any
 
 import torch
 
+from workbench.batch import TrainBatch
+from workbench.config import AlgorithmConfig
 from workbench.train.rank_env import (  # noqa: F401 - ZERO3, NOT_DEEPSPEED, check_multi_rank: re-exported
     NOT_DEEPSPEED,
     ZERO3,
@@ -40,6 +45,8 @@ from workbench.train.rank_env import (  # noqa: F401 - ZERO3, NOT_DEEPSPEED, che
     rank,
     world_size,
 )
+from workbench.train.update import ALGORITHM_UNITS, AlgorithmUnits
+from workbench.train.wrappers import LearnerWrapper
 
 
 def ensure_group() -> None:
@@ -69,31 +76,15 @@ def receive() -> tuple:
     return box[0]
 
 
-def cpu(value):
-    """Tensors cross ranks on the CPU: a pickled CUDA tensor would land on rank 0's GPU number."""
-    if value is None or isinstance(value, (int, float, bool, str)):
-        return value
-    return value.cpu() if isinstance(value, torch.Tensor) else value.to("cpu")
+class MultiRankLeader(LearnerWrapper):
+    """Rank 0's learner: each collective call is first sent to the followers, which repeat it."""
 
-
-class LearnerLeader:
-    """Rank 0's learner: the wrapped learner's surface; each collective call is first sent to the followers."""
-
-    def __init__(self, learner) -> None:
-        object.__setattr__(self, "inner", learner)
-
-    def __getattr__(self, name: str):
-        return getattr(self.inner, name)
-
-    def __setattr__(self, name: str, value) -> None:  # e.g. poison_next_update lands on the learner
-        setattr(self.inner, name, value)
-
-    def announce_update(self, rollouts, advantages, algo, temperature, generator, loss_mask, ref_logp) -> None:
-        """Called by ``policy_update`` before it consumes anything: followers update on the same inputs."""
-        send("update", {"rollouts": cpu(rollouts), "advantages": cpu(advantages), "algo": algo,
-                        "temperature": temperature, "generator_state": generator.get_state(),
-                        "loss_mask": cpu(loss_mask), "ref_logp": cpu(ref_logp),
-                        "poison": bool(self.inner.poison_next_update)})
+    def update(self, batch: TrainBatch, algo: AlgorithmConfig, temperature: float, generator: torch.Generator,
+               units: AlgorithmUnits = ALGORITHM_UNITS) -> dict[str, float]:
+        """Followers update on the same inputs (sent before anything is consumed, the RNG state included)."""
+        send("update", {"batch": batch.to("cpu"), "algo": algo,  # CUDA tensors would land on rank 0's GPU
+                        "temperature": temperature, "generator_state": generator.get_state()})
+        return self.inner.update(batch, algo, temperature, generator, units)
 
     def save_checkpoint(self, directory: Path) -> None:
         send("save", str(directory))
@@ -106,54 +97,10 @@ class LearnerLeader:
     def close(self) -> None:
         """The run is over, however it ended."""
         send("end")
-
-
-def build_learner(model, cfg):
-    """Rank 0 of several: followers build the same learner now (``deepspeed.initialize`` is collective)."""
-    from workbench.train.learner import build_learner as build
-
-    send("run", cfg)  # after load_policy: the tiny model is cached before followers load it
-    return LearnerLeader(build(model, cfg.learner))
+        self.inner.close()
 
 
 def stop_followers() -> None:
-    """Rank 0 at the end of the CLI command, however it ended: followers return from ``follow()``."""
+    """Rank 0 at the end of the CLI command, however it ended: followers return from ``follower.follow()``."""
     if multi_rank() and not is_follower():
         send("stop")
-
-
-def follow() -> int:
-    """A follower rank's whole CLI command: mirror rank 0's learner calls until it says stop."""
-    from workbench.models import load_policy
-    from workbench.train.learner import build_learner
-    from workbench.train.update import policy_update
-
-    ensure_group()
-    learner = None
-    generator = torch.Generator()
-    while True:
-        command, *args = receive()
-        if command == "stop":
-            return 0
-        if command == "end":
-            learner = None
-        elif command == "run":
-            (cfg,) = args
-            learner = None  # a run that crashed before its "end" (none is lost: "end" comes from a finally)
-            torch.manual_seed(cfg.seed)
-            model, _ = load_policy(cfg.model, cfg.task)
-            learner = build_learner(model, cfg.learner)
-        elif command == "update":
-            (kw,) = args
-            generator.set_state(kw["generator_state"])
-            learner.poison_next_update = kw["poison"]
-            device = learner.device
-            optional = {k: None if kw[k] is None else kw[k].to(device) for k in ("loss_mask", "ref_logp")}
-            policy_update(learner, kw["rollouts"].to(device), kw["advantages"].to(device), kw["algo"],
-                          kw["temperature"], generator, **optional)
-        elif command == "save":
-            learner.save_checkpoint(Path(args[0]))
-        elif command == "load":
-            learner.load_checkpoint(Path(args[0]))
-        else:
-            raise RuntimeError(f"unknown command from rank 0: {command!r}")

@@ -1,4 +1,4 @@
-"""One policy update on a batch of scored rollouts: the PPO-style inner loop.
+"""One policy update on a ``TrainBatch``: the PPO-style inner loop.
 
 Composes registered units by name (estimator, IS correction, policy loss, aggregation);
 knows no paper. ``epochs × minibatches`` optimizer steps per batch; with a single step the
@@ -8,34 +8,71 @@ forward that computes the loss also provides the "old" logprobs (ratio exactly 1
 accumulated before its one optimizer step. Each micro-batch loss is weighted by its share of
 the minibatch loss (``micro_shares``), so the accumulated gradient is the minibatch gradient for
 every aggregation mode, and the logged metrics keep their meaning (means over the minibatch).
+
+The learner may be any backend inside any wrappers (``workbench.train.wrappers``): this module
+neither knows nor asks. The algorithm units are called through ``AlgorithmUnits``, which the run
+times (``perf/algorithm_s``) from outside.
 """
 
 from __future__ import annotations
 
-import time
 from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
 from workbench.algorithms import aggregate_loss, compute_policy_loss, importance_weights, kl_penalty
-from workbench.batch import Rollouts
+from workbench.batch import Rollouts, TrainBatch
 from workbench.config import AlgorithmConfig
 from workbench.metrics.compute import masked_mean, mismatch_metrics
 
 
-def policy_update(learner, rollouts: Rollouts, advantages: torch.Tensor, algo: AlgorithmConfig,
-                  temperature: float, generator: torch.Generator, *, loss_mask: torch.Tensor | None = None,
-                  ref_logp: torch.Tensor | None = None) -> dict[str, float]:
-    """Update the learner (any backend of ``workbench.train.learner``) on ``rollouts``; returns the
+def rows_loss(algo: AlgorithmConfig, batch: TrainBatch, rows: torch.Tensor | slice, logp: torch.Tensor,
+              old_logp: torch.Tensor, is_weights: torch.Tensor | None,
+              share: tuple[float, float] | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+    """(loss, policy metrics) of the sequences ``rows`` (``logp`` is theirs), reduced over them: the policy
+    loss plus ``kl_coef ·`` the KL loss when KL is in the loss. ``share`` weights the (policy, KL) parts
+    by this micro-batch's share of the minibatch loss (``micro_shares``)."""
+    loss_mask = batch.loss_mask[rows]
+    policy, policy_metrics = compute_policy_loss(
+        algo.loss, logp, old_logp[rows], batch.advantages[rows], loss_mask,
+        agg_mode=algo.agg_mode, norm_constant=algo.norm_constant,
+        is_weights=None if is_weights is None else is_weights[rows], **algo.loss_kwargs(),
+    )
+    kl = None
+    if batch.ref_logp is not None and algo.kl_in == "loss":
+        kl = aggregate_loss(kl_penalty(logp, batch.ref_logp[rows], algo.kl_estimator), loss_mask,
+                            algo.agg_mode, norm_constant=algo.norm_constant)
+    if share is not None:  # this micro-batch's part of the minibatch loss
+        policy = share[0] * policy
+        kl = None if kl is None else share[1] * kl
+    return (policy if kl is None else policy + algo.kl_coef * kl), policy_metrics
+
+
+@dataclass(frozen=True)
+class AlgorithmUnits:
+    """The algorithm's own computations inside an update, apart from the learner's passes: the
+    importance weights and the loss of some rows. The run times them as ``perf/algorithm_s``
+    (``Stopwatch.timed``); everything else calls them as they are (``ALGORITHM_UNITS``)."""
+
+    importance_weights: Callable
+    rows_loss: Callable
+
+
+ALGORITHM_UNITS = AlgorithmUnits(importance_weights=importance_weights, rows_loss=rows_loss)
+
+
+def policy_update(learner, batch: TrainBatch, algo: AlgorithmConfig, temperature: float,
+                  generator: torch.Generator, units: AlgorithmUnits = ALGORITHM_UNITS) -> dict[str, float]:
+    """Update the learner (any backend of ``workbench.train.learner``) on ``batch``; returns the
     step's learner-side metrics.
 
-    ``loss_mask`` (default: the response mask) selects the tokens that carry gradient;
-    ``ref_logp`` adds ``kl_coef · KL(π ‖ π_ref)`` to the loss, aggregated like the policy loss.
+    ``batch.loss_mask`` selects the tokens that carry gradient; ``batch.ref_logp`` adds
+    ``kl_coef · KL(π ‖ π_ref)`` to the loss, aggregated like the policy loss.
     """
-    if hasattr(learner, "announce_update"):  # several DeepSpeed ranks: followers update on the same inputs
-        learner.announce_update(rollouts, advantages, algo, temperature, generator, loss_mask, ref_logp)
+    rollouts, loss_mask, ref_logp = batch.rollouts, batch.loss_mask, batch.ref_logp
     mask = rollouts.mask  # [B, T] every response token: metrics see them all
-    loss_mask = mask if loss_mask is None else loss_mask  # [B, T] tokens that carry gradient
     n = mask.shape[0]
     micro = learner.cfg.micro_batch_size
     # One optimizer step over the whole batch in one pass: the loss's forward is also the "old" policy's.
@@ -51,26 +88,10 @@ def policy_update(learner, rollouts: Rollouts, advantages: torch.Tensor, algo: A
         metrics["kl/ref"] = masked_mean(kl_penalty(old_logp, ref_logp, algo.kl_estimator), mask)
     metrics |= mismatch_metrics(old_logp, rollouts.sampler_logp, mask)
     is_weights = None
-    algo_s = 0.0  # time inside the registered algorithm units (benchmarked against learner time)
     if algo.correction is not None:
-        t0 = time.perf_counter()
-        is_weights, is_metrics = importance_weights(algo.correction, old_logp, rollouts.sampler_logp, mask,
-                                                    cap=algo.correction_cap)
-        algo_s += time.perf_counter() - t0
+        is_weights, is_metrics = units.importance_weights(algo.correction, old_logp, rollouts.sampler_logp, mask,
+                                                          cap=algo.correction_cap)
         metrics |= is_metrics
-
-    def micro_loss(rows: torch.Tensor, logp: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None, dict]:
-        """(policy loss, KL loss or None, policy metrics) of the sequences ``rows``, reduced over them."""
-        loss, loss_metrics = compute_policy_loss(
-            algo.loss, logp, old_logp[rows], advantages[rows], loss_mask[rows],
-            agg_mode=algo.agg_mode, norm_constant=algo.norm_constant,
-            is_weights=None if is_weights is None else is_weights[rows], **algo.loss_kwargs(),
-        )
-        kl = None
-        if ref_logp is not None and algo.kl_in == "loss":
-            kl = aggregate_loss(kl_penalty(logp, ref_logp[rows], algo.kl_estimator), loss_mask[rows],
-                                algo.agg_mode, norm_constant=algo.norm_constant)
-        return loss, kl, loss_metrics
 
     sums: dict[str, float] = defaultdict(float)
     updates = 0
@@ -84,13 +105,8 @@ def policy_update(learner, rollouts: Rollouts, advantages: torch.Tensor, algo: A
                 if not single:
                     logp, _ = learner.logprobs(rollouts, part, temperature, with_entropy=False)
                 sel = slice(None) if single else part
-                t0 = time.perf_counter()
-                policy, kl, loss_metrics = micro_loss(sel, logp)
-                if shares is not None:  # this micro-batch's part of the minibatch loss
-                    policy = shares[k][0] * policy
-                    kl = None if kl is None else shares[k][1] * kl
-                loss = policy if kl is None else policy + algo.kl_coef * kl
-                algo_s += time.perf_counter() - t0
+                loss, loss_metrics = units.rows_loss(algo, batch, sel, logp, old_logp, is_weights,
+                                                     None if shares is None else shares[k])
                 learner.backward(loss)
                 minibatch.add(loss_mask[sel], float(loss.detach()), loss_metrics)
             grad_norm = learner.step()
@@ -100,7 +116,6 @@ def policy_update(learner, rollouts: Rollouts, advantages: torch.Tensor, algo: A
             updates += 1
     metrics |= {key: value / updates for key, value in sums.items()}  # means over the optimizer steps
     metrics["train/optimizer_steps"] = float(updates)
-    metrics["perf/algorithm_s"] = algo_s
     return metrics
 
 

@@ -1,0 +1,105 @@
+"""The algorithm path's pieces: the learner wrappers ``build_learner`` chooses, the one stopwatch,
+and the rule that the loop and the update hold no multi-rank, fault-injection or timing code."""
+
+from __future__ import annotations
+
+import ast
+import copy
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.learner_helpers import micro_policy_batch
+from workbench.batch import TrainBatch
+from workbench.config import AlgorithmConfig, LearnerConfig, RunConfig
+from workbench.train.learner import TorchLearner, build_learner
+from workbench.train.stopwatch import Stopwatch
+from workbench.train.update import ALGORITHM_UNITS
+from workbench.train.wrappers import NonFiniteInjection
+
+TRAIN = Path(__file__).resolve().parent.parent / "workbench" / "train"
+ALGO = AlgorithmConfig(preset="grpo", minibatches=2)
+
+
+@pytest.fixture(scope="module")
+def setup():
+    """A 1-layer micro Llama, 12 sampled completions and fixed advantages."""
+    return micro_policy_batch()
+
+
+def learner_for(setup, **fields):
+    return build_learner(copy.deepcopy(setup[0]), RunConfig(learner=LearnerConfig(lr=1e-3, **fields)))
+
+
+def update(setup, learner, step: int, units=ALGORITHM_UNITS) -> dict[str, float]:
+    batch = TrainBatch.of(setup[3], setup[4], step=step)
+    return learner.update(batch, ALGO, 1.0, torch.Generator().manual_seed(0), units)
+
+
+def weights(learner) -> list[torch.Tensor]:
+    return [p.detach().clone() for p in learner.model.parameters()]
+
+
+def test_build_learner_wraps_the_backend_only_when_fault_injection_is_asked(setup):
+    assert type(learner_for(setup)) is TorchLearner
+    wrapped = learner_for(setup, inject_nonfinite_at_step=3)
+    assert isinstance(wrapped, NonFiniteInjection) and isinstance(wrapped.inner, TorchLearner)
+    assert wrapped.device == wrapped.inner.device  # the rest of the surface is the backend's
+
+
+def test_fault_injection_poisons_exactly_its_step_and_the_step_is_never_applied(setup):
+    """Step 1 back-propagates a NaN loss: a non-finite grad/norm, weights untouched; steps 0 and 2 train."""
+    learner = learner_for(setup, inject_nonfinite_at_step=1)
+    before = weights(learner)
+    assert torch.isfinite(torch.tensor(update(setup, learner, step=0)["grad/norm"]))
+    after_0 = weights(learner)
+    assert any(not torch.equal(a, b) for a, b in zip(after_0, before))
+    assert not torch.isfinite(torch.tensor(update(setup, learner, step=1)["grad/norm"]))
+    assert all(torch.equal(a, b) for a, b in zip(weights(learner), after_0))
+    assert torch.isfinite(torch.tensor(update(setup, learner, step=2)["grad/norm"]))
+    assert not learner.poisoned  # the poison ends with its update
+
+
+def test_a_wrapper_outside_its_step_changes_nothing(setup):
+    """Same inputs, same float operations: the wrapped and the bare learner agree bit for bit."""
+    bare, wrapped = learner_for(setup), learner_for(setup, inject_nonfinite_at_step=7)
+    assert update(setup, bare, step=0) == update(setup, wrapped, step=0)
+    assert all(torch.equal(a, b) for a, b in zip(weights(bare), weights(wrapped)))
+
+
+def test_timed_algorithm_units_change_no_value_and_record_their_time(setup):
+    watch = Stopwatch()
+    plain, timed = learner_for(setup), learner_for(setup)
+    expected = update(setup, plain, step=0)
+    assert update(setup, timed, step=0, units=watch.timed(ALGORITHM_UNITS, "algorithm")) == expected
+    assert watch.lap()["algorithm"] > 0
+    assert watch.lap() == {}  # a lap starts the next one from zero
+
+
+def test_stopwatch_sections_add_up_and_nest():
+    watch = Stopwatch()
+    with watch("outer"):
+        for _ in range(2):
+            with watch("inner"):
+                time.sleep(0.01)
+    seconds = watch.lap()
+    assert seconds["inner"] >= 0.02  # two entries add up (sleep sleeps at least as long as asked)
+    assert seconds["outer"] >= seconds["inner"]  # the outer section holds the inner one
+
+
+# What acceptance forbids in the loop and the update: multi-rank, fault-injection and timing code.
+FORBIDDEN_NAMES = {"perf_counter", "time", "monotonic", "ranks", "multi_rank", "is_follower", "send",
+                   "announce_update", "inject_nonfinite_at_step", "poison_next_update", "Stopwatch", "watch",
+                   "hasattr", "partial"}
+
+
+@pytest.mark.parametrize("module", ["loop.py", "update.py"])
+def test_loop_and_update_hold_no_multi_rank_fault_injection_or_timing_code(module):
+    tree = ast.parse((TRAIN / module).read_text())
+    used = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
+    used |= {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
+    used |= {alias.name.split(".")[-1] for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
+             for alias in node.names}
+    assert used & FORBIDDEN_NAMES == set()

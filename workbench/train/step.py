@@ -1,0 +1,175 @@
+"""One RL step, the algorithm path, and the collaborators it runs on:
+
+    sample G completions per prompt -> score -> (batch filter: refill) -> advantages -> TrainBatch
+    -> the learner's update -> sync the weights to the sampler -> the step's metrics
+
+It composes registered units by name from the run config and never names a paper. Timing goes
+through the run's one stopwatch (``perf/*``); the update's algorithm units are timed by it too.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from contextlib import ExitStack, closing, contextmanager
+from dataclasses import dataclass
+
+import torch
+
+from workbench.algorithms import compute_advantages, kl_penalty
+from workbench.algorithms.filters import BATCH_FILTERS, TOKEN_FILTERS, filter_input
+from workbench.batch import ScoredRollouts, TrainBatch, concat, select
+from workbench.config import RunConfig
+from workbench.health import HealthMonitor
+from workbench.metrics.compute import rollout_metrics
+from workbench.models import load_policy
+from workbench.reward import AnswerVerifier
+from workbench.reward.rollouts import score_rollouts
+from workbench.rollout import build_sampler
+from workbench.rollout.base import Sampler
+from workbench.tasks import Problem, Task, build_task
+from workbench.train.learner import ReferencePolicy, build_learner
+from workbench.train.stopwatch import Stopwatch
+from workbench.train.update import ALGORITHM_UNITS, AlgorithmUnits
+
+
+@dataclass
+class RunParts:
+    """A run's collaborators, built once by ``open_run_parts`` and used by every step."""
+
+    task: Task
+    eval_set: list[Problem]
+    sampler: Sampler
+    verifier: AnswerVerifier
+    learner: object  # workbench.train.learner: a backend inside its wrappers
+    reference: ReferencePolicy | None  # the frozen initial policy, only with KL
+    shaping: tuple  # reward shaping specs (cfg.reward.specs())
+    monitor: HealthMonitor
+    rng: random.Random  # which training prompts are drawn
+    generator: torch.Generator  # minibatch order
+    watch: Stopwatch  # every perf/* timing
+    units: AlgorithmUnits  # the update's algorithm units, timed into perf/algorithm_s
+
+
+@contextmanager
+def open_run_parts(cfg: RunConfig, monitor: HealthMonitor) -> Iterator[RunParts]:
+    """Build the run's collaborators; the verifier's workers, the sampler's engine and the learner
+    (several ranks: the followers' run) are released however the run ends."""
+    torch.manual_seed(cfg.seed)
+    rng = random.Random(f"train-{cfg.seed}")
+    generator = torch.Generator().manual_seed(cfg.seed)
+    task = build_task(cfg.task)
+    eval_set = task.eval_problems()[: cfg.rollout.eval_size]
+    model, tokenizer = load_policy(cfg.model, cfg.task)
+    learner = build_learner(model, cfg)  # learner.backend: torch | deepspeed, in the wrappers the run needs
+    with learner.gathered_model() as full:  # a vLLM engine copies the weights: ZeRO-3 must gather them first
+        sampler = build_sampler(cfg, full, tokenizer, cfg.model.prompt_template)
+    reference = ReferencePolicy(learner.policy_copy()) if cfg.algorithm.kl_coef > 0 else None  # no KL, no copy
+    shaping = cfg.reward.specs()
+    watch = Stopwatch()
+    with ExitStack() as stack:
+        verifier = stack.enter_context(AnswerVerifier(timeout_s=cfg.reward.timeout_s, workers=cfg.reward.workers))
+        stack.enter_context(closing(sampler))
+        stack.enter_context(closing(learner))
+        yield RunParts(task, eval_set, sampler, verifier, learner, reference, shaping, monitor, rng, generator,
+                       watch, watch.timed(ALGORITHM_UNITS, "algorithm"))
+
+
+def rl_step(cfg: RunConfig, step: int, parts: RunParts) -> dict[str, float]:
+    """One RL step: sample, score, estimate advantages, update, sync. Returns its metrics."""
+    watch = parts.watch
+    watch.lap()  # this step's sections only
+    with watch("step"):
+        sampled, scored, metrics = collect_batch(cfg, step, parts)
+        batch = train_batch(cfg, step, scored, parts)
+        with watch("learn"):
+            metrics |= parts.learner.update(batch, cfg.algorithm, cfg.sampler.temperature, parts.generator,
+                                            parts.units)
+            with parts.learner.gathered_model() as full:  # ZeRO-3: the sampler needs whole weights
+                parts.sampler.sync_weights(full)
+        metrics |= rollout_metrics(sampled)  # over everything sampled, not only what was kept
+    return metrics | perf_metrics(watch.lap(), sampled, batch, cfg.algorithm.epochs)
+
+
+def train_batch(cfg: RunConfig, step: int, scored: ScoredRollouts, parts: RunParts) -> TrainBatch:
+    """The update's input: the kept rollouts on the learner's device, their advantages (KL in the reward
+    when asked), the token filters' loss mask and the reference logprobs."""
+    algo, temperature, learner = cfg.algorithm, cfg.sampler.temperature, parts.learner
+    rollouts = scored.rollouts.to(learner.device)
+    loss_mask = rollouts.mask
+    for name in algo.token_filters:
+        loss_mask = TOKEN_FILTERS.get(name)(loss_mask, rollouts.truncated)
+    rewards = scored.rewards.to(learner.device)  # [B]
+    ref_logp = None if parts.reference is None else parts.reference.logprobs(rollouts, temperature)  # [B, T]
+    if ref_logp is not None and algo.kl_in == "reward":  # KL as a per-sequence reward penalty
+        with torch.no_grad():
+            logp, _ = learner.logprobs(rollouts, slice(None), temperature, with_entropy=False)
+        seq_kl = (kl_penalty(logp, ref_logp, algo.kl_estimator) * rollouts.mask).sum(-1)  # [B]
+        rewards = rewards - algo.kl_coef * seq_kl
+    with parts.watch("algorithm"):
+        advantages = compute_advantages(algo.estimator, rewards, rollouts.group_ids, mask=rollouts.mask,
+                                        **algo.estimator_params)  # [B]
+    return TrainBatch(step, rollouts, advantages, loss_mask, ref_logp)
+
+
+def perf_metrics(seconds: dict[str, float], sampled: ScoredRollouts, batch: TrainBatch,
+                 epochs: int) -> dict[str, float]:
+    """The step's ``perf/*`` metrics from its stopwatch sections (every sampling and scoring round)."""
+    generated = float(sampled.rollouts.lengths.sum())
+    learned = float(batch.rollouts.attention_mask.sum()) * epochs
+    return {
+        "perf/algorithm_s": seconds["algorithm"],
+        "perf/step_s": seconds["step"],
+        "perf/sample_s": seconds["sample"],
+        "perf/score_s": seconds["score"],
+        "perf/learn_s": seconds["learn"],
+        "perf/sample_tokens_per_s": generated / max(seconds["sample"], 1e-9),
+        "perf/learn_tokens_per_s": learned / max(seconds["learn"], 1e-9),
+        "perf/sample_tokens": generated,
+    }
+
+
+def health_metrics(step: int, metrics: dict[str, float], parts: RunParts) -> dict[str, float]:
+    """The health rules' verdict on this step's metrics, and the time they took (``perf/health_s``)."""
+    parts.watch.lap()
+    with parts.watch("health"):
+        verdict = parts.monitor.observe(step, metrics).as_metrics()
+    return verdict | {"perf/health_s": parts.watch.lap()["health"]}
+
+
+def collect_batch(cfg: RunConfig, step: int, parts: RunParts) -> tuple[ScoredRollouts, ScoredRollouts,
+                                                                         dict[str, float]]:
+    """Sample and score ``prompts_per_step`` groups; with a batch filter, refill dropped groups.
+
+    Returns (everything sampled, the training batch, batch metrics). Without a filter both
+    are the same single round. With one, rounds continue until the batch is full or
+    ``max_sampling_rounds`` is reached; a batch left with no group keeps the last round whole
+    (its advantages are all zero, so the update is a no-op rather than a crash).
+    """
+    algo, roll = cfg.algorithm, cfg.rollout
+    keep_group = None if algo.batch_filter is None else BATCH_FILTERS.get(algo.batch_filter)
+    rounds, kept, groups_kept = [], [], 0
+    for round_ in range(algo.max_sampling_rounds if keep_group else 1):
+        problems = parts.task.sample_train(roll.prompts_per_step, parts.rng)
+        with parts.watch("sample"):
+            rollouts = parts.sampler.generate(problems, roll.group_size, temperature=cfg.sampler.temperature,
+                                              seed=(cfg.seed * 1_000_003 + step) * 101 + round_)
+        with parts.watch("score"):
+            scored = score_rollouts(parts.verifier, rollouts, parts.shaping)
+        rounds.append(scored)
+        if keep_group is None:
+            return scored, scored, {}
+        keep = keep_group(filter_input(algo.filter_on, scored.rewards, scored.correct),
+                          rollouts.group_ids)  # [B] bool, whole groups
+        kept.append(select(scored, keep))
+        groups_kept += int(keep.sum()) // roll.group_size
+        if groups_kept >= roll.prompts_per_step:
+            break
+    sampled = concat(rounds)
+    batch = concat([k for k in kept if len(k.rewards)]) if groups_kept else rounds[-1]
+    limit = roll.prompts_per_step * roll.group_size
+    if len(batch.rewards) > limit:  # the last round overshot: keep whole groups up to the batch size
+        batch = select(batch, torch.arange(len(batch.rewards)) < limit)
+    n_sampled = len(rounds) * roll.prompts_per_step
+    metrics = {"batch/filtered_frac": 1 - groups_kept / n_sampled, "batch/sampling_rounds": float(len(rounds))}
+    return sampled, batch, metrics
