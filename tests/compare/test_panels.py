@@ -42,23 +42,19 @@ def frames(curves=CURVES, metric="reward/mean"):
     return history, runs
 
 
-def test_mean_band_is_the_hand_mean_with_scipys_percentile_bootstrap():
+def test_mean_band_is_the_hand_mean_with_scipys_t_interval():
     history, runs = frames()
-    panel = curve_panel(history, runs, "reward/mean", aggregation="mean", n_resamples=400, seed=7)
+    panel = curve_panel(history, runs, "reward/mean", aggregation="mean")
     assert panel.groups == ["a", "b"] and panel.curves is None and panel.markers is None
-    assert panel.interval == "95% percentile bootstrap CI of the mean across runs (400 resamples)"
+    assert panel.interval == "95% t interval of the mean across runs at each x"
     a = panel.band("a")
     assert a["step"].tolist() == [0, 1, 2] and a["n"].tolist() == [3, 3, 3]
     np.testing.assert_allclose(a["estimate"], MEANS_A, rtol=0, atol=MEAN_TOL)
-    # The band resamples runs (the same resample at every step), as scipy.stats.bootstrap does for
-    # a runs x steps array along axis 0: same generator, same draws, so the same percentiles.
     m = np.array([CURVES[("a", s)] for s in range(3)])
-    ci = sps.bootstrap((m,), np.mean, axis=0, vectorized=True, method="percentile", n_resamples=400,
-                       confidence_level=0.95, rng=np.random.default_rng(7)).confidence_interval
-    # Each bound interpolates between two resampled means (<= 3 roundings each, values < 12):
-    # a few eps * 12 apart at most; 1e-13 allows for nanmean vs mean summing differently.
-    np.testing.assert_allclose(a["lo"], ci.low, rtol=0, atol=1e-13)
-    np.testing.assert_allclose(a["hi"], ci.high, rtol=0, atol=1e-13)
+    low, high = sps.t.interval(0.95, 2, loc=m.mean(axis=0), scale=sps.sem(m, axis=0))
+    # mean and sd of 3 values < 12 (a few roundings each), times a t quantile < 5: well under 1e-13
+    np.testing.assert_allclose(a["lo"], low, rtol=0, atol=1e-13)
+    np.testing.assert_allclose(a["hi"], high, rtol=0, atol=1e-13)
     assert (a["lo"] <= a["estimate"]).all() and (a["estimate"] <= a["hi"]).all()
     b = panel.band("b")  # one run: its own curve, no interval
     assert b["estimate"].tolist() == [5.0, 5.0, 5.0] and b["n"].tolist() == [1, 1, 1]
@@ -68,7 +64,7 @@ def test_mean_band_is_the_hand_mean_with_scipys_percentile_bootstrap():
 def test_a_run_missing_at_a_step_counts_in_n_and_leaves_no_band_below_two_runs():
     curves = {("a", 0): [0.0, 1.0, 2.0], ("a", 1): [1.0, 2.0], ("a", 2): [2.0]}
     history, runs = frames(curves)
-    a = curve_panel(history, runs, "reward/mean", n_resamples=100).band("a")
+    a = curve_panel(history, runs, "reward/mean").band("a")
     assert a["n"].tolist() == [3, 2, 1]
     np.testing.assert_allclose(a["estimate"], [1.0, 1.5, 2.0], rtol=0, atol=MEAN_TOL)
     assert np.isfinite(a["lo"].iloc[:2]).all() and a["lo"].iloc[2:].isna().all()
@@ -77,7 +73,7 @@ def test_a_run_missing_at_a_step_counts_in_n_and_leaves_no_band_below_two_runs()
 def test_iqm_band_centre_is_scipys_trimmed_mean():
     curves = {("a", s): [float(s), float(s * s)] for s in range(5)}
     history, runs = frames(curves)
-    panel = curve_panel(history, runs, "reward/mean", aggregation="iqm", n_resamples=50)
+    panel = curve_panel(history, runs, "reward/mean", aggregation="iqm")
     assert "IQM" in panel.interval
     m = np.array([curves[("a", s)] for s in range(5)])
     expected = sps.trim_mean(m, 0.25, axis=0)  # 5 runs: floor(1.25) = 1 dropped at each end
@@ -99,7 +95,7 @@ def test_no_aggregation_keeps_every_run_and_an_unlogged_metric_has_no_panel():
 def test_runs_are_grouped_by_arm():
     history, runs = frames({("a", 0): [1.0], ("a", 1): [3.0], ("b", 0): [0.0]})
     runs["arm"] = ["a/lr=1", "a/lr=2", "b"]  # two grid points of "a": never averaged together
-    panel = curve_panel(history, runs, "reward/mean", n_resamples=20)
+    panel = curve_panel(history, runs, "reward/mean")
     assert panel.groups == ["a/lr=1", "a/lr=2", "b"]
     assert panel.band("a/lr=2")["estimate"].tolist() == [3.0]
     assert panel_groups(history, runs) == ["a/lr=1", "a/lr=2", "b"]
@@ -128,7 +124,7 @@ def test_markers_sit_on_the_last_value_at_or_before_their_step():
     # a-1 at step 1: 2.0; a-2 at step 9 (after its last step 2): 7.0; a-0 before step 0: its first, 0.0
     assert markers["y"].tolist() == [2.0, 7.0, 0.0]
     assert markers["label"].tolist() == ["a/seed=1", "a-2", "a-0"]
-    panel = curve_panel(history, runs, "reward/mean", health_events=events, markers=True, n_resamples=10)
+    panel = curve_panel(history, runs, "reward/mean", health_events=events, markers=True)
     pd.testing.assert_frame_equal(panel.markers, event_markers(events, "reward/mean", full, None))
 
 

@@ -209,7 +209,8 @@ def build_compare_report(study: str, table: Any, summary: pd.DataFrame, history:
             warnings += rendered.warnings
             rendered.figure.update_layout(title=None)
             sections.append(Section("Curves", figure=rendered.figure, note=(
-                f"Mean over the runs of each {unit} with a 95% percentile-bootstrap band (runs resampled); "
+                f"Mean over the runs of each {unit} with its 95% t interval at each step (the interval of the "
+                "summaries, pointwise); "
                 "x = RL step. Dashed/dotted lines: the second/third metric of a panel (see its title).")))
     if cells is not None and len(cells):
         sections.append(Section("Health", figure=health_matrix_figure(cells, title=None), note=(

@@ -10,9 +10,9 @@ per-run summary metrics with the per-run values beside it.
 
     from workbench.compare.panels import curve_panel
 
-    panel = curve_panel(history, runs, "reward/mean", x="step", aggregation="mean", seed=0)
+    panel = curve_panel(history, runs, "reward/mean", x="step", aggregation="mean")
     panel.bands        # group, step, n, estimate, lo, hi   (one row per group and step)
-    panel.interval     # '95% percentile bootstrap CI of the mean across runs (1000 resamples)'
+    panel.interval     # '95% t interval of the mean across runs at each x'
 
 The statistics are :mod:`workbench.compare.stats`' (:func:`~workbench.compare.stats.curve_bands`,
 :func:`~workbench.compare.report.compare_variants`); this module only chooses what goes in which
@@ -90,10 +90,12 @@ def run_labels(runs: pd.DataFrame) -> dict[str, str]:
 # Curve panels
 # --------------------------------------------------------------------------------------------
 
-def band_interval_name(statistic: str, confidence: float, n_resamples: int) -> str:
+def band_interval_name(statistic: str, confidence: float) -> str:
     """What :func:`~workbench.compare.stats.curve_bands` computes, in words (legends, hover, docs)."""
-    centre = "IQM" if statistic == "iqm" else "mean"
-    return f"{confidence:.0%} percentile bootstrap CI of the {centre} across runs ({n_resamples} resamples)"
+    if statistic == "iqm":
+        return (f"{confidence:.0%} CI of the IQM across runs at each x (trimmed-mean t from 4 runs, "
+                "t interval of the mean below)")
+    return f"{confidence:.0%} t interval of the mean across runs at each x"
 
 
 @dataclass
@@ -171,8 +173,7 @@ def event_markers(events: pd.DataFrame | None, metric: str, hist: pd.DataFrame,
 
 
 def curve_panel(history: pd.DataFrame, runs: pd.DataFrame, metric: str, *, x: str = "step",
-                aggregation: str = "mean", confidence: float = 0.95, n_resamples: int = 1000,
-                seed: int | None = 0, max_points: int = 300, health_events: pd.DataFrame | None = None,
+                aggregation: str = "mean", confidence: float = 0.95, max_points: int = 300, health_events: pd.DataFrame | None = None,
                 markers: bool = False, labels: Mapping[str, str] | None = None) -> CurvePanel | None:
     """The data of one metric's curve panel, or None when no run logged ``metric``.
 
@@ -180,7 +181,7 @@ def curve_panel(history: pd.DataFrame, runs: pd.DataFrame, metric: str, *, x: st
     grouped by arm (grid points are not seeds). On x = step, at most ``max_points`` steps are kept
     (:func:`thin_steps`); samples and tokens are aligned from the full history (they need the
     count metrics). ``aggregation`` mean or iqm: bands by
-    :func:`~workbench.compare.stats.curve_bands` (seeded by ``seed``); none: every run's curve.
+    :func:`~workbench.compare.stats.curve_bands` (pointwise t intervals); none: every run's curve.
     ``markers``: place ``health_events`` on the curves (x = step only; None otherwise).
     Raises ``ValueError`` when the curves cannot be aligned on ``x`` (missing count metrics) or
     ``aggregation`` is unknown.
@@ -199,9 +200,8 @@ def curve_panel(history: pd.DataFrame, runs: pd.DataFrame, metric: str, *, x: st
     if aggregation in ("mean", "iqm"):
         with warnings.catch_warnings():  # all-NaN columns (no run at some x) are expected
             warnings.simplefilter("ignore", RuntimeWarning)
-            panel.bands = curve_bands(aligned, x=x, statistic=aggregation, confidence=confidence,
-                                      n_resamples=n_resamples, rng=seed)
-        panel.interval = band_interval_name(aggregation, confidence, n_resamples)
+            panel.bands = curve_bands(aligned, x=x, statistic=aggregation, confidence=confidence)
+        panel.interval = band_interval_name(aggregation, confidence)
     else:
         panel.curves = aligned
     if markers and x == "step":

@@ -468,8 +468,7 @@ def render_dashboard(spec: DashboardSpec, data: DashboardData) -> RenderedDashbo
             for j, metric in enumerate(p.metrics):
                 try:  # samples/tokens need the count metrics and params: the full history and runs
                     panel = curve_panel(data.history, data.runs, metric, x=p.x, aggregation=p.aggregation,
-                                        confidence=data.confidence, n_resamples=data.n_resamples,
-                                        seed=data.seed, max_points=data.max_points,
+                                        confidence=data.confidence, max_points=data.max_points,
                                         health_events=data.health_events, markers=p.health_markers,
                                         labels=data.labels)
                 except ValueError as e:
