@@ -119,6 +119,11 @@ class SamplerConfig(Strict):
         "hf", description="hf = transformers generate; vllm = a vLLM engine (extra `gpu`, or `make engines` on a CPU)"
     )
     dtype: Dtype = "float32"
+    decode: Literal["lean", "generate"] = Field(
+        "lean",
+        description="hf: lean = the workbench's own KV-cached decode loop (same draws and logprobs as generate, "
+        "less per-token overhead); generate = transformers' generate (the reference path)",
+    )
     temperature: float = Field(1.0, gt=0)
     top_p: float = Field(1.0, gt=0, le=1)
     max_new_tokens: int = Field(32, ge=1, le=MAX_BATCH)
