@@ -25,7 +25,7 @@ import torch
 
 from workbench.batch import Rollouts
 from workbench.config import LearnerConfig
-from workbench.train.logprobs import sequence_logprobs  # noqa: F401 - re-exported (its home until now)
+from workbench.train.logprobs import lean_sequence_logprobs, sequence_logprobs
 from workbench.train.rank_env import check_multi_rank
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -81,7 +81,8 @@ class TorchLearner:
 
     def logprobs(self, rollouts: Rollouts, rows: torch.Tensor | slice, temperature: float,
                  with_entropy: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
-        return sequence_logprobs(self.model, rollouts, rows, temperature, with_entropy)
+        forward = lean_sequence_logprobs if self.cfg.forward == "lean" else sequence_logprobs  # full: the reference
+        return forward(self.model, rollouts, rows, temperature, with_entropy)
 
     def backward(self, loss: torch.Tensor) -> None:
         """Add ``d loss / d weights`` to the accumulated gradient (one micro-batch)."""
