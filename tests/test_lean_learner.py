@@ -15,7 +15,7 @@ from workbench.models.tiny import init_tiny_model
 from workbench.models.tokenizer import build_char_tokenizer
 from workbench.rollout.hf import HFSampler
 from workbench.tasks import ArithmeticTask
-from workbench.train.learner import TorchLearner
+from workbench.train.learner import ReferencePolicy, TorchLearner
 from workbench.train.logprobs import lean_sequence_logprobs, sequence_logprobs
 from workbench.train.update import policy_update
 
@@ -115,3 +115,16 @@ def test_full_is_selectable_and_lean_is_the_default():
     assert LearnerConfig(forward="full").forward == "full"
     with pytest.raises(ValueError):
         LearnerConfig(forward="packed")
+
+
+def test_reference_policy_runs_the_lean_forward(setup):
+    """The reference policy (a frozen copy, eval mode) gives the learner's logprobs at equal weights."""
+    model, rollouts, _ = setup
+    learner = TorchLearner(copy.deepcopy(model), LearnerConfig())
+    reference = ReferencePolicy(learner.policy_copy())
+    assert reference.forward is lean_sequence_logprobs
+    with torch.no_grad():
+        logp, _ = learner.logprobs(rollouts, slice(None), 1.0, with_entropy=False)
+    on = rollouts.mask.bool()
+    ref = reference.logprobs(rollouts, 1.0)
+    assert (ref[on] - logp[on]).abs().max() <= tolerance(model, rollouts, float(logp[on].abs().max()) + 1)

@@ -37,12 +37,14 @@ class ReferencePolicy:
     Give it a copy (``learner.policy_copy()``): it is put in eval mode and never trained.
     """
 
-    def __init__(self, model) -> None:
+    def __init__(self, model, forward: str = "lean") -> None:
         self.model = model.eval().requires_grad_(False)
+        # lean: the torch learner's default forward (same logprobs as full to float tolerance, less work)
+        self.forward = lean_sequence_logprobs if forward == "lean" else sequence_logprobs
 
     @torch.no_grad()
     def logprobs(self, rollouts: Rollouts, temperature: float) -> torch.Tensor:
-        return sequence_logprobs(self.model, rollouts, slice(None), temperature, with_entropy=False)[0]
+        return self.forward(self.model, rollouts, slice(None), temperature, with_entropy=False)[0]
 
 
 def resolve_device(name: str) -> str:
