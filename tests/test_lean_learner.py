@@ -8,6 +8,8 @@ import random
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.tolerance import order_tolerance, reduction_depth
 from workbench.config import AlgorithmConfig, LearnerConfig, SamplerConfig, TinyModelConfig
@@ -74,6 +76,23 @@ def test_logprobs_and_entropy_equal_the_full_forward(setup, rows):
     assert (entropy[on] - ref_entropy[on]).abs().max() <= tolerance(model, rollouts, float(ref_entropy.max()) + 1)
     width = int(rollouts.mask[select].sum(1).max())
     assert (logp[:, width:] == 0).all()  # beyond the micro-batch's longest response: nothing computed
+
+
+@settings(max_examples=15, deadline=None)
+@given(data=st.data())
+def test_any_micro_batch_gives_the_full_forwards_logprobs(setup, data):
+    """Property: for any subset of rows, in any order (a micro-batch of a shuffled minibatch), the lean
+    forward's logprobs are the full forward's, row by row, within the summation-order tolerance."""
+    model, rollouts, _ = setup
+    n = rollouts.completion_ids.shape[0]
+    rows = torch.tensor(data.draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=n, unique=True)))
+    with torch.no_grad():
+        ref, _ = sequence_logprobs(model, rollouts, rows, 0.7, with_entropy=False)
+        logp, _ = lean_sequence_logprobs(model, rollouts, rows, 0.7, with_entropy=False)
+    on = rollouts.mask[rows].bool()
+    # magnitude: (|logp| + 1) / temperature: a logit enters logp scaled by 1/0.7
+    assert (logp[on] - ref[on]).abs().max() <= tolerance(model, rollouts, (float(ref[on].abs().max()) + 1) / 0.7)
+    assert logp.shape == ref.shape
 
 
 def test_gradient_and_metrics_equal_the_full_forward(setup):
