@@ -25,7 +25,8 @@ import torch
 
 from workbench.batch import Rollouts
 from workbench.config import LearnerConfig
-from workbench.train.logprobs import lean_sequence_logprobs, sequence_logprobs
+from workbench.train.logprobs import sequence_logprobs  # noqa: F401 - re-exported (its home until now)
+from workbench.train.logprobs import lean_sequence_logprobs
 from workbench.train.rank_env import check_multi_rank
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
