@@ -20,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_vs_trl import GRAD_CLIP, GROUP_SIZE, LR, MAX_NEW_TOKENS, PROMPTS_PER_STEP, TASK_FILE, build_model_dir  # noqa: E402
 
-PARTS = {  # (module path suffix, function name) -> label
+PARTS = {  # (part of the module path, function name) -> label
     ("rollout/hf.py", "generate"): "sample (HFSampler.generate)",
     ("rollout/decode.py", "decode"): "  lean decode loop",
     ("rollout/hf.py", "generate_reference"): "  transformers generate",
@@ -29,7 +29,7 @@ PARTS = {  # (module path suffix, function name) -> label
     ("train/learner.py", "logprobs"): "  forward (logprobs)",
     ("train/learner.py", "backward"): "  backward",
     ("train/learner.py", "step"): "  clip + AdamW step",
-    ("train/loop.py", "rl_step"): "whole rl_step",
+    ("/train/", "rl_step"): "whole rl_step",  # train/loop.py, or train/step.py after the loop's restructuring
 }
 
 
@@ -88,7 +88,7 @@ def main() -> None:
     print(f"CPU seconds per RL step ({args.threads} torch thread(s), {args.steps} steps, "
           f"{'reference' if args.reference else 'lean'} paths):")
     for (suffix, name), label in PARTS.items():
-        total = sum(v[3] for (file, _, func), v in stats.items() if file.endswith(suffix) and func == name)
+        total = sum(v[3] for (file, _, func), v in stats.items() if suffix in file and func == name)
         if total:
             print(f"  {label:<32} {total / args.steps:7.3f}")
     if ops is not None:
