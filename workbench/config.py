@@ -119,6 +119,11 @@ class SamplerConfig(Strict):
         "hf", description="hf = transformers generate; vllm = a vLLM engine (extra `gpu`, or `make engines` on a CPU)"
     )
     dtype: Dtype = "float32"
+    decode: Literal["lean", "generate"] = Field(
+        "lean",
+        description="hf: lean = the workbench's own KV-cached decode loop (same draws and logprobs as generate, "
+        "less per-token overhead); generate = transformers' generate (the reference path)",
+    )
     temperature: float = Field(1.0, gt=0)
     top_p: float = Field(1.0, gt=0, le=1)
     max_new_tokens: int = Field(32, ge=1, le=MAX_BATCH)
@@ -165,6 +170,12 @@ class LearnerConfig(Strict):
     weight_decay: float = Field(0.0, ge=0)
     betas: tuple[float, float] = Field((0.9, 0.99), description="Adam betas, each in [0, 1)")
     grad_clip: float = Field(1.0, gt=0, description="max global grad norm")
+    forward: Literal["lean", "full"] = Field(
+        "lean",
+        description="torch: lean = each distinct prompt of a micro-batch run once and shared by its completions, "
+        "all-padding columns dropped (same logprobs to float tolerance); full = one forward over every "
+        "prompt+completion row (the reference path)",
+    )
     micro_batch_size: int | None = Field(
         None, ge=1,
         description="sequences per forward/backward: a larger minibatch is split and its gradients accumulated "

@@ -1,4 +1,7 @@
-"""HF transformers sampler: KV-cached ``generate`` with per-token logprobs of the sampling distribution.
+"""HF transformers sampler: KV-cached decoding with per-token logprobs of the sampling distribution.
+
+``sampler.decode: lean`` (default) runs the workbench's own decode loop (``workbench.rollout.decode``),
+``generate`` runs transformers' ``generate``, the reference the lean loop is tested against.
 
 Sampling applies exactly what the learner applies: the run config's temperature (and top-p),
 nothing else. ``generate`` would otherwise fill every setting the call leaves unset from the model
@@ -19,6 +22,7 @@ from transformers import GenerationConfig
 from workbench.batch import Rollouts
 from workbench.config import SamplerConfig
 from workbench.rollout.base import grouped_rollouts
+from workbench.rollout.decode import decode
 from workbench.tasks import Problem
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -54,11 +58,28 @@ class HFSampler:
         tok = self.tokenizer
         prompts = [self.template.format(prompt=p.prompt) for p in problems]
         enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(self.model.device)
-        greedy = temperature == 0
         torch.manual_seed(seed)
         was_training = self.model.training
         self.model.eval()
-        with run_config_only(self.model, tok):
+        if self.cfg.decode == "lean":
+            completion, sampler_logp = decode(
+                self.model, enc["input_ids"], enc["attention_mask"], group_size, max_new_tokens=self.cfg.max_new_tokens,
+                temperature=temperature, top_p=self.cfg.top_p, eos_id=tok.eos_token_id, pad_id=tok.pad_token_id)
+        else:
+            completion, sampler_logp = self.generate_reference(enc, group_size, temperature)
+        self.model.train(was_training)
+        sampler_logp = sampler_logp.cpu()
+        completion, enc = completion.cpu(), enc.to("cpu")  # rollouts live on the CPU; the learner moves them
+        mask, truncated = response_mask(completion, tok.eos_token_id)
+        sampler_logp = torch.where(mask.bool(), sampler_logp, torch.zeros_like(sampler_logp))
+        texts = tok.batch_decode(torch.where(mask.bool(), completion, tok.pad_token_id), skip_special_tokens=True)
+        return grouped_rollouts(problems, group_size, enc, completion=completion, mask=mask,
+                                sampler_logp=sampler_logp, truncated=truncated, texts=texts, started=start)
+
+    def generate_reference(self, enc, group_size: int, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """``sampler.decode: generate``: transformers' ``generate`` (completion ids [B, T], their logp [B, T])."""
+        greedy = temperature == 0
+        with run_config_only(self.model, self.tokenizer):
             out = self.model.generate(
                 **enc,
                 do_sample=not greedy,
@@ -69,21 +90,13 @@ class HFSampler:
                 max_new_tokens=self.cfg.max_new_tokens,
                 output_scores=True,
                 return_dict_in_generate=True,
-                pad_token_id=tok.pad_token_id,
-                eos_token_id=tok.eos_token_id,
+                pad_token_id=self.tokenizer.pad_token_id,
+                eos_token_id=self.tokenizer.eos_token_id,
             )
-        self.model.train(was_training)
-        prompt_len = enc["input_ids"].shape[1]
-        completion = out.sequences[:, prompt_len:]  # [B, T]
+        completion = out.sequences[:, enc["input_ids"].shape[1]:]  # [B, T]
         scores = torch.stack(out.scores, dim=1).float()  # [B, T, V] logits after temperature/top-p
-        logp_all = torch.log_softmax(scores, dim=-1)
-        sampler_logp = logp_all.gather(-1, completion.unsqueeze(-1)).squeeze(-1).cpu()  # [B, T]
-        completion, enc = completion.cpu(), enc.to("cpu")  # rollouts live on the CPU; the learner moves them
-        mask, truncated = response_mask(completion, tok.eos_token_id)
-        sampler_logp = torch.where(mask.bool(), sampler_logp, torch.zeros_like(sampler_logp))
-        texts = tok.batch_decode(torch.where(mask.bool(), completion, tok.pad_token_id), skip_special_tokens=True)
-        return grouped_rollouts(problems, group_size, enc, completion=completion, mask=mask,
-                                sampler_logp=sampler_logp, truncated=truncated, texts=texts, started=start)
+        logp = torch.log_softmax(scores, dim=-1).gather(-1, completion.unsqueeze(-1)).squeeze(-1)  # [B, T]
+        return completion, logp
 
 
 @contextlib.contextmanager

@@ -31,6 +31,7 @@ from workbench.batch import Rollouts, TrainBatch
 from workbench.config import AlgorithmConfig, LearnerConfig, RunConfig
 from workbench.train import ranks
 from workbench.train.logprobs import sequence_logprobs  # noqa: F401 - re-exported (its home until now)
+from workbench.train.logprobs import lean_sequence_logprobs
 from workbench.train.rank_env import check_multi_rank
 from workbench.train.update import ALGORITHM_UNITS, AlgorithmUnits, policy_update
 from workbench.train.wrappers import NonFiniteInjection
@@ -44,12 +45,14 @@ class ReferencePolicy:
     Give it a copy (``learner.policy_copy()``): it is put in eval mode and never trained.
     """
 
-    def __init__(self, model) -> None:
+    def __init__(self, model, forward: str = "lean") -> None:
         self.model = model.eval().requires_grad_(False)
+        # lean: the torch learner's default forward (same logprobs as full to float tolerance, less work)
+        self.forward = lean_sequence_logprobs if forward == "lean" else sequence_logprobs
 
     @torch.no_grad()
     def logprobs(self, rollouts: Rollouts, temperature: float) -> torch.Tensor:
-        return sequence_logprobs(self.model, rollouts, slice(None), temperature, with_entropy=False)[0]
+        return self.forward(self.model, rollouts, slice(None), temperature, with_entropy=False)[0]
 
 
 def resolve_device(name: str) -> str:
@@ -101,7 +104,8 @@ class TorchLearner:
 
     def logprobs(self, rollouts: Rollouts, rows: torch.Tensor | slice, temperature: float,
                  with_entropy: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
-        return sequence_logprobs(self.model, rollouts, rows, temperature, with_entropy)
+        forward = lean_sequence_logprobs if self.cfg.forward == "lean" else sequence_logprobs  # full: the reference
+        return forward(self.model, rollouts, rows, temperature, with_entropy)
 
     def backward(self, loss: torch.Tensor) -> None:
         """Add ``d loss / d weights`` to the accumulated gradient (one micro-batch)."""

@@ -1,0 +1,243 @@
+"""Completion tokens/s per RL step: the workbench against TRL's ``GRPOTrainer`` (issue #14).
+
+    python benchmarks/bench_vs_trl.py [--pairs 3] [--steps 10] [--threads 2] [--dir DIR]
+        [--trl-python /work/main/.venv-trl/bin/python] [--sides workbench,trl[,workbench-reference]]
+
+Both sides train the same untrained 1.06M-parameter Llama (hidden 128, 4 layers, 4 heads,
+intermediate 512, tied embeddings, the workbench's 100-symbol character tokenizer, float32),
+saved with ``save_pretrained`` into ``DIR`` together with a JSONL task of ``What is a+b? Answer:``
+prompts. Settings: 16 prompts x 8 completions per step, 32 new tokens at temperature 1, beta 0,
+token-mean (TRL: ``loss_type="dapo"``), clip 0.2, lr 1e-4 constant, grad clip 1.0, one optimizer
+step per batch, one warm-up step then ``--steps`` timed ones.
+
+The sides run alternately, each in a fresh subprocess with ``--threads`` torch threads, so slow
+drift of the machine's load hits both. TRL is a benchmark-only dependency: it runs from its own
+interpreter (``--trl-python``, a venv holding trl and this package); it is not in the main install.
+``workbench`` runs the defaults (``sampler.decode: lean``, ``learner.forward: lean``);
+``workbench-reference`` the reference paths (``decode: generate``, ``forward: full``).
+Printed: per run the median s/step over the timed steps, completion tokens/s (completion tokens of
+the step / step seconds, median), the median CPU seconds per step of the run's own process (less
+sensitive to other load than wall time; the workbench's math-verify workers are other processes),
+the workbench's phases (perf/sample_s, score_s, learn_s) and /proc/loadavg before and after; then
+the ratio of the medians over the pairs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+PROMPTS_PER_STEP, GROUP_SIZE, MAX_NEW_TOKENS = 16, 8, 32
+LR, CLIP, GRAD_CLIP = 1e-4, 0.2, 1.0
+TASK_FILE = "task.jsonl"
+SIDES = ("workbench", "trl", "workbench-reference")
+
+
+# ---------------------------------------------------------------- the shared model directory
+def build_model_dir(directory: Path) -> Path:
+    """The untrained tiny Llama and its tokenizer (``save_pretrained``) plus the JSONL task."""
+    from workbench.config import TinyModelConfig
+    from workbench.models.tiny import init_tiny_model
+    from workbench.models.tokenizer import build_char_tokenizer
+
+    if (directory / "config.json").is_file() and (directory / TASK_FILE).is_file():
+        return directory
+    directory.mkdir(parents=True, exist_ok=True)
+    tokenizer = build_char_tokenizer()
+    shape = TinyModelConfig(arch="llama", hidden_size=128, num_layers=4, num_heads=4, intermediate_size=512, seed=0)
+    model = init_tiny_model(shape, len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id)
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    rng = random.Random("bench-vs-trl")
+    with open(directory / TASK_FILE, "w") as out:
+        for _ in range(1000):
+            a, b = rng.randint(10, 99), rng.randint(10, 99)
+            out.write(json.dumps({"prompt": f"What is {a}+{b}? Answer:", "answer": str(a + b)}) + "\n")
+    return directory
+
+
+def model_parameters(directory: Path) -> int:
+    from transformers import AutoModelForCausalLM
+
+    return sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(directory).parameters())
+
+
+# ---------------------------------------------------------------- one side, in its own process
+def run_workbench(directory: Path, steps: int, reference: bool) -> dict:
+    from workbench.config import RunConfig
+    from workbench.health import HealthMonitor
+    from workbench.train.loop import train
+
+    cfg = RunConfig.model_validate({
+        "seed": 0,
+        "model": {"path": str(directory)},
+        "task": {"name": "jsonl", "path": str(directory / TASK_FILE), "eval_size": 8},
+        "sampler": {"max_new_tokens": MAX_NEW_TOKENS, "temperature": 1.0,
+                    "decode": "generate" if reference else "lean"},
+        "learner": {"lr": LR, "grad_clip": GRAD_CLIP, "device": "cpu", "forward": "full" if reference else "lean"},
+        "rollout": {"prompts_per_step": PROMPTS_PER_STEP, "group_size": GROUP_SIZE, "steps": steps + 1,
+                    "eval_every": steps + 1, "eval_size": 8},
+        "algorithm": {"preset": "grpo", "agg_mode": "token-mean"},
+    })
+
+    class Rows:
+        def __init__(self) -> None:
+            self.rows: list[dict] = []
+            self.cpu: list[float] = []  # process CPU time at each step's end
+
+        def log_metrics(self, metrics, step):
+            if "perf/step_s" in metrics:
+                self.rows.append(metrics)
+                self.cpu.append(time.process_time())
+
+    sink = Rows()
+    train(cfg, sink, HealthMonitor.from_config(cfg.health))
+    timed = sink.rows[1:]  # step 0 warms up
+    return {
+        "step_s": [r["perf/step_s"] for r in timed],
+        "cpu_s": [b - a for a, b in zip(sink.cpu, sink.cpu[1:])],  # step k's end to step k+1's end
+        "completion_tokens": [r["perf/sample_tokens"] for r in timed],
+        "phases": {name: [r[f"perf/{name}_s"] for r in timed] for name in ("sample", "score", "learn")},
+    }
+
+
+def run_trl(directory: Path, steps: int) -> dict:
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from workbench.reward._worker import math_verify_scorer
+    from workbench.tasks.jsonl import read_problems
+
+    problems = read_problems(directory / TASK_FILE)
+    dataset = Dataset.from_list([{"prompt": p.prompt, "answer": p.answer} for p in problems])
+
+    def correct(completions, answer, **_):  # the workbench's verifier (math-verify), in process
+        return [float(math_verify_scorer(c, a, 5.0)[0]) for c, a in zip(completions, answer, strict=True)]
+
+    class StepTimes(TrainerCallback):
+        def __init__(self) -> None:
+            self.seconds: list[float] = []
+            self.cpu: list[float] = []
+            self.started = self.cpu_started = 0.0
+
+        def on_step_begin(self, args, state, control, **kwargs):
+            self.started, self.cpu_started = time.perf_counter(), time.process_time()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            self.seconds.append(time.perf_counter() - self.started)
+            self.cpu.append(time.process_time() - self.cpu_started)
+
+    tokenizer = AutoTokenizer.from_pretrained(directory, padding_side="left")
+    model = AutoModelForCausalLM.from_pretrained(directory, dtype="float32")
+    batch = PROMPTS_PER_STEP * GROUP_SIZE
+    args = GRPOConfig(
+        output_dir=str(directory / "trl-out"), use_cpu=True, bf16=False, gradient_checkpointing=False,
+        per_device_train_batch_size=batch, gradient_accumulation_steps=1, steps_per_generation=1,
+        num_generations=GROUP_SIZE, num_iterations=1, max_completion_length=MAX_NEW_TOKENS,
+        temperature=1.0, top_p=1.0, top_k=0, beta=0.0, epsilon=CLIP, loss_type="dapo",
+        learning_rate=LR, lr_scheduler_type="constant", warmup_steps=0, max_grad_norm=GRAD_CLIP,
+        max_steps=steps + 1, logging_steps=1, save_strategy="no", report_to=[], use_vllm=False, seed=0,
+        disable_tqdm=True, dataloader_num_workers=0,
+    )
+    timer = StepTimes()
+    trainer = GRPOTrainer(model=model, reward_funcs=correct, args=args, train_dataset=dataset,
+                          processing_class=tokenizer, callbacks=[timer])
+    trainer.train()
+    logs = [entry for entry in trainer.state.log_history if "completions/mean_length" in entry]
+    lengths = [entry["completions/mean_length"] * batch for entry in logs]
+    return {"step_s": timer.seconds[1:], "cpu_s": timer.cpu[1:], "completion_tokens": lengths[1:], "phases": {}}
+
+
+def child(side: str, directory: Path, steps: int, threads: int) -> None:
+    import torch
+
+    torch.set_num_threads(threads)
+    if side == "trl":
+        result = run_trl(directory, steps)
+    else:
+        result = run_workbench(directory, steps, reference=side == "workbench-reference")
+    print("RESULT " + json.dumps(result))
+
+
+# ---------------------------------------------------------------- the driver
+def loadavg() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def one_run(python: str, side: str, args) -> dict:
+    before = loadavg()
+    cmd = [python, __file__, "--child", side, "--dir", str(args.dir), "--steps", str(args.steps),
+           "--threads", str(args.threads)]
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), TOKENIZERS_PARALLELISM="false")
+    started = time.perf_counter()
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    wall = time.perf_counter() - started
+    after = loadavg()
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    if done.returncode != 0 or not lines:
+        sys.exit(f"{side} run failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+    result = json.loads(lines[-1][len("RESULT "):])
+    per_step = [tokens / seconds for tokens, seconds in zip(result["completion_tokens"], result["step_s"], strict=True)]
+    return {"side": side, "s_per_step": statistics.median(result["step_s"]),
+            "tokens_per_s": statistics.median(per_step),
+            "completion_tokens": statistics.median(result["completion_tokens"]),
+            "cpu_s": statistics.median(result["cpu_s"]),
+            "phases": {k: statistics.median(v) for k, v in result["phases"].items()},
+            "steps": len(result["step_s"]), "wall_s": wall, "load_before": before, "load_after": after}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=10, help="timed steps per run (one warm-up step more)")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--dir", type=Path, default=Path.home() / ".cache" / "rl-workbench" / "bench-vs-trl")
+    parser.add_argument("--trl-python", default="/work/main/.venv-trl/bin/python")
+    parser.add_argument("--sides", default="workbench,trl",
+                        help="comma-separated, run in this order each pair: workbench, trl, workbench-reference")
+    parser.add_argument("--child", choices=SIDES, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.child, args.dir, args.steps, args.threads)
+        return
+    sides = args.sides.split(",")
+    if not sides or any(side not in SIDES for side in sides) or "workbench" not in sides or "trl" not in sides:
+        sys.exit(f"--sides: {args.sides!r} must list workbench and trl (and optionally workbench-reference)")
+
+    build_model_dir(args.dir)
+    print(f"model {args.dir}: {model_parameters(args.dir) / 1e6:.2f}M parameters; {args.threads} torch threads; "
+          f"sides {sides}; CPUs allowed: {sorted(os.sched_getaffinity(0))}")
+    print(f"{'pair':>4} {'side':<19} {'s/step':>7} {'tok/s':>7} {'cpu s':>6} {'tokens':>6} {'sample':>7} {'score':>6} "
+          f"{'learn':>6}  loadavg before -> after")
+    runs = []
+    for pair in range(args.pairs):
+        for side in sides:
+            run = one_run(args.trl_python if side == "trl" else sys.executable, side, args)
+            runs.append(run)
+            phases = run["phases"]
+            cells = " ".join(f"{phases[k]:>{w}.3f}" if k in phases else " " * (w - 1) + "-"
+                             for k, w in (("sample", 7), ("score", 6), ("learn", 6)))
+            print(f"{pair:>4} {side:<19} {run['s_per_step']:>7.3f} {run['tokens_per_s']:>7.0f} {run['cpu_s']:>6.2f} "
+                  f"{run['completion_tokens']:>6.0f} {cells}  {run['load_before']} -> {run['load_after']}",
+                  flush=True)
+    if not runs:
+        return
+    medians = {side: statistics.median(r["tokens_per_s"] for r in runs if r["side"] == side) for side in sides}
+    cpu = {side: statistics.median(r["cpu_s"] for r in runs if r["side"] == side) for side in sides}
+    print("median completion tokens/s per RL step: " + ", ".join(f"{s} {v:.0f}" for s, v in medians.items()))
+    for side in sides:
+        if side != "trl":
+            print(f"ratio {side} / trl: {medians[side] / medians['trl']:.2f} (tokens/s); "
+                  f"{cpu['trl'] / cpu[side]:.2f} (process CPU s/step, trl / {side})")
+
+
+if __name__ == "__main__":
+    main()
