@@ -77,13 +77,31 @@ def uncomputed_summaries(summary: pd.DataFrame, history: pd.DataFrame, names: Se
 ENDED_STATUSES = ("FINISHED", "FAILED", "KILLED")
 
 
+SUPERSEDED = "superseded by a re-run"
+
+
 def select_runs(runs: pd.DataFrame, include_unfinished: bool) -> tuple[pd.DataFrame, dict[str, int]]:
-    """Runs that ended (FINISHED, FAILED, KILLED: failures count against their arm), plus the
-    still-running ones with ``include_unfinished``; the count of the runs left out by status."""
-    if include_unfinished:
-        return runs, {}
-    keep = runs["status"].isin(ENDED_STATUSES)
-    return runs[keep].reset_index(drop=True), runs.loc[~keep, "status"].value_counts().to_dict()
+    """One outcome per run: runs that ended (FINISHED, FAILED, KILLED: failures count against
+    their arm), plus the still-running ones with ``include_unfinished``; and the count of the
+    runs left out, by reason.
+
+    A run (one ``run_key``: a variant at one seed) executed more than once, e.g. stopped by hand
+    and resumed, counts once: its FINISHED attempt if it has one, else its latest attempt. The
+    earlier attempts are counted as superseded, not compared as failures of their arm.
+    """
+    keep = runs["status"].isin(ENDED_STATUSES) | include_unfinished
+    excluded = {} if include_unfinished else runs.loc[~keep, "status"].value_counts().to_dict()
+    runs = runs[keep]
+    if "run_key" in runs.columns and runs["run_key"].notna().any():
+        keyed = runs[runs["run_key"].notna()]
+        order = keyed.assign(_finished=keyed["status"].eq("FINISHED"),
+                             _start=keyed["start_time"] if "start_time" in keyed.columns else 0)
+        latest = order.sort_values(["_finished", "_start"]).groupby("run_key").tail(1).index
+        superseded = keyed.index.difference(latest)
+        if len(superseded):
+            excluded[SUPERSEDED] = len(superseded)
+            runs = runs.drop(index=superseded)
+    return runs.reset_index(drop=True), excluded
 
 
 def _verdict_class(v: Any) -> str:
@@ -159,9 +177,12 @@ def _runs_overview_html(runs: pd.DataFrame, excluded: dict[str, int]) -> str:
     })
     out = df_table_html(view, left=(unit, "seeds"))
     if excluded:
-        out += ("<p class='note'>Not compared (still running): "
+        out += ("<p class='note'>Not compared: "
                 + ", ".join(f"{n} {s}" for s, n in excluded.items())
-                + ". Use --include-unfinished to count them as not finished.</p>")
+                + (". Use --include-unfinished to count the running ones as not finished"
+                   if set(excluded) - {SUPERSEDED} else "")
+                + (f". A run executed more than once (same run_key) counts once: its FINISHED attempt, "
+                   f"else its latest" if SUPERSEDED in excluded else "") + ".</p>")
     return out
 
 
@@ -417,6 +438,9 @@ def compare(
     needed = {m for n in names for m in resolve_summary(n).reads} | _spec_metrics(dash)
     frames = target.reader.load(target.study, sorted(needed))
     runs, excluded = select_runs(frames.runs, include_unfinished)
+    if excluded.get(SUPERSEDED):
+        note(f"{excluded[SUPERSEDED]} earlier attempt(s) of runs executed again left out: each run counts once "
+             "(its FINISHED attempt, else its latest)")
     if runs.empty:
         raise fail(f"study {target.study!r} has no FINISHED runs to compare"
                    + (f" ({', '.join(f'{n} {s}' for s, n in excluded.items())}; try --include-unfinished)"
