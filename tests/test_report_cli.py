@@ -205,4 +205,4 @@ def test_user_spec_without_code_and_spec_errors(in_study):
     (specs / "broken.yaml").write_text("panels:\n  - {metric: reward/mean, aggregation: median}\n")
     result = CliRunner().invoke(app, ["dashboard", STUDY, "--spec", "broken"])
     assert result.exit_code == 2
-    assert "broken.yaml:2: panels[0].aggregation: must be one of mean, iqm, none" in result.output.replace("\n", "")
+    assert "broken.yaml:2: panels[0].aggregation: expected 'mean', 'iqm' or 'none'" in result.output.replace("\n", "")

@@ -294,7 +294,7 @@ def test_a_broken_dashboard_spec_stops_workbench_run_with_exit_2_before_anything
     (tmp_path / "s.yaml").write_text(yaml.safe_dump({"name": "s", "base": micro_run_config()}))
     result = CliRunner().invoke(app, ["run", "s.yaml", "--quiet"])
     assert result.exit_code == 2, result.output
-    assert "mine.yaml:2: panels[0].aggregation: must be one of mean, iqm, none" in result.output
+    assert "mine.yaml:2: panels[0].aggregation: expected 'mean', 'iqm' or 'none'" in result.output
     assert not (tmp_path / "mlflow.db").exists()
 
 

@@ -41,12 +41,12 @@ def problems(text: str, source: str = "dashboards/mine.yaml") -> list[str]:
 def test_bad_literal_names_file_line_field_and_choices():
     (p,) = problems("panels:\n  - metrics: [reward/mean]\n    aggregation: median\n")
     assert p.startswith("dashboards/mine.yaml:3: panels[0].aggregation: ")
-    assert "mean, iqm, none" in p and "median" in p
+    assert "expected 'mean', 'iqm' or 'none', got 'median'" in p
 
 
 def test_unknown_field_suggests_the_right_one():
     (p,) = problems("panels:\n  - metrics: [a]\n  - metrcs: [b]\n")
-    assert "dashboards/mine.yaml:3: panels[1].metrcs: unknown field 'metrcs'; did you mean 'metrics'?" in p
+    assert "dashboards/mine.yaml:3: panels[1].metrcs: unknown field; did you mean 'metrics'?" in p
     (p,) = problems("layuot: {cols: 2}\npanels: [{metric: a}]\n")
     assert ":1: layuot: unknown field" in p and "'layout'" in p
     (p,) = problems("layout: {colz: 2}\npanels: [{metric: a}]\n")
@@ -56,14 +56,14 @@ def test_unknown_field_suggests_the_right_one():
 def test_every_problem_is_reported_at_once():
     ps = problems("layout: {cols: 9}\npanels:\n  - {metrics: [a], x: time}\n  - {metrics: [b], group_by: seed}\n")
     assert len(ps) == 3
-    assert any("layout.cols" in p and "less than or equal to 4" in p for p in ps)
-    assert any(":3: panels[0].x" in p and "step, samples, tokens" in p for p in ps)
-    assert any(":4: panels[1].group_by" in p and "variant, run" in p for p in ps)
+    assert any("layout.cols" in p and "must be <= 4, got 9" in p for p in ps)
+    assert any(":3: panels[0].x" in p and "expected 'step', 'samples' or 'tokens', got 'time'" in p for p in ps)
+    assert any(":4: panels[1].group_by" in p and "expected 'variant' or 'run', got 'seed'" in p for p in ps)
 
 
 @pytest.mark.parametrize("text, fragment", [
-    ("panels: []\n", "panels: List should have at least 1 item"),
-    ("title: x\n", "panels: required field is missing"),
+    ("panels: []\n", "panels: must not be empty"),
+    ("title: x\n", "panels: missing required field"),
     ("panels:\n  - {title: no metrics}\n", "a curve panel needs `metrics`"),
     ("panels:\n  - {metrics: [a], group_by: run, aggregation: iqm}\n", "aggregation 'iqm' needs group_by: variant"),
     ("panels:\n  - {kind: summary, metrics: [final_eval_acc]}\n", "did you mean 'final_eval_accuracy'"),

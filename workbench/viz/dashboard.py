@@ -43,7 +43,7 @@ import pandas as pd
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from workbench.errors import did_you_mean, suggest_and_list
+from workbench.errors import did_you_mean, explain_pydantic_error
 
 __all__ = [
     "DashboardData",
@@ -264,20 +264,15 @@ _FIELDS = {"": DashboardSpec, "layout": LayoutSpec, "defaults": PanelDefaults, "
 
 
 def _explain(err: dict[str, Any]) -> str:
-    loc = [p for p in err["loc"] if not (isinstance(p, str) and p.startswith(("function-", "literal")))]
+    """The shared explanation (:func:`workbench.errors.explain_pydantic_error`), with the fields
+    of the spec section that holds an unknown key for its did-you-mean."""
+    loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith(("function-", "literal"))))
+    valid = None
     if err["type"] == "extra_forbidden":
-        name = str(loc[-1])
         parent = next((str(p) for p in reversed(loc[:-1]) if isinstance(p, str)), "")
         model = _FIELDS.get(parent, DashboardSpec)
-        valid = [f for f in model.model_fields] + (["metric"] if model is PanelSpec else [])
-        return f"unknown field {name!r}{suggest_and_list(name, valid)}"
-    msg = err["msg"].removeprefix("Value error, ")
-    if err["type"] == "literal_error":
-        choices = str(err.get("ctx", {}).get("expected", "")).replace("'", "").replace(" or ", ", ")
-        return f"must be one of {choices} (got {err.get('input')!r})"
-    if err["type"] == "missing":
-        return "required field is missing"
-    return msg
+        valid = [*model.model_fields, *(["metric"] if model is PanelSpec else [])]
+    return explain_pydantic_error({**err, "loc": loc}, valid)
 
 
 def parse_spec(text: str, source: str = "<spec>") -> DashboardSpec:
