@@ -13,18 +13,14 @@ import pandas as pd
 import typer
 from rich.console import Console
 
+from workbench.cli_output import fail  # noqa: F401 - one error line for every command (escaped, redacted)
+
 console = Console()
 err_console = Console(stderr=True)
 
 TrackingOpt = Annotated[str | None, typer.Option("--tracking-uri", help="MLflow store (default: the study's "
                                                  "tracking.uri, $MLFLOW_TRACKING_URI, ./mlflow.db)")]
 _RUN_ID = re.compile(r"^[0-9a-f]{32}$")
-
-
-def fail(message: str, code: int = 2) -> typer.Exit:
-    """Print one line to stderr and return the ``typer.Exit`` to raise (same style as ``workbench.cli``)."""
-    err_console.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
-    return typer.Exit(code)
 
 
 def note(message: str) -> None:
