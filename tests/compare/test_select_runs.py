@@ -8,7 +8,8 @@ from workbench.commands.report import SUPERSEDED, select_runs
 
 
 def frame(rows):
-    return pd.DataFrame(rows, columns=["run_id", "variant", "seed", "status", "run_key", "start_time"])
+    runs = pd.DataFrame(rows, columns=["run_id", "variant", "seed", "status", "run_key", "start_time"])
+    return runs.assign(run_name=[f"{v}/seed={s}" for v, s in zip(runs["variant"], runs["seed"], strict=True)])
 
 
 def test_a_run_stopped_by_hand_and_resumed_counts_once_as_its_finished_attempt():
@@ -33,6 +34,14 @@ def test_with_include_unfinished_a_running_run_is_its_runs_latest_attempt():
                   ("b1", "grpo", 1, "FINISHED", "k1", 100)])
     kept, excluded = select_runs(runs, include_unfinished=True)
     assert sorted(kept["run_id"]) == ["a2", "b1"] and excluded == {SUPERSEDED: 1}
+
+
+def test_runs_of_other_variants_with_the_same_config_are_not_attempts_of_one_run():
+    """Two arms with one resolved config (an A/A pair written by hand into a store): same key,
+    different runs. Only attempts under one run name supersede each other."""
+    runs = frame([("a", "control_a", 0, "FINISHED", "k0", 1), ("b", "control_b", 0, "FAILED", "k0", 2)])
+    kept, excluded = select_runs(runs, include_unfinished=False)
+    assert sorted(kept["run_id"]) == ["a", "b"] and excluded == {}
 
 
 def test_nothing_superseded_leaves_every_ended_run_and_no_note():

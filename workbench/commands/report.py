@@ -85,9 +85,10 @@ def select_runs(runs: pd.DataFrame, include_unfinished: bool) -> tuple[pd.DataFr
     their arm), plus the still-running ones with ``include_unfinished``; and the count of the
     runs left out, by reason.
 
-    A run (one ``run_key``: a variant at one seed) executed more than once, e.g. stopped by hand
-    and resumed, counts once: its FINISHED attempt if it has one, else its latest attempt. The
-    earlier attempts are counted as superseded, not compared as failures of their arm.
+    A run (one ``run_key`` under one run name: a variant at one seed) executed more than once,
+    e.g. stopped by hand and resumed, counts once: its FINISHED attempt if it has one, else its
+    latest attempt. The earlier attempts are counted as superseded, not compared as failures of
+    their arm.
     """
     keep = runs["status"].isin(ENDED_STATUSES) | include_unfinished
     excluded = {} if include_unfinished else runs.loc[~keep, "status"].value_counts().to_dict()
@@ -96,7 +97,8 @@ def select_runs(runs: pd.DataFrame, include_unfinished: bool) -> tuple[pd.DataFr
         keyed = runs[runs["run_key"].notna()]
         order = keyed.assign(_finished=keyed["status"].eq("FINISHED"),
                              _start=keyed["start_time"] if "start_time" in keyed.columns else 0)
-        latest = order.sort_values(["_finished", "_start"]).groupby("run_key").tail(1).index
+        attempts_of = ["run_key", "run_name"] if "run_name" in keyed.columns else ["run_key"]
+        latest = order.sort_values(["_finished", "_start"]).groupby(attempts_of, dropna=False).tail(1).index
         superseded = keyed.index.difference(latest)
         if len(superseded):
             excluded[SUPERSEDED] = len(superseded)
