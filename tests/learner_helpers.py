@@ -11,6 +11,27 @@ from workbench.models.tiny import init_tiny_model
 from workbench.models.tokenizer import build_char_tokenizer
 from workbench.rollout.hf import HFSampler
 from workbench.tasks import ArithmeticTask
+from workbench.train.learner import TorchLearner
+
+
+def micro_policy():
+    """(model, tokenizer): a 2-layer micro Llama for sampler/learner equality tests."""
+    tok = build_char_tokenizer()
+    cfg = TinyModelConfig(hidden_size=64, num_layers=2, num_heads=4, intermediate_size=128, seed=3)
+    return init_tiny_model(cfg, len(tok), tok.pad_token_id, tok.eos_token_id), tok
+
+
+def mixed_length_problems(n=6):
+    """Prompts of different lengths: they exercise left padding."""
+    return ArithmeticTask(digits=3, ops="+-*", eval_size=10).sample_train(n, random.Random(0))
+
+
+class GradRecordingLearner(TorchLearner):
+    """The torch learner, keeping a copy of each accumulated gradient before it is applied."""
+
+    def step(self) -> float:
+        self.grads = [p.grad.detach().clone() for p in self.model.parameters()]
+        return super().step()
 
 
 def micro_policy_batch():

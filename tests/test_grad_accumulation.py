@@ -17,12 +17,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.algorithms.strategies import random_logps, random_mask
-from tests.learner_helpers import micro_policy_batch
+from tests.learner_helpers import GradRecordingLearner, micro_policy_batch
 from tests.tolerance import EPS64, order_tolerance, reduction_depth
 from workbench.algorithms import AGG_MODES, POLICY_LOSSES, aggregate_loss, compute_policy_loss, kl_penalty
 from workbench.batch import TrainBatch
 from workbench.config import AlgorithmConfig, LearnerConfig
-from workbench.train.learner import TorchLearner
 from workbench.train.update import micro_shares, policy_update
 
 # Row lengths 3, 1, 0, 2 of T=4; micro-batches of 2 rows: {3, 1} and {0, 2}.
@@ -103,14 +102,6 @@ def test_weighted_micro_gradients_sum_to_the_minibatch_gradient(seed, batch, len
 
 
 # --- the whole update, on the torch learner ---------------------------------------------------------------
-
-
-class GradRecordingLearner(TorchLearner):
-    """The torch learner, keeping a copy of each accumulated gradient before it is applied."""
-
-    def step(self) -> float:
-        self.grads = [p.grad.detach().clone() for p in self.model.parameters()]
-        return super().step()
 
 
 @pytest.fixture(scope="module")

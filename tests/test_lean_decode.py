@@ -1,30 +1,23 @@
 """The lean decode loop (``sampler.decode: lean``) against the reference, transformers' ``generate``."""
 
-import random
-
 import pytest
 import torch
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopPLogitsWarper
 
+from tests.learner_helpers import micro_policy, mixed_length_problems
 from tests.tolerance import order_tolerance, reduction_depth
-from workbench.config import LearnerConfig, SamplerConfig, TinyModelConfig
-from workbench.models.tiny import init_tiny_model
-from workbench.models.tokenizer import build_char_tokenizer
+from workbench.config import LearnerConfig, SamplerConfig
 from workbench.rollout.decode import sampling_scores
 from workbench.rollout.hf import HFSampler
-from workbench.tasks import ArithmeticTask
 from workbench.train.learner import TorchLearner
 
 
 @pytest.fixture(scope="module")
 def policy():
-    tok = build_char_tokenizer()
-    cfg = TinyModelConfig(hidden_size=64, num_layers=2, num_heads=4, intermediate_size=128, seed=3)
-    return init_tiny_model(cfg, len(tok), tok.pad_token_id, tok.eos_token_id), tok
+    return micro_policy()
 
 
-def problems(n=6):  # prompts of different lengths exercise left padding
-    return ArithmeticTask(digits=3, ops="+-*", eval_size=10).sample_train(n, random.Random(0))
+problems = mixed_length_problems
 
 
 def both(model, tok, group_size, temperature, top_p=1.0, max_new_tokens=12, n=6):

@@ -11,6 +11,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.learner_helpers import GradRecordingLearner
 from tests.tolerance import order_tolerance, reduction_depth
 from workbench.config import AlgorithmConfig, LearnerConfig, SamplerConfig, TinyModelConfig
 from workbench.models.tiny import init_tiny_model
@@ -30,14 +31,6 @@ def update(learner, rollouts, advantages, algo: AlgorithmConfig) -> dict[str, fl
     except ImportError:  # the signature before the restructuring
         return policy_update(learner, rollouts, advantages, algo, 1.0, torch.Generator().manual_seed(0))
     return policy_update(learner, TrainBatch.of(rollouts, advantages), algo, 1.0, torch.Generator().manual_seed(0))
-
-
-class GradRecordingLearner(TorchLearner):
-    """The torch learner, keeping a copy of each accumulated gradient before it is applied."""
-
-    def step(self) -> float:
-        self.grads = [p.grad.detach().clone() for p in self.model.parameters()]
-        return super().step()
 
 
 @pytest.fixture(scope="module")
