@@ -49,6 +49,10 @@ CASES = {
         config(algorithm={"preset": "dapo", "max_sampling_rounds": 1, "minibatches": 2}), "algorithm.batch_filter=zero_std",
         config(algorithm={"preset": "dapo", "max_sampling_rounds": 2, "minibatches": 2}),
     ),
+    "path_of_another_engine": (
+        config(sampler={"backend": "vllm", "decode": "generate"}), "sampler.decode=generate",
+        config(sampler={"backend": "hf", "decode": "generate"}),
+    ),
     "group_of_one": (
         config(rollout={"group_size": 1}), "algorithm.estimator=grpo",
         config(rollout={"group_size": 2}),
@@ -75,6 +79,12 @@ def test_rule_fires_where_its_knob_cannot_act(rule):
 def test_rule_is_quiet_where_its_knob_can_act(rule):
     _, _, active = CASES[rule]
     assert findings(rule, active) == []
+
+
+def test_learner_forward_under_deepspeed_is_named():
+    cfg = config(learner={"backend": "deepspeed", "forward": "full"})
+    assert [k for k, _ in findings("path_of_another_engine", cfg)] == ["learner.forward=full"]
+    assert findings("path_of_another_engine", config(learner={"backend": "torch", "forward": "full"})) == []
 
 
 def test_default_grpo_config_has_no_finding():

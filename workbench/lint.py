@@ -118,6 +118,22 @@ def knob_of_an_unused_unit(cfg: RunConfig) -> Iterable[Finding]:
                       f"only agg_mode seq-mean-token-sum-norm divides by it (this run: {algo.agg_mode})")
 
 
+@LINT_RULES.register("path_of_another_engine")
+def path_of_another_engine(cfg: RunConfig) -> Iterable[Finding]:
+    """``sampler.decode`` picks the HF sampler's decode loop and ``learner.forward`` the torch
+    learner's forward (``rollout/hf.py``, ``train/logprobs.py``): a vLLM engine decodes its own way
+    and the DeepSpeed learner always runs the full forward, so a value chosen there changes nothing."""
+    sampler_default = type(cfg.sampler).model_fields["decode"].default
+    if cfg.sampler.backend != "hf" and cfg.sampler.decode != sampler_default:
+        yield Finding(knob("sampler.decode", cfg.sampler.decode),
+                      f"sampler.backend is {cfg.sampler.backend}; only the hf sampler has this decode choice")
+    learner_default = type(cfg.learner).model_fields["forward"].default
+    if cfg.learner.backend != "torch" and cfg.learner.forward != learner_default:
+        yield Finding(knob("learner.forward", cfg.learner.forward),
+                      f"learner.backend is {cfg.learner.backend}, which always runs the full forward; "
+                      "only the torch learner has this choice")
+
+
 @LINT_RULES.register("filter_without_refill")
 def filter_without_refill(cfg: RunConfig) -> Iterable[Finding]:
     """Dynamic sampling drops groups and refills the batch from new rounds; one round refills nothing,
