@@ -27,7 +27,6 @@ class Rollouts:
     sampler_logp: torch.Tensor  # [B, T] logprob of each sampled token under the sampling distribution
     truncated: torch.Tensor  # [B] bool: hit max_new_tokens without EOS
     texts: list[str]  # [B] decoded completions (EOS and padding stripped)
-    sample_seconds: float = 0.0
 
     def to(self, device: torch.device | str) -> Rollouts:
         """The same rollouts with every tensor on ``device`` (the learner's)."""
@@ -53,7 +52,6 @@ class ScoredRollouts:
     rewards: torch.Tensor  # [B] total reward
     correct: torch.Tensor  # [B] bool, judged by the verifier
     reward_terms: dict[str, torch.Tensor] = field(default_factory=dict)  # name -> [B]
-    score_seconds: float = 0.0
 
 
 @dataclass
@@ -89,10 +87,9 @@ def select(scored: ScoredRollouts, keep: torch.Tensor) -> ScoredRollouts:
         problems=[r.problems[i] for i in idx.tolist()], group_ids=r.group_ids[idx], prompt_ids=r.prompt_ids[idx],
         prompt_mask=r.prompt_mask[idx], completion_ids=r.completion_ids[idx], mask=r.mask[idx],
         sampler_logp=r.sampler_logp[idx], truncated=r.truncated[idx], texts=[r.texts[i] for i in idx.tolist()],
-        sample_seconds=r.sample_seconds,
     )
     return ScoredRollouts(rollouts, scored.rewards[idx], scored.correct[idx],
-                          {k: v[idx] for k, v in scored.reward_terms.items()}, scored.score_seconds)
+                          {k: v[idx] for k, v in scored.reward_terms.items()})
 
 
 def concat(parts: list[ScoredRollouts]) -> ScoredRollouts:
@@ -127,8 +124,7 @@ def concat(parts: list[ScoredRollouts]) -> ScoredRollouts:
         sampler_logp=torch.cat([right(r.sampler_logp, T, 0.0) for r in rs]),
         truncated=torch.cat([r.truncated for r in rs]),
         texts=[t for r in rs for t in r.texts],
-        sample_seconds=sum(r.sample_seconds for r in rs),
     )
     terms = {k: torch.cat([p.reward_terms[k] for p in parts]) for k in parts[0].reward_terms}
     return ScoredRollouts(rollouts, torch.cat([p.rewards for p in parts]), torch.cat([p.correct for p in parts]),
-                          terms, sum(p.score_seconds for p in parts))
+                          terms)

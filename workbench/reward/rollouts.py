@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import time
 
 from workbench.batch import Rollouts, ScoredRollouts
 from workbench.reward import AnswerVerifier, score_completions
 
 
 def score_rollouts(verifier: AnswerVerifier, rollouts: Rollouts, shaping) -> ScoredRollouts:
-    start = time.perf_counter()
     batch = score_completions(
         verifier, rollouts.texts, [p.answer for p in rollouts.problems], rollouts.lengths.long(),
         rollouts.truncated, rollouts.group_ids, shaping=shaping,
     )
     terms = {k: v for k, v in batch.terms.items() if k != "correct"} if len(batch.terms) > 1 else {}
-    return ScoredRollouts(rollouts=rollouts, rewards=batch.reward, correct=batch.correct, reward_terms=terms,
-                          score_seconds=time.perf_counter() - start)
+    return ScoredRollouts(rollouts=rollouts, rewards=batch.reward, correct=batch.correct, reward_terms=terms)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import Protocol
 
 import torch
@@ -26,8 +25,7 @@ class Sampler(Protocol):
 
 
 def grouped_rollouts(problems: list[Problem], group_size: int, enc, *, completion: torch.Tensor, mask: torch.Tensor,
-                     sampler_logp: torch.Tensor, truncated: torch.Tensor, texts: list[str],
-                     started: float) -> Rollouts:
+                     sampler_logp: torch.Tensor, truncated: torch.Tensor, texts: list[str]) -> Rollouts:
     """Package ``group_size`` completions per problem (rows grouped by problem) as ``Rollouts``;
     ``enc`` holds the left-padded prompts, one row per problem."""
     return Rollouts(
@@ -40,5 +38,4 @@ def grouped_rollouts(problems: list[Problem], group_size: int, enc, *, completio
         sampler_logp=sampler_logp,
         truncated=truncated,
         texts=texts,
-        sample_seconds=time.perf_counter() - started,
     )

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import time
 
 import torch
 from transformers import GenerationConfig
@@ -54,7 +53,6 @@ class HFSampler:
 
     @torch.no_grad()
     def generate(self, problems: list[Problem], group_size: int, *, temperature: float, seed: int) -> Rollouts:
-        start = time.perf_counter()
         tok = self.tokenizer
         prompts = [self.template.format(prompt=p.prompt) for p in problems]
         enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(self.model.device)
@@ -74,7 +72,7 @@ class HFSampler:
         sampler_logp = torch.where(mask.bool(), sampler_logp, torch.zeros_like(sampler_logp))
         texts = tok.batch_decode(torch.where(mask.bool(), completion, tok.pad_token_id), skip_special_tokens=True)
         return grouped_rollouts(problems, group_size, enc, completion=completion, mask=mask,
-                                sampler_logp=sampler_logp, truncated=truncated, texts=texts, started=start)
+                                sampler_logp=sampler_logp, truncated=truncated, texts=texts)
 
     def generate_reference(self, enc, group_size: int, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
         """``sampler.decode: generate``: transformers' ``generate`` (completion ids [B, T], their logp [B, T])."""

@@ -102,7 +102,6 @@ class VLLMSampler:
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
-        start = time.perf_counter()
         tok = self.tokenizer
         prompts = [self.template.format(prompt=p.prompt) for p in problems]
         enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)  # as the HF sampler
@@ -134,7 +133,7 @@ class VLLMSampler:
         truncated = torch.tensor([c.finish_reason == "length" for c in completions])
         texts = tok.batch_decode(completion.masked_fill(mask == 0, tok.pad_token_id), skip_special_tokens=True)
         return grouped_rollouts(problems, group_size, enc, completion=completion, mask=mask,
-                                sampler_logp=sampler_logp, truncated=truncated, texts=texts, started=start)
+                                sampler_logp=sampler_logp, truncated=truncated, texts=texts)
 
     # -- weight sync --------------------------------------------------------------------------
 
