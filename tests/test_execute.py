@@ -49,13 +49,28 @@ def test_study_progress_counts_steps_of_running_runs_in_the_eta():
     bar.run_started("a", steps=10)
     bar.run_step("a", 4, {"reward/mean": 0.5})  # 5 of 10 steps done
     assert bar.fraction() == pytest.approx(0.5 / 3)
+    assert bar.eta_seconds() is None  # one report: no rate yet (what came before it was start-up)
     bar.run_ended("a", "FINISHED")
     bar.run_started("b", steps=10)
     assert bar.fraction() == pytest.approx(1 / 3)
-    bar.started -= 30  # 30 s for a third of the work: 60 s left
-    assert bar.eta_seconds() == pytest.approx(60, rel=0.05)
+    since, frac_then = bar._anchor
+    bar._anchor = (since - 30, frac_then)  # 30 s from 1/6 to 1/3 of the work done: 2/3 left take 120 s
+    assert bar.eta_seconds() == pytest.approx(120, rel=0.05)
     bar.run_ended("b", "FAILED")
     assert bar.failed == 1 and bar.finished == 2
+
+
+def test_eta_leaves_out_the_start_up_before_the_first_step():
+    # The demo's shape: 65 s of loading, cold start and step-0 eval, then 0.62 s per RL step.
+    bar = StudyProgress("s", total=1, enabled=False)
+    bar.run_started("a", steps=250)
+    bar.started -= 65
+    bar.run_step("a", 0, {})
+    since, frac_then = bar._anchor
+    bar._anchor = (since - 31, frac_then)  # steps 1..50 took 31 s
+    bar.run_step("a", 50, {})
+    # 199 steps left at 31 s / 50 steps; counting the start-up as work would say ~374 s
+    assert bar.eta_seconds() == pytest.approx(199 * 31 / 50, rel=0.02)
 
 
 def test_seed_matrix_groups_runs_by_label_without_the_seed():

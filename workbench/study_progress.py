@@ -4,8 +4,10 @@ Fed either directly by :func:`workbench.runs.execute_run` (through :meth:`StudyP
 which speaks :class:`workbench.progress.RunProgress`'s interface) or by the local process pool,
 which forwards its children's step reports. Disabled = silent (``--quiet``, tests).
 
-The ETA extrapolates the elapsed time from the fraction of this session's work done, counting
-each running run's finished steps, so it moves between run completions too.
+The ETA extrapolates from the fraction of this session's work done, counting each running run's
+finished steps, so it moves between run completions too. Its clock starts at the first step
+reported: what comes before (loading, a cold-start SFT, the step-0 eval) happens once and would
+otherwise be extrapolated over every step (a 4-minute demo showed "ETA 4:29:33" after step 1).
 
 Off a terminal (``nohup``, CI logs, ``> log.txt``) a live bar cannot redraw, so the display prints plain
 lines instead, flushed at once: one per running run every ``WORKBENCH_PROGRESS_EVERY`` seconds
@@ -81,6 +83,7 @@ class StudyProgress:
         self.finished = 0  # ended this session, any status
         self.failed = 0
         self.started = time.monotonic()
+        self._anchor: tuple[float, float] | None = None  # (time, fraction done) at the first step reported
         self._study = self.progress.add_task(f"study {name}", total=max(total, 1), stats="", study=True)
 
     def __enter__(self) -> StudyProgress:
@@ -107,11 +110,14 @@ class StudyProgress:
         return min(1.0, (self.finished + partial) / todo)
 
     def eta_seconds(self) -> float | None:
-        frac = self.fraction()
-        if frac <= 0:
+        """Seconds left: the rate since the first reported step, applied to the work left."""
+        if self._anchor is None:
             return None
-        elapsed = time.monotonic() - self.started
-        return elapsed * (1 - frac) / frac
+        since, frac_then = self._anchor
+        frac = self.fraction()
+        if frac <= frac_then:
+            return None
+        return (time.monotonic() - since) * (1 - frac) / (frac - frac_then)
 
     def eta_text(self) -> str:
         eta = self.eta_seconds()
@@ -137,6 +143,8 @@ class StudyProgress:
         if run is None:
             return
         run.done_steps = min(step + 1, run.steps)
+        if self._anchor is None:
+            self._anchor = (time.monotonic(), self.fraction())
         evaluated = "eval/accuracy" in metrics
         if evaluated:
             run.eval = f"eval {metrics['eval/accuracy']:.2f}@{step}"  # accuracy at RL step
