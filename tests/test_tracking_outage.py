@@ -80,6 +80,36 @@ def test_an_unreachable_store_is_retried_with_a_visible_line_then_raises_at_the_
     assert [line.rsplit("(", 1)[1] for line in lines] == ["1/4)…", "2/4)…", "3/4)…", "4/4)…"]
 
 
+def test_ctrl_c_inside_a_store_call_is_not_retried_as_an_outage():
+    # Seen in CI: Ctrl-C landed inside a SQLite call; SQLAlchemy's cleanup then failed with "database
+    # is locked", so the interrupt survived only as that error's context, and the run process kept
+    # "retrying" an outage for minutes instead of stopping.
+    lines: list[str] = []
+    calls = []
+
+    def store_call():
+        calls.append(1)
+        try:
+            raise KeyboardInterrupt  # the terminal's SIGINT, mid-query
+        except KeyboardInterrupt:
+            raise RuntimeError("(sqlite3.OperationalError) database is locked")  # the rollback's own failure
+
+    with pytest.raises(KeyboardInterrupt):
+        call_with_retries(store_call, policy=OutagePolicy(deadline_s=60, warn=lines.append), uri="sqlite:///x.db",
+                          what="a test")
+    assert calls == [1] and lines == []
+
+    def locked():  # the same error without an interrupt behind it is an outage: retried
+        calls.append(1)
+        raise RuntimeError("(sqlite3.OperationalError) database is locked")
+
+    calls.clear()
+    with pytest.raises(TrackingOutage):
+        call_with_retries(locked, policy=OutagePolicy(deadline_s=0.2, first_wait_s=0.1, warn=lines.append),
+                          uri="sqlite:///x.db", what="a test")
+    assert len(calls) >= 2 and lines
+
+
 def test_passwords_in_uris_inside_any_text_are_masked():
     assert redact_text("to http://bob:pw@h:1/api and postgresql+psycopg://u:p%40ss@db/x; http://h/a@b") == \
         "to http://bob:***@h:1/api and postgresql+psycopg://u:***@db/x; http://h/a@b"

@@ -68,6 +68,24 @@ def is_unreachable(error: BaseException) -> bool:
     return "database is locked" in text or "TEMPORARILY_UNAVAILABLE" in text
 
 
+def interrupted_inside(error: BaseException) -> bool:
+    """True when a ``KeyboardInterrupt`` is in ``error``'s chain. A Ctrl-C that lands inside a SQLite
+    call makes SQLAlchemy roll back or commit while handling it; when that fails too ("database is
+    locked"), the interrupt survives only as the new error's context, and retrying the "outage"
+    would keep an interrupted run alive for the whole outage deadline."""
+    seen: set[int] = set()
+    stack: list[BaseException | None] = [error]
+    while stack:
+        current = stack.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, KeyboardInterrupt):
+            return True
+        stack += [current.__cause__, current.__context__]
+    return False
+
+
 def _warn(line: str) -> None:
     print(f"warning: {line}", file=sys.stderr, flush=True)
     log.warning(line)
@@ -104,6 +122,8 @@ def call_with_retries(fn: Callable, *args, policy: OutagePolicy, uri: str, what:
         try:
             return fn(*args, **kwargs)
         except Exception as error:  # noqa: BLE001 - sorted below: only "unreachable" is retried
+            if interrupted_inside(error):  # Ctrl-C mid-call, masked by the store's own cleanup error
+                raise KeyboardInterrupt from error
             if not is_unreachable(error):
                 raise
             now = time.monotonic()
