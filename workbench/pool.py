@@ -17,6 +17,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import signal
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -133,19 +134,48 @@ class _Pool:
         self.running: dict[str, _Child] = {}
         self.results: dict[str, RunOutcome] = {}
         self.stopping = False
+        self.interrupted = False  # a Ctrl-C reached this process, whatever became of its KeyboardInterrupt
 
     # -------------------------------------------------------------------------------- loop
     def run(self) -> dict[str, RunOutcome]:
-        try:
-            while self.pending or self.running:
-                while self.pending and len(self.running) < self.parallel:
-                    self._launch(self.pending.popleft())
-                self._drain(POLL_S)
-                self._reap()
-        except KeyboardInterrupt:
-            self._stop()
-            raise
+        with self._noting_ctrl_c():
+            try:
+                while self.pending or self.running:
+                    while self.pending and len(self.running) < self.parallel:
+                        self._launch(self.pending.popleft())
+                    self._drain(POLL_S)
+                    self._reap()
+                    if self.interrupted:  # its KeyboardInterrupt was lost inside a store call: stop anyway
+                        raise KeyboardInterrupt
+                if self.interrupted:
+                    raise KeyboardInterrupt
+            except KeyboardInterrupt:
+                self._stop()
+                raise
         return self.results
+
+    def _noting_ctrl_c(self):
+        """SIGINT raises KeyboardInterrupt as usual and also sets ``interrupted``: a Ctrl-C that lands
+        inside a SQLite call can come out as that call's cleanup error ("database is locked"), which
+        the best-effort MLflow updates here swallow, and the study would then end as if not stopped."""
+        import contextlib
+
+        if threading.current_thread() is not threading.main_thread():
+            return contextlib.nullcontext()
+
+        @contextlib.contextmanager
+        def noting():
+            def on_sigint(signum, frame):
+                self.interrupted = True
+                raise KeyboardInterrupt
+
+            previous = signal.signal(signal.SIGINT, on_sigint)
+            try:
+                yield
+            finally:
+                signal.signal(signal.SIGINT, previous)
+
+        return noting()
 
     def _launch(self, spec: RunSpec) -> None:
         job = ChildJob(spec, self.ctx.study.name, self.ctx.parent_run_id, self.ctx.tracking_uri, self.threads)
