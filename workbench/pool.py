@@ -14,12 +14,14 @@ Ctrl-C has usually reached them already), given ``STOP_GRACE_S`` to close its ru
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import signal
 import threading
 import time
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 
@@ -145,37 +147,36 @@ class _Pool:
                         self._launch(self.pending.popleft())
                     self._drain(POLL_S)
                     self._reap()
-                    if self.interrupted:  # its KeyboardInterrupt was lost inside a store call: stop anyway
-                        raise KeyboardInterrupt
-                if self.interrupted:
-                    raise KeyboardInterrupt
+                    self._stop_if_interrupted()
+                self._stop_if_interrupted()  # a Ctrl-C during the last round
             except KeyboardInterrupt:
                 self._stop()
                 raise
         return self.results
 
-    def _noting_ctrl_c(self):
+    def _stop_if_interrupted(self) -> None:
+        """Re-raise a Ctrl-C whose KeyboardInterrupt was lost inside a store call."""
+        if self.interrupted:
+            raise KeyboardInterrupt
+
+    @contextlib.contextmanager
+    def _noting_ctrl_c(self) -> Iterator[None]:
         """SIGINT raises KeyboardInterrupt as usual and also sets ``interrupted``: a Ctrl-C that lands
         inside a SQLite call can come out as that call's cleanup error ("database is locked"), which
         the best-effort MLflow updates here swallow, and the study would then end as if not stopped."""
-        import contextlib
+        if threading.current_thread() is not threading.main_thread():  # only the main thread gets signals
+            yield
+            return
 
-        if threading.current_thread() is not threading.main_thread():
-            return contextlib.nullcontext()
+        def on_sigint(signum, frame):
+            self.interrupted = True
+            raise KeyboardInterrupt
 
-        @contextlib.contextmanager
-        def noting():
-            def on_sigint(signum, frame):
-                self.interrupted = True
-                raise KeyboardInterrupt
-
-            previous = signal.signal(signal.SIGINT, on_sigint)
-            try:
-                yield
-            finally:
-                signal.signal(signal.SIGINT, previous)
-
-        return noting()
+        previous = signal.signal(signal.SIGINT, on_sigint)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, previous)
 
     def _launch(self, spec: RunSpec) -> None:
         job = ChildJob(spec, self.ctx.study.name, self.ctx.parent_run_id, self.ctx.tracking_uri, self.threads)
