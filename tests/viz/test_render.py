@@ -206,6 +206,25 @@ def test_summary_intervals_zoom_in_so_close_variants_look_different():
     assert not [t for t in fig.data if t.type == "bar"]
 
 
+def test_long_arm_names_are_angled_and_each_row_leaves_them_room():
+    """Arm names like "seq_mean_token_sum_norm" are drawn at -30°; the gap below a row holds their drop
+    (about 7 px per character × sin 30°) plus the next row's title, so they never overlap it."""
+    names = ["seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm"]
+    summary = pd.DataFrame([{"variant": v, "seed": i, "a": 0.1 * k + 0.01 * i, "b": k + i, "c": 2.0 * i}
+                            for k, v in enumerate(names) for i in range(3)])
+    table = compare_variants(summary, names[0], ["a", "b", "c"], {"a": True, "b": True, "c": True}, rng=0)
+    fig = summary_figure(table, summary)  # 3 panels: 2 rows
+    assert fig.layout.xaxis.tickangle == -30 and fig.layout.xaxis3.tickangle == -30
+    gap_px = (fig.layout.yaxis.domain[0] - fig.layout.yaxis3.domain[1]) * fig.layout.height
+    assert round(gap_px) >= int(0.5 * 7 * len("seq_mean_token_sum_norm")) + 60  # whole pixels
+    assert fig.layout.showlegend is False  # the title explains the markers: no stray legend caption
+
+    short = compare_variants(summary.replace({"variant": dict(zip(names, ["grpo", "dapo", "cispo"]))}), "grpo",
+                             ["a"], {"a": True}, rng=0)
+    assert summary_figure(short, summary.replace({"variant": dict(zip(names, ["grpo", "dapo", "cispo"]))})
+                          ).layout.xaxis.tickangle is None
+
+
 def test_zoomed_range_by_hand():
     assert zoomed_range(np.array([0.79, 0.81])) == pytest.approx([0.79 - 0.0016, 0.81 + 0.0016])  # 8% of 0.02
     assert zoomed_range(np.array([0.5, np.nan])) == pytest.approx([0.475, 0.525])  # one value: ±5% of it
