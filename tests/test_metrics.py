@@ -82,3 +82,24 @@ def test_docs_metrics_table_matches_the_catalogue():
 
     doc = (Path(__file__).parents[1] / "docs" / "metrics.md").read_text()
     assert markdown_table() in doc, "regenerate docs/metrics.md with `workbench metrics --format markdown`"
+
+
+def test_every_metrics_range_follows_from_its_unit_and_excludes_no_value_it_can_take():
+    """Bands are cut to a metric's range, so a range narrower than the values would hide data.
+    Fractions and probabilities lie in [0, 1]; lengths, times, counts and rates are >= 0; k3 KL
+    (exp(-d) + d - 1 >= 0) and entropy are >= 0; k1 KL, losses and rewards can have any sign."""
+    import math
+
+    from workbench.metrics.catalogue import NON_NEGATIVE, UNBOUNDED, UNIT_INTERVAL, metric_bounds
+
+    by_unit = {"fraction": UNIT_INTERVAL, "probability": UNIT_INTERVAL, "tokens": NON_NEGATIVE,
+               "s": NON_NEGATIVE, "count": NON_NEGATIVE, "tokens/s": NON_NEGATIVE, "norm": NON_NEGATIVE,
+               "ratio": NON_NEGATIVE, "loss": UNBOUNDED}
+    for m in CATALOGUE:
+        if m.unit in by_unit:
+            assert m.bounds == by_unit[m.unit], m.name
+        assert m.bounds[0] < m.bounds[1] and not any(map(math.isnan, m.bounds)), m.name
+    assert metric_bounds("mismatch/kl") == NON_NEGATIVE  # k3
+    assert metric_bounds("policy/approx_kl") == UNBOUNDED  # k1 can be negative
+    assert metric_bounds("kl/ref") == UNBOUNDED  # the estimator is the user's choice (k1 included)
+    assert metric_bounds("not/catalogued") == UNBOUNDED

@@ -290,19 +290,19 @@ def _print_seed_matrix(outcomes) -> None:
 @app.command()
 def metrics(format: Annotated[str, typer.Option(
         help="auto (table on a terminal, plain off one) | table | plain (tab-separated) | markdown")] = "auto") -> None:
-    """The canonical metric catalogue: definition, unit, healthy direction."""
+    """The canonical metric catalogue: definition, unit, healthy direction, range of values."""
     from workbench.console import print_table
     from workbench.metrics import CATALOGUE
-    from workbench.metrics.catalogue import markdown_table
+    from workbench.metrics.catalogue import markdown_table, range_text
 
     if format == "markdown":
         print(markdown_table(), end="")
         return
     if format not in ("auto", "table", "plain"):
         raise fail(f"--format: expected auto, table, plain or markdown, got {format!r}")
-    rows = [(m.name, m.meaning, m.unit, m.healthy) for m in CATALOGUE]
+    rows = [(m.name, m.meaning, m.unit, m.healthy, range_text(m.bounds)) for m in CATALOGUE]
     plain = {"auto": None, "table": False}.get(format, True)  # auto: tab-separated when stdout is not a terminal
-    print_table(["name", "meaning", "unit", "healthy"], rows, wrap=["meaning"],
+    print_table(["name", "meaning", "unit", "healthy", "range"], rows, wrap=["meaning"],
                 title="canonical metrics (MLflow step = RL step)", plain=plain)
 
 

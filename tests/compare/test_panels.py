@@ -61,6 +61,20 @@ def test_mean_band_is_the_hand_mean_with_scipys_t_interval():
     assert b["lo"].isna().all() and b["hi"].isna().all()
 
 
+def test_a_non_negative_metrics_band_is_cut_at_zero_and_an_unbounded_ones_is_not():
+    # The same three curves as a k3 KL (catalogue bounds [0, inf)) and as reward/mean (unbounded).
+    # Step 0 of "a" is 0, 1, 2: mean 1, sd 1, half-width 4.3027 / sqrt(3) = 2.484 > 1, so the
+    # t interval starts at -1.484: impossible for a KL, whose mean is >= 0.
+    kl = curve_panel(*frames(metric="mismatch/kl"), "mismatch/kl").band("a")
+    free = curve_panel(*frames(), "reward/mean").band("a")
+    assert free["lo"].iloc[0] == pytest.approx(1 - sps.t.ppf(0.975, 2) / np.sqrt(3))
+    assert free["lo"].iloc[0] < 0 and kl["lo"].iloc[0] == 0.0
+    # where the t interval is inside the bounds, the cut changes nothing
+    np.testing.assert_array_equal(kl["hi"], free["hi"])
+    np.testing.assert_array_equal(kl["lo"].iloc[1:], np.maximum(free["lo"].iloc[1:], 0.0))
+    np.testing.assert_array_equal(kl["estimate"], free["estimate"])
+
+
 def test_a_run_missing_at_a_step_counts_in_n_and_leaves_no_band_below_two_runs():
     curves = {("a", 0): [0.0, 1.0, 2.0], ("a", 1): [1.0, 2.0], ("a", 2): [2.0]}
     history, runs = frames(curves)
@@ -138,6 +152,8 @@ def test_summary_panel_is_the_comparison_table_with_scipys_t_interval():
     a = rows[rows["variant"] == "a"].iloc[0]
     finals = np.array([0.5, 0.6, 0.9])
     lo, hi = sps.t.interval(0.95, df=2, loc=finals.mean(), scale=sps.sem(finals))
+    assert hi > 1.18  # the t interval passes 1, which no accuracy can: the table cuts it to [0, 1]
+    hi = 1.0
     # mean 2/3 by hand: 3 additions and a division of values <= 2: 4 * eps * 2 < 1e-15; the t bounds
     # add a few more operations (sd, sqrt, ppf times se) on values < 10: 1e-12 is generous.
     assert a["mean"] == pytest.approx(2 / 3, abs=1e-15)

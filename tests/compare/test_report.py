@@ -246,3 +246,21 @@ def test_stratified_compare_resamples_within_strata():
     # the IQM's BCa bootstrap resamples within strata (the mean's t interval has no strata)
     assert strat["iqm_hi"] - strat["iqm_lo"] < 0.25 * (plain["iqm_hi"] - plain["iqm_lo"])
     assert not strat["paired"]  # each seed appears twice (once per task): pairing is ambiguous
+
+
+def test_per_arm_intervals_are_cut_to_the_summarys_range_and_nothing_else_moves():
+    """A k3 KL (>= 0 by construction) of 3 seeds, 1e-6, 1e-6, 1e-4: mean 3.4e-5, sd 5.7e-5, so the
+    t interval starts near -1.1e-4. The table cuts it at 0; the verdict and the difference's
+    interval do not change (a difference of KLs has any sign)."""
+    kl = [1e-6, 1e-6, 1e-4]
+    df = pd.DataFrame({"variant": ["a"] * 3 + ["b"] * 3, "seed": [0, 1, 2, 0, 1, 2],
+                       "final:mismatch/kl": kl + [5e-5, 6e-5, 7e-5], "final:loss/policy": kl + [5e-5, 6e-5, 7e-5]})
+    table = compare_variants(df, "b", ["final:mismatch/kl", "final:loss/policy"], n_resamples=0,
+                             higher_is_better={"final:loss/policy": False})  # as the KL: only the range differs
+    cut = table.df[(table.df.metric == "final:mismatch/kl") & (table.df.variant == "a")].iloc[0]
+    free = table.df[(table.df.metric == "final:loss/policy") & (table.df.variant == "a")].iloc[0]
+    t_lo = np.mean(kl) - 4.302652729749464 * np.std(kl, ddof=1) / math.sqrt(3)  # t_{0.975, 2}
+    assert free["mean_lo"] == pytest.approx(t_lo, rel=1e-9) and t_lo < 0  # loss: any sign, not cut
+    assert cut["mean_lo"] == 0.0 and cut["mean_hi"] == free["mean_hi"]
+    for col in ("delta", "delta_lo", "delta_hi", "p_value", "verdict"):
+        assert cut[col] == free[col], col

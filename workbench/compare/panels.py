@@ -29,6 +29,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from workbench.metrics.catalogue import metric_bounds
+
 from .arms import arm_column, arm_variants, match_baselines, runs_by_arm
 from .report import ComparisonTable, compare_variants
 from .stats import curve_bands
@@ -181,7 +183,8 @@ def curve_panel(history: pd.DataFrame, runs: pd.DataFrame, metric: str, *, x: st
     grouped by arm (grid points are not seeds). On x = step, at most ``max_points`` steps are kept
     (:func:`thin_steps`); samples and tokens are aligned from the full history (they need the
     count metrics). ``aggregation`` mean or iqm: bands by
-    :func:`~workbench.compare.stats.curve_bands` (pointwise t intervals); none: every run's curve.
+    :func:`~workbench.compare.stats.curve_bands` (pointwise t intervals, cut to the catalogue's
+    bounds of ``metric``); none: every run's curve.
     ``markers``: place ``health_events`` on the curves (x = step only; None otherwise).
     Raises ``ValueError`` when the curves cannot be aligned on ``x`` (missing count metrics) or
     ``aggregation`` is unknown.
@@ -200,7 +203,8 @@ def curve_panel(history: pd.DataFrame, runs: pd.DataFrame, metric: str, *, x: st
     if aggregation in ("mean", "iqm"):
         with warnings.catch_warnings():  # all-NaN columns (no run at some x) are expected
             warnings.simplefilter("ignore", RuntimeWarning)
-            panel.bands = curve_bands(aligned, x=x, statistic=aggregation, confidence=confidence)
+            panel.bands = curve_bands(aligned, x=x, statistic=aggregation, confidence=confidence,
+                                      bounds=metric_bounds(metric))
         panel.interval = band_interval_name(aggregation, confidence)
     else:
         panel.curves = aligned

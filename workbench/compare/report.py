@@ -17,6 +17,7 @@ The statistical choices are documented in :mod:`workbench.compare.stats`.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import math
@@ -349,6 +350,21 @@ def _direction(metric: str, given: Mapping[str, bool | None] | None) -> bool | N
         return None
 
 
+def _value_bounds(metric: str) -> tuple[float, float]:
+    """The range a summary's values lie in (its registered ``bounds``); unbounded if unknown."""
+    try:
+        return resolve_summary(metric).bounds
+    except ValueError:
+        return (-math.inf, math.inf)
+
+
+def _cut(estimate: stats.Estimate, bounds: tuple[float, float]) -> stats.Estimate:
+    """The interval intersected with the values' range. The estimand (a mean or IQM of values in
+    the range) lies in it, so every interval that covered it still does: coverage is unchanged."""
+    lo, hi = np.clip([estimate.lo, estimate.hi], *bounds)  # NaN (no interval) stays NaN
+    return dataclasses.replace(estimate, lo=float(lo), hi=float(hi))
+
+
 def _ranked_values(arm: _outcomes.ArmOutcomes, base: _outcomes.ArmOutcomes,
                    hib: bool) -> tuple[np.ndarray, np.ndarray]:
     """Both arms' runs as ranks, failed/stopped/censored runs tied at the worst rank (for P(improve))."""
@@ -465,6 +481,7 @@ def compare_variants(
         seed = 0 if rng is None else int(rng)
     alpha = 1.0 - confidence
     directions = {m: _direction(m, higher_is_better) for m in metrics}
+    bounds = {m: _value_bounds(m) for m in metrics}
     units = _arms.arm_column(summary_df, variant_col, arm_col or "")
     groups = {a: g for a, g in summary_df.groupby(units.to_numpy(), sort=False)}
 
@@ -487,10 +504,11 @@ def compare_variants(
             if strata:
                 done = _outcomes.run_outcomes(g, metric) == "finished"
                 lab = g[strata].to_numpy()[done]
-            m_est = stats.mean_ci(arm.values, confidence=confidence)
+            m_est = _cut(stats.mean_ci(arm.values, confidence=confidence), bounds[metric])
             if n_resamples > 0:
-                i_est = stats.iqm_ci(arm.values, strata=lab, confidence=confidence,
-                                     n_resamples=n_resamples, rng=_child_rng(seed, metric, variant, "iqm"))
+                i_est = _cut(stats.iqm_ci(arm.values, strata=lab, confidence=confidence,
+                                          n_resamples=n_resamples, rng=_child_rng(seed, metric, variant, "iqm")),
+                             bounds[metric])
             else:  # no bootstrap asked for (simulations): the IQM without its interval
                 i_est = stats.Estimate(float(stats.iqm(arm.values)) if arm.values.size else math.nan,
                                        math.nan, math.nan, n=arm.values.size)

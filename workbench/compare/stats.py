@@ -763,6 +763,7 @@ def curve_bands(
     statistic: str = "mean",
     confidence: float = 0.95,
     group: str = "variant",
+    bounds: tuple[float, float] = (-math.inf, math.inf),
 ) -> pd.DataFrame:
     """Per group and x: the mean (or IQM) across runs with its pointwise confidence band.
 
@@ -773,6 +774,10 @@ def curve_bands(
     interval (:func:`iqm_ci`; below 4 runs the IQM is the mean). The percentile bootstrap band
     this replaced covered 71-90% at 3-10 seeds, not the 95% its label said. Returns columns
     ``<group>, <x>, n, estimate, lo, hi``; ``lo``/``hi`` are NaN where fewer than 2 runs.
+
+    ``bounds``: the range every value lies in by construction (``metric_bounds`` of the catalogue:
+    a fraction, a k3 KL). The band is cut to it: the true mean lies in the range, so whenever the t
+    interval covers it the cut interval does too, and a KL's band no longer dips below 0.
     """
     if statistic not in ("mean", "iqm"):
         raise ValueError(f"unknown band statistic {statistic!r} (valid: iqm, mean)")
@@ -801,6 +806,8 @@ def curve_bands(
                     _, t_lo, t_hi = t_interval(v, confidence=confidence, axis=0)
                 lo[cols] = np.where(spread, t_lo, est[cols])  # identical values: a zero-width band
                 hi[cols] = np.where(spread, t_hi, est[cols])
+        with np.errstate(invalid="ignore"):  # NaN (fewer than 2 runs) stays NaN
+            lo, hi = np.clip(lo, *bounds), np.clip(hi, *bounds)
         out.append(
             pd.DataFrame({group: name, x: wide.columns.to_numpy(), "n": n, "estimate": est, "lo": lo, "hi": hi})
         )

@@ -239,7 +239,8 @@ class SummaryMetric:
     ``higher_is_better`` is its healthy direction (``None``: no preferred direction); ``reads``
     the history metrics it needs (``summarize_runs`` loads only those); ``censored`` what an
     ``inf`` value means, a template of its parameters (``"never reached {threshold}"``; empty:
-    the summary is never censored).
+    the summary is never censored); ``bounds`` the range its finite values lie in by construction
+    (an accuracy in [0, 1]), which ``compare`` cuts the per-arm intervals to.
     """
 
     name: str
@@ -248,6 +249,7 @@ class SummaryMetric:
     reads: tuple[str, ...]
     description: str
     censored: str = ""
+    bounds: tuple[float, float] = (-math.inf, math.inf)
 
     def censored_reason(self, **params: Any) -> str:
         """``censored`` with the parameters filled in (defaults where not given)."""
@@ -273,7 +275,8 @@ SUMMARY_METRICS: Registry[SummaryMetric] = Registry("summary metric")
 
 
 def summary_metric(
-    name: str, *, higher_is_better: bool | None, reads: Sequence[str], censored: str = ""
+    name: str, *, higher_is_better: bool | None, reads: Sequence[str], censored: str = "",
+    bounds: tuple[float, float] = (-math.inf, math.inf),
 ) -> Callable[[Callable[..., float]], Callable[..., float]]:
     """Decorator: register ``fn(run, **params) -> float`` as summary metric ``name``.
 
@@ -283,7 +286,7 @@ def summary_metric(
     def add(fn: Callable[..., float]) -> Callable[..., float]:
         doc = inspect.getdoc(fn) or ""
         SUMMARY_METRICS.register(name)(
-            SummaryMetric(name, fn, higher_is_better, tuple(reads), doc.split("\n\n")[0], censored)
+            SummaryMetric(name, fn, higher_is_better, tuple(reads), doc.split("\n\n")[0], censored, bounds)
         )
         return fn
 
@@ -296,13 +299,13 @@ def _last_mean(s: pd.Series, k: int) -> float:
     return float(s.iloc[-k:].mean()) if len(s) else math.nan
 
 
-@summary_metric("final_eval_accuracy", higher_is_better=True, reads=[EVAL_ACCURACY])
+@summary_metric("final_eval_accuracy", higher_is_better=True, reads=[EVAL_ACCURACY], bounds=(0.0, 1.0))
 def final_eval_accuracy(run: RunCurves, k: int = 3) -> float:
     """Mean of the last ``k`` evaluations of ``eval/accuracy`` (fewer if fewer were logged)."""
     return _last_mean(run.series(EVAL_ACCURACY), k)
 
 
-@summary_metric("eval_auc", higher_is_better=True, reads=[EVAL_ACCURACY])
+@summary_metric("eval_auc", higher_is_better=True, reads=[EVAL_ACCURACY], bounds=(0.0, 1.0))
 def eval_auc(run: RunCurves) -> float:
     """Area under the ``eval/accuracy`` curve over steps, divided by the step span.
 
@@ -325,7 +328,7 @@ def _first_reaching(s: pd.Series, threshold: float) -> Any:
 
 
 @summary_metric("steps_to_threshold", higher_is_better=False, reads=[EVAL_ACCURACY],
-                censored="never reached {threshold}")
+                censored="never reached {threshold}", bounds=(0.0, math.inf))
 def steps_to_threshold(run: RunCurves, threshold: float = 0.5) -> float:
     """First eval step with ``eval/accuracy >= threshold``; ``inf`` (censored) if never reached,
     NaN without evals."""
@@ -337,7 +340,7 @@ def steps_to_threshold(run: RunCurves, threshold: float = 0.5) -> float:
 
 
 @summary_metric("tokens_to_threshold", higher_is_better=False, reads=[EVAL_ACCURACY, *COUNT_METRICS],
-                censored="never reached {threshold}")
+                censored="never reached {threshold}", bounds=(0.0, math.inf))
 def tokens_to_threshold(run: RunCurves, threshold: float = 0.5) -> float:
     """Sampled tokens before the first eval step with ``eval/accuracy >= threshold`` (the eval at
     step ``s`` runs before step ``s`` samples, so steps ``< s`` count).
@@ -356,7 +359,7 @@ def tokens_to_threshold(run: RunCurves, threshold: float = 0.5) -> float:
 
 @summary_metric(
     "tokens_per_correct", higher_is_better=False, reads=[TRAIN_ACCURACY, LENGTH_MEAN, *COUNT_METRICS],
-    censored="nothing correct",
+    censored="nothing correct", bounds=(0.0, math.inf),
 )
 def tokens_per_correct(run: RunCurves) -> float:
     """Sampled tokens per correct sampled completion over the whole run.
@@ -387,7 +390,7 @@ def tokens_per_correct(run: RunCurves) -> float:
 
 
 @summary_metric(
-    "final_length_ratio", higher_is_better=False, reads=[LENGTH_CORRECT, LENGTH_INCORRECT]
+    "final_length_ratio", higher_is_better=False, reads=[LENGTH_CORRECT, LENGTH_INCORRECT], bounds=(0.0, math.inf)
 )
 def final_length_ratio(run: RunCurves, window: int = 10) -> float:
     """``mean(length/incorrect_mean) / mean(length/correct_mean)`` over the last ``window`` steps
@@ -406,7 +409,7 @@ def final_length_ratio(run: RunCurves, window: int = 10) -> float:
     return float(tail["i"].mean()) / correct if correct > 0 else math.nan
 
 
-@summary_metric("final_entropy", higher_is_better=None, reads=[ENTROPY])
+@summary_metric("final_entropy", higher_is_better=None, reads=[ENTROPY], bounds=(0.0, math.inf))
 def final_entropy(run: RunCurves, window: int = 10) -> float:
     """Mean of ``entropy/mean`` over the last ``window`` logged steps (no preferred direction)."""
     return _last_mean(run.series(ENTROPY), window)
@@ -416,6 +419,13 @@ def final_entropy(run: RunCurves, window: int = 10) -> float:
 def final_reward(run: RunCurves, window: int = 10) -> float:
     """Mean of ``reward/mean`` over the last ``window`` logged steps."""
     return _last_mean(run.series(REWARD), window)
+
+
+def catalogue_bounds(metric: str) -> tuple[float, float]:
+    """The range of a logged metric's values from the metrics catalogue (unbounded if not catalogued)."""
+    from workbench.metrics.catalogue import metric_bounds
+
+    return metric_bounds(metric)
 
 
 def catalogue_direction(metric: str) -> bool | None:
@@ -442,6 +452,7 @@ def resolve_summary(name: str) -> SummaryMetric:
             catalogue_direction(metric),
             (metric,),
             f"Mean of the last {default} logged values of {metric}.",
+            bounds=catalogue_bounds(metric),  # a mean of values in a range lies in it
         )
     return SUMMARY_METRICS.get(name)
 

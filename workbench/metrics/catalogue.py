@@ -1,4 +1,5 @@
-"""The canonical metric catalogue: name, meaning, unit, and which direction is healthy.
+"""The canonical metric catalogue: name, meaning, unit, which direction is healthy, and the values
+the metric can take by construction.
 
 Names are a contract (docs/metrics.md lists them): dashboards, health rules, comparisons and users'
 notebooks read them. Add metrics freely; never rename one.
@@ -6,11 +7,16 @@ notebooks read them. Add metrics freely; never rename one.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from collections.abc import Mapping
 from typing import Any, Literal
 
 Direction = Literal["up", "down", "stable", "none"]
+
+UNBOUNDED = (-math.inf, math.inf)
+NON_NEGATIVE = (0.0, math.inf)
+UNIT_INTERVAL = (0.0, 1.0)
 
 
 @dataclass(frozen=True)
@@ -19,57 +25,67 @@ class MetricSpec:
     meaning: str
     unit: str
     healthy: Direction  # up: higher is better; down: lower is better; stable: drift is the symptom
+    # Every value the metric can log lies in [lo, hi] by how it is computed (a fraction, a count,
+    # a k3 KL), so its mean does too: a confidence band may be cut to this range without losing
+    # coverage. UNBOUNDED where the sign is free (k1 KL, a loss, a reward).
+    bounds: tuple[float, float] = UNBOUNDED
 
 
 CATALOGUE: tuple[MetricSpec, ...] = (
     MetricSpec("reward/mean", "mean total reward over all sampled completions", "reward", "up"),
-    MetricSpec("reward/std", "std of total reward over all sampled completions", "reward", "none"),
-    MetricSpec("accuracy/train", "fraction of sampled completions judged correct by math-verify", "fraction", "up"),
+    MetricSpec("reward/std", "std of total reward over all sampled completions", "reward", "none", NON_NEGATIVE),
+    MetricSpec("accuracy/train", "fraction of sampled completions judged correct by math-verify", "fraction", "up", UNIT_INTERVAL),
     MetricSpec("entropy/mean", "learner next-token entropy of the sampling distribution, token-mean over responses",
-               "nats", "stable"),
-    MetricSpec("length/mean", "response length", "tokens", "stable"),
-    MetricSpec("length/max", "longest response in the batch", "tokens", "stable"),
-    MetricSpec("length/correct_mean", "mean length of correct responses", "tokens", "stable"),
+               "nats", "stable", NON_NEGATIVE),
+    MetricSpec("length/mean", "response length", "tokens", "stable", NON_NEGATIVE),
+    MetricSpec("length/max", "longest response in the batch", "tokens", "stable", NON_NEGATIVE),
+    MetricSpec("length/correct_mean", "mean length of correct responses", "tokens", "stable", NON_NEGATIVE),
     MetricSpec("length/incorrect_mean", "mean length of incorrect responses (grows under GRPO length bias)",
-               "tokens", "down"),
+               "tokens", "down", NON_NEGATIVE),
     MetricSpec("length/truncated_frac", "fraction of responses that hit max_new_tokens without EOS", "fraction",
-               "down"),
+               "down", UNIT_INTERVAL),
     MetricSpec("clip/frac", "fraction of response tokens whose gradient the clipping removes (low + high; "
-               "CISPO: weights truncated)", "fraction", "stable"),
+               "CISPO: weights truncated)", "fraction", "stable", UNIT_INTERVAL),
     MetricSpec("clip/frac_low", "A < 0 tokens clipped: ratio < 1-ε_low (GMPO: log-ratio < -ε_low); "
-               "CISPO: weight truncated below, any A", "fraction", "stable"),
+               "CISPO: weight truncated below, any A", "fraction", "stable", UNIT_INTERVAL),
     MetricSpec("clip/frac_high", "A > 0 tokens clipped: ratio > 1+ε_high (GMPO: log-ratio > ε_high); "
-               "CISPO: weight truncated above, any A", "fraction", "stable"),
+               "CISPO: weight truncated above, any A", "fraction", "stable", UNIT_INTERVAL),
     MetricSpec("policy/approx_kl", "token-mean k1 estimate of KL(old ‖ new) during the update", "nats", "down"),
-    MetricSpec("policy/ratio_mean", "mean importance ratio π_new/π_old over response tokens", "ratio", "stable"),
-    MetricSpec("policy/ratio_max", "max importance ratio over response tokens", "ratio", "down"),
+    MetricSpec("policy/ratio_mean", "mean importance ratio π_new/π_old over response tokens", "ratio", "stable", NON_NEGATIVE),
+    MetricSpec("policy/ratio_max", "max importance ratio over response tokens", "ratio", "down", NON_NEGATIVE),
     MetricSpec("mismatch/prob_abs_diff_mean", "|p_learner − p_sampler| of sampled tokens, learner before the update",
-               "probability", "down"),
-    MetricSpec("mismatch/prob_abs_diff_max", "max |p_learner − p_sampler| of sampled tokens", "probability", "down"),
-    MetricSpec("mismatch/kl", "token-mean k3 estimate of KL(π_sampler ‖ π_learner)", "nats", "down"),
-    MetricSpec("mismatch/is_weight_mean", "mean IS correction weight (when a correction is on)", "ratio", "stable"),
+               "probability", "down", UNIT_INTERVAL),
+    MetricSpec("mismatch/prob_abs_diff_max", "max |p_learner − p_sampler| of sampled tokens", "probability", "down", UNIT_INTERVAL),
+    MetricSpec("mismatch/kl", "token-mean k3 estimate of KL(π_sampler ‖ π_learner)", "nats", "down", NON_NEGATIVE),
+    MetricSpec("mismatch/is_weight_mean", "mean IS correction weight (when a correction is on)", "ratio", "stable", NON_NEGATIVE),
     MetricSpec("mismatch/is_clipped_frac", "fraction of tokens whose IS weight was truncated/masked", "fraction",
-               "down"),
+               "down", UNIT_INTERVAL),
     MetricSpec("kl/ref", "KL to the reference policy (when one is used)", "nats", "down"),
     MetricSpec("loss/policy", "policy loss (mean over the step's optimizer steps)", "loss", "none"),
-    MetricSpec("grad/norm", "global grad norm before clipping (mean over optimizer steps)", "norm", "stable"),
+    MetricSpec("grad/norm", "global grad norm before clipping (mean over optimizer steps)", "norm", "stable", NON_NEGATIVE),
     MetricSpec("batch/zero_std_frac", "fraction of groups whose rewards are all equal (no GRPO signal)", "fraction",
-               "down"),
-    MetricSpec("batch/filtered_frac", "fraction of groups dropped by dynamic sampling", "fraction", "none"),
-    MetricSpec("eval/accuracy", "held-out accuracy (greedy unless configured), at eval steps", "fraction", "up"),
-    MetricSpec("eval/length_mean", "held-out mean response length, at eval steps", "tokens", "stable"),
-    MetricSpec("perf/step_s", "wall time of the RL step", "s", "down"),
-    MetricSpec("perf/sample_tokens_per_s", "generated tokens per second of sampling", "tokens/s", "up"),
-    MetricSpec("perf/learn_tokens_per_s", "tokens per second through the learner update", "tokens/s", "up"),
-    MetricSpec("perf/sample_tokens", "tokens generated this step", "tokens", "none"),
-    MetricSpec("perf/health_s", "time evaluating the health rules this step", "s", "down"),
-    MetricSpec("perf/algorithm_s", "time inside the algorithm units (advantages, IS weights, loss)", "s", "down"),
-    MetricSpec("batch/sampling_rounds", "sampling rounds used to fill the batch (dynamic sampling)", "count", "down"),
-    MetricSpec("train/optimizer_steps", "optimizer steps this RL step (epochs × minibatches)", "count", "none"),
-    MetricSpec("health/status", "0 ok, 1 warn, 2 fail (worst rule active this step)", "code", "down"),
+               "down", UNIT_INTERVAL),
+    MetricSpec("batch/filtered_frac", "fraction of groups dropped by dynamic sampling", "fraction", "none", UNIT_INTERVAL),
+    MetricSpec("eval/accuracy", "held-out accuracy (greedy unless configured), at eval steps", "fraction", "up", UNIT_INTERVAL),
+    MetricSpec("eval/length_mean", "held-out mean response length, at eval steps", "tokens", "stable", NON_NEGATIVE),
+    MetricSpec("perf/step_s", "wall time of the RL step", "s", "down", NON_NEGATIVE),
+    MetricSpec("perf/sample_tokens_per_s", "generated tokens per second of sampling", "tokens/s", "up", NON_NEGATIVE),
+    MetricSpec("perf/learn_tokens_per_s", "tokens per second through the learner update", "tokens/s", "up", NON_NEGATIVE),
+    MetricSpec("perf/sample_tokens", "tokens generated this step", "tokens", "none", NON_NEGATIVE),
+    MetricSpec("perf/health_s", "time evaluating the health rules this step", "s", "down", NON_NEGATIVE),
+    MetricSpec("perf/algorithm_s", "time inside the algorithm units (advantages, IS weights, loss)", "s", "down", NON_NEGATIVE),
+    MetricSpec("batch/sampling_rounds", "sampling rounds used to fill the batch (dynamic sampling)", "count", "down", NON_NEGATIVE),
+    MetricSpec("train/optimizer_steps", "optimizer steps this RL step (epochs × minibatches)", "count", "none", NON_NEGATIVE),
+    MetricSpec("health/status", "0 ok, 1 warn, 2 fail (worst rule active this step)", "code", "down", (0.0, 2.0)),
 )
 
 BY_NAME = {m.name: m for m in CATALOGUE}
+
+
+def metric_bounds(name: str) -> tuple[float, float]:
+    """The range a catalogued metric's values lie in; unbounded for a metric not catalogued."""
+    spec = BY_NAME.get(name)
+    return spec.bounds if spec else UNBOUNDED
 
 
 def unlogged_by_config(params: Mapping[str, Any]) -> dict[str, str]:
@@ -91,8 +107,18 @@ def unlogged_by_config(params: Mapping[str, Any]) -> dict[str, str]:
     return absent
 
 
+def range_text(bounds: tuple[float, float]) -> str:
+    """``[0, 1]``, ``>= 0`` or ``any``: a metric's bounds for tables."""
+    lo, hi = bounds
+    if math.isinf(lo) and math.isinf(hi):
+        return "any"
+    if math.isinf(hi):
+        return f">= {lo:g}"
+    return f"[{lo:g}, {hi:g}]"
+
+
 def markdown_table() -> str:
     """The catalogue as the markdown table in docs/metrics.md (kept in sync by a test)."""
-    lines = ["| name | meaning | unit | healthy |", "|---|---|---|---|"]
-    lines += [f"| `{m.name}` | {m.meaning} | {m.unit} | {m.healthy} |" for m in CATALOGUE]
+    lines = ["| name | meaning | unit | healthy | range |", "|---|---|---|---|---|"]
+    lines += [f"| `{m.name}` | {m.meaning} | {m.unit} | {m.healthy} | {range_text(m.bounds)} |" for m in CATALOGUE]
     return "\n".join(lines) + "\n"
