@@ -237,3 +237,90 @@ def test_tracking_experiment_holds_the_parent_and_the_resume_lookup_and_plan(wor
     again = cli(workdir, "run", path, "--quiet")
     assert again.returncode == 0 and "SKIPPED" in again.stdout, again.stdout + again.stderr
     assert len(client.search_runs([exp.experiment_id], "tags.`workbench.role` = 'run'")) == 1
+
+
+def test_a_worker_stops_at_the_first_run_it_lost_mlflow_for_and_a_later_worker_resumes(workdir, server):
+    """`workbench worker` under a permanent outage: the run it is executing fails at the outage
+    deadline and the worker stops there, with one clear line, instead of taking the next run and
+    waiting out the deadline again for each one. Once MLflow is back, a new worker finishes the study."""
+    deadline = 15.0
+    path = outage_study(workdir, "outage-worker", steps=40, deadline_s=deadline)
+    data = yaml.safe_load(path.read_text())
+    data["seeds"] = [0, 1, 2]
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    keys = sorted(s.run_key for s in expand(load_study(path)))
+    client = MlflowClient(server.uri)
+    env = {"MLFLOW_TRACKING_URI": server.uri}
+    storage = f"sqlite:///{workdir / 'optuna.db'}"
+    proc = spawn(workbench_cmd("worker", path, "--storage", storage, "--heartbeat", "2"), workdir,
+                 workdir / "worker.log", env=env)
+    try:
+        wait_for(first_flush_seen(client, "outage-worker"), 300, interval=0.5, what="the first 10 steps sent")
+        server.stop()
+        stopped = time.monotonic()
+        code = proc.wait(timeout=300)
+        took = time.monotonic() - stopped
+    finally:
+        stop_group(proc)
+    log = (workdir / "worker.log").read_text()
+    print(f"worker under a permanent outage: exited {took:.1f} s after the server stopped (deadline {deadline:g} s)")
+    assert code == 1, log
+    # one deadline, plus the rest of a flush and a bounded try per close (as in the test above);
+    # a worker that took the next run would need a second deadline (> 2 x 15 s)
+    assert took < deadline + 30, (took, log)
+    assert "worker stopped: MLflow unreachable" in log and "Traceback" not in log, log
+    assert "internal error" not in log, log
+
+    server.start()
+    again = cli(workdir, "worker", path, "--storage", storage, "--heartbeat", "2", env=env)
+    assert again.returncode == 0, again.stdout + again.stderr
+    finished = {k: v for k, v in statuses_by_key(child_runs(client, "outage-worker")).items()}
+    assert sorted(finished) == keys and all("FINISHED" in v for v in finished.values()), finished
+    assert sum(v.count("FINISHED") for v in finished.values()) == 3  # each run finished exactly once
+
+
+def test_a_search_stops_at_the_first_trial_that_lost_mlflow_and_retries_its_values_next_time(workdir, server):
+    """`workbench tune` under a permanent outage: the trial running fails at the deadline and the
+    worker stops, with its values enqueued again, rather than failing trial after trial (each one
+    waiting out the deadline) until its failure limit. The next `tune` runs those values first."""
+    from tests.search.helpers import load_spec, optuna_trials, search_run_config, write_search_study
+    from workbench.search.objective import RETRY_OF
+
+    deadline = 15.0
+    base = search_run_config(steps=40, eval_every=10, tracking={"outage_deadline_s": deadline})
+    search = {"metric": "reward/mean", "params": {"learner.lr": {"low": 1.0e-3, "high": 3.0e-2, "log": True}},
+              "sampler": {"name": "random", "seed": 0}, "pruner": "none", "n_trials": 3, "seeds": [0]}
+    path = write_search_study(workdir / "study.yaml", "outage-tune", search, base=base)
+    journal = workdir / "journal.log"
+    client = MlflowClient(server.uri)
+    env = {"MLFLOW_TRACKING_URI": server.uri}
+    proc = spawn(workbench_cmd("tune", path, "--storage", journal), workdir, workdir / "tune.log", env=env)
+
+    def first_flush():
+        exp = client.get_experiment_by_name("outage-tune")
+        runs = client.search_runs([exp.experiment_id], "tags.`workbench.role` = 'trial'") if exp else []
+        return runs and client.get_metric_history(runs[0].info.run_id, "reward/mean")
+
+    try:
+        wait_for(first_flush, 300, interval=0.5, what="the first trial's first steps sent")
+        server.stop()
+        stopped = time.monotonic()
+        code = proc.wait(timeout=300)
+        took = time.monotonic() - stopped
+    finally:
+        stop_group(proc)
+    log = (workdir / "tune.log").read_text()
+    print(f"search under a permanent outage: exited {took:.1f} s after the server stopped (deadline {deadline:g} s)")
+    assert code == 1, log
+    assert took < deadline + 30, (took, log)  # one deadline: the next trial was not started
+    assert "stopping: MLflow unreachable" in log and "Traceback" not in log, log
+    trials = optuna_trials(load_spec(path), str(journal))
+    assert [t.state.name for t in trials] == ["FAIL", "WAITING"], log
+    assert trials[1].user_attrs[RETRY_OF] == 0  # the same values, run first next time
+
+    server.start()
+    again = cli(workdir, "tune", path, "--storage", journal, env=env)
+    assert again.returncode == 0, again.stdout + again.stderr
+    trials = optuna_trials(load_spec(path), str(journal))
+    assert [t.state.name for t in trials] == ["FAIL", "COMPLETE", "COMPLETE", "COMPLETE"]
+    assert trials[1].params == trials[0].params

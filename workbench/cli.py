@@ -227,6 +227,12 @@ def worker(
         print_summary(study_obj.name, report.outcomes, _study_store(specs))
     console.print(f"study {report.study}: {report.finished}/{report.total} runs finished; "
                   f"this worker ({report.worker}) ran {len(report.outcomes)}", highlight=False)
+    if report.tracking_lost:  # more runs would only wait out the deadline again
+        from rich.markup import escape
+
+        err_console.print(f"[red]worker stopped: MLflow unreachable past tracking.outage_deadline_s[/red] "
+                          f"({escape(report.tracking_lost[:300])}); its run is enqueued again: start a worker "
+                          f"once MLflow is back", highlight=False)
     if report.failed:
         err_console.print(f"[red]not finished:[/red] {', '.join(report.failed)}", highlight=False)
         raise typer.Exit(1)

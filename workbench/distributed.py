@@ -217,6 +217,7 @@ class WorkerReport:
     total: int = 0  # runs in the study (union of every worker's plan)
     finished: int = 0
     failed: list[str] = field(default_factory=list)  # labels of runs without a FINISHED run
+    tracking_lost: str = ""  # why this worker stopped early: MLflow unreachable past the outage deadline
 
 
 @dataclass
@@ -247,6 +248,7 @@ class Worker:
         self.id = worker_id()
         self.progress_factory = progress_factory
         self.report = WorkerReport(study.name, self.id)
+        self._lost_trial = None  # the trial whose run lost MLflow (the worker stops after it)
         self.ctx: StudyContext | None = None
         self.client = None
         self.ostudy = None
@@ -355,6 +357,11 @@ class Worker:
                         self.opt.log(f"[{self.id}] {trial.user_attrs.get(LABEL)} KILLED; enqueued again "
                                      f"for the other workers")
                     raise
+                if self.report.tracking_lost:  # the next run would only wait out the deadline again
+                    trial = self._lost_trial
+                    self._enqueue_retry(trial, lost=int(trial.user_attrs.get(LOST, 0)))  # not a lost worker
+                    self.opt.log(f"[{self.id}] {trial.user_attrs.get(LABEL)} lost MLflow; enqueued again")
+                    return self._finish()
             elif any(KEY in t.user_attrs for t in open_trials):
                 settled_once = False
                 time.sleep(poll)  # runs in progress elsewhere; a lost one comes back as a retry
@@ -419,13 +426,15 @@ class Worker:
             if key:
                 ok = best.get(key, ("", False))[1] or t.state == TrialState.COMPLETE
                 best[key] = (t.user_attrs.get(LABEL, key), ok)
-        done = finished_runs(self.client, self.ctx.experiment_id)
+        # MLflow lost: Optuna's record alone (a run FINISHED by `workbench run` counts as not finished)
+        done = {} if self.report.tracking_lost else finished_runs(self.client, self.ctx.experiment_id)
         for spec in self.specs:  # finished before any worker ran (e.g. by `workbench run`)
             best.setdefault(spec.run_key, (spec.label, False))
         self.report.total = len(best)
         self.report.failed = sorted(label for key, (label, ok) in best.items() if not ok and key not in done)
         self.report.finished = self.report.total - len(self.report.failed)
-        self.client.set_terminated(self.ctx.parent_run_id, status="FINISHED")
+        if not self.report.tracking_lost:  # else the next worker's start sets it RUNNING and closes it
+            self.client.set_terminated(self.ctx.parent_run_id, status="FINISHED")
         return self.report
 
     # -------------------------------------------------------------------- one trial
@@ -485,6 +494,8 @@ class Worker:
             self.opt.log(f"[{self.id}] {label} FAILED: {type(error).__name__}: {error}")
             raise RunFailed(f"{type(error).__name__}: {error}") from error
         self.report.outcomes.append(outcome)
+        if outcome.tracking_lost:
+            self.report.tracking_lost, self._lost_trial = outcome.error, trial
         trial.set_user_attr(OUTCOME, outcome.status)
         if outcome.run_id:
             trial.set_user_attr(MLFLOW_RUN, outcome.run_id)

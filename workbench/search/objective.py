@@ -109,6 +109,7 @@ class SeedResult:
     prune_reason: str = ""
     pruned_by: str = ""
     error: str = ""
+    tracking_lost: bool = False  # MLflow unreachable past the outage deadline (not the trial's fault)
 
 
 def _finite_or_none(x: float) -> float | None:
@@ -127,6 +128,7 @@ class TrialObjective:
         self.progress_factory = progress_factory
         self.last_outcome = ""  # how the last call ended: COMPLETE | PRUNED | FAILED | over_budget
         self.last_number = -1
+        self.tracking_lost = False  # a run lost MLflow: the worker stops (every later trial would wait too)
 
     # ------------------------------------------------------------------------------ call
     def __call__(self, trial):
@@ -189,6 +191,10 @@ class TrialObjective:
                 runs.append(result.run_id)
             trial.set_user_attr(STEPS, steps)
             trial.set_user_attr(RUNS, runs)
+            if result.tracking_lost:  # the values are not at fault: the next invocation runs them first
+                self.tracking_lost = True
+                trial.study.enqueue_trial(values, user_attrs={RETRY_OF: trial.number})
+                self._fail(trial, f"seed {seed}: {result.error}")
             if result.error:
                 self._tag_runs(runs, {"workbench.trial_state": "FAIL"})
                 self._fail(trial, f"seed {seed}: {result.error}")
@@ -243,7 +249,7 @@ class TrialObjective:
                                   role="trial", extra_tags=tags)
         except Exception as error:  # noqa: BLE001 - e.g. preflight: the trial fails, the worker goes on
             return SeedResult(None, 0, error=f"{type(error).__name__}: {error}")
-        result = SeedResult(outcome.run_id, outcome.steps)
+        result = SeedResult(outcome.run_id, outcome.steps, tracking_lost=outcome.tracking_lost)
         if outcome.status != "FINISHED":
             result.error = outcome.error or outcome.status
             return result

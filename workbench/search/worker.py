@@ -99,7 +99,7 @@ class TuneOptions:
 class WorkerReport:
     worker: str
     trials: list[tuple[int, str]] = field(default_factory=list)  # (number, outcome) run by this worker
-    stopped: str = ""  # budget | timeout | failures | grid
+    stopped: str = ""  # budget | timeout | failures | tracking (MLflow lost) | grid
 
 
 class SearchError(ValueError):
@@ -260,6 +260,11 @@ class SearchWorker:
                 continue
             self.ostudy.optimize(objective, n_trials=1, catch=(TrialFailed, OverBudget), gc_after_trial=False)
             report.trials.append((objective.last_number, objective.last_outcome))
+            if objective.tracking_lost:  # every later trial would wait out the outage deadline again
+                self.opt.log(f"[{self.id}] stopping: MLflow unreachable past tracking.outage_deadline_s; trial "
+                             f"{objective.last_number}'s values are enqueued again: run tune again once it is back")
+                report.stopped = "tracking"
+                break
             if objective.last_outcome == "FAILED":
                 failures += 1
                 if failures >= self.opt.max_consecutive_failures:
@@ -348,7 +353,7 @@ def _child_main(spec: SearchSpec, storage_url: str, options: dict, index: int, t
     except SearchError as error:
         print(f"error: {error}", flush=True)
         raise SystemExit(2) from None
-    raise SystemExit(3 if report.stopped == "failures" else 0)
+    raise SystemExit({"failures": 3, "tracking": 4}.get(report.stopped, 0))
 
 
 def _describe_exit(code: int | None) -> str:
@@ -395,7 +400,7 @@ def run_search(spec: SearchSpec, storage_url: str | None = None, *, workers: int
                 result.stopped = "timeout"
             else:
                 result.stopped = "incomplete"
-        if status == "FINISHED" and result.stopped in ("failures", "incomplete"):
+        if status == "FINISHED" and result.stopped in ("failures", "tracking", "incomplete"):
             status = "FAILED"
         coordinator.set_search_run_status(status)
     return result
@@ -436,6 +441,8 @@ def _run_processes(spec: SearchSpec, storage_url: str, options: TuneOptions, wor
                         line = f"worker {proc.pid}: {_describe_exit(proc.exitcode)}"
                         if proc.exitcode == 3:
                             line = f"worker {proc.pid} stopped: too many failed trials in a row"
+                        elif proc.exitcode == 4:
+                            line = f"worker {proc.pid} stopped: MLflow unreachable past the outage deadline"
                         exits.append(line)
                         options.log(line + ("; the other workers go on" if pending else ""))
     except KeyboardInterrupt:
