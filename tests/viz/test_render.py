@@ -69,6 +69,12 @@ def test_compare_spec_renders_every_panel_with_bands_from_curve_bands(study):
     assert shown.count("grpo") == 1 and shown.count("dapo") == 1
     colors = {t.line.color for t in rendered.figure.data if t.name == "grpo" and t.fill is None}
     assert len(colors) == 1
+    # axes of metrics that cannot go below 0 (catalogue range) stop at 0; a reward's axis does not
+    def rangemode(metric):
+        i = next(i for i, p in enumerate(spec.panels) if p.metrics[:1] == [metric])
+        return rendered.figure.get_subplot(*places[i]).yaxis.rangemode
+    assert rangemode("eval/accuracy") == rangemode("mismatch/kl") == "nonnegative"
+    assert rangemode("reward/mean") is None
 
 
 def test_summary_panel_intervals_are_compare_variants_estimates(study):

@@ -417,6 +417,7 @@ def render_dashboard(spec: DashboardSpec, data: DashboardData) -> RenderedDashbo
     from plotly.subplots import make_subplots
 
     from workbench.compare.panels import curve_panel, summary_panel
+    from workbench.metrics.catalogue import metric_bounds
 
     from . import figures as F
     from .style import PALETTE, dash_for, dash_legend, variant_colors
@@ -519,6 +520,8 @@ def render_dashboard(spec: DashboardSpec, data: DashboardData) -> RenderedDashbo
             fig.update_xaxes(title_text=p.x, row=r, col=c)
             if p.log_y:
                 fig.update_yaxes(type="log", row=r, col=c)
+            elif p.metrics and all(metric_bounds(m)[0] >= 0 for m in p.metrics):
+                fig.update_yaxes(rangemode="nonnegative", row=r, col=c)  # a fraction's axis stops at 0
             if p.y_title or len(p.metrics) == 1:
                 fig.update_yaxes(title_text=p.y_title or p.metrics[0], row=r, col=c)
         elif p.kind == "health_matrix":
