@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -246,7 +247,7 @@ def test_a_worker_stops_at_the_first_run_it_lost_mlflow_for_and_a_later_worker_r
     deadline = 15.0
     path = outage_study(workdir, "outage-worker", steps=40, deadline_s=deadline)
     data = yaml.safe_load(path.read_text())
-    data["seeds"] = [0, 1, 2]
+    data["seeds"] = [0, 1]
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     keys = sorted(s.run_key for s in expand(load_study(path)))
     client = MlflowClient(server.uri)
@@ -265,9 +266,10 @@ def test_a_worker_stops_at_the_first_run_it_lost_mlflow_for_and_a_later_worker_r
     log = (workdir / "worker.log").read_text()
     print(f"worker under a permanent outage: exited {took:.1f} s after the server stopped (deadline {deadline:g} s)")
     assert code == 1, log
-    # one deadline, plus the rest of a flush and a bounded try per close (as in the test above);
-    # a worker that took the next run would need a second deadline (> 2 x 15 s)
-    assert took < deadline + 30, (took, log)
+    # one deadline, plus training to the next flush and a bounded try per close: 17 s quiet, 37 s
+    # with a study on both cores. That no second run started is asserted by the lines below.
+    assert took < deadline + 45, (took, log)
+    assert "runs finished; this worker" in log and re.search(r"this worker \(\S+\) ran 1\b", log), log
     assert "worker stopped: MLflow unreachable" in log and "Traceback" not in log, log
     assert "internal error" not in log, log
 
@@ -276,7 +278,7 @@ def test_a_worker_stops_at_the_first_run_it_lost_mlflow_for_and_a_later_worker_r
     assert again.returncode == 0, again.stdout + again.stderr
     finished = {k: v for k, v in statuses_by_key(child_runs(client, "outage-worker")).items()}
     assert sorted(finished) == keys and all("FINISHED" in v for v in finished.values()), finished
-    assert sum(v.count("FINISHED") for v in finished.values()) == 3  # each run finished exactly once
+    assert sum(v.count("FINISHED") for v in finished.values()) == 2  # each run finished exactly once
 
 
 def test_a_search_stops_at_the_first_trial_that_lost_mlflow_and_retries_its_values_next_time(workdir, server):
@@ -289,7 +291,7 @@ def test_a_search_stops_at_the_first_trial_that_lost_mlflow_and_retries_its_valu
     deadline = 15.0
     base = search_run_config(steps=40, eval_every=10, tracking={"outage_deadline_s": deadline})
     search = {"metric": "reward/mean", "params": {"learner.lr": {"low": 1.0e-3, "high": 3.0e-2, "log": True}},
-              "sampler": {"name": "random", "seed": 0}, "pruner": "none", "n_trials": 3, "seeds": [0]}
+              "sampler": {"name": "random", "seed": 0}, "pruner": "none", "n_trials": 2, "seeds": [0]}
     path = write_search_study(workdir / "study.yaml", "outage-tune", search, base=base)
     journal = workdir / "journal.log"
     client = MlflowClient(server.uri)
@@ -312,7 +314,7 @@ def test_a_search_stops_at_the_first_trial_that_lost_mlflow_and_retries_its_valu
     log = (workdir / "tune.log").read_text()
     print(f"search under a permanent outage: exited {took:.1f} s after the server stopped (deadline {deadline:g} s)")
     assert code == 1, log
-    assert took < deadline + 30, (took, log)  # one deadline: the next trial was not started
+    assert took < deadline + 45, (took, log)  # 25 s quiet; no next trial: the states below
     assert "stopping: MLflow unreachable" in log and "Traceback" not in log, log
     trials = optuna_trials(load_spec(path), str(journal))
     assert [t.state.name for t in trials] == ["FAIL", "WAITING"], log
@@ -322,5 +324,5 @@ def test_a_search_stops_at_the_first_trial_that_lost_mlflow_and_retries_its_valu
     again = cli(workdir, "tune", path, "--storage", journal, env=env)
     assert again.returncode == 0, again.stdout + again.stderr
     trials = optuna_trials(load_spec(path), str(journal))
-    assert [t.state.name for t in trials] == ["FAIL", "COMPLETE", "COMPLETE", "COMPLETE"]
+    assert [t.state.name for t in trials] == ["FAIL", "COMPLETE", "COMPLETE"]
     assert trials[1].params == trials[0].params
