@@ -264,3 +264,13 @@ def test_per_arm_intervals_are_cut_to_the_summarys_range_and_nothing_else_moves(
     assert cut["mean_lo"] == 0.0 and cut["mean_hi"] == free["mean_hi"]
     for col in ("delta", "delta_lo", "delta_hi", "p_value", "verdict"):
         assert cut[col] == free[col], col
+
+
+def test_a_difference_that_cancels_to_rounding_residue_prints_as_zero():
+    from workbench.compare.report import _fmt_ci
+
+    # DAPO minus no_overlong on final accuracy: paired differences that sum to 0 in decimal leave
+    # 5.551e-18 in binary; next to a +-0.09 interval that is residue, not an effect
+    assert _fmt_ci(5.551115123125783e-18, -0.09005, 0.09005) == "0 [-0.09005, 0.09005]"
+    assert _fmt_ci(1e-4, -0.09005, 0.09005) == "0.0001 [-0.09005, 0.09005]"  # a real, small value stays
+    assert _fmt_ci(6.586e-10, 5.597e-10, 7.575e-10) == "6.586e-10 [5.597e-10, 7.575e-10]"  # tiny scale: kept

@@ -121,6 +121,10 @@ def _fmt(v: Any) -> str:
 def _fmt_ci(est: Any, lo: Any, hi: Any) -> str:
     if isinstance(lo, float) and math.isnan(lo):
         return _fmt(est)
+    if math.isfinite(lo) and math.isfinite(hi) and abs(float(est)) < 1e-9 * (hi - lo):
+        # the rounding residue of an exact 0 (paired differences that cancel leave ~n * eps * |x|,
+        # e.g. 5.551e-18) would read as an effect; at 1e-9 of the interval's width no digit shown is one
+        est = 0.0
     return f"{_fmt(est)} [{_fmt(lo)}, {_fmt(hi)}]"
 
 
