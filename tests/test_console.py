@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from workbench.console import render_table, wrap_words
 from workbench.metrics import CATALOGUE
+from workbench.metrics.catalogue import range_text
 
 
 def run_on_a_terminal(args: list[str], columns: int) -> str:
@@ -61,8 +62,10 @@ def test_metrics_off_a_terminal_is_one_tab_separated_line_per_metric():
     out = subprocess.run([sys.executable, "-m", "workbench.cli", "metrics"], capture_output=True, text=True,
                          env=os.environ | {"COLUMNS": "40"}, check=True).stdout
     lines = out.splitlines()
-    assert lines[0] == "name\tmeaning\tunit\thealthy"
-    assert [line.split("\t") for line in lines[1:]] == [[m.name, m.meaning, m.unit, m.healthy] for m in CATALOGUE]
+    assert lines[0] == "name\tmeaning\tunit\thealthy\trange"
+    assert [line.split("\t") for line in lines[1:]] == [[m.name, m.meaning, m.unit, m.healthy, range_text(m.bounds)]
+                                                         for m in CATALOGUE]
+    assert lines[1 + [m.name for m in CATALOGUE].index("mismatch/kl")].endswith("\t>= 0")
 
 
 def test_columns_when_they_fit_wrapped_text_then_stacked_blocks():

@@ -124,6 +124,22 @@ def first_flush_seen(client: MlflowClient, study: str):
     return seen
 
 
+def stop_server_mid_command(server: Server, args: list, workdir: Path, log_name: str, ready, env: dict):
+    """Start ``workbench ARGS``, stop the server once ``ready()`` is truthy (something was sent),
+    and wait for the command to end. Returns (what ready() returned, exit code, seconds from the
+    stop to the exit, the command's log)."""
+    proc = spawn(workbench_cmd(*args), workdir, workdir / log_name, env=env)
+    try:
+        seen = wait_for(ready, 300, interval=0.5, what="the first metrics sent")
+        server.stop()
+        stopped = time.monotonic()
+        code = proc.wait(timeout=300)
+        took = time.monotonic() - stopped
+    finally:
+        stop_group(proc)
+    return seen, code, took, (workdir / log_name).read_text()
+
+
 def test_a_server_outage_shorter_than_the_deadline_loses_nothing(workdir, server):
     path = outage_study(workdir, "outage-short", steps=40, deadline_s=300)
     client = MlflowClient(server.uri)
@@ -160,16 +176,8 @@ def test_a_permanent_outage_fails_the_run_within_the_deadline_and_resume_resends
     (key,) = [s.run_key for s in expand(load_study(path))]
     client = MlflowClient(server.uri)
     env = {"MLFLOW_TRACKING_URI": server.uri}
-    proc = spawn(workbench_cmd("run", path, "--quiet"), workdir, workdir / "run.log", env=env)
-    try:
-        run = wait_for(first_flush_seen(client, "outage-long"), 300, interval=0.5, what="the first 10 steps sent")
-        server.stop()
-        stopped = time.monotonic()
-        code = proc.wait(timeout=300)
-        took = time.monotonic() - stopped
-    finally:
-        stop_group(proc)
-    log = (workdir / "run.log").read_text()
+    run, code, took, log = stop_server_mid_command(server, ["run", path, "--quiet"], workdir, "run.log",
+                                                   first_flush_seen(client, "outage-long"), env)
     print(f"permanent outage: the study exited {took:.1f} s after the server stopped (deadline {deadline:g} s)")
     assert code == 1, log
     # the deadline counts from the first failed call: add training up to the next flush (<= 10 micro
@@ -253,17 +261,9 @@ def test_a_worker_stops_at_the_first_run_it_lost_mlflow_for_and_a_later_worker_r
     client = MlflowClient(server.uri)
     env = {"MLFLOW_TRACKING_URI": server.uri}
     storage = f"sqlite:///{workdir / 'optuna.db'}"
-    proc = spawn(workbench_cmd("worker", path, "--storage", storage, "--heartbeat", "2"), workdir,
-                 workdir / "worker.log", env=env)
-    try:
-        wait_for(first_flush_seen(client, "outage-worker"), 300, interval=0.5, what="the first 10 steps sent")
-        server.stop()
-        stopped = time.monotonic()
-        code = proc.wait(timeout=300)
-        took = time.monotonic() - stopped
-    finally:
-        stop_group(proc)
-    log = (workdir / "worker.log").read_text()
+    _, code, took, log = stop_server_mid_command(
+        server, ["worker", path, "--storage", storage, "--heartbeat", "2"], workdir, "worker.log",
+        first_flush_seen(client, "outage-worker"), env)
     print(f"worker under a permanent outage: exited {took:.1f} s after the server stopped (deadline {deadline:g} s)")
     assert code == 1, log
     # one deadline, plus training to the next flush and a bounded try per close: 17 s quiet, 37 s
@@ -296,22 +296,14 @@ def test_a_search_stops_at_the_first_trial_that_lost_mlflow_and_retries_its_valu
     journal = workdir / "journal.log"
     client = MlflowClient(server.uri)
     env = {"MLFLOW_TRACKING_URI": server.uri}
-    proc = spawn(workbench_cmd("tune", path, "--storage", journal), workdir, workdir / "tune.log", env=env)
 
     def first_flush():
         exp = client.get_experiment_by_name("outage-tune")
         runs = client.search_runs([exp.experiment_id], "tags.`workbench.role` = 'trial'") if exp else []
         return runs and client.get_metric_history(runs[0].info.run_id, "reward/mean")
 
-    try:
-        wait_for(first_flush, 300, interval=0.5, what="the first trial's first steps sent")
-        server.stop()
-        stopped = time.monotonic()
-        code = proc.wait(timeout=300)
-        took = time.monotonic() - stopped
-    finally:
-        stop_group(proc)
-    log = (workdir / "tune.log").read_text()
+    _, code, took, log = stop_server_mid_command(server, ["tune", path, "--storage", journal], workdir,
+                                                 "tune.log", first_flush, env)
     print(f"search under a permanent outage: exited {took:.1f} s after the server stopped (deadline {deadline:g} s)")
     assert code == 1, log
     assert took < deadline + 45, (took, log)  # 25 s quiet; no next trial: the states below
