@@ -17,6 +17,8 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache, StaticCache
 
+from workbench.models.kv_cache import cache_kwargs
+
 
 def sampling_scores(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
     """The logits of the sampling distribution [B, V]: scaled by 1/temperature, then tokens outside the
@@ -42,7 +44,7 @@ def shared_prefill(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, g
     place each step, where a ``DynamicCache`` re-concatenates (copies) every layer's whole cache per token."""
     prefix = DynamicCache(config=model.config)
     out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=prompt_positions(prompt_mask),
-                past_key_values=prefix, use_cache=True, logits_to_keep=1)
+                **cache_kwargs(model, prefix), use_cache=True, logits_to_keep=1)
     cache = StaticCache(config=model.config, max_cache_len=prompt_ids.shape[1] + max_new_tokens)
     for index, layer in enumerate(prefix.layers):
         cache.update(layer.keys.repeat_interleave(group_size, dim=0),
@@ -75,7 +77,7 @@ def decode(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, group_siz
     for step in range(max_new_tokens):
         if step > 0:
             out = model(input_ids=tokens[-1].unsqueeze(-1), attention_mask=mask, position_ids=positions,
-                        past_key_values=cache, use_cache=True)
+                        **cache_kwargs(model, cache), use_cache=True)
             logits = out.logits[:, -1]
         scores = logits.float() if greedy else sampling_scores(logits.float(), temperature, top_p)  # [B, V]
         if greedy:

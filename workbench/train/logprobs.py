@@ -18,6 +18,7 @@ from transformers import DynamicCache
 
 from workbench.algorithms import entropy_from_logits
 from workbench.batch import Rollouts
+from workbench.models.kv_cache import cache_kwargs
 
 
 def sequence_logprobs(model, rollouts: Rollouts, rows: torch.Tensor | slice, temperature: float,
@@ -57,7 +58,7 @@ def lean_sequence_logprobs(model, rollouts: Rollouts, rows: torch.Tensor | slice
     cache = DynamicCache(config=model.config)
     distinct_mask = distinct[:, p:]
     head = model(input_ids=distinct[:, :p], attention_mask=distinct_mask,
-                 position_ids=(distinct_mask.cumsum(dim=1) - 1).clamp(min=0), past_key_values=cache, use_cache=True,
+                 position_ids=(distinct_mask.cumsum(dim=1) - 1).clamp(min=0), **cache_kwargs(model, cache), use_cache=True,
                  logits_to_keep=1).logits[owner]  # [b, 1, V] predicts the first response token
     pieces = [head]
     if t > 1:  # the response's own positions predict the tokens after them
@@ -65,7 +66,7 @@ def lean_sequence_logprobs(model, rollouts: Rollouts, rows: torch.Tensor | slice
         for index, layer in enumerate(cache.layers):
             shared.update(layer.keys[owner], layer.values[owner], index)
         tail = model(input_ids=completion[:, :-1], attention_mask=attention[:, :-1],
-                     position_ids=positions[:, p:-1], past_key_values=shared, use_cache=True).logits
+                     position_ids=positions[:, p:-1], **cache_kwargs(model, shared), use_cache=True).logits
         pieces.append(tail)  # [b, t-1, V]
     logits = torch.cat(pieces, dim=1).float() / temperature  # [b, t, V]
     logp = torch.log_softmax(logits, dim=-1).gather(-1, completion.unsqueeze(-1)).squeeze(-1)  # [b, t]

