@@ -255,3 +255,19 @@ def test_processes_creating_a_fresh_sqlite_store_at_once_all_succeed(tmp_path):
     assert [p.returncode for p in procs] == [0, 0, 0], errors
     ensure_store(uri)  # and this process finds it ready
     assert [e.name for e in MlflowClient(uri).search_experiments() if e.name == "same"] == ["same"]
+
+
+def test_a_refused_process_waits_briefly_for_the_holder_to_name_itself(tmp_path):
+    """The holder writes its line just after taking the lock; a process refused in between used to
+    say "another process (starting up)" (seen once on CI). It now reads again for up to 2 s."""
+    import threading
+
+    from workbench.study_lock import _holder
+
+    path = tmp_path / "study.lock"
+    path.write_text("")  # locked, not yet named
+    line = {"command": "workbench run", "host": "h", "pid": 7, "since": "now"}
+    threading.Timer(0.3, lambda: path.write_text(json.dumps(line))).start()
+    assert _holder(path, wait_s=2.0) == "workbench run on host h, pid 7, since now"
+    path.write_text("")
+    assert _holder(path) == "another process (starting up)"  # no wait: what a holder checks about itself

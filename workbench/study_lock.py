@@ -51,12 +51,18 @@ def lock_path(tracking_uri: str, experiment: str) -> Path:
     return lock_dir(tracking_uri) / f"{safe}-{digest}.lock"
 
 
-def _holder(path: Path) -> str:
-    try:
-        info = json.loads(path.read_text())
-        return f"{info['command']} on host {info['host']}, pid {info['pid']}, since {info['since']}"
-    except (OSError, ValueError, KeyError):
-        return "another process (starting up)"
+def _holder(path: Path, wait_s: float = 0.0) -> str:
+    """Who holds the lock, from the line it wrote. A holder writes it just after taking the lock,
+    so a refused process reads for up to ``wait_s`` before settling for "starting up"."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            info = json.loads(path.read_text())
+            return f"{info['command']} on host {info['host']}, pid {info['pid']}, since {info['since']}"
+        except (OSError, ValueError, KeyError):
+            if time.monotonic() >= deadline:
+                return "another process (starting up)"
+            time.sleep(0.05)
 
 
 @contextmanager
@@ -70,7 +76,7 @@ def study_lock(tracking_uri: str, experiment: str, *, shared: bool = False,
         try:
             fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise StudyBusy(f"study {experiment!r} is being executed by {_holder(path)}: wait for it to end, "
+            raise StudyBusy(f"study {experiment!r} is being executed by {_holder(path, wait_s=2.0)}: wait for it to end, "
                             f"or stop it (lock {path})") from None
         # Shared holders (workers) keep the line of whoever wrote it while holding the lock: one
         # live worker named is enough for the message; an exclusive holder always writes its own.
