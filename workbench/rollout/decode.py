@@ -74,10 +74,11 @@ def decode(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, group_siz
     unfinished = torch.ones(batch, dtype=torch.long, device=mask.device)
     ones = torch.ones((batch, 1), dtype=mask.dtype, device=mask.device)
     tokens, logps = [], []
+    with_cache = cache_kwargs(model, cache)  # one signature lookup, not one per token
     for step in range(max_new_tokens):
         if step > 0:
             out = model(input_ids=tokens[-1].unsqueeze(-1), attention_mask=mask, position_ids=positions,
-                        **cache_kwargs(model, cache), use_cache=True)
+                        **with_cache, use_cache=True)
             logits = out.logits[:, -1]
         scores = logits.float() if greedy else sampling_scores(logits.float(), temperature, top_p)  # [B, V]
         if greedy:
