@@ -1,12 +1,19 @@
 """Typed containers passed between stages: Rollouts (sampled) -> ScoredRollouts (rewarded)
 -> TrainBatch (what the policy update consumes).
 
+Scoring may still be running when the update starts (``reward.overlap``): then the stages hand on
+``PendingScores`` and ``PendingBatch``, which hold what is known already (the rollouts, the loss mask)
+and wait for the rewards in ``ready()``. Every stage calls ``ready()`` where it first needs a reward;
+on a finished value it is the value itself.
+
 Shapes: B sequences (prompts × group), P prompt tokens (left-padded), T response tokens
 (right-padded). ``mask`` is 1 on response tokens, EOS included.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 import torch
@@ -53,6 +60,21 @@ class ScoredRollouts:
     correct: torch.Tensor  # [B] bool, judged by the verifier
     reward_terms: dict[str, torch.Tensor] = field(default_factory=dict)  # name -> [B]
 
+    def ready(self) -> ScoredRollouts:
+        return self  # scored already
+
+
+class PendingScores:
+    """Rollouts whose rewards a background thread is still computing; ``ready()`` waits for them (and
+    raises what the scoring raised)."""
+
+    def __init__(self, rollouts: Rollouts, future: Future) -> None:
+        self.rollouts = rollouts
+        self._future = future
+
+    def ready(self) -> ScoredRollouts:
+        return self._future.result()
+
 
 @dataclass
 class TrainBatch:
@@ -73,10 +95,29 @@ class TrainBatch:
         """A batch whose loss mask defaults to every response token."""
         return cls(step, rollouts, advantages, rollouts.mask if loss_mask is None else loss_mask, ref_logp)
 
+    def ready(self) -> TrainBatch:
+        return self  # its advantages are known
+
     def to(self, device: torch.device | str) -> TrainBatch:
         """The same batch with every tensor on ``device``."""
         return TrainBatch(self.step, self.rollouts.to(device), self.advantages.to(device), self.loss_mask.to(device),
                           None if self.ref_logp is None else self.ref_logp.to(device))
+
+
+class PendingBatch:
+    """A ``TrainBatch`` whose advantages wait on rewards still being scored: the update runs what needs
+    no reward (the learner's forward, the mismatch metrics) and then calls ``ready()``."""
+
+    def __init__(self, step: int, rollouts: Rollouts, loss_mask: torch.Tensor, ref_logp: torch.Tensor | None,
+                 complete: Callable[[], TrainBatch]) -> None:
+        self.step, self.rollouts, self.loss_mask, self.ref_logp = step, rollouts, loss_mask, ref_logp
+        self._complete = complete  # waits for the rewards, returns the whole batch
+        self._batch: TrainBatch | None = None
+
+    def ready(self) -> TrainBatch:
+        if self._batch is None:  # once: the advantages are computed (and timed) one time
+            self._batch = self._complete()
+        return self._batch
 
 
 def select(scored: ScoredRollouts, keep: torch.Tensor) -> ScoredRollouts:

@@ -337,6 +337,10 @@ class RewardConfig(Strict):
 
     timeout_s: float = Field(1.0, gt=0, le=3600, description="wall-clock limit per completion; slower scores 0")
     workers: int = Field(1, ge=1, description="verifier worker processes")
+    overlap: bool | None = Field(None, description=(
+        "score on a background thread while the learner's forward runs, which needs no reward (the same "
+        "numbers, sooner). Unset or true: whenever the step allows it (not with a batch filter, which picks "
+        "groups by their rewards); false: score first, then update"))
     shaping: list[ShapingTerm] = Field(default_factory=list)
 
     @model_validator(mode="after")
@@ -359,7 +363,7 @@ class TrackingConfig(Strict):
 
 
 # Settings that change where or how safely a run executes, never its numbers: section -> fields.
-NOT_IN_RUN_KEY: dict[str, set[str]] = {"learner": {"checkpoint_every"}}
+NOT_IN_RUN_KEY: dict[str, set[str]] = {"learner": {"checkpoint_every"}, "reward": {"overlap"}}
 
 
 class RunConfig(Strict):

@@ -69,6 +69,13 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     MetricSpec("eval/accuracy", "held-out accuracy (greedy unless configured), at eval steps", "fraction", "up", UNIT_INTERVAL),
     MetricSpec("eval/length_mean", "held-out mean response length, at eval steps", "tokens", "stable", NON_NEGATIVE),
     MetricSpec("perf/step_s", "wall time of the RL step", "s", "down", NON_NEGATIVE),
+    MetricSpec("perf/sample_s", "wall time sampling this step's completions (every sampling round)", "s", "down",
+               NON_NEGATIVE),
+    MetricSpec("perf/score_s", "wall time scoring them (math-verify and shaping); it overlaps the learner's "
+               "forward unless a batch filter needs the rewards first, so sample + score + learn can exceed the "
+               "step", "s", "down", NON_NEGATIVE),
+    MetricSpec("perf/learn_s", "wall time of the policy update and the weight sync to the sampler", "s", "down",
+               NON_NEGATIVE),
     MetricSpec("perf/sample_tokens_per_s", "generated tokens per second of sampling", "tokens/s", "up", NON_NEGATIVE),
     MetricSpec("perf/learn_tokens_per_s", "tokens per second through the learner update", "tokens/s", "up", NON_NEGATIVE),
     MetricSpec("perf/sample_tokens", "tokens generated this step", "tokens", "none", NON_NEGATIVE),

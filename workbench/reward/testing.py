@@ -45,3 +45,9 @@ def misbehaving_scorer(completion: str, answer: str, timeout_s: float) -> tuple[
 def failing_scorer(completion: str, answer: str, timeout_s: float) -> tuple[bool, str | None]:
     """Always raises: a verifier using it must fail its start-up check loudly."""
     raise ImportError("scorer dependencies are missing (on purpose)")
+
+
+def sleepy_scorer(completion: str, answer: str, timeout_s: float) -> tuple[bool, str | None]:
+    """Exact match after a 0.1 s sleep: scoring slow enough that a test sees what runs meanwhile."""
+    time.sleep(0.1)
+    return _exact(completion, answer)

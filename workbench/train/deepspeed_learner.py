@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from workbench.batch import Rollouts, TrainBatch
+from workbench.batch import PendingBatch, Rollouts, TrainBatch
 from workbench.config import AlgorithmConfig, LearnerConfig, deep_merge
 from workbench.train.logprobs import sequence_logprobs
 from workbench.train.update import ALGORITHM_UNITS, AlgorithmUnits, policy_update
@@ -156,7 +156,7 @@ class DeepSpeedLearner:
         self.backward(loss)
         return self.step()
 
-    def update(self, batch: TrainBatch, algo: AlgorithmConfig, temperature: float, generator: torch.Generator,
+    def update(self, batch: TrainBatch | PendingBatch, algo: AlgorithmConfig, temperature: float, generator: torch.Generator,
                units: AlgorithmUnits = ALGORITHM_UNITS) -> dict[str, float]:
         """One policy update on ``batch``; returns its learner-side metrics."""
         return policy_update(self, batch, algo, temperature, generator, units)

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from workbench.batch import Rollouts, TrainBatch
+from workbench.batch import PendingBatch, Rollouts, TrainBatch
 from workbench.config import AlgorithmConfig, LearnerConfig, RunConfig
 from workbench.train import ranks
 from workbench.train.logprobs import sequence_logprobs  # noqa: F401 - re-exported (its home until now)
@@ -124,7 +124,7 @@ class TorchLearner:
         self.backward(loss)
         return self.step()
 
-    def update(self, batch: TrainBatch, algo: AlgorithmConfig, temperature: float, generator: torch.Generator,
+    def update(self, batch: TrainBatch | PendingBatch, algo: AlgorithmConfig, temperature: float, generator: torch.Generator,
                units: AlgorithmUnits = ALGORITHM_UNITS) -> dict[str, float]:
         """One policy update on ``batch``; returns its learner-side metrics."""
         return policy_update(self, batch, algo, temperature, generator, units)

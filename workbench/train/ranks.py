@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from workbench.batch import TrainBatch
+from workbench.batch import PendingBatch, TrainBatch
 from workbench.config import AlgorithmConfig
 from workbench.train.rank_env import (  # noqa: F401 - ZERO3, NOT_DEEPSPEED, check_multi_rank: re-exported
     NOT_DEEPSPEED,
@@ -79,9 +79,10 @@ def receive() -> tuple:
 class MultiRankLeader(LearnerWrapper):
     """Rank 0's learner: each collective call is first sent to the followers, which repeat it."""
 
-    def update(self, batch: TrainBatch, algo: AlgorithmConfig, temperature: float, generator: torch.Generator,
+    def update(self, batch: TrainBatch | PendingBatch, algo: AlgorithmConfig, temperature: float, generator: torch.Generator,
                units: AlgorithmUnits = ALGORITHM_UNITS) -> dict[str, float]:
         """Followers update on the same inputs (sent before anything is consumed, the RNG state included)."""
+        batch = batch.ready()  # followers get the whole batch: rewards scored, advantages computed
         send("update", {"batch": batch.to("cpu"), "algo": algo,  # CUDA tensors would land on rank 0's GPU
                         "temperature": temperature, "generator_state": generator.get_state()})
         return self.inner.update(batch, algo, temperature, generator, units)

@@ -3,6 +3,11 @@
     sample G completions per prompt -> score -> (batch filter: refill) -> advantages -> TrainBatch
     -> the learner's update -> sync the weights to the sampler -> the step's metrics
 
+Scoring overlaps the update (``reward.overlap``, on unless a batch filter needs the rewards first): the
+verifier scores on a background thread while the learner runs its forward, which needs no reward, and the
+update waits for the rewards where its loss needs the advantages (``PendingBatch``). Same numbers, sooner:
+the verifier's work is in its own processes, so the forward and the scoring share the cores.
+
 It composes registered units by name from the run config and never names a paper. Timing goes
 through the run's one stopwatch (``perf/*``); the update's algorithm units are timed by it too.
 """
@@ -11,6 +16,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, closing, contextmanager
 from dataclasses import dataclass
 
@@ -18,7 +24,7 @@ import torch
 
 from workbench.algorithms import compute_advantages, kl_penalty
 from workbench.algorithms.filters import BATCH_FILTERS, TOKEN_FILTERS, filter_input
-from workbench.batch import ScoredRollouts, TrainBatch, concat, select
+from workbench.batch import PendingBatch, PendingScores, ScoredRollouts, TrainBatch, concat, select
 from workbench.config import RunConfig
 from workbench.health import HealthMonitor
 from workbench.metrics.compute import rollout_metrics
@@ -49,6 +55,13 @@ class RunParts:
     generator: torch.Generator  # minibatch order
     watch: Stopwatch  # every perf/* timing
     units: AlgorithmUnits  # the update's algorithm units, timed into perf/algorithm_s
+    scoring: ThreadPoolExecutor | None = None  # scores in the background (reward.overlap); None: in turn
+
+
+def overlaps_scoring(cfg: RunConfig) -> bool:
+    """Whether the run scores while the learner's forward runs: not when told not to, and not with a
+    batch filter, which must see the rewards before it knows the batch."""
+    return cfg.reward.overlap is not False and cfg.algorithm.batch_filter is None
 
 
 @contextmanager
@@ -71,8 +84,11 @@ def open_run_parts(cfg: RunConfig, monitor: HealthMonitor) -> Iterator[RunParts]
         verifier = stack.enter_context(AnswerVerifier(timeout_s=cfg.reward.timeout_s, workers=cfg.reward.workers))
         stack.enter_context(closing(sampler))
         stack.enter_context(closing(learner))
+        # Closed first: a scoring still running (the run failed mid-step) ends before its verifier stops.
+        scoring = (stack.enter_context(ThreadPoolExecutor(1, thread_name_prefix="workbench-scoring"))
+                   if overlaps_scoring(cfg) else None)
         yield RunParts(task, eval_set, sampler, verifier, learner, reference, shaping, monitor, rng, generator,
-                       watch, watch.timed(ALGORITHM_UNITS, "algorithm"))
+                       watch, watch.timed(ALGORITHM_UNITS, "algorithm"), scoring)
 
 
 def rl_step(cfg: RunConfig, step: int, parts: RunParts) -> dict[str, float]:
@@ -87,29 +103,39 @@ def rl_step(cfg: RunConfig, step: int, parts: RunParts) -> dict[str, float]:
                                             parts.units)
             with parts.learner.gathered_model() as full:  # ZeRO-3: the sampler needs whole weights
                 parts.sampler.sync_weights(full)
+        sampled = sampled.ready()  # scored by now: the update needed the rewards
         metrics |= rollout_metrics(sampled)  # over everything sampled, not only what was kept
-    return metrics | perf_metrics(watch.lap(), sampled, batch, cfg.algorithm.epochs)
+    return metrics | perf_metrics(watch.lap(), sampled, batch.ready(), cfg.algorithm.epochs)
 
 
-def train_batch(cfg: RunConfig, step: int, scored: ScoredRollouts, parts: RunParts) -> TrainBatch:
+def train_batch(cfg: RunConfig, step: int, scored: ScoredRollouts | PendingScores,
+                parts: RunParts) -> TrainBatch | PendingBatch:
     """The update's input: the kept rollouts on the learner's device, their advantages (KL in the reward
-    when asked), the token filters' loss mask and the reference logprobs."""
+    when asked), the token filters' loss mask and the reference logprobs. While ``scored`` is still being
+    scored, a ``PendingBatch``: everything but the advantages now, those when the update asks."""
     algo, temperature, learner = cfg.algorithm, cfg.sampler.temperature, parts.learner
     rollouts = scored.rollouts.to(learner.device)
     loss_mask = rollouts.mask
     for name in algo.token_filters:
         loss_mask = TOKEN_FILTERS.get(name)(loss_mask, rollouts.truncated)
-    rewards = scored.rewards.to(learner.device)  # [B]
     ref_logp = None if parts.reference is None else parts.reference.logprobs(rollouts, temperature)  # [B, T]
+    seq_kl = None
     if ref_logp is not None and algo.kl_in == "reward":  # KL as a per-sequence reward penalty
         with torch.no_grad():
             logp, _ = learner.logprobs(rollouts, slice(None), temperature, with_entropy=False)
         seq_kl = (kl_penalty(logp, ref_logp, algo.kl_estimator) * rollouts.mask).sum(-1)  # [B]
-        rewards = rewards - algo.kl_coef * seq_kl
-    with parts.watch("algorithm"):
-        advantages = compute_advantages(algo.estimator, rewards, rollouts.group_ids, mask=rollouts.mask,
-                                        **algo.estimator_params)  # [B]
-    return TrainBatch(step, rollouts, advantages, loss_mask, ref_logp)
+
+    def complete() -> TrainBatch:
+        rewards = scored.ready().rewards.to(learner.device)  # [B]; waits if the scoring is still running
+        if seq_kl is not None:
+            rewards = rewards - algo.kl_coef * seq_kl
+        with parts.watch("algorithm"):
+            advantages = compute_advantages(algo.estimator, rewards, rollouts.group_ids, mask=rollouts.mask,
+                                            **algo.estimator_params)  # [B]
+        return TrainBatch(step, rollouts, advantages, loss_mask, ref_logp)
+
+    return complete() if isinstance(scored, ScoredRollouts) else PendingBatch(step, rollouts, loss_mask, ref_logp,
+                                                                                 complete)
 
 
 def perf_metrics(seconds: dict[str, float], sampled: ScoredRollouts, batch: TrainBatch,
@@ -137,12 +163,19 @@ def health_metrics(step: int, metrics: dict[str, float], parts: RunParts) -> dic
     return verdict | {"perf/health_s": parts.watch.lap()["health"]}
 
 
-def collect_batch(cfg: RunConfig, step: int, parts: RunParts) -> tuple[ScoredRollouts, ScoredRollouts,
+def timed_scoring(rollouts, parts: RunParts) -> ScoredRollouts:
+    """The rollouts' rewards, timed into ``perf/score_s`` (on the scoring thread when it overlaps)."""
+    with parts.watch("score"):
+        return score_rollouts(parts.verifier, rollouts, parts.shaping)
+
+
+def collect_batch(cfg: RunConfig, step: int, parts: RunParts) -> tuple[ScoredRollouts | PendingScores,
+                                                                         ScoredRollouts | PendingScores,
                                                                          dict[str, float]]:
     """Sample and score ``prompts_per_step`` groups; with a batch filter, refill dropped groups.
 
     Returns (everything sampled, the training batch, batch metrics). Without a filter both
-    are the same single round. With one, rounds continue until the batch is full or
+    are the same single round, still being scored in the background when the run overlaps scoring. With one, rounds continue until the batch is full or
     ``max_sampling_rounds`` is reached; a batch left with no group keeps the last round whole
     (its advantages are all zero, so the update is a no-op rather than a crash).
     """
@@ -154,8 +187,10 @@ def collect_batch(cfg: RunConfig, step: int, parts: RunParts) -> tuple[ScoredRol
         with parts.watch("sample"):
             rollouts = parts.sampler.generate(problems, roll.group_size, temperature=cfg.sampler.temperature,
                                               seed=(cfg.seed * 1_000_003 + step) * 101 + round_)
-        with parts.watch("score"):
-            scored = score_rollouts(parts.verifier, rollouts, parts.shaping)
+        if parts.scoring is not None:  # no filter: nothing here needs the rewards
+            pending = PendingScores(rollouts, parts.scoring.submit(timed_scoring, rollouts, parts))
+            return pending, pending, {}
+        scored = timed_scoring(rollouts, parts)
         rounds.append(scored)
         if keep_group is None:
             return scored, scored, {}

@@ -5,7 +5,8 @@
         ...
     watch.lap()  # {"learn": 0.42}: the seconds per section since the last lap
 
-A section entered several times adds up; sections may nest (``learn`` holds ``algorithm``).
+A section entered several times adds up; sections may nest (``learn`` holds ``algorithm``) and may be
+timed on another thread (background scoring) as long as it ends before the lap that reports it.
 ``timed`` wraps the callables of a frozen dataclass (the update's algorithm units), so code that
 calls them holds no timing of its own.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
@@ -26,6 +28,7 @@ Units = TypeVar("Units")
 class Stopwatch:
     def __init__(self) -> None:
         self.seconds: dict[str, float] = defaultdict(float)
+        self._lock = threading.Lock()  # a background thread adds its section while the caller times others
 
     @contextmanager
     def __call__(self, section: str) -> Iterator[None]:
@@ -33,11 +36,14 @@ class Stopwatch:
         try:
             yield
         finally:
-            self.seconds[section] += time.perf_counter() - start
+            elapsed = time.perf_counter() - start
+            with self._lock:
+                self.seconds[section] += elapsed
 
     def lap(self) -> dict[str, float]:
         """The seconds per section since the last lap; starts the next lap from zero."""
-        seconds, self.seconds = dict(self.seconds), defaultdict(float)
+        with self._lock:
+            seconds, self.seconds = dict(self.seconds), defaultdict(float)
         return seconds
 
     def wrap(self, section: str, fn: Callable) -> Callable:

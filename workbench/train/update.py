@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from workbench.algorithms import aggregate_loss, compute_policy_loss, importance_weights, kl_penalty
-from workbench.batch import Rollouts, TrainBatch
+from workbench.batch import PendingBatch, Rollouts, TrainBatch
 from workbench.config import AlgorithmConfig
 from workbench.metrics.compute import masked_mean, mismatch_metrics
 
@@ -63,13 +63,14 @@ class AlgorithmUnits:
 ALGORITHM_UNITS = AlgorithmUnits(importance_weights=importance_weights, rows_loss=rows_loss)
 
 
-def policy_update(learner, batch: TrainBatch, algo: AlgorithmConfig, temperature: float,
+def policy_update(learner, batch: TrainBatch | PendingBatch, algo: AlgorithmConfig, temperature: float,
                   generator: torch.Generator, units: AlgorithmUnits = ALGORITHM_UNITS) -> dict[str, float]:
     """Update the learner (any backend of ``workbench.train.learner``) on ``batch``; returns the
     step's learner-side metrics.
 
     ``batch.loss_mask`` selects the tokens that carry gradient; ``batch.ref_logp`` adds
-    ``kl_coef · KL(π ‖ π_ref)`` to the loss, aggregated like the policy loss.
+    ``kl_coef · KL(π ‖ π_ref)`` to the loss, aggregated like the policy loss. A ``PendingBatch`` (rewards
+    still being scored) is waited for after the "old" forward, which needs no reward.
     """
     rollouts, loss_mask, ref_logp = batch.rollouts, batch.loss_mask, batch.ref_logp
     mask = rollouts.mask  # [B, T] every response token: metrics see them all
@@ -92,6 +93,7 @@ def policy_update(learner, batch: TrainBatch, algo: AlgorithmConfig, temperature
         is_weights, is_metrics = units.importance_weights(algo.correction, old_logp, rollouts.sampler_logp, mask,
                                                           cap=algo.correction_cap)
         metrics |= is_metrics
+    batch = batch.ready()  # the loss needs the advantages: here a PendingBatch waits for its rewards
 
     sums: dict[str, float] = defaultdict(float)
     updates = 0

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from workbench.batch import TrainBatch
+from workbench.batch import PendingBatch, TrainBatch
 from workbench.config import AlgorithmConfig
 from workbench.train.update import ALGORITHM_UNITS, AlgorithmUnits, policy_update
 
@@ -38,7 +38,7 @@ class NonFiniteInjection(LearnerWrapper):
         self.at_step = at_step
         self.poisoned = False  # inside the update of step at_step
 
-    def update(self, batch: TrainBatch, algo: AlgorithmConfig, temperature: float, generator: torch.Generator,
+    def update(self, batch: TrainBatch | PendingBatch, algo: AlgorithmConfig, temperature: float, generator: torch.Generator,
                units: AlgorithmUnits = ALGORITHM_UNITS) -> dict[str, float]:
         self.poisoned = batch.step == self.at_step
         try:
