@@ -1,6 +1,6 @@
 """Throughput and tracking overhead of the sanity config, printed as a table.
 
-    python benchmarks/bench_sanity.py [--steps 30] [--study studies/sanity.yaml]
+    python benchmarks/bench_sanity.py [--steps 30] [--study studies/sanity.yaml] [--set reward.overlap=false ...]
 
 Runs the study's base config for a few steps into a throwaway MLflow store and reports
 sampler tokens/s, learner tokens/s, step seconds and the time spent in MLflow calls as a
@@ -40,9 +40,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--study", default="studies/sanity.yaml")
     parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a config override, as `workbench run --set` takes it (repeatable)")
     args = parser.parse_args()
 
-    study = apply_overrides(load_study(args.study), [f"rollout.steps={args.steps}", f"rollout.eval_every={args.steps}"])
+    study = apply_overrides(load_study(args.study),
+                            [f"rollout.steps={args.steps}", f"rollout.eval_every={args.steps}", *args.set])
     cfg = expand(study)[0].config
     model_dir(cfg.model, cfg.task)  # build outside the timed region
     with tempfile.TemporaryDirectory() as tmp:

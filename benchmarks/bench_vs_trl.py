@@ -1,7 +1,7 @@
 """Completion tokens/s per RL step: the workbench against TRL's ``GRPOTrainer`` (issue #14).
 
     python benchmarks/bench_vs_trl.py [--pairs 3] [--steps 10] [--threads 2] [--dir DIR]
-        [--trl-python /work/main/.venv-trl/bin/python] [--sides workbench,trl[,workbench-reference]]
+        [--trl-python /work/main/.venv-trl/bin/python] [--sides workbench,trl[,workbench-in-turn,...]]
 
 Both sides train the same untrained 1.06M-parameter Llama (hidden 128, 4 layers, 4 heads,
 intermediate 512, tied embeddings, the workbench's 100-symbol character tokenizer, float32),
@@ -14,11 +14,15 @@ The sides run alternately, each in a fresh subprocess with ``--threads`` torch t
 drift of the machine's load hits both. TRL is a benchmark-only dependency: it runs from its own
 interpreter (``--trl-python``, a venv holding trl and this package); it is not in the main install.
 ``workbench`` runs the defaults (``sampler.decode: lean``, ``learner.forward: lean``);
-``workbench-reference`` the reference paths (``decode: generate``, ``forward: full``).
+``workbench-reference`` the reference paths (``decode: generate``, ``forward: full``);
+``workbench-overlap`` scores beside the learner's forward instead of before it (``reward.overlap: true``);
+``workbench-compiled`` adds ``sampler.compile`` (its compiling falls in the warm-up step, which is not
+timed: the run's wall time is printed too).
 Printed: per run the median s/step over the timed steps, completion tokens/s (completion tokens of
 the step / step seconds, median), the median CPU seconds per step of the run's own process (less
 sensitive to other load than wall time; the workbench's math-verify workers are other processes),
-the workbench's phases (perf/sample_s, score_s, learn_s) and /proc/loadavg before and after; then
+the workbench's phases (perf/sample_s, score_s, learn_s), the run's whole wall time (process start to
+exit: start-up, the warm-up step and any compiling included) and /proc/loadavg before and after; then
 the ratio of the medians over the pairs.
 """
 
@@ -37,7 +41,14 @@ from pathlib import Path
 PROMPTS_PER_STEP, GROUP_SIZE, MAX_NEW_TOKENS = 16, 8, 32
 LR, CLIP, GRAD_CLIP = 1e-4, 0.2, 1.0
 TASK_FILE = "task.jsonl"
-SIDES = ("workbench", "trl", "workbench-reference")
+# The workbench's sides: config sections merged over the shared settings.
+WORKBENCH_SIDES = {
+    "workbench": {},  # the defaults
+    "workbench-reference": {"sampler": {"decode": "generate"}, "learner": {"forward": "full"}},  # reference paths
+    "workbench-overlap": {"reward": {"overlap": True}},  # scoring beside the learner's forward (a CPU's default: in turn)
+    "workbench-compiled": {"sampler": {"compile": True}},  # compiles in the warm-up step
+}
+SIDES = ("trl", *WORKBENCH_SIDES)
 
 
 # ---------------------------------------------------------------- the shared model directory
@@ -70,22 +81,21 @@ def model_parameters(directory: Path) -> int:
 
 
 # ---------------------------------------------------------------- one side, in its own process
-def run_workbench(directory: Path, steps: int, reference: bool) -> dict:
-    from workbench.config import RunConfig
+def run_workbench(directory: Path, steps: int, side: str) -> dict:
+    from workbench.config import RunConfig, deep_merge
     from workbench.health import HealthMonitor
     from workbench.train.loop import train
 
-    cfg = RunConfig.model_validate({
+    cfg = RunConfig.model_validate(deep_merge({
         "seed": 0,
         "model": {"path": str(directory)},
         "task": {"name": "jsonl", "path": str(directory / TASK_FILE), "eval_size": 8},
-        "sampler": {"max_new_tokens": MAX_NEW_TOKENS, "temperature": 1.0,
-                    "decode": "generate" if reference else "lean"},
-        "learner": {"lr": LR, "grad_clip": GRAD_CLIP, "device": "cpu", "forward": "full" if reference else "lean"},
+        "sampler": {"max_new_tokens": MAX_NEW_TOKENS, "temperature": 1.0},
+        "learner": {"lr": LR, "grad_clip": GRAD_CLIP, "device": "cpu"},
         "rollout": {"prompts_per_step": PROMPTS_PER_STEP, "group_size": GROUP_SIZE, "steps": steps + 1,
                     "eval_every": steps + 1, "eval_size": 8},
         "algorithm": {"preset": "grpo", "agg_mode": "token-mean"},
-    })
+    }, WORKBENCH_SIDES[side]))
 
     class Rows:
         def __init__(self) -> None:
@@ -163,7 +173,7 @@ def child(side: str, directory: Path, steps: int, threads: int) -> None:
     if side == "trl":
         result = run_trl(directory, steps)
     else:
-        result = run_workbench(directory, steps, reference=side == "workbench-reference")
+        result = run_workbench(directory, steps, side)
     print("RESULT " + json.dumps(result))
 
 
@@ -202,7 +212,7 @@ def main() -> None:
     parser.add_argument("--dir", type=Path, default=Path.home() / ".cache" / "rl-workbench" / "bench-vs-trl")
     parser.add_argument("--trl-python", default="/work/main/.venv-trl/bin/python")
     parser.add_argument("--sides", default="workbench,trl",
-                        help="comma-separated, run in this order each pair: workbench, trl, workbench-reference")
+                        help=f"comma-separated, run in this order each pair: {', '.join(SIDES)}")
     parser.add_argument("--child", choices=SIDES, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -210,13 +220,13 @@ def main() -> None:
         return
     sides = args.sides.split(",")
     if not sides or any(side not in SIDES for side in sides) or "workbench" not in sides or "trl" not in sides:
-        sys.exit(f"--sides: {args.sides!r} must list workbench and trl (and optionally workbench-reference)")
+        sys.exit(f"--sides: {args.sides!r} must list workbench and trl (and optionally any of {', '.join(SIDES)})")
 
     build_model_dir(args.dir)
     print(f"model {args.dir}: {model_parameters(args.dir) / 1e6:.2f}M parameters; {args.threads} torch threads; "
           f"sides {sides}; CPUs allowed: {sorted(os.sched_getaffinity(0))}")
     print(f"{'pair':>4} {'side':<19} {'s/step':>7} {'tok/s':>7} {'cpu s':>6} {'tokens':>6} {'sample':>7} {'score':>6} "
-          f"{'learn':>6}  loadavg before -> after")
+          f"{'learn':>6} {'run s':>6}  loadavg before -> after")
     runs = []
     for pair in range(args.pairs):
         for side in sides:
@@ -226,7 +236,7 @@ def main() -> None:
             cells = " ".join(f"{phases[k]:>{w}.3f}" if k in phases else " " * (w - 1) + "-"
                              for k, w in (("sample", 7), ("score", 6), ("learn", 6)))
             print(f"{pair:>4} {side:<19} {run['s_per_step']:>7.3f} {run['tokens_per_s']:>7.0f} {run['cpu_s']:>6.2f} "
-                  f"{run['completion_tokens']:>6.0f} {cells}  {run['load_before']} -> {run['load_after']}",
+                  f"{run['completion_tokens']:>6.0f} {cells} {run['wall_s']:>6.0f}  {run['load_before']} -> {run['load_after']}",
                   flush=True)
     if not runs:
         return

@@ -1,4 +1,5 @@
-"""Scoring in the background while the learner's forward runs (``reward.overlap``).
+"""Scoring in the background while the learner's forward runs (``reward.overlap``; by default with a
+GPU learner only).
 
 The learner's forward needs no reward, so the run scores on a thread while it runs and waits for the
 rewards only where the loss needs the advantages. The promise is "the same numbers, sooner": every
@@ -43,7 +44,8 @@ def logged(cfg: RunConfig) -> list[tuple[int, dict]]:
     {"preset": "grpo", "kl_coef": 0.1, "kl_in": "loss", "epochs": 2, "minibatches": 2},  # the no-grad "old" forward
 ], ids=["grpo", "kl-in-reward", "kl-in-loss-2x2"])
 def test_overlapped_scoring_logs_exactly_the_numbers_of_scoring_in_turn(algorithm):
-    base = micro_run_config(algorithm=algorithm, reward={"shaping": [{"name": "format", "weight": 0.1}]},
+    base = micro_run_config(algorithm=algorithm, reward={"overlap": True,
+                                                         "shaping": [{"name": "format", "weight": 0.1}]},
                             rollout={"steps": 3, "eval_every": 2})
     overlapped = RunConfig.model_validate(base)
     in_turn = RunConfig.model_validate({**base, "reward": {**base["reward"], "overlap": False}})
@@ -55,8 +57,20 @@ def test_overlapped_scoring_logs_exactly_the_numbers_of_scoring_in_turn(algorith
         assert a == b  # exact: no tolerance, the same floats
 
 
+def test_by_default_only_a_gpu_learner_overlaps_because_a_cpu_learner_shares_the_cores():
+    """Unset, the rule follows the measurement (docs/engines.md): on 2 CPU cores a forward beside the
+    verifier's processes measured no faster. Asked for, it overlaps anywhere; told not to, nowhere."""
+    def cfg(**fields):
+        return RunConfig.model_validate(micro_run_config(**fields))
+
+    assert not overlaps_scoring(cfg(learner={"device": "cpu"}))
+    assert overlaps_scoring(cfg(learner={"device": "cuda"}))
+    assert overlaps_scoring(cfg(learner={"device": "cpu"}, reward={"overlap": True}))
+    assert not overlaps_scoring(cfg(learner={"device": "cuda"}, reward={"overlap": False}))
+
+
 def test_a_batch_filter_scores_in_turn_because_it_picks_groups_by_their_rewards():
-    cfg = RunConfig.model_validate(micro_run_config(algorithm={"preset": "dapo"}))
+    cfg = RunConfig.model_validate(micro_run_config(algorithm={"preset": "dapo"}, reward={"overlap": True}))
     assert cfg.algorithm.batch_filter is not None
     assert not overlaps_scoring(cfg)
     with open_run_parts(cfg, HealthMonitor.from_config(cfg.health)) as parts:
@@ -69,7 +83,7 @@ def test_the_learners_forward_starts_before_the_verifier_has_finished_scoring():
     """A verifier that takes 0.1 s per completion (16 completions, one worker: >= 1.6 s of scoring). The
     learner's forward begins before that scoring ends (scoring in turn would make it begin after), the
     update receives a PendingBatch, and the step reports the scoring's own time."""
-    cfg = RunConfig.model_validate(micro_run_config())
+    cfg = RunConfig.model_validate(micro_run_config(reward={"overlap": True}))
     with open_run_parts(cfg, HealthMonitor.from_config(cfg.health)) as parts:
         parts.verifier.close()
         parts.verifier = AnswerVerifier(timeout_s=5.0, scorer=sleepy_scorer)
@@ -103,7 +117,7 @@ def test_the_learners_forward_starts_before_the_verifier_has_finished_scoring():
 
 def test_a_scoring_failure_reaches_the_step_as_it_would_in_turn():
     """The scoring thread's exception is raised where the update asks for the rewards."""
-    cfg = RunConfig.model_validate(micro_run_config())
+    cfg = RunConfig.model_validate(micro_run_config(reward={"overlap": True}))
     with open_run_parts(cfg, HealthMonitor.from_config(cfg.health)) as parts:
         def failing(*args, **kwargs):
             raise RuntimeError("answer-verifier workers failed to start")

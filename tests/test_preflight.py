@@ -60,3 +60,14 @@ def test_a_non_causal_architecture_is_refused(micro_dir, tmp_path):
     (other / "config.json").write_text(json.dumps({"model_type": "t5"}))
     with pytest.raises(PreflightError, match="model_type 't5' is not a causal language model"):
         preflight(path_config(other))
+
+
+def test_sampler_compile_without_a_cpp_compiler_is_refused_before_anything_runs(micro_dir, monkeypatch, tmp_path):
+    """torch.compile builds C++ on a CPU: with no compiler on PATH the run is refused in one line."""
+    cfg = path_config(micro_dir, sampler={"compile": True})
+    preflight(cfg)  # this machine has g++ (.ci/run makes sure)
+    monkeypatch.setenv("PATH", str(tmp_path))  # an empty directory: no g++, clang++ or $CXX
+    monkeypatch.delenv("CXX", raising=False)
+    with pytest.raises(PreflightError, match="sampler.compile needs a C\\+\\+ compiler"):
+        preflight(cfg)
+    preflight(path_config(micro_dir))  # without compile nothing is asked of the machine

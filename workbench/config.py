@@ -140,6 +140,19 @@ class SamplerConfig(Strict):
         None, description="vllm: no torch.compile / CUDA graphs. Default: eager on a CPU (compiling adds ~18 s per "
         "engine start and was no faster here), compiled on a GPU",
     )
+    compile: bool = Field(
+        False, description="hf lean decode: torch.compile the model's forward (inductor; same draws to float "
+        "tolerance). Measured on 2 CPU cores at bench_vs_trl.py's settings: decoding 0.24 -> 0.19 s per step "
+        "after ~40 s of compiling at the run's start, so for long runs (docs/engines.md)",
+    )
+
+    @model_validator(mode="after")
+    def _compile_needs_the_lean_hf_decode(self) -> SamplerConfig:
+        if self.compile and (self.backend != "hf" or self.decode != "lean"):
+            raise ValueError("sampler.compile applies to sampler.backend=hf with sampler.decode=lean "
+                             f"(got backend={self.backend}, decode={self.decode}); vllm compiles by itself "
+                             "(sampler.enforce_eager)")
+        return self
 
 
 class LearnerConfig(Strict):
@@ -339,8 +352,9 @@ class RewardConfig(Strict):
     workers: int = Field(1, ge=1, description="verifier worker processes")
     overlap: bool | None = Field(None, description=(
         "score on a background thread while the learner's forward runs, which needs no reward (the same "
-        "numbers, sooner). Unset or true: whenever the step allows it (not with a batch filter, which picks "
-        "groups by their rewards); false: score first, then update"))
+        "numbers). Unset: when the learner is on a GPU, which leaves the CPU cores to the verifier; a CPU "
+        "learner shares them with it, and on 2 cores overlapping measured no faster (docs/engines.md). "
+        "true: always; false: never. Never with a batch filter, which picks groups by their rewards"))
     shaping: list[ShapingTerm] = Field(default_factory=list)
 
     @model_validator(mode="after")

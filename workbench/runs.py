@@ -72,8 +72,20 @@ def _preflight(cfg: RunConfig) -> None:
     tokenizer, positions = _model_context(cfg)
     task = build_task(cfg.task)  # a missing/malformed JSONL file fails here, with its line number
     check_engines(cfg)
+    check_compiler(cfg)
     check_multi_rank(cfg.learner)  # several processes (WORLD_SIZE > 1): DeepSpeed ZeRO 0-2 only
     check_problems_fit(cfg, task, tokenizer, positions)
+
+
+def check_compiler(cfg: RunConfig) -> None:
+    """``sampler.compile`` builds C++ (a CPU) or Triton launchers (a GPU) with the machine's C/C++ compiler:
+    without one, say so now rather than fail the run at its first decode."""
+    import os
+    import shutil
+
+    if cfg.sampler.compile and not any(shutil.which(c) for c in (os.environ.get("CXX", "g++"), "g++", "clang++")):
+        raise PreflightError("sampler.compile needs a C++ compiler for torch.compile (g++ or clang++, or $CXX) and "
+                             "none is on PATH: install one (Debian: build-essential) or unset sampler.compile")
 
 
 def check_device(device: str) -> None:

@@ -71,9 +71,9 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     MetricSpec("perf/step_s", "wall time of the RL step", "s", "down", NON_NEGATIVE),
     MetricSpec("perf/sample_s", "wall time sampling this step's completions (every sampling round)", "s", "down",
                NON_NEGATIVE),
-    MetricSpec("perf/score_s", "wall time scoring them (math-verify and shaping); it overlaps the learner's "
-               "forward unless a batch filter needs the rewards first, so sample + score + learn can exceed the "
-               "step", "s", "down", NON_NEGATIVE),
+    MetricSpec("perf/score_s", "wall time scoring them (math-verify and shaping); with reward.overlap it runs "
+               "beside the learner's forward, and sample + score + learn can exceed the step", "s", "down",
+               NON_NEGATIVE),
     MetricSpec("perf/learn_s", "wall time of the policy update and the weight sync to the sampler", "s", "down",
                NON_NEGATIVE),
     MetricSpec("perf/sample_tokens_per_s", "generated tokens per second of sampling", "tokens/s", "up", NON_NEGATIVE),

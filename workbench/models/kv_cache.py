@@ -19,5 +19,6 @@ def _keyword(forward_owner: type) -> str:
 
 def cache_kwargs(model: Any, cache: Any) -> dict[str, Any]:
     """``{"cache": cache}`` or ``{"past_key_values": cache}``, whichever ``model.forward`` takes
-    (a wrapper such as DeepSpeed's engine is looked through to its ``module``)."""
-    return {_keyword(type(getattr(model, "module", model))): cache}
+    (a wrapper is looked through: DeepSpeed's engine to its ``module``, ``torch.compile``'s to its ``_orig_mod``)."""
+    inner = getattr(model, "_orig_mod", None) or getattr(model, "module", model)
+    return {_keyword(type(inner)): cache}

@@ -36,6 +36,7 @@ class HFSampler:
         self.template = prompt_template
         self.dtype = DTYPES[cfg.dtype]
         self.model = None
+        self._compiled: tuple[torch.nn.Module, torch.nn.Module] | None = None  # (model, its compiled wrapper)
         self.sync_weights(learner_model)
 
     def sync_weights(self, learner_model) -> None:
@@ -61,7 +62,7 @@ class HFSampler:
         self.model.eval()
         if self.cfg.decode == "lean":
             completion, sampler_logp = decode(
-                self.model, enc["input_ids"], enc["attention_mask"], group_size, max_new_tokens=self.cfg.max_new_tokens,
+                self.decoding_model(), enc["input_ids"], enc["attention_mask"], group_size, max_new_tokens=self.cfg.max_new_tokens,
                 temperature=temperature, top_p=self.cfg.top_p, eos_id=tok.eos_token_id, pad_id=tok.pad_token_id)
         else:
             completion, sampler_logp = self.generate_reference(enc, group_size, temperature)
@@ -73,6 +74,15 @@ class HFSampler:
         texts = tok.batch_decode(torch.where(mask.bool(), completion, tok.pad_token_id), skip_special_tokens=True)
         return grouped_rollouts(problems, group_size, enc, completion=completion, mask=mask,
                                 sampler_logp=sampler_logp, truncated=truncated, texts=texts)
+
+    def decoding_model(self) -> torch.nn.Module:
+        """The module the lean decode calls: the model, or (``sampler.compile``) its ``torch.compile`` wrapper,
+        made once per model object (it shares the weights, so syncs reach it) and compiled on first use."""
+        if not self.cfg.compile:
+            return self.model
+        if self._compiled is None or self._compiled[0] is not self.model:
+            self._compiled = (self.model, torch.compile(self.model, dynamic=True))
+        return self._compiled[1]
 
     def generate_reference(self, enc, group_size: int, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
         """``sampler.decode: generate``: transformers' ``generate`` (completion ids [B, T], their logp [B, T])."""

@@ -3,10 +3,10 @@
     sample G completions per prompt -> score -> (batch filter: refill) -> advantages -> TrainBatch
     -> the learner's update -> sync the weights to the sampler -> the step's metrics
 
-Scoring overlaps the update (``reward.overlap``, on unless a batch filter needs the rewards first): the
-verifier scores on a background thread while the learner runs its forward, which needs no reward, and the
-update waits for the rewards where its loss needs the advantages (``PendingBatch``). Same numbers, sooner:
-the verifier's work is in its own processes, so the forward and the scoring share the cores.
+Scoring may overlap the update (``reward.overlap``; by default when the learner is on a GPU): the verifier
+scores on a background thread while the learner runs its forward, which needs no reward, and the update
+waits for the rewards where its loss needs the advantages (``PendingBatch``). The same numbers, sooner
+where the forward leaves CPU cores free for the verifier's processes.
 
 It composes registered units by name from the run config and never names a paper. Timing goes
 through the run's one stopwatch (``perf/*``); the update's algorithm units are timed by it too.
@@ -34,7 +34,7 @@ from workbench.reward.rollouts import score_rollouts
 from workbench.rollout import build_sampler
 from workbench.rollout.base import Sampler
 from workbench.tasks import Problem, Task, build_task
-from workbench.train.learner import ReferencePolicy, build_learner
+from workbench.train.learner import ReferencePolicy, build_learner, resolve_device
 from workbench.train.stopwatch import Stopwatch
 from workbench.train.update import ALGORITHM_UNITS, AlgorithmUnits
 
@@ -59,9 +59,14 @@ class RunParts:
 
 
 def overlaps_scoring(cfg: RunConfig) -> bool:
-    """Whether the run scores while the learner's forward runs: not when told not to, and not with a
+    """Whether the run scores while the learner's forward runs: as ``reward.overlap`` says, or unset, when
+    the learner is on a GPU (a CPU learner's forward takes the cores the verifier would use); never with a
     batch filter, which must see the rewards before it knows the batch."""
-    return cfg.reward.overlap is not False and cfg.algorithm.batch_filter is None
+    if cfg.algorithm.batch_filter is not None:
+        return False
+    if cfg.reward.overlap is None:
+        return resolve_device(cfg.learner.device) != "cpu"
+    return cfg.reward.overlap
 
 
 @contextmanager
