@@ -53,6 +53,10 @@ CASES = {
         config(sampler={"backend": "vllm", "decode": "generate"}), "sampler.decode=generate",
         config(sampler={"backend": "hf", "decode": "generate"}),
     ),
+    "overlap_with_a_batch_filter": (
+        config(algorithm={"preset": "dapo", "minibatches": 2}, reward={"overlap": True}), "reward.overlap=true",
+        config(algorithm={"preset": "grpo"}, reward={"overlap": True}),
+    ),
     "group_of_one": (
         config(rollout={"group_size": 1}), "algorithm.estimator=grpo",
         config(rollout={"group_size": 2}),

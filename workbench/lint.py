@@ -150,6 +150,16 @@ def filter_without_refill(cfg: RunConfig) -> Iterable[Finding]:
                       "the batch only shrinks (set max_sampling_rounds > 1)")
 
 
+@LINT_RULES.register("overlap_with_a_batch_filter")
+def overlap_with_a_batch_filter(cfg: RunConfig) -> Iterable[Finding]:
+    """A batch filter picks whole groups by their rewards before the batch exists
+    (``train/step.py::collect_batch``), so nothing is left to overlap the scoring with."""
+    if cfg.reward.overlap and cfg.algorithm.batch_filter is not None:
+        yield Finding(knob("reward.overlap", True),
+                      f"algorithm.batch_filter={cfg.algorithm.batch_filter} picks groups by their rewards, so "
+                      "scoring always runs before the update")
+
+
 @LINT_RULES.register("group_of_one")
 def group_of_one(cfg: RunConfig) -> Iterable[Finding]:
     """Every registered estimator baselines a completion against the other completions of its
