@@ -45,7 +45,9 @@ def _loss_takes(loss: str, param: str) -> bool:
     return param in inspect.signature(POLICY_LOSSES.get(loss)).parameters
 
 
-def _show(value: Any) -> str:
+def _show(value: Any) -> str:  # as a study's YAML spells it
+    if isinstance(value, bool):
+        return "true" if value else "false"
     if isinstance(value, float):
         return f"{value:g}"
     if value is None:
