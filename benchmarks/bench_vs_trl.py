@@ -16,6 +16,7 @@ interpreter (``--trl-python``, a venv holding trl and this package); it is not i
 ``workbench`` runs the defaults (``sampler.decode: lean``, ``learner.forward: lean``);
 ``workbench-reference`` the reference paths (``decode: generate``, ``forward: full``);
 ``workbench-overlap`` scores beside the learner's forward instead of before it (``reward.overlap: true``);
+``workbench-2-verifiers`` scores in two math-verify processes (``reward.workers: 2``);
 ``workbench-compiled`` adds ``sampler.compile`` (its compiling falls in the warm-up step, which is not
 timed: the run's wall time is printed too).
 Printed: per run the median s/step over the timed steps, completion tokens/s (completion tokens of
@@ -47,6 +48,7 @@ WORKBENCH_SIDES = {
     "workbench-reference": {"sampler": {"decode": "generate"}, "learner": {"forward": "full"}},  # reference paths
     "workbench-overlap": {"reward": {"overlap": True}},  # scoring beside the learner's forward (a CPU's default: in turn)
     "workbench-compiled": {"sampler": {"compile": True}},  # compiles in the warm-up step
+    "workbench-2-verifiers": {"reward": {"workers": 2}},  # math-verify in two processes while the step waits
 }
 SIDES = ("trl", *WORKBENCH_SIDES)
 
