@@ -83,12 +83,11 @@ def model_parameters(directory: Path) -> int:
 
 
 # ---------------------------------------------------------------- one side, in its own process
-def run_workbench(directory: Path, steps: int, side: str) -> dict:
+def workbench_config(directory: Path, steps: int, side: str):
+    """The run config of a workbench side: the issue's settings, then the side's overrides."""
     from workbench.config import RunConfig, deep_merge
-    from workbench.health import HealthMonitor
-    from workbench.train.loop import train
 
-    cfg = RunConfig.model_validate(deep_merge({
+    return RunConfig.model_validate(deep_merge({
         "seed": 0,
         "model": {"path": str(directory)},
         "task": {"name": "jsonl", "path": str(directory / TASK_FILE), "eval_size": 8},
@@ -98,6 +97,13 @@ def run_workbench(directory: Path, steps: int, side: str) -> dict:
                     "eval_every": steps + 1, "eval_size": 8},
         "algorithm": {"preset": "grpo", "agg_mode": "token-mean"},
     }, WORKBENCH_SIDES[side]))
+
+
+def run_workbench(directory: Path, steps: int, side: str) -> dict:
+    from workbench.health import HealthMonitor
+    from workbench.train.loop import train
+
+    cfg = workbench_config(directory, steps, side)
 
     class Rows:
         def __init__(self) -> None:
