@@ -7,6 +7,8 @@ a health stop is a normal FINISHED run tagged ``workbench.stopped_early``.
 from __future__ import annotations
 
 import math
+import os
+import shutil
 from dataclasses import dataclass
 
 from workbench.config import RunConfig
@@ -80,10 +82,8 @@ def _preflight(cfg: RunConfig) -> None:
 def check_compiler(cfg: RunConfig) -> None:
     """``sampler.compile`` builds C++ (a CPU) or Triton launchers (a GPU) with the machine's C/C++ compiler:
     without one, say so now rather than fail the run at its first decode."""
-    import os
-    import shutil
-
-    if cfg.sampler.compile and not any(shutil.which(c) for c in (os.environ.get("CXX", "g++"), "g++", "clang++")):
+    compilers = [name for name in (os.environ.get("CXX"), "g++", "clang++") if name]
+    if cfg.sampler.compile and not any(shutil.which(name) for name in compilers):
         raise PreflightError("sampler.compile needs a C++ compiler for torch.compile (g++ or clang++, or $CXX) and "
                              "none is on PATH: install one (Debian: build-essential) or unset sampler.compile")
 

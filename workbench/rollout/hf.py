@@ -62,7 +62,8 @@ class HFSampler:
         self.model.eval()
         if self.cfg.decode == "lean":
             completion, sampler_logp = decode(
-                self.decoding_model(), enc["input_ids"], enc["attention_mask"], group_size, max_new_tokens=self.cfg.max_new_tokens,
+                self.decoding_model(), enc["input_ids"], enc["attention_mask"], group_size,
+                max_new_tokens=self.cfg.max_new_tokens,
                 temperature=temperature, top_p=self.cfg.top_p, eos_id=tok.eos_token_id, pad_id=tok.pad_token_id)
         else:
             completion, sampler_logp = self.generate_reference(enc, group_size, temperature)

@@ -156,8 +156,8 @@ class DeepSpeedLearner:
         self.backward(loss)
         return self.step()
 
-    def update(self, batch: TrainBatch | PendingBatch, algo: AlgorithmConfig, temperature: float, generator: torch.Generator,
-               units: AlgorithmUnits = ALGORITHM_UNITS) -> dict[str, float]:
+    def update(self, batch: TrainBatch | PendingBatch, algo: AlgorithmConfig, temperature: float,
+               generator: torch.Generator, units: AlgorithmUnits = ALGORITHM_UNITS) -> dict[str, float]:
         """One policy update on ``batch``; returns its learner-side metrics."""
         return policy_update(self, batch, algo, temperature, generator, units)
 

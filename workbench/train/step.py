@@ -180,9 +180,10 @@ def collect_batch(cfg: RunConfig, step: int, parts: RunParts) -> tuple[ScoredRol
     """Sample and score ``prompts_per_step`` groups; with a batch filter, refill dropped groups.
 
     Returns (everything sampled, the training batch, batch metrics). Without a filter both
-    are the same single round, still being scored in the background when the run overlaps scoring. With one, rounds continue until the batch is full or
-    ``max_sampling_rounds`` is reached; a batch left with no group keeps the last round whole
-    (its advantages are all zero, so the update is a no-op rather than a crash).
+    are the same single round, still being scored in the background when the run overlaps scoring.
+    With one, rounds continue until the batch is full or ``max_sampling_rounds`` is reached; a batch
+    left with no group keeps the last round whole (its advantages are all zero, so the update is a
+    no-op rather than a crash).
     """
     algo, roll = cfg.algorithm, cfg.rollout
     keep_group = None if algo.batch_filter is None else BATCH_FILTERS.get(algo.batch_filter)

@@ -38,8 +38,8 @@ class NonFiniteInjection(LearnerWrapper):
         self.at_step = at_step
         self.poisoned = False  # inside the update of step at_step
 
-    def update(self, batch: TrainBatch | PendingBatch, algo: AlgorithmConfig, temperature: float, generator: torch.Generator,
-               units: AlgorithmUnits = ALGORITHM_UNITS) -> dict[str, float]:
+    def update(self, batch: TrainBatch | PendingBatch, algo: AlgorithmConfig, temperature: float,
+               generator: torch.Generator, units: AlgorithmUnits = ALGORITHM_UNITS) -> dict[str, float]:
         self.poisoned = batch.step == self.at_step
         try:
             return policy_update(self, batch, algo, temperature, generator, units)  # its backward() comes here
