@@ -92,7 +92,7 @@ def timed_compare(root: Path, cache: Path) -> tuple[float, str]:
     env = os.environ | {"WORKBENCH_HISTORY_CACHE": str(cache), "COLUMNS": "160"}
     env.pop("MLFLOW_TRACKING_URI", None)
     t0 = time.perf_counter()
-    out = subprocess.run([sys.executable, "-m", "workbench.cli", "compare", STUDY, "--no-log", "--out",
+    out = subprocess.run([sys.executable, "-m", "workbench.cli.main", "compare", STUDY, "--no-log", "--out",
                           str(root / "report.html"), "-m", "final_eval_accuracy", "-m", "eval_auc", "-m",
                           "final_length_ratio"], cwd=root, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - t0
@@ -125,7 +125,7 @@ def main() -> None:
     print(f"workbench compare, warm: {warm:.1f} s wall   [{line}]")
     print(f"report: {(args.dir / 'report.html').stat().st_size / 1e6:.1f} MB")
 
-    from workbench.tracking.reader import load_study_frames
+    from workbench.results.reader import load_study_frames
 
     t0 = time.perf_counter()
     history, runs = load_study_frames(STUDY, uri, cache_dir=False)

@@ -77,7 +77,7 @@ def statuses_by_key(runs) -> dict[str, list[str]]:
 
 
 def workbench_cmd(*args) -> list[str]:
-    return [sys.executable, "-m", "workbench.cli", *map(str, args)]
+    return [sys.executable, "-m", "workbench.cli.main", *map(str, args)]
 
 
 def spawn(args: list[str], cwd: Path, log: Path, env: dict | None = None) -> subprocess.Popen:

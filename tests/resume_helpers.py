@@ -12,9 +12,8 @@ from mlflow import MlflowClient
 
 from tests.execution_helpers import fast_run_config
 from workbench.config import RunConfig, deep_merge
-from workbench.runs import RunOutcome, execute_run
-from workbench.tracking.store import resolve_tracking_uri
-from workbench.train.checkpoint import checkpoint_root
+from workbench.execution.run import RunOutcome, execute_run
+from workbench.tracking.store import checkpoint_root, resolve_tracking_uri
 
 STEPS = 4
 # Metrics that depend on the weights, the optimizer state and every RNG the loop uses.

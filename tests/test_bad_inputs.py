@@ -23,7 +23,7 @@ import yaml
 from typer.testing import CliRunner
 
 from tests.conftest import micro_run_config
-from workbench.cli import app
+from workbench.cli.main import app
 
 MAX_LINES, MAX_SECONDS, MAX_RSS_MB = 3, 10.0, 500
 # The 10 s promise is checked on CPU seconds (user + system): this 2-core machine is shared by
@@ -203,7 +203,7 @@ def assert_contract(case: Case, code: int, output: str, cpu_s: float, wall_s: fl
 def imports_done():
     """In-process cases time the command, not the first import of torch/transformers in this
     process (the subprocess cases below include every import in their 10 s)."""
-    import workbench.execute  # noqa: F401 - torch, transformers, mlflow
+    import workbench.execution.study  # noqa: F401 - torch, transformers, mlflow
     from workbench.models.tokenizer import build_char_tokenizer
 
     build_char_tokenizer()
@@ -232,7 +232,7 @@ SUBPROCESS_CASES = [c for c in CASES if c.subprocess]
 MEASURE = """
 import json, os, subprocess, sys, time
 t0 = time.monotonic()
-proc = subprocess.Popen([sys.executable, "-m", "workbench.cli", *sys.argv[2:]],
+proc = subprocess.Popen([sys.executable, "-m", "workbench.cli.main", *sys.argv[2:]],
                         stdout=open(sys.argv[1], "wb"), stderr=subprocess.STDOUT)
 _, status, usage = os.wait4(proc.pid, 0)
 print(json.dumps({"code": os.waitstatus_to_exitcode(status), "rss_mb": usage.ru_maxrss / 1024,
@@ -256,12 +256,12 @@ def test_bad_input_in_a_process_of_its_own_stays_under_500_mb_and_10_s(case, wor
 def test_an_unexpected_error_is_one_line_exit_1_and_debug_shows_the_traceback(workdir, monkeypatch):
     """A genuine internal error (here injected into the study executor) is one line naming --debug;
     with --debug it propagates with its traceback."""
-    import workbench.execute
+    import workbench.execution.study
 
     def broken(*args, **kwargs):
         raise RuntimeError("internal invariant broken\nsecond line of detail")
 
-    monkeypatch.setattr(workbench.execute, "run_study", broken)
+    monkeypatch.setattr(workbench.execution.study, "run_study", broken)
     (workdir / "s.yaml").write_text(study())
     result = CliRunner().invoke(app, ["run", "s.yaml", "--quiet"])
     lines = [line for line in result.output.splitlines() if line.strip()]

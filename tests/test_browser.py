@@ -42,7 +42,7 @@ from tests.browser import (
 )
 from tests.postgres import _free_port
 from tests.viz.micro_study import SEEDS, STUDY, VARIANTS, build_micro_study, copy_store
-from workbench.cli import app
+from workbench.cli.main import app
 from workbench.viz.dashboard import find_spec, load_spec
 
 pytestmark = pytest.mark.slow
@@ -112,7 +112,7 @@ def served(tmp_path_factory):
     log = home / "ui.log"
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
     with log.open("w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "workbench.cli", "ui", STUDY, "--port", str(port)],
+        proc = subprocess.Popen([sys.executable, "-m", "workbench.cli.main", "ui", STUDY, "--port", str(port)],
                                 cwd=home, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     served = Served(home, home / "compare.html", home / "health.html", proc, port, log)
     yield served
@@ -218,7 +218,7 @@ def test_compare_png_is_the_summary_and_curve_figures_as_chromium_draws_them(ser
     summary and curve sections, at the page width; run as a user would, in its own process."""
     png = tmp_path / "figure.png"
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
-    result = subprocess.run([sys.executable, "-m", "workbench.cli", "compare", STUDY, "--no-log", "--png", str(png)],
+    result = subprocess.run([sys.executable, "-m", "workbench.cli.main", "compare", STUDY, "--no-log", "--png", str(png)],
                             cwd=served.home, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"wrote {png} (summary metrics, curves)" in result.stdout + result.stderr

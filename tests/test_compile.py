@@ -15,8 +15,8 @@ from pydantic import ValidationError
 from tests.learner_helpers import micro_policy, mixed_length_problems
 from tests.tolerance import order_tolerance, reduction_depth
 from workbench.config import RunConfig, SamplerConfig
-from workbench.models.kv_cache import cache_kwargs
 from workbench.rollout.hf import HFSampler
+from workbench.rollout.kv_cache import cache_kwargs
 
 # Raised inside torch while inductor loads (torch/jit/_script.py), not by this project's code.
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")

@@ -1,4 +1,4 @@
-"""Width-safe tables (workbench/console.py) and `workbench metrics` on a terminal and off one."""
+"""Width-safe tables (workbench/cli/console.py) and `workbench metrics` on a terminal and off one."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from workbench.console import render_table, wrap_words
+from workbench.cli.console import render_table, wrap_words
 from workbench.metrics import CATALOGUE
 from workbench.metrics.catalogue import range_text
 
@@ -20,7 +20,7 @@ def run_on_a_terminal(args: list[str], columns: int) -> str:
     """`workbench ARGS` with its stdout on a pseudo-terminal of ``columns`` (COLUMNS, as a shell sets it)."""
     master, slave = os.openpty()
     env = os.environ | {"COLUMNS": str(columns), "TERM": "dumb"}
-    proc = subprocess.Popen([sys.executable, "-m", "workbench.cli", *args], stdout=slave, stderr=slave,
+    proc = subprocess.Popen([sys.executable, "-m", "workbench.cli.main", *args], stdout=slave, stderr=slave,
                             stdin=subprocess.DEVNULL, env=env)
     os.close(slave)
     chunks = []
@@ -59,7 +59,7 @@ def test_metrics_on_a_narrow_terminal_shows_every_name_whole(columns):
 
 
 def test_metrics_off_a_terminal_is_one_tab_separated_line_per_metric():
-    out = subprocess.run([sys.executable, "-m", "workbench.cli", "metrics"], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-m", "workbench.cli.main", "metrics"], capture_output=True, text=True,
                          env=os.environ | {"COLUMNS": "40"}, check=True).stdout
     lines = out.splitlines()
     assert lines[0] == "name\tmeaning\tunit\thealthy\trange"

@@ -1,7 +1,7 @@
 """Distributed execution (`workbench worker`): real Optuna storages, real MLflow stores, real
 worker processes, some of them killed with SIGKILL.
 
-Fast tests drive :class:`workbench.distributed.Worker` in-process without training (enqueue,
+Fast tests drive :class:`workbench.execution.worker.Worker` in-process without training (enqueue,
 duplicates, stale-trial retry). Slow ones start worker subprocesses on a shared Optuna storage and
 a shared sqlite MLflow store. The PostgreSQL test starts a throwaway server from the Debian
 ``postgresql`` package (or uses ``WORKBENCH_TEST_POSTGRES_URL``); it is skipped where the
@@ -31,7 +31,7 @@ from tests.execution_helpers import (
     workbench_cmd,
     write_study,
 )
-from workbench.distributed import (
+from workbench.execution.worker import (
     KEY,
     LOST,
     OUTCOME,
@@ -165,7 +165,7 @@ def test_a_run_that_failed_by_itself_is_not_requeued(workdir):
 def test_bad_storage_is_one_line_exit_2(workdir):
     from typer.testing import CliRunner
 
-    from workbench.cli import app
+    from workbench.cli.main import app
 
     path = write_study(workdir / "study.yaml", "bad-storage", seeds=[0])
     result = CliRunner().invoke(app, ["worker", str(path), "--storage", "nosuchdb://x/y"])

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from tests.conftest import micro_run_config
 from workbench.algorithms.presets import PRESETS
-from workbench.cli import app
+from workbench.cli.main import app
 
 pytestmark = pytest.mark.slow
 

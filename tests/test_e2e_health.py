@@ -9,7 +9,7 @@ from mlflow import MlflowClient
 from typer.testing import CliRunner
 
 from tests.conftest import micro_run_config
-from workbench.cli import app
+from workbench.cli.main import app
 
 pytestmark = pytest.mark.slow
 

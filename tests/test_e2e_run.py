@@ -13,7 +13,7 @@ from mlflow import MlflowClient
 from typer.testing import CliRunner
 
 from tests.conftest import micro_run_config
-from workbench.cli import app
+from workbench.cli.main import app
 
 pytestmark = pytest.mark.slow
 
@@ -139,7 +139,7 @@ def test_failing_health_rule_stops_the_run_early_and_says_why(workdir):
 def test_stop_run_from_a_step_callback_is_a_deliberate_stop(workdir):
     """The hook Optuna pruning uses: raising StopRun ends the run FINISHED with the reason."""
     from workbench.config import RunConfig
-    from workbench.runs import StopRun, execute_run
+    from workbench.execution.run import StopRun, execute_run
 
     def prune_at_step_1(step, metrics):
         if step == 1:

@@ -24,12 +24,12 @@ from tests.execution_helpers import (
     workbench_cmd,
     write_study,
 )
-from workbench.cli import app
-from workbench.execute import seed_matrix
-from workbench.pool import _Pool, describe_exit
-from workbench.runs import RunOutcome
+from workbench.cli.main import app
+from workbench.execution.pool import _Pool, describe_exit
+from workbench.execution.run import RunOutcome
+from workbench.execution.study import seed_matrix
+from workbench.execution.study_progress import StudyProgress
 from workbench.study import expand, load_study
-from workbench.study_progress import StudyProgress
 
 
 def invoke(*args):

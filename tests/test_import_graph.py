@@ -1,7 +1,17 @@
-"""The package's import graph is acyclic (every import counts: module-level and inside functions).
+"""The package's import graph: acyclic, layered, and free of re-export shims.
 
 A cycle means two modules each need the other; whichever loads first sees the other half-built,
 which is why function-level imports are counted too: they only hide a cycle until call time.
+
+Layers: each top-level part of the package (a root module or a subpackage) sits in one layer of
+``LAYERS`` and imports only from its own part or from parts in lower layers, so the folder tree reads
+bottom-up as the architecture: the core, the units a run composes, the run, its results, execution,
+the front ends. Imports under ``if TYPE_CHECKING:`` run no code and are left out of this rule only.
+
+Shims: a name a module imports and hands on (``__all__``, an alias ``new = imported``, or an
+import marked ``noqa: F401``) must be imported from that module by somebody; otherwise callers
+should import it from its real home. A package's ``__init__`` is its front door (the API a notebook
+imports), so it may hand on its own submodules' names unasked, and only those.
 """
 
 from __future__ import annotations
@@ -23,12 +33,25 @@ def package_of(module: str, path: Path) -> str:
     return module if path.name == "__init__.py" else module.rpartition(".")[0]
 
 
-def imported_modules(path: Path, root: Path, known: set[str]) -> set[str]:
-    """The package's modules `path` imports, anywhere in the file."""
+def type_checking_nodes(tree: ast.AST) -> set[int]:
+    """ids of the import nodes inside ``if TYPE_CHECKING:`` blocks (annotations only: no code runs)."""
+    inside: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and getattr(node.test, "id", getattr(node.test, "attr", None)) == "TYPE_CHECKING":
+            inside.update(id(child) for stmt in node.body for child in ast.walk(stmt))
+    return inside
+
+
+def imported_modules(path: Path, root: Path, known: set[str], *, runtime_only: bool = False) -> set[str]:
+    """The package's modules `path` imports, anywhere in the file (``runtime_only``: not under TYPE_CHECKING)."""
     this = module_name(path, root)
     package = package_of(this, path)
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+    tree = ast.parse(path.read_text(), filename=str(path))
+    skip = type_checking_nodes(tree) if runtime_only else set()
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -54,11 +77,11 @@ def imported_modules(path: Path, root: Path, known: set[str]) -> set[str]:
     return found
 
 
-def import_graph(root: Path = PACKAGE_ROOT) -> dict[str, set[str]]:
+def import_graph(root: Path = PACKAGE_ROOT, *, runtime_only: bool = False) -> dict[str, set[str]]:
     """module -> the package's modules it imports (module level or inside functions)."""
     files = {module_name(path, root): path for path in root.rglob("*.py")}
     known = set(files)
-    return {module: imported_modules(path, root, known) for module, path in files.items()}
+    return {module: imported_modules(path, root, known, runtime_only=runtime_only) for module, path in files.items()}
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -112,3 +135,138 @@ def test_workbench_import_graph_is_acyclic():
     cycle = find_cycle(graph)
     if cycle is not None:
         pytest.fail("import cycle: " + " -> ".join(cycle))
+
+
+# Bottom to top. A part may import from its own part and from lower layers; parts that share a
+# layer are independent of each other.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("errors",),  # the one error vocabulary
+    ("registry",),  # named units
+    ("tasks",),  # problems and gold answers
+    ("batch",),  # rollouts and train batches
+    ("algorithms", "health", "reward", "metrics"),  # the registered units a run composes
+    ("config",),  # a run's validated config, naming those units
+    ("study", "tracking"),  # study YAML -> run configs; writing to MLflow
+    ("rollout",),  # sampling engines
+    ("models",),  # policies (the tiny CPU model is cold-started with the rollout's decoder)
+    ("train",),  # the RL loop and its learners
+    ("results",),  # reading runs back
+    ("compare",),  # statistics over seeds
+    ("viz",),  # figures, dashboards, MLflow saved views
+    ("execution",),  # one run, a study, the pool, workers
+    ("search", "importers"),  # Optuna searches; runs from TRL and verl
+    ("cli",),  # the command line
+)
+
+
+def part_of(module: str) -> str | None:
+    """The top-level part (root module or subpackage) of a module; None for the package itself."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else None
+
+
+def upward_imports(graph: dict[str, set[str]], layers=LAYERS) -> list[tuple[str, str]]:
+    """(importer, imported) pairs where a part imports from its own layer's sibling or from above."""
+    rank = {part: i for i, layer in enumerate(layers) for part in layer}
+    bad = []
+    for module, imported in sorted(graph.items()):
+        part = part_of(module)
+        for target in sorted(imported):
+            other = part_of(target)
+            if part is not None and other is not None and other != part and rank[other] >= rank[part]:
+                bad.append((module, target))
+    return bad
+
+
+def test_upward_imports_are_found():
+    graph = {"workbench.cli.main": {"workbench.config"}, "workbench.config": {"workbench.cli.main"},
+             "workbench.health.rules": {"workbench.reward.verify"}}
+    assert upward_imports(graph) == [("workbench.config", "workbench.cli.main"),
+                                     ("workbench.health.rules", "workbench.reward.verify")]
+
+
+def test_every_part_has_a_layer():
+    parts = {part_of(module) for module in import_graph()} - {None}
+    layered = {part for layer in LAYERS for part in layer}
+    assert parts == layered, f"parts without a layer: {sorted(parts - layered)}; layers naming no part: " \
+                             f"{sorted(layered - parts)}"
+
+
+def test_no_import_points_up_the_layers():
+    bad = upward_imports(import_graph(runtime_only=True))
+    assert not bad, "imports against the layer order (tests/test_import_graph.py LAYERS):\n" + "\n".join(
+        f"  {a} -> {b}" for a, b in bad)
+
+
+def test_the_root_keeps_only_the_core():
+    modules = sorted(path.name for path in PACKAGE_ROOT.glob("*.py"))
+    assert modules == ["__init__.py", "batch.py", "config.py", "errors.py", "registry.py"]
+
+
+def handed_on_names(path: Path) -> dict[str, str]:
+    """Names ``path`` imports and hands on (listed in ``__all__``, aliased at module level, or
+    imported with ``noqa: F401``) -> the module each comes from."""
+    source = path.read_text()
+    tree = ast.parse(source, filename=str(path))
+    lines = source.splitlines()
+    module = module_name(path, PACKAGE_ROOT)
+    package = package_of(module, path)
+    imported: dict[str, str] = {}
+    noqa: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            span = " ".join(lines[node.lineno - 1: node.end_lineno])
+            source_module = node.module or "" if isinstance(node, ast.ImportFrom) else ""
+            if isinstance(node, ast.ImportFrom) and node.level:
+                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                source_module = ".".join(base + ([node.module] if node.module else []))
+            for alias in node.names:
+                name = alias.asname or alias.name.split(".")[0]
+                imported[name] = source_module
+                if "noqa: F401" in span:
+                    noqa.add(name)
+    handed = {name: imported[name] for name in noqa}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Name) and node.value.id in imported:
+            handed.update({target.id: imported[node.value.id] for target in node.targets
+                           if isinstance(target, ast.Name)})
+        if (isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__all__" for t in node.targets)
+                and isinstance(node.value, (ast.List, ast.Tuple))):
+            handed.update({elt.value: imported[elt.value] for elt in node.value.elts
+                           if isinstance(elt, ast.Constant) and elt.value in imported})
+    return handed
+
+
+def names_imported_from(module: str, files: list[Path]) -> set[str]:
+    """Every name some file imports with ``from <module> import name`` (or uses as ``<module>.name``)."""
+    names: set[str] = set()
+    for path in files:
+        text = path.read_text()
+        if module not in text:
+            continue
+        for node in ast.walk(ast.parse(text, filename=str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module == module:
+                names.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.Attribute) and ast.unparse(node.value) == module:
+                names.add(node.attr)
+    return names
+
+
+def test_no_re_export_shims():
+    """Every name a module hands on is imported from it somewhere (package, tests, benchmarks,
+    dashboards); a name nobody takes from there is a shim: import it from its real home."""
+    repo = PACKAGE_ROOT.parent
+    files = [path for folder in ("workbench", "tests", "benchmarks", "dashboards")
+             for path in (repo / folder).rglob("*.py")]
+    unused, foreign = [], []
+    for path in sorted(PACKAGE_ROOT.rglob("*.py")):
+        module = module_name(path, PACKAGE_ROOT)
+        handed = handed_on_names(path)
+        if path.name == "__init__.py":  # the front door: its own submodules' names only
+            foreign += [f"{module}.{name} (from {home})" for name, home in sorted(handed.items())
+                        if not home.startswith(module + ".")]
+        elif handed:
+            taken = names_imported_from(module, files)
+            unused += [f"{module}.{name}" for name in sorted(set(handed) - taken)]
+    assert not unused, "names handed on that nobody imports from there: " + ", ".join(unused)
+    assert not foreign, "a package hands on another package's names: " + ", ".join(foreign)

@@ -10,8 +10,8 @@ import torch
 
 from tests.learner_helpers import micro_policy, mixed_length_problems
 from workbench.config import SamplerConfig
-from workbench.models.kv_cache import cache_kwargs
 from workbench.rollout.hf import HFSampler
+from workbench.rollout.kv_cache import cache_kwargs
 from workbench.train.logprobs import sequence_logprobs
 
 

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from tests.execution_helpers import fast_run_config
-from workbench.cli import app
+from workbench.cli.lint import LINT_RULES, Finding, lint_config, lint_specs
+from workbench.cli.main import app
 from workbench.config import RunConfig, deep_merge
-from workbench.lint import LINT_RULES, Finding, lint_config, lint_specs
 from workbench.study import RunSpec, expand, load_study
 
 ROOT = Path(__file__).parents[1]

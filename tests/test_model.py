@@ -41,7 +41,7 @@ def test_build_is_deterministic():
 
 def test_cold_start_sft_learns_the_format():
     """A short SFT already emits the \\boxed{} answer format the reward expects."""
-    from workbench.train.sft import probe_accuracy
+    from workbench.models.sft import probe_accuracy
 
     cfg = ModelConfig(builtin="tiny", tiny={"hidden_size": 64, "num_layers": 2, "num_heads": 4,
                                             "intermediate_size": 128, "sft_max_steps": 150,

@@ -9,9 +9,9 @@ import pytest
 
 from tests.conftest import micro_run_config
 from workbench.config import RunConfig
+from workbench.execution.run import PreflightError, preflight
 from workbench.models import TINY_MAX_POSITIONS, inspect_model_dir, model_dir, token_count_over
 from workbench.models.tokenizer import build_char_tokenizer
-from workbench.runs import PreflightError, preflight
 
 
 def test_token_count_over_by_hand():

@@ -1,4 +1,4 @@
-"""workbench.tracking.reader on a real micro study: frames equal what MlflowClient returns, the
+"""workbench.results.reader on a real micro study: frames equal what MlflowClient returns, the
 server path uses bulk requests, the cache reads a finished run once."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from mlflow import MlflowClient
 
 from tests.viz.micro_study import SEEDS, STUDY, VARIANTS, build_micro_study, copy_store, uri_of
-from workbench.tracking.reader import (
+from workbench.results.reader import (
     HISTORY_COLUMNS,
     RUN_COLUMNS,
     StudyNotFound,
@@ -164,7 +164,7 @@ def test_server_path_uses_bulk_requests_and_matches_sql(study_dir, frames, monke
     from mlflow.server import app, handlers
     from mlflow.tracking._tracking_service import utils as tracking_utils
 
-    from workbench.tracking import reader as reader_mod
+    from workbench.results.readers.rest import RestRunReader
 
     monkeypatch.setattr(handlers, "_tracking_store", None)
     monkeypatch.setattr(tracking_utils, "_tracking_uri", tracking_utils._tracking_uri)  # the handler sets it
@@ -190,7 +190,7 @@ def test_server_path_uses_bulk_requests_and_matches_sql(study_dir, frames, monke
 
     # responses cut at the server's point limit: complete runs kept, the rest asked again, and a
     # run longer than the limit paged through get_metric_history
-    monkeypatch.setattr(reader_mod._RestBackend, "MAX_POINTS_PER_REQUEST", 2)
+    monkeypatch.setattr(RestRunReader, "MAX_POINTS_PER_REQUEST", 2)
     endpoints.clear()
     small = reader.load(STUDY)
     pd.testing.assert_frame_equal(small.history, history)
@@ -221,10 +221,10 @@ def test_numeric_fast_path_equals_the_plain_query_and_falls_back_on_mismatch(stu
     reader = StudyReader(uri_of(study_dir), cache_dir=False)
     backend = reader.backend
     ids = list(frames[1]["run_id"])
-    from workbench.tracking.reader import _clean_points
+    from workbench.results.readers.frames import clean_points
 
-    fast = _clean_points(backend.history(ids, None, frozen=True))
-    plain = _clean_points(backend.history(ids, None, frozen=False))
+    fast = clean_points(backend.history(ids, None, frozen=True))
+    plain = clean_points(backend.history(ids, None, frozen=False))
     pd.testing.assert_frame_equal(fast, plain)
 
     real = backend._query
@@ -237,7 +237,7 @@ def test_numeric_fast_path_equals_the_plain_query_and_falls_back_on_mismatch(stu
 
     backend._query = inflate
     assert backend._numeric_history(ids, "WHERE run_uuid IN :ids", {}, ()) is None
-    pd.testing.assert_frame_equal(_clean_points(backend.history(ids, None, frozen=True)), plain)
+    pd.testing.assert_frame_equal(clean_points(backend.history(ids, None, frozen=True)), plain)
 
 
 def test_a_step_logged_twice_keeps_the_latest_value(study_dir, tmp_path):
@@ -252,13 +252,13 @@ def test_a_step_logged_twice_keeps_the_latest_value(study_dir, tmp_path):
 
 
 def test_both_backends_answer_the_run_reader_protocol_alike(study_dir, frames, monkeypatch):
-    """The contract of workbench.tracking.readers: the SQL and REST backends are both RunReaders and
+    """The contract of workbench.results.readers: the SQL and REST backends are both RunReaders and
     give the same runs, keys and points for the same store (REST via MLflow's real handlers)."""
     from mlflow.server import app, handlers
     from mlflow.tracking._tracking_service import utils as tracking_utils
 
-    from workbench.tracking.readers import RestRunReader, RunReader, SqlRunReader, reader_for
-    from workbench.tracking.readers.frames import clean_points
+    from workbench.results.readers import RestRunReader, RunReader, SqlRunReader, reader_for
+    from workbench.results.readers.frames import clean_points
 
     monkeypatch.setattr(handlers, "_tracking_store", None)
     monkeypatch.setattr(tracking_utils, "_tracking_uri", tracking_utils._tracking_uri)  # the handler sets it

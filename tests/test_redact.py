@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from workbench.distributed import describe_storage
+from workbench.execution.worker import describe_storage
 from workbench.tracking.redact import redact_config, redact_text, redact_uri
 
 

@@ -11,9 +11,9 @@ from mlflow import MlflowClient
 from typer.testing import CliRunner
 
 from tests.viz.micro_study import STUDY, build_micro_study, uri_of
-from workbench.cli import app
-from workbench.commands.health import recheck_reports
-from workbench.tracking.reader import StudyReader
+from workbench.cli.health import recheck_reports
+from workbench.cli.main import app
+from workbench.results.reader import StudyReader
 
 pytestmark = pytest.mark.slow
 

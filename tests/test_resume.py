@@ -11,7 +11,8 @@ import random
 import torch
 
 from tests.resume_helpers import check_resumed, interrupt_and_resume, resume_config
-from workbench.train.checkpoint import RunCheckpoints, capture, checkpoint_root
+from workbench.tracking.store import checkpoint_root
+from workbench.train.checkpoint import RunCheckpoints, capture
 
 
 def test_crashed_run_resumes_at_the_next_step_with_identical_metrics(workdir):

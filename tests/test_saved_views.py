@@ -1,4 +1,4 @@
-"""Dashboard specs as MLflow saved views (workbench/viz/saved_view.py, workbench/tracking/views.py).
+"""Dashboard specs as MLflow saved views (workbench/viz/saved_view.py, workbench/viz/mlflow_views.py).
 
 Pure compiler: hand-listed chart cards of dashboards/health.yaml, the envelope MLflow's
 frontend reads (plain or deflated, never over 20,000 characters), stable ids. Writing: a real
@@ -20,7 +20,8 @@ from mlflow import MlflowClient
 from typer.testing import CliRunner
 
 from workbench.metrics import CATALOGUE
-from workbench.tracking.views import (
+from workbench.viz.dashboard import find_spec, list_specs, load_spec, parse_spec
+from workbench.viz.mlflow_views import (
     NOTE_MARKER,
     StudyLayout,
     list_views,
@@ -29,7 +30,6 @@ from workbench.tracking.views import (
     run_note,
     study_question,
 )
-from workbench.viz.dashboard import find_spec, list_specs, load_spec, parse_spec
 from workbench.viz.saved_view import (
     MAX_TAG_CHARS,
     VIEW_TAG_PREFIX,
@@ -255,7 +255,7 @@ def test_hand_written_notes_and_views_saved_in_the_ui_are_left_alone(store):
 @pytest.mark.slow
 def test_a_study_run_leaves_the_views_and_workbench_dashboard_refreshes_them(tmp_path_factory, monkeypatch):
     from tests.viz.micro_study import STUDY, build_micro_study, copy_store
-    from workbench.cli import app
+    from workbench.cli.main import app
 
     home = tmp_path_factory.mktemp("views-home")
     uri = copy_store(build_micro_study(tmp_path_factory), home)  # `workbench run` of the micro study
@@ -285,7 +285,7 @@ def test_a_broken_dashboard_spec_stops_workbench_run_with_exit_2_before_anything
     import yaml
 
     from tests.conftest import micro_run_config
-    from workbench.cli import app
+    from workbench.cli.main import app
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
@@ -304,7 +304,7 @@ def test_views_are_written_when_a_study_starts_before_any_run(tmp_path, monkeypa
     import yaml
 
     from tests.conftest import micro_run_config
-    from workbench.execute import open_study
+    from workbench.execution.study import open_study
     from workbench.study import expand, load_study
 
     monkeypatch.chdir(tmp_path)

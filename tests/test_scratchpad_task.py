@@ -9,10 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from workbench.config import TaskConfig
+from workbench.models.sft import sft_batch
 from workbench.reward._worker import math_verify_scorer
 from workbench.tasks import Problem, ScratchpadTask, build_task
 from workbench.tasks.scratchpad import worked_solution
-from workbench.train.sft import sft_batch
 
 
 def evaluate(prompt: str) -> int:

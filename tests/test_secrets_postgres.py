@@ -39,7 +39,7 @@ def store_with_password(postgres_url):
 
 def cli(workdir: Path, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
-    return subprocess.run([sys.executable, "-m", "workbench.cli", *args], cwd=workdir, env=env,
+    return subprocess.run([sys.executable, "-m", "workbench.cli.main", *args], cwd=workdir, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -85,7 +85,7 @@ def _descendants(pid: int) -> list[int]:
 def test_workbench_ui_passes_the_store_to_mlflow_server_through_its_environment(workdir, store_with_password):
     uri, password = store_with_password
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
-    proc = subprocess.Popen([sys.executable, "-m", "workbench.cli", "ui", "--tracking-uri", uri, "--port", "0"],
+    proc = subprocess.Popen([sys.executable, "-m", "workbench.cli.main", "ui", "--tracking-uri", uri, "--port", "0"],
                             cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         banner = proc.stdout.readline()  # printed once the server process exists

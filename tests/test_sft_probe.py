@@ -6,10 +6,10 @@ a single greedy token, or every tiny model (and run key) would silently change w
 import random
 
 from workbench.config import TinyModelConfig
+from workbench.models.sft import probe_completions, supervised_warmup
 from workbench.models.tiny import init_tiny_model
 from workbench.models.tokenizer import build_char_tokenizer
 from workbench.tasks import ArithmeticTask
-from workbench.train.sft import probe_completions, supervised_warmup
 
 
 def test_lean_probe_matches_generate_through_a_cold_start():

@@ -16,7 +16,7 @@ import pytest
 from mlflow import MlflowClient
 from typer.testing import CliRunner
 
-from workbench.cli import app
+from workbench.cli.main import app
 from workbench.study import expand, load_study
 
 pytestmark = pytest.mark.slow

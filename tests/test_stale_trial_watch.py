@@ -13,7 +13,7 @@ from optuna.trial import TrialState
 
 from tests.execution_helpers import install_empty_mlflow_db, wait_for, write_study
 from tests.test_distributed import make_worker, storage_url, trials_of
-from workbench.distributed import KEY, LOST, WORKER, StaleTrialWatch
+from workbench.execution.worker import KEY, LOST, WORKER, StaleTrialWatch
 
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 pytestmark = pytest.mark.filterwarnings("ignore:Heartbeat of storage is supposed to be used")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import optuna
 
-from workbench.distributed import READY, wait_for_creator
+from workbench.execution.worker import READY, wait_for_creator
 
 
 def fresh_study() -> optuna.Study:

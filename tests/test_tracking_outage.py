@@ -1,5 +1,5 @@
 """MLflow outages (workbench/tracking/writer.py) and one execution of a study at a time
-(workbench/study_lock.py, workbench/tracking/store.py).
+(workbench/execution/lock.py, workbench/tracking/store.py).
 
 "Unreachable" here is a real MLflow REST client pointed at a port nobody listens on: the same
 connection refusal a stopped ``mlflow server`` gives (tests/test_outage_server.py stops a real one).
@@ -17,13 +17,12 @@ import time
 from pathlib import Path
 
 import pytest
-
-from workbench.tracking.redact import redact_text
 from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 
 from tests.postgres import _free_port
-from workbench.study_lock import StudyBusy, study_lock
+from workbench.execution.lock import StudyBusy, study_lock
+from workbench.tracking.redact import redact_text
 from workbench.tracking.store import ensure_store
 from workbench.tracking.writer import (
     OutagePolicy,
@@ -184,7 +183,7 @@ def test_a_spill_sent_twice_keeps_one_point_each_and_a_refused_spill_is_kept_asi
 # ------------------------------------------------------------------------------------ the lock
 HOLD = """
 import sys, time
-from workbench.study_lock import study_lock
+from workbench.execution.lock import study_lock
 with study_lock(sys.argv[1], sys.argv[2], shared=sys.argv[3] == "shared", command=sys.argv[4]):
     print("held", flush=True)
     time.sleep(600)
@@ -262,7 +261,7 @@ def test_a_refused_process_waits_briefly_for_the_holder_to_name_itself(tmp_path)
     say "another process (starting up)" (seen once on CI). It now reads again for up to 2 s."""
     import threading
 
-    from workbench.study_lock import _holder
+    from workbench.execution.lock import _holder
 
     path = tmp_path / "study.lock"
     path.write_text("")  # locked, not yet named

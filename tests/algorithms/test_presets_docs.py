@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from workbench.algorithms.preset_docs import markdown_document, markdown_preset_table
 from workbench.algorithms.presets import PAPERS, PRESET_INFO, PRESET_LIST, PRESETS
+from workbench.cli.preset_docs import markdown_document, markdown_preset_table
 from workbench.config import AlgorithmConfig
 
 ROOT = Path(__file__).parents[2]
 
 
 def workbench(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "workbench.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "workbench.cli.main", *args], capture_output=True, text=True,
                           env=os.environ | {"COLUMNS": "80"}, timeout=120)
 
 
@@ -29,7 +29,7 @@ def test_docs_algorithms_md_is_generated_from_the_presets():
 
 def test_readme_preset_table_is_generated_from_the_presets():
     assert markdown_preset_table() in (ROOT / "README.md").read_text(), \
-        "paste `workbench.algorithms.preset_docs.markdown_preset_table()` into the README"
+        "paste `workbench.cli.preset_docs.markdown_preset_table()` into the README"
 
 
 @pytest.mark.parametrize("preset", PRESET_LIST, ids=lambda p: p.name)

@@ -136,7 +136,7 @@ def test_the_run_level_length_normaliser_comes_from_the_aggregation_registry():
 def test_a_bad_unit_param_in_a_study_is_one_line_exit_2_and_nothing_written(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
-    from workbench.cli import app
+    from workbench.cli.main import app
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.chdir(tmp_path)

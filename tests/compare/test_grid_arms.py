@@ -3,7 +3,7 @@ compared with the baseline variant's arm at the same grid point, paired by seed.
 
 The store is real: the study YAML (2 variants x learner.lr in {3e-5, 1e-4} x 3 seeds) is expanded
 by `workbench.study`, and each run is written through the project's own `RunTracker` with the
-tags of `workbench.runs.run_tags` and the run label as its MLflow run name, exactly as a study run
+tags of `workbench.execution.run.run_tags` and the run label as its MLflow run name, exactly as a study run
 writes it; only the training is replaced by planted metric values:
 
     final eval accuracy = 0.30 + 0.30 [lr = 1e-4] + 0.20 [dr_grpo and lr = 3e-5] + 0.05 seed + noise
@@ -26,10 +26,11 @@ from mlflow import MlflowClient
 from typer.testing import CliRunner
 
 from tests.conftest import micro_run_config
-from workbench.cli import app
+from workbench.cli.main import app
 from workbench.compare import compare_variants
 from workbench.compare.arms import NO_BASELINE, grid_point, match_baselines
-from workbench.tracking.reader import StudyReader, _arm_from_name
+from workbench.results.reader import StudyReader
+from workbench.results.readers.frames import arm_from_name
 
 STUDY = "grid-arms"
 SEEDS = (0, 1, 2)
@@ -58,7 +59,7 @@ def planted(variant: str, lr: float, seed: int, rng: np.random.Generator) -> flo
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
     """``(root, uri, final)``: the store, and each run's planted final accuracy by label."""
-    from workbench.runs import run_tags
+    from workbench.execution.run import run_tags
     from workbench.study import expand, load_study
     from workbench.tracking.writer import RunTracker
 
@@ -113,12 +114,12 @@ def test_reader_gives_each_run_its_arm_from_the_run_label(store):
 
 def test_arm_from_run_name_falls_back_to_the_variant():
     """Runs not named by a study label (older or hand-made runs) form one arm per variant, as before."""
-    assert _arm_from_name("dapo", "dapo/lr=3e-05/seed=1", "1") == "dapo/lr=3e-05"
-    assert _arm_from_name("dapo", "dapo/seed=1", "1") == "dapo"  # a study without a grid
-    assert _arm_from_name("dapo", "dapo/lr=3e-05/seed=1", "2") == "dapo"  # the name's seed is not the run's
-    assert _arm_from_name("dapo", "grpo/lr=3e-05/seed=1", "1") == "dapo"  # another variant's label
-    assert _arm_from_name("dapo", "dapo/lr=3e-05", "1") == "dapo"  # no seed suffix: not a study label
-    assert _arm_from_name("dapo", None, None) == "dapo"
+    assert arm_from_name("dapo", "dapo/lr=3e-05/seed=1", "1") == "dapo/lr=3e-05"
+    assert arm_from_name("dapo", "dapo/seed=1", "1") == "dapo"  # a study without a grid
+    assert arm_from_name("dapo", "dapo/lr=3e-05/seed=1", "2") == "dapo"  # the name's seed is not the run's
+    assert arm_from_name("dapo", "grpo/lr=3e-05/seed=1", "1") == "dapo"  # another variant's label
+    assert arm_from_name("dapo", "dapo/lr=3e-05", "1") == "dapo"  # no seed suffix: not a study label
+    assert arm_from_name("dapo", None, None) == "dapo"
 
 
 def test_an_arm_tag_wins_over_the_run_name(store, tmp_path):

@@ -1,7 +1,7 @@
 """`workbench compare` on a real MLflow store whose runs did not all finish (issue 12, finding 1).
 
-Runs are written through the project's own `RunTracker` with `workbench.runs.run_tags`, their run
-label as run name, statuses and health tags exactly as `workbench.runs.execute_run` closes them
+Runs are written through the project's own `RunTracker` with `workbench.execution.run.run_tags`, their run
+label as run name, statuses and health tags exactly as `workbench.execution.run.execute_run` closes them
 (a crash: FAILED; a health stop: FINISHED with `workbench.stopped_early=true`,
 `workbench.health=fail`, `workbench.health_reasons=rule@step`); only training is replaced by
 planted eval curves:
@@ -27,7 +27,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from tests.conftest import micro_run_config
-from workbench.cli import app
+from workbench.cli.main import app
 from workbench.config import RunConfig
 
 STUDY = "outcomes"
@@ -53,7 +53,7 @@ def curve(arm: str, seed: int, rng: np.random.Generator) -> tuple[list[tuple[int
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
-    from workbench.runs import run_tags
+    from workbench.execution.run import run_tags
     from workbench.tracking.writer import RunTracker
 
     root = tmp_path_factory.mktemp("outcomes")
@@ -120,7 +120,7 @@ def test_every_output_counts_runs_per_outcome(store, tmp_path):
 
 
 def _all_cells(table) -> list[str]:
-    from workbench.commands.report import _table_cells
+    from workbench.cli.report import _table_cells
 
     return [c for m in table.metrics for c in [m, *sum(_table_cells(table, m)[1], [])]]
 
@@ -130,9 +130,9 @@ def test_terminal_output_keeps_every_name_and_number_whole(store, width):
     """Issue 15: at COLUMNS=80 the table used to cut names and numbers ("final_eval_accu…",
     "0.59…"). In a terminal of any width every cell's whole text is printed: a table when it fits,
     one block per arm when not."""
-    from workbench.commands.report import print_table
+    from workbench.cli.report import print_table
     from workbench.compare import compare_variants, summarize_runs
-    from workbench.tracking.reader import StudyReader
+    from workbench.results.reader import StudyReader
 
     frames = StudyReader(store, cache_dir=False).load(STUDY, ["eval/accuracy"])
     table = compare_variants(summarize_runs(frames.history, frames.runs, list(METRICS)), "grpo", list(METRICS))
@@ -158,11 +158,11 @@ def test_compare_in_an_80_column_terminal_prints_every_cell_whole(store):
     import sys
 
     from workbench.compare import compare_variants, summarize_runs
-    from workbench.tracking.reader import StudyReader
+    from workbench.results.reader import StudyReader
 
     master, slave = pty.openpty()
     env = os.environ | {"COLUMNS": "80", "LINES": "50", "TERM": "xterm", "NO_COLOR": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "workbench.cli", "compare", STUDY, "--tracking-uri", store,
+    proc = subprocess.Popen([sys.executable, "-m", "workbench.cli.main", "compare", STUDY, "--tracking-uri", store,
                              "--no-log", *(a for m in METRICS for a in ("-m", m))],
                             stdin=slave, stdout=slave, stderr=subprocess.DEVNULL, env=env)
     os.close(slave)

@@ -108,7 +108,7 @@ def test_two_deepspeed_ranks_run_one_study_like_one_process(tmp_path):
 def test_preflight_refuses_what_several_ranks_cannot_mirror(monkeypatch):
     """ZeRO-3 (every forward collective) and the torch learner fail at preflight on several ranks, not mid-run."""
     from workbench.config import RunConfig
-    from workbench.runs import preflight
+    from workbench.execution.run import preflight
 
     monkeypatch.setenv("WORLD_SIZE", "2")
     for learner, reason in [({"backend": "deepspeed", "zero_stage": 3}, "zero_stage=3 with WORLD_SIZE=2"),

@@ -14,7 +14,7 @@ from tests.execution_helpers import fast_run_config
 from tests.resume_helpers import LENGTH_REWARD, check_resumed, interrupt_and_resume, resume_config
 from tests.tolerance import order_tolerance
 from workbench.config import RunConfig, deep_merge
-from workbench.runs import execute_run
+from workbench.execution.run import execute_run
 from workbench.tracking.store import resolve_tracking_uri
 
 ZERO2 = {"backend": "deepspeed", "zero_stage": 2}

@@ -17,7 +17,7 @@ from tests.engines.conftest import require_engine
 require_engine("vllm")
 
 from tests.engines.test_vllm_sampler import ENGINE_MODEL, FP32_TOLERANCE
-from workbench.cli import app
+from workbench.cli.main import app
 
 pytestmark = pytest.mark.slow
 

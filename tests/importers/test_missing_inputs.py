@@ -6,8 +6,8 @@ import math
 
 import pandas as pd
 
-from workbench.commands.health import health_cells
-from workbench.commands.report import uncomputed_summaries
+from workbench.cli.health import health_cells
+from workbench.cli.report import uncomputed_summaries
 from workbench.health import HealthMonitor
 
 

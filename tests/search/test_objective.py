@@ -10,9 +10,9 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-import workbench.runs
+import workbench.execution.run
 from tests.search.helpers import search_run_config
-from workbench.runs import RunOutcome, StopRun
+from workbench.execution.run import RunOutcome, StopRun
 from workbench.search.objective import (
     OUTCOME,
     OVER_BUDGET,
@@ -76,7 +76,7 @@ def fake_runs(monkeypatch, client: FakeClient, curve, *, health_stop_at=None, fa
                 break
         return RunOutcome(label, variant, cfg.seed, cfg.run_key(), "FINISHED", run_id, steps=steps)
 
-    monkeypatch.setattr(workbench.runs, "execute_run", execute_run)
+    monkeypatch.setattr(workbench.execution.run, "execute_run", execute_run)
     return calls
 
 

@@ -173,7 +173,7 @@ def test_any_float_range_is_accepted_iff_low_le_high_and_samples_stay_inside(a, 
 def test_tune_rejects_an_invalid_search_before_anything_is_written(workdir):
     from typer.testing import CliRunner
 
-    from workbench.cli import app
+    from workbench.cli.main import app
 
     path = write_search_study(workdir / "bad.yaml", "bad", {"params": {"learner.lrr": LR}, "n_trials": 2})
     result = CliRunner().invoke(app, ["tune", str(path)])
@@ -187,7 +187,7 @@ def test_plan_notes_what_tune_will_reject_in_the_search_section(workdir):
     """`run` ignores search:, so a study with a tune-only problem still plans, with a note naming the line."""
     from typer.testing import CliRunner
 
-    from workbench.cli import app
+    from workbench.cli.main import app
 
     path = Path(__file__).parents[1] / "study" / "data" / "grpo_vs_dr_grpo.yaml"  # no search budget
     result = CliRunner().invoke(app, ["plan", str(path)], catch_exceptions=False, env={"COLUMNS": "200"})

@@ -30,7 +30,7 @@ PRUNING_SEARCH = {
 
 
 def invoke(*args):
-    from workbench.cli import app
+    from workbench.cli.main import app
 
     return CliRunner().invoke(app, [str(a) for a in args])
 

@@ -243,7 +243,7 @@ def test_malformed_study_through_the_cli_exits_2_and_writes_nothing(write, tmp_p
     """What a user sees: the same lines, exit code 2, and no MLflow store created."""
     from typer.testing import CliRunner
 
-    from workbench.cli import app
+    from workbench.cli.main import app
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     for name, text in files.items():

@@ -13,7 +13,7 @@ import pytest
 from rich.console import Console
 
 from tests.execution_helpers import write_study
-from workbench.study_progress import StudyProgress
+from workbench.execution.study_progress import StudyProgress
 
 LINE = re.compile(r"^\d\d:\d\d:\d\d progress (?P<run>\S+) step (?P<step>\d+)/(?P<total>\d+) "
                   r"reward -?\d+\.\d\d acc \d\.\d\d(?: eval (?P<eval>\d\.\d\d)@(?P<at>\d+))? "
@@ -26,7 +26,7 @@ def test_study_with_stdout_to_a_file_prints_plain_progress_lines(tmp_path):
                         variants={"a": {}, "b": {"learner": {"lr": 2.0e-4}}})
     log = tmp_path / "log.txt"
     with log.open("w") as out:  # a file, not a terminal
-        result = subprocess.run([sys.executable, "-m", "workbench.cli", "run", str(study), "--progress-every", "0"],
+        result = subprocess.run([sys.executable, "-m", "workbench.cli.main", "run", str(study), "--progress-every", "0"],
                                 cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT, timeout=600,
                                 env=os.environ | {"MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"})
     text = log.read_text()

@@ -41,7 +41,7 @@ def build_micro_study(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The directory holding ``study.yaml``, ``mlflow.db`` and ``mlartifacts/`` (built once)."""
     if "dir" in _BUILT:
         return _BUILT["dir"]
-    from workbench.cli import app
+    from workbench.cli.main import app
 
     root = tmp_path_factory.mktemp("report-study")
     (root / "study.yaml").write_text(yaml.safe_dump(study_yaml(), sort_keys=False))

@@ -12,7 +12,7 @@ with the baseline variant's arm at the **same grid point** (``dr_grpo/lr=3e-05``
 baseline (its verdict says so). A baseline naming one arm (``grpo/lr=1e-04``) compares every other
 arm with that arm.
 
-The reader (:mod:`workbench.tracking.reader`) puts each run's arm in the ``arm`` column of the
+The reader (:mod:`workbench.results.reader`) puts each run's arm in the ``arm`` column of the
 runs frame; frames without one (hand-built, older code) fall back to the variant.
 """
 

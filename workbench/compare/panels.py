@@ -179,7 +179,7 @@ def curve_panel(history: pd.DataFrame, runs: pd.DataFrame, metric: str, *, x: st
                 markers: bool = False, labels: Mapping[str, str] | None = None) -> CurvePanel | None:
     """The data of one metric's curve panel, or None when no run logged ``metric``.
 
-    ``history``/``runs``: :func:`workbench.tracking.reader.load_study_frames` output. Runs are
+    ``history``/``runs``: :func:`workbench.results.reader.load_study_frames` output. Runs are
     grouped by arm (grid points are not seeds). On x = step, at most ``max_points`` steps are kept
     (:func:`thin_steps`); samples and tokens are aligned from the full history (they need the
     count metrics). ``aggregation`` mean or iqm: bands by

@@ -1,7 +1,6 @@
 """Per-run summary metrics from a study's tidy metric history, and curve alignment.
 
 Input (produced from MLflow by ``workbench.tracking``):
-
 * ``history``: one row per logged value, columns ``run_id`` (str), ``variant`` (str), ``seed``
   (int), ``step`` (int, the RL step), ``metric`` (canonical name, docs/metrics.md), ``value`` (float).
 * ``runs``: one row per run, columns ``run_id, variant, seed, status, health`` plus params
@@ -10,7 +9,6 @@ Input (produced from MLflow by ``workbench.tracking``):
 A summary metric turns one run's curves into one number. Each is a function registered in
 :data:`SUMMARY_METRICS` under its name with its healthy direction (``higher_is_better``) and the
 metrics it reads; ``summarize_runs`` computes the chosen ones for every run::
-
     summary = summarize_runs(history, runs, ["final_eval_accuracy", "tokens_per_correct"],
                              params={"final_eval_accuracy": {"k": 5}})
 
@@ -18,7 +16,6 @@ Besides the registered names, ``"final:<metric>"`` (e.g. ``final:eval/length_mea
 of the last values of any logged metric (last 3 for ``eval/*`` metrics, last 10 otherwise).
 
 Conventions, fixed once here:
-
 * A run's curve for a metric is its finite values by step, sorted; a step logged twice keeps
   the last value logged.
 * A summary is NaN when the run lacks the data (no eval logged, no token counts, ...), and
@@ -48,6 +45,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from workbench.metrics.catalogue import CATALOGUE, metric_bounds
 from workbench.registry import Registry
 
 __all__ = [
@@ -92,11 +90,9 @@ HISTORY_COLUMNS: tuple[str, ...] = ("run_id", "variant", "seed", "step", "metric
 ID_COLUMNS: tuple[str, ...] = ("run_id", "variant", "seed")
 _EMPTY = pd.Series([], dtype=float, index=pd.Index([], dtype="int64", name="step"))
 
-
 # --------------------------------------------------------------------------------------------
 # One run's curves
 # --------------------------------------------------------------------------------------------
-
 
 @dataclass(frozen=True)
 class RunCurves:
@@ -181,12 +177,10 @@ class RunCurves:
         vals = np.concatenate([[0.0], cumulative.to_numpy(dtype=float)])
         return vals[pos]
 
-
 def _check_columns(df: pd.DataFrame, required: Iterable[str], what: str) -> None:
     missing = [c for c in required if c not in df.columns]
     if missing:
         raise ValueError(f"{what} is missing columns {missing} (has {list(df.columns)})")
-
 
 def iter_runs(
     history: pd.DataFrame,
@@ -226,11 +220,9 @@ def iter_runs(
             info = {"run_id": rid, "variant": ids.at[rid, "variant"], "seed": ids.at[rid, "seed"]}
             yield RunCurves(rid, info, curves[rid])
 
-
 # --------------------------------------------------------------------------------------------
 # Registry of summary metrics
 # --------------------------------------------------------------------------------------------
-
 
 @dataclass(frozen=True)
 class SummaryMetric:
@@ -270,9 +262,7 @@ class SummaryMetric:
             )
         return float(self.fn(run, **params))
 
-
 SUMMARY_METRICS: Registry[SummaryMetric] = Registry("summary metric")
-
 
 def summary_metric(
     name: str, *, higher_is_better: bool | None, reads: Sequence[str], censored: str = "",
@@ -292,18 +282,15 @@ def summary_metric(
 
     return add
 
-
 def _last_mean(s: pd.Series, k: int) -> float:
     if k < 1:
         raise ValueError(f"window must be >= 1, got {k}")
     return float(s.iloc[-k:].mean()) if len(s) else math.nan
 
-
 @summary_metric("final_eval_accuracy", higher_is_better=True, reads=[EVAL_ACCURACY], bounds=(0.0, 1.0))
 def final_eval_accuracy(run: RunCurves, k: int = 3) -> float:
     """Mean of the last ``k`` evaluations of ``eval/accuracy`` (fewer if fewer were logged)."""
     return _last_mean(run.series(EVAL_ACCURACY), k)
-
 
 @summary_metric("eval_auc", higher_is_better=True, reads=[EVAL_ACCURACY], bounds=(0.0, 1.0))
 def eval_auc(run: RunCurves) -> float:
@@ -321,11 +308,9 @@ def eval_auc(run: RunCurves) -> float:
     x = s.index.to_numpy(dtype=float)
     return float(np.trapezoid(s.to_numpy(), x) / (x[-1] - x[0]))
 
-
 def _first_reaching(s: pd.Series, threshold: float) -> Any:
     hit = s.index[s.to_numpy() >= threshold]
     return hit[0] if len(hit) else None
-
 
 @summary_metric("steps_to_threshold", higher_is_better=False, reads=[EVAL_ACCURACY],
                 censored="never reached {threshold}", bounds=(0.0, math.inf))
@@ -337,7 +322,6 @@ def steps_to_threshold(run: RunCurves, threshold: float = 0.5) -> float:
         return math.nan
     step = _first_reaching(s, threshold)
     return math.inf if step is None else float(step)
-
 
 @summary_metric("tokens_to_threshold", higher_is_better=False, reads=[EVAL_ACCURACY, *COUNT_METRICS],
                 censored="never reached {threshold}", bounds=(0.0, math.inf))
@@ -355,7 +339,6 @@ def tokens_to_threshold(run: RunCurves, threshold: float = 0.5) -> float:
     if step is None:
         return math.inf
     return float(RunCurves.at_steps(cum, [step], before=True)[0])
-
 
 @summary_metric(
     "tokens_per_correct", higher_is_better=False, reads=[TRAIN_ACCURACY, LENGTH_MEAN, *COUNT_METRICS],
@@ -388,7 +371,6 @@ def tokens_per_correct(run: RunCurves) -> float:
         return math.inf if total > 0 else math.nan
     return total / correct
 
-
 @summary_metric(
     "final_length_ratio", higher_is_better=False, reads=[LENGTH_CORRECT, LENGTH_INCORRECT], bounds=(0.0, math.inf)
 )
@@ -408,34 +390,27 @@ def final_length_ratio(run: RunCurves, window: int = 10) -> float:
     correct = float(tail["c"].mean())
     return float(tail["i"].mean()) / correct if correct > 0 else math.nan
 
-
 @summary_metric("final_entropy", higher_is_better=None, reads=[ENTROPY], bounds=(0.0, math.inf))
 def final_entropy(run: RunCurves, window: int = 10) -> float:
     """Mean of ``entropy/mean`` over the last ``window`` logged steps (no preferred direction)."""
     return _last_mean(run.series(ENTROPY), window)
-
 
 @summary_metric("final_reward", higher_is_better=True, reads=[REWARD])
 def final_reward(run: RunCurves, window: int = 10) -> float:
     """Mean of ``reward/mean`` over the last ``window`` logged steps."""
     return _last_mean(run.series(REWARD), window)
 
-
 def catalogue_bounds(metric: str) -> tuple[float, float]:
     """The range of a logged metric's values from the metrics catalogue (unbounded if not catalogued)."""
-    from workbench.metrics.catalogue import metric_bounds
 
     return metric_bounds(metric)
-
 
 def catalogue_direction(metric: str) -> bool | None:
     """``higher_is_better`` of a logged metric from the metrics catalogue (docs/metrics.md): ``up`` ->
     True, ``down`` -> False, ``stable``/``none``/not catalogued -> None."""
-    from workbench.metrics.catalogue import CATALOGUE
 
     healthy = {m.name: m.healthy for m in CATALOGUE}.get(metric)
     return {"up": True, "down": False}.get(healthy or "")
-
 
 def resolve_summary(name: str) -> SummaryMetric:
     """A registered summary metric, or ``final:<metric>``: the mean of the metric's last values."""
@@ -455,7 +430,6 @@ def resolve_summary(name: str) -> SummaryMetric:
             bounds=catalogue_bounds(metric),  # a mean of values in a range lies in it
         )
     return SUMMARY_METRICS.get(name)
-
 
 def summarize_runs(
     history: pd.DataFrame,
@@ -501,13 +475,11 @@ def summarize_runs(
     out.attrs["censored"] = {s.name: s.censored_reason(**params.get(s.name, {})) for s in specs if s.censored}
     return out
 
-
 # --------------------------------------------------------------------------------------------
 # Curve alignment
 # --------------------------------------------------------------------------------------------
 
 ALIGN_X = ("step", "samples", "tokens")
-
 
 def align_curves(
     history: pd.DataFrame,

@@ -21,7 +21,6 @@ __all__ = ["SourceRun", "parse_selector", "runs_from_files", "runs_from_mlflow"]
 
 SELECTOR_KINDS = ("param", "tag")
 
-
 @dataclass
 class SourceRun:
     """One run of the source framework, before mapping: metric names as the framework logged them."""
@@ -39,10 +38,8 @@ class SourceRun:
     def label(self) -> str:
         return f"{self.variant}/seed={self.seed}"
 
-
 def _digest(*parts: str) -> str:
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
-
 
 def parse_selector(text: str, option: str) -> tuple[str, str]:
     """``param:loss_type`` -> ``("param", "loss_type")``; anything else is bad input."""
@@ -50,7 +47,6 @@ def parse_selector(text: str, option: str) -> tuple[str, str]:
     if not sep or kind not in SELECTOR_KINDS or not name:
         raise ImportSourceError(f"{option} expects param:NAME or tag:NAME, got {text!r}")
     return kind, name
-
 
 def _seed(value: Any, where: str) -> int:
     try:
@@ -60,7 +56,6 @@ def _seed(value: Any, where: str) -> int:
     if not math.isfinite(f) or f != int(f):
         raise ImportSourceError(f"{where}: seed {value!r} is not an integer")
     return int(f)
-
 
 # --------------------------------------------------------------------------------------------
 # From an MLflow store
@@ -75,11 +70,9 @@ def _open_store(uri: str):
         raise ImportSourceError(f"--from {uri}: not a tracking URI (sqlite:///PATH, postgresql://..., http://...)")
     return MlflowClient(uri)
 
-
 def _selected(run: Any, kind: str, name: str) -> str | None:
     values = run.data.params if kind == "param" else run.data.tags
     return values.get(name)
-
 
 def runs_from_mlflow(adapter: Adapter, uri: str, experiment: str, variant_by: str, seed_by: str) -> list[SourceRun]:
     """Every run of ``experiment`` in the store ``uri``: variant and seed from the param or tag
@@ -126,7 +119,6 @@ def runs_from_mlflow(adapter: Adapter, uri: str, experiment: str, variant_by: st
     _check_unique_labels(out)
     return out
 
-
 def _history(client: Any, run_id: str, keys: Sequence[str]) -> list[tuple[int, dict[str, float]]]:
     by_step: dict[int, dict[str, float]] = {}
     for key in keys:
@@ -134,7 +126,6 @@ def _history(client: Any, run_id: str, keys: Sequence[str]) -> list[tuple[int, d
         for m in points:  # a step logged twice keeps the latest value
             by_step.setdefault(int(m.step), {})[key] = float(m.value)
     return sorted(by_step.items())
-
 
 def _safe_uri(uri: str) -> str:
     """The URI without a password (``postgresql://user:pw@host`` -> ``postgresql://user@host``)."""
@@ -147,7 +138,6 @@ def _safe_uri(uri: str) -> str:
     netloc = f"{parts.username}@{host}" + (f":{parts.port}" if parts.port else "")
     return urlunsplit(parts._replace(netloc=netloc))
 
-
 def _check_unique_labels(runs: list[SourceRun]) -> None:
     seen: dict[str, str] = {}
     for r in runs:
@@ -156,7 +146,6 @@ def _check_unique_labels(runs: list[SourceRun]) -> None:
             raise ImportSourceError(f"two source runs have variant {r.variant!r} and seed {r.seed} "
                                     f"({seen[r.label]} and {where}): pick --variant-by/--seed-by that tell them apart")
         seen[r.label] = where
-
 
 # --------------------------------------------------------------------------------------------
 # From files

@@ -22,6 +22,10 @@ from typing import Any
 
 import yaml
 
+from workbench.health import HealthMonitor
+from workbench.tracking.store import get_or_create_experiment
+from workbench.tracking.writer import RunTracker
+
 from .adapters import Adapter
 from .errors import ImportSourceError
 from .load import SourceRun
@@ -34,7 +38,6 @@ DEFAULT_COMPARE_METRICS = ("reward/mean", "length/mean", "entropy/mean")
 #: Source statuses an import can take as final; a run still running in the source is left for later.
 _TERMINAL = ("FINISHED", "FAILED", "KILLED")
 
-
 @dataclass
 class ImportOutcome:
     study: str
@@ -44,10 +47,8 @@ class ImportOutcome:
     skipped: list[str] = field(default_factory=list)  # labels whose source was imported before
     not_finished: list[str] = field(default_factory=list)  # labels still running in the source
 
-
 def _store_exists(uri: str) -> bool:
     return not uri.startswith("sqlite:///") or Path(uri.removeprefix("sqlite:///")).is_file()
-
 
 def existing_keys(uri: str, study: str) -> tuple[dict[str, str], list[str]]:
     """``run_key -> run id`` of the study's child runs and their variants (first-seen order);
@@ -69,16 +70,11 @@ def existing_keys(uri: str, study: str) -> tuple[dict[str, str], list[str]]:
     variants = list(dict.fromkeys(r.data.tags.get("workbench.variant", "") for r in reversed(children)))
     return keys, [v for v in variants if v]
 
-
 def _series(steps: list[tuple[int, dict[str, float]]], adapter: Adapter) -> list[tuple[int, dict[str, float]]]:
     return [(step, adapter.convert_step(metrics)) for step, metrics in steps]
 
-
 def _health(converted: list[tuple[int, dict[str, float]]]):
-    from workbench.health import HealthMonitor
-
     return HealthMonitor.from_config(None).recheck(converted)
-
 
 def write_study(adapter: Adapter, runs: Sequence[SourceRun], uri: str, study: str,
                 *, source_note: dict[str, Any], view_specs: Sequence[Any] = ()) -> ImportOutcome:
@@ -86,9 +82,6 @@ def write_study(adapter: Adapter, runs: Sequence[SourceRun], uri: str, study: st
     study's MLflow saved views from ``view_specs`` (validated dashboard specs), as a workbench
     study gets them, so the MLflow UI shows imported runs grouped by variant too."""
     from mlflow import MlflowClient
-
-    from workbench.tracking.store import get_or_create_experiment
-    from workbench.tracking.writer import RunTracker
 
     keys, variants = existing_keys(uri, study)
     outcome = ImportOutcome(study, uri)
@@ -132,13 +125,12 @@ def write_study(adapter: Adapter, runs: Sequence[SourceRun], uri: str, study: st
         tracker.finish(run.status)
         outcome.imported.append((run.label, tracker.run_id))
     if view_specs:
-        from workbench.tracking.views import StudyLayout, publish_study_views
+        from workbench.viz.mlflow_views import StudyLayout, publish_study_views  # deferred: pandas, plotly
 
         layout = StudyLayout(study=study, question=f"Runs imported from {adapter.framework}.", variants=variants,
                              baseline=variants[0] if variants else None)
         publish_study_views(client, client.get_experiment_by_name(study).experiment_id, layout, view_specs)
     return outcome
-
 
 def _parent_run(client: Any, uri: str, study: str, framework: str, variants: list[str],
                 source_note: dict[str, Any]) -> str:

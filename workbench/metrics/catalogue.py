@@ -8,8 +8,8 @@ notebooks read them. Add metrics freely; never rename one.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Literal
 
 Direction = Literal["up", "down", "stable", "none"]

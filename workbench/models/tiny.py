@@ -22,17 +22,15 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel, Qwen2Config, Qwen2ForCausalLM
 
 from workbench.config import ModelConfig, TaskConfig, TinyModelConfig
+from workbench.models.sft import supervised_warmup
 from workbench.models.tiny_context import TINY_MAX_POSITIONS
 from workbench.models.tokenizer import build_char_tokenizer
 from workbench.tasks import Task, build_task
-from workbench.train.sft import supervised_warmup
 
 BUILD_VERSION = 1  # bump when the build procedure changes, to invalidate caches
 
-
 def cache_root() -> Path:
     return Path(os.environ.get("WORKBENCH_CACHE", Path.home() / ".cache" / "rl-workbench"))
-
 
 def tiny_cache_key(model_cfg: ModelConfig, task_cfg: TaskConfig) -> str:
     payload = {
@@ -42,7 +40,6 @@ def tiny_cache_key(model_cfg: ModelConfig, task_cfg: TaskConfig) -> str:
         "task": task_cfg.model_dump(mode="json"),
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
-
 
 def tiny_model_dir(model_cfg: ModelConfig, task_cfg: TaskConfig, progress: bool = True) -> Path:
     """Directory of the cached tiny model for this config, building it first if needed."""
@@ -70,7 +67,6 @@ def tiny_model_dir(model_cfg: ModelConfig, task_cfg: TaskConfig, progress: bool 
                 shutil.rmtree(tmp, ignore_errors=True)
     return target
 
-
 def init_tiny_model(cfg: TinyModelConfig, vocab_size: int, pad_id: int, eos_id: int) -> PreTrainedModel:
     config_cls, model_cls = (LlamaConfig, LlamaForCausalLM) if cfg.arch == "llama" else (Qwen2Config, Qwen2ForCausalLM)
     config = config_cls(
@@ -88,7 +84,6 @@ def init_tiny_model(cfg: TinyModelConfig, vocab_size: int, pad_id: int, eos_id: 
     )
     torch.manual_seed(cfg.seed)
     return model_cls(config)
-
 
 def build_tiny_model(model_cfg: ModelConfig, task: Task, progress: bool = True):
     """Initialise from the seed and run the cold-start SFT on worked examples."""

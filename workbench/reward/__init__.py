@@ -46,14 +46,12 @@ ShapingSpec = tuple[str, float, Mapping[str, Any]]
 
 CORRECT_TERM = "correct"  # key of the correctness term (1.0 per correct completion) in RewardBatch.terms
 
-
 def __getattr__(name: str) -> Any:  # lazy: torch is imported only when shaping is used
     if name in ("REWARD_SHAPERS", "ShapingInput"):
-        from workbench.reward import shaping
+        from workbench.reward import shaping  # deferred: torch
 
         return getattr(shaping, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
 
 @dataclass(frozen=True)
 class RewardBatch:
@@ -65,7 +63,6 @@ class RewardBatch:
     terms: dict[str, torch.Tensor]  # name -> [B] float32 weighted contribution; "correct" first
     extracted: list[str | None]  # [B] answer string the verifier extracted, for sample tables
 
-
 def validate_shaping(shaping: Sequence[ShapingSpec]) -> list[tuple[str, float, dict[str, Any]]]:
     """Check a shaping config without scoring anything; returns it normalised.
 
@@ -75,7 +72,7 @@ def validate_shaping(shaping: Sequence[ShapingSpec]) -> list[tuple[str, float, d
     import inspect
     import math
 
-    from workbench.reward.shaping import REWARD_SHAPERS
+    from workbench.reward.shaping import REWARD_SHAPERS  # deferred: torch
 
     out: list[tuple[str, float, dict[str, Any]]] = []
     seen = {CORRECT_TERM}
@@ -105,7 +102,6 @@ def validate_shaping(shaping: Sequence[ShapingSpec]) -> list[tuple[str, float, d
         out.append((name, weight, params))
     return out
 
-
 def score_completions(
     verifier: AnswerVerifier,
     completions: Sequence[str],
@@ -130,7 +126,7 @@ def score_completions(
     """
     import torch
 
-    from workbench.reward.shaping import REWARD_SHAPERS, ShapingInput
+    from workbench.reward.shaping import REWARD_SHAPERS, ShapingInput  # deferred: torch
 
     specs = validate_shaping(shaping)
     b = len(completions)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 from workbench.batch import Rollouts, ScoredRollouts
 from workbench.reward import AnswerVerifier, score_completions
 

@@ -11,9 +11,9 @@ def build_sampler(cfg, learner_model, tokenizer, prompt_template: str | None = N
     """
     template = cfg.model.prompt_template if prompt_template is None else prompt_template
     if cfg.sampler.backend == "vllm":
-        from workbench.rollout.vllm import VLLMSampler
+        from workbench.rollout.vllm import VLLMSampler  # deferred: torch
 
         return VLLMSampler(learner_model, tokenizer, cfg.sampler, template, seed=cfg.seed)
-    from workbench.rollout.hf import HFSampler
+    from workbench.rollout.hf import HFSampler  # deferred: torch, transformers
 
     return HFSampler(learner_model, tokenizer, cfg.sampler, template)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache, StaticCache
 
-from workbench.models.kv_cache import cache_kwargs
+from workbench.rollout.kv_cache import cache_kwargs
 
 
 def sampling_scores(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:

@@ -1,7 +1,7 @@
 """One Optuna trial = one real run per seed, on the same run machinery as ``workbench run``.
 
 For each seed the trial's config (the search variant + the sampled values) runs through
-:func:`workbench.runs.execute_run` as an MLflow child of the search run (``workbench.role=trial``,
+:func:`workbench.execution.run.execute_run` as an MLflow child of the search run (``workbench.role=trial``,
 ``workbench.trial=<number>``). After every eval step the first objective's running value is
 reported to Optuna (``trial.report``) at the trial's *learner step* (seed ``k`` of ``S``-step runs
 reports step ``k*S + s``), and ``trial.should_prune()`` ends the run with
@@ -215,7 +215,7 @@ class TrialObjective:
     # ------------------------------------------------------------------------- one seed
     def _run_seed(self, trial, cfg: RunConfig, index: int, seed: int, offset: int,
                   values: dict[str, Any]) -> SeedResult:
-        from workbench.runs import StopRun, execute_run
+        from workbench.execution.run import StopRun, execute_run
 
         spec = self.spec
         summary = RunSummary(cfg)

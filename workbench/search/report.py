@@ -24,7 +24,7 @@ def open_search(spec: SearchSpec, storage_url: str):
     """The search's Optuna study (read only); ``SearchError`` if it does not exist yet."""
     import optuna
 
-    from workbench.distributed import describe_storage
+    from workbench.execution.worker import describe_storage
     from workbench.search.worker import SearchWorker
 
     _quiet_optuna()

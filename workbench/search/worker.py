@@ -3,7 +3,7 @@ or on any number of machines (each running ``workbench tune`` with the same ``--
 
 Storage. ``sqlite:///optuna.db`` in the working directory by default; ``postgresql://...`` for
 several machines; a file path (or ``journal:PATH``) for Optuna's JournalStorage on one machine or a
-shared filesystem. URL handling and the heartbeat come from :mod:`workbench.distributed`
+shared filesystem. URL handling and the heartbeat come from :mod:`workbench.execution.worker`
 (RDBStorage's own heartbeat; a heartbeat added to JournalStorage).
 
 The Optuna study is named ``<study>:search``. Creating it is atomic in every storage, so exactly
@@ -127,7 +127,7 @@ class SearchWorker:
     def open_storage(self):
         from optuna.storages import RetryHeartbeatStaleTrialCallback
 
-        from workbench.distributed import WorkerError, open_storage
+        from workbench.execution.worker import WorkerError, open_storage
 
         _quiet_optuna()
         self._retry = RetryHeartbeatStaleTrialCallback(max_retry=self.opt.max_retries)
@@ -140,7 +140,7 @@ class SearchWorker:
     def connect(self) -> None:
         import optuna
 
-        from workbench.distributed import describe_storage
+        from workbench.execution.worker import describe_storage
 
         storage = self.open_storage()
         sampler, pruner = self.spec.make_sampler(self.index), self.spec.make_pruner()
@@ -181,7 +181,7 @@ class SearchWorker:
 
         from mlflow import MlflowClient
 
-        from workbench.distributed import describe_storage
+        from workbench.execution.worker import describe_storage
         from workbench.tracking.redact import redact_config, redact_text
         from workbench.tracking.store import get_or_create_experiment, resolve_tracking_uri
 
@@ -208,7 +208,7 @@ class SearchWorker:
         self.ostudy.set_user_attr(READY, True)
 
     def _wait_until_ready(self) -> None:
-        from workbench.distributed import wait_for_creator
+        from workbench.execution.worker import wait_for_creator
 
         wait_for_creator(self.ostudy, owned=lambda attrs: attrs.get(KIND_ATTR) in (None, KIND),
                          take_over=self._initialise, log=self.opt.log, what=f"search {self.spec.optuna_name!r}")
@@ -331,7 +331,7 @@ class SearchResult:
 def _child_main(spec: SearchSpec, storage_url: str, options: dict, index: int, threads: int,
                 tracking_uri: str, deadline: float | None) -> None:
     """Entry point of a local worker process (spawned)."""
-    from workbench.pool import _interrupt_once
+    from workbench.execution.pool import _interrupt_once
 
     signal.signal(signal.SIGINT, _interrupt_once)
     signal.signal(signal.SIGTERM, _interrupt_once)  # SIGTERM stops like Ctrl-C: the run ends KILLED
@@ -357,7 +357,7 @@ def _child_main(spec: SearchSpec, storage_url: str, options: dict, index: int, t
 
 
 def _describe_exit(code: int | None) -> str:
-    from workbench.pool import describe_exit
+    from workbench.execution.pool import describe_exit
 
     return describe_exit(code).replace("run process", "worker process")
 
@@ -370,7 +370,7 @@ def run_search(spec: SearchSpec, storage_url: str | None = None, *, workers: int
     Raises ``SearchError`` (bad storage, a different search under the same name) before any trial,
     and ``KeyboardInterrupt`` after a clean stop (running runs KILLED, their trials FAIL).
     """
-    from workbench.runs import preflight
+    from workbench.execution.run import preflight
 
     options = options or TuneOptions()
     storage_url = storage_url or default_storage()
@@ -416,7 +416,7 @@ def _any_config(spec: SearchSpec):
 
 def _run_processes(spec: SearchSpec, storage_url: str, options: TuneOptions, workers: int, ctx,
                    deadline: float | None) -> list[str]:
-    from workbench.threads import threads_per_run
+    from workbench.execution.threads import threads_per_run
 
     _prebuild_model(spec)
     context = mp.get_context("spawn")

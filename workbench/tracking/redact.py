@@ -4,7 +4,6 @@ A store URI such as ``postgresql://workbench:PASSWORD@host/db?sslpassword=...`` 
 credentials in two places: the userinfo's password and password-like query parameters. The
 one helper here masks both, keeping everything a reader needs to tell stores apart (scheme,
 user, host, port, database, other parameters)::
-
     >>> redact_uri("postgresql://workbench:s3cret@db:5432/mlflow?sslmode=require&password=x")
     'postgresql://workbench:***@db:5432/mlflow?sslmode=require&password=***'
     >>> redact_uri("sqlite:////tmp/mlflow.db")
@@ -33,10 +32,8 @@ SECRET_PARAMS = frozenset({
 # scheme://[userinfo@]rest ; the userinfo ends at the last '@' before the path ('@' may occur in passwords)
 _URI = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)(?P<rest>[^\s\"'<>`]*)")
 
-
 def _is_secret(name: str) -> bool:
     return name.strip().lower().replace("-", "_") in SECRET_PARAMS
-
 
 def _redact_query(query: str) -> str:
     parts = []
@@ -44,7 +41,6 @@ def _redact_query(query: str) -> str:
         name, eq, value = part.partition("=")
         parts.append(f"{name}={MASK}" if eq and value and _is_secret(name) else part)
     return "".join(parts)
-
 
 def _redact_rest(rest: str) -> str:
     """``user:pw@host/path?query#frag`` (no scheme) with the password and secret params masked."""
@@ -67,7 +63,6 @@ def _redact_rest(rest: str) -> str:
         fragment = _redact_query(fragment)
     return head + (qmark + query if qmark else "") + (hash_ + fragment if hash_ else "")
 
-
 def redact_uri(uri: str | None) -> str | None:
     """``uri`` with its userinfo password and password-like query parameters replaced by ``***``."""
     if not uri:
@@ -77,11 +72,9 @@ def redact_uri(uri: str | None) -> str | None:
         return uri
     return match.group("scheme") + _redact_rest(match.group("rest"))
 
-
 def redact_text(text: str) -> str:
     """Every ``scheme://...`` URI in ``text`` redacted; the rest unchanged."""
     return _URI.sub(lambda m: m.group("scheme") + _redact_rest(m.group("rest")), text)
-
 
 def redact_config(config: dict[str, Any]) -> dict[str, Any]:
     """A run-config mapping (``model_dump`` or flattened) with ``tracking.uri`` redacted; input untouched."""

@@ -8,7 +8,7 @@ from pathlib import Path
 
 DEFAULT_DB = "mlflow.db"
 DEFAULT_ARTIFACTS = "mlartifacts"
-
+CHECKPOINT_ROOT_ENV = "WORKBENCH_CHECKPOINT_DIR"
 
 def resolve_tracking_uri(uri: str | None = None) -> str:
     # Set explicitly: MLflow silently falls back to ./mlruns (a file store that raises) otherwise.
@@ -18,6 +18,14 @@ def resolve_tracking_uri(uri: str | None = None) -> str:
         return uri
     return f"sqlite:///{Path(DEFAULT_DB).resolve()}"
 
+def checkpoint_root(tracking_uri: str) -> Path:
+    """Where runs of this store keep their local state (checkpoints, unsent metrics): ``$WORKBENCH_CHECKPOINT_DIR``
+    (e.g. a shared disk), else ``checkpoints/`` next to a local sqlite store, else ``.workbench/checkpoints/``."""
+    if os.environ.get(CHECKPOINT_ROOT_ENV):
+        return Path(os.environ[CHECKPOINT_ROOT_ENV]).expanduser().resolve()
+    if tracking_uri.startswith("sqlite:///"):
+        return Path(tracking_uri.removeprefix("sqlite:///")).resolve().parent / "checkpoints"
+    return Path(".workbench/checkpoints").resolve()
 
 def default_artifact_location(tracking_uri: str) -> str | None:
     """Artifacts next to a local sqlite store; a server decides its own."""
@@ -25,7 +33,6 @@ def default_artifact_location(tracking_uri: str) -> str | None:
         db = Path(tracking_uri.removeprefix("sqlite:///"))
         return (db.parent / DEFAULT_ARTIFACTS).resolve().as_uri()
     return None
-
 
 def get_or_create_experiment(client, name: str, tracking_uri: str) -> str:
     experiment = client.get_experiment_by_name(name)
@@ -41,9 +48,7 @@ def get_or_create_experiment(client, name: str, tracking_uri: str) -> str:
             raise
         return experiment.experiment_id
 
-
 _READY_STORES: set[str] = set()
-
 
 def ensure_store(tracking_uri: str) -> None:
     """Create a local sqlite store's tables under a file lock, once per process.

@@ -1,7 +1,7 @@
 """A study's child runs in MLflow: which run_keys finished, and closing runs whose process died.
 
-Shared by the in-process executor (:mod:`workbench.execute`), the process pool
-(:mod:`workbench.pool`) and ``workbench worker`` (:mod:`workbench.distributed`); it lives here,
+Shared by the in-process executor (:mod:`workbench.execution.study`), the process pool
+(:mod:`workbench.execution.pool`) and ``workbench worker`` (:mod:`workbench.execution.worker`); it lives here,
 below all three, so none of them imports another for it.
 """
 
@@ -9,11 +9,9 @@ from __future__ import annotations
 
 ORPHAN_ERROR = "its process is gone: the run was left RUNNING (killed worker or machine)"
 
-
 def _child_runs(client, experiment_id: str, extra_filter: str = ""):
     query = "tags.`workbench.role` = 'run'" + (f" and {extra_filter}" if extra_filter else "")
     return client.search_runs([experiment_id], query, max_results=50000)
-
 
 def run_statuses(client, experiment_id: str) -> dict[str, str]:
     """run_key -> best known status (FINISHED beats RUNNING beats FAILED/KILLED)."""
@@ -25,7 +23,6 @@ def run_statuses(client, experiment_id: str) -> dict[str, str]:
             out[key] = run.info.status
     return out
 
-
 def finished_runs(client, experiment_id: str) -> dict:
     """run_key -> its FINISHED MLflow run (the latest if, against the rules, there are several)."""
     out: dict = {}
@@ -34,7 +31,6 @@ def finished_runs(client, experiment_id: str) -> dict:
         if key and (key not in out or run.info.start_time > out[key].info.start_time):
             out[key] = run
     return out
-
 
 def mark_orphaned_runs(client, experiment_id: str, run_keys, *, reason: str = ORPHAN_ERROR,
                        status: str = "FAILED") -> list[str]:

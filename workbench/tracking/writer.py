@@ -31,6 +31,7 @@ from typing import Any
 import yaml
 
 from workbench.tracking.redact import redact_text, redact_uri
+from workbench.tracking.store import checkpoint_root, ensure_store, get_or_create_experiment
 
 MAX_METRICS_PER_BATCH = 1000
 MAX_PARAMS_PER_BATCH = 100
@@ -47,15 +48,12 @@ UNSENT_DIR = "unsent"
 log = logging.getLogger("workbench.tracking")
 log.addHandler(logging.NullHandler())  # the line goes to stderr once (below), and to the log if one is set up
 
-
 class TrackingOutage(RuntimeError):
     """MLflow stayed unreachable for longer than the outage deadline."""
-
 
 def bound_mlflow_http_retries() -> None:
     for name, value in MLFLOW_HTTP_BOUNDS.items():
         os.environ.setdefault(name, value)
-
 
 def is_unreachable(error: BaseException) -> bool:
     """True for failures that say the store could not be reached (worth retrying), not that it
@@ -66,7 +64,6 @@ def is_unreachable(error: BaseException) -> bool:
     if "API request to " in text and "failed with" in text:  # mlflow.utils.rest_utils: connection refused, timeout,
         return True  # retries exhausted on 429/5xx
     return "database is locked" in text or "TEMPORARILY_UNAVAILABLE" in text
-
 
 def interrupted_inside(error: BaseException) -> bool:
     """True when a ``KeyboardInterrupt`` is in ``error``'s chain. A Ctrl-C that lands inside a SQLite
@@ -85,11 +82,9 @@ def interrupted_inside(error: BaseException) -> bool:
         stack += [current.__cause__, current.__context__]
     return False
 
-
 def _warn(line: str) -> None:
     print(f"warning: {line}", file=sys.stderr, flush=True)
     log.warning(line)
-
 
 @dataclass
 class OutagePolicy:
@@ -110,7 +105,6 @@ class OutagePolicy:
             total += step
             wait = min(wait * 2, self.max_wait_s)
         return out
-
 
 def call_with_retries(fn: Callable, *args, policy: OutagePolicy, uri: str, what: str, **kwargs):
     """``fn(*args, **kwargs)``, retried while MLflow is unreachable; raises :class:`TrackingOutage`
@@ -139,16 +133,11 @@ def call_with_retries(fn: Callable, *args, policy: OutagePolicy, uri: str, what:
                         f"({attempt}/{len(plan)})…")
             time.sleep(wait)
 
-
 def spill_dir(tracking_uri: str) -> Path:
-    from workbench.train.checkpoint import checkpoint_root  # where this store's checkpoints live
-
     return checkpoint_root(tracking_uri) / UNSENT_DIR
-
 
 def spill_path(tracking_uri: str, run_key: str, run_id: str) -> Path:
     return spill_dir(tracking_uri) / f"{run_key}.{run_id}.jsonl"
-
 
 def resend_spills(tracking_uri: str, run_key: str, policy: OutagePolicy | None = None) -> int:
     """Send what earlier attempts of ``run_key`` could not (metrics, then their final status) to
@@ -170,7 +159,6 @@ def resend_spills(tracking_uri: str, run_key: str, policy: OutagePolicy | None =
                         f"{redact_text(str(error).splitlines()[0])[:200]}); "
                         f"kept as {rejected}")
     return sent
-
 
 def _resend_spill(client, path: Path, tracking_uri: str, policy: OutagePolicy) -> int:
     """Re-sending is idempotent: MLflow keeps one row per identical (key, value, timestamp, step)."""
@@ -194,7 +182,6 @@ def _resend_spill(client, path: Path, tracking_uri: str, policy: OutagePolicy) -
                       policy=policy, uri=tracking_uri, what="re-sending spilled metrics")
     path.unlink()
     return len(metrics)
-
 
 class RunTracker:
     """One MLflow run. ``start()`` creates it; ``finish(status)`` ends it (FINISHED/FAILED/KILLED)."""
@@ -231,10 +218,7 @@ class RunTracker:
     def start(self) -> str:
         from mlflow import MlflowClient
 
-        from workbench.tracking.store import get_or_create_experiment
-
         t0 = time.perf_counter()
-        from workbench.tracking.store import ensure_store
 
         ensure_store(self.tracking_uri)
         self.client = MlflowClient(self.tracking_uri)
@@ -351,7 +335,6 @@ class RunTracker:
         self.outage.warn(f"MLflow run {self.run_id} ended {status}; {len(lines) - 1} unsent metric point(s) "
                          f"kept in {path} (sent when the run is executed again)")
         return path
-
 
 def _param_text(value: Any) -> str:
     text = json.dumps(value) if isinstance(value, (list, tuple, dict)) else str(value)

@@ -1,6 +1,6 @@
 """Resumable run checkpoints (``learner.checkpoint_every``).
 
-A run's checkpoints live in ``<root>/<run_key>/`` where ``<root>`` is
+A run's checkpoints live in ``<root>/<run_key>/`` where ``<root>`` (``tracking.store.checkpoint_root``) is
 
 * ``$WORKBENCH_CHECKPOINT_DIR`` if set (e.g. a shared disk, so a retried run finds them on another machine);
 * else ``checkpoints/`` next to a local sqlite MLflow store (``mlflow.db``), the default store;
@@ -25,18 +25,10 @@ from pathlib import Path
 
 import torch
 
-ROOT_ENV = "WORKBENCH_CHECKPOINT_DIR"
+from workbench.tracking.store import checkpoint_root
+
 LATEST = "latest.json"
 LOOP_STATE = "loop.pt"
-
-
-def checkpoint_root(tracking_uri: str) -> Path:
-    """Where runs keep checkpoints for this MLflow store (see the module docstring)."""
-    if os.environ.get(ROOT_ENV):
-        return Path(os.environ[ROOT_ENV]).expanduser().resolve()
-    if tracking_uri.startswith("sqlite:///"):
-        return Path(tracking_uri.removeprefix("sqlite:///")).resolve().parent / "checkpoints"
-    return Path(".workbench/checkpoints").resolve()
 
 
 @dataclass

@@ -30,8 +30,10 @@ import torch
 from workbench.batch import PendingBatch, Rollouts, TrainBatch
 from workbench.config import AlgorithmConfig, LearnerConfig, RunConfig
 from workbench.train import ranks
-from workbench.train.logprobs import sequence_logprobs  # noqa: F401 - re-exported (its home until now)
-from workbench.train.logprobs import lean_sequence_logprobs
+from workbench.train.logprobs import (
+    lean_sequence_logprobs,
+    sequence_logprobs,  # noqa: F401 - re-exported (its home until now)
+)
 from workbench.train.rank_env import check_multi_rank
 from workbench.train.update import ALGORITHM_UNITS, AlgorithmUnits, policy_update
 from workbench.train.wrappers import NonFiniteInjection

@@ -18,7 +18,7 @@ from transformers import DynamicCache
 
 from workbench.algorithms import entropy_from_logits
 from workbench.batch import Rollouts
-from workbench.models.kv_cache import cache_kwargs
+from workbench.rollout.kv_cache import cache_kwargs
 
 
 def sequence_logprobs(model, rollouts: Rollouts, rows: torch.Tensor | slice, temperature: float,

@@ -27,7 +27,7 @@ arm, variant and grid point, in a study with a grid), ``x`` (``step`` |
 Every mistake is reported with the spec file, line and field, e.g.
 ``dashboards/mine.yaml:7: panels[1].aggregation: must be one of mean, iqm, none (got 'median')``.
 
-Rendering takes the frames of :mod:`workbench.tracking.reader`, turns each panel into plain data
+Rendering takes the frames of :mod:`workbench.results.reader`, turns each panel into plain data
 with :mod:`workbench.compare.panels` (alignment, thinning, bands, summaries, marker positions: every
 number is computed there) and draws that data with the traces of :mod:`workbench.viz.figures`.
 """
@@ -348,8 +348,8 @@ def find_spec(name_or_path: str | Path) -> Path:
 class DashboardData:
     """What a dashboard draws from.
 
-    ``history``/``runs``: :func:`workbench.tracking.reader.load_study_frames` output.
-    ``health_cells``: runs × rules (``workbench.commands.health.health_cells``), for
+    ``history``/``runs``: :func:`workbench.results.reader.load_study_frames` output.
+    ``health_cells``: runs × rules (``workbench.cli.health.health_cells``), for
     ``health_matrix`` panels. ``health_events``: one row per fired rule and run (columns
     ``run_id, rule, step, severity, message, watches``), for markers. ``baseline``: the variant
     the summary panels compare against (default: the first), matched per grid point, or one arm.

@@ -2,7 +2,7 @@
 
 The split follows rliable (``metrics.py`` / ``library.py`` / ``plot_utils.py``): the numbers come
 from ``workbench.compare`` (``curve_bands``, ``ComparisonTable``, ``summarize_runs``, the panel data
-of :mod:`workbench.compare.panels`) and from the health cells of ``workbench.commands.health``;
+of :mod:`workbench.compare.panels`) and from the health cells of ``workbench.cli.health``;
 this module only turns frames into traces.
 
 Trace builders return lists of ``go.Scatter``/``go.Box``/``go.Heatmap`` that a caller places in a
@@ -49,7 +49,6 @@ _HEALTH_SCALE = [
     [0.75, "#F5B7B1"], [1.0, "#F5B7B1"],  # fail
 ]
 
-
 def base_layout(fig: go.Figure, *, title: str | None = None, height: int | None = None) -> go.Figure:
     fig.update_layout(template=TEMPLATE, font={"family": FONT, "size": 12}, hovermode="closest",
                       margin={"l": 60, "r": 20, "t": 70 if title else 40, "b": 50},
@@ -57,12 +56,10 @@ def base_layout(fig: go.Figure, *, title: str | None = None, height: int | None 
                       title={"text": title, "x": 0.01} if title else None, height=height)
     return fig
 
-
 def _fmt(v: Any) -> str:
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
         return "—"
     return f"{float(v):.4g}"
-
 
 # --------------------------------------------------------------------------------------------
 # Curves
@@ -100,7 +97,6 @@ def band_traces(bands: pd.DataFrame, x: str, *, name: str, color: str, dash: str
     ))
     return traces
 
-
 def run_traces(curves: pd.DataFrame, x: str, *, colors: Mapping[str, str], color_by: str = "variant",
                labels: Mapping[str, str] | None = None, dash: str = "solid", shown: set[str] | None = None,
                metric: str = "", opacity: float = 0.75) -> list[go.Scatter]:
@@ -128,7 +124,6 @@ def run_traces(curves: pd.DataFrame, x: str, *, colors: Mapping[str, str], color
         shown.add(group)
     return traces
 
-
 def marker_traces(events: pd.DataFrame, x: str = "step", *, shown: set[str] | None = None) -> list[go.Scatter]:
     """Health-rule trigger markers from a frame ``<x>, y, severity, rule, label, message``
     (one row per event placed on a curve): one trace per severity."""
@@ -147,7 +142,6 @@ def marker_traces(events: pd.DataFrame, x: str = "step", *, shown: set[str] | No
         shown.add(key)
     return traces
 
-
 def curve_figure(bands: pd.DataFrame, x: str = "step", *, metric: str = "", title: str | None = None,
                  colors: Mapping[str, str] | None = None, baseline: str | None = None,
                  group: str = "variant", statistic: str = "mean") -> go.Figure:
@@ -163,7 +157,6 @@ def curve_figure(bands: pd.DataFrame, x: str = "step", *, metric: str = "", titl
     fig.update_yaxes(title_text=metric)
     return base_layout(fig, title=title or metric)
 
-
 # --------------------------------------------------------------------------------------------
 # Summary intervals (rliable-style: point estimate with its CI on a zoomed axis, plus every seed)
 # --------------------------------------------------------------------------------------------
@@ -173,20 +166,8 @@ def curve_figure(bands: pd.DataFrame, x: str = "step", *, metric: str = "", titl
 INTERVAL_META = "summary-interval"  # marks the estimate-with-CI trace (tests and callers find it by this)
 SEEDS_META = "summary-seeds"
 
-
 def is_interval_trace(trace: Any) -> bool:
     return getattr(trace, "meta", None) == INTERVAL_META
-
-
-def __getattr__(name: str) -> Any:
-    # interval_bounds and seed_points select data: they live in workbench.compare.panels (imported
-    # on first use: scipy and the comparison code stay out of `import workbench.viz`)
-    if name in ("interval_bounds", "seed_points"):
-        from workbench.compare import panels
-
-        return getattr(panels, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
 
 def zoomed_range(*arrays: np.ndarray, pad_fraction: float = 0.08) -> list[float] | None:
     """A y range around every finite value (estimates, CI ends, seeds) with a margin; never widened
@@ -200,7 +181,6 @@ def zoomed_range(*arrays: np.ndarray, pad_fraction: float = 0.08) -> list[float]
     pad = span * pad_fraction if span > 0 else max(abs(hi) * 0.05, 1e-3)
     return [lo - pad, hi + pad]
 
-
 def summary_interval_traces(table_rows: pd.DataFrame, values: pd.DataFrame | None, metric: str, *,
                             colors: Mapping[str, str], baseline: str, statistic: str = "mean",
                             shown: set[str] | None = None) -> list[go.BaseTraceType]:
@@ -208,7 +188,7 @@ def summary_interval_traces(table_rows: pd.DataFrame, values: pd.DataFrame | Non
     (``ComparisonTable.df`` rows of that metric, in rank order), and beside it one dot per run
     (``values``: columns ``variant`` and ``metric``, and ``arm`` when the rows are arms). Baseline rows
     (verdict "baseline"; ``baseline`` for rows without verdicts) get a larger, outlined marker."""
-    from workbench.compare.panels import interval_bounds, seed_points
+    from workbench.compare.panels import interval_bounds, seed_points  # deferred: scipy
 
     shown = set() if shown is None else shown
     rows = table_rows
@@ -252,19 +232,16 @@ def summary_interval_traces(table_rows: pd.DataFrame, values: pd.DataFrame | Non
         shown.add("seeds")
     return traces
 
-
 def summary_range(table_rows: pd.DataFrame, values: pd.DataFrame | None, metric: str,
                   statistic: str = "mean") -> list[float] | None:
     """The zoomed y range of one metric's interval panel: estimates, CI ends and seeds."""
-    from workbench.compare.panels import interval_bounds, seed_points
+    from workbench.compare.panels import interval_bounds, seed_points  # deferred: scipy
 
     lo, hi = interval_bounds(table_rows, statistic)
     pts = seed_points(values, metric, table_rows["variant"].astype(str).tolist())
     return zoomed_range(table_rows[statistic].to_numpy(dtype=float), lo, hi, pts["value"].to_numpy())
 
-
 summary_bar_traces = summary_interval_traces  # the dashboard renderer's name for it, kept working
-
 
 def summary_figure(table: Any, summary: pd.DataFrame | None = None, metrics: Sequence[str] | None = None, *,
                    colors: Mapping[str, str] | None = None, statistic: str = "mean", cols: int = 2,
@@ -303,7 +280,6 @@ def summary_figure(table: Any, summary: pd.DataFrame | None = None, metrics: Seq
     fig = base_layout(fig, title=title, height=height)
     return fig.update_layout(showlegend=False)  # the title says what diamonds and circles are
 
-
 # --------------------------------------------------------------------------------------------
 # Health matrix
 # --------------------------------------------------------------------------------------------
@@ -337,7 +313,6 @@ def health_heatmap_trace(cells: pd.DataFrame, *, rules: Sequence[str] | None = N
         colorscale=_HEALTH_SCALE, showscale=False, xgap=2, ygap=2,
         hovertemplate="<b>%{y}</b> · %{x}<br>%{customdata}<extra></extra>",
     )
-
 
 def health_matrix_figure(cells: pd.DataFrame, *, rules: Sequence[str] | None = None,
                          title: str | None = "Health: first-trigger step of each rule (amber warn, red fail, "

@@ -1,0 +1,146 @@
+"""What the report commands share: resolving STUDY_OR_RUN to a study in a store, errors, MLflow
+logging to the study's parent run."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any
+
+import pandas as pd
+import typer
+from rich.console import Console
+
+from workbench.cli.output import fail
+from workbench.results.reader import StudyNotFound, StudyReader
+from workbench.study import StudyError, expand, load_study
+from workbench.tracking.store import resolve_tracking_uri
+
+console = Console()
+err_console = Console(stderr=True)
+
+TrackingOpt = Annotated[str | None, typer.Option("--tracking-uri", help="MLflow store (default: the study's "
+                                                 "tracking.uri, $MLFLOW_TRACKING_URI, ./mlflow.db)")]
+_RUN_ID = re.compile(r"^[0-9a-f]{32}$")
+
+def note(message: str) -> None:
+    err_console.print(message, highlight=False, soft_wrap=True)
+
+@dataclass
+class Target:
+    """A study (and maybe one of its runs) in a store."""
+
+    study: str  # the MLflow experiment
+    tracking_uri: str
+    reader: Any  # StudyReader
+    compare: dict[str, Any] = field(default_factory=dict)  # the study's `compare:` section, if known
+    run_id: str | None = None  # a single child run, when a run id was given
+    variants_order: list[str] = field(default_factory=list)  # the study file's variant order, if known
+
+def resolve_target(arg: str, tracking_uri: str | None = None, *, allow_run: bool = True,
+                   settings: bool = True, cache_dir: Any = None) -> Target:
+    """``arg`` is a study YAML file, a study (experiment) name, or a run id (child or parent run).
+
+    ``settings``: for a name or run id, read ``compare:`` and the variant order from the
+    ``study.yaml`` the parent run logged."""
+
+    path = Path(arg)
+    compare: dict[str, Any] = {}
+    order: list[str] = []
+    if path.suffix in (".yaml", ".yml") or path.is_file():
+        try:
+            study = load_study(path)
+            specs = expand(study)
+        except (StudyError, FileNotFoundError, ValueError) as e:
+            raise fail(str(e)) from None
+        cfg = specs[0].config if specs else None
+        uri = tracking_uri or resolve_tracking_uri(cfg.tracking.uri if cfg else None)
+        name = (cfg.tracking.experiment if cfg else None) or study.name
+        compare = dict(study.compare or {})
+        order = list(study.variants)
+        run_id = None
+    else:
+        uri = tracking_uri or resolve_tracking_uri()
+        name, run_id = arg, None
+    try:
+        reader = StudyReader(uri, cache_dir=cache_dir)
+        if not reader.has_study(name):
+            info = reader.run_info(arg) if allow_run and _RUN_ID.match(arg) else None
+            if info is None:
+                reader.experiment_id(name)  # raises StudyNotFound listing the studies
+            name = info["experiment"]
+            run_id = None if info.get("role") == "study" else arg
+    except StudyNotFound as e:
+        raise fail(str(e)) from None
+    except ValueError as e:
+        raise fail(str(e)) from None
+    if settings and not compare:
+        compare, order = _logged_study_settings(reader, name)
+    return Target(name, uri, reader, compare, run_id, order)
+
+def _logged_study_settings(reader: Any, study: str) -> tuple[dict[str, Any], list[str]]:
+    """``compare:`` and variant order from the ``study.yaml`` the parent run logged (best effort)."""
+    import yaml
+
+    try:
+        parent = reader.parent_run_id(study)
+        if parent is None:
+            return {}, []
+        info = reader.run_info(parent)
+        text = reader.read_artifact_text(parent, info and info.get("artifact_uri"), "study.yaml")
+        data = yaml.safe_load(text) if text else None
+    except Exception:  # noqa: BLE001 - settings are a convenience; defaults apply
+        return {}, []
+    if not isinstance(data, dict):
+        return {}, []
+    compare = data.get("compare") if isinstance(data.get("compare"), dict) else {}
+    variants = data.get("variants") if isinstance(data.get("variants"), dict) else {}
+    return dict(compare), list(variants)
+
+def parent_run(target: Target, *, create: bool = True) -> str | None:
+    """The study's parent run id; created (``workbench.role=study``, FINISHED) if it has none."""
+    run_id = target.reader.parent_run_id(target.study)
+    if run_id is not None or not create:
+        return run_id
+    from mlflow import MlflowClient
+
+    client = MlflowClient(target.tracking_uri)
+    exp = client.get_experiment_by_name(target.study)
+    run = client.create_run(exp.experiment_id, run_name=f"study:{target.study}",
+                            tags={"workbench.role": "study", "workbench.study": target.study})
+    client.set_terminated(run.info.run_id, "FINISHED")
+    return run.info.run_id
+
+def log_artifacts_text(tracking_uri: str, run_id: str, files: dict[str, str]) -> list[str]:
+    """Log ``{artifact_path: text}`` to a run; returns where each landed (URI)."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri)
+    for path, text in files.items():
+        client.log_text(run_id, text, path)
+    root = client.get_run(run_id).info.artifact_uri.rstrip("/")
+    return [f"{root}/{p}" for p in files]
+
+def fmt_num(v: Any) -> str:
+    if v is None or v is pd.NA:
+        return "—"
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return str(v)
+    if math.isnan(f):
+        return "—"
+    if math.isinf(f):
+        return "∞" if f > 0 else "-∞"
+    return f"{f:,.0f}" if abs(f) >= 10_000 else f"{f:.4g}"
+
+def fmt_ci(est: Any, lo: Any, hi: Any) -> str:
+    if fmt_num(lo) == "—":
+        return fmt_num(est)
+    return f"{fmt_num(est)} [{fmt_num(lo)}, {fmt_num(hi)}]"
+
+def fmt_p(p: Any) -> str:
+    s = fmt_num(p)
+    return s if s == "—" else ("<0.001" if float(p) < 0.001 else f"{float(p):.3f}")

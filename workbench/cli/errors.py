@@ -1,0 +1,62 @@
+"""The command line's last line of defence: an exception nobody handled becomes one line.
+
+Input errors (a study, config or data file that cannot run) exit 2; anything else is an
+internal error and exits 1. Either way the user sees one line and
+``run with --debug for the traceback``; ``workbench --debug ...`` (or ``WORKBENCH_DEBUG=1``)
+lets the traceback through.
+"""
+
+from __future__ import annotations
+
+import os
+
+import click
+import typer
+from typer.core import TyperGroup
+
+from workbench.study import StudyError
+from workbench.tracking.redact import redact_text
+
+DEBUG_ENV = "WORKBENCH_DEBUG"
+HINT = "run with --debug for the traceback (workbench --debug COMMAND ...)"
+
+def debug_enabled() -> bool:
+    return os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no")
+
+def is_input_error(error: BaseException) -> bool:
+    """Errors that mean the user's input cannot run, not that the workbench broke."""
+    import yaml
+    from pydantic import ValidationError
+
+    from workbench.execution.run import PreflightError  # deferred: torch, transformers
+
+    return isinstance(error, (StudyError, PreflightError, ValidationError, yaml.YAMLError,
+                              FileNotFoundError, IsADirectoryError, NotADirectoryError, UnicodeDecodeError))
+
+def one_line(error: BaseException, limit: int = 300) -> str:
+    """The error's first line, credentials redacted, shortened."""
+
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    text = redact_text(f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+class GuardedGroup(TyperGroup):
+    """A typer group whose subcommands cannot end in a traceback unless ``--debug`` is on."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except (typer.Exit, typer.Abort, click.exceptions.Exit, click.exceptions.Abort, click.ClickException,
+                KeyboardInterrupt, SystemExit):  # deliberate exits (typer's are not click's in typer 0.29)
+            raise
+        except Exception as error:
+            if debug_enabled():
+                raise
+            from rich.console import Console
+            from rich.markup import escape
+
+            code = 2 if is_input_error(error) else 1
+            kind = "error" if code == 2 else "internal error"
+            Console(stderr=True).print(f"[red]{kind}:[/red] {escape(one_line(error))}; {HINT}",
+                                       highlight=False, soft_wrap=True)
+            raise typer.Exit(code) from None

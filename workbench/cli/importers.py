@@ -1,0 +1,89 @@
+"""``workbench import FRAMEWORK ...``: another framework's runs into the current store as a study.
+
+Registered on the main app by :func:`register` (``workbench/cli/main.py``). All reading and checking
+happens before the first write: bad input prints one line and exits 2 with nothing written.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from workbench.cli.output import console, fail
+from workbench.importers import ADAPTERS, ImportSourceError, runs_from_files, runs_from_mlflow, write_study
+from workbench.importers.write import existing_keys
+from workbench.tracking.store import resolve_tracking_uri
+
+__all__ = ["import_runs", "register"]
+
+def import_runs(
+    framework: Annotated[str, typer.Argument(help="the framework that logged the runs: trl | verl")],
+    files: Annotated[list[str] | None, typer.Argument(
+        help="metric logs, one run each: TRL trainer_state.json, verl console or JSONL log")] = None,
+    from_uri: Annotated[str | None, typer.Option("--from", help="MLflow store the framework logged to "
+                                                 "(sqlite:///PATH, postgresql://..., http://...)")] = None,
+    experiment: Annotated[str | None, typer.Option(help="with --from: the experiment holding the runs")] = None,
+    study: Annotated[str | None, typer.Option(help="name of the workbench study to create or extend")] = None,
+    variant_by: Annotated[str | None, typer.Option(
+        "--variant-by", help="with --from: param:NAME or tag:NAME whose value is each run's variant")] = None,
+    seed_by: Annotated[str | None, typer.Option(
+        "--seed-by", help="with --from: param:NAME or tag:NAME whose value is each run's seed")] = None,
+    variant: Annotated[str | None, typer.Option(help="with FILE...: the variant of these runs")] = None,
+    seed: Annotated[list[int] | None, typer.Option(
+        help="with FILE...: the seed (repeat it once per file for several files)")] = None,
+    tracking_uri: Annotated[str | None, typer.Option(
+        "--tracking-uri", help="store to import into (default: $MLFLOW_TRACKING_URI, ./mlflow.db)")] = None,
+) -> None:
+    """Import TRL or verl runs (from their MLflow store or log files) as a workbench study, with
+    their metrics mapped onto the canonical names (docs/import.md); re-importing adds nothing twice."""
+
+    try:
+        adapter = ADAPTERS.get(framework)
+        if not study:
+            raise ImportSourceError("--study NAME is required (the workbench study the runs land in)")
+        if from_uri is not None:
+            given = [o for o, v in (("FILE", files), ("--variant", variant), ("--seed", seed)) if v]
+            if given:
+                raise ImportSourceError(f"--from reads runs from a store; {', '.join(given)} belong to file imports")
+            missing = [o for o, v in (("--experiment", experiment), ("--variant-by", variant_by),
+                                      ("--seed-by", seed_by)) if not v]
+            if missing:
+                raise ImportSourceError(f"--from needs {', '.join(missing)}")
+            runs = runs_from_mlflow(adapter, from_uri, experiment, variant_by, seed_by)
+            note = {"uri": from_uri, "experiment": experiment, "variant_by": variant_by, "seed_by": seed_by}
+        else:
+            if not files:
+                raise ImportSourceError("give FILE... or --from URI --experiment NAME")
+            given = [o for o, v in (("--experiment", experiment), ("--variant-by", variant_by),
+                                    ("--seed-by", seed_by)) if v]
+            if given:
+                raise ImportSourceError(f"{', '.join(given)} need --from URI")
+            missing = [o for o, v in (("--variant", variant), ("--seed", seed)) if not v]
+            if missing:
+                raise ImportSourceError(f"importing files needs {' and '.join(missing)}")
+            runs = runs_from_files(adapter, files, variant, list(seed))
+            note = {"files": [r.origin["workbench.source_file"] for r in runs]}
+        uri = tracking_uri or resolve_tracking_uri()
+
+        existing_keys(uri, study)  # a name taken by a non-workbench experiment: refuse before writing
+        from workbench.viz.mlflow_views import load_view_specs  # deferred: pandas, plotly
+
+        view_specs = load_view_specs()  # a broken dashboard spec (SpecError) fails before anything is written
+    except (ImportSourceError, ValueError) as e:
+        raise fail(str(e)) from None
+    outcome = write_study(adapter, runs, uri, study, source_note=note, view_specs=view_specs)
+    for label, run_id in outcome.imported:
+        console.print(f"imported {label} -> run {run_id}", highlight=False)
+    if outcome.skipped:
+        console.print(f"already imported (skipped): {', '.join(outcome.skipped)}", highlight=False)
+    if outcome.not_finished:
+        console.print(f"[yellow]not imported, still running in the source (import again later): "
+                      f"{', '.join(outcome.not_finished)}[/yellow]", highlight=False)
+    console.print(f"study {study!r} in {uri}: {len(outcome.imported)} imported, {len(outcome.skipped)} already there. "
+                  f"Next: workbench health {study} --recheck; workbench compare {study}", highlight=False,
+                  soft_wrap=True)
+
+def register(app: typer.Typer) -> None:
+    """Add ``import`` to ``app``."""
+    app.command("import")(import_runs)

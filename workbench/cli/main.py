@@ -1,0 +1,444 @@
+"""The ``workbench`` command line: plan, run, metrics, ui.
+
+Bad input (missing file, malformed YAML, unknown key, missing model path) prints one line
+naming the problem and exits with code 2, before anything is written to MLflow.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from workbench.cli.console import print_table
+from workbench.cli.errors import DEBUG_ENV, GuardedGroup
+from workbench.cli.output import console, err_console, fail
+from workbench.execution.lock import StudyBusy
+from workbench.execution.study_progress import PROGRESS_EVERY_ENV
+from workbench.metrics import CATALOGUE
+from workbench.metrics.catalogue import markdown_table, range_text
+from workbench.search.schema import parse_search
+from workbench.study import StudyError, apply_overrides, expand, load_study
+from workbench.tracking.redact import redact_uri
+from workbench.tracking.store import resolve_tracking_uri
+from workbench.tracking.study_runs import run_statuses
+from workbench.tracking.writer import TrackingOutage
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, cls=GuardedGroup,  # unhandled errors: one line
+                  help="rl-workbench: ablate GRPO-family RL changes with tracked, comparable runs.")
+
+@app.callback()
+def _global_options(debug: Annotated[bool, typer.Option(
+        "--debug", help="show the full traceback of an unexpected error (also: WORKBENCH_DEBUG=1)")] = False) -> None:
+    if debug:
+        os.environ[DEBUG_ENV] = "1"  # inherited by the processes a study starts
+
+StudyArg = Annotated[Path, typer.Argument(help="study YAML file")]
+SetOpt = Annotated[list[str] | None, typer.Option("--set", help="override a config path, e.g. learner.lr=3e-4")]
+OnlyOpt = Annotated[str | None, typer.Option("--only", help="filter runs, e.g. variant=dapo,seed=0")]
+
+def load_specs(study_path: Path, overrides: list[str] | None, only: str | None):
+    """Study -> filtered RunSpecs, or a one-line error and exit 2."""
+
+    try:
+        study = load_study(study_path)
+        if overrides:
+            study = apply_overrides(study, overrides)
+        specs = expand(study)
+    except (StudyError, FileNotFoundError, ValueError) as e:
+        raise fail(str(e)) from None
+    if only:
+        specs = filter_specs(specs, only)
+        if not specs:
+            raise fail(f"--only {only!r} matches no run of {study_path}")
+    return study, specs
+
+def warn_inert_knobs(specs) -> None:
+    """Config lint (workbench/cli/lint.py): one stderr line per knob that cannot act, before anything runs."""
+    from workbench.cli.lint import lint_specs  # deferred: torch
+
+    for line in lint_specs(specs):
+        print(line, file=sys.stderr)  # plain print: one line however long, no markup
+
+def filter_specs(specs, only: str):
+    wanted = {}
+    for part in only.split(","):
+        key, _, value = part.partition("=")
+        if not value:
+            raise fail(f"--only expects key=value pairs, got {part!r}")
+        wanted[key.strip()] = value.strip()
+
+    def keep(spec) -> bool:
+        values = {"variant": spec.variant, "seed": str(spec.seed), **{k: str(v) for k, v in spec.grid.items()}}
+        return all(values.get(k) == v for k, v in wanted.items())
+
+    return [s for s in specs if keep(s)]
+
+@app.command()
+def plan(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
+         format: Annotated[str, typer.Option(help="table | json")] = "table") -> None:
+    """Show the runs a study expands into, with their status in MLflow."""
+    from workbench.execution.study import plan_rows  # deferred: torch, transformers
+
+    study_obj, specs = load_specs(study, set_, only)
+    warn_inert_knobs(specs)
+    statuses = _known_statuses(study_obj, specs)
+    rows = plan_rows(specs, statuses)
+    for row, spec in zip(rows, specs, strict=True):
+        r = spec.config.rollout
+        row["completions"] = r.steps * r.prompts_per_step * r.group_size
+        row["max_tokens"] = row["completions"] * spec.config.sampler.max_new_tokens
+    if format == "json":
+        print(json.dumps({"study": study_obj.name, "runs": rows}, indent=2, default=str))
+        return
+    table = Table(title=f"{study_obj.name}: {len(rows)} runs")
+    for col in ["label", "seed", "run_key", "status", "completions", "max_tokens"]:
+        table.add_column(col)
+    for row in rows:
+        table.add_row(*(str(row[c]) for c in ["label", "seed", "run_key", "status", "completions", "max_tokens"]))
+    console.print(table)
+    _note_search_problems(study_obj)
+
+def _note_search_problems(study_obj) -> None:
+    """`run` ignores the search: section; say early what `workbench tune` will reject in it."""
+
+    if study_obj.search is None:
+        return
+    try:
+        parse_search(study_obj)
+    except StudyError as error:
+        console.print(f"[yellow]note: `workbench tune` will reject this study's search: section:[/]\n{error}",
+                      highlight=False)
+
+def _known_statuses(study_obj, specs) -> dict[str, str]:
+    """Statuses from MLflow if the store already exists; never creates a store just to look."""
+    from mlflow import MlflowClient
+
+    from workbench.execution.study import study_experiment, study_tracking_uri  # deferred: torch, transformers
+
+    uri = study_tracking_uri(specs)
+    if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).exists():
+        return {}
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name(study_experiment(study_obj, specs))
+    return run_statuses(client, experiment.experiment_id) if experiment else {}
+
+@app.command()
+def run(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
+        parallel: Annotated[int | None, typer.Option(
+            "--parallel", "-j", min=1,
+            help="runs at a time, each in its own process (default: the study's execution.parallel, else 1)")] = None,
+        quiet: Annotated[bool, typer.Option(help="no progress bars")] = False,
+        progress_every: Annotated[float | None, typer.Option(
+            min=0, help="off a terminal (nohup, CI): seconds between plain progress lines "
+                        "(default $WORKBENCH_PROGRESS_EVERY or 30; evals always print)")] = None) -> None:
+    """Execute a study's runs (skipping those already finished) and print a summary."""
+    # the study first: a bad one fails before torch is imported (seconds and ~250 MB; every rank checks it)
+    study_obj, specs = load_specs(study, set_, only)
+    from workbench.execution.run import PreflightError  # deferred: torch, transformers
+    from workbench.execution.study import run_study  # deferred: torch, transformers
+    from workbench.train import ranks  # deferred: torch
+
+    if progress_every is not None:
+        os.environ[PROGRESS_EVERY_ENV] = str(progress_every)
+
+    if ranks.is_follower():  # several DeepSpeed ranks: rank 0 runs the study, this rank mirrors its learner
+        from workbench.train.follower import follow  # deferred: torch, transformers
+
+        raise typer.Exit(follow())
+    warn_inert_knobs(specs)  # rank 0 (or the only process) lints; followers mirror it
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")  # a server prints no links per run
+    if parallel is None:
+        parallel = int(study_obj.execution.get("parallel", 1))
+    from workbench.viz.dashboard import SpecError  # deferred: pandas
+
+    try:
+        outcomes = run_study(study_obj, specs, progress=not quiet, parallel=1 if ranks.multi_rank() else parallel)
+    except (PreflightError, FileNotFoundError, ImportError, StudyBusy, SpecError) as e:  # bad config, spec; busy study
+        raise fail(str(e)) from None
+    except TrackingOutage as e:  # MLflow unreachable while the study was being opened
+        raise fail(str(e), code=1) from None
+    except KeyboardInterrupt:
+        err_console.print("[yellow]interrupted: unfinished runs are marked KILLED; run again to resume[/yellow]")
+        raise typer.Exit(130) from None
+    finally:
+        ranks.stop_followers()  # several ranks: followers return, however the study ended
+    print_summary(study_obj.name, outcomes, _study_store(specs))
+    if any(o.status == "FAILED" for o in outcomes):
+        raise typer.Exit(1)
+
+@app.command()
+def worker(
+    study: StudyArg,
+    storage: Annotated[str, typer.Option(
+        help="shared Optuna storage: postgresql://user:pw@host/db, sqlite:///optuna.db, or a journal file path")],
+    tracking_uri: Annotated[str | None, typer.Option(
+        help="MLflow tracking server all workers log to (default: $MLFLOW_TRACKING_URI, else the local store)")] = None,
+    set_: SetOpt = None,
+    heartbeat: Annotated[int, typer.Option(min=1, help="seconds between a running trial's heartbeats")] = 30,
+    grace: Annotated[int | None, typer.Option(
+        min=1, help="seconds without a heartbeat after which a run's worker counts as lost (default 2 x heartbeat)")] = None,
+    max_retries: Annotated[int, typer.Option(min=0, help="re-runs of a run whose worker was lost")] = 3,
+    threads: Annotated[int | None, typer.Option(min=1, help="torch threads (default: torch's choice)")] = None,
+    quiet: Annotated[bool, typer.Option(help="no per-run lines")] = False,
+) -> None:
+    """Execute a study together with any number of other workers, on any machines (see docs/distributed.md)."""
+    from workbench.execution.pool import _interrupt_once  # deferred: torch, transformers
+    from workbench.execution.run import PreflightError  # deferred: torch, transformers
+    from workbench.execution.worker import WorkerError, WorkerOptions, run_worker  # deferred: torch, transformers
+    from workbench.viz.dashboard import SpecError  # deferred: pandas
+
+    if tracking_uri:
+        os.environ["MLFLOW_TRACKING_URI"] = tracking_uri  # every run of this worker logs there
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")  # no "View run at" per run
+    study_obj, specs = load_specs(study, set_, None)
+    warn_inert_knobs(specs)
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+    log = (lambda line: None) if quiet else (lambda line: console.print(
+        f"{time.strftime('%H:%M:%S')} {line}", markup=False, highlight=False, soft_wrap=True))
+    options = WorkerOptions(heartbeat_interval=heartbeat, grace_period=grace, max_retries=max_retries, log=log)
+    previous = signal.signal(signal.SIGTERM, _interrupt_once)  # `kill PID` stops like Ctrl-C: run KILLED
+    try:
+        report = run_worker(study_obj, specs, storage, options)
+    except (WorkerError, PreflightError, FileNotFoundError, ImportError, StudyBusy, SpecError) as e:
+        raise fail(str(e)) from None
+    except KeyboardInterrupt:
+        err_console.print("[yellow]worker stopped: its run is KILLED and enqueued again for the other workers[/yellow]")
+        raise typer.Exit(130) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if report.outcomes:
+        print_summary(study_obj.name, report.outcomes, _study_store(specs))
+    console.print(f"study {report.study}: {report.finished}/{report.total} runs finished; "
+                  f"this worker ({report.worker}) ran {len(report.outcomes)}", highlight=False)
+    if report.tracking_lost:  # more runs would only wait out the deadline again
+        from rich.markup import escape
+
+        err_console.print(f"[red]worker stopped: MLflow unreachable past tracking.outage_deadline_s[/red] "
+                          f"({escape(report.tracking_lost[:300])}); its run is enqueued again: start a worker "
+                          f"once MLflow is back", highlight=False)
+    if report.failed:
+        err_console.print(f"[red]not finished:[/red] {', '.join(report.failed)}", highlight=False)
+        raise typer.Exit(1)
+
+def _study_store(specs) -> str:
+    """The MLflow store a study's runs log to: $MLFLOW_TRACKING_URI, else its tracking.uri, else ./mlflow.db."""
+
+    return resolve_tracking_uri(specs[0].config.tracking.uri if specs else None)
+
+def print_summary(name: str, outcomes, uri: str) -> None:
+    from rich.markup import escape
+
+    table = Table(title=f"study {name}")
+    for col in ["run", "status", "steps", "eval first", "eval last", "Δ", "health"]:
+        table.add_column(col, justify="right" if col.startswith(("eval", "Δ", "steps")) else "left")
+    for o in outcomes:
+        delta = o.eval_last - o.eval_first
+        fmt = lambda v: "-" if v != v else f"{v:.3f}"  # noqa: E731 - NaN prints as "-"
+        table.add_row(o.label, o.status, str(o.steps or "-"), fmt(o.eval_first), fmt(o.eval_last),
+                      "-" if delta != delta else f"{delta:+.3f}", o.health)
+        if o.error:
+            table.add_row("", f"[red]{o.error[:120]}", "", "", "", "", "")
+    console.print(table)
+    _print_seed_matrix(outcomes)
+    shown = escape(redact_uri(uri))  # never the store's password
+    where = "[bold]workbench ui[/bold]" if not uri.startswith("http") else f"[bold]{shown}[/bold]"
+    console.print(f"Tracked in MLflow at [bold]{shown}[/bold]. Open the UI with: {where}", soft_wrap=True)
+
+def _print_seed_matrix(outcomes) -> None:
+    """With several seeds: final eval accuracy and health, one row per variant/grid point, one column per seed."""
+    from workbench.execution.study import seed_matrix  # deferred: torch, transformers
+
+    seeds, rows = seed_matrix(outcomes)
+    if len(seeds) < 2:
+        return
+    table = Table(title="final eval/accuracy (health) by seed")
+    table.add_column("run")
+    for seed in seeds:
+        table.add_column(f"seed={seed}", justify="right")
+    table.add_column("mean", justify="right")
+    for group, by_seed, mean in rows:
+        cells = []
+        for seed in seeds:
+            o = by_seed.get(seed)
+            if o is None:
+                cells.append("")
+            elif o.eval_last == o.eval_last:  # not NaN
+                cells.append(f"{o.eval_last:.3f} {o.health}")
+            else:
+                cells.append(o.status)
+        table.add_row(group, *cells, "-" if mean != mean else f"{mean:.3f}")
+    console.print(table)
+
+@app.command()
+def metrics(format: Annotated[str, typer.Option(
+        help="auto (table on a terminal, plain off one) | table | plain (tab-separated) | markdown")] = "auto") -> None:
+    """The canonical metric catalogue: definition, unit, healthy direction, range of values."""
+
+    if format == "markdown":
+        print(markdown_table(), end="")
+        return
+    if format not in ("auto", "table", "plain"):
+        raise fail(f"--format: expected auto, table, plain or markdown, got {format!r}")
+    rows = [(m.name, m.meaning, m.unit, m.healthy, range_text(m.bounds)) for m in CATALOGUE]
+    plain = {"auto": None, "table": False}.get(format, True)  # auto: tab-separated when stdout is not a terminal
+    print_table(["name", "meaning", "unit", "healthy", "range"], rows, wrap=["meaning"],
+                title="canonical metrics (MLflow step = RL step)", plain=plain)
+
+@app.command()
+def ui(study: Annotated[str | None, typer.Argument(
+           help="study YAML file or name: list only its reports (default: every study in the store)")] = None,
+       port: Annotated[int, typer.Option(help="port on 127.0.0.1")] = 5000,
+       tracking_uri: Annotated[str | None, typer.Option(help="default: the study's tracking.uri, "
+                                                        "$MLFLOW_TRACKING_URI, ./mlflow.db")] = None) -> None:
+    """Start a real MLflow server for the local store on 127.0.0.1 and list each study's saved
+    views (links to MLflow's charts, grouped by variant), then its HTML reports and dashboards:
+    artifact path, link into the UI, file on disk (Ctrl-C stops it)."""
+    from rich.markup import escape
+
+    uri, studies = _ui_studies(study, tracking_uri)
+    if not uri.startswith(("sqlite:", "postgresql", "mysql")):
+        raise fail(f"`workbench ui` serves a database store; {redact_uri(uri)} is already a server")
+    # the store URI (and its password) goes through the environment, not argv: `ps` shows argv to everyone
+    env = os.environ | {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", "MLFLOW_BACKEND_STORE_URI": uri}
+    cmd = [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
+    base = f"http://127.0.0.1:{port}"
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)  # `kill PID` must not orphan the server
+    proc, stopped = None, False
+    try:
+        proc = subprocess.Popen(cmd, env=env, start_new_session=True)  # own process group: stop it whole
+        console.print(f"MLflow UI: [bold]{base}[/bold]  (store {escape(redact_uri(uri))}; Ctrl-C to stop)",
+                      soft_wrap=True)
+        for s in studies:
+            _print_study_links(base, s)
+        while proc.poll() is None:
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        stopped = True
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if proc is not None and proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=20)
+    if not stopped:  # e.g. the port is taken (mlflow exits 0 then): its messages above say why
+        raise fail(f"mlflow server stopped by itself (exit code {proc.returncode}); see its messages above", code=1)
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+def _ui_studies(study: str | None, tracking_uri: str | None) -> tuple[str, list[dict]]:
+    """The store to serve, and for each study in it with a parent run: ``{study, experiment_id,
+    run_id, html: [(artifact path, local file or None)]}``. Read before the server starts, read-only."""
+    from workbench.results.reader import StudyNotFound, StudyReader  # deferred: pandas
+
+    if study is not None:
+        from workbench.cli.common import resolve_target  # deferred: pandas
+
+        target = resolve_target(study, tracking_uri, allow_run=False, settings=False, cache_dir=False)
+        uri, names, reader = target.tracking_uri, [target.study], target.reader
+    else:
+        uri = tracking_uri or resolve_tracking_uri()
+        if not uri.startswith(("sqlite:", "postgresql", "mysql")):
+            return uri, []
+        try:
+            reader = StudyReader(uri, cache_dir=False)
+        except StudyNotFound:  # no store yet: the server creates an empty one
+            return uri, []
+        names = sorted(reader.backend.experiment_names())
+    studies = []
+    for name in names:
+        run_id = reader.parent_run_id(name)
+        if run_id is None:  # not a workbench study (e.g. MLflow's "Default" experiment)
+            continue
+        info = reader.run_info(run_id)
+        studies.append({"study": name, "experiment_id": info["experiment_id"], "run_id": run_id,
+                        "views": _saved_views(uri, info["experiment_id"]),
+                        "html": _html_artifacts(uri, run_id, info["artifact_uri"])})
+    return uri, studies
+
+def _saved_views(uri: str, experiment_id: str) -> list:
+    """The experiment's MLflow saved views (:mod:`workbench.viz.mlflow_views`), ours first."""
+    from mlflow import MlflowClient
+
+    from workbench.viz.mlflow_views import list_views  # deferred: pandas, plotly
+
+    return list_views(experiment_id, MlflowClient(uri).get_experiment(experiment_id).tags)
+
+def _html_artifacts(uri: str, run_id: str, artifact_uri: str | None) -> list[tuple[str, str | None]] | str:
+    """``(artifact path, local file)`` of every ``.html`` a run logged (reports/, dashboards/);
+    the local file is None for a remote artifact store. A string says why they could not be listed."""
+    from urllib.parse import unquote, urlparse
+
+    if artifact_uri and artifact_uri.startswith("file:"):
+        root = Path(unquote(urlparse(artifact_uri).path))
+        return sorted((p.relative_to(root).as_posix(), str(p)) for p in root.rglob("*.html"))
+    from mlflow import MlflowClient
+
+    found, todo = [], [None]
+    try:
+        client = MlflowClient(uri)
+        while todo:
+            for a in client.list_artifacts(run_id, todo.pop()):
+                if a.is_dir:
+                    todo.append(a.path)
+                elif a.path.endswith(".html"):
+                    found.append((a.path, None))
+    except Exception as e:  # noqa: BLE001 - a listing is a convenience; the server still starts
+        return f"could not list the artifacts of run {run_id}: {str(e).splitlines()[0][:200]}"
+    return sorted(found)
+
+def _print_study_links(base: str, s: dict) -> None:
+    def line(text: str) -> None:  # names and paths verbatim: no rich markup, one line however long
+        console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+    exp = f"{base}/#/experiments/{s['experiment_id']}"
+    # .../runs: the runs table (MLflow 3's bare experiment URL opens its GenAI traces overview)
+    line(f"study {s['study']}: {exp}/runs  (parent run {s['run_id']})")
+    # saved views first: the UI's own charts of the runs, grouped by variant
+    for view in s.get("views", []):
+        line(f"  view {view.name}: {view.url(base)}")
+    if not s.get("views"):
+        line(f"  no saved views yet: `workbench dashboard {s['study']}` writes them")
+    if isinstance(s["html"], str):
+        line(f"  {s['html']}")
+        return
+    if not s["html"]:
+        line(f"  no reports or dashboards yet: `workbench compare {s['study']}`, `workbench dashboard {s['study']}`")
+    width = max((len(path) for path, _ in s["html"]), default=0)
+    for path, local in s["html"]:
+        line(f"  {path:<{width}}  {exp}/runs/{s['run_id']}/artifactPath/{path}")
+        if local:
+            line(f"  {'':<{width}}  {local}")
+
+from workbench.cli.report_commands import register as _register_report_commands  # noqa: E402 - after the app's own commands
+
+_register_report_commands(app)  # health, compare, dashboard (workbench/cli/health.py, report.py)
+
+from workbench.cli.search import register as _register_search_commands  # noqa: E402
+
+_register_search_commands(app)  # tune (workbench/search/)
+
+from workbench.cli.importers import register as _register_import_command  # noqa: E402
+
+_register_import_command(app)  # import (workbench/importers/)
+
+from workbench.cli.algorithms import algorithms_app  # noqa: E402
+
+app.add_typer(algorithms_app, name="algorithms")  # presets and their citations
+
+def main() -> None:
+    app()
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,554 @@
+"""``workbench compare STUDY`` and ``workbench dashboard STUDY``: statistics and plots of a study,
+in the terminal and as self-contained HTML logged to the study's parent MLflow run.
+
+Data flow: :mod:`workbench.results.reader` (frames) → :mod:`workbench.compare` (summaries,
+statistics) → :mod:`workbench.viz` (figures, HTML) → MLflow artifacts:
+* ``reports/compare.html`` (+ ``compare.csv``, ``compare.json``, ``compare.md``) on the parent run;
+* ``dashboards/<spec name>.html`` on the parent run (on the run itself with ``--run``).
+"""
+
+from __future__ import annotations
+
+import html
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated, Any
+
+import pandas as pd
+import typer
+
+from workbench.cli.common import (
+    Target,
+    TrackingOpt,
+    console,
+    fmt_ci,
+    fmt_num,
+    fmt_p,
+    log_artifacts_text,
+    note,
+    parent_run,
+    resolve_target,
+)
+from workbench.cli.health import health_cells, health_events
+from workbench.cli.output import fail
+from workbench.compare.arms import arm_column
+from workbench.compare.summary import COUNT_METRICS
+from workbench.tracking.redact import redact_uri
+from workbench.viz.dashboard import DashboardData, SpecError, find_spec, load_spec, render_dashboard, summary_name
+from workbench.viz.style import variant_colors
+
+__all__ = ["build_compare_report", "compare", "comparison_metrics", "dashboard", "select_runs", "uncomputed_summaries"]
+
+DEFAULT_METRICS = ("final_eval_accuracy",)
+REPORT_DIR = "reports"
+DASHBOARD_DIR = "dashboards"
+
+# --------------------------------------------------------------------------------------------
+# Pieces (pure: frames in, frames/HTML out)
+# --------------------------------------------------------------------------------------------
+
+def comparison_metrics(requested: Sequence[str] | None, compare_cfg: dict[str, Any]) -> list[str]:
+    """Summary metric names to compare: ``--metric`` values, else the study's ``compare.metrics``,
+    else ``final_eval_accuracy``. Logged metric names (``eval/accuracy``) become ``final:<name>``."""
+
+    names = list(requested or compare_cfg.get("metrics") or DEFAULT_METRICS)
+    return list(dict.fromkeys(summary_name(m) for m in names))
+
+def uncomputed_summaries(summary: pd.DataFrame, history: pd.DataFrame, names: Sequence[str]) -> list[str]:
+    """One line per summary metric that is NaN for some runs, with what those runs lack
+    (e.g. an imported run has no ``eval/accuracy``), so a missing summary is said, not silent."""
+    from workbench.compare import resolve_summary  # deferred: scipy
+
+    logged = history.groupby("run_id")["metric"].agg(set).to_dict() if len(history) else {}
+    lines = []
+    for name in names:
+        bad = summary.loc[summary[name].isna(), "run_id"].tolist()
+        if not bad:
+            continue
+        missing = sorted({m for rid in bad for m in resolve_summary(name).reads if m not in logged.get(rid, set())})
+        why = f"needs {', '.join(missing)}" if missing else "too few finite values"
+        lines.append(f"could not compute {name} for {len(bad)} of {len(summary)} runs: {why}")
+    return lines
+
+#: Statuses of runs that ended: all are compared (a FAILED or KILLED run is a result, ranked worst;
+#: :mod:`workbench.compare.outcomes`). Runs still RUNNING (or SCHEDULED) are left out unless asked.
+ENDED_STATUSES = ("FINISHED", "FAILED", "KILLED")
+
+SUPERSEDED = "superseded by a re-run"
+
+def select_runs(runs: pd.DataFrame, include_unfinished: bool) -> tuple[pd.DataFrame, dict[str, int]]:
+    """One outcome per run: runs that ended (FINISHED, FAILED, KILLED: failures count against
+    their arm), plus the still-running ones with ``include_unfinished``; and the count of the
+    runs left out, by reason.
+
+    A run (one ``run_key`` under one run name: a variant at one seed) executed more than once,
+    e.g. stopped by hand and resumed, counts once: its FINISHED attempt if it has one, else its
+    latest attempt. The earlier attempts are counted as superseded, not compared as failures of
+    their arm.
+    """
+    keep = runs["status"].isin(ENDED_STATUSES) | include_unfinished
+    excluded = {} if include_unfinished else runs.loc[~keep, "status"].value_counts().to_dict()
+    runs = runs[keep]
+    if "run_key" in runs.columns and runs["run_key"].notna().any():
+        keyed = runs[runs["run_key"].notna()]
+        order = keyed.assign(_finished=keyed["status"].eq("FINISHED"),
+                             _start=keyed["start_time"] if "start_time" in keyed.columns else 0)
+        attempts_of = ["run_key", "run_name"] if "run_name" in keyed.columns else ["run_key"]
+        latest = order.sort_values(["_finished", "_start"]).groupby(attempts_of, dropna=False).tail(1).index
+        superseded = keyed.index.difference(latest)
+        if len(superseded):
+            excluded[SUPERSEDED] = len(superseded)
+            runs = runs.drop(index=superseded)
+    return runs.reset_index(drop=True), excluded
+
+def _verdict_class(v: Any) -> str:
+    v = str(v)
+    undecided = v.startswith(("not distinguishable", "withheld"))
+    return {"better": "better", "worse": "worse"}.get(v, "nd" if undecided else "")
+
+def comparison_table_html(table: Any) -> str:
+    from workbench.compare.report import runs_phrase  # deferred: scipy
+    from workbench.viz.html import df_table_html  # deferred: plotly
+
+    parts = []
+    level = f"{table.confidence:.0%}"
+    for metric in table.metrics:
+        rows = table.for_metric(metric)
+        hib = table.higher_is_better.get(metric)
+        direction = {True: "higher is better", False: "lower is better", None: "no preferred direction"}[hib]
+        base = (rows["verdict"] == "baseline").tolist()
+        vs = {"baseline arm": ["—" if b else (a or "—") for b, a in zip(base, rows["baseline_arm"], strict=True)]} \
+            if table.per_grid_point else {}
+        view = pd.DataFrame({
+            "rank": [fmt_num(r) for r in rows["rank"]],
+            table.unit: rows["variant"],
+            **vs,
+            "seeds": rows["n_seeds"],
+            "runs": [runs_phrase(r) for r in rows.to_dict("records")],
+            f"mean [{level} CI]": [fmt_ci(*x) for x in zip(rows["mean"], rows["mean_lo"], rows["mean_hi"],
+                                                           strict=True)],
+            f"IQM [{level} CI]": [fmt_ci(*x) for x in zip(rows["iqm"], rows["iqm_lo"], rows["iqm_hi"], strict=True)],
+            "Δ vs baseline [corrected CI]": ["—" if b else fmt_ci(d, lo, hi) for b, d, lo, hi in
+                                             zip(base, rows["delta"], rows["delta_lo"], rows["delta_hi"],
+                                                 strict=True)],
+            f"P(improve) [{level} CI]": ["—" if b else fmt_ci(p, lo, hi) for b, p, lo, hi in
+                                         zip(base, rows["p_improve"], rows["p_improve_lo"],
+                                             rows["p_improve_hi"], strict=True)],
+            f"p ({table.correction})": [fmt_p(p) for p in rows["p_adjusted"]],
+            "verdict": rows["verdict"],
+            "seeds needed (80% power)": ["—" if b else fmt_num(n)
+                                         for b, n in zip(base, rows["seeds_needed"], strict=True)],
+            "test": rows["test"],
+        })
+        parts.append(f"<h3>{html.escape(metric)} <small>({direction}; baseline: "
+                     f"{html.escape(table.baseline_phrase())})</small></h3>")
+        parts.append(df_table_html(view, left=(table.unit, *vs, "runs", "verdict", "test"),
+                                   cell_class={"verdict": _verdict_class},
+                                   row_class=lambda r: "baseline" if r["verdict"] == "baseline" else ""))
+        notes = [f"{r['variant']}: {r['note']}" for r in rows.to_dict("records") if r["note"]]
+        if notes:
+            parts.append("<ul class='note'>" + "".join(f"<li>{html.escape(n)}</li>" for n in notes) + "</ul>")
+    return "\n".join(parts)
+
+def _runs_overview_html(runs: pd.DataFrame, excluded: dict[str, int]) -> str:
+    from workbench.viz.html import df_table_html  # deferred: plotly
+
+    arms = arm_column(runs)
+    unit = "variant" if (arms == runs["variant"].astype(str)).all() else "arm"
+    g = runs.groupby(arms.to_numpy(), sort=False)
+    stopped = runs["stopped_early"].fillna(False).astype(bool) if "stopped_early" in runs.columns \
+        else pd.Series(False, index=runs.index)
+    status = runs["status"].astype(str)
+    view = pd.DataFrame({
+        unit: list(g.groups),
+        "runs": g.size().to_numpy(),
+        "finished / failed / stopped early": [
+            f"{((status[i] == 'FINISHED') & ~stopped[i]).sum()} / {(status[i] != 'FINISHED').sum()} / "
+            f"{((status[i] == 'FINISHED') & stopped[i]).sum()}" for i in g.groups.values()],
+        "seeds": [", ".join(str(s) for s in sorted(x.dropna().tolist())) for _, x in g["seed"]],
+        "health ok / warn / fail": [f"{(x == 'ok').sum()} / {(x == 'warn').sum()} / {(x == 'fail').sum()}"
+                                    for _, x in g["health"]],
+    })
+    out = df_table_html(view, left=(unit, "seeds"))
+    if excluded:
+        out += ("<p class='note'>Not compared: "
+                + ", ".join(f"{n} {s}" for s, n in excluded.items())
+                + (". Use --include-unfinished to count the running ones as not finished"
+                   if set(excluded) - {SUPERSEDED} else "")
+                + (f". A run executed more than once (same run_key) counts once: its FINISHED attempt, "
+                   f"else its latest" if SUPERSEDED in excluded else "") + ".</p>")
+    return out
+
+def build_compare_report(study: str, table: Any, summary: pd.DataFrame, history: pd.DataFrame,
+                         runs: pd.DataFrame, cells: pd.DataFrame | None, *, spec: Any = None,
+                         tracking_uri: str = "", excluded: dict[str, int] | None = None,
+                         n_resamples: int = 1000) -> tuple[str, list[str]]:
+    """The HTML report (and rendering warnings): runs, comparison table, summary bars with CIs,
+    curves with CI bands (the curve panels of ``spec``), health matrix."""
+    from workbench.viz.figures import health_matrix_figure, summary_figure  # deferred: plotly
+    from workbench.viz.html import Section, html_page  # deferred: plotly
+
+    colors = variant_colors(pd.unique(arm_column(runs)), table.baseline_arms)
+    unit = table.unit
+    grid_note = (" An arm is a variant at one grid point (its run label without the seed); the runs of an arm "
+                 "are its seeds. Each arm is compared with the baseline variant's arm at the same grid point"
+                 + ("" if table.per_grid_point else f" (here: every arm with {table.baseline})")
+                 + "." if table.by_arm else "")
+    sections = [
+        Section("Runs", body_html=_runs_overview_html(runs, excluded or {})),
+        Section("Which variant wins", body_html=comparison_table_html(table), note=(
+            f"Per-run summary metrics compared across seeds. Δ = {unit} − baseline "
+            f"({'paired t-test on matched seeds' if table.df['paired'].fillna(False).any() else 'Welch t-test'}; "
+            f"CIs of Δ after {table.correction} correction across {unit}s, excluding 0 exactly when the corrected "
+            f"test rejects); mean CIs: t interval; IQM CIs: trimmed-mean t (Tukey-McLaughlin; t below 4 seeds); P(improvement) CIs: "
+            f"percentile bootstrap ({table.settings.get('n_resamples')} resamples). 'runs' counts each {unit}'s "
+            "runs as finished / failed / stopped early / censored (threshold never reached, nothing correct) / "
+            "missing; failed, stopped and censored runs are ranked worst (Mann-Whitney test) and a verdict they "
+            f"could change is withheld, with the reason. A {unit} is called better or "
+            "worse only when the corrected test and CI agree; otherwise the verdict says how many seeds were not "
+            "enough, and 'seeds needed' estimates how many would be (80% power, from the observed variance)."
+            + grid_note)),
+        Section("Summary metrics", figure=summary_figure(table, summary, colors=colors)),
+    ]
+    warnings: list[str] = []
+    if spec is not None:
+        curve_spec = spec.model_copy(update={"panels": [p.model_copy(update={"row": None, "col": None})
+                                                        for p in spec.panels if p.kind == "curve"]})
+        if curve_spec.panels:
+            data = DashboardData(history, runs, baseline=table.baseline, n_resamples=n_resamples)
+            rendered = render_dashboard(curve_spec, data)
+            warnings += rendered.warnings
+            rendered.figure.update_layout(title=None)
+            sections.append(Section("Curves", figure=rendered.figure, note=(
+                f"Mean over the runs of each {unit} with its 95% t interval at each step (the interval of the "
+                "summaries, pointwise); "
+                "x = RL step. Dashed/dotted lines: the second/third metric of a panel (see its title).")))
+    if cells is not None and len(cells):
+        sections.append(Section("Health", figure=health_matrix_figure(cells, title=None), note=(
+            "First step at which each health rule fired, per run (from health.json; amber: warn, red: fail, "
+            "grey: no report). `workbench health STUDY` prints the same table.")))
+    subtitle = f"study <b>{html.escape(study)}</b> · {len(runs)} runs · store {html.escape(redact_uri(tracking_uri))}"
+    return html_page(f"Comparison report: {study}", sections, subtitle=subtitle), warnings
+
+# --------------------------------------------------------------------------------------------
+# Terminal output
+# --------------------------------------------------------------------------------------------
+
+def _table_cells(table: Any, metric: str) -> tuple[list[str], list[list[str]], list[str]]:
+    """Headers, one row of whole cell texts per arm, and each row's verdict (no markup)."""
+    from workbench.compare.report import runs_phrase  # deferred: scipy
+
+    level = f"{table.confidence:.0%}"
+    vs = table.per_grid_point
+    head = [table.unit, *(["baseline arm"] if vs else []), "runs", f"mean [{level} CI]", "Δ vs baseline [CI]",
+            f"P(improve) [{level} CI]", f"p ({table.correction})", "verdict", "seeds needed"]
+    rows, verdicts = [], []
+    for r in table.for_metric(metric).to_dict("records"):
+        base = r["verdict"] == "baseline"
+        rows.append([str(r["variant"]), *([("—" if base else (r["baseline_arm"] or "—"))] if vs else []),
+                     runs_phrase(r), fmt_ci(r["mean"], r["mean_lo"], r["mean_hi"]),
+                     "—" if base else fmt_ci(r["delta"], r["delta_lo"], r["delta_hi"]),
+                     "—" if base else fmt_ci(r["p_improve"], r["p_improve_lo"], r["p_improve_hi"]),
+                     "—" if base else fmt_p(r["p_adjusted"]), str(r["verdict"]),
+                     "—" if base else fmt_num(r["seeds_needed"])])
+        verdicts.append(str(r["verdict"]))
+    return head, rows, verdicts
+
+def _title(table: Any, metric: str) -> str:
+    direction = {True: "↑ better", False: "↓ better", None: "no direction"}[table.higher_is_better.get(metric)]
+    return f"{metric} ({direction}; baseline {table.baseline_phrase()}; best first)"
+
+def print_table(table: Any, out: Any = None) -> None:
+    """The comparison in the terminal, every name and number whole at any width.
+
+    Not a terminal (a pipe, a file): plain tab-separated lines, one per arm under a ``# metric``
+    title, for ``cut``/``awk``. A terminal wide enough for the table: a table. A narrower one
+    (``COLUMNS=80``): one block per arm, a ``field  value`` line per column, wrapped by the
+    terminal rather than cut.
+    """
+    from rich.markup import escape
+    from rich.measure import Measurement
+    from rich.table import Table
+
+    out = out or console
+    styles = {"better": "bold green", "worse": "bold red", "baseline": "bold"}
+    for metric in table.metrics:
+        head, rows, verdicts = _table_cells(table, metric)
+        if not out.is_terminal:
+            out.file.write(f"# {_title(table, metric)}\n" + "\t".join(head) + "\n"
+                           + "".join("\t".join(r) + "\n" for r in rows))
+            continue
+        t = Table(title=escape(_title(table, metric)), title_justify="left")
+        for i, col in enumerate(head):
+            left = i == 0 or col in ("baseline arm", "runs", "verdict")
+            t.add_column(col, justify="left" if left else "right", no_wrap=True)
+        for r, v in zip(rows, verdicts, strict=True):
+            style = styles.get(v, "dim")
+            cells = [escape(c) for c in r]  # a grid value can look like markup ("[1,2]")
+            cells[head.index("verdict")] = f"[{style}]{cells[head.index('verdict')]}[/{style}]"
+            if v == "baseline":
+                cells[0] = f"[bold]{cells[0]}[/bold]"
+            t.add_row(*cells)
+        natural = Measurement.get(out, out.options.update(max_width=1_000_000), t).maximum  # unwrapped width
+        if natural <= out.width:
+            out.print(t)
+            continue
+        out.print(escape(_title(table, metric)), soft_wrap=True, highlight=False)
+        key_width = max(len(h) for h in head[1:])
+        for r, v in zip(rows, verdicts, strict=True):
+            style = styles.get(v, "")
+            out.print(f"[bold]{escape(r[0])}[/bold]", soft_wrap=True, highlight=False)
+            for h, c in zip(head[1:], r[1:], strict=True):
+                value = f"[{style}]{escape(c)}[/{style}]" if h == "verdict" and style else escape(c)
+                out.print(f"  {h.ljust(key_width)}  {value}", soft_wrap=True, highlight=False)
+        out.print("")
+
+# --------------------------------------------------------------------------------------------
+# Commands
+# --------------------------------------------------------------------------------------------
+
+StudyArg = Annotated[str, typer.Argument(help="study YAML file or study name (its MLflow experiment)")]
+
+def _load_spec(name: str):
+    try:
+        return load_spec(find_spec(name))
+    except SpecError as e:
+        raise fail(str(e)) from None
+
+def _in_study_order(runs: pd.DataFrame, variants_order: Sequence[str]) -> pd.DataFrame:
+    """Runs ordered by variant (the study file's order, then the others as loaded), then arm (as
+    loaded: the reader orders arms by their first run), then seed."""
+
+    variants = list(pd.unique(runs["variant"]))
+    ordered = [v for v in variants_order if v in variants] + [v for v in variants if v not in variants_order]
+    arms = arm_column(runs)
+    return runs.assign(_o=runs["variant"].map({v: i for i, v in enumerate(ordered)}),
+                       _a=arms.map({a: i for i, a in enumerate(pd.unique(arms))})) \
+        .sort_values(["_o", "_a", "seed"], kind="stable").drop(columns=["_o", "_a"]).reset_index(drop=True)
+
+def _labelled_by_arm(runs: pd.DataFrame) -> pd.DataFrame:
+    """``runs`` with ``variant`` replaced by the arm, for ``health_cells``, which labels a run
+    ``<variant>/seed=N``: with a grid that label is not unique, ``<arm>/seed=N`` (the run name) is."""
+
+    return runs.assign(variant=arm_column(runs))
+
+def _spec_metrics(spec: Any) -> set[str]:
+    from workbench.compare import resolve_summary  # deferred: scipy
+
+    out: set[str] = set()
+    for p in spec.panels:
+        if p.kind == "curve":
+            out |= set(p.metrics)
+            if (p.x or spec.defaults.x) != "step":
+                out |= set(COUNT_METRICS)
+        elif p.kind == "summary":
+            for m in p.metrics:
+                out |= set(resolve_summary(summary_name(m)).reads)
+    return out
+
+def _check_png_target(png: Path) -> None:
+    """Before any work: a bad --png is one line and exit 2, with nothing written."""
+    from workbench.viz.snapshot import missing_requirement  # deferred: plotly
+
+    if png.suffix.lower() != ".png":
+        raise fail(f"--png: {png} must end in .png")
+    if png.is_dir():
+        raise fail(f"--png: {png} is a directory")
+    lacking = missing_requirement()
+    if lacking:
+        raise fail(f"--png: {lacking}")
+
+def _save_png(page: str, png: Path, sections: list[str]) -> None:
+    import tempfile
+
+    from workbench.viz.snapshot import SnapshotError, save_sections_png  # deferred: plotly
+
+    with tempfile.TemporaryDirectory(prefix="workbench-png-") as tmp:
+        html_file = Path(tmp) / "report.html"
+        html_file.write_text(page, encoding="utf-8")
+        present = [s for s in sections if f"<h2>{s}</h2>" in page]
+        try:
+            save_sections_png(html_file, png, present)
+        except SnapshotError as e:
+            raise fail(f"--png: {e}") from None
+    note(f"wrote {png} ({', '.join(present).lower()})")
+
+def compare(
+    study: StudyArg,
+    metric: Annotated[list[str] | None, typer.Option("--metric", "-m", help="summary metric (final_eval_accuracy, "
+                                                     "eval_auc, ...) or logged metric (its final value); repeatable; "
+                                                     "default: the study's compare.metrics")] = None,
+    baseline: Annotated[str | None, typer.Option(help="baseline variant (default: the study's compare.baseline, "
+                                                 "else the first variant)")] = None,
+    format: Annotated[str, typer.Option("--format", help="table | csv | json | md (to stdout)")] = "table",
+    out: Annotated[Path | None, typer.Option("--out", help="also write the HTML report to this file")] = None,
+    png: Annotated[Path | None, typer.Option("--png", help="also save the report's summary and curve figures "
+                                             "as a PNG (headless Chromium; for docs and papers)")] = None,
+    spec: Annotated[str, typer.Option(help="dashboard spec whose curve panels the report shows")] = "compare",
+    include_unfinished: Annotated[bool, typer.Option(help="also compare runs still RUNNING (counted as not finished; FAILED/KILLED runs are always compared, ranked worst)")] = False,
+    log: Annotated[bool, typer.Option("--log/--no-log", help="log the report to the study's parent MLflow run")] = True,
+    tracking_uri: TrackingOpt = None,
+) -> None:
+    """Which variant wins, by how much, with what confidence: table + HTML report logged to MLflow.
+
+    With a grid, each (variant, grid point) is an arm, compared with the baseline variant's arm at
+    the same grid point (paired by seed); ``--baseline VARIANT/KEY=VALUE`` compares every arm with
+    that one arm."""
+    from workbench.compare import compare_variants, resolve_summary, summarize_runs  # deferred: scipy
+
+    if format not in ("table", "csv", "json", "md"):
+        raise fail(f"--format must be one of table, csv, json, md; got {format!r}")
+    if png is not None:
+        _check_png_target(png)
+    t0 = time.perf_counter()
+    target: Target = resolve_target(study, tracking_uri, allow_run=False)
+    try:
+        names = comparison_metrics(metric, target.compare)
+    except ValueError as e:
+        raise fail(str(e)) from None
+    dash = _load_spec(spec)
+    needed = {m for n in names for m in resolve_summary(n).reads} | _spec_metrics(dash)
+    frames = target.reader.load(target.study, sorted(needed))
+    runs, excluded = select_runs(frames.runs, include_unfinished)
+    if excluded.get(SUPERSEDED):
+        note(f"{excluded[SUPERSEDED]} earlier attempt(s) of runs executed again left out: each run counts once "
+             "(its FINISHED attempt, else its latest)")
+    if runs.empty:
+        raise fail(f"study {target.study!r} has no FINISHED runs to compare"
+                   + (f" ({', '.join(f'{n} {s}' for s, n in excluded.items())}; try --include-unfinished)"
+                      if excluded else ""))
+    history = frames.history[frames.history["run_id"].isin(set(runs["run_id"]))]
+    runs = _in_study_order(runs, target.variants_order)
+    variants = list(pd.unique(runs["variant"]))
+    arms = list(pd.unique(arm_column(runs)))
+    base = baseline or target.compare.get("baseline") or variants[0]
+    if base not in variants and base not in arms:  # a variant (matched per grid point) or one arm
+        grid = f"; arms: {', '.join(arms)}" if arms != variants else ""
+        raise fail(f"baseline {base!r} is not a variant{' or arm' if grid else ''} of study {target.study!r} "
+                   f"(variants: {', '.join(variants)}{grid})")
+    try:
+        summary = summarize_runs(history, runs, names)
+        table = compare_variants(summary, base, names)
+    except ValueError as e:
+        raise fail(str(e)) from None
+
+    for line in uncomputed_summaries(summary, history, names):
+        note(f"[yellow]{line}[/yellow]")
+    if format == "table":
+        print_table(table)
+    elif format == "csv":
+        print(table.to_csv(), end="")
+    elif format == "json":
+        print(table.to_json())
+    else:
+        print(table.to_markdown(), end="")
+
+    reports = target.reader.health_reports(runs)
+
+    cells = health_cells(_labelled_by_arm(runs), reports)
+    page, warnings = build_compare_report(target.study, table, summary, history, runs, cells, spec=dash,
+                                          tracking_uri=target.tracking_uri, excluded=excluded)
+    for w in warnings:
+        note(f"[dim]{w}[/dim]")
+    size = len(page.encode())
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(page, encoding="utf-8")
+        note(f"wrote {out} ({size / 1e6:.1f} MB)")
+    if png is not None:
+        _save_png(page, png, ["Summary metrics", "Curves"])
+    if log:
+        parent = parent_run(target)
+        where = log_artifacts_text(target.tracking_uri, parent, {
+            f"{REPORT_DIR}/compare.html": page,
+            f"{REPORT_DIR}/compare.csv": table.to_csv(),
+            f"{REPORT_DIR}/compare.json": table.to_json(),
+            f"{REPORT_DIR}/compare.md": table.to_markdown(),
+        })
+        note(f"logged to MLflow run {parent} (study {target.study}): {where[0]} ({size / 1e6:.1f} MB)")
+    note(f"[dim]{frames.stats.summary()}; total {time.perf_counter() - t0:.1f} s[/dim]")
+
+def dashboard(
+    study: StudyArg,
+    spec: Annotated[str | None, typer.Option(help="spec file or name in ./dashboards or the project's "
+                                             "dashboards/ (default: compare; health with --run)")] = None,
+    run: Annotated[str | None, typer.Option("--run", help="only this run (its id); the dashboard is logged "
+                                            "to that run")] = None,
+    out: Annotated[Path | None, typer.Option("--out", help="also write the HTML to this file")] = None,
+    log: Annotated[bool, typer.Option("--log/--no-log", help="log the HTML to MLflow")] = True,
+    tracking_uri: TrackingOpt = None,
+) -> None:
+    """Render a dashboard spec (YAML panels) for a study to self-contained HTML logged to MLflow."""
+
+    target = resolve_target(study, tracking_uri)
+    run_id = run or target.run_id
+    dash = _load_spec(spec or ("health" if run_id else "compare"))
+    view_specs = _view_specs(dash) if log else []  # every spec validated before anything is written
+    needs_health = any(p.kind == "health_matrix" or (p.health_markers if p.health_markers is not None
+                                                    else dash.defaults.health_markers) for p in dash.panels)
+    frames = target.reader.load(target.study, sorted(_spec_metrics(dash)), run_ids=[run_id] if run_id else None)
+    if frames.runs.empty:
+        raise fail(f"no run {run_id} in study {target.study!r}" if run_id else
+                   f"study {target.study!r} has no runs in {redact_uri(target.tracking_uri)}")
+    cells = events = None
+    if needs_health:
+        reports = target.reader.health_reports(frames.runs)
+        cells, events = health_cells(_labelled_by_arm(frames.runs), reports), health_events(reports)
+
+    baseline = target.compare.get("baseline")
+    data = DashboardData(frames.history, frames.runs, health_cells=cells, health_events=events, baseline=baseline)
+    rendered = render_dashboard(dash, data)
+    for w in rendered.warnings:
+        note(f"[dim]{w}[/dim]")
+    what = f"run {data.labels.get(run_id, run_id)}" if run_id else f"{len(frames.runs)} runs"
+    page = rendered.to_html(subtitle=f"study <b>{html.escape(target.study)}</b> · {html.escape(what)} · "
+                                     f"spec {html.escape(dash.name)}")
+    size = len(page.encode())
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(page, encoding="utf-8")
+        note(f"wrote {out} ({size / 1e6:.1f} MB)")
+    artifact = f"{DASHBOARD_DIR}/{dash.name}.html"
+    if log:
+        owner = run_id or parent_run(target)
+        where = log_artifacts_text(target.tracking_uri, owner, {artifact: page})
+        shown = f"{rendered.panels_with_data}/{len(rendered.spec.panels)}"
+        console.print(f"dashboard [bold]{dash.name}[/bold] ({shown} panels "
+                      f"with data, {size / 1e6:.1f} MB) logged to MLflow run {owner} as [bold]{artifact}[/bold]",
+                      highlight=False)
+        console.print(where[0], highlight=False, soft_wrap=True)
+        _refresh_views(target, view_specs)
+    else:
+        shown = f"{rendered.panels_with_data}/{len(rendered.spec.panels)}"
+        console.print(f"dashboard {dash.name}: {shown} panels with data",
+                      highlight=False)
+
+def _view_specs(dash) -> list:
+    """The specs whose MLflow saved views ``workbench dashboard`` rewrites: every spec found
+    (project and ./dashboards), plus ``dash`` when it is a file found nowhere else."""
+    from workbench.viz.mlflow_views import load_view_specs  # deferred: plotly
+
+    try:
+        specs = load_view_specs()
+    except SpecError as e:
+        raise fail(str(e)) from None
+    return specs if any(s.name == dash.name for s in specs) else [*specs, dash]
+
+def _refresh_views(target: Target, specs: Sequence[Any]) -> None:
+    """Rewrite the study's saved views, description, run colours and health lines (same ids)."""
+    from mlflow import MlflowClient
+
+    from workbench.viz.mlflow_views import StudyLayout, publish_study_views, read_layout  # deferred: plotly
+
+    client = MlflowClient(target.tracking_uri)
+    experiment_id = client.get_experiment_by_name(target.study).experiment_id
+    layout = read_layout(client, experiment_id) or StudyLayout(
+        study=target.study, variants=list(target.variants_order), baseline=target.compare.get("baseline"))
+    try:
+        links = publish_study_views(client, experiment_id, layout, specs)
+    except ValueError as e:  # a spec too large for one MLflow tag
+        raise fail(str(e)) from None
+    console.print(f"MLflow saved views of {target.study} (open them from `workbench ui`):", highlight=False)
+    for link in links:
+        console.print(f"  {link.name}: {link.url()}", highlight=False, soft_wrap=True, markup=False)

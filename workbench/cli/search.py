@@ -1,0 +1,161 @@
+"""``workbench tune``: run, continue, report and export an Optuna search (the study's ``search:``).
+
+Registered on the main app by :func:`register` (``workbench/cli/main.py``); heavy imports happen inside
+the command so that ``workbench --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from workbench.search.report import best_trials, open_search, trial_rows, write_report
+from workbench.search.report import export_best as export
+from workbench.search.schema import parse_search
+from workbench.search.worker import SearchError, TuneOptions, default_storage, run_search, trial_counts
+from workbench.study import StudyError, apply_overrides, load_study
+
+console = Console()
+err_console = Console(stderr=True)
+
+__all__ = ["register", "tune"]
+
+def _fail(message: str, code: int = 2) -> typer.Exit:
+    err_console.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+    return typer.Exit(code)
+
+def tune(
+    study: Annotated[Path, typer.Argument(help="study YAML file with a search: section")],
+    workers: Annotated[int, typer.Option("--workers", "-w", min=1, help=(
+        "local worker processes, each running trials on the shared storage (1: in this process)"))] = 1,
+    storage: Annotated[str | None, typer.Option(help=(
+        "Optuna storage shared by all workers: sqlite:///optuna.db (default, in the working directory), "
+        "postgresql://user:pw@host/db for several machines, or a JournalStorage file path"))] = None,
+    report: Annotated[bool, typer.Option("--report", help=(
+        "run no trials: print the best trials and write the HTML report (logged to the search's MLflow run)"))] = False,
+    report_file: Annotated[Path | None, typer.Option(help=(
+        "where --report writes its HTML (default: search-<study>.html)"))] = None,
+    export_best: Annotated[Path | None, typer.Option("--export-best", help=(
+        "run no trials: write the best configuration as a study YAML variant to this file"))] = None,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="override a study path, e.g. rollout.steps=50 or search.n_trials=40")] = None,
+    tracking_uri: Annotated[str | None, typer.Option(help=(
+        "MLflow tracking server all workers log to (default: $MLFLOW_TRACKING_URI, else the local store)"))] = None,
+    heartbeat: Annotated[int, typer.Option(min=1, help="seconds between a running trial's heartbeats")] = 30,
+    grace: Annotated[int | None, typer.Option(min=1, help=(
+        "seconds without a heartbeat after which a trial's worker counts as lost (default 2 x heartbeat)"))] = None,
+    max_retries: Annotated[int, typer.Option(min=0, help="retries of a trial whose worker was lost")] = 3,
+    threads: Annotated[int | None, typer.Option(min=1, help="torch threads of an in-process worker")] = None,
+    quiet: Annotated[bool, typer.Option(help="no per-trial lines")] = False,
+) -> None:
+    """Optuna hyperparameter search over the study's run config: each trial is real runs (one per
+    seed), pruned on its learning curve and on health failures; resumable and multi-worker.
+
+    A study's search: section, e.g. (the schema: workbench/search/schema.py)
+
+    search: {params: {learner.lr: {low: 1.0e-5, high: 1.0e-3, log: true}}, n_trials: 30}
+
+    Several machines share one search when each runs this command with the same
+    --storage postgresql://..."""
+
+    if tracking_uri:
+        os.environ["MLFLOW_TRACKING_URI"] = tracking_uri  # every worker logs there
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")  # no "View run at" per run
+    try:
+        study_obj = load_study(study)
+        if set_:
+            study_obj = apply_overrides(study_obj, set_)
+        spec = parse_search(study_obj)
+    except (StudyError, FileNotFoundError, ValueError) as e:
+        raise _fail(str(e)) from None
+    storage_url = storage or default_storage()
+
+    if report or export_best is not None:
+        _report(spec, storage_url, report, report_file, export_best)
+        return
+
+    if threads and workers == 1:
+        import torch
+
+        torch.set_num_threads(threads)
+    log = (lambda line: None) if quiet else (lambda line: console.print(
+        f"{time.strftime('%H:%M:%S')} {line}", markup=False, highlight=False, soft_wrap=True))
+    options = TuneOptions(heartbeat_interval=heartbeat, grace_period=grace, max_retries=max_retries, log=log)
+    budget = f"{spec.n_trials} trials" if spec.n_trials else ""
+    if spec.timeout:
+        budget += (" or " if budget else "") + f"{spec.timeout:.0f} s"
+    console.print(f"search [bold]{spec.optuna_name}[/bold]: {budget}, {len(spec.seeds)} seed(s) per trial, "
+                  f"sampler {spec.sampler_name}, pruner {spec.pruner_name}; storage {_describe(storage_url)}",
+                  highlight=False, soft_wrap=True)
+    from workbench.execution.pool import _interrupt_once  # deferred: torch, transformers
+
+    previous = signal.signal(signal.SIGTERM, _interrupt_once)  # `kill PID` stops like Ctrl-C
+    try:
+        result = run_search(spec, storage_url, workers=workers, options=options)
+    except (SearchError, FileNotFoundError) as e:
+        raise _fail(str(e)) from None
+    except KeyboardInterrupt:
+        err_console.print("[yellow]interrupted: running trials end FAIL (their runs KILLED) and are enqueued "
+                          "again; run tune again to continue the search[/yellow]", soft_wrap=True)
+        raise typer.Exit(130) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+    print_best(open_search(spec, storage_url), spec)
+    c = result.counts
+    done = f"{c['done']}/{spec.n_trials}" if spec.n_trials else str(c["done"])
+    console.print(f"search {spec.optuna_name}: {done} trials done ({c['COMPLETE']} complete, {c['PRUNED']} pruned), "
+                  f"{c['FAIL'] - c['over_budget']} failed or lost; stopped: {result.stopped}. "
+                  f"Report: workbench tune {study} --report", highlight=False, soft_wrap=True)
+    if result.stopped not in ("budget", "timeout"):
+        raise typer.Exit(1)
+
+def _describe(url: str) -> str:
+    from workbench.execution.worker import describe_storage  # deferred: torch, transformers
+
+    return describe_storage(url)
+
+def _report(spec, storage_url: str, report: bool, report_file: Path | None, export_best: Path | None) -> None:
+    try:
+        ostudy = open_search(spec, storage_url)
+    except SearchError as e:
+        raise _fail(str(e)) from None
+    print_best(ostudy, spec)
+    if report:
+        path = report_file or Path(f"search-{spec.study.name}.html")
+        write_report(ostudy, spec, path)
+        console.print(f"report: [bold]{path}[/bold] (also logged to the search's MLflow run)", highlight=False,
+                      soft_wrap=True)
+    if export_best is not None:
+        try:
+            names = export(ostudy, spec, export_best)
+        except SearchError as e:
+            raise _fail(str(e)) from None
+        console.print(f"best configuration written to [bold]{export_best}[/bold] as variant(s) {', '.join(names)}",
+                      highlight=False, soft_wrap=True)
+
+def print_best(ostudy, spec, top: int = 5) -> None:
+    rows = trial_rows(best_trials(ostudy, spec, top), spec)
+    c = trial_counts(ostudy.get_trials(deepcopy=False))
+    title = "Pareto-optimal trials" if spec.multi_objective else "best trials"
+    if not rows:
+        console.print(f"{spec.optuna_name}: no complete trial yet ({c['PRUNED']} pruned, {c['FAIL']} failed, "
+                      f"{c['RUNNING']} running)", highlight=False, soft_wrap=True)
+        return
+    columns = ["trial", *spec.objective_names(), *spec.params, "learner steps"]
+    table = Table(title=f"{spec.optuna_name}: {title}")
+    for col in columns:
+        table.add_column(col, justify="left" if col == "trial" else "right")
+    for row in rows:
+        table.add_row(*("-" if row.get(col) is None else str(row.get(col)) for col in columns))
+    console.print(table)
+
+def register(app: typer.Typer) -> None:
+    """Add ``tune`` to ``app``."""
+    app.command("tune")(tune)

@@ -1,0 +1,251 @@
+"""Execute one run: validate, open its MLflow run, train, and always close it with a status.
+
+A crash marks the run FAILED with its traceback as ``error.txt``; Ctrl-C marks it KILLED;
+a health stop is a normal FINISHED run tagged ``workbench.stopped_early``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+from dataclasses import dataclass
+
+from workbench.config import RunConfig
+from workbench.execution.run_progress import RunProgress
+from workbench.health import HealthMonitor
+from workbench.metrics.catalogue import unlogged_by_config
+from workbench.models import TINY_MAX_POSITIONS, inspect_model_dir, token_count_over
+from workbench.models.tokenizer import build_char_tokenizer
+from workbench.tasks import build_task
+from workbench.tasks.jsonl import read_numbered_problems
+from workbench.tracking.redact import redact_config
+from workbench.tracking.store import resolve_tracking_uri
+from workbench.tracking.writer import OutagePolicy, RunTracker, TrackingOutage, resend_spills
+from workbench.train.checkpoint import RunCheckpoints
+from workbench.train.loop import StopReason, train
+from workbench.train.ranks import check_multi_rank
+
+
+class StopRun(Exception):
+    """Raised from an ``on_step`` callback to end a run early on purpose (e.g. Optuna pruning).
+
+    The run is closed FINISHED with ``workbench.stopped_early=true`` and the reason as a tag:
+    a deliberate stop is a result, not a crash.
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+@dataclass
+class RunOutcome:
+    label: str
+    variant: str
+    seed: int
+    run_key: str
+    status: str  # FINISHED | FAILED | KILLED | SKIPPED
+    run_id: str | None = None
+    eval_first: float = math.nan
+    eval_last: float = math.nan
+    health: str = "-"
+    steps: int = 0
+    error: str = ""
+    tracking_lost: bool = False  # MLflow stayed unreachable past tracking.outage_deadline_s
+
+class PreflightError(ValueError):
+    """A schema-valid config that cannot run (missing file, bad data, unavailable device, ...):
+    one line naming the setting and the file, raised before any MLflow run is opened."""
+
+def preflight(cfg: RunConfig) -> None:
+    """Checks that need the filesystem, the model directory or the data, done before anything
+    is written to MLflow. Every failure is a one-line ``PreflightError``."""
+    try:
+        _preflight(cfg)
+    except PreflightError:
+        raise
+    except (OSError, ValueError, ImportError) as error:  # FileNotFoundError, ModuleNotFoundError, bad data
+        raise PreflightError(" ".join(str(error).split())) from None
+
+def _preflight(cfg: RunConfig) -> None:
+    check_device(cfg.learner.device)
+    tokenizer, positions = _model_context(cfg)
+    task = build_task(cfg.task)  # a missing/malformed JSONL file fails here, with its line number
+    check_engines(cfg)
+    check_compiler(cfg)
+    check_multi_rank(cfg.learner)  # several processes (WORLD_SIZE > 1): DeepSpeed ZeRO 0-2 only
+    check_problems_fit(cfg, task, tokenizer, positions)
+
+def check_compiler(cfg: RunConfig) -> None:
+    """``sampler.compile`` builds C++ (a CPU) or Triton launchers (a GPU) with the machine's C/C++ compiler:
+    without one, say so now rather than fail the run at its first decode."""
+    compilers = [name for name in (os.environ.get("CXX"), "g++", "clang++") if name]
+    if cfg.sampler.compile and not any(shutil.which(name) for name in compilers):
+        raise PreflightError("sampler.compile needs a C++ compiler for torch.compile (g++ or clang++, or $CXX) and "
+                             "none is on PATH: install one (Debian: build-essential) or unset sampler.compile")
+
+def check_device(device: str) -> None:
+    """An explicit CUDA device must exist here (``auto`` falls back to the CPU)."""
+    if device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise PreflightError(f"learner.device={device!r}, but torch sees no CUDA device here (use auto or cpu)")
+        index = torch.device(device).index
+        if index is not None and index >= torch.cuda.device_count():
+            raise PreflightError(f"learner.device={device!r}, but this machine has "
+                                 f"{torch.cuda.device_count()} CUDA device(s)")
+
+def _model_context(cfg: RunConfig):
+    """(tokenizer, max positions) of the policy, from the model directory or the built-in tiny model."""
+    from pathlib import Path
+
+    if cfg.model.path is not None:
+        return inspect_model_dir(Path(cfg.model.path).expanduser())
+
+    return build_char_tokenizer(), TINY_MAX_POSITIONS
+
+TRAIN_PROBES = 256  # generated tasks: training prompts sampled to check lengths (their length is bounded by the config)
+
+def check_problems_fit(cfg: RunConfig, task, tokenizer, positions: int | None) -> None:
+    """Every prompt (after the template) plus ``sampler.max_new_tokens`` fits the model's positions;
+    with the built-in tiny model, every JSONL training line has the ``solution`` its cold-start SFT needs."""
+    import random
+    from pathlib import Path
+
+    template, budget_new = cfg.model.prompt_template, cfg.sampler.max_new_tokens
+    if positions is not None and budget_new >= positions:
+        raise PreflightError(f"sampler.max_new_tokens={budget_new} leaves no room for a prompt: "
+                             f"the model has {positions} positions")
+    if cfg.task.name == "jsonl":
+        files = [cfg.task.path] + ([cfg.task.eval_path] if cfg.task.eval_path else [])
+        numbered = [(f"{name}:{line}", p) for name in files for line, p in read_numbered_problems(Path(name))]
+        if cfg.model.builtin is not None:
+            lacking = [(where, p) for where, p in numbered if p.solution is None and where.startswith(f"{files[0]}:")]
+            if lacking:
+                raise PreflightError(
+                    f"{lacking[0][0]}: no 'solution' (the built-in tiny model warms up by SFT on worked solutions; "
+                    f"{len(lacking)} line(s) of task.path lack one): add 'solution' to every line or use model.path")
+    else:
+        numbered = [("eval problem", p) for p in task.eval_problems()]
+        numbered += [("train problem", p) for p in task.sample_train(TRAIN_PROBES, random.Random(0))]
+    if positions is None:
+        return
+    for where, problem in numbered:
+        prompt = template.format(prompt=problem.prompt)
+        over = token_count_over(tokenizer, prompt, positions - budget_new - 1)  # 1: a BOS the tokenizer may add
+        if over is not None:
+            raise PreflightError(
+                f"{where}: the prompt has {over} tokens; with sampler.max_new_tokens={budget_new} it exceeds the "
+                f"model's {positions} positions")
+        if cfg.model.builtin is not None and problem.solution is not None:
+            over = token_count_over(tokenizer, prompt + problem.solution, positions - 1)
+            if over is not None:
+                raise PreflightError(f"{where}: prompt + solution have {over} tokens; the tiny model's "
+                                     f"cold-start SFT needs them within {positions} positions")
+
+ENGINE_HINT = ("install the `gpu` extra on a CUDA machine (pip install 'rl-workbench[gpu]'), or run "
+               "`make engines` on a CPU and use .venv-engines (docs/engines.md)")
+
+def check_engines(cfg: RunConfig) -> None:
+    """A missing vLLM/DeepSpeed is reported now, not after the model is built and warmed up."""
+    import importlib.util
+
+    needed = {"sampler.backend=vllm": "vllm" if cfg.sampler.backend == "vllm" else None,
+              "learner.backend=deepspeed": "deepspeed" if cfg.learner.backend == "deepspeed" else None}
+    for setting, module in needed.items():
+        if module and importlib.util.find_spec(module) is None:
+            raise ModuleNotFoundError(f"{setting} needs {module}, which is not installed: {ENGINE_HINT}")
+
+def run_tags(study: str, variant: str, cfg: RunConfig, role: str = "run", label: str | None = None) -> dict[str, str]:
+    arm = {} if label is None else {"workbench.arm": label.rsplit("/seed=", 1)[0]}  # variant + grid point
+    return arm | {
+        "workbench.role": role,
+        "workbench.study": study,
+        "workbench.variant": variant,
+        "workbench.seed": str(cfg.seed),
+        "workbench.run_key": cfg.run_key(),
+        "workbench.algorithm.preset": cfg.algorithm.preset,
+    }
+
+def execute_run(cfg: RunConfig, *, study: str, variant: str, label: str, parent_run_id: str | None = None,
+                progress: RunProgress | None = None, on_step=None, role: str = "run",
+                extra_tags: dict[str, str] | None = None) -> RunOutcome:
+    """Run ``cfg`` as one MLflow run. ``on_step(step, metrics)`` is called after each step and
+    may raise ``StopRun`` to end the run early (recorded as a deliberate stop)."""
+    preflight(cfg)
+    outcome = RunOutcome(label=label, variant=variant, seed=cfg.seed, run_key=cfg.run_key(), status="RUNNING")
+    tracking_uri = resolve_tracking_uri(cfg.tracking.uri)
+    # learner.checkpoint_every: an earlier FAILED/KILLED attempt of this run_key left a checkpoint to resume from
+    checkpoints = RunCheckpoints.for_run(outcome.run_key, cfg.learner.checkpoint_every, tracking_uri)
+    resumed = None if checkpoints is None else checkpoints.latest_step()
+    resume_tags = {} if resumed is None else {"workbench.resumed_from_step": str(resumed)}  # first step run here
+    outage = OutagePolicy(deadline_s=cfg.tracking.outage_deadline_s)
+    tracker = RunTracker(tracking_uri, cfg.tracking.experiment or study, label,
+                         run_tags(study, variant, cfg, role, label) | resume_tags | (extra_tags or {}),
+                         parent_run_id=parent_run_id, outage=outage)
+    try:
+        resend_spills(tracking_uri, outcome.run_key, outage)  # what an earlier attempt could not send
+        outcome.run_id = tracker.start()
+    except TrackingOutage as error:  # nothing opened in MLflow: nothing to close or spill
+        outcome.status, outcome.error, outcome.tracking_lost = "FAILED", f"TrackingOutage: {error}", True
+        return outcome
+    monitor = HealthMonitor.from_config(cfg.health, unlogged=unlogged_by_config(cfg.flat()))
+    bar = progress or RunProgress(enabled=False)
+
+    def step_hook(step: int, metrics: dict[str, float]) -> StopReason | None:
+        bar.on_step(step, metrics)
+        try:
+            if on_step is not None:
+                on_step(step, metrics)
+        except StopRun as stop:  # a deliberate stop: the loop ends the run and returns what was done
+            return StopReason(stop.reason)
+        return None
+
+    try:  # from here on, every exit closes the MLflow run with a status
+        tracker.log_params(redact_config(cfg.flat()))  # a tracking.uri's password is never stored
+        tracker.log_dict(redact_config(cfg.model_dump(mode="json")), "config.yaml")
+        bar.start_run(label, cfg.rollout.steps)
+        result = train(cfg, tracker, monitor, on_step=step_hook, checkpoints=checkpoints)
+    except BaseException as error:  # noqa: BLE001 - every exit path must close the MLflow run
+        return _close_failed(tracker, monitor, bar, outcome, error)
+    stop_reason = "" if result.stop is None else result.stop.reason
+    try:
+        tracker.set_tags(monitor.tags() | {"workbench.stopped_early": str(bool(stop_reason)).lower(),
+                                           "workbench.stop_reason": stop_reason})
+        tracker.log_text(monitor.report_json(), "health.json")
+        tracker.log_table(result.samples, "samples.json")
+        tracker.finish("FINISHED")
+    except BaseException as error:  # noqa: BLE001 - e.g. MLflow lost at the very end: FAILED, resumable
+        return _close_failed(tracker, monitor, bar, outcome, error)
+    if checkpoints is not None:  # they exist to resume an unfinished run
+        checkpoints.clear()
+    outcome.status = "FINISHED"
+    outcome.health = monitor.run_status
+    outcome.steps = result.steps_done
+    if result.eval_history:
+        outcome.eval_first, outcome.eval_last = result.eval_history[0][1], result.eval_history[-1][1]
+    bar.end_run(label, f"{outcome.health}")
+    return outcome
+
+def _close_failed(tracker: RunTracker, monitor: HealthMonitor, bar, outcome: RunOutcome,
+                  error: BaseException) -> RunOutcome:
+    """End the MLflow run KILLED (Ctrl-C, re-raised) or FAILED. With MLflow unreachable past the
+    deadline, the unsent metrics and the status go to the run's spill instead (re-sent on resume)."""
+    killed = isinstance(error, KeyboardInterrupt)
+    outcome.status = "KILLED" if killed else "FAILED"
+    outcome.error = f"{type(error).__name__}: {error}"
+    if isinstance(error, TrackingOutage) or tracker.unreachable:
+        outcome.tracking_lost = True
+        tracker.spill(outcome.run_key, outcome.status, error)
+    else:
+        try:
+            tracker.set_tags(monitor.tags())
+            tracker.finish(outcome.status, error=None if killed else error)
+        except TrackingOutage as lost:  # MLflow went away while the run was being closed
+            outcome.tracking_lost = True
+            tracker.spill(outcome.run_key, outcome.status, lost)
+    bar.end_run(outcome.label, outcome.status)
+    if killed:
+        raise error
+    return outcome

@@ -1,0 +1,233 @@
+"""Execute a study's runs under one MLflow experiment, resumably, in one or N local processes.
+
+The study's parent run (``workbench.role=study``) holds the YAML and the plan; each run is
+a child. Runs whose ``run_key`` already FINISHED are skipped, so re-running a study resumes;
+FAILED and KILLED runs are run again (a new MLflow run: the old one stays as history).
+
+* ``parallel=1``: the runs execute one after another in this process.
+* ``parallel=N>1``: N runs at a time, each in its own ``spawn``-ed process
+  (:mod:`workbench.execution.pool`), so a crash or an OOM kill of one run never takes down the others.
+* Across machines: ``workbench worker`` (:mod:`workbench.execution.worker`).
+
+Ctrl-C stops launching, ends the running runs KILLED, marks the study's parent run KILLED and
+re-raises ``KeyboardInterrupt`` (the CLI exits 130). A run left RUNNING by a process that is gone
+(``kill -9`` of the whole study) is marked FAILED when the study is run again, before its rerun.
+
+One execution at a time: ``run_study`` holds the study's lock (:mod:`workbench.execution.lock`) from
+before it opens MLflow until the parent run is closed; a second ``workbench run`` of the study
+(or one while ``workbench worker`` processes on this machine execute it) exits 2 naming the holder.
+
+The experiment is ``tracking.experiment`` when set, else the study's name: the parent run, the
+child runs, the resume lookup and ``plan`` all use :func:`study_experiment`.
+
+MLflow unreachable past ``tracking.outage_deadline_s`` (see :mod:`workbench.tracking.writer`):
+the run in progress ends FAILED with its metrics spilled locally, no further run is started
+(they would only wait out the deadline again), and the parent is closed if MLflow is back.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from workbench.execution.lock import study_lock
+from workbench.execution.pool import run_pool
+from workbench.execution.run import RunOutcome, execute_run, preflight
+from workbench.execution.study_progress import StudyProgress
+from workbench.models import model_dir
+from workbench.study import RunSpec, Study
+from workbench.tracking.redact import redact_text
+from workbench.tracking.store import ensure_store, get_or_create_experiment, resolve_tracking_uri
+from workbench.tracking.study_runs import finished_runs, mark_orphaned_runs
+from workbench.tracking.writer import (
+    OutagePolicy,
+    TrackingOutage,
+    bound_mlflow_http_retries,
+    call_with_retries,
+    resend_spills,
+)
+
+
+@dataclass
+class StudyContext:
+    study: Study
+    tracking_uri: str
+    experiment_id: str
+    parent_run_id: str
+
+def study_experiment(study: Study, specs: list[RunSpec]) -> str:
+    """The MLflow experiment of a study's runs: ``tracking.experiment``, else the study's name."""
+    return (specs[0].config.tracking.experiment if specs else None) or study.name
+
+def study_tracking_uri(specs: list[RunSpec]) -> str:
+    return resolve_tracking_uri(specs[0].config.tracking.uri if specs else None)
+
+def study_outage_policy(specs: list[RunSpec]) -> OutagePolicy:
+    return OutagePolicy(deadline_s=specs[0].config.tracking.outage_deadline_s) if specs else OutagePolicy()
+
+def plan_rows(specs: list[RunSpec], statuses: dict[str, str]) -> list[dict]:
+    return [{"label": s.label, "variant": s.variant, "seed": s.seed, "run_key": s.run_key,
+             "status": statuses.get(s.run_key, "new"), **{f"grid.{k}": v for k, v in s.grid.items()}}
+            for s in specs]
+
+def skipped_outcome(spec: RunSpec, run=None) -> RunOutcome:
+    """The summary row of a run that already FINISHED earlier (values read back from MLflow)."""
+    outcome = RunOutcome(spec.label, spec.variant, spec.seed, spec.run_key, "SKIPPED")
+    if run is not None:
+        outcome.run_id = run.info.run_id
+        outcome.eval_last = run.data.metrics.get("eval/accuracy", math.nan)
+        outcome.health = run.data.tags.get("workbench.health", "-")
+    return outcome
+
+def open_study(study: Study, specs: list[RunSpec], *, log_plan: bool = True, views: bool = True) -> StudyContext:
+    """Create (or find) the experiment and the study's parent run, and mark the parent RUNNING.
+
+    Retries while MLflow is unreachable; raises ``TrackingOutage`` after the deadline.
+    ``views``: also write the study's MLflow saved views, description and run colours
+    (:mod:`workbench.viz.mlflow_views`), so the UI shows a study while it runs. The dashboard specs
+    are validated first: a broken one raises ``SpecError`` before MLflow is touched."""
+    from mlflow import MlflowClient
+
+    from workbench.viz.mlflow_views import load_view_specs  # deferred: pandas, plotly
+
+    dashboard_specs = load_view_specs() if views else []
+    bound_mlflow_http_retries()
+    uri = study_tracking_uri(specs)
+    policy = study_outage_policy(specs)
+
+    def call(fn, *args, **kwargs):
+        return call_with_retries(fn, *args, policy=policy, uri=uri, what="opening the study", **kwargs)
+
+    ensure_store(uri)
+    client = MlflowClient(uri)
+    experiment_id = call(get_or_create_experiment, client, study_experiment(study, specs), uri)
+    found = call(client.search_runs, [experiment_id], "tags.`workbench.role` = 'study'", max_results=1,
+                 order_by=["attributes.start_time ASC"])
+    if found:
+        parent = found[0].info.run_id
+        call(client.update_run, parent, status="RUNNING")
+    else:
+        parent = call(client.create_run, experiment_id, run_name=f"study:{study.name}",
+                      tags={"workbench.role": "study", "workbench.study": study.name}).info.run_id
+    if log_plan:
+        if study.source:
+            call(client.log_text, parent, redact_text(Path(study.source).read_text()), "study.yaml")  # no passwords
+        call(client.log_text, parent, json.dumps(plan_rows(specs, {}), indent=2, default=str), "plan.json")
+    if views:
+        from workbench.viz.mlflow_views import layout_of, publish_study_views  # deferred: pandas, plotly
+
+        call(publish_study_views, client, experiment_id, layout_of(study), dashboard_specs)
+    return StudyContext(study, uri, experiment_id, parent)
+
+def refresh_study_views(ctx: StudyContext) -> None:
+    """At the end of a study: the views again (now knowing every logged metric) and each run's
+    colour and health line. A failure here is reported, never allowed to hide the study's outcome."""
+    import warnings
+
+    from mlflow import MlflowClient
+
+    from workbench.viz.mlflow_views import layout_of, load_view_specs, publish_study_views  # deferred: pandas, plotly
+
+    try:
+        publish_study_views(MlflowClient(ctx.tracking_uri), ctx.experiment_id, layout_of(ctx.study),
+                            load_view_specs())
+    except Exception as e:  # noqa: BLE001 - the runs are tracked; only the views' refresh failed
+        warnings.warn(f"could not refresh the study's MLflow views: {e}", stacklevel=2)
+
+def close_parent(ctx: StudyContext, status: str, policy: OutagePolicy) -> None:
+    """End the study's parent run; with MLflow gone past the deadline, say so (the next
+    execution of the study reopens and closes it) rather than crash."""
+    from mlflow import MlflowClient
+
+    try:
+        call_with_retries(MlflowClient(ctx.tracking_uri).set_terminated, ctx.parent_run_id, status=status,
+                          policy=policy, uri=ctx.tracking_uri, what="closing the study's parent run")
+    except TrackingOutage as error:
+        policy.warn(f"the study's parent run {ctx.parent_run_id} stays RUNNING until the study is run again: {error}")
+
+def prebuild_models(specs: list[RunSpec], progress: bool = False) -> None:
+    """Build each distinct tiny model once, here, before N processes would all wait on its lock."""
+
+    seen: set[str] = set()
+    for spec in specs:
+        model, task = spec.config.model, spec.config.task
+        if model.builtin is None:
+            continue
+        key = json.dumps([model.model_dump(mode="json"), task.model_dump(mode="json")], sort_keys=True)
+        if key not in seen:
+            seen.add(key)
+            model_dir(model, task, progress=progress)
+
+def run_study(study: Study, specs: list[RunSpec], *, progress: bool = True, parallel: int = 1) -> list[RunOutcome]:
+    """Run every spec not yet FINISHED; returns one outcome per spec, in plan order.
+
+    Raises ``KeyboardInterrupt`` after a clean stop (running runs KILLED, parent run KILLED),
+    ``StudyBusy`` if another process executes the study.
+    """
+    for spec in specs:  # everything that can fail before training fails before MLflow is touched
+        preflight(spec.config)
+    with study_lock(study_tracking_uri(specs), study_experiment(study, specs)):  # StudyBusy: exit 2
+        return _run_locked(study, specs, progress=progress, parallel=parallel)
+
+def _run_locked(study: Study, specs: list[RunSpec], *, progress: bool, parallel: int) -> list[RunOutcome]:
+    from mlflow import MlflowClient
+
+    policy = study_outage_policy(specs)
+    ctx = open_study(study, specs)
+    client = MlflowClient(ctx.tracking_uri)
+    done = finished_runs(client, ctx.experiment_id)
+    todo = [s for s in specs if s.run_key not in done]
+    for spec in todo:  # first what an outage kept back: its runs then close with their real reason
+        resend_spills(ctx.tracking_uri, spec.run_key, policy)
+    mark_orphaned_runs(client, ctx.experiment_id, [s.run_key for s in todo])
+    results: dict[str, RunOutcome] = {s.run_key: skipped_outcome(s, done[s.run_key]) for s in specs
+                                      if s.run_key in done}
+    status = "FINISHED"
+    current: str | None = None  # the run_key executing in this process, if any
+    try:
+        if todo and parallel > 1:
+            prebuild_models(todo, progress=progress)
+        with StudyProgress(study.name, len(specs), enabled=progress) as bar:
+            bar.add_done(len(specs) - len(todo))
+            if todo and parallel > 1:
+                results |= run_pool(ctx, todo, parallel=parallel, progress=bar)
+            else:
+                for spec in todo:
+                    current = spec.run_key
+                    results[spec.run_key] = outcome = execute_run(
+                        spec.config, study=study.name, variant=spec.variant, label=spec.label,
+                        parent_run_id=ctx.parent_run_id, progress=bar.run_view(spec.label))
+                    current = None
+                    if outcome.tracking_lost:  # every later run would wait out the deadline again
+                        break
+        if any(o.tracking_lost for o in results.values()):
+            status = "FAILED"
+            policy = OutagePolicy(deadline_s=0.0, warn=policy.warn)  # closing the parent: one try, no more waiting
+        for spec in todo:
+            if spec.run_key not in results:  # not started: MLflow was lost
+                results[spec.run_key] = RunOutcome(spec.label, spec.variant, spec.seed, spec.run_key, "FAILED",
+                                                   error="not started: MLflow unreachable (run again to resume)")
+    except KeyboardInterrupt:
+        status = "KILLED"
+        if current is not None:  # interrupted while its MLflow run was being opened
+            mark_orphaned_runs(client, ctx.experiment_id, [current], reason="interrupted", status="KILLED")
+        raise
+    finally:
+        close_parent(ctx, status, policy)
+        refresh_study_views(ctx)
+    return [results[s.run_key] for s in specs]
+
+def seed_matrix(outcomes: list[RunOutcome]) -> tuple[list[int], list[tuple[str, dict[int, RunOutcome], float]]]:
+    """Outcomes as (seeds, rows): a row per variant/grid point (the label without its seed), with
+    its outcome per seed and the mean final eval accuracy over the seeds that have one."""
+    seeds = sorted({o.seed for o in outcomes})
+    groups: dict[str, dict[int, RunOutcome]] = {}
+    for o in outcomes:
+        groups.setdefault(o.label.rsplit("/seed=", 1)[0], {})[o.seed] = o
+    rows = []
+    for group, by_seed in groups.items():
+        values = [o.eval_last for o in by_seed.values() if o.eval_last == o.eval_last]
+        rows.append((group, by_seed, sum(values) / len(values) if values else math.nan))
+    return seeds, rows
