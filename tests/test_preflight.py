@@ -10,7 +10,8 @@ import pytest
 from tests.conftest import micro_run_config
 from workbench.config import RunConfig
 from workbench.execution.run import PreflightError, preflight
-from workbench.models import TINY_MAX_POSITIONS, inspect_model_dir, model_dir, token_count_over
+from workbench.models import inspect_model_dir, model_dir, token_count_over
+from workbench.models.tiny_context import TINY_MAX_POSITIONS
 from workbench.models.tokenizer import build_char_tokenizer
 
 

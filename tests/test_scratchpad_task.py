@@ -94,7 +94,7 @@ def test_probe_judges_the_final_boxed_answer_in_either_form():
 
 
 def test_tiny_tokenizer_covers_every_character_and_fits_the_budget():
-    from workbench.models import TINY_MAX_POSITIONS
+    from workbench.models.tiny_context import TINY_MAX_POSITIONS
     from workbench.models.tokenizer import build_char_tokenizer
 
     tokenizer = build_char_tokenizer()

@@ -9,7 +9,6 @@ import typer
 
 from workbench.cli.console import is_terminal, print_table
 from workbench.cli.output import fail
-from workbench.cli.preset_docs import PRESET_HEADERS, markdown_document, preset_rows, show_rows
 from workbench.errors import suggest_and_list
 
 FormatOpt = Annotated[str, typer.Option(
@@ -30,6 +29,7 @@ def algorithms(ctx: typer.Context, format: FormatOpt = "auto") -> None:
     """The presets as a table of resolved settings (``show NAME`` for one preset's citations)."""
     if ctx.invoked_subcommand is not None:
         return
+    from workbench.cli.preset_docs import PRESET_HEADERS, markdown_document, preset_rows  # deferred: pydantic, torch
 
     if format == "markdown":
         print(markdown_document(), end="")
@@ -42,6 +42,7 @@ def algorithms(ctx: typer.Context, format: FormatOpt = "auto") -> None:
 def show(name: Annotated[str, typer.Argument(help="preset name, e.g. dapo")], format: FormatOpt = "auto") -> None:
     """Each setting of preset NAME as a run resolves it, with the paper and section it comes from."""
     from workbench.algorithms.presets import PRESET_INFO  # deferred: torch
+    from workbench.cli.preset_docs import show_rows  # deferred: pydantic, torch
 
     if name not in PRESET_INFO:
         raise fail(f"unknown preset {name!r}{suggest_and_list(name, sorted(PRESET_INFO))}")

@@ -15,7 +15,6 @@ from rich.console import Console
 
 from workbench.cli.output import fail
 from workbench.results.reader import StudyNotFound, StudyReader
-from workbench.study import StudyError, expand, load_study
 from workbench.tracking.store import resolve_tracking_uri
 
 console = Console()
@@ -50,6 +49,8 @@ def resolve_target(arg: str, tracking_uri: str | None = None, *, allow_run: bool
     compare: dict[str, Any] = {}
     order: list[str] = []
     if path.suffix in (".yaml", ".yml") or path.is_file():
+        from workbench.study import StudyError, expand, load_study  # deferred: pydantic
+
         try:
             study = load_study(path)
             specs = expand(study)

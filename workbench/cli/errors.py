@@ -14,7 +14,6 @@ import click
 import typer
 from typer.core import TyperGroup
 
-from workbench.study import StudyError
 from workbench.tracking.redact import redact_text
 
 DEBUG_ENV = "WORKBENCH_DEBUG"
@@ -28,7 +27,8 @@ def is_input_error(error: BaseException) -> bool:
     import yaml
     from pydantic import ValidationError
 
-    from workbench.execution.run import PreflightError  # deferred: torch, transformers
+    from workbench.execution.run import PreflightError  # deferred: pydantic, torch, transformers
+    from workbench.study import StudyError  # deferred: pydantic
 
     return isinstance(error, (StudyError, PreflightError, ValidationError, yaml.YAMLError,
                               FileNotFoundError, IsADirectoryError, NotADirectoryError, UnicodeDecodeError))

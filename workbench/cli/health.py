@@ -22,8 +22,6 @@ import typer
 
 from workbench.cli.common import TrackingOpt, console, note, resolve_target
 from workbench.cli.output import fail
-from workbench.health import HEALTH_PRESETS, HEALTH_RULES, HealthMonitor
-from workbench.health.events import json_float
 from workbench.metrics.catalogue import unlogged_by_config
 from workbench.tracking.redact import redact_uri
 
@@ -36,6 +34,8 @@ def _label(row: Mapping[str, Any]) -> str:
     return f"{row.get('arm') or row['variant']}/seed={row['seed']}"  # arm = variant + grid point
 
 def _rule_order(reports: Mapping[str, Mapping[str, Any] | None]) -> list[str]:
+    from workbench.health import HEALTH_RULES  # deferred: pydantic
+
     names = set(HEALTH_RULES.names())
     for rep in reports.values():
         if rep:
@@ -45,6 +45,7 @@ def _rule_order(reports: Mapping[str, Mapping[str, Any] | None]) -> list[str]:
 def health_cells(runs: pd.DataFrame, reports: Mapping[str, Mapping[str, Any] | None],
                  rules: list[str] | None = None) -> pd.DataFrame:
     """Runs × rules, tidy (see the module docstring); runs in ``runs`` order."""
+    from workbench.health import HEALTH_RULES  # deferred: pydantic
 
     rules = rules or _rule_order(reports)
     out = []
@@ -149,6 +150,7 @@ def run_health_config(row: Mapping[str, Any], preset: str | None = None) -> dict
 
 def recheck_reports(history: pd.DataFrame, runs: pd.DataFrame, preset: str | None = None) -> dict[str, dict]:
     """``run_id -> health report`` recomputed from the logged metrics (same events as live)."""
+    from workbench.health import HealthMonitor  # deferred: pydantic
 
     by_run = {rid: g for rid, g in history.groupby("run_id", sort=False)}
     out = {}
@@ -184,6 +186,8 @@ def health(
     if format not in ("table", "json"):
         raise fail(f"--format must be table or json, got {format!r}")
     if preset is not None:
+        from workbench.health import HEALTH_PRESETS  # deferred: pydantic
+
         if preset not in HEALTH_PRESETS:
             raise fail(f"unknown health preset {preset!r} (valid: {', '.join(sorted(HEALTH_PRESETS))})")
         recheck = True
@@ -258,6 +262,7 @@ def health(
 
 def _jf(v: Any) -> Any:
     """A float for strict JSON (non-finite as "nan"/"inf"/"-inf", as in health.json)."""
+    from workbench.health.events import json_float  # deferred: pydantic
 
     return None if v is None or v is pd.NA else json_float(v)
 

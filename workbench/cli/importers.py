@@ -11,8 +11,6 @@ from typing import Annotated
 import typer
 
 from workbench.cli.output import console, fail
-from workbench.importers import ADAPTERS, ImportSourceError, runs_from_files, runs_from_mlflow, write_study
-from workbench.importers.write import existing_keys
 from workbench.tracking.store import resolve_tracking_uri
 
 __all__ = ["import_runs", "register"]
@@ -37,6 +35,14 @@ def import_runs(
 ) -> None:
     """Import TRL or verl runs (from their MLflow store or log files) as a workbench study, with
     their metrics mapped onto the canonical names (docs/import.md); re-importing adds nothing twice."""
+
+    from workbench.importers import (  # deferred: pydantic
+        ADAPTERS,
+        ImportSourceError,
+        runs_from_files,
+        runs_from_mlflow,
+        write_study,
+    )
 
     try:
         adapter = ADAPTERS.get(framework)
@@ -65,9 +71,10 @@ def import_runs(
             runs = runs_from_files(adapter, files, variant, list(seed))
             note = {"files": [r.origin["workbench.source_file"] for r in runs]}
         uri = tracking_uri or resolve_tracking_uri()
+        from workbench.importers.write import existing_keys  # deferred: pydantic
 
         existing_keys(uri, study)  # a name taken by a non-workbench experiment: refuse before writing
-        from workbench.viz.mlflow_views import load_view_specs  # deferred: pandas, plotly
+        from workbench.viz.mlflow_views import load_view_specs  # deferred: plotly, pydantic
 
         view_specs = load_view_specs()  # a broken dashboard spec (SpecError) fails before anything is written
     except (ImportSourceError, ValueError) as e:

@@ -25,8 +25,7 @@ from workbench.execution.lock import StudyBusy
 from workbench.execution.study_progress import PROGRESS_EVERY_ENV
 from workbench.metrics import CATALOGUE
 from workbench.metrics.catalogue import markdown_table, range_text
-from workbench.search.schema import parse_search
-from workbench.study import StudyError, apply_overrides, expand, load_study
+from workbench.results.reader import StudyNotFound, StudyReader
 from workbench.tracking.redact import redact_uri
 from workbench.tracking.store import resolve_tracking_uri
 from workbench.tracking.study_runs import run_statuses
@@ -47,6 +46,7 @@ OnlyOpt = Annotated[str | None, typer.Option("--only", help="filter runs, e.g. v
 
 def load_specs(study_path: Path, overrides: list[str] | None, only: str | None):
     """Study -> filtered RunSpecs, or a one-line error and exit 2."""
+    from workbench.study import StudyError, apply_overrides, expand, load_study  # deferred: pydantic
 
     try:
         study = load_study(study_path)
@@ -63,7 +63,7 @@ def load_specs(study_path: Path, overrides: list[str] | None, only: str | None):
 
 def warn_inert_knobs(specs) -> None:
     """Config lint (workbench/cli/lint.py): one stderr line per knob that cannot act, before anything runs."""
-    from workbench.cli.lint import lint_specs  # deferred: torch
+    from workbench.cli.lint import lint_specs  # deferred: pydantic, torch
 
     for line in lint_specs(specs):
         print(line, file=sys.stderr)  # plain print: one line however long, no markup
@@ -86,7 +86,7 @@ def filter_specs(specs, only: str):
 def plan(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
          format: Annotated[str, typer.Option(help="table | json")] = "table") -> None:
     """Show the runs a study expands into, with their status in MLflow."""
-    from workbench.execution.study import plan_rows  # deferred: torch, transformers
+    from workbench.execution.study import plan_rows  # deferred: pydantic, torch, transformers
 
     study_obj, specs = load_specs(study, set_, only)
     warn_inert_knobs(specs)
@@ -109,6 +109,8 @@ def plan(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
 
 def _note_search_problems(study_obj) -> None:
     """`run` ignores the search: section; say early what `workbench tune` will reject in it."""
+    from workbench.search.schema import parse_search  # deferred: pydantic
+    from workbench.study import StudyError  # deferred: pydantic
 
     if study_obj.search is None:
         return
@@ -122,7 +124,10 @@ def _known_statuses(study_obj, specs) -> dict[str, str]:
     """Statuses from MLflow if the store already exists; never creates a store just to look."""
     from mlflow import MlflowClient
 
-    from workbench.execution.study import study_experiment, study_tracking_uri  # deferred: torch, transformers
+    from workbench.execution.study import (  # deferred: pydantic, torch, transformers
+        study_experiment,
+        study_tracking_uri,
+    )
 
     uri = study_tracking_uri(specs)
     if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).exists():
@@ -143,22 +148,22 @@ def run(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
     """Execute a study's runs (skipping those already finished) and print a summary."""
     # the study first: a bad one fails before torch is imported (seconds and ~250 MB; every rank checks it)
     study_obj, specs = load_specs(study, set_, only)
-    from workbench.execution.run import PreflightError  # deferred: torch, transformers
-    from workbench.execution.study import run_study  # deferred: torch, transformers
-    from workbench.train import ranks  # deferred: torch
+    from workbench.execution.run import PreflightError  # deferred: pydantic, torch, transformers
+    from workbench.execution.study import run_study  # deferred: pydantic, torch, transformers
+    from workbench.train import ranks  # deferred: pydantic, torch
 
     if progress_every is not None:
         os.environ[PROGRESS_EVERY_ENV] = str(progress_every)
 
     if ranks.is_follower():  # several DeepSpeed ranks: rank 0 runs the study, this rank mirrors its learner
-        from workbench.train.follower import follow  # deferred: torch, transformers
+        from workbench.train.follower import follow  # deferred: pydantic, torch, transformers
 
         raise typer.Exit(follow())
     warn_inert_knobs(specs)  # rank 0 (or the only process) lints; followers mirror it
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")  # a server prints no links per run
     if parallel is None:
         parallel = int(study_obj.execution.get("parallel", 1))
-    from workbench.viz.dashboard import SpecError  # deferred: pandas
+    from workbench.viz.dashboard import SpecError  # deferred: plotly, pydantic
 
     try:
         outcomes = run_study(study_obj, specs, progress=not quiet, parallel=1 if ranks.multi_rank() else parallel)
@@ -191,10 +196,14 @@ def worker(
     quiet: Annotated[bool, typer.Option(help="no per-run lines")] = False,
 ) -> None:
     """Execute a study together with any number of other workers, on any machines (see docs/distributed.md)."""
-    from workbench.execution.pool import _interrupt_once  # deferred: torch, transformers
-    from workbench.execution.run import PreflightError  # deferred: torch, transformers
-    from workbench.execution.worker import WorkerError, WorkerOptions, run_worker  # deferred: torch, transformers
-    from workbench.viz.dashboard import SpecError  # deferred: pandas
+    from workbench.execution.pool import _interrupt_once  # deferred: pydantic, torch, transformers
+    from workbench.execution.run import PreflightError  # deferred: pydantic, torch, transformers
+    from workbench.execution.worker import (  # deferred: pydantic, torch, transformers
+        WorkerError,
+        WorkerOptions,
+        run_worker,
+    )
+    from workbench.viz.dashboard import SpecError  # deferred: plotly, pydantic
 
     if tracking_uri:
         os.environ["MLFLOW_TRACKING_URI"] = tracking_uri  # every run of this worker logs there
@@ -258,7 +267,7 @@ def print_summary(name: str, outcomes, uri: str) -> None:
 
 def _print_seed_matrix(outcomes) -> None:
     """With several seeds: final eval accuracy and health, one row per variant/grid point, one column per seed."""
-    from workbench.execution.study import seed_matrix  # deferred: torch, transformers
+    from workbench.execution.study import seed_matrix  # deferred: pydantic, torch, transformers
 
     seeds, rows = seed_matrix(outcomes)
     if len(seeds) < 2:
@@ -340,10 +349,9 @@ def _raise_interrupt(signum, frame):
 def _ui_studies(study: str | None, tracking_uri: str | None) -> tuple[str, list[dict]]:
     """The store to serve, and for each study in it with a parent run: ``{study, experiment_id,
     run_id, html: [(artifact path, local file or None)]}``. Read before the server starts, read-only."""
-    from workbench.results.reader import StudyNotFound, StudyReader  # deferred: pandas
 
     if study is not None:
-        from workbench.cli.common import resolve_target  # deferred: pandas
+        from workbench.cli.common import resolve_target  # deferred: pydantic
 
         target = resolve_target(study, tracking_uri, allow_run=False, settings=False, cache_dir=False)
         uri, names, reader = target.tracking_uri, [target.study], target.reader
@@ -371,7 +379,7 @@ def _saved_views(uri: str, experiment_id: str) -> list:
     """The experiment's MLflow saved views (:mod:`workbench.viz.mlflow_views`), ours first."""
     from mlflow import MlflowClient
 
-    from workbench.viz.mlflow_views import list_views  # deferred: pandas, plotly
+    from workbench.viz.mlflow_views import list_views  # deferred: plotly, pydantic
 
     return list_views(experiment_id, MlflowClient(uri).get_experiment(experiment_id).tags)
 

@@ -8,10 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from workbench.algorithms.advantage import ADVANTAGE_ESTIMATORS, DERIVED_PARAMS
-from workbench.algorithms.losses import CLIP_PARAMS, POLICY_LOSSES
 from workbench.algorithms.presets import PAPERS, PRESET_INFO, PRESET_LIST, Paper, Preset
-from workbench.config import AlgorithmConfig
 
 # The settings a preset table shows in its own columns; the others go to "other settings".
 MAIN_KEYS = ("estimator", "loss", "agg_mode", "clip_low", "clip_high")
@@ -25,6 +22,7 @@ def format_value(value: Any) -> str:
 
 def resolved_settings(name: str) -> dict[str, Any]:
     """Every algorithm field as a run with only ``preset: NAME`` resolves it (preset values + defaults)."""
+    from workbench.config import AlgorithmConfig  # deferred: pydantic
 
     fields = AlgorithmConfig(preset=name).model_dump()
     fields.pop("preset")
@@ -101,6 +99,9 @@ def markdown_paper_index() -> str:
 def unit_param_rows() -> list[list[str]]:
     """One row per keyword parameter of a registered loss or estimator: kind, unit, name, default, how set."""
     import inspect
+
+    from workbench.algorithms.advantage import ADVANTAGE_ESTIMATORS, DERIVED_PARAMS  # deferred: torch
+    from workbench.algorithms.losses import CLIP_PARAMS, POLICY_LOSSES  # deferred: torch
 
     rows = []
     for kind, registry, field, own_fields in (("estimator", ADVANTAGE_ESTIMATORS, "estimator_params", ()),

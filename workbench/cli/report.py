@@ -30,13 +30,8 @@ from workbench.cli.common import (
     parent_run,
     resolve_target,
 )
-from workbench.cli.health import health_cells, health_events
 from workbench.cli.output import fail
-from workbench.compare.arms import arm_column
-from workbench.compare.summary import COUNT_METRICS
 from workbench.tracking.redact import redact_uri
-from workbench.viz.dashboard import DashboardData, SpecError, find_spec, load_spec, render_dashboard, summary_name
-from workbench.viz.style import variant_colors
 
 __all__ = ["build_compare_report", "compare", "comparison_metrics", "dashboard", "select_runs", "uncomputed_summaries"]
 
@@ -51,6 +46,7 @@ DASHBOARD_DIR = "dashboards"
 def comparison_metrics(requested: Sequence[str] | None, compare_cfg: dict[str, Any]) -> list[str]:
     """Summary metric names to compare: ``--metric`` values, else the study's ``compare.metrics``,
     else ``final_eval_accuracy``. Logged metric names (``eval/accuracy``) become ``final:<name>``."""
+    from workbench.viz.dashboard import summary_name  # deferred: plotly, pydantic
 
     names = list(requested or compare_cfg.get("metrics") or DEFAULT_METRICS)
     return list(dict.fromkeys(summary_name(m) for m in names))
@@ -109,7 +105,7 @@ def _verdict_class(v: Any) -> str:
 
 def comparison_table_html(table: Any) -> str:
     from workbench.compare.report import runs_phrase  # deferred: scipy
-    from workbench.viz.html import df_table_html  # deferred: plotly
+    from workbench.viz.html import df_table_html  # deferred: plotly, pydantic
 
     parts = []
     level = f"{table.confidence:.0%}"
@@ -152,7 +148,8 @@ def comparison_table_html(table: Any) -> str:
     return "\n".join(parts)
 
 def _runs_overview_html(runs: pd.DataFrame, excluded: dict[str, int]) -> str:
-    from workbench.viz.html import df_table_html  # deferred: plotly
+    from workbench.compare.arms import arm_column  # deferred: scipy
+    from workbench.viz.html import df_table_html  # deferred: plotly, pydantic
 
     arms = arm_column(runs)
     unit = "variant" if (arms == runs["variant"].astype(str)).all() else "arm"
@@ -186,8 +183,11 @@ def build_compare_report(study: str, table: Any, summary: pd.DataFrame, history:
                          n_resamples: int = 1000) -> tuple[str, list[str]]:
     """The HTML report (and rendering warnings): runs, comparison table, summary bars with CIs,
     curves with CI bands (the curve panels of ``spec``), health matrix."""
-    from workbench.viz.figures import health_matrix_figure, summary_figure  # deferred: plotly
-    from workbench.viz.html import Section, html_page  # deferred: plotly
+    from workbench.compare.arms import arm_column  # deferred: scipy
+    from workbench.viz.dashboard import DashboardData, render_dashboard  # deferred: plotly, pydantic
+    from workbench.viz.figures import health_matrix_figure, summary_figure  # deferred: plotly, pydantic
+    from workbench.viz.html import Section, html_page  # deferred: plotly, pydantic
+    from workbench.viz.style import variant_colors  # deferred: plotly, pydantic
 
     colors = variant_colors(pd.unique(arm_column(runs)), table.baseline_arms)
     unit = table.unit
@@ -311,6 +311,8 @@ def print_table(table: Any, out: Any = None) -> None:
 StudyArg = Annotated[str, typer.Argument(help="study YAML file or study name (its MLflow experiment)")]
 
 def _load_spec(name: str):
+    from workbench.viz.dashboard import SpecError, find_spec, load_spec  # deferred: plotly, pydantic
+
     try:
         return load_spec(find_spec(name))
     except SpecError as e:
@@ -319,6 +321,7 @@ def _load_spec(name: str):
 def _in_study_order(runs: pd.DataFrame, variants_order: Sequence[str]) -> pd.DataFrame:
     """Runs ordered by variant (the study file's order, then the others as loaded), then arm (as
     loaded: the reader orders arms by their first run), then seed."""
+    from workbench.compare.arms import arm_column  # deferred: scipy
 
     variants = list(pd.unique(runs["variant"]))
     ordered = [v for v in variants_order if v in variants] + [v for v in variants if v not in variants_order]
@@ -330,11 +333,14 @@ def _in_study_order(runs: pd.DataFrame, variants_order: Sequence[str]) -> pd.Dat
 def _labelled_by_arm(runs: pd.DataFrame) -> pd.DataFrame:
     """``runs`` with ``variant`` replaced by the arm, for ``health_cells``, which labels a run
     ``<variant>/seed=N``: with a grid that label is not unique, ``<arm>/seed=N`` (the run name) is."""
+    from workbench.compare.arms import arm_column  # deferred: scipy
 
     return runs.assign(variant=arm_column(runs))
 
 def _spec_metrics(spec: Any) -> set[str]:
     from workbench.compare import resolve_summary  # deferred: scipy
+    from workbench.compare.summary import COUNT_METRICS  # deferred: scipy
+    from workbench.viz.dashboard import summary_name  # deferred: plotly, pydantic
 
     out: set[str] = set()
     for p in spec.panels:
@@ -349,7 +355,7 @@ def _spec_metrics(spec: Any) -> set[str]:
 
 def _check_png_target(png: Path) -> None:
     """Before any work: a bad --png is one line and exit 2, with nothing written."""
-    from workbench.viz.snapshot import missing_requirement  # deferred: plotly
+    from workbench.viz.snapshot import missing_requirement  # deferred: plotly, pydantic
 
     if png.suffix.lower() != ".png":
         raise fail(f"--png: {png} must end in .png")
@@ -362,7 +368,7 @@ def _check_png_target(png: Path) -> None:
 def _save_png(page: str, png: Path, sections: list[str]) -> None:
     import tempfile
 
-    from workbench.viz.snapshot import SnapshotError, save_sections_png  # deferred: plotly
+    from workbench.viz.snapshot import SnapshotError, save_sections_png  # deferred: plotly, pydantic
 
     with tempfile.TemporaryDirectory(prefix="workbench-png-") as tmp:
         html_file = Path(tmp) / "report.html"
@@ -396,6 +402,7 @@ def compare(
     the same grid point (paired by seed); ``--baseline VARIANT/KEY=VALUE`` compares every arm with
     that one arm."""
     from workbench.compare import compare_variants, resolve_summary, summarize_runs  # deferred: scipy
+    from workbench.compare.arms import arm_column  # deferred: scipy
 
     if format not in ("table", "csv", "json", "md"):
         raise fail(f"--format must be one of table, csv, json, md; got {format!r}")
@@ -445,6 +452,7 @@ def compare(
         print(table.to_markdown(), end="")
 
     reports = target.reader.health_reports(runs)
+    from workbench.cli.health import health_cells  # deferred: pydantic
 
     cells = health_cells(_labelled_by_arm(runs), reports)
     page, warnings = build_compare_report(target.study, table, summary, history, runs, cells, spec=dash,
@@ -480,6 +488,7 @@ def dashboard(
     tracking_uri: TrackingOpt = None,
 ) -> None:
     """Render a dashboard spec (YAML panels) for a study to self-contained HTML logged to MLflow."""
+    from workbench.cli.health import health_cells, health_events  # deferred: pydantic
 
     target = resolve_target(study, tracking_uri)
     run_id = run or target.run_id
@@ -495,6 +504,7 @@ def dashboard(
     if needs_health:
         reports = target.reader.health_reports(frames.runs)
         cells, events = health_cells(_labelled_by_arm(frames.runs), reports), health_events(reports)
+    from workbench.viz.dashboard import DashboardData, render_dashboard  # deferred: plotly, pydantic
 
     baseline = target.compare.get("baseline")
     data = DashboardData(frames.history, frames.runs, health_cells=cells, health_events=events, baseline=baseline)
@@ -527,7 +537,8 @@ def dashboard(
 def _view_specs(dash) -> list:
     """The specs whose MLflow saved views ``workbench dashboard`` rewrites: every spec found
     (project and ./dashboards), plus ``dash`` when it is a file found nowhere else."""
-    from workbench.viz.mlflow_views import load_view_specs  # deferred: plotly
+    from workbench.viz.dashboard import SpecError  # deferred: plotly, pydantic
+    from workbench.viz.mlflow_views import load_view_specs  # deferred: plotly, pydantic
 
     try:
         specs = load_view_specs()
@@ -539,7 +550,7 @@ def _refresh_views(target: Target, specs: Sequence[Any]) -> None:
     """Rewrite the study's saved views, description, run colours and health lines (same ids)."""
     from mlflow import MlflowClient
 
-    from workbench.viz.mlflow_views import StudyLayout, publish_study_views, read_layout  # deferred: plotly
+    from workbench.viz.mlflow_views import StudyLayout, publish_study_views, read_layout  # deferred: plotly, pydantic
 
     client = MlflowClient(target.tracking_uri)
     experiment_id = client.get_experiment_by_name(target.study).experiment_id

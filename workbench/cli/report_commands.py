@@ -12,8 +12,8 @@ __all__ = ["register"]
 
 def register(app: typer.Typer) -> None:
     """Add ``health``, ``compare`` and ``dashboard`` to ``app``."""
-    from workbench.cli.health import health  # deferred: pandas
-    from workbench.cli.report import compare, dashboard  # deferred: pandas
+    from workbench.cli.health import health  # deferred: pydantic
+    from workbench.cli.report import compare, dashboard  # deferred: pydantic
 
     app.command("health")(health)
     app.command("compare")(compare)

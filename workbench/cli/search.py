@@ -16,12 +16,6 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from workbench.search.report import best_trials, open_search, trial_rows, write_report
-from workbench.search.report import export_best as export
-from workbench.search.schema import parse_search
-from workbench.search.worker import SearchError, TuneOptions, default_storage, run_search, trial_counts
-from workbench.study import StudyError, apply_overrides, load_study
-
 console = Console()
 err_console = Console(stderr=True)
 
@@ -63,6 +57,9 @@ def tune(
 
     Several machines share one search when each runs this command with the same
     --storage postgresql://..."""
+    from workbench.search.schema import parse_search  # deferred: pydantic
+    from workbench.search.worker import SearchError, TuneOptions, default_storage, run_search  # deferred: pydantic
+    from workbench.study import StudyError, apply_overrides, load_study  # deferred: pydantic
 
     if tracking_uri:
         os.environ["MLFLOW_TRACKING_URI"] = tracking_uri  # every worker logs there
@@ -93,7 +90,7 @@ def tune(
     console.print(f"search [bold]{spec.optuna_name}[/bold]: {budget}, {len(spec.seeds)} seed(s) per trial, "
                   f"sampler {spec.sampler_name}, pruner {spec.pruner_name}; storage {_describe(storage_url)}",
                   highlight=False, soft_wrap=True)
-    from workbench.execution.pool import _interrupt_once  # deferred: torch, transformers
+    from workbench.execution.pool import _interrupt_once  # deferred: pydantic, torch, transformers
 
     previous = signal.signal(signal.SIGTERM, _interrupt_once)  # `kill PID` stops like Ctrl-C
     try:
@@ -106,6 +103,7 @@ def tune(
         raise typer.Exit(130) from None
     finally:
         signal.signal(signal.SIGTERM, previous)
+    from workbench.search.report import open_search  # deferred: pydantic
 
     print_best(open_search(spec, storage_url), spec)
     c = result.counts
@@ -117,11 +115,15 @@ def tune(
         raise typer.Exit(1)
 
 def _describe(url: str) -> str:
-    from workbench.execution.worker import describe_storage  # deferred: torch, transformers
+    from workbench.execution.worker import describe_storage  # deferred: pydantic, torch, transformers
 
     return describe_storage(url)
 
 def _report(spec, storage_url: str, report: bool, report_file: Path | None, export_best: Path | None) -> None:
+    from workbench.search.report import export_best as export  # deferred: pydantic
+    from workbench.search.report import open_search, write_report  # deferred: pydantic
+    from workbench.search.worker import SearchError  # deferred: pydantic
+
     try:
         ostudy = open_search(spec, storage_url)
     except SearchError as e:
@@ -141,6 +143,9 @@ def _report(spec, storage_url: str, report: bool, report_file: Path | None, expo
                       highlight=False, soft_wrap=True)
 
 def print_best(ostudy, spec, top: int = 5) -> None:
+    from workbench.search.report import best_trials, trial_rows  # deferred: pydantic
+    from workbench.search.worker import trial_counts  # deferred: pydantic
+
     rows = trial_rows(best_trials(ostudy, spec, top), spec)
     c = trial_counts(ostudy.get_trials(deepcopy=False))
     title = "Pareto-optimal trials" if spec.multi_objective else "best trials"

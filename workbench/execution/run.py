@@ -15,7 +15,8 @@ from workbench.config import RunConfig
 from workbench.execution.run_progress import RunProgress
 from workbench.health import HealthMonitor
 from workbench.metrics.catalogue import unlogged_by_config
-from workbench.models import TINY_MAX_POSITIONS, inspect_model_dir, token_count_over
+from workbench.models import inspect_model_dir, token_count_over
+from workbench.models.tiny_context import TINY_MAX_POSITIONS
 from workbench.models.tokenizer import build_char_tokenizer
 from workbench.tasks import build_task
 from workbench.tasks.jsonl import read_numbered_problems
