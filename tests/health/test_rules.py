@@ -8,12 +8,13 @@ metric, so whichever metric the rule watches is already in them.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 from pydantic import BaseModel
 
 from workbench.health import HEALTH_RULES, HealthMonitor, HealthRule, RuleParams
-from workbench.health.rules import to_float
+from workbench.health.rules import markdown_table, to_float
 from workbench.metrics.catalogue import BY_NAME
 
 from .streams import BASE, HEALTHY_KINDS, healthy, make, noisy_healthy, spike, step_change
@@ -228,7 +229,7 @@ def test_rule_contract(name):
     assert issubclass(cls, HealthRule) and cls.name == name
     doc = cls.__doc__ or ""
     assert len(doc.split()) > 20 and "[" in doc, "docstring must say the symptom and cite a source"
-    assert cls.watches and cls.consequence
+    assert cls.watches and cls.consequence and cls.summary
     # every metric a rule watches is a canonical one ("*" = every metric of the step)
     unknown = [m for m in cls.watches if m != "*" and m not in BY_NAME]
     assert not unknown, f"{name} watches metrics missing from workbench/metrics/catalogue.py: {unknown}"
@@ -250,6 +251,13 @@ def test_rule_contract(name):
     second = [fresh.observe(s, m) for s, m in stream]
     assert first == second and any(e is not None and e.step == step for e in first)
 
+
+def test_readme_rule_table_matches_the_registry():
+    readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
+    assert markdown_table() in readme, (
+        "regenerate the rule table in README.md: python -c "
+        "'from workbench.health.rules import markdown_table; print(markdown_table(), end=\"\")'"
+    )
 
 def test_rule_accepts_params_mapping_and_overrides():
     cls = HEALTH_RULES.get("entropy_collapse")
