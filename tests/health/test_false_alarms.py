@@ -1,8 +1,8 @@
 """Simulation tests: the default rules stay quiet on healthy noisy runs and fire on their failure.
 
 Every default rule must fire on at most 5% of healthy 100-step runs (``noisy_healthy``: noisy
-flat and noisy slowly improving streams, fixed seeds) and still fire on its planted failure at
-the step the rule's definition gives. Monte-Carlo error: with ``RUNS`` = 200 runs per stream
+flat and noisy slowly improving streams, fixed seeds) and still fire on its planted failure
+(``FAILURES`` in test_rules.py) at the step the rule's definition gives. Monte-Carlo error: with ``RUNS`` = 200 runs per stream
 kind, an observed rate has standard error sqrt(p(1-p)/200), at most 1.5 points at p = 5%; the
 rules are built to sit well below that (most never fire here), so the bound is not met by luck.
 """
