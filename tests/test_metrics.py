@@ -103,3 +103,13 @@ def test_every_metrics_range_follows_from_its_unit_and_excludes_no_value_it_can_
     assert metric_bounds("policy/approx_kl") == UNBOUNDED  # k1 can be negative
     assert metric_bounds("kl/ref") == UNBOUNDED  # the estimator is the user's choice (k1 included)
     assert metric_bounds("not/catalogued") == UNBOUNDED
+
+
+def test_every_healthy_range_lies_inside_the_metrics_bounds():
+    """The health tests' synthetic healthy streams draw each metric from its healthy_range
+    (tests/health/streams.py), so the range must be values the metric can take."""
+    for m in CATALOGUE:
+        lo, hi = m.healthy_range
+        assert m.bounds[0] <= lo <= hi <= m.bounds[1], m.name
+    assert BY_NAME["health/status"].healthy_range == (0.0, 0.0)  # a healthy run's status is ok
+    assert BY_NAME["length/truncated_frac"].healthy_range == (0.0, 0.1)

@@ -3,6 +3,12 @@
 A stream is a list of ``(step, metrics)`` pairs. ``healthy`` is a plausible run where nothing is
 wrong; ``make`` builds a constant healthy baseline and replaces chosen metrics by per-step
 functions (return ``None`` to leave the metric out at that step).
+
+Every stream carries every catalogued metric at every step, with a value in the
+``healthy_range`` that workbench/metrics/catalogue.py declares for it, so a new rule on any
+catalogued metric is evaluated on them, and a failure planted in them, without editing this file.
+The metrics today's rules read are modelled by hand on top (trends, binomial noise, the
+incorrect/correct length ratio).
 """
 
 from __future__ import annotations
@@ -12,10 +18,26 @@ import random
 from collections.abc import Callable
 from typing import Any
 
+from workbench.metrics.catalogue import CATALOGUE
+
 Stream = list[tuple[int, dict[str, Any]]]
 
-# Healthy, constant values for every metric a rule reads (plus a few it does not).
+
+def catalogue_step(rng: random.Random) -> dict[str, float]:
+    """One healthy step of every catalogued metric, each uniform over its ``healthy_range``."""
+    return {m.name: rng.uniform(*m.healthy_range) for m in CATALOGUE}
+
+
+def _catalogue_rng(seed: int) -> random.Random:
+    # A generator of its own, so the hand-modelled metrics draw the same numbers however many
+    # metrics the catalogue holds.
+    return random.Random(f"catalogue/{seed}")
+
+
+# Healthy, constant values for every catalogued metric: the middle of its healthy range, except
+# the values the hand-computed cases of test_rules.py start from.
 BASE: dict[str, float] = {
+    **{m.name: sum(m.healthy_range) / 2 for m in CATALOGUE},
     "entropy/mean": 1.0,
     "length/truncated_frac": 0.05,
     "length/correct_mean": 20.0,
@@ -63,7 +85,7 @@ def spike(base: float, value: float, at: int) -> Callable[[int], float]:
 
 def healthy(n: int = 80, seed: int = 0) -> Stream:
     """A noisy but healthy run: reward and entropy drift up slowly, everything else in range."""
-    rng = random.Random(seed)
+    rng, fill = random.Random(seed), _catalogue_rng(seed)
     out: Stream = []
     for s in range(n):
         correct_len = 20.0 + 0.05 * s + rng.uniform(-1, 1)
@@ -71,6 +93,7 @@ def healthy(n: int = 80, seed: int = 0) -> Stream:
             (
                 s,
                 {
+                    **catalogue_step(fill),
                     "entropy/mean": 0.8 + 0.002 * s + rng.uniform(-0.05, 0.05),
                     "length/mean": correct_len + 1.0,
                     "length/truncated_frac": rng.uniform(0.0, 0.1),
@@ -106,7 +129,7 @@ def nan_stream(n: int = 10, at: int = 5) -> Stream:
 #
 # Noise levels are those of a small real run (16 prompts x 8 completions = 128 samples per step):
 # binomial fractions over 128 completions or 16 groups, reward/mean with prompt-to-prompt spread
-# (sd 0.08), entropy and lengths +-5%. Every rule's watched metric is present at every step.
+# (sd 0.08), entropy and lengths +-5%. Every catalogued metric is present at every step.
 COMPLETIONS, GROUPS = 128, 16
 HEALTHY_KINDS = ("flat", "improving")
 
@@ -126,7 +149,7 @@ def noisy_healthy(kind: str, n: int = 100, seed: int = 0) -> Stream:
     """
     if kind not in HEALTHY_KINDS:
         raise ValueError(f"kind must be one of {HEALTHY_KINDS}, got {kind!r}")
-    rng = random.Random(seed)
+    rng, fill = random.Random(seed), _catalogue_rng(seed)
     out: Stream = []
     for s in range(n):
         u = s / max(n - 1, 1) if kind == "improving" else 0.0  # training progress 0 -> 1
@@ -134,6 +157,7 @@ def noisy_healthy(kind: str, n: int = 100, seed: int = 0) -> Stream:
         ratio = (1.6 if kind == "flat" else 1.7 - 0.2 * u) + rng.gauss(0, 0.05)
         reward = min(max(0.5 + rng.gauss(0, 0.08) if kind == "flat" else 0.3 + 0.5 * u + rng.gauss(0, 0.08), 0.0), 1.0)
         out.append((s, {
+            **catalogue_step(fill),
             "entropy/mean": (0.9 if kind == "flat" else 1.0 - 0.4 * u) * (1 + rng.gauss(0, 0.05)),
             "length/mean": correct_len * 1.3,
             "length/correct_mean": correct_len,

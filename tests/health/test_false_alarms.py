@@ -1,15 +1,14 @@
 """Simulation tests: the default rules stay quiet on healthy noisy runs and fire on their failure.
 
 Every default rule must fire on at most 5% of healthy 100-step runs (``noisy_healthy``: noisy
-flat and noisy slowly improving streams, fixed seeds) and still fire on its planted failure at
-the step the rule's definition gives. Monte-Carlo error: with ``RUNS`` = 200 runs per stream
+flat and noisy slowly improving streams, fixed seeds) and still fire on its planted failure
+(``FAILURES`` in test_rules.py) at the step the rule's definition gives. Monte-Carlo error: with ``RUNS`` = 200 runs per stream
 kind, an observed rate has standard error sqrt(p(1-p)/200), at most 1.5 points at p = 5%; the
 rules are built to sit well below that (most never fire here), so the bound is not met by luck.
 """
 
 from __future__ import annotations
 
-import math
 import random
 from collections import Counter
 from functools import cache
@@ -19,11 +18,11 @@ import pytest
 from workbench.health import HEALTH_RULES, HealthMonitor
 
 from .streams import HEALTHY_KINDS, noisy_healthy, plant
+from .test_rules import FAILURE_AT, FAILURES
 
 RUNS = 200
 STEPS = 100
 MAX_FALSE_FIRE_RATE = 0.05
-FAILURE_AT = 50
 
 
 def _events(stream, cfg=None):
@@ -40,6 +39,15 @@ def _runs_with_a_false_fire(kind: str) -> Counter:
     for seed in range(RUNS):
         counts.update({e.rule for e in _events(noisy_healthy(kind, STEPS, seed))})
     return counts
+
+
+@pytest.mark.parametrize("kind", HEALTHY_KINDS)
+def test_every_rule_is_evaluated_on_healthy_runs(kind):
+    # A rule whose inputs never arrive never fires: its false-alarm rate below would pass vacuously.
+    monitor = HealthMonitor.from_config()
+    for step, metrics in noisy_healthy(kind, STEPS, seed=0):
+        monitor.observe(step, metrics)
+    assert [name for name, rule in monitor.rules.items() if rule.evaluated == 0] == []
 
 
 @pytest.mark.parametrize("kind", HEALTHY_KINDS)
@@ -77,33 +85,6 @@ def test_reward_collapse_stays_quiet_on_noisier_rewards(kind, reward_sd):
     assert fired / RUNS <= MAX_FALSE_FIRE_RATE
 
 
-# --- planted failures: (metric, new value from the failure step on, expected firing steps) --------
-# Expected steps follow from the default Params (failure at step 50):
-#   patience 5 -> the 5th violating observation is step 54; patience 1 -> 50; patience 10 -> 59.
-#   reward_collapse: the running mean of 5 goes 0.42, 0.34, 0.26, 0.18 at steps 50..53 (from a
-#   level of 0.5); its best so far is 0.5 plus the noise maximum of the running mean (sd
-#   0.08/sqrt(5) = 0.036, max over ~45 windows ~ +0.03..+0.12), so the limit best - 0.2 lies in
-#   0.33..0.42: first violated at step 50..53 -> patience 5 -> fires at 54..57.
-#   incorrect_length_gap: the ratio grows 0.03/step from 1.6 (noise sd 0.05). Over a full
-#   12-observation ramp the slope's standard error is 0.05/sqrt(143) = 0.0042 (t ~ 7 against a
-#   critical 3.72 at one-sided 0.002, df 10), so it is significant once roughly 5 ramp steps are
-#   in the window (step ~54), then patience 3: 56..60 typically; 53..63 allows the noise.
-FAILURES = {
-    "entropy_collapse": ("entropy/mean", lambda k, old: 0.1 * old, {54}),
-    "entropy_blowup": ("entropy/mean", lambda k, old: 3.5 * old, {54}),
-    "length_blowup": ("length/truncated_frac", lambda k, old: 0.5, {54}),
-    "incorrect_length_gap": (
-        "length/incorrect_mean",
-        lambda k, old: old + 20.0 * 0.03 * (k + 1),  # correct length ~20: ratio +0.03 per step
-        set(range(53, 64)),
-    ),
-    "reward_collapse": ("reward/mean", lambda k, old: 0.1, {54, 55, 56, 57}),
-    "no_learning_signal": ("batch/zero_std_frac", lambda k, old: 1.0, {59}),
-    "mismatch_spike": ("mismatch/prob_abs_diff_max", lambda k, old: 0.95, {50}),
-    "clip_fraction_anomaly": ("clip/frac", lambda k, old: 0.5, {54}),
-    "kl_explosion": ("kl/ref", lambda k, old: 2.0, {50}),
-    "non_finite": ("grad/norm", lambda k, old: math.nan if k == 0 else old, {50}),
-}
 FAILURE_RUNS = 50
 
 

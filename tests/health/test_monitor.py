@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from workbench.health import (
+    HEALTH_RULES,
     REPORT_ARTIFACT,
     HealthConfig,
     HealthMonitor,
@@ -198,11 +199,12 @@ def test_iter_history_groups_and_sorts_steps():
     assert list(iter_history(hist)) == [(0, {"a": 3.0}), (1, {"b": 2.0}), (2, {"a": 5.0})]
 
 
-KEYS = [
-    "entropy/mean", "length/truncated_frac", "length/correct_mean", "length/incorrect_mean",
-    "reward/mean", "batch/zero_std_frac", "mismatch/prob_abs_diff_max", "mismatch/kl",
-    "clip/frac", "kl/ref", "grad/norm",
-]
+# Every metric a registered rule watches ("*" aside), so a new rule is covered; loss/policy is
+# drawn separately below.
+KEYS = list(dict.fromkeys(
+    metric for name in HEALTH_RULES.names() for metric in HEALTH_RULES.get(name).watches
+    if metric not in ("*", "loss/policy")
+))
 VALUES = st.one_of(
     st.sampled_from([0.0, 0.05, 0.1, 0.3, 0.5, 0.95, 1.0, 2.0, 5.0, 30.0]),
     st.floats(min_value=-1.0, max_value=50.0, allow_nan=False),

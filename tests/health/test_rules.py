@@ -1,17 +1,23 @@
-"""Each rule fires at a hand-computed step; contract tests every registered rule passes."""
+"""Each rule fires at a hand-computed step; contract tests every registered rule passes.
+
+A new rule's tests live here: its hand-computed case in ``CASES`` and its planted failure in
+``FAILURES`` (run by test_false_alarms.py). The streams of streams.py carry every catalogued
+metric, so whichever metric the rule watches is already in them.
+"""
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 from pydantic import BaseModel
 
 from workbench.health import HEALTH_RULES, HealthMonitor, HealthRule, RuleParams
-from workbench.health.rules import to_float
+from workbench.health.rules import markdown_table, to_float
 from workbench.metrics.catalogue import BY_NAME
 
-from .streams import BASE, healthy, make, spike, step_change
+from .streams import BASE, HEALTHY_KINDS, healthy, make, noisy_healthy, spike, step_change
 
 
 def run(stream, cfg=None) -> HealthMonitor:
@@ -53,6 +59,37 @@ CASES = {
     "kl_explosion": (make(30, kl__ref=spike(0.02, 2.0, 12)), 12, 2.0, 1.0),
     # immediate.
     "non_finite": (make(30, grad__norm=spike(1.0, math.inf, 7)), 7, math.inf, None),
+}
+
+
+# --- one planted failure per rule, for the simulations of test_false_alarms.py -----------------
+# rule -> (metric, new value from FAILURE_AT on in a noisy healthy run, expected firing steps).
+# Expected steps follow from the default Params (failure at step 50):
+#   patience 5 -> the 5th violating observation is step 54; patience 1 -> 50; patience 10 -> 59.
+#   reward_collapse: the running mean of 5 goes 0.42, 0.34, 0.26, 0.18 at steps 50..53 (from a
+#   level of 0.5); its best so far is 0.5 plus the noise maximum of the running mean (sd
+#   0.08/sqrt(5) = 0.036, max over ~45 windows ~ +0.03..+0.12), so the limit best - 0.2 lies in
+#   0.33..0.42: first violated at step 50..53 -> patience 5 -> fires at 54..57.
+#   incorrect_length_gap: the ratio grows 0.03/step from 1.6 (noise sd 0.05). Over a full
+#   12-observation ramp the slope's standard error is 0.05/sqrt(143) = 0.0042 (t ~ 7 against a
+#   critical 3.72 at one-sided 0.002, df 10), so it is significant once roughly 5 ramp steps are
+#   in the window (step ~54), then patience 3: 56..60 typically; 53..63 allows the noise.
+FAILURE_AT = 50
+FAILURES = {
+    "entropy_collapse": ("entropy/mean", lambda k, old: 0.1 * old, {54}),
+    "entropy_blowup": ("entropy/mean", lambda k, old: 3.5 * old, {54}),
+    "length_blowup": ("length/truncated_frac", lambda k, old: 0.5, {54}),
+    "incorrect_length_gap": (
+        "length/incorrect_mean",
+        lambda k, old: old + 20.0 * 0.03 * (k + 1),  # correct length ~20: ratio +0.03 per step
+        set(range(53, 64)),
+    ),
+    "reward_collapse": ("reward/mean", lambda k, old: 0.1, {54, 55, 56, 57}),
+    "no_learning_signal": ("batch/zero_std_frac", lambda k, old: 1.0, {59}),
+    "mismatch_spike": ("mismatch/prob_abs_diff_max", lambda k, old: 0.95, {50}),
+    "clip_fraction_anomaly": ("clip/frac", lambda k, old: 0.5, {54}),
+    "kl_explosion": ("kl/ref", lambda k, old: 2.0, {50}),
+    "non_finite": ("grad/norm", lambda k, old: math.nan if k == 0 else old, {50}),
 }
 
 
@@ -192,7 +229,7 @@ def test_rule_contract(name):
     assert issubclass(cls, HealthRule) and cls.name == name
     doc = cls.__doc__ or ""
     assert len(doc.split()) > 20 and "[" in doc, "docstring must say the symptom and cite a source"
-    assert cls.watches and cls.consequence
+    assert cls.watches and cls.consequence and cls.summary
     # every metric a rule watches is a canonical one ("*" = every metric of the step)
     unknown = [m for m in cls.watches if m != "*" and m not in BY_NAME]
     assert not unknown, f"{name} watches metrics missing from workbench/metrics/catalogue.py: {unknown}"
@@ -215,6 +252,13 @@ def test_rule_contract(name):
     assert first == second and any(e is not None and e.step == step for e in first)
 
 
+def test_readme_rule_table_matches_the_registry():
+    readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
+    assert markdown_table() in readme, (
+        "regenerate the rule table in README.md: python -c "
+        "'from workbench.health.rules import markdown_table; print(markdown_table(), end=\"\")'"
+    )
+
 def test_rule_accepts_params_mapping_and_overrides():
     cls = HEALTH_RULES.get("entropy_collapse")
     assert cls({"patience": 2}).params.patience == 2
@@ -226,3 +270,15 @@ def test_rule_accepts_params_mapping_and_overrides():
 def test_base_values_are_healthy():
     monitor = run([(s, dict(BASE)) for s in range(50)], "strict")
     assert monitor.events == []
+
+
+def test_streams_carry_every_catalogued_metric_within_its_bounds():
+    # so a rule on any catalogued metric is evaluated on them without editing streams.py
+    assert set(BASE) == set(BY_NAME)
+    streams = [healthy(20), make(5)] + [noisy_healthy(kind, 20) for kind in HEALTHY_KINDS]
+    for stream in streams:
+        for _, metrics in stream:
+            assert set(BY_NAME) <= set(metrics)
+            for name, spec in BY_NAME.items():
+                lo, hi = spec.bounds
+                assert lo <= metrics[name] <= hi, (name, metrics[name])

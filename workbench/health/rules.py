@@ -47,6 +47,7 @@ __all__ = [
     "RuleParams",
     "StreakParams",
     "finite_value",
+    "markdown_table",
     "to_float",
 ]
 
@@ -131,7 +132,8 @@ class HealthRule:
     """Base class: the patience/active bookkeeping shared by every rule.
 
     Subclasses set ``name``, ``Params``, ``watches`` (metric names read), ``consequence`` (why the
-    symptom matters, one sentence used in event messages) and implement ``update(metrics)``,
+    symptom matters, one sentence used in event messages), ``summary`` (what the rule catches, its
+    row of the README's rule table) and implement ``update(metrics)``,
     which advances the rule's own state and returns a ``Reading`` or ``None`` (not evaluated).
     """
 
@@ -139,6 +141,7 @@ class HealthRule:
     Params: ClassVar[type[RuleParams]] = StreakParams
     watches: ClassVar[tuple[str, ...]] = ()
     consequence: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
 
     def __init__(self, params: RuleParams | Mapping[str, Any] | None = None, **overrides: Any):
         if params is None:
@@ -297,6 +300,7 @@ class EntropyCollapse(_EntropyRelative):
     """
 
     name = "entropy_collapse"
+    summary = "entropy falls below a fraction of its starting value"
     Params = EntropyCollapseParams
     consequence = (
         "Entropy collapse: outputs turn deterministic and exploration stops "
@@ -330,6 +334,7 @@ class EntropyBlowup(_EntropyRelative):
     """
 
     name = "entropy_blowup"
+    summary = "entropy rises above a multiple of its starting value"
     Params = EntropyBlowupParams
     consequence = (
         "Entropy blow-up: the policy is drifting towards random text "
@@ -369,6 +374,7 @@ class LengthBlowup(HealthRule):
     """
 
     name = "length_blowup"
+    summary = "the truncated fraction goes over a limit"
     Params = LengthBlowupParams
     watches = (TRUNCATED_FRAC,)
     consequence = (
@@ -416,6 +422,10 @@ class IncorrectLengthGap(HealthRule):
     """
 
     name = "incorrect_length_gap"
+    summary = (
+        "the incorrect/correct length ratio is above a limit and its least-squares slope over "
+        "a window is significantly positive (GRPO length bias); a stable gap does not fire"
+    )
     Params = IncorrectLengthGapParams
     watches = (LEN_CORRECT, LEN_INCORRECT)
     consequence = (
@@ -512,6 +522,10 @@ class RewardCollapse(HealthRule):
     """
 
     name = "reward_collapse"
+    summary = (
+        "the running reward drops below its best by more than a margin and more than 7 "
+        "standard errors of its own noise"
+    )
     Params = RewardCollapseParams
     watches = (REWARD,)
     consequence = "Reward collapse: training is undoing its progress (check lr, clipping, entropy)."
@@ -566,6 +580,7 @@ class NoLearningSignal(HealthRule):
     """
 
     name = "no_learning_signal"
+    summary = "most groups have identical rewards, so there is no gradient"
     Params = NoLearningSignalParams
     watches = (ZERO_STD_FRAC,)
     consequence = (
@@ -609,6 +624,7 @@ class MismatchSpike(HealthRule):
     """
 
     name = "mismatch_spike"
+    summary = "sampler and learner disagree"
     Params = MismatchSpikeParams
     watches = (MISMATCH_PROB_MAX, MISMATCH_KL)
     consequence = (
@@ -650,6 +666,7 @@ class ClipFractionAnomaly(HealthRule):
     """
 
     name = "clip_fraction_anomaly"
+    summary = "the clip fraction stays too high"
     Params = ClipFractionParams
     watches = (CLIP_FRAC,)
     consequence = (
@@ -684,6 +701,7 @@ class KLExplosion(HealthRule):
     """
 
     name = "kl_explosion"
+    summary = "KL to the reference policy explodes"
     Params = KLExplosionParams
     watches = (KL_REF,)
     consequence = (
@@ -724,6 +742,7 @@ class NonFinite(HealthRule):
     """
 
     name = "non_finite"
+    summary = "a NaN or inf appears; this is fatal and stops the run"
     Params = NonFiniteParams
     watches = ("loss/policy", "grad/norm", "*")
     consequence = "Non-finite values: training has diverged numerically; further steps are wasted."
@@ -750,3 +769,10 @@ class NonFinite(HealthRule):
 
 
 HEALTH_RULES.freeze()
+
+
+def markdown_table() -> str:
+    """The registered rules as the table in README.md (kept in sync by tests/health/test_rules.py)."""
+    lines = ["| rule | what it catches |", "|---|---|"]
+    lines += [f"| `{name}` | {HEALTH_RULES.get(name).summary} |" for name in HEALTH_RULES.names()]
+    return "\n".join(lines) + "\n"

@@ -1,5 +1,5 @@
-"""The canonical metric catalogue: name, meaning, unit, which direction is healthy, and the values
-the metric can take by construction.
+"""The canonical metric catalogue: name, meaning, unit, which direction is healthy, the values
+the metric can take by construction, and the range a healthy run plausibly logs.
 
 Names are a contract (docs/metrics.md lists them): dashboards, health rules, comparisons and users'
 notebooks read them. Add metrics freely; never rename one.
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 Direction = Literal["up", "down", "stable", "none"]
@@ -29,61 +29,91 @@ class MetricSpec:
     # a k3 KL), so its mean does too: a confidence band may be cut to this range without losing
     # coverage. UNBOUNDED where the sign is free (k1 KL, a loss, a reward).
     bounds: tuple[float, float] = UNBOUNDED
+    # [lo, hi] that a healthy small run (16 prompts x 8 completions) plausibly logs; lo == hi for a
+    # value a healthy run holds constant. The tests' synthetic healthy streams draw every metric
+    # from it, so a new health rule on any catalogued metric finds its input there.
+    healthy_range: tuple[float, float] = field(kw_only=True)
 
 
 CATALOGUE: tuple[MetricSpec, ...] = (
-    MetricSpec("reward/mean", "mean total reward over all sampled completions", "reward", "up"),
-    MetricSpec("reward/std", "std of total reward over all sampled completions", "reward", "none", NON_NEGATIVE),
-    MetricSpec("accuracy/train", "fraction of sampled completions judged correct by math-verify", "fraction", "up", UNIT_INTERVAL),
+    MetricSpec("reward/mean", "mean total reward over all sampled completions", "reward", "up",
+               healthy_range=(0.3, 0.7)),
+    MetricSpec("reward/std", "std of total reward over all sampled completions", "reward", "none", NON_NEGATIVE,
+               healthy_range=(0.3, 0.5)),
+    MetricSpec("accuracy/train", "fraction of sampled completions judged correct by math-verify", "fraction", "up", UNIT_INTERVAL,
+               healthy_range=(0.3, 0.7)),
     MetricSpec("entropy/mean", "learner next-token entropy of the sampling distribution, token-mean over responses",
-               "nats", "stable", NON_NEGATIVE),
-    MetricSpec("length/mean", "response length", "tokens", "stable", NON_NEGATIVE),
-    MetricSpec("length/max", "longest response in the batch", "tokens", "stable", NON_NEGATIVE),
-    MetricSpec("length/correct_mean", "mean length of correct responses", "tokens", "stable", NON_NEGATIVE),
+               "nats", "stable", NON_NEGATIVE, healthy_range=(0.8, 1.0)),
+    MetricSpec("length/mean", "response length", "tokens", "stable", NON_NEGATIVE, healthy_range=(20.0, 40.0)),
+    MetricSpec("length/max", "longest response in the batch", "tokens", "stable", NON_NEGATIVE,
+               healthy_range=(40.0, 64.0)),
+    MetricSpec("length/correct_mean", "mean length of correct responses", "tokens", "stable", NON_NEGATIVE,
+               healthy_range=(20.0, 40.0)),
     MetricSpec("length/incorrect_mean", "mean length of incorrect responses (grows under GRPO length bias)",
-               "tokens", "down", NON_NEGATIVE),
+               "tokens", "down", NON_NEGATIVE, healthy_range=(30.0, 60.0)),
     MetricSpec("length/truncated_frac", "fraction of responses that hit max_new_tokens without EOS", "fraction",
-               "down", UNIT_INTERVAL),
+               "down", UNIT_INTERVAL, healthy_range=(0.0, 0.1)),
     MetricSpec("clip/frac", "fraction of response tokens whose gradient the clipping removes (low + high; "
-               "CISPO: weights truncated)", "fraction", "stable", UNIT_INTERVAL),
+               "CISPO: weights truncated)", "fraction", "stable", UNIT_INTERVAL, healthy_range=(0.0, 0.1)),
     MetricSpec("clip/frac_low", "A < 0 tokens clipped: ratio < 1-ε_low (GMPO: log-ratio < -ε_low); "
-               "CISPO: weight truncated below, any A", "fraction", "stable", UNIT_INTERVAL),
+               "CISPO: weight truncated below, any A", "fraction", "stable", UNIT_INTERVAL,
+               healthy_range=(0.0, 0.05)),
     MetricSpec("clip/frac_high", "A > 0 tokens clipped: ratio > 1+ε_high (GMPO: log-ratio > ε_high); "
-               "CISPO: weight truncated above, any A", "fraction", "stable", UNIT_INTERVAL),
-    MetricSpec("policy/approx_kl", "token-mean k1 estimate of KL(old ‖ new) during the update", "nats", "down"),
-    MetricSpec("policy/ratio_mean", "mean importance ratio π_new/π_old over response tokens", "ratio", "stable", NON_NEGATIVE),
-    MetricSpec("policy/ratio_max", "max importance ratio over response tokens", "ratio", "down", NON_NEGATIVE),
+               "CISPO: weight truncated above, any A", "fraction", "stable", UNIT_INTERVAL,
+               healthy_range=(0.0, 0.05)),
+    MetricSpec("policy/approx_kl", "token-mean k1 estimate of KL(old ‖ new) during the update", "nats", "down",
+               healthy_range=(0.0, 0.005)),
+    MetricSpec("policy/ratio_mean", "mean importance ratio π_new/π_old over response tokens", "ratio", "stable", NON_NEGATIVE,
+               healthy_range=(0.99, 1.01)),
+    MetricSpec("policy/ratio_max", "max importance ratio over response tokens", "ratio", "down", NON_NEGATIVE,
+               healthy_range=(1.2, 2.0)),
     MetricSpec("mismatch/prob_abs_diff_mean", "|p_learner − p_sampler| of sampled tokens, learner before the update",
-               "probability", "down", UNIT_INTERVAL),
-    MetricSpec("mismatch/prob_abs_diff_max", "max |p_learner − p_sampler| of sampled tokens", "probability", "down", UNIT_INTERVAL),
-    MetricSpec("mismatch/kl", "token-mean k3 estimate of KL(π_sampler ‖ π_learner)", "nats", "down", NON_NEGATIVE),
-    MetricSpec("mismatch/is_weight_mean", "mean IS correction weight (when a correction is on)", "ratio", "stable", NON_NEGATIVE),
+               "probability", "down", UNIT_INTERVAL, healthy_range=(0.0, 0.01)),
+    MetricSpec("mismatch/prob_abs_diff_max", "max |p_learner − p_sampler| of sampled tokens", "probability", "down", UNIT_INTERVAL,
+               healthy_range=(0.0, 0.4)),
+    MetricSpec("mismatch/kl", "token-mean k3 estimate of KL(π_sampler ‖ π_learner)", "nats", "down", NON_NEGATIVE,
+               healthy_range=(0.0, 0.005)),
+    MetricSpec("mismatch/is_weight_mean", "mean IS correction weight (when a correction is on)", "ratio", "stable", NON_NEGATIVE,
+               healthy_range=(0.98, 1.02)),
     MetricSpec("mismatch/is_clipped_frac", "fraction of tokens whose IS weight was truncated/masked", "fraction",
-               "down", UNIT_INTERVAL),
-    MetricSpec("kl/ref", "KL to the reference policy (when one is used)", "nats", "down"),
-    MetricSpec("loss/policy", "policy loss (mean over the step's optimizer steps)", "loss", "none"),
-    MetricSpec("grad/norm", "global grad norm before clipping (mean over optimizer steps)", "norm", "stable", NON_NEGATIVE),
+               "down", UNIT_INTERVAL, healthy_range=(0.0, 0.01)),
+    MetricSpec("kl/ref", "KL to the reference policy (when one is used)", "nats", "down", healthy_range=(0.0, 0.1)),
+    MetricSpec("loss/policy", "policy loss (mean over the step's optimizer steps)", "loss", "none",
+               healthy_range=(-0.1, 0.1)),
+    MetricSpec("grad/norm", "global grad norm before clipping (mean over optimizer steps)", "norm", "stable", NON_NEGATIVE,
+               healthy_range=(0.5, 2.0)),
     MetricSpec("batch/zero_std_frac", "fraction of groups whose rewards are all equal (no GRPO signal)", "fraction",
-               "down", UNIT_INTERVAL),
-    MetricSpec("batch/filtered_frac", "fraction of groups dropped by dynamic sampling", "fraction", "none", UNIT_INTERVAL),
-    MetricSpec("eval/accuracy", "held-out accuracy (greedy unless configured), at eval steps", "fraction", "up", UNIT_INTERVAL),
-    MetricSpec("eval/length_mean", "held-out mean response length, at eval steps", "tokens", "stable", NON_NEGATIVE),
-    MetricSpec("perf/step_s", "wall time of the RL step", "s", "down", NON_NEGATIVE),
+               "down", UNIT_INTERVAL, healthy_range=(0.2, 0.5)),
+    MetricSpec("batch/filtered_frac", "fraction of groups dropped by dynamic sampling", "fraction", "none", UNIT_INTERVAL,
+               healthy_range=(0.0, 0.3)),
+    MetricSpec("eval/accuracy", "held-out accuracy (greedy unless configured), at eval steps", "fraction", "up", UNIT_INTERVAL,
+               healthy_range=(0.3, 0.7)),
+    MetricSpec("eval/length_mean", "held-out mean response length, at eval steps", "tokens", "stable", NON_NEGATIVE,
+               healthy_range=(20.0, 40.0)),
+    MetricSpec("perf/step_s", "wall time of the RL step", "s", "down", NON_NEGATIVE, healthy_range=(0.3, 0.6)),
     MetricSpec("perf/sample_s", "wall time sampling this step's completions (every sampling round)", "s", "down",
-               NON_NEGATIVE),
+               NON_NEGATIVE, healthy_range=(0.1, 0.3)),
     MetricSpec("perf/score_s", "wall time scoring them (math-verify and shaping); with reward.overlap it runs "
                "beside the learner's forward, and sample + score + learn can exceed the step", "s", "down",
-               NON_NEGATIVE),
+               NON_NEGATIVE, healthy_range=(0.01, 0.05)),
     MetricSpec("perf/learn_s", "wall time of the policy update and the weight sync to the sampler", "s", "down",
-               NON_NEGATIVE),
-    MetricSpec("perf/sample_tokens_per_s", "generated tokens per second of sampling", "tokens/s", "up", NON_NEGATIVE),
-    MetricSpec("perf/learn_tokens_per_s", "tokens per second through the learner update", "tokens/s", "up", NON_NEGATIVE),
-    MetricSpec("perf/sample_tokens", "tokens generated this step", "tokens", "none", NON_NEGATIVE),
-    MetricSpec("perf/health_s", "time evaluating the health rules this step", "s", "down", NON_NEGATIVE),
-    MetricSpec("perf/algorithm_s", "time inside the algorithm units (advantages, IS weights, loss)", "s", "down", NON_NEGATIVE),
-    MetricSpec("batch/sampling_rounds", "sampling rounds used to fill the batch (dynamic sampling)", "count", "down", NON_NEGATIVE),
-    MetricSpec("train/optimizer_steps", "optimizer steps this RL step (epochs × minibatches)", "count", "none", NON_NEGATIVE),
-    MetricSpec("health/status", "0 ok, 1 warn, 2 fail (worst rule active this step)", "code", "down", (0.0, 2.0)),
+               NON_NEGATIVE, healthy_range=(0.1, 0.3)),
+    MetricSpec("perf/sample_tokens_per_s", "generated tokens per second of sampling", "tokens/s", "up", NON_NEGATIVE,
+               healthy_range=(2000.0, 4000.0)),
+    MetricSpec("perf/learn_tokens_per_s", "tokens per second through the learner update", "tokens/s", "up", NON_NEGATIVE,
+               healthy_range=(5000.0, 10000.0)),
+    MetricSpec("perf/sample_tokens", "tokens generated this step", "tokens", "none", NON_NEGATIVE,
+               healthy_range=(2000.0, 5000.0)),
+    MetricSpec("perf/health_s", "time evaluating the health rules this step", "s", "down", NON_NEGATIVE,
+               healthy_range=(0.0, 0.001)),
+    MetricSpec("perf/algorithm_s", "time inside the algorithm units (advantages, IS weights, loss)", "s", "down", NON_NEGATIVE,
+               healthy_range=(0.001, 0.01)),
+    MetricSpec("batch/sampling_rounds", "sampling rounds used to fill the batch (dynamic sampling)", "count", "down", NON_NEGATIVE,
+               healthy_range=(1.0, 1.0)),
+    MetricSpec("train/optimizer_steps", "optimizer steps this RL step (epochs × minibatches)", "count", "none", NON_NEGATIVE,
+               healthy_range=(1.0, 1.0)),
+    MetricSpec("health/status", "0 ok, 1 warn, 2 fail (worst rule active this step)", "code", "down", (0.0, 2.0),
+               healthy_range=(0.0, 0.0)),
 )
 
 BY_NAME = {m.name: m for m in CATALOGUE}
