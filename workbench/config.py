@@ -244,7 +244,8 @@ class RolloutConfig(Strict):
 
 
 class AlgorithmConfig(Strict):
-    """Which registered units the loop composes. A preset fills the fields left unset."""
+    """Which registered units the loop composes. A preset fills the fields left unset (and the keys of
+    ``loss_params``/``estimator_params`` left unset)."""
 
     preset: str = "grpo"
     estimator: str | None = None
@@ -256,8 +257,10 @@ class AlgorithmConfig(Strict):
     )
     # The clip bounds are loss parameters (``loss_kwargs``) with fields of their own, their canonical spelling
     # (``params.LOSS_PARAM_FIELDS``): ``loss_params: {clip_high: 0.28}`` is read as ``clip_high: 0.28``.
-    clip_low: float | None = Field(None, ge=0, description="clipped losses: the ratio's lower bound 1 - clip_low")
-    clip_high: float | None = Field(None, ge=0, description="clipped losses: the ratio's upper bound 1 + clip_high")
+    clip_low: float | None = Field(None, ge=0, description="clipped losses: ratio >= 1 - clip_low "
+                                   "(gmpo: log-ratio >= -clip_low)")
+    clip_high: float | None = Field(None, ge=0, description="clipped losses: ratio <= 1 + clip_high "
+                                    "(gmpo: log-ratio <= clip_high)")
     dual_clip: float | None = Field(None, gt=1, description="ppo_clip: cap a negative-advantage token's loss "
                                     "at -A·dual_clip; unset = off")
     loss_params: dict[str, Any] = Field(
@@ -328,8 +331,9 @@ class AlgorithmConfig(Strict):
         declared = keyword_params(loss)
         if self.dual_clip is not None and "dual_clip" not in declared:
             raise ValueError(f"dual_clip: {unknown_param_message('policy loss', self.loss, 'dual_clip', declared)}")
-        for key in missing_params(loss, self.loss_kwargs()):
-            where = key if key in LOSS_PARAM_FIELDS else f"loss_params.{key}"
+        missing = missing_params(loss, self.loss_kwargs())
+        if missing:
+            where = missing[0] if missing[0] in LOSS_PARAM_FIELDS else f"loss_params.{missing[0]}"
             raise ValueError(f"{where}: policy loss {self.loss!r} needs it and preset {self.preset!r} sets none")
         alg.AGG_MODES.get(self.agg_mode)
         if self.correction is not None:
