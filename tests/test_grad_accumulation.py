@@ -55,8 +55,8 @@ def test_micro_batch_without_loss_tokens_gets_weight_zero():
 
 
 def minibatch_loss(a: AlgorithmConfig, logp, old, adv, mask, isw, ref, kl_coef):
-    policy, _ = compute_policy_loss(a.loss, logp, old, adv, mask, clip_low=a.clip_low, clip_high=a.clip_high,
-                                    agg_mode=a.agg_mode, norm_constant=a.norm_constant, is_weights=isw)
+    policy, _ = compute_policy_loss(a.loss, logp, old, adv, mask, agg_mode=a.agg_mode, norm_constant=a.norm_constant,
+                                    is_weights=isw, **a.loss_kwargs())
     kl = aggregate_loss(kl_penalty(logp, ref, "k3"), mask, a.agg_mode, norm_constant=a.norm_constant)
     return policy, kl_coef * kl
 

@@ -7,7 +7,7 @@ import torch
 from tests.tolerance import order_tolerance
 from workbench.batch import Rollouts, ScoredRollouts
 from workbench.metrics import BY_NAME, CATALOGUE
-from workbench.metrics.compute import masked_mean, mismatch_metrics, rollout_metrics, zero_std_fraction
+from workbench.metrics.compute import masked_mean_float, mismatch_metrics, rollout_metrics, zero_std_fraction
 from workbench.tasks import Problem
 
 
@@ -59,8 +59,8 @@ def test_mismatch_metrics_hand_computed():
     assert math.isclose(m["mismatch/kl"], ((rho - 1) - math.log(rho)) / 2, rel_tol=0, abs_tol=tol)
 
 def test_masked_mean_and_zero_std():
-    assert masked_mean(torch.tensor([1.0, 3.0, 100.0]), torch.tensor([1.0, 1.0, 0.0])) == 2.0
-    assert masked_mean(torch.tensor([1.0]), torch.tensor([0.0])) == 0.0
+    assert masked_mean_float(torch.tensor([1.0, 3.0, 100.0]), torch.tensor([1.0, 1.0, 0.0])) == 2.0
+    assert masked_mean_float(torch.tensor([1.0]), torch.tensor([0.0])) == 0.0
     assert zero_std_fraction(torch.tensor([1.0, 1.0, 0.0, 1.0, 0.5, 0.5]), torch.tensor([0, 0, 1, 1, 2, 2])) == 2 / 3
 
 

@@ -244,7 +244,8 @@ class RolloutConfig(Strict):
 
 
 class AlgorithmConfig(Strict):
-    """Which registered units the loop composes. A preset fills the fields left unset."""
+    """Which registered units the loop composes. A preset fills the fields left unset (and the keys of
+    ``loss_params``/``estimator_params`` left unset)."""
 
     preset: str = "grpo"
     estimator: str | None = None
@@ -254,13 +255,18 @@ class AlgorithmConfig(Strict):
         None, gt=0,
         description="seq-mean-token-sum-norm divisor; unset = the generation budget sampler.max_new_tokens",
     )
-    clip_low: float | None = Field(None, ge=0)
-    clip_high: float | None = Field(None, ge=0)
-    dual_clip: float | None = Field(None, gt=1)
+    # The clip bounds are loss parameters (``loss_kwargs``) with fields of their own, their canonical spelling
+    # (``params.LOSS_PARAM_FIELDS``): ``loss_params: {clip_high: 0.28}`` is read as ``clip_high: 0.28``.
+    clip_low: float | None = Field(None, ge=0, description="clipped losses: ratio >= 1 - clip_low "
+                                   "(gmpo: log-ratio >= -clip_low)")
+    clip_high: float | None = Field(None, ge=0, description="clipped losses: ratio <= 1 + clip_high "
+                                    "(gmpo: log-ratio <= clip_high)")
+    dual_clip: float | None = Field(None, gt=1, description="ppo_clip: cap a negative-advantage token's loss "
+                                    "at -A·dual_clip; unset = off")
     loss_params: dict[str, Any] = Field(
         default_factory=dict,
-        description="the policy loss's own keyword parameters beyond clip_low/clip_high/dual_clip "
-        "(e.g. sapo: temperature_pos); unset keys keep the loss's defaults",
+        description="the policy loss's own keyword parameters (e.g. sapo: temperature_pos); unset keys keep the "
+        "loss's defaults. clip_low/clip_high/dual_clip given here are stored as the fields of those names",
     )
     estimator_params: dict[str, Any] = Field(
         default_factory=dict,
@@ -301,25 +307,34 @@ class AlgorithmConfig(Strict):
         from workbench import algorithms as alg
         from workbench.algorithms.advantage import DERIVED_PARAMS
         from workbench.algorithms.filters import BATCH_FILTERS, TOKEN_FILTERS
-        from workbench.algorithms.losses import CLIP_PARAMS
-        from workbench.algorithms.params import check_unit_params, required_param
+        from workbench.algorithms.params import (
+            LOSS_PARAM_FIELDS,
+            check_unit_params,
+            keyword_params,
+            missing_params,
+            unknown_param_message,
+        )
 
         estimator = alg.ADVANTAGE_ESTIMATORS.get(self.estimator)
         loss = alg.POLICY_LOSSES.get(self.loss)
-        for key in CLIP_PARAMS:
-            if key in self.loss_params:
-                raise ValueError(f"loss_params.{key}: set algorithm.{key} instead")
-            if key != "dual_clip" and getattr(self, key) is None and required_param(loss, key):  # None = no dual clip
-                raise ValueError(f"{key}: policy loss {self.loss!r} needs it and preset {self.preset!r} sets none")
         # Checked (and converted) in place: assigning a field here would re-run this validator.
         for field, kind, name, fn, exclude in (
                 ("estimator_params", "advantage estimator", self.estimator, estimator, DERIVED_PARAMS),
-                ("loss_params", "policy loss", self.loss, loss, CLIP_PARAMS)):
+                ("loss_params", "policy loss", self.loss, loss, ())):
             params = getattr(self, field)
             try:
                 params.update(check_unit_params(kind, name, fn, params, exclude=exclude, check_types=True))
             except ValueError as error:
                 raise ValueError(f"{field}: {error}") from None
+        # A preset's clip range is offered to whichever loss runs, which takes it only if it declares it
+        # ({preset: grpo, loss: reinforce}); dual_clip is set by no preset, so a loss without it is a mistake.
+        declared = keyword_params(loss)
+        if self.dual_clip is not None and "dual_clip" not in declared:
+            raise ValueError(f"dual_clip: {unknown_param_message('policy loss', self.loss, 'dual_clip', declared)}")
+        missing = missing_params(loss, self.loss_kwargs())
+        if missing:
+            where = missing[0] if missing[0] in LOSS_PARAM_FIELDS else f"loss_params.{missing[0]}"
+            raise ValueError(f"{where}: policy loss {self.loss!r} needs it and preset {self.preset!r} sets none")
         alg.AGG_MODES.get(self.agg_mode)
         if self.correction is not None:
             alg.IS_CORRECTIONS.get(self.correction)
@@ -331,10 +346,14 @@ class AlgorithmConfig(Strict):
         return self
 
     def loss_kwargs(self) -> dict[str, Any]:
-        """``compute_policy_loss``'s keyword arguments for the loss: the clip fields that are set, and ``loss_params``."""
-        from workbench.algorithms.losses import CLIP_PARAMS
+        """The policy loss's parameters, as ``compute_policy_loss(..., **loss_kwargs())`` takes them: those of
+        the fields ``LOSS_PARAM_FIELDS`` that are set and that the loss declares, and ``loss_params``."""
+        from workbench.algorithms import POLICY_LOSSES
+        from workbench.algorithms.params import LOSS_PARAM_FIELDS, keyword_params
 
-        return {key: getattr(self, key) for key in CLIP_PARAMS if getattr(self, key) is not None} | self.loss_params
+        declared = keyword_params(POLICY_LOSSES.get(self.loss))
+        fields = {key: getattr(self, key) for key in LOSS_PARAM_FIELDS if key in declared}
+        return {key: value for key, value in fields.items() if value is not None} | self.loss_params
 
 
 class ShapingTerm(Strict):

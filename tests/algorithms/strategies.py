@@ -5,11 +5,21 @@ from __future__ import annotations
 import torch
 from hypothesis import strategies as st
 
+from workbench.algorithms import POLICY_LOSSES
+from workbench.algorithms.params import keyword_params
+
 # Small shapes keep every test fast; the code paths do not depend on size.
 batch_sizes = st.integers(min_value=1, max_value=6)
 lengths = st.integers(min_value=1, max_value=7)
 seeds = st.integers(min_value=0, max_value=2**31 - 1)
 clips = st.floats(min_value=0.05, max_value=0.5)
+
+
+def clip_range(loss: str, low: float = 0.2, high: float = 0.2) -> dict[str, float]:
+    """The clip bounds ``{clip_low: low, clip_high: high}`` if the loss takes them (``reinforce``, ``sapo``: none),
+    for tests that call every registered loss alike."""
+    takes = keyword_params(POLICY_LOSSES.get(loss))
+    return {key: value for key, value in (("clip_low", low), ("clip_high", high)) if key in takes}
 
 
 def random_mask(gen: torch.Generator, batch: int, length: int, *, allow_empty_rows: bool = False) -> torch.Tensor:

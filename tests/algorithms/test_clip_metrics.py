@@ -2,7 +2,7 @@
 
 docs/metrics.md: ``clip/frac`` is the fraction of response tokens whose gradient the clipping
 removes (``clip/frac_low``: those with A < 0, ``clip/frac_high``: A > 0); a loss that
-truncates a weight instead (``TRUNCATES_WEIGHT``, e.g. CISPO) reports the fraction of tokens
+truncates a weight instead (registered with ``truncates_weight=True``, e.g. CISPO) reports the fraction of tokens
 whose weight was truncated (low: below ``1 - clip_low``, high: above ``1 + clip_high``),
 whatever the advantage's sign.
 
@@ -16,9 +16,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.algorithms.strategies import random_logps, random_mask
+from tests.algorithms.strategies import clip_range, random_logps, random_mask
 from workbench.algorithms import POLICY_LOSSES, compute_policy_loss
-from workbench.algorithms.losses import TRUNCATES_WEIGHT
+from workbench.algorithms.losses import truncates_weight
 
 # A clip range no log-ratio in these tests comes near (|log r| < 3 here): "no clipping".
 NO_CLIP = 1e6
@@ -26,16 +26,16 @@ NO_CLIP = 1e6
 # exact (< 2**24), the division rounds once (<= eps32/2 ~ 6e-8 relative) and clip/frac adds
 # two such values (one more rounding): 3 roundings x 6e-8 x magnitude <= 1 -> 2e-7; 1e-6 is safe.
 FRAC_TOL = 1e-6
-# Losses without a clip: reinforce (no ratio in the gradient), sapo (a soft gate whose slope is never 0).
+# Losses without a clip range (reinforce: no ratio in the gradient; sapo: a soft gate whose slope is never 0).
 # Their clip metrics must be 0, and the autograd reference finds no removed gradient either.
-CLIPS_NOTHING = {"reinforce", "sapo"}
+CLIPS_NOTHING = {name for name in POLICY_LOSSES.names() if not clip_range(name)}
 
 
 def _token_grads(name: str, logp: torch.Tensor, old: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor,
                  clip_low: float, clip_high: float) -> tuple[torch.Tensor, dict[str, float]]:
     """Per-token gradient of the loss with respect to ``logp`` ``[B,T]``, and the metrics."""
     leaf = logp.clone().requires_grad_(True)
-    value, metrics = compute_policy_loss(name, leaf, old, adv, mask, clip_low=clip_low, clip_high=clip_high)
+    value, metrics = compute_policy_loss(name, leaf, old, adv, mask, **clip_range(name, clip_low, clip_high))
     (grad,) = torch.autograd.grad(value, leaf)
     return grad, metrics
 
@@ -54,7 +54,7 @@ def _expected_fractions(name, logp, old, adv, mask, clip_low, clip_high) -> dict
     grad, _ = _token_grads(name, logp, old, adv, mask, clip_low, clip_high)
     free, _ = _token_grads(name, logp, old, adv, mask, NO_CLIP, NO_CLIP)
     tokens = mask.bool()
-    if name in TRUNCATES_WEIGHT:
+    if truncates_weight(name):
         # the gradient is kept but scaled by the truncated weight: it changes where the weight was cut
         event = tokens & (grad != free)
         ratio = torch.exp(logp - old)
@@ -115,6 +115,5 @@ def test_cispo_counts_truncation_whatever_the_advantage_sign():
     assert metrics["clip/frac"] == 1.0 and metrics["clip/frac_low"] == 1.0 and metrics["clip/frac_high"] == 0.0
 
 
-@pytest.mark.parametrize("name", sorted(TRUNCATES_WEIGHT))
-def test_weight_truncating_losses_are_registered(name):
-    assert name in POLICY_LOSSES
+def test_the_weight_truncating_losses_are_those_registered_so():
+    assert [name for name in POLICY_LOSSES.names() if truncates_weight(name)] == ["cispo"]

@@ -10,7 +10,7 @@ import re
 import pytest
 import torch
 
-from tests.algorithms.strategies import random_logps, random_mask
+from tests.algorithms.strategies import clip_range, random_logps, random_mask
 from tests.tolerance import order_tolerance
 from workbench import algorithms
 from workbench.algorithms import (
@@ -131,10 +131,9 @@ def test_policy_loss_contract(name, agg_mode, weighted, gen):
         old,
         torch.randn(B, generator=gen),
         mask,
-        clip_low=0.2,
-        clip_high=0.28,
         agg_mode=agg_mode,
         is_weights=weights,
+        **clip_range(name, 0.2, 0.28),
     )
     assert value.shape == () and bool(torch.isfinite(value))
     assert set(metrics) == POLICY_METRIC_KEYS
@@ -150,7 +149,8 @@ def test_policy_loss_contract(name, agg_mode, weighted, gen):
 def test_dual_clip_contract(gen):
     mask = random_mask(gen, B, T)
     logp, old = random_logps(gen, B, T, spread=1.0)
-    value, metrics = compute_policy_loss("ppo_clip", logp, old, torch.randn(B, generator=gen), mask, dual_clip=3.0)
+    value, metrics = compute_policy_loss("ppo_clip", logp, old, torch.randn(B, generator=gen), mask,
+                                         clip_low=0.2, clip_high=0.2, dual_clip=3.0)
     assert bool(torch.isfinite(value)) and set(metrics) == POLICY_METRIC_KEYS
 
 

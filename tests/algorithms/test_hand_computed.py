@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from tests.algorithms.strategies import clip_range
 from tests.tolerance import order_tolerance
 from workbench.algorithms import (
     aggregate_loss,
@@ -145,7 +146,7 @@ FULL = torch.ones(2, 2)
 
 def policy(loss, **kw):
     logp = NEW.clone().requires_grad_(True)
-    value, metrics = compute_policy_loss(loss, logp, OLD, ADV, FULL, **kw)
+    value, metrics = compute_policy_loss(loss, logp, OLD, ADV, FULL, **clip_range(loss) | kw)
     return value, metrics, logp
 
 

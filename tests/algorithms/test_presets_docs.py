@@ -11,7 +11,15 @@ from pathlib import Path
 import pytest
 
 from workbench.algorithms.presets import PAPERS, PRESET_INFO, PRESET_LIST, PRESETS
-from workbench.cli.preset_docs import markdown_document, markdown_preset_table
+from workbench.cli.preset_docs import (
+    REGENERATE,
+    format_value,
+    markdown_document,
+    markdown_preset_table,
+    readme_preset_table,
+    with_readme_preset_table,
+    write_generated_docs,
+)
 from workbench.config import AlgorithmConfig
 
 ROOT = Path(__file__).parents[2]
@@ -24,12 +32,30 @@ def workbench(*args: str) -> subprocess.CompletedProcess:
 
 def test_docs_algorithms_md_is_generated_from_the_presets():
     doc = (ROOT / "docs" / "algorithms.md").read_text()
-    assert doc == markdown_document(), "regenerate: workbench algorithms --format markdown > docs/algorithms.md"
+    assert doc == markdown_document(), f"docs/algorithms.md is out of date: run `{REGENERATE}`"
 
 
 def test_readme_preset_table_is_generated_from_the_presets():
-    assert markdown_preset_table() in (ROOT / "README.md").read_text(), \
-        "paste `workbench.cli.preset_docs.markdown_preset_table()` into the README"
+    readme = (ROOT / "README.md").read_text()
+    assert readme_preset_table(readme) == markdown_preset_table(), \
+        f"README's preset table is out of date: run `{REGENERATE}`"
+
+
+def test_regenerating_rewrites_only_the_generated_parts(tmp_path):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "algorithms.md").write_text("stale\n")
+    readme = (ROOT / "README.md").read_text()
+    stale = with_readme_preset_table(readme).replace(markdown_preset_table(), "| stale |\n")
+    (tmp_path / "README.md").write_text(stale)
+    assert write_generated_docs(tmp_path) == [tmp_path / "docs" / "algorithms.md", tmp_path / "README.md"]
+    assert (tmp_path / "docs" / "algorithms.md").read_text() == markdown_document()
+    assert (tmp_path / "README.md").read_text() == with_readme_preset_table(readme)
+    assert write_generated_docs(tmp_path) == []  # a second run has nothing to do
+
+
+def test_settings_are_shown_as_a_study_writes_them():
+    assert [format_value(v) for v in (0.28, 3e-4, ["overlong"], {"temperature_neg": 2.0}, "tis")] == \
+        ["0.28", "0.0003", "[overlong]", "{temperature_neg: 2}", "tis"]
 
 
 @pytest.mark.parametrize("preset", PRESET_LIST, ids=lambda p: p.name)
@@ -63,7 +89,7 @@ def test_algorithms_lists_every_preset_with_its_resolved_settings():
     lines = result.stdout.splitlines()
     assert lines[0].split("\t")[:5] == ["preset", "estimator", "loss", "aggregation", "clip (low, high)"]
     rows = {line.split("\t")[0]: line.split("\t") for line in lines[1:]}
-    assert list(rows) == list(PRESETS) and len(rows) == 11  # 9 before + olmo3 + sapo
+    assert list(rows) == list(PRESETS) == [preset.name for preset in PRESET_LIST]  # every preset, in order
     assert rows["olmo3"][1:5] == ["dr_grpo", "ppo_clip", "token-mean", "0.2, 0.28"]
     assert rows["gspo"][4] == "0.0003, 0.0004"
 

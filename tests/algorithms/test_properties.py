@@ -7,7 +7,16 @@ import torch
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from tests.algorithms.strategies import batch_sizes, clips, lengths, random_logps, random_mask, seeds, with_garbage
+from tests.algorithms.strategies import (
+    batch_sizes,
+    clip_range,
+    clips,
+    lengths,
+    random_logps,
+    random_mask,
+    seeds,
+    with_garbage,
+)
 from tests.tolerance import EPS64, order_tolerance
 from workbench.algorithms import (
     ADVANTAGE_ESTIMATORS,
@@ -142,7 +151,7 @@ def test_policy_loss_ignores_padding(loss, mode, batch, length, seed, weighted):
 
     def run(lp, ol, w):
         lp = lp.clone().requires_grad_(True)
-        value, metrics = compute_policy_loss(loss, lp, ol, adv, mask, agg_mode=mode, is_weights=w)
+        value, metrics = compute_policy_loss(loss, lp, ol, adv, mask, agg_mode=mode, is_weights=w, **clip_range(loss))
         value.backward()
         return value, metrics, torch.where(mask.bool(), lp.grad, 0.0)
 
@@ -233,7 +242,7 @@ def test_clip_fractions_add_up_and_are_fractions(loss, batch, length, seed):
     gen = torch.Generator().manual_seed(seed)
     mask = random_mask(gen, batch, length)
     logp, old = random_logps(gen, batch, length, spread=0.5)
-    _, m = compute_policy_loss(loss, logp, old, torch.randn(batch, generator=gen), mask)
+    _, m = compute_policy_loss(loss, logp, old, torch.randn(batch, generator=gen), mask, **clip_range(loss))
     assert 0.0 <= m["clip/frac_low"] <= 1.0 and 0.0 <= m["clip/frac_high"] <= 1.0
     assert m["clip/frac"] == pytest.approx(m["clip/frac_low"] + m["clip/frac_high"])
     # max ≥ mean exactly; the float32 mean of ≤ B·T ratios (≤ e^2.5 at spread 0.5) may round above it
@@ -247,8 +256,8 @@ def test_unit_is_weights_change_nothing(loss, batch, length, seed):
     mask = random_mask(gen, batch, length)
     logp, old = random_logps(gen, batch, length)
     adv = torch.randn(batch, generator=gen)
-    plain = compute_policy_loss(loss, logp, old, adv, mask)
-    weighted = compute_policy_loss(loss, logp, old, adv, mask, is_weights=torch.ones(batch, length))
+    plain = compute_policy_loss(loss, logp, old, adv, mask, **clip_range(loss))
+    weighted = compute_policy_loss(loss, logp, old, adv, mask, is_weights=torch.ones(batch, length), **clip_range(loss))
     torch.testing.assert_close(plain[0], weighted[0])
     assert plain[1] == weighted[1]
 
@@ -309,14 +318,23 @@ def test_unknown_name_suggests_the_closest():
 
 
 def test_arguments_that_do_not_apply_are_rejected():
-    with pytest.raises(ValueError, match="dual_clip applies to ppo_clip only"):
-        compute_policy_loss("gspo", _X, _X, torch.zeros(B), _M, dual_clip=3.0)
+    clip = clip_range("ppo_clip")
+    with pytest.raises(ValueError, match=r"policy loss 'gspo' has no parameter 'dual_clip' \(valid: clip_high, "
+                                         r"clip_low\)"):
+        compute_policy_loss("gspo", _X, _X, torch.zeros(B), _M, dual_clip=3.0, **clip)
+    with pytest.raises(ValueError, match="policy loss 'reinforce' has no parameter 'clip_low'"):
+        compute_policy_loss("reinforce", _X, _X, torch.zeros(B), _M, **clip)
     with pytest.raises(ValueError, match="dual_clip must be > 1"):
-        compute_policy_loss("ppo_clip", _X, _X, torch.zeros(B), _M, dual_clip=0.5)
+        compute_policy_loss("ppo_clip", _X, _X, torch.zeros(B), _M, dual_clip=0.5, **clip)
+    with pytest.raises(ValueError, match="clip_low and clip_high must be >= 0"):
+        compute_policy_loss("gmpo", _X, _X, torch.zeros(B), _M, clip_low=-0.1, clip_high=0.2)
+    with pytest.raises(ValueError, match=r"policy loss 'ppo_clip' needs parameter 'clip_high' \(takes: clip_low, "
+                                         r"clip_high, dual_clip\)"):
+        compute_policy_loss("ppo_clip", _X, _X, torch.zeros(B), _M, clip_low=0.2)
     with pytest.raises(ValueError, match="norm_constant applies to seq-mean-token-sum-norm"):
         aggregate_loss(_X, _M, "token-mean", norm_constant=4.0)
     with pytest.raises(ValueError, match="norm_constant does not apply"):
-        compute_policy_loss("gmpo", _X, _X, torch.zeros(B), _M, norm_constant=4.0)
+        compute_policy_loss("gmpo", _X, _X, torch.zeros(B), _M, norm_constant=4.0, **clip)
     with pytest.raises(ValueError, match="cap must be positive"):
         importance_weights("tis", _X, _X, _M, cap=0.0)
     with pytest.raises(ValueError, match="advantages must be"):

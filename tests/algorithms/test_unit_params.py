@@ -83,7 +83,11 @@ def test_config_checks_and_converts_unit_params():
         "not finite": ({"estimator_params": {"epsilon": float("inf")}}, "parameter 'epsilon': "),
         "derived": ({"preset": "reinforce_pp", "estimator_params": {"token_counts": 3}},
                     "has no parameter 'token_counts'"),
-        "clip field": ({"loss_params": {"clip_low": 0.1}}, "loss_params.clip_low: set algorithm.clip_low instead"),
+        "clip field twice": ({"clip_low": 0.1, "loss_params": {"clip_low": 0.2}},
+                             "clip_low and loss_params.clip_low are one parameter, given as 0.1 and 0.2: set it once"),
+        "clip field, bad value": ({"loss_params": {"clip_low": -0.1}}, "clip_low\n  Input should be greater than"),
+        "dual clip of a loss without one": ({"preset": "gspo", "dual_clip": 3.0},
+                                            "dual_clip: policy loss 'gspo' has no parameter 'dual_clip'"),
         "unknown loss key": ({"loss_params": {"temperature": 1.0}},
                              "loss_params: policy loss 'ppo_clip' has no parameter 'temperature'"),
     }
@@ -99,9 +103,45 @@ def test_empty_unit_params_keep_the_run_key():
     assert RunConfig(algorithm={"estimator_params": {"epsilon": 0.1}}).run_key() != RunConfig().run_key()
 
 
-def test_loss_kwargs_carry_the_clip_fields_that_are_set_and_the_loss_params(scaled_loss):
+def test_loss_kwargs_are_the_set_clip_fields_the_loss_declares_and_the_loss_params(scaled_loss):
+    assert AlgorithmConfig(preset="dapo").loss_kwargs() == {"clip_low": 0.2, "clip_high": 0.28}
+    assert AlgorithmConfig(preset="grpo", dual_clip=3).loss_kwargs() == {"clip_low": 0.2, "clip_high": 0.2,
+                                                                         "dual_clip": 3.0}
+    # grpo's clip range is offered to the loss that runs; one without a clip range does not take it
     algo = AlgorithmConfig(preset="grpo", loss=scaled_loss, loss_params={"scale": 2})
-    assert algo.loss_kwargs() == {"clip_low": 0.2, "clip_high": 0.2, "scale": 2.0}
+    assert algo.clip_low == 0.2 and algo.loss_kwargs() == {"scale": 2.0}
+
+
+@pytest.mark.parametrize("key", ["clip_low", "clip_high", "dual_clip"])
+def test_a_clip_bound_in_loss_params_is_the_field_of_that_name(key):
+    """``loss_params: {clip_high: x}`` and ``clip_high: x`` are one config: the same dump, the same run key."""
+    value = 3.0 if key == "dual_clip" else 0.28
+    as_field = RunConfig(algorithm={"preset": "grpo", key: value})
+    as_param = RunConfig(algorithm={"preset": "grpo", "loss_params": {key: value}})
+    both = RunConfig(algorithm={"preset": "grpo", key: value, "loss_params": {key: value}})
+    assert as_param.model_dump(mode="json") == as_field.model_dump(mode="json") == both.model_dump(mode="json")
+    assert getattr(as_param.algorithm, key) == value and as_param.algorithm.loss_params == {}
+    assert as_param.run_key() == as_field.run_key() != RunConfig(algorithm={"preset": "grpo"}).run_key()
+    # over a preset that sets the bound, the user's spelling wins either way
+    dapo = RunConfig(algorithm={"preset": "dapo", "loss_params": {"clip_high": 0.3}}).algorithm
+    assert dapo.clip_high == 0.3 and dapo.clip_low == 0.2
+
+
+def test_a_preset_s_unit_params_merge_with_the_user_s_key_by_key(monkeypatch):
+    from workbench.algorithms import presets
+
+    monkeypatch.setitem(presets.PRESETS, "tempered_sapo_test_only", {
+        "estimator": "grpo", "loss": "sapo", "agg_mode": "token-mean",
+        "loss_params": {"temperature_pos": 2.0, "temperature_neg": 3.0}, "estimator_params": {"epsilon": 0.5}})
+    algo = AlgorithmConfig(preset="tempered_sapo_test_only", loss_params={"temperature_neg": 1.5})
+    assert algo.loss_params == {"temperature_pos": 2.0, "temperature_neg": 1.5}
+    assert algo.estimator_params == {"epsilon": 0.5}
+    algo = AlgorithmConfig(preset="tempered_sapo_test_only", estimator_params={"epsilon": 0.25})
+    assert algo.loss_params == {"temperature_pos": 2.0, "temperature_neg": 3.0}
+    assert algo.estimator_params == {"epsilon": 0.25}
+    assert presets.PRESETS["tempered_sapo_test_only"]["loss_params"] == {"temperature_pos": 2.0,
+                                                                         "temperature_neg": 3.0}  # untouched
+    assert AlgorithmConfig.model_validate(algo.model_dump(mode="json")) == algo  # resolves to itself
 
 
 def test_a_loss_that_needs_a_clip_range_gets_one(monkeypatch):
@@ -112,6 +152,20 @@ def test_a_loss_that_needs_a_clip_range_gets_one(monkeypatch):
                         {"estimator": "grpo", "loss": "reinforce", "agg_mode": "token-mean"})
     with pytest.raises(ValidationError, match="clip_low: policy loss 'ppo_clip' needs it"):
         AlgorithmConfig(preset="no_clip_range_test_only", loss="ppo_clip")
+    algo = AlgorithmConfig(preset="no_clip_range_test_only", loss="ppo_clip", clip_low=0.1,
+                           loss_params={"clip_high": 0.3})
+    assert algo.loss_kwargs() == {"clip_low": 0.1, "clip_high": 0.3}
+
+
+def test_a_loss_parameter_without_a_default_must_be_set(monkeypatch):
+    def needs_beta(logp, old_logp, advantages, mask, *, beta: float) -> PolicyTerms:
+        raise AssertionError("not called")
+
+    monkeypatch.setitem(POLICY_LOSSES._items, "needs_beta_test_only", needs_beta)
+    with pytest.raises(ValidationError, match="loss_params.beta: policy loss 'needs_beta_test_only' needs it"):
+        AlgorithmConfig(preset="grpo", loss="needs_beta_test_only")
+    assert AlgorithmConfig(preset="grpo", loss="needs_beta_test_only", loss_params={"beta": 1}).loss_kwargs() == \
+        {"beta": 1.0}
 
 
 def test_check_unit_params_returns_a_copy():

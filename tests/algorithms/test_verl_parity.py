@@ -29,7 +29,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.algorithms.strategies import random_logps, random_mask, with_garbage
+from tests.algorithms.strategies import clip_range, random_logps, random_mask, with_garbage
 from tests.tolerance import order_tolerance
 from workbench.algorithms import (
     AGG_MODES,
@@ -309,12 +309,11 @@ def _both(verl, ours_name, theirs_fn, seed, *, agg_mode, weights, dual_clip=None
         old,
         adv,
         mask,
-        clip_low=CLIP_LOW,
-        clip_high=CLIP_HIGH,
-        dual_clip=dual_clip,
         agg_mode=agg_mode,
         norm_constant=norm_constant,
         is_weights=is_weights,
+        **clip_range(ours_name, CLIP_LOW, CLIP_HIGH),  # reinforce takes none
+        **({} if dual_clip is None else {"dual_clip": dual_clip}),  # ppo_clip's alone
     )
     theirs, their_metrics = theirs_fn(
         old,

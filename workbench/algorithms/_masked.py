@@ -40,7 +40,7 @@ def token_count(mask: Tensor, dim: int | None = None) -> Tensor:
 
 
 def masked_mean(values: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
-    """Mean of ``values`` over response tokens; 0 where there are none."""
+    """Mean of ``values`` over response tokens, as a tensor (differentiable); 0 where there are none."""
     return masked_sum(values, mask, dim) / token_count(mask, dim).to(values.dtype)
 
 

@@ -2,11 +2,12 @@
 
 A registered loss is a pure function ``(logp, old_logp, advantages, mask, *, <its params>) -> PolicyTerms``:
 the per-token loss matrix plus what the clip metrics need. Its keyword-only parameters are its
-knobs (``workbench.algorithms.params``): ``clip_low``/``clip_high``/``dual_clip`` have named
-arguments in ``compute_policy_loss``; any other is passed as ``**loss_params`` (a run config's
-``algorithm.loss_params``) and keeps the unit's default when not given. ``compute_policy_loss`` applies
-the optional importance-sampling weights, aggregates with the chosen mode and computes the
-metrics, so every loss is measured the same way.
+knobs (``workbench.algorithms.params``), the clip bounds ``clip_low``/``clip_high``/``dual_clip``
+included: ``compute_policy_loss`` passes them as ``**loss_params`` (a run config's
+``AlgorithmConfig.loss_kwargs()``), and a parameter with a default keeps it when not given.
+``compute_policy_loss`` applies the optional importance-sampling weights, aggregates with the chosen
+mode and computes the metrics, so every loss is measured the same way. A loss registers with
+``@policy_loss(name)``; ``truncates_weight=True`` declares how its clip metrics count (``PolicyTerms``).
 
 Shapes: ``logp``, ``old_logp``, ``mask`` are ``[B,T]`` (log-probabilities of the sampled
 tokens under the current and the behaviour policy); ``advantages`` is ``[B]`` and is
@@ -16,7 +17,6 @@ broadcast over each completion's tokens. Log-ratios are clamped to ±20 before `
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 from typing import Annotated, Any, NamedTuple
 
@@ -32,7 +32,7 @@ from workbench.algorithms._masked import (
     where_mask,
 )
 from workbench.algorithms.aggregate import AGG_MODES, aggregate_loss
-from workbench.algorithms.params import check_unit_params
+from workbench.algorithms.params import check_unit_params, keyword_params, missing_params
 from workbench.registry import Registry
 
 # Exact metric keys returned by ``compute_policy_loss`` (docs/metrics.md).
@@ -52,8 +52,8 @@ class PolicyTerms(NamedTuple):
     loss_mat: Tensor  # [B,T] per-token loss, before IS weights and aggregation
     ratio: Tensor  # [B,T] ratio the metrics read (token ratio, or sequence ratio broadcast), detached
     # Clip events (docs/metrics.md): tokens whose gradient the clipping removes, on the low side (A < 0)
-    # and the high side (A > 0); for a loss in TRUNCATES_WEIGHT, tokens whose weight was truncated
-    # below / above its range, whatever the sign of A.
+    # and the high side (A > 0); for a loss registered with truncates_weight=True, tokens whose weight
+    # was truncated below / above its range, whatever the sign of A.
     clipped_low: Tensor  # [B,T] bool
     clipped_high: Tensor  # [B,T] bool
     # Fixed reduction ``(loss_mat, mask) -> []`` for losses defined per sequence; None = use agg_mode.
@@ -62,15 +62,32 @@ class PolicyTerms(NamedTuple):
 
 PolicyLoss = Callable[..., PolicyTerms]
 
-# Losses that truncate a weight instead of removing gradients: their clip metrics count the
-# tokens whose weight was truncated, whatever the advantage's sign (docs/metrics.md).
-TRUNCATES_WEIGHT = frozenset({"cispo"})
-
 POLICY_LOSSES: Registry[PolicyLoss] = Registry("policy loss")
 
-# Loss parameters with their own named argument in ``compute_policy_loss`` (and field in a run
-# config): never part of ``loss_params``.
-CLIP_PARAMS = ("clip_low", "clip_high", "dual_clip")
+
+def policy_loss(name: str, *, truncates_weight: bool = False) -> Callable[[PolicyLoss], PolicyLoss]:
+    """Decorator: register a loss in ``POLICY_LOSSES`` as ``name``.
+
+    ``truncates_weight``: the loss truncates a weight instead of removing gradients (``cispo``), so its
+    clip metrics count the tokens whose weight was truncated, whatever the advantage's sign
+    (docs/metrics.md); the clip-metric contract checks either reading by autograd.
+    """
+
+    def register(fn: PolicyLoss) -> PolicyLoss:
+        fn.truncates_weight = truncates_weight  # type: ignore[attr-defined]
+        return POLICY_LOSSES.register(name)(fn)
+
+    return register
+
+
+def truncates_weight(loss: str) -> bool:
+    """Whether the registered loss ``loss`` declared ``truncates_weight`` (False if registered without it)."""
+    return getattr(POLICY_LOSSES.get(loss), "truncates_weight", False)
+
+
+def _check_clip_range(clip_low: float, clip_high: float) -> None:
+    if clip_low < 0 or clip_high < 0:
+        raise ValueError(f"clip_low and clip_high must be >= 0; got {clip_low}, {clip_high}")
 
 
 # verl clamps GSPO's length-normalised sequence log-ratio at +10 only (core_algos.compute_policy_loss_gspo).
@@ -85,7 +102,7 @@ def _clip_masks(ratio: Tensor, adv: Tensor, low: float, high: float) -> tuple[Te
     return (ratio < low) & (adv < 0), (ratio > high) & (adv > 0)  # [B,T], [B,T]
 
 
-@POLICY_LOSSES.register("ppo_clip")
+@policy_loss("ppo_clip")
 def ppo_clip(
     logp: Tensor,
     old_logp: Tensor,
@@ -94,7 +111,7 @@ def ppo_clip(
     *,
     clip_low: float,
     clip_high: float,
-    dual_clip: float | None,
+    dual_clip: float | None = None,
 ) -> PolicyTerms:
     """Clipped surrogate ``max(-A r, -A clip(r, 1-ε_low, 1+ε_high))`` per token.
 
@@ -105,6 +122,9 @@ def ppo_clip(
     arXiv:1912.09729); None disables it. verl ``policy_loss.loss_mode=vanilla`` (with ``clip_ratio_c`` = dual_clip).
     Dual-clip events also lose their gradient but are not clip events (docs/metrics.md's definition).
     """
+    _check_clip_range(clip_low, clip_high)
+    if dual_clip is not None and dual_clip <= 1.0:
+        raise ValueError(f"dual_clip must be > 1, got {dual_clip}")
     adv = advantages[:, None]  # [B,1]
     ratio = clamped_exp(logp - old_logp)  # [B,T]
     surrogate = -adv * ratio  # [B,T]
@@ -116,7 +136,7 @@ def ppo_clip(
     return PolicyTerms(loss, ratio.detach(), low, high)
 
 
-@POLICY_LOSSES.register("gspo")
+@policy_loss("gspo")
 def gspo(
     logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, *, clip_low: float, clip_high: float
 ) -> PolicyTerms:
@@ -128,6 +148,7 @@ def gspo(
     flows through the token's own log-probability. verl ``loss_mode=gspo``; as there, the
     log of ``s_bt`` is clamped at +10 (no lower clamp: ``exp`` of a very negative value is 0).
     """
+    _check_clip_range(clip_low, clip_high)
     adv = advantages[:, None]  # [B,1]
     seq_log_ratio = sequence_mean_log_ratio(logp - old_logp, mask)  # [B]
     token_log_ratio = seq_log_ratio.detach()[:, None] + logp - logp.detach()  # [B,T], value = seq ratio
@@ -145,7 +166,7 @@ def _mean_over_sequences(loss_mat: Tensor, mask: Tensor) -> Tensor:
     return masked_mean(loss_mat, mask, dim=-1).mean()  # [B] -> []
 
 
-@POLICY_LOSSES.register("gmpo")
+@policy_loss("gmpo")
 def gmpo(
     logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, *, clip_low: float, clip_high: float
 ) -> PolicyTerms:
@@ -162,6 +183,7 @@ def gmpo(
     those lose their gradient (the sequence's geometric-mean ratio is not what is clipped).
     The ratio metrics read the geometric-mean ratio broadcast to its tokens.
     """
+    _check_clip_range(clip_low, clip_high)
     adv = advantages[:, None]  # [B,1]
     log_ratio = logp - old_logp  # [B,T]
     clipped_log_ratio = torch.where(
@@ -176,7 +198,7 @@ def gmpo(
     return PolicyTerms(loss, geo_ratio, low, high, reduce=_mean_over_sequences)
 
 
-@POLICY_LOSSES.register("cispo")
+@policy_loss("cispo", truncates_weight=True)
 def cispo(
     logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, *, clip_low: float, clip_high: float
 ) -> PolicyTerms:
@@ -184,9 +206,10 @@ def cispo(
 
     CISPO, MiniMax-M1 technical report (MiniMax 2025, arXiv:2506.13585), §3: clipping the IS weight
     instead of the update keeps the gradient of every token. verl ``loss_mode=cispo``.
-    No gradient is removed, so the clip metrics count truncated weights (``TRUNCATES_WEIGHT``):
+    No gradient is removed, so the clip metrics count truncated weights (``truncates_weight``):
     low = ratio < 1-ε_low, high = ratio > 1+ε_high, whatever the advantage's sign.
     """
+    _check_clip_range(clip_low, clip_high)
     adv = advantages[:, None]  # [B,1]
     ratio = clamped_exp(logp - old_logp).detach()  # [B,T]
     weight = ratio.clamp(1.0 - clip_low, 1.0 + clip_high)  # [B,T]
@@ -199,7 +222,7 @@ def cispo(
 Temperature = Annotated[float, Gt(0)]
 
 
-@POLICY_LOSSES.register("sapo")
+@policy_loss("sapo")
 def sapo(
     logp: Tensor,
     old_logp: Tensor,
@@ -234,7 +257,7 @@ def sapo(
     return PolicyTerms(-adv * gate, ratio.detach(), nothing, nothing)
 
 
-@POLICY_LOSSES.register("reinforce")
+@policy_loss("reinforce")
 def reinforce(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor) -> PolicyTerms:
     """Plain policy gradient ``-A · log π`` (no ratio, no clipping; ``clip_*`` do not apply).
 
@@ -267,9 +290,6 @@ def compute_policy_loss(
     advantages: Tensor,
     mask: Tensor,
     *,
-    clip_low: float = 0.2,
-    clip_high: float = 0.2,
-    dual_clip: float | None = None,
     agg_mode: str = "token-mean",
     norm_constant: float | None = None,
     is_weights: Tensor | None = None,
@@ -279,17 +299,16 @@ def compute_policy_loss(
 
     ``is_weights`` ``[B,T]`` (e.g. from ``importance_weights``) multiplies the per-token loss,
     detached. The loss is reduced with ``agg_mode`` (and ``norm_constant``), except for losses
-    defined per sequence (``gmpo``: mean over sequences). ``dual_clip`` applies to
-    ``ppo_clip`` only and must be > 1; giving it to another loss raises ``ValueError``.
-    ``clip_low``/``clip_high`` reach the losses that take them. ``loss_params`` are the loss's
-    other keyword-only parameters; a key it does not take raises ``ValueError`` naming it, the
-    loss and the valid keys.
+    defined per sequence (``gmpo``: mean over sequences). ``loss_params`` are the loss's
+    keyword-only parameters, e.g. ``clip_low=0.2, clip_high=0.28`` (the clipped losses need both;
+    ``ppo_clip`` also takes ``dual_clip`` > 1); a key it does not take, or one it needs and is not
+    given, raises ``ValueError`` naming it, the loss and its valid keys.
 
     Metrics (python floats, means over response tokens; 0 for an empty mask): ``clip/frac``
     is the fraction of response tokens whose gradient the clipping removes, split into
     ``clip/frac_low`` (A<0: ``ppo_clip`` ratio < 1-clip_low; ``gspo`` sequence ratio below its
     range; ``gmpo`` token log-ratio < -clip_low) and ``clip/frac_high`` (A>0, the mirror image);
-    ``cispo`` (``TRUNCATES_WEIGHT``) removes none and counts truncated IS weights instead
+    ``cispo`` (``truncates_weight``) removes none and counts truncated IS weights instead
     (low: ratio < 1-clip_low, high: ratio > 1+clip_high, any advantage); ``reinforce`` and
     ``sapo`` (a soft gate, no clip) clip nothing. Dual-clip events are not clip events
     (docs/metrics.md). ``policy/approx_kl`` is the mean
@@ -300,17 +319,11 @@ def compute_policy_loss(
     fn = POLICY_LOSSES.get(loss)
     AGG_MODES.get(agg_mode)  # validate the name even when the loss fixes its own reduction
     _check_shapes(logp, old_logp, advantages, mask, is_weights)
-    if clip_low < 0 or clip_high < 0:
-        raise ValueError(f"clip_low and clip_high must be >= 0; got {clip_low}, {clip_high}")
-    params = inspect.signature(fn).parameters
-    if dual_clip is not None:
-        if "dual_clip" not in params:
-            raise ValueError(f"dual_clip applies to ppo_clip only, not to policy loss {loss!r}")
-        if dual_clip <= 1.0:
-            raise ValueError(f"dual_clip must be > 1, got {dual_clip}")
-    offered = {"clip_low": clip_low, "clip_high": clip_high, "dual_clip": dual_clip}
-    kwargs = {name: value for name, value in offered.items() if name in params}
-    kwargs |= check_unit_params("policy loss", loss, fn, loss_params, exclude=CLIP_PARAMS)
+    kwargs = check_unit_params("policy loss", loss, fn, loss_params)
+    missing = missing_params(fn, kwargs)
+    if missing:
+        raise ValueError(f"policy loss {loss!r} needs parameter {missing[0]!r} "
+                         f"(takes: {', '.join(keyword_params(fn))})")
 
     # Padding may hold arbitrary values: zero it so it reaches neither values nor gradients.
     logp = where_mask(logp, mask)  # [B,T]

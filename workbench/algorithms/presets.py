@@ -1,7 +1,8 @@
 """Paper presets: named bundles of unit settings, as data, one citation per value.
 
 A preset only chooses names and numbers of registered units; it adds no code path.
-Fields the user sets explicitly in ``algorithm:`` win over the preset.
+Fields the user sets explicitly in ``algorithm:`` win over the preset; in ``loss_params`` and
+``estimator_params``, key by key.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from workbench.algorithms.params import hoist_loss_param_fields
 from workbench.errors import suggest_and_list
 
 
@@ -155,14 +157,19 @@ def resolve_preset(algorithm: dict[str, Any]) -> dict[str, Any]:
     """Return ``algorithm`` with its missing fields filled from its preset.
 
     A field present with ``None`` stays ``None``: that is how a variant switches a preset's knob
-    off (``batch_filter: null`` under ``preset: dapo``). A resolved config dumped and read back
-    resolves to itself.
+    off (``batch_filter: null`` under ``preset: dapo``). A mapping the preset sets (``loss_params``,
+    ``estimator_params``) is merged key by key: the user's keys win, the preset's others stay.
+    ``loss_params.clip_high`` is read as the field ``clip_high``, in the user's mapping and the
+    preset's (``params.hoist_loss_param_fields``). A resolved config dumped and read back resolves to
+    itself.
     """
     name = algorithm.get("preset", "grpo")
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}{suggest_and_list(name, sorted(PRESETS))}")
-    out = dict(algorithm)
-    for key, value in PRESETS[name].items():
+    out = hoist_loss_param_fields(algorithm)
+    for key, value in hoist_loss_param_fields(PRESETS[name]).items():
         if key not in out:
             out[key] = value
+        elif isinstance(value, dict) and isinstance(out[key], dict):
+            out[key] = value | out[key]
     return out

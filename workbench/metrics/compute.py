@@ -7,8 +7,11 @@ import torch
 from workbench.batch import ScoredRollouts
 
 
-def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
-    """Mean over response tokens only; 0 for an empty mask."""
+def masked_mean_float(values: torch.Tensor, mask: torch.Tensor) -> float:
+    """Mean over response tokens only, as a Python float (a logged metric); 0 for an empty mask.
+
+    ``workbench.algorithms._masked.masked_mean`` is the tensor version the losses differentiate through.
+    """
     denom = mask.sum()
     return float((values * mask).sum() / denom) if denom > 0 else 0.0
 
@@ -59,7 +62,7 @@ def mismatch_metrics(learner_logp: torch.Tensor, sampler_logp: torch.Tensor, mas
     k3 = log_ratio.exp() - 1 - log_ratio
     on = mask.bool()
     return {
-        "mismatch/prob_abs_diff_mean": masked_mean(diff, mask),
+        "mismatch/prob_abs_diff_mean": masked_mean_float(diff, mask),
         "mismatch/prob_abs_diff_max": float(diff[on].max()) if on.any() else 0.0,
-        "mismatch/kl": masked_mean(k3, mask),
+        "mismatch/kl": masked_mean_float(k3, mask),
     }

@@ -25,7 +25,7 @@ import torch
 from workbench.algorithms import aggregate_loss, compute_policy_loss, importance_weights, kl_penalty
 from workbench.batch import PendingBatch, Rollouts, TrainBatch
 from workbench.config import AlgorithmConfig
-from workbench.metrics.compute import masked_mean, mismatch_metrics
+from workbench.metrics.compute import masked_mean_float, mismatch_metrics
 
 
 def rows_loss(algo: AlgorithmConfig, batch: TrainBatch, rows: torch.Tensor | slice, logp: torch.Tensor,
@@ -84,9 +84,9 @@ def policy_update(learner, batch: TrainBatch | PendingBatch, algo: AlgorithmConf
         old_logp = logp.detach()
     else:
         old_logp, entropy = no_grad_logprobs(learner, rollouts, temperature, micro)
-    metrics = {"entropy/mean": masked_mean(entropy, mask)}
+    metrics = {"entropy/mean": masked_mean_float(entropy, mask)}
     if ref_logp is not None:
-        metrics["kl/ref"] = masked_mean(kl_penalty(old_logp, ref_logp, algo.kl_estimator), mask)
+        metrics["kl/ref"] = masked_mean_float(kl_penalty(old_logp, ref_logp, algo.kl_estimator), mask)
     metrics |= mismatch_metrics(old_logp, rollouts.sampler_logp, mask)
     is_weights = None
     if algo.correction is not None:
