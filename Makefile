@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 VERL   := .workbench/verl
 TORCH  := torch==2.13.0  # the CPU wheel; an unpinned torch pulls a multi-GB CUDA build
 
-.PHONY: install demo test test-fast bench verl engines test-engines trl test-trl clean
+.PHONY: install demo test test-fast bench docs verl engines test-engines trl test-trl clean
 
 install: $(STAMP)
 
@@ -74,6 +74,10 @@ test-engines: $(ENGINES_STAMP)
 
 test-fast: install
 	$(BIN)/python -m pytest -m "not slow" --ignore=tests/engines --ignore-glob='$(TRL_TESTS)'
+
+# Every generated table (README's preset and health-rule tables, docs/algorithms.md, docs/metrics.md).
+docs: install
+	$(BIN)/python -m workbench.cli.generated_docs
 
 bench: install
 	$(BIN)/python benchmarks/bench_sanity.py

@@ -75,14 +75,6 @@ def test_catalogue_covers_the_design_contract():
     assert len(BY_NAME) == len(CATALOGUE)
 
 
-def test_docs_metrics_table_matches_the_catalogue():
-    from pathlib import Path
-
-    from workbench.metrics.catalogue import markdown_table
-
-    doc = (Path(__file__).parents[1] / "docs" / "metrics.md").read_text()
-    assert markdown_table() in doc, "regenerate docs/metrics.md with `workbench metrics --format markdown`"
-
 
 def test_every_metrics_range_follows_from_its_unit_and_excludes_no_value_it_can_take():
     """Bands are cut to a metric's range, so a range narrower than the values would hide data.

@@ -1,5 +1,5 @@
-"""Presets as data with a citation per value; `workbench algorithms`; docs/algorithms.md and the README's
-preset table generated from the same data."""
+"""Presets as data with a citation per value; `workbench algorithms`. (docs/algorithms.md and the README's
+preset table are generated from the same data: tests/test_generated_docs.py.)"""
 
 from __future__ import annotations
 
@@ -11,15 +11,7 @@ from pathlib import Path
 import pytest
 
 from workbench.algorithms.presets import PAPERS, PRESET_INFO, PRESET_LIST, PRESETS
-from workbench.cli.preset_docs import (
-    REGENERATE,
-    format_value,
-    markdown_document,
-    markdown_preset_table,
-    readme_preset_table,
-    with_readme_preset_table,
-    write_generated_docs,
-)
+from workbench.cli.preset_docs import format_value
 from workbench.config import AlgorithmConfig
 
 ROOT = Path(__file__).parents[2]
@@ -28,29 +20,6 @@ ROOT = Path(__file__).parents[2]
 def workbench(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "workbench.cli.main", *args], capture_output=True, text=True,
                           env=os.environ | {"COLUMNS": "80"}, timeout=120)
-
-
-def test_docs_algorithms_md_is_generated_from_the_presets():
-    doc = (ROOT / "docs" / "algorithms.md").read_text()
-    assert doc == markdown_document(), f"docs/algorithms.md is out of date: run `{REGENERATE}`"
-
-
-def test_readme_preset_table_is_generated_from_the_presets():
-    readme = (ROOT / "README.md").read_text()
-    assert readme_preset_table(readme) == markdown_preset_table(), \
-        f"README's preset table is out of date: run `{REGENERATE}`"
-
-
-def test_regenerating_rewrites_only_the_generated_parts(tmp_path):
-    (tmp_path / "docs").mkdir()
-    (tmp_path / "docs" / "algorithms.md").write_text("stale\n")
-    readme = (ROOT / "README.md").read_text()
-    stale = with_readme_preset_table(readme).replace(markdown_preset_table(), "| stale |\n")
-    (tmp_path / "README.md").write_text(stale)
-    assert write_generated_docs(tmp_path) == [tmp_path / "docs" / "algorithms.md", tmp_path / "README.md"]
-    assert (tmp_path / "docs" / "algorithms.md").read_text() == markdown_document()
-    assert (tmp_path / "README.md").read_text() == with_readme_preset_table(readme)
-    assert write_generated_docs(tmp_path) == []  # a second run has nothing to do
 
 
 def test_settings_are_shown_as_a_study_writes_them():

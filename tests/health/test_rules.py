@@ -8,13 +8,12 @@ metric, so whichever metric the rule watches is already in them.
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pytest
 from pydantic import BaseModel
 
 from workbench.health import HEALTH_RULES, HealthMonitor, HealthRule, RuleParams
-from workbench.health.rules import markdown_table, to_float
+from workbench.health.rules import to_float
 from workbench.metrics.catalogue import BY_NAME
 
 from .streams import BASE, HEALTHY_KINDS, healthy, make, noisy_healthy, spike, step_change
@@ -251,13 +250,6 @@ def test_rule_contract(name):
     second = [fresh.observe(s, m) for s, m in stream]
     assert first == second and any(e is not None and e.step == step for e in first)
 
-
-def test_readme_rule_table_matches_the_registry():
-    readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
-    assert markdown_table() in readme, (
-        "regenerate the rule table in README.md: python -c "
-        "'from workbench.health.rules import markdown_table; print(markdown_table(), end=\"\")'"
-    )
 
 def test_rule_accepts_params_mapping_and_overrides():
     cls = HEALTH_RULES.get("entropy_collapse")
