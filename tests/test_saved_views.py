@@ -29,7 +29,7 @@ from workbench.tracking.views import (
     run_note,
     study_question,
 )
-from workbench.viz.dashboard import find_spec, list_specs, load_spec, parse_spec
+from workbench.viz.spec_loader import find_spec, list_specs, load_spec, parse_spec
 from workbench.viz.saved_view import (
     MAX_TAG_CHARS,
     VIEW_TAG_PREFIX,

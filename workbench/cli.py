@@ -161,7 +161,7 @@ def run(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")  # a server prints no links per run
     if parallel is None:
         parallel = int(study_obj.execution.get("parallel", 1))
-    from workbench.viz.dashboard import SpecError
+    from workbench.viz.spec import SpecError
 
     try:
         outcomes = run_study(study_obj, specs, progress=not quiet, parallel=1 if ranks.multi_rank() else parallel)
@@ -199,7 +199,7 @@ def worker(
     from workbench.pool import _interrupt_once
     from workbench.runs import PreflightError
     from workbench.study_lock import StudyBusy
-    from workbench.viz.dashboard import SpecError
+    from workbench.viz.spec import SpecError
 
     if tracking_uri:
         os.environ["MLFLOW_TRACKING_URI"] = tracking_uri  # every run of this worker logs there

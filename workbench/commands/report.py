@@ -49,7 +49,7 @@ DASHBOARD_DIR = "dashboards"
 def comparison_metrics(requested: Sequence[str] | None, compare_cfg: dict[str, Any]) -> list[str]:
     """Summary metric names to compare: ``--metric`` values, else the study's ``compare.metrics``,
     else ``final_eval_accuracy``. Logged metric names (``eval/accuracy``) become ``final:<name>``."""
-    from workbench.viz.dashboard import summary_name
+    from workbench.viz.spec import summary_name
 
     names = list(requested or compare_cfg.get("metrics") or DEFAULT_METRICS)
     return list(dict.fromkeys(summary_name(m) for m in names))
@@ -327,7 +327,8 @@ StudyArg = Annotated[str, typer.Argument(help="study YAML file or study name (it
 
 
 def _load_spec(name: str):
-    from workbench.viz.dashboard import SpecError, find_spec, load_spec
+    from workbench.viz.spec import SpecError
+    from workbench.viz.spec_loader import find_spec, load_spec
 
     try:
         return load_spec(find_spec(name))
@@ -359,7 +360,7 @@ def _labelled_by_arm(runs: pd.DataFrame) -> pd.DataFrame:
 def _spec_metrics(spec: Any) -> set[str]:
     from workbench.compare import resolve_summary
     from workbench.compare.summary import COUNT_METRICS
-    from workbench.viz.dashboard import summary_name
+    from workbench.viz.spec import summary_name
 
     out: set[str] = set()
     for p in spec.panels:
@@ -562,7 +563,7 @@ def _view_specs(dash) -> list:
     """The specs whose MLflow saved views ``workbench dashboard`` rewrites: every spec found
     (project and ./dashboards), plus ``dash`` when it is a file found nowhere else."""
     from workbench.tracking.views import load_view_specs
-    from workbench.viz.dashboard import SpecError
+    from workbench.viz.spec import SpecError
 
     try:
         specs = load_view_specs()

@@ -114,7 +114,7 @@ def read_layout(client: Any, experiment_id: str) -> StudyLayout | None:
 def load_view_specs() -> list[Any]:
     """Every dashboard spec (project's and ``./dashboards``), validated: a broken spec raises
     ``SpecError`` naming file, line and field before anything is written."""
-    from workbench.viz.dashboard import list_specs, load_spec
+    from workbench.viz.spec_loader import list_specs, load_spec
 
     return [load_spec(path) for path in list_specs().values()]
 

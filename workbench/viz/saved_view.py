@@ -38,7 +38,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .dashboard import DashboardSpec
+from .spec import DashboardSpec
 
 __all__ = [
     "MAX_TAG_CHARS",
@@ -130,7 +130,7 @@ def _hidden_card(uuid: str, section: str, metric: str) -> dict[str, Any]:
 
 def _summary_source(metric: str) -> str:
     """The logged metric a summary-panel entry reads (``final_eval_accuracy`` → ``eval/accuracy``)."""
-    from .dashboard import summary_name
+    from .spec import summary_name
 
     name = summary_name(metric)
     if name.startswith("final:"):
