@@ -105,7 +105,7 @@ def plan(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
 
 def _note_search_problems(study_obj) -> None:
     """`run` ignores the search: section; say early what `workbench tune` will reject in it."""
-    from workbench.search.schema import parse_search
+    from workbench.search.spec import parse_search
     from workbench.study import StudyError
 
     if study_obj.search is None:
