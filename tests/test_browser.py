@@ -43,7 +43,7 @@ from tests.browser import (
 from tests.postgres import _free_port
 from tests.viz.micro_study import SEEDS, STUDY, VARIANTS, build_micro_study, copy_store
 from workbench.cli.main import app
-from workbench.viz.dashboard import find_spec, load_spec
+from workbench.viz.spec_loader import find_spec, load_spec
 
 pytestmark = pytest.mark.slow
 

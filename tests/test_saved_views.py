@@ -20,7 +20,6 @@ from mlflow import MlflowClient
 from typer.testing import CliRunner
 
 from workbench.metrics import CATALOGUE
-from workbench.viz.dashboard import find_spec, list_specs, load_spec, parse_spec
 from workbench.viz.mlflow_views import (
     NOTE_MARKER,
     StudyLayout,
@@ -40,6 +39,7 @@ from workbench.viz.saved_view import (
     view_link,
     views_for_specs,
 )
+from workbench.viz.spec_loader import find_spec, list_specs, load_spec, parse_spec
 
 CANONICAL = [m.name for m in CATALOGUE]
 HEALTH = load_spec(find_spec("health"))

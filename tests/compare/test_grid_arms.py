@@ -253,7 +253,7 @@ def test_bad_baseline_lists_variants_and_arms(store):
 
 def test_dashboard_groups_curves_by_arm(store):
     from workbench.viz import DashboardData, load_spec, render_dashboard
-    from workbench.viz.dashboard import find_spec
+    from workbench.viz.spec_loader import find_spec
     from workbench.viz.style import BASELINE_GREYS
 
     _, uri, _ = store

@@ -16,6 +16,7 @@ from workbench.compare import (
     probability_of_improvement,
     probability_of_improvement_ci,
     seeds_needed,
+    significant,
     t_test_power,
     verdict,
 )
@@ -176,6 +177,18 @@ def test_stratified_bootstrap():
     assert s.hi - s.lo < 0.2 < u.hi - u.lo
     # singleton strata stay fixed; all singletons: no CI
     assert math.isnan(bootstrap_ci([1.0, 2.0], strata=["a", "b"], rng=0).lo)
+
+
+def test_significant_needs_both_the_corrected_p_and_an_interval_excluding_0():
+    assert significant(0.2, 0.4, 0.001, alpha=0.05)
+    assert significant(-0.4, -0.2, 0.049, alpha=0.05)  # excludes 0 from below
+    assert not significant(0.2, 0.4, 0.05, alpha=0.05)  # p not below alpha
+    assert not significant(-0.01, 0.6, 0.01, alpha=0.05)  # the interval holds 0
+    assert not significant(0.0, 0.6, 0.01, alpha=0.05)  # touching 0 is holding it
+    assert not significant(math.nan, math.nan, 0.001, alpha=0.05)  # no interval: nothing declared
+    assert not significant(0.2, 0.4, math.nan, alpha=0.05)
+    assert significant(0.2, math.inf, 0.001, alpha=0.05) is False  # an unbounded interval declares nothing
+    assert type(significant(0.2, 0.4, 0.001)) is bool
 
 
 def test_verdict_rules():

@@ -57,7 +57,7 @@ def run_one(root: Path, name: str, cfg: dict, metric: str, lr: dict, pruned: boo
     from optuna.trial import TrialState
 
     from workbench.search.objective import STEPS, TrialObjective
-    from workbench.search.schema import parse_search
+    from workbench.search.spec import parse_search
     from workbench.search.worker import SearchWorker, TuneOptions
     from workbench.study import load_study
 

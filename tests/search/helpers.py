@@ -33,7 +33,7 @@ def write_search_study(path: Path, name: str, search: dict, *, steps: int = 4, e
 
 
 def load_spec(path: Path, overrides: list[str] | None = None):
-    from workbench.search.schema import parse_search
+    from workbench.search.spec import parse_search
     from workbench.study import apply_overrides, load_study
 
     study = load_study(path)

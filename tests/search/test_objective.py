@@ -25,7 +25,7 @@ from workbench.search.objective import (
     TrialFailed,
     TrialObjective,
 )
-from workbench.search.schema import parse_search
+from workbench.search.spec import parse_search
 from workbench.study import validate_study
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)

@@ -13,7 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.search.helpers import search_run_config, write_search_study
-from workbench.search.schema import CategoricalParam, FloatParam, IntParam, parse_search
+from workbench.search.schema import CategoricalParam, FloatParam, IntParam
+from workbench.search.spec import parse_search
 from workbench.study import StudyError, load_study, validate_study
 
 

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from workbench.viz.dashboard import DashboardSpec, SpecError, find_spec, list_specs, load_spec, parse_spec
+from workbench.viz.spec import DashboardSpec, SpecError
+from workbench.viz.spec_loader import find_spec, list_specs, load_spec, parse_spec
 
 PROJECT_DASHBOARDS = Path(__file__).resolve().parents[2] / "dashboards"
 

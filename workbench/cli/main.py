@@ -109,7 +109,7 @@ def plan(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
 
 def _note_search_problems(study_obj) -> None:
     """`run` ignores the search: section; say early what `workbench tune` will reject in it."""
-    from workbench.search.schema import parse_search  # deferred: pydantic
+    from workbench.search.spec import parse_search  # deferred: pydantic
     from workbench.study import StudyError  # deferred: pydantic
 
     if study_obj.search is None:
@@ -163,7 +163,7 @@ def run(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")  # a server prints no links per run
     if parallel is None:
         parallel = int(study_obj.execution.get("parallel", 1))
-    from workbench.viz.dashboard import SpecError  # deferred: plotly, pydantic
+    from workbench.viz.spec import SpecError  # deferred: plotly, pydantic, scipy
 
     try:
         outcomes = run_study(study_obj, specs, progress=not quiet, parallel=1 if ranks.multi_rank() else parallel)
@@ -203,7 +203,7 @@ def worker(
         WorkerOptions,
         run_worker,
     )
-    from workbench.viz.dashboard import SpecError  # deferred: plotly, pydantic
+    from workbench.viz.spec import SpecError  # deferred: plotly, pydantic, scipy
 
     if tracking_uri:
         os.environ["MLFLOW_TRACKING_URI"] = tracking_uri  # every run of this worker logs there

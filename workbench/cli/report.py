@@ -46,7 +46,7 @@ DASHBOARD_DIR = "dashboards"
 def comparison_metrics(requested: Sequence[str] | None, compare_cfg: dict[str, Any]) -> list[str]:
     """Summary metric names to compare: ``--metric`` values, else the study's ``compare.metrics``,
     else ``final_eval_accuracy``. Logged metric names (``eval/accuracy``) become ``final:<name>``."""
-    from workbench.viz.dashboard import summary_name  # deferred: plotly, pydantic
+    from workbench.viz.spec import summary_name  # deferred: plotly, pydantic, scipy
 
     names = list(requested or compare_cfg.get("metrics") or DEFAULT_METRICS)
     return list(dict.fromkeys(summary_name(m) for m in names))
@@ -173,8 +173,8 @@ def _runs_overview_html(runs: pd.DataFrame, excluded: dict[str, int]) -> str:
                 + ", ".join(f"{n} {s}" for s, n in excluded.items())
                 + (". Use --include-unfinished to count the running ones as not finished"
                    if set(excluded) - {SUPERSEDED} else "")
-                + (f". A run executed more than once (same run_key) counts once: its FINISHED attempt, "
-                   f"else its latest" if SUPERSEDED in excluded else "") + ".</p>")
+                + (". A run executed more than once (same run_key) counts once: its FINISHED attempt, "
+                   "else its latest" if SUPERSEDED in excluded else "") + ".</p>")
     return out
 
 def build_compare_report(study: str, table: Any, summary: pd.DataFrame, history: pd.DataFrame,
@@ -311,7 +311,8 @@ def print_table(table: Any, out: Any = None) -> None:
 StudyArg = Annotated[str, typer.Argument(help="study YAML file or study name (its MLflow experiment)")]
 
 def _load_spec(name: str):
-    from workbench.viz.dashboard import SpecError, find_spec, load_spec  # deferred: plotly, pydantic
+    from workbench.viz.spec import SpecError  # deferred: plotly, pydantic, scipy
+    from workbench.viz.spec_loader import find_spec, load_spec  # deferred: plotly, pydantic, scipy
 
     try:
         return load_spec(find_spec(name))
@@ -340,7 +341,7 @@ def _labelled_by_arm(runs: pd.DataFrame) -> pd.DataFrame:
 def _spec_metrics(spec: Any) -> set[str]:
     from workbench.compare import resolve_summary  # deferred: scipy
     from workbench.compare.summary import COUNT_METRICS  # deferred: scipy
-    from workbench.viz.dashboard import summary_name  # deferred: plotly, pydantic
+    from workbench.viz.spec import summary_name  # deferred: plotly, pydantic, scipy
 
     out: set[str] = set()
     for p in spec.panels:
@@ -537,8 +538,8 @@ def dashboard(
 def _view_specs(dash) -> list:
     """The specs whose MLflow saved views ``workbench dashboard`` rewrites: every spec found
     (project and ./dashboards), plus ``dash`` when it is a file found nowhere else."""
-    from workbench.viz.dashboard import SpecError  # deferred: plotly, pydantic
     from workbench.viz.mlflow_views import load_view_specs  # deferred: plotly, pydantic
+    from workbench.viz.spec import SpecError  # deferred: plotly, pydantic, scipy
 
     try:
         specs = load_view_specs()

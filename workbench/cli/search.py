@@ -57,7 +57,7 @@ def tune(
 
     Several machines share one search when each runs this command with the same
     --storage postgresql://..."""
-    from workbench.search.schema import parse_search  # deferred: pydantic
+    from workbench.search.spec import parse_search  # deferred: pydantic
     from workbench.search.worker import SearchError, TuneOptions, default_storage, run_search  # deferred: pydantic
     from workbench.study import StudyError, apply_overrides, load_study  # deferred: pydantic
 

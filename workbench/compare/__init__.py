@@ -15,9 +15,9 @@ Public surface::
 Modules: ``summary`` (registered per-run summaries, curve alignment), ``stats`` (t and trimmed-mean
 t intervals, bootstrap CIs, P(improvement), t-tests, the rank test, Holm, power; the statistical
 choices are documented there), ``outcomes`` (finished / failed / stopped / censored / missing runs
-and the one policy for them), ``report``
-(the comparison table), ``arms`` (the units compared: one per variant and grid point, each
-matched with the baseline at its grid point), ``panels`` (what a dashboard panel shows: curves
+and the one policy for them), ``report`` (the comparison table), ``wording`` (its verdicts in
+words: "better", "not distinguishable with 5 seeds", "withheld: ..."), ``arms`` (the units
+compared: one per variant and grid point, each matched with the baseline at its grid point), ``panels`` (what a dashboard panel shows: curves
 with their bands, summaries, marker positions; :mod:`workbench.viz` only draws them). Pure pandas/numpy/scipy: no plotting, no MLflow.
 """
 
@@ -40,9 +40,9 @@ from .stats import (
     probability_of_improvement_ci,
     rank_test,
     seeds_needed,
+    significant,
     t_interval,
     t_test_power,
-    verdict,
 )
 from .summary import (
     SUMMARY_METRICS,
@@ -54,6 +54,7 @@ from .summary import (
     summarize_runs,
     summary_metric,
 )
+from .wording import verdict
 
 __all__ = [
     "COLUMNS",
@@ -86,6 +87,7 @@ __all__ = [
     "resolve_summary",
     "run_outcomes",
     "seeds_needed",
+    "significant",
     "summarize_runs",
     "summary_metric",
     "summary_panel",

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-__all__ = ["OUTCOMES", "RANKED_WORST", "ArmOutcomes", "arm_outcomes", "run_outcomes", "withheld"]
+__all__ = ["OUTCOMES", "RANKED_WORST", "ArmOutcomes", "arm_outcomes", "run_outcomes"]
 
 #: The outcomes, in the order outputs list them.
 OUTCOMES: tuple[str, ...] = ("finished", "failed", "stopped", "censored", "missing")
@@ -139,8 +139,3 @@ def arm_outcomes(frame: pd.DataFrame, metric: str, *, seed_col: str = "seed",
     stopped = frame[outcome == "stopped"]
     return ArmOutcomes(values=values[done], seeds=frame[seed_col].to_numpy()[done].tolist(), counts=counts,
                        stop_rules=tuple(_stop_rules(stopped)), censored_as=censored_as)
-
-
-def withheld(reason: str) -> str:
-    """The verdict text of a withheld verdict."""
-    return f"withheld: {reason}"

@@ -32,7 +32,7 @@ import pandas as pd
 
 from . import arms as _arms
 from . import outcomes as _outcomes
-from . import stats
+from . import stats, wording
 from .summary import resolve_summary
 
 __all__ = ["COLUMNS", "COUNT_COLUMNS", "ComparisonTable", "compare_variants", "runs_phrase"]
@@ -309,21 +309,7 @@ class ComparisonTable:
             out.write("| " + " | ".join(head) + " |\n")
             out.write("|" + "|".join("---" for _ in head) + "|\n")
             for r in self.for_metric(metric).to_dict("records"):
-                base = r["verdict"] == "baseline"
-                cells = [
-                    "—" if isinstance(r["rank"], float) and math.isnan(r["rank"]) else str(int(r["rank"])),
-                    f"**{r['variant']}**" if base else str(r["variant"]),
-                    *([("—" if base else (r["baseline_arm"] or "—"))] if vs else []),
-                    str(r["n_seeds"]),
-                    runs_phrase(r),
-                    _fmt_ci(r["mean"], r["mean_lo"], r["mean_hi"]),
-                    _fmt_ci(r["iqm"], r["iqm_lo"], r["iqm_hi"]),
-                    "—" if base else _fmt_ci(r["delta"], r["delta_lo"], r["delta_hi"]),
-                    "—" if base else _fmt_ci(r["p_improve"], r["p_improve_lo"], r["p_improve_hi"]),
-                    "—" if base else _fmt_p(r["p_adjusted"]),
-                    str(r["verdict"]),
-                    "—" if base else _fmt(r["seeds_needed"]),
-                ]
+                cells = _markdown_cells(r, with_baseline_arm=vs)
                 out.write("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |\n")
             notes = [f"{r['variant']}: {r['note']}" for r in self.for_metric(metric).to_dict("records") if r["note"]]
             if notes:
@@ -338,6 +324,26 @@ class ComparisonTable:
             f"(Mann-Whitney) and can withhold a verdict (docs/reports.md).\n"
         )
         return out.getvalue()
+
+
+def _markdown_cells(r: Mapping[str, Any], *, with_baseline_arm: bool) -> list[str]:
+    """One table row's cells in :meth:`ComparisonTable.to_markdown` (a baseline row: its own
+    estimates, dashes for the comparison)."""
+    base = r["verdict"] == "baseline"
+    return [
+        "—" if isinstance(r["rank"], float) and math.isnan(r["rank"]) else str(int(r["rank"])),
+        f"**{r['variant']}**" if base else str(r["variant"]),
+        *([("—" if base else (r["baseline_arm"] or "—"))] if with_baseline_arm else []),
+        str(r["n_seeds"]),
+        runs_phrase(r),
+        _fmt_ci(r["mean"], r["mean_lo"], r["mean_hi"]),
+        _fmt_ci(r["iqm"], r["iqm_lo"], r["iqm_hi"]),
+        "—" if base else _fmt_ci(r["delta"], r["delta_lo"], r["delta_hi"]),
+        "—" if base else _fmt_ci(r["p_improve"], r["p_improve_lo"], r["p_improve_hi"]),
+        "—" if base else _fmt_p(r["p_adjusted"]),
+        str(r["verdict"]),
+        "—" if base else _fmt(r["seeds_needed"]),
+    ]
 
 
 def _child_rng(seed: int, *keys: str) -> np.random.Generator:
@@ -393,27 +399,6 @@ def _success_rates(arm: _outcomes.ArmOutcomes, base: _outcomes.ArmOutcomes) -> s
     return text
 
 
-def _ranked_verdict(r: Mapping[str, Any], arm: _outcomes.ArmOutcomes, base: _outcomes.ArmOutcomes,
-                    diff: stats.Difference, t_lo: float, t_hi: float, *, alpha: float) -> str:
-    """Verdict of a comparison where some runs did not finish or never reached a value
-    (:mod:`workbench.compare.outcomes`, points 3-5)."""
-    why = "; ".join(x for x in (arm.reason(), f"baseline: {base.reason()}" if base.reason() else "") if x)
-    if arm.counts["finished"] == 0 or base.counts["finished"] == 0:
-        gone = arm if arm.counts["finished"] == 0 else base
-        return _outcomes.withheld(gone.reason() if gone is arm else f"baseline: {gone.reason()}")
-    hib = r["higher_is_better"]
-    if hib is None:
-        return _outcomes.withheld(f"{why} (no direction to rank them)")
-    n_x, n_y = arm.n_runs - arm.counts["missing"], base.n_runs - base.counts["missing"]
-    rejected = math.isfinite(r["p_adjusted"]) and r["p_adjusted"] < alpha
-    t_claims = math.isfinite(t_lo) and (t_lo > 0.0 or t_hi < 0.0)
-    if rejected and not (arm.counts["missing"] or base.counts["missing"]):
-        return "better" if r["p_improve"] > 0.5 else "worse"
-    if rejected or t_claims:
-        return _outcomes.withheld(why)
-    return f"not distinguishable with {stats.seeds_phrase(n_x, n_y)} ({why})"
-
-
 def compare_variants(
     summary_df: pd.DataFrame,
     baseline: str,
@@ -464,6 +449,80 @@ def compare_variants(
     arm, so a cell does not change when arms or metrics are added).
     """
     metrics = list(metrics)
+    _check_arguments(summary_df, metrics, family=family, confidence=confidence, correction=correction,
+                     columns=[variant_col, seed_col, *metrics] + ([strata] if strata else []))
+    arm_variant = _arms.arm_variants(summary_df, variant_col, arm_col or "")  # arm -> variant
+    baselines = _arms.match_baselines(arm_variant, baseline)  # arm -> its baseline arm (None: none)
+    base_arms = [a for a, b in baselines.items() if a == b]
+    others = [a for a in arm_variant if baselines[a] != a]
+    plan = _CellPlan(confidence=confidence, pairing=pairing, n_resamples=n_resamples, power=power,
+                     seed=_table_seed(rng), strata=strata)
+    directions = {m: _direction(m, higher_is_better) for m in metrics}
+    bounds = {m: _value_bounds(m) for m in metrics}
+    units = _arms.arm_column(summary_df, variant_col, arm_col or "")
+    groups = {a: g for a, g in summary_df.groupby(units.to_numpy(), sort=False)}
+    censored_as = dict(getattr(summary_df, "attrs", {}).get("censored", {}))
+    outcomes = {(metric, arm): _outcomes.arm_outcomes(groups[arm], metric, seed_col=seed_col,
+                                                      censored_as=censored_as.get(metric, ""))
+                for metric in metrics for arm in arm_variant}
+
+    cells = [
+        _compare_cell(metric, variant, groups[variant], outcomes, baseline=baseline, base_arm=baselines[variant],
+                      variant_of=arm_variant[variant], higher_is_better=directions[metric],
+                      bounds=bounds[metric], plan=plan)
+        for metric in metrics
+        for variant in [*base_arms, *others]  # an arm; named variant as in a study without a grid
+    ]
+    _correct(cells, correction=correction, family=family, alpha=plan.alpha)
+    for cell in cells:
+        _decide(cell, outcomes, confidence=confidence, alpha=plan.alpha)
+    rows = _ranked_rows([c.row for c in cells], metrics, directions)
+    df = pd.DataFrame(rows, columns=list(COLUMNS))
+    df["paired"] = df["paired"].astype("boolean")
+    settings = {
+        "family": family, "pairing": pairing, "n_resamples": n_resamples, "power": power, "rng": plan.seed,
+        "strata": strata, "bootstrap": "percentile (P(improve)); BCa (IQM with strata)",
+        "iqm_ci": stats.IQM_T_METHOD, "mean_ci": "t", "arms": any(a != v for a, v in arm_variant.items()),
+    }
+    return ComparisonTable(df=df, baseline=baseline, metrics=metrics, higher_is_better=directions,
+                           confidence=confidence, correction=correction, settings=settings)
+
+
+# --------------------------------------------------------------------------------------------
+# The pieces of compare_variants: one cell (metric x arm), then correction, verdicts, ranks
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _CellPlan:
+    """How every cell of one table is computed (the arguments of :func:`compare_variants`)."""
+
+    confidence: float
+    pairing: str
+    n_resamples: int
+    power: float
+    seed: int  # every cell's RNG streams derive from it (:func:`_child_rng`)
+    strata: str | None
+
+    @property
+    def alpha(self) -> float:
+        return 1.0 - self.confidence
+
+
+@dataclass
+class _Cell:
+    """One row of the table while it is computed: the row, and its comparison with its baseline
+    (``diff`` is ``None`` for a baseline arm or an arm without one; ``by_rank``: decided by the
+    rank test because some runs did not finish, not by the t-test)."""
+
+    row: dict[str, Any]
+    diff: stats.Difference | None = None
+    by_rank: bool = False
+
+
+def _check_arguments(summary_df: pd.DataFrame, metrics: list[str], *, family: str, confidence: float,
+                     correction: str, columns: list[str]) -> None:
+    """``ValueError`` naming the problem with :func:`compare_variants`' arguments, if any."""
     if not metrics:
         raise ValueError("no metrics to compare")
     if family not in ("metric", "all"):
@@ -471,173 +530,204 @@ def compare_variants(
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
     stats.CORRECTIONS.get(correction)  # unknown name -> ValueError with the valid ones
-    need = [variant_col, seed_col, *metrics] + ([strata] if strata else [])
-    missing = [c for c in need if c not in summary_df.columns]
+    missing = [c for c in columns if c not in summary_df.columns]
     if missing:
         raise ValueError(f"summary_df is missing columns {missing} (has {list(summary_df.columns)})")
-    arm_variant = _arms.arm_variants(summary_df, variant_col, arm_col or "")  # arm -> variant
-    baselines = _arms.match_baselines(arm_variant, baseline)  # arm -> its baseline arm (None: none)
-    base_arms = [a for a, b in baselines.items() if a == b]
-    others = [a for a in arm_variant if baselines[a] != a]
+
+
+def _table_seed(rng: int | np.random.Generator | None) -> int:
+    """The one integer seed of a table (a generator gives one draw; ``None`` is 0)."""
     if isinstance(rng, np.random.Generator):
-        seed = int(rng.integers(2**31))
+        return int(rng.integers(2**31))
+    return 0 if rng is None else int(rng)
+
+
+def _estimates(arm: _outcomes.ArmOutcomes, strata: np.ndarray | None, bounds: tuple[float, float],
+               plan: _CellPlan, *keys: str) -> tuple[stats.Estimate, stats.Estimate]:
+    """Mean and IQM of an arm's finished runs with their CIs, cut to the values' range."""
+    mean = _cut(stats.mean_ci(arm.values, confidence=plan.confidence), bounds)
+    if plan.n_resamples <= 0:  # no bootstrap asked for (simulations): the IQM without its interval
+        value = float(stats.iqm(arm.values)) if arm.values.size else math.nan
+        return mean, stats.Estimate(value, math.nan, math.nan, n=arm.values.size)
+    iqm = stats.iqm_ci(arm.values, strata=strata, confidence=plan.confidence, n_resamples=plan.n_resamples,
+                       rng=_child_rng(plan.seed, *keys, "iqm"))
+    return mean, _cut(iqm, bounds)
+
+
+def _estimate_row(metric: str, variant: str, base_arm: str | None, arm: _outcomes.ArmOutcomes,
+                  mean: stats.Estimate, iqm: stats.Estimate, higher_is_better: bool | None) -> dict[str, Any]:
+    """A row with the arm's own estimates; the comparison's columns empty (NaN) until filled."""
+    return {
+        "metric": metric,
+        "variant": variant,
+        "n_seeds": mean.n,
+        "n_nan": arm.n_runs - mean.n,
+        "n_runs": arm.n_runs,
+        **{f"n_{o}": arm.counts[o] for o in _outcomes.OUTCOMES},
+        "mean": mean.value,
+        "mean_lo": mean.lo,
+        "mean_hi": mean.hi,
+        "iqm": iqm.value,
+        "iqm_lo": iqm.lo,
+        "iqm_hi": iqm.hi,
+        "delta": math.nan,
+        "delta_lo": math.nan,
+        "delta_hi": math.nan,
+        "delta_level": math.nan,
+        "paired": pd.NA,
+        "p_improve": math.nan,
+        "p_improve_lo": math.nan,
+        "p_improve_hi": math.nan,
+        "p_value": math.nan,
+        "p_adjusted": math.nan,
+        "verdict": "baseline" if base_arm == variant else "" if base_arm else _arms.NO_BASELINE,
+        "seeds_needed": math.nan,
+        "higher_is_better": higher_is_better,
+        "test": "",
+        "baseline_arm": base_arm or "",
+        "mean_method": mean.method,
+        "iqm_method": iqm.method,
+    }
+
+
+def _compare_cell(metric: str, variant: str, runs: pd.DataFrame,
+                  outcomes: Mapping[tuple[str, str], _outcomes.ArmOutcomes], *, baseline: str,
+                  base_arm: str | None, variant_of: str, higher_is_better: bool | None,
+                  bounds: tuple[float, float], plan: _CellPlan) -> _Cell:
+    """One arm on one metric: its estimates and, against its baseline arm, the test (p-value not
+    yet corrected), P(improvement), seeds needed and the notes."""
+    arm = outcomes[metric, variant]
+    labels = None
+    if plan.strata:
+        labels = runs[plan.strata].to_numpy()[_outcomes.run_outcomes(runs, metric) == "finished"]
+    mean, iqm = _estimates(arm, labels, bounds, plan, metric, variant)
+    notes = []
+    if base_arm is None:
+        notes.append(f"no {baseline} run at {_arms.grid_point(variant, variant_of) or 'its grid point'}")
+    if arm.reason():
+        notes.append(arm.reason())
+    if mean.note:
+        notes.append(mean.note)
+    if iqm.note and iqm.note != mean.note:
+        notes.append(f"IQM: {iqm.note}")
+    cell = _Cell(_estimate_row(metric, variant, base_arm, arm, mean, iqm, higher_is_better))
+    if base_arm is not None and base_arm != variant:
+        base = outcomes[metric, base_arm]
+        cell.diff, cell.by_rank = _test_against(cell.row, arm, base, plan)
+        notes += _comparison_notes(cell, arm, base, earlier=notes)
+    cell.row["note"] = "; ".join(notes)
+    return cell
+
+
+def _test_against(row: dict[str, Any], arm: _outcomes.ArmOutcomes, base: _outcomes.ArmOutcomes,
+                  plan: _CellPlan) -> tuple[stats.Difference, bool]:
+    """Fill ``row``'s comparison with ``base``: delta, the test and its p-value, P(improvement),
+    seeds needed. Returns the difference and whether the rank test decides (some runs failed,
+    stopped or censored: ranked worst)."""
+    metric, variant, hib = row["metric"], row["variant"], row["higher_is_better"]
+    diff = stats.mean_difference(arm.values, base.values, x_seeds=arm.seeds, y_seeds=base.seeds,
+                                 pairing=plan.pairing, rng=_child_rng(plan.seed, metric, variant, "perm"))
+    by_rank = bool(arm.n_worst or base.n_worst)  # missing values alone: t-test, verdict may be withheld
+    if by_rank and hib is not None:
+        p_value, _ = stats.rank_test(arm.values, base.values, x_worst=arm.n_worst, y_worst=base.n_worst,
+                                     higher_is_better=hib, rng=_child_rng(plan.seed, metric, variant, "rank"))
+        x_ranked, y_ranked = _ranked_values(arm, base, hib)
+        test = "Mann-Whitney (failed/stopped/censored runs ranked worst)"
     else:
-        seed = 0 if rng is None else int(rng)
-    alpha = 1.0 - confidence
-    directions = {m: _direction(m, higher_is_better) for m in metrics}
-    bounds = {m: _value_bounds(m) for m in metrics}
-    units = _arms.arm_column(summary_df, variant_col, arm_col or "")
-    groups = {a: g for a, g in summary_df.groupby(units.to_numpy(), sort=False)}
+        p_value = math.nan if by_rank else diff.p_value
+        x_ranked, y_ranked = arm.values, base.values
+        test = "none (no direction to rank incomplete runs)" if by_rank else diff.method
+    poi = _improvement(x_ranked, y_ranked, higher_is_better=hib is not False, plan=plan,
+                       rng=_child_rng(plan.seed, metric, variant, "poi"))
+    row.update(
+        delta=diff.delta,
+        paired=diff.paired and not by_rank,
+        p_value=p_value,
+        p_improve=poi.value,
+        p_improve_lo=poi.lo,
+        p_improve_hi=poi.hi,
+        test=test,
+        seeds_needed=math.nan if by_rank else stats.seeds_needed(
+            diff.delta, diff.sd, paired=diff.paired, alpha=plan.alpha, power=plan.power
+        ),
+    )
+    return diff, by_rank
 
-    censored_as = dict(getattr(summary_df, "attrs", {}).get("censored", {}))
-    rows: list[dict[str, Any]] = []
-    diffs: list[stats.Difference | None] = []
-    ranked: list[bool] = []  # row decided by the rank test (incomplete runs), not the t-test
-    outcomes: dict[tuple[str, str], _outcomes.ArmOutcomes] = {}
-    for metric in metrics:
-        for arm in arm_variant:
-            outcomes[metric, arm] = _outcomes.arm_outcomes(groups[arm], metric, seed_col=seed_col,
-                                                           censored_as=censored_as.get(metric, ""))
-    for metric in metrics:
-        hib = directions[metric]
-        for variant in [*base_arms, *others]:  # an arm; named variant as in a study without a grid
-            g = groups[variant]
-            base_arm = baselines[variant]
-            arm = outcomes[metric, variant]
-            lab = None
-            if strata:
-                done = _outcomes.run_outcomes(g, metric) == "finished"
-                lab = g[strata].to_numpy()[done]
-            m_est = _cut(stats.mean_ci(arm.values, confidence=confidence), bounds[metric])
-            if n_resamples > 0:
-                i_est = _cut(stats.iqm_ci(arm.values, strata=lab, confidence=confidence,
-                                          n_resamples=n_resamples, rng=_child_rng(seed, metric, variant, "iqm")),
-                             bounds[metric])
-            else:  # no bootstrap asked for (simulations): the IQM without its interval
-                i_est = stats.Estimate(float(stats.iqm(arm.values)) if arm.values.size else math.nan,
-                                       math.nan, math.nan, n=arm.values.size)
-            notes = []
-            if base_arm is None:
-                point = _arms.grid_point(variant, arm_variant[variant]) or "its grid point"
-                notes.append(f"no {baseline} run at {point}")
-            if arm.reason():
-                notes.append(arm.reason())
-            if m_est.note:
-                notes.append(m_est.note)
-            if i_est.note and i_est.note != m_est.note:
-                notes.append(f"IQM: {i_est.note}")
-            row: dict[str, Any] = {
-                "metric": metric,
-                "variant": variant,
-                "n_seeds": m_est.n,
-                "n_nan": arm.n_runs - m_est.n,
-                "n_runs": arm.n_runs,
-                **{f"n_{o}": arm.counts[o] for o in _outcomes.OUTCOMES},
-                "mean": m_est.value,
-                "mean_lo": m_est.lo,
-                "mean_hi": m_est.hi,
-                "iqm": i_est.value,
-                "iqm_lo": i_est.lo,
-                "iqm_hi": i_est.hi,
-                "delta": math.nan,
-                "delta_lo": math.nan,
-                "delta_hi": math.nan,
-                "delta_level": math.nan,
-                "paired": pd.NA,
-                "p_improve": math.nan,
-                "p_improve_lo": math.nan,
-                "p_improve_hi": math.nan,
-                "p_value": math.nan,
-                "p_adjusted": math.nan,
-                "verdict": "baseline" if base_arm == variant else "" if base_arm else _arms.NO_BASELINE,
-                "seeds_needed": math.nan,
-                "higher_is_better": hib,
-                "test": "",
-                "baseline_arm": base_arm or "",
-                "mean_method": m_est.method,
-                "iqm_method": i_est.method,
-            }
-            diff = None
-            by_rank = False
-            if base_arm is not None and base_arm != variant:
-                base = outcomes[metric, base_arm]
-                diff = stats.mean_difference(
-                    arm.values, base.values, x_seeds=arm.seeds, y_seeds=base.seeds,
-                    pairing=pairing, rng=_child_rng(seed, metric, variant, "perm"),
-                )
-                by_rank = bool(arm.n_worst or base.n_worst)  # missing values alone: t-test, verdict may be withheld
-                if by_rank and hib is not None:
-                    p_value, _ = stats.rank_test(
-                        arm.values, base.values, x_worst=arm.n_worst, y_worst=base.n_worst,
-                        higher_is_better=hib, rng=_child_rng(seed, metric, variant, "rank"))
-                    x_ranked, y_ranked = _ranked_values(arm, base, hib)
-                    test = "Mann-Whitney (failed/stopped/censored runs ranked worst)"
-                else:
-                    p_value = math.nan if by_rank else diff.p_value
-                    x_ranked, y_ranked = arm.values, base.values
-                    test = "none (no direction to rank incomplete runs)" if by_rank else diff.method
-                poi = stats.probability_of_improvement_ci(
-                    x_ranked, y_ranked, higher_is_better=hib is not False, confidence=confidence,
-                    n_resamples=n_resamples, method="percentile", rng=_child_rng(seed, metric, variant, "poi"),
-                ) if n_resamples > 0 else stats.Estimate(stats.probability_of_improvement(
-                    x_ranked, y_ranked, higher_is_better=hib is not False), math.nan, math.nan, n=0)
-                row.update(
-                    delta=diff.delta,
-                    paired=diff.paired and not by_rank,
-                    p_value=p_value,
-                    p_improve=poi.value,
-                    p_improve_lo=poi.lo,
-                    p_improve_hi=poi.hi,
-                    test=test,
-                    seeds_needed=math.nan if by_rank else stats.seeds_needed(
-                        diff.delta, diff.sd, paired=diff.paired, alpha=alpha, power=power
-                    ),
-                )
-                if base.reason():
-                    notes.append(f"baseline {base_arm}: {base.reason()}")
-                if arm.counts["censored"] or base.counts["censored"]:
-                    notes.append(_success_rates(arm, base))
-                if diff.note and diff.note not in notes and not by_rank:
-                    notes.append(diff.note)
-                if by_rank:
-                    notes.append("Δ of finished runs only; no t interval (rank test decides)")
-            row["note"] = "; ".join(notes)
-            rows.append(row)
-            diffs.append(diff)
-            ranked.append(by_rank)
 
-    # ---- correction, corrected CIs of delta, verdicts -----------------------------------------
-    families: dict[str, list[int]] = {}
-    for i, r in enumerate(rows):
-        if diffs[i] is not None:
-            families.setdefault(r["metric"] if family == "metric" else "all", []).append(i)
-    for idx in families.values():
-        adj, div = stats.adjust_pvalues([rows[i]["p_value"] for i in idx], correction, alpha=alpha)
-        for i, a, d in zip(idx, adj, div, strict=True):
-            rows[i]["p_adjusted"] = float(a)
-            rows[i]["delta_level"] = 1.0 - alpha / d if math.isfinite(d) else math.nan
-    for r, diff, by_rank in zip(rows, diffs, ranked, strict=True):
-        if diff is None:
-            continue
-        arm, base = outcomes[r["metric"], r["variant"]], outcomes[r["metric"], r["baseline_arm"]]
-        level = r["delta_level"] if math.isfinite(r["delta_level"]) else confidence
-        t_lo, t_hi = diff.interval(level)
-        if not by_rank:
-            r["delta_lo"], r["delta_hi"] = t_lo, t_hi
-            if math.isfinite(r["delta_lo"]) or math.isinf(r["delta_lo"]):
-                r["delta_level"] = level
-            r["verdict"] = stats.verdict(
-                diff.delta, t_lo, t_hi, r["p_adjusted"], alpha=alpha, higher_is_better=r["higher_is_better"],
-                n_x=r["n_seeds"], n_y=base.counts["finished"],
-            )
-            unknown = [x for x in (arm.reason(), f"baseline: {base.reason()}" if base.reason() else "") if x]
-            if unknown and r["verdict"] in ("better", "worse", "higher", "lower"):
-                r["verdict"] = _outcomes.withheld("; ".join(unknown))  # missing values could go either way
-            continue
+def _improvement(x: np.ndarray, y: np.ndarray, *, higher_is_better: bool, plan: _CellPlan,
+                 rng: np.random.Generator) -> stats.Estimate:
+    """P(improvement) of X over Y, with its percentile bootstrap CI unless no resamples are asked for."""
+    if plan.n_resamples <= 0:
+        value = stats.probability_of_improvement(x, y, higher_is_better=higher_is_better)
+        return stats.Estimate(value, math.nan, math.nan, n=0)
+    return stats.probability_of_improvement_ci(x, y, higher_is_better=higher_is_better,
+                                               confidence=plan.confidence, n_resamples=plan.n_resamples,
+                                               method="percentile", rng=rng)
+
+
+def _comparison_notes(cell: _Cell, arm: _outcomes.ArmOutcomes, base: _outcomes.ArmOutcomes,
+                      earlier: list[str]) -> list[str]:
+    """What a reader needs to know about a comparison, after the ``earlier`` notes of the arm
+    itself: the baseline's incomplete runs, the success rates of a censored metric, the
+    difference's own note (once), and that the rank test decided."""
+    notes = []
+    if base.reason():
+        notes.append(f"baseline {cell.row['baseline_arm']}: {base.reason()}")
+    if arm.counts["censored"] or base.counts["censored"]:
+        notes.append(_success_rates(arm, base))
+    if cell.diff.note and cell.diff.note not in earlier + notes and not cell.by_rank:
+        notes.append(cell.diff.note)
+    if cell.by_rank:
+        notes.append("Δ of finished runs only; no t interval (rank test decides)")
+    return notes
+
+
+def _correct(cells: list[_Cell], *, correction: str, family: str, alpha: float) -> None:
+    """Correct the p-values of every comparison for multiplicity, per metric (``family="metric"``)
+    or across the table (``"all"``): ``p_adjusted``, and ``delta_level``, the confidence at which
+    each hypothesis was effectively tested."""
+    families: dict[str, list[dict[str, Any]]] = {}
+    for cell in cells:
+        if cell.diff is not None:
+            families.setdefault(cell.row["metric"] if family == "metric" else "all", []).append(cell.row)
+    for rows in families.values():
+        adj, div = stats.adjust_pvalues([r["p_value"] for r in rows], correction, alpha=alpha)
+        for r, a, d in zip(rows, adj, div, strict=True):
+            r["p_adjusted"] = float(a)
+            r["delta_level"] = 1.0 - alpha / d if math.isfinite(d) else math.nan
+
+
+def _decide(cell: _Cell, outcomes: Mapping[tuple[str, str], _outcomes.ArmOutcomes], *, confidence: float,
+            alpha: float) -> None:
+    """Fill a compared row's corrected CI of delta and its verdict (after :func:`_correct`)."""
+    r, diff = cell.row, cell.diff
+    if diff is None:
+        return
+    arm, base = outcomes[r["metric"], r["variant"]], outcomes[r["metric"], r["baseline_arm"]]
+    level = r["delta_level"] if math.isfinite(r["delta_level"]) else confidence
+    t_lo, t_hi = diff.interval(level)
+    if cell.by_rank:
         r["delta_level"] = math.nan
-        r["verdict"] = _ranked_verdict(r, arm, base, diff, t_lo, t_hi, alpha=alpha)
+        r["verdict"] = wording.ranked_verdict(arm, base, higher_is_better=r["higher_is_better"],
+                                              p_adjusted=r["p_adjusted"], p_improve=r["p_improve"],
+                                              t_lo=t_lo, t_hi=t_hi, alpha=alpha)
+        return
+    r["delta_lo"], r["delta_hi"] = t_lo, t_hi
+    if math.isfinite(r["delta_lo"]) or math.isinf(r["delta_lo"]):
+        r["delta_level"] = level
+    r["verdict"] = wording.verdict(
+        diff.delta, t_lo, t_hi, r["p_adjusted"], alpha=alpha, higher_is_better=r["higher_is_better"],
+        n_x=r["n_seeds"], n_y=base.counts["finished"],
+    )
+    unknown = [x for x in (arm.reason(), f"baseline: {base.reason()}" if base.reason() else "") if x]
+    if unknown and r["verdict"] in ("better", "worse", "higher", "lower"):
+        r["verdict"] = wording.withheld("; ".join(unknown))  # missing values could go either way
 
-    # ---- rank (best mean first in the metric's direction) and order ---------------------------
+
+def _ranked_rows(rows: list[dict[str, Any]], metrics: list[str],
+                 directions: Mapping[str, bool | None]) -> list[dict[str, Any]]:
+    """``rows`` with their ``rank`` (best mean first in the metric's direction, ties sharing the
+    lower rank; NaN without a direction), sorted by metric as requested, then rank."""
     for metric in metrics:
         part = [r for r in rows if r["metric"] == metric]
         hib = directions[metric]
@@ -649,28 +739,5 @@ def compare_variants(
         for r, k in zip(part, ranks, strict=True):
             r["rank"] = float(k)
     order = {m: j for j, m in enumerate(metrics)}
-    rows.sort(key=lambda r: (order[r["metric"]], math.isnan(r["rank"]), 0.0 if math.isnan(r["rank"]) else r["rank"]))
-    df = pd.DataFrame(rows, columns=list(COLUMNS))
-    df["paired"] = df["paired"].astype("boolean")
-    settings = {
-        "family": family,
-        "pairing": pairing,
-        "n_resamples": n_resamples,
-        "power": power,
-        "rng": seed,
-        "strata": strata,
-        "bootstrap": "percentile (P(improve)); BCa (IQM with strata)",
-        "iqm_ci": stats.IQM_T_METHOD,
-        "mean_ci": "t",
-        "arms": any(a != v for a, v in arm_variant.items()),
-    }
-    return ComparisonTable(
-        df=df,
-        baseline=baseline,
-        metrics=metrics,
-        higher_is_better=directions,
-        confidence=confidence,
-        correction=correction,
-        settings=settings,
-    )
-
+    return sorted(rows, key=lambda r: (order[r["metric"]], math.isnan(r["rank"]),
+                                       0.0 if math.isnan(r["rank"]) else r["rank"]))

@@ -43,9 +43,10 @@ except in :func:`curve_bands` (the same intervals, pointwise along a curve), no 
   :mod:`workbench.compare.outcomes`; when an arm has such runs the test is Mann-Whitney's (exact
   permutation distribution, ``scipy.stats.mannwhitneyu``) over all runs with those runs ranked
   worst, and there is no t interval of Δ.
-* **Verdict** (:func:`verdict`): "better"/"worse" only if the corrected p-value is below alpha
-  **and** the corrected CI of the difference excludes 0 (the two agree by construction);
-  otherwise "not distinguishable with N seeds". Never a winner from point estimates alone.
+* **Significance** (:func:`significant`): a difference is declared only if the corrected p-value
+  is below alpha **and** the corrected CI of the difference excludes 0 (the two agree by
+  construction). Never a winner from point estimates alone; the words of the verdict ("better",
+  "not distinguishable with N seeds") are :mod:`workbench.compare.wording`'s.
   With a zero-variance difference the p-value is a permutation test's and the interval is its
   inversion: the point ``delta`` when the smallest achievable p-value is below the level's
   alpha, else the whole line.
@@ -87,9 +88,8 @@ __all__ = [
     "probability_of_improvement_ci",
     "rank_test",
     "seeds_needed",
-    "seeds_phrase",
+    "significant",
     "t_test_power",
-    "verdict",
 ]
 
 DEFAULT_RESAMPLES = 2000  # rliable uses 2000 bootstrap replications for its CIs
@@ -637,47 +637,21 @@ def rank_test(x: Any, y: Any, *, x_worst: int, y_worst: int, higher_is_better: b
 
 
 # --------------------------------------------------------------------------------------------
-# Verdict and power
+# Significance and power
 # --------------------------------------------------------------------------------------------
 
 
-def seeds_phrase(n_x: int, n_y: int) -> str:
-    """``"5 seeds"``, ``"1 seed"``, ``"3 vs 5 seeds"``."""
-    if n_x == n_y:
-        return f"{n_x} seed" + ("" if n_x == 1 else "s")
-    return f"{n_x} vs {n_y} seeds"
-
-
-def verdict(
-    delta: float,
-    lo: float,
-    hi: float,
-    p_adjusted: float,
-    *,
-    alpha: float = 0.05,
-    higher_is_better: bool | None = True,
-    n_x: int,
-    n_y: int,
-) -> str:
-    """``"better"``/``"worse"`` (or ``"higher"``/``"lower"`` for a metric without a direction) only
-    when the corrected p-value is below ``alpha`` **and** the corrected CI ``[lo, hi]`` of the
-    difference excludes 0; else ``"not distinguishable with N seeds"``; ``"no data"`` if a side
-    has no finite values."""
-    if n_x == 0 or n_y == 0:
-        return "no data"
-    significant = (
+def significant(lo: float, hi: float, p_adjusted: float, *, alpha: float = 0.05) -> bool:
+    """Whether a difference is declared: the corrected p-value is below ``alpha`` **and** the
+    corrected CI ``[lo, hi]`` of the difference excludes 0 (the two agree by construction; a NaN
+    in either declares nothing)."""
+    return bool(
         math.isfinite(p_adjusted)
         and p_adjusted < alpha
         and math.isfinite(lo)
         and math.isfinite(hi)
         and (lo > 0.0 or hi < 0.0)
     )
-    if not significant:
-        return f"not distinguishable with {seeds_phrase(n_x, n_y)}"
-    up = delta > 0.0
-    if higher_is_better is None:
-        return "higher" if up else "lower"
-    return "better" if up == higher_is_better else "worse"
 
 
 def t_test_power(n: Any, effect: float, sd: float, *, paired: bool = False, alpha: float = 0.05) -> Any:

@@ -1,6 +1,9 @@
 """Optuna hyperparameter search on the run machinery (``workbench tune``; the study's ``search:``).
 
-* :mod:`workbench.search.schema` — the ``search:`` schema, validated against the run config.
+* :mod:`workbench.search.schema` — the ``search:`` schema (pydantic models).
+* :mod:`workbench.search.checks` — its checks against the study and the run config.
+* :mod:`workbench.search.spec` — the validated search (``parse_search`` -> ``SearchSpec``).
+* :mod:`workbench.search.samplers` — Optuna samplers, pruners and distributions.
 * :mod:`workbench.search.objective` — one trial = one real run per seed; pruning on learning curves
   and on health failures.
 * :mod:`workbench.search.worker` — shared Optuna storage, budget, heartbeats, local worker processes.
@@ -16,8 +19,8 @@ from typing import Any
 __all__ = ["SearchSpec", "TuneOptions", "export_best", "open_search", "parse_search", "run_search", "write_report"]
 
 _WHERE = {
-    "SearchSpec": "schema",
-    "parse_search": "schema",
+    "SearchSpec": "spec",
+    "parse_search": "spec",
     "TuneOptions": "worker",
     "run_search": "worker",
     "open_search": "report",

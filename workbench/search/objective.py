@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workbench.config import RunConfig
-from workbench.search.schema import SearchSpec
+from workbench.search.spec import SearchSpec
 
 WORKER = "workbench.worker"
 OUTCOME = "workbench.outcome"

@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from workbench.search.objective import OUTCOME, OVER_BUDGET, PRUNE_REASON, RUNS, STEPS, WORKER
-from workbench.search.schema import SearchSpec
+from workbench.search.spec import SearchSpec
 from workbench.search.worker import PARENT, SearchError, TuneOptions, _quiet_optuna
 
 

@@ -50,7 +50,7 @@ from workbench.search.objective import (
     TrialFailed,
     TrialObjective,
 )
-from workbench.search.schema import SearchSpec
+from workbench.search.spec import SearchSpec
 
 DEFAULT_STORAGE_FILE = "optuna.db"
 KIND_ATTR = "workbench.kind"

@@ -18,6 +18,7 @@ __all__ = [
     "all_config_paths",
     "config_fields_at",
     "config_path_error",
+    "copy_tree",
     "get_path",
     "is_int",
     "schema_at",
@@ -139,6 +140,15 @@ def set_path(tree: dict[str, Any], parts: Iterable[Any], value: Any) -> None:
             child = node[part] = dict(child)  # copy on write: inputs stay untouched
         node = child
     node[parts[-1]] = value
+
+
+def copy_tree(tree: Any) -> Any:
+    """A copy of a config tree's dicts and lists (the leaves shared), to set paths in."""
+    if isinstance(tree, dict):
+        return {k: copy_tree(v) for k, v in tree.items()}
+    if isinstance(tree, list):
+        return [copy_tree(v) for v in tree]
+    return tree
 
 
 MISSING = object()

@@ -126,118 +126,162 @@ def same_value(a: Any, b: Any) -> bool:
 
 def check_semantics(data: dict[str, Any], rep: Reporter) -> None:
     """Checks beyond types. Defensive: runs on raw data even where the types are wrong."""
-    name = data.get("name")
-    if isinstance(name, str):
-        if not name.strip():
-            rep.add(("name",), "must not be empty")
-        elif not _NAME_RE.fullmatch(name):
-            safe = re.sub(r"[^A-Za-z0-9_.\-]+", "-", name).strip("-._") or "my-study"
-            rep.add(
-                ("name",),
-                f"{name!r} is not a safe MLflow experiment name: use letters, digits, '_', '-', '.' "
-                f"(at most 200), starting with a letter or digit, e.g. {safe!r}",
-            )
-    version = data.get("version", STUDY_VERSION)
-    if is_int(version) and version != STUDY_VERSION:
-        rep.add(("version",), f"unsupported study version {version}; this workbench reads version {STUDY_VERSION}")
-
+    _check_name(data.get("name"), rep)
+    _check_version(data.get("version", STUDY_VERSION), rep)
     base = data.get("base")
     if isinstance(base, dict) and "seed" in base:
         rep.add(("base", "seed"), "the seed is set per run by the study's 'seeds:' list; remove it here")
-
     variants = data.get("variants", {"base": {}})
-    names: list[str] = []
-    if isinstance(variants, dict):
-        if not variants:
-            rep.add(("variants",), "no variants; omit 'variants:' for a single variant named 'base'")
-        for vname, over in variants.items():
-            if not isinstance(vname, str) or not _IDENT_RE.fullmatch(vname):
-                fixed = re.sub(r"\W+", "_", str(vname)).strip("_") or "v"
-                fixed = fixed if not fixed[0].isdigit() else f"v_{fixed}"
-                rep.add(
-                    ("variants", vname),
-                    f"variant name {str(vname)!r} is not an identifier (letters, digits, '_'; "
-                    f"not starting with a digit), e.g. {fixed!r}",
-                )
-            else:
-                names.append(vname)
-            if isinstance(over, dict) and "seed" in over:
-                rep.add(("variants", vname, "seed"), "the seed is set per run by 'seeds:'; remove it here")
+    names = _check_variants(variants, rep)
+    _check_axes(data, rep)
+    _check_seeds(data.get("seeds", [0]), rep)
+    _check_exclude(data.get("exclude"), variants, names, rep)
+    _check_execution(data.get("execution"), rep)
+    compare = data.get("compare")
+    if isinstance(compare, dict) and isinstance(variants, dict):
+        baseline = compare.get("baseline")
+        if isinstance(baseline, str) and baseline not in variants:
+            rep.add(("compare", "baseline"), unknown_message(baseline, names, f"variant {baseline!r}"))
 
-    axes: dict[str, str] = {}
+
+def _check_name(name: Any, rep: Reporter) -> None:
+    """A safe MLflow experiment name (the study's name is its experiment)."""
+    if not isinstance(name, str):
+        return
+    if not name.strip():
+        rep.add(("name",), "must not be empty")
+    elif not _NAME_RE.fullmatch(name):
+        safe = re.sub(r"[^A-Za-z0-9_.\-]+", "-", name).strip("-._") or "my-study"
+        rep.add(
+            ("name",),
+            f"{name!r} is not a safe MLflow experiment name: use letters, digits, '_', '-', '.' "
+            f"(at most 200), starting with a letter or digit, e.g. {safe!r}",
+        )
+
+
+def _check_version(version: Any, rep: Reporter) -> None:
+    if is_int(version) and version != STUDY_VERSION:
+        rep.add(("version",), f"unsupported study version {version}; this workbench reads version {STUDY_VERSION}")
+
+
+def _check_variants(variants: Any, rep: Reporter) -> list[str]:
+    """At least one variant, each named by an identifier and without a seed; returns the valid names."""
+    names: list[str] = []
+    if not isinstance(variants, dict):
+        return names
+    if not variants:
+        rep.add(("variants",), "no variants; omit 'variants:' for a single variant named 'base'")
+    for vname, over in variants.items():
+        if not isinstance(vname, str) or not _IDENT_RE.fullmatch(vname):
+            fixed = re.sub(r"\W+", "_", str(vname)).strip("_") or "v"
+            fixed = fixed if not fixed[0].isdigit() else f"v_{fixed}"
+            rep.add(
+                ("variants", vname),
+                f"variant name {str(vname)!r} is not an identifier (letters, digits, '_'; "
+                f"not starting with a digit), e.g. {fixed!r}",
+            )
+        else:
+            names.append(vname)
+        if isinstance(over, dict) and "seed" in over:
+            rep.add(("variants", vname, "seed"), "the seed is set per run by 'seeds:'; remove it here")
+    return names
+
+
+def _check_axes(data: dict[str, Any], rep: Reporter) -> None:
+    """``grid:`` and ``zip:`` axes: run-config paths, each once and disjoint from the others, with
+    distinct values; zip lists of equal lengths."""
+    axes: dict[str, str] = {}  # axis -> the field it is in
     lengths: dict[str, int] = {}
     for field in ("grid", "zip"):
         table = data.get(field)
         if not isinstance(table, dict):
             continue
         for key, values in table.items():
-            path = (field, key)
             if not isinstance(key, str):
                 continue  # reported by the schema
-            problem = config_path_error(key)
-            if problem:
-                rep.add(path, problem)
+            if not _check_axis_path(field, key, axes, rep):
                 continue
-            for other, other_field in axes.items():
-                if key == other:
-                    rep.add(path, f"{key!r} is already an axis in '{other_field}'; an axis appears once")
-                elif key.startswith(other + ".") or other.startswith(key + "."):
-                    rep.add(path, f"overlaps the axis {other!r} in '{other_field}'; axes must be disjoint paths")
             axes[key] = field
             if not isinstance(values, list):
                 continue
-            if not values:
-                rep.add(path, "empty list: an axis needs at least one value (a study with no runs is an error)")
-            for j, value in enumerate(values):
-                for i in range(j):
-                    if same_value(values[i], value):
-                        rep.add(path + (j,), f"value {show_value(value)} repeats {field}.{key}[{i}]")
-                        break
+            _check_axis_values(field, key, values, rep)
             if field == "zip":
                 lengths[key] = len(values)
     if len(set(lengths.values())) > 1:
         desc = ", ".join(f"{k}: {n}" for k, n in lengths.items())
         rep.add(("zip",), f"zip lists must have equal lengths (they are paired); got {desc}")
 
-    seeds = data.get("seeds", [0])
-    if isinstance(seeds, list):
-        if not seeds:
-            rep.add(("seeds",), "empty list: give at least one seed, e.g. [0]")
-        for j, seed in enumerate(seeds):
-            if seed in seeds[:j]:
-                rep.add(("seeds", j), f"seed {seed} appears twice")
 
-    exclude = data.get("exclude")
-    if isinstance(exclude, list):
-        for i, entry in enumerate(exclude):
-            if not isinstance(entry, dict):
-                continue  # a type error, reported by the schema
-            if not entry:
-                rep.add(("exclude", i), "empty entry would drop every run; give variant/seed/path: value")
-            for key, value in entry.items():
-                path = ("exclude", i, key)
-                if key == "variant":
-                    if isinstance(variants, dict) and value not in variants:
-                        rep.add(path, f"{unknown_message(value, names, 'variant ' + show_value(value))}")
-                elif key == "seed":
-                    if not is_int(value):
-                        rep.add(path, f"expected an integer, got {show_value(value)}")
-                else:
-                    problem = config_path_error(key)
-                    if problem:
-                        rep.add(path, f"{problem} (exclude keys are 'variant', 'seed' or run-config paths)")
+def _check_axis_path(field: str, key: str, axes: dict[str, str], rep: Reporter) -> bool:
+    """Whether ``key`` is a run-config path (else reported); an overlap with an earlier axis is
+    reported too, but the axis still counts."""
+    path = (field, key)
+    problem = config_path_error(key)
+    if problem:
+        rep.add(path, problem)
+        return False
+    for other, other_field in axes.items():
+        if key == other:
+            rep.add(path, f"{key!r} is already an axis in '{other_field}'; an axis appears once")
+        elif key.startswith(other + ".") or other.startswith(key + "."):
+            rep.add(path, f"overlaps the axis {other!r} in '{other_field}'; axes must be disjoint paths")
+    return True
 
-    execution = data.get("execution")
+
+def _check_axis_values(field: str, key: str, values: list[Any], rep: Reporter) -> None:
+    """At least one value, none repeating an earlier one (as a user means equal: :func:`same_value`)."""
+    path = (field, key)
+    if not values:
+        rep.add(path, "empty list: an axis needs at least one value (a study with no runs is an error)")
+    for j, value in enumerate(values):
+        for i in range(j):
+            if same_value(values[i], value):
+                rep.add(path + (j,), f"value {show_value(value)} repeats {field}.{key}[{i}]")
+                break
+
+
+def _check_seeds(seeds: Any, rep: Reporter) -> None:
+    if not isinstance(seeds, list):
+        return
+    if not seeds:
+        rep.add(("seeds",), "empty list: give at least one seed, e.g. [0]")
+    for j, seed in enumerate(seeds):
+        if seed in seeds[:j]:
+            rep.add(("seeds", j), f"seed {seed} appears twice")
+
+
+def _check_exclude(exclude: Any, variants: Any, names: list[str], rep: Reporter) -> None:
+    """Each ``exclude:`` entry is non-empty and its keys are ``variant`` (an existing one),
+    ``seed`` (an integer) or run-config paths."""
+    if not isinstance(exclude, list):
+        return
+    for i, entry in enumerate(exclude):
+        if not isinstance(entry, dict):
+            continue  # a type error, reported by the schema
+        if not entry:
+            rep.add(("exclude", i), "empty entry would drop every run; give variant/seed/path: value")
+        for key, value in entry.items():
+            problem = _exclude_key_issue(key, value, variants, names)
+            if problem:
+                rep.add(("exclude", i, key), problem)
+
+
+def _exclude_key_issue(key: Any, value: Any, variants: Any, names: list[str]) -> str | None:
+    if key == "variant":
+        if isinstance(variants, dict) and value not in variants:
+            return f"{unknown_message(value, names, 'variant ' + show_value(value))}"
+        return None
+    if key == "seed":
+        return None if is_int(value) else f"expected an integer, got {show_value(value)}"
+    problem = config_path_error(key)
+    return f"{problem} (exclude keys are 'variant', 'seed' or run-config paths)" if problem else None
+
+
+def _check_execution(execution: Any, rep: Reporter) -> None:
     if isinstance(execution, dict) and "parallel" in execution:
         parallel = execution["parallel"]
         if not is_int(parallel) or parallel < 1:
             rep.add(("execution", "parallel"), f"expected a positive integer, got {show_value(parallel)}")
-
-    compare = data.get("compare")
-    if isinstance(compare, dict) and isinstance(variants, dict):
-        baseline = compare.get("baseline")
-        if isinstance(baseline, str) and baseline not in variants:
-            rep.add(("compare", "baseline"), unknown_message(baseline, names, f"variant {baseline!r}"))
 
 
 def validate_fields(data: Any, rep: Reporter) -> Study | None:

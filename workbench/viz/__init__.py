@@ -9,26 +9,18 @@ Public surface::
     rendered = render_dashboard(spec, DashboardData(history, runs, health_events=events))
     open("health.html", "w").write(rendered.to_html())      # self-contained (plotly.js inlined)
 
-Modules: ``style`` (colours, dashes), ``figures`` (trace and figure builders), ``dashboard``
-(YAML spec models, loading with file:line errors, rendering), ``html`` (pages with one inlined
-plotly.js). Every number drawn comes from :mod:`workbench.compare` (panel data:
+Modules: ``style`` (colours, dashes), ``figures`` (trace and figure builders), ``spec`` (the
+dashboard spec's models), ``spec_loader`` (finding and reading spec files, with file:line errors),
+``dashboard`` (rendering a spec), ``html`` (pages with one inlined plotly.js), ``saved_view``
+(MLflow saved views). Every number drawn comes from :mod:`workbench.compare` (panel data:
 :mod:`workbench.compare.panels`); nothing here computes a statistic.
 """
 
-from .dashboard import (
-    DashboardData,
-    DashboardSpec,
-    PanelSpec,
-    RenderedDashboard,
-    SpecError,
-    find_spec,
-    list_specs,
-    load_spec,
-    parse_spec,
-    render_dashboard,
-)
+from .dashboard import DashboardData, RenderedDashboard, render_dashboard
 from .figures import curve_figure, health_matrix_figure, summary_figure
 from .html import Section, df_table_html, html_page
+from .spec import DashboardSpec, PanelSpec, SpecError
+from .spec_loader import find_spec, list_specs, load_spec, parse_spec
 from .style import variant_colors
 
 __all__ = [

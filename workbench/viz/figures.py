@@ -31,7 +31,6 @@ __all__ = [
     "health_matrix_figure",
     "marker_traces",
     "run_traces",
-    "interval_bounds",
     "is_interval_trace",
     "summary_bar_traces",
     "summary_figure",

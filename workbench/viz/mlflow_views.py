@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 from workbench.metrics import CATALOGUE
-from workbench.viz.dashboard import list_specs, load_spec
 from workbench.viz.saved_view import (
     VIEW_TAG_PREFIX,
     decode_envelope,
@@ -32,6 +31,7 @@ from workbench.viz.saved_view import (
     view_link,
     views_for_specs,
 )
+from workbench.viz.spec_loader import list_specs, load_spec
 from workbench.viz.style import variant_colors
 
 __all__ = [

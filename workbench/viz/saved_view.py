@@ -37,7 +37,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .dashboard import DashboardSpec, summary_name
+from workbench.compare import resolve_summary
+
+from .spec import DashboardSpec, summary_name
 
 __all__ = [
     "MAX_TAG_CHARS",
@@ -125,7 +127,6 @@ def _summary_source(metric: str) -> str:
     name = summary_name(metric)
     if name.startswith("final:"):
         return name.removeprefix("final:")
-    from workbench.compare import resolve_summary  # deferred: scipy
 
     return resolve_summary(name).reads[0]
 
