@@ -58,6 +58,7 @@ def test_mismatch_metrics_hand_computed():
     rho = 0.5 / 0.4  # k3 = (rho - 1) - log rho on the first token, 0 on the second
     assert math.isclose(m["mismatch/kl"], ((rho - 1) - math.log(rho)) / 2, rel_tol=0, abs_tol=tol)
 
+
 def test_masked_mean_and_zero_std():
     assert masked_mean_float(torch.tensor([1.0, 3.0, 100.0]), torch.tensor([1.0, 1.0, 0.0])) == 2.0
     assert masked_mean_float(torch.tensor([1.0]), torch.tensor([0.0])) == 0.0

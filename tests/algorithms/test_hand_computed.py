@@ -29,6 +29,8 @@ HAND_6_DECIMALS = 5e-7
 def hand_tol(magnitude: float, operations: int = 10) -> float:
     """A 6-decimal hand value of size ≤ ``magnitude`` after ≤ ``operations`` float32 operations."""
     return HAND_6_DECIMALS + order_tolerance(operations, magnitude)
+
+
 LN = math.log
 
 

@@ -60,6 +60,8 @@ def smallest_group_std(rewards: torch.Tensor, group_ids: torch.Tensor) -> float:
     stds = [float(rewards[group_ids == g].double().std()) for g in torch.unique(group_ids)
             if int((group_ids == g).sum()) > 1]
     return min(stds, default=1.0)
+
+
 B, T = 12, 9
 NO_DUAL_CLIP = 1e9  # a clip_ratio_c no ratio reaches: verl's dual clip switched off
 CLIP_LOW, CLIP_HIGH = 0.2, 0.28  # asymmetric on purpose (DAPO clip-higher)

@@ -17,12 +17,14 @@ FormatOpt = Annotated[str, typer.Option(
 algorithms_app = typer.Typer(add_completion=False, invoke_without_command=True,
                              help="Algorithm presets: resolved settings and the paper behind each value.")
 
+
 def _plain(format: str) -> bool:
     """Tab-separated output? ``auto``: when stdout is not a terminal."""
 
     if format not in ("auto", "table", "plain"):
         raise fail(f"--format: expected auto, table, plain or markdown, got {format!r}")
     return not is_terminal() if format == "auto" else format == "plain"
+
 
 @algorithms_app.callback()
 def algorithms(ctx: typer.Context, format: FormatOpt = "auto") -> None:
@@ -37,6 +39,7 @@ def algorithms(ctx: typer.Context, format: FormatOpt = "auto") -> None:
     plain = _plain(format)
     print_table(PRESET_HEADERS, preset_rows(), wrap=["other settings", "source"], plain=plain,
                 title="algorithm presets (`algorithm: {preset: NAME}`; explicit fields win)")
+
 
 @algorithms_app.command("show")
 def show(name: Annotated[str, typer.Argument(help="preset name, e.g. dapo")], format: FormatOpt = "auto") -> None:

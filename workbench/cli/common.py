@@ -24,8 +24,10 @@ TrackingOpt = Annotated[str | None, typer.Option("--tracking-uri", help="MLflow 
                                                  "tracking.uri, $MLFLOW_TRACKING_URI, ./mlflow.db)")]
 _RUN_ID = re.compile(r"^[0-9a-f]{32}$")
 
+
 def note(message: str) -> None:
     err_console.print(message, highlight=False, soft_wrap=True)
+
 
 @dataclass
 class Target:
@@ -37,6 +39,7 @@ class Target:
     compare: dict[str, Any] = field(default_factory=dict)  # the study's `compare:` section, if known
     run_id: str | None = None  # a single child run, when a run id was given
     variants_order: list[str] = field(default_factory=list)  # the study file's variant order, if known
+
 
 def resolve_target(arg: str, tracking_uri: str | None = None, *, allow_run: bool = True,
                    settings: bool = True, cache_dir: Any = None) -> Target:
@@ -81,6 +84,7 @@ def resolve_target(arg: str, tracking_uri: str | None = None, *, allow_run: bool
         compare, order = _logged_study_settings(reader, name)
     return Target(name, uri, reader, compare, run_id, order)
 
+
 def _logged_study_settings(reader: Any, study: str) -> tuple[dict[str, Any], list[str]]:
     """``compare:`` and variant order from the ``study.yaml`` the parent run logged (best effort)."""
     import yaml
@@ -100,6 +104,7 @@ def _logged_study_settings(reader: Any, study: str) -> tuple[dict[str, Any], lis
     variants = data.get("variants") if isinstance(data.get("variants"), dict) else {}
     return dict(compare), list(variants)
 
+
 def parent_run(target: Target, *, create: bool = True) -> str | None:
     """The study's parent run id; created (``workbench.role=study``, FINISHED) if it has none."""
     run_id = target.reader.parent_run_id(target.study)
@@ -114,6 +119,7 @@ def parent_run(target: Target, *, create: bool = True) -> str | None:
     client.set_terminated(run.info.run_id, "FINISHED")
     return run.info.run_id
 
+
 def log_artifacts_text(tracking_uri: str, run_id: str, files: dict[str, str]) -> list[str]:
     """Log ``{artifact_path: text}`` to a run; returns where each landed (URI)."""
     from mlflow import MlflowClient
@@ -123,6 +129,7 @@ def log_artifacts_text(tracking_uri: str, run_id: str, files: dict[str, str]) ->
         client.log_text(run_id, text, path)
     root = client.get_run(run_id).info.artifact_uri.rstrip("/")
     return [f"{root}/{p}" for p in files]
+
 
 def fmt_num(v: Any) -> str:
     if v is None or v is pd.NA:
@@ -137,10 +144,12 @@ def fmt_num(v: Any) -> str:
         return "∞" if f > 0 else "-∞"
     return f"{f:,.0f}" if abs(f) >= 10_000 else f"{f:.4g}"
 
+
 def fmt_ci(est: Any, lo: Any, hi: Any) -> str:
     if fmt_num(lo) == "—":
         return fmt_num(est)
     return f"{fmt_num(est)} [{fmt_num(lo)}, {fmt_num(hi)}]"
+
 
 def fmt_p(p: Any) -> str:
     s = fmt_num(p)

@@ -26,6 +26,7 @@ from typing import TextIO
 GAP = "  "  # between aligned columns
 MIN_WRAP_WIDTH = 16  # a wrapped column narrower than this reads worse than the stacked layout
 
+
 def terminal_width(default: int = 80) -> int:
     """``COLUMNS`` when set (as shells and CI set it), else the terminal's size, else ``default``."""
     columns = os.environ.get("COLUMNS", "")
@@ -33,9 +34,11 @@ def terminal_width(default: int = 80) -> int:
         return int(columns)
     return shutil.get_terminal_size((default, 24)).columns
 
+
 def is_terminal(stream: TextIO | None = None) -> bool:
     stream = stream or sys.stdout
     return bool(getattr(stream, "isatty", lambda: False)())
+
 
 def plain_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     """Tab-separated, one line per row, a header line first: for pipes and logs."""
@@ -46,11 +49,13 @@ def plain_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str
     lines += ["\t".join(clean(c) for c in row) for row in rows]
     return "\n".join(lines) + "\n"
 
+
 def wrap_words(text: str, width: int) -> list[str]:
     """``text`` wrapped at spaces to ``width``; a word longer than ``width`` stays whole on its line."""
     if not text:
         return [""]
     return textwrap.wrap(text, width=max(width, 1), break_long_words=False, break_on_hyphens=False) or [""]
+
 
 def _columns_layout(headers: list[str], rows: list[list[str]], widths: list[int], wrap: set[int]) -> str:
     def block(cells: list[str]) -> list[str]:
@@ -67,6 +72,7 @@ def _columns_layout(headers: list[str], rows: list[list[str]], widths: list[int]
     for row in rows:
         lines += block(row)
     return "\n".join(lines) + "\n"
+
 
 def _stacked_layout(headers: list[str], rows: list[list[str]], width: int) -> str:
     label_width = max(len(h) for h in headers[1:]) if len(headers) > 1 else 0
@@ -85,6 +91,7 @@ def _stacked_layout(headers: list[str], rows: list[list[str]], width: int) -> st
                 lines += ["    " + piece for piece in wrap_words(cell, width - 4)]
         lines.append("")
     return "\n".join(lines)
+
 
 def render_table(headers: Sequence[str], rows: Sequence[Sequence[object]], *, width: int | None = None,
                  wrap: Sequence[str] = (), plain: bool = False, title: str | None = None) -> str:
@@ -120,6 +127,7 @@ def render_table(headers: Sequence[str], rows: Sequence[Sequence[object]], *, wi
             return heading + _columns_layout(headers, cells, widths, wrap_idx)
 
     return heading + _stacked_layout(headers, cells, width)
+
 
 def print_table(headers: Sequence[str], rows: Sequence[Sequence[object]], *, wrap: Sequence[str] = (),
                 title: str | None = None, plain: bool | None = None, stream: TextIO | None = None) -> None:

@@ -19,8 +19,10 @@ from workbench.tracking.redact import redact_text
 DEBUG_ENV = "WORKBENCH_DEBUG"
 HINT = "run with --debug for the traceback (workbench --debug COMMAND ...)"
 
+
 def debug_enabled() -> bool:
     return os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no")
+
 
 def is_input_error(error: BaseException) -> bool:
     """Errors that mean the user's input cannot run, not that the workbench broke."""
@@ -33,12 +35,14 @@ def is_input_error(error: BaseException) -> bool:
     return isinstance(error, (StudyError, PreflightError, ValidationError, yaml.YAMLError,
                               FileNotFoundError, IsADirectoryError, NotADirectoryError, UnicodeDecodeError))
 
+
 def one_line(error: BaseException, limit: int = 300) -> str:
     """The error's first line, credentials redacted, shortened."""
 
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
     text = redact_text(f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
 
 class GuardedGroup(TyperGroup):
     """A typer group whose subcommands cannot end in a traceback unless ``--debug`` is on."""

@@ -30,8 +30,10 @@ __all__ = ["health", "health_cells", "health_events", "recheck_reports", "run_he
 CELL_COLUMNS = ("run_id", "label", "variant", "seed", "rule", "state", "step", "value", "threshold", "message",
                 "source")
 
+
 def _label(row: Mapping[str, Any]) -> str:
     return f"{row.get('arm') or row['variant']}/seed={row['seed']}"  # arm = variant + grid point
+
 
 def _rule_order(reports: Mapping[str, Mapping[str, Any] | None]) -> list[str]:
     from workbench.health import HEALTH_RULES  # deferred: pydantic
@@ -41,6 +43,7 @@ def _rule_order(reports: Mapping[str, Mapping[str, Any] | None]) -> list[str]:
         if rep:
             names |= set(rep.get("rules", {}))
     return sorted(names)
+
 
 def health_cells(runs: pd.DataFrame, reports: Mapping[str, Mapping[str, Any] | None],
                  rules: list[str] | None = None) -> pd.DataFrame:
@@ -100,6 +103,7 @@ def health_cells(runs: pd.DataFrame, reports: Mapping[str, Mapping[str, Any] | N
         df[c] = pd.Series([o[c] for o in out], dtype=object, index=df.index)
     return df
 
+
 def health_events(reports: Mapping[str, Mapping[str, Any] | None]) -> pd.DataFrame:
     """Every event of every report: ``run_id, rule, step, severity, metric, value, threshold,
     message, watches``."""
@@ -115,6 +119,7 @@ def health_events(reports: Mapping[str, Mapping[str, Any] | None]) -> pd.DataFra
     cols = ["run_id", "rule", "step", "severity", "metric", "message", "value", "threshold", "watches"]
     return pd.DataFrame(rows, columns=cols)
 
+
 def _num(v: Any) -> float | None:
     if v is None:
         return None
@@ -122,6 +127,7 @@ def _num(v: Any) -> float | None:
         return float(v)  # "nan"/"inf" strings of strict JSON too
     except (TypeError, ValueError):
         return None
+
 
 def run_health_config(row: Mapping[str, Any], preset: str | None = None) -> dict[str, Any]:
     """The health config a run was logged with (its ``health.*`` params), or ``preset`` alone."""
@@ -148,6 +154,7 @@ def run_health_config(row: Mapping[str, Any], preset: str | None = None) -> dict
         cfg["on_fail"] = on_fail
     return cfg
 
+
 def recheck_reports(history: pd.DataFrame, runs: pd.DataFrame, preset: str | None = None) -> dict[str, dict]:
     """``run_id -> health report`` recomputed from the logged metrics (same events as live)."""
     from workbench.health import HealthMonitor  # deferred: pydantic
@@ -165,11 +172,13 @@ def recheck_reports(history: pd.DataFrame, runs: pd.DataFrame, preset: str | Non
         out[row["run_id"]] = monitor.recheck(series).report()
     return out
 
+
 def _styled(cell: Mapping[str, Any]) -> str:
     state, step = cell["state"], cell["step"]
     s = "" if pd.isna(step) else str(int(step))
     return {"ok": "[dim]·[/dim]", "off": "[dim]off[/dim]", "unknown": "[dim]?[/dim]",
             "warn": f"[yellow]{s or 'warn'}[/yellow]", "fail": f"[bold red]{s or 'fail'}[/bold red]"}.get(state, state)
+
 
 def health(
     study_or_run: Annotated[str, typer.Argument(help="study YAML, study name, or run id")],
@@ -260,11 +269,13 @@ def health(
         note(f"[yellow]no health.json for {len(missing)} run(s) ({', '.join(missing[:5])}"
              f"{', ...' if len(missing) > 5 else ''}): shown from tags; `--recheck` recomputes them[/yellow]")
 
+
 def _jf(v: Any) -> Any:
     """A float for strict JSON (non-finite as "nan"/"inf"/"-inf", as in health.json)."""
     from workbench.health.events import json_float  # deferred: pydantic
 
     return None if v is None or v is pd.NA else json_float(v)
+
 
 def _param(v: Any) -> Any:
     """An MLflow param string back to a value: True/False, numbers (already numeric from the

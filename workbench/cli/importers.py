@@ -15,6 +15,7 @@ from workbench.tracking.store import resolve_tracking_uri
 
 __all__ = ["import_runs", "register"]
 
+
 def import_runs(
     framework: Annotated[str, typer.Argument(help="the framework that logged the runs: trl | verl")],
     files: Annotated[list[str] | None, typer.Argument(
@@ -90,6 +91,7 @@ def import_runs(
     console.print(f"study {study!r} in {uri}: {len(outcome.imported)} imported, {len(outcome.skipped)} already there. "
                   f"Next: workbench health {study} --recheck; workbench compare {study}", highlight=False,
                   soft_wrap=True)
+
 
 def register(app: typer.Typer) -> None:
     """Add ``import`` to ``app``."""

@@ -32,15 +32,18 @@ class Finding:
     knob: str
     reason: str
 
+
 LintCheck = Callable[[RunConfig], Iterable[Finding]]
 LINT_RULES: Registry[LintCheck] = Registry("lint rule")
 
 _ALGO_DEFAULTS = {name: f.default for name, f in AlgorithmConfig.model_fields.items()}
 _BASELINE_CLIP = {k: PRESETS["grpo"][k] for k in ("clip_low", "clip_high")}  # the plain PPO/GRPO range
 
+
 def _loss_takes(loss: str, param: str) -> bool:
     """Whether the registered policy loss ``loss`` has the keyword ``param`` (read from its signature)."""
     return param in inspect.signature(POLICY_LOSSES.get(loss)).parameters
+
 
 def _show(value: Any) -> str:  # as a study's YAML spells it
     if isinstance(value, bool):
@@ -51,12 +54,14 @@ def _show(value: Any) -> str:  # as a study's YAML spells it
         return "null"
     return str(value)
 
+
 def knob(path: str, value: Any) -> str:
     return f"{path}={_show(value)}"
 
 # ---------------------------------------------------------------------------------------------
 # rules
 # ---------------------------------------------------------------------------------------------
+
 
 @LINT_RULES.register("clip_with_one_step")
 def clip_with_one_step(cfg: RunConfig) -> Iterable[Finding]:
@@ -78,6 +83,7 @@ def clip_with_one_step(cfg: RunConfig) -> Iterable[Finding]:
     if algo.dual_clip is not None:
         yield Finding(knob("algorithm.dual_clip", algo.dual_clip), why)
 
+
 @LINT_RULES.register("correction_without_mismatch")
 def correction_without_mismatch(cfg: RunConfig) -> Iterable[Finding]:
     """The HF sampler samples with the learner's own module when dtypes agree (``rollout/hf.py``),
@@ -90,6 +96,7 @@ def correction_without_mismatch(cfg: RunConfig) -> Iterable[Finding]:
     yield Finding(knob("algorithm.correction", algo.correction),
                   f"sampler and learner share engine and dtype (hf, {sampler.dtype}), so sampler and learner "
                   "logprobs agree to the float floor and every IS weight is 1")
+
 
 @LINT_RULES.register("knob_of_an_unused_unit")
 def knob_of_an_unused_unit(cfg: RunConfig) -> Iterable[Finding]:
@@ -111,6 +118,7 @@ def knob_of_an_unused_unit(cfg: RunConfig) -> Iterable[Finding]:
         yield Finding(knob("algorithm.norm_constant", algo.norm_constant),
                       f"only agg_mode seq-mean-token-sum-norm divides by it (this run: {algo.agg_mode})")
 
+
 @LINT_RULES.register("path_of_another_engine")
 def path_of_another_engine(cfg: RunConfig) -> Iterable[Finding]:
     """``sampler.decode`` picks the HF sampler's decode loop and ``learner.forward`` the torch
@@ -125,6 +133,7 @@ def path_of_another_engine(cfg: RunConfig) -> Iterable[Finding]:
         yield Finding(knob("learner.forward", cfg.learner.forward),
                       f"learner.backend is {cfg.learner.backend}, which always runs the full forward; "
                       "only the torch learner has this choice")
+
 
 @LINT_RULES.register("filter_without_refill")
 def filter_without_refill(cfg: RunConfig) -> Iterable[Finding]:
@@ -141,6 +150,7 @@ def filter_without_refill(cfg: RunConfig) -> Iterable[Finding]:
                       "algorithm.max_sampling_rounds is 1, so dropped groups are never refilled: "
                       "the batch only shrinks (set max_sampling_rounds > 1)")
 
+
 @LINT_RULES.register("overlap_with_a_batch_filter")
 def overlap_with_a_batch_filter(cfg: RunConfig) -> Iterable[Finding]:
     """A batch filter picks whole groups by their rewards before the batch exists
@@ -149,6 +159,7 @@ def overlap_with_a_batch_filter(cfg: RunConfig) -> Iterable[Finding]:
         yield Finding(knob("reward.overlap", True),
                       f"algorithm.batch_filter={cfg.algorithm.batch_filter} picks groups by their rewards, so "
                       "scoring always runs before the update")
+
 
 @LINT_RULES.register("group_of_one")
 def group_of_one(cfg: RunConfig) -> Iterable[Finding]:
@@ -160,8 +171,10 @@ def group_of_one(cfg: RunConfig) -> Iterable[Finding]:
                       "rollout.group_size is 1: the per-prompt group baseline has nothing to compare with, so "
                       "advantages are raw (at most batch-whitened) rewards; use group_size > 1")
 
+
 # shaper name -> (its params, the run config) -> why it can never be non-zero, or None
 ShapingCheck = Callable[[dict[str, Any], RunConfig], "str | None"]
+
 
 def _overlong_window_out_of_reach(params: dict[str, Any], cfg: RunConfig) -> str | None:
     start = params["max_length"] - params["cache_length"]  # the penalty is 0 up to this length
@@ -171,15 +184,18 @@ def _overlong_window_out_of_reach(params: dict[str, Any], cfg: RunConfig) -> str
                 f"max_length - cache_length = {start}")
     return None
 
+
 def _no_group_spread(params: dict[str, Any], cfg: RunConfig) -> str | None:
     if cfg.rollout.group_size == 1:
         return "rollout.group_size is 1: within-group length differences, and so the term, are always 0"
     return None
 
+
 SHAPING_CHECKS: dict[str, ShapingCheck] = {
     "overlong_soft": _overlong_window_out_of_reach,
     "kimi_length": _no_group_spread,
 }
+
 
 @LINT_RULES.register("shaping_that_cannot_trigger")
 def shaping_that_cannot_trigger(cfg: RunConfig) -> Iterable[Finding]:
@@ -199,13 +215,16 @@ def shaping_that_cannot_trigger(cfg: RunConfig) -> Iterable[Finding]:
 # running the rules
 # ---------------------------------------------------------------------------------------------
 
+
 def lint_config(cfg: RunConfig) -> list[Finding]:
     """Every finding of every registered rule on one run config, rules in name order."""
     return [finding for name in LINT_RULES for finding in LINT_RULES.get(name)(cfg)]
 
+
 def arm_name(spec) -> str:
     """A run's arm: its label without the seed (``dapo/lr=3e-05``); seeds share findings."""
     return spec.label.rsplit("/seed=", 1)[0]
+
 
 def lint_specs(specs: Sequence) -> list[str]:
     """One ``warning:`` line per (knob, reason) over a study's runs, naming the affected arms.

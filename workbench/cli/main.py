@@ -34,15 +34,18 @@ from workbench.tracking.writer import TrackingOutage
 app = typer.Typer(add_completion=False, no_args_is_help=True, cls=GuardedGroup,  # unhandled errors: one line
                   help="rl-workbench: ablate GRPO-family RL changes with tracked, comparable runs.")
 
+
 @app.callback()
 def _global_options(debug: Annotated[bool, typer.Option(
         "--debug", help="show the full traceback of an unexpected error (also: WORKBENCH_DEBUG=1)")] = False) -> None:
     if debug:
         os.environ[DEBUG_ENV] = "1"  # inherited by the processes a study starts
 
+
 StudyArg = Annotated[Path, typer.Argument(help="study YAML file")]
 SetOpt = Annotated[list[str] | None, typer.Option("--set", help="override a config path, e.g. learner.lr=3e-4")]
 OnlyOpt = Annotated[str | None, typer.Option("--only", help="filter runs, e.g. variant=dapo,seed=0")]
+
 
 def load_specs(study_path: Path, overrides: list[str] | None, only: str | None):
     """Study -> filtered RunSpecs, or a one-line error and exit 2."""
@@ -61,12 +64,14 @@ def load_specs(study_path: Path, overrides: list[str] | None, only: str | None):
             raise fail(f"--only {only!r} matches no run of {study_path}")
     return study, specs
 
+
 def warn_inert_knobs(specs) -> None:
     """Config lint (workbench/cli/lint.py): one stderr line per knob that cannot act, before anything runs."""
     from workbench.cli.lint import lint_specs  # deferred: pydantic, torch
 
     for line in lint_specs(specs):
         print(line, file=sys.stderr)  # plain print: one line however long, no markup
+
 
 def filter_specs(specs, only: str):
     wanted = {}
@@ -81,6 +86,7 @@ def filter_specs(specs, only: str):
         return all(values.get(k) == v for k, v in wanted.items())
 
     return [s for s in specs if keep(s)]
+
 
 @app.command()
 def plan(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
@@ -107,6 +113,7 @@ def plan(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
     console.print(table)
     _note_search_problems(study_obj)
 
+
 def _note_search_problems(study_obj) -> None:
     """`run` ignores the search: section; say early what `workbench tune` will reject in it."""
     from workbench.search.spec import parse_search  # deferred: pydantic
@@ -119,6 +126,7 @@ def _note_search_problems(study_obj) -> None:
     except StudyError as error:
         console.print(f"[yellow]note: `workbench tune` will reject this study's search: section:[/]\n{error}",
                       highlight=False)
+
 
 def _known_statuses(study_obj, specs) -> dict[str, str]:
     """Statuses from MLflow if the store already exists; never creates a store just to look."""
@@ -135,6 +143,7 @@ def _known_statuses(study_obj, specs) -> dict[str, str]:
     client = MlflowClient(uri)
     experiment = client.get_experiment_by_name(study_experiment(study_obj, specs))
     return run_statuses(client, experiment.experiment_id) if experiment else {}
+
 
 @app.command()
 def run(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
@@ -179,6 +188,7 @@ def run(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
     print_summary(study_obj.name, outcomes, _study_store(specs))
     if any(o.status == "FAILED" for o in outcomes):
         raise typer.Exit(1)
+
 
 @app.command()
 def worker(
@@ -241,10 +251,12 @@ def worker(
         err_console.print(f"[red]not finished:[/red] {', '.join(report.failed)}", highlight=False)
         raise typer.Exit(1)
 
+
 def _study_store(specs) -> str:
     """The MLflow store a study's runs log to: $MLFLOW_TRACKING_URI, else its tracking.uri, else ./mlflow.db."""
 
     return resolve_tracking_uri(specs[0].config.tracking.uri if specs else None)
+
 
 def print_summary(name: str, outcomes, uri: str) -> None:
     from rich.markup import escape
@@ -264,6 +276,7 @@ def print_summary(name: str, outcomes, uri: str) -> None:
     shown = escape(redact_uri(uri))  # never the store's password
     where = "[bold]workbench ui[/bold]" if not uri.startswith("http") else f"[bold]{shown}[/bold]"
     console.print(f"Tracked in MLflow at [bold]{shown}[/bold]. Open the UI with: {where}", soft_wrap=True)
+
 
 def _print_seed_matrix(outcomes) -> None:
     """With several seeds: final eval accuracy and health, one row per variant/grid point, one column per seed."""
@@ -290,6 +303,7 @@ def _print_seed_matrix(outcomes) -> None:
         table.add_row(group, *cells, "-" if mean != mean else f"{mean:.3f}")
     console.print(table)
 
+
 @app.command()
 def metrics(format: Annotated[str, typer.Option(
         help="auto (table on a terminal, plain off one) | table | plain (tab-separated) | markdown")] = "auto") -> None:
@@ -304,6 +318,7 @@ def metrics(format: Annotated[str, typer.Option(
     plain = {"auto": None, "table": False}.get(format, True)  # auto: tab-separated when stdout is not a terminal
     print_table(["name", "meaning", "unit", "healthy", "range"], rows, wrap=["meaning"],
                 title="canonical metrics (MLflow step = RL step)", plain=plain)
+
 
 @app.command()
 def ui(study: Annotated[str | None, typer.Argument(
@@ -343,8 +358,10 @@ def ui(study: Annotated[str | None, typer.Argument(
     if not stopped:  # e.g. the port is taken (mlflow exits 0 then): its messages above say why
         raise fail(f"mlflow server stopped by itself (exit code {proc.returncode}); see its messages above", code=1)
 
+
 def _raise_interrupt(signum, frame):
     raise KeyboardInterrupt
+
 
 def _ui_studies(study: str | None, tracking_uri: str | None) -> tuple[str, list[dict]]:
     """The store to serve, and for each study in it with a parent run: ``{study, experiment_id,
@@ -375,6 +392,7 @@ def _ui_studies(study: str | None, tracking_uri: str | None) -> tuple[str, list[
                         "html": _html_artifacts(uri, run_id, info["artifact_uri"])})
     return uri, studies
 
+
 def _saved_views(uri: str, experiment_id: str) -> list:
     """The experiment's MLflow saved views (:mod:`workbench.viz.mlflow_views`), ours first."""
     from mlflow import MlflowClient
@@ -382,6 +400,7 @@ def _saved_views(uri: str, experiment_id: str) -> list:
     from workbench.viz.mlflow_views import list_views  # deferred: plotly, pydantic
 
     return list_views(experiment_id, MlflowClient(uri).get_experiment(experiment_id).tags)
+
 
 def _html_artifacts(uri: str, run_id: str, artifact_uri: str | None) -> list[tuple[str, str | None]] | str:
     """``(artifact path, local file)`` of every ``.html`` a run logged (reports/, dashboards/);
@@ -406,6 +425,7 @@ def _html_artifacts(uri: str, run_id: str, artifact_uri: str | None) -> list[tup
         return f"could not list the artifacts of run {run_id}: {str(e).splitlines()[0][:200]}"
     return sorted(found)
 
+
 def _print_study_links(base: str, s: dict) -> None:
     def line(text: str) -> None:  # names and paths verbatim: no rich markup, one line however long
         console.print(text, markup=False, highlight=False, soft_wrap=True)
@@ -429,6 +449,7 @@ def _print_study_links(base: str, s: dict) -> None:
         if local:
             line(f"  {'':<{width}}  {local}")
 
+
 from workbench.cli.report_commands import register as _register_report_commands  # noqa: E402 - after the app's own commands
 
 _register_report_commands(app)  # health, compare, dashboard (workbench/cli/health.py, report.py)
@@ -445,8 +466,10 @@ from workbench.cli.algorithms import algorithms_app  # noqa: E402
 
 app.add_typer(algorithms_app, name="algorithms")  # presets and their citations
 
+
 def main() -> None:
     app()
+
 
 if __name__ == "__main__":
     main()

@@ -11,6 +11,7 @@ from workbench.tracking.redact import redact_text
 console = Console()
 err_console = Console(stderr=True)
 
+
 def fail(message: str, code: int = 2) -> typer.Exit:
     from rich.markup import escape
 

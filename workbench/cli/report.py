@@ -43,6 +43,7 @@ DASHBOARD_DIR = "dashboards"
 # Pieces (pure: frames in, frames/HTML out)
 # --------------------------------------------------------------------------------------------
 
+
 def comparison_metrics(requested: Sequence[str] | None, compare_cfg: dict[str, Any]) -> list[str]:
     """Summary metric names to compare: ``--metric`` values, else the study's ``compare.metrics``,
     else ``final_eval_accuracy``. Logged metric names (``eval/accuracy``) become ``final:<name>``."""
@@ -50,6 +51,7 @@ def comparison_metrics(requested: Sequence[str] | None, compare_cfg: dict[str, A
 
     names = list(requested or compare_cfg.get("metrics") or DEFAULT_METRICS)
     return list(dict.fromkeys(summary_name(m) for m in names))
+
 
 def uncomputed_summaries(summary: pd.DataFrame, history: pd.DataFrame, names: Sequence[str]) -> list[str]:
     """One line per summary metric that is NaN for some runs, with what those runs lack
@@ -67,11 +69,13 @@ def uncomputed_summaries(summary: pd.DataFrame, history: pd.DataFrame, names: Se
         lines.append(f"could not compute {name} for {len(bad)} of {len(summary)} runs: {why}")
     return lines
 
+
 #: Statuses of runs that ended: all are compared (a FAILED or KILLED run is a result, ranked worst;
 #: :mod:`workbench.compare.outcomes`). Runs still RUNNING (or SCHEDULED) are left out unless asked.
 ENDED_STATUSES = ("FINISHED", "FAILED", "KILLED")
 
 SUPERSEDED = "superseded by a re-run"
+
 
 def select_runs(runs: pd.DataFrame, include_unfinished: bool) -> tuple[pd.DataFrame, dict[str, int]]:
     """One outcome per run: runs that ended (FINISHED, FAILED, KILLED: failures count against
@@ -98,10 +102,12 @@ def select_runs(runs: pd.DataFrame, include_unfinished: bool) -> tuple[pd.DataFr
             runs = runs.drop(index=superseded)
     return runs.reset_index(drop=True), excluded
 
+
 def _verdict_class(v: Any) -> str:
     v = str(v)
     undecided = v.startswith(("not distinguishable", "withheld"))
     return {"better": "better", "worse": "worse"}.get(v, "nd" if undecided else "")
+
 
 def comparison_table_html(table: Any) -> str:
     from workbench.compare.report import runs_phrase  # deferred: scipy
@@ -147,6 +153,7 @@ def comparison_table_html(table: Any) -> str:
             parts.append("<ul class='note'>" + "".join(f"<li>{html.escape(n)}</li>" for n in notes) + "</ul>")
     return "\n".join(parts)
 
+
 def _runs_overview_html(runs: pd.DataFrame, excluded: dict[str, int]) -> str:
     from workbench.compare.arms import arm_column  # deferred: scipy
     from workbench.viz.html import df_table_html  # deferred: plotly, pydantic
@@ -176,6 +183,7 @@ def _runs_overview_html(runs: pd.DataFrame, excluded: dict[str, int]) -> str:
                 + (". A run executed more than once (same run_key) counts once: its FINISHED attempt, "
                    "else its latest" if SUPERSEDED in excluded else "") + ".</p>")
     return out
+
 
 def build_compare_report(study: str, table: Any, summary: pd.DataFrame, history: pd.DataFrame,
                          runs: pd.DataFrame, cells: pd.DataFrame | None, *, spec: Any = None,
@@ -235,6 +243,7 @@ def build_compare_report(study: str, table: Any, summary: pd.DataFrame, history:
 # Terminal output
 # --------------------------------------------------------------------------------------------
 
+
 def _table_cells(table: Any, metric: str) -> tuple[list[str], list[list[str]], list[str]]:
     """Headers, one row of whole cell texts per arm, and each row's verdict (no markup)."""
     from workbench.compare.report import runs_phrase  # deferred: scipy
@@ -255,9 +264,11 @@ def _table_cells(table: Any, metric: str) -> tuple[list[str], list[list[str]], l
         verdicts.append(str(r["verdict"]))
     return head, rows, verdicts
 
+
 def _title(table: Any, metric: str) -> str:
     direction = {True: "↑ better", False: "↓ better", None: "no direction"}[table.higher_is_better.get(metric)]
     return f"{metric} ({direction}; baseline {table.baseline_phrase()}; best first)"
+
 
 def print_table(table: Any, out: Any = None) -> None:
     """The comparison in the terminal, every name and number whole at any width.
@@ -308,7 +319,9 @@ def print_table(table: Any, out: Any = None) -> None:
 # Commands
 # --------------------------------------------------------------------------------------------
 
+
 StudyArg = Annotated[str, typer.Argument(help="study YAML file or study name (its MLflow experiment)")]
+
 
 def _load_spec(name: str):
     from workbench.viz.spec import SpecError  # deferred: plotly, pydantic, scipy
@@ -318,6 +331,7 @@ def _load_spec(name: str):
         return load_spec(find_spec(name))
     except SpecError as e:
         raise fail(str(e)) from None
+
 
 def _in_study_order(runs: pd.DataFrame, variants_order: Sequence[str]) -> pd.DataFrame:
     """Runs ordered by variant (the study file's order, then the others as loaded), then arm (as
@@ -331,12 +345,14 @@ def _in_study_order(runs: pd.DataFrame, variants_order: Sequence[str]) -> pd.Dat
                        _a=arms.map({a: i for i, a in enumerate(pd.unique(arms))})) \
         .sort_values(["_o", "_a", "seed"], kind="stable").drop(columns=["_o", "_a"]).reset_index(drop=True)
 
+
 def _labelled_by_arm(runs: pd.DataFrame) -> pd.DataFrame:
     """``runs`` with ``variant`` replaced by the arm, for ``health_cells``, which labels a run
     ``<variant>/seed=N``: with a grid that label is not unique, ``<arm>/seed=N`` (the run name) is."""
     from workbench.compare.arms import arm_column  # deferred: scipy
 
     return runs.assign(variant=arm_column(runs))
+
 
 def _spec_metrics(spec: Any) -> set[str]:
     from workbench.compare import resolve_summary  # deferred: scipy
@@ -354,6 +370,7 @@ def _spec_metrics(spec: Any) -> set[str]:
                 out |= set(resolve_summary(summary_name(m)).reads)
     return out
 
+
 def _check_png_target(png: Path) -> None:
     """Before any work: a bad --png is one line and exit 2, with nothing written."""
     from workbench.viz.snapshot import missing_requirement  # deferred: plotly, pydantic
@@ -365,6 +382,7 @@ def _check_png_target(png: Path) -> None:
     lacking = missing_requirement()
     if lacking:
         raise fail(f"--png: {lacking}")
+
 
 def _save_png(page: str, png: Path, sections: list[str]) -> None:
     import tempfile
@@ -380,6 +398,7 @@ def _save_png(page: str, png: Path, sections: list[str]) -> None:
         except SnapshotError as e:
             raise fail(f"--png: {e}") from None
     note(f"wrote {png} ({', '.join(present).lower()})")
+
 
 def compare(
     study: StudyArg,
@@ -478,6 +497,7 @@ def compare(
         note(f"logged to MLflow run {parent} (study {target.study}): {where[0]} ({size / 1e6:.1f} MB)")
     note(f"[dim]{frames.stats.summary()}; total {time.perf_counter() - t0:.1f} s[/dim]")
 
+
 def dashboard(
     study: StudyArg,
     spec: Annotated[str | None, typer.Option(help="spec file or name in ./dashboards or the project's "
@@ -535,6 +555,7 @@ def dashboard(
         console.print(f"dashboard {dash.name}: {shown} panels with data",
                       highlight=False)
 
+
 def _view_specs(dash) -> list:
     """The specs whose MLflow saved views ``workbench dashboard`` rewrites: every spec found
     (project and ./dashboards), plus ``dash`` when it is a file found nowhere else."""
@@ -546,6 +567,7 @@ def _view_specs(dash) -> list:
     except SpecError as e:
         raise fail(str(e)) from None
     return specs if any(s.name == dash.name for s in specs) else [*specs, dash]
+
 
 def _refresh_views(target: Target, specs: Sequence[Any]) -> None:
     """Rewrite the study's saved views, description, run colours and health lines (same ids)."""

@@ -10,6 +10,7 @@ import typer
 
 __all__ = ["register"]
 
+
 def register(app: typer.Typer) -> None:
     """Add ``health``, ``compare`` and ``dashboard`` to ``app``."""
     from workbench.cli.health import health  # deferred: pydantic

@@ -21,9 +21,11 @@ err_console = Console(stderr=True)
 
 __all__ = ["register", "tune"]
 
+
 def _fail(message: str, code: int = 2) -> typer.Exit:
     err_console.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
     return typer.Exit(code)
+
 
 def tune(
     study: Annotated[Path, typer.Argument(help="study YAML file with a search: section")],
@@ -114,10 +116,12 @@ def tune(
     if result.stopped not in ("budget", "timeout"):
         raise typer.Exit(1)
 
+
 def _describe(url: str) -> str:
     from workbench.execution.worker import describe_storage  # deferred: pydantic, torch, transformers
 
     return describe_storage(url)
+
 
 def _report(spec, storage_url: str, report: bool, report_file: Path | None, export_best: Path | None) -> None:
     from workbench.search.report import export_best as export  # deferred: pydantic
@@ -142,6 +146,7 @@ def _report(spec, storage_url: str, report: bool, report_file: Path | None, expo
         console.print(f"best configuration written to [bold]{export_best}[/bold] as variant(s) {', '.join(names)}",
                       highlight=False, soft_wrap=True)
 
+
 def print_best(ostudy, spec, top: int = 5) -> None:
     from workbench.search.report import best_trials, trial_rows  # deferred: pydantic
     from workbench.search.worker import trial_counts  # deferred: pydantic
@@ -160,6 +165,7 @@ def print_best(ostudy, spec, top: int = 5) -> None:
     for row in rows:
         table.add_row(*("-" if row.get(col) is None else str(row.get(col)) for col in columns))
     console.print(table)
+
 
 def register(app: typer.Typer) -> None:
     """Add ``tune`` to ``app``."""

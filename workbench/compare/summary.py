@@ -94,6 +94,7 @@ _EMPTY = pd.Series([], dtype=float, index=pd.Index([], dtype="int64", name="step
 # One run's curves
 # --------------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class RunCurves:
     """One run: its ``runs`` row (``info``) and its curves, ``metric -> Series(value, index=step)``.
@@ -177,10 +178,12 @@ class RunCurves:
         vals = np.concatenate([[0.0], cumulative.to_numpy(dtype=float)])
         return vals[pos]
 
+
 def _check_columns(df: pd.DataFrame, required: Iterable[str], what: str) -> None:
     missing = [c for c in required if c not in df.columns]
     if missing:
         raise ValueError(f"{what} is missing columns {missing} (has {list(df.columns)})")
+
 
 def iter_runs(
     history: pd.DataFrame,
@@ -224,6 +227,7 @@ def iter_runs(
 # Registry of summary metrics
 # --------------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class SummaryMetric:
     """A registered per-run summary: ``fn(run: RunCurves, **params) -> float``.
@@ -262,7 +266,9 @@ class SummaryMetric:
             )
         return float(self.fn(run, **params))
 
+
 SUMMARY_METRICS: Registry[SummaryMetric] = Registry("summary metric")
+
 
 def summary_metric(
     name: str, *, higher_is_better: bool | None, reads: Sequence[str], censored: str = "",
@@ -282,15 +288,18 @@ def summary_metric(
 
     return add
 
+
 def _last_mean(s: pd.Series, k: int) -> float:
     if k < 1:
         raise ValueError(f"window must be >= 1, got {k}")
     return float(s.iloc[-k:].mean()) if len(s) else math.nan
 
+
 @summary_metric("final_eval_accuracy", higher_is_better=True, reads=[EVAL_ACCURACY], bounds=(0.0, 1.0))
 def final_eval_accuracy(run: RunCurves, k: int = 3) -> float:
     """Mean of the last ``k`` evaluations of ``eval/accuracy`` (fewer if fewer were logged)."""
     return _last_mean(run.series(EVAL_ACCURACY), k)
+
 
 @summary_metric("eval_auc", higher_is_better=True, reads=[EVAL_ACCURACY], bounds=(0.0, 1.0))
 def eval_auc(run: RunCurves) -> float:
@@ -308,9 +317,11 @@ def eval_auc(run: RunCurves) -> float:
     x = s.index.to_numpy(dtype=float)
     return float(np.trapezoid(s.to_numpy(), x) / (x[-1] - x[0]))
 
+
 def _first_reaching(s: pd.Series, threshold: float) -> Any:
     hit = s.index[s.to_numpy() >= threshold]
     return hit[0] if len(hit) else None
+
 
 @summary_metric("steps_to_threshold", higher_is_better=False, reads=[EVAL_ACCURACY],
                 censored="never reached {threshold}", bounds=(0.0, math.inf))
@@ -322,6 +333,7 @@ def steps_to_threshold(run: RunCurves, threshold: float = 0.5) -> float:
         return math.nan
     step = _first_reaching(s, threshold)
     return math.inf if step is None else float(step)
+
 
 @summary_metric("tokens_to_threshold", higher_is_better=False, reads=[EVAL_ACCURACY, *COUNT_METRICS],
                 censored="never reached {threshold}", bounds=(0.0, math.inf))
@@ -339,6 +351,7 @@ def tokens_to_threshold(run: RunCurves, threshold: float = 0.5) -> float:
     if step is None:
         return math.inf
     return float(RunCurves.at_steps(cum, [step], before=True)[0])
+
 
 @summary_metric(
     "tokens_per_correct", higher_is_better=False, reads=[TRAIN_ACCURACY, LENGTH_MEAN, *COUNT_METRICS],
@@ -371,6 +384,7 @@ def tokens_per_correct(run: RunCurves) -> float:
         return math.inf if total > 0 else math.nan
     return total / correct
 
+
 @summary_metric(
     "final_length_ratio", higher_is_better=False, reads=[LENGTH_CORRECT, LENGTH_INCORRECT], bounds=(0.0, math.inf)
 )
@@ -390,20 +404,24 @@ def final_length_ratio(run: RunCurves, window: int = 10) -> float:
     correct = float(tail["c"].mean())
     return float(tail["i"].mean()) / correct if correct > 0 else math.nan
 
+
 @summary_metric("final_entropy", higher_is_better=None, reads=[ENTROPY], bounds=(0.0, math.inf))
 def final_entropy(run: RunCurves, window: int = 10) -> float:
     """Mean of ``entropy/mean`` over the last ``window`` logged steps (no preferred direction)."""
     return _last_mean(run.series(ENTROPY), window)
+
 
 @summary_metric("final_reward", higher_is_better=True, reads=[REWARD])
 def final_reward(run: RunCurves, window: int = 10) -> float:
     """Mean of ``reward/mean`` over the last ``window`` logged steps."""
     return _last_mean(run.series(REWARD), window)
 
+
 def catalogue_bounds(metric: str) -> tuple[float, float]:
     """The range of a logged metric's values from the metrics catalogue (unbounded if not catalogued)."""
 
     return metric_bounds(metric)
+
 
 def catalogue_direction(metric: str) -> bool | None:
     """``higher_is_better`` of a logged metric from the metrics catalogue (docs/metrics.md): ``up`` ->
@@ -411,6 +429,7 @@ def catalogue_direction(metric: str) -> bool | None:
 
     healthy = {m.name: m.healthy for m in CATALOGUE}.get(metric)
     return {"up": True, "down": False}.get(healthy or "")
+
 
 def resolve_summary(name: str) -> SummaryMetric:
     """A registered summary metric, or ``final:<metric>``: the mean of the metric's last values."""
@@ -430,6 +449,7 @@ def resolve_summary(name: str) -> SummaryMetric:
             bounds=catalogue_bounds(metric),  # a mean of values in a range lies in it
         )
     return SUMMARY_METRICS.get(name)
+
 
 def summarize_runs(
     history: pd.DataFrame,
@@ -479,7 +499,9 @@ def summarize_runs(
 # Curve alignment
 # --------------------------------------------------------------------------------------------
 
+
 ALIGN_X = ("step", "samples", "tokens")
+
 
 def align_curves(
     history: pd.DataFrame,

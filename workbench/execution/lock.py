@@ -29,8 +29,10 @@ from pathlib import Path
 
 LOCKS_ENV = "WORKBENCH_LOCK_DIR"
 
+
 class StudyBusy(Exception):
     """Another process executes the study (the CLI exits 2 with this message)."""
+
 
 def lock_dir(tracking_uri: str) -> Path:
     """``$WORKBENCH_LOCK_DIR``; else ``locks/`` next to a local sqlite store; else a per-store
@@ -42,10 +44,12 @@ def lock_dir(tracking_uri: str) -> Path:
     digest = hashlib.sha256(tracking_uri.encode()).hexdigest()[:16]  # the URI may hold a password: hashed
     return Path("~/.cache/rl-workbench/locks").expanduser() / digest
 
+
 def lock_path(tracking_uri: str, experiment: str) -> Path:
     safe = re.sub(r"[^A-Za-z0-9_.-]", "_", experiment)[:80]
     digest = hashlib.sha256(experiment.encode()).hexdigest()[:8]  # distinct names stay distinct after `safe`
     return lock_dir(tracking_uri) / f"{safe}-{digest}.lock"
+
 
 def _holder(path: Path, wait_s: float = 0.0) -> str:
     """Who holds the lock, from the line it wrote. A holder writes it just after taking the lock,
@@ -59,6 +63,7 @@ def _holder(path: Path, wait_s: float = 0.0) -> str:
             if time.monotonic() >= deadline:
                 return "another process (starting up)"
             time.sleep(0.05)
+
 
 @contextmanager
 def study_lock(tracking_uri: str, experiment: str, *, shared: bool = False,

@@ -36,6 +36,7 @@ STOP_GRACE_S = 30.0  # how long stopping children get to mark their runs KILLED 
 POLL_S = 0.2
 PROGRESS_METRICS = ("reward/mean", "accuracy/train", "eval/accuracy", "health/status")
 
+
 @dataclass
 class ChildJob:
     spec: RunSpec
@@ -43,6 +44,7 @@ class ChildJob:
     parent_run_id: str
     tracking_uri: str
     threads: int
+
 
 # ------------------------------------------------------------------------------------ child side
 class _PipeReporter:
@@ -60,7 +62,9 @@ class _PipeReporter:
     def end_run(self, label: str, status: str) -> None:
         pass  # the parent ends the line when the result arrives
 
+
 _interrupted = False
+
 
 def _interrupt_once(signum, frame):
     """First SIGINT/SIGTERM: stop the run (KeyboardInterrupt); later ones are ignored so that
@@ -72,7 +76,9 @@ def _interrupt_once(signum, frame):
         _interrupted = True
         raise KeyboardInterrupt
 
+
 interrupt_once = _interrupt_once  # the public name (other process entry points use it too)
+
 
 def child_main(job: ChildJob, conn: Connection) -> None:
     """Entry point of a run's process (spawned)."""
@@ -96,12 +102,14 @@ def child_main(job: ChildJob, conn: Connection) -> None:
     conn.send(("result", outcome))
     conn.close()
 
+
 # ----------------------------------------------------------------------------------- parent side
 @dataclass
 class _Child:
     proc: mp.process.BaseProcess
     spec: RunSpec
     conn: Connection  # the parent's (reading) end of the child's pipe
+
 
 def describe_exit(code: int | None) -> str:
     if code is None:
@@ -114,6 +122,7 @@ def describe_exit(code: int | None) -> str:
         hint = " (out of memory? killed by the OOM killer or by hand)" if -code == signal.SIGKILL else ""
         return f"run process died with exit code {code}: {name}{hint}"
     return f"run process died with exit code {code} without reporting a result"
+
 
 class _Pool:
     def __init__(self, ctx, specs: list[RunSpec], parallel: int, progress) -> None:
@@ -253,6 +262,7 @@ class _Pool:
             if key not in self.results:
                 self._lost(child, "KILLED", "stopped by Ctrl-C (killed after the grace period)")
 
+
 def close_left_running(ctx, key: str, outcome: RunOutcome) -> None:
     """A run can end (Ctrl-C, an error) between creating its MLflow run and the point from which
     ``execute_run`` closes it: whatever it left RUNNING gets the outcome's status."""
@@ -263,6 +273,7 @@ def close_left_running(ctx, key: str, outcome: RunOutcome) -> None:
                            reason=outcome.error or outcome.status, status=outcome.status)
     except Exception:  # noqa: BLE001 - best effort; a later run of the study closes it too
         pass
+
 
 def record_lost_run(ctx, spec: RunSpec, status: str, reason: str) -> str | None:
     """Mark the RUNNING MLflow run of ``spec`` ``status`` with ``reason``; if the process died
@@ -280,6 +291,7 @@ def record_lost_run(ctx, spec: RunSpec, status: str, reason: str) -> str | None:
     tracker.set_tags({"workbench.error": redact_text(reason)[:500]})
     tracker.finish(status)
     return run_id
+
 
 def run_pool(ctx, specs: list[RunSpec], *, parallel: int, progress) -> dict[str, RunOutcome]:
     """Run ``specs`` ``parallel`` at a time, each in its own process; run_key -> outcome."""

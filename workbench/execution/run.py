@@ -39,6 +39,7 @@ class StopRun(Exception):
         super().__init__(reason)
         self.reason = reason
 
+
 @dataclass
 class RunOutcome:
     label: str
@@ -54,9 +55,11 @@ class RunOutcome:
     error: str = ""
     tracking_lost: bool = False  # MLflow stayed unreachable past tracking.outage_deadline_s
 
+
 class PreflightError(ValueError):
     """A schema-valid config that cannot run (missing file, bad data, unavailable device, ...):
     one line naming the setting and the file, raised before any MLflow run is opened."""
+
 
 def preflight(cfg: RunConfig) -> None:
     """Checks that need the filesystem, the model directory or the data, done before anything
@@ -68,6 +71,7 @@ def preflight(cfg: RunConfig) -> None:
     except (OSError, ValueError, ImportError) as error:  # FileNotFoundError, ModuleNotFoundError, bad data
         raise PreflightError(" ".join(str(error).split())) from None
 
+
 def _preflight(cfg: RunConfig) -> None:
     check_device(cfg.learner.device)
     tokenizer, positions = _model_context(cfg)
@@ -77,6 +81,7 @@ def _preflight(cfg: RunConfig) -> None:
     check_multi_rank(cfg.learner)  # several processes (WORLD_SIZE > 1): DeepSpeed ZeRO 0-2 only
     check_problems_fit(cfg, task, tokenizer, positions)
 
+
 def check_compiler(cfg: RunConfig) -> None:
     """``sampler.compile`` builds C++ (a CPU) or Triton launchers (a GPU) with the machine's C/C++ compiler:
     without one, say so now rather than fail the run at its first decode."""
@@ -84,6 +89,7 @@ def check_compiler(cfg: RunConfig) -> None:
     if cfg.sampler.compile and not any(shutil.which(name) for name in compilers):
         raise PreflightError("sampler.compile needs a C++ compiler for torch.compile (g++ or clang++, or $CXX) and "
                              "none is on PATH: install one (Debian: build-essential) or unset sampler.compile")
+
 
 def check_device(device: str) -> None:
     """An explicit CUDA device must exist here (``auto`` falls back to the CPU)."""
@@ -97,6 +103,7 @@ def check_device(device: str) -> None:
             raise PreflightError(f"learner.device={device!r}, but this machine has "
                                  f"{torch.cuda.device_count()} CUDA device(s)")
 
+
 def _model_context(cfg: RunConfig):
     """(tokenizer, max positions) of the policy, from the model directory or the built-in tiny model."""
     from pathlib import Path
@@ -106,7 +113,9 @@ def _model_context(cfg: RunConfig):
 
     return build_char_tokenizer(), TINY_MAX_POSITIONS
 
+
 TRAIN_PROBES = 256  # generated tasks: training prompts sampled to check lengths (their length is bounded by the config)
+
 
 def check_problems_fit(cfg: RunConfig, task, tokenizer, positions: int | None) -> None:
     """Every prompt (after the template) plus ``sampler.max_new_tokens`` fits the model's positions;
@@ -145,8 +154,10 @@ def check_problems_fit(cfg: RunConfig, task, tokenizer, positions: int | None) -
                 raise PreflightError(f"{where}: prompt + solution have {over} tokens; the tiny model's "
                                      f"cold-start SFT needs them within {positions} positions")
 
+
 ENGINE_HINT = ("install the `gpu` extra on a CUDA machine (pip install 'rl-workbench[gpu]'), or run "
                "`make engines` on a CPU and use .venv-engines (docs/engines.md)")
+
 
 def check_engines(cfg: RunConfig) -> None:
     """A missing vLLM/DeepSpeed is reported now, not after the model is built and warmed up."""
@@ -158,6 +169,7 @@ def check_engines(cfg: RunConfig) -> None:
         if module and importlib.util.find_spec(module) is None:
             raise ModuleNotFoundError(f"{setting} needs {module}, which is not installed: {ENGINE_HINT}")
 
+
 def run_tags(study: str, variant: str, cfg: RunConfig, role: str = "run", label: str | None = None) -> dict[str, str]:
     arm = {} if label is None else {"workbench.arm": label.rsplit("/seed=", 1)[0]}  # variant + grid point
     return arm | {
@@ -168,6 +180,7 @@ def run_tags(study: str, variant: str, cfg: RunConfig, role: str = "run", label:
         "workbench.run_key": cfg.run_key(),
         "workbench.algorithm.preset": cfg.algorithm.preset,
     }
+
 
 def execute_run(cfg: RunConfig, *, study: str, variant: str, label: str, parent_run_id: str | None = None,
                 progress: RunProgress | None = None, on_step=None, role: str = "run",
@@ -228,6 +241,7 @@ def execute_run(cfg: RunConfig, *, study: str, variant: str, label: str, parent_
         outcome.eval_first, outcome.eval_last = result.eval_history[0][1], result.eval_history[-1][1]
     bar.end_run(label, f"{outcome.health}")
     return outcome
+
 
 def _close_failed(tracker: RunTracker, monitor: HealthMonitor, bar, outcome: RunOutcome,
                   error: BaseException) -> RunOutcome:

@@ -57,20 +57,25 @@ class StudyContext:
     experiment_id: str
     parent_run_id: str
 
+
 def study_experiment(study: Study, specs: list[RunSpec]) -> str:
     """The MLflow experiment of a study's runs: ``tracking.experiment``, else the study's name."""
     return (specs[0].config.tracking.experiment if specs else None) or study.name
 
+
 def study_tracking_uri(specs: list[RunSpec]) -> str:
     return resolve_tracking_uri(specs[0].config.tracking.uri if specs else None)
 
+
 def study_outage_policy(specs: list[RunSpec]) -> OutagePolicy:
     return OutagePolicy(deadline_s=specs[0].config.tracking.outage_deadline_s) if specs else OutagePolicy()
+
 
 def plan_rows(specs: list[RunSpec], statuses: dict[str, str]) -> list[dict]:
     return [{"label": s.label, "variant": s.variant, "seed": s.seed, "run_key": s.run_key,
              "status": statuses.get(s.run_key, "new"), **{f"grid.{k}": v for k, v in s.grid.items()}}
             for s in specs]
+
 
 def skipped_outcome(spec: RunSpec, run=None) -> RunOutcome:
     """The summary row of a run that already FINISHED earlier (values read back from MLflow)."""
@@ -80,6 +85,7 @@ def skipped_outcome(spec: RunSpec, run=None) -> RunOutcome:
         outcome.eval_last = run.data.metrics.get("eval/accuracy", math.nan)
         outcome.health = run.data.tags.get("workbench.health", "-")
     return outcome
+
 
 def open_study(study: Study, specs: list[RunSpec], *, log_plan: bool = True, views: bool = True) -> StudyContext:
     """Create (or find) the experiment and the study's parent run, and mark the parent RUNNING.
@@ -121,6 +127,7 @@ def open_study(study: Study, specs: list[RunSpec], *, log_plan: bool = True, vie
         call(publish_study_views, client, experiment_id, layout_of(study), dashboard_specs)
     return StudyContext(study, uri, experiment_id, parent)
 
+
 def refresh_study_views(ctx: StudyContext) -> None:
     """At the end of a study: the views again (now knowing every logged metric) and each run's
     colour and health line. A failure here is reported, never allowed to hide the study's outcome."""
@@ -136,6 +143,7 @@ def refresh_study_views(ctx: StudyContext) -> None:
     except Exception as e:  # noqa: BLE001 - the runs are tracked; only the views' refresh failed
         warnings.warn(f"could not refresh the study's MLflow views: {e}", stacklevel=2)
 
+
 def close_parent(ctx: StudyContext, status: str, policy: OutagePolicy) -> None:
     """End the study's parent run; with MLflow gone past the deadline, say so (the next
     execution of the study reopens and closes it) rather than crash."""
@@ -146,6 +154,7 @@ def close_parent(ctx: StudyContext, status: str, policy: OutagePolicy) -> None:
                           policy=policy, uri=ctx.tracking_uri, what="closing the study's parent run")
     except TrackingOutage as error:
         policy.warn(f"the study's parent run {ctx.parent_run_id} stays RUNNING until the study is run again: {error}")
+
 
 def prebuild_models(specs: list[RunSpec], progress: bool = False) -> None:
     """Build each distinct tiny model once, here, before N processes would all wait on its lock."""
@@ -160,6 +169,7 @@ def prebuild_models(specs: list[RunSpec], progress: bool = False) -> None:
             seen.add(key)
             model_dir(model, task, progress=progress)
 
+
 def run_study(study: Study, specs: list[RunSpec], *, progress: bool = True, parallel: int = 1) -> list[RunOutcome]:
     """Run every spec not yet FINISHED; returns one outcome per spec, in plan order.
 
@@ -170,6 +180,7 @@ def run_study(study: Study, specs: list[RunSpec], *, progress: bool = True, para
         preflight(spec.config)
     with study_lock(study_tracking_uri(specs), study_experiment(study, specs)):  # StudyBusy: exit 2
         return _run_locked(study, specs, progress=progress, parallel=parallel)
+
 
 def _run_locked(study: Study, specs: list[RunSpec], *, progress: bool, parallel: int) -> list[RunOutcome]:
     from mlflow import MlflowClient
@@ -218,6 +229,7 @@ def _run_locked(study: Study, specs: list[RunSpec], *, progress: bool, parallel:
         close_parent(ctx, status, policy)
         refresh_study_views(ctx)
     return [results[s.run_key] for s in specs]
+
 
 def seed_matrix(outcomes: list[RunOutcome]) -> tuple[list[int], list[tuple[str, dict[int, RunOutcome], float]]]:
     """Outcomes as (seeds, rows): a row per variant/grid point (the label without its seed), with

@@ -35,8 +35,10 @@ class _Running:
     eval: str = ""
     stats: str = ""  # plain text: reward, acc, eval, health
 
+
 PROGRESS_EVERY_ENV = "WORKBENCH_PROGRESS_EVERY"
 DEFAULT_PROGRESS_EVERY = 30.0
+
 
 def progress_interval() -> float:
     """Seconds between plain progress lines: ``$WORKBENCH_PROGRESS_EVERY`` or 30 (0: every step)."""
@@ -46,6 +48,7 @@ def progress_interval() -> float:
     except ValueError:
         raise ValueError(f"{PROGRESS_EVERY_ENV}: expected seconds, got {raw!r}") from None
 
+
 class _EtaColumn(ProgressColumn):
     def __init__(self, owner: StudyProgress) -> None:
         super().__init__()
@@ -53,6 +56,7 @@ class _EtaColumn(ProgressColumn):
 
     def render(self, task) -> Text:
         return Text(self.owner.eta_text() if task.fields.get("study") else "", style="progress.remaining")
+
 
 class StudyProgress:
     """``with StudyProgress(name, total) as p: p.run_started(label, steps); p.run_step(...); ...``"""
@@ -202,6 +206,7 @@ class StudyProgress:
         """A :class:`~workbench.execution.run_progress.RunProgress`-like view of one run, for ``execute_run``."""
         return RunView(self, label)
 
+
 class RunView:
     """What ``execute_run`` calls: ``start_run``, ``on_step``, ``end_run``."""
 
@@ -220,6 +225,7 @@ class RunView:
         finished = status not in ("FAILED", "KILLED")
         self.owner.run_ended(self.label, "FINISHED" if finished else status,
                              f"health {status}" if finished else "")
+
 
 def format_duration(seconds: float) -> str:
     """``M:SS``, or ``H:MM:SS`` from an hour on."""

@@ -12,5 +12,6 @@ def cpu_count() -> int:
     except AttributeError:  # not on Linux
         return os.cpu_count() or 1
 
+
 def threads_per_run(parallel: int) -> int:
     return max(1, cpu_count() // max(1, parallel))

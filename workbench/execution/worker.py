@@ -87,17 +87,21 @@ HEARTBEAT_ATTR = "workbench:heartbeat"
 INIT_TIMEOUT_S = 120.0
 RDB_OPEN_ATTEMPTS = 5
 
+
 class WorkerError(ValueError):
     """A problem with the storage or the Optuna study that the user must fix (exit code 2)."""
 
+
 class RunFailed(Exception):
     """The run ended FAILED (or KILLED) in MLflow: its trial is FAIL."""
+
 
 # ------------------------------------------------------------------------------------ storage
 def _heartbeat_base():
     from optuna.storages._heartbeat import BaseHeartbeat  # the extension point RDBStorage uses
 
     return BaseHeartbeat
+
 
 def _journal_heartbeat_class():
     from optuna.storages import JournalStorage
@@ -133,6 +137,7 @@ def _journal_heartbeat_class():
 
     return JournalHeartbeatStorage
 
+
 def wait_for_creator(ostudy, *, owned: Callable[[dict], bool], take_over: Callable[[], None],
                      log: Callable[[str], None], what: str, timeout_s: float = INIT_TIMEOUT_S) -> None:
     """Wait until the worker that created ``ostudy`` marks it READY; take its setup over if it died midway.
@@ -150,10 +155,12 @@ def wait_for_creator(ostudy, *, owned: Callable[[dict], bool], take_over: Callab
             return
         time.sleep(0.5)
 
+
 def describe_storage(url: str) -> str:
     """The storage URL without its password or password-like query parameters, for messages."""
 
     return redact_uri(url)
+
 
 def open_storage(url: str, *, heartbeat_interval: int, grace_period: int | None = None,
                  on_stale: Callable | None = None):
@@ -196,6 +203,7 @@ def open_storage(url: str, *, heartbeat_interval: int, grace_period: int | None 
     return _journal_heartbeat_class()(backend, heartbeat_interval=heartbeat_interval, grace_period=grace_period,
                                       on_stale=on_stale)
 
+
 # ------------------------------------------------------------------------------------- worker
 @dataclass
 class WorkerReport:
@@ -207,6 +215,7 @@ class WorkerReport:
     failed: list[str] = field(default_factory=list)  # labels of runs without a FINISHED run
     tracking_lost: str = ""  # why this worker stopped early: MLflow unreachable past the outage deadline
 
+
 @dataclass
 class WorkerOptions:
     heartbeat_interval: int = 30
@@ -215,12 +224,15 @@ class WorkerOptions:
     poll_s: float | None = None  # default: min(heartbeat_interval, 5)
     log: Callable[[str], None] = print  # one line per event; the CLI prefixes the time
 
+
 def worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
+
 
 def trial_attrs(spec: RunSpec) -> dict:
     return {KEY: spec.run_key, LABEL: spec.label, VARIANT: spec.variant, SEED: spec.seed,
             CONFIG: spec.config.model_dump(mode="json")}
+
 
 class Worker:
     def __init__(self, study: Study, specs: list[RunSpec], storage_url: str, options: WorkerOptions,
@@ -511,6 +523,7 @@ class Worker:
         self._enqueue_retry(trial, lost=lost)
         self.opt.log(f"[{self.id}] {label}: {reason}; enqueued a retry")
 
+
 class StaleTrialWatch:
     """Fails stale trials every ``interval_s`` in a daemon thread while the worker runs a trial
     (Optuna's ``fail_stale_trials`` is atomic per trial: the main loop's own calls and other
@@ -539,9 +552,11 @@ class StaleTrialWatch:
         self._stop.set()
         self._thread.join(timeout=30)
 
+
 def _value(x: float) -> float:
     """Optuna fails a trial whose value is NaN: a finished run without an eval counts 0."""
     return float(x) if x is not None and math.isfinite(x) else 0.0
+
 
 def run_worker(study: Study, specs: list[RunSpec], storage_url: str, options: WorkerOptions | None = None,
                progress_factory: Callable | None = None) -> WorkerReport:

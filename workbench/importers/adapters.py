@@ -23,8 +23,10 @@ __all__ = ["ADAPTERS", "SOURCE_PREFIX", "Adapter", "MetricMapping", "identity", 
 #: Metrics with no canonical counterpart are logged as ``source/<their name>``.
 SOURCE_PREFIX = "source/"
 
+
 def identity(x: float) -> float:
     return x
+
 
 @dataclass(frozen=True)
 class MetricMapping:
@@ -40,6 +42,7 @@ class MetricMapping:
     caveat: str = ""  # where the source definition differs from the canonical one ("" = same)
     convert: Callable[[float], float] = identity
     conversion: str = "as is"  # the conversion in words, for docs/import.md
+
 
 @dataclass(frozen=True)
 class Adapter:
@@ -103,6 +106,7 @@ class Adapter:
                          "caveat": m.caveat if m else "", "defined_in": m.defined_in if m else ""})
         return rows
 
+
 def markdown_table(adapter: Adapter) -> str:
     """The adapter's mappings as the markdown table docs/import.md shows (a test keeps them in sync)."""
     lines = ["| source metric | imported as | conversion | caveat | defined in |", "|---|---|---|---|---|"]
@@ -110,5 +114,6 @@ def markdown_table(adapter: Adapter) -> str:
         target = f"`{m.canonical}`" if m.canonical else f"`{SOURCE_PREFIX}{m.source}` (not canonical)"
         lines.append(f"| `{m.source}` | {target} | {m.conversion} | {m.caveat or 'same meaning'} | {m.defined_in} |")
     return "\n".join(lines) + "\n"
+
 
 ADAPTERS: Registry[Adapter] = Registry("framework")

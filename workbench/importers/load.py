@@ -21,6 +21,7 @@ __all__ = ["SourceRun", "parse_selector", "runs_from_files", "runs_from_mlflow"]
 
 SELECTOR_KINDS = ("param", "tag")
 
+
 @dataclass
 class SourceRun:
     """One run of the source framework, before mapping: metric names as the framework logged them."""
@@ -38,8 +39,10 @@ class SourceRun:
     def label(self) -> str:
         return f"{self.variant}/seed={self.seed}"
 
+
 def _digest(*parts: str) -> str:
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
+
 
 def parse_selector(text: str, option: str) -> tuple[str, str]:
     """``param:loss_type`` -> ``("param", "loss_type")``; anything else is bad input."""
@@ -47,6 +50,7 @@ def parse_selector(text: str, option: str) -> tuple[str, str]:
     if not sep or kind not in SELECTOR_KINDS or not name:
         raise ImportSourceError(f"{option} expects param:NAME or tag:NAME, got {text!r}")
     return kind, name
+
 
 def _seed(value: Any, where: str) -> int:
     try:
@@ -61,6 +65,7 @@ def _seed(value: Any, where: str) -> int:
 # From an MLflow store
 # --------------------------------------------------------------------------------------------
 
+
 def _open_store(uri: str):
     from mlflow import MlflowClient
 
@@ -70,9 +75,11 @@ def _open_store(uri: str):
         raise ImportSourceError(f"--from {uri}: not a tracking URI (sqlite:///PATH, postgresql://..., http://...)")
     return MlflowClient(uri)
 
+
 def _selected(run: Any, kind: str, name: str) -> str | None:
     values = run.data.params if kind == "param" else run.data.tags
     return values.get(name)
+
 
 def runs_from_mlflow(adapter: Adapter, uri: str, experiment: str, variant_by: str, seed_by: str) -> list[SourceRun]:
     """Every run of ``experiment`` in the store ``uri``: variant and seed from the param or tag
@@ -119,6 +126,7 @@ def runs_from_mlflow(adapter: Adapter, uri: str, experiment: str, variant_by: st
     _check_unique_labels(out)
     return out
 
+
 def _history(client: Any, run_id: str, keys: Sequence[str]) -> list[tuple[int, dict[str, float]]]:
     by_step: dict[int, dict[str, float]] = {}
     for key in keys:
@@ -126,6 +134,7 @@ def _history(client: Any, run_id: str, keys: Sequence[str]) -> list[tuple[int, d
         for m in points:  # a step logged twice keeps the latest value
             by_step.setdefault(int(m.step), {})[key] = float(m.value)
     return sorted(by_step.items())
+
 
 def _safe_uri(uri: str) -> str:
     """The URI without a password (``postgresql://user:pw@host`` -> ``postgresql://user@host``)."""
@@ -137,6 +146,7 @@ def _safe_uri(uri: str) -> str:
     host = parts.hostname or ""
     netloc = f"{parts.username}@{host}" + (f":{parts.port}" if parts.port else "")
     return urlunsplit(parts._replace(netloc=netloc))
+
 
 def _check_unique_labels(runs: list[SourceRun]) -> None:
     seen: dict[str, str] = {}
@@ -150,6 +160,7 @@ def _check_unique_labels(runs: list[SourceRun]) -> None:
 # --------------------------------------------------------------------------------------------
 # From files
 # --------------------------------------------------------------------------------------------
+
 
 def runs_from_files(adapter: Adapter, paths: Sequence[str], variant: str, seeds: Sequence[int]) -> list[SourceRun]:
     """One run per file, all of ``variant``; ``seeds``: one (a single file) or one per file, in order."""

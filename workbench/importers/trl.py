@@ -54,6 +54,7 @@ MAPPINGS = (
     MetricMapping("step_time", "perf/step_s", f"{GRPO} (training_step wall time)"),
 )
 
+
 def read_trainer_state(path: str) -> list[tuple[int, dict[str, float]]]:
     """``trainer_state.json`` -> ``[(global step, {metric: value})]`` from its ``log_history``.
 
@@ -84,6 +85,7 @@ def read_trainer_state(path: str) -> list[tuple[int, dict[str, float]]]:
             elif isinstance(value, (int, float)) and not isinstance(value, bool):
                 row[key] = float(value)
     return sorted(by_step.items())
+
 
 ADAPTERS.register("trl")(Adapter(
     framework="trl", version="1.16.0", mappings=MAPPINGS, file_reader=read_trainer_state,

@@ -62,6 +62,7 @@ MAPPINGS = (
 _CONSOLE_STEP = re.compile(r"(?:^|\s)step:(\d+)(?: - (.*))?$")
 _NUMPY_SCALAR = re.compile(r"^np\.\w+\((.*)\)$")
 
+
 def _number(text: str) -> float | None:
     text = text.strip()
     m = _NUMPY_SCALAR.match(text)
@@ -71,6 +72,7 @@ def _number(text: str) -> float | None:
         return float(text)  # also nan, inf
     except ValueError:
         return None
+
 
 def read_metric_log(path: str) -> list[tuple[int, dict[str, float]]]:
     """A verl JSONL file-logger file or a console log -> ``[(step, {metric: value})]``.
@@ -98,6 +100,7 @@ def read_metric_log(path: str) -> list[tuple[int, dict[str, float]]]:
                                 "JSON line with 'step' and 'data')")
     return sorted(by_step.items())
 
+
 def _jsonl_line(line: str) -> tuple[int, dict[str, float]] | None:
     try:
         row = json.loads(line)
@@ -111,6 +114,7 @@ def _jsonl_line(line: str) -> tuple[int, dict[str, float]] | None:
     return step, {k: float(v) if v is not None else math.nan for k, v in row["data"].items()
                   if v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))}
 
+
 def _console_line(line: str) -> tuple[int, dict[str, float]] | None:
     m = _CONSOLE_STEP.search(line)
     if m is None:
@@ -122,6 +126,7 @@ def _console_line(line: str) -> tuple[int, dict[str, float]] | None:
         if name and x is not None:
             metrics[name] = x
     return int(m.group(1)), metrics
+
 
 ADAPTERS.register("verl")(Adapter(
     framework="verl", version="0.9.1", mappings=MAPPINGS, file_reader=read_metric_log,

@@ -38,6 +38,7 @@ DEFAULT_COMPARE_METRICS = ("reward/mean", "length/mean", "entropy/mean")
 #: Source statuses an import can take as final; a run still running in the source is left for later.
 _TERMINAL = ("FINISHED", "FAILED", "KILLED")
 
+
 @dataclass
 class ImportOutcome:
     study: str
@@ -47,8 +48,10 @@ class ImportOutcome:
     skipped: list[str] = field(default_factory=list)  # labels whose source was imported before
     not_finished: list[str] = field(default_factory=list)  # labels still running in the source
 
+
 def _store_exists(uri: str) -> bool:
     return not uri.startswith("sqlite:///") or Path(uri.removeprefix("sqlite:///")).is_file()
+
 
 def existing_keys(uri: str, study: str) -> tuple[dict[str, str], list[str]]:
     """``run_key -> run id`` of the study's child runs and their variants (first-seen order);
@@ -70,11 +73,14 @@ def existing_keys(uri: str, study: str) -> tuple[dict[str, str], list[str]]:
     variants = list(dict.fromkeys(r.data.tags.get("workbench.variant", "") for r in reversed(children)))
     return keys, [v for v in variants if v]
 
+
 def _series(steps: list[tuple[int, dict[str, float]]], adapter: Adapter) -> list[tuple[int, dict[str, float]]]:
     return [(step, adapter.convert_step(metrics)) for step, metrics in steps]
 
+
 def _health(converted: list[tuple[int, dict[str, float]]]):
     return HealthMonitor.from_config(None).recheck(converted)
+
 
 def write_study(adapter: Adapter, runs: Sequence[SourceRun], uri: str, study: str,
                 *, source_note: dict[str, Any], view_specs: Sequence[Any] = ()) -> ImportOutcome:
@@ -131,6 +137,7 @@ def write_study(adapter: Adapter, runs: Sequence[SourceRun], uri: str, study: st
                              baseline=variants[0] if variants else None)
         publish_study_views(client, client.get_experiment_by_name(study).experiment_id, layout, view_specs)
     return outcome
+
 
 def _parent_run(client: Any, uri: str, study: str, framework: str, variants: list[str],
                 source_note: dict[str, Any]) -> str:

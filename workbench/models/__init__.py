@@ -17,15 +17,18 @@ def model_dir(model_cfg: ModelConfig, task_cfg: TaskConfig, progress: bool = Tru
 
     return tiny_model_dir(model_cfg, task_cfg, progress=progress)
 
+
 def check_model_path(path: Path) -> None:
     if not path.is_dir():
         raise FileNotFoundError(f"model.path does not exist or is not a directory: {path}")
     if not (path / "config.json").is_file():
         raise FileNotFoundError(f"model.path has no config.json (not a HF model directory): {path}")
 
+
 def _first_line(error: BaseException, limit: int = 200) -> str:
     text = " ".join(str(error).split()) or type(error).__name__
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
 
 def inspect_model_dir(path: Path):
     """Preflight of a local model directory, without loading weights: ``(tokenizer, max positions)``.
@@ -53,6 +56,7 @@ def inspect_model_dir(path: Path):
     positions = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
     return tokenizer, positions
 
+
 def token_count_over(tokenizer, text: str, budget: int) -> int | None:
     """Tokens in ``text`` if more than ``budget``, else ``None``; never tokenizes megabytes to say so.
 
@@ -66,6 +70,7 @@ def token_count_over(tokenizer, text: str, budget: int) -> int | None:
             return prefix
     count = len(tokenizer(text, add_special_tokens=False)["input_ids"])
     return count if count > budget else None
+
 
 def load_policy(model_cfg: ModelConfig, task_cfg: TaskConfig, progress: bool = True):
     """(model, tokenizer) with left padding, ready for sampling and learning."""

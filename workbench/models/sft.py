@@ -23,6 +23,7 @@ class SFTResult:
     final_loss: float
     probe_accuracy: float
 
+
 def sft_batch(tokenizer, problems: list[Problem], template: str):
     """Right-padded prompt+solution+EOS sequences; labels only on the solution tokens."""
     rows, labels = [], []
@@ -39,6 +40,7 @@ def sft_batch(tokenizer, problems: list[Problem], template: str):
     attention = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows])
     label_t = torch.tensor([lab + [-100] * (width - len(lab)) for lab in labels])
     return input_ids, attention, label_t
+
 
 @torch.no_grad()
 def probe_completions(model, tokenizer, probe: list[Problem], template: str, *, lean: bool = True) -> list[str]:
@@ -60,6 +62,7 @@ def probe_completions(model, tokenizer, probe: list[Problem], template: str, *, 
     model.train()
     return tokenizer.batch_decode(out, skip_special_tokens=True)
 
+
 def probe_accuracy(model, tokenizer, probe: list[Problem], template: str, task: Task | None = None) -> float:
     """Greedy exact-match of the worked solution (cheap; the RL reward uses math-verify).
 
@@ -68,6 +71,7 @@ def probe_accuracy(model, tokenizer, probe: list[Problem], template: str, task: 
     texts = probe_completions(model, tokenizer, probe, template)
     correct = getattr(task, "probe_correct", None) or (lambda text, p: text.strip() == p.solution)
     return sum(correct(t, p) for t, p in zip(texts, probe, strict=True)) / len(probe)
+
 
 def supervised_warmup(model, tokenizer, task: Task, template: str, *, max_steps: int, batch_size: int, lr: float,
                       target_accuracy: float, check_every: int, rng: random.Random,

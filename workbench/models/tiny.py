@@ -29,8 +29,10 @@ from workbench.tasks import Task, build_task
 
 BUILD_VERSION = 1  # bump when the build procedure changes, to invalidate caches
 
+
 def cache_root() -> Path:
     return Path(os.environ.get("WORKBENCH_CACHE", Path.home() / ".cache" / "rl-workbench"))
+
 
 def tiny_cache_key(model_cfg: ModelConfig, task_cfg: TaskConfig) -> str:
     payload = {
@@ -40,6 +42,7 @@ def tiny_cache_key(model_cfg: ModelConfig, task_cfg: TaskConfig) -> str:
         "task": task_cfg.model_dump(mode="json"),
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+
 
 def tiny_model_dir(model_cfg: ModelConfig, task_cfg: TaskConfig, progress: bool = True) -> Path:
     """Directory of the cached tiny model for this config, building it first if needed."""
@@ -67,6 +70,7 @@ def tiny_model_dir(model_cfg: ModelConfig, task_cfg: TaskConfig, progress: bool 
                 shutil.rmtree(tmp, ignore_errors=True)
     return target
 
+
 def init_tiny_model(cfg: TinyModelConfig, vocab_size: int, pad_id: int, eos_id: int) -> PreTrainedModel:
     config_cls, model_cls = (LlamaConfig, LlamaForCausalLM) if cfg.arch == "llama" else (Qwen2Config, Qwen2ForCausalLM)
     config = config_cls(
@@ -84,6 +88,7 @@ def init_tiny_model(cfg: TinyModelConfig, vocab_size: int, pad_id: int, eos_id: 
     )
     torch.manual_seed(cfg.seed)
     return model_cls(config)
+
 
 def build_tiny_model(model_cfg: ModelConfig, task: Task, progress: bool = True):
     """Initialise from the seed and run the cold-start SFT on worked examples."""

@@ -11,6 +11,7 @@ from transformers import PreTrainedTokenizerFast
 PAD, EOS, UNK = "<pad>", "<eos>", "<unk>"
 CHARS = [c for c in string.printable if c not in "\t\r\x0b\x0c"]  # printable ASCII + space + newline
 
+
 def build_char_tokenizer() -> PreTrainedTokenizerFast:
     """BPE with no merges = one token per character; unknown characters map to <unk>."""
     vocab = {tok: i for i, tok in enumerate([PAD, EOS, UNK, *CHARS])}

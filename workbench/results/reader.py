@@ -85,6 +85,7 @@ __all__ = [
     "load_study_frames",
 ]
 
+
 @dataclass
 class LoadStats:
     """What one load did: which runs' histories came from the store and which from the cache."""
@@ -103,6 +104,7 @@ class LoadStats:
                 f"({len(self.fetched_runs)} runs read from the {self.backend} store, "
                 f"{len(self.cached_runs)} from the cache)")
 
+
 @dataclass
 class StudyFrames:
     """A loaded study: ``history`` and ``runs`` frames (module docstring) plus load statistics."""
@@ -119,6 +121,7 @@ class StudyFrames:
 # --------------------------------------------------------------------------------------------
 # The reader
 # --------------------------------------------------------------------------------------------
+
 
 class StudyReader:
     """Reads studies from one MLflow store. See the module docstring."""
@@ -274,6 +277,7 @@ class StudyReader:
                     out[item[0]] = report
                     self.cache.put_json(artifact, item[0], item[1], item[2], report)
         return {rid: out[rid] for rid in runs["run_id"]}
+
 
 def load_study_frames(study_name: str, tracking_uri: str | None = None, metrics: Iterable[str] | None = None,
                       *, cache_dir: str | os.PathLike[str] | bool | None = None,

@@ -46,12 +46,14 @@ ShapingSpec = tuple[str, float, Mapping[str, Any]]
 
 CORRECT_TERM = "correct"  # key of the correctness term (1.0 per correct completion) in RewardBatch.terms
 
+
 def __getattr__(name: str) -> Any:  # lazy: torch is imported only when shaping is used
     if name in ("REWARD_SHAPERS", "ShapingInput"):
         from workbench.reward import shaping  # deferred: torch
 
         return getattr(shaping, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 @dataclass(frozen=True)
 class RewardBatch:
@@ -62,6 +64,7 @@ class RewardBatch:
     timed_out: torch.Tensor  # [B] bool, verification ran out of time (scored incorrect)
     terms: dict[str, torch.Tensor]  # name -> [B] float32 weighted contribution; "correct" first
     extracted: list[str | None]  # [B] answer string the verifier extracted, for sample tables
+
 
 def validate_shaping(shaping: Sequence[ShapingSpec]) -> list[tuple[str, float, dict[str, Any]]]:
     """Check a shaping config without scoring anything; returns it normalised.
@@ -101,6 +104,7 @@ def validate_shaping(shaping: Sequence[ShapingSpec]) -> list[tuple[str, float, d
             ) from None
         out.append((name, weight, params))
     return out
+
 
 def score_completions(
     verifier: AnswerVerifier,

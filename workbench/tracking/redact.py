@@ -32,8 +32,10 @@ SECRET_PARAMS = frozenset({
 # scheme://[userinfo@]rest ; the userinfo ends at the last '@' before the path ('@' may occur in passwords)
 _URI = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)(?P<rest>[^\s\"'<>`]*)")
 
+
 def _is_secret(name: str) -> bool:
     return name.strip().lower().replace("-", "_") in SECRET_PARAMS
+
 
 def _redact_query(query: str) -> str:
     parts = []
@@ -41,6 +43,7 @@ def _redact_query(query: str) -> str:
         name, eq, value = part.partition("=")
         parts.append(f"{name}={MASK}" if eq and value and _is_secret(name) else part)
     return "".join(parts)
+
 
 def _redact_rest(rest: str) -> str:
     """``user:pw@host/path?query#frag`` (no scheme) with the password and secret params masked."""
@@ -63,6 +66,7 @@ def _redact_rest(rest: str) -> str:
         fragment = _redact_query(fragment)
     return head + (qmark + query if qmark else "") + (hash_ + fragment if hash_ else "")
 
+
 def redact_uri(uri: str | None) -> str | None:
     """``uri`` with its userinfo password and password-like query parameters replaced by ``***``."""
     if not uri:
@@ -72,9 +76,11 @@ def redact_uri(uri: str | None) -> str | None:
         return uri
     return match.group("scheme") + _redact_rest(match.group("rest"))
 
+
 def redact_text(text: str) -> str:
     """Every ``scheme://...`` URI in ``text`` redacted; the rest unchanged."""
     return _URI.sub(lambda m: m.group("scheme") + _redact_rest(m.group("rest")), text)
+
 
 def redact_config(config: dict[str, Any]) -> dict[str, Any]:
     """A run-config mapping (``model_dump`` or flattened) with ``tracking.uri`` redacted; input untouched."""

@@ -10,6 +10,7 @@ DEFAULT_DB = "mlflow.db"
 DEFAULT_ARTIFACTS = "mlartifacts"
 CHECKPOINT_ROOT_ENV = "WORKBENCH_CHECKPOINT_DIR"
 
+
 def resolve_tracking_uri(uri: str | None = None) -> str:
     # Set explicitly: MLflow silently falls back to ./mlruns (a file store that raises) otherwise.
     if os.environ.get("MLFLOW_TRACKING_URI"):
@@ -17,6 +18,7 @@ def resolve_tracking_uri(uri: str | None = None) -> str:
     if uri:
         return uri
     return f"sqlite:///{Path(DEFAULT_DB).resolve()}"
+
 
 def checkpoint_root(tracking_uri: str) -> Path:
     """Where runs of this store keep their local state (checkpoints, unsent metrics): ``$WORKBENCH_CHECKPOINT_DIR``
@@ -27,12 +29,14 @@ def checkpoint_root(tracking_uri: str) -> Path:
         return Path(tracking_uri.removeprefix("sqlite:///")).resolve().parent / "checkpoints"
     return Path(".workbench/checkpoints").resolve()
 
+
 def default_artifact_location(tracking_uri: str) -> str | None:
     """Artifacts next to a local sqlite store; a server decides its own."""
     if tracking_uri.startswith("sqlite:///"):
         db = Path(tracking_uri.removeprefix("sqlite:///"))
         return (db.parent / DEFAULT_ARTIFACTS).resolve().as_uri()
     return None
+
 
 def get_or_create_experiment(client, name: str, tracking_uri: str) -> str:
     experiment = client.get_experiment_by_name(name)
@@ -48,7 +52,9 @@ def get_or_create_experiment(client, name: str, tracking_uri: str) -> str:
             raise
         return experiment.experiment_id
 
+
 _READY_STORES: set[str] = set()
+
 
 def ensure_store(tracking_uri: str) -> None:
     """Create a local sqlite store's tables under a file lock, once per process.

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 ORPHAN_ERROR = "its process is gone: the run was left RUNNING (killed worker or machine)"
 
+
 def _child_runs(client, experiment_id: str, extra_filter: str = ""):
     query = "tags.`workbench.role` = 'run'" + (f" and {extra_filter}" if extra_filter else "")
     return client.search_runs([experiment_id], query, max_results=50000)
+
 
 def run_statuses(client, experiment_id: str) -> dict[str, str]:
     """run_key -> best known status (FINISHED beats RUNNING beats FAILED/KILLED)."""
@@ -23,6 +25,7 @@ def run_statuses(client, experiment_id: str) -> dict[str, str]:
             out[key] = run.info.status
     return out
 
+
 def finished_runs(client, experiment_id: str) -> dict:
     """run_key -> its FINISHED MLflow run (the latest if, against the rules, there are several)."""
     out: dict = {}
@@ -31,6 +34,7 @@ def finished_runs(client, experiment_id: str) -> dict:
         if key and (key not in out or run.info.start_time > out[key].info.start_time):
             out[key] = run
     return out
+
 
 def mark_orphaned_runs(client, experiment_id: str, run_keys, *, reason: str = ORPHAN_ERROR,
                        status: str = "FAILED") -> list[str]:

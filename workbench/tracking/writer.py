@@ -48,12 +48,15 @@ UNSENT_DIR = "unsent"
 log = logging.getLogger("workbench.tracking")
 log.addHandler(logging.NullHandler())  # the line goes to stderr once (below), and to the log if one is set up
 
+
 class TrackingOutage(RuntimeError):
     """MLflow stayed unreachable for longer than the outage deadline."""
+
 
 def bound_mlflow_http_retries() -> None:
     for name, value in MLFLOW_HTTP_BOUNDS.items():
         os.environ.setdefault(name, value)
+
 
 def is_unreachable(error: BaseException) -> bool:
     """True for failures that say the store could not be reached (worth retrying), not that it
@@ -64,6 +67,7 @@ def is_unreachable(error: BaseException) -> bool:
     if "API request to " in text and "failed with" in text:  # mlflow.utils.rest_utils: connection refused, timeout,
         return True  # retries exhausted on 429/5xx
     return "database is locked" in text or "TEMPORARILY_UNAVAILABLE" in text
+
 
 def interrupted_inside(error: BaseException) -> bool:
     """True when a ``KeyboardInterrupt`` is in ``error``'s chain. A Ctrl-C that lands inside a SQLite
@@ -82,9 +86,11 @@ def interrupted_inside(error: BaseException) -> bool:
         stack += [current.__cause__, current.__context__]
     return False
 
+
 def _warn(line: str) -> None:
     print(f"warning: {line}", file=sys.stderr, flush=True)
     log.warning(line)
+
 
 @dataclass
 class OutagePolicy:
@@ -105,6 +111,7 @@ class OutagePolicy:
             total += step
             wait = min(wait * 2, self.max_wait_s)
         return out
+
 
 def call_with_retries(fn: Callable, *args, policy: OutagePolicy, uri: str, what: str, **kwargs):
     """``fn(*args, **kwargs)``, retried while MLflow is unreachable; raises :class:`TrackingOutage`
@@ -133,11 +140,14 @@ def call_with_retries(fn: Callable, *args, policy: OutagePolicy, uri: str, what:
                         f"({attempt}/{len(plan)})…")
             time.sleep(wait)
 
+
 def spill_dir(tracking_uri: str) -> Path:
     return checkpoint_root(tracking_uri) / UNSENT_DIR
 
+
 def spill_path(tracking_uri: str, run_key: str, run_id: str) -> Path:
     return spill_dir(tracking_uri) / f"{run_key}.{run_id}.jsonl"
+
 
 def resend_spills(tracking_uri: str, run_key: str, policy: OutagePolicy | None = None) -> int:
     """Send what earlier attempts of ``run_key`` could not (metrics, then their final status) to
@@ -159,6 +169,7 @@ def resend_spills(tracking_uri: str, run_key: str, policy: OutagePolicy | None =
                         f"{redact_text(str(error).splitlines()[0])[:200]}); "
                         f"kept as {rejected}")
     return sent
+
 
 def _resend_spill(client, path: Path, tracking_uri: str, policy: OutagePolicy) -> int:
     """Re-sending is idempotent: MLflow keeps one row per identical (key, value, timestamp, step)."""
@@ -182,6 +193,7 @@ def _resend_spill(client, path: Path, tracking_uri: str, policy: OutagePolicy) -
                       policy=policy, uri=tracking_uri, what="re-sending spilled metrics")
     path.unlink()
     return len(metrics)
+
 
 class RunTracker:
     """One MLflow run. ``start()`` creates it; ``finish(status)`` ends it (FINISHED/FAILED/KILLED)."""
@@ -335,6 +347,7 @@ class RunTracker:
         self.outage.warn(f"MLflow run {self.run_id} ended {status}; {len(lines) - 1} unsent metric point(s) "
                          f"kept in {path} (sent when the run is executed again)")
         return path
+
 
 def _param_text(value: Any) -> str:
     text = json.dumps(value) if isinstance(value, (list, tuple, dict)) else str(value)

@@ -48,12 +48,14 @@ _HEALTH_SCALE = [
     [0.75, "#F5B7B1"], [1.0, "#F5B7B1"],  # fail
 ]
 
+
 def base_layout(fig: go.Figure, *, title: str | None = None, height: int | None = None) -> go.Figure:
     fig.update_layout(template=TEMPLATE, font={"family": FONT, "size": 12}, hovermode="closest",
                       margin={"l": 60, "r": 20, "t": 70 if title else 40, "b": 50},
                       legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0},
                       title={"text": title, "x": 0.01} if title else None, height=height)
     return fig
+
 
 def _fmt(v: Any) -> str:
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
@@ -63,6 +65,7 @@ def _fmt(v: Any) -> str:
 # --------------------------------------------------------------------------------------------
 # Curves
 # --------------------------------------------------------------------------------------------
+
 
 def band_traces(bands: pd.DataFrame, x: str, *, name: str, color: str, dash: str = "solid",
                 legendgroup: str | None = None, showlegend: bool = True, band: bool = True,
@@ -96,6 +99,7 @@ def band_traces(bands: pd.DataFrame, x: str, *, name: str, color: str, dash: str
     ))
     return traces
 
+
 def run_traces(curves: pd.DataFrame, x: str, *, colors: Mapping[str, str], color_by: str = "variant",
                labels: Mapping[str, str] | None = None, dash: str = "solid", shown: set[str] | None = None,
                metric: str = "", opacity: float = 0.75) -> list[go.Scatter]:
@@ -123,6 +127,7 @@ def run_traces(curves: pd.DataFrame, x: str, *, colors: Mapping[str, str], color
         shown.add(group)
     return traces
 
+
 def marker_traces(events: pd.DataFrame, x: str = "step", *, shown: set[str] | None = None) -> list[go.Scatter]:
     """Health-rule trigger markers from a frame ``<x>, y, severity, rule, label, message``
     (one row per event placed on a curve): one trace per severity."""
@@ -140,6 +145,7 @@ def marker_traces(events: pd.DataFrame, x: str = "step", *, shown: set[str] | No
         ))
         shown.add(key)
     return traces
+
 
 def curve_figure(bands: pd.DataFrame, x: str = "step", *, metric: str = "", title: str | None = None,
                  colors: Mapping[str, str] | None = None, baseline: str | None = None,
@@ -162,11 +168,14 @@ def curve_figure(bands: pd.DataFrame, x: str = "step", *, metric: str = "", titl
 # Bars would start at 0 and make 0.79 and 0.81 look the same; an interval plot puts the axis where
 # the values are, so the estimates, their CIs and the seeds' spread can be told apart.
 
+
 INTERVAL_META = "summary-interval"  # marks the estimate-with-CI trace (tests and callers find it by this)
 SEEDS_META = "summary-seeds"
 
+
 def is_interval_trace(trace: Any) -> bool:
     return getattr(trace, "meta", None) == INTERVAL_META
+
 
 def zoomed_range(*arrays: np.ndarray, pad_fraction: float = 0.08) -> list[float] | None:
     """A y range around every finite value (estimates, CI ends, seeds) with a margin; never widened
@@ -179,6 +188,7 @@ def zoomed_range(*arrays: np.ndarray, pad_fraction: float = 0.08) -> list[float]
     span = hi - lo
     pad = span * pad_fraction if span > 0 else max(abs(hi) * 0.05, 1e-3)
     return [lo - pad, hi + pad]
+
 
 def summary_interval_traces(table_rows: pd.DataFrame, values: pd.DataFrame | None, metric: str, *,
                             colors: Mapping[str, str], baseline: str, statistic: str = "mean",
@@ -231,6 +241,7 @@ def summary_interval_traces(table_rows: pd.DataFrame, values: pd.DataFrame | Non
         shown.add("seeds")
     return traces
 
+
 def summary_range(table_rows: pd.DataFrame, values: pd.DataFrame | None, metric: str,
                   statistic: str = "mean") -> list[float] | None:
     """The zoomed y range of one metric's interval panel: estimates, CI ends and seeds."""
@@ -240,7 +251,9 @@ def summary_range(table_rows: pd.DataFrame, values: pd.DataFrame | None, metric:
     pts = seed_points(values, metric, table_rows["variant"].astype(str).tolist())
     return zoomed_range(table_rows[statistic].to_numpy(dtype=float), lo, hi, pts["value"].to_numpy())
 
+
 summary_bar_traces = summary_interval_traces  # the dashboard renderer's name for it, kept working
+
 
 def summary_figure(table: Any, summary: pd.DataFrame | None = None, metrics: Sequence[str] | None = None, *,
                    colors: Mapping[str, str] | None = None, statistic: str = "mean", cols: int = 2,
@@ -283,6 +296,7 @@ def summary_figure(table: Any, summary: pd.DataFrame | None = None, metrics: Seq
 # Health matrix
 # --------------------------------------------------------------------------------------------
 
+
 def health_heatmap_trace(cells: pd.DataFrame, *, rules: Sequence[str] | None = None,
                          run_order: Sequence[str] | None = None) -> go.Heatmap:
     """Runs × rules heatmap from health cells (columns ``run_id, label, rule, state, step,
@@ -312,6 +326,7 @@ def health_heatmap_trace(cells: pd.DataFrame, *, rules: Sequence[str] | None = N
         colorscale=_HEALTH_SCALE, showscale=False, xgap=2, ygap=2,
         hovertemplate="<b>%{y}</b> · %{x}<br>%{customdata}<extra></extra>",
     )
+
 
 def health_matrix_figure(cells: pd.DataFrame, *, rules: Sequence[str] | None = None,
                          title: str | None = "Health: first-trigger step of each rule (amber warn, red fail, "

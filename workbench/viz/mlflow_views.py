@@ -57,6 +57,7 @@ ORDER_TAG = "workbench.views"  # our view ids, in the order the UI links are pri
 NOTE_MARKER = "rl-workbench"  # notes carrying it are ours to rewrite
 RUN_NOTE_PREFIX = "rl-workbench health: "
 
+
 @dataclass
 class StudyLayout:
     """What the experiment's views and notes are written from (kept as an experiment tag)."""
@@ -68,6 +69,7 @@ class StudyLayout:
     grid_params: list[str] = field(default_factory=list)
     seeds: list[int] = field(default_factory=list)
 
+
 @dataclass(frozen=True)
 class ViewLink:
     view_id: str
@@ -76,6 +78,7 @@ class ViewLink:
 
     def url(self, base_url: str = "") -> str:
         return view_link(self.experiment_id, self.view_id, base_url)
+
 
 def study_question(study: Any) -> str:
     """The question a study asks: its ``description:``, else the leading comment of its file."""
@@ -91,11 +94,13 @@ def study_question(study: Any) -> str:
         lines.append(line.lstrip("#").strip())
     return " ".join(x for x in lines if x)
 
+
 def layout_of(study: Any) -> StudyLayout:
     """A :class:`workbench.study.Study` as the layout its views are written from."""
     grid = [*study.grid, *getattr(study, "zip", {})]
     return StudyLayout(study=study.name, question=study_question(study), variants=list(study.variants),
                        baseline=(study.compare or {}).get("baseline"), grid_params=grid, seeds=list(study.seeds))
+
 
 def read_layout(client: Any, experiment_id: str) -> StudyLayout | None:
     """The layout stored on the experiment when the study started (None for older experiments)."""
@@ -107,11 +112,13 @@ def read_layout(client: Any, experiment_id: str) -> StudyLayout | None:
     except (ValueError, TypeError):
         return None
 
+
 def load_view_specs() -> list[Any]:
     """Every dashboard spec (project's and ``./dashboards``), validated: a broken spec raises
     ``SpecError`` naming file, line and field before anything is written."""
 
     return [load_spec(path) for path in list_specs().values()]
+
 
 def variant_colours(layout: StudyLayout, run_variants: Iterable[str] = ()) -> dict[str, str]:
     """``variant -> #RRGGBB`` by the variant's position in the study (baseline grey), as the
@@ -120,16 +127,20 @@ def variant_colours(layout: StudyLayout, run_variants: Iterable[str] = ()) -> di
     order = [*layout.variants, *sorted(set(run_variants) - set(layout.variants))]
     return variant_colors(order, layout.baseline)
 
+
 def _child_runs(client: Any, experiment_id: str) -> list[Any]:
     return client.search_runs([experiment_id], "tags.`workbench.role` = 'run'", max_results=50000)
+
 
 def _known_metrics(runs: Sequence[Any]) -> set[str]:
     """The canonical metrics and whatever the study's runs logged so far."""
 
     return {m.name for m in CATALOGUE} | {k for r in runs for k in r.data.metrics}
 
+
 def _is_ours(text: str | None) -> bool:
     return not (text or "").strip() or NOTE_MARKER in text
+
 
 def run_note(tags: dict[str, str], status: str) -> str:
     """One line: ``rl-workbench health: warn (length_blowup@12) · FINISHED``."""
@@ -140,6 +151,7 @@ def run_note(tags: dict[str, str], status: str) -> str:
     stopped = (tags.get("workbench.stop_reason") or "").strip()
     text = f"{RUN_NOTE_PREFIX}{health}" + (f" ({reasons})" if reasons else " (no rule fired)")
     return text + f" · {status}" + (f" · stopped: {stopped}" if stopped else "")
+
 
 def refresh_run_notes(client: Any, runs: Sequence[Any], colours: dict[str, str]) -> int:
     """Set each run's colour and health line where they differ; returns how many runs changed."""
@@ -158,6 +170,7 @@ def refresh_run_notes(client: Any, runs: Sequence[Any], colours: dict[str, str])
         changed += bool(want)
     return changed
 
+
 def experiment_note(layout: StudyLayout, links: Sequence[ViewLink]) -> str:
     """The experiment's description (markdown): question, variants, views, how to compare."""
     lines = [f"**Study `{layout.study}`**" + (f": {layout.question}" if layout.question else ""), ""]
@@ -175,6 +188,7 @@ def experiment_note(layout: StudyLayout, links: Sequence[ViewLink]) -> str:
               f"health rules per run: `workbench health {layout.study}`.", "",
               f"_Written by {NOTE_MARKER}; refreshed by `workbench dashboard {layout.study}`._"]
     return "\n".join(lines)
+
 
 def publish_study_views(client: Any, experiment_id: str, layout: StudyLayout, specs: Sequence[Any],
                         *, now_ms: int | None = None) -> list[ViewLink]:
@@ -195,6 +209,7 @@ def publish_study_views(client: Any, experiment_id: str, layout: StudyLayout, sp
     refresh_run_notes(client, runs, variant_colours(layout, (r.data.tags.get("workbench.variant", "") for r in runs)))
     return links
 
+
 def _created_at(existing: str | None, now: int) -> int:
     """Rewriting a view keeps its creation time."""
     if existing:
@@ -203,6 +218,7 @@ def _created_at(existing: str | None, now: int) -> int:
         except (ValueError, KeyError, TypeError):
             pass
     return now
+
 
 def list_views(experiment_id: str, tags: dict[str, str]) -> list[ViewLink]:
     """The experiment's saved views: ours in the order written, then any saved in the UI by hand."""

@@ -65,6 +65,7 @@ SEED_KEY = {"mode": "tag", "groupByData": "workbench.seed"}
 # MLflow tag keys and URL query values both take these characters unescaped.
 _ID_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
+
 @dataclass(frozen=True)
 class SavedView:
     """One saved view: its stable id (the tag suffix and the link's share key), name and state."""
@@ -80,11 +81,13 @@ class SavedView:
     def tag_key(self) -> str:
         return VIEW_TAG_PREFIX + self.view_id
 
+
 def view_id(spec_name: str, *, grouped: bool = True) -> str:
     """Stable id of a spec's view: writing it again replaces it (``workbench-health``,
     ``workbench-health-per-seed``)."""
     base = "workbench-" + (_ID_UNSAFE.sub("-", spec_name).strip("-") or "dashboard")
     return base if grouped else base + PER_SEED_SUFFIX
+
 
 def view_link(experiment_id: str, share_key: str, base_url: str = "") -> str:
     """The UI link that opens a saved view on the chart tab of the training ("machine learning")
@@ -93,11 +96,13 @@ def view_link(experiment_id: str, share_key: str, base_url: str = "") -> str:
     return (f"{prefix}#/experiments/{experiment_id}/runs?viewStateShareKey={share_key}"
             f"&compareRunsMode=CHART&workflowType=machine_learning")
 
+
 def group_by_keys(grid_params: Sequence[str] = ()) -> list[dict[str, str]]:
     """Group by the run's variant, and in a study with a grid also by each grid parameter (a
     variant at two learning rates is two arms, not four seeds of one)."""
     return [{"mode": "tag", "groupByData": "workbench.variant"},
             *({"mode": "param", "groupByData": p} for p in grid_params)]
+
 
 def _line_card(uuid: str, section: str, metrics: Sequence[str], title: str, *, log_y: bool = False,
                deleted: bool = False) -> dict[str, Any]:
@@ -112,14 +117,17 @@ def _line_card(uuid: str, section: str, metrics: Sequence[str], title: str, *, l
         "useGlobalXaxisKey": True, "useGlobalLineSmoothing": True,
     }
 
+
 def _bar_card(uuid: str, section: str, metric: str, title: str) -> dict[str, Any]:
     return {"type": "BAR", "uuid": uuid, "metricSectionId": section, "isGenerated": False, "deleted": False,
             "runsCountToCompare": 100, "displayName": title, "metricKey": metric}
+
 
 def _hidden_card(uuid: str, section: str, metric: str) -> dict[str, Any]:
     """A metric the spec does not chart: listed, deleted, so the page does not add it back."""
     return {"type": "LINE", "uuid": uuid, "metricSectionId": section, "isGenerated": False, "deleted": True,
             "metricKey": metric, "selectedMetricKeys": [metric], "xAxisKey": "step"}
+
 
 def _summary_source(metric: str) -> str:
     """The logged metric a summary-panel entry reads (``final_eval_accuracy`` → ``eval/accuracy``)."""
@@ -129,6 +137,7 @@ def _summary_source(metric: str) -> str:
         return name.removeprefix("final:")
 
     return resolve_summary(name).reads[0]
+
 
 def compile_view(spec: DashboardSpec, *, grouped: bool = True, known_metrics: Iterable[str] = (),
                  grid_params: Sequence[str] = ()) -> SavedView:
@@ -181,6 +190,7 @@ def compile_view(spec: DashboardSpec, *, grouped: bool = True, known_metrics: It
     name = f"{title} (by variant)" if grouped else f"{title} (per seed)"
     return SavedView(vid, name, state, spec.name, grouped, tuple(notes))
 
+
 def views_for_specs(specs: Sequence[DashboardSpec], *, known_metrics: Iterable[str] = (),
                     grid_params: Sequence[str] = (), per_seed: str = "health") -> list[SavedView]:
     """Every spec's grouped view, the ``health`` spec first, then the others in the given order;
@@ -191,6 +201,7 @@ def views_for_specs(specs: Sequence[DashboardSpec], *, known_metrics: Iterable[s
     views += [compile_view(s, grouped=False, known_metrics=known, grid_params=grid_params)
               for s in ordered if s.name == per_seed]
     return views
+
 
 def encode_envelope(view: SavedView, created_at_ms: int, updated_at_ms: int | None = None) -> str:
     """The tag value: the envelope with the state as plain JSON when it fits, else deflated.
@@ -211,6 +222,7 @@ def encode_envelope(view: SavedView, created_at_ms: int, updated_at_ms: int | No
         raise ValueError(f"saved view {view.view_id!r}: {len(value)} characters even deflated "
                          f"(MLflow's limit is {MAX_TAG_CHARS}): split the spec {view.spec_name!r}")
     return value
+
 
 def decode_envelope(value: str) -> tuple[str, int, dict[str, Any]]:
     """``(name, createdAt, state)`` of a tag value written by MLflow or :func:`encode_envelope`."""

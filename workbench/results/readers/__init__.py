@@ -35,6 +35,7 @@ __all__ = [
 SQL_SCHEMES = ("sqlite", "postgresql", "postgres", "mysql", "mssql")
 SERVER_SCHEMES = ("http", "https", "databricks")
 
+
 def reader_for(uri: str, **kwargs: Any) -> RunReader:
     """The backend that reads ``uri``: a database store directly, a tracking server over REST
     (``kwargs``: :class:`RestRunReader`'s ``client``/``transport``)."""

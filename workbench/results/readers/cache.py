@@ -17,6 +17,7 @@ __all__ = ["HistoryCache", "default_cache_dir"]
 
 _CACHE_VERSION = 1
 
+
 class HistoryCache:
     """Per-run parquet files of terminal runs' histories, with a JSON sidecar (status, end time, keys)."""
 
@@ -78,6 +79,7 @@ class HistoryCache:
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps({"stamp": self._stamp(status, end_time), "data": data}))
         os.replace(tmp, path)
+
 
 def default_cache_dir() -> Path:
     return Path(os.environ.get("WORKBENCH_HISTORY_CACHE") or Path(".workbench") / "cache").resolve()

@@ -52,10 +52,12 @@ TAG_COLUMNS = {
 _SEED_SUFFIX = re.compile(r"/seed=(-?\d+)$")
 _INF_STORED = 1e308  # RunTracker writes ±inf as ±1e308 (MLflow stores reject infinities)
 
+
 def empty_points() -> pd.DataFrame:
     return pd.DataFrame({"run_id": pd.Series([], dtype=str), "metric": pd.Series([], dtype=str),
                          "step": pd.Series([], dtype="int64"), "value": pd.Series([], dtype=float),
                          "timestamp": pd.Series([], dtype="int64")})
+
 
 def arrow_strings(codes: np.ndarray, names: Sequence[str]) -> pd.Series:
     """A str column from integer codes into ``names``, built in arrow (no Python str per row)."""
@@ -63,6 +65,7 @@ def arrow_strings(codes: np.ndarray, names: Sequence[str]) -> pd.Series:
 
     dictionary = pa.DictionaryArray.from_arrays(pa.array(codes.astype(np.int32)), pa.array(list(names), pa.string()))
     return pd.Series(dictionary.cast(pa.string()), dtype=pd.Series([""]).dtype)
+
 
 def points_from_codes(group_runs: np.ndarray, group_keys: np.ndarray, gid: np.ndarray, step: np.ndarray,
                       value: np.ndarray, timestamp: np.ndarray) -> pd.DataFrame:
@@ -73,6 +76,7 @@ def points_from_codes(group_runs: np.ndarray, group_keys: np.ndarray, gid: np.nd
                          "metric": arrow_strings(key_of_group[gid], key_names),
                          "step": step, "value": value, "timestamp": timestamp})
 
+
 def end_time_ms(v: Any) -> Any:
     """end_time (Timestamp or ms) back to integer ms for cache stamps."""
     if v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NaT:
@@ -80,6 +84,7 @@ def end_time_ms(v: Any) -> Any:
     if isinstance(v, pd.Timestamp):
         return int(v.value // 1_000_000)
     return int(v)
+
 
 def clean_points(df: pd.DataFrame) -> pd.DataFrame:
     """Types, ±1e308 -> ±inf, sorted by (run, metric, step), one value per (run, metric, step):
@@ -103,6 +108,7 @@ def clean_points(df: pd.DataFrame) -> pd.DataFrame:
         df = df[np.r_[~dup, True]].reset_index(drop=True)
     return df
 
+
 def lex_sorted(*keys: np.ndarray) -> bool:
     """Whether rows are in nondecreasing lexicographic order of ``keys`` (vectorised)."""
     ok = np.ones(max(len(keys[0]) - 1, 0), dtype=bool)
@@ -113,8 +119,10 @@ def lex_sorted(*keys: np.ndarray) -> bool:
         equal &= d == 0
     return bool(ok.all())
 
+
 EMPTY_RUN = pd.DataFrame({"metric": pd.Series([], dtype=str), "step": pd.Series([], dtype="int64"),
                            "value": pd.Series([], dtype=float)})
+
 
 def split_runs(points: pd.DataFrame) -> dict[str, pd.DataFrame]:
     """Clean points (sorted by run) -> ``run_id -> frame(metric, step, value)`` by slicing."""
@@ -125,6 +133,7 @@ def split_runs(points: pd.DataFrame) -> dict[str, pd.DataFrame]:
     ends = np.r_[starts[1:], len(rid)]
     body = points[["metric", "step", "value"]]
     return {rid[a]: body.iloc[a:b].reset_index(drop=True) for a, b in zip(starts, ends, strict=True)}
+
 
 def assemble_history(runs: pd.DataFrame, per_run: dict[str, pd.DataFrame], want: set[str] | None) -> pd.DataFrame:
     """The history frame: runs in ``runs`` order, each run's points by metric then step."""
@@ -152,6 +161,7 @@ def assemble_history(runs: pd.DataFrame, per_run: dict[str, pd.DataFrame], want:
         "step": body["step"].to_numpy(), "metric": body["metric"], "value": body["value"].to_numpy(),
     })[list(HISTORY_COLUMNS)]
 
+
 def arm_from_name(variant: str, run_name: str | None, seed: Any) -> str:
     """The run's arm from its name, the study label: the name without ``/seed=N`` when it starts
     with the variant and N is the run's seed; else the variant (runs named otherwise: one arm
@@ -169,8 +179,10 @@ def arm_from_name(variant: str, run_name: str | None, seed: Any) -> str:
         return variant
     return stem
 
+
 def param_value(v: Any) -> Any:
     return None if v == "None" else v
+
 
 def runs_frame(rows: pd.DataFrame, tags: dict[str, dict[str, str]], params: dict[str, dict[str, str]]) -> pd.DataFrame:
     records = []

@@ -18,8 +18,10 @@ __all__ = ["ROLE_TAG", "TERMINAL_STATUSES", "RunReader", "StudyNotFound"]
 TERMINAL_STATUSES: frozenset[str] = frozenset({"FINISHED", "FAILED", "KILLED"})
 ROLE_TAG = "workbench.role"
 
+
 class StudyNotFound(LookupError):
     """No experiment (or run) of that name in the store; the message says what exists."""
+
 
 @runtime_checkable
 class RunReader(Protocol):

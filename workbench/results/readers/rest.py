@@ -16,6 +16,7 @@ __all__ = ["RestRunReader", "Transport"]
 
 Transport = Callable[[str, dict[str, Any]], dict[str, Any]]
 
+
 class RestRunReader:
     """A tracking server: ``search_runs`` for runs, ``metrics/get-history-bulk`` for histories.
 

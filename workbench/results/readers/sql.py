@@ -18,6 +18,7 @@ __all__ = ["SqlRunReader"]
 
 _SQL_CHUNK = 500  # bound parameters per IN list (sqlite's old limit is 999)
 
+
 class SqlRunReader:
     """MLflow's tables read directly (any SQLAlchemy database MLflow supports)."""
 
@@ -174,15 +175,18 @@ class SqlRunReader:
             "ORDER BY r.start_time", {"role_tag": ROLE_TAG, "eid": int(experiment_id)})
         return None if df.empty else str(df["run_uuid"].iloc[0])
 
+
 def _empty_like(sql: str) -> pd.DataFrame:
     # column names of an empty chunked result: the SELECT list's aliases
     head = sql.split(" FROM ")[0].removeprefix("SELECT ")
     return pd.DataFrame(columns=[c.split(" AS ")[-1].strip() for c in head.split(",")])
 
+
 def _sqlite_ro(path: Path):
     import sqlite3
 
     return sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False, timeout=30)
+
 
 def _group_kv(df: pd.DataFrame) -> dict[str, dict[str, str]]:
     out: dict[str, dict[str, str]] = {}
