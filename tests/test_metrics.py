@@ -76,7 +76,6 @@ def test_catalogue_covers_the_design_contract():
     assert len(BY_NAME) == len(CATALOGUE)
 
 
-
 def test_every_metrics_range_follows_from_its_unit_and_excludes_no_value_it_can_take():
     """Bands are cut to a metric's range, so a range narrower than the values would hide data.
     Fractions and probabilities lie in [0, 1]; lengths, times, counts and rates are >= 0; k3 KL

@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from workbench.health import HealthConfig
+from workbench.reward import validate_shaping
 
 Dtype = Literal["float32", "bfloat16", "float16"]
 RUN_KEY_VERSION = 1  # bump when a default value changes meaning (see RunConfig.run_key)
@@ -291,8 +292,8 @@ class AlgorithmConfig(Strict):
     @model_validator(mode="before")
     @classmethod
     def _resolve_preset(cls, data: Any) -> Any:
-        from workbench.algorithms.filters import DEFAULT_FILTER_ON
-        from workbench.algorithms.presets import resolve_preset
+        from workbench.algorithms.filters import DEFAULT_FILTER_ON  # deferred: torch
+        from workbench.algorithms.presets import resolve_preset  # deferred: torch
 
         if not isinstance(data, dict):
             return data
@@ -304,10 +305,10 @@ class AlgorithmConfig(Strict):
 
     @model_validator(mode="after")
     def _names_exist(self) -> AlgorithmConfig:
-        from workbench import algorithms as alg
-        from workbench.algorithms.advantage import DERIVED_PARAMS
-        from workbench.algorithms.filters import BATCH_FILTERS, TOKEN_FILTERS
-        from workbench.algorithms.params import (
+        from workbench import algorithms as alg  # deferred: torch
+        from workbench.algorithms.advantage import DERIVED_PARAMS  # deferred: torch
+        from workbench.algorithms.filters import BATCH_FILTERS, TOKEN_FILTERS  # deferred: torch
+        from workbench.algorithms.params import (  # deferred: torch
             LOSS_PARAM_FIELDS,
             check_unit_params,
             keyword_params,
@@ -348,8 +349,8 @@ class AlgorithmConfig(Strict):
     def loss_kwargs(self) -> dict[str, Any]:
         """The policy loss's parameters, as ``compute_policy_loss(..., **loss_kwargs())`` takes them: those of
         the fields ``LOSS_PARAM_FIELDS`` that are set and that the loss declares, and ``loss_params``."""
-        from workbench.algorithms import POLICY_LOSSES
-        from workbench.algorithms.params import LOSS_PARAM_FIELDS, keyword_params
+        from workbench.algorithms import POLICY_LOSSES  # deferred: torch
+        from workbench.algorithms.params import LOSS_PARAM_FIELDS, keyword_params  # deferred: torch
 
         declared = keyword_params(POLICY_LOSSES.get(self.loss))
         fields = {key: getattr(self, key) for key in LOSS_PARAM_FIELDS if key in declared}
@@ -378,8 +379,6 @@ class RewardConfig(Strict):
 
     @model_validator(mode="after")
     def _shapers_exist(self) -> RewardConfig:
-        from workbench.reward import validate_shaping
-
         validate_shaping([(t.name, t.weight, t.params) for t in self.shaping])
         return self
 
@@ -417,7 +416,7 @@ class RunConfig(Strict):
     def _constant_length_normaliser(self) -> RunConfig:
         # An aggregation that divides by a constant length gets the run's generation budget
         # unless one is set (the aggregation registry says which modes and why).
-        from workbench.algorithms.aggregate import run_norm_constant
+        from workbench.algorithms.aggregate import run_norm_constant  # deferred: torch
 
         algo = self.algorithm
         if algo.norm_constant is None:

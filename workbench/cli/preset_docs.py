@@ -32,7 +32,7 @@ def format_value(value: Any) -> str:
 
 def resolved_settings(name: str) -> dict[str, Any]:
     """Every algorithm field as a run with only ``preset: NAME`` resolves it (preset values + defaults)."""
-    from workbench.config import AlgorithmConfig
+    from workbench.config import AlgorithmConfig  # deferred: pydantic
 
     fields = AlgorithmConfig(preset=name).model_dump()
     fields.pop("preset")

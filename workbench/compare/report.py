@@ -79,7 +79,6 @@ COLUMNS: tuple[str, ...] = (
 COUNT_COLUMNS: tuple[str, ...] = ("n_finished", "n_failed", "n_stopped", "n_censored", "n_missing")
 
 
-
 def _jsonable(v: Any) -> Any:
     if isinstance(v, (np.bool_, bool)):
         return bool(v)

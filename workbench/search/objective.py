@@ -215,7 +215,7 @@ class TrialObjective:
     # ------------------------------------------------------------------------- one seed
     def _run_seed(self, trial, cfg: RunConfig, index: int, seed: int, offset: int,
                   values: dict[str, Any]) -> SeedResult:
-        from workbench.execution.run import StopRun, execute_run
+        from workbench.execution.run import StopRun, execute_run  # deferred: torch, transformers
 
         spec = self.spec
         summary = RunSummary(cfg)

@@ -17,15 +17,15 @@ import yaml
 
 from workbench.search.objective import OUTCOME, OVER_BUDGET, PRUNE_REASON, RUNS, STEPS, WORKER
 from workbench.search.spec import SearchSpec
-from workbench.search.worker import PARENT, SearchError, TuneOptions, _quiet_optuna
+from workbench.search.worker import PARENT, SearchError, SearchWorker, TuneOptions, _quiet_optuna, trial_counts
+from workbench.tracking.store import resolve_tracking_uri
 
 
 def open_search(spec: SearchSpec, storage_url: str):
     """The search's Optuna study (read only); ``SearchError`` if it does not exist yet."""
     import optuna
 
-    from workbench.execution.worker import describe_storage
-    from workbench.search.worker import SearchWorker
+    from workbench.execution.worker import describe_storage  # deferred: torch, transformers
 
     _quiet_optuna()
     storage = SearchWorker(spec, storage_url, TuneOptions(heartbeat_interval=60)).open_storage()
@@ -140,7 +140,7 @@ def write_report(ostudy, spec: SearchSpec, path: str | os.PathLike[str], *, log_
     """Write the HTML report to ``path`` and log it (and ``trials.csv``) to the search's MLflow run."""
     import pandas as pd
 
-    from workbench.viz.html import Section, df_table_html, html_page
+    from workbench.viz.html import Section, df_table_html, html_page  # deferred: pandas, plotly, scipy
 
     path = Path(path)
     trials = ostudy.get_trials(deepcopy=False)
@@ -158,7 +158,6 @@ def write_report(ostudy, spec: SearchSpec, path: str | os.PathLike[str], *, log_
     if all_rows:
         sections.append(Section("All trials", body_html=df_table_html(pd.DataFrame(all_rows),
                                                                        left=["state", "note", "worker"])))
-    from workbench.search.worker import trial_counts
 
     c = trial_counts(trials)
     budget = f"{c['done']}/{spec.n_trials}" if spec.n_trials else f"{c['done']}"
@@ -178,8 +177,6 @@ def _log_artifacts(ostudy, spec: SearchSpec, path: Path, rows: list[dict[str, An
 
     import pandas as pd
     from mlflow import MlflowClient
-
-    from workbench.tracking.store import resolve_tracking_uri
 
     parent = ostudy.user_attrs.get(PARENT)
     if not parent:

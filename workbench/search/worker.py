@@ -41,6 +41,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from workbench.execution.threads import threads_per_run
+from workbench.models import model_dir
 from workbench.search.objective import (
     OUTCOME,
     OVER_BUDGET,
@@ -50,7 +52,10 @@ from workbench.search.objective import (
     TrialFailed,
     TrialObjective,
 )
+from workbench.search.schema import CategoricalParam
 from workbench.search.spec import SearchSpec
+from workbench.tracking.redact import redact_config, redact_text
+from workbench.tracking.store import get_or_create_experiment, resolve_tracking_uri
 
 DEFAULT_STORAGE_FILE = "optuna.db"
 KIND_ATTR = "workbench.kind"
@@ -127,7 +132,7 @@ class SearchWorker:
     def open_storage(self):
         from optuna.storages import RetryHeartbeatStaleTrialCallback
 
-        from workbench.execution.worker import WorkerError, open_storage
+        from workbench.execution.worker import WorkerError, open_storage  # deferred: torch, transformers
 
         _quiet_optuna()
         self._retry = RetryHeartbeatStaleTrialCallback(max_retry=self.opt.max_retries)
@@ -140,7 +145,7 @@ class SearchWorker:
     def connect(self) -> None:
         import optuna
 
-        from workbench.execution.worker import describe_storage
+        from workbench.execution.worker import describe_storage  # deferred: torch, transformers
 
         storage = self.open_storage()
         sampler, pruner = self.spec.make_sampler(self.index), self.spec.make_pruner()
@@ -181,9 +186,7 @@ class SearchWorker:
 
         from mlflow import MlflowClient
 
-        from workbench.execution.worker import describe_storage
-        from workbench.tracking.redact import redact_config, redact_text
-        from workbench.tracking.store import get_or_create_experiment, resolve_tracking_uri
+        from workbench.execution.worker import describe_storage  # deferred: torch, transformers
 
         uri = resolve_tracking_uri(self.spec.layered.get("tracking", {}).get("uri"))
         client = MlflowClient(uri)
@@ -208,15 +211,13 @@ class SearchWorker:
         self.ostudy.set_user_attr(READY, True)
 
     def _wait_until_ready(self) -> None:
-        from workbench.execution.worker import wait_for_creator
+        from workbench.execution.worker import wait_for_creator  # deferred: torch, transformers
 
         wait_for_creator(self.ostudy, owned=lambda attrs: attrs.get(KIND_ATTR) in (None, KIND),
                          take_over=self._initialise, log=self.opt.log, what=f"search {self.spec.optuna_name!r}")
 
     def _open_mlflow(self, parent_run_id: str) -> None:
         from mlflow import MlflowClient
-
-        from workbench.tracking.store import get_or_create_experiment, resolve_tracking_uri
 
         uri = resolve_tracking_uri(self.spec.layered.get("tracking", {}).get("uri"))
         client = MlflowClient(uri)
@@ -331,7 +332,7 @@ class SearchResult:
 def _child_main(spec: SearchSpec, storage_url: str, options: dict, index: int, threads: int,
                 tracking_uri: str, deadline: float | None) -> None:
     """Entry point of a local worker process (spawned)."""
-    from workbench.execution.pool import _interrupt_once
+    from workbench.execution.pool import _interrupt_once  # deferred: torch, transformers
 
     signal.signal(signal.SIGINT, _interrupt_once)
     signal.signal(signal.SIGTERM, _interrupt_once)  # SIGTERM stops like Ctrl-C: the run ends KILLED
@@ -357,7 +358,7 @@ def _child_main(spec: SearchSpec, storage_url: str, options: dict, index: int, t
 
 
 def _describe_exit(code: int | None) -> str:
-    from workbench.execution.pool import describe_exit
+    from workbench.execution.pool import describe_exit  # deferred: torch, transformers
 
     return describe_exit(code).replace("run process", "worker process")
 
@@ -370,7 +371,7 @@ def run_search(spec: SearchSpec, storage_url: str | None = None, *, workers: int
     Raises ``SearchError`` (bad storage, a different search under the same name) before any trial,
     and ``KeyboardInterrupt`` after a clean stop (running runs KILLED, their trials FAIL).
     """
-    from workbench.execution.run import preflight
+    from workbench.execution.run import preflight  # deferred: torch, transformers
 
     options = options or TuneOptions()
     storage_url = storage_url or default_storage()
@@ -408,16 +409,12 @@ def run_search(spec: SearchSpec, storage_url: str | None = None, *, workers: int
 
 def _any_config(spec: SearchSpec):
     """A config with every parameter at a valid value (for the preflight filesystem checks)."""
-    from workbench.search.schema import CategoricalParam
-
     values = {name: (p.choices[0] if isinstance(p, CategoricalParam) else p.low) for name, p in spec.params.items()}
     return spec.trial_config(values, spec.seeds[0])
 
 
 def _run_processes(spec: SearchSpec, storage_url: str, options: TuneOptions, workers: int, ctx,
                    deadline: float | None) -> list[str]:
-    from workbench.execution.threads import threads_per_run
-
     _prebuild_model(spec)
     context = mp.get_context("spawn")
     threads = threads_per_run(workers)
@@ -461,8 +458,6 @@ def _run_processes(spec: SearchSpec, storage_url: str, options: TuneOptions, wor
 
 def _prebuild_model(spec: SearchSpec) -> None:
     """Build the tiny model once, here, before N workers would all wait on its lock."""
-    from workbench.models import model_dir
-
     if spec.params and any(name.startswith(("model.", "task.")) for name in spec.params):
         return  # each trial may need its own model
     cfg = _any_config(spec)

@@ -222,7 +222,6 @@ def read_bounded_text(path: Path, what: str = "file", limit: int = MAX_STUDY_BYT
 
     Errors are ``OSError``/``ValueError`` whose message never quotes the file's content."""
 
-
     info = path.stat()  # follows symlinks: a link to a regular file is fine
     if stat.S_ISDIR(info.st_mode):
         raise IsADirectoryError(f"is a directory, not a {what}")

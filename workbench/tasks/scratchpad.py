@@ -81,7 +81,6 @@ class ScratchpadTask(GeneratedSplits):
         solution = worked_solution(operands, ops) if rng.random() < WORKED_FRACTION else boxed(str(total))
         return Problem(prompt=prompt, answer=str(total), solution=solution)
 
-
     def probe_correct(self, text: str, problem: Problem) -> bool:
         """The SFT probe's check: the last boxed value is the answer, in either form.
 

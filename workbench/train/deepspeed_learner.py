@@ -99,8 +99,6 @@ def import_deepspeed():
     return deepspeed
 
 
-
-
 class DeepSpeedLearner:
     """Owns the policy through a DeepSpeed engine (ZeRO 0-3); the same surface as ``TorchLearner``."""
 

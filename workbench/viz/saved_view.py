@@ -37,8 +37,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from workbench.compare import resolve_summary
-
 from .spec import DashboardSpec, summary_name
 
 __all__ = [
@@ -131,11 +129,11 @@ def _hidden_card(uuid: str, section: str, metric: str) -> dict[str, Any]:
 
 def _summary_source(metric: str) -> str:
     """The logged metric a summary-panel entry reads (``final_eval_accuracy`` → ``eval/accuracy``)."""
+    from workbench.compare import resolve_summary  # deferred: scipy (drawing needs no statistics)
 
     name = summary_name(metric)
     if name.startswith("final:"):
         return name.removeprefix("final:")
-
     return resolve_summary(name).reads[0]
 
 

@@ -36,8 +36,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from workbench.compare import SUMMARY_METRICS, resolve_summary
-
 __all__ = ["DashboardSpec", "LayoutSpec", "PanelDefaults", "PanelSpec", "SpecError", "summary_name"]
 
 Aggregation = Literal["mean", "iqm", "none"]
@@ -201,6 +199,8 @@ class DashboardSpec(_Strict):
 def summary_name(metric: str) -> str:
     """A summary-panel metric as a summary metric name: registered names as they are, logged
     metric names (with a ``/``) as ``final:<metric>``."""
+    from workbench.compare import SUMMARY_METRICS, resolve_summary  # deferred: scipy (drawing needs no statistics)
+
     if metric in SUMMARY_METRICS or metric.startswith("final:"):
         resolve_summary(metric)
         return metric
