@@ -203,13 +203,13 @@ def test_the_root_keeps_only_the_core():
     assert modules == ["__init__.py", "batch.py", "config.py", "errors.py", "registry.py"]
 
 
-def handed_on_names(path: Path) -> dict[str, str]:
+def handed_on_names(path: Path, root: Path = PACKAGE_ROOT) -> dict[str, str]:
     """Names ``path`` imports and hands on (listed in ``__all__``, aliased at module level, or
     imported with ``noqa: F401``) -> the module each comes from."""
     source = path.read_text()
     tree = ast.parse(source, filename=str(path))
     lines = source.splitlines()
-    module = module_name(path, PACKAGE_ROOT)
+    module = module_name(path, root)
     package = package_of(module, path)
     imported: dict[str, str] = {}
     noqa: set[str] = set()
@@ -250,6 +250,23 @@ def names_imported_from(module: str, files: list[Path]) -> set[str]:
             elif isinstance(node, ast.Attribute) and ast.unparse(node.value) == module:
                 names.add(node.attr)
     return names
+
+
+def test_handed_on_names_are_found(tmp_path):
+    """An alias of an imported name, an ``__all__`` entry that is imported, and a ``noqa: F401`` import
+    are handed on; a name defined here, or imported and only used, is not."""
+    package = tmp_path / "workbench"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "m.py").write_text(
+        "from workbench.a import one, two\n"
+        "from workbench.b import three  # noqa: F401 - re-exported\n"
+        "from .c import four\n"
+        "__all__ = ['one', 'own']\n"
+        "alias = two\n"
+        "own = four()\n")
+    assert handed_on_names(package / "m.py", package) == {
+        "one": "workbench.a", "alias": "workbench.a", "three": "workbench.b"}
 
 
 def test_no_re_export_shims():
