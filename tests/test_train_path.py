@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import copy
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -15,8 +16,8 @@ from tests.learner_helpers import micro_policy_batch
 from workbench.batch import TrainBatch
 from workbench.config import AlgorithmConfig, LearnerConfig, RunConfig
 from workbench.train.learner import TorchLearner, build_learner
+from workbench.train.learner_protocol import no_section
 from workbench.train.stopwatch import Stopwatch
-from workbench.train.update import ALGORITHM_UNITS
 from workbench.train.wrappers import NonFiniteInjection
 
 TRAIN = Path(__file__).resolve().parent.parent / "workbench" / "train"
@@ -33,9 +34,9 @@ def learner_for(setup, **fields):
     return build_learner(copy.deepcopy(setup[0]), RunConfig(learner=LearnerConfig(lr=1e-3, **fields)))
 
 
-def update(setup, learner, step: int, units=ALGORITHM_UNITS) -> dict[str, float]:
+def update(setup, learner, step: int, section=no_section) -> dict[str, float]:
     batch = TrainBatch.of(setup[3], setup[4], step=step)
-    return learner.update(batch, ALGO, 1.0, torch.Generator().manual_seed(0), units)
+    return learner.update(batch, ALGO, 1.0, torch.Generator().manual_seed(0), section)
 
 
 def weights(learner) -> list[torch.Tensor]:
@@ -69,13 +70,43 @@ def test_a_wrapper_outside_its_step_changes_nothing(setup):
     assert all(torch.equal(a, b) for a, b in zip(weights(bare), weights(wrapped)))
 
 
-def test_timed_algorithm_units_change_no_value_and_record_their_time(setup):
+def test_timed_algorithm_sections_change_no_value_and_record_their_time(setup):
     watch = Stopwatch()
     plain, timed = learner_for(setup), learner_for(setup)
     expected = update(setup, plain, step=0)
-    assert update(setup, timed, step=0, units=watch.timed(ALGORITHM_UNITS, "algorithm")) == expected
-    assert watch.lap()["algorithm"] > 0
+    assert update(setup, timed, step=0, section=watch) == expected
+    seconds = watch.lap()
+    assert set(seconds) == {"algorithm"} and seconds["algorithm"] > 0  # the update opens only its own sections
     assert watch.lap() == {}  # a lap starts the next one from zero
+
+
+def test_the_algorithm_sections_hold_the_algorithms_computations_and_none_of_the_learners_passes(setup):
+    """TIS, 2 minibatches of 6 sequences, micro-batches of 4 (4 + 2): one section for the importance
+    weights and one per micro-batch loss (4), and no learner pass (logprobs, backward, step) inside one."""
+    learner, opened, inside = learner_for(setup, micro_batch_size=4), [], []
+    passes = {name: getattr(learner, name) for name in ("logprobs", "backward", "step")}
+
+    @contextmanager
+    def section(name: str):
+        opened.append(name)
+        inside.append(True)
+        try:
+            yield
+        finally:
+            inside.pop()
+
+    def outside_any_section(name):
+        def call(*args, **kwargs):
+            assert not inside, f"learner.{name} ran inside an algorithm section"
+            return passes[name](*args, **kwargs)
+        return call
+
+    for name in passes:
+        setattr(learner, name, outside_any_section(name))
+    batch = TrainBatch.of(setup[3], setup[4], step=0)
+    learner.update(batch, AlgorithmConfig(preset="grpo", minibatches=2, correction="tis"), 1.0,
+                   torch.Generator().manual_seed(0), section)
+    assert opened == ["algorithm"] * 5
 
 
 def test_stopwatch_sections_add_up_and_nest():
