@@ -12,11 +12,16 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.conftest import micro_run_config
 from tests.learner_helpers import micro_policy_batch
 from workbench.batch import TrainBatch
 from workbench.config import AlgorithmConfig, LearnerConfig, RunConfig
+from workbench.health import HealthMonitor
+from workbench.train import update as update_module
+from workbench.train.deepspeed_learner import DeepSpeedLearner
 from workbench.train.learner import TorchLearner, build_learner
-from workbench.train.learner_protocol import no_section
+from workbench.train.learner_protocol import Learner, no_section
+from workbench.train.step import open_run_parts, rl_step
 from workbench.train.stopwatch import Stopwatch
 from workbench.train.wrappers import NonFiniteInjection
 
@@ -48,6 +53,24 @@ def test_build_learner_wraps_the_backend_only_when_fault_injection_is_asked(setu
     wrapped = learner_for(setup, inject_nonfinite_at_step=3)
     assert isinstance(wrapped, NonFiniteInjection) and isinstance(wrapped.inner, TorchLearner)
     assert wrapped.device == wrapped.inner.device  # the rest of the surface is the backend's
+
+
+LEARNER_METHODS = sorted(name for name, value in vars(Learner).items() if callable(value) and not name.startswith("_"))
+
+
+@pytest.mark.parametrize("backend", [TorchLearner, DeepSpeedLearner])
+def test_every_backend_defines_the_whole_learner_surface(backend):
+    """The backends inherit from the protocol (through LearnerBase): a method one forgot would be the
+    protocol's empty stub, returning None. Each is defined by the backend or by LearnerBase."""
+    assert "update" in LEARNER_METHODS and "gathered_model" in LEARNER_METHODS
+    assert [name for name in LEARNER_METHODS if getattr(backend, name) is getattr(Learner, name)] == []
+
+
+def test_a_wrapped_learner_offers_the_surface_of_its_backend(setup):
+    wrapped = learner_for(setup, inject_nonfinite_at_step=3)
+    assert all(callable(getattr(wrapped, name)) for name in LEARNER_METHODS)
+    assert (wrapped.cfg, wrapped.model, wrapped.device) == (wrapped.inner.cfg, wrapped.inner.model,
+                                                            wrapped.inner.device)
 
 
 def test_fault_injection_poisons_exactly_its_step_and_the_step_is_never_applied(setup):
@@ -107,6 +130,24 @@ def test_the_algorithm_sections_hold_the_algorithms_computations_and_none_of_the
     learner.update(batch, AlgorithmConfig(preset="grpo", minibatches=2, correction="tis"), 1.0,
                    torch.Generator().manual_seed(0), section)
     assert opened == ["algorithm"] * 5
+
+
+def test_a_run_step_reports_the_time_inside_the_updates_algorithm_sections_as_perf_algorithm_s(monkeypatch):
+    """Every loss takes 0.05 s longer: a step of 2 minibatches (2 losses) reports at least 0.1 s more
+    in perf/algorithm_s, which the run's stopwatch times inside the update."""
+    cfg = RunConfig.model_validate(micro_run_config(algorithm={"minibatches": 2}, reward={"overlap": False}))
+    slow = update_module.rows_loss
+
+    def slower_loss(*args, **kwargs):
+        time.sleep(0.05)
+        return slow(*args, **kwargs)
+
+    monkeypatch.setattr(update_module, "rows_loss", slower_loss)
+    with open_run_parts(cfg, HealthMonitor.from_config(cfg.health)) as parts:
+        metrics = rl_step(cfg, 0, parts)
+    assert metrics["train/optimizer_steps"] == 2
+    assert metrics["perf/algorithm_s"] >= 2 * 0.05
+    assert metrics["perf/learn_s"] >= metrics["perf/algorithm_s"]  # learn holds the update's sections
 
 
 def test_stopwatch_sections_add_up_and_nest():
