@@ -222,7 +222,10 @@ def handed_on_names(path: Path, root: Path = PACKAGE_ROOT) -> dict[str, str]:
                 source_module = ".".join(base + ([node.module] if node.module else []))
             for alias in node.names:
                 name = alias.asname or alias.name.split(".")[0]
-                imported[name] = source_module
+                submodule = f"{source_module}.{alias.name}"  # `from . import trl`: the submodule is its home
+                is_module = (root.parent / submodule.replace(".", "/")).with_suffix(".py").exists() or \
+                    (root.parent / submodule.replace(".", "/") / "__init__.py").exists()
+                imported[name] = submodule if isinstance(node, ast.ImportFrom) and is_module else source_module
                 if "noqa: F401" in span:
                     noqa.add(name)
     handed = {name: imported[name] for name in noqa}

@@ -6,17 +6,23 @@ from __future__ import annotations
 import ast
 import copy
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 import torch
 
+from tests.conftest import micro_run_config
 from tests.learner_helpers import micro_policy_batch
 from workbench.batch import TrainBatch
 from workbench.config import AlgorithmConfig, LearnerConfig, RunConfig
+from workbench.health import HealthMonitor
+from workbench.train import update as update_module
+from workbench.train.deepspeed_learner import DeepSpeedLearner
 from workbench.train.learner import TorchLearner, build_learner
+from workbench.train.learner_protocol import Learner, no_section
+from workbench.train.step import open_run_parts, rl_step
 from workbench.train.stopwatch import Stopwatch
-from workbench.train.update import ALGORITHM_UNITS
 from workbench.train.wrappers import NonFiniteInjection
 
 TRAIN = Path(__file__).resolve().parent.parent / "workbench" / "train"
@@ -33,9 +39,9 @@ def learner_for(setup, **fields):
     return build_learner(copy.deepcopy(setup[0]), RunConfig(learner=LearnerConfig(lr=1e-3, **fields)))
 
 
-def update(setup, learner, step: int, units=ALGORITHM_UNITS) -> dict[str, float]:
+def update(setup, learner, step: int, section=no_section) -> dict[str, float]:
     batch = TrainBatch.of(setup[3], setup[4], step=step)
-    return learner.update(batch, ALGO, 1.0, torch.Generator().manual_seed(0), units)
+    return learner.update(batch, ALGO, 1.0, torch.Generator().manual_seed(0), section)
 
 
 def weights(learner) -> list[torch.Tensor]:
@@ -47,6 +53,24 @@ def test_build_learner_wraps_the_backend_only_when_fault_injection_is_asked(setu
     wrapped = learner_for(setup, inject_nonfinite_at_step=3)
     assert isinstance(wrapped, NonFiniteInjection) and isinstance(wrapped.inner, TorchLearner)
     assert wrapped.device == wrapped.inner.device  # the rest of the surface is the backend's
+
+
+LEARNER_METHODS = sorted(name for name, value in vars(Learner).items() if callable(value) and not name.startswith("_"))
+
+
+@pytest.mark.parametrize("backend", [TorchLearner, DeepSpeedLearner])
+def test_every_backend_defines_the_whole_learner_surface(backend):
+    """The backends inherit from the protocol (through LearnerBase): a method one forgot would be the
+    protocol's empty stub, returning None. Each is defined by the backend or by LearnerBase."""
+    assert "update" in LEARNER_METHODS and "gathered_model" in LEARNER_METHODS
+    assert [name for name in LEARNER_METHODS if getattr(backend, name) is getattr(Learner, name)] == []
+
+
+def test_a_wrapped_learner_offers_the_surface_of_its_backend(setup):
+    wrapped = learner_for(setup, inject_nonfinite_at_step=3)
+    assert all(callable(getattr(wrapped, name)) for name in LEARNER_METHODS)
+    assert (wrapped.cfg, wrapped.model, wrapped.device) == (wrapped.inner.cfg, wrapped.inner.model,
+                                                            wrapped.inner.device)
 
 
 def test_fault_injection_poisons_exactly_its_step_and_the_step_is_never_applied(setup):
@@ -69,13 +93,61 @@ def test_a_wrapper_outside_its_step_changes_nothing(setup):
     assert all(torch.equal(a, b) for a, b in zip(weights(bare), weights(wrapped)))
 
 
-def test_timed_algorithm_units_change_no_value_and_record_their_time(setup):
+def test_timed_algorithm_sections_change_no_value_and_record_their_time(setup):
     watch = Stopwatch()
     plain, timed = learner_for(setup), learner_for(setup)
     expected = update(setup, plain, step=0)
-    assert update(setup, timed, step=0, units=watch.timed(ALGORITHM_UNITS, "algorithm")) == expected
-    assert watch.lap()["algorithm"] > 0
+    assert update(setup, timed, step=0, section=watch) == expected
+    seconds = watch.lap()
+    assert set(seconds) == {"algorithm"} and seconds["algorithm"] > 0  # the update opens only its own sections
     assert watch.lap() == {}  # a lap starts the next one from zero
+
+
+def test_the_algorithm_sections_hold_the_algorithms_computations_and_none_of_the_learners_passes(setup):
+    """TIS, 2 minibatches of 6 sequences, micro-batches of 4 (4 + 2): one section for the importance
+    weights and one per micro-batch loss (4), and no learner pass (logprobs, backward, step) inside one."""
+    learner, opened, inside = learner_for(setup, micro_batch_size=4), [], []
+    passes = {name: getattr(learner, name) for name in ("logprobs", "backward", "step")}
+
+    @contextmanager
+    def section(name: str):
+        opened.append(name)
+        inside.append(True)
+        try:
+            yield
+        finally:
+            inside.pop()
+
+    def outside_any_section(name):
+        def call(*args, **kwargs):
+            assert not inside, f"learner.{name} ran inside an algorithm section"
+            return passes[name](*args, **kwargs)
+        return call
+
+    for name in passes:
+        setattr(learner, name, outside_any_section(name))
+    batch = TrainBatch.of(setup[3], setup[4], step=0)
+    learner.update(batch, AlgorithmConfig(preset="grpo", minibatches=2, correction="tis"), 1.0,
+                   torch.Generator().manual_seed(0), section)
+    assert opened == ["algorithm"] * 5
+
+
+def test_a_run_step_reports_the_time_inside_the_updates_algorithm_sections_as_perf_algorithm_s(monkeypatch):
+    """Every loss takes 0.05 s longer: a step of 2 minibatches (2 losses) reports at least 0.1 s more
+    in perf/algorithm_s, which the run's stopwatch times inside the update."""
+    cfg = RunConfig.model_validate(micro_run_config(algorithm={"minibatches": 2}, reward={"overlap": False}))
+    slow = update_module.rows_loss
+
+    def slower_loss(*args, **kwargs):
+        time.sleep(0.05)
+        return slow(*args, **kwargs)
+
+    monkeypatch.setattr(update_module, "rows_loss", slower_loss)
+    with open_run_parts(cfg, HealthMonitor.from_config(cfg.health)) as parts:
+        metrics = rl_step(cfg, 0, parts)
+    assert metrics["train/optimizer_steps"] == 2
+    assert metrics["perf/algorithm_s"] >= 2 * 0.05
+    assert metrics["perf/learn_s"] >= metrics["perf/algorithm_s"]  # learn holds the update's sections
 
 
 def test_stopwatch_sections_add_up_and_nest():

@@ -28,7 +28,8 @@ from workbench.rollout import build_sampler
 from workbench.rollout.hf import HFSampler
 from workbench.rollout.vllm import StaleSamplerError, VLLMSampler, import_vllm
 from workbench.tasks import build_task
-from workbench.train.learner import TorchLearner, sequence_logprobs
+from workbench.train.learner import TorchLearner
+from workbench.train.logprobs import sequence_logprobs
 
 # MICRO_MODEL's head_dim is 16, which vLLM's CPU attention has no kernel for (32 is its smallest).
 ENGINE_MODEL = {
@@ -79,7 +80,8 @@ def policy_gradient_step(learner, rollouts) -> None:
     """One real REINFORCE-style update with fixed ±1 advantages: moves every weight."""
     advantages = torch.tensor([1.0, -1.0]).repeat(len(rollouts.texts) // 2)
     logp, _ = learner.logprobs(rollouts, slice(None), 1.0, with_entropy=False)
-    learner.optimizer_step(-(advantages[:, None] * logp * rollouts.mask).sum() / rollouts.mask.sum())
+    learner.backward(-(advantages[:, None] * logp * rollouts.mask).sum() / rollouts.mask.sum())
+    learner.step()
 
 
 def test_sampled_logprobs_match_the_learner_in_float32(learner_and_sampler, problems):

@@ -30,6 +30,7 @@ from workbench.tracking.redact import redact_uri
 from workbench.tracking.store import resolve_tracking_uri
 from workbench.tracking.study_runs import run_statuses
 from workbench.tracking.writer import TrackingOutage
+from workbench.train.rank_env import is_follower, multi_rank
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, cls=GuardedGroup,  # unhandled errors: one line
                   help="rl-workbench: ablate GRPO-family RL changes with tracked, comparable runs.")
@@ -164,7 +165,7 @@ def run(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
     if progress_every is not None:
         os.environ[PROGRESS_EVERY_ENV] = str(progress_every)
 
-    if ranks.is_follower():  # several DeepSpeed ranks: rank 0 runs the study, this rank mirrors its learner
+    if is_follower():  # several DeepSpeed ranks: rank 0 runs the study, this rank mirrors its learner
         from workbench.train.follower import follow  # deferred: pydantic, torch, transformers
 
         raise typer.Exit(follow())
@@ -175,7 +176,7 @@ def run(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
     from workbench.viz.spec import SpecError  # deferred: plotly, pydantic, scipy
 
     try:
-        outcomes = run_study(study_obj, specs, progress=not quiet, parallel=1 if ranks.multi_rank() else parallel)
+        outcomes = run_study(study_obj, specs, progress=not quiet, parallel=1 if multi_rank() else parallel)
     except (PreflightError, FileNotFoundError, ImportError, StudyBusy, SpecError) as e:  # bad config, spec; busy study
         raise fail(str(e)) from None
     except TrackingOutage as e:  # MLflow unreachable while the study was being opened

@@ -25,7 +25,7 @@ from workbench.tracking.store import resolve_tracking_uri
 from workbench.tracking.writer import OutagePolicy, RunTracker, TrackingOutage, resend_spills
 from workbench.train.checkpoint import RunCheckpoints
 from workbench.train.loop import StopReason, train
-from workbench.train.ranks import check_multi_rank
+from workbench.train.rank_env import check_multi_rank
 
 
 class StopRun(Exception):

@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 
 from workbench.tracking.store import checkpoint_root
+from workbench.train.learner_protocol import Learner
 
 LATEST = "latest.json"
 LOOP_STATE = "loop.pt"
@@ -65,7 +66,7 @@ class RunCheckpoints:
     def due(self, steps_done: int) -> bool:
         return steps_done % self.every == 0
 
-    def save(self, learner, state: LoopState) -> None:
+    def save(self, learner: Learner, state: LoopState) -> None:
         """Write ``step-<n>/`` completely, then switch ``latest.json`` to it (a crash mid-save keeps the old one)."""
         start = time.perf_counter()
         target = self.directory / f"step-{state.steps_done}"
@@ -82,7 +83,7 @@ class RunCheckpoints:
                 shutil.rmtree(old, ignore_errors=True)
         self.save_seconds.append(time.perf_counter() - start)
 
-    def restore(self, learner, task_rng: random.Random, minibatch_rng: torch.Generator) -> LoopState:
+    def restore(self, learner: Learner, task_rng: random.Random, minibatch_rng: torch.Generator) -> LoopState:
         """Load the latest checkpoint into ``learner`` and the RNGs; returns the loop's state at that point."""
         start = time.perf_counter()
         target = self.directory / json.loads((self.directory / LATEST).read_text())["dir"]

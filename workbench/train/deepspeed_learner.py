@@ -1,4 +1,5 @@
-"""The DeepSpeed learner: the torch learner's surface on a ``deepspeed.initialize`` engine.
+"""The DeepSpeed learner: the learner surface (``workbench.train.learner_protocol``) on a
+``deepspeed.initialize`` engine.
 
 ZeRO stage 0-3, AdamW, global-norm clipping and bf16/fp16 mixed precision come from a DeepSpeed
 config generated from ``LearnerConfig`` (``deepspeed_config`` adds keys such as CPU offload).
@@ -26,10 +27,10 @@ from typing import Any
 
 import torch
 
-from workbench.batch import PendingBatch, Rollouts, TrainBatch
-from workbench.config import AlgorithmConfig, LearnerConfig, deep_merge
+from workbench.batch import Rollouts
+from workbench.config import LearnerConfig, deep_merge
+from workbench.train.learner_base import LearnerBase
 from workbench.train.logprobs import sequence_logprobs
-from workbench.train.update import ALGORITHM_UNITS, AlgorithmUnits, policy_update
 
 MISSING = (
     "learner.backend=deepspeed needs the deepspeed package: install the `gpu` extra "
@@ -99,7 +100,7 @@ def import_deepspeed():
     return deepspeed
 
 
-class DeepSpeedLearner:
+class DeepSpeedLearner(LearnerBase):
     """Owns the policy through a DeepSpeed engine (ZeRO 0-3); the same surface as ``TorchLearner``."""
 
     def __init__(self, model, cfg: LearnerConfig) -> None:
@@ -150,32 +151,19 @@ class DeepSpeedLearner:
         self.engine.step()
         return float(self.engine.get_global_grad_norm())
 
-    def optimizer_step(self, loss: torch.Tensor) -> float:
-        self.backward(loss)
-        return self.step()
-
-    def update(self, batch: TrainBatch | PendingBatch, algo: AlgorithmConfig, temperature: float,
-               generator: torch.Generator, units: AlgorithmUnits = ALGORITHM_UNITS) -> dict[str, float]:
-        """One policy update on ``batch``; returns its learner-side metrics."""
-        return policy_update(self, batch, algo, temperature, generator, units)
-
-    def close(self) -> None:
-        """Nothing to release here: the engine goes with the object."""
-
     @contextlib.contextmanager
     def gathered_model(self) -> Iterator[torch.nn.Module]:
         """The module with its full weights inside the block (ZeRO-3 gathers them, then re-partitions)."""
-        if not self.zero3:
-            yield self.model
-            return
-        with self._deepspeed.zero.GatheredParameters(list(self.model.parameters()), modifier_rank=None):
+        gather = (self._deepspeed.zero.GatheredParameters(list(self.model.parameters()), modifier_rank=None)
+                  if self.zero3 else contextlib.nullcontext())
+        with gather:
             yield self.model
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """Every full weight under the module's own (HF) names, for samplers that load weights: the live
         tensors (read-only) for ZeRO 0-2, copies on CPU for ZeRO-3 (its gathered weights are freed after)."""
         if not self.zero3:
-            return {name: tensor.detach() for name, tensor in self.model.state_dict().items()}
+            return super().full_state_dict()
         with self.gathered_model() as model:
             return {name: tensor.detach().to("cpu", copy=True) for name, tensor in model.state_dict().items()}
 

@@ -1,17 +1,7 @@
-"""Learner backends: teacher-forced logprobs and entropy, accumulated backward passes, optimizer steps.
+"""The torch learner backend, the reference policy, and ``build_learner``: the run's learner.
 
-Every backend offers the same surface, so ``policy_update`` and the loop never ask which one runs:
-
-    logprobs(rollouts, rows, temperature, with_entropy) -> (logp [b,T], entropy [b,T] | None)
-    backward(loss)      accumulate d loss / d weights (one micro-batch)
-    step() -> float     clip the accumulated gradient, apply it if finite, clear it; returns the pre-clip norm
-    model, device       the trainable module (full weights) and where rollouts must live
-    gathered_model()    context: a module holding the full weights (ZeRO-3 partitions them elsewhere)
-    full_state_dict()   the full weights by name (what a sampler loads)
-    policy_copy()       a frozen full copy (the reference policy for KL)
-    save_checkpoint(dir) / load_checkpoint(dir)
-    update(batch, algo, temperature, generator, units) -> metrics   one policy update (``policy_update``)
-    close()             the run is over
+``TorchLearner`` owns the weights and an AdamW optimizer in one process (CPU or one GPU); it offers the
+learner surface (``workbench.train.learner_protocol.Learner``), as ``DeepSpeedLearner`` does.
 
 ``build_learner(model, cfg)`` builds the run's learner: the backend named by ``learner.backend``,
 inside the wrappers the run asks for (``workbench.train.wrappers``): fault injection
@@ -20,22 +10,18 @@ inside the wrappers the run asks for (``workbench.train.wrappers``): fault injec
 
 from __future__ import annotations
 
-import contextlib
 import copy
-from collections.abc import Iterator
 from pathlib import Path
 
 import torch
 
-from workbench.batch import PendingBatch, Rollouts, TrainBatch
-from workbench.config import AlgorithmConfig, LearnerConfig, RunConfig
-from workbench.train import ranks
-from workbench.train.logprobs import (
-    lean_sequence_logprobs,
-    sequence_logprobs,  # noqa: F401 - re-exported (its home until now)
-)
-from workbench.train.rank_env import check_multi_rank
-from workbench.train.update import ALGORITHM_UNITS, AlgorithmUnits, policy_update
+from workbench.batch import Rollouts
+from workbench.config import LearnerConfig, RunConfig
+from workbench.train.learner_base import LearnerBase
+from workbench.train.learner_protocol import Learner
+from workbench.train.logprobs import lean_sequence_logprobs, sequence_logprobs
+from workbench.train.rank_env import check_multi_rank, is_follower, multi_rank
+from workbench.train.ranks import MultiRankLeader, send
 from workbench.train.wrappers import NonFiniteInjection
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -63,21 +49,21 @@ def resolve_device(name: str) -> str:
     return name
 
 
-def build_learner(model, cfg: RunConfig):
+def build_learner(model, cfg: RunConfig) -> Learner:
     """The run's learner, owning ``model`` from now on: the backend, inside the wrappers the run needs.
 
     On rank 0 of several processes the followers build the same learner at the same time
     (``deepspeed.initialize`` is collective) and then mirror its updates (``ranks.MultiRankLeader``)."""
-    leader = ranks.multi_rank() and not ranks.is_follower()  # rank 0 of several DeepSpeed processes
+    leader = multi_rank() and not is_follower()  # rank 0 of several DeepSpeed processes
     if leader:
-        ranks.send("run", cfg)  # after load_policy: the tiny model is cached before followers load it
-    learner = build_backend(model, cfg.learner)
+        send("run", cfg)  # after load_policy: the tiny model is cached before followers load it
+    learner: Learner = build_backend(model, cfg.learner)
     if cfg.learner.inject_nonfinite_at_step is not None:  # on every rank: followers poison the same step
         learner = NonFiniteInjection(learner, cfg.learner.inject_nonfinite_at_step)
-    return ranks.MultiRankLeader(learner) if leader else learner
+    return MultiRankLeader(learner) if leader else learner
 
 
-def build_backend(model, cfg: LearnerConfig):
+def build_backend(model, cfg: LearnerConfig) -> LearnerBase:
     """The learner backend named by ``cfg.backend``, owning ``model`` from now on.
 
     Every rank builds its learner here, so the multi-rank rules are checked here once (preflight
@@ -90,7 +76,7 @@ def build_backend(model, cfg: LearnerConfig):
     return TorchLearner(model, cfg)
 
 
-class TorchLearner:
+class TorchLearner(LearnerBase):
     """Owns the policy weights and the optimizer (single process, CPU or one GPU)."""
 
     CHECKPOINT_FILE = "learner.pt"
@@ -120,27 +106,6 @@ class TorchLearner:
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return float(grad_norm)
-
-    def optimizer_step(self, loss: torch.Tensor) -> float:
-        """Backward, clip the global grad norm, step. Returns the pre-clip grad norm."""
-        self.backward(loss)
-        return self.step()
-
-    def update(self, batch: TrainBatch | PendingBatch, algo: AlgorithmConfig, temperature: float,
-               generator: torch.Generator, units: AlgorithmUnits = ALGORITHM_UNITS) -> dict[str, float]:
-        """One policy update on ``batch``; returns its learner-side metrics."""
-        return policy_update(self, batch, algo, temperature, generator, units)
-
-    def close(self) -> None:
-        """Nothing to release: the weights go with the object."""
-
-    @contextlib.contextmanager
-    def gathered_model(self) -> Iterator[torch.nn.Module]:
-        yield self.model  # one process holds every weight
-
-    def full_state_dict(self) -> dict[str, torch.Tensor]:
-        """Every weight under the module's own (HF) names: the live tensors, read-only."""
-        return {name: tensor.detach() for name, tensor in self.model.state_dict().items()}
 
     def policy_copy(self) -> torch.nn.Module:
         return copy.deepcopy(self.model)

@@ -9,7 +9,7 @@ waits for the rewards where its loss needs the advantages (``PendingBatch``). Th
 where the forward leaves CPU cores free for the verifier's processes.
 
 It composes registered units by name from the run config and never names a paper. Timing goes
-through the run's one stopwatch (``perf/*``); the update's algorithm units are timed by it too.
+through the run's one stopwatch (``perf/*``); the update's algorithm sections are timed by it too.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, closing, contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -35,11 +36,11 @@ from workbench.rollout import build_sampler
 from workbench.rollout.base import Sampler
 from workbench.tasks import Problem, Task, build_task
 from workbench.train.learner import ReferencePolicy, build_learner, resolve_device
+from workbench.train.learner_protocol import Learner
 from workbench.train.stopwatch import Stopwatch
-from workbench.train.update import ALGORITHM_UNITS, AlgorithmUnits
 
 
-@dataclass
+@dataclass(kw_only=True)
 class RunParts:
     """A run's collaborators, built once by ``open_run_parts`` and used by every step."""
 
@@ -47,14 +48,13 @@ class RunParts:
     eval_set: list[Problem]
     sampler: Sampler
     verifier: AnswerVerifier
-    learner: object  # workbench.train.learner: a backend inside its wrappers
+    learner: Learner  # a backend inside its wrappers (build_learner)
     reference: ReferencePolicy | None  # the frozen initial policy, only with KL
-    shaping: tuple  # reward shaping specs (cfg.reward.specs())
+    shaping: list[tuple[str, float, dict[str, Any]]]  # reward shaping specs (cfg.reward.specs())
     monitor: HealthMonitor
     rng: random.Random  # which training prompts are drawn
     generator: torch.Generator  # minibatch order
-    watch: Stopwatch  # every perf/* timing
-    units: AlgorithmUnits  # the update's algorithm units, timed into perf/algorithm_s
+    watch: Stopwatch  # every perf/* timing, the update's "algorithm" sections too
     scoring: ThreadPoolExecutor | None = None  # scores in the background (reward.overlap); None: in turn
 
 
@@ -83,8 +83,6 @@ def open_run_parts(cfg: RunConfig, monitor: HealthMonitor) -> Iterator[RunParts]
     with learner.gathered_model() as full:  # a vLLM engine copies the weights: ZeRO-3 must gather them first
         sampler = build_sampler(cfg, full, tokenizer, cfg.model.prompt_template)
     reference = ReferencePolicy(learner.policy_copy()) if cfg.algorithm.kl_coef > 0 else None  # no KL, no copy
-    shaping = cfg.reward.specs()
-    watch = Stopwatch()
     with ExitStack() as stack:
         verifier = stack.enter_context(AnswerVerifier(timeout_s=cfg.reward.timeout_s, workers=cfg.reward.workers))
         stack.enter_context(closing(sampler))
@@ -92,8 +90,9 @@ def open_run_parts(cfg: RunConfig, monitor: HealthMonitor) -> Iterator[RunParts]
         # Closed first: a scoring still running (the run failed mid-step) ends before its verifier stops.
         scoring = (stack.enter_context(ThreadPoolExecutor(1, thread_name_prefix="workbench-scoring"))
                    if overlaps_scoring(cfg) else None)
-        yield RunParts(task, eval_set, sampler, verifier, learner, reference, shaping, monitor, rng, generator,
-                       watch, watch.timed(ALGORITHM_UNITS, "algorithm"), scoring)
+        yield RunParts(task=task, eval_set=eval_set, sampler=sampler, verifier=verifier, learner=learner,
+                       reference=reference, shaping=cfg.reward.specs(), monitor=monitor, rng=rng,
+                       generator=generator, watch=Stopwatch(), scoring=scoring)
 
 
 def rl_step(cfg: RunConfig, step: int, parts: RunParts) -> dict[str, float]:
@@ -105,7 +104,7 @@ def rl_step(cfg: RunConfig, step: int, parts: RunParts) -> dict[str, float]:
         batch = train_batch(cfg, step, scored, parts)
         with watch("learn"):
             metrics |= parts.learner.update(batch, cfg.algorithm, cfg.sampler.temperature, parts.generator,
-                                            parts.units)
+                                            section=watch)
             with parts.learner.gathered_model() as full:  # ZeRO-3: the sampler needs whole weights
                 parts.sampler.sync_weights(full)
         sampled = sampled.ready()  # scored by now: the update needed the rewards

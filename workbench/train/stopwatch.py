@@ -7,22 +7,17 @@
 
 A section entered several times adds up; sections may nest (``learn`` holds ``algorithm``) and may be
 timed on another thread (background scoring) as long as it ends before the lap that reports it.
-``timed`` wraps the callables of a frozen dataclass (the update's algorithm units), so code that
-calls them holds no timing of its own.
+A stopwatch is the update's ``Section`` (``workbench.train.learner_protocol``): handed to the update,
+it times the algorithm's own computations there, so the update holds no timing of its own.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TypeVar
-
-Units = TypeVar("Units")
 
 
 class Stopwatch:
@@ -45,18 +40,3 @@ class Stopwatch:
         with self._lock:
             seconds, self.seconds = dict(self.seconds), defaultdict(float)
         return seconds
-
-    def wrap(self, section: str, fn: Callable) -> Callable:
-        """``fn``, each call timed into ``section``."""
-
-        @functools.wraps(fn)
-        def timed_call(*args, **kwargs):
-            with self(section):
-                return fn(*args, **kwargs)
-
-        return timed_call
-
-    def timed(self, units: Units, section: str) -> Units:
-        """A copy of the dataclass ``units`` whose every field (a callable) is timed into ``section``."""
-        return dataclasses.replace(units, **{f.name: self.wrap(section, getattr(units, f.name))
-                                             for f in dataclasses.fields(units)})

@@ -10,15 +10,13 @@ the minibatch loss (``micro_shares``), so the accumulated gradient is the miniba
 every aggregation mode, and the logged metrics keep their meaning (means over the minibatch).
 
 The learner may be any backend inside any wrappers (``workbench.train.wrappers``): this module
-neither knows nor asks. The algorithm units are called through ``AlgorithmUnits``, which the run
-times (``perf/algorithm_s``) from outside.
+neither knows nor asks. The algorithm's own computations (importance weights, the loss of some rows)
+run inside ``section("algorithm")``, which the run times (``perf/algorithm_s``) from outside.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 
@@ -26,6 +24,7 @@ from workbench.algorithms import aggregate_loss, compute_policy_loss, importance
 from workbench.batch import PendingBatch, Rollouts, TrainBatch
 from workbench.config import AlgorithmConfig
 from workbench.metrics.compute import masked_mean_float, mismatch_metrics
+from workbench.train.learner_protocol import Learner, Section, no_section
 
 
 def rows_loss(algo: AlgorithmConfig, batch: TrainBatch, rows: torch.Tensor | slice, logp: torch.Tensor,
@@ -50,27 +49,14 @@ def rows_loss(algo: AlgorithmConfig, batch: TrainBatch, rows: torch.Tensor | sli
     return (policy if kl is None else policy + algo.kl_coef * kl), policy_metrics
 
 
-@dataclass(frozen=True)
-class AlgorithmUnits:
-    """The algorithm's own computations inside an update, apart from the learner's passes: the
-    importance weights and the loss of some rows. The run times them as ``perf/algorithm_s``
-    (``Stopwatch.timed``); everything else calls them as they are (``ALGORITHM_UNITS``)."""
-
-    importance_weights: Callable
-    rows_loss: Callable
-
-
-ALGORITHM_UNITS = AlgorithmUnits(importance_weights=importance_weights, rows_loss=rows_loss)
-
-
-def policy_update(learner, batch: TrainBatch | PendingBatch, algo: AlgorithmConfig, temperature: float,
-                  generator: torch.Generator, units: AlgorithmUnits = ALGORITHM_UNITS) -> dict[str, float]:
-    """Update the learner (any backend of ``workbench.train.learner``) on ``batch``; returns the
-    step's learner-side metrics.
+def policy_update(learner: Learner, batch: TrainBatch | PendingBatch, algo: AlgorithmConfig, temperature: float,
+                  generator: torch.Generator, section: Section = no_section) -> dict[str, float]:
+    """Update the learner on ``batch``; returns the step's learner-side metrics.
 
     ``batch.loss_mask`` selects the tokens that carry gradient; ``batch.ref_logp`` adds
     ``kl_coef · KL(π ‖ π_ref)`` to the loss, aggregated like the policy loss. A ``PendingBatch`` (rewards
-    still being scored) is waited for after the "old" forward, which needs no reward.
+    still being scored) is waited for after the "old" forward, which needs no reward. The algorithm's
+    own computations, apart from the learner's passes, run inside ``section("algorithm")``.
     """
     rollouts, loss_mask, ref_logp = batch.rollouts, batch.loss_mask, batch.ref_logp
     mask = rollouts.mask  # [B, T] every response token: metrics see them all
@@ -90,8 +76,9 @@ def policy_update(learner, batch: TrainBatch | PendingBatch, algo: AlgorithmConf
     metrics |= mismatch_metrics(old_logp, rollouts.sampler_logp, mask)
     is_weights = None
     if algo.correction is not None:
-        is_weights, is_metrics = units.importance_weights(algo.correction, old_logp, rollouts.sampler_logp, mask,
-                                                          cap=algo.correction_cap)
+        with section("algorithm"):
+            is_weights, is_metrics = importance_weights(algo.correction, old_logp, rollouts.sampler_logp, mask,
+                                                        cap=algo.correction_cap)
         metrics |= is_metrics
     batch = batch.ready()  # the loss needs the advantages: here a PendingBatch waits for its rewards
 
@@ -107,8 +94,9 @@ def policy_update(learner, batch: TrainBatch | PendingBatch, algo: AlgorithmConf
                 if not single:
                     logp, _ = learner.logprobs(rollouts, part, temperature, with_entropy=False)
                 sel = slice(None) if single else part
-                loss, loss_metrics = units.rows_loss(algo, batch, sel, logp, old_logp, is_weights,
-                                                     None if shares is None else shares[k])
+                with section("algorithm"):
+                    loss, loss_metrics = rows_loss(algo, batch, sel, logp, old_logp, is_weights,
+                                                   None if shares is None else shares[k])
                 learner.backward(loss)
                 minibatch.add(loss_mask[sel], float(loss.detach()), loss_metrics)
             grad_norm = learner.step()
@@ -122,7 +110,7 @@ def policy_update(learner, batch: TrainBatch | PendingBatch, algo: AlgorithmConf
 
 
 @torch.no_grad()
-def no_grad_logprobs(learner, rollouts: Rollouts, temperature: float,
+def no_grad_logprobs(learner: Learner, rollouts: Rollouts, temperature: float,
                      micro: int | None) -> tuple[torch.Tensor, torch.Tensor]:
     """Logprobs and entropy ``[B, T]`` of the whole batch, ``micro`` sequences per forward."""
     n = rollouts.mask.shape[0]

@@ -1,7 +1,7 @@
 """Learner wrappers: a behaviour added around any learner backend, chosen by ``build_learner``.
 
-A wrapper has its learner's whole surface (``workbench.train.learner``): it forwards every call it
-does not change, so the update and the loop never know whether one is there.
+A wrapper has its learner's whole surface (``workbench.train.learner_protocol.Learner``): it forwards
+every call it does not change, so the update and the loop never know whether one is there.
 """
 
 from __future__ import annotations
@@ -10,13 +10,14 @@ import torch
 
 from workbench.batch import PendingBatch, TrainBatch
 from workbench.config import AlgorithmConfig
-from workbench.train.update import ALGORITHM_UNITS, AlgorithmUnits, policy_update
+from workbench.train.learner_protocol import Learner, Section, no_section
+from workbench.train.update import policy_update
 
 
 class LearnerWrapper:
     """Forwards everything to ``inner``; subclasses override what they change."""
 
-    def __init__(self, inner) -> None:
+    def __init__(self, inner: Learner) -> None:
         self.inner = inner
 
     def __getattr__(self, name: str):  # only called for what this wrapper does not define itself
@@ -33,16 +34,16 @@ class NonFiniteInjection(LearnerWrapper):
     Wrap a backend directly: the update runs over this wrapper's calls (``policy_update(self, ...)``),
     so ``backward`` comes here. ``build_learner`` puts the multi-rank leader outside it."""
 
-    def __init__(self, inner, at_step: int) -> None:
+    def __init__(self, inner: Learner, at_step: int) -> None:
         super().__init__(inner)
         self.at_step = at_step
         self.poisoned = False  # inside the update of step at_step
 
     def update(self, batch: TrainBatch | PendingBatch, algo: AlgorithmConfig, temperature: float,
-               generator: torch.Generator, units: AlgorithmUnits = ALGORITHM_UNITS) -> dict[str, float]:
+               generator: torch.Generator, section: Section = no_section) -> dict[str, float]:
         self.poisoned = batch.step == self.at_step
         try:
-            return policy_update(self, batch, algo, temperature, generator, units)  # its backward() comes here
+            return policy_update(self, batch, algo, temperature, generator, section)  # its backward() comes here
         finally:
             self.poisoned = False
 
