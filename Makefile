@@ -77,7 +77,7 @@ test-fast: install
 
 # Every generated table (README's preset and health-rule tables, docs/algorithms.md, docs/metrics.md).
 docs: install
-	$(BIN)/python -m workbench.cli.main.generated_docs
+	$(BIN)/python -m workbench.cli.generated_docs
 
 bench: install
 	$(BIN)/python benchmarks/bench_sanity.py

@@ -10,7 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from workbench.cli.main.generated_docs import PARTS, REGENERATE, GeneratedPart, stale_parts, write_generated_docs
+from workbench.cli.generated_docs import PARTS, REGENERATE, GeneratedPart, stale_parts, write_generated_docs
 
 ROOT = Path(__file__).parents[1]
 
