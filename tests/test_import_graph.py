@@ -198,6 +198,35 @@ def test_no_import_points_up_the_layers():
         f"  {a} -> {b}" for a, b in bad)
 
 
+def unexplained_local_imports(path: Path, repo: Path = PACKAGE_ROOT.parent) -> list[str]:
+    """Imports of package modules inside functions with no comment on their line saying why (a heavy
+    dependency deferred, a cycle avoided): anywhere else an import belongs at the top of the module."""
+    source = path.read_text()
+    lines = source.splitlines()
+    bad = []
+    for function in ast.walk(ast.parse(source, filename=str(path))):
+        if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for node in ast.walk(function):
+            ours = (isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("workbench"))
+                    or isinstance(node, ast.Import) and any(a.name.startswith("workbench") for a in node.names))
+            if ours and "#" not in lines[node.lineno - 1]:
+                bad.append(f"{path.relative_to(repo)}:{node.lineno}: {lines[node.lineno - 1].strip()}")
+    return bad
+
+
+def test_unexplained_local_imports_are_found(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text("def f():\n    from workbench.a import b\n    from workbench.c import d  # deferred: torch\n"
+                      "    import json\n")
+    assert unexplained_local_imports(module, tmp_path) == ["m.py:2: from workbench.a import b"]
+
+
+def test_every_function_level_import_says_why():
+    bad = [line for path in sorted(PACKAGE_ROOT.rglob("*.py")) for line in unexplained_local_imports(path)]
+    assert not bad, "imports inside functions without a reason (move them up, or say why):\n" + "\n".join(bad)
+
+
 def test_the_root_keeps_only_the_core():
     modules = sorted(path.name for path in PACKAGE_ROOT.glob("*.py"))
     assert modules == ["__init__.py", "batch.py", "config.py", "errors.py", "registry.py"]

@@ -17,6 +17,7 @@ import torch
 
 from workbench.batch import Rollouts
 from workbench.config import LearnerConfig, RunConfig
+from workbench.train.deepspeed_learner import DeepSpeedLearner
 from workbench.train.learner_base import LearnerBase
 from workbench.train.learner_protocol import Learner
 from workbench.train.logprobs import lean_sequence_logprobs, sequence_logprobs
@@ -70,9 +71,7 @@ def build_backend(model, cfg: LearnerConfig) -> LearnerBase:
     checks them earlier, before MLflow is touched)."""
     check_multi_rank(cfg)  # several processes: DeepSpeed ZeRO 0-2 only, rank 0 driving (ranks.py)
     if cfg.backend == "deepspeed":
-        from workbench.train.deepspeed_learner import DeepSpeedLearner  # deepspeed is imported there, lazily
-
-        return DeepSpeedLearner(model, cfg)
+        return DeepSpeedLearner(model, cfg)  # deepspeed itself is imported there, when one is built
     return TorchLearner(model, cfg)
 
 
