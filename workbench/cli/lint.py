@@ -14,12 +14,12 @@ like they matter and do not.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from workbench.algorithms import POLICY_LOSSES
+from workbench.algorithms.params import keyword_params
 from workbench.algorithms.presets import PRESETS
 from workbench.config import AlgorithmConfig, RunConfig
 from workbench.registry import Registry
@@ -38,11 +38,6 @@ LINT_RULES: Registry[LintCheck] = Registry("lint rule")
 
 _ALGO_DEFAULTS = {name: f.default for name, f in AlgorithmConfig.model_fields.items()}
 _BASELINE_CLIP = {k: PRESETS["grpo"][k] for k in ("clip_low", "clip_high")}  # the plain PPO/GRPO range
-
-
-def _loss_takes(loss: str, param: str) -> bool:
-    """Whether the registered policy loss ``loss`` has the keyword ``param`` (read from its signature)."""
-    return param in inspect.signature(POLICY_LOSSES.get(loss)).parameters
 
 
 def _show(value: Any) -> str:  # as a study's YAML spells it
@@ -69,7 +64,7 @@ def clip_with_one_step(cfg: RunConfig) -> Iterable[Finding]:
     update's forward is also π_old's (``train/update.py``), so the ratio is exactly 1. A loss whose
     registered function takes no clip range (``reinforce``) never clips."""
     algo = cfg.algorithm
-    if not _loss_takes(algo.loss, "clip_low"):
+    if "clip_low" not in keyword_params(POLICY_LOSSES.get(algo.loss)):
         why = f"algorithm.loss {algo.loss} has no clip range"
     elif algo.epochs * algo.minibatches == 1:
         why = ("one optimizer step per batch (algorithm.epochs × minibatches = 1), so the policy ratio is exactly 1 "
