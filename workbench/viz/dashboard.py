@@ -15,13 +15,6 @@ from typing import Any
 import pandas as pd
 from plotly.subplots import make_subplots
 
-from workbench.compare.panels import (
-    curve_panel,
-    panel_groups,
-    resolve_baseline,
-    run_labels,
-    summary_panel,
-)
 from workbench.metrics.catalogue import metric_bounds
 
 from . import figures as F
@@ -62,17 +55,23 @@ class DashboardData:
     bootstrap fast; summaries and statistics always use every point."""
 
     def __post_init__(self) -> None:
+        from workbench.compare.panels import run_labels  # deferred: scipy
+
         if not self.labels and len(self.runs):
             self.labels = run_labels(self.runs)
 
     @property
     def variants(self) -> list[str]:
         """The groups drawn: arms (variants in a study without a grid), in order."""
+        from workbench.compare.panels import panel_groups  # deferred: scipy
+
         return panel_groups(self.history, self.runs)
 
     def resolved_baseline(self) -> tuple[str | None, list[str]]:
         """The baseline the summary panels use (``baseline`` if it names a variant or an arm, else
         the first variant) and the arms that are baselines (drawn grey)."""
+        from workbench.compare.panels import resolve_baseline  # deferred: scipy
+
         return resolve_baseline(self.runs, self.baseline, self.variants)
 
 
@@ -211,6 +210,8 @@ def _panel_traces(p: PanelSpec, canvas: _Canvas) -> list[Any]:
 
 def _curve_traces(p: PanelSpec, metric: str, dash: str, canvas: _Canvas) -> list[Any]:
     """One metric of a curve panel: a band per group (or a line per run), and health markers."""
+    from workbench.compare.panels import curve_panel  # deferred: scipy
+
     data = canvas.data
     try:  # samples/tokens need the count metrics and params: the full history and runs
         panel = curve_panel(data.history, data.runs, metric, x=p.x, aggregation=p.aggregation,
@@ -243,6 +244,8 @@ def _curve_traces(p: PanelSpec, metric: str, dash: str, canvas: _Canvas) -> list
 
 def _summary_traces(p: PanelSpec, canvas: _Canvas) -> list[Any]:
     """A summary panel: bars with CIs per group and metric (tables shared between panels)."""
+    from workbench.compare.panels import summary_panel  # deferred: scipy
+
     data = canvas.data
     traces: list[Any] = []
     names = [summary_name(m) for m in p.metrics]
