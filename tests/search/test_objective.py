@@ -14,6 +14,7 @@ import workbench.execution.run
 from tests.search.helpers import search_run_config
 from workbench.execution.run import RunOutcome, StopRun
 from workbench.search.objective import (
+    INTERMEDIATE_SEEDS,
     OUTCOME,
     OVER_BUDGET,
     PRUNE_REASON,
@@ -47,9 +48,11 @@ class FakeClient:
         self.metrics.setdefault(run_id, {})[key] = value
 
 
-def fake_runs(monkeypatch, client: FakeClient, curve, *, health_stop_at=None, fail=False):
-    """Replace execute_run: ``curve(cfg, step) -> metrics`` per step, eval at every step; a StopRun
-    from on_step ends the run as execute_run does; ``health_stop_at`` ends it like a failing rule."""
+def fake_runs(monkeypatch, client: FakeClient, curve, *, health_stop_at=None, fail=False, evals=None):
+    """Replace execute_run: ``curve(cfg, step) -> metrics`` per step, eval at every step
+    (``eval/accuracy`` is ``evals(cfg, step)``, 0.0 without it, at step 0 before any update as in the
+    real loop and at the final eval-only step too); a StopRun from on_step ends the run as
+    execute_run does; ``health_stop_at`` ends it like a failing rule."""
     calls = []
 
     def execute_run(cfg, *, study, variant, label, parent_run_id=None, progress=None, on_step=None, role="run",
@@ -61,7 +64,7 @@ def fake_runs(monkeypatch, client: FakeClient, curve, *, health_stop_at=None, fa
             return RunOutcome(label, variant, cfg.seed, cfg.run_key(), "FAILED", run_id, error="boom")
         steps = 0
         for step in range(cfg.rollout.steps + 1):
-            metrics = {"eval/accuracy": 0.0}
+            metrics = {"eval/accuracy": 0.0 if evals is None else evals(cfg, step)}
             if step < cfg.rollout.steps:  # the last step is an eval only, as in the real loop
                 metrics |= dict(curve(cfg, step)) | {"perf/step_s": 0.1}
                 steps = step + 1
@@ -104,7 +107,8 @@ def test_curves_are_reported_per_learner_step_and_a_worse_curve_is_pruned(monkey
     study.optimize(objective, n_trials=2)
     good, bad = study.trials
     assert good.state == TrialState.COMPLETE and good.value == pytest.approx(-1.0 + 3 * 0.1)  # last logged reward
-    assert good.intermediate_values == pytest.approx({s: -1.0 + s * 0.1 for s in range(4)} | {4: -0.7})
+    # step 0 (the untrained policy) is not reported: the curve starts after the first update
+    assert good.intermediate_values == pytest.approx({s: -1.0 + s * 0.1 for s in range(1, 4)} | {4: -0.7})
     assert bad.state == TrialState.PRUNED
     assert bad.user_attrs[PRUNE_REASON] == "pruned by optuna at step 1" and bad.user_attrs[PRUNED_BY] == "optuna"
     assert bad.user_attrs[STEPS] == 2 < good.user_attrs[STEPS] == 4  # step 1 is logged after its update
@@ -133,8 +137,10 @@ def test_seeds_are_averaged_and_reported_on_one_learner_step_axis(monkeypatch):
     study.optimize(objective, n_trials=1)
     (trial,) = study.trials
     assert trial.value == pytest.approx(((0 + 1) + (10 + 1)) / 2)  # last reward of each seed, averaged
-    # seed 0 at steps 0..2; seed 1 continues at 2 + s (its untrained step 0 is not reported again)
-    assert trial.intermediate_values == {0: 0.0, 1: 1.0, 2: 1.0, 3: 11.0, 4: 11.0}
+    # seed 0 at steps 1..2; seed 1 continues at 2 + s, reporting the mean of both seeds at its step s
+    # (1.0 and 11.0); no step 0 of either (the untrained policy)
+    assert trial.intermediate_values == {1: 1.0, 2: 1.0, 3: 6.0, 4: 6.0}
+    assert trial.user_attrs[INTERMEDIATE_SEEDS] == {"1": 1, "2": 1, "3": 2, "4": 2}
     assert trial.user_attrs[STEPS] == 4 and trial.user_attrs["workbench.values_by_seed"] == {"0": [1.0], "1": [11.0]}
 
 
@@ -182,12 +188,19 @@ def test_run_summary_reductions():
     from workbench.config import RunConfig
 
     summary = RunSummary(RunConfig.model_validate(cfg))
-    for step, value in enumerate([3.0, 1.0, float("nan"), 2.0]):
-        summary.observe(step, {"reward/mean": value})
+    with_start = RunSummary(RunConfig.model_validate(cfg), include_step0=True)
+    for step, value in enumerate([5.0, 3.0, 1.0, float("nan"), 2.0]):
+        summary.observe(step, {"reward/mean": value, **({"eval/accuracy": 0.4} if step == 0 else {})})
+        with_start.observe(step, {"reward/mean": value})
     assert summary.value("reward/mean", "last") == 2.0  # NaN points are skipped
+    # step 0 (5.0, before any update) counts in no summary ...
     assert (summary.value("reward/mean", "max"), summary.value("reward/mean", "min")) == (3.0, 1.0)
     assert summary.value("reward/mean", "mean") == pytest.approx(2.0)
-    assert math.isnan(summary.value("eval/accuracy"))
+    assert summary.value("eval/accuracy", "max") == 0.4  # ... unless it is all there is
+    # ... unless asked for (search.include_step0: true)
+    assert with_start.value("reward/mean", "max") == 5.0
+    assert with_start.value("reward/mean", "mean") == pytest.approx(11.0 / 4)
+    assert math.isnan(summary.value("length/mean"))  # never logged
     assert math.isnan(summary.value("summary/tokens_per_correct"))  # nothing sampled
-    summary.observe(4, {"perf/sample_tokens": 10.0, "accuracy/train": 0.0})
+    summary.observe(5, {"perf/sample_tokens": 10.0, "accuracy/train": 0.0})
     assert summary.value("summary/tokens_per_correct") == math.inf  # tokens spent, none correct

@@ -142,6 +142,51 @@ def test_each_invalid_search_names_its_path(search, message):
     assert message in text, text
 
 
+NOISY = {"params": {"learner.lr": LR}, "n_trials": 2}
+
+
+@pytest.mark.parametrize(("search", "message"), [
+    (NOISY | {"pruner": {"name": "threshold"}}, "search.pruner: pruner 'threshold': Either lower or upper"),
+    (NOISY | {"pruner": {"name": "threshold", "low": 0.1}},
+     "search.pruner.low: unknown option of pruner 'threshold'; did you mean 'lower'?"),
+    (NOISY | {"pruner": {"name": "patient", "wrapped": "medain", "patience": 2}},
+     "search.pruner.wrapped: unknown pruner 'medain'; did you mean 'median'?"),
+    (NOISY | {"pruner": {"name": "patient", "patience": 2, "wrapped": {"name": "median", "n_startup": 1}}},
+     "search.pruner.wrapped.n_startup: unknown option of pruner 'median'; did you mean 'n_startup_trials'?"),
+    (NOISY | {"pruner": {"name": "patient", "patience": 2, "wrapped_pruner": "median"}},
+     "search.pruner.wrapped_pruner: unknown option of pruner 'patient'; did you mean 'wrapped'?"),
+    (NOISY | {"pruner": {"name": "patient", "patience": -1}}, "search.pruner: pruner 'patient':"),
+    (NOISY | {"pruner": {"name": "patient", "patience": 1, "wrapped": 3}}, "search.pruner.wrapped: expected a pruner"),
+    (NOISY | {"include_step0": "yes"}, "search.include_step0: "),
+    (NOISY | {"seeds": [0, 1], "confirm": {"top_k": 2, "seeds": [1, 2]}},
+     "search.confirm.seeds: seed(s) 1 are seeds of the search itself"),
+    (NOISY | {"confirm": {"seeds": [5]}}, "search.confirm.seeds: "),
+    (NOISY | {"confirm": {"top_k": 0, "seeds": [5, 6]}}, "search.confirm.top_k: "),
+    (NOISY | {"confirm": {"topk": 2, "seeds": [5, 6]}}, "search.confirm.topk: unknown field; did you mean 'top_k'?"),
+    (NOISY | {"confirm": {"seeds": [5, 5]}}, "search.confirm.seeds: repeated seeds"),
+    ({"objectives": [{"metric": "eval/accuracy"}, {"metric": "length/mean", "direction": "minimize"}],
+      "params": {"learner.lr": LR}, "n_trials": 2, "confirm": {"seeds": [5, 6]}},
+     "search.confirm: confirmation ranks trials by one objective"),
+])
+def test_threshold_patient_confirm_and_step0_options_are_checked(search, message):
+    text = "\n".join(errors_of(search))
+    assert message in text, text
+
+
+@pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")  # PatientPruner
+def test_threshold_and_patient_build_the_optuna_pruners():
+    threshold = spec_of(NOISY | {"pruner": {"name": "threshold", "lower": 0.05}}).make_pruner()
+    assert isinstance(threshold, optuna.pruners.ThresholdPruner)
+    spec = spec_of(NOISY | {"pruner": {"name": "patient", "patience": 2, "wrapped": "median"}})
+    patient = spec.make_pruner()
+    assert isinstance(patient, optuna.pruners.PatientPruner) and patient._patience == 2
+    assert isinstance(patient._wrapped_pruner, optuna.pruners.MedianPruner)
+    assert spec.config.pruner["wrapped"] == {"name": "median"}  # the shorthand, expanded
+    alone = spec_of(NOISY | {"pruner": {"name": "patient", "patience": 1}}).make_pruner()
+    assert alone._wrapped_pruner is None  # prunes on stagnation alone
+    assert spec.config.include_step0 is False and spec.config.confirm is None  # the defaults
+
+
 def test_a_study_without_a_search_section(tmp_path):
     path = tmp_path / "plain.yaml"
     path.write_text(yaml.safe_dump({"name": "plain", "base": search_run_config()}))

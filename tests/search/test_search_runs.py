@@ -52,7 +52,7 @@ def test_pruning_is_real_and_every_trial_is_an_mlflow_child_of_the_search_run(wo
     assert health.user_attrs[PRUNE_REASON].startswith("health: entropy_collapse")
     assert health.user_attrs[PRUNED_BY] == "health"
     # the learning curve Optuna saw: the objective at each eval step
-    assert sorted(complete[0].intermediate_values) == [0, 1, 2, 3, 4]
+    assert sorted(complete[0].intermediate_values) == [1, 2, 3, 4]  # not step 0: the untrained policy
     assert complete[0].value == pytest.approx(complete[0].intermediate_values[4])
 
     client = MlflowClient(f"sqlite:///{workdir / 'mlflow.db'}")
@@ -113,7 +113,7 @@ def test_resume_continues_the_same_search_within_its_budget(workdir):
         by_seed = t.user_attrs["workbench.values_by_seed"]
         assert set(by_seed) == {"0", "1"}
         assert t.value == pytest.approx((by_seed["0"][0] + by_seed["1"][0]) / 2)
-        assert sorted(t.intermediate_values) == [0, 1, 2, 3, 4] and t.user_attrs[STEPS] == 4
+        assert sorted(t.intermediate_values) == [1, 2, 3, 4] and t.user_attrs[STEPS] == 4
     client = MlflowClient(f"sqlite:///{workdir / 'mlflow.db'}")
     exp = client.get_experiment_by_name("resume")
     assert len(client.search_runs([exp.experiment_id], "tags.`workbench.role` = 'search'")) == 1

@@ -148,23 +148,27 @@ def _report(spec, storage_url: str, report: bool, report_file: Path | None, expo
 
 
 def print_best(ostudy, spec, top: int = 5) -> None:
-    from workbench.search.report import best_trials, trial_rows  # deferred: pydantic
+    from workbench.search.confirm import confirmation_lines, confirmed_arms  # deferred: pydantic
+    from workbench.search.report import CONFIRMED_COLUMNS, best_trials, trial_rows  # deferred: pydantic
     from workbench.search.worker import trial_counts  # deferred: pydantic
 
-    rows = trial_rows(best_trials(ostudy, spec, top), spec)
+    arms = confirmed_arms(ostudy, spec)
+    rows = trial_rows(best_trials(ostudy, spec, top), spec, arms)
     c = trial_counts(ostudy.get_trials(deepcopy=False))
     title = "Pareto-optimal trials" if spec.multi_objective else "best trials"
     if not rows:
         console.print(f"{spec.optuna_name}: no complete trial yet ({c['PRUNED']} pruned, {c['FAIL']} failed, "
                       f"{c['RUNNING']} running)", highlight=False, soft_wrap=True)
         return
-    columns = ["trial", *spec.objective_names(), *spec.params, "learner steps"]
+    columns = ["trial", *spec.objective_names(), *(CONFIRMED_COLUMNS if arms else ()), *spec.params, "learner steps"]
     table = Table(title=f"{spec.optuna_name}: {title}")
     for col in columns:
         table.add_column(col, justify="left" if col == "trial" else "right")
     for row in rows:
         table.add_row(*("-" if row.get(col) is None else str(row.get(col)) for col in columns))
     console.print(table)
+    for line in confirmation_lines(arms, spec):
+        console.print(line, highlight=False, soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:

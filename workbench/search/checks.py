@@ -18,6 +18,7 @@ import math
 import re
 import types
 import typing
+import warnings
 from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
@@ -25,10 +26,20 @@ from pydantic import BaseModel, ValidationError
 from workbench.config import RunConfig
 from workbench.errors import did_you_mean, explain_pydantic_error, pydantic_issues, show_value, suggest_or_list
 from workbench.metrics.catalogue import BY_NAME
-from workbench.search.samplers import NOT_OPTIONS, PRUNERS, SAMPLERS, grid_space, grid_values, optuna_class
+from workbench.search.samplers import (
+    NOT_OPTIONS,
+    PRUNERS,
+    SAMPLERS,
+    WRAPPING,
+    grid_space,
+    grid_values,
+    make_pruner,
+    optuna_class,
+)
 from workbench.search.schema import (
     DERIVED_METRICS,
     CategoricalParam,
+    Confirm,
     Constraint,
     FloatParam,
     IntParam,
@@ -42,6 +53,7 @@ from workbench.study.report import Reporter
 __all__ = [
     "Issues",
     "check_budget",
+    "check_confirm",
     "check_enqueue",
     "check_objectives",
     "check_params",
@@ -214,6 +226,8 @@ def _schema_issue(e: dict[str, Any], raw: dict[str, Any]) -> tuple[Loc, str]:
             valid = list(FloatParam.model_fields) + ["choices"]
         elif loc[0] in ("objectives", "constraints"):
             valid = list((Objective if loc[0] == "objectives" else Constraint).model_fields)
+        elif loc[0] == "confirm":
+            valid = list(Confirm.model_fields)
     msg = explain_pydantic_error(e, valid)
     if loc[:1] == ("objectives",) and "objectives" not in raw and len(loc) >= 2:
         loc = loc[2:] or ("metric",)  # written as metric/direction/summary
@@ -442,11 +456,14 @@ def check_enqueue(cfg: SearchConfig, layered: dict[str, Any], issues: Issues, sk
 # ---------------------------------------------------------------------------------------------
 
 
-def _unknown_options(kind: str, spec: dict[str, Any], cls: type) -> list[tuple[Loc, str]]:
+def _unknown_options(kind: str, spec: dict[str, Any], cls: type, at: Loc) -> list[tuple[Loc, str]]:
     name = spec["name"]
     accepted = [p for p in inspect.signature(cls.__init__).parameters if p != "self" and p not in NOT_OPTIONS]
+    if kind == "pruner" and name in WRAPPING:  # written `wrapped: median`, passed as wrapped_pruner=<object>
+        key, argument = WRAPPING[name]
+        accepted = [key if p == argument else p for p in accepted]
     what = f"valid for {name}: {', '.join(accepted)}" if accepted else f"{name} takes no options"
-    return [((kind, key), f"unknown option of {kind} {name!r}{did_you_mean(key, accepted)} ({what})")
+    return [(at + (key,), f"unknown option of {kind} {name!r}{did_you_mean(key, accepted)} ({what})")
             for key in spec if key != "name" and key not in accepted]
 
 
@@ -475,34 +492,62 @@ def _pruner_fit_issues(name: str, cfg: SearchConfig) -> list[tuple[Loc, str]]:
     return []
 
 
-def _construction_issue(kind: str, spec: dict[str, Any], cls: type, cfg: SearchConfig) -> list[tuple[Loc, str]]:
+def _construction_issue(kind: str, spec: dict[str, Any], cls: type, cfg: SearchConfig,
+                        at: Loc) -> list[tuple[Loc, str]]:
     """Constructing the object checks the option values (Optuna raises on bad ones)."""
     options = {k: v for k, v in spec.items() if k != "name"}
     try:
-        if kind == "sampler" and spec["name"] == "grid":
-            cls(grid_space(cfg.params), **options)
-        else:
-            cls(**options)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # Optuna's "experimental" notes (PatientPruner): a check, not a use
+            if kind == "sampler" and spec["name"] == "grid":
+                cls(grid_space(cfg.params), **options)
+            elif kind == "pruner":
+                make_pruner(spec)  # builds a wrapped pruner too
+            else:
+                cls(**options)
     except (TypeError, ValueError) as err:
-        return [((kind,), f"{kind} {spec['name']!r}: {' '.join(str(err).split())}")]
+        return [(at, f"{kind} {spec['name']!r}: {' '.join(str(err).split())}")]
     return []
 
 
-def _check_optuna_object(kind: str, spec: dict[str, Any], cfg: SearchConfig, issues: Issues) -> None:
+def _wrapped_issues(spec: dict[str, Any], cfg: SearchConfig, issues: Issues, at: Loc) -> bool:
+    """Check a wrapping pruner's ``wrapped`` spec (a name or a mapping) as a pruner of its own,
+    normalising a name to ``{name: ...}``; whether it was valid."""
+    key = WRAPPING[spec["name"]][0]
+    if key not in spec:
+        return True
+    wrapped = spec[key]
+    if isinstance(wrapped, str):
+        wrapped = spec[key] = {"name": wrapped}
+    if not isinstance(wrapped, dict):
+        issues.add(at + (key,), f"expected a pruner name or mapping like {{name: median, n_startup_trials: 2}}, "
+                                f"got {show_value(wrapped)}")
+        return False
+    before = len(issues.issues)
+    _check_optuna_object("pruner", wrapped, cfg, issues, at + (key,))
+    return len(issues.issues) == before
+
+
+def _check_optuna_object(kind: str, spec: dict[str, Any], cfg: SearchConfig, issues: Issues,
+                         at: Loc | None = None) -> None:
     """A known name, options its Optuna class takes, a fit to this search, and values Optuna
-    accepts: each stage only when the one before found nothing."""
+    accepts: each stage only when the one before found nothing. ``at``: where the spec is written
+    (default ``(kind,)``; a wrapped pruner's is ``("pruner", "wrapped")``)."""
+    at = at or (kind,)
     table = SAMPLERS if kind == "sampler" else PRUNERS
     name = spec.get("name")
     if name not in table:
-        issues.add((kind, "name") if len(spec) > 1 else (kind,),
+        issues.add(at + ("name",) if len(spec) > 1 else at,
                    f"unknown {kind} {show_value(name)}{suggest_or_list(name, sorted(table))}")
         return
     cls = optuna_class(kind, name)
-    problems = _unknown_options(kind, spec, cls)
+    problems = _unknown_options(kind, spec, cls, at)
+    if not problems and kind == "pruner" and name in WRAPPING and not _wrapped_issues(spec, cfg, issues, at):
+        return  # reported where the wrapped pruner is written
     if not problems:
         problems = _sampler_fit_issues(name, cfg) if kind == "sampler" else _pruner_fit_issues(name, cfg)
     if not problems:
-        problems = _construction_issue(kind, spec, cls, cfg)
+        problems = _construction_issue(kind, spec, cls, cfg, at)
     for path, message in problems:
         issues.add(path, message)
 
@@ -534,3 +579,20 @@ def check_seeds(seeds: list[int], issues: Issues) -> None:
         issues.add(("seeds",), "empty list: give at least one seed")
     elif len(set(seeds)) != len(seeds):
         issues.add(("seeds",), f"repeated seeds in {seeds}")
+
+
+def check_confirm(cfg: SearchConfig, seeds: list[int], issues: Issues) -> None:
+    """``confirm:`` re-runs on fresh seeds (none twice, none of the search's own), of one objective
+    (several have a Pareto front, not one ranking to confirm)."""
+    if cfg.confirm is None:
+        return
+    if len(cfg.objectives) > 1:
+        issues.add(("confirm",), "confirmation ranks trials by one objective: a multi-objective search has "
+                                 "a Pareto front instead (leave confirm out)")
+    fresh = cfg.confirm.seeds
+    if len(set(fresh)) != len(fresh):
+        issues.add(("confirm", "seeds"), f"repeated seeds in {fresh}")
+    reused = sorted(set(fresh) & set(seeds))
+    if reused:
+        issues.add(("confirm", "seeds"), f"seed(s) {', '.join(map(str, reused))} are seeds of the search itself: "
+                                         f"a confirmation needs fresh seeds (the trials were selected on those)")

@@ -10,9 +10,26 @@ PRUNED too, its reason (``health: ...``) kept as the trial's ``workbench.prune_r
 attribute and as the MLflow tag of the same name. A trial's value is the mean over its seeds of each
 objective's per-run summary.
 
+What learning did, not where it started. Step 0 is measured before any update: its eval is the
+untrained policy (the same for every trial of a search), its sampled batch too. A trial that
+collapses from there would keep its step-0 value as its best intermediate value, and the median
+and percentile pruners, which compare a trial's *best* value so far, would never prune it; a
+``max``/``mean`` summary would score it its untrained value. So the values of step 0 are logged to
+MLflow like every other, but neither reported to the pruner nor counted in an objective's or a
+constraint's summary (``last``/``max``/``min``/``mean``); a metric logged at step 0 only is
+summarised by that value (there is nothing else). ``search.include_step0: true`` counts them again.
+
+Several seeds. The value reported at eval step ``s`` of seed ``k`` (learner step ``k*S + s``) is
+the mean of the running objective at step ``s`` over the seeds run so far (seeds ``0..k``), so
+pruning decisions after the first seed no longer rest on it alone; every trial of a search runs
+the same seeds in the same order, so the pruner compares means of equally many seeds at each
+learner step. How many seeds each intermediate value averages is the trial's
+``workbench.intermediate_seeds`` user attribute (``{learner step: number of seeds}``).
+
 Trial user attributes (all ``workbench.*``): ``worker`` (host:pid), ``outcome`` (COMPLETE, PRUNED,
 FAILED, over_budget), ``prune_reason``, ``pruned_by`` (optuna | health), ``learner_steps`` (RL
-steps the trial used, all seeds), ``mlflow_run_ids``, ``values_by_seed``, ``error``, ``retry_of``.
+steps the trial used, all seeds), ``mlflow_run_ids``, ``values_by_seed``, ``intermediate_seeds``,
+``error``, ``retry_of``.
 """
 
 from __future__ import annotations
@@ -36,6 +53,7 @@ RUNS = "workbench.mlflow_run_ids"
 BY_SEED = "workbench.values_by_seed"
 ERROR = "workbench.error"
 RETRY_OF = "workbench.retry_of"
+INTERMEDIATE_SEEDS = "workbench.intermediate_seeds"
 OVER_BUDGET = "over_budget"
 
 
@@ -51,9 +69,11 @@ class OverBudget(Exception):
 class RunSummary:
     """A run's step metrics as they arrive, reduced to the numbers objectives ask for."""
 
-    def __init__(self, cfg: RunConfig) -> None:
+    def __init__(self, cfg: RunConfig, include_step0: bool = False) -> None:
         self.completions_per_round = cfg.rollout.prompts_per_step * cfg.rollout.group_size
-        self.values: dict[str, list[float]] = {}
+        self.include_step0 = include_step0
+        self.values: dict[str, list[float]] = {}  # after the first update (all steps with include_step0)
+        self.start: dict[str, float] = {}  # step 0: before any update (the untrained policy)
         self.tokens = 0.0
         self.correct = 0.0
         self.steps = 0
@@ -61,8 +81,13 @@ class RunSummary:
     def observe(self, step: int, metrics: dict[str, float]) -> None:
         for key, value in metrics.items():
             value = float(value)
-            if math.isfinite(value):
-                self.values.setdefault(key, []).append(value)
+            if not math.isfinite(value):
+                continue
+            if step == 0:
+                self.start[key] = value
+                if not self.include_step0:
+                    continue
+            self.values.setdefault(key, []).append(value)
         if "perf/step_s" in metrics:  # an RL step (sample + update) happened at this step
             self.steps = step + 1
         if "perf/sample_tokens" in metrics:
@@ -79,8 +104,8 @@ class RunSummary:
         if metric == "summary/learner_steps":
             return float(self.steps)
         values = self.values.get(metric)
-        if not values:
-            return math.nan
+        if not values:  # logged at step 0 only (or not at all): that value is all there is
+            return self.start.get(metric, math.nan)
         if summary == "last":
             return values[-1]
         if summary == "max":
@@ -179,13 +204,15 @@ class TrialObjective:
         runs: list[str] = []
         by_seed: dict[str, list[float | None]] = {}
         constraint_values: list[list[float]] = []
+        curves: list[dict[int, float]] = []  # per seed run: eval step -> its running objective value
+        reported_seeds: dict[str, int] = {}  # learner step -> seeds its intermediate value averages
         steps = 0
         for index, seed in enumerate(self.spec.seeds):
             try:
                 cfg = self.spec.trial_config(values, seed)
             except ValueError as err:
                 self._fail(trial, str(err))
-            result = self._run_seed(trial, cfg, index, seed, steps, values)
+            result = self._run_seed(trial, cfg, index, seed, steps, values, curves, reported_seeds)
             steps += result.steps
             if result.run_id:
                 runs.append(result.run_id)
@@ -213,25 +240,34 @@ class TrialObjective:
         return runs, by_seed, constraint_values, steps, started
 
     # ------------------------------------------------------------------------- one seed
-    def _run_seed(self, trial, cfg: RunConfig, index: int, seed: int, offset: int,
-                  values: dict[str, Any]) -> SeedResult:
+    def _run_seed(self, trial, cfg: RunConfig, index: int, seed: int, offset: int, values: dict[str, Any],
+                  earlier: list[dict[int, float]], reported_seeds: dict[str, int]) -> SeedResult:
+        """One seed's run; ``earlier`` holds the running objective of the seeds run before it (by
+        eval step), and this seed's curve is appended to it."""
         from workbench.execution.run import StopRun, execute_run  # deferred: torch, transformers
 
         spec = self.spec
-        summary = RunSummary(cfg)
+        summary = RunSummary(cfg, include_step0=spec.config.include_step0)
         pruned: list[str] = []
         first = spec.objectives[0]
         health_stops = cfg.health.on_fail == "stop"
+        curve: dict[int, float] = {}
+        earlier.append(curve)
 
         def on_step(step: int, metrics: dict[str, float]) -> None:
             summary.observe(step, metrics)
             if spec.multi_objective or "eval/accuracy" not in metrics:  # report at eval steps only
                 return
-            if index > 0 and step == 0:  # the untrained model again: nothing learnt about this trial
-                return
+            if step == 0 and (index > 0 or not spec.config.include_step0):
+                return  # the untrained policy: nothing learnt yet (and the same for every trial)
             value = summary.value(first.metric, first.summary)
             if math.isfinite(value):
-                trial.report(value, offset + step)
+                curve[step] = value
+                # the running mean over the seeds run so far at this eval step (this one included)
+                at_step = [c[step] for c in earlier if step in c]
+                trial.report(math.fsum(at_step) / len(at_step), offset + step)
+                reported_seeds[str(offset + step)] = len(at_step)
+                trial.set_user_attr(INTERMEDIATE_SEEDS, reported_seeds)
             if health_stops and metrics.get("health/status", 0.0) >= 2:
                 return  # a failing health rule ends this run right after this step; its reason wins
             if spec.pruning and trial.should_prune():

@@ -5,16 +5,21 @@ MLflow's artifact view): the best trials, every trial, and ``optuna.visualizatio
 history, intermediate values (the learning curves the pruner saw), parallel coordinates, parameter
 importances (plus the Pareto front for several objectives and the timeline of the workers). It is
 logged to the search's MLflow run. ``export_best`` writes the best configuration as a study variant.
+With ``search.confirm``, the best trials are ranked by their mean over the confirmation seeds
+(:mod:`workbench.search.confirm`), shown with its t interval and whether the best is
+distinguishable from the next trial and from the baseline; the export follows that ranking.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from workbench.search.confirm import BASELINE, confirmation_lines, confirmed_arms, search_ranked
 from workbench.search.objective import OUTCOME, OVER_BUDGET, PRUNE_REASON, RUNS, STEPS, WORKER
 from workbench.search.spec import SearchSpec
 from workbench.search.worker import PARENT, SearchError, SearchWorker, TuneOptions, _quiet_optuna, trial_counts
@@ -36,14 +41,11 @@ def open_search(spec: SearchSpec, storage_url: str):
                           f"`workbench tune STUDY` first (with the same --storage)") from None
 
 
-def _feasible(trial) -> bool:
-    """Optuna's rule: feasible when every constraint value (``Trial.set_constraint``) is <= 0."""
-    return all(c <= 0 for c in (getattr(trial, "constraints", None) or {}).values())
-
-
 def best_trials(ostudy, spec: SearchSpec, top: int = 5) -> list:
-    """Single objective: the ``top`` COMPLETE trials, best first (feasible ones first). Several
-    objectives: the Pareto front (Optuna's ``best_trials``)."""
+    """Single objective: the ``top`` COMPLETE trials, best first (feasible ones first); with a
+    confirmation (``search.confirm``), the confirmed trials come first, by their confirmed mean
+    (:func:`workbench.search.confirm.confirmed_arms`), then the rest by their search value.
+    Several objectives: the Pareto front (Optuna's ``best_trials``)."""
     from optuna.trial import TrialState
 
     complete = ostudy.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
@@ -51,8 +53,12 @@ def best_trials(ostudy, spec: SearchSpec, top: int = 5) -> list:
         return []
     if spec.multi_objective:
         return sorted(ostudy.best_trials, key=lambda t: t.number)
-    sign = -1.0 if spec.directions[0] == "maximize" else 1.0
-    return sorted(complete, key=lambda t: (not _feasible(t), sign * t.value, t.number))[:top]
+    ranked = search_ranked(ostudy, spec)
+    confirmed = [a.trial for a in confirmed_arms(ostudy, spec) if a.trial is not None]
+    if confirmed:
+        by_number = {t.number: t for t in ranked}
+        ranked = [by_number[n] for n in confirmed] + [t for t in ranked if t.number not in confirmed]
+    return ranked[:top]
 
 
 def _fmt_value(v: Any) -> Any:
@@ -61,8 +67,24 @@ def _fmt_value(v: Any) -> Any:
     return v
 
 
-def trial_rows(trials, spec: SearchSpec) -> list[dict[str, Any]]:
+#: The columns a confirmed trial adds (``search.confirm``): its mean over the confirmation seeds,
+#: the t interval of that mean, and the verdict of the best confirmed arm against it.
+CONFIRMED_COLUMNS = ("confirmed mean", "confirmed 95% CI", "confirmed vs best")
+
+
+def confirmed_cells(arm) -> dict[str, Any]:
+    """The :data:`CONFIRMED_COLUMNS` of a :class:`~workbench.search.confirm.ConfirmedArm`."""
+    e = arm.estimate
+    interval = f"[{e.lo:.4g}, {e.hi:.4g}]" if math.isfinite(e.lo) else e.note
+    return dict(zip(CONFIRMED_COLUMNS, (_fmt_value(e.value), interval,
+                                        arm.vs_best or f"best ({len(arm.values)} seeds)"), strict=True))
+
+
+def trial_rows(trials, spec: SearchSpec, confirmed: list | None = None) -> list[dict[str, Any]]:
+    """One row per trial; ``confirmed`` (:func:`~workbench.search.confirm.confirmed_arms`) adds the
+    :data:`CONFIRMED_COLUMNS` to the confirmed trials."""
     names = spec.objective_names()
+    arms = {a.trial: a for a in confirmed or [] if a.trial is not None}
     rows = []
     for t in trials:
         row: dict[str, Any] = {"trial": t.number, "state": t.state.name}
@@ -71,6 +93,8 @@ def trial_rows(trials, spec: SearchSpec) -> list[dict[str, Any]]:
             values = [t.intermediate_values[max(t.intermediate_values)]] + [None] * (len(names) - 1)
         for name, v in zip(names, values, strict=True):
             row[name] = _fmt_value(v)
+        if arms:
+            row |= confirmed_cells(arms[t.number]) if t.number in arms else dict.fromkeys(CONFIRMED_COLUMNS)
         for name in spec.params:
             row[name] = _fmt_value(t.params.get(name))
         row["learner steps"] = t.user_attrs.get(STEPS)
@@ -145,14 +169,21 @@ def write_report(ostudy, spec: SearchSpec, path: str | os.PathLike[str], *, log_
     path = Path(path)
     trials = ostudy.get_trials(deepcopy=False)
     best = best_trials(ostudy, spec)
-    all_rows = trial_rows(trials, spec)
+    arms = confirmed_arms(ostudy, spec)
+    all_rows = trial_rows(trials, spec, arms)
     sections = []
     what = "Pareto-optimal trials" if spec.multi_objective else "Best trials"
     if best:
-        sections.append(Section(what, body_html=df_table_html(pd.DataFrame(trial_rows(best, spec)),
+        sections.append(Section(what, body_html=df_table_html(pd.DataFrame(trial_rows(best, spec, arms)),
                                                                 left=["state", "note", "worker"])))
     else:
         sections.append(Section(what, note="no trial has completed yet"))
+    if arms:
+        rows = [{"rank": a.rank, "arm": a.name, **{p: _fmt_value(a.params.get(p)) for p in spec.params},
+                 "search value": _fmt_value(a.search_value), **confirmed_cells(a)} for a in arms]
+        sections.append(Section("Confirmation on fresh seeds", note=" ".join(
+            line + "." for line in confirmation_lines(arms, spec)), body_html=df_table_html(
+                pd.DataFrame(rows), left=["arm", "confirmed vs best"])))
     for title, figure, note in _figures(ostudy, spec):
         sections.append(Section(title, figure=figure, note=note))
     if all_rows:
@@ -198,7 +229,8 @@ def export_best(ostudy, spec: SearchSpec, path: str | os.PathLike[str]) -> list[
     variants (already finished ones are skipped) next to the tuned one(s) for a direct comparison.
     """
     path = Path(path)
-    best = best_trials(ostudy, spec, top=1)
+    best = best_trials(ostudy, spec, top=1)  # with a confirmation: the best confirmed trial
+    arms = confirmed_arms(ostudy, spec)
     if not best:
         raise SearchError(f"search {spec.optuna_name!r} has no COMPLETE trial yet: nothing to export")
     names = spec.objective_names()
@@ -216,7 +248,10 @@ def export_best(ostudy, spec: SearchSpec, path: str | os.PathLike[str]) -> list[
         taken.add(name)
         variants[name] = spec.variant_override(dict(t.params))
         shown = ", ".join(f"{n} = {v:.6g}" for n, v in zip(names, t.values, strict=True))
-        lines.append(f"#   {name}: trial {t.number}: {shown}")
+        lines.append(f"#   {name}: trial {t.number}: {shown} (search value)")
+    lines += [f"# {line}" for line in confirmation_lines(arms, spec)]
+    if arms and arms[0].name == BASELINE:
+        lines.append(f"# (exported: the best confirmed trial; the baseline is variant {spec.variant!r} itself)")
     if spec.study.source:
         include = os.path.relpath(Path(spec.study.source).resolve(), path.resolve().parent)
         data: dict[str, Any] = {"include": include, "variants": variants}
@@ -232,11 +267,14 @@ def export_best(ostudy, spec: SearchSpec, path: str | os.PathLike[str]) -> list[
 
 def best_summary_lines(ostudy, spec: SearchSpec, top: int = 5) -> list[str]:
     """Plain-text lines for logs (the CLI draws a table)."""
-    rows = trial_rows(best_trials(ostudy, spec, top), spec)
+    arms = confirmed_arms(ostudy, spec)
+    rows = trial_rows(best_trials(ostudy, spec, top), spec, arms)
     names = spec.objective_names()
-    out = []
+    out = list(confirmation_lines(arms, spec))
     for row in rows:
         values = ", ".join(f"{n}={row[n]}" for n in names)
+        if row.get("confirmed mean") is not None:
+            values += f", confirmed mean {row['confirmed mean']} {row['confirmed 95% CI']}"
         params = ", ".join(f"{p}={row[p]}" for p in spec.params)
         out.append(f"trial {row['trial']}: {values} | {params}")
     return out

@@ -18,6 +18,7 @@ __all__ = [
     "NOT_OPTIONS",
     "PRUNERS",
     "SAMPLERS",
+    "WRAPPING",
     "grid_size",
     "grid_space",
     "grid_values",
@@ -41,8 +42,14 @@ PRUNERS = {  # name -> Optuna class name in optuna.pruners
     "percentile": "PercentilePruner",
     "successive_halving": "SuccessiveHalvingPruner",
     "hyperband": "HyperbandPruner",
+    "threshold": "ThresholdPruner",  # {lower: 0.05}: prune once the reported value leaves [lower, upper]
+    "patient": "PatientPruner",  # {patience: 2, wrapped: median}: prune after `patience` evals without progress
     "none": "NopPruner",
 }
+#: Pruners that wrap another: the option a study writes -> the constructor argument it fills. The
+#: value is a pruner spec itself (a name or a mapping), built by :func:`make_pruner`; left out, the
+#: wrapper decides alone (``patient`` without ``wrapped`` prunes on stagnation only).
+WRAPPING = {"patient": ("wrapped", "wrapped_pruner")}
 #: Constructor arguments that are not options a spec may set (the search supplies them, or they
 #: take objects YAML cannot express).
 NOT_OPTIONS = {"search_space", "constraints_func", "independent_sampler", "source_trials", "x0"}
@@ -118,8 +125,13 @@ def make_sampler(sampler: dict[str, Any], params: dict[str, AnyParam], worker_in
     return cls(**options)
 
 
-def make_pruner(pruner: dict[str, Any] | None):
-    """The pruner of a ``pruner:`` mapping (``name`` and options); none: Optuna's ``NopPruner``."""
-    spec = pruner or {"name": "none"}
+def make_pruner(pruner: dict[str, Any] | str | None):
+    """The pruner of a ``pruner:`` mapping (``name`` and options, or just a name); none: Optuna's
+    ``NopPruner``. A wrapping pruner's ``wrapped`` spec is built the same way."""
+    spec = {"name": pruner} if isinstance(pruner, str) else (pruner or {"name": "none"})
     cls = optuna_class("pruner", spec["name"])
-    return cls(**{k: v for k, v in spec.items() if k != "name"})
+    options = {k: v for k, v in spec.items() if k != "name"}
+    if spec["name"] in WRAPPING:
+        key, argument = WRAPPING[spec["name"]]
+        options[argument] = make_pruner(options.pop(key)) if key in options else None
+    return cls(**options)

@@ -18,6 +18,9 @@ runs it once per seed::
         algorithm.preset: [grpo, dr_grpo, dapo]             # a list is a categorical parameter
       sampler: tpe                      # or {name: tpe, seed: 0, n_startup_trials: 5}
       pruner: {name: median, n_startup_trials: 2}
+      # pruner: {name: threshold, lower: 0.05}              # prune as soon as the value is below 0.05
+      # pruner: {name: patient, patience: 2, wrapped: {name: median, n_startup_trials: 2}}
+      include_step0: false              # count step 0 (the untrained policy) in pruning and summaries
       n_trials: 30                      # COMPLETE + PRUNED trials, counted across invocations
       timeout: 2h                       # per invocation: no trial starts after it
       seeds: [0, 1]                     # a trial runs each seed; its value is the mean
@@ -26,6 +29,8 @@ runs it once per seed::
       constraints:                      # feasibility, via Optuna's Trial.set_constraint
         - {metric: length/mean, max: 200}
       variant: base                     # which variant the search starts from (default: the first)
+      confirm: {top_k: 3, seeds: [100, 101, 102]}  # after the budget: re-run the best 3 and the
+                                        # baseline (the variant as is) on fresh seeds; rank by that
 
 The section is read by :func:`workbench.search.spec.parse_search` (shorthands expanded and every
 problem reported by :mod:`workbench.search.checks`); the Optuna samplers, pruners and
@@ -42,6 +47,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool
 __all__ = [
     "DERIVED_METRICS",
     "CategoricalParam",
+    "Confirm",
     "Constraint",
     "FloatParam",
     "IntParam",
@@ -113,6 +119,16 @@ class CategoricalParam(_Strict):
 Param = typing.Annotated[FloatParam | IntParam | CategoricalParam, Field(discriminator="type")]
 
 
+class Confirm(_Strict):
+    """``confirm:``: after the budget, the ``top_k`` best trials and the baseline (the search's
+    variant without sampled values) each run once per seed of ``seeds`` (fresh seeds, none of the
+    search's own); the best trials are then ranked by the mean over those runs."""
+
+    top_k: int = Field(3, ge=1, description="how many of the best trials (by their search value) are re-run")
+    seeds: list[int] = Field(min_length=2, description=(
+        "fresh seeds, not among the search's seeds (at least 2, for an interval)"))
+
+
 class SearchConfig(_Strict):
     """The ``search:`` section as written (after shorthands are expanded)."""
 
@@ -126,3 +142,10 @@ class SearchConfig(_Strict):
     enqueue: list[dict[str, Any]] = Field(default_factory=list)
     constraints: list[Constraint] = Field(default_factory=list)
     variant: str | None = None
+    include_step0: StrictBool = Field(False, description=(
+        "count step 0 (measured before any update: the untrained policy) in what is reported to the "
+        "pruner and in the last/max/min/mean summaries of objectives and constraints; by default it "
+        "is logged to MLflow only, so a trial is judged on what learning did, not where it started"))
+    confirm: Confirm | None = Field(None, description=(
+        "re-run the top_k trials and the baseline on fresh seeds after the budget; the results "
+        "table and --export-best then rank by the confirmed mean (t interval, as workbench compare)"))

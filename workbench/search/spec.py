@@ -20,6 +20,7 @@ from workbench.search import samplers
 from workbench.search.checks import (
     Issues,
     check_budget,
+    check_confirm,
     check_enqueue,
     check_objectives,
     check_params,
@@ -92,9 +93,9 @@ class SearchSpec:
         return [o.metric if o.summary == "last" else f"{o.metric}:{o.summary}" for o in self.objectives]
 
     def fingerprint(self) -> str:
-        """A hash of the search definition, budget excluded (a resumed search whose definition
-        changed is reported)."""
-        search = self.config.model_dump(mode="json", exclude={"n_trials", "timeout"})
+        """A hash of the search definition, budget and confirmation excluded (a resumed search whose
+        definition changed is reported; neither changes what a trial's value means)."""
+        search = self.config.model_dump(mode="json", exclude={"n_trials", "timeout", "confirm"})
         data = {"search": search, "base": self.layered, "seeds": self.seeds}
         return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -160,6 +161,7 @@ def parse_search(study: Study) -> SearchSpec:
     check_budget(raw, cfg, issues)
     seeds = cfg.seeds if cfg.seeds is not None else list(study.seeds)
     check_seeds(seeds, issues)
+    check_confirm(cfg, seeds, issues)
     issues.raise_if_any()
     return SearchSpec(study=study, config=cfg, variant=variant, seeds=list(seeds), layered=layered,
                       experiment=layered["tracking"]["experiment"] or study.name,

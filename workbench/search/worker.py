@@ -20,6 +20,11 @@ ends FAIL without running anything (``workbench.outcome=over_budget``). While th
 by trials running elsewhere, a worker waits: one of them may be lost and come back as a retry.
 ``timeout`` (per invocation): no trial starts after it.
 
+Confirmation. With ``search.confirm``, once the budget is used (all trials done), the invoking
+process re-runs the best trials and the baseline on the confirmation seeds
+(:mod:`workbench.search.confirm`); runs already recorded are not repeated, so invoking ``tune``
+again after an interrupted confirmation finishes it.
+
 Killed workers. Every running trial sends Optuna heartbeats; a trial whose worker stopped sending
 them for ``grace_period`` seconds is failed by whichever worker notices first (Optuna's
 ``fail_stale_trials``), its RUNNING MLflow runs are marked FAILED with the reason, and Optuna's
@@ -43,6 +48,7 @@ from pathlib import Path
 
 from workbench.execution.threads import threads_per_run
 from workbench.models import model_dir
+from workbench.search.confirm import run_confirmation
 from workbench.search.objective import (
     OUTCOME,
     OVER_BUDGET,
@@ -323,6 +329,7 @@ class SearchResult:
     reports: list[WorkerReport] = field(default_factory=list)  # in-process workers only
     worker_exits: list[str] = field(default_factory=list)  # abnormal exits of worker processes
     stopped: str = ""  # budget | timeout | failures | grid | incomplete
+    confirm_runs: int = 0  # confirmation runs started by this invocation (search.confirm)
 
     @property
     def complete(self) -> bool:
@@ -389,6 +396,10 @@ def run_search(spec: SearchSpec, storage_url: str | None = None, *, workers: int
             result.stopped = report.stopped
         else:
             result.worker_exits = _run_processes(spec, storage_url, options, workers, coordinator.ctx, deadline)
+        result.counts = coordinator.counts()
+        if spec.config.confirm is not None and result.complete and result.stopped in ("", "budget"):
+            result.confirm_runs = run_confirmation(coordinator.ostudy, spec, coordinator.ctx, options.log,
+                                                   progress_factory)
     except KeyboardInterrupt:
         status = "KILLED"
         raise
