@@ -35,6 +35,7 @@ SAMPLERS = {  # name -> Optuna class name in optuna.samplers
     "cmaes": "CmaEsSampler",
     "nsgaii": "NSGAIISampler",
     "qmc": "QMCSampler",
+    "gp": "GPSampler",  # Gaussian-process BO (needs torch and scipy, both workbench dependencies)
 }
 PRUNERS = {  # name -> Optuna class name in optuna.pruners
     "median": "MedianPruner",
@@ -42,6 +43,7 @@ PRUNERS = {  # name -> Optuna class name in optuna.pruners
     "successive_halving": "SuccessiveHalvingPruner",
     "hyperband": "HyperbandPruner",
     "none": "NopPruner",
+    "wilcoxon": "WilcoxonPruner",  # known, but rejected by checks.py until runs log per-problem evals
 }
 #: Constructor arguments that are not options a spec may set (the search supplies them, or they
 #: take objects YAML cannot express).
