@@ -172,8 +172,8 @@ def print_importances(ostudy, spec) -> None:
         console.print(f"parameter importances: not computed: {reason}", highlight=False, soft_wrap=True)
         return
     names = spec.objective_names()
-    table = Table(title=f"{spec.optuna_name}: parameter importances (Optuna, over the complete trials; "
-                        f"they sum to 1 per objective)")
+    title = f"{spec.optuna_name}: parameter importances"
+    table = Table(title=title, caption="over the complete trials; sums to 1", min_width=len(title))  # title unwrapped
     table.add_column("parameter", justify="left")
     for name in names:
         table.add_column(name, justify="right")
