@@ -91,9 +91,10 @@ def publish_views(client: Any, experiment_id: str, run_id: str, spec: SearchSpec
 
     links = publish_search_views(client, experiment_id, spec.optuna_name, history_metric_names(spec),
                                  trial_chart_metrics(spec))
-    lines = [f"**Optuna search `{spec.optuna_name}`** (study `{spec.study.name}`, variant `{spec.variant}`): "
-             f"{', '.join(history_metric_names(spec))} by trial number on this run; each trial's runs are its "
-             f"children (`workbench.role = trial`).", "", "Saved views:"]
+    head = (f"**Optuna search `{spec.optuna_name}`** (study `{spec.study.name}`, variant `{spec.variant}`): "
+            f"{', '.join(history_metric_names(spec))} by trial number on this run; each trial's runs are its "
+            f"children (`workbench.role = trial`).")
+    lines = [head, "", "Saved views:"]
     lines += [f"- [{link.name}]({link.url()})" for link in links]
     lines += ["", f"Report: `workbench tune {spec.study.source or spec.study.name} --report`",
               "", "_Written by rl-workbench._"]

@@ -44,7 +44,7 @@ def param_importances(ostudy, spec: SearchSpec) -> tuple[dict[str, list[float]],
                 got = get_param_importances(ostudy, target=target)
         except (ValueError, RuntimeError) as error:
             return {}, f"Optuna could not compute them: {' '.join(str(error).split())[:200]}"
-        for param in out:
-            out[param].append(float(got.get(param, 0.0)))
+        for param, column in out.items():
+            column.append(float(got.get(param, 0.0)))
     ranked = sorted(out.items(), key=lambda kv: -kv[1][0])
     return dict(ranked), ""
