@@ -120,6 +120,12 @@ def test_tune_prints_importances_and_best_trials_writes_the_report_and_logs_the_
     name, _, state = decode_envelope(exp.tags["mlflow.sharedViewState.workbench-search-surface-search"])
     assert "optimisation history" in name and "'surface:search'" in state["searchFilter"]
     assert "viewStateShareKey=workbench-search-surface-search" in run.data.tags["mlflow.note.content"]
+    # rewritten at the end: the trials view charts the objective alone, every metric logged is hidden
+    _, _, state = decode_envelope(exp.tags["mlflow.sharedViewState.workbench-search-surface-search-trials"])
+    cards = {c["metricKey"]: c["deleted"] for c in state["compareRunCharts"]}
+    assert [m for m, deleted in cards.items() if not deleted] == ["reward/mean"]
+    assert cards["reward/overlong_soft"] and cards[BEST_VALUE]  # a shaping term; the parent's history
+    assert "MLflow view search surface:search: trials" in out.output
 
     (workdir / "search-surface.html").unlink()
     out = CliRunner().invoke(app, ["tune", str(path), "--quiet", "--no-report", "--set", "search.n_trials=4"], env=env)

@@ -117,6 +117,7 @@ def tune(
     print_importances(ostudy, spec)
     if not no_report:
         _write_report(ostudy, spec, report_file)
+    _refresh_views(ostudy, spec)
     c = result.counts
     done = f"{c['done']}/{spec.n_trials}" if spec.n_trials else str(c["done"])
     console.print(f"search {spec.optuna_name}: {done} trials done ({c['COMPLETE']} complete, {c['PRUNED']} pruned), "
@@ -161,6 +162,22 @@ def _write_report(ostudy, spec, report_file: Path | None) -> None:
     write_report(ostudy, spec, path)
     console.print(f"report: [bold]{path}[/bold] (also logged to the search's MLflow run)", highlight=False,
                   soft_wrap=True)
+
+
+def _refresh_views(ostudy, spec) -> None:
+    """The search's MLflow saved views, rewritten now that its runs logged their metrics; a
+    failure is one line (the views are a convenience, the search is in Optuna)."""
+    from workbench.search.history import refresh_views  # deferred: pydantic
+    from workbench.search.worker import PARENT  # deferred: pydantic
+
+    try:
+        links = refresh_views(spec, ostudy.user_attrs.get(PARENT))
+    except Exception as error:  # noqa: BLE001 - e.g. the tracking server went away
+        console.print(f"could not rewrite the search's MLflow views: {type(error).__name__}: {error}",
+                      highlight=False, soft_wrap=True)
+        return
+    for link in links:
+        console.print(f"MLflow view {link.name}: {link.url()}", highlight=False, soft_wrap=True)
 
 
 def print_importances(ostudy, spec) -> None:

@@ -23,10 +23,13 @@ import math
 import time
 from typing import Any
 
-from workbench.metrics.catalogue import BY_NAME
+from workbench.metrics.catalogue import BY_NAME, CATALOGUE
+from workbench.search.schema import DERIVED_METRICS
 from workbench.search.spec import SearchSpec
+from workbench.tracking.store import resolve_tracking_uri
 
-__all__ = ["BEST_VALUE", "TRIAL_VALUE", "history_metric_names", "history_metrics", "log_trial", "publish_views"]
+__all__ = ["BEST_VALUE", "TRIAL_VALUE", "history_metric_names", "history_metrics", "log_trial", "publish_views",
+           "refresh_views"]
 
 TRIAL_VALUE = "trial_value"
 BEST_VALUE = "best_value"
@@ -67,7 +70,7 @@ def history_metrics(trials, spec: SearchSpec, number: int) -> dict[str, float]:
 
 def log_trial(client: Any, run_id: str, trials, spec: SearchSpec, number: int) -> dict[str, float]:
     """Log trial ``number``'s history metrics on the search run ``run_id``; returns them."""
-    from mlflow.entities import Metric
+    from mlflow.entities import Metric  # deferred: mlflow
 
     values = history_metrics(trials, spec, number)
     if values:
@@ -84,13 +87,25 @@ def trial_chart_metrics(spec: SearchSpec) -> list[str]:
     return list(dict.fromkeys(metrics or ["eval/accuracy"]))
 
 
-def publish_views(client: Any, experiment_id: str, run_id: str, spec: SearchSpec) -> list:
+def hidden_metrics(spec: SearchSpec, logged: set[str] = frozenset()) -> set[str]:
+    """Metrics the trials view lists as hidden cards, so the page does not add a chart for each:
+    the catalogue, the shaping terms (``reward/<name>``), the derived ``summary/*`` metrics, the
+    history metrics (the page also loads the trials' parent, the search run) and ``logged``
+    (what the trials' runs logged so far)."""
+    shaping = (spec.layered.get("reward") or {}).get("shaping") or []
+    terms = {f"reward/{s['name']}" for s in shaping if isinstance(s, dict) and "name" in s}
+    return {m.name for m in CATALOGUE} | terms | set(DERIVED_METRICS) | set(history_metric_names(spec)) | set(logged)
+
+
+def publish_views(client: Any, experiment_id: str, run_id: str, spec: SearchSpec,
+                  logged: set[str] = frozenset()) -> list:
     """Write the search's saved views on its experiment and their links in the search run's
-    description (``mlflow.note.content``); returns the links (:class:`ViewLink`)."""
+    description (``mlflow.note.content``); returns the links (:class:`ViewLink`). ``logged``: the
+    metric names the trials' runs logged (none when the search starts)."""
     from workbench.viz.mlflow_views import publish_search_views  # deferred: pandas, plotly
 
     links = publish_search_views(client, experiment_id, spec.optuna_name, history_metric_names(spec),
-                                 trial_chart_metrics(spec))
+                                 trial_chart_metrics(spec), hidden=hidden_metrics(spec, logged))
     head = (f"**Optuna search `{spec.optuna_name}`** (study `{spec.study.name}`, variant `{spec.variant}`): "
             f"{', '.join(history_metric_names(spec))} by trial number on this run; each trial's runs are its "
             f"children (`workbench.role = trial`).")
@@ -100,3 +115,19 @@ def publish_views(client: Any, experiment_id: str, run_id: str, spec: SearchSpec
               "", "_Written by rl-workbench._"]
     client.set_tag(run_id, NOTE_TAG, "\n".join(lines))
     return links
+
+
+def refresh_views(spec: SearchSpec, parent: str | None) -> list:
+    """Rewrite the views (same ids) of the search whose MLflow run is ``parent`` once trials ran,
+    hiding every metric their runs logged but the views do not chart; returns the links. Called
+    at the end of ``tune``."""
+    from mlflow import MlflowClient  # deferred: mlflow
+
+    if not parent:
+        return []
+    client = MlflowClient(resolve_tracking_uri(spec.layered.get("tracking", {}).get("uri")))
+    experiment_id = client.get_run(parent).info.experiment_id
+    runs = client.search_runs([experiment_id], f"tags.`workbench.role` = 'trial' and "
+                                               f"tags.`workbench.search` = '{spec.optuna_name}'", max_results=5000)
+    logged = {key for run in runs for key in run.data.metrics}
+    return publish_views(client, experiment_id, parent, spec, logged)

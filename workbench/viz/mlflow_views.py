@@ -241,12 +241,15 @@ def list_views(experiment_id: str, tags: dict[str, str]) -> list[ViewLink]:
 
 
 def publish_search_views(client: Any, experiment_id: str, search: str, history_metrics: Sequence[str],
-                         trial_metrics: Sequence[str], *, now_ms: int | None = None) -> list[ViewLink]:
+                         trial_metrics: Sequence[str], *, hidden: Iterable[str] = (),
+                         now_ms: int | None = None) -> list[ViewLink]:
     """Write (or rewrite, under the same ids) the saved views of an Optuna search
-    (:func:`workbench.viz.saved_view.search_views`) on its experiment; returns their links. The
-    study's own views, order and description are left as they are: the search views are listed
-    after them by :func:`list_views`."""
-    views = search_views(search, history_metrics, trial_metrics, known_metrics={m.name for m in CATALOGUE})
+    (:func:`workbench.viz.saved_view.search_views`) on its experiment; returns their links.
+    ``hidden``: metrics the trials' runs (and their parent) may log that the views do not chart
+    (the catalogue is always among them). The study's own views, order and description are left
+    as they are: the search views are listed after them by :func:`list_views`."""
+    views = search_views(search, history_metrics, trial_metrics,
+                         known_metrics={m.name for m in CATALOGUE} | set(hidden))
     now = int(time.time() * 1000) if now_ms is None else now_ms
     tags = client.get_experiment(experiment_id).tags
     encoded = {v.view_id: encode_envelope(v, _created_at(tags.get(v.tag_key), now), now) for v in views}
