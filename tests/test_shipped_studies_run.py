@@ -49,3 +49,21 @@ def test_shipped_study_runs_two_steps_per_arm(path, workdir):
     for run in runs:
         assert run.info.status == "FINISHED", (run.info.run_name, run.info.status)
         assert "length/mean" in run.data.metrics and "eval/accuracy" in run.data.metrics
+
+
+@pytest.mark.filterwarnings("ignore:Heartbeat of storage is supposed to be used")
+def test_shipped_search_tunes(workdir):
+    """studies/lr_search.yaml through `workbench tune` (2 trials of the shrunk runs above): the
+    docs' command ends with best trials, the importances (or why not) and the report."""
+    path = Path(__file__).parents[1] / "studies" / "lr_search.yaml"
+    args = ["tune", str(path), "--quiet", "--set", "search.n_trials=2"]
+    for setting in SMALL_RUN:
+        args += ["--set", setting]
+    result = CliRunner().invoke(app, args, catch_exceptions=False, env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "lr-search:search: best trials" in result.output and "parameter importances" in result.output
+    assert (workdir / "search-lr-search.html").exists()
+    client = MlflowClient(f"sqlite:///{workdir / 'mlflow.db'}")
+    (run,) = client.search_runs([client.get_experiment_by_name("lr-search").experiment_id],
+                                "tags.`workbench.role` = 'search'")
+    assert {m.step for m in client.get_metric_history(run.info.run_id, "best_value")} == {0, 1}

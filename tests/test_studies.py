@@ -34,3 +34,30 @@ def test_sanity_evaluates_enough_problems_for_its_20_point_promise():
     evaluated = held_out if cap is None else min(cap, held_out)
     assert evaluated >= 400
     assert 0.20 / (2 * 0.25 / evaluated) ** 0.5 > 5
+
+
+def test_shipped_search_parses_plans_and_stays_small(tmp_path):
+    """studies/lr_search.yaml, the search docs/search.md runs: its search: section passes every
+    check `workbench tune` makes, `workbench plan` has nothing to say about it, it stays a
+    few-minute search (<= 200 RL steps in all), and it reuses the demo's cached model."""
+    from typer.testing import CliRunner
+
+    from workbench.cli.main import app
+    from workbench.models.tiny import tiny_cache_key
+    from workbench.search.spec import parse_search
+
+    path = STUDIES[0].parent / "lr_search.yaml"
+    spec = parse_search(load_study(path))
+    assert spec.objective_names() == ["eval/accuracy"] and spec.directions == ["maximize"]
+    assert set(spec.params) == {"learner.lr", "algorithm.preset"}  # two: the importances mean something
+    assert (spec.sampler_name, spec.pruner_name) == ("tpe", "median")
+    cfg = spec.trial_config({"learner.lr": 1.0e-4, "algorithm.preset": "dr_grpo"}, seed=0)
+    assert spec.n_trials * len(spec.seeds) * cfg.rollout.steps <= 200
+    assert cfg.rollout.steps % cfg.rollout.eval_every == 0  # the pruner sees an eval at 10, 20, 30
+    (sanity,) = expand(load_study(path.parent / "sanity.yaml"))
+    assert tiny_cache_key(cfg.model, cfg.task) == tiny_cache_key(sanity.config.model, sanity.config.task)
+
+    result = CliRunner().invoke(app, ["plan", str(path)], catch_exceptions=False,
+                                env={"COLUMNS": "200", "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'm.db'}"})
+    assert result.exit_code == 0, result.output
+    assert "warning:" not in result.output and "`workbench tune` will reject" not in result.output

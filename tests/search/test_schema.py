@@ -200,6 +200,35 @@ def test_cmaes_needs_its_package_and_one_objective():
     assert "cmaes does not support multi-objective" in "\n".join(errors_of(search))
 
 
+def test_gp_sampler_is_optunas_gpsampler_with_its_own_options(tmp_path):
+    """``sampler: {name: gp, ...}`` builds Optuna's GPSampler with the options as written, and
+    proposes values inside the space (a real Optuna study, a toy objective: fast)."""
+    spec = spec_of({"params": {"learner.lr": LR, "algorithm.preset": ["grpo", "dr_grpo"]}, "n_trials": 4,
+                    "sampler": {"name": "gp", "seed": 0, "n_startup_trials": 2, "deterministic_objective": True}})
+    sampler = spec.make_sampler()
+    assert isinstance(sampler, optuna.samplers.GPSampler) and spec.sampler_name == "gp"
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    study.optimize(lambda t: -abs(math.log10(spec.suggest(t)["learner.lr"]) + 3), n_trials=4)  # past startup
+    assert all(LR["low"] <= t.params["learner.lr"] <= LR["high"] for t in study.trials)
+    lines = errors_of({"params": {"learner.lr": LR}, "n_trials": 2, "sampler": {"name": "gp", "n_startup": 2}},
+                      tmp_path)
+    assert len(lines) == 1 and "search.sampler.n_startup: unknown option of sampler 'gp'; did you mean " \
+        "'n_startup_trials'?" in lines[0], lines
+    assert "constraints_func" not in lines[0]  # the search supplies objects; YAML cannot
+
+
+@pytest.mark.parametrize("pruner", ["wilcoxon", {"name": "wilcoxon", "p_threshold": 0.05}])
+def test_wilcoxon_is_rejected_until_runs_log_per_problem_evals(pruner, tmp_path):
+    """WilcoxonPruner pairs per-problem scores by problem id; runs report one eval accuracy per
+    learner step (issue #29), so the pruner is named, not unknown, and refused in one line."""
+    lines = errors_of({"params": {"learner.lr": LR}, "n_trials": 2, "pruner": pruner}, tmp_path)
+    assert len(lines) == 1, lines
+    where = "search.pruner:" if isinstance(pruner, str) else "search.pruner.name:"
+    assert lines[0].startswith(f"{tmp_path / 'study.yaml'}:") and f" {where} " in lines[0], lines
+    assert "wilcoxon pruner needs per-problem eval results" in lines[0] and "issue #29" in lines[0]
+    assert "unknown pruner" not in lines[0]
+
+
 @settings(max_examples=40, deadline=None)
 @given(a=st.floats(1e-6, 1.0), b=st.floats(1e-6, 1.0), log=st.booleans())
 def test_any_float_range_is_accepted_iff_low_le_high_and_samples_stay_inside(a, b, log):

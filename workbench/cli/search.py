@@ -35,9 +35,12 @@ def tune(
         "Optuna storage shared by all workers: sqlite:///optuna.db (default, in the working directory), "
         "postgresql://user:pw@host/db for several machines, or a JournalStorage file path"))] = None,
     report: Annotated[bool, typer.Option("--report", help=(
-        "run no trials: print the best trials and write the HTML report (logged to the search's MLflow run)"))] = False,
+        "run no trials: print the best trials and importances and write the HTML report (logged to the "
+        "search's MLflow run)"))] = False,
+    no_report: Annotated[bool, typer.Option("--no-report", help=(
+        "do not write the HTML report at the end of the search (it is written by default)"))] = False,
     report_file: Annotated[Path | None, typer.Option(help=(
-        "where --report writes its HTML (default: search-<study>.html)"))] = None,
+        "where the HTML report is written (default: search-<study>.html)"))] = None,
     export_best: Annotated[Path | None, typer.Option("--export-best", help=(
         "run no trials: write the best configuration as a study YAML variant to this file"))] = None,
     set_: Annotated[list[str] | None, typer.Option("--set", help="override a study path, e.g. rollout.steps=50 or search.n_trials=40")] = None,
@@ -74,6 +77,8 @@ def tune(
     except (StudyError, FileNotFoundError, ValueError) as e:
         raise _fail(str(e)) from None
     storage_url = storage or default_storage()
+    if report and no_report:
+        raise _fail("--report (report only, no trials) and --no-report contradict each other: give one")
 
     if report or export_best is not None:
         _report(spec, storage_url, report, report_file, export_best)
@@ -107,12 +112,17 @@ def tune(
         signal.signal(signal.SIGTERM, previous)
     from workbench.search.report import open_search  # deferred: pydantic
 
-    print_best(open_search(spec, storage_url), spec)
+    ostudy = open_search(spec, storage_url)
+    print_best(ostudy, spec)
+    print_importances(ostudy, spec)
+    if not no_report:
+        _write_report(ostudy, spec, report_file)
+    _refresh_views(ostudy, spec)
     c = result.counts
     done = f"{c['done']}/{spec.n_trials}" if spec.n_trials else str(c["done"])
     console.print(f"search {spec.optuna_name}: {done} trials done ({c['COMPLETE']} complete, {c['PRUNED']} pruned), "
                   f"{c['FAIL'] - c['over_budget']} failed or lost; stopped: {result.stopped}. "
-                  f"Report: workbench tune {study} --report", highlight=False, soft_wrap=True)
+                  f"Reprint (no trials): workbench tune {study} --report", highlight=False, soft_wrap=True)
     if result.stopped not in ("budget", "timeout"):
         raise typer.Exit(1)
 
@@ -125,7 +135,7 @@ def _describe(url: str) -> str:
 
 def _report(spec, storage_url: str, report: bool, report_file: Path | None, export_best: Path | None) -> None:
     from workbench.search.report import export_best as export  # deferred: pydantic
-    from workbench.search.report import open_search, write_report  # deferred: pydantic
+    from workbench.search.report import open_search  # deferred: pydantic
     from workbench.search.worker import SearchError  # deferred: pydantic
 
     try:
@@ -134,10 +144,8 @@ def _report(spec, storage_url: str, report: bool, report_file: Path | None, expo
         raise _fail(str(e)) from None
     print_best(ostudy, spec)
     if report:
-        path = report_file or Path(f"search-{spec.study.name}.html")
-        write_report(ostudy, spec, path)
-        console.print(f"report: [bold]{path}[/bold] (also logged to the search's MLflow run)", highlight=False,
-                      soft_wrap=True)
+        print_importances(ostudy, spec)
+        _write_report(ostudy, spec, report_file)
     if export_best is not None:
         try:
             names = export(ostudy, spec, export_best)
@@ -145,6 +153,50 @@ def _report(spec, storage_url: str, report: bool, report_file: Path | None, expo
             raise _fail(str(e)) from None
         console.print(f"best configuration written to [bold]{export_best}[/bold] as variant(s) {', '.join(names)}",
                       highlight=False, soft_wrap=True)
+
+
+def _write_report(ostudy, spec, report_file: Path | None) -> None:
+    from workbench.search.report import write_report  # deferred: pydantic
+
+    path = report_file or Path(f"search-{spec.study.name}.html")
+    write_report(ostudy, spec, path)
+    console.print(f"report: [bold]{path}[/bold] (also logged to the search's MLflow run)", highlight=False,
+                  soft_wrap=True)
+
+
+def _refresh_views(ostudy, spec) -> None:
+    """The search's MLflow saved views, rewritten now that its runs logged their metrics; a
+    failure is one line (the views are a convenience, the search is in Optuna)."""
+    from workbench.search.history import refresh_views  # deferred: pydantic
+    from workbench.search.worker import PARENT  # deferred: pydantic
+
+    try:
+        links = refresh_views(spec, ostudy.user_attrs.get(PARENT))
+    except Exception as error:  # noqa: BLE001 - e.g. the tracking server went away
+        console.print(f"could not rewrite the search's MLflow views: {type(error).__name__}: {error}",
+                      highlight=False, soft_wrap=True)
+        return
+    for link in links:
+        console.print(f"MLflow view {link.name}: {link.url()}", highlight=False, soft_wrap=True)
+
+
+def print_importances(ostudy, spec) -> None:
+    """Optuna's parameter importances as a table, or one line saying why there are none."""
+    from workbench.search.importance import param_importances  # deferred: pydantic
+
+    importances, reason = param_importances(ostudy, spec)
+    if not importances:
+        console.print(f"parameter importances: not computed: {reason}", highlight=False, soft_wrap=True)
+        return
+    names = spec.objective_names()
+    title = f"{spec.optuna_name}: parameter importances"
+    table = Table(title=title, caption="over the complete trials; sums to 1", min_width=len(title))  # title unwrapped
+    table.add_column("parameter", justify="left")
+    for name in names:
+        table.add_column(name, justify="right")
+    for param, values in importances.items():
+        table.add_row(param, *(f"{v:.3f}" for v in values))
+    console.print(table)
 
 
 def print_best(ostudy, spec, top: int = 5) -> None:

@@ -485,6 +485,17 @@ def _sampler_fit_issues(name: str, cfg: SearchConfig) -> list[tuple[Loc, str]]:
     return out
 
 
+#: Pruners Optuna has that a run cannot feed yet: name -> why (rejected before their options are read).
+#: WilcoxonPruner pairs a trial's values with the best trial's by ``step`` = *problem id* and tests
+#: them (``trial.report(score, problem_id)`` per eval problem); runs report one eval accuracy per
+#: learner step, so the pairs it needs do not exist until a run logs which problems each eval solved.
+UNSUPPORTED_PRUNERS = {
+    "wilcoxon": ("the wilcoxon pruner needs per-problem eval results (which held-out problems each eval "
+                 "solved, reported by problem id), which runs do not log yet (issue #29); use median, "
+                 "percentile, successive_halving or hyperband"),
+}
+
+
 def _pruner_fit_issues(name: str, cfg: SearchConfig) -> list[tuple[Loc, str]]:
     if len(cfg.objectives) > 1 and name != "none":
         return [(("pruner",), ("Optuna cannot prune a multi-objective search: use pruner: none (health "
@@ -539,6 +550,9 @@ def _check_optuna_object(kind: str, spec: dict[str, Any], cfg: SearchConfig, iss
     if name not in table:
         issues.add(at + ("name",) if len(spec) > 1 else at,
                    f"unknown {kind} {show_value(name)}{suggest_or_list(name, sorted(table))}")
+        return
+    if kind == "pruner" and name in UNSUPPORTED_PRUNERS:  # its options would not make it usable
+        issues.add((kind, "name") if len(spec) > 1 else (kind,), UNSUPPORTED_PRUNERS[name])
         return
     cls = optuna_class(kind, name)
     problems = _unknown_options(kind, spec, cls, at)

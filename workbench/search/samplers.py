@@ -36,6 +36,7 @@ SAMPLERS = {  # name -> Optuna class name in optuna.samplers
     "cmaes": "CmaEsSampler",
     "nsgaii": "NSGAIISampler",
     "qmc": "QMCSampler",
+    "gp": "GPSampler",  # Gaussian-process BO (needs torch and scipy, both workbench dependencies)
 }
 PRUNERS = {  # name -> Optuna class name in optuna.pruners
     "median": "MedianPruner",
@@ -45,6 +46,7 @@ PRUNERS = {  # name -> Optuna class name in optuna.pruners
     "threshold": "ThresholdPruner",  # {lower: 0.05}: prune once the reported value leaves [lower, upper]
     "patient": "PatientPruner",  # {patience: 2, wrapped: median}: prune after `patience` evals without progress
     "none": "NopPruner",
+    "wilcoxon": "WilcoxonPruner",  # known, but rejected by checks.py until runs log per-problem evals
 }
 #: Pruners that wrap another: the option a study writes -> the constructor argument it fills. The
 #: value is a pruner spec itself (a name or a mapping), built by :func:`make_pruner`; left out, the

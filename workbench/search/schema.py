@@ -16,7 +16,8 @@ runs it once per seed::
         algorithm.clip_high: {low: 0.2, high: 0.4, step: 0.02}
         rollout.group_size: {low: 4, high: 16, step: 4}     # an int field gives an int parameter
         algorithm.preset: [grpo, dr_grpo, dapo]             # a list is a categorical parameter
-      sampler: tpe                      # or {name: tpe, seed: 0, n_startup_trials: 5}
+      sampler: tpe                      # or {name: tpe, seed: 0, n_startup_trials: 5}; tpe | random |
+                                        # grid | cmaes | nsgaii | qmc | gp (options: the Optuna class's)
       pruner: {name: median, n_startup_trials: 2}
       # pruner: {name: threshold, lower: 0.05}              # prune as soon as the value is below 0.05
       # pruner: {name: patient, patience: 2, wrapped: {name: median, n_startup_trials: 2}}

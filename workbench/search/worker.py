@@ -48,6 +48,7 @@ from pathlib import Path
 
 from workbench.execution.threads import threads_per_run
 from workbench.models import model_dir
+from workbench.search import history
 from workbench.search.confirm import run_confirmation
 from workbench.search.objective import (
     OUTCOME,
@@ -214,7 +215,15 @@ class SearchWorker:
         self.ostudy.set_user_attr(FINGERPRINT, self.spec.fingerprint())
         for fixed in self.spec.config.enqueue:
             self.ostudy.enqueue_trial(dict(fixed), user_attrs={"workbench.enqueued": True})
+        self._guarded("write the search's saved views", history.publish_views, client, experiment_id, parent, self.spec)
         self.ostudy.set_user_attr(READY, True)
+
+    def _guarded(self, what: str, call: Callable, *args) -> None:
+        """MLflow views and history metrics are a convenience: the search is recorded in Optuna."""
+        try:
+            call(*args)
+        except Exception as error:  # noqa: BLE001 - e.g. the tracking server hiccuped
+            self.opt.log(f"[{self.id}] could not {what}: {type(error).__name__}: {error}")
 
     def _wait_until_ready(self) -> None:
         from workbench.execution.worker import wait_for_creator  # deferred: torch, transformers
@@ -267,6 +276,10 @@ class SearchWorker:
                 continue
             self.ostudy.optimize(objective, n_trials=1, catch=(TrialFailed, OverBudget), gc_after_trial=False)
             report.trials.append((objective.last_number, objective.last_outcome))
+            if objective.last_outcome in ("COMPLETE", "PRUNED"):  # trial_value/best_value by trial number
+                self._guarded("log the optimisation history", history.log_trial, self.ctx.client,
+                              self.ctx.parent_run_id, self.ostudy.get_trials(deepcopy=False), self.spec,
+                              objective.last_number)
             if objective.tracking_lost:  # every later trial would wait out the outage deadline again
                 self.opt.log(f"[{self.id}] stopping: MLflow unreachable past tracking.outage_deadline_s; trial "
                              f"{objective.last_number}'s values are enqueued again: run tune again once it is back")

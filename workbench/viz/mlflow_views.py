@@ -28,6 +28,7 @@ from workbench.viz.saved_view import (
     VIEW_TAG_PREFIX,
     decode_envelope,
     encode_envelope,
+    search_views,
     view_link,
     views_for_specs,
 )
@@ -43,6 +44,7 @@ __all__ = [
     "layout_of",
     "list_views",
     "load_view_specs",
+    "publish_search_views",
     "publish_study_views",
     "read_layout",
     "refresh_run_notes",
@@ -236,3 +238,21 @@ def list_views(experiment_id: str, tags: dict[str, str]) -> list[ViewLink]:
         ours = []
     others = sorted((v for v in names if v not in ours), key=lambda v: (names[v][1], v))
     return [ViewLink(v, names[v][0], experiment_id) for v in [*ours, *others]]
+
+
+def publish_search_views(client: Any, experiment_id: str, search: str, history_metrics: Sequence[str],
+                         trial_metrics: Sequence[str], *, hidden: Iterable[str] = (),
+                         now_ms: int | None = None) -> list[ViewLink]:
+    """Write (or rewrite, under the same ids) the saved views of an Optuna search
+    (:func:`workbench.viz.saved_view.search_views`) on its experiment; returns their links.
+    ``hidden``: metrics the trials' runs (and their parent) may log that the views do not chart
+    (the catalogue is always among them). The study's own views, order and description are left
+    as they are: the search views are listed after them by :func:`list_views`."""
+    views = search_views(search, history_metrics, trial_metrics,
+                         known_metrics={m.name for m in CATALOGUE} | set(hidden))
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    tags = client.get_experiment(experiment_id).tags
+    encoded = {v.view_id: encode_envelope(v, _created_at(tags.get(v.tag_key), now), now) for v in views}
+    for view in views:
+        client.set_experiment_tag(experiment_id, view.tag_key, encoded[view.view_id])
+    return [ViewLink(v.view_id, v.name, experiment_id) for v in views]

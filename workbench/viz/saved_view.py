@@ -48,6 +48,7 @@ __all__ = [
     "decode_envelope",
     "encode_envelope",
     "group_by_keys",
+    "search_views",
     "view_id",
     "view_link",
     "views_for_specs",
@@ -199,6 +200,50 @@ def views_for_specs(specs: Sequence[DashboardSpec], *, known_metrics: Iterable[s
     views += [compile_view(s, grouped=False, known_metrics=known, grid_params=grid_params)
               for s in ordered if s.name == per_seed]
     return views
+
+
+def search_views(search: str, history_metrics: Sequence[str], trial_metrics: Sequence[str], *,
+                 known_metrics: Iterable[str] = ()) -> list[SavedView]:
+    """The two saved views of an Optuna search ``search`` (its ``workbench.search`` tag, e.g.
+    ``sanity_search:search``) in the search's experiment:
+
+    * *optimisation history*: the search's own MLflow run (``workbench.role=search``) charting
+      ``history_metrics`` (``trial_value``, ``best_value``) against step = trial number;
+    * *trials*: the trials' runs (``workbench.role=trial``) grouped by trial (the mean over its
+      seeds with a min–max band), charting ``trial_metrics`` (the objectives' step metrics)
+      against the learner step; ``known_metrics`` not charted are listed as deleted cards.
+    """
+    base = "workbench-search-" + (_ID_UNSAFE.sub("-", search).strip("-") or "search")
+    quoted = search.replace("'", "\\'")
+    out = []
+    for vid, role, metrics, title, grouped in (
+            (base, "search", history_metrics, f"search {search}: optimisation history (x = trial number)", False),
+            (f"{base}-trials", "trial", trial_metrics, f"search {search}: trials (x = learner step)", True)):
+        section = f"{vid}-section"
+        cards = [_line_card(f"{vid}-{i}", section, [m], m) for i, m in enumerate(metrics)]
+        hidden = sorted(set(known_metrics) - set(metrics)) if grouped else []
+        cards += [_hidden_card(f"{vid}-hidden-{k}", section, m) for k, m in enumerate(hidden)]
+        columns = ["tags.`workbench.trial`", "tags.`workbench.trial_state`", "tags.`workbench.seed`",
+                   "tags.`workbench.search_params`", "tags.`workbench.prune_reason`",
+                   *(f"metrics.`{m}`" for m in metrics)] if grouped else [f"metrics.`{m}`" for m in metrics]
+        state: dict[str, Any] = {
+            "searchFilter": f"tags.`workbench.role` = '{role}' and tags.`workbench.search` = '{quoted}'",
+            "runsHiddenMode": "SHOW_ALL",
+            "selectedColumns": columns,
+            "useGroupedValuesInCharts": grouped,
+            "hideEmptyCharts": True,
+            "compareRunSections": [{"uuid": section, "name": title, "display": True, "isReordered": True,
+                                    "deleted": False, "isGenerated": False}],
+            "compareRunCharts": cards,
+            "isAccordionReordered": True,
+            "globalLineChartConfig": {"xAxisKey": "step", "lineSmoothness": 0, "selectedXAxisMetricKey": ""},
+        }
+        if grouped:  # see compile_view: ungrouped, child runs fold under their parent; the search run
+            # itself is a top-level run and charts as itself (no groupBy: the page's default)
+            state["groupBy"] = {"aggregateFunction": "average",
+                                "groupByKeys": [{"mode": "tag", "groupByData": "workbench.trial"}]}
+        out.append(SavedView(vid, title, state, f"search:{search}", grouped))
+    return out
 
 
 def encode_envelope(view: SavedView, created_at_ms: int, updated_at_ms: int | None = None) -> str:
