@@ -115,9 +115,11 @@ def tune(
     ostudy = open_search(spec, storage_url)
     print_best(ostudy, spec)
     print_importances(ostudy, spec)
+    mlflow_lost = result.stopped == "tracking"  # MLflow is unreachable: the report stays local, no views
     if not no_report:
-        _write_report(ostudy, spec, report_file)
-    _refresh_views(ostudy, spec)
+        _write_report(ostudy, spec, report_file, log_to_mlflow=not mlflow_lost)
+    if not mlflow_lost:
+        _refresh_views(ostudy, spec)
     c = result.counts
     done = f"{c['done']}/{spec.n_trials}" if spec.n_trials else str(c["done"])
     console.print(f"search {spec.optuna_name}: {done} trials done ({c['COMPLETE']} complete, {c['PRUNED']} pruned), "
@@ -155,13 +157,13 @@ def _report(spec, storage_url: str, report: bool, report_file: Path | None, expo
                       highlight=False, soft_wrap=True)
 
 
-def _write_report(ostudy, spec, report_file: Path | None) -> None:
+def _write_report(ostudy, spec, report_file: Path | None, *, log_to_mlflow: bool = True) -> None:
     from workbench.search.report import write_report  # deferred: pydantic
 
     path = report_file or Path(f"search-{spec.study.name}.html")
-    write_report(ostudy, spec, path)
-    console.print(f"report: [bold]{path}[/bold] (also logged to the search's MLflow run)", highlight=False,
-                  soft_wrap=True)
+    write_report(ostudy, spec, path, log_to_mlflow=log_to_mlflow)
+    where = "also logged to the search's MLflow run" if log_to_mlflow else "not logged: MLflow is unreachable"
+    console.print(f"report: [bold]{path}[/bold] ({where})", highlight=False, soft_wrap=True)
 
 
 def _refresh_views(ostudy, spec) -> None:
