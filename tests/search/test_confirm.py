@@ -145,3 +145,20 @@ def test_tune_confirms_after_the_budget_with_real_runs_once(workdir):
     confirm = [r for r in runs if r.data.tags.get("workbench.confirm") == "true"]
     assert len(runs) == 5 and len(confirm) == 4 and all(r.info.status == "FINISHED" for r in confirm)
     assert {r.data.tags["workbench.confirm_arm"] for r in confirm} == {"trial 0", BASELINE}
+
+
+@pytest.mark.parametrize(("budget", "stopped", "done", "confirmed"), [
+    ({"n_trials": 3}, "budget", 3, True),
+    ({"n_trials": 3, "timeout": "1h"}, "timeout", 2, False),  # stopped short of n_trials: `tune` again continues
+    ({"timeout": "1h"}, "timeout", 2, True),  # the timeout is the whole budget: it has been used
+    ({"n_trials": 3}, "failures", 3, False),
+    ({"n_trials": 3}, "tracking", 3, False),  # MLflow lost: nothing more is recorded
+])
+def test_confirmation_follows_the_budget_whichever_kind_it_is(tmp_path, budget, stopped, done, confirmed):
+    from workbench.search.worker import SearchResult, confirms
+
+    search = {"metric": "eval/accuracy", "params": {"learner.lr": {"low": 1e-3, "high": 1e-2}},
+              "seeds": [SEARCH_SEED], "confirm": {"top_k": 1, "seeds": FRESH}} | budget
+    spec = load_spec(write_search_study(tmp_path / "study.yaml", "budget", search))
+    result = SearchResult(spec.optuna_name, spec.n_trials, {"done": done}, stopped=stopped)
+    assert confirms(spec, result) is confirmed

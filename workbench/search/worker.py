@@ -349,6 +349,13 @@ class SearchResult:
         return self.n_trials is None or self.counts["done"] >= self.n_trials
 
 
+def confirms(spec: SearchSpec, result: SearchResult) -> bool:
+    """Whether the trials just run are followed by the confirmation (``search.confirm``): once the
+    budget is used. A search with ``n_trials`` stopped by its ``timeout`` first is not (``tune``
+    again continues it); a search whose only budget is ``timeout`` is confirmed when it passes."""
+    return spec.config.confirm is not None and result.complete and result.stopped in ("", "budget", "timeout")
+
+
 def _child_main(spec: SearchSpec, storage_url: str, options: dict, index: int, threads: int,
                 tracking_uri: str, deadline: float | None) -> None:
     """Entry point of a local worker process (spawned)."""
@@ -410,7 +417,7 @@ def run_search(spec: SearchSpec, storage_url: str | None = None, *, workers: int
         else:
             result.worker_exits = _run_processes(spec, storage_url, options, workers, coordinator.ctx, deadline)
         result.counts = coordinator.counts()
-        if spec.config.confirm is not None and result.complete and result.stopped in ("", "budget"):
+        if confirms(spec, result):
             result.confirm_runs = run_confirmation(coordinator.ostudy, spec, coordinator.ctx, options.log,
                                                    progress_factory)
     except KeyboardInterrupt:
