@@ -199,7 +199,7 @@ def decide_metric(summary: pd.DataFrame, plan: Plan, design, k: int, metric: str
     inputs = [look_inputs(rows.get(a), sub, plan.baseline_of[a], metric, sesoi=sesoi,
                           confidence=futility_confidence(design)) for a in arms]
     after = decide_family(design, k, before, [x[0] for x in inputs], [x[1] for x in inputs],
-                          [x[2] for x in inputs], [x[3] for x in inputs])
+                          [x[2] for x in inputs], [x[3] for x in inputs]).tolist()
     out = []
     for a, b, s, row in zip(arms, before, after, (rows.get(a) for a in arms), strict=True):
         plan.status[metric, a] = s

@@ -53,7 +53,6 @@ from scipy import stats as sps
 
 from workbench.registry import Registry
 
-from . import stats
 
 __all__ = [
     "DECIDED",
@@ -63,6 +62,7 @@ __all__ = [
     "Design",
     "decide_family",
     "futile",
+    "holm_adjusted",
 ]
 
 DEFAULT_LOOKS: tuple[int, ...] = (3, 5, 7, 10)
@@ -195,9 +195,28 @@ def design_from_settings(settings: Any, *, max_seeds: int | None = None, alpha: 
 # --------------------------------------------------------------------------------------------
 
 
-def decide_family(design: Design, look: int, status: Sequence[str], p_value: Sequence[float],
-                  rejection: Sequence[str], compare_status: Sequence[str], futility: Sequence[bool]) -> list[str]:
-    """The statuses of one family's comparisons after look ``look`` (0-based).
+def holm_adjusted(p: np.ndarray) -> np.ndarray:
+    """Holm-adjusted p-values of each row of ``p`` [..., m] (NaN: not in the row's family, stays
+    NaN): the running max of ``p_(r) (m - r + 1)`` over the sorted p-values, ``m`` the row's finite
+    count. Row-wise :func:`workbench.compare.stats.adjust_pvalues` (``"holm"``), vectorised for the
+    simulations (a test checks they agree)."""
+    p = np.asarray(p, dtype=float)
+    finite = np.isfinite(p)
+    order = np.argsort(np.where(finite, p, np.inf), axis=-1, kind="stable")
+    ps = np.take_along_axis(np.where(finite, p, np.inf), order, axis=-1)
+    m = finite.sum(axis=-1, keepdims=True)
+    steps = np.maximum(m - np.arange(p.shape[-1]), 1)  # m, m-1, ..., 1 (then 1 for the NaN tail)
+    with np.errstate(invalid="ignore"):
+        adj = np.maximum.accumulate(np.minimum(1.0, ps * steps), axis=-1)
+    out = np.empty_like(adj)
+    np.put_along_axis(out, order, adj, axis=-1)
+    return np.where(finite, out, np.nan)
+
+
+def decide_family(design: Design, look: int, status: Any, p_value: Any, rejection: Any, compare_status: Any,
+                  futility: Any) -> np.ndarray:
+    """The statuses of one family's comparisons after look ``look`` (0-based); every argument is an
+    array ``[..., m]`` (one row per study in a simulation, one family in ``workbench run``).
 
     ``status``: each comparison's status before the look (``""``: still open); ``p_value``: its
     test's raw two-sided p-value at this look (ignored unless open); ``rejection``: what a
@@ -211,26 +230,21 @@ def decide_family(design: Design, look: int, status: Sequence[str], p_value: Seq
     open one not rejected stops as ``equivalent`` / ``not testable`` when compare says so, as
     ``futile`` when ``futility``; at the last look the rest end ``inconclusive``.
     """
-    status = list(status)
+    status = np.asarray(status, dtype=object)
+    compare_status = np.asarray(compare_status, dtype=object)
     level = float(design.look_alpha[look])
-    is_open = np.array([s == "" for s in status])
+    is_open = status == ""
     p = np.where(is_open, np.nan_to_num(np.asarray(p_value, dtype=float), nan=1.0), 1.0)
     p[np.isin(compare_status, UNTESTABLE)] = 1.0  # a withheld verdict is never a rejection, but counts in m
-    p[np.isin(status, REJECTED)] = np.nan  # out of the family (NaN p-values do not count in Holm's m)
-    adjusted, _ = stats.adjust_pvalues(p, "holm", alpha=level)
+    p[np.isin(status, REJECTED)] = np.nan  # out of the family (a NaN p-value does not count in Holm's m)
+    rejected = is_open & (np.nan_to_num(holm_adjusted(p), nan=1.0) < level)
+    named = np.isin(compare_status, ("equivalent", "not testable"))
     last = look == len(design.looks) - 1
-    out = []
-    for i, s in enumerate(status):
-        if s:
-            out.append(s)
-        elif adjusted[i] < level:
-            out.append(rejection[i])
-        elif compare_status[i] in ("equivalent", "not testable"):
-            out.append(compare_status[i])
-        elif futility[i]:
-            out.append("futile")
-        else:
-            out.append("inconclusive" if last else "")
+    out = status.copy()
+    out[is_open] = "inconclusive" if last else ""
+    out[is_open & np.asarray(futility, dtype=bool)] = "futile"
+    out[is_open & named] = compare_status[is_open & named]
+    out[rejected] = np.asarray(rejection, dtype=object)[rejected]
     return out
 
 
