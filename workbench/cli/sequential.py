@@ -299,6 +299,12 @@ def read_record(client, parent) -> dict[str, Any] | None:
 
     if parent is None or RECORD not in {a.path for a in client.list_artifacts(parent.info.run_id)}:
         return None
+    root = parent.info.artifact_uri or ""
+    if root.startswith("file:"):  # a local artifact store: read in place (no download, no progress bar)
+        from pathlib import Path
+        from urllib.parse import unquote, urlparse
+
+        return json.loads((Path(unquote(urlparse(root).path)) / RECORD).read_text(encoding="utf-8"))
     with tempfile.TemporaryDirectory() as tmp:
         try:
             path = client.download_artifacts(parent.info.run_id, RECORD, tmp)
@@ -387,18 +393,25 @@ def looks_report(tracking_uri: str, parent_run_id: str | None, runs: pd.DataFram
         looked, at = {int(s) for s in first["seeds"]}, int(first["time"])
     except (ValueError, KeyError, TypeError):
         return out
-    start = pd.to_numeric(runs["start_time"], errors="coerce") if "start_time" in runs.columns else None
-    if start is not None and pd.api.types.is_datetime64_any_dtype(runs["start_time"]):
-        start = runs["start_time"].astype("int64") // 1_000_000
+    start = _epoch_ms(runs["start_time"]) if "start_time" in runs.columns else None
     late = runs["seed"].notna() & ~runs["seed"].isin(looked | covered)
     if start is not None:
         late &= start.fillna(0) > at
     added = sorted(int(s) for s in runs.loc[late, "seed"].unique())
     if added:
+        which = f"seed {added[0]} was" if len(added) == 1 else f"seeds {_seed_list(added)} were"
         out["seeds_added"] = (f"{ADDED_AFTER_LOOKING} (first looked at with seeds {_seed_list(looked)}; "
-                              f"seeds {_seed_list(added)} run later without a sequential design: "
+                              f"{which} run later without a sequential design: "
                               "use `workbench run STUDY --until-decided`)")
     return out
+
+
+def _epoch_ms(times: pd.Series) -> pd.Series:
+    """Start times as epoch milliseconds (the reader gives datetimes; MLflow's own rows, integers)."""
+    if pd.api.types.is_numeric_dtype(times):
+        return times.astype(float)
+    stamps = pd.to_datetime(times, utc=True, errors="coerce")
+    return pd.Series((stamps - pd.Timestamp(0, tz="UTC")) // pd.Timedelta(milliseconds=1), index=times.index)
 
 
 def _seed_list(seeds) -> str:

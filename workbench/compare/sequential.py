@@ -53,7 +53,6 @@ from scipy import stats as sps
 
 from workbench.registry import Registry
 
-
 __all__ = [
     "DECIDED",
     "DEFAULT_LOOKS",
