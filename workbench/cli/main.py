@@ -189,7 +189,8 @@ def run(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
         if until_decided:
             from workbench.cli.sequential import run_until_decided  # deferred: scipy, mlflow
 
-            outcomes = run_until_decided(study_obj, specs, max_seeds=max_seeds, only=only, progress=not quiet,
+            outcomes = run_until_decided(study_obj, max_seeds=max_seeds, progress=not quiet,
+                                         select=(lambda s: filter_specs(s, only)) if only else None,
                                          parallel=1 if multi_rank() else parallel)
         else:
             outcomes = run_study(study_obj, specs, progress=not quiet, parallel=1 if multi_rank() else parallel)

@@ -30,6 +30,7 @@ from workbench.cli.common import (
     parent_run,
     resolve_target,
 )
+from workbench.cli.looks import looks_report, record_first_look
 from workbench.cli.output import fail
 from workbench.tracking.redact import redact_uri
 
@@ -513,8 +514,6 @@ def compare(
 def _looks(target: Target, runs: pd.DataFrame, *, record: bool) -> dict[str, str]:
     """What the study's recorded looks say (:func:`workbench.cli.sequential.looks_report`); with
     ``record``, this comparison is recorded as the study's first look if it has none."""
-    from workbench.cli.sequential import looks_report, record_first_look  # deferred: mlflow
-
     parent = parent_run(target, create=record)
     if parent is None:
         return {}
