@@ -152,6 +152,12 @@ def run(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
             "--parallel", "-j", min=1,
             help="runs at a time, each in its own process (default: the study's execution.parallel, else 1)")] = None,
         quiet: Annotated[bool, typer.Option(help="no progress bars")] = False,
+        until_decided: Annotated[bool, typer.Option(
+            "--until-decided", help="run seeds in rounds (looks at 3, 5, 7, 10 seeds, or compare.sequential.looks) "
+                                    "until every comparison is decided by a group-sequential design "
+                                    "(docs/reports.md)")] = False,
+        max_seeds: Annotated[int | None, typer.Option(
+            "--max-seeds", min=2, help="with --until-decided: the last look (looks above it are dropped)")] = None,
         progress_every: Annotated[float | None, typer.Option(
             min=0, help="off a terminal (nohup, CI): seconds between plain progress lines "
                         "(default $WORKBENCH_PROGRESS_EVERY or 30; evals always print)")] = None) -> None:
@@ -175,8 +181,19 @@ def run(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
         parallel = int(study_obj.execution.get("parallel", 1))
     from workbench.viz.spec import SpecError  # deferred: plotly, pydantic, scipy
 
+    if max_seeds is not None and not until_decided:
+        raise fail("--max-seeds needs --until-decided")
+    if until_decided and only and any(p.partition("=")[0].strip() == "seed" for p in only.split(",")):
+        raise fail("--until-decided chooses the seeds itself: drop seed= from --only")
     try:
-        outcomes = run_study(study_obj, specs, progress=not quiet, parallel=1 if multi_rank() else parallel)
+        if until_decided:
+            from workbench.cli.sequential import run_until_decided  # deferred: scipy, mlflow
+
+            outcomes = run_until_decided(study_obj, max_seeds=max_seeds, progress=not quiet,
+                                         select=(lambda s: filter_specs(s, only)) if only else None,
+                                         parallel=1 if multi_rank() else parallel)
+        else:
+            outcomes = run_study(study_obj, specs, progress=not quiet, parallel=1 if multi_rank() else parallel)
     except (PreflightError, FileNotFoundError, ImportError, StudyBusy, SpecError) as e:  # bad config, spec; busy study
         raise fail(str(e)) from None
     except TrackingOutage as e:  # MLflow unreachable while the study was being opened

@@ -30,6 +30,7 @@ from workbench.cli.common import (
     parent_run,
     resolve_target,
 )
+from workbench.cli.looks import looks_report, record_first_look
 from workbench.cli.output import fail
 from workbench.tracking.redact import redact_uri
 
@@ -154,6 +155,12 @@ def comparison_table_html(table: Any) -> str:
     return "\n".join(parts)
 
 
+def _looks_html(table: Any) -> str:
+    """The study's sequential design and a seeds-added-after-looking flag, as set by ``compare``."""
+    return "".join(f"<p class='note'><b>{html.escape(table.settings[k])}</b></p>"
+                   for k in ("sequential", "seeds_added") if table.settings.get(k))
+
+
 def _runs_overview_html(runs: pd.DataFrame, excluded: dict[str, int]) -> str:
     from workbench.compare.arms import arm_column  # deferred: scipy
     from workbench.viz.html import df_table_html  # deferred: plotly, pydantic
@@ -205,7 +212,7 @@ def build_compare_report(study: str, table: Any, summary: pd.DataFrame, history:
                  + "." if table.by_arm else "")
     sections = [
         Section("Runs", body_html=_runs_overview_html(runs, excluded or {})),
-        Section("Which variant wins", body_html=comparison_table_html(table), note=(
+        Section("Which variant wins", body_html=_looks_html(table) + comparison_table_html(table), note=(
             f"Per-run summary metrics compared across seeds. Δ = {unit} − baseline "
             f"({'paired t-test on matched seeds' if table.df['paired'].fillna(False).any() else 'Welch t-test'}; "
             f"CIs of Δ after {table.correction} correction across {unit}s, excluding 0 exactly when the corrected "
@@ -462,6 +469,12 @@ def compare(
 
     for line in uncomputed_summaries(summary, history, names):
         note(f"[yellow]{line}[/yellow]")
+    table.settings |= _looks(target, runs, record=log)  # sequential design; seeds added after looking
+    for key, style in (("sequential", "bold"), ("seeds_added", "yellow")):
+        if key in table.settings:
+            from rich.markup import escape
+
+            note(f"[{style}]{escape(table.settings[key])}[/{style}]")
     if format == "table":
         print_table(table)
     elif format == "csv":
@@ -496,6 +509,18 @@ def compare(
         })
         note(f"logged to MLflow run {parent} (study {target.study}): {where[0]} ({size / 1e6:.1f} MB)")
     note(f"[dim]{frames.stats.summary()}; total {time.perf_counter() - t0:.1f} s[/dim]")
+
+
+def _looks(target: Target, runs: pd.DataFrame, *, record: bool) -> dict[str, str]:
+    """What the study's recorded looks say (:func:`workbench.cli.sequential.looks_report`); with
+    ``record``, this comparison is recorded as the study's first look if it has none."""
+    parent = parent_run(target, create=record)
+    if parent is None:
+        return {}
+    found = looks_report(target.tracking_uri, parent, runs)
+    if record:
+        record_first_look(target.tracking_uri, parent, runs)
+    return found
 
 
 def dashboard(

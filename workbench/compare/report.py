@@ -314,6 +314,9 @@ class ComparisonTable:
             if notes:
                 out.write("\n" + "\n".join(f"- {n}" for n in notes) + "\n")
             out.write("\n")
+        for key in ("sequential", "seeds_added"):  # set by `workbench compare` from the study's recorded looks
+            if self.settings.get(key):
+                out.write(f"**{self.settings[key]}**\n\n")
         out.write(
             f"Δ = {self.unit} − baseline; CIs of Δ are t intervals after {self.correction} correction "
             f"(family: {self.settings.get('family', 'metric')}), excluding 0 exactly when the corrected "

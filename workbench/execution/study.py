@@ -243,3 +243,39 @@ def seed_matrix(outcomes: list[RunOutcome]) -> tuple[list[int], list[tuple[str, 
         values = [o.eval_last for o in by_seed.values() if o.eval_last == o.eval_last]
         rows.append((group, by_seed, sum(values) / len(values) if values else math.nan))
     return seeds, rows
+
+
+# --------------------------------------------------------------------------------------------
+# Sequential seeding (`workbench run --until-decided`): which seeds and runs each round needs
+# --------------------------------------------------------------------------------------------
+
+
+def seed_schedule(declared: list[int], n: int) -> list[int]:
+    """The first ``n`` seeds of a sequential study: its declared seeds in file order, then
+    ``max(declared) + 1, + 2, ...``. Deterministic, so a second ``--until-decided`` resumes on the
+    same runs (same run_keys) and never duplicates one."""
+    seeds = list(declared[:n])
+    nxt = max(declared) + 1
+    while len(seeds) < n:
+        seeds.append(nxt)
+        nxt += 1
+    return seeds
+
+
+def with_seeds(study: Study, seeds: list[int]) -> Study:
+    """The study with its ``seeds:`` replaced (its source file and origin kept, for its YAML and errors)."""
+    out = study.model_copy(update={"seeds": list(seeds)})
+    out._origin = study._origin
+    return out
+
+
+def arm_of(spec: RunSpec) -> str:
+    """A run's arm: its label without ``/seed=N`` (the unit ``compare`` compares)."""
+    return spec.label.rsplit("/seed=", 1)[0]
+
+
+def round_specs(specs: list[RunSpec], seeds: list[int], arms: set[str]) -> list[RunSpec]:
+    """The runs of one round: every run of ``arms`` at ``seeds`` (those already FINISHED are
+    skipped by :func:`run_study`)."""
+    wanted = set(seeds)
+    return [s for s in specs if s.seed in wanted and arm_of(s) in arms]

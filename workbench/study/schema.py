@@ -142,6 +142,27 @@ def check_semantics(data: dict[str, Any], rep: Reporter) -> None:
         baseline = compare.get("baseline")
         if isinstance(baseline, str) and baseline not in variants:
             rep.add(("compare", "baseline"), unknown_message(baseline, names, f"variant {baseline!r}"))
+        _check_sequential(compare.get("sequential"), rep)
+
+
+def _check_sequential(sequential: Any, rep: Reporter) -> None:
+    """``compare.sequential`` (``workbench run --until-decided``): ``looks``, increasing seed counts
+    of at least 2, and ``spending`` (its name is checked against the registry when the design is made)."""
+    if sequential is None:
+        return
+    if not isinstance(sequential, dict):
+        rep.add(("compare", "sequential"), f"expected a mapping (looks, spending), got {show_value(sequential)}")
+        return
+    for key in sequential:
+        if key not in ("looks", "spending"):
+            rep.add(("compare", "sequential", key), f"unknown key {key!r} (valid: looks, spending)")
+    looks = sequential.get("looks")
+    if looks is None:
+        return
+    ok = isinstance(looks, list) and looks and all(is_int(n) and n >= 2 for n in looks)
+    if not ok or any(b <= a for a, b in zip(looks, looks[1:], strict=False)):
+        rep.add(("compare", "sequential", "looks"),
+                f"expected increasing seed counts of at least 2, e.g. [3, 5, 7, 10], got {show_value(looks)}")
 
 
 def _check_name(name: Any, rep: Reporter) -> None:

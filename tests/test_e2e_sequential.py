@@ -1,0 +1,74 @@
+"""End to end: `workbench run --until-decided` on the micro model: rounds of seeds, resumable without
+duplicates, the design recorded and reported by `compare`, seeds added by hand flagged."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from mlflow import MlflowClient
+from typer.testing import CliRunner
+
+from tests.conftest import micro_run_config
+from workbench.cli.main import app
+
+pytestmark = pytest.mark.slow
+
+
+def write_study(path, seeds=(0,)):
+    path.write_text(yaml.safe_dump({
+        "name": "seq", "base": micro_run_config(), "seeds": list(seeds),
+        "variants": {"grpo": {}, "fast": {"learner": {"lr": 3e-4}}},
+        "compare": {"baseline": "grpo", "sequential": {"looks": [2, 3]}},
+    }))
+    return path
+
+
+def invoke(*args):
+    return CliRunner().invoke(app, [str(a) for a in args], catch_exceptions=False)
+
+
+def child_runs(workdir):
+    client = MlflowClient(f"sqlite:///{workdir / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("seq")
+    return client, exp, client.search_runs([exp.experiment_id], "tags.`workbench.role` = 'run'")
+
+
+def test_until_decided_runs_rounds_resumes_and_compare_reports_the_design(workdir):
+    study = write_study(workdir / "study.yaml")
+    first = invoke("run", study, "--until-decided", "--max-seeds", "3", "--quiet")
+    assert first.exit_code == 0, first.output
+    assert "sequential design: looks at 2/3 seeds" in first.output
+    assert "look 1 of 2: 2 seeds" in first.output
+    client, exp, runs = child_runs(workdir)
+    seeds = sorted({int(r.data.tags["workbench.seed"]) for r in runs})
+    looks = 1 if "look 2 of 2" not in first.output else 2
+    assert seeds == [0, 1, 2][: 1 + looks]  # declared seed 0, then 1, 2: max + 1, ...
+    parent = client.search_runs([exp.experiment_id], "tags.`workbench.role` = 'study'")[0]
+    record = json.loads(open(client.download_artifacts(parent.info.run_id, "sequential.json",
+                                                        str(workdir / "dl"))).read())
+    assert record["design"] == {"looks": [2, 3], "alpha": 0.05, "spending": "obrien_fleming"}
+    assert [lk["seeds"] for lk in record["looks"]] == [2, 3][:looks]
+    assert parent.data.tags["workbench.sequential"].startswith("looks 2")
+
+    again = invoke("run", study, "--until-decided", "--max-seeds", "3", "--quiet")  # resume: nothing new
+    assert again.exit_code == 0, again.output
+    assert len(child_runs(workdir)[2]) == len(runs)
+    assert "SKIPPED" in again.output
+
+    changed = invoke("run", study, "--until-decided", "--max-seeds", "2", "--quiet")
+    assert changed.exit_code == 2 and "would change the sequential design after looking" in changed.output
+
+    report = invoke("compare", study, "--format", "md")
+    assert report.exit_code == 0, report.output
+    assert "sequential design: looks 2" in report.output and "of 2/3" in report.output
+    assert "seeds added after looking" not in report.output
+
+    # seed 3 added by hand, after the looks: flagged
+    write_study(study, seeds=(0, 1, 2, 3))
+    assert invoke("run", study, "--only", "variant=grpo,seed=3", "--quiet").exit_code == 0
+    flagged = invoke("compare", study, "--format", "md")
+    assert flagged.exit_code == 0, flagged.output
+    assert "seeds added after looking: p-values are not valid at face value" in flagged.output
+    assert "seed 3 was run later" in flagged.output

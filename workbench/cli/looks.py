@@ -1,0 +1,115 @@
+"""The looks taken at a study, recorded on its parent MLflow run, and what ``compare`` says of them.
+
+* ``sequential.json`` (artifact): the design of ``workbench run --until-decided`` and the looks
+  taken, each with its seeds, alpha and decisions (:mod:`workbench.cli.sequential` writes it;
+  ``sequential.log``: the same in words; tag ``workbench.sequential``: the one-line phrase);
+* tag ``workbench.first_look``: the seeds and time of the first time the study was looked at: the
+  first ``compare`` that logged to MLflow, or the first sequential look.
+
+``compare`` flags **seeds added after looking** when a compared run's seed is not among the first
+look's seeds, the run started after that look, and no recorded sequential look covers the seed.
+A store without a first-look record (compared before this existed, or only with ``--no-log``)
+cannot be judged and is not flagged.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pandas as pd
+
+RECORD = "sequential.json"
+LOG = "sequential.log"
+DESIGN_TAG = "workbench.sequential"
+FIRST_LOOK_TAG = "workbench.first_look"
+ADDED_AFTER_LOOKING = "seeds added after looking: p-values are not valid at face value"
+
+
+def read_record(client, parent) -> dict[str, Any] | None:
+    """The ``sequential.json`` of a parent run (None without one)."""
+    import tempfile
+
+    from mlflow.exceptions import MlflowException
+
+    if parent is None or RECORD not in {a.path for a in client.list_artifacts(parent.info.run_id)}:
+        return None
+    root = parent.info.artifact_uri or ""
+    if root.startswith("file:"):  # a local artifact store: read in place (no download, no progress bar)
+        from pathlib import Path
+        from urllib.parse import unquote, urlparse
+
+        return json.loads((Path(unquote(urlparse(root).path)) / RECORD).read_text(encoding="utf-8"))
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            path = client.download_artifacts(parent.info.run_id, RECORD, tmp)
+        except (MlflowException, OSError):
+            return None
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+
+
+def record_first_look(tracking_uri: str, parent_run_id: str, runs: pd.DataFrame) -> None:
+    """Tag the parent run with the seeds of this first look (``compare`` logging to MLflow), if it
+    has none yet."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri)
+    if FIRST_LOOK_TAG in client.get_run(parent_run_id).data.tags:
+        return
+    seeds = sorted(int(s) for s in runs["seed"].dropna().unique())
+    client.set_tag(parent_run_id, FIRST_LOOK_TAG, json.dumps({"seeds": seeds, "time": int(time.time() * 1000),
+                                                               "by": "compare"}))
+
+
+def looks_report(tracking_uri: str, parent_run_id: str | None, runs: pd.DataFrame) -> dict[str, str]:
+    """``{"sequential": phrase}`` for a study run with ``--until-decided``, and
+    ``{"seeds_added": message}`` when compared runs were added after the first look without a
+    sequential design covering them (rule in the module docstring)."""
+    from mlflow import MlflowClient
+
+    from workbench.compare.sequential import Design  # deferred: scipy
+
+    if parent_run_id is None:
+        return {}
+    client = MlflowClient(tracking_uri)
+    parent = client.get_run(parent_run_id)
+    out: dict[str, str] = {}
+    record = read_record(client, parent)
+    covered: set[int] = set()
+    if record and record.get("looks"):
+        design = Design.from_dict(record["design"])
+        out["sequential"] = f"sequential design: {design.phrase(len(record['looks']))}"
+        covered = {int(s) for look in record["looks"] for s in look["seed_list"]}
+    first = parent.data.tags.get(FIRST_LOOK_TAG)
+    if not first:
+        return out
+    try:
+        first = json.loads(first)
+        looked, at = {int(s) for s in first["seeds"]}, int(first["time"])
+    except (ValueError, KeyError, TypeError):
+        return out
+    start = _epoch_ms(runs["start_time"]) if "start_time" in runs.columns else None
+    late = runs["seed"].notna() & ~runs["seed"].isin(looked | covered)
+    if start is not None:
+        late &= start.fillna(0) > at
+    added = sorted(int(s) for s in runs.loc[late, "seed"].unique())
+    if added:
+        which = f"seed {added[0]} was" if len(added) == 1 else f"seeds {_seed_list(added)} were"
+        out["seeds_added"] = (f"{ADDED_AFTER_LOOKING} (first looked at with seeds {_seed_list(looked)}; "
+                              f"{which} run later without a sequential design: "
+                              "use `workbench run STUDY --until-decided`)")
+    return out
+
+
+def _epoch_ms(times: pd.Series) -> pd.Series:
+    """Start times as epoch milliseconds (the reader gives datetimes; MLflow's own rows, integers)."""
+    if pd.api.types.is_numeric_dtype(times):
+        return times.astype(float)
+    stamps = pd.to_datetime(times, utc=True, errors="coerce")
+    return pd.Series((stamps - pd.Timestamp(0, tz="UTC")) // pd.Timedelta(milliseconds=1), index=times.index)
+
+
+def _seed_list(seeds) -> str:
+    return ", ".join(str(s) for s in sorted(seeds))

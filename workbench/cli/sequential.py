@@ -1,0 +1,310 @@
+"""``workbench run STUDY --until-decided [--max-seeds N]``: seeds in rounds, every comparison decided
+at planned looks by a group-sequential design (:mod:`workbench.compare.sequential`).
+
+One round per look: the runs of the arms still needed at the look's seeds (the study's declared
+seeds, then ``max + 1, + 2, ...``: :func:`workbench.execution.study.seed_schedule`) are executed
+(those FINISHED earlier are skipped, so running again resumes: every look is re-derived from the
+store, in order, on the same runs); then each metric's comparisons are decided on the first
+``n_k`` seeds of every arm. The design and every look (seeds, alpha spent, decisions) are recorded
+on the study's parent MLflow run as ``sequential.json`` (tag ``workbench.sequential``: the one-line
+phrase), and the decisions are printed and logged there as ``sequential.log``.
+
+What ``compare`` makes of the record: :mod:`workbench.cli.looks`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from workbench.cli.looks import DESIGN_TAG, FIRST_LOOK_TAG, LOG, RECORD, read_record
+from workbench.cli.output import console, fail
+
+
+@dataclass
+class Plan:
+    """What a sequential run of one study compares: its metrics, baseline, arms and their baselines."""
+
+    metrics: list[str]
+    baseline: str
+    arm_variant: dict[str, str]  # every arm of the study -> its variant
+    baseline_of: dict[str, str | None]  # arm -> the arm it is compared with (itself for a baseline arm)
+    status: dict[tuple[str, str], str] = field(default_factory=dict)  # (metric, arm) -> "" while open
+    sesoi: dict[str, Any] = field(default_factory=dict)  # compare.sesoi: metric -> smallest effect of interest
+
+    @property
+    def compared(self) -> list[str]:
+        return [a for a, b in self.baseline_of.items() if b is not None and b != a]
+
+    def open_arms(self, metric: str | None = None) -> list[str]:
+        return [a for a in self.compared if any(self.status[m, a] == "" for m in self.metrics if metric in (None, m))]
+
+    def needed_arms(self) -> set[str]:
+        """Arms with an open comparison, and their baselines."""
+        arms = set(self.open_arms())
+        return arms | {self.baseline_of[a] for a in arms}
+
+    def done(self) -> bool:
+        return all(s != "" for s in self.status.values())
+
+
+# --------------------------------------------------------------------------------------------
+# The rounds
+# --------------------------------------------------------------------------------------------
+
+
+def run_until_decided(study, *, max_seeds: int | None, select: Callable[[list], list] | None, progress: bool,
+                      parallel: int) -> list:
+    """Run ``study`` look by look until every comparison is decided or the last look; returns the
+    outcomes of every run executed or skipped. ``select``: the ``--only`` filter of the runs.
+    One-line error (exit 2) for a bad design or one that differs from the design recorded when
+    the study was first run this way."""
+    from workbench.cli.report import comparison_metrics  # deferred: pandas + scipy via compare
+    from workbench.compare.arms import match_baselines  # deferred: scipy
+    from workbench.compare.sequential import design_from_settings  # deferred: scipy
+    from workbench.execution.study import (  # deferred: pydantic, torch, transformers
+        arm_of,
+        round_specs,
+        run_study,
+        seed_schedule,
+        study_tracking_uri,
+        with_seeds,
+    )
+    from workbench.study import StudyError, expand  # deferred: pydantic
+
+    where = study.source or study.name
+    compare_cfg = dict(study.compare or {})
+    try:
+        design = design_from_settings(compare_cfg.get("sequential"), max_seeds=max_seeds)
+        metrics = comparison_metrics(None, compare_cfg)
+    except ValueError as e:
+        raise fail(f"{where}: {e}") from None
+    seeds = seed_schedule(list(study.seeds), design.looks[-1])
+    extended = with_seeds(study, seeds)
+    try:
+        all_specs = expand(extended)
+    except StudyError as e:
+        raise fail(str(e)) from None
+    if select is not None:
+        all_specs = select(all_specs)
+    arm_variant = {arm_of(s): s.variant for s in all_specs}
+    baseline = compare_cfg.get("baseline") or next(iter(study.variants))
+    try:
+        baseline_of = match_baselines(arm_variant, baseline)
+    except ValueError as e:
+        raise fail(f"{where}: compare.baseline: {e}") from None
+    sesoi = compare_cfg.get("sesoi") if isinstance(compare_cfg.get("sesoi"), dict) else {}
+    plan = Plan(metrics, baseline, arm_variant, baseline_of, sesoi=sesoi)
+    if not plan.compared:
+        raise fail(f"{where}: --until-decided needs at least one variant to compare with the baseline {baseline!r}")
+    plan.status = {(m, a): "" for m in metrics for a in plan.compared}
+    uri = study_tracking_uri(all_specs)
+    record = _new_record(design, plan, list(study.seeds), seeds)
+    _check_recorded_design(uri, extended, all_specs, record, where)
+
+    outcomes: dict[str, Any] = {}
+    lines: list[str] = [f"sequential design: {design.phrase()}; metrics {', '.join(metrics)}; baseline {baseline}"]
+    _say(lines[0])
+    for k, n in enumerate(design.looks):
+        todo = round_specs(all_specs, seeds[:n], plan.needed_arms())
+        for o in run_study(extended, todo, progress=progress, parallel=parallel):
+            outcomes[o.run_key] = o
+        if any(getattr(o, "tracking_lost", False) for o in outcomes.values()):
+            break  # MLflow is gone: no look can be read; running again resumes
+        look = decide_look(uri, _experiment(extended, all_specs), plan, design, k, seeds[:n])
+        record["looks"].append(look)
+        lines += _look_lines(look, design)
+        for line in _look_lines(look, design):
+            _say(line)
+        _save_record(uri, extended, all_specs, record, lines, n_seeds=seeds[:n])
+        if plan.done():
+            break
+    return list(outcomes.values())
+
+
+def _say(line: str) -> None:
+    console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def decide_look(uri: str, experiment: str, plan: Plan, design, k: int, seeds: list[int]) -> dict[str, Any]:
+    """Read the study's runs at ``seeds`` from the store, decide every open comparison at look ``k``
+    (updating ``plan.status``) and return the look's record."""
+    from workbench.cli.report import select_runs  # deferred: scipy via compare
+    from workbench.compare import summarize_runs  # deferred: scipy
+    from workbench.compare.arms import arm_column  # deferred: scipy
+    from workbench.results.reader import StudyReader  # deferred: mlflow, sqlalchemy
+
+    reader = StudyReader(uri)
+    from workbench.compare import resolve_summary  # deferred: scipy
+
+    needed = sorted({m for name in plan.metrics for m in resolve_summary(name).reads})
+    frames = reader.load(experiment, needed)
+    runs, _ = select_runs(frames.runs, include_unfinished=False)
+    runs = runs[runs["seed"].isin(seeds)].reset_index(drop=True)
+    runs = runs.assign(arm=arm_column(runs))
+    history = frames.history[frames.history["run_id"].isin(set(runs["run_id"]))]
+    summary = summarize_runs(history, runs, plan.metrics)
+    decisions, levels = [], {}
+    for metric in plan.metrics:
+        level, rows = decide_metric(summary, plan, design, k, metric)
+        if rows:
+            levels[metric] = level
+            decisions += rows
+    spent = float(design.cumulative_alpha[k])
+    return {"look": k + 1, "seeds": len(seeds), "seed_list": list(seeds), "alpha": float(design.look_alpha[k]),
+            "alpha_spent": spent, "levels": levels, "decisions": decisions, "time": int(time.time() * 1000)}
+
+
+def decide_metric(summary: pd.DataFrame, plan: Plan, design, k: int, metric: str) -> tuple[float, list[dict]]:
+    """Decide the open comparisons of one metric (a Holm family) at look ``k``: the compare
+    machinery at :meth:`Design.compare_level` on the open arms and their baselines, then
+    :func:`~workbench.compare.sequential.decide_family`. Returns the level passed to compare and
+    one record per comparison decided or still open at this look."""
+    from workbench.compare import compare_variants  # deferred: scipy
+    from workbench.compare.sequential import decide_family, futility_confidence  # deferred: scipy
+
+    arms = plan.compared
+    before = [plan.status[metric, a] for a in arms]
+    open_arms = [a for a, s in zip(arms, before, strict=True) if s == ""]
+    if not open_arms:
+        return math.nan, []
+    n_family = sum(s not in ("better", "worse", "higher", "lower") for s in before)
+    level = design.compare_level(k, len(open_arms), n_family)
+    keep = set(open_arms) | {plan.baseline_of[a] for a in open_arms}
+    sub = summary[summary["arm"].isin(keep)].reset_index(drop=True)
+    table = compare_variants(sub, plan.baseline, [metric], confidence=1.0 - level)
+    rows = {r["variant"]: r for r in table.df.to_dict("records")}
+    sesoi = _sesoi(plan, metric)
+    inputs = [look_inputs(rows.get(a), sub, plan.baseline_of[a], metric, sesoi=sesoi,
+                          confidence=futility_confidence(design)) for a in arms]
+    after = decide_family(design, k, before, [x[0] for x in inputs], [x[1] for x in inputs],
+                          [x[2] for x in inputs], [x[3] for x in inputs]).tolist()
+    out = []
+    for a, b, s, row in zip(arms, before, after, (rows.get(a) for a in arms), strict=True):
+        plan.status[metric, a] = s
+        if b == "" and row is not None:
+            out.append({"metric": metric, "arm": a, "status": s or "open", "p_value": _num(row["p_value"]),
+                        "delta": _num(row["delta"]), "n_seeds": int(row["n_seeds"]), "verdict": str(row["verdict"])})
+    return level, out
+
+
+def look_inputs(row: dict[str, Any] | None, summary: pd.DataFrame, base_arm: str | None, metric: str, *,
+                sesoi: float | None, confidence: float) -> tuple[float, str, str, bool]:
+    """``(p_value, rejection, compare status, futility)`` of one compared row for
+    :func:`~workbench.compare.sequential.decide_family` (a closed comparison: no row)."""
+    from workbench.compare import stats  # deferred: scipy
+    from workbench.compare.sequential import futile, rejection_name, row_status  # deferred: scipy
+
+    if row is None:
+        return math.nan, "", "", False
+    hib = row["higher_is_better"]
+    by_rank = str(row["test"]).startswith("Mann-Whitney")
+    if by_rank:  # the rank test decides in the direction of P(improvement) (in the metric's direction)
+        rejection = "better" if row["p_improve"] > 0.5 else "worse"
+    else:
+        rejection = rejection_name(row["delta"], hib)
+    futility = False
+    if sesoi is not None and hib is not None and not by_rank and base_arm is not None:
+        x = summary[summary["arm"] == row["variant"]]
+        y = summary[summary["arm"] == base_arm]
+        diff = stats.mean_difference(x[metric], y[metric], x_seeds=x["seed"], y_seeds=y["seed"])
+        futility = bool(futile(diff.delta, diff.se, diff.df, sesoi=sesoi, improvement_sign=1.0 if hib else -1.0,
+                               confidence=confidence))
+    return _num(row["p_value"]), rejection, row_status(row), futility
+
+
+def _sesoi(plan: Plan, metric: str) -> float | None:
+    """The metric's smallest effect of interest (``compare.sesoi``), if declared."""
+    value = plan.sesoi.get(metric)
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _num(v: Any) -> float | None:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def _look_lines(look: dict[str, Any], design) -> list[str]:
+    head = (f"look {look['look']} of {len(design.looks)}: {look['seeds']} seeds, α {look['alpha']:.2g} at this look "
+            f"(spent {look['alpha_spent']:.2g} of {design.alpha:g})")
+    out = [head]
+    for d in look["decisions"]:
+        p = "—" if d["p_value"] is None else f"{d['p_value']:.3g}"
+        out.append(f"  {d['metric']}  {d['arm']}: {d['status']} (p = {p}; compare: {d['verdict']})")
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# The record on the parent run
+# --------------------------------------------------------------------------------------------
+
+
+def _new_record(design, plan: Plan, declared: list[int], seeds: list[int]) -> dict[str, Any]:
+    return {"design": design.to_dict(), "metrics": plan.metrics, "baseline": plan.baseline, "family": "metric",
+            "declared_seeds": declared, "seeds": seeds, "looks": []}
+
+
+def _parent(uri: str, experiment: str, *, create: bool):
+    from mlflow import MlflowClient
+
+    from workbench.tracking.store import ensure_store, get_or_create_experiment  # deferred: mlflow
+
+    client = MlflowClient(uri)
+    if create:
+        ensure_store(uri)
+        eid = get_or_create_experiment(client, experiment, uri)
+    else:
+        exp = client.get_experiment_by_name(experiment)
+        if exp is None:
+            return client, None
+        eid = exp.experiment_id
+    found = client.search_runs([eid], "tags.`workbench.role` = 'study'", max_results=1,
+                               order_by=["attributes.start_time ASC"])
+    return client, (found[0] if found else None)
+
+
+def _experiment(study, specs) -> str:
+    return (specs[0].config.tracking.experiment if specs else None) or study.name
+
+
+def _check_recorded_design(uri: str, study, specs, record: dict[str, Any], where: str) -> None:
+    """Exit 2 when the study was run sequentially before with another design, metrics or baseline:
+    changing them after a look would make its p-values invalid again."""
+    if uri.startswith("sqlite:///"):
+        from pathlib import Path
+
+        if not Path(uri.removeprefix("sqlite:///")).exists():
+            return
+    client, parent = _parent(uri, _experiment(study, specs), create=False)
+    old = read_record(client, parent)
+    if old is None:
+        return
+    for key in ("design", "metrics", "baseline"):
+        if old.get(key) != record[key]:
+            raise fail(f"{where}: this study was run with --until-decided with {key} {old.get(key)}; "
+                       f"{record[key]} would change the sequential design after looking (start a new study)")
+
+
+def _save_record(uri: str, study, specs, record: dict[str, Any], lines: list[str], *, n_seeds: list[int]) -> None:
+    from workbench.compare.sequential import Design  # deferred: scipy
+
+    client, parent = _parent(uri, _experiment(study, specs), create=True)
+    if parent is None:  # the round ran no run (all finished earlier) and the study has no parent yet
+        return
+    run_id = parent.info.run_id
+    design = Design.from_dict(record["design"])
+    client.log_text(run_id, json.dumps(record, indent=2), RECORD)
+    client.log_text(run_id, "\n".join(lines) + "\n", LOG)
+    client.set_tag(run_id, DESIGN_TAG, design.phrase(len(record["looks"])))
+    if FIRST_LOOK_TAG not in parent.data.tags:
+        client.set_tag(run_id, FIRST_LOOK_TAG, json.dumps({"seeds": sorted(n_seeds), "time": int(time.time() * 1000),
+                                                           "by": "run --until-decided"}))
