@@ -27,7 +27,9 @@ structure: **paired seeds** (the same seed set in both arms) take ``Y = Y_arm - 
 by run and problem by problem; unpaired seeds sum each arm's seed and residual terms, with the
 problem term from the per-problem difference of the arms' column means (problems are always
 shared: every run is scored on the same eval set). When the problem term is negligible the
-interval is the seed-only t interval exactly (``V = V_seed``, ``df = S - 1``).
+interval is the seed-only t interval exactly (``V = V_seed``, ``df = S - 1``). With no variance
+at all (every run scored every problem alike) there is no interval (NaN): the seed-only one, whose
+zero-variance rule is a permutation test's, stands.
 
 Why not the bootstrap over seeds and problems ("pigeonhole" bootstrap, resampling seeds and
 problems jointly across arms): :func:`two_way_bootstrap` is kept for comparison; with 3-5 seeds it
@@ -113,8 +115,8 @@ def _interval(estimate: float, terms: Sequence[Term], confidence: float) -> TwoW
     denominator = sum(var**2 / df for var, df, _ in used if df > 0 and var > 0)
     df = v**2 / denominator if denominator > 0 else math.inf
     se = math.sqrt(v)
-    if se == 0.0:
-        return TwoWay(estimate, estimate, estimate, 0.0, df, seed, problem, overlap)
+    if se == 0.0:  # every run scored every problem alike: nothing to build a t interval from
+        return TwoWay(estimate, math.nan, math.nan, 0.0, df, seed, problem, overlap)
     q = float(sps.t.ppf(0.5 + confidence / 2.0, df))  # df = inf: the normal quantile
     return TwoWay(estimate, estimate - q * se, estimate + q * se, se, df, seed, problem, overlap)
 
@@ -315,6 +317,9 @@ def add_intervals(rows: list[dict], summary_df: pd.DataFrame, problems: pd.DataF
             _note(row, f"intervals over seeds only ({mine})")
             continue
         mean = two_way_mean(mine[0], confidence=confidence)
+        if not math.isfinite(mean.lo):
+            _note(row, "intervals over seeds only (no variance over seeds or problems)")
+            continue
         row.update(n_problems=float(len(mine[2])), mean_2way_lo=mean.lo, mean_2way_hi=mean.hi,
                    two_way_method=TWO_WAY_METHOD)
         base_arm = row.get("baseline_arm") or ""
@@ -329,7 +334,10 @@ def add_intervals(rows: list[dict], summary_df: pd.DataFrame, problems: pd.DataF
             level = row["delta_level"] if math.isfinite(row["delta_level"]) else confidence
             paired = row["paired"] is not pd.NA and bool(row["paired"])
             diff = _difference(mine, base, paired=paired, confidence=level)
-            row.update(delta_2way_lo=diff.lo, delta_2way_hi=diff.hi)
+            if math.isfinite(diff.lo):
+                row.update(delta_2way_lo=diff.lo, delta_2way_hi=diff.hi)
+            else:
+                _note(row, "Δ interval over seeds only (no variance over seeds or problems)")
 
 
 def _note(row: dict, note: str) -> None:
