@@ -7,12 +7,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import pandas as pd
 import pytest
 from mlflow import MlflowClient
 
 from tests.execution_helpers import fast_run_config
 from workbench.config import RunConfig, deep_merge
 from workbench.execution.run import RunOutcome, execute_run
+from workbench.results.reader import StudyReader
 from workbench.tracking.store import checkpoint_root, resolve_tracking_uri
 
 STEPS = 4
@@ -37,6 +39,8 @@ class ResumeRecord:
     resumed: dict[str, dict[int, float]]
     resumed_tags: dict[str, str]
     checkpoint_dir_after: bool  # does the run's checkpoint directory still exist after it FINISHED?
+    reference_problems: pd.DataFrame  # per-problem eval rows (eval/problems.csv.gz) of the uninterrupted run
+    resumed_problems: pd.DataFrame  # ... and of the resumed one
 
 
 def resume_config(learner: dict, **overrides) -> RunConfig:
@@ -44,8 +48,15 @@ def resume_config(learner: dict, **overrides) -> RunConfig:
     all-zero rewards would leave the weights alone), lr 1e-2, two minibatches (the second one's loss
     then depends on the updated weights, Adam's moments and the minibatch order)."""
     base = fast_run_config(steps=STEPS, algorithm={"minibatches": 2}, reward=LENGTH_REWARD,
+                           rollout={"eval_every": 2},  # an eval at the step a resume starts from
                            learner={"checkpoint_every": 1, "lr": 1e-2, **learner})
     return RunConfig.model_validate(deep_merge(base, overrides))
+
+
+def problem_rows(run_id: str) -> pd.DataFrame:
+    reader = StudyReader(resolve_tracking_uri(), cache_dir=False)
+    info = reader.run_info(run_id)
+    return reader.problem_results(pd.DataFrame({"run_id": [run_id], "artifact_uri": [info["artifact_uri"]]}))
 
 
 def history(run_id: str) -> dict[str, dict[int, float]]:
@@ -73,7 +84,8 @@ def interrupt_and_resume(cfg: RunConfig, crash_after: int, error: type[BaseExcep
     second = execute_run(cfg, study="resumed", variant="v", label="r")
     run = MlflowClient(resolve_tracking_uri()).get_run(second.run_id)
     return ResumeRecord(history(reference.run_id), first, second, history(second.run_id), run.data.tags,
-                        (checkpoint_root(resolve_tracking_uri()) / cfg.run_key()).exists())
+                        (checkpoint_root(resolve_tracking_uri()) / cfg.run_key()).exists(),
+                        problem_rows(reference.run_id), problem_rows(second.run_id))
 
 
 def check_resumed(record: ResumeRecord, crash_after: int, tolerance: float = 0.0) -> None:
@@ -89,3 +101,12 @@ def check_resumed(record: ResumeRecord, crash_after: int, tolerance: float = 0.0
         else:
             assert record.resumed[key] == pytest.approx(record.reference[key], rel=tolerance, abs=tolerance), key
     assert not record.checkpoint_dir_after  # a FINISHED run's checkpoints are removed
+    # the per-problem table: every eval step once (the eval at k+1 ran again after the resume, its
+    # rows from before the crash were not kept twice), the same rows as the uninterrupted run's
+    resumed, reference = record.resumed_problems, record.reference_problems
+    assert len(reference) and not resumed.duplicated(["step", "problem_id"]).any()
+    key = ["step", "problem_id"]
+    assert resumed[key].reset_index(drop=True).equals(reference[key].reset_index(drop=True))
+    if tolerance == 0.0:
+        assert resumed.drop(columns="run_id").reset_index(drop=True).equals(
+            reference.drop(columns="run_id").reset_index(drop=True))

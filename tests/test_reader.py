@@ -291,3 +291,34 @@ def test_both_backends_answer_the_run_reader_protocol_alike(study_dir, frames, m
     points_s, points_r = clean_points(sql.history(ids, None)), clean_points(rest.history(ids, None))
     assert len(points_s) == len(frames[0]) > 0
     pd.testing.assert_frame_equal(points_s, points_r, check_dtype=False)
+
+
+def test_per_problem_results_are_read_for_every_run_and_agree_with_eval_accuracy(study_dir, frames):
+    """Every run logged eval/problems.csv.gz: one row per eval step and problem, the same problem ids
+    in every run, each step's mean of `correct` is the logged eval/accuracy (a mean of 16 0/1 values
+    either way: equal to 16 x eps), and eval/n_problems says 16."""
+    history, runs = frames
+    problems = StudyReader(uri_of(study_dir), cache_dir=False).problem_results(runs)
+    assert list(problems.columns) == ["run_id", "step", "problem_id", "correct", "length", "truncated"]
+    assert set(problems["run_id"]) == set(runs["run_id"]) and not problems.duplicated(
+        ["run_id", "step", "problem_id"]).any()
+    ids = problems.groupby("run_id")["problem_id"].apply(frozenset)
+    assert ids.nunique() == 1 and len(ids.iloc[0]) == 16
+    accuracy = problems.groupby(["run_id", "step"])["correct"].mean()
+    logged = history[history["metric"] == "eval/accuracy"].set_index(["run_id", "step"])["value"]
+    assert accuracy.index.equals(logged.sort_index().index)
+    assert np.allclose(accuracy.to_numpy(), logged.sort_index().to_numpy(), rtol=0, atol=16 * 2.3e-16)
+    n = history[history["metric"] == "eval/n_problems"]
+    assert len(n) == len(logged) and (n["value"] == 16).all()
+    assert problems["length"].between(1, 8).all() and problems["truncated"].isin([0, 1]).all()
+
+
+def test_a_run_without_or_with_a_broken_table_has_no_rows_and_no_error(study_dir, tmp_path):
+    (tmp_path / "bad" / "eval").mkdir(parents=True)
+    (tmp_path / "bad" / "eval" / "problems.csv.gz").write_bytes(b"not gzip")
+    (tmp_path / "none").mkdir()
+    runs = pd.DataFrame({"run_id": ["bad", "none"],
+                         "artifact_uri": [f"file://{tmp_path / 'bad'}", f"file://{tmp_path / 'none'}"]})
+    problems = StudyReader(uri_of(study_dir), cache_dir=False).problem_results(runs)
+    assert problems.empty and list(problems.columns)[:3] == ["run_id", "step", "problem_id"]
+    assert problems.attrs["unreadable"] == ["bad"]

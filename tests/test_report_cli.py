@@ -206,3 +206,37 @@ def test_user_spec_without_code_and_spec_errors(in_study):
     result = CliRunner().invoke(app, ["dashboard", STUDY, "--spec", "broken"])
     assert result.exit_code == 2
     assert "broken.yaml:2: panels[0].aggregation: expected 'mean', 'iqm' or 'none'" in result.output.replace("\n", "")
+
+
+
+def test_compare_names_the_interval_over_seeds_and_problems(workdir, monkeypatch):
+    """Runs written to a real local store by the run writer (eval/accuracy and eval/problems.csv.gz,
+    as a run logs them; the micro model's accuracy is 0 everywhere, so its study has no variance to
+    show): compare adds the intervals over seeds and problems and names their method in every format."""
+    import numpy as np
+
+    from workbench.compare.problems import TWO_WAY_METHOD
+    from workbench.tracking.artifacts import PROBLEMS_ARTIFACT, encode_problem_rows
+    from workbench.tracking.writer import RunTracker
+
+    monkeypatch.setenv("COLUMNS", "300")
+    rng, uri, steps, ids = np.random.default_rng(0), f"sqlite:///{workdir / 'mlflow.db'}", [0, 5, 10], range(40)
+    for variant, p in (("grpo", 0.4), ("dr_grpo", 0.5)):
+        for seed in range(3):
+            tracker = RunTracker(uri, "two-way", f"{variant}/seed={seed}", {
+                "workbench.role": "run", "workbench.study": "two-way", "workbench.variant": variant,
+                "workbench.seed": str(seed)})
+            tracker.start()
+            correct = rng.binomial(1, p, (len(steps), len(ids)))
+            for i, step in enumerate(steps):
+                tracker.log_metrics({"eval/accuracy": correct[i].mean(), "eval/n_problems": len(ids)}, step)
+            tracker.log_bytes(encode_problem_rows({
+                "step": np.repeat(steps, len(ids)), "problem_id": [f"q{j}" for _ in steps for j in ids],
+                "correct": correct.ravel(), "length": np.full(correct.size, 7), "truncated": np.zeros(correct.size, int),
+            }), PROBLEMS_ARTIFACT)
+            tracker.finish("FINISHED")
+    for fmt in ("table", "md", "json", "csv"):
+        result = invoke("compare", "two-way", "--baseline", "grpo", "--format", fmt, "--no-log")
+        assert result.exit_code == 0, result.output
+        assert TWO_WAY_METHOD in result.output, fmt
+    assert "Δ [CI over seeds and problems]" in invoke("compare", "two-way", "--no-log").output

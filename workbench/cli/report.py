@@ -10,6 +10,7 @@ statistics) → :mod:`workbench.viz` (figures, HTML) → MLflow artifacts:
 from __future__ import annotations
 
 import html
+import math
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -143,6 +144,7 @@ def comparison_table_html(table: Any) -> str:
             "seeds needed (80% power)": ["—" if b else fmt_num(n)
                                          for b, n in zip(base, rows["seeds_needed"], strict=True)],
             "test": rows["test"],
+            **_two_way_html_columns(table, metric, rows, level),
         })
         parts.append(f"<h3>{html.escape(metric)} <small>({direction}; baseline: "
                      f"{html.escape(table.baseline_phrase())})</small></h3>")
@@ -150,6 +152,8 @@ def comparison_table_html(table: Any) -> str:
                                    cell_class={"verdict": _verdict_class},
                                    row_class=lambda r: "baseline" if r["verdict"] == "baseline" else ""))
         notes = [f"{r['variant']}: {r['note']}" for r in rows.to_dict("records") if r["note"]]
+        if table.two_way(metric):
+            notes.append(table.two_way(metric))
         if notes:
             parts.append("<ul class='note'>" + "".join(f"<li>{html.escape(n)}</li>" for n in notes) + "</ul>")
     return "\n".join(parts)
@@ -159,6 +163,18 @@ def _looks_html(table: Any) -> str:
     """The study's sequential design and a seeds-added-after-looking flag, as set by ``compare``."""
     return "".join(f"<p class='note'><b>{html.escape(table.settings[k])}</b></p>"
                    for k in ("sequential", "seeds_added") if table.settings.get(k))
+
+
+def _two_way_html_columns(table: Any, metric: str, rows: pd.DataFrame, level: str) -> dict[str, list[str]]:
+    """The intervals over seeds and problems, when the metric has them (else no columns)."""
+    if not table.two_way(metric):
+        return {}
+    records = rows.to_dict("records")
+    return {
+        f"mean [{level} CI over seeds and problems]": [
+            fmt_ci(r["mean"], r["mean_2way_lo"], r["mean_2way_hi"]) if r["two_way_method"] else "—" for r in records],
+        "Δ [CI over seeds and problems]": [_two_way_delta(r) for r in records],
+    }
 
 
 def _runs_overview_html(runs: pd.DataFrame, excluded: dict[str, int]) -> str:
@@ -259,6 +275,9 @@ def _table_cells(table: Any, metric: str) -> tuple[list[str], list[list[str]], l
     vs = table.per_grid_point
     head = [table.unit, *(["baseline arm"] if vs else []), "runs", f"mean [{level} CI]", "Δ vs baseline [CI]",
             f"P(improve) [{level} CI]", f"p ({table.correction})", "verdict", "seeds needed"]
+    two_way = bool(table.two_way(metric))
+    if two_way:  # last, so the columns before keep their places for `cut`
+        head += ["Δ [CI over seeds and problems]"]
     rows, verdicts = [], []
     for r in table.for_metric(metric).to_dict("records"):
         base = r["verdict"] == "baseline"
@@ -267,9 +286,16 @@ def _table_cells(table: Any, metric: str) -> tuple[list[str], list[list[str]], l
                      "—" if base else fmt_ci(r["delta"], r["delta_lo"], r["delta_hi"]),
                      "—" if base else fmt_ci(r["p_improve"], r["p_improve_lo"], r["p_improve_hi"]),
                      "—" if base else fmt_p(r["p_adjusted"]), str(r["verdict"]),
-                     "—" if base else fmt_num(r["seeds_needed"])])
+                     "—" if base else fmt_num(r["seeds_needed"]),
+                     *([_two_way_delta(r)] if two_way else [])])
         verdicts.append(str(r["verdict"]))
     return head, rows, verdicts
+
+
+def _two_way_delta(r: dict) -> str:
+    if r["verdict"] == "baseline" or not math.isfinite(r["delta_2way_lo"]):
+        return "—"
+    return fmt_ci(r["delta"], r["delta_2way_lo"], r["delta_2way_hi"])
 
 
 def _title(table: Any, metric: str) -> str:
@@ -293,9 +319,10 @@ def print_table(table: Any, out: Any = None) -> None:
     styles = {"better": "bold green", "worse": "bold red", "baseline": "bold"}
     for metric in table.metrics:
         head, rows, verdicts = _table_cells(table, metric)
+        method = table.two_way(metric)  # names the method of the intervals over seeds and problems
         if not out.is_terminal:
             out.file.write(f"# {_title(table, metric)}\n" + "\t".join(head) + "\n"
-                           + "".join("\t".join(r) + "\n" for r in rows))
+                           + "".join("\t".join(r) + "\n" for r in rows) + (f"# {method}\n" if method else ""))
             continue
         t = Table(title=escape(_title(table, metric)), title_justify="left")
         for i, col in enumerate(head):
@@ -311,6 +338,8 @@ def print_table(table: Any, out: Any = None) -> None:
         natural = Measurement.get(out, out.options.update(max_width=1_000_000), t).maximum  # unwrapped width
         if natural <= out.width:
             out.print(t)
+            if method:
+                out.print(escape(method), soft_wrap=True, highlight=False)
             continue
         out.print(escape(_title(table, metric)), soft_wrap=True, highlight=False)
         key_width = max(len(h) for h in head[1:])
@@ -320,6 +349,8 @@ def print_table(table: Any, out: Any = None) -> None:
             for h, c in zip(head[1:], r[1:], strict=True):
                 value = f"[{style}]{escape(c)}[/{style}]" if h == "verdict" and style else escape(c)
                 out.print(f"  {h.ljust(key_width)}  {value}", soft_wrap=True, highlight=False)
+        if method:
+            out.print(escape(method), soft_wrap=True, highlight=False)
         out.print("")
 
 # --------------------------------------------------------------------------------------------
@@ -430,6 +461,7 @@ def compare(
     that one arm."""
     from workbench.compare import compare_variants, resolve_summary, summarize_runs  # deferred: scipy
     from workbench.compare.arms import arm_column  # deferred: scipy
+    from workbench.compare.problems import TWO_WAY_SUMMARIES  # deferred: scipy
 
     if format not in ("table", "csv", "json", "md"):
         raise fail(f"--format must be one of table, csv, json, md; got {format!r}")
@@ -461,9 +493,12 @@ def compare(
         grid = f"; arms: {', '.join(arms)}" if arms != variants else ""
         raise fail(f"baseline {base!r} is not a variant{' or arm' if grid else ''} of study {target.study!r} "
                    f"(variants: {', '.join(variants)}{grid})")
+    problems = None
+    if any(n in TWO_WAY_SUMMARIES for n in names):  # eval-based: intervals over seeds and problems too
+        problems = target.reader.problem_results(runs)
     try:
         summary = summarize_runs(history, runs, names)
-        table = compare_variants(summary, base, names)
+        table = compare_variants(summary, base, names, problems=problems)
     except ValueError as e:
         raise fail(str(e)) from None
 

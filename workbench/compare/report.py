@@ -32,6 +32,7 @@ import pandas as pd
 
 from . import arms as _arms
 from . import outcomes as _outcomes
+from . import problems as _problems
 from . import stats, wording
 from .summary import resolve_summary
 
@@ -74,6 +75,7 @@ COLUMNS: tuple[str, ...] = (
     "baseline_arm",
     "mean_method",
     "iqm_method",
+    *_problems.TWO_WAY_COLUMNS,
 )
 #: Per-outcome run counts (:mod:`workbench.compare.outcomes`), as shown in every output.
 COUNT_COLUMNS: tuple[str, ...] = ("n_finished", "n_failed", "n_stopped", "n_censored", "n_missing")
@@ -168,6 +170,11 @@ class ComparisonTable:
       seeds / withheld: <why> / no data / no baseline at this grid point / baseline.
     - ``seeds_needed``: seeds per variant for ``power`` at alpha for the observed delta and sd.
     - ``test``: the test behind ``p_value``; ``note``: anything unusual (1 seed, NaNs dropped, ...).
+    - ``n_problems``, ``mean_2way_lo``/``mean_2way_hi``, ``delta_2way_lo``/``delta_2way_hi``,
+      ``two_way_method``: with per-problem results (``compare_variants(problems=...)``), for
+      eval-based summaries, the intervals over seeds *and* eval problems (the mean's at
+      ``confidence``, Δ's at ``delta_level``) and their method (:mod:`workbench.compare.problems`);
+      NaN and "" otherwise (the row's note says why when the summary is eval-based).
     """
 
     df: pd.DataFrame
@@ -267,7 +274,7 @@ class ComparisonTable:
             return math.nan if v is None else v
 
         text = {"metric", "variant", "verdict", "note", "test", "higher_is_better", "paired", "baseline_arm",
-                "mean_method", "iqm_method"}
+                "mean_method", "iqm_method", "two_way_method"}
         rows = [{k: v if k in text else back(v) for k, v in r.items()} for r in d["rows"]]
         df = pd.DataFrame(rows, columns=d["columns"])
         if "paired" in df.columns:
@@ -281,6 +288,16 @@ class ComparisonTable:
             correction=d["correction"],
             settings=dict(d.get("settings", {})),
         )
+
+    def two_way(self, metric: str) -> str:
+        """What the metric's intervals over seeds and problems are, in one sentence ("" if none)."""
+        rows = self.for_metric(metric)
+        rows = rows[rows["two_way_method"].fillna("") != ""] if "two_way_method" in rows.columns else rows[:0]
+        if rows.empty:
+            return ""
+        n = ", ".join(str(int(k)) for k in pd.unique(rows["n_problems"]))
+        return (f"Intervals over seeds and problems ({n} eval problems): {rows['two_way_method'].iloc[0]}; they "
+                "add the draw of the eval problems to the seed-only intervals (docs/reports.md).")
 
     def to_markdown(self) -> str:
         """One GitHub-flavoured markdown table per metric, best first."""
@@ -305,20 +322,27 @@ class ComparisonTable:
                 "verdict",
                 "seeds for 80% power" if self.settings.get("power", 0.8) == 0.8 else "seeds needed",
             ]
+            two_way = self.two_way(metric)
+            if two_way:
+                head += [f"mean [{level} CI over seeds and problems]", "Δ [corrected CI over seeds and problems]"]
             out.write("| " + " | ".join(head) + " |\n")
             out.write("|" + "|".join("---" for _ in head) + "|\n")
             for r in self.for_metric(metric).to_dict("records"):
                 cells = _markdown_cells(r, with_baseline_arm=vs)
+                if two_way:
+                    cells += _two_way_cells(r)
                 out.write("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |\n")
             notes = [f"{r['variant']}: {r['note']}" for r in self.for_metric(metric).to_dict("records") if r["note"]]
             if notes:
                 out.write("\n" + "\n".join(f"- {n}" for n in notes) + "\n")
+            if two_way:
+                out.write(f"\n{two_way}\n")
             out.write("\n")
         for key in ("sequential", "seeds_added"):  # set by `workbench compare` from the study's recorded looks
             if self.settings.get(key):
                 out.write(f"**{self.settings[key]}**\n\n")
         out.write(
-            f"Δ = {self.unit} − baseline; CIs of Δ are t intervals after {self.correction} correction "
+            f"Δ = {self.unit} − baseline; CIs of Δ are t intervals over seeds after {self.correction} correction "
             f"(family: {self.settings.get('family', 'metric')}), excluding 0 exactly when the corrected "
             f"test rejects; mean CIs: t interval; IQM CIs: trimmed-mean t (Tukey-McLaughlin; t below 4 seeds); P(improve) "
             f"CIs: percentile bootstrap ({self.settings.get('n_resamples', '?')} resamples). seeds = "
@@ -346,6 +370,15 @@ def _markdown_cells(r: Mapping[str, Any], *, with_baseline_arm: bool) -> list[st
         str(r["verdict"]),
         "—" if base else _fmt(r["seeds_needed"]),
     ]
+
+
+def _two_way_cells(r: Mapping[str, Any]) -> list[str]:
+    """A row's intervals over seeds and problems (markdown): mean, then Δ (dashes where none)."""
+    base = r["verdict"] == "baseline"
+    mean = "—" if not r.get("two_way_method") else _fmt_ci(r["mean"], r["mean_2way_lo"], r["mean_2way_hi"])
+    delta = "—" if base or not math.isfinite(r.get("delta_2way_lo", math.nan)) else \
+        _fmt_ci(r["delta"], r["delta_2way_lo"], r["delta_2way_hi"])
+    return [mean, delta]
 
 
 def _child_rng(seed: int, *keys: str) -> np.random.Generator:
@@ -418,6 +451,7 @@ def compare_variants(
     n_resamples: int = stats.DEFAULT_RESAMPLES,
     power: float = 0.8,
     rng: int | np.random.Generator | None = 0,
+    problems: pd.DataFrame | None = None,
 ) -> ComparisonTable:
     """Compare every arm (variant) with its baseline on each metric column of ``summary_df``.
 
@@ -449,6 +483,12 @@ def compare_variants(
     ``n_resamples=0`` skips the bootstraps (IQM and P(improvement) without intervals; verdicts do
     not use them): for simulations. ``rng`` seeds every bootstrap (each cell gets its own stream derived from ``rng``, metric and
     arm, so a cell does not change when arms or metrics are added).
+
+    ``problems``: per-problem eval results (``run_id, step, problem_id, correct``, e.g.
+    :meth:`workbench.results.reader.StudyReader.problem_results`; ``summary_df`` then needs its
+    ``run_id`` column). For eval-based summaries the table then also has intervals over seeds *and*
+    problems (``mean_2way_*``, ``delta_2way_*``, ``two_way_method``; :mod:`workbench.compare.problems`).
+    Verdicts do not use them.
     """
     metrics = list(metrics)
     _check_arguments(summary_df, metrics, family=family, confidence=confidence, correction=correction,
@@ -478,6 +518,9 @@ def compare_variants(
     _correct(cells, correction=correction, family=family, alpha=plan.alpha)
     for cell in cells:
         _decide(cell, outcomes, confidence=confidence, alpha=plan.alpha)
+    if problems is not None:  # intervals over seeds and problems, beside the seed-only ones
+        _problems.add_intervals([c.row for c in cells], summary_df, problems, units=units, seed_col=seed_col,
+                                confidence=confidence)
     rows = _ranked_rows([c.row for c in cells], metrics, directions)
     df = pd.DataFrame(rows, columns=list(COLUMNS))
     df["paired"] = df["paired"].astype("boolean")
@@ -485,6 +528,7 @@ def compare_variants(
         "family": family, "pairing": pairing, "n_resamples": n_resamples, "power": power, "rng": plan.seed,
         "strata": strata, "bootstrap": "percentile (P(improve)); BCa (IQM with strata)",
         "iqm_ci": stats.IQM_T_METHOD, "mean_ci": "t", "arms": any(a != v for a, v in arm_variant.items()),
+        "two_way_ci": _problems.TWO_WAY_METHOD if (df["two_way_method"] != "").any() else "",
     }
     return ComparisonTable(df=df, baseline=baseline, metrics=metrics, higher_is_better=directions,
                            confidence=confidence, correction=correction, settings=settings)
@@ -589,6 +633,7 @@ def _estimate_row(metric: str, variant: str, base_arm: str | None, arm: _outcome
         "baseline_arm": base_arm or "",
         "mean_method": mean.method,
         "iqm_method": iqm.method,
+        **{c: "" if c == "two_way_method" else math.nan for c in _problems.TWO_WAY_COLUMNS},  # problems.py fills
     }
 
 

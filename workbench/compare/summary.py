@@ -493,6 +493,8 @@ def summarize_runs(
     out = pd.DataFrame(rows, columns=[*base_cols, *names])
     # what an inf means per metric, for the comparison's words ("never reached 0.5 in 4/6 runs")
     out.attrs["censored"] = {s.name: s.censored_reason(**params.get(s.name, {})) for s in specs if s.censored}
+    # the summaries' parameters (e.g. final_eval_accuracy's k): the per-problem intervals weight the evals alike
+    out.attrs["params"] = {name: dict(p) for name, p in params.items()}
     return out
 
 # --------------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from workbench.models.tiny_context import TINY_MAX_POSITIONS
 from workbench.models.tokenizer import build_char_tokenizer
 from workbench.tasks import build_task
 from workbench.tasks.jsonl import read_numbered_problems
+from workbench.tracking.artifacts import PROBLEMS_ARTIFACT
 from workbench.tracking.redact import redact_config
 from workbench.tracking.store import resolve_tracking_uri
 from workbench.tracking.writer import OutagePolicy, RunTracker, TrackingOutage, resend_spills
@@ -229,6 +230,8 @@ def execute_run(cfg: RunConfig, *, study: str, variant: str, label: str, parent_
                                            "workbench.stop_reason": stop_reason})
         tracker.log_text(monitor.report_json(), "health.json")
         tracker.log_table(result.samples, "samples.json")
+        if len(result.problems):
+            tracker.log_bytes(result.problems.to_csv_gz(), PROBLEMS_ARTIFACT)
         tracker.finish("FINISHED")
     except BaseException as error:  # noqa: BLE001 - e.g. MLflow lost at the very end: FAILED, resumable
         return _close_failed(tracker, monitor, bar, outcome, error)

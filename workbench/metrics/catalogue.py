@@ -90,6 +90,9 @@ CATALOGUE: tuple[MetricSpec, ...] = (
                healthy_range=(0.3, 0.7)),
     MetricSpec("eval/length_mean", "held-out mean response length, at eval steps", "tokens", "stable", NON_NEGATIVE,
                healthy_range=(20.0, 40.0)),
+    MetricSpec("eval/n_problems", "held-out problems scored at this eval step: eval/accuracy a is a mean over n "
+               "of them, so √(a(1−a)/n) is its standard error from the draw of problems alone (not seed noise)",
+               "count", "none", NON_NEGATIVE, healthy_range=(100.0, 500.0)),
     MetricSpec("perf/step_s", "wall time of the RL step", "s", "down", NON_NEGATIVE, healthy_range=(0.3, 0.6)),
     MetricSpec("perf/sample_s", "wall time sampling this step's completions (every sampling round)", "s", "down",
                NON_NEGATIVE, healthy_range=(0.1, 0.3)),

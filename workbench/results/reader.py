@@ -38,6 +38,15 @@ before); a run whose status or end time changed is read again. ``cache_dir`` def
 ``$WORKBENCH_HISTORY_CACHE`` or ``./.workbench/cache``; ``cache_dir=False`` turns it off.
 ``health.json`` artifacts of terminal runs are cached the same way (:meth:`StudyReader.health_reports`).
 
+Per-problem eval results (the ``eval/problems.csv.gz`` artifact of each run)::
+
+    from workbench.results.reader import load_problem_results
+
+    problems = load_problem_results("grpo-vs-dr-grpo")   # run_id, step, problem_id, correct, length, truncated
+
+are read from the run's artifacts (a local folder directly; a tracking server's through MLflow's
+artifact download), not cached; a run without the artifact has no rows.
+
 The parts live in :mod:`workbench.results.readers`, one module each: the :class:`RunReader`
 protocol, its SQL and REST backends, the cache and the frame assembly; this module puts them
 together (:class:`StudyReader`) and keeps the names callers import.
@@ -72,6 +81,7 @@ from workbench.results.readers.frames import (
     split_runs,
 )
 from workbench.results.readers.protocol import TERMINAL_STATUSES, RunReader, StudyNotFound
+from workbench.tracking.artifacts import PROBLEM_COLUMNS, PROBLEMS_ARTIFACT, decode_problem_rows, empty_problem_rows
 from workbench.tracking.redact import redact_uri
 from workbench.tracking.store import resolve_tracking_uri
 
@@ -82,6 +92,7 @@ __all__ = [
     "StudyFrames",
     "StudyNotFound",
     "StudyReader",
+    "load_problem_results",
     "load_study_frames",
 ]
 
@@ -228,13 +239,13 @@ class StudyReader:
 
     # ---- artifacts ---------------------------------------------------------------------------
 
-    def read_artifact_text(self, run_id: str, artifact_uri: str | None, path: str) -> str | None:
-        """One artifact file as text (None if absent): read directly for a local artifact
-        store, downloaded otherwise."""
+    def read_artifact_bytes(self, run_id: str, artifact_uri: str | None, path: str) -> bytes | None:
+        """One artifact file's bytes (None if absent): read directly for a local artifact store,
+        downloaded otherwise (a tracking server's artifacts included)."""
         if artifact_uri and artifact_uri.startswith("file:"):
             local = Path(unquote(urlparse(artifact_uri).path)) / path
             try:
-                return local.read_text(encoding="utf-8")
+                return local.read_bytes()
             except OSError:
                 return None
         import tempfile
@@ -246,9 +257,48 @@ class StudyReader:
             try:
                 local = mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=path, dst_path=tmp,
                                                             tracking_uri=self.tracking_uri)
-                return Path(local).read_text(encoding="utf-8")
+                return Path(local).read_bytes()
             except (MlflowException, OSError):
                 return None
+
+    def read_artifact_text(self, run_id: str, artifact_uri: str | None, path: str) -> str | None:
+        """One artifact file as text (None if absent or not UTF-8)."""
+        data = self.read_artifact_bytes(run_id, artifact_uri, path)
+        try:
+            return None if data is None else data.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+
+    def problem_results(self, runs: pd.DataFrame) -> pd.DataFrame:
+        """Per-problem eval results of ``runs`` (rows of a ``runs`` frame: ``run_id`` and
+        ``artifact_uri``), long: ``run_id, step, problem_id, correct, length, truncated``, one row
+        per run, eval step and held-out problem (the ``eval/problems.csv.gz`` artifact,
+        :mod:`workbench.tracking.artifacts`). A run without the artifact (logged before it existed,
+        imported, failed before its end) or with an unreadable one has no rows: never an error.
+        Read in parallel; ``frame.attrs["unreadable"]`` lists runs whose artifact did not parse."""
+        todo = list(zip(runs["run_id"], runs["artifact_uri"], strict=True))
+
+        def read(item: tuple[str, str | None]) -> pd.DataFrame | None:
+            data = self.read_artifact_bytes(item[0], item[1], PROBLEMS_ARTIFACT)
+            return None if data is None else decode_problem_rows(data)
+
+        frames, unreadable = [], []
+        if todo:
+            with ThreadPoolExecutor(max_workers=min(8, len(todo))) as pool:
+                futures = [(rid, pool.submit(read, (rid, art))) for rid, art in todo]
+                for rid, future in futures:
+                    try:
+                        frame = future.result()
+                    except ValueError:  # not the artifact's format: said in attrs, not raised
+                        unreadable.append(rid)
+                        continue
+                    if frame is not None and len(frame):
+                        frames.append(frame.assign(run_id=rid))
+        empty = empty_problem_rows().assign(run_id=pd.Series([], dtype="string"))
+        out = pd.concat(frames, ignore_index=True) if frames else empty
+        out = out[["run_id", *PROBLEM_COLUMNS]].astype({"run_id": "string"})
+        out.attrs["unreadable"] = unreadable
+        return out
 
     def health_reports(self, runs: pd.DataFrame, artifact: str = "health.json") -> dict[str, dict[str, Any] | None]:
         """``run_id -> health.json`` (None where the run logged none), read in parallel, cached
@@ -289,4 +339,16 @@ def load_study_frames(study_name: str, tracking_uri: str | None = None, metrics:
     """
     frames = StudyReader(tracking_uri, cache_dir=cache_dir).load(study_name, metrics, run_ids=run_ids)
     return frames.history, frames.runs
+
+
+def load_problem_results(study_name: str, tracking_uri: str | None = None, *,
+                         run_ids: Iterable[str] | None = None) -> pd.DataFrame:
+    """Per-problem eval results of every child run of ``study_name`` (``run_ids``: only those):
+    ``run_id, step, problem_id, correct, length, truncated`` (:meth:`StudyReader.problem_results`);
+    join ``runs`` on ``run_id`` for variant, arm and seed."""
+    reader = StudyReader(tracking_uri, cache_dir=False)
+    _, runs = reader.load_runs(study_name)
+    if run_ids is not None:
+        runs = runs[runs["run_id"].isin(set(run_ids))]
+    return reader.problem_results(runs)
 

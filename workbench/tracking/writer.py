@@ -301,6 +301,15 @@ class RunTracker:
             self._call(self.client.log_table, self.run_id, data=pd.DataFrame(rows), artifact_file=artifact_file,
                        what=f"logging {artifact_file}")
 
+    def log_bytes(self, data: bytes, artifact_file: str) -> None:
+        """One binary artifact (e.g. ``eval/problems.csv.gz``) at ``artifact_file``."""
+        folder, _, name = artifact_file.rpartition("/")
+        with tempfile.TemporaryDirectory() as tmp:
+            local = Path(tmp) / name
+            local.write_bytes(data)
+            self._call(self.client.log_artifact, self.run_id, str(local), folder or None,
+                       what=f"logging {artifact_file}")
+
     def log_artifact_dir(self, files: dict[str, str]) -> None:
         with tempfile.TemporaryDirectory() as tmp:
             for name, text in files.items():

@@ -8,8 +8,8 @@ A run's checkpoints live in ``<root>/<run_key>/`` where ``<root>`` (``tracking.s
 
 Each save writes ``step-<n>/`` (``n`` = RL steps done) holding the learner's state (its own format:
 ``engine.save_checkpoint`` for DeepSpeed, model + optimizer ``state_dict`` for torch) and ``loop.pt``
-(the loop's RNG states and the metrics logged so far), then points ``latest.json`` at it and
-removes older ones. A FAILED or KILLED run executed again restores the latest and continues
+(the loop's RNG states, the metrics logged so far and the per-problem eval rows), then points
+``latest.json`` at it and removes older ones. A FAILED or KILLED run executed again restores the latest and continues
 at step ``n``; a FINISHED run's checkpoints are removed.
 """
 
@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 
 from workbench.tracking.store import checkpoint_root
+from workbench.train.evaluate import ProblemResults
 from workbench.train.learner_protocol import Learner
 
 LATEST = "latest.json"
@@ -42,6 +43,7 @@ class LoopState:
     torch_rng: torch.Tensor  # torch global RNG state
     history: list[tuple[int, dict[str, float]]] = field(default_factory=list)  # (step, metrics) as logged
     samples: list[dict] = field(default_factory=list)  # completions shown at eval steps so far
+    problems: dict[str, list] = field(default_factory=dict)  # per-problem eval rows so far, as columns
 
 
 class RunCheckpoints:
@@ -100,9 +102,10 @@ class RunCheckpoints:
 
 
 def capture(steps_done: int, task_rng: random.Random, minibatch_rng: torch.Generator,
-            history: list, samples: list) -> LoopState:
+            history: list, samples: list, problems: ProblemResults | None = None) -> LoopState:
+    columns = {} if problems is None else {name: list(values) for name, values in vars(problems).items()}
     return LoopState(steps_done, task_rng.getstate(), minibatch_rng.get_state(), torch.get_rng_state(),
-                     list(history), list(samples))
+                     list(history), list(samples), columns)
 
 
 def _as_tuples(value):

@@ -15,7 +15,7 @@ from typing import Protocol
 from workbench.config import RunConfig
 from workbench.health import HealthMonitor
 from workbench.train.checkpoint import RunCheckpoints, capture
-from workbench.train.evaluate import evaluate
+from workbench.train.evaluate import ProblemResults, evaluate
 from workbench.train.step import RunParts, health_metrics, open_run_parts, rl_step
 
 
@@ -38,6 +38,7 @@ class TrainResult:
     stop: StopReason | None = None  # None: every step ran
     eval_history: list[tuple[int, float]] = field(default_factory=list)  # (step, eval/accuracy)
     samples: list[dict] = field(default_factory=list)  # completions shown at eval steps
+    problems: ProblemResults = field(default_factory=ProblemResults)  # every eval step's per-problem rows
     last_metrics: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -58,11 +59,12 @@ def train(cfg: RunConfig, sink: StepSink, monitor: HealthMonitor,
         for step in range(result.steps_done, roll.steps + 1):
             metrics: dict[str, float] = {}
             if step % roll.eval_every == 0 or step == roll.steps:  # before this step's update
-                eval_metrics, samples = evaluate(parts.sampler, parts.verifier, parts.eval_set, roll, seed=cfg.seed,
-                                                 step=step)
+                eval_metrics, samples, problems = evaluate(parts.sampler, parts.verifier, parts.eval_set, roll,
+                                                           seed=cfg.seed, step=step)
                 metrics |= eval_metrics
                 result.eval_history.append((step, eval_metrics["eval/accuracy"]))
                 result.samples += samples
+                result.problems.extend(problems)
             if step < roll.steps:
                 metrics |= rl_step(cfg, step, parts)
                 result.steps_done = step + 1
@@ -71,7 +73,8 @@ def train(cfg: RunConfig, sink: StepSink, monitor: HealthMonitor,
             history.append((step, metrics))
             result.last_metrics |= metrics
             if checkpoints is not None and step < roll.steps and checkpoints.due(step + 1):
-                checkpoints.save(parts.learner, capture(step + 1, parts.rng, parts.generator, history, result.samples))
+                checkpoints.save(parts.learner, capture(step + 1, parts.rng, parts.generator, history, result.samples,
+                                                        result.problems))
             result.stop = None if on_step is None else on_step(step, metrics)  # e.g. Optuna pruning
             if result.stop is None and monitor.should_stop:
                 result.stop = StopReason(f"health: {monitor.reasons}")
@@ -88,7 +91,9 @@ def resume(checkpoints: RunCheckpoints, parts: RunParts,
     state = checkpoints.restore(parts.learner, parts.rng, parts.generator)
     with parts.learner.gathered_model() as full:  # ZeRO-3 partitions the weights elsewhere
         parts.sampler.sync_weights(full)
-    result = TrainResult(steps_done=state.steps_done, samples=state.samples)
+    # rows of evals that run again from here on are dropped, so no (step, problem) is recorded twice
+    problems = ProblemResults(**state.problems).before(state.steps_done) if state.problems else ProblemResults()
+    result = TrainResult(steps_done=state.steps_done, samples=state.samples, problems=problems)
     for step, metrics in state.history:
         parts.monitor.observe(step, metrics)
         sink.log_metrics(metrics, step)
