@@ -33,17 +33,14 @@ class ArithmeticTask(GeneratedSplits):
         bad = sorted(set(self.ops) - set(OPS))
         if not self.ops or bad:
             raise ValueError(f"task.ops must be a non-empty string of {OPS!r}, got {self.ops!r}")
-        space = self._space_size()
-        if self.eval_size > space // 4:
-            raise ValueError(
-                f"task.eval_size={self.eval_size} leaves too few training problems "
-                f"(only ~{space} distinct problems with digits={self.digits}, ops={self.ops!r})"
-            )
+        self.check_eval_size(self._space_size(), f"arithmetic with digits={self.digits}, ops={self.ops!r}")
         self._draw_eval_set("arithmetic")
 
     def _space_size(self) -> int:
+        """Distinct prompts ``_draw`` produces: every pair for + and ×, a >= b for −, a = b·q with b >= 1 for ÷."""
         n = 10**self.digits
-        return n * n * len(self.ops)
+        per_op = {"+": n * n, "-": n * (n + 1) // 2, "*": n * n, "/": (n - 1) * n}
+        return sum(per_op[op] for op in set(self.ops))
 
     def _draw(self, rng: random.Random) -> Problem:
         hi = 10**self.digits - 1
