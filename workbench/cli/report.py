@@ -356,6 +356,7 @@ def _labelled_by_arm(runs: pd.DataFrame) -> pd.DataFrame:
 
 def _spec_metrics(spec: Any) -> set[str]:
     from workbench.compare import resolve_summary  # deferred: scipy
+    from workbench.compare.panels import BINOMIAL_DENOMINATORS  # deferred: scipy, statsmodels
     from workbench.compare.summary import COUNT_METRICS  # deferred: scipy
     from workbench.viz.spec import summary_name  # deferred: plotly, pydantic, scipy
 
@@ -363,6 +364,7 @@ def _spec_metrics(spec: Any) -> set[str]:
     for p in spec.panels:
         if p.kind == "curve":
             out |= set(p.metrics)
+            out |= {BINOMIAL_DENOMINATORS[m] for m in p.metrics if m in BINOMIAL_DENOMINATORS}  # eval error bars
             if (p.x or spec.defaults.x) != "step":
                 out |= set(COUNT_METRICS)
         elif p.kind == "summary":
