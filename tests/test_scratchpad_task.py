@@ -188,6 +188,24 @@ def test_eval_size_is_capped_at_a_quarter_of_the_real_space():
         ScratchpadTask(digits=1, operands=3, ops="+-", eval_size=691)
 
 
+def test_a_study_with_too_large_an_eval_set_is_refused_at_plan(tmp_path):
+    """`workbench plan` (the config check) refuses it with one line naming the field and the file, exit 2."""
+    from typer.testing import CliRunner
+
+    from workbench.cli.main import app
+
+    study = tmp_path / "big_eval.yaml"
+    study.write_text("name: big-eval\nbase:\n  model: {builtin: tiny}\n"
+                     "  task: {name: scratchpad, digits: 1, operands: 3, eval_size: 691}\n")
+    result = CliRunner().invoke(app, ["plan", str(study)], env={"COLUMNS": "200"})
+    assert result.exit_code == 2, result.output
+    assert "big_eval.yaml" in result.output and "task.eval_size=691" in result.output
+    assert "2,760 distinct prompts" in result.output and "Traceback" not in result.output
+    with pytest.raises(ValueError, match="task.eval_size=691"):
+        TaskConfig(name="scratchpad", digits=1, operands=3, eval_size=691)
+    TaskConfig(name="scratchpad", digits=1, operands=3, eval_size=690)
+
+
 def test_the_shipped_eval_set_takes_the_documented_share_of_training_draws():
     """An eval set of distinct prompts takes the likeliest first: the figures docs/findings.md and
     studies/scratchpad.yaml state for eval_size 100 and 500 (exact probabilities, so the only

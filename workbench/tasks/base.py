@@ -31,6 +31,20 @@ class Task(Protocol):
         ...
 
 
+def check_eval_size(eval_size: int, space: int, settings: str) -> None:
+    """``eval_size`` must be at most a quarter of the ``space`` distinct prompts a task draws.
+
+    A task whose prompts are not equally likely loses more than that share of its training *draws*:
+    an eval set of distinct prompts takes the likeliest ones first (``docs/findings.md`` gives the
+    scratchpad task's figures)."""
+    if eval_size > space // EVAL_SHARE_OF_SPACE:
+        raise ValueError(
+            f"task.eval_size={eval_size} leaves too few training problems: {settings} draws "
+            f"{space:,} distinct prompts and the eval set may take at most a quarter of them "
+            f"({space // EVAL_SHARE_OF_SPACE:,})"
+        )
+
+
 class GeneratedSplits:
     """Disjoint splits for a task that generates its problems with ``_draw(rng)``: the eval set is
     drawn once from ``seed`` (distinct prompts), and a training problem whose prompt is in it is
@@ -42,19 +56,6 @@ class GeneratedSplits:
 
     def _draw(self, rng: random.Random) -> Problem:
         raise NotImplementedError
-
-    def check_eval_size(self, space: int, settings: str) -> None:
-        """``eval_size`` must be at most a quarter of the ``space`` distinct prompts the task draws.
-
-        A task whose prompts are not equally likely loses more than that share of its training
-        *draws*: an eval set of distinct prompts takes the likeliest ones first (``docs/findings.md``
-        gives the scratchpad task's figures)."""
-        if self.eval_size > space // EVAL_SHARE_OF_SPACE:
-            raise ValueError(
-                f"task.eval_size={self.eval_size} leaves too few training problems: {settings} draws "
-                f"{space:,} distinct prompts and the eval set may take at most a quarter of them "
-                f"({space // EVAL_SHARE_OF_SPACE:,})"
-            )
 
     def _draw_eval_set(self, tag: str) -> None:
         rng = random.Random(f"{tag}-eval-{self.seed}")

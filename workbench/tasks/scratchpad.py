@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from workbench.tasks.base import EVAL_SHARE_OF_SPACE, GeneratedSplits, Problem, boxed
+from workbench.tasks.base import EVAL_SHARE_OF_SPACE, GeneratedSplits, Problem, boxed, check_eval_size
 
 OPS = "+-"
 WORKED_FRACTION = 0.5  # share of cold-start solutions that show their steps (the rest are terse)
@@ -62,6 +62,12 @@ def count_prompts(digits: int, operands: int, ops: str, cap: int) -> int:
     return total
 
 
+def check_scratchpad_eval_size(digits: int, operands: int, ops: str, eval_size: int) -> None:
+    enough = EVAL_SHARE_OF_SPACE * (eval_size + 1)  # any count this large passes the check
+    check_eval_size(eval_size, count_prompts(digits, operands, ops, cap=enough),
+                    f"scratchpad with digits={digits}, operands={operands}, ops={ops!r}")
+
+
 @dataclass
 class ScratchpadTask(GeneratedSplits):
     """Problems ``a op b op c ...=`` with 2..``operands`` operands of up to ``digits`` digits.
@@ -90,9 +96,7 @@ class ScratchpadTask(GeneratedSplits):
         bad = sorted(set(self.ops) - set(OPS))
         if not self.ops or bad:
             raise ValueError(f"task.ops must be a non-empty string of {OPS!r} for scratchpad, got {self.ops!r}")
-        enough = EVAL_SHARE_OF_SPACE * (self.eval_size + 1)  # any count this large passes the check
-        self.check_eval_size(count_prompts(self.digits, self.operands, self.ops, cap=enough),
-                             f"scratchpad with digits={self.digits}, operands={self.operands}, ops={self.ops!r}")
+        check_scratchpad_eval_size(self.digits, self.operands, self.ops, self.eval_size)
         self._draw_eval_set("scratchpad")
 
     def _draw(self, rng: random.Random) -> Problem:
