@@ -19,6 +19,7 @@ import numpy as np
 from workbench.tasks.base import EVAL_SHARE_OF_SPACE, GeneratedSplits, Problem, boxed, check_eval_size
 
 OPS = "+-"
+DEFAULT_OPERANDS = 4  # task.operands when a scratchpad study leaves it unset
 WORKED_FRACTION = 0.5  # share of cold-start solutions that show their steps (the rest are terse)
 _BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
 
@@ -80,7 +81,7 @@ class ScratchpadTask(GeneratedSplits):
     """
 
     digits: int = 2
-    operands: int = 4
+    operands: int = DEFAULT_OPERANDS
     ops: str = "+-"
     seed: int = 0
     eval_size: int = 200
