@@ -1,8 +1,10 @@
 """The scratchpad task: hand-checked problems, determinism, disjoint splits, and worked solutions
 that math-verify accepts and that vary in length."""
 
+import itertools
 import random
 import statistics
+from fractions import Fraction
 
 import pytest
 from hypothesis import given, settings
@@ -12,7 +14,7 @@ from workbench.config import TaskConfig
 from workbench.models.sft import sft_batch
 from workbench.reward._worker import math_verify_scorer
 from workbench.tasks import Problem, ScratchpadTask, build_task
-from workbench.tasks.scratchpad import worked_solution
+from workbench.tasks.scratchpad import count_prompts, worked_solution
 
 
 def evaluate(prompt: str) -> int:
@@ -134,3 +136,88 @@ def test_worked_solution_ends_in_the_left_to_right_total(operands, data):
     prompt = "".join(str(a) + op for a, op in zip(operands, [*ops, "="], strict=True))
     assert text.endswith(f"\\boxed{{{evaluate(prompt)}}}")
     assert text.count("=") == len(ops)
+
+
+def enumerate_prompts(digits: int, operands: int, ops: str) -> dict[str, Fraction]:
+    """Every prompt the task can draw, with its exact draw probability, by brute force: 2..operands numbers
+    below 10**digits joined by ops, kept when every left-to-right running total is >= 0. Probability as
+    ``_draw`` makes it: a uniform operand count, a uniform first number, then per operator a uniform op and
+    a uniform number up to 10**digits - 1 (after '+') or up to min(that, the running total) (after '-')."""
+    n, out = 10**digits, {}
+    for count in range(2, operands + 1):
+        for numbers in itertools.product(range(n), repeat=count):
+            for signs in itertools.product(ops, repeat=count - 1):
+                prompt = "".join(str(a) + op for a, op in zip(numbers, [*signs, "="], strict=True))
+                prefixes = [prompt[: i] for i, ch in enumerate(prompt) if ch in "+-="]
+                totals = [evaluate(prefix) for prefix in prefixes]
+                if min(totals) < 0:
+                    continue
+                probability = Fraction(1, operands - 1) * Fraction(1, n)
+                for sign, before in zip(signs, totals, strict=False):
+                    probability *= Fraction(1, len(ops)) * Fraction(1, n if sign == "+" else min(n - 1, before) + 1)
+                out[prompt] = probability
+    return out
+
+
+@pytest.mark.parametrize("digits, operands, ops", [
+    (1, 2, "+"), (1, 2, "+-"), (1, 3, "+-"), (1, 3, "-"), (1, 4, "-"), (2, 2, "+-"), (2, 2, "-"),
+])
+def test_counted_prompt_space_equals_the_enumerated_one(digits, operands, ops):
+    space = enumerate_prompts(digits, operands, ops)
+    assert sum(space.values()) == 1  # exact (Fractions): the enumeration is the whole draw distribution
+    assert count_prompts(digits, operands, ops, cap=10**9) == len(space)
+    assert count_prompts(digits, operands, ops, cap=len(space)) == len(space)  # a count at the cap is the cap
+    assert count_prompts(digits, operands, ops, cap=len(space) - 1) == len(space) - 1
+
+
+def test_the_shipped_config_draws_2760_prompts_and_nothing_else():
+    """digits=1, operands=3, ops '+-' (the studies' task): 155 two-operand and 2,605 three-operand prompts.
+    200,000 draws reach every one: the rarest has probability 1/8000, so P(any missed) <= 2760·e^-25."""
+    space = enumerate_prompts(1, 3, "+-")
+    assert len(space) == 2760 == count_prompts(1, 3, "+-", cap=10**9)
+    task = ScratchpadTask(digits=1, operands=3, ops="+-", eval_size=10)
+    rng = random.Random(0)
+    drawn = {task._draw(rng).prompt for _ in range(200_000)}
+    assert drawn == set(space)
+    assert min(space.values()) == Fraction(1, 8000)
+
+
+def test_eval_size_is_capped_at_a_quarter_of_the_real_space():
+    ScratchpadTask(digits=1, operands=3, ops="+-", eval_size=690)  # 2760 // 4
+    with pytest.raises(ValueError, match=r"task.eval_size=691 .* 2,760 distinct prompts .*\(690\)"):
+        ScratchpadTask(digits=1, operands=3, ops="+-", eval_size=691)
+
+
+def test_a_study_with_too_large_an_eval_set_is_refused_at_plan(tmp_path):
+    """`workbench plan` (the config check) refuses it with one line naming the field and the file, exit 2."""
+    from typer.testing import CliRunner
+
+    from workbench.cli.main import app
+
+    study = tmp_path / "big_eval.yaml"
+    study.write_text("name: big-eval\nbase:\n  model: {builtin: tiny}\n"
+                     "  task: {name: scratchpad, digits: 1, operands: 3, eval_size: 691}\n")
+    result = CliRunner().invoke(app, ["plan", str(study)], env={"COLUMNS": "200"})
+    assert result.exit_code == 2, result.output
+    assert "big_eval.yaml" in result.output and "task.eval_size=691" in result.output
+    assert "2,760 distinct prompts" in result.output and "Traceback" not in result.output
+    with pytest.raises(ValueError, match="task.eval_size=691"):
+        TaskConfig(name="scratchpad", digits=1, operands=3, eval_size=691)
+    TaskConfig(name="scratchpad", digits=1, operands=3, eval_size=690)
+
+
+def test_the_shipped_eval_set_takes_the_documented_share_of_training_draws():
+    """An eval set of distinct prompts takes the likeliest first: the figures docs/findings.md and
+    studies/scratchpad.yaml state for eval_size 100 and 500 (exact probabilities, so the only
+    tolerance is the rounding of the stated figures)."""
+    space = enumerate_prompts(1, 3, "+-")
+    shares = {}
+    for size in (100, 500):
+        held_out = {p.prompt for p in ScratchpadTask(digits=1, operands=3, ops="+-", eval_size=size).eval_problems()}
+        two_operand = {p for p in space if p.count("+") + p.count("-") == 1}
+        taken = float(sum(space[p] for p in held_out))
+        train_two = float(sum(space[p] for p in two_operand - held_out)) / (1 - taken)
+        shares[size] = (round(taken, 2), round(train_two, 2), len(held_out & two_operand))
+        print(f"eval_size {size}: {taken:.3f} of draws held out, two-operand share of training draws "
+              f"{train_two:.3f}, {len(held_out & two_operand)}/155 two-operand prompts in the eval set")
+    assert shares == {100: (0.23, 0.37, 52), 500: (0.59, 0.08, 142)}

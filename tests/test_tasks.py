@@ -4,6 +4,7 @@ import random
 import pytest
 
 from workbench.tasks import ArithmeticTask, JsonlTask
+from workbench.tasks.arithmetic import count_prompts
 
 
 def evaluate(prompt: str) -> int:
@@ -49,6 +50,19 @@ def test_splits_are_disjoint_and_eval_is_fixed():
 def test_train_sampling_follows_the_callers_rng():
     task = ArithmeticTask()
     assert task.sample_train(20, random.Random(7)) == task.sample_train(20, random.Random(7))
+
+
+def test_arithmetic_space_is_the_set_of_prompts_it_draws():
+    """digits=1: + and × every pair (100 each), − a >= b (55), ÷ b >= 1 (90). 100,000 draws reach all 345:
+    the rarest (a '-' with a = b) has probability 1/400, so P(any missed) <= 345·e^-250."""
+    task = ArithmeticTask(digits=1, ops="+-*/", eval_size=10)
+    rng = random.Random(0)
+    drawn = {task._draw(rng).prompt for _ in range(100_000)}
+    assert len(drawn) == count_prompts(1, "+-*/") == 345
+    assert count_prompts(1, "-") == 55
+    ArithmeticTask(digits=1, ops="-", eval_size=13)
+    with pytest.raises(ValueError, match=r"task.eval_size=14 .* 55 distinct prompts"):
+        ArithmeticTask(digits=1, ops="-", eval_size=14)
 
 
 @pytest.mark.parametrize("kwargs, match", [

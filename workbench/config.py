@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from workbench.health import HealthConfig
 from workbench.reward import validate_shaping
+from workbench.tasks.eval_size import check_task_eval_size
 
 Dtype = Literal["float32", "bfloat16", "float16"]
 RUN_KEY_VERSION = 1  # bump when a default value changes meaning (see RunConfig.run_key)
@@ -110,6 +111,9 @@ class TaskConfig(Strict):
             raise ValueError(f"task.operands applies to task 'scratchpad' only, not {self.name!r}")
         if self.name == "scratchpad" and set(self.ops) - set("+-"):
             raise ValueError(f"task 'scratchpad' takes ops from '+-', got {self.ops!r}")
+        # before `workbench plan` promises runs that could not start
+        check_task_eval_size(self.name, digits=self.digits, ops=self.ops, operands=self.operands,
+                             eval_size=self.eval_size)
         return self
 
 

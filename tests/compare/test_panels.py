@@ -163,3 +163,92 @@ def test_summary_panel_is_the_comparison_table_with_scipys_t_interval():
         pytest.approx((lo, hi), abs=1e-12)
     pts = seed_points(panel.values, metric, ["a"])
     assert pts["variant"].tolist() == ["a"] * 3 and pts["value"].tolist() == [0.5, 0.6, 0.9]
+
+
+# --------------------------------------------------------------------------------------------
+# Per-checkpoint eval noise: a Wilson interval over the problems of each eval
+# --------------------------------------------------------------------------------------------
+
+Z95 = 1.959963984540054  # the 97.5% normal quantile
+
+
+def wilson_by_hand(p: float, n: int, z: float = Z95) -> tuple[float, float]:
+    """Wilson's score interval, written from its formula: centre (p + z²/2n) / (1 + z²/n),
+    half-width z / (1 + z²/n) · sqrt(p(1-p)/n + z²/4n²)."""
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z / (1 + z * z / n) * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return centre - half, centre + half
+
+
+def eval_frames(with_counts=("a-0", "a-1")):
+    """eval/accuracy at steps 0 and 1 of runs a-0, a-1 (10 problems each) and b-0; only the runs in
+    ``with_counts`` logged eval/n_problems (b-0 is an older run)."""
+    accuracy = {("a", 0): [0.0, 0.5], ("a", 1): [0.2, 0.5], ("b", 0): [0.3, 0.4]}
+    history, runs = frames(accuracy, metric="eval/accuracy")
+    counts = history[history["run_id"].isin(with_counts)].assign(metric="eval/n_problems", value=10.0)
+    return pd.concat([history, counts], ignore_index=True), runs
+
+
+# Wilson bounds from statsmodels and from the formula above differ by a few roundings of numbers
+# below 2 (about 20 operations): 20 * eps * 2 < 1e-14.
+WILSON_TOL = 1e-14
+
+
+def test_each_runs_eval_point_gets_its_wilson_interval_and_an_old_run_none():
+    history, runs = eval_frames()
+    panel = curve_panel(history, runs, "eval/accuracy", aggregation="none")
+    noise = panel.checkpoint.set_index(["run_id", "step"])
+    assert panel.checkpoint_interval.startswith("binomial over problems, this checkpoint (95% Wilson")
+    # 0 of 10 solved: Wilson gives [0, z²/(n+z²)] = [0, 3.8415/13.8415] = [0, 0.27753]
+    assert noise.loc[("a-0", 0), "lo"] == pytest.approx(0.0, abs=WILSON_TOL)
+    assert noise.loc[("a-0", 0), "hi"] == pytest.approx(Z95**2 / (10 + Z95**2), abs=WILSON_TOL)
+    assert noise.loc[("a-0", 0), "hi"] == pytest.approx(0.27753, abs=1e-5)
+    for rid, step, p in (("a-0", 1, 0.5), ("a-1", 0, 0.2), ("a-1", 1, 0.5)):
+        lo, hi = wilson_by_hand(p, 10)
+        assert noise.loc[(rid, step), "n_problems"] == 10
+        assert noise.loc[(rid, step), ["lo", "hi"]].tolist() == pytest.approx([lo, hi], abs=WILSON_TOL)
+    assert noise.loc[("a-0", 1), "lo"] == pytest.approx(0.23659, abs=1e-5)  # 5 of 10: [0.2366, 0.7634]
+    old = noise.loc["b-0"]
+    assert old["n_problems"].isna().all() and old["lo"].isna().all() and old["hi"].isna().all()
+
+
+def test_a_groups_mean_gets_the_interval_at_the_mean_and_none_if_a_run_lacks_the_count():
+    history, runs = eval_frames()
+    panel = curve_panel(history, runs, "eval/accuracy", aggregation="mean")
+    assert "at the mean over runs: an upper bound" in panel.checkpoint_interval
+    a = panel.checkpoint[panel.checkpoint["variant"] == "a"].set_index("step")
+    for step, mean in ((0, 0.1), (1, 0.5)):  # (0.0 + 0.2) / 2, (0.5 + 0.5) / 2
+        assert a.loc[step, ["lo", "hi"]].tolist() == pytest.approx(wilson_by_hand(mean, 10), abs=WILSON_TOL)
+    assert panel.checkpoint[panel.checkpoint["variant"] == "b"][["n_problems", "lo", "hi"]].isna().all().all()
+    history, runs = eval_frames(with_counts=("a-0",))  # a-1 is an old run: a's mean has no count
+    mixed = curve_panel(history, runs, "eval/accuracy", aggregation="mean").checkpoint
+    assert mixed[["n_problems", "lo", "hi"]].isna().all().all()
+
+
+def test_only_a_proportion_of_a_logged_count_gets_checkpoint_noise():
+    panel = curve_panel(*frames(), "reward/mean", aggregation="none")
+    assert panel.checkpoint is None and panel.checkpoint_interval == ""
+
+
+def test_wilson_covers_95_percent_per_checkpoint_and_bounds_the_noise_of_a_mean_over_runs():
+    """A checkpoint's accuracy over n problems of a task whose problems are solved with probability p:
+    the 95% Wilson interval of one run covers p with probability >= 93% at every p and n tried (exact:
+    summed over the binomial pmf, no simulation noise). Five runs on the same problems (each problem i
+    solved by each run with its own probability q_i ~ Beta(1.5, 1.5·(1-p)/p), mean p): the interval at
+    their mean accuracy over n covers p at least 95% of the time in 2,000 seeded draws (it is an upper
+    bound on that mean's problem-draw noise; 2,000 draws put a coverage of 0.95 within ±0.01 at 2 sd)."""
+    from workbench.compare.panels import wilson_bounds
+
+    rng = np.random.default_rng(29)
+    draws, runs = 2_000, 5
+    for n in (100, 500):
+        for p in (0.05, 0.3, 0.5, 0.9):
+            solved = np.arange(n + 1)
+            lo, hi = wilson_bounds(solved / n, np.full(n + 1, n), 0.95)
+            single = float(sps.binom.pmf(solved, n, p)[(lo <= p) & (p <= hi)].sum())
+            q = rng.beta(1.5, 1.5 * (1 - p) / p, size=(draws, n))  # [draws, n] per-problem solve rates
+            mean = rng.binomial(runs, q).sum(axis=1) / (runs * n)  # runs solving each problem, over all
+            lo, hi = wilson_bounds(mean, np.full(draws, n), 0.95)
+            shared = float(np.mean((lo <= p) & (p <= hi)))
+            print(f"n={n} p={p}: Wilson covers {single:.3f} (one run, exact), {shared:.3f} (mean of {runs} runs)")
+            assert single >= 0.93 and shared >= 0.95

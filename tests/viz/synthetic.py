@@ -10,8 +10,10 @@ STEP_METRICS = ("reward/mean", "entropy/mean", "length/mean", "length/correct_me
                 "mismatch/prob_abs_diff_max", "grad/norm", "batch/zero_std_frac")
 
 
-def synthetic_study(variants=("grpo", "dapo"), seeds=(0, 1, 2), steps=20, eval_every=5, effect=0.2):
-    """``(history, runs)``: variant i's reward and eval accuracy rise ``i * effect`` faster."""
+def synthetic_study(variants=("grpo", "dapo"), seeds=(0, 1, 2), steps=20, eval_every=5, effect=0.2,
+                    eval_problems: int | None = 100):
+    """``(history, runs)``: variant i's reward and eval accuracy rise ``i * effect`` faster. Each eval
+    logs ``eval/n_problems`` = ``eval_problems`` (None: an older study that did not log it)."""
     rng = np.random.default_rng(0)
     rows, runs = [], []
     for i, variant in enumerate(variants):
@@ -38,6 +40,8 @@ def synthetic_study(variants=("grpo", "dapo"), seeds=(0, 1, 2), steps=20, eval_e
                 }
                 if step % eval_every == 0 or step == steps - 1:
                     values["eval/accuracy"] = 0.3 + (0.2 + i * effect) * t + rng.normal(0, 0.01)
+                    if eval_problems is not None:
+                        values["eval/n_problems"] = eval_problems
                 for metric, value in values.items():
                     rows.append({"run_id": rid, "variant": variant, "seed": seed, "step": step,
                                  "metric": metric, "value": float(value)})

@@ -50,7 +50,7 @@ def test_compare_spec_renders_every_panel_with_bands_from_curve_bands(study):
     # the eval accuracy panel: per variant one band (filled polygon) and one mean line
     (r, c) = places[0]
     ts = traces_in(rendered.figure, r, c)
-    lines = {t.name: t for t in ts if t.fill is None and t.mode == "lines"}
+    lines = {t.name: t for t in ts if t.fill is None and t.mode.startswith("lines")}
     bands = [t for t in ts if t.fill == "toself"]
     assert set(lines) == {"grpo", "dapo"} and len(bands) == 2
     expected = curve_bands(align_curves(history, "eval/accuracy"))
@@ -75,6 +75,48 @@ def test_compare_spec_renders_every_panel_with_bands_from_curve_bands(study):
         return rendered.figure.get_subplot(*places[i]).yaxis.rangemode
     assert rangemode("eval/accuracy") == rangemode("mismatch/kl") == "nonnegative"
     assert rangemode("reward/mean") is None
+
+
+Z95 = 1.959963984540054  # the 97.5% normal quantile
+
+
+def test_eval_points_carry_their_binomial_interval_over_problems(study):
+    """The compare spec's eval accuracy: every mean point has error bars, the Wilson interval at the mean
+    over the 100 problems each run logged (by hand: centre (p + z²/2n)/(1 + z²/n), half-width
+    z/(1 + z²/n)·sqrt(p(1-p)/n + z²/4n²)); the hover and a legend entry name it; reward has no bars."""
+    history, runs, _ = study
+    spec = load_spec(DASHBOARDS / "compare.yaml")
+    rendered = render_dashboard(spec, DashboardData(history, runs, baseline="grpo"))
+    (r, c) = spec.placements()[0]
+    dapo = next(t for t in traces_in(rendered.figure, r, c) if t.name == "dapo" and t.fill is None)
+    p, n = np.asarray(dapo.y, dtype=float), 100
+    centre = (p + Z95**2 / (2 * n)) / (1 + Z95**2 / n)
+    half = Z95 / (1 + Z95**2 / n) * np.sqrt(p * (1 - p) / n + Z95**2 / (4 * n * n))
+    # a Wilson bound minus the estimate: ~20 roundings of numbers below 2: 20 * eps * 2 < 1e-14
+    np.testing.assert_allclose(np.asarray(dapo.error_y.array, dtype=float), centre + half - p, rtol=0, atol=1e-14)
+    np.testing.assert_allclose(np.asarray(dapo.error_y.arrayminus, dtype=float), p - (centre - half), rtol=0,
+                               atol=1e-14)
+    assert all("binomial over problems, this checkpoint" in t and "n=100 problems" in t for t in dapo.text)
+    assert "at the mean over runs: an upper bound" in dapo.text[0]
+    legend = [t.name for t in rendered.figure.data if t.showlegend and t.name.startswith("bars:")]
+    assert legend == ["bars: binomial over problems, this checkpoint (95% Wilson)"]
+    reward = spec.placements()[1]
+    assert all(t.error_y.array is None for t in traces_in(rendered.figure, *reward))
+
+
+def test_runs_without_a_problem_count_get_no_eval_bars_and_say_so():
+    history, runs = synthetic_study(eval_problems=None)  # an older study: no eval/n_problems
+    spec = parse_spec("panels:\n  - {metric: eval/accuracy, aggregation: none}\n")
+    rendered = render_dashboard(spec, DashboardData(history, runs))
+    lines = [t for t in rendered.figure.data if t.name in ("grpo", "dapo")]
+    assert lines and all(t.error_y.array is None or np.isnan(np.asarray(t.error_y.array, float)).all() for t in lines)
+    assert all("no eval/n_problems logged (older run): no binomial interval" in t for t in lines[0].text)
+    shown = [t.name for t in rendered.figure.data if t.showlegend]
+    assert "no eval/n_problems logged (older run): no binomial interval" in shown
+    assert not any(name.startswith("bars:") for name in shown)
+    # 6 runs x 5 evals (steps 0, 5, 10, 15 and the last, 19)
+    assert rendered.warnings == ["panel 'eval/accuracy': 30 point(s) of eval/accuracy have no binomial interval: "
+                                 "their runs logged no eval/n_problems (older runs)"]
 
 
 def test_summary_panel_intervals_are_compare_variants_estimates(study):

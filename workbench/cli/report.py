@@ -254,7 +254,10 @@ def build_compare_report(study: str, table: Any, summary: pd.DataFrame, history:
             sections.append(Section("Curves", figure=rendered.figure, note=(
                 f"Mean over the runs of each {unit} with its 95% t interval at each step (the interval of the "
                 "summaries, pointwise); "
-                "x = RL step. Dashed/dotted lines: the second/third metric of a panel (see its title).")))
+                "x = RL step. Dashed/dotted lines: the second/third metric of a panel (see its title). "
+                "Error bars on eval accuracy: binomial over problems, this checkpoint (95% Wilson interval over "
+                "its eval problems at the mean; the runs share the problems, so it bounds the mean's "
+                "problem-draw noise from above); none for runs that logged no eval/n_problems.")))
     if cells is not None and len(cells):
         sections.append(Section("Health", figure=health_matrix_figure(cells, title=None), note=(
             "First step at which each health rule fired, per run (from health.json; amber: warn, red: fail, "
@@ -394,6 +397,7 @@ def _labelled_by_arm(runs: pd.DataFrame) -> pd.DataFrame:
 
 def _spec_metrics(spec: Any) -> set[str]:
     from workbench.compare import resolve_summary  # deferred: scipy
+    from workbench.compare.panels import BINOMIAL_DENOMINATORS  # deferred: scipy, statsmodels
     from workbench.compare.summary import COUNT_METRICS  # deferred: scipy
     from workbench.viz.spec import summary_name  # deferred: plotly, pydantic, scipy
 
@@ -401,6 +405,7 @@ def _spec_metrics(spec: Any) -> set[str]:
     for p in spec.panels:
         if p.kind == "curve":
             out |= set(p.metrics)
+            out |= {BINOMIAL_DENOMINATORS[m] for m in p.metrics if m in BINOMIAL_DENOMINATORS}  # eval error bars
             if (p.x or spec.defaults.x) != "step":
                 out |= set(COUNT_METRICS)
         elif p.kind == "summary":

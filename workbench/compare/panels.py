@@ -13,6 +13,14 @@ per-run summary metrics with the per-run values beside it.
     panel = curve_panel(history, runs, "reward/mean", x="step", aggregation="mean")
     panel.bands        # group, step, n, estimate, lo, hi   (one row per group and step)
     panel.interval     # '95% t interval of the mean across runs at each x'
+    panel.checkpoint   # eval/accuracy only: group, step, n_problems, lo, hi (binomial over problems)
+
+A proportion over a logged count of trials (``eval/accuracy`` over ``eval/n_problems``,
+:data:`BINOMIAL_DENOMINATORS`) also gets each checkpoint's own noise: a Wilson interval over the
+problems of that eval (:func:`checkpoint_noise`). It is a different quantity from the band: the band
+is the spread over runs (seeds) on the same problems; the checkpoint interval is how far the
+accuracy could move on another draw of as many problems. A run that did not log the count (older
+runs) gets no interval: n is never guessed.
 
 The statistics are :mod:`workbench.compare.stats`' (:func:`~workbench.compare.stats.curve_bands`,
 :func:`~workbench.compare.report.compare_variants`); this module only chooses what goes in which
@@ -28,6 +36,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from statsmodels.stats.proportion import proportion_confint
 
 from workbench.metrics.catalogue import metric_bounds
 
@@ -38,10 +47,13 @@ from .summary import align_curves, summarize_runs
 
 __all__ = [
     "AGGREGATIONS",
+    "BINOMIAL_DENOMINATORS",
     "MARKER_COLUMNS",
     "CurvePanel",
     "SummaryPanel",
     "band_interval_name",
+    "checkpoint_interval_name",
+    "checkpoint_noise",
     "curve_panel",
     "event_markers",
     "interval_bounds",
@@ -57,6 +69,9 @@ __all__ = [
 AGGREGATIONS: tuple[str, ...] = ("mean", "iqm", "none")
 #: Columns of a markers frame: one health-rule event placed on a run's curve.
 MARKER_COLUMNS: tuple[str, ...] = ("step", "y", "severity", "rule", "label", "message")
+#: A proportion metric -> the logged count it is a fraction of: each checkpoint's value is binomial over
+#: that many trials (an eval's accuracy over its problems), so its points get a Wilson interval.
+BINOMIAL_DENOMINATORS: dict[str, str] = {"eval/accuracy": "eval/n_problems"}
 
 
 # --------------------------------------------------------------------------------------------
@@ -100,6 +115,54 @@ def band_interval_name(statistic: str, confidence: float) -> str:
     return f"{confidence:.0%} t interval of the mean across runs at each x"
 
 
+def checkpoint_interval_name(confidence: float, *, aggregated: bool) -> str:
+    """What :func:`checkpoint_noise` computes, in words (legends, hover, docs)."""
+    name = f"binomial over problems, this checkpoint ({confidence:.0%} Wilson interval over its eval problems"
+    if aggregated:  # Var(mean over runs of per-problem outcomes) <= p(1-p)/n: the runs share the problems
+        return name + ", at the mean over runs: an upper bound for the mean, whose runs share the problems)"
+    return name + ")"
+
+
+def wilson_bounds(proportion: np.ndarray, n: np.ndarray, confidence: float) -> tuple[np.ndarray, np.ndarray]:
+    """Wilson interval of each ``proportion`` over ``n`` trials; NaN where ``n`` is missing or < 1."""
+    proportion, n = np.asarray(proportion, dtype=float), np.asarray(n, dtype=float)
+    lo, hi = np.full(proportion.shape, np.nan), np.full(proportion.shape, np.nan)
+    ok = np.isfinite(proportion) & np.isfinite(n) & (n >= 1)
+    if ok.any():
+        lo[ok], hi[ok] = proportion_confint(proportion[ok] * n[ok], n[ok], alpha=1 - confidence, method="wilson")
+    return lo, hi
+
+
+def checkpoint_noise(history: pd.DataFrame, metric: str, curves: pd.DataFrame, x: str, *,
+                     bands: pd.DataFrame | None = None, confidence: float = 0.95) -> pd.DataFrame | None:
+    """Each checkpoint's binomial interval over problems, or None when ``metric`` has no denominator
+    (:data:`BINOMIAL_DENOMINATORS`) or ``x`` is tokens (those curves are interpolated between checkpoints).
+
+    ``curves``: the aligned per-run points (``run_id, variant, <x>, value``, and ``step`` unless x is step).
+    Without ``bands``: one row per run and point, ``run_id, variant, <x>, n_problems, lo, hi``. With
+    ``bands`` (``curve_bands`` output): one row per group and x, the interval at the group's estimate over
+    the fewest problems any of its runs logged there, ``variant, <x>, n_problems, lo, hi``; NaN where
+    some run at that x logged no count (n is never guessed)."""
+    denominator = BINOMIAL_DENOMINATORS.get(metric)
+    if denominator is None or x == "tokens":
+        return None
+    counts = history.loc[history["metric"] == denominator, ["run_id", "step", "value"]]
+    counts = counts.drop_duplicates(["run_id", "step"], keep="last").rename(columns={"value": "n_problems"})
+    step = "step" if "step" in curves.columns else x  # x = step: the x values are the steps
+    points = curves[["run_id", "variant", x, "value"] + ([] if step == x else ["step"])]
+    points = points.merge(counts.rename(columns={"step": step}), on=["run_id", step], how="left")
+    if bands is None:
+        lo, hi = wilson_bounds(points["value"], points["n_problems"], confidence)
+        return points.assign(lo=lo, hi=hi)[["run_id", "variant", x, "n_problems", "lo", "hi"]]
+    points = points[np.isfinite(points["value"].to_numpy(dtype=float))]
+    fewest = points.groupby(["variant", x], sort=False)["n_problems"].agg(
+        lambda n: n.min() if n.notna().all() else np.nan)  # one run without a count: no interval
+    out = bands[["variant", x, "estimate"]].merge(fewest.rename("n_problems").reset_index(), on=["variant", x],
+                                                  how="left")
+    lo, hi = wilson_bounds(out["estimate"], out["n_problems"], confidence)
+    return out.assign(lo=lo, hi=hi)[["variant", x, "n_problems", "lo", "hi"]]
+
+
 @dataclass
 class CurvePanel:
     """One metric's curves of every group, ready to draw.
@@ -109,7 +172,9 @@ class CurvePanel:
     ``lo``/``hi`` are NaN where fewer than 2 runs have a value. ``curves`` (``aggregation`` none):
     the aligned per-run curves ``run_id, variant, seed, <x>, value``. ``markers``: health-rule
     events on the curves (:data:`MARKER_COLUMNS`), when asked for and ``x`` is step; else None.
-    ``interval`` names the interval method ("" without one).
+    ``interval`` names the interval method ("" without one). ``checkpoint``: each point's binomial
+    interval over its eval problems (:func:`checkpoint_noise`; per group with bands, per run without),
+    named by ``checkpoint_interval``; None for a metric that is no proportion of a logged count.
     """
 
     metric: str
@@ -119,6 +184,8 @@ class CurvePanel:
     bands: pd.DataFrame | None = None
     curves: pd.DataFrame | None = None
     markers: pd.DataFrame | None = None
+    checkpoint: pd.DataFrame | None = None
+    checkpoint_interval: str = ""
 
     @property
     def groups(self) -> list[str]:
@@ -186,7 +253,8 @@ def curve_panel(history: pd.DataFrame, runs: pd.DataFrame, metric: str, *, x: st
     :func:`~workbench.compare.stats.curve_bands` (pointwise t intervals, cut to the catalogue's
     bounds of ``metric``); none: every run's curve.
     ``markers``: place ``health_events`` on the curves (x = step only; None otherwise).
-    Raises ``ValueError`` when the curves cannot be aligned on ``x`` (missing count metrics) or
+    ``checkpoint``: for ``eval/accuracy``, each point's binomial interval over problems
+    (:func:`checkpoint_noise`). Raises ``ValueError`` when the curves cannot be aligned on ``x`` (missing count metrics) or
     ``aggregation`` is unknown.
     """
     if aggregation not in AGGREGATIONS:
@@ -208,6 +276,9 @@ def curve_panel(history: pd.DataFrame, runs: pd.DataFrame, metric: str, *, x: st
         panel.interval = band_interval_name(aggregation, confidence)
     else:
         panel.curves = aligned
+    panel.checkpoint = checkpoint_noise(history, metric, aligned, x, bands=panel.bands, confidence=confidence)
+    if panel.checkpoint is not None:
+        panel.checkpoint_interval = checkpoint_interval_name(confidence, aggregated=panel.bands is not None)
     if markers and x == "step":
         panel.markers = event_markers(health_events, metric, full, labels)
     return panel

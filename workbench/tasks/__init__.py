@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from workbench.tasks.arithmetic import ArithmeticTask
 from workbench.tasks.base import Problem, Task, boxed
 from workbench.tasks.jsonl import JsonlTask
-from workbench.tasks.scratchpad import ScratchpadTask
+from workbench.tasks.scratchpad import DEFAULT_OPERANDS, ScratchpadTask
 
 if TYPE_CHECKING:
     from workbench.config import TaskConfig
@@ -15,13 +15,10 @@ if TYPE_CHECKING:
 __all__ = ["ArithmeticTask", "JsonlTask", "Problem", "ScratchpadTask", "Task", "boxed", "build_task"]
 
 
-SCRATCHPAD_OPERANDS = 4  # task.operands when a scratchpad study leaves it unset
-
-
 def build_task(cfg: TaskConfig) -> Task:
     if cfg.name == "arithmetic":
         return ArithmeticTask(digits=cfg.digits, ops=cfg.ops, seed=cfg.seed, eval_size=cfg.eval_size)
     if cfg.name == "scratchpad":
-        return ScratchpadTask(digits=cfg.digits, operands=cfg.operands or SCRATCHPAD_OPERANDS, ops=cfg.ops,
+        return ScratchpadTask(digits=cfg.digits, operands=cfg.operands or DEFAULT_OPERANDS, ops=cfg.ops,
                               seed=cfg.seed, eval_size=cfg.eval_size)
     return JsonlTask(path=cfg.path or "", eval_path=cfg.eval_path, eval_size=cfg.eval_size, seed=cfg.seed)

@@ -5,9 +5,21 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from workbench.tasks.base import GeneratedSplits, Problem, boxed
+from workbench.tasks.base import GeneratedSplits, Problem, boxed, check_eval_size
 
 OPS = "+-*/"
+
+
+def count_prompts(digits: int, ops: str) -> int:
+    """Distinct prompts ``ArithmeticTask._draw`` produces: every pair for + and ×, a >= b for −,
+    a = b·q with b >= 1 for ÷ (operands below ``10**digits``)."""
+    n = 10**digits
+    per_op = {"+": n * n, "-": n * (n + 1) // 2, "*": n * n, "/": (n - 1) * n}
+    return sum(per_op[op] for op in set(ops))
+
+
+def check_arithmetic_eval_size(digits: int, ops: str, eval_size: int) -> None:
+    check_eval_size(eval_size, count_prompts(digits, ops), f"arithmetic with digits={digits}, ops={ops!r}")
 
 
 @dataclass
@@ -33,17 +45,8 @@ class ArithmeticTask(GeneratedSplits):
         bad = sorted(set(self.ops) - set(OPS))
         if not self.ops or bad:
             raise ValueError(f"task.ops must be a non-empty string of {OPS!r}, got {self.ops!r}")
-        space = self._space_size()
-        if self.eval_size > space // 4:
-            raise ValueError(
-                f"task.eval_size={self.eval_size} leaves too few training problems "
-                f"(only ~{space} distinct problems with digits={self.digits}, ops={self.ops!r})"
-            )
+        check_arithmetic_eval_size(self.digits, self.ops, self.eval_size)
         self._draw_eval_set("arithmetic")
-
-    def _space_size(self) -> int:
-        n = 10**self.digits
-        return n * n * len(self.ops)
 
     def _draw(self, rng: random.Random) -> Problem:
         hi = 10**self.digits - 1

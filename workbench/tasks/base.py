@@ -6,6 +6,11 @@ import random
 from dataclasses import dataclass
 from typing import Protocol
 
+# The eval set may take at most this share of a generated task's distinct prompts, so that at least
+# three quarters remain for training (counted in prompts, not in draw probability: see
+# ``GeneratedSplits.check_eval_size``).
+EVAL_SHARE_OF_SPACE = 4
+
 
 @dataclass(frozen=True)
 class Problem:
@@ -24,6 +29,20 @@ class Task(Protocol):
     def eval_problems(self) -> list[Problem]:
         """The fixed held-out set, identical on every call."""
         ...
+
+
+def check_eval_size(eval_size: int, space: int, settings: str) -> None:
+    """``eval_size`` must be at most a quarter of the ``space`` distinct prompts a task draws.
+
+    A task whose prompts are not equally likely loses more than that share of its training *draws*:
+    an eval set of distinct prompts takes the likeliest ones first (``docs/findings.md`` gives the
+    scratchpad task's figures)."""
+    if eval_size > space // EVAL_SHARE_OF_SPACE:
+        raise ValueError(
+            f"task.eval_size={eval_size} leaves too few training problems: {settings} draws "
+            f"{space:,} distinct prompts and the eval set may take at most a quarter of them "
+            f"({space // EVAL_SHARE_OF_SPACE:,})"
+        )
 
 
 class GeneratedSplits:

@@ -14,9 +14,12 @@ import random
 import re
 from dataclasses import dataclass, field
 
-from workbench.tasks.base import GeneratedSplits, Problem, boxed
+import numpy as np
+
+from workbench.tasks.base import EVAL_SHARE_OF_SPACE, GeneratedSplits, Problem, boxed, check_eval_size
 
 OPS = "+-"
+DEFAULT_OPERANDS = 4  # task.operands when a scratchpad study leaves it unset
 WORKED_FRACTION = 0.5  # share of cold-start solutions that show their steps (the rest are terse)
 _BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
 
@@ -31,6 +34,41 @@ def worked_solution(operands: list[int], ops: list[str]) -> str:
     return ",".join([*steps, boxed(str(total))])
 
 
+def count_prompts(digits: int, operands: int, ops: str, cap: int) -> int:
+    """How many distinct prompts ``ScratchpadTask._draw`` can produce, or ``cap`` if at least that many.
+
+    A prompt is a sequence of 2..``operands`` numbers below ``10**digits`` joined by ``ops``, every
+    running total >= 0 (a subtrahend is at most the total so far). Counted by running total: after
+    each operator, ``prefixes[t]`` is the number of distinct prompt prefixes whose total is ``t``.
+    Counts are clipped at ``cap`` (a clipped count still means at least ``cap`` prompts), so the
+    arrays stay small and exact in int64 for any ``cap`` up to ~10**15 / 10**digits."""
+    n = 10**digits
+    if n * (n + 1) // 2 >= cap:  # two operands alone (the smallest slice, one '-') reach the cap
+        return cap
+    prefixes = np.ones(n, dtype=np.int64)  # the first operand: totals 0..n-1, one prefix each
+    total = 0
+    for _ in range(operands - 1):
+        cumulative = np.concatenate([[0], np.cumsum(prefixes)])  # cumulative[i] = prefixes[:i].sum()
+        size = len(prefixes)
+        extended = np.zeros(size + n - 1, dtype=np.int64)
+        if "+" in ops:  # total s reached from t = s-x, x in 0..n-1
+            upper = np.minimum(np.arange(size + n - 1) + 1, size)
+            lower = np.clip(np.arange(size + n - 1) - (n - 1), 0, size)
+            extended += cumulative[upper] - cumulative[lower]
+        if "-" in ops:  # total s reached from t = s+x, x in 0..n-1 (x <= t holds as s >= 0)
+            upper = np.minimum(np.arange(size) + n, size)
+            extended[:size] += cumulative[upper] - cumulative[np.arange(size)]
+        prefixes = np.minimum(extended, cap)
+        total = min(total + int(prefixes.sum()), cap)
+    return total
+
+
+def check_scratchpad_eval_size(digits: int, operands: int, ops: str, eval_size: int) -> None:
+    enough = EVAL_SHARE_OF_SPACE * (eval_size + 1)  # any count this large passes the check
+    check_eval_size(eval_size, count_prompts(digits, operands, ops, cap=enough),
+                    f"scratchpad with digits={digits}, operands={operands}, ops={ops!r}")
+
+
 @dataclass
 class ScratchpadTask(GeneratedSplits):
     """Problems ``a op b op c ...=`` with 2..``operands`` operands of up to ``digits`` digits.
@@ -43,7 +81,7 @@ class ScratchpadTask(GeneratedSplits):
     """
 
     digits: int = 2
-    operands: int = 4
+    operands: int = DEFAULT_OPERANDS
     ops: str = "+-"
     seed: int = 0
     eval_size: int = 200
@@ -59,11 +97,7 @@ class ScratchpadTask(GeneratedSplits):
         bad = sorted(set(self.ops) - set(OPS))
         if not self.ops or bad:
             raise ValueError(f"task.ops must be a non-empty string of {OPS!r} for scratchpad, got {self.ops!r}")
-        # The smallest slice of the space (two operands, one operator) bounds how many distinct prompts exist.
-        space = (10**self.digits) ** 2 * len(self.ops) * (self.operands - 1)
-        if self.eval_size > space // 4:
-            raise ValueError(f"task.eval_size={self.eval_size} leaves too few training problems "
-                             f"(~{space} distinct problems with digits={self.digits}, operands={self.operands})")
+        check_scratchpad_eval_size(self.digits, self.operands, self.ops, self.eval_size)
         self._draw_eval_set("scratchpad")
 
     def _draw(self, rng: random.Random) -> Problem:

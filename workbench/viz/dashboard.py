@@ -223,22 +223,45 @@ def _curve_traces(p: PanelSpec, metric: str, dash: str, canvas: _Canvas) -> list
     if panel is None:
         return []
     traces: list[Any] = []
+    noise = panel.checkpoint
     if panel.bands is not None:
         drawn = set(panel.groups)
         for v in [v for v in canvas.variants if v in drawn]:
             traces += F.band_traces(panel.band(v), p.x, name=str(v), color=canvas.colors[v], dash=dash,
                                     showlegend=v not in canvas.shown, band=p.band, statistic=p.aggregation,
-                                    metric=metric)
+                                    metric=metric, checkpoint=None if noise is None else noise[noise["variant"] == v],
+                                    checkpoint_label=panel.checkpoint_interval)
             canvas.shown.add(v)
     else:
         colors = canvas.run_colors if p.group_by == "run" else canvas.colors
         traces += F.run_traces(panel.curves, p.x, colors=colors, color_by=p.group_by, labels=data.labels,
-                               dash=dash, shown=canvas.shown, metric=metric)
+                               dash=dash, shown=canvas.shown, metric=metric, checkpoint=noise,
+                               checkpoint_label=panel.checkpoint_interval)
+    if noise is not None:
+        traces += _checkpoint_legend(p, panel, canvas)
     if p.health_markers:
         if panel.markers is None:
             canvas.problems.append(f"panel {_panel_name(p)!r}: health markers are drawn on x: step only")
         else:
             traces += F.marker_traces(panel.markers, "step", shown=canvas.shown)
+    return traces
+
+
+def _checkpoint_legend(p: PanelSpec, panel: Any, canvas: _Canvas) -> list[Any]:
+    """Say once per figure what the error bars on eval points are; and, when some points have none
+    because their runs logged no problem count (older runs), say that too (here and in the warnings)."""
+    missing = int(panel.checkpoint["n_problems"].isna().sum())
+    label = f"{F.CHECKPOINT_LABEL} ({canvas.data.confidence:.0%} Wilson)"
+    traces = []
+    for logged in (True, False):
+        key = f"checkpoint-noise:{logged}"
+        present = missing < len(panel.checkpoint) if logged else missing > 0
+        if present and key not in canvas.shown:
+            traces.append(F.checkpoint_legend_trace(label, logged=logged))
+            canvas.shown.add(key)
+    if missing:
+        canvas.problems.append(f"panel {_panel_name(p)!r}: {missing} point(s) of {panel.metric} have no "
+                               f"binomial interval: their runs logged no eval/n_problems (older runs)")
     return traces
 
 

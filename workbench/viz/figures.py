@@ -26,6 +26,7 @@ __all__ = [
     "HEALTH_STATES",
     "band_traces",
     "base_layout",
+    "checkpoint_legend_trace",
     "curve_figure",
     "health_heatmap_trace",
     "health_matrix_figure",
@@ -67,13 +68,45 @@ def _fmt(v: Any) -> str:
 # --------------------------------------------------------------------------------------------
 
 
+NO_COUNT_NOTE = "no eval/n_problems logged (older run): no binomial interval"
+
+
+CHECKPOINT_LABEL = "binomial over problems, this checkpoint"
+
+
+def _checkpoint_bars(xs: np.ndarray, ys: np.ndarray, checkpoint: pd.DataFrame | None, x: str,
+                     label: str = CHECKPOINT_LABEL) -> tuple[dict[str, Any] | None, list[str] | None]:
+    """Error bars and hover lines for points ``(xs, ys)`` from one curve's rows of a checkpoint-noise frame
+    (``<x>, n_problems, lo, hi``; :func:`workbench.compare.panels.checkpoint_noise`); (None, None) without one."""
+    if checkpoint is None:
+        return None, None
+    c = checkpoint.drop_duplicates(x).set_index(x).reindex(xs)
+    lo, hi, n = (c[k].to_numpy(dtype=float) for k in ("lo", "hi", "n_problems"))
+    bars = {"type": "data", "symmetric": False, "array": np.where(np.isfinite(hi), hi - ys, np.nan),
+            "arrayminus": np.where(np.isfinite(lo), ys - lo, np.nan), "thickness": 1.2, "width": 3}
+    hover = [f"{label}: [{_fmt(a)}, {_fmt(b)}], n={int(k)} problems"
+             if np.isfinite(a) else NO_COUNT_NOTE for a, b, k in zip(lo, hi, n, strict=True)]
+    return bars, hover
+
+
+def checkpoint_legend_trace(label: str, *, logged: bool) -> go.Scatter:
+    """A legend-only entry saying what the error bars on eval points are, or that some have none."""
+    name = f"bars: {label}" if logged else NO_COUNT_NOTE
+    return go.Scatter(x=[None], y=[None], mode="markers", name=name, legendgroup="checkpoint-noise",
+                      marker={"color": "#555555", "symbol": "line-ns-open" if logged else "x-thin-open", "size": 10},
+                      hoverinfo="skip", showlegend=True)
+
+
 def band_traces(bands: pd.DataFrame, x: str, *, name: str, color: str, dash: str = "solid",
                 legendgroup: str | None = None, showlegend: bool = True, band: bool = True,
-                statistic: str = "mean", metric: str = "") -> list[go.Scatter]:
+                statistic: str = "mean", metric: str = "", checkpoint: pd.DataFrame | None = None,
+                checkpoint_label: str = CHECKPOINT_LABEL) -> list[go.Scatter]:
     """One group's aggregate curve with its CI band, from :func:`workbench.compare.curve_bands`
     output (columns ``<x>, n, estimate, lo, hi`` for one group).
 
-    The band is drawn where at least 2 runs have a value (``lo``/``hi`` finite)."""
+    The band is drawn where at least 2 runs have a value (``lo``/``hi`` finite). ``checkpoint``: this
+    group's rows of a checkpoint-noise frame (``<x>, n_problems, lo, hi``), drawn as error bars on the
+    points (the binomial noise over eval problems) and named in the hover."""
     b = bands.sort_values(x)
     xs = b[x].to_numpy()
     group = legendgroup or name
@@ -88,26 +121,31 @@ def band_traces(bands: pd.DataFrame, x: str, *, name: str, color: str, dash: str
             hoverinfo="skip", showlegend=False, legendgroup=group, name=f"{name} CI",
         ))
     label = f"{name} · {metric}" if metric else name
+    ys = b["estimate"].to_numpy(dtype=float)
+    bars, hover = _checkpoint_bars(xs, ys, checkpoint, x, checkpoint_label)
     traces.append(go.Scatter(
-        x=xs, y=b["estimate"].to_numpy(dtype=float), mode="lines", name=name, legendgroup=group,
-        showlegend=showlegend, line={"color": color, "dash": dash, "width": 2},
+        x=xs, y=ys, mode="lines" if bars is None else "lines+markers", name=name, legendgroup=group,
+        showlegend=showlegend, line={"color": color, "dash": dash, "width": 2}, marker={"size": 5},
+        error_y=bars, text=hover,
         customdata=np.stack([b["n"].to_numpy(dtype=float), b["lo"].to_numpy(dtype=float),
                              b["hi"].to_numpy(dtype=float)], axis=-1),
         hovertemplate=(f"<b>{label}</b><br>{x}=%{{x}}<br>{statistic}=%{{y:.4g}}"
-                       "<br>CI [%{customdata[1]:.4g}, %{customdata[2]:.4g}]"
-                       "<br>runs=%{customdata[0]}<extra></extra>"),
+                       "<br>CI over runs [%{customdata[1]:.4g}, %{customdata[2]:.4g}]"
+                       "<br>runs=%{customdata[0]}" + ("" if hover is None else "<br>%{text}") + "<extra></extra>"),
     ))
     return traces
 
 
 def run_traces(curves: pd.DataFrame, x: str, *, colors: Mapping[str, str], color_by: str = "variant",
                labels: Mapping[str, str] | None = None, dash: str = "solid", shown: set[str] | None = None,
-               metric: str = "", opacity: float = 0.75) -> list[go.Scatter]:
+               metric: str = "", opacity: float = 0.75, checkpoint: pd.DataFrame | None = None,
+               checkpoint_label: str = CHECKPOINT_LABEL) -> list[go.Scatter]:
     """One line per run from a tidy frame ``run_id, variant, seed, <x>, value``.
 
     ``color_by="variant"``: runs share their variant's colour and legend entry;
     ``color_by="run"``: each run has its own colour (``colors`` keyed by run id) and entry.
-    ``shown`` collects legend groups already shown (pass one set per figure)."""
+    ``shown`` collects legend groups already shown (pass one set per figure). ``checkpoint``: a
+    checkpoint-noise frame (``run_id, <x>, n_problems, lo, hi``), drawn as error bars on each run's points."""
     shown = set() if shown is None else shown
     labels = labels or {}
     traces = []
@@ -117,12 +155,16 @@ def run_traces(curves: pd.DataFrame, x: str, *, colors: Mapping[str, str], color
         label = labels.get(rid, f"{variant}/seed={g['seed'].iloc[0]}")
         group = variant if color_by == "variant" else rid
         color = colors.get(group, "#888888")
+        xs, ys = g[x].to_numpy(), g["value"].to_numpy(dtype=float)
+        own = None if checkpoint is None else checkpoint[checkpoint["run_id"] == rid]
+        bars, hover = _checkpoint_bars(xs, ys, own, x, checkpoint_label)
         traces.append(go.Scatter(
-            x=g[x].to_numpy(), y=g["value"].to_numpy(dtype=float), mode="lines+markers" if len(g) < 30 else "lines",
+            x=xs, y=ys, mode="lines+markers" if len(g) < 30 or bars is not None else "lines",
             marker={"size": 4}, name=variant if color_by == "variant" else label, legendgroup=group,
             showlegend=group not in shown, opacity=opacity, line={"color": color, "dash": dash, "width": 1.5},
+            error_y=bars, text=hover,
             hovertemplate=(f"<b>{label}</b>{' · ' + metric if metric else ''}<br>{x}=%{{x}}"
-                           "<br>value=%{y:.4g}<extra></extra>"),
+                           "<br>value=%{y:.4g}" + ("" if hover is None else "<br>%{text}") + "<extra></extra>"),
         ))
         shown.add(group)
     return traces
