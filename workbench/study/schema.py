@@ -9,6 +9,7 @@ first); checking each run's resolved config is the job of :mod:`workbench.study.
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -142,6 +143,26 @@ def check_semantics(data: dict[str, Any], rep: Reporter) -> None:
         baseline = compare.get("baseline")
         if isinstance(baseline, str) and baseline not in variants:
             rep.add(("compare", "baseline"), unknown_message(baseline, names, f"variant {baseline!r}"))
+    if isinstance(compare, dict):
+        _check_effect_sizes(compare, rep)
+
+
+def _check_effect_sizes(compare: dict[str, Any], rep: Reporter) -> None:
+    """``compare.sesoi`` (smallest effect of interest) and ``compare.noise_sd`` (SD of a run's value
+    across seeds): each a mapping of metric name -> positive number, in the metric's units."""
+    for key, what in (("sesoi", "smallest effect of interest"), ("noise_sd", "SD across seeds")):
+        value = compare.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, dict) or not value:
+            rep.add(("compare", key), f"expected a mapping of metric -> {what} (a positive number in the metric's "
+                                      f"units), e.g. {{final_eval_accuracy: 0.03}}; got {show_value(value)}")
+            continue
+        for metric, x in value.items():
+            number = isinstance(x, (int, float)) and not isinstance(x, bool)
+            if not (number and math.isfinite(x) and x > 0):
+                rep.add(("compare", key, metric), f"{what} of {metric!r} must be a positive number in the "
+                                                  f"metric's units, got {show_value(x)}")
 
 
 def _check_name(name: Any, rep: Reporter) -> None:
