@@ -12,7 +12,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from workbench.cli.output import console
+from workbench.results.reader import StudyReader
+from workbench.tracking.redact import redact_uri
 
 __all__ = ["print_seed_plan", "seed_plan"]
 
@@ -41,13 +45,9 @@ def seed_plan(study: Any, specs: list, uri: str, experiment: str, where: str) ->
 def _pilot_sd(uri: str, experiment: str, baseline: str, metrics: list[str]) -> dict[str, tuple[float, str]]:
     """SD across seeds of each metric over the FINISHED runs of the baseline variant in the store
     (pooled within its arms when it has a grid); none when the store or the runs do not exist."""
-    import numpy as np
-
     from workbench.cli.report import select_runs  # deferred: scipy, plotly
     from workbench.compare import resolve_summary, summarize_runs  # deferred: scipy
     from workbench.compare.arms import arm_column  # deferred: scipy
-    from workbench.results.reader import StudyReader
-    from workbench.tracking.redact import redact_uri
 
     if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).exists():
         return {}
