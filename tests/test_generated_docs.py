@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+
 from workbench.cli.generated_docs import PARTS, REGENERATE, GeneratedPart, stale_parts, write_generated_docs
 
 ROOT = Path(__file__).parents[1]

@@ -125,7 +125,7 @@ def test_compare_table_and_html_report_logged_to_the_parent_run(in_study, tmp_pa
     out = tmp_path / "report.html"
     result = invoke("compare", STUDY, "--out", out)
     assert result.exit_code == 0, result.output
-    for text in ("final_eval_accuracy", "final_reward", "baseline grpo", "dr_grpo", "not distinguishable"):
+    for text in ("final_eval_accuracy", "final_reward", "baseline grpo", "dr_grpo", "inconclusive"):
         assert text in result.output, text
     html = out.read_text()
     assert html.count("Plotly.newPlot") == 3  # summary bars, curves, health matrix

@@ -152,7 +152,7 @@ def test_grid_study_compares_each_arm_with_the_baseline_at_its_grid_point(store)
         assert r["delta"] == pytest.approx(float(np.mean(per_seed(final, arm) - per_seed(final, base))), abs=1e-12)
     assert compared[DR_LO]["delta"] == pytest.approx(0.20, abs=4 * NOISE_SD)
     assert compared[DR_LO]["verdict"] == "better"
-    assert compared[DR_HI]["verdict"] == "not distinguishable with 3 seeds"
+    assert compared[DR_HI]["verdict"].startswith("inconclusive with 3 seeds")
     # Holm across the 2 arm comparisons: the smaller p-value is doubled
     p = sorted((r["p_value"], r["p_adjusted"]) for r in compared.values())
     assert p[0][1] == pytest.approx(min(1.0, 2 * p[0][0]))
@@ -170,7 +170,7 @@ def test_pooling_grid_points_as_seeds_would_have_hidden_the_effect(store):
     summary = summarize_runs(frames.history, frames.runs, ["final_eval_accuracy"])
     pooled = compare_variants(summary.drop(columns="arm"), "grpo", ["final_eval_accuracy"]).df
     dr = pooled[pooled["variant"] == "dr_grpo"].iloc[0]
-    assert dr["n_seeds"] == 6 and not dr["paired"] and dr["verdict"].startswith("not distinguishable")
+    assert dr["n_seeds"] == 6 and not dr["paired"] and dr["verdict"].startswith("inconclusive")
 
 
 def test_terminal_table_and_html_report_show_arms(store, tmp_path, monkeypatch):
@@ -216,7 +216,7 @@ def test_baseline_can_name_one_arm(store):
     assert [a for a, r in rows.items() if r["verdict"] == "baseline"] == [GRPO_HI]
     assert {r["baseline_arm"] for r in rows.values()} == {GRPO_HI}
     assert rows[GRPO_LO]["verdict"] == "worse" and rows[DR_LO]["verdict"] == "worse"  # 0.3 and 0.1 lower
-    assert rows[DR_HI]["verdict"] == "not distinguishable with 3 seeds"
+    assert rows[DR_HI]["verdict"].startswith("inconclusive with 3 seeds")
     expected = np.mean(per_seed(final, DR_LO) - per_seed(final, GRPO_HI))
     assert rows[DR_LO]["delta"] == pytest.approx(expected, abs=1e-12)
 

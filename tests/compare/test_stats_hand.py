@@ -13,9 +13,9 @@ from workbench.compare import (
     bootstrap_ci,
     iqm,
     mean_difference,
+    planned_seeds,
     probability_of_improvement,
     probability_of_improvement_ci,
-    seeds_needed,
     significant,
     t_test_power,
     verdict,
@@ -131,17 +131,15 @@ def test_holm_by_hand():
         adjust_pvalues([0.1], "hom")
 
 
-def test_seeds_needed_matches_textbook_values():
-    # two-sample t, alpha 0.05 two-sided, power 0.8 (Cohen 1988; G*Power): d=0.5 -> 64, 0.8 -> 26, 1 -> 17
-    assert seeds_needed(0.5, 1.0) == 64
-    assert seeds_needed(0.8, 1.0) == 26
-    assert seeds_needed(-0.1, 0.1) == 17  # sign does not matter, only |effect| / sd
-    # paired (one-sample t on differences): d=0.5 -> 34
-    assert seeds_needed(0.5, 1.0, paired=True) == 34
-    assert t_test_power(17, 1.0, 1.0) == pytest.approx(0.807, abs=1e-3)
-    assert seeds_needed(0.0, 1.0) == math.inf
-    assert seeds_needed(0.2, 0.0) == 2
-    assert math.isnan(seeds_needed(0.2, math.nan))
+def test_planned_seeds_matches_textbook_values():
+    # paired t (one-sample t on the differences), alpha 0.05 two-sided, power 0.8 (Cohen 1988;
+    # G*Power): d = 0.5 -> 34, d = 1 -> 10; the sign of nothing matters, only sesoi / sd
+    assert planned_seeds(0.5, 1.0) == 34
+    assert planned_seeds(0.1, 0.1) == 10
+    assert t_test_power(17, 1.0, 1.0) == pytest.approx(0.807, abs=1e-3)  # two-sample, 17 per group
+    assert planned_seeds(0.2, 0.0) == 2
+    with pytest.raises(ValueError, match="sesoi > 0"):
+        planned_seeds(0.0, 1.0)
 
 
 def test_bootstrap_ci_edge_cases():
@@ -198,16 +196,15 @@ def test_verdict_rules():
     assert verdict(-0.3, -0.4, -0.2, 0.001, higher_is_better=False, **kw) == "better"
     assert verdict(0.3, 0.2, 0.4, 0.001, higher_is_better=None, **kw) == "higher"
     # p below alpha but the corrected CI touches 0: no winner
-    assert verdict(0.3, -0.01, 0.6, 0.01, higher_is_better=True, **kw) == "not distinguishable with 5 seeds"
-    assert verdict(0.3, 0.2, 0.4, 0.06, higher_is_better=True, **kw) == "not distinguishable with 5 seeds"
-    assert verdict(0.3, math.nan, math.nan, math.nan, alpha=0.05, n_x=1, n_y=1) == "not distinguishable with 1 seed"
+    assert verdict(0.3, -0.01, 0.6, 0.01, higher_is_better=True, **kw) == "inconclusive with 5 seeds"
+    assert verdict(0.3, 0.2, 0.4, 0.06, higher_is_better=True, **kw) == "inconclusive with 5 seeds"
+    assert verdict(0.3, math.nan, math.nan, math.nan, alpha=0.05, n_x=1, n_y=1) == "inconclusive with 1 seed"
     assert verdict(0.3, math.nan, math.nan, math.nan, alpha=0.05, n_x=3, n_y=5).endswith("3 vs 5 seeds")
     assert verdict(math.nan, math.nan, math.nan, math.nan, alpha=0.05, n_x=0, n_y=5) == "no data"
 
 
-@pytest.mark.parametrize("paired", [False, True])
 @pytest.mark.parametrize(("effect", "alpha", "power"), [(0.05, 0.05, 0.8), (0.37, 0.01, 0.9), (1.3, 0.1, 0.5), (4.0, 0.05, 0.99)])
-def test_seeds_needed_is_the_smallest_n_reaching_the_power(effect, alpha, power, paired):
+def test_planned_seeds_is_the_smallest_n_reaching_the_power(effect, alpha, power):
     ns = np.arange(2, 20_000)
-    brute = ns[np.argmax(t_test_power(ns, effect, 1.0, paired=paired, alpha=alpha) >= power)]
-    assert seeds_needed(effect, 1.0, paired=paired, alpha=alpha, power=power) == brute
+    brute = ns[np.argmax(t_test_power(ns, effect, 1.0, paired=True, alpha=alpha) >= power)]
+    assert planned_seeds(effect, 1.0, alpha=alpha, power=power) == brute

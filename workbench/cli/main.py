@@ -21,6 +21,7 @@ from rich.table import Table
 from workbench.cli.console import print_table
 from workbench.cli.errors import DEBUG_ENV, GuardedGroup
 from workbench.cli.output import console, err_console, fail
+from workbench.cli.seed_plan import print_seed_plan, seed_plan
 from workbench.execution.lock import StudyBusy
 from workbench.execution.study_progress import PROGRESS_EVERY_ENV
 from workbench.metrics import CATALOGUE
@@ -103,8 +104,9 @@ def plan(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
         r = spec.config.rollout
         row["completions"] = r.steps * r.prompts_per_step * r.group_size
         row["max_tokens"] = row["completions"] * spec.config.sampler.max_new_tokens
+    seeds = _seed_plan(study, study_obj, specs)
     if format == "json":
-        print(json.dumps({"study": study_obj.name, "runs": rows}, indent=2, default=str))
+        print(json.dumps({"study": study_obj.name, "runs": rows, "seed_plan": seeds}, indent=2, default=str))
         return
     table = Table(title=f"{study_obj.name}: {len(rows)} runs")
     for col in ["label", "seed", "run_key", "status", "completions", "max_tokens"]:
@@ -112,7 +114,18 @@ def plan(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
     for row in rows:
         table.add_row(*(str(row[c]) for c in ["label", "seed", "run_key", "status", "completions", "max_tokens"]))
     console.print(table)
+    print_seed_plan(seeds)
     _note_search_problems(study_obj)
+
+
+def _seed_plan(study: str, study_obj, specs) -> list[dict]:
+    """Seeds per arm for 80% power at the study's compare.sesoi (workbench/cli/seed_plan.py)."""
+    from workbench.execution.study import (  # deferred: pydantic, torch, transformers
+        study_experiment,
+        study_tracking_uri,
+    )
+
+    return seed_plan(study_obj, specs, study_tracking_uri(specs), study_experiment(study_obj, specs), where=study)
 
 
 def _note_search_problems(study_obj) -> None:

@@ -72,6 +72,32 @@ def uncomputed_summaries(summary: pd.DataFrame, history: pd.DataFrame, names: Se
     return lines
 
 
+def smallest_effects(compare_cfg: dict[str, Any], options: Sequence[str] | None, where: str) -> dict[str, float]:
+    """Metric -> smallest effect of interest: the study's ``compare.sesoi``, overridden by
+    ``--sesoi METRIC=VALUE``; logged metric names become ``final:<name>`` as in ``--metric``.
+    A bad value: one line naming the field and ``where`` (the study), exit 2."""
+    from workbench.viz.spec import summary_name  # deferred: plotly, pydantic, scipy
+
+    declared = compare_cfg.get("sesoi") or {}
+    if not isinstance(declared, dict):
+        raise fail(f"{where}: compare.sesoi: expected a mapping of metric -> smallest effect of interest, "
+                   f"got {declared!r}")
+    out: dict[str, float] = {}
+    given = [(f"compare.sesoi.{m}", m, v) for m, v in declared.items()]
+    for option in options or []:
+        m, _, v = option.partition("=")
+        try:
+            given.append(("--sesoi", m.strip(), float(v)))
+        except ValueError:
+            raise fail(f"--sesoi: expected METRIC=VALUE with a number, got {option!r}") from None
+    for field, m, v in given:
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+        if not m or not ok:
+            raise fail(f"{where}: {field}: must be a positive number in the metric's units, got {v!r}")
+        out[summary_name(m)] = float(v)
+    return out
+
+
 #: Statuses of runs that ended: all are compared (a FAILED or KILLED run is a result, ranked worst;
 #: :mod:`workbench.compare.outcomes`). Runs still RUNNING (or SCHEDULED) are left out unless asked.
 ENDED_STATUSES = ("FINISHED", "FAILED", "KILLED")
@@ -106,9 +132,11 @@ def select_runs(runs: pd.DataFrame, include_unfinished: bool) -> tuple[pd.DataFr
 
 
 def _verdict_class(v: Any) -> str:
-    v = str(v)
-    undecided = v.startswith(("not distinguishable", "withheld"))
-    return {"better": "better", "worse": "worse"}.get(v, "nd" if undecided else "")
+    from workbench.compare.wording import status  # deferred: scipy
+
+    s = status(v)
+    return {"better": "better", "worse": "worse"}.get(s, "nd" if s in ("inconclusive", "withheld", "not testable")
+                                                      else "")
 
 
 def comparison_table_html(table: Any) -> str:
@@ -133,7 +161,7 @@ def comparison_table_html(table: Any) -> str:
             f"mean [{level} CI]": [fmt_ci(*x) for x in zip(rows["mean"], rows["mean_lo"], rows["mean_hi"],
                                                            strict=True)],
             f"IQM [{level} CI]": [fmt_ci(*x) for x in zip(rows["iqm"], rows["iqm_lo"], rows["iqm_hi"], strict=True)],
-            "Δ vs baseline [corrected CI]": ["—" if b else fmt_ci(d, lo, hi) for b, d, lo, hi in
+            "Δ vs baseline [simultaneous CI]": ["—" if b else fmt_ci(d, lo, hi) for b, d, lo, hi in
                                              zip(base, rows["delta"], rows["delta_lo"], rows["delta_hi"],
                                                  strict=True)],
             f"P(improve) [{level} CI]": ["—" if b else fmt_ci(p, lo, hi) for b, p, lo, hi in
@@ -141,8 +169,7 @@ def comparison_table_html(table: Any) -> str:
                                              rows["p_improve_hi"], strict=True)],
             f"p ({table.correction})": [fmt_p(p) for p in rows["p_adjusted"]],
             "verdict": rows["verdict"],
-            "seeds needed (80% power)": ["—" if b else fmt_num(n)
-                                         for b, n in zip(base, rows["seeds_needed"], strict=True)],
+            "status": rows["status"],
             "test": rows["test"],
             **_two_way_html_columns(table, metric, rows, level),
         })
@@ -231,14 +258,17 @@ def build_compare_report(study: str, table: Any, summary: pd.DataFrame, history:
         Section("Which variant wins", body_html=_looks_html(table) + comparison_table_html(table), note=(
             f"Per-run summary metrics compared across seeds. Δ = {unit} − baseline "
             f"({'paired t-test on matched seeds' if table.df['paired'].fillna(False).any() else 'Welch t-test'}; "
-            f"CIs of Δ after {table.correction} correction across {unit}s, excluding 0 exactly when the corrected "
-            f"test rejects); mean CIs: t interval; IQM CIs: trimmed-mean t (Tukey-McLaughlin; t below 4 seeds); P(improvement) CIs: "
-            f"percentile bootstrap ({table.settings.get('n_resamples')} resamples). 'runs' counts each {unit}'s "
+            f"CIs of Δ simultaneous over the {unit}s of a metric (Bonferroni: all cover together at "
+            f"{table.confidence:.0%}); verdicts by {table.correction}-corrected tests); mean CIs: t interval; IQM CIs: "
+            "trimmed-mean t (Tukey-McLaughlin; t below 4 seeds); P(improvement): paired by seed with an exact "
+            "binomial CI, else over all run pairs with a percentile bootstrap CI "
+            f"({table.settings.get('n_resamples')} resamples). 'runs' counts each {unit}'s "
             "runs as finished / failed / stopped early / censored (threshold never reached, nothing correct) / "
             "missing; failed, stopped and censored runs are ranked worst (Mann-Whitney test) and a verdict they "
             f"could change is withheld, with the reason. A {unit} is called better or "
-            "worse only when the corrected test and CI agree; otherwise the verdict says how many seeds were not "
-            "enough, and 'seeds needed' estimates how many would be (80% power, from the observed variance)."
+            "worse only when the corrected test rejects; equivalent when the TOST at the study's compare.sesoi "
+            "rejects (corrected the same way); otherwise inconclusive, with the minimum detectable effect (MDE) "
+            "at the seeds run (80% power at the level tested)."
             + grid_note)),
         Section("Summary metrics", figure=summary_figure(table, summary, colors=colors)),
     ]
@@ -276,8 +306,8 @@ def _table_cells(table: Any, metric: str) -> tuple[list[str], list[list[str]], l
 
     level = f"{table.confidence:.0%}"
     vs = table.per_grid_point
-    head = [table.unit, *(["baseline arm"] if vs else []), "runs", f"mean [{level} CI]", "Δ vs baseline [CI]",
-            f"P(improve) [{level} CI]", f"p ({table.correction})", "verdict", "seeds needed"]
+    head = [table.unit, *(["baseline arm"] if vs else []), "runs", f"mean [{level} CI]", "Δ vs baseline [simultaneous CI]",
+            f"P(improve) [{level} CI]", f"p ({table.correction})", "verdict", "status"]
     two_way = bool(table.two_way(metric))
     if two_way:  # last, so the columns before keep their places for `cut`
         head += ["Δ [CI over seeds and problems]"]
@@ -288,8 +318,7 @@ def _table_cells(table: Any, metric: str) -> tuple[list[str], list[list[str]], l
                      runs_phrase(r), fmt_ci(r["mean"], r["mean_lo"], r["mean_hi"]),
                      "—" if base else fmt_ci(r["delta"], r["delta_lo"], r["delta_hi"]),
                      "—" if base else fmt_ci(r["p_improve"], r["p_improve_lo"], r["p_improve_hi"]),
-                     "—" if base else fmt_p(r["p_adjusted"]), str(r["verdict"]),
-                     "—" if base else fmt_num(r["seeds_needed"]),
+                     "—" if base else fmt_p(r["p_adjusted"]), str(r["verdict"]), str(r["status"]),
                      *([_two_way_delta(r)] if two_way else [])])
         verdicts.append(str(r["verdict"]))
     return head, rows, verdicts
@@ -455,6 +484,9 @@ def compare(
     png: Annotated[Path | None, typer.Option("--png", help="also save the report's summary and curve figures "
                                              "as a PNG (headless Chromium; for docs and papers)")] = None,
     spec: Annotated[str, typer.Option(help="dashboard spec whose curve panels the report shows")] = "compare",
+    sesoi: Annotated[list[str] | None, typer.Option("--sesoi", help="METRIC=VALUE: smallest effect of interest "
+                                                    "in the metric's units (equivalence test, TOST); repeatable; "
+                                                    "overrides the study's compare.sesoi")] = None,
     include_unfinished: Annotated[bool, typer.Option(help="also compare runs still RUNNING (counted as not finished; FAILED/KILLED runs are always compared, ranked worst)")] = False,
     log: Annotated[bool, typer.Option("--log/--no-log", help="log the report to the study's parent MLflow run")] = True,
     tracking_uri: TrackingOpt = None,
@@ -478,6 +510,7 @@ def compare(
         names = comparison_metrics(metric, target.compare)
     except ValueError as e:
         raise fail(str(e)) from None
+    effects = smallest_effects(target.compare, sesoi, study)
     dash = _load_spec(spec)
     needed = {m for n in names for m in resolve_summary(n).reads} | _spec_metrics(dash)
     frames = target.reader.load(target.study, sorted(needed))
@@ -503,7 +536,7 @@ def compare(
         problems = target.reader.problem_results(runs)
     try:
         summary = summarize_runs(history, runs, names)
-        table = compare_variants(summary, base, names, problems=problems)
+        table = compare_variants(summary, base, names, problems=problems, sesoi=effects)
     except ValueError as e:
         raise fail(str(e)) from None
 

@@ -178,9 +178,11 @@ def decide_metric(summary: pd.DataFrame, plan: Plan, design, k: int, metric: str
     level = design.compare_level(k, len(open_arms), n_family)
     keep = set(open_arms) | {plan.baseline_of[a] for a in open_arms}
     sub = summary[summary["arm"].isin(keep)].reset_index(drop=True)
-    table = compare_variants(sub, plan.baseline, [metric], confidence=1.0 - level)
-    rows = {r["variant"]: r for r in table.df.to_dict("records")}
     sesoi = _sesoi(plan, metric)
+    # with a SESOI, "equivalent" (TOST at the same level) stops a comparison too
+    table = compare_variants(sub, plan.baseline, [metric], confidence=1.0 - level,
+                             sesoi={metric: sesoi} if sesoi is not None else None)
+    rows = {r["variant"]: r for r in table.df.to_dict("records")}
     inputs = [look_inputs(rows.get(a), sub, plan.baseline_of[a], metric, sesoi=sesoi,
                           confidence=futility_confidence(design)) for a in arms]
     after = decide_family(design, k, before, [x[0] for x in inputs], [x[1] for x in inputs],

@@ -8,7 +8,7 @@ Public surface::
     table = compare_variants(summary, baseline="grpo",
                              metrics=["final_eval_accuracy", "final_length_ratio"])
     table.df                     # tidy: variant, metric, runs per outcome, mean [CI], IQM [CI],
-                                 # delta [CI], P(improve) [CI], p, p_adjusted, verdict, seeds_needed, ...
+                                 # delta [CI], P(improve) [CI], p, p_adjusted, verdict, status, mde, ...
     table.to_markdown(); table.to_csv(); table.to_json()
     bands = curve_bands(align_curves(history, "eval/accuracy", x="tokens"))   # for plots
 
@@ -16,7 +16,7 @@ Modules: ``summary`` (registered per-run summaries, curve alignment), ``stats`` 
 t intervals, bootstrap CIs, P(improvement), t-tests, the rank test, Holm, power; the statistical
 choices are documented there), ``outcomes`` (finished / failed / stopped / censored / missing runs
 and the one policy for them), ``report`` (the comparison table), ``wording`` (its verdicts in
-words: "better", "not distinguishable with 5 seeds", "withheld: ..."), ``arms`` (the units
+words: "better", "equivalent (|Δ| < 0.03)", "inconclusive with 5 seeds (MDE 0.041)", "withheld: ..."), ``arms`` (the units
 compared: one per variant and grid point, each matched with the baseline at its grid point), ``panels`` (what a dashboard panel shows: curves
 with their bands, summaries, marker positions; :mod:`workbench.viz` only draws them). Pure pandas/numpy/scipy: no plotting, no MLflow.
 """
@@ -36,13 +36,17 @@ from .stats import (
     iqm_ci,
     mean_ci,
     mean_difference,
+    minimum_detectable_effect,
+    paired_improvement_ci,
+    planned_seeds,
     probability_of_improvement,
     probability_of_improvement_ci,
     rank_test,
-    seeds_needed,
     significant,
+    simultaneous_levels,
     t_interval,
     t_test_power,
+    tost_p,
 )
 from .summary import (
     SUMMARY_METRICS,
@@ -81,17 +85,21 @@ __all__ = [
     "iter_runs",
     "mean_ci",
     "mean_difference",
+    "minimum_detectable_effect",
+    "paired_improvement_ci",
+    "planned_seeds",
     "probability_of_improvement",
     "probability_of_improvement_ci",
     "rank_test",
     "resolve_summary",
     "run_outcomes",
-    "seeds_needed",
     "significant",
+    "simultaneous_levels",
     "summarize_runs",
     "summary_metric",
     "summary_panel",
     "t_interval",
     "t_test_power",
+    "tost_p",
     "verdict",
 ]

@@ -68,7 +68,10 @@ COLUMNS: tuple[str, ...] = (
     "p_value",
     "p_adjusted",
     "verdict",
-    "seeds_needed",
+    "status",
+    "mde",
+    "sesoi",
+    "p_equivalence",
     "higher_is_better",
     "test",
     "note",
@@ -159,16 +162,25 @@ class ComparisonTable:
       ``iqm_method`` (trimmed-mean t of Tukey-McLaughlin; t below 4 seeds, where the IQM is the
       mean; BCa bootstrap with strata).
     - ``delta`` = mean(variant) - mean(baseline) (paired: mean of per-seed differences), raw sign;
-      ``delta_lo``/``delta_hi`` its t interval **after correction** at level ``delta_level``: it
-      excludes 0 exactly when the corrected test rejects. No interval when the test is the rank
-      test (runs failed, stopped or censored).
+      ``delta_lo``/``delta_hi`` its **simultaneous** t interval at level ``delta_level`` =
+      ``1 - alpha/m`` (Bonferroni over the ``m`` comparisons of its family): all intervals of a
+      family cover their Δ together with probability >= ``1 - alpha``. Holm decides the verdict
+      at its own, less strict, step level, so a Holm-rejected Δ can have a simultaneous interval
+      touching 0 (the note says so). No interval when the test is the rank test (runs failed,
+      stopped or censored).
     - ``paired``: seeds matched with the baseline (paired t) or not (Welch t).
-    - ``p_improve``: P(variant run improves on baseline run) in the metric's direction (for a
-      metric without a direction, P(variant > baseline)), with bootstrap CI.
+    - ``p_improve``: P(variant improves on baseline) in the metric's direction (for a metric
+      without a direction, P(variant > baseline)): paired, the share of seeds where the variant
+      beats the baseline at the same seed (exact Clopper-Pearson CI); unpaired, over all pairs of
+      runs (percentile bootstrap CI).
     - ``p_value``/``p_adjusted``: the t-test's two-sided p-value, and after the correction.
-    - ``verdict``: better / worse (higher / lower without a direction) / not distinguishable with N
-      seeds / withheld: <why> / no data / no baseline at this grid point / baseline.
-    - ``seeds_needed``: seeds per variant for ``power`` at alpha for the observed delta and sd.
+    - ``verdict``: better / worse (higher / lower without a direction) / equivalent (|Δ| < e) /
+      inconclusive with N seeds (MDE x) / withheld: <why> / no data / no baseline at this grid
+      point / baseline; ``status``: the verdict as one word of :data:`wording.STATUSES`
+      (``baseline`` on a baseline row).
+    - ``mde``: the minimum detectable effect of the test at the seeds run (``power``, the Holm level
+      it was tested at, its SD); ``sesoi``: the metric's smallest effect of interest (NaN if none
+      declared); ``p_equivalence``: the TOST p-value at the SESOI, Holm-adjusted over the family.
     - ``test``: the test behind ``p_value``; ``note``: anything unusual (1 seed, NaNs dropped, ...).
     - ``n_problems``, ``mean_2way_lo``/``mean_2way_hi``, ``delta_2way_lo``/``delta_2way_hi``,
       ``two_way_method``: with per-problem results (``compare_variants(problems=...)``), for
@@ -273,7 +285,7 @@ class ComparisonTable:
                 return -math.inf
             return math.nan if v is None else v
 
-        text = {"metric", "variant", "verdict", "note", "test", "higher_is_better", "paired", "baseline_arm",
+        text = {"metric", "variant", "verdict", "status", "note", "test", "higher_is_better", "paired", "baseline_arm",
                 "mean_method", "iqm_method", "two_way_method"}
         rows = [{k: v if k in text else back(v) for k, v in r.items()} for r in d["rows"]]
         df = pd.DataFrame(rows, columns=d["columns"])
@@ -316,11 +328,11 @@ class ComparisonTable:
                 "runs",
                 f"mean [{level} CI]",
                 f"IQM [{level} CI]",
-                "Δ vs baseline [corrected CI]",
+                "Δ vs baseline [simultaneous CI]",
                 f"P(improve) [{level} CI]",
                 f"p ({self.correction})",
                 "verdict",
-                "seeds for 80% power" if self.settings.get("power", 0.8) == 0.8 else "seeds needed",
+                "status",
             ]
             two_way = self.two_way(metric)
             if two_way:
@@ -342,10 +354,13 @@ class ComparisonTable:
             if self.settings.get(key):
                 out.write(f"**{self.settings[key]}**\n\n")
         out.write(
-            f"Δ = {self.unit} − baseline; CIs of Δ are t intervals over seeds after {self.correction} correction "
-            f"(family: {self.settings.get('family', 'metric')}), excluding 0 exactly when the corrected "
-            f"test rejects; mean CIs: t interval; IQM CIs: trimmed-mean t (Tukey-McLaughlin; t below 4 seeds); P(improve) "
-            f"CIs: percentile bootstrap ({self.settings.get('n_resamples', '?')} resamples). seeds = "
+            f"Δ = {self.unit} − baseline; CIs of Δ are simultaneous t intervals over seeds (Bonferroni over the m "
+            f"comparisons of a family, family: {self.settings.get('family', 'metric')}); verdicts by "
+            f"{self.correction}-corrected tests; equivalent: TOST at the metric's SESOI, {self.correction}-"
+            f"corrected; MDE: minimum detectable effect at the seeds run ({self.settings.get('power', 0.8):.0%} "
+            f"power); mean CIs: t interval; IQM CIs: trimmed-mean t (Tukey-McLaughlin; t below 4 seeds); P(improve): "
+            f"paired by seed with an exact binomial CI, else over all run pairs with a percentile bootstrap CI "
+            f"({self.settings.get('n_resamples', '?')} resamples). seeds = "
             f"finished runs with a value; runs failed, stopped early or censored are ranked worst "
             f"(Mann-Whitney) and can withhold a verdict (docs/reports.md).\n"
         )
@@ -368,7 +383,7 @@ def _markdown_cells(r: Mapping[str, Any], *, with_baseline_arm: bool) -> list[st
         "—" if base else _fmt_ci(r["p_improve"], r["p_improve_lo"], r["p_improve_hi"]),
         "—" if base else _fmt_p(r["p_adjusted"]),
         str(r["verdict"]),
-        "—" if base else _fmt(r["seeds_needed"]),
+        str(r["status"]),
     ]
 
 
@@ -450,6 +465,7 @@ def compare_variants(
     pairing: str = "auto",
     n_resamples: int = stats.DEFAULT_RESAMPLES,
     power: float = 0.8,
+    sesoi: Mapping[str, float] | None = None,
     rng: int | np.random.Generator | None = 0,
     problems: pd.DataFrame | None = None,
 ) -> ComparisonTable:
@@ -474,10 +490,12 @@ def compare_variants(
     when the seeds are matched (``pairing="auto"``) else Welch's t-test, otherwise Mann-Whitney
     with failed/stopped/censored runs ranked worst (a verdict it does not support is withheld,
     with the reason); P(improvement) with a
-    bootstrap CI; p-values corrected with ``correction`` (``holm``/``bonferroni``/``none``)
-    across the variants of each metric (``family="metric"``) or across all metrics and variants
-    (``family="all"``); CIs of the difference at the corrected level; the verdict; and the seeds
-    per variant needed for ``power`` at ``alpha = 1 - confidence``. With arms, "variant" above
+    exact binomial CI when paired, else a bootstrap CI; p-values corrected with ``correction``
+    (``holm``/``bonferroni``/``none``) across the variants of each metric (``family="metric"``) or
+    across all metrics and variants (``family="all"``); simultaneous (Bonferroni) CIs of the
+    differences over the family; with ``sesoi`` (metric -> smallest effect of interest, in the
+    metric's units) the TOST equivalence test, corrected the same way; the verdict and its
+    ``status``; and the minimum detectable effect at ``power``. With arms, "variant" above
     reads "arm": the correction runs across all arm comparisons of a metric (or of the table).
 
     ``n_resamples=0`` skips the bootstraps (IQM and P(improvement) without intervals; verdicts do
@@ -515,17 +533,25 @@ def compare_variants(
         for metric in metrics
         for variant in [*base_arms, *others]  # an arm; named variant as in a study without a grid
     ]
+    sesoi = _check_sesoi(sesoi, metrics)
+    for cell in cells:
+        if cell.diff is not None and not cell.by_rank:
+            cell.row["sesoi"] = sesoi.get(cell.row["metric"], math.nan)
+            cell.tost_p = stats.tost_p(cell.diff, cell.row["sesoi"])
     _correct(cells, correction=correction, family=family, alpha=plan.alpha)
     for cell in cells:
-        _decide(cell, outcomes, confidence=confidence, alpha=plan.alpha)
+        _decide(cell, outcomes, confidence=confidence, alpha=plan.alpha, power=power)
     if problems is not None:  # intervals over seeds and problems, beside the seed-only ones
         _problems.add_intervals([c.row for c in cells], summary_df, problems, units=units, seed_col=seed_col,
                                 confidence=confidence)
+    for cell in cells:
+        cell.row["status"] = cell.row.get("status") or wording.status(cell.row["verdict"])
     rows = _ranked_rows([c.row for c in cells], metrics, directions)
     df = pd.DataFrame(rows, columns=list(COLUMNS))
     df["paired"] = df["paired"].astype("boolean")
     settings = {
         "family": family, "pairing": pairing, "n_resamples": n_resamples, "power": power, "rng": plan.seed,
+        "delta_ci": "simultaneous (Bonferroni over the family)", "equivalence": "TOST at sesoi",
         "strata": strata, "bootstrap": "percentile (P(improve)); BCa (IQM with strata)",
         "iqm_ci": stats.IQM_T_METHOD, "mean_ci": "t", "arms": any(a != v for a, v in arm_variant.items()),
         "two_way_ci": _problems.TWO_WAY_METHOD if (df["two_way_method"] != "").any() else "",
@@ -564,6 +590,8 @@ class _Cell:
     row: dict[str, Any]
     diff: stats.Difference | None = None
     by_rank: bool = False
+    tost_p: float = math.nan  # the equivalence test's p-value before correction (NaN: none)
+    holm_level: float = math.nan  # the confidence at which the correction tested this comparison
 
 
 def _check_arguments(summary_df: pd.DataFrame, metrics: list[str], *, family: str, confidence: float,
@@ -579,6 +607,20 @@ def _check_arguments(summary_df: pd.DataFrame, metrics: list[str], *, family: st
     missing = [c for c in columns if c not in summary_df.columns]
     if missing:
         raise ValueError(f"summary_df is missing columns {missing} (has {list(summary_df.columns)})")
+
+
+def _check_sesoi(sesoi: Mapping[str, float] | None, metrics: list[str]) -> dict[str, float]:
+    """The smallest effects of interest by metric, each a positive finite number (``ValueError``
+    naming the metric otherwise). A SESOI for a metric not compared is ignored (``--metric`` may
+    pick a subset of the study's metrics)."""
+    out = {}
+    for metric, value in (sesoi or {}).items():
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+        if not ok:
+            raise ValueError(f"sesoi of {metric!r} must be a positive number in the metric's units, got {value!r}")
+        if metric in metrics:
+            out[metric] = float(value)
+    return out
 
 
 def _table_seed(rng: int | np.random.Generator | None) -> int:
@@ -627,7 +669,10 @@ def _estimate_row(metric: str, variant: str, base_arm: str | None, arm: _outcome
         "p_value": math.nan,
         "p_adjusted": math.nan,
         "verdict": "baseline" if base_arm == variant else "" if base_arm else _arms.NO_BASELINE,
-        "seeds_needed": math.nan,
+        "status": "",
+        "mde": math.nan,
+        "sesoi": math.nan,
+        "p_equivalence": math.nan,
         "higher_is_better": higher_is_better,
         "test": "",
         "baseline_arm": base_arm or "",
@@ -642,7 +687,7 @@ def _compare_cell(metric: str, variant: str, runs: pd.DataFrame,
                   base_arm: str | None, variant_of: str, higher_is_better: bool | None,
                   bounds: tuple[float, float], plan: _CellPlan) -> _Cell:
     """One arm on one metric: its estimates and, against its baseline arm, the test (p-value not
-    yet corrected), P(improvement), seeds needed and the notes."""
+    yet corrected), P(improvement) and the notes."""
     arm = outcomes[metric, variant]
     labels = None
     if plan.strata:
@@ -668,8 +713,8 @@ def _compare_cell(metric: str, variant: str, runs: pd.DataFrame,
 
 def _test_against(row: dict[str, Any], arm: _outcomes.ArmOutcomes, base: _outcomes.ArmOutcomes,
                   plan: _CellPlan) -> tuple[stats.Difference, bool]:
-    """Fill ``row``'s comparison with ``base``: delta, the test and its p-value, P(improvement),
-    seeds needed. Returns the difference and whether the rank test decides (some runs failed,
+    """Fill ``row``'s comparison with ``base``: delta, the test and its p-value, P(improvement).
+    Returns the difference and whether the rank test decides (some runs failed,
     stopped or censored: ranked worst)."""
     metric, variant, hib = row["metric"], row["variant"], row["higher_is_better"]
     diff = stats.mean_difference(arm.values, base.values, x_seeds=arm.seeds, y_seeds=base.seeds,
@@ -684,8 +729,12 @@ def _test_against(row: dict[str, Any], arm: _outcomes.ArmOutcomes, base: _outcom
         p_value = math.nan if by_rank else diff.p_value
         x_ranked, y_ranked = arm.values, base.values
         test = "none (no direction to rank incomplete runs)" if by_rank else diff.method
-    poi = _improvement(x_ranked, y_ranked, higher_is_better=hib is not False, plan=plan,
-                       rng=_child_rng(plan.seed, metric, variant, "poi"))
+    if diff.paired and not by_rank:  # by seed, as the paired t-test pairs them
+        xm, ym, _ = stats.matched_by_seed(arm.values, base.values, arm.seeds, base.seeds)
+        poi = stats.paired_improvement_ci(xm, ym, higher_is_better=hib is not False, confidence=plan.confidence)
+    else:
+        poi = _improvement(x_ranked, y_ranked, higher_is_better=hib is not False, plan=plan,
+                           rng=_child_rng(plan.seed, metric, variant, "poi"))
     row.update(
         delta=diff.delta,
         paired=diff.paired and not by_rank,
@@ -694,9 +743,6 @@ def _test_against(row: dict[str, Any], arm: _outcomes.ArmOutcomes, base: _outcom
         p_improve_lo=poi.lo,
         p_improve_hi=poi.hi,
         test=test,
-        seeds_needed=math.nan if by_rank else stats.seeds_needed(
-            diff.delta, diff.sd, paired=diff.paired, alpha=plan.alpha, power=plan.power
-        ),
     )
     return diff, by_rank
 
@@ -730,28 +776,38 @@ def _comparison_notes(cell: _Cell, arm: _outcomes.ArmOutcomes, base: _outcomes.A
 
 
 def _correct(cells: list[_Cell], *, correction: str, family: str, alpha: float) -> None:
-    """Correct the p-values of every comparison for multiplicity, per metric (``family="metric"``)
-    or across the table (``"all"``): ``p_adjusted``, and ``delta_level``, the confidence at which
-    each hypothesis was effectively tested."""
-    families: dict[str, list[dict[str, Any]]] = {}
+    """Correct every comparison for multiplicity, per metric (``family="metric"``) or across the
+    table (``"all"``): ``p_adjusted`` and the level each difference was tested at
+    (``cell.holm_level``); ``delta_level``, the simultaneous (Bonferroni) level of the family's
+    reported intervals; and ``p_equivalence``, the TOST p-values corrected the same way over the
+    comparisons that have one."""
+    families: dict[str, list[_Cell]] = {}
     for cell in cells:
         if cell.diff is not None:
-            families.setdefault(cell.row["metric"] if family == "metric" else "all", []).append(cell.row)
-    for rows in families.values():
-        adj, div = stats.adjust_pvalues([r["p_value"] for r in rows], correction, alpha=alpha)
-        for r, a, d in zip(rows, adj, div, strict=True):
-            r["p_adjusted"] = float(a)
-            r["delta_level"] = 1.0 - alpha / d if math.isfinite(d) else math.nan
+            families.setdefault(cell.row["metric"] if family == "metric" else "all", []).append(cell)
+    for members in families.values():
+        adj, div = stats.adjust_pvalues([c.row["p_value"] for c in members], correction, alpha=alpha)
+        n_tested = int(np.isfinite(div).sum())
+        for c, a, d in zip(members, adj, div, strict=True):
+            c.row["p_adjusted"] = float(a)
+            c.holm_level = 1.0 - alpha / d if math.isfinite(d) else math.nan
+            c.row["delta_level"] = (stats.simultaneous_levels(n_tested, alpha) if correction != "none"
+                                    else 1.0 - alpha) if math.isfinite(d) else math.nan
+        eq_adj, _ = stats.adjust_pvalues([c.tost_p for c in members], correction, alpha=alpha)
+        for c, a in zip(members, eq_adj, strict=True):
+            c.row["p_equivalence"] = float(a)
 
 
 def _decide(cell: _Cell, outcomes: Mapping[tuple[str, str], _outcomes.ArmOutcomes], *, confidence: float,
-            alpha: float) -> None:
-    """Fill a compared row's corrected CI of delta and its verdict (after :func:`_correct`)."""
+            alpha: float, power: float) -> None:
+    """Fill a compared row's simultaneous CI of delta, its minimum detectable effect and its
+    verdict (after :func:`_correct`). The verdict is the corrected test's, with the interval at
+    the level it was tested at (which excludes 0 exactly when it rejects)."""
     r, diff = cell.row, cell.diff
     if diff is None:
         return
     arm, base = outcomes[r["metric"], r["variant"]], outcomes[r["metric"], r["baseline_arm"]]
-    level = r["delta_level"] if math.isfinite(r["delta_level"]) else confidence
+    level = cell.holm_level if math.isfinite(cell.holm_level) else confidence
     t_lo, t_hi = diff.interval(level)
     if cell.by_rank:
         r["delta_level"] = math.nan
@@ -759,15 +815,22 @@ def _decide(cell: _Cell, outcomes: Mapping[tuple[str, str], _outcomes.ArmOutcome
                                               p_adjusted=r["p_adjusted"], p_improve=r["p_improve"],
                                               t_lo=t_lo, t_hi=t_hi, alpha=alpha)
         return
-    r["delta_lo"], r["delta_hi"] = t_lo, t_hi
-    if math.isfinite(r["delta_lo"]) or math.isinf(r["delta_lo"]):
-        r["delta_level"] = level
+    shown = r["delta_level"] if math.isfinite(r["delta_level"]) else confidence
+    r["delta_lo"], r["delta_hi"] = diff.interval(shown)
+    if not (math.isfinite(r["delta_lo"]) or math.isinf(r["delta_lo"])):
+        r["delta_level"] = math.nan
+    r["mde"] = stats.minimum_detectable_effect(diff, alpha=1.0 - level, power=power)
+    equivalent = math.isfinite(r["p_equivalence"]) and r["p_equivalence"] < alpha
     r["verdict"] = wording.verdict(
         diff.delta, t_lo, t_hi, r["p_adjusted"], alpha=alpha, higher_is_better=r["higher_is_better"],
-        n_x=r["n_seeds"], n_y=base.counts["finished"],
+        n_x=r["n_seeds"], n_y=base.counts["finished"], mde=r["mde"], sesoi=r["sesoi"], equivalent=equivalent,
     )
+    decided = stats.significant(t_lo, t_hi, r["p_adjusted"], alpha=alpha)
+    if decided and r["delta_lo"] <= 0.0 <= r["delta_hi"]:
+        r["note"] = "; ".join(x for x in (r["note"], f"{r['verdict']} by the step-down test at "
+                                          f"{level:.4g}; the simultaneous interval, wider, includes 0") if x)
     unknown = [x for x in (arm.reason(), f"baseline: {base.reason()}" if base.reason() else "") if x]
-    if unknown and r["verdict"] in ("better", "worse", "higher", "lower"):
+    if unknown and wording.status(r["verdict"]) in ("better", "worse", "higher", "lower", "equivalent"):
         r["verdict"] = wording.withheld("; ".join(unknown))  # missing values could go either way
 
 

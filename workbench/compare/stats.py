@@ -46,18 +46,35 @@ except in :func:`curve_bands` (the same intervals, pointwise along a curve), no 
 * **Significance** (:func:`significant`): a difference is declared only if the corrected p-value
   is below alpha **and** the corrected CI of the difference excludes 0 (the two agree by
   construction). Never a winner from point estimates alone; the words of the verdict ("better",
-  "not distinguishable with N seeds") are :mod:`workbench.compare.wording`'s.
+  "inconclusive with N seeds (MDE x)") are :mod:`workbench.compare.wording`'s.
   With a zero-variance difference the p-value is a permutation test's and the interval is its
   inversion: the point ``delta`` when the smallest achievable p-value is below the level's
   alpha, else the whole line.
-* **Seeds needed** (:func:`seeds_needed`): exact power of the same t-test (noncentral t,
-  ``scipy.stats.nct``) for the observed difference and standard deviation; the smallest number of
-  seeds per variant reaching the target power. A post-hoc estimate from a noisy effect: a guide
-  for planning the next study, not a guarantee.
+* **Equivalence** (:func:`tost_p`): with a smallest effect of interest (SESOI) ``e`` for a metric,
+  the two one-sided tests (TOST, Schuirmann 1987) of ``Δ <= -e`` and ``Δ >= e`` on the same t
+  statistic (paired or Welch) the difference test uses; the p-value is the larger of the two
+  (``statsmodels.stats.weightstats.ttost_paired``/``ttost_ind(usevar="unequal")`` give the same
+  numbers, checked in ``tests/compare/test_equivalence.py``). Equivalence is declared when the
+  Holm-adjusted TOST p-value is below alpha (Holm over the family's equivalence tests).
+* **Minimum detectable effect** (:func:`minimum_detectable_effect`): the |Δ| the same t-test
+  detects with 80% power at the seeds run and the level it was tested at
+  (``statsmodels.stats.power``). It depends on the design, never on the observed effect; the
+  post-hoc "seeds needed" it replaces plugged the observed effect into a power formula, which
+  only re-expresses the p-value and ranged 5 to 3,748 seeds for a true 34 at 5 seeds.
+* **Planned seeds** (:func:`planned_seeds`): the seeds per arm for 80% power at a declared SESOI
+  and noise SD, chosen before the study (``workbench plan``).
+* **Simultaneous intervals** (:func:`simultaneous_levels`): the reported Δ intervals are
+  Bonferroni intervals over the family (each at ``1 - alpha/m``), so all ``m`` cover together
+  with probability >= ``1 - alpha``; Holm's per-step intervals do not (93% in the 5-arm, 5-seed
+  simulation of ``tests/compare/test_equivalence.py``).
+* **Paired P(improvement)** (:func:`paired_improvement_ci`): with seeds matched, the share of seeds
+  where the variant beats the baseline at the same seed, with the exact (Clopper-Pearson) binomial
+  interval: at 5 of 5 seeds it is [0.478, 1], not the [1, 1] of the unpaired bootstrap.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from collections.abc import Callable, Sequence
@@ -86,10 +103,15 @@ __all__ = [
     "mean_difference",
     "probability_of_improvement",
     "probability_of_improvement_ci",
+    "minimum_detectable_effect",
+    "paired_improvement_ci",
+    "planned_seeds",
     "rank_test",
-    "seeds_needed",
     "significant",
+    "simultaneous_levels",
     "t_test_power",
+    "tost_p",
+    "tost_pvalues",
 ]
 
 DEFAULT_RESAMPLES = 2000  # rliable uses 2000 bootstrap replications for its CIs
@@ -426,7 +448,7 @@ class Difference:
         return self.delta - q * self.se, self.delta + q * self.se
 
 
-def _matched(
+def matched_by_seed(
     x: np.ndarray, y: np.ndarray, xs: np.ndarray | None, ys: np.ndarray | None
 ) -> tuple[np.ndarray, np.ndarray, bool]:
     """Values of x and y at their common seeds (sorted), and whether the seed sets are identical."""
@@ -495,7 +517,7 @@ def mean_difference(
     if pairing == "paired" and (xs is None or ys is None):
         raise ValueError("pairing='paired' needs x_seeds and y_seeds")
 
-    xm, ym, same = _matched(xv, yv, xs, ys)
+    xm, ym, same = matched_by_seed(xv, yv, xs, ys)
     paired = pairing == "paired" or (pairing == "auto" and same and xm.size >= 2)
     if paired:
         return _paired(xm, ym, rng=rng, note="" if same else "paired on common seeds only")
@@ -674,55 +696,99 @@ def t_test_power(n: Any, effect: float, sd: float, *, paired: bool = False, alph
     return sps.nct.sf(tc, df, ncp) + wrong_side
 
 
-def seeds_needed(
-    effect: float,
-    sd: float,
-    *,
-    paired: bool = False,
-    alpha: float = 0.05,
-    power: float = 0.8,
-    max_n: int = 1_000_000,
-) -> float:
-    """Smallest seeds per variant giving ``power`` to detect ``effect`` at ``alpha`` (two-sided t-test).
+@functools.lru_cache(maxsize=4096)
+def _detectable_effect_size(n_x: int, n_y: int, paired: bool, alpha: float, power: float) -> float:
+    """The standardised effect (Δ / SD) the two-sided t-test detects with ``power`` (statsmodels'
+    power classes; cached: it depends only on the design, and a table has few distinct designs)."""
+    from statsmodels.stats.power import TTestIndPower, TTestPower  # deferred: statsmodels (~0.5 s)
 
-    ``inf`` when the effect is 0 or more than ``max_n`` seeds would be needed; NaN when
-    ``effect`` or ``sd`` is unknown; 2 (the least a t-test needs) when ``sd`` is 0 and the
-    effect is not.
-    """
-    if not (math.isfinite(effect) and math.isfinite(sd)) or sd < 0:
+    if paired:
+        return float(TTestPower().solve_power(nobs=n_x, alpha=alpha, power=power, alternative="two-sided"))
+    return float(TTestIndPower().solve_power(nobs1=n_x, ratio=n_y / n_x, alpha=alpha, power=power,
+                                             alternative="two-sided"))
+
+
+def minimum_detectable_effect(diff: Difference, *, alpha: float = 0.05, power: float = 0.8) -> float:
+    """The |Δ| the difference test of ``diff`` detects with ``power`` at level ``alpha``, in the
+    metric's units: the standardised effect of the design (paired: one-sample t on the ``n``
+    differences; else the two-sample t with ``n_x``, ``n_y``) times the SD the test used
+    (``diff.sd``: of the differences, or pooled). NaN when there is no t-test: fewer than 2 seeds
+    a side, no SD, or a zero SD (the test is then a permutation test, with no t power)."""
+    n_x, n_y, sd = diff.n_x, diff.n_y, diff.sd
+    if not (math.isfinite(sd) and sd > 0) or n_x < 2 or n_y < 2 or not 0.0 < alpha < 1.0:
         return math.nan
-    effect = abs(effect)
-    if effect == 0.0:
-        return math.inf
-    if sd == 0.0:
-        return 2.0
+    return _detectable_effect_size(int(n_x), int(n_y), bool(diff.paired), float(alpha), float(power)) * sd
 
-    def power_at(ns: np.ndarray) -> np.ndarray:
-        return t_test_power(ns, effect, sd, paired=paired, alpha=alpha)
 
-    # Start just below the normal approximation n0 = k (z_{1-alpha/2} + z_{power})^2 (sd/effect)^2
-    # (k = 2 unpaired, 1 paired): the exact t answer is usually at or a few seeds above it.
-    k = 1.0 if paired else 2.0
+def planned_seeds(sesoi: float, sd_difference: float, *, alpha: float = 0.05, power: float = 0.8,
+                  max_n: int = 100_000) -> int:
+    """Seeds per arm for ``power`` to detect a true ``|Δ| = sesoi`` with the paired t-test at
+    ``alpha`` (two-sided), when the per-seed differences have SD ``sd_difference``: the smallest
+    ``n`` (at least 2) whose exact power (noncentral t) reaches ``power``. Planned before the
+    study from a declared SESOI, not from an observed effect."""
+    if not (sesoi > 0 and math.isfinite(sesoi) and sd_difference >= 0 and math.isfinite(sd_difference)):
+        raise ValueError(f"planned_seeds needs sesoi > 0 and a finite sd >= 0, got {sesoi}, {sd_difference}")
+    if sd_difference == 0.0:
+        return 2
+    # the normal approximation n0 = (z_{1-a/2} + z_power)^2 (sd/sesoi)^2 is a lower bound of the
+    # t answer; scan up from it (vectorised, doubling the window)
     z = sps.norm.ppf(1.0 - alpha / 2.0) + sps.norm.ppf(power)
-    start = int(min(max(2, math.floor(0.95 * k * (z * sd / effect) ** 2)), max_n))
-    if power_at(np.array([start]))[0] >= power:  # rare: bisect down on [2, start]
-        lo, hi = 1, start  # invariant: power(hi) >= target, power(lo) < target (n = 1: no test)
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if power_at(np.array([mid]))[0] >= power:
-                hi = mid
-            else:
-                lo = mid
-        return float(hi)
+    start = max(2, math.floor((z * sd_difference / sesoi) ** 2))
     width = 16
-    start += 1
     while start <= max_n:
         ns = np.arange(start, min(start + width, max_n + 1))
-        reached = np.flatnonzero(power_at(ns) >= power)
+        reached = np.flatnonzero(t_test_power(ns, sesoi, sd_difference, paired=True, alpha=alpha) >= power)
         if reached.size:
-            return float(ns[reached[0]])
+            return int(ns[reached[0]])
         start, width = start + width, width * 2
-    return math.inf
+    raise ValueError(f"more than {max_n} seeds would be needed for sesoi {sesoi} at sd {sd_difference}")
+
+
+def tost_pvalues(delta: Any, se: Any, df: Any, sesoi: Any) -> Any:
+    """Vectorised TOST p-value from the difference's t statistic parts: the larger of
+    ``P(T_df > (Δ + e)/se)`` (H0: Δ <= -e) and ``P(T_df < (Δ - e)/se)`` (H0: Δ >= e)."""
+    delta, se, df, sesoi = (np.asarray(v, dtype=float) for v in (delta, se, df, sesoi))
+    p_lower = sps.t.sf((delta + sesoi) / se, df)
+    p_upper = sps.t.cdf((delta - sesoi) / se, df)
+    return np.maximum(p_lower, p_upper)
+
+
+def tost_p(diff: Difference, sesoi: float) -> float:
+    """p-value of the two one-sided tests (TOST) of equivalence within ``(-sesoi, sesoi)``, on the
+    t statistic of the difference test (``diff.se``, ``diff.df``; :func:`tost_pvalues`). Below
+    ``alpha`` exactly when the ``1 - 2 alpha`` interval of Δ lies inside ``(-e, e)``. NaN without a
+    t-test (no SE; zero variance: no equivalence is claimed then) or without a SESOI."""
+    if not (math.isfinite(sesoi) and sesoi > 0 and math.isfinite(diff.se) and diff.se > 0
+            and math.isfinite(diff.delta) and math.isfinite(diff.df)):
+        return math.nan
+    return float(tost_pvalues(diff.delta, diff.se, diff.df, sesoi))
+
+
+def simultaneous_levels(n_tested: int, alpha: float = 0.05) -> float:
+    """Confidence of each of ``n_tested`` Bonferroni intervals that cover all their Δ together with
+    probability >= ``1 - alpha`` (Bonferroni's inequality; no assumption on their dependence)."""
+    return 1.0 - alpha / max(1, n_tested)
+
+
+def paired_improvement_ci(x: Any, y: Any, *, higher_is_better: bool = True,
+                          confidence: float = 0.95) -> Estimate:
+    """P(the variant improves on the baseline at the same seed): the share of matched seeds where
+    ``x > y`` in the metric's direction (ties count 1/2), with the exact Clopper-Pearson interval
+    (``statsmodels.stats.proportion.proportion_confint(method="beta")``), which covers at least
+    ``confidence`` at any n. ``x`` and ``y`` are matched by position (one value per seed)."""
+    from statsmodels.stats.proportion import proportion_confint  # deferred: statsmodels
+
+    d = np.asarray(x, dtype=float) - np.asarray(y, dtype=float)
+    d = d[np.isfinite(d)]
+    if not higher_is_better:
+        d = -d
+    n = d.size
+    common = {"n": n, "confidence": confidence, "method": "paired sign, Clopper-Pearson"}
+    if n == 0:
+        return Estimate(math.nan, math.nan, math.nan, note="no matched seeds", **common)
+    wins = float((d > 0).sum() + 0.5 * (d == 0).sum())
+    lo, hi = proportion_confint(wins, n, alpha=1.0 - confidence, method="beta")
+    return Estimate(wins / n, float(np.nan_to_num(lo, nan=0.0)), float(np.nan_to_num(hi, nan=1.0)), **common)
 
 
 # --------------------------------------------------------------------------------------------

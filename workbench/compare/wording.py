@@ -3,8 +3,10 @@
 :mod:`workbench.compare.stats` decides with numbers (corrected p-values, intervals,
 :func:`~workbench.compare.stats.significant`); this module turns a row's numbers into the text of
 its ``verdict`` column: ``better`` / ``worse`` (``higher`` / ``lower`` for a metric without a
-direction), ``not distinguishable with 5 seeds``, ``withheld: 3/6 runs failed``, ``no data``.
-The policy for runs that did not finish is :mod:`workbench.compare.outcomes`'.
+direction), ``equivalent (|Δ| < 0.03)``, ``inconclusive with 5 seeds (MDE 0.041)``,
+``withheld: 3/6 runs failed``, ``no data``; and the machine-readable ``status`` of a verdict
+(:func:`status`, one of :data:`STATUSES`). The policy for runs that did not finish is
+:mod:`workbench.compare.outcomes`'.
 """
 
 from __future__ import annotations
@@ -14,7 +16,30 @@ import math
 from . import stats
 from .outcomes import ArmOutcomes
 
-__all__ = ["ranked_verdict", "seeds_phrase", "verdict", "withheld"]
+__all__ = ["STATUSES", "ranked_verdict", "seeds_phrase", "status", "verdict", "withheld"]
+
+#: The ``status`` of a compared row (a baseline row's is ``"baseline"``): what the verdict decided.
+STATUSES: tuple[str, ...] = ("better", "worse", "higher", "lower", "equivalent", "not testable", "inconclusive",
+                             "withheld", "no data")
+
+
+def status(verdict_text: str) -> str:
+    """The status of a verdict text: the status it starts with (``"better (but |Δ| < 0.03)"`` is
+    ``better``); ``"baseline"`` for a baseline row; ``"no data"`` for an arm without a baseline at
+    its grid point (nothing to compare with); ``""`` for an empty text (not decided yet)."""
+    text = str(verdict_text)
+    if text == "baseline":
+        return "baseline"
+    if text.startswith("no baseline"):
+        return "no data"
+    for s in sorted(STATUSES, key=len, reverse=True):
+        if text.startswith(s):
+            return s
+    return ""
+
+
+def _fmt_effect(x: float) -> str:
+    return f"{x:.3g}"
 
 
 def seeds_phrase(n_x: int, n_y: int) -> str:
@@ -39,19 +64,31 @@ def verdict(
     higher_is_better: bool | None = True,
     n_x: int,
     n_y: int,
+    mde: float = math.nan,
+    sesoi: float = math.nan,
+    equivalent: bool = False,
 ) -> str:
     """``"better"``/``"worse"`` (or ``"higher"``/``"lower"`` for a metric without a direction) only
     when the difference is :func:`~workbench.compare.stats.significant` (corrected p-value below
-    ``alpha`` **and** corrected CI ``[lo, hi]`` excluding 0); else ``"not distinguishable with N
-    seeds"``; ``"no data"`` if a side has no finite values."""
+    ``alpha`` **and** corrected CI ``[lo, hi]`` excluding 0; ``"better (but |Δ| < 0.03)"`` when it
+    is also ``equivalent`` within the SESOI: real but smaller than what matters); else
+    ``"equivalent (|Δ| < 0.03)"`` when the equivalence test (TOST at the SESOI) rejected; else
+    ``"inconclusive with N seeds (MDE x)"``, ``x`` the minimum detectable effect at those seeds
+    (never a post-hoc seed count); ``"no data"`` if a side has no finite values."""
     if n_x == 0 or n_y == 0:
         return "no data"
+    bound = f"|Δ| < {sesoi:g}"
     if not stats.significant(lo, hi, p_adjusted, alpha=alpha):
-        return f"not distinguishable with {seeds_phrase(n_x, n_y)}"
+        if equivalent:
+            return f"equivalent ({bound})"
+        detectable = f" (MDE {_fmt_effect(mde)})" if math.isfinite(mde) else ""
+        return f"inconclusive with {seeds_phrase(n_x, n_y)}{detectable}"
     up = delta > 0.0
     if higher_is_better is None:
-        return "higher" if up else "lower"
-    return "better" if up == higher_is_better else "worse"
+        word = "higher" if up else "lower"
+    else:
+        word = "better" if up == higher_is_better else "worse"
+    return f"{word} (but {bound})" if equivalent else word
 
 
 def ranked_verdict(arm: ArmOutcomes, base: ArmOutcomes, *, higher_is_better: bool | None, p_adjusted: float,
@@ -73,4 +110,4 @@ def ranked_verdict(arm: ArmOutcomes, base: ArmOutcomes, *, higher_is_better: boo
         return "better" if p_improve > 0.5 else "worse"
     if rejected or t_claims:
         return withheld(why)
-    return f"not distinguishable with {seeds_phrase(n_x, n_y)} ({why})"
+    return f"inconclusive with {seeds_phrase(n_x, n_y)} ({why})"

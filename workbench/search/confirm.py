@@ -16,7 +16,7 @@ Ranking (:func:`confirmed_arms`): the arms by their mean over the confirmation s
 interval of :func:`workbench.compare.stats.mean_ci`; the best arm is compared with every other
 (paired t-test on the shared seeds, :func:`~workbench.compare.stats.mean_difference`, Holm-corrected
 with :func:`~workbench.compare.stats.adjust_pvalues`), worded as ``workbench compare`` words it
-(:func:`workbench.compare.wording.verdict`: ``better``, ``not distinguishable with 3 seeds``).
+(:func:`workbench.compare.wording.verdict`: ``better``, ``inconclusive with 3 seeds``).
 The results table, the report and ``--export-best`` rank the confirmed trials by this, before the
 unconfirmed ones.
 """
@@ -178,7 +178,7 @@ def confirmation_lines(arms: list[ConfirmedArm], spec: SearchSpec) -> list[str]:
     trials = [a for a in arms[1:] if a.name != BASELINE]
     if trials:
         runner = trials[0]
-        if runner.vs_best.startswith("not distinguishable"):
+        if wording.status(runner.vs_best) == "inconclusive":
             lines.append(f"the top trials are not distinguishable from each other: {best.name} vs {runner.name}: "
                          f"{runner.vs_best}")
         else:
@@ -187,7 +187,7 @@ def confirmation_lines(arms: list[ConfirmedArm], spec: SearchSpec) -> list[str]:
     if best.name == BASELINE:
         lines.append("the baseline (the variant without search values) ranks first: no trial beat it")
     elif baseline is not None:
-        if baseline.vs_best.startswith("not distinguishable"):
+        if wording.status(baseline.vs_best) == "inconclusive":
             lines.append(f"{best.name} is not distinguishable from the baseline: {baseline.vs_best}")
         else:
             lines.append(f"{best.name} vs the baseline: {baseline.vs_best}")

@@ -9,6 +9,7 @@ first); checking each run's resolved config is the job of :mod:`workbench.study.
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -143,6 +144,8 @@ def check_semantics(data: dict[str, Any], rep: Reporter) -> None:
         if isinstance(baseline, str) and baseline not in variants:
             rep.add(("compare", "baseline"), unknown_message(baseline, names, f"variant {baseline!r}"))
         _check_sequential(compare.get("sequential"), rep)
+    if isinstance(compare, dict):
+        _check_effect_sizes(compare, rep)
 
 
 def _check_sequential(sequential: Any, rep: Reporter) -> None:
@@ -163,6 +166,24 @@ def _check_sequential(sequential: Any, rep: Reporter) -> None:
     if not ok or any(b <= a for a, b in zip(looks, looks[1:], strict=False)):
         rep.add(("compare", "sequential", "looks"),
                 f"expected increasing seed counts of at least 2, e.g. [3, 5, 7, 10], got {show_value(looks)}")
+
+
+def _check_effect_sizes(compare: dict[str, Any], rep: Reporter) -> None:
+    """``compare.sesoi`` (smallest effect of interest) and ``compare.noise_sd`` (SD of a run's value
+    across seeds): each a mapping of metric name -> positive number, in the metric's units."""
+    for key, what in (("sesoi", "smallest effect of interest"), ("noise_sd", "SD across seeds")):
+        value = compare.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, dict) or not value:
+            rep.add(("compare", key), f"expected a mapping of metric -> {what} (a positive number in the metric's "
+                                      f"units), e.g. {{final_eval_accuracy: 0.03}}; got {show_value(value)}")
+            continue
+        for metric, x in value.items():
+            number = isinstance(x, (int, float)) and not isinstance(x, bool)
+            if not (number and math.isfinite(x) and x > 0):
+                rep.add(("compare", key, metric), f"{what} of {metric!r} must be a positive number in the "
+                                                  f"metric's units, got {show_value(x)}")
 
 
 def _check_name(name: Any, rep: Reporter) -> None:

@@ -1,0 +1,58 @@
+"""Seeds planned before a study (#28): the family size compare will use, the plan from a declared
+SESOI and noise SD, nothing invented without them, and the study fields validated."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from workbench.compare.planning import comparisons_per_metric, plan_seeds
+from workbench.compare.stats import planned_seeds
+from workbench.study import StudyError, load_study
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_comparisons_per_metric_counts_what_compare_compares():
+    arms = [("grpo", "grpo/lr=1"), ("grpo", "grpo/lr=2"), ("dr", "dr/lr=1"), ("dr", "dr/lr=2"), ("dapo", "dapo/lr=3")]
+    assert comparisons_per_metric(arms, "grpo") == 2  # dapo/lr=3 has no grpo arm at its grid point
+    assert comparisons_per_metric(arms, "grpo/lr=1") == 4  # one arm: every other arm against it
+    assert comparisons_per_metric([("a", "a"), ("b", "b"), ("c", "c")], "a") == 2
+
+
+def test_plan_uses_holm_first_step_level_and_invents_nothing():
+    plans = plan_seeds(["acc", "ratio", "kl"], {"acc": 0.03, "ratio": 0.1}, {"acc": (0.04, "declared")},
+                       comparisons=3, seeds_in_study=5)
+    acc, ratio, kl = plans
+    assert acc.seeds == planned_seeds(0.03, math.sqrt(2) * 0.04, alpha=0.05 / 3) and acc.alpha == pytest.approx(0.05 / 3)
+    assert ratio.seeds is None and "noise_sd" in ratio.why
+    assert kl.seeds is None and "no compare.sesoi" in kl.why
+
+
+def test_plan_prints_planned_seeds_for_a_findings_study():
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MLFLOW_TRACKING_URI": "sqlite:////nonexistent/none.db"}
+    out = subprocess.run([sys.executable, "-m", "workbench.cli.main", "plan", "studies/dr_grpo_length_bias.yaml",
+                          "--format", "json"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    plan = {p["metric"]: p for p in json.loads(out.stdout)["seed_plan"]}
+    acc = plan["final_eval_accuracy"]
+    assert acc["seeds"] == planned_seeds(0.03, math.sqrt(2) * 0.04, alpha=0.05) and acc["comparisons"] == 1
+    assert acc["sd_source"] == "declared in compare.noise_sd"
+    assert plan["final:length/incorrect_mean"]["seeds"] is None
+
+
+@pytest.mark.parametrize(("block", "field"), [("sesoi: {final_eval_accuracy: -0.1}", "compare.sesoi.final_eval_accuracy"),
+                                              ("noise_sd: 0.04", "compare.noise_sd")])
+def test_bad_sesoi_or_noise_sd_names_the_field_and_file(tmp_path, block, field):
+    study = tmp_path / "s.yaml"
+    study.write_text("name: s\nbase: {model: {name: tiny}}\ncompare:\n  " + block + "\n")
+    with pytest.raises(StudyError) as e:
+        load_study(study)
+    line = next(x for x in str(e.value).splitlines() if field in x)
+    assert "s.yaml" in line and ("positive number" in line or "mapping" in line)
