@@ -105,7 +105,7 @@ def select_runs(runs: pd.DataFrame, include_unfinished: bool) -> tuple[pd.DataFr
 
 def _verdict_class(v: Any) -> str:
     v = str(v)
-    undecided = v.startswith(("not distinguishable", "withheld"))
+    undecided = v.startswith(("not distinguishable", "withheld", "not testable"))
     return {"better": "better", "worse": "worse"}.get(v, "nd" if undecided else "")
 
 
@@ -400,6 +400,23 @@ def _save_png(page: str, png: Path, sections: list[str]) -> None:
     note(f"wrote {png} ({', '.join(present).lower()})")
 
 
+def _activity_gates(target: Target, runs: pd.DataFrame, history: pd.DataFrame, baseline: str,
+                    variants: list[str]) -> dict[str, Any]:
+    """Each compared arm's knob-activity gate (:mod:`workbench.compare.activity`), reading the
+    activity metrics the comparison's history lacks; a bad ``compare.activity`` fails (exit 2)."""
+    from workbench.compare.activity import activity_gates, gate_metrics, parse_settings  # deferred: scipy
+
+    try:
+        settings = parse_settings(target.compare, variants)
+    except ValueError as e:  # a study file was checked when it loaded: these settings were logged with the study
+        raise fail(f"{e} (in the study.yaml logged with study {target.study!r})") from None
+    extra = sorted(gate_metrics(runs, baseline, settings) - set(history["metric"].unique()))
+    if extra:
+        more = target.reader.load(target.study, extra, run_ids=runs["run_id"].tolist()).history
+        history = pd.concat([history, more], ignore_index=True)
+    return activity_gates(runs, history, baseline, settings)
+
+
 def compare(
     study: StudyArg,
     metric: Annotated[list[str] | None, typer.Option("--metric", "-m", help="summary metric (final_eval_accuracy, "
@@ -454,9 +471,10 @@ def compare(
         grid = f"; arms: {', '.join(arms)}" if arms != variants else ""
         raise fail(f"baseline {base!r} is not a variant{' or arm' if grid else ''} of study {target.study!r} "
                    f"(variants: {', '.join(variants)}{grid})")
+    gates = _activity_gates(target, runs, history, base, variants)
     try:
         summary = summarize_runs(history, runs, names)
-        table = compare_variants(summary, base, names)
+        table = compare_variants(summary, base, names, activity=gates)
     except ValueError as e:
         raise fail(str(e)) from None
 

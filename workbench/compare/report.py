@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from . import activity as _activity
 from . import arms as _arms
 from . import outcomes as _outcomes
 from . import stats, wording
@@ -74,6 +75,8 @@ COLUMNS: tuple[str, ...] = (
     "baseline_arm",
     "mean_method",
     "iqm_method",
+    "activity",
+    "activity_min",
 )
 #: Per-outcome run counts (:mod:`workbench.compare.outcomes`), as shown in every output.
 COUNT_COLUMNS: tuple[str, ...] = ("n_finished", "n_failed", "n_stopped", "n_censored", "n_missing")
@@ -359,6 +362,14 @@ def _direction(metric: str, given: Mapping[str, bool | None] | None) -> bool | N
         return None
 
 
+def _summary_reads(metric: str) -> tuple[str, ...]:
+    """The logged metrics a summary reads (none if it is not a registered summary)."""
+    try:
+        return tuple(resolve_summary(metric).reads)
+    except ValueError:
+        return ()
+
+
 def _value_bounds(metric: str) -> tuple[float, float]:
     """The range a summary's values lie in (its registered ``bounds``); unbounded if unknown."""
     try:
@@ -415,6 +426,7 @@ def compare_variants(
     n_resamples: int = stats.DEFAULT_RESAMPLES,
     power: float = 0.8,
     rng: int | np.random.Generator | None = 0,
+    activity: Mapping[str, _activity.Gate] | None = None,
 ) -> ComparisonTable:
     """Compare every arm (variant) with its baseline on each metric column of ``summary_df``.
 
@@ -442,6 +454,10 @@ def compare_variants(
     (``family="all"``); CIs of the difference at the corrected level; the verdict; and the seeds
     per variant needed for ``power`` at ``alpha = 1 - confidence``. With arms, "variant" above
     reads "arm": the correction runs across all arm comparisons of a metric (or of the table).
+
+    ``activity``: ``arm -> Gate`` (:func:`workbench.compare.activity.activity_gates`): an arm whose
+    changed knobs acted below their minimum gets the verdict "not testable: <knob> acted on <x>% of
+    tokens (min <y>%)" on every metric but the knob's own activity metric.
 
     ``n_resamples=0`` skips the bootstraps (IQM and P(improvement) without intervals; verdicts do
     not use them): for simulations. ``rng`` seeds every bootstrap (each cell gets its own stream derived from ``rng``, metric and
@@ -475,6 +491,8 @@ def compare_variants(
     _correct(cells, correction=correction, family=family, alpha=plan.alpha)
     for cell in cells:
         _decide(cell, outcomes, confidence=confidence, alpha=plan.alpha)
+        if activity and cell.diff is not None:
+            _activity.apply_gate(cell.row, activity.get(cell.row["variant"]), _summary_reads(cell.row["metric"]))
     rows = _ranked_rows([c.row for c in cells], metrics, directions)
     df = pd.DataFrame(rows, columns=list(COLUMNS))
     df["paired"] = df["paired"].astype("boolean")
@@ -586,6 +604,8 @@ def _estimate_row(metric: str, variant: str, base_arm: str | None, arm: _outcome
         "baseline_arm": base_arm or "",
         "mean_method": mean.method,
         "iqm_method": iqm.method,
+        "activity": math.nan,
+        "activity_min": math.nan,
     }
 
 
