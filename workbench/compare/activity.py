@@ -50,7 +50,6 @@ import numpy as np
 import pandas as pd
 
 from workbench.registry import Activity
-from workbench.study.schema import activity_issues
 
 from . import arms as _arms
 
@@ -153,6 +152,8 @@ def percent(x: float) -> str:
 def parse_settings(compare_cfg: Mapping[str, Any], variants: Sequence[str]) -> dict[str, Setting]:
     """The study's ``compare.activity`` per variant; ``ValueError`` naming the field on bad input
     (the checks of :func:`workbench.study.schema.activity_issues`, also run when a study loads)."""
+    from workbench.study.schema import activity_issues  # deferred: pydantic (compare itself is numpy/pandas/scipy)
+
     value = compare_cfg.get("activity")
     issues = activity_issues(value, list(variants))
     if issues:
@@ -414,3 +415,35 @@ def _round_up(x: float) -> str:
         return "0"
     digits = 1 - math.floor(math.log10(abs(x)))
     return f"{math.ceil(x * 10**digits) / 10**digits:.{max(digits, 0)}f}"
+
+
+# --------------------------------------------------------------------------------------------
+# The defaults, as the table in docs/reports.md and the README (``make docs``)
+# --------------------------------------------------------------------------------------------
+
+
+def markdown_activity_table() -> str:
+    """The built-in knobs and the activity metric each registered unit declares, as markdown."""
+    reg = _registries()
+    rows: dict[tuple[str, str, str], list[str]] = {}  # (setting, metric, counts) -> units
+    for loss in reg["loss"].names():
+        for param, activity in reg["loss"].activity(loss).params.items():
+            setting = f"`algorithm.{param}`" if param in ("clip_low", "clip_high", "dual_clip") \
+                else f"`algorithm.loss_params.{param}`"
+            rows.setdefault(_row(setting, activity), []).append(f"`{loss}`")
+    for kind, setting in (("correction", "`algorithm.correction`, `correction_cap`"),
+                          ("batch filter", "`algorithm.batch_filter`, `filter_on`, `max_sampling_rounds`"),
+                          ("token filter", "`algorithm.token_filters`"), ("shaping", "`reward.shaping`")):
+        for name in reg[kind].names():
+            rows.setdefault(_row(setting, reg[kind].activity(name)), []).append(f"`{name}`")
+    lines = ["| setting | units | activity metric | counts |", "|---|---|---|---|"]
+    lines += [f"| {s} | {', '.join(units)} | {m} | {c} |" for (s, m, c), units in rows.items()]
+    lines.append("| anything else (estimator, loss, aggregation, KL, learning rate, epochs, sampler, task, ...) "
+                 "| - | none: acts on every token | always tested |")
+    return "\n".join(lines) + "\n"
+
+
+def _row(setting: str, activity: Activity | None) -> tuple[str, str, str]:
+    if activity is None or activity.metric is None:
+        return setting, f"none: {activity.reason if activity else 'not declared'}", "always tested"
+    return setting, f"`{activity.metric}`", activity.unit
