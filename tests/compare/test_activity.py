@@ -95,6 +95,12 @@ def test_activity_is_the_mean_over_steps_then_seeds_the_larger_arm_counts():
     # a declared minimum below the activity opens the gate
     loose = activity_gates(runs, h, "narrow", parse_settings({"activity": {"wide": {"min": 0.002}}}, ["narrow", "wide"]))
     assert not loose["wide"].not_testable
+    # a declared metric replaces the built-in knobs: here clip/frac_low, 0.0005 in both arms (hand-computed)
+    h_low = pd.concat([h, history({(f"{a}-{s}", "clip/frac_low"): [0.0004, 0.0006] for a in ("narrow", "wide")
+                                   for s in (0, 1)})])
+    declared = parse_settings({"activity": {"wide": {"metric": "clip/frac_low", "min": 0.001}}}, ["narrow", "wide"])
+    gate = activity_gates(runs, h_low, "narrow", declared)["wide"]
+    assert gate.verdict() == "not testable: wide's knob acted on 0.05% of tokens (min 0.1%)"
 
 
 def test_a_knob_not_logged_by_any_run_leaves_the_comparison_tested():

@@ -404,17 +404,18 @@ def _activity_gates(target: Target, runs: pd.DataFrame, history: pd.DataFrame, b
                     variants: list[str]) -> dict[str, Any]:
     """Each compared arm's knob-activity gate (:mod:`workbench.compare.activity`), reading the
     activity metrics the comparison's history lacks; a bad ``compare.activity`` fails (exit 2)."""
-    from workbench.compare.activity import activity_gates, gate_metrics, parse_settings  # deferred: scipy
+    from workbench.compare.activity import activity_gates, gate_metrics, gate_plans, parse_settings  # deferred: scipy
 
     try:
         settings = parse_settings(target.compare, variants)
     except ValueError as e:  # a study file was checked when it loaded: these settings were logged with the study
         raise fail(f"{e} (in the study.yaml logged with study {target.study!r})") from None
-    extra = sorted(gate_metrics(runs, baseline, settings) - set(history["metric"].unique()))
+    plans = gate_plans(runs, baseline, settings)
+    extra = sorted(gate_metrics(plans) - set(history["metric"].unique()))
     if extra:
         more = target.reader.load(target.study, extra, run_ids=runs["run_id"].tolist()).history
         history = pd.concat([history, more], ignore_index=True)
-    return activity_gates(runs, history, baseline, settings)
+    return activity_gates(runs, history, baseline, settings, plans=plans)
 
 
 def compare(
@@ -471,7 +472,8 @@ def compare(
         grid = f"; arms: {', '.join(arms)}" if arms != variants else ""
         raise fail(f"baseline {base!r} is not a variant{' or arm' if grid else ''} of study {target.study!r} "
                    f"(variants: {', '.join(variants)}{grid})")
-    gates = _activity_gates(target, runs, history, base, variants)
+    # a variant of the study file without runs yet may be named in compare.activity
+    gates = _activity_gates(target, runs, history, base, list(dict.fromkeys([*target.variants_order, *variants])))
     try:
         summary = summarize_runs(history, runs, names)
         table = compare_variants(summary, base, names, activity=gates)

@@ -53,8 +53,8 @@ from workbench.registry import Activity
 
 from . import arms as _arms
 
-__all__ = ["DEFAULT_MIN", "Gate", "Knob", "Reading", "Setting", "activity_gates", "apply_gate", "changed_knobs",
-           "gate_metrics", "parse_settings", "percent"]
+__all__ = ["DEFAULT_MIN", "Gate", "Knob", "Reading", "Setting", "activity_gates", "apply_gate", "arm_configs",
+           "changed_knobs", "gate_metrics", "gate_plans", "markdown_activity_table", "parse_settings", "percent"]
 
 #: Activity below which a knob counts as not acting (a fraction: 1% of its tokens/responses/groups).
 DEFAULT_MIN = 0.01
@@ -224,18 +224,16 @@ def _value(v: Any) -> Any:
 
 def arm_configs(runs: pd.DataFrame) -> dict[str, dict[str, Any]]:
     """``arm -> {config key: value}`` from the runs' logged params (a key whose value differs
-    between an arm's runs is kept as a list of its values: it is no single setting)."""
+    between an arm's runs is kept as ``("varies", n)``: it is no single setting)."""
     keys = [c for c in runs.columns if c.split(".", 1)[0] in RESULT_SECTIONS and c not in NOT_A_KNOB]
-    arms = _arms.arm_column(runs)
-    out: dict[str, dict[str, Any]] = {}
-    for arm, group in runs[keys].groupby(arms.to_numpy(), sort=False):
-        config = {}
-        for key in keys:
-            values = [_value(v) for v in group[key]]
-            distinct = {json.dumps(v, sort_keys=True, default=str) for v in values}
-            config[key] = values[0] if len(distinct) == 1 else ("varies", sorted(distinct))
-        out[str(arm)] = config
-    return out
+    if not keys:
+        return {str(a): {} for a in pd.unique(_arms.arm_column(runs))}
+    params = runs[keys].astype(object).where(runs[keys].notna(), None)  # NaN and None alike: unset
+    grouped = params.groupby(_arms.arm_column(runs).to_numpy(), sort=False)
+    distinct = grouped.nunique(dropna=False)  # logged params are text or numbers: hashable
+    first = grouped.head(1).set_axis(list(distinct.index))
+    return {str(arm): {k: _value(first.at[arm, k]) if distinct.at[arm, k] <= 1 else ("varies", int(distinct.at[arm, k]))
+                       for k in keys} for arm in distinct.index}
 
 
 def _differs(a: Any, b: Any) -> bool:
@@ -345,22 +343,29 @@ def _plans(runs: pd.DataFrame, baseline: str, settings: Mapping[str, Setting]) -
     return plans
 
 
-def gate_metrics(runs: pd.DataFrame, baseline: str, settings: Mapping[str, Setting]) -> set[str]:
-    """The activity metrics the gates of these runs read (to load with the study's history)."""
-    return {metric for plan in _plans(runs, baseline, settings).values() for _, metric, _, _ in plan.knobs}
+def gate_plans(runs: pd.DataFrame, baseline: str, settings: Mapping[str, Setting] | None = None) -> dict[str, _Plan]:
+    """What each arm's gate will read (for :func:`gate_metrics` and :func:`activity_gates`)."""
+    return _plans(runs, baseline, settings or {})
+
+
+def gate_metrics(plans: Mapping[str, _Plan]) -> set[str]:
+    """The activity metrics the gates read (to load with the study's history)."""
+    return {metric for plan in plans.values() for _, metric, _, _ in plan.knobs}
 
 
 def activity_gates(runs: pd.DataFrame, history: pd.DataFrame, baseline: str,
-                   settings: Mapping[str, Setting] | None = None) -> dict[str, Gate]:
+                   settings: Mapping[str, Setting] | None = None, *,
+                   plans: Mapping[str, _Plan] | None = None) -> dict[str, Gate]:
     """``arm -> Gate`` for every compared arm the gate applies to (see the module docstring).
 
     ``runs``: the runs frame of :mod:`workbench.results.reader` (its params give the configs);
     ``history``: at least the :func:`gate_metrics` of those runs; ``baseline`` as for
-    :func:`workbench.compare.compare_variants`; ``settings`` from :func:`parse_settings`."""
-    plans = _plans(runs, baseline, settings or {})
+    :func:`workbench.compare.compare_variants`; ``settings`` from :func:`parse_settings`;
+    ``plans``: :func:`gate_plans` of the same, when already made."""
+    plans = gate_plans(runs, baseline, settings) if plans is None else plans
     if not plans:
         return {}
-    per_run = run_activity(history, {m for p in plans.values() for _, m, _, _ in p.knobs})
+    per_run = run_activity(history, gate_metrics(plans))
     run_ids = runs.groupby(_arms.arm_column(runs).to_numpy(), sort=False)["run_id"].agg(list).to_dict()
     gates = {}
     for arm, plan in plans.items():

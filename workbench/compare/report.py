@@ -168,9 +168,12 @@ class ComparisonTable:
       metric without a direction, P(variant > baseline)), with bootstrap CI.
     - ``p_value``/``p_adjusted``: the t-test's two-sided p-value, and after the correction.
     - ``verdict``: better / worse (higher / lower without a direction) / not distinguishable with N
-      seeds / withheld: <why> / no data / no baseline at this grid point / baseline.
+      seeds / withheld: <why> / not testable: <knob> acted on <x>% of tokens (min <y>%) / no data /
+      no baseline at this grid point / baseline.
     - ``seeds_needed``: seeds per variant for ``power`` at alpha for the observed delta and sd.
     - ``test``: the test behind ``p_value``; ``note``: anything unusual (1 seed, NaNs dropped, ...).
+    - ``activity``/``activity_min``: the activity of the knob the arm changes and its minimum, when
+      the knob-activity gate applies (:mod:`workbench.compare.activity`); NaN otherwise.
     """
 
     df: pd.DataFrame
