@@ -3,11 +3,17 @@
 The training loop looks units up by name (``ADVANTAGES.get(cfg.estimator)``) and never
 branches on a paper. An unknown name raises ``ValueError`` listing the valid choices,
 with a did-you-mean suggestion.
+
+A unit also says how to see it act (:class:`Activity`): the logged metric that is the fraction
+of tokens, responses or groups it touched in a step, or why it has none (it acts on everything
+it sees). ``workbench compare`` reads it to call a comparison whose knob barely acted "not
+testable" (:mod:`workbench.compare.activity`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from workbench.errors import suggest_and_list
@@ -15,17 +21,51 @@ from workbench.errors import suggest_and_list
 T = TypeVar("T")
 
 
+@dataclass(frozen=True)
+class Activity:
+    """How much a registered unit acts in a run.
+
+    ``metric``: a logged per-step fraction (in [0, 1]) of the ``unit``s (``"tokens"``,
+    ``"responses"``, ``"groups"``) the unit touched: a clip bound's clipped tokens, a filter's
+    dropped groups. ``None`` when there is none to log, with the ``reason`` (it acts on every
+    token or response it sees, or nothing measures it): a comparison that changes such a unit is
+    always tested. ``params``: knobs of the unit with a metric of their own (a loss's clip bounds).
+    """
+
+    metric: str | None = None
+    unit: str = ""
+    reason: str = ""
+    params: Mapping[str, Activity] = field(default_factory=dict, hash=False)
+
+    def __post_init__(self) -> None:
+        if (self.metric is None) == (not self.reason):
+            raise ValueError("an Activity has either a metric (with its unit) or the reason it has none")
+        if self.metric is not None and self.unit not in ("tokens", "responses", "groups"):
+            raise ValueError(f"Activity unit must be tokens, responses or groups, got {self.unit!r}")
+
+    @classmethod
+    def always(cls, reason: str, **params: Activity) -> Activity:
+        """No activity metric: the unit acts on everything it sees (``reason`` says how)."""
+        return cls(reason=reason, params=params)
+
+
 class Registry(Generic[T]):
     """A mapping from names to units (functions or classes). Open to additions (users register
-    their own import adapters, docs/import.md) unless :meth:`freeze` closes it."""
+    their own import adapters, docs/import.md) unless :meth:`freeze` closes it.
 
-    def __init__(self, kind: str) -> None:
+    ``activity``: the :class:`Activity` of every unit of this kind that declares none itself
+    (for kinds whose units all act on everything, e.g. advantage estimators)."""
+
+    def __init__(self, kind: str, *, activity: Activity | None = None) -> None:
         self.kind = kind  # e.g. "advantage estimator": used in error messages
         self._items: dict[str, T] = {}
+        self._activity: dict[str, Activity] = {}
+        self._default_activity = activity
         self._frozen = False
 
-    def register(self, *names: str) -> Callable[[T], T]:
-        """Decorator: ``@ADVANTAGES.register("grpo")``; several names make aliases."""
+    def register(self, *names: str, activity: Activity | None = None) -> Callable[[T], T]:
+        """Decorator: ``@ADVANTAGES.register("grpo")``; several names make aliases. ``activity``:
+        how to see this unit act (:class:`Activity`), when the registry's default does not say."""
 
         def add(obj: T) -> T:
             if self._frozen:
@@ -34,9 +74,17 @@ class Registry(Generic[T]):
                 if name in self._items and self._items[name] is not obj:
                     raise ValueError(f"{self.kind} {name!r} is already registered")
                 self._items[name] = obj
+                if activity is not None:
+                    self._activity[name] = activity
             return obj
 
         return add
+
+    def activity(self, name: str) -> Activity | None:
+        """The registered unit's :class:`Activity` (its own, else the registry's); ``None`` if it
+        declared none. Raises ``ValueError`` for an unknown name."""
+        self.get(name)
+        return self._activity.get(name, self._default_activity)
 
     def get(self, name: str) -> T:
         try:

@@ -21,11 +21,12 @@ from torch import Tensor
 
 from workbench.algorithms._masked import as_bool
 from workbench.algorithms.params import check_unit_params
-from workbench.registry import Registry
+from workbench.registry import Activity, Registry
 
 AdvantageEstimator = Callable[..., Tensor]
 
-ADVANTAGE_ESTIMATORS: Registry[AdvantageEstimator] = Registry("advantage estimator")
+ADVANTAGE_ESTIMATORS: Registry[AdvantageEstimator] = Registry(
+    "advantage estimator", activity=Activity.always("sets the advantage of every response"))
 
 # verl's masked_whiten floors the variance with this constant (not with ``epsilon``).
 WHITEN_VAR_FLOOR = 1e-8

@@ -14,11 +14,12 @@ from collections.abc import Callable
 from torch import Tensor
 
 from workbench.algorithms._masked import as_bool, masked_sum, token_count
-from workbench.registry import Registry
+from workbench.registry import Activity, Registry
 
 Aggregator = Callable[..., Tensor]
 
-AGG_MODES: Registry[Aggregator] = Registry("loss aggregation mode")
+AGG_MODES: Registry[Aggregator] = Registry(
+    "loss aggregation mode", activity=Activity.always("weighs every token's loss"))
 
 
 def _seq_mean(seq_values: Tensor, mask: Tensor) -> Tensor:

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from workbench.algorithms._masked import clamped_exp, masked_mean, sequence_mean_log_ratio, where_mask
-from workbench.registry import Registry
+from workbench.registry import Activity, Registry
 
 Correction = Callable[..., tuple[Tensor, Tensor]]
 
@@ -26,8 +26,12 @@ IS_CORRECTIONS: Registry[Correction] = Registry("importance-sampling correction"
 
 IS_METRIC_KEYS = ("mismatch/is_weight_mean", "mismatch/is_clipped_frac")
 
+# What a correction does beyond plain IS is its cap: the tokens whose weight it truncated or masked.
+# (Below the cap every token is reweighted by |w - 1|, which mismatch/kl measures, not this.)
+CAPPED_TOKENS = Activity("mismatch/is_clipped_frac", "tokens")
 
-@IS_CORRECTIONS.register("tis")
+
+@IS_CORRECTIONS.register("tis", activity=CAPPED_TOKENS)
 def tis(log_ratio: Tensor, mask: Tensor, *, cap: float) -> tuple[Tensor, Tensor]:
     """Truncated importance sampling ``min(π_learner/π_sampler, C)`` per token.
 
@@ -39,7 +43,7 @@ def tis(log_ratio: Tensor, mask: Tensor, *, cap: float) -> tuple[Tensor, Tensor]
     return raw.clamp(max=cap), raw > cap
 
 
-@IS_CORRECTIONS.register("mis")
+@IS_CORRECTIONS.register("mis", activity=CAPPED_TOKENS)
 def mis(log_ratio: Tensor, mask: Tensor, *, cap: float) -> tuple[Tensor, Tensor]:
     """Masked importance sampling: weight ``w`` where ``w <= C``, else 0 (the token is dropped).
 
@@ -52,7 +56,7 @@ def mis(log_ratio: Tensor, mask: Tensor, *, cap: float) -> tuple[Tensor, Tensor]
     return torch.where(capped, torch.zeros_like(raw), raw), capped
 
 
-@IS_CORRECTIONS.register("seq_tis")
+@IS_CORRECTIONS.register("seq_tis", activity=CAPPED_TOKENS)
 def seq_tis(log_ratio: Tensor, mask: Tensor, *, cap: float) -> tuple[Tensor, Tensor]:
     """Sequence-level weight: the geometric mean of the token ratios, truncated at ``C``, on every token.
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from workbench.registry import Registry
+from workbench.registry import Activity, Registry
 
 BATCH_FILTERS: Registry = Registry("batch filter")
 TOKEN_FILTERS: Registry = Registry("token filter")
@@ -37,7 +37,7 @@ def filter_input(filter_on: str | None, rewards: Tensor, correct: Tensor) -> Ten
     return FILTER_INPUTS[filter_on](rewards, correct)
 
 
-@BATCH_FILTERS.register("zero_std")
+@BATCH_FILTERS.register("zero_std", activity=Activity("batch/filtered_frac", "groups"))
 def keep_nonzero_std(values: Tensor, group_ids: Tensor) -> Tensor:
     """DAPO (Yu et al. 2025) §3.2 dynamic sampling: drop groups whose ``values`` are all equal.
 
@@ -52,7 +52,8 @@ def keep_nonzero_std(values: Tensor, group_ids: Tensor) -> Tensor:
     return keep
 
 
-@TOKEN_FILTERS.register("overlong")
+# the responses it masks are those that hit max_new_tokens (counted over every sampled response)
+@TOKEN_FILTERS.register("overlong", activity=Activity("length/truncated_frac", "responses"))
 def mask_truncated(mask: Tensor, truncated: Tensor) -> Tensor:
     """DAPO (Yu et al. 2025) §3.4 overlong filtering: truncated responses get no gradient.
 

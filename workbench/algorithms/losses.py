@@ -33,7 +33,7 @@ from workbench.algorithms._masked import (
 )
 from workbench.algorithms.aggregate import AGG_MODES, aggregate_loss
 from workbench.algorithms.params import check_unit_params, keyword_params, missing_params
-from workbench.registry import Registry
+from workbench.registry import Activity, Registry
 
 # Exact metric keys returned by ``compute_policy_loss`` (docs/metrics.md).
 POLICY_METRIC_KEYS = (
@@ -62,20 +62,28 @@ class PolicyTerms(NamedTuple):
 
 PolicyLoss = Callable[..., PolicyTerms]
 
-POLICY_LOSSES: Registry[PolicyLoss] = Registry("policy loss")
+# A loss shapes every token's loss; its keyword parameters declare their own activity (``params``).
+EVERY_TOKEN = "defines every token's loss"
+POLICY_LOSSES: Registry[PolicyLoss] = Registry("policy loss", activity=Activity.always(EVERY_TOKEN))
+
+# The clip bounds act on the tokens they clip (the clip events of docs/metrics.md, one side each).
+CLIP_BOUNDS = {"clip_low": Activity("clip/frac_low", "tokens"), "clip_high": Activity("clip/frac_high", "tokens")}
 
 
-def policy_loss(name: str, *, truncates_weight: bool = False) -> Callable[[PolicyLoss], PolicyLoss]:
+def policy_loss(name: str, *, truncates_weight: bool = False,
+                params: dict[str, Activity] | None = None) -> Callable[[PolicyLoss], PolicyLoss]:
     """Decorator: register a loss in ``POLICY_LOSSES`` as ``name``.
 
     ``truncates_weight``: the loss truncates a weight instead of removing gradients (``cispo``), so its
     clip metrics count the tokens whose weight was truncated, whatever the advantage's sign
     (docs/metrics.md); the clip-metric contract checks either reading by autograd.
+    ``params``: the :class:`~workbench.registry.Activity` of each of its keyword parameters (a clip
+    bound acts on the tokens it clips), read by ``workbench compare``'s activity gate.
     """
 
     def register(fn: PolicyLoss) -> PolicyLoss:
         fn.truncates_weight = truncates_weight  # type: ignore[attr-defined]
-        return POLICY_LOSSES.register(name)(fn)
+        return POLICY_LOSSES.register(name, activity=Activity.always(EVERY_TOKEN, **(params or {})))(fn)
 
     return register
 
@@ -102,7 +110,8 @@ def _clip_masks(ratio: Tensor, adv: Tensor, low: float, high: float) -> tuple[Te
     return (ratio < low) & (adv < 0), (ratio > high) & (adv > 0)  # [B,T], [B,T]
 
 
-@policy_loss("ppo_clip")
+@policy_loss("ppo_clip", params=CLIP_BOUNDS | {
+    "dual_clip": Activity.always("caps negative-advantage tokens' loss; dual-clip events are not logged")})
 def ppo_clip(
     logp: Tensor,
     old_logp: Tensor,
@@ -136,7 +145,7 @@ def ppo_clip(
     return PolicyTerms(loss, ratio.detach(), low, high)
 
 
-@policy_loss("gspo")
+@policy_loss("gspo", params=CLIP_BOUNDS)
 def gspo(
     logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, *, clip_low: float, clip_high: float
 ) -> PolicyTerms:
@@ -166,7 +175,7 @@ def _mean_over_sequences(loss_mat: Tensor, mask: Tensor) -> Tensor:
     return masked_mean(loss_mat, mask, dim=-1).mean()  # [B] -> []
 
 
-@policy_loss("gmpo")
+@policy_loss("gmpo", params=CLIP_BOUNDS)
 def gmpo(
     logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, *, clip_low: float, clip_high: float
 ) -> PolicyTerms:
@@ -198,7 +207,7 @@ def gmpo(
     return PolicyTerms(loss, geo_ratio, low, high, reduce=_mean_over_sequences)
 
 
-@policy_loss("cispo", truncates_weight=True)
+@policy_loss("cispo", truncates_weight=True, params=CLIP_BOUNDS)
 def cispo(
     logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, *, clip_low: float, clip_high: float
 ) -> PolicyTerms:
@@ -222,7 +231,8 @@ def cispo(
 Temperature = Annotated[float, Gt(0)]
 
 
-@policy_loss("sapo")
+@policy_loss("sapo", params=dict.fromkeys(("temperature_pos", "temperature_neg"),
+                                          Activity.always("the soft gate weighs every token's gradient")))
 def sapo(
     logp: Tensor,
     old_logp: Tensor,

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from workbench.cli.preset_docs import markdown_document, markdown_preset_table
+from workbench.compare.activity import markdown_activity_table
 from workbench.health.rules import markdown_table as health_rule_table
 from workbench.metrics.catalogue import markdown_table as metric_table
 
@@ -60,6 +61,8 @@ PARTS = (
     GeneratedPart("README.md", "preset table", markdown_preset_table),
     GeneratedPart("README.md", "health rule table", health_rule_table),
     GeneratedPart("docs/metrics.md", "metric table", metric_table),
+    GeneratedPart("docs/reports.md", "activity table", markdown_activity_table),
+    GeneratedPart("README.md", "activity table", markdown_activity_table),
 )
 
 

@@ -472,6 +472,24 @@ def _save_png(page: str, png: Path, sections: list[str]) -> None:
     note(f"wrote {png} ({', '.join(present).lower()})")
 
 
+def _activity_gates(target: Target, runs: pd.DataFrame, history: pd.DataFrame, baseline: str,
+                    variants: list[str]) -> dict[str, Any]:
+    """Each compared arm's knob-activity gate (:mod:`workbench.compare.activity`), reading the
+    activity metrics the comparison's history lacks; a bad ``compare.activity`` fails (exit 2)."""
+    from workbench.compare.activity import activity_gates, gate_metrics, gate_plans, parse_settings  # deferred: scipy
+
+    try:
+        settings = parse_settings(target.compare, variants)
+    except ValueError as e:  # a study file was checked when it loaded: these settings were logged with the study
+        raise fail(f"{e} (in the study.yaml logged with study {target.study!r})") from None
+    plans = gate_plans(runs, baseline, settings)
+    extra = sorted(gate_metrics(plans) - set(history["metric"].unique()))
+    if extra:
+        more = target.reader.load(target.study, extra, run_ids=runs["run_id"].tolist()).history
+        history = pd.concat([history, more], ignore_index=True)
+    return activity_gates(runs, history, baseline, settings, plans=plans)
+
+
 def compare(
     study: StudyArg,
     metric: Annotated[list[str] | None, typer.Option("--metric", "-m", help="summary metric (final_eval_accuracy, "
@@ -534,9 +552,11 @@ def compare(
     problems = None
     if any(n in TWO_WAY_SUMMARIES for n in names):  # eval-based: intervals over seeds and problems too
         problems = target.reader.problem_results(runs)
+    # a variant of the study file without runs yet may be named in compare.activity
+    gates = _activity_gates(target, runs, history, base, list(dict.fromkeys([*target.variants_order, *variants])))
     try:
         summary = summarize_runs(history, runs, names)
-        table = compare_variants(summary, base, names, problems=problems, sesoi=effects)
+        table = compare_variants(summary, base, names, problems=problems, sesoi=effects, activity=gates)
     except ValueError as e:
         raise fail(str(e)) from None
 

@@ -37,6 +37,7 @@ class Plan:
     baseline_of: dict[str, str | None]  # arm -> the arm it is compared with (itself for a baseline arm)
     status: dict[tuple[str, str], str] = field(default_factory=dict)  # (metric, arm) -> "" while open
     sesoi: dict[str, Any] = field(default_factory=dict)  # compare.sesoi: metric -> smallest effect of interest
+    activity: dict[str, Any] = field(default_factory=dict)  # compare.activity, parsed: variant -> its gate setting
 
     @property
     def compared(self) -> list[str]:
@@ -100,7 +101,13 @@ def run_until_decided(study, *, max_seeds: int | None, select: Callable[[list], 
     except ValueError as e:
         raise fail(f"{where}: compare.baseline: {e}") from None
     sesoi = compare_cfg.get("sesoi") if isinstance(compare_cfg.get("sesoi"), dict) else {}
-    plan = Plan(metrics, baseline, arm_variant, baseline_of, sesoi=sesoi)
+    from workbench.compare.activity import parse_settings  # deferred: scipy
+
+    try:
+        activity = parse_settings(compare_cfg, list(study.variants))
+    except ValueError as e:
+        raise fail(f"{where}: {e}") from None
+    plan = Plan(metrics, baseline, arm_variant, baseline_of, sesoi=sesoi, activity=activity)
     if not plan.compared:
         raise fail(f"{where}: --until-decided needs at least one variant to compare with the baseline {baseline!r}")
     plan.status = {(m, a): "" for m in metrics for a in plan.compared}
@@ -150,9 +157,10 @@ def decide_look(uri: str, experiment: str, plan: Plan, design, k: int, seeds: li
     runs = runs.assign(arm=arm_column(runs))
     history = frames.history[frames.history["run_id"].isin(set(runs["run_id"]))]
     summary = summarize_runs(history, runs, plan.metrics)
+    gates = _activity_gates(reader, experiment, runs, history, plan)
     decisions, levels = [], {}
     for metric in plan.metrics:
-        level, rows = decide_metric(summary, plan, design, k, metric)
+        level, rows = decide_metric(summary, plan, design, k, metric, gates)
         if rows:
             levels[metric] = level
             decisions += rows
@@ -161,7 +169,21 @@ def decide_look(uri: str, experiment: str, plan: Plan, design, k: int, seeds: li
             "alpha_spent": spent, "levels": levels, "decisions": decisions, "time": int(time.time() * 1000)}
 
 
-def decide_metric(summary: pd.DataFrame, plan: Plan, design, k: int, metric: str) -> tuple[float, list[dict]]:
+def _activity_gates(reader, experiment: str, runs: pd.DataFrame, history: pd.DataFrame, plan: Plan) -> dict[str, Any]:
+    """Each compared arm's knob-activity gate, as ``compare`` builds it: a knob that barely acted
+    makes its comparisons "not testable", which stops them at this look."""
+    from workbench.compare.activity import activity_gates, gate_metrics, gate_plans  # deferred: scipy
+
+    plans = gate_plans(runs, plan.baseline, plan.activity)
+    extra = sorted(gate_metrics(plans) - set(history["metric"].unique()))
+    if extra:
+        more = reader.load(experiment, extra, run_ids=runs["run_id"].tolist()).history
+        history = pd.concat([history, more], ignore_index=True)
+    return activity_gates(runs, history, plan.baseline, plan.activity, plans=plans)
+
+
+def decide_metric(summary: pd.DataFrame, plan: Plan, design, k: int, metric: str,
+                  gates: dict[str, Any] | None = None) -> tuple[float, list[dict]]:
     """Decide the open comparisons of one metric (a Holm family) at look ``k``: the compare
     machinery at :meth:`Design.compare_level` on the open arms and their baselines, then
     :func:`~workbench.compare.sequential.decide_family`. Returns the level passed to compare and
@@ -181,7 +203,7 @@ def decide_metric(summary: pd.DataFrame, plan: Plan, design, k: int, metric: str
     sesoi = _sesoi(plan, metric)
     # with a SESOI, "equivalent" (TOST at the same level) stops a comparison too
     table = compare_variants(sub, plan.baseline, [metric], confidence=1.0 - level,
-                             sesoi={metric: sesoi} if sesoi is not None else None)
+                             sesoi={metric: sesoi} if sesoi is not None else None, activity=gates)
     rows = {r["variant"]: r for r in table.df.to_dict("records")}
     inputs = [look_inputs(rows.get(a), sub, plan.baseline_of[a], metric, sesoi=sesoi,
                           confidence=futility_confidence(design)) for a in arms]

@@ -17,7 +17,8 @@ t intervals, bootstrap CIs, P(improvement), t-tests, the rank test, Holm, power;
 choices are documented there), ``outcomes`` (finished / failed / stopped / censored / missing runs
 and the one policy for them), ``report`` (the comparison table), ``wording`` (its verdicts in
 words: "better", "equivalent (|Δ| < 0.03)", "inconclusive with 5 seeds (MDE 0.041)", "withheld: ..."), ``arms`` (the units
-compared: one per variant and grid point, each matched with the baseline at its grid point), ``panels`` (what a dashboard panel shows: curves
+compared: one per variant and grid point, each matched with the baseline at its grid point), ``activity``
+(the knob-activity gate: "not testable" when the knobs an arm changes barely acted), ``panels`` (what a dashboard panel shows: curves
 with their bands, summaries, marker positions; :mod:`workbench.viz` only draws them). Pure pandas/numpy/scipy: no plotting, no MLflow.
 """
 

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from . import activity as _activity
 from . import arms as _arms
 from . import outcomes as _outcomes
 from . import problems as _problems
@@ -79,6 +80,8 @@ COLUMNS: tuple[str, ...] = (
     "mean_method",
     "iqm_method",
     *_problems.TWO_WAY_COLUMNS,
+    "activity",
+    "activity_min",
 )
 #: Per-outcome run counts (:mod:`workbench.compare.outcomes`), as shown in every output.
 COUNT_COLUMNS: tuple[str, ...] = ("n_finished", "n_failed", "n_stopped", "n_censored", "n_missing")
@@ -175,7 +178,8 @@ class ComparisonTable:
       runs (percentile bootstrap CI).
     - ``p_value``/``p_adjusted``: the t-test's two-sided p-value, and after the correction.
     - ``verdict``: better / worse (higher / lower without a direction) / equivalent (|Δ| < e) /
-      inconclusive with N seeds (MDE x) / withheld: <why> / no data / no baseline at this grid
+      inconclusive with N seeds (MDE x) / withheld: <why> / not testable: <knob> acted on <x>% of
+      tokens (min <y>%) / no data / no baseline at this grid
       point / baseline; ``status``: the verdict as one word of :data:`wording.STATUSES`
       (``baseline`` on a baseline row).
     - ``mde``: the minimum detectable effect of the test at the seeds run (``power``, the Holm level
@@ -187,6 +191,8 @@ class ComparisonTable:
       eval-based summaries, the intervals over seeds *and* eval problems (the mean's at
       ``confidence``, Δ's at ``delta_level``) and their method (:mod:`workbench.compare.problems`);
       NaN and "" otherwise (the row's note says why when the summary is eval-based).
+    - ``activity``/``activity_min``: the activity of the knob the arm changes and its minimum, when
+      the knob-activity gate applies (:mod:`workbench.compare.activity`); NaN otherwise.
     """
 
     df: pd.DataFrame
@@ -410,6 +416,14 @@ def _direction(metric: str, given: Mapping[str, bool | None] | None) -> bool | N
         return None
 
 
+def _summary_reads(metric: str) -> tuple[str, ...]:
+    """The logged metrics a summary reads (none if it is not a registered summary)."""
+    try:
+        return tuple(resolve_summary(metric).reads)
+    except ValueError:
+        return ()
+
+
 def _value_bounds(metric: str) -> tuple[float, float]:
     """The range a summary's values lie in (its registered ``bounds``); unbounded if unknown."""
     try:
@@ -468,6 +482,7 @@ def compare_variants(
     sesoi: Mapping[str, float] | None = None,
     rng: int | np.random.Generator | None = 0,
     problems: pd.DataFrame | None = None,
+    activity: Mapping[str, _activity.Gate] | None = None,
 ) -> ComparisonTable:
     """Compare every arm (variant) with its baseline on each metric column of ``summary_df``.
 
@@ -497,6 +512,10 @@ def compare_variants(
     metric's units) the TOST equivalence test, corrected the same way; the verdict and its
     ``status``; and the minimum detectable effect at ``power``. With arms, "variant" above
     reads "arm": the correction runs across all arm comparisons of a metric (or of the table).
+
+    ``activity``: ``arm -> Gate`` (:func:`workbench.compare.activity.activity_gates`): an arm whose
+    changed knobs acted below their minimum gets the verdict "not testable: <knob> acted on <x>% of
+    tokens (min <y>%)" on every metric but the knob's own activity metric.
 
     ``n_resamples=0`` skips the bootstraps (IQM and P(improvement) without intervals; verdicts do
     not use them): for simulations. ``rng`` seeds every bootstrap (each cell gets its own stream derived from ``rng``, metric and
@@ -541,6 +560,8 @@ def compare_variants(
     _correct(cells, correction=correction, family=family, alpha=plan.alpha)
     for cell in cells:
         _decide(cell, outcomes, confidence=confidence, alpha=plan.alpha, power=power)
+        if activity and cell.diff is not None:
+            _activity.apply_gate(cell.row, activity.get(cell.row["variant"]), _summary_reads(cell.row["metric"]))
     if problems is not None:  # intervals over seeds and problems, beside the seed-only ones
         _problems.add_intervals([c.row for c in cells], summary_df, problems, units=units, seed_col=seed_col,
                                 confidence=confidence)
@@ -679,6 +700,8 @@ def _estimate_row(metric: str, variant: str, base_arm: str | None, arm: _outcome
         "mean_method": mean.method,
         "iqm_method": iqm.method,
         **{c: "" if c == "two_way_method" else math.nan for c in _problems.TWO_WAY_COLUMNS},  # problems.py fills
+        "activity": math.nan,
+        "activity_min": math.nan,
     }
 
 

@@ -147,6 +147,12 @@ def unlogged_by_config(params: Mapping[str, Any]) -> dict[str, str]:
     return absent
 
 
+def is_fraction(name: str) -> bool:
+    """Whether ``name`` is a catalogued metric whose every value lies in [0, 1] (a fraction, an accuracy)."""
+    spec = BY_NAME.get(name)
+    return spec is not None and spec.bounds[0] >= 0.0 and spec.bounds[1] <= 1.0
+
+
 def range_text(bounds: tuple[float, float]) -> str:
     """``[0, 1]``, ``>= 0`` or ``any``: a metric's bounds for tables."""
     lo, hi = bounds

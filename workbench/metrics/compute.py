@@ -40,6 +40,9 @@ def rollout_metrics(scored: ScoredRollouts) -> dict[str, float]:
     }
     for name, term in scored.reward_terms.items():
         metrics[f"reward/{name}"] = float(term.float().mean())
+        # the responses whose reward the term changed: how much the shaper acted (its declared
+        # activity, workbench.reward.shaping.nonzero_metric; read by compare's activity gate)
+        metrics[f"reward/{name}/nonzero_frac"] = float((term != 0).float().mean())
     return {k: v for k, v in metrics.items() if v == v}  # drop NaNs: a missing point, not a fake value
 
 

@@ -14,7 +14,7 @@ Contract of a shaper registered in :data:`REWARD_SHAPERS`::
 
 Registering a new shaper::
 
-    @REWARD_SHAPERS.register("my_shaper")
+    @REWARD_SHAPERS.register("my_shaper", activity=nonzero_activity("my_shaper"))
     def my_shaper(inp: ShapingInput, *, scale: float = 1.0) -> torch.Tensor:
         \"\"\"<what it does>. <Paper, section>.\"\"\"
         ...
@@ -28,9 +28,9 @@ from dataclasses import dataclass
 
 import torch
 
-from workbench.registry import Registry
+from workbench.registry import Activity, Registry
 
-__all__ = ["REWARD_SHAPERS", "ShapingInput", "Shaper", "has_boxed_answer"]
+__all__ = ["REWARD_SHAPERS", "ShapingInput", "Shaper", "has_boxed_answer", "nonzero_activity", "nonzero_metric"]
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,16 @@ class ShapingInput:
 
 Shaper = Callable[..., torch.Tensor]
 REWARD_SHAPERS: Registry[Shaper] = Registry("reward shaper")
+
+
+def nonzero_metric(name: str) -> str:
+    """The logged fraction of responses whose ``name`` term is nonzero: the responses it touched."""
+    return f"reward/{name}/nonzero_frac"
+
+
+def nonzero_activity(name: str) -> Activity:
+    """A shaper's :class:`~workbench.registry.Activity`: the responses whose reward it changed."""
+    return Activity(nonzero_metric(name), "responses")
 
 
 # ---------------------------------------------------------------------------------------
@@ -85,7 +95,7 @@ def has_boxed_answer(text: str) -> bool:
     return False
 
 
-@REWARD_SHAPERS.register("format")
+@REWARD_SHAPERS.register("format", activity=nonzero_activity("format"))
 def format_reward(inp: ShapingInput) -> torch.Tensor:
     """1.0 where the completion contains a well-formed ``\\boxed{...}`` answer, else 0.0.
 
@@ -104,7 +114,7 @@ def format_reward(inp: ShapingInput) -> torch.Tensor:
 # ---------------------------------------------------------------------------------------
 
 
-@REWARD_SHAPERS.register("overlong_soft")
+@REWARD_SHAPERS.register("overlong_soft", activity=nonzero_activity("overlong_soft"))
 def overlong_soft(inp: ShapingInput, *, max_length: int, cache_length: int) -> torch.Tensor:
     """Soft overlong punishment of DAPO (Yu et al. 2025, "DAPO: An Open-Source LLM
     Reinforcement Learning System at Scale", §3.4 "Overlong Reward Shaping", Eq. 13).
@@ -132,7 +142,7 @@ def overlong_soft(inp: ShapingInput, *, max_length: int, cache_length: int) -> t
 # ---------------------------------------------------------------------------------------
 
 
-@REWARD_SHAPERS.register("kimi_length")
+@REWARD_SHAPERS.register("kimi_length", activity=nonzero_activity("kimi_length"))
 def kimi_length(inp: ShapingInput) -> torch.Tensor:
     """Length reward of Kimi k1.5 (Kimi Team 2025, "Kimi k1.5: Scaling Reinforcement
     Learning with LLMs", §2.3.3 "Length Penalty").

@@ -24,11 +24,13 @@ from pydantic import (
     field_validator,
 )
 
-from workbench.errors import pydantic_issues, show_value, unknown_message
+from workbench.errors import did_you_mean, pydantic_issues, show_value, unknown_message
+from workbench.metrics.catalogue import BY_NAME, is_fraction
 from workbench.study.paths import config_path_error, is_int
 from workbench.study.report import Origin, Reporter
 
-__all__ = ["STUDY_VERSION", "Study", "check_semantics", "same_value", "validate_fields"]
+__all__ = ["ACTIVITY_KEYS", "STUDY_VERSION", "Study", "activity_issues", "check_semantics", "same_value",
+           "validate_fields"]
 
 STUDY_VERSION = 1
 """The study schema version this module reads (the ``version:`` field)."""
@@ -144,6 +146,8 @@ def check_semantics(data: dict[str, Any], rep: Reporter) -> None:
         if isinstance(baseline, str) and baseline not in variants:
             rep.add(("compare", "baseline"), unknown_message(baseline, names, f"variant {baseline!r}"))
         _check_sequential(compare.get("sequential"), rep)
+        for path, message in activity_issues(compare.get("activity"), names):
+            rep.add(("compare", "activity", *path), message)
     if isinstance(compare, dict):
         _check_effect_sizes(compare, rep)
 
@@ -184,6 +188,67 @@ def _check_effect_sizes(compare: dict[str, Any], rep: Reporter) -> None:
             if not (number and math.isfinite(x) and x > 0):
                 rep.add(("compare", key, metric), f"{what} of {metric!r} must be a positive number in the "
                                                   f"metric's units, got {show_value(x)}")
+
+
+#: Keys of one variant's ``compare.activity`` entry (docs/reports.md, "Knob activity").
+ACTIVITY_KEYS = ("metric", "min", "unit")
+_ACTIVITY_UNITS = ("tokens", "responses", "groups")
+_NONZERO_FRAC = re.compile(r"reward/(?P<shaper>[A-Za-z0-9_]+)/nonzero_frac")
+
+
+def _activity_metric_issue(metric: Any) -> str | None:
+    """Why ``metric`` cannot show a knob acting (``None`` if it can): a logged fraction, i.e. a
+    catalogued metric in [0, 1] or a shaping term's ``reward/<shaper>/nonzero_frac``."""
+    if not isinstance(metric, str):
+        return f"expected a metric name, got {show_value(metric)}"
+    shaper = _NONZERO_FRAC.fullmatch(metric)
+    if shaper:
+        from workbench.reward import REWARD_SHAPERS  # deferred: torch
+
+        name = shaper["shaper"]
+        return None if name in REWARD_SHAPERS else \
+            f"{metric!r}: unknown reward shaper {name!r}{did_you_mean(name, REWARD_SHAPERS.names())}"
+    if is_fraction(metric):
+        return None
+    if metric in BY_NAME:
+        return f"{metric!r} is not a fraction in [0, 1]; the activity of a knob is the fraction of tokens, " \
+               "responses or groups it touched (e.g. clip/frac_high)"
+    fractions = [m for m in BY_NAME if is_fraction(m)]
+    return f"unknown metric {metric!r}{did_you_mean(metric, fractions)} (a logged fraction: " \
+           "docs/metrics.md, or reward/<shaper>/nonzero_frac)"
+
+
+def activity_issues(value: Any, variants: list[str]) -> list[tuple[tuple[Any, ...], str]]:
+    """Problems of a study's ``compare.activity`` (``{variant: {metric, min, unit} | false}``), as
+    ``(path below compare.activity, message)``; empty when it is fine or absent."""
+    if value is None:
+        return []
+    if not isinstance(value, dict):
+        return [((), f"expected a mapping of variant -> {{metric, min}}, got {show_value(value)}")]
+    issues: list[tuple[tuple[Any, ...], str]] = []
+    for variant, entry in value.items():
+        if variant not in variants:
+            issues.append(((variant,), unknown_message(variant, variants, f"variant {variant!r}")))
+            continue
+        if entry is False:  # the gate is off for this variant
+            continue
+        if not isinstance(entry, dict):
+            issues.append(((variant,), f"expected {{metric: M, min: X}} or false, got {show_value(entry)}"))
+            continue
+        for key in entry:
+            if key not in ACTIVITY_KEYS:
+                issues.append(((variant, key), unknown_message(key, ACTIVITY_KEYS)))
+        if "metric" in entry:
+            why = _activity_metric_issue(entry["metric"])
+            if why:
+                issues.append(((variant, "metric"), why))
+        low = entry.get("min")
+        if "min" in entry and (isinstance(low, bool) or not isinstance(low, (int, float)) or not 0.0 <= low <= 1.0):
+            issues.append(((variant, "min"), f"must be a fraction in [0, 1] (0.01 = 1%), got {show_value(low)}"))
+        if "unit" in entry and entry["unit"] not in _ACTIVITY_UNITS:
+            issues.append(((variant, "unit"), f"expected one of {', '.join(_ACTIVITY_UNITS)}, got "
+                                              f"{show_value(entry['unit'])}"))
+    return issues
 
 
 def _check_name(name: Any, rep: Reporter) -> None:
