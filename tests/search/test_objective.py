@@ -7,6 +7,7 @@ import math
 from types import SimpleNamespace
 
 import optuna
+import pandas as pd
 import pytest
 from optuna.trial import TrialState
 
@@ -28,6 +29,7 @@ from workbench.search.objective import (
 )
 from workbench.search.spec import parse_search
 from workbench.study import validate_study
+from workbench.train.evaluate import ProblemResults
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)
 LR = {"low": 1e-4, "high": 1.0, "log": True}
@@ -48,15 +50,17 @@ class FakeClient:
         self.metrics.setdefault(run_id, {})[key] = value
 
 
-def fake_runs(monkeypatch, client: FakeClient, curve, *, health_stop_at=None, fail=False, evals=None):
+def fake_runs(monkeypatch, client: FakeClient, curve, *, health_stop_at=None, fail=False, evals=None,
+              problems=None):
     """Replace execute_run: ``curve(cfg, step) -> metrics`` per step, eval at every step
     (``eval/accuracy`` is ``evals(cfg, step)``, 0.0 without it, at step 0 before any update as in the
-    real loop and at the final eval-only step too); a StopRun from on_step ends the run as
-    execute_run does; ``health_stop_at`` ends it like a failing rule."""
+    real loop and at the final eval-only step too; with ``problems(cfg, step) -> [0/1 per problem]``
+    each eval's per-problem results go to ``on_eval`` first, and the accuracy is their mean); a
+    StopRun from on_step ends the run as execute_run does; ``health_stop_at`` ends it like a failing rule."""
     calls = []
 
     def execute_run(cfg, *, study, variant, label, parent_run_id=None, progress=None, on_step=None, role="run",
-                    extra_tags=None):
+                    extra_tags=None, on_eval=None):
         run_id = f"run{len(calls)}"
         calls.append((label, role, extra_tags, cfg))
         client.tags[run_id] = dict(extra_tags or {})
@@ -65,6 +69,13 @@ def fake_runs(monkeypatch, client: FakeClient, curve, *, health_stop_at=None, fa
         steps = 0
         for step in range(cfg.rollout.steps + 1):
             metrics = {"eval/accuracy": 0.0 if evals is None else evals(cfg, step)}
+            if problems is not None:
+                solved = problems(cfg, step)
+                metrics["eval/accuracy"] = sum(solved) / len(solved)
+                if on_eval is not None:
+                    on_eval(step, ProblemResults(step=[step] * len(solved), problem_id=[f"p{i}" for i in range(len(solved))],
+                                                 correct=list(solved), length=[1] * len(solved),
+                                                 truncated=[0] * len(solved)))
             if step < cfg.rollout.steps:  # the last step is an eval only, as in the real loop
                 metrics |= dict(curve(cfg, step)) | {"perf/step_s": 0.1}
                 steps = step + 1
@@ -204,3 +215,80 @@ def test_run_summary_reductions():
     assert math.isnan(summary.value("summary/tokens_per_correct"))  # nothing sampled
     summary.observe(5, {"perf/sample_tokens": 10.0, "accuracy/train": 0.0})
     assert summary.value("summary/tokens_per_correct") == math.inf  # tokens spent, none correct
+
+
+N_PROBLEMS = 30
+
+
+def solved_by_lr(cfg, step):
+    """Per-problem results: lr 0.1 solves problems 0..23 (80%) at every eval, lr 0.001 problems
+    0..5 (20%): on the 18 problems where they differ the weak trial is always the one that fails."""
+    k = 24 if cfg.learner.lr == 0.1 else 6
+    return [int(i < k) for i in range(N_PROBLEMS)]
+
+
+def test_wilcoxon_prunes_a_trial_worse_on_the_same_problems_at_its_first_eval(monkeypatch):
+    spec, objective, study, client = make({"metric": "eval/accuracy", "params": {"learner.lr": LR}, "n_trials": 5,
+                                           "pruner": {"name": "wilcoxon", "p_threshold": 0.05}})
+    fake_runs(monkeypatch, client, by_lr, problems=solved_by_lr)
+    study.enqueue_trial({"learner.lr": 0.1})
+    study.enqueue_trial({"learner.lr": 0.001})
+    study.optimize(objective, n_trials=2)
+    good, bad = study.trials
+    assert good.state == TrialState.COMPLETE and good.value == pytest.approx(0.8)
+    # evals at steps 1..4 (step 0, the untrained policy, is not reported): one value per problem at
+    # step e * 30 + i for the e-th eval and problem i
+    assert sorted(good.intermediate_values) == list(range(4 * N_PROBLEMS))
+    assert [good.intermediate_values[N_PROBLEMS + i] for i in range(N_PROBLEMS)] == solved_by_lr(
+        spec.trial_config({"learner.lr": 0.1}, 0), 1)
+    # the weak trial is worse on 18 of the 30 shared problems, better on none: the signed-rank test
+    # rejects at its first eval (after 1 learner step) and the trial stops there
+    assert bad.state == TrialState.PRUNED and bad.user_attrs[PRUNE_REASON] == "pruned by optuna at step 1"
+    assert sorted(bad.intermediate_values) == list(range(N_PROBLEMS))
+
+
+def test_wilcoxon_does_not_prune_a_trial_that_only_differs_by_chance(monkeypatch):
+    """Two equally good configurations that solve different problems (A solves the even ones, B
+    the odd ones plus one): per-problem differences are balanced, so no trial is pruned."""
+    spec, objective, study, client = make({"metric": "eval/accuracy", "params": {"learner.lr": LR}, "n_trials": 5,
+                                           "pruner": {"name": "wilcoxon", "p_threshold": 0.05}})
+
+    def solved(cfg, step):
+        return [int(i % 2 == 0) for i in range(N_PROBLEMS)] if cfg.learner.lr == 0.1 else \
+            [int(i % 2 == 1 or i == 0) for i in range(N_PROBLEMS)]
+
+    fake_runs(monkeypatch, client, by_lr, problems=solved)
+    study.enqueue_trial({"learner.lr": 0.1})
+    study.enqueue_trial({"learner.lr": 0.001})
+    study.optimize(objective, n_trials=2)
+    assert [t.state for t in study.trials] == [TrialState.COMPLETE, TrialState.COMPLETE]
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:Heartbeat of storage is supposed to be used")
+def test_real_runs_feed_the_wilcoxon_pruner_one_value_per_eval_problem(workdir):
+    """The real loop hands each eval's per-problem results to the trial (``on_eval``): a 2-step
+    micro run with evals at steps 1 and 2 reports 2 x n_problems values, each 0 or 1, matching the
+    per-problem table the run logs and its eval/accuracy."""
+    from tests.search.helpers import load_spec, write_search_study
+    from workbench.results.reader import StudyReader
+    from workbench.search.worker import TuneOptions, run_search
+
+    path = write_search_study(workdir / "study.yaml", "wilcoxon_real", {
+        "metric": "eval/accuracy", "params": {"learner.lr": {"low": 1e-3, "high": 1e-2, "log": True}},
+        "n_trials": 1, "seeds": [0], "pruner": "wilcoxon"}, steps=2)
+    spec = load_spec(path)
+    run_search(spec, options=TuneOptions(log=lambda _: None))
+    (trial,) = optuna.load_study(study_name=spec.optuna_name, storage=f"sqlite:///{workdir / 'optuna.db'}").trials
+    from mlflow import MlflowClient
+
+    from tests.search.helpers import trial_runs
+
+    (run,) = trial_runs(MlflowClient(f"sqlite:///{workdir / 'mlflow.db'}"), "wilcoxon_real")
+    reader = StudyReader(f"sqlite:///{workdir / 'mlflow.db'}")
+    table = reader.problem_results(pd.DataFrame({"run_id": [run.info.run_id], "artifact_uri": [run.info.artifact_uri]}))
+    n = int((table["step"] == 0).sum())
+    assert n > 0 and sorted(trial.intermediate_values) == list(range(2 * n))
+    for e, step in enumerate((1, 2)):
+        at = table[table["step"] == step]["correct"].tolist()
+        assert [trial.intermediate_values[e * n + i] for i in range(n)] == [float(c) for c in at]

@@ -218,15 +218,26 @@ def test_gp_sampler_is_optunas_gpsampler_with_its_own_options(tmp_path):
 
 
 @pytest.mark.parametrize("pruner", ["wilcoxon", {"name": "wilcoxon", "p_threshold": 0.05}])
-def test_wilcoxon_is_rejected_until_runs_log_per_problem_evals(pruner, tmp_path):
-    """WilcoxonPruner pairs per-problem scores by problem id; runs report one eval accuracy per
-    learner step (issue #29), so the pruner is named, not unknown, and refused in one line."""
-    lines = errors_of({"params": {"learner.lr": LR}, "n_trials": 2, "pruner": pruner}, tmp_path)
+def test_wilcoxon_is_accepted_on_a_fixed_eval_set(pruner):
+    spec = spec_of({"params": {"learner.lr": LR}, "n_trials": 2, "pruner": pruner})
+    assert spec.per_problem_pruning and type(spec.make_pruner()).__name__ == "WilcoxonPruner"
+
+
+@pytest.mark.parametrize(("search", "where", "words"), [
+    ({"params": {"learner.lr": LR, "task.eval_size": {"low": 50, "high": 100}}},
+     "search.params.task.eval_size:", "pairs trials by eval problem"),
+    ({"params": {"learner.lr": LR, "rollout.eval_every": [5, 10]}},
+     "search.params.rollout.eval_every:", "same eval problems at the same steps"),
+    ({"params": {"learner.lr": LR}, "pruner": {"name": "patient", "patience": 1, "wrapped": "wilcoxon"}},
+     "search.pruner.wrapped:", "cannot be wrapped"),
+])
+def test_wilcoxon_is_refused_where_trials_cannot_be_paired_by_problem(search, where, words, tmp_path):
+    """WilcoxonPruner pairs a trial's per-problem results with the best trial's by (eval, problem
+    index): a search over the eval set or its schedule, or a wrapper feeding it a curve, breaks that."""
+    search = {"n_trials": 2, "pruner": "wilcoxon"} | search
+    lines = errors_of(search, tmp_path)
     assert len(lines) == 1, lines
-    where = "search.pruner:" if isinstance(pruner, str) else "search.pruner.name:"
-    assert lines[0].startswith(f"{tmp_path / 'study.yaml'}:") and f" {where} " in lines[0], lines
-    assert "wilcoxon pruner needs per-problem eval results" in lines[0] and "issue #29" in lines[0]
-    assert "unknown pruner" not in lines[0]
+    assert f" {where} " in lines[0] and words in lines[0], lines
 
 
 @settings(max_examples=40, deadline=None)

@@ -185,9 +185,10 @@ def run_tags(study: str, variant: str, cfg: RunConfig, role: str = "run", label:
 
 def execute_run(cfg: RunConfig, *, study: str, variant: str, label: str, parent_run_id: str | None = None,
                 progress: RunProgress | None = None, on_step=None, role: str = "run",
-                extra_tags: dict[str, str] | None = None) -> RunOutcome:
+                extra_tags: dict[str, str] | None = None, on_eval=None) -> RunOutcome:
     """Run ``cfg`` as one MLflow run. ``on_step(step, metrics)`` is called after each step and
-    may raise ``StopRun`` to end the run early (recorded as a deliberate stop)."""
+    may raise ``StopRun`` to end the run early (recorded as a deliberate stop); ``on_eval(step,
+    problems)`` gets each eval's per-problem results just before (:func:`workbench.train.loop.train`)."""
     preflight(cfg)
     outcome = RunOutcome(label=label, variant=variant, seed=cfg.seed, run_key=cfg.run_key(), status="RUNNING")
     tracking_uri = resolve_tracking_uri(cfg.tracking.uri)
@@ -221,7 +222,7 @@ def execute_run(cfg: RunConfig, *, study: str, variant: str, label: str, parent_
         tracker.log_params(redact_config(cfg.flat()))  # a tracking.uri's password is never stored
         tracker.log_dict(redact_config(cfg.model_dump(mode="json")), "config.yaml")
         bar.start_run(label, cfg.rollout.steps)
-        result = train(cfg, tracker, monitor, on_step=step_hook, checkpoints=checkpoints)
+        result = train(cfg, tracker, monitor, on_step=step_hook, checkpoints=checkpoints, on_eval=on_eval)
     except BaseException as error:  # noqa: BLE001 - every exit path must close the MLflow run
         return _close_failed(tracker, monitor, bar, outcome, error)
     stop_reason = "" if result.stop is None else result.stop.reason

@@ -485,21 +485,24 @@ def _sampler_fit_issues(name: str, cfg: SearchConfig) -> list[tuple[Loc, str]]:
     return out
 
 
-#: Pruners Optuna has that a run cannot feed yet: name -> why (rejected before their options are read).
-#: WilcoxonPruner pairs a trial's values with the best trial's by ``step`` = *problem id* and tests
-#: them (``trial.report(score, problem_id)`` per eval problem); runs report one eval accuracy per
-#: learner step, so the pairs it needs do not exist until a run logs which problems each eval solved.
-UNSUPPORTED_PRUNERS = {
-    "wilcoxon": ("the wilcoxon pruner needs per-problem eval results (which held-out problems each eval "
-                 "solved, reported by problem id), which runs do not log yet (issue #29); use median, "
-                 "percentile, successive_halving or hyperband"),
-}
+#: Settings a search with the wilcoxon pruner may not vary: the pruner pairs a trial's per-problem
+#: results with the best trial's by (eval number, problem index), so every trial must score the same
+#: eval problems, in the same order, at the same learner steps.
+PAIRING_SETTINGS = ("task.", "rollout.eval_size", "rollout.eval_every")
 
 
-def _pruner_fit_issues(name: str, cfg: SearchConfig) -> list[tuple[Loc, str]]:
+def _pruner_fit_issues(name: str, cfg: SearchConfig, at: Loc = ("pruner",)) -> list[tuple[Loc, str]]:
     if len(cfg.objectives) > 1 and name != "none":
         return [(("pruner",), ("Optuna cannot prune a multi-objective search: use pruner: none (health "
                                "failures still end a trial early)"))]
+    if name == "wilcoxon" and at != ("pruner",):
+        return [(at, "the wilcoxon pruner is fed per-problem results, not a learning curve: it cannot be wrapped")]
+    if name == "wilcoxon":
+        varied = [p for p in cfg.params if p.startswith(PAIRING_SETTINGS)]
+        if varied:
+            return [(("params", varied[0]), (
+                f"the wilcoxon pruner pairs trials by eval problem, so every trial must score the same eval "
+                f"problems at the same steps; a search over {varied[0]} changes them (use median or threshold)"))]
     return []
 
 
@@ -551,15 +554,12 @@ def _check_optuna_object(kind: str, spec: dict[str, Any], cfg: SearchConfig, iss
         issues.add(at + ("name",) if len(spec) > 1 else at,
                    f"unknown {kind} {show_value(name)}{suggest_or_list(name, sorted(table))}")
         return
-    if kind == "pruner" and name in UNSUPPORTED_PRUNERS:  # its options would not make it usable
-        issues.add((kind, "name") if len(spec) > 1 else (kind,), UNSUPPORTED_PRUNERS[name])
-        return
     cls = optuna_class(kind, name)
     problems = _unknown_options(kind, spec, cls, at)
     if not problems and kind == "pruner" and name in WRAPPING and not _wrapped_issues(spec, cfg, issues, at):
         return  # reported where the wrapped pruner is written
     if not problems:
-        problems = _sampler_fit_issues(name, cfg) if kind == "sampler" else _pruner_fit_issues(name, cfg)
+        problems = _sampler_fit_issues(name, cfg) if kind == "sampler" else _pruner_fit_issues(name, cfg, at)
     if not problems:
         problems = _construction_issue(kind, spec, cls, cfg, at)
     for path, message in problems:

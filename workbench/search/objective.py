@@ -201,6 +201,7 @@ class TrialObjective:
         import optuna
 
         started = time.monotonic()
+        self._evals_reported = 0  # per-problem pruning: evals reported so far, over this trial's seeds
         runs: list[str] = []
         by_seed: dict[str, list[float | None]] = {}
         constraint_values: list[list[float]] = []
@@ -253,6 +254,10 @@ class TrialObjective:
         health_stops = cfg.health.on_fail == "stop"
         curve: dict[int, float] = {}
         earlier.append(curve)
+        evals: dict[int, Any] = {}  # per-problem pruning: eval step -> its ProblemResults
+
+        def on_eval(step: int, problems) -> None:
+            evals[step] = problems
 
         def on_step(step: int, metrics: dict[str, float]) -> None:
             summary.observe(step, metrics)
@@ -261,7 +266,9 @@ class TrialObjective:
             if step == 0 and (index > 0 or not spec.config.include_step0):
                 return  # the untrained policy: nothing learnt yet (and the same for every trial)
             value = summary.value(first.metric, first.summary)
-            if math.isfinite(value):
+            if spec.per_problem_pruning:
+                self._report_problems(trial, evals.pop(step, None))
+            elif math.isfinite(value):
                 curve[step] = value
                 # the running mean over the seeds run so far at this eval step (this one included)
                 at_step = [c[step] for c in earlier if step in c]
@@ -282,7 +289,8 @@ class TrialObjective:
         try:
             outcome = execute_run(cfg, study=spec.study.name, variant=spec.variant, label=label,
                                   parent_run_id=self.ctx.parent_run_id, progress=bar, on_step=on_step,
-                                  role="trial", extra_tags=tags)
+                                  role="trial", extra_tags=tags,
+                                  on_eval=on_eval if spec.per_problem_pruning else None)
         except Exception as error:  # noqa: BLE001 - e.g. preflight: the trial fails, the worker goes on
             return SeedResult(None, 0, error=f"{type(error).__name__}: {error}")
         result = SeedResult(outcome.run_id, outcome.steps, tracking_lost=outcome.tracking_lost)
@@ -303,6 +311,19 @@ class TrialObjective:
         return result
 
     # -------------------------------------------------------------------------- helpers
+    def _report_problems(self, trial, problems) -> None:
+        """Wilcoxon pruning: one value per eval problem (1 if solved), at step ``e * n + i`` for the
+        trial's ``e``-th reported eval (over its seeds, in order) and the problem's index ``i`` in
+        the eval set. Every trial runs the same seeds, evals and eval set (the schema refuses a
+        search over them), so equal steps are the same problem at the same point of training, and
+        Optuna's WilcoxonPruner pairs the trial with the best one on exactly those."""
+        if problems is None or not len(problems):
+            return
+        n = len(problems)
+        for i, correct in enumerate(problems.correct):
+            trial.report(float(correct), self._evals_reported * n + i)
+        self._evals_reported += 1
+
     def _check_budget(self, trial) -> None:
         """Trials are counted in number order: this one runs only if fewer than ``n_trials`` trials
         before it are COMPLETE, PRUNED or RUNNING (two workers may both start one for the last slot)."""

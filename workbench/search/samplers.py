@@ -8,6 +8,7 @@ when an object is built, not with this module.
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any
 
 import numpy as np
@@ -46,7 +47,7 @@ PRUNERS = {  # name -> Optuna class name in optuna.pruners
     "threshold": "ThresholdPruner",  # {lower: 0.05}: prune once the reported value leaves [lower, upper]
     "patient": "PatientPruner",  # {patience: 2, wrapped: median}: prune after `patience` evals without progress
     "none": "NopPruner",
-    "wilcoxon": "WilcoxonPruner",  # known, but rejected by checks.py until runs log per-problem evals
+    "wilcoxon": "WilcoxonPruner",  # {p_threshold: 0.1}: paired by eval problem (fed per-problem results)
 }
 #: Pruners that wrap another: the option a study writes -> the constructor argument it fills. The
 #: value is a pruner spec itself (a name or a mapping), built by :func:`make_pruner`; left out, the
@@ -136,4 +137,8 @@ def make_pruner(pruner: dict[str, Any] | str | None):
     if spec["name"] in WRAPPING:
         key, argument = WRAPPING[spec["name"]]
         options[argument] = make_pruner(options.pop(key)) if key in options else None
-    return cls(**options)
+    from optuna.exceptions import ExperimentalWarning
+
+    with warnings.catch_warnings():  # Optuna marks PatientPruner and WilcoxonPruner experimental: noted in docs
+        warnings.simplefilter("ignore", ExperimentalWarning)
+        return cls(**options)

@@ -89,6 +89,11 @@ class SearchSpec:
     def pruning(self) -> bool:
         return self.pruner_name != "none"
 
+    @property
+    def per_problem_pruning(self) -> bool:
+        """The pruner is fed each eval's per-problem results, not the learning curve (wilcoxon)."""
+        return self.pruner_name == "wilcoxon"
+
     def objective_names(self) -> list[str]:
         return [o.metric if o.summary == "last" else f"{o.metric}:{o.summary}" for o in self.objectives]
 

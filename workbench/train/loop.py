@@ -48,9 +48,12 @@ class TrainResult:
 
 def train(cfg: RunConfig, sink: StepSink, monitor: HealthMonitor,
           on_step: Callable[[int, dict[str, float]], StopReason | None] | None = None,
-          checkpoints: RunCheckpoints | None = None) -> TrainResult:
+          checkpoints: RunCheckpoints | None = None,
+          on_eval: Callable[[int, ProblemResults], None] | None = None) -> TrainResult:
     """Train ``cfg``, logging every step to ``sink``. ``on_step(step, metrics)`` runs after each step
-    is logged; a ``StopReason`` it returns ends the run there, as a failing health rule does."""
+    is logged; a ``StopReason`` it returns ends the run there, as a failing health rule does.
+    ``on_eval(step, problems)`` receives each eval's per-problem results (in eval-set order) before
+    that step's ``on_step`` (e.g. Optuna's Wilcoxon pruner, which pairs trials by problem)."""
     roll = cfg.rollout
     with open_run_parts(cfg, monitor) as parts:
         result, history = TrainResult(steps_done=0), []  # history: every step's logged metrics, kept in checkpoints
@@ -65,6 +68,8 @@ def train(cfg: RunConfig, sink: StepSink, monitor: HealthMonitor,
                 result.eval_history.append((step, eval_metrics["eval/accuracy"]))
                 result.samples += samples
                 result.problems.extend(problems)
+                if on_eval is not None:
+                    on_eval(step, problems)
             if step < roll.steps:
                 metrics |= rl_step(cfg, step, parts)
                 result.steps_done = step + 1
