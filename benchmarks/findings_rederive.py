@@ -299,7 +299,7 @@ def table(rows: list[Row]) -> str:
     for r in rows:
         lines.append(f"| {r.family} | {r.arm} | {r.n} | {fmt(r.delta)} | [{fmt(r.sim_lo)}, {fmt(r.sim_hi)}] "
                      f"| {pfmt(r.p_raw)} | {pfmt(r.p_holm)} | {pfmt(r.p_holm_study)} | {fmt(r.se * math.sqrt(r.n))} "
-                     f"| {fmt(r.mde)} (α/{r.divisor:g}) | {r.verdict} |")
+                     f"| {fmt(r.mde)} (α/{r.divisor:g}) | {r.verdict.replace('|', chr(92) + '|')} |")
     return "\n".join(lines)
 
 
