@@ -172,6 +172,33 @@ def test_compare_fills_the_two_way_columns_and_names_the_method_in_every_format(
     assert "t intervals over seeds" in without.to_markdown()  # the seed-only interval says so
 
 
+def test_a_win_carried_by_three_problems_is_said_to_hold_on_these_problems_only():
+    """b solves problems 0-2 that a never does, at every seed: the seed-only test calls b better
+    (Δ = 3/30 at every seed, the seeds agree), but over problems drawn alike the gain rests on 3 of
+    30 problems and the interval over seeds and problems includes 0: the note says so."""
+    rng = np.random.default_rng(3)
+    steps, runs, history, values = [0, 10, 20], [], [], {}
+    base = (rng.random(30) < 0.4).astype(int)
+    base[:3] = 0
+    for variant, extra in (("a", 0), ("b", 1)):
+        for seed in range(5):
+            a = np.tile(base, (len(steps), 1))
+            a[:, :3] = extra
+            flip = rng.integers(3, 30)  # a seed's noise: one other problem flips at the last eval
+            a[-1, flip] = 1 - a[-1, flip]
+            rid = f"{variant}{seed}"
+            values[rid] = a
+            runs.append({"run_id": rid, "variant": variant, "seed": seed, "status": "FINISHED"})
+            history += [{"run_id": rid, "variant": variant, "seed": seed, "step": s, "metric": "eval/accuracy",
+                         "value": a[i].mean()} for i, s in enumerate(steps)]
+    summary = summarize_runs(pd.DataFrame(history), pd.DataFrame(runs), ["final_eval_accuracy"])
+    table = compare_variants(summary, "a", ["final_eval_accuracy"], problems=long_table(values, steps))
+    b = table.for_metric("final_eval_accuracy").set_index("variant").loc["b"]
+    assert b["status"] == "better" and b["delta_lo"] > 0  # over seeds: clear
+    assert b["delta_2way_lo"] <= 0 <= b["delta_2way_hi"]
+    assert "better on these 30 eval problems only" in b["note"]
+
+
 def test_a_run_without_its_table_leaves_the_seed_only_interval_and_says_why():
     history, runs, problems = study(np.random.default_rng(2))
     summary = summarize_runs(history, runs, ["final_eval_accuracy"])

@@ -336,6 +336,10 @@ def add_intervals(rows: list[dict], summary_df: pd.DataFrame, problems: pd.DataF
             diff = _difference(mine, base, paired=paired, confidence=level)
             if math.isfinite(diff.lo):
                 row.update(delta_2way_lo=diff.lo, delta_2way_hi=diff.hi)
+                if row.get("status") in ("better", "worse", "higher", "lower") and diff.lo <= 0.0 <= diff.hi:
+                    # the verdict is about these problems; over problems drawn alike it is not shown
+                    _note(row, f"{row['status']} on these {int(row['n_problems'])} eval problems only: the Δ "
+                               f"interval over seeds and problems [{diff.lo:.3g}, {diff.hi:.3g}] includes 0")
             else:
                 _note(row, "Δ interval over seeds only (no variance over seeds or problems)")
 

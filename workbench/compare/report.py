@@ -562,11 +562,11 @@ def compare_variants(
         _decide(cell, outcomes, confidence=confidence, alpha=plan.alpha, power=power)
         if activity and cell.diff is not None:
             _activity.apply_gate(cell.row, activity.get(cell.row["variant"]), _summary_reads(cell.row["metric"]))
+    for cell in cells:
+        cell.row["status"] = cell.row.get("status") or wording.status(cell.row["verdict"])
     if problems is not None:  # intervals over seeds and problems, beside the seed-only ones
         _problems.add_intervals([c.row for c in cells], summary_df, problems, units=units, seed_col=seed_col,
                                 confidence=confidence)
-    for cell in cells:
-        cell.row["status"] = cell.row.get("status") or wording.status(cell.row["verdict"])
     rows = _ranked_rows([c.row for c in cells], metrics, directions)
     df = pd.DataFrame(rows, columns=list(COLUMNS))
     df["paired"] = df["paired"].astype("boolean")
