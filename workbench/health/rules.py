@@ -500,9 +500,9 @@ class RewardCollapseParams(StreakParams):
     fire for lag-1 autocorrelation 0 to 0.8, for independent reward sd up to 0.3 and on resampled
     real histories (docs/metrics.md, tests/health/test_false_alarms.py)."""
 
-    noise_window: int = Field(default=40, ge=1)
+    noise_window: int = Field(default=60, ge=1)
     """Observations before the running window from which the running reward's standard error is
-    measured (at least ``2 × window + 5``; the rule evaluates once it has them)."""
+    measured (at least ``2 × window + 5``); the rule evaluates once it has them."""
 
     @model_validator(mode="after")
     def _noise_window_holds_the_lagged_means(self) -> RewardCollapseParams:
@@ -530,8 +530,9 @@ class RewardCollapse(HealthRule):
     and a noise margin of ``noise_z`` standard errors of the running reward. The standard error is
     measured on the ``noise_window`` observations before the running window, as the robust sd of
     differences between running means ``window`` apart (health/trend.py ``running_mean_se``): it
-    includes the autocorrelation of the steps, ignores a slow trend and a few jumps, and a collapse
-    in progress does not inflate it. Evaluated once the running window and that history are full.
+    includes the autocorrelation of the steps and ignores a slow trend. It is re-measured only while
+    the running reward is within ``margin`` of its best, so a collapse in progress does not widen
+    the margin that judges it. Evaluated once the running window and ``noise_window`` are full.
     """
 
     name = "reward_collapse"
@@ -547,6 +548,7 @@ class RewardCollapse(HealthRule):
         p = self.params
         self._values: deque[float] = deque(maxlen=p.noise_window + p.window)
         self._best = -math.inf
+        self._standard_error: float | None = None
 
     def update(self, metrics: Mapping[str, Any]) -> Reading | None:
         x = finite_value(metrics, REWARD)
@@ -559,9 +561,13 @@ class RewardCollapse(HealthRule):
         values = np.fromiter(self._values, dtype=float)
         running = math.fsum(values[-p.window :]) / p.window
         self._best = max(self._best, running)  # tracked from the first full window
-        if len(values) - p.window < min_noise_window(p.window):
+        if len(values) < self._values.maxlen:
             return None  # no standard error yet
-        standard_error = float(running_mean_se(values[: -p.window], p.window, lag=p.window))
+        if self._standard_error is None or running >= self._best - p.margin:
+            # Measured only outside a candidate drop: a collapse in progress must not widen the
+            # noise margin that judges it (its steps would inflate the differences).
+            self._standard_error = float(running_mean_se(values[: -p.window], p.window, lag=p.window))
+        standard_error = self._standard_error
         limit = max(p.margin, p.noise_z * standard_error)
         thr = self._best - limit
         return Reading(
