@@ -16,13 +16,12 @@ RUNS = 400 per condition: a rate's Monte-Carlo standard error is at most 1.1 poi
 
 from __future__ import annotations
 
-import math
 import time
 
 import numpy as np
 import pytest
-from scipy import stats
 from numpy.lib.stride_tricks import sliding_window_view
+from scipy import stats
 
 from workbench.health import HEALTH_RULES
 
