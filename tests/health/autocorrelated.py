@@ -88,6 +88,6 @@ def reward_collapse_first_fire(reward: np.ndarray, **params) -> np.ndarray:
         r, b = running[:, end - w + 1], best[:, end - w + 1]
         remeasure = np.isnan(se) | (r >= b - p.margin)  # frozen inside a candidate drop, as the rule
         history = reward[:, end - w + 1 - p.noise_window : end - w + 1]
-        se = np.where(remeasure, running_mean_se(history, w, lag=w), se)
+        se = np.where(remeasure, running_mean_se(history, w), se)
         violated[:, j] = r < b - np.maximum(p.margin, p.noise_z * se)
     return _first_streak_end(violated, p.patience, first_step=first_step)
