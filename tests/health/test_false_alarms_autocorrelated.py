@@ -23,7 +23,7 @@ import pytest
 from numpy.lib.stride_tricks import sliding_window_view
 from scipy import stats
 
-from workbench.health import HEALTH_RULES
+from workbench.health import HEALTH_PRESETS, HEALTH_RULES
 
 from .autocorrelated import (
     NEVER,
@@ -110,6 +110,20 @@ def test_reward_collapse_catches_a_planted_collapse(phi):
     print(f"reward_collapse φ={phi}: caught in 4..15 steps in {on_time:.1%}, never {(first == NEVER).mean():.1%}, "
           f"delay median {np.median(delay[first != NEVER]):.0f}")
     assert on_time >= (0.95 if phi <= 0.5 else 0.75)
+
+
+@pytest.mark.parametrize("phi", PHIS)
+def test_strict_preset_false_alarms_on_ar1(phi):
+    # strict tightens the limits and shortens patience; its trend rules must still stay quiet on
+    # healthy autocorrelated runs. Measured at φ = 0.8: reward_collapse 5.0% (on the bound; 6.8%
+    # with patience 3, hence 4), incorrect_length_gap 3.5%.
+    strict = HEALTH_PRESETS["strict"]
+    gap = length_gap_first_fire(1.6 + ar1(_rng(2, phi), RUNS, STEPS, phi, 0.05), **strict["incorrect_length_gap"])
+    reward = reward_collapse_first_fire(
+        np.clip(0.5 + ar1(_rng(4, phi), RUNS, STEPS, phi, 0.08), 0, 1), **strict["reward_collapse"])
+    rates = (gap != NEVER).mean(), (reward != NEVER).mean()
+    print(f"strict φ={phi}: false alarms incorrect_length_gap {rates[0]:.1%}, reward_collapse {rates[1]:.1%}")
+    assert max(rates) <= MAX_RATE
 
 
 def _bootstrapped(metric: str, runs: int) -> np.ndarray:
