@@ -51,10 +51,14 @@ def test_huge_learning_rate_is_flagged_before_the_last_step(workdir):
     """lr=0.05 (finite, 500x the default) destroys the policy within a few steps.
 
     This run collapses inside the default 5-step reward window, so the window is 1 here (a
-    documented knob); an even larger lr (1e30) gives NaN gradients, caught by ``non_finite``.
+    documented knob). It also collapses before the default rule has the 60 healthy steps it fits
+    its noise margin to (a noise history that holds the collapse only widens the margin), so the
+    noise margin is off (``noise_z: 0``, the plain 0.2 margin below the best) and the rule
+    evaluates from step 6; an even larger lr (1e30) gives NaN gradients, caught by ``non_finite``.
     """
     steps = 12
-    health = {"preset": "default", "rules": {"reward_collapse": {"window": 1, "patience": 2}}}
+    rule = {"window": 1, "patience": 2, "noise_z": 0.0, "noise_window": 6}
+    health = {"preset": "default", "rules": {"reward_collapse": rule}}
     study = {"name": "diverge", "base": base(learner={"lr": 0.05}, health=health,
                                              rollout={"steps": steps, "eval_every": 100, "prompts_per_step": 8})}
     result, client, runs = run_study(workdir, study)

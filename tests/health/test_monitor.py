@@ -240,8 +240,9 @@ CONFIGS = st.sampled_from([
     "strict",
     {"preset": "strict", "on_fail": "continue",
      "rules": {n: {"patience": 1} for n in ("entropy_collapse", "reward_collapse", "length_blowup")}},
-    {"rules": {"incorrect_length_gap": {"trend_window": 3, "patience": 1},
-               "reward_collapse": {"window": 1}}},
+    # the smallest windows, so the trend rules evaluate within these short (<= 60-step) streams
+    {"rules": {"incorrect_length_gap": {"trend_window": 3, "noise_window": 6, "patience": 1},
+               "reward_collapse": {"window": 1, "noise_window": 6}}},
 ])
 
 
@@ -268,7 +269,8 @@ def test_recheck_gives_the_same_events_as_live(stream, cfg):
 
 def test_a_rule_whose_inputs_never_arrive_says_what_it_needs():
     """An imported run may lack a rule's inputs: the report says so instead of a silent pass."""
-    history = [(step, {"entropy/mean": 1.0, "reward/mean": 0.5}) for step in range(6)]
+    # 70 steps: reward_collapse first evaluates at observation noise_window 60 + window 5 = 65.
+    history = [(step, {"entropy/mean": 1.0, "reward/mean": 0.5}) for step in range(70)]
     rules = HealthMonitor.from_config(None).recheck(history).report()["rules"]
     assert rules["kl_explosion"]["evaluated"] == 0
     assert rules["kl_explosion"]["not_evaluated"] == "not evaluated: needs kl/ref"

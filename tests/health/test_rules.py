@@ -42,12 +42,15 @@ CASES = {
     "entropy_blowup": (make(30, entropy__mean=step_change(1.0, 3.5, 10)), 14, 3.5, 3.0),
     # 0.5 > 0.3 from step 20 -> fires at 24.
     "length_blowup": (make(40, length__truncated_frac=step_change(0.05, 0.5, 20)), 24, 0.5, 0.3),
-    # ratio = 1 + 0.05 s, a straight line: the 12-observation window is full at step 11, where the
-    # slope test is significant (a perfect line) and the fitted ratio is 1.55 > 1.5; violated at
-    # 11, 12, 13 -> patience 3 -> fires at 13 with fitted ratio 1 + 0.05·13 = 1.65.
-    "incorrect_length_gap": (make(30, length__incorrect_mean=lambda s: 20.0 * (1.0 + 0.05 * s)), 13, 1.65, 1.5),
-    # running mean of 5: best 0.8; step 20: 0.68 (ok, thr 0.6); step 21: 0.56 < 0.6 -> 21..25.
-    "reward_collapse": (make(40, reward__mean=step_change(0.8, 0.2, 20)), 25, 0.2, 0.6),
+    # ratio = 1 + 0.05 s, a straight line. The rule first evaluates at observation noise_window 40 +
+    # trend_window 16 = step 55; the 40-step history is a perfect line (no noise: z = +inf), so
+    # the slope is significant and the fitted ratio 1 + 0.05·55 = 3.75 > 1.5; violated at 55, 56,
+    # 57 -> patience 3 -> fires at 57 with fitted ratio 1 + 0.05·57 = 3.85.
+    "incorrect_length_gap": (make(70, length__incorrect_mean=lambda s: 20.0 * (1.0 + 0.05 * s)), 57, 3.85, 1.5),
+    # running mean of 5, first evaluated at observation noise_window 60 + window 5 = step 64; a
+    # constant history has no noise (SE 0), so the limit is the margin 0.2: best 0.8, threshold 0.6.
+    # Drop to 0.2 at step 80: running 0.68 at 80 (ok), 0.56 < 0.6 at 81 -> 81..85 -> fires at 85.
+    "reward_collapse": (make(100, reward__mean=step_change(0.8, 0.2, 80)), 85, 0.2, 0.6),
     # patience 10: 0.95 > 0.9 from step 10 -> fires at 19.
     "no_learning_signal": (make(30, batch__zero_std_frac=step_change(0.3, 0.95, 10)), 19, 0.95, 0.9),
     # patience 1: 0.95 > 0.8 at step 15.
@@ -63,32 +66,36 @@ CASES = {
 
 # --- one planted failure per rule, for the simulations of test_false_alarms.py -----------------
 # rule -> (metric, new value from FAILURE_AT on in a noisy healthy run, expected firing steps).
-# Expected steps follow from the default Params (failure at step 50):
-#   patience 5 -> the 5th violating observation is step 54; patience 1 -> 50; patience 10 -> 59.
-#   reward_collapse: the running mean of 5 goes 0.42, 0.34, 0.26, 0.18 at steps 50..53 (from a
+# Expected steps follow from the default Params (failure at step 80, after the trend rules'
+# first evaluations at steps 55 and 64, so their noise history is healthy):
+#   patience 5 -> the 5th violating observation is step 84; patience 1 -> 80; patience 10 -> 89.
+#   reward_collapse: the running mean of 5 goes 0.42, 0.34, 0.26, 0.18 at steps 80..83 (from a
 #   level of 0.5); its best so far is 0.5 plus the noise maximum of the running mean (sd
-#   0.08/sqrt(5) = 0.036, max over ~45 windows ~ +0.03..+0.12), so the limit best - 0.2 lies in
-#   0.33..0.42: first violated at step 50..53 -> patience 5 -> fires at 54..57.
-#   incorrect_length_gap: the ratio grows 0.03/step from 1.6 (noise sd 0.05). Over a full
-#   12-observation ramp the slope's standard error is 0.05/sqrt(143) = 0.0042 (t ~ 7 against a
-#   critical 3.72 at one-sided 0.002, df 10), so it is significant once roughly 5 ramp steps are
-#   in the window (step ~54), then patience 3: 56..60 typically; 53..63 allows the noise.
-FAILURE_AT = 50
+#   0.08/sqrt(5) = 0.036, max over ~75 windows ~ +0.05..+0.12); the limit is the larger of 0.2 and
+#   7 standard errors (7 × 0.036 = 0.25, ±15% estimation noise: 0.21..0.29), so the threshold
+#   lies in ~0.26..0.42: first violated at step 80..83 -> patience 5 -> fires at 84..87.
+#   incorrect_length_gap: the ratio grows 0.03/step from 1.6 (iid noise sd 0.05). The slope's
+#   standard error over the 16-step window is 0.05/sqrt(340) = 0.0027; with j ramp steps in the
+#   window the noiseless slope is 3.0, 4.0, 5.0, 6.1, 7.1, 8.1 standard errors for j = 5..10
+#   (onset+4..+9). The critical 5 is crossed at onset+6 without noise; allowing ±2-3 sd of noise
+#   in z, the first significant window is onset+4..+10, then patience 3: fires at 85..93
+#   (onset+5 needs z > 5 at +3, +4 and +5, noiseless 2.1, 3.0, 4.0: rare but possible).
+FAILURE_AT = 80
 FAILURES = {
-    "entropy_collapse": ("entropy/mean", lambda k, old: 0.1 * old, {54}),
-    "entropy_blowup": ("entropy/mean", lambda k, old: 3.5 * old, {54}),
-    "length_blowup": ("length/truncated_frac", lambda k, old: 0.5, {54}),
+    "entropy_collapse": ("entropy/mean", lambda k, old: 0.1 * old, {84}),
+    "entropy_blowup": ("entropy/mean", lambda k, old: 3.5 * old, {84}),
+    "length_blowup": ("length/truncated_frac", lambda k, old: 0.5, {84}),
     "incorrect_length_gap": (
         "length/incorrect_mean",
         lambda k, old: old + 20.0 * 0.03 * (k + 1),  # correct length ~20: ratio +0.03 per step
-        set(range(53, 64)),
+        set(range(85, 94)),
     ),
-    "reward_collapse": ("reward/mean", lambda k, old: 0.1, {54, 55, 56, 57}),
-    "no_learning_signal": ("batch/zero_std_frac", lambda k, old: 1.0, {59}),
-    "mismatch_spike": ("mismatch/prob_abs_diff_max", lambda k, old: 0.95, {50}),
-    "clip_fraction_anomaly": ("clip/frac", lambda k, old: 0.5, {54}),
-    "kl_explosion": ("kl/ref", lambda k, old: 2.0, {50}),
-    "non_finite": ("grad/norm", lambda k, old: math.nan if k == 0 else old, {50}),
+    "reward_collapse": ("reward/mean", lambda k, old: 0.1, {84, 85, 86, 87}),
+    "no_learning_signal": ("batch/zero_std_frac", lambda k, old: 1.0, {89}),
+    "mismatch_spike": ("mismatch/prob_abs_diff_max", lambda k, old: 0.95, {80}),
+    "clip_fraction_anomaly": ("clip/frac", lambda k, old: 0.5, {84}),
+    "kl_explosion": ("kl/ref", lambda k, old: 2.0, {80}),
+    "non_finite": ("grad/norm", lambda k, old: math.nan if k == 0 else old, {80}),
 }
 
 
@@ -129,22 +136,24 @@ def test_mismatch_check_can_be_switched_off_by_none():
 
 
 def test_incorrect_length_gap_needs_growth():
-    # ratio constant at 2.0 (> 1.5) but not growing: never fires.
-    monitor = run(make(40, length__incorrect_mean=lambda s: 40.0))
-    assert monitor.events == []
+    # ratio constant at 2.0 (> 1.5) but not growing: evaluated from step 55 on, never fires.
+    monitor = run(make(80, length__incorrect_mean=lambda s: 40.0))
+    assert monitor.events == [] and monitor.rules["incorrect_length_gap"].evaluated == 25
 
 
 def test_incorrect_length_gap_needs_the_fitted_ratio_above_the_limit():
-    # rising steadily (1.0 -> 1.39) but the fitted ratio never exceeds 1.5: never fires.
-    monitor = run(make(40, length__incorrect_mean=lambda s: 20.0 * (1.0 + 0.01 * s)))
-    assert monitor.events == []
+    # rising perfectly (1.0 -> 1.445, significant at every evaluation) but the fitted ratio never
+    # exceeds 1.5: evaluated from step 55 on, never fires.
+    monitor = run(make(90, length__incorrect_mean=lambda s: 20.0 * (1.0 + 0.005 * s)))
+    assert monitor.events == [] and monitor.rules["incorrect_length_gap"].evaluated == 35
 
 
 def test_incorrect_length_gap_message_says_what_was_tested():
     (event,) = run(CASES["incorrect_length_gap"][0]).events
-    assert "least-squares slope" in event.message and "one-sided p = " in event.message
-    assert "rises 0.05 per observation over the last 12" in event.message
-    assert "fitted value 1.65 > 1.5" in event.message
+    assert "least-squares slope" in event.message and "standard errors above 0 > 5" in event.message
+    assert "rises 0.05 per observation over the last 16" in event.message
+    assert "noise fitted to the 40 before" in event.message
+    assert "fitted value 3.85 > 1.5" in event.message
 
 
 def test_entropy_baseline_is_mean_of_first_observations():

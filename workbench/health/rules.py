@@ -33,12 +33,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from workbench.registry import Registry
 
 from .events import HealthEvent, Severity
-from .trend import SlopeTest, WindowTrend, one_sided_p
+from .trend import SlopeTest, WindowTrend, running_mean_se
 
 __all__ = [
     "HEALTH_RULES",
@@ -64,6 +65,9 @@ CLIP_FRAC = "clip/frac"
 KL_REF = "kl/ref"
 
 HEALTH_RULES: Registry[type[HealthRule]] = Registry("health rule")
+
+# reward_collapse: standard errors of the running reward below its best (calibrated, see Params).
+NOISE_Z = 7.0
 
 
 # --------------------------------------------------------------------------------------------
@@ -398,13 +402,19 @@ class IncorrectLengthGapParams(StreakParams):
     """Fires when the fitted length/incorrect_mean ÷ length/correct_mean at the newest observation
     exceeds this ..."""
 
-    trend_window: int = Field(default=12, ge=3)
-    """... and its least-squares slope over the last ``trend_window`` observations is positive at
-    one-sided level ``alpha`` (t test of the slope)."""
+    trend_window: int = Field(default=16, ge=3)
+    """... and its least-squares slope over the last ``trend_window`` observations is
+    significantly positive: more than ``critical_z`` standard errors above 0 ..."""
 
-    alpha: float = Field(default=0.002, gt=0.0, lt=0.5)
-    """One-sided significance level of the slope test: on a flat, noisy ratio one evaluation is
-    significant with this probability (then ``patience`` consecutive ones are needed)."""
+    noise_window: int = Field(default=40, ge=6)
+    """... the standard error coming from AR(1) noise fitted to the ``noise_window`` observations
+    before the trend window (so the rule first evaluates after ``noise_window + trend_window``)."""
+
+    critical_z: float = Field(default=5.0, gt=0.0)
+    """Slope / standard error above which one evaluation counts as rising. Calibrated by
+    simulation, not a normal quantile: with the defaults, at most 5% of flat 200-step runs fire
+    (patience 3 over overlapping windows) for lag-1 autocorrelation 0 to 0.8 and on resampled real
+    histories (docs/metrics.md, tests/health/test_false_alarms.py)."""
 
 
 @_register
@@ -416,15 +426,18 @@ class IncorrectLengthGap(HealthRule):
     is penalised less per token than a short one, so the policy learns to "overthink" when wrong
     (Dr. GRPO [3]); token-level aggregation (DAPO [1]) or a constant normaliser removes the bias.
     "Rising" is a tested trend: the least-squares slope of the ratio over the last
-    ``trend_window`` observations is significantly positive (one-sided t test at ``alpha``), and
-    the fitted ratio at the newest observation is above ``max_ratio``; a large but stable gap does
-    not fire. Needs both lengths and a positive correct length; otherwise it does not evaluate.
+    ``trend_window`` observations is more than ``critical_z`` standard errors above 0, and the
+    fitted ratio at the newest observation is above ``max_ratio``; a large but stable gap does
+    not fire. Step noise is autocorrelated, so the standard error is the slope's under AR(1)
+    noise fitted to the ``noise_window`` observations before the window (health/trend.py).
+    Needs both lengths and a positive correct length; otherwise it does not evaluate.
     """
 
     name = "incorrect_length_gap"
     summary = (
         "the incorrect/correct length ratio is above a limit and its least-squares slope over "
-        "a window is significantly positive (GRPO length bias); a stable gap does not fire"
+        "a window is significantly positive against autocorrelated (AR(1)) noise fitted to the "
+        "steps before it (GRPO length bias); a stable gap does not fire"
     )
     Params = IncorrectLengthGapParams
     watches = (LEN_CORRECT, LEN_INCORRECT)
@@ -435,7 +448,8 @@ class IncorrectLengthGap(HealthRule):
     RATIO = "length/incorrect_mean÷length/correct_mean"
 
     def _reset_state(self) -> None:
-        self._trend = WindowTrend(self.params.trend_window, self.params.alpha)
+        p = self.params
+        self._trend = WindowTrend(p.trend_window, p.noise_window, p.critical_z)
 
     def update(self, metrics: Mapping[str, Any]) -> Reading | None:
         correct = finite_value(metrics, LEN_CORRECT)
@@ -459,11 +473,11 @@ class IncorrectLengthGap(HealthRule):
         )
 
     def _detail(self, test: SlopeTest, thr: float) -> str:
-        p = one_sided_p(test.t, test.df)  # only for the message: the decision used the critical t
+        p = self.params
         return (
             f"incorrect/correct length ratio rises {_fmt(test.slope)} per observation over the last "
-            f"{self.params.trend_window} (least-squares slope, one-sided p = {p:.2g} < {self.params.alpha:g}) "
-            f"and its fitted value {_fmt(test.fitted_end)} > {thr:g}"
+            f"{p.trend_window} (least-squares slope {test.z:.3g} standard errors above 0 > {p.critical_z:g}, "
+            f"noise fitted to the {p.noise_window} before) and its fitted value {_fmt(test.fitted_end)} > {thr:g}"
         )
 
 
@@ -479,33 +493,19 @@ class RewardCollapseParams(StreakParams):
     margin: float = Field(default=0.2, gt=0.0)
     """Fires when the running reward is more than ``margin`` (reward units) below its best ..."""
 
-    noise_z: float = Field(default=7.0, ge=0.0)
+    noise_z: float = Field(default=NOISE_Z, ge=0.0)
     """... and more than ``noise_z`` standard errors of the running reward below it (the noise
-    margin; 0 switches it off). The best is a maximum over the run, biased up by the noise:
-    7 keeps false alarms under 5% of healthy 100-step runs up to a step-to-step reward sd of 0.3
-    (tests/health/test_false_alarms.py)."""
+    margin; 0 switches it off). The best is a maximum over the run, biased up by the noise, so
+    this is calibrated by simulation, not a normal quantile: at most 5% of healthy 200-step runs
+    fire for lag-1 autocorrelation 0 to 0.8 and on resampled real histories, and at most 5% of
+    healthy 100-step runs with independent reward sd up to 0.3 (docs/metrics.md,
+    tests/health/test_false_alarms*.py). The price at φ = 0.8: a 0.4 drop (about 6 standard
+    errors there) is caught within 15 steps in only about 80% of runs."""
 
-    noise_window: int = Field(default=20, ge=3)
-    """Observations used to estimate the step-to-step noise of reward/mean."""
-
-
-# median |x_t - x_{t-1}| of iid N(μ, σ²) is σ·√2·0.6745 (the normal quartile Φ⁻¹(3/4) = 0.6745).
-_MEDIAN_ABS_DIFF_PER_SIGMA = math.sqrt(2.0) * 0.6744897501960817
-
-
-def _noise_sd(values: deque[float]) -> float:
-    """Step-to-step noise sd of a series from the median absolute successive difference.
-
-    Successive differences ignore a slow trend, and the median ignores a few jumps (such as the
-    collapse itself), so the estimate is that of the noise, not of the signal.
-    """
-    xs = list(values)
-    diffs = sorted(abs(b - a) for a, b in zip(xs, xs[1:]))
-    if not diffs:
-        return 0.0
-    mid = len(diffs) // 2
-    median = diffs[mid] if len(diffs) % 2 else 0.5 * (diffs[mid - 1] + diffs[mid])
-    return median / _MEDIAN_ABS_DIFF_PER_SIGMA
+    noise_window: int = Field(default=60, ge=6)
+    """Observations before the running window to which AR(1) noise is fitted for the running
+    reward's standard error; the rule evaluates once it has them (from observation
+    ``noise_window + window``)."""
 
 
 @_register
@@ -515,38 +515,48 @@ class RewardCollapse(HealthRule):
     Symptom: training diverged after making progress. The seed overview's health checklist: the
     training reward "should increase in a stable manner"; DAPO [1] uses a reward that does not
     "decline significantly" as a sign an experiment is not deteriorating. The running reward is a
-    ``window``-observation mean (evaluated once the window is full); best = max running reward.
-    "Well below" is beyond both ``margin`` and a noise margin of ``noise_z`` standard errors of
-    the running reward, the noise sd being estimated robustly from the last ``noise_window``
-    observations (median absolute successive difference), so noisy rewards do not cry wolf.
+    ``window``-observation mean; best = max running reward. "Well below" is beyond both ``margin``
+    and a noise margin of ``noise_z`` standard errors of the running reward. Step rewards are
+    autocorrelated, so the standard error is that of a ``window``-mean under AR(1) noise fitted
+    (around a line, φ bias-corrected) to the ``noise_window`` observations before the running
+    window (health/trend.py ``running_mean_se``). It is re-measured only while the running reward
+    is within ``margin`` of its best, so a collapse in progress does not widen the margin that
+    judges it. Evaluated once the running window and ``noise_window`` are full.
     """
 
     name = "reward_collapse"
     summary = (
-        "the running reward drops below its best by more than a margin and more than 7 "
-        "standard errors of its own noise"
+        f"the running reward drops below its best by more than a margin and more than {NOISE_Z:g} "
+        "standard errors of its own noise (AR(1) noise fitted to the steps before it)"
     )
     Params = RewardCollapseParams
     watches = (REWARD,)
     consequence = "Reward collapse: training is undoing its progress (check lr, clipping, entropy)."
 
     def _reset_state(self) -> None:
-        self._window: deque[float] = deque(maxlen=self.params.window)
-        self._recent: deque[float] = deque(maxlen=self.params.noise_window)
+        p = self.params
+        self._values: deque[float] = deque(maxlen=p.noise_window + p.window)
         self._best = -math.inf
+        self._standard_error: float | None = None
 
     def update(self, metrics: Mapping[str, Any]) -> Reading | None:
         x = finite_value(metrics, REWARD)
         if x is None:
             return None
-        self._window.append(x)
-        self._recent.append(x)
-        if len(self._window) < self.params.window:
-            return None
-        running = math.fsum(self._window) / len(self._window)
-        self._best = max(self._best, running)
         p = self.params
-        standard_error = _noise_sd(self._recent) / math.sqrt(p.window)
+        self._values.append(x)
+        if len(self._values) < p.window:
+            return None
+        values = np.fromiter(self._values, dtype=float)
+        running = math.fsum(values[-p.window :]) / p.window
+        self._best = max(self._best, running)  # tracked from the first full window
+        if len(values) < self._values.maxlen:
+            return None  # no standard error yet
+        if self._standard_error is None or running >= self._best - p.margin:
+            # Measured only outside a candidate drop: a collapse in progress must not widen the
+            # noise margin that judges it (its steps would inflate the differences).
+            self._standard_error = float(running_mean_se(values[: -p.window], p.window))
+        standard_error = self._standard_error
         limit = max(p.margin, p.noise_z * standard_error)
         thr = self._best - limit
         return Reading(

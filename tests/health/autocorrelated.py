@@ -1,0 +1,93 @@
+"""Autocorrelated noise and the trend rules' decisions over whole batches of runs, vectorised.
+
+``ar1`` draws AR(1) streams; ``block_bootstrap`` resamples a real run's detrended metric history
+(tests/health/data/). ``length_gap_first_fire`` and ``reward_collapse_first_fire`` apply the
+default ``incorrect_length_gap`` and ``reward_collapse`` decisions to a (runs × steps) array with
+the very functions the rules call (health/trend.py), so hundreds of 200-step runs take
+milliseconds; test_false_alarms_autocorrelated.py checks they agree with the rule objects.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from numpy.lib.stride_tricks import sliding_window_view
+
+from workbench.health.rules import HEALTH_RULES
+from workbench.health.trend import running_mean_se, slope_z
+
+REAL_HISTORY = Path(__file__).parent / "data" / "sanity_seed0_steps.csv"
+NEVER = -1  # first-firing step of a run that never fired
+
+
+def ar1(rng: np.random.Generator, runs: int, steps: int, phi: float, sd: float) -> np.ndarray:
+    """``runs`` stationary AR(1) streams with lag-1 autocorrelation ``phi`` and marginal sd ``sd``."""
+    innovations = rng.standard_normal((runs, steps)) * sd * math.sqrt(1.0 - phi * phi)
+    x = np.empty((runs, steps))
+    x[:, 0] = rng.standard_normal(runs) * sd
+    for t in range(1, steps):
+        x[:, t] = phi * x[:, t - 1] + innovations[:, t]
+    return x
+
+
+def smooth_trend(values: np.ndarray, degree: int = 3) -> np.ndarray:
+    """A cubic least-squares fit over the run: the learning curve, without the step noise."""
+    t = np.linspace(-1.0, 1.0, len(values))
+    return np.polynomial.Polynomial.fit(t, values, degree)(t)
+
+
+def block_bootstrap(rng: np.random.Generator, residuals: np.ndarray, runs: int, steps: int, block: int) -> np.ndarray:
+    """``runs`` series of ``steps`` made of random contiguous ``block``-long stretches of
+    ``residuals`` (moving-block bootstrap: keeps the autocorrelation within a block)."""
+    starts = rng.integers(0, len(residuals) - block + 1, size=(runs, -(-steps // block)))
+    index = (starts[..., None] + np.arange(block)).reshape(runs, -1)[:, :steps]
+    return residuals[index]
+
+
+def real_history() -> pd.DataFrame:
+    return pd.read_csv(REAL_HISTORY)
+
+
+def _first_streak_end(violated: np.ndarray, patience: int, first_step: int) -> np.ndarray:
+    """Per run, the step at which ``patience`` consecutive violations first complete (``NEVER``)."""
+    runs, n = violated.shape
+    counts = np.zeros(runs, dtype=int)
+    first = np.full(runs, NEVER)
+    for j in range(n):  # n <= steps: a loop over steps, vectorised over runs
+        counts = np.where(violated[:, j], counts + 1, 0)
+        newly = (counts == patience) & (first == NEVER)
+        first[newly] = first_step + j
+    return first
+
+
+def length_gap_first_fire(ratio: np.ndarray, **params) -> np.ndarray:
+    """First firing step of ``incorrect_length_gap`` (default params unless overridden) on each row of ``ratio``."""
+    p = HEALTH_RULES.get("incorrect_length_gap").Params(**params)
+    span = p.noise_window + p.trend_window
+    windows = sliding_window_view(ratio, span, axis=1)  # runs × evaluations × span
+    _, z, fitted_end = slope_z(windows[..., p.noise_window :], windows[..., : p.noise_window])
+    violated = (z > p.critical_z) & (fitted_end > p.max_ratio)
+    return _first_streak_end(violated, p.patience, first_step=span - 1)
+
+
+def reward_collapse_first_fire(reward: np.ndarray, **params) -> np.ndarray:
+    """First firing step of ``reward_collapse`` (default params unless overridden) on each row of ``reward``."""
+    p = HEALTH_RULES.get("reward_collapse").Params(**params)
+    w = p.window
+    cumulative = np.concatenate([np.zeros((len(reward), 1)), np.cumsum(reward, axis=1)], axis=1)
+    running = (cumulative[:, w:] - cumulative[:, :-w]) / w  # running[:, j] ends at step j + w - 1
+    best = np.maximum.accumulate(running, axis=1)
+    first_step = w - 1 + p.noise_window
+    runs, evaluations = len(reward), reward.shape[1] - first_step
+    violated = np.zeros((runs, evaluations), dtype=bool)
+    se = np.full(runs, np.nan)
+    for j, end in enumerate(range(first_step, reward.shape[1])):
+        r, b = running[:, end - w + 1], best[:, end - w + 1]
+        remeasure = np.isnan(se) | (r >= b - p.margin)  # frozen inside a candidate drop, as the rule
+        history = reward[:, end - w + 1 - p.noise_window : end - w + 1]
+        se = np.where(remeasure, running_mean_se(history, w), se)
+        violated[:, j] = r < b - np.maximum(p.margin, p.noise_z * se)
+    return _first_streak_end(violated, p.patience, first_step=first_step)
