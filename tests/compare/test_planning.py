@@ -35,16 +35,21 @@ def test_plan_uses_holm_first_step_level_and_invents_nothing():
     assert kl.seeds is None and "no compare.sesoi" in kl.why
 
 
-def test_plan_prints_planned_seeds_for_a_findings_study():
+@pytest.mark.parametrize(("study", "m"), [("dr_grpo_length_bias", 1), ("clip_higher", 1), ("dapo_ablation", 5),
+                                          ("precision_mismatch", 3), ("loss_aggregation", 3)])
+def test_plan_prints_planned_seeds_for_every_findings_study(study, m):
+    """Each findings study declares a SESOI and a noise SD for its accuracy: `plan` turns them into
+    seeds per arm at Holm's first-step level over the study's m comparisons of the metric."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "MLFLOW_TRACKING_URI": "sqlite:////nonexistent/none.db"}
-    out = subprocess.run([sys.executable, "-m", "workbench.cli.main", "plan", "studies/dr_grpo_length_bias.yaml",
+    out = subprocess.run([sys.executable, "-m", "workbench.cli.main", "plan", f"studies/{study}.yaml",
                           "--format", "json"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     plan = {p["metric"]: p for p in json.loads(out.stdout)["seed_plan"]}
     acc = plan["final_eval_accuracy"]
-    assert acc["seeds"] == planned_seeds(0.03, math.sqrt(2) * 0.04, alpha=0.05) and acc["comparisons"] == 1
+    assert acc["comparisons"] == m
+    assert acc["seeds"] == planned_seeds(0.03, math.sqrt(2) * 0.02, alpha=0.05 / m)
     assert acc["sd_source"] == "declared in compare.noise_sd"
-    assert plan["final:length/incorrect_mean"]["seeds"] is None
+    assert all(p["seeds"] is None for name, p in plan.items() if name != "final_eval_accuracy")  # no SESOI
 
 
 @pytest.mark.parametrize(("block", "field"), [("sesoi: {final_eval_accuracy: -0.1}", "compare.sesoi.final_eval_accuracy"),
