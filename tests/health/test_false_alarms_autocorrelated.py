@@ -78,12 +78,18 @@ def test_incorrect_length_gap_catches_a_planted_drift(phi):
     t = np.arange(STEPS)
     drift = np.where(t >= ONSET, 0.03 * (t - ONSET + 1), 0.0)
     first = length_gap_first_fire(1.6 + drift + ar1(_rng(3, phi), RUNS, STEPS, phi, 0.05))
-    delay = first - ONSET
-    on_time = ((first != NEVER) & (delay >= 5) & (delay <= 25)).mean()
+    on_time, delay = caught(first, 5, 25)
     print(f"incorrect_length_gap φ={phi}: caught in 5..25 steps in {on_time:.1%}, delay median "
           f"{np.median(delay):.0f}, 95th pct {np.percentile(delay, 95):.0f}")
     # φ = 0.8: 92% measured (the slope's own noise hides a 0.03/step drift for longer); not 95%.
     assert on_time >= (0.95 if phi <= 0.5 else 0.9)
+
+
+def caught(first: np.ndarray, earliest: int, latest: int) -> tuple[float, np.ndarray]:
+    """The share of runs whose rule first fired ``earliest..latest`` steps after the onset, and
+    every run's delay (a run that never fired counts as a miss)."""
+    delay = first - ONSET
+    return float(((first != NEVER) & (delay >= earliest) & (delay <= latest)).mean()), delay
 
 
 @pytest.mark.parametrize("phi", PHIS)
@@ -105,8 +111,7 @@ def test_reward_collapse_catches_a_planted_collapse(phi):
     reward = 0.5 + ar1(_rng(5, phi), RUNS, STEPS, phi, 0.08)
     reward[:, ONSET:] -= 0.4
     first = reward_collapse_first_fire(np.clip(reward, 0, 1))
-    delay = first - ONSET
-    on_time = ((first != NEVER) & (delay >= 4) & (delay <= 15)).mean()
+    on_time, delay = caught(first, 4, 15)
     print(f"reward_collapse φ={phi}: caught in 4..15 steps in {on_time:.1%}, never {(first == NEVER).mean():.1%}, "
           f"delay median {np.median(delay[first != NEVER]):.0f}")
     assert on_time >= (0.95 if phi <= 0.5 else 0.75)
