@@ -529,6 +529,51 @@ def align_curves(
         if grid != "auto":
             raise ValueError(f"unknown grid {grid!r} (valid: 'auto', None, an int, an array)")
         grid = 200 if x == "tokens" else None
+    if x == "step" and grid is None:  # the common case (dashboards, compare's curves): whole-frame operations
+        return _step_curves(history, metric, runs)
+    return _align_by_run(history, metric, x, runs, grid)
+
+
+def _step_curves(history: pd.DataFrame, metric: str, runs: pd.DataFrame | None) -> pd.DataFrame:
+    """:func:`align_curves` on ``x="step"`` without a grid, as :func:`_align_by_run` gives it (same
+    rows, order and dtypes: runs in :func:`iter_runs` order, steps ascending, the last value of a
+    step logged twice) but from grouped columns instead of one Series per run: at 3000 runs the
+    per-run path took most of ``compare``'s report time."""
+    _check_columns(history, ("run_id", "step", "metric", "value"), "history")
+    h = history.loc[history["metric"] == metric, ["run_id", "step", "value"]]
+    h = h[np.isfinite(h["value"].to_numpy(dtype=float))]
+    h = h.drop_duplicates(["run_id", "step"], keep="last")
+    cols = ["run_id", "variant", "seed", "step", "value"]
+    if h.empty:
+        return pd.DataFrame(columns=cols)
+    info: dict[str, dict[str, Any]] = {}
+    if runs is not None:
+        _check_columns(runs, ID_COLUMNS, "runs")
+        for r in runs[list(ID_COLUMNS)].to_dict("records"):
+            if r["run_id"] in info:
+                raise ValueError(f"runs lists run_id {r['run_id']!r} twice")
+            info[r["run_id"]] = r
+    logged = pd.unique(h["run_id"])
+    extra = sorted(rid for rid in logged if rid not in info)  # iter_runs: history-only runs after, by run_id
+    if extra:
+        _check_columns(history, ID_COLUMNS, "history")
+        ids = history.drop_duplicates("run_id").set_index("run_id")
+        info |= {rid: {"run_id": rid, "variant": ids.at[rid, "variant"], "seed": ids.at[rid, "seed"]} for rid in extra}
+    order = {rid: i for i, rid in enumerate(info)}
+    h = h.assign(_o=h["run_id"].map(order).to_numpy()).sort_values(["_o", "step"], kind="stable")
+    run_ids = h["run_id"].astype(object).to_numpy()
+    return pd.DataFrame({
+        "run_id": run_ids,
+        "variant": [info[r]["variant"] for r in run_ids],
+        "seed": [info[r]["seed"] for r in run_ids],
+        "step": h["step"].to_numpy(),
+        "value": h["value"].to_numpy(dtype=float),
+    })
+
+
+def _align_by_run(history: pd.DataFrame, metric: str, x: str, runs: pd.DataFrame | None,
+                  grid: int | Sequence[float] | np.ndarray | None) -> pd.DataFrame:
+    """:func:`align_curves` run by run (any ``x``, any grid)."""
     load = [metric] if x == "step" else [metric, *COUNT_METRICS]
     per_run: list[tuple[RunCurves, np.ndarray, np.ndarray, np.ndarray]] = []
     for run in iter_runs(history, runs, load):
