@@ -546,28 +546,29 @@ def _step_curves(history: pd.DataFrame, metric: str, runs: pd.DataFrame | None) 
     cols = ["run_id", "variant", "seed", "step", "value"]
     if h.empty:
         return pd.DataFrame(columns=cols)
-    info: dict[str, dict[str, Any]] = {}
+    info: dict[str, tuple[Any, Any]] = {}  # run_id -> (variant, seed), in iter_runs order
     if runs is not None:
         _check_columns(runs, ID_COLUMNS, "runs")
-        for r in runs[list(ID_COLUMNS)].to_dict("records"):
-            if r["run_id"] in info:
-                raise ValueError(f"runs lists run_id {r['run_id']!r} twice")
-            info[r["run_id"]] = r
+        for rid, variant, seed in zip(*(runs[c].tolist() for c in ID_COLUMNS), strict=True):
+            if rid in info:
+                raise ValueError(f"runs lists run_id {rid!r} twice")
+            info[rid] = (variant, seed)
     logged = pd.unique(h["run_id"])
     extra = sorted(rid for rid in logged if rid not in info)  # iter_runs: history-only runs after, by run_id
     if extra:
         _check_columns(history, ID_COLUMNS, "history")
-        ids = history.drop_duplicates("run_id").set_index("run_id")
-        info |= {rid: {"run_id": rid, "variant": ids.at[rid, "variant"], "seed": ids.at[rid, "seed"]} for rid in extra}
-    order = {rid: i for i, rid in enumerate(info)}
-    h = h.assign(_o=h["run_id"].map(order).to_numpy()).sort_values(["_o", "step"], kind="stable")
-    run_ids = h["run_id"].astype(object).to_numpy()
+        ids = history.drop_duplicates("run_id").set_index("run_id").loc[extra]
+        info |= zip(extra, zip(ids["variant"].tolist(), ids["seed"].tolist(), strict=True), strict=True)
+    position = pd.Index(list(info), dtype=object).get_indexer(h["run_id"].astype(object))
+    order = np.lexsort((h["step"].to_numpy(), position))  # by run (iter_runs order), then step
+    position = position[order]
+    variants, seeds = (np.array([v[k] for v in info.values()], dtype=object) for k in (0, 1))
     return pd.DataFrame({
-        "run_id": run_ids,
-        "variant": [info[r]["variant"] for r in run_ids],
-        "seed": [info[r]["seed"] for r in run_ids],
-        "step": h["step"].to_numpy(),
-        "value": h["value"].to_numpy(dtype=float),
+        "run_id": np.array(list(info), dtype=object)[position].tolist(),
+        "variant": variants[position].tolist(),
+        "seed": seeds[position].tolist(),
+        "step": h["step"].to_numpy()[order],
+        "value": h["value"].to_numpy(dtype=float)[order],
     })
 
 
