@@ -1,7 +1,7 @@
 """`workbench compare` on a synthetic study of 200 runs x 30 metrics x 500 steps (issue #6).
 
     python benchmarks/bench_compare.py [--dir /tmp/wb-bench] [--runs 200] [--metrics 30] [--steps 500]
-                                       [--baseline-runs 200]
+                                       [--baseline-runs 200] [--compare-only]
 
 Builds a local MLflow sqlite store the size of a large study (runs created through MlflowClient,
 their 3M metric points inserted into MLflow's own ``metrics``/``latest_metrics`` tables in bulk,
@@ -14,6 +14,26 @@ so building takes seconds instead of the ~4 minutes ``log_batch`` would), then t
    data (on the first ``--baseline-runs`` runs, extrapolated linearly if fewer than all).
 
 Targets: (1) under 30 s on 2 cores; (3) at least 5x faster than (4).
+
+Search scale (issue 28): ``--dir /tmp/wb-bench3000 --runs 3000 --metrics 30 --steps 500 --compare-only``.
+The store (12.7 GB) is built once (25 min here: 12 min creating the runs through MlflowClient, the points
+inserted in the primary key's order) and reused by every later call with the same sizes (``built.txt``
+marks a finished build). Measured 2026-11-25 on the 2 shared cores, alternating before / after, two
+pairs, median (= mean of 2) in seconds; "reading" is the command's own "in X s", "compute" its total
+minus that (summaries, statistics, report, HTML). Before: the merge-base 16cfac7 plus the MDE fix only
+(16cfac7 itself stops with a TypeError on this store: statsmodels' solve_power returned an array).
+
+    ==============  ======  =====  ==============  =============  ===========
+    compare          wall   load    reading          compute        JSON, HTML
+    ==============  ======  =====  ==============  =============  ===========
+    before, cold     157.2  0.6-1.1  87.3 (89, 86)  66.6 (70, 64)
+    after,  cold     127.2  1.1-1.2  99.1 (95, 103) 24.7 (23, 26)  identical
+    before, warm      81.1  1.0-1.1  13.1 (10, 16)  64.5 (61, 68)
+    after,  warm      44.6  1.0-2.1  14.8 (15, 15)  25.9 (23, 29)  identical
+    ==============  ======  =====  ==============  =============  ===========
+
+Cold is not under 60 s on this store: reading 12M points from the 12.7 GB sqlite file takes ~90 s
+(rows stored metric by metric, so one run's rows are spread over the file).
 """
 
 from __future__ import annotations
