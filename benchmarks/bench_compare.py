@@ -32,8 +32,9 @@ minus that (summaries, statistics, report, HTML). Before: the merge-base 16cfac7
     after,  warm      44.6  1.0-2.1  14.8 (15, 15)  25.9 (23, 29)  identical
     ==============  ======  =====  ==============  =============  ===========
 
-Cold is not under 60 s on this store: reading 12M points from the 12.7 GB sqlite file takes ~90 s
-(rows stored metric by metric, so one run's rows are spread over the file).
+Cold is not under 60 s on this store: reading 12M points from the 12.7 GB sqlite file takes ~90 s.
+The build stores the rows metric by metric, so one run's rows are spread over the file; a store logged by
+training keeps a run's rows closer, so this reading figure is likely pessimistic (not measured).
 """
 
 from __future__ import annotations
