@@ -15,11 +15,12 @@ import numpy as np
 import pandas as pd
 import pytest
 from scipy import stats as sps
-from statsmodels.stats.power import TTestPower
+from statsmodels.stats.power import TTestIndPower, TTestPower
 from statsmodels.stats.weightstats import ttost_ind, ttost_paired
 
 from workbench.compare import compare_variants, stats
 from workbench.compare.stats import (
+    _detectable_effect_size,
     adjust_pvalues,
     mean_difference,
     minimum_detectable_effect,
@@ -59,7 +60,11 @@ def test_finding2_post_hoc_seed_count_is_noise_the_mde_is_not():
     mde = minimum_detectable_effect(mean_difference(d[0], np.zeros(5), x_seeds=range(5), y_seeds=range(5)))
     sd0 = d[0].std(ddof=1)
     print(f"MDE at 5 paired seeds: {mde / sd0:.3f} SD of the differences")
-    assert mde / sd0 == pytest.approx(TTestPower().solve_power(nobs=5, alpha=ALPHA, power=0.8), rel=1e-9)
+    # statsmodels' power at the MDE is 0.8 to the root finder's tolerance (brentq: ~4 eps relative in the effect;
+    # power's slope there is ~0.5 per SD, so 1e-12 leaves room for nct's own ~1e-14 error)
+    assert TTestPower().power(mde / sd0, nobs=5, alpha=ALPHA) == pytest.approx(0.8, abs=1e-12)
+    # statsmodels' solve_power stops at its own brentq tolerance: the two agree to 1e-6 relative, not more
+    assert mde / sd0 == pytest.approx(TTestPower().solve_power(nobs=5, alpha=ALPHA, power=0.8), rel=1e-6)
     assert mde / sd0 == pytest.approx(1.68, abs=0.005)
 
 
@@ -72,6 +77,21 @@ def test_mde_uses_the_level_the_comparison_was_tested_at():
     assert at_quarter > at_alpha > 0
     welch = mean_difference(x, y)  # no seeds: Welch; two-sample power (TTestIndPower) with the pooled SD
     assert minimum_detectable_effect(welch) > 0
+
+
+@pytest.mark.parametrize(("n_x", "n_y", "paired", "alpha"), [
+    (75, 75, True, 0.025000000000000022),  # statsmodels' solve_power: fsolve fallback, array([-0.36217277])
+    (2, 2, True, 0.01),  # solve_power: 10.0, where the power is 0.18
+    (5, 5, False, 0.05), (10, 7, False, 0.0125), (750, 750, True, 0.05 / 3),
+])
+def test_detectable_effect_has_the_asked_power_where_solve_power_fails(n_x, n_y, paired, alpha):
+    """The MDE's standardised effect is a positive float at which statsmodels' power function gives
+    80% (1e-9: brentq solves to ~4 eps in the effect; the power's slope is below 10 per SD here)."""
+    d = _detectable_effect_size(n_x, n_y, paired, alpha, 0.8)
+    assert isinstance(d, float) and d > 0
+    got = TTestPower().power(d, nobs=n_x, alpha=alpha) if paired else \
+        TTestIndPower().power(d, nobs1=n_x, ratio=n_y / n_x, alpha=alpha)
+    assert got == pytest.approx(0.8, abs=1e-9)
 
 
 # ---- finding 3: no equivalence test; TOST at the SESOI ---------------------------------------------

@@ -264,3 +264,30 @@ def test_a_band_cut_to_the_values_bounds_covers_exactly_when_the_t_band_does():
         assert (covers(free) == covers(cut)).all()
         # skewed data at 3 seeds: the t interval under-covers a little; the cut does not worsen it
         assert 0.85 <= covers(cut).mean() <= 0.99, (n_runs, covers(cut).mean())
+
+
+def test_step_curves_equal_the_run_by_run_alignment():
+    """``align_curves(x="step")`` takes whole-frame operations; it must give the per-run path's
+    frame exactly (rows, order, dtypes): NaN/inf values dropped, a repeated step's last value,
+    shuffled rows, a run with no values, a run only in history (after the listed runs)."""
+    from workbench.compare.summary import _align_by_run
+
+    rng = np.random.default_rng(3)
+    rows = []
+    for i, rid in enumerate(["r3", "r1", "r2", "r0", "zz-only-in-history"]):
+        for step in range(0, 40, 4):
+            rows.append((rid, "grpo" if i % 2 else "dapo", i, step, "eval/accuracy", rng.random()))
+        rows.append((rid, "grpo" if i % 2 else "dapo", i, 8, "eval/accuracy", 0.5 + i))  # step 8 again: last wins
+        rows.append((rid, "grpo" if i % 2 else "dapo", i, 12, "eval/accuracy", np.nan))
+        rows.append((rid, "grpo" if i % 2 else "dapo", i, 20, "reward/mean", np.inf))
+    history = pd.DataFrame(rows, columns=["run_id", "variant", "seed", "step", "metric", "value"])
+    history = history.sample(frac=1.0, random_state=4).reset_index(drop=True)
+    runs = pd.DataFrame({"run_id": ["r0", "r1", "r2", "r3", "r-no-values"], "variant": ["dapo", "grpo", "dapo", "grpo",
+                                                                                       "dapo"],
+                         "seed": [3, 1, 2, 0, 9]})
+    for metric in ("eval/accuracy", "reward/mean", "never/logged"):
+        for given in (runs, None):
+            fast = align_curves(history, metric, runs=given)
+            pd.testing.assert_frame_equal(fast, _align_by_run(history, metric, "step", given, None))
+    assert align_curves(history, "eval/accuracy", runs=runs)["run_id"].unique().tolist() == [
+        "r0", "r1", "r2", "r3", "zz-only-in-history"]

@@ -63,26 +63,28 @@ def record_first_look(tracking_uri: str, parent_run_id: str, runs: pd.DataFrame)
                                                                "by": "compare"}))
 
 
-def looks_report(tracking_uri: str, parent_run_id: str | None, runs: pd.DataFrame) -> dict[str, str]:
+def looks_report(reader: Any, study: str, parent_run_id: str | None, runs: pd.DataFrame) -> dict[str, str]:
     """``{"sequential": phrase}`` for a study run with ``--until-decided``, and
     ``{"seeds_added": message}`` when compared runs were added after the first look without a
-    sequential design covering them (rule in the module docstring)."""
-    from mlflow import MlflowClient
-
+    sequential design covering them (rule in the module docstring). Read through ``reader`` (a
+    :class:`workbench.results.reader.StudyReader`), not an MlflowClient: importing MLflow and
+    opening its store took seconds of every ``compare --no-log``."""
     from workbench.compare.sequential import Design  # deferred: scipy
 
     if parent_run_id is None:
         return {}
-    client = MlflowClient(tracking_uri)
-    parent = client.get_run(parent_run_id)
+    info = reader.run_info(parent_run_id) or {}
+    text = reader.read_artifact_text(parent_run_id, info.get("artifact_uri"), RECORD)
+    record = json.loads(text) if text is not None else None
+    _, tags, _ = reader.backend.runs(reader.experiment_id(study), "study")
+    parent_tags = tags.get(parent_run_id, {})
     out: dict[str, str] = {}
-    record = read_record(client, parent)
     covered: set[int] = set()
     if record and record.get("looks"):
         design = Design.from_dict(record["design"])
         out["sequential"] = f"sequential design: {design.phrase(len(record['looks']))}"
         covered = {int(s) for look in record["looks"] for s in look["seed_list"]}
-    first = parent.data.tags.get(FIRST_LOOK_TAG)
+    first = parent_tags.get(FIRST_LOOK_TAG)
     if not first:
         return out
     try:

@@ -60,12 +60,14 @@ def uncomputed_summaries(summary: pd.DataFrame, history: pd.DataFrame, names: Se
     (e.g. an imported run has no ``eval/accuracy``), so a missing summary is said, not silent."""
     from workbench.compare import resolve_summary  # deferred: scipy
 
-    logged = history.groupby("run_id")["metric"].agg(set).to_dict() if len(history) else {}
     lines = []
+    logged: dict[str, set[str]] | None = None
     for name in names:
         bad = summary.loc[summary[name].isna(), "run_id"].tolist()
         if not bad:
             continue
+        if logged is None:  # only when some summary is missing: a set per run costs seconds at 3000 runs
+            logged = history.groupby("run_id")["metric"].agg(set).to_dict() if len(history) else {}
         missing = sorted({m for rid in bad for m in resolve_summary(name).reads if m not in logged.get(rid, set())})
         why = f"needs {', '.join(missing)}" if missing else "too few finite values"
         lines.append(f"could not compute {name} for {len(bad)} of {len(summary)} runs: {why}")
@@ -610,7 +612,7 @@ def _looks(target: Target, runs: pd.DataFrame, *, record: bool) -> dict[str, str
     parent = parent_run(target, create=record)
     if parent is None:
         return {}
-    found = looks_report(target.tracking_uri, parent, runs)
+    found = looks_report(target.reader, target.study, parent, runs)
     if record:
         record_first_look(target.tracking_uri, parent, runs)
     return found

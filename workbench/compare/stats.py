@@ -83,6 +83,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from scipy import optimize
 from scipy import stats as sps
 
 from workbench.registry import Registry
@@ -689,6 +690,11 @@ def t_test_power(n: Any, effect: float, sd: float, *, paired: bool = False, alph
         df, ncp = n - 1.0, e * np.sqrt(n)
     else:
         df, ncp = 2.0 * n - 2.0, e * np.sqrt(n / 2.0)
+    return _two_sided_t_power(df, ncp, alpha)
+
+
+def _two_sided_t_power(df: Any, ncp: Any, alpha: float) -> Any:
+    """P(|T| > t_{1-alpha/2, df}) for T ~ noncentral t(df, ncp)."""
     tc = sps.t.ppf(1.0 - alpha / 2.0, df)
     # P(T > tc) + P(T < -tc); the second as P(T' > tc) with T' ~ nct(df, -ncp): scipy's
     # nct.cdf returns NaN far in the left tail for large ncp, its sf does not.
@@ -698,14 +704,29 @@ def t_test_power(n: Any, effect: float, sd: float, *, paired: bool = False, alph
 
 @functools.lru_cache(maxsize=4096)
 def _detectable_effect_size(n_x: int, n_y: int, paired: bool, alpha: float, power: float) -> float:
-    """The standardised effect (Δ / SD) the two-sided t-test detects with ``power`` (statsmodels'
-    power classes; cached: it depends only on the design, and a table has few distinct designs)."""
-    from statsmodels.stats.power import TTestIndPower, TTestPower  # deferred: statsmodels (~0.5 s)
-
+    """The standardised effect (Δ / SD) the two-sided t-test detects with ``power``: the root in
+    the effect of the exact power (:func:`_two_sided_t_power`; paired: df ``n - 1``, noncentrality
+    ``d sqrt(n)``; else df ``n_x + n_y - 2``, noncentrality ``d / sqrt(1/n_x + 1/n_y)``, the
+    formulas of statsmodels' ``TTestPower``/``TTestIndPower``), by ``scipy.optimize.brentq``.
+    Not statsmodels' ``solve_power``: its power is NaN past moderate noncentralities (scipy's
+    ``nct.cdf`` in the far left tail), so for some designs (75 paired seeds at the Holm level
+    alpha = 0.025000000000000022) its bracketing fails and its ``fsolve`` fallback returns the
+    negative root as a 1-element array, to 4e-7 (statsmodels 0.15). Cached: it depends only on
+    the design, and a table has few distinct designs."""
+    if power <= alpha:  # the test rejects with probability alpha at no effect already
+        return 0.0
     if paired:
-        return float(TTestPower().solve_power(nobs=n_x, alpha=alpha, power=power, alternative="two-sided"))
-    return float(TTestIndPower().solve_power(nobs1=n_x, ratio=n_y / n_x, alpha=alpha, power=power,
-                                             alternative="two-sided"))
+        df, scale = n_x - 1.0, math.sqrt(n_x)
+    else:
+        df, scale = n_x + n_y - 2.0, 1.0 / math.sqrt(1.0 / n_x + 1.0 / n_y)
+
+    def shortfall(d: float) -> float:
+        return float(_two_sided_t_power(df, d * scale, alpha)) - power
+
+    hi = 1.0
+    while shortfall(hi) < 0.0:  # power rises with the effect, to 1: double until it brackets the root
+        hi *= 2.0
+    return float(optimize.brentq(shortfall, 0.0, hi, xtol=1e-14, rtol=4 * np.finfo(float).eps))
 
 
 def minimum_detectable_effect(diff: Difference, *, alpha: float = 0.05, power: float = 0.8) -> float:

@@ -529,6 +529,52 @@ def align_curves(
         if grid != "auto":
             raise ValueError(f"unknown grid {grid!r} (valid: 'auto', None, an int, an array)")
         grid = 200 if x == "tokens" else None
+    if x == "step" and grid is None:  # the common case (dashboards, compare's curves): whole-frame operations
+        return _step_curves(history, metric, runs)
+    return _align_by_run(history, metric, x, runs, grid)
+
+
+def _step_curves(history: pd.DataFrame, metric: str, runs: pd.DataFrame | None) -> pd.DataFrame:
+    """:func:`align_curves` on ``x="step"`` without a grid, as :func:`_align_by_run` gives it (same
+    rows, order and dtypes: runs in :func:`iter_runs` order, steps ascending, the last value of a
+    step logged twice) but from grouped columns instead of one Series per run: at 3000 runs the
+    per-run path took most of ``compare``'s report time."""
+    _check_columns(history, ("run_id", "step", "metric", "value"), "history")
+    h = history.loc[history["metric"] == metric, ["run_id", "step", "value"]]
+    h = h[np.isfinite(h["value"].to_numpy(dtype=float))]
+    h = h.drop_duplicates(["run_id", "step"], keep="last")
+    cols = ["run_id", "variant", "seed", "step", "value"]
+    if h.empty:
+        return pd.DataFrame(columns=cols)
+    info: dict[str, tuple[Any, Any]] = {}  # run_id -> (variant, seed), in iter_runs order
+    if runs is not None:
+        _check_columns(runs, ID_COLUMNS, "runs")
+        for rid, variant, seed in zip(*(runs[c].tolist() for c in ID_COLUMNS), strict=True):
+            if rid in info:
+                raise ValueError(f"runs lists run_id {rid!r} twice")
+            info[rid] = (variant, seed)
+    logged = pd.unique(h["run_id"])
+    extra = sorted(rid for rid in logged if rid not in info)  # iter_runs: history-only runs after, by run_id
+    if extra:
+        _check_columns(history, ID_COLUMNS, "history")
+        ids = history.drop_duplicates("run_id").set_index("run_id").loc[extra]
+        info |= zip(extra, zip(ids["variant"].tolist(), ids["seed"].tolist(), strict=True), strict=True)
+    position = pd.Index(list(info), dtype=object).get_indexer(h["run_id"].astype(object))
+    order = np.lexsort((h["step"].to_numpy(), position))  # by run (iter_runs order), then step
+    position = position[order]
+    variants, seeds = (np.array([v[k] for v in info.values()], dtype=object) for k in (0, 1))
+    return pd.DataFrame({
+        "run_id": np.array(list(info), dtype=object)[position].tolist(),
+        "variant": variants[position].tolist(),
+        "seed": seeds[position].tolist(),
+        "step": h["step"].to_numpy()[order],
+        "value": h["value"].to_numpy(dtype=float)[order],
+    })
+
+
+def _align_by_run(history: pd.DataFrame, metric: str, x: str, runs: pd.DataFrame | None,
+                  grid: int | Sequence[float] | np.ndarray | None) -> pd.DataFrame:
+    """:func:`align_curves` run by run (any ``x``, any grid)."""
     load = [metric] if x == "step" else [metric, *COUNT_METRICS]
     per_run: list[tuple[RunCurves, np.ndarray, np.ndarray, np.ndarray]] = []
     for run in iter_runs(history, runs, load):

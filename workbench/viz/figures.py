@@ -351,17 +351,18 @@ def health_heatmap_trace(cells: pd.DataFrame, *, rules: Sequence[str] | None = N
     z = np.full((len(run_order), len(rules)), np.nan)
     text = np.full(z.shape, "", dtype=object)
     hover = np.full(z.shape, "", dtype=object)
+    # the cells' columns as lists: a row by cells.iloc costs ~100 us, seconds at 3000 runs x rules
+    states, steps, messages = (cells[c].tolist() for c in ("state", "step", "message"))
     for i, rid in enumerate(run_order):
         for j, rule in enumerate(rules):
             k = idx.get((rid, rule))
             if k is None:
                 continue
-            row = cells.iloc[k]
-            state = str(row["state"])
+            state = str(states[k])
             z[i, j] = HEALTH_STATES.get(state, np.nan)
-            step = row["step"]
+            step = steps[k]
             text[i, j] = "" if pd.isna(step) else str(int(step))
-            hover[i, j] = f"{state}" + (f" at step {int(step)}: {row['message']}" if not pd.isna(step) else "")
+            hover[i, j] = f"{state}" + (f" at step {int(step)}: {messages[k]}" if not pd.isna(step) else "")
     y = [labels.get(r, r) for r in run_order]
     return go.Heatmap(
         z=z / 2.0, x=rules, y=y, text=text, texttemplate="%{text}", customdata=hover, zmin=0.0, zmax=1.0,
