@@ -32,12 +32,11 @@ at all (every run scored every problem alike) there is no interval (NaN): the se
 zero-variance rule is a permutation test's, stands.
 
 Why not the bootstrap over seeds and problems ("pigeonhole" bootstrap, resampling seeds and
-problems jointly across arms): :func:`two_way_bootstrap` is kept for comparison; with 3-5 seeds it
-inherits the percentile bootstrap's under-coverage over seeds (its seed variance is biased by
-``(S-1)/S``, and normal tails stand in for t tails), and it double counts the residual term.
-The coverage of both is printed by the simulation test; the t interval is the one ``compare`` uses.
-A statsmodels ``MixedLM`` with crossed variance components gives the same variance components on
-balanced data (checked in the tests) but takes seconds per fit where this takes microseconds.
+problems jointly across arms): :func:`two_way_bootstrap` is kept for comparison. Resampling both
+ways counts the run x problem noise twice, so it over-covers: 97-99% for a difference where this
+interval covers 93-95% (printed by the simulation test). A statsmodels ``MixedLM`` with crossed
+variance components gives the same variance on balanced data (to a relative 3e-5, checked in the
+tests) in ~0.1 s per fit; this takes ~1 ms, once per compared row.
 """
 
 from __future__ import annotations
