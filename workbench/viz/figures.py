@@ -90,11 +90,12 @@ def _checkpoint_bars(xs: np.ndarray, ys: np.ndarray, checkpoint: pd.DataFrame | 
 
 
 def checkpoint_legend_trace(label: str, *, logged: bool) -> go.Scatter:
-    """A legend-only entry saying what the error bars on eval points are, or that some have none."""
+    """A legend-only entry saying what the error bars on eval points are, or that some have none
+    (``visible="legendonly"``: a key, not data; the bars themselves are on the eval points)."""
     name = f"bars: {label}" if logged else NO_COUNT_NOTE
     return go.Scatter(x=[None], y=[None], mode="markers", name=name, legendgroup="checkpoint-noise",
                       marker={"color": "#555555", "symbol": "line-ns-open" if logged else "x-thin-open", "size": 10},
-                      hoverinfo="skip", showlegend=True)
+                      hoverinfo="skip", showlegend=True, visible="legendonly")
 
 
 def band_traces(bands: pd.DataFrame, x: str, *, name: str, color: str, dash: str = "solid",
