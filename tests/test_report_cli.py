@@ -208,7 +208,6 @@ def test_user_spec_without_code_and_spec_errors(in_study):
     assert "broken.yaml:2: panels[0].aggregation: expected 'mean', 'iqm' or 'none'" in result.output.replace("\n", "")
 
 
-
 def test_compare_names_the_interval_over_seeds_and_problems(workdir, monkeypatch):
     """Runs written to a real local store by the run writer (eval/accuracy and eval/problems.csv.gz,
     as a run logs them; the micro model's accuracy is 0 everywhere, so its study has no variance to
