@@ -62,6 +62,7 @@ def test_finding2_post_hoc_seed_count_is_noise_the_mde_is_not():
     print(f"MDE at 5 paired seeds: {mde / sd0:.3f} SD of the differences")
     # statsmodels' power at the MDE is 0.8 to the root finder's tolerance (brentq: ~4 eps relative in the effect;
     # power's slope there is ~0.5 per SD, so 1e-12 leaves room for nct's own ~1e-14 error)
+    # abs 1e-12: brentq solves to xtol ~1e-14 on an effect ~1.7, and power's slope there is < 1 per unit
     assert TTestPower().power(mde / sd0, nobs=5, alpha=ALPHA) == pytest.approx(0.8, abs=1e-12)
     # statsmodels' solve_power stops at its own brentq tolerance: the two agree to 1e-6 relative, not more
     assert mde / sd0 == pytest.approx(TTestPower().solve_power(nobs=5, alpha=ALPHA, power=0.8), rel=1e-6)
@@ -102,6 +103,8 @@ def test_tost_matches_statsmodels():
     x = np.array([0.61, 0.58, 0.63, 0.60, 0.59, 0.62])
     y = np.array([0.60, 0.59, 0.61, 0.61, 0.58, 0.60])
     paired = mean_difference(x, y, x_seeds=range(6), y_seeds=range(6))
+    # abs 1e-12: the same t statistic from 5-10 values (~50 ops x eps ~ 1e-14 relative) through the same
+    # scipy t cdf (density < 0.5), so p-values agree to ~1e-14
     assert tost_p(paired, 0.03) == pytest.approx(ttost_paired(x, y, -0.03, 0.03)[0], abs=1e-12)
     welch = mean_difference(x, y[:5])
     assert tost_p(welch, 0.03) == pytest.approx(ttost_ind(x, y[:5], -0.03, 0.03, usevar="unequal")[0], abs=1e-12)
@@ -209,6 +212,7 @@ def test_table_shows_the_simultaneous_interval():
         d = df[df.variant == v]["acc"].to_numpy() - df[df.variant == "base"]["acc"].to_numpy()
         _, lo, hi = t_interval(d, confidence=1 - ALPHA / 4)
         # same formula on 5 values of O(0.1): float rounding of a few operations, << 1e-12
+        # abs 1e-12: the same mean +- quantile x SE from <= 10 values of size ~1 (~1e-14 rounding)
         assert (r["delta_lo"], r["delta_hi"]) == pytest.approx((lo, hi), abs=1e-12)
         assert r["delta_level"] == pytest.approx(1 - ALPHA / 4)
 
@@ -220,6 +224,7 @@ def test_finding5_unpaired_bootstrap_degenerates_paired_interval_does_not():
     old = probability_of_improvement_ci(x, y, rng=0)
     assert (old.lo, old.hi) == (1.0, 1.0)  # every resample separates the groups
     new = paired_improvement_ci(x, y)
+    # abs 1e-12: scipy's beta quantile for Clopper-Pearson at n = 5 is exact to ~1e-15 here
     assert new.value == 1.0 and new.lo == pytest.approx(0.025 ** 0.2, abs=1e-12) and new.hi == 1.0
 
 

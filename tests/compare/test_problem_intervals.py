@@ -43,11 +43,14 @@ def test_variance_terms_by_hand():
     resid = Y - Y.mean(1, keepdims=True) - Y.mean(0, keepdims=True) + Y.mean()
     assert (resid**2).sum() == pytest.approx(11 / 6, abs=48 * EPS64)  # 12 squares of values <= 1, 4 ops each
     t = two_way_mean(Y)
+    # rel 1e-12: each component is a few dozen sums/products of values <= 1 (<= ~100 ops x eps 2.2e-16
+    # = 2e-14 relative), 50x margin for another CPU's summation order
     assert t.v_seed == pytest.approx(1 / 144, rel=1e-12)
     assert t.v_problem == pytest.approx(1 / 54, rel=1e-12)
     assert t.v_overlap == pytest.approx(11 / 432, rel=1e-12)
     assert t.se**2 == pytest.approx(1 / 54, rel=1e-12) and t.df == pytest.approx(3.0, rel=1e-12)
     q = 3.182446305284263  # scipy.stats.t.ppf(0.975, 3)
+    # rel 1e-9: scipy's t quantile at 3 df is accurate to ~1e-12 relative; the rest as above
     assert (t.lo, t.hi) == pytest.approx((2 / 3 - q * math.sqrt(1 / 54), 2 / 3 + q * math.sqrt(1 / 54)), rel=1e-9)
 
 
@@ -101,6 +104,7 @@ def test_unpaired_difference_adds_both_arms_terms():
     x, y = rng.binomial(1, 0.6, (3, 40)).astype(float), rng.binomial(1, 0.5, (5, 40)).astype(float)
     t = two_way_difference(x, y, paired=False)
     assert t.estimate == pytest.approx(x.mean() - y.mean(), abs=400 * EPS64)
+    # rel 1e-12: the same means and variances computed in another order (<= ~200 ops x eps = 4e-14)
     assert t.v_seed == pytest.approx(x.mean(1).var(ddof=1) / 3 + y.mean(1).var(ddof=1) / 5, rel=1e-12)
     assert t.v_problem == pytest.approx((x.mean(0) - y.mean(0)).var(ddof=1) / 40, rel=1e-12)
     with pytest.raises(ValueError, match="one shape"):
@@ -161,6 +165,7 @@ def test_compare_fills_the_two_way_columns_and_names_the_method_in_every_format(
     x, _ = per_problem_values(problems, [f"b{s}" for s in range(4)], "final_eval_accuracy")
     y, _ = per_problem_values(problems, [f"a{s}" for s in range(4)], "final_eval_accuracy")
     expected = two_way_difference(x, y, paired=True, confidence=b["delta_level"])
+    # rel 1e-12: the same function on the same per-problem matrices; only the order of the runs' rows can differ
     assert (b["delta_2way_lo"], b["delta_2way_hi"]) == pytest.approx((expected.lo, expected.hi), rel=1e-12)
     assert rows.loc["a", "two_way_method"] == TWO_WAY_METHOD and math.isnan(rows.loc["a", "delta_2way_lo"])
     assert TWO_WAY_METHOD in table.to_markdown() and "CI over seeds and problems" in table.to_markdown()
