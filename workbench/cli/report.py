@@ -478,18 +478,14 @@ def _activity_gates(target: Target, runs: pd.DataFrame, history: pd.DataFrame, b
                     variants: list[str]) -> dict[str, Any]:
     """Each compared arm's knob-activity gate (:mod:`workbench.compare.activity`), reading the
     activity metrics the comparison's history lacks; a bad ``compare.activity`` fails (exit 2)."""
-    from workbench.compare.activity import activity_gates, gate_metrics, gate_plans, parse_settings  # deferred: scipy
+    from workbench.compare.activity import activity_gates, parse_settings  # deferred: scipy
 
     try:
         settings = parse_settings(target.compare, variants)
     except ValueError as e:  # a study file was checked when it loaded: these settings were logged with the study
         raise fail(f"{e} (in the study.yaml logged with study {target.study!r})") from None
-    plans = gate_plans(runs, baseline, settings)
-    extra = sorted(gate_metrics(plans) - set(history["metric"].unique()))
-    if extra:
-        more = target.reader.load(target.study, extra, run_ids=runs["run_id"].tolist()).history
-        history = pd.concat([history, more], ignore_index=True)
-    return activity_gates(runs, history, baseline, settings, plans=plans)
+    return activity_gates(runs, history, baseline, settings, read_more=lambda metrics: target.reader.load(
+        target.study, metrics, run_ids=runs["run_id"].tolist()).history)
 
 
 def compare(

@@ -172,14 +172,10 @@ def decide_look(uri: str, experiment: str, plan: Plan, design, k: int, seeds: li
 def _activity_gates(reader, experiment: str, runs: pd.DataFrame, history: pd.DataFrame, plan: Plan) -> dict[str, Any]:
     """Each compared arm's knob-activity gate, as ``compare`` builds it: a knob that barely acted
     makes its comparisons "not testable", which stops them at this look."""
-    from workbench.compare.activity import activity_gates, gate_metrics, gate_plans  # deferred: scipy
+    from workbench.compare.activity import activity_gates  # deferred: scipy
 
-    plans = gate_plans(runs, plan.baseline, plan.activity)
-    extra = sorted(gate_metrics(plans) - set(history["metric"].unique()))
-    if extra:
-        more = reader.load(experiment, extra, run_ids=runs["run_id"].tolist()).history
-        history = pd.concat([history, more], ignore_index=True)
-    return activity_gates(runs, history, plan.baseline, plan.activity, plans=plans)
+    return activity_gates(runs, history, plan.baseline, plan.activity, read_more=lambda metrics: reader.load(
+        experiment, metrics, run_ids=runs["run_id"].tolist()).history)
 
 
 def decide_metric(summary: pd.DataFrame, plan: Plan, design, k: int, metric: str,

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -355,16 +355,20 @@ def gate_metrics(plans: Mapping[str, _Plan]) -> set[str]:
 
 def activity_gates(runs: pd.DataFrame, history: pd.DataFrame, baseline: str,
                    settings: Mapping[str, Setting] | None = None, *,
-                   plans: Mapping[str, _Plan] | None = None) -> dict[str, Gate]:
+                   plans: Mapping[str, _Plan] | None = None,
+                   read_more: Callable[[list[str]], pd.DataFrame] | None = None) -> dict[str, Gate]:
     """``arm -> Gate`` for every compared arm the gate applies to (see the module docstring).
 
     ``runs``: the runs frame of :mod:`workbench.results.reader` (its params give the configs);
-    ``history``: at least the :func:`gate_metrics` of those runs; ``baseline`` as for
-    :func:`workbench.compare.compare_variants`; ``settings`` from :func:`parse_settings`;
-    ``plans``: :func:`gate_plans` of the same, when already made."""
+    ``history``: at least the :func:`gate_metrics` of those runs, or ``read_more(metrics)`` returns
+    the history of those it lacks; ``baseline`` as for :func:`workbench.compare.compare_variants`;
+    ``settings`` from :func:`parse_settings`; ``plans``: :func:`gate_plans` of the same, when already made."""
     plans = gate_plans(runs, baseline, settings) if plans is None else plans
     if not plans:
         return {}
+    lacking = sorted(gate_metrics(plans) - set(history["metric"].unique()))
+    if lacking and read_more is not None:  # activity metrics the comparison itself did not load
+        history = pd.concat([history, read_more(lacking)], ignore_index=True)
     per_run = run_activity(history, gate_metrics(plans))
     run_ids = runs.groupby(_arms.arm_column(runs).to_numpy(), sort=False)["run_id"].agg(list).to_dict()
     gates = {}
