@@ -14,10 +14,9 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from numpy.lib.stride_tricks import sliding_window_view
 
 from workbench.health.rules import HEALTH_RULES
-from workbench.health.trend import running_mean_se, slope_z
+from workbench.health.trend import mean_shift_se, slope_z
 
 REAL_HISTORY = Path(__file__).parent / "data" / "sanity_seed0_steps.csv"
 NEVER = -1  # first-firing step of a run that never fired
@@ -66,28 +65,32 @@ def _first_streak_end(violated: np.ndarray, patience: int, first_step: int) -> n
 def length_gap_first_fire(ratio: np.ndarray, **params) -> np.ndarray:
     """First firing step of ``incorrect_length_gap`` (default params unless overridden) on each row of ``ratio``."""
     p = HEALTH_RULES.get("incorrect_length_gap").Params(**params)
-    span = p.noise_window + p.trend_window
-    windows = sliding_window_view(ratio, span, axis=1)  # runs × evaluations × span
-    _, z, fitted_end = slope_z(windows[..., p.noise_window :], windows[..., : p.noise_window])
-    violated = (z > p.critical_z) & (fitted_end > p.max_ratio)
-    return _first_streak_end(violated, p.patience, first_step=span - 1)
+    w, first_step = p.trend_window, p.noise_window + p.trend_window - 1
+    violated = np.zeros((len(ratio), ratio.shape[1] - first_step), dtype=bool)
+    for j, end in enumerate(range(first_step, ratio.shape[1])):  # a loop over steps, vectorised over runs
+        history = ratio[:, max(0, end + 1 - w - p.max_noise_window) : end + 1 - w]  # all before, up to the cap
+        _, z, fitted_end = slope_z(ratio[:, end + 1 - w : end + 1], history)
+        violated[:, j] = (z > p.critical_z) & (fitted_end > p.max_ratio)
+    return _first_streak_end(violated, p.patience, first_step=first_step)
 
 
 def reward_collapse_first_fire(reward: np.ndarray, **params) -> np.ndarray:
     """First firing step of ``reward_collapse`` (default params unless overridden) on each row of ``reward``."""
     p = HEALTH_RULES.get("reward_collapse").Params(**params)
-    w = p.window
+    w, m = p.window, p.noise_window
     cumulative = np.concatenate([np.zeros((len(reward), 1)), np.cumsum(reward, axis=1)], axis=1)
     running = (cumulative[:, w:] - cumulative[:, :-w]) / w  # running[:, j] ends at step j + w - 1
     best = np.maximum.accumulate(running, axis=1)
-    first_step = w - 1 + p.noise_window
+    first_step = w - 1 + m
     runs, evaluations = len(reward), reward.shape[1] - first_step
     violated = np.zeros((runs, evaluations), dtype=bool)
-    se = np.full(runs, np.nan)
+    reference, se = np.full(runs, np.nan), np.full(runs, np.nan)
     for j, end in enumerate(range(first_step, reward.shape[1])):
         r, b = running[:, end - w + 1], best[:, end - w + 1]
         remeasure = np.isnan(se) | (r >= b - p.margin)  # frozen inside a candidate drop, as the rule
-        history = reward[:, end - w + 1 - p.noise_window : end - w + 1]
-        se = np.where(remeasure, running_mean_se(history, w), se)
-        violated[:, j] = r < b - np.maximum(p.margin, p.noise_z * se)
+        before = reward[:, max(0, end + 1 - w - p.max_noise_window) : end + 1 - w]
+        reference = np.where(remeasure, before[:, -m:].mean(axis=1), reference)
+        se = np.where(remeasure, mean_shift_se(before, w, m), se)
+        noise_limit = reference - p.noise_z * se if p.noise_z > 0 else np.inf  # noise_z 0: margin only
+        violated[:, j] = r < np.minimum(b - p.margin, noise_limit)
     return _first_streak_end(violated, p.patience, first_step=first_step)

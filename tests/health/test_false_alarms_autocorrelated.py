@@ -81,8 +81,9 @@ def test_incorrect_length_gap_catches_a_planted_drift(phi):
     on_time, delay = caught(first, 5, 25)
     print(f"incorrect_length_gap φ={phi}: caught in 5..25 steps in {on_time:.1%}, delay median "
           f"{np.median(delay):.0f}, 95th pct {np.percentile(delay, 95):.0f}")
-    # φ = 0.8: 92% measured (the slope's own noise hides a 0.03/step drift for longer); not 95%.
-    assert on_time >= (0.95 if phi <= 0.5 else 0.9)
+    # φ = 0.8: 92% with the noise fitted to only the 40 steps before the window (critical z 5),
+    # 98.5% with up to 150 (critical z 4.5), while fixing #29.
+    assert on_time >= 0.95
 
 
 def caught(first: np.ndarray, earliest: int, latest: int) -> tuple[float, np.ndarray]:
@@ -99,29 +100,28 @@ def test_reward_collapse_false_alarms_on_ar1(phi):
     assert rate <= MAX_RATE
 
 
-# At φ = 0.8 a 0.4 drop is only ~6 standard errors of the 5-step running reward (0.08 × 0.85), so
-# a noise margin that keeps healthy runs quiet (7 SE, 3.5% false alarms) misses some collapses:
-# measured 80% caught within 4..15 steps (12% never), where noise_z 6 would catch 88.5% but
-# false-alarm on 15% of healthy runs (400 runs each, while fixing #29). The 0.8 bound below is
-# that measured trade-off, not a target met.
+# Measured while fixing #29: the rule's first form (running reward vs its *best*, noise fitted to 60
+# steps) caught this drop in only 80% of runs at φ = 0.8 (12% never): the best is a maximum, biased
+# up by the noise, and 60 strongly autocorrelated steps leave the noise too uncertain, so its noise
+# margin had to be 7 SE. Against the mean of the steps before it, with the noise fitted to up to 150,
+# 4 SE keeps healthy runs quiet and catches ≥ 95%.
 @pytest.mark.parametrize("phi", PHIS)
 def test_reward_collapse_catches_a_planted_collapse(phi):
-    # The reward drops by 0.4 at step 100 (0.5 -> 0.1): expected within 4..15 steps (the running
-    # mean needs 1-3 steps to cross, then patience 5).
+    # The reward drops by 0.4 at step 100 (0.5 -> 0.1): expected within 3..15 steps (patience 4:
+    # the earliest firing is 3 steps after the onset; the running mean needs 1-3 steps to cross).
     reward = 0.5 + ar1(_rng(5, phi), RUNS, STEPS, phi, 0.08)
     reward[:, ONSET:] -= 0.4
     first = reward_collapse_first_fire(np.clip(reward, 0, 1))
-    on_time, delay = caught(first, 4, 15)
-    print(f"reward_collapse φ={phi}: caught in 4..15 steps in {on_time:.1%}, never {(first == NEVER).mean():.1%}, "
+    on_time, delay = caught(first, 3, 15)
+    print(f"reward_collapse φ={phi}: caught in 3..15 steps in {on_time:.1%}, never {(first == NEVER).mean():.1%}, "
           f"delay median {np.median(delay[first != NEVER]):.0f}")
-    assert on_time >= (0.95 if phi <= 0.5 else 0.75)
+    assert on_time >= 0.95
 
 
 @pytest.mark.parametrize("phi", PHIS)
 def test_strict_preset_false_alarms_on_ar1(phi):
     # strict tightens the limits and shortens patience; its trend rules must still stay quiet on
-    # healthy autocorrelated runs. Measured at φ = 0.8: reward_collapse 5.0% (on the bound; 6.8%
-    # with patience 3, hence 4), incorrect_length_gap 3.5%.
+    # healthy autocorrelated runs (figures printed; docs/metrics.md).
     strict = HEALTH_PRESETS["strict"]
     gap = length_gap_first_fire(1.6 + ar1(_rng(2, phi), RUNS, STEPS, phi, 0.05), **strict["incorrect_length_gap"])
     reward = reward_collapse_first_fire(
@@ -151,6 +151,22 @@ def test_trend_rules_false_alarms_on_bootstrapped_real_histories():
     assert gap <= MAX_RATE and reward <= MAX_RATE
 
 
+def test_trend_rules_catch_failures_planted_in_bootstrapped_real_histories():
+    # The same resampled real histories with the planted failures of the AR(1) tests on top: the
+    # ratio drifts +0.03/step from step 100, the reward drops by 0.4 (clipped at 0). The real ratio's
+    # step noise is small (sd 0.011 around its cubic trend, vs 0.05 in the AR(1) tests), so the drift
+    # shows within 3-5 steps: expected 2..25 (patience 3: never before 2).
+    t = np.arange(STEPS)
+    ratio = _bootstrapped("ratio", RUNS) + np.where(t >= ONSET, 0.03 * (t - ONSET + 1), 0.0)
+    reward = _bootstrapped("reward", RUNS)
+    reward[:, ONSET:] -= 0.4
+    gap, _ = caught(length_gap_first_fire(ratio), 2, 25)
+    collapse, _ = caught(reward_collapse_first_fire(np.clip(reward, 0, 1)), 3, 15)
+    print(f"bootstrapped real histories, planted failures caught: incorrect_length_gap {gap:.1%}, "
+          f"reward_collapse {collapse:.1%}")
+    assert gap >= 0.95 and collapse >= 0.95
+
+
 @pytest.mark.parametrize("rule", ["incorrect_length_gap", "reward_collapse"])
 def test_rule_objects_agree_with_the_vectorised_decisions(rule):
     # The simulations above use the rules' own functions over a batch; the rule objects must fire
@@ -176,4 +192,6 @@ def test_rule_objects_agree_with_the_vectorised_decisions(rule):
     print(f"{rule}: {per_step * 1e6:.0f} µs per observation; {(np.array(got) != NEVER).sum()} of 60 runs fired")
     assert got == list(expected)
     assert 30 <= (np.array(got) != NEVER).sum()
-    assert per_step < 1e-3  # the monitor calls every rule every step
+    # A guard against an accidental quadratic cost, not a speed target (benchmarks/ hold those):
+    # ~0.1-0.7 ms measured on 2 loaded cores, with up to 166 observations held per rule.
+    assert per_step < 5e-3

@@ -12,9 +12,11 @@ from scipy import stats
 
 from workbench.health.trend import (
     WindowTrend,
+    ar1_mean_shift_variance_factor,
     ar1_mean_variance_factor,
     ar1_noise,
     ar1_slope_variance_factor,
+    mean_shift_se,
     running_mean_se,
     slope_z,
 )
@@ -86,6 +88,33 @@ def test_ar1_mean_variance_factor_is_the_exact_variance():
         # k² terms of magnitude <= 1: relative error ~ k²·eps; 1e-12 is ample.
         assert ar1_mean_variance_factor(phi, k) == pytest.approx(P.sum() / k**2, rel=1e-12)
     assert ar1_mean_variance_factor(0.0, k) == pytest.approx(1 / k, rel=1e-12)
+
+
+def test_ar1_mean_shift_variance_factor_is_the_exact_variance():
+    # var(mean of m observations − mean of the k right after) = a'Pa with a = (1/m … 1/m, −1/k …),
+    # against the explicit AR(1) correlation matrix; at φ = 0 it is 1/m + 1/k.
+    k, m = 5, 60
+    a = np.concatenate([np.full(m, 1 / m), np.full(k, -1 / k)])
+    for phi in (0.0, 0.3, 0.8, 0.95):
+        P = phi ** np.abs(np.subtract.outer(np.arange(m + k), np.arange(m + k)))
+        # (m+k)² = 4225 products of magnitude <= 1/k²: relative error ~ 4225·eps ~ 1e-12; 1e-10 is ample.
+        assert ar1_mean_shift_variance_factor(phi, k, m) == pytest.approx(a @ P @ a, rel=1e-10)
+    assert ar1_mean_shift_variance_factor(0.0, k, m) == pytest.approx(1 / m + 1 / k, rel=1e-12)
+
+
+def test_mean_shift_se_tracks_the_true_se_under_ar1():
+    # 150-observation histories at φ = 0.8 (the cap reward_collapse fits to): the median estimated SE
+    # of the reference-vs-window difference is within 15% of the true one.
+    rng = np.random.default_rng(11)
+    phi, n = 0.8, 150
+    x = np.empty((4000, n))
+    x[:, 0] = rng.standard_normal(4000)
+    for t in range(1, n):
+        x[:, t] = phi * x[:, t - 1] + rng.standard_normal(4000) * np.sqrt(1 - phi**2)
+    true = np.sqrt(ar1_mean_shift_variance_factor(phi, 5, 60))
+    ratio = np.median(mean_shift_se(x, 5, 60)) / true
+    print(f"mean_shift_se at φ = 0.8 from 150 observations: median / true = {ratio:.3f}")
+    assert 0.85 < ratio < 1.15
 
 
 @pytest.mark.parametrize("phi", [0.0, 0.5, 0.8])

@@ -34,12 +34,12 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from workbench.registry import Registry
 
 from .events import HealthEvent, Severity
-from .trend import SlopeTest, WindowTrend, running_mean_se
+from .trend import SlopeTest, WindowTrend, mean_shift_se
 
 __all__ = [
     "HEALTH_RULES",
@@ -66,8 +66,11 @@ KL_REF = "kl/ref"
 
 HEALTH_RULES: Registry[type[HealthRule]] = Registry("health rule")
 
-# reward_collapse: standard errors of the running reward below its best (calibrated, see Params).
-NOISE_Z = 7.0
+# reward_collapse: standard errors of the running reward below the steps before it (calibrated, see Params).
+NOISE_Z = 4.0
+# Both trend rules fit their AR(1) noise to at most this many observations before the window
+# they judge (health/trend.py: fewer leave the fitted noise too uncertain at strong autocorrelation).
+MAX_NOISE_WINDOW = 150
 
 
 # --------------------------------------------------------------------------------------------
@@ -407,14 +410,26 @@ class IncorrectLengthGapParams(StreakParams):
     significantly positive: more than ``critical_z`` standard errors above 0 ..."""
 
     noise_window: int = Field(default=40, ge=6)
-    """... the standard error coming from AR(1) noise fitted to the ``noise_window`` observations
-    before the trend window (so the rule first evaluates after ``noise_window + trend_window``)."""
+    """... the standard error coming from AR(1) noise fitted to the observations before the trend
+    window: at least ``noise_window`` of them (so the rule first evaluates after ``noise_window +
+    trend_window``) ..."""
 
-    critical_z: float = Field(default=5.0, gt=0.0)
+    max_noise_window: int = Field(default=MAX_NOISE_WINDOW, ge=6)
+    """... and at most ``max_noise_window`` (all of them until then: the longer the stretch, the
+    better the noise is known)."""
+
+    critical_z: float = Field(default=4.5, gt=0.0)
     """Slope / standard error above which one evaluation counts as rising. Calibrated by
     simulation, not a normal quantile: with the defaults, at most 5% of flat 200-step runs fire
     (patience 3 over overlapping windows) for lag-1 autocorrelation 0 to 0.8 and on resampled real
-    histories (docs/metrics.md, tests/health/test_false_alarms.py)."""
+    histories, and a planted drift is caught within 25 steps in at least 95% of runs (docs/metrics.md,
+    tests/health/test_false_alarms*.py)."""
+
+    @model_validator(mode="after")
+    def _noise_cap_covers_minimum(self) -> IncorrectLengthGapParams:
+        if self.max_noise_window < self.noise_window:
+            raise ValueError(f"max_noise_window ({self.max_noise_window}) is below noise_window ({self.noise_window})")
+        return self
 
 
 @_register
@@ -429,7 +444,8 @@ class IncorrectLengthGap(HealthRule):
     ``trend_window`` observations is more than ``critical_z`` standard errors above 0, and the
     fitted ratio at the newest observation is above ``max_ratio``; a large but stable gap does
     not fire. Step noise is autocorrelated, so the standard error is the slope's under AR(1)
-    noise fitted to the ``noise_window`` observations before the window (health/trend.py).
+    noise fitted to the observations before the window (``noise_window`` to ``max_noise_window``
+    of them; health/trend.py).
     Needs both lengths and a positive correct length; otherwise it does not evaluate.
     """
 
@@ -449,7 +465,7 @@ class IncorrectLengthGap(HealthRule):
 
     def _reset_state(self) -> None:
         p = self.params
-        self._trend = WindowTrend(p.trend_window, p.noise_window, p.critical_z)
+        self._trend = WindowTrend(p.trend_window, p.noise_window, p.critical_z, p.max_noise_window)
 
     def update(self, metrics: Mapping[str, Any]) -> Reading | None:
         correct = finite_value(metrics, LEN_CORRECT)
@@ -477,7 +493,7 @@ class IncorrectLengthGap(HealthRule):
         return (
             f"incorrect/correct length ratio rises {_fmt(test.slope)} per observation over the last "
             f"{p.trend_window} (least-squares slope {test.z:.3g} standard errors above 0 > {p.critical_z:g}, "
-            f"noise fitted to the {p.noise_window} before) and its fitted value {_fmt(test.fitted_end)} > {thr:g}"
+            f"noise fitted to the observations before it) and its fitted value {_fmt(test.fitted_end)} > {thr:g}"
         )
 
 
@@ -487,6 +503,9 @@ class IncorrectLengthGap(HealthRule):
 
 
 class RewardCollapseParams(StreakParams):
+    patience: int = Field(default=4, ge=1)
+    """Consecutive observations the condition must hold before the rule fires (1 = at once)."""
+
     window: int = Field(default=5, ge=1)
     """Running reward = mean of the last ``window`` observations of reward/mean."""
 
@@ -494,40 +513,50 @@ class RewardCollapseParams(StreakParams):
     """Fires when the running reward is more than ``margin`` (reward units) below its best ..."""
 
     noise_z: float = Field(default=NOISE_Z, ge=0.0)
-    """... and more than ``noise_z`` standard errors of the running reward below it (the noise
-    margin; 0 switches it off). The best is a maximum over the run, biased up by the noise, so
-    this is calibrated by simulation, not a normal quantile: at most 5% of healthy 200-step runs
-    fire for lag-1 autocorrelation 0 to 0.8 and on resampled real histories, and at most 5% of
-    healthy 100-step runs with independent reward sd up to 0.3 (docs/metrics.md,
-    tests/health/test_false_alarms*.py). The price at φ = 0.8: a 0.4 drop (about 6 standard
-    errors there) is caught within 15 steps in only about 80% of runs."""
+    """... and more than ``noise_z`` standard errors below the mean of the ``noise_window`` steps
+    before the running window (the noise margin; 0 switches it off). Calibrated by simulation, not
+    a normal quantile: at most 5% of healthy 200-step runs fire for lag-1 autocorrelation 0 to 0.8
+    and on resampled real histories, at most 5% of healthy 100-step runs with independent reward
+    sd up to 0.3, and a 0.4 drop is caught within 15 steps in at least 95% of runs (docs/metrics.md,
+    tests/health/test_false_alarms*.py)."""
 
     noise_window: int = Field(default=60, ge=6)
-    """Observations before the running window to which AR(1) noise is fitted for the running
-    reward's standard error; the rule evaluates once it has them (from observation
-    ``noise_window + window``)."""
+    """The reference: the mean of the ``noise_window`` observations before the running window. The
+    rule evaluates once it has them (from observation ``noise_window + window``) ..."""
+
+    max_noise_window: int = Field(default=MAX_NOISE_WINDOW, ge=6)
+    """... and fits the AR(1) noise of its standard error to all observations before the running
+    window, at most ``max_noise_window`` of them."""
+
+    @model_validator(mode="after")
+    def _noise_cap_covers_minimum(self) -> RewardCollapseParams:
+        if self.max_noise_window < self.noise_window:
+            raise ValueError(f"max_noise_window ({self.max_noise_window}) is below noise_window ({self.noise_window})")
+        return self
 
 
 @_register
 class RewardCollapse(HealthRule):
-    """Reward collapse: the running training reward falls well below the best it reached.
+    """Reward collapse: the running training reward falls well below where it was.
 
     Symptom: training diverged after making progress. The seed overview's health checklist: the
     training reward "should increase in a stable manner"; DAPO [1] uses a reward that does not
     "decline significantly" as a sign an experiment is not deteriorating. The running reward is a
-    ``window``-observation mean; best = max running reward. "Well below" is beyond both ``margin``
-    and a noise margin of ``noise_z`` standard errors of the running reward. Step rewards are
-    autocorrelated, so the standard error is that of a ``window``-mean under AR(1) noise fitted
-    (around a line, φ bias-corrected) to the ``noise_window`` observations before the running
-    window (health/trend.py ``running_mean_se``). It is re-measured only while the running reward
-    is within ``margin`` of its best, so a collapse in progress does not widen the margin that
-    judges it. Evaluated once the running window and ``noise_window`` are full.
+    ``window``-observation mean. "Well below" is both more than ``margin`` below the best running
+    reward (a drop large enough to matter) and more than ``noise_z`` standard errors below the mean
+    of the ``noise_window`` observations before the running window (a drop the noise does not
+    explain). Step rewards are autocorrelated, so the standard error is that of the difference of
+    the two means under AR(1) noise fitted (around a line, φ bias-corrected) to the observations
+    before the running window (health/trend.py ``mean_shift_se``). The reference mean and its
+    standard error are re-measured only while the running reward is within ``margin`` of its best,
+    so a collapse in progress moves neither. Evaluated once the running window and ``noise_window``
+    are full.
     """
 
     name = "reward_collapse"
     summary = (
-        f"the running reward drops below its best by more than a margin and more than {NOISE_Z:g} "
-        "standard errors of its own noise (AR(1) noise fitted to the steps before it)"
+        "the running reward drops more than a margin below its best and more than "
+        f"{NOISE_Z:g} standard errors below the steps before it (AR(1) noise fitted to those steps)"
     )
     Params = RewardCollapseParams
     watches = (REWARD,)
@@ -535,9 +564,10 @@ class RewardCollapse(HealthRule):
 
     def _reset_state(self) -> None:
         p = self.params
-        self._values: deque[float] = deque(maxlen=p.noise_window + p.window)
+        self._values: deque[float] = deque(maxlen=p.max_noise_window + p.window)
         self._best = -math.inf
-        self._standard_error: float | None = None
+        self._reference: float | None = None
+        self._standard_error = math.nan
 
     def update(self, metrics: Mapping[str, Any]) -> Reading | None:
         x = finite_value(metrics, REWARD)
@@ -550,24 +580,26 @@ class RewardCollapse(HealthRule):
         values = np.fromiter(self._values, dtype=float)
         running = math.fsum(values[-p.window :]) / p.window
         self._best = max(self._best, running)  # tracked from the first full window
-        if len(values) < self._values.maxlen:
-            return None  # no standard error yet
-        if self._standard_error is None or running >= self._best - p.margin:
-            # Measured only outside a candidate drop: a collapse in progress must not widen the
-            # noise margin that judges it (its steps would inflate the differences).
-            self._standard_error = float(running_mean_se(values[: -p.window], p.window))
-        standard_error = self._standard_error
-        limit = max(p.margin, p.noise_z * standard_error)
-        thr = self._best - limit
+        if len(values) < p.noise_window + p.window:
+            return None  # no reference yet
+        if self._reference is None or running >= self._best - p.margin:
+            # Measured only outside a candidate drop: a collapse in progress must move neither the
+            # reference it is judged against nor the noise margin (its steps would widen it).
+            before = values[: -p.window]
+            self._reference = math.fsum(before[-p.noise_window :]) / p.noise_window
+            self._standard_error = float(mean_shift_se(before, p.window, p.noise_window))
+        noise_limit = self._reference - p.noise_z * self._standard_error if p.noise_z > 0 else math.inf
+        thr = min(self._best - p.margin, noise_limit)
         return Reading(
             violated=running < thr,
             metric=REWARD,
             value=running,
             threshold=thr,
             detail=(
-                f"running {REWARD} (mean of {p.window}) = {_fmt(running)} is more than {_fmt(limit)} below "
-                f"its best {_fmt(self._best)} (the larger of the margin {p.margin:g} and {p.noise_z:g} × its "
-                f"standard error {_fmt(standard_error)})"
+                f"running {REWARD} (mean of {p.window}) = {_fmt(running)} is more than {p.margin:g} below its "
+                f"best {_fmt(self._best)} and more than {p.noise_z:g} standard errors "
+                f"({_fmt(self._standard_error)} each) below the mean {_fmt(self._reference)} of the "
+                f"{p.noise_window} observations before it"
             ),
         )
 

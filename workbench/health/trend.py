@@ -10,7 +10,15 @@ value the HAC t needs for a 5% per-run false-alarm rate went from 5.0 (φ = 0) t
 (Bartlett kernel, 2 lags, 12-step window; 2,000 simulated runs per φ while fixing #29), i.e.
 the window holds too few points to see its own correlation.
 
-So the noise is estimated from a longer stretch than the window it judges:
+So the noise is estimated from a longer stretch than the window it judges, and the stretch grows
+with the run: AR(1) noise at φ = 0.8 has a correlation time of about 9 steps, so 40–60 observations
+hold only ~7 independent ones and its fitted variance and φ have heavy tails. A critical value that
+keeps those tails quiet was too high to catch a planted failure in 95% of runs (80% for a reward
+collapse, 92% for a length drift, while fixing #29). Fitting the noise to every observation before
+the window, up to a cap (150 by default), keeps the false alarms at or below 1.5% and catches both
+in at least 96% (tests/health/test_false_alarms_autocorrelated.py, docs/metrics.md). A learning curve
+that bends within that stretch inflates the fitted variance (the fit is around a line), which makes
+the tests more conservative, never less.
 
 * ``slope_z``: the least-squares slope over the last ``window`` observations, divided by its
   standard error under AR(1) noise, with the AR(1) variance and φ fitted to the ``history``
@@ -20,13 +28,15 @@ So the noise is estimated from a longer stretch than the window it judges:
   window keeps a trend that starts inside the window out of its own noise estimate. The critical
   value is calibrated by simulation (tests/health/test_false_alarms.py), not read from a t table:
   the estimated φ is uncertain, so the statistic has heavier tails than a normal.
-* ``running_mean_se``: the standard error of a ``window``-observation running mean under AR(1)
-  noise fitted (as above) to a history: ``√(σ² · f(φ, k))`` with
-  ``f(φ, k) = Σ_{|h|<k} (k − |h|) φ^|h| / k²``, the exact variance of a k-step mean of a
-  stationary AR(1) series per unit marginal variance. Fitting around a line ignores a slow trend.
-  A model-free alternative (the MAD of differences of running means ``window`` apart) was used
-  first and under-estimated the SE at strong autocorrelation: ``reward_collapse`` false-alarmed
-  on 28.7% of healthy 200-step runs at φ = 0.8 with it, 3.5% with the AR(1) fit (400 runs each).
+* ``mean_shift_se``: the standard error of the difference between the mean of ``reference``
+  observations and the mean of the ``window`` observations right after them, under AR(1) noise
+  fitted (as above) to a history: ``√(σ² · (f(φ, k) + f(φ, m) − 2 c(φ, k, m)))`` with
+  ``f(φ, k) = Σ_{|h|<k} (k − |h|) φ^|h| / k²`` (the variance of a k-step mean of a stationary AR(1)
+  series per unit marginal variance) and ``c(φ, k, m) = φ(1 − φ^k)(1 − φ^m) / ((1 − φ)² k m)`` (the
+  covariance of the two adjacent means). ``reward_collapse`` judges its running reward against the
+  mean of the steps before it with it. Comparing against the *best* running reward instead (this
+  rule's first form) measures from a maximum, which noise biases up by about two standard errors
+  over a run and which has to be paid for with a larger noise margin.
 
 Both take arrays with any leading axes (a batch of runs in the simulations) and work along the
 last axis; the rules call them on one run. Cost per call is O(history + window) numpy operations.
@@ -41,11 +51,13 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = [
-        "SlopeTest",
+    "SlopeTest",
     "WindowTrend",
+    "ar1_mean_shift_variance_factor",
     "ar1_mean_variance_factor",
     "ar1_noise",
     "ar1_slope_variance_factor",
+    "mean_shift_se",
     "running_mean_se",
     "slope_z",
 ]
@@ -121,6 +133,22 @@ def running_mean_se(history: np.ndarray, window: int) -> np.ndarray:
     return np.sqrt(variance * ar1_mean_variance_factor(phi, window))
 
 
+def ar1_mean_shift_variance_factor(phi: np.ndarray | float, window: int, reference: int) -> np.ndarray:
+    """Variance of ``mean(reference observations) − mean(the window observations right after
+    them)`` per unit noise variance under AR(1) noise with autocorrelation ``phi`` (< 1):
+    ``f(φ, window) + f(φ, reference) − 2 c`` with ``c = φ(1 − φ^w)(1 − φ^m) / ((1 − φ)² w m)``."""
+    phi = np.asarray(phi, dtype=float)
+    covariance = phi * (1.0 - phi**window) * (1.0 - phi**reference) / ((1.0 - phi) ** 2 * window * reference)
+    return ar1_mean_variance_factor(phi, window) + ar1_mean_variance_factor(phi, reference) - 2.0 * covariance
+
+
+def mean_shift_se(history: np.ndarray, window: int, reference: int) -> np.ndarray:
+    """Standard error of ``mean(reference) − mean(window)`` for ``reference`` observations followed
+    by ``window`` observations, under the AR(1) noise fitted to ``history`` (last axis, >= 6)."""
+    variance, phi = ar1_noise(history)
+    return np.sqrt(variance * ar1_mean_shift_variance_factor(phi, window, reference))
+
+
 @dataclass(frozen=True, slots=True)
 class SlopeTest:
     """A least-squares fit over the window and its one-sided test of ``slope > 0``."""
@@ -132,18 +160,22 @@ class SlopeTest:
 
 
 class WindowTrend:
-    """The last ``history + window`` observations; tests the slope over the last ``window`` of
-    them against the noise of the ``history`` before (``window >= 3``, ``history >= 6``)."""
+    """The last ``max_history + window`` observations; tests the slope over the last ``window`` of
+    them against the noise of all observations before the window, once there are at least
+    ``history`` of them (``window >= 3``, ``6 <= history <= max_history``)."""
 
-    def __init__(self, window: int, history: int, critical: float):
+    def __init__(self, window: int, history: int, critical: float, max_history: int | None = None):
+        max_history = history if max_history is None else max_history
         if window < 3:
             raise ValueError(f"a trend window needs at least 3 observations, got {window}")
         if history < 6:
             raise ValueError(f"a noise history needs at least 6 observations, got {history}")
+        if max_history < history:
+            raise ValueError(f"the noise history cap {max_history} is below its minimum {history}")
         self.window = window
         self.history = history
         self.critical = critical
-        self._values: deque[float] = deque(maxlen=history + window)
+        self._values: deque[float] = deque(maxlen=max_history + window)
 
     def __len__(self) -> int:
         return len(self._values)
@@ -155,7 +187,7 @@ class WindowTrend:
         """Append finite ``value``; the test once ``history + window`` observations are held, else
         ``None`` (also ``None`` when their spread exceeds the float range: no line can be fitted)."""
         self._values.append(value)
-        if len(self._values) < self._values.maxlen:
+        if len(self._values) < self.history + self.window:
             return None
         values = np.fromiter(self._values, dtype=float)
         with np.errstate(over="ignore", invalid="ignore"):  # an overflow means "cannot be fitted"
@@ -166,7 +198,8 @@ class WindowTrend:
         if scale == 0.0:
             return SlopeTest(slope=0.0, z=0.0, fitted_end=float(centre), rising=False)
         unit = (values - centre) / scale  # in [-1, 1]: no overflow in the sums of squares
-        slope, z, fitted = slope_z(unit[self.history :], unit[: self.history])
+        split = len(unit) - self.window
+        slope, z, fitted = slope_z(unit[split:], unit[:split])
         return SlopeTest(
             slope=float(slope) * scale,
             z=float(z),
