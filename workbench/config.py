@@ -123,7 +123,7 @@ class TaskConfig(Strict):
         "auto",
         description="where a completion's final answer is read (math-verify compares it with the gold answer): "
         "auto = math-verify's own extraction (a \\boxed{} answer first, else the last number or expression); "
-        "gsm8k = the text after the last '####' (none: incorrect); boxed = the last \\boxed{} (none: incorrect). "
+        "gsm8k = the word right after the last '####', e.g. '#### 1,000' (none: incorrect); boxed = the last \\boxed{} (none: incorrect). "
         "gsm8k also reads a gold answer written as a GSM8K solution ('... #### 72') as its final part",
     )
 

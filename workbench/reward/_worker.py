@@ -256,11 +256,12 @@ def math_verify_scorer(completion: str, answer: str, timeout_s: float) -> tuple[
 
 
 def gsm8k_scorer(completion: str, answer: str, timeout_s: float) -> tuple[bool, str | None]:
-    """``task.answer_format: gsm8k``: the answer is the rest of the line after the completion's last ``####``
-    (``#### 1,000``, ``#### $5``), checked by math-verify; a completion without ``####`` is incorrect. A gold
-    answer written as a whole GSM8K solution (``... #### 72``) is read the same way."""
+    """``task.answer_format: gsm8k``: the answer is what directly follows the completion's last ``####``, up to
+    the next space or line end (``#### 1,000``, ``#### $5``, ``#### 5 dollars``: as verl's strict GSM8K reward
+    reads the number right after ``#### ``), checked by math-verify; a completion without ``####`` is incorrect.
+    A gold answer written as a whole GSM8K solution (``... #### 72``) is read the same way."""
     final = _after_last_marker(completion)
-    if final is None:
+    if not final:
         return False, None
     return math_verify_scorer(final, _after_last_marker(answer) or answer, timeout_s)
 
@@ -277,11 +278,12 @@ GSM8K_MARKER = "####"
 
 
 def _after_last_marker(text: str) -> str | None:
-    """The line after the last ``####`` in ``text`` (stripped), or None without one."""
-    head, marker, tail = text.rpartition(GSM8K_MARKER)
+    """The first word after the last ``####`` in ``text`` ("" when nothing follows), or None without one."""
+    _, marker, tail = text.rpartition(GSM8K_MARKER)
     if not marker:
         return None
-    return tail.strip().split("\n", 1)[0].strip()
+    words = tail.split(maxsplit=1)
+    return words[0] if words else ""
 
 
 # task.answer_format -> the scorer the verifier's workers run
