@@ -61,5 +61,6 @@ def test_gsm8k_lines_load_as_they_are(tmp_path):
     with AnswerVerifier(timeout_s=2.0, scorer=ANSWER_SCORERS["gsm8k"]) as verifier:
         finals = [f"Let me think.\n#### {p.answer.rsplit('####', 1)[1].strip()}" for p in problems]
         assert all(r.correct for r in verifier.score(finals, [p.answer for p in problems]))
-        wrong = [f"#### {p.answer.rsplit('####', 1)[1].strip()}1" for p in problems]  # one digit appended
+        off_by_one = [int(p.answer.rsplit("####", 1)[1].replace(",", "")) + 1 for p in problems]
+        wrong = [f"#### {n:,}" for n in off_by_one]
         assert not any(r.correct for r in verifier.score(wrong, [p.answer for p in problems]))
