@@ -4,6 +4,7 @@ and the learner scores exactly the token ids the sampler produced after the temp
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -63,11 +64,13 @@ def test_prompt_template_is_the_user_turn(qwen2_chat_dir):
     assert fmt.render("x").endswith("<|im_start|>assistant\n")
 
 
-def test_sampler_and_learner_see_the_same_token_ids(qwen2_chat_dir):
+@pytest.mark.parametrize("family", ["qwen2", "llama3"])
+def test_sampler_and_learner_see_the_same_token_ids(family, qwen2_chat_dir, llama3_chat_dir):
     """The ids the sampler's model ran on are those of transformers' apply_chat_template; the learner's
     forward runs on exactly prompt ids + sampled ids, and its logprobs are the sampler's."""
-    model, tokenizer = load(qwen2_chat_dir)
-    fmt = chat_format(qwen2_chat_dir, tokenizer, system_prompt=SYSTEM)
+    path = {"qwen2": qwen2_chat_dir, "llama3": llama3_chat_dir}[family]
+    model, tokenizer = load(path)
+    fmt = chat_format(path, tokenizer, system_prompt=SYSTEM)
     learner = TorchLearner(model, LearnerConfig(forward="full"))  # full: one forward over the rows as given
     seen: list[torch.Tensor] = []
     hook = learner.model.register_forward_pre_hook(lambda m, args, kwargs: seen.append(kwargs["input_ids"]),
@@ -157,3 +160,23 @@ def test_chat_settings_that_cannot_act_are_refused_at_load():
         ModelConfig(builtin="tiny", chat_template="auto")
     with pytest.raises(ValueError, match="system_prompt needs a chat template"):
         ModelConfig(path="/m", system_prompt="Be brief.")
+
+
+def test_run_refuses_a_missing_template_in_one_line_with_exit_code_2(qwen2_chat_dir, workdir):
+    from typer.testing import CliRunner
+
+    from workbench.cli.main import app
+
+    bare = workdir / "no-template"
+    shutil.copytree(qwen2_chat_dir, bare)
+    (bare / "chat_template.jinja").unlink()
+    study = Path(__file__).parents[2] / "studies" / "qwen_gsm8k.yaml"
+    data = Path(__file__).parent / "data" / "gsm8k_mini.jsonl"
+    settings = [f"model.path={bare}", f"task.path={data}", f"task.eval_path={data}", "sampler.backend=hf",
+                "learner.backend=torch", "learner.zero_stage=0"]
+    result = CliRunner().invoke(app, ["run", str(study), "--quiet", *[a for s in settings for a in ("--set", s)]])
+    assert result.exit_code == 2, result.output
+    assert "model.chat_template: auto, but" in result.output and "set model.chat_template: none" in result.output
+    assert not (workdir / "mlflow.db").exists()  # refused before any run opened
+    planned = CliRunner().invoke(app, ["plan", str(study), *[a for s in settings for a in ("--set", s)]])
+    assert planned.exit_code == 0 and "note: model.chat_template: auto, but" in planned.output
