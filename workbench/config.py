@@ -67,8 +67,8 @@ class ModelConfig(Strict):
     chat_template: str = Field(
         "none",
         description="auto = the model directory's tokenizer chat template wraps the prompt (an error if it has "
-        "none); none = the prompt_template text as is; or a Jinja template, inline or a file path. Generation "
-        "stops at the template's end-of-turn token as well as EOS",
+        "none); none = the prompt_template text as is; or a Jinja template, inline or a file path (relative to "
+        "the working directory). Generation stops at the template's end-of-turn token as well as EOS",
     )
     system_prompt: str | None = Field(
         None, exclude_if=lambda v: v is None, description="with a chat template: a system turn before the prompt")
