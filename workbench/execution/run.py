@@ -123,8 +123,9 @@ TRAIN_PROBES = 256  # generated tasks: training prompts sampled to check lengths
 
 def check_problems_fit(cfg: RunConfig, task, tokenizer, positions: int | None,
                        prompt: PromptFormat | None = None) -> None:
-    """Every prompt (after the template, and the chat template when there is one) plus ``sampler.max_new_tokens`` fits the model's positions;
-    with the built-in tiny model, every JSONL training line has the ``solution`` its cold-start SFT needs."""
+    """Every prompt (after the template, and the chat template when there is one) plus ``sampler.max_new_tokens``
+    fits the model's positions; with the built-in tiny model, every JSONL training line has the ``solution`` its
+    cold-start SFT needs."""
     import random
     from pathlib import Path
 

@@ -138,8 +138,8 @@ def plain_copy(model: torch.nn.Module) -> torch.nn.Module:
 
 def response_mask(completion: torch.Tensor, stop_ids: int | list[int]) -> tuple[torch.Tensor, torch.Tensor]:
     """1 up to and including the first stop token (EOS, end of turn); rows without one are truncated (all ones)."""
-    is_eos = torch.isin(completion, torch.as_tensor(stop_ids, device=completion.device))  # [B, T]
-    seen_before = (is_eos.cumsum(dim=1) - is_eos.long()) > 0  # EOS strictly earlier in the row
+    is_stop = torch.isin(completion, torch.as_tensor(stop_ids, device=completion.device))  # [B, T]
+    seen_before = (is_stop.cumsum(dim=1) - is_stop.long()) > 0  # a stop token strictly earlier in the row
     mask = (~seen_before).float()
-    truncated = ~is_eos.any(dim=1)
+    truncated = ~is_stop.any(dim=1)
     return mask, truncated
