@@ -9,10 +9,15 @@ from pathlib import Path
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
+from typer.testing import CliRunner
 
 from tests.chat.models import LLAMA3_CHAT_TEMPLATE
 from tests.tolerance import order_tolerance, reduction_depth
+from workbench.cli.main import app
 from workbench.config import LearnerConfig, ModelConfig, SamplerConfig
+from workbench.reward import AnswerVerifier
+from workbench.reward._worker import ANSWER_SCORERS
+from workbench.reward.rollouts import score_rollouts
 from workbench.rollout.hf import HFSampler
 from workbench.rollout.prompts import ChatTemplateError, chat_messages, resolve_prompt_format
 from workbench.tasks import Problem
@@ -136,7 +141,8 @@ def test_auto_without_a_template_in_the_directory_is_a_clear_error(qwen2_chat_di
 
 def test_a_template_without_a_generation_prompt_is_refused(qwen2_chat_dir):
     _, tokenizer = load(qwen2_chat_dir)
-    no_generation_prompt = "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    no_generation_prompt = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+                            "{% endfor %}")
     with pytest.raises(ChatTemplateError, match="has no generation prompt"):
         chat_format(qwen2_chat_dir, tokenizer, chat_template=no_generation_prompt)
 
@@ -163,10 +169,6 @@ def test_chat_settings_that_cannot_act_are_refused_at_load():
 
 
 def test_run_refuses_a_missing_template_in_one_line_with_exit_code_2(qwen2_chat_dir, workdir):
-    from typer.testing import CliRunner
-
-    from workbench.cli.main import app
-
     bare = workdir / "no-template"
     shutil.copytree(qwen2_chat_dir, bare)
     (bare / "chat_template.jinja").unlink()
@@ -180,3 +182,30 @@ def test_run_refuses_a_missing_template_in_one_line_with_exit_code_2(qwen2_chat_
     assert not (workdir / "mlflow.db").exists()  # refused before any run opened
     planned = CliRunner().invoke(app, ["plan", str(study), *[a for s in settings for a in ("--set", s)]])
     assert planned.exit_code == 0 and "note: model.chat_template: auto, but" in planned.output
+
+
+def test_a_gsm8k_answer_sampled_after_the_template_is_extracted_and_verified(qwen2_chat_dir):
+    """Sampling path to reward: a model steered to write "#### 1,000" and end its turn gets a completion text
+    without the stop token, which the gsm8k verifier reads as 1000 against a GSM8K gold solution."""
+    model, tokenizer = load(qwen2_chat_dir)
+    fmt = chat_format(qwen2_chat_dir, tokenizer)
+    script = [*tokenizer("#### 1,000", add_special_tokens=False)["input_ids"],
+              tokenizer.convert_tokens_to_ids("<|im_end|>")]
+    calls = []
+
+    def write_the_script(module, args, output):  # one forward per generated token (the first is the prefill)
+        step = min(len(calls), len(script) - 1)
+        calls.append(step)
+        output.logits[:, -1, script[step]] += 1e4
+        return output
+
+    model.register_forward_hook(write_the_script)
+    problems = [Problem("A farm has 250 rows of 4 plants. How many plants?", "250 * 4 = 1000 plants.\n#### 1000"),
+                Problem("Same farm, one more plant?", "#### 1001")]
+    rollouts = HFSampler(model, tokenizer, SamplerConfig(max_new_tokens=16), fmt).generate(problems, 2,
+                                                                                            temperature=1.0, seed=0)
+    assert rollouts.texts == ["#### 1,000"] * 4 and not rollouts.truncated.any()
+    assert rollouts.lengths.tolist() == [len(script)] * 4  # the end-of-turn token is the completion's last
+    with AnswerVerifier(timeout_s=2.0, scorer=ANSWER_SCORERS["gsm8k"]) as verifier:
+        scored = score_rollouts(verifier, rollouts, shaping=())
+    assert scored.correct.tolist() == [True, True, False, False]
