@@ -16,10 +16,11 @@ RUN pip install --upgrade pip && pip install -e '.[gpu]'
 COPY studies ./studies
 COPY dashboards ./dashboards
 
-# Mount a local HF model and point the study at it, e.g.
-#   docker run --gpus all -v /models:/models -v $PWD/runs:/runs -w /runs IMAGE \
-#     workbench run /workbench/studies/sanity.yaml --set model.path=/models/Qwen2.5-0.5B --set model.builtin=null
+# The default command runs the GPU study (docs/gpu.md): GRPO vs Dr. GRPO on GSM8K with a local chat model,
+# vLLM sampling, a DeepSpeed bf16 learner. Mount the model and the data where the study expects them
+# (override with --set model.path=... / task.path=... / task.eval_path=...):
+#   docker run --gpus all --shm-size 8g -v /models:/models:ro -v /data:/data:ro -v $PWD/runs:/runs -w /runs IMAGE
+#   /models/Qwen2.5-0.5B-Instruct    a HF model directory (config.json, weights, tokenizer with a chat template)
+#   /data/gsm8k/{train,test}.jsonl   GSM8K's own lines: {"question": ..., "answer": "... #### 72"}
 ENTRYPOINT ["workbench"]
-# The real engines: vLLM samples (weights synced in place after every update), DeepSpeed learns.
-# Several GPUs: see docs/engines.md for the `deepspeed` launcher command.
-CMD ["run", "/workbench/studies/sanity.yaml", "--set", "sampler.backend=vllm", "--set", "learner.backend=deepspeed"]
+CMD ["run", "/workbench/studies/qwen_gsm8k.yaml"]

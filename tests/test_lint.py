@@ -61,6 +61,10 @@ CASES = {
         config(rollout={"group_size": 1}), "algorithm.estimator=grpo",
         config(rollout={"group_size": 2}),
     ),
+    "lr_below_weight_precision": (
+        config(learner={"dtype": "bfloat16", "lr": 1e-6}), "learner.lr=1e-06",
+        config(learner={"backend": "deepspeed", "dtype": "bfloat16", "lr": 1e-6}),
+    ),
     "shaping_that_cannot_trigger": (
         config(reward={"shaping": [{"name": "overlong_soft", "params": {"max_length": 20, "cache_length": 4}}]}),
         "reward.shaping[0] (overlong_soft) cache_length=4, max_length=20",
@@ -83,6 +87,30 @@ def test_rule_fires_where_its_knob_cannot_act(rule):
 def test_rule_is_quiet_where_its_knob_can_act(rule):
     _, _, active = CASES[rule]
     assert findings(rule, active) == []
+
+
+def test_bf16_weights_do_not_move_at_the_flagged_lr():
+    """The premise of lr_below_weight_precision, on the real optimizer: one AdamW step at lr 1e-6 leaves
+    bfloat16 weights of N(0, 0.02) almost all unchanged, and moves every float32 one. A step moves a weight by
+    lr * m/(sqrt(v) + eps) = lr * 1 on the first step (m = g(1-b1), v = g^2(1-b2), bias-corrected), so only
+    |w| < lr * 2^9 = 5.1e-4 can move in bfloat16: 2% of N(0, 0.02) by its CDF (|w| < 0.0256 sd)."""
+    import torch
+
+    def moved(dtype: torch.dtype) -> float:
+        weights = torch.nn.Parameter((torch.randn(100_000, generator=torch.Generator().manual_seed(0)) * 0.02)
+                                     .to(dtype))
+        before = weights.detach().clone()
+        optimizer = torch.optim.AdamW([weights], lr=1e-6, weight_decay=0.0)
+        weights.grad = torch.ones_like(weights)
+        optimizer.step()
+        return float((weights.detach() != before).float().mean())
+
+    bf16, fp32 = moved(torch.bfloat16), moved(torch.float32)
+    print(f"share of weights moved by one AdamW step at lr 1e-6: bfloat16 {bf16:.4f}, float32 {fp32:.4f}")
+    assert bf16 < 0.05 and fp32 == 1.0
+    (finding,) = findings("lr_below_weight_precision", config(learner={"dtype": "bfloat16", "lr": 1e-6}))
+    assert "2^9 = 0.00051" in finding[1]
+    assert findings("lr_below_weight_precision", config(learner={"dtype": "bfloat16", "lr": 1e-4})) == []
 
 
 def test_learner_forward_under_deepspeed_is_named():

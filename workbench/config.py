@@ -62,7 +62,16 @@ class ModelConfig(Strict):
     builtin: Literal["tiny"] | None = None
     path: str | None = None
     tiny: TinyModelConfig = TinyModelConfig()
-    prompt_template: str = Field("{prompt}", description="how a problem's prompt is shown to the model")
+    prompt_template: str = Field(
+        "{prompt}", description="how a problem's prompt is shown to the model (with a chat template: the user turn)")
+    chat_template: str = Field(
+        "none",
+        description="auto = the model directory's tokenizer chat template wraps the prompt (an error if it has "
+        "none); none = the prompt_template text as is; or a Jinja template, inline or a file path (relative to "
+        "the working directory). Generation stops at the template's end-of-turn token as well as EOS",
+    )
+    system_prompt: str | None = Field(
+        None, exclude_if=lambda v: v is None, description="with a chat template: a system turn before the prompt")
 
     @model_validator(mode="after")
     def _one_source(self) -> ModelConfig:
@@ -71,6 +80,14 @@ class ModelConfig(Strict):
         if "{prompt}" not in self.prompt_template:
             raise ValueError("model.prompt_template must contain '{prompt}'")
         check_prompt_template(self.prompt_template)
+        if self.builtin is not None and self.chat_template != "none":
+            raise ValueError("model.chat_template applies to model.path: the built-in tiny model's character "
+                             "tokenizer has no chat template (use chat_template: none)")
+        if self.system_prompt is not None and self.chat_template == "none":
+            raise ValueError("model.system_prompt needs a chat template (model.chat_template: auto or a template); "
+                             "without one, put the instruction in model.prompt_template")
+        if not self.chat_template.strip():
+            raise ValueError("model.chat_template is empty: use auto, none, a Jinja template or a file path")
         return self
 
 
@@ -102,6 +119,13 @@ class TaskConfig(Strict):
     path: str | None = Field(None, description="jsonl: training file")
     eval_path: str | None = Field(None, description="jsonl: eval file (default: split off `path`)")
     eval_size: int = Field(200, ge=1, le=MAX_BATCH, description="number of held-out problems")
+    answer_format: Literal["auto", "gsm8k", "boxed"] = Field(
+        "auto",
+        description="where a completion's final answer is read (math-verify compares it with the gold answer): "
+        "auto = math-verify's own extraction (a \\boxed{} answer first, else the last number or expression); "
+        "gsm8k = the word right after the last '####', e.g. '#### 1,000' (none: incorrect); boxed = the last \\boxed{} (none: incorrect). "
+        "gsm8k also reads a gold answer written as a GSM8K solution ('... #### 72') as its final part",
+    )
 
     @model_validator(mode="after")
     def _jsonl_has_path(self) -> TaskConfig:

@@ -130,6 +130,30 @@ def path_of_another_engine(cfg: RunConfig) -> Iterable[Finding]:
                       "only the torch learner has this choice")
 
 
+# Explicit mantissa bits of the 16-bit weight formats: a weight w in [2^e, 2^(e+1)) moves only by an update
+# larger than half its spacing, 2^(e - bits - 1) > |w| * 2^-(bits + 2).
+MANTISSA_BITS = {"bfloat16": 7, "float16": 10}
+TYPICAL_WEIGHT = 0.02  # HF configs' initializer_range default: the scale of most of a transformer's weights
+
+
+@LINT_RULES.register("lr_below_weight_precision")
+def lr_below_weight_precision(cfg: RunConfig) -> Iterable[Finding]:
+    """The torch learner keeps the weights and AdamW states themselves in ``learner.dtype`` (DeepSpeed keeps
+    fp32 master weights). An AdamW step moves a weight by about ``lr``; in 16 bits, that is below half the
+    spacing of every weight with ``|w| >= lr * 2^(bits + 2)``, which rounds back to itself. Flagged when a
+    weight of 0.02 cannot move: with lr 1e-6 in bfloat16 every weight above 5e-4 is frozen."""
+    bits = MANTISSA_BITS.get(cfg.learner.dtype)
+    if cfg.learner.backend != "torch" or bits is None:
+        return
+    frozen_above = cfg.learner.lr * 2 ** (bits + 2)
+    if frozen_above < TYPICAL_WEIGHT:
+        yield Finding(knob("learner.lr", cfg.learner.lr),
+                      f"learner.backend=torch keeps the weights and AdamW in {cfg.learner.dtype}, where a step of "
+                      f"about lr rounds away for every weight with |w| >= lr * 2^{bits + 2} = {frozen_above:.2g} "
+                      f"(most weights are ~{TYPICAL_WEIGHT}); use learner.backend=deepspeed (fp32 master weights) "
+                      "or learner.dtype=float32")
+
+
 @LINT_RULES.register("filter_without_refill")
 def filter_without_refill(cfg: RunConfig) -> Iterable[Finding]:
     """Dynamic sampling drops groups and refills the batch from new rounds; one round refills nothing,

@@ -116,6 +116,7 @@ def plan(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
     console.print(table)
     print_seed_plan(seeds)
     _note_search_problems(study_obj)
+    _note_paths(specs)
 
 
 def _seed_plan(study: str, study_obj, specs) -> list[dict]:
@@ -126,6 +127,14 @@ def _seed_plan(study: str, study_obj, specs) -> list[dict]:
     )
 
     return seed_plan(study_obj, specs, study_tracking_uri(specs), study_experiment(study_obj, specs), where=study)
+
+
+def _note_paths(specs) -> None:
+    """Model and data files the runs name that are missing here, or that `run` would refuse."""
+    from workbench.cli.plan_paths import path_notes  # deferred: transformers
+
+    for note in path_notes(specs):
+        console.print(f"[yellow]note:[/] {note}", highlight=False, soft_wrap=True)
 
 
 def _note_search_problems(study_obj) -> None:

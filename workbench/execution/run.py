@@ -18,6 +18,7 @@ from workbench.metrics.catalogue import unlogged_by_config
 from workbench.models import inspect_model_dir, token_count_over
 from workbench.models.tiny_context import TINY_MAX_POSITIONS
 from workbench.models.tokenizer import build_char_tokenizer
+from workbench.rollout.prompts import PromptFormat, resolve_prompt_format
 from workbench.tasks import build_task
 from workbench.tasks.jsonl import read_numbered_problems
 from workbench.tracking.artifacts import PROBLEMS_ARTIFACT
@@ -80,7 +81,9 @@ def _preflight(cfg: RunConfig) -> None:
     check_engines(cfg)
     check_compiler(cfg)
     check_multi_rank(cfg.learner)  # several processes (WORLD_SIZE > 1): DeepSpeed ZeRO 0-2 only
-    check_problems_fit(cfg, task, tokenizer, positions)
+    # a chat template that is missing or cannot prompt for generation is refused here, naming the setting
+    prompt = resolve_prompt_format(cfg.model, tokenizer, cfg.model.path)
+    check_problems_fit(cfg, task, tokenizer, positions, prompt)
 
 
 def check_compiler(cfg: RunConfig) -> None:
@@ -118,13 +121,16 @@ def _model_context(cfg: RunConfig):
 TRAIN_PROBES = 256  # generated tasks: training prompts sampled to check lengths (their length is bounded by the config)
 
 
-def check_problems_fit(cfg: RunConfig, task, tokenizer, positions: int | None) -> None:
-    """Every prompt (after the template) plus ``sampler.max_new_tokens`` fits the model's positions;
-    with the built-in tiny model, every JSONL training line has the ``solution`` its cold-start SFT needs."""
+def check_problems_fit(cfg: RunConfig, task, tokenizer, positions: int | None,
+                       prompt: PromptFormat | None = None) -> None:
+    """Every prompt (after the template, and the chat template when there is one) plus ``sampler.max_new_tokens``
+    fits the model's positions; with the built-in tiny model, every JSONL training line has the ``solution`` its
+    cold-start SFT needs."""
     import random
     from pathlib import Path
 
-    template, budget_new = cfg.model.prompt_template, cfg.sampler.max_new_tokens
+    prompt = prompt or PromptFormat(template=cfg.model.prompt_template)
+    budget_new = cfg.sampler.max_new_tokens
     if positions is not None and budget_new >= positions:
         raise PreflightError(f"sampler.max_new_tokens={budget_new} leaves no room for a prompt: "
                              f"the model has {positions} positions")
@@ -143,14 +149,14 @@ def check_problems_fit(cfg: RunConfig, task, tokenizer, positions: int | None) -
     if positions is None:
         return
     for where, problem in numbered:
-        prompt = template.format(prompt=problem.prompt)
-        over = token_count_over(tokenizer, prompt, positions - budget_new - 1)  # 1: a BOS the tokenizer may add
+        text = prompt.render(problem.prompt)
+        over = token_count_over(tokenizer, text, positions - budget_new - 1)  # 1: a BOS the tokenizer may add
         if over is not None:
             raise PreflightError(
                 f"{where}: the prompt has {over} tokens; with sampler.max_new_tokens={budget_new} it exceeds the "
                 f"model's {positions} positions")
         if cfg.model.builtin is not None and problem.solution is not None:
-            over = token_count_over(tokenizer, prompt + problem.solution, positions - 1)
+            over = token_count_over(tokenizer, text + problem.solution, positions - 1)
             if over is not None:
                 raise PreflightError(f"{where}: prompt + solution have {over} tokens; the tiny model's "
                                      f"cold-start SFT needs them within {positions} positions")

@@ -55,7 +55,7 @@ def probe_completions(model, tokenizer, probe: list[Problem], template: str, *, 
     budget = max(len(p.solution or "") for p in probe) + 2
     if lean:
         out = decode(model, enc["input_ids"], enc["attention_mask"], 1, max_new_tokens=budget, temperature=0.0,
-                     top_p=1.0, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id)[0]
+                     top_p=1.0, stop_ids=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id)[0]
     else:
         out = model.generate(**enc, do_sample=False, max_new_tokens=budget, pad_token_id=tokenizer.pad_token_id,
                              eos_token_id=tokenizer.eos_token_id)[:, enc["input_ids"].shape[1]:]

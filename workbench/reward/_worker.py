@@ -255,6 +255,43 @@ def math_verify_scorer(completion: str, answer: str, timeout_s: float) -> tuple[
     return correct, extracted
 
 
+def gsm8k_scorer(completion: str, answer: str, timeout_s: float) -> tuple[bool, str | None]:
+    """``task.answer_format: gsm8k``: the answer is what directly follows the completion's last ``####``, up to
+    the next space or line end (``#### 1,000``, ``#### $5``, ``#### 5 dollars``: as verl's strict GSM8K reward
+    reads the number right after ``#### ``), checked by math-verify; a completion without ``####`` is incorrect.
+    A gold answer written as a whole GSM8K solution (``... #### 72``) is read the same way."""
+    final = _after_last_marker(completion)
+    if not final:
+        return False, None
+    return math_verify_scorer(final, _after_last_marker(answer) or answer, timeout_s)
+
+
+def boxed_scorer(completion: str, answer: str, timeout_s: float) -> tuple[bool, str | None]:
+    """``task.answer_format: boxed``: only a ``\\boxed{}`` answer counts (math-verify reads the last one);
+    a completion without ``\\boxed`` is incorrect, where ``auto`` would fall back to its last number."""
+    if "\\boxed" not in completion:
+        return False, None
+    return math_verify_scorer(completion, answer, timeout_s)
+
+
+GSM8K_MARKER = "####"
+
+
+def _after_last_marker(text: str) -> str | None:
+    """The first word after the last ``####`` in ``text`` ("" when nothing follows), or None without one."""
+    _, marker, tail = text.rpartition(GSM8K_MARKER)
+    if not marker:
+        return None
+    words = tail.split(maxsplit=1)
+    return words[0] if words else ""
+
+
+# task.answer_format -> the scorer the verifier's workers run
+ANSWER_SCORERS: dict[str, Scorer] = {"auto": math_verify_scorer, "gsm8k": gsm8k_scorer, "boxed": boxed_scorer}
+# a completion every math-verify scorer reads as 1: the workers' start-up check
+WARMUP_COMPLETION = "\\boxed{1}\n#### 1"
+
+
 # ---------------------------------------------------------------------------------------
 # The worker loop
 # ---------------------------------------------------------------------------------------
@@ -322,18 +359,19 @@ def worker_main(conn, cfg: WorkerConfig) -> None:
     # Warm up lazy imports and parser tables, so the first real item is not charged for
     # them, and fail loudly (not with all-zero rewards) if the scorer cannot work at all.
     try:
-        if cfg.scorer is math_verify_scorer:
+        math_verify_based = cfg.scorer in ANSWER_SCORERS.values()
+        if math_verify_based:
             _load_math_verify()
         if cfg.memory_limit_mb is not None:
             _limit_memory(cfg.memory_limit_mb)
         try:
             watchdog.start(max(cfg.soft_budget_s, 10.0))
-            correct, _ = cfg.scorer("\\boxed{1}", "1", cfg.timeout_s)
+            correct, _ = cfg.scorer(WARMUP_COMPLETION, "1", cfg.timeout_s)
         finally:
             watchdog.stop()
             _reset_alarm()
-        if cfg.scorer is math_verify_scorer and not correct:
-            raise RuntimeError("math-verify judged '\\boxed{1}' vs '1' incorrect")
+        if math_verify_based and not correct:
+            raise RuntimeError(f"math-verify judged {WARMUP_COMPLETION!r} vs '1' incorrect")
     except BaseException as e:  # noqa: BLE001 - reported to the parent, which raises
         conn.send(("error", f"{type(e).__name__}: {e}"))
         return

@@ -59,9 +59,11 @@ def prompt_positions(prompt_mask: torch.Tensor) -> torch.Tensor:
 
 @torch.no_grad()
 def decode(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, group_size: int, *, max_new_tokens: int,
-           temperature: float, top_p: float, eos_id: int, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+           temperature: float, top_p: float, stop_ids: int | list[int],
+           pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Sample ``group_size`` completions of up to ``max_new_tokens`` after each left-padded prompt
-    [n, P]; temperature 0 is greedy. Rows are grouped by prompt.
+    [n, P]; temperature 0 is greedy. Rows are grouped by prompt. A row ends at any of ``stop_ids`` (EOS, and a
+    chat template's end-of-turn token).
 
     Returns (completion ids [n·G, T], logp [n·G, T] of each drawn token under the sampling distribution),
     T <= max_new_tokens (shorter when every row ended early). Entries after a row's EOS hold the pad token
@@ -75,6 +77,7 @@ def decode(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, group_siz
     ones = torch.ones((batch, 1), dtype=mask.dtype, device=mask.device)
     tokens, logps = [], []
     with_cache = cache_kwargs(model, cache)  # one signature lookup, not one per token
+    stops = torch.as_tensor(stop_ids, device=mask.device)
     for step in range(max_new_tokens):
         if step > 0:
             out = model(input_ids=tokens[-1].unsqueeze(-1), attention_mask=mask, position_ids=positions,
@@ -88,7 +91,7 @@ def decode(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, group_siz
         drawn = drawn * unfinished + pad_id * (1 - unfinished)  # finished rows: pad, as generate does
         logps.append(torch.log_softmax(scores, dim=-1).gather(-1, drawn.unsqueeze(-1)).squeeze(-1))
         tokens.append(drawn)
-        unfinished = unfinished & (drawn != eos_id).long()
+        unfinished = unfinished & (~torch.isin(drawn, stops)).long()
         if not bool(unfinished.any()):
             break
         mask = torch.cat([mask, ones], dim=-1)

@@ -22,6 +22,7 @@ from workbench.batch import Rollouts
 from workbench.config import SamplerConfig
 from workbench.rollout.base import grouped_rollouts
 from workbench.rollout.decode import decode
+from workbench.rollout.prompts import PromptFormat, as_prompt_format
 from workbench.tasks import Problem
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -30,10 +31,11 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 class HFSampler:
     """Samples with its own weight copy in ``sampler.dtype``; shares the learner's module when dtypes agree."""
 
-    def __init__(self, learner_model, tokenizer, cfg: SamplerConfig, prompt_template: str = "{prompt}") -> None:
+    def __init__(self, learner_model, tokenizer, cfg: SamplerConfig, prompt: PromptFormat | str = "{prompt}") -> None:
         self.cfg = cfg
         self.tokenizer = tokenizer
-        self.template = prompt_template
+        self.prompt = as_prompt_format(prompt)
+        self.stop_ids = self.prompt.stops(tokenizer)  # EOS, and a chat template's end-of-turn token
         self.dtype = DTYPES[cfg.dtype]
         self.model = None
         self._compiled: tuple[torch.nn.Module, torch.nn.Module] | None = None  # (model, its compiled wrapper)
@@ -55,7 +57,7 @@ class HFSampler:
     @torch.no_grad()
     def generate(self, problems: list[Problem], group_size: int, *, temperature: float, seed: int) -> Rollouts:
         tok = self.tokenizer
-        prompts = [self.template.format(prompt=p.prompt) for p in problems]
+        prompts = [self.prompt.render(p.prompt) for p in problems]
         enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(self.model.device)
         torch.manual_seed(seed)
         was_training = self.model.training
@@ -64,13 +66,13 @@ class HFSampler:
             completion, sampler_logp = decode(
                 self.decoding_model(), enc["input_ids"], enc["attention_mask"], group_size,
                 max_new_tokens=self.cfg.max_new_tokens,
-                temperature=temperature, top_p=self.cfg.top_p, eos_id=tok.eos_token_id, pad_id=tok.pad_token_id)
+                temperature=temperature, top_p=self.cfg.top_p, stop_ids=self.stop_ids, pad_id=tok.pad_token_id)
         else:
             completion, sampler_logp = self.generate_reference(enc, group_size, temperature)
         self.model.train(was_training)
         sampler_logp = sampler_logp.cpu()
         completion, enc = completion.cpu(), enc.to("cpu")  # rollouts live on the CPU; the learner moves them
-        mask, truncated = response_mask(completion, tok.eos_token_id)
+        mask, truncated = response_mask(completion, self.stop_ids)
         sampler_logp = torch.where(mask.bool(), sampler_logp, torch.zeros_like(sampler_logp))
         texts = tok.batch_decode(torch.where(mask.bool(), completion, tok.pad_token_id), skip_special_tokens=True)
         return grouped_rollouts(problems, group_size, enc, completion=completion, mask=mask,
@@ -100,7 +102,7 @@ class HFSampler:
                 output_scores=True,
                 return_dict_in_generate=True,
                 pad_token_id=self.tokenizer.pad_token_id,
-                eos_token_id=self.tokenizer.eos_token_id,
+                eos_token_id=self.stop_ids,
             )
         completion = out.sequences[:, enc["input_ids"].shape[1]:]  # [B, T]
         scores = torch.stack(out.scores, dim=1).float()  # [B, T, V] logits after temperature/top-p
@@ -134,10 +136,10 @@ def plain_copy(model: torch.nn.Module) -> torch.nn.Module:
     return fresh.to(model.device)
 
 
-def response_mask(completion: torch.Tensor, eos_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """1 up to and including the first EOS; rows without EOS are truncated (all ones)."""
-    is_eos = completion == eos_id  # [B, T]
-    seen_before = (is_eos.cumsum(dim=1) - is_eos.long()) > 0  # EOS strictly earlier in the row
+def response_mask(completion: torch.Tensor, stop_ids: int | list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """1 up to and including the first stop token (EOS, end of turn); rows without one are truncated (all ones)."""
+    is_stop = torch.isin(completion, torch.as_tensor(stop_ids, device=completion.device))  # [B, T]
+    seen_before = (is_stop.cumsum(dim=1) - is_stop.long()) > 0  # a stop token strictly earlier in the row
     mask = (~seen_before).float()
-    truncated = ~is_eos.any(dim=1)
+    truncated = ~is_stop.any(dim=1)
     return mask, truncated

@@ -42,6 +42,7 @@ import torch
 from workbench.batch import Rollouts
 from workbench.config import SamplerConfig
 from workbench.rollout.base import grouped_rollouts
+from workbench.rollout.prompts import PromptFormat, as_prompt_format
 from workbench.tasks import Problem
 
 logger = logging.getLogger(__name__)
@@ -77,11 +78,12 @@ def import_vllm():
 class VLLMSampler:
     """Samples with an in-process vLLM engine holding its own copy of the learner's weights."""
 
-    def __init__(self, learner_model, tokenizer, cfg: SamplerConfig, prompt_template: str = "{prompt}",
+    def __init__(self, learner_model, tokenizer, cfg: SamplerConfig, prompt: PromptFormat | str = "{prompt}",
                  seed: int = 0) -> None:
         self.cfg = cfg
         self.tokenizer = tokenizer
-        self.template = prompt_template
+        self.prompt = as_prompt_format(prompt)
+        self.stop_ids = self.prompt.stops(tokenizer)  # EOS, and a chat template's end-of-turn token
         self.seed = seed
         self.llm = None
         self.sync_dir = Path(tempfile.mkdtemp(prefix="workbench-vllm-sync-"))
@@ -103,7 +105,7 @@ class VLLMSampler:
         from vllm.inputs import TokensPrompt
 
         tok = self.tokenizer
-        prompts = [self.template.format(prompt=p.prompt) for p in problems]
+        prompts = [self.prompt.render(p.prompt) for p in problems]
         enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)  # as the HF sampler
         unpadded = [ids[m.bool()].tolist() for ids, m in zip(enc["input_ids"], enc["attention_mask"], strict=True)]
         greedy = temperature == 0
@@ -113,7 +115,7 @@ class VLLMSampler:
             top_p=1.0 if greedy else self.cfg.top_p,
             max_tokens=self.cfg.max_new_tokens,
             logprobs=0,  # the sampled token's logprob, after temperature/top-p (logprobs_mode below)
-            stop_token_ids=[tok.eos_token_id],  # no tokenizer in the engine: EOS is stated here
+            stop_token_ids=self.stop_ids,  # no tokenizer in the engine: EOS and end of turn are stated here
             detokenize=False,
         )
         requests = [TokensPrompt(prompt_token_ids=ids) for ids in unpadded for _ in range(group_size)]

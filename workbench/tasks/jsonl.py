@@ -13,7 +13,7 @@ from workbench.tasks.base import Problem
 def read_problems(path: Path) -> list[Problem]:
     """Parse a JSONL file line by line; every error is one line naming the file and the line number.
 
-    A line is an object with a non-empty string ``prompt``, an ``answer`` (string or number) and
+    A line is an object with a non-empty string ``prompt`` (or ``question``, as GSM8K names it), an ``answer`` (string or number) and
     optionally a string ``solution`` (a worked completion, needed by the built-in model's SFT)."""
     return [problem for _, problem in read_numbered_problems(path)]
 
@@ -56,6 +56,8 @@ def _parse_line(raw: bytes, where: str) -> Problem | None:
         raise ValueError(f"{where}: invalid JSON (nested too deeply)") from None
     if not isinstance(row, dict):
         raise ValueError(f"{where}: expected a JSON object with 'prompt' and 'answer', got a {type(row).__name__}")
+    if "prompt" not in row and "question" in row:  # GSM8K's own field name
+        row["prompt"] = row["question"]
     missing = [key for key in ("prompt", "answer") if key not in row]
     if missing:
         raise ValueError(f"{where}: each line needs 'prompt' and 'answer'; missing {' and '.join(map(repr, missing))}")

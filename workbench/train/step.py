@@ -31,9 +31,11 @@ from workbench.health import HealthMonitor
 from workbench.metrics.compute import rollout_metrics
 from workbench.models import load_policy
 from workbench.reward import AnswerVerifier
+from workbench.reward._worker import ANSWER_SCORERS
 from workbench.reward.rollouts import score_rollouts
 from workbench.rollout import build_sampler
 from workbench.rollout.base import Sampler
+from workbench.rollout.prompts import resolve_prompt_format
 from workbench.tasks import Problem, Task, build_task
 from workbench.train.learner import ReferencePolicy, build_learner, resolve_device
 from workbench.train.learner_protocol import Learner
@@ -81,10 +83,11 @@ def open_run_parts(cfg: RunConfig, monitor: HealthMonitor) -> Iterator[RunParts]
     model, tokenizer = load_policy(cfg.model, cfg.task)
     learner = build_learner(model, cfg)  # learner.backend: torch | deepspeed, in the wrappers the run needs
     with learner.gathered_model() as full:  # a vLLM engine copies the weights: ZeRO-3 must gather them first
-        sampler = build_sampler(cfg, full, tokenizer, cfg.model.prompt_template)
+        sampler = build_sampler(cfg, full, tokenizer, resolve_prompt_format(cfg.model, tokenizer, cfg.model.path))
     reference = ReferencePolicy(learner.policy_copy()) if cfg.algorithm.kl_coef > 0 else None  # no KL, no copy
     with ExitStack() as stack:
-        verifier = stack.enter_context(AnswerVerifier(timeout_s=cfg.reward.timeout_s, workers=cfg.reward.workers))
+        verifier = stack.enter_context(AnswerVerifier(timeout_s=cfg.reward.timeout_s, workers=cfg.reward.workers,
+                                                      scorer=ANSWER_SCORERS[cfg.task.answer_format]))
         stack.enter_context(closing(sampler))
         stack.enter_context(closing(learner))
         # Closed first: a scoring still running (the run failed mid-step) ends before its verifier stops.
