@@ -157,8 +157,9 @@ def comparison_table_html(table: Any) -> str:
         view = pd.DataFrame({
             "rank": [fmt_num(r) for r in rows["rank"]],
             table.unit: rows["variant"],
+            "verdict": rows["verdict"],  # next to the name: in view in a narrow frame (MLflow's artifact viewer)
             **vs,
-            "seeds": rows["n_seeds"],
+            "n_seeds": rows["n_seeds"],
             "runs": [runs_phrase(r) for r in rows.to_dict("records")],
             f"mean [{level} CI]": [fmt_ci(*x) for x in zip(rows["mean"], rows["mean_lo"], rows["mean_hi"],
                                                            strict=True)],
@@ -170,7 +171,6 @@ def comparison_table_html(table: Any) -> str:
                                          zip(base, rows["p_improve"], rows["p_improve_lo"],
                                              rows["p_improve_hi"], strict=True)],
             f"p ({table.correction})": [fmt_p(p) for p in rows["p_adjusted"]],
-            "verdict": rows["verdict"],
             "status": rows["status"],
             "test": rows["test"],
             **_two_way_html_columns(table, metric, rows, level),
@@ -222,11 +222,12 @@ def _runs_overview_html(runs: pd.DataFrame, excluded: dict[str, int]) -> str:
         "finished / failed / stopped early": [
             f"{((status[i] == 'FINISHED') & ~stopped[i]).sum()} / {(status[i] != 'FINISHED').sum()} / "
             f"{((status[i] == 'FINISHED') & stopped[i]).sum()}" for i in g.groups.values()],
-        "seeds": [", ".join(str(s) for s in sorted(x.dropna().tolist())) for _, x in g["seed"]],
+        "n_seeds": [int(x.dropna().nunique()) for _, x in g["seed"]],
+        "seed values": [", ".join(str(s) for s in sorted(x.dropna().unique().tolist())) for _, x in g["seed"]],
         "health ok / warn / fail": [f"{(x == 'ok').sum()} / {(x == 'warn').sum()} / {(x == 'fail').sum()}"
                                     for _, x in g["health"]],
     })
-    out = df_table_html(view, left=(unit, "seeds"))
+    out = df_table_html(view, left=(unit, "seed values"))
     if excluded:
         out += ("<p class='note'>Not compared: "
                 + ", ".join(f"{n} {s}" for s, n in excluded.items())
@@ -245,7 +246,11 @@ def build_compare_report(study: str, table: Any, summary: pd.DataFrame, history:
     curves with CI bands (the curve panels of ``spec``), health matrix."""
     from workbench.compare.arms import arm_column  # deferred: scipy
     from workbench.viz.dashboard import DashboardData, render_dashboard  # deferred: plotly, pydantic
-    from workbench.viz.figures import health_matrix_figure, summary_figure  # deferred: plotly, pydantic
+    from workbench.viz.figures import (  # deferred: plotly, pydantic
+        health_legend_html,
+        health_matrix_figure,
+        summary_figure,
+    )
     from workbench.viz.html import Section, html_page  # deferred: plotly, pydantic
     from workbench.viz.style import variant_colors  # deferred: plotly, pydantic
 
@@ -291,11 +296,20 @@ def build_compare_report(study: str, table: Any, summary: pd.DataFrame, history:
                 "its eval problems at the mean; the runs share the problems, so it bounds the mean's "
                 "problem-draw noise from above); none for runs that logged no eval/n_problems.")))
     if cells is not None and len(cells):
-        sections.append(Section("Health", figure=health_matrix_figure(cells, title=None), note=(
-            "First step at which each health rule fired, per run (from health.json; amber: warn, red: fail, "
-            "grey: no report). `workbench health STUDY` prints the same table.")))
+        sections.append(Section("Health", body_html=health_legend_html(),
+                                figure=health_matrix_figure(cells, title=None), note=(
+            "Each cell: one health rule on one run (from health.json). `workbench health STUDY` prints the same "
+            "table.")))
     subtitle = f"study <b>{html.escape(study)}</b> · {len(runs)} runs · store {html.escape(redact_uri(tracking_uri))}"
-    return html_page(f"Comparison report: {study}", sections, subtitle=subtitle), warnings
+    return html_page(f"Comparison report: {study}", sections, subtitle=subtitle,
+                     lead_html=headline_html(table)), warnings
+
+
+def headline_html(table: Any) -> str:
+    """The headline sentences (one per comparison) and what each metric is: the top of the report."""
+    lines = "".join(f"<p class='headline'>{html.escape(line)}</p>" for line in table.headlines())
+    defined = "".join(f"<p class='note'>{html.escape(line)}</p>" for line in table.definitions())
+    return lines + defined
 
 # --------------------------------------------------------------------------------------------
 # Terminal output
@@ -338,7 +352,8 @@ def _title(table: Any, metric: str) -> str:
 
 
 def print_table(table: Any, out: Any = None) -> None:
-    """The comparison in the terminal, every name and number whole at any width.
+    """The comparison in the terminal, every name and number whole at any width: first the
+    headline, one sentence per comparison, and what each metric is; then the tables.
 
     Not a terminal (a pipe, a file): plain tab-separated lines, one per arm under a ``# metric``
     title, for ``cut``/``awk``. A terminal wide enough for the table: a table. A narrower one
@@ -351,6 +366,12 @@ def print_table(table: Any, out: Any = None) -> None:
 
     out = out or console
     styles = {"better": "bold green", "worse": "bold red", "baseline": "bold"}
+    for line in table.headlines():  # the first lines, terminal or not
+        out.print(escape(line), soft_wrap=True, highlight=False)
+    for line in table.definitions():
+        out.print(f"[dim]{escape(line)}[/dim]" if out.is_terminal else escape(line), soft_wrap=True,
+                  highlight=False)
+    out.print("")
     for metric in table.metrics:
         head, rows, verdicts = _table_cells(table, metric)
         method = table.two_way(metric)  # names the method of the intervals over seeds and problems
