@@ -156,6 +156,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("execution",),  # one run, a study, the pool, workers
     ("search", "importers"),  # Optuna searches; runs from TRL and verl
     ("cli",),  # the command line
+    ("notebook",),  # the notebook API: the CLI's results as objects (workbench.load_study)
 )
 
 

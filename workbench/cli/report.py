@@ -13,6 +13,7 @@ import html
 import math
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -35,7 +36,8 @@ from workbench.cli.looks import looks_report, record_first_look
 from workbench.cli.output import fail
 from workbench.tracking.redact import redact_uri
 
-__all__ = ["build_compare_report", "compare", "comparison_metrics", "dashboard", "select_runs", "uncomputed_summaries"]
+__all__ = ["Comparison", "build_compare_report", "compare", "comparison_metrics", "compute_comparison", "dashboard",
+           "select_runs", "uncomputed_summaries"]
 
 DEFAULT_METRICS = ("final_eval_accuracy",)
 REPORT_DIR = "reports"
@@ -509,45 +511,36 @@ def _activity_gates(target: Target, runs: pd.DataFrame, history: pd.DataFrame, b
         target.study, metrics, run_ids=runs["run_id"].tolist()).history)
 
 
-def compare(
-    study: StudyArg,
-    metric: Annotated[list[str] | None, typer.Option("--metric", "-m", help="summary metric (final_eval_accuracy, "
-                                                     "eval_auc, ...) or logged metric (its final value); repeatable; "
-                                                     "default: the study's compare.metrics")] = None,
-    baseline: Annotated[str | None, typer.Option(help="baseline variant (default: the study's compare.baseline, "
-                                                 "else the first variant)")] = None,
-    format: Annotated[str, typer.Option("--format", help="table | csv | json | md (to stdout)")] = "table",
-    out: Annotated[Path | None, typer.Option("--out", help="also write the HTML report to this file")] = None,
-    png: Annotated[Path | None, typer.Option("--png", help="also save the report's summary and curve figures "
-                                             "as a PNG (headless Chromium; for docs and papers)")] = None,
-    spec: Annotated[str, typer.Option(help="dashboard spec whose curve panels the report shows")] = "compare",
-    sesoi: Annotated[list[str] | None, typer.Option("--sesoi", help="METRIC=VALUE: smallest effect of interest "
-                                                    "in the metric's units (equivalence test, TOST); repeatable; "
-                                                    "overrides the study's compare.sesoi")] = None,
-    include_unfinished: Annotated[bool, typer.Option(help="also compare runs still RUNNING (counted as not finished; FAILED/KILLED runs are always compared, ranked worst)")] = False,
-    log: Annotated[bool, typer.Option("--log/--no-log", help="log the report to the study's parent MLflow run")] = True,
-    tracking_uri: TrackingOpt = None,
-) -> None:
-    """Which variant wins, by how much, with what confidence: table + HTML report logged to MLflow.
 
-    With a grid, each (variant, grid point) is an arm, compared with the baseline variant's arm at
-    the same grid point (paired by seed); ``--baseline VARIANT/KEY=VALUE`` compares every arm with
-    that one arm."""
+@dataclass
+class Comparison:
+    """What ``workbench compare`` computed, before it prints or logs anything (the notebook API's
+    ``Study.compare`` returns its ``table``: the object the CLI prints)."""
+
+    table: Any  # ComparisonTable
+    summary: pd.DataFrame  # one row per compared run, one column per summary metric
+    history: pd.DataFrame  # the compared runs' metric history
+    runs: pd.DataFrame  # the compared runs, in study order
+    excluded: dict[str, int]  # runs left out, by reason
+    frames: Any  # the StudyFrames loaded
+    spec: Any  # the dashboard spec whose curve panels the report shows
+
+
+def compute_comparison(target: Target, metric: Sequence[str] | None = None, *, baseline: str | None = None,
+                       sesoi: Sequence[str] | None = None, spec: str = "compare", include_unfinished: bool = False,
+                       record_look: bool = True, where: str | None = None) -> Comparison:
+    """The statistics of ``workbench compare`` (its options, by name); every bad input is one line
+    and exit 2 (:func:`workbench.cli.output.fail`). ``record_look``: record this comparison as the
+    study's first look if it has none (``--log``)."""
     from workbench.compare import compare_variants, resolve_summary, summarize_runs  # deferred: scipy
     from workbench.compare.arms import arm_column  # deferred: scipy
     from workbench.compare.problems import TWO_WAY_SUMMARIES  # deferred: scipy
 
-    if format not in ("table", "csv", "json", "md"):
-        raise fail(f"--format must be one of table, csv, json, md; got {format!r}")
-    if png is not None:
-        _check_png_target(png)
-    t0 = time.perf_counter()
-    target: Target = resolve_target(study, tracking_uri, allow_run=False)
     try:
         names = comparison_metrics(metric, target.compare)
     except ValueError as e:
         raise fail(str(e)) from None
-    effects = smallest_effects(target.compare, sesoi, study)
+    effects = smallest_effects(target.compare, sesoi, where or target.study)
     dash = _load_spec(spec)
     needed = {m for n in names for m in resolve_summary(n).reads} | _spec_metrics(dash)
     frames = target.reader.load(target.study, sorted(needed))
@@ -581,12 +574,49 @@ def compare(
 
     for line in uncomputed_summaries(summary, history, names):
         note(f"[yellow]{line}[/yellow]")
-    table.settings |= _looks(target, runs, record=log)  # sequential design; seeds added after looking
+    table.settings |= _looks(target, runs, record=record_look)  # sequential design; seeds added after looking
     for key, style in (("sequential", "bold"), ("seeds_added", "yellow")):
         if key in table.settings:
             from rich.markup import escape
 
             note(f"[{style}]{escape(table.settings[key])}[/{style}]")
+    return Comparison(table, summary, history, runs, excluded, frames, dash)
+
+
+def compare(
+    study: StudyArg,
+    metric: Annotated[list[str] | None, typer.Option("--metric", "-m", help="summary metric (final_eval_accuracy, "
+                                                     "eval_auc, ...) or logged metric (its final value); repeatable; "
+                                                     "default: the study's compare.metrics")] = None,
+    baseline: Annotated[str | None, typer.Option(help="baseline variant (default: the study's compare.baseline, "
+                                                 "else the first variant)")] = None,
+    format: Annotated[str, typer.Option("--format", help="table | csv | json | md (to stdout)")] = "table",
+    out: Annotated[Path | None, typer.Option("--out", help="also write the HTML report to this file")] = None,
+    png: Annotated[Path | None, typer.Option("--png", help="also save the report's summary and curve figures "
+                                             "as a PNG (headless Chromium; for docs and papers)")] = None,
+    spec: Annotated[str, typer.Option(help="dashboard spec whose curve panels the report shows")] = "compare",
+    sesoi: Annotated[list[str] | None, typer.Option("--sesoi", help="METRIC=VALUE: smallest effect of interest "
+                                                    "in the metric's units (equivalence test, TOST); repeatable; "
+                                                    "overrides the study's compare.sesoi")] = None,
+    include_unfinished: Annotated[bool, typer.Option(help="also compare runs still RUNNING (counted as not finished; FAILED/KILLED runs are always compared, ranked worst)")] = False,
+    log: Annotated[bool, typer.Option("--log/--no-log", help="log the report to the study's parent MLflow run")] = True,
+    tracking_uri: TrackingOpt = None,
+) -> None:
+    """Which variant wins, by how much, with what confidence: table + HTML report logged to MLflow.
+
+    With a grid, each (variant, grid point) is an arm, compared with the baseline variant's arm at
+    the same grid point (paired by seed); ``--baseline VARIANT/KEY=VALUE`` compares every arm with
+    that one arm."""
+    if format not in ("table", "csv", "json", "md"):
+        raise fail(f"--format must be one of table, csv, json, md; got {format!r}")
+    if png is not None:
+        _check_png_target(png)
+    t0 = time.perf_counter()
+    target: Target = resolve_target(study, tracking_uri, allow_run=False)
+    done = compute_comparison(target, metric, baseline=baseline, sesoi=sesoi, spec=spec,
+                              include_unfinished=include_unfinished, record_look=log, where=study)
+    table, summary, history, runs, excluded, frames, dash = (
+        done.table, done.summary, done.history, done.runs, done.excluded, done.frames, done.spec)
     if format == "table":
         print_table(table)
     elif format == "csv":

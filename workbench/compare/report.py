@@ -353,6 +353,9 @@ class ComparisonTable:
         return (f"Intervals over seeds and problems ({n} eval problems): {rows['two_way_method'].iloc[0]}; they "
                 "add the draw of the eval problems to the seed-only intervals (docs/reports.md).")
 
+    def _repr_markdown_(self) -> str:  # a notebook shows the table as `--format md` prints it
+        return self.to_markdown()
+
     def to_markdown(self) -> str:
         """The headline (one sentence per comparison, each its own paragraph: the first line is the
         first comparison's), what each metric is, then one GitHub-flavoured markdown table per
