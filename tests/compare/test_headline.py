@@ -73,8 +73,9 @@ def test_each_status_reads_in_plain_words(status, verdict, expected):
 def test_a_metric_outside_0_1_reads_in_its_own_units_and_the_rank_test_has_no_interval():
     line = headline(variant="a", baseline="b", metric="final:length/mean", status_word="inconclusive",
                     verdict_text="inconclusive with 3 vs 5 seeds", delta=12.25, lo=float("nan"), hi=float("nan"),
-                    level=float("nan"), n_x=3, n_y=5, mde=float("nan"), sesoi=float("nan"), points=False)
-    assert line == ("a vs b: +12.2 final length/mean (finished runs only: the rank test decides), "
+                    level=float("nan"), n_x=3, n_y=5, mde=float("nan"), sesoi=float("nan"), points=False,
+                    ranked=True)
+    assert line == ("a vs b: +12.2 final length/mean (of the finished runs; the rank test decides), "
                     "not distinguishable with 3 vs 5 seeds")
 
 

@@ -328,7 +328,8 @@ class ComparisonTable:
                     variant=str(r["variant"]), baseline=str(base), metric=metric, status_word=str(r["status"]),
                     verdict_text=str(r["verdict"]), delta=float(r["delta"]), lo=float(r["delta_lo"]),
                     hi=float(r["delta_hi"]), level=float(r["delta_level"]), n_x=int(r["n_seeds"]),
-                    n_y=int(seeds_of.get(base, 0)), mde=float(r["mde"]), sesoi=float(r["sesoi"]), points=points))
+                    n_y=int(seeds_of.get(base, 0)), mde=float(r["mde"]), sesoi=float(r["sesoi"]), points=points,
+                    ranked=str(r["test"]).startswith("Mann-Whitney")))
         return lines
 
     def definitions(self) -> list[str]:
@@ -338,9 +339,13 @@ class ComparisonTable:
         out = []
         for metric in self.metrics:
             try:
-                out.append(f"{metric}: {' '.join(resolve_summary(metric).description.replace('``', '').split())}")
+                spec = resolve_summary(metric)
             except ValueError:  # a column the caller computed: nothing registered to say
                 continue
+            text = spec.description
+            for name, default in spec.params.items():  # "the last ``window`` steps" -> "the last 10 steps"
+                text = text.replace(f"``{name}``", str(default))
+            out.append(f"{metric}: {' '.join(text.replace('``', '').split())}")
         return out
 
     def two_way(self, metric: str) -> str:

@@ -300,9 +300,10 @@ def _last_mean(s: pd.Series, k: int) -> float:
 @summary_metric("final_eval_accuracy", higher_is_better=True, reads=[EVAL_ACCURACY], bounds=(0.0, 1.0))
 def final_eval_accuracy(run: RunCurves, k: int = FINAL_EVALS) -> float:
     """Final eval/accuracy: the mean of the last 3 evals after step 0 (fewer if fewer were logged;
-    NaN if none), as `workbench run` prints it. ``k`` sets the 3.
+    NaN if none), as `workbench run` prints it.
 
-    The one definition of "final" (:mod:`workbench.metrics.final`, which says why step 0 is left out)."""
+    ``k`` sets how many. The one definition of "final" (:mod:`workbench.metrics.final`, which says
+    why step 0 is left out)."""
     return _final_eval(run.series(EVAL_ACCURACY), k)
 
 

@@ -139,11 +139,12 @@ def effect_text(x: float, *, points: bool, signed: bool = True) -> str:
 
 def headline(*, variant: str, baseline: str, metric: str, status_word: str, verdict_text: str, delta: float,
              lo: float, hi: float, level: float, n_x: int, n_y: int, mde: float, sesoi: float,
-             points: bool) -> str:
+             points: bool, ranked: bool = False) -> str:
     """One comparison in one plain sentence, e.g. ``"dapo vs grpo: +4.5 points final eval accuracy
     (95% CI -1.2 to +10.2), not distinguishable with 3 seeds"``. ``level``: the confidence of the
     interval ``[lo, hi]`` shown (the table's simultaneous level: 97.5% with 2 comparisons), NaN
-    when there is none (the rank test decided); ``points``: the metric lies in [0, 1] and its
+    when there is none; ``ranked``: the rank test decided (some runs failed, stopped or were
+    censored: Δ is of the finished runs); ``points``: the metric lies in [0, 1] and its
     differences read as percentage points."""
     unit = " points" if points else ""
     who = f"{variant} vs {baseline}"
@@ -152,8 +153,10 @@ def headline(*, variant: str, baseline: str, metric: str, status_word: str, verd
     effect = f"{effect_text(delta, points=points)}{unit} {metric_words(metric)}"
     if math.isfinite(lo) and math.isfinite(hi) and math.isfinite(level):
         effect += f" ({100 * level:.3g}% CI {effect_text(lo, points=points)} to {effect_text(hi, points=points)})"
+    elif ranked:
+        effect += " (of the finished runs; the rank test decides)"
     elif math.isfinite(delta):
-        effect += " (finished runs only: the rank test decides)"
+        effect += " (no interval)"  # e.g. runs that do not vary: the row's note says why
     seeds = f"with {seeds_phrase(n_x, n_y)}"
     if status_word in ("better", "worse", "higher", "lower"):
         said = f"{variant} is {status_word} {seeds}"
