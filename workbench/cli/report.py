@@ -368,10 +368,12 @@ def print_table(table: Any, out: Any = None) -> None:
 
     out = out or console
     styles = {"better": "bold green", "worse": "bold red", "baseline": "bold"}
-    for line in table.headlines():  # the first lines, terminal or not
-        out.print(escape(line), soft_wrap=True, highlight=False)
+    # the first lines, terminal or not: one sentence per comparison, then what each metric is; a terminal
+    # wraps them at its width between words, a pipe gets one line each
+    for line in table.headlines():
+        out.print(escape(line), soft_wrap=not out.is_terminal, highlight=False)
     for line in table.definitions():
-        out.print(f"[dim]{escape(line)}[/dim]" if out.is_terminal else escape(line), soft_wrap=True,
+        out.print(f"[dim]{escape(line)}[/dim]" if out.is_terminal else escape(line), soft_wrap=not out.is_terminal,
                   highlight=False)
     out.print("")
     for metric in table.metrics:
