@@ -96,7 +96,7 @@ def test_a_ctrl_c_swallowed_inside_a_store_call_still_stops_the_pool():
 
 def test_seed_matrix_groups_runs_by_label_without_the_seed():
     def outcome(label, seed, status="FINISHED", value=float("nan")):
-        return RunOutcome(label, label.split("/")[0], seed, f"k-{label}", status, eval_last=value, health="ok")
+        return RunOutcome(label, label.split("/")[0], seed, f"k-{label}", status, eval_final=value, health="ok")
 
     seeds, rows = seed_matrix([outcome("a/lr=1e-4/seed=0", 0, value=0.2), outcome("a/lr=1e-4/seed=1", 1, value=0.4),
                                outcome("b/seed=0", 0, "FAILED"), outcome("b/seed=1", 1, "SKIPPED", 0.5)])

@@ -156,6 +156,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("execution",),  # one run, a study, the pool, workers
     ("search", "importers"),  # Optuna searches; runs from TRL and verl
     ("cli",),  # the command line
+    ("notebook",),  # the notebook API: the CLI's results as objects (workbench.load_study)
 )
 
 
@@ -319,3 +320,20 @@ def test_no_re_export_shims():
             unused += [f"{module}.{name}" for name in sorted(set(handed) - taken)]
     assert not unused, "names handed on that nobody imports from there: " + ", ".join(unused)
     assert not foreign, "a package hands on another package's names: " + ", ".join(foreign)
+
+
+def test_import_workbench_and_the_cli_stay_light():
+    """``import workbench`` and ``import workbench.cli.main`` load no heavy dependency (the notebook
+    API's names load theirs on first use, PEP 562); ``from workbench import load_study`` works."""
+    import subprocess
+    import sys
+
+    heavy = ("scipy", "statsmodels", "torch", "transformers", "plotly", "mlflow")
+    code = ("import sys, workbench, workbench.cli.main; "
+            f"print(','.join(m for m in {heavy!r} if m in sys.modules)); "
+            "from workbench import load_study; print(load_study.__module__)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                          cwd=PACKAGE_ROOT.parent)
+    loaded, home = done.stdout.splitlines()
+    assert loaded == "", f"import workbench.cli.main loaded {loaded}"
+    assert home == "workbench.notebook.study"

@@ -200,7 +200,7 @@ def test_md_and_csv_name_arms(store):
     _, uri, _ = store
     result = CliRunner().invoke(app, ["compare", STUDY, "--tracking-uri", uri, "--no-log", "--format", "md"])
     assert result.exit_code == 0, result.output
-    assert "| rank | arm | baseline arm | seeds |" in result.stdout
+    assert "| rank | arm | baseline arm | n_seeds |" in result.stdout
     assert f"| {DR_LO} | {GRPO_LO} | 3 |" in result.stdout
     result = CliRunner().invoke(app, ["compare", STUDY, "--tracking-uri", uri, "--no-log", "--format", "csv"])
     csv = pd.read_csv(pd.io.common.StringIO(result.stdout))
@@ -281,7 +281,7 @@ def test_without_a_grid_the_arm_column_changes_nothing():
     pd.testing.assert_frame_equal(plain.df, armed.df)
     assert not armed.by_arm and not armed.per_grid_point and armed.unit == "variant"
     assert set(plain.df["baseline_arm"]) == {"grpo"}
-    assert "| rank | variant | seeds |" in plain.to_markdown()
+    assert "| rank | variant | n_seeds |" in plain.to_markdown()
 
 
 def test_match_baselines_by_hand():

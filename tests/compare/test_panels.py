@@ -143,9 +143,9 @@ def test_markers_sit_on_the_last_value_at_or_before_their_step():
 
 
 def test_summary_panel_is_the_comparison_table_with_scipys_t_interval():
-    # one eval point per run: its final value (the mean of its last 3 eval points) is that point
-    history, runs = frames({("a", 0): [0.5], ("a", 1): [0.6], ("a", 2): [0.9],
-                            ("b", 0): [0.1], ("b", 1): [0.2], ("b", 2): [0.3]}, metric="eval/accuracy")
+    # one eval point per run after step 0: its final value (mean of the last 3 evals after step 0) is that point
+    history, runs = frames({("a", 0): [0.0, 0.5], ("a", 1): [0.0, 0.6], ("a", 2): [0.0, 0.9],
+                            ("b", 0): [0.0, 0.1], ("b", 1): [0.0, 0.2], ("b", 2): [0.0, 0.3]}, metric="eval/accuracy")
     panel = summary_panel(history, runs, ["final:eval/accuracy"], "b")
     assert panel.values["final:eval/accuracy"].tolist() == [0.5, 0.6, 0.9, 0.1, 0.2, 0.3]
     (metric, rows), = list(panel.rows())

@@ -83,7 +83,8 @@ def test_token_counter_run_by_hand(history):
     r3 = summarize_runs(history, RUNS).set_index("run_id").loc["r3"]
     # samples = tokens / length = [10, 15]; correct = [5, 3]; 400 tokens / 8 correct
     assert r3["tokens_per_correct"] == pytest.approx(50.0)
-    assert r3["final_eval_accuracy"] == pytest.approx((0.1 + 0.5) / 2)  # duplicate step: last value
+    # duplicate step: last value (0.5); the step-0 eval (0.1) scores the initial model: not in "final"
+    assert r3["final_eval_accuracy"] == pytest.approx(0.5)
     assert r3["steps_to_threshold"] == 1
     assert r3["tokens_to_threshold"] == pytest.approx(100.0)  # the eval at step 1 saw step 0's 100 tokens
     assert math.isnan(r3["final_length_ratio"])

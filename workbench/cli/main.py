@@ -26,6 +26,7 @@ from workbench.execution.lock import StudyBusy
 from workbench.execution.study_progress import PROGRESS_EVERY_ENV
 from workbench.metrics import CATALOGUE
 from workbench.metrics.catalogue import markdown_table, range_text
+from workbench.metrics.final import FINAL_EVAL_DEFINITION
 from workbench.results.reader import StudyNotFound, StudyReader
 from workbench.tracking.redact import redact_uri
 from workbench.tracking.store import resolve_tracking_uri
@@ -298,16 +299,21 @@ def _study_store(specs) -> str:
     return resolve_tracking_uri(specs[0].config.tracking.uri if specs else None)
 
 
+#: What "eval final" is, under every table that shows it (the one definition: workbench.metrics.final).
+FINAL_CAPTION = (f"eval final: {FINAL_EVAL_DEFINITION} of eval/accuracy, as `workbench compare` computes "
+                 "final_eval_accuracy; Δ = final − first eval")
+
+
 def print_summary(name: str, outcomes, uri: str) -> None:
     from rich.markup import escape
 
-    table = Table(title=f"study {name}")
-    for col in ["run", "status", "steps", "eval first", "eval last", "Δ", "health"]:
+    table = Table(title=f"study {name}", caption=FINAL_CAPTION, caption_justify="left")
+    for col in ["run", "status", "steps", "eval first", "eval final", "Δ", "health"]:
         table.add_column(col, justify="right" if col.startswith(("eval", "Δ", "steps")) else "left")
     for o in outcomes:
-        delta = o.eval_last - o.eval_first
+        delta = o.eval_final - o.eval_first
         fmt = lambda v: "-" if v != v else f"{v:.3f}"  # noqa: E731 - NaN prints as "-"
-        table.add_row(o.label, o.status, str(o.steps or "-"), fmt(o.eval_first), fmt(o.eval_last),
+        table.add_row(o.label, o.status, str(o.steps or "-"), fmt(o.eval_first), fmt(o.eval_final),
                       "-" if delta != delta else f"{delta:+.3f}", o.health)
         if o.error:
             table.add_row("", f"[red]{o.error[:120]}", "", "", "", "", "")
@@ -325,7 +331,7 @@ def _print_seed_matrix(outcomes) -> None:
     seeds, rows = seed_matrix(outcomes)
     if len(seeds) < 2:
         return
-    table = Table(title="final eval/accuracy (health) by seed")
+    table = Table(title="final eval/accuracy (health) by seed", caption=FINAL_CAPTION, caption_justify="left")
     table.add_column("run")
     for seed in seeds:
         table.add_column(f"seed={seed}", justify="right")
@@ -336,8 +342,8 @@ def _print_seed_matrix(outcomes) -> None:
             o = by_seed.get(seed)
             if o is None:
                 cells.append("")
-            elif o.eval_last == o.eval_last:  # not NaN
-                cells.append(f"{o.eval_last:.3f} {o.health}")
+            elif o.eval_final == o.eval_final:  # not NaN
+                cells.append(f"{o.eval_final:.3f} {o.health}")
             else:
                 cells.append(o.status)
         table.add_row(group, *cells, "-" if mean != mean else f"{mean:.3f}")

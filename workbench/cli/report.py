@@ -13,6 +13,7 @@ import html
 import math
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -35,7 +36,8 @@ from workbench.cli.looks import looks_report, record_first_look
 from workbench.cli.output import fail
 from workbench.tracking.redact import redact_uri
 
-__all__ = ["build_compare_report", "compare", "comparison_metrics", "dashboard", "select_runs", "uncomputed_summaries"]
+__all__ = ["Comparison", "build_compare_report", "compare", "comparison_metrics", "compute_comparison", "dashboard",
+           "select_runs", "uncomputed_summaries"]
 
 DEFAULT_METRICS = ("final_eval_accuracy",)
 REPORT_DIR = "reports"
@@ -157,8 +159,9 @@ def comparison_table_html(table: Any) -> str:
         view = pd.DataFrame({
             "rank": [fmt_num(r) for r in rows["rank"]],
             table.unit: rows["variant"],
+            "verdict": rows["verdict"],  # next to the name: in view in a narrow frame (MLflow's artifact viewer)
             **vs,
-            "seeds": rows["n_seeds"],
+            "n_seeds": rows["n_seeds"],
             "runs": [runs_phrase(r) for r in rows.to_dict("records")],
             f"mean [{level} CI]": [fmt_ci(*x) for x in zip(rows["mean"], rows["mean_lo"], rows["mean_hi"],
                                                            strict=True)],
@@ -170,7 +173,6 @@ def comparison_table_html(table: Any) -> str:
                                          zip(base, rows["p_improve"], rows["p_improve_lo"],
                                              rows["p_improve_hi"], strict=True)],
             f"p ({table.correction})": [fmt_p(p) for p in rows["p_adjusted"]],
-            "verdict": rows["verdict"],
             "status": rows["status"],
             "test": rows["test"],
             **_two_way_html_columns(table, metric, rows, level),
@@ -222,11 +224,12 @@ def _runs_overview_html(runs: pd.DataFrame, excluded: dict[str, int]) -> str:
         "finished / failed / stopped early": [
             f"{((status[i] == 'FINISHED') & ~stopped[i]).sum()} / {(status[i] != 'FINISHED').sum()} / "
             f"{((status[i] == 'FINISHED') & stopped[i]).sum()}" for i in g.groups.values()],
-        "seeds": [", ".join(str(s) for s in sorted(x.dropna().tolist())) for _, x in g["seed"]],
+        "n_seeds": [int(x.dropna().nunique()) for _, x in g["seed"]],
+        "seed values": [", ".join(str(s) for s in sorted(x.dropna().unique().tolist())) for _, x in g["seed"]],
         "health ok / warn / fail": [f"{(x == 'ok').sum()} / {(x == 'warn').sum()} / {(x == 'fail').sum()}"
                                     for _, x in g["health"]],
     })
-    out = df_table_html(view, left=(unit, "seeds"))
+    out = df_table_html(view, left=(unit, "seed values"))
     if excluded:
         out += ("<p class='note'>Not compared: "
                 + ", ".join(f"{n} {s}" for s, n in excluded.items())
@@ -245,7 +248,11 @@ def build_compare_report(study: str, table: Any, summary: pd.DataFrame, history:
     curves with CI bands (the curve panels of ``spec``), health matrix."""
     from workbench.compare.arms import arm_column  # deferred: scipy
     from workbench.viz.dashboard import DashboardData, render_dashboard  # deferred: plotly, pydantic
-    from workbench.viz.figures import health_matrix_figure, summary_figure  # deferred: plotly, pydantic
+    from workbench.viz.figures import (  # deferred: plotly, pydantic
+        health_legend_html,
+        health_matrix_figure,
+        summary_figure,
+    )
     from workbench.viz.html import Section, html_page  # deferred: plotly, pydantic
     from workbench.viz.style import variant_colors  # deferred: plotly, pydantic
 
@@ -291,11 +298,20 @@ def build_compare_report(study: str, table: Any, summary: pd.DataFrame, history:
                 "its eval problems at the mean; the runs share the problems, so it bounds the mean's "
                 "problem-draw noise from above); none for runs that logged no eval/n_problems.")))
     if cells is not None and len(cells):
-        sections.append(Section("Health", figure=health_matrix_figure(cells, title=None), note=(
-            "First step at which each health rule fired, per run (from health.json; amber: warn, red: fail, "
-            "grey: no report). `workbench health STUDY` prints the same table.")))
+        sections.append(Section("Health", body_html=health_legend_html(),
+                                figure=health_matrix_figure(cells, title=None), note=(
+            "Each cell: one health rule on one run (from health.json). `workbench health STUDY` prints the same "
+            "table.")))
     subtitle = f"study <b>{html.escape(study)}</b> · {len(runs)} runs · store {html.escape(redact_uri(tracking_uri))}"
-    return html_page(f"Comparison report: {study}", sections, subtitle=subtitle), warnings
+    return html_page(f"Comparison report: {study}", sections, subtitle=subtitle,
+                     lead_html=headline_html(table)), warnings
+
+
+def headline_html(table: Any) -> str:
+    """The headline sentences (one per comparison) and what each metric is: the top of the report."""
+    lines = "".join(f"<p class='headline'>{html.escape(line)}</p>" for line in table.headlines())
+    defined = "".join(f"<p class='note'>{html.escape(line)}</p>" for line in table.definitions())
+    return lines + defined
 
 # --------------------------------------------------------------------------------------------
 # Terminal output
@@ -338,7 +354,8 @@ def _title(table: Any, metric: str) -> str:
 
 
 def print_table(table: Any, out: Any = None) -> None:
-    """The comparison in the terminal, every name and number whole at any width.
+    """The comparison in the terminal, every name and number whole at any width: first the
+    headline, one sentence per comparison, and what each metric is; then the tables.
 
     Not a terminal (a pipe, a file): plain tab-separated lines, one per arm under a ``# metric``
     title, for ``cut``/``awk``. A terminal wide enough for the table: a table. A narrower one
@@ -351,6 +368,14 @@ def print_table(table: Any, out: Any = None) -> None:
 
     out = out or console
     styles = {"better": "bold green", "worse": "bold red", "baseline": "bold"}
+    # the first lines, terminal or not: one sentence per comparison, then what each metric is; a terminal
+    # wraps them at its width between words, a pipe gets one line each
+    for line in table.headlines():
+        out.print(escape(line), soft_wrap=not out.is_terminal, highlight=False)
+    for line in table.definitions():
+        out.print(f"[dim]{escape(line)}[/dim]" if out.is_terminal else escape(line), soft_wrap=not out.is_terminal,
+                  highlight=False)
+    out.print("")
     for metric in table.metrics:
         head, rows, verdicts = _table_cells(table, metric)
         method = table.two_way(metric)  # names the method of the intervals over seeds and problems
@@ -488,45 +513,36 @@ def _activity_gates(target: Target, runs: pd.DataFrame, history: pd.DataFrame, b
         target.study, metrics, run_ids=runs["run_id"].tolist()).history)
 
 
-def compare(
-    study: StudyArg,
-    metric: Annotated[list[str] | None, typer.Option("--metric", "-m", help="summary metric (final_eval_accuracy, "
-                                                     "eval_auc, ...) or logged metric (its final value); repeatable; "
-                                                     "default: the study's compare.metrics")] = None,
-    baseline: Annotated[str | None, typer.Option(help="baseline variant (default: the study's compare.baseline, "
-                                                 "else the first variant)")] = None,
-    format: Annotated[str, typer.Option("--format", help="table | csv | json | md (to stdout)")] = "table",
-    out: Annotated[Path | None, typer.Option("--out", help="also write the HTML report to this file")] = None,
-    png: Annotated[Path | None, typer.Option("--png", help="also save the report's summary and curve figures "
-                                             "as a PNG (headless Chromium; for docs and papers)")] = None,
-    spec: Annotated[str, typer.Option(help="dashboard spec whose curve panels the report shows")] = "compare",
-    sesoi: Annotated[list[str] | None, typer.Option("--sesoi", help="METRIC=VALUE: smallest effect of interest "
-                                                    "in the metric's units (equivalence test, TOST); repeatable; "
-                                                    "overrides the study's compare.sesoi")] = None,
-    include_unfinished: Annotated[bool, typer.Option(help="also compare runs still RUNNING (counted as not finished; FAILED/KILLED runs are always compared, ranked worst)")] = False,
-    log: Annotated[bool, typer.Option("--log/--no-log", help="log the report to the study's parent MLflow run")] = True,
-    tracking_uri: TrackingOpt = None,
-) -> None:
-    """Which variant wins, by how much, with what confidence: table + HTML report logged to MLflow.
 
-    With a grid, each (variant, grid point) is an arm, compared with the baseline variant's arm at
-    the same grid point (paired by seed); ``--baseline VARIANT/KEY=VALUE`` compares every arm with
-    that one arm."""
+@dataclass
+class Comparison:
+    """What ``workbench compare`` computed, before it prints or logs anything (the notebook API's
+    ``Study.compare`` returns its ``table``: the object the CLI prints)."""
+
+    table: Any  # ComparisonTable
+    summary: pd.DataFrame  # one row per compared run, one column per summary metric
+    history: pd.DataFrame  # the compared runs' metric history
+    runs: pd.DataFrame  # the compared runs, in study order
+    excluded: dict[str, int]  # runs left out, by reason
+    frames: Any  # the StudyFrames loaded
+    spec: Any  # the dashboard spec whose curve panels the report shows
+
+
+def compute_comparison(target: Target, metric: Sequence[str] | None = None, *, baseline: str | None = None,
+                       sesoi: Sequence[str] | None = None, spec: str = "compare", include_unfinished: bool = False,
+                       record_look: bool = True, where: str | None = None) -> Comparison:
+    """The statistics of ``workbench compare`` (its options, by name); every bad input is one line
+    and exit 2 (:func:`workbench.cli.output.fail`). ``record_look``: record this comparison as the
+    study's first look if it has none (``--log``)."""
     from workbench.compare import compare_variants, resolve_summary, summarize_runs  # deferred: scipy
     from workbench.compare.arms import arm_column  # deferred: scipy
     from workbench.compare.problems import TWO_WAY_SUMMARIES  # deferred: scipy
 
-    if format not in ("table", "csv", "json", "md"):
-        raise fail(f"--format must be one of table, csv, json, md; got {format!r}")
-    if png is not None:
-        _check_png_target(png)
-    t0 = time.perf_counter()
-    target: Target = resolve_target(study, tracking_uri, allow_run=False)
     try:
         names = comparison_metrics(metric, target.compare)
     except ValueError as e:
         raise fail(str(e)) from None
-    effects = smallest_effects(target.compare, sesoi, study)
+    effects = smallest_effects(target.compare, sesoi, where or target.study)
     dash = _load_spec(spec)
     needed = {m for n in names for m in resolve_summary(n).reads} | _spec_metrics(dash)
     frames = target.reader.load(target.study, sorted(needed))
@@ -560,12 +576,49 @@ def compare(
 
     for line in uncomputed_summaries(summary, history, names):
         note(f"[yellow]{line}[/yellow]")
-    table.settings |= _looks(target, runs, record=log)  # sequential design; seeds added after looking
+    table.settings |= _looks(target, runs, record=record_look)  # sequential design; seeds added after looking
     for key, style in (("sequential", "bold"), ("seeds_added", "yellow")):
         if key in table.settings:
             from rich.markup import escape
 
             note(f"[{style}]{escape(table.settings[key])}[/{style}]")
+    return Comparison(table, summary, history, runs, excluded, frames, dash)
+
+
+def compare(
+    study: StudyArg,
+    metric: Annotated[list[str] | None, typer.Option("--metric", "-m", help="summary metric (final_eval_accuracy, "
+                                                     "eval_auc, ...) or logged metric (its final value); repeatable; "
+                                                     "default: the study's compare.metrics")] = None,
+    baseline: Annotated[str | None, typer.Option(help="baseline variant (default: the study's compare.baseline, "
+                                                 "else the first variant)")] = None,
+    format: Annotated[str, typer.Option("--format", help="table | csv | json | md (to stdout)")] = "table",
+    out: Annotated[Path | None, typer.Option("--out", help="also write the HTML report to this file")] = None,
+    png: Annotated[Path | None, typer.Option("--png", help="also save the report's summary and curve figures "
+                                             "as a PNG (headless Chromium; for docs and papers)")] = None,
+    spec: Annotated[str, typer.Option(help="dashboard spec whose curve panels the report shows")] = "compare",
+    sesoi: Annotated[list[str] | None, typer.Option("--sesoi", help="METRIC=VALUE: smallest effect of interest "
+                                                    "in the metric's units (equivalence test, TOST); repeatable; "
+                                                    "overrides the study's compare.sesoi")] = None,
+    include_unfinished: Annotated[bool, typer.Option(help="also compare runs still RUNNING (counted as not finished; FAILED/KILLED runs are always compared, ranked worst)")] = False,
+    log: Annotated[bool, typer.Option("--log/--no-log", help="log the report to the study's parent MLflow run")] = True,
+    tracking_uri: TrackingOpt = None,
+) -> None:
+    """Which variant wins, by how much, with what confidence: table + HTML report logged to MLflow.
+
+    With a grid, each (variant, grid point) is an arm, compared with the baseline variant's arm at
+    the same grid point (paired by seed); ``--baseline VARIANT/KEY=VALUE`` compares every arm with
+    that one arm."""
+    if format not in ("table", "csv", "json", "md"):
+        raise fail(f"--format must be one of table, csv, json, md; got {format!r}")
+    if png is not None:
+        _check_png_target(png)
+    t0 = time.perf_counter()
+    target: Target = resolve_target(study, tracking_uri, allow_run=False)
+    done = compute_comparison(target, metric, baseline=baseline, sesoi=sesoi, spec=spec,
+                              include_unfinished=include_unfinished, record_look=log, where=study)
+    table, summary, history, runs, excluded, frames, dash = (
+        done.table, done.summary, done.history, done.runs, done.excluded, done.frames, done.spec)
     if format == "table":
         print_table(table)
     elif format == "csv":

@@ -49,6 +49,8 @@ import numpy as np
 import pandas as pd
 import scipy.stats as sps
 
+from workbench.metrics.final import FINAL_EVALS, final_eval_weights
+
 from .outcomes import run_outcomes
 
 __all__ = [
@@ -194,14 +196,13 @@ def two_way_bootstrap(x: np.ndarray, y: np.ndarray | None = None, *, paired: boo
 # --------------------------------------------------------------------------------------------
 
 
-def _last_k_weights(steps: np.ndarray, k: int = 3) -> np.ndarray:
-    """Weight 1/k on the last ``k`` eval steps (all of them when fewer): ``final_eval_accuracy``."""
-    w = np.zeros(steps.size)
-    w[-min(k, steps.size):] = 1.0 / min(k, steps.size)
-    return w
+def _last_k_weights(steps: np.ndarray, k: int = FINAL_EVALS) -> np.ndarray:
+    """``final_eval_accuracy``'s weights: 1/n on the last ``n <= k`` eval steps after step 0
+    (:func:`workbench.metrics.final.final_eval_weights`, the one definition of "final")."""
+    return final_eval_weights(steps, k)
 
 
-def _last_window_weights(steps: np.ndarray, window: int = 3) -> np.ndarray:
+def _last_window_weights(steps: np.ndarray, window: int = FINAL_EVALS) -> np.ndarray:
     """``final:eval/accuracy`` (its parameter is ``window``)."""
     return _last_k_weights(steps, window)
 

@@ -260,6 +260,8 @@ class ComparisonTable:
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "headline": self.headlines(),  # first: what a reader wants first
+            "definitions": self.definitions(),
             "baseline": self.baseline,
             "metrics": list(self.metrics),
             "higher_is_better": dict(self.higher_is_better),
@@ -307,6 +309,45 @@ class ComparisonTable:
             settings=dict(d.get("settings", {})),
         )
 
+    # ---- in words ----------------------------------------------------------------------------
+
+    def headlines(self) -> list[str]:
+        """One plain sentence per comparison (metric x compared arm, in table order), the first
+        lines of every output of ``compare``: effect, its interval at the level shown in the table,
+        and the verdict in words (:func:`workbench.compare.wording.headline`)."""
+        lines = []
+        for metric in self.metrics:
+            rows = self.for_metric(metric)
+            seeds_of = dict(zip(rows["variant"], rows["n_seeds"], strict=True))
+            points = _value_bounds(metric) == (0.0, 1.0)  # a rate: differences in percentage points
+            for r in rows.to_dict("records"):
+                if r["verdict"] == "baseline":
+                    continue
+                base = r["baseline_arm"] or self.baseline
+                lines.append(wording.headline(
+                    variant=str(r["variant"]), baseline=str(base), metric=metric, status_word=str(r["status"]),
+                    verdict_text=str(r["verdict"]), delta=float(r["delta"]), lo=float(r["delta_lo"]),
+                    hi=float(r["delta_hi"]), level=float(r["delta_level"]), n_x=int(r["n_seeds"]),
+                    n_y=int(seeds_of.get(base, 0)), mde=float(r["mde"]), sesoi=float(r["sesoi"]), points=points,
+                    ranked=str(r["test"]).startswith("Mann-Whitney")))
+        return lines
+
+    def definitions(self) -> list[str]:
+        """What each compared summary is, one line per metric (``final_eval_accuracy: Final
+        eval/accuracy: the mean of its last 3 evals after step 0 ...``), so every output that says
+        "final" says which final."""
+        out = []
+        for metric in self.metrics:
+            try:
+                spec = resolve_summary(metric)
+            except ValueError:  # a column the caller computed: nothing registered to say
+                continue
+            text = spec.description
+            for name, default in spec.params.items():  # "the last ``window`` steps" -> "the last 10 steps"
+                text = text.replace(f"``{name}``", str(default))
+            out.append(f"{metric}: {' '.join(text.replace('``', '').split())}")
+        return out
+
     def two_way(self, metric: str) -> str:
         """What the metric's intervals over seeds and problems are, in one sentence ("" if none)."""
         rows = self.for_metric(metric)
@@ -317,10 +358,19 @@ class ComparisonTable:
         return (f"Intervals over seeds and problems ({n} eval problems): {rows['two_way_method'].iloc[0]}; they "
                 "add the draw of the eval problems to the seed-only intervals (docs/reports.md).")
 
+    def _repr_markdown_(self) -> str:  # a notebook shows the table as `--format md` prints it
+        return self.to_markdown()
+
     def to_markdown(self) -> str:
-        """One GitHub-flavoured markdown table per metric, best first."""
+        """The headline (one sentence per comparison, each its own paragraph: the first line is the
+        first comparison's), what each metric is, then one GitHub-flavoured markdown table per
+        metric, best first."""
         level = f"{self.confidence:.0%}"
         out = io.StringIO()
+        for line in self.headlines():
+            out.write(line + "\n\n")
+        for line in self.definitions():
+            out.write(f"*{line}*\n\n")
         for metric in self.metrics:
             hib = self.higher_is_better.get(metric)
             direction = {True: "higher is better", False: "lower is better", None: "no preferred direction"}[hib]
@@ -330,7 +380,7 @@ class ComparisonTable:
                 "rank",
                 self.unit,
                 *(["baseline arm"] if vs else []),
-                "seeds",
+                "n_seeds",
                 "runs",
                 f"mean [{level} CI]",
                 f"IQM [{level} CI]",
@@ -366,8 +416,8 @@ class ComparisonTable:
             f"corrected; MDE: minimum detectable effect at the seeds run ({self.settings.get('power', 0.8):.0%} "
             f"power); mean CIs: t interval; IQM CIs: trimmed-mean t (Tukey-McLaughlin; t below 4 seeds); P(improve): "
             f"paired by seed with an exact binomial CI, else over all run pairs with a percentile bootstrap CI "
-            f"({self.settings.get('n_resamples', '?')} resamples). seeds = "
-            f"finished runs with a value; runs failed, stopped early or censored are ranked worst "
+            f"({self.settings.get('n_resamples', '?')} resamples). n_seeds = "
+            f"the number of finished runs with a value; runs failed, stopped early or censored are ranked worst "
             f"(Mann-Whitney) and can withhold a verdict (docs/reports.md).\n"
         )
         return out.getvalue()

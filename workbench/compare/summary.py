@@ -13,7 +13,8 @@ metrics it reads; ``summarize_runs`` computes the chosen ones for every run::
                              params={"final_eval_accuracy": {"k": 5}})
 
 Besides the registered names, ``"final:<metric>"`` (e.g. ``final:eval/length_mean``) is the mean
-of the last values of any logged metric (last 3 for ``eval/*`` metrics, last 10 otherwise).
+of the last values of any logged metric: for ``eval/*`` metrics the one definition of "final"
+(:mod:`workbench.metrics.final`: the mean of the last 3 evals after step 0), the last 10 otherwise.
 
 Conventions, fixed once here:
 * A run's curve for a metric is its finite values by step, sorted; a step logged twice keeps
@@ -46,6 +47,7 @@ import numpy as np
 import pandas as pd
 
 from workbench.metrics.catalogue import CATALOGUE, metric_bounds
+from workbench.metrics.final import FINAL_EVAL_DEFINITION, FINAL_EVALS, final_eval_value
 from workbench.registry import Registry
 
 __all__ = [
@@ -296,9 +298,17 @@ def _last_mean(s: pd.Series, k: int) -> float:
 
 
 @summary_metric("final_eval_accuracy", higher_is_better=True, reads=[EVAL_ACCURACY], bounds=(0.0, 1.0))
-def final_eval_accuracy(run: RunCurves, k: int = 3) -> float:
-    """Mean of the last ``k`` evaluations of ``eval/accuracy`` (fewer if fewer were logged)."""
-    return _last_mean(run.series(EVAL_ACCURACY), k)
+def final_eval_accuracy(run: RunCurves, k: int = FINAL_EVALS) -> float:
+    """Final eval/accuracy: the mean of the last 3 evals after step 0 (fewer if fewer were logged;
+    NaN if none), as `workbench run` prints it.
+
+    ``k`` sets how many. The one definition of "final" (:mod:`workbench.metrics.final`, which says
+    why step 0 is left out)."""
+    return _final_eval(run.series(EVAL_ACCURACY), k)
+
+
+def _final_eval(s: pd.Series, k: int) -> float:
+    return final_eval_value(s.index.to_numpy(), s.to_numpy(), k)
 
 
 @summary_metric("eval_auc", higher_is_better=True, reads=[EVAL_ACCURACY], bounds=(0.0, 1.0))
@@ -435,17 +445,20 @@ def resolve_summary(name: str) -> SummaryMetric:
     """A registered summary metric, or ``final:<metric>``: the mean of the metric's last values."""
     if name.startswith("final:") and len(name) > len("final:"):
         metric = name[len("final:") :]
-        default = 3 if metric.startswith("eval/") else 10
+        evals = metric.startswith("eval/")  # an eval curve: "final" as everywhere (workbench.metrics.final)
+        default = FINAL_EVALS if evals else 10
 
         def final_value(run: RunCurves, window: int = default) -> float:
-            return _last_mean(run.series(metric), window)
+            s = run.series(metric)
+            return _final_eval(s, window) if evals else _last_mean(s, window)
 
         return SummaryMetric(
             name,
             final_value,
             catalogue_direction(metric),
             (metric,),
-            f"Mean of the last {default} logged values of {metric}.",
+            f"{FINAL_EVAL_DEFINITION.capitalize()} of {metric}." if evals
+            else f"Mean of the last {default} logged values of {metric}.",
             bounds=catalogue_bounds(metric),  # a mean of values in a range lies in it
         )
     return SUMMARY_METRICS.get(name)

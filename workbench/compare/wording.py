@@ -16,7 +16,8 @@ import math
 from . import stats
 from .outcomes import ArmOutcomes
 
-__all__ = ["STATUSES", "ranked_verdict", "seeds_phrase", "status", "verdict", "withheld"]
+__all__ = ["STATUSES", "effect_text", "headline", "metric_words", "ranked_verdict", "seeds_phrase", "status", "verdict",
+           "withheld"]
 
 #: The ``status`` of a compared row (a baseline row's is ``"baseline"``): what the verdict decided.
 STATUSES: tuple[str, ...] = ("better", "worse", "higher", "lower", "equivalent", "not testable", "inconclusive",
@@ -111,3 +112,68 @@ def ranked_verdict(arm: ArmOutcomes, base: ArmOutcomes, *, higher_is_better: boo
     if rejected or t_claims:
         return withheld(why)
     return f"inconclusive with {seeds_phrase(n_x, n_y)} ({why})"
+
+
+# --------------------------------------------------------------------------------------------
+# The headline: one plain sentence per comparison, the first line of every compare output
+# --------------------------------------------------------------------------------------------
+
+
+def metric_words(metric: str) -> str:
+    """A summary's name as words: ``final_eval_accuracy`` -> ``final eval accuracy``,
+    ``final:length/mean`` -> ``final length/mean``."""
+    return metric.replace("final:", "final ").replace("_", " ")
+
+
+def effect_text(x: float, *, points: bool, signed: bool = True) -> str:
+    """A difference in the metric's units: ``+4.5 points`` of a [0, 1] metric (percentage points),
+    else 3 significant digits (``-12.3``)."""
+    if not math.isfinite(x):
+        return "∞" if x > 0 else "-∞" if x < 0 else "—"
+    sign = "+" if signed else ""
+    if points:
+        v = 100.0 * x
+        return f"{v:{sign}.1f}" if abs(v) >= 0.1 or v == 0.0 else f"{v:{sign}.2g}"
+    return f"{x:{sign}.3g}"
+
+
+def headline(*, variant: str, baseline: str, metric: str, status_word: str, verdict_text: str, delta: float,
+             lo: float, hi: float, level: float, n_x: int, n_y: int, mde: float, sesoi: float,
+             points: bool, ranked: bool = False) -> str:
+    """One comparison in one plain sentence, e.g. ``"dapo vs grpo: +4.5 points final eval accuracy
+    (95% CI -1.2 to +10.2), not distinguishable with 3 seeds"``. ``level``: the confidence of the
+    interval ``[lo, hi]`` shown (the table's simultaneous level: 97.5% with 2 comparisons), NaN
+    when there is none; ``ranked``: the rank test decided (some runs failed, stopped or were
+    censored: Δ is of the finished runs); ``points``: the metric lies in [0, 1] and its
+    differences read as percentage points."""
+    unit = " points" if points else ""
+    who = f"{variant} vs {baseline}"
+    if status_word == "no data":
+        return f"{who}: {metric_words(metric)}: {verdict_text} (nothing to compare)"
+    effect = f"{effect_text(delta, points=points)}{unit} {metric_words(metric)}"
+    if math.isfinite(lo) and math.isfinite(hi) and math.isfinite(level):
+        effect += f" ({100 * level:.3g}% CI {effect_text(lo, points=points)} to {effect_text(hi, points=points)})"
+    elif ranked:
+        effect += " (of the finished runs; the rank test decides)"
+    elif math.isfinite(delta):
+        effect += " (no interval)"  # e.g. runs that do not vary: the row's note says why
+    seeds = f"with {seeds_phrase(n_x, n_y)}"
+    if status_word in ("better", "worse", "higher", "lower"):
+        said = f"{variant} is {status_word} {seeds}"
+        if "(but" in verdict_text:  # significant, yet inside the smallest effect that matters
+            bound = effect_text(sesoi, points=points, signed=False)
+            said += f", but by less than the smallest effect of interest ({bound}{unit})"
+    elif status_word == "equivalent":
+        said = (f"equivalent {seeds}: the difference is within ±{effect_text(sesoi, points=points, signed=False)}"
+                f"{unit}, the smallest effect of interest")
+    elif status_word == "inconclusive":
+        said = f"not distinguishable {seeds}"
+        if math.isfinite(mde):
+            said += f" (they would likely detect only ±{effect_text(mde, points=points, signed=False)}{unit} or more)"
+    elif status_word == "not testable":
+        said = verdict_text.split(" [the test alone")[0]  # "not testable: clip_high acted on ... (min 1%)"
+    elif status_word == "withheld":
+        said = f"verdict {verdict_text}"
+    else:
+        said = verdict_text
+    return f"{who}: {effect}, {said}"

@@ -9,12 +9,14 @@ from __future__ import annotations
 import math
 import os
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from workbench.config import RunConfig
 from workbench.execution.run_progress import RunProgress
 from workbench.health import HealthMonitor
 from workbench.metrics.catalogue import unlogged_by_config
+from workbench.metrics.final import final_eval_value
 from workbench.models import inspect_model_dir, token_count_over
 from workbench.models.tiny_context import TINY_MAX_POSITIONS
 from workbench.models.tokenizer import build_char_tokenizer
@@ -52,10 +54,21 @@ class RunOutcome:
     run_id: str | None = None
     eval_first: float = math.nan
     eval_last: float = math.nan
+    eval_final: float = math.nan  # final eval/accuracy, as compare defines it (workbench.metrics.final)
     health: str = "-"
     steps: int = 0
     error: str = ""
     tracking_lost: bool = False  # MLflow stayed unreachable past tracking.outage_deadline_s
+
+
+def eval_endpoints(eval_history: Sequence[tuple[int, float]]) -> tuple[float, float, float]:
+    """First, last and final ``eval/accuracy`` of a run's ``(step, accuracy)`` evals: final as
+    ``compare``'s ``final_eval_accuracy`` (:func:`workbench.metrics.final.final_eval_value`), so
+    ``run`` and ``compare`` print the same number for a run. NaN for what is not there."""
+    if not eval_history:
+        return math.nan, math.nan, math.nan
+    steps, values = zip(*eval_history, strict=True)
+    return float(values[0]), float(values[-1]), final_eval_value(steps, values)
 
 
 class PreflightError(ValueError):
@@ -247,8 +260,7 @@ def execute_run(cfg: RunConfig, *, study: str, variant: str, label: str, parent_
     outcome.status = "FINISHED"
     outcome.health = monitor.run_status
     outcome.steps = result.steps_done
-    if result.eval_history:
-        outcome.eval_first, outcome.eval_last = result.eval_history[0][1], result.eval_history[-1][1]
+    outcome.eval_first, outcome.eval_last, outcome.eval_final = eval_endpoints(result.eval_history)
     bar.end_run(label, f"{outcome.health}")
     return outcome
 

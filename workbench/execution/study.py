@@ -34,7 +34,7 @@ from pathlib import Path
 
 from workbench.execution.lock import study_lock
 from workbench.execution.pool import run_pool
-from workbench.execution.run import RunOutcome, execute_run, preflight
+from workbench.execution.run import RunOutcome, eval_endpoints, execute_run, preflight
 from workbench.execution.study_progress import StudyProgress
 from workbench.models import model_dir
 from workbench.study import RunSpec, Study
@@ -77,13 +77,19 @@ def plan_rows(specs: list[RunSpec], statuses: dict[str, str]) -> list[dict]:
             for s in specs]
 
 
-def skipped_outcome(spec: RunSpec, run=None) -> RunOutcome:
-    """The summary row of a run that already FINISHED earlier (values read back from MLflow)."""
+def skipped_outcome(spec: RunSpec, run=None, client=None) -> RunOutcome:
+    """The summary row of a run that already FINISHED earlier (values read back from MLflow; its
+    first and final eval from the ``eval/accuracy`` history when a ``client`` is given)."""
     outcome = RunOutcome(spec.label, spec.variant, spec.seed, spec.run_key, "SKIPPED")
     if run is not None:
         outcome.run_id = run.info.run_id
         outcome.eval_last = run.data.metrics.get("eval/accuracy", math.nan)
         outcome.health = run.data.tags.get("workbench.health", "-")
+    if run is not None and client is not None:
+        evals = sorted((m.step, m.timestamp, m.value) for m in client.get_metric_history(run.info.run_id,
+                                                                                         "eval/accuracy"))
+        last_per_step = {step: value for step, _, value in evals}  # a step logged twice: its last value
+        outcome.eval_first, outcome.eval_last, outcome.eval_final = eval_endpoints(list(last_per_step.items()))
     return outcome
 
 
@@ -193,7 +199,7 @@ def _run_locked(study: Study, specs: list[RunSpec], *, progress: bool, parallel:
     for spec in todo:  # first what an outage kept back: its runs then close with their real reason
         resend_spills(ctx.tracking_uri, spec.run_key, policy)
     mark_orphaned_runs(client, ctx.experiment_id, [s.run_key for s in todo])
-    results: dict[str, RunOutcome] = {s.run_key: skipped_outcome(s, done[s.run_key]) for s in specs
+    results: dict[str, RunOutcome] = {s.run_key: skipped_outcome(s, done[s.run_key], client) for s in specs
                                       if s.run_key in done}
     status = "FINISHED"
     current: str | None = None  # the run_key executing in this process, if any
@@ -233,14 +239,15 @@ def _run_locked(study: Study, specs: list[RunSpec], *, progress: bool, parallel:
 
 def seed_matrix(outcomes: list[RunOutcome]) -> tuple[list[int], list[tuple[str, dict[int, RunOutcome], float]]]:
     """Outcomes as (seeds, rows): a row per variant/grid point (the label without its seed), with
-    its outcome per seed and the mean final eval accuracy over the seeds that have one."""
+    its outcome per seed and the mean final eval accuracy (:mod:`workbench.metrics.final`) over the
+    seeds that have one."""
     seeds = sorted({o.seed for o in outcomes})
     groups: dict[str, dict[int, RunOutcome]] = {}
     for o in outcomes:
         groups.setdefault(o.label.rsplit("/seed=", 1)[0], {})[o.seed] = o
     rows = []
     for group, by_seed in groups.items():
-        values = [o.eval_last for o in by_seed.values() if o.eval_last == o.eval_last]
+        values = [o.eval_final for o in by_seed.values() if o.eval_final == o.eval_final]
         rows.append((group, by_seed, sum(values) / len(values) if values else math.nan))
     return seeds, rows
 

@@ -11,6 +11,7 @@ subplot (the dashboard renderer); the ``*_figure`` functions wrap them into stan
 
 from __future__ import annotations
 
+import html
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -23,12 +24,15 @@ from plotly.subplots import make_subplots
 from .style import FONT, SEVERITY_COLORS, SEVERITY_SYMBOLS, TEMPLATE, variant_colors, with_alpha
 
 __all__ = [
+    "HEALTH_LEGEND",
     "HEALTH_STATES",
     "band_traces",
     "base_layout",
     "checkpoint_legend_trace",
     "curve_figure",
+    "health_cell_text",
     "health_heatmap_trace",
+    "health_legend_html",
     "health_matrix_figure",
     "marker_traces",
     "run_traces",
@@ -40,14 +44,39 @@ __all__ = [
     "zoomed_range",
 ]
 
-#: Health cell states and their heatmap codes (``off``: rule disabled, drawn as a gap).
-HEALTH_STATES: dict[str, float] = {"ok": 0.0, "warn": 1.0, "fail": 2.0, "unknown": 0.5}
+#: Health cell states and their heatmap codes (``off``: rule disabled or not applicable to the run).
+HEALTH_STATES: dict[str, float] = {"ok": 0.0, "warn": 1.0, "fail": 2.0, "unknown": 0.5, "off": 0.8}
 _HEALTH_SCALE = [
     [0.0, "#E8F5E9"], [0.24, "#E8F5E9"],  # ok
-    [0.25, "#EEEEEE"], [0.49, "#EEEEEE"],  # unknown (no health.json, no reasons tag)
+    [0.25, "#EEEEEE"], [0.37, "#EEEEEE"],  # unknown (no health.json, no reasons tag)
+    [0.38, "#FFFFFF"], [0.49, "#FFFFFF"],  # off
     [0.5, "#FFE0A3"], [0.74, "#FFE0A3"],  # warn
     [0.75, "#F5B7B1"], [1.0, "#F5B7B1"],  # fail
 ]
+#: What a health cell says, in the cell and in the legend under the matrix: a colour never stands alone.
+HEALTH_LEGEND: dict[str, tuple[str, str]] = {  # state -> (colour, cell text and its meaning)
+    "ok": ("#E8F5E9", "ok: the rule watched the whole run and never fired"),
+    "warn": ("#FFE0A3", "warn@120: fired at step 120 with severity warn"),
+    "fail": ("#F5B7B1", "fail@120: fired at step 120 with severity fail (the run may have been stopped)"),
+    "off": ("#FFFFFF", "off: rule disabled, or the run logs none of its metrics"),
+    "unknown": ("#EEEEEE", "?: no health report for this run"),
+}
+
+
+def health_cell_text(state: str, step: Any) -> str:
+    """A health cell's text: ``ok``, ``warn@120``, ``fail@120``, ``off`` or ``?``."""
+    if state in ("warn", "fail"):
+        return state if pd.isna(step) else f"{state}@{int(step)}"
+    return {"ok": "ok", "off": "off"}.get(state, "?")
+
+
+def health_legend_html() -> str:
+    """The legend of the health matrix (colour swatch, cell text, meaning), as HTML."""
+    items = "".join(
+        f"<span style='display:inline-block;margin-right:14px'><span style='display:inline-block;width:12px;"
+        f"height:12px;background:{colour};border:1px solid #ccc;vertical-align:middle'></span> "
+        f"{html.escape(text)}</span>" for colour, text in HEALTH_LEGEND.values())
+    return f"<p class='note'>{items}</p>"
 
 
 def base_layout(fig: go.Figure, *, title: str | None = None, height: int | None = None) -> go.Figure:
@@ -343,8 +372,8 @@ def summary_figure(table: Any, summary: pd.DataFrame | None = None, metrics: Seq
 def health_heatmap_trace(cells: pd.DataFrame, *, rules: Sequence[str] | None = None,
                          run_order: Sequence[str] | None = None) -> go.Heatmap:
     """Runs × rules heatmap from health cells (columns ``run_id, label, rule, state, step,
-    message``): colour = state (ok / warn / fail; grey: unknown; gap: rule off), text = the
-    first-trigger step."""
+    message``): colour = state (:data:`HEALTH_LEGEND`), text = the state and its first-trigger
+    step (:func:`health_cell_text`), so no cell is a bare colour."""
     rules = list(rules or pd.unique(cells["rule"]))
     run_order = list(run_order or pd.unique(cells["run_id"]))
     labels = cells.drop_duplicates("run_id").set_index("run_id")["label"].astype(str)
@@ -362,7 +391,7 @@ def health_heatmap_trace(cells: pd.DataFrame, *, rules: Sequence[str] | None = N
             state = str(states[k])
             z[i, j] = HEALTH_STATES.get(state, np.nan)
             step = steps[k]
-            text[i, j] = "" if pd.isna(step) else str(int(step))
+            text[i, j] = health_cell_text(state, step)
             hover[i, j] = f"{state}" + (f" at step {int(step)}: {messages[k]}" if not pd.isna(step) else "")
     y = [labels.get(r, r) for r in run_order]
     return go.Heatmap(
@@ -373,8 +402,8 @@ def health_heatmap_trace(cells: pd.DataFrame, *, rules: Sequence[str] | None = N
 
 
 def health_matrix_figure(cells: pd.DataFrame, *, rules: Sequence[str] | None = None,
-                         title: str | None = "Health: first-trigger step of each rule (amber warn, red fail, "
-                                             "blank cell: rule off)") -> go.Figure:
+                         title: str | None = "Health: each rule on each run (ok, warn@step, fail@step: "
+                                             "first trigger; off: rule off; ?: no report)") -> go.Figure:
     fig = go.Figure(health_heatmap_trace(cells, rules=rules))
     n_runs = cells["run_id"].nunique() if len(cells) else 1
     fig.update_yaxes(autorange="reversed")

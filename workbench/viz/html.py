@@ -28,7 +28,13 @@ tr.baseline td {{ background: #f7f7f7; font-weight: 600; }}
 td.better {{ background: #d9f2dd; }} td.worse {{ background: #f8d7da; }} td.nd {{ color: #777; }}
 td.warn {{ background: #fff1cc; }} td.fail {{ background: #f8d7da; }} td.off {{ color: #bbb; }}
 .plot {{ width: 100%; }}
+.lead {{ border: 1px solid #ccd; background: #f7f8fc; padding: 6px 12px; margin: 0 0 12px; }}
+.lead p.headline {{ font-size: 15px; margin: 4px 0; }}
+.scroll {{ overflow-x: auto; max-width: 100%; }}
 """
+# Fits MLflow's artifact viewer: the report opens there in an iframe about 800 px wide on a laptop
+# screen (measured in tests/test_browser.py). The page never scrolls sideways: a table wider than the
+# frame scrolls inside its own box, and the verdict sits next to the arm's name, in view.
 
 
 @dataclass
@@ -41,8 +47,9 @@ class Section:
     note: str = ""
 
 
-def html_page(title: str, sections: Iterable[Section], *, subtitle: str = "") -> str:
-    """A complete HTML document with one inlined copy of plotly.js."""
+def html_page(title: str, sections: Iterable[Section], *, subtitle: str = "", lead_html: str = "") -> str:
+    """A complete HTML document with one inlined copy of plotly.js. ``lead_html``: what the page
+    says first, above its title (a comparison's headline)."""
     from plotly.offline import get_plotlyjs
 
     parts = [
@@ -53,6 +60,7 @@ def html_page(title: str, sections: Iterable[Section], *, subtitle: str = "") ->
         '<script type="text/javascript">window.PlotlyConfig = {MathJaxConfig: "local"};</script>',
         f'<script type="text/javascript">{get_plotlyjs()}</script>',
         "</head><body>",
+        *([f'<div class="lead">{lead_html}</div>'] if lead_html else []),
         f"<h1>{html.escape(title)}</h1>",
     ]
     generated = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
@@ -96,4 +104,5 @@ def df_table_html(df: pd.DataFrame, *, left: Sequence[str] = (), cell_class: dic
                     cls.append(extra)
             tds.append(f'<td class="{" ".join(cls)}">{_cell(rec[c])}</td>')
         rows.append(f'<tr class="{rc}">{"".join(tds)}</tr>')
-    return f'<table class="wb"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+    table = f'<table class="wb"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+    return f'<div class="scroll">{table}</div>'

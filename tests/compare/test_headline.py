@@ -1,0 +1,104 @@
+"""The headline of a comparison (issue 32, finding 2): one plain sentence per comparison, the first
+line of every output of ``compare`` (terminal, md, json, HTML), its words matching the verdict's status."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+from rich.console import Console
+
+from workbench.cli.report import comparison_table_html, headline_html, print_table
+from workbench.compare import compare_variants
+from workbench.compare.wording import headline
+from workbench.viz.html import Section, html_page
+
+
+def summary_of(means: dict[str, float], *, n: int = 4, sd: float = 0.01, seed: int = 0) -> pd.DataFrame:
+    """``final_eval_accuracy`` of ``n`` seeds per variant, N(mean, sd), seeded."""
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame([{"run_id": f"{v}-{s}", "variant": v, "seed": s, "status": "FINISHED",
+                          "final_eval_accuracy": mu + sd * rng.standard_normal()}
+                         for v, mu in means.items() for s in range(n)])
+
+
+@pytest.fixture(scope="module")
+def table():
+    # dapo 10 points up (better), dr_grpo the same as grpo with a SESOI of 5 points (equivalent),
+    # loose 1 point up at 2 seeds with sd 0.05 (inconclusive)
+    summary = pd.concat([summary_of({"grpo": 0.30, "dapo": 0.40, "dr_grpo": 0.30}),
+                         summary_of({"loose": 0.31}, n=4, sd=0.05, seed=1)], ignore_index=True)
+    return compare_variants(summary, "grpo", ["final_eval_accuracy"], sesoi={"final_eval_accuracy": 0.05},
+                            n_resamples=0)
+
+
+def test_one_sentence_per_comparison_in_the_words_of_its_status(table):
+    lines = table.headlines()
+    print("\n".join(lines))
+    by_arm = {line.split(" vs ")[0]: line for line in lines}
+    assert set(by_arm) == {"dapo", "dr_grpo", "loose"}  # no line for the baseline itself
+    statuses = dict(zip(table.df["variant"], table.df["status"], strict=True))
+    assert (statuses["dapo"], statuses["dr_grpo"], statuses["loose"]) == ("better", "equivalent", "inconclusive")
+    # 3 comparisons: each interval at 1 - 0.05/3 = 98.3%, the three together at 95% (Bonferroni)
+    assert re.fullmatch(r"dapo vs grpo: \+\d+\.\d points final eval accuracy \(98\.3% CI \+\d+\.\d to \+\d+\.\d\), "
+                        r"dapo is better with 4 seeds", by_arm["dapo"]), by_arm["dapo"]
+    assert by_arm["dr_grpo"].endswith("equivalent with 4 seeds: the difference is within ±5.0 points, "
+                                      "the smallest effect of interest")
+    assert re.search(r"not distinguishable with 4 seeds \(they would likely detect only ±\d+\.\d points or more\)$",
+                     by_arm["loose"]), by_arm["loose"]
+    # the interval in the sentence is the table's (simultaneous, at delta_level), in points
+    row = table.df.set_index("variant").loc["dapo"]
+    assert f"{100 * row['delta_lo']:+.1f} to {100 * row['delta_hi']:+.1f}" in by_arm["dapo"]
+
+
+@pytest.mark.parametrize("status, verdict, expected", [
+    ("worse", "worse", "dapo is worse with 3 seeds"),
+    ("not testable", "not testable: clip_high acted on 0.1% of tokens (min 1%) [the test alone: worse]",
+     "not testable: clip_high acted on 0.1% of tokens (min 1%)"),
+    ("withheld", "withheld: 2/5 runs failed", "verdict withheld: 2/5 runs failed"),
+    ("better", "better (but |Δ| < 0.05)", "dapo is better with 3 seeds, but by less than the smallest effect of "
+                                          "interest (5.0 points)"),
+])
+def test_each_status_reads_in_plain_words(status, verdict, expected):
+    line = headline(variant="dapo", baseline="grpo", metric="final_eval_accuracy", status_word=status,
+                    verdict_text=verdict, delta=-0.045, lo=-0.102, hi=0.012, level=0.95, n_x=3, n_y=3,
+                    mde=0.081, sesoi=0.05, points=True)
+    assert line == f"dapo vs grpo: -4.5 points final eval accuracy (95% CI -10.2 to +1.2), {expected}"
+
+
+def test_a_metric_outside_0_1_reads_in_its_own_units_and_the_rank_test_has_no_interval():
+    line = headline(variant="a", baseline="b", metric="final:length/mean", status_word="inconclusive",
+                    verdict_text="inconclusive with 3 vs 5 seeds", delta=12.25, lo=float("nan"), hi=float("nan"),
+                    level=float("nan"), n_x=3, n_y=5, mde=float("nan"), sesoi=float("nan"), points=False,
+                    ranked=True)
+    assert line == ("a vs b: +12.2 final length/mean (of the finished runs; the rank test decides), "
+                    "not distinguishable with 3 vs 5 seeds")
+
+
+def test_the_headline_is_the_first_line_of_markdown_json_and_the_terminal(table):
+    lines = table.headlines()
+    md = table.to_markdown()
+    assert md.splitlines()[0] == lines[0]
+    assert md.split("\n\n")[: len(lines)] == lines  # each its own paragraph, before anything else
+    assert "| n_seeds |" in md and "| seeds |" not in md
+    assert json.loads(table.to_json())["headline"] == lines
+    for terminal in (True, False):  # a terminal, and a pipe (tab-separated tables follow)
+        out = io.StringIO()
+        print_table(table, Console(file=out, force_terminal=terminal, width=200, color_system=None))
+        assert out.getvalue().splitlines()[: len(lines)] == lines, terminal
+        assert "final_eval_accuracy: Final eval/accuracy: the mean of the last 3 evals after step 0" in out.getvalue()
+
+
+def test_the_headline_opens_the_html_report(table):
+    page = html_page("Comparison report: s", [Section("Which variant wins", body_html=comparison_table_html(table))],
+                     lead_html=headline_html(table))
+    body = page.split("<body>", 1)[1]
+    first_text = re.sub(r"<[^>]+>", "\n", body).strip().splitlines()[0]
+    assert first_text == table.headlines()[0].replace("&", "&amp;")
+    header = re.search(r"<thead><tr>(.*?)</tr></thead>", body).group(1)
+    names = re.findall(r"<th[^>]*>(.*?)</th>", header)
+    assert names[:4] == ["rank", "variant", "verdict", "n_seeds"]  # the verdict beside the name, a count of seeds
