@@ -78,7 +78,7 @@ def open_run_parts(cfg: RunConfig, monitor: HealthMonitor) -> Iterator[RunParts]
     generator = torch.Generator().manual_seed(cfg.seed)
     task = build_task(cfg.task)
     eval_set = task.eval_problems()[: cfg.rollout.eval_size]
-    model, tokenizer = load_policy(cfg.model, cfg.task)
+    model, tokenizer = load_policy(cfg.model, cfg.task, prime=cfg.data.prime)
     learner = build_learner(model, cfg)  # learner.backend: torch | deepspeed, in the wrappers the run needs
     with learner.gathered_model() as full:  # a vLLM engine copies the weights: ZeRO-3 must gather them first
         sampler = build_sampler(cfg, full, tokenizer, cfg.model.prompt_template)
