@@ -231,6 +231,8 @@ def execute_run(cfg: RunConfig, *, study: str, variant: str, label: str, parent_
                                            "workbench.stop_reason": stop_reason})
         tracker.log_text(monitor.report_json(), "health.json")
         tracker.log_table(result.samples, "samples.json")
+        if result.data_record:
+            tracker.log_dict(result.data_record, "data.json")
         if len(result.problems):
             tracker.log_bytes(result.problems.to_csv_gz(), PROBLEMS_ARTIFACT)
         tracker.finish("FINISHED")
