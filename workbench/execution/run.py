@@ -20,6 +20,7 @@ from workbench.models.tiny_context import TINY_MAX_POSITIONS
 from workbench.models.tokenizer import build_char_tokenizer
 from workbench.tasks import build_task
 from workbench.tasks.jsonl import read_numbered_problems
+from workbench.tasks.priming import WorkedSolutions
 from workbench.tracking.artifacts import PROBLEMS_ARTIFACT
 from workbench.tracking.redact import redact_config
 from workbench.tracking.store import resolve_tracking_uri
@@ -75,12 +76,24 @@ def preflight(cfg: RunConfig) -> None:
 
 def _preflight(cfg: RunConfig) -> None:
     check_device(cfg.learner.device)
+    check_priming_data(cfg)  # before the model directory: the data file is named by this run's config alone
     tokenizer, positions = _model_context(cfg)
     task = build_task(cfg.task)  # a missing/malformed JSONL file fails here, with its line number
     check_engines(cfg)
     check_compiler(cfg)
     check_multi_rank(cfg.learner)  # several processes (WORLD_SIZE > 1): DeepSpeed ZeRO 0-2 only
     check_problems_fit(cfg, task, tokenizer, positions)
+
+
+def check_priming_data(cfg: RunConfig) -> None:
+    """``data.prime.path`` (the SFT stage for ``model.path``) exists and every line has a ``solution``."""
+    prime = cfg.data.prime
+    if prime is None or prime.path is None:
+        return
+    try:
+        WorkedSolutions(prime.path)
+    except (OSError, ValueError) as error:
+        raise PreflightError(f"data.prime.path: {' '.join(str(error).split())}") from None
 
 
 def check_compiler(cfg: RunConfig) -> None:

@@ -10,47 +10,16 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 from workbench.config import PrimeConfig
 from workbench.models.build_cache import cache_root, cached_build
 from workbench.models.sft import supervised_warmup
-from workbench.tasks import Problem
-from workbench.tasks.jsonl import read_numbered_problems
+from workbench.tasks.priming import WorkedSolutions
 
 PRIME_VERSION = 1  # bump when the stage changes, to invalidate cached primed models
 PRIME_RECORD = "workbench_prime.json"
-_BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
-
-
-@dataclass
-class WorkedSolutions:
-    """The stage's data: every line of the JSONL must carry a ``solution``."""
-
-    path: str
-    name: str = "prime"
-    problems: list[Problem] = field(init=False)
-
-    def __post_init__(self) -> None:
-        numbered = read_numbered_problems(Path(self.path))
-        lacking = [line for line, p in numbered if p.solution is None]
-        if lacking:
-            raise ValueError(f"{self.path}:{lacking[0]}: no 'solution' (data.prime.path is SFT data: every line "
-                             f"needs one; {len(lacking)} line(s) lack it)")
-        self.problems = [p for _, p in numbered]
-
-    def sample_train(self, n: int, rng: random.Random) -> list[Problem]:
-        return [rng.choice(self.problems) for _ in range(n)]
-
-    def eval_problems(self) -> list[Problem]:
-        return []
-
-    def probe_correct(self, text: str, problem: Problem) -> bool:
-        """Right when the last boxed value is the answer; without a box, when the text is the solution."""
-        found = _BOXED.findall(text)
-        return found[-1].strip() == problem.answer.strip() if found else text.strip() == (problem.solution or "")
 
 
 def _digest(path: Path) -> str:

@@ -11,11 +11,16 @@ one form per problem with the given shares.
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from workbench.tasks.base import Problem, Task
+from workbench.tasks.jsonl import read_numbered_problems
 
 FORMS = ("worked", "terse", "wrong")
+_BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
 WRONG_OFFSETS = (-3, -2, -1, 1, 2, 3)  # a wrong answer is the true one moved by a small non-zero amount
 
 
@@ -43,3 +48,31 @@ def primed_solutions(task: Task, mix: Mapping[str, float]) -> Callable[[Problem,
         return Problem(problem.prompt, problem.answer, text)
 
     return rewrite
+
+
+@dataclass
+class WorkedSolutions:
+    """``data.prime.path`` read as the SFT stage's task (for ``model.path``): every line must carry a ``solution``."""
+
+    path: str
+    name: str = "prime"
+    problems: list[Problem] = field(init=False)
+
+    def __post_init__(self) -> None:
+        numbered = read_numbered_problems(Path(self.path))
+        lacking = [line for line, p in numbered if p.solution is None]
+        if lacking:
+            raise ValueError(f"{self.path}:{lacking[0]}: no 'solution' (data.prime.path is SFT data: every line "
+                             f"needs one; {len(lacking)} line(s) lack it)")
+        self.problems = [p for _, p in numbered]
+
+    def sample_train(self, n: int, rng: random.Random) -> list[Problem]:
+        return [rng.choice(self.problems) for _ in range(n)]
+
+    def eval_problems(self) -> list[Problem]:
+        return []
+
+    def probe_correct(self, text: str, problem: Problem) -> bool:
+        """Right when the last boxed value is the answer; without a box, when the text is the solution."""
+        found = _BOXED.findall(text)
+        return found[-1].strip() == problem.answer.strip() if found else text.strip() == (problem.solution or "")
