@@ -70,3 +70,10 @@ def test_a_user_model_is_primed_by_an_sft_stage_once(tmp_path):
     built = (primed / "config.json").stat().st_mtime_ns
     assert model_dir(primed_cfg.model, primed_cfg.task, progress=False, prime=primed_cfg.data.prime) == primed
     assert (primed / "config.json").stat().st_mtime_ns == built  # cached: not trained again
+
+
+def test_a_cold_start_without_sft_steps_logs_no_nan(tmp_path):
+    """sft_max_steps: 0 leaves the SFT loss NaN in the build record; logged, it would stop the run (non_finite)."""
+    (tmp_path / "workbench_build.json").write_text(json.dumps(
+        {"sft": {"steps": 0, "final_loss": float("nan"), "probe_accuracy": 0.0}}))
+    assert stage_metrics(tmp_path) == {"cold_start/steps": 0.0, "cold_start/probe_accuracy": 0.0}

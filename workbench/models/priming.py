@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import random
 from dataclasses import asdict
 from pathlib import Path
@@ -65,6 +66,8 @@ def stage_metrics(directory: Path) -> dict[str, float]:
         record = directory / name
         if record.is_file():
             sft = json.loads(record.read_text())["sft"]
-            return {"cold_start/steps": float(sft["steps"]), "cold_start/loss": float(sft["final_loss"]),
-                    "cold_start/probe_accuracy": float(sft["probe_accuracy"])}
+            metrics = {"cold_start/steps": float(sft["steps"]), "cold_start/loss": float(sft["final_loss"]),
+                       "cold_start/probe_accuracy": float(sft["probe_accuracy"])}
+            # no SFT step ran (sft_max_steps: 0): no loss, a missing point rather than a NaN the health rules stop on
+            return {key: value for key, value in metrics.items() if math.isfinite(value)}
     return {}
