@@ -64,14 +64,16 @@ def test_shipped_search_parses_plans_and_stays_small(tmp_path):
 
 
 SCRATCHPAD_STUDIES = ["clip_higher", "dapo_ablation", "dr_grpo_length_bias", "loss_aggregation",
-                      "precision_mismatch", "scratchpad", "scratchpad_gain"]
+                      "precision_mismatch", "priming", "prompt_curation", "scratchpad", "scratchpad_gain"]
+OWN_COLD_START = {"scratchpad_gain", "priming"}  # a stronger cold start; a fixed SFT budget per priming arm
 
 
 def test_every_scratchpad_study_evaluates_at_least_500_problems_on_one_shared_task():
     """Issue #29: on 100 problems an accuracy near 0.3 moves by ±9 points between problem draws (95%
     Wilson); 500 halve that. Every study on the scratchpad task scores >= 500 held-out problems, all
     on one task config, and the studies that shared the default cold start still share one cached
-    model (the task is part of its key): only scratchpad_gain's stronger cold start is its own."""
+    model (the task is part of its key): only scratchpad_gain's stronger cold start and priming's fixed-budget
+    ones (each arm's data in the key too) are their own."""
     from workbench.models.tiny import tiny_cache_key
     from workbench.tasks import build_task
 
@@ -87,5 +89,5 @@ def test_every_scratchpad_study_evaluates_at_least_500_problems_on_one_shared_ta
             assert (held_out if cap is None else min(cap, held_out)) >= 500, name
     keys = {name: {tiny_cache_key(s.config.model, s.config.task) for s in runs} for name, runs in specs.items()}
     assert all(len(k) == 1 for k in keys.values())
-    assert len({k for name, (k,) in keys.items() if name != "scratchpad_gain"}) == 1
+    assert len({k for name, (k,) in keys.items() if name not in OWN_COLD_START}) == 1
     assert keys["scratchpad_gain"] != keys["scratchpad"]

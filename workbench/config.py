@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from workbench.health import HealthConfig
 from workbench.reward import validate_shaping
+from workbench.tasks.curation import CURATORS
 from workbench.tasks.eval_size import check_task_eval_size
 
 Dtype = Literal["float32", "bfloat16", "float16"]
@@ -422,6 +423,98 @@ class TrackingConfig(Strict):
         "metrics kept in a local spill that is re-sent when the run is executed again"))
 
 
+class CurateConfig(Strict):
+    """Prompt curation before RL: measure each pool prompt's pass rate on the initial policy (the run's own
+    sampler and verifier), keep those a registered curator accepts (``workbench.tasks.curation.CURATORS``).
+    Cached by (model, task, template, sampler, these settings): the run's seed does not enter, so every seed
+    of an arm trains on the same curated prompts."""
+
+    name: str = Field("pass_rate", description="registered curator; pass_rate keeps prompts whose rate is in keep")
+    samples: int = Field(10, ge=1, le=1000, description="completions per prompt that measure its pass rate")
+    temperature: float = Field(1.0, gt=0, description="sampling temperature of the measuring completions")
+    keep: tuple[float, float] = Field((0.0, 0.9), description="closed pass-rate range [lo, hi] of the kept prompts")
+    seed: int = Field(0, ge=0, le=MAX_SEED, description="seed of the measuring completions")
+
+    @model_validator(mode="after")
+    def _known_and_ordered(self) -> CurateConfig:
+        CURATORS.get(self.name)
+        lo, hi = self.keep
+        if not 0.0 <= lo <= hi <= 1.0:
+            raise ValueError(f"data.curate.keep must be [lo, hi] with 0 <= lo <= hi <= 1, got {list(self.keep)}")
+        return self
+
+
+class CurriculumConfig(Strict):
+    """``data.order: curriculum``: the pool sorted easy to hard, split into ``stages`` chunks; the RL steps
+    are split into as many equal spans and span k draws from chunk k."""
+
+    by: Literal["pass_rate", "difficulty"] = Field(
+        "pass_rate", description="pass_rate: the measured rate (needs data.curate), high first; difficulty: the "
+        "task's own knob (scratchpad: operand count; arithmetic: operand digits), low first")
+    stages: int = Field(4, ge=1, le=1000, description="curriculum stages")
+
+
+class PrimeConfig(Strict):
+    """The cold start's supervised data. ``mix``: the built-in model's SFT solutions in forms drawn with these
+    shares (worked: the task's steps; terse: the boxed answer; wrong: the task's steps ending in a wrong
+    result). ``path``: for ``model.path``, an SFT stage before RL on this JSONL's ``solution`` fields."""
+
+    mix: dict[Literal["worked", "terse", "wrong"], float] | None = Field(
+        None, description="built-in model: shares of each solution form, e.g. {worked: 0.5, wrong: 0.5}")
+    path: str | None = Field(None, description="model.path: JSONL of prompt/answer/solution lines for an SFT stage")
+    max_steps: int = Field(100, ge=1, le=MAX_STEPS, description="model.path SFT: cap on steps")
+    batch_size: int = Field(8, ge=1, le=MAX_BATCH, description="model.path SFT: sequences per step")
+    lr: float = Field(1e-5, gt=0, description="model.path SFT: learning rate")
+    target_accuracy: float = Field(1.0, gt=0, le=1, description="model.path SFT: stop once the probe reaches it")
+    check_every: int = Field(25, ge=1, description="model.path SFT: steps between probes")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> PrimeConfig:
+        if (self.mix is None) == (self.path is None):
+            raise ValueError("data.prime needs exactly one of 'mix' (built-in model) or 'path' (model.path)")
+        if self.mix is not None:
+            if any(share < 0 for share in self.mix.values()) or not sum(self.mix.values()) > 0:
+                raise ValueError(f"data.prime.mix shares must be >= 0 with a positive sum, got {self.mix}")
+            total = sum(self.mix.values())
+            if abs(total - 1.0) > 1e-9:
+                raise ValueError(f"data.prime.mix shares must sum to 1, got {total:g}")
+        return self
+
+
+class DataConfig(Strict):
+    """Data as a variant: prompt curation, prompt order, and the cold start's priming data (docs/data.md)."""
+
+    pool: int = Field(512, ge=1, le=MAX_BATCH, description="distinct training prompts drawn once from task.seed "
+                      "when curating or ordering (ignored by order: sampled without curate)")
+    curate: CurateConfig | None = None
+    order: Literal["sampled", "shuffled", "curriculum"] = Field(
+        "sampled", description="sampled: i.i.d. draws (from the curated pool when curating); shuffled: passes over "
+        "the pool, each in a fresh order; curriculum: easy to hard in stages (data.curriculum)")
+    curriculum: CurriculumConfig | None = None
+    prime: PrimeConfig | None = None
+
+    @model_validator(mode="after")
+    def _curriculum_settings(self) -> DataConfig:
+        if self.curriculum is not None and self.order != "curriculum":
+            raise ValueError(f"data.curriculum applies to data.order=curriculum, not {self.order}")
+        schedule = self.schedule
+        if schedule is not None and schedule.by == "pass_rate" and self.curate is None:
+            raise ValueError("data.curriculum.by=pass_rate needs data.curate (the rates it orders by); "
+                             "curate.keep: [0, 1] keeps every prompt")
+        return self
+
+    @property
+    def schedule(self) -> CurriculumConfig | None:
+        """The curriculum in effect: its settings, or the defaults when ``order: curriculum`` gives none."""
+        if self.order != "curriculum":
+            return None
+        return self.curriculum or CurriculumConfig()
+
+    @property
+    def uses_pool(self) -> bool:
+        return self.curate is not None or self.order != "sampled"
+
+
 # Settings that change where or how safely a run executes, never its numbers: section -> fields.
 NOT_IN_RUN_KEY: dict[str, set[str]] = {"learner": {"checkpoint_every"}, "reward": {"overlap"}}
 
@@ -438,7 +531,24 @@ class RunConfig(Strict):
     reward: RewardConfig = Field(default_factory=RewardConfig)
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
     health: HealthConfig = Field(default_factory=HealthConfig)
+    data: DataConfig = Field(default_factory=DataConfig)
     tracking: TrackingConfig = TrackingConfig()
+
+    @model_validator(mode="after")
+    def _data_fits_model_and_task(self) -> RunConfig:
+        prime = self.data.prime
+        if prime is not None and prime.mix is not None and self.model.builtin is None:
+            raise ValueError("data.prime.mix shapes the built-in model's cold start; with model.path use "
+                             "data.prime.path (a JSONL of worked solutions)")
+        if prime is not None and prime.path is not None and self.model.path is None:
+            raise ValueError("data.prime.path is an SFT stage for model.path; the built-in model takes data.prime.mix")
+        if prime is not None and prime.mix is not None and self.task.name == "jsonl":
+            raise ValueError("data.prime.mix: task 'jsonl' has no solution forms; the built-in model primes "
+                             "from the file's 'solution' field")
+        curriculum = self.data.curriculum
+        if curriculum is not None and curriculum.by == "difficulty" and self.task.name == "jsonl":
+            raise ValueError("data.curriculum.by=difficulty: task 'jsonl' has no difficulty knob; use pass_rate")
+        return self
 
     @model_validator(mode="after")
     def _constant_length_normaliser(self) -> RunConfig:

@@ -23,6 +23,7 @@ from workbench.models.tokenizer import build_char_tokenizer
 from workbench.rollout.prompts import PromptFormat, resolve_prompt_format
 from workbench.tasks import build_task
 from workbench.tasks.jsonl import read_numbered_problems
+from workbench.tasks.priming import WorkedSolutions
 from workbench.tracking.artifacts import PROBLEMS_ARTIFACT
 from workbench.tracking.redact import redact_config
 from workbench.tracking.store import resolve_tracking_uri
@@ -89,6 +90,7 @@ def preflight(cfg: RunConfig) -> None:
 
 def _preflight(cfg: RunConfig) -> None:
     check_device(cfg.learner.device)
+    check_priming_data(cfg)  # before the model directory: the data file is named by this run's config alone
     tokenizer, positions = _model_context(cfg)
     task = build_task(cfg.task)  # a missing/malformed JSONL file fails here, with its line number
     check_engines(cfg)
@@ -97,6 +99,17 @@ def _preflight(cfg: RunConfig) -> None:
     # a chat template that is missing or cannot prompt for generation is refused here, naming the setting
     prompt = resolve_prompt_format(cfg.model, tokenizer, cfg.model.path)
     check_problems_fit(cfg, task, tokenizer, positions, prompt)
+
+
+def check_priming_data(cfg: RunConfig) -> None:
+    """``data.prime.path`` (the SFT stage for ``model.path``) exists and every line has a ``solution``."""
+    prime = cfg.data.prime
+    if prime is None or prime.path is None:
+        return
+    try:
+        WorkedSolutions(prime.path)
+    except (OSError, ValueError) as error:
+        raise PreflightError(f"data.prime.path: {' '.join(str(error).split())}") from None
 
 
 def check_compiler(cfg: RunConfig) -> None:
@@ -250,6 +263,8 @@ def execute_run(cfg: RunConfig, *, study: str, variant: str, label: str, parent_
                                            "workbench.stop_reason": stop_reason})
         tracker.log_text(monitor.report_json(), "health.json")
         tracker.log_table(result.samples, "samples.json")
+        if result.data_record:
+            tracker.log_dict(result.data_record, "data.json")
         if len(result.problems):
             tracker.log_bytes(result.problems.to_csv_gz(), PROBLEMS_ARTIFACT)
         tracker.finish("FINISHED")

@@ -167,13 +167,14 @@ def prebuild_models(specs: list[RunSpec], progress: bool = False) -> None:
 
     seen: set[str] = set()
     for spec in specs:
-        model, task = spec.config.model, spec.config.task
-        if model.builtin is None:
+        model, task, prime = spec.config.model, spec.config.task, spec.config.data.prime
+        if model.builtin is None and prime is None:
             continue
-        key = json.dumps([model.model_dump(mode="json"), task.model_dump(mode="json")], sort_keys=True)
+        key = json.dumps([model.model_dump(mode="json"), task.model_dump(mode="json"),
+                          None if prime is None else prime.model_dump(mode="json")], sort_keys=True)
         if key not in seen:
             seen.add(key)
-            model_dir(model, task, progress=progress)
+            model_dir(model, task, progress=progress, prime=prime)
 
 
 def run_study(study: Study, specs: list[RunSpec], *, progress: bool = True, parallel: int = 1) -> list[RunOutcome]:

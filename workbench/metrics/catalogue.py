@@ -84,6 +84,11 @@ CATALOGUE: tuple[MetricSpec, ...] = (
                healthy_range=(0.5, 2.0)),
     MetricSpec("batch/zero_std_frac", "fraction of groups whose rewards are all equal (no GRPO signal)", "fraction",
                "down", UNIT_INTERVAL, healthy_range=(0.2, 0.5)),
+    MetricSpec("batch/all_correct_frac", "fraction of prompts whose completions are all correct (too easy: no "
+               "accuracy signal; prompt curation drops such prompts)", "fraction", "down", UNIT_INTERVAL,
+               healthy_range=(0.0, 0.3)),
+    MetricSpec("batch/all_wrong_frac", "fraction of prompts whose completions are all wrong (too hard: no "
+               "accuracy signal)", "fraction", "down", UNIT_INTERVAL, healthy_range=(0.1, 0.4)),
     MetricSpec("batch/filtered_frac", "fraction of groups dropped by dynamic sampling", "fraction", "none", UNIT_INTERVAL,
                healthy_range=(0.0, 0.3)),
     MetricSpec("eval/accuracy", "held-out accuracy (greedy unless configured), at eval steps", "fraction", "up", UNIT_INTERVAL,

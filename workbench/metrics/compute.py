@@ -37,6 +37,7 @@ def rollout_metrics(scored: ScoredRollouts) -> dict[str, float]:
         "length/incorrect_mean": _mean_or_nan(lengths[~correct]),
         "length/truncated_frac": float(r.truncated.float().mean()),
         "batch/zero_std_frac": zero_std_fraction(rewards, r.group_ids),
+        **solved_group_fractions(correct, r.group_ids),
     }
     for name, term in scored.reward_terms.items():
         metrics[f"reward/{name}"] = float(term.float().mean())
@@ -51,6 +52,17 @@ def zero_std_fraction(rewards: torch.Tensor, group_ids: torch.Tensor) -> float:
     groups = group_ids.unique()
     flat = [bool((rewards[group_ids == g] == rewards[group_ids == g][0]).all()) for g in groups]
     return sum(flat) / len(flat)
+
+
+def solved_group_fractions(correct: torch.Tensor, group_ids: torch.Tensor) -> dict[str, float]:
+    """Fractions of prompts whose group is all right / all wrong: zero variance in correctness, so no
+    accuracy signal. Judged on correctness, not the shaped reward (``batch/zero_std_frac``), so a
+    curation's effect (too-easy prompts dropped) shows as a smaller ``batch/all_correct_frac``."""
+    groups, inverse = group_ids.unique(return_inverse=True)
+    hits = torch.zeros(len(groups)).index_add_(0, inverse, correct.float())  # [P] correct per group
+    sizes = torch.zeros(len(groups)).index_add_(0, inverse, torch.ones_like(correct, dtype=torch.float))
+    return {"batch/all_correct_frac": float((hits == sizes).float().mean()),
+            "batch/all_wrong_frac": float((hits == 0).float().mean())}
 
 
 def mismatch_metrics(learner_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:

@@ -4,18 +4,24 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from workbench.config import ModelConfig, TaskConfig
+from workbench.config import ModelConfig, PrimeConfig, TaskConfig
 
 
-def model_dir(model_cfg: ModelConfig, task_cfg: TaskConfig, progress: bool = True) -> Path:
-    """Where the weights live: the user's ``path``, or the cached tiny model (built on first use)."""
+def model_dir(model_cfg: ModelConfig, task_cfg: TaskConfig, progress: bool = True,
+              prime: PrimeConfig | None = None) -> Path:
+    """Where the weights live: the user's ``path`` (primed first by an SFT stage when ``prime.path`` is set),
+    or the cached tiny model (built on first use, its cold start's data shaped by ``prime.mix``)."""
     if model_cfg.path is not None:
         path = Path(model_cfg.path).expanduser()
         check_model_path(path)
-        return path
+        if prime is None or prime.path is None:
+            return path
+        from workbench.models.priming import primed_model_dir  # deferred: torch, transformers
+
+        return primed_model_dir(path, model_cfg.prompt_template, prime, progress=progress)
     from workbench.models.tiny import tiny_model_dir  # deferred: torch, transformers
 
-    return tiny_model_dir(model_cfg, task_cfg, progress=progress)
+    return tiny_model_dir(model_cfg, task_cfg, progress=progress, prime=prime)
 
 
 def check_model_path(path: Path) -> None:
@@ -72,14 +78,15 @@ def token_count_over(tokenizer, text: str, budget: int) -> int | None:
     return count if count > budget else None
 
 
-def load_policy(model_cfg: ModelConfig, task_cfg: TaskConfig, progress: bool = True):
+def load_policy(model_cfg: ModelConfig, task_cfg: TaskConfig, progress: bool = True,
+                prime: PrimeConfig | None = None):
     """(model, tokenizer) with left padding, ready for sampling and learning."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # our own progress display covers loading
 
-    path = model_dir(model_cfg, task_cfg, progress=progress)
+    path = model_dir(model_cfg, task_cfg, progress=progress, prime=prime)
     tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
     if tokenizer.pad_token_id is None:  # many base models ship without one
         tokenizer.pad_token = tokenizer.eos_token

@@ -8,6 +8,7 @@ accuracy on a fixed probe of *training* problems reaches a target, so the starti
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -73,9 +74,15 @@ def probe_accuracy(model, tokenizer, probe: list[Problem], template: str, task: 
     return sum(correct(t, p) for t, p in zip(texts, probe, strict=True)) / len(probe)
 
 
+Rewrite = Callable[[Problem, random.Random], Problem]  # a problem's SFT solution in another form (data.prime)
+
+
 def supervised_warmup(model, tokenizer, task: Task, template: str, *, max_steps: int, batch_size: int, lr: float,
                       target_accuracy: float, check_every: int, rng: random.Random,
-                      progress: bool = True) -> SFTResult:
+                      progress: bool = True, rewrite: Rewrite | None = None,
+                      label: str = "building tiny model") -> SFTResult:
+    """SFT on the task's worked solutions (or ``rewrite``'s forms of them) until the probe's greedy accuracy
+    reaches ``target_accuracy`` or ``max_steps`` pass. The probe always judges the true answer."""
     probe = task.sample_train(128, random.Random("sft-probe"))
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     warmup = 20  # linear warmup, then constant: the stop is decided by the probe, not a schedule
@@ -83,9 +90,12 @@ def supervised_warmup(model, tokenizer, task: Task, template: str, *, max_steps:
     model.train()
     loss_value, accuracy, step = float("nan"), 0.0, 0
     with Progress(disable=not progress, transient=True) as bar:
-        job = bar.add_task("building tiny model (cold-start SFT)", total=max_steps)
+        job = bar.add_task(f"{label} (cold-start SFT)", total=max_steps)
         for step in range(1, max_steps + 1):
-            input_ids, attention, labels = sft_batch(tokenizer, task.sample_train(batch_size, rng), template)
+            problems = task.sample_train(batch_size, rng)
+            if rewrite is not None:
+                problems = [rewrite(p, rng) for p in problems]
+            input_ids, attention, labels = sft_batch(tokenizer, problems, template)
             loss = model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
             opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -98,6 +108,6 @@ def supervised_warmup(model, tokenizer, task: Task, template: str, *, max_steps:
                 if accuracy >= target_accuracy:
                     break
             bar.update(job, completed=step,
-                       description=f"building tiny model (SFT loss {loss_value:.3f}, probe acc {accuracy:.2f})")
+                       description=f"{label} (SFT loss {loss_value:.3f}, probe acc {accuracy:.2f})")
     model.eval()
     return SFTResult(steps=step, final_loss=loss_value, probe_accuracy=accuracy)

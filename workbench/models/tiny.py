@@ -8,67 +8,53 @@ determines it, and saved with ``save_pretrained`` like any HF model.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
-import os
 import random
-import shutil
-import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel, Qwen2Config, Qwen2ForCausalLM
 
-from workbench.config import ModelConfig, TaskConfig, TinyModelConfig
+from workbench.config import ModelConfig, PrimeConfig, TaskConfig, TinyModelConfig
+from workbench.models.build_cache import cache_root, cached_build
 from workbench.models.sft import supervised_warmup
 from workbench.models.tiny_context import TINY_MAX_POSITIONS
 from workbench.models.tokenizer import build_char_tokenizer
 from workbench.tasks import Task, build_task
+from workbench.tasks.priming import primed_solutions
 
 BUILD_VERSION = 1  # bump when the build procedure changes, to invalidate caches
+BUILD_RECORD = "workbench_build.json"  # the build's settings and its cold start's SFT result, beside the weights
 
 
-def cache_root() -> Path:
-    return Path(os.environ.get("WORKBENCH_CACHE", Path.home() / ".cache" / "rl-workbench"))
-
-
-def tiny_cache_key(model_cfg: ModelConfig, task_cfg: TaskConfig) -> str:
+def tiny_cache_key(model_cfg: ModelConfig, task_cfg: TaskConfig, prime: PrimeConfig | None = None) -> str:
     payload = {
         "v": BUILD_VERSION,
         "tiny": model_cfg.tiny.model_dump(mode="json"),
         "template": model_cfg.prompt_template,
         "task": task_cfg.model_dump(mode="json"),
     }
+    if prime is not None:  # only when set: the keys (and cached models) of unprimed builds stay as they were
+        payload["prime"] = prime.model_dump(mode="json")
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def tiny_model_dir(model_cfg: ModelConfig, task_cfg: TaskConfig, progress: bool = True) -> Path:
-    """Directory of the cached tiny model for this config, building it first if needed."""
-    target = cache_root() / "models" / f"tiny-{tiny_cache_key(model_cfg, task_cfg)}"
-    if (target / "config.json").exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    # Parallel runs may ask for the same model: one builds, the others wait on the lock.
-    with open(target.parent / f"{target.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (target / "config.json").exists():
-            from transformers.utils import logging as hf_logging
+def tiny_model_dir(model_cfg: ModelConfig, task_cfg: TaskConfig, progress: bool = True,
+                   prime: PrimeConfig | None = None) -> Path:
+    """Directory of the cached tiny model for this config (and priming data), building it first if needed."""
+    target = cache_root() / "models" / f"tiny-{tiny_cache_key(model_cfg, task_cfg, prime)}"
 
-            hf_logging.disable_progress_bar()
-            tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".build-"))
-            try:
-                model, tokenizer, sft = build_tiny_model(model_cfg, build_task(task_cfg), progress=progress)
-                model.save_pretrained(tmp)
-                tokenizer.save_pretrained(tmp)
-                record = {"model": model_cfg.model_dump(mode="json"), "task": task_cfg.model_dump(mode="json"),
-                          "sft": asdict(sft)}
-                (tmp / "workbench_build.json").write_text(json.dumps(record, indent=2))
-                tmp.rename(target)
-            finally:
-                shutil.rmtree(tmp, ignore_errors=True)
-    return target
+    def build(tmp: Path) -> None:
+        model, tokenizer, sft = build_tiny_model(model_cfg, build_task(task_cfg), progress=progress, prime=prime)
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        record = {"model": model_cfg.model_dump(mode="json"), "task": task_cfg.model_dump(mode="json"),
+                  "prime": None if prime is None else prime.model_dump(mode="json"), "sft": asdict(sft)}
+        (tmp / BUILD_RECORD).write_text(json.dumps(record, indent=2))
+
+    return cached_build(target, build)
 
 
 def init_tiny_model(cfg: TinyModelConfig, vocab_size: int, pad_id: int, eos_id: int) -> PreTrainedModel:
@@ -90,8 +76,8 @@ def init_tiny_model(cfg: TinyModelConfig, vocab_size: int, pad_id: int, eos_id: 
     return model_cls(config)
 
 
-def build_tiny_model(model_cfg: ModelConfig, task: Task, progress: bool = True):
-    """Initialise from the seed and run the cold-start SFT on worked examples."""
+def build_tiny_model(model_cfg: ModelConfig, task: Task, progress: bool = True, prime: PrimeConfig | None = None):
+    """Initialise from the seed and run the cold-start SFT on worked examples (in ``prime.mix``'s forms)."""
 
     cfg = model_cfg.tiny
     tokenizer = build_char_tokenizer()
@@ -100,5 +86,6 @@ def build_tiny_model(model_cfg: ModelConfig, task: Task, progress: bool = True):
         model, tokenizer, task, model_cfg.prompt_template, max_steps=cfg.sft_max_steps,
         batch_size=cfg.sft_batch_size, lr=cfg.sft_lr, target_accuracy=cfg.sft_target_accuracy,
         check_every=cfg.sft_check_every, rng=random.Random(f"sft-{cfg.seed}"), progress=progress,
+        rewrite=None if prime is None or prime.mix is None else primed_solutions(task, prime.mix),
     )
     return model.eval(), tokenizer, sft

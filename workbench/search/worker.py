@@ -493,7 +493,7 @@ def _prebuild_model(spec: SearchSpec) -> None:
         return  # each trial may need its own model
     cfg = _any_config(spec)
     if cfg.model.builtin is not None:
-        model_dir(cfg.model, cfg.task, progress=False)
+        model_dir(cfg.model, cfg.task, progress=False, prime=cfg.data.prime)
 
 
 def finished_fraction(counts: dict[str, int], n_trials: int | None) -> str:

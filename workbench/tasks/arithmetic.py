@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass, field
 
 from workbench.tasks.base import GeneratedSplits, Problem, boxed, check_eval_size
@@ -47,6 +48,15 @@ class ArithmeticTask(GeneratedSplits):
             raise ValueError(f"task.ops must be a non-empty string of {OPS!r}, got {self.ops!r}")
         check_arithmetic_eval_size(self.digits, self.ops, self.eval_size)
         self._draw_eval_set("arithmetic")
+
+    def difficulty(self, problem: Problem) -> float:
+        """The task's own difficulty knob: digits of the larger operand (a curriculum's ``by: difficulty``)."""
+        return float(max(len(x) for x in re.split(r"[-+*/]", problem.prompt.rstrip("="))))
+
+    def solution_forms(self, problem: Problem, wrong: int) -> dict[str, str]:
+        """The cold start's solution forms (``data.prime``). A two-operand problem has no steps to show, so
+        worked and terse are the same boxed answer, and wrong boxes ``wrong``."""
+        return {"worked": boxed(problem.answer), "terse": boxed(problem.answer), "wrong": boxed(str(wrong))}
 
     def _draw(self, rng: random.Random) -> Problem:
         hi = 10**self.digits - 1

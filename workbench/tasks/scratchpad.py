@@ -34,6 +34,20 @@ def worked_solution(operands: list[int], ops: list[str]) -> str:
     return ",".join([*steps, boxed(str(total))])
 
 
+def parse_prompt(prompt: str) -> tuple[list[int], list[str]]:
+    """``"17+5-9="`` -> ``([17, 5, 9], ["+", "-"])``: a problem's operands and operators from its prompt."""
+    terms = re.findall(r"\d+|[+-]", prompt.rstrip("="))
+    return [int(t) for t in terms[::2]], terms[1::2]
+
+
+def wrong_worked_solution(operands: list[int], ops: list[str], wrong: int) -> str:
+    """The worked solution with its last step ending in ``wrong`` instead of the true total (and boxing it):
+    every earlier step is the task's own, so the reasoning is right and only the result is not."""
+    steps = worked_solution(operands, ops).split(",")[:-1]
+    head, _ = steps[-1].rsplit("=", 1)
+    return ",".join([*steps[:-1], f"{head}={wrong}", boxed(str(wrong))])
+
+
 def count_prompts(digits: int, operands: int, ops: str, cap: int) -> int:
     """How many distinct prompts ``ScratchpadTask._draw`` can produce, or ``cap`` if at least that many.
 
@@ -114,6 +128,17 @@ class ScratchpadTask(GeneratedSplits):
         prompt = "".join(str(a) + op for a, op in zip(operands, [*ops, "="], strict=True))
         solution = worked_solution(operands, ops) if rng.random() < WORKED_FRACTION else boxed(str(total))
         return Problem(prompt=prompt, answer=str(total), solution=solution)
+
+    def difficulty(self, problem: Problem) -> float:
+        """The task's own difficulty knob: the number of operands (a curriculum's ``by: difficulty``)."""
+        return float(len(parse_prompt(problem.prompt)[0]))
+
+    def solution_forms(self, problem: Problem, wrong: int) -> dict[str, str]:
+        """The cold start's solution forms of a problem (``data.prime``): running totals, the bare boxed
+        answer, and running totals whose last step ends in ``wrong``."""
+        operands, ops = parse_prompt(problem.prompt)
+        return {"worked": worked_solution(operands, ops), "terse": boxed(problem.answer),
+                "wrong": wrong_worked_solution(operands, ops, wrong)}
 
     def probe_correct(self, text: str, problem: Problem) -> bool:
         """The SFT probe's check: the last boxed value is the answer, in either form.

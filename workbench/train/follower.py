@@ -29,7 +29,7 @@ def follow() -> int:
             (cfg,) = args
             learner = None  # a run that crashed before its "end" (none is lost: "end" comes from a finally)
             torch.manual_seed(cfg.seed)
-            model, _ = load_policy(cfg.model, cfg.task)
+            model, _ = load_policy(cfg.model, cfg.task, prime=cfg.data.prime)
             learner = build_learner(model, cfg)  # a follower: the backend (and fault injection), no leader
         elif command == "update":
             (kw,) = args

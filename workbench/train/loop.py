@@ -40,6 +40,7 @@ class TrainResult:
     samples: list[dict] = field(default_factory=list)  # completions shown at eval steps
     problems: ProblemResults = field(default_factory=ProblemResults)  # every eval step's per-problem rows
     last_metrics: dict[str, float] = field(default_factory=dict)
+    data_record: dict = field(default_factory=dict)  # the data step's pass rates and schedule (data.json)
 
     @property
     def stopped_early(self) -> bool:
@@ -56,11 +57,11 @@ def train(cfg: RunConfig, sink: StepSink, monitor: HealthMonitor,
     that step's ``on_step`` (e.g. Optuna's Wilcoxon pruner, which pairs trials by problem)."""
     roll = cfg.rollout
     with open_run_parts(cfg, monitor) as parts:
-        result, history = TrainResult(steps_done=0), []  # history: every step's logged metrics, kept in checkpoints
+        result, history = TrainResult(steps_done=0, data_record=parts.data_record), []  # history: every step's logged metrics, kept in checkpoints
         if checkpoints is not None and checkpoints.latest_step() is not None:  # an earlier attempt failed: resume
             result, history = resume(checkpoints, parts, sink)
         for step in range(result.steps_done, roll.steps + 1):
-            metrics: dict[str, float] = {}
+            metrics: dict[str, float] = dict(parts.start_metrics) if step == 0 else {}
             if step % roll.eval_every == 0 or step == roll.steps:  # before this step's update
                 eval_metrics, samples, problems = evaluate(parts.sampler, parts.verifier, parts.eval_set, roll,
                                                            seed=cfg.seed, step=step)
@@ -98,7 +99,8 @@ def resume(checkpoints: RunCheckpoints, parts: RunParts,
         parts.sampler.sync_weights(full)
     # rows of evals that run again from here on are dropped, so no (step, problem) is recorded twice
     problems = ProblemResults(**state.problems).before(state.steps_done) if state.problems else ProblemResults()
-    result = TrainResult(steps_done=state.steps_done, samples=state.samples, problems=problems)
+    result = TrainResult(steps_done=state.steps_done, samples=state.samples, problems=problems,
+                         data_record=parts.data_record)
     for step, metrics in state.history:
         parts.monitor.observe(step, metrics)
         sink.log_metrics(metrics, step)

@@ -29,7 +29,8 @@ from workbench.batch import PendingBatch, PendingScores, ScoredRollouts, TrainBa
 from workbench.config import RunConfig
 from workbench.health import HealthMonitor
 from workbench.metrics.compute import rollout_metrics
-from workbench.models import load_policy
+from workbench.models import load_policy, model_dir
+from workbench.models.priming import stage_metrics
 from workbench.reward import AnswerVerifier
 from workbench.reward._worker import ANSWER_SCORERS
 from workbench.reward.rollouts import score_rollouts
@@ -37,6 +38,8 @@ from workbench.rollout import build_sampler
 from workbench.rollout.base import Sampler
 from workbench.rollout.prompts import resolve_prompt_format
 from workbench.tasks import Problem, Task, build_task
+from workbench.tasks.curation import PromptOrder
+from workbench.train.data import prepare_prompts
 from workbench.train.learner import ReferencePolicy, build_learner, resolve_device
 from workbench.train.learner_protocol import Learner
 from workbench.train.stopwatch import Stopwatch
@@ -55,6 +58,9 @@ class RunParts:
     shaping: list[tuple[str, float, dict[str, Any]]]  # reward shaping specs (cfg.reward.specs())
     monitor: HealthMonitor
     rng: random.Random  # which training prompts are drawn
+    prompts: PromptOrder  # each step's prompts (data.order over the curated pool; by default the task's draws)
+    start_metrics: dict[str, float]  # logged at step 0: the cold start's (cold_start/*) and the data step's (data/*)
+    data_record: dict[str, Any]  # the data step's pass rates, histogram and schedule (the run's data.json)
     generator: torch.Generator  # minibatch order
     watch: Stopwatch  # every perf/* timing, the update's "algorithm" sections too
     scoring: ThreadPoolExecutor | None = None  # scores in the background (reward.overlap); None: in turn
@@ -80,7 +86,8 @@ def open_run_parts(cfg: RunConfig, monitor: HealthMonitor) -> Iterator[RunParts]
     generator = torch.Generator().manual_seed(cfg.seed)
     task = build_task(cfg.task)
     eval_set = task.eval_problems()[: cfg.rollout.eval_size]
-    model, tokenizer = load_policy(cfg.model, cfg.task)
+    model, tokenizer = load_policy(cfg.model, cfg.task, prime=cfg.data.prime)
+    directory = model_dir(cfg.model, cfg.task, progress=False, prime=cfg.data.prime)  # built by load_policy
     learner = build_learner(model, cfg)  # learner.backend: torch | deepspeed, in the wrappers the run needs
     with learner.gathered_model() as full:  # a vLLM engine copies the weights: ZeRO-3 must gather them first
         sampler = build_sampler(cfg, full, tokenizer, resolve_prompt_format(cfg.model, tokenizer, cfg.model.path))
@@ -93,9 +100,12 @@ def open_run_parts(cfg: RunConfig, monitor: HealthMonitor) -> Iterator[RunParts]
         # Closed first: a scoring still running (the run failed mid-step) ends before its verifier stops.
         scoring = (stack.enter_context(ThreadPoolExecutor(1, thread_name_prefix="workbench-scoring"))
                    if overlaps_scoring(cfg) else None)
+        # on the initial policy, before any update: curation measures the model RL starts from
+        prompts, data_metrics, data_record = prepare_prompts(cfg, task, sampler, verifier, rng, directory)
         yield RunParts(task=task, eval_set=eval_set, sampler=sampler, verifier=verifier, learner=learner,
                        reference=reference, shaping=cfg.reward.specs(), monitor=monitor, rng=rng,
-                       generator=generator, watch=Stopwatch(), scoring=scoring)
+                       prompts=prompts, start_metrics=stage_metrics(directory) | data_metrics,
+                       data_record=data_record, generator=generator, watch=Stopwatch(), scoring=scoring)
 
 
 def rl_step(cfg: RunConfig, step: int, parts: RunParts) -> dict[str, float]:
@@ -112,6 +122,7 @@ def rl_step(cfg: RunConfig, step: int, parts: RunParts) -> dict[str, float]:
                 parts.sampler.sync_weights(full)
         sampled = sampled.ready()  # scored by now: the update needed the rewards
         metrics |= rollout_metrics(sampled)  # over everything sampled, not only what was kept
+        metrics |= parts.prompts.step_metrics(step, sampled.rollouts.problems)
     return metrics | perf_metrics(watch.lap(), sampled, batch.ready(), cfg.algorithm.epochs)
 
 
@@ -191,7 +202,7 @@ def collect_batch(cfg: RunConfig, step: int, parts: RunParts) -> tuple[ScoredRol
     keep_group = None if algo.batch_filter is None else BATCH_FILTERS.get(algo.batch_filter)
     rounds, kept, groups_kept = [], [], 0
     for round_ in range(algo.max_sampling_rounds if keep_group else 1):
-        problems = parts.task.sample_train(roll.prompts_per_step, parts.rng)
+        problems = parts.prompts.draw(step, roll.prompts_per_step)
         with parts.watch("sample"):
             rollouts = parts.sampler.generate(problems, roll.group_size, temperature=cfg.sampler.temperature,
                                               seed=(cfg.seed * 1_000_003 + step) * 101 + round_)
