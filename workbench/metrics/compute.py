@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from workbench.batch import ScoredRollouts
+from workbench.metrics.mismatch import repetition_frac
 
 
 def masked_mean_float(values: torch.Tensor, mask: torch.Tensor) -> float:
@@ -37,6 +38,7 @@ def rollout_metrics(scored: ScoredRollouts) -> dict[str, float]:
         "length/incorrect_mean": _mean_or_nan(lengths[~correct]),
         "length/truncated_frac": float(r.truncated.float().mean()),
         "batch/zero_std_frac": zero_std_fraction(rewards, r.group_ids),
+        "batch/repetition_frac": repetition_frac(r.completion_ids, r.mask),
     }
     for name, term in scored.reward_terms.items():
         metrics[f"reward/{name}"] = float(term.float().mean())
@@ -52,20 +54,3 @@ def zero_std_fraction(rewards: torch.Tensor, group_ids: torch.Tensor) -> float:
     flat = [bool((rewards[group_ids == g] == rewards[group_ids == g][0]).all()) for g in groups]
     return sum(flat) / len(flat)
 
-
-def mismatch_metrics(learner_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
-    """Sampler vs learner on the sampled tokens, learner before the update.
-
-    ``mismatch/kl`` is the token-mean k3 estimate of KL(π_sampler ‖ π_learner) with samples
-    from the sampler: k3 = (ρ − 1) − log ρ, ρ = π_learner/π_sampler.
-    """
-    learner_logp, sampler_logp = learner_logp.detach().float(), sampler_logp.float()
-    diff = (learner_logp.exp() - sampler_logp.exp()).abs()  # [B, T]
-    log_ratio = (learner_logp - sampler_logp).clamp(-20, 20)
-    k3 = log_ratio.exp() - 1 - log_ratio
-    on = mask.bool()
-    return {
-        "mismatch/prob_abs_diff_mean": masked_mean_float(diff, mask),
-        "mismatch/prob_abs_diff_max": float(diff[on].max()) if on.any() else 0.0,
-        "mismatch/kl": masked_mean_float(k3, mask),
-    }
