@@ -40,6 +40,7 @@ class TrainResult:
     samples: list[dict] = field(default_factory=list)  # completions shown at eval steps
     problems: ProblemResults = field(default_factory=ProblemResults)  # every eval step's per-problem rows
     last_metrics: dict[str, float] = field(default_factory=dict)
+    mismatch_records: list[dict] = field(default_factory=list)  # histogram + worst tokens (mismatch.json)
 
     @property
     def stopped_early(self) -> bool:
@@ -85,6 +86,7 @@ def train(cfg: RunConfig, sink: StepSink, monitor: HealthMonitor,
                 result.stop = StopReason(f"health: {monitor.reasons}")
             if result.stop is not None:
                 break
+        result.mismatch_records = parts.mismatch_records
     return result
 
 
