@@ -35,6 +35,8 @@ def test_every_metric_hand_computed():
         "mismatch/prob_abs_diff_max": 0.3,
         "mismatch/kl": k3,
         "mismatch/kl_k1": -sum(delta) / 3,
+        "mismatch/log_ratio_abs_mean": sum(map(abs, delta)) / 3,
+        "mismatch/log_ratio_abs_max": math.log(2),
         "mismatch/is_ratio_mean": 2.75 / 3,
         "mismatch/is_ratio_std": math.sqrt(2.8125 / 3 - (2.75 / 3) ** 2),
         "mismatch/is_ratio_min": 0.5,
@@ -178,3 +180,20 @@ def test_ratio_metrics_match_verl_token_is_on_raw_weights(verl, seed, cap):
     assert ours["mismatch/is_ratio_std"] == pytest.approx(unbounded["rollout_is_std"], rel=0, abs=math.sqrt(tol))
     # verl divides by (mean + 1e-8): a relative 2e-8 on top of the float32 reduction
     assert ours["mismatch/ess"] == pytest.approx(unbounded["rollout_is_eff_sample_size"], rel=0, abs=tol + 2e-8)
+
+
+def test_a_verl_rollout_corr_log_imports_as_the_workbench_metrics(verl):
+    """verl's own rollout_corr/* numbers, through the verl importer, land on the names the workbench logs for
+    the same batch (and so face the same health rules)."""
+    from workbench.importers.adapters import ADAPTERS
+
+    learner, sampler, mask = _inputs(0, 0.05)
+    logged = {f"rollout_corr/{k}": v for k, v in verl.rollout_corr.compute_offpolicy_metrics(learner, sampler,
+                                                                                            mask).items()}
+    imported = ADAPTERS.get("verl").convert_step(logged)
+    ours = mismatch_metrics(learner, sampler, mask)
+    canonical = {name: value for name, value in imported.items() if not name.startswith("source/")}
+    assert set(canonical) == set(VERL_OFFPOLICY.values())
+    for name, value in canonical.items():
+        # float32 means of ≤ 108 values ≤ exp(2·9·0.05·4) ≈ 37 (chi2_seq's largest term): 110·eps32·37
+        assert ours[name] == pytest.approx(value, rel=0, abs=order_tolerance(110, 37.0)), name

@@ -78,6 +78,8 @@ def mismatch_metrics(learner_logp: torch.Tensor, sampler_logp: torch.Tensor, mas
         "mismatch/prob_abs_diff_max": float(prob_diff[on].max()),
         "mismatch/kl": float(k3[on].mean()),
         "mismatch/kl_k1": float(-delta[on].mean()),  # k1 of KL(π_sampler ‖ π_learner): E_sampler[−Δ]
+        "mismatch/log_ratio_abs_mean": float(delta[on].abs().mean()),
+        "mismatch/log_ratio_abs_max": float(delta[on].abs().max()),
         "mismatch/is_ratio_mean": float(mean_rho),
         # population std (verl's rollout_is_std of the raw weights: E[ρ²] − E[ρ]²)
         "mismatch/is_ratio_std": float(tokens.std(correction=0)) if n > 1 else 0.0,
