@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn.functional as F
+import torch.nn.functional as F  # pad
 
 MAX_LOG_RATIO = 20.0  # Δ is clamped to ± this before exp (the algorithms' convention, verl's SAFETY_BOUND)
 TAIL_BAND = (0.9, 1.1)  # TRL #6789: 7.5% of tokens outside it while the mean ratio looked fine
@@ -72,42 +72,46 @@ def mismatch_metrics(learner_logp: torch.Tensor, sampler_logp: torch.Tensor, mas
     seq_sampler = _masked_mean(sampler_logp.detach().double(), on, -1)[seq_on]
     log_ppl_diff = seq_sampler - seq_learner  # [S] log(ppl_learner / ppl_sampler) per sequence
     quantiles = torch.quantile(tokens, torch.tensor(QUANTILES, dtype=tokens.dtype, device=tokens.device))
+    abs_delta = delta[on].abs()
+    second = (tokens ** 2).mean()
     lo, hi = TAIL_BAND
-    metrics = {
-        "mismatch/prob_abs_diff_mean": float(prob_diff[on].mean()),
-        "mismatch/prob_abs_diff_max": float(prob_diff[on].max()),
-        "mismatch/kl": float(k3[on].mean()),
-        "mismatch/kl_k1": float(-delta[on].mean()),  # k1 of KL(π_sampler ‖ π_learner): E_sampler[−Δ]
-        "mismatch/log_ratio_abs_mean": float(delta[on].abs().mean()),
-        "mismatch/log_ratio_abs_max": float(delta[on].abs().max()),
-        "mismatch/is_ratio_mean": float(mean_rho),
+    values: dict[str, torch.Tensor] = {  # 0-d tensors, moved to Python floats in one transfer below
+        "mismatch/prob_abs_diff_mean": prob_diff[on].mean(),
+        "mismatch/prob_abs_diff_max": prob_diff[on].max(),
+        "mismatch/kl": k3[on].mean(),
+        "mismatch/kl_k1": -delta[on].mean(),  # k1 of KL(π_sampler ‖ π_learner): E_sampler[−Δ]
+        "mismatch/log_ratio_abs_mean": abs_delta.mean(),
+        "mismatch/log_ratio_abs_max": abs_delta.max(),
+        "mismatch/is_ratio_mean": mean_rho,
         # population std (verl's rollout_is_std of the raw weights: E[ρ²] − E[ρ]²)
-        "mismatch/is_ratio_std": float(tokens.std(correction=0)) if n > 1 else 0.0,
-        "mismatch/is_ratio_min": float(tokens.min()),
-        "mismatch/is_ratio_max": float(tokens.max()),
-        **{f"mismatch/is_ratio_p{round(q * 100)}": float(v) for q, v in zip(QUANTILES, quantiles)},
-        "mismatch/is_ratio_tail_frac": float(((tokens < lo) | (tokens > hi)).double().mean()),
+        "mismatch/is_ratio_std": tokens.std(correction=0) if n > 1 else mean_rho * 0,
+        "mismatch/is_ratio_min": tokens.min(),
+        "mismatch/is_ratio_max": tokens.max(),
+        **{f"mismatch/is_ratio_p{round(q * 100)}": v for q, v in zip(QUANTILES, quantiles)},
+        "mismatch/is_ratio_tail_frac": ((tokens < lo) | (tokens > hi)).double().mean(),
         # Kish's effective sample size of the raw token weights, normalised: (Σρ)² / (N Σρ²) ∈ (0, 1]
-        "mismatch/ess": float(mean_rho ** 2 / (tokens ** 2).mean()),
-        "mismatch/chi2_token": float((tokens ** 2).mean() - 1),
-        "mismatch/chi2_seq": float((2 * seq_delta.clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)).exp().mean() - 1),
-        "mismatch/seq_log_ratio_mean": float(seq_delta.mean()),
-        "mismatch/seq_log_ratio_std": float(seq_delta.std(correction=0)),
-        "mismatch/seq_log_ratio_min": float(seq_delta.min()),
-        "mismatch/seq_log_ratio_max": float(seq_delta.max()),
-        "mismatch/learner_ppl": float((-seq_learner).exp().mean()),
-        "mismatch/sampler_ppl": float((-seq_sampler).exp().mean()),
-        "mismatch/log_ppl_diff": float(log_ppl_diff.mean()),
-        "mismatch/ppl_ratio": float(log_ppl_diff.exp().mean()),
-        "mismatch/token_mult_prob_error": float(delta[on].abs().exp().mean()),
+        "mismatch/ess": mean_rho ** 2 / second,
+        "mismatch/chi2_token": second - 1,
+        "mismatch/chi2_seq": (2 * seq_delta.clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)).exp().mean() - 1,
+        "mismatch/seq_log_ratio_mean": seq_delta.mean(),
+        "mismatch/seq_log_ratio_std": seq_delta.std(correction=0),
+        "mismatch/seq_log_ratio_min": seq_delta.min(),
+        "mismatch/seq_log_ratio_max": seq_delta.max(),
+        "mismatch/learner_ppl": (-seq_learner).exp().mean(),
+        "mismatch/sampler_ppl": (-seq_sampler).exp().mean(),
+        "mismatch/log_ppl_diff": log_ppl_diff.mean(),
+        "mismatch/ppl_ratio": log_ppl_diff.exp().mean(),
+        "mismatch/token_mult_prob_error": abs_delta.exp().mean(),
     }
     if cap is not None:
-        metrics["mismatch/is_ratio_above_cap_frac"] = float((tokens > cap).double().mean())
-        metrics["mismatch/is_ratio_below_cap_frac"] = float((tokens < 1 / cap).double().mean())
+        values["mismatch/is_ratio_above_cap_frac"] = (tokens > cap).double().mean()
+        values["mismatch/is_ratio_below_cap_frac"] = (tokens < 1 / cap).double().mean()
     if entropy is not None:
-        mean_entropy = float(_masked_mean(entropy.detach().double(), on))
-        if mean_entropy > 0:  # a greedy (zero-entropy) batch has no ratio to report
-            metrics["mismatch/kl_ent_ratio"] = metrics["mismatch/kl"] / mean_entropy
+        values["entropy"] = _masked_mean(entropy.detach().double(), on)
+    metrics = dict(zip(values, torch.stack(list(values.values())).tolist()))
+    mean_entropy = metrics.pop("entropy", 0.0)
+    if mean_entropy > 0:  # a greedy (zero-entropy) batch has no ratio to report
+        metrics["mismatch/kl_ent_ratio"] = metrics["mismatch/kl"] / mean_entropy
     return metrics
 
 
@@ -118,17 +122,17 @@ def repetition_frac(completion_ids: torch.Tensor, mask: torch.Tensor, *, max_per
 
     slime logs ``repetition_frac`` (responses that repeat); the definition here is the workbench's
     own, on token ids. A period-n loop repeated r times means ``id[t] == id[t+n]`` for (r−1)·n
-    consecutive positions, which a box filter of that width finds for every n at once.
+    consecutive positions: a window of that width full of matches (prefix sums find it for every start).
     """
     ids, on = completion_ids, mask.bool()  # [B, T]
-    looping = torch.zeros(ids.shape[0], dtype=torch.bool)
+    looping = torch.zeros(ids.shape[0], dtype=torch.bool, device=ids.device)
     for n in range(1, max_period + 1):
         width = (repeats - 1) * n
         if ids.shape[1] < n + width:
             break
-        same = ((ids[:, n:] == ids[:, :-n]) & on[:, n:] & on[:, :-n]).float()  # [B, T-n]
-        run = F.conv1d(same[:, None], torch.ones(1, 1, width, device=ids.device)).squeeze(1)  # [B, T-n-width+1]
-        looping |= (run >= width - 0.5).any(-1).cpu()
+        same = (ids[:, n:] == ids[:, :-n]) & on[:, n:] & on[:, :-n]  # [B, T-n]
+        ran = F.pad(same.long().cumsum(-1), (1, 0))  # [B, T-n+1] integer prefix sums: exact
+        looping |= ((ran[:, width:] - ran[:, :-width]) == width).any(-1)  # a full window of matches
     return float(looping.double().mean()) if ids.shape[0] else 0.0
 
 
