@@ -38,13 +38,6 @@ def _log_ratio(learner_logp: torch.Tensor, sampler_logp: torch.Tensor) -> torch.
     return (learner_logp.detach().double() - sampler_logp.detach().double()).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)
 
 
-def _masked_mean(values: torch.Tensor, on: torch.Tensor, dim: int | None = None) -> torch.Tensor:
-    clean = torch.where(on, values, torch.zeros_like(values))
-    if dim is None:
-        return clean.sum() / on.sum().clamp(min=1)
-    return clean.sum(dim) / on.sum(dim).clamp(min=1)
-
-
 def mismatch_metrics(learner_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch.Tensor, *,
                      entropy: torch.Tensor | None = None, cap: float | None = None) -> dict[str, float]:
     """The step's ``mismatch/*`` scalars (docs/metrics.md) on the response tokens of ``mask`` ``[B, T]``.
@@ -57,29 +50,32 @@ def mismatch_metrics(learner_logp: torch.Tensor, sampler_logp: torch.Tensor, mas
     on = mask.bool()
     if not bool(on.any()):
         return {}
-    delta = _log_ratio(learner_logp, sampler_logp)  # [B, T] Δ
-    rho = delta.exp()  # [B, T] raw ratio
-    p_learner, p_sampler = learner_logp.detach().double().exp(), sampler_logp.detach().double().exp()
-    prob_diff = (p_learner - p_sampler).abs()  # [B, T]
-    k3 = rho - 1 - delta  # [B, T] ≥ 0
-    tokens = rho[on]  # [N]
+    # Everything below works on the N response tokens as flat float64 vectors (few, cheap kernels).
+    rows = on.nonzero(as_tuple=True)[0]  # [N] the sequence of each token
+    learner, sampler = learner_logp.detach()[on].double(), sampler_logp.detach()[on].double()  # [N]
+    delta = (learner - sampler).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)  # [N] Δ
+    tokens = delta.exp()  # [N] raw ratio ρ
+    prob_diff = (learner.exp() - sampler.exp()).abs()  # [N]
+    k3 = tokens - 1 - delta  # [N] ≥ 0
     n = tokens.numel()
-
     mean_rho = tokens.mean()
-    seq_on = on.any(-1)  # [B] sequences with at least one response token
-    seq_delta = torch.where(on, delta, 0.0).sum(-1)[seq_on]  # [S] log of the sequence IS weight Π ρ_t
-    seq_learner = _masked_mean(learner_logp.detach().double(), on, -1)[seq_on]  # [S] mean token logp
-    seq_sampler = _masked_mean(sampler_logp.detach().double(), on, -1)[seq_on]
+    per_seq = torch.zeros(3, on.shape[0], dtype=delta.dtype, device=delta.device)  # [3, B] Σ Δ, Σ logp
+    per_seq.index_add_(1, rows, torch.stack([delta, learner, sampler]))
+    counts = on.sum(-1)  # [B]
+    seq_on = counts > 0  # [B] sequences with at least one response token
+    seq_delta = per_seq[0, seq_on]  # [S] log of the sequence IS weight Π ρ_t
+    seq_learner = per_seq[1, seq_on] / counts[seq_on]  # [S] mean token logp
+    seq_sampler = per_seq[2, seq_on] / counts[seq_on]
     log_ppl_diff = seq_sampler - seq_learner  # [S] log(ppl_learner / ppl_sampler) per sequence
     quantiles = torch.quantile(tokens, torch.tensor(QUANTILES, dtype=tokens.dtype, device=tokens.device))
-    abs_delta = delta[on].abs()
+    abs_delta = delta.abs()
     second = (tokens ** 2).mean()
     lo, hi = TAIL_BAND
     values: dict[str, torch.Tensor] = {  # 0-d tensors, moved to Python floats in one transfer below
-        "mismatch/prob_abs_diff_mean": prob_diff[on].mean(),
-        "mismatch/prob_abs_diff_max": prob_diff[on].max(),
-        "mismatch/kl": k3[on].mean(),
-        "mismatch/kl_k1": -delta[on].mean(),  # k1 of KL(π_sampler ‖ π_learner): E_sampler[−Δ]
+        "mismatch/prob_abs_diff_mean": prob_diff.mean(),
+        "mismatch/prob_abs_diff_max": prob_diff.max(),
+        "mismatch/kl": k3.mean(),
+        "mismatch/kl_k1": -delta.mean(),  # k1 of KL(π_sampler ‖ π_learner): E_sampler[−Δ]
         "mismatch/log_ratio_abs_mean": abs_delta.mean(),
         "mismatch/log_ratio_abs_max": abs_delta.max(),
         "mismatch/is_ratio_mean": mean_rho,
@@ -107,7 +103,7 @@ def mismatch_metrics(learner_logp: torch.Tensor, sampler_logp: torch.Tensor, mas
         values["mismatch/is_ratio_above_cap_frac"] = (tokens > cap).double().mean()
         values["mismatch/is_ratio_below_cap_frac"] = (tokens < 1 / cap).double().mean()
     if entropy is not None:
-        values["entropy"] = _masked_mean(entropy.detach().double(), on)
+        values["entropy"] = entropy.detach()[on].double().mean()
     metrics = dict(zip(values, torch.stack(list(values.values())).tolist()))
     mean_entropy = metrics.pop("entropy", 0.0)
     if mean_entropy > 0:  # a greedy (zero-entropy) batch has no ratio to report
