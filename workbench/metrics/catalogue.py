@@ -81,8 +81,8 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     # sampled tokens, ρ = exp(Δ) the raw ratio before any correction, logged whatever the correction.
     MetricSpec("mismatch/kl_k1", "token-mean k1 estimate of KL(π_sampler ‖ π_learner), E[−Δ] (verl "
                "rollout_corr/kl; mismatch/kl is the k3)", "nats", "down", healthy_range=(-0.005, 0.005)),
-    MetricSpec("mismatch/log_ratio_abs_mean", "token mean of |Δ| = |log π_learner − log π_sampler| (TRL logs it as "
-               "sampling_logp_difference/mean)", "nats", "down", NON_NEGATIVE, healthy_range=(0.0, 0.02)),
+    MetricSpec("mismatch/log_ratio_abs_mean", "token mean of |Δ| = |log π_learner − log π_sampler| (TRL: the "
+               "sampling logp difference, mean)", "nats", "down", NON_NEGATIVE, healthy_range=(0.0, 0.02)),
     MetricSpec("mismatch/log_ratio_abs_max", "largest |Δ| over response tokens (the step-0 gate's statistic)",
                "nats", "down", NON_NEGATIVE, healthy_range=(0.0, 0.7)),
     MetricSpec("mismatch/is_ratio_mean", "mean raw token IS ratio ρ = π_learner/π_sampler, before any correction",
