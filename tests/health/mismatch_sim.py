@@ -1,18 +1,18 @@
 """Token-level sampler/learner simulations for the mismatch rules: R runs at once, vectorised.
 
-Each step draws N response tokens; at each the learner's next-token logits over a V-token vocabulary
-are ``scale · g`` (g standard normal: entropy ≈ 1.3 nats at scale 2.5, the tiny model's ≈ 0.9–1.0 at
-its typical scale). The sampler draws the token from *its* logits, and Δ = log π_learner − log π_sampler
-of that token is all the metrics see, as in a real run. Scenarios (``SCENARIOS``):
+Each step draws N = 64 response tokens; at each the learner's next-token logits over a V = 8 token
+vocabulary are ``SCALE · g`` (g standard normal, SCALE 2.5). The sampler draws the token from *its*
+logits, and Δ = log π_learner − log π_sampler of that token is all the metrics see, as in a real run.
+64 tokens per step (a real 16×8 batch has thousands) make every per-step metric noisier than a real
+run's: conservative for the false-alarm rates. Scenarios (``SCENARIOS``):
 
 * ``fp32``: the sampler's logits equal the learner's up to 1e-6 relative (another kernel's sum order).
-* ``bf16``: the sampler's logits carry an error of sd ``BF16_REL · |z|`` per logit, with BF16_REL =
-  4·eps_bf16·… chosen so that sd(Δ) ≈ 0.02-0.03: 2-3× the bf16 sampler of studies/precision_mismatch.yaml
-  (mismatch/kl ≈ 6e-5 there, i.e. sd(Δ) ≈ 0.011), so the false-alarm rates are measured on a worse bf16.
+* ``bf16``: each sampler logit carries an error of sd ``BF16_REL · |z|`` (one bf16 ulp, 0.78%): sd(Δ) ≈
+  0.015, KL ≈ 1e-4, about twice the bf16 sampler of studies/precision_mismatch.yaml (KL ≈ 6e-5).
 * planted failures, from step ``ONSET`` on: ``temperature`` (the sampler samples at 0.8, the learner
-  scores at 1.0: a leaked generation setting), ``top_k`` (the sampler keeps the 12 likeliest of 16
+  scores at 1.0: a leaked generation setting), ``top_k`` (the sampler keeps the 3 likeliest of 8
   tokens), ``stale`` (the weight sync stops: the sampler keeps the policy of step ONSET while the learner
-  moves on by ``DRIFT`` per step), ``bf16_drift`` (a bf16 sampler on a model whose logits sharpen
+  turns by ``DRIFT`` logits per step), ``bf16_drift`` (a bf16 sampler on a model whose logits sharpen
   ×1.03 per step from ONSET: the bf16 error grows with the logits' magnitude).
 """
 
