@@ -7,7 +7,8 @@ import torch
 from tests.tolerance import order_tolerance
 from workbench.batch import Rollouts, ScoredRollouts
 from workbench.metrics import BY_NAME, CATALOGUE
-from workbench.metrics.compute import masked_mean_float, mismatch_metrics, rollout_metrics, zero_std_fraction
+from workbench.metrics.compute import masked_mean_float, rollout_metrics, zero_std_fraction
+from workbench.metrics.mismatch import mismatch_metrics
 from workbench.tasks import Problem
 
 

@@ -253,3 +253,19 @@ def test_directory_generation_config_does_not_shape_sampling(learner_and_sampler
         assert max_logp_gap(learner, rollouts) < FP32_TOLERANCE
     finally:
         sampler.close()
+
+
+def test_the_step0_gate_passes_a_float32_vllm_sampler_and_trips_on_an_unsynced_one(learner_and_sampler, problems):
+    """workbench/train/step0_gate.py on the real engine: its float32 logprobs are within the error-analysis
+    bound of the learner's; after an update the engine never received, the gate stops the run."""
+    from workbench.train.step0_gate import MismatchGateError, check_step0
+
+    learner, sampler, _ = learner_and_sampler
+    kwargs = {"sampler": "vllm", "sampler_dtype": "float32", "learner_dtype": "float32"}
+    verdict = check_step0(learner, sampler.generate(problems, 4, temperature=1.0, seed=7), 1.0, **kwargs)
+    print(f"\nvLLM float32: max |Δ| {verdict.max_abs_log_ratio:.3g} ≤ bound {verdict.bound:.3g}")
+    assert verdict.passed
+    policy_gradient_step(learner, sampler.generate(problems, 4, temperature=1.0, seed=8))  # not synced
+    with pytest.raises(MismatchGateError, match="step-0 mismatch gate"):
+        check_step0(learner, sampler.generate(problems, 4, temperature=1.0, seed=9), 1.0, **kwargs)
+    sampler.sync_weights(learner.model)  # the module's engine agrees with the learner again

@@ -56,6 +56,13 @@ CASES = {
     "no_learning_signal": (make(30, batch__zero_std_frac=step_change(0.3, 0.95, 10)), 19, 0.95, 0.9),
     # patience 1: 0.95 > 0.8 at step 15.
     "mismatch_spike": (make(30, mismatch__prob_abs_diff_max=spike(0.2, 0.95, 15)), 15, 0.95, 0.8),
+    # patience 2: NeMo-RL's band, 1.2 > 1.05 from step 10 -> fires at 11.
+    "mismatch_bands": (make(30, mismatch__token_mult_prob_error=step_change(1.01, 1.2, 10)), 11, 1.2, 1.05),
+    # patience 3: 0.3 > 0.05 from step 10 -> fires at 12.
+    "mismatch_tail": (make(30, mismatch__is_ratio_tail_frac=step_change(0.01, 0.3, 10)), 12, 0.3, 0.05),
+    # baseline mean(first 10) = 0.001 -> limit max(3 × 0.001, 2e-4) = 0.003; the mean of the last 10 is
+    # (0.019, 0.028, 0.037, 0.046, 0.055)/10 at steps 30..34: above 0.003 from 32 -> patience 3 -> fires at 34.
+    "mismatch_growth": (make(60, mismatch__kl=step_change(0.001, 0.01, 30)), 34, 0.0055, 0.003),
     # 0.5 > 0.3 from step 30 -> fires at 34.
     "clip_fraction_anomaly": (make(40, clip__frac=step_change(0.05, 0.5, 30)), 34, 0.5, 0.3),
     # patience 1: 2.0 > 1.0 at step 12.
@@ -96,6 +103,11 @@ FAILURES = {
     "reward_collapse": ("reward/mean", lambda k, old: 0.1, {84, 85}),
     "no_learning_signal": ("batch/zero_std_frac", lambda k, old: 1.0, {89}),
     "mismatch_spike": ("mismatch/prob_abs_diff_max", lambda k, old: 0.95, {80}),
+    "mismatch_bands": ("mismatch/token_mult_prob_error", lambda k, old: 1.2, {81}),
+    "mismatch_tail": ("mismatch/is_ratio_tail_frac", lambda k, old: 0.3, {82}),
+    # kl ~ U(0, 0.005), baseline mean of 10 in ~0.0015..0.0035 -> limit 0.0045..0.0105; the last-10 mean with
+    # j+1 planted 0.05s is ≥ (j+1)·0.005: first above the limit at 80..82, patience 3 -> fires at 82..84.
+    "mismatch_growth": ("mismatch/kl", lambda k, old: 0.05, {82, 83, 84}),
     "clip_fraction_anomaly": ("clip/frac", lambda k, old: 0.5, {84}),
     "kl_explosion": ("kl/ref", lambda k, old: 2.0, {80}),
     "non_finite": ("grad/norm", lambda k, old: math.nan if k == 0 else old, {80}),

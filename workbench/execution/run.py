@@ -6,6 +6,7 @@ a health stop is a normal FINISHED run tagged ``workbench.stopped_early``.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import shutil
@@ -24,7 +25,7 @@ from workbench.rollout.prompts import PromptFormat, resolve_prompt_format
 from workbench.tasks import build_task
 from workbench.tasks.jsonl import read_numbered_problems
 from workbench.tasks.priming import WorkedSolutions
-from workbench.tracking.artifacts import PROBLEMS_ARTIFACT
+from workbench.tracking.artifacts import MISMATCH_ARTIFACT, PROBLEMS_ARTIFACT
 from workbench.tracking.redact import redact_config
 from workbench.tracking.store import resolve_tracking_uri
 from workbench.tracking.writer import OutagePolicy, RunTracker, TrackingOutage, resend_spills
@@ -265,6 +266,8 @@ def execute_run(cfg: RunConfig, *, study: str, variant: str, label: str, parent_
         tracker.log_table(result.samples, "samples.json")
         if result.data_record:
             tracker.log_dict(result.data_record, "data.json")
+        if result.mismatch_records:
+            tracker.log_text(json.dumps(result.mismatch_records), MISMATCH_ARTIFACT)
         if len(result.problems):
             tracker.log_bytes(result.problems.to_csv_gz(), PROBLEMS_ARTIFACT)
         tracker.finish("FINISHED")

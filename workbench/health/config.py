@@ -83,6 +83,14 @@ class HealthConfig(BaseModel):
     """What a ``fail``-severity event does: ``stop`` makes ``HealthMonitor.should_stop`` true (the
     loop ends the run, marked failed); ``continue`` only records it."""
 
+    step0_gate: bool = True
+    """Before the first update, re-score the first batch with the learner and stop the run if the sampler's
+    logprobs differ by more than the two precisions explain (workbench/train/step0_gate.py)."""
+
+    mismatch_record_every: int = Field(default=100, ge=0)
+    """Every this many steps (and at step 0), keep the step's mismatch histogram and worst tokens for the
+    run's ``mismatch.json`` artifact; one extra no-grad learner forward each time. 0: never."""
+
     @field_validator("preset")
     @classmethod
     def _known_preset(cls, v: str) -> str:

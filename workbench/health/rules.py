@@ -61,6 +61,13 @@ REWARD = "reward/mean"
 ZERO_STD_FRAC = "batch/zero_std_frac"
 MISMATCH_PROB_MAX = "mismatch/prob_abs_diff_max"
 MISMATCH_KL = "mismatch/kl"
+IS_RATIO_MEAN = "mismatch/is_ratio_mean"
+IS_RATIO_STD = "mismatch/is_ratio_std"
+IS_RATIO_TAIL = "mismatch/is_ratio_tail_frac"
+MISMATCH_ESS = "mismatch/ess"
+MISMATCH_KL_K1 = "mismatch/kl_k1"
+CHI2_TOKEN = "mismatch/chi2_token"
+TOKEN_MULT_PROB_ERROR = "mismatch/token_mult_prob_error"
 CLIP_FRAC = "clip/frac"
 KL_REF = "kl/ref"
 
@@ -690,6 +697,170 @@ class MismatchSpike(HealthRule):
             if r.violated:
                 return r
         return readings[0]
+
+
+class MismatchBandsParams(StreakParams):
+    patience: int = Field(default=2, ge=1)
+    """Consecutive observations outside a band before the rule fires (2: one noisy batch is not a trend)."""
+
+    is_ratio_mean: tuple[float, float] | None = (0.5, 2.0)
+    """verl's band for the mean raw token IS ratio (docs/algo/rollout_corr.md); ``None`` skips it."""
+
+    min_ess: float | None = Field(default=0.3, gt=0.0, le=1.0)
+    """verl: fires when the normalised effective sample size mismatch/ess < this."""
+
+    max_is_ratio_std: float | None = Field(default=1.0, gt=0.0)
+    """verl: fires when the raw ratio's std mismatch/is_ratio_std > this."""
+
+    max_abs_kl_k1: float | None = Field(default=0.1, gt=0.0)
+    """verl: fires when |mismatch/kl_k1| > this (nats)."""
+
+    max_chi2_token: float | None = Field(default=1.0, gt=0.0)
+    """verl: fires when mismatch/chi2_token > this."""
+
+    max_token_mult_prob_error: float | None = Field(default=1.05, gt=1.0)
+    """NeMo-RL's "investigate" level of mean exp|Δ| (docs/guides/grpo.md); ``None`` skips it."""
+
+
+@_register
+class MismatchBands(HealthRule):
+    """Sampler/learner mismatch outside the peers' published warning bands.
+
+    verl (docs/algo/rollout_corr.md) warns when the mean IS ratio leaves [0.5, 2.0], the ESS falls
+    below 0.3, the ratio's std exceeds 1.0, |KL| exceeds 0.1 or χ²_token exceeds 1.0; NeMo-RL asks to
+    investigate when ``token_mult_prob_error`` exceeds 1.05. All are read off the raw ratios, so the rule
+    sees the mismatch with or without a correction. The event names the first band left (in this order).
+    False alarms and detection are measured on simulated token streams (tests/health/test_mismatch_rules.py).
+    """
+
+    name = "mismatch_bands"
+    summary = "the mismatch leaves verl's or NeMo-RL's published bands"
+    Params = MismatchBandsParams
+    watches = (IS_RATIO_MEAN, MISMATCH_ESS, IS_RATIO_STD, MISMATCH_KL_K1, CHI2_TOKEN, TOKEN_MULT_PROB_ERROR)
+    consequence = (
+        "The sampler and learner disagree beyond the published bands: check a leaked generation setting "
+        "(temperature, top-k, repetition_penalty), the weight sync and the dtypes; an IS correction only "
+        "bounds the damage."
+    )
+
+    def update(self, metrics: Mapping[str, Any]) -> Reading | None:
+        p = self.params
+        readings: list[Reading] = []
+        x = finite_value(metrics, IS_RATIO_MEAN)
+        if p.is_ratio_mean is not None and x is not None:
+            lo, hi = p.is_ratio_mean
+            thr = lo if x < lo else hi
+            readings.append(Reading(not lo <= x <= hi, IS_RATIO_MEAN, x, thr,
+                                    f"{IS_RATIO_MEAN} = {_fmt(x)} outside [{lo:g}, {hi:g}]"))
+        for key, thr, below in ((MISMATCH_ESS, p.min_ess, True), (IS_RATIO_STD, p.max_is_ratio_std, False),
+                                (MISMATCH_KL_K1, p.max_abs_kl_k1, False), (CHI2_TOKEN, p.max_chi2_token, False),
+                                (TOKEN_MULT_PROB_ERROR, p.max_token_mult_prob_error, False)):
+            x = finite_value(metrics, key)
+            if thr is None or x is None:
+                continue
+            if below:
+                readings.append(Reading(x < thr, key, x, thr, f"{key} = {_fmt(x)} < {thr:g}"))
+            elif key == MISMATCH_KL_K1:
+                readings.append(Reading(abs(x) > thr, key, x, thr, f"|{key}| = {_fmt(abs(x))} > {thr:g}"))
+            else:
+                readings.append(Reading(x > thr, key, x, thr, f"{key} = {_fmt(x)} > {thr:g}"))
+        if not readings:
+            return None
+        return next((r for r in readings if r.violated), readings[0])
+
+
+class MismatchTailParams(StreakParams):
+    patience: int = Field(default=3, ge=1)
+    """Consecutive observations the condition must hold before the rule fires."""
+
+    max_tail_frac: float = Field(default=0.05, gt=0.0, le=1.0)
+    """Fires when mismatch/is_ratio_tail_frac (tokens whose raw ratio is outside [0.9, 1.1]) > this."""
+
+
+@_register
+class MismatchTail(HealthRule):
+    """Mismatch in the tail: many tokens disagree by more than 10% while the mean ratio looks fine.
+
+    TRL #6789 found 7.5% of tokens outside [0.9, 1.1] with a healthy mean difference; a bf16 sampler
+    on a healthy small model keeps this well under 1%. Watching the tail, not the mean, catches a
+    sampler that samples from another distribution (a leaked temperature or top-k) or stale weights.
+    """
+
+    name = "mismatch_tail"
+    summary = "too many tokens' sampler/learner ratio is outside [0.9, 1.1]"
+    Params = MismatchTailParams
+    watches = (IS_RATIO_TAIL,)
+    consequence = (
+        "A share of tokens is sampled far off the learner's distribution: check the sampler's "
+        "generation settings and the weight sync."
+    )
+
+    def update(self, metrics: Mapping[str, Any]) -> Reading | None:
+        x = finite_value(metrics, IS_RATIO_TAIL)
+        if x is None:
+            return None
+        thr = self.params.max_tail_frac
+        return Reading(x > thr, IS_RATIO_TAIL, x, thr, f"{IS_RATIO_TAIL} = {_fmt(x)} > {thr:g}")
+
+
+class MismatchGrowthParams(StreakParams):
+    patience: int = Field(default=3, ge=1)
+    """Consecutive observations the condition must hold before the rule fires."""
+
+    baseline_steps: int = Field(default=10, ge=1)
+    """The baseline is the mean mismatch/kl of the first ``baseline_steps`` observations (not checked)."""
+
+    window: int = Field(default=10, ge=1)
+    """The current level is the mean mismatch/kl of the last ``window`` observations."""
+
+    max_multiple: float = Field(default=3.0, gt=1.0)
+    """Fires when the current level > this multiple of the baseline ..."""
+
+    min_kl: float = Field(default=2e-4, gt=0.0)
+    """... and > this (nats): an fp32 baseline of 1e-12 growing 100× is still no mismatch."""
+
+
+@_register
+class MismatchGrowth(HealthRule):
+    """The mismatch grows: the running mean of mismatch/kl climbs to a multiple of its early level.
+
+    Precedes the crashes users report (NeMo-RL #1801 asks for a metric that rises first; Yao et al. [4] tie
+    the collapse to a growing gap): a low-precision
+    sampler on a model whose logits sharpen (the rounding error grows with their magnitude), or a weight
+    sync that stopped (the gap grows with every update). A level rule fires only once the gap is large;
+    this one fires on the trend, while it is still small.
+    """
+
+    name = "mismatch_growth"
+    summary = "the sampler/learner mismatch keeps growing"
+    Params = MismatchGrowthParams
+    watches = (MISMATCH_KL,)
+    consequence = (
+        "The mismatch is growing: check the weight sync, and a low-precision sampler on a sharpening model "
+        "(a higher-precision sampler, or an IS correction)."
+    )
+
+    def _reset_state(self) -> None:
+        self._baseline: list[float] = []
+        self._recent: deque[float] = deque(maxlen=self.params.window)
+
+    def update(self, metrics: Mapping[str, Any]) -> Reading | None:
+        x = finite_value(metrics, MISMATCH_KL)
+        if x is None:
+            return None
+        p = self.params
+        if len(self._baseline) < p.baseline_steps:
+            self._baseline.append(x)
+            return None
+        self._recent.append(x)
+        if len(self._recent) < p.window:
+            return None
+        base = sum(self._baseline) / len(self._baseline)
+        level = sum(self._recent) / len(self._recent)
+        thr = max(p.max_multiple * base, p.min_kl)
+        return Reading(level > thr, MISMATCH_KL, level, thr,
+                       f"mean {MISMATCH_KL} over the last {p.window} = {_fmt(level)} > max({p.max_multiple:g} × "
+                       f"initial {_fmt(base)}, {p.min_kl:g})")
 
 
 class ClipFractionParams(StreakParams):

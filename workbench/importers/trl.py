@@ -52,6 +52,15 @@ MAPPINGS = (
     MetricMapping("grad_norm", "grad/norm", HF_TRAINER,
                   caveat="global norm before clipping, at the logging step"),
     MetricMapping("step_time", "perf/step_s", f"{GRPO} (training_step wall time)"),
+    MetricMapping("sampling/sampling_logp_difference/mean", "mismatch/log_ratio_abs_mean",
+                  f"{GRPO} (_generate_and_score_completions: |old_per_token_logps − sampling_per_token_logps|)",
+                  caveat="logged with vllm_importance_sampling_correction; a mean of the processes' token means"),
+    MetricMapping("sampling/sampling_logp_difference/max", "mismatch/log_ratio_abs_max",
+                  f"{GRPO} (_generate_and_score_completions)",
+                  caveat="logged with vllm_importance_sampling_correction"),
+    MetricMapping("sampling/importance_sampling_ratio/mean", "mismatch/is_weight_mean",
+                  f"{GRPO} (_generate_and_score_completions)",
+                  caveat="the applied (truncated or masked) IS weight, not the raw ratio"),
 )
 
 

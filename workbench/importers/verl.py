@@ -27,6 +27,7 @@ from .errors import ImportSourceError
 
 METRIC_UTILS = "verl/trainer/ppo/metric_utils.py"
 CORE_ALGOS = "verl/trainer/ppo/core_algos.py"
+ROLLOUT_CORR = "verl/trainer/ppo/rollout_corr_helper.py"
 
 MAPPINGS = (
     MetricMapping("critic/score/mean", "reward/mean", f"{METRIC_UTILS} (compute_data_metrics)",
@@ -56,6 +57,27 @@ MAPPINGS = (
                   "ray_trainer._update_actor)",
                   caveat="before clipping, averaged over the step's optimizer steps"),
     MetricMapping("perf/time_per_step", "perf/step_s", f"{METRIC_UTILS} (compute_throughout_metrics)"),
+    # rollout_corr/*: the sampler/learner mismatch (learner = old_log_prob, before the update), whatever the
+    # correction; the off-policy diagnostics are the definitions the workbench's own follow (parity-tested).
+    *(MetricMapping(f"rollout_corr/{key}", name, f"{ROLLOUT_CORR} (compute_offpolicy_metrics)")
+      for key, name in (("kl", "mismatch/kl_k1"), ("k3_kl", "mismatch/kl"), ("training_ppl", "mismatch/learner_ppl"),
+                        ("rollout_ppl", "mismatch/sampler_ppl"), ("log_ppl_diff", "mismatch/log_ppl_diff"),
+                        ("ppl_ratio", "mismatch/ppl_ratio"), ("chi2_token", "mismatch/chi2_token"),
+                        ("chi2_seq", "mismatch/chi2_seq"))),
+    MetricMapping("rollout_corr/rollout_is_mean", "mismatch/is_weight_mean", f"{ROLLOUT_CORR} (compute_is_metrics)",
+                  caveat="the mean applied (truncated) IS weight, logged only with rollout_is set; the raw ratio's "
+                         "mean (mismatch/is_ratio_mean) is not logged by verl"),
+    MetricMapping("rollout_corr/rollout_is_ratio_fraction_high", "mismatch/is_ratio_above_cap_frac",
+                  f"{ROLLOUT_CORR} (compute_is_metrics)",
+                  caveat="raw ratios above rollout_is_threshold (token level; sequence level: of sequence weights)"),
+    MetricMapping("rollout_corr/rollout_is_ratio_fraction_low", "mismatch/is_ratio_below_cap_frac",
+                  f"{ROLLOUT_CORR} (compute_is_metrics)",
+                  caveat="below rollout_is_threshold_lower, 1/threshold unless set"),
+    MetricMapping("rollout_corr/rollout_is_eff_sample_size", "mismatch/ess", f"{ROLLOUT_CORR} (compute_is_metrics)",
+                  caveat="of the applied weights clamped at the threshold: equal to the raw ratios' ESS when no "
+                         "weight reaches it, larger otherwise (verl's 0.3 band is stated on this one)"),
+    MetricMapping("rollout_corr/rollout_is_std", "mismatch/is_ratio_std", f"{ROLLOUT_CORR} (compute_is_metrics)",
+                  caveat="of the weights clamped at the threshold: the raw std when no weight reaches it"),
 )
 
 # LocalLogger prints numbers with pprint.pformat: numpy scalars appear as np.float64(0.5).

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from workbench.batch import ScoredRollouts
+from workbench.metrics.mismatch import repetition_frac
 
 
 def masked_mean_float(values: torch.Tensor, mask: torch.Tensor) -> float:
@@ -38,6 +39,7 @@ def rollout_metrics(scored: ScoredRollouts) -> dict[str, float]:
         "length/truncated_frac": float(r.truncated.float().mean()),
         "batch/zero_std_frac": zero_std_fraction(rewards, r.group_ids),
         **solved_group_fractions(correct, r.group_ids),
+        "batch/repetition_frac": repetition_frac(r.completion_ids, r.mask),
     }
     for name, term in scored.reward_terms.items():
         metrics[f"reward/{name}"] = float(term.float().mean())
@@ -64,20 +66,3 @@ def solved_group_fractions(correct: torch.Tensor, group_ids: torch.Tensor) -> di
     return {"batch/all_correct_frac": float((hits == sizes).float().mean()),
             "batch/all_wrong_frac": float((hits == 0).float().mean())}
 
-
-def mismatch_metrics(learner_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
-    """Sampler vs learner on the sampled tokens, learner before the update.
-
-    ``mismatch/kl`` is the token-mean k3 estimate of KL(π_sampler ‖ π_learner) with samples
-    from the sampler: k3 = (ρ − 1) − log ρ, ρ = π_learner/π_sampler.
-    """
-    learner_logp, sampler_logp = learner_logp.detach().float(), sampler_logp.float()
-    diff = (learner_logp.exp() - sampler_logp.exp()).abs()  # [B, T]
-    log_ratio = (learner_logp - sampler_logp).clamp(-20, 20)
-    k3 = log_ratio.exp() - 1 - log_ratio
-    on = mask.bool()
-    return {
-        "mismatch/prob_abs_diff_mean": masked_mean_float(diff, mask),
-        "mismatch/prob_abs_diff_max": float(diff[on].max()) if on.any() else 0.0,
-        "mismatch/kl": masked_mean_float(k3, mask),
-    }

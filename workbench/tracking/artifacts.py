@@ -5,6 +5,12 @@
 CSV with a header: ``step`` (the RL step of the eval), ``problem_id`` (stable across seeds and arms
 scored on the same eval set: :func:`workbench.train.evaluate.problem_ids`), ``correct``,
 ``truncated`` (0/1) and ``length`` (response tokens).
+
+``mismatch.json``: a JSON list, one object per recorded step (``health.mismatch_record_every``): ``step``,
+``edges`` (log-ratio bin edges, nats; the first and last bins are open), ``counts`` (response tokens per
+bin, one more than the edges), ``tokens`` and ``worst_tokens`` (``sequence``, ``position``, ``token_id``,
+``learner_logp``, ``sampler_logp``, ``log_ratio``, largest |log_ratio| first):
+:func:`workbench.metrics.mismatch.mismatch_record`.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from collections.abc import Mapping, Sequence
 import pandas as pd
 
 PROBLEMS_ARTIFACT = "eval/problems.csv.gz"
+MISMATCH_ARTIFACT = "mismatch.json"
 PROBLEM_COLUMNS: tuple[str, ...] = ("step", "problem_id", "correct", "length", "truncated")
 PROBLEM_DTYPES = {"step": "int64", "problem_id": "string", "correct": "int8", "length": "int64",
                   "truncated": "int8"}

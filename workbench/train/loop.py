@@ -41,6 +41,7 @@ class TrainResult:
     problems: ProblemResults = field(default_factory=ProblemResults)  # every eval step's per-problem rows
     last_metrics: dict[str, float] = field(default_factory=dict)
     data_record: dict = field(default_factory=dict)  # the data step's pass rates and schedule (data.json)
+    mismatch_records: list[dict] = field(default_factory=list)  # histogram + worst tokens (mismatch.json)
 
     @property
     def stopped_early(self) -> bool:
@@ -86,6 +87,7 @@ def train(cfg: RunConfig, sink: StepSink, monitor: HealthMonitor,
                 result.stop = StopReason(f"health: {monitor.reasons}")
             if result.stop is not None:
                 break
+        result.mismatch_records = parts.mismatch_records
     return result
 
 

@@ -18,7 +18,7 @@ import random
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, closing, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -29,6 +29,7 @@ from workbench.batch import PendingBatch, PendingScores, ScoredRollouts, TrainBa
 from workbench.config import RunConfig
 from workbench.health import HealthMonitor
 from workbench.metrics.compute import rollout_metrics
+from workbench.metrics.mismatch import mismatch_record
 from workbench.models import load_policy, model_dir
 from workbench.models.priming import stage_metrics
 from workbench.reward import AnswerVerifier
@@ -42,6 +43,7 @@ from workbench.tasks.curation import PromptOrder
 from workbench.train.data import prepare_prompts
 from workbench.train.learner import ReferencePolicy, build_learner, resolve_device
 from workbench.train.learner_protocol import Learner
+from workbench.train.step0_gate import check_step0
 from workbench.train.stopwatch import Stopwatch
 
 
@@ -64,6 +66,7 @@ class RunParts:
     generator: torch.Generator  # minibatch order
     watch: Stopwatch  # every perf/* timing, the update's "algorithm" sections too
     scoring: ThreadPoolExecutor | None = None  # scores in the background (reward.overlap); None: in turn
+    mismatch_records: list[dict[str, Any]] = field(default_factory=list)  # health.mismatch_record_every steps
 
 
 def overlaps_scoring(cfg: RunConfig) -> bool:
@@ -116,6 +119,7 @@ def rl_step(cfg: RunConfig, step: int, parts: RunParts) -> dict[str, float]:
         sampled, scored, metrics = collect_batch(cfg, step, parts)
         batch = train_batch(cfg, step, scored, parts)
         with watch("learn"):
+            look_before_update(cfg, step, batch.rollouts, parts)
             metrics |= parts.learner.update(batch, cfg.algorithm, cfg.sampler.temperature, parts.generator,
                                             section=watch)
             with parts.learner.gathered_model() as full:  # ZeRO-3: the sampler needs whole weights
@@ -124,6 +128,26 @@ def rl_step(cfg: RunConfig, step: int, parts: RunParts) -> dict[str, float]:
         metrics |= rollout_metrics(sampled)  # over everything sampled, not only what was kept
         metrics |= parts.prompts.step_metrics(step, sampled.rollouts.problems)
     return metrics | perf_metrics(watch.lap(), sampled, batch.ready(), cfg.algorithm.epochs)
+
+
+def look_before_update(cfg: RunConfig, step: int, rollouts, parts: RunParts) -> None:
+    """At step 0 the gate (the learner re-scores the batch; the run stops if the sampler disagrees beyond
+    the precisions' bound); every ``health.mismatch_record_every`` steps the mismatch record (histogram, worst
+    tokens). One no-grad learner forward, only on those steps; greedy sampling has no logprobs to compare."""
+    every = cfg.health.mismatch_record_every
+    gate = step == 0 and cfg.health.step0_gate
+    record = every > 0 and step % every == 0
+    if cfg.sampler.temperature == 0 or not (gate or record):
+        return
+    if gate:
+        check_step0(parts.learner, rollouts, cfg.sampler.temperature, sampler=cfg.sampler.backend,
+                    sampler_dtype=cfg.sampler.dtype, learner_dtype=cfg.learner.dtype)
+    if record:
+        with torch.no_grad():
+            logp, _ = parts.learner.logprobs(rollouts, slice(None), cfg.sampler.temperature, with_entropy=False)
+        on_device = rollouts.mask.to(logp.device)
+        parts.mismatch_records.append({"step": step} | mismatch_record(
+            logp.cpu(), rollouts.sampler_logp.cpu(), on_device.cpu(), rollouts.completion_ids.cpu()))
 
 
 def train_batch(cfg: RunConfig, step: int, scored: ScoredRollouts | PendingScores,

@@ -23,7 +23,8 @@ import torch
 from workbench.algorithms import aggregate_loss, compute_policy_loss, importance_weights, kl_penalty
 from workbench.batch import PendingBatch, Rollouts, TrainBatch
 from workbench.config import AlgorithmConfig
-from workbench.metrics.compute import masked_mean_float, mismatch_metrics
+from workbench.metrics.compute import masked_mean_float
+from workbench.metrics.mismatch import mismatch_metrics
 from workbench.train.learner_protocol import Learner, Section, no_section
 
 
@@ -73,7 +74,8 @@ def policy_update(learner: Learner, batch: TrainBatch | PendingBatch, algo: Algo
     metrics = {"entropy/mean": masked_mean_float(entropy, mask)}
     if ref_logp is not None:
         metrics["kl/ref"] = masked_mean_float(kl_penalty(old_logp, ref_logp, algo.kl_estimator), mask)
-    metrics |= mismatch_metrics(old_logp, rollouts.sampler_logp, mask)
+    # Logged whatever the correction: the raw ratios, against the bounds a correction would apply.
+    metrics |= mismatch_metrics(old_logp, rollouts.sampler_logp, mask, entropy=entropy, cap=algo.correction_cap)
     is_weights = None
     if algo.correction is not None:
         with section("algorithm"):
