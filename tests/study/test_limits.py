@@ -33,6 +33,7 @@ def test_run_count_is_the_product_of_the_field_lengths():
     assert run_count_factors({}) == {"variants": 1, "grid": 1, "zip": 1, "seeds": 1}  # defaults: one run
 
 
+@pytest.mark.slow  # two CLI processes: ~4 CPU s, 15-20 s of wall time under load
 def test_plan_of_a_billion_run_study_exits_2_fast_and_small(tmp_path):
     """A 100 x 100 x 100 grid x 1,000 seeds: refused with the count, nothing expanded.
 
