@@ -21,7 +21,7 @@ import os
 import stat
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
 from .errors import ImportSourceError
 
@@ -178,16 +178,27 @@ def metric_name_problem(name: str) -> str | None:
 
 def check_labels(study: str, variant: str, seed: int, where: str = "") -> None:
     """``--study``/``--variant``/``--seed`` (or a source run's variant and seed) must be what a
-    study file accepts: checked by the study validation itself, so the two never disagree."""
-    from workbench.study import StudyError, validate_study  # deferred: pydantic, the run config
+    study file accepts: checked by the study's own field checks and the run config's ``seed``
+    field, so the two never disagree (without validating a whole run config: that imports torch)."""
+    from pydantic import TypeAdapter, ValidationError  # deferred: pydantic
 
-    cases = (("--study", study, {"name": study}), ("--variant", variant, {"variants": {variant: {}}}),
-             ("--seed", seed, {"seeds": [seed]}))
-    for option, value, fields in cases:
-        try:
-            validate_study({"name": "label-check", "base": {}, **fields})
-        except StudyError as err:
-            raise ImportSourceError(f"{where}{option} {_short(value)}: {err.issues[0].message}") from None
+    from workbench.config import RunConfig  # deferred: pydantic models
+    from workbench.errors import explain_pydantic_error
+    from workbench.study.report import Reporter
+    from workbench.study.schema import validate_fields
+
+    rep = Reporter(None)
+    validate_fields({"name": study, "base": {}, "variants": {variant: {}}, "seeds": [seed]}, rep)
+    for issue in rep.issues:
+        option, value = ("--study", study) if issue.path == "name" else ("--variant", variant)
+        if issue.path.startswith("seeds"):
+            option, value = "--seed", seed
+        raise ImportSourceError(f"{where}{option} {_short(value)}: {issue.message}")
+    field = RunConfig.model_fields["seed"]
+    try:
+        TypeAdapter(Annotated[field.annotation, field]).validate_python(seed)
+    except ValidationError as err:
+        raise ImportSourceError(f"{where}--seed {_short(seed)}: {explain_pydantic_error(err.errors()[0])}") from None
 
 
 # --------------------------------------------------------------------------------------------
