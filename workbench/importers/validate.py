@@ -23,6 +23,13 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
+from pydantic import TypeAdapter, ValidationError
+
+from workbench.config import RunConfig
+from workbench.errors import explain_pydantic_error
+from workbench.study.report import Reporter
+from workbench.study.schema import validate_fields
+
 from .errors import ImportSourceError
 
 __all__ = [
@@ -180,13 +187,6 @@ def check_labels(study: str, variant: str, seed: int, where: str = "") -> None:
     """``--study``/``--variant``/``--seed`` (or a source run's variant and seed) must be what a
     study file accepts: checked by the study's own field checks and the run config's ``seed``
     field, so the two never disagree (without validating a whole run config: that imports torch)."""
-    from pydantic import TypeAdapter, ValidationError  # deferred: pydantic
-
-    from workbench.config import RunConfig  # deferred: pydantic models
-    from workbench.errors import explain_pydantic_error
-    from workbench.study.report import Reporter
-    from workbench.study.schema import validate_fields
-
     rep = Reporter(None)
     validate_fields({"name": study, "base": {}, "variants": {variant: {}}, "seeds": [seed]}, rep)
     for issue in rep.issues:
