@@ -89,10 +89,7 @@ def read_trainer_state(path: str, bad: BadLines) -> Iterator[Point]:
             row = {key: metric_value(value) for key, value in entry.items() if key != "step"
                    and (value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)))}
         except ValueError as e:
-            if not bad.skip:
-                raise ImportSourceError(f"{path}: log_history[{i}] has {e} "
-                                        "(--skip-bad-lines skips such entries and counts them)") from None
-            bad(i, str(e))
+            bad(i, str(e), what="log_history entry")
             continue
         yield f"{path}: log_history[{i}]", step, row
 

@@ -126,11 +126,14 @@ class BadLines:
     def reset(self) -> None:
         self.count, self.first = 0, ""
 
-    def __call__(self, number: int, why: str) -> None:
+    def __call__(self, number: int, why: str, what: str = "line") -> None:
+        """A malformed ``what`` (a line; ``log_history`` entry for a JSON document) at ``number``."""
         if not self.skip:
-            raise ImportSourceError(f"{self.path}:{number}: {why} (--skip-bad-lines skips such lines and counts them)")
+            where = f"{self.path}:{number}" if what == "line" else f"{self.path}: {what} {number}"
+            plural = "lines" if what == "line" else what.replace("entry", "entries")
+            raise ImportSourceError(f"{where}: {why} (--skip-bad-lines skips such {plural} and counts them)")
         self.count += 1
-        self.first = self.first or f"line {number}: {why}"
+        self.first = self.first or f"{what} {number}: {why}"
 
 
 # --------------------------------------------------------------------------------------------
