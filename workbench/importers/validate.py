@@ -263,35 +263,30 @@ def check_run(points: Points, convert: Callable[[dict[str, float]], dict[str, fl
     naming the line (or source run) of the first problem. A log whose steps repeat or go back is
     merged (:meth:`Points.merge`) and its health computed on the merged, ascending series."""
     check = RunCheck(monitor=new_monitor())
-    last = None
-    for where, step, metrics in points.with_where():
+
+    def take(where: str, step: int, metrics: dict[str, float]) -> None:
         for name in metrics.keys() - check.names:  # each name checked once, where it first appears
             for target in convert({name: 0.0}):
                 problem = metric_name_problem(target)
                 if problem:
                     raise ImportSourceError(f"{where}: {problem} ({label})")
             check.names.add(name)
-        if last is not None and step <= last:
-            points.merge()
-            break
-        last = step
         converted = convert(metrics)
         check.points += len(converted)
         check.steps += 1
         check.monitor.observe(step, converted)
-    if points.merged is not None:  # names were checked up to the first repeat; the rest, then health again
+
+    last = None
+    for where, step, metrics in points.with_where():
+        if last is not None and step <= last:
+            points.merge()
+            break
+        last = step
+        take(where, step, metrics)
+    if points.merged is not None:  # health again, on the merged ascending series
         check = RunCheck(names=check.names, monitor=new_monitor())
         for step, metrics in points.merged:
-            for name in metrics.keys() - check.names:
-                for target in convert({name: 0.0}):
-                    problem = metric_name_problem(target)
-                    if problem:
-                        raise ImportSourceError(f"{problem} ({label}, step {step})")
-                check.names.add(name)
-            converted = convert(metrics)
-            check.points += len(converted)
-            check.steps += 1
-            check.monitor.observe(step, converted)
+            take(f"step {step}", step, metrics)
     return check
 
 
