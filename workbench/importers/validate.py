@@ -264,29 +264,33 @@ def check_run(points: Points, convert: Callable[[dict[str, float]], dict[str, fl
     merged (:meth:`Points.merge`) and its health computed on the merged, ascending series."""
     check = RunCheck(monitor=new_monitor())
 
-    def take(where: str, step: int, metrics: dict[str, float]) -> None:
+    def check_names(where: str, metrics: dict[str, float]) -> None:
         for name in metrics.keys() - check.names:  # each name checked once, where it first appears
             for target in convert({name: 0.0}):
                 problem = metric_name_problem(target)
                 if problem:
                     raise ImportSourceError(f"{where}: {problem} ({label})")
             check.names.add(name)
+
+    def observe(step: int, metrics: dict[str, float]) -> None:
         converted = convert(metrics)
         check.points += len(converted)
         check.steps += 1
         check.monitor.observe(step, converted)
 
-    last = None
+    ascending, last = True, None
     for where, step, metrics in points.with_where():
-        if last is not None and step <= last:
-            points.merge()
-            break
+        check_names(where, metrics)  # every line, so a bad name is reported at its line
+        ascending = ascending and (last is None or step > last)
         last = step
-        take(where, step, metrics)
-    if points.merged is not None:  # health again, on the merged ascending series
-        check = RunCheck(names=check.names, monitor=new_monitor())
-        for step, metrics in points.merged:
-            take(f"step {step}", step, metrics)
+        if ascending:
+            observe(step, metrics)
+    if not ascending:  # health again, on the merged ascending series
+        points.merge()
+        check.points = check.steps = 0
+        check.monitor = new_monitor()
+        for step, metrics in points:
+            observe(step, metrics)
     return check
 
 
