@@ -99,6 +99,14 @@ CASES = [
     Case("too-many-aliases", {"s.yaml": many_aliases()}, "YAML aliases"),
     Case("recursive-alias", {"s.yaml": study_text("compare: &c {x: *c}\n")}, "recursive YAML alias"),
     Case("nested-too-deeply", {"s.yaml": study_text("compare: " + "[" * 5000 + "]" * 5000 + "\n")}, "nested"),
+    Case("seeds-20000", {"s.yaml": study_text("seeds: [" + ", ".join(map(str, range(20_000))) + "]\n")},
+         "20,000 runs (20,000 seeds), over the limit", subprocess=True),
+    Case("grid-a-million-points", {"s.yaml": study_text(
+        "grid:\n" + "".join(f"  {k}: [{', '.join(str(0.1 + i / 1000) for i in range(100))}]\n"
+                            for k in ("algorithm.clip_high", "algorithm.clip_low", "learner.weight_decay")))},
+         "1,000,000 runs", subprocess=True),
+    Case("include-chain-17-deep", {f"c{i}.yaml": f"include: c{i + 1}.yaml\nname: c\n" for i in range(17)}
+         | {"c17.yaml": study(), "s.yaml": "include: c0.yaml\n"}, "include chain deeper than 16 files"),
     Case("include-missing", {"s.yaml": "include: common.yaml\nname: x\n"}, "no such file 'common.yaml'"),
     Case("include-cycle", {"s.yaml": "include: s.yaml\nname: x\n"}, "include cycle"),
     Case("include-etc-passwd", {"s.yaml": "include: /etc/passwd\nname: x\nbase: {model: {builtin: tiny}}\n"},

@@ -56,7 +56,7 @@ def test_trainer_state_merges_entries_of_one_step(tmp_path):
         {"step": 1, "loss": 0.75},
         {"step": 2, "train_runtime": 9.0, "note": "text is not a metric"},
     ]}))
-    steps = ADAPTERS.get("trl").file_reader(str(path))
+    steps = ADAPTERS.get("trl").read_file(str(path))
     assert [s for s, _ in steps] == [1, 2]
     assert steps[0][1] == {"loss": 0.75}
     two = steps[1][1]
@@ -66,7 +66,7 @@ def test_trainer_state_merges_entries_of_one_step(tmp_path):
 
 def test_missing_file_is_bad_input(tmp_path):
     with pytest.raises(ImportSourceError, match="no such file"):
-        ADAPTERS.get("trl").file_reader(str(tmp_path / "absent.json"))
+        ADAPTERS.get("trl").read_file(str(tmp_path / "absent.json"))
 
 
 @pytest.mark.parametrize("framework", ADAPTERS.names())

@@ -67,7 +67,7 @@ def test_store_that_does_not_exist(tmp_path):
 @pytest.mark.parametrize("content, problem", [
     ('{"global_step": 3, "best_metric": null}', "no 'log_history' list"),
     ("step:1 - loss:0.5\n", "not JSON"),
-    ('{"log_history": [{"loss": 0.5}]}', "log_history[0] has no integer 'step'"),
+    ('{"log_history": [{"loss": 0.5}]}', "log_history entry 0: no integer 'step'"),
 ])
 def test_file_that_is_not_a_trainer_state(tmp_path, content, problem):
     bad = tmp_path / "state.json"

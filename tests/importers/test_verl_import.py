@@ -21,7 +21,7 @@ JSONL = FIXTURES / "verl_metrics.jsonl"
 
 
 def test_console_and_jsonl_logs_read_to_the_same_steps():
-    read = ADAPTERS.get("verl").file_reader
+    read = ADAPTERS.get("verl").read_file
     console, jsonl = read(str(CONSOLE)), read(str(JSONL))
     assert [s for s, _ in console] == list(range(1, 9))  # the header and progress lines are not steps
     assert console == jsonl  # same numbers: repr in the console, JSON in the file
@@ -111,7 +111,7 @@ def test_fixture_and_adapter_names_are_verl_names():
     root = _verl_root()
     sources = "\n".join(p.read_text(encoding="utf-8", errors="replace") for p in root.rglob("*.py"))
     assert (root.parent / "verl-0.9.1.dist-info").is_dir()  # the version the adapter cites
-    names = {n for _, metrics in ADAPTERS.get("verl").file_reader(str(JSONL)) for n in metrics}
+    names = {n for _, metrics in ADAPTERS.get("verl").read_file(str(JSONL)) for n in metrics}
     names |= {m.source for m in ADAPTERS.get("verl").mappings}
     missing = sorted(n for n in names if not _in_verl_source(n, sources))
     assert not missing, f"not verl 0.9.1 metric names: {missing}"

@@ -33,6 +33,9 @@ def import_runs(
         help="with FILE...: the seed (repeat it once per file for several files)")] = None,
     tracking_uri: Annotated[str | None, typer.Option(
         "--tracking-uri", help="store to import into (default: $MLFLOW_TRACKING_URI, ./mlflow.db)")] = None,
+    skip_bad_lines: Annotated[bool, typer.Option(
+        "--skip-bad-lines", help="with FILE...: skip malformed lines (counted in the output) instead of refusing "
+                                 "the import")] = False,
 ) -> None:
     """Import TRL or verl runs (from their MLflow store or log files) as a workbench study, with
     their metrics mapped onto the canonical names (docs/import.md); re-importing adds nothing twice."""
@@ -69,7 +72,7 @@ def import_runs(
             missing = [o for o, v in (("--variant", variant), ("--seed", seed)) if not v]
             if missing:
                 raise ImportSourceError(f"importing files needs {' and '.join(missing)}")
-            runs = runs_from_files(adapter, files, variant, list(seed))
+            runs = runs_from_files(adapter, files, variant, list(seed), skip_bad_lines=skip_bad_lines)
             note = {"files": [r.origin["workbench.source_file"] for r in runs]}
         uri = tracking_uri or resolve_tracking_uri()
         from workbench.importers.write import existing_keys  # deferred: pydantic
@@ -78,9 +81,12 @@ def import_runs(
         from workbench.viz.mlflow_views import load_view_specs  # deferred: plotly, pydantic
 
         view_specs = load_view_specs()  # a broken dashboard spec (SpecError) fails before anything is written
+        # validates every run (labels, steps, values, metric names) before its first write
+        outcome = write_study(adapter, runs, uri, study, source_note=note, view_specs=view_specs)
     except (ImportSourceError, ValueError) as e:
         raise fail(str(e)) from None
-    outcome = write_study(adapter, runs, uri, study, source_note=note, view_specs=view_specs)
+    for line in outcome.bad_lines:
+        console.print(f"[yellow]{line}[/yellow]", highlight=False, soft_wrap=True)
     for label, run_id in outcome.imported:
         console.print(f"imported {label} -> run {run_id}", highlight=False)
     if outcome.skipped:

@@ -95,9 +95,9 @@ def filter_specs(specs, only: str):
 def plan(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
          format: Annotated[str, typer.Option(help="table | json")] = "table") -> None:
     """Show the runs a study expands into, with their status in MLflow."""
+    study_obj, specs = load_specs(study, set_, only)  # first: a refused study exits before torch is imported
     from workbench.execution.study import plan_rows  # deferred: pydantic, torch, transformers
 
-    study_obj, specs = load_specs(study, set_, only)
     warn_inert_knobs(specs)
     statuses = _known_statuses(study_obj, specs)
     rows = plan_rows(specs, statuses)

@@ -28,7 +28,14 @@ from workbench.tasks.priming import WorkedSolutions
 from workbench.tracking.artifacts import MISMATCH_ARTIFACT, PROBLEMS_ARTIFACT
 from workbench.tracking.redact import redact_config
 from workbench.tracking.store import resolve_tracking_uri
-from workbench.tracking.writer import OutagePolicy, RunTracker, TrackingOutage, resend_spills
+from workbench.tracking.writer import (
+    OutagePolicy,
+    RunTracker,
+    StoreWriteFailed,
+    TrackingOutage,
+    resend_spills,
+    store_write_failure,
+)
 from workbench.train.checkpoint import RunCheckpoints
 from workbench.train.loop import StopReason, train
 from workbench.train.rank_env import check_multi_rank
@@ -290,7 +297,9 @@ def _close_failed(tracker: RunTracker, monitor: HealthMonitor, bar, outcome: Run
     killed = isinstance(error, KeyboardInterrupt)
     outcome.status = "KILLED" if killed else "FAILED"
     outcome.error = f"{type(error).__name__}: {error}"
-    if isinstance(error, TrackingOutage) or tracker.unreachable:
+    if isinstance(error, StoreWriteFailed):  # the run is marked FAILED with this line already
+        pass
+    elif isinstance(error, TrackingOutage) or tracker.unreachable:
         outcome.tracking_lost = True
         tracker.spill(outcome.run_key, outcome.status, error)
     else:
@@ -300,6 +309,13 @@ def _close_failed(tracker: RunTracker, monitor: HealthMonitor, bar, outcome: Run
         except TrackingOutage as lost:  # MLflow went away while the run was being closed
             outcome.tracking_lost = True
             tracker.spill(outcome.run_key, outcome.status, lost)
+        except StoreWriteFailed as failed:  # metrics could not be written (disk full): say that, on one line
+            outcome.error = str(failed)
+        except Exception as closing:  # noqa: BLE001 - e.g. error.txt on a full disk: the cause, not a traceback
+            cause = store_write_failure(closing)
+            if cause is None:
+                raise
+            outcome.error = f"{outcome.error} (and the store could not record it: {cause})"
     bar.end_run(outcome.label, outcome.status)
     if killed:
         raise error

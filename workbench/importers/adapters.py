@@ -13,10 +13,12 @@ import logic (:mod:`workbench.importers.load`) never names a framework.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from workbench.registry import Registry
+
+from .validate import BadLines
 
 __all__ = ["ADAPTERS", "SOURCE_PREFIX", "Adapter", "MetricMapping", "identity", "markdown_table"]
 
@@ -48,14 +50,17 @@ class MetricMapping:
 class Adapter:
     """A framework's metric vocabulary and how its runs are found.
 
-    ``file_reader(path) -> list[(step, {name: value})]`` reads the framework's own metric log
-    (raises ``ImportSourceError`` when the file is not one).
+    ``file_reader(path, bad) -> iterator of (where, step, {name: value})`` streams the framework's
+    own metric log, line by line where the format allows (``where`` is ``"FILE:LINE"``), checking
+    steps and values with :mod:`workbench.importers.validate`; a malformed line goes to ``bad``
+    (a :class:`~workbench.importers.validate.BadLines`); raises ``ImportSourceError`` when the
+    file is not such a log.
     """
 
     framework: str
     version: str  # the framework version whose source the mappings were read from
     mappings: tuple[MetricMapping, ...]
-    file_reader: Callable[[str], list[tuple[int, dict[str, float]]]]
+    file_reader: Callable[..., Iterator[tuple[str, int, dict[str, float]]]]
     file_kind: str  # what the file reader accepts, in words (error messages)
     ignored: frozenset[str] = field(default_factory=frozenset)  # bookkeeping keys that are not metrics
 
@@ -69,6 +74,14 @@ class Adapter:
         doubled = sorted({t for t in targets if targets.count(t) > 1})
         if doubled:  # two source series on one canonical name would overwrite each other
             raise ValueError(f"{self.framework} adapter maps several source metrics to {doubled}")
+
+    def read_file(self, path: str) -> list[tuple[int, dict[str, float]]]:
+        """The whole log, merged by step (later values win) and sorted: for small files and tests;
+        an import streams ``file_reader`` instead."""
+        by_step: dict[int, dict[str, float]] = {}
+        for _, step, metrics in self.file_reader(path, BadLines(path, skip=False)):
+            by_step.setdefault(step, {}).update(metrics)
+        return sorted(by_step.items())
 
     def mapping(self, source: str) -> MetricMapping | None:
         return self._by_source().get(source)

@@ -16,6 +16,7 @@ from typing import Any
 
 from .adapters import Adapter
 from .errors import ImportSourceError
+from .validate import BadLines, Points, file_sha256, regular_file_size
 
 __all__ = ["SourceRun", "parse_selector", "runs_from_files", "runs_from_mlflow"]
 
@@ -30,10 +31,11 @@ class SourceRun:
     variant: str
     seed: int
     origin: dict[str, str]  # workbench.source_* tags: where it came from
-    steps: list[tuple[int, dict[str, float]]]  # (step, {source name: value}), ascending steps
+    steps: Points  # (step, {source name: value}), ascending; re-iterable (a file is re-read, not kept)
     params: dict[str, str] = field(default_factory=dict)
     status: str = "FINISHED"
     name: str = ""  # the source run's own name, if any
+    bad_lines: BadLines | None = None  # a file's malformed lines (counted with --skip-bad-lines)
 
     @property
     def label(self) -> str:
@@ -122,7 +124,8 @@ def runs_from_mlflow(adapter: Adapter, uri: str, experiment: str, variant_by: st
             variant=str(_selected(r, vkind, vname)), seed=seed,
             origin={"workbench.source_run": rid, "workbench.source_uri": _safe_uri(uri),
                     "workbench.source_experiment": experiment},
-            steps=steps, params=dict(r.data.params), status=r.info.status, name=r.info.run_name or ""))
+            steps=Points.of(steps, f"source run {rid}"), params=dict(r.data.params), status=r.info.status,
+            name=r.info.run_name or ""))
     _check_unique_labels(out)
     return out
 
@@ -162,8 +165,12 @@ def _check_unique_labels(runs: list[SourceRun]) -> None:
 # --------------------------------------------------------------------------------------------
 
 
-def runs_from_files(adapter: Adapter, paths: Sequence[str], variant: str, seeds: Sequence[int]) -> list[SourceRun]:
-    """One run per file, all of ``variant``; ``seeds``: one (a single file) or one per file, in order."""
+def runs_from_files(adapter: Adapter, paths: Sequence[str], variant: str, seeds: Sequence[int],
+                    skip_bad_lines: bool = False) -> list[SourceRun]:
+    """One run per file, all of ``variant``; ``seeds``: one (a single file) or one per file, in order.
+
+    Only checks that each path is a regular file within the limits here; its lines are read (and
+    checked) by :func:`workbench.importers.validate.check_import`, streaming."""
     if not paths:
         raise ImportSourceError("give FILE... or --from URI --experiment NAME")
     if len(seeds) != len(paths):
@@ -173,13 +180,13 @@ def runs_from_files(adapter: Adapter, paths: Sequence[str], variant: str, seeds:
         p = Path(path)
         if p.is_dir():
             raise ImportSourceError(f"{path} is a directory; give {adapter.file_kind}")
-        steps = adapter.file_reader(str(p))
-        if not any(metrics for _, metrics in steps):
-            raise ImportSourceError(f"{path} holds no metrics")
-        digest = hashlib.sha256(p.read_bytes()).hexdigest()
+        regular_file_size(path)  # FIFOs and devices refused before anything opens them
+        bad = BadLines(path, skip_bad_lines)
+        digest = file_sha256(path)
         out.append(SourceRun(
             key=_digest(adapter.framework, "file", digest), variant=variant, seed=seed,
             origin={"workbench.source_file": str(p.resolve()), "workbench.source_sha256": digest},
-            steps=steps, name=p.name))
+            steps=Points(lambda path=path, bad=bad: adapter.file_reader(path, bad), bad.reset), name=p.name,
+            bad_lines=bad))
     _check_unique_labels(out)
     return out

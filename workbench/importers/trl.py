@@ -9,11 +9,11 @@ and the ``clip_ratio/*`` fractions; ``GRPOTrainer.log`` averages each over the l
 from __future__ import annotations
 
 import json
-import math
-from pathlib import Path
+from collections.abc import Iterator
 
 from .adapters import ADAPTERS, Adapter, MetricMapping
 from .errors import ImportSourceError
+from .validate import BadLines, Point, metric_value, regular_file_size, step_number
 
 GRPO = "trl/trainer/grpo_trainer.py"
 HF_TRAINER = "transformers/trainer.py (Trainer._maybe_log_save_evaluate)"
@@ -64,36 +64,43 @@ MAPPINGS = (
 )
 
 
-def read_trainer_state(path: str) -> list[tuple[int, dict[str, float]]]:
-    """``trainer_state.json`` -> ``[(global step, {metric: value})]`` from its ``log_history``.
+#: A trainer_state.json is one JSON document, parsed whole: a few MB for a long run.
+MAX_TRAINER_STATE_BYTES = 256 << 20
 
-    Entries logged at the same step are merged (later keys win, as HF's loggers do); non-numeric
-    values (strings) are skipped; ``None`` (TRL's "no valid value in the window") becomes NaN.
+
+def read_trainer_state(path: str, bad: BadLines) -> Iterator[Point]:
+    """``trainer_state.json`` -> ``(where, global step, {metric: value})`` per ``log_history`` entry.
+
+    Entries logged at the same step are merged by the import (later keys win, as HF's loggers do);
+    non-numeric values (strings) are skipped; ``None`` (TRL's "no valid value in the window")
+    becomes NaN. An entry without an integer step, or with a number out of range, goes to ``bad``.
     """
-    p = Path(path)
+    size = regular_file_size(path)
+    if size > MAX_TRAINER_STATE_BYTES:
+        raise ImportSourceError(f"{path} is {size:,} bytes, over the {MAX_TRAINER_STATE_BYTES:,} of a trainer state")
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ImportSourceError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError, ValueError):
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except OSError as e:
+        raise ImportSourceError(f"{path}: cannot read ({e.strerror})") from None
+    except RecursionError:
+        raise ImportSourceError(f"{path} is not a TRL trainer state (JSON nested too deeply)") from None
+    except (UnicodeDecodeError, ValueError):
         raise ImportSourceError(f"{path} is not a TRL trainer state (not JSON)") from None
     history = data.get("log_history") if isinstance(data, dict) else None
     if not isinstance(history, list) or not all(isinstance(e, dict) for e in history):
         raise ImportSourceError(f"{path} is not a TRL trainer state (no 'log_history' list)")
-    by_step: dict[int, dict[str, float]] = {}
     for i, entry in enumerate(history):
-        step = entry.get("step")
-        if isinstance(step, bool) or not isinstance(step, int):
-            raise ImportSourceError(f"{path}: log_history[{i}] has no integer 'step'")
-        row = by_step.setdefault(step, {})
-        for key, value in entry.items():
-            if key == "step":
-                continue
-            if value is None:
-                row[key] = math.nan
-            elif isinstance(value, (int, float)) and not isinstance(value, bool):
-                row[key] = float(value)
-    return sorted(by_step.items())
+        try:
+            if "step" not in entry:
+                raise ValueError("no integer 'step'")
+            step = step_number(entry["step"])
+            row = {key: metric_value(value) for key, value in entry.items() if key != "step"
+                   and (value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)))}
+        except ValueError as e:
+            bad(i, str(e), what="log_history entry")
+            continue
+        yield f"{path}: log_history[{i}]", step, row
 
 
 ADAPTERS.register("trl")(Adapter(

@@ -18,12 +18,12 @@ Log formats (``verl/utils/tracking.py``): ``trainer.logger=['console']`` prints
 from __future__ import annotations
 
 import json
-import math
 import re
-from pathlib import Path
+from collections.abc import Iterator
 
 from .adapters import ADAPTERS, Adapter, MetricMapping
 from .errors import ImportSourceError
+from .validate import BadLines, Point, metric_value, numbered_lines, step_number
 
 METRIC_UTILS = "verl/trainer/ppo/metric_utils.py"
 CORE_ALGOS = "verl/trainer/ppo/core_algos.py"
@@ -85,69 +85,97 @@ _CONSOLE_STEP = re.compile(r"(?:^|\s)step:(\d+)(?: - (.*))?$")
 _NUMPY_SCALAR = re.compile(r"^np\.\w+\((.*)\)$")
 
 
-def _number(text: str) -> float | None:
+def _number(text: str) -> float:
     text = text.strip()
     m = _NUMPY_SCALAR.match(text)
     if m:
         text = m.group(1)
     try:
-        return float(text)  # also nan, inf
+        float(text)  # nan, inf and numbers; anything else is not a metric value
     except ValueError:
-        return None
+        raise ValueError(f"value {text[:40]!r} is not a number") from None
+    return metric_value(text)  # refuses a finite-looking number beyond float range
 
 
-def read_metric_log(path: str) -> list[tuple[int, dict[str, float]]]:
-    """A verl JSONL file-logger file or a console log -> ``[(step, {metric: value})]``.
+def read_metric_log(path: str, bad: BadLines) -> Iterator[Point]:
+    """A verl JSONL file-logger file or a console log -> ``(where, step, {metric: value})`` per line,
+    streamed (:func:`~workbench.importers.validate.numbered_lines`).
 
-    Console lines may carry prefixes (Ray's ``(TaskRunner pid=...)``); other lines are ignored.
-    A step seen twice merges its metrics (later values win).
+    The format is the first record's: a JSON line with ``step`` and ``data`` makes it JSONL (then
+    every non-empty line must be one), a ``step:N - name:value`` line a console log (then other
+    lines are log chatter, ignored; Ray prefixes such as ``(TaskRunner pid=...)`` are allowed). A
+    malformed record goes to ``bad`` (an error with the line number, or counted when skipping).
     """
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8", errors="replace")
-    except FileNotFoundError:
-        raise ImportSourceError(f"{path}: no such file") from None
-    except OSError as e:
-        raise ImportSourceError(f"{path}: cannot read ({e.strerror})") from None
-    by_step: dict[int, dict[str, float]] = {}
-    for line in text.splitlines():
+    fmt = None
+    undecided: list[tuple[int, str]] = []  # JSON-looking lines before the format is known (first few)
+    undecided_count = 0
+    for number, line in numbered_lines(path):
         line = line.rstrip()
-        parsed = _jsonl_line(line) if line.startswith("{") else _console_line(line)
-        if parsed is None:
+        where = f"{path}:{number}"
+        if not line:
             continue
-        step, metrics = parsed
-        by_step.setdefault(step, {}).update(metrics)
-    if not by_step:
+        if fmt != "console" and line.startswith("{"):
+            try:
+                parsed = _jsonl_record(line)
+            except ValueError as e:
+                if fmt == "jsonl":
+                    bad(number, str(e))
+                else:
+                    undecided_count += 1
+                    if len(undecided) < 1:
+                        undecided.append((number, str(e)))
+                continue
+            if fmt is None:
+                fmt = "jsonl"
+                for n, why in undecided:  # they were malformed JSON lines after all
+                    bad(n, why)
+                bad.count += undecided_count - len(undecided)
+            yield (where, *parsed)
+            continue
+        m = _CONSOLE_STEP.search(line)
+        if fmt == "jsonl":
+            bad(number, "not a JSON line in a JSONL metric log")
+            continue
+        if m is None:
+            continue  # console chatter
+        fmt = "console"
+        try:
+            yield (where, *_console_record(m))
+        except ValueError as e:
+            bad(number, str(e))
+    if fmt is None:
         raise ImportSourceError(f"{path} is not a verl metric log (no 'step:N - name:value' line and no "
                                 "JSON line with 'step' and 'data')")
-    return sorted(by_step.items())
 
 
-def _jsonl_line(line: str) -> tuple[int, dict[str, float]] | None:
+def _jsonl_record(line: str) -> tuple[int, dict[str, float]]:
+    """One FileLogger line; ``ValueError`` saying what is wrong with it."""
     try:
         row = json.loads(line)
-    except ValueError:
-        return None
-    if not isinstance(row, dict) or not isinstance(row.get("data"), dict):
-        return None
-    step = row.get("step")
-    if isinstance(step, bool) or not isinstance(step, int):
-        return None
-    return step, {k: float(v) if v is not None else math.nan for k, v in row["data"].items()
-                  if v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))}
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+    except ValueError as e:
+        raise ValueError(f"invalid JSON ({getattr(e, 'msg', e)} at column {getattr(e, 'colno', '?')})") from None
+    if not isinstance(row, dict) or not isinstance(row.get("data"), dict) or "step" not in row:
+        raise ValueError("a JSON line without 'step' and a 'data' mapping")
+    step = step_number(row["step"])
+    metrics = {}
+    for name, value in row["data"].items():
+        if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)):
+            metrics[name] = metric_value(value)  # strings, lists, booleans are not metrics: left out
+    return step, metrics
 
 
-def _console_line(line: str) -> tuple[int, dict[str, float]] | None:
-    m = _CONSOLE_STEP.search(line)
-    if m is None:
-        return None
+def _console_record(m: re.Match[str]) -> tuple[int, dict[str, float]]:
+    """One LocalLogger line; ``ValueError`` naming a value that is not a number."""
+    step = step_number(int(m.group(1)))
     metrics = {}
     for part in (m.group(2) or "").split(" - "):
         name, sep, value = part.rpartition(":")
-        x = _number(value) if sep else None
-        if name and x is not None:
-            metrics[name] = x
-    return int(m.group(1)), metrics
+        if not sep or not name:
+            raise ValueError(f"{part[:60]!r} is not name:value")
+        metrics[name] = _number(value)
+    return step, metrics
 
 
 ADAPTERS.register("verl")(Adapter(

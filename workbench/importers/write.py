@@ -29,6 +29,7 @@ from workbench.tracking.writer import RunTracker
 from .adapters import Adapter
 from .errors import ImportSourceError
 from .load import SourceRun
+from .validate import check_import
 
 __all__ = ["ImportOutcome", "DEFAULT_COMPARE_METRICS", "existing_keys", "write_study"]
 
@@ -47,6 +48,7 @@ class ImportOutcome:
     imported: list[tuple[str, str]] = field(default_factory=list)  # (label, run id)
     skipped: list[str] = field(default_factory=list)  # labels whose source was imported before
     not_finished: list[str] = field(default_factory=list)  # labels still running in the source
+    bad_lines: list[str] = field(default_factory=list)  # per run: malformed lines skipped (--skip-bad-lines)
 
 
 def _store_exists(uri: str) -> bool:
@@ -74,12 +76,8 @@ def existing_keys(uri: str, study: str) -> tuple[dict[str, str], list[str]]:
     return keys, [v for v in variants if v]
 
 
-def _series(steps: list[tuple[int, dict[str, float]]], adapter: Adapter) -> list[tuple[int, dict[str, float]]]:
-    return [(step, adapter.convert_step(metrics)) for step, metrics in steps]
-
-
-def _health(converted: list[tuple[int, dict[str, float]]]):
-    return HealthMonitor.from_config(None).recheck(converted)
+def _new_monitor() -> HealthMonitor:
+    return HealthMonitor.from_config(None)
 
 
 def write_study(adapter: Adapter, runs: Sequence[SourceRun], uri: str, study: str,
@@ -99,36 +97,43 @@ def write_study(adapter: Adapter, runs: Sequence[SourceRun], uri: str, study: st
             outcome.not_finished.append(f"{run.label} ({run.status})")
         else:
             todo.append(run)
+    # Validate everything before the first write (labels, steps, values, metric names, health):
+    # a bad line anywhere leaves the store as it was.
+    checks = check_import(todo, study, adapter.convert_step, _new_monitor)
     for run in todo:
         if run.variant not in variants:
             variants.append(run.variant)
+        if run.bad_lines is not None and run.bad_lines.count:
+            outcome.bad_lines.append(f"{run.label}: skipped {run.bad_lines.count} malformed line(s) "
+                                     f"(first: {run.bad_lines.first})")
     client = MlflowClient(uri)
     get_or_create_experiment(client, study, uri)
     outcome.parent_run_id = _parent_run(client, uri, study, adapter.framework, variants, source_note)
     for run in todo:
-        converted = _series(run.steps, adapter)
-        monitor = _health(converted)
+        check = checks[run.key]
+        skipped = {"count": run.bad_lines.count, "first": run.bad_lines.first} if run.bad_lines else None
         tags = {"workbench.role": "run", "workbench.study": study, "workbench.variant": run.variant,
                 "workbench.seed": str(run.seed), "workbench.run_key": run.key,
-                "workbench.source": adapter.framework, **run.origin, **monitor.tags()}
+                "workbench.source": adapter.framework, **run.origin, **check.monitor.tags()}
         tracker = RunTracker(uri, study, run.label, tags, parent_run_id=outcome.parent_run_id, flush_every=1000)
         tracker.start()
         try:
             if run.params:
                 tracker.log_params({f"source.{k}": v for k, v in run.params.items()})
-            for step, metrics in converted:
-                if metrics:
-                    tracker.log_metrics(metrics, step=step)
-            names = {name for _, metrics in run.steps for name in metrics}
+            for step, metrics in run.steps:  # the second pass: streamed again, nothing kept
+                converted = adapter.convert_step(metrics)
+                if converted:
+                    tracker.log_metrics(converted, step=step)
             tracker.log_dict({"framework": adapter.framework, "adapter_version": adapter.version,
                               "source": run.origin, "source_name": run.name, "source_status": run.status,
-                              "metrics": adapter.mapping_report(names)}, "import.json")
-            tracker.log_text(monitor.report_json(), "health.json")
+                              "points": check.points, "skipped_bad_lines": skipped,
+                              "metrics": adapter.mapping_report(check.names)}, "import.json")
+            tracker.log_text(check.monitor.report_json(), "health.json")
+            tracker.finish(run.status)  # inside: its final flush can fail too
         except BaseException:
             # a half-written run would hold the source's run_key and block the retry: remove it
             client.delete_run(tracker.run_id)
             raise
-        tracker.finish(run.status)
         outcome.imported.append((run.label, tracker.run_id))
     if view_specs:
         from workbench.viz.mlflow_views import StudyLayout, publish_study_views  # deferred: pandas, plotly

@@ -31,8 +31,9 @@ from workbench.search.samplers import (
     PRUNERS,
     SAMPLERS,
     WRAPPING,
+    grid_cardinality,
+    grid_size,
     grid_space,
-    grid_values,
     make_pruner,
     optuna_class,
 )
@@ -47,6 +48,7 @@ from workbench.search.schema import (
     SearchConfig,
 )
 from workbench.study import Study, config_path_error
+from workbench.study.limits import MAX_RUNS_ENV, max_runs
 from workbench.study.paths import config_fields_at, copy_tree, set_path
 from workbench.study.report import Reporter
 
@@ -473,7 +475,13 @@ def _sampler_fit_issues(name: str, cfg: SearchConfig) -> list[tuple[Loc, str]]:
     out: list[tuple[Loc, str]] = []
     if name == "grid":
         finite = "the grid sampler needs a finite set of values: give a step, or a list of choices"
-        out += [(("params", pname), finite) for pname, p in cfg.params.items() if grid_values(p) is None]
+        out += [(("params", pname), finite) for pname, p in cfg.params.items() if grid_cardinality(p) is None]
+        points, limit = grid_size(cfg.params), max_runs()
+        if not out and points > limit:  # Optuna's GridSampler lists every point: refuse before it does
+            sizes = " x ".join(f"{grid_cardinality(p):,} {pname}" for pname, p in cfg.params.items())
+            out.append((("sampler",), f"the grid has {points:,} points ({sizes}), over the limit of {limit:,}; "
+                                      f"use a larger step, fewer choices or another sampler, or raise the "
+                                      f"limit with {MAX_RUNS_ENV}=N"))
     if name == "cmaes":
         if len(cfg.objectives) > 1:
             out.append((("sampler",), "cmaes does not support multi-objective searches (use tpe or nsgaii)"))

@@ -20,6 +20,7 @@ __all__ = [
     "PRUNERS",
     "SAMPLERS",
     "WRAPPING",
+    "grid_cardinality",
     "grid_size",
     "grid_space",
     "grid_values",
@@ -79,6 +80,18 @@ def to_distribution(p: AnyParam):
     return CategoricalDistribution(p.choices)
 
 
+def grid_cardinality(p: AnyParam) -> int | None:
+    """How many values :func:`grid_values` would list, by arithmetic (an int range of 1e9 is a
+    number here, not a list); ``None`` for a continuous range."""
+    if isinstance(p, CategoricalParam):
+        return len(p.choices)
+    if isinstance(p, IntParam):
+        return len(range(p.low, p.high + 1, p.step))  # a range object: O(1)
+    if p.step is None:
+        return None
+    return int(math.floor((p.high - p.low) / p.step + 1e-9)) + 1
+
+
 def grid_values(p: AnyParam) -> list[Any] | None:
     """The finite set of values of a parameter, or ``None`` (a continuous range)."""
     if isinstance(p, CategoricalParam):
@@ -96,7 +109,9 @@ def grid_space(params: dict[str, Any]) -> dict[str, list[Any]]:
 
 
 def grid_size(params: dict[str, Any]) -> int:
-    return math.prod(len(v) for v in grid_space(params).values())
+    """Grid points of a grid search (0 if a parameter is continuous), without listing them."""
+    sizes = [grid_cardinality(p) for p in params.values()]
+    return 0 if None in sizes else math.prod(sizes)  # type: ignore[arg-type]
 
 
 def suggest(trial, params: dict[str, AnyParam]) -> dict[str, Any]:

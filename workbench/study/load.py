@@ -16,6 +16,7 @@ from typing import Any
 from workbench.config import deep_merge
 from workbench.errors import show_value
 from workbench.study.expand import expand_runs
+from workbench.study.limits import MAX_INCLUDE_DEPTH, MAX_INCLUDE_TOTAL_BYTES, run_count_issue
 from workbench.study.report import Loc, Origin, Path_, Reporter, StudyError, StudyIssue
 from workbench.study.schema import Study, validate_fields
 from workbench.study.yaml_positions import parse_yaml, read_bounded_text
@@ -27,6 +28,10 @@ def validate(data: Any, origin: Origin | None, dups: Iterable[StudyIssue] = ()) 
     """A ``Study`` whose fields and every run's config are valid; ``StudyError`` listing every problem."""
     rep = Reporter(origin)
     rep.issues.extend(dups)
+    too_big = run_count_issue(data)
+    if too_big:  # before any check walks a list or any run config is built: the count is arithmetic
+        rep.add((), too_big)
+        rep.raise_if_any()
     study = validate_fields(data, rep)
     rep.raise_if_any()
     assert study is not None
@@ -112,6 +117,13 @@ def _load_tree(
         raise fail(f"no such file {inc!r} (looked for {target_display}; include paths are relative to this file)")
     if target.is_dir():
         raise fail(f"{inc!r} is a directory, not a study file")
+    if len(chain) >= MAX_INCLUDE_DEPTH:
+        raise fail(f"include chain deeper than {MAX_INCLUDE_DEPTH} files "
+                   f"({' -> '.join(d for _, d in chain[:3])} -> ...); merge some of them")
+    total = sum(seen.stat().st_size for seen, _ in chain) + resolved.stat().st_size
+    if total > MAX_INCLUDE_TOTAL_BYTES:  # each file is <= 1 MiB; a chain of them is bounded together
+        raise fail(f"the include chain is {total:,} bytes in {len(chain) + 1} files, over "
+                   f"{MAX_INCLUDE_TOTAL_BYTES:,} bytes together; shorten the files or the chain")
     parent, parent_locs = _load_tree(target, target_display, chain + [(resolved, target_display)], dups)
     own = {k: v for k, v in data.items() if k != "include"}
     merged = deep_merge(parent, own)

@@ -127,6 +127,27 @@ def same_value(a: Any, b: Any) -> bool:
     return a == b
 
 
+def value_key(value: Any) -> Any:
+    """A hashable key with ``value_key(a) == value_key(b)`` exactly when ``same_value(a, b)``: duplicate
+    checks in one pass (a pairwise scan of a 10,000-entry list is 50 M comparisons)."""
+    if isinstance(value, bool):
+        return ("bool", value)
+    if isinstance(value, (int, float)):
+        try:
+            return ("num", float(value))
+        except OverflowError:  # an int beyond float range: same_value would raise too; keep it exact
+            return ("int", value)
+    if isinstance(value, (list, tuple)):
+        return ("seq", tuple(value_key(v) for v in value))
+    if isinstance(value, dict):
+        return ("map", frozenset((k, value_key(v)) for k, v in value.items()))
+    try:
+        hash(value)
+    except TypeError:
+        return ("repr", repr(value))
+    return ("other", value)
+
+
 def check_semantics(data: dict[str, Any], rep: Reporter) -> None:
     """Checks beyond types. Defensive: runs on raw data even where the types are wrong."""
     _check_name(data.get("name"), rep)
@@ -340,11 +361,11 @@ def _check_axis_values(field: str, key: str, values: list[Any], rep: Reporter) -
     path = (field, key)
     if not values:
         rep.add(path, "empty list: an axis needs at least one value (a study with no runs is an error)")
+    first: dict[Any, int] = {}  # value_key -> index of its first occurrence
     for j, value in enumerate(values):
-        for i in range(j):
-            if same_value(values[i], value):
-                rep.add(path + (j,), f"value {show_value(value)} repeats {field}.{key}[{i}]")
-                break
+        i = first.setdefault(value_key(value), j)
+        if i != j:
+            rep.add(path + (j,), f"value {show_value(value)} repeats {field}.{key}[{i}]")
 
 
 def _check_seeds(seeds: Any, rep: Reporter) -> None:
@@ -352,9 +373,12 @@ def _check_seeds(seeds: Any, rep: Reporter) -> None:
         return
     if not seeds:
         rep.add(("seeds",), "empty list: give at least one seed, e.g. [0]")
+    seen: set[Any] = set()
     for j, seed in enumerate(seeds):
-        if seed in seeds[:j]:
+        key = value_key(seed)
+        if key in seen:
             rep.add(("seeds", j), f"seed {seed} appears twice")
+        seen.add(key)
 
 
 def _check_exclude(exclude: Any, variants: Any, names: list[str], rep: Reporter) -> None:

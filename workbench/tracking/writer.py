@@ -15,6 +15,7 @@ MLflow for good writes its unsent metrics and its final status to a JSONL *spill
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import math
@@ -44,6 +45,13 @@ DEFAULT_OUTAGE_DEADLINE_S = 300.0
 MLFLOW_HTTP_BOUNDS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
                       "MLFLOW_HTTP_REQUEST_TIMEOUT": "20"}
 UNSENT_DIR = "unsent"
+#: Metric points kept in memory while the store cannot write (a full disk): ~100 bytes each, so
+#: ~20 MB; beyond it the oldest are dropped and counted as lost.
+MAX_UNSENT_POINTS = 200_000
+#: How a store says it cannot write: SQLite on ENOSPC ("database or disk is full") and on EFBIG
+#: or another failed write ("disk I/O error"), the OS's own words for a file store's artifacts.
+STORE_WRITE_FAILURES = ("database or disk is full", "disk I/O error", "No space left on device",
+                        "File too large", "Disk quota exceeded")
 
 log = logging.getLogger("workbench.tracking")
 log.addHandler(logging.NullHandler())  # the line goes to stderr once (below), and to the log if one is set up
@@ -51,6 +59,46 @@ log.addHandler(logging.NullHandler())  # the line goes to stderr once (below), a
 
 class TrackingOutage(RuntimeError):
     """MLflow stayed unreachable for longer than the outage deadline."""
+
+
+class StoreWriteFailed(RuntimeError):
+    """The store could not write some of a run's metrics until its end (e.g. a full disk); the
+    message is the one line that says so, with the counts."""
+
+
+def store_write_failure(error: BaseException) -> str | None:
+    """The cause, in a few words, when ``error`` (or one in its chain) says the store cannot write
+    (disk full, file too large, a failed write), else None."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if getattr(current, "errno", None) in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+            return os.strerror(current.errno)  # type: ignore[attr-defined]
+        text = str(current)
+        for phrase in STORE_WRITE_FAILURES:
+            if phrase in text:
+                return phrase
+        current = current.__cause__ or current.__context__
+    return None
+
+
+class _StoreErrorsToLog(logging.Filter):
+    """MLflow's SQL store logs every database error with its traceback before raising it (~60
+    lines each, on the terminal); the error reaches the caller anyway, so the traceback goes to
+    the ``workbench.tracking`` log (the run's log, where one is set up) instead."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info:
+            log.debug("%s", record.getMessage(), exc_info=record.exc_info)
+            return False
+        return True
+
+
+def _route_store_tracebacks_to_log() -> None:
+    logger = logging.getLogger("mlflow.store.db.utils")
+    if not any(isinstance(f, _StoreErrorsToLog) for f in logger.filters):
+        logger.addFilter(_StoreErrorsToLog())
 
 
 def bound_mlflow_http_retries() -> None:
@@ -215,7 +263,10 @@ class RunTracker:
         self.start_seconds = 0.0
         self.outage = outage or OutagePolicy()
         self.unreachable = False  # set once an outage outlasted the deadline: later calls try once
+        self.write_failure: str | None = None  # why the store cannot write metrics now (disk full)
+        self.lost_points = 0  # points dropped beyond MAX_UNSENT_POINTS while it could not
         bound_mlflow_http_retries()
+        _route_store_tracebacks_to_log()
 
     def _call(self, fn: Callable, *args, what: str, **kwargs):
         policy = self.outage
@@ -277,9 +328,38 @@ class RunTracker:
         self._steps_since_flush = 0
         while self._buffer:
             chunk = self._buffer[:MAX_METRICS_PER_BATCH]
-            self._call(self.client.log_batch, self.run_id, metrics=chunk, what="logging metrics")
+            try:
+                self._call(self.client.log_batch, self.run_id, metrics=chunk, what="logging metrics")
+            except Exception as error:  # noqa: BLE001 - sorted: only "the store cannot write" is held
+                cause = store_write_failure(error)
+                if cause is None:
+                    raise
+                self._hold(cause, error)
+                break
             del self._buffer[: len(chunk)]  # only once MLflow has them: an outage loses nothing
+        else:
+            if self.write_failure is not None and not self.lost_points:
+                self.outage.warn(f"metrics are written to {redact_uri(self.tracking_uri)} again; none lost")
+                self.write_failure = None
         self.seconds += time.perf_counter() - t0
+
+    def _hold(self, cause: str, error: BaseException) -> None:
+        """The store cannot write (disk full): keep the points for the next flush, up to
+        ``MAX_UNSENT_POINTS`` (the oldest beyond it are dropped and counted); say so once, on one
+        line; the traceback goes to the log."""
+        log.debug("store cannot write metrics of run %s", self.run_id, exc_info=error)
+        if self.write_failure is None:
+            self.outage.warn(f"cannot write metrics to {redact_uri(self.tracking_uri)} ({cause}); keeping up to "
+                             f"{MAX_UNSENT_POINTS:,} points in memory and retrying at each flush")
+        self.write_failure = cause
+        excess = len(self._buffer) - MAX_UNSENT_POINTS
+        if excess > 0:
+            del self._buffer[:excess]
+            self.lost_points += excess
+
+    def write_failure_line(self) -> str:
+        return (f"the store could not write this run's metrics ({self.write_failure}): {len(self._buffer):,} "
+                f"point(s) unsent, {self.lost_points:,} lost beyond the in-memory bound of {MAX_UNSENT_POINTS:,}")
 
     def set_tags(self, tags: dict[str, str]) -> None:
         for key, value in tags.items():
@@ -323,6 +403,8 @@ class RunTracker:
         try:
             self.flush()
         finally:
+            if self.write_failure is not None:  # points could not be written: FAILED, the cause on one line
+                self._end_unwritten(self.write_failure_line())
             if error is not None:
                 # a connection error quotes its URI: no password reaches the store (tracking/redact.py)
                 text = redact_text("".join(traceback.format_exception(type(error), error, error.__traceback__)))
@@ -330,6 +412,17 @@ class RunTracker:
                 self._call(self.client.set_tag, self.run_id, "workbench.error",
                            redact_text(f"{type(error).__name__}: {error}")[:500], what="recording the error")
             self._call(self.client.set_terminated, self.run_id, status=status, what="ending the run")
+
+    def _end_unwritten(self, line: str) -> None:
+        """Mark the run FAILED with ``line`` as ``workbench.error`` (each write tried once: the
+        disk may still be full), then raise :class:`StoreWriteFailed`."""
+        for fn, args in ((self.client.set_tag, (self.run_id, "workbench.error", line[:500])),
+                         (self.client.set_terminated, (self.run_id, "FAILED"))):
+            try:
+                fn(*args)
+            except Exception as error:  # noqa: BLE001 - the message below says it all; traceback to the log
+                log.debug("could not record the write failure of run %s", self.run_id, exc_info=error)
+        raise StoreWriteFailed(line)
 
     def spill(self, run_key: str, status: str, error: BaseException | None = None) -> Path | None:
         """MLflow is gone: write the unsent metrics and the final status to this run's spill
