@@ -26,6 +26,7 @@ from workbench.config import RunConfig, SamplerConfig
 from workbench.models import load_policy
 from workbench.rollout import build_sampler
 from workbench.rollout.hf import HFSampler
+from workbench.rollout.prompts import as_prompt_format
 from workbench.rollout.vllm import StaleSamplerError, VLLMSampler, import_vllm
 from workbench.tasks import build_task
 from workbench.train.learner import TorchLearner
@@ -156,7 +157,8 @@ def test_sync_invalidates_cached_prompt_blocks(learner_and_sampler, problems):
     """Prompts longer than a KV block (128 tokens) are prefix-cached: a sync must drop that cache."""
     learner, sampler, _ = learner_and_sampler
     long_template = "Solve the problem below. Show your work, then give the answer in a box.\n" * 2 + "{prompt}"
-    sampler.template = long_template
+    plain = sampler.prompt
+    sampler.prompt = as_prompt_format(long_template)
     try:
         before = sampler.generate(problems, 2, temperature=1.0, seed=7)  # fills the prefix cache
         assert before.prompt_ids.shape[1] > 128
@@ -165,7 +167,7 @@ def test_sync_invalidates_cached_prompt_blocks(learner_and_sampler, problems):
         after = sampler.generate(problems, 2, temperature=1.0, seed=8)  # same prompts: cache hits
         assert max_logp_gap(learner, after) < FP32_TOLERANCE
     finally:
-        sampler.template = "{prompt}"
+        sampler.prompt = plain
 
 
 class ReloadFromDiskSampler(VLLMSampler):
@@ -255,17 +257,21 @@ def test_directory_generation_config_does_not_shape_sampling(learner_and_sampler
         sampler.close()
 
 
-def test_the_step0_gate_passes_a_float32_vllm_sampler_and_trips_on_an_unsynced_one(learner_and_sampler, problems):
+def test_the_step0_gate_passes_a_float32_vllm_sampler_and_trips_on_an_unsynced_one(problems):
     """workbench/train/step0_gate.py on the real engine: its float32 logprobs are within the error-analysis
     bound of the learner's; after an update the engine never received, the gate stops the run."""
     from workbench.train.step0_gate import MismatchGateError, check_step0
 
-    learner, sampler, _ = learner_and_sampler
+    # Its own engine: an engine closed by an earlier test tears down vLLM's process-wide parallel
+    # groups, which the module's shared engine then lacks ("pipeline model parallel group is not initialized").
+    cfg = run_config()
+    model, tokenizer = load_policy(cfg.model, cfg.task, progress=False)
+    learner = TorchLearner(model, cfg.learner)
     kwargs = {"sampler": "vllm", "sampler_dtype": "float32", "learner_dtype": "float32"}
-    verdict = check_step0(learner, sampler.generate(problems, 4, temperature=1.0, seed=7), 1.0, **kwargs)
-    print(f"\nvLLM float32: max |Δ| {verdict.max_abs_log_ratio:.3g} ≤ bound {verdict.bound:.3g}")
-    assert verdict.passed
-    policy_gradient_step(learner, sampler.generate(problems, 4, temperature=1.0, seed=8))  # not synced
-    with pytest.raises(MismatchGateError, match="step-0 mismatch gate"):
-        check_step0(learner, sampler.generate(problems, 4, temperature=1.0, seed=9), 1.0, **kwargs)
-    sampler.sync_weights(learner.model)  # the module's engine agrees with the learner again
+    with build_sampler(cfg, learner.model, tokenizer) as sampler:
+        verdict = check_step0(learner, sampler.generate(problems, 4, temperature=1.0, seed=7), 1.0, **kwargs)
+        print(f"\nvLLM float32: max |Δ| {verdict.max_abs_log_ratio:.3g} ≤ bound {verdict.bound:.3g}")
+        assert verdict.passed
+        policy_gradient_step(learner, sampler.generate(problems, 4, temperature=1.0, seed=8))  # not synced
+        with pytest.raises(MismatchGateError, match="step-0 mismatch gate"):
+            check_step0(learner, sampler.generate(problems, 4, temperature=1.0, seed=9), 1.0, **kwargs)

@@ -136,7 +136,8 @@ def test_report_is_strict_json_with_expected_contents(tmp_path):
     assert report["reasons"] == "entropy_collapse@14,non_finite@20"
     assert report["should_stop"] is False and report["first_fail_step"] == 20
     assert (report["steps_observed"], report["first_step"], report["last_step"]) == (30, 0, 29)
-    assert report["config"] == {"preset": "default", "rules": {}, "on_fail": "continue"}
+    assert report["config"] == {"preset": "default", "rules": {}, "on_fail": "continue", "step0_gate": True,
+                                "mismatch_record_every": 100}
     ec = report["rules"]["entropy_collapse"]
     assert ec["enabled"] and ec["count"] == 1 and ec["active"]
     assert ec["params"] == {"enabled": True, "severity": "warn", "patience": 5, "baseline_steps": 3,
