@@ -51,7 +51,10 @@ class GuardedGroup(TyperGroup):
         try:
             return super().invoke(ctx)
         except (typer.Exit, typer.Abort, click.exceptions.Exit, click.exceptions.Abort, click.ClickException,
-                KeyboardInterrupt, SystemExit):  # deliberate exits (typer's are not click's in typer 0.29)
+                typer.TyperException, KeyboardInterrupt, SystemExit):
+            # deliberate exits, and usage errors (unknown command or option, missing argument, bad
+            # value): the framework prints its usage line and exits 2. Typer 0.29 vendors click, so
+            # its UsageError derives from typer.TyperException, not from click.ClickException.
             raise
         except Exception as error:
             if debug_enabled():

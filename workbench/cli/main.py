@@ -27,7 +27,7 @@ from workbench.execution.study_progress import PROGRESS_EVERY_ENV
 from workbench.metrics import CATALOGUE
 from workbench.metrics.catalogue import markdown_table, range_text
 from workbench.results.reader import StudyNotFound, StudyReader
-from workbench.tracking.redact import redact_uri
+from workbench.tracking.redact import guard_output, redact_uri
 from workbench.tracking.store import resolve_tracking_uri
 from workbench.tracking.study_runs import run_statuses
 from workbench.tracking.writer import TrackingOutage
@@ -499,6 +499,7 @@ app.add_typer(algorithms_app, name="algorithms")  # presets and their citations
 
 
 def main() -> None:
+    guard_output()  # every line this process prints or logs passes the redaction (tracking/redact.py)
     app()
 
 

@@ -6,6 +6,8 @@ import fcntl
 import os
 from pathlib import Path
 
+from workbench.tracking.redact import register_uri
+
 DEFAULT_DB = "mlflow.db"
 DEFAULT_ARTIFACTS = "mlartifacts"
 CHECKPOINT_ROOT_ENV = "WORKBENCH_CHECKPOINT_DIR"
@@ -13,7 +15,9 @@ CHECKPOINT_ROOT_ENV = "WORKBENCH_CHECKPOINT_DIR"
 
 def resolve_tracking_uri(uri: str | None = None) -> str:
     # Set explicitly: MLflow silently falls back to ./mlruns (a file store that raises) otherwise.
+    register_uri(uri)  # its password is masked in any message from here on (tracking/redact.py)
     if os.environ.get("MLFLOW_TRACKING_URI"):
+        register_uri(os.environ["MLFLOW_TRACKING_URI"])
         return os.environ["MLFLOW_TRACKING_URI"]
     if uri:
         return uri
