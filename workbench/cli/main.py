@@ -29,7 +29,7 @@ from workbench.metrics.catalogue import markdown_table, range_text
 from workbench.results.reader import StudyNotFound, StudyReader
 from workbench.tracking.check import SERVER_SCHEMES, check_store, store_scheme
 from workbench.tracking.redact import guard_output, redact_uri
-from workbench.tracking.store import resolve_tracking_uri
+from workbench.tracking.store import resolve_tracking_uri, sqlite_file
 from workbench.tracking.study_runs import run_statuses
 from workbench.tracking.writer import DEFAULT_OUTAGE_DEADLINE_S, TrackingOutage, bound_mlflow_http_retries
 from workbench.train.rank_env import is_follower, multi_rank
@@ -153,7 +153,7 @@ def _known_statuses(study_obj, specs) -> dict[str, str]:
     )
 
     uri = study_tracking_uri(specs)
-    if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).exists():
+    if uri.startswith("sqlite:///") and not sqlite_file(uri).exists():
         return {}
     # a corrupt file, wrong password: one line; an unreachable server: retried until run's deadline, announced
     check_store(uri, create=False, deadline_s=specs[0].config.tracking.outage_deadline_s if specs

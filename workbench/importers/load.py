@@ -16,6 +16,7 @@ from typing import Any
 
 from workbench.tracking.check import check_store
 from workbench.tracking.redact import redact_uri
+from workbench.tracking.store import sqlite_file
 
 from .adapters import Adapter
 from .errors import ImportSourceError
@@ -72,7 +73,7 @@ def _seed(value: Any, where: str) -> int:
 def _open_store(uri: str):
     from mlflow import MlflowClient
 
-    if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).is_file():
+    if uri.startswith("sqlite:///") and not sqlite_file(uri).is_file():
         raise ImportSourceError(f"--from {redact_uri(uri)}: no MLflow store there (no such sqlite file)")
     if "://" not in uri and not uri.startswith(("sqlite:", "file:")):
         raise ImportSourceError(f"--from {redact_uri(uri)}: not a tracking URI (sqlite:///PATH, postgresql://..., "

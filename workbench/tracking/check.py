@@ -24,7 +24,14 @@ import time
 from pathlib import Path
 
 from workbench.tracking.redact import redact_text, redact_uri, register_uri
-from workbench.tracking.writer import DEFAULT_OUTAGE_DEADLINE_S, OutagePolicy, TrackingOutage, call_with_retries
+from workbench.tracking.store import sqlite_file
+from workbench.tracking.writer import (
+    DEFAULT_OUTAGE_DEADLINE_S,
+    OutagePolicy,
+    TrackingOutage,
+    bound_mlflow_http_retries,
+    call_with_retries,
+)
 
 __all__ = ["DATABASE_TRIES", "StoreError", "check_store", "describe_store_failure", "last_store", "store_scheme"]
 
@@ -71,8 +78,8 @@ def check_store(uri: str, *, create: bool, deadline_s: float = DEFAULT_OUTAGE_DE
 
 
 def _sqlite_path(uri: str) -> Path | None:
-    path = uri.removeprefix("sqlite:///").partition("?")[0]
-    return None if path in ("", ":memory:") else Path(path)
+    path = sqlite_file(uri)
+    return None if str(path) in ("", ".", ":memory:") else path
 
 
 def _check_sqlite(uri: str, *, create: bool) -> None:
@@ -148,6 +155,7 @@ def _check_database(uri: str, *, deadline_s: float) -> None:
 def _check_server(uri: str, *, deadline_s: float) -> None:
     from mlflow import MlflowClient
 
+    bound_mlflow_http_retries()  # one failed call takes seconds (not MLflow's ~4 min); the loop below waits
     client = MlflowClient(uri)
     failures: list[BaseException] = []
 
