@@ -42,6 +42,8 @@ from urllib.parse import quote, quote_plus, unquote
 __all__ = [
     "MASK",
     "MIN_FREE_TEXT_SECRET",
+    "RedactingFilter",
+    "RedactingStream",
     "guard_output",
     "is_secret_name",
     "parse_secrets",
@@ -251,7 +253,7 @@ class RedactingStream(io.TextIOBase):
         return True
 
 
-class _RedactingFilter(logging.Filter):
+class RedactingFilter(logging.Filter):
     """Log records (to any handler: files included) with their message redacted."""
 
     def filter(self, record: logging.LogRecord) -> bool:
@@ -289,7 +291,7 @@ def guard_output(argv: list[str] | None = None) -> None:
 
         def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
             record = previous(*args, **kwargs)
-            _RedactingFilter().filter(record)
+            RedactingFilter().filter(record)
             return record
 
         logging.setLogRecordFactory(factory)
