@@ -259,7 +259,7 @@ def worker(
     check_study_store(specs)
     if "://" in storage:  # the shared Optuna storage (a journal file path is checked by the worker)
         check_store(storage, create=True, deadline_s=specs[0].config.tracking.outage_deadline_s if specs
-                    else DEFAULT_OUTAGE_DEADLINE_S)
+                    else DEFAULT_OUTAGE_DEADLINE_S, what="Optuna storage")
     if threads:
         import torch
 

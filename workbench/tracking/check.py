@@ -47,8 +47,9 @@ _last_store: list[str] = []  # the store most recently checked: named by describ
 class StoreError(ValueError):
     """A tracking store that cannot be used as given (an input error: exit 2)."""
 
-    def __init__(self, uri: str, cause: str) -> None:
-        super().__init__(f"tracking store {redact_uri(uri)}: {redact_text(cause)}")
+    def __init__(self, uri: str, cause: str, what: str = "tracking store") -> None:
+        self.cause = redact_text(cause)
+        super().__init__(f"{what} {redact_uri(uri)}: {self.cause}")
 
 
 def store_scheme(uri: str) -> str:
@@ -60,21 +61,32 @@ def last_store() -> str | None:
     return _last_store[-1] if _last_store else None
 
 
-def check_store(uri: str, *, create: bool, deadline_s: float = DEFAULT_OUTAGE_DEADLINE_S) -> None:
-    """Raise :class:`StoreError` unless ``uri`` can be used (``create``: this command may create it)."""
+def check_store(uri: str, *, create: bool, deadline_s: float = DEFAULT_OUTAGE_DEADLINE_S,
+                what: str = "tracking store") -> None:
+    """Raise :class:`StoreError` unless ``uri`` can be used (``create``: this command may create it).
+    ``what`` names it in the message (``Optuna storage`` for a worker's shared storage)."""
     register_uri(uri)
     _last_store.append(uri)
     scheme = store_scheme(uri)
-    if scheme == "sqlite":
-        _check_sqlite(uri, create=create)
-    elif scheme in SQL_SCHEMES:
-        _check_database(uri, deadline_s=deadline_s)
-    elif scheme in SERVER_SCHEMES:
-        _check_server(uri, deadline_s=deadline_s)
-    else:
-        shown = f"scheme {scheme + '://'!r}" if scheme else "a plain path"
-        raise StoreError(uri, f"unsupported: {shown} (expected sqlite:///PATH, postgresql://..., mysql://..., "
-                              "http(s)://SERVER)")
+    try:
+        if scheme == "sqlite":
+            _check_sqlite(uri, create=create)
+        elif scheme in SQL_SCHEMES:
+            _check_database(uri, deadline_s=deadline_s)
+        elif scheme in SERVER_SCHEMES and what == "tracking store":
+            _check_server(uri, deadline_s=deadline_s)
+        elif scheme not in SERVER_SCHEMES:
+            _unsupported(uri, scheme)
+    except StoreError as error:
+        if what == "tracking store":
+            raise
+        raise StoreError(uri, error.cause, what) from None
+
+
+def _unsupported(uri: str, scheme: str) -> None:
+    shown = f"scheme {scheme + '://'!r}" if scheme else "a plain path"
+    raise StoreError(uri, f"unsupported: {shown} (expected sqlite:///PATH, postgresql://..., mysql://..., "
+                          "http(s)://SERVER)")
 
 
 def _sqlite_path(uri: str) -> Path | None:
