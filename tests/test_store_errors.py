@@ -155,5 +155,27 @@ def test_a_usage_error_is_the_frameworks_usage_message_and_exit_2(study_dir, arg
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 2, result.output
     assert "internal error" not in result.output and "Traceback" not in result.output
-    assert "Usage:" in result.output
+    # the framework's message: its usage line, or (an option missing its value, found while parsing
+    # the whole line) its error box alone
+    assert "Usage:" in result.output or "requires an argument" in result.output, result.output
     assert not (study_dir / "mlflow.db").exists()
+
+
+def test_the_net_names_the_store_for_a_driver_error_that_escaped_the_checks(tmp_path):
+    """An error raised inside a store call after the check (a file corrupted meanwhile, a server
+    gone) is still one line naming the last store checked; any other error is not the net's."""
+    import sqlite3
+
+    from workbench.tracking.check import describe_store_failure
+
+    uri = f"sqlite:///{tmp_path}/m.db?password={quote(PASSWORD, safe='')}"
+    check_store(uri, create=True)
+    try:
+        try:
+            raise sqlite3.DatabaseError("file is not a database")
+        except sqlite3.DatabaseError as inner:
+            raise RuntimeError("wrapped by a library") from inner
+    except RuntimeError as error:
+        line = describe_store_failure(error)
+    assert line == f"tracking store sqlite:///{tmp_path}/m.db?password=***: file is not a database"
+    assert describe_store_failure(RuntimeError("internal invariant broken")) is None
