@@ -2,14 +2,26 @@
 
 from __future__ import annotations
 
-from urllib.parse import quote
+import io
+import json
+import logging
+from urllib.parse import quote, quote_plus
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from workbench.execution.worker import describe_storage
-from workbench.tracking.redact import redact_config, redact_text, redact_uri
+from workbench.tracking.redact import (
+    MASK,
+    RedactingFilter,
+    RedactingStream,
+    is_secret_name,
+    redact_config,
+    redact_text,
+    redact_uri,
+    register_uri,
+)
 
 
 @pytest.mark.parametrize(("uri", "shown"), [
@@ -61,3 +73,55 @@ def test_no_password_survives_in_userinfo_or_query(password, user, scheme):
     for uri, shown in cases.items():  # exactly the URI with the secret masked: user, host, db kept
         assert redact_uri(uri) == shown
         assert redact_text(f"uri: {uri} and more") == f"uri: {shown} and more"
+
+
+# ---- issue #31: passwords a pattern cannot delimit, and the registry of known secrets -----------
+
+@pytest.mark.parametrize(("uri", "shown"), [
+    ("http://bob:it's a secret@127.0.0.1:9/", "http://bob:***@127.0.0.1:9/"),  # quote and spaces, raw
+    ('postgresql://u:a"b c@h:5432/db', "postgresql://u:***@h:5432/db"),
+    ("postgresql://u:p?w#x@h/db?sslmode=require", "postgresql://u:***@h/db?sslmode=require"),  # raw ? and #
+    ("http://h/x?X-Amz-Signature=abc&client_secret=d&sslkey=/k&page=2",
+     "http://h/x?X-Amz-Signature=***&client_secret=***&sslkey=***&page=2"),
+    ("sqlite:////tmp/a@b:c.db", "sqlite:////tmp/a@b:c.db"),  # a path, however it looks, has no userinfo
+])
+def test_redact_uri_parses_what_a_pattern_cannot_delimit(uri, shown):
+    assert redact_uri(uri) == shown
+
+
+def test_a_registered_secret_is_masked_in_any_spelling_in_free_text():
+    password = "it's a \"sécret\" @:/%"
+    register_uri(f"postgresql://bob:{quote(password, safe='')}@db/mlflow")
+    texts = [f"failed: password {password!r} rejected", json.dumps({"uri": f"x {password} y"}),
+             f"quoted {quote(password, safe='')} / {quote(password)} / {quote_plus(password)}",
+             f"connection to 'postgresql://bob:{password}@db/mlflow' failed"]
+    for text in texts:
+        out = redact_text(text)
+        assert "sécret" not in out and "s%C3%A9cret" not in out and "\\u00e9" not in out, out
+        assert MASK in out
+
+
+def test_a_short_secret_is_masked_inside_uris_only():
+    register_uri("postgresql://bob:ab@db/x")
+    assert redact_text("tab stab postgresql://bob:ab@db/x") == "tab stab postgresql://bob:***@db/x"
+
+
+def test_the_output_guard_sees_a_secret_split_over_writes_and_in_log_records(capsys):
+    register_uri("http://u:Zq9splitSecret@h/")
+    sink = io.StringIO()
+    stream = RedactingStream(sink)
+    stream.write("before Zq9spl")
+    stream.write("itSecret after\n")
+    stream.write("tail Zq9splitSecret")
+    stream.flush()
+    assert sink.getvalue() == "before *** after\ntail ***"
+    record = logging.LogRecord("x", logging.WARNING, __file__, 1, "cannot reach %s", ("Zq9splitSecret",), None)
+    RedactingFilter().filter(record)
+    assert record.getMessage() == "cannot reach ***"
+
+
+@pytest.mark.parametrize(("name", "secret"), [("password", True), ("sslpassword", True), ("X-Amz-Signature", True),
+                                               ("api-key", True), ("pwd", True), ("sslmode", False),
+                                               ("passive", False), ("page", False), ("design", False)])
+def test_is_secret_name(name, secret):
+    assert is_secret_name(name) is secret

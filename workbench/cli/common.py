@@ -15,7 +15,9 @@ from rich.console import Console
 
 from workbench.cli.output import fail
 from workbench.results.reader import StudyNotFound, StudyReader
+from workbench.tracking.check import check_store
 from workbench.tracking.store import resolve_tracking_uri
+from workbench.tracking.writer import DEFAULT_OUTAGE_DEADLINE_S
 
 console = Console()
 err_console = Console(stderr=True)
@@ -65,10 +67,14 @@ def resolve_target(arg: str, tracking_uri: str | None = None, *, allow_run: bool
         compare = dict(study.compare or {})
         order = list(study.variants)
         run_id = None
+        deadline_s = cfg.tracking.outage_deadline_s if cfg else DEFAULT_OUTAGE_DEADLINE_S  # as `run` would wait
     else:
         uri = tracking_uri or resolve_tracking_uri()
+        deadline_s = DEFAULT_OUTAGE_DEADLINE_S
         name, run_id = arg, None
     try:
+        # a corrupt or empty file, wrong password, unreachable server: one line naming the store, exit 2
+        check_store(uri, create=False, deadline_s=deadline_s)
         reader = StudyReader(uri, cache_dir=cache_dir)
         if not reader.has_study(name):
             info = reader.run_info(arg) if allow_run and _RUN_ID.match(arg) else None

@@ -1,7 +1,8 @@
 """The command line's last line of defence: an exception nobody handled becomes one line.
 
-Input errors (a study, config or data file that cannot run) exit 2; anything else is an
-internal error and exits 1. Either way the user sees one line and
+Input errors (a study, config or data file that cannot run) exit 2, and so does a tracking store
+that cannot be used (workbench/tracking/check.py: a corrupt file, a wrong password, an unreachable
+server); anything else is an internal error and exits 1. Either way the user sees one line and
 ``run with --debug for the traceback``; ``workbench --debug ...`` (or ``WORKBENCH_DEBUG=1``)
 lets the traceback through.
 """
@@ -14,7 +15,9 @@ import click
 import typer
 from typer.core import TyperGroup
 
+from workbench.tracking.check import StoreError, describe_store_failure
 from workbench.tracking.redact import redact_text
+from workbench.tracking.writer import TrackingOutage
 
 DEBUG_ENV = "WORKBENCH_DEBUG"
 HINT = "run with --debug for the traceback (workbench --debug COMMAND ...)"
@@ -32,7 +35,7 @@ def is_input_error(error: BaseException) -> bool:
     from workbench.execution.run import PreflightError  # deferred: pydantic, torch, transformers
     from workbench.study import StudyError  # deferred: pydantic
 
-    return isinstance(error, (StudyError, PreflightError, ValidationError, yaml.YAMLError,
+    return isinstance(error, (StudyError, PreflightError, ValidationError, yaml.YAMLError, StoreError,
                               FileNotFoundError, IsADirectoryError, NotADirectoryError, UnicodeDecodeError))
 
 
@@ -51,7 +54,10 @@ class GuardedGroup(TyperGroup):
         try:
             return super().invoke(ctx)
         except (typer.Exit, typer.Abort, click.exceptions.Exit, click.exceptions.Abort, click.ClickException,
-                KeyboardInterrupt, SystemExit):  # deliberate exits (typer's are not click's in typer 0.29)
+                typer.TyperException, KeyboardInterrupt, SystemExit):
+            # deliberate exits, and usage errors (unknown command or option, missing argument, bad
+            # value): the framework prints its usage line and exits 2. Typer 0.29 vendors click, so
+            # its UsageError derives from typer.TyperException, not from click.ClickException.
             raise
         except Exception as error:
             if debug_enabled():
@@ -59,6 +65,12 @@ class GuardedGroup(TyperGroup):
             from rich.console import Console
             from rich.markup import escape
 
+            store = None if isinstance(error, StoreError) else describe_store_failure(error)
+            if store is not None or isinstance(error, (StoreError, TrackingOutage)):
+                # the store (its path, server or credentials) is wrong or down: the user's to fix, exit 2
+                text = redact_text(store or str(error).splitlines()[0])
+                Console(stderr=True).print(f"[red]error:[/red] {escape(text[:500])}", highlight=False, soft_wrap=True)
+                raise typer.Exit(2) from None
             code = 2 if is_input_error(error) else 1
             kind = "error" if code == 2 else "internal error"
             Console(stderr=True).print(f"[red]{kind}:[/red] {escape(one_line(error))}; {HINT}",

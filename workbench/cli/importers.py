@@ -11,6 +11,8 @@ from typing import Annotated
 import typer
 
 from workbench.cli.output import console, fail
+from workbench.tracking.check import check_store
+from workbench.tracking.redact import redact_uri
 from workbench.tracking.store import resolve_tracking_uri
 
 __all__ = ["import_runs", "register"]
@@ -61,7 +63,7 @@ def import_runs(
             if missing:
                 raise ImportSourceError(f"--from needs {', '.join(missing)}")
             runs = runs_from_mlflow(adapter, from_uri, experiment, variant_by, seed_by)
-            note = {"uri": from_uri, "experiment": experiment, "variant_by": variant_by, "seed_by": seed_by}
+            note = {"uri": redact_uri(from_uri), "experiment": experiment, "variant_by": variant_by, "seed_by": seed_by}
         else:
             if not files:
                 raise ImportSourceError("give FILE... or --from URI --experiment NAME")
@@ -75,6 +77,7 @@ def import_runs(
             runs = runs_from_files(adapter, files, variant, list(seed), skip_bad_lines=skip_bad_lines)
             note = {"files": [r.origin["workbench.source_file"] for r in runs]}
         uri = tracking_uri or resolve_tracking_uri()
+        check_store(uri, create=True)  # a corrupt file, unwritable path, wrong password: one line, exit 2
         from workbench.importers.write import existing_keys  # deferred: pydantic
 
         existing_keys(uri, study)  # a name taken by a non-workbench experiment: refuse before writing
@@ -94,7 +97,7 @@ def import_runs(
     if outcome.not_finished:
         console.print(f"[yellow]not imported, still running in the source (import again later): "
                       f"{', '.join(outcome.not_finished)}[/yellow]", highlight=False)
-    console.print(f"study {study!r} in {uri}: {len(outcome.imported)} imported, {len(outcome.skipped)} already there. "
+    console.print(f"study {study!r} in {redact_uri(uri)}: {len(outcome.imported)} imported, {len(outcome.skipped)} already there. "
                   f"Next: workbench health {study} --recheck; workbench compare {study}", highlight=False,
                   soft_wrap=True)
 

@@ -28,10 +28,11 @@ from workbench.metrics import CATALOGUE
 from workbench.metrics.catalogue import markdown_table, range_text
 from workbench.metrics.final import FINAL_EVAL_DEFINITION
 from workbench.results.reader import StudyNotFound, StudyReader
-from workbench.tracking.redact import redact_uri
-from workbench.tracking.store import resolve_tracking_uri
+from workbench.tracking.check import SERVER_SCHEMES, check_store, store_scheme
+from workbench.tracking.redact import guard_output, redact_uri
+from workbench.tracking.store import resolve_tracking_uri, sqlite_file
 from workbench.tracking.study_runs import run_statuses
-from workbench.tracking.writer import TrackingOutage
+from workbench.tracking.writer import DEFAULT_OUTAGE_DEADLINE_S, TrackingOutage, bound_mlflow_http_retries
 from workbench.train.rank_env import is_follower, multi_rank
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, cls=GuardedGroup,  # unhandled errors: one line
@@ -162,8 +163,11 @@ def _known_statuses(study_obj, specs) -> dict[str, str]:
     )
 
     uri = study_tracking_uri(specs)
-    if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).exists():
+    if uri.startswith("sqlite:///") and not sqlite_file(uri).exists():
         return {}
+    # a corrupt file, wrong password: one line; an unreachable server: retried until run's deadline, announced
+    check_store(uri, create=False, deadline_s=specs[0].config.tracking.outage_deadline_s if specs
+                else DEFAULT_OUTAGE_DEADLINE_S)
     client = MlflowClient(uri)
     experiment = client.get_experiment_by_name(study_experiment(study_obj, specs))
     return run_statuses(client, experiment.experiment_id) if experiment else {}
@@ -199,6 +203,7 @@ def run(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
 
         raise typer.Exit(follow())
     warn_inert_knobs(specs)  # rank 0 (or the only process) lints; followers mirror it
+    check_study_store(specs)
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")  # a server prints no links per run
     if parallel is None:
         parallel = int(study_obj.execution.get("parallel", 1))
@@ -261,6 +266,10 @@ def worker(
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")  # no "View run at" per run
     study_obj, specs = load_specs(study, set_, None)
     warn_inert_knobs(specs)
+    check_study_store(specs)
+    if "://" in storage:  # the shared Optuna storage (a journal file path is checked by the worker)
+        check_store(storage, create=True, deadline_s=specs[0].config.tracking.outage_deadline_s if specs
+                    else DEFAULT_OUTAGE_DEADLINE_S, what="Optuna storage")
     if threads:
         import torch
 
@@ -291,6 +300,16 @@ def worker(
     if report.failed:
         err_console.print(f"[red]not finished:[/red] {', '.join(report.failed)}", highlight=False)
         raise typer.Exit(1)
+
+
+def check_study_store(specs) -> None:
+    """Before a study's lock or run: a path where no store can be created, a corrupt file, an
+    unsupported scheme, a wrong database password are one line and exit 2 (workbench/tracking/check.py).
+    An MLflow server is not probed here: `run` waits out its outage with its own announced retries."""
+    uri = _study_store(specs)
+    if store_scheme(uri) not in SERVER_SCHEMES:
+        check_store(uri, create=True, deadline_s=specs[0].config.tracking.outage_deadline_s if specs
+                    else DEFAULT_OUTAGE_DEADLINE_S)
 
 
 def _study_store(specs) -> str:
@@ -423,6 +442,7 @@ def _ui_studies(study: str | None, tracking_uri: str | None) -> tuple[str, list[
         if not uri.startswith(("sqlite:", "postgresql", "mysql")):
             return uri, []
         try:
+            check_store(uri, create=False)
             reader = StudyReader(uri, cache_dir=False)
         except StudyNotFound:  # no store yet: the server creates an empty one
             return uri, []
@@ -514,6 +534,8 @@ app.add_typer(algorithms_app, name="algorithms")  # presets and their citations
 
 
 def main() -> None:
+    guard_output()  # every line this process prints or logs passes the redaction (tracking/redact.py)
+    bound_mlflow_http_retries()  # a failed MLflow call takes seconds, not MLflow's 4 min of silent retries
     app()
 
 

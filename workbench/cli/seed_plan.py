@@ -9,7 +9,6 @@ planned without a SESOI or an SD.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -17,6 +16,7 @@ import numpy as np
 from workbench.cli.output import console
 from workbench.results.reader import StudyReader
 from workbench.tracking.redact import redact_uri
+from workbench.tracking.store import sqlite_file
 
 __all__ = ["print_seed_plan", "seed_plan"]
 
@@ -49,7 +49,7 @@ def _pilot_sd(uri: str, experiment: str, baseline: str, metrics: list[str]) -> d
     from workbench.compare import resolve_summary, summarize_runs  # deferred: scipy
     from workbench.compare.arms import arm_column  # deferred: scipy
 
-    if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).exists():
+    if uri.startswith("sqlite:///") and not sqlite_file(uri).exists():
         return {}
     reader = StudyReader(uri)
     if not reader.has_study(experiment):

@@ -25,6 +25,7 @@ import pandas as pd
 
 from workbench.cli.looks import DESIGN_TAG, FIRST_LOOK_TAG, LOG, RECORD, read_record
 from workbench.cli.output import console, fail
+from workbench.tracking.store import sqlite_file
 
 
 @dataclass
@@ -300,9 +301,8 @@ def _check_recorded_design(uri: str, study, specs, record: dict[str, Any], where
     """Exit 2 when the study was run sequentially before with another design, metrics or baseline:
     changing them after a look would make its p-values invalid again."""
     if uri.startswith("sqlite:///"):
-        from pathlib import Path
 
-        if not Path(uri.removeprefix("sqlite:///")).exists():
+        if not sqlite_file(uri).exists():
             return
     client, parent = _parent(uri, _experiment(study, specs), create=False)
     old = read_record(client, parent)

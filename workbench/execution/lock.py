@@ -27,6 +27,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from workbench.tracking.store import sqlite_file
+
 LOCKS_ENV = "WORKBENCH_LOCK_DIR"
 
 
@@ -40,7 +42,7 @@ def lock_dir(tracking_uri: str) -> Path:
     if os.environ.get(LOCKS_ENV):
         return Path(os.environ[LOCKS_ENV]).expanduser().resolve()
     if tracking_uri.startswith("sqlite:///"):
-        return Path(tracking_uri.removeprefix("sqlite:///")).resolve().parent / "locks"
+        return sqlite_file(tracking_uri).resolve().parent / "locks"
     digest = hashlib.sha256(tracking_uri.encode()).hexdigest()[:16]  # the URI may hold a password: hashed
     return Path("~/.cache/rl-workbench/locks").expanduser() / digest
 

@@ -28,7 +28,7 @@ from multiprocessing.connection import Connection, wait
 from workbench.execution.run import RunOutcome, execute_run, run_tags
 from workbench.execution.threads import threads_per_run
 from workbench.study import RunSpec
-from workbench.tracking.redact import redact_text
+from workbench.tracking.redact import guard_output, redact_text
 from workbench.tracking.study_runs import mark_orphaned_runs
 from workbench.tracking.writer import RunTracker
 
@@ -88,6 +88,7 @@ def child_main(job: ChildJob, conn: Connection) -> None:
     outcome = RunOutcome(spec.label, spec.variant, spec.seed, spec.run_key, "FAILED")
     try:
         os.environ["MLFLOW_TRACKING_URI"] = job.tracking_uri  # log where the parent looks
+        guard_output()  # this process prints too: its password masked like the parent's
         import torch
         from transformers.utils import logging as hf_logging
 

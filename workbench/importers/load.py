@@ -14,6 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from workbench.tracking.check import check_store
+from workbench.tracking.redact import redact_uri
+from workbench.tracking.store import sqlite_file
+
 from .adapters import Adapter
 from .errors import ImportSourceError
 from .validate import BadLines, Points, file_sha256, regular_file_size
@@ -71,10 +75,12 @@ def _seed(value: Any, where: str) -> int:
 def _open_store(uri: str):
     from mlflow import MlflowClient
 
-    if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).is_file():
-        raise ImportSourceError(f"--from {uri}: no MLflow store there (no such sqlite file)")
+    if uri.startswith("sqlite:///") and not sqlite_file(uri).is_file():
+        raise ImportSourceError(f"--from {redact_uri(uri)}: no MLflow store there (no such sqlite file)")
     if "://" not in uri and not uri.startswith(("sqlite:", "file:")):
-        raise ImportSourceError(f"--from {uri}: not a tracking URI (sqlite:///PATH, postgresql://..., http://...)")
+        raise ImportSourceError(f"--from {redact_uri(uri)}: not a tracking URI (sqlite:///PATH, postgresql://..., "
+                                "http://...)")
+    check_store(uri, create=False)  # a corrupt file, wrong password, unreachable server: one line, exit 2
     return MlflowClient(uri)
 
 
@@ -92,7 +98,7 @@ def runs_from_mlflow(adapter: Adapter, uri: str, experiment: str, variant_by: st
     exp = client.get_experiment_by_name(experiment)
     if exp is None:
         names = sorted(e.name for e in client.search_experiments() if e.name != "Default")
-        raise ImportSourceError(f"--experiment {experiment!r}: no such experiment in {uri} "
+        raise ImportSourceError(f"--experiment {experiment!r}: no such experiment in {redact_uri(uri)} "
                                 f"(experiments: {', '.join(names) or 'none'})")
     runs = []
     token = None
@@ -105,7 +111,7 @@ def runs_from_mlflow(adapter: Adapter, uri: str, experiment: str, variant_by: st
             break
     runs = [r for r in runs if r.data.tags.get("workbench.role") is None]  # never re-import our own runs
     if not runs:
-        raise ImportSourceError(f"--experiment {experiment!r} in {uri} has no runs to import")
+        raise ImportSourceError(f"--experiment {experiment!r} in {redact_uri(uri)} has no runs to import")
     for kind, name, option in ((vkind, vname, "--variant-by"), (skind, sname, "--seed-by")):
         lacking = [r for r in runs if _selected(r, kind, name) is None]
         if lacking:
@@ -122,7 +128,7 @@ def runs_from_mlflow(adapter: Adapter, uri: str, experiment: str, variant_by: st
         out.append(SourceRun(
             key=_digest(adapter.framework, "mlflow-run", rid),
             variant=str(_selected(r, vkind, vname)), seed=seed,
-            origin={"workbench.source_run": rid, "workbench.source_uri": _safe_uri(uri),
+            origin={"workbench.source_run": rid, "workbench.source_uri": redact_uri(uri),
                     "workbench.source_experiment": experiment},
             steps=Points.of(steps, f"source run {rid}"), params=dict(r.data.params), status=r.info.status,
             name=r.info.run_name or ""))
@@ -138,17 +144,6 @@ def _history(client: Any, run_id: str, keys: Sequence[str]) -> list[tuple[int, d
             by_step.setdefault(int(m.step), {})[key] = float(m.value)
     return sorted(by_step.items())
 
-
-def _safe_uri(uri: str) -> str:
-    """The URI without a password (``postgresql://user:pw@host`` -> ``postgresql://user@host``)."""
-    from urllib.parse import urlsplit, urlunsplit
-
-    parts = urlsplit(uri)
-    if parts.password is None:
-        return uri
-    host = parts.hostname or ""
-    netloc = f"{parts.username}@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def _check_unique_labels(runs: list[SourceRun]) -> None:

@@ -17,13 +17,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import yaml
 
 from workbench.health import HealthMonitor
-from workbench.tracking.store import get_or_create_experiment
+from workbench.tracking.store import get_or_create_experiment, sqlite_file
 from workbench.tracking.writer import RunTracker
 
 from .adapters import Adapter
@@ -52,7 +51,7 @@ class ImportOutcome:
 
 
 def _store_exists(uri: str) -> bool:
-    return not uri.startswith("sqlite:///") or Path(uri.removeprefix("sqlite:///")).is_file()
+    return not uri.startswith("sqlite:///") or sqlite_file(uri).is_file()
 
 
 def existing_keys(uri: str, study: str) -> tuple[dict[str, str], list[str]]:

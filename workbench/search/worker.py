@@ -61,7 +61,7 @@ from workbench.search.objective import (
 )
 from workbench.search.schema import CategoricalParam
 from workbench.search.spec import SearchSpec
-from workbench.tracking.redact import redact_config, redact_text
+from workbench.tracking.redact import guard_output, redact_config, redact_text
 from workbench.tracking.store import get_or_create_experiment, resolve_tracking_uri
 
 DEFAULT_STORAGE_FILE = "optuna.db"
@@ -364,6 +364,7 @@ def _child_main(spec: SearchSpec, storage_url: str, options: dict, index: int, t
     signal.signal(signal.SIGINT, _interrupt_once)
     signal.signal(signal.SIGTERM, _interrupt_once)  # SIGTERM stops like Ctrl-C: the run ends KILLED
     os.environ["MLFLOW_TRACKING_URI"] = tracking_uri
+    guard_output([storage_url])  # this process prints too: its passwords masked like the parent's
     import torch
     from transformers.utils import logging as hf_logging
 

@@ -6,6 +6,8 @@ import fcntl
 import os
 from pathlib import Path
 
+from workbench.tracking.redact import register_uri
+
 DEFAULT_DB = "mlflow.db"
 DEFAULT_ARTIFACTS = "mlartifacts"
 CHECKPOINT_ROOT_ENV = "WORKBENCH_CHECKPOINT_DIR"
@@ -13,11 +15,18 @@ CHECKPOINT_ROOT_ENV = "WORKBENCH_CHECKPOINT_DIR"
 
 def resolve_tracking_uri(uri: str | None = None) -> str:
     # Set explicitly: MLflow silently falls back to ./mlruns (a file store that raises) otherwise.
+    register_uri(uri)  # its password is masked in any message from here on (tracking/redact.py)
     if os.environ.get("MLFLOW_TRACKING_URI"):
+        register_uri(os.environ["MLFLOW_TRACKING_URI"])
         return os.environ["MLFLOW_TRACKING_URI"]
     if uri:
         return uri
     return f"sqlite:///{Path(DEFAULT_DB).resolve()}"
+
+
+def sqlite_file(tracking_uri: str) -> Path:
+    """The database file of a ``sqlite:///PATH[?query]`` URI (a query may carry a secret: never in a file name)."""
+    return Path(tracking_uri.removeprefix("sqlite:///").partition("?")[0])
 
 
 def checkpoint_root(tracking_uri: str) -> Path:
@@ -26,14 +35,14 @@ def checkpoint_root(tracking_uri: str) -> Path:
     if os.environ.get(CHECKPOINT_ROOT_ENV):
         return Path(os.environ[CHECKPOINT_ROOT_ENV]).expanduser().resolve()
     if tracking_uri.startswith("sqlite:///"):
-        return Path(tracking_uri.removeprefix("sqlite:///")).resolve().parent / "checkpoints"
+        return sqlite_file(tracking_uri).resolve().parent / "checkpoints"
     return Path(".workbench/checkpoints").resolve()
 
 
 def default_artifact_location(tracking_uri: str) -> str | None:
     """Artifacts next to a local sqlite store; a server decides its own."""
     if tracking_uri.startswith("sqlite:///"):
-        db = Path(tracking_uri.removeprefix("sqlite:///"))
+        db = sqlite_file(tracking_uri)
         return (db.parent / DEFAULT_ARTIFACTS).resolve().as_uri()
     return None
 
@@ -67,7 +76,7 @@ def ensure_store(tracking_uri: str) -> None:
         return
     from mlflow import MlflowClient
 
-    db = Path(tracking_uri.removeprefix("sqlite:///"))
+    db = sqlite_file(tracking_uri)
     db.parent.mkdir(parents=True, exist_ok=True)
     with open(db.parent / f".{db.name}.create-lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released on close, or by the kernel if this process dies

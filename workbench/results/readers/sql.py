@@ -11,6 +11,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from workbench.tracking.store import sqlite_file
+
 from .frames import empty_points, points_from_codes
 from .protocol import ROLE_TAG, StudyNotFound
 
@@ -29,7 +31,7 @@ class SqlRunReader:
 
         self.uri = uri
         if uri.startswith("sqlite:///"):
-            path = Path(uri.removeprefix("sqlite:///"))
+            path = sqlite_file(uri)
             if not path.exists():
                 raise StudyNotFound(f"no MLflow store at {path} (run a study first, or pass the tracking URI)")
             # read-only: never create or migrate a store just to look at it
