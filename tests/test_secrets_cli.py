@@ -81,7 +81,7 @@ def everything_in_the_store(uri: str, dest: Path) -> str:
     return "\n".join(parts)
 
 
-@settings(max_examples=2, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=1, deadline=None, suppress_health_check=list(HealthCheck))  # + 2 fixed: 21 CLI processes
 @given(secret=st.text(printable, min_size=4, max_size=16))
 @example(secret="it's a \"secret\" @:/%?#&;=")
 @example(secret="пароль 🔑 ü%41%40 ")
