@@ -252,9 +252,9 @@ class SearchWorker:
     def counts(self) -> dict[str, int]:
         return trial_counts(self.ostudy.get_trials(deepcopy=False))
 
-    def loop(self, deadline: float | None = None) -> WorkerReport:
-        """Run trials until the budget is used, ``deadline`` (``time.time()``) passes, or too many
-        trials fail in a row."""
+    def loop(self, deadline: float | None = None, max_trials: int | None = None) -> WorkerReport:
+        """Run trials until the budget is used, ``deadline`` (``time.time()``) passes, too many
+        trials fail in a row, or (``max_trials``: a Ray task runs one) this worker ran that many."""
         import optuna
 
         report = WorkerReport(self.id)
@@ -294,6 +294,8 @@ class SearchWorker:
                     break
             elif objective.last_outcome in ("COMPLETE", "PRUNED"):
                 failures = 0
+            if max_trials is not None and len(report.trials) >= max_trials:
+                break
         return report
 
     # ------------------------------------------------------------------------ lost workers
@@ -391,9 +393,12 @@ def _describe_exit(code: int | None) -> str:
 
 
 def run_search(spec: SearchSpec, storage_url: str | None = None, *, workers: int = 1,
-               options: TuneOptions | None = None, progress_factory: Callable | None = None) -> SearchResult:
+               options: TuneOptions | None = None, progress_factory: Callable | None = None,
+               ray=None) -> SearchResult:
     """Run (or continue) the search: ``workers`` = 1 runs trials in this process, N > 1 in N
-    spawned processes. Returns when the budget is used, the timeout passed, or every worker stopped.
+    spawned processes; with ``ray`` (:class:`~workbench.execution.ray_executor.RayOptions`), trials are
+    Ray tasks, ``workers`` at a time (:mod:`workbench.search.ray_trials`). Returns when the budget is
+    used, the timeout passed, or every worker stopped.
 
     Raises ``SearchError`` (bad storage, a different search under the same name) before any trial,
     and ``KeyboardInterrupt`` after a clean stop (running runs KILLED, their trials FAIL).
@@ -403,6 +408,10 @@ def run_search(spec: SearchSpec, storage_url: str | None = None, *, workers: int
     options = options or TuneOptions()
     storage_url = storage_url or default_storage()
     preflight(_any_config(spec))  # a missing model path or data file fails here, before any trial
+    if ray is not None:
+        from workbench.execution.ray_executor import connect  # deferred: torch, transformers
+
+        connect(ray.address)  # RayUnavailable before the search is created
     coordinator = SearchWorker(spec, storage_url, options, 0, progress_factory)
     coordinator.connect()  # creates or joins the study; its children only load it
     deadline = time.time() + spec.timeout if spec.timeout else None
@@ -410,7 +419,11 @@ def run_search(spec: SearchSpec, storage_url: str | None = None, *, workers: int
     coordinator.set_search_run_status("RUNNING")
     status = "FINISHED"
     try:
-        if workers <= 1:
+        if ray is not None:
+            from workbench.search.ray_trials import run_trials_on_ray  # deferred: it imports this module
+
+            result.stopped = run_trials_on_ray(spec, storage_url, options, workers, coordinator, deadline, ray)
+        elif workers <= 1:
             report = coordinator.loop(deadline)
             result.reports.append(report)
             result.stopped = report.stopped
