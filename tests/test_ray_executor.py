@@ -144,7 +144,8 @@ def test_a_node_killed_mid_run_the_run_finishes_once_elsewhere(workdir, ray_clus
         add_worker_node(ray_cluster)  # the next test gets two nodes again
     log = (workdir / "run.log").read_text()
     runs = child_runs(client, "nodekill")
-    assert statuses_by_key(runs) == {key: ["FAILED", "FINISHED"]}, log  # no RUNNING leftover, one FINISHED
+    assert {k: sorted(v) for k, v in statuses_by_key(runs).items()} == {key: ["FAILED", "FINISHED"]}, log
+    # (no RUNNING leftover, one FINISHED)
     lost = next(r for r in runs if r.info.status == "FAILED")
     done = next(r for r in runs if r.info.status == "FINISHED")
     assert "Ray worker was lost" in lost.data.tags["workbench.error"]
@@ -178,3 +179,31 @@ def test_ctrl_c_on_the_driver_kills_the_runs_and_running_again_resumes(workdir, 
     for seen in statuses_by_key(child_runs(client, "ctrlc")).values():  # one FINISHED each; the KILLED stay
         assert sorted(seen) == ["FINISHED", "KILLED"]
     assert study_parent(client, "ctrlc").info.status == "FINISHED"
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:Heartbeat of storage is supposed to be used")
+def test_a_search_on_ray_prunes_as_it_does_locally(workdir, ray_cluster):  # noqa: F811
+    """tests/search/test_search_runs.py's pruning search, its trials as Ray tasks: the same two
+    COMPLETE and two PRUNED trials (one by the median pruner at step 1, one by a failing health rule)."""
+    from optuna.trial import TrialState
+
+    from tests.search.helpers import STRICT_HEALTH, load_spec, optuna_trials, write_search_study
+    from tests.search.test_search_runs import PRUNING_SEARCH
+    from workbench.search.objective import PRUNE_REASON, PRUNED_BY
+    from workbench.search.ray_trials import trials_on_ray
+    from workbench.search.worker import TuneOptions, default_storage, run_search
+
+    install_empty_mlflow_db(workdir)
+    path = write_search_study(workdir / "study.yaml", "rayprune", PRUNING_SEARCH, health=STRICT_HEALTH)
+    spec = load_spec(path)
+    lines: list[str] = []
+    result = run_search(spec, options=TuneOptions(log=lines.append),
+                        run_trials=trials_on_ray(RayOptions(address=ray_cluster.address), workers=1))
+    assert result.stopped == "budget" and result.counts["COMPLETE"] == 2 and result.counts["PRUNED"] == 2, lines
+    trials = {t.params["learner.lr"]: t for t in optuna_trials(spec, default_storage())}
+    assert trials[0.01].state == trials[0.02].state == TrialState.COMPLETE
+    assert trials[1.0].state == trials[1.0e-4].state == TrialState.PRUNED
+    assert trials[1.0e-4].user_attrs[PRUNE_REASON] == "pruned by optuna at step 1"
+    assert trials[1.0].user_attrs[PRUNED_BY] == "health"
+    assert any("trial" in line for line in lines)  # the tasks' log lines reached the driver

@@ -110,11 +110,13 @@ def tune(
                   highlight=False, soft_wrap=True)
     from workbench.execution.pool import _interrupt_once  # deferred: pydantic, torch, transformers
     from workbench.execution.ray_executor import RayOptions, RayUnavailable  # deferred: torch, transformers
+    from workbench.search.ray_trials import trials_on_ray  # deferred: torch, transformers
 
-    ray = RayOptions.from_execution(study_obj.execution, address) if chosen == "ray" else None
     previous = signal.signal(signal.SIGTERM, _interrupt_once)  # `kill PID` stops like Ctrl-C
     try:
-        result = run_search(spec, storage_url, workers=workers, options=options, ray=ray)
+        run_trials = (trials_on_ray(RayOptions.from_execution(study_obj.execution, address), workers)
+                      if chosen == "ray" else None)
+        result = run_search(spec, storage_url, workers=workers, options=options, run_trials=run_trials)
     except (SearchError, FileNotFoundError, RayUnavailable) as e:
         raise _fail(str(e)) from None
     except KeyboardInterrupt:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from workbench.execution.ray_executor import STOP_GRACE_S, Inbox, RayOptions, connect, forwarded_env, run_resources
@@ -62,14 +63,26 @@ def ray_trial_task(job: TrialJob, inbox) -> WorkerReport:
         return WorkerReport(worker.id, stopped="interrupted")
 
 
-def run_trials_on_ray(spec: SearchSpec, storage_url: str, options: TuneOptions, workers: int, coordinator,
-                      deadline: float | None, ray_options: RayOptions) -> str:
+def trials_on_ray(ray_options: RayOptions, workers: int) -> Callable[[SearchWorker, float | None], str]:
+    """``run_search``'s ``run_trials`` for Ray: connects now (``RayUnavailable`` before the search is touched)."""
+    connect(ray_options.address)
+
+    def run_trials(coordinator: SearchWorker, deadline: float | None) -> str:
+        return run_trials_on_ray(coordinator, workers, deadline, ray_options)
+
+    return run_trials
+
+
+def run_trials_on_ray(coordinator: SearchWorker, workers: int, deadline: float | None,
+                      ray_options: RayOptions) -> str:
     """Keep ``workers`` trial tasks in flight until the budget is used, the deadline passes or
     ``max_consecutive_failures`` trials in a row failed; returns why it stopped (``WorkerReport.stopped``)."""
     import optuna
 
     ray = connect(ray_options.address)
     from ray.exceptions import RayError  # deferred: ray
+
+    spec, storage_url, options = coordinator.spec, coordinator.storage_url, coordinator.opt
 
     _prebuild_model(spec)
     inbox = ray.remote(num_cpus=0)(Inbox).remote()

@@ -394,10 +394,10 @@ def _describe_exit(code: int | None) -> str:
 
 def run_search(spec: SearchSpec, storage_url: str | None = None, *, workers: int = 1,
                options: TuneOptions | None = None, progress_factory: Callable | None = None,
-               ray=None) -> SearchResult:
+               run_trials: Callable | None = None) -> SearchResult:
     """Run (or continue) the search: ``workers`` = 1 runs trials in this process, N > 1 in N
-    spawned processes; with ``ray`` (:class:`~workbench.execution.ray_executor.RayOptions`), trials are
-    Ray tasks, ``workers`` at a time (:mod:`workbench.search.ray_trials`). Returns when the budget is
+    spawned processes; ``run_trials(coordinator, deadline) -> stopped`` runs them elsewhere instead
+    (:func:`workbench.search.ray_trials.trials_on_ray`: as Ray tasks). Returns when the budget is
     used, the timeout passed, or every worker stopped.
 
     Raises ``SearchError`` (bad storage, a different search under the same name) before any trial,
@@ -408,10 +408,6 @@ def run_search(spec: SearchSpec, storage_url: str | None = None, *, workers: int
     options = options or TuneOptions()
     storage_url = storage_url or default_storage()
     preflight(_any_config(spec))  # a missing model path or data file fails here, before any trial
-    if ray is not None:
-        from workbench.execution.ray_executor import connect  # deferred: torch, transformers
-
-        connect(ray.address)  # RayUnavailable before the search is created
     coordinator = SearchWorker(spec, storage_url, options, 0, progress_factory)
     coordinator.connect()  # creates or joins the study; its children only load it
     deadline = time.time() + spec.timeout if spec.timeout else None
@@ -419,10 +415,8 @@ def run_search(spec: SearchSpec, storage_url: str | None = None, *, workers: int
     coordinator.set_search_run_status("RUNNING")
     status = "FINISHED"
     try:
-        if ray is not None:
-            from workbench.search.ray_trials import run_trials_on_ray  # deferred: it imports this module
-
-            result.stopped = run_trials_on_ray(spec, storage_url, options, workers, coordinator, deadline, ray)
+        if run_trials is not None:
+            result.stopped = run_trials(coordinator, deadline)
         elif workers <= 1:
             report = coordinator.loop(deadline)
             result.reports.append(report)
