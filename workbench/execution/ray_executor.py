@@ -156,6 +156,9 @@ class Inbox:
 
 
 # ----------------------------------------------------------------------------------- driver side
+_dashboard = [""]  # the Ray dashboard's host:port, as ray.init reported it (empty: none)
+
+
 class RayUnavailable(ValueError):
     """Ray is not installed, or the cluster cannot be reached (exit code 2, before MLflow is touched)."""
 
@@ -188,7 +191,8 @@ def connect(address: str | None):
         if unreachable:  # ray.init would retry a dead address for minutes
             raise RayUnavailable(f"cannot connect to a Ray cluster at {address}: {unreachable}")
         try:
-            ray.init(address=address, log_to_driver=False, logging_level="ERROR", configure_logging=True)
+            context = ray.init(address=address, log_to_driver=False, logging_level="ERROR", configure_logging=True)
+            _dashboard[0] = getattr(context, "dashboard_url", "") or ""
         except (ConnectionError, ValueError, RuntimeError) as error:
             where = f"at {address}" if address else "(no address: $RAY_ADDRESS, a local cluster, or a new one)"
             raise RayUnavailable(f"cannot connect to a Ray cluster {where}: {' '.join(str(error).split())[:300]}") \
@@ -200,8 +204,7 @@ def cluster_line(ray) -> str:
     total = ray.cluster_resources()
     nodes = sum(1 for n in ray.nodes() if n.get("Alive"))
     gpus = f", {total.get('GPU', 0):g} GPUs" if total.get("GPU") else ""
-    url = ray.get_runtime_context().dashboard_url if hasattr(ray.get_runtime_context(), "dashboard_url") else ""
-    dashboard = f"; dashboard http://{url}" if url else ""
+    dashboard = f"; dashboard http://{_dashboard[0]}" if _dashboard[0] else ""
     return f"Ray cluster: {nodes} node(s), {total.get('CPU', 0):g} CPUs{gpus}{dashboard}"
 
 
