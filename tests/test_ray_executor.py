@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from tests.execution_helpers import (
     child_runs,
+    fast_run_config,
     install_empty_mlflow_db,
     spawn,
     statuses_by_key,
@@ -207,3 +208,28 @@ def test_a_search_on_ray_prunes_as_it_does_locally(workdir, ray_cluster):  # noq
     assert trials[1.0e-4].user_attrs[PRUNE_REASON] == "pruned by optuna at step 1"
     assert trials[1.0].user_attrs[PRUNED_BY] == "health"
     assert sum(" PRUNED after " in line for line in lines) == 2, lines  # the tasks' log lines reached the driver
+
+
+@pytest.mark.slow
+def test_a_run_needing_two_gpus_gets_a_placement_group_on_the_node_that_has_them(workdir, ray_cluster):  # noqa: F811
+    """Ray's GPUs are a resource count: a node declaring two (fake) GPUs is the only place for a run
+    with ``execution.ray.num_gpus: 2`` (its learner stays on the CPU: this machine has no CUDA)."""
+    import ray
+
+    from workbench.config import deep_merge
+
+    uri = install_empty_mlflow_db(workdir)
+    gpu_node = ray_cluster.add_node(num_cpus=1, num_gpus=2, include_dashboard=False)
+    try:
+        ray_cluster.wait_for_nodes()
+        path = write_study(workdir / "study.yaml", "twogpus", seeds=[0],
+                           base=deep_merge(fast_run_config(1), {"learner": {"device": "cpu"}}),
+                           execution={"executor": "ray", "ray": {"address": ray_cluster.address, "num_gpus": 2}})
+        result = invoke("run", path, "--quiet")  # the executor and the address from the study's execution:
+        assert result.exit_code == 0, result.output
+        (run,) = child_runs(MlflowClient(uri), "twogpus")
+        assert run.info.status == "FINISHED" and run.data.tags[RAY_NODE_TAG] == gpu_node.node_id
+        groups = [g for g in ray.util.placement_group_table().values() if g["bundles"].get(0, {}).get("GPU") == 2]
+        assert [g["state"] for g in groups] == ["REMOVED"], groups  # one group made for the run, removed after it
+    finally:
+        ray_cluster.remove_node(gpu_node)
