@@ -22,7 +22,7 @@ from tests.execution_helpers import (
     workbench_cmd,
     write_study,
 )
-from tests.ray_cluster import add_worker_node, ray_cluster  # noqa: F401 - a fixture
+from tests.ray_cluster import add_worker_node, ray_cluster, require_ray  # noqa: F401 - ray_cluster: a fixture
 from workbench.cli.main import app
 from workbench.config import RunConfig
 from workbench.execution.ray_executor import RAY_NODE_TAG, RayOptions, run_resources
@@ -63,6 +63,7 @@ def test_bad_execution_settings_are_one_line_errors_naming_the_field(workdir):
 
 
 def test_address_without_the_ray_executor_and_an_unreachable_cluster_exit_2(workdir):
+    require_ray()
     path = write_study(workdir / "study.yaml", "noray", steps=1, seeds=[0])
     result = invoke("run", path, "--address", "auto", "--quiet")
     assert result.exit_code == 2 and "--address needs --executor ray" in result.output, result.output
