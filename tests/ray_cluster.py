@@ -26,8 +26,21 @@ def require_ray() -> None:
         missing("Ray is not installed (pip install -e '.[ray]')")
 
 
-def add_worker_node(cluster):
-    return cluster.add_node(num_cpus=1, include_dashboard=False)
+STARTUP_ATTEMPTS = 3  # Ray gives a node 30 s to register (fixed); a 2-core machine under load can miss that
+
+
+def started(start):
+    """``start()``, tried again when Ray reports that the node timed out during its start-up."""
+    for attempt in range(STARTUP_ATTEMPTS):
+        try:
+            return start()
+        except Exception as error:  # noqa: BLE001 - Ray raises a bare Exception for it
+            if "timed out during startup" not in str(error) or attempt == STARTUP_ATTEMPTS - 1:
+                raise
+
+
+def add_worker_node(cluster, **resources):
+    return started(lambda: cluster.add_node(**({"num_cpus": 1, "include_dashboard": False} | resources)))
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +53,8 @@ def ray_cluster():
     path = os.pathsep.join(p for p in [str(REPO), os.environ.get("PYTHONPATH")] if p)
     previous = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = path  # the node processes (and their workers) start with this environment
-    cluster = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 0, "include_dashboard": False, "_system_config": FAST_FAILURE_DETECTION})
+    cluster = Cluster()
+    started(lambda: cluster.add_node(num_cpus=0, include_dashboard=False, _system_config=FAST_FAILURE_DETECTION))
     try:
         for _ in range(2):
             add_worker_node(cluster)

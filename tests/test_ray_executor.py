@@ -220,7 +220,7 @@ def test_a_run_needing_two_gpus_gets_a_placement_group_on_the_node_that_has_them
     from workbench.config import deep_merge
 
     uri = install_empty_mlflow_db(workdir)
-    gpu_node = ray_cluster.add_node(num_cpus=1, num_gpus=2, include_dashboard=False)
+    gpu_node = add_worker_node(ray_cluster, num_gpus=2)
     try:
         ray_cluster.wait_for_nodes()
         path = write_study(workdir / "study.yaml", "twogpus", seeds=[0],
