@@ -59,8 +59,10 @@ def main() -> None:
         timed_run(study, ["--parallel", "2"], env)  # warm-up: builds the tiny model, fills the page cache
         times: dict[str, list[float]] = {"--parallel 2": [], "--executor ray": []}
         for _ in range(a.rounds):
-            times["--parallel 2"].append(timed_run(study, ["--parallel", "2"], env))
-            times["--executor ray"].append(timed_run(study, ["--executor", "ray", "--address", "auto"], env))
+            for name, args in (("--parallel 2", ["--parallel", "2"]),
+                               ("--executor ray", ["--executor", "ray", "--address", "auto"])):
+                times[name].append(timed_run(study, args, env))
+                print(f"{name}: {times[name][-1]:.1f} s (load {os.getloadavg()[0]:.1f})", flush=True)
     finally:
         subprocess.run([ray, "stop"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     load = os.getloadavg()
