@@ -13,6 +13,8 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -42,29 +44,52 @@ def timed_run(study: Path, args: list[str], env: dict) -> float:
     return took
 
 
+def wait_for_port(address: str, timeout_s: float = 120.0) -> None:
+    host, port = address.rsplit(":", 1)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            socket.create_connection((host, int(port)), timeout=2).close()
+            time.sleep(5)  # the head's raylet registers a moment after its GCS answers
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--runs", type=int, default=4)
     parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--port", type=int, default=6391, help="the benchmark cluster's GCS port")
     a = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="ray-overhead-study-"))
     study = root / "study.yaml"
     write_study(study, a.runs, a.steps)
     env = dict(os.environ)
+    from ray._private.services import get_node_ip_address
+
     ray = shutil.which("ray", path=str(Path(sys.executable).parent)) or "ray"
-    subprocess.run([ray, "start", "--head", "--num-cpus", "2", "--include-dashboard=false", "--disable-usage-stats"],
-                   check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # --block in its own process group, stopped by signalling that group: `ray stop` would stop every
+    # Ray instance on the machine (other users', a test cluster)
+    head = subprocess.Popen([ray, "start", "--head", "--block", "--port", str(a.port), "--num-cpus", "2",
+                             "--include-dashboard=false", "--disable-usage-stats"], env=env, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    address = f"{get_node_ip_address()}:{a.port}"
     try:
+        wait_for_port(address)
         timed_run(study, ["--parallel", "2"], env)  # warm-up: builds the tiny model, fills the page cache
         times: dict[str, list[float]] = {"--parallel 2": [], "--executor ray": []}
         for _ in range(a.rounds):
             for name, args in (("--parallel 2", ["--parallel", "2"]),
-                               ("--executor ray", ["--executor", "ray", "--address", "auto"])):
+                               ("--executor ray", ["--executor", "ray", "--address", address])):
                 times[name].append(timed_run(study, args, env))
                 print(f"{name}: {times[name][-1]:.1f} s (load {os.getloadavg()[0]:.1f})", flush=True)
     finally:
-        subprocess.run([ray, "stop"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        os.killpg(head.pid, signal.SIGTERM)
+        head.wait(timeout=60)
     load = os.getloadavg()
     local, on_ray = statistics.median(times["--parallel 2"]), statistics.median(times["--executor ray"])
     print(f"| executor | wall s, median of {a.rounds} ({a.runs} runs x {a.steps} steps) | each measurement |")

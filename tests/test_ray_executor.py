@@ -136,7 +136,7 @@ def test_a_node_killed_mid_run_the_run_finishes_once_elsewhere(workdir, ray_clus
             runs = [r for r in child_runs(client, "nodekill") if r.info.status == "RUNNING"]
             return runs[0] if runs and client.get_metric_history(runs[0].info.run_id, "reward/mean") else None
 
-        first = wait_for(running_with_steps, 180, what="the run in progress")
+        first = wait_for(running_with_steps, 400, what="the run in progress")  # a loaded 2-core machine
         node_id = first.data.tags[RAY_NODE_TAG]
         (node,) = [n for n in ray_cluster.worker_nodes if n.node_id == node_id]
         ray_cluster.remove_node(node, allow_graceful=False)  # the node dies (think: a lost machine)
@@ -165,7 +165,7 @@ def test_ctrl_c_on_the_driver_kills_the_runs_and_running_again_resumes(workdir, 
     proc = spawn(workbench_cmd("run", path, "--executor", "ray", "--address", ray_cluster.address, "--quiet"),
                  workdir, workdir / "run.log")
     try:
-        wait_for(lambda: len([r for r in child_runs(client, "ctrlc") if r.info.status == "RUNNING"]) == 2, 180,
+        wait_for(lambda: len([r for r in child_runs(client, "ctrlc") if r.info.status == "RUNNING"]) == 2, 400,
                  what="two runs in progress")
         os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C in the driver's terminal
         assert proc.wait(timeout=120) == 130, (workdir / "run.log").read_text()
