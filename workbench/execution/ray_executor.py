@@ -155,6 +155,16 @@ class Inbox:
         return out
 
 
+def start_inbox(ray):
+    """The inbox actor, on the driver's node when it can be (a lost worker node must not take the
+    progress channel with it), restarted by Ray if its node dies all the same."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # deferred: ray
+
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
+    return ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1)(Inbox).options(
+        scheduling_strategy=here).remote()
+
+
 # ----------------------------------------------------------------------------------- driver side
 _dashboard = [""]  # the Ray dashboard's host:port, as ray.init reported it (empty: none)
 
@@ -225,7 +235,7 @@ class _RayStudy:
     def submit_all(self) -> None:
         ray = self.ray
         self.log(cluster_line(ray))
-        self.inbox = ray.remote(num_cpus=0)(Inbox).remote()
+        self.inbox = start_inbox(ray)
         remote = ray.remote(ray_task)
         cwd, env = os.getcwd(), forwarded_env() | {"MLFLOW_TRACKING_URI": self.ctx.tracking_uri}
         for spec in self.specs:
@@ -286,7 +296,13 @@ class _RayStudy:
             signal.signal(signal.SIGINT, previous)
 
     def _drain(self) -> None:
-        for key, message in self.ray.get(self.inbox.take.remote()):
+        from ray.exceptions import RayError  # deferred: ray
+
+        try:
+            messages = self.ray.get(self.inbox.take.remote())
+        except RayError:  # the inbox's node died: Ray restarts it; the lines lost are only progress
+            return
+        for key, message in messages:
             spec = next((s for s in self.refs.values() if s.run_key == key), None)
             if spec is None or key in self.results:
                 continue  # its result came first: the run's line is closed

@@ -22,7 +22,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from workbench.execution.ray_executor import STOP_GRACE_S, Inbox, RayOptions, connect, forwarded_env, run_resources
+from workbench.execution.ray_executor import (
+    STOP_GRACE_S,
+    RayOptions,
+    connect,
+    forwarded_env,
+    run_resources,
+    start_inbox,
+)
 from workbench.search.spec import SearchSpec
 from workbench.search.worker import SearchWorker, TuneOptions, WorkerReport, _any_config, _prebuild_model
 
@@ -85,7 +92,7 @@ def run_trials_on_ray(coordinator: SearchWorker, workers: int, deadline: float |
     spec, storage_url, options = coordinator.spec, coordinator.storage_url, coordinator.opt
 
     _prebuild_model(spec)
-    inbox = ray.remote(num_cpus=0)(Inbox).remote()
+    inbox = start_inbox(ray)
     resources = run_resources(_any_config(spec), ray_options)
     remote = ray.remote(ray_trial_task).options(**resources, max_retries=0, name=f"workbench-trial {spec.optuna_name}")
     env = forwarded_env() | {"MLFLOW_TRACKING_URI": coordinator.ctx.tracking_uri}
@@ -107,7 +114,11 @@ def run_trials_on_ray(coordinator: SearchWorker, workers: int, deadline: float |
             if not in_flight:
                 return stopped or ("timeout" if timed_out else "budget")
             ready, _ = ray.wait(list(in_flight), num_returns=len(in_flight), timeout=POLL_S)
-            for _, line in ray.get(inbox.take.remote()):
+            try:
+                lines = ray.get(inbox.take.remote())
+            except RayError:  # the inbox's node died: Ray restarts it; only log lines are lost
+                lines = []
+            for _, line in lines:
                 options.log(line)
             for ref in ready:
                 number = in_flight.pop(ref)
