@@ -204,7 +204,7 @@ def test_a_search_on_ray_prunes_as_it_does_locally(workdir, ray_cluster):  # noq
                         run_trials=trials_on_ray(RayOptions(address=ray_cluster.address), workers=1))
     assert result.stopped == "budget" and result.counts["COMPLETE"] == 2 and result.counts["PRUNED"] == 2, lines
     trials = {t.params["learner.lr"]: t for t in optuna_trials(spec, default_storage())}
-    assert trials[0.01].state == trials[0.02].state == TrialState.COMPLETE
+    assert trials[0.01].state == trials[0.02].state == TrialState.COMPLETE, lines
     assert trials[1.0].state == trials[1.0e-4].state == TrialState.PRUNED
     assert trials[1.0e-4].user_attrs[PRUNE_REASON] == "pruned by optuna at step 1"
     assert trials[1.0].user_attrs[PRUNED_BY] == "health"
