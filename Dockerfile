@@ -12,7 +12,7 @@ WORKDIR /workbench
 COPY pyproject.toml README.md ./
 COPY workbench ./workbench
 # vllm brings its own CUDA torch; the gpu extra adds deepspeed.
-RUN pip install --upgrade pip && pip install -e '.[gpu]'
+RUN pip install --upgrade pip && pip install -e '.[gpu,ray]'
 COPY studies ./studies
 COPY dashboards ./dashboards
 

@@ -51,6 +51,28 @@ SetOpt = Annotated[list[str] | None, typer.Option("--set", help="override a conf
 OnlyOpt = Annotated[str | None, typer.Option("--only", help="filter runs, e.g. variant=dapo,seed=0")]
 
 
+ExecutorOpt = Annotated[str | None, typer.Option(
+    "--executor", help="local (this machine: --parallel) or ray (each run a Ray task; docs/distributed.md); "
+                       "default: the study's execution.executor, else local")]
+AddressOpt = Annotated[str | None, typer.Option(
+    "--address", help="with --executor ray: the cluster (auto, ray://host:10001; default $RAY_ADDRESS, "
+                      "else a cluster started here, else a new local one)")]
+
+
+def ray_options(study_obj, executor: str | None, address: str | None):
+    """The Ray settings when the runs execute on Ray (``--executor``, else ``execution.executor``), else None."""
+    from workbench.execution.ray_executor import RayOptions  # deferred: pydantic, torch, transformers
+
+    chosen = executor or study_obj.execution.get("executor", "local")
+    if chosen not in ("local", "ray"):
+        raise fail(f"--executor: expected local or ray, got {chosen!r}")
+    if chosen == "local":
+        if address is not None:
+            raise fail("--address needs --executor ray (or execution.executor: ray in the study)")
+        return None
+    return RayOptions.from_execution(study_obj.execution, address)
+
+
 def load_specs(study_path: Path, overrides: list[str] | None, only: str | None):
     """Study -> filtered RunSpecs, or a one-line error and exit 2."""
     from workbench.study import StudyError, apply_overrides, expand, load_study  # deferred: pydantic
@@ -187,7 +209,8 @@ def run(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
             "--max-seeds", min=2, help="with --until-decided: the last look (looks above it are dropped)")] = None,
         progress_every: Annotated[float | None, typer.Option(
             min=0, help="off a terminal (nohup, CI): seconds between plain progress lines "
-                        "(default $WORKBENCH_PROGRESS_EVERY or 30; evals always print)")] = None) -> None:
+                        "(default $WORKBENCH_PROGRESS_EVERY or 30; evals always print)")] = None,
+        executor: ExecutorOpt = None, address: AddressOpt = None) -> None:
     """Execute a study's runs (skipping those already finished) and print a summary."""
     # the study first: a bad one fails before torch is imported (seconds and ~250 MB; every rank checks it)
     study_obj, specs = load_specs(study, set_, only)
@@ -207,6 +230,8 @@ def run(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")  # a server prints no links per run
     if parallel is None:
         parallel = int(study_obj.execution.get("parallel", 1))
+    ray = ray_options(study_obj, executor, address)
+    from workbench.execution.ray_executor import RayUnavailable  # deferred: pydantic, torch, transformers
     from workbench.viz.spec import SpecError  # deferred: plotly, pydantic, scipy
 
     if max_seeds is not None and not until_decided:
@@ -219,10 +244,11 @@ def run(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
 
             outcomes = run_until_decided(study_obj, max_seeds=max_seeds, progress=not quiet,
                                          select=(lambda s: filter_specs(s, only)) if only else None,
-                                         parallel=1 if multi_rank() else parallel)
+                                         parallel=1 if multi_rank() else parallel, ray=ray)
         else:
-            outcomes = run_study(study_obj, specs, progress=not quiet, parallel=1 if multi_rank() else parallel)
-    except (PreflightError, FileNotFoundError, ImportError, StudyBusy, SpecError) as e:  # bad config, spec; busy study
+            outcomes = run_study(study_obj, specs, progress=not quiet, parallel=1 if multi_rank() else parallel,
+                                 ray=ray)
+    except (PreflightError, FileNotFoundError, ImportError, StudyBusy, SpecError, RayUnavailable) as e:
         raise fail(str(e)) from None
     except TrackingOutage as e:  # MLflow unreachable while the study was being opened
         raise fail(str(e), code=1) from None

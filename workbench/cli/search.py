@@ -52,6 +52,12 @@ def tune(
     max_retries: Annotated[int, typer.Option(min=0, help="retries of a trial whose worker was lost")] = 3,
     threads: Annotated[int | None, typer.Option(min=1, help="torch threads of an in-process worker")] = None,
     quiet: Annotated[bool, typer.Option(help="no per-trial lines")] = False,
+    executor: Annotated[str | None, typer.Option("--executor", help=(
+        "local (--workers processes here) or ray (trials as Ray tasks, --workers at a time; docs/distributed.md); "
+        "default: the study's execution.executor, else local"))] = None,
+    address: Annotated[str | None, typer.Option("--address", help=(
+        "with --executor ray: the cluster (auto, ray://host:10001; default $RAY_ADDRESS, else a cluster "
+        "started here, else a new local one)"))] = None,
 ) -> None:
     """Optuna hyperparameter search over the study's run config: each trial is real runs (one per
     seed), pruned on its learning curve and on health failures; resumable and multi-worker.
@@ -77,6 +83,11 @@ def tune(
     except (StudyError, FileNotFoundError, ValueError) as e:
         raise _fail(str(e)) from None
     storage_url = storage or default_storage()
+    chosen = executor or study_obj.execution.get("executor", "local")
+    if chosen not in ("local", "ray"):
+        raise _fail(f"--executor: expected local or ray, got {chosen!r}")
+    if address is not None and chosen != "ray":
+        raise _fail("--address needs --executor ray (or execution.executor: ray in the study)")
     if report and no_report:
         raise _fail("--report (report only, no trials) and --no-report contradict each other: give one")
 
@@ -98,11 +109,15 @@ def tune(
                   f"sampler {spec.sampler_name}, pruner {spec.pruner_name}; storage {_describe(storage_url)}",
                   highlight=False, soft_wrap=True)
     from workbench.execution.pool import _interrupt_once  # deferred: pydantic, torch, transformers
+    from workbench.execution.ray_executor import RayOptions, RayUnavailable  # deferred: torch, transformers
+    from workbench.search.ray_trials import trials_on_ray  # deferred: torch, transformers
 
     previous = signal.signal(signal.SIGTERM, _interrupt_once)  # `kill PID` stops like Ctrl-C
     try:
-        result = run_search(spec, storage_url, workers=workers, options=options)
-    except (SearchError, FileNotFoundError) as e:
+        run_trials = (trials_on_ray(RayOptions.from_execution(study_obj.execution, address), workers)
+                      if chosen == "ray" else None)
+        result = run_search(spec, storage_url, workers=workers, options=options, run_trials=run_trials)
+    except (SearchError, FileNotFoundError, RayUnavailable) as e:
         raise _fail(str(e)) from None
     except KeyboardInterrupt:
         err_console.print("[yellow]interrupted: running trials end FAIL (their runs KILLED) and are enqueued "

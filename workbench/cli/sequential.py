@@ -62,7 +62,7 @@ class Plan:
 
 
 def run_until_decided(study, *, max_seeds: int | None, select: Callable[[list], list] | None, progress: bool,
-                      parallel: int) -> list:
+                      parallel: int, ray=None) -> list:
     """Run ``study`` look by look until every comparison is decided or the last look; returns the
     outcomes of every run executed or skipped. ``select``: the ``--only`` filter of the runs.
     One-line error (exit 2) for a bad design or one that differs from the design recorded when
@@ -121,7 +121,7 @@ def run_until_decided(study, *, max_seeds: int | None, select: Callable[[list], 
     _say(lines[0])
     for k, n in enumerate(design.looks):
         todo = round_specs(all_specs, seeds[:n], plan.needed_arms())
-        for o in run_study(extended, todo, progress=progress, parallel=parallel):
+        for o in run_study(extended, todo, progress=progress, parallel=parallel, ray=ray):
             outcomes[o.run_key] = o
         if any(getattr(o, "tracking_lost", False) for o in outcomes.values()):
             break  # MLflow is gone: no look can be read; running again resumes

@@ -25,25 +25,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 
-from workbench.execution.run import RunOutcome, execute_run, run_tags
+from workbench.execution.job import RunJob, execute_job, progress_metrics
+from workbench.execution.run import RunOutcome, run_tags
 from workbench.execution.threads import threads_per_run
 from workbench.study import RunSpec
-from workbench.tracking.redact import guard_output, redact_text
+from workbench.tracking.redact import redact_text
 from workbench.tracking.study_runs import mark_orphaned_runs
 from workbench.tracking.writer import RunTracker
 
 STOP_GRACE_S = 30.0  # how long stopping children get to mark their runs KILLED before SIGKILL
 POLL_S = 0.2
-PROGRESS_METRICS = ("reward/mean", "accuracy/train", "eval/accuracy", "health/status")
-
-
-@dataclass
-class ChildJob:
-    spec: RunSpec
-    study: str
-    parent_run_id: str
-    tracking_uri: str
-    threads: int
 
 
 # ------------------------------------------------------------------------------------ child side
@@ -57,7 +48,7 @@ class _PipeReporter:
         self.conn.send(("start", steps))
 
     def on_step(self, step: int, metrics: dict[str, float]) -> None:
-        self.conn.send(("step", step, {k: float(metrics[k]) for k in PROGRESS_METRICS if k in metrics}))
+        self.conn.send(("step", step, progress_metrics(metrics)))
 
     def end_run(self, label: str, status: str) -> None:
         pass  # the parent ends the line when the result arrives
@@ -80,27 +71,11 @@ def _interrupt_once(signum, frame):
 interrupt_once = _interrupt_once  # the public name (other process entry points use it too)
 
 
-def child_main(job: ChildJob, conn: Connection) -> None:
+def child_main(job: RunJob, conn: Connection) -> None:
     """Entry point of a run's process (spawned)."""
     signal.signal(signal.SIGINT, _interrupt_once)
     signal.signal(signal.SIGTERM, _interrupt_once)
-    spec = job.spec
-    outcome = RunOutcome(spec.label, spec.variant, spec.seed, spec.run_key, "FAILED")
-    try:
-        os.environ["MLFLOW_TRACKING_URI"] = job.tracking_uri  # log where the parent looks
-        guard_output()  # this process prints too: its password masked like the parent's
-        import torch
-        from transformers.utils import logging as hf_logging
-
-        torch.set_num_threads(job.threads)
-        hf_logging.disable_progress_bar()  # no weight-loading bars under the study display
-        outcome = execute_run(spec.config, study=job.study, variant=spec.variant, label=spec.label,
-                              parent_run_id=job.parent_run_id, progress=_PipeReporter(conn))
-    except KeyboardInterrupt:
-        outcome.status, outcome.error = "KILLED", "interrupted"
-    except BaseException as error:  # noqa: BLE001 - report anything, the parent decides
-        outcome.status, outcome.error = "FAILED", f"{type(error).__name__}: {error}"
-    conn.send(("result", outcome))
+    conn.send(("result", execute_job(job, _PipeReporter(conn))))
     conn.close()
 
 
@@ -179,7 +154,7 @@ class _Pool:
             signal.signal(signal.SIGINT, previous)
 
     def _launch(self, spec: RunSpec) -> None:
-        job = ChildJob(spec, self.ctx.study.name, self.ctx.parent_run_id, self.ctx.tracking_uri, self.threads)
+        job = RunJob(spec, self.ctx.study.name, self.ctx.parent_run_id, self.ctx.tracking_uri, self.threads)
         reader, writer = self.mp.Pipe(duplex=False)
         proc = self.mp.Process(target=child_main, args=(job, writer), name=f"workbench-run {spec.label}")
         proc.start()

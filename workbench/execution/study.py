@@ -7,7 +7,8 @@ FAILED and KILLED runs are run again (a new MLflow run: the old one stays as his
 * ``parallel=1``: the runs execute one after another in this process.
 * ``parallel=N>1``: N runs at a time, each in its own ``spawn``-ed process
   (:mod:`workbench.execution.pool`), so a crash or an OOM kill of one run never takes down the others.
-* Across machines: ``workbench worker`` (:mod:`workbench.execution.worker`).
+* ``ray=RayOptions(...)``: each run is a Ray task on a Ray cluster (:mod:`workbench.execution.ray_executor`).
+* Across machines without Ray: ``workbench worker`` (:mod:`workbench.execution.worker`).
 
 Ctrl-C stops launching, ends the running runs KILLED, marks the study's parent run KILLED and
 re-raises ``KeyboardInterrupt`` (the CLI exits 130). A run left RUNNING by a process that is gone
@@ -34,6 +35,7 @@ from pathlib import Path
 
 from workbench.execution.lock import study_lock
 from workbench.execution.pool import run_pool
+from workbench.execution.ray_executor import RayOptions, connect, run_on_ray
 from workbench.execution.run import RunOutcome, eval_endpoints, execute_run, preflight
 from workbench.execution.study_progress import StudyProgress
 from workbench.models import model_dir
@@ -177,19 +179,24 @@ def prebuild_models(specs: list[RunSpec], progress: bool = False) -> None:
             model_dir(model, task, progress=progress, prime=prime)
 
 
-def run_study(study: Study, specs: list[RunSpec], *, progress: bool = True, parallel: int = 1) -> list[RunOutcome]:
-    """Run every spec not yet FINISHED; returns one outcome per spec, in plan order.
+def run_study(study: Study, specs: list[RunSpec], *, progress: bool = True, parallel: int = 1,
+              ray: RayOptions | None = None) -> list[RunOutcome]:
+    """Run every spec not yet FINISHED; returns one outcome per spec, in plan order. With ``ray``,
+    the runs are Ray tasks (``parallel`` is then Ray's business: as many as the cluster places).
 
     Raises ``KeyboardInterrupt`` after a clean stop (running runs KILLED, parent run KILLED),
     ``StudyBusy`` if another process executes the study.
     """
     for spec in specs:  # everything that can fail before training fails before MLflow is touched
         preflight(spec.config)
+    if ray is not None:
+        connect(ray.address)  # RayUnavailable (exit 2) before MLflow is touched
     with study_lock(study_tracking_uri(specs), study_experiment(study, specs)):  # StudyBusy: exit 2
-        return _run_locked(study, specs, progress=progress, parallel=parallel)
+        return _run_locked(study, specs, progress=progress, parallel=parallel, ray=ray)
 
 
-def _run_locked(study: Study, specs: list[RunSpec], *, progress: bool, parallel: int) -> list[RunOutcome]:
+def _run_locked(study: Study, specs: list[RunSpec], *, progress: bool, parallel: int,
+                ray: RayOptions | None = None) -> list[RunOutcome]:
     from mlflow import MlflowClient
 
     policy = study_outage_policy(specs)
@@ -205,11 +212,13 @@ def _run_locked(study: Study, specs: list[RunSpec], *, progress: bool, parallel:
     status = "FINISHED"
     current: str | None = None  # the run_key executing in this process, if any
     try:
-        if todo and parallel > 1:
-            prebuild_models(todo, progress=progress)
+        if todo and (parallel > 1 or ray is not None):
+            prebuild_models(todo, progress=progress)  # (on Ray: for the nodes that share this machine's cache)
         with StudyProgress(study.name, len(specs), enabled=progress) as bar:
             bar.add_done(len(specs) - len(todo))
-            if todo and parallel > 1:
+            if todo and ray is not None:
+                results |= run_on_ray(ctx, todo, options=ray, progress=bar, log=bar.note)
+            elif todo and parallel > 1:
                 results |= run_pool(ctx, todo, parallel=parallel, progress=bar)
             else:
                 for spec in todo:

@@ -186,6 +186,21 @@ class StudyProgress:
                                             f"({took})", highlight=False)
         self._refresh()
 
+    def run_restarted(self, label: str, reason: str) -> None:
+        """A run whose process was lost starts again elsewhere (a Ray retry): its line goes, uncounted."""
+        run = self.running.pop(label, None)
+        if run is not None:
+            self.progress.remove_task(run.task)
+        self.note(f"RETRY {label}: {reason}")
+        self._refresh()
+
+    def note(self, text: str) -> None:
+        """One line about the study (not a run): a plain line off a terminal, printed above the bars on one."""
+        if self.plain:
+            self._plain_line(text)
+        elif self.enabled:
+            self.progress.console.print(text, markup=False, highlight=False)
+
     # ------------------------------------------------------------------------------ plain lines
     def _study_text(self) -> str:
         return f"study {self.skipped + self.finished}/{self.total} {self.eta_text()}"

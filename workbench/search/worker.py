@@ -252,9 +252,9 @@ class SearchWorker:
     def counts(self) -> dict[str, int]:
         return trial_counts(self.ostudy.get_trials(deepcopy=False))
 
-    def loop(self, deadline: float | None = None) -> WorkerReport:
-        """Run trials until the budget is used, ``deadline`` (``time.time()``) passes, or too many
-        trials fail in a row."""
+    def loop(self, deadline: float | None = None, max_trials: int | None = None) -> WorkerReport:
+        """Run trials until the budget is used, ``deadline`` (``time.time()``) passes, too many
+        trials fail in a row, or (``max_trials``: a Ray task runs one) this worker ran that many."""
         import optuna
 
         report = WorkerReport(self.id)
@@ -294,6 +294,8 @@ class SearchWorker:
                     break
             elif objective.last_outcome in ("COMPLETE", "PRUNED"):
                 failures = 0
+            if max_trials is not None and len(report.trials) >= max_trials:
+                break
         return report
 
     # ------------------------------------------------------------------------ lost workers
@@ -392,9 +394,12 @@ def _describe_exit(code: int | None) -> str:
 
 
 def run_search(spec: SearchSpec, storage_url: str | None = None, *, workers: int = 1,
-               options: TuneOptions | None = None, progress_factory: Callable | None = None) -> SearchResult:
+               options: TuneOptions | None = None, progress_factory: Callable | None = None,
+               run_trials: Callable | None = None) -> SearchResult:
     """Run (or continue) the search: ``workers`` = 1 runs trials in this process, N > 1 in N
-    spawned processes. Returns when the budget is used, the timeout passed, or every worker stopped.
+    spawned processes; ``run_trials(coordinator, deadline) -> stopped`` runs them elsewhere instead
+    (:func:`workbench.search.ray_trials.trials_on_ray`: as Ray tasks). Returns when the budget is
+    used, the timeout passed, or every worker stopped.
 
     Raises ``SearchError`` (bad storage, a different search under the same name) before any trial,
     and ``KeyboardInterrupt`` after a clean stop (running runs KILLED, their trials FAIL).
@@ -411,7 +416,9 @@ def run_search(spec: SearchSpec, storage_url: str | None = None, *, workers: int
     coordinator.set_search_run_status("RUNNING")
     status = "FINISHED"
     try:
-        if workers <= 1:
+        if run_trials is not None:
+            result.stopped = run_trials(coordinator, deadline)
+        elif workers <= 1:
             report = coordinator.loop(deadline)
             result.reports.append(report)
             result.stopped = report.stopped

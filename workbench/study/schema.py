@@ -81,7 +81,9 @@ class Study(BaseModel):
     tracking: dict[str, Any] = Field(
         default_factory=dict, description="run config `tracking` (uri, experiment: default the name)"
     )
-    execution: dict[str, Any] = Field(default_factory=dict, description="e.g. {parallel: 4}")
+    execution: dict[str, Any] = Field(default_factory=dict, description=(
+        "e.g. {parallel: 4}; or {executor: ray, ray: {address: auto, num_cpus: 1, num_gpus: 0, memory_gb: 4, "
+        "max_retries: 3}} (docs/distributed.md)"))
 
     _origin: Origin | None = PrivateAttr(default=None)
 
@@ -408,11 +410,42 @@ def _exclude_key_issue(key: Any, value: Any, variants: Any, names: list[str]) ->
     return f"{problem} (exclude keys are 'variant', 'seed' or run-config paths)" if problem else None
 
 
+EXECUTORS = ("local", "ray")
+# execution.ray: field -> (check, what it expects); the fields of workbench.execution.ray_executor.RayOptions
+RAY_FIELDS = {
+    "address": (lambda v: v is None or isinstance(v, str), "a Ray address (auto, ray://host:10001, host:6379)"),
+    "num_cpus": (lambda v: _number(v) and v > 0, "a positive number"),
+    "num_gpus": (lambda v: v is None or (_number(v) and v >= 0), "a number >= 0"),
+    "memory_gb": (lambda v: v is None or (_number(v) and v > 0), "a positive number of GiB"),
+    "max_retries": (lambda v: is_int(v) and v >= 0, "an integer >= 0"),
+}
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def _check_execution(execution: Any, rep: Reporter) -> None:
-    if isinstance(execution, dict) and "parallel" in execution:
+    if not isinstance(execution, dict):
+        return
+    if "parallel" in execution:
         parallel = execution["parallel"]
         if not is_int(parallel) or parallel < 1:
             rep.add(("execution", "parallel"), f"expected a positive integer, got {show_value(parallel)}")
+    executor = execution.get("executor", "local")
+    if executor not in EXECUTORS:
+        rep.add(("execution", "executor"), f"expected one of {', '.join(EXECUTORS)}, got {show_value(executor)}")
+    ray = execution.get("ray")
+    if ray is None:
+        return
+    if not isinstance(ray, dict):
+        rep.add(("execution", "ray"), f"expected a mapping of {', '.join(RAY_FIELDS)}, got {show_value(ray)}")
+        return
+    for key, value in ray.items():
+        if key not in RAY_FIELDS:
+            rep.add(("execution", "ray", key), unknown_message(key, RAY_FIELDS))
+        elif not RAY_FIELDS[key][0](value):
+            rep.add(("execution", "ray", key), f"expected {RAY_FIELDS[key][1]}, got {show_value(value)}")
 
 
 def validate_fields(data: Any, rep: Reporter) -> Study | None:
