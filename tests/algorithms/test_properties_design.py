@@ -17,7 +17,7 @@ from workbench.algorithms import (
     compute_policy_loss,
     importance_weights,
 )
-from workbench.metrics.compute import mismatch_metrics
+from workbench.metrics.mismatch import mismatch_metrics
 
 FAST = settings(max_examples=40, deadline=None)
 seeds = st.integers(0, 2**31 - 1)
