@@ -19,7 +19,9 @@ import typer
 from rich.table import Table
 
 from workbench.cli.console import print_table
-from workbench.cli.errors import DEBUG_ENV, GuardedGroup
+from workbench.cli.errors import DEBUG_ENV
+from workbench.cli.help_format import HelpGroup
+from workbench.cli.invocation import workbench_command
 from workbench.cli.output import console, err_console, fail
 from workbench.cli.seed_plan import print_seed_plan, seed_plan
 from workbench.execution.lock import StudyBusy
@@ -33,13 +35,28 @@ from workbench.tracking.study_runs import run_statuses
 from workbench.tracking.writer import TrackingOutage
 from workbench.train.rank_env import is_follower, multi_rank
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, cls=GuardedGroup,  # unhandled errors: one line
+# HelpGroup: unhandled errors as one line (GuardedGroup), plain help that wraps at any width (help_format.py)
+app = typer.Typer(add_completion=False, no_args_is_help=True, cls=HelpGroup, rich_markup_mode=None,
                   help="rl-workbench: ablate GRPO-family RL changes with tracked, comparable runs.")
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            number = version("rl-workbench")
+        except PackageNotFoundError:  # a source tree on PYTHONPATH, not installed
+            number = "unknown (not installed)"
+        print(f"rl-workbench {number}")
+        raise typer.Exit()
 
 
 @app.callback()
 def _global_options(debug: Annotated[bool, typer.Option(
-        "--debug", help="show the full traceback of an unexpected error (also: WORKBENCH_DEBUG=1)")] = False) -> None:
+        "--debug", help="show the full traceback of an unexpected error (also: WORKBENCH_DEBUG=1)")] = False,
+        version: Annotated[bool, typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="print the version and exit")] = False) -> None:
     if debug:
         os.environ[DEBUG_ENV] = "1"  # inherited by the processes a study starts
 
