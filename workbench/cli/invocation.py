@@ -13,7 +13,7 @@ import shutil
 import sys
 from pathlib import Path
 
-__all__ = ["workbench_command"]
+__all__ = ["DEFAULT_UI_BASE", "ui_base_url", "workbench_command"]
 
 
 def workbench_command(argv0: str | None = None, cwd: Path | None = None) -> str:
@@ -37,3 +37,20 @@ def _shortest(path: Path, cwd: Path | None) -> str:
     relative = os.path.relpath(absolute, cwd or Path.cwd())
     relative = relative if relative.startswith("..") else "./" + relative
     return relative if len(relative) < len(str(absolute)) else str(absolute)
+
+
+DEFAULT_UI_BASE = "http://127.0.0.1:5000"  # where `workbench ui` serves a local store by default
+
+
+def ui_base_url(tracking_uri: str | None) -> str:
+    """The UI address a printed link starts with: the tracking server itself for an http(s) store,
+    else where ``workbench ui`` serves a local store by default (links are full URLs, never a bare
+    ``#/experiments/...`` fragment)."""
+    from urllib.parse import urlsplit
+
+    if tracking_uri and tracking_uri.startswith(("http://", "https://")):
+        parts = urlsplit(tracking_uri)
+        host = parts.hostname or ""
+        host = f"[{host}]" if ":" in host else host
+        return f"{parts.scheme}://{host}{f':{parts.port}' if parts.port else ''}{parts.path.rstrip('/')}"
+    return DEFAULT_UI_BASE
