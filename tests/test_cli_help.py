@@ -178,3 +178,13 @@ def test_ui_refuses_a_host_that_is_not_here(tmp_path, monkeypatch):
     assert result.exit_code == 2, result.output
     assert "--host 203.0.113.7" in result.output and "http://" not in result.output
     assert list(tmp_path.iterdir()) == []
+
+
+def test_printed_links_start_with_the_ui_address():
+    from workbench.cli.invocation import DEFAULT_UI_BASE, ui_base_url
+
+    assert ui_base_url("sqlite:///mlflow.db") == DEFAULT_UI_BASE == "http://127.0.0.1:5000"
+    assert ui_base_url(None) == DEFAULT_UI_BASE
+    # a tracking server: its own address, never its credentials
+    assert ui_base_url("https://user:s3cret@mlflow.example.org:8443/mlflow/") == "https://mlflow.example.org:8443/mlflow"
+    assert ui_base_url("http://[::1]:5000") == "http://[::1]:5000"

@@ -278,7 +278,9 @@ def test_a_study_run_leaves_the_views_and_workbench_dashboard_refreshes_them(tmp
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     result = CliRunner().invoke(app, ["dashboard", STUDY, "--spec", "health"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
-    assert f"#/experiments/{exp}/runs?viewStateShareKey=workbench-health&compareRunsMode=CHART" in result.output
+    # full URLs (issue #32), at the address `workbench ui` serves a local store by default
+    assert (f"  Training health (by variant): http://127.0.0.1:5000/#/experiments/{exp}/runs?"
+            "viewStateShareKey=workbench-health&compareRunsMode=CHART") in result.output, result.output
     after = {k: decode_envelope(v)[1] for k, v in client.get_experiment(exp).tags.items()
              if k.startswith(VIEW_TAG_PREFIX)}
     assert after == created  # same views, rewritten in place
