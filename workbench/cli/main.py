@@ -446,10 +446,7 @@ def ui(study: Annotated[str | None, typer.Argument(
         for s in studies:
             _print_study_links(base, s)
         if open_browser:
-            import webbrowser
-
-            if not webbrowser.open(first):
-                err_console.print("no browser found here: open the first link yourself", highlight=False)
+            _open_browser(first)
         while proc.poll() is None:
             time.sleep(0.5)
     except KeyboardInterrupt:
@@ -459,9 +456,21 @@ def ui(study: Annotated[str | None, typer.Argument(
         if proc is not None and proc.poll() is None:
             os.killpg(proc.pid, signal.SIGTERM)
             proc.wait(timeout=20)
+    if stopped and log_path is not None:
+        log_path.unlink(missing_ok=True)  # kept only when the server failed
     if not stopped:
         raise fail(f"mlflow server stopped by itself (exit code {proc.returncode})"
                    + (f"; its log: {_log_tail(log_path)}" if log_path else "; see its messages above"), code=1)
+
+
+def _open_browser(url: str) -> None:
+    """A graphical browser only: on a machine without a display, webbrowser would start a console
+    browser (lynx, w3m) in this terminal, over the server's links."""
+    import webbrowser
+
+    graphical = sys.platform in ("darwin", "win32") or os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")
+    if not graphical or not webbrowser.open(url):
+        err_console.print("--open: no graphical browser here; open the first link above in yours", highlight=False)
 
 
 def _listen_problem(host: str, port: int) -> str | None:
@@ -517,9 +526,10 @@ def _log_tail(path: Path | None, lines: int = 5) -> str:
 def _wait_until_serving(proc: subprocess.Popen, local_base: str, log_path: Path | None) -> None:
     """Return once ``GET /health`` answers 200; a server that exits first (or never answers) is an error."""
     import urllib.request
+    from contextlib import nullcontext
 
     deadline = time.monotonic() + UI_READY_TIMEOUT_S
-    with err_console.status("starting the MLflow server...") if err_console.is_terminal else _no_status():
+    with err_console.status("starting the MLflow server...") if err_console.is_terminal else nullcontext():
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 raise fail(f"mlflow server exited with code {proc.returncode} before serving"
@@ -533,14 +543,6 @@ def _wait_until_serving(proc: subprocess.Popen, local_base: str, log_path: Path 
     os.killpg(proc.pid, signal.SIGTERM)
     raise fail(f"mlflow server not answering {local_base}/health after {UI_READY_TIMEOUT_S:.0f} s"
                + (f"; its log: {_log_tail(log_path)}" if log_path else ""), code=1)
-
-
-class _no_status:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 def _first_link(base: str, studies: list[dict]) -> str:
