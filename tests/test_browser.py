@@ -77,17 +77,20 @@ class Served:
         return self.log.read_text()
 
     def wait_ready(self, timeout: float = 120) -> str:
-        """The UI's base URL once the server answers /health (≈10 s quiet, more under load)."""
+        """The UI's base URL once the server answers /health and `workbench ui` printed its links
+        (≈10 s quiet, more under load)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 pytest.fail(f"workbench ui exited with {self.proc.returncode}:\n{self.output()}")
             try:
                 with urllib.request.urlopen(f"{self.base}/health", timeout=2) as r:
-                    if r.status == 200:
+                    # `workbench ui` prints its links once the server answers: wait for them too
+                    if r.status == 200 and "MLflow UI at" in self.output():
                         return self.base
             except OSError:
-                time.sleep(0.3)
+                pass
+            time.sleep(0.3)
         pytest.fail(f"mlflow server not answering after {timeout} s:\n{self.output()}")
 
 
