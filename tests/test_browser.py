@@ -216,7 +216,7 @@ def _close_assistant(page) -> None:
     close = page.get_by_role("button", name="Close", exact=True)
     if close.count() == 1 and close.is_visible():
         try:  # cosmetic (the screenshot): under load the panel may still be animating; never fail a test on it
-            close.click(timeout=10_000)
+            close.click(timeout=30_000, force=True)  # force: no wait for the panel's animation to settle
         except PlaywrightTimeout:
             pass
 
