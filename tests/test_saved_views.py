@@ -342,15 +342,3 @@ def test_the_description_names_the_seeds_run_so_far(store):
     assert "seeds 0 so far (the study has 0, 1, 2)." in note, note
     publish_study_views(client, exp, layout, [HEALTH], starting_seeds={0, 1, 2})
     assert "; seeds 0, 1, 2." in client.get_experiment(exp).tags["mlflow.note.content"]
-
-
-def test_the_views_hide_the_study_parent_run(store):
-    """MLflow loads the runs' parent to nest them and charts it as an empty "Unassigned" group
-    unless the view hides it (#32): every view lists it hidden, the study's runs stay shown."""
-    client, exp, runs, layout = store
-    parent = client.create_run(exp, run_name="study:st", tags={"workbench.role": "study"}).info.run_id
-    publish_study_views(client, exp, layout, [HEALTH])
-    for value in view_tags(client, exp).values():
-        state = decode_envelope(value)[2]
-        assert state["runsHidden"] == [parent] and state["runsVisibilityMap"] == {parent: False}
-        assert not set(runs.values()) & set(state["runsHidden"])

@@ -214,9 +214,7 @@ def publish_study_views(client: Any, experiment_id: str, layout: StudyLayout, sp
     ``starting_seeds``: seeds about to run (``run --only seed=0``: just 0), named in the description
     with those the experiment already has runs of."""
     runs = _child_runs(client, experiment_id)
-    parents = [r.info.run_id for r in client.search_runs([experiment_id], "tags.`workbench.role` = 'study'")]
-    views = views_for_specs(specs, known_metrics=_known_metrics(runs), grid_params=layout.grid_params,
-                            hidden_runs=parents)
+    views = views_for_specs(specs, known_metrics=_known_metrics(runs), grid_params=layout.grid_params)
     now = int(time.time() * 1000) if now_ms is None else now_ms
     tags = client.get_experiment(experiment_id).tags
     encoded = {v.view_id: encode_envelope(v, _created_at(tags.get(v.tag_key), now), now) for v in views}

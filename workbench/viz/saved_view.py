@@ -151,13 +151,11 @@ def _summary_source(metric: str) -> str:
 
 
 def compile_view(spec: DashboardSpec, *, grouped: bool = True, known_metrics: Iterable[str] = (),
-                 grid_params: Sequence[str] = (), hidden_runs: Sequence[str] = ()) -> SavedView:
+                 grid_params: Sequence[str] = ()) -> SavedView:
     """The saved view of ``spec``: its panels as chart cards in order, in one section named after
     the spec, over the study's runs (``workbench.role=run``), grouped by variant (and grid point);
     with ``grouped`` false, by variant, grid point and seed (the per-seed view: one line per run). ``known_metrics``: metric
-    names the study logs or may log; those not charted are listed as deleted cards. ``hidden_runs``:
-    run ids hidden from the charts (the study's parent run: the page loads it to nest the runs, and
-    draws it as an empty "Unassigned" group)."""
+    names the study logs or may log; those not charted are listed as deleted cards."""
     vid = view_id(spec.name, grouped=grouped)
     title = spec.title or spec.name
     section = f"{vid}-section"
@@ -186,9 +184,6 @@ def compile_view(spec: DashboardSpec, *, grouped: bool = True, known_metrics: It
     state = {
         "searchFilter": RUN_FILTER,
         "runsHiddenMode": "SHOW_ALL",
-        # the page shows a run unless runsVisibilityMap says false (or, without that map, runsHidden lists it)
-        "runsHidden": list(hidden_runs),
-        "runsVisibilityMap": {run_id: False for run_id in hidden_runs},
         "selectedColumns": columns,
         # per seed: grouped too, by variant, grid point and seed (one run per group). Ungrouped, the
         # page folds the study's runs under their parent run, whose expansion a saved view cannot
@@ -208,14 +203,13 @@ def compile_view(spec: DashboardSpec, *, grouped: bool = True, known_metrics: It
 
 
 def views_for_specs(specs: Sequence[DashboardSpec], *, known_metrics: Iterable[str] = (),
-                    grid_params: Sequence[str] = (), per_seed: str = "health",
-                    hidden_runs: Sequence[str] = ()) -> list[SavedView]:
+                    grid_params: Sequence[str] = (), per_seed: str = "health") -> list[SavedView]:
     """Every spec's grouped view, the ``health`` spec first, then the others in the given order;
     plus the per-seed view of the spec named ``per_seed`` (when there is one)."""
     known = list(known_metrics)
     ordered = sorted(specs, key=lambda s: s.name != "health")  # stable: health first, others as given
-    views = [compile_view(s, known_metrics=known, grid_params=grid_params, hidden_runs=hidden_runs) for s in ordered]
-    views += [compile_view(s, grouped=False, known_metrics=known, grid_params=grid_params, hidden_runs=hidden_runs)
+    views = [compile_view(s, known_metrics=known, grid_params=grid_params) for s in ordered]
+    views += [compile_view(s, grouped=False, known_metrics=known, grid_params=grid_params)
               for s in ordered if s.name == per_seed]
     return views
 
