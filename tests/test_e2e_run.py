@@ -13,6 +13,7 @@ from mlflow import MlflowClient
 from typer.testing import CliRunner
 
 from tests.conftest import micro_run_config
+from workbench.cli.invocation import workbench_command
 from workbench.cli.main import app
 
 pytestmark = pytest.mark.slow
@@ -47,7 +48,8 @@ def test_run_tracks_every_canonical_metric_and_resumes(workdir):
     study = write_study(workdir / "study.yaml")
     result = invoke("run", study, "--quiet")
     assert result.exit_code == 0, result.output
-    assert "FINISHED" in result.output and "workbench ui" in result.output
+    # the hint names the command as it was started (here pytest's interpreter: `python -m workbench.cli.main ui`)
+    assert "FINISHED" in result.output and f"Open the UI with: {workbench_command()} ui" in " ".join(result.output.split())
 
     client = client_for(workdir)
     exp = client.get_experiment_by_name("e2e")

@@ -71,7 +71,9 @@ def test_health_view_has_the_spec_panels_as_cards_in_order_grouped_by_variant():
     # order kept: the page re-sorts sections unless reordered, and inserts new charts alphabetically
     assert s["isAccordionReordered"] is True
     assert s["compareRunSections"] == [{"uuid": "workbench-health-section", "name": "Training health", "display": True,
-                                        "isReordered": True, "deleted": False, "isGenerated": False}]
+                                        "isReordered": True, "deleted": False, "isGenerated": False,
+                                        # the spec's 2 columns, cards tall enough for their legends (#32)
+                                        "columns": 2, "cardHeight": 480}]
     assert {c["metricSectionId"] for c in s["compareRunCharts"]} == {"workbench-health-section"}
     assert view.view_id == "workbench-health" and view.name == "Training health (by variant)"
 
@@ -214,7 +216,8 @@ def test_publish_writes_the_views_the_description_and_each_runs_colour_and_healt
     note = client.get_experiment(exp).tags["mlflow.note.content"]
     assert "Which one?" in note and "`grpo`, `dr_grpo`" in note and NOTE_MARKER in note
     assert f"(#/experiments/{exp}/runs?viewStateShareKey=workbench-health&compareRunsMode=CHART" in note
-    assert "workbench compare st" in note
+    assert "workbench compare st" in note and "seeds 0, 1." in note
+    assert client.get_experiment(exp).tags["mlflow.experimentKind"] == "custom_model_development"
     colours = {k: client.get_run(r).data.tags["mlflow.runColor"] for k, r in runs.items()}
     # baseline grey, the other variant the first palette colour (as the HTML reports draw them)
     assert colours == {("grpo", 0): "#4D4D4D", ("grpo", 1): "#4D4D4D", ("dr_grpo", 0): "#1F77B4",
@@ -275,7 +278,9 @@ def test_a_study_run_leaves_the_views_and_workbench_dashboard_refreshes_them(tmp
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     result = CliRunner().invoke(app, ["dashboard", STUDY, "--spec", "health"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
-    assert f"#/experiments/{exp}/runs?viewStateShareKey=workbench-health&compareRunsMode=CHART" in result.output
+    # full URLs (issue #32), at the address `workbench ui` serves a local store by default
+    assert (f"  Training health (by variant): http://127.0.0.1:5000/#/experiments/{exp}/runs?"
+            "viewStateShareKey=workbench-health&compareRunsMode=CHART") in result.output, result.output
     after = {k: decode_envelope(v)[1] for k, v in client.get_experiment(exp).tags.items()
              if k.startswith(VIEW_TAG_PREFIX)}
     assert after == created  # same views, rewritten in place
@@ -323,3 +328,17 @@ def test_views_are_written_when_a_study_starts_before_any_run(tmp_path, monkeypa
     assert state["groupBy"]["groupByKeys"][1] == {"mode": "param", "groupByData": "learner.lr"}  # the grid axis
     assert tags["mlflow.note.content"].startswith("**Study `s`**: Is dr_grpo any different?")
     assert "grid over `learner.lr`" in tags["mlflow.note.content"]
+
+
+def test_the_description_names_the_seeds_run_so_far(store):
+    """`run --only seed=0` on a study with seeds 0, 1, 2: the description says seed 0 so far (#32)."""
+    client, exp, runs, layout = store
+    layout.seeds = [0, 1, 2]
+    for run_id in runs.values():  # the store has seeds 0 and 1; pretend only seed 0 ran
+        if client.get_run(run_id).data.tags["workbench.seed"] == "1":
+            client.delete_run(run_id)
+    publish_study_views(client, exp, layout, [HEALTH], starting_seeds={0})
+    note = client.get_experiment(exp).tags["mlflow.note.content"]
+    assert "seeds 0 so far (the study has 0, 1, 2)." in note, note
+    publish_study_views(client, exp, layout, [HEALTH], starting_seeds={0, 1, 2})
+    assert "; seeds 0, 1, 2." in client.get_experiment(exp).tags["mlflow.note.content"]

@@ -19,7 +19,9 @@ import typer
 from rich.table import Table
 
 from workbench.cli.console import print_table
-from workbench.cli.errors import DEBUG_ENV, GuardedGroup
+from workbench.cli.errors import DEBUG_ENV
+from workbench.cli.help_format import HelpGroup
+from workbench.cli.invocation import workbench_command
 from workbench.cli.output import console, err_console, fail
 from workbench.cli.seed_plan import print_seed_plan, seed_plan
 from workbench.execution.lock import StudyBusy
@@ -35,13 +37,28 @@ from workbench.tracking.study_runs import run_statuses
 from workbench.tracking.writer import DEFAULT_OUTAGE_DEADLINE_S, TrackingOutage, bound_mlflow_http_retries
 from workbench.train.rank_env import is_follower, multi_rank
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, cls=GuardedGroup,  # unhandled errors: one line
+# HelpGroup: unhandled errors as one line (GuardedGroup), plain help that wraps at any width (help_format.py)
+app = typer.Typer(add_completion=False, no_args_is_help=True, cls=HelpGroup, rich_markup_mode=None,
                   help="rl-workbench: ablate GRPO-family RL changes with tracked, comparable runs.")
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            number = version("rl-workbench")
+        except PackageNotFoundError:  # a source tree on PYTHONPATH, not installed
+            number = "unknown (not installed)"
+        print(f"rl-workbench {number}")
+        raise typer.Exit()
 
 
 @app.callback()
 def _global_options(debug: Annotated[bool, typer.Option(
-        "--debug", help="show the full traceback of an unexpected error (also: WORKBENCH_DEBUG=1)")] = False) -> None:
+        "--debug", help="show the full traceback of an unexpected error (also: WORKBENCH_DEBUG=1)")] = False,
+        version: Annotated[bool, typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="print the version and exit")] = False) -> None:
     if debug:
         os.environ[DEBUG_ENV] = "1"  # inherited by the processes a study starts
 
@@ -365,7 +382,7 @@ def print_summary(name: str, outcomes, uri: str) -> None:
     console.print(table)
     _print_seed_matrix(outcomes)
     shown = escape(redact_uri(uri))  # never the store's password
-    where = "[bold]workbench ui[/bold]" if not uri.startswith("http") else f"[bold]{shown}[/bold]"
+    where = f"[bold]{escape(workbench_command())} ui[/bold]" if not uri.startswith("http") else f"[bold]{shown}[/bold]"
     console.print(f"Tracked in MLflow at [bold]{shown}[/bold]. Open the UI with: {where}", soft_wrap=True)
 
 
@@ -411,32 +428,72 @@ def metrics(format: Annotated[str, typer.Option(
                 title="canonical metrics (MLflow step = RL step)", plain=plain)
 
 
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+UI_READY_TIMEOUT_S = 180.0  # mlflow server answers /health in ~10 s idle; minutes on a loaded machine
+
+
 @app.command()
 def ui(study: Annotated[str | None, typer.Argument(
-           help="study YAML file or name: list only its reports (default: every study in the store)")] = None,
-       port: Annotated[int, typer.Option(help="port on 127.0.0.1")] = 5000,
+           help="study YAML file or name: list only its views and reports (default: every study in the store)")] = None,
+       port: Annotated[int, typer.Option(metavar="PORT", help="port to serve on (1 to 65535)")] = 5000,
+       host: Annotated[str, typer.Option(
+           metavar="HOST", help="address to listen on; anything but 127.0.0.1 lets other machines in, and MLflow "
+                                "has no authentication unless configured")] = "127.0.0.1",
+       open_browser: Annotated[bool, typer.Option("--open", help="open the first link in a browser")] = False,
+       verbose: Annotated[bool, typer.Option(
+           "--verbose", help="show the server's own log and access log (default: kept in a file, "
+                             "shown if it fails)")] = False,
        tracking_uri: Annotated[str | None, typer.Option(help="default: the study's tracking.uri, "
                                                         "$MLFLOW_TRACKING_URI, ./mlflow.db")] = None) -> None:
-    """Start a real MLflow server for the local store on 127.0.0.1 and list each study's saved
-    views (links to MLflow's charts, grouped by variant), then its HTML reports and dashboards:
-    artifact path, link into the UI, file on disk (Ctrl-C stops it)."""
+    """Serve the study's MLflow UI and print its links, the first line being the URL of the study's
+    training-health view (curves grouped by variant).
+
+    Then each study's saved views, its runs table and its HTML reports and dashboards (link into
+    the UI, file on disk). The banner is printed once the server answers; Ctrl-C stops it."""
     from rich.markup import escape
 
+    if not 1 <= port <= 65535:  # before anything is read or created
+        raise fail(f"--port: expected a port from 1 to 65535, got {port}")
+    problem = _listen_problem(host, port)
+    if problem:
+        raise fail(problem)
     uri, studies = _ui_studies(study, tracking_uri)
     if not uri.startswith(("sqlite:", "postgresql", "mysql")):
         raise fail(f"`workbench ui` serves a database store; {redact_uri(uri)} is already a server")
+    exposed = host not in LOOPBACK_HOSTS
+    url_host = _url_host(host)
+    base = f"http://{url_host}:{port}"
     # the store URI (and its password) goes through the environment, not argv: `ps` shows argv to everyone
     env = os.environ | {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", "MLFLOW_BACKEND_STORE_URI": uri}
-    cmd = [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
-    base = f"http://127.0.0.1:{port}"
+    cmd = [sys.executable, "-m", "mlflow", "server", "--host", host, "--port", str(port), "--workers", "1"]
+    if exposed:  # MLflow refuses Host headers outside localhost and private IPs: allow the one we print
+        cmd += ["--allowed-hosts", ",".join(dict.fromkeys([url_host, f"{url_host}:{port}", "localhost",
+                                                           f"localhost:{port}", "127.0.0.1", f"127.0.0.1:{port}"]))]
+    if not verbose:
+        cmd += ["--uvicorn-opts", "--no-access-log"]  # one line per request otherwise (hundreds per page)
+    log_path = None if verbose else _server_log_path(port)
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)  # `kill PID` must not orphan the server
     proc, stopped = None, False
     try:
-        proc = subprocess.Popen(cmd, env=env, start_new_session=True)  # own process group: stop it whole
-        console.print(f"MLflow UI: [bold]{base}[/bold]  (store {escape(redact_uri(uri))}; Ctrl-C to stop)",
-                      soft_wrap=True)
+        with open(log_path or os.devnull, "ab") as log:
+            output = {} if verbose else {"stdout": log, "stderr": subprocess.STDOUT}
+            proc = subprocess.Popen(cmd, env=env, start_new_session=True, **output)  # own group: stop it whole
+        _wait_until_serving(proc, f"http://{'127.0.0.1' if host in ('0.0.0.0', '', '::') else url_host}:{port}",
+                            log_path)
+        first = _first_link(base, studies)
+        line = lambda text: console.print(text, markup=False, highlight=False, soft_wrap=True)  # noqa: E731
+        line(first)  # alone on the first line: `workbench ui | head -1`, a terminal's click
+        console.print(f"MLflow UI at [bold]{escape(base)}[/bold] (store {escape(redact_uri(uri))}"
+                      + (f"; server log {escape(str(log_path))}" if log_path else "") + "; Ctrl-C stops it)",
+                      highlight=False, soft_wrap=True)
+        if exposed:
+            err_console.print(f"[yellow]warning:[/yellow] listening on {escape(host)}: anyone who can reach this "
+                              "machine can read and change the store (MLflow has no authentication unless "
+                              "configured: `mlflow server --app-name basic-auth`)", highlight=False, soft_wrap=True)
         for s in studies:
             _print_study_links(base, s)
+        if open_browser:
+            _open_browser(first)
         while proc.poll() is None:
             time.sleep(0.5)
     except KeyboardInterrupt:
@@ -446,8 +503,110 @@ def ui(study: Annotated[str | None, typer.Argument(
         if proc is not None and proc.poll() is None:
             os.killpg(proc.pid, signal.SIGTERM)
             proc.wait(timeout=20)
-    if not stopped:  # e.g. the port is taken (mlflow exits 0 then): its messages above say why
-        raise fail(f"mlflow server stopped by itself (exit code {proc.returncode}); see its messages above", code=1)
+    if stopped and log_path is not None:
+        log_path.unlink(missing_ok=True)  # kept only when the server failed
+    if not stopped:
+        raise fail(f"mlflow server stopped by itself (exit code {proc.returncode})"
+                   + (f"; its log: {_log_tail(log_path)}" if log_path else "; see its messages above"), code=1)
+
+
+def _open_browser(url: str) -> None:
+    """A graphical browser only: on a machine without a display, webbrowser would start a console
+    browser (lynx, w3m) in this terminal, over the server's links."""
+    import webbrowser
+
+    graphical = sys.platform in ("darwin", "win32") or os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")
+    if not graphical or not webbrowser.open(url):
+        err_console.print("--open: no graphical browser here; open the first link above in yours", highlight=False)
+
+
+def _listen_problem(host: str, port: int) -> str | None:
+    """Why the server could not listen on ``host:port`` (taken, or no such address), checked by
+    binding it as the server will (SO_REUSEADDR, as uvicorn does); None when it can."""
+    import errno
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as e:
+        return f"--host {host!r}: not an address of this machine ({e.strerror})"
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                return (f"port {port} on {host} is already in use (another `workbench ui` or mlflow server?): "
+                        f"stop it or choose another with --port")
+            return f"--host {host} --port {port}: cannot listen there ({e.strerror})"
+    return None
+
+
+def _url_host(host: str) -> str:
+    """The host the printed links name: the one listened on, or this machine's address for a wildcard."""
+    import socket
+
+    if host in ("0.0.0.0", "", "::"):
+        try:  # the address of the interface with the default route (a UDP connect sends nothing)
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+                probe.connect(("10.255.255.255", 1))
+                return probe.getsockname()[0]
+        except OSError:
+            return socket.gethostname()
+    return f"[{host}]" if ":" in host else host
+
+
+def _server_log_path(port: int) -> Path:
+    import tempfile
+
+    return Path(tempfile.gettempdir()) / f"workbench-ui-{port}-{os.getpid()}.log"
+
+
+def _log_tail(path: Path | None, lines: int = 5) -> str:
+    if path is None or not path.exists():
+        return "(empty)"
+    tail = [x.strip() for x in path.read_text(errors="replace").splitlines() if x.strip()][-lines:]
+    return " | ".join(tail)[-800:] or "(empty)"
+
+
+def _wait_until_serving(proc: subprocess.Popen, local_base: str, log_path: Path | None) -> None:
+    """Return once ``GET /health`` answers 200; a server that exits first (or never answers) is an error."""
+    import urllib.request
+    from contextlib import nullcontext
+
+    deadline = time.monotonic() + UI_READY_TIMEOUT_S
+    with err_console.status("starting the MLflow server...") if err_console.is_terminal else nullcontext():
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise fail(f"mlflow server exited with code {proc.returncode} before serving"
+                           + (f"; its log: {_log_tail(log_path)}" if log_path else ""), code=1)
+            try:
+                with urllib.request.urlopen(f"{local_base}/health", timeout=2) as answer:
+                    if answer.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.3)
+    os.killpg(proc.pid, signal.SIGTERM)
+    raise fail(f"mlflow server not answering {local_base}/health after {UI_READY_TIMEOUT_S:.0f} s"
+               + (f"; its log: {_log_tail(log_path)}" if log_path else ""), code=1)
+
+
+def _first_link(base: str, studies: list[dict]) -> str:
+    """The first study's first saved view (training health, grouped by variant), else its runs
+    table, else the UI's home page."""
+    for s in studies:
+        if s.get("views"):
+            return s["views"][0].url(base)
+    if studies:
+        return _runs_link(base, studies[0]["experiment_id"])
+    return base + "/"
+
+
+def _runs_link(base: str, experiment_id: str) -> str:
+    # workflowType: the model-training layout (MLflow 3 opens an experiment in its GenAI layout unless
+    # the URL or the browser's last choice says otherwise); /runs: the runs table, not the traces overview
+    return f"{base}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
 
 
 def _raise_interrupt(signum, frame):
@@ -523,18 +682,18 @@ def _print_study_links(base: str, s: dict) -> None:
         console.print(text, markup=False, highlight=False, soft_wrap=True)
 
     exp = f"{base}/#/experiments/{s['experiment_id']}"
-    # .../runs: the runs table (MLflow 3's bare experiment URL opens its GenAI traces overview)
-    line(f"study {s['study']}: {exp}/runs  (parent run {s['run_id']})")
+    line(f"study {s['study']}: {_runs_link(base, s['experiment_id'])}  (parent run {s['run_id']})")
     # saved views first: the UI's own charts of the runs, grouped by variant
     for view in s.get("views", []):
         line(f"  view {view.name}: {view.url(base)}")
     if not s.get("views"):
-        line(f"  no saved views yet: `workbench dashboard {s['study']}` writes them")
+        line(f"  no saved views yet: `{workbench_command()} dashboard {s['study']}` writes them")
     if isinstance(s["html"], str):
         line(f"  {s['html']}")
         return
     if not s["html"]:
-        line(f"  no reports or dashboards yet: `workbench compare {s['study']}`, `workbench dashboard {s['study']}`")
+        wb = workbench_command()
+        line(f"  no reports or dashboards yet: `{wb} compare {s['study']}`, `{wb} dashboard {s['study']}`")
     width = max((len(path) for path, _ in s["html"]), default=0)
     for path, local in s["html"]:
         line(f"  {path:<{width}}  {exp}/runs/{s['run_id']}/artifactPath/{path}")

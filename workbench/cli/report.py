@@ -32,6 +32,7 @@ from workbench.cli.common import (
     parent_run,
     resolve_target,
 )
+from workbench.cli.invocation import DEFAULT_UI_BASE, ui_base_url, workbench_command
 from workbench.cli.looks import looks_report, record_first_look
 from workbench.cli.output import fail
 from workbench.tracking.redact import redact_uri
@@ -752,6 +753,8 @@ def _refresh_views(target: Target, specs: Sequence[Any]) -> None:
         links = publish_study_views(client, experiment_id, layout, specs)
     except ValueError as e:  # a spec too large for one MLflow tag
         raise fail(str(e)) from None
-    console.print(f"MLflow saved views of {target.study} (open them from `workbench ui`):", highlight=False)
+    base = ui_base_url(target.tracking_uri)  # full URLs (user:password never: only scheme, host, port, path)
+    served = f" (served by `{workbench_command()} ui`)" if base == DEFAULT_UI_BASE else ""
+    console.print(f"MLflow saved views of {target.study}{served}:", highlight=False, markup=False)
     for link in links:
-        console.print(f"  {link.name}: {link.url()}", highlight=False, soft_wrap=True, markup=False)
+        console.print(f"  {link.name}: {link.url(base)}", highlight=False, soft_wrap=True, markup=False)

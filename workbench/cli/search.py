@@ -16,6 +16,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from workbench.cli.invocation import ui_base_url
+from workbench.tracking.store import resolve_tracking_uri
+
 console = Console()
 err_console = Console(stderr=True)
 
@@ -193,8 +196,9 @@ def _refresh_views(ostudy, spec) -> None:
         console.print(f"could not rewrite the search's MLflow views: {type(error).__name__}: {error}",
                       highlight=False, soft_wrap=True)
         return
+    base = ui_base_url(resolve_tracking_uri())  # a full URL, not a bare #/experiments/... fragment
     for link in links:
-        console.print(f"MLflow view {link.name}: {link.url()}", highlight=False, soft_wrap=True)
+        console.print(f"MLflow view {link.name}: {link.url(base)}", highlight=False, soft_wrap=True)
 
 
 def print_importances(ostudy, spec) -> None:

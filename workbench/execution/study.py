@@ -132,7 +132,8 @@ def open_study(study: Study, specs: list[RunSpec], *, log_plan: bool = True, vie
     if views:
         from workbench.viz.mlflow_views import layout_of, publish_study_views  # deferred: pandas, plotly
 
-        call(publish_study_views, client, experiment_id, layout_of(study), dashboard_specs)
+        call(publish_study_views, client, experiment_id, layout_of(study), dashboard_specs,
+             starting_seeds={s.seed for s in specs})  # `--only seed=0`: the description says seed 0
     return StudyContext(study, uri, experiment_id, parent)
 
 

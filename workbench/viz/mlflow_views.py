@@ -54,6 +54,7 @@ __all__ = [
 
 NOTE_TAG = "mlflow.note.content"
 COLOR_TAG = "mlflow.runColor"
+KIND_TAG, TRAINING_KIND = "mlflow.experimentKind", "custom_model_development"  # not "genai_development"
 LAYOUT_TAG = "workbench.layout"  # what `workbench dashboard` needs to rewrite the views without the YAML
 ORDER_TAG = "workbench.views"  # our view ids, in the order the UI links are printed
 NOTE_MARKER = "rl-workbench"  # notes carrying it are ours to rewrite
@@ -173,14 +174,28 @@ def refresh_run_notes(client: Any, runs: Sequence[Any], colours: dict[str, str])
     return changed
 
 
-def experiment_note(layout: StudyLayout, links: Sequence[ViewLink]) -> str:
-    """The experiment's description (markdown): question, variants, views, how to compare."""
+def seeds_text(layout_seeds: Sequence[int], tracked: Iterable[int] = ()) -> str:
+    """``seeds 0, 1, 2``; with only some of the study's seeds tracked (``run --only seed=0``),
+    ``seeds 0 so far (the study has 0, 1, 2)``; empty when no seed is known."""
+    have = sorted(set(tracked)) or list(layout_seeds)
+    if not have:
+        return ""
+    text = f"seeds {', '.join(map(str, have))}"
+    if layout_seeds and set(have) != set(layout_seeds):
+        text += f" so far (the study has {', '.join(map(str, layout_seeds))})"
+    return text
+
+
+def experiment_note(layout: StudyLayout, links: Sequence[ViewLink], tracked_seeds: Iterable[int] = ()) -> str:
+    """The experiment's description (markdown): question, variants, views, how to compare.
+    ``tracked_seeds``: the seeds the experiment has runs of (or is starting now)."""
     lines = [f"**Study `{layout.study}`**" + (f": {layout.question}" if layout.question else ""), ""]
+    seeds = seeds_text(layout.seeds, tracked_seeds)
     if layout.variants:
         base = f" (baseline: `{layout.baseline}`)" if layout.baseline else ""
         lines.append(f"Variants{base}: " + ", ".join(f"`{v}`" for v in layout.variants)
                      + (f"; grid over {', '.join(f'`{p}`' for p in layout.grid_params)}" if layout.grid_params else "")
-                     + (f"; seeds {', '.join(map(str, layout.seeds))}" if layout.seeds else "") + ".")
+                     + (f"; {seeds}" if seeds else "") + ".")
         lines.append("")
     lines.append("Saved views (charts of the study's runs, `workbench.role = run`):")
     lines += [f"- [{link.name}]({link.url()})" for link in links]
@@ -193,9 +208,11 @@ def experiment_note(layout: StudyLayout, links: Sequence[ViewLink]) -> str:
 
 
 def publish_study_views(client: Any, experiment_id: str, layout: StudyLayout, specs: Sequence[Any],
-                        *, now_ms: int | None = None) -> list[ViewLink]:
+                        *, now_ms: int | None = None, starting_seeds: Iterable[int] = ()) -> list[ViewLink]:
     """Write (or rewrite, under the same ids) every spec's saved view, the experiment's
-    description and layout, and each existing run's colour and health line. Returns the links."""
+    description and layout, and each existing run's colour and health line. Returns the links.
+    ``starting_seeds``: seeds about to run (``run --only seed=0``: just 0), named in the description
+    with those the experiment already has runs of."""
     runs = _child_runs(client, experiment_id)
     views = views_for_specs(specs, known_metrics=_known_metrics(runs), grid_params=layout.grid_params)
     now = int(time.time() * 1000) if now_ms is None else now_ms
@@ -205,9 +222,13 @@ def publish_study_views(client: Any, experiment_id: str, layout: StudyLayout, sp
         client.set_experiment_tag(experiment_id, view.tag_key, encoded[view.view_id])
     client.set_experiment_tag(experiment_id, ORDER_TAG, json.dumps([v.view_id for v in views]))
     client.set_experiment_tag(experiment_id, LAYOUT_TAG, json.dumps(asdict(layout)))
+    if KIND_TAG not in tags:  # MLflow 3's model-training layout where the UI goes by the experiment's kind
+        client.set_experiment_tag(experiment_id, KIND_TAG, TRAINING_KIND)
     links = [ViewLink(v.view_id, v.name, experiment_id) for v in views]
     if _is_ours(tags.get(NOTE_TAG)):
-        client.set_experiment_tag(experiment_id, NOTE_TAG, experiment_note(layout, links))
+        tracked = {*starting_seeds, *(int(r.data.tags["workbench.seed"]) for r in runs
+                                      if str(r.data.tags.get("workbench.seed", "")).lstrip("-").isdigit())}
+        client.set_experiment_tag(experiment_id, NOTE_TAG, experiment_note(layout, links, tracked))
     refresh_run_notes(client, runs, variant_colours(layout, (r.data.tags.get("workbench.variant", "") for r in runs)))
     return links
 

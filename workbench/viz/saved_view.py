@@ -15,6 +15,7 @@ MLflow's frontend: ``savedViewEnvelope.ts``, ``ExperimentPageUIState.tsx``,
 * every logged metric that no chart card names as its ``metricKey`` is added back as a new
   chart (and its section) when the page loads, so metrics the spec does not show are listed as
   cards with ``"deleted": true``;
+* a section's ``columns`` (default 3) and ``cardHeight`` (default 360 px) size its chart grid;
 * sections are re-sorted alphabetically unless ``isAccordionReordered`` is true, and a new chart
   is inserted alphabetically unless its section ``isReordered``: both are set, so sections and
   charts keep the spec's order.
@@ -44,6 +45,7 @@ __all__ = [
     "RUN_FILTER",
     "VIEW_TAG_PREFIX",
     "SavedView",
+    "card_grid",
     "compile_view",
     "decode_envelope",
     "encode_envelope",
@@ -101,6 +103,16 @@ def group_by_keys(grid_params: Sequence[str] = ()) -> list[dict[str, str]]:
     variant at two learning rates is two arms, not four seeds of one)."""
     return [{"mode": "tag", "groupByData": "workbench.variant"},
             *({"mode": "param", "groupByData": p} for p in grid_params)]
+
+
+CARD_HEIGHT_PX = 480  # MLflow's default 360 leaves room for 2 legend lines: a card's title and legend got cut
+
+
+def card_grid(cols: int) -> dict[str, int]:
+    """The section's grid: the spec's columns (MLflow's default is 3, too narrow for the card
+    titles "length/correct_mean vs length/incorrect_mean") and cards tall enough for a legend
+    line per variant and metric (the legend is drawn below the chart)."""
+    return {"columns": max(1, min(cols, 3)), "cardHeight": CARD_HEIGHT_PX}
 
 
 def _line_card(uuid: str, section: str, metrics: Sequence[str], title: str, *, log_y: bool = False,
@@ -181,7 +193,7 @@ def compile_view(spec: DashboardSpec, *, grouped: bool = True, known_metrics: It
         "useGroupedValuesInCharts": True,
         "hideEmptyCharts": True,  # optional panels (kl/ref, IS weights) vanish when never logged
         "compareRunSections": [{"uuid": section, "name": title, "display": True, "isReordered": True,
-                                "deleted": False, "isGenerated": False}],
+                                "deleted": False, "isGenerated": False, **card_grid(spec.layout.cols)}],
         "compareRunCharts": cards,
         "isAccordionReordered": True,
         "globalLineChartConfig": {"xAxisKey": "step", "lineSmoothness": 0, "selectedXAxisMetricKey": ""},
