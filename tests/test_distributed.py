@@ -170,7 +170,8 @@ def test_bad_storage_is_one_line_exit_2(workdir):
     path = write_study(workdir / "study.yaml", "bad-storage", seeds=[0])
     result = CliRunner().invoke(app, ["worker", str(path), "--storage", "nosuchdb://x/y"])
     assert result.exit_code == 2, result.output
-    assert "cannot open Optuna storage" in result.output and "Traceback" not in result.output
+    assert "Optuna storage nosuchdb://x/y: unsupported" in result.output and "Traceback" not in result.output
+    assert len(result.output.strip().splitlines()) == 1 and "http" not in result.output  # a database, not a server
 
 
 # ------------------------------------------------------------------------------------------ slow

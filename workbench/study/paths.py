@@ -106,7 +106,9 @@ def config_path_error(dotted: str) -> str | None:
             else:  # e.g. 'lr' -> 'learner.lr', 'algo.clip_high' -> 'algorithm.clip_high'
                 paths = all_config_paths()
                 same_leaf = [p for p in paths if p.rsplit(".", 1)[-1] == parts[-1]]
-                suggestion = same_leaf[0] if len(same_leaf) == 1 else closest_match(dotted, paths)
+                depth = min((p.count(".") for p in same_leaf), default=0)
+                shallowest = [p for p in same_leaf if p.count(".") == depth]  # 'lr': learner.lr, not data.prime.lr
+                suggestion = shallowest[0] if len(shallowest) == 1 else closest_match(dotted, paths)
             where = f" in {here!r}" if here else ""
             hint = suggestion_hint(suggestion)
             valid = f" (valid{where}: {', '.join(sorted(node.model_fields))})" if not suggestion else ""

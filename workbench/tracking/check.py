@@ -75,18 +75,18 @@ def check_store(uri: str, *, create: bool, deadline_s: float = DEFAULT_OUTAGE_DE
             _check_database(uri, deadline_s=deadline_s)
         elif scheme in SERVER_SCHEMES and what == "tracking store":
             _check_server(uri, deadline_s=deadline_s)
-        elif scheme not in SERVER_SCHEMES:
-            _unsupported(uri, scheme)
+        else:  # an Optuna storage is a database: no MLflow server scheme
+            _unsupported(uri, scheme, servers=what == "tracking store")
     except StoreError as error:
         if what == "tracking store":
             raise
         raise StoreError(uri, error.cause, what) from None
 
 
-def _unsupported(uri: str, scheme: str) -> None:
+def _unsupported(uri: str, scheme: str, *, servers: bool = True) -> None:
     shown = f"scheme {scheme + '://'!r}" if scheme else "a plain path"
-    raise StoreError(uri, f"unsupported: {shown} (expected sqlite:///PATH, postgresql://..., mysql://..., "
-                          "http(s)://SERVER)")
+    expected = "sqlite:///PATH, postgresql://..., mysql://..." + (", http(s)://SERVER" if servers else "")
+    raise StoreError(uri, f"unsupported: {shown} (expected {expected})")
 
 
 def _sqlite_path(uri: str) -> Path | None:
