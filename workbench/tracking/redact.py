@@ -62,6 +62,9 @@ MIN_FREE_TEXT_SECRET = 4
 # short names (a substring match on ``pass`` or ``sig`` would hit ``passive``, ``design``).
 _SECRET_WORDS = ("password", "passwd", "token", "secret", "key", "auth", "credential", "signature")
 _SECRET_NAMES = frozenset({"pass", "pwd", "pw", "sig", "sas", "code"})
+# Names that contain a secret word but name no secret: MLflow UI's saved-view id, which every view
+# link the workbench prints carries (masking it broke the links `workbench ui` prints).
+_PUBLIC_NAMES = frozenset({"viewsharekey"})
 
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://")
 # host[:port] after the userinfo's '@': a name, an IPv4 or a bracketed IPv6, then '/', '?', '#' or the end
@@ -73,6 +76,8 @@ _URI_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://[^\s\"'<>`]*")
 def is_secret_name(name: str) -> bool:
     """Whether a query parameter (or a ``key: value`` field) of this name holds a credential."""
     norm = unquote(name).strip().lower().replace("-", "_")
+    if norm.replace("_", "") in _PUBLIC_NAMES:
+        return False
     return norm in _SECRET_NAMES or any(word in norm for word in _SECRET_WORDS)
 
 
@@ -93,7 +98,8 @@ def _query_secrets(query: str) -> tuple[str, list[str]]:
     parts, found = [], []
     for part in re.split(r"([&;])", query):
         name, eq, value = part.partition("=")
-        if eq and value and is_secret_name(name):
+        # in a fragment the first name follows its route ('/experiments/1?viewShareKey'): judge the name only
+        if eq and value and is_secret_name(name.rsplit("?", 1)[-1]):
             parts.append(f"{name}={MASK}")
             found.append(value)
         else:
