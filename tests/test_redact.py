@@ -128,8 +128,8 @@ def test_is_secret_name(name, secret):
 
 
 def test_links_the_workbench_prints_keep_their_public_parameters():
-    # MLflow UI's saved-view id ('viewShareKey' holds 'key') is no secret: masking it broke every view
+    # MLflow UI's saved-view id ('viewStateShareKey' holds 'key') is no secret: masking it broke every view
     # link `workbench ui` prints. A token in a fragment route is still masked.
-    link = "http://127.0.0.1:5000/#/experiments/1?viewShareKey=workbench-health&compareRunsMode=CHART"
+    link = "http://127.0.0.1:5000/#/experiments/1/runs?viewStateShareKey=workbench-health&compareRunsMode=CHART"
     assert redact_uri(link) == link
     assert redact_uri("https://x.org/cb#/route?access_token=abcdef&x=1") == "https://x.org/cb#/route?access_token=***&x=1"

@@ -64,7 +64,7 @@ _SECRET_WORDS = ("password", "passwd", "token", "secret", "key", "auth", "creden
 _SECRET_NAMES = frozenset({"pass", "pwd", "pw", "sig", "sas", "code"})
 # Names that contain a secret word but name no secret: MLflow UI's saved-view id, which every view
 # link the workbench prints carries (masking it broke the links `workbench ui` prints).
-_PUBLIC_NAMES = frozenset({"viewsharekey"})
+_PUBLIC_NAMES = frozenset({"viewstatesharekey", "viewsharekey"})
 
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://")
 # host[:port] after the userinfo's '@': a name, an IPv4 or a bracketed IPv6, then '/', '?', '#' or the end
