@@ -192,6 +192,10 @@ def run(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")  # a server prints no links per run
     if parallel is None:
         parallel = int(study_obj.execution.get("parallel", 1))
+    from workbench.execution.threads import oversubscription_warning  # deferred: keeps cli.main light
+
+    if (busy := oversubscription_warning()) is not None and not quiet:
+        err_console.print(f"[yellow]{busy}[/yellow]", highlight=False, soft_wrap=True)
     from workbench.viz.spec import SpecError  # deferred: plotly, pydantic, scipy
 
     if max_seeds is not None and not until_decided:

@@ -102,6 +102,8 @@ def write_study(adapter: Adapter, runs: Sequence[SourceRun], uri: str, study: st
     for run in todo:
         if run.variant not in variants:
             variants.append(run.variant)
+    if not variants:  # nothing finished to write and no study yet: create nothing (a study needs a variant)
+        return outcome
     client = MlflowClient(uri)
     get_or_create_experiment(client, study, uri)
     outcome.parent_run_id = _parent_run(client, uri, study, adapter.framework, variants, source_note)
