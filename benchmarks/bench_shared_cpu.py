@@ -8,7 +8,8 @@ machine's background load hit every setting alike. A setting is ``--threads`` of
 (``torch`` = torch's own default, the behaviour before issue #32; ``auto`` = what a workbench run
 picks now; or a fixed N) plus an optional ``OMP_WAIT_POLICY``. The table printed (markdown, as in
 docs/engines.md) gives the median step time over rounds and the 1-minute load average seen just
-before each condition's busy processes started (the background load, from other users).
+before each condition's busy processes started (the background load, from other users); each JSON
+row also has the load average just before and after its run.
 """
 
 from __future__ import annotations
@@ -74,8 +75,10 @@ def main() -> None:
                 time.sleep(1.0)  # let the busy loops get scheduled
                 order = SETTINGS[rnd % len(SETTINGS):] + SETTINGS[:rnd % len(SETTINGS)]
                 for label, threads, policy in order:
+                    load_before = os.getloadavg()[0]
                     result = one_run(threads, policy, args.steps, extra)
-                    row = {"round": rnd, "busy": busy, "setting": label, "background_load": background, **result}
+                    row = {"round": rnd, "busy": busy, "setting": label, "background_load": background,
+                           "load_before": load_before, "load_after": os.getloadavg()[0], **result}
                     rows.append(row)
                     print(json.dumps(row), flush=True)
             finally:
