@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q "$(TORCH)"
-	$(BIN)/pip install -q -e '.[dev,ray]'  # ray: the Ray executor's tests start a local cluster
+	$(BIN)/pip install -q -e '.[dev,ray,trackers]'  # ray: the Ray executor's tests start a local cluster; trackers: TensorBoard/W&B import tests
 	touch $@
 
 # verl's own deps conflict with ours: its core functions are installed, without deps, beside

@@ -1,6 +1,7 @@
 """Throughput and tracking overhead of the sanity config, printed as a table.
 
     python benchmarks/bench_sanity.py [--steps 30] [--study studies/sanity.yaml] [--set reward.overlap=false ...]
+        [--threads auto|torch|N] [--json OUT.json]
 
 Runs the study's base config for a few steps into a throwaway MLflow store and reports
 sampler tokens/s, learner tokens/s, step seconds and the time spent in MLflow calls as a
@@ -10,14 +11,18 @@ percentage of step time (target <= 3%). The tiny model is built (and cached) fir
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
+import torch
 from rich.console import Console
 from rich.table import Table
 
+from workbench.execution.threads import threads_per_run
 from workbench.health import HealthMonitor
 from workbench.models import model_dir
 from workbench.study import apply_overrides, expand, load_study
@@ -42,7 +47,14 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a config override, as `workbench run --set` takes it (repeatable)")
+    parser.add_argument("--threads", default="auto",
+                        help="torch threads: auto (what a workbench run picks), torch (torch's own default), or N")
+    parser.add_argument("--json", help="also write the medians to this file (benchmarks/bench_shared_cpu.py reads it)")
     args = parser.parse_args()
+    if args.threads == "auto":
+        torch.set_num_threads(threads_per_run(1))
+    elif args.threads != "torch":
+        torch.set_num_threads(int(args.threads))
 
     study = apply_overrides(load_study(args.study),
                             [f"rollout.steps={args.steps}", f"rollout.eval_every={args.steps}", *args.set])
@@ -84,6 +96,10 @@ def main() -> None:
     for name, value in rows:
         table.add_row(name, value)
     Console().print(table)
+    if args.json:
+        Path(args.json).write_text(json.dumps({
+            "step_s": step_s, "steps": len(steps), "threads": torch.get_num_threads(),
+            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", ""), "total_s": total}))
 
 
 if __name__ == "__main__":

@@ -19,9 +19,11 @@ __all__ = ["import_runs", "register"]
 
 
 def import_runs(
-    framework: Annotated[str, typer.Argument(help="the framework that logged the runs: trl | verl")],
+    framework: Annotated[str, typer.Argument(
+        help="the framework that logged the runs (trl | verl) or the tracker it logged to (tensorboard | wandb)")],
     files: Annotated[list[str] | None, typer.Argument(
-        help="metric logs, one run each: TRL trainer_state.json, verl console or JSONL log")] = None,
+        help="one run each: TRL trainer_state.json, verl console or JSONL log, TensorBoard log directory, "
+             "W&B offline run directory")] = None,
     from_uri: Annotated[str | None, typer.Option("--from", help="MLflow store the framework logged to "
                                                  "(sqlite:///PATH, postgresql://..., http://...)")] = None,
     experiment: Annotated[str | None, typer.Option(help="with --from: the experiment holding the runs")] = None,
@@ -38,23 +40,42 @@ def import_runs(
     skip_bad_lines: Annotated[bool, typer.Option(
         "--skip-bad-lines", help="with FILE...: skip malformed lines (counted in the output) instead of refusing "
                                  "the import")] = False,
+    logged_by: Annotated[str | None, typer.Option(
+        "--framework", help="with tensorboard | wandb: the framework that logged the runs, trl | verl "
+                            "(default: guessed from the metric names)")] = None,
 ) -> None:
-    """Import TRL or verl runs (from their MLflow store or log files) as a workbench study, with
-    their metrics mapped onto the canonical names (docs/import.md); re-importing adds nothing twice."""
+    """Import TRL or verl runs (from their MLflow store, log files, TensorBoard or W&B offline runs) as a
+    workbench study, with their metrics mapped onto the canonical names (docs/import.md); re-importing
+    adds nothing twice."""
 
     from workbench.importers import (  # deferred: pydantic
         ADAPTERS,
+        TRACKER_READERS,
         ImportSourceError,
         runs_from_files,
         runs_from_mlflow,
+        runs_from_tracker,
         write_study,
     )
 
     try:
-        adapter = ADAPTERS.get(framework)
         if not study:
             raise ImportSourceError("--study NAME is required (the workbench study the runs land in)")
-        if from_uri is not None:
+        if logged_by is not None and framework not in TRACKER_READERS:
+            raise ImportSourceError(f"--framework belongs to tensorboard | wandb imports, not {framework}")
+        if framework in TRACKER_READERS:
+            given = [o for o, v in (("--from", from_uri), ("--experiment", experiment), ("--variant-by", variant_by),
+                                    ("--seed-by", seed_by)) if v]
+            if given:
+                raise ImportSourceError(f"{', '.join(given)} belong to MLflow imports; {framework} reads run directories")
+            missing = [o for o, v in (("--variant", variant), ("--seed", seed)) if not v]
+            if missing:
+                raise ImportSourceError(f"importing {framework} runs needs {' and '.join(missing)}")
+            adapter, runs = runs_from_tracker({n: ADAPTERS.get(n) for n in ADAPTERS.names()}, framework, TRACKER_READERS[framework],
+                                              files or [], logged_by, variant, list(seed))
+            note = {"tracker": framework, "files": [r.origin["workbench.source_file"] for r in runs]}
+        elif from_uri is not None:
+            adapter = ADAPTERS.get(framework)
             given = [o for o, v in (("FILE", files), ("--variant", variant), ("--seed", seed)) if v]
             if given:
                 raise ImportSourceError(f"--from reads runs from a store; {', '.join(given)} belong to file imports")
@@ -65,6 +86,7 @@ def import_runs(
             runs = runs_from_mlflow(adapter, from_uri, experiment, variant_by, seed_by)
             note = {"uri": redact_uri(from_uri), "experiment": experiment, "variant_by": variant_by, "seed_by": seed_by}
         else:
+            adapter = ADAPTERS.get(framework)
             if not files:
                 raise ImportSourceError("give FILE... or --from URI --experiment NAME")
             given = [o for o, v in (("--experiment", experiment), ("--variant-by", variant_by),

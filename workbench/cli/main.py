@@ -249,6 +249,10 @@ def run(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
         parallel = int(study_obj.execution.get("parallel", 1))
     ray = ray_options(study_obj, executor, address)
     from workbench.execution.ray_executor import RayUnavailable  # deferred: pydantic, torch, transformers
+    from workbench.execution.threads import oversubscription_warning  # deferred: keeps cli.main light
+
+    if (busy := oversubscription_warning()) is not None and not quiet:
+        err_console.print(f"[yellow]{busy}[/yellow]", highlight=False, soft_wrap=True)
     from workbench.viz.spec import SpecError  # deferred: plotly, pydantic, scipy
 
     if max_seeds is not None and not until_decided:

@@ -38,6 +38,7 @@ from workbench.execution.pool import run_pool
 from workbench.execution.ray_executor import RayOptions, connect, run_on_ray
 from workbench.execution.run import RunOutcome, eval_endpoints, execute_run, preflight
 from workbench.execution.study_progress import StudyProgress
+from workbench.execution.threads import threads_per_run
 from workbench.models import model_dir
 from workbench.study import RunSpec, Study
 from workbench.tracking.redact import redact_text
@@ -222,6 +223,10 @@ def _run_locked(study: Study, specs: list[RunSpec], *, progress: bool, parallel:
             elif todo and parallel > 1:
                 results |= run_pool(ctx, todo, parallel=parallel, progress=bar)
             else:
+                if todo:  # torch's default (a thread per CPU) spin-waits beside busy processes: see threads.py
+                    import torch  # deferred: only a run in this process needs it
+
+                    torch.set_num_threads(threads_per_run(1))
                 for spec in todo:
                     current = spec.run_key
                     results[spec.run_key] = outcome = execute_run(

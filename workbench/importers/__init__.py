@@ -1,4 +1,4 @@
-"""Import other frameworks' runs (TRL, verl) into the canonical vocabulary, as workbench studies.
+"""Import other frameworks' runs (TRL, verl; from MLflow, their log files, TensorBoard or W&B) into the canonical vocabulary, as workbench studies.
 
     from workbench.importers import ADAPTERS, runs_from_mlflow, write_study
 
@@ -14,7 +14,13 @@ from . import trl, verl  # noqa: F401 - register the adapters
 from .adapters import ADAPTERS, SOURCE_PREFIX, Adapter, MetricMapping
 from .errors import ImportSourceError
 from .load import SourceRun, runs_from_files, runs_from_mlflow
+from .tensorboard import read_tensorboard_run
+from .trackers import TrackedRun, runs_from_tracker
+from .wandb import read_wandb_run
 from .write import DEFAULT_COMPARE_METRICS, ImportOutcome, write_study
+
+#: ``workbench import TRACKER DIR...``: how each tracker's run directory is read (the framework's adapter maps it)
+TRACKER_READERS = {"tensorboard": read_tensorboard_run, "wandb": read_wandb_run}
 
 __all__ = [
     "ADAPTERS",
@@ -25,7 +31,10 @@ __all__ = [
     "ImportSourceError",
     "MetricMapping",
     "SourceRun",
+    "TRACKER_READERS",
+    "TrackedRun",
     "runs_from_files",
     "runs_from_mlflow",
+    "runs_from_tracker",
     "write_study",
 ]

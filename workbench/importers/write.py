@@ -105,6 +105,8 @@ def write_study(adapter: Adapter, runs: Sequence[SourceRun], uri: str, study: st
         if run.bad_lines is not None and run.bad_lines.count:
             outcome.bad_lines.append(f"{run.label}: skipped {run.bad_lines.count} malformed line(s) "
                                      f"(first: {run.bad_lines.first})")
+    if not variants:  # nothing finished to write and no study yet: create nothing (a study needs a variant)
+        return outcome
     client = MlflowClient(uri)
     get_or_create_experiment(client, study, uri)
     outcome.parent_run_id = _parent_run(client, uri, study, adapter.framework, variants, source_note)

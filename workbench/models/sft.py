@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-from rich.progress import Progress
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from workbench.rollout.decode import decode
 from workbench.tasks import Problem, Task
@@ -89,8 +89,13 @@ def supervised_warmup(model, tokenizer, task: Task, template: str, *, max_steps:
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warmup))
     model.train()
     loss_value, accuracy, step = float("nan"), 0.0, 0
-    with Progress(disable=not progress, transient=True) as bar:
-        job = bar.add_task(f"{label} (cold-start SFT)", total=max_steps)
+    # the bar tracks what ends the cold start, probe accuracy against its target; the step cap is a
+    # safety limit, and a percentage (or ETA) of it would mislead (issue #32: "2 h 8 min", then done at 42%)
+    columns = (TextColumn("{task.description}"), BarColumn(),
+               TextColumn("probe acc {task.completed:.2f} / target {task.total:.2f}"),
+               TextColumn("step {task.fields[step]} (cap {task.fields[cap]})"), TimeElapsedColumn())
+    with Progress(*columns, disable=not progress, transient=True) as bar:
+        job = bar.add_task(f"{label} (cold-start SFT)", total=target_accuracy, step=0, cap=max_steps)
         for step in range(1, max_steps + 1):
             problems = task.sample_train(batch_size, rng)
             if rewrite is not None:
@@ -107,7 +112,7 @@ def supervised_warmup(model, tokenizer, task: Task, template: str, *, max_steps:
                 accuracy = probe_accuracy(model, tokenizer, probe, template, task)
                 if accuracy >= target_accuracy:
                     break
-            bar.update(job, completed=step,
-                       description=f"{label} (SFT loss {loss_value:.3f}, probe acc {accuracy:.2f})")
+            bar.update(job, completed=min(accuracy, target_accuracy), step=step,
+                       description=f"{label} (SFT loss {loss_value:.3f})")
     model.eval()
     return SFTResult(steps=step, final_loss=loss_value, probe_accuracy=accuracy)
