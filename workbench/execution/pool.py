@@ -14,17 +14,15 @@ Ctrl-C has usually reached them already), given ``STOP_GRACE_S`` to close its ru
 
 from __future__ import annotations
 
-import contextlib
 import multiprocessing as mp
 import os
 import signal
-import threading
 import time
 from collections import deque
-from collections.abc import Iterator
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 
+from workbench.execution.interrupts import noting_ctrl_c
 from workbench.execution.job import RunJob, execute_job, progress_metrics
 from workbench.execution.run import RunOutcome, run_tags
 from workbench.execution.threads import threads_per_run
@@ -115,7 +113,7 @@ class _Pool:
 
     # -------------------------------------------------------------------------------- loop
     def run(self) -> dict[str, RunOutcome]:
-        with self._noting_ctrl_c():
+        with noting_ctrl_c(self):
             try:
                 while self.pending or self.running:
                     while self.pending and len(self.running) < self.parallel:
@@ -133,25 +131,6 @@ class _Pool:
         """Re-raise a Ctrl-C whose KeyboardInterrupt was lost inside a store call."""
         if self.interrupted:
             raise KeyboardInterrupt
-
-    @contextlib.contextmanager
-    def _noting_ctrl_c(self) -> Iterator[None]:
-        """SIGINT raises KeyboardInterrupt as usual and also sets ``interrupted``: a Ctrl-C that lands
-        inside a SQLite call can come out as that call's cleanup error ("database is locked"), which
-        the best-effort MLflow updates here swallow, and the study would then end as if not stopped."""
-        if threading.current_thread() is not threading.main_thread():  # only the main thread gets signals
-            yield
-            return
-
-        def on_sigint(signum, frame):
-            self.interrupted = True
-            raise KeyboardInterrupt
-
-        previous = signal.signal(signal.SIGINT, on_sigint)
-        try:
-            yield
-        finally:
-            signal.signal(signal.SIGINT, previous)
 
     def _launch(self, spec: RunSpec) -> None:
         job = RunJob(spec, self.ctx.study.name, self.ctx.parent_run_id, self.ctx.tracking_uri, self.threads)

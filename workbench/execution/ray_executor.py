@@ -32,14 +32,11 @@ from __future__ import annotations
 
 import math
 import os
-import signal
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from workbench.config import RunConfig
+from workbench.execution.interrupts import noting_ctrl_c
 from workbench.execution.job import RunJob, execute_job, progress_metrics
 from workbench.execution.pool import close_left_running, record_lost_run
 from workbench.execution.run import RunOutcome
@@ -261,7 +258,7 @@ class _RayStudy:
 
     # ------------------------------------------------------------------------------ loop
     def run(self) -> dict[str, RunOutcome]:
-        with self._noting_ctrl_c():
+        with noting_ctrl_c(self):
             try:
                 self.submit_all()
                 while self.refs:
@@ -277,23 +274,6 @@ class _RayStudy:
             finally:
                 self._release()
         return self.results
-
-    @contextmanager
-    def _noting_ctrl_c(self) -> Iterator[None]:
-        """As in the local pool: a Ctrl-C swallowed inside a store call still stops the study."""
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
-
-        def on_sigint(signum, frame):
-            self.interrupted = True
-            raise KeyboardInterrupt
-
-        previous = signal.signal(signal.SIGINT, on_sigint)
-        try:
-            yield
-        finally:
-            signal.signal(signal.SIGINT, previous)
 
     def _drain(self) -> None:
         from ray.exceptions import RayError  # deferred: ray
