@@ -25,6 +25,7 @@ from tests.execution_helpers import (
     write_study,
 )
 from workbench.cli.main import app
+from workbench.execution.interrupts import noting_ctrl_c
 from workbench.execution.pool import _Pool, describe_exit
 from workbench.execution.run import RunOutcome
 from workbench.execution.study import seed_matrix
@@ -81,7 +82,7 @@ def test_a_ctrl_c_swallowed_inside_a_store_call_still_stops_the_pool():
     pool = _Pool.__new__(_Pool)
     pool.interrupted = False
     before = signal.getsignal(signal.SIGINT)
-    with pool._noting_ctrl_c():
+    with noting_ctrl_c(pool):
         try:
             try:
                 os.kill(os.getpid(), signal.SIGINT)
