@@ -162,8 +162,9 @@ def test_health_spec_per_run_lines_markers_and_matrix(study):
     (heat,) = [t for t in fig.data if t.type == "heatmap"]
     z = np.asarray(heat.z, dtype=float)
     rules = list(heat.x)
-    assert z[0, rules.index("non_finite")] == 1.0 and heat.text[0][rules.index("non_finite")] == "12"
-    assert z[0, rules.index("entropy_collapse")] == 0.5
+    # each cell says its state in words (#32): "fail@12", "warn@7", "ok"
+    assert z[0, rules.index("non_finite")] == 1.0 and heat.text[0][rules.index("non_finite")] == "fail@12"
+    assert z[0, rules.index("entropy_collapse")] == 0.5 and heat.text[0][rules.index("entropy_collapse")] == "warn@7"
     assert np.allclose(z[1], 0.0)  # no report, but its tags say ok with no reasons
 
 
