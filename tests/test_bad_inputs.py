@@ -297,7 +297,9 @@ def test_an_unexpected_error_is_one_line_exit_1_and_debug_shows_the_traceback(wo
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert result.exit_code == 1 and len(lines) == 1, result.output
     assert "RuntimeError: internal invariant broken" in lines[0] and "--debug" in lines[0]
-    monkeypatch.delenv("WORKBENCH_DEBUG", raising=False)
+    # --debug exports WORKBENCH_DEBUG=1 for child processes. setenv first records the variable's
+    # absence, so teardown removes it again (a delenv after --debug recorded "1" and put it back,
+    # turning every later in-process CLI error of the session into a traceback).
+    monkeypatch.setenv("WORKBENCH_DEBUG", "0")
     debug = CliRunner().invoke(app, ["--debug", "run", "s.yaml", "--quiet"])
     assert isinstance(debug.exception, RuntimeError)
-    monkeypatch.delenv("WORKBENCH_DEBUG", raising=False)  # --debug exported it for child processes
