@@ -70,6 +70,7 @@ def write_wandb(out: Path) -> None:
         run.log({**trl_row(step, 0.0, 0), "train/global_step": step})
     run.finish()
 
+
 if __name__ == "__main__":
     os.environ.update(WANDB_MODE="offline", WANDB_SILENT="true", WANDB_DISABLE_GIT="true")
     target = Path(sys.argv[1])

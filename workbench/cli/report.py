@@ -514,7 +514,6 @@ def _activity_gates(target: Target, runs: pd.DataFrame, history: pd.DataFrame, b
         target.study, metrics, run_ids=runs["run_id"].tolist()).history)
 
 
-
 @dataclass
 class Comparison:
     """What ``workbench compare`` computed, before it prints or logs anything (the notebook API's

@@ -145,7 +145,6 @@ def _history(client: Any, run_id: str, keys: Sequence[str]) -> list[tuple[int, d
     return sorted(by_step.items())
 
 
-
 def _check_unique_labels(runs: list[SourceRun]) -> None:
     seen: dict[str, str] = {}
     for r in runs:
