@@ -6,7 +6,11 @@
 # Every part has its own time limit and log under $OUT (or ./gpu-out), so one failure costs only itself.
 # Phase 1 (concurrent, timings not reported): the CUDA suite and the precision study.
 # Phase 2 (alone on the machine, timings reported): bench_vs_trl tiny and 0.5B, bench_sanity.
+# PARTS (default: all) picks some: pytest precision vs_trl_tiny vs_trl_q05 sanity, e.g.
+#   PARTS="pytest vs_trl_q05" bash benchmarks/gpu_check.sh
 set -u
+PARTS=${PARTS:-pytest precision vs_trl_tiny vs_trl_q05 sanity}
+want() { [[ " $PARTS " == *" $1 "* ]]; }
 OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false MLFLOW_ENABLE_ASYNC_LOGGING=false
 T0=$(date +%s); stamp() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
@@ -30,12 +34,12 @@ GPU_TESTS="tests/test_cuda.py tests/test_sampler_learner.py tests/test_lean_lear
  tests/test_kv_cache.py tests/test_grad_accumulation.py tests/test_mismatch_metrics.py tests/test_step0_gate.py
  tests/test_e2e_run.py tests/test_e2e_algorithms.py tests/test_train_path.py tests/test_model.py
  tests/test_overlap_scoring.py tests/algorithms tests/chat"
-( timeout 150 python3 -m pytest -p no:cacheprovider -n 10 --timeout 120 -v -rfEs $GPU_TESTS \
+want pytest && ( timeout 150 python3 -m pytest -p no:cacheprovider -n 10 --timeout 120 -v -rfEs $GPU_TESTS \
     > "$OUT/pytest.log" 2>&1; echo "pytest exit $?" >> "$OUT/pytest.log" ) &
-PYTEST=$!
+PYTEST=$!; want pytest || PYTEST=
 STUDY=(studies/precision_mismatch.yaml --only seed=0 --set rollout.steps=30 --set rollout.eval_every=30
        --set learner.device=cuda)  # the task stays the study's: it keys the carried cold start
-( MLFLOW_TRACKING_URI=sqlite:///$OUT/precision.db timeout 150 $WB run "${STUDY[@]}" --parallel 5 \
+want precision && ( MLFLOW_TRACKING_URI=sqlite:///$OUT/precision.db timeout 150 $WB run "${STUDY[@]}" --parallel 5 \
     > "$OUT/precision.log" 2>&1; echo "run exit $?" >> "$OUT/precision.log"
   timeout 30 python3 - "$OUT/precision.db" >> "$OUT/precision.log" 2>&1 <<'PY'
 import sys
@@ -55,24 +59,24 @@ for exp in client.search_experiments():
               + f"  (median kl {kl[len(kl) // 2] if kl else float('nan'):.3g} over {len(kl)} steps)")
 PY
 ) &
-STUDY_PID=$!
+STUDY_PID=$!; want precision || STUDY_PID=
 wait $PYTEST $STUDY_PID
 stamp "phase 1 done"
 
 # ---- phase 2: speed, one thing at a time
 stamp "bench_vs_trl tiny, cuda"
-timeout 100 python3 benchmarks/bench_vs_trl.py --device cuda --pairs 1 --steps 5 --threads 4 --trl-python python3 \
-  --dir /tmp/bench-tiny --sides workbench,trl > "$OUT/vs_trl_tiny.log" 2>&1; echo "exit $?" >> "$OUT/vs_trl_tiny.log"
+want vs_trl_tiny && { timeout 100 python3 benchmarks/bench_vs_trl.py --device cuda --pairs 1 --steps 5 --threads 4 --trl-python python3 \
+  --dir /tmp/bench-tiny --sides workbench,trl > "$OUT/vs_trl_tiny.log" 2>&1; echo "exit $?" >> "$OUT/vs_trl_tiny.log"; }
 stamp "bench_vs_trl qwen2-0.5b, cuda"
-timeout 170 python3 benchmarks/bench_vs_trl.py --device cuda --model qwen2-0.5b --prompts 8 --max-new-tokens 128 \
-  --pairs 1 --steps 3 --threads 4 --trl-python python3 --dir /tmp/bench-q05 --sides workbench,trl \
-  > "$OUT/vs_trl_q05.log" 2>&1; echo "exit $?" >> "$OUT/vs_trl_q05.log"
+want vs_trl_q05 && { timeout ${Q05_TIMEOUT:-170} python3 benchmarks/bench_vs_trl.py --device cuda --model qwen2-0.5b --prompts 8 --max-new-tokens 128 \
+  --pairs ${Q05_PAIRS:-1} --steps 3 --threads 4 --trl-python python3 --dir /tmp/bench-q05 --sides workbench,trl \
+  > "$OUT/vs_trl_q05.log" 2>&1; echo "exit $?" >> "$OUT/vs_trl_q05.log"; }
 stamp "bench_sanity, cuda"
-timeout 60 python3 benchmarks/bench_sanity.py --steps 10 --set learner.device=cuda \
-  > "$OUT/sanity.log" 2>&1; echo "exit $?" >> "$OUT/sanity.log"
+want sanity && { timeout 60 python3 benchmarks/bench_sanity.py --steps 10 --set learner.device=cuda \
+  > "$OUT/sanity.log" 2>&1; echo "exit $?" >> "$OUT/sanity.log"; }
 stamp "done"
 
 # ---- what comes back in output_tail
 echo "===== pytest"; grep -E "PASSED|FAILED|ERROR|SKIPPED" "$OUT/pytest.log" | grep -oE "(PASSED|FAILED|ERROR|SKIPPED)" | sort | uniq -c
 grep -E "^(FAILED|ERROR)|Error:|pytest exit|passed|failed" "$OUT/pytest.log" | tail -25
-for f in precision vs_trl_tiny vs_trl_q05 sanity; do echo "===== $f"; tail -n 14 "$OUT/$f.log" | cut -c1-300; done
+for f in $PARTS; do [ "$f" = pytest ] && continue; echo "===== $f"; tail -n 14 "$OUT/$f.log" | cut -c1-300; done

@@ -97,14 +97,18 @@ def test_cuda_update_changes_the_weights_by_a_finite_step(learner_dtype):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sampler_dtype", ["float32", "bfloat16", "float16"])
-def test_a_run_trains_on_cuda_and_logs_its_mismatch(sampler_dtype):
+@pytest.mark.parametrize(("sampler_dtype", "micro_batch_size"),
+                         [("float32", None), ("bfloat16", None), ("float16", None), ("float32", 5)])
+def test_a_run_trains_on_cuda_and_logs_its_mismatch(sampler_dtype, micro_batch_size):
     """The whole loop on CUDA: every logged number finite; the mismatch is zero when sampler and learner
-    share float32 weights, and positive when the sampler keeps a half-precision copy."""
+    share float32 weights, and positive when the sampler keeps a half-precision copy. Micro-batches of 5
+    (16 rows: uneven) take the gradient-accumulation path, whose weights once mixed CPU and CUDA tensors
+    (found on an H200: the shipped qwen_gsm8k study, micro_batch_size 32, failed at its first update)."""
     from workbench.health import HealthMonitor
     from workbench.train.loop import train
 
-    cfg = RunConfig.model_validate(micro_run_config(learner={"device": "cuda"}, sampler={"dtype": sampler_dtype}))
+    cfg = RunConfig.model_validate(micro_run_config(learner={"device": "cuda", "micro_batch_size": micro_batch_size},
+                                                    sampler={"dtype": sampler_dtype}))
 
     class Rows:
         rows: list[dict] = []

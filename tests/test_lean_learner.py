@@ -145,7 +145,7 @@ def test_reference_policy_runs_the_lean_forward(setup):
     reference = ReferencePolicy(learner.policy_copy())
     assert reference.forward is lean_sequence_logprobs
     with torch.no_grad():
-        logp, _ = learner.logprobs(rollouts, slice(None), 1.0, with_entropy=False)
+        logp = learner.logprobs(rollouts, slice(None), 1.0, with_entropy=False)[0].cpu()
     on = rollouts.mask.bool()
-    ref = reference.logprobs(rollouts, 1.0)
+    ref = reference.logprobs(rollouts, 1.0).cpu()
     assert (ref[on] - logp[on]).abs().max() <= tolerance(model, rollouts, float(logp[on].abs().max()) + 1)

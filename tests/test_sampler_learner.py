@@ -25,7 +25,7 @@ def test_sampler_logprobs_equal_learner_logprobs(policy, temperature):
     sampler = HFSampler(learner.model, tok, SamplerConfig(max_new_tokens=12, temperature=temperature))
     rollouts = sampler.generate(problems(), 4, temperature=temperature, seed=0)
     with torch.no_grad():
-        logp, entropy = learner.logprobs(rollouts, slice(None), temperature)
+        logp, entropy = (t.cpu() for t in learner.logprobs(rollouts, slice(None), temperature))  # rollouts: CPU
     on = rollouts.mask.bool()
     assert on.sum() > 0
     # Error analysis (tests/tolerance.py): generate (KV cache, one position at a time) and the teacher-forced
@@ -135,7 +135,7 @@ def test_directory_generation_config_does_not_shape_sampling(policy_with_generat
     sampler = HFSampler(learner.model, tok, SamplerConfig(max_new_tokens=12, temperature=1.0))
     rollouts = sampler.generate(problems(), 4, temperature=1.0, seed=0)
     with torch.no_grad():
-        logp, _ = learner.logprobs(rollouts, slice(None), 1.0, with_entropy=False)
+        logp = learner.logprobs(rollouts, slice(None), 1.0, with_entropy=False)[0].cpu()
     on = rollouts.mask.bool()
     tolerance = float_floor_tolerance(learner.model, rollouts)
     assert tolerance < 1e-2  # a floor, far below what top-k 3 or a 1.8 repetition penalty change (> 0.1)

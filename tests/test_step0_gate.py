@@ -70,7 +70,7 @@ def test_an_unsynced_weight_copy_trips_it(policy):
     learner = TorchLearner(model, LearnerConfig())
     with torch.no_grad():  # a resumed checkpoint loaded into the learner, never pushed to the sampler
         for p in learner.model.parameters():
-            p.mul_(1 + 1e-3 * torch.randn(p.shape, generator=torch.Generator().manual_seed(0)))
+            p.mul_(1 + 1e-3 * torch.randn(p.shape, generator=torch.Generator().manual_seed(0)).to(p.device))
     verdict = step0_verdict(learner, rollouts_of(sampler), 1.0, sampler_dtype="float32", learner_dtype="float32")
     print(f"\nunsynced copy: max |Δ| {verdict.max_abs_log_ratio:.3g} > bound {verdict.bound:.3g}")
     assert not verdict.passed

@@ -87,13 +87,13 @@ def test_sampler_and_learner_see_the_same_token_ids(family, qwen2_chat_dir, llam
     for row, problem in enumerate(PROBLEMS):
         real = rollouts.prompt_mask[row * group].bool()
         assert rollouts.prompt_ids[row * group][real].tolist() == template_ids(tokenizer, problem, SYSTEM)
-        assert torch.equal(prefill[row], rollouts.prompt_ids[row * group])
+        assert torch.equal(prefill[row].cpu(), rollouts.prompt_ids[row * group])
     seen.clear()
     with torch.no_grad():
-        logp, _ = learner.logprobs(rollouts, slice(None), 1.0)
+        logp = learner.logprobs(rollouts, slice(None), 1.0)[0].cpu()
     hook.remove()
     (learner_ids,) = seen
-    assert torch.equal(learner_ids, rollouts.input_ids)
+    assert torch.equal(learner_ids.cpu(), rollouts.input_ids)
     on = rollouts.mask.bool()
     # Error analysis (tests/tolerance.py): the KV-cached decode and the teacher-forced forward sum the same
     # float32 products in another order: <= (reduction depth + positions) x eps32 x the logits' size.

@@ -21,17 +21,25 @@ from workbench.batch import Rollouts
 from workbench.rollout.kv_cache import cache_kwargs
 
 
+def on_model_device(model, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """``tensors`` where ``model``'s weights are. The sampler returns its rollouts on the CPU and the run
+    moves each batch to the learner once (``train_batch``), where this is a no-op; a caller scoring a
+    sampler's rollouts directly (the step-0 gate's tests, a notebook) needs no ``.to`` of its own."""
+    device = next(model.parameters()).device
+    return tuple(t.to(device) for t in tensors)
+
+
 def sequence_logprobs(model, rollouts: Rollouts, rows: torch.Tensor | slice, temperature: float,
                       with_entropy: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Teacher-forced logp [b, T] of the sampled tokens and entropy [b, T] of the sampling distribution."""
-    input_ids = rollouts.input_ids[rows]  # [b, P+T]
-    attention = rollouts.attention_mask[rows]  # [b, P+T]
+    input_ids, attention, completion = on_model_device(
+        model, rollouts.input_ids[rows], rollouts.attention_mask[rows], rollouts.completion_ids[rows])  # [b, P+T] x2, [b, T]
     # Left padding: positions count real tokens only, exactly as generate() numbered them.
     positions = (attention.cumsum(dim=1) - 1).clamp(min=0)
     p = rollouts.prompt_ids.shape[1]
     logits = model(input_ids=input_ids, attention_mask=attention, position_ids=positions).logits
     logits = logits[:, p - 1 : -1].float() / temperature  # [b, T, V] predicts each response token
-    logp = torch.log_softmax(logits, dim=-1).gather(-1, rollouts.completion_ids[rows].unsqueeze(-1)).squeeze(-1)
+    logp = torch.log_softmax(logits, dim=-1).gather(-1, completion.unsqueeze(-1)).squeeze(-1)
     entropy = entropy_from_logits(logits.detach()) if with_entropy else None
     return logp, entropy
 
@@ -40,8 +48,8 @@ def lean_sequence_logprobs(model, rollouts: Rollouts, rows: torch.Tensor | slice
                            with_entropy: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``sequence_logprobs`` without recomputing shared prompts or padding: same shapes, same values
     to float tolerance. Entries past a row's response (and past the micro-batch's longest) are 0."""
-    prompt_ids, prompt_mask = rollouts.prompt_ids[rows], rollouts.prompt_mask[rows]  # [b, P]
-    completion, mask = rollouts.completion_ids[rows], rollouts.mask[rows]  # [b, T]
+    prompt_ids, prompt_mask, completion, mask = on_model_device(  # [b, P] x2, [b, T] x2
+        model, rollouts.prompt_ids[rows], rollouts.prompt_mask[rows], rollouts.completion_ids[rows], rollouts.mask[rows])
     b, full_t = completion.shape
     # Drop columns that are padding in every row: left of the longest prompt, right of the longest response.
     first = int(prompt_mask.any(dim=0).int().argmax())  # the first column some row's prompt reaches

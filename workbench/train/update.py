@@ -59,6 +59,8 @@ def policy_update(learner: Learner, batch: TrainBatch | PendingBatch, algo: Algo
     still being scored) is waited for after the "old" forward, which needs no reward. The algorithm's
     own computations, apart from the learner's passes, run inside ``section("algorithm")``.
     """
+    if isinstance(batch, TrainBatch):  # a batch built elsewhere (a test's, on the CPU); the run's is there already
+        batch = batch.to(learner.device)
     rollouts, loss_mask, ref_logp = batch.rollouts, batch.loss_mask, batch.ref_logp
     mask = rollouts.mask  # [B, T] every response token: metrics see them all
     n = mask.shape[0]
@@ -136,6 +138,7 @@ def micro_shares(algo: AlgorithmConfig, loss_mask: torch.Tensor, sizes: list[int
     c = 1 for the clipped ones; c cancels in the ratio) and 0 elsewhere.
     A micro-batch with no loss tokens has loss 0 and weight 0.
     """
+    loss_mask = loss_mask.cpu()  # a few float64 reductions of the mask: on the CPU, whatever the learner's device
     offsets = torch.tensor([0, *sizes]).cumsum(0).tolist()
     # logp = old_logp = -1: ratio 1 and |loss| = c·|A| per token for every loss; float64 keeps the ratios exact
     minus_one = -torch.ones(loss_mask.shape, dtype=torch.float64)
