@@ -124,7 +124,8 @@ def float_floor_tolerance(model, rollouts) -> float:
     per_layer = c.hidden_size // c.num_attention_heads + 2 * context + 2 * c.hidden_size + c.intermediate_size
     chain = c.num_hidden_layers * per_layer + c.hidden_size + c.vocab_size
     with torch.no_grad():
-        logits = model(input_ids=rollouts.input_ids, attention_mask=rollouts.attention_mask).logits
+        logits = model(input_ids=rollouts.input_ids.to(model.device),
+                       attention_mask=rollouts.attention_mask.to(model.device)).logits
     magnitude = max(1.0, float(logits.abs().max()))
     return 2 * chain * FLOAT32_EPS * magnitude  # 2: the token's logit and the log-sum-exp both carry the error
 
