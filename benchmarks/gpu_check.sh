@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # GPU-CHECKLIST.md steps 2-4 in one call on a lent GPU machine (the device tool), ~7 minutes:
 #   run(command="bash benchmarks/gpu_check.sh", carry=[".whl", ".gpucache"], timeout_s=540)
-# Prepared here: benchmarks/gpu_wheels.sh fills .whl/; .gpucache/ holds the tiny models' cold starts
-# (WORKBENCH_CACHE=$PWD/.gpucache, built on the CPU), so no SFT runs on the GPU's clock.
+# Prepared on the CPU machine by benchmarks/gpu_prepare.sh: .whl/ (wheels the image lacks) and .gpucache/
+# (the tiny models' cold starts, WORKBENCH_CACHE), so no SFT runs on the GPU's clock.
 # Every part has its own time limit and log under $OUT (or ./gpu-out), so one failure costs only itself.
 # Phase 1 (concurrent, timings not reported): the CUDA suite and the precision study.
 # Phase 2 (alone on the machine, timings reported): bench_vs_trl tiny and 0.5B, bench_sanity.

@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# Wheels a lent GPU machine lacks, for benchmarks/gpu_check.sh (GPU-CHECKLIST.md step 1).
+# Everything benchmarks/gpu_check.sh carries to a lent GPU machine (GPU-CHECKLIST.md step 1):
+# the wheels its image lacks (.whl/) and the tiny models' cold starts (.gpucache/), so that no SFT
+# runs on the GPU's clock. Run on a machine with PyPI, after `make install`:
+#   benchmarks/gpu_prepare.sh
 #
 # The device image (Python 3.12, torch 2.11+cu130, transformers 5.17, the scientific stack; no
 # internet) has neither MLflow, Optuna, math-verify, pydantic nor plotly, nor TRL for the peer bench.
@@ -46,3 +49,15 @@ for wheel in "$ALL"/*.whl; do
 done
 rm -rf "$ALL"
 du -sh "$DEST"; ls "$DEST" | wc -l
+
+# The cold starts of the studies gpu_check.sh runs (the task keys them; ~3 min on 2 CPU cores).
+WORKBENCH_CACHE=$PWD/.gpucache .venv/bin/python - studies/scratchpad.yaml studies/sanity.yaml <<'PY'
+import sys
+from workbench.models import model_dir
+from workbench.study import expand, load_study
+for path in sys.argv[1:]:
+    cfg = expand(load_study(path))[0]
+    cfg = getattr(cfg, "config", cfg)
+    print(path, "->", model_dir(cfg.model, cfg.task, progress=True))
+PY
+du -sh .gpucache
