@@ -16,6 +16,7 @@ import yaml
 from mlflow import MlflowClient
 
 from tests.conftest import micro_run_config
+from tests.postgres import _free_port
 
 pytestmark = pytest.mark.slow
 
@@ -85,10 +86,12 @@ def _descendants(pid: int) -> list[int]:
 def test_workbench_ui_passes_the_store_to_mlflow_server_through_its_environment(workdir, store_with_password):
     uri, password = store_with_password
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
-    proc = subprocess.Popen([sys.executable, "-m", "workbench.cli.main", "ui", "--tracking-uri", uri, "--port", "0"],
+    proc = subprocess.Popen([sys.executable, "-m", "workbench.cli.main", "ui", "--tracking-uri", uri, "--port", str(_free_port())],
                             cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        banner = proc.stdout.readline()  # printed once the server process exists
+        link = proc.stdout.readline()  # the study's URL alone on the first line, once the server answers
+        banner = proc.stdout.readline()  # then "MLflow UI at ... (store <redacted URI>; ...)"
+        assert password not in link
         assert "MLflow UI" in banner and password not in banner and ":***@" in banner, banner
         seen, argv = set(), []
         deadline = time.monotonic() + 20  # the server and its workers start within this (or not at all)
