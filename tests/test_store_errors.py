@@ -125,6 +125,19 @@ def test_an_unreachable_server_fails_plan_within_the_studys_outage_deadline(stud
     assert took < 60  # 2 s deadline + MLflow's one bounded HTTP retry per attempt; loaded machine
 
 
+def test_run_against_a_server_unreachable_from_the_start_is_exit_2_and_starts_nothing(study_dir):
+    """Nothing ran, so it is the same mistake as `plan`'s above (exit 2, one line), not the exit 1 of a
+    study that lost MLflow mid-way (tests/test_outage_server.py); no local store appears either."""
+    (study_dir / "s.yaml").write_text(yaml.safe_dump({"name": "st", "base": micro_run_config(
+        tracking={"uri": f"http://bob:{quote(PASSWORD, safe='')}@127.0.0.1:1/", "outage_deadline_s": 2})}))
+    result, took = invoke(["run", "s.yaml", "--quiet"])
+    print(f"run against an unreachable server, outage_deadline_s=2: {took:.1f} s")
+    line = assert_one_line_exit_2(result, "http://bob:***@127.0.0.1:1/", "no run was started")
+    assert "Sw0rd" not in result.output and "MLflow unreachable" in line
+    assert not (study_dir / "mlflow.db").exists() and not (study_dir / "mlartifacts").exists()
+    assert took < 60
+
+
 def test_a_refused_role_fails_at_once(postgres_url):
     """A role the server does not know (the throwaway server trusts every password, so a wrong
     password is a wrong role here): refused on the first try, no retries."""

@@ -271,8 +271,9 @@ def run(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
                                  ray=ray)
     except (PreflightError, FileNotFoundError, ImportError, StudyBusy, SpecError, RayUnavailable) as e:
         raise fail(str(e)) from None
-    except TrackingOutage as e:  # MLflow unreachable while the study was being opened
-        raise fail(str(e), code=1) from None
+    except TrackingOutage as e:  # unreachable while the study was being opened: nothing ran, so a usage-level
+        # exit 2 like every other command's unreachable store; MLflow lost mid-study FAILs runs (exit 1 below)
+        raise fail(f"{e}; no run was started") from None
     except KeyboardInterrupt:
         err_console.print("[yellow]interrupted: unfinished runs are marked KILLED; run again to resume[/yellow]")
         raise typer.Exit(130) from None
