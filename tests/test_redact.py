@@ -133,3 +133,28 @@ def test_links_the_workbench_prints_keep_their_public_parameters():
     link = "http://127.0.0.1:5000/#/experiments/1/runs?viewStateShareKey=workbench-health&compareRunsMode=CHART"
     assert redact_uri(link) == link
     assert redact_uri("https://x.org/cb#/route?access_token=abcdef&x=1") == "https://x.org/cb#/route?access_token=***&x=1"
+
+
+def test_the_ui_relays_its_servers_output_through_the_redaction():
+    """`workbench ui` starts `mlflow server` with the store URI in its environment; whatever that process
+    prints (an error echoing the URI, a traceback) reaches the terminal or the log file only through
+    ``_relay_redacted``. A real child process writes the password to stdout and stderr, whole and split."""
+    import subprocess
+    import sys
+
+    from workbench.cli.main import _relay_redacted
+
+    password = "ui's pw@:/%"
+    uri = f"postgresql://bob:{quote(password, safe='')}@db:5432/mlflow"
+    register_uri(uri)
+    script = ("import sys; print(sys.argv[1], flush=True); print('failed:', sys.argv[2], file=sys.stderr, flush=True);"
+              "print('bye', flush=True)")
+    proc = subprocess.Popen([sys.executable, "-c", script, uri, password], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, bufsize=1)
+    sink = io.StringIO()
+    relay = _relay_redacted(proc.stdout, sink)
+    proc.wait(timeout=30)
+    relay.join(timeout=10)
+    shown = sink.getvalue()
+    assert "postgresql://bob:***@db:5432/mlflow" in shown and f"failed: {MASK}" in shown and "bye" in shown
+    assert password not in shown and quote(password, safe="") not in shown

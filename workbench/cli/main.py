@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Annotated
@@ -31,7 +32,7 @@ from workbench.metrics.catalogue import markdown_table, range_text
 from workbench.metrics.final import FINAL_EVAL_DEFINITION
 from workbench.results.reader import StudyNotFound, StudyReader
 from workbench.tracking.check import SERVER_SCHEMES, check_store, store_scheme
-from workbench.tracking.redact import guard_output, redact_uri
+from workbench.tracking.redact import guard_output, redact_text, redact_uri, register_uri
 from workbench.tracking.store import resolve_tracking_uri, sqlite_file
 from workbench.tracking.study_runs import run_statuses
 from workbench.tracking.writer import DEFAULT_OUTAGE_DEADLINE_S, TrackingOutage, bound_mlflow_http_retries
@@ -478,13 +479,15 @@ def ui(study: Annotated[str | None, typer.Argument(
         cmd += ["--uvicorn-opts", "--no-access-log"]  # one line per request otherwise (hundreds per page)
     log_path = None if verbose else _server_log_path(port)
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)  # `kill PID` must not orphan the server
-    proc, stopped = None, False
+    proc, stopped, relay = None, False, None
+    register_uri(uri)  # the relay below masks its password in any spelling the server might print
+    sink = sys.stderr if verbose else open(log_path, "a", encoding="utf-8", errors="replace")  # noqa: SIM115
     try:
-        with open(log_path or os.devnull, "ab") as log:
-            output = {} if verbose else {"stdout": log, "stderr": subprocess.STDOUT}
-            proc = subprocess.Popen(cmd, env=env, start_new_session=True, **output)  # own group: stop it whole
+        proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.PIPE,  # own group
+                                stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1)
+        relay = _relay_redacted(proc.stdout, sink)
         _wait_until_serving(proc, f"http://{'127.0.0.1' if host in ('0.0.0.0', '', '::') else url_host}:{port}",
-                            log_path)
+                            log_path, relay)
         first = _first_link(base, studies)
         line = lambda text: console.print(text, markup=False, highlight=False, soft_wrap=True)  # noqa: E731
         line(first)  # alone on the first line: `workbench ui | head -1`, a terminal's click
@@ -508,6 +511,10 @@ def ui(study: Annotated[str | None, typer.Argument(
         if proc is not None and proc.poll() is None:
             os.killpg(proc.pid, signal.SIGTERM)
             proc.wait(timeout=20)
+        if relay is not None:
+            relay.join(timeout=5)  # the server's last lines, before its log is read or removed
+        if sink is not sys.stderr:
+            sink.close()
     if stopped and log_path is not None:
         log_path.unlink(missing_ok=True)  # kept only when the server failed
     if not stopped:
@@ -575,7 +582,22 @@ def _log_tail(path: Path | None, lines: int = 5) -> str:
     return " | ".join(tail)[-800:] or "(empty)"
 
 
-def _wait_until_serving(proc: subprocess.Popen, local_base: str, log_path: Path | None) -> None:
+def _relay_redacted(source, sink) -> threading.Thread:
+    """Copy the server's output to ``sink`` (its log file, or stderr with --verbose) line by line through the
+    redaction (tracking/redact.py): the store URI it gets in its environment, echoed in an error or a
+    traceback, never reaches the terminal or the file."""
+    def pump() -> None:
+        for line in source:
+            sink.write(redact_text(line))
+            sink.flush()
+
+    thread = threading.Thread(target=pump, name="mlflow-server-output", daemon=True)
+    thread.start()
+    return thread
+
+
+def _wait_until_serving(proc: subprocess.Popen, local_base: str, log_path: Path | None,
+                        relay: threading.Thread | None = None) -> None:
     """Return once ``GET /health`` answers 200; a server that exits first (or never answers) is an error."""
     import urllib.request
     from contextlib import nullcontext
@@ -584,6 +606,8 @@ def _wait_until_serving(proc: subprocess.Popen, local_base: str, log_path: Path 
     with err_console.status("starting the MLflow server...") if err_console.is_terminal else nullcontext():
         while time.monotonic() < deadline:
             if proc.poll() is not None:
+                if relay is not None:
+                    relay.join(timeout=5)  # its last lines are the reason: in the log before it is read
                 raise fail(f"mlflow server exited with code {proc.returncode} before serving"
                            + (f"; its log: {_log_tail(log_path)}" if log_path else ""), code=1)
             try:
