@@ -21,6 +21,58 @@ from workbench.batch import Rollouts
 from workbench.rollout.kv_cache import cache_kwargs
 
 
+ENTROPY_CHUNK_ELEMENTS = 2**26  # 256 MB of float32 logits per entropy chunk (its softmax is one more)
+
+
+class TokenLogprob(torch.autograd.Function):
+    """``log_softmax(z)[..., id]`` per position, ``z`` [..., V], ``ids`` [...]: the same value and gradient
+    (d/dz = onehot(id) − softmax(z), times the incoming gradient) to a few float32 roundings
+    (tests/test_logprobs.py), but its backward keeps only ``z`` itself and the logsumexp [...], and builds the
+    gradient in one new [..., V] tensor. Autograd's log_softmax + gather keeps a second [..., V] (the output)
+    and allocates three in its backward (the scatter's zeros, the softmax, their sum)."""
+
+    @staticmethod
+    def forward(ctx, z: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        lse = torch.logsumexp(z, dim=-1)  # [...]
+        ctx.save_for_backward(z, ids, lse)
+        return z.gather(-1, ids.unsqueeze(-1)).squeeze(-1) - lse
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        z, ids, lse = ctx.saved_tensors
+        dz = (z - lse.unsqueeze(-1)).exp_()  # softmax(z): the one new [..., V]
+        dz.mul_(-grad.unsqueeze(-1))
+        dz.scatter_add_(-1, ids.unsqueeze(-1), grad.unsqueeze(-1))
+        return dz, None
+
+
+def token_logprobs(pieces: list[torch.Tensor], completion: torch.Tensor, temperature: float,
+                   with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """log p [b, t] of ``completion`` [b, t] under logits given as ``pieces`` ([b, k_i, V] each, consecutive
+    positions, Σ k_i = t), and the entropy [b, t] of the sampling distribution (logits / temperature).
+
+    Memory, since at a real vocabulary one [b, t, V] float32 tensor is gigabytes (5 GB at 64 x 130 x 151,936,
+    docs/engines.md): the pieces are never concatenated; ``TokenLogprob`` keeps only z for its backward and
+    writes the gradient into one new tensor; temperature 1 makes no scaled copy; the entropy, a metric without
+    gradient, is computed a few rows at a time. ``benchmarks/bench_learner_memory.py`` measures the peak."""
+    logps, entropies, start = [], [], 0
+    for logits in pieces:
+        k = logits.shape[1]
+        z = logits.float()  # half-precision logits: scored in float32
+        if temperature != 1.0:
+            z = z / temperature
+        logps.append(TokenLogprob.apply(z, completion[:, start : start + k]))  # [b, k]
+        if with_entropy:
+            rows = max(1, ENTROPY_CHUNK_ELEMENTS // max(1, k * z.shape[-1]))
+            with torch.no_grad():
+                entropies.append(torch.cat([entropy_from_logits(chunk) for chunk in z.detach().split(rows)]))
+        start += k
+    logp = logps[0] if len(logps) == 1 else torch.cat(logps, dim=1)
+    if not with_entropy:
+        return logp, None
+    return logp, entropies[0] if len(entropies) == 1 else torch.cat(entropies, dim=1)
+
+
 def on_model_device(model, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """``tensors`` where ``model``'s weights are. The sampler returns its rollouts on the CPU and the run
     moves each batch to the learner once (``train_batch``), where this is a no-op; a caller scoring a
@@ -38,10 +90,7 @@ def sequence_logprobs(model, rollouts: Rollouts, rows: torch.Tensor | slice, tem
     positions = (attention.cumsum(dim=1) - 1).clamp(min=0)
     p = rollouts.prompt_ids.shape[1]
     logits = model(input_ids=input_ids, attention_mask=attention, position_ids=positions).logits
-    logits = logits[:, p - 1 : -1].float() / temperature  # [b, T, V] predicts each response token
-    logp = torch.log_softmax(logits, dim=-1).gather(-1, completion.unsqueeze(-1)).squeeze(-1)
-    entropy = entropy_from_logits(logits.detach()) if with_entropy else None
-    return logp, entropy
+    return token_logprobs([logits[:, p - 1 : -1]], completion, temperature, with_entropy)  # predicts each response token
 
 
 def lean_sequence_logprobs(model, rollouts: Rollouts, rows: torch.Tensor | slice, temperature: float,
@@ -76,9 +125,7 @@ def lean_sequence_logprobs(model, rollouts: Rollouts, rows: torch.Tensor | slice
         tail = model(input_ids=completion[:, :-1], attention_mask=attention[:, :-1],
                      position_ids=positions[:, p:-1], **cache_kwargs(model, shared), use_cache=True).logits
         pieces.append(tail)  # [b, t-1, V]
-    logits = torch.cat(pieces, dim=1).float() / temperature  # [b, t, V]
-    logp = torch.log_softmax(logits, dim=-1).gather(-1, completion.unsqueeze(-1)).squeeze(-1)  # [b, t]
-    entropy = entropy_from_logits(logits.detach()) if with_entropy else None
+    logp, entropy = token_logprobs(pieces, completion, temperature, with_entropy)  # [b, t]
     if t < full_t:  # back to the batch's width: the dropped columns are outside every response
         logp = torch.nn.functional.pad(logp, (0, full_t - t))
         entropy = None if entropy is None else torch.nn.functional.pad(entropy, (0, full_t - t))
