@@ -148,6 +148,31 @@ def test_a_run_whose_hand_over_was_lost_is_requeued_by_a_surviving_worker(workdi
     assert [r.data.tags["workbench.run_key"] for r in finished] == [key]
 
 
+def test_a_worker_whose_own_trial_was_failed_as_stale_while_it_ran_goes_on(workdir):
+    """On an overloaded machine a worker's heartbeat can starve past the grace period, and a stale-trial
+    watch (its own or another worker's) fails the trial while its run goes on. Optuna then refuses to
+    tell the trial; the worker says so and goes on (CI once crashed here with "Cannot tell a FAIL trial").
+    Staged for real: when the run starts, the trial is failed in the shared storage, as a watch would."""
+    uri = install_empty_mlflow_db(workdir)
+    path = write_study(workdir / "study.yaml", "stale-self", seeds=[0])
+    url = storage_url("sqlite", workdir)
+    lines: list[str] = []
+    worker = Worker(load_study(path), expand(load_study(path)), url,
+                    WorkerOptions(log=lines.append, heartbeat_interval=1))
+
+    def fail_own_trial(label):
+        (running,) = worker.ostudy.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+        worker.ostudy._storage.set_trial_state_values(running._trial_id, TrialState.FAIL)
+        return None  # no progress bar
+
+    worker.progress_factory = fail_own_trial
+    worker.connect()
+    worker.loop()  # returns instead of raising ValueError
+    assert any("was failed as stale while it ran" in line for line in lines), lines
+    finished = [r for r in child_runs(MlflowClient(uri), "stale-self") if r.info.status == "FINISHED"]
+    assert [r.data.tags["workbench.run_key"] for r in finished] == [worker.specs[0].run_key]
+
+
 def test_a_run_that_failed_by_itself_is_not_requeued(workdir):
     install_empty_mlflow_db(workdir)
     path = write_study(workdir / "study.yaml", "failed-itself", seeds=[0])

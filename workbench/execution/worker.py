@@ -250,6 +250,7 @@ class Worker:
         self.ostudy = None
         self._storage = None
         self._interrupted_trial = None  # the trial whose run a Ctrl-C/SIGTERM stopped
+        self._current_trial = None  # the trial optimize() last handed to this worker
 
     # ----------------------------------------------------------------------- set-up
     def connect(self) -> None:
@@ -338,9 +339,12 @@ class Worker:
             open_trials = self.ostudy.get_trials(deepcopy=False, states=(TrialState.WAITING, TrialState.RUNNING))
             if any(t.state == TrialState.WAITING for t in open_trials):
                 settled_once = False
-                self._interrupted_trial = None
+                self._interrupted_trial = self._current_trial = None
                 try:
                     self.ostudy.optimize(self._objective, n_trials=1, catch=(RunFailed,))
+                except ValueError:
+                    if not self._own_trial_failed_as_stale():
+                        raise
                 except KeyboardInterrupt:
                     # Stopped by hand: the run ended KILLED and optimize() has failed its trial; only
                     # now (a live trial would make the retry a "duplicate") hand the run to the others.
@@ -431,7 +435,26 @@ class Worker:
         return self.report
 
     # -------------------------------------------------------------------- one trial
+    def _own_trial_failed_as_stale(self) -> bool:
+        """Optuna refuses to tell a trial that is no longer RUNNING. That happens when this worker's heartbeat
+        starved past the grace period (an overloaded machine) and a stale-trial watch failed the trial while
+        its run went on. Nothing is lost: the run's MLflow record is what counts, and the retry the watch
+        enqueued finds the run FINISHED (skipped) or resumes it, so each run still finishes once."""
+        from optuna.trial import TrialState
+
+        trial = self._current_trial
+        if trial is None:
+            return False
+        now = [t.state for t in self.ostudy.get_trials(deepcopy=False) if t.number == trial.number]
+        if not now or now[0] == TrialState.RUNNING:
+            return False
+        self.opt.log(f"[{self.id}] trial {trial.number} ({trial.user_attrs.get(LABEL)}) was failed as stale while "
+                     f"it ran (heartbeat late by over the grace period: an overloaded machine?); its run is "
+                     f"recorded in MLflow and its retry will find it")
+        return True
+
     def _objective(self, trial) -> float:
+        self._current_trial = trial
         try:
             return self._run_trial(trial)
         except KeyboardInterrupt:  # wherever it lands, loop() hands the run to the other workers
