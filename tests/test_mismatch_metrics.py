@@ -4,6 +4,7 @@ enough to do on paper, and equal to verl 0.9.1's own functions where verl define
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -230,3 +231,20 @@ def test_means_from_sums_are_tensor_mean_bit_for_bit(n):
     sums = {"a": values[0].sum(), "b": values[1].sum(), "c": values[2].sum(), "frac": flags.sum()}
     expected = torch.stack([values[0].mean(), values[1].mean(), values[2].mean(), flags.double().mean()])
     assert torch.equal(_means(sums, n), expected)
+
+
+def test_a_record_reads_back_and_a_broken_one_is_one_line():
+    from workbench.tracking.artifacts import decode_mismatch_records
+
+    record = {"step": 3} | mismatch_record(LEARNER, SAMPLER, MASK, torch.tensor([[11, 12, 13], [21, 22, 23]]))
+    later = record | {"step": 7}
+    assert decode_mismatch_records([later, record]) == [record, later]  # step order
+    for broken, message in [
+        ({"not": "a list"}, "mismatch.json is not a list of records (got dict)"),
+        ([{k: v for k, v in record.items() if k != "counts"}], "mismatch.json record 0 lacks ['counts']"),
+        ([record | {"counts": record["counts"][:-1]}], "counts must be 27 non-negative integers"),
+        ([record | {"tokens": 4}], "counts sum to 3, not its 4 tokens"),
+        ([record | {"worst_tokens": [{"sequence": 0}]}], "worst_tokens must be objects with sequence, position"),
+    ]:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            decode_mismatch_records(broken)
