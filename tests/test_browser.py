@@ -403,7 +403,7 @@ def _expected_cards(spec) -> list[tuple[str, list[str]]]:
     hides the optional panels' charts (kl/ref, IS weights are never logged there) as empty."""
     out = []
     for p in spec.panels:
-        if p.optional:
+        if p.optional or p.kind == "mismatch_record":  # an artifact, not a metric: no MLflow chart
             continue
         metrics = ["health/status"] if p.kind == "health_matrix" else list(p.metrics)
         out.append((" vs ".join(metrics), metrics))

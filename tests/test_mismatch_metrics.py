@@ -4,6 +4,7 @@ enough to do on paper, and equal to verl 0.9.1's own functions where verl define
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -197,3 +198,53 @@ def test_a_verl_rollout_corr_log_imports_as_the_workbench_metrics(verl):
     for name, value in canonical.items():
         # float32 means of ≤ 108 values ≤ exp(2·9·0.05·4) ≈ 37 (chi2_seq's largest term): 110·eps32·37
         assert ours[name] == pytest.approx(value, rel=0, abs=order_tolerance(110, 37.0)), name
+
+
+# --- the fast paths give the reference's bits -------------------------------------------------------
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 20, 101, 2464, 40_000])
+def test_picked_quantiles_are_torch_quantile_bit_for_bit(n):
+    """mismatch_metrics picks the order statistics instead of sorting (workbench/metrics/mismatch.py):
+    the quantiles must be torch.quantile's own numbers, ties and a NaN included."""
+    from workbench.metrics.mismatch import QUANTILES, _linear_quantiles
+
+    gen = torch.Generator().manual_seed(n)
+    levels = torch.tensor(QUANTILES, dtype=torch.float64)
+    ratios = torch.exp(0.01 * torch.randn(n, generator=gen, dtype=torch.float64))
+    tied = torch.randint(0, 3, (n,), generator=gen).double()  # many equal values
+    for values in (ratios, tied):
+        assert torch.equal(_linear_quantiles(values, values.max()), torch.quantile(values, levels))
+    if n > 1:
+        with_nan = ratios.clone()
+        with_nan[n // 2] = float("nan")
+        assert torch.quantile(with_nan, levels).isnan().all()
+        assert _linear_quantiles(with_nan, with_nan.max()).isnan().all()
+
+
+@pytest.mark.parametrize("n", [1, 7, 4096, 40_000])
+def test_means_from_sums_are_tensor_mean_bit_for_bit(n):
+    from workbench.metrics.mismatch import _means
+
+    values = torch.randn(3, n, generator=torch.Generator().manual_seed(n), dtype=torch.float64).exp()
+    flags = values[0] > 1  # a fraction: an integer count over n
+    sums = {"a": values[0].sum(), "b": values[1].sum(), "c": values[2].sum(), "frac": flags.sum()}
+    expected = torch.stack([values[0].mean(), values[1].mean(), values[2].mean(), flags.double().mean()])
+    assert torch.equal(_means(sums, n), expected)
+
+
+def test_a_record_reads_back_and_a_broken_one_is_one_line():
+    from workbench.tracking.artifacts import decode_mismatch_records
+
+    record = {"step": 3} | mismatch_record(LEARNER, SAMPLER, MASK, torch.tensor([[11, 12, 13], [21, 22, 23]]))
+    later = record | {"step": 7}
+    assert decode_mismatch_records([later, record]) == [record, later]  # step order
+    for broken, message in [
+        ({"not": "a list"}, "mismatch.json is not a list of records (got dict)"),
+        ([{k: v for k, v in record.items() if k != "counts"}], "mismatch.json record 0 lacks ['counts']"),
+        ([record | {"counts": record["counts"][:-1]}], "counts must be 27 non-negative integers"),
+        ([record | {"tokens": 4}], "counts sum to 3, not its 4 tokens"),
+        ([record | {"worst_tokens": [{"sequence": 0}]}], "worst_tokens must be objects with sequence, position"),
+    ]:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            decode_mismatch_records(broken)

@@ -115,6 +115,14 @@ def test_summary_panels_chart_the_metric_they_read_and_say_what_mlflow_cannot_sh
                           "panel 'R': x = tokens is drawn against step in MLflow")
 
 
+def test_a_mismatch_record_panel_has_no_chart_and_says_why():
+    """Its data is the runs' mismatch.json artifact, which MLflow's charts cannot read (the health spec's
+    panel: the hand list of cards above has none for it)."""
+    (title,) = [p.title for p in HEALTH.panels if p.kind == "mismatch_record"]
+    assert compile_view(HEALTH).notes == (f"panel {title!r}: the mismatch record is a run artifact, not a metric: "
+                                          "no MLflow chart (the HTML dashboard draws it)",)
+
+
 def test_views_for_specs_puts_health_first_then_the_others_then_the_per_seed_view():
     compare = load_spec(find_spec("compare"))
     ids = [v.view_id for v in views_for_specs([compare, HEALTH])]

@@ -72,3 +72,28 @@ def health_report(run_id_events, rules=("entropy_collapse", "length_blowup", "no
     return {"status": ("ok", "warn", "fail")[worst], "reasons": ",".join(f"{e['rule']}@{e['step']}"
                                                                         for e in first.values()),
             "rules": out_rules, "events": events}
+
+
+def mismatch_records(runs, steps=(0, 10, 19), without=()):
+    """A ``MismatchRecords`` of ``runs`` (mismatch.json as the reader returns it): per run and step a
+    histogram on the recorder's bins whose tail grows with the step, and 3 worst tokens; ``without``: run
+    ids that logged none."""
+    from workbench.metrics.mismatch import HIST_EDGES
+    from workbench.results.reader import MismatchRecords
+
+    out = MismatchRecords({}, {})
+    middle = len(HIST_EDGES) // 2
+    for i, rid in enumerate(runs["run_id"]):
+        if rid in without:
+            continue
+        recs = []
+        for step in steps:
+            counts = [0] * (len(HIST_EDGES) + 1)
+            counts[middle - 4], counts[middle + 4] = 100 + i, 90 + step  # |Δ| ~ 1e-4: the bf16 bulk
+            counts[middle + 10] = step  # |Δ| ~ 0.1: a tail that grows
+            worst = [{"sequence": k, "position": 2 * k, "token_id": 3 + k + i, "learner_logp": -0.1 * k,
+                      "sampler_logp": -0.1 * k - 0.2, "log_ratio": 0.2} for k in range(3)]
+            recs.append({"step": step, "edges": list(HIST_EDGES), "counts": counts, "tokens": sum(counts),
+                         "worst_tokens": worst})
+        out.records[rid] = recs
+    return out

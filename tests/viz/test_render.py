@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.viz.synthetic import health_report, synthetic_study
+from tests.viz.synthetic import health_report, mismatch_records, synthetic_study
 from workbench.cli.health import health_cells, health_events
 from workbench.compare import align_curves, compare_variants, curve_bands, summarize_runs
 from workbench.viz import DashboardData, html_page, load_spec, parse_spec, render_dashboard, summary_figure
@@ -141,7 +141,8 @@ def test_health_spec_per_run_lines_markers_and_matrix(study):
     history, runs, reports = study
     spec = load_spec(DASHBOARDS / "health.yaml")
     cells, events = health_cells(runs, reports), health_events(reports)
-    data = DashboardData(history, runs, health_cells=cells, health_events=events, baseline="grpo")
+    data = DashboardData(history, runs, health_cells=cells, health_events=events, baseline="grpo",
+                         mismatch_records=mismatch_records(runs))
     rendered = render_dashboard(spec, data)
     # kl/ref and the IS correction were never logged: their optional panels are left out, not empty
     titles = [p.title for p in rendered.spec.panels]
@@ -278,3 +279,50 @@ def test_zoomed_range_by_hand():
     assert zoomed_range(np.array([0.79, 0.81])) == pytest.approx([0.79 - 0.0016, 0.81 + 0.0016])  # 8% of 0.02
     assert zoomed_range(np.array([0.5, np.nan])) == pytest.approx([0.475, 0.525])  # one value: ±5% of it
     assert zoomed_range(np.array([np.nan])) is None
+
+
+def test_mismatch_panel_draws_each_runs_first_and_last_record_and_names_the_runs_without(study):
+    """Synthetic records (tests/viz/synthetic.py: steps 0, 10, 19): per run the step-0 (dotted) and step-19
+    (solid) histograms, exact counts in customdata, shares on y; one run logged none, one an unreadable one:
+    both named in the panel, the warnings and under the worst-token table, none dropped."""
+    history, runs, _ = study
+    ids = list(runs["run_id"])
+    records = mismatch_records(runs, without={ids[1]})
+    records.unreadable[ids[2]] = "mismatch.json is not JSON: Expecting value"
+    del records.records[ids[2]]
+    spec = parse_spec("panels:\n  - {title: M, kind: mismatch_record, log_y: true, aggregation: none}\n")
+    rendered = render_dashboard(spec, DashboardData(history, runs, mismatch_records=records))
+    lines = [t for t in rendered.figure.data if t.meta == "mismatch-histogram"]
+    assert len(lines) == 2 * (len(runs) - 2)
+    first = next(t for t in lines if t.line.dash == "dot" and "dapo/seed=0" in t.hovertemplate)
+    counts = records.records[ids[3]][0]["counts"]  # dapo/seed=0 is the 4th run; its step-0 record
+    assert [int(c[0]) for c in first.customdata] == counts and "step 0 " in first.hovertemplate
+    assert list(first.y) == [c / sum(counts) for c in counts]
+    assert rendered.figure.layout.yaxis.type == "log"
+    assert list(rendered.figure.layout.xaxis.ticktext)[:2] == ["-1", "-0.1"]  # whole decades of the bin edges
+    assert rendered.warnings == [
+        "panel 'M': no mismatch record (health.mismatch_record_every = 0 or an imported run): grpo/seed=1",
+        "panel 'M': unreadable mismatch record: mismatch.json is not JSON: Expecting value: grpo/seed=2"]
+    notes = [a.text for a in rendered.figure.layout.annotations if "seed=" in a.text]
+    assert notes == ["grpo/seed=1: no mismatch record (health.mismatch_record_every = 0 or an imported run)<br>"
+                     "grpo/seed=2: unreadable mismatch record: mismatch.json is not JSON: Expecting value"]
+    (section,) = rendered.sections
+    assert section.body_html.count("<tr class=") == 3 * (len(runs) - 2)  # 3 worst tokens per recorded run
+    assert "grpo/seed=1: no mismatch record" in section.body_html
+    assert section.body_html.count("<td class=\"l\">—</td>") == 3 * (len(runs) - 2)  # no tokenizer: ids only
+    page = rendered.to_html()
+    assert page.index("worst tokens at the last recorded step") > page.index("wb-plot-0")  # below the figure
+
+
+def test_mismatch_panel_without_any_record_says_so_in_place_of_a_plot(study):
+    history, runs, _ = study
+    spec = parse_spec("panels:\n  - {title: M, kind: mismatch_record}\n  - {metric: reward/mean}\n")
+    rendered = render_dashboard(spec, DashboardData(history, runs, mismatch_records=mismatch_records(
+        runs, without=set(runs["run_id"]))))
+    assert rendered.panels_with_data == 1
+    assert len(rendered.warnings) == 1 and rendered.warnings[0].endswith(", ".join(
+        f"{v}/seed={s}" for v, s in zip(runs["variant"], runs["seed"], strict=True)))
+    (note,) = [a for a in rendered.figure.layout.annotations if "no mismatch record" in a.text]
+    assert note.y == 0.5 and note.text.endswith(f"and {len(runs) - 3} more")  # three named, the rest counted
+    not_loaded = render_dashboard(spec, DashboardData(history, runs))  # a caller that read no records
+    assert not_loaded.warnings == ["panel 'M': the runs' mismatch records were not loaded"]

@@ -112,3 +112,9 @@ def test_defaults_fill_unset_panel_fields():
     assert (a.aggregation, a.group_by, a.x, a.band) == ("iqm", "variant", "tokens", False)
     assert (b.aggregation, b.group_by) == ("none", "run")  # a run has nothing to aggregate
     assert c.aggregation == "mean"
+
+
+def test_a_mismatch_record_panel_takes_no_metrics():
+    (p,) = problems("panels:\n  - {kind: mismatch_record, metrics: [mismatch/kl]}\n")
+    assert "a mismatch_record panel takes no `metrics`" in p
+    assert parse_spec("panels:\n  - {kind: mismatch_record, width: 2, log_y: true}\n").panels[0].kind == "mismatch_record"

@@ -694,10 +694,15 @@ def dashboard(
     if needs_health:
         reports = target.reader.health_reports(frames.runs)
         cells, events = health_cells(_labelled_by_arm(frames.runs), reports), health_events(reports)
+    records, decoders = None, {}
+    if any(p.kind == "mismatch_record" for p in dash.panels):
+        records = target.reader.mismatch_records(frames.runs)
+        decoders = _token_decoders(frames.runs[frames.runs["run_id"].isin(set(records.records))])
     from workbench.viz.dashboard import DashboardData, render_dashboard  # deferred: plotly, pydantic
 
     baseline = target.compare.get("baseline")
-    data = DashboardData(frames.history, frames.runs, health_cells=cells, health_events=events, baseline=baseline)
+    data = DashboardData(frames.history, frames.runs, health_cells=cells, health_events=events, baseline=baseline,
+                         mismatch_records=records, token_decoders=decoders)
     rendered = render_dashboard(dash, data)
     for w in rendered.warnings:
         note(f"[dim]{w}[/dim]")
@@ -723,6 +728,25 @@ def dashboard(
         shown = f"{rendered.panels_with_data}/{len(rendered.spec.panels)}"
         console.print(f"dashboard {dash.name}: {shown} panels with data",
                       highlight=False)
+
+
+def _token_decoders(runs: pd.DataFrame) -> dict[str, Any]:
+    """``run_id -> token id to text`` for the worst-token tables, from each run's ``model.builtin`` and
+    ``model.path`` params (one tokenizer per distinct model; None where it is not at hand here)."""
+    from workbench.models.tokenizer import token_decoder  # deferred: tokenizers, transformers
+
+    def param(name: str) -> pd.Series:
+        values = runs[name] if name in runs.columns else pd.Series([None] * len(runs), index=runs.index)
+        return values.astype(object).where(values.notna(), None)
+
+    by_model: dict[tuple[Any, Any], Any] = {}
+    out = {}
+    for rid, builtin, path in zip(runs["run_id"], param("model.builtin"), param("model.path"), strict=True):
+        key = (builtin, path)
+        if key not in by_model:
+            by_model[key] = token_decoder(builtin, None if path is None else str(path))
+        out[rid] = by_model[key]
+    return out
 
 
 def _view_specs(dash) -> list:

@@ -18,8 +18,10 @@ step's worst tokens (where the two engines disagree most), for the health dashbo
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F  # pad
 
@@ -46,69 +48,137 @@ def mismatch_metrics(learner_logp: torch.Tensor, sampler_logp: torch.Tensor, mas
     correction's upper bound C, lower bound 1/C as verl's default) adds the fractions of raw ratios
     outside [1/C, C]. Computed in float64: a 1e-8 fp32 disagreement is not lost to float32 rounding in
     the sums. An all-padding batch logs nothing (no tokens, no mismatch to report).
+
+    Cost (benchmarks/bench_mismatch.py): on a step's few thousand tokens each kernel here costs its
+    dispatch, not its arithmetic, so the numbers come from as few kernels as give the same bits: the
+    response tokens and the sequences that have some are found once each (one ``nonzero`` each, then
+    ``index_select``, not a boolean index per vector); the means are sums finished in one kernel per
+    count (:func:`_means`); the quantiles are picked, not sorted (:func:`_linear_quantiles`); everything
+    reaches Python in one transfer, where the few 0-d steps left (ESS, χ² − 1, k1) are the same IEEE
+    operations. ``benchmarks/bench_mismatch.py`` has the timings; tests/test_mismatch_metrics.py the values.
     """
     on = mask.bool()
-    if not bool(on.any()):
+    index = on.reshape(-1).nonzero().squeeze(1)  # [N] flat positions of the response tokens
+    n = index.numel()
+    if n == 0:
         return {}
-    # Everything below works on the N response tokens as flat float64 vectors (few, cheap kernels).
-    rows = on.nonzero(as_tuple=True)[0]  # [N] the sequence of each token
-    learner, sampler = learner_logp.detach()[on].double(), sampler_logp.detach()[on].double()  # [N]
+    rows = index.div(on.shape[-1], rounding_mode="floor")  # [N] the sequence of each token
+    # Everything below works on the N response tokens as flat float64 vectors.
+    learner, sampler = _select(learner_logp, index), _select(sampler_logp, index)  # [N] each
     delta = (learner - sampler).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)  # [N] Δ
     tokens = delta.exp()  # [N] raw ratio ρ
     prob_diff = (learner.exp() - sampler.exp()).abs()  # [N]
-    k3 = tokens - 1 - delta  # [N] ≥ 0
-    n = tokens.numel()
-    mean_rho = tokens.mean()
+    abs_delta = delta.abs()
     per_seq = torch.zeros(3, on.shape[0], dtype=delta.dtype, device=delta.device)  # [3, B] Σ Δ, Σ logp
     per_seq.index_add_(1, rows, torch.stack([delta, learner, sampler]))
     counts = on.sum(-1)  # [B]
-    seq_on = counts > 0  # [B] sequences with at least one response token
-    seq_delta = per_seq[0, seq_on]  # [S] log of the sequence IS weight Π ρ_t
-    seq_learner = per_seq[1, seq_on] / counts[seq_on]  # [S] mean token logp
-    seq_sampler = per_seq[2, seq_on] / counts[seq_on]
+    seq_index = (counts > 0).nonzero().squeeze(1)  # [S] sequences with at least one response token
+    seq_sums, seq_counts = per_seq.index_select(1, seq_index), counts.index_select(0, seq_index)
+    seq_delta = seq_sums[0]  # [S] log of the sequence IS weight Π ρ_t
+    seq_learner = seq_sums[1] / seq_counts  # [S] mean token logp
+    seq_sampler = seq_sums[2] / seq_counts
     log_ppl_diff = seq_sampler - seq_learner  # [S] log(ppl_learner / ppl_sampler) per sequence
-    quantiles = torch.quantile(tokens, torch.tensor(QUANTILES, dtype=tokens.dtype, device=tokens.device))
-    abs_delta = delta.abs()
-    second = (tokens ** 2).mean()
     lo, hi = TAIL_BAND
-    values: dict[str, torch.Tensor] = {  # 0-d tensors, moved to Python floats in one transfer below
-        "mismatch/prob_abs_diff_mean": prob_diff.mean(),
-        "mismatch/prob_abs_diff_max": prob_diff.max(),
-        "mismatch/kl": k3.mean(),
-        "mismatch/kl_k1": -delta.mean(),  # k1 of KL(π_sampler ‖ π_learner): E_sampler[−Δ]
-        "mismatch/log_ratio_abs_mean": abs_delta.mean(),
-        "mismatch/log_ratio_abs_max": abs_delta.max(),
+    token_sums = {  # Σ over the N tokens, divided by N together below: the token means
+        "prob_diff": prob_diff.sum(), "k3": (tokens - 1 - delta).sum(), "delta": delta.sum(),
+        "abs_delta": abs_delta.sum(), "rho": tokens.sum(), "rho2": (tokens ** 2).sum(),
+        "mult": abs_delta.exp().sum(),
+        # fractions: exact integer counts (as the old mean of 0/1 float64 values summed them), divided by N too
+        "tail": ((tokens < lo) | (tokens > hi)).sum(),
+        **({} if cap is None else {"above": (tokens > cap).sum(), "below": (tokens < 1 / cap).sum()}),
+        **({} if entropy is None else {"entropy": _select(entropy, index).sum()}),
+    }
+    sequence_sums = {  # Σ over the S sequences, divided by S together below: the sequence means
+        "delta": seq_delta.sum(), "rho2": (2 * seq_delta.clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)).exp().sum(),
+        "learner_ppl": (-seq_learner).exp().sum(), "sampler_ppl": (-seq_sampler).exp().sum(),
+        "log_ppl_diff": log_ppl_diff.sum(), "ppl_ratio": log_ppl_diff.exp().sum(),
+    }
+    rho_min, rho_max = torch.aminmax(tokens)
+    seq_min, seq_max = torch.aminmax(seq_delta)
+    others = {  # population stds (verl's rollout_is_std of the raw weights: E[ρ²] − E[ρ]²), extremes, quantiles
+        "rho_std": tokens.std(correction=0), "seq_std": seq_delta.std(correction=0), "rho_min": rho_min,
+        "rho_max": rho_max, "seq_min": seq_min, "seq_max": seq_max, "prob_diff_max": prob_diff.max(),
+        "abs_delta_max": abs_delta.max(),
+    }
+    flat = torch.cat([_means(token_sums, n), _means(sequence_sums, seq_index.numel()),  # one transfer
+                      torch.stack(list(others.values())), _linear_quantiles(tokens, rho_max)]).tolist()
+    mean = dict(zip(token_sums, flat))
+    seq_mean = dict(zip(sequence_sums, flat[len(token_sums):]))
+    other = dict(zip([*others, *(f"p{round(q * 100)}" for q in QUANTILES)], flat[len(token_sums) + len(sequence_sums):]))
+    mean_rho, second = mean["rho"], mean["rho2"]
+    metrics = {
+        "mismatch/prob_abs_diff_mean": mean["prob_diff"],
+        "mismatch/prob_abs_diff_max": other["prob_diff_max"],
+        "mismatch/kl": mean["k3"],  # k3 = ρ − 1 − Δ ≥ 0
+        "mismatch/kl_k1": -mean["delta"],  # k1 of KL(π_sampler ‖ π_learner): E_sampler[−Δ]
+        "mismatch/log_ratio_abs_mean": mean["abs_delta"],
+        "mismatch/log_ratio_abs_max": other["abs_delta_max"],
         "mismatch/is_ratio_mean": mean_rho,
-        # population std (verl's rollout_is_std of the raw weights: E[ρ²] − E[ρ]²)
-        "mismatch/is_ratio_std": tokens.std(correction=0) if n > 1 else mean_rho * 0,
-        "mismatch/is_ratio_min": tokens.min(),
-        "mismatch/is_ratio_max": tokens.max(),
-        **{f"mismatch/is_ratio_p{round(q * 100)}": v for q, v in zip(QUANTILES, quantiles)},
-        "mismatch/is_ratio_tail_frac": ((tokens < lo) | (tokens > hi)).double().mean(),
+        "mismatch/is_ratio_std": other["rho_std"] if n > 1 else mean_rho * 0,
+        "mismatch/is_ratio_min": other["rho_min"],
+        "mismatch/is_ratio_max": other["rho_max"],
+        **{f"mismatch/is_ratio_p{round(q * 100)}": other[f"p{round(q * 100)}"] for q in QUANTILES},
+        "mismatch/is_ratio_tail_frac": mean["tail"],
         # Kish's effective sample size of the raw token weights, normalised: (Σρ)² / (N Σρ²) ∈ (0, 1]
-        "mismatch/ess": mean_rho ** 2 / second,
+        "mismatch/ess": mean_rho * mean_rho / second,  # x * x: what Tensor ** 2 computes
         "mismatch/chi2_token": second - 1,
-        "mismatch/chi2_seq": (2 * seq_delta.clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)).exp().mean() - 1,
-        "mismatch/seq_log_ratio_mean": seq_delta.mean(),
-        "mismatch/seq_log_ratio_std": seq_delta.std(correction=0),
-        "mismatch/seq_log_ratio_min": seq_delta.min(),
-        "mismatch/seq_log_ratio_max": seq_delta.max(),
-        "mismatch/learner_ppl": (-seq_learner).exp().mean(),
-        "mismatch/sampler_ppl": (-seq_sampler).exp().mean(),
-        "mismatch/log_ppl_diff": log_ppl_diff.mean(),
-        "mismatch/ppl_ratio": log_ppl_diff.exp().mean(),
-        "mismatch/token_mult_prob_error": abs_delta.exp().mean(),
+        "mismatch/chi2_seq": seq_mean["rho2"] - 1,
+        "mismatch/seq_log_ratio_mean": seq_mean["delta"],
+        "mismatch/seq_log_ratio_std": other["seq_std"],
+        "mismatch/seq_log_ratio_min": other["seq_min"],
+        "mismatch/seq_log_ratio_max": other["seq_max"],
+        "mismatch/learner_ppl": seq_mean["learner_ppl"],
+        "mismatch/sampler_ppl": seq_mean["sampler_ppl"],
+        "mismatch/log_ppl_diff": seq_mean["log_ppl_diff"],
+        "mismatch/ppl_ratio": seq_mean["ppl_ratio"],
+        "mismatch/token_mult_prob_error": mean["mult"],
     }
     if cap is not None:
-        values["mismatch/is_ratio_above_cap_frac"] = (tokens > cap).double().mean()
-        values["mismatch/is_ratio_below_cap_frac"] = (tokens < 1 / cap).double().mean()
-    if entropy is not None:
-        values["entropy"] = entropy.detach()[on].double().mean()
-    metrics = dict(zip(values, torch.stack(list(values.values())).tolist()))
-    mean_entropy = metrics.pop("entropy", 0.0)
+        metrics["mismatch/is_ratio_above_cap_frac"] = mean["above"]
+        metrics["mismatch/is_ratio_below_cap_frac"] = mean["below"]
+    mean_entropy = mean.get("entropy", 0.0)
     if mean_entropy > 0:  # a greedy (zero-entropy) batch has no ratio to report
         metrics["mismatch/kl_ent_ratio"] = metrics["mismatch/kl"] / mean_entropy
     return metrics
+
+
+def _means(sums: dict[str, torch.Tensor], count: int) -> torch.Tensor:
+    """``Tensor.mean`` of each summed vector, bit for bit, from its sum: on the CPU ``mean`` divides the
+    sum by the count; its CUDA kernel multiplies the sum by 1/count (ATen ``mean_out`` / ``MeanOps``)."""
+    stacked = torch.stack(list(sums.values()))  # a count (integer sum) becomes float64 exactly
+    return stacked / count if stacked.device.type == "cpu" else stacked * (1.0 / count)
+
+
+def _select(values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``values[mask]`` in float64, for the flat positions ``index`` of the mask's true entries: the same
+    numbers as boolean indexing, without a ``nonzero`` per call."""
+    return values.detach().reshape(-1).index_select(0, index).double()
+
+
+def _linear_quantiles(values: torch.Tensor, largest: torch.Tensor) -> torch.Tensor:
+    """``torch.quantile(values, QUANTILES)`` (linear interpolation), bit for bit: the same steps (rank
+    r = q·(N−1) in float64, the order statistics at ⌊r⌋ and ⌈r⌉, ``lerp`` by r − ⌊r⌋), with the order
+    statistics found by :func:`_order_statistics`. ``largest``: ``values.max()``; NaN there (a NaN
+    anywhere) makes every quantile NaN, as in ``torch.quantile``."""
+    n = values.numel()
+    ranks = [q * (n - 1) for q in QUANTILES]  # Python floats: the same IEEE products as on a float64 tensor
+    below = [math.floor(r) for r in ranks]
+    ends = _order_statistics(values, below + [math.ceil(r) for r in ranks])  # [2 × 5]
+    weights = torch.tensor([r - b for r, b in zip(ranks, below)], dtype=values.dtype, device=values.device)
+    quantiles = ends[: len(ranks)].lerp(ends[len(ranks):], weights)
+    return torch.where(largest.isnan(), largest, quantiles)
+
+
+def _order_statistics(values: torch.Tensor, ranks: list[int]) -> torch.Tensor:
+    """``values.sort().values[ranks]``. On the CPU by selection (numpy's introselect, ``np.partition``):
+    a step's ratios arrive unsorted and new each step, and a full sort of them mispredicts its branches:
+    ~150 µs for 2,500 tokens on one core (~31 µs re-sorting one tensor over and over, which is what a naive
+    timing loop measures), against ~40 µs to select the 10 order statistics. On a GPU the sort is cheap."""
+    if values.device.type != "cpu":
+        return values.sort().values.index_select(0, torch.tensor(ranks, device=values.device))
+    wanted = sorted(set(ranks))
+    chosen = np.partition(values.numpy(), wanted)  # a copy; NaN sorts last, as in torch.sort
+    return torch.from_numpy(chosen[ranks])
 
 
 def repetition_frac(completion_ids: torch.Tensor, mask: torch.Tensor, *, max_period: int = 4,

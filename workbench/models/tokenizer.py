@@ -1,8 +1,11 @@
-"""A character-level tokenizer built locally with the `tokenizers` library (no hub access)."""
+"""A character-level tokenizer built locally with the `tokenizers` library (no hub access), and a run's token
+ids back to text (:func:`token_decoder`)."""
 
 from __future__ import annotations
 
 import string
+from collections.abc import Callable
+from pathlib import Path
 
 from tokenizers import Tokenizer, decoders
 from tokenizers.models import BPE
@@ -21,3 +24,29 @@ def build_char_tokenizer() -> PreTrainedTokenizerFast:
     return PreTrainedTokenizerFast(
         tokenizer_object=core, pad_token=PAD, eos_token=EOS, unk_token=UNK, padding_side="left"
     )
+
+
+def token_decoder(builtin: str | None, path: str | None) -> Callable[[int], str] | None:
+    """A run's token id -> text, where the run's tokenizer is at hand on this machine: the built-in tiny
+    model's character tokenizer (built locally, never downloaded), or the tokenizer of a ``model.path``
+    directory that exists here. None otherwise (a model directory on another machine, an imported run): the
+    caller shows the id. Ids the tokenizer does not know decode to ``""``."""
+    if builtin == "tiny":
+        tokenizer = build_char_tokenizer()
+    elif path and Path(path).expanduser().is_dir():
+        from transformers import AutoTokenizer  # deferred: only for a local model directory
+
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(Path(path).expanduser(), local_files_only=True)
+        except (OSError, ValueError):  # no tokenizer files there, or not one transformers can read
+            return None
+    else:
+        return None
+
+    def decode(token_id: int) -> str:
+        try:
+            return tokenizer.decode([token_id])
+        except (IndexError, OverflowError, TypeError, ValueError):  # an id outside the vocabulary
+            return ""
+
+    return decode

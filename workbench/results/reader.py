@@ -36,7 +36,8 @@ with a ``.json`` sidecar recording the run's status and end time and which metri
 complete. A later load reads only what is missing (new runs, running runs, metric keys not read
 before); a run whose status or end time changed is read again. ``cache_dir`` defaults to
 ``$WORKBENCH_HISTORY_CACHE`` or ``./.workbench/cache``; ``cache_dir=False`` turns it off.
-``health.json`` artifacts of terminal runs are cached the same way (:meth:`StudyReader.health_reports`).
+``health.json`` and ``mismatch.json`` artifacts of terminal runs are cached the same way
+(:meth:`StudyReader.health_reports`, :meth:`StudyReader.mismatch_records`).
 
 Per-problem eval results (the ``eval/problems.csv.gz`` artifact of each run)::
 
@@ -81,7 +82,14 @@ from workbench.results.readers.frames import (
     split_runs,
 )
 from workbench.results.readers.protocol import TERMINAL_STATUSES, RunReader, StudyNotFound
-from workbench.tracking.artifacts import PROBLEM_COLUMNS, PROBLEMS_ARTIFACT, decode_problem_rows, empty_problem_rows
+from workbench.tracking.artifacts import (
+    MISMATCH_ARTIFACT,
+    PROBLEM_COLUMNS,
+    PROBLEMS_ARTIFACT,
+    decode_mismatch_records,
+    decode_problem_rows,
+    empty_problem_rows,
+)
 from workbench.tracking.redact import redact_uri
 from workbench.tracking.store import resolve_tracking_uri
 
@@ -89,6 +97,7 @@ __all__ = [
     "HISTORY_COLUMNS",
     "RUN_COLUMNS",
     "LoadStats",
+    "MismatchRecords",
     "StudyFrames",
     "StudyNotFound",
     "StudyReader",
@@ -301,9 +310,33 @@ class StudyReader:
         return out
 
     def health_reports(self, runs: pd.DataFrame, artifact: str = "health.json") -> dict[str, dict[str, Any] | None]:
-        """``run_id -> health.json`` (None where the run logged none), read in parallel, cached
-        for terminal runs."""
-        out: dict[str, dict[str, Any] | None] = {}
+        """``run_id -> health.json`` (None where the run logged none, or an unparsable one), read in parallel,
+        cached for terminal runs."""
+        return {rid: None if isinstance(report, ValueError) else report
+                for rid, report in self._json_artifacts(runs, artifact).items()}
+
+    def mismatch_records(self, runs: pd.DataFrame) -> MismatchRecords:
+        """Each run's ``mismatch.json`` records (:func:`workbench.tracking.artifacts.decode_mismatch_records`:
+        histogram of the sampler/learner log-ratio and worst tokens, every ``health.mismatch_record_every``
+        steps), read in parallel and cached for terminal runs like ``health.json``. A run without the artifact
+        (the record off, an imported run, a run from before it existed) is in neither map; one whose artifact
+        does not parse or is not the format is in ``unreadable``, with the reason: never an error."""
+        out = MismatchRecords({}, {})
+        for rid, data in self._json_artifacts(runs, MISMATCH_ARTIFACT).items():
+            try:
+                if isinstance(data, ValueError):
+                    raise data
+                if data is not None:
+                    out.records[rid] = decode_mismatch_records(data)
+            except ValueError as error:
+                out.unreadable[rid] = str(error)
+        return out
+
+    def _json_artifacts(self, runs: pd.DataFrame, artifact: str) -> dict[str, Any]:
+        """``run_id -> parsed JSON artifact``: None where the run has none, a ``ValueError`` where it does not
+        parse. Read in parallel; terminal runs' are kept in the cache (``HistoryCache.put_json``), except an
+        unparsable one, which is read again next time."""
+        out: dict[str, Any] = {}
         todo = []
         for rid, status, end, art in zip(runs["run_id"], runs["status"], runs["end_time"], runs["artifact_uri"],
                                          strict=True):
@@ -318,15 +351,25 @@ class StudyReader:
             text = self.read_artifact_text(rid, art, artifact)
             try:
                 return json.loads(text) if text else None
-            except ValueError:
-                return None
+            except ValueError as error:
+                return ValueError(f"{artifact} is not JSON: {error}")
 
         if todo:
             with ThreadPoolExecutor(max_workers=min(8, len(todo))) as pool:
-                for item, report in zip(todo, pool.map(read, todo), strict=True):
-                    out[item[0]] = report
-                    self.cache.put_json(artifact, item[0], item[1], item[2], report)
+                for item, data in zip(todo, pool.map(read, todo), strict=True):
+                    out[item[0]] = data
+                    if not isinstance(data, ValueError):
+                        self.cache.put_json(artifact, item[0], item[1], item[2], data)
         return {rid: out[rid] for rid in runs["run_id"]}
+
+
+@dataclass
+class MismatchRecords:
+    """Runs' ``mismatch.json`` artifacts (:meth:`StudyReader.mismatch_records`)."""
+
+    records: dict[str, list[dict[str, Any]]]  # run_id -> its records, in step order
+    unreadable: dict[str, str]  # run_id -> why its artifact could not be read
+    """Runs in neither map logged no artifact."""
 
 
 def load_study_frames(study_name: str, tracking_uri: str | None = None, metrics: Iterable[str] | None = None,

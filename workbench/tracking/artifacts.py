@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import gzip
 import io
+import math
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import pandas as pd
 
@@ -26,6 +28,7 @@ MISMATCH_ARTIFACT = "mismatch.json"
 PROBLEM_COLUMNS: tuple[str, ...] = ("step", "problem_id", "correct", "length", "truncated")
 PROBLEM_DTYPES = {"step": "int64", "problem_id": "string", "correct": "int8", "length": "int64",
                   "truncated": "int8"}
+WORST_TOKEN_FIELDS: tuple[str, ...] = ("sequence", "position", "token_id", "learner_logp", "sampler_logp", "log_ratio")
 
 
 def encode_problem_rows(columns: Mapping[str, Sequence]) -> bytes:
@@ -53,3 +56,35 @@ def decode_problem_rows(data: bytes) -> pd.DataFrame:
 
 def empty_problem_rows() -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series([], dtype=t) for c, t in PROBLEM_DTYPES.items()})
+
+
+def decode_mismatch_records(data: Any) -> list[dict[str, Any]]:
+    """``mismatch.json`` (parsed JSON) as its records in step order, each checked against the format above;
+    ``ValueError`` with one line naming the first record and field that is not."""
+    if not isinstance(data, list):
+        raise ValueError(f"{MISMATCH_ARTIFACT} is not a list of records (got {type(data).__name__})")
+    for i, record in enumerate(data):
+        _check_mismatch_record(record, f"{MISMATCH_ARTIFACT} record {i}")
+    return sorted(data, key=lambda record: record["step"])
+
+
+def _check_mismatch_record(record: Any, where: str) -> None:
+    if not isinstance(record, dict):
+        raise ValueError(f"{where} is not an object")
+    missing = [k for k in ("step", "edges", "counts", "tokens", "worst_tokens") if k not in record]
+    if missing:
+        raise ValueError(f"{where} lacks {missing}")
+    edges, counts = record["edges"], record["counts"]
+    if not isinstance(record["step"], int) or not isinstance(record["tokens"], int):
+        raise ValueError(f"{where}: step and tokens must be integers")
+    if not (isinstance(edges, list) and all(isinstance(e, (int, float)) and math.isfinite(e) for e in edges)):
+        raise ValueError(f"{where}: edges must be a list of finite numbers")
+    if not (isinstance(counts, list) and len(counts) == len(edges) + 1
+            and all(isinstance(c, int) and c >= 0 for c in counts)):
+        raise ValueError(f"{where}: counts must be {len(edges) + 1} non-negative integers (one more than the edges)")
+    if sum(counts) != record["tokens"]:
+        raise ValueError(f"{where}: counts sum to {sum(counts)}, not its {record['tokens']} tokens")
+    worst = record["worst_tokens"]
+    if not isinstance(worst, list) or not all(isinstance(w, dict) and all(k in w for k in WORST_TOKEN_FIELDS)
+                                              for w in worst):
+        raise ValueError(f"{where}: worst_tokens must be objects with {', '.join(WORST_TOKEN_FIELDS)}")

@@ -8,7 +8,8 @@ Specs are found and read by :mod:`workbench.viz.spec_loader`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import html
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,7 +19,7 @@ from plotly.subplots import make_subplots
 from workbench.metrics.catalogue import metric_bounds
 
 from . import figures as F
-from .html import Section, html_page
+from .html import Section, df_table_html, html_page
 from .spec import DashboardSpec, PanelSpec, summary_name
 from .style import PALETTE, dash_for, dash_legend, variant_colors
 
@@ -34,6 +35,9 @@ class DashboardData:
     ``health_matrix`` panels. ``health_events``: one row per fired rule and run (columns
     ``run_id, rule, step, severity, message, watches``), for markers. ``baseline``: the variant
     the summary panels compare against (default: the first), matched per grid point, or one arm.
+    ``mismatch_records``: the runs' ``mismatch.json`` (:meth:`workbench.results.reader.StudyReader.mismatch_records`),
+    for ``mismatch_record`` panels; ``token_decoders``: run_id -> token id to text, where the run's tokenizer
+    is at hand (:func:`workbench.models.tokenizer.token_decoder`), else the worst-token table shows ids.
 
     Groups (colours, bands, legend entries, summary bars) are the runs' **arms** when ``runs``
     has an ``arm`` column (:mod:`workbench.compare.arms`: variant and grid point, e.g.
@@ -45,6 +49,8 @@ class DashboardData:
     health_cells: pd.DataFrame | None = None
     health_events: pd.DataFrame | None = None
     baseline: str | None = None
+    mismatch_records: Any = None  # workbench.results.reader.MismatchRecords
+    token_decoders: dict[str, Callable[[int], str] | None] = field(default_factory=dict)
     labels: dict[str, str] = field(default_factory=dict)
     confidence: float = 0.95
     n_resamples: int = 1000
@@ -81,10 +87,13 @@ class RenderedDashboard:
     figure: Any
     warnings: list[str]
     panels_with_data: int
+    sections: list[Section] = field(default_factory=list)
+    """What panels show below the figure, in panel order (a mismatch_record panel's worst-token table)."""
 
     def to_html(self, *, subtitle: str = "", extra_sections: Sequence[Any] = ()) -> str:
         note = self.spec.description.strip()
-        sections = [Section(self.spec.title or self.spec.name, figure=self.figure, note=note), *extra_sections]
+        sections = [Section(self.spec.title or self.spec.name, figure=self.figure, note=note), *self.sections,
+                    *extra_sections]
         return html_page(self.spec.title or f"dashboard: {self.spec.name}", sections, subtitle=subtitle)
 
 
@@ -100,20 +109,24 @@ def render_dashboard(spec: DashboardSpec, data: DashboardData) -> RenderedDashbo
     canvas = _Canvas(data)
     with_data = 0
     for p, (r, c) in zip(panels, places, strict=True):
+        canvas.panel_note = ""
         traces = _panel_traces(p, canvas)
         if traces:
             with_data += 1
             for t in traces:
                 fig.add_trace(t, row=r, col=c)
-        else:
+        elif not canvas.panel_note:
             what = ", ".join(p.metrics) if p.metrics else "health reports"
             canvas.problems.append(f"panel {_panel_name(p)!r}: no data for {what}")
-            fig.add_annotation(text=f"no data for {what}", showarrow=False, font={"color": "#999"},
-                               xref="x domain", yref="y domain", x=0.5, y=0.5, row=r, col=c)
-        _style_axes(fig, p, r, c)
+            canvas.panel_note = f"no data for {what}"
+        if canvas.panel_note:  # in the panel: its centre when it has nothing else, else its top
+            fig.add_annotation(text=canvas.panel_note, showarrow=False, font={"color": "#999"},
+                               xref="x domain", yref="y domain", x=0.5, y=0.97 if traces else 0.5,
+                               yanchor="top" if traces else "middle", row=r, col=c)
+        _style_axes(fig, p, r, c, canvas)
     n_rows = max(r for r, _ in places)
     F.base_layout(fig, title=spec.title or spec.name, height=int(spec.layout.panel_height * n_rows + 120))
-    return RenderedDashboard(spec, fig, canvas.problems, with_data)
+    return RenderedDashboard(spec, fig, canvas.problems, with_data, canvas.sections)
 
 
 # --------------------------------------------------------------------------------------------
@@ -138,6 +151,8 @@ def _panel_title(p: PanelSpec) -> str:
     title = p.title or ", ".join(p.metrics) or p.kind.replace("_", " ")
     if p.kind == "curve" and len(p.metrics) > 1:
         title += f"<br><span style='font-size:11px'>{dash_legend(p.metrics)}</span>"
+    if p.kind == "mismatch_record":
+        title += "<br><span style='font-size:11px'>solid: last recorded step · dotted: first</span>"
     return title
 
 
@@ -157,7 +172,7 @@ def _subplot_grid(spec: DashboardSpec, panels: list[PanelSpec], places: list[tup
                          vertical_spacing=min(0.25, 0.35 / max(1, n_rows) + 0.04), horizontal_spacing=0.08)
 
 
-def _style_axes(fig: Any, p: PanelSpec, r: int, c: int) -> None:
+def _style_axes(fig: Any, p: PanelSpec, r: int, c: int, canvas: _Canvas) -> None:
     """Axis titles and scales of one panel (a curve of fractions or counts starts at 0)."""
     if p.kind == "curve":
         fig.update_xaxes(title_text=p.x, row=r, col=c)
@@ -169,6 +184,12 @@ def _style_axes(fig: Any, p: PanelSpec, r: int, c: int) -> None:
             fig.update_yaxes(title_text=p.y_title or p.metrics[0], row=r, col=c)
     elif p.kind == "health_matrix":
         fig.update_yaxes(autorange="reversed", row=r, col=c)
+    elif p.kind == "mismatch_record":
+        ticks, labels = F.log_ratio_ticks(canvas.mismatch_edges)
+        fig.update_xaxes(title_text="Δ = log π_learner − log π_sampler (nats; log-spaced bins, open at the ends)",
+                         tickvals=ticks, ticktext=labels, row=r, col=c)
+        fig.update_yaxes(title_text=p.y_title or "share of response tokens", type="log" if p.log_y else None,
+                         row=r, col=c)
 
 
 # --------------------------------------------------------------------------------------------
@@ -190,6 +211,9 @@ class _Canvas:
         self.shown: set[str] = set()
         self.problems: list[str] = []
         self.tables: dict[tuple[str, ...], Any] = {}
+        self.sections: list[Section] = []  # shown below the figure
+        self.panel_note = ""  # the panel being drawn says this in its area
+        self.mismatch_edges: list[float] = []  # the x ticks of mismatch_record panels
 
 
 def _panel_name(p: PanelSpec) -> str:
@@ -205,6 +229,8 @@ def _panel_traces(p: PanelSpec, canvas: _Canvas) -> list[Any]:
         return _summary_traces(p, canvas)
     if p.kind == "health_matrix":
         return _health_traces(canvas)
+    if p.kind == "mismatch_record":
+        return _mismatch_traces(p, canvas)
     return []
 
 
@@ -293,3 +319,54 @@ def _health_traces(canvas: _Canvas) -> list[Any]:
         return []
     present = set(cells["run_id"])
     return [F.health_heatmap_trace(cells, run_order=[r for r in canvas.run_ids if r in present])]
+
+
+def _mismatch_traces(p: PanelSpec, canvas: _Canvas) -> list[Any]:
+    """A mismatch_record panel: each run's log-ratio histogram at its first and last recorded steps; its
+    worst tokens at the last one go below the figure (:func:`_worst_tokens_section`). Runs without a record
+    are named in the panel, in the table's section and in the warnings."""
+    from workbench.compare.mismatch_panel import mismatch_panel  # deferred: scipy
+
+    data = canvas.data
+    if data.mismatch_records is None:
+        canvas.problems.append(f"panel {_panel_name(p)!r}: the runs' mismatch records were not loaded")
+        canvas.panel_note = "mismatch records not loaded"
+        return []
+    panel = mismatch_panel(data.runs, data.mismatch_records.records, data.mismatch_records.unreadable,
+                           data.token_decoders)
+    canvas.mismatch_edges = panel.edges
+    canvas.problems += [f"panel {_panel_name(p)!r}: {problem}" for problem in panel.problems]
+    for why in dict.fromkeys(panel.missing.values()):  # one warning per reason, naming its runs
+        runs = ", ".join(data.labels.get(r, r) for r, w in panel.missing.items() if w == why)
+        canvas.problems.append(f"panel {_panel_name(p)!r}: {why}: {runs}")
+    if panel.missing:
+        shown = list(panel.missing)[:3]
+        more = f" and {len(panel.missing) - len(shown)} more" if len(panel.missing) > len(shown) else ""
+        canvas.panel_note = "<br>".join(f"{html.escape(data.labels.get(r, r))}: {html.escape(panel.missing[r])}"
+                                        for r in shown) + more
+    canvas.sections.append(_worst_tokens_section(p, panel, data.labels))
+    colors = canvas.run_colors if p.group_by == "run" else canvas.colors
+    return F.mismatch_histogram_traces(panel.histograms, colors=colors, color_by=p.group_by or "variant",
+                                       labels=data.labels, shown=canvas.shown)
+
+
+def _worst_tokens_section(p: PanelSpec, panel: Any, labels: dict[str, str]) -> Section:
+    """The worst tokens (largest |Δ|) of each run at its last recorded step, as an HTML table, and one line
+    per run that has no record."""
+    worst = panel.worst
+    table = pd.DataFrame({
+        "run": [labels.get(r, r) for r in worst["run_id"]], "step": worst["step"], "#": worst["rank"],
+        "sequence": worst["sequence"], "position": worst["position"],
+        "token": [repr(t) if t is not None else "—" for t in worst["token"]], "token id": worst["token_id"],
+        "log p learner": worst["learner_logp"], "log p sampler": worst["sampler_logp"], "Δ": worst["log_ratio"],
+    })
+    body = df_table_html(table, left=("run", "token")) if len(table) else ""
+    if panel.missing:
+        body += "".join(f"<p class='note'>{html.escape(labels.get(r, r))}: {html.escape(why)}</p>"
+                        for r, why in panel.missing.items())
+    return Section(f"{_panel_name(p)}: worst tokens at the last recorded step", body_html=body, note=(
+        "Per run, the response tokens where sampler and learner disagree most (largest |Δ|, Δ = log p learner − "
+        "log p sampler, the learner before that step's update) at the run's last recorded step "
+        "(health.mismatch_record_every). sequence and position: the response's row in the step's batch and "
+        "the token's place in it. token: the id decoded with the run's tokenizer where it is at hand here "
+        "(the built-in tiny model's, or a model.path directory on this machine); — where it is not."))

@@ -34,7 +34,9 @@ __all__ = [
     "health_heatmap_trace",
     "health_legend_html",
     "health_matrix_figure",
+    "log_ratio_ticks",
     "marker_traces",
+    "mismatch_histogram_traces",
     "run_traces",
     "is_interval_trace",
     "summary_bar_traces",
@@ -216,6 +218,64 @@ def marker_traces(events: pd.DataFrame, x: str = "step", *, shown: set[str] | No
             hovertemplate="<b>%{customdata[0]}</b><br>%{customdata[1]}<extra></extra>",
         ))
         shown.add(key)
+    return traces
+
+
+# --------------------------------------------------------------------------------------------
+# Mismatch record (histogram of the sampler/learner log-ratio)
+# --------------------------------------------------------------------------------------------
+
+#: Line of each drawn step of a run: the last recorded step solid, the first dotted (the panel title says so).
+MISMATCH_STEP_DASH = {"first": "dot", "last": "solid", "only": "solid"}
+
+
+def _nats(edge: float) -> str:
+    """A bin edge as a tick label: -1, -0.1, -0.01, -1e-3, ..., 1e-6, ..., 1."""
+    return f"{edge:g}" if abs(edge) >= 0.01 else f"{edge:.0e}".replace("e-0", "e-")
+
+
+def log_ratio_ticks(edges: Sequence[float]) -> tuple[list[float], list[str]]:
+    """Ticks of a mismatch histogram's x axis, where x is the bin number (bin k spans edges k−1 … k):
+    each whole-decade edge (±1, ±0.1, …) labelled at the boundary between its two bins, k + 0.5."""
+    vals, text = [], []
+    for k, edge in enumerate(edges):
+        decade = math.log10(abs(edge)) if edge else None
+        if decade is not None and abs(decade - round(decade)) < 1e-9:
+            vals.append(k + 0.5)
+            text.append(_nats(edge))
+    return vals, text
+
+
+def mismatch_histogram_traces(hist: pd.DataFrame, *, colors: Mapping[str, str], color_by: str = "variant",
+                              labels: Mapping[str, str] | None = None,
+                              shown: set[str] | None = None) -> list[go.Scatter]:
+    """One step-shaped line per run and drawn step from :class:`workbench.compare.mismatch_panel.MismatchPanel`
+    histograms: x = bin number, y = share of the step's response tokens; the exact count and the bin's bounds
+    are in ``customdata`` (count, lo, hi, step, tokens) and the hover. ``color_by="variant"``: runs take their
+    arm's colour and legend entry (``colors`` keyed by arm); ``"run"``: their own (keyed by run id)."""
+    shown = set() if shown is None else shown
+    labels = labels or {}
+    traces = []
+    order = hist["which"].map({"last": 0, "only": 0, "first": 1})  # a run's legend entry: its solid line
+    for (rid, which), g in hist.assign(order=order).sort_values(["order"], kind="stable").groupby(
+            ["run_id", "which"], sort=False):
+        g = g.sort_values("bin")
+        arm, step = str(g["arm"].iloc[0]), int(g["step"].iloc[0])
+        label = labels.get(rid, f"{arm}/seed={g['seed'].iloc[0]}")
+        group = arm if color_by == "variant" else rid
+        custom = np.stack([g["count"].to_numpy(dtype=float), g["lo"].to_numpy(dtype=float),
+                           g["hi"].to_numpy(dtype=float), g["step"].to_numpy(dtype=float),
+                           g["tokens"].to_numpy(dtype=float)], axis=-1)
+        traces.append(go.Scatter(
+            x=g["bin"].to_numpy(), y=g["share"].to_numpy(dtype=float), mode="lines", line_shape="hvh",
+            line={"color": colors.get(group, "#888888"), "dash": MISMATCH_STEP_DASH[which], "width": 1.5},
+            name=arm if color_by == "variant" else label, legendgroup=group, showlegend=group not in shown,
+            customdata=custom, meta="mismatch-histogram",
+            hovertemplate=(f"<b>{label}</b> · step {step} ({which} recorded)<br>Δ in (%{{customdata[1]:.3g}}, "
+                           "%{customdata[2]:.3g}]: %{customdata[0]:.0f} of %{customdata[4]:.0f} tokens "
+                           "(%{y:.3%})<extra></extra>"),
+        ))
+        shown.add(group)
     return traces
 
 

@@ -23,9 +23,10 @@ MLflow's frontend: ``savedViewEnvelope.ts``, ``ExperimentPageUIState.tsx``,
 Panel kinds map to chart cards: ``curve`` → a line chart of its metrics (x = step), ``summary``
 → a bar chart of the last logged value of the metric each summary reads (MLflow shows no
 bootstrap CIs: the HTML dashboard has those), ``health_matrix`` → a line chart of
-``health/status`` (0 ok, 1 warn, 2 fail). Grouped views draw each group's average with a
-min–max band (MLflow's ``aggregateFunction: average``); the per-seed view draws every run (a
-group per variant, grid point and seed).
+``health/status`` (0 ok, 1 warn, 2 fail), ``mismatch_record`` → no card (its data is the runs'
+``mismatch.json`` artifact, which MLflow charts cannot read; the view's notes say so). Grouped
+views draw each group's average with a min–max band (MLflow's ``aggregateFunction: average``);
+the per-seed view draws every run (a group per variant, grid point and seed).
 """
 
 from __future__ import annotations
@@ -174,8 +175,11 @@ def compile_view(spec: DashboardSpec, *, grouped: bool = True, known_metrics: It
                 source = _summary_source(m)
                 cards.append(_bar_card(f"{uuid}-{j}", section, source, f"{name}: last {source}"))
             notes.append(f"panel {name!r}: MLflow draws the last logged value (no bootstrap CI)")
-        else:  # health_matrix: the per-step worst health status is what MLflow can draw
+        elif p.kind == "health_matrix":  # the per-step worst health status is what MLflow can draw
             cards.append(_line_card(uuid, section, [HEALTH_STATUS], f"{name}: health/status (0 ok, 1 warn, 2 fail)"))
+        else:  # mismatch_record: a run artifact (mismatch.json), which MLflow's charts cannot read
+            notes.append(f"panel {name!r}: the mismatch record is a run artifact, not a metric: no MLflow chart "
+                         "(the HTML dashboard draws it)")
     charted = {c["metricKey"] for c in cards}
     for k, m in enumerate(sorted(set(known_metrics) - charted)):
         cards.append(_hidden_card(f"{vid}-hidden-{k}", section, m))

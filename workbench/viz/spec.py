@@ -16,8 +16,11 @@ A spec (``dashboards/*.yaml``; add your own, no code needed)::
       - {title: Entropy per run, metrics: [entropy/mean], aggregation: none, group_by: run}
       - {title: Final eval accuracy, kind: summary, metrics: [final_eval_accuracy]}
       - {title: Health, kind: health_matrix, width: 2}
+      - {title: Log-ratio histogram, kind: mismatch_record, width: 2, log_y: true}
 
-Panel fields: ``kind`` (``curve`` | ``summary`` | ``health_matrix``), ``metrics``,
+Panel fields: ``kind`` (``curve`` | ``summary`` | ``health_matrix`` | ``mismatch_record``: each run's
+sampler/learner log-ratio histogram at its first and last recorded steps and, below the figure, its worst
+tokens, from the runs' ``mismatch.json``), ``metrics``,
 ``aggregation`` (``mean`` | ``iqm``: across the runs of a group, with a 95% bootstrap band;
 ``none``: every run's own line), ``group_by`` (``variant`` | ``run``; a "variant" group is an
 arm, variant and grid point, in a study with a grid), ``x`` (``step`` |
@@ -41,7 +44,7 @@ __all__ = ["DashboardSpec", "LayoutSpec", "PanelDefaults", "PanelSpec", "SpecErr
 Aggregation = Literal["mean", "iqm", "none"]
 GroupBy = Literal["variant", "run"]
 XAxis = Literal["step", "samples", "tokens"]
-Kind = Literal["curve", "summary", "health_matrix"]
+Kind = Literal["curve", "summary", "health_matrix", "mismatch_record"]
 
 
 class SpecError(ValueError):
@@ -125,6 +128,8 @@ class PanelSpec(_Strict):
                 summary_name(m)  # ValueError naming the valid summaries
         if self.kind == "health_matrix" and self.metrics:
             raise ValueError("a health_matrix panel takes no `metrics` (it shows every health rule)")
+        if self.kind == "mismatch_record" and self.metrics:
+            raise ValueError("a mismatch_record panel takes no `metrics` (it shows the runs' mismatch.json)")
         if self.group_by == "run" and self.aggregation in ("mean", "iqm"):
             raise ValueError(f"aggregation {self.aggregation!r} needs group_by: variant "
                              "(one run has nothing to aggregate); use aggregation: none with group_by: run")
