@@ -6,8 +6,10 @@ Times, alternating on/off in one sitting (medians), at bench_vs_trl.py's batch (
 tokens):
 - ``off``: the three mismatch numbers the workbench logged before (|Δp| mean and max, k3 KL);
 - ``on``: ``mismatch_metrics`` (every mismatch/* scalar, quantiles included) + ``repetition_frac``;
-- the mismatch record's extra no-grad learner forward (``health.mismatch_record_every`` steps), on the
-  workbench's tiny model, divided by that cadence.
+- the mismatch record (histogram + worst tokens), every ``health.mismatch_record_every`` steps, divided by
+  that cadence. It reads the logprobs the update computes before its optimizer step, so it runs no learner
+  forward of its own (it did until the record became the update's observer: ``--with-old-forward`` adds
+  that forward's cost, on the workbench's tiny model, for comparison).
 
 The last column divides each by ``--measured-step`` (the median perf/step_s of the demo run: 0.52–0.57 s
 in the README; pass your own). Every metric is computed from tensors the step already holds: no other
@@ -64,6 +66,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--measured-step", type=float, default=0.56, help="median perf/step_s (s) to compare with")
     parser.add_argument("--record-every", type=int, default=100)
+    parser.add_argument("--with-old-forward", action="store_true",
+                        help="also time the no-grad forward the record ran before it read the update's logprobs")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     batches = [batch(k) for k in range(8)]
@@ -88,18 +92,20 @@ def main() -> None:
         offs += seconds(off, 1)
         ons += seconds(on, 1)
     records = seconds(record, args.repeats)
-    forward = tiny_forward_seconds(max(5, args.repeats // 10))
     rows = [("mismatch metrics off (3 numbers)", statistics.median(offs)),
             ("mismatch metrics on (all + repetition_frac)", statistics.median(ons)),
             ("on − off", statistics.median(ons) - statistics.median(offs)),
-            (f"record (histogram + worst tokens) / {args.record_every}", statistics.median(records) / args.record_every),
-            (f"record's learner forward / {args.record_every}", forward / args.record_every)]
-    total = rows[2][1] + rows[3][1] + rows[4][1]
+            (f"record (histogram + worst tokens) / {args.record_every}", statistics.median(records) / args.record_every)]
+    total = rows[2][1] + rows[3][1]
     print(f"batch {B}×{T} tokens, {args.threads} threads, {args.repeats} alternating repeats, "
           f"load {os.getloadavg()[0]:.2f}")
     print("| what | median ms per step | % of a {:.2f} s step |".format(args.measured_step))
     print("|---|---|---|")
-    for name, s in rows + [("added per step (on − off + record + its forward)", total)]:
+    extra = []
+    if args.with_old_forward:
+        forward = tiny_forward_seconds(max(5, args.repeats // 10))
+        extra = [(f"(before: the record's own learner forward / {args.record_every})", forward / args.record_every)]
+    for name, s in rows + [("added per step (on − off + record)", total)] + extra:
         print(f"| {name} | {1000 * s:.3f} | {100 * s / args.measured_step:.3f}% |")
 
 

@@ -248,3 +248,38 @@ def test_a_record_reads_back_and_a_broken_one_is_one_line():
     ]:
         with pytest.raises(ValueError, match=re.escape(message)):
             decode_mismatch_records(broken)
+
+
+@pytest.mark.slow
+def test_the_record_reads_the_updates_own_logprobs_and_adds_no_forward(monkeypatch):
+    """The mismatch record is built from the logprobs the update computes before its optimizer step (the
+    "old" policy's), so recording every step costs no learner forward: a run records at each step and
+    calls the learner exactly as often as the same run with the record off. Each record covers every
+    response token of its batch (its histogram's counts add up to them)."""
+    from tests.conftest import micro_run_config
+    from workbench.config import RunConfig
+    from workbench.health import HealthMonitor
+    from workbench.train.learner import TorchLearner
+    from workbench.train.loop import train
+
+    calls: list[int] = []
+    forward = TorchLearner.logprobs
+    monkeypatch.setattr(TorchLearner, "logprobs", lambda self, *a, **k: calls.append(1) or forward(self, *a, **k))
+
+    def run(every: int):
+        calls.clear()
+        cfg = RunConfig.model_validate(micro_run_config(health={"mismatch_record_every": every, "step0_gate": False}))
+        class Sink:
+            def log_metrics(self, metrics, step):
+                pass
+
+        result = train(cfg, Sink(), HealthMonitor.from_config(cfg.health))
+        return len(calls), result.mismatch_records, cfg
+
+    off_calls, off_records, cfg = run(0)
+    on_calls, records, _ = run(1)
+    assert off_records == [] and on_calls == off_calls
+    assert [r["step"] for r in records] == list(range(cfg.rollout.steps))
+    rows = cfg.rollout.prompts_per_step * cfg.rollout.group_size
+    for record in records:
+        assert 0 < sum(record["counts"]) <= rows * cfg.sampler.max_new_tokens

@@ -10,7 +10,7 @@ import torch
 
 from workbench.batch import PendingBatch, TrainBatch
 from workbench.config import AlgorithmConfig
-from workbench.train.learner_protocol import Learner, Section, no_section
+from workbench.train.learner_protocol import Learner, OldLogprobObserver, Section, no_section
 from workbench.train.update import policy_update
 
 
@@ -19,9 +19,10 @@ class LearnerBase(Learner):
     (logprobs, backward, step), ``policy_copy`` and the checkpoints."""
 
     def update(self, batch: TrainBatch | PendingBatch, algo: AlgorithmConfig, temperature: float,
-               generator: torch.Generator, section: Section = no_section) -> dict[str, float]:
+               generator: torch.Generator, section: Section = no_section,
+               observe_old_logp: OldLogprobObserver | None = None) -> dict[str, float]:
         """One policy update on ``batch``; returns its learner-side metrics."""
-        return policy_update(self, batch, algo, temperature, generator, section)
+        return policy_update(self, batch, algo, temperature, generator, section, observe_old_logp)
 
     @contextlib.contextmanager
     def gathered_model(self) -> Iterator[torch.nn.Module]:

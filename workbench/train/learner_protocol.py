@@ -39,6 +39,11 @@ from workbench.config import AlgorithmConfig, LearnerConfig
 Section = Callable[[str], AbstractContextManager[None]]
 
 
+OldLogprobObserver = Callable[[torch.Tensor], None]
+"""Called once per update with the learner's logprobs [B, T] of the batch before any optimizer step (the
+"old" policy's, computed anyway): the mismatch record reads them instead of running a forward of its own."""
+
+
 def no_section(name: str) -> AbstractContextManager[None]:
     """The ``Section`` of an update nobody times."""
     return nullcontext()
@@ -57,7 +62,8 @@ class Learner(Protocol):
     def step(self) -> float: ...
 
     def update(self, batch: TrainBatch | PendingBatch, algo: AlgorithmConfig, temperature: float,
-               generator: torch.Generator, section: Section = no_section) -> dict[str, float]: ...
+               generator: torch.Generator, section: Section = no_section,
+               observe_old_logp: OldLogprobObserver | None = None) -> dict[str, float]: ...
 
     def gathered_model(self) -> AbstractContextManager[torch.nn.Module]: ...
 

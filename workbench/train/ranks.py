@@ -36,7 +36,7 @@ import torch
 
 from workbench.batch import PendingBatch, TrainBatch
 from workbench.config import AlgorithmConfig
-from workbench.train.learner_protocol import Section, no_section
+from workbench.train.learner_protocol import OldLogprobObserver, Section, no_section
 from workbench.train.rank_env import is_follower, multi_rank
 from workbench.train.wrappers import LearnerWrapper
 
@@ -72,12 +72,13 @@ class MultiRankLeader(LearnerWrapper):
     """Rank 0's learner: each collective call is first sent to the followers, which repeat it."""
 
     def update(self, batch: TrainBatch | PendingBatch, algo: AlgorithmConfig, temperature: float,
-               generator: torch.Generator, section: Section = no_section) -> dict[str, float]:
+               generator: torch.Generator, section: Section = no_section,
+               observe_old_logp: OldLogprobObserver | None = None) -> dict[str, float]:
         """Followers update on the same inputs (sent before anything is consumed, the RNG state included)."""
         batch = batch.ready()  # followers get the whole batch: rewards scored, advantages computed
         send("update", {"batch": batch.to("cpu"), "algo": algo,  # CUDA tensors would land on rank 0's GPU
                         "temperature": temperature, "generator_state": generator.get_state()})
-        return self.inner.update(batch, algo, temperature, generator, section)
+        return self.inner.update(batch, algo, temperature, generator, section, observe_old_logp)  # rank 0 only
 
     def save_checkpoint(self, directory: Path) -> None:
         send("save", str(directory))

@@ -42,7 +42,7 @@ from workbench.tasks import Problem, Task, build_task
 from workbench.tasks.curation import PromptOrder
 from workbench.train.data import prepare_prompts
 from workbench.train.learner import ReferencePolicy, build_learner, resolve_device
-from workbench.train.learner_protocol import Learner
+from workbench.train.learner_protocol import Learner, OldLogprobObserver
 from workbench.train.step0_gate import check_step0
 from workbench.train.stopwatch import Stopwatch
 
@@ -119,9 +119,9 @@ def rl_step(cfg: RunConfig, step: int, parts: RunParts) -> dict[str, float]:
         sampled, scored, metrics = collect_batch(cfg, step, parts)
         batch = train_batch(cfg, step, scored, parts)
         with watch("learn"):
-            look_before_update(cfg, step, batch.rollouts, parts)
+            record = look_before_update(cfg, step, batch.rollouts, parts)
             metrics |= parts.learner.update(batch, cfg.algorithm, cfg.sampler.temperature, parts.generator,
-                                            section=watch)
+                                            section=watch, observe_old_logp=record)
             with parts.learner.gathered_model() as full:  # ZeRO-3: the sampler needs whole weights
                 parts.sampler.sync_weights(full)
         sampled = sampled.ready()  # scored by now: the update needed the rewards
@@ -130,24 +130,27 @@ def rl_step(cfg: RunConfig, step: int, parts: RunParts) -> dict[str, float]:
     return metrics | perf_metrics(watch.lap(), sampled, batch.ready(), cfg.algorithm.epochs)
 
 
-def look_before_update(cfg: RunConfig, step: int, rollouts, parts: RunParts) -> None:
-    """At step 0 the gate (the learner re-scores the batch; the run stops if the sampler disagrees beyond
-    the precisions' bound); every ``health.mismatch_record_every`` steps the mismatch record (histogram, worst
-    tokens). One no-grad learner forward, only on those steps; greedy sampling has no logprobs to compare."""
+def look_before_update(cfg: RunConfig, step: int, rollouts, parts: RunParts) -> OldLogprobObserver | None:
+    """At step 0 the gate: the learner re-scores the batch (one no-grad forward, once per run) and the run
+    stops if the sampler disagrees beyond the precisions' bound. Every ``health.mismatch_record_every`` steps,
+    the mismatch record (histogram, worst tokens): returned as the update's observer of its "old" logprobs,
+    which it computes anyway, so the record costs no forward. Greedy sampling has no logprobs to compare."""
     every = cfg.health.mismatch_record_every
     gate = step == 0 and cfg.health.step0_gate
     record = every > 0 and step % every == 0
     if cfg.sampler.temperature == 0 or not (gate or record):
-        return
+        return None
     if gate:
         check_step0(parts.learner, rollouts, cfg.sampler.temperature, sampler=cfg.sampler.backend,
                     sampler_dtype=cfg.sampler.dtype, learner_dtype=cfg.learner.dtype)
-    if record:
-        with torch.no_grad():
-            logp, _ = parts.learner.logprobs(rollouts, slice(None), cfg.sampler.temperature, with_entropy=False)
-        on_device = rollouts.mask.to(logp.device)
+    if not record:
+        return None
+
+    def observe(old_logp: torch.Tensor) -> None:
         parts.mismatch_records.append({"step": step} | mismatch_record(
-            logp.cpu(), rollouts.sampler_logp.cpu(), on_device.cpu(), rollouts.completion_ids.cpu()))
+            old_logp.detach().cpu(), rollouts.sampler_logp.cpu(), rollouts.mask.cpu(), rollouts.completion_ids.cpu()))
+
+    return observe
 
 
 def train_batch(cfg: RunConfig, step: int, scored: ScoredRollouts | PendingScores,

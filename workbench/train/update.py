@@ -25,7 +25,7 @@ from workbench.batch import PendingBatch, Rollouts, TrainBatch
 from workbench.config import AlgorithmConfig
 from workbench.metrics.compute import masked_mean_float
 from workbench.metrics.mismatch import mismatch_metrics
-from workbench.train.learner_protocol import Learner, Section, no_section
+from workbench.train.learner_protocol import Learner, OldLogprobObserver, Section, no_section
 
 
 def rows_loss(algo: AlgorithmConfig, batch: TrainBatch, rows: torch.Tensor | slice, logp: torch.Tensor,
@@ -51,7 +51,8 @@ def rows_loss(algo: AlgorithmConfig, batch: TrainBatch, rows: torch.Tensor | sli
 
 
 def policy_update(learner: Learner, batch: TrainBatch | PendingBatch, algo: AlgorithmConfig, temperature: float,
-                  generator: torch.Generator, section: Section = no_section) -> dict[str, float]:
+                  generator: torch.Generator, section: Section = no_section,
+                  observe_old_logp: OldLogprobObserver | None = None) -> dict[str, float]:
     """Update the learner on ``batch``; returns the step's learner-side metrics.
 
     ``batch.loss_mask`` selects the tokens that carry gradient; ``batch.ref_logp`` adds
@@ -73,6 +74,8 @@ def policy_update(learner: Learner, batch: TrainBatch | PendingBatch, algo: Algo
         old_logp = logp.detach()
     else:
         old_logp, entropy = no_grad_logprobs(learner, rollouts, temperature, micro)
+    if observe_old_logp is not None:
+        observe_old_logp(old_logp)
     metrics = {"entropy/mean": masked_mean_float(entropy, mask)}
     if ref_logp is not None:
         metrics["kl/ref"] = masked_mean_float(kl_penalty(old_logp, ref_logp, algo.kl_estimator), mask)

@@ -10,7 +10,7 @@ import torch
 
 from workbench.batch import PendingBatch, TrainBatch
 from workbench.config import AlgorithmConfig
-from workbench.train.learner_protocol import Learner, Section, no_section
+from workbench.train.learner_protocol import Learner, OldLogprobObserver, Section, no_section
 from workbench.train.update import policy_update
 
 
@@ -40,10 +40,12 @@ class NonFiniteInjection(LearnerWrapper):
         self.poisoned = False  # inside the update of step at_step
 
     def update(self, batch: TrainBatch | PendingBatch, algo: AlgorithmConfig, temperature: float,
-               generator: torch.Generator, section: Section = no_section) -> dict[str, float]:
+               generator: torch.Generator, section: Section = no_section,
+               observe_old_logp: OldLogprobObserver | None = None) -> dict[str, float]:
         self.poisoned = batch.step == self.at_step
         try:
-            return policy_update(self, batch, algo, temperature, generator, section)  # its backward() comes here
+            return policy_update(self, batch, algo, temperature, generator, section,  # its backward() comes here
+                                 observe_old_logp)
         finally:
             self.poisoned = False
 
