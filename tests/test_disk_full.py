@@ -16,6 +16,8 @@ import sqlite3
 import subprocess
 import sys
 
+import pytest
+
 CHILD = r"""
 import json, os, resource, signal, sys
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead of killing us
@@ -82,3 +84,48 @@ def test_space_coming_back_sends_what_was_held(tmp_path):
         status, = con.execute("SELECT status FROM runs WHERE run_uuid = ?", (result["run_id"],)).fetchone()
         points = con.execute("SELECT COUNT(*) FROM metrics WHERE run_uuid = ?", (result["run_id"],)).fetchone()[0]
     assert status == "FINISHED" and points == 2001  # "before" + 2,000
+
+
+WHOLE_RUN = r"""
+import os, resource, runpy, signal, sys
+if __name__ == "__main__":  # (the verifier's forkserver children import this file too)
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    limit = os.path.getsize("mlflow.db") + int(sys.argv[1])  # no file may grow past this: the disk fills mid-run
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+    sys.argv = ["workbench", *sys.argv[2:]]
+    runpy.run_module("workbench.cli.main", run_name="__main__")
+"""
+
+
+@pytest.mark.slow
+def test_a_whole_run_on_a_filling_disk_fails_in_one_line_without_a_traceback(workdir):
+    """`workbench run` itself, not the writer alone: the store fills after the run has started (128 KiB
+    above an empty store: the run, its params and its first metrics fit). The command exits 1, the run
+    is FAILED with the cause and the counts in `workbench.error`, the terminal gets one warning line and
+    no traceback (MLflow's SQL store logs each refused write with its traceback: those go to the
+    `workbench.tracking` log; the redaction had turned them into text the old filter did not see)."""
+    import yaml
+
+    from tests.conftest import micro_run_config
+    from tests.execution_helpers import install_empty_mlflow_db
+    from workbench.config import RunConfig
+    from workbench.models import model_dir
+
+    cfg = micro_run_config(rollout={"steps": 30, "eval_every": 10})
+    (workdir / "s.yaml").write_text(yaml.safe_dump({"name": "full", "base": cfg}))
+    parsed = RunConfig.model_validate(cfg)
+    model_dir(parsed.model, parsed.task, progress=False)  # the cold start exists before the disk fills
+    install_empty_mlflow_db(workdir)
+    (workdir / "run.py").write_text(WHOLE_RUN)
+    done = subprocess.run([sys.executable, "run.py", str(128 * 1024), "run", "s.yaml", "--quiet"],
+                          capture_output=True, text=True, timeout=600, cwd=workdir)
+    assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "Traceback" not in done.stderr and "ERROR mlflow" not in done.stderr, done.stderr[-3000:]
+    warnings = [line for line in done.stderr.splitlines() if "cannot write metrics" in line]
+    assert len(warnings) == 1 and "disk I/O error" in warnings[0], done.stderr[-2000:]
+    with sqlite3.connect(workdir / "mlflow.db") as con:
+        (status, error), = con.execute(
+            "SELECT r.status, t.value FROM runs r JOIN tags t ON t.run_uuid = r.run_uuid "
+            "WHERE t.key = 'workbench.error'").fetchall()
+    assert status == "FAILED" and error.startswith("the store could not write this run's metrics (disk I/O error): ")
+    assert "point(s) unsent" in error

@@ -92,6 +92,9 @@ class _StoreErrorsToLog(logging.Filter):
         if record.exc_info:
             log.debug("%s", record.getMessage(), exc_info=record.exc_info)
             return False
+        if record.exc_text:  # the redaction (tracking/redact.py) formatted the traceback already, in every CLI
+            log.debug("%s\n%s", record.getMessage(), record.exc_text)
+            return False
         return True
 
 
