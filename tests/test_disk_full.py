@@ -129,3 +129,10 @@ def test_a_whole_run_on_a_filling_disk_fails_in_one_line_without_a_traceback(wor
             "WHERE t.key = 'workbench.error'").fetchall()
     assert status == "FAILED" and error.startswith("the store could not write this run's metrics (disk I/O error): ")
     assert "point(s) unsent" in error
+    # with --debug the same tracebacks are there, from the workbench.tracking log, for whoever needs them
+    (workdir / "mlflow.db").unlink()
+    install_empty_mlflow_db(workdir)
+    debug = subprocess.run([sys.executable, "run.py", str(128 * 1024), "--debug", "run", "s.yaml", "--quiet"],
+                           capture_output=True, text=True, timeout=600, cwd=workdir)
+    assert debug.returncode == 1 and "DEBUG workbench.tracking: SQLAlchemy database error" in debug.stderr
+    assert "sqlite3.OperationalError: disk I/O error" in debug.stderr

@@ -27,6 +27,32 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pydantic import ValidationError
 
+DEBUG_ENV = "WORKBENCH_DEBUG"  # `workbench --debug`; inherited by the processes a study starts
+
+
+def debug_enabled() -> bool:
+    import os
+
+    return os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no")
+
+
+def show_debug_logs() -> None:
+    """With --debug, the workbench's own log records go to stderr at DEBUG and above: among them the
+    tracebacks kept off the terminal otherwise (MLflow's SQL store errors, tracking/writer.py). Records
+    pass the redaction's record factory first (tracking/redact.py). Idempotent."""
+    import logging
+
+    if not debug_enabled():
+        return
+    logger = logging.getLogger("workbench")
+    if not any(getattr(handler, "workbench_debug", False) for handler in logger.handlers):
+        handler = logging.StreamHandler()  # the current sys.stderr: the redacting one in a CLI process
+        handler.workbench_debug = True  # type: ignore[attr-defined]
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.DEBUG)
+
+
 __all__ = [
     "CLOSE_RATIO",
     "Issue",

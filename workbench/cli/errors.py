@@ -9,22 +9,16 @@ lets the traceback through.
 
 from __future__ import annotations
 
-import os
-
 import click
 import typer
 from typer.core import TyperGroup
 
+from workbench.errors import debug_enabled
 from workbench.tracking.check import StoreError, describe_store_failure
 from workbench.tracking.redact import redact_text
 from workbench.tracking.writer import TrackingOutage
 
-DEBUG_ENV = "WORKBENCH_DEBUG"
 HINT = "run with --debug for the traceback (workbench --debug COMMAND ...)"
-
-
-def debug_enabled() -> bool:
-    return os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no")
 
 
 def is_input_error(error: BaseException) -> bool:

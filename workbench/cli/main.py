@@ -20,11 +20,11 @@ import typer
 from rich.table import Table
 
 from workbench.cli.console import print_table
-from workbench.cli.errors import DEBUG_ENV
 from workbench.cli.help_format import HelpGroup
 from workbench.cli.invocation import workbench_command
 from workbench.cli.output import console, err_console, fail
 from workbench.cli.seed_plan import print_seed_plan, seed_plan
+from workbench.errors import DEBUG_ENV, show_debug_logs
 from workbench.execution.lock import StudyBusy
 from workbench.execution.study_progress import PROGRESS_EVERY_ENV
 from workbench.metrics import CATALOGUE
@@ -62,6 +62,7 @@ def _global_options(debug: Annotated[bool, typer.Option(
             "--version", callback=_print_version, is_eager=True, help="print the version and exit")] = False) -> None:
     if debug:
         os.environ[DEBUG_ENV] = "1"  # inherited by the processes a study starts
+    show_debug_logs()  # --debug or WORKBENCH_DEBUG=1: the workbench's logs (store tracebacks too) on stderr
 
 
 StudyArg = Annotated[Path, typer.Argument(help="study YAML file")]

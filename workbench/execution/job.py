@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from workbench.execution.run import RunOutcome, execute_run
 from workbench.study import RunSpec
+from workbench.errors import show_debug_logs
 from workbench.tracking.redact import guard_output
 
 # What a run's process reports to the driver's study display after each step (the rest stays in MLflow).
@@ -41,6 +42,7 @@ def execute_job(job: RunJob, progress) -> RunOutcome:
     try:
         os.environ["MLFLOW_TRACKING_URI"] = job.tracking_uri  # log where the driver looks
         guard_output()  # this process prints too: its password masked like the driver's
+        show_debug_logs()  # --debug reaches run processes through WORKBENCH_DEBUG
         import torch
         from transformers.utils import logging as hf_logging
 
