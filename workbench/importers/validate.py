@@ -254,6 +254,14 @@ class RunCheck:
     points: int = 0  # metric values
     steps: int = 0
     monitor: Any = None  # the HealthMonitor after every step (its tags go on the run)
+    health: Any = None  # its collector: the steps go to it, the rules judge them a block at a time
+
+
+def _start_health(check: RunCheck, new_monitor: Callable[[], Any]) -> None:
+    """A fresh monitor, fed block by block (workbench.health.columns): the rules judge a long run
+    with numpy instead of ~0.1 ms a step in Python, with the same verdicts."""
+    check.monitor = new_monitor()
+    check.health = check.monitor.columns()
 
 
 def check_run(points: Points, convert: Callable[[dict[str, float]], dict[str, float]], new_monitor: Callable[[], Any],
@@ -262,7 +270,8 @@ def check_run(points: Points, convert: Callable[[dict[str, float]], dict[str, fl
     values were checked by the reader), the health rules applied. Raises ``ImportSourceError``
     naming the line (or source run) of the first problem. A log whose steps repeat or go back is
     merged (:meth:`Points.merge`) and its health computed on the merged, ascending series."""
-    check = RunCheck(monitor=new_monitor())
+    check = RunCheck()
+    _start_health(check, new_monitor)
 
     def check_names(where: str, metrics: dict[str, float]) -> None:
         for name in metrics.keys() - check.names:  # each name checked once, where it first appears
@@ -276,7 +285,7 @@ def check_run(points: Points, convert: Callable[[dict[str, float]], dict[str, fl
         converted = convert(metrics)
         check.points += len(converted)
         check.steps += 1
-        check.monitor.observe(step, converted)
+        check.health.add(step, converted)
 
     ascending, last = True, None
     for where, step, metrics in points.with_where():
@@ -288,9 +297,10 @@ def check_run(points: Points, convert: Callable[[dict[str, float]], dict[str, fl
     if not ascending:  # health again, on the merged ascending series
         points.merge()
         check.points = check.steps = 0
-        check.monitor = new_monitor()
+        _start_health(check, new_monitor)
         for step, metrics in points:
             observe(step, metrics)
+    check.health.finish()
     return check
 
 

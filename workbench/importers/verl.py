@@ -161,7 +161,9 @@ def _jsonl_record(line: str) -> tuple[int, dict[str, float]]:
     step = step_number(row["step"])
     metrics = {}
     for name, value in row["data"].items():
-        if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)):
+        if type(value) is float:  # nearly every value: kept as parsed (NaN and infinities too, as metric_value does)
+            metrics[name] = value
+        elif value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)):
             metrics[name] = metric_value(value)  # strings, lists, booleans are not metrics: left out
     return step, metrics
 
