@@ -1274,9 +1274,10 @@ class NonFinite(HealthRule):
         checked = np.zeros(len(block), dtype=bool)
         violated = np.zeros(len(block), dtype=bool)
         for key in keys:
-            present = block.present[key]
+            present = block.has(key)
             checked |= present
-            violated |= present & ~np.isfinite(block.values[key])
+            if key in block.values:
+                violated |= present & ~np.isfinite(block.values[key])
         return _stateless(self, block, checked, violated)
 
 

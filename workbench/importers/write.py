@@ -15,13 +15,15 @@ whose key is already in the study is skipped, so importing the same source twice
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
 
 from workbench.health import HealthMonitor
+from workbench.tracking.bulk import bulk_writable, write_metric_history
 from workbench.tracking.store import get_or_create_experiment, sqlite_file
 from workbench.tracking.writer import RunTracker
 
@@ -110,6 +112,7 @@ def write_study(adapter: Adapter, runs: Sequence[SourceRun], uri: str, study: st
     client = MlflowClient(uri)
     get_or_create_experiment(client, study, uri)
     outcome.parent_run_id = _parent_run(client, uri, study, adapter.framework, variants, source_note)
+    bulk = bulk_writable(uri)  # a SQLite store: rows straight into its tables (tracking/bulk.py); else log_batch
     for run in todo:
         check = checks[run.key]
         skipped = {"count": run.bad_lines.count, "first": run.bad_lines.first} if run.bad_lines else None
@@ -121,10 +124,17 @@ def write_study(adapter: Adapter, runs: Sequence[SourceRun], uri: str, study: st
         try:
             if run.params:
                 tracker.log_params({f"source.{k}": v for k, v in run.params.items()})
-            for step, metrics in run.steps:  # the second pass: streamed again, nothing kept
-                converted = adapter.convert_step(metrics)
-                if converted:
-                    tracker.log_metrics(converted, step=step)
+            points = _converted(adapter, run)  # the second pass: streamed again, nothing kept
+            if bulk:
+                write_metric_history(uri, tracker.run_id, points, int(time.time() * 1000), expect_points=check.points)
+            else:
+                sent = 0
+                for step, metrics in points:
+                    tracker.log_metrics(metrics, step=step)
+                    sent += len(metrics)
+                if sent != check.points:  # the run is deleted below
+                    raise ValueError(f"{run.label}: the source changed while it was imported: {check.points:,} "
+                                     f"points checked, {sent:,} read again")
             tracker.log_dict({"framework": adapter.framework, "adapter_version": adapter.version,
                               "source": run.origin, "source_name": run.name, "source_status": run.status,
                               "points": check.points, "skipped_bad_lines": skipped,
@@ -143,6 +153,14 @@ def write_study(adapter: Adapter, runs: Sequence[SourceRun], uri: str, study: st
                              baseline=variants[0] if variants else None)
         publish_study_views(client, client.get_experiment_by_name(study).experiment_id, layout, view_specs)
     return outcome
+
+
+def _converted(adapter: Adapter, run: SourceRun) -> Iterator[tuple[int, dict[str, float]]]:
+    """The run's steps under their imported names, the steps that carry none left out."""
+    for step, metrics in run.steps:
+        converted = adapter.convert_step(metrics)
+        if converted:
+            yield step, converted
 
 
 def _parent_run(client: Any, uri: str, study: str, framework: str, variants: list[str],

@@ -18,7 +18,6 @@ from __future__ import annotations
 import errno
 import json
 import logging
-import math
 import os
 import sys
 import tempfile
@@ -31,6 +30,7 @@ from typing import Any
 
 import yaml
 
+from workbench.tracking.bulk import store_value
 from workbench.tracking.redact import redact_text, redact_uri
 from workbench.tracking.store import checkpoint_root, ensure_store, get_or_create_experiment
 
@@ -316,11 +316,7 @@ class RunTracker:
     def _buffer_metrics(self, metrics: dict[str, float], step: int, Metric) -> None:
         ts = int(time.time() * 1000)
         for key, value in metrics.items():
-            value = float(value)
-            # MLflow's sqlite store rejects NaN/inf in some versions: keep the point, health saw the raw value
-            if not math.isfinite(value):
-                value = float("nan") if math.isnan(value) else math.copysign(1e308, value)
-            self._buffer.append(Metric(key, value, ts, step))
+            self._buffer.append(Metric(key, store_value(value), ts, step))  # ±inf as ±1e308 (tracking/bulk.py)
         self._steps_since_flush += 1
 
     def flush(self) -> None:
