@@ -16,7 +16,7 @@ whose key is already in the study is skipped, so importing the same source twice
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -124,17 +124,12 @@ def write_study(adapter: Adapter, runs: Sequence[SourceRun], uri: str, study: st
         try:
             if run.params:
                 tracker.log_params({f"source.{k}": v for k, v in run.params.items()})
-            points = _converted(adapter, run)  # the second pass: streamed again, nothing kept
+            checked = check.checked  # exactly the points the first pass checked (not the source read again)
             if bulk:
-                write_metric_history(uri, tracker.run_id, points, int(time.time() * 1000), expect_points=check.points)
+                write_metric_history(uri, tracker.run_id, checked.chunks(), int(time.time() * 1000))
             else:
-                sent = 0
-                for step, metrics in points:
+                for step, metrics in checked.steps():
                     tracker.log_metrics(metrics, step=step)
-                    sent += len(metrics)
-                if sent != check.points:  # the run is deleted below
-                    raise ValueError(f"{run.label}: the source changed while it was imported: {check.points:,} "
-                                     f"points checked, {sent:,} read again")
             tracker.log_dict({"framework": adapter.framework, "adapter_version": adapter.version,
                               "source": run.origin, "source_name": run.name, "source_status": run.status,
                               "points": check.points, "skipped_bad_lines": skipped,
@@ -145,6 +140,8 @@ def write_study(adapter: Adapter, runs: Sequence[SourceRun], uri: str, study: st
             # a half-written run would hold the source's run_key and block the retry: remove it
             client.delete_run(tracker.run_id)
             raise
+        finally:
+            check.checked.close()
         outcome.imported.append((run.label, tracker.run_id))
     if view_specs:
         from workbench.viz.mlflow_views import StudyLayout, publish_study_views  # deferred: pandas, plotly
@@ -153,14 +150,6 @@ def write_study(adapter: Adapter, runs: Sequence[SourceRun], uri: str, study: st
                              baseline=variants[0] if variants else None)
         publish_study_views(client, client.get_experiment_by_name(study).experiment_id, layout, view_specs)
     return outcome
-
-
-def _converted(adapter: Adapter, run: SourceRun) -> Iterator[tuple[int, dict[str, float]]]:
-    """The run's steps under their imported names, the steps that carry none left out."""
-    for step, metrics in run.steps:
-        converted = adapter.convert_step(metrics)
-        if converted:
-            yield step, converted
 
 
 def _parent_run(client: Any, uri: str, study: str, framework: str, variants: list[str],

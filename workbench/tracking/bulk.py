@@ -20,11 +20,15 @@ from __future__ import annotations
 
 import math
 import sqlite3
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from itertools import repeat
+
+import numpy as np
 
 from workbench.tracking.store import sqlite_file
 
-__all__ = ["METRIC_COLUMNS", "LATEST_COLUMNS", "bulk_writable", "store_value", "write_metric_history"]
+__all__ = ["LATEST_COLUMNS", "METRIC_COLUMNS", "MetricColumns", "bulk_writable", "store_value", "write_metric_history"]
 
 #: The columns of MLflow's ``metrics`` and ``latest_metrics`` tables (MLflow 3.x sqlite schema),
 #: in the order the rows below give them.
@@ -64,27 +68,54 @@ def bulk_writable(tracking_uri: str) -> bool:
         con.close()
 
 
-def write_metric_history(tracking_uri: str, run_id: str, steps: Iterable[tuple[int, Mapping[str, float]]],
-                         timestamp_ms: int, expect_points: int | None = None) -> int:
-    """Write ``(step, {key: value})`` for a run that has no metrics yet (each key at most once per
-    step), all at ``timestamp_ms``, in one transaction; returns the number of points. Streams:
-    memory does not grow with the history. ``expect_points``: the number a first pass counted; any
-    other number rolls everything back (``ValueError``): the source changed in between."""
-    latest: dict[str, tuple[int, int, float, int]] = {}  # key -> (step, timestamp, value, is_nan)
+@dataclass(frozen=True)
+class MetricColumns:
+    """A stretch of a run's metric points as columns: point i is ``names[key[i]]`` at ``step[i]``
+    with ``value[i]`` (the value as the workbench logs it; :func:`store_value` is applied here)."""
+
+    names: Sequence[str]
+    key: np.ndarray  # int, an index into names
+    step: np.ndarray  # int64
+    value: np.ndarray  # float64
+
+    def __len__(self) -> int:
+        return len(self.step)
+
+    @classmethod
+    def of_steps(cls, steps: Iterable[tuple[int, Mapping[str, float]]]) -> MetricColumns:
+        """``(step, {key: value})`` pairs as columns (small histories, tests)."""
+        names: dict[str, int] = {}
+        key, step, value = [], [], []
+        for s, metrics in steps:
+            for name, v in metrics.items():
+                key.append(names.setdefault(name, len(names)))
+                step.append(s)
+                value.append(v)
+        return cls(list(names), np.array(key, dtype=np.int64), np.array(step, dtype=np.int64),
+                   np.array(value, dtype=float))
+
+
+def write_metric_history(tracking_uri: str, run_id: str, chunks: Iterable[MetricColumns], timestamp_ms: int) -> int:
+    """Write the points of ``chunks`` for a run that has no metrics yet, all at ``timestamp_ms``, in
+    one transaction; returns the number of points. Each metric at most once per step (an import's
+    points: a step's metrics are a mapping, steps are merged). Streams: memory does not grow with
+    the history."""
+    latest: dict[str, tuple[int, float, bool]] = {}  # key -> (step, stored value, is_nan)
     written = 0
 
-    def rows() -> Iterator[tuple[str, float, int, str, int, int]]:
+    def rows() -> Iterator[tuple[str, float, int, str, int, bool]]:
         nonlocal written
-        for step, metrics in steps:
-            for key, value in metrics.items():
-                v = store_value(value)
-                is_nan = v != v
-                stored = 0.0 if is_nan else v  # sanitize_metric_value: NaN is 0 with is_nan set
-                written += 1
-                last = latest.get(key)
-                if last is None or (step, timestamp_ms, stored) > last[:3]:  # _update_latest_metrics_if_necessary
-                    latest[key] = (step, timestamp_ms, stored, is_nan)
-                yield key, stored, timestamp_ms, run_id, step, is_nan
+        for chunk in chunks:
+            if not len(chunk):
+                continue
+            value = np.where(np.isinf(chunk.value), np.copysign(1e308, chunk.value), chunk.value)  # store_value
+            is_nan = np.isnan(value)
+            stored = np.where(is_nan, 0.0, value)  # sanitize_metric_value: NaN is 0 with is_nan set
+            _keep_latest(latest, chunk, stored, is_nan)
+            keys = np.asarray(chunk.names, dtype=object)[chunk.key].tolist()
+            written += len(chunk)
+            yield from zip(keys, stored.tolist(), repeat(timestamp_ms), repeat(run_id), chunk.step.tolist(),
+                           is_nan.tolist(), strict=False)
 
     con = sqlite3.connect(sqlite_file(tracking_uri), timeout=BUSY_TIMEOUT_S, isolation_level=None)
     try:
@@ -93,10 +124,7 @@ def write_metric_history(tracking_uri: str, run_id: str, steps: Iterable[tuple[i
         try:
             con.executemany(f"INSERT INTO metrics ({', '.join(METRIC_COLUMNS)}) VALUES (?, ?, ?, ?, ?, ?)", rows())
             con.executemany(f"INSERT INTO latest_metrics ({', '.join(LATEST_COLUMNS)}) VALUES (?, ?, ?, ?, ?, ?)",
-                            ((key, v, ts, step, is_nan, run_id) for key, (step, ts, v, is_nan) in latest.items()))
-            if expect_points is not None and written != expect_points:
-                raise ValueError(f"the source changed while it was imported: {expect_points:,} points checked, "
-                                 f"{written:,} read again; nothing written")
+                            ((key, v, timestamp_ms, step, is_nan, run_id) for key, (step, v, is_nan) in latest.items()))
             con.execute("COMMIT")
         except BaseException:
             if con.in_transaction:  # SQLite may have rolled back itself (a full disk at COMMIT)
@@ -105,3 +133,17 @@ def write_metric_history(tracking_uri: str, run_id: str, steps: Iterable[tuple[i
     finally:
         con.close()
     return written
+
+
+def _keep_latest(latest: dict[str, tuple[int, float, bool]], chunk: MetricColumns, stored: np.ndarray,
+                 is_nan: np.ndarray) -> None:
+    """MLflow's latest point per metric (``_update_latest_metrics_if_necessary``): the greatest
+    ``(step, timestamp, value)``; one timestamp here, so the greatest ``(step, value)``."""
+    order = np.lexsort((stored, chunk.step, chunk.key))
+    key = chunk.key[order]
+    last = order[np.append(key[1:] != key[:-1], True)]  # per key, its greatest (step, value)
+    for i in last.tolist():
+        name, step, v = chunk.names[int(chunk.key[i])], int(chunk.step[i]), float(stored[i])
+        held = latest.get(name)
+        if held is None or (step, v) > held[:2]:
+            latest[name] = (step, v, bool(is_nan[i]))
