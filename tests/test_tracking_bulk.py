@@ -16,8 +16,8 @@ import pytest
 from mlflow import MlflowClient
 from mlflow.entities import Metric
 
-from workbench.tracking.bulk import MetricColumns, bulk_writable, store_value, write_metric_history
-from workbench.tracking.writer import RunTracker
+from workbench.tracking.bulk import MetricColumns, bulk_writable, write_metric_history
+from workbench.tracking.writer import RunTracker, store_value
 
 TS = 1_764_000_000_123
 

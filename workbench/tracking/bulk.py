@@ -1,14 +1,14 @@
 """A run's whole metric history written straight into a SQLite MLflow store, in one transaction.
 
 ``log_batch`` costs 0.3-1 s per 1,000 points into SQLite (an ORM object per point, a query for
-the latest values per batch), so the 3M points of a 1M-line import would take an hour. An import
+the latest values per batch), so the 3M points of a 1M-line import would take 15-50 minutes. An import
 writes a finished history into a run it has just created, so it can write the rows MLflow would
 have written itself: one row per point in ``metrics`` and the latest point per metric in
 ``latest_metrics`` (the only tables ``log_batch`` touches for metrics without a model id; the
 MLflow UI and ``MlflowClient`` read these two). Rows follow MLflow's own rules
 (``SqlAlchemyStore.sanitize_metric_value``: NaN is stored as 0 with ``is_nan`` set; the latest
-point is the greatest ``(step, timestamp, value)``), after the workbench's own (:func:`store_value`,
-as ``RunTracker`` sends it). tests/tracking/test_bulk.py compares the rows with those ``log_batch``
+point is the greatest ``(step, timestamp, value)``), after the workbench's own
+(``writer.store_value``, as ``RunTracker`` sends it). tests/tracking/test_bulk.py compares the rows with those ``log_batch``
 writes for the same points.
 
 Only a SQLite store whose two tables have exactly the columns this was checked against is
@@ -18,7 +18,6 @@ gets ``log_batch``. One transaction: a failure part-way leaves no row behind.
 
 from __future__ import annotations
 
-import math
 import sqlite3
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -28,7 +27,7 @@ import numpy as np
 
 from workbench.tracking.store import sqlite_file
 
-__all__ = ["LATEST_COLUMNS", "METRIC_COLUMNS", "MetricColumns", "bulk_writable", "store_value", "write_metric_history"]
+__all__ = ["LATEST_COLUMNS", "METRIC_COLUMNS", "MetricColumns", "bulk_writable", "write_metric_history"]
 
 #: The columns of MLflow's ``metrics`` and ``latest_metrics`` tables (MLflow 3.x sqlite schema),
 #: in the order the rows below give them.
@@ -37,15 +36,6 @@ LATEST_COLUMNS = ("key", "value", "timestamp", "step", "is_nan", "run_uuid")
 #: SQLite page cache for the insert (the pages of the indexes being appended to): 8 MB, bounded.
 CACHE_KIB = 8 * 1024
 BUSY_TIMEOUT_S = 60.0
-
-
-def store_value(value: float) -> float:
-    """A metric value as the workbench sends it to MLflow: NaN kept, ±inf as ±1e308 (MLflow's sqlite
-    store rejects infinities in some versions; the health rules saw the raw value)."""
-    value = float(value)
-    if math.isfinite(value) or math.isnan(value):
-        return value
-    return math.copysign(1e308, value)
 
 
 def _columns(con: sqlite3.Connection, table: str) -> tuple[str, ...]:
@@ -71,7 +61,7 @@ def bulk_writable(tracking_uri: str) -> bool:
 @dataclass(frozen=True)
 class MetricColumns:
     """A stretch of a run's metric points as columns: point i is ``names[key[i]]`` at ``step[i]``
-    with ``value[i]`` (the value as the workbench logs it; :func:`store_value` is applied here)."""
+    with ``value[i]`` (the value as the workbench logs it; ``store_value`` is applied when written)."""
 
     names: Sequence[str]
     key: np.ndarray  # int, an index into names
@@ -108,7 +98,7 @@ def write_metric_history(tracking_uri: str, run_id: str, chunks: Iterable[Metric
         for chunk in chunks:
             if not len(chunk):
                 continue
-            value = np.where(np.isinf(chunk.value), np.copysign(1e308, chunk.value), chunk.value)  # store_value
+            value = np.where(np.isinf(chunk.value), np.copysign(1e308, chunk.value), chunk.value)  # store_value()
             is_nan = np.isnan(value)
             stored = np.where(is_nan, 0.0, value)  # sanitize_metric_value: NaN is 0 with is_nan set
             _keep_latest(latest, chunk, stored, is_nan)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import errno
 import json
 import logging
+import math
 import os
 import sys
 import tempfile
@@ -30,7 +31,6 @@ from typing import Any
 
 import yaml
 
-from workbench.tracking.bulk import store_value
 from workbench.tracking.redact import redact_text, redact_uri
 from workbench.tracking.store import checkpoint_root, ensure_store, get_or_create_experiment
 
@@ -316,7 +316,7 @@ class RunTracker:
     def _buffer_metrics(self, metrics: dict[str, float], step: int, Metric) -> None:
         ts = int(time.time() * 1000)
         for key, value in metrics.items():
-            self._buffer.append(Metric(key, store_value(value), ts, step))  # ±inf as ±1e308 (tracking/bulk.py)
+            self._buffer.append(Metric(key, store_value(value), ts, step))
         self._steps_since_flush += 1
 
     def flush(self) -> None:
@@ -445,6 +445,16 @@ class RunTracker:
         self.outage.warn(f"MLflow run {self.run_id} ended {status}; {len(lines) - 1} unsent metric point(s) "
                          f"kept in {path} (sent when the run is executed again)")
         return path
+
+
+def store_value(value: float) -> float:
+    """A metric value as the workbench sends it to MLflow: NaN kept, ±inf as ±1e308 (MLflow's sqlite
+    store rejects infinities in some versions; the health rules saw the raw value). tracking/bulk.py
+    applies the same rule to whole columns."""
+    value = float(value)
+    if math.isfinite(value) or math.isnan(value):
+        return value
+    return math.copysign(1e308, value)
 
 
 def _param_text(value: Any) -> str:
