@@ -1,15 +1,15 @@
 """A run's whole metric history written straight into a SQLite MLflow store, in one transaction.
 
 ``log_batch`` costs 0.3-1 s per 1,000 points into SQLite (an ORM object per point, a query for
-the latest values per batch), so the 3M points of a 1M-line import would take 15-50 minutes. An import
-writes a finished history into a run it has just created, so it can write the rows MLflow would
-have written itself: one row per point in ``metrics`` and the latest point per metric in
+the latest values per batch), so the 3M points of a 1M-line import would take 15-50 minutes. An
+import writes a finished history into a run it has just created, so it can write the rows MLflow
+would have written itself: one row per point in ``metrics`` and the latest point per metric in
 ``latest_metrics`` (the only tables ``log_batch`` touches for metrics without a model id; the
 MLflow UI and ``MlflowClient`` read these two). Rows follow MLflow's own rules
 (``SqlAlchemyStore.sanitize_metric_value``: NaN is stored as 0 with ``is_nan`` set; the latest
 point is the greatest ``(step, timestamp, value)``), after the workbench's own
-(``writer.store_value``, as ``RunTracker`` sends it). tests/tracking/test_bulk.py compares the rows with those ``log_batch``
-writes for the same points.
+(``writer.store_value``, as ``RunTracker`` sends it). tests/test_tracking_bulk.py compares the
+rows with those ``log_batch`` writes for the same points.
 
 Only a SQLite store whose two tables have exactly the columns this was checked against is
 written this way (:func:`bulk_writable`); any other store (a server, PostgreSQL, a future schema)
