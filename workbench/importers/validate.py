@@ -359,6 +359,8 @@ def check_run(points: Points, convert: Callable[[dict[str, float]], dict[str, fl
     _start_over(check, new_monitor)
 
     def check_names(where: str, metrics: dict[str, float]) -> None:
+        if metrics.keys() <= check.names:  # nearly every line: no name it has not seen
+            return
         for name in metrics.keys() - check.names:  # each name checked once, where it first appears
             for target in convert({name: 0.0}):
                 problem = metric_name_problem(target)
