@@ -83,8 +83,8 @@ NOISE_Z = 4.0
 # they judge (health/trend.py: fewer leave the fitted noise too uncertain at strong autocorrelation).
 MAX_NOISE_WINDOW = 150
 # Rows of windowed values handed to the trend kernels at once by observe_block (up to 166 values
-# each): a few MB per temporary array.
-KERNEL_ROWS = 2048
+# each): under 1 MB per temporary array, so the import's peak memory barely moves.
+KERNEL_ROWS = 512
 
 
 # --------------------------------------------------------------------------------------------

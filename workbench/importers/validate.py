@@ -62,7 +62,7 @@ MAX_SOURCE_BYTES = 4 << 30  # 4 GiB: a 1M-step verl log is ~80 MB; /dev/zero or 
 MAX_LINES = 50_000_000
 MAX_LINE_BYTES = 1 << 20  # one metric line is a few KB; a 1 MiB line is not one (and bounds json nesting work)
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # MLflow stores a step as a 64-bit integer
-SPILL_POINTS = 1 << 16  # checked points buffered in memory before they go to the temporary file (~1.5 MB)
+SPILL_POINTS = 1 << 15  # checked points buffered in memory before they go to the temporary file (~0.8 MB)
 
 #: (where, step, {source metric name: value}): ``where`` names the line ("log.jsonl:12") or run.
 Point = tuple[str, int, dict[str, float]]
