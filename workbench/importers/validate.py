@@ -1,11 +1,12 @@
 """Validate-then-write for every importer: bounded streaming reads, checked values, labels, names.
 
-An import reads each source twice: once here, to check everything that could make MLflow refuse
-a write (step range, number range, metric names by MLflow's own rules) and to compute what the run's
-tags need (health, metric names, point count), and once in :mod:`.write`, streaming the same points
-into the store. Nothing is written unless every run passed; memory per run is constant for a log
-whose steps ascend (a log that repeats or reorders steps is merged in memory, bounded by the file
-limits below).
+An import reads each source once, here, to check everything that could make MLflow refuse a write
+(step range, number range, metric names by MLflow's own rules) and to compute what the run's tags
+need (health, judged a block of steps at a time, metric names, point count); the points it checked
+go, under their imported names, to a temporary file (:class:`CheckedPoints`), which :mod:`.write`
+streams into the store. Nothing is written unless every run passed, and what is written is what was
+checked. Memory per run is constant for a log whose steps ascend (a log that repeats or reorders
+steps is merged in memory, bounded by the file limits below).
 
 File readers get their lines from :func:`numbered_lines` (a regular file only: FIFOs and devices
 are refused before they are opened; at most :data:`MAX_SOURCE_BYTES`, :data:`MAX_LINES` lines of at
