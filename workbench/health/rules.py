@@ -478,7 +478,7 @@ class _EntropyRelative(HealthRule):
         initial = self._initial
         if initial is None or initial <= 0.0:
             return BlockReadings.none()
-        return BlockReadings(at, self._violated(x, initial), lambda k: self._compare(float(x[k]), initial))
+        return BlockReadings(at, self._violated(x, initial), lambda i: self._compare(float(x[i]), initial))
 
 
 class EntropyCollapseParams(EntropyBaselineParams):
@@ -861,8 +861,8 @@ class RewardCollapse(HealthRule):
         threshold = np.where(noise_limit < below_best, noise_limit, below_best)  # min(): update's NaN rules
         self._best = float(best[-1])
         self._reference, self._standard_error = float(reference[-1]), float(standard_error[-1])
-        return BlockReadings(at, running < threshold, lambda k: self._reading(
-            float(running[k]), float(best[k]), float(reference[k]), float(standard_error[k])))
+        return BlockReadings(at, running < threshold, lambda i: self._reading(
+            float(running[i]), float(best[i]), float(reference[i]), float(standard_error[i])))
 
 
 class NoLearningSignalParams(StreakParams):
@@ -1153,7 +1153,7 @@ class MismatchGrowth(HealthRule):
         seq, spans = _windows(self._recent, x, p.window)
         self._recent.extend(x[-p.window:].tolist())
         level = sliding_window_view(seq, p.window)[spans[:, 1] - p.window].mean(axis=-1)
-        return BlockReadings(at, level > self._limit()[1], lambda k: self._reading(float(level[k])))
+        return BlockReadings(at, level > self._limit()[1], lambda i: self._reading(float(level[i])))
 
 
 class ClipFractionParams(StreakParams):
