@@ -3,13 +3,19 @@
     python benchmarks/bench_import.py [--lines 1000000] [--write-lines 1000000] [--dir /tmp/wb-bench-import]
 
 Writes a verl FileLogger log of ``--lines`` lines (three metrics a line, ~80 bytes: the issue's 1M
-lines = 80 MB), then measures, each in a process of its own (peak RSS from ``os.wait4``):
+lines = 80 MB, 3M points), then measures, each in a process of its own (CPU seconds and peak RSS
+from ``os.wait4``):
 
-1. the validating pass alone (``check_import``: read, parse, check steps/values/names, health rules);
-2. the whole ``workbench import`` (validate, then write through MLflow) of the first ``--write-lines``
-   lines into a fresh sqlite store.
+1. the validating pass alone (``check_import``: read, parse, check steps/values/names, health rules
+   block by block, keep the checked points in a temporary file);
+2. the whole ``workbench import`` (validate, then write: in bulk into a fresh SQLite store) of the
+   first ``--write-lines`` lines;
+3. the same command on a 10-line log: what any import costs whatever its length (Python and
+   MLflow imported, the store created, artifacts and views written). Peak RSS above this row is
+   what the length of the log adds.
 
-Prints a table: lines, seconds, CPU seconds, peak RSS, lines per second, and the load average.
+Prints a table: lines, seconds, CPU seconds, peak RSS, lines per second, and the load average
+(1 min) before and after.
 """
 
 from __future__ import annotations
@@ -83,6 +89,12 @@ def main() -> None:
     w = measure(sys.executable, "-m", "workbench.cli.main", "import", "verl", str(small), "--study", "bench",
                 "--variant", "grpo", "--seed", "0", "--tracking-uri", f"sqlite:///{db}")
     rows.append(("import (validate + write)", args.write_lines, small.stat().st_size, w))
+    tiny = root / "verl-10.jsonl"
+    write_log(tiny, 10)
+    db.unlink(missing_ok=True)
+    fixed = measure(sys.executable, "-m", "workbench.cli.main", "import", "verl", str(tiny), "--study", "bench",
+                "--variant", "grpo", "--seed", "0", "--tracking-uri", f"sqlite:///{db}")
+    rows.append(("import, 10 lines (fixed)", 10, tiny.stat().st_size, fixed))
     load1 = os.getloadavg()[0]
     print(f"{'phase':<26} {'lines':>10} {'MB':>6} {'wall s':>8} {'CPU s':>8} {'peak MB':>8} {'lines/s':>9}")
     for name, lines, size, f in rows:

@@ -24,6 +24,10 @@ Semantics:
 * Steps must strictly increase: merge a step's train and eval metrics into one dict and call
   ``observe`` once per step. Rule state lives in memory; after resuming a run rebuild it with
   ``HealthMonitor.from_config(cfg).recheck(logged_history)``.
+
+A long finished history (an import of a million steps) is judged a block of steps at a time
+instead: ``observe_all(history)``, or ``columns()`` to feed it step by step as it streams
+(health/columns.py); same events, report and state as ``observe`` on each step, with numpy.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import os
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+from .columns import BLOCK_STEPS, Block, StepColumns
 from .config import HealthConfig
 from .events import (
     FAIL,
@@ -318,6 +323,50 @@ class HealthMonitor:
         return path
 
     # -- after the fact ----------------------------------------------------------------------
+
+    def observe_block(self, block: Block) -> list[HealthEvent]:
+        """Feed a block of steps (after every step observed so far): the same events, status and
+        report as ``observe`` on each of its steps in turn, each rule judging the block at once."""
+        if not len(block):
+            return []
+        first, last = int(block.steps[0]), int(block.steps[-1])
+        if self._last_step is not None and first <= self._last_step:
+            raise ValueError(f"health monitor steps must strictly increase: got step {first} after {self._last_step} "
+                             "(merge a step's metrics into one dict and call observe once per step)")
+        self._seen.update(block.names)
+        found = []
+        for order, rule in enumerate(self._rules.values()):  # within a step, events in rule order, as observe
+            found += [(position, order, event) for position, event in rule.observe_block(block)]
+        found.sort(key=lambda f: (f[0], f[1]))
+        events = [event for _, _, event in found]
+        for event in events:
+            self._counts[event.rule] += 1
+            self._first.setdefault(event.rule, event)
+            self._worst = max(self._worst, SEVERITY_CODE[event.severity])
+        self._events.extend(events)
+        self._steps += len(block)
+        if self._first_step is None:
+            self._first_step = first
+        self._last_step = last
+        active = [rule for rule in self._rules.values() if rule.enabled and rule.active]
+        self._status = max((SEVERITY_CODE[rule.params.severity] for rule in active), default=OK)
+        return events
+
+    def columns(self, block_steps: int = BLOCK_STEPS) -> StepColumns:
+        """A collector that feeds this monitor ``block_steps`` at a time: ``add(step, metrics)``
+        for each step (ascending), ``finish()`` after the last."""
+        enabled = [rule for rule in self._rules.values() if rule.enabled]
+        names = [name for rule in enabled for name in rule.columns()]
+        return StepColumns(names, self.observe_block, keep_rows=not all(r.has_column_form for r in enabled),
+                           size=block_steps)
+
+    def observe_all(self, history: History, block_steps: int = BLOCK_STEPS) -> HealthMonitor:
+        """Observe a whole history (see ``iter_history``) block by block; returns ``self``."""
+        collector = self.columns(block_steps)
+        for step, metrics in iter_history(history):
+            collector.add(step, metrics)
+        collector.finish()
+        return self
 
     def recheck(self, history: History) -> HealthMonitor:
         """Apply this monitor's rules to a finished run's ``history``; returns a new monitor.

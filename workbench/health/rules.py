@@ -29,20 +29,24 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Any, ClassVar
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from workbench.registry import Registry
 
+from .columns import Block
 from .events import HealthEvent, Severity
-from .trend import SlopeTest, WindowTrend, mean_shift_se
+from .trend import SlopeTest, WindowTrend, mean_shift_se, slope_tests
 
 __all__ = [
     "HEALTH_RULES",
+    "BlockReadings",
     "HealthRule",
     "Reading",
     "RuleParams",
@@ -78,6 +82,9 @@ NOISE_Z = 4.0
 # Both trend rules fit their AR(1) noise to at most this many observations before the window
 # they judge (health/trend.py: fewer leave the fitted noise too uncertain at strong autocorrelation).
 MAX_NOISE_WINDOW = 150
+# Rows of windowed values handed to the trend kernels at once by observe_block (up to 166 values
+# each): under 1 MB per temporary array, so the import's peak memory barely moves.
+KERNEL_ROWS = 512
 
 
 # --------------------------------------------------------------------------------------------
@@ -142,6 +149,21 @@ class Reading:
     detail: str  # the comparison in words, e.g. "entropy/mean = 0.05 < 0.2 × initial 0.9 = 0.18"
 
 
+@dataclass(frozen=True, slots=True)
+class BlockReadings:
+    """A rule's evaluations over a block (``HealthRule.observe_block``): the positions of the
+    steps it evaluated, whether each violated its condition, and the full :class:`Reading` of
+    the k-th of them, built only where an event fires (its words cost more than the comparison)."""
+
+    at: np.ndarray  # int positions in the block, ascending
+    violated: np.ndarray  # bool, one per position
+    reading: Callable[[int], Reading]
+
+    @classmethod
+    def none(cls) -> BlockReadings:
+        return cls(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool), lambda k: None)  # type: ignore[arg-type,return-value]
+
+
 class HealthRule:
     """Base class: the patience/active bookkeeping shared by every rule.
 
@@ -149,6 +171,11 @@ class HealthRule:
     symptom matters, one sentence used in event messages), ``summary`` (what the rule catches, its
     row of the README's rule table) and implement ``update(metrics)``,
     which advances the rule's own state and returns a ``Reading`` or ``None`` (not evaluated).
+
+    A rule may also give a column form, ``_block_readings(block)``: the same evaluations over a
+    whole :class:`~workbench.health.columns.Block` at once, with numpy, advancing the same state.
+    ``observe_block`` then applies the patience bookkeeping to the block at once; without one it
+    calls ``observe`` step by step. Either way the events and the state are those of ``observe``.
     """
 
     name: ClassVar[str]
@@ -227,6 +254,9 @@ class HealthRule:
         if self._active or self._streak < self.patience:
             return None
         self._active = True
+        return self._event(step, reading, self._streak, self._streak_start)
+
+    def _event(self, step: int, reading: Reading, streak: int, streak_start: int | None) -> HealthEvent:
         return HealthEvent(
             rule=self.name,
             step=step,
@@ -234,18 +264,80 @@ class HealthRule:
             value=reading.value,
             threshold=reading.threshold,
             severity=self.params.severity,
-            message=self._message(step, reading),
+            message=self._message(step, reading, streak, streak_start),
         )
 
-    def _message(self, step: int, reading: Reading) -> str:
+    def _message(self, step: int, reading: Reading, streak: int, streak_start: int | None) -> str:
         if self.patience == 1:
             when = f"at step {step}"
         else:
             when = (
-                f"for {self._streak} consecutive observations "
-                f"(steps {self._streak_start}–{step})"
+                f"for {streak} consecutive observations "
+                f"(steps {streak_start}–{step})"
             )
         return f"{self.name}: {reading.detail} {when}. {self.consequence}".strip()
+
+    # -- a block of steps at once ------------------------------------------------------------
+
+    def columns(self) -> tuple[str, ...]:
+        """The metrics the column form reads as columns (``*`` is not a column)."""
+        return tuple(w for w in self.watches if w != "*")
+
+    @property
+    def has_column_form(self) -> bool:
+        return type(self)._block_readings is not HealthRule._block_readings
+
+    def _block_readings(self, block: Block) -> BlockReadings | None:
+        """The column form (see the class docstring); None: this rule has none."""
+        return None
+
+    def observe_block(self, block: Block) -> list[tuple[int, HealthEvent]]:
+        """Observe every step of ``block`` in order: the same events and state as ``observe``
+        step by step. Returns ``(position in the block, event)`` pairs."""
+        if not self.params.enabled:
+            return []
+        readings = self._block_readings(block)
+        if readings is None:
+            if block.rows is None:
+                raise ValueError(f"health rule {self.name!r} has no column form: the block must keep its rows")
+            steps = block.steps.tolist()
+            found = [(i, self.observe(steps[i], row)) for i, row in enumerate(block.rows)]
+            return [(i, e) for i, e in found if e is not None]
+        return self._streaks(block, readings)
+
+    def _streaks(self, block: Block, r: BlockReadings) -> list[tuple[int, HealthEvent]]:
+        """``observe``'s patience bookkeeping over a block's evaluations at once. The streak at an
+        evaluation is the number of violations since the last clear (plus the streak carried in,
+        before the block's first clear); the rule fires where it reaches ``patience`` (it stays
+        active, without firing again, until a clear: active == streak >= patience)."""
+        n = len(r.at)
+        if n == 0:
+            return []
+        self._evaluated += n
+        index = np.arange(n)
+        last_clear = np.maximum.accumulate(np.where(r.violated, -1, index))
+        carried = r.violated & (last_clear < 0)  # in the run of violations the block began with
+        streak = np.where(r.violated, index - last_clear, 0) + np.where(carried, self._streak, 0)
+        steps = block.steps
+
+        def start_of(k: int) -> int:
+            if carried[k] and self._streak > 0:
+                return self._streak_start  # type: ignore[return-value]
+            return int(steps[r.at[last_clear[k] + 1]])
+
+        events = []
+        for k in np.flatnonzero(streak == self.patience).tolist():
+            reading = r.reading(k)
+            if not reading.violated:  # the column form and update() disagree: a bug, never a silent verdict
+                raise AssertionError(f"health rule {self.name}: column form and update() disagree at "
+                                     f"step {int(steps[r.at[k]])}")
+            step = int(steps[r.at[k]])
+            events.append((int(r.at[k]), self._event(step, reading, int(streak[k]), start_of(k))))
+        end = int(streak[-1])
+        self._streak_start = None if end == 0 else start_of(n - 1)
+        self._streak = end
+        self._active = end >= self.patience
+        return events
 
 
 def _register(cls: type[HealthRule]) -> type[HealthRule]:
@@ -255,6 +347,85 @@ def _register(cls: type[HealthRule]) -> type[HealthRule]:
 
 def _fmt(x: float) -> str:
     return f"{x:.4g}"
+
+
+def _observations(block: Block, key: str) -> tuple[np.ndarray, np.ndarray]:
+    """The positions of the block's steps where ``key`` is a finite number (the steps a
+    one-metric rule evaluates), and those values."""
+    x = block.finite(key)
+    at = np.flatnonzero(~np.isnan(x))
+    return at, x[at]
+
+
+def _warm_up(rule: HealthRule, key: str, values: np.ndarray, warming: Callable[[], bool]) -> int:
+    """Feed ``rule.update`` the first observations, one by one, while ``warming()`` (a baseline
+    or a window filling: never evaluated, so nothing to fire); returns how many it took."""
+    k = 0
+    while k < len(values) and warming():
+        if rule.update({key: float(values[k])}) is not None:
+            raise AssertionError(f"health rule {rule.name}: evaluated during its warm-up")
+        k += 1
+    return k
+
+
+def _windows(carried: Any, new: np.ndarray, length: int) -> tuple[np.ndarray, np.ndarray]:
+    """A deque of the last ``length`` observations (``carried``) followed by ``new`` ones: the
+    sequence, and for each new observation where its window (the deque after appending it)
+    starts and ends in that sequence."""
+    seq = np.concatenate([np.fromiter(carried, dtype=float, count=len(carried)), new])
+    end = len(carried) + 1 + np.arange(len(new))
+    return seq, np.stack([np.maximum(end - length, 0), end], axis=1)
+
+
+def _row_results(seq: np.ndarray, spans: np.ndarray, kernel: Callable[[np.ndarray], Any]) -> list[Any]:
+    """``kernel`` over the windows ``seq[start:end]`` of ``spans``, in order, batched: windows of
+    the full length (all but a run's first ones) go ``KERNEL_ROWS`` at a time, the shorter ones
+    (the deque still filling) one by one. The kernels are batch-invariant (health/trend.py), so
+    each row gets exactly what one call on that window alone gives."""
+    out: list[Any] = []
+    if not len(spans):
+        return out
+    lengths = spans[:, 1] - spans[:, 0]
+    full = int(lengths.max())
+    views = sliding_window_view(seq, full)
+    i = 0
+    while i < len(spans):
+        if lengths[i] < full:
+            start, end = spans[i]
+            out.append(kernel(seq[start:end][None, :]))
+            i += 1
+            continue
+        j = i
+        while j < len(spans) and j - i < KERNEL_ROWS and lengths[j] == full:
+            j += 1
+        out.append(kernel(np.ascontiguousarray(views[spans[i:j, 0]])))
+        i = j
+    return out
+
+
+def _stateless(rule: HealthRule, block: Block, checked: np.ndarray, violated: np.ndarray) -> BlockReadings:
+    """Readings of a rule whose ``update`` keeps no state: at a firing step, ``update`` itself on
+    that step's values gives the reading (and its words)."""
+    at = np.flatnonzero(checked)
+    return BlockReadings(at, violated[at], lambda k: rule.update(block.row(int(at[k]), rule.columns())))  # type: ignore[arg-type,return-value]
+
+
+class _Above(HealthRule):
+    """A rule on one metric that must not stay above a limit: ``watches[0] > params.<limit>``."""
+
+    limit: ClassVar[str]  # the Params field holding the limit
+
+    def update(self, metrics: Mapping[str, Any]) -> Reading | None:
+        x = finite_value(metrics, self.watches[0])
+        return None if x is None else self._reading(x)
+
+    def _reading(self, x: float) -> Reading:
+        key, thr = self.watches[0], getattr(self.params, self.limit)
+        return Reading(x > thr, key, x, thr, f"{key} = {_fmt(x)} > {thr:g}")
+
+    def _block_readings(self, block: Block) -> BlockReadings:
+        at, x = _observations(block, self.watches[0])
+        return BlockReadings(at, x > getattr(self.params, self.limit), lambda k: self._reading(float(x[k])))
 
 
 # --------------------------------------------------------------------------------------------
@@ -297,6 +468,18 @@ class _EntropyRelative(HealthRule):
     def _compare(self, x: float, initial: float) -> Reading:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def _violated(self, x: np.ndarray, initial: float) -> np.ndarray:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _block_readings(self, block: Block) -> BlockReadings:
+        at, x = _observations(block, ENTROPY)
+        k = _warm_up(self, ENTROPY, x, lambda: self._initial is None)
+        at, x = at[k:], x[k:]
+        initial = self._initial
+        if initial is None or initial <= 0.0:
+            return BlockReadings.none()
+        return BlockReadings(at, self._violated(x, initial), lambda i: self._compare(float(x[i]), initial))
+
 
 class EntropyCollapseParams(EntropyBaselineParams):
     min_fraction: float = Field(default=0.2, gt=0.0, lt=1.0)
@@ -320,6 +503,9 @@ class EntropyCollapse(_EntropyRelative):
         "Entropy collapse: outputs turn deterministic and exploration stops "
         "(DAPO [1]; try clip_high > clip_low, or an IS correction if the mismatch is large [4])."
     )
+
+    def _violated(self, x: np.ndarray, initial: float) -> np.ndarray:
+        return x < self.params.min_fraction * initial
 
     def _compare(self, x: float, initial: float) -> Reading:
         f = self.params.min_fraction
@@ -355,6 +541,9 @@ class EntropyBlowup(_EntropyRelative):
         "(check the learning rate, clip_high and the reward)."
     )
 
+    def _violated(self, x: np.ndarray, initial: float) -> np.ndarray:
+        return x > self.params.max_multiple * initial
+
     def _compare(self, x: float, initial: float) -> Reading:
         m = self.params.max_multiple
         thr = m * initial
@@ -378,7 +567,7 @@ class LengthBlowupParams(StreakParams):
 
 
 @_register
-class LengthBlowup(HealthRule):
+class LengthBlowup(_Above):
     """Length blow-up: too many completions are truncated at ``max_new_tokens``.
 
     Symptom: responses grow without bound (repetition, gibberish). Truncated samples carry a
@@ -390,18 +579,12 @@ class LengthBlowup(HealthRule):
     name = "length_blowup"
     summary = "the truncated fraction goes over a limit"
     Params = LengthBlowupParams
+    limit = "max_truncated_frac"
     watches = (TRUNCATED_FRAC,)
     consequence = (
         "Length blow-up: truncated samples get misleading rewards "
         "(DAPO [1]: overlong filtering or soft overlong punishment)."
     )
-
-    def update(self, metrics: Mapping[str, Any]) -> Reading | None:
-        x = finite_value(metrics, TRUNCATED_FRAC)
-        if x is None:
-            return None
-        thr = self.params.max_truncated_frac
-        return Reading(x > thr, TRUNCATED_FRAC, x, thr, f"{TRUNCATED_FRAC} = {_fmt(x)} > {thr:g}")
 
 
 class IncorrectLengthGapParams(StreakParams):
@@ -485,6 +668,9 @@ class IncorrectLengthGap(HealthRule):
         test = self._trend.add(ratio)
         if test is None:
             return None  # no trend can be tested before the window is full
+        return self._reading(test)
+
+    def _reading(self, test: SlopeTest) -> Reading:
         thr = self.params.max_ratio
         violated = test.rising and test.fitted_end > thr
         return Reading(
@@ -494,6 +680,36 @@ class IncorrectLengthGap(HealthRule):
             threshold=thr,
             detail=self._detail(test, thr) if violated else "slope not significant or fitted ratio within the limit",
         )
+
+    def _block_readings(self, block: Block) -> BlockReadings:
+        correct, incorrect = block.finite(LEN_CORRECT), block.finite(LEN_INCORRECT)
+        usable = ~np.isnan(correct) & ~np.isnan(incorrect) & (correct > 0.0)
+        with np.errstate(over="ignore"):
+            ratio = incorrect / np.where(usable, correct, 1.0)
+        at = np.flatnonzero(usable & np.isfinite(ratio))
+        ratio = ratio[at]
+        trend = self._trend
+        need = trend.history + trend.window
+        k = 0
+        while k < len(ratio) and len(trend) + 1 < need:  # the window filling: no test yet
+            trend.add(float(ratio[k]))
+            k += 1
+        at, ratio = at[k:], ratio[k:]
+        seq, spans = _windows(trend.values, ratio, trend.values.maxlen)
+        trend.values.extend(ratio[-trend.values.maxlen:].tolist())
+        tests = _row_results(seq, spans, lambda rows: slope_tests(rows, trend.window, trend.critical))
+        ok = np.concatenate([t.ok for t in tests]) if tests else np.zeros(0, dtype=bool)
+        rising = np.concatenate([t.rising for t in tests]) if tests else ok
+        fitted = np.concatenate([t.fitted_end for t in tests]) if tests else np.zeros(0)
+        where = [(i, j) for i, t in enumerate(tests) for j in range(len(t.ok))]  # (batch, row) per observation
+        kept = np.flatnonzero(ok)
+        violated = rising[kept] & (fitted[kept] > self.params.max_ratio)
+
+        def reading(n: int) -> Reading:
+            i, j = where[kept[n]]
+            return self._reading(tests[i].at(j))  # type: ignore[arg-type]
+
+        return BlockReadings(at[kept], violated, reading)
 
     def _detail(self, test: SlopeTest, thr: float) -> str:
         p = self.params
@@ -584,19 +800,28 @@ class RewardCollapse(HealthRule):
         self._values.append(x)
         if len(self._values) < p.window:
             return None
-        values = np.fromiter(self._values, dtype=float)
-        running = math.fsum(values[-p.window :]) / p.window
+        values = np.fromiter(self._values, dtype=float, count=len(self._values))
+        running = float(values[None, -p.window :].mean(axis=-1)[0])  # a row mean, as observe_block takes it
         self._best = max(self._best, running)  # tracked from the first full window
         if len(values) < p.noise_window + p.window:
             return None  # no reference yet
         if self._reference is None or running >= self._best - p.margin:
             # Measured only outside a candidate drop: a collapse in progress must move neither the
             # reference it is judged against nor the noise margin (its steps would widen it).
-            before = values[: -p.window]
-            self._reference = math.fsum(before[-p.noise_window :]) / p.noise_window
-            self._standard_error = float(mean_shift_se(before, p.window, p.noise_window))
-        noise_limit = self._reference - p.noise_z * self._standard_error if p.noise_z > 0 else math.inf
-        thr = min(self._best - p.margin, noise_limit)
+            reference, standard_error = self._noise(values[None, : -p.window])
+            self._reference, self._standard_error = float(reference[0]), float(standard_error[0])
+        return self._reading(running, self._best, self._reference, self._standard_error)
+
+    def _noise(self, before: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For rows of the observations before the running window: the mean of their last
+        ``noise_window`` (the reference) and the standard error of the drop from it."""
+        p = self.params
+        return before[:, -p.noise_window :].mean(axis=-1), mean_shift_se(before, p.window, p.noise_window)
+
+    def _reading(self, running: float, best: float, reference: float, standard_error: float) -> Reading:
+        p = self.params
+        noise_limit = reference - p.noise_z * standard_error if p.noise_z > 0 else math.inf
+        thr = min(best - p.margin, noise_limit)
         return Reading(
             violated=running < thr,
             metric=REWARD,
@@ -604,11 +829,40 @@ class RewardCollapse(HealthRule):
             threshold=thr,
             detail=(
                 f"running {REWARD} (mean of {p.window}) = {_fmt(running)} is more than {p.margin:g} below its "
-                f"best {_fmt(self._best)} and more than {p.noise_z:g} standard errors "
-                f"({_fmt(self._standard_error)} each) below the mean {_fmt(self._reference)} of the "
+                f"best {_fmt(best)} and more than {p.noise_z:g} standard errors "
+                f"({_fmt(standard_error)} each) below the mean {_fmt(reference)} of the "
                 f"{p.noise_window} observations before it"
             ),
         )
+
+    def _block_readings(self, block: Block) -> BlockReadings:
+        p = self.params
+        at, x = _observations(block, REWARD)
+        k = _warm_up(self, REWARD, x, lambda: len(self._values) + 1 < p.noise_window + p.window)
+        at, x = at[k:], x[k:]
+        if not len(x):
+            return BlockReadings.none()
+        held = self._values.maxlen or 0
+        seq, spans = _windows(self._values, x, held)
+        self._values.extend(x[-held:].tolist())
+        running = sliding_window_view(seq, p.window)[spans[:, 1] - p.window].mean(axis=-1)
+        best = np.array(list(accumulate(running.tolist(), max, initial=self._best))[1:])  # max(): update's NaN rules
+        refit = running >= best - p.margin
+        refit[0] |= self._reference is None
+        fits = np.flatnonzero(refit)
+        noise = _row_results(seq, np.stack([spans[fits, 0], spans[fits, 1] - p.window], axis=1), self._noise)
+        # each observation is judged against the reference of the last refit at or before it
+        last = np.cumsum(refit)  # 0: the one carried in
+        carried = math.nan if self._reference is None else self._reference
+        reference = np.concatenate([[carried], *(r for r, _ in noise)])[last]
+        standard_error = np.concatenate([[self._standard_error], *(se for _, se in noise)])[last]
+        noise_limit = reference - p.noise_z * standard_error if p.noise_z > 0 else np.full(len(x), math.inf)
+        below_best = best - p.margin
+        threshold = np.where(noise_limit < below_best, noise_limit, below_best)  # min(): update's NaN rules
+        self._best = float(best[-1])
+        self._reference, self._standard_error = float(reference[-1]), float(standard_error[-1])
+        return BlockReadings(at, running < threshold, lambda i: self._reading(
+            float(running[i]), float(best[i]), float(reference[i]), float(standard_error[i])))
 
 
 class NoLearningSignalParams(StreakParams):
@@ -620,7 +874,7 @@ class NoLearningSignalParams(StreakParams):
 
 
 @_register
-class NoLearningSignal(HealthRule):
+class NoLearningSignal(_Above):
     """No learning signal: almost every group has identical rewards, so advantages are zero.
 
     Symptom: in GRPO a group whose completions all get the same reward contributes zero advantage
@@ -631,18 +885,12 @@ class NoLearningSignal(HealthRule):
     name = "no_learning_signal"
     summary = "most groups have identical rewards, so there is no gradient"
     Params = NoLearningSignalParams
+    limit = "max_zero_std_frac"
     watches = (ZERO_STD_FRAC,)
     consequence = (
         "No learning signal: most groups have zero-variance rewards and zero advantage "
         "(DAPO [1] dynamic sampling, or harder/easier prompts)."
     )
-
-    def update(self, metrics: Mapping[str, Any]) -> Reading | None:
-        x = finite_value(metrics, ZERO_STD_FRAC)
-        if x is None:
-            return None
-        thr = self.params.max_zero_std_frac
-        return Reading(x > thr, ZERO_STD_FRAC, x, thr, f"{ZERO_STD_FRAC} = {_fmt(x)} > {thr:g}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -697,6 +945,17 @@ class MismatchSpike(HealthRule):
             if r.violated:
                 return r
         return readings[0]
+
+    def _block_readings(self, block: Block) -> BlockReadings:
+        p = self.params
+        checked = np.zeros(len(block), dtype=bool)
+        violated = np.zeros(len(block), dtype=bool)
+        for key, thr in ((MISMATCH_PROB_MAX, p.max_prob_abs_diff), (MISMATCH_KL, p.max_kl)):
+            if thr is not None:
+                x = block.finite(key)
+                checked |= ~np.isnan(x)
+                violated |= x > thr  # NaN > thr is False
+        return _stateless(self, block, checked, violated)
 
 
 class MismatchBandsParams(StreakParams):
@@ -768,6 +1027,25 @@ class MismatchBands(HealthRule):
             return None
         return next((r for r in readings if r.violated), readings[0])
 
+    def _block_readings(self, block: Block) -> BlockReadings:
+        p = self.params
+        checked = np.zeros(len(block), dtype=bool)
+        violated = np.zeros(len(block), dtype=bool)
+        if p.is_ratio_mean is not None:
+            lo, hi = p.is_ratio_mean
+            x = block.finite(IS_RATIO_MEAN)
+            checked |= ~np.isnan(x)
+            violated |= (x < lo) | (x > hi)  # not lo <= x <= hi, for a finite x
+        for key, thr, below in ((MISMATCH_ESS, p.min_ess, True), (IS_RATIO_STD, p.max_is_ratio_std, False),
+                                (MISMATCH_KL_K1, p.max_abs_kl_k1, False), (CHI2_TOKEN, p.max_chi2_token, False),
+                                (TOKEN_MULT_PROB_ERROR, p.max_token_mult_prob_error, False)):
+            if thr is None:
+                continue
+            x = block.finite(key)
+            checked |= ~np.isnan(x)
+            violated |= (x < thr) if below else (np.abs(x) > thr if key == MISMATCH_KL_K1 else x > thr)
+        return _stateless(self, block, checked, violated)
+
 
 class MismatchTailParams(StreakParams):
     patience: int = Field(default=3, ge=1)
@@ -778,7 +1056,7 @@ class MismatchTailParams(StreakParams):
 
 
 @_register
-class MismatchTail(HealthRule):
+class MismatchTail(_Above):
     """Mismatch in the tail: many tokens disagree by more than 10% while the mean ratio looks fine.
 
     TRL #6789 found 7.5% of tokens outside [0.9, 1.1] with a healthy mean difference; a bf16 sampler
@@ -789,18 +1067,12 @@ class MismatchTail(HealthRule):
     name = "mismatch_tail"
     summary = "too many tokens' sampler/learner ratio is outside [0.9, 1.1]"
     Params = MismatchTailParams
+    limit = "max_tail_frac"
     watches = (IS_RATIO_TAIL,)
     consequence = (
         "A share of tokens is sampled far off the learner's distribution: check the sampler's "
         "generation settings and the weight sync."
     )
-
-    def update(self, metrics: Mapping[str, Any]) -> Reading | None:
-        x = finite_value(metrics, IS_RATIO_TAIL)
-        if x is None:
-            return None
-        thr = self.params.max_tail_frac
-        return Reading(x > thr, IS_RATIO_TAIL, x, thr, f"{IS_RATIO_TAIL} = {_fmt(x)} > {thr:g}")
 
 
 class MismatchGrowthParams(StreakParams):
@@ -855,12 +1127,33 @@ class MismatchGrowth(HealthRule):
         self._recent.append(x)
         if len(self._recent) < p.window:
             return None
+        recent = np.fromiter(self._recent, dtype=float, count=len(self._recent))
+        return self._reading(float(recent[None, :].mean(axis=-1)[0]))  # a row mean, as observe_block takes it
+
+    def _limit(self) -> tuple[float, float]:
+        """The baseline (the mean of the first observations) and the limit it sets."""
+        p = self.params
         base = sum(self._baseline) / len(self._baseline)
-        level = sum(self._recent) / len(self._recent)
-        thr = max(p.max_multiple * base, p.min_kl)
+        return base, max(p.max_multiple * base, p.min_kl)
+
+    def _reading(self, level: float) -> Reading:
+        p = self.params
+        base, thr = self._limit()
         return Reading(level > thr, MISMATCH_KL, level, thr,
                        f"mean {MISMATCH_KL} over the last {p.window} = {_fmt(level)} > max({p.max_multiple:g} × "
                        f"initial {_fmt(base)}, {p.min_kl:g})")
+
+    def _block_readings(self, block: Block) -> BlockReadings:
+        p = self.params
+        at, x = _observations(block, MISMATCH_KL)
+        k = _warm_up(self, MISMATCH_KL, x, lambda: len(self._baseline) < p.baseline_steps or len(self._recent) + 1 < p.window)
+        at, x = at[k:], x[k:]
+        if not len(x):
+            return BlockReadings.none()
+        seq, spans = _windows(self._recent, x, p.window)
+        self._recent.extend(x[-p.window:].tolist())
+        level = sliding_window_view(seq, p.window)[spans[:, 1] - p.window].mean(axis=-1)
+        return BlockReadings(at, level > self._limit()[1], lambda i: self._reading(float(level[i])))
 
 
 class ClipFractionParams(StreakParams):
@@ -869,7 +1162,7 @@ class ClipFractionParams(StreakParams):
 
 
 @_register
-class ClipFractionAnomaly(HealthRule):
+class ClipFractionAnomaly(_Above):
     """Clip-fraction anomaly: a large share of tokens hit the PPO/GRPO clip.
 
     Symptom: the policy moves far from the sampling policy within one step (lr too high, too many
@@ -881,18 +1174,12 @@ class ClipFractionAnomaly(HealthRule):
     name = "clip_fraction_anomaly"
     summary = "the clip fraction stays too high"
     Params = ClipFractionParams
+    limit = "max_clip_frac"
     watches = (CLIP_FRAC,)
     consequence = (
         "Clip fraction anomaly: updates are too far off the sampling policy "
         "(lower lr or updates per batch; check the mismatch)."
     )
-
-    def update(self, metrics: Mapping[str, Any]) -> Reading | None:
-        x = finite_value(metrics, CLIP_FRAC)
-        if x is None:
-            return None
-        thr = self.params.max_clip_frac
-        return Reading(x > thr, CLIP_FRAC, x, thr, f"{CLIP_FRAC} = {_fmt(x)} > {thr:g}")
 
 
 class KLExplosionParams(StreakParams):
@@ -904,7 +1191,7 @@ class KLExplosionParams(StreakParams):
 
 
 @_register
-class KLExplosion(HealthRule):
+class KLExplosion(_Above):
     """KL explosion: the policy runs away from the reference policy.
 
     Symptom: ``kl/ref`` (only logged when a reference/KL penalty is used, as in the original GRPO
@@ -916,18 +1203,12 @@ class KLExplosion(HealthRule):
     name = "kl_explosion"
     summary = "KL to the reference policy explodes"
     Params = KLExplosionParams
+    limit = "max_kl"
     watches = (KL_REF,)
     consequence = (
         "KL explosion: the policy is running away from the reference "
         "(raise the KL coefficient or lower the lr)."
     )
-
-    def update(self, metrics: Mapping[str, Any]) -> Reading | None:
-        x = finite_value(metrics, KL_REF)
-        if x is None:
-            return None
-        thr = self.params.max_kl
-        return Reading(x > thr, KL_REF, x, thr, f"{KL_REF} = {_fmt(x)} > {thr:g}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -979,6 +1260,25 @@ class NonFinite(HealthRule):
         key, x = bad[0]
         listed = ", ".join(f"{k} = {v}" for k, v in bad)
         return Reading(True, key, x, math.nan, f"non-finite metric(s): {listed}")
+
+    def columns(self) -> tuple[str, ...]:
+        return tuple(self.params.keys or ())  # every metric (keys None): the block's own non-finite list
+
+    def _block_readings(self, block: Block) -> BlockReadings:
+        keys = self.params.keys
+        if keys is None:
+            at = np.flatnonzero(block.numeric)
+            bad = np.zeros(len(block), dtype=bool)
+            bad[list(block.non_finite)] = True
+            return BlockReadings(at, bad[at], lambda k: self.update(dict(block.non_finite[int(at[k])])))  # type: ignore[return-value]
+        checked = np.zeros(len(block), dtype=bool)
+        violated = np.zeros(len(block), dtype=bool)
+        for key in keys:
+            present = block.has(key)
+            checked |= present
+            if key in block.values:
+                violated |= present & ~np.isfinite(block.values[key])
+        return _stateless(self, block, checked, violated)
 
 
 HEALTH_RULES.freeze()

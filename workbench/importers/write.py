@@ -15,6 +15,7 @@ whose key is already in the study is skipped, so importing the same source twice
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +23,7 @@ from typing import Any
 import yaml
 
 from workbench.health import HealthMonitor
+from workbench.tracking.bulk import bulk_writable, write_metric_history
 from workbench.tracking.store import get_or_create_experiment, sqlite_file
 from workbench.tracking.writer import RunTracker
 
@@ -110,6 +112,7 @@ def write_study(adapter: Adapter, runs: Sequence[SourceRun], uri: str, study: st
     client = MlflowClient(uri)
     get_or_create_experiment(client, study, uri)
     outcome.parent_run_id = _parent_run(client, uri, study, adapter.framework, variants, source_note)
+    bulk = bulk_writable(uri)  # a SQLite store: rows straight into its tables (tracking/bulk.py); else log_batch
     for run in todo:
         check = checks[run.key]
         skipped = {"count": run.bad_lines.count, "first": run.bad_lines.first} if run.bad_lines else None
@@ -121,10 +124,12 @@ def write_study(adapter: Adapter, runs: Sequence[SourceRun], uri: str, study: st
         try:
             if run.params:
                 tracker.log_params({f"source.{k}": v for k, v in run.params.items()})
-            for step, metrics in run.steps:  # the second pass: streamed again, nothing kept
-                converted = adapter.convert_step(metrics)
-                if converted:
-                    tracker.log_metrics(converted, step=step)
+            checked = check.checked  # exactly the points the first pass checked (not the source read again)
+            if bulk:
+                write_metric_history(uri, tracker.run_id, checked.chunks(), int(time.time() * 1000))
+            else:
+                for step, metrics in checked.steps():
+                    tracker.log_metrics(metrics, step=step)
             tracker.log_dict({"framework": adapter.framework, "adapter_version": adapter.version,
                               "source": run.origin, "source_name": run.name, "source_status": run.status,
                               "points": check.points, "skipped_bad_lines": skipped,
@@ -135,6 +140,8 @@ def write_study(adapter: Adapter, runs: Sequence[SourceRun], uri: str, study: st
             # a half-written run would hold the source's run_key and block the retry: remove it
             client.delete_run(tracker.run_id)
             raise
+        finally:
+            check.checked.close()
         outcome.imported.append((run.label, tracker.run_id))
     if view_specs:
         from workbench.viz.mlflow_views import StudyLayout, publish_study_views  # deferred: pandas, plotly

@@ -319,11 +319,7 @@ class RunTracker:
     def _buffer_metrics(self, metrics: dict[str, float], step: int, Metric) -> None:
         ts = int(time.time() * 1000)
         for key, value in metrics.items():
-            value = float(value)
-            # MLflow's sqlite store rejects NaN/inf in some versions: keep the point, health saw the raw value
-            if not math.isfinite(value):
-                value = float("nan") if math.isnan(value) else math.copysign(1e308, value)
-            self._buffer.append(Metric(key, value, ts, step))
+            self._buffer.append(Metric(key, store_value(value), ts, step))
         self._steps_since_flush += 1
 
     def flush(self) -> None:
@@ -452,6 +448,16 @@ class RunTracker:
         self.outage.warn(f"MLflow run {self.run_id} ended {status}; {len(lines) - 1} unsent metric point(s) "
                          f"kept in {path} (sent when the run is executed again)")
         return path
+
+
+def store_value(value: float) -> float:
+    """A metric value as the workbench sends it to MLflow: NaN kept, ±inf as ±1e308 (MLflow's sqlite
+    store rejects infinities in some versions; the health rules saw the raw value). tracking/bulk.py
+    applies the same rule to whole columns."""
+    value = float(value)
+    if math.isfinite(value) or math.isnan(value):
+        return value
+    return math.copysign(1e308, value)
 
 
 def _param_text(value: Any) -> str:
