@@ -20,87 +20,45 @@ words: "better", "equivalent (|Δ| < 0.03)", "inconclusive with 5 seeds (MDE 0.0
 compared: one per variant and grid point, each matched with the baseline at its grid point), ``activity``
 (the knob-activity gate: "not testable" when the knobs an arm changes barely acted), ``panels`` (what a dashboard panel shows: curves
 with their bands, summaries, marker positions; :mod:`workbench.viz` only draws them). Pure pandas/numpy/scipy: no plotting, no MLflow.
+
+The names below load their submodule on first use (PEP 562 module ``__getattr__``): a module that needs
+only the summaries' registry (dashboard specs, an import's health check) does not pay for scipy and
+statsmodels (~55 MB and a second of start-up).
 """
 
-from .outcomes import OUTCOMES, arm_outcomes, run_outcomes
-from .panels import CurvePanel, SummaryPanel, curve_panel, summary_panel
-from .report import COLUMNS, ComparisonTable, compare_variants
-from .stats import (
-    CORRECTIONS,
-    STATISTICS,
-    Difference,
-    Estimate,
-    adjust_pvalues,
-    bootstrap_ci,
-    curve_bands,
-    iqm,
-    iqm_ci,
-    mean_ci,
-    mean_difference,
-    minimum_detectable_effect,
-    paired_improvement_ci,
-    planned_seeds,
-    probability_of_improvement,
-    probability_of_improvement_ci,
-    rank_test,
-    significant,
-    simultaneous_levels,
-    t_interval,
-    t_test_power,
-    tost_p,
-)
-from .summary import (
-    SUMMARY_METRICS,
-    RunCurves,
-    SummaryMetric,
-    align_curves,
-    iter_runs,
-    resolve_summary,
-    summarize_runs,
-    summary_metric,
-)
-from .wording import verdict
+from __future__ import annotations
 
-__all__ = [
-    "COLUMNS",
-    "CORRECTIONS",
-    "OUTCOMES",
-    "STATISTICS",
-    "SUMMARY_METRICS",
-    "ComparisonTable",
-    "CurvePanel",
-    "Difference",
-    "Estimate",
-    "RunCurves",
-    "SummaryMetric",
-    "SummaryPanel",
-    "adjust_pvalues",
-    "align_curves",
-    "arm_outcomes",
-    "bootstrap_ci",
-    "compare_variants",
-    "curve_bands",
-    "curve_panel",
-    "iqm",
-    "iqm_ci",
-    "iter_runs",
-    "mean_ci",
-    "mean_difference",
-    "minimum_detectable_effect",
-    "paired_improvement_ci",
-    "planned_seeds",
-    "probability_of_improvement",
-    "probability_of_improvement_ci",
-    "rank_test",
-    "resolve_summary",
-    "run_outcomes",
-    "significant",
-    "simultaneous_levels",
-    "summarize_runs",
-    "summary_metric",
-    "summary_panel",
-    "t_interval",
-    "t_test_power",
-    "tost_p",
-    "verdict",
-]
+import importlib
+from typing import Any
+
+#: submodule -> the names it defines that the package hands on, imported on first access
+_EXPORTS = {
+    "outcomes": ("OUTCOMES", "arm_outcomes", "run_outcomes"),
+    "panels": ("CurvePanel", "SummaryPanel", "curve_panel", "summary_panel"),
+    "report": ("COLUMNS", "ComparisonTable", "compare_variants"),
+    "stats": (
+        "CORRECTIONS", "Difference", "Estimate", "STATISTICS", "adjust_pvalues", "bootstrap_ci",
+        "curve_bands", "iqm", "iqm_ci", "mean_ci", "mean_difference", "minimum_detectable_effect",
+        "paired_improvement_ci", "planned_seeds", "probability_of_improvement",
+        "probability_of_improvement_ci", "rank_test", "significant", "simultaneous_levels", "t_interval",
+        "t_test_power", "tost_p"),
+    "summary": (
+        "RunCurves", "SUMMARY_METRICS", "SummaryMetric", "align_curves", "iter_runs", "resolve_summary",
+        "summarize_runs", "summary_metric"),
+    "wording": ("verdict",),
+}
+_HOME = {name: module for module, names in _EXPORTS.items() for name in names}
+
+__all__ = sorted(_HOME)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _HOME:
+        value = getattr(importlib.import_module(f".{_HOME[name]}", __name__), name)
+        globals()[name] = value  # the next access is a plain attribute
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])
