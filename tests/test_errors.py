@@ -208,3 +208,28 @@ def test_a_pydantic_error_is_explained_at_its_path():
 ])
 def test_each_kind_of_pydantic_error_reads_as_a_sentence(error, message):
     assert explain_pydantic_error(error) == message
+
+
+def test_debug_logs_follow_each_in_process_command(tmp_path, monkeypatch):
+    """`--debug` shows the workbench's logs on stderr; the next command without it (a test's or a
+    notebook's, in the same process) must not inherit that handler: it once did, and wrote to a closed
+    stream of an earlier test's runner ("--- Logging error ---" in every later command's output)."""
+    import logging
+
+    from typer.testing import CliRunner
+
+    from workbench.cli.main import app
+
+    monkeypatch.chdir(tmp_path)
+    # setenv, not delenv: delenv of an unset variable records nothing, and the "1" that --debug exports
+    # below would then be restored after the test and leak into every later one
+    monkeypatch.setenv("WORKBENCH_DEBUG", "0")
+
+    def debug_handlers():
+        return [h for h in logging.getLogger("workbench").handlers if getattr(h, "workbench_debug", False)]
+
+    assert CliRunner().invoke(app, ["--debug", "algorithms"]).exit_code == 0
+    assert len(debug_handlers()) == 1 and logging.getLogger("workbench").level == logging.DEBUG
+    monkeypatch.setenv("WORKBENCH_DEBUG", "0")
+    assert CliRunner().invoke(app, ["algorithms"]).exit_code == 0
+    assert debug_handlers() == [] and logging.getLogger("workbench").level == logging.NOTSET

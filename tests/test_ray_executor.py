@@ -159,7 +159,9 @@ def test_a_node_killed_mid_run_the_run_finishes_once_elsewhere(workdir, ray_clus
 @pytest.mark.slow
 def test_ctrl_c_on_the_driver_kills_the_runs_and_running_again_resumes(workdir, ray_cluster):  # noqa: F811
     uri = install_empty_mlflow_db(workdir)
-    path = write_study(workdir / "study.yaml", "ctrlc", steps=60, seeds=[0, 1])
+    # 200 steps: both runs must still be training when Ctrl-C lands. At 60, on a quiet machine one run
+    # finished between "both RUNNING" (the second Ray task starts seconds after the first) and the cancel.
+    path = write_study(workdir / "study.yaml", "ctrlc", steps=200, seeds=[0, 1])
     keys = {s.run_key for s in expand(load_study(path))}
     client = MlflowClient(uri)
     proc = spawn(workbench_cmd("run", path, "--executor", "ray", "--address", ray_cluster.address, "--quiet"),

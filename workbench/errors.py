@@ -39,18 +39,30 @@ def debug_enabled() -> bool:
 def show_debug_logs() -> None:
     """With --debug, the workbench's own log records go to stderr at DEBUG and above: among them the
     tracebacks kept off the terminal otherwise (MLflow's SQL store errors, tracking/writer.py). Records
-    pass the redaction's record factory first (tracking/redact.py). Idempotent."""
+    pass the redaction's record factory first (tracking/redact.py). Called by every command: without
+    --debug it removes the handler an earlier in-process command (a test's, a notebook's) installed."""
     import logging
+    import sys
 
-    if not debug_enabled():
-        return
+    class CurrentStderr(logging.StreamHandler):
+        """Writes to ``sys.stderr`` as it is when a record comes (a test runner swaps it per command)."""
+
+        def emit(self, record: logging.LogRecord) -> None:
+            self.stream = sys.stderr
+            super().emit(record)
+
     logger = logging.getLogger("workbench")
-    if not any(getattr(handler, "workbench_debug", False) for handler in logger.handlers):
-        handler = logging.StreamHandler()  # the current sys.stderr: the redacting one in a CLI process
+    installed = [handler for handler in logger.handlers if getattr(handler, "workbench_debug", False)]
+    if debug_enabled() and not installed:
+        handler = CurrentStderr()
         handler.workbench_debug = True  # type: ignore[attr-defined]
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         logger.addHandler(handler)
         logger.setLevel(logging.DEBUG)
+    elif not debug_enabled() and installed:
+        for handler in installed:
+            logger.removeHandler(handler)
+        logger.setLevel(logging.NOTSET)
 
 
 __all__ = [
