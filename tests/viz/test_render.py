@@ -167,6 +167,9 @@ def test_health_spec_per_run_lines_markers_and_matrix(study):
     assert z[0, rules.index("non_finite")] == 1.0 and heat.text[0][rules.index("non_finite")] == "fail@12"
     assert z[0, rules.index("entropy_collapse")] == 0.5 and heat.text[0][rules.index("entropy_collapse")] == "warn@7"
     assert np.allclose(z[1], 0.0)  # no report, but its tags say ok with no reasons
+    # the legend under the figure says what each cell text means (#32), once
+    legends = [sec for sec in rendered.sections if sec.title == "Health matrix: what a cell says"]
+    assert len(legends) == 1 and "warn@120" in legends[0].body_html and "fail@120" in legends[0].body_html
 
 
 def test_group_by_run_colours_each_run_and_missing_metrics_are_reported(study):

@@ -312,12 +312,17 @@ def _summary_traces(p: PanelSpec, canvas: _Canvas) -> list[Any]:
     return traces
 
 
+HEALTH_LEGEND_TITLE = "Health matrix: what a cell says"
+
+
 def _health_traces(canvas: _Canvas) -> list[Any]:
     """A health matrix panel: one heatmap of runs x rules."""
     cells = canvas.data.health_cells
     if cells is None or not len(cells):
         return []
     present = set(cells["run_id"])
+    if not any(section.title == HEALTH_LEGEND_TITLE for section in canvas.sections):  # once, however many matrices
+        canvas.sections.append(Section(HEALTH_LEGEND_TITLE, body_html=F.health_legend_html()))
     return [F.health_heatmap_trace(cells, run_order=[r for r in canvas.run_ids if r in present])]
 
 
