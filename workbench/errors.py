@@ -20,7 +20,10 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import logging
+import os
 import re
+import sys
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -31,9 +34,17 @@ DEBUG_ENV = "WORKBENCH_DEBUG"  # `workbench --debug`; inherited by the processes
 
 
 def debug_enabled() -> bool:
-    import os
-
     return os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no")
+
+
+class _DebugLogHandler(logging.StreamHandler):
+    """Writes to ``sys.stderr`` as it is when a record comes (a test runner swaps it per command)."""
+
+    workbench_debug = True  # how a later command finds it
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.stream = sys.stderr
+        super().emit(record)
 
 
 def show_debug_logs() -> None:
@@ -41,21 +52,10 @@ def show_debug_logs() -> None:
     tracebacks kept off the terminal otherwise (MLflow's SQL store errors, tracking/writer.py). Records
     pass the redaction's record factory first (tracking/redact.py). Called by every command: without
     --debug it removes the handler an earlier in-process command (a test's, a notebook's) installed."""
-    import logging
-    import sys
-
-    class CurrentStderr(logging.StreamHandler):
-        """Writes to ``sys.stderr`` as it is when a record comes (a test runner swaps it per command)."""
-
-        def emit(self, record: logging.LogRecord) -> None:
-            self.stream = sys.stderr
-            super().emit(record)
-
     logger = logging.getLogger("workbench")
-    installed = [handler for handler in logger.handlers if getattr(handler, "workbench_debug", False)]
+    installed = [handler for handler in logger.handlers if isinstance(handler, _DebugLogHandler)]
     if debug_enabled() and not installed:
-        handler = CurrentStderr()
-        handler.workbench_debug = True  # type: ignore[attr-defined]
+        handler = _DebugLogHandler()
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         logger.addHandler(handler)
         logger.setLevel(logging.DEBUG)
