@@ -127,6 +127,9 @@ def test_a_run_trains_on_cuda_and_logs_its_mismatch(sampler_dtype, micro_batch_s
     assert all(k in steps[0] for k in core if k != "reward/mean"), sorted(steps[0])
     kl = [r["mismatch/kl"] for r in steps]
     if sampler_dtype == "float32":
-        assert max(abs(v) for v in kl) < 1e-6  # shared weights: sampling and scoring, same kernels' float32 sums
+        # Error analysis (tests/tolerance.py): per token |Δ log p| <= (depth + positions)·eps32·(|log p| + 1); the
+        # micro model's depth is 1·(2·32 + 64) + 99 = 227, positions <= ~30, |log p| + 1 <= ~10, so |Δ| <= 3.1e-4,
+        # and the k3 KL (≈ Δ²/2 for small Δ) <= 5e-8: 1e-6 bounds it with room (measured on an H200: 8e-14).
+        assert max(abs(v) for v in kl) < 1e-6
     else:
         assert max(kl) > 0
