@@ -25,6 +25,7 @@ from workbench.cli.invocation import workbench_command
 from workbench.cli.output import console, err_console, fail
 from workbench.cli.seed_plan import print_seed_plan, seed_plan
 from workbench.errors import DEBUG_ENV, show_debug_logs
+from workbench.execution.interrupts import stopping_on
 from workbench.execution.lock import StudyBusy
 from workbench.execution.study_progress import PROGRESS_EVERY_ENV
 from workbench.metrics import CATALOGUE
@@ -302,7 +303,6 @@ def worker(
     quiet: Annotated[bool, typer.Option(help="no per-run lines")] = False,
 ) -> None:
     """Execute a study together with any number of other workers, on any machines (see docs/distributed.md)."""
-    from workbench.execution.pool import _interrupt_once  # deferred: pydantic, torch, transformers
     from workbench.execution.run import PreflightError  # deferred: pydantic, torch, transformers
     from workbench.execution.worker import (  # deferred: pydantic, torch, transformers
         WorkerError,
@@ -327,16 +327,15 @@ def worker(
     log = (lambda line: None) if quiet else (lambda line: console.print(
         f"{time.strftime('%H:%M:%S')} {line}", markup=False, highlight=False, soft_wrap=True))
     options = WorkerOptions(heartbeat_interval=heartbeat, grace_period=grace, max_retries=max_retries, log=log)
-    previous = signal.signal(signal.SIGTERM, _interrupt_once)  # `kill PID` stops like Ctrl-C: run KILLED
-    try:
-        report = run_worker(study_obj, specs, storage, options)
-    except (WorkerError, PreflightError, FileNotFoundError, ImportError, StudyBusy, SpecError) as e:
-        raise fail(str(e)) from None
-    except KeyboardInterrupt:
-        err_console.print("[yellow]worker stopped: its run is KILLED and enqueued again for the other workers[/yellow]")
-        raise typer.Exit(130) from None
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    with stopping_on(signal.SIGTERM):  # `kill PID` stops like Ctrl-C: run KILLED
+        try:
+            report = run_worker(study_obj, specs, storage, options)
+        except (WorkerError, PreflightError, FileNotFoundError, ImportError, StudyBusy, SpecError) as e:
+            raise fail(str(e)) from None
+        except KeyboardInterrupt:
+            err_console.print("[yellow]worker stopped: its run is KILLED and enqueued again for the other "
+                              "workers[/yellow]")
+            raise typer.Exit(130) from None
     if report.outcomes:
         print_summary(study_obj.name, report.outcomes, _study_store(specs))
     console.print(f"study {report.study}: {report.finished}/{report.total} runs finished; "

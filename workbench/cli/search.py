@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from workbench.cli.invocation import ui_base_url
+from workbench.execution.interrupts import stopping_on
 from workbench.tracking.store import resolve_tracking_uri
 
 console = Console()
@@ -111,23 +112,20 @@ def tune(
     console.print(f"search [bold]{spec.optuna_name}[/bold]: {budget}, {len(spec.seeds)} seed(s) per trial, "
                   f"sampler {spec.sampler_name}, pruner {spec.pruner_name}; storage {_describe(storage_url)}",
                   highlight=False, soft_wrap=True)
-    from workbench.execution.pool import _interrupt_once  # deferred: pydantic, torch, transformers
     from workbench.execution.ray_executor import RayOptions, RayUnavailable  # deferred: torch, transformers
     from workbench.search.ray_trials import trials_on_ray  # deferred: torch, transformers
 
-    previous = signal.signal(signal.SIGTERM, _interrupt_once)  # `kill PID` stops like Ctrl-C
-    try:
-        run_trials = (trials_on_ray(RayOptions.from_execution(study_obj.execution, address), workers)
-                      if chosen == "ray" else None)
-        result = run_search(spec, storage_url, workers=workers, options=options, run_trials=run_trials)
-    except (SearchError, FileNotFoundError, RayUnavailable) as e:
-        raise _fail(str(e)) from None
-    except KeyboardInterrupt:
-        err_console.print("[yellow]interrupted: running trials end FAIL (their runs KILLED) and are enqueued "
-                          "again; run tune again to continue the search[/yellow]", soft_wrap=True)
-        raise typer.Exit(130) from None
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    with stopping_on(signal.SIGTERM):  # `kill PID` stops like Ctrl-C
+        try:
+            run_trials = (trials_on_ray(RayOptions.from_execution(study_obj.execution, address), workers)
+                          if chosen == "ray" else None)
+            result = run_search(spec, storage_url, workers=workers, options=options, run_trials=run_trials)
+        except (SearchError, FileNotFoundError, RayUnavailable) as e:
+            raise _fail(str(e)) from None
+        except KeyboardInterrupt:
+            err_console.print("[yellow]interrupted: running trials end FAIL (their runs KILLED) and are enqueued "
+                              "again; run tune again to continue the search[/yellow]", soft_wrap=True)
+            raise typer.Exit(130) from None
     from workbench.search.report import open_search  # deferred: pydantic
 
     ostudy = open_search(spec, storage_url)

@@ -22,7 +22,7 @@ from collections import deque
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 
-from workbench.execution.interrupts import noting_ctrl_c
+from workbench.execution.interrupts import noting_ctrl_c, stopping_on
 from workbench.execution.job import RunJob, execute_job, progress_metrics
 from workbench.execution.run import RunOutcome, run_tags
 from workbench.execution.threads import threads_per_run
@@ -52,29 +52,11 @@ class _PipeReporter:
         pass  # the parent ends the line when the result arrives
 
 
-_interrupted = False
-
-
-def _interrupt_once(signum, frame):
-    """First SIGINT/SIGTERM: stop the run (KeyboardInterrupt); later ones are ignored so that
-    marking the run KILLED is not itself interrupted (a terminal's Ctrl-C reaches a run's process
-    and the parent's SIGTERM follows). A Python-level no-op rather than SIG_IGN: swapping the
-    handler while a signal is pending makes CPython print a "race condition" error."""
-    global _interrupted
-    if not _interrupted:
-        _interrupted = True
-        raise KeyboardInterrupt
-
-
-interrupt_once = _interrupt_once  # the public name (other process entry points use it too)
-
-
 def child_main(job: RunJob, conn: Connection) -> None:
     """Entry point of a run's process (spawned)."""
-    signal.signal(signal.SIGINT, _interrupt_once)
-    signal.signal(signal.SIGTERM, _interrupt_once)
-    conn.send(("result", execute_job(job, _PipeReporter(conn))))
-    conn.close()
+    with stopping_on(signal.SIGINT, signal.SIGTERM):
+        conn.send(("result", execute_job(job, _PipeReporter(conn))))
+        conn.close()
 
 
 # ----------------------------------------------------------------------------------- parent side

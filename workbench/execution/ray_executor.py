@@ -32,11 +32,12 @@ from __future__ import annotations
 
 import math
 import os
+import signal
 import time
 from dataclasses import dataclass, field
 
 from workbench.config import RunConfig
-from workbench.execution.interrupts import noting_ctrl_c
+from workbench.execution.interrupts import noting_ctrl_c, stopping_on
 from workbench.execution.job import RunJob, execute_job, progress_metrics
 from workbench.execution.pool import close_left_running, record_lost_run
 from workbench.execution.run import RunOutcome
@@ -111,7 +112,13 @@ class _InboxReporter:
 
 
 def ray_task(job: RayJob, inbox) -> RunOutcome:
-    """Body of a run's Ray task (also of its retries)."""
+    """Body of a run's Ray task (also of its retries). A cancel (Ray's ``KeyboardInterrupt``) is
+    remembered, so that one Python swallows still stops the run at its next step."""
+    with stopping_on(signal.SIGINT):
+        return _ray_task(job, inbox)
+
+
+def _ray_task(job: RayJob, inbox) -> RunOutcome:
     from mlflow import MlflowClient
 
     os.environ.update(job.env)

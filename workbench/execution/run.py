@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from workbench.config import RunConfig
+from workbench.execution.interrupts import raise_if_stop_requested
 from workbench.execution.run_progress import RunProgress
 from workbench.health import HealthMonitor
 from workbench.metrics.catalogue import unlogged_by_config
@@ -228,7 +229,10 @@ def execute_run(cfg: RunConfig, *, study: str, variant: str, label: str, parent_
                 extra_tags: dict[str, str] | None = None, on_eval=None) -> RunOutcome:
     """Run ``cfg`` as one MLflow run. ``on_step(step, metrics)`` is called after each step and
     may raise ``StopRun`` to end the run early (recorded as a deliberate stop); ``on_eval(step,
-    problems)`` gets each eval's per-problem results just before (:func:`workbench.train.loop.train`)."""
+    problems)`` gets each eval's per-problem results just before (:func:`workbench.train.loop.train`).
+    A stop request whose KeyboardInterrupt Python lost (:mod:`workbench.execution.interrupts`) is
+    raised here before the run opens and after every step."""
+    raise_if_stop_requested()
     preflight(cfg)
     outcome = RunOutcome(label=label, variant=variant, seed=cfg.seed, run_key=cfg.run_key(), status="RUNNING")
     tracking_uri = resolve_tracking_uri(cfg.tracking.uri)
@@ -250,6 +254,7 @@ def execute_run(cfg: RunConfig, *, study: str, variant: str, label: str, parent_
     bar = progress or RunProgress(enabled=False)
 
     def step_hook(step: int, metrics: dict[str, float]) -> StopReason | None:
+        raise_if_stop_requested()
         bar.on_step(step, metrics)
         try:
             if on_step is not None:

@@ -18,10 +18,12 @@ lines come back to the driver through the inbox actor.
 from __future__ import annotations
 
 import os
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from workbench.execution.interrupts import stopping_on
 from workbench.execution.ray_executor import (
     STOP_GRACE_S,
     RayOptions,
@@ -49,7 +51,13 @@ class TrialJob:
 
 
 def ray_trial_task(job: TrialJob, inbox) -> WorkerReport:
-    """Body of one trial's Ray task: join the search, run one trial, report."""
+    """Body of one trial's Ray task: join the search, run one trial, report. A cancel is remembered
+    (:mod:`workbench.execution.interrupts`): one Python swallows still stops the run at its next step."""
+    with stopping_on(signal.SIGINT):
+        return _ray_trial_task(job, inbox)
+
+
+def _ray_trial_task(job: TrialJob, inbox) -> WorkerReport:
     os.environ.update(job.env)
     if os.path.isdir(job.cwd):
         os.chdir(job.cwd)

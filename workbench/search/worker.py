@@ -46,6 +46,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from workbench.execution.interrupts import interrupt_once
 from workbench.execution.threads import threads_per_run
 from workbench.models import model_dir
 from workbench.search import history
@@ -361,10 +362,8 @@ def confirms(spec: SearchSpec, result: SearchResult) -> bool:
 def _child_main(spec: SearchSpec, storage_url: str, options: dict, index: int, threads: int,
                 tracking_uri: str, deadline: float | None) -> None:
     """Entry point of a local worker process (spawned)."""
-    from workbench.execution.pool import _interrupt_once  # deferred: torch, transformers
-
-    signal.signal(signal.SIGINT, _interrupt_once)
-    signal.signal(signal.SIGTERM, _interrupt_once)  # SIGTERM stops like Ctrl-C: the run ends KILLED
+    signal.signal(signal.SIGINT, interrupt_once)
+    signal.signal(signal.SIGTERM, interrupt_once)  # SIGTERM stops like Ctrl-C: the run ends KILLED
     os.environ["MLFLOW_TRACKING_URI"] = tracking_uri
     guard_output([storage_url])  # this process prints too: its passwords masked like the parent's
     import torch
