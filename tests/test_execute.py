@@ -107,6 +107,26 @@ def test_seed_matrix_groups_runs_by_label_without_the_seed():
     assert (b, by_seed_b[0].status, mean_b) == ("b", "FAILED", 0.5)
 
 
+def test_the_summary_of_many_seeds_stays_readable_in_an_80_column_log():
+    """Off a terminal (nohup, CI) rich lays tables out in 80 columns: 12 seeds of 3 arms once printed
+    every value as "0.…". Labels fold instead of being cut, and the long side (seeds) runs down the rows."""
+    from workbench.cli.main import print_summary
+    from workbench.cli.output import console
+
+    arms = ("none", "pass_rate_filter", "curriculum")
+    outcomes = [RunOutcome(f"{arm}/seed={seed}", arm, seed, f"k-{arm}-{seed}", "FINISHED", eval_first=0.21,
+                           eval_final=0.25 + 0.001 * seed + 0.01 * i, health="ok", steps=100)
+                for i, arm in enumerate(arms) for seed in range(12)]
+    with console.capture() as captured:
+        print_summary("many-seeds", outcomes, "sqlite:///mlflow.db")
+    text = captured.get()
+    assert console.width == 80 and "…" not in text, text
+    first_column = "".join(line.split("│")[1].strip() for line in text.splitlines() if line.startswith("│ "))
+    assert "pass_rate_filter/seed=11" in first_column  # the label whole, folded over two lines
+    assert "0.281 ok" in text  # curriculum (0.27) at seed 11: a whole value in the by-seed matrix
+    assert "0.276" in text  # curriculum's mean over the seeds (0.27 + 0.0055)
+
+
 def test_a_dead_run_process_is_described_by_its_exit_code():
     assert "SIGKILL" in describe_exit(-signal.SIGKILL) and "out of memory" in describe_exit(-9)
     assert "exit code 3" in describe_exit(3)

@@ -377,7 +377,9 @@ def print_summary(name: str, outcomes, uri: str) -> None:
 
     table = Table(title=f"study {name}", caption=FINAL_CAPTION, caption_justify="left")
     for col in ["run", "status", "steps", "eval first", "eval final", "Δ", "health"]:
-        table.add_column(col, justify="right" if col.startswith(("eval", "Δ", "steps")) else "left")
+        # a label folds rather than ends in "…": off a terminal (a log file) rich lays out 80 columns
+        table.add_column(col, justify="right" if col.startswith(("eval", "Δ", "steps")) else "left",
+                         overflow="fold" if col == "run" else "ellipsis")
     for o in outcomes:
         delta = o.eval_final - o.eval_first
         fmt = lambda v: "-" if v != v else f"{v:.3f}"  # noqa: E731 - NaN prints as "-"
@@ -393,28 +395,36 @@ def print_summary(name: str, outcomes, uri: str) -> None:
 
 
 def _print_seed_matrix(outcomes) -> None:
-    """With several seeds: final eval accuracy and health, one row per variant/grid point, one column per seed."""
+    """With several seeds: final eval accuracy and health per variant/grid point and seed, with each
+    arm's mean. The longer of the two runs down the rows (12 seeds of 3 arms would not fit as columns)."""
     from workbench.execution.study import seed_matrix  # deferred: pydantic, torch, transformers
 
     seeds, rows = seed_matrix(outcomes)
     if len(seeds) < 2:
         return
+
+    def cell(o) -> str:
+        if o is None:
+            return ""
+        return f"{o.eval_final:.3f} {o.health}" if o.eval_final == o.eval_final else o.status  # NaN: its status
+
+    mean_text = lambda mean: "-" if mean != mean else f"{mean:.3f}"  # noqa: E731
     table = Table(title="final eval/accuracy (health) by seed", caption=FINAL_CAPTION, caption_justify="left")
-    table.add_column("run")
-    for seed in seeds:
-        table.add_column(f"seed={seed}", justify="right")
-    table.add_column("mean", justify="right")
-    for group, by_seed, mean in rows:
-        cells = []
+    if len(seeds) <= len(rows):  # one row per arm, one column per seed
+        table.add_column("run", overflow="fold")
         for seed in seeds:
-            o = by_seed.get(seed)
-            if o is None:
-                cells.append("")
-            elif o.eval_final == o.eval_final:  # not NaN
-                cells.append(f"{o.eval_final:.3f} {o.health}")
-            else:
-                cells.append(o.status)
-        table.add_row(group, *cells, "-" if mean != mean else f"{mean:.3f}")
+            table.add_column(f"seed={seed}", justify="right")
+        table.add_column("mean", justify="right")
+        for group, by_seed, mean in rows:
+            table.add_row(group, *(cell(by_seed.get(seed)) for seed in seeds), mean_text(mean))
+    else:  # one row per seed, one column per arm, the means last
+        table.add_column("seed", justify="right")
+        for group, _, _ in rows:
+            table.add_column(group, justify="right", overflow="fold")
+        for seed in seeds:
+            table.add_row(str(seed), *(cell(by_seed.get(seed)) for _, by_seed, _ in rows))
+        table.add_section()
+        table.add_row("mean", *(mean_text(mean) for _, _, mean in rows))
     console.print(table)
 
 
