@@ -63,6 +63,14 @@ def test_until_decided_runs_rounds_resumes_and_compare_reports_the_design(workdi
     report = invoke("compare", study, "--format", "md")
     assert report.exit_code == 0, report.output
     assert "sequential design: looks 2" in report.output and "of 2/3" in report.output
+    # its verdicts at the level of the design's last look taken, not at 0.05 (a study stopped at look 3 of 3
+    # with O'Brien-Fleming spending once read "better" at p_holm 0.039 where the design said inconclusive)
+    from workbench.compare.sequential import Design
+
+    design = Design(looks=(2, 3), spending="obrien_fleming", alpha=0.05)
+    taken = 2 if "looks 2,3 of" in report.output else 1
+    level = float(design.look_alpha[taken - 1])
+    assert f"verdicts at its last look's level, α = {level:.3g}" in report.output, report.output
     assert "seeds added after looking" not in report.output
 
     # seed 3 added by hand, after the looks: flagged

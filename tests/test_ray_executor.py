@@ -12,6 +12,7 @@ from mlflow import MlflowClient
 from typer.testing import CliRunner
 
 from tests.execution_helpers import (
+    broken_model_dir,
     child_runs,
     fast_run_config,
     install_empty_mlflow_db,
@@ -124,19 +125,23 @@ def test_a_study_on_a_two_node_cluster_runs_each_run_once_with_the_local_results
 
 
 @pytest.mark.slow
-def test_a_node_killed_mid_run_the_run_finishes_once_elsewhere(workdir, ray_cluster):  # noqa: F811
+def test_a_node_killed_mid_run_the_run_finishes_once_elsewhere_from_its_checkpoint(workdir, ray_cluster):  # noqa: F811
     uri = install_empty_mlflow_db(workdir)
-    path = write_study(workdir / "study.yaml", "nodekill", steps=40, seeds=[0])
+    # checkpoints every 5 steps (the default place, beside the store: every node of this cluster sees it);
+    # 300 steps so that the run is still training when the node dies after its first checkpoint
+    path = write_study(workdir / "study.yaml", "nodekill", steps=300, seeds=[0],
+                       variants={"base": {"learner": {"checkpoint_every": 5}}})
     (key,) = {s.run_key for s in expand(load_study(path))}
     client = MlflowClient(uri)
     proc = spawn(workbench_cmd("run", path, "--executor", "ray", "--address", ray_cluster.address),
                  workdir, workdir / "run.log")
     try:
-        def running_with_steps():
+        def running_past_a_checkpoint():
             runs = [r for r in child_runs(client, "nodekill") if r.info.status == "RUNNING"]
-            return runs[0] if runs and client.get_metric_history(runs[0].info.run_id, "reward/mean") else None
+            return runs[0] if runs and len(client.get_metric_history(runs[0].info.run_id, "reward/mean")) > 6 \
+                else None
 
-        first = wait_for(running_with_steps, 400, what="the run in progress")  # a loaded 2-core machine
+        first = wait_for(running_past_a_checkpoint, 400, what="the run past its first checkpoint")
         node_id = first.data.tags[RAY_NODE_TAG]
         (node,) = [n for n in ray_cluster.worker_nodes if n.node_id == node_id]
         ray_cluster.remove_node(node, allow_graceful=False)  # the node dies (think: a lost machine)
@@ -152,8 +157,27 @@ def test_a_node_killed_mid_run_the_run_finishes_once_elsewhere(workdir, ray_clus
     done = next(r for r in runs if r.info.status == "FINISHED")
     assert "Ray worker was lost" in lost.data.tags["workbench.error"]
     assert done.data.tags[RAY_NODE_TAG] != node_id  # it ran elsewhere
+    resumed = int(done.data.tags["workbench.resumed_from_step"])  # from the lost attempt's checkpoint
+    assert resumed >= 5 and resumed % 5 == 0, resumed
+    steps = [m.step for m in client.get_metric_history(done.info.run_id, "reward/mean")]
+    assert steps == list(range(300)), steps[:5]  # whole and each step once: the checkpoint's steps replayed
     assert "RETRY" in log, log
     assert study_parent(client, "nodekill").info.status == "FINISHED"
+
+
+@pytest.mark.slow
+def test_a_run_that_fails_by_itself_is_failed_once_not_retried(workdir, ray_cluster):  # noqa: F811
+    """Ray retries a run whose worker was lost; a run that raises is a result (FAILED), as locally."""
+    uri = install_empty_mlflow_db(workdir)
+    broken = broken_model_dir(workdir)  # passes the preflight, fails when its weights load
+    path = write_study(workdir / "study.yaml", "selffail", steps=3, seeds=[0],
+                       variants={"broken": {"model": {"path": str(broken), "builtin": None}}})
+    (key,) = {s.run_key for s in expand(load_study(path))}
+    result = invoke("run", path, "--executor", "ray", "--address", ray_cluster.address)
+    assert result.exit_code == 1, result.output
+    runs = child_runs(MlflowClient(uri), "selffail")
+    assert statuses_by_key(runs) == {key: ["FAILED"]}, result.output  # one attempt
+    assert "RETRY" not in result.output and runs[0].data.tags["workbench.error"], result.output
 
 
 @pytest.mark.slow

@@ -63,6 +63,10 @@ def record_first_look(tracking_uri: str, parent_run_id: str, runs: pd.DataFrame)
                                                                "by": "compare"}))
 
 
+#: ``looks_report``'s key for the level of the design's last look taken (a float, as text).
+LEVEL_KEY = "sequential_alpha"
+
+
 def looks_report(reader: Any, study: str, parent_run_id: str | None, runs: pd.DataFrame) -> dict[str, str]:
     """``{"sequential": phrase}`` for a study run with ``--until-decided``, and
     ``{"seeds_added": message}`` when compared runs were added after the first look without a
@@ -82,7 +86,10 @@ def looks_report(reader: Any, study: str, parent_run_id: str | None, runs: pd.Da
     covered: set[int] = set()
     if record and record.get("looks"):
         design = Design.from_dict(record["design"])
-        out["sequential"] = f"sequential design: {design.phrase(len(record['looks']))}"
+        taken = len(record["looks"])
+        out["sequential"] = f"sequential design: {design.phrase(taken)}"
+        # the level its last look tested at: the verdicts compare prints must not be more liberal than the design
+        out[LEVEL_KEY] = repr(float(design.look_alpha[min(taken, len(design.looks)) - 1]))
         covered = {int(s) for look in record["looks"] for s in look["seed_list"]}
     first = parent_tags.get(FIRST_LOOK_TAG)
     if not first:

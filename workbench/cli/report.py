@@ -33,7 +33,7 @@ from workbench.cli.common import (
     resolve_target,
 )
 from workbench.cli.invocation import DEFAULT_UI_BASE, ui_base_url, workbench_command
-from workbench.cli.looks import looks_report, record_first_look
+from workbench.cli.looks import LEVEL_KEY, looks_report, record_first_look
 from workbench.cli.output import fail
 from workbench.tracking.redact import redact_uri
 
@@ -568,15 +568,23 @@ def compute_comparison(target: Target, metric: Sequence[str] | None = None, *, b
         problems = target.reader.problem_results(runs)
     # a variant of the study file without runs yet may be named in compare.activity
     gates = _activity_gates(target, runs, history, base, list(dict.fromkeys([*target.variants_order, *variants])))
+    looks = _looks(target, runs, record=record_look)  # sequential design; seeds added after looking
+    # Run with --until-decided: test at the level of the design's last look (O'Brien-Fleming: 0.034 at the
+    # last of 3), not at 0.05 over seeds the design already spent part of its alpha on.
+    sequential = LEVEL_KEY in looks
+    level = float(looks.pop(LEVEL_KEY, 0.05))  # 0.05: compare_variants' own default (confidence 0.95)
     try:
         summary = summarize_runs(history, runs, names)
-        table = compare_variants(summary, base, names, problems=problems, sesoi=effects, activity=gates)
+        table = compare_variants(summary, base, names, problems=problems, sesoi=effects, activity=gates,
+                                 confidence=1.0 - level)
     except ValueError as e:
         raise fail(str(e)) from None
 
     for line in uncomputed_summaries(summary, history, names):
         note(f"[yellow]{line}[/yellow]")
-    table.settings |= _looks(target, runs, record=record_look)  # sequential design; seeds added after looking
+    if sequential:
+        looks["sequential"] += f"; verdicts at its last look's level, α = {level:.3g}"
+    table.settings |= looks
     for key, style in (("sequential", "bold"), ("seeds_added", "yellow")):
         if key in table.settings:
             from rich.markup import escape
