@@ -64,7 +64,8 @@ def test_shipped_search_parses_plans_and_stays_small(tmp_path):
 
 
 SCRATCHPAD_STUDIES = ["clip_higher", "dapo_ablation", "dr_grpo_length_bias", "loss_aggregation",
-                      "precision_mismatch", "priming", "prompt_curation", "scratchpad", "scratchpad_gain"]
+                      "precision_mismatch", "priming", "prompt_curation", "prompt_curation_pool", "scratchpad",
+                      "scratchpad_gain"]
 OWN_COLD_START = {"scratchpad_gain", "priming"}  # a stronger cold start; a fixed SFT budget per priming arm
 
 
