@@ -87,9 +87,11 @@ def looks_report(reader: Any, study: str, parent_run_id: str | None, runs: pd.Da
     if record and record.get("looks"):
         design = Design.from_dict(record["design"])
         taken = len(record["looks"])
-        out["sequential"] = f"sequential design: {design.phrase(taken)}"
         # the level its last look tested at: the verdicts compare prints must not be more liberal than the design
-        out[LEVEL_KEY] = repr(float(design.look_alpha[min(taken, len(design.looks)) - 1]))
+        level = float(design.look_alpha[min(taken, len(design.looks)) - 1])
+        out["sequential"] = (f"sequential design: {design.phrase(taken)}; "
+                             f"verdicts at its last look's level, α = {level:.3g}")
+        out[LEVEL_KEY] = repr(level)
         covered = {int(s) for look in record["looks"] for s in look["seed_list"]}
     first = parent_tags.get(FIRST_LOOK_TAG)
     if not first:

@@ -571,7 +571,6 @@ def compute_comparison(target: Target, metric: Sequence[str] | None = None, *, b
     looks = _looks(target, runs, record=record_look)  # sequential design; seeds added after looking
     # Run with --until-decided: test at the level of the design's last look (O'Brien-Fleming: 0.034 at the
     # last of 3), not at 0.05 over seeds the design already spent part of its alpha on.
-    sequential = LEVEL_KEY in looks
     level = float(looks.pop(LEVEL_KEY, 0.05))  # 0.05: compare_variants' own default (confidence 0.95)
     try:
         summary = summarize_runs(history, runs, names)
@@ -582,8 +581,6 @@ def compute_comparison(target: Target, metric: Sequence[str] | None = None, *, b
 
     for line in uncomputed_summaries(summary, history, names):
         note(f"[yellow]{line}[/yellow]")
-    if sequential:
-        looks["sequential"] += f"; verdicts at its last look's level, α = {level:.3g}"
     table.settings |= looks
     for key, style in (("sequential", "bold"), ("seeds_added", "yellow")):
         if key in table.settings:
