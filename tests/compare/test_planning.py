@@ -61,3 +61,34 @@ def test_bad_sesoi_or_noise_sd_names_the_field_and_file(tmp_path, block, field):
         load_study(study)
     line = next(x for x in str(e.value).splitlines() if field in x)
     assert "s.yaml" in line and ("positive number" in line or "mapping" in line)
+
+
+def test_compare_primary_marks_the_other_metrics_secondary_in_the_plan(tmp_path):
+    """`compare.primary` names what the study is designed to decide: `plan` plans those and reports the
+    others as secondary, without asking for a SESOI they do not need."""
+    study = tmp_path / "s.yaml"
+    study.write_text("name: s\nbase: {model: {builtin: tiny}}\nvariants: {a: {}, b: {algorithm: {preset: dr_grpo}}}\nseeds: [0, 1, 2]\n"
+                     "compare:\n  baseline: a\n  metrics: [final_eval_accuracy, final:mismatch/kl]\n"
+                     "  primary: [final_eval_accuracy]\n  sesoi: {final_eval_accuracy: 0.03}\n"
+                     "  noise_sd: {final_eval_accuracy: 0.025}\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/none.db"}
+    run = [sys.executable, "-m", "workbench.cli.main", "plan", str(study)]
+    out = subprocess.run([*run, "--format", "json"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    plan = {p["metric"]: p for p in json.loads(out.stdout)["seed_plan"]}
+    assert plan["final_eval_accuracy"]["secondary"] is False
+    assert plan["final_eval_accuracy"]["seeds"] == planned_seeds(0.03, math.sqrt(2) * 0.025, alpha=0.05)
+    assert plan["final:mismatch/kl"]["secondary"] is True and plan["final:mismatch/kl"]["seeds"] is None
+    text = subprocess.run(run, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300).stdout
+    assert "final:mismatch/kl (secondary): reported, not planned for" in text
+    assert "nothing planned" not in text
+
+
+def test_a_primary_metric_not_compared_names_the_field_and_file(tmp_path):
+    study = tmp_path / "s.yaml"
+    study.write_text("name: s\nbase: {model: {name: tiny}}\ncompare:\n  metrics: [final_eval_accuracy, eval_auc]\n"
+                     "  primary: [final_eval_acuracy]\n")
+    with pytest.raises(StudyError) as e:
+        load_study(study)
+    line = next(x for x in str(e.value).splitlines() if "compare.primary" in x)
+    assert "s.yaml" in line and "'final_eval_acuracy'" in line and "final_eval_accuracy" in line  # did you mean

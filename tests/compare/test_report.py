@@ -271,3 +271,17 @@ def test_a_difference_that_cancels_to_rounding_residue_prints_as_zero():
     assert _fmt_ci(5.551115123125783e-18, -0.09005, 0.09005) == "0 [-0.09005, 0.09005]"
     assert _fmt_ci(1e-4, -0.09005, 0.09005) == "0.0001 [-0.09005, 0.09005]"  # a real, small value stays
     assert _fmt_ci(6.586e-10, 5.597e-10, 7.575e-10) == "6.586e-10 [5.597e-10, 7.575e-10]"  # tiny scale: kept
+
+
+def test_secondary_metrics_are_marked_in_every_rendering():
+    """compare.primary's complement (set by `workbench compare` as settings['secondary']): each of the
+    metric's headlines and its table title say "secondary"; the primary metric's do not; it survives JSON."""
+    df = study({"grpo": 0.5, "dapo": 0.8}).assign(kl=lambda d: d["acc"] / 10)
+    t = compare_variants(df, "grpo", ["acc", "kl"], {"acc": True, "kl": False})
+    t.settings["secondary"] = ["kl"]
+    heads = t.headlines()
+    assert [h.startswith("(secondary) ") for h in heads] == [False, True]
+    md = t.to_markdown()
+    assert "### kl (secondary; lower is better" in md and "### acc (higher is better" in md
+    back = ComparisonTable.from_dict(json.loads(t.to_json()))
+    assert back.is_secondary("kl") and not back.is_secondary("acc")

@@ -210,3 +210,18 @@ def test_cli_look_uses_compare_p_values_and_the_same_decisions():
     by_arm = {r["arm"]: r["status"] for r in rows}
     assert by_arm["big"] == "better" and by_arm["null"] in ("inconclusive", "open")
     assert plan.status["final_eval_accuracy", "big"] == "better"
+
+
+def test_a_study_waits_only_on_its_primary_metrics():
+    """Secondary comparisons (not in compare.primary) are decided when the data allow but neither keep
+    the study running nor earn an arm more seeds."""
+    plan = Plan(["acc", "kl"], "base", {"base": "base", "x": "x", "y": "y"},
+                {"base": "base", "x": "base", "y": "base"}, secondary=["kl"])
+    plan.status = {("acc", "x"): "better", ("acc", "y"): "", ("kl", "x"): "", ("kl", "y"): ""}
+    assert plan.primary == ["acc"]
+    assert plan.needed_arms() == {"y", "base"}  # x's only open comparison is secondary
+    assert not plan.done()
+    plan.status["acc", "y"] = "futile"
+    assert plan.done()  # kl still open for both arms: it ends with the study
+    everything = Plan(["acc", "kl"], "base", plan.arm_variant, plan.baseline_of, status=dict(plan.status))
+    assert not everything.done() and everything.needed_arms() == {"x", "y", "base"}

@@ -58,6 +58,19 @@ def comparison_metrics(requested: Sequence[str] | None, compare_cfg: dict[str, A
     return list(dict.fromkeys(summary_name(m) for m in names))
 
 
+def secondary_metrics(names: Sequence[str], compare_cfg: dict[str, Any]) -> list[str]:
+    """The compared summary metrics the study does not declare primary (``compare.primary``; none
+    declared: every metric is primary). Secondary metrics are reported, marked secondary, and do not
+    keep a ``--until-decided`` study running."""
+    from workbench.viz.spec import summary_name  # deferred: plotly, pydantic, scipy
+
+    primary = compare_cfg.get("primary")
+    if not primary:
+        return []
+    wanted = {summary_name(m) for m in primary}
+    return [m for m in names if m not in wanted]
+
+
 def uncomputed_summaries(summary: pd.DataFrame, history: pd.DataFrame, names: Sequence[str]) -> list[str]:
     """One line per summary metric that is NaN for some runs, with what those runs lack
     (e.g. an imported run has no ``eval/accuracy``), so a missing summary is said, not silent."""
@@ -178,7 +191,8 @@ def comparison_table_html(table: Any) -> str:
             "test": rows["test"],
             **_two_way_html_columns(table, metric, rows, level),
         })
-        parts.append(f"<h3>{html.escape(metric)} <small>({direction}; baseline: "
+        role = "secondary; " if table.is_secondary(metric) else ""
+        parts.append(f"<h3>{html.escape(metric)} <small>({role}{direction}; baseline: "
                      f"{html.escape(table.baseline_phrase())})</small></h3>")
         parts.append(df_table_html(view, left=(table.unit, *vs, "runs", "verdict", "test"),
                                    cell_class={"verdict": _verdict_class},
@@ -351,7 +365,8 @@ def _two_way_delta(r: dict) -> str:
 
 def _title(table: Any, metric: str) -> str:
     direction = {True: "↑ better", False: "↓ better", None: "no direction"}[table.higher_is_better.get(metric)]
-    return f"{metric} ({direction}; baseline {table.baseline_phrase()}; best first)"
+    role = "secondary; " if table.is_secondary(metric) else ""
+    return f"{metric} ({role}{direction}; baseline {table.baseline_phrase()}; best first)"
 
 
 def print_table(table: Any, out: Any = None) -> None:
@@ -582,6 +597,9 @@ def compute_comparison(target: Target, metric: Sequence[str] | None = None, *, b
     for line in uncomputed_summaries(summary, history, names):
         note(f"[yellow]{line}[/yellow]")
     table.settings |= looks
+    secondary = secondary_metrics(names, target.compare)
+    if secondary:
+        table.settings["secondary"] = secondary
     for key, style in (("sequential", "bold"), ("seeds_added", "yellow")):
         if key in table.settings:
             from rich.markup import escape

@@ -26,7 +26,7 @@ MIN_PILOT_RUNS = 3  # an SD from 2 runs has 1 degree of freedom: too noisy to pl
 def seed_plan(study: Any, specs: list, uri: str, experiment: str, where: str) -> list[dict]:
     """The seed plan of ``study`` (expanded into ``specs``, read from ``where``) as one dict per
     compared metric."""
-    from workbench.cli.report import comparison_metrics, smallest_effects  # deferred: scipy, plotly
+    from workbench.cli.report import comparison_metrics, secondary_metrics, smallest_effects  # deferred: scipy, plotly
     from workbench.compare.planning import comparisons_per_metric, plan_seeds  # deferred: scipy
 
     compare = dict(study.compare or {})
@@ -39,7 +39,8 @@ def seed_plan(study: Any, specs: list, uri: str, experiment: str, where: str) ->
     wanted = [x for x in metrics if x in sesoi and x not in declared]
     measured = _pilot_sd(uri, experiment, baseline, wanted) if wanted else {}
     plans = plan_seeds(metrics, sesoi, {**measured, **declared}, comparisons=m, seeds_in_study=len(study.seeds))
-    return [p.as_dict() for p in plans]
+    secondary = set(secondary_metrics(metrics, compare))
+    return [p.as_dict() | {"secondary": p.metric in secondary} for p in plans]
 
 
 def _pilot_sd(uri: str, experiment: str, baseline: str, metrics: list[str]) -> dict[str, tuple[float, str]]:
@@ -82,10 +83,15 @@ def print_seed_plan(plans: list[dict]) -> None:
     console.print("[bold]planned seeds[/bold] (80% power to detect |Δ| = SESOI with the paired t-test at "
                   "Holm's first-step level α/m; SD of a paired difference = √2 × noise SD):", highlight=False)
     for p in plans:
+        name = f"{p['metric']} (secondary)" if p.get("secondary") else p["metric"]
+        if p["seeds"] is None and p.get("secondary") and p["sesoi"] is None:
+            console.print(f"  {name}: reported, not planned for (no SESOI; compare.primary names the metrics the "
+                          "study is designed to decide)", highlight=False, soft_wrap=True)
+            continue
         if p["seeds"] is None:
-            console.print(f"  {p['metric']}: nothing planned: {p['why']}", highlight=False, soft_wrap=True)
+            console.print(f"  {name}: nothing planned: {p['why']}", highlight=False, soft_wrap=True)
             continue
         console.print(
-            f"  {p['metric']}: {p['seeds']} seeds per arm (study has {p['seeds_in_study']}); SESOI {p['sesoi']:g}, "
+            f"  {name}: {p['seeds']} seeds per arm (study has {p['seeds_in_study']}); SESOI {p['sesoi']:g}, "
             f"noise SD {p['noise_sd']:.4g} ({p['sd_source']}), m = {p['comparisons']} comparisons, "
             f"α/m = {p['alpha']:.4g}", highlight=False, soft_wrap=True)

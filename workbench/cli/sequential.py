@@ -39,21 +39,28 @@ class Plan:
     status: dict[tuple[str, str], str] = field(default_factory=dict)  # (metric, arm) -> "" while open
     sesoi: dict[str, Any] = field(default_factory=dict)  # compare.sesoi: metric -> smallest effect of interest
     activity: dict[str, Any] = field(default_factory=dict)  # compare.activity, parsed: variant -> its gate setting
+    secondary: list[str] = field(default_factory=list)  # metrics not in compare.primary: decided if the data allow
 
     @property
     def compared(self) -> list[str]:
         return [a for a, b in self.baseline_of.items() if b is not None and b != a]
 
+    @property
+    def primary(self) -> list[str]:
+        return [m for m in self.metrics if m not in self.secondary]
+
     def open_arms(self, metric: str | None = None) -> list[str]:
         return [a for a in self.compared if any(self.status[m, a] == "" for m in self.metrics if metric in (None, m))]
 
     def needed_arms(self) -> set[str]:
-        """Arms with an open comparison, and their baselines."""
-        arms = set(self.open_arms())
+        """Arms with an open comparison on a primary metric, and their baselines: secondary metrics
+        get no seeds of their own."""
+        arms = {a for m in self.primary for a in self.open_arms(m)}
         return arms | {self.baseline_of[a] for a in arms}
 
     def done(self) -> bool:
-        return all(s != "" for s in self.status.values())
+        """Every primary comparison has stopped (a secondary one still open then ends with the study)."""
+        return all(s != "" for (m, _), s in self.status.items() if m not in self.secondary)
 
 
 # --------------------------------------------------------------------------------------------
@@ -67,7 +74,7 @@ def run_until_decided(study, *, max_seeds: int | None, select: Callable[[list], 
     outcomes of every run executed or skipped. ``select``: the ``--only`` filter of the runs.
     One-line error (exit 2) for a bad design or one that differs from the design recorded when
     the study was first run this way."""
-    from workbench.cli.report import comparison_metrics  # deferred: pandas + scipy via compare
+    from workbench.cli.report import comparison_metrics, secondary_metrics  # deferred: pandas + scipy via compare
     from workbench.compare.arms import match_baselines  # deferred: scipy
     from workbench.compare.sequential import design_from_settings  # deferred: scipy
     from workbench.execution.study import (  # deferred: pydantic, torch, transformers
@@ -108,7 +115,8 @@ def run_until_decided(study, *, max_seeds: int | None, select: Callable[[list], 
         activity = parse_settings(compare_cfg, list(study.variants))
     except ValueError as e:
         raise fail(f"{where}: {e}") from None
-    plan = Plan(metrics, baseline, arm_variant, baseline_of, sesoi=sesoi, activity=activity)
+    plan = Plan(metrics, baseline, arm_variant, baseline_of, sesoi=sesoi, activity=activity,
+                secondary=secondary_metrics(metrics, compare_cfg))
     if not plan.compared:
         raise fail(f"{where}: --until-decided needs at least one variant to compare with the baseline {baseline!r}")
     plan.status = {(m, a): "" for m in metrics for a in plan.compared}
@@ -117,7 +125,9 @@ def run_until_decided(study, *, max_seeds: int | None, select: Callable[[list], 
     _check_recorded_design(uri, extended, all_specs, record, where)
 
     outcomes: dict[str, Any] = {}
-    lines: list[str] = [f"sequential design: {design.phrase()}; metrics {', '.join(metrics)}; baseline {baseline}"]
+    roles = (f"primary metrics {', '.join(plan.primary)}; secondary {', '.join(plan.secondary)}" if plan.secondary
+             else f"metrics {', '.join(metrics)}")
+    lines: list[str] = [f"sequential design: {design.phrase()}; {roles}; baseline {baseline}"]
     _say(lines[0])
     for k, n in enumerate(design.looks):
         todo = round_specs(all_specs, seeds[:n], plan.needed_arms())
@@ -270,7 +280,8 @@ def _look_lines(look: dict[str, Any], design) -> list[str]:
 
 
 def _new_record(design, plan: Plan, declared: list[int], seeds: list[int]) -> dict[str, Any]:
-    return {"design": design.to_dict(), "metrics": plan.metrics, "baseline": plan.baseline, "family": "metric",
+    return {"design": design.to_dict(), "metrics": plan.metrics, "primary": plan.primary, "baseline": plan.baseline,
+            "family": "metric",
             "declared_seeds": declared, "seeds": seeds, "looks": []}
 
 
@@ -308,8 +319,8 @@ def _check_recorded_design(uri: str, study, specs, record: dict[str, Any], where
     old = read_record(client, parent)
     if old is None:
         return
-    for key in ("design", "metrics", "baseline"):
-        if old.get(key) != record[key]:
+    for key in ("design", "metrics", "primary", "baseline"):
+        if old.get(key, old.get("metrics") if key == "primary" else None) != record[key]:  # before compare.primary: all
             raise fail(f"{where}: this study was run with --until-decided with {key} {old.get(key)}; "
                        f"{record[key]} would change the sequential design after looking (start a new study)")
 

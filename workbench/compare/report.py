@@ -324,13 +324,21 @@ class ComparisonTable:
                 if r["verdict"] == "baseline":
                     continue
                 base = r["baseline_arm"] or self.baseline
-                lines.append(wording.headline(
+                lines.append(self._secondary_mark(metric) + wording.headline(
                     variant=str(r["variant"]), baseline=str(base), metric=metric, status_word=str(r["status"]),
                     verdict_text=str(r["verdict"]), delta=float(r["delta"]), lo=float(r["delta_lo"]),
                     hi=float(r["delta_hi"]), level=float(r["delta_level"]), n_x=int(r["n_seeds"]),
                     n_y=int(seeds_of.get(base, 0)), mde=float(r["mde"]), sesoi=float(r["sesoi"]), points=points,
                     ranked=str(r["test"]).startswith("Mann-Whitney")))
         return lines
+
+    def is_secondary(self, metric: str) -> bool:
+        """Whether the study declared ``metric`` secondary (``compare.primary`` names the others):
+        reported, but not what the study was designed to decide."""
+        return metric in (self.settings.get("secondary") or ())
+
+    def _secondary_mark(self, metric: str) -> str:
+        return "(secondary) " if self.is_secondary(metric) else ""
 
     def definitions(self) -> list[str]:
         """What each compared summary is, one line per metric (``final_eval_accuracy: Final
@@ -374,7 +382,8 @@ class ComparisonTable:
         for metric in self.metrics:
             hib = self.higher_is_better.get(metric)
             direction = {True: "higher is better", False: "lower is better", None: "no preferred direction"}[hib]
-            out.write(f"### {metric} ({direction}; baseline: {self.baseline_phrase()})\n\n")
+            role = "secondary; " if self.is_secondary(metric) else ""
+            out.write(f"### {metric} ({role}{direction}; baseline: {self.baseline_phrase()})\n\n")
             vs = self.per_grid_point
             head = [
                 "rank",

@@ -173,6 +173,7 @@ def check_semantics(data: dict[str, Any], rep: Reporter) -> None:
             rep.add(("compare", "activity", *path), message)
     if isinstance(compare, dict):
         _check_effect_sizes(compare, rep)
+        _check_primary(compare, rep)
 
 
 def _check_sequential(sequential: Any, rep: Reporter) -> None:
@@ -193,6 +194,26 @@ def _check_sequential(sequential: Any, rep: Reporter) -> None:
     if not ok or any(b <= a for a, b in zip(looks, looks[1:], strict=False)):
         rep.add(("compare", "sequential", "looks"),
                 f"expected increasing seed counts of at least 2, e.g. [3, 5, 7, 10], got {show_value(looks)}")
+
+
+def _check_primary(compare: dict[str, Any], rep: Reporter) -> None:
+    """``compare.primary``: the metrics whose questions the study was designed to decide (a non-empty list
+    drawn from ``compare.metrics``); the others are reported as secondary."""
+    primary = compare.get("primary")
+    if primary is None:
+        return
+    metrics = compare.get("metrics")
+    if not isinstance(primary, list) or not primary or not all(isinstance(m, str) for m in primary):
+        rep.add(("compare", "primary"), f"expected a non-empty list of metrics from compare.metrics, "
+                                        f"got {show_value(primary)}")
+        return
+    if not isinstance(metrics, list):
+        rep.add(("compare", "primary"), "needs compare.metrics: the primary metrics are some of the compared ones")
+        return
+    for m in primary:
+        if m not in metrics:
+            rep.add(("compare", "primary"), unknown_message(m, [str(x) for x in metrics],
+                                                            f"primary metric {m!r} (not in compare.metrics)"))
 
 
 def _check_effect_sizes(compare: dict[str, Any], rep: Reporter) -> None:
