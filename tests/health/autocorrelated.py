@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from numpy.lib.stride_tricks import sliding_window_view
 
 from workbench.health.rules import HEALTH_RULES
 from workbench.health.trend import mean_shift_se, slope_z
@@ -94,3 +95,15 @@ def reward_collapse_first_fire(reward: np.ndarray, **params) -> np.ndarray:
         noise_limit = reference - p.noise_z * se if p.noise_z > 0 else np.inf  # noise_z 0: margin only
         violated[:, j] = r < np.minimum(b - p.margin, noise_limit)
     return _first_streak_end(violated, p.patience, first_step=first_step)
+
+
+def mismatch_growth_first_fire(kl: np.ndarray, **params) -> np.ndarray:
+    """First firing step of ``mismatch_growth`` (default params unless overridden) on each row of ``kl``:
+    the mean of the last ``window`` values above ``max(max_multiple × the mean of the first
+    ``baseline_steps``, min_kl)`` for ``patience`` consecutive steps."""
+    p = HEALTH_RULES.get("mismatch_growth").Params(**params)
+    b, w = p.baseline_steps, p.window
+    base = kl[:, :b].mean(axis=1, keepdims=True)
+    limit = np.maximum(p.max_multiple * base, p.min_kl)
+    level = sliding_window_view(kl[:, b:], w, axis=1).mean(axis=-1)  # level[:, j] ends at step b + w - 1 + j
+    return _first_streak_end(level > limit, p.patience, first_step=b + w - 1)
