@@ -12,13 +12,23 @@ real ratio sits at 1.0, below the limit, so its resampled noise is put on a leve
 slope test is scale-free: only the noise's shape matters).
 
 RUNS = 400 per condition: a rate's Monte-Carlo standard error is at most 1.1 points at 5%.
+
+``mismatch_growth`` compares two 10-step means of mismatch/kl, so autocorrelation widens both. Its
+noise is measured on real runs (tests/health/data/precision_bf16_kl.csv: the bfloat16-sampler arm of
+studies/precision_mismatch.yaml, 100 steps per seed, exported from the study's MLflow store): log KL
+varies around a slow rise (about +15% per 100 steps) with residual sd ≈ 0.45 and lag-1
+autocorrelation ≈ 0. Its KL (3e-5) sits below the rule's ``min_kl`` floor (2e-4), which alone keeps
+it from firing there; the tests lift the noise onto 1e-3, above the floor, so that the ratio test
+itself is what is measured (a larger model's bf16 mismatch, with the same relative noise).
 """
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from numpy.lib.stride_tricks import sliding_window_view
 from scipy import stats
@@ -30,6 +40,7 @@ from .autocorrelated import (
     ar1,
     block_bootstrap,
     length_gap_first_fire,
+    mismatch_growth_first_fire,
     real_history,
     reward_collapse_first_fire,
     smooth_trend,
@@ -195,3 +206,82 @@ def test_rule_objects_agree_with_the_vectorised_decisions(rule):
     # A guard against an accidental quadratic cost, not a speed target (benchmarks/ hold those):
     # ~0.1-0.7 ms measured on 2 loaded cores, with up to 166 observations held per rule.
     assert per_step < 5e-3
+
+
+# ---- mismatch_growth on autocorrelated KL (#29) ------------------------------------------------------
+
+KL_LEVEL = 1e-3  # above min_kl (2e-4): the multiple-of-baseline test decides, not the floor
+REAL_KL = Path(__file__).parent / "data" / "precision_bf16_kl.csv"
+
+
+def _log_ar1_kl(phi: float, log_sd: float, key: int) -> np.ndarray:
+    return KL_LEVEL * np.exp(ar1(_rng(7, key, phi, log_sd), RUNS, STEPS, phi, log_sd))
+
+
+@pytest.mark.parametrize(("log_sd", "phi"), [(0.45, 0.0), (0.45, 0.3), (0.45, 0.5), (0.6, 0.0), (0.6, 0.3),
+                                            (0.6, 0.5), (0.5, 0.7)])
+def test_mismatch_growth_false_alarms_on_log_ar1_kl(phi, log_sd):
+    """At the measured noise (log-sd 0.45, φ ≈ 0) and well beyond it. With the 10-step means it had
+    before #29 it fired on 9.5% (log-sd 0.6, φ 0.5) and 17.5% (0.5, 0.8) of stable runs; with 20-step
+    means 0.5% and 4-5% (4.2% and 4.8% on two seeds: at the limit, so φ = 0.7 is the asserted case).
+    φ = 0.9 stays outside (12.5%): a 20-step mean then holds ~1 independent value."""
+    rate = (mismatch_growth_first_fire(_log_ar1_kl(phi, log_sd, 1)) != NEVER).mean()
+    print(f"mismatch_growth, stable log-AR(1) KL, log-sd {log_sd}, φ={phi}: false alarms {rate:.1%}")
+    assert rate <= MAX_RATE
+
+
+def _real_kl_runs() -> np.ndarray:
+    """Block-bootstrapped real bf16 KL histories, STEPS long, with their real rise: per seed, log KL's
+    linear trend is fitted and its residuals resampled in blocks of 10 steps; the trend over 200 steps
+    is the mean fitted slope, and the level is lifted to KL_LEVEL."""
+    df = pd.read_csv(REAL_KL)
+    residuals, slopes = [], []
+    for _, run in df.groupby("seed"):
+        log_kl = np.log(run.sort_values("step")["mismatch/kl"].to_numpy())
+        t = np.arange(len(log_kl))
+        fit = np.polynomial.Polynomial.fit(t, log_kl, 1)
+        residuals.append(log_kl - fit(t))
+        slopes.append(fit.convert().coef[1])
+    noise = np.concatenate([block_bootstrap(_rng(8, i), r, RUNS // len(residuals) + 1, STEPS, block=10)
+                            for i, r in enumerate(residuals)])[:RUNS]
+    return KL_LEVEL * np.exp(np.mean(slopes) * np.arange(STEPS) + noise)
+
+
+def test_real_kl_noise_is_what_the_docstring_says():
+    df = pd.read_csv(REAL_KL)
+    assert df["seed"].nunique() >= 3 and df.notna().all().all() and (df["mismatch/kl"] > 0).all()
+    stats_by_seed = []
+    for _, run in df.groupby("seed"):
+        log_kl = np.log(run.sort_values("step")["mismatch/kl"].to_numpy())
+        t = np.arange(len(log_kl))
+        r = log_kl - np.polynomial.Polynomial.fit(t, log_kl, 1)(t)
+        stats_by_seed.append((r.std(), np.corrcoef(r[:-1], r[1:])[0, 1]))
+    sd, lag1 = np.mean(stats_by_seed, axis=0)
+    assert 0.3 < sd < 0.6 and abs(lag1) < 0.2, (sd, lag1)
+
+
+def test_mismatch_growth_false_alarms_on_bootstrapped_real_kl():
+    rate = (mismatch_growth_first_fire(_real_kl_runs()) != NEVER).mean()
+    print(f"mismatch_growth, bootstrapped real bf16 KL (its own rise included): false alarms {rate:.1%}")
+    assert rate <= MAX_RATE
+
+
+def test_mismatch_growth_catches_growth_planted_in_real_kl():
+    """The real histories with a gap that grows ×1.05 per step from step 100 (a stopped weight sync's gap
+    grows with every update): ×3 after 23 steps; caught by step 100 + 45 in ≥ 95% of runs."""
+    t = np.arange(STEPS)
+    kl = _real_kl_runs() * np.where(t >= ONSET, 1.05 ** (t - ONSET + 1), 1.0)
+    rate, _ = caught(mismatch_growth_first_fire(kl), 2, 45)
+    print(f"mismatch_growth, ×1.05/step growth planted in real bf16 KL: caught within 45 steps in {rate:.1%}")
+    assert rate >= 0.95
+
+
+def test_mismatch_growth_vectorised_decision_agrees_with_the_rule_object():
+    t = np.arange(STEPS)
+    kl = _log_ar1_kl(0.3, 0.45, 2)[:40] * np.where(t >= ONSET, 1.05 ** (t - ONSET + 1), 1.0)
+    expected = mismatch_growth_first_fire(kl)
+    for run in range(len(kl)):
+        rule = HEALTH_RULES.get("mismatch_growth")()
+        first = next((step for step in range(STEPS) if rule.observe(step, {"mismatch/kl": float(kl[run, step])})
+                      is not None), NEVER)
+        assert first == expected[run], run

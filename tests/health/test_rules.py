@@ -60,9 +60,10 @@ CASES = {
     "mismatch_bands": (make(30, mismatch__token_mult_prob_error=step_change(1.01, 1.2, 10)), 11, 1.2, 1.05),
     # patience 3: 0.3 > 0.05 from step 10 -> fires at 12.
     "mismatch_tail": (make(30, mismatch__is_ratio_tail_frac=step_change(0.01, 0.3, 10)), 12, 0.3, 0.05),
-    # baseline mean(first 10) = 0.001 -> limit max(3 × 0.001, 2e-4) = 0.003; the mean of the last 10 is
-    # (0.019, 0.028, 0.037, 0.046, 0.055)/10 at steps 30..34: above 0.003 from 32 -> patience 3 -> fires at 34.
-    "mismatch_growth": (make(60, mismatch__kl=step_change(0.001, 0.01, 30)), 34, 0.0055, 0.003),
+    # baseline mean(first 20, steps 0-19) = 0.001 -> limit max(3 × 0.001, 2e-4) = 0.003; the window of the
+    # next 20 is full at step 39, its mean 0.001 + 0.009 × (k/20) with k = steps >= 30 in it: 0.0055 at 39
+    # (k = 10), already above 0.003 -> patience 3 -> fires at 41 with k = 12: 0.001 + 0.0054 = 0.0064.
+    "mismatch_growth": (make(60, mismatch__kl=step_change(0.001, 0.01, 30)), 41, 0.0064, 0.003),
     # 0.5 > 0.3 from step 30 -> fires at 34.
     "clip_fraction_anomaly": (make(40, clip__frac=step_change(0.05, 0.5, 30)), 34, 0.5, 0.3),
     # patience 1: 2.0 > 1.0 at step 12.
