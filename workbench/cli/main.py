@@ -750,7 +750,11 @@ _register_search_commands(app)  # tune (workbench/search/)
 
 from workbench.cli.importers import register as _register_import_command  # noqa: E402
 
-_register_import_command(app)  # import (workbench/importers/)
+_register_import_command(app)  # import (workbench/importers/; a study's export: workbench/results/export.py)
+
+from workbench.cli.export import register as _register_export_command  # noqa: E402
+
+_register_export_command(app)  # export (workbench/results/export.py)
 
 from workbench.cli.algorithms import algorithms_app  # noqa: E402
 
