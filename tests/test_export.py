@@ -226,3 +226,35 @@ def test_run_with_export_writes_it_after_each_run_and_at_the_end(in_study, tmp_p
     assert sorted(r.tags["workbench.variant"] for r in export.runs if r.role == "run") == ["dr_grpo", "grpo"]
     parent = next(r for r in export.runs if r.role == "study")
     assert parent.status == "FINISHED" and "study.yaml" in parent.artifacts
+
+
+# ---- the exports committed with the findings (docs/findings/data/) ------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+COMMITTED = sorted(p.parent for p in (ROOT / "docs" / "findings" / "data").glob(f"*/{MANIFEST}"))
+MAX_COMMITTED_BYTES = 20 * 1024 * 1024  # issue #37: run data kept with the findings, 20 MB in all
+
+
+def test_committed_exports_are_whole_and_within_budget():
+    assert COMMITTED, "docs/findings/data/ holds the real studies' exports"
+    for directory in COMMITTED:
+        export = read_export(directory)  # every checksum, column and reference checked
+        assert export.manifest["runs"] == sum(r.role == "run" for r in export.runs) > 0
+    size = sum(p.stat().st_size for p in (ROOT / "docs" / "findings" / "data").rglob("*") if p.is_file())
+    assert size <= MAX_COMMITTED_BYTES
+
+
+def test_a_committed_export_loads_into_a_fresh_store_and_reproduces_its_table(tmp_path, monkeypatch):
+    """The acceptance test of issue #37: `compare --format md` on the loaded store prints, byte for byte, the
+    table `compare` printed on the study's original store (committed beside the export as compare.md)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.setenv("COLUMNS", "200")
+    directory = ROOT / "docs" / "findings" / "data" / "priming"
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    loaded = invoke("import", "workbench", directory, "--tracking-uri", uri)
+    assert loaded.exit_code == 0, loaded.output
+    assert "18 run(s) loaded" in loaded.stdout
+    table = invoke("compare", ROOT / "studies" / "priming.yaml", "--no-log", "--format", "md", "--tracking-uri", uri)
+    assert table.exit_code == 0, table.output
+    assert table.stdout == (directory / "compare.md").read_text()
