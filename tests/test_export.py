@@ -6,6 +6,7 @@ refused with one line and nothing written; `workbench run --export` keeps the ex
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import sqlite3
@@ -166,11 +167,10 @@ def broken_copy(export_dir: Path, tmp_path: Path, how: str) -> Path:
         table = pq.read_table(out / "problems.parquet")
         pq.write_table(table.set_column(0, "run", pa.array([99] * table.num_rows, pa.int32())),
                        out / "problems.parquet")
-        import hashlib
-
         manifest["files"]["problems.parquet"]["sha256"] = hashlib.sha256(
             (out / "problems.parquet").read_bytes()).hexdigest()
-    (out / MANIFEST).write_text(json.dumps(manifest)) if how != "not an export" else None
+    if how != "not an export":
+        (out / MANIFEST).write_text(json.dumps(manifest))
     return out
 
 
