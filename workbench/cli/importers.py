@@ -1,5 +1,11 @@
 """``workbench import FRAMEWORK ...``: another framework's runs into the current store as a study.
 
+``workbench import workbench DIR``: a workbench study's export (``workbench export``, docs/export.md)
+loaded back as it was, not mapped: its study name, run keys, tags, params, histories and artifacts
+are the export's own. It is a source of this command (not a command of its own) because it is the
+same act, runs from elsewhere into this store, with the same guarantees: everything checked before
+the first write, and importing again adds nothing twice.
+
 Registered on the main app by :func:`register` (``workbench/cli/main.py``). All reading and checking
 happens before the first write: bad input prints one line and exits 2 with nothing written.
 """
@@ -15,15 +21,16 @@ from workbench.tracking.check import check_store
 from workbench.tracking.redact import redact_uri
 from workbench.tracking.store import resolve_tracking_uri
 
-__all__ = ["import_runs", "register"]
+__all__ = ["import_export", "import_runs", "register"]
 
 
 def import_runs(
     framework: Annotated[str, typer.Argument(
-        help="the framework that logged the runs (trl | verl) or the tracker it logged to (tensorboard | wandb)")],
+        help="the framework that logged the runs (trl | verl), the tracker it logged to (tensorboard | wandb), "
+             "or workbench (a study's export directory)")],
     files: Annotated[list[str] | None, typer.Argument(
         help="one run each: TRL trainer_state.json, verl console or JSONL log, TensorBoard log directory, "
-             "W&B offline run directory")] = None,
+             "W&B offline run directory; with workbench: the export directory")] = None,
     from_uri: Annotated[str | None, typer.Option("--from", help="MLflow store the framework logged to "
                                                  "(sqlite:///PATH, postgresql://..., http://...)")] = None,
     experiment: Annotated[str | None, typer.Option(help="with --from: the experiment holding the runs")] = None,
@@ -45,8 +52,19 @@ def import_runs(
                             "(default: guessed from the metric names)")] = None,
 ) -> None:
     """Import TRL or verl runs (from their MLflow store, log files, TensorBoard or W&B offline runs) as a
-    workbench study, with their metrics mapped onto the canonical names (docs/import.md); re-importing
-    adds nothing twice."""
+    workbench study, with their metrics mapped onto the canonical names (docs/import.md), or a study
+    exported by `workbench export` (docs/export.md); re-importing adds nothing twice."""
+    if framework == "workbench":
+        given = [o for o, v in (("--from", from_uri), ("--experiment", experiment), ("--study", study),
+                                ("--variant-by", variant_by), ("--seed-by", seed_by), ("--variant", variant),
+                                ("--seed", seed), ("--skip-bad-lines", skip_bad_lines),
+                                ("--framework", logged_by)) if v]
+        if given:
+            raise fail(f"{', '.join(given)}: not for a workbench export, which names its study and runs itself "
+                       "(workbench import workbench DIR [--tracking-uri URI])")
+        if not files or len(files) != 1:
+            raise fail("workbench import workbench DIR: give one export directory (`workbench export --to DIR`)")
+        return import_export(files[0], tracking_uri)
 
     from workbench.importers import (  # deferred: pydantic
         ADAPTERS,
@@ -121,6 +139,23 @@ def import_runs(
                       f"{', '.join(outcome.not_finished)}[/yellow]", highlight=False)
     console.print(f"study {study!r} in {redact_uri(uri)}: {len(outcome.imported)} imported, {len(outcome.skipped)} already there. "
                   f"Next: workbench health {study} --recheck; workbench compare {study}", highlight=False,
+                  soft_wrap=True)
+
+
+def import_export(directory: str, tracking_uri: str | None) -> None:
+    """``workbench import workbench DIR``: the export checked whole, then loaded (runs already there skipped)."""
+    from workbench.results.export import ExportError, load_export, read_export  # deferred: pyarrow
+
+    uri = tracking_uri or resolve_tracking_uri()
+    try:
+        export = read_export(directory)  # bad input fails here, before the store is opened (or created)
+        check_store(uri, create=True)  # a corrupt file, unwritable path, wrong password: one line, exit 2
+        summary = load_export(export, uri)
+    except ExportError as e:
+        raise fail(str(e)) from None
+    if summary.skipped:
+        console.print(f"already in the store (skipped): {len(summary.skipped)} run(s)", highlight=False)
+    console.print(summary.line() + f". Next: workbench compare {summary.experiment}", highlight=False,
                   soft_wrap=True)
 
 

@@ -230,7 +230,10 @@ def run(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
         progress_every: Annotated[float | None, typer.Option(
             min=0, help="off a terminal (nohup, CI): seconds between plain progress lines "
                         "(default $WORKBENCH_PROGRESS_EVERY or 30; evals always print)")] = None,
-        executor: ExecutorOpt = None, address: AddressOpt = None) -> None:
+        executor: ExecutorOpt = None, address: AddressOpt = None,
+        export_to: Annotated[Path | None, typer.Option(
+            "--export", help="write the study's export (`workbench export`, docs/export.md) to this directory "
+                             "after each run ends and at the end")] = None) -> None:
     """Execute a study's runs (skipping those already finished) and print a summary."""
     # the study first: a bad one fails before torch is imported (seconds and ~250 MB; every rank checks it)
     study_obj, specs = load_specs(study, set_, only)
@@ -260,6 +263,8 @@ def run(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
 
     if max_seeds is not None and not until_decided:
         raise fail("--max-seeds needs --until-decided")
+    if export_to is not None and export_to.exists() and not export_to.is_dir():
+        raise fail(f"--export {export_to}: not a directory")
     if until_decided and only and any(p.partition("=")[0].strip() == "seed" for p in only.split(",")):
         raise fail("--until-decided chooses the seeds itself: drop seed= from --only")
     try:
@@ -268,10 +273,10 @@ def run(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
 
             outcomes = run_until_decided(study_obj, max_seeds=max_seeds, progress=not quiet,
                                          select=(lambda s: filter_specs(s, only)) if only else None,
-                                         parallel=1 if multi_rank() else parallel, ray=ray)
+                                         parallel=1 if multi_rank() else parallel, ray=ray, export_to=export_to)
         else:
             outcomes = run_study(study_obj, specs, progress=not quiet, parallel=1 if multi_rank() else parallel,
-                                 ray=ray)
+                                 ray=ray, export_to=export_to)
     except (PreflightError, FileNotFoundError, ImportError, StudyBusy, SpecError, RayUnavailable) as e:
         raise fail(str(e)) from None
     except TrackingOutage as e:  # unreachable while the study was being opened: nothing ran, so a usage-level
@@ -750,7 +755,11 @@ _register_search_commands(app)  # tune (workbench/search/)
 
 from workbench.cli.importers import register as _register_import_command  # noqa: E402
 
-_register_import_command(app)  # import (workbench/importers/)
+_register_import_command(app)  # import (workbench/importers/; a study's export: workbench/results/export.py)
+
+from workbench.cli.export import register as _register_export_command  # noqa: E402
+
+_register_export_command(app)  # export (workbench/results/export.py)
 
 from workbench.cli.algorithms import algorithms_app  # noqa: E402
 

@@ -69,15 +69,17 @@ class Plan:
 
 
 def run_until_decided(study, *, max_seeds: int | None, select: Callable[[list], list] | None, progress: bool,
-                      parallel: int, ray=None) -> list:
+                      parallel: int, ray=None, export_to=None) -> list:
     """Run ``study`` look by look until every comparison is decided or the last look; returns the
     outcomes of every run executed or skipped. ``select``: the ``--only`` filter of the runs.
+    ``export_to``: the study's export, written after each run and again after each look's record.
     One-line error (exit 2) for a bad design or one that differs from the design recorded when
     the study was first run this way."""
     from workbench.cli.report import comparison_metrics, secondary_metrics  # deferred: pandas + scipy via compare
     from workbench.compare.arms import match_baselines  # deferred: scipy
     from workbench.compare.sequential import design_from_settings  # deferred: scipy
     from workbench.execution.study import (  # deferred: pydantic, torch, transformers
+        StudyExportHook,
         arm_of,
         round_specs,
         run_study,
@@ -131,7 +133,7 @@ def run_until_decided(study, *, max_seeds: int | None, select: Callable[[list], 
     _say(lines[0])
     for k, n in enumerate(design.looks):
         todo = round_specs(all_specs, seeds[:n], plan.needed_arms())
-        for o in run_study(extended, todo, progress=progress, parallel=parallel, ray=ray):
+        for o in run_study(extended, todo, progress=progress, parallel=parallel, ray=ray, export_to=export_to):
             outcomes[o.run_key] = o
         if any(getattr(o, "tracking_lost", False) for o in outcomes.values()):
             break  # MLflow is gone: no look can be read; running again resumes
@@ -141,6 +143,8 @@ def run_until_decided(study, *, max_seeds: int | None, select: Callable[[list], 
         for line in _look_lines(look, design):
             _say(line)
         _save_record(uri, extended, all_specs, record, lines, n_seeds=seeds[:n])
+        if export_to is not None:  # the look's record (sequential.json) is part of the export
+            StudyExportHook(uri, _experiment(extended, all_specs), export_to)()
         if plan.done():
             break
     return list(outcomes.values())

@@ -24,13 +24,20 @@ child runs, the resume lookup and ``plan`` all use :func:`study_experiment`.
 MLflow unreachable past ``tracking.outage_deadline_s`` (see :mod:`workbench.tracking.writer`):
 the run in progress ends FAILED with its metrics spilled locally, no further run is started
 (they would only wait out the deadline again), and the parent is closed if MLflow is back.
+
+``export_to`` (``workbench run --export DIR``): the study's export (:mod:`workbench.results.export`) is
+written again after each run ends and once more when the study stops, however it stops, so a study
+interrupted part-way has an up-to-date export to resume from elsewhere (:class:`StudyExportHook`).
 """
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from workbench.execution.lock import study_lock
@@ -40,6 +47,7 @@ from workbench.execution.run import RunOutcome, eval_endpoints, execute_run, pre
 from workbench.execution.study_progress import StudyProgress
 from workbench.execution.threads import threads_per_run
 from workbench.models import model_dir
+from workbench.results.export import ExportSummary, export_study
 from workbench.study import RunSpec, Study
 from workbench.tracking.redact import redact_text
 from workbench.tracking.store import ensure_store, get_or_create_experiment, resolve_tracking_uri
@@ -166,6 +174,46 @@ def close_parent(ctx: StudyContext, status: str, policy: OutagePolicy) -> None:
         policy.warn(f"the study's parent run {ctx.parent_run_id} stays RUNNING until the study is run again: {error}")
 
 
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+@dataclass
+class StudyExportHook:
+    """Writes the study's export again each time it is called (after each run, at the end). A failed
+    export never stops the study: it is said once and tried again at the next call."""
+
+    tracking_uri: str
+    experiment: str
+    directory: Path
+    say: Callable[[str], None] = _say
+    exports: int = 0  # successful ones
+    seconds: float = 0.0  # spent exporting, over all calls
+    last: ExportSummary | None = None  # the last call's, None if it failed
+    errors: list[str] = field(default_factory=list)
+
+    def __call__(self, *_: object) -> None:
+        t0 = time.perf_counter()
+        self.last = None
+        try:
+            self.last = export_study(self.tracking_uri, self.experiment, self.directory)
+            self.exports += 1
+        except Exception as error:  # noqa: BLE001 - the runs are tracked; only their export failed
+            line = f"{type(error).__name__}: {error}".splitlines()[0][:300]
+            if not self.errors:
+                self.say(f"warning: could not export the study to {self.directory} ({line}); "
+                         "trying again after each run")
+            self.errors.append(line)
+        finally:
+            self.seconds += time.perf_counter() - t0
+
+    def final(self) -> None:
+        """The last export, when the study stops, and one line saying what it holds."""
+        self()
+        if self.last is not None:
+            self.say(f"{self.last.line()} (exports this session: {self.exports}, {self.seconds:.1f} s in all)")
+
+
 def prebuild_models(specs: list[RunSpec], progress: bool = False) -> None:
     """Build each distinct tiny model once, here, before N processes would all wait on its lock."""
 
@@ -182,9 +230,10 @@ def prebuild_models(specs: list[RunSpec], progress: bool = False) -> None:
 
 
 def run_study(study: Study, specs: list[RunSpec], *, progress: bool = True, parallel: int = 1,
-              ray: RayOptions | None = None) -> list[RunOutcome]:
+              ray: RayOptions | None = None, export_to: Path | None = None) -> list[RunOutcome]:
     """Run every spec not yet FINISHED; returns one outcome per spec, in plan order. With ``ray``,
     the runs are Ray tasks (``parallel`` is then Ray's business: as many as the cluster places).
+    ``export_to``: the study's export directory, written after each run and at the end.
 
     Raises ``KeyboardInterrupt`` after a clean stop (running runs KILLED, parent run KILLED),
     ``StudyBusy`` if another process executes the study.
@@ -194,15 +243,17 @@ def run_study(study: Study, specs: list[RunSpec], *, progress: bool = True, para
     if ray is not None:
         connect(ray.address)  # RayUnavailable (exit 2) before MLflow is touched
     with study_lock(study_tracking_uri(specs), study_experiment(study, specs)):  # StudyBusy: exit 2
-        return _run_locked(study, specs, progress=progress, parallel=parallel, ray=ray)
+        return _run_locked(study, specs, progress=progress, parallel=parallel, ray=ray, export_to=export_to)
 
 
 def _run_locked(study: Study, specs: list[RunSpec], *, progress: bool, parallel: int,
-                ray: RayOptions | None = None) -> list[RunOutcome]:
+                ray: RayOptions | None = None, export_to: Path | None = None) -> list[RunOutcome]:
     from mlflow import MlflowClient
 
     policy = study_outage_policy(specs)
     ctx = open_study(study, specs)
+    export = None if export_to is None else StudyExportHook(ctx.tracking_uri, study_experiment(study, specs),
+                                                            Path(export_to))
     client = MlflowClient(ctx.tracking_uri)
     done = finished_runs(client, ctx.experiment_id)
     todo = [s for s in specs if s.run_key not in done]
@@ -216,7 +267,7 @@ def _run_locked(study: Study, specs: list[RunSpec], *, progress: bool, parallel:
     try:
         if todo and (parallel > 1 or ray is not None):
             prebuild_models(todo, progress=progress)  # (on Ray: for the nodes that share this machine's cache)
-        with StudyProgress(study.name, len(specs), enabled=progress) as bar:
+        with StudyProgress(study.name, len(specs), enabled=progress, after_run=export) as bar:
             bar.add_done(len(specs) - len(todo))
             if todo and ray is not None:
                 results |= run_on_ray(ctx, todo, options=ray, progress=bar, log=bar.note)
@@ -250,6 +301,8 @@ def _run_locked(study: Study, specs: list[RunSpec], *, progress: bool, parallel:
     finally:
         close_parent(ctx, status, policy)
         refresh_study_views(ctx)
+        if export is not None:
+            export.final()
     return [results[s.run_key] for s in specs]
 
 

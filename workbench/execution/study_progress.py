@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from rich.console import Console
@@ -62,8 +63,9 @@ class StudyProgress:
     """``with StudyProgress(name, total) as p: p.run_started(label, steps); p.run_step(...); ...``"""
 
     def __init__(self, name: str, total: int, enabled: bool = True, console: Console | None = None,
-                 plain_every: float | None = None) -> None:
+                 plain_every: float | None = None, after_run: Callable[[str, str], None] | None = None) -> None:
         self.name = name
+        self.after_run = after_run  # called with (label, status) once a run has ended, however it was executed
         self.total = total
         self.enabled = enabled
         console = console or Console()
@@ -185,6 +187,8 @@ class StudyProgress:
                 self.progress.console.print(f"  [{colour}]{status:<8}[/{colour}] {label}  {run.eval}  {detail}  "
                                             f"({took})", highlight=False)
         self._refresh()
+        if self.after_run is not None:
+            self.after_run(label, status)
 
     def run_restarted(self, label: str, reason: str) -> None:
         """A run whose process was lost starts again elsewhere (a Ray retry): its line goes, uncounted."""

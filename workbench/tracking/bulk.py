@@ -62,12 +62,14 @@ def bulk_writable(tracking_uri: str) -> bool:
 @dataclass(frozen=True)
 class MetricColumns:
     """A stretch of a run's metric points as columns: point i is ``names[key[i]]`` at ``step[i]``
-    with ``value[i]`` (the value as the workbench logs it; ``store_value`` is applied when written)."""
+    with ``value[i]`` (the value as the workbench logs it; ``store_value`` is applied when written),
+    logged at ``timestamp[i]`` (epoch ms) when given, else at the history's one timestamp."""
 
     names: Sequence[str]
     key: np.ndarray  # int, an index into names
     step: np.ndarray  # int64
     value: np.ndarray  # float64
+    timestamp: np.ndarray | None = None  # int64 epoch ms per point (a study export's points keep their own)
 
     def __len__(self) -> int:
         return len(self.step)
@@ -87,11 +89,12 @@ class MetricColumns:
 
 
 def write_metric_history(tracking_uri: str, run_id: str, chunks: Iterable[MetricColumns], timestamp_ms: int) -> int:
-    """Write the points of ``chunks`` for a run that has no metrics yet, all at ``timestamp_ms``, in
-    one transaction; returns the number of points. Each metric at most once per step (an import's
-    points: a step's metrics are a mapping, steps are merged). Streams: memory does not grow with
-    the history."""
-    latest: dict[str, tuple[int, float, bool]] = {}  # key -> (step, stored value, is_nan)
+    """Write the points of ``chunks`` for a run that has no metrics yet, in one transaction; returns
+    the number of points. Each point at its chunk's ``timestamp`` where the chunk has one, else at
+    ``timestamp_ms``. No two points with the same (metric, step, timestamp, value): MLflow's primary
+    key (an import's points: a step's metrics are a mapping; an export's: the rows of a store).
+    Streams: memory does not grow with the history."""
+    latest: dict[str, tuple[int, int, float, bool]] = {}  # key -> (step, timestamp, stored value, is_nan)
     written = 0
 
     def rows() -> Iterator[tuple[str, float, int, str, int, bool]]:
@@ -102,10 +105,12 @@ def write_metric_history(tracking_uri: str, run_id: str, chunks: Iterable[Metric
             value = np.where(np.isinf(chunk.value), np.copysign(1e308, chunk.value), chunk.value)  # store_value()
             is_nan = np.isnan(value)
             stored = np.where(is_nan, 0.0, value)  # sanitize_metric_value: NaN is 0 with is_nan set
-            _keep_latest(latest, chunk, stored, is_nan)
+            stamps = (np.full(len(chunk), timestamp_ms, dtype=np.int64) if chunk.timestamp is None
+                      else np.asarray(chunk.timestamp, dtype=np.int64))
+            _keep_latest(latest, chunk, stamps, stored, is_nan)
             keys = np.asarray(chunk.names, dtype=object)[chunk.key].tolist()
             written += len(chunk)
-            yield from zip(keys, stored.tolist(), repeat(timestamp_ms), repeat(run_id), chunk.step.tolist(),
+            yield from zip(keys, stored.tolist(), stamps.tolist(), repeat(run_id), chunk.step.tolist(),
                            is_nan.tolist(), strict=False)
 
     con = sqlite3.connect(sqlite_file(tracking_uri), timeout=BUSY_TIMEOUT_S, isolation_level=None)
@@ -115,7 +120,7 @@ def write_metric_history(tracking_uri: str, run_id: str, chunks: Iterable[Metric
         try:
             con.executemany(f"INSERT INTO metrics ({', '.join(METRIC_COLUMNS)}) VALUES (?, ?, ?, ?, ?, ?)", rows())
             con.executemany(f"INSERT INTO latest_metrics ({', '.join(LATEST_COLUMNS)}) VALUES (?, ?, ?, ?, ?, ?)",
-                            ((key, v, timestamp_ms, step, is_nan, run_id) for key, (step, v, is_nan) in latest.items()))
+                            ((key, v, ts, step, is_nan, run_id) for key, (step, ts, v, is_nan) in latest.items()))
             con.execute("COMMIT")
         except BaseException:
             if con.in_transaction:  # SQLite may have rolled back itself (a full disk at COMMIT)
@@ -126,15 +131,15 @@ def write_metric_history(tracking_uri: str, run_id: str, chunks: Iterable[Metric
     return written
 
 
-def _keep_latest(latest: dict[str, tuple[int, float, bool]], chunk: MetricColumns, stored: np.ndarray,
-                 is_nan: np.ndarray) -> None:
+def _keep_latest(latest: dict[str, tuple[int, int, float, bool]], chunk: MetricColumns, stamps: np.ndarray,
+                 stored: np.ndarray, is_nan: np.ndarray) -> None:
     """MLflow's latest point per metric (``_update_latest_metrics_if_necessary``): the greatest
-    ``(step, timestamp, value)``; one timestamp here, so the greatest ``(step, value)``."""
-    order = np.lexsort((stored, chunk.step, chunk.key))
+    ``(step, timestamp, value)``."""
+    order = np.lexsort((stored, stamps, chunk.step, chunk.key))
     key = chunk.key[order]
-    last = order[np.append(key[1:] != key[:-1], True)]  # per key, its greatest (step, value)
+    last = order[np.append(key[1:] != key[:-1], True)]  # per key, its greatest (step, timestamp, value)
     for i in last.tolist():
-        name, step, v = chunk.names[int(chunk.key[i])], int(chunk.step[i]), float(stored[i])
+        name, step, ts, v = chunk.names[int(chunk.key[i])], int(chunk.step[i]), int(stamps[i]), float(stored[i])
         held = latest.get(name)
-        if held is None or (step, v) > held[:2]:
-            latest[name] = (step, v, bool(is_nan[i]))
+        if held is None or (step, ts, v) > held[:3]:
+            latest[name] = (step, ts, v, bool(is_nan[i]))
