@@ -15,9 +15,9 @@ RUNS = 400 per condition: a rate's Monte-Carlo standard error is at most 1.1 poi
 
 ``mismatch_growth`` compares two 10-step means of mismatch/kl, so autocorrelation widens both. Its
 noise is measured on real runs (tests/health/data/precision_bf16_kl.csv: the bfloat16-sampler arm of
-studies/precision_mismatch.yaml, 100 steps per seed, exported from the study's MLflow store): log KL
-varies around a slow rise (about +15% per 100 steps) with residual sd ≈ 0.45 and lag-1
-autocorrelation ≈ 0. Its KL (3e-5) sits below the rule's ``min_kl`` floor (2e-4), which alone keeps
+studies/precision_mismatch.yaml, seeds 0-2, 100 steps each, exported from the study's MLflow store):
+log KL varies around a rise (×1.15, ×1.17, ×2.4 over the 100 steps) with residual sd 0.44-0.52 and
+lag-1 autocorrelation -0.04 to 0.00. Its KL (3e-5) sits below the rule's ``min_kl`` floor (2e-4), which alone keeps
 it from firing there; the tests lift the noise onto 1e-3, above the floor, so that the ratio test
 itself is what is measured (a larger model's bf16 mismatch, with the same relative noise).
 """
@@ -230,21 +230,20 @@ def test_mismatch_growth_false_alarms_on_log_ar1_kl(phi, log_sd):
     assert rate <= MAX_RATE
 
 
-def _real_kl_runs() -> np.ndarray:
-    """Block-bootstrapped real bf16 KL histories, STEPS long, with their real rise: per seed, log KL's
-    linear trend is fitted and its residuals resampled in blocks of 10 steps; the trend over 200 steps
-    is the mean fitted slope, and the level is lifted to KL_LEVEL."""
+def _real_kl_runs(steps: int = STEPS, *, rise: bool = False) -> np.ndarray:
+    """Block-bootstrapped real bf16 KL histories, lifted to KL_LEVEL: per seed, log KL's linear trend is
+    fitted and its residuals resampled in blocks of 10 steps (``steps`` long). ``rise``: put each seed's own
+    fitted rise back (only over the steps it was measured on, 100: its extrapolation is not data)."""
     df = pd.read_csv(REAL_KL)
-    residuals, slopes = [], []
-    for _, run in df.groupby("seed"):
+    per_seed = []
+    for i, (_, run) in enumerate(df.groupby("seed")):
         log_kl = np.log(run.sort_values("step")["mismatch/kl"].to_numpy())
         t = np.arange(len(log_kl))
         fit = np.polynomial.Polynomial.fit(t, log_kl, 1)
-        residuals.append(log_kl - fit(t))
-        slopes.append(fit.convert().coef[1])
-    noise = np.concatenate([block_bootstrap(_rng(8, i), r, RUNS // len(residuals) + 1, STEPS, block=10)
-                            for i, r in enumerate(residuals)])[:RUNS]
-    return KL_LEVEL * np.exp(np.mean(slopes) * np.arange(STEPS) + noise)
+        assert not rise or steps <= len(log_kl)
+        noise = block_bootstrap(_rng(8, i, steps), log_kl - fit(t), RUNS // df["seed"].nunique() + 1, steps, block=10)
+        per_seed.append(noise + (fit(np.arange(steps)) - fit(0.0) if rise else 0.0))
+    return KL_LEVEL * np.exp(np.concatenate(per_seed)[:RUNS])
 
 
 def test_real_kl_noise_is_what_the_docstring_says():
@@ -261,14 +260,19 @@ def test_real_kl_noise_is_what_the_docstring_says():
 
 
 def test_mismatch_growth_false_alarms_on_bootstrapped_real_kl():
-    rate = (mismatch_growth_first_fire(_real_kl_runs()) != NEVER).mean()
-    print(f"mismatch_growth, bootstrapped real bf16 KL (its own rise included): false alarms {rate:.1%}")
-    assert rate <= MAX_RATE
+    """The real noise, stationary over 200 steps; and over the real runs' 100 steps with their own rise
+    (×1.15, ×1.17 and ×2.4 over 100 steps on seeds 0-2: a bf16 sampler's gap widening as the policy
+    sharpens, the very thing the rule watches for; at bf16's real 3e-5 the 2e-4 floor keeps it silent)."""
+    stationary = (mismatch_growth_first_fire(_real_kl_runs()) != NEVER).mean()
+    rising = (mismatch_growth_first_fire(_real_kl_runs(100, rise=True)) != NEVER).mean()
+    print(f"mismatch_growth, bootstrapped real bf16 KL: false alarms {stationary:.1%} (200 steps, detrended), "
+          f"{rising:.1%} (100 steps, with each seed's real rise)")
+    assert stationary <= MAX_RATE and rising <= MAX_RATE
 
 
 def test_mismatch_growth_catches_growth_planted_in_real_kl():
-    """The real histories with a gap that grows ×1.05 per step from step 100 (a stopped weight sync's gap
-    grows with every update): ×3 after 23 steps; caught by step 100 + 45 in ≥ 95% of runs."""
+    """The real (detrended) histories with a gap that grows ×1.05 per step from step 100 (a stopped weight
+    sync's gap grows with every update): ×3 after 23 steps; caught by step 100 + 45 in ≥ 95% of runs."""
     t = np.arange(STEPS)
     kl = _real_kl_runs() * np.where(t >= ONSET, 1.05 ** (t - ONSET + 1), 1.0)
     rate, _ = caught(mismatch_growth_first_fire(kl), 2, 45)
