@@ -1,66 +1,26 @@
 """studies/qwen_gsm8k.yaml end to end on CPU: the shipped GPU study's shape with a locally built
-Qwen2-architecture chat model and GSM8K's own JSONL format, then `health` and `compare` on the result.
+Qwen2- and Llama-3-architecture chat model and GSM8K's own JSONL format, then `health` and `compare` on the
+result (tests/chat/gpu_study.py).
 
 `--set` shrinks sizes (tokens, prompts, group, steps, eval set) and swaps what a CPU lacks: the vLLM
 sampler for the HF one and DeepSpeed's bf16 mixed precision for the float32 torch learner (neither engine
-is in the main environment; tests/engines covers them). Everything else runs as shipped: the chat
-template, the end-of-turn stop, the gsm8k answer format, both presets, KL off, the health preset.
+is in the main environment; tests/engines/test_gpu_study_engines.py runs the study with both engines as
+shipped). Everything else runs as shipped: the chat template, the end-of-turn stop, the gsm8k answer
+format, both presets, KL off, the health preset.
 """
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
-from mlflow import MlflowClient
-from typer.testing import CliRunner
 
-from tests.test_e2e_run import STEP_METRICS
-from workbench.cli.main import app
+from tests.chat.gpu_study import run_gpu_study
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).parents[2]
-STUDY = ROOT / "studies" / "qwen_gsm8k.yaml"
-GSM8K_FIXTURE = Path(__file__).parent / "data" / "gsm8k_mini.jsonl"
 CPU_ENGINES = ["sampler.backend=hf", "sampler.dtype=float32", "learner.backend=torch", "learner.zero_stage=0",
                "learner.dtype=float32"]
-SMALL = ["sampler.max_new_tokens=24", "rollout.prompts_per_step=2", "rollout.group_size=2", "rollout.steps=2",
-         "rollout.eval_every=2", "rollout.eval_size=4", "rollout.log_samples=4", "learner.micro_batch_size=2"]
 
 
-def invoke(*args: object):
-    return CliRunner().invoke(app, [str(a) for a in args], catch_exceptions=False)
-
-
-def test_the_gpu_study_runs_on_cpu_with_a_qwen2_chat_model(qwen2_chat_dir, workdir):
-    settings = [f"model.path={qwen2_chat_dir}", f"task.path={GSM8K_FIXTURE}", f"task.eval_path={GSM8K_FIXTURE}",
-                *CPU_ENGINES, *SMALL]
-    overrides = [arg for s in settings for arg in ("--set", s)]
-    planned = invoke("plan", STUDY, "--only", "seed=0", *overrides)
-    assert planned.exit_code == 0 and "note:" not in planned.output, planned.output  # every path is here
-    result = invoke("run", STUDY, "--quiet", "--only", "seed=0", *overrides)
-    assert result.exit_code == 0, result.output
-    assert "warning:" not in result.output
-
-    client = MlflowClient(f"sqlite:///{workdir / 'mlflow.db'}")
-    experiment = client.get_experiment_by_name("qwen-gsm8k")
-    runs = client.search_runs([experiment.experiment_id], "tags.`workbench.role` = 'run'")
-    assert sorted(r.data.tags["workbench.variant"] for r in runs) == ["dr_grpo", "grpo"]
-    for run in runs:
-        assert run.info.status == "FINISHED", run.info.run_name
-        missing = [m for m in [*STEP_METRICS, "eval/accuracy"] if m not in run.data.metrics]
-        assert not missing, (run.info.run_name, missing)
-        assert run.data.params["model.chat_template"] == "auto"
-        assert run.data.params["task.answer_format"] == "gsm8k"
-        # the completions were scored against the problems' GSM8K solutions: every sampled row has one
-        local = client.download_artifacts(run.info.run_id, "eval/problems.csv.gz", str(workdir / run.info.run_id))
-        assert Path(local).stat().st_size > 0
-
-    health = invoke("health", STUDY, "--format", "json")
-    assert health.exit_code == 0, health.output
-    assert len(json.loads(health.output)["runs"]) == 2
-    compared = invoke("compare", STUDY, "--no-log", "--format", "json")
-    assert compared.exit_code == 0, compared.output
-    assert "dr_grpo" in compared.output
+@pytest.mark.parametrize("model", ["qwen2_chat_dir", "llama3_chat_dir"])
+def test_the_gpu_study_runs_on_cpu_with_a_chat_model(model, request, workdir):
+    run_gpu_study(request.getfixturevalue(model), workdir, CPU_ENGINES)

@@ -86,6 +86,7 @@ class VLLMSampler:
         self.stop_ids = self.prompt.stops(tokenizer)  # EOS, and a chat template's end-of-turn token
         self.seed = seed
         self.llm = None
+        self.keeps_default_group = False  # the engine joined a process group someone else started (DeepSpeed's)
         self.sync_dir = Path(tempfile.mkdtemp(prefix="workbench-vllm-sync-"))
         self.probe = probe_tokens(learner_model.config.vocab_size)  # [K, L]
         self.last_sync: dict[str, float | str] = {}  # what the last sync did and measured
@@ -168,6 +169,7 @@ class VLLMSampler:
         check_supported_shape(learner_model.config)
         full_weights(learner_model)  # a clear error for partitioned weights, before vLLM's assertion
         learner_model.save_pretrained(self.sync_dir)
+        self.keeps_default_group = default_group_exists()
         self.llm = build_engine(self.sync_dir, self.cfg, self.seed)
         self.rebuilds += 1
 
@@ -207,7 +209,8 @@ class VLLMSampler:
 
     def _shutdown(self) -> None:
         if self.llm is not None:
-            self.llm.llm_engine.engine_core.shutdown()
+            with default_group_kept(self.keeps_default_group):
+                self.llm.llm_engine.engine_core.shutdown()
             self.llm = None
             gc.collect()
 
@@ -299,6 +302,40 @@ def preserved_process_state():
         random.setstate(states[0])
         np.random.set_state(states[1])
         torch.set_rng_state(states[2])
+
+
+def default_group_exists() -> bool:
+    return torch.distributed.is_available() and torch.distributed.is_initialized()
+
+
+@contextlib.contextmanager
+def default_group_kept(keep: bool):
+    """Shut an engine down without destroying torch.distributed's default process group when ``keep``.
+
+    An in-process vLLM engine joins the default group if one exists (the DeepSpeed learner's, started
+    first) and otherwise starts its own; its shutdown (``cleanup_dist_env_and_memory``) destroys its own
+    subgroups and then the default group, whoever started it. Under a DeepSpeed learner that pulled the
+    group from under it: a rebuilt engine mid-run left the learner's collectives on a destroyed group, and
+    the next run's ``deepspeed.initialize`` failed with "Group ... is not registered" (DeepSpeed caches a
+    clone of the world group, released only through its own ``destroy_process_group``). With ``keep``
+    only the default group's destruction is skipped; vLLM's own subgroups go as before.
+    """
+    if not keep:
+        yield
+        return
+    distributed = torch.distributed
+    destroy = distributed.destroy_process_group
+
+    def destroy_all_but_the_default(group=None):
+        if group is None or group is distributed.GroupMember.WORLD:
+            return
+        destroy(group)
+
+    distributed.destroy_process_group = destroy_all_but_the_default
+    try:
+        yield
+    finally:
+        distributed.destroy_process_group = destroy
 
 
 @contextlib.contextmanager
