@@ -35,11 +35,13 @@ def test_plan_uses_holm_first_step_level_and_invents_nothing():
     assert kl.seeds is None and "no compare.sesoi" in kl.why
 
 
-@pytest.mark.parametrize(("study", "m"), [("dr_grpo_length_bias", 1), ("clip_higher", 1), ("dapo_ablation", 5),
-                                          ("precision_mismatch", 3), ("loss_aggregation", 3)])
-def test_plan_prints_planned_seeds_for_every_findings_study(study, m):
+@pytest.mark.parametrize(("study", "m", "sd"), [("dr_grpo_length_bias", 1, 0.02), ("clip_higher", 1, 0.02),
+                                                ("dapo_ablation", 5, 0.02), ("precision_mismatch", 3, 0.025),
+                                                ("loss_aggregation", 3, 0.02)])
+def test_plan_prints_planned_seeds_for_every_findings_study(study, m, sd):
     """Each findings study declares a SESOI and a noise SD for its accuracy: `plan` turns them into
-    seeds per arm at Holm's first-step level over the study's m comparisons of the metric."""
+    seeds per arm at Holm's first-step level over the study's m comparisons of the metric; a metric
+    with no SESOI is planned for nothing (and, when compare.primary leaves it out, marked secondary)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "MLFLOW_TRACKING_URI": "sqlite:////nonexistent/none.db"}
     out = subprocess.run([sys.executable, "-m", "workbench.cli.main", "plan", f"studies/{study}.yaml",
                           "--format", "json"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
@@ -47,9 +49,9 @@ def test_plan_prints_planned_seeds_for_every_findings_study(study, m):
     plan = {p["metric"]: p for p in json.loads(out.stdout)["seed_plan"]}
     acc = plan["final_eval_accuracy"]
     assert acc["comparisons"] == m
-    assert acc["seeds"] == planned_seeds(0.03, math.sqrt(2) * 0.02, alpha=0.05 / m)
+    assert acc["seeds"] == planned_seeds(0.03, math.sqrt(2) * sd, alpha=0.05 / m)
     assert acc["sd_source"] == "declared in compare.noise_sd"
-    assert all(p["seeds"] is None for name, p in plan.items() if name != "final_eval_accuracy")  # no SESOI
+    assert all(p["seeds"] is None for p in plan.values() if p["sesoi"] is None)
 
 
 @pytest.mark.parametrize(("block", "field"), [("sesoi: {final_eval_accuracy: -0.1}", "compare.sesoi.final_eval_accuracy"),
