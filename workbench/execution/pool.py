@@ -48,7 +48,7 @@ class _PipeReporter:
     def on_step(self, step: int, metrics: dict[str, float]) -> None:
         self.conn.send(("step", step, progress_metrics(metrics)))
 
-    def end_run(self, label: str, status: str) -> None:
+    def end_run(self, label: str, status: str, detail: str = "") -> None:
         pass  # the parent ends the line when the result arrives
 
 
@@ -149,7 +149,7 @@ class _Pool:
                 self.pending.clear()
             if outcome.status != "FINISHED":  # interrupted while opening its MLflow run: close it
                 close_left_running(self.ctx, key, outcome)
-            detail = f"health {outcome.health}" if outcome.status == "FINISHED" else outcome.error[:100]
+            detail = f"health {outcome.health}" if outcome.status == "FINISHED" else outcome.error_line
             self.progress.run_ended(label, outcome.status, detail)
 
     def _reap(self) -> None:

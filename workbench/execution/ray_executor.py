@@ -107,7 +107,7 @@ class _InboxReporter:
     def on_step(self, step: int, metrics: dict[str, float]) -> None:
         self.inbox.put.remote(self.key, ("step", step, progress_metrics(metrics)))
 
-    def end_run(self, label: str, status: str) -> None:
+    def end_run(self, label: str, status: str, detail: str = "") -> None:
         pass  # the driver ends the line when the task's result arrives
 
 
@@ -319,7 +319,7 @@ class _RayStudy:
             close_left_running(self.ctx, spec.run_key, outcome)
         if outcome.tracking_lost:  # MLflow gone past the deadline: runs not yet started would only wait it out
             self._cancel_unstarted()
-        detail = f"health {outcome.health}" if outcome.status == "FINISHED" else outcome.error[:100]
+        detail = f"health {outcome.health}" if outcome.status == "FINISHED" else outcome.error_line
         if spec.run_key not in self.started:  # finished before its start message was read
             self.progress.run_started(spec.label, spec.config.rollout.steps)
         self.progress.run_ended(spec.label, outcome.status, detail)

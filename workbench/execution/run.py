@@ -70,6 +70,14 @@ class RunOutcome:
     error: str = ""
     tracking_lost: bool = False  # MLflow stayed unreachable past tracking.outage_deadline_s
 
+    @property
+    def error_line(self) -> str:
+        """The error's first line, whole up to 500 characters: what a run's FAILED line in the terminal
+        says (the traceback is the run's ``error.txt``). A one-line error such as the step-0 gate's names
+        its cause at the end, so it is not cut at a terminal's width."""
+        first = self.error.strip().splitlines()[0] if self.error.strip() else ""
+        return first if len(first) <= 500 else first[:499] + "…"
+
 
 def eval_endpoints(eval_history: Sequence[tuple[int, float]]) -> tuple[float, float, float]:
     """First, last and final ``eval/accuracy`` of a run's ``(step, accuracy)`` evals: final as
@@ -321,7 +329,7 @@ def _close_failed(tracker: RunTracker, monitor: HealthMonitor, bar, outcome: Run
             if cause is None:
                 raise
             outcome.error = f"{outcome.error} (and the store could not record it: {cause})"
-    bar.end_run(outcome.label, outcome.status)
+    bar.end_run(outcome.label, outcome.status, "" if killed else outcome.error_line)
     if killed:
         raise error
     return outcome

@@ -43,7 +43,7 @@ class RunProgress:
         self.progress.update(self._tasks[self._current], completed=min(step + 1, self._totals[self._current]),
                              stats="  ".join(p for p in parts if p))
 
-    def end_run(self, label: str, status: str) -> None:
+    def end_run(self, label: str, status: str, detail: str = "") -> None:
         task = self._tasks.get(label)
         if task is not None:
             self.progress.update(task, stats=f"done ({status})  {self._eval}")

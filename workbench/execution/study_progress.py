@@ -239,11 +239,12 @@ class RunView:
     def on_step(self, step: int, metrics: dict[str, float]) -> None:
         self.owner.run_step(self.label, step, metrics)
 
-    def end_run(self, label: str, status: str) -> None:
-        # execute_run passes the health verdict ("ok"/"warn"/"fail") for a finished run
+    def end_run(self, label: str, status: str, detail: str = "") -> None:
+        # execute_run passes the health verdict ("ok"/"warn"/"fail") for a finished run, and a failed
+        # run's error (its first 100 characters, as the pool and Ray executors print it)
         finished = status not in ("FAILED", "KILLED")
         self.owner.run_ended(self.label, "FINISHED" if finished else status,
-                             f"health {status}" if finished else "")
+                             f"health {status}" if finished else detail)
 
 
 def format_duration(seconds: float) -> str:
