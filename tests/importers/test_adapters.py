@@ -77,3 +77,16 @@ def test_docs_show_each_adapter_table_as_registered(framework):
 
     docs = (Path(__file__).parents[2] / "docs" / "import.md").read_text(encoding="utf-8")
     assert markdown_table(ADAPTERS.get(framework)) in docs, "regenerate the table in docs/import.md"
+
+
+def test_trl_vllm_importance_sampling_keys_converted_by_hand():
+    """TRL's GRPOTrainer with vllm_importance_sampling_correction logs |Δ logp| and the applied IS weight under
+    sampling/*: they land on the flight recorder's names; the min/max of the applied weight have no
+    canonical counterpart (the workbench's are of the raw ratio) and stay under source/."""
+    out = ADAPTERS.get("trl").convert_step({
+        "sampling/sampling_logp_difference/mean": 0.0125, "sampling/sampling_logp_difference/max": 0.75,
+        "sampling/importance_sampling_ratio/mean": 0.98, "sampling/importance_sampling_ratio/min": 0.5,
+        "sampling/importance_sampling_ratio/max": 2.0})
+    assert out == {"mismatch/log_ratio_abs_mean": 0.0125, "mismatch/log_ratio_abs_max": 0.75,
+                   "mismatch/is_weight_mean": 0.98, "source/sampling/importance_sampling_ratio/min": 0.5,
+                   "source/sampling/importance_sampling_ratio/max": 2.0}

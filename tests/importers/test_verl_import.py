@@ -129,3 +129,31 @@ def test_pg_clipfrac_lower_definition_is_the_dual_clip_one():
     assert re.search(r"pg_clipfrac_lower = verl_F\.masked_mean\(\s*torch\.gt\(clip_pg_losses1, pg_losses3\)", body)
     assert "pg_losses3 = -advantages * clip_ratio_c" in body
     assert ADAPTERS.get("verl").mapping("actor/pg_clipfrac_lower").canonical is None
+
+
+def test_an_imported_verl_runs_mismatch_is_judged_by_the_same_rules(tmp_path):
+    """verl's rollout_corr/* land on the flight recorder's names, so `health --recheck` judges an imported
+    run's mismatch with mismatch_bands (here verl's own ESS band, 0.3); what verl does not log (the raw
+    ratios' tail) leaves mismatch_tail "unknown", saying what it needs, rather than "ok"."""
+    log = tmp_path / "verl_mismatch.jsonl"
+    with log.open("w") as f:
+        for step in range(1, 9):
+            ess = 0.95 if step < 5 else 0.2  # the sampler drifts off at step 5: ESS under verl's 0.3 band
+            f.write(json.dumps({"step": step, "data": {
+                "critic/score/mean": 0.3, "actor/entropy": 1.0, "response_length/mean": 100.0,
+                "rollout_corr/k3_kl": 1e-3, "rollout_corr/kl": 1e-3, "rollout_corr/chi2_token": 0.01,
+                "rollout_corr/rollout_is_eff_sample_size": ess, "rollout_corr/rollout_is_std": 0.1}}) + "\n")
+    dst = sqlite_uri(tmp_path / "mlflow.db")
+    done = workbench("import", "verl", str(log), "--study", "verl-mismatch", "--variant", "grpo", "--seed", "0",
+                     "--tracking-uri", dst, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    (run,) = child_runs(dst, "verl-mismatch")
+    assert run.data.metrics["mismatch/ess"] == 0.2 and run.data.metrics["mismatch/kl"] == 1e-3
+    health = workbench("health", "verl-mismatch", "--recheck", "--format", "json", "--tracking-uri", dst, cwd=tmp_path)
+    assert health.returncode == 0, health.stderr
+    (rules,) = [r["rules"] for r in json.loads(health.stdout)["runs"]]
+    # ESS 0.2 < 0.3 at steps 5 and 6: patience 2 -> fires at step 6, naming the band
+    assert (rules["mismatch_bands"]["state"], rules["mismatch_bands"]["step"]) == ("warn", 6), rules["mismatch_bands"]
+    assert "mismatch/ess" in rules["mismatch_bands"]["message"]
+    assert rules["mismatch_tail"]["state"] == "unknown"
+    assert "mismatch/is_ratio_tail_frac" in rules["mismatch_tail"]["message"]
