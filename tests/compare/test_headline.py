@@ -59,6 +59,9 @@ def test_one_sentence_per_comparison_in_the_words_of_its_status(table):
     ("worse", "worse", "dapo is worse with 3 seeds"),
     ("not testable", "not testable: clip_high acted on 0.1% of tokens (min 1%) [the test alone: worse]",
      "not testable: clip_high acted on 0.1% of tokens (min 1%)"),
+    # the excluded effect in the sentence's unit (points), the same bound as its interval's
+    ("not testable", "not testable: clip_high acted on 0.1% of tokens (min 1%); |Δ| > 0.11 excluded",
+     "not testable: clip_high acted on 0.1% of tokens (min 1%); |Δ| > 10.2 points excluded"),
     ("withheld", "withheld: 2/5 runs failed", "verdict withheld: 2/5 runs failed"),
     ("better", "better (but |Δ| < 0.05)", "dapo is better with 3 seeds, but by less than the smallest effect of "
                                           "interest (5.0 points)"),

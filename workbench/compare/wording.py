@@ -172,6 +172,9 @@ def headline(*, variant: str, baseline: str, metric: str, status_word: str, verd
             said += f" (they would likely detect only ±{effect_text(mde, points=points, signed=False)}{unit} or more)"
     elif status_word == "not testable":
         said = verdict_text.split(" [the test alone")[0]  # "not testable: clip_high acted on ... (min 1%)"
+        if "; |Δ| > " in said and math.isfinite(lo) and math.isfinite(hi):  # the bound in this sentence's unit
+            bound = effect_text(max(abs(lo), abs(hi)), points=points, signed=False)
+            said = f"{said.split('; |Δ| > ')[0]}; |Δ| > {bound}{unit} excluded"
     elif status_word == "withheld":
         said = f"verdict {verdict_text}"
     else:
