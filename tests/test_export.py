@@ -244,17 +244,22 @@ def test_committed_exports_are_whole_and_within_budget():
     assert size <= MAX_COMMITTED_BYTES
 
 
-def test_a_committed_export_loads_into_a_fresh_store_and_reproduces_its_table(tmp_path, monkeypatch):
+@pytest.mark.parametrize(("study", "export", "runs"), [
+    ("priming", "priming", 18),
+    ("precision_mismatch", "precision-mismatch", 21),  # a sequential design (#37): its looks come back too
+])
+def test_a_committed_export_loads_into_a_fresh_store_and_reproduces_its_table(tmp_path, monkeypatch, study, export,
+                                                                              runs):
     """The acceptance test of issue #37: `compare --format md` on the loaded store prints, byte for byte, the
     table `compare` printed on the study's original store (committed beside the export as compare.md)."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.setenv("COLUMNS", "200")
-    directory = ROOT / "docs" / "findings" / "data" / "priming"
+    directory = ROOT / "docs" / "findings" / "data" / export
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     loaded = invoke("import", "workbench", directory, "--tracking-uri", uri)
     assert loaded.exit_code == 0, loaded.output
-    assert "18 run(s) loaded" in loaded.stdout
-    table = invoke("compare", ROOT / "studies" / "priming.yaml", "--no-log", "--format", "md", "--tracking-uri", uri)
+    assert f"{runs} run(s) loaded" in loaded.stdout
+    table = invoke("compare", ROOT / "studies" / f"{study}.yaml", "--no-log", "--format", "md", "--tracking-uri", uri)
     assert table.exit_code == 0, table.output
     assert table.stdout == (directory / "compare.md").read_text()
