@@ -16,6 +16,15 @@ from workbench.execution.interrupts import raise_if_stop_requested, stop_request
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 
 
+@pytest.fixture(autouse=True)
+def default_sigint_handler():
+    """Python's own SIGINT handler, whatever started pytest: a shell starts a background job (`cmd &`,
+    nohup) with SIGINT ignored, and an ignored signal never reaches a handler to be swallowed."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 class SignalledWhileCollected:
     """Sends SIGINT from inside ``__del__``: the Python handler runs there, so its exception is ignored."""
 
