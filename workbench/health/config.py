@@ -89,7 +89,7 @@ class HealthConfig(BaseModel):
 
     mismatch_record_every: int = Field(default=100, ge=0)
     """Every this many steps (and at step 0), keep the step's mismatch histogram and worst tokens for the
-    run's ``mismatch.json`` artifact; one extra no-grad learner forward each time. 0: never."""
+    run's ``mismatch.json`` artifact, from the logprobs the update computes anyway (no extra forward). 0: never."""
 
     @field_validator("preset")
     @classmethod
