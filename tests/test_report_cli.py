@@ -203,9 +203,13 @@ def test_user_spec_without_code_and_spec_errors(in_study):
     assert result.exit_code == 0, result.output
     assert "2/2 panels with data" in result.output
     (specs / "broken.yaml").write_text("panels:\n  - {metric: reward/mean, aggregation: median}\n")
-    result = CliRunner().invoke(app, ["dashboard", STUDY, "--spec", "broken"])
-    assert result.exit_code == 2
-    assert "broken.yaml:2: panels[0].aggregation: expected 'mean', 'iqm' or 'none'" in result.output.replace("\n", "")
+    try:
+        result = CliRunner().invoke(app, ["dashboard", STUDY, "--spec", "broken"])
+        assert result.exit_code == 2
+        assert "broken.yaml:2: panels[0].aggregation: expected 'mean', 'iqm' or 'none'" in result.output.replace("\n", "")
+    finally:  # the micro study's directory is shared by the session: `run` there reads every spec in it
+        (specs / "broken.yaml").unlink()
+        (specs / "mine.yaml").unlink()
 
 
 def test_compare_names_the_interval_over_seeds_and_problems(workdir, monkeypatch):
