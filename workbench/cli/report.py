@@ -191,8 +191,7 @@ def comparison_table_html(table: Any) -> str:
             "test": rows["test"],
             **_two_way_html_columns(table, metric, rows, level),
         })
-        role = "secondary; " if table.is_secondary(metric) else ""
-        parts.append(f"<h3>{html.escape(metric)} <small>({role}{direction}; baseline: "
+        parts.append(f"<h3>{html.escape(metric)} <small>({table.title_role(metric)}{direction}; baseline: "
                      f"{html.escape(table.baseline_phrase())})</small></h3>")
         parts.append(df_table_html(view, left=(table.unit, *vs, "runs", "verdict", "test"),
                                    cell_class={"verdict": _verdict_class},
@@ -365,8 +364,7 @@ def _two_way_delta(r: dict) -> str:
 
 def _title(table: Any, metric: str) -> str:
     direction = {True: "↑ better", False: "↓ better", None: "no direction"}[table.higher_is_better.get(metric)]
-    role = "secondary; " if table.is_secondary(metric) else ""
-    return f"{metric} ({role}{direction}; baseline {table.baseline_phrase()}; best first)"
+    return f"{metric} ({table.title_role(metric)}{direction}; baseline {table.baseline_phrase()}; best first)"
 
 
 def print_table(table: Any, out: Any = None) -> None:

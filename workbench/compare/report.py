@@ -340,6 +340,10 @@ class ComparisonTable:
     def _secondary_mark(self, metric: str) -> str:
         return "(secondary) " if self.is_secondary(metric) else ""
 
+    def title_role(self, metric: str) -> str:
+        """What opens a metric's table title in every format: ``"secondary; "`` or nothing."""
+        return "secondary; " if self.is_secondary(metric) else ""
+
     def definitions(self) -> list[str]:
         """What each compared summary is, one line per metric (``final_eval_accuracy: Final
         eval/accuracy: the mean of its last 3 evals after step 0 ...``), so every output that says
@@ -382,8 +386,7 @@ class ComparisonTable:
         for metric in self.metrics:
             hib = self.higher_is_better.get(metric)
             direction = {True: "higher is better", False: "lower is better", None: "no preferred direction"}[hib]
-            role = "secondary; " if self.is_secondary(metric) else ""
-            out.write(f"### {metric} ({role}{direction}; baseline: {self.baseline_phrase()})\n\n")
+            out.write(f"### {metric} ({self.title_role(metric)}{direction}; baseline: {self.baseline_phrase()})\n\n")
             vs = self.per_grid_point
             head = [
                 "rank",
