@@ -44,6 +44,8 @@ from tests.browser import (
 from tests.postgres import _free_port
 from tests.viz.micro_study import SEEDS, STUDY, VARIANTS, build_micro_study, copy_store
 from workbench.cli.main import app
+from workbench.compare import resolve_summary
+from workbench.viz.spec import summary_name
 from workbench.viz.spec_loader import find_spec, load_spec
 
 pytestmark = pytest.mark.slow
@@ -366,7 +368,8 @@ _CARDS_JS = r"""
 (selector) => Array.from(document.querySelectorAll(selector)).map(card => {
   const lines = card.innerText.split('\n').map(s => s.trim()).filter(Boolean);
   const gd = card.querySelector('.js-plotly-plot');
-  const finite = t => Array.from(t.y || []).filter(v => v !== null && v !== '' && Number.isFinite(Number(v))).length;
+  const count = vs => Array.from(vs || []).filter(v => v !== null && v !== '' && Number.isFinite(Number(v))).length;
+  const finite = t => count(t.orientation === 'h' ? t.x : t.y);  // a horizontal bar's values are its x
   const traces = gd && gd.data ? gd.data.map(t => ({lines: String(t.mode || '').includes('lines'),
                                                     band: Boolean(t.fill), points: finite(t)})) : [];
   return {title: lines[0] || '', legend: lines.filter(l => /\(.+\)$/.test(l)), traces};
@@ -404,6 +407,9 @@ def _expected_cards(spec) -> list[tuple[str, list[str]]]:
     out = []
     for p in spec.panels:
         if p.optional or p.kind == "mismatch_record":  # an artifact, not a metric: no MLflow chart
+            continue
+        if p.kind == "summary":  # one bar card per entry, of the logged metric the summary reads
+            out += [(m, [m]) for m in (resolve_summary(summary_name(s)).reads[0] for s in p.metrics)]
             continue
         metrics = ["health/status"] if p.kind == "health_matrix" else list(p.metrics)
         out.append((" vs ".join(metrics), metrics))
@@ -473,6 +479,30 @@ def test_the_health_view_opens_grouped_by_variant_with_every_health_metric_chart
     page.close()
 
 
+def test_the_comparison_view_charts_every_panel_for_every_variant(served, chromium_browser):
+    """Issue #32: the second view `workbench ui` prints, the compare spec grouped by variant: its curves
+    in the spec's order, each legend naming every variant, a bar per variant for each summary panel."""
+    served.wait_ready()
+    url = _printed_views(served.output())["Variant comparison (by variant)"]
+    expected = _expected_cards(load_spec(find_spec("compare")))
+    page = new_page(chromium_browser, 1600, 4200)
+    page.goto(url)
+    cards = _chart_cards(page, len(expected))
+    assert page.get_by_text("No charts in this section").count() == 0
+    assert [c["title"] for c in cards] == [title for title, _ in expected], cards
+    for card, (title, metrics) in zip(cards, expected, strict=True):
+        if card["traces"] and not any(t["lines"] for t in card["traces"]):  # a summary panel's bar card
+            assert sum(t["points"] for t in card["traces"]) >= len(VARIANTS), (title, card)
+            continue
+        for variant in VARIANTS:
+            for m in metrics:
+                assert f"{variant} ({m})" in card["legend"], (title, card["legend"])
+    _close_assistant(page)
+    page.set_viewport_size({"width": 1600, "height": 1000})
+    shot(page, "mlflow-compare-view.png", full_page=False)
+    page.close()
+
+
 def test_the_per_seed_view_draws_every_run(served, chromium_browser):
     served.wait_ready()
     url = _printed_views(served.output())["Training health (per seed)"]
@@ -493,6 +523,44 @@ def test_the_per_seed_view_draws_every_run(served, chromium_browser):
     page.set_viewport_size({"width": 1600, "height": 1000})
     shot(page, "mlflow-health-per-seed-view.png", full_page=False)
     page.close()
+
+
+def test_ui_on_every_address_warns_names_the_machine_in_its_links_and_opens_the_first(served, tmp_path):
+    """Issue #32: `--host 0.0.0.0` warns that MLflow has no authentication, every printed link names this
+    machine's address (not 127.0.0.1), and `--open` hands the first line to the user's browser (the real
+    `webbrowser` module, which runs $BROWSER; DISPLAY set, as on a desktop)."""
+    from workbench.cli.main import _url_host
+
+    served.wait_ready()  # the micro study's store is built and logged
+    opened = tmp_path / "opened.txt"
+    browser = tmp_path / "browser.sh"
+    browser.write_text(f'#!/bin/sh\necho "$1" >> {opened}\n')
+    browser.chmod(0o755)
+    port = _free_port()
+    log = tmp_path / "ui.log"
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"} | {"DISPLAY": ":0",
+                                                                                 "BROWSER": str(browser)}
+    with log.open("w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "workbench.cli.main", "ui", STUDY, "--port", str(port),
+                                 "--host", "0.0.0.0", "--open"], cwd=served.home, env=env, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not opened.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.3)
+        output = log.read_text()
+        assert opened.exists(), output
+        first = output.splitlines()[0]
+        base = f"http://{_url_host('0.0.0.0')}:{port}"
+        assert first.startswith(f"{base}/#/experiments/") and "viewStateShareKey=workbench-health" in first, output
+        assert opened.read_text().split() == [first]
+        assert "anyone who can reach this machine can read and change the store" in output
+        assert "no authentication" in output
+        links = re.findall(r"https?://\S+", output)
+        assert links and all(link.startswith(base) for link in links), links
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
 
 
 def test_ui_on_a_taken_port_exits_2_and_says_so_before_any_banner(tmp_path, monkeypatch):

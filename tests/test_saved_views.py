@@ -228,8 +228,8 @@ def test_publish_writes_the_views_the_description_and_each_runs_colour_and_healt
     assert client.get_experiment(exp).tags["mlflow.experimentKind"] == "custom_model_development"
     colours = {k: client.get_run(r).data.tags["mlflow.runColor"] for k, r in runs.items()}
     # baseline grey, the other variant the first palette colour (as the HTML reports draw them)
-    assert colours == {("grpo", 0): "#4D4D4D", ("grpo", 1): "#4D4D4D", ("dr_grpo", 0): "#1F77B4",
-                       ("dr_grpo", 1): "#1F77B4"}
+    assert colours == {("grpo", 0): "#4D4D4D", ("grpo", 1): "#4D4D4D", ("dr_grpo", 0): "#0072B2",
+                       ("dr_grpo", 1): "#0072B2"}
     assert client.get_run(runs[("dr_grpo", 1)]).data.tags["mlflow.note.content"] == (
         "rl-workbench health: warn (length_blowup@2) · FINISHED")
     assert read_layout(client, exp) == layout

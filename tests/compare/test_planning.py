@@ -35,8 +35,8 @@ def test_plan_uses_holm_first_step_level_and_invents_nothing():
     assert kl.seeds is None and "no compare.sesoi" in kl.why
 
 
-@pytest.mark.parametrize(("study", "m", "sd"), [("dr_grpo_length_bias", 1, 0.025), ("clip_higher", 1, 0.02),
-                                                ("dapo_ablation", 5, 0.02), ("precision_mismatch", 3, 0.025),
+@pytest.mark.parametrize(("study", "m", "sd"), [("dr_grpo_length_bias", 1, 0.025), ("clip_higher", 1, 0.025),
+                                                ("dapo_ablation", 5, 0.025), ("precision_mismatch", 3, 0.025),
                                                 ("loss_aggregation", 3, 0.025)])
 def test_plan_prints_planned_seeds_for_every_findings_study(study, m, sd):
     """Each findings study declares a SESOI and a noise SD for its accuracy: `plan` turns them into

@@ -173,7 +173,7 @@ def compile_view(spec: DashboardSpec, *, grouped: bool = True, known_metrics: It
         elif p.kind == "summary":
             for j, m in enumerate(p.metrics):
                 source = _summary_source(m)
-                cards.append(_bar_card(f"{uuid}-{j}", section, source, f"{name}: last {source}"))
+                cards.append(_bar_card(f"{uuid}-{j}", section, source, f"Last {source} (not {summary_name(m)})"))
             notes.append(f"panel {name!r}: MLflow draws the last logged value (no bootstrap CI)")
         elif p.kind == "health_matrix":  # the per-step worst health status is what MLflow can draw
             cards.append(_line_card(uuid, section, [HEALTH_STATUS], f"{name}: health/status (0 ok, 1 warn, 2 fail)"))

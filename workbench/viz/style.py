@@ -9,9 +9,10 @@ from collections.abc import Collection, Iterable, Sequence
 BASELINE_COLOR = "#4D4D4D"
 #: Several baseline arms (one per grid point of a study with a grid): greys told apart.
 BASELINE_GREYS: tuple[str, ...] = (BASELINE_COLOR, "#A0A0A0", "#1A1A1A", "#737373", "#C4C4C4")
-#: Other variants, in order (D3 "category10" without its grey, colour-blind tolerable pairs first).
+#: Other variants, in order: Okabe & Ito's colour-blind-safe palette (without its black, which reads as a
+#: baseline grey); yellow last, as it is faint on white. Past 7 variants the colours repeat.
 PALETTE: tuple[str, ...] = (
-    "#1F77B4", "#FF7F0E", "#2CA02C", "#D62728", "#9467BD", "#8C564B", "#E377C2", "#BCBD22", "#17BECF",
+    "#0072B2", "#D55E00", "#009E73", "#CC79A7", "#56B4E9", "#E69F00", "#F0E442",
 )
 #: Line dash per metric when a panel shows several metrics.
 DASHES: tuple[str, ...] = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
