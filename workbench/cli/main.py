@@ -233,7 +233,11 @@ def run(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
         executor: ExecutorOpt = None, address: AddressOpt = None,
         export_to: Annotated[Path | None, typer.Option(
             "--export", help="write the study's export (`workbench export`, docs/export.md) to this directory "
-                             "after each run ends and at the end")] = None) -> None:
+                             "after each run ends and at the end")] = None,
+        no_reuse: Annotated[bool, typer.Option(
+            "--no-reuse", help="compute every run, even one whose run_key finished in another study of this "
+                               "store (by default such a run is copied into this study, not computed again; "
+                               "README: Shared runs are computed once)")] = False) -> None:
     """Execute a study's runs (skipping those already finished) and print a summary."""
     # the study first: a bad one fails before torch is imported (seconds and ~250 MB; every rank checks it)
     study_obj, specs = load_specs(study, set_, only)
@@ -273,10 +277,11 @@ def run(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
 
             outcomes = run_until_decided(study_obj, max_seeds=max_seeds, progress=not quiet,
                                          select=(lambda s: filter_specs(s, only)) if only else None,
-                                         parallel=1 if multi_rank() else parallel, ray=ray, export_to=export_to)
+                                         parallel=1 if multi_rank() else parallel, ray=ray, export_to=export_to,
+                                         reuse=not no_reuse)
         else:
             outcomes = run_study(study_obj, specs, progress=not quiet, parallel=1 if multi_rank() else parallel,
-                                 ray=ray, export_to=export_to)
+                                 ray=ray, export_to=export_to, reuse=not no_reuse)
     except (PreflightError, FileNotFoundError, ImportError, StudyBusy, SpecError, RayUnavailable) as e:
         raise fail(str(e)) from None
     except TrackingOutage as e:  # unreachable while the study was being opened: nothing ran, so a usage-level
@@ -392,6 +397,8 @@ def print_summary(name: str, outcomes, uri: str) -> None:
                       "-" if delta != delta else f"{delta:+.3f}", o.health)
         if o.error:
             table.add_row("", f"[red]{o.error[:120]}", "", "", "", "", "")
+        if o.reused_from:  # copied, not computed: say from where
+            table.add_row("", f"[dim]from {escape(o.reused_from)}", "", "", "", "", "")
     console.print(table)
     _print_seed_matrix(outcomes)
     shown = escape(redact_uri(uri))  # never the store's password

@@ -69,10 +69,11 @@ class Plan:
 
 
 def run_until_decided(study, *, max_seeds: int | None, select: Callable[[list], list] | None, progress: bool,
-                      parallel: int, ray=None, export_to=None) -> list:
+                      parallel: int, ray=None, export_to=None, reuse: bool = True) -> list:
     """Run ``study`` look by look until every comparison is decided or the last look; returns the
     outcomes of every run executed or skipped. ``select``: the ``--only`` filter of the runs.
     ``export_to``: the study's export, written after each run and again after each look's record.
+    ``reuse``: runs FINISHED in another study of the store are copied (counted at a look like computed ones).
     One-line error (exit 2) for a bad design or one that differs from the design recorded when
     the study was first run this way."""
     from workbench.cli.report import comparison_metrics, secondary_metrics  # deferred: pandas + scipy via compare
@@ -133,7 +134,8 @@ def run_until_decided(study, *, max_seeds: int | None, select: Callable[[list], 
     _say(lines[0])
     for k, n in enumerate(design.looks):
         todo = round_specs(all_specs, seeds[:n], plan.needed_arms())
-        for o in run_study(extended, todo, progress=progress, parallel=parallel, ray=ray, export_to=export_to):
+        for o in run_study(extended, todo, progress=progress, parallel=parallel, ray=ray, export_to=export_to,
+                           reuse=reuse):
             outcomes[o.run_key] = o
         if any(getattr(o, "tracking_lost", False) for o in outcomes.values()):
             break  # MLflow is gone: no look can be read; running again resumes

@@ -60,7 +60,7 @@ class RunOutcome:
     variant: str
     seed: int
     run_key: str
-    status: str  # FINISHED | FAILED | KILLED | SKIPPED
+    status: str  # FINISHED | FAILED | KILLED | SKIPPED | REUSED (copied from another study: reused_from)
     run_id: str | None = None
     eval_first: float = math.nan
     eval_last: float = math.nan
@@ -69,6 +69,7 @@ class RunOutcome:
     steps: int = 0
     error: str = ""
     tracking_lost: bool = False  # MLflow stayed unreachable past tracking.outage_deadline_s
+    reused_from: str = ""  # a REUSED run's source, in words: "study NAME (run ID8)"
 
     @property
     def error_line(self) -> str:

@@ -2,7 +2,9 @@
 
 The study's parent run (``workbench.role=study``) holds the YAML and the plan; each run is
 a child. Runs whose ``run_key`` already FINISHED are skipped, so re-running a study resumes;
-FAILED and KILLED runs are run again (a new MLflow run: the old one stays as history).
+FAILED and KILLED runs are run again (a new MLflow run: the old one stays as history). A run whose
+``run_key`` FINISHED in another study of the same store is copied from there, not computed
+(:mod:`workbench.execution.reuse`; ``reuse=False``: ``workbench run --no-reuse``).
 
 * ``parallel=1``: the runs execute one after another in this process.
 * ``parallel=N>1``: N runs at a time, each in its own ``spawn``-ed process
@@ -43,6 +45,7 @@ from pathlib import Path
 from workbench.execution.lock import study_lock
 from workbench.execution.pool import run_pool
 from workbench.execution.ray_executor import RayOptions, connect, run_on_ray
+from workbench.execution.reuse import Reused, reuse_runs
 from workbench.execution.run import RunOutcome, eval_endpoints, execute_run, preflight
 from workbench.execution.study_progress import StudyProgress
 from workbench.execution.threads import threads_per_run
@@ -101,6 +104,13 @@ def skipped_outcome(spec: RunSpec, run=None, client=None) -> RunOutcome:
                                                                                          "eval/accuracy"))
         last_per_step = {step: value for step, _, value in evals}  # a step logged twice: its last value
         outcome.eval_first, outcome.eval_last, outcome.eval_final = eval_endpoints(list(last_per_step.items()))
+    return outcome
+
+
+def reused_outcome(spec: RunSpec, reused: Reused, client) -> RunOutcome:
+    """The summary row of a run copied from another study (values read back like a skipped run's)."""
+    outcome = skipped_outcome(spec, client.get_run(reused.run_id), client)
+    outcome.status, outcome.reused_from = "REUSED", reused.source.describe()
     return outcome
 
 
@@ -230,10 +240,11 @@ def prebuild_models(specs: list[RunSpec], progress: bool = False) -> None:
 
 
 def run_study(study: Study, specs: list[RunSpec], *, progress: bool = True, parallel: int = 1,
-              ray: RayOptions | None = None, export_to: Path | None = None) -> list[RunOutcome]:
+              ray: RayOptions | None = None, export_to: Path | None = None, reuse: bool = True) -> list[RunOutcome]:
     """Run every spec not yet FINISHED; returns one outcome per spec, in plan order. With ``ray``,
     the runs are Ray tasks (``parallel`` is then Ray's business: as many as the cluster places).
     ``export_to``: the study's export directory, written after each run and at the end.
+    ``reuse``: copy a run that FINISHED in another study of the store rather than compute it.
 
     Raises ``KeyboardInterrupt`` after a clean stop (running runs KILLED, parent run KILLED),
     ``StudyBusy`` if another process executes the study.
@@ -243,11 +254,12 @@ def run_study(study: Study, specs: list[RunSpec], *, progress: bool = True, para
     if ray is not None:
         connect(ray.address)  # RayUnavailable (exit 2) before MLflow is touched
     with study_lock(study_tracking_uri(specs), study_experiment(study, specs)):  # StudyBusy: exit 2
-        return _run_locked(study, specs, progress=progress, parallel=parallel, ray=ray, export_to=export_to)
+        return _run_locked(study, specs, progress=progress, parallel=parallel, ray=ray, export_to=export_to,
+                           reuse=reuse)
 
 
 def _run_locked(study: Study, specs: list[RunSpec], *, progress: bool, parallel: int,
-                ray: RayOptions | None = None, export_to: Path | None = None) -> list[RunOutcome]:
+                ray: RayOptions | None = None, export_to: Path | None = None, reuse: bool = True) -> list[RunOutcome]:
     from mlflow import MlflowClient
 
     policy = study_outage_policy(specs)
@@ -264,11 +276,20 @@ def _run_locked(study: Study, specs: list[RunSpec], *, progress: bool, parallel:
                                       if s.run_key in done}
     status = "FINISHED"
     current: str | None = None  # the run_key executing in this process, if any
+    bar = StudyProgress(study.name, len(specs), enabled=progress, after_run=export)
+    bar.add_done(len(specs) - len(todo))
     try:
+        if todo and reuse:  # before the live display starts: its REUSED lines print as plain lines
+            copied = reuse_runs(ctx.tracking_uri, todo, study=study.name, experiment_id=ctx.experiment_id,
+                                parent_run_id=ctx.parent_run_id, say=bar.note, warn=_say)
+            results |= {s.run_key: reused_outcome(s, copied[s.run_key], client) for s in todo if s.run_key in copied}
+            todo = [s for s in todo if s.run_key not in copied]
+            bar.add_done(len(copied), reused=True)
+            if copied and export is not None:
+                export()
         if todo and (parallel > 1 or ray is not None):
             prebuild_models(todo, progress=progress)  # (on Ray: for the nodes that share this machine's cache)
-        with StudyProgress(study.name, len(specs), enabled=progress, after_run=export) as bar:
-            bar.add_done(len(specs) - len(todo))
+        with bar:
             if todo and ray is not None:
                 results |= run_on_ray(ctx, todo, options=ray, progress=bar, log=bar.note)
             elif todo and parallel > 1:

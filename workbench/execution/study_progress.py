@@ -80,7 +80,8 @@ class StudyProgress:
             console=console, disable=not enabled or self.plain,
         )
         self.running: dict[str, _Running] = {}
-        self.skipped = 0
+        self.skipped = 0  # not computed this session: finished in an earlier one, or reused
+        self.reused = 0  # ... of which copied from another study (workbench.execution.reuse)
         self.finished = 0  # ended this session, any status
         self.failed = 0
         self.started = time.monotonic()
@@ -97,9 +98,10 @@ class StudyProgress:
         self.progress.stop()
 
     # ----------------------------------------------------------------------------------- study
-    def add_done(self, n: int) -> None:
-        """Runs that already finished in an earlier session (skipped now)."""
+    def add_done(self, n: int, *, reused: bool = False) -> None:
+        """Runs that already finished in an earlier session (skipped now), or, ``reused``, in another study."""
         self.skipped += n
+        self.reused += n if reused else 0
         self._refresh()
 
     def fraction(self) -> float:
@@ -126,8 +128,10 @@ class StudyProgress:
 
     def _refresh(self) -> None:
         parts = [f"{len(self.running)} running"] if self.running else []
-        if self.skipped:
-            parts.append(f"{self.skipped} skipped")
+        if self.skipped - self.reused:
+            parts.append(f"{self.skipped - self.reused} skipped")
+        if self.reused:
+            parts.append(f"{self.reused} reused")
         if self.failed:
             parts.append(f"[red]{self.failed} failed[/red]")
         self.progress.update(self._study, completed=self.skipped + self.finished, stats="  ".join(parts))

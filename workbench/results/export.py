@@ -58,8 +58,8 @@ from workbench.tracking.bulk import MetricColumns, bulk_writable, write_metric_h
 from workbench.tracking.redact import redact_uri
 from workbench.tracking.store import ensure_store, get_or_create_experiment
 
-__all__ = ["EXPORTED_ARTIFACTS", "FORMAT_VERSION", "ExportError", "ExportSummary", "LoadSummary", "export_study",
-           "load_export", "read_export"]
+__all__ = ["EXPORTED_ARTIFACTS", "FORMAT_VERSION", "ExportError", "ExportSummary", "ExportedRun", "LoadSummary",
+           "export_study", "load_export", "read_export", "write_run"]
 
 FORMAT = "workbench-study-export"
 FORMAT_VERSION = 1
@@ -532,10 +532,10 @@ def load_export(source: str | os.PathLike[str] | Export, tracking_uri: str) -> L
         return summary
     eid = get_or_create_experiment(client, export.experiment, tracking_uri)
     if parent_id is None and parent is not None:
-        parent_id = _write_run(client, tracking_uri, eid, parent, None)
+        parent_id = write_run(client, tracking_uri, eid, parent, None)
         summary.parent = "loaded"
     for run in todo:
-        _write_run(client, tracking_uri, eid, run, parent_id)
+        write_run(client, tracking_uri, eid, run, parent_id)
         summary.loaded.append(run.label)
         summary.points += 0 if run.metrics is None else len(run.metrics)
     summary.seconds = time.perf_counter() - t0
@@ -565,9 +565,10 @@ def _in_store(client, experiment, name: str, uri: str) -> tuple[set, set, str | 
     return present, finished, parents[0].info.run_id if parents else None
 
 
-def _write_run(client, uri: str, experiment_id: str, run: ExportedRun, parent_id: str | None) -> str:
+def write_run(client, uri: str, experiment_id: str, run: ExportedRun, parent_id: str | None) -> str:
     """One run as it was: tags, params, metric history, artifacts, then its status and end time.
-    A failure part-way deletes the run (a half-written run would hold its run_key)."""
+    A failure part-way deletes the run (a half-written run would hold its run_key). Also copies a run
+    between two studies of one store (:mod:`workbench.execution.reuse`)."""
     import tempfile
 
     from mlflow.entities import Metric, Param

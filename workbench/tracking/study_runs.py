@@ -1,4 +1,5 @@
-"""A study's child runs in MLflow: which run_keys finished, and closing runs whose process died.
+"""A study's child runs in MLflow: which run_keys finished (here or in another study of the store),
+and closing runs whose process died.
 
 Shared by the in-process executor (:mod:`workbench.execution.study`), the process pool
 (:mod:`workbench.execution.pool`) and ``workbench worker`` (:mod:`workbench.execution.worker`); it lives here,
@@ -33,6 +34,20 @@ def finished_runs(client, experiment_id: str) -> dict:
         key = run.data.tags.get("workbench.run_key")
         if key and (key not in out or run.info.start_time > out[key].info.start_time):
             out[key] = run
+    return out
+
+
+def finished_elsewhere(client, experiment_id: str, run_keys) -> dict[str, list]:
+    """run_key -> its FINISHED child runs in the store's other (active) experiments, best first: runs
+    computed there before runs copied there (tag ``workbench.reused_from``), then the latest."""
+    others = [e.experiment_id for e in client.search_experiments() if e.experiment_id != experiment_id]
+    out: dict[str, list] = {}
+    for key in run_keys if others else ():  # one query per key: MLflow's filter has no IN for tags
+        query = (f"tags.`workbench.role` = 'run' and tags.`workbench.run_key` = '{key}' "
+                 "and attributes.status = 'FINISHED'")
+        found = client.search_runs(others, query, max_results=1000)
+        if found:
+            out[key] = sorted(found, key=lambda r: ("workbench.reused_from" in r.data.tags, -r.info.start_time))
     return out
 
 
