@@ -10,11 +10,13 @@ import re
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from rich.console import Console
 
 from workbench.cli.report import comparison_table_html, headline_html, print_table
 from workbench.compare import compare_variants
-from workbench.compare.wording import headline
+from workbench.compare.wording import headline, level_percent
 from workbench.viz.html import Section, html_page
 
 
@@ -105,3 +107,21 @@ def test_the_headline_opens_the_html_report(table):
     header = re.search(r"<thead><tr>(.*?)</tr></thead>", body).group(1)
     names = re.findall(r"<th[^>]*>(.*?)</th>", header)
     assert names[:4] == ["rank", "variant", "verdict", "n_seeds"]  # the verdict beside the name, a count of seeds
+
+
+@pytest.mark.parametrize(("confidence", "label"), [(0.95, "95%"), (0.975, "97.5%"), (1 - 0.05 / 3, "98.3%"),
+                                                   (1 - 0.0157, "98.4%"), (1 - 0.0157 / 3, "99.5%"),
+                                                   (0.9995, "99.95%"), (1 - 0.000687, "99.93%"), (0.99, "99%")])
+def test_a_confidence_level_is_printed_with_the_digits_its_alpha_needs(confidence, label):
+    """A design's last look tests at α = 0.000687: `.0%` printed "100% CI" in the tables (and `.3g`
+    "100%" at 0.9995). The label keeps α's first significant digit below 1%."""
+    assert level_percent(confidence) == label
+
+
+@given(st.floats(min_value=0.5, max_value=1 - 1e-7))
+def test_a_confidence_label_is_never_100_and_within_its_last_digit(confidence):
+    text = level_percent(confidence)
+    value = float(text.rstrip("%"))
+    digits = len(text.rstrip("%").partition(".")[2])
+    assert value < 100
+    assert abs(value - 100 * confidence) <= 0.5 * 10**-digits + 1e-9  # rounded, never truncated past a digit

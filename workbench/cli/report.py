@@ -159,10 +159,11 @@ def _verdict_class(v: Any) -> str:
 
 def comparison_table_html(table: Any) -> str:
     from workbench.compare.report import runs_phrase  # deferred: scipy
+    from workbench.compare.wording import level_percent  # deferred: scipy
     from workbench.viz.html import df_table_html  # deferred: plotly, pydantic
 
     parts = []
-    level = f"{table.confidence:.0%}"
+    level = level_percent(table.confidence)
     for metric in table.metrics:
         rows = table.for_metric(metric)
         hib = table.higher_is_better.get(metric)
@@ -261,6 +262,7 @@ def build_compare_report(study: str, table: Any, summary: pd.DataFrame, history:
     """The HTML report (and rendering warnings): runs, comparison table, summary bars with CIs,
     curves with CI bands (the curve panels of ``spec``), health matrix."""
     from workbench.compare.arms import arm_column  # deferred: scipy
+    from workbench.compare.wording import level_percent  # deferred: scipy
     from workbench.viz.dashboard import DashboardData, render_dashboard  # deferred: plotly, pydantic
     from workbench.viz.figures import (  # deferred: plotly, pydantic
         health_legend_html,
@@ -282,7 +284,7 @@ def build_compare_report(study: str, table: Any, summary: pd.DataFrame, history:
             f"Per-run summary metrics compared across seeds. Δ = {unit} − baseline "
             f"({'paired t-test on matched seeds' if table.df['paired'].fillna(False).any() else 'Welch t-test'}; "
             f"CIs of Δ simultaneous over the {unit}s of a metric (Bonferroni: all cover together at "
-            f"{table.confidence:.0%}); verdicts by {table.correction}-corrected tests); mean CIs: t interval; IQM CIs: "
+            f"{level_percent(table.confidence)}); verdicts by {table.correction}-corrected tests); mean CIs: t interval; IQM CIs: "
             "trimmed-mean t (Tukey-McLaughlin; t below 4 seeds); P(improvement): paired by seed with an exact "
             "binomial CI, else over all run pairs with a percentile bootstrap CI "
             f"({table.settings.get('n_resamples')} resamples). 'runs' counts each {unit}'s "
@@ -335,8 +337,9 @@ def headline_html(table: Any) -> str:
 def _table_cells(table: Any, metric: str) -> tuple[list[str], list[list[str]], list[str]]:
     """Headers, one row of whole cell texts per arm, and each row's verdict (no markup)."""
     from workbench.compare.report import runs_phrase  # deferred: scipy
+    from workbench.compare.wording import level_percent  # deferred: scipy
 
-    level = f"{table.confidence:.0%}"
+    level = level_percent(table.confidence)
     vs = table.per_grid_point
     head = [table.unit, *(["baseline arm"] if vs else []), "runs", f"mean [{level} CI]", "Δ vs baseline [simultaneous CI]",
             f"P(improve) [{level} CI]", f"p ({table.correction})", "verdict", "status"]

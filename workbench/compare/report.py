@@ -377,7 +377,7 @@ class ComparisonTable:
         """The headline (one sentence per comparison, each its own paragraph: the first line is the
         first comparison's), what each metric is, then one GitHub-flavoured markdown table per
         metric, best first."""
-        level = f"{self.confidence:.0%}"
+        level = wording.level_percent(self.confidence)
         out = io.StringIO()
         for line in self.headlines():
             out.write(line + "\n\n")

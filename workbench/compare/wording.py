@@ -16,12 +16,27 @@ import math
 from . import stats
 from .outcomes import ArmOutcomes
 
-__all__ = ["STATUSES", "effect_text", "headline", "metric_words", "ranked_verdict", "seeds_phrase", "status", "verdict",
-           "withheld"]
+__all__ = ["STATUSES", "effect_text", "headline", "level_percent", "metric_words", "ranked_verdict", "seeds_phrase",
+           "status", "verdict", "withheld"]
 
 #: The ``status`` of a compared row (a baseline row's is ``"baseline"``): what the verdict decided.
 STATUSES: tuple[str, ...] = ("better", "worse", "higher", "lower", "equivalent", "not testable", "inconclusive",
                              "withheld", "no data")
+
+
+def level_percent(confidence: float) -> str:
+    """A confidence level as a percentage with the digits its complement needs, never rounded up to
+    100: 0.95 -> ``95%``, 0.9843 -> ``98.4%``, 0.9995 -> ``99.95%``, 0.99931 -> ``99.93%`` (α's first
+    significant digit below 1%, one decimal above it when α is not whole). A sequential
+    design's last look tests at a small α, where ``.0%`` printed "100% CI"."""
+    if not 0 < confidence < 1:
+        return f"{confidence:.0%}"
+    alpha = 100 * (1 - confidence)  # in percent
+    if alpha >= 1:
+        digits = 0 if abs(alpha - round(alpha)) < 1e-9 else 1
+    else:
+        digits = math.ceil(-math.log10(alpha) - 1e-9)  # to α's first significant digit: 0.0687 -> 2, 0.5 -> 1
+    return f"{100 * confidence:.{digits}f}%"
 
 
 def status(verdict_text: str) -> str:
@@ -152,7 +167,7 @@ def headline(*, variant: str, baseline: str, metric: str, status_word: str, verd
         return f"{who}: {metric_words(metric)}: {verdict_text} (nothing to compare)"
     effect = f"{effect_text(delta, points=points)}{unit} {metric_words(metric)}"
     if math.isfinite(lo) and math.isfinite(hi) and math.isfinite(level):
-        effect += f" ({100 * level:.3g}% CI {effect_text(lo, points=points)} to {effect_text(hi, points=points)})"
+        effect += f" ({level_percent(level)} CI {effect_text(lo, points=points)} to {effect_text(hi, points=points)})"
     elif ranked:
         effect += " (of the finished runs; the rank test decides)"
     elif math.isfinite(delta):
