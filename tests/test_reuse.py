@@ -82,11 +82,14 @@ def studies(tmp_path_factory):
         client = MlflowClient(uri)
         other = next(s for s in expand(load_study(b)) if s.variant == "other" and s.seed == 0)
         plant_unusable_sources(client, uri, other, by_label(child_runs(client, "reuse-a"))["base/seed=0"])
+        planned = invoke("plan", b, "--format", "json")
+        assert planned.exit_code == 0, planned.output
         first = invoke("run", b, "--until-decided", "--max-seeds", 2, "--parallel", 2, "--export", root / "export-b")
         assert first.exit_code == 0, first.output
         again = invoke("run", b, "--until-decided", "--max-seeds", 2, "--quiet")
         assert again.exit_code == 0, again.output
         yield {"root": root, "uri": uri, "client": client, "first": first.output, "again": again.output,
+               "plan": json.loads(planned.stdout[planned.stdout.index("{"):]),
                "a": child_runs(client, "reuse-a"), "b": child_runs(client, "reuse-b")}
 
 
@@ -115,6 +118,13 @@ def test_the_shared_arm_is_copied_from_the_other_study_and_the_other_arm_compute
     for seed in (0, 1):
         assert REUSED_FROM_TAG not in b[f"other/seed={seed}"].data.tags  # computed here
     assert studies["first"].count("REUSED") >= 2 and "from study reuse-a (run" in studies["first"]  # the summary
+
+
+def test_plan_says_which_runs_run_would_copy(studies):
+    """`workbench plan` shows, before anything runs, the run another study FINISHED (to be copied) and
+    the one whose only sources there are failed, killed, running or incomplete (status new)."""
+    statuses = {r["label"]: r["status"] for r in studies["plan"]["runs"]}
+    assert statuses == {"shared/seed=0": "reuse (reuse-a)", "other/seed=0": "new"}
 
 
 def test_failed_killed_running_or_incomplete_runs_are_never_reused(studies):

@@ -35,7 +35,7 @@ from workbench.results.reader import StudyNotFound, StudyReader
 from workbench.tracking.check import SERVER_SCHEMES, check_store, store_scheme
 from workbench.tracking.redact import guard_output, redact_text, redact_uri, register_uri
 from workbench.tracking.store import resolve_tracking_uri, sqlite_file
-from workbench.tracking.study_runs import run_statuses
+from workbench.tracking.study_runs import finished_elsewhere, run_statuses
 from workbench.tracking.writer import DEFAULT_OUTAGE_DEADLINE_S, TrackingOutage, bound_mlflow_http_retries
 from workbench.train.rank_env import is_follower, multi_rank
 
@@ -212,7 +212,16 @@ def _known_statuses(study_obj, specs) -> dict[str, str]:
                 else DEFAULT_OUTAGE_DEADLINE_S)
     client = MlflowClient(uri)
     experiment = client.get_experiment_by_name(study_experiment(study_obj, specs))
-    return run_statuses(client, experiment.experiment_id) if experiment else {}
+    statuses = run_statuses(client, experiment.experiment_id) if experiment else {}
+    # what `run` would copy instead of computing (workbench/execution/reuse.py): a FINISHED run of the key elsewhere
+    from workbench.execution.reuse import pick_source  # deferred: pandas, the export's writer
+
+    missing = {s.run_key: s.label for s in specs if statuses.get(s.run_key) != "FINISHED"}
+    for key, runs in finished_elsewhere(client, experiment.experiment_id if experiment else "", missing).items():
+        source, _ = pick_source(client, runs, missing[key])  # the one `run` would take, checked as `run` checks it
+        if source is not None:
+            statuses[key] = f"reuse ({source.study})"
+    return statuses
 
 
 @app.command()
