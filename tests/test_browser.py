@@ -479,17 +479,24 @@ def test_the_health_view_opens_grouped_by_variant_with_every_health_metric_chart
     page.close()
 
 
+def _open_view(served, browser, view: str, spec: str):
+    """Open the saved view `workbench ui` printed as ``view`` (tall: every card renders); its cards are
+    the dashboard spec's, in order. Returns the page, the cards read off it and the expected cards."""
+    served.wait_ready()
+    url = _printed_views(served.output())[view]
+    expected = _expected_cards(load_spec(find_spec(spec)))
+    page = new_page(browser, 1600, 4200)
+    page.goto(url)
+    cards = _chart_cards(page, len(expected))
+    assert [c["title"] for c in cards] == [title for title, _ in expected], cards
+    return page, cards, expected
+
+
 def test_the_comparison_view_charts_every_panel_for_every_variant(served, chromium_browser):
     """Issue #32: the second view `workbench ui` prints, the compare spec grouped by variant: its curves
     in the spec's order, each legend naming every variant, a bar per variant for each summary panel."""
-    served.wait_ready()
-    url = _printed_views(served.output())["Variant comparison (by variant)"]
-    expected = _expected_cards(load_spec(find_spec("compare")))
-    page = new_page(chromium_browser, 1600, 4200)
-    page.goto(url)
-    cards = _chart_cards(page, len(expected))
+    page, cards, expected = _open_view(served, chromium_browser, "Variant comparison (by variant)", "compare")
     assert page.get_by_text("No charts in this section").count() == 0
-    assert [c["title"] for c in cards] == [title for title, _ in expected], cards
     for card, (title, metrics) in zip(cards, expected, strict=True):
         if card["traces"] and not any(t["lines"] for t in card["traces"]):  # a summary panel's bar card
             assert sum(t["points"] for t in card["traces"]) >= len(VARIANTS), (title, card)
@@ -504,13 +511,7 @@ def test_the_comparison_view_charts_every_panel_for_every_variant(served, chromi
 
 
 def test_the_per_seed_view_draws_every_run(served, chromium_browser):
-    served.wait_ready()
-    url = _printed_views(served.output())["Training health (per seed)"]
-    expected = _expected_cards(load_spec(find_spec("health")))
-    page = new_page(chromium_browser, 1600, 4200)
-    page.goto(url)
-    cards = _chart_cards(page, len(expected))
-    assert [c["title"] for c in cards] == [title for title, _ in expected]
+    page, cards, expected = _open_view(served, chromium_browser, "Training health (per seed)", "health")
     reward = cards[0]
     # one group per run: variant and seed (MLflow labels a group by its keys). The page also loads the
     # runs' parent run (to nest them), which has no variant tag: MLflow lists it as "Unassigned", no data.
