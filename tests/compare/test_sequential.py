@@ -68,6 +68,7 @@ def test_design_settings_are_validated_and_capped():
     assert design_from_settings({}, max_seeds=3).looks == (3,)
     for bad, words in [({"looks": [5, 3]}, "compare.sequential.looks"), ({"looks": "3,5"}, "compare.sequential.looks"),
                        ({"spending": "obf"}, "compare.sequential.spending"), ({"every": 2}, "unknown key 'every'"),
+                       ({"futility": "worse"}, "compare.sequential.futility"),
                        ([3, 5], "expected a mapping")]:
         with pytest.raises(ValueError, match=words):
             design_from_settings(bad)
@@ -210,6 +211,26 @@ def test_cli_look_uses_compare_p_values_and_the_same_decisions():
     by_arm = {r["arm"]: r["status"] for r in rows}
     assert by_arm["big"] == "better" and by_arm["null"] in ("inconclusive", "open")
     assert plan.status["final_eval_accuracy", "big"] == "better"
+
+
+def test_an_ablation_asks_futility_about_worsening():
+    """The bug dapo_ablation's first look hit (#37): its baseline is the full method, its question whether
+    removing a part hurts. Removing dynamic sampling cost 4.6 points at 3 seeds (p 0.07), and the default
+    futility rule stopped it: "the removal cannot be 3 points *better*", the side nobody asked about.
+    ``futility: worsening`` stops only when a 3-point loss is excluded; ``none`` never stops."""
+    design = Design((3, 6, 9))
+    summary = summary_frame({"removal_hurts": -1.5, "removal_neutral": 0.0}, 3, seed=4)  # in SDs of a run
+    decided = {}
+    for side in ("improvement", "worsening", "none"):
+        plan = Plan(["final_eval_accuracy"], "grpo", {"grpo": "grpo", "removal_hurts": "removal_hurts",
+                                                     "removal_neutral": "removal_neutral"},
+                    {"grpo": "grpo", "removal_hurts": "grpo", "removal_neutral": "grpo"},
+                    sesoi={"final_eval_accuracy": 1.0}, futility=side)
+        plan.status = {("final_eval_accuracy", a): "" for a in ("removal_hurts", "removal_neutral")}
+        decide_metric(summary, plan, design, 0, "final_eval_accuracy")
+        decided[side] = plan.status["final_eval_accuracy", "removal_hurts"]
+    assert decided["improvement"] == "futile"  # stopped the arm that shows the effect
+    assert decided["worsening"] == "" and decided["none"] == ""  # left open: more seeds can show the loss
 
 
 def test_a_study_waits_only_on_its_primary_metrics():

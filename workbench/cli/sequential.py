@@ -40,6 +40,7 @@ class Plan:
     sesoi: dict[str, Any] = field(default_factory=dict)  # compare.sesoi: metric -> smallest effect of interest
     activity: dict[str, Any] = field(default_factory=dict)  # compare.activity, parsed: variant -> its gate setting
     secondary: list[str] = field(default_factory=list)  # metrics not in compare.primary: decided if the data allow
+    futility: str = "improvement"  # compare.sequential.futility: the side a futility stop excludes
 
     @property
     def compared(self) -> list[str]:
@@ -78,7 +79,7 @@ def run_until_decided(study, *, max_seeds: int | None, select: Callable[[list], 
     the study was first run this way."""
     from workbench.cli.report import comparison_metrics, secondary_metrics  # deferred: pandas + scipy via compare
     from workbench.compare.arms import match_baselines  # deferred: scipy
-    from workbench.compare.sequential import design_from_settings  # deferred: scipy
+    from workbench.compare.sequential import design_from_settings, futility_side  # deferred: scipy
     from workbench.execution.study import (  # deferred: pydantic, torch, transformers
         StudyExportHook,
         arm_of,
@@ -94,6 +95,7 @@ def run_until_decided(study, *, max_seeds: int | None, select: Callable[[list], 
     compare_cfg = dict(study.compare or {})
     try:
         design = design_from_settings(compare_cfg.get("sequential"), max_seeds=max_seeds)
+        futility = futility_side(compare_cfg.get("sequential"))
         metrics = comparison_metrics(None, compare_cfg)
     except ValueError as e:
         raise fail(f"{where}: {e}") from None
@@ -119,7 +121,7 @@ def run_until_decided(study, *, max_seeds: int | None, select: Callable[[list], 
     except ValueError as e:
         raise fail(f"{where}: {e}") from None
     plan = Plan(metrics, baseline, arm_variant, baseline_of, sesoi=sesoi, activity=activity,
-                secondary=secondary_metrics(metrics, compare_cfg))
+                secondary=secondary_metrics(metrics, compare_cfg), futility=futility)
     if not plan.compared:
         raise fail(f"{where}: --until-decided needs at least one variant to compare with the baseline {baseline!r}")
     plan.status = {(m, a): "" for m in metrics for a in plan.compared}
@@ -130,7 +132,8 @@ def run_until_decided(study, *, max_seeds: int | None, select: Callable[[list], 
     outcomes: dict[str, Any] = {}
     roles = (f"primary metrics {', '.join(plan.primary)}; secondary {', '.join(plan.secondary)}" if plan.secondary
              else f"metrics {', '.join(metrics)}")
-    lines: list[str] = [f"sequential design: {design.phrase()}; {roles}; baseline {baseline}"]
+    lines: list[str] = [f"sequential design: {design.phrase()}; {roles}; baseline {baseline}"
+                        + ("" if futility == "improvement" else f"; futility stops: {futility}")]
     _say(lines[0])
     for k, n in enumerate(design.looks):
         todo = round_specs(all_specs, seeds[:n], plan.needed_arms())
@@ -219,7 +222,7 @@ def decide_metric(summary: pd.DataFrame, plan: Plan, design, k: int, metric: str
                              sesoi={metric: sesoi} if sesoi is not None else None, activity=gates)
     rows = {r["variant"]: r for r in table.df.to_dict("records")}
     inputs = [look_inputs(rows.get(a), sub, plan.baseline_of[a], metric, sesoi=sesoi,
-                          confidence=futility_confidence(design)) for a in arms]
+                          confidence=futility_confidence(design), side=plan.futility) for a in arms]
     after = decide_family(design, k, before, [x[0] for x in inputs], [x[1] for x in inputs],
                           [x[2] for x in inputs], [x[3] for x in inputs]).tolist()
     out = []
@@ -232,7 +235,7 @@ def decide_metric(summary: pd.DataFrame, plan: Plan, design, k: int, metric: str
 
 
 def look_inputs(row: dict[str, Any] | None, summary: pd.DataFrame, base_arm: str | None, metric: str, *,
-                sesoi: float | None, confidence: float) -> tuple[float, str, str, bool]:
+                sesoi: float | None, confidence: float, side: str = "improvement") -> tuple[float, str, str, bool]:
     """``(p_value, rejection, compare status, futility)`` of one compared row for
     :func:`~workbench.compare.sequential.decide_family` (a closed comparison: no row)."""
     from workbench.compare import stats  # deferred: scipy
@@ -247,12 +250,12 @@ def look_inputs(row: dict[str, Any] | None, summary: pd.DataFrame, base_arm: str
     else:
         rejection = rejection_name(row["delta"], hib)
     futility = False
-    if sesoi is not None and hib is not None and not by_rank and base_arm is not None:
+    if sesoi is not None and hib is not None and not by_rank and base_arm is not None and side != "none":
         x = summary[summary["arm"] == row["variant"]]
         y = summary[summary["arm"] == base_arm]
         diff = stats.mean_difference(x[metric], y[metric], x_seeds=x["seed"], y_seeds=y["seed"])
-        futility = bool(futile(diff.delta, diff.se, diff.df, sesoi=sesoi, improvement_sign=1.0 if hib else -1.0,
-                               confidence=confidence))
+        sign = (1.0 if hib else -1.0) * (-1.0 if side == "worsening" else 1.0)
+        futility = bool(futile(diff.delta, diff.se, diff.df, sesoi=sesoi, improvement_sign=sign, confidence=confidence))
     return _num(row["p_value"]), rejection, row_status(row), futility
 
 
@@ -286,8 +289,9 @@ def _look_lines(look: dict[str, Any], design) -> list[str]:
 
 
 def _new_record(design, plan: Plan, declared: list[int], seeds: list[int]) -> dict[str, Any]:
+    # futility is recorded, not checked against an earlier record: a non-binding stop never spends α
     return {"design": design.to_dict(), "metrics": plan.metrics, "primary": plan.primary, "baseline": plan.baseline,
-            "family": "metric",
+            "family": "metric", "futility": plan.futility,
             "declared_seeds": declared, "seeds": seeds, "looks": []}
 
 

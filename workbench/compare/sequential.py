@@ -166,15 +166,33 @@ class Design:
         return cls(tuple(d["looks"]), float(d["alpha"]), str(d["spending"]))
 
 
+#: ``compare.sequential.futility``: which side of the SESOI a futility stop excludes. ``improvement``: the
+#: variant cannot be a SESOI better than the baseline (a question "does the variant help?"); ``worsening``: it
+#: cannot be a SESOI worse (an ablation's "does removing it hurt?", the baseline being the full method);
+#: ``none``: no futility stops. Futility is non-binding, so the side never changes the design's α.
+FUTILITY_SIDES: tuple[str, ...] = ("improvement", "worsening", "none")
+SEQUENTIAL_KEYS: tuple[str, ...] = ("looks", "spending", "futility")
+
+
+def futility_side(settings: Any) -> str:
+    """The study's ``compare.sequential.futility`` (default ``improvement``); ``ValueError`` naming the key."""
+    side = (settings or {}).get("futility", "improvement") if isinstance(settings, Mapping) else "improvement"
+    if side not in FUTILITY_SIDES:
+        raise ValueError(f"compare.sequential.futility: expected one of {', '.join(FUTILITY_SIDES)}, got {side!r}")
+    return side
+
+
 def design_from_settings(settings: Any, *, max_seeds: int | None = None, alpha: float = 0.05) -> Design:
     """The design of a study's ``compare.sequential`` mapping (``looks``, ``spending``; absent:
-    the defaults), capped by ``max_seeds``. ``ValueError`` naming the key for anything else."""
+    the defaults), capped by ``max_seeds``. ``ValueError`` naming the key for anything else
+    (``futility`` is read by :func:`futility_side`: it is not part of the α design)."""
     settings = {} if settings is None else settings
     if not isinstance(settings, Mapping):
-        raise ValueError(f"compare.sequential: expected a mapping (looks, spending), got {settings!r}")
-    unknown = sorted(set(settings) - {"looks", "spending"})
+        raise ValueError(f"compare.sequential: expected a mapping (looks, spending, futility), got {settings!r}")
+    unknown = sorted(set(settings) - set(SEQUENTIAL_KEYS))
     if unknown:
-        raise ValueError(f"compare.sequential: unknown key {unknown[0]!r} (valid: looks, spending)")
+        raise ValueError(f"compare.sequential: unknown key {unknown[0]!r} (valid: {', '.join(SEQUENTIAL_KEYS)})")
+    futility_side(settings)
     looks = settings.get("looks", DEFAULT_LOOKS)
     if not isinstance(looks, (list, tuple)) or not all(isinstance(n, int) and not isinstance(n, bool) for n in looks):
         raise ValueError(f"compare.sequential.looks: expected a list of seed counts, e.g. [3, 5, 7, 10], got {looks!r}")
@@ -253,9 +271,10 @@ def futility_confidence(design: Design) -> float:
 
 
 def futile(delta: Any, se: Any, df: Any, *, sesoi: float, improvement_sign: float, confidence: float) -> Any:
-    """Whether the one-sided ``confidence`` upper bound of the improvement (``improvement_sign *
-    delta``: +1 when higher is better, -1 when lower is) is below ``sesoi``: an improvement of the
-    smallest effect of interest is excluded. Vectorised; NaN inputs give False."""
+    """Whether the one-sided ``confidence`` upper bound of the effect on the asked side (``improvement_sign *
+    delta``: +1 when higher is better, -1 when lower is; the opposite for a ``worsening`` question) is
+    below ``sesoi``: an effect of the smallest size of interest on that side is excluded. Vectorised; NaN
+    inputs give False."""
     delta, se, df = (np.asarray(a, dtype=float) for a in (delta, se, df))
     with np.errstate(invalid="ignore"):
         upper = improvement_sign * delta + sps.t.ppf(confidence, df) * se

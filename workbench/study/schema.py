@@ -178,15 +178,20 @@ def check_semantics(data: dict[str, Any], rep: Reporter) -> None:
 
 def _check_sequential(sequential: Any, rep: Reporter) -> None:
     """``compare.sequential`` (``workbench run --until-decided``): ``looks``, increasing seed counts
-    of at least 2, and ``spending`` (its name is checked against the registry when the design is made)."""
+    of at least 2, ``spending`` (its name is checked against the registry when the design is made) and
+    ``futility``, the side a futility stop excludes."""
     if sequential is None:
         return
     if not isinstance(sequential, dict):
         rep.add(("compare", "sequential"), f"expected a mapping (looks, spending), got {show_value(sequential)}")
         return
     for key in sequential:
-        if key not in ("looks", "spending"):
-            rep.add(("compare", "sequential", key), f"unknown key {key!r} (valid: looks, spending)")
+        if key not in ("looks", "spending", "futility"):
+            rep.add(("compare", "sequential", key), f"unknown key {key!r} (valid: looks, spending, futility)")
+    futility = sequential.get("futility", "improvement")
+    if futility not in ("improvement", "worsening", "none"):
+        rep.add(("compare", "sequential", "futility"),
+                f"expected improvement, worsening or none, got {show_value(futility)}")
     looks = sequential.get("looks")
     if looks is None:
         return
