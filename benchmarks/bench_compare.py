@@ -63,7 +63,7 @@ CANONICAL = [
 ]
 
 
-def build(root: Path, n_runs: int, n_metrics: int, n_steps: int) -> str:
+def build(root: Path, n_runs: int, n_metrics: int, n_steps: int, layout: str = "training", workers: int = 4) -> str:
     from mlflow import MlflowClient
     from mlflow.entities import Param, RunTag
 
@@ -72,9 +72,9 @@ def build(root: Path, n_runs: int, n_metrics: int, n_steps: int) -> str:
     uri = f"sqlite:///{db}"
     if db.exists():
         built = root / BUILT_MARKER
-        if not built.exists() or built.read_text().split() != [str(n_runs), str(n_metrics), str(n_steps)]:
-            raise SystemExit(f"{root}: holds a store that is not a finished {n_runs}x{n_metrics}x{n_steps} build; "
-                             "delete it or pass another --dir")
+        if not built.exists() or built.read_text().split() != [str(n_runs), str(n_metrics), str(n_steps), layout]:
+            raise SystemExit(f"{root}: holds a store that is not a finished {n_runs}x{n_metrics}x{n_steps} {layout} "
+                             "build; delete it or pass another --dir")
         return uri
     client = MlflowClient(uri)
     exp = client.create_experiment(STUDY, artifact_location=(root / "mlartifacts").resolve().as_uri())
@@ -97,8 +97,9 @@ def build(root: Path, n_runs: int, n_metrics: int, n_steps: int) -> str:
         run_ids.append(rid)
     client.set_terminated(parent.info.run_id, "FINISHED")
     # All points drawn first (float64 [run, metric, step]: 360 MB at 3000 x 30 x 500, in the same order as one
-    # rng.normal per run and metric), then inserted in the order of MLflow's primary key on `metrics`
-    # (key, timestamp, step, run_uuid): every insert appends to the index, so 45M points take minutes, not an hour.
+    # rng.normal per run and metric), so both layouts hold the same values. Either order appends to MLflow's
+    # primary-key index on `metrics` (key, timestamp, step, run_uuid) at a few places only: 45M points take
+    # minutes, not an hour.
     rng = np.random.default_rng(0)
     steps = np.arange(n_steps)
     skill = 0.1 * (np.arange(n_runs) % len(variants))
@@ -106,26 +107,39 @@ def build(root: Path, n_runs: int, n_metrics: int, n_steps: int) -> str:
     for i in range(n_runs):
         for k in range(len(metrics)):
             values[i, k] = 0.3 + (0.3 + skill[i]) * steps / n_steps + rng.normal(0, 0.03, n_steps) + 0.01 * k
-    ts = int(time.time() * 1000)
-    by_uuid = np.argsort(run_ids)
     con = sqlite3.connect(db)
     con.execute("PRAGMA synchronous = OFF")  # a store interrupted mid-build is rebuilt anyway (BUILT_MARKER)
     con.execute("PRAGMA cache_size = -1000000")  # 1 GB of page cache
+    insert = "INSERT INTO metrics (key, value, timestamp, run_uuid, step, is_nan) VALUES (?,?,?,?,?,0)"
+    unique = [k for k, name in enumerate(metrics) if name not in metrics[:k]]  # a repeated name: its first column
+    ts0 = int(time.time() * 1000)
     with con:
-        for k, name in sorted(enumerate(metrics), key=lambda km: km[1]):
-            if name in metrics[:k]:
-                continue  # a name repeated in `metrics` (more than len(CANONICAL)): its first column is logged
-            for s in range(n_steps):
-                col = values[by_uuid, k, s].tolist()
-                con.executemany("INSERT INTO metrics (key, value, timestamp, run_uuid, step, is_nan) "
-                                "VALUES (?,?,?,?,?,0)",
-                                ((name, v, ts, run_ids[i], s) for i, v in zip(by_uuid.tolist(), col, strict=True)))
+        if layout == "training":
+            # As a study writes them: `workers` runs at a time, each logging a step's metrics in one batch (one
+            # second apart), so a run's rows lie together in the table and timestamps grow with the rows.
+            for g in range(0, n_runs, workers):
+                group = list(range(g, min(g + workers, n_runs)))
+                for s in range(n_steps):
+                    ts = ts0 + 1000 * ((g // workers) * n_steps + s)
+                    con.executemany(insert, ((metrics[k], float(values[i, k, s]), ts, run_ids[i], s)
+                                             for i in group for k in unique))
+            last_ts = {i: ts0 + 1000 * ((i // workers) * n_steps + n_steps - 1) for i in range(n_runs)}
+        else:
+            # Worst case: every point at one timestamp, inserted in the order of MLflow's primary key (key,
+            # timestamp, step, run_uuid), so one run's points of a metric are spread over the whole table.
+            by_uuid = np.argsort(run_ids)
+            for k in sorted(unique, key=lambda k: metrics[k]):
+                for s in range(n_steps):
+                    col = values[by_uuid, k, s].tolist()
+                    con.executemany(insert, ((metrics[k], v, ts0, run_ids[i], s)
+                                             for i, v in zip(by_uuid.tolist(), col, strict=True)))
+            last_ts = dict.fromkeys(range(n_runs), ts0)
         con.executemany("INSERT INTO latest_metrics (key, value, timestamp, step, is_nan, run_uuid) "
                         "VALUES (?,?,?,?,?,?)",
-                        ((name, float(values[i, k, -1]), ts, n_steps - 1, 0, rid)
-                         for i, rid in enumerate(run_ids) for k, name in enumerate(metrics) if name not in metrics[:k]))
+                        ((metrics[k], float(values[i, k, -1]), last_ts[i], n_steps - 1, 0, rid)
+                         for i, rid in enumerate(run_ids) for k in unique))
     con.close()
-    (root / BUILT_MARKER).write_text(f"{n_runs} {n_metrics} {n_steps}\n")
+    (root / BUILT_MARKER).write_text(f"{n_runs} {n_metrics} {n_steps} {layout}\n")
     return uri
 
 
@@ -148,14 +162,17 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--metrics", type=int, default=30)
     parser.add_argument("--steps", type=int, default=500)
+    parser.add_argument("--layout", choices=["training", "key-major"], default="training",
+                        help="row order of the built store: as a study with 4 workers writes it (default), or the "
+                        "worst case for reading a run (MLflow's primary-key order, one timestamp)")
     parser.add_argument("--baseline-runs", type=int, default=200)
     parser.add_argument("--compare-only", action="store_true", help="time compare cold and warm only (skip the "
                         "reader-alone and get_metric_history timings)")
     args = parser.parse_args()
 
     t0 = time.perf_counter()
-    uri = build(args.dir, args.runs, args.metrics, args.steps)
-    print(f"store: {uri} ({args.runs} runs x {args.metrics} metrics x {args.steps} steps; "
+    uri = build(args.dir, args.runs, args.metrics, args.steps, args.layout)
+    print(f"store: {uri} ({args.runs} runs x {args.metrics} metrics x {args.steps} steps, {args.layout} layout; "
           f"built/found in {time.perf_counter() - t0:.1f} s)")
 
     import shutil

@@ -157,6 +157,12 @@ def test_nan_and_inf_points_round_trip(study_dir, tmp_path):
     h, _ = load_study_frames(STUDY, uri, metrics=["test/bad"], cache_dir=False)
     v = h.sort_values("step")["value"].to_numpy()
     assert math.isnan(v[0]) and v[1] == math.inf and v[2] == -math.inf
+    reader = StudyReader(uri, cache_dir=tmp_path / "cache")  # and through the cache's parquet files, unchanged
+    fresh = reader.load(STUDY, ["test/bad"])
+    cached = reader.load(STUDY, ["test/bad"])
+    assert cached.stats.fetched_runs == [] and len(cached.stats.cached_runs) == len(SEEDS) * len(VARIANTS)
+    pd.testing.assert_frame_equal(cached.history, fresh.history)
+    pd.testing.assert_frame_equal(fresh.history.reset_index(drop=True), h.reset_index(drop=True))
 
 
 def test_server_path_uses_bulk_requests_and_matches_sql(study_dir, frames, monkeypatch):

@@ -19,6 +19,10 @@ from .protocol import ROLE_TAG, StudyNotFound
 __all__ = ["SqlRunReader"]
 
 _SQL_CHUNK = 500  # bound parameters per IN list (sqlite's old limit is 999)
+#: Run ids per history query on SQLite, at most (its own bound-parameter limit, read from the connection,
+#: may be lower). The key filter scans each key's whole range of MLflow's primary-key index once per query,
+#: so fewer, longer IN lists read less: 3,000 runs x 8 keys took 27 s in chunks of 500, 19 s in one query.
+_SQLITE_HISTORY_CHUNK = 20_000
 
 
 class SqlRunReader:
@@ -39,6 +43,15 @@ class SqlRunReader:
         else:
             self.engine = sa.create_engine(uri)
         self.requests = 0
+        self._history_chunk = self._sqlite_history_chunk() if uri.startswith("sqlite:") else _SQL_CHUNK
+
+    def _sqlite_history_chunk(self) -> int:
+        import sqlite3
+
+        with self.engine.connect() as conn:
+            limit = conn.connection.dbapi_connection.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
+        # room for the keys' IN list (MLflow caps a run's keys far below this in practice)
+        return max(_SQL_CHUNK, min(_SQLITE_HISTORY_CHUNK, limit // 2))
 
     def _query(self, sql: str, params: dict[str, Any] | None = None, expanding: Sequence[str] = ()) -> pd.DataFrame:
         import sqlalchemy as sa
@@ -124,8 +137,9 @@ class SqlRunReader:
         extra = {} if keys is None else {"keys": keys}
         expanding = () if keys is None else ("keys",)
         parts = []
-        for i in range(0, len(run_ids), _SQL_CHUNK):
-            ids = list(run_ids[i:i + _SQL_CHUNK])
+        chunk = self._history_chunk
+        for i in range(0, len(run_ids), chunk):
+            ids = list(run_ids[i:i + chunk])
             part = self._numeric_history(ids, where, extra, expanding) if frozen else None
             if part is None:
                 part = self._query(
