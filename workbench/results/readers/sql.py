@@ -201,7 +201,11 @@ def _empty_like(sql: str) -> pd.DataFrame:
 def _sqlite_ro(path: Path):
     import sqlite3
 
-    return sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False, timeout=30)
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False, timeout=30)
+    # helper threads for SQLite's sorter: the history query's ORDER BY sorts every point read (12M at search
+    # scale: 19 s -> 14 s with 2 threads on 2 cores, measured); a read-only setting of this connection only
+    con.execute(f"PRAGMA threads = {min(4, os.cpu_count() or 1)}")
+    return con
 
 
 def _group_kv(df: pd.DataFrame) -> dict[str, dict[str, str]]:
