@@ -227,11 +227,14 @@ def test_numeric_fast_path_equals_the_plain_query_and_falls_back_on_mismatch(stu
     reader = StudyReader(uri_of(study_dir), cache_dir=False)
     backend = reader.backend
     ids = list(frames[1]["run_id"])
-    from workbench.results.readers.frames import clean_points
+    from workbench.results.readers.frames import clean_points, split_runs
 
     fast = clean_points(backend.history(ids, None, frozen=True))
     plain = clean_points(backend.history(ids, None, frozen=False))
-    pd.testing.assert_frame_equal(fast, plain)
+    assert isinstance(fast["run_id"].dtype, pd.CategoricalDtype)  # no 32-character string per point
+    pd.testing.assert_frame_equal(fast.astype({"run_id": plain["run_id"].dtype}), plain)
+    assert {r: f.to_dict("list") for r, f in split_runs(fast).items()} == {
+        r: f.to_dict("list") for r, f in split_runs(plain).items()}
 
     real = backend._query
 
@@ -243,7 +246,7 @@ def test_numeric_fast_path_equals_the_plain_query_and_falls_back_on_mismatch(stu
 
     backend._query = inflate
     assert backend._numeric_history(ids, "WHERE run_uuid IN :ids", {}, ()) is None
-    pd.testing.assert_frame_equal(clean_points(backend.history(ids, None, frozen=True)), plain)
+    pd.testing.assert_frame_equal(clean_points(backend.history(ids, None, frozen=True)), plain)  # the plain query
 
 
 def test_a_step_logged_twice_keeps_the_latest_value(study_dir, tmp_path):
