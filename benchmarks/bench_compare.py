@@ -1,7 +1,7 @@
 """`workbench compare` on a synthetic study of 200 runs x 30 metrics x 500 steps (issue #6).
 
     python benchmarks/bench_compare.py [--dir /tmp/wb-bench] [--runs 200] [--metrics 30] [--steps 500]
-                                       [--baseline-runs 200] [--compare-only]
+                                       [--layout training|key-major] [--baseline-runs 200] [--compare-only]
 
 Builds a local MLflow sqlite store the size of a large study (runs created through MlflowClient,
 their 3M metric points inserted into MLflow's own ``metrics``/``latest_metrics`` tables in bulk,
@@ -16,25 +16,36 @@ so building takes seconds instead of the ~4 minutes ``log_batch`` would), then t
 Targets: (1) under 30 s on 2 cores; (3) at least 5x faster than (4).
 
 Search scale (issue 28): ``--dir /tmp/wb-bench3000 --runs 3000 --metrics 30 --steps 500 --compare-only``.
-The store (12.7 GB) is built once (25 min here: 12 min creating the runs through MlflowClient, the points
-inserted in the primary key's order) and reused by every later call with the same sizes (``built.txt``
-marks a finished build). Measured 2026-11-25 on the 2 shared cores, alternating before / after, two
-pairs, median (= mean of 2) in seconds; "reading" is the command's own "in X s", "compute" its total
-minus that (summaries, statistics, report, HTML). Before: the merge-base 16cfac7 plus the MDE fix only
-(16cfac7 itself stops with a TypeError on this store: statsmodels' solve_power returned an array).
+The store (12.7 GB) is built once (5-12 min here) and reused by every later call with the same sizes and
+layout (``built.txt`` marks a finished build). ``--layout training`` (default) writes the rows as a study does:
+4 runs at a time, each logging a step's 30 metrics in one batch, one second apart. ``--layout key-major``
+writes them in the order of MLflow's primary key at one timestamp, so one run's points are spread over the
+whole file (the worst case for reading a run; the layout of the 2026-11-25 figures below).
 
-    ==============  ======  =====  ==============  =============  ===========
-    compare          wall   load    reading          compute        JSON, HTML
-    ==============  ======  =====  ==============  =============  ===========
-    before, cold     157.2  0.6-1.1  87.3 (89, 86)  66.6 (70, 64)
-    after,  cold     127.2  1.1-1.2  99.1 (95, 103) 24.7 (23, 26)  identical
-    before, warm      81.1  1.0-1.1  13.1 (10, 16)  64.5 (61, 68)
-    after,  warm      44.6  1.0-2.1  14.8 (15, 15)  25.9 (23, 29)  identical
-    ==============  ======  =====  ==============  =============  ===========
+Measured 2026-11-28 on the 2 cores (load 0.8-1.2: the benchmark itself), alternating before / after, two pairs
+each, median (= mean of 2) in seconds; "reading" is the command's own "in X s" (SQL, frames, cache writes),
+"compute" its total minus that. Before: 97c621a (the session's start) run from a worktree through PYTHONPATH;
+after: one SQLite query for all runs instead of one per 500 (the key filter re-scanned each key's index range
+per chunk), sorter threads (``PRAGMA threads``), the run id as a category in the fast path, cache files through
+pyarrow, summaries grouped on integer codes. The HTML reports are identical but for their "generated" minute.
 
-Cold is not under 60 s on this store: reading 12M points from the 12.7 GB sqlite file takes ~90 s.
-The build stores the rows metric by metric, so one run's rows are spread over the file; a store logged by
-training keeps a run's rows closer, so this reading figure is likely pessimistic (not measured).
+    ===========  ==========  =====================  =====================  ================
+    layout       compare     cold: wall (reading)   warm: wall (reading)   compute (cold)
+    ===========  ==========  =====================  =====================  ================
+    training     before      78.4 (63.6)            25.7 (10.0)            13.8
+    training     after       46.8 (33.8)            21.5 (8.0)             12.1
+    key-major    before      86.0 (71.8)            25.2 (9.3)             13.3
+    key-major    after       43.1 (30.4)            21.4 (8.2)             11.8
+    ===========  ==========  =====================  =====================  ================
+
+    single runs, cold wall: training before 81.1, 75.7, after 43.9, 49.7; key-major before 102.4, 69.7,
+    after 43.3, 42.9.
+
+Cold is under 60 s on both layouts (target of issue 28). Of the ~30 s left for reading, about half is SQLite
+scanning, sorting and handing over the 12M points, half making frames of them and writing the cache (profiled).
+
+Earlier (2026-11-25, key-major, the compute speed-ups of that session): cold 157 s before, 127 s after
+(reading 87 -> 99 s), warm 81 s -> 45 s.
 """
 
 from __future__ import annotations
