@@ -114,6 +114,15 @@ CASES = [
      ["x.yaml:6 execution.parallel: expected a positive integer, got 0"]),
     ("compare-baseline", {"x.yaml": HEAD + "variants: {grpo: {}}\ncompare: {baseline: grpoo}\n"},
      ["x.yaml:7 compare.baseline: unknown variant 'grpoo'; did you mean 'grpo'?"]),
+    ("compare-sequential-key", {"x.yaml": HEAD + "variants: {grpo: {}}\ncompare:\n  sequential: {every: 2}\n"},
+     ["x.yaml:8 compare.sequential.every: unknown key 'every' (valid: looks, spending, futility)"]),
+    ("compare-sequential-futility", {"x.yaml": HEAD + "variants: {grpo: {}}\ncompare:\n"
+                                                      "  sequential: {futility: worse}\n"},
+     ["x.yaml:8 compare.sequential.futility: expected improvement, worsening or none, got 'worse'"]),
+    ("compare-sequential-looks", {"x.yaml": HEAD + "variants: {grpo: {}}\ncompare:\n"
+                                                   "  sequential: {looks: [5, 3]}\n"},
+     ["x.yaml:8 compare.sequential.looks: expected increasing seed counts of at least 2, e.g. [3, 5, 7, 10], "
+      "got [5, 3]"]),
     ("same-run-twice", {"x.yaml": HEAD + "variants:\n  a: {}\n  b: {learner: {lr: 1.0e-4}}\n"},
      ["x.yaml:8 variants.b: runs 'a/seed=0' and 'b/seed=0' have the same resolved config ..."]),
     ("include-missing", {"x.yaml": "include: common.yaml\nname: t\n"},

@@ -52,6 +52,7 @@ import numpy as np
 from scipy import stats as sps
 
 from workbench.registry import Registry
+from workbench.study.sequential_keys import FUTILITY_SIDES, SEQUENTIAL_KEYS
 
 __all__ = [
     "DECIDED",
@@ -164,14 +165,6 @@ class Design:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Design:
         return cls(tuple(d["looks"]), float(d["alpha"]), str(d["spending"]))
-
-
-#: ``compare.sequential.futility``: which side of the SESOI a futility stop excludes. ``improvement``: the
-#: variant cannot be a SESOI better than the baseline (a question "does the variant help?"); ``worsening``: it
-#: cannot be a SESOI worse (an ablation's "does removing it hurt?", the baseline being the full method);
-#: ``none``: no futility stops. Futility is non-binding, so the side never changes the design's α.
-FUTILITY_SIDES: tuple[str, ...] = ("improvement", "worsening", "none")
-SEQUENTIAL_KEYS: tuple[str, ...] = ("looks", "spending", "futility")
 
 
 def futility_side(settings: Any) -> str:

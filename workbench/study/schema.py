@@ -28,6 +28,7 @@ from workbench.errors import did_you_mean, pydantic_issues, show_value, unknown_
 from workbench.metrics.catalogue import BY_NAME, is_fraction
 from workbench.study.paths import config_path_error, is_int
 from workbench.study.report import Origin, Reporter
+from workbench.study.sequential_keys import FUTILITY_SIDES, SEQUENTIAL_KEYS
 
 __all__ = ["ACTIVITY_KEYS", "STUDY_VERSION", "Study", "activity_issues", "check_semantics", "same_value",
            "validate_fields"]
@@ -186,12 +187,12 @@ def _check_sequential(sequential: Any, rep: Reporter) -> None:
         rep.add(("compare", "sequential"), f"expected a mapping (looks, spending), got {show_value(sequential)}")
         return
     for key in sequential:
-        if key not in ("looks", "spending", "futility"):
-            rep.add(("compare", "sequential", key), f"unknown key {key!r} (valid: looks, spending, futility)")
-    futility = sequential.get("futility", "improvement")
-    if futility not in ("improvement", "worsening", "none"):
+        if key not in SEQUENTIAL_KEYS:
+            rep.add(("compare", "sequential", key), f"unknown key {key!r} (valid: {', '.join(SEQUENTIAL_KEYS)})")
+    futility = sequential.get("futility", FUTILITY_SIDES[0])
+    if futility not in FUTILITY_SIDES:
         rep.add(("compare", "sequential", "futility"),
-                f"expected improvement, worsening or none, got {show_value(futility)}")
+                f"expected {', '.join(FUTILITY_SIDES[:-1])} or {FUTILITY_SIDES[-1]}, got {show_value(futility)}")
     looks = sequential.get("looks")
     if looks is None:
         return
