@@ -49,6 +49,7 @@ import pandas as pd
 from workbench.metrics.catalogue import CATALOGUE, metric_bounds
 from workbench.metrics.final import FINAL_EVAL_DEFINITION, FINAL_EVALS, final_eval_value
 from workbench.registry import Registry
+from workbench.results.readers.frames import lex_sorted
 
 __all__ = [
     "HISTORY_COLUMNS",
@@ -205,8 +206,8 @@ def iter_runs(
     run_code, run_names = pd.factorize(h["run_id"])
     metric_code, metric_names = pd.factorize(h["metric"])
     step, value = h["step"].to_numpy(), h["value"].to_numpy(dtype=float)
-    order = np.lexsort((step, metric_code, run_code))  # stable: equal keys keep their logged order
-    if not (order[1:] > order[:-1]).all():
+    if not lex_sorted(run_code, metric_code, step):
+        order = np.lexsort((step, metric_code, run_code))  # stable: equal keys keep their logged order
         run_code, metric_code, step, value = run_code[order], metric_code[order], step[order], value[order]
     last = np.ones(len(step), dtype=bool)
     last[:-1] = (run_code[1:] != run_code[:-1]) | (metric_code[1:] != metric_code[:-1]) | (step[1:] != step[:-1])

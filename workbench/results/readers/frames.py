@@ -28,6 +28,7 @@ __all__ = [
     "clean_points",
     "empty_points",
     "end_time_ms",
+    "lex_sorted",
     "points_from_codes",
     "runs_frame",
     "split_runs",
