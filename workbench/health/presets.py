@@ -1,7 +1,7 @@
 """Health presets as data: preset name -> {rule name -> parameter overrides}.
 
 A preset only lists what differs from the rule's ``Params`` defaults (which live, documented, in
-``rules.py``); a rule missing from a preset runs with its defaults. ``{"enabled": False}``
+``rules/``, one module per family); a rule missing from a preset runs with its defaults. ``{"enabled": False}``
 disables a rule. User overrides (``HealthConfig.rules``) are applied on top of the preset,
 per parameter.
 
