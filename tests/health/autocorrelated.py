@@ -17,7 +17,7 @@ import pandas as pd
 from numpy.lib.stride_tricks import sliding_window_view
 
 from workbench.health.rules import HEALTH_RULES
-from workbench.health.trend import mean_shift_se, slope_z
+from workbench.health.trend import mean_shift_se, slope_z, trend_z
 
 REAL_HISTORY = Path(__file__).parent / "data" / "sanity_seed0_steps.csv"
 NEVER = -1  # first-firing step of a run that never fired
@@ -64,14 +64,21 @@ def _first_streak_end(violated: np.ndarray, patience: int, first_step: int) -> n
 
 
 def length_gap_first_fire(ratio: np.ndarray, **params) -> np.ndarray:
-    """First firing step of ``incorrect_length_gap`` (default params unless overridden) on each row of ``ratio``."""
+    """First firing step of ``incorrect_length_gap`` (default params unless overridden) on each row of ``ratio``:
+    the short test (slope over ``trend_window`` against the noise of the steps before it) or the long one
+    (slope over the last ``long_min_window``..``long_window`` values against the noise around that line)."""
     p = HEALTH_RULES.get("incorrect_length_gap").Params(**params)
-    w, first_step = p.trend_window, p.noise_window + p.trend_window - 1
+    w, short_first = p.trend_window, p.noise_window + p.trend_window - 1
+    first_step = min(short_first, p.long_min_window - 1)
     violated = np.zeros((len(ratio), ratio.shape[1] - first_step), dtype=bool)
     for j, end in enumerate(range(first_step, ratio.shape[1])):  # a loop over steps, vectorised over runs
-        history = ratio[:, max(0, end + 1 - w - p.max_noise_window) : end + 1 - w]  # all before, up to the cap
-        _, z, fitted_end = slope_z(ratio[:, end + 1 - w : end + 1], history)
-        violated[:, j] = (z > p.critical_z) & (fitted_end > p.max_ratio)
+        if end >= p.long_min_window - 1:
+            _, z, fitted_end = trend_z(ratio[:, max(0, end + 1 - p.long_window) : end + 1])
+            violated[:, j] |= (z > p.long_critical_z) & (fitted_end > p.max_ratio)
+        if end >= short_first:
+            history = ratio[:, max(0, end + 1 - w - p.max_noise_window) : end + 1 - w]  # all before, up to the cap
+            _, z, fitted_end = slope_z(ratio[:, end + 1 - w : end + 1], history)
+            violated[:, j] |= (z > p.critical_z) & (fitted_end > p.max_ratio)
     return _first_streak_end(violated, p.patience, first_step=first_step)
 
 

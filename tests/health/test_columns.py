@@ -37,7 +37,7 @@ def step_by_step(stream, cfg=None) -> HealthMonitor:
 def rule_state(monitor: HealthMonitor) -> dict[str, dict]:
     """Every rule's own state (streaks, baselines, windows), to compare beyond the report."""
     def plain(v):
-        if hasattr(v, "values") and hasattr(v, "window"):  # a WindowTrend
+        if hasattr(v, "values") and hasattr(v, "critical"):  # a WindowTrend or an ExpandingTrend
             return list(v.values)
         return list(v) if hasattr(v, "maxlen") else v
     return {name: {k: plain(v) for k, v in vars(rule).items() if k != "params"} for name, rule in monitor.rules.items()}

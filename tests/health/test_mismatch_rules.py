@@ -19,7 +19,15 @@ import torch
 from workbench.health import HEALTH_RULES
 from workbench.metrics.mismatch import mismatch_metrics
 
-from .mismatch_sim import FAILURES, HEALTHY, ONSET, RUNS, STEPS, batched_rule_metrics, simulate_deltas
+from .mismatch_sim import (
+    FAILURES,
+    HEALTHY,
+    ONSET,
+    RUNS,
+    STEPS,
+    batched_rule_metrics,
+    simulate_deltas,
+)
 
 MAX_FALSE_ALARM = 0.05
 MIN_DETECTION = 0.95

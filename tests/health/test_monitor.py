@@ -155,7 +155,8 @@ def test_report_is_strict_json_with_expected_contents(tmp_path):
     }
     assert [e["rule"] for e in report["events"]] == ["entropy_collapse", "non_finite"]
     assert monitor.tags() == {"workbench.health": "fail",
-                              "workbench.health_reasons": "entropy_collapse@14,non_finite@20"}
+                              "workbench.health_reasons": "entropy_collapse@14,non_finite@20",
+                              "workbench.health_label": "fail"}
     path = monitor.write_report(tmp_path)
     assert path.endswith(REPORT_ARTIFACT)
     assert json.loads(Path(path).read_text(encoding="utf-8")) == report
@@ -242,7 +243,8 @@ CONFIGS = st.sampled_from([
     {"preset": "strict", "on_fail": "continue",
      "rules": {n: {"patience": 1} for n in ("entropy_collapse", "reward_collapse", "length_blowup")}},
     # the smallest windows, so the trend rules evaluate within these short (<= 60-step) streams
-    {"rules": {"incorrect_length_gap": {"trend_window": 3, "noise_window": 6, "patience": 1},
+    {"rules": {"incorrect_length_gap": {"trend_window": 3, "noise_window": 6, "long_min_window": 6, "long_window": 12,
+                                        "patience": 1},
                "reward_collapse": {"window": 1, "noise_window": 6}}},
 ])
 
@@ -270,8 +272,8 @@ def test_recheck_gives_the_same_events_as_live(stream, cfg):
 
 def test_a_rule_whose_inputs_never_arrive_says_what_it_needs():
     """An imported run may lack a rule's inputs: the report says so instead of a silent pass."""
-    # 70 steps: reward_collapse first evaluates at observation noise_window 60 + window 5 = 65.
-    history = [(step, {"entropy/mean": 1.0, "reward/mean": 0.5}) for step in range(70)]
+    # 90 steps: reward_collapse first evaluates at observation noise_window 60 + window 20 = 80.
+    history = [(step, {"entropy/mean": 1.0, "reward/mean": 0.5}) for step in range(90)]
     rules = HealthMonitor.from_config(None).recheck(history).report()["rules"]
     assert rules["kl_explosion"]["evaluated"] == 0
     assert rules["kl_explosion"]["not_evaluated"] == "not evaluated: needs kl/ref"
@@ -301,3 +303,44 @@ def test_a_rule_on_metrics_the_config_never_logs_is_not_applicable_not_unevaluat
     assert "kl/ref" not in unlogged_by_config({"algorithm.kl_coef": "0.05", "algorithm.correction": "tis"})
     assert unlogged_by_config({"algorithm.kl_coef": "0.0", "algorithm.correction": "None"}).keys() == set(unlogged)
     assert unlogged_by_config({}) == {}  # nothing known about the config: nothing assumed
+
+
+def _healthy_native_step(step: int) -> dict:
+    """Every metric the default preset's rules read, at healthy values (a native run logs them all)."""
+    return {"entropy/mean": 1.0, "length/truncated_frac": 0.0, "length/correct_mean": 20.0,
+            "length/incorrect_mean": 21.0 + 0.01 * (step % 3), "reward/mean": 0.5 + 0.01 * (step % 2),
+            "batch/zero_std_frac": 0.2, "mismatch/prob_abs_diff_max": 0.01, "mismatch/kl": 1e-4 * (1 + step % 2),
+            "mismatch/is_ratio_mean": 1.0, "mismatch/ess": 0.99, "mismatch/is_ratio_std": 0.01,
+            "mismatch/kl_k1": 0.0, "mismatch/chi2_token": 0.01, "mismatch/token_mult_prob_error": 1.0,
+            "mismatch/is_ratio_tail_frac": 0.0, "clip/frac": 0.01, "loss/policy": 0.1, "grad/norm": 1.0}
+
+
+def test_a_short_run_reads_ok_only_for_the_rules_it_could_evaluate():
+    # 20 steps: the entropy (baseline 3), level and band rules evaluate; incorrect_length_gap (40),
+    # reward_collapse (80) and mismatch_growth (40) cannot; kl_explosion does not apply (kl_coef 0).
+    monitor = HealthMonitor.from_config(None, unlogged={"kl/ref": "algorithm.kl_coef = 0"}).recheck(
+        [(step, _healthy_native_step(step)) for step in range(20)])
+    report = monitor.report()
+    unevaluated = sorted(n for n, r in report["rules"].items() if r["not_evaluated"])
+    assert unevaluated == ["incorrect_length_gap", "mismatch_growth", "reward_collapse"]
+    assert report["rules"]["reward_collapse"]["not_evaluated"] == (
+        "not evaluated: needs ≥ 80 finite observations of reward/mean (this run has 20 steps)")
+    assert monitor.run_status == "ok" and monitor.coverage == (9, 12)  # 13 rules, kl_explosion not applicable
+    assert monitor.run_label == report["label"] == "ok (9 of 12 rules evaluated)"
+    assert monitor.tags()["workbench.health_label"] == "ok (9 of 12 rules evaluated)"
+    assert monitor.tags()["workbench.health"] == "ok"  # the machine value stays ok / warn / fail
+
+    full = HealthMonitor.from_config(None, unlogged={"kl/ref": "algorithm.kl_coef = 0"}).recheck(
+        [(step, _healthy_native_step(step)) for step in range(120)])
+    assert full.coverage == (12, 12) and full.run_label == "ok"
+
+
+def test_an_imported_run_without_a_rules_inputs_does_not_read_ok():
+    # an imported run that logged only reward and entropy (e.g. a TensorBoard log), 150 steps, all-zero reward
+    history = [(step, {"reward/mean": 0.0, "entropy/mean": 1.0}) for step in range(150)]
+    monitor = HealthMonitor.from_config(None).recheck(history)
+    evaluated, checkable = monitor.coverage
+    assert (evaluated, checkable) == (4, 13)  # entropy_collapse, entropy_blowup, reward_collapse, non_finite
+    assert monitor.run_label == "ok (4 of 13 rules evaluated)"
+    assert monitor.report()["rules"]["no_learning_signal"]["not_evaluated"] == (
+        "not evaluated: needs batch/zero_std_frac")

@@ -16,7 +16,15 @@ from workbench.health import HEALTH_RULES, HealthMonitor, HealthRule, RuleParams
 from workbench.health.rules import to_float
 from workbench.metrics.catalogue import BY_NAME
 
-from .streams import BASE, HEALTHY_KINDS, healthy, make, noisy_healthy, spike, step_change
+from .streams import (
+    BASE,
+    HEALTHY_KINDS,
+    healthy,
+    make,
+    noisy_healthy,
+    spike,
+    step_change,
+)
 
 
 def run(stream, cfg=None) -> HealthMonitor:
@@ -42,16 +50,17 @@ CASES = {
     "entropy_blowup": (make(30, entropy__mean=step_change(1.0, 3.5, 10)), 14, 3.5, 3.0),
     # 0.5 > 0.3 from step 20 -> fires at 24.
     "length_blowup": (make(40, length__truncated_frac=step_change(0.05, 0.5, 20)), 24, 0.5, 0.3),
-    # ratio = 1 + 0.05 s, a straight line. The rule first evaluates at observation noise_window 40 +
-    # trend_window 16 = step 55; the 40-step history is a perfect line (no noise: z = +inf), so
-    # the slope is significant and the fitted ratio 1 + 0.05·55 = 3.75 > 1.5; violated at 55, 56,
-    # 57 -> patience 3 -> fires at 57 with fitted ratio 1 + 0.05·57 = 3.85.
-    "incorrect_length_gap": (make(70, length__incorrect_mean=lambda s: 20.0 * (1.0 + 0.05 * s)), 57, 3.85, 1.5),
-    # running mean of 5, first evaluated at observation noise_window 60 + window 5 = step 64; a
+    # ratio = 1 + 0.05 s, a straight line. The rule first evaluates at observation min_window 40 =
+    # step 39; the line has no residuals (no noise: z = +inf), so the slope is significant and the
+    # fitted ratio 1 + 0.05·39 = 2.95 > 1.5; violated at 39, 40, 41 -> patience 3 -> fires at 41
+    # with fitted ratio 1 + 0.05·41 = 3.05.
+    "incorrect_length_gap": (make(70, length__incorrect_mean=lambda s: 20.0 * (1.0 + 0.05 * s)), 41, 3.05, 1.5),
+    # running mean of 20, first evaluated at observation noise_window 60 + window 20 = step 79; a
     # constant history has no noise (SE 0), so the noise limit is its mean 0.8 and the threshold
-    # min(best 0.8 - margin 0.2, 0.8) = 0.6. Drop to 0.2 at step 80: running 0.68 at 80 (ok),
-    # 0.56 < 0.6 at 81 -> 81..84 (patience 4) -> fires at 84 with running 0.2.
-    "reward_collapse": (make(100, reward__mean=step_change(0.8, 0.2, 80)), 84, 0.2, 0.6),
+    # min(best 0.8 - margin 0.2, 0.8) = 0.6. Drop to 0.2 at step 80: with j + 1 low steps in the
+    # window the running mean is 0.8 - 0.03 (j + 1): 0.62 at 85 (ok), 0.59 < 0.6 at 86 -> 86..89
+    # (patience 4) -> fires at 89 with running 0.8 - 0.03 · 10 = 0.5.
+    "reward_collapse": (make(100, reward__mean=step_change(0.8, 0.2, 80)), 89, 0.5, 0.6),
     # patience 10: 0.95 > 0.9 from step 10 -> fires at 19.
     "no_learning_signal": (make(30, batch__zero_std_frac=step_change(0.3, 0.95, 10)), 19, 0.95, 0.9),
     # patience 1: 0.95 > 0.8 at step 15.
@@ -152,24 +161,24 @@ def test_mismatch_check_can_be_switched_off_by_none():
 
 
 def test_incorrect_length_gap_needs_growth():
-    # ratio constant at 2.0 (> 1.5) but not growing: evaluated from step 55 on, never fires.
+    # ratio constant at 2.0 (> 1.5) but not growing: evaluated from step 39 on, never fires.
     monitor = run(make(80, length__incorrect_mean=lambda s: 40.0))
-    assert monitor.events == [] and monitor.rules["incorrect_length_gap"].evaluated == 25
+    assert monitor.events == [] and monitor.rules["incorrect_length_gap"].evaluated == 41
 
 
 def test_incorrect_length_gap_needs_the_fitted_ratio_above_the_limit():
     # rising perfectly (1.0 -> 1.445, significant at every evaluation) but the fitted ratio never
-    # exceeds 1.5: evaluated from step 55 on, never fires.
+    # exceeds 1.5: evaluated from step 39 on, never fires.
     monitor = run(make(90, length__incorrect_mean=lambda s: 20.0 * (1.0 + 0.005 * s)))
-    assert monitor.events == [] and monitor.rules["incorrect_length_gap"].evaluated == 35
+    assert monitor.events == [] and monitor.rules["incorrect_length_gap"].evaluated == 51
 
 
 def test_incorrect_length_gap_message_says_what_was_tested():
     (event,) = run(CASES["incorrect_length_gap"][0]).events
-    assert "least-squares slope" in event.message and "standard errors above 0 > 4.5" in event.message
-    assert "rises 0.05 per observation over the last 16" in event.message
-    assert "noise fitted to the observations before it" in event.message
-    assert "fitted value 3.85 > 1.5" in event.message
+    assert "least-squares slope" in event.message and "standard errors above 0 > 9" in event.message
+    assert "rises 0.05 per observation over the last 42" in event.message
+    assert "AR(1) noise fitted around the line" in event.message
+    assert "fitted value 3.05 > 1.5" in event.message
 
 
 def test_entropy_baseline_is_mean_of_first_observations():

@@ -70,10 +70,13 @@ def test_verl_log_import_and_recheck(tmp_path):
     assert rules["no_learning_signal"]["state"] == "unknown"
     assert rules["no_learning_signal"]["message"] == "not evaluated: needs batch/zero_std_frac"
     # entropy falls 1.18 -> 1.04: the entropy rule does not fire; 8 steps are too few for
-    # reward_collapse, which first evaluates once its running and noise windows are full (65): it says so
+    # reward_collapse, which first evaluates once its running and noise windows are full (80): it says so
     assert rules["entropy_collapse"]["state"] == "ok"
     assert rules["reward_collapse"]["state"] == "unknown"
-    assert rules["reward_collapse"]["message"].startswith("not evaluated: needs more finite observations of reward/mean")
+    # a rule fired, so the run reads "warn" (not "ok (k of n rules evaluated)"), label and status alike
+    (run_health,) = json.loads(health.stdout)["runs"]
+    assert run_health["health"] == run_health["health_label"] == "warn"
+    assert rules["reward_collapse"]["message"].startswith("not evaluated: needs ≥ 80 finite observations of reward/mean")
     table = workbench("health", "verl-grpo", "--recheck", "--tracking-uri", dst, cwd=tmp_path)
     assert "no_learning_signal: not evaluated: needs batch/zero_std_frac (1 of 1 runs)" in table.stderr
     page = tmp_path / "health.html"

@@ -226,6 +226,7 @@ def health(
                 "run_id": row["run_id"], "label": _label(row), "variant": row["variant"],
                 "seed": None if pd.isna(row["seed"]) else int(row["seed"]), "status": row["status"],
                 "health": rep.get("status", row.get("health")),
+                "health_label": rep.get("label", rep.get("status", row.get("health"))),
                 "reasons": rep.get("reasons", row.get("health_reasons")),
                 "source": c["source"].iloc[0] if len(c) else "none",
                 "rules": {r["rule"]: {"state": r["state"], "step": None if pd.isna(r["step"]) else int(r["step"]),
@@ -254,8 +255,8 @@ def health(
     for row in runs.to_dict("records"):
         c = cells[cells["run_id"] == row["run_id"]].set_index("rule")
         rep = reports.get(row["run_id"]) or {}
-        verdict = rep.get("status") or row.get("health") or "?"
-        color = {"ok": "green", "warn": "yellow", "fail": "red"}.get(verdict, "dim")
+        verdict = rep.get("label") or rep.get("status") or row.get("health") or "?"
+        color = {"ok": "green", "warn": "yellow", "fail": "red"}.get(verdict, "dim")  # "ok (k of n ...)": dim
         table.add_row(_label(row), str(row["status"]).lower(), f"[{color}]{verdict}[/{color}]",
                       *(_styled(c.loc[r]) if r in c.index else "" for r in shown))
     console.print(table)

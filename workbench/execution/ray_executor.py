@@ -142,7 +142,7 @@ def finished_outcome(spec: RunSpec, run) -> RunOutcome:
     """The outcome of a run found FINISHED in MLflow (values read back)."""
     metrics, tags = run.data.metrics, run.data.tags
     return RunOutcome(spec.label, spec.variant, spec.seed, spec.run_key, "FINISHED", run_id=run.info.run_id,
-                      eval_last=metrics.get("eval/accuracy", math.nan), health=tags.get("workbench.health", "-"))
+                      eval_last=metrics.get("eval/accuracy", math.nan), health=tags.get("workbench.health_label") or tags.get("workbench.health", "-"))
 
 
 class Inbox:

@@ -297,7 +297,7 @@ def execute_run(cfg: RunConfig, *, study: str, variant: str, label: str, parent_
     if checkpoints is not None:  # they exist to resume an unfinished run
         checkpoints.clear()
     outcome.status = "FINISHED"
-    outcome.health = monitor.run_status
+    outcome.health = monitor.run_label
     outcome.steps = result.steps_done
     outcome.eval_first, outcome.eval_last, outcome.eval_final = eval_endpoints(result.eval_history)
     bar.end_run(label, f"{outcome.health}")

@@ -98,7 +98,7 @@ def skipped_outcome(spec: RunSpec, run=None, client=None) -> RunOutcome:
     if run is not None:
         outcome.run_id = run.info.run_id
         outcome.eval_last = run.data.metrics.get("eval/accuracy", math.nan)
-        outcome.health = run.data.tags.get("workbench.health", "-")
+        outcome.health = run.data.tags.get("workbench.health_label") or run.data.tags.get("workbench.health", "-")
     if run is not None and client is not None:
         evals = sorted((m.step, m.timestamp, m.value) for m in client.get_metric_history(run.info.run_id,
                                                                                          "eval/accuracy"))

@@ -20,6 +20,7 @@ SEVERITY_CODE: dict[str, int] = {"warn": WARN, "fail": FAIL}
 STATUS_METRIC = "health/status"
 TAG_STATUS = "workbench.health"
 TAG_REASONS = "workbench.health_reasons"
+TAG_LABEL = "workbench.health_label"  # the status as shown: "ok (k of n rules evaluated)" when not all were
 REPORT_ARTIFACT = "health.json"
 
 

@@ -46,6 +46,7 @@ from .events import (
     SEVERITY_CODE,
     STATUS_METRIC,
     STATUS_NAMES,
+    TAG_LABEL,
     TAG_REASONS,
     TAG_STATUS,
     HealthEvent,
@@ -234,6 +235,23 @@ class HealthMonitor:
         return self._worst
 
     @property
+    def coverage(self) -> tuple[int, int]:
+        """``(evaluated, checkable)``: of the enabled rules that apply to this run (not those whose
+        every input the run's config never logs), how many evaluated at least once."""
+        checkable = [r for r in self._rules.values() if r.enabled and not self._not_applicable(r)]
+        return sum(1 for r in checkable if r.evaluated), len(checkable)
+
+    @property
+    def run_label(self) -> str:
+        """The run's status as every output shows it: ``ok`` only when every checkable rule was
+        evaluated, else ``ok (k of n rules evaluated)``; ``warn`` / ``fail`` as ``run_status`` (a rule
+        fired: that verdict stands whatever the others could see)."""
+        evaluated, checkable = self.coverage
+        if self._worst != OK or evaluated == checkable:
+            return self.run_status
+        return f"{self.run_status} ({evaluated} of {checkable} rules evaluated)"
+
+    @property
     def reasons(self) -> str:
         """``rule@first_step`` for every rule that fired, by first step: the reasons tag."""
         firsts = sorted(self._first.values(), key=lambda e: (e.step, e.rule))
@@ -245,8 +263,9 @@ class HealthMonitor:
         return self.on_fail == "stop" and self._worst == FAIL
 
     def tags(self) -> dict[str, str]:
-        """The MLflow tags ``workbench.health`` and ``workbench.health_reasons``."""
-        return {TAG_STATUS: self.run_status, TAG_REASONS: self.reasons}
+        """The MLflow tags ``workbench.health`` (ok/warn/fail), ``workbench.health_reasons`` and
+        ``workbench.health_label`` (``run_label``)."""
+        return {TAG_STATUS: self.run_status, TAG_REASONS: self.reasons, TAG_LABEL: self.run_label}
 
     def report(self) -> dict[str, Any]:
         """A strict-JSON-serialisable summary for the ``health.json`` artifact."""
@@ -277,6 +296,9 @@ class HealthMonitor:
         return {
             "status": self.run_status,
             "status_code": self.run_status_code,
+            "label": self.run_label,
+            "rules_evaluated": self.coverage[0],
+            "rules_checkable": self.coverage[1],
             "reasons": self.reasons,
             "should_stop": self.should_stop,
             "first_fail_step": fails[0] if fails else None,
@@ -307,7 +329,8 @@ class HealthMonitor:
         missing = [w for w in watched if w not in self._seen]
         if missing:
             return f"not evaluated: needs {', '.join(missing)}"
-        return f"not evaluated: needs more finite observations of {', '.join(watched)}"
+        return (f"not evaluated: needs ≥ {rule.min_observations} finite observations of {', '.join(watched)} "
+                f"(this run has {self._steps} steps)")
 
     def report_json(self, indent: int | None = 2) -> str:
         """``report()`` as strict JSON text (no NaN literals)."""

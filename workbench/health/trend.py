@@ -54,11 +54,13 @@ history at once (health/columns.py) give the same numbers, hence the same events
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 __all__ = [
+    "ExpandingTrend",
     "SlopeTest",
     "WindowTrend",
     "ar1_mean_shift_variance_factor",
@@ -69,6 +71,8 @@ __all__ = [
     "running_mean_se",
     "slope_tests",
     "slope_z",
+    "trend_tests",
+    "trend_z",
 ]
 
 MAX_PHI = 0.95  # cap on the fitted autocorrelation: the variance factor grows without bound at 1
@@ -176,6 +180,7 @@ class SlopeTest:
     z: float  # slope / its standard error under the AR(1) noise of the history
     fitted_end: float  # the fitted line at the newest observation
     rising: bool  # z > critical
+    observations: int = 0  # the observations the test read (history and window)
 
 
 @dataclass(frozen=True)
@@ -187,19 +192,20 @@ class SlopeTests:
     z: np.ndarray
     fitted_end: np.ndarray
     rising: np.ndarray
+    observations: int = 0  # every row's length
 
     def at(self, i: int) -> SlopeTest | None:
         if not self.ok[i]:
             return None
         return SlopeTest(slope=float(self.slope[i]), z=float(self.z[i]), fitted_end=float(self.fitted_end[i]),
-                         rising=bool(self.rising[i]))
+                         rising=bool(self.rising[i]), observations=self.observations)
 
 
-def slope_tests(rows: np.ndarray, window: int, critical: float) -> SlopeTests:
-    """:class:`WindowTrend`'s test of each row (2-D: rows of equal length): the slope over its last
-    ``window`` values against the AR(1) noise of the values before them. Rows are rescaled to
-    [-1, 1] around their mean first (no overflow in the sums of squares); a row whose spread
-    exceeds the float range cannot be fitted (``ok`` False), a constant row is flat (z = 0)."""
+def _scaled_tests(rows: np.ndarray, critical: float,
+                  kernel: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]) -> SlopeTests:
+    """``kernel`` (slope, z, fitted end) over 2-D ``rows``, each rescaled to [-1, 1] around its
+    mean first (no overflow in the sums of squares); a row whose spread exceeds the float range
+    cannot be fitted (``ok`` False), a constant row is flat (z = 0)."""
     k = rows.shape[0]
     with np.errstate(over="ignore", invalid="ignore"):  # an overflow means "cannot be fitted"
         centre = rows.mean(axis=-1)
@@ -210,13 +216,78 @@ def slope_tests(rows: np.ndarray, window: int, critical: float) -> SlopeTests:
     fit = np.flatnonzero(ok & (scale != 0.0))
     if len(fit):
         c, s = centre[fit], scale[fit]
-        unit = (rows[fit] - c[:, None]) / s[:, None]  # in [-1, 1]
-        split = rows.shape[1] - window
-        unit_slope, unit_z, unit_fitted = slope_z(unit[:, split:], unit[:, :split])
+        unit_slope, unit_z, unit_fitted = kernel((rows[fit] - c[:, None]) / s[:, None])  # in [-1, 1]
         slope[fit] = unit_slope * s
         z[fit] = unit_z
         fitted_end[fit] = c + unit_fitted * s
-    return SlopeTests(ok=ok, slope=slope, z=z, fitted_end=fitted_end, rising=ok & (z > critical))
+    return SlopeTests(ok=ok, slope=slope, z=z, fitted_end=fitted_end, rising=ok & (z > critical),
+                      observations=rows.shape[1])
+
+
+def slope_tests(rows: np.ndarray, window: int, critical: float) -> SlopeTests:
+    """:class:`WindowTrend`'s test of each row (2-D: rows of equal length): the slope over its last
+    ``window`` values against the AR(1) noise of the values before them (see ``_scaled_tests``)."""
+    split = rows.shape[1] - window
+    return _scaled_tests(rows, critical, lambda unit: slope_z(unit[:, split:], unit[:, :split]))
+
+
+def trend_z(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(slope, z, fitted_end)`` of the OLS line over ``values`` (last axis, >= 6), z being the
+    slope over its standard error under AR(1) noise fitted to the residuals of that same line
+    (``ar1_noise``): the trend is removed before the noise is measured, so a drift does not
+    inflate its own yardstick (the test :class:`ExpandingTrend` makes; module docstring)."""
+    n = values.shape[-1]
+    x = _centred_index(n)
+    mean = values.mean(axis=-1)
+    slope = _dot(values - mean[..., None], x) / _dot(x, x)
+    variance, phi = ar1_noise(values)
+    se = np.sqrt(variance * ar1_slope_variance_factor(phi, n))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        z = np.where(se > 0, slope / np.where(se > 0, se, 1.0), np.sign(slope) * np.inf)
+    z = np.where(slope == 0, 0.0, z)
+    return slope, z, mean + slope * x[-1]
+
+
+def trend_tests(rows: np.ndarray, critical: float) -> SlopeTests:
+    """:class:`ExpandingTrend`'s test of each row (2-D: rows of equal length): ``trend_z`` over the
+    whole row (see ``_scaled_tests``)."""
+    return _scaled_tests(rows, critical, trend_z)
+
+
+class ExpandingTrend:
+    """The last ``max_window`` observations; once at least ``min_window`` are held, tests the OLS
+    slope over all of them against AR(1) noise fitted to that line's own residuals (``trend_z``).
+
+    The window expands from ``min_window`` to ``max_window`` and then slides, so a slow drift is
+    judged over up to ``max_window`` steps (a 16-step window saw a ratio rising 1.0 over 150 steps
+    move 0.1 inside it: 2.5-40% caught) and the noise is measured around the fitted line, not on
+    the steps before the window, which contain the drift's start (module docstring)."""
+
+    def __init__(self, min_window: int, max_window: int, critical: float):
+        if min_window < 6:
+            raise ValueError(f"a trend needs at least 6 observations to fit its noise, got {min_window}")
+        if max_window < min_window:
+            raise ValueError(f"the trend's maximum window {max_window} is below its minimum {min_window}")
+        self.min_window = min_window
+        self.critical = critical
+        self._values: deque[float] = deque(maxlen=max_window)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    @property
+    def values(self) -> deque[float]:
+        """The observations held (the last ``max_window``)."""
+        return self._values
+
+    def add(self, value: float) -> SlopeTest | None:
+        """Append finite ``value``; the test once ``min_window`` observations are held, else ``None``
+        (also ``None`` when their spread exceeds the float range: no line can be fitted)."""
+        self._values.append(value)
+        if len(self._values) < self.min_window:
+            return None
+        row = np.fromiter(self._values, dtype=float, count=len(self._values))[None, :]
+        return trend_tests(row, self.critical).at(0)
 
 
 class WindowTrend:

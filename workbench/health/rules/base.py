@@ -76,10 +76,10 @@ KL_REF = "kl/ref"
 HEALTH_RULES: Registry[type[HealthRule]] = Registry("health rule")
 
 # reward_collapse: standard errors of the running reward below the steps before it (calibrated, see Params).
-NOISE_Z = 4.0
-# Both trend rules fit their AR(1) noise to at most this many observations before the window
-# they judge (health/trend.py: fewer leave the fitted noise too uncertain at strong autocorrelation).
-MAX_NOISE_WINDOW = 150
+NOISE_Z = 5.0
+# reward_collapse fits its AR(1) noise to at most this many observations before its running window
+# (health/trend.py: at φ = 0.95 the correlation time is ~40 steps; 150 left 500-step runs at 8% false alarms, 300 at 5%).
+MAX_NOISE_WINDOW = 300
 # Rows of windowed values handed to the trend kernels at once by observe_block (up to 166 values
 # each): under 1 MB per temporary array, so the import's peak memory barely moves.
 KERNEL_ROWS = 512
@@ -223,6 +223,12 @@ class HealthRule:
     @property
     def enabled(self) -> bool:
         return self.params.enabled
+
+    @property
+    def min_observations(self) -> int:
+        """Observations the rule needs before its first evaluation (its baseline or windows filling):
+        a run with fewer cannot be judged by it, which its report says (``not evaluated: needs ≥ N``)."""
+        return 1
 
     @property
     def patience(self) -> int:

@@ -43,6 +43,10 @@ class _EntropyRelative(HealthRule):
         self._initial: float | None = None
 
     @property
+    def min_observations(self) -> int:
+        return self.params.baseline_steps + 1
+
+    @property
     def initial(self) -> float | None:
         """The baseline entropy, once ``baseline_steps`` observations have been seen."""
         return self._initial

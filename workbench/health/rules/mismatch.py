@@ -259,6 +259,10 @@ class MismatchGrowth(HealthRule):
         "(a higher-precision sampler, or an IS correction)."
     )
 
+    @property
+    def min_observations(self) -> int:
+        return self.params.baseline_steps + self.params.window
+
     def _reset_state(self) -> None:
         self._baseline: list[float] = []
         self._recent: deque[float] = deque(maxlen=self.params.window)
