@@ -89,11 +89,13 @@ def test_incorrect_length_gap_catches_a_planted_drift(phi):
     t = np.arange(STEPS)
     drift = np.where(t >= ONSET, 0.03 * (t - ONSET + 1), 0.0)
     first = length_gap_first_fire(1.6 + drift + ar1(_rng(3, phi), RUNS, STEPS, phi, 0.05))
-    on_time, delay = caught(first, 5, 25)
-    print(f"incorrect_length_gap φ={phi}: caught in 5..25 steps in {on_time:.1%}, delay median "
-          f"{np.median(delay):.0f}, 95th pct {np.percentile(delay, 95):.0f}")
-    # φ = 0.8: 92% with the noise fitted to only the 40 steps before the window (critical z 5),
-    # 98.5% with up to 150 (critical z 4.5), while fixing #29.
+    on_time, delay = caught(first, 5, 80)
+    print(f"incorrect_length_gap φ={phi}: caught in 5..80 steps in {on_time:.1%}, within 25 in "
+          f"{caught(first, 5, 25)[0]:.1%}, delay median {np.median(delay):.0f}, 95th pct {np.percentile(delay, 95):.0f}")
+    # φ = 0.8: 92% within 25 steps with the noise fitted to only the 40 steps before the window (critical
+    # z 5), 98.5% with up to 150 (critical z 4.5), while fixing #29; since #49 the short test's critical
+    # value is 5.5 (it shares the false-alarm budget with the long test up to φ = 0.95), so at φ = 0.8
+    # 86% are caught within 25 steps and the rest by the long test within 80 (median delay 13).
     assert on_time >= 0.95
 
 
@@ -123,10 +125,14 @@ def test_reward_collapse_catches_a_planted_collapse(phi):
     reward = 0.5 + ar1(_rng(5, phi), RUNS, STEPS, phi, 0.08)
     reward[:, ONSET:] -= 0.4
     first = reward_collapse_first_fire(np.clip(reward, 0, 1))
-    on_time, delay = caught(first, 3, 15)
-    print(f"reward_collapse φ={phi}: caught in 3..15 steps in {on_time:.1%}, never {(first == NEVER).mean():.1%}, "
+    latest, rate = (20, 0.95) if phi <= 0.5 else (60, 0.90)
+    on_time, delay = caught(first, 3, latest)
+    print(f"reward_collapse φ={phi}: caught in 3..{latest} steps in {on_time:.1%}, never {(first == NEVER).mean():.1%}, "
           f"delay median {np.median(delay[first != NEVER]):.0f}")
-    assert on_time >= 0.95
+    # Since #49 (20-step running mean, 5 standard errors: quiet up to φ = 0.95, 500 steps) a drop takes
+    # 11-14 steps (median) to be seen instead of 4-6, and at φ = 0.8 3.5% of these drops are never
+    # caught: the measured trade-off of docs/metrics.md, not a target met.
+    assert on_time >= rate
 
 
 @pytest.mark.parametrize("phi", PHIS)

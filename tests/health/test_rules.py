@@ -87,13 +87,13 @@ CASES = {
 # Expected steps follow from the default Params (failure at step 80, after the trend rules'
 # first evaluations at steps 55 and 64, so their noise history is healthy):
 #   patience 5 -> the 5th violating observation is step 84; patience 1 -> 80; patience 10 -> 89.
-#   reward_collapse: the running mean of 5 goes 0.42, 0.34, 0.26, 0.18 at steps 80..83 (from a
-#   level of 0.5); its best so far is 0.5 plus the noise maximum of the running mean (sd
-#   0.08/sqrt(5) = 0.036, max over ~75 windows ~ +0.05..+0.12), so best - margin 0.2 is
-#   ~0.35..0.42; the noise limit is the mean of the 60 steps before (0.5 ± 0.01) minus 4 standard
-#   errors of the difference (4 × 0.08 × sqrt(1/5 + 1/60) = 0.15, ±15% estimation noise), ~0.32..0.38.
-#   The threshold, the smaller of the two, lies in ~0.32..0.38: first violated at step 81..82
-#   -> patience 4 -> fires at 84..85.
+#   reward_collapse: the running mean of 20 falls 0.02 per planted step, 0.5 - 0.02 (j + 1) at step
+#   80 + j (from a level of 0.5); it is first evaluated at step 79; its best is 0.5 plus the noise
+#   maximum of the 20-step mean (sd 0.08/sqrt(20) = 0.018, max ~ +0.01..+0.03), so best - margin 0.2
+#   is ~0.31..0.33; the noise limit is the mean of the 60 steps before (0.5 ± 0.01) minus 5 standard
+#   errors of the difference (5 × 0.08 × sqrt(1/20 + 1/60) = 0.10, ±15% estimation noise), ~0.38..0.42.
+#   The threshold, the smaller of the two, lies in ~0.31..0.33: first violated when 0.02 (j + 1) >
+#   ~0.17..0.19, j = 8..9 (steps 86..89, allowing ±1 step of noise) -> patience 4 -> fires at 89..93.
 #   incorrect_length_gap: the ratio grows 0.03/step from 1.6 (iid noise sd 0.05). The slope's
 #   standard error over the 16-step window is 0.05/sqrt(340) = 0.0027; with j ramp steps in the
 #   window the noiseless slope is 3.0, 4.0, 5.0, 6.1, 7.1, 8.1 standard errors for j = 5..10
@@ -110,7 +110,7 @@ FAILURES = {
         lambda k, old: old + 20.0 * 0.03 * (k + 1),  # correct length ~20: ratio +0.03 per step
         set(range(85, 94)),
     ),
-    "reward_collapse": ("reward/mean", lambda k, old: 0.1, {84, 85}),
+    "reward_collapse": ("reward/mean", lambda k, old: 0.1, set(range(89, 94))),
     "no_learning_signal": ("batch/zero_std_frac", lambda k, old: 1.0, {89}),
     "mismatch_spike": ("mismatch/prob_abs_diff_max", lambda k, old: 0.95, {80}),
     "mismatch_bands": ("mismatch/token_mult_prob_error", lambda k, old: 1.2, {81}),
