@@ -29,8 +29,8 @@ def test_compare_names_the_summaries_it_could_not_compute_and_why():
 
 
 def test_health_cell_of_a_rule_without_inputs_is_unknown_with_the_reason():
-    # 70 steps: reward_collapse first evaluates once its running window and noise window are full (65)
-    report = HealthMonitor.from_config(None).recheck([(s, {"reward/mean": 0.5}) for s in range(70)]).report()
+    # 90 steps: reward_collapse first evaluates once its running window and noise window are full (80)
+    report = HealthMonitor.from_config(None).recheck([(s, {"reward/mean": 0.5}) for s in range(90)]).report()
     runs = pd.DataFrame({"run_id": ["r"], "variant": ["v"], "seed": [0]})
     cells = health_cells(runs, {"r": report}).set_index("rule")
     assert cells.at["kl_explosion", "state"] == "unknown"
