@@ -69,6 +69,7 @@ __all__ = [
     "CLOSE_RATIO",
     "Issue",
     "IssueError",
+    "ModelDirectoryError",
     "closest_match",
     "did_you_mean",
     "explain_pydantic_error",
@@ -136,6 +137,11 @@ class IssueError(ValueError):
     @property
     def lines(self) -> list[str]:
         return [str(i) for i in self.issues]
+
+
+class ModelDirectoryError(ValueError):
+    """A local model directory the workbench will not load as it is (it asks to run its own code, or its
+    tokenizer cannot be loaded as itself): one line naming the file."""
 
 
 def format_path(path: Iterable[Any]) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from workbench.config import ModelConfig, PrimeConfig, TaskConfig
+from workbench.models.directory import NO_REMOTE_CODE, refuse_remote_code
 
 
 def model_dir(model_cfg: ModelConfig, task_cfg: TaskConfig, progress: bool = True,
@@ -29,6 +30,7 @@ def check_model_path(path: Path) -> None:
         raise FileNotFoundError(f"model.path does not exist or is not a directory: {path}")
     if not (path / "config.json").is_file():
         raise FileNotFoundError(f"model.path has no config.json (not a HF model directory): {path}")
+    refuse_remote_code(path)  # before transformers reads it: it would run the directory's code (or ask on stdin)
 
 
 def _first_line(error: BaseException, limit: int = 200) -> str:
@@ -47,7 +49,7 @@ def inspect_model_dir(path: Path):
 
     check_model_path(path)
     try:
-        config = AutoConfig.from_pretrained(path)
+        config = AutoConfig.from_pretrained(path, **NO_REMOTE_CODE)
     except Exception as error:  # noqa: BLE001 - OSError (bad JSON), ValueError (unknown model_type), ...
         raise ValueError(f"model.path {path}: config.json cannot be loaded: {_first_line(error)}") from None
     if type(config) not in MODEL_FOR_CAUSAL_LM_MAPPING:
@@ -56,7 +58,7 @@ def inspect_model_dir(path: Path):
     if not weights:
         raise FileNotFoundError(f"model.path {path}: no weights (*.safetensors or pytorch_model*.bin)")
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path)
+        tokenizer = AutoTokenizer.from_pretrained(path, **NO_REMOTE_CODE)
     except Exception as error:  # noqa: BLE001 - any failure to load is the user's directory, reported as such
         raise ValueError(f"model.path {path}: tokenizer cannot be loaded: {_first_line(error)}") from None
     positions = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
@@ -87,8 +89,8 @@ def load_policy(model_cfg: ModelConfig, task_cfg: TaskConfig, progress: bool = T
     hf_logging.disable_progress_bar()  # our own progress display covers loading
 
     path = model_dir(model_cfg, task_cfg, progress=progress, prime=prime)
-    tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
+    tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left", **NO_REMOTE_CODE)
     if tokenizer.pad_token_id is None:  # many base models ship without one
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(path, dtype="float32")
+    model = AutoModelForCausalLM.from_pretrained(path, dtype="float32", **NO_REMOTE_CODE)
     return model, tokenizer

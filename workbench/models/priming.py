@@ -16,6 +16,7 @@ from pathlib import Path
 
 from workbench.config import PrimeConfig
 from workbench.models.build_cache import cache_root, cached_build
+from workbench.models.directory import NO_REMOTE_CODE
 from workbench.models.sft import supervised_warmup
 from workbench.tasks.priming import WorkedSolutions
 
@@ -43,10 +44,10 @@ def primed_model_dir(model_path: Path, template: str, prime: PrimeConfig, progre
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         data = WorkedSolutions(prime.path or "")
-        tokenizer = AutoTokenizer.from_pretrained(model_path, padding_side="left")
+        tokenizer = AutoTokenizer.from_pretrained(model_path, padding_side="left", **NO_REMOTE_CODE)
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
-        model = AutoModelForCausalLM.from_pretrained(model_path, dtype="float32")
+        model = AutoModelForCausalLM.from_pretrained(model_path, dtype="float32", **NO_REMOTE_CODE)
         sft = supervised_warmup(model, tokenizer, data, template, max_steps=prime.max_steps,
                                 batch_size=prime.batch_size, lr=prime.lr, target_accuracy=prime.target_accuracy,
                                 check_every=prime.check_every, rng=random.Random("prime-0"), progress=progress,

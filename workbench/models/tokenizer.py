@@ -11,6 +11,8 @@ from tokenizers import Tokenizer, decoders
 from tokenizers.models import BPE
 from transformers import PreTrainedTokenizerFast
 
+from workbench.models.directory import NO_REMOTE_CODE, refuse_remote_code
+
 PAD, EOS, UNK = "<pad>", "<eos>", "<unk>"
 CHARS = [c for c in string.printable if c not in "\t\r\x0b\x0c"]  # printable ASCII + space + newline
 
@@ -37,8 +39,9 @@ def token_decoder(builtin: str | None, path: str | None) -> Callable[[int], str]
         from transformers import AutoTokenizer  # deferred: only for a local model directory
 
         try:
-            tokenizer = AutoTokenizer.from_pretrained(Path(path).expanduser(), local_files_only=True)
-        except (OSError, ValueError):  # no tokenizer files there, or not one transformers can read
+            refuse_remote_code(Path(path).expanduser())
+            tokenizer = AutoTokenizer.from_pretrained(Path(path).expanduser(), local_files_only=True, **NO_REMOTE_CODE)
+        except (OSError, ValueError):  # no tokenizer files there, not one transformers can read, or remote code
             return None
     else:
         return None
