@@ -85,3 +85,39 @@ def test_every_from_pretrained_in_the_package_refuses_remote_code_explicitly():
                 calls.append((f"{path.relative_to(ROOT)}:{number}", "NO_REMOTE_CODE" in line
                               or "trust_remote_code=False" in line))
     assert calls and [where for where, explicit in calls if not explicit] == []
+
+
+# ---- the directory's own tokenizer, exactly (the sampler's ids against it: tests/chat/test_chat_prompts.py)
+
+def test_a_directory_without_tokenizer_json_is_refused_in_one_line(qwen2_chat_dir, tmp_path):
+    model = shutil.copytree(qwen2_chat_dir, tmp_path / "m")
+    (model / "tokenizer.json").unlink()
+    with pytest.raises(ModelDirectoryError, match=f"{model}: no tokenizer.json") as raised:
+        inspect_model_dir(model)
+    assert "\n" not in str(raised.value)
+
+
+def test_a_tokenizer_that_does_not_encode_as_its_file_is_refused(qwen2_chat_dir, tmp_path):
+    """tokenizer_config.json naming a special token tokenizer.json does not have ("What") changes how
+    transformers' tokenizer splits a text: it no longer encodes as the file does."""
+    model = shutil.copytree(qwen2_chat_dir, tmp_path / "m")
+    settings = json.loads((model / "tokenizer_config.json").read_text())
+    settings["extra_special_tokens"] = [*settings.get("extra_special_tokens", []), "What"]
+    (model / "tokenizer_config.json").write_text(json.dumps(settings))
+    with pytest.raises(ModelDirectoryError, match="tokenizer.json: transformers' tokenizer encodes 'What is") as raised:
+        inspect_model_dir(model)
+    assert "\n" not in str(raised.value) and "own tokenizer exactly" in str(raised.value)
+
+
+def test_the_builtin_model_with_a_qwen2_config_keeps_its_character_tokenizer():
+    """The tiny model warms up with its character tokenizer; a run must sample with the same one, not the
+    Qwen2Tokenizer transformers picks for a qwen2 config."""
+    from workbench.config import RunConfig
+    from workbench.models import load_policy
+    from workbench.models.tokenizer import build_char_tokenizer
+
+    cfg = RunConfig.model_validate(fast_run_config(model={"tiny": {"arch": "qwen2"}}))
+    _, tokenizer = load_policy(cfg.model, cfg.task, progress=False)
+    text = "What is 12 + 30? Answer: 42"
+    assert tokenizer(text)["input_ids"] == build_char_tokenizer()(text)["input_ids"]
+    assert tokenizer.padding_side == "left" and tokenizer.pad_token == build_char_tokenizer().pad_token
