@@ -70,6 +70,7 @@ __all__ = [
     "Issue",
     "IssueError",
     "ModelDirectoryError",
+    "UserFileError",
     "closest_match",
     "did_you_mean",
     "explain_pydantic_error",
@@ -142,6 +143,11 @@ class IssueError(ValueError):
 class ModelDirectoryError(ValueError):
     """A local model directory the workbench will not load as it is (it asks to run its own code, or its
     tokenizer cannot be loaded as itself): one line naming the file."""
+
+
+class UserFileError(ValueError):
+    """A user's file that is not read (not a regular file, outside its directory, too large, an alias bomb,
+    nested too deeply, not JSON/YAML): one line naming the file (workbench/safe_io.py)."""
 
 
 def format_path(path: Iterable[Any]) -> str:
