@@ -148,7 +148,7 @@ CASES = [
                                   **_model_dir("{ not json", weights=True)}, "config.json cannot be loaded"),
     Case("model-config-fake-type", {"s.yaml": study(model={"path": "model", "builtin": None}),
                                     **_model_dir(json.dumps({"model_type": "nonsense"}), weights=True)},
-         "config.json cannot be loaded"),
+         "config.json: model_type 'nonsense' is not an architecture transformers ships"),
     Case("prime-file-missing", {"s.yaml": study(model={"path": "model", "builtin": None},
                                                  data={"prime": {"path": "worked.jsonl"}}), **_model_dir(None)},
          "data.prime.path: task file not found: worked.jsonl"),

@@ -206,3 +206,40 @@ def test_sigkill_of_a_run_process_and_ctrl_c_then_resume_finishes_every_run_once
     for seen in statuses.values():  # exactly one FINISHED run per run_key; the others are history
         assert sorted(seen) in (["FAILED", "FINISHED"], ["FINISHED", "KILLED"])
     assert study_parent(client, "interrupted").info.status == "FINISHED"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("parallel", [1, 2])
+def test_sigterm_stops_run_like_ctrl_c_releases_the_lock_and_resume_finishes_every_run_once(workdir, parallel):
+    """`kill PID` of `workbench run` (SIGTERM to the CLI process alone, as a scheduler or systemd sends it):
+    the running run and the study's parent run end KILLED, the lock file is gone, and a second `run`
+    finishes every run once. In this process (parallel 1) and in run processes (parallel 2)."""
+    uri = install_empty_mlflow_db(workdir)
+    name = f"terminated-{parallel}"
+    path = write_study(workdir / "study.yaml", name, steps=40, seeds=[0, 1])
+    keys = {s.run_key for s in expand(load_study(path))}
+    client = MlflowClient(uri)
+    proc = spawn(workbench_cmd("run", path, "--parallel", parallel, "--quiet"), workdir, workdir / "run.log")
+    try:
+        wait_for(lambda: any(r.info.status == "RUNNING" for r in child_runs(client, name)), 120,
+                 what="a run in progress")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=120) == 130, (workdir / "run.log").read_text()
+    finally:
+        stop_group(proc)
+
+    log = (workdir / "run.log").read_text()
+    assert "Traceback" not in log and "interrupted: unfinished runs are marked KILLED" in log, log
+    assert study_parent(client, name).info.status == "KILLED"
+    statuses = [r.info.status for r in child_runs(client, name)]
+    assert statuses and "RUNNING" not in statuses and "KILLED" in statuses, statuses
+    assert list((workdir / "locks").glob("*.lock")) == []  # the study's lock file is gone with the lock
+
+    result = invoke("run", path, "--parallel", 2, "--quiet")  # resume
+    assert result.exit_code == 0, result.output
+    by_key = statuses_by_key(child_runs(client, name))
+    assert set(by_key) == keys
+    for seen in by_key.values():  # exactly one FINISHED run per run_key; a KILLED one is history
+        assert sorted(seen) in (["FINISHED"], ["FINISHED", "KILLED"])
+    assert study_parent(client, name).info.status == "FINISHED"
+    assert list((workdir / "locks").glob("*.lock")) == []

@@ -141,6 +141,7 @@ def test_workbench_import_graph_is_acyclic():
 # layer are independent of each other.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors",),  # the one error vocabulary
+    ("safe_io",),  # the one way to open a user's file (regular, bounded, budgeted YAML/JSON)
     ("registry",),  # named units
     ("tasks",),  # problems and gold answers
     ("batch",),  # rollouts and train batches
@@ -230,7 +231,7 @@ def test_every_function_level_import_says_why():
 
 def test_the_root_keeps_only_the_core():
     modules = sorted(path.name for path in PACKAGE_ROOT.glob("*.py"))
-    assert modules == ["__init__.py", "batch.py", "config.py", "errors.py", "registry.py"]
+    assert modules == ["__init__.py", "batch.py", "config.py", "errors.py", "registry.py", "safe_io.py"]
 
 
 def handed_on_names(path: Path, root: Path = PACKAGE_ROOT) -> dict[str, str]:

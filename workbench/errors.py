@@ -69,6 +69,8 @@ __all__ = [
     "CLOSE_RATIO",
     "Issue",
     "IssueError",
+    "ModelDirectoryError",
+    "UserFileError",
     "closest_match",
     "did_you_mean",
     "explain_pydantic_error",
@@ -136,6 +138,16 @@ class IssueError(ValueError):
     @property
     def lines(self) -> list[str]:
         return [str(i) for i in self.issues]
+
+
+class ModelDirectoryError(ValueError):
+    """A local model directory the workbench will not load as it is (it asks to run its own code, or its
+    tokenizer cannot be loaded as itself): one line naming the file."""
+
+
+class UserFileError(ValueError):
+    """A user's file that is not read (not a regular file, outside its directory, too large, an alias bomb,
+    nested too deeply, not JSON/YAML): one line naming the file (workbench/safe_io.py)."""
 
 
 def format_path(path: Iterable[Any]) -> str:

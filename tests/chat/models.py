@@ -1,10 +1,16 @@
 """Chat models as labs use them, built locally at a few MB (no hub access): a Qwen2-architecture and a
-Llama-3-architecture causal LM with random weights, each saved with ``save_pretrained`` next to a
-byte-level BPE tokenizer trained here and carrying its family's chat template and special tokens."""
+Llama-3-architecture causal LM with random weights, each saved with ``save_pretrained`` next to its own
+tokenizer carrying its family's chat template and special tokens: a byte-level BPE trained here for
+Llama 3, and for Qwen2 a character-level WordLevel tokenizer, deliberately not Qwen's: a fine-tuned or
+custom model with a ``qwen2`` config ships its own tokenizer, which transformers' ``AutoTokenizer`` replaces
+by ``Qwen2Tokenizer``, so only a non-Qwen tokenizer here shows whether the directory's own one is used
+(:func:`qwen2_chat_tokenizer` rebuilds it in memory, the reference the tests compare against)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+
+import string
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
@@ -58,11 +64,32 @@ def chat_tokenizer(special: list[str], template: str, *, bos: str | None, eos: s
     return tokenizer
 
 
-def save_qwen2_chat_model(path: Path) -> Path:
-    """Qwen2 architecture (GQA, q/k/v biases, tied embeddings) with Qwen2.5-base's tokens: EOS is
-    ``<|endoftext|>``, a chat turn ends with ``<|im_end|>``."""
-    tokenizer = chat_tokenizer(QWEN_SPECIAL, QWEN_CHAT_TEMPLATE, bos=None, eos="<|endoftext|>")
+def character_chat_tokenizer(special: list[str], template: str, *, eos: str) -> PreTrainedTokenizerFast:
+    """A WordLevel tokenizer with one token per printable ASCII character (others are ``<unk>``), with
+    ``special`` as added tokens: nothing like Qwen's byte-level BPE."""
+    unk = "<unk>"
+    chars = [c for c in string.printable if c not in "\t\r\x0b\x0c"]
+    core = Tokenizer(models.WordLevel(vocab={t: i for i, t in enumerate([*special, unk, *chars])}, unk_token=unk))
+    core.pre_tokenizer = pre_tokenizers.Split("", behavior="isolated")  # every character its own word
+    core.decoder = decoders.Fuse()
+    core.add_special_tokens([*special, unk])
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, eos_token=eos, unk_token=unk,
+                                        additional_special_tokens=[t for t in special if t != eos])
+    tokenizer.chat_template = template
+    return tokenizer
+
+
+def qwen2_chat_tokenizer() -> PreTrainedTokenizerFast:
+    """The Qwen2 chat model's own tokenizer, as saved in its directory."""
+    tokenizer = character_chat_tokenizer(QWEN_SPECIAL, QWEN_CHAT_TEMPLATE, eos="<|endoftext|>")
     tokenizer.pad_token = "<|endoftext|>"
+    return tokenizer
+
+
+def save_qwen2_chat_model(path: Path) -> Path:
+    """Qwen2 architecture (GQA, q/k/v biases, tied embeddings) with Qwen2.5-base's special tokens (EOS is
+    ``<|endoftext|>``, a chat turn ends with ``<|im_end|>``) and its own character-level tokenizer."""
+    tokenizer = qwen2_chat_tokenizer()
     config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
                          tie_word_embeddings=True, eos_token_id=tokenizer.eos_token_id,
@@ -70,10 +97,15 @@ def save_qwen2_chat_model(path: Path) -> Path:
     return save(Qwen2ForCausalLM(config), tokenizer, path)
 
 
+def llama3_chat_tokenizer() -> PreTrainedTokenizerFast:
+    """The Llama 3 chat model's own tokenizer, as saved in its directory (BPE training is deterministic)."""
+    return chat_tokenizer(LLAMA3_SPECIAL, LLAMA3_CHAT_TEMPLATE, bos="<|begin_of_text|>", eos="<|end_of_text|>")
+
+
 def save_llama3_chat_model(path: Path) -> Path:
     """Llama 3 architecture (GQA, rope theta 500000, untied head) with Llama-3-base's tokens: BOS
     ``<|begin_of_text|>``, EOS ``<|end_of_text|>``, no pad token, a chat turn ends with ``<|eot_id|>``."""
-    tokenizer = chat_tokenizer(LLAMA3_SPECIAL, LLAMA3_CHAT_TEMPLATE, bos="<|begin_of_text|>", eos="<|end_of_text|>")
+    tokenizer = llama3_chat_tokenizer()
     config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
                          rope_theta=500000.0, tie_word_embeddings=False, bos_token_id=tokenizer.bos_token_id,

@@ -1,5 +1,7 @@
 """Chat models as labs use them: the template wraps the prompt, generation stops at the end of the turn,
-and the learner scores exactly the token ids the sampler produced after the templated prompt."""
+and the learner scores exactly the token ids the sampler produced after the templated prompt. Models and
+tokenizers load as a run loads them (``workbench.models.load_policy``); the reference token ids come from
+each directory's own tokenizer, rebuilt in memory (tests/chat/models.py)."""
 
 from __future__ import annotations
 
@@ -8,13 +10,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
 from typer.testing import CliRunner
 
-from tests.chat.models import LLAMA3_CHAT_TEMPLATE
+from tests.chat.models import LLAMA3_CHAT_TEMPLATE, llama3_chat_tokenizer, qwen2_chat_tokenizer
 from tests.tolerance import order_tolerance, reduction_depth
 from workbench.cli.main import app
-from workbench.config import LearnerConfig, ModelConfig, SamplerConfig
+from workbench.config import LearnerConfig, ModelConfig, SamplerConfig, TaskConfig
+from workbench.models import load_policy
 from workbench.reward import AnswerVerifier
 from workbench.reward._worker import ANSWER_SCORERS
 from workbench.reward.rollouts import score_rollouts
@@ -29,20 +31,23 @@ SYSTEM = "Answer after ####."
 
 
 def load(path):
-    tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
-    if tokenizer.pad_token_id is None:  # as workbench.models.load_policy does
-        tokenizer.pad_token = tokenizer.eos_token
-    return AutoModelForCausalLM.from_pretrained(path, dtype="float32"), tokenizer
+    """(model, tokenizer) as a run loads them."""
+    return load_policy(ModelConfig(path=str(path)), TaskConfig(), progress=False)
 
 
 def chat_format(path, tokenizer, **model):
     return resolve_prompt_format(ModelConfig(path=str(path), **({"chat_template": "auto"} | model)), tokenizer, path)
 
 
-def template_ids(tokenizer, problem: Problem, system: str | None) -> list[int]:
-    """The ids transformers' own apply_chat_template(tokenize=True) gives: the reference for the sampler's."""
-    return list(tokenizer.apply_chat_template(chat_messages(problem.prompt, system), add_generation_prompt=True,
-                                              tokenize=True, return_dict=True)["input_ids"])
+OWN_TOKENIZER = {"qwen2": qwen2_chat_tokenizer, "llama3": llama3_chat_tokenizer}
+
+
+def template_ids(family: str, problem: Problem, system: str | None) -> list[int]:
+    """The reference for the sampler's ids: transformers' apply_chat_template(tokenize=True) of the model
+    directory's own tokenizer (the object the directory was saved from, not one loaded back from it)."""
+    return list(OWN_TOKENIZER[family]().apply_chat_template(chat_messages(problem.prompt, system),
+                                                            add_generation_prompt=True, tokenize=True,
+                                                            return_dict=True)["input_ids"])
 
 
 @pytest.mark.parametrize(("family", "end_of_turn"), [("qwen2", "<|im_end|>"), ("llama3", "<|eot_id|>")])
@@ -57,7 +62,7 @@ def test_auto_template_wraps_the_prompt_and_stops_at_the_end_of_turn_as_well_as_
                                                  add_generation_prompt=True)
     assert SYSTEM in text and text.count("What is 2+2?") == 1
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-    assert ids == template_ids(tokenizer, Problem("What is 2+2?", "4"), SYSTEM)
+    assert ids == template_ids(family, Problem("What is 2+2?", "4"), SYSTEM)
     if family == "llama3":  # the template writes BOS itself: exactly one, not two
         assert ids[0] == tokenizer.bos_token_id and ids.count(tokenizer.bos_token_id) == 1
 
@@ -71,7 +76,8 @@ def test_prompt_template_is_the_user_turn(qwen2_chat_dir):
 
 @pytest.mark.parametrize("family", ["qwen2", "llama3"])
 def test_sampler_and_learner_see_the_same_token_ids(family, qwen2_chat_dir, llama3_chat_dir):
-    """The ids the sampler's model ran on are those of transformers' apply_chat_template; the learner's
+    """The ids the sampler's model ran on are those of apply_chat_template of the directory's own tokenizer
+    (for the Qwen2 config, not of the Qwen2Tokenizer transformers' AutoTokenizer substitutes); the learner's
     forward runs on exactly prompt ids + sampled ids, and its logprobs are the sampler's."""
     path = {"qwen2": qwen2_chat_dir, "llama3": llama3_chat_dir}[family]
     model, tokenizer = load(path)
@@ -86,7 +92,7 @@ def test_sampler_and_learner_see_the_same_token_ids(family, qwen2_chat_dir, llam
     prefill = seen[0]  # the decode loop's first forward: each distinct prompt once, left-padded
     for row, problem in enumerate(PROBLEMS):
         real = rollouts.prompt_mask[row * group].bool()
-        assert rollouts.prompt_ids[row * group][real].tolist() == template_ids(tokenizer, problem, SYSTEM)
+        assert rollouts.prompt_ids[row * group][real].tolist() == template_ids(family, problem, SYSTEM)
         assert torch.equal(prefill[row].cpu(), rollouts.prompt_ids[row * group])
     seen.clear()
     with torch.no_grad():

@@ -3,6 +3,8 @@ bars carry the statistics of workbench.compare, markers sit on the curves, HTML 
 
 from __future__ import annotations
 
+import html
+import json
 import re
 import shutil
 import subprocess
@@ -331,3 +333,18 @@ def test_mismatch_panel_without_any_record_says_so_in_place_of_a_plot(study):
     assert note.y == 0.5 and note.text.endswith(f"and {len(runs) - 3} more")  # three named, the rest counted
     not_loaded = render_dashboard(spec, DashboardData(history, runs))  # a caller that read no records
     assert not_loaded.warnings == ["panel 'M': the runs' mismatch records were not loaded"]
+
+
+MARKUP = ["<script>alert('wb')</script>", "<img src=x onerror=\"alert('wb')\">"]
+
+
+@pytest.mark.parametrize("markup", MARKUP)
+def test_a_specs_description_and_title_reach_the_page_escaped(study, markup):
+    """The description is shown under the title as text: escaped like the title, never as markup."""
+    history, runs, _ = study
+    spec = parse_spec(f"title: {json.dumps('Mine ' + markup)}\ndescription: {json.dumps('Read ' + markup)}\n"
+                      "panels:\n  - metric: reward/mean\n")
+    page = render_dashboard(spec, DashboardData(history, runs, n_resamples=50)).to_html(subtitle="test")
+    assert markup not in page
+    assert f'<p class="note">Read {html.escape(markup)}</p>' in page
+    assert f"<h1>Mine {html.escape(markup)}</h1>" in page

@@ -83,7 +83,7 @@ def test_invalid_specs(text, fragment):
 
 
 def test_missing_file_and_unknown_name(tmp_path):
-    with pytest.raises(SpecError, match="cannot read dashboard spec"):
+    with pytest.raises(SpecError, match="nope.yaml: no such dashboard spec"):
         load_spec(tmp_path / "nope.yaml")
     with pytest.raises(SpecError, match=r"no such dashboard spec.*did you mean 'health'"):
         find_spec("helth")

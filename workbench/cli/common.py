@@ -15,6 +15,7 @@ from rich.console import Console
 
 from workbench.cli.output import fail
 from workbench.results.reader import StudyNotFound, StudyReader
+from workbench.safe_io import load_yaml
 from workbench.tracking.check import check_store
 from workbench.tracking.store import resolve_tracking_uri
 from workbench.tracking.writer import DEFAULT_OUTAGE_DEADLINE_S
@@ -93,15 +94,13 @@ def resolve_target(arg: str, tracking_uri: str | None = None, *, allow_run: bool
 
 def _logged_study_settings(reader: Any, study: str) -> tuple[dict[str, Any], list[str]]:
     """``compare:`` and variant order from the ``study.yaml`` the parent run logged (best effort)."""
-    import yaml
-
     try:
         parent = reader.parent_run_id(study)
         if parent is None:
             return {}, []
         info = reader.run_info(parent)
         text = reader.read_artifact_text(parent, info and info.get("artifact_uri"), "study.yaml")
-        data = yaml.safe_load(text) if text else None
+        data = load_yaml(text, "study.yaml")[1] if text else None  # aliases and depth bounded
     except Exception:  # noqa: BLE001 - settings are a convenience; defaults apply
         return {}, []
     if not isinstance(data, dict):

@@ -13,7 +13,7 @@ import click
 import typer
 from typer.core import TyperGroup
 
-from workbench.errors import debug_enabled
+from workbench.errors import ModelDirectoryError, UserFileError, debug_enabled
 from workbench.tracking.check import StoreError, describe_store_failure
 from workbench.tracking.redact import redact_text
 from workbench.tracking.writer import TrackingOutage
@@ -29,7 +29,7 @@ def is_input_error(error: BaseException) -> bool:
     from workbench.execution.run import PreflightError  # deferred: pydantic, torch, transformers
     from workbench.study import StudyError  # deferred: pydantic
 
-    return isinstance(error, (StudyError, PreflightError, ValidationError, yaml.YAMLError, StoreError,
+    return isinstance(error, (StudyError, PreflightError, ModelDirectoryError, UserFileError, ValidationError, yaml.YAMLError, StoreError,
                               FileNotFoundError, IsADirectoryError, NotADirectoryError, UnicodeDecodeError))
 
 

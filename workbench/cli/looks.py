@@ -20,6 +20,8 @@ from typing import Any
 
 import pandas as pd
 
+from workbench.safe_io import parse_json, read_json
+
 RECORD = "sequential.json"
 LOG = "sequential.log"
 DESIGN_TAG = "workbench.sequential"
@@ -40,14 +42,13 @@ def read_record(client, parent) -> dict[str, Any] | None:
         from pathlib import Path
         from urllib.parse import unquote, urlparse
 
-        return json.loads((Path(unquote(urlparse(root).path)) / RECORD).read_text(encoding="utf-8"))
+        return read_json(Path(unquote(urlparse(root).path)) / RECORD, what="sequential record")
     with tempfile.TemporaryDirectory() as tmp:
         try:
             path = client.download_artifacts(parent.info.run_id, RECORD, tmp)
         except (MlflowException, OSError):
             return None
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
+        return read_json(path, what="sequential record")
 
 
 def record_first_look(tracking_uri: str, parent_run_id: str, runs: pd.DataFrame) -> None:
@@ -79,7 +80,7 @@ def looks_report(reader: Any, study: str, parent_run_id: str | None, runs: pd.Da
         return {}
     info = reader.run_info(parent_run_id) or {}
     text = reader.read_artifact_text(parent_run_id, info.get("artifact_uri"), RECORD)
-    record = json.loads(text) if text is not None else None
+    record = parse_json(text, RECORD) if text is not None else None
     _, tags, _ = reader.backend.runs(reader.experiment_id(study), "study")
     parent_tags = tags.get(parent_run_id, {})
     out: dict[str, str] = {}

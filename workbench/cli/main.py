@@ -281,16 +281,17 @@ def run(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
     if until_decided and only and any(p.partition("=")[0].strip() == "seed" for p in only.split(",")):
         raise fail("--until-decided chooses the seeds itself: drop seed= from --only")
     try:
-        if until_decided:
-            from workbench.cli.sequential import run_until_decided  # deferred: scipy, mlflow
+        with stopping_on(signal.SIGTERM):  # `kill PID` stops like Ctrl-C: runs and the study KILLED, lock released
+            if until_decided:
+                from workbench.cli.sequential import run_until_decided  # deferred: scipy, mlflow
 
-            outcomes = run_until_decided(study_obj, max_seeds=max_seeds, progress=not quiet,
-                                         select=(lambda s: filter_specs(s, only)) if only else None,
-                                         parallel=1 if multi_rank() else parallel, ray=ray, export_to=export_to,
-                                         reuse=not no_reuse)
-        else:
-            outcomes = run_study(study_obj, specs, progress=not quiet, parallel=1 if multi_rank() else parallel,
-                                 ray=ray, export_to=export_to, reuse=not no_reuse)
+                outcomes = run_until_decided(study_obj, max_seeds=max_seeds, progress=not quiet,
+                                             select=(lambda s: filter_specs(s, only)) if only else None,
+                                             parallel=1 if multi_rank() else parallel, ray=ray,
+                                             export_to=export_to, reuse=not no_reuse)
+            else:
+                outcomes = run_study(study_obj, specs, progress=not quiet, parallel=1 if multi_rank() else parallel,
+                                     ray=ray, export_to=export_to, reuse=not no_reuse)
     except (PreflightError, FileNotFoundError, ImportError, StudyBusy, SpecError, RayUnavailable) as e:
         raise fail(str(e)) from None
     except TrackingOutage as e:  # unreachable while the study was being opened: nothing ran, so a usage-level

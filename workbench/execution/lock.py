@@ -3,6 +3,7 @@
 The lease is an advisory ``flock`` on ``<study>.lock`` in a lock folder of the MLflow store
 (:func:`lock_dir`). The kernel drops the lock when its holder exits, however it exits (a
 ``kill -9`` or a crash included), so a dead holder never keeps it: there is nothing to expire.
+The last holder to leave removes the file (a file left by a killed holder is simply locked again).
 The file records who holds it (host, pid, since) for the message a second process prints.
 
 ``workbench run`` takes it exclusively and ``workbench worker`` shared: a second ``run`` of a
@@ -73,13 +74,18 @@ def study_lock(tracking_uri: str, experiment: str, *, shared: bool = False,
     """Hold the study's lease for the ``with`` block, or raise :class:`StudyBusy` at once."""
     path = lock_path(tracking_uri, experiment)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
         except BlockingIOError:
+            os.close(fd)
             raise StudyBusy(f"study {experiment!r} is being executed by {_holder(path, wait_s=2.0)}: wait for it to end, "
                             f"or stop it (lock {path})") from None
+        if _is_current(fd, path):
+            break
+        os.close(fd)  # locked a file its last holder removed meanwhile: lock the one at the path now
+    try:
         # Shared holders (workers) keep the line of whoever wrote it while holding the lock: one
         # live worker named is enough for the message; an exclusive holder always writes its own.
         if not shared or _holder(path).startswith(("workbench run", "another")):
@@ -88,4 +94,26 @@ def study_lock(tracking_uri: str, experiment: str, *, shared: bool = False,
                                       "since": time.strftime("%Y-%m-%d %H:%M:%S %Z")}).encode(), 0)
         yield path
     finally:
+        _remove_if_last(fd, path)
         os.close(fd)  # releases the lock
+
+
+def _is_current(fd: int, path: Path) -> bool:
+    """``fd`` is the file at ``path`` (not one a releasing holder has just removed)."""
+    try:
+        return os.stat(path).st_ino == os.fstat(fd).st_ino
+    except FileNotFoundError:
+        return False
+
+
+def _remove_if_last(fd: int, path: Path) -> None:
+    """The last holder removes the lock file (a run leaves no file behind): only when no other process holds
+    it (an exclusive lock can be had at once), and only the file it holds. A process that opened the file
+    before it was removed sees, once it has the lock, that it is no longer the file at the path
+    (:func:`_is_current`) and locks the new one."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:  # a worker still holds it shared: it stays
+        return
+    if _is_current(fd, path):
+        path.unlink(missing_ok=True)

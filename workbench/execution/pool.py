@@ -22,7 +22,7 @@ from collections import deque
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 
-from workbench.execution.interrupts import noting_ctrl_c, stopping_on
+from workbench.execution.interrupts import noting_ctrl_c, stop_requested, stopping_on
 from workbench.execution.job import RunJob, execute_job, progress_metrics
 from workbench.execution.run import RunOutcome, run_tags
 from workbench.execution.threads import threads_per_run
@@ -110,8 +110,9 @@ class _Pool:
         return self.results
 
     def _stop_if_interrupted(self) -> None:
-        """Re-raise a Ctrl-C whose KeyboardInterrupt was lost inside a store call."""
-        if self.interrupted:
+        """Re-raise a Ctrl-C (or a SIGTERM, where `run` handles it) whose KeyboardInterrupt was lost inside a
+        store call."""
+        if self.interrupted or stop_requested():
             raise KeyboardInterrupt
 
     def _launch(self, spec: RunSpec) -> None:

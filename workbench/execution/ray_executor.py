@@ -37,7 +37,7 @@ import time
 from dataclasses import dataclass, field
 
 from workbench.config import RunConfig
-from workbench.execution.interrupts import noting_ctrl_c, stopping_on
+from workbench.execution.interrupts import noting_ctrl_c, stop_requested, stopping_on
 from workbench.execution.job import RunJob, execute_job, progress_metrics
 from workbench.execution.pool import close_left_running, record_lost_run
 from workbench.execution.run import RunOutcome
@@ -273,7 +273,7 @@ class _RayStudy:
                     self._drain()
                     for ref in ready:
                         self._finished(ref)
-                    if self.interrupted:
+                    if self.interrupted or stop_requested():  # Ctrl-C, or SIGTERM (cli run)
                         raise KeyboardInterrupt
             except KeyboardInterrupt:
                 self._stop()

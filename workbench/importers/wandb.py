@@ -79,7 +79,7 @@ def _records(data: bytes, where: Path) -> Iterator[bytes]:
 def _number(value_json: str) -> float | None:
     try:
         value = json.loads(value_json)  # W&B writes NaN and Infinity as JSON extensions, which json reads
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than Python's stack
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None  # strings, tables, histograms: not scalar metrics
@@ -132,7 +132,7 @@ def read_wandb_run(path: Path) -> TrackedRun:
 def _param(value_json: str) -> str:
     try:
         value = json.loads(value_json)
-    except ValueError:
+    except (ValueError, RecursionError):
         return value_json
     return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from workbench.config import ModelConfig, PrimeConfig, TaskConfig
+from workbench.models.directory import NO_REMOTE_CODE, load_tokenizer, refuse_remote_code
 
 
 def model_dir(model_cfg: ModelConfig, task_cfg: TaskConfig, progress: bool = True,
@@ -29,6 +30,7 @@ def check_model_path(path: Path) -> None:
         raise FileNotFoundError(f"model.path does not exist or is not a directory: {path}")
     if not (path / "config.json").is_file():
         raise FileNotFoundError(f"model.path has no config.json (not a HF model directory): {path}")
+    refuse_remote_code(path)  # before transformers reads it: it would run the directory's code (or ask on stdin)
 
 
 def _first_line(error: BaseException, limit: int = 200) -> str:
@@ -42,12 +44,12 @@ def inspect_model_dir(path: Path):
     Loads ``config.json`` and the tokenizer exactly as training will (so a fake or garbled
     config fails here, as one line, not inside an MLflow run), checks the architecture is a
     causal LM and that weight files exist. Raises ``ValueError``/``FileNotFoundError``."""
-    from transformers import AutoConfig, AutoTokenizer
+    from transformers import AutoConfig
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 
     check_model_path(path)
     try:
-        config = AutoConfig.from_pretrained(path)
+        config = AutoConfig.from_pretrained(path, **NO_REMOTE_CODE)
     except Exception as error:  # noqa: BLE001 - OSError (bad JSON), ValueError (unknown model_type), ...
         raise ValueError(f"model.path {path}: config.json cannot be loaded: {_first_line(error)}") from None
     if type(config) not in MODEL_FOR_CAUSAL_LM_MAPPING:
@@ -55,10 +57,7 @@ def inspect_model_dir(path: Path):
     weights = [*path.glob("*.safetensors"), *path.glob("pytorch_model*.bin"), *path.glob("*.safetensors.index.json")]
     if not weights:
         raise FileNotFoundError(f"model.path {path}: no weights (*.safetensors or pytorch_model*.bin)")
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(path)
-    except Exception as error:  # noqa: BLE001 - any failure to load is the user's directory, reported as such
-        raise ValueError(f"model.path {path}: tokenizer cannot be loaded: {_first_line(error)}") from None
+    tokenizer = load_tokenizer(path)  # the directory's own tokenizer.json, exactly, or a one-line refusal
     positions = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
     return tokenizer, positions
 
@@ -81,14 +80,14 @@ def token_count_over(tokenizer, text: str, budget: int) -> int | None:
 def load_policy(model_cfg: ModelConfig, task_cfg: TaskConfig, progress: bool = True,
                 prime: PrimeConfig | None = None):
     """(model, tokenizer) with left padding, ready for sampling and learning."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # our own progress display covers loading
 
     path = model_dir(model_cfg, task_cfg, progress=progress, prime=prime)
-    tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
+    tokenizer = load_tokenizer(path, padding_side="left")
     if tokenizer.pad_token_id is None:  # many base models ship without one
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(path, dtype="float32")
+    model = AutoModelForCausalLM.from_pretrained(path, dtype="float32", **NO_REMOTE_CODE)
     return model, tokenizer

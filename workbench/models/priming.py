@@ -16,6 +16,7 @@ from pathlib import Path
 
 from workbench.config import PrimeConfig
 from workbench.models.build_cache import cache_root, cached_build
+from workbench.models.directory import NO_REMOTE_CODE, load_tokenizer
 from workbench.models.sft import supervised_warmup
 from workbench.tasks.priming import WorkedSolutions
 
@@ -40,13 +41,13 @@ def primed_model_dir(model_path: Path, template: str, prime: PrimeConfig, progre
     target = cache_root() / "models" / f"primed-{prime_cache_key(model_path, template, prime)}"
 
     def build(tmp: Path) -> None:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoModelForCausalLM
 
         data = WorkedSolutions(prime.path or "")
-        tokenizer = AutoTokenizer.from_pretrained(model_path, padding_side="left")
+        tokenizer = load_tokenizer(model_path, padding_side="left")
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
-        model = AutoModelForCausalLM.from_pretrained(model_path, dtype="float32")
+        model = AutoModelForCausalLM.from_pretrained(model_path, dtype="float32", **NO_REMOTE_CODE)
         sft = supervised_warmup(model, tokenizer, data, template, max_steps=prime.max_steps,
                                 batch_size=prime.batch_size, lr=prime.lr, target_accuracy=prime.target_accuracy,
                                 check_every=prime.check_every, rng=random.Random("prime-0"), progress=progress,

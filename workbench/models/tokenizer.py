@@ -11,6 +11,8 @@ from tokenizers import Tokenizer, decoders
 from tokenizers.models import BPE
 from transformers import PreTrainedTokenizerFast
 
+from workbench.models.directory import load_tokenizer, refuse_remote_code
+
 PAD, EOS, UNK = "<pad>", "<eos>", "<unk>"
 CHARS = [c for c in string.printable if c not in "\t\r\x0b\x0c"]  # printable ASCII + space + newline
 
@@ -34,11 +36,10 @@ def token_decoder(builtin: str | None, path: str | None) -> Callable[[int], str]
     if builtin == "tiny":
         tokenizer = build_char_tokenizer()
     elif path and Path(path).expanduser().is_dir():
-        from transformers import AutoTokenizer  # deferred: only for a local model directory
-
         try:
-            tokenizer = AutoTokenizer.from_pretrained(Path(path).expanduser(), local_files_only=True)
-        except (OSError, ValueError):  # no tokenizer files there, or not one transformers can read
+            refuse_remote_code(Path(path).expanduser())
+            tokenizer = load_tokenizer(Path(path).expanduser())
+        except (OSError, ValueError):  # no tokenizer.json there, not one that loads as itself, or remote code
             return None
     else:
         return None

@@ -50,9 +50,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from workbench.errors import UserFileError
 from workbench.results.reader import StudyReader
 from workbench.results.readers.frames import empty_points
 from workbench.results.readers.protocol import TERMINAL_STATUSES
+from workbench.safe_io import parse_json, read_bytes, read_json
 from workbench.tracking.artifacts import PROBLEM_COLUMNS, PROBLEMS_ARTIFACT, decode_problem_rows, encode_problem_rows
 from workbench.tracking.bulk import MetricColumns, bulk_writable, write_metric_history
 from workbench.tracking.redact import redact_uri
@@ -81,6 +83,9 @@ MLFLOW_TAG_PREFIX = "mlflow."
 _MAX_PARAMS_PER_BATCH = 100
 _MAX_METRICS_PER_BATCH = 1000
 
+
+MAX_MANIFEST_BYTES = 16 << 20  # the manifest lists a few files
+MAX_EXPORT_FILE_BYTES = 4 << 30  # a parquet file of an export: a large study's metrics are tens of MB
 
 class ExportError(ValueError):
     """A directory that is not a readable export, or a study that cannot be exported: one line naming the file."""
@@ -332,10 +337,10 @@ def read_export(directory: str | os.PathLike[str]) -> Export:
     manifest_path = root / MANIFEST
     if not manifest_path.is_file():
         raise ExportError(f"{root} is not a workbench study export: no {MANIFEST} in it")
-    try:
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as error:
-        raise ExportError(f"{manifest_path}: not JSON ({error})") from None
+    try:  # a regular file inside the export, bounded, recursion-safe (workbench/safe_io.py)
+        manifest = read_json(manifest_path, limit=MAX_MANIFEST_BYTES, what="export manifest", inside=root)
+    except UserFileError as error:
+        raise ExportError(str(error)) from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise ExportError(f"{manifest_path}: not a workbench study export (its format is not {FORMAT!r})")
     version = manifest.get("format_version")
@@ -353,12 +358,12 @@ def read_export(directory: str | os.PathLike[str]) -> Export:
         entry = listed.get(name)
         if not isinstance(entry, dict) or not isinstance(entry.get("sha256"), str):
             raise ExportError(f"{manifest_path}: does not list {name}")
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            raise ExportError(f"{path}: missing (listed in {MANIFEST})") from None
-        except OSError as error:
-            raise ExportError(f"{path}: cannot be read ({error.strerror})") from None
+        if not path.exists() and not path.is_symlink():
+            raise ExportError(f"{path}: missing (listed in {MANIFEST})")
+        try:  # a FIFO or a link to /dev/zero among the files is refused, not read forever
+            data = read_bytes(path, limit=MAX_EXPORT_FILE_BYTES, what="export file", inside=root)
+        except UserFileError as error:
+            raise ExportError(str(error)) from None
         digest = hashlib.sha256(data).hexdigest()
         if digest != entry["sha256"]:
             raise ExportError(f"{path}: checksum mismatch (sha256 {digest[:12]}..., {MANIFEST} says "
@@ -397,8 +402,8 @@ def _exported_runs(path: Path, table) -> list[ExportedRun]:
         decoded = {}
         for column in ("tags", "params"):
             try:
-                value = json.loads(r[column] or "{}")
-            except ValueError:
+                value = parse_json(r[column] or "{}", where)
+            except ValueError:  # not JSON, or nested too deeply
                 value = None
             if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str)
                                                       for k, v in value.items()):

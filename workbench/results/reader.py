@@ -55,7 +55,6 @@ together (:class:`StudyReader`) and keeps the names callers import.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Iterable
@@ -82,6 +81,7 @@ from workbench.results.readers.frames import (
     split_runs,
 )
 from workbench.results.readers.protocol import TERMINAL_STATUSES, RunReader, StudyNotFound
+from workbench.safe_io import parse_json
 from workbench.tracking.artifacts import (
     MISMATCH_ARTIFACT,
     PROBLEM_COLUMNS,
@@ -350,9 +350,9 @@ class StudyReader:
             rid, _, _, art = item
             text = self.read_artifact_text(rid, art, artifact)
             try:
-                return json.loads(text) if text else None
-            except ValueError as error:
-                return ValueError(f"{artifact} is not JSON: {error}")
+                return parse_json(text, artifact) if text else None
+            except ValueError as error:  # not JSON, or nested too deeply: one line naming the artifact
+                return error
 
         if todo:
             with ThreadPoolExecutor(max_workers=min(8, len(todo))) as pool:

@@ -270,6 +270,7 @@ def build_engine(model_dir: Path, cfg: SamplerConfig, seed: int):
         llm = vllm.LLM(
             model=str(model_dir),
             skip_tokenizer_init=True,  # prompts arrive as token ids from the workbench's tokenizer
+            trust_remote_code=False,  # never the model directory's code (workbench/models/directory.py)
             dtype=cfg.dtype,
             seed=seed,
             enforce_eager=eager,

@@ -10,13 +10,20 @@ device, a huge file or a billion-laughs document is refused instead of exhaustin
 from __future__ import annotations
 
 import re
-import stat
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from workbench.errors import format_path, one_line
+from workbench.safe_io import (
+    MAX_ALIASES,
+    MAX_EXPANDED_NODES,
+    BoundedLoader,
+    YamlBudgetExceeded,
+    check_expansion,
+    read_limited,
+)
 from workbench.study.report import Loc, Path_, StudyError, StudyIssue
 
 __all__ = [
@@ -30,66 +37,11 @@ __all__ = [
 ]
 
 MAX_STUDY_BYTES = 1 << 20  # 1 MiB: the largest study here is a few KiB; /dev/zero would be read forever
-MAX_ALIASES = 200  # `*anchor` references per file: anchors share settings; a bomb needs thousands
-MAX_EXPANDED_NODES = 200_000  # YAML nodes once every alias is expanded (what later passes walk)
 
 
-class _Loader(yaml.SafeLoader):
-    """SafeLoader with YAML 1.2 booleans (``true``/``false`` only) and exponent floats (``1e-4``),
-    and a budget on aliases: each ``*anchor`` is counted while composing (a billion-laughs file
-    is a few hundred bytes of aliases whose expansion exhausts memory)."""
-
-    def __init__(self, stream: Any) -> None:
-        super().__init__(stream)
-        self.aliases_seen = 0
-
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        if self.check_event(yaml.AliasEvent):
-            self.aliases_seen += 1
-            if self.aliases_seen > MAX_ALIASES:
-                mark = self.peek_event().start_mark
-                raise _BudgetExceeded(f"more than {MAX_ALIASES} YAML aliases (*anchor references); "
-                                      "write the values out or use include:", mark.line + 1)
-        return super().compose_node(parent, index)
-
-
-class _BudgetExceeded(Exception):
-    """A YAML document over the alias/expansion budget (message, 1-based line)."""
-
-    def __init__(self, message: str, line: int | None) -> None:
-        super().__init__(message)
-        self.line = line
-
-
-def _check_expansion(root: yaml.Node) -> None:
-    """Refuse a node graph whose alias expansion exceeds ``MAX_EXPANDED_NODES`` or is recursive.
-
-    Counted on the shared graph, once per distinct node (memoised), so the check itself stays
-    linear in the file size however large the expansion would be."""
-    sizes: dict[int, int] = {}
-    active: set[int] = set()
-
-    def size(node: yaml.Node) -> int:
-        key = id(node)
-        if key in sizes:
-            return sizes[key]
-        if key in active:
-            raise _BudgetExceeded("recursive YAML alias (a node that contains itself)", node.start_mark.line + 1)
-        active.add(key)
-        if isinstance(node, yaml.MappingNode):
-            total = 1 + sum(size(k) + size(v) for k, v in node.value)
-        elif isinstance(node, yaml.SequenceNode):
-            total = 1 + sum(size(item) for item in node.value)
-        else:
-            total = 1
-        active.discard(key)
-        if total > MAX_EXPANDED_NODES:
-            raise _BudgetExceeded(f"YAML aliases expand to more than {MAX_EXPANDED_NODES:,} values; "
-                                  "a study needs far fewer", node.start_mark.line + 1)
-        sizes[key] = total
-        return total
-
-    size(root)
+class _Loader(BoundedLoader):
+    """The bounded loader (aliases counted, depth capped: workbench/safe_io.py) with YAML 1.2 booleans
+    (``true``/``false`` only) and exponent floats (``1e-4``)."""
 
 
 _Loader.yaml_implicit_resolvers = {
@@ -187,14 +139,14 @@ def parse_yaml(text: str, file: str | None) -> tuple[Any, dict[Path_, Loc], list
         node = loader.get_single_node()
         if node is None:
             return None, locs, dups
-        _check_expansion(node)  # before anything walks the expansion (the indexer, construction, merging)
+        check_expansion(node)  # before anything walks the expansion (the indexer, construction, merging)
         locs[()] = Loc(file, node.start_mark.line + 1)
         _index_node(loader, node, (), locs, dups, file)
         data = loader.construct_document(node)
+    except YamlBudgetExceeded as err:
+        raise StudyError([StudyIssue(str(err), "", file, err.line)]) from None
     except yaml.YAMLError as err:
         raise StudyError([yaml_issue(err, file)]) from None
-    except _BudgetExceeded as err:
-        raise StudyError([StudyIssue(str(err), "", file, err.line)]) from None
     except RecursionError:  # nesting deeper than Python's stack (e.g. 10,000 '[')
         raise StudyError([StudyIssue("YAML nested too deeply", "", file)]) from None
     finally:
@@ -209,26 +161,14 @@ def parse_value(text: str) -> Any:
         node = loader.get_single_node()
         if node is None:
             return None
-        _check_expansion(node)
+        check_expansion(node)  # a budget exceeded is a yaml.YAMLError
         return loader.construct_document(node)
-    except _BudgetExceeded as err:
-        raise yaml.YAMLError(str(err)) from None
     finally:
         loader.dispose()
 
 
 def read_bounded_text(path: Path, what: str = "file", limit: int = MAX_STUDY_BYTES) -> str:
-    """A regular file's UTF-8 text, refusing devices, FIFOs and anything over ``limit`` bytes.
-
-    Errors are ``OSError``/``ValueError`` whose message never quotes the file's content."""
-
-    info = path.stat()  # follows symlinks: a link to a regular file is fine
-    if stat.S_ISDIR(info.st_mode):
-        raise IsADirectoryError(f"is a directory, not a {what}")
-    if not stat.S_ISREG(info.st_mode):  # /dev/zero, /dev/urandom, a FIFO: reading would never end
-        raise ValueError(f"not a regular file (a device, pipe or socket), not a {what}")
-    with open(path, "rb") as handle:
-        data = handle.read(limit + 1)  # never more than the budget, even if the file grows meanwhile
-    if len(data) > limit:
-        raise ValueError(f"larger than {limit // 1024} KiB: too large for a {what}")
-    return data.decode("utf-8")
+    """A regular file's UTF-8 text, refusing devices, FIFOs and anything over ``limit`` bytes
+    (:func:`workbench.safe_io.read_limited`). Errors are ``OSError``/``ValueError`` whose message never
+    quotes the file's content."""
+    return read_limited(path, limit=limit, what=what).decode("utf-8")

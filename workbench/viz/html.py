@@ -39,7 +39,9 @@ td.warn {{ background: #fff1cc; }} td.fail {{ background: #f8d7da; }} td.off {{ 
 
 @dataclass
 class Section:
-    """A page section: a heading, an optional note, and a figure and/or raw HTML body."""
+    """A page section: a heading and an optional note (plain text, escaped when the page is written: a
+    dashboard spec's description is a user's string), and a figure and/or a body of HTML (its builder
+    escapes what it puts in)."""
 
     title: str
     figure: go.Figure | None = None
@@ -68,7 +70,7 @@ def html_page(title: str, sections: Iterable[Section], *, subtitle: str = "", le
     for i, s in enumerate(sections):
         parts.append(f"<h2>{html.escape(s.title)}</h2>")
         if s.note:
-            parts.append(f'<p class="note">{s.note}</p>')
+            parts.append(f'<p class="note">{html.escape(s.note)}</p>')
         if s.body_html:
             parts.append(s.body_html)
         if s.figure is not None:

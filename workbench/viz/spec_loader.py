@@ -14,7 +14,8 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from workbench.errors import did_you_mean, explain_pydantic_error
+from workbench.errors import UserFileError, did_you_mean, explain_pydantic_error
+from workbench.safe_io import load_yaml, read_text
 
 from .spec import DashboardSpec, LayoutSpec, PanelDefaults, PanelSpec, SpecError
 
@@ -64,8 +65,9 @@ def _explain(err: dict[str, Any]) -> str:
 def parse_spec(text: str, source: str = "<spec>") -> DashboardSpec:
     """Validate spec YAML text; ``SpecError`` lists every problem as ``source:line: field: message``."""
     try:
-        root = yaml.compose(text)
-        data = yaml.safe_load(text)
+        root, data = load_yaml(text, source)  # aliases counted, depth capped (workbench/safe_io.py)
+    except UserFileError as e:
+        raise SpecError(source, [str(e)]) from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"{source}:{mark.line + 1}" if mark else source
@@ -87,13 +89,19 @@ def parse_spec(text: str, source: str = "<spec>") -> DashboardSpec:
         raise SpecError(source, problems) from None
 
 
+MAX_SPEC_BYTES = 1 << 20  # 1 MiB: a spec is a few KiB
+
+
 def load_spec(path: str | Path) -> DashboardSpec:
-    """Read and validate a spec file (``SpecError`` on any problem, naming the file)."""
+    """Read and validate a spec file (``SpecError`` on any problem, naming the file). A regular file
+    only, at most ``MAX_SPEC_BYTES``; one found in a spec folder (:func:`builtin_spec_dirs`) must
+    resolve inside it (a symlink out of ``./dashboards`` is refused)."""
     path = Path(path)
+    folder = path.parent.resolve() if path.parent.resolve() in builtin_spec_dirs() else None
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise SpecError(str(path), [f"{path}: cannot read dashboard spec: {e.strerror or e}"]) from None
+        text = read_text(path, limit=MAX_SPEC_BYTES, what="dashboard spec", inside=folder)
+    except UserFileError as e:
+        raise SpecError(str(path), [str(e)]) from None
     return parse_spec(text, str(path))
 
 
