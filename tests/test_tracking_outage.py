@@ -218,25 +218,11 @@ def test_a_second_execution_is_refused_naming_the_holder_and_a_killed_holder_fre
         pass
 
 
-def test_the_last_holder_removes_the_lock_file_and_a_sharer_leaves_it(tmp_path):
+def test_the_last_holder_removes_the_lock_file(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     with study_lock(uri, "study-f") as path:
         assert path.is_file()
     assert not path.exists()  # a finished (or stopped) run leaves no lock file behind
-    worker = hold_lock(uri, "study-f", shared=True, command="workbench worker")
-    try:
-        with study_lock(uri, "study-f", shared=True, command="workbench worker"):
-            pass
-        assert path.is_file()  # the other worker still holds it
-        with pytest.raises(StudyBusy, match=f"pid {worker.pid}"):
-            with study_lock(uri, "study-f"):
-                pass
-    finally:
-        worker.kill()
-        worker.wait()
-    with study_lock(uri, "study-f"):  # the file a killed holder left is locked again, then removed
-        pass
-    assert not path.exists()
 
 
 def test_workers_share_the_study_and_exclude_a_run(tmp_path):
@@ -245,14 +231,18 @@ def test_workers_share_the_study_and_exclude_a_run(tmp_path):
     try:
         worker = hold_lock(uri, "study-w", shared=True, command="workbench worker")
         try:
-            with study_lock(uri, "study-w", shared=True, command="workbench worker"):  # a second worker joins
+            with study_lock(uri, "study-w", shared=True, command="workbench worker") as path:  # a second joins
                 pass
+            assert path.is_file()  # and leaves it: the first worker still holds it
             with pytest.raises(StudyBusy, match=f"workbench worker on host .*, pid {worker.pid}"):
                 with study_lock(uri, "study-w"):
                     pass
         finally:
             worker.kill()
             worker.wait()
+        with study_lock(uri, "study-w"):  # the file the killed worker left is locked again, then removed
+            pass
+        assert not path.exists()
     finally:
         del os.environ["WORKBENCH_LOCK_DIR"]
 
