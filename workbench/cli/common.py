@@ -9,12 +9,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
-import pandas as pd
 import typer
 from rich.console import Console
 
 from workbench.cli.output import fail
-from workbench.results.reader import StudyNotFound, StudyReader
 from workbench.tracking.check import check_store
 from workbench.tracking.store import resolve_tracking_uri
 from workbench.tracking.writer import DEFAULT_OUTAGE_DEADLINE_S
@@ -72,6 +70,8 @@ def resolve_target(arg: str, tracking_uri: str | None = None, *, allow_run: bool
         uri = tracking_uri or resolve_tracking_uri()
         deadline_s = DEFAULT_OUTAGE_DEADLINE_S
         name, run_id = arg, None
+    from workbench.results.reader import StudyNotFound, StudyReader  # deferred: pandas
+
     try:
         # a corrupt or empty file, wrong password, unreachable server: one line naming the store, exit 2
         check_store(uri, create=False, deadline_s=deadline_s)
@@ -138,6 +138,8 @@ def log_artifacts_text(tracking_uri: str, run_id: str, files: dict[str, str]) ->
 
 
 def fmt_num(v: Any) -> str:
+    import pandas as pd  # deferred: keeps `workbench --help` light
+
     if v is None or v is pd.NA:
         return "—"
     try:

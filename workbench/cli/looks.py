@@ -18,7 +18,6 @@ import json
 import time
 from typing import Any
 
-import pandas as pd
 
 RECORD = "sequential.json"
 LOG = "sequential.log"
@@ -116,6 +115,8 @@ def looks_report(reader: Any, study: str, parent_run_id: str | None, runs: pd.Da
 
 def _epoch_ms(times: pd.Series) -> pd.Series:
     """Start times as epoch milliseconds (the reader gives datetimes; MLflow's own rows, integers)."""
+    import pandas as pd  # deferred: keeps `workbench --help` light
+
     if pd.api.types.is_numeric_dtype(times):
         return times.astype(float)
     stamps = pd.to_datetime(times, utc=True, errors="coerce")

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
-import pandas as pd
 import typer
 
 from workbench.cli.common import (
@@ -158,6 +157,8 @@ def _verdict_class(v: Any) -> str:
 
 
 def comparison_table_html(table: Any) -> str:
+    import pandas as pd  # deferred: keeps `workbench --help` light
+
     from workbench.compare.report import runs_phrase  # deferred: scipy
     from workbench.compare.wording import level_percent  # deferred: scipy
     from workbench.viz.html import df_table_html  # deferred: plotly, pydantic
@@ -224,6 +225,8 @@ def _two_way_html_columns(table: Any, metric: str, rows: pd.DataFrame, level: st
 
 
 def _runs_overview_html(runs: pd.DataFrame, excluded: dict[str, int]) -> str:
+    import pandas as pd  # deferred: keeps `workbench --help` light
+
     from workbench.compare.arms import arm_column  # deferred: scipy
     from workbench.viz.html import df_table_html  # deferred: plotly, pydantic
 
@@ -261,6 +264,8 @@ def build_compare_report(study: str, table: Any, summary: pd.DataFrame, history:
                          n_resamples: int = 1000) -> tuple[str, list[str]]:
     """The HTML report (and rendering warnings): runs, comparison table, summary bars with CIs,
     curves with CI bands (the curve panels of ``spec``), health matrix."""
+    import pandas as pd  # deferred: keeps `workbench --help` light
+
     from workbench.compare.arms import arm_column  # deferred: scipy
     from workbench.compare.wording import level_percent  # deferred: scipy
     from workbench.viz.dashboard import DashboardData, render_dashboard  # deferred: plotly, pydantic
@@ -450,6 +455,8 @@ def _load_spec(name: str):
 def _in_study_order(runs: pd.DataFrame, variants_order: Sequence[str]) -> pd.DataFrame:
     """Runs ordered by variant (the study file's order, then the others as loaded), then arm (as
     loaded: the reader orders arms by their first run), then seed."""
+    import pandas as pd  # deferred: keeps `workbench --help` light
+
     from workbench.compare.arms import arm_column  # deferred: scipy
 
     variants = list(pd.unique(runs["variant"]))
@@ -550,6 +557,8 @@ def compute_comparison(target: Target, metric: Sequence[str] | None = None, *, b
     """The statistics of ``workbench compare`` (its options, by name); every bad input is one line
     and exit 2 (:func:`workbench.cli.output.fail`). ``record_look``: record this comparison as the
     study's first look if it has none (``--log``)."""
+    import pandas as pd  # deferred: keeps `workbench --help` light
+
     from workbench.compare import compare_variants, resolve_summary, summarize_runs  # deferred: scipy
     from workbench.compare.arms import arm_column  # deferred: scipy
     from workbench.compare.problems import TWO_WAY_SUMMARIES  # deferred: scipy
@@ -757,6 +766,8 @@ def dashboard(
 def _token_decoders(runs: pd.DataFrame) -> dict[str, Any]:
     """``run_id -> token id to text`` for the worst-token tables, from each run's ``model.builtin`` and
     ``model.path`` params (one tokenizer per distinct model; None where it is not at hand here)."""
+    import pandas as pd  # deferred: keeps `workbench --help` light
+
     from workbench.models.tokenizer import token_decoder  # deferred: tokenizers, transformers
 
     def param(name: str) -> pd.Series:

@@ -58,8 +58,9 @@ from dataclasses import dataclass, field
 
 from workbench.config import RunConfig
 from workbench.execution.lock import study_lock
+from workbench.execution.plan import study_experiment, study_tracking_uri
 from workbench.execution.run import RunOutcome, execute_run, preflight
-from workbench.execution.study import StudyContext, open_study, study_experiment, study_tracking_uri
+from workbench.execution.study import StudyContext, open_study
 from workbench.study import RunSpec, Study
 from workbench.tracking.redact import redact_uri
 from workbench.tracking.store import get_or_create_experiment, resolve_tracking_uri
