@@ -26,6 +26,7 @@ from workbench.cli.common import (
     fmt_ci,
     fmt_num,
     fmt_p,
+    log_artifacts_once,
     log_artifacts_text,
     note,
     parent_run,
@@ -41,6 +42,8 @@ __all__ = ["Comparison", "build_compare_report", "compare", "comparison_metrics"
 
 DEFAULT_METRICS = ("final_eval_accuracy",)
 REPORT_DIR = "reports"
+#: Parent-run tag: SHA-256 of the reports/compare.* last logged, so the same content is logged once.
+REPORT_SHA_TAG = "workbench.compare_report_sha256"
 DASHBOARD_DIR = "dashboards"
 
 # --------------------------------------------------------------------------------------------
@@ -678,14 +681,24 @@ def compare(
         _save_png(page, png, ["Summary metrics", "Curves"])
     if log:
         parent = parent_run(target)
-        where = log_artifacts_text(target.tracking_uri, parent, {
+        where, logged = log_artifacts_once(target.tracking_uri, parent, {
             f"{REPORT_DIR}/compare.html": page,
             f"{REPORT_DIR}/compare.csv": table.to_csv(),
             f"{REPORT_DIR}/compare.json": table.to_json(),
             f"{REPORT_DIR}/compare.md": table.to_markdown(),
-        })
-        note(f"logged to MLflow run {parent} (study {target.study}): {where[0]} ({size / 1e6:.1f} MB)")
+        }, tag=REPORT_SHA_TAG, content=_report_content)
+        if logged:
+            note(f"logged to MLflow run {parent} (study {target.study}): {where[0]} ({size / 1e6:.1f} MB)")
+        else:
+            note(f"unchanged since it was logged to MLflow run {parent} (study {target.study}): {where[0]}")
     note(f"[dim]{frames.stats.summary()}; total {time.perf_counter() - t0:.1f} s[/dim]")
+
+
+def _report_content(path: str, text: str) -> str:
+    """What a report file says, for its hash: an HTML page without the minute it was generated."""
+    from workbench.viz.html import without_generated_time  # deferred: plotly
+
+    return without_generated_time(text) if path.endswith(".html") else text
 
 
 def _looks(target: Target, runs: pd.DataFrame, *, record: bool) -> dict[str, str]:
