@@ -91,7 +91,7 @@ def test_ctrl_c_inside_a_store_call_is_not_retried_as_an_outage():
         try:
             raise KeyboardInterrupt  # the terminal's SIGINT, mid-query
         except KeyboardInterrupt:
-            raise RuntimeError("(sqlite3.OperationalError) database is locked")  # the rollback's own failure
+            raise RuntimeError("(sqlite3.OperationalError) database is locked")  # noqa: B904 - the rollback's own failure, raised while handling
 
     with pytest.raises(KeyboardInterrupt):
         call_with_retries(store_call, policy=OutagePolicy(deadline_s=60, warn=lines.append), uri="sqlite:///x.db",

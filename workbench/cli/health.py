@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -23,6 +23,9 @@ from workbench.cli.common import TrackingOpt, console, note, resolve_target
 from workbench.cli.output import fail
 from workbench.metrics.catalogue import unlogged_by_config
 from workbench.tracking.redact import redact_uri
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["health", "health_cells", "health_events", "recheck_reports", "run_health_config"]
 

@@ -424,7 +424,7 @@ def _print_seed_matrix(outcomes) -> None:
             return ""
         return f"{o.eval_final:.3f} {o.health}" if o.eval_final == o.eval_final else o.status  # NaN: its status
 
-    mean_text = lambda mean: "-" if mean != mean else f"{mean:.3f}"  # noqa: E731
+    mean_text = lambda mean: "-" if mean != mean else f"{mean:.3f}"  # noqa: E731 - a one-line helper, named where it is used
     table = Table(title="final eval/accuracy (health) by seed", caption=FINAL_CAPTION, caption_justify="left")
     if len(seeds) <= len(rows):  # one row per arm, one column per seed
         table.add_column("run", overflow="fold")
@@ -507,7 +507,7 @@ def ui(study: Annotated[str | None, typer.Argument(
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)  # `kill PID` must not orphan the server
     proc, stopped, relay = None, False, None
     register_uri(uri)  # the relay below masks its password in any spelling the server might print
-    sink = sys.stderr if verbose else open(log_path, "a", encoding="utf-8", errors="replace")  # noqa: SIM115
+    sink = sys.stderr if verbose else open(log_path, "a", encoding="utf-8", errors="replace")  # noqa: SIM115 - the log file stays open for the server's life; closed in finally
     try:
         proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.PIPE,  # own group
                                 stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1)
@@ -515,7 +515,7 @@ def ui(study: Annotated[str | None, typer.Argument(
         _wait_until_serving(proc, f"http://{'127.0.0.1' if host in ('0.0.0.0', '', '::') else url_host}:{port}",
                             log_path, relay)
         first = _first_link(base, studies)
-        line = lambda text: console.print(text, markup=False, highlight=False, soft_wrap=True)  # noqa: E731
+        line = lambda text: console.print(text, markup=False, highlight=False, soft_wrap=True)  # noqa: E731 - a one-line helper, named where it is used
         line(first)  # alone on the first line: `workbench ui | head -1`, a terminal's click
         console.print(f"MLflow UI at [bold]{escape(base)}[/bold] (store {escape(redact_uri(uri))}"
                       + (f"; server log {escape(str(log_path))}" if log_path else "") + "; Ctrl-C stops it)",
@@ -762,19 +762,19 @@ from workbench.cli.report_commands import register as _register_report_commands 
 
 _register_report_commands(app)  # health, compare, dashboard (workbench/cli/health.py, report.py)
 
-from workbench.cli.search import register as _register_search_commands  # noqa: E402
+from workbench.cli.search import register as _register_search_commands  # noqa: E402 - registered after the app's own commands
 
 _register_search_commands(app)  # tune (workbench/search/)
 
-from workbench.cli.importers import register as _register_import_command  # noqa: E402
+from workbench.cli.importers import register as _register_import_command  # noqa: E402 - registered after the app's own commands
 
 _register_import_command(app)  # import (workbench/importers/; a study's export: workbench/results/export.py)
 
-from workbench.cli.export import register as _register_export_command  # noqa: E402
+from workbench.cli.export import register as _register_export_command  # noqa: E402 - registered after the app's own commands
 
 _register_export_command(app)  # export (workbench/results/export.py)
 
-from workbench.cli.algorithms import algorithms_app  # noqa: E402
+from workbench.cli.algorithms import algorithms_app  # noqa: E402 - registered after the app's own commands
 
 app.add_typer(algorithms_app, name="algorithms")  # presets and their citations
 

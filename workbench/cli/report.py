@@ -15,7 +15,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -36,6 +36,9 @@ from workbench.cli.invocation import DEFAULT_UI_BASE, ui_base_url, workbench_com
 from workbench.cli.looks import LEVEL_KEY, looks_report, record_first_look
 from workbench.cli.output import fail
 from workbench.tracking.redact import redact_uri
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["Comparison", "build_compare_report", "compare", "comparison_metrics", "compute_comparison", "dashboard",
            "select_runs", "uncomputed_summaries"]

@@ -503,7 +503,7 @@ class Worker:
             # (if the interrupt came while its MLflow run was being opened, that run is still RUNNING)
             mark_orphaned_runs(self.client, self.ctx.experiment_id, [key], reason="interrupted", status="KILLED")
             raise
-        except Exception as error:  # noqa: BLE001 - failed before training started: this run fails, not the worker
+        except Exception as error:  # failed before training started: this run fails, not the worker
             mark_orphaned_runs(self.client, self.ctx.experiment_id, [key], reason=f"{type(error).__name__}: {error}")
             trial.set_user_attr(OUTCOME, "FAILED")
             self.opt.log(f"[{self.id}] {label} FAILED: {type(error).__name__}: {error}")
