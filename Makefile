@@ -60,7 +60,7 @@ demo: install
 # `make engines` / `make trl` have built them.
 TRL_TESTS := tests/importers/test_trl_*.py
 test: install verl
-	WORKBENCH_VERL_PATH=$(VERL) $(BIN)/python -m pytest --ignore=tests/engines --ignore-glob='$(TRL_TESTS)'
+	WORKBENCH_VERL_PATH=$(VERL) $(BIN)/python -m pytest --durations=30 --ignore=tests/engines --ignore-glob='$(TRL_TESTS)'
 	@if [ -f $(ENGINES_STAMP) ]; then $(MAKE) --no-print-directory test-engines; \
 	 else echo "engine tests not run: \`make engines\` installs vLLM and DeepSpeed (see docs/engines.md)"; fi
 	@if [ -f $(TRL_STAMP) ]; then $(MAKE) --no-print-directory test-trl; \
@@ -83,8 +83,9 @@ lint: install
 	@if grep -rnPI --include='*.py' --exclude-dir=health $(BARE_SUPPRESSION) workbench tests benchmarks dashboards; \
 	 then echo "a noqa / type: ignore above does not say why"; exit 1; fi
 
+# The fast tier: no simulations, servers or cold starts (a test over ~3 s here is marked slow).
 test-fast: install
-	$(BIN)/python -m pytest -m "not slow" --ignore=tests/engines --ignore-glob='$(TRL_TESTS)'
+	$(BIN)/python -m pytest -m "not slow" --durations=30 --ignore=tests/engines --ignore-glob='$(TRL_TESTS)'
 
 # Every generated table (README's preset and health-rule tables, docs/algorithms.md, docs/metrics.md).
 docs: install

@@ -245,6 +245,7 @@ get_or_create_experiment(MlflowClient(sys.argv[1]), "same", sys.argv[1])
 """
 
 
+@pytest.mark.slow
 def test_processes_creating_a_fresh_sqlite_store_at_once_all_succeed(tmp_path):
     uri = f"sqlite:///{tmp_path / 'fresh' / 'mlflow.db'}"
     env = os.environ | {"PYTHONPATH": str(REPO)}

@@ -150,6 +150,7 @@ def test_terminal_output_keeps_every_name_and_number_whole(store, width):
         assert "┃" in text or "│" in text  # a table
 
 
+@pytest.mark.slow
 def test_compare_in_an_80_column_terminal_prints_every_cell_whole(store):
     """`COLUMNS=80 workbench compare ...` in a real (pseudo-)terminal: blocks, nothing cut."""
     import os

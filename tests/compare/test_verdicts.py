@@ -231,6 +231,7 @@ def _aa_study(rng: np.random.Generator, n: int, fail_p: float) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fail_p", [0.0, 0.25])
 def test_aa_family_wise_false_winner_rate(fail_p):
     """A/A studies of 3..10 seeds (each count 25 times), 3 arms against the baseline: the share of
