@@ -73,7 +73,7 @@ def main() -> None:
         print("RESULT " + json.dumps(measure(args.rows, args.tokens, args.vocab, args.child, args.temperature)))
         return
     print(f"{args.rows} rows x {args.tokens} new tokens, vocabulary {args.vocab:,}; "
-          f"load {open('/proc/loadavg').read().split()[:3]}")
+          f"load {open('/proc/loadavg').read().split()[:3]}")  # noqa: SIM115 - one read of /proc, closed when collected
     print(f"{'forward':<8} {'T':>4} {'peak rise GB':>12} {'logits tensors':>15}  runs")
     for forward in args.forwards.split(","):
         for temperature in args.temperatures.split(","):

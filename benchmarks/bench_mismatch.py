@@ -99,7 +99,7 @@ def main() -> None:
     total = rows[2][1] + rows[3][1]
     print(f"batch {B}×{T} tokens, {args.threads} threads, {args.repeats} alternating repeats, "
           f"load {os.getloadavg()[0]:.2f}")
-    print("| what | median ms per step | % of a {:.2f} s step |".format(args.measured_step))
+    print(f"| what | median ms per step | % of a {args.measured_step:.2f} s step |")
     print("|---|---|---|")
     extra = []
     if args.with_old_forward:

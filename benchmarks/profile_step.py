@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_vs_trl import GRAD_CLIP, GROUP_SIZE, LR, MAX_NEW_TOKENS, PROMPTS_PER_STEP, TASK_FILE, build_model_dir  # noqa: E402
+from bench_vs_trl import GRAD_CLIP, GROUP_SIZE, LR, MAX_NEW_TOKENS, PROMPTS_PER_STEP, TASK_FILE, build_model_dir
 
 PARTS = {  # (part of the module path, function name) -> label
     ("rollout/hf.py", "generate"): "sample (HFSampler.generate)",

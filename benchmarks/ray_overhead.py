@@ -25,7 +25,7 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.execution_helpers import fast_run_config  # noqa: E402 - the tests' fast micro config
+from tests.execution_helpers import fast_run_config  # the tests' fast micro config
 
 
 def write_study(path: Path, runs: int, steps: int) -> None:

@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_vs_trl import GROUP_SIZE, MAX_NEW_TOKENS, PROMPTS_PER_STEP, build_model_dir  # noqa: E402
+from bench_vs_trl import GROUP_SIZE, MAX_NEW_TOKENS, PROMPTS_PER_STEP, build_model_dir
 
 
 def linear_shapes(model) -> list[tuple[int, int]]:

@@ -34,7 +34,7 @@ def started(start):
     for attempt in range(STARTUP_ATTEMPTS):
         try:
             return start()
-        except Exception as error:  # noqa: BLE001 - Ray raises a bare Exception for it
+        except Exception as error:  # Ray raises a bare Exception for it
             if "timed out during startup" not in str(error) or attempt == STARTUP_ATTEMPTS - 1:
                 raise
 

@@ -27,6 +27,7 @@ def sample(model, tok, compile_: bool, seed: int):
     return sampler, sampler.generate(mixed_length_problems(6), 4, temperature=1.0, seed=seed)
 
 
+@pytest.mark.slow
 def test_the_compiled_decode_draws_the_plain_decodes_tokens_with_its_logprobs():
     """Same seed, same RNG consumption: the same draws wherever the two distributions agree, which is
     everywhere but within the order tolerance of a bucket edge (see tests/test_lean_decode.py)."""

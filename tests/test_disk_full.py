@@ -42,6 +42,7 @@ print(json.dumps({"run_id": t.run_id, "held": held, "lost": t.lost_points, "ende
 """
 
 
+@pytest.mark.slow
 def test_metrics_a_full_disk_refuses_are_kept_counted_and_the_run_fails_in_one_line(tmp_path):
     db = tmp_path / "mlflow.db"
     done = subprocess.run([sys.executable, "-c", CHILD, str(db), "500"], capture_output=True, text=True,
@@ -68,6 +69,7 @@ def test_metrics_a_full_disk_refuses_are_kept_counted_and_the_run_fails_in_one_l
     assert points == written + 1
 
 
+@pytest.mark.slow
 def test_space_coming_back_sends_what_was_held(tmp_path):
     """The limit lifted before the end: the held points are written at the next flush, none lost,
     the run FINISHED."""

@@ -87,6 +87,7 @@ def test_enqueue_is_idempotent_and_duplicates_are_pruned(workdir, kind):
     assert popped[3].user_attrs[OUTCOME] == "duplicate"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["sqlite", "journal"])
 def test_a_lost_worker_s_run_is_failed_in_mlflow_and_retried_up_to_max_retries(workdir, kind):
     uri = install_empty_mlflow_db(workdir)

@@ -46,7 +46,7 @@ def test_until_decided_runs_rounds_resumes_and_compare_reports_the_design(workdi
     looks = 1 if "look 2 of 2" not in first.output else 2
     assert seeds == [0, 1, 2][: 1 + looks]  # declared seed 0, then 1, 2: max + 1, ...
     parent = client.search_runs([exp.experiment_id], "tags.`workbench.role` = 'study'")[0]
-    record = json.loads(open(client.download_artifacts(parent.info.run_id, "sequential.json",
+    record = json.loads(open(client.download_artifacts(parent.info.run_id, "sequential.json",  # noqa: SIM115 - one read
                                                         str(workdir / "dl"))).read())
     assert record["design"] == {"looks": [2, 3], "alpha": 0.05, "spending": "obrien_fleming"}
     assert [lk["seeds"] for lk in record["looks"]] == [2, 3][:looks]

@@ -39,6 +39,7 @@ def test_build_is_deterministic():
         assert torch.equal(pa, pb), name
 
 
+@pytest.mark.slow
 def test_cold_start_sft_learns_the_format():
     """A short SFT already emits the \\boxed{} answer format the reward expects."""
     from workbench.models.sft import probe_accuracy

@@ -86,7 +86,7 @@ def deterministic_metrics(client, run) -> dict[str, list[tuple[int, float]]]:
 
 
 @pytest.mark.slow
-def test_a_study_on_a_two_node_cluster_runs_each_run_once_with_the_local_results(workdir, ray_cluster):  # noqa: F811
+def test_a_study_on_a_two_node_cluster_runs_each_run_once_with_the_local_results(workdir, ray_cluster):  # noqa: F811 - ray_cluster: the fixture imported above
     """The acceptance study: 2 variants x 3 seeds on the Ray cluster, then the same study locally
     (--parallel 2, one torch thread per run as on Ray): every logged metric equal, run by run."""
     uri = install_empty_mlflow_db(workdir)
@@ -125,7 +125,7 @@ def test_a_study_on_a_two_node_cluster_runs_each_run_once_with_the_local_results
 
 
 @pytest.mark.slow
-def test_a_node_killed_mid_run_the_run_finishes_once_elsewhere_from_its_checkpoint(workdir, ray_cluster):  # noqa: F811
+def test_a_node_killed_mid_run_the_run_finishes_once_elsewhere_from_its_checkpoint(workdir, ray_cluster):  # noqa: F811 - ray_cluster: the fixture imported above
     uri = install_empty_mlflow_db(workdir)
     # checkpoints every 5 steps (the default place, beside the store: every node of this cluster sees it);
     # 300 steps so that the run is still training when the node dies after its first checkpoint
@@ -166,7 +166,7 @@ def test_a_node_killed_mid_run_the_run_finishes_once_elsewhere_from_its_checkpoi
 
 
 @pytest.mark.slow
-def test_a_run_that_fails_by_itself_is_failed_once_not_retried(workdir, ray_cluster):  # noqa: F811
+def test_a_run_that_fails_by_itself_is_failed_once_not_retried(workdir, ray_cluster):  # noqa: F811 - ray_cluster: the fixture imported above
     """Ray retries a run whose worker was lost; a run that raises is a result (FAILED), as locally."""
     uri = install_empty_mlflow_db(workdir)
     broken = broken_model_dir(workdir)  # passes the preflight, fails when its weights load
@@ -181,7 +181,7 @@ def test_a_run_that_fails_by_itself_is_failed_once_not_retried(workdir, ray_clus
 
 
 @pytest.mark.slow
-def test_ctrl_c_on_the_driver_kills_the_runs_and_running_again_resumes(workdir, ray_cluster):  # noqa: F811
+def test_ctrl_c_on_the_driver_kills_the_runs_and_running_again_resumes(workdir, ray_cluster):  # noqa: F811 - ray_cluster: the fixture imported above
     uri = install_empty_mlflow_db(workdir)
     # 200 steps: both runs must still be training when Ctrl-C lands. At 60, on a quiet machine one run
     # finished between "both RUNNING" (the second Ray task starts seconds after the first) and the cancel.
@@ -211,7 +211,7 @@ def test_ctrl_c_on_the_driver_kills_the_runs_and_running_again_resumes(workdir, 
 
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:Heartbeat of storage is supposed to be used")
-def test_a_search_on_ray_prunes_as_it_does_locally(workdir, ray_cluster):  # noqa: F811
+def test_a_search_on_ray_prunes_as_it_does_locally(workdir, ray_cluster):  # noqa: F811 - ray_cluster: the fixture imported above
     """tests/search/test_search_runs.py's pruning search, its trials as Ray tasks: the same two
     COMPLETE and two PRUNED trials (one by the median pruner at step 1, one by a failing health rule)."""
     from optuna.trial import TrialState
@@ -238,7 +238,7 @@ def test_a_search_on_ray_prunes_as_it_does_locally(workdir, ray_cluster):  # noq
 
 
 @pytest.mark.slow
-def test_a_run_needing_two_gpus_gets_a_placement_group_on_the_node_that_has_them(workdir, ray_cluster):  # noqa: F811
+def test_a_run_needing_two_gpus_gets_a_placement_group_on_the_node_that_has_them(workdir, ray_cluster):  # noqa: F811 - ray_cluster: the fixture imported above
     """Ray's GPUs are a resource count: a node declaring two (fake) GPUs is the only place for a run
     with ``execution.ray.num_gpus: 2`` (its learner stays on the CPU: this machine has no CUDA)."""
     import ray

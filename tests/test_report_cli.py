@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from urllib.parse import urlparse
 
 import pytest
 from mlflow import MlflowClient
@@ -93,7 +94,7 @@ def test_recheck_reproduces_the_logged_health_json(in_study):
     a = json.loads(invoke("health", STUDY, "--format", "json").output)
     b = json.loads(invoke("health", STUDY, "--recheck", "--format", "json").output)
     assert b["source"].startswith("recheck")
-    strip = lambda d: [{k: v for k, v in r.items() if k != "source"} for r in d["runs"]]  # noqa: E731
+    strip = lambda d: [{k: v for k, v in r.items() if k != "source"} for r in d["runs"]]  # noqa: E731 - a one-line helper, named where it is used
     for x, y in zip(strip(a), strip(b), strict=True):
         for rule in x["rules"]:
             assert x["rules"][rule] == y["rules"][rule], (x["label"], rule)
@@ -141,6 +142,35 @@ def test_compare_table_and_html_report_logged_to_the_parent_run(in_study, tmp_pa
     table = json.loads(Path(client.download_artifacts(parent.info.run_id, "reports/compare.json", str(tmp_path)))
                        .read_text())
     assert table["baseline"] == "grpo" and table["metrics"] == ["final_eval_accuracy", "final_reward"]
+
+
+def test_compare_logs_its_report_once_per_content(in_study):
+    """Two `compare` calls on the same store log one report (issue 45: each call wrote its 5 MB
+    again); a call whose report says something else logs it again."""
+    client = MlflowClient(uri_of(in_study))
+    (parent,) = runs_of(client, "study")
+    root = Path(urlparse(client.get_run(parent.info.run_id).info.artifact_uri).path)
+    names = ("compare.html", "compare.csv", "compare.json", "compare.md")
+
+    def written() -> dict[str, int]:  # when each logged file was last written
+        return {name: (root / "reports" / name).stat().st_mtime_ns for name in names}
+
+    first = invoke("compare", STUDY, "--metric", "eval_auc")
+    assert first.exit_code == 0, first.output
+    assert "logged to MLflow run" in first.stderr
+    before, sha = written(), client.get_run(parent.info.run_id).data.tags["workbench.compare_report_sha256"]
+    again = invoke("compare", STUDY, "--metric", "eval_auc")
+    assert again.exit_code == 0, again.output
+    assert again.stdout == first.stdout
+    assert "unchanged since it was logged to MLflow run" in again.stderr and "logged to MLflow run" not in \
+        again.stderr.replace("unchanged since it was logged to MLflow run", "")
+    assert written() == before
+    other = invoke("compare", STUDY, "--metric", "eval_auc", "--metric", "final_eval_accuracy")
+    assert other.exit_code == 0, other.output
+    assert "logged to MLflow run" in other.stderr and "unchanged" not in other.stderr
+    changed = written()
+    assert all(changed[name] != before[name] for name in names)
+    assert client.get_run(parent.info.run_id).data.tags["workbench.compare_report_sha256"] != sha
 
 
 @pytest.mark.parametrize("fmt", ["json", "csv", "md"])

@@ -143,7 +143,7 @@ def test_the_look_counts_reused_runs_and_a_rerun_adds_nothing(studies):
     client = studies["client"]
     exp = client.get_experiment_by_name("reuse-b")
     (parent,) = client.search_runs([exp.experiment_id], "tags.`workbench.role` = 'study'")
-    record = json.loads(open(client.download_artifacts(parent.info.run_id, "sequential.json",
+    record = json.loads(open(client.download_artifacts(parent.info.run_id, "sequential.json",  # noqa: SIM115 - one read
                                                         str(studies["root"] / "dl"))).read())
     decided = [d for d in record["looks"][0]["decisions"] if d["arm"] == "other"]
     assert decided and all(d["n_seeds"] == 2 for d in decided)  # against the two reused baseline runs

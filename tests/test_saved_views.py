@@ -243,7 +243,7 @@ def test_rewriting_replaces_the_views_under_the_same_ids_and_keeps_their_creatio
     publish_study_views(client, exp, layout, [HEALTH], now_ms=2000)
     second = view_tags(client, exp)
     assert set(second) == set(first) and len(second) == 2
-    for key, value in second.items():
+    for value in second.values():
         assert decode_envelope(value)[1] == 1000 and json.loads(value)["updatedAt"] == 2000
 
 

@@ -5,6 +5,8 @@ a single greedy token, or every tiny model (and run key) would silently change w
 
 import random
 
+import pytest
+
 from workbench.config import TinyModelConfig
 from workbench.models.sft import probe_completions, supervised_warmup
 from workbench.models.tiny import init_tiny_model
@@ -12,6 +14,7 @@ from workbench.models.tokenizer import build_char_tokenizer
 from workbench.tasks import ArithmeticTask
 
 
+@pytest.mark.slow
 def test_lean_probe_matches_generate_through_a_cold_start():
     tok = build_char_tokenizer()
     cfg = TinyModelConfig(hidden_size=64, num_layers=2, num_heads=4, intermediate_size=128, seed=5)

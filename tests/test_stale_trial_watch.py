@@ -19,6 +19,7 @@ warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning
 pytestmark = pytest.mark.filterwarnings("ignore:Heartbeat of storage is supposed to be used")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["sqlite", "journal"])
 def test_a_lost_worker_is_failed_and_retried_while_the_survivor_is_busy(workdir, kind):
     uri = install_empty_mlflow_db(workdir)

@@ -97,6 +97,7 @@ def test_a_store_path_where_no_file_can_be_created(study_dir, where):
     assert not any(study_dir.glob("**/*.db"))
 
 
+@pytest.mark.slow
 def test_an_unreachable_database_is_a_few_quick_tries_not_a_hundred_seconds(study_dir):
     """Nothing listens on port 1: DATABASE_TRIES connection attempts 1 s and 2 s apart (~3 s), not
     MLflow's 10 tries over ~100 s. The figure is printed."""

@@ -91,7 +91,7 @@ def test_ctrl_c_inside_a_store_call_is_not_retried_as_an_outage():
         try:
             raise KeyboardInterrupt  # the terminal's SIGINT, mid-query
         except KeyboardInterrupt:
-            raise RuntimeError("(sqlite3.OperationalError) database is locked")  # the rollback's own failure
+            raise RuntimeError("(sqlite3.OperationalError) database is locked")  # noqa: B904 - the rollback's own failure, raised while handling
 
     with pytest.raises(KeyboardInterrupt):
         call_with_retries(store_call, policy=OutagePolicy(deadline_s=60, warn=lines.append), uri="sqlite:///x.db",
@@ -256,6 +256,7 @@ get_or_create_experiment(MlflowClient(sys.argv[1]), "same", sys.argv[1])
 """
 
 
+@pytest.mark.slow
 def test_processes_creating_a_fresh_sqlite_store_at_once_all_succeed(tmp_path):
     uri = f"sqlite:///{tmp_path / 'fresh' / 'mlflow.db'}"
     env = os.environ | {"PYTHONPATH": str(REPO)}

@@ -52,6 +52,7 @@ def test_olmo3_is_the_recipe_of_the_grpo_plus_plus_overview():
     assert PRESET_INFO["olmo3"].settings["correction"].paper.short == "TIS"
 
 
+@pytest.mark.slow
 def test_algorithms_lists_every_preset_with_its_resolved_settings():
     result = workbench("algorithms")  # stdout is a pipe: one tab-separated line per preset
     assert result.returncode == 0, result.stderr
@@ -63,6 +64,7 @@ def test_algorithms_lists_every_preset_with_its_resolved_settings():
     assert rows["gspo"][4] == "0.0003, 0.0004"
 
 
+@pytest.mark.slow
 def test_show_dapo_gives_clip_high_with_its_citation():
     result = workbench("algorithms", "show", "dapo")
     assert result.returncode == 0, result.stderr

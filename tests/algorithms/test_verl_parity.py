@@ -101,7 +101,7 @@ def _import_verl(path: str) -> Verl:
     sys.path.insert(0, path)
     try:
         try:
-            import ray  # noqa: F401
+            import ray  # noqa: F401 - imported only to know whether Ray is here
         except ImportError:
             stand_in = types.ModuleType("ray")
             stand_in.ObjectRef = type("ObjectRef", (), {})
@@ -140,7 +140,7 @@ def load_verl() -> Verl:
         return _import_verl(path)
     except (pytest.skip.Exception, pytest.fail.Exception):
         raise
-    except Exception as exc:  # any import failure: report why (a skip, or a failure when verl is required)
+    except Exception as exc:  # noqa: BLE001 - any import failure: report why (a skip, or a failure when verl is required)
         verl_unavailable(f"cannot import verl {VERL_VERSION} from {ENV}={path}: {exc!r}")
 
 

@@ -8,9 +8,8 @@ by ``Qwen2Tokenizer``, so only a non-Qwen tokenizer here shows whether the direc
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import string
+from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM

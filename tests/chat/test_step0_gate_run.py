@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
-from pathlib import Path
 
 from mlflow import MlflowClient
 from typer.testing import CliRunner

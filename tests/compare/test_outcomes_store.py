@@ -37,7 +37,7 @@ METRICS = ("final_eval_accuracy", "steps_to_threshold")
 
 def curve(arm: str, seed: int, rng: np.random.Generator) -> tuple[list[tuple[int, float]], str, bool]:
     """``(evals, status, stopped)`` of one run."""
-    noise = lambda: float(rng.normal(0.0, 0.01))  # noqa: E731
+    noise = lambda: float(rng.normal(0.0, 0.01))  # noqa: E731 - a one-line helper, named where it is used
     if arm == "grpo":
         return [(0, 0.1), (20, 0.6 + noise()), (40, 0.6 + noise()), (60, 0.6 + noise())], "FINISHED", False
     if arm == "crashy" and seed < 3:
@@ -150,6 +150,7 @@ def test_terminal_output_keeps_every_name_and_number_whole(store, width):
         assert "┃" in text or "│" in text  # a table
 
 
+@pytest.mark.slow
 def test_compare_in_an_80_column_terminal_prints_every_cell_whole(store):
     """`COLUMNS=80 workbench compare ...` in a real (pseudo-)terminal: blocks, nothing cut."""
     import os

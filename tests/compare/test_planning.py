@@ -35,6 +35,7 @@ def test_plan_uses_holm_first_step_level_and_invents_nothing():
     assert kl.seeds is None and "no compare.sesoi" in kl.why
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("study", "m", "sd"), [("dr_grpo_length_bias", 1, 0.025), ("clip_higher", 1, 0.025),
                                                 ("dapo_ablation", 5, 0.025), ("precision_mismatch", 3, 0.025),
                                                 ("loss_aggregation", 3, 0.025)])
@@ -65,6 +66,7 @@ def test_bad_sesoi_or_noise_sd_names_the_field_and_file(tmp_path, block, field):
     assert "s.yaml" in line and ("positive number" in line or "mapping" in line)
 
 
+@pytest.mark.slow
 def test_compare_primary_marks_the_other_metrics_secondary_in_the_plan(tmp_path):
     """`compare.primary` names what the study is designed to decide: `plan` plans those and reports the
     others as secondary, without asking for a SESOI they do not need."""

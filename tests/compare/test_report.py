@@ -202,6 +202,7 @@ def _sim(means, n_studies, *, sd, n, matched, seed_sd=0.0, start=0):
         yield compare_variants(df, "base", ["acc"], {"acc": True}, n_resamples=10, rng=i)
 
 
+@pytest.mark.slow
 def test_identical_variants_false_positive_rate():
     """3 variants identical to the baseline: Holm keeps the family-wise error rate <= 5%."""
     n_studies = 250

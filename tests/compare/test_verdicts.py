@@ -231,6 +231,7 @@ def _aa_study(rng: np.random.Generator, n: int, fail_p: float) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fail_p", [0.0, 0.25])
 def test_aa_family_wise_false_winner_rate(fail_p):
     """A/A studies of 3..10 seeds (each count 25 times), 3 arms against the baseline: the share of
@@ -256,7 +257,7 @@ def test_planted_effect_found_with_the_promised_power():
     assert 0.8 <= promised < 0.9 and 3 <= n <= 15
     rng = np.random.default_rng(12)
     found = 0
-    for i in range(300):
+    for _ in range(300):
         rows = [{"variant": v, "seed": s, "acc": mu + rng.normal(0, sd)}
                 for v, mu in (("base", 0.5), ("v", 0.5 + effect)) for s in range(n)]
         t = compare_variants(pd.DataFrame(rows), "base", ["acc"], {"acc": True}, n_resamples=0)

@@ -19,7 +19,7 @@ from tests.conftest import MICRO_MODEL
 from .helpers import child_runs, sqlite_uri, workbench
 
 try:
-    import trl  # noqa: F401
+    import trl  # noqa: F401 - imported only to know whether TRL is here
 except ImportError:
     if os.environ.get("WORKBENCH_REQUIRE_TRL") == "1":
         raise

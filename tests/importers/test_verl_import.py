@@ -31,6 +31,7 @@ def test_console_and_jsonl_logs_read_to_the_same_steps():
     assert step3["response_length/max"] == 256.0
 
 
+@pytest.mark.slow
 def test_verl_log_import_and_recheck(tmp_path):
     dst = sqlite_uri(tmp_path / "mlflow.db")
     args = ["import", "verl", str(CONSOLE), "--study", "verl-grpo", "--variant", "grpo", "--seed", "0",
@@ -134,6 +135,7 @@ def test_pg_clipfrac_lower_definition_is_the_dual_clip_one():
     assert ADAPTERS.get("verl").mapping("actor/pg_clipfrac_lower").canonical is None
 
 
+@pytest.mark.slow
 def test_an_imported_verl_runs_mismatch_is_judged_by_the_same_rules(tmp_path):
     """verl's rollout_corr/* land on the flight recorder's names, so `health --recheck` judges an imported
     run's mismatch with mismatch_bands (here verl's own ESS band, 0.3); what verl does not log (the raw

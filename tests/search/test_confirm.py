@@ -47,6 +47,7 @@ def recorded(cfg, step):
     return RESULTS.get(cfg.learner.lr, BASELINE_RESULTS)[cfg.seed]
 
 
+@pytest.mark.slow
 def test_the_lucky_single_seed_winner_loses_on_confirmation_and_export_follows(tmp_path, monkeypatch):
     search = {"metric": "eval/accuracy", "params": {"learner.lr": {"low": 1e-3, "high": 0.1, "log": True}},
               "n_trials": 3, "seeds": [SEARCH_SEED], "pruner": "none",

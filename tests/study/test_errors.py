@@ -199,7 +199,7 @@ def test_all_errors_are_reported_not_just_the_first(write):
             "in 'rollout'; did you mean 'rollout.group_size'?",
         ],
     )
-    path = write("y.yaml", open("x.yaml").read().replace("group_siz:", "group_size:"))
+    path = write("y.yaml", open("x.yaml").read().replace("group_siz:", "group_size:"))  # noqa: SIM115 - a test's one read
     with pytest.raises(StudyError) as err:
         load_study(path)
     check(

@@ -187,7 +187,7 @@ def test_runspec_is_frozen_and_hashable():
     (spec,) = expand(study())
     assert isinstance(spec, RunSpec)
     with pytest.raises(AttributeError):
-        spec.seed = 3  # type: ignore[misc]
+        spec.seed = 3  # type: ignore[misc]  # the point: a frozen RunSpec refuses the assignment
     assert {spec: 1}[spec] == 1
     a, b = expand(study(seeds=[0, 1]))
     a.config.learner.lr = 5e-4  # configs of different seeds share nothing

@@ -91,7 +91,7 @@ def test_tracking_does_not_change_the_key():
 
 def test_study_name_does_not_change_run_keys_but_settings_do():
     base = {"model": {"builtin": "tiny"}}
-    keys = lambda **kw: [s.run_key for s in expand(validate_study({"base": base, **kw}))]  # noqa: E731
+    keys = lambda **kw: [s.run_key for s in expand(validate_study({"base": base, **kw}))]  # noqa: E731 - a one-line helper, named where it is used
     assert keys(name="a", seeds=[0, 1]) == keys(name="b", seeds=[0, 1])
     assert keys(name="a", seeds=[0, 1])[0] != keys(name="a", seeds=[0, 1], grid={"learner.lr": [2e-4]})[0]
     assert len(set(keys(name="a", seeds=[0, 1, 2]))) == 3

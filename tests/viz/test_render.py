@@ -19,7 +19,7 @@ from workbench.cli.health import health_cells, health_events
 from workbench.compare import align_curves, compare_variants, curve_bands, summarize_runs
 from workbench.viz import DashboardData, html_page, load_spec, parse_spec, render_dashboard, summary_figure
 from workbench.viz.figures import health_matrix_figure, is_interval_trace, zoomed_range
-from workbench.viz.html import Section
+from workbench.viz.html import Section, without_generated_time
 
 DASHBOARDS = Path(__file__).resolve().parents[2] / "dashboards"
 
@@ -221,6 +221,18 @@ def test_html_is_self_contained_and_valid_js(study, tmp_path):
             f.write_text(js)
             r = subprocess.run(["node", "--check", str(f)], capture_output=True, text=True)
             assert r.returncode == 0, r.stderr[:500]
+
+
+def test_a_page_made_again_later_has_the_same_content():
+    """What `compare` hashes to log a report once per content: the page without its generated minute."""
+    page = html_page("t", [Section("a", note="same")], subtitle="study <b>s</b>")
+    stamp = re.search(r"generated \d{4}-\d{2}-\d{2} \d{2}:\d{2} UTC", page)
+    assert stamp is not None
+    later = page.replace(stamp.group(), "generated 2000-01-01 00:00 UTC")
+    assert later != page and without_generated_time(later) == without_generated_time(page)
+    assert "generated 2000-01-01" not in without_generated_time(later)
+    other = html_page("t", [Section("a", note="different")], subtitle="study <b>s</b>")
+    assert without_generated_time(other) != without_generated_time(page)
 
 
 def test_health_cells_from_tags_when_no_report():

@@ -3,18 +3,18 @@ logging to the study's parent run."""
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
-import pandas as pd
 import typer
 from rich.console import Console
 
 from workbench.cli.output import fail
-from workbench.results.reader import StudyNotFound, StudyReader
 from workbench.safe_io import load_yaml
 from workbench.tracking.check import check_store
 from workbench.tracking.store import resolve_tracking_uri
@@ -73,6 +73,8 @@ def resolve_target(arg: str, tracking_uri: str | None = None, *, allow_run: bool
         uri = tracking_uri or resolve_tracking_uri()
         deadline_s = DEFAULT_OUTAGE_DEADLINE_S
         name, run_id = arg, None
+    from workbench.results.reader import StudyNotFound, StudyReader  # deferred: pandas
+
     try:
         # a corrupt or empty file, wrong password, unreachable server: one line naming the store, exit 2
         check_store(uri, create=False, deadline_s=deadline_s)
@@ -127,16 +129,52 @@ def parent_run(target: Target, *, create: bool = True) -> str | None:
 
 def log_artifacts_text(tracking_uri: str, run_id: str, files: dict[str, str]) -> list[str]:
     """Log ``{artifact_path: text}`` to a run; returns where each landed (URI)."""
+    where, _ = _log_artifacts_text(tracking_uri, run_id, files)
+    return where
+
+
+def log_artifacts_once(tracking_uri: str, run_id: str, files: dict[str, str], *, tag: str,
+                       content: Callable[[str, str], str] = lambda path, text: text) -> tuple[list[str], bool]:
+    """Log ``{artifact_path: text}`` to a run unless these files, with this content, are already there;
+    returns where each file is (URI) and whether it was logged now.
+
+    The content's SHA-256 (``content(path, text)`` of each file: it may leave out what changes from call
+    to call without changing what a file says, such as when a page was generated) is kept in the run's
+    tag ``tag`` once the files are logged; the same hash and every file listed in the run's artifacts
+    mean nothing has to be written again."""
+    digest = hashlib.sha256()
+    for path, text in sorted(files.items()):
+        digest.update(f"{len(path)}:{path}".encode())
+        body = content(path, text).encode()
+        digest.update(f"{len(body)}:".encode() + body)
+    sha = digest.hexdigest()
+    return _log_artifacts_text(tracking_uri, run_id, files, tag=(tag, sha))
+
+
+def _log_artifacts_text(tracking_uri: str, run_id: str, files: dict[str, str],
+                        tag: tuple[str, str] | None = None) -> tuple[list[str], bool]:
+    """Log ``files`` to the run unless ``tag`` (name, value) says they are there; then set the tag."""
     from mlflow import MlflowClient
 
     client = MlflowClient(tracking_uri)
+    run = client.get_run(run_id)
+    root = run.info.artifact_uri.rstrip("/")
+    where = [f"{root}/{p}" for p in files]
+    if tag is not None and run.data.tags.get(tag[0]) == tag[1]:
+        listed = {a.path for folder in {p.rpartition("/")[0] for p in files}
+                  for a in client.list_artifacts(run_id, folder or None)}
+        if listed >= set(files):
+            return where, False
     for path, text in files.items():
         client.log_text(run_id, text, path)
-    root = client.get_run(run_id).info.artifact_uri.rstrip("/")
-    return [f"{root}/{p}" for p in files]
+    if tag is not None:
+        client.set_tag(run_id, *tag)
+    return where, True
 
 
 def fmt_num(v: Any) -> str:
+    import pandas as pd  # deferred: keeps `workbench --help` light
+
     if v is None or v is pd.NA:
         return "—"
     try:

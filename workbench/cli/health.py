@@ -15,15 +15,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import pandas as pd
 import typer
 
 from workbench.cli.common import TrackingOpt, console, note, resolve_target
 from workbench.cli.output import fail
 from workbench.metrics.catalogue import unlogged_by_config
 from workbench.tracking.redact import redact_uri
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["health", "health_cells", "health_events", "recheck_reports", "run_health_config"]
 
@@ -48,6 +50,8 @@ def _rule_order(reports: Mapping[str, Mapping[str, Any] | None]) -> list[str]:
 def health_cells(runs: pd.DataFrame, reports: Mapping[str, Mapping[str, Any] | None],
                  rules: list[str] | None = None) -> pd.DataFrame:
     """Runs × rules, tidy (see the module docstring); runs in ``runs`` order."""
+    import pandas as pd  # deferred: keeps `workbench --help` light
+
     from workbench.health import HEALTH_RULES  # deferred: pydantic
 
     rules = rules or _rule_order(reports)
@@ -107,6 +111,8 @@ def health_cells(runs: pd.DataFrame, reports: Mapping[str, Mapping[str, Any] | N
 def health_events(reports: Mapping[str, Mapping[str, Any] | None]) -> pd.DataFrame:
     """Every event of every report: ``run_id, rule, step, severity, metric, value, threshold,
     message, watches``."""
+    import pandas as pd  # deferred: keeps `workbench --help` light
+
     rows = []
     for rid, rep in reports.items():
         if not rep:
@@ -131,6 +137,8 @@ def _num(v: Any) -> float | None:
 
 def run_health_config(row: Mapping[str, Any], preset: str | None = None) -> dict[str, Any]:
     """The health config a run was logged with (its ``health.*`` params), or ``preset`` alone."""
+    import pandas as pd  # deferred: keeps `workbench --help` light
+
     if preset is not None:
         return {"preset": preset}
     cfg: dict[str, Any] = {}
@@ -157,6 +165,8 @@ def run_health_config(row: Mapping[str, Any], preset: str | None = None) -> dict
 
 def recheck_reports(history: pd.DataFrame, runs: pd.DataFrame, preset: str | None = None) -> dict[str, dict]:
     """``run_id -> health report`` recomputed from the logged metrics (same events as live)."""
+    import pandas as pd  # deferred: keeps `workbench --help` light
+
     from workbench.health import HealthMonitor  # deferred: pydantic
 
     by_run = {rid: g for rid, g in history.groupby("run_id", sort=False)}
@@ -174,6 +184,8 @@ def recheck_reports(history: pd.DataFrame, runs: pd.DataFrame, preset: str | Non
 
 
 def _styled(cell: Mapping[str, Any]) -> str:
+    import pandas as pd  # deferred: keeps `workbench --help` light
+
     state, step = cell["state"], cell["step"]
     s = "" if pd.isna(step) else str(int(step))
     return {"ok": "[dim]·[/dim]", "off": "[dim]off[/dim]", "unknown": "[dim]?[/dim]",
@@ -192,6 +204,8 @@ def health(
     tracking_uri: TrackingOpt = None,
 ) -> None:
     """Runs × health rules: the step each rule first fired (from health.json, or --recheck)."""
+    import pandas as pd  # deferred: keeps `workbench --help` light
+
     if format not in ("table", "json"):
         raise fail(f"--format must be table or json, got {format!r}")
     if preset is not None:
@@ -273,6 +287,8 @@ def health(
 
 def _jf(v: Any) -> Any:
     """A float for strict JSON (non-finite as "nan"/"inf"/"-inf", as in health.json)."""
+    import pandas as pd  # deferred: keeps `workbench --help` light
+
     from workbench.health.events import json_float  # deferred: pydantic
 
     return None if v is None or v is pd.NA else json_float(v)

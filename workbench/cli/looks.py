@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
+if TYPE_CHECKING:
+    import pandas as pd
+
 
 from workbench.safe_io import parse_json, read_json
 
@@ -117,6 +119,8 @@ def looks_report(reader: Any, study: str, parent_run_id: str | None, runs: pd.Da
 
 def _epoch_ms(times: pd.Series) -> pd.Series:
     """Start times as epoch milliseconds (the reader gives datetimes; MLflow's own rows, integers)."""
+    import pandas as pd  # deferred: keeps `workbench --help` light
+
     if pd.api.types.is_numeric_dtype(times):
         return times.astype(float)
     stamps = pd.to_datetime(times, utc=True, errors="coerce")

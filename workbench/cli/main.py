@@ -23,7 +23,6 @@ from workbench.cli.console import print_table
 from workbench.cli.help_format import HelpGroup
 from workbench.cli.invocation import workbench_command
 from workbench.cli.output import console, err_console, fail
-from workbench.cli.seed_plan import print_seed_plan, seed_plan
 from workbench.errors import DEBUG_ENV, show_debug_logs
 from workbench.execution.interrupts import stopping_on
 from workbench.execution.lock import StudyBusy
@@ -31,7 +30,6 @@ from workbench.execution.study_progress import PROGRESS_EVERY_ENV
 from workbench.metrics import CATALOGUE
 from workbench.metrics.catalogue import markdown_table, range_text
 from workbench.metrics.final import FINAL_EVAL_DEFINITION
-from workbench.results.reader import StudyNotFound, StudyReader
 from workbench.tracking.check import SERVER_SCHEMES, check_store, store_scheme
 from workbench.tracking.redact import guard_output, redact_text, redact_uri, register_uri
 from workbench.tracking.store import resolve_tracking_uri, sqlite_file
@@ -139,7 +137,7 @@ def plan(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
          format: Annotated[str, typer.Option(help="table | json")] = "table") -> None:
     """Show the runs a study expands into, with their status in MLflow."""
     study_obj, specs = load_specs(study, set_, only)  # first: a refused study exits before torch is imported
-    from workbench.execution.study import plan_rows  # deferred: pydantic, torch, transformers
+    from workbench.execution.plan import plan_rows  # deferred: pydantic
 
     warn_inert_knobs(specs)
     statuses = _known_statuses(study_obj, specs)
@@ -158,6 +156,8 @@ def plan(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
     for row in rows:
         table.add_row(*(str(row[c]) for c in ["label", "seed", "run_key", "status", "completions", "max_tokens"]))
     console.print(table)
+    from workbench.cli.seed_plan import print_seed_plan  # deferred: numpy, pandas (the study reader)
+
     print_seed_plan(seeds)
     _note_search_problems(study_obj)
     _note_paths(specs)
@@ -165,10 +165,8 @@ def plan(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
 
 def _seed_plan(study: str, study_obj, specs) -> list[dict]:
     """Seeds per arm for 80% power at the study's compare.sesoi (workbench/cli/seed_plan.py)."""
-    from workbench.execution.study import (  # deferred: pydantic, torch, transformers
-        study_experiment,
-        study_tracking_uri,
-    )
+    from workbench.cli.seed_plan import seed_plan  # deferred: numpy, pandas (the study reader)
+    from workbench.execution.plan import study_experiment, study_tracking_uri  # deferred: pydantic
 
     return seed_plan(study_obj, specs, study_tracking_uri(specs), study_experiment(study_obj, specs), where=study)
 
@@ -197,16 +195,13 @@ def _note_search_problems(study_obj) -> None:
 
 def _known_statuses(study_obj, specs) -> dict[str, str]:
     """Statuses from MLflow if the store already exists; never creates a store just to look."""
-    from mlflow import MlflowClient
-
-    from workbench.execution.study import (  # deferred: pydantic, torch, transformers
-        study_experiment,
-        study_tracking_uri,
-    )
+    from workbench.execution.plan import study_experiment, study_tracking_uri  # deferred: pydantic
 
     uri = study_tracking_uri(specs)
     if uri.startswith("sqlite:///") and not sqlite_file(uri).exists():
         return {}
+    from mlflow import MlflowClient  # deferred: only a store that exists is read
+
     # a corrupt file, wrong password: one line; an unreachable server: retried until run's deadline, announced
     check_store(uri, create=False, deadline_s=specs[0].config.tracking.outage_deadline_s if specs
                 else DEFAULT_OUTAGE_DEADLINE_S)
@@ -430,7 +425,7 @@ def _print_seed_matrix(outcomes) -> None:
             return ""
         return f"{o.eval_final:.3f} {o.health}" if o.eval_final == o.eval_final else o.status  # NaN: its status
 
-    mean_text = lambda mean: "-" if mean != mean else f"{mean:.3f}"  # noqa: E731
+    mean_text = lambda mean: "-" if mean != mean else f"{mean:.3f}"  # noqa: E731 - a one-line helper, named where it is used
     table = Table(title="final eval/accuracy (health) by seed", caption=FINAL_CAPTION, caption_justify="left")
     if len(seeds) <= len(rows):  # one row per arm, one column per seed
         table.add_column("run", overflow="fold")
@@ -513,7 +508,7 @@ def ui(study: Annotated[str | None, typer.Argument(
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)  # `kill PID` must not orphan the server
     proc, stopped, relay = None, False, None
     register_uri(uri)  # the relay below masks its password in any spelling the server might print
-    sink = sys.stderr if verbose else open(log_path, "a", encoding="utf-8", errors="replace")  # noqa: SIM115
+    sink = sys.stderr if verbose else open(log_path, "a", encoding="utf-8", errors="replace")  # noqa: SIM115 - the log file stays open for the server's life; closed in finally
     try:
         proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.PIPE,  # own group
                                 stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1)
@@ -521,7 +516,7 @@ def ui(study: Annotated[str | None, typer.Argument(
         _wait_until_serving(proc, f"http://{'127.0.0.1' if host in ('0.0.0.0', '', '::') else url_host}:{port}",
                             log_path, relay)
         first = _first_link(base, studies)
-        line = lambda text: console.print(text, markup=False, highlight=False, soft_wrap=True)  # noqa: E731
+        line = lambda text: console.print(text, markup=False, highlight=False, soft_wrap=True)  # noqa: E731 - a one-line helper, named where it is used
         line(first)  # alone on the first line: `workbench ui | head -1`, a terminal's click
         console.print(f"MLflow UI at [bold]{escape(base)}[/bold] (store {escape(redact_uri(uri))}"
                       + (f"; server log {escape(str(log_path))}" if log_path else "") + "; Ctrl-C stops it)",
@@ -687,6 +682,8 @@ def _ui_studies(study: str | None, tracking_uri: str | None) -> tuple[str, list[
         uri = tracking_uri or resolve_tracking_uri()
         if not uri.startswith(("sqlite:", "postgresql", "mysql")):
             return uri, []
+        from workbench.results.reader import StudyNotFound, StudyReader  # deferred: pandas
+
         try:
             check_store(uri, create=False)
             reader = StudyReader(uri, cache_dir=False)
@@ -766,19 +763,19 @@ from workbench.cli.report_commands import register as _register_report_commands 
 
 _register_report_commands(app)  # health, compare, dashboard (workbench/cli/health.py, report.py)
 
-from workbench.cli.search import register as _register_search_commands  # noqa: E402
+from workbench.cli.search import register as _register_search_commands  # noqa: E402 - registered after the app's own commands
 
 _register_search_commands(app)  # tune (workbench/search/)
 
-from workbench.cli.importers import register as _register_import_command  # noqa: E402
+from workbench.cli.importers import register as _register_import_command  # noqa: E402 - registered after the app's own commands
 
 _register_import_command(app)  # import (workbench/importers/; a study's export: workbench/results/export.py)
 
-from workbench.cli.export import register as _register_export_command  # noqa: E402
+from workbench.cli.export import register as _register_export_command  # noqa: E402 - registered after the app's own commands
 
 _register_export_command(app)  # export (workbench/results/export.py)
 
-from workbench.cli.algorithms import algorithms_app  # noqa: E402
+from workbench.cli.algorithms import algorithms_app  # noqa: E402 - registered after the app's own commands
 
 app.add_typer(algorithms_app, name="algorithms")  # presets and their citations
 

@@ -15,9 +15,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import pandas as pd
 import typer
 
 from workbench.cli.common import (
@@ -27,6 +26,7 @@ from workbench.cli.common import (
     fmt_ci,
     fmt_num,
     fmt_p,
+    log_artifacts_once,
     log_artifacts_text,
     note,
     parent_run,
@@ -37,11 +37,16 @@ from workbench.cli.looks import LEVEL_KEY, looks_report, record_first_look
 from workbench.cli.output import fail
 from workbench.tracking.redact import redact_uri
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 __all__ = ["Comparison", "build_compare_report", "compare", "comparison_metrics", "compute_comparison", "dashboard",
            "select_runs", "uncomputed_summaries"]
 
 DEFAULT_METRICS = ("final_eval_accuracy",)
 REPORT_DIR = "reports"
+#: Parent-run tag: SHA-256 of the reports/compare.* last logged, so the same content is logged once.
+REPORT_SHA_TAG = "workbench.compare_report_sha256"
 DASHBOARD_DIR = "dashboards"
 
 # --------------------------------------------------------------------------------------------
@@ -158,6 +163,8 @@ def _verdict_class(v: Any) -> str:
 
 
 def comparison_table_html(table: Any) -> str:
+    import pandas as pd  # deferred: keeps `workbench --help` light
+
     from workbench.compare.report import runs_phrase  # deferred: scipy
     from workbench.compare.wording import level_percent  # deferred: scipy
     from workbench.viz.html import df_table_html  # deferred: plotly, pydantic
@@ -224,6 +231,8 @@ def _two_way_html_columns(table: Any, metric: str, rows: pd.DataFrame, level: st
 
 
 def _runs_overview_html(runs: pd.DataFrame, excluded: dict[str, int]) -> str:
+    import pandas as pd  # deferred: keeps `workbench --help` light
+
     from workbench.compare.arms import arm_column  # deferred: scipy
     from workbench.viz.html import df_table_html  # deferred: plotly, pydantic
 
@@ -261,6 +270,8 @@ def build_compare_report(study: str, table: Any, summary: pd.DataFrame, history:
                          n_resamples: int = 1000) -> tuple[str, list[str]]:
     """The HTML report (and rendering warnings): runs, comparison table, summary bars with CIs,
     curves with CI bands (the curve panels of ``spec``), health matrix."""
+    import pandas as pd  # deferred: keeps `workbench --help` light
+
     from workbench.compare.arms import arm_column  # deferred: scipy
     from workbench.compare.wording import level_percent  # deferred: scipy
     from workbench.viz.dashboard import DashboardData, render_dashboard  # deferred: plotly, pydantic
@@ -450,6 +461,8 @@ def _load_spec(name: str):
 def _in_study_order(runs: pd.DataFrame, variants_order: Sequence[str]) -> pd.DataFrame:
     """Runs ordered by variant (the study file's order, then the others as loaded), then arm (as
     loaded: the reader orders arms by their first run), then seed."""
+    import pandas as pd  # deferred: keeps `workbench --help` light
+
     from workbench.compare.arms import arm_column  # deferred: scipy
 
     variants = list(pd.unique(runs["variant"]))
@@ -550,6 +563,8 @@ def compute_comparison(target: Target, metric: Sequence[str] | None = None, *, b
     """The statistics of ``workbench compare`` (its options, by name); every bad input is one line
     and exit 2 (:func:`workbench.cli.output.fail`). ``record_look``: record this comparison as the
     study's first look if it has none (``--log``)."""
+    import pandas as pd  # deferred: keeps `workbench --help` light
+
     from workbench.compare import compare_variants, resolve_summary, summarize_runs  # deferred: scipy
     from workbench.compare.arms import arm_column  # deferred: scipy
     from workbench.compare.problems import TWO_WAY_SUMMARIES  # deferred: scipy
@@ -669,14 +684,24 @@ def compare(
         _save_png(page, png, ["Summary metrics", "Curves"])
     if log:
         parent = parent_run(target)
-        where = log_artifacts_text(target.tracking_uri, parent, {
+        where, logged = log_artifacts_once(target.tracking_uri, parent, {
             f"{REPORT_DIR}/compare.html": page,
             f"{REPORT_DIR}/compare.csv": table.to_csv(),
             f"{REPORT_DIR}/compare.json": table.to_json(),
             f"{REPORT_DIR}/compare.md": table.to_markdown(),
-        })
-        note(f"logged to MLflow run {parent} (study {target.study}): {where[0]} ({size / 1e6:.1f} MB)")
+        }, tag=REPORT_SHA_TAG, content=_report_content)
+        if logged:
+            note(f"logged to MLflow run {parent} (study {target.study}): {where[0]} ({size / 1e6:.1f} MB)")
+        else:
+            note(f"unchanged since it was logged to MLflow run {parent} (study {target.study}): {where[0]}")
     note(f"[dim]{frames.stats.summary()}; total {time.perf_counter() - t0:.1f} s[/dim]")
+
+
+def _report_content(path: str, text: str) -> str:
+    """What a report file says, for its hash: an HTML page without the minute it was generated."""
+    from workbench.viz.html import without_generated_time  # deferred: plotly
+
+    return without_generated_time(text) if path.endswith(".html") else text
 
 
 def _looks(target: Target, runs: pd.DataFrame, *, record: bool) -> dict[str, str]:
@@ -757,6 +782,8 @@ def dashboard(
 def _token_decoders(runs: pd.DataFrame) -> dict[str, Any]:
     """``run_id -> token id to text`` for the worst-token tables, from each run's ``model.builtin`` and
     ``model.path`` params (one tokenizer per distinct model; None where it is not at hand here)."""
+    import pandas as pd  # deferred: keeps `workbench --help` light
+
     from workbench.models.tokenizer import token_decoder  # deferred: tokenizers, transformers
 
     def param(name: str) -> pd.Series:

@@ -321,10 +321,8 @@ def _experiment(study, specs) -> str:
 def _check_recorded_design(uri: str, study, specs, record: dict[str, Any], where: str) -> None:
     """Exit 2 when the study was run sequentially before with another design, metrics or baseline:
     changing them after a look would make its p-values invalid again."""
-    if uri.startswith("sqlite:///"):
-
-        if not sqlite_file(uri).exists():
-            return
+    if uri.startswith("sqlite:///") and not sqlite_file(uri).exists():
+        return
     client, parent = _parent(uri, _experiment(study, specs), create=False)
     old = read_record(client, parent)
     if old is None:

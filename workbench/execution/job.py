@@ -11,9 +11,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from workbench.errors import show_debug_logs
 from workbench.execution.run import RunOutcome, execute_run
 from workbench.study import RunSpec
-from workbench.errors import show_debug_logs
 from workbench.tracking.redact import guard_output
 
 # What a run's process reports to the driver's study display after each step (the rest stays in MLflow).

@@ -325,7 +325,7 @@ def _close_failed(tracker: RunTracker, monitor: HealthMonitor, bar, outcome: Run
             tracker.spill(outcome.run_key, outcome.status, lost)
         except StoreWriteFailed as failed:  # metrics could not be written (disk full): say that, on one line
             outcome.error = str(failed)
-        except Exception as closing:  # noqa: BLE001 - e.g. error.txt on a full disk: the cause, not a traceback
+        except Exception as closing:  # e.g. error.txt on a full disk: the cause, not a traceback
             cause = store_write_failure(closing)
             if cause is None:
                 raise

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from workbench.execution.lock import study_lock
+from workbench.execution.plan import plan_rows, study_experiment, study_tracking_uri
 from workbench.execution.pool import run_pool
 from workbench.execution.ray_executor import RayOptions, connect, run_on_ray
 from workbench.execution.reuse import Reused, reuse_runs
@@ -53,7 +54,7 @@ from workbench.models import model_dir
 from workbench.results.export import ExportSummary, export_study
 from workbench.study import RunSpec, Study
 from workbench.tracking.redact import redact_text
-from workbench.tracking.store import ensure_store, get_or_create_experiment, resolve_tracking_uri
+from workbench.tracking.store import ensure_store, get_or_create_experiment
 from workbench.tracking.study_runs import finished_runs, mark_orphaned_runs
 from workbench.tracking.writer import (
     OutagePolicy,
@@ -72,23 +73,8 @@ class StudyContext:
     parent_run_id: str
 
 
-def study_experiment(study: Study, specs: list[RunSpec]) -> str:
-    """The MLflow experiment of a study's runs: ``tracking.experiment``, else the study's name."""
-    return (specs[0].config.tracking.experiment if specs else None) or study.name
-
-
-def study_tracking_uri(specs: list[RunSpec]) -> str:
-    return resolve_tracking_uri(specs[0].config.tracking.uri if specs else None)
-
-
 def study_outage_policy(specs: list[RunSpec]) -> OutagePolicy:
     return OutagePolicy(deadline_s=specs[0].config.tracking.outage_deadline_s) if specs else OutagePolicy()
-
-
-def plan_rows(specs: list[RunSpec], statuses: dict[str, str]) -> list[dict]:
-    return [{"label": s.label, "variant": s.variant, "seed": s.seed, "run_key": s.run_key,
-             "status": statuses.get(s.run_key, "new"), **{f"grid.{k}": v for k, v in s.grid.items()}}
-            for s in specs]
 
 
 def skipped_outcome(spec: RunSpec, run=None, client=None) -> RunOutcome:

@@ -58,8 +58,9 @@ from dataclasses import dataclass, field
 
 from workbench.config import RunConfig
 from workbench.execution.lock import study_lock
+from workbench.execution.plan import study_experiment, study_tracking_uri
 from workbench.execution.run import RunOutcome, execute_run, preflight
-from workbench.execution.study import StudyContext, open_study, study_experiment, study_tracking_uri
+from workbench.execution.study import StudyContext, open_study
 from workbench.study import RunSpec, Study
 from workbench.tracking.redact import redact_uri
 from workbench.tracking.store import get_or_create_experiment, resolve_tracking_uri
@@ -502,7 +503,7 @@ class Worker:
             # (if the interrupt came while its MLflow run was being opened, that run is still RUNNING)
             mark_orphaned_runs(self.client, self.ctx.experiment_id, [key], reason="interrupted", status="KILLED")
             raise
-        except Exception as error:  # noqa: BLE001 - failed before training started: this run fails, not the worker
+        except Exception as error:  # failed before training started: this run fails, not the worker
             mark_orphaned_runs(self.client, self.ctx.experiment_id, [key], reason=f"{type(error).__name__}: {error}")
             trial.set_user_attr(OUTCOME, "FAILED")
             self.opt.log(f"[{self.id}] {label} FAILED: {type(error).__name__}: {error}")

@@ -285,7 +285,7 @@ class CheckedPoints:
             return
         try:
             if self._file is None:
-                self._file = tempfile.TemporaryFile(prefix="workbench-import-")
+                self._file = tempfile.TemporaryFile(prefix="workbench-import-")  # noqa: SIM115 - kept open across blocks; close() closes it
             for column in (self._key, self._step, self._value):
                 column.tofile(self._file)
         except OSError as e:
@@ -315,12 +315,12 @@ class CheckedPoints:
             for k, s, v in zip(np.asarray(chunk.names, dtype=object)[chunk.key].tolist(), chunk.step.tolist(),
                                chunk.value.tolist(), strict=True):
                 if s != at and current:
-                    yield at, current  # type: ignore[misc]
+                    yield at, current  # type: ignore[misc]  # at is set before current has an entry
                     current = {}
                 at = s
                 current[k] = v
         if current:
-            yield at, current  # type: ignore[misc]
+            yield at, current  # type: ignore[misc]  # at is set before current has an entry
 
     def close(self) -> None:
         if self._file is not None:
@@ -374,7 +374,7 @@ def check_run(points: Points, convert: Callable[[dict[str, float]], dict[str, fl
         check.points += len(converted)
         check.steps += 1
         check.health.add(step, converted)
-        check.checked.add(step, converted)  # type: ignore[union-attr]
+        check.checked.add(step, converted)  # type: ignore[union-attr]  # checked is set for every check this loop adds to
 
     ascending, last = True, None
     for where, step, metrics in points.with_where():

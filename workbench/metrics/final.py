@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["FINAL_EVALS", "FINAL_EVAL_DEFINITION", "definition", "final_eval_value", "final_eval_weights"]
 
@@ -44,6 +46,8 @@ def final_eval_weights(steps: Sequence[float] | np.ndarray, k: int = FINAL_EVALS
     (sorted ascending), 0 elsewhere; all zeros when no eval is after step 0."""
     if k < 1:
         raise ValueError(f"window must be >= 1, got {k}")
+    import numpy as np  # deferred: FINAL_EVAL_DEFINITION is read by `workbench --help`'s import of the CLI
+
     steps = np.asarray(steps, dtype=float)
     weights = np.zeros(steps.size)
     after = np.flatnonzero(steps > 0)[-k:]
@@ -59,4 +63,6 @@ def final_eval_value(steps: Sequence[float] | np.ndarray, values: Sequence[float
     weights = final_eval_weights(steps, k)
     if not weights.any():
         return math.nan
+    import numpy as np  # deferred: as above
+
     return float(np.asarray(values, dtype=float)[weights > 0].mean())

@@ -27,7 +27,7 @@ from workbench.reward.verify import AnswerVerifier, VerifyResult
 if TYPE_CHECKING:
     import torch
 
-    from workbench.reward.shaping import REWARD_SHAPERS, ShapingInput  # noqa: F401
+    from workbench.reward.shaping import REWARD_SHAPERS, ShapingInput
 
 __all__ = [
     "CORRECT_TERM",

@@ -92,7 +92,7 @@ class _Watchdog:
     def stop(self) -> None:
         self.state = None
 
-    def _on_signal(self, signum, frame) -> None:  # noqa: ARG002 - signal handler signature
+    def _on_signal(self, signum, frame) -> None:  # signal handler signature
         state = self.state
         if state is not None and state[0] == self.target:
             raise _SoftTimeout()
@@ -303,7 +303,7 @@ def _timeout_exception_types() -> tuple[type[BaseException], ...]:
         from math_verify.errors import TimeoutException
 
         types.append(TimeoutException)
-    except Exception:  # pragma: no cover - custom scorer without math-verify installed
+    except Exception:  # pragma: no cover  # noqa: BLE001 - a custom scorer without math-verify installed
         pass
     return tuple(types)
 

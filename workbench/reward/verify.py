@@ -329,4 +329,4 @@ class AnswerVerifier:
             for slot in list(self._slots):
                 if slot.assigned and now >= slot.deadline(self.timeout_s) and not slot.conn.poll():
                     retire(slot, _TIMED_OUT)
-        return results  # type: ignore[return-value]
+        return results  # type: ignore[return-value]  # every slot of results is filled by the loop above

@@ -76,7 +76,7 @@ class Issues(Reporter):
     def __init__(self, study: Study) -> None:
         super().__init__(getattr(study, "_origin", None))
 
-    def add(self, path: Loc, message: str) -> None:  # type: ignore[override]
+    def add(self, path: Loc, message: str) -> None:  # type: ignore[override]  # narrower than the base's add: a search check names a path in the study
         super().add(("search",) + tuple(path), message)
 
 
@@ -285,7 +285,7 @@ def _metric_issue(metric: Any) -> str | None:
 def _fill_direction(obj: Objective, path: Loc, issues: Issues) -> None:
     """An objective without a direction takes its metric's better direction (catalogue or derived)."""
     if obj.metric in DERIVED_METRICS:
-        obj.direction = DERIVED_METRICS[obj.metric][1]  # type: ignore[assignment]
+        obj.direction = DERIVED_METRICS[obj.metric][1]  # type: ignore[assignment]  # a derived metric's direction is one of the Literal's values
         return
     healthy = BY_NAME[obj.metric].healthy
     if healthy in ("up", "down"):

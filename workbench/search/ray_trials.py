@@ -104,7 +104,7 @@ def run_trials_on_ray(coordinator: SearchWorker, workers: int, deadline: float |
     resources = run_resources(_any_config(spec), ray_options)
     remote = ray.remote(ray_trial_task).options(**resources, max_retries=0, name=f"workbench-trial {spec.optuna_name}")
     env = forwarded_env() | {"MLFLOW_TRACKING_URI": coordinator.ctx.tracking_uri}
-    make_job = lambda index: TrialJob(spec, storage_url, options.picklable(), index,  # noqa: E731
+    make_job = lambda index: TrialJob(spec, storage_url, options.picklable(), index,  # noqa: E731 - a one-line helper, named where it is used
                                       max(1, int(resources["num_cpus"])), deadline, os.getcwd(), env)
     in_flight: dict = {}
     launched, failures, stopped = 0, 0, ""

@@ -56,7 +56,7 @@ class SearchSpec:
 
     @property
     def directions(self) -> list[str]:
-        return [o.direction for o in self.config.objectives]  # type: ignore[misc]
+        return [o.direction for o in self.config.objectives]  # type: ignore[misc]  # directions are filled in by the checks before this is read
 
     @property
     def multi_objective(self) -> bool:

@@ -72,7 +72,7 @@ def _depth(layer: Any, loc: tuple[Any, ...]) -> int:
     """How many leading parts of ``loc`` the layer dict has."""
     d = 0
     for part in loc:
-        if isinstance(layer, dict) and part in layer:
+        if isinstance(layer, dict) and part in layer:  # noqa: SIM114 - a dict and a list step, each tested its own way
             layer = layer[part]
         elif isinstance(layer, list) and is_int(part) and 0 <= part < len(layer):
             layer = layer[part]

@@ -44,7 +44,7 @@ def primed_solutions(task: Task, mix: Mapping[str, float]) -> Callable[[Problem,
 
     def rewrite(problem: Problem, rng: random.Random) -> Problem:
         form = rng.choices(forms, weights)[0]
-        text = task.solution_forms(problem, wrong_answer(problem.answer, rng))[form]  # type: ignore[attr-defined]
+        text = task.solution_forms(problem, wrong_answer(problem.answer, rng))[form]  # type: ignore[attr-defined]  # only tasks with solution_forms get here (checked when the task is built)
         return Problem(problem.prompt, problem.answer, text)
 
     return rewrite

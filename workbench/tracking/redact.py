@@ -248,11 +248,11 @@ class RedactingStream(io.TextIOBase):
         return self.stream.fileno()
 
     @property
-    def encoding(self) -> str:  # type: ignore[override]
+    def encoding(self) -> str:  # type: ignore[override]  # a property where TextIO declares an attribute
         return self.stream.encoding
 
     @property
-    def errors(self) -> str | None:  # type: ignore[override]
+    def errors(self) -> str | None:  # type: ignore[override]  # a property where TextIO declares an attribute
         return self.stream.errors
 
     def writable(self) -> bool:
@@ -290,8 +290,8 @@ def guard_output(argv: list[str] | None = None) -> None:
         if _guarded:
             return
         _guarded = True
-        sys.stdout = RedactingStream(sys.stdout)  # type: ignore[assignment]
-        sys.stderr = RedactingStream(sys.stderr)  # type: ignore[assignment]
+        sys.stdout = RedactingStream(sys.stdout)  # type: ignore[assignment]  # a TextIO wrapper, not the io.TextIOWrapper typeshed names
+        sys.stderr = RedactingStream(sys.stderr)  # type: ignore[assignment]  # a TextIO wrapper, not the io.TextIOWrapper typeshed names
         # every record, whichever logger and handler (a log file too), passes this filter first
         previous = logging.getLogRecordFactory()
 

@@ -74,7 +74,7 @@ def store_write_failure(error: BaseException) -> str | None:
     while current is not None and id(current) not in seen:
         seen.add(id(current))
         if getattr(current, "errno", None) in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
-            return os.strerror(current.errno)  # type: ignore[attr-defined]
+            return os.strerror(current.errno)  # type: ignore[attr-defined]  # errno tested just above with getattr
         text = str(current)
         for phrase in STORE_WRITE_FAILURES:
             if phrase in text:
@@ -173,7 +173,7 @@ def call_with_retries(fn: Callable, *args, policy: OutagePolicy, uri: str, what:
     while True:
         try:
             return fn(*args, **kwargs)
-        except Exception as error:  # noqa: BLE001 - sorted below: only "unreachable" is retried
+        except Exception as error:  # sorted below: only "unreachable" is retried
             if interrupted_inside(error):  # Ctrl-C mid-call, masked by the store's own cleanup error
                 raise KeyboardInterrupt from error
             if not is_unreachable(error):
@@ -329,7 +329,7 @@ class RunTracker:
             chunk = self._buffer[:MAX_METRICS_PER_BATCH]
             try:
                 self._call(self.client.log_batch, self.run_id, metrics=chunk, what="logging metrics")
-            except Exception as error:  # noqa: BLE001 - sorted: only "the store cannot write" is held
+            except Exception as error:  # sorted: only "the store cannot write" is held
                 cause = store_write_failure(error)
                 if cause is None:
                     raise
@@ -419,7 +419,7 @@ class RunTracker:
                          (self.client.set_terminated, (self.run_id, "FAILED"))):
             try:
                 fn(*args)
-            except Exception as error:  # noqa: BLE001 - the message below says it all; traceback to the log
+            except Exception as error:  # the message below says it all; traceback to the log
                 log.debug("could not record the write failure of run %s", self.run_id, exc_info=error)
         raise StoreWriteFailed(line)
 

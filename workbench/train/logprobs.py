@@ -20,7 +20,6 @@ from workbench.algorithms import entropy_from_logits
 from workbench.batch import Rollouts
 from workbench.rollout.kv_cache import cache_kwargs
 
-
 ENTROPY_CHUNK_ELEMENTS = 2**26  # 256 MB of float32 logits per entropy chunk (its softmax is one more)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 import math
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -15,7 +16,19 @@ import plotly.graph_objects as go
 
 from .style import FONT, PLOT_CONFIG
 
-__all__ = ["Section", "df_table_html", "html_page"]
+__all__ = ["Section", "df_table_html", "html_page", "without_generated_time"]
+
+#: The page's "generated <minute>" stamp, the one part of a page that changes when nothing else does.
+_GENERATED_PREFIX, _GENERATED_SUFFIX = " · generated ", " by rl-workbench"
+_GENERATED = re.compile(re.escape(_GENERATED_PREFIX) + r"\d{4}-\d{2}-\d{2} \d{2}:\d{2} UTC"
+                        + re.escape(_GENERATED_SUFFIX))
+
+
+def without_generated_time(page: str) -> str:
+    """``page`` (from :func:`html_page`) without the minute it was generated: the same report made
+    again later compares equal (what ``workbench compare`` hashes to log a report once per content)."""
+    return _GENERATED.sub(_GENERATED_PREFIX + _GENERATED_SUFFIX, page, count=1)
+
 
 _CSS = f"""
 body {{ font-family: {FONT}; margin: 24px auto; max-width: 1400px; color: #222; padding: 0 16px; }}
@@ -66,7 +79,7 @@ def html_page(title: str, sections: Iterable[Section], *, subtitle: str = "", le
         f"<h1>{html.escape(title)}</h1>",
     ]
     generated = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
-    parts.append(f'<div class="meta">{subtitle} · generated {generated} by rl-workbench</div>')
+    parts.append(f'<div class="meta">{subtitle}{_GENERATED_PREFIX}{generated}{_GENERATED_SUFFIX}</div>')
     for i, s in enumerate(sections):
         parts.append(f"<h2>{html.escape(s.title)}</h2>")
         if s.note:

@@ -175,7 +175,7 @@ class IncorrectLengthGap(HealthRule):
             if test is not None and test.rising and test.fitted_end > thr:
                 return Reading(True, self.RATIO, test.fitted_end, thr, self._detail(test, is_long, thr))
         shown = long if long is not None else short
-        return Reading(False, self.RATIO, shown.fitted_end, thr,  # type: ignore[union-attr] - one is not None
+        return Reading(False, self.RATIO, shown.fitted_end, thr,  # type: ignore[union-attr]  # one is not None
                        "slope not significant or fitted ratio within the limit")
 
     def _block_readings(self, block: Block) -> BlockReadings:
