@@ -128,12 +128,18 @@ def slope_z(window_values: np.ndarray, history: np.ndarray) -> tuple[np.ndarray,
     slope over its standard error under the AR(1) noise fitted to ``history`` (the observations
     just before the window). z is +inf for a rising window after a noiseless history, 0 when flat.
     """
-    w = window_values.shape[-1]
-    x = _centred_index(w)
-    mean = window_values.mean(axis=-1)
-    slope = _dot(window_values - mean[..., None], x) / _dot(x, x)
-    variance, phi = ar1_noise(history)
-    se = np.sqrt(variance * ar1_slope_variance_factor(phi, w))
+    return _line_z(window_values, history)
+
+
+def _line_z(values: np.ndarray, noise_from: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(slope, z, fitted_end)`` of the OLS line over ``values``, z under the AR(1) noise fitted to
+    ``noise_from`` (+inf for a rising line with no noise, 0 when flat)."""
+    n = values.shape[-1]
+    x = _centred_index(n)
+    mean = values.mean(axis=-1)
+    slope = _dot(values - mean[..., None], x) / _dot(x, x)
+    variance, phi = ar1_noise(noise_from)
+    se = np.sqrt(variance * ar1_slope_variance_factor(phi, n))
     with np.errstate(invalid="ignore", divide="ignore"):
         z = np.where(se > 0, slope / np.where(se > 0, se, 1.0), np.sign(slope) * np.inf)
     z = np.where(slope == 0, 0.0, z)
@@ -236,16 +242,7 @@ def trend_z(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     slope over its standard error under AR(1) noise fitted to the residuals of that same line
     (``ar1_noise``): the trend is removed before the noise is measured, so a drift does not
     inflate its own yardstick (the test :class:`ExpandingTrend` makes; module docstring)."""
-    n = values.shape[-1]
-    x = _centred_index(n)
-    mean = values.mean(axis=-1)
-    slope = _dot(values - mean[..., None], x) / _dot(x, x)
-    variance, phi = ar1_noise(values)
-    se = np.sqrt(variance * ar1_slope_variance_factor(phi, n))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        z = np.where(se > 0, slope / np.where(se > 0, se, 1.0), np.sign(slope) * np.inf)
-    z = np.where(slope == 0, 0.0, z)
-    return slope, z, mean + slope * x[-1]
+    return _line_z(values, values)
 
 
 def trend_tests(rows: np.ndarray, critical: float) -> SlopeTests:
