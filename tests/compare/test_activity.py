@@ -234,3 +234,21 @@ def test_good_activity_settings_parse():
     assert settings["wide"].unit == "tokens" and settings["wide"].min == 0.005 and settings["narrow"].off
     with pytest.raises(ValueError, match=r"^compare\.activity\.wider: unknown variant"):
         parse_settings({"activity": {"wider": {}}}, ["narrow", "wide"])
+
+
+def test_a_rejecting_test_keeps_its_verdict_however_little_the_knob_acted():
+    """#52: the gate qualifies a verdict, it never overrules one. A planted +6.5-point effect (SD 0.5
+    points per seed, 5 paired seeds: p ~ 1e-6) under a knob acting on 0.1% of tokens stays "better";
+    the activity is in its columns and its note."""
+    runs = runs_frame({"narrow": {}, "wide": {"algorithm.clip_high": 0.28}}, seeds=range(5))
+    rng = np.random.default_rng(1)
+    h = history({(f"{a}-{s}", "clip/frac_high"): [0.001] for a in ("narrow", "wide") for s in range(5)})
+    planted = np.where(runs["variant"] == "wide", 0.065, 0.0)
+    summary = runs.assign(final_eval_accuracy=0.3 + planted + rng.normal(0, 0.005, len(runs)))
+    table = compare_variants(summary, "narrow", ["final_eval_accuracy"], n_resamples=0,
+                             activity=activity_gates(runs, h, "narrow"))
+    acc = table.for_metric("final_eval_accuracy").set_index("variant").loc["wide"]
+    assert acc["status"] == "better" and acc["verdict"].startswith("better"), acc["verdict"]
+    assert acc["activity"] == pytest.approx(0.001) and acc["activity_min"] == pytest.approx(0.01)
+    assert "clip_high acted on 0.1% of tokens (min 1%), yet the test rejected" in acc["note"]
+    assert table.winners("final_eval_accuracy") == ["wide"]

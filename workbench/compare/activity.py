@@ -1,9 +1,15 @@
-"""The knob-activity gate: a comparison whose knob barely acted is "not testable", not "inconclusive".
+"""The knob-activity gate: a comparison whose knob barely acted and whose test did not reject is
+"not testable", not "inconclusive".
 
 A variant that changes a knob can only change results through what the knob touches. When the
-upper clip bound binds on 0.1% of tokens, no seed count separates ε_high 0.28 from 0.2: the verdict
-is ``not testable: clip_high acted on 0.12% of tokens (min 1%)``, whatever the test says (a
-separation then is seed noise, or chaos from a change that hardly acts, not the knob's mechanism).
+upper clip bound binds on 0.1% of tokens, a comparison that finds no difference says little about
+ε_high 0.28 against 0.2: the verdict is ``not testable: clip_high acted on 0.12% of tokens (min 1%);
+|Δ| > x excluded`` (the effect the corrected interval rules out). The activity qualifies a verdict,
+it never overrules one (#52): a test that rejects stays better / worse / higher / lower, with the
+knob's activity beside it in the row (``activity``) and its note. A change acting on few tokens can
+still move a result (a toy PPO-clip model: the upper bound binding on 0.2-0.3% of samples, entropy
+differing at p ≤ 5e-4 over 32 paired seeds), and the family-wise error of the test already bounds
+how often a "better" is noise; replacing it would turn a controlled decision into an uncontrolled one.
 
 **Which knobs a comparison changes** comes from the runs' logged config (their MLflow params): the
 keys whose values differ between the arm and its baseline arm. Each maps to a registered unit,
@@ -52,8 +58,9 @@ import pandas as pd
 from workbench.registry import Activity
 
 from . import arms as _arms
+from . import wording
 
-__all__ = ["DEFAULT_MIN", "Gate", "Knob", "Reading", "Setting", "activity_gates", "apply_gate", "arm_configs",
+__all__ = ["DEFAULT_MIN", "REJECTING", "Gate", "Knob", "Reading", "Setting", "activity_gates", "apply_gate", "arm_configs",
            "changed_knobs", "gate_metrics", "gate_plans", "markdown_activity_table", "parse_settings", "percent"]
 
 #: Activity below which a knob counts as not acting (a fraction: 1% of its tokens/responses/groups).
@@ -63,6 +70,8 @@ RESULT_SECTIONS = ("model", "task", "sampler", "learner", "rollout", "reward", "
 #: Keys that never change a run's numbers, or only name what other keys resolve (the preset).
 NOT_A_KNOB = frozenset({"learner.checkpoint_every", "reward.overlap", "algorithm.preset"})
 NOT_TESTABLE = "not testable"
+#: The statuses of a test that rejected: the gate never replaces them (module docstring).
+REJECTING = ("better", "worse", "higher", "lower")
 
 
 @dataclass(frozen=True)
@@ -387,13 +396,14 @@ def activity_gates(runs: pd.DataFrame, history: pd.DataFrame, baseline: str,
 
 
 def apply_gate(row: dict[str, Any], gate: Gate | None, reads: Sequence[str] = ()) -> None:
-    """Make a compared row's verdict "not testable" when its arm's knob acted below the minimum.
+    """Make a compared row's verdict "not testable" when its arm's knob acted below the minimum
+    and its test did not reject.
 
     ``reads``: the logged metrics the row's summary reads (a row of the knob's own activity metric
     is not gated). The row's ``activity``/``activity_min`` get the deciding knob's reading; when
-    it is not testable, the test's own verdict moves to the note, the effect the corrected interval
-    excludes is added when it is finite, and seeds needed are cleared (no seed count shows an
-    effect there). "no data" stays."""
+    it is not testable, the test's own verdict moves to the note and the effect the corrected
+    interval excludes is added when it is finite. A rejecting row keeps its verdict (the activity
+    in its columns and note); "no data" stays."""
     if gate is None or not gate.readings or set(reads) & gate.metrics or row.get("verdict") == "no data":
         return
     decider = max(gate.readings, key=lambda r: r.value / r.min if r.min > 0 else math.inf)
@@ -401,7 +411,11 @@ def apply_gate(row: dict[str, Any], gate: Gate | None, reads: Sequence[str] = ()
     notes = [row.get("note") or "", gate.note()]
     if gate.why_open:
         notes.append(f"activity gate open: {gate.why_open}")
-    if gate.not_testable:
+    tested_status = row.get("status") or wording.status(row.get("verdict", ""))
+    if gate.not_testable and tested_status in REJECTING:
+        notes.append(f"{gate.verdict().removeprefix(NOT_TESTABLE + ': ')}, yet the test rejected: "
+                     f"the verdict stands (an activity qualifies a verdict, it does not overrule it)")
+    elif gate.not_testable:
         tested, verdict = row.get("verdict", ""), gate.verdict()
         lo, hi = row.get("delta_lo", math.nan), row.get("delta_hi", math.nan)
         if _finite(lo) and _finite(hi) and lo <= 0.0 <= hi:
