@@ -291,7 +291,7 @@ def test_a_rule_on_metrics_the_config_never_logs_is_not_applicable_not_unevaluat
     from workbench.metrics.catalogue import unlogged_by_config
 
     unlogged = unlogged_by_config(RunConfig().flat())  # defaults: kl_coef 0, no IS correction
-    assert set(unlogged) == {"kl/ref", "mismatch/is_weight_mean", "mismatch/is_clipped_frac"}
+    assert set(unlogged) == {"kl/ref", "mismatch/is_weight_mean", "mismatch/is_clipped_frac", "mismatch/is_reweighted_frac"}
     history = [(step, {"entropy/mean": 1.0, "reward/mean": 0.5}) for step in range(6)]
     rules = HealthMonitor.from_config(None, unlogged=unlogged).recheck(history).report()["rules"]
     assert rules["kl_explosion"]["not_evaluated"] is None

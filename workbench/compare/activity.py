@@ -17,7 +17,8 @@ which declares how to see it act (:class:`workbench.registry.Activity`):
 
 * ``algorithm.clip_low`` / ``clip_high`` (and a loss's other keyword parameters): the loss's
   ``params`` (``clip/frac_low`` / ``clip/frac_high``: tokens);
-* ``algorithm.correction`` / ``correction_cap``: the correction's (``mismatch/is_clipped_frac``: tokens);
+* ``algorithm.correction``: the correction's (``mismatch/is_reweighted_frac``: tokens whose weight
+  differs from 1); ``correction_cap``: its cap's (``mismatch/is_clipped_frac``: tokens it truncated);
 * ``algorithm.batch_filter`` / ``filter_on`` / ``max_sampling_rounds``: the filter's
   (``batch/filtered_frac``: groups);
 * ``algorithm.token_filters``: each filter added or removed (``overlong``: ``length/truncated_frac``, responses);
@@ -284,8 +285,10 @@ def _knobs_of(key: str, a: Any, b: Any, arm: Mapping[str, Any], base: Mapping[st
     if key == "algorithm.correction":
         return [unit("correction", v) for v in (a, b) if v is not None]
     if key == "algorithm.correction_cap":
-        return [unit("correction", v) for v in {arm.get("algorithm.correction"), base.get("algorithm.correction")}
-                if v is not None] or [Knob(key, None)]
+        names = sorted({v for v in (arm.get("algorithm.correction"), base.get("algorithm.correction"))
+                        if isinstance(v, str) and v in reg["correction"]})
+        return [Knob(f"correction_cap ({n})", reg["correction"].activity(n).params.get("correction_cap"))
+                for n in names] or [Knob(key, None)]
     if key in ("algorithm.batch_filter", "algorithm.filter_on", "algorithm.max_sampling_rounds"):
         return [unit("batch filter", v) for v in {arm.get("algorithm.batch_filter"), base.get("algorithm.batch_filter")}
                 if v is not None] or [Knob(key, None)]
@@ -452,8 +455,11 @@ def markdown_activity_table() -> str:
             setting = f"`algorithm.{param}`" if param in ("clip_low", "clip_high", "dual_clip") \
                 else f"`algorithm.loss_params.{param}`"
             rows.setdefault(_row(setting, activity), []).append(f"`{loss}`")
-    for kind, setting in (("correction", "`algorithm.correction`, `correction_cap`"),
-                          ("batch filter", "`algorithm.batch_filter`, `filter_on`, `max_sampling_rounds`"),
+    for name in reg["correction"].names():
+        rows.setdefault(_row("`algorithm.correction`", reg["correction"].activity(name)), []).append(f"`{name}`")
+        cap = reg["correction"].activity(name).params.get("correction_cap")
+        rows.setdefault(_row("`algorithm.correction_cap`", cap), []).append(f"`{name}`")
+    for kind, setting in (("batch filter", "`algorithm.batch_filter`, `filter_on`, `max_sampling_rounds`"),
                           ("token filter", "`algorithm.token_filters`"), ("shaping", "`reward.shaping`")):
         for name in reg[kind].names():
             rows.setdefault(_row(setting, reg[kind].activity(name)), []).append(f"`{name}`")
