@@ -184,7 +184,8 @@ CATALOGUE: tuple[MetricSpec, ...] = (
                healthy_range=(0.0, 0.001)),
     MetricSpec("perf/algorithm_s", "time inside the algorithm units (advantages, IS weights, loss)", "s", "down", NON_NEGATIVE,
                healthy_range=(0.001, 0.01)),
-    MetricSpec("batch/sampling_rounds", "sampling rounds used to fill the batch (dynamic sampling)", "count", "down", NON_NEGATIVE,
+    MetricSpec("batch/sampling_rounds", "sampling rounds used to fill the batch (logged only with a batch filter)", "count",
+               "down", NON_NEGATIVE,
                healthy_range=(1.0, 1.0)),
     MetricSpec("train/optimizer_steps", "optimizer steps this RL step (epochs × minibatches)", "count", "none", NON_NEGATIVE,
                healthy_range=(1.0, 1.0)),
@@ -217,6 +218,9 @@ def unlogged_by_config(params: Mapping[str, Any]) -> dict[str, str]:
     if "algorithm.correction" in params and off("algorithm.correction"):
         for name in ("mismatch/is_weight_mean", "mismatch/is_clipped_frac", "mismatch/is_reweighted_frac"):
             absent[name] = "algorithm.correction is not set"
+    if "algorithm.batch_filter" in params and off("algorithm.batch_filter"):
+        for name in ("batch/filtered_frac", "batch/sampling_rounds"):
+            absent[name] = "algorithm.batch_filter is not set"
     return absent
 
 
