@@ -442,7 +442,7 @@ def _round_up(x: float) -> str:
 
 
 # --------------------------------------------------------------------------------------------
-# The defaults, as the table in docs/reports.md and the README (``make docs``)
+# The defaults, as the table in docs/reports.md and docs/compare.md (``make docs``)
 # --------------------------------------------------------------------------------------------
 
 
