@@ -583,3 +583,26 @@ def test_ui_of_an_unknown_study_exits_2_before_starting_a_server(tmp_path_factor
     result = CliRunner().invoke(app, ["ui", "report-micr", "--port", str(_free_port())])
     assert result.exit_code == 2, result.output
     assert "no study 'report-micr'" in result.output and "did you mean 'report-micro'" in result.output
+
+
+def test_ui_piped_to_head_keeps_serving_the_url_it_printed(served):
+    """#53: `workbench ui | head -1` (the README's form for scripts) printed a URL and then died when head
+    closed the pipe, taking the server with it. Now the first line is the health view's URL and the server
+    keeps answering it after head has gone."""
+    served.wait_ready()
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    command = f"{sys.executable} -m workbench.cli.main ui {STUDY} --port {port} 2>/dev/null | head -1"
+    shell = subprocess.Popen(["sh", "-c", command], cwd=served.home, env=env, stdout=subprocess.PIPE, text=True,
+                             start_new_session=True)
+    try:
+        first = shell.stdout.readline().strip()
+        assert first.startswith(f"http://127.0.0.1:{port}/#/experiments/"), first
+        assert shell.stdout.read() == ""  # head has exited: the pipe is closed
+        time.sleep(3)  # the links after the first line have hit the closed pipe by now
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=10) as answer:
+            assert answer.status == 200
+        assert shell.poll() is None  # `workbench ui` still runs (sh waits for it)
+    finally:
+        os.killpg(shell.pid, signal.SIGTERM)
+        shell.wait(timeout=30)

@@ -93,6 +93,7 @@ def test_the_lucky_single_seed_winner_loses_on_confirmation_and_export_follows(t
     assert f"confirmed on 3 fresh seed(s): best trial {steady.number}" in " ".join(out.output.split())
     text = (tmp_path / "best.yaml").read_text()
     assert yaml.safe_load(text)["variants"]["tuned"] == {"learner": {"lr": STEADY}}
+    assert yaml.safe_load(text)["seeds"] == list(FRESH)  # run on the seeds that confirmed it (#53)
     assert f"# confirmed on 3 fresh seed(s): best trial {steady.number}" in text
     report = write_report(study, spec, tmp_path / "report.html", log_to_mlflow=False).read_text()
     assert "Confirmation on fresh seeds" in report

@@ -153,6 +153,8 @@ def test_seeds_are_averaged_and_reported_on_one_learner_step_axis(monkeypatch):
     assert trial.intermediate_values == {1: 1.0, 2: 1.0, 3: 6.0, 4: 6.0}
     assert trial.user_attrs[INTERMEDIATE_SEEDS] == {"1": 1, "2": 1, "3": 2, "4": 2}
     assert trial.user_attrs[STEPS] == 4 and trial.user_attrs["workbench.values_by_seed"] == {"0": [1.0], "1": [11.0]}
+    # where the trial started: the objective's metric at step 0, averaged over the seeds (0 and 10)
+    assert trial.user_attrs["workbench.start_value"] == pytest.approx(5.0)
 
 
 def test_multi_objective_values_summary_metrics_and_constraints(monkeypatch):

@@ -76,3 +76,32 @@ def test_nothing_to_export_before_a_trial_completes(tmp_path):
         export_best(study, spec, tmp_path / "best.yaml")
     page = write_report(study, spec, tmp_path / "r.html", log_to_mlflow=False).read_text()
     assert "no trial has completed yet" in page and "not available yet" in page
+
+
+def test_a_search_whose_trials_all_end_below_their_start_says_it_found_nothing(tmp_path):
+    """#53, a newcomer's search: every trial starts at 0.35 eval accuracy (step 0, the untrained policy) and
+    ends at 0.35, 0.31, 0.23, 0.16 or 0.00. The table and report show each trial's start and gain, the
+    search says it found nothing instead of naming a best, and --export-best refuses in one line."""
+    from workbench.search.report import search_gain, trial_rows
+
+    spec = load_spec(write_search_study(tmp_path / "study.yaml", "flat", {"params": SPACE, "n_trials": 5}))
+    study = optuna.create_study(direction="maximize")
+    for lr, end in [(1e-3, 0.35), (2e-3, 0.31), (3e-3, 0.23), (5e-3, 0.16), (1e-2, 0.0)]:
+        add(study, lr, "grpo", [end], **{"workbench.start_value": 0.35})
+    gain = search_gain(study, spec)
+    assert gain.found is False
+    assert gain.line == ("no trial ends beyond its starting eval/accuracy 0.35 (the best, trial 0, ends at 0.35): "
+                         "the search found nothing")
+    rows = {r["trial"]: r for r in trial_rows(study.trials, spec)}
+    assert (rows[0]["start"], rows[0]["gain"]) == (0.35, 0.0)
+    assert rows[4]["gain"] == pytest.approx(-0.35)  # ends at 0 from 0.35
+    page = write_report(study, spec, tmp_path / "r.html", log_to_mlflow=False).read_text()
+    assert "<h2>Trials (none beat the start)" in page and "the search found nothing" in page
+    with pytest.raises(SearchError, match="the search found nothing; nothing to export"):
+        export_best(study, spec, tmp_path / "best.yaml")
+    assert not (tmp_path / "best.yaml").exists()
+
+    add(study, 4e-3, "dr_grpo", [0.41], **{"workbench.start_value": 0.35})  # one trial gains 6 points
+    gain = search_gain(study, spec)
+    assert gain.found is True and gain.line.startswith("trial 5 gains +0.06 eval/accuracy over the start 0.35")
+    assert "not confirmed" in gain.line

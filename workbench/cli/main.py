@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -517,16 +518,17 @@ def ui(study: Annotated[str | None, typer.Argument(
                             log_path, relay)
         first = _first_link(base, studies)
         line = lambda text: console.print(text, markup=False, highlight=False, soft_wrap=True)  # noqa: E731 - a one-line helper, named where it is used
-        line(first)  # alone on the first line: `workbench ui | head -1`, a terminal's click
-        console.print(f"MLflow UI at [bold]{escape(base)}[/bold] (store {escape(redact_uri(uri))}"
-                      + (f"; server log {escape(str(log_path))}" if log_path else "") + "; Ctrl-C stops it)",
-                      highlight=False, soft_wrap=True)
+        # `| head -1` reads the first line and leaves: later writes to the closed pipe must not stop the server
+        _to_stdout(lambda: line(first))  # alone on the first line: `workbench ui | head -1`, a terminal's click
+        _to_stdout(lambda: console.print(f"MLflow UI at [bold]{escape(base)}[/bold] (store {escape(redact_uri(uri))}"
+                                         + (f"; server log {escape(str(log_path))}" if log_path else "")
+                                         + "; Ctrl-C stops it)", highlight=False, soft_wrap=True))
         if exposed:
             err_console.print(f"[yellow]warning:[/yellow] listening on {escape(host)}: anyone who can reach this "
                               "machine can read and change the store (MLflow has no authentication unless "
                               "configured: `mlflow server --app-name basic-auth`)", highlight=False, soft_wrap=True)
         for s in studies:
-            _print_study_links(base, s)
+            _to_stdout(lambda s=s: _print_study_links(base, s))
         if open_browser:
             _open_browser(first)
         while proc.poll() is None:
@@ -547,6 +549,27 @@ def ui(study: Annotated[str | None, typer.Argument(
     if not stopped:
         raise fail(f"mlflow server stopped by itself (exit code {proc.returncode})"
                    + (f"; its log: {_log_tail(log_path)}" if log_path else "; see its messages above"), code=1)
+
+
+def _to_stdout(write: Callable[[], None]) -> None:
+    """Run ``write`` (prints to stdout) and flush; when the reader has closed the pipe (`| head -1`),
+    send stdout to /dev/null instead of failing, so a long-running command keeps running (#53)."""
+    try:
+        write()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _stdout_to_devnull()
+    except SystemExit as exit_:  # rich's Console.on_broken_pipe: stdout already at /dev/null, then exit 1
+        if not isinstance(exit_.__context__, BrokenPipeError):
+            raise
+
+
+def _stdout_to_devnull() -> None:
+    """Point file descriptor 1 at /dev/null: the reader of our stdout is gone (a closed pipe), and
+    every later write, the interpreter's last flush included, would raise BrokenPipeError."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 def _open_browser(url: str) -> None:

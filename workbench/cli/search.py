@@ -220,7 +220,7 @@ def print_importances(ostudy, spec) -> None:
 
 def print_best(ostudy, spec, top: int = 5) -> None:
     from workbench.search.confirm import confirmation_lines, confirmed_arms  # deferred: pydantic
-    from workbench.search.report import CONFIRMED_COLUMNS, best_trials, trial_rows  # deferred: pydantic
+    from workbench.search.report import CONFIRMED_COLUMNS, best_trials, search_gain, trial_rows  # deferred: pydantic
     from workbench.search.worker import trial_counts  # deferred: pydantic
 
     arms = confirmed_arms(ostudy, spec)
@@ -231,7 +231,12 @@ def print_best(ostudy, spec, top: int = 5) -> None:
         console.print(f"{spec.optuna_name}: no complete trial yet ({c['PRUNED']} pruned, {c['FAIL']} failed, "
                       f"{c['RUNNING']} running)", highlight=False, soft_wrap=True)
         return
-    columns = ["trial", *spec.objective_names(), *(CONFIRMED_COLUMNS if arms else ()), *spec.params, "learner steps"]
+    gain = search_gain(ostudy, spec, arms)
+    if gain.found is False:
+        title = "trials (none beat the start)"
+    started = ["start", "gain"] if any("start" in row for row in rows) else []
+    columns = ["trial", *spec.objective_names(), *started, *(CONFIRMED_COLUMNS if arms else ()), *spec.params,
+               "learner steps"]
     table = Table(title=f"{spec.optuna_name}: {title}")
     for col in columns:
         table.add_column(col, justify="left" if col == "trial" else "right")
@@ -240,6 +245,8 @@ def print_best(ostudy, spec, top: int = 5) -> None:
     console.print(table)
     for line in confirmation_lines(arms, spec):
         console.print(line, highlight=False, soft_wrap=True)
+    if gain.line:
+        console.print(gain.line, highlight=False, soft_wrap=True, markup=False)
 
 
 def register(app: typer.Typer) -> None:

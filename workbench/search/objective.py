@@ -29,7 +29,8 @@ learner step. How many seeds each intermediate value averages is the trial's
 Trial user attributes (all ``workbench.*``): ``worker`` (host:pid), ``outcome`` (COMPLETE, PRUNED,
 FAILED, over_budget), ``prune_reason``, ``pruned_by`` (optuna | health), ``learner_steps`` (RL
 steps the trial used, all seeds), ``mlflow_run_ids``, ``values_by_seed``, ``intermediate_seeds``,
-``error``, ``retry_of``.
+``error``, ``retry_of``, ``start_value`` (the first objective's metric at step 0, mean over the seeds
+that logged it: where the trial started, so that a search can say whether any trial gained).
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ BY_SEED = "workbench.values_by_seed"
 ERROR = "workbench.error"
 RETRY_OF = "workbench.retry_of"
 INTERMEDIATE_SEEDS = "workbench.intermediate_seeds"
+START = "workbench.start_value"  # the first objective's metric at step 0 (the untrained policy), seed mean
 OVER_BUDGET = "over_budget"
 
 
@@ -131,6 +133,7 @@ class SeedResult:
     steps: int
     values: list[float] = field(default_factory=list)  # per objective
     constraints: list[float] = field(default_factory=list)  # per constraint
+    start: float | None = None  # the first objective's metric at step 0, if logged there
     prune_reason: str = ""
     pruned_by: str = ""
     error: str = ""
@@ -207,6 +210,7 @@ class TrialObjective:
         constraint_values: list[list[float]] = []
         curves: list[dict[int, float]] = []  # per seed run: eval step -> its running objective value
         reported_seeds: dict[str, int] = {}  # learner step -> seeds its intermediate value averages
+        starts: list[float] = []  # per seed: the first objective's metric at step 0
         steps = 0
         for index, seed in enumerate(self.spec.seeds):
             try:
@@ -237,6 +241,9 @@ class TrialObjective:
                 raise optuna.TrialPruned(result.prune_reason)
             by_seed[str(seed)] = [_finite_or_none(v) for v in result.values]
             constraint_values.append(result.constraints)
+            if result.start is not None:
+                starts.append(result.start)
+                trial.set_user_attr(START, math.fsum(starts) / len(starts))
         trial.set_user_attr(BY_SEED, by_seed)
         return runs, by_seed, constraint_values, steps, started
 
@@ -259,8 +266,13 @@ class TrialObjective:
         def on_eval(step: int, problems) -> None:
             evals[step] = problems
 
+        start: list[float] = []
+
         def on_step(step: int, metrics: dict[str, float]) -> None:
             summary.observe(step, metrics)
+            if step == 0 and isinstance(metrics.get(first.metric), (int, float)) \
+                    and math.isfinite(metrics[first.metric]):
+                start.append(float(metrics[first.metric]))
             if spec.multi_objective or "eval/accuracy" not in metrics:  # report at eval steps only
                 return
             if step == 0 and (index > 0 or not spec.config.include_step0):
@@ -293,7 +305,8 @@ class TrialObjective:
                                   on_eval=on_eval if spec.per_problem_pruning else None)
         except Exception as error:  # noqa: BLE001 - e.g. preflight: the trial fails, the worker goes on
             return SeedResult(None, 0, error=f"{type(error).__name__}: {error}")
-        result = SeedResult(outcome.run_id, outcome.steps, tracking_lost=outcome.tracking_lost)
+        result = SeedResult(outcome.run_id, outcome.steps, tracking_lost=outcome.tracking_lost,
+                            start=start[0] if start else None)
         if outcome.status != "FINISHED":
             result.error = outcome.error or outcome.status
             return result

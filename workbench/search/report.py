@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import math
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from workbench.search.confirm import BASELINE, confirmation_lines, confirmed_arms, search_ranked
-from workbench.search.objective import OUTCOME, OVER_BUDGET, PRUNE_REASON, RUNS, STEPS, WORKER
+from workbench.search.objective import OUTCOME, OVER_BUDGET, PRUNE_REASON, RUNS, START, STEPS, WORKER
 from workbench.search.spec import SearchSpec
 from workbench.search.worker import PARENT, SearchError, SearchWorker, TuneOptions, _quiet_optuna, trial_counts
 from workbench.tracking.store import resolve_tracking_uri
@@ -93,6 +94,10 @@ def trial_rows(trials, spec: SearchSpec, confirmed: list | None = None) -> list[
             values = [t.intermediate_values[max(t.intermediate_values)]] + [None] * (len(names) - 1)
         for name, v in zip(names, values, strict=True):
             row[name] = _fmt_value(v)
+        start = t.user_attrs.get(START)
+        if start is not None and not spec.multi_objective:
+            row["start"] = _fmt_value(start)
+            row["gain"] = _fmt_value(values[0] - start) if values[0] is not None else None
         if arms:
             row |= confirmed_cells(arms[t.number]) if t.number in arms else dict.fromkeys(CONFIRMED_COLUMNS)
         for name in spec.params:
@@ -173,9 +178,13 @@ def write_report(ostudy, spec: SearchSpec, path: str | os.PathLike[str], *, log_
     all_rows = trial_rows(trials, spec, arms)
     sections = []
     what = "Pareto-optimal trials" if spec.multi_objective else "Best trials"
+    gain = search_gain(ostudy, spec, arms)
+    if gain.found is False:
+        what = "Trials (none beat the start)"
     if best:
-        sections.append(Section(what, body_html=df_table_html(pd.DataFrame(trial_rows(best, spec, arms)),
-                                                                left=["state", "note", "worker"])))
+        sections.append(Section(what, note=gain.line,
+                                body_html=df_table_html(pd.DataFrame(trial_rows(best, spec, arms)),
+                                                        left=["state", "note", "worker"])))
     else:
         sections.append(Section(what, note="no trial has completed yet"))
     if arms:
@@ -221,6 +230,50 @@ def _log_artifacts(ostudy, spec: SearchSpec, path: Path, rows: list[dict[str, An
             client.log_artifact(parent, str(csv))
 
 
+@dataclass(frozen=True)
+class SearchGain:
+    """Whether a search found anything: its trials' starting score (the first objective's metric at
+    step 0, the untrained policy, the same for every trial) against what its best trial ends at."""
+
+    found: bool | None  # None: no trial logged a start (nothing to say)
+    line: str
+
+
+def search_gain(ostudy, spec: SearchSpec, arms: list | None = None) -> SearchGain:
+    """With a confirmation, its own test: the best confirmed trial's 95% t interval (over the fresh
+    seeds) must exclude the start on the better side. Without one, the best COMPLETE trial's search
+    value must beat the start (one draw per trial: said so)."""
+    if spec.multi_objective:
+        return SearchGain(None, "")
+    metric = spec.objective_names()[0]
+    maximize = spec.directions[0] == "maximize"
+    better = (lambda a, b: a > b) if maximize else (lambda a, b: a < b)
+    complete = [t for t in ostudy.get_trials(deepcopy=False)
+                if t.state.name == "COMPLETE" and t.values and t.user_attrs.get(START) is not None]
+    if not complete:
+        return SearchGain(None, "")
+    start = float(complete[0].user_attrs[START])
+    confirmed = [a for a in arms or [] if a.trial is not None and a.estimate is not None]
+    if confirmed:
+        best = confirmed[0]
+        e = best.estimate
+        bound = e.lo if maximize else e.hi
+        if math.isfinite(bound) and better(bound, start):
+            return SearchGain(True, f"{best.name} gains {e.value - start:+.4g} {metric} over the start {start:.4g} "
+                                    f"(its 95% t interval on {len(best.values)} fresh seeds, [{e.lo:.4g}, {e.hi:.4g}], "
+                                    f"excludes the start)")
+        return SearchGain(False, f"no confirmed trial beats the start: {best.name} ends at {e.value:.4g} "
+                                 f"[{e.lo:.4g}, {e.hi:.4g}] against the starting {metric} {start:.4g}: "
+                                 "the search found nothing")
+    best_trial = max(complete, key=lambda t: t.values[0]) if maximize else min(complete, key=lambda t: t.values[0])
+    value = best_trial.values[0]
+    if better(value, start):
+        return SearchGain(True, f"trial {best_trial.number} gains {value - start:+.4g} {metric} over the start "
+                                f"{start:.4g} (one draw per trial, not confirmed: search.confirm tests it on fresh seeds)")
+    return SearchGain(False, f"no trial ends beyond its starting {metric} {start:.4g} (the best, trial "
+                             f"{best_trial.number}, ends at {value:.4g}): the search found nothing")
+
+
 def export_best(ostudy, spec: SearchSpec, path: str | os.PathLike[str]) -> list[str]:
     """Write the best configuration (several objectives: every Pareto-optimal one) as study
     variants to ``path``; returns the variant names.
@@ -233,6 +286,9 @@ def export_best(ostudy, spec: SearchSpec, path: str | os.PathLike[str]) -> list[
     arms = confirmed_arms(ostudy, spec)
     if not best:
         raise SearchError(f"search {spec.optuna_name!r} has no COMPLETE trial yet: nothing to export")
+    gain = search_gain(ostudy, spec, arms)
+    if gain.found is False:
+        raise SearchError(f"search {spec.optuna_name!r}: {gain.line}; nothing to export")
     names = spec.objective_names()
     variants: dict[str, Any] = {}
     lines = [f"# Best configuration of search {spec.optuna_name!r} (variant {spec.variant!r} + sampled values;",
@@ -252,6 +308,8 @@ def export_best(ostudy, spec: SearchSpec, path: str | os.PathLike[str]) -> list[
     lines += [f"# {line}" for line in confirmation_lines(arms, spec)]
     if arms and arms[0].name == BASELINE:
         lines.append(f"# (exported: the best confirmed trial; the baseline is variant {spec.variant!r} itself)")
+    if gain.line:
+        lines.append(f"# {gain.line}")
     if spec.study.source:
         include = os.path.relpath(Path(spec.study.source).resolve(), path.resolve().parent)
         data: dict[str, Any] = {"include": include, "variants": variants}
@@ -260,6 +318,9 @@ def export_best(ostudy, spec: SearchSpec, path: str | os.PathLike[str]) -> list[
                 "seeds": list(spec.study.seeds)}
         if spec.study.health is not None:
             data["health"] = spec.study.health
+    if arms and spec.config.confirm is not None:  # run on the seeds that confirmed it, not the search's
+        data["seeds"] = list(spec.config.confirm.seeds)
+        lines.append(f"# seeds: the confirmation's {list(spec.config.confirm.seeds)}")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n" + yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
     return [name for name in variants if name != spec.variant]
@@ -271,6 +332,9 @@ def best_summary_lines(ostudy, spec: SearchSpec, top: int = 5) -> list[str]:
     rows = trial_rows(best_trials(ostudy, spec, top), spec, arms)
     names = spec.objective_names()
     out = list(confirmation_lines(arms, spec))
+    gain = search_gain(ostudy, spec, arms)
+    if gain.line:
+        out.append(gain.line)
     for row in rows:
         values = ", ".join(f"{n}={row[n]}" for n in names)
         if row.get("confirmed mean") is not None:
