@@ -215,3 +215,23 @@ def test_a_gsm8k_answer_sampled_after_the_template_is_extracted_and_verified(qwe
     with AnswerVerifier(timeout_s=2.0, scorer=ANSWER_SCORERS["gsm8k"]) as verifier:
         scored = score_rollouts(verifier, rollouts, shaping=())
     assert scored.correct.tolist() == [True, True, False, False]
+
+
+@pytest.mark.parametrize(("template", "expected"), [
+    # 10^10 loop iterations: hangs for hours without the budget
+    ("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
+     "{% if add_generation_prompt %}A:{% endif %}", r"did not render a one-line prompt within 5 s"),
+    # a string doubled 25 times: 2^25 = 33,554,432 characters, plus "A:", for one prompt
+    ("{% set s = namespace(x='a') %}{% for i in range(25) %}{% set s.x = s.x ~ s.x %}{% endfor %}{{ s.x }}"
+     "{% if add_generation_prompt %}A:{% endif %}", r"renders a one-line prompt as 33,554,434 characters"),
+])
+def test_a_template_that_loops_or_explodes_is_refused_in_one_line_within_its_budget(qwen2_chat_dir, template, expected):
+    """#53: a CPU-heavy chat template hung `plan`. The checks render it within a time budget (5 s) and
+    a size budget (10^6 characters) and refuse it in one line naming model.chat_template."""
+    import time
+
+    _, tokenizer = load(qwen2_chat_dir)
+    started = time.monotonic()
+    with pytest.raises(ChatTemplateError, match=expected):
+        chat_format(qwen2_chat_dir, tokenizer, chat_template=template)
+    assert time.monotonic() - started < 60  # the budget, plus a loaded machine's slack

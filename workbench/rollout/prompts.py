@@ -14,6 +14,10 @@ tokens the sampler conditioned on.
 
 from __future__ import annotations
 
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,8 +28,56 @@ TEMPLATE_MARKERS = ("{%", "{{")  # a chat_template value holding these is Jinja,
 PROBE_REPLY = "WORKBENCH-REPLY-PROBE"  # an assistant turn's content, to find what the template writes after it
 
 
+# A chat template is a program: transformers renders it in Jinja's immutable sandbox (no attribute
+# access outside the sandbox's rules, ranges capped at 100,000 items), which bounds what it can reach
+# but not what it costs: nested loops or a string doubled in a loop hang `plan` or exhaust memory.
+# The checks that render it before any run (`check_generation_prompt`, `end_of_turn_ids`) do so within
+# these budgets (#53).
+MAX_TEMPLATE_CHARS = 1_000_000  # the template's source; real ones are 1-10 kB (Qwen2.5's is ~2.5 kB)
+MAX_RENDERED_CHARS = 1_000_000  # one rendered probe prompt; a real one is a few hundred characters
+RENDER_SECONDS = 5.0  # a real template renders the probe in milliseconds
+
+
 class ChatTemplateError(ValueError):
     """A chat template that is missing, unreadable, or cannot wrap a prompt for generation."""
+
+
+class _RenderTimeout(Exception):
+    pass
+
+
+@contextmanager
+def render_budget(seconds: float = RENDER_SECONDS) -> Iterator[None]:
+    """Stop a template that renders for longer than ``seconds`` (``ChatTemplateError``). The alarm is a
+    real-time interval timer, so it applies on the main thread (``plan`` and ``run`` check templates
+    there); elsewhere the render runs without it, bounded by the sandbox and the size checks."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(signum, frame):
+        raise _RenderTimeout
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    except _RenderTimeout:
+        raise ChatTemplateError(f"model.chat_template did not render a one-line prompt within {seconds:g} s: "
+                                "a template that loops this long would stall every step") from None
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _checked_render(tokenizer, messages, **kwargs) -> str:
+    """``apply_chat_template`` of ``messages`` to text within the time and size budgets."""
+    with render_budget():
+        text = tokenizer.apply_chat_template(messages, tokenize=False, **kwargs)
+    if len(text) > MAX_RENDERED_CHARS:
+        raise ChatTemplateError(f"model.chat_template renders a one-line prompt as {len(text):,} characters "
+                                f"(more than {MAX_RENDERED_CHARS:,})")
+    return text
 
 
 @dataclass(frozen=True)
@@ -76,6 +128,9 @@ def resolve_prompt_format(model_cfg: ModelConfig, tokenizer, model_path: str | P
                 "model.prompt_template as plain text, or give a Jinja template or a file")
     else:
         tokenizer.chat_template = read_template(setting)
+    if len(tokenizer.chat_template) > MAX_TEMPLATE_CHARS:
+        raise ChatTemplateError(f"model.chat_template is {len(tokenizer.chat_template):,} characters long "
+                                f"(more than {MAX_TEMPLATE_CHARS:,})")
     check_generation_prompt(tokenizer, model_cfg.system_prompt)
     stops = [tokenizer.eos_token_id, *end_of_turn_ids(tokenizer, model_cfg.system_prompt)]
     return PromptFormat(template=model_cfg.prompt_template, stop_ids=tuple(dict.fromkeys(stops)), chat=True,
@@ -101,8 +156,10 @@ def check_generation_prompt(tokenizer, system_prompt: str | None) -> None:
     leaves the assistant header to the model, which would then be scored on writing it."""
     messages = chat_messages("1+1=", system_prompt)
     try:
-        with_prompt = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        without = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=False)
+        with_prompt = _checked_render(tokenizer, messages, add_generation_prompt=True)
+        without = _checked_render(tokenizer, messages, add_generation_prompt=False)
+    except ChatTemplateError:
+        raise
     except Exception as error:  # noqa: BLE001 - Jinja syntax/undefined errors, a template raising on a system turn
         raise ChatTemplateError(f"model.chat_template cannot render a prompt: {error}") from None
     if with_prompt == without:
@@ -117,7 +174,9 @@ def end_of_turn_ids(tokenizer, system_prompt: str | None) -> list[int]:
     ``<|eot_id|>``), if it writes one; found by rendering a probe reply."""
     messages = [*chat_messages("1+1=", system_prompt), {"role": "assistant", "content": PROBE_REPLY}]
     try:
-        text = tokenizer.apply_chat_template(messages, tokenize=False)
+        text = _checked_render(tokenizer, messages)
+    except ChatTemplateError:
+        raise
     except Exception:  # noqa: BLE001 - a template that refuses assistant turns: EOS is the only stop
         return []
     _, found, after = text.rpartition(PROBE_REPLY)
