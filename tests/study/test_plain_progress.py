@@ -65,3 +65,23 @@ def test_a_terminal_gets_the_live_bar_and_no_plain_lines():
         bar.run_started("a/seed=0", 2)
         bar.run_step("a/seed=0", 0, {"reward/mean": 0.5, "eval/accuracy": 0.5})
     assert "progress a/seed=0" not in out.getvalue()
+
+
+def test_the_finished_line_prints_the_final_eval_accuracy_as_run_and_compare_define_it():
+    """#53: a newcomer saw 0.43 on the FINISHED line (the last eval), 0.388 in `run`'s table and another
+    figure in the README for one run. The line now prints "eval final" with the table's definition: the
+    mean of the last 3 evals after step 0 — here (0.40 + 0.45 + 0.50) / 3 = 0.450, not the last 0.50
+    and not counting step 0's 0.10."""
+    from workbench.metrics.final import final_eval_value
+
+    out = io.StringIO()
+    bar = StudyProgress("s", total=1, console=Console(file=out), plain_every=3600)
+    evals = {0: 0.10, 2: 0.30, 4: 0.40, 6: 0.45, 8: 0.50}
+    with bar:
+        bar.run_started("a/seed=0", 8)
+        for step in range(9):
+            bar.run_step("a/seed=0", step, {"reward/mean": 0.5} | ({"eval/accuracy": evals[step]} if step in evals else {}))
+        bar.run_ended("a/seed=0", "FINISHED", "health ok")
+    (finished,) = [line for line in out.getvalue().splitlines() if " FINISHED " in line]
+    assert " eval final 0.450 health ok " in finished, finished
+    assert final_eval_value(list(evals), list(evals.values())) == pytest.approx(0.45)  # the same function

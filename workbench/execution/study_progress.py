@@ -17,10 +17,11 @@ lines instead, flushed at once: one per running run every ``WORKBENCH_PROGRESS_E
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, ProgressColumn, TaskID, TextColumn, TimeElapsedColumn
@@ -35,6 +36,7 @@ class _Running:
     started: float = 0.0
     eval: str = ""
     stats: str = ""  # plain text: reward, acc, eval, health
+    evals: list[tuple[int, float]] = field(default_factory=list)  # (RL step, eval/accuracy), for "final"
 
 
 PROGRESS_EVERY_ENV = "WORKBENCH_PROGRESS_EVERY"
@@ -153,6 +155,7 @@ class StudyProgress:
         evaluated = "eval/accuracy" in metrics
         if evaluated:
             run.eval = f"eval {metrics['eval/accuracy']:.2f}@{step}"  # accuracy at RL step
+            run.evals.append((step, float(metrics["eval/accuracy"])))
         parts = [f"reward {metrics['reward/mean']:.2f}" if "reward/mean" in metrics else "",
                  f"acc {metrics['accuracy/train']:.2f}" if "accuracy/train" in metrics else "", run.eval]
         health = metrics.get("health/status", 0)
@@ -184,11 +187,12 @@ class StudyProgress:
             self.progress.remove_task(run.task)
             took = format_duration(time.monotonic() - run.started)
             colour = {"FINISHED": "green", "KILLED": "yellow"}.get(status, "red")
+            shown = _final_text(run) if status == "FINISHED" else run.eval
             if self.plain:
-                self._plain_line(f"{status} {label} {run.eval} {detail} ({took}) | "
+                self._plain_line(f"{status} {label} {shown} {detail} ({took}) | "
                                  f"study {self.skipped + self.finished}/{self.total}".replace("  ", " "))
             elif self.enabled:
-                self.progress.console.print(f"  [{colour}]{status:<8}[/{colour}] {label}  {run.eval}  {detail}  "
+                self.progress.console.print(f"  [{colour}]{status:<8}[/{colour}] {label}  {shown}  {detail}  "
                                             f"({took})", highlight=False)
         self._refresh()
         if self.after_run is not None:
@@ -249,6 +253,18 @@ class RunView:
         finished = status not in ("FAILED", "KILLED")
         self.owner.run_ended(self.label, "FINISHED" if finished else status,
                              f"health {status}" if finished else detail)
+
+
+def _final_text(run: _Running) -> str:
+    """A finished run's final eval accuracy, as ``run``'s table and ``compare`` define it
+    (workbench.metrics.final): ``eval final 0.433``; the last eval when there is none after step 0."""
+    from workbench.metrics.final import final_eval_value
+
+    if not run.evals:
+        return run.eval
+    steps, values = zip(*run.evals, strict=True)
+    final = final_eval_value(steps, values)
+    return run.eval if math.isnan(final) else f"eval final {final:.3f}"  # the run table's label and digits
 
 
 def format_duration(seconds: float) -> str:
