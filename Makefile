@@ -12,11 +12,19 @@ TORCH  := torch==2.13.0  # the CPU wheel; an unpinned torch pulls a multi-GB CUD
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+# What `workbench` itself needs (torch, transformers, MLflow, Optuna, ...): all `make demo` installs.
+CORE_STAMP := $(VENV)/.installed-core
+$(CORE_STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q "$(TORCH)"
-	$(BIN)/pip install -q -e '.[dev,ray,trackers]'  # ray: the Ray executor's tests start a local cluster; trackers: TensorBoard/W&B import tests
+	$(BIN)/pip install -q -e .
+	touch $@
+
+# The suite's extras on top: test tools and linters (dev), ray (the Ray executor's tests start a local
+# cluster), trackers (TensorBoard/W&B import tests).
+$(STAMP): $(CORE_STAMP)
+	$(BIN)/pip install -q -e '.[dev,ray,trackers]'
 	touch $@
 
 # verl's own deps conflict with ours: its core functions are installed, without deps, beside
@@ -53,7 +61,7 @@ $(TRL_STAMP): pyproject.toml
 	$(TRL)/bin/python -c "import trl, workbench"
 	touch $@
 
-demo: install
+demo: $(CORE_STAMP)  # not the test extras: a demo needs no Ray, TensorBoard, W&B or browser
 	$(BIN)/workbench run studies/sanity.yaml
 
 # The main suite, then the engine suite and the TRL import tests in their own venvs when

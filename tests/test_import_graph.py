@@ -141,6 +141,7 @@ def test_workbench_import_graph_is_acyclic():
 # layer are independent of each other.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors",),  # the one error vocabulary
+    ("progress",),  # how often long work prints a plain progress line
     ("safe_io",),  # the one way to open a user's file (regular, bounded, budgeted YAML/JSON)
     ("registry",),  # named units
     ("tasks",),  # problems and gold answers

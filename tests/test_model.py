@@ -1,6 +1,7 @@
 """The built-in tiny model: deterministic from its config, cached, a standard HF directory."""
 
 import json
+import re
 
 import pytest
 import torch
@@ -72,3 +73,17 @@ def test_missing_model_path_is_a_clear_error(tmp_path):
         model_dir(ModelConfig(path=str(tmp_path / "nope")), TaskConfig())
     with pytest.raises(FileNotFoundError, match="no config.json"):
         model_dir(ModelConfig(path=str(tmp_path)), TaskConfig())
+
+
+def test_the_cold_start_prints_plain_progress_lines_when_not_on_a_terminal(capfd, monkeypatch):
+    """#53: the cold start printed nothing for its whole duration (9.5 min on a loaded machine) when its
+    output was a log or a pipe. Off a terminal it now prints a plain line at its first step and then every
+    $WORKBENCH_PROGRESS_EVERY seconds (0 here: every step), with the step, loss and probe accuracy."""
+    monkeypatch.setenv("WORKBENCH_PROGRESS_EVERY", "0")
+    cfg = ModelConfig(builtin="tiny", tiny={"hidden_size": 32, "num_layers": 1, "num_heads": 2,
+                                            "intermediate_size": 64, "sft_max_steps": 4,
+                                            "sft_target_accuracy": 1.0, "sft_check_every": 2})
+    build_tiny_model(cfg, build_task(TaskConfig(digits=1, ops="+", eval_size=10)), progress=True)
+    lines = [line for line in capfd.readouterr().err.splitlines() if "cold-start SFT step" in line]
+    assert [line.split("cold-start SFT step ")[1].split(" ")[0] for line in lines] == ["1", "2", "3", "4"]
+    assert all(re.search(r"loss \d+\.\d{3}, probe acc \d\.\d\d / target 1\.00", line) for line in lines), lines

@@ -27,10 +27,10 @@ from workbench.cli.output import console, err_console, fail
 from workbench.errors import DEBUG_ENV, show_debug_logs
 from workbench.execution.interrupts import stopping_on
 from workbench.execution.lock import StudyBusy
-from workbench.execution.study_progress import PROGRESS_EVERY_ENV
 from workbench.metrics import CATALOGUE
 from workbench.metrics.catalogue import markdown_table, range_text
 from workbench.metrics.final import FINAL_EVAL_DEFINITION
+from workbench.progress import PROGRESS_EVERY_ENV
 from workbench.tracking.check import SERVER_SCHEMES, check_store, store_scheme
 from workbench.tracking.redact import guard_output, redact_text, redact_uri, register_uri
 from workbench.tracking.store import resolve_tracking_uri, sqlite_file

@@ -18,7 +18,6 @@ lines instead, flushed at once: one per running run every ``WORKBENCH_PROGRESS_E
 from __future__ import annotations
 
 import math
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,6 +25,8 @@ from dataclasses import dataclass, field
 from rich.console import Console
 from rich.progress import BarColumn, Progress, ProgressColumn, TaskID, TextColumn, TimeElapsedColumn
 from rich.text import Text
+
+from workbench.progress import progress_interval
 
 
 @dataclass
@@ -37,19 +38,6 @@ class _Running:
     eval: str = ""
     stats: str = ""  # plain text: reward, acc, eval, health
     evals: list[tuple[int, float]] = field(default_factory=list)  # (RL step, eval/accuracy), for "final"
-
-
-PROGRESS_EVERY_ENV = "WORKBENCH_PROGRESS_EVERY"
-DEFAULT_PROGRESS_EVERY = 30.0
-
-
-def progress_interval() -> float:
-    """Seconds between plain progress lines: ``$WORKBENCH_PROGRESS_EVERY`` or 30 (0: every step)."""
-    raw = os.environ.get(PROGRESS_EVERY_ENV, "")
-    try:
-        return max(0.0, float(raw)) if raw else DEFAULT_PROGRESS_EVERY
-    except ValueError:
-        raise ValueError(f"{PROGRESS_EVERY_ENV}: expected seconds, got {raw!r}") from None
 
 
 class _EtaColumn(ProgressColumn):

@@ -8,12 +8,15 @@ accuracy on a fixed probe of *training* problems reaches a target, so the starti
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from workbench.progress import progress_interval
 from workbench.rollout.decode import decode
 from workbench.tasks import Problem, Task
 
@@ -94,7 +97,21 @@ def supervised_warmup(model, tokenizer, task: Task, template: str, *, max_steps:
     columns = (TextColumn("{task.description}"), BarColumn(),
                TextColumn("probe acc {task.completed:.2f} / target {task.total:.2f}"),
                TextColumn("step {task.fields[step]} (cap {task.fields[cap]})"), TimeElapsedColumn())
-    with Progress(*columns, disable=not progress, transient=True) as bar:
+    # Not on a terminal (a log file, CI, `make demo | tee`): a plain line every `progress_interval()`
+    # seconds instead of the live bar, which would print nothing for the cold start's minutes (#53).
+    console = Console(stderr=True)
+    plain = progress and not console.is_terminal
+    every, started = progress_interval(), time.monotonic()
+    last_line = started
+
+    def plain_line(step: int) -> None:
+        elapsed = int(time.monotonic() - started)
+        console.print(f"{time.strftime('%H:%M:%S')} {label}: cold-start SFT step {step} (cap {max_steps}), "
+                      f"loss {loss_value:.3f}, probe acc {accuracy:.2f} / target {target_accuracy:.2f}, "
+                      f"{elapsed // 60}:{elapsed % 60:02d} elapsed (it ends at the target, so no ETA)",
+                      markup=False, highlight=False, soft_wrap=True)
+
+    with Progress(*columns, disable=not progress or plain, transient=True) as bar:
         job = bar.add_task(f"{label} (cold-start SFT)", total=target_accuracy, step=0, cap=max_steps)
         for step in range(1, max_steps + 1):
             problems = task.sample_train(batch_size, rng)
@@ -114,5 +131,8 @@ def supervised_warmup(model, tokenizer, task: Task, template: str, *, max_steps:
                     break
             bar.update(job, completed=min(accuracy, target_accuracy), step=step,
                        description=f"{label} (SFT loss {loss_value:.3f})")
+            if plain and (step == 1 or time.monotonic() - last_line >= every):
+                plain_line(step)
+                last_line = time.monotonic()
     model.eval()
     return SFTResult(steps=step, final_loss=loss_value, probe_accuracy=accuracy)
