@@ -26,6 +26,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, ProgressColumn, TaskID, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
+from workbench.metrics.final import final_eval_value
 from workbench.progress import progress_interval
 
 
@@ -246,8 +247,6 @@ class RunView:
 def _final_text(run: _Running) -> str:
     """A finished run's final eval accuracy, as ``run``'s table and ``compare`` define it
     (workbench.metrics.final): ``eval final 0.433``; the last eval when there is none after step 0."""
-    from workbench.metrics.final import final_eval_value
-
     if not run.evals:
         return run.eval
     steps, values = zip(*run.evals, strict=True)
