@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from tests.execution_helpers import fast_run_config
-from workbench.cli.lint import LINT_RULES, Finding, lint_config, lint_specs
+from workbench.analysis.lint import LINT_RULES, Finding, lint_config, lint_specs
 from workbench.cli.main import app
 from workbench.config import RunConfig, deep_merge
 from workbench.study import RunSpec, expand, load_study

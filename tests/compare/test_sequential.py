@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from workbench.cli.sequential import Plan, decide_metric
+from workbench.analysis.sequential import Plan, decide_metric
 from workbench.compare import compare_variants
 from workbench.compare.sequential import (
     REJECTED,

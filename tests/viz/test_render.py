@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from tests.viz.synthetic import health_report, mismatch_records, synthetic_study
-from workbench.cli.health import health_cells, health_events
+from workbench.analysis.health_table import health_cells, health_events
 from workbench.compare import align_curves, compare_variants, curve_bands, summarize_runs
 from workbench.viz import DashboardData, html_page, load_spec, parse_spec, render_dashboard, summary_figure
 from workbench.viz.figures import health_matrix_figure, is_interval_trace, zoomed_range

@@ -23,7 +23,7 @@ from workbench.cli.console import print_table
 from workbench.cli.help_format import HelpGroup
 from workbench.cli.invocation import workbench_command
 from workbench.cli.output import console, err_console, fail
-from workbench.errors import DEBUG_ENV, show_debug_logs
+from workbench.errors import DEBUG_ENV, AnalysisError, show_debug_logs
 from workbench.execution.interrupts import stopping_on
 from workbench.execution.lock import StudyBusy
 from workbench.execution.study_progress import PROGRESS_EVERY_ENV
@@ -110,8 +110,8 @@ def load_specs(study_path: Path, overrides: list[str] | None, only: str | None):
 
 
 def warn_inert_knobs(specs) -> None:
-    """Config lint (workbench/cli/lint.py): one stderr line per knob that cannot act, before anything runs."""
-    from workbench.cli.lint import lint_specs  # deferred: pydantic, torch
+    """Config lint (workbench/analysis/lint.py): one stderr line per knob that cannot act, before anything runs."""
+    from workbench.analysis.lint import lint_specs  # deferred: pydantic, torch
 
     for line in lint_specs(specs):
         print(line, file=sys.stderr)  # plain print: one line however long, no markup
@@ -164,11 +164,15 @@ def plan(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
 
 
 def _seed_plan(study: str, study_obj, specs) -> list[dict]:
-    """Seeds per arm for 80% power at the study's compare.sesoi (workbench/cli/seed_plan.py)."""
-    from workbench.cli.seed_plan import seed_plan  # deferred: numpy, pandas (the study reader)
+    """Seeds per arm for 80% power at the study's compare.sesoi (workbench/analysis/seed_plan.py)."""
+    from workbench.analysis.seed_plan import seed_plan  # deferred: numpy, pandas (the study reader)
     from workbench.execution.plan import study_experiment, study_tracking_uri  # deferred: pydantic
 
-    return seed_plan(study_obj, specs, study_tracking_uri(specs), study_experiment(study_obj, specs), where=study)
+    try:
+        plans = seed_plan(study_obj, specs, study_tracking_uri(specs), study_experiment(study_obj, specs), where=study)
+    except AnalysisError as e:
+        raise fail(str(e)) from None
+    return [p.as_dict() for p in plans]
 
 
 def _note_paths(specs) -> None:
@@ -217,6 +221,11 @@ def _known_statuses(study_obj, specs) -> dict[str, str]:
         if source is not None:
             statuses[key] = f"reuse ({source.study})"
     return statuses
+
+
+def _say(line: str) -> None:
+    """A line of a sequential study's design and looks, as it comes (no markup)."""
+    console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command()
@@ -278,16 +287,16 @@ def run(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
     try:
         with stopping_on(signal.SIGTERM):  # `kill PID` stops like Ctrl-C: runs and the study KILLED, lock released
             if until_decided:
-                from workbench.cli.sequential import run_until_decided  # deferred: scipy, mlflow
+                from workbench.analysis.sequential import run_until_decided  # deferred: scipy, mlflow
 
-                outcomes = run_until_decided(study_obj, max_seeds=max_seeds, progress=not quiet,
+                outcomes = run_until_decided(study_obj, max_seeds=max_seeds, progress=not quiet, say=_say,
                                              select=(lambda s: filter_specs(s, only)) if only else None,
                                              parallel=1 if multi_rank() else parallel, ray=ray,
                                              export_to=export_to, reuse=not no_reuse)
             else:
                 outcomes = run_study(study_obj, specs, progress=not quiet, parallel=1 if multi_rank() else parallel,
                                      ray=ray, export_to=export_to, reuse=not no_reuse)
-    except (PreflightError, FileNotFoundError, ImportError, StudyBusy, SpecError, RayUnavailable) as e:
+    except (AnalysisError, PreflightError, FileNotFoundError, ImportError, StudyBusy, SpecError, RayUnavailable) as e:
         raise fail(str(e)) from None
     except TrackingOutage as e:  # unreachable while the study was being opened: nothing ran, so a usage-level
         # exit 2 like every other command's unreachable store; MLflow lost mid-study FAILs runs (exit 1 below)

@@ -16,11 +16,12 @@ from typing import Any
 import pandas as pd
 from plotly.subplots import make_subplots
 
+from workbench.compare.summary import summary_name
 from workbench.metrics.catalogue import metric_bounds
 
 from . import figures as F
 from .html import Section, df_table_html, html_page
-from .spec import DashboardSpec, PanelSpec, summary_name
+from .spec import DashboardSpec, PanelSpec
 from .style import PALETTE, dash_for, dash_legend, variant_colors
 
 __all__ = ["DashboardData", "RenderedDashboard", "render_dashboard"]

@@ -9,7 +9,7 @@ store, in order, on the same runs); then each metric's comparisons are decided o
 on the study's parent MLflow run as ``sequential.json`` (tag ``workbench.sequential``: the one-line
 phrase), and the decisions are printed and logged there as ``sequential.log``.
 
-What ``compare`` makes of the record: :mod:`workbench.cli.looks`.
+What ``compare`` makes of the record: :mod:`workbench.analysis.looks`.
 """
 
 from __future__ import annotations
@@ -23,8 +23,10 @@ from typing import Any
 
 import pandas as pd
 
-from workbench.cli.looks import DESIGN_TAG, FIRST_LOOK_TAG, LOG, RECORD, read_record
-from workbench.cli.output import console, fail
+from workbench.analysis.comparison import comparison_metrics, secondary_metrics
+from workbench.analysis.looks import DESIGN_TAG, FIRST_LOOK_TAG, LOG, RECORD, read_record
+from workbench.analysis.selection import select_runs
+from workbench.errors import AnalysisError
 from workbench.tracking.store import sqlite_file
 
 
@@ -70,14 +72,15 @@ class Plan:
 
 
 def run_until_decided(study, *, max_seeds: int | None, select: Callable[[list], list] | None, progress: bool,
-                      parallel: int, ray=None, export_to=None, reuse: bool = True) -> list:
+                      parallel: int, say: Callable[[str], None] = lambda line: None, ray=None, export_to=None,
+                      reuse: bool = True) -> list:
     """Run ``study`` look by look until every comparison is decided or the last look; returns the
     outcomes of every run executed or skipped. ``select``: the ``--only`` filter of the runs.
     ``export_to``: the study's export, written after each run and again after each look's record.
     ``reuse``: runs FINISHED in another study of the store are copied (counted at a look like computed ones).
-    One-line error (exit 2) for a bad design or one that differs from the design recorded when
-    the study was first run this way."""
-    from workbench.cli.report import comparison_metrics, secondary_metrics  # deferred: pandas + scipy via compare
+    ``say``: receives the design's line, then each look's lines, as they are decided.
+    A bad design, or one that differs from the design recorded when the study was first run this way:
+    :class:`AnalysisError` with one line."""
     from workbench.compare.arms import match_baselines  # deferred: scipy
     from workbench.compare.sequential import design_from_settings, futility_side  # deferred: scipy
     from workbench.execution.study import (  # deferred: pydantic, torch, transformers
@@ -98,13 +101,13 @@ def run_until_decided(study, *, max_seeds: int | None, select: Callable[[list], 
         futility = futility_side(compare_cfg.get("sequential"))
         metrics = comparison_metrics(None, compare_cfg)
     except ValueError as e:
-        raise fail(f"{where}: {e}") from None
+        raise AnalysisError(f"{where}: {e}") from e
     seeds = seed_schedule(list(study.seeds), design.looks[-1])
     extended = with_seeds(study, seeds)
     try:
         all_specs = expand(extended)
     except StudyError as e:
-        raise fail(str(e)) from None
+        raise AnalysisError(str(e)) from e
     if select is not None:
         all_specs = select(all_specs)
     arm_variant = {arm_of(s): s.variant for s in all_specs}
@@ -112,18 +115,18 @@ def run_until_decided(study, *, max_seeds: int | None, select: Callable[[list], 
     try:
         baseline_of = match_baselines(arm_variant, baseline)
     except ValueError as e:
-        raise fail(f"{where}: compare.baseline: {e}") from None
+        raise AnalysisError(f"{where}: compare.baseline: {e}") from e
     sesoi = compare_cfg.get("sesoi") if isinstance(compare_cfg.get("sesoi"), dict) else {}
     from workbench.compare.activity import parse_settings  # deferred: scipy
 
     try:
         activity = parse_settings(compare_cfg, list(study.variants))
     except ValueError as e:
-        raise fail(f"{where}: {e}") from None
+        raise AnalysisError(f"{where}: {e}") from e
     plan = Plan(metrics, baseline, arm_variant, baseline_of, sesoi=sesoi, activity=activity,
                 secondary=secondary_metrics(metrics, compare_cfg), futility=futility)
     if not plan.compared:
-        raise fail(f"{where}: --until-decided needs at least one variant to compare with the baseline {baseline!r}")
+        raise AnalysisError(f"{where}: --until-decided needs at least one variant to compare with the baseline {baseline!r}")
     plan.status = {(m, a): "" for m in metrics for a in plan.compared}
     uri = study_tracking_uri(all_specs)
     record = _new_record(design, plan, list(study.seeds), seeds)
@@ -134,7 +137,7 @@ def run_until_decided(study, *, max_seeds: int | None, select: Callable[[list], 
              else f"metrics {', '.join(metrics)}")
     lines: list[str] = [f"sequential design: {design.phrase()}; {roles}; baseline {baseline}"
                         + ("" if futility == "improvement" else f"; futility stops: {futility}")]
-    _say(lines[0])
+    say(lines[0])
     for k, n in enumerate(design.looks):
         todo = round_specs(all_specs, seeds[:n], plan.needed_arms())
         for o in run_study(extended, todo, progress=progress, parallel=parallel, ray=ray, export_to=export_to,
@@ -146,7 +149,7 @@ def run_until_decided(study, *, max_seeds: int | None, select: Callable[[list], 
         record["looks"].append(look)
         lines += _look_lines(look, design)
         for line in _look_lines(look, design):
-            _say(line)
+            say(line)
         _save_record(uri, extended, all_specs, record, lines, n_seeds=seeds[:n])
         if export_to is not None:  # the look's record (sequential.json) is part of the export
             StudyExportHook(uri, _experiment(extended, all_specs), export_to)()
@@ -155,14 +158,9 @@ def run_until_decided(study, *, max_seeds: int | None, select: Callable[[list], 
     return list(outcomes.values())
 
 
-def _say(line: str) -> None:
-    console.print(line, markup=False, highlight=False, soft_wrap=True)
-
-
 def decide_look(uri: str, experiment: str, plan: Plan, design, k: int, seeds: list[int]) -> dict[str, Any]:
     """Read the study's runs at ``seeds`` from the store, decide every open comparison at look ``k``
     (updating ``plan.status``) and return the look's record."""
-    from workbench.cli.report import select_runs  # deferred: scipy via compare
     from workbench.compare import summarize_runs  # deferred: scipy
     from workbench.compare.arms import arm_column  # deferred: scipy
     from workbench.results.reader import StudyReader  # deferred: mlflow, sqlalchemy
@@ -319,8 +317,8 @@ def _experiment(study, specs) -> str:
 
 
 def _check_recorded_design(uri: str, study, specs, record: dict[str, Any], where: str) -> None:
-    """Exit 2 when the study was run sequentially before with another design, metrics or baseline:
-    changing them after a look would make its p-values invalid again."""
+    """:class:`AnalysisError` when the study was run sequentially before with another design, metrics or
+    baseline: changing them after a look would make its p-values invalid again."""
     if uri.startswith("sqlite:///") and not sqlite_file(uri).exists():
         return
     client, parent = _parent(uri, _experiment(study, specs), create=False)
@@ -329,7 +327,7 @@ def _check_recorded_design(uri: str, study, specs, record: dict[str, Any], where
         return
     for key in ("design", "metrics", "primary", "baseline"):
         if old.get(key, old.get("metrics") if key == "primary" else None) != record[key]:  # before compare.primary: all
-            raise fail(f"{where}: this study was run with --until-decided with {key} {old.get(key)}; "
+            raise AnalysisError(f"{where}: this study was run with --until-decided with {key} {old.get(key)}; "
                        f"{record[key]} would change the sequential design after looking (start a new study)")
 
 
