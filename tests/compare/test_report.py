@@ -265,7 +265,7 @@ def test_per_arm_intervals_are_cut_to_the_summarys_range_and_nothing_else_moves(
 
 
 def test_a_difference_that_cancels_to_rounding_residue_prints_as_zero():
-    from workbench.compare.report import _fmt_ci
+    from workbench.compare.table import _fmt_ci
 
     # DAPO minus no_overlong on final accuracy: paired differences that sum to 0 in decimal leave
     # 5.551e-18 in binary; next to a +-0.09 interval that is residue, not an effect

@@ -63,7 +63,7 @@ def _verdict_class(v: Any) -> str:
 def comparison_table_html(table: Any) -> str:
     import pandas as pd  # deferred: keeps `workbench --help` light
 
-    from workbench.compare.report import runs_phrase  # deferred: scipy
+    from workbench.compare.table import runs_phrase  # deferred: scipy
     from workbench.compare.wording import level_percent  # deferred: scipy
     from workbench.viz.html import df_table_html  # deferred: plotly, pydantic
 
@@ -246,7 +246,7 @@ def headline_html(table: Any) -> str:
 
 def _table_cells(table: Any, metric: str) -> tuple[list[str], list[list[str]], list[str]]:
     """Headers, one row of whole cell texts per arm, and each row's verdict (no markup)."""
-    from workbench.compare.report import runs_phrase  # deferred: scipy
+    from workbench.compare.table import runs_phrase  # deferred: scipy
     from workbench.compare.wording import level_percent  # deferred: scipy
 
     level = level_percent(table.confidence)
