@@ -176,7 +176,7 @@ def compare_loaded(loaded: LoadedComparison, *, baseline: str | None = None, rec
     Every bad input: :class:`AnalysisError` with one line."""
     import pandas as pd  # deferred: keeps `workbench --help` light
 
-    from workbench.compare import compare_variants, summarize_runs  # deferred: scipy
+    from workbench.compare import CompareSettings, compare_variants, summarize_runs  # deferred: scipy
     from workbench.compare.arms import arm_column  # deferred: scipy
     from workbench.compare.problems import TWO_WAY_SUMMARIES  # deferred: scipy
 
@@ -206,8 +206,8 @@ def compare_loaded(loaded: LoadedComparison, *, baseline: str | None = None, rec
     level = looks.level if looks.level is not None else DEFAULT_LEVEL
     try:
         summary = summarize_runs(history, runs, names)
-        table = compare_variants(summary, base, names, problems=problems, sesoi=loaded.effects, activity=gates,
-                                 confidence=1.0 - level)
+        table = compare_variants(summary, base, names, CompareSettings(sesoi=loaded.effects, confidence=1.0 - level),
+                                 problems=problems, activity=gates)
     except ValueError as e:
         raise AnalysisError(str(e)) from e
     uncomputed = uncomputed_summaries(summary, history, names)

@@ -202,7 +202,7 @@ def decide_metric(summary: pd.DataFrame, plan: Plan, design, k: int, metric: str
     machinery at :meth:`Design.compare_level` on the open arms and their baselines, then
     :func:`~workbench.compare.sequential.decide_family`. Returns the level passed to compare and
     one record per comparison decided or still open at this look."""
-    from workbench.compare import compare_variants  # deferred: scipy
+    from workbench.compare import CompareSettings, compare_variants  # deferred: scipy
     from workbench.compare.sequential import decide_family, futility_confidence  # deferred: scipy
 
     arms = plan.compared
@@ -216,8 +216,8 @@ def decide_metric(summary: pd.DataFrame, plan: Plan, design, k: int, metric: str
     sub = summary[summary["arm"].isin(keep)].reset_index(drop=True)
     sesoi = _sesoi(plan, metric)
     # with a SESOI, "equivalent" (TOST at the same level) stops a comparison too
-    table = compare_variants(sub, plan.baseline, [metric], confidence=1.0 - level,
-                             sesoi={metric: sesoi} if sesoi is not None else None, activity=gates)
+    settings = CompareSettings(confidence=1.0 - level, sesoi={metric: sesoi} if sesoi is not None else None)
+    table = compare_variants(sub, plan.baseline, [metric], settings, activity=gates)
     rows = {r["variant"]: r for r in table.df.to_dict("records")}
     inputs = [look_inputs(rows.get(a), sub, plan.baseline_of[a], metric, sesoi=sesoi,
                           confidence=futility_confidence(design), side=plan.futility) for a in arms]

@@ -34,7 +34,7 @@ from typing import Any
 
 #: submodule -> the names it defines that the package hands on, imported on first access
 _EXPORTS = {
-    "decide": ("compare_variants",),
+    "decide": ("CompareSettings", "compare_variants"),
     "outcomes": ("OUTCOMES", "arm_outcomes", "run_outcomes"),
     "panels": ("CurvePanel", "SummaryPanel", "curve_panel", "summary_panel"),
     "stats": (

@@ -10,7 +10,7 @@ a variant and everything below reads "variant".
 
     table = compare_variants(summary, baseline="grpo",
                              metrics=["final_eval_accuracy", "final_length_ratio"],
-                             higher_is_better={"final_length_ratio": False})
+                             settings=CompareSettings(higher_is_better={"final_length_ratio": False}))
     print(table.to_markdown())
 
 The statistical choices are documented in :mod:`workbench.compare.stats`.
@@ -36,31 +36,40 @@ from . import stats, wording
 from .summary import resolve_summary
 from .table import COLUMNS, ComparisonTable, value_bounds
 
-__all__ = ["compare_variants"]
+__all__ = ["CompareSettings", "compare_variants"]
+
+
+@dataclass(frozen=True)
+class CompareSettings:
+    """How :func:`compare_variants` compares: which columns hold what, the level and the correction, the
+    resampling, and the smallest effects of interest. The defaults are ``workbench compare``'s."""
+
+    higher_is_better: Mapping[str, bool | None] | None = None  # metric -> direction; else its summary's
+    variant_col: str = "variant"
+    arm_col: str | None = _arms.ARM_COLUMN  # None, or a column the frame lacks: every variant is one arm
+    seed_col: str = "seed"
+    strata: str | None = None  # a column to stratify the IQM's BCa bootstrap by
+    confidence: float = 0.95
+    correction: str = "holm"  # holm | bonferroni | none (stats.CORRECTIONS)
+    family: str = "metric"  # the comparisons corrected together: each metric's, or "all" of the table
+    pairing: str = "auto"  # auto: paired by seed when the seeds match (stats.mean_difference)
+    n_resamples: int = stats.DEFAULT_RESAMPLES  # 0: no bootstrap (simulations)
+    power: float = 0.8  # of the minimum detectable effect
+    sesoi: Mapping[str, float] | None = None  # metric -> smallest effect of interest (the TOST's margin)
+    rng: int | np.random.Generator | None = 0  # seeds every bootstrap
 
 
 def compare_variants(
     summary_df: pd.DataFrame,
     baseline: str,
     metrics: Sequence[str],
-    higher_is_better: Mapping[str, bool | None] | None = None,
+    settings: CompareSettings | None = None,
     *,
-    variant_col: str = "variant",
-    arm_col: str | None = _arms.ARM_COLUMN,
-    seed_col: str = "seed",
-    strata: str | None = None,
-    confidence: float = 0.95,
-    correction: str = "holm",
-    family: str = "metric",
-    pairing: str = "auto",
-    n_resamples: int = stats.DEFAULT_RESAMPLES,
-    power: float = 0.8,
-    sesoi: Mapping[str, float] | None = None,
-    rng: int | np.random.Generator | None = 0,
     problems: pd.DataFrame | None = None,
     activity: Mapping[str, _activity.Gate] | None = None,
 ) -> ComparisonTable:
-    """Compare every arm (variant) with its baseline on each metric column of ``summary_df``.
+    """Compare every arm (variant) with its baseline on each metric column of ``summary_df``, as
+    ``settings`` say (:class:`CompareSettings`: the options named below are its fields).
 
     ``summary_df`` has one row per run (e.g. from :func:`summarize_runs`) with ``variant_col``,
     ``seed_col`` and the ``metrics`` columns, and optionally ``arm_col`` (the run's arm: its label
@@ -103,6 +112,12 @@ def compare_variants(
     problems (``mean_2way_*``, ``delta_2way_*``, ``two_way_method``; :mod:`workbench.compare.problems`).
     Verdicts do not use them.
     """
+    settings = settings or CompareSettings()
+    higher_is_better, variant_col, arm_col, seed_col = (settings.higher_is_better, settings.variant_col,
+                                                        settings.arm_col, settings.seed_col)
+    strata, confidence, correction, family = settings.strata, settings.confidence, settings.correction, settings.family
+    pairing, n_resamples, power, sesoi, rng = (settings.pairing, settings.n_resamples, settings.power, settings.sesoi,
+                                               settings.rng)
     metrics = list(metrics)
     _check_arguments(summary_df, metrics, family=family, confidence=confidence, correction=correction,
                      columns=[variant_col, seed_col, *metrics] + ([strata] if strata else []))

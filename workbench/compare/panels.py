@@ -41,7 +41,7 @@ from statsmodels.stats.proportion import proportion_confint
 from workbench.metrics.catalogue import metric_bounds
 
 from .arms import arm_column, arm_variants, match_baselines, runs_by_arm
-from .decide import compare_variants
+from .decide import CompareSettings, compare_variants
 from .stats import curve_bands
 from .summary import align_curves, summarize_runs
 from .table import ComparisonTable
@@ -314,7 +314,7 @@ def summary_panel(history: pd.DataFrame, runs: pd.DataFrame, metrics: Sequence[s
     names = list(metrics)
     ids = [c for c in ("run_id", "variant", "arm", "seed") if c in runs.columns]
     values = summarize_runs(history, runs[ids], names)
-    table = compare_variants(values, baseline, names, confidence=confidence, rng=seed)
+    table = compare_variants(values, baseline, names, CompareSettings(confidence=confidence, rng=seed))
     return SummaryPanel(names, values, table)
 
 
