@@ -1,14 +1,32 @@
-"""Which runs of a study are compared: one outcome per run, in the study file's order."""
+"""Which runs: the runs of a study a command runs (``--only``), and those a comparison compares (one
+outcome per run, in the study file's order)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from workbench.compare.arms import arm_column
+from workbench.errors import AnalysisError
 
 if TYPE_CHECKING:
     import pandas as pd
+
+def filter_specs(specs: Sequence[Any], only: str) -> list[Any]:
+    """The run specs ``--only`` keeps: ``variant=dapo,seed=0,lr=1e-4`` (a grid key by its name); every
+    pair must match. A part that is no ``key=value``: :class:`AnalysisError`."""
+    wanted = {}
+    for part in only.split(","):
+        key, _, value = part.partition("=")
+        if not value:
+            raise AnalysisError(f"--only expects key=value pairs, got {part!r}")
+        wanted[key.strip()] = value.strip()
+
+    def keep(spec: Any) -> bool:
+        values = {"variant": spec.variant, "seed": str(spec.seed), **{k: str(v) for k, v in spec.grid.items()}}
+        return all(values.get(k) == v for k, v in wanted.items())
+
+    return [s for s in specs if keep(s)]
+
 
 #: Statuses of runs that ended: all are compared (a FAILED or KILLED run is a result, ranked worst;
 #: :mod:`workbench.compare.outcomes`). Runs still RUNNING (or SCHEDULED) are left out unless asked.
@@ -48,6 +66,8 @@ def in_study_order(runs: pd.DataFrame, variants_order: Sequence[str]) -> pd.Data
     loaded: the reader orders arms by their first run), then seed."""
     import pandas as pd  # deferred: keeps `workbench --help` light
 
+    from workbench.compare.arms import arm_column  # deferred: pandas
+
     variants = list(pd.unique(runs["variant"]))
     ordered = [v for v in variants_order if v in variants] + [v for v in variants if v not in variants_order]
     arms = arm_column(runs)
@@ -59,4 +79,6 @@ def in_study_order(runs: pd.DataFrame, variants_order: Sequence[str]) -> pd.Data
 def labelled_by_arm(runs: pd.DataFrame) -> pd.DataFrame:
     """``runs`` with ``variant`` replaced by the arm, for ``health_cells``, which labels a run
     ``<variant>/seed=N``: with a grid that label is not unique, ``<arm>/seed=N`` (the run name) is."""
+    from workbench.compare.arms import arm_column  # deferred: pandas
+
     return runs.assign(variant=arm_column(runs))

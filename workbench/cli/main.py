@@ -19,6 +19,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from workbench.analysis.selection import filter_specs
 from workbench.cli.console import print_table
 from workbench.cli.help_format import HelpGroup
 from workbench.cli.invocation import workbench_command
@@ -103,7 +104,10 @@ def load_specs(study_path: Path, overrides: list[str] | None, only: str | None):
     except (StudyError, FileNotFoundError, ValueError) as e:
         raise fail(str(e)) from None
     if only:
-        specs = filter_specs(specs, only)
+        try:
+            specs = filter_specs(specs, only)
+        except AnalysisError as e:
+            raise fail(str(e)) from None
         if not specs:
             raise fail(f"--only {only!r} matches no run of {study_path}")
     return study, specs
@@ -115,21 +119,6 @@ def warn_inert_knobs(specs) -> None:
 
     for line in lint_specs(specs):
         print(line, file=sys.stderr)  # plain print: one line however long, no markup
-
-
-def filter_specs(specs, only: str):
-    wanted = {}
-    for part in only.split(","):
-        key, _, value = part.partition("=")
-        if not value:
-            raise fail(f"--only expects key=value pairs, got {part!r}")
-        wanted[key.strip()] = value.strip()
-
-    def keep(spec) -> bool:
-        values = {"variant": spec.variant, "seed": str(spec.seed), **{k: str(v) for k, v in spec.grid.items()}}
-        return all(values.get(k) == v for k, v in wanted.items())
-
-    return [s for s in specs if keep(s)]
 
 
 @app.command()
