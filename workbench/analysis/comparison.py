@@ -227,6 +227,33 @@ def compute_comparison(target: Target, metric: Sequence[str] | None = None, *, b
     return compare_loaded(loaded, baseline=baseline, record_look=record_look)
 
 
+def runs_overview(runs: pd.DataFrame) -> pd.DataFrame:
+    """The compared runs per arm (the report's "Runs" table): the arm (the column is named ``variant``
+    without a grid, else ``arm``), its runs, how many finished / failed / stopped early, its seeds, and
+    its runs' health."""
+    import pandas as pd  # deferred: keeps `workbench --help` light
+
+    from workbench.compare.arms import arm_column  # deferred: scipy
+
+    arms = arm_column(runs)
+    unit = "variant" if (arms == runs["variant"].astype(str)).all() else "arm"
+    g = runs.groupby(arms.to_numpy(), sort=False)
+    stopped = runs["stopped_early"].fillna(False).astype(bool) if "stopped_early" in runs.columns \
+        else pd.Series(False, index=runs.index)
+    status = runs["status"].astype(str)
+    return pd.DataFrame({
+        unit: list(g.groups),
+        "runs": g.size().to_numpy(),
+        "finished / failed / stopped early": [
+            f"{((status[i] == 'FINISHED') & ~stopped[i]).sum()} / {(status[i] != 'FINISHED').sum()} / "
+            f"{((status[i] == 'FINISHED') & stopped[i]).sum()}" for i in g.groups.values()],
+        "n_seeds": [int(x.dropna().nunique()) for _, x in g["seed"]],
+        "seed values": [", ".join(str(s) for s in sorted(x.dropna().unique().tolist())) for _, x in g["seed"]],
+        "health ok / warn / fail": [f"{(x == 'ok').sum()} / {(x == 'warn').sum()} / {(x == 'fail').sum()}"
+                                    for _, x in g["health"]],
+    })
+
+
 def _looks(target: Target, runs: pd.DataFrame, *, record: bool) -> LooksReport:
     """What the study's recorded looks say (:func:`workbench.analysis.looks.looks_report`); with
     ``record``, this comparison is recorded as the study's first look if it has none."""

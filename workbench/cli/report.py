@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from workbench.analysis.health_table import health_cells, health_events
+from workbench.analysis.selection import SUPERSEDED, labelled_by_arm
 from workbench.analysis.target import Target, parent_run
 from workbench.cli.common import (
     TrackingOpt,
@@ -129,29 +130,11 @@ def _two_way_html_columns(table: Any, metric: str, rows: pd.DataFrame, level: st
 
 
 def _runs_overview_html(runs: pd.DataFrame, excluded: dict[str, int]) -> str:
-    import pandas as pd  # deferred: keeps `workbench --help` light
-
-    from workbench.analysis.selection import SUPERSEDED  # deferred: pandas
-    from workbench.compare.arms import arm_column  # deferred: scipy
+    from workbench.analysis.comparison import runs_overview  # deferred: pandas, scipy
     from workbench.viz.html import df_table_html  # deferred: plotly, pydantic
 
-    arms = arm_column(runs)
-    unit = "variant" if (arms == runs["variant"].astype(str)).all() else "arm"
-    g = runs.groupby(arms.to_numpy(), sort=False)
-    stopped = runs["stopped_early"].fillna(False).astype(bool) if "stopped_early" in runs.columns \
-        else pd.Series(False, index=runs.index)
-    status = runs["status"].astype(str)
-    view = pd.DataFrame({
-        unit: list(g.groups),
-        "runs": g.size().to_numpy(),
-        "finished / failed / stopped early": [
-            f"{((status[i] == 'FINISHED') & ~stopped[i]).sum()} / {(status[i] != 'FINISHED').sum()} / "
-            f"{((status[i] == 'FINISHED') & stopped[i]).sum()}" for i in g.groups.values()],
-        "n_seeds": [int(x.dropna().nunique()) for _, x in g["seed"]],
-        "seed values": [", ".join(str(s) for s in sorted(x.dropna().unique().tolist())) for _, x in g["seed"]],
-        "health ok / warn / fail": [f"{(x == 'ok').sum()} / {(x == 'warn').sum()} / {(x == 'fail').sum()}"
-                                    for _, x in g["health"]],
-    })
+    view = runs_overview(runs)
+    unit = view.columns[0]
     out = df_table_html(view, left=(unit, "seed values"))
     if excluded:
         out += ("<p class='note'>Not compared: "
@@ -383,7 +366,6 @@ def _comparison(target: Target, metric: Sequence[str] | None, *, baseline: str |
     from rich.markup import escape
 
     from workbench.analysis.comparison import compare_loaded, load_comparison  # deferred: pandas, scipy
-    from workbench.analysis.selection import SUPERSEDED  # deferred: pandas
 
     try:
         loaded = load_comparison(target, metric, sesoi=sesoi, spec=spec, include_unfinished=include_unfinished,
@@ -456,8 +438,6 @@ def compare(
         print(table.to_markdown(), end="")
 
     reports = target.reader.health_reports(runs)
-    from workbench.analysis.selection import labelled_by_arm  # deferred: pandas
-
     cells = health_cells(labelled_by_arm(runs), reports)
     page, warnings = build_compare_report(target.study, table, summary, history, runs, cells, spec=dash,
                                           tracking_uri=target.tracking_uri, excluded=excluded)
@@ -510,7 +490,6 @@ def dashboard(
     needs_health = any(p.kind == "health_matrix" or (p.health_markers if p.health_markers is not None
                                                     else dash.defaults.health_markers) for p in dash.panels)
     from workbench.analysis.comparison import spec_metrics  # deferred: pandas, scipy
-    from workbench.analysis.selection import labelled_by_arm  # deferred: pandas
 
     frames = target.reader.load(target.study, sorted(spec_metrics(dash)), run_ids=[run_id] if run_id else None)
     if frames.runs.empty:
