@@ -24,6 +24,7 @@ from workbench.cli.console import print_table
 from workbench.cli.help_format import HelpGroup
 from workbench.cli.invocation import workbench_command
 from workbench.cli.output import console, err_console, fail
+from workbench.cli.seed_plan import print_seed_plan
 from workbench.errors import DEBUG_ENV, AnalysisError, show_debug_logs
 from workbench.execution.interrupts import stopping_on
 from workbench.execution.lock import StudyBusy
@@ -145,8 +146,6 @@ def plan(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
     for row in rows:
         table.add_row(*(str(row[c]) for c in ["label", "seed", "run_key", "status", "completions", "max_tokens"]))
     console.print(table)
-    from workbench.cli.seed_plan import print_seed_plan  # deferred: numpy, pandas (the study reader)
-
     print_seed_plan(seeds)
     _note_search_problems(study_obj)
     _note_paths(specs)

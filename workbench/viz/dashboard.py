@@ -32,7 +32,7 @@ class DashboardData:
     """What a dashboard draws from.
 
     ``history``/``runs``: :func:`workbench.results.reader.load_study_frames` output.
-    ``health_cells``: runs × rules (``workbench.cli.health.health_cells``), for
+    ``health_cells``: runs × rules (``workbench.analysis.health_table.health_cells``), for
     ``health_matrix`` panels. ``health_events``: one row per fired rule and run (columns
     ``run_id, rule, step, severity, message, watches``), for markers. ``baseline``: the variant
     the summary panels compare against (default: the first), matched per grid point, or one arm.
