@@ -209,7 +209,7 @@ def test_cli_look_uses_compare_p_values_and_the_same_decisions():
     p = dict(zip(table.df["variant"], table.df["p_value"], strict=True))
     x = summary.pivot(index="seed", columns="arm", values="final_eval_accuracy")
     assert p["big"] == pytest.approx(sps.ttest_rel(x["big"], x["grpo"]).pvalue, rel=1e-12)
-    by_arm = {r["arm"]: r["status"] for r in rows}
+    by_arm = {r.arm: r.status for r in rows}
     assert by_arm["big"] == "better" and by_arm["null"] in ("inconclusive", "open")
     assert plan.status["final_eval_accuracy", "big"] == "better"
 

@@ -14,9 +14,10 @@ cannot be judged and is not flagged.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from workbench.safe_io import parse_json, read_json
@@ -29,6 +30,52 @@ LOG = "sequential.log"
 DESIGN_TAG = "workbench.sequential"
 FIRST_LOOK_TAG = "workbench.first_look"
 ADDED_AFTER_LOOKING = "seeds added after looking: p-values are not valid at face value"
+
+
+@dataclass(frozen=True)
+class LookDecision:
+    """One comparison at one look: its sequential status (``open`` while undecided) and compare's row."""
+
+    metric: str
+    arm: str
+    status: str  # better | worse | higher | lower | equivalent | futile | not testable | ... | open
+    p_value: float | None  # compare's p-value at the look's level (None: not finite)
+    delta: float | None
+    n_seeds: int
+    verdict: str  # compare's verdict at the look's level
+
+
+@dataclass(frozen=True)
+class Look:
+    """One look of a sequential design: its seeds, its alpha, and the comparisons decided or still open."""
+
+    look: int  # 1-based
+    seeds: int  # seeds per arm at this look
+    seed_list: list[int]
+    alpha: float  # spent at this look
+    alpha_spent: float  # spent up to and including it
+    levels: dict[str, float]  # metric -> the level its open comparisons were tested at
+    decisions: list[LookDecision]
+    time: int  # epoch milliseconds
+
+
+@dataclass
+class SequentialRecord:
+    """``sequential.json``: the design a study runs with ``--until-decided`` and the looks taken so far."""
+
+    design: dict[str, Any]  # workbench.compare.sequential.Design.to_dict()
+    metrics: list[str]
+    primary: list[str]
+    baseline: str
+    family: str
+    futility: str  # the side a futility stop excludes (recorded, not checked: a non-binding stop spends no α)
+    declared_seeds: list[int]  # the study file's seeds
+    seeds: list[int]  # every seed a look may use, in order
+    looks: list[Look] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """As ``sequential.json`` holds it (the fields in this order, looks and decisions as mappings)."""
+        return dataclasses.asdict(self)
 
 
 def read_record(client, parent) -> dict[str, Any] | None:

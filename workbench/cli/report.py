@@ -378,9 +378,9 @@ def _comparison(target: Target, metric: Sequence[str] | None, *, baseline: str |
         raise fail(str(e)) from None
     for line in done.uncomputed:
         note(f"[yellow]{line}[/yellow]")
-    for key, style in (("sequential", "bold"), ("seeds_added", "yellow")):
-        if key in done.table.settings:
-            note(f"[{style}]{escape(done.table.settings[key])}[/{style}]")
+    for line, style in ((done.looks.sequential, "bold"), (done.looks.seeds_added, "yellow")):
+        if line is not None:
+            note(f"[{style}]{escape(line)}[/{style}]")
     return done
 
 
