@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
@@ -38,6 +38,9 @@ from workbench.tracking.store import resolve_tracking_uri, sqlite_file
 from workbench.tracking.study_runs import finished_elsewhere, run_statuses
 from workbench.tracking.writer import DEFAULT_OUTAGE_DEADLINE_S, TrackingOutage, bound_mlflow_http_retries
 from workbench.train.rank_env import is_follower, multi_rank
+
+if TYPE_CHECKING:
+    from workbench.analysis.seed_plan import MetricSeedPlan
 
 # HelpGroup: unhandled errors as one line (GuardedGroup), plain help that wraps at any width (help_format.py)
 app = typer.Typer(add_completion=False, no_args_is_help=True, cls=HelpGroup, rich_markup_mode=None,
@@ -138,7 +141,8 @@ def plan(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
         row["max_tokens"] = row["completions"] * spec.config.sampler.max_new_tokens
     seeds = _seed_plan(study, study_obj, specs)
     if format == "json":
-        print(json.dumps({"study": study_obj.name, "runs": rows, "seed_plan": seeds}, indent=2, default=str))
+        print(json.dumps({"study": study_obj.name, "runs": rows, "seed_plan": [p.as_dict() for p in seeds]}, indent=2,
+                         default=str))
         return
     table = Table(title=f"{study_obj.name}: {len(rows)} runs")
     for col in ["label", "seed", "run_key", "status", "completions", "max_tokens"]:
@@ -151,7 +155,7 @@ def plan(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
     _note_paths(specs)
 
 
-def _seed_plan(study: str, study_obj, specs) -> list[dict]:
+def _seed_plan(study: str, study_obj, specs) -> list[MetricSeedPlan]:
     """Seeds per arm for 80% power at the study's compare.sesoi (workbench/analysis/seed_plan.py)."""
     from workbench.analysis.seed_plan import seed_plan  # deferred: numpy, pandas (the study reader)
     from workbench.execution.plan import study_experiment, study_tracking_uri  # deferred: pydantic
@@ -160,7 +164,7 @@ def _seed_plan(study: str, study_obj, specs) -> list[dict]:
         plans = seed_plan(study_obj, specs, study_tracking_uri(specs), study_experiment(study_obj, specs), where=study)
     except AnalysisError as e:
         raise fail(str(e)) from None
-    return [p.as_dict() for p in plans]
+    return plans
 
 
 def _note_paths(specs) -> None:

@@ -2,27 +2,33 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from workbench.cli.output import console
+
+if TYPE_CHECKING:
+    from workbench.analysis.seed_plan import MetricSeedPlan
 
 __all__ = ["print_seed_plan"]
 
 
-def print_seed_plan(plans: list[dict]) -> None:
+def print_seed_plan(plans: list[MetricSeedPlan]) -> None:
     """The plan in the terminal: one line per metric, with the SD used and where it came from."""
     if not plans:
         return
     console.print("[bold]planned seeds[/bold] (80% power to detect |Δ| = SESOI with the paired t-test at "
                   "Holm's first-step level α/m; SD of a paired difference = √2 × noise SD):", highlight=False)
-    for p in plans:
-        name = f"{p['metric']} (secondary)" if p.get("secondary") else p["metric"]
-        if p["seeds"] is None and p.get("secondary") and p["sesoi"] is None:
+    for planned in plans:
+        p, secondary = planned.plan, planned.secondary
+        name = f"{p.metric} (secondary)" if secondary else p.metric
+        if p.seeds is None and secondary and p.sesoi is None:
             console.print(f"  {name}: reported, not planned for (no SESOI; compare.primary names the metrics the "
                           "study is designed to decide)", highlight=False, soft_wrap=True)
             continue
-        if p["seeds"] is None:
-            console.print(f"  {name}: nothing planned: {p['why']}", highlight=False, soft_wrap=True)
+        if p.seeds is None:
+            console.print(f"  {name}: nothing planned: {p.why}", highlight=False, soft_wrap=True)
             continue
         console.print(
-            f"  {name}: {p['seeds']} seeds per arm (study has {p['seeds_in_study']}); SESOI {p['sesoi']:g}, "
-            f"noise SD {p['noise_sd']:.4g} ({p['sd_source']}), m = {p['comparisons']} comparisons, "
-            f"α/m = {p['alpha']:.4g}", highlight=False, soft_wrap=True)
+            f"  {name}: {p.seeds} seeds per arm (study has {p.seeds_in_study}); SESOI {p.sesoi:g}, "
+            f"noise SD {p.noise_sd:.4g} ({p.sd_source}), m = {p.comparisons} comparisons, "
+            f"α/m = {p.alpha:.4g}", highlight=False, soft_wrap=True)
