@@ -45,7 +45,7 @@ from tests.postgres import _free_port
 from tests.viz.micro_study import SEEDS, STUDY, VARIANTS, build_micro_study, copy_store
 from workbench.cli.main import app
 from workbench.compare import resolve_summary
-from workbench.viz.spec import summary_name
+from workbench.compare.summary import summary_name
 from workbench.viz.spec_loader import find_spec, load_spec
 
 pytestmark = pytest.mark.slow

@@ -157,8 +157,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("viz",),  # figures, dashboards, MLflow saved views
     ("execution",),  # one run, a study, the pool, workers
     ("search", "importers"),  # Optuna searches; runs from TRL and verl
-    ("cli",),  # the command line
-    ("notebook",),  # the notebook API: the CLI's results as objects (workbench.load_study)
+    ("analysis",),  # what is decided and computed for a user: returned, never printed
+    ("cli",),  # the command line: prints what analysis returns
+    ("notebook",),  # the notebook API: analysis's results as objects (workbench.load_study)
 )
 
 

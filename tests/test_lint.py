@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from tests.execution_helpers import fast_run_config
 from workbench.algorithms.presets import PRESET_INFO, PRESET_LIST
-from workbench.cli.lint import LINT_RULES, Finding, lint_config, lint_specs
+from workbench.analysis.lint import LINT_RULES, Finding, lint_config, lint_specs
 from workbench.cli.main import app
 from workbench.config import RunConfig, deep_merge
 from workbench.study import RunSpec, expand, load_study

@@ -5,6 +5,7 @@ end-of-run table and `compare` agree on each run's final eval accuracy (finding 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import sqlite3
@@ -71,6 +72,33 @@ def test_bad_input_is_a_value_error_with_the_cli_line(in_study):
         load_study("no-such-study")
     with pytest.raises(ValueError, match="baseline 'ppo' is not a variant"):
         load_study(STUDY).compare(baseline="ppo")
+
+
+NOTEBOOK_CALLS = """
+import sys
+from workbench import load_study
+study = load_study(sys.argv[1])
+study.summary(); study.compare().headlines(); study.health(); study.health(recheck=True)
+try:
+    study.compare(baseline="ppo")
+except ValueError:
+    pass
+print(",".join(sorted(m for m in sys.modules if m.split(".")[0] in ("typer", "rich", "click")
+                      or m == "workbench.cli" or m.startswith("workbench.cli."))))
+"""
+
+
+def test_the_notebook_and_its_calls_load_no_terminal_code_path(in_study):
+    """Issue 45: the notebook is a caller of workbench.analysis, as the CLI is: loading a study, its
+    summary, comparison and health (and a bad baseline) import no typer, rich or workbench.cli."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run([sys.executable, "-c", NOTEBOOK_CALLS, STUDY], capture_output=True, text=True, cwd=in_study,
+                          env={**os.environ, "PYTHONPATH": str(root)}, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "", f"the notebook loaded {done.stdout.strip()}"
 
 
 def plant_evals(db: Path) -> None:

@@ -12,7 +12,7 @@ from mlflow import MlflowClient
 from typer.testing import CliRunner
 
 from tests.viz.micro_study import STUDY, build_micro_study, uri_of
-from workbench.cli.health import recheck_reports
+from workbench.analysis.health_table import recheck_reports
 from workbench.cli.main import app
 from workbench.results.reader import StudyReader
 

@@ -67,6 +67,7 @@ def show_debug_logs() -> None:
 
 __all__ = [
     "CLOSE_RATIO",
+    "AnalysisError",
     "Issue",
     "IssueError",
     "ModelDirectoryError",
@@ -138,6 +139,12 @@ class IssueError(ValueError):
     @property
     def lines(self) -> list[str]:
         return [str(i) for i in self.issues]
+
+
+class AnalysisError(ValueError):
+    """An analysis that cannot be done on what it was given (an unknown study, metric or baseline, a bad
+    ``compare:`` setting, a store that cannot be read): one line, which ``workbench`` prints as ``error: ...``
+    with exit code 2 and the notebook API raises as it is (workbench/analysis/)."""
 
 
 class ModelDirectoryError(ValueError):

@@ -17,7 +17,7 @@ from workbench.algorithms.filters import BATCH_FILTERS, TOKEN_FILTERS
 from workbench.algorithms.params import keyword_params
 from workbench.batch import Rollouts, ScoredRollouts
 from workbench.cli.main import app
-from workbench.compare import compare_variants
+from workbench.compare import CompareSettings, compare_variants
 from workbench.compare.activity import (
     DEFAULT_MIN,
     activity_gates,
@@ -120,7 +120,7 @@ def test_gate_applies_in_compare_variants_to_every_metric_but_the_knobs_own():
                           **{"final:clip/frac_high": np.where(runs["variant"] == "wide", 0.0005, 0.001)})
     gates = activity_gates(runs, h, "narrow")
     table = compare_variants(summary, "narrow", ["final_eval_accuracy", "final:clip/frac_high"],
-                             n_resamples=0, activity=gates)
+                             CompareSettings(n_resamples=0), activity=gates)
     acc = table.for_metric("final_eval_accuracy").set_index("variant").loc["wide"]
     assert re.fullmatch(r"not testable: clip_high acted on 0\.1% of tokens \(min 1%\); \|Δ\| > [\d.]+ excluded",
                         acc["verdict"])

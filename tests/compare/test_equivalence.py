@@ -18,7 +18,7 @@ from scipy import stats as sps
 from statsmodels.stats.power import TTestIndPower, TTestPower
 from statsmodels.stats.weightstats import ttost_ind, ttost_paired
 
-from workbench.compare import compare_variants, stats
+from workbench.compare import CompareSettings, compare_variants, stats
 from workbench.compare.stats import (
     _detectable_effect_size,
     adjust_pvalues,
@@ -160,15 +160,18 @@ def test_equivalent_verdict_in_the_table():
     noise = rng.normal(0, 0.004, 10)
     rows = [{"variant": v, "seed": s, "acc": 0.6 + (0.001 if v == "b" else 0.0) + noise[s] * (v == "b")
              + rng.normal(0, 0.004)} for v in ("a", "b") for s in range(10)]
-    t = compare_variants(pd.DataFrame(rows), "a", ["acc"], {"acc": True}, sesoi={"acc": 0.03}, n_resamples=0)
+    t = compare_variants(pd.DataFrame(rows), "a", ["acc"],
+                         CompareSettings(higher_is_better={"acc": True}, sesoi={"acc": 0.03}, n_resamples=0))
     r = t.df[t.df["variant"] == "b"].iloc[0]
     assert r["verdict"] == "equivalent (|Δ| < 0.03)" and r["status"] == "equivalent"
     assert r["p_equivalence"] < ALPHA and r["sesoi"] == 0.03
-    without = compare_variants(pd.DataFrame(rows), "a", ["acc"], {"acc": True}, n_resamples=0)
+    without = compare_variants(pd.DataFrame(rows), "a", ["acc"],
+                               CompareSettings(higher_is_better={"acc": True}, n_resamples=0))
     w = without.df[without.df["variant"] == "b"].iloc[0]
     assert w["verdict"] == f"inconclusive with 10 seeds (MDE {w['mde']:.3g})" and w["status"] == "inconclusive"
     with pytest.raises(ValueError, match="sesoi of 'acc' must be a positive number"):
-        compare_variants(pd.DataFrame(rows), "a", ["acc"], {"acc": True}, sesoi={"acc": -1})
+        compare_variants(pd.DataFrame(rows), "a", ["acc"],
+                         CompareSettings(higher_is_better={"acc": True}, sesoi={"acc": -1}))
 
 
 # ---- finding 5: Holm intervals are not simultaneous; the shown ones are ----------------------------
@@ -208,7 +211,7 @@ def test_table_shows_the_simultaneous_interval():
     rows = [{"variant": v, "seed": s, "acc": mu + rng.normal(0, 0.05)}
             for v, mu in (("base", 0.5), ("a", 0.6), ("b", 0.6), ("c", 0.6), ("d", 0.5)) for s in range(5)]
     df = pd.DataFrame(rows)
-    t = compare_variants(df, "base", ["acc"], {"acc": True}, n_resamples=0)
+    t = compare_variants(df, "base", ["acc"], CompareSettings(higher_is_better={"acc": True}, n_resamples=0))
     for v in "abcd":
         r = t.df[t.df["variant"] == v].iloc[0]
         d = df[df.variant == v]["acc"].to_numpy() - df[df.variant == "base"]["acc"].to_numpy()
@@ -248,7 +251,8 @@ def test_paired_improvement_covers_at_5_seeds():
 def test_paired_improvement_in_the_table_is_by_seed():
     rows = [{"variant": v, "seed": s, "acc": a} for v, vals in
             (("base", [0.5, 0.6, 0.7, 0.8, 0.9]), ("v", [0.55, 0.65, 0.75, 0.85, 0.85])) for s, a in enumerate(vals)]
-    t = compare_variants(pd.DataFrame(rows), "base", ["acc"], {"acc": True}, n_resamples=0)
+    t = compare_variants(pd.DataFrame(rows), "base", ["acc"],
+                         CompareSettings(higher_is_better={"acc": True}, n_resamples=0))
     r = t.df[t.df["variant"] == "v"].iloc[0]
     assert r["p_improve"] == pytest.approx(4 / 5)  # 4 of 5 seeds improve at the same seed
     # unpaired, over all 25 run pairs, it is 14/25: the seeds' common level hides the pairing
@@ -266,7 +270,7 @@ def test_no_post_hoc_seed_count_in_any_output_format():
     rng = np.random.default_rng(9)
     rows = [{"variant": v, "seed": s, "acc": mu + rng.normal(0, 0.05)}
             for v, mu in (("base", 0.5), ("a", 0.52), ("b", 0.5)) for s in range(5)]
-    t = compare_variants(pd.DataFrame(rows), "base", ["acc"], {"acc": True})
+    t = compare_variants(pd.DataFrame(rows), "base", ["acc"], CompareSettings(higher_is_better={"acc": True}))
     assert (t.df["status"] == "inconclusive").sum() == 2
     buf = io.StringIO()
     print_table(t, Console(file=buf, width=300, force_terminal=True))

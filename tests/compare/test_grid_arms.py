@@ -27,7 +27,7 @@ from typer.testing import CliRunner
 
 from tests.conftest import micro_run_config
 from workbench.cli.main import app
-from workbench.compare import compare_variants
+from workbench.compare import CompareSettings, compare_variants
 from workbench.compare.arms import NO_BASELINE, grid_point, match_baselines
 from workbench.results.reader import StudyReader
 from workbench.results.readers.frames import arm_from_name
@@ -276,8 +276,9 @@ def test_without_a_grid_the_arm_column_changes_nothing():
     rng = np.random.default_rng(3)
     df = pd.DataFrame([{"variant": v, "seed": s, "acc": mu + rng.normal(0, 0.05)}
                        for v, mu in [("grpo", 0.5), ("dapo", 0.7), ("gspo", 0.5)] for s in range(4)])
-    plain = compare_variants(df, "grpo", ["acc"], {"acc": True})
-    armed = compare_variants(df.assign(arm=df["variant"]), "grpo", ["acc"], {"acc": True})
+    plain = compare_variants(df, "grpo", ["acc"], CompareSettings(higher_is_better={"acc": True}))
+    armed = compare_variants(df.assign(arm=df["variant"]), "grpo", ["acc"],
+                             CompareSettings(higher_is_better={"acc": True}))
     pd.testing.assert_frame_equal(plain.df, armed.df)
     assert not armed.by_arm and not armed.per_grid_point and armed.unit == "variant"
     assert set(plain.df["baseline_arm"]) == {"grpo"}
@@ -300,7 +301,7 @@ def test_correction_counts_every_arm_comparison():
     rng = np.random.default_rng(5)
     rows = [{"variant": v, "arm": f"{v}/lr={lr}", "seed": s, "acc": 0.5 + 0.02 * s + rng.normal(0, 0.01)}
             for v in ("grpo", "a", "b") for lr in (1, 2) for s in range(4)]
-    t = compare_variants(pd.DataFrame(rows), "grpo", ["acc"], {"acc": True})
+    t = compare_variants(pd.DataFrame(rows), "grpo", ["acc"], CompareSettings(higher_is_better={"acc": True}))
     compared = t.df[t.df["verdict"] != "baseline"]
     assert len(compared) == 4
     p, adj = compared["p_value"].to_numpy(), compared["p_adjusted"].to_numpy()

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from rich.console import Console
 
 from workbench.cli.report import comparison_table_html, headline_html, print_table
-from workbench.compare import compare_variants
+from workbench.compare import CompareSettings, compare_variants
 from workbench.compare.wording import headline, level_percent
 from workbench.viz.html import Section, html_page
 
@@ -34,8 +34,8 @@ def table():
     # loose 1 point up at 2 seeds with sd 0.05 (inconclusive)
     summary = pd.concat([summary_of({"grpo": 0.30, "dapo": 0.40, "dr_grpo": 0.30}),
                          summary_of({"loose": 0.31}, n=4, sd=0.05, seed=1)], ignore_index=True)
-    return compare_variants(summary, "grpo", ["final_eval_accuracy"], sesoi={"final_eval_accuracy": 0.05},
-                            n_resamples=0)
+    return compare_variants(summary, "grpo", ["final_eval_accuracy"],
+                            CompareSettings(sesoi={"final_eval_accuracy": 0.05}, n_resamples=0))
 
 
 def test_one_sentence_per_comparison_in_the_words_of_its_status(table):

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from workbench.compare import COLUMNS, ComparisonTable, compare_variants, t_test_power
+from workbench.compare import COLUMNS, CompareSettings, ComparisonTable, compare_variants, t_test_power
 
 
 def study(
@@ -41,7 +41,8 @@ def row(table: ComparisonTable, variant: str, metric: str = "acc") -> pd.Series:
 
 
 def test_clear_winner_is_better():
-    t = compare_variants(study({"grpo": 0.5, "dapo": 0.8}), "grpo", ["acc"], {"acc": True})
+    t = compare_variants(study({"grpo": 0.5, "dapo": 0.8}), "grpo", ["acc"],
+                         CompareSettings(higher_is_better={"acc": True}))
     r = row(t, "dapo")
     assert r["verdict"] == "better"
     assert r["delta"] == pytest.approx(0.3, abs=0.03)
@@ -60,7 +61,8 @@ def test_clear_winner_is_better():
 
 
 def test_identical_variants_are_not_distinguishable():
-    t = compare_variants(study({"grpo": 0.5, "dr_grpo": 0.5}, sd=0.05, seed=3), "grpo", ["acc"], {"acc": True})
+    t = compare_variants(study({"grpo": 0.5, "dr_grpo": 0.5}, sd=0.05, seed=3), "grpo", ["acc"],
+                         CompareSettings(higher_is_better={"acc": True}))
     r = row(t, "dr_grpo")
     assert r["verdict"] == f"inconclusive with 5 seeds (MDE {r['mde']:.3g})" and r["status"] == "inconclusive"
     assert r["delta_lo"] < 0 < r["delta_hi"]
@@ -70,16 +72,16 @@ def test_identical_variants_are_not_distinguishable():
 
 def test_direction_lower_is_better():
     df = study({"grpo": 1.5, "dr_grpo": 1.1}, sd=0.05, metric="ratio")
-    down = compare_variants(df, "grpo", ["ratio"], {"ratio": False})
+    down = compare_variants(df, "grpo", ["ratio"], CompareSettings(higher_is_better={"ratio": False}))
     r = row(down, "dr_grpo", "ratio")
     assert r["verdict"] == "better" and r["delta"] < 0 and r["p_improve"] == 1.0
     assert down.ranking("ratio") == ["dr_grpo", "grpo"]
-    up = compare_variants(df, "grpo", ["ratio"], {"ratio": True})
+    up = compare_variants(df, "grpo", ["ratio"], CompareSettings(higher_is_better={"ratio": True}))
     r = row(up, "dr_grpo", "ratio")
     assert r["verdict"] == "worse" and r["p_improve"] == 0.0
     assert up.ranking("ratio") == ["grpo", "dr_grpo"]
     # no direction: says higher/lower, no rank
-    none = compare_variants(df, "grpo", ["ratio"], {"ratio": None})
+    none = compare_variants(df, "grpo", ["ratio"], CompareSettings(higher_is_better={"ratio": None}))
     assert row(none, "dr_grpo", "ratio")["verdict"] == "lower"
     assert none.df["rank"].isna().all()
 
@@ -94,20 +96,20 @@ def test_direction_defaults_to_registered_summary():
 def test_one_seed_is_explicit():
     df = study({"grpo": 0.5, "dapo": 0.8})
     df = df[(df.variant == "grpo") | (df.seed == 0)]
-    r = row(compare_variants(df, "grpo", ["acc"], {"acc": True}), "dapo")
+    r = row(compare_variants(df, "grpo", ["acc"], CompareSettings(higher_is_better={"acc": True})), "dapo")
     assert r["n_seeds"] == 1
     assert r["verdict"] == "inconclusive with 1 vs 5 seeds" and r["status"] == "inconclusive"
     for c in ["mean_lo", "mean_hi", "iqm_lo", "delta_lo", "delta_hi", "p_improve_lo", "p_value", "p_adjusted"]:
         assert math.isnan(r[c]), c
     assert "1 seed" in r["note"]
-    both = compare_variants(df[df.seed == 0], "grpo", ["acc"], {"acc": True})
+    both = compare_variants(df[df.seed == 0], "grpo", ["acc"], CompareSettings(higher_is_better={"acc": True}))
     assert row(both, "dapo")["verdict"] == "inconclusive with 1 seed"
 
 
 def test_nans_are_counted_and_withhold_a_verdict_they_could_change():
     df = study({"grpo": 0.5, "dapo": 0.8})
     df.loc[(df.variant == "dapo") & (df.seed < 2), "acc"] = math.nan
-    r = row(compare_variants(df, "grpo", ["acc"], {"acc": True}), "dapo")
+    r = row(compare_variants(df, "grpo", ["acc"], CompareSettings(higher_is_better={"acc": True})), "dapo")
     assert r["n_seeds"] == 3 and r["n_nan"] == 2 and r["n_missing"] == 2 and r["n_runs"] == 5
     assert "no value in 2/5 runs" in r["note"]
     assert not r["paired"]  # seed sets differ after dropping: Welch on the runs with a value
@@ -116,12 +118,13 @@ def test_nans_are_counted_and_withhold_a_verdict_they_could_change():
     assert r["verdict"] == "withheld: no value in 2/5 runs"
     allnan = df.copy()
     allnan.loc[allnan.variant == "dapo", "acc"] = math.nan
-    assert row(compare_variants(allnan, "grpo", ["acc"], {"acc": True}), "dapo")["verdict"] == "no data"
+    assert row(compare_variants(allnan, "grpo", ["acc"],
+                                CompareSettings(higher_is_better={"acc": True})), "dapo")["verdict"] == "no data"
 
 
 def test_identical_constant_values():
     df = pd.DataFrame({"variant": ["a"] * 3 + ["b"] * 3, "seed": [0, 1, 2] * 2, "acc": [0.5] * 6})
-    r = row(compare_variants(df, "a", ["acc"], {"acc": True}), "b")
+    r = row(compare_variants(df, "a", ["acc"], CompareSettings(higher_is_better={"acc": True})), "b")
     assert r["delta"] == 0 and r["p_value"] == 1.0
     assert (r["mean_lo"], r["mean_hi"]) == (0.5, 0.5)
     # zero variance: the inverted permutation test; 3 matched seeds can give p >= 2/2^3 = 0.25 only,
@@ -132,7 +135,7 @@ def test_identical_constant_values():
 
 def test_holm_correction_across_variants():
     df = study({"base": 0.5, "v1": 0.52, "v2": 0.5, "v3": 0.9}, sd=0.02, seed=1, matched=False)
-    t = compare_variants(df, "base", ["acc"], {"acc": True})
+    t = compare_variants(df, "base", ["acc"], CompareSettings(higher_is_better={"acc": True}))
     rows = t.for_metric("acc").set_index("variant").drop("base")
     p = rows["p_value"].sort_values()
     m = len(p)
@@ -141,25 +144,27 @@ def test_holm_correction_across_variants():
     # the shown CIs are simultaneous: every one at 1 - alpha/3 (Bonferroni over the 3 comparisons)
     assert rows["delta_level"].to_numpy() == pytest.approx([1 - 0.05 / 3] * 3)
     assert rows.loc[p.index[1], "p_value"] > 0.05 / 2
-    none = compare_variants(df, "base", ["acc"], {"acc": True}, correction="none")
+    none = compare_variants(df, "base", ["acc"], CompareSettings(higher_is_better={"acc": True}, correction="none"))
     assert (none.df["p_adjusted"].dropna() == none.df["p_value"].dropna()).all()
     # family "all" corrects across metrics too
     df["acc2"] = df["acc"]
-    fam = compare_variants(df, "base", ["acc", "acc2"], {"acc": True, "acc2": True}, family="all")
+    fam = compare_variants(df, "base", ["acc", "acc2"],
+                           CompareSettings(higher_is_better={"acc": True, "acc2": True}, family="all"))
     assert fam.df["delta_level"].max() == pytest.approx(1 - 0.05 / 6)
 
 
 def test_reproducible_with_fixed_seed_and_order_independent():
     df = study({"grpo": 0.5, "dapo": 0.6, "gspo": 0.55}, sd=0.05, n=8, matched=False)  # unpaired: bootstrap
-    a = compare_variants(df, "grpo", ["acc"], {"acc": True}, rng=11)
-    b = compare_variants(df, "grpo", ["acc"], {"acc": True}, rng=11)
+    a = compare_variants(df, "grpo", ["acc"], CompareSettings(higher_is_better={"acc": True}, rng=11))
+    b = compare_variants(df, "grpo", ["acc"], CompareSettings(higher_is_better={"acc": True}, rng=11))
     pd.testing.assert_frame_equal(a.df, b.df)
-    c = compare_variants(df, "grpo", ["acc"], {"acc": True}, rng=12)
+    c = compare_variants(df, "grpo", ["acc"], CompareSettings(higher_is_better={"acc": True}, rng=12))
     assert not np.allclose(a.df["p_improve_lo"], c.df["p_improve_lo"])  # bootstrap; t intervals have no rng
     pd.testing.assert_series_equal(a.df["mean_lo"], c.df["mean_lo"])
     pd.testing.assert_series_equal(a.df["iqm_lo"], c.df["iqm_lo"])
     # a cell's bootstrap does not depend on which other variants are in the table
-    sub = compare_variants(df[df.variant != "gspo"], "grpo", ["acc"], {"acc": True}, rng=11)
+    sub = compare_variants(df[df.variant != "gspo"], "grpo", ["acc"],
+                           CompareSettings(higher_is_better={"acc": True}, rng=11))
     for col in ["mean_lo", "mean_hi", "iqm_lo", "p_improve_lo", "p_improve_hi"]:
         assert row(sub, "dapo")[col] == row(a, "dapo")[col]
 
@@ -167,7 +172,7 @@ def test_reproducible_with_fixed_seed_and_order_independent():
 def test_serialisation_round_trip(tmp_path):
     df = study({"grpo": 0.5, "dapo": 0.8, "solo": 0.6})
     df = df[(df.variant != "solo") | (df.seed == 0)]
-    t = compare_variants(df, "grpo", ["acc"], {"acc": True})
+    t = compare_variants(df, "grpo", ["acc"], CompareSettings(higher_is_better={"acc": True}))
     doc = json.loads(t.to_json())
     assert doc["baseline"] == "grpo" and doc["correction"] == "holm" and doc["alpha"] == pytest.approx(0.05)
     assert len(doc["rows"]) == 3
@@ -190,7 +195,7 @@ def test_input_errors():
     with pytest.raises(ValueError, match="missing columns"):
         compare_variants(df, "grpo", ["accuracy"])
     with pytest.raises(ValueError, match="did you mean 'holm'"):
-        compare_variants(df, "grpo", ["acc"], correction="holmes")
+        compare_variants(df, "grpo", ["acc"], CompareSettings(correction="holmes"))
 
 
 # ---- simulations (fixed seeds; verdicts do not depend on the bootstrap, so few resamples) ----
@@ -199,7 +204,8 @@ def test_input_errors():
 def _sim(means, n_studies, *, sd, n, matched, seed_sd=0.0, start=0):
     for i in range(n_studies):
         df = study(means, sd=sd, n=n, seed=start + i, matched=matched, seed_sd=seed_sd)
-        yield compare_variants(df, "base", ["acc"], {"acc": True}, n_resamples=10, rng=i)
+        yield compare_variants(df, "base", ["acc"],
+                               CompareSettings(higher_is_better={"acc": True}, n_resamples=10, rng=i))
 
 
 @pytest.mark.slow
@@ -238,8 +244,9 @@ def test_stratified_compare_resamples_within_strata():
             for s in range(4):
                 rows.append({"variant": v, "seed": s, "task": task, "acc": level + rng.normal(0, 0.01)})
     df = pd.DataFrame(rows)
-    strat = row(compare_variants(df, "base", ["acc"], {"acc": True}, strata="task"), "v")
-    plain = row(compare_variants(df, "base", ["acc"], {"acc": True}), "v")
+    strat = row(compare_variants(df, "base", ["acc"],
+                                 CompareSettings(higher_is_better={"acc": True}, strata="task")), "v")
+    plain = row(compare_variants(df, "base", ["acc"], CompareSettings(higher_is_better={"acc": True})), "v")
     assert strat["iqm"] == plain["iqm"]
     # the IQM's BCa bootstrap resamples within strata (the mean's t interval has no strata)
     assert strat["iqm_hi"] - strat["iqm_lo"] < 0.25 * (plain["iqm_hi"] - plain["iqm_lo"])
@@ -253,8 +260,9 @@ def test_per_arm_intervals_are_cut_to_the_summarys_range_and_nothing_else_moves(
     kl = [1e-6, 1e-6, 1e-4]
     df = pd.DataFrame({"variant": ["a"] * 3 + ["b"] * 3, "seed": [0, 1, 2, 0, 1, 2],
                        "final:mismatch/kl": kl + [5e-5, 6e-5, 7e-5], "final:loss/policy": kl + [5e-5, 6e-5, 7e-5]})
-    table = compare_variants(df, "b", ["final:mismatch/kl", "final:loss/policy"], n_resamples=0,
-                             higher_is_better={"final:loss/policy": False})  # as the KL: only the range differs
+    # the loss directed as the KL is: only the range differs
+    table = compare_variants(df, "b", ["final:mismatch/kl", "final:loss/policy"],
+                             CompareSettings(n_resamples=0, higher_is_better={"final:loss/policy": False}))
     cut = table.df[(table.df.metric == "final:mismatch/kl") & (table.df.variant == "a")].iloc[0]
     free = table.df[(table.df.metric == "final:loss/policy") & (table.df.variant == "a")].iloc[0]
     t_lo = np.mean(kl) - 4.302652729749464 * np.std(kl, ddof=1) / math.sqrt(3)  # t_{0.975, 2}
@@ -265,7 +273,7 @@ def test_per_arm_intervals_are_cut_to_the_summarys_range_and_nothing_else_moves(
 
 
 def test_a_difference_that_cancels_to_rounding_residue_prints_as_zero():
-    from workbench.compare.report import _fmt_ci
+    from workbench.compare.table import _fmt_ci
 
     # DAPO minus no_overlong on final accuracy: paired differences that sum to 0 in decimal leave
     # 5.551e-18 in binary; next to a +-0.09 interval that is residue, not an effect
@@ -278,7 +286,7 @@ def test_secondary_metrics_are_marked_in_every_rendering():
     """compare.primary's complement (set by `workbench compare` as settings['secondary']): each of the
     metric's headlines and its table title say "secondary"; the primary metric's do not; it survives JSON."""
     df = study({"grpo": 0.5, "dapo": 0.8}).assign(kl=lambda d: d["acc"] / 10)
-    t = compare_variants(df, "grpo", ["acc", "kl"], {"acc": True, "kl": False})
+    t = compare_variants(df, "grpo", ["acc", "kl"], CompareSettings(higher_is_better={"acc": True, "kl": False}))
     t.settings["secondary"] = ["kl"]
     heads = t.headlines()
     assert [h.startswith("(secondary) ") for h in heads] == [False, True]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from workbench.cli.report import SUPERSEDED, select_runs
+from workbench.analysis.selection import SUPERSEDED, select_runs
 
 
 def frame(rows):

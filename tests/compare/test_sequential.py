@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from workbench.cli.sequential import Plan, decide_metric
-from workbench.compare import compare_variants
+from workbench.analysis.sequential import Plan, decide_metric
+from workbench.compare import CompareSettings, compare_variants
 from workbench.compare.sequential import (
     REJECTED,
     Design,
@@ -204,11 +204,12 @@ def test_cli_look_uses_compare_p_values_and_the_same_decisions():
     plan.status = {("final_eval_accuracy", a): "" for a in ("big", "null")}
     level, rows = decide_metric(summary, plan, design, 1, "final_eval_accuracy")
     assert level == pytest.approx(design.look_alpha[1])  # 2 open of a family of 2
-    table = compare_variants(summary, "grpo", ["final_eval_accuracy"], confidence=1 - level, n_resamples=0)
+    table = compare_variants(summary, "grpo", ["final_eval_accuracy"],
+                             CompareSettings(confidence=1 - level, n_resamples=0))
     p = dict(zip(table.df["variant"], table.df["p_value"], strict=True))
     x = summary.pivot(index="seed", columns="arm", values="final_eval_accuracy")
     assert p["big"] == pytest.approx(sps.ttest_rel(x["big"], x["grpo"]).pvalue, rel=1e-12)
-    by_arm = {r["arm"]: r["status"] for r in rows}
+    by_arm = {r.arm: r.status for r in rows}
     assert by_arm["big"] == "better" and by_arm["null"] in ("inconclusive", "open")
     assert plan.status["final_eval_accuracy", "big"] == "better"
 

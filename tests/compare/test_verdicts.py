@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from workbench.compare import compare_variants, resolve_summary, summarize_runs
+from workbench.compare import CompareSettings, compare_variants, resolve_summary, summarize_runs
 from workbench.compare.stats import mean_ci, mean_difference, planned_seeds, t_interval, t_test_power
 
 
@@ -45,7 +45,8 @@ BASE_060 = [(0.60 + 0.01 * (s % 3 - 1), "FINISHED") for s in range(6)]
 def test_failed_seeds_are_ranked_worst_not_dropped():
     """Before: the 3 FAILED runs were dropped and the 3 survivors at 0.90 made the arm 'better'."""
     crashy = [(0.10, "FAILED")] * 3 + [(0.90, "FINISHED"), (0.91, "FINISHED"), (0.89, "FINISHED")]
-    t = compare_variants(runs_frame({"grpo": BASE_060, "crashy": crashy}), "grpo", ["acc"], {"acc": True})
+    t = compare_variants(runs_frame({"grpo": BASE_060, "crashy": crashy}), "grpo", ["acc"],
+                         CompareSettings(higher_is_better={"acc": True}))
     r = verdict_of(t, "crashy")
     assert r["verdict"] == "withheld: 3/6 runs failed"
     assert (r["n_runs"], r["n_finished"], r["n_failed"], r["n_seeds"]) == (6, 3, 3, 6 - 3)
@@ -58,7 +59,8 @@ def test_failed_seeds_are_ranked_worst_not_dropped():
 def test_health_stopped_arm_gets_no_verdict_and_says_why():
     """Before: 5 runs stopped at step 50 of 200, compared on their truncated curves: 'better'."""
     stopped = [(0.95, "stopped")] * 5
-    t = compare_variants(runs_frame({"grpo": BASE_060[:5], "collapsed": stopped}), "grpo", ["acc"], {"acc": True})
+    t = compare_variants(runs_frame({"grpo": BASE_060[:5], "collapsed": stopped}), "grpo", ["acc"],
+                         CompareSettings(higher_is_better={"acc": True}))
     r = verdict_of(t, "collapsed")
     assert r["verdict"] == "withheld: all 5 runs stopped early by entropy_collapse"
     assert (r["n_stopped"], r["n_finished"]) == (5, 0)
@@ -114,7 +116,8 @@ def test_a_true_effect_survives_a_failed_seed():
     that all beat the baseline is still 'better' (ranked worst, Mann-Whitney p ~ 2e-4)."""
     strong = [(0.10, "FAILED")] + [(0.90 + 0.001 * s, "FINISHED") for s in range(9)]
     base = [(0.60 + 0.001 * s, "FINISHED") for s in range(10)]
-    r = verdict_of(compare_variants(runs_frame({"grpo": base, "strong": strong}), "grpo", ["acc"], {"acc": True}),
+    r = verdict_of(compare_variants(runs_frame({"grpo": base, "strong": strong}), "grpo", ["acc"],
+                                    CompareSettings(higher_is_better={"acc": True})),
                    "strong")
     assert r["verdict"] == "better" and r["n_failed"] == 1 and "1/10 runs failed" in r["note"]
 
@@ -174,7 +177,8 @@ def test_delta_interval_and_holm_verdicts_agree():
         rng = np.random.default_rng(i)
         rows = [{"variant": v, "seed": f"{v}{s}", "acc": mu + rng.normal(0, 0.05)}
                 for v, mu in (("base", 0.5), ("a", 0.56), ("b", 0.57), ("c", 0.58)) for s in range(5)]
-        t = compare_variants(pd.DataFrame(rows), "base", ["acc"], {"acc": True}, n_resamples=0)
+        t = compare_variants(pd.DataFrame(rows), "base", ["acc"],
+                             CompareSettings(higher_is_better={"acc": True}, n_resamples=0))
         rows = t.df[t.df["verdict"] != "baseline"]
         for r in rows.to_dict("records"):
             excludes = r["delta_lo"] > 0 or r["delta_hi"] < 0
@@ -242,7 +246,8 @@ def test_aa_family_wise_false_winner_rate(fail_p):
     claims = 0
     for n in range(3, 11):
         for _ in range(25):
-            t = compare_variants(_aa_study(rng, n, fail_p), "base", ["acc"], {"acc": True}, n_resamples=0)
+            t = compare_variants(_aa_study(rng, n, fail_p), "base", ["acc"],
+                                 CompareSettings(higher_is_better={"acc": True}, n_resamples=0))
             claims += t.df["verdict"].isin(["better", "worse"]).any()
     assert claims / 200 <= 0.09, claims / 200
 
@@ -260,7 +265,8 @@ def test_planted_effect_found_with_the_promised_power():
     for _ in range(300):
         rows = [{"variant": v, "seed": s, "acc": mu + rng.normal(0, sd)}
                 for v, mu in (("base", 0.5), ("v", 0.5 + effect)) for s in range(n)]
-        t = compare_variants(pd.DataFrame(rows), "base", ["acc"], {"acc": True}, n_resamples=0)
+        t = compare_variants(pd.DataFrame(rows), "base", ["acc"],
+                             CompareSettings(higher_is_better={"acc": True}, n_resamples=0))
         found += t.winners("acc") == ["v"]
     assert abs(found / 300 - 0.8) <= 0.10, (found / 300, promised)
 

@@ -6,8 +6,8 @@ import math
 
 import pandas as pd
 
-from workbench.cli.health import health_cells
-from workbench.cli.report import uncomputed_summaries
+from workbench.analysis.comparison import uncomputed_summaries
+from workbench.analysis.health_table import health_cells
 from workbench.health import HealthMonitor
 
 

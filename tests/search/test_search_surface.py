@@ -139,7 +139,8 @@ def test_tune_prints_importances_and_best_trials_writes_the_report_and_logs_the_
 
 def test_one_parameter_search_says_why_it_prints_no_importances(tmp_path):
     """The CLI's fallback line (no training: a hand-made study in the storage tune reads)."""
-    from workbench.cli.search import console, print_importances
+    from workbench.cli.output import console
+    from workbench.cli.search import print_importances
 
     spec = load_spec(write_search_study(tmp_path / "s.yaml", "one", {"params": {"learner.lr": LR}, "n_trials": 2}))
     study = _study("maximize", [("COMPLETE", 0.1), ("COMPLETE", 0.2)])

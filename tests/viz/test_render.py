@@ -15,8 +15,8 @@ import pandas as pd
 import pytest
 
 from tests.viz.synthetic import health_report, mismatch_records, synthetic_study
-from workbench.cli.health import health_cells, health_events
-from workbench.compare import align_curves, compare_variants, curve_bands, summarize_runs
+from workbench.analysis.health_table import health_cells, health_events
+from workbench.compare import CompareSettings, align_curves, compare_variants, curve_bands, summarize_runs
 from workbench.viz import DashboardData, html_page, load_spec, parse_spec, render_dashboard, summary_figure
 from workbench.viz.figures import health_matrix_figure, is_interval_trace, zoomed_range
 from workbench.viz.html import Section, without_generated_time
@@ -129,7 +129,7 @@ def test_summary_panel_intervals_are_compare_variants_estimates(study):
     rendered = render_dashboard(spec, DashboardData(history, runs, baseline="grpo"))
     bars = [t for t in rendered.figure.data if is_interval_trace(t)]
     summary = summarize_runs(history, runs[["run_id", "variant", "seed"]], ["final_eval_accuracy"])
-    table = compare_variants(summary, "grpo", ["final_eval_accuracy"], rng=0)
+    table = compare_variants(summary, "grpo", ["final_eval_accuracy"], CompareSettings(rng=0))
     rows = table.for_metric("final_eval_accuracy")
     np.testing.assert_allclose(np.asarray(bars[0].y, dtype=float), rows["mean"].to_numpy())
     np.testing.assert_allclose(np.asarray(bars[0].error_y.array, dtype=float),
@@ -263,7 +263,7 @@ def test_summary_intervals_zoom_in_so_close_variants_look_different():
     seeds = [-0.004, -0.002, 0.0, 0.002, 0.004]
     summary = pd.DataFrame([{"variant": v, "seed": i, "acc": mu + d}
                             for v, mu in (("grpo", 0.79), ("dapo", 0.81)) for i, d in enumerate(seeds)])
-    table = compare_variants(summary, "grpo", ["acc"], {"acc": True}, rng=0)
+    table = compare_variants(summary, "grpo", ["acc"], CompareSettings(higher_is_better={"acc": True}, rng=0))
     fig = summary_figure(table, summary)
     lo, hi = fig.layout.yaxis.range
     assert 0.7 < lo < 0.786 and 0.814 < hi < 0.9  # hand: values 0.786..0.814, margin 8% of the span
@@ -281,15 +281,16 @@ def test_long_arm_names_are_angled_and_each_row_leaves_them_room():
     names = ["seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm"]
     summary = pd.DataFrame([{"variant": v, "seed": i, "a": 0.1 * k + 0.01 * i, "b": k + i, "c": 2.0 * i}
                             for k, v in enumerate(names) for i in range(3)])
-    table = compare_variants(summary, names[0], ["a", "b", "c"], {"a": True, "b": True, "c": True}, rng=0)
+    table = compare_variants(summary, names[0], ["a", "b", "c"],
+                             CompareSettings(higher_is_better={"a": True, "b": True, "c": True}, rng=0))
     fig = summary_figure(table, summary)  # 3 panels: 2 rows
     assert fig.layout.xaxis.tickangle == -30 and fig.layout.xaxis3.tickangle == -30
     gap_px = (fig.layout.yaxis.domain[0] - fig.layout.yaxis3.domain[1]) * fig.layout.height
     assert round(gap_px) >= int(0.5 * 7 * len("seq_mean_token_sum_norm")) + 60  # whole pixels
     assert fig.layout.showlegend is False  # the title explains the markers: no stray legend caption
 
-    short = compare_variants(summary.replace({"variant": dict(zip(names, ["grpo", "dapo", "cispo"]))}), "grpo",
-                             ["a"], {"a": True}, rng=0)
+    short = compare_variants(summary.replace({"variant": dict(zip(names, ["grpo", "dapo", "cispo"]))}), "grpo", ["a"],
+                             CompareSettings(higher_is_better={"a": True}, rng=0))
     assert summary_figure(short, summary.replace({"variant": dict(zip(names, ["grpo", "dapo", "cispo"]))})
                           ).layout.xaxis.tickangle is None
 

@@ -87,7 +87,7 @@ def _settings(paper: Paper, section: str, **values: Any) -> dict[str, Setting]:
 
 
 # A clip range acts only once the policy moves within a batch: with one optimizer step per batch the ratio
-# is exactly 1 (workbench/cli/lint.py clip_with_one_step). DAPO's released recipe (verl recipe/dapo:
+# is exactly 1 (workbench/analysis/lint.py clip_with_one_step). DAPO's released recipe (verl recipe/dapo:
 # train_prompt_bsz 512, train_prompt_mini_bsz 32) takes 16 updates per batch, the setting its clip-higher
 # was tuned in; the presets that take DAPO's clip_high take its update count with it.
 DAPO_UPDATES = "recipe (512 prompts per step, 32 per update)"

@@ -13,6 +13,7 @@ import click
 import typer
 from typer.core import TyperGroup
 
+from workbench.cli.output import err_console
 from workbench.errors import ModelDirectoryError, UserFileError, debug_enabled
 from workbench.tracking.check import StoreError, describe_store_failure
 from workbench.tracking.redact import redact_text
@@ -56,17 +57,15 @@ class GuardedGroup(TyperGroup):
         except Exception as error:
             if debug_enabled():
                 raise
-            from rich.console import Console
             from rich.markup import escape
 
             store = None if isinstance(error, StoreError) else describe_store_failure(error)
             if store is not None or isinstance(error, (StoreError, TrackingOutage)):
                 # the store (its path, server or credentials) is wrong or down: the user's to fix, exit 2
                 text = redact_text(store or str(error).splitlines()[0])
-                Console(stderr=True).print(f"[red]error:[/red] {escape(text[:500])}", highlight=False, soft_wrap=True)
+                err_console.print(f"[red]error:[/red] {escape(text[:500])}", highlight=False, soft_wrap=True)
                 raise typer.Exit(2) from None
             code = 2 if is_input_error(error) else 1
             kind = "error" if code == 2 else "internal error"
-            Console(stderr=True).print(f"[red]{kind}:[/red] {escape(one_line(error))}; {HINT}",
-                                       highlight=False, soft_wrap=True)
+            err_console.print(f"[red]{kind}:[/red] {escape(one_line(error))}; {HINT}", highlight=False, soft_wrap=True)
             raise typer.Exit(code) from None

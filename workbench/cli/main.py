@@ -15,16 +15,18 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
+from workbench.analysis.selection import filter_specs
 from workbench.cli.console import print_table
 from workbench.cli.help_format import HelpGroup
 from workbench.cli.invocation import workbench_command
 from workbench.cli.output import console, err_console, fail
-from workbench.errors import DEBUG_ENV, show_debug_logs
+from workbench.cli.seed_plan import print_seed_plan
+from workbench.errors import DEBUG_ENV, AnalysisError, show_debug_logs
 from workbench.execution.interrupts import stopping_on
 from workbench.execution.lock import StudyBusy
 from workbench.metrics import CATALOGUE
@@ -37,6 +39,9 @@ from workbench.tracking.store import resolve_tracking_uri, sqlite_file
 from workbench.tracking.study_runs import finished_elsewhere, run_statuses
 from workbench.tracking.writer import DEFAULT_OUTAGE_DEADLINE_S, TrackingOutage, bound_mlflow_http_retries
 from workbench.train.rank_env import is_follower, multi_rank
+
+if TYPE_CHECKING:
+    from workbench.analysis.seed_plan import MetricSeedPlan
 
 # HelpGroup: unhandled errors as one line (GuardedGroup), plain help that wraps at any width (help_format.py)
 app = typer.Typer(add_completion=False, no_args_is_help=True, cls=HelpGroup, rich_markup_mode=None,
@@ -104,33 +109,21 @@ def load_specs(study_path: Path, overrides: list[str] | None, only: str | None):
     except (StudyError, FileNotFoundError, ValueError) as e:
         raise fail(str(e)) from None
     if only:
-        specs = filter_specs(specs, only)
+        try:
+            specs = filter_specs(specs, only)
+        except AnalysisError as e:
+            raise fail(str(e)) from None
         if not specs:
             raise fail(f"--only {only!r} matches no run of {study_path}")
     return study, specs
 
 
 def warn_inert_knobs(specs) -> None:
-    """Config lint (workbench/cli/lint.py): one stderr line per knob that cannot act, before anything runs."""
-    from workbench.cli.lint import lint_specs  # deferred: pydantic, torch
+    """Config lint (workbench/analysis/lint.py): one stderr line per knob that cannot act, before anything runs."""
+    from workbench.analysis.lint import lint_specs  # deferred: pydantic, torch
 
     for line in lint_specs(specs):
         print(line, file=sys.stderr)  # plain print: one line however long, no markup
-
-
-def filter_specs(specs, only: str):
-    wanted = {}
-    for part in only.split(","):
-        key, _, value = part.partition("=")
-        if not value:
-            raise fail(f"--only expects key=value pairs, got {part!r}")
-        wanted[key.strip()] = value.strip()
-
-    def keep(spec) -> bool:
-        values = {"variant": spec.variant, "seed": str(spec.seed), **{k: str(v) for k, v in spec.grid.items()}}
-        return all(values.get(k) == v for k, v in wanted.items())
-
-    return [s for s in specs if keep(s)]
 
 
 @app.command()
@@ -149,7 +142,8 @@ def plan(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
         row["max_tokens"] = row["completions"] * spec.config.sampler.max_new_tokens
     seeds = _seed_plan(study, study_obj, specs)
     if format == "json":
-        print(json.dumps({"study": study_obj.name, "runs": rows, "seed_plan": seeds}, indent=2, default=str))
+        print(json.dumps({"study": study_obj.name, "runs": rows, "seed_plan": [p.as_dict() for p in seeds]}, indent=2,
+                         default=str))
         return
     table = Table(title=f"{study_obj.name}: {len(rows)} runs")
     for col in ["label", "seed", "run_key", "status", "completions", "max_tokens"]:
@@ -157,19 +151,21 @@ def plan(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
     for row in rows:
         table.add_row(*(str(row[c]) for c in ["label", "seed", "run_key", "status", "completions", "max_tokens"]))
     console.print(table)
-    from workbench.cli.seed_plan import print_seed_plan  # deferred: numpy, pandas (the study reader)
-
     print_seed_plan(seeds)
     _note_search_problems(study_obj)
     _note_paths(specs)
 
 
-def _seed_plan(study: str, study_obj, specs) -> list[dict]:
-    """Seeds per arm for 80% power at the study's compare.sesoi (workbench/cli/seed_plan.py)."""
-    from workbench.cli.seed_plan import seed_plan  # deferred: numpy, pandas (the study reader)
+def _seed_plan(study: str, study_obj, specs) -> list[MetricSeedPlan]:
+    """Seeds per arm for 80% power at the study's compare.sesoi (workbench/analysis/seed_plan.py)."""
+    from workbench.analysis.seed_plan import seed_plan  # deferred: numpy, pandas (the study reader)
     from workbench.execution.plan import study_experiment, study_tracking_uri  # deferred: pydantic
 
-    return seed_plan(study_obj, specs, study_tracking_uri(specs), study_experiment(study_obj, specs), where=study)
+    try:
+        plans = seed_plan(study_obj, specs, study_tracking_uri(specs), study_experiment(study_obj, specs), where=study)
+    except AnalysisError as e:
+        raise fail(str(e)) from None
+    return plans
 
 
 def _note_paths(specs) -> None:
@@ -218,6 +214,11 @@ def _known_statuses(study_obj, specs) -> dict[str, str]:
         if source is not None:
             statuses[key] = f"reuse ({source.study})"
     return statuses
+
+
+def _say(line: str) -> None:
+    """A line of a sequential study's design and looks, as it comes (no markup)."""
+    console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command()
@@ -279,16 +280,16 @@ def run(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
     try:
         with stopping_on(signal.SIGTERM):  # `kill PID` stops like Ctrl-C: runs and the study KILLED, lock released
             if until_decided:
-                from workbench.cli.sequential import run_until_decided  # deferred: scipy, mlflow
+                from workbench.analysis.sequential import run_until_decided  # deferred: scipy, mlflow
 
-                outcomes = run_until_decided(study_obj, max_seeds=max_seeds, progress=not quiet,
+                outcomes = run_until_decided(study_obj, max_seeds=max_seeds, progress=not quiet, say=_say,
                                              select=(lambda s: filter_specs(s, only)) if only else None,
                                              parallel=1 if multi_rank() else parallel, ray=ray,
                                              export_to=export_to, reuse=not no_reuse)
             else:
                 outcomes = run_study(study_obj, specs, progress=not quiet, parallel=1 if multi_rank() else parallel,
                                      ray=ray, export_to=export_to, reuse=not no_reuse)
-    except (PreflightError, FileNotFoundError, ImportError, StudyBusy, SpecError, RayUnavailable) as e:
+    except (AnalysisError, PreflightError, FileNotFoundError, ImportError, StudyBusy, SpecError, RayUnavailable) as e:
         raise fail(str(e)) from None
     except TrackingOutage as e:  # unreachable while the study was being opened: nothing ran, so a usage-level
         # exit 2 like every other command's unreachable store; MLflow lost mid-study FAILs runs (exit 1 below)

@@ -1,8 +1,9 @@
 """``workbench compare STUDY`` and ``workbench dashboard STUDY``: statistics and plots of a study,
 in the terminal and as self-contained HTML logged to the study's parent MLflow run.
 
-Data flow: :mod:`workbench.results.reader` (frames) → :mod:`workbench.compare` (summaries,
-statistics) → :mod:`workbench.viz` (figures, HTML) → MLflow artifacts:
+Data flow: :mod:`workbench.results.reader` (frames) → :mod:`workbench.analysis.comparison` (the runs
+compared, the comparison: :mod:`workbench.compare`'s summaries and statistics) → :mod:`workbench.viz`
+(figures, HTML) → MLflow artifacts:
 * ``reports/compare.html`` (+ ``compare.csv``, ``compare.json``, ``compare.md``) on the parent run;
 * ``dashboards/<spec name>.html`` on the parent run (on the run itself with ``--run``).
 """
@@ -13,37 +14,35 @@ import html
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from workbench.analysis.health_table import health_cells, health_events
+from workbench.analysis.selection import SUPERSEDED, labelled_by_arm
+from workbench.analysis.target import Target, parent_run
 from workbench.cli.common import (
-    Target,
     TrackingOpt,
-    console,
     fmt_ci,
     fmt_num,
     fmt_p,
     log_artifacts_once,
     log_artifacts_text,
-    note,
-    parent_run,
     resolve_target,
 )
 from workbench.cli.invocation import DEFAULT_UI_BASE, ui_base_url, workbench_command
-from workbench.cli.looks import LEVEL_KEY, looks_report, record_first_look
-from workbench.cli.output import fail
+from workbench.cli.output import console, fail, note
+from workbench.errors import AnalysisError
 from workbench.tracking.redact import redact_uri
 
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["Comparison", "build_compare_report", "compare", "comparison_metrics", "compute_comparison", "dashboard",
-           "select_runs", "uncomputed_summaries"]
+    from workbench.analysis.comparison import Comparison
 
-DEFAULT_METRICS = ("final_eval_accuracy",)
+__all__ = ["build_compare_report", "compare", "dashboard"]
+
 REPORT_DIR = "reports"
 #: Parent-run tag: SHA-256 of the reports/compare.* last logged, so the same content is logged once.
 REPORT_SHA_TAG = "workbench.compare_report_sha256"
@@ -52,106 +51,6 @@ DASHBOARD_DIR = "dashboards"
 # --------------------------------------------------------------------------------------------
 # Pieces (pure: frames in, frames/HTML out)
 # --------------------------------------------------------------------------------------------
-
-
-def comparison_metrics(requested: Sequence[str] | None, compare_cfg: dict[str, Any]) -> list[str]:
-    """Summary metric names to compare: ``--metric`` values, else the study's ``compare.metrics``,
-    else ``final_eval_accuracy``. Logged metric names (``eval/accuracy``) become ``final:<name>``."""
-    from workbench.viz.spec import summary_name  # deferred: plotly, pydantic, scipy
-
-    names = list(requested or compare_cfg.get("metrics") or DEFAULT_METRICS)
-    return list(dict.fromkeys(summary_name(m) for m in names))
-
-
-def secondary_metrics(names: Sequence[str], compare_cfg: dict[str, Any]) -> list[str]:
-    """The compared summary metrics the study does not declare primary (``compare.primary``; none
-    declared: every metric is primary). Secondary metrics are reported, marked secondary, and do not
-    keep a ``--until-decided`` study running."""
-    from workbench.viz.spec import summary_name  # deferred: plotly, pydantic, scipy
-
-    primary = compare_cfg.get("primary")
-    if not primary:
-        return []
-    wanted = {summary_name(m) for m in primary}
-    return [m for m in names if m not in wanted]
-
-
-def uncomputed_summaries(summary: pd.DataFrame, history: pd.DataFrame, names: Sequence[str]) -> list[str]:
-    """One line per summary metric that is NaN for some runs, with what those runs lack
-    (e.g. an imported run has no ``eval/accuracy``), so a missing summary is said, not silent."""
-    from workbench.compare import resolve_summary  # deferred: scipy
-
-    lines = []
-    logged: dict[str, set[str]] | None = None
-    for name in names:
-        bad = summary.loc[summary[name].isna(), "run_id"].tolist()
-        if not bad:
-            continue
-        if logged is None:  # only when some summary is missing: a set per run costs seconds at 3000 runs
-            logged = history.groupby("run_id")["metric"].agg(set).to_dict() if len(history) else {}
-        missing = sorted({m for rid in bad for m in resolve_summary(name).reads if m not in logged.get(rid, set())})
-        why = f"needs {', '.join(missing)}" if missing else "too few finite values"
-        lines.append(f"could not compute {name} for {len(bad)} of {len(summary)} runs: {why}")
-    return lines
-
-
-def smallest_effects(compare_cfg: dict[str, Any], options: Sequence[str] | None, where: str) -> dict[str, float]:
-    """Metric -> smallest effect of interest: the study's ``compare.sesoi``, overridden by
-    ``--sesoi METRIC=VALUE``; logged metric names become ``final:<name>`` as in ``--metric``.
-    A bad value: one line naming the field and ``where`` (the study), exit 2."""
-    from workbench.viz.spec import summary_name  # deferred: plotly, pydantic, scipy
-
-    declared = compare_cfg.get("sesoi") or {}
-    if not isinstance(declared, dict):
-        raise fail(f"{where}: compare.sesoi: expected a mapping of metric -> smallest effect of interest, "
-                   f"got {declared!r}")
-    out: dict[str, float] = {}
-    given = [(f"compare.sesoi.{m}", m, v) for m, v in declared.items()]
-    for option in options or []:
-        m, _, v = option.partition("=")
-        try:
-            given.append(("--sesoi", m.strip(), float(v)))
-        except ValueError:
-            raise fail(f"--sesoi: expected METRIC=VALUE with a number, got {option!r}") from None
-    for field, m, v in given:
-        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
-        if not m or not ok:
-            raise fail(f"{where}: {field}: must be a positive number in the metric's units, got {v!r}")
-        out[summary_name(m)] = float(v)
-    return out
-
-
-#: Statuses of runs that ended: all are compared (a FAILED or KILLED run is a result, ranked worst;
-#: :mod:`workbench.compare.outcomes`). Runs still RUNNING (or SCHEDULED) are left out unless asked.
-ENDED_STATUSES = ("FINISHED", "FAILED", "KILLED")
-
-SUPERSEDED = "superseded by a re-run"
-
-
-def select_runs(runs: pd.DataFrame, include_unfinished: bool) -> tuple[pd.DataFrame, dict[str, int]]:
-    """One outcome per run: runs that ended (FINISHED, FAILED, KILLED: failures count against
-    their arm), plus the still-running ones with ``include_unfinished``; and the count of the
-    runs left out, by reason.
-
-    A run (one ``run_key`` under one run name: a variant at one seed) executed more than once,
-    e.g. stopped by hand and resumed, counts once: its FINISHED attempt if it has one, else its
-    latest attempt. The earlier attempts are counted as superseded, not compared as failures of
-    their arm.
-    """
-    keep = runs["status"].isin(ENDED_STATUSES) | include_unfinished
-    excluded = {} if include_unfinished else runs.loc[~keep, "status"].value_counts().to_dict()
-    runs = runs[keep]
-    if "run_key" in runs.columns and runs["run_key"].notna().any():
-        keyed = runs[runs["run_key"].notna()]
-        order = keyed.assign(_finished=keyed["status"].eq("FINISHED"),
-                             _start=keyed["start_time"] if "start_time" in keyed.columns else 0)
-        attempts_of = ["run_key", "run_name"] if "run_name" in keyed.columns else ["run_key"]
-        latest = order.sort_values(["_finished", "_start"]).groupby(attempts_of, dropna=False).tail(1).index
-        superseded = keyed.index.difference(latest)
-        if len(superseded):
-            excluded[SUPERSEDED] = len(superseded)
-            runs = runs.drop(index=superseded)
-    return runs.reset_index(drop=True), excluded
 
 
 def _verdict_class(v: Any) -> str:
@@ -165,7 +64,7 @@ def _verdict_class(v: Any) -> str:
 def comparison_table_html(table: Any) -> str:
     import pandas as pd  # deferred: keeps `workbench --help` light
 
-    from workbench.compare.report import runs_phrase  # deferred: scipy
+    from workbench.compare.table import runs_phrase  # deferred: scipy
     from workbench.compare.wording import level_percent  # deferred: scipy
     from workbench.viz.html import df_table_html  # deferred: plotly, pydantic
 
@@ -231,28 +130,11 @@ def _two_way_html_columns(table: Any, metric: str, rows: pd.DataFrame, level: st
 
 
 def _runs_overview_html(runs: pd.DataFrame, excluded: dict[str, int]) -> str:
-    import pandas as pd  # deferred: keeps `workbench --help` light
-
-    from workbench.compare.arms import arm_column  # deferred: scipy
+    from workbench.analysis.comparison import runs_overview  # deferred: pandas, scipy
     from workbench.viz.html import df_table_html  # deferred: plotly, pydantic
 
-    arms = arm_column(runs)
-    unit = "variant" if (arms == runs["variant"].astype(str)).all() else "arm"
-    g = runs.groupby(arms.to_numpy(), sort=False)
-    stopped = runs["stopped_early"].fillna(False).astype(bool) if "stopped_early" in runs.columns \
-        else pd.Series(False, index=runs.index)
-    status = runs["status"].astype(str)
-    view = pd.DataFrame({
-        unit: list(g.groups),
-        "runs": g.size().to_numpy(),
-        "finished / failed / stopped early": [
-            f"{((status[i] == 'FINISHED') & ~stopped[i]).sum()} / {(status[i] != 'FINISHED').sum()} / "
-            f"{((status[i] == 'FINISHED') & stopped[i]).sum()}" for i in g.groups.values()],
-        "n_seeds": [int(x.dropna().nunique()) for _, x in g["seed"]],
-        "seed values": [", ".join(str(s) for s in sorted(x.dropna().unique().tolist())) for _, x in g["seed"]],
-        "health ok / warn / fail": [f"{(x == 'ok').sum()} / {(x == 'warn').sum()} / {(x == 'fail').sum()}"
-                                    for _, x in g["health"]],
-    })
+    view = runs_overview(runs)
+    unit = view.columns[0]
     out = df_table_html(view, left=(unit, "seed values"))
     if excluded:
         out += ("<p class='note'>Not compared: "
@@ -347,7 +229,7 @@ def headline_html(table: Any) -> str:
 
 def _table_cells(table: Any, metric: str) -> tuple[list[str], list[list[str]], list[str]]:
     """Headers, one row of whole cell texts per arm, and each row's verdict (no markup)."""
-    from workbench.compare.report import runs_phrase  # deferred: scipy
+    from workbench.compare.table import runs_phrase  # deferred: scipy
     from workbench.compare.wording import level_percent  # deferred: scipy
 
     level = level_percent(table.confidence)
@@ -448,58 +330,6 @@ def print_table(table: Any, out: Any = None) -> None:
 StudyArg = Annotated[str, typer.Argument(help="study YAML file or study name (its MLflow experiment)")]
 
 
-def _load_spec(name: str):
-    from workbench.viz.spec import SpecError  # deferred: plotly, pydantic, scipy
-    from workbench.viz.spec_loader import find_spec, load_spec  # deferred: plotly, pydantic, scipy
-
-    try:
-        return load_spec(find_spec(name))
-    except SpecError as e:
-        raise fail(str(e)) from None
-
-
-def _in_study_order(runs: pd.DataFrame, variants_order: Sequence[str]) -> pd.DataFrame:
-    """Runs ordered by variant (the study file's order, then the others as loaded), then arm (as
-    loaded: the reader orders arms by their first run), then seed."""
-    import pandas as pd  # deferred: keeps `workbench --help` light
-
-    from workbench.compare.arms import arm_column  # deferred: scipy
-
-    variants = list(pd.unique(runs["variant"]))
-    ordered = [v for v in variants_order if v in variants] + [v for v in variants if v not in variants_order]
-    arms = arm_column(runs)
-    return runs.assign(_o=runs["variant"].map({v: i for i, v in enumerate(ordered)}),
-                       _a=arms.map({a: i for i, a in enumerate(pd.unique(arms))})) \
-        .sort_values(["_o", "_a", "seed"], kind="stable").drop(columns=["_o", "_a"]).reset_index(drop=True)
-
-
-def _labelled_by_arm(runs: pd.DataFrame) -> pd.DataFrame:
-    """``runs`` with ``variant`` replaced by the arm, for ``health_cells``, which labels a run
-    ``<variant>/seed=N``: with a grid that label is not unique, ``<arm>/seed=N`` (the run name) is."""
-    from workbench.compare.arms import arm_column  # deferred: scipy
-
-    return runs.assign(variant=arm_column(runs))
-
-
-def _spec_metrics(spec: Any) -> set[str]:
-    from workbench.compare import resolve_summary  # deferred: scipy
-    from workbench.compare.panels import BINOMIAL_DENOMINATORS  # deferred: scipy, statsmodels
-    from workbench.compare.summary import COUNT_METRICS  # deferred: scipy
-    from workbench.viz.spec import summary_name  # deferred: plotly, pydantic, scipy
-
-    out: set[str] = set()
-    for p in spec.panels:
-        if p.kind == "curve":
-            out |= set(p.metrics)
-            out |= {BINOMIAL_DENOMINATORS[m] for m in p.metrics if m in BINOMIAL_DENOMINATORS}  # eval error bars
-            if (p.x or spec.defaults.x) != "step":
-                out |= set(COUNT_METRICS)
-        elif p.kind == "summary":
-            for m in p.metrics:
-                out |= set(resolve_summary(summary_name(m)).reads)
-    return out
-
-
 def _check_png_target(png: Path) -> None:
     """Before any work: a bad --png is one line and exit 2, with nothing written."""
     from workbench.viz.snapshot import missing_requirement  # deferred: plotly, pydantic
@@ -529,99 +359,39 @@ def _save_png(page: str, png: Path, sections: list[str]) -> None:
     note(f"wrote {png} ({', '.join(present).lower()})")
 
 
-def _activity_gates(target: Target, runs: pd.DataFrame, history: pd.DataFrame, baseline: str,
-                    variants: list[str]) -> dict[str, Any]:
-    """Each compared arm's knob-activity gate (:mod:`workbench.compare.activity`), reading the
-    activity metrics the comparison's history lacks; a bad ``compare.activity`` fails (exit 2)."""
-    from workbench.compare.activity import activity_gates, parse_settings  # deferred: scipy
+def _comparison(target: Target, metric: Sequence[str] | None, *, baseline: str | None, sesoi: Sequence[str] | None,
+                spec: str, include_unfinished: bool, record_look: bool, where: str) -> Comparison:
+    """The comparison (:mod:`workbench.analysis.comparison`), its notes on stderr as it goes; a bad input:
+    one line, exit 2."""
+    from rich.markup import escape
+
+    from workbench.analysis.comparison import compare_loaded, load_comparison  # deferred: pandas, scipy
 
     try:
-        settings = parse_settings(target.compare, variants)
-    except ValueError as e:  # a study file was checked when it loaded: these settings were logged with the study
-        raise fail(f"{e} (in the study.yaml logged with study {target.study!r})") from None
-    return activity_gates(runs, history, baseline, settings, read_more=lambda metrics: target.reader.load(
-        target.study, metrics, run_ids=runs["run_id"].tolist()).history)
-
-
-@dataclass
-class Comparison:
-    """What ``workbench compare`` computed, before it prints or logs anything (the notebook API's
-    ``Study.compare`` returns its ``table``: the object the CLI prints)."""
-
-    table: Any  # ComparisonTable
-    summary: pd.DataFrame  # one row per compared run, one column per summary metric
-    history: pd.DataFrame  # the compared runs' metric history
-    runs: pd.DataFrame  # the compared runs, in study order
-    excluded: dict[str, int]  # runs left out, by reason
-    frames: Any  # the StudyFrames loaded
-    spec: Any  # the dashboard spec whose curve panels the report shows
-
-
-def compute_comparison(target: Target, metric: Sequence[str] | None = None, *, baseline: str | None = None,
-                       sesoi: Sequence[str] | None = None, spec: str = "compare", include_unfinished: bool = False,
-                       record_look: bool = True, where: str | None = None) -> Comparison:
-    """The statistics of ``workbench compare`` (its options, by name); every bad input is one line
-    and exit 2 (:func:`workbench.cli.output.fail`). ``record_look``: record this comparison as the
-    study's first look if it has none (``--log``)."""
-    import pandas as pd  # deferred: keeps `workbench --help` light
-
-    from workbench.compare import compare_variants, resolve_summary, summarize_runs  # deferred: scipy
-    from workbench.compare.arms import arm_column  # deferred: scipy
-    from workbench.compare.problems import TWO_WAY_SUMMARIES  # deferred: scipy
-
-    try:
-        names = comparison_metrics(metric, target.compare)
-    except ValueError as e:
+        loaded = load_comparison(target, metric, sesoi=sesoi, spec=spec, include_unfinished=include_unfinished,
+                                 where=where)
+        if loaded.excluded.get(SUPERSEDED):
+            note(f"{loaded.excluded[SUPERSEDED]} earlier attempt(s) of runs executed again left out: each run "
+                 "counts once (its FINISHED attempt, else its latest)")
+        done = compare_loaded(loaded, baseline=baseline, record_look=record_look)
+    except AnalysisError as e:
         raise fail(str(e)) from None
-    effects = smallest_effects(target.compare, sesoi, where or target.study)
-    dash = _load_spec(spec)
-    needed = {m for n in names for m in resolve_summary(n).reads} | _spec_metrics(dash)
-    frames = target.reader.load(target.study, sorted(needed))
-    runs, excluded = select_runs(frames.runs, include_unfinished)
-    if excluded.get(SUPERSEDED):
-        note(f"{excluded[SUPERSEDED]} earlier attempt(s) of runs executed again left out: each run counts once "
-             "(its FINISHED attempt, else its latest)")
-    if runs.empty:
-        raise fail(f"study {target.study!r} has no FINISHED runs to compare"
-                   + (f" ({', '.join(f'{n} {s}' for s, n in excluded.items())}; try --include-unfinished)"
-                      if excluded else ""))
-    history = frames.history[frames.history["run_id"].isin(set(runs["run_id"]))]
-    runs = _in_study_order(runs, target.variants_order)
-    variants = list(pd.unique(runs["variant"]))
-    arms = list(pd.unique(arm_column(runs)))
-    base = baseline or target.compare.get("baseline") or variants[0]
-    if base not in variants and base not in arms:  # a variant (matched per grid point) or one arm
-        grid = f"; arms: {', '.join(arms)}" if arms != variants else ""
-        raise fail(f"baseline {base!r} is not a variant{' or arm' if grid else ''} of study {target.study!r} "
-                   f"(variants: {', '.join(variants)}{grid})")
-    problems = None
-    if any(n in TWO_WAY_SUMMARIES for n in names):  # eval-based: intervals over seeds and problems too
-        problems = target.reader.problem_results(runs)
-    # a variant of the study file without runs yet may be named in compare.activity
-    gates = _activity_gates(target, runs, history, base, list(dict.fromkeys([*target.variants_order, *variants])))
-    looks = _looks(target, runs, record=record_look)  # sequential design; seeds added after looking
-    # Run with --until-decided: test at the level of the design's last look (O'Brien-Fleming: 0.034 at the
-    # last of 3), not at 0.05 over seeds the design already spent part of its alpha on.
-    level = float(looks.pop(LEVEL_KEY, 0.05))  # 0.05: compare_variants' own default (confidence 0.95)
-    try:
-        summary = summarize_runs(history, runs, names)
-        table = compare_variants(summary, base, names, problems=problems, sesoi=effects, activity=gates,
-                                 confidence=1.0 - level)
-    except ValueError as e:
-        raise fail(str(e)) from None
-
-    for line in uncomputed_summaries(summary, history, names):
+    for line in done.uncomputed:
         note(f"[yellow]{line}[/yellow]")
-    table.settings |= looks
-    secondary = secondary_metrics(names, target.compare)
-    if secondary:
-        table.settings["secondary"] = secondary
-    for key, style in (("sequential", "bold"), ("seeds_added", "yellow")):
-        if key in table.settings:
-            from rich.markup import escape
+    for line, style in ((done.looks.sequential, "bold"), (done.looks.seeds_added, "yellow")):
+        if line is not None:
+            note(f"[{style}]{escape(line)}[/{style}]")
+    return done
 
-            note(f"[{style}]{escape(table.settings[key])}[/{style}]")
-    return Comparison(table, summary, history, runs, excluded, frames, dash)
+
+def _load_spec(name: str) -> Any:
+    """The dashboard spec ``name``; one that does not load: one line, exit 2."""
+    from workbench.analysis.comparison import load_spec  # deferred: plotly, pydantic, scipy
+
+    try:
+        return load_spec(name)
+    except AnalysisError as e:
+        raise fail(str(e)) from None
 
 
 def compare(
@@ -654,8 +424,8 @@ def compare(
         _check_png_target(png)
     t0 = time.perf_counter()
     target: Target = resolve_target(study, tracking_uri, allow_run=False)
-    done = compute_comparison(target, metric, baseline=baseline, sesoi=sesoi, spec=spec,
-                              include_unfinished=include_unfinished, record_look=log, where=study)
+    done = _comparison(target, metric, baseline=baseline, sesoi=sesoi, spec=spec,
+                       include_unfinished=include_unfinished, record_look=log, where=study)
     table, summary, history, runs, excluded, frames, dash = (
         done.table, done.summary, done.history, done.runs, done.excluded, done.frames, done.spec)
     if format == "table":
@@ -668,9 +438,7 @@ def compare(
         print(table.to_markdown(), end="")
 
     reports = target.reader.health_reports(runs)
-    from workbench.cli.health import health_cells  # deferred: pydantic
-
-    cells = health_cells(_labelled_by_arm(runs), reports)
+    cells = health_cells(labelled_by_arm(runs), reports)
     page, warnings = build_compare_report(target.study, table, summary, history, runs, cells, spec=dash,
                                           tracking_uri=target.tracking_uri, excluded=excluded)
     for w in warnings:
@@ -704,18 +472,6 @@ def _report_content(path: str, text: str) -> str:
     return without_generated_time(text) if path.endswith(".html") else text
 
 
-def _looks(target: Target, runs: pd.DataFrame, *, record: bool) -> dict[str, str]:
-    """What the study's recorded looks say (:func:`workbench.cli.sequential.looks_report`); with
-    ``record``, this comparison is recorded as the study's first look if it has none."""
-    parent = parent_run(target, create=record)
-    if parent is None:
-        return {}
-    found = looks_report(target.reader, target.study, parent, runs)
-    if record:
-        record_first_look(target.tracking_uri, parent, runs)
-    return found
-
-
 def dashboard(
     study: StudyArg,
     spec: Annotated[str | None, typer.Option(help="spec file or name in ./dashboards or the project's "
@@ -727,22 +483,22 @@ def dashboard(
     tracking_uri: TrackingOpt = None,
 ) -> None:
     """Render a dashboard spec (YAML panels) for a study to self-contained HTML logged to MLflow."""
-    from workbench.cli.health import health_cells, health_events  # deferred: pydantic
-
     target = resolve_target(study, tracking_uri)
     run_id = run or target.run_id
     dash = _load_spec(spec or ("health" if run_id else "compare"))
     view_specs = _view_specs(dash) if log else []  # every spec validated before anything is written
     needs_health = any(p.kind == "health_matrix" or (p.health_markers if p.health_markers is not None
                                                     else dash.defaults.health_markers) for p in dash.panels)
-    frames = target.reader.load(target.study, sorted(_spec_metrics(dash)), run_ids=[run_id] if run_id else None)
+    from workbench.analysis.comparison import spec_metrics  # deferred: pandas, scipy
+
+    frames = target.reader.load(target.study, sorted(spec_metrics(dash)), run_ids=[run_id] if run_id else None)
     if frames.runs.empty:
         raise fail(f"no run {run_id} in study {target.study!r}" if run_id else
                    f"study {target.study!r} has no runs in {redact_uri(target.tracking_uri)}")
     cells = events = None
     if needs_health:
         reports = target.reader.health_reports(frames.runs)
-        cells, events = health_cells(_labelled_by_arm(frames.runs), reports), health_events(reports)
+        cells, events = health_cells(labelled_by_arm(frames.runs), reports), health_events(reports)
     records, decoders = None, {}
     if any(p.kind == "mismatch_record" for p in dash.panels):
         records = target.reader.mismatch_records(frames.runs)

@@ -13,15 +13,12 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from workbench.cli.invocation import ui_base_url
+from workbench.cli.output import console, err_console
 from workbench.execution.interrupts import stopping_on
 from workbench.tracking.store import resolve_tracking_uri
-
-console = Console()
-err_console = Console(stderr=True)
 
 __all__ = ["register", "tune"]
 

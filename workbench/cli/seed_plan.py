@@ -1,97 +1,34 @@
-"""The planned seeds of ``workbench plan STUDY``: per compared metric, the seeds per arm for 80% power
-at the study's ``compare.sesoi`` (:mod:`workbench.compare.planning`).
-
-The noise SD (of a run's value across seeds) is ``compare.noise_sd`` when declared; otherwise it
-is measured on the finished runs of the baseline variant already in the study's store (a pilot:
-run the baseline with a few seeds first), and the output says which runs it came from. Nothing is
-planned without a SESOI or an SD.
-"""
+"""The planned seeds of ``workbench plan STUDY`` in the terminal (the plan: :mod:`workbench.analysis.seed_plan`)."""
 
 from __future__ import annotations
 
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from workbench.cli.output import console
-from workbench.results.reader import StudyReader
-from workbench.tracking.redact import redact_uri
-from workbench.tracking.store import sqlite_file
 
-__all__ = ["print_seed_plan", "seed_plan"]
+if TYPE_CHECKING:
+    from workbench.analysis.seed_plan import MetricSeedPlan
 
-MIN_PILOT_RUNS = 3  # an SD from 2 runs has 1 degree of freedom: too noisy to plan on
+__all__ = ["print_seed_plan"]
 
 
-def seed_plan(study: Any, specs: list, uri: str, experiment: str, where: str) -> list[dict]:
-    """The seed plan of ``study`` (expanded into ``specs``, read from ``where``) as one dict per
-    compared metric."""
-    from workbench.cli.report import comparison_metrics, secondary_metrics, smallest_effects  # deferred: scipy, plotly
-    from workbench.compare.planning import comparisons_per_metric, plan_seeds  # deferred: scipy
-
-    compare = dict(study.compare or {})
-    metrics = comparison_metrics(None, compare)
-    sesoi = smallest_effects(compare, None, where)
-    baseline = compare.get("baseline") or next(iter(study.variants))
-    arms = [(s.variant, s.label.rsplit("/seed=", 1)[0]) for s in specs]
-    m = comparisons_per_metric(arms, baseline)
-    declared = {k: (float(v), "declared in compare.noise_sd") for k, v in (compare.get("noise_sd") or {}).items()}
-    wanted = [x for x in metrics if x in sesoi and x not in declared]
-    measured = _pilot_sd(uri, experiment, baseline, wanted) if wanted else {}
-    plans = plan_seeds(metrics, sesoi, {**measured, **declared}, comparisons=m, seeds_in_study=len(study.seeds))
-    secondary = set(secondary_metrics(metrics, compare))
-    return [p.as_dict() | {"secondary": p.metric in secondary} for p in plans]
-
-
-def _pilot_sd(uri: str, experiment: str, baseline: str, metrics: list[str]) -> dict[str, tuple[float, str]]:
-    """SD across seeds of each metric over the FINISHED runs of the baseline variant in the store
-    (pooled within its arms when it has a grid); none when the store or the runs do not exist."""
-    from workbench.cli.report import select_runs  # deferred: scipy, plotly
-    from workbench.compare import resolve_summary, summarize_runs  # deferred: scipy
-    from workbench.compare.arms import arm_column  # deferred: scipy
-
-    if uri.startswith("sqlite:///") and not sqlite_file(uri).exists():
-        return {}
-    reader = StudyReader(uri)
-    if not reader.has_study(experiment):
-        return {}
-    frames = reader.load(experiment, sorted({r for x in metrics for r in resolve_summary(x).reads}))
-    runs, _ = select_runs(frames.runs, include_unfinished=False)
-    runs = runs[(runs["variant"] == baseline) & (runs["status"] == "FINISHED")]
-    if len(runs) < MIN_PILOT_RUNS:
-        return {}
-    summary = summarize_runs(frames.history[frames.history["run_id"].isin(set(runs["run_id"]))], runs, metrics)
-    arms = arm_column(summary).to_numpy()
-    out = {}
-    for x in metrics:
-        values = summary[x].to_numpy(dtype=float)
-        ok = np.isfinite(values)
-        groups = [values[ok & (arms == a)] for a in dict.fromkeys(arms[ok])]
-        dof = sum(g.size - 1 for g in groups if g.size >= 2)
-        if ok.sum() < MIN_PILOT_RUNS or dof < 2:
-            continue
-        pooled = sum(((g - g.mean()) ** 2).sum() for g in groups if g.size >= 2) / dof
-        out[x] = (float(np.sqrt(pooled)), f"measured on {int(ok.sum())} finished {baseline} runs in "
-                                          f"{redact_uri(uri)}")
-    return out
-
-
-def print_seed_plan(plans: list[dict]) -> None:
+def print_seed_plan(plans: list[MetricSeedPlan]) -> None:
     """The plan in the terminal: one line per metric, with the SD used and where it came from."""
     if not plans:
         return
     console.print("[bold]planned seeds[/bold] (80% power to detect |Δ| = SESOI with the paired t-test at "
                   "Holm's first-step level α/m; SD of a paired difference = √2 × noise SD):", highlight=False)
-    for p in plans:
-        name = f"{p['metric']} (secondary)" if p.get("secondary") else p["metric"]
-        if p["seeds"] is None and p.get("secondary") and p["sesoi"] is None:
+    for planned in plans:
+        p, secondary = planned.plan, planned.secondary
+        name = f"{p.metric} (secondary)" if secondary else p.metric
+        if p.seeds is None and secondary and p.sesoi is None:
             console.print(f"  {name}: reported, not planned for (no SESOI; compare.primary names the metrics the "
                           "study is designed to decide)", highlight=False, soft_wrap=True)
             continue
-        if p["seeds"] is None:
-            console.print(f"  {name}: nothing planned: {p['why']}", highlight=False, soft_wrap=True)
+        if p.seeds is None:
+            console.print(f"  {name}: nothing planned: {p.why}", highlight=False, soft_wrap=True)
             continue
         console.print(
-            f"  {name}: {p['seeds']} seeds per arm (study has {p['seeds_in_study']}); SESOI {p['sesoi']:g}, "
-            f"noise SD {p['noise_sd']:.4g} ({p['sd_source']}), m = {p['comparisons']} comparisons, "
-            f"α/m = {p['alpha']:.4g}", highlight=False, soft_wrap=True)
+            f"  {name}: {p.seeds} seeds per arm (study has {p.seeds_in_study}); SESOI {p.sesoi:g}, "
+            f"noise SD {p.noise_sd:.4g} ({p.sd_source}), m = {p.comparisons} comparisons, "
+            f"α/m = {p.alpha:.4g}", highlight=False, soft_wrap=True)

@@ -15,7 +15,8 @@ Public surface::
 Modules: ``summary`` (registered per-run summaries, curve alignment), ``stats`` (t and trimmed-mean
 t intervals, bootstrap CIs, P(improvement), t-tests, the rank test, Holm, power; the statistical
 choices are documented there), ``outcomes`` (finished / failed / stopped / censored / missing runs
-and the one policy for them), ``report`` (the comparison table), ``wording`` (its verdicts in
+and the one policy for them), ``decide`` (``compare_variants``: estimates, tests, corrections, verdicts), ``table``
+(the comparison table it returns, and its markdown, CSV and JSON), ``wording`` (its verdicts in
 words: "better", "equivalent (|Δ| < 0.03)", "inconclusive with 5 seeds (MDE 0.041)", "withheld: ..."), ``arms`` (the units
 compared: one per variant and grid point, each matched with the baseline at its grid point), ``activity``
 (the knob-activity gate: "not testable" when the knobs an arm changes barely acted), ``panels`` (what a dashboard panel shows: curves
@@ -33,9 +34,9 @@ from typing import Any
 
 #: submodule -> the names it defines that the package hands on, imported on first access
 _EXPORTS = {
+    "decide": ("CompareSettings", "compare_variants"),
     "outcomes": ("OUTCOMES", "arm_outcomes", "run_outcomes"),
     "panels": ("CurvePanel", "SummaryPanel", "curve_panel", "summary_panel"),
-    "report": ("COLUMNS", "ComparisonTable", "compare_variants"),
     "stats": (
         "CORRECTIONS", "Difference", "Estimate", "STATISTICS", "adjust_pvalues", "bootstrap_ci",
         "curve_bands", "iqm", "iqm_ci", "mean_ci", "mean_difference", "minimum_detectable_effect",
@@ -45,6 +46,7 @@ _EXPORTS = {
     "summary": (
         "RunCurves", "SUMMARY_METRICS", "SummaryMetric", "align_curves", "iter_runs", "resolve_summary",
         "summarize_runs", "summary_metric"),
+    "table": ("COLUMNS", "ComparisonTable"),
     "wording": ("verdict",),
 }
 _HOME = {name: module for module, names in _EXPORTS.items() for name in names}

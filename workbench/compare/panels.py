@@ -23,7 +23,7 @@ accuracy could move on another draw of as many problems. A run that did not log 
 runs) gets no interval: n is never guessed.
 
 The statistics are :mod:`workbench.compare.stats`' (:func:`~workbench.compare.stats.curve_bands`,
-:func:`~workbench.compare.report.compare_variants`); this module only chooses what goes in which
+:func:`~workbench.compare.decide.compare_variants`); this module only chooses what goes in which
 panel. Pure pandas/numpy: no plotting, no MLflow.
 """
 
@@ -41,9 +41,10 @@ from statsmodels.stats.proportion import proportion_confint
 from workbench.metrics.catalogue import metric_bounds
 
 from .arms import arm_column, arm_variants, match_baselines, runs_by_arm
-from .report import ComparisonTable, compare_variants
+from .decide import CompareSettings, compare_variants
 from .stats import curve_bands
 from .summary import align_curves, summarize_runs
+from .table import ComparisonTable
 
 __all__ = [
     "AGGREGATIONS",
@@ -313,7 +314,7 @@ def summary_panel(history: pd.DataFrame, runs: pd.DataFrame, metrics: Sequence[s
     names = list(metrics)
     ids = [c for c in ("run_id", "variant", "arm", "seed") if c in runs.columns]
     values = summarize_runs(history, runs[ids], names)
-    table = compare_variants(values, baseline, names, confidence=confidence, rng=seed)
+    table = compare_variants(values, baseline, names, CompareSettings(confidence=confidence, rng=seed))
     return SummaryPanel(names, values, table)
 
 

@@ -63,6 +63,7 @@ __all__ = [
     "resolve_summary",
     "summarize_runs",
     "summary_metric",
+    "summary_name",
 ]
 
 # Canonical metric names read here (docs/metrics.md).
@@ -484,6 +485,18 @@ def resolve_summary(name: str) -> SummaryMetric:
             bounds=catalogue_bounds(metric),  # a mean of values in a range lies in it
         )
     return SUMMARY_METRICS.get(name)
+
+
+def summary_name(metric: str) -> str:
+    """A summary-panel metric as a summary metric name: registered names as they are, logged
+    metric names (with a ``/``) as ``final:<metric>``."""
+    if metric in SUMMARY_METRICS or metric.startswith("final:"):
+        resolve_summary(metric)
+        return metric
+    if "/" in metric:
+        return f"final:{metric}"
+    resolve_summary(metric)  # ValueError: unknown summary metric ... (valid: ...)
+    return metric
 
 
 def summarize_runs(

@@ -16,40 +16,24 @@ prints, as objects.
 Python gives one name to one thing.
 
 Errors: what the CLI reports as one line and exit code 2 (an unknown study, metric or baseline)
-raises ``ValueError`` with that line. Nothing here writes to the store.
+raises :class:`workbench.errors.AnalysisError` (a ``ValueError``) with that line. Nothing here writes to
+the store. The computing is :mod:`workbench.analysis`'s, as the CLI's is; nothing here prints.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
-import typer
 
-from workbench.cli.common import Target, resolve_target
-from workbench.cli.health import health_cells, recheck_reports
-from workbench.cli.output import err_console
-from workbench.cli.report import comparison_metrics, compute_comparison
+from workbench.analysis.comparison import comparison_metrics, compute_comparison
+from workbench.analysis.health_table import health_cells, recheck_reports
+from workbench.analysis.target import Target, resolve_target
 from workbench.compare import ComparisonTable, summarize_runs
 
 __all__ = ["Study", "load_study"]
-
-
-@contextmanager
-def _cli_errors_as_value_errors() -> Iterator[None]:
-    """A CLI failure (one ``error:`` line on stderr, exit 2) raised as ``ValueError`` with that line."""
-    with err_console.capture() as captured:
-        try:
-            yield
-        except typer.Exit:
-            failed = True
-        else:
-            failed = False
-    if failed:
-        raise ValueError(captured.get().strip().removeprefix("error: ")) from None
 
 
 @dataclass
@@ -66,8 +50,7 @@ class Study:
     def summary(self, metrics: Sequence[str] | None = None) -> pd.DataFrame:
         """One row per run, one column per summary metric (default: the study's ``compare.metrics``,
         else ``final_eval_accuracy``), as ``compare`` computes them from every run loaded."""
-        with _cli_errors_as_value_errors():
-            names = comparison_metrics(metrics, dict(self.settings))
+        names = comparison_metrics(metrics, dict(self.settings))
         return summarize_runs(self.history, self.runs, names)
 
     def compare(self, metrics: Sequence[str] | None = None, *, baseline: str | None = None,
@@ -76,9 +59,8 @@ class Study:
         ``compare:`` metrics, baseline and SESOI): a :class:`~workbench.compare.ComparisonTable`;
         ``.headlines()`` are its first lines, ``.df`` its table. Records nothing in the store."""
         options = [f"{m}={v}" for m, v in (sesoi or {}).items()]
-        with _cli_errors_as_value_errors():
-            done = compute_comparison(self._target, metrics, baseline=baseline, sesoi=options,
-                                      include_unfinished=include_unfinished, record_look=False)
+        done = compute_comparison(self._target, metrics, baseline=baseline, sesoi=options,
+                                  include_unfinished=include_unfinished, record_look=False)
         return done.table
 
     def health(self, *, recheck: bool = False, preset: str | None = None) -> pd.DataFrame:
@@ -96,7 +78,6 @@ def load_study(study: str, *, tracking_uri: str | None = None, metrics: Sequence
     """Load a study (a name, i.e. its MLflow experiment, or its YAML file) from its store
     (``tracking_uri``, else the study's ``tracking.uri``, ``$MLFLOW_TRACKING_URI``, ``./mlflow.db``).
     ``metrics``: only these logged metrics in ``history`` (default: all)."""
-    with _cli_errors_as_value_errors():
-        target = resolve_target(study, tracking_uri, allow_run=False)
+    target = resolve_target(study, tracking_uri, allow_run=False)
     frames = target.reader.load(target.study, metrics)
     return Study(target.study, target.tracking_uri, frames.history, frames.runs, dict(target.compare), target)

@@ -16,11 +16,12 @@ from typing import Any
 import pandas as pd
 from plotly.subplots import make_subplots
 
+from workbench.compare.summary import summary_name
 from workbench.metrics.catalogue import metric_bounds
 
 from . import figures as F
 from .html import Section, df_table_html, html_page
-from .spec import DashboardSpec, PanelSpec, summary_name
+from .spec import DashboardSpec, PanelSpec
 from .style import PALETTE, dash_for, dash_legend, variant_colors
 
 __all__ = ["DashboardData", "RenderedDashboard", "render_dashboard"]
@@ -31,7 +32,7 @@ class DashboardData:
     """What a dashboard draws from.
 
     ``history``/``runs``: :func:`workbench.results.reader.load_study_frames` output.
-    ``health_cells``: runs × rules (``workbench.cli.health.health_cells``), for
+    ``health_cells``: runs × rules (``workbench.analysis.health_table.health_cells``), for
     ``health_matrix`` panels. ``health_events``: one row per fired rule and run (columns
     ``run_id, rule, step, severity, message, watches``), for markers. ``baseline``: the variant
     the summary panels compare against (default: the first), matched per grid point, or one arm.

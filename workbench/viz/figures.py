@@ -2,7 +2,7 @@
 
 The split follows rliable (``metrics.py`` / ``library.py`` / ``plot_utils.py``): the numbers come
 from ``workbench.compare`` (``curve_bands``, ``ComparisonTable``, ``summarize_runs``, the panel data
-of :mod:`workbench.compare.panels`) and from the health cells of ``workbench.cli.health``;
+of :mod:`workbench.compare.panels`) and from the health cells of ``workbench.analysis.health_table``;
 this module only turns frames into traces.
 
 Trace builders return lists of ``go.Scatter``/``go.Box``/``go.Heatmap`` that a caller places in a

@@ -39,7 +39,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .spec import DashboardSpec, summary_name
+from workbench.compare.summary import summary_name
+
+from .spec import DashboardSpec
 
 __all__ = [
     "MAX_TAG_CHARS",

@@ -39,7 +39,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-__all__ = ["DashboardSpec", "LayoutSpec", "PanelDefaults", "PanelSpec", "SpecError", "summary_name"]
+__all__ = ["DashboardSpec", "LayoutSpec", "PanelDefaults", "PanelSpec", "SpecError"]
 
 Aggregation = Literal["mean", "iqm", "none"]
 GroupBy = Literal["variant", "run"]
@@ -124,6 +124,8 @@ class PanelSpec(_Strict):
             if not self.metrics:
                 raise ValueError("a summary panel needs `metrics`: summary metric names such as "
                                  "final_eval_accuracy, or logged metrics (their final value)")
+            from workbench.compare.summary import summary_name  # deferred: pandas (a spec loads without it)
+
             for m in self.metrics:
                 summary_name(m)  # ValueError naming the valid summaries
         if self.kind == "health_matrix" and self.metrics:
@@ -199,17 +201,3 @@ class DashboardSpec(_Strict):
             out[i] = (r, c)
             c += p.width
         return [out[i] for i in range(len(self.panels))]
-
-
-def summary_name(metric: str) -> str:
-    """A summary-panel metric as a summary metric name: registered names as they are, logged
-    metric names (with a ``/``) as ``final:<metric>``."""
-    from workbench.compare import SUMMARY_METRICS, resolve_summary  # deferred: scipy (drawing needs no statistics)
-
-    if metric in SUMMARY_METRICS or metric.startswith("final:"):
-        resolve_summary(metric)
-        return metric
-    if "/" in metric:
-        return f"final:{metric}"
-    resolve_summary(metric)  # ValueError: unknown summary metric ... (valid: ...)
-    return metric

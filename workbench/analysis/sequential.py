@@ -9,7 +9,7 @@ store, in order, on the same runs); then each metric's comparisons are decided o
 on the study's parent MLflow run as ``sequential.json`` (tag ``workbench.sequential``: the one-line
 phrase), and the decisions are printed and logged there as ``sequential.log``.
 
-What ``compare`` makes of the record: :mod:`workbench.cli.looks`.
+What ``compare`` makes of the record: :mod:`workbench.analysis.looks`.
 """
 
 from __future__ import annotations
@@ -23,8 +23,19 @@ from typing import Any
 
 import pandas as pd
 
-from workbench.cli.looks import DESIGN_TAG, FIRST_LOOK_TAG, LOG, RECORD, read_record
-from workbench.cli.output import console, fail
+from workbench.analysis.comparison import comparison_metrics, secondary_metrics
+from workbench.analysis.looks import (
+    DESIGN_TAG,
+    FIRST_LOOK_TAG,
+    LOG,
+    RECORD,
+    Look,
+    LookDecision,
+    SequentialRecord,
+    read_record,
+)
+from workbench.analysis.selection import select_runs
+from workbench.errors import AnalysisError
 from workbench.tracking.store import sqlite_file
 
 
@@ -70,14 +81,15 @@ class Plan:
 
 
 def run_until_decided(study, *, max_seeds: int | None, select: Callable[[list], list] | None, progress: bool,
-                      parallel: int, ray=None, export_to=None, reuse: bool = True) -> list:
+                      parallel: int, say: Callable[[str], None] = lambda line: None, ray=None, export_to=None,
+                      reuse: bool = True) -> list:
     """Run ``study`` look by look until every comparison is decided or the last look; returns the
     outcomes of every run executed or skipped. ``select``: the ``--only`` filter of the runs.
     ``export_to``: the study's export, written after each run and again after each look's record.
     ``reuse``: runs FINISHED in another study of the store are copied (counted at a look like computed ones).
-    One-line error (exit 2) for a bad design or one that differs from the design recorded when
-    the study was first run this way."""
-    from workbench.cli.report import comparison_metrics, secondary_metrics  # deferred: pandas + scipy via compare
+    ``say``: receives the design's line, then each look's lines, as they are decided.
+    A bad design, or one that differs from the design recorded when the study was first run this way:
+    :class:`AnalysisError` with one line."""
     from workbench.compare.arms import match_baselines  # deferred: scipy
     from workbench.compare.sequential import design_from_settings, futility_side  # deferred: scipy
     from workbench.execution.study import (  # deferred: pydantic, torch, transformers
@@ -98,13 +110,13 @@ def run_until_decided(study, *, max_seeds: int | None, select: Callable[[list], 
         futility = futility_side(compare_cfg.get("sequential"))
         metrics = comparison_metrics(None, compare_cfg)
     except ValueError as e:
-        raise fail(f"{where}: {e}") from None
+        raise AnalysisError(f"{where}: {e}") from e
     seeds = seed_schedule(list(study.seeds), design.looks[-1])
     extended = with_seeds(study, seeds)
     try:
         all_specs = expand(extended)
     except StudyError as e:
-        raise fail(str(e)) from None
+        raise AnalysisError(str(e)) from e
     if select is not None:
         all_specs = select(all_specs)
     arm_variant = {arm_of(s): s.variant for s in all_specs}
@@ -112,18 +124,19 @@ def run_until_decided(study, *, max_seeds: int | None, select: Callable[[list], 
     try:
         baseline_of = match_baselines(arm_variant, baseline)
     except ValueError as e:
-        raise fail(f"{where}: compare.baseline: {e}") from None
+        raise AnalysisError(f"{where}: compare.baseline: {e}") from e
     sesoi = compare_cfg.get("sesoi") if isinstance(compare_cfg.get("sesoi"), dict) else {}
     from workbench.compare.activity import parse_settings  # deferred: scipy
 
     try:
         activity = parse_settings(compare_cfg, list(study.variants))
     except ValueError as e:
-        raise fail(f"{where}: {e}") from None
+        raise AnalysisError(f"{where}: {e}") from e
     plan = Plan(metrics, baseline, arm_variant, baseline_of, sesoi=sesoi, activity=activity,
                 secondary=secondary_metrics(metrics, compare_cfg), futility=futility)
     if not plan.compared:
-        raise fail(f"{where}: --until-decided needs at least one variant to compare with the baseline {baseline!r}")
+        raise AnalysisError(f"{where}: --until-decided needs at least one variant to compare with the baseline "
+                            f"{baseline!r}")
     plan.status = {(m, a): "" for m in metrics for a in plan.compared}
     uri = study_tracking_uri(all_specs)
     record = _new_record(design, plan, list(study.seeds), seeds)
@@ -134,7 +147,7 @@ def run_until_decided(study, *, max_seeds: int | None, select: Callable[[list], 
              else f"metrics {', '.join(metrics)}")
     lines: list[str] = [f"sequential design: {design.phrase()}; {roles}; baseline {baseline}"
                         + ("" if futility == "improvement" else f"; futility stops: {futility}")]
-    _say(lines[0])
+    say(lines[0])
     for k, n in enumerate(design.looks):
         todo = round_specs(all_specs, seeds[:n], plan.needed_arms())
         for o in run_study(extended, todo, progress=progress, parallel=parallel, ray=ray, export_to=export_to,
@@ -143,10 +156,10 @@ def run_until_decided(study, *, max_seeds: int | None, select: Callable[[list], 
         if any(getattr(o, "tracking_lost", False) for o in outcomes.values()):
             break  # MLflow is gone: no look can be read; running again resumes
         look = decide_look(uri, _experiment(extended, all_specs), plan, design, k, seeds[:n])
-        record["looks"].append(look)
+        record.looks.append(look)
         lines += _look_lines(look, design)
         for line in _look_lines(look, design):
-            _say(line)
+            say(line)
         _save_record(uri, extended, all_specs, record, lines, n_seeds=seeds[:n])
         if export_to is not None:  # the look's record (sequential.json) is part of the export
             StudyExportHook(uri, _experiment(extended, all_specs), export_to)()
@@ -155,14 +168,9 @@ def run_until_decided(study, *, max_seeds: int | None, select: Callable[[list], 
     return list(outcomes.values())
 
 
-def _say(line: str) -> None:
-    console.print(line, markup=False, highlight=False, soft_wrap=True)
-
-
-def decide_look(uri: str, experiment: str, plan: Plan, design, k: int, seeds: list[int]) -> dict[str, Any]:
+def decide_look(uri: str, experiment: str, plan: Plan, design, k: int, seeds: list[int]) -> Look:
     """Read the study's runs at ``seeds`` from the store, decide every open comparison at look ``k``
     (updating ``plan.status``) and return the look's record."""
-    from workbench.cli.report import select_runs  # deferred: scipy via compare
     from workbench.compare import summarize_runs  # deferred: scipy
     from workbench.compare.arms import arm_column  # deferred: scipy
     from workbench.results.reader import StudyReader  # deferred: mlflow, sqlalchemy
@@ -178,15 +186,16 @@ def decide_look(uri: str, experiment: str, plan: Plan, design, k: int, seeds: li
     history = frames.history[frames.history["run_id"].isin(set(runs["run_id"]))]
     summary = summarize_runs(history, runs, plan.metrics)
     gates = _activity_gates(reader, experiment, runs, history, plan)
-    decisions, levels = [], {}
+    decisions: list[LookDecision] = []
+    levels: dict[str, float] = {}
     for metric in plan.metrics:
         level, rows = decide_metric(summary, plan, design, k, metric, gates)
         if rows:
             levels[metric] = level
             decisions += rows
     spent = float(design.cumulative_alpha[k])
-    return {"look": k + 1, "seeds": len(seeds), "seed_list": list(seeds), "alpha": float(design.look_alpha[k]),
-            "alpha_spent": spent, "levels": levels, "decisions": decisions, "time": int(time.time() * 1000)}
+    return Look(look=k + 1, seeds=len(seeds), seed_list=list(seeds), alpha=float(design.look_alpha[k]),
+                alpha_spent=spent, levels=levels, decisions=decisions, time=int(time.time() * 1000))
 
 
 def _activity_gates(reader, experiment: str, runs: pd.DataFrame, history: pd.DataFrame, plan: Plan) -> dict[str, Any]:
@@ -199,12 +208,12 @@ def _activity_gates(reader, experiment: str, runs: pd.DataFrame, history: pd.Dat
 
 
 def decide_metric(summary: pd.DataFrame, plan: Plan, design, k: int, metric: str,
-                  gates: dict[str, Any] | None = None) -> tuple[float, list[dict]]:
+                  gates: dict[str, Any] | None = None) -> tuple[float, list[LookDecision]]:
     """Decide the open comparisons of one metric (a Holm family) at look ``k``: the compare
     machinery at :meth:`Design.compare_level` on the open arms and their baselines, then
     :func:`~workbench.compare.sequential.decide_family`. Returns the level passed to compare and
     one record per comparison decided or still open at this look."""
-    from workbench.compare import compare_variants  # deferred: scipy
+    from workbench.compare import CompareSettings, compare_variants  # deferred: scipy
     from workbench.compare.sequential import decide_family, futility_confidence  # deferred: scipy
 
     arms = plan.compared
@@ -218,8 +227,8 @@ def decide_metric(summary: pd.DataFrame, plan: Plan, design, k: int, metric: str
     sub = summary[summary["arm"].isin(keep)].reset_index(drop=True)
     sesoi = _sesoi(plan, metric)
     # with a SESOI, "equivalent" (TOST at the same level) stops a comparison too
-    table = compare_variants(sub, plan.baseline, [metric], confidence=1.0 - level,
-                             sesoi={metric: sesoi} if sesoi is not None else None, activity=gates)
+    settings = CompareSettings(confidence=1.0 - level, sesoi={metric: sesoi} if sesoi is not None else None)
+    table = compare_variants(sub, plan.baseline, [metric], settings, activity=gates)
     rows = {r["variant"]: r for r in table.df.to_dict("records")}
     inputs = [look_inputs(rows.get(a), sub, plan.baseline_of[a], metric, sesoi=sesoi,
                           confidence=futility_confidence(design), side=plan.futility) for a in arms]
@@ -229,8 +238,8 @@ def decide_metric(summary: pd.DataFrame, plan: Plan, design, k: int, metric: str
     for a, b, s, row in zip(arms, before, after, (rows.get(a) for a in arms), strict=True):
         plan.status[metric, a] = s
         if b == "" and row is not None:
-            out.append({"metric": metric, "arm": a, "status": s or "open", "p_value": _num(row["p_value"]),
-                        "delta": _num(row["delta"]), "n_seeds": int(row["n_seeds"]), "verdict": str(row["verdict"])})
+            out.append(LookDecision(metric=metric, arm=a, status=s or "open", p_value=_num(row["p_value"]),
+                                    delta=_num(row["delta"]), n_seeds=int(row["n_seeds"]), verdict=str(row["verdict"])))
     return level, out
 
 
@@ -273,13 +282,13 @@ def _num(v: Any) -> float | None:
     return f if math.isfinite(f) else None
 
 
-def _look_lines(look: dict[str, Any], design) -> list[str]:
-    head = (f"look {look['look']} of {len(design.looks)}: {look['seeds']} seeds, α {look['alpha']:.2g} at this look "
-            f"(spent {look['alpha_spent']:.2g} of {design.alpha:g})")
+def _look_lines(look: Look, design) -> list[str]:
+    head = (f"look {look.look} of {len(design.looks)}: {look.seeds} seeds, α {look.alpha:.2g} at this look "
+            f"(spent {look.alpha_spent:.2g} of {design.alpha:g})")
     out = [head]
-    for d in look["decisions"]:
-        p = "—" if d["p_value"] is None else f"{d['p_value']:.3g}"
-        out.append(f"  {d['metric']}  {d['arm']}: {d['status']} (p = {p}; compare: {d['verdict']})")
+    for d in look.decisions:
+        p = "—" if d.p_value is None else f"{d.p_value:.3g}"
+        out.append(f"  {d.metric}  {d.arm}: {d.status} (p = {p}; compare: {d.verdict})")
     return out
 
 
@@ -288,11 +297,10 @@ def _look_lines(look: dict[str, Any], design) -> list[str]:
 # --------------------------------------------------------------------------------------------
 
 
-def _new_record(design, plan: Plan, declared: list[int], seeds: list[int]) -> dict[str, Any]:
+def _new_record(design, plan: Plan, declared: list[int], seeds: list[int]) -> SequentialRecord:
     # futility is recorded, not checked against an earlier record: a non-binding stop never spends α
-    return {"design": design.to_dict(), "metrics": plan.metrics, "primary": plan.primary, "baseline": plan.baseline,
-            "family": "metric", "futility": plan.futility,
-            "declared_seeds": declared, "seeds": seeds, "looks": []}
+    return SequentialRecord(design=design.to_dict(), metrics=plan.metrics, primary=plan.primary, baseline=plan.baseline,
+                            family="metric", futility=plan.futility, declared_seeds=declared, seeds=seeds)
 
 
 def _parent(uri: str, experiment: str, *, create: bool):
@@ -318,32 +326,34 @@ def _experiment(study, specs) -> str:
     return (specs[0].config.tracking.experiment if specs else None) or study.name
 
 
-def _check_recorded_design(uri: str, study, specs, record: dict[str, Any], where: str) -> None:
-    """Exit 2 when the study was run sequentially before with another design, metrics or baseline:
-    changing them after a look would make its p-values invalid again."""
+def _check_recorded_design(uri: str, study, specs, record: SequentialRecord, where: str) -> None:
+    """:class:`AnalysisError` when the study was run sequentially before with another design, metrics or
+    baseline: changing them after a look would make its p-values invalid again."""
     if uri.startswith("sqlite:///") and not sqlite_file(uri).exists():
         return
     client, parent = _parent(uri, _experiment(study, specs), create=False)
     old = read_record(client, parent)
     if old is None:
         return
+    new = record.to_dict()
     for key in ("design", "metrics", "primary", "baseline"):
-        if old.get(key, old.get("metrics") if key == "primary" else None) != record[key]:  # before compare.primary: all
-            raise fail(f"{where}: this study was run with --until-decided with {key} {old.get(key)}; "
-                       f"{record[key]} would change the sequential design after looking (start a new study)")
+        if old.get(key, old.get("metrics") if key == "primary" else None) != new[key]:  # before compare.primary: all
+            raise AnalysisError(f"{where}: this study was run with --until-decided with {key} {old.get(key)}; "
+                                f"{new[key]} would change the sequential design after looking (start a new study)")
 
 
-def _save_record(uri: str, study, specs, record: dict[str, Any], lines: list[str], *, n_seeds: list[int]) -> None:
+def _save_record(uri: str, study, specs, record: SequentialRecord, lines: list[str], *,
+                 n_seeds: list[int]) -> None:
     from workbench.compare.sequential import Design  # deferred: scipy
 
     client, parent = _parent(uri, _experiment(study, specs), create=True)
     if parent is None:  # the round ran no run (all finished earlier) and the study has no parent yet
         return
     run_id = parent.info.run_id
-    design = Design.from_dict(record["design"])
-    client.log_text(run_id, json.dumps(record, indent=2), RECORD)
+    design = Design.from_dict(record.design)
+    client.log_text(run_id, json.dumps(record.to_dict(), indent=2), RECORD)
     client.log_text(run_id, "\n".join(lines) + "\n", LOG)
-    client.set_tag(run_id, DESIGN_TAG, design.phrase(len(record["looks"])))
+    client.set_tag(run_id, DESIGN_TAG, design.phrase(len(record.looks)))
     if FIRST_LOOK_TAG not in parent.data.tags:
         client.set_tag(run_id, FIRST_LOOK_TAG, json.dumps({"seeds": sorted(n_seeds), "time": int(time.time() * 1000),
                                                            "by": "run --until-decided"}))
