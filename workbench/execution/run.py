@@ -28,6 +28,7 @@ from workbench.tasks.jsonl import read_numbered_problems
 from workbench.tasks.priming import WorkedSolutions
 from workbench.tracking.artifacts import MISMATCH_ARTIFACT, PROBLEMS_ARTIFACT
 from workbench.tracking.redact import redact_config
+from workbench.tracking.rollouts import RolloutRecorder
 from workbench.tracking.store import resolve_tracking_uri
 from workbench.tracking.writer import (
     OutagePolicy,
@@ -276,13 +277,15 @@ def execute_run(cfg: RunConfig, *, study: str, variant: str, label: str, parent_
         tracker.log_params(redact_config(cfg.flat()))  # a tracking.uri's password is never stored
         tracker.log_dict(redact_config(cfg.model_dump(mode="json")), "config.yaml")
         bar.start_run(label, cfg.rollout.steps)
-        result = train(cfg, tracker, monitor, on_step=step_hook, checkpoints=checkpoints, on_eval=on_eval)
+        result = train(cfg, tracker, monitor, on_step=step_hook, checkpoints=checkpoints, on_eval=on_eval,
+                       rollout_log=rollout_recorder(cfg, tracker))
     except BaseException as error:  # noqa: BLE001 - every exit path must close the MLflow run
         return _close_failed(tracker, monitor, bar, outcome, error)
     stop_reason = "" if result.stop is None else result.stop.reason
     try:
         tracker.set_tags(monitor.tags() | {"workbench.stopped_early": str(bool(stop_reason)).lower(),
-                                           "workbench.stop_reason": stop_reason})
+                                           "workbench.stop_reason": stop_reason}
+                         | rollouts_tag(result.rollouts))
         tracker.log_text(monitor.report_json(), "health.json")
         tracker.log_table(result.samples, "samples.json")
         if result.data_record:
@@ -302,6 +305,32 @@ def execute_run(cfg: RunConfig, *, study: str, variant: str, label: str, parent_
     outcome.eval_first, outcome.eval_last, outcome.eval_final = eval_endpoints(result.eval_history)
     bar.end_run(label, f"{outcome.health}")
     return outcome
+
+
+def rollout_recorder(cfg: RunConfig, tracker: RunTracker):
+    """The factory :func:`workbench.train.loop.train` calls for the run's rollout log: every completion
+    written to ``tracker``'s run as ``rollouts/`` parquet chunks within ``tracking.rollouts_budget_mb``
+    (:mod:`workbench.tracking.rollouts`); None with a zero budget."""
+    if cfg.tracking.rollouts_budget_mb <= 0:
+        return None
+    roll = cfg.rollout
+    eval_steps = [s for s in range(roll.steps + 1) if s % roll.eval_every == 0 or s == roll.steps]
+
+    def build(parts) -> RolloutRecorder:
+        return RolloutRecorder(tracker.log_bytes, budget_bytes=int(cfg.tracking.rollouts_budget_mb * 1e6),
+                               steps=roll.steps, eval_steps=eval_steps, render=parts.prompt_format.render,
+                               flush_every=tracker.flush_every)
+
+    return build
+
+
+def rollouts_tag(manifest: dict) -> dict[str, str]:
+    """``workbench.rollouts``: ``all`` when every completion was kept, else what was (the manifest's counts)."""
+    if not manifest:
+        return {}
+    rows, dropped = sum(manifest["rows"].values()), sum(manifest["dropped"].values())
+    return {"workbench.rollouts": "all" if not dropped else f"{rows} of {rows + dropped} completions "
+            f"(tracking.rollouts_budget_mb; rollouts/manifest.json)"}
 
 
 def _close_failed(tracker: RunTracker, monitor: HealthMonitor, bar, outcome: RunOutcome,

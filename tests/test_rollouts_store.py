@@ -1,0 +1,173 @@
+"""Every sampled completion is kept (issue 51): a micro run's ``rollouts/`` artifacts hold steps × prompts ×
+group completions plus one per eval problem and eval step, and the step metrics recomputed from them are
+the logged ones. The budget's sampling rule, on hand-sized chunks."""
+
+from __future__ import annotations
+
+import io
+import math
+
+import pandas as pd
+import pytest
+import torch
+import yaml
+from mlflow import MlflowClient
+from typer.testing import CliRunner
+
+from tests.conftest import micro_run_config
+from workbench.batch import Rollouts, ScoredRollouts
+from workbench.cli.main import app
+from workbench.results.reader import StudyReader
+from workbench.results.rollouts import read_rollouts
+from workbench.tasks import Problem
+from workbench.tracking.rollouts import RolloutRecorder, prompt_digest
+
+STEPS, PROMPTS, GROUP, EVAL_SIZE = 3, 4, 4, 16
+EVAL_STEPS = [0, 2, 3]  # eval_every=2, and after the last update
+
+
+def run_micro_study(workdir, name="rollouts", **overrides):
+    cfg = micro_run_config(**overrides)
+    cfg["task"]["eval_size"] = EVAL_SIZE
+    (workdir / "study.yaml").write_text(yaml.safe_dump({"name": name, "base": cfg}))
+    result = CliRunner().invoke(app, ["run", str(workdir / "study.yaml"), "--quiet"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    reader = StudyReader(f"sqlite:///{workdir / 'mlflow.db'}", cache_dir=False)
+    _, runs = reader.load_runs(name)
+    return reader, runs
+
+
+@pytest.mark.slow  # a micro run: ~10 s
+def test_a_micro_run_keeps_every_completion_and_its_rows_give_the_logged_metrics(workdir):
+    reader, runs = run_micro_study(workdir)
+    rows = read_rollouts(reader, runs)
+    run_id = runs["run_id"].iloc[0]
+    assert rows.attrs["unreadable"] == {}
+
+    train, evals = rows[rows["split"] == "train"], rows[rows["split"] == "eval"]
+    assert len(train) == STEPS * PROMPTS * GROUP == 48
+    assert len(evals) == len(EVAL_STEPS) * EVAL_SIZE == 48
+    assert sorted(train["step"].unique()) == [0, 1, 2] and sorted(evals["step"].unique()) == EVAL_STEPS
+    assert (train.groupby(["step", "group"]).size() == GROUP).all()  # whole groups, samples 0..G-1
+    assert train["kept"].all() and train["advantage"].notna().all()  # no batch filter: every row trained on
+    assert evals["advantage"].isna().all() and not evals["kept"].any()
+    assert rows["prompt"].notna().all() and rows["answer"].notna().all()  # every prompt id has its prompt
+    manifest = rows.attrs["manifests"][run_id]
+    assert manifest["rows"] == {"train": 48, "eval": 48} and manifest["dropped"] == {"train": 0, "eval": 0}
+    assert runs["run_id"].size == 1
+
+    client = MlflowClient(reader.tracking_uri)
+    assert client.get_run(run_id).data.tags["workbench.rollouts"] == "all"
+
+    def logged(key: str) -> dict[int, float]:
+        return {m.step: m.value for m in client.get_metric_history(run_id, key)}
+
+    # Tolerances, from the arithmetic each side does. The run computes reward/mean as a float32 mean of B = 16
+    # float32 rewards (rewards are sums of at most a few terms of magnitude <= 1, so |r| <= 2): the sum is off by
+    # at most (B - 1) * 2^-24 * sum|r| <= 15 * 6e-8 * 32 ~ 3e-5 before dividing, i.e. <= 2e-6 in the mean; the
+    # stored rewards are those float32 values exactly (a float32 column), and the recomputation is float64
+    # (error ~1e-16). accuracy/train is k/B in float32: the count k is exact, the division rounds once, so the
+    # two agree within 2^-24 relative. MLflow stores the logged float64 without loss.
+    reward_tol, accuracy_tol = 2e-6, 2.0**-24
+    by_step = train.groupby("step")
+    rewards, accuracy = logged("reward/mean"), logged("accuracy/train")
+    for step, group in by_step:
+        assert len(group) == PROMPTS * GROUP
+        assert group["reward"].astype("float64").mean() == pytest.approx(rewards[step], abs=reward_tol)
+        assert group["correct"].mean() == pytest.approx(accuracy[step], rel=accuracy_tol, abs=0)
+        assert group["length"].mean() == pytest.approx(logged("length/mean")[step], rel=1e-6)
+        # the advantages the update used: GRPO's (r - mean) / (std + eps) within each group
+        for _, g in group.groupby("group"):
+            r = torch.tensor(g["reward"].to_numpy())
+            want = (r - r.mean()) / (r.std() + 1e-6)
+            assert g["advantage"].to_numpy() == pytest.approx(want.numpy(), abs=1e-5)
+    eval_accuracy = logged("eval/accuracy")
+    for step, group in evals.groupby("step"):
+        assert group["correct"].mean() == pytest.approx(eval_accuracy[step], rel=2.0**-52)  # float64 both sides
+
+    # eval rows use the ids of eval/problems.csv.gz: the per-problem table and the rollouts join
+    problems = reader.problem_results(runs)
+    joined = evals.merge(problems.rename(columns={"problem_id": "prompt_id"}), on=["step", "prompt_id"],
+                         suffixes=("", "_csv"))
+    assert len(joined) == len(evals)
+    assert (joined["correct"].astype(int) == joined["correct_csv"]).all()
+    assert (joined["length"] == joined["length_csv"]).all()
+
+
+# ---- the budget's sampling rule, on hand-made rollouts ------------------------------------------------------
+
+
+def scored(n: int, texts: list[str] | None = None) -> ScoredRollouts:
+    problems = [Problem(prompt=f"{i}+1=", answer=str(i + 1)) for i in range(n)]
+    mask = torch.ones(n, 3)
+    rollouts = Rollouts(problems=problems, group_ids=torch.arange(n), prompt_ids=torch.zeros(n, 2, dtype=torch.long),
+                        prompt_mask=torch.ones(n, 2, dtype=torch.long), completion_ids=torch.zeros(n, 3, dtype=torch.long),
+                        mask=mask, sampler_logp=torch.full((n, 3), -0.5), truncated=torch.zeros(n, dtype=torch.bool),
+                        texts=texts or [f"answer {i}" for i in range(n)])
+    return ScoredRollouts(rollouts, torch.ones(n), torch.ones(n, dtype=torch.bool))
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.files: dict[str, bytes] = {}
+
+    def __call__(self, data: bytes, path: str) -> None:
+        self.files[path] = data
+
+
+def test_rows_hold_what_the_step_had_by_hand():
+    sink = Sink()
+    log = RolloutRecorder(sink, budget_bytes=10**9, steps=1, eval_steps=[], render=lambda p: f"Q: {p}",
+                          flush_every=1)
+    batch = scored(2)
+    log.record_train(0, batch, torch.tensor([0.5]), kept=torch.tensor([1]))  # only row 1 entered the update
+    log.end_step(0)
+    manifest = log.close()
+    assert sorted(sink.files) == ["rollouts/completions-00000.parquet", "rollouts/manifest.json",
+                                  "rollouts/prompts-00000.parquet"]
+    rows = pd.read_parquet(io.BytesIO(sink.files["rollouts/completions-00000.parquet"]))
+    assert rows["prompt_id"].tolist() == [prompt_digest("0+1=", "1"), prompt_digest("1+1=", "2")]
+    assert math.isnan(rows["advantage"][0]) and rows["advantage"][1] == 0.5
+    assert rows["kept"].tolist() == [False, True]
+    assert rows["sampler_logp_sum"].tolist() == [-1.5, -1.5]  # 3 tokens × -0.5
+    assert rows["length"].tolist() == [3, 3]
+    prompts = pd.read_parquet(io.BytesIO(sink.files["rollouts/prompts-00000.parquet"]))
+    assert prompts["prompt"].tolist() == ["Q: 0+1=", "Q: 1+1="]  # as rendered for the model
+    assert manifest["rows"] == {"train": 2, "eval": 0}
+
+
+def test_over_budget_the_train_stride_doubles_and_every_dropped_row_is_counted():
+    """Chunks of one step each, ~N bytes per step: a budget of ~4 steps' bytes over 16 steps keeps
+    steps 0 (stride 1) and then every 2nd/4th/... step as the projection asks, and never exceeds the budget."""
+    probe = Sink()
+    one = RolloutRecorder(probe, budget_bytes=10**9, steps=1, eval_steps=[], render=str, flush_every=1)
+    one.record_train(0, scored(8), torch.zeros(8), None)
+    one.end_step(0)
+    per_step = one.written  # completions + the 8 prompts, the first time they are seen
+    sink = Sink()
+    budget = 4 * per_step
+    log = RolloutRecorder(sink, budget_bytes=budget, steps=16, eval_steps=[], render=str, flush_every=1)
+    for step in range(16):
+        log.record_train(step, scored(8), torch.zeros(8), None)
+        log.end_step(step)
+    manifest = log.close()
+    kept_steps = sorted({int(s) for path, data in sink.files.items() if "completions-" in path
+                         for s in pd.read_parquet(io.BytesIO(data))["step"]})
+    assert kept_steps[0] == 0 and log.stride > 1
+    assert all(s % k == 0 for s in kept_steps for start, k in manifest["strides"] if s >= start)
+    assert manifest["bytes"] <= budget
+    assert manifest["rows"]["train"] + manifest["dropped"]["train"] == 16 * 8  # nothing lost uncounted
+    assert manifest["rows"]["train"] == 8 * len(kept_steps)
+
+
+def test_the_hard_cap_stops_recording_and_counts_the_rest():
+    sink = Sink()
+    log = RolloutRecorder(sink, budget_bytes=100, steps=4, eval_steps=[0], render=str, flush_every=1)
+    log.record_eval(0, scored(4), ["a", "b", "c", "d"])
+    log.record_train(0, scored(4), torch.zeros(4), None)
+    log.end_step(0)  # a parquet chunk is > 100 bytes: not written
+    log.record_train(1, scored(4), torch.zeros(4), None)
+    manifest = log.close()
+    assert [p for p in sink.files if p.endswith(".parquet")] == []
+    assert manifest["stopped_at_step"] == 0
+    assert manifest["dropped"] == {"train": 8, "eval": 4} and manifest["rows"] == {"train": 0, "eval": 0}
