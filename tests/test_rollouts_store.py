@@ -171,3 +171,54 @@ def test_the_hard_cap_stops_recording_and_counts_the_rest():
     assert [p for p in sink.files if p.endswith(".parquet")] == []
     assert manifest["stopped_at_step"] == 0
     assert manifest["dropped"] == {"train": 8, "eval": 4} and manifest["rows"] == {"train": 0, "eval": 0}
+
+
+@pytest.mark.slow  # a micro run with a batch filter: ~6 s
+def test_with_a_batch_filter_every_round_is_kept_and_only_the_trained_groups_carry_advantages():
+    """DAPO's dynamic sampling drops groups whose rewards are all equal and samples again: every round is
+    stored (rewards and accuracy are logged over everything sampled), ``kept`` marks the groups the update
+    trained on, and a shaping term is a column, the reward its sum with correctness."""
+    from workbench.config import RunConfig
+    from workbench.health import HealthMonitor
+    from workbench.train.loop import train
+
+    # filtered on the shaped reward, which the length term spreads, so some groups are kept and some dropped
+    cfg = RunConfig.model_validate(micro_run_config(algorithm={"preset": "dapo", "max_sampling_rounds": 3,
+                                                               "filter_on": "reward"},
+                                                    reward={"shaping": [{"name": "overlong_soft", "weight": 1.0,
+                                                                         "params": {"max_length": 8,
+                                                                                    "cache_length": 6}}]},
+                                                    rollout={"steps": 2, "eval_every": 2}))
+    sink, steps = Sink(), []
+
+    class Metrics:
+        def log_metrics(self, metrics, step):
+            steps.append((step, metrics))
+
+    def recorder(parts):
+        return RolloutRecorder(sink, budget_bytes=10**9, steps=2, eval_steps=[0, 2],
+                               render=parts.prompt_format.render)
+
+    train(cfg, Metrics(), HealthMonitor.from_config(cfg.health), rollout_log=recorder)
+    rows = pd.concat([pd.read_parquet(io.BytesIO(d)) for p, d in sorted(sink.files.items()) if "completions-" in p])
+    train_rows = rows[rows["split"] == "train"]
+    terms = [c for c in rows.columns if c.startswith("reward.")]
+    assert terms == ["reward.overlong_soft"]  # the shaping term is a column
+    total = train_rows["correct"].astype("float32") + train_rows[terms].sum(axis=1)
+    assert (train_rows["reward"] - total).abs().max() < 1e-6
+    assert any(0 < m.get("batch/filtered_frac", 0) < 1 for _, m in steps[:2])  # groups both kept and dropped
+    for step, metrics in steps:
+        if step >= 2:
+            continue
+        here = train_rows[train_rows["step"] == step]
+        rounds = metrics["batch/sampling_rounds"]
+        assert len(here) == rounds * 4 * 4  # every round: prompts × group
+        assert here["reward"].astype("float64").mean() == pytest.approx(metrics["reward/mean"], abs=2e-6)
+        assert here["kept"].sum() <= 4 * 4
+        assert here.loc[here["kept"], "advantage"].notna().all() and here.loc[~here["kept"], "advantage"].isna().all()
+        by_group = here.groupby("group")
+        kept_groups = by_group["kept"].all()
+        assert (by_group["kept"].any() == kept_groups).all()  # whole groups
+        if metrics["batch/filtered_frac"] < 1:  # some group was kept: the kept ones have differing rewards
+            spread = by_group["reward"].agg(lambda r: r.max() > r.min())
+            assert spread[kept_groups].all()
