@@ -156,6 +156,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("viz",),  # figures, dashboards, MLflow saved views
     ("execution",),  # one run, a study, the pool, workers
     ("search", "importers"),  # Optuna searches; runs from TRL and verl
+    ("analysis",),  # queries of a study's stored results the faces call (rollouts)
     ("cli",),  # the command line
     ("notebook",),  # the notebook API: the CLI's results as objects (workbench.load_study)
 )

@@ -43,6 +43,7 @@ import hashlib
 import io
 import json
 import math
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -79,7 +80,7 @@ def prompts_name(chunk: int) -> str:
 
 
 def _schema(terms: Sequence[str]):
-    import pyarrow as pa
+    import pyarrow as pa  # deferred: as above
 
     return pa.schema([("split", pa.string()), ("step", pa.int32()), ("prompt_id", pa.string()),
                       ("group", pa.int32()), ("sample", pa.int32()), ("text", pa.string()),
@@ -91,7 +92,7 @@ def _schema(terms: Sequence[str]):
 
 def encode_parquet(columns: dict[str, list], schema=None) -> bytes:
     """``columns`` (equal-length lists) as parquet bytes, zstd-compressed, with dictionary-encoded strings."""
-    import pyarrow as pa
+    import pyarrow as pa  # deferred: pyarrow, for the runs and readers that keep rollouts
     import pyarrow.parquet as pq
 
     table = pa.table(columns, schema=schema)
@@ -102,7 +103,7 @@ def encode_parquet(columns: dict[str, list], schema=None) -> bytes:
 
 def decode_parquet(data: bytes, required: Iterable[str], what: str) -> pd.DataFrame:
     """A chunk's rows; ``ValueError`` naming ``what`` when it is not parquet or lacks a column."""
-    import pyarrow as pa
+    import pyarrow as pa  # deferred: pyarrow, for the runs and readers that keep rollouts
     import pyarrow.parquet as pq
 
     try:
@@ -161,8 +162,6 @@ class RolloutRecorder:
 
     def record_eval(self, step: int, scored: ScoredRollouts, problem_ids: Sequence[str]) -> None:
         """One eval chunk's completions (one per problem), ``problem_ids`` in the same order."""
-        import time
-
         t0 = time.perf_counter()
         n = len(scored.rewards)
         if self.stopped_at is not None:
@@ -176,8 +175,6 @@ class RolloutRecorder:
                      kept: torch.Tensor | None) -> None:
         """A step's sampled completions; ``advantages`` [K] are the update's, for the rows ``kept`` [K] (indices
         into ``sampled``; None: every row, in order)."""
-        import time
-
         t0 = time.perf_counter()
         n = len(sampled.rewards)
         if not self.keeps_train_step(step):
@@ -200,8 +197,6 @@ class RolloutRecorder:
 
     def end_step(self, step: int) -> None:
         """After a step is logged: a chunk every ``flush_every`` steps (or sooner, many rows waiting)."""
-        import time
-
         t0 = time.perf_counter()
         self._last_step = step
         self._steps_since_flush += 1
@@ -211,8 +206,6 @@ class RolloutRecorder:
 
     def close(self) -> dict[str, Any]:
         """Write what is buffered and the manifest; returns the manifest."""
-        import time
-
         t0 = time.perf_counter()
         self.flush()
         manifest = self.manifest()
