@@ -222,3 +222,40 @@ def test_with_a_batch_filter_every_round_is_kept_and_only_the_trained_groups_car
         if metrics["batch/filtered_frac"] < 1:  # some group was kept: the kept ones have differing rewards
             spread = by_group["reward"].agg(lambda r: r.max() > r.min())
             assert spread[kept_groups].all()
+
+
+@pytest.mark.slow  # validates every shipped study (imports torch): ~6 s
+def test_the_default_budget_keeps_every_completion_of_every_cpu_study():
+    """An upper bound, not an estimate. With the built-in tiny model (a character tokenizer over ASCII, 512
+    positions), before compression: a completion row is its text (<= max_new_tokens bytes) plus the fixed
+    columns (13 values of <= 8 bytes, a 4-byte length before each of the 3 strings, a reward term or two: < 160);
+    a problem's prompt row, written once per problem, is at most 512 bytes of prompt, 512 of answer and 32 of
+    id and lengths, and there are at most (train rows / group size) + eval problems of them; each chunk adds its
+    parquet footer (< 16 kB). Every run of every shipped study on the built-in model (qwen_gsm8k needs a
+    downloaded model: not a CPU default) stays under the default 64 MB at that bound."""
+    from pathlib import Path
+
+    from workbench.config import TrackingConfig
+    from workbench.models.tiny_context import TINY_MAX_POSITIONS
+    from workbench.study import expand, load_study
+
+    budget = TrackingConfig().rollouts_budget_mb * 1e6
+    checked = 0
+    for path in sorted((Path(__file__).resolve().parents[1] / "studies").glob("*.yaml")):
+        for spec in expand(load_study(path)):
+            cfg = spec.config
+            if cfg.model.builtin is None:
+                continue
+            roll, algo = cfg.rollout, cfg.algorithm
+            rounds = algo.max_sampling_rounds if algo.batch_filter is not None else 1
+            evals = len({s for s in range(roll.steps + 1) if s % roll.eval_every == 0 or s == roll.steps})
+            eval_size = min(roll.eval_size or cfg.task.eval_size, cfg.task.eval_size)
+            train_rows = roll.steps * roll.prompts_per_step * roll.group_size * rounds
+            rows = train_rows + evals * eval_size
+            problems = train_rows // roll.group_size + eval_size
+            chunks = roll.steps // 10 + 2
+            bound = rows * (cfg.sampler.max_new_tokens + 160) + problems * (2 * TINY_MAX_POSITIONS + 32) \
+                + chunks * 16_000
+            assert bound <= budget, f"{path.name} {spec.label}: up to {bound / 1e6:.0f} MB"
+            checked += 1
+    assert checked >= 20
