@@ -43,6 +43,7 @@ import hashlib
 import io
 import json
 import math
+import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -69,6 +70,14 @@ def prompt_digest(prompt: str, answer: str) -> str:
     """The problem id of a training prompt: the digest :func:`workbench.train.evaluate.problem_ids` gives
     an eval problem (there, ``#k`` marks the k-th repeat inside the eval set)."""
     return hashlib.sha1(f"{prompt}\0{answer}".encode()).hexdigest()[:12]
+
+
+_ARTIFACT_NAME = re.compile(r"rollouts/((completions|prompts)-\d{5}\.parquet|manifest\.json)")
+
+
+def is_rollout_artifact(path: str) -> bool:
+    """Whether ``path`` is one of the files this format writes (an export carries exactly those)."""
+    return _ARTIFACT_NAME.fullmatch(path) is not None
 
 
 def completions_name(chunk: int) -> str:
