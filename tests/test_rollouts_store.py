@@ -5,6 +5,7 @@ the logged ones. The budget's sampling rule, on hand-sized chunks."""
 from __future__ import annotations
 
 import io
+import json
 import math
 
 import pandas as pd
@@ -57,7 +58,16 @@ def test_a_micro_run_keeps_every_completion_and_its_rows_give_the_logged_metrics
     assert runs["run_id"].size == 1
 
     client = MlflowClient(reader.tracking_uri)
-    assert client.get_run(run_id).data.tags["workbench.rollouts"] == "all"
+    tags = client.get_run(run_id).data.tags
+    assert tags["workbench.rollouts"] == "all"
+    # MLflow's run page shows completions.json as a table: the last eval (step 3) and the last train step (2)
+    assert {"path": "completions.json", "type": "table"} in json.loads(tags["mlflow.loggedArtifacts"])
+    table = json.loads(reader.read_artifact_text(run_id, runs["artifact_uri"].iloc[0], "completions.json"))
+    shown = pd.DataFrame(table["data"], columns=table["columns"])
+    assert len(shown) == EVAL_SIZE + PROMPTS * GROUP
+    assert shown.groupby("split")["step"].unique().map(list).to_dict() == {"eval": [3], "train": [2]}
+    last = rows[(rows["split"] == "train") & (rows["step"] == 2)]
+    assert shown.loc[shown["split"] == "train", "text"].tolist() == last["text"].tolist()
 
     def logged(key: str) -> dict[int, float]:
         return {m.step: m.value for m in client.get_metric_history(run_id, key)}

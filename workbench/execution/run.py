@@ -28,7 +28,7 @@ from workbench.tasks.jsonl import read_numbered_problems
 from workbench.tasks.priming import WorkedSolutions
 from workbench.tracking.artifacts import MISMATCH_ARTIFACT, PROBLEMS_ARTIFACT
 from workbench.tracking.redact import redact_config
-from workbench.tracking.rollouts import RolloutRecorder
+from workbench.tracking.rollouts import TABLE_ARTIFACT, RolloutRecorder
 from workbench.tracking.store import resolve_tracking_uri
 from workbench.tracking.writer import (
     OutagePolicy,
@@ -288,6 +288,7 @@ def execute_run(cfg: RunConfig, *, study: str, variant: str, label: str, parent_
                          | rollouts_tag(result.rollouts))
         tracker.log_text(monitor.report_json(), "health.json")
         tracker.log_table(result.samples, "samples.json")
+        tracker.log_table(result.latest_completions, TABLE_ARTIFACT)  # MLflow's run page shows it as a table
         if result.data_record:
             tracker.log_dict(result.data_record, "data.json")
         if result.mismatch_records:

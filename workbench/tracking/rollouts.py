@@ -22,6 +22,9 @@ Format: parquet chunks (zstd), one pair per flush, numbered from 0:
 prompt template or chat template applied), ``answer`` (gold): each problem once per run, in the chunk where
 it first appears.
 
+``completions.json`` (logged with ``MlflowClient.log_table``, so MLflow's run page shows it as a table): the
+completions of the run's last stored eval step and of its last stored train step, with prompt and answer.
+
 ``rollouts/manifest.json``, written when the run ends: ``budget_bytes``, ``bytes`` (written), ``rows`` and
 ``dropped`` per split, ``strides`` (``[[from_step, k], ...]``: the train-step sampling in force), ``chunks``.
 
@@ -57,6 +60,7 @@ if TYPE_CHECKING:
 
 ROLLOUTS_DIR = "rollouts"
 MANIFEST_ARTIFACT = f"{ROLLOUTS_DIR}/manifest.json"
+TABLE_ARTIFACT = "completions.json"  # the last eval's and last train step's completions, as MLflow's table
 COMPLETION_COLUMNS: tuple[str, ...] = ("split", "step", "prompt_id", "group", "sample", "text", "reward", "correct",
                                        "length", "truncated", "sampler_logp_sum", "advantage", "kept")
 PROMPT_COLUMNS: tuple[str, ...] = ("prompt_id", "prompt", "answer")
@@ -159,10 +163,11 @@ class RolloutRecorder:
         self._rows: list[dict[str, Any]] = []
         self._row_splits: list[str] = []
         self._prompts: dict[str, tuple[str, str]] = {}  # waiting to be written
-        self._seen: set[str] = set()  # prompt ids written or waiting
+        self._known: dict[str, tuple[str, str]] = {}  # prompt id -> (rendered prompt, answer): written or waiting
         self._terms: list[str] = []
         self._steps_since_flush = 0
         self._last_step = -1
+        self._latest: dict[str, list[dict[str, Any]]] = {s: [] for s in SPLITS}  # the last step's rows per split
 
     # ---- the loop's calls --------------------------------------------------------------------
 
@@ -222,6 +227,14 @@ class RolloutRecorder:
         self.seconds += time.perf_counter() - t0
         return manifest
 
+    def latest_table(self) -> list[dict[str, Any]]:
+        """The completions of the last stored eval step and of the last stored train step, one dict per row with
+        its prompt and answer: the run's ``completions.json`` table, which MLflow's run page shows
+        (:data:`TABLE_ARTIFACT`)."""
+        columns = ["split", "step", "prompt", "text", "correct", "reward", "length", "truncated", "answer",
+                   "advantage", "prompt_id"]  # what a reader looks at first on the left
+        return [{c: row[c] for c in columns} for split in ("eval", "train") for row in self._latest[split]]
+
     def manifest(self) -> dict[str, Any]:
         return {"format": 1, "budget_bytes": self.budget_bytes, "bytes": self.written, "chunks": self.chunks,
                 "rows": {s: v.rows for s, v in self.splits.items()},
@@ -243,9 +256,8 @@ class RolloutRecorder:
             if name not in self._terms:
                 self._terms.append(name)
         for i, problem in enumerate(r.problems):
-            if ids[i] not in self._seen:
-                self._seen.add(ids[i])
-                self._prompts[ids[i]] = (self.render(problem.prompt), problem.answer)
+            if ids[i] not in self._known:
+                self._known[ids[i]] = self._prompts[ids[i]] = (self.render(problem.prompt), problem.answer)
             row = {"split": split, "step": step, "prompt_id": ids[i], "group": groups[i], "sample": samples[i],
                    "text": r.texts[i], "reward": rewards[i], "correct": bool(correct[i]), "length": int(lengths[i]),
                    "truncated": bool(truncated[i]), "sampler_logp_sum": logp[i], "advantage": advantages[i],
@@ -254,6 +266,11 @@ class RolloutRecorder:
                 row[f"{TERM_PREFIX}{name}"] = values[i]
             self._rows.append(row)
             self._row_splits.append(split)
+            latest = self._latest[split]
+            if latest and latest[0]["step"] != step:
+                latest.clear()
+            prompt, answer = self._known[ids[i]]
+            latest.append({"prompt": prompt, "answer": answer} | row)
 
     def flush(self) -> None:
         """Write the buffered rows as one chunk (within the budget), then re-project the stride."""
@@ -271,7 +288,8 @@ class RolloutRecorder:
             for split in splits:
                 self.splits[split].dropped += 1
             self.stopped_at = min(int(row["step"]) for row in rows)
-            self._seen.difference_update(prompts)
+            for prompt_id in prompts:
+                del self._known[prompt_id]
             return
         self.write(data, completions_name(self.chunks))
         if prompt_data:

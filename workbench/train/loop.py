@@ -44,6 +44,7 @@ class TrainResult:
     data_record: dict = field(default_factory=dict)  # the data step's pass rates and schedule (data.json)
     mismatch_records: list[dict] = field(default_factory=list)  # histogram + worst tokens (mismatch.json)
     rollouts: dict = field(default_factory=dict)  # the rollout log's manifest (rollouts/manifest.json); {}: none
+    latest_completions: list[dict] = field(default_factory=list)  # the last eval's and train step's completions
 
     @property
     def stopped_early(self) -> bool:
@@ -99,7 +100,7 @@ def train(cfg: RunConfig, sink: StepSink, monitor: HealthMonitor,
                 break
         result.mismatch_records = parts.mismatch_records
         if log is not None:
-            result.rollouts = log.close()
+            result.rollouts, result.latest_completions = log.close(), log.latest_table()
     return result
 
 
