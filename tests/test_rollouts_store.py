@@ -269,3 +269,55 @@ def test_the_default_budget_keeps_every_completion_of_every_cpu_study():
             assert bound <= budget, f"{path.name} {spec.label}: up to {bound / 1e6:.0f} MB"
             checked += 1
     assert checked >= 20
+
+
+@pytest.mark.slow  # three micro runs: ~30 s
+def test_a_resumed_run_stores_the_same_completions_as_a_run_never_interrupted(workdir):
+    """A run that crashes after step 1 (checkpoint every step) and is executed again resumes at step 2: its
+    rollout log replays the rows of steps 0-1 the failed attempt stored (the log is flushed at each checkpoint)
+    and samples the rest; resume is bitwise (tests/test_resume.py), so every stored row equals the
+    uninterrupted run's, the failed attempt keeps what it had sampled, and nothing is stored twice."""
+    from tests.resume_helpers import STEPS, interrupt_and_resume, resume_config
+    from workbench.tracking.store import resolve_tracking_uri
+
+    record = interrupt_and_resume(resume_config({}), crash_after=1)
+    assert record.first.status == "FAILED" and record.second.status == "FINISHED"
+    reader = StudyReader(resolve_tracking_uri(), cache_dir=False)
+
+    def rows(study: str, run_id: str) -> pd.DataFrame:
+        _, runs = reader.load_runs(study)
+        frame = read_rollouts(reader, runs[runs["run_id"] == run_id])
+        return frame.drop(columns="run_id").sort_values(["split", "step", "group", "sample"], ignore_index=True)
+
+    _, uninterrupted = reader.load_runs("uninterrupted")
+    reference = rows("uninterrupted", uninterrupted["run_id"].iloc[0])
+    resumed = rows("resumed", record.second.run_id)
+    failed = rows("resumed", record.first.run_id)
+    assert len(reference) and not resumed.duplicated(["split", "step", "group", "sample"]).any()
+    pd.testing.assert_frame_equal(resumed, reference)
+    assert sorted(failed.loc[failed["split"] == "train", "step"].unique()) == [0, 1]  # kept, though it failed
+    assert sorted(resumed.loc[resumed["split"] == "train", "step"].unique()) == list(range(STEPS))
+
+
+def test_a_chunk_a_full_disk_refuses_is_counted_and_the_next_one_tries_again():
+    import errno
+    import os
+
+    class FullOnce(Sink):
+        def __call__(self, data: bytes, path: str) -> None:
+            if not self.files.get("refused"):
+                self.files["refused"] = b"1"
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            super().__call__(data, path)
+
+    sink = FullOnce()
+    log = RolloutRecorder(sink, budget_bytes=10**9, steps=2, eval_steps=[], render=str, flush_every=1)
+    for step in range(2):
+        log.record_train(step, scored(4), torch.zeros(4), None)
+        log.end_step(step)  # step 0's chunk is refused, step 1's written
+    manifest = log.close()
+    assert manifest["dropped"]["train"] == 4 and manifest["rows"]["train"] == 4
+    assert manifest["write_failure"] == os.strerror(errno.ENOSPC)
+    assert "rollouts/completions-00001.parquet" in sink.files  # chunk numbers are never reused
+    prompts = pd.read_parquet(io.BytesIO(sink.files["rollouts/prompts-00001.parquet"]))
+    assert len(prompts) == 4  # the refused chunk's prompts are written with the next one that has them

@@ -7,6 +7,7 @@ a health stop is a normal FINISHED run tagged ``workbench.stopped_early``.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import shutil
@@ -22,6 +23,7 @@ from workbench.metrics.final import final_eval_value
 from workbench.models import inspect_model_dir, token_count_over
 from workbench.models.tiny_context import TINY_MAX_POSITIONS
 from workbench.models.tokenizer import build_char_tokenizer
+from workbench.results.rollouts import earlier_attempt_rollouts
 from workbench.rollout.prompts import PromptFormat, resolve_prompt_format
 from workbench.tasks import build_task
 from workbench.tasks.jsonl import read_numbered_problems
@@ -41,6 +43,8 @@ from workbench.tracking.writer import (
 from workbench.train.checkpoint import RunCheckpoints
 from workbench.train.loop import StopReason, train
 from workbench.train.rank_env import check_multi_rank
+
+log = logging.getLogger("workbench.execution")
 
 
 class StopRun(Exception):
@@ -262,6 +266,7 @@ def execute_run(cfg: RunConfig, *, study: str, variant: str, label: str, parent_
         return outcome
     monitor = HealthMonitor.from_config(cfg.health, unlogged=unlogged_by_config(cfg.flat()))
     bar = progress or RunProgress(enabled=False)
+    made: list[RolloutRecorder] = []  # the run's rollout log, once train() has built it
 
     def step_hook(step: int, metrics: dict[str, float]) -> StopReason | None:
         raise_if_stop_requested()
@@ -277,9 +282,12 @@ def execute_run(cfg: RunConfig, *, study: str, variant: str, label: str, parent_
         tracker.log_params(redact_config(cfg.flat()))  # a tracking.uri's password is never stored
         tracker.log_dict(redact_config(cfg.model_dump(mode="json")), "config.yaml")
         bar.start_run(label, cfg.rollout.steps)
+        earlier = None if resumed is None else earlier_attempt_rollouts(tracking_uri, outcome.run_id,
+                                                                         outcome.run_key, resumed)
         result = train(cfg, tracker, monitor, on_step=step_hook, checkpoints=checkpoints, on_eval=on_eval,
-                       rollout_log=rollout_recorder(cfg, tracker))
+                       rollout_log=rollout_recorder(cfg, tracker, made, earlier))
     except BaseException as error:  # noqa: BLE001 - every exit path must close the MLflow run
+        _close_rollouts(made, tracker, error)
         return _close_failed(tracker, monitor, bar, outcome, error)
     stop_reason = "" if result.stop is None else result.stop.reason
     try:
@@ -308,21 +316,38 @@ def execute_run(cfg: RunConfig, *, study: str, variant: str, label: str, parent_
     return outcome
 
 
-def rollout_recorder(cfg: RunConfig, tracker: RunTracker):
+def rollout_recorder(cfg: RunConfig, tracker: RunTracker, made: list | None = None, earlier=None):
     """The factory :func:`workbench.train.loop.train` calls for the run's rollout log: every completion
     written to ``tracker``'s run as ``rollouts/`` parquet chunks within ``tracking.rollouts_budget_mb``
-    (:mod:`workbench.tracking.rollouts`); None with a zero budget."""
+    (:mod:`workbench.tracking.rollouts`); None with a zero budget. The recorder is appended to ``made``;
+    ``earlier`` (a resumed run: the rows its earlier attempt stored before the resume step) is written first."""
     if cfg.tracking.rollouts_budget_mb <= 0:
         return None
     roll = cfg.rollout
     eval_steps = [s for s in range(roll.steps + 1) if s % roll.eval_every == 0 or s == roll.steps]
 
     def build(parts) -> RolloutRecorder:
-        return RolloutRecorder(tracker.log_bytes, budget_bytes=int(cfg.tracking.rollouts_budget_mb * 1e6),
-                               steps=roll.steps, eval_steps=eval_steps, render=parts.prompt_format.render,
-                               flush_every=tracker.flush_every)
+        recorder = RolloutRecorder(tracker.log_bytes, budget_bytes=int(cfg.tracking.rollouts_budget_mb * 1e6),
+                                   steps=roll.steps, eval_steps=eval_steps, render=parts.prompt_format.render,
+                                   flush_every=tracker.flush_every)
+        if earlier is not None and len(earlier):
+            recorder.replay(earlier)
+        if made is not None:
+            made.append(recorder)
+        return recorder
 
     return build
+
+
+def _close_rollouts(made: list[RolloutRecorder], tracker: RunTracker, error: BaseException) -> None:
+    """A run that failed or was stopped keeps the completions it sampled: its rollout log's last chunk and
+    manifest are written, unless MLflow is what failed (then nothing more is tried). Never raises."""
+    if not made or tracker.unreachable or isinstance(error, (TrackingOutage, StoreWriteFailed)):
+        return
+    try:
+        tracker.set_tags(rollouts_tag(made[0].close()))
+    except Exception as closing:
+        log.debug("could not write the rollout log of a failed run", exc_info=closing)
 
 
 def rollouts_tag(manifest: dict) -> dict[str, str]:

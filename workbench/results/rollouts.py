@@ -19,6 +19,7 @@ from urllib.parse import unquote, urlparse
 
 import pandas as pd
 
+from workbench.results.reader import StudyReader
 from workbench.tracking.rollouts import (
     COMPLETION_COLUMNS,
     MANIFEST_ARTIFACT,
@@ -27,7 +28,7 @@ from workbench.tracking.rollouts import (
     decode_parquet,
 )
 
-__all__ = ["read_rollouts", "rollout_files"]
+__all__ = ["earlier_attempt_rollouts", "read_rollouts", "read_run_rollouts", "rollout_files"]
 
 
 def rollout_files(tracking_uri: str, run_id: str, artifact_uri: str | None) -> list[str]:
@@ -97,3 +98,23 @@ def read_rollouts(reader: Any, runs: pd.DataFrame) -> pd.DataFrame:
     out.attrs["unreadable"] = unreadable
     out.attrs["manifests"] = manifests
     return out
+
+
+def earlier_attempt_rollouts(tracking_uri: str, run_id: str, run_key: str, before_step: int) -> pd.DataFrame | None:
+    """For a run resumed at ``before_step``: the rows of steps before it that the latest earlier attempt of
+    ``run_key`` in the run's experiment stored (None if there is none). That attempt flushed its rollout log
+    at each checkpoint, so every step the resume does not run again is there."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri)
+    experiment = client.get_run(run_id).info.experiment_id
+    attempts = [r for r in client.search_runs([experiment], f"tags.`workbench.run_key` = '{run_key}'",
+                                              order_by=["attributes.start_time DESC"])
+                if r.info.run_id != run_id and r.info.status in ("FAILED", "KILLED")]
+    if not attempts:
+        return None
+    source = attempts[0].info
+    frame, _ = read_run_rollouts(StudyReader(tracking_uri, cache_dir=False), source.run_id, source.artifact_uri)
+    if not len(frame):
+        return None
+    return frame[frame["step"] < before_step].reset_index(drop=True)

@@ -35,7 +35,9 @@ Budget (``tracking.rollouts_budget_mb``) and the sampling rule when a run would 
      (train and eval apart) and the steps still to come; while that projection exceeds the budget, ``k``
      doubles (the steps kept so far stay a subset of the multiples of the new ``k``).
   3. Hard cap: a chunk that would take the written bytes past the budget is not written; recording stops
-     there. Every completion not stored is counted in the manifest's ``dropped``, never dropped silently.
+     there. Every completion not stored is counted in the manifest's ``dropped``, never dropped silently;
+     so is a chunk the store could not write (a full disk: ``write_failure`` says why; the next chunk tries
+     again).
 The default budget (64 MB) keeps every completion of the CPU default studies (docs/rollouts.md:
 ~30 bytes per completion of the built-in tiny model).
 """
@@ -51,6 +53,8 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from workbench.tracking.writer import store_write_failure
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -159,6 +163,7 @@ class RolloutRecorder:
         self.written = 0  # bytes
         self.chunks = 0
         self.stopped_at: int | None = None  # the hard cap: the step whose chunk did not fit
+        self.write_failure: str | None = None  # why the store could not write a chunk (a full disk), if it could not
         self.seconds = 0.0  # time spent here (building rows, encoding, writing): the overhead benchmark
         self._rows: list[dict[str, Any]] = []
         self._row_splits: list[str] = []
@@ -239,7 +244,23 @@ class RolloutRecorder:
         return {"format": 1, "budget_bytes": self.budget_bytes, "bytes": self.written, "chunks": self.chunks,
                 "rows": {s: v.rows for s, v in self.splits.items()},
                 "dropped": {s: v.dropped for s, v in self.splits.items()},
-                "strides": self.strides, "stopped_at_step": self.stopped_at}
+                "strides": self.strides, "stopped_at_step": self.stopped_at, "write_failure": self.write_failure}
+
+    def replay(self, rows: pd.DataFrame) -> None:
+        """Buffer again the rows an earlier attempt of this run stored (a run resumed from a checkpoint: the
+        steps before the resume, :func:`workbench.results.rollouts.earlier_attempt_rollouts`), as they were."""
+        terms = [c for c in rows.columns if c.startswith(TERM_PREFIX)]
+        for name in terms:
+            if name.removeprefix(TERM_PREFIX) not in self._terms:
+                self._terms.append(name.removeprefix(TERM_PREFIX))
+        for record in rows[[*COMPLETION_COLUMNS, *terms, "prompt", "answer"]].astype(object).to_dict("records"):
+            prompt_id = record["prompt_id"]
+            if prompt_id not in self._known:
+                self._known[prompt_id] = self._prompts[prompt_id] = (record.pop("prompt"), record.pop("answer"))
+            else:
+                del record["prompt"], record["answer"]
+            self._rows.append(record)
+            self._row_splits.append(record["split"])
 
     # ---- buffering and writing ----------------------------------------------------------------
 
@@ -291,10 +312,21 @@ class RolloutRecorder:
             for prompt_id in prompts:
                 del self._known[prompt_id]
             return
-        self.write(data, completions_name(self.chunks))
-        if prompt_data:
-            self.write(prompt_data, prompts_name(self.chunks))
-        self.chunks += 1
+        chunk, self.chunks = self.chunks, self.chunks + 1  # a number is never reused, even by a failed write
+        try:
+            if prompt_data:
+                self.write(prompt_data, prompts_name(chunk))
+            self.write(data, completions_name(chunk))
+        except Exception as error:  # sorted: only "the store cannot write" (a full disk) is survived
+            cause = store_write_failure(error)
+            if cause is None:
+                raise
+            self.write_failure = cause  # in the manifest; the rows are counted as dropped, the next chunk tries again
+            for split in splits:
+                self.splits[split].dropped += 1
+            for prompt_id in prompts:  # written with the next chunk that has them
+                del self._known[prompt_id]
+            return
         self.written += size
         for row, split in zip(rows, splits, strict=True):
             part = self.splits[split]

@@ -91,6 +91,8 @@ def train(cfg: RunConfig, sink: StepSink, monitor: HealthMonitor,
             if log is not None:
                 log.end_step(step)
             if checkpoints is not None and step < roll.steps and checkpoints.due(step + 1):
+                if log is not None:  # a resume replays the rows of the steps before it from this run's chunks
+                    log.flush()
                 checkpoints.save(parts.learner, capture(step + 1, parts.rng, parts.generator, history, result.samples,
                                                         result.problems))
             result.stop = None if on_step is None else on_step(step, metrics)  # e.g. Optuna pruning
