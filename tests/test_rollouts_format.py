@@ -38,3 +38,15 @@ def test_a_completion_cannot_restyle_the_terminal():
     # an ANSI colour sequence and a bell a model emitted are shown, not obeyed; a newline stays readable
     assert visible("red\x1b[31mtext\x07\nline2\tx") == r"red\x1b[31mtext\x07\nline2\tx"
     assert md_cell("a\x1b[0m") == r"a\x1b\[0m"
+
+
+def test_runs_missing_completions_get_one_note_each():
+    from workbench.cli.rollouts import notes
+
+    attrs = {"manifests": {"a" * 32: {"rows": {"train": 90, "eval": 10}, "dropped": {"train": 30, "eval": 0}},
+                           "b" * 32: {"rows": {"train": 5, "eval": 5}, "dropped": {"train": 0, "eval": 0}}},
+             "unreadable": {"c" * 32: "rollouts/completions-00000.parquet is not a parquet file: bad"}}
+    assert notes(attrs) == [
+        "note: run aaaaaaaa stored 100 of 130 completions (tracking.rollouts_budget_mb; its rollouts/manifest.json "
+        "says which steps)",
+        "note: run cccccccc: rollouts not read: rollouts/completions-00000.parquet is not a parquet file: bad"]

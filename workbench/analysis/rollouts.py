@@ -6,7 +6,8 @@
     wrong = query_rollouts("grpo-vs-dr-grpo", variant="dr_grpo", outcome="incorrect", longest=20)
     pairs = same_prompts("grpo-vs-dr-grpo", "grpo", "dr_grpo", split="eval", differing=True)
 
-Both return a pandas frame and never print. A query that cannot be answered (an unknown study or variant, a
+Both return a pandas frame and never print; ``frame.attrs["manifests"]`` holds each run's manifest (what its
+budget left out: ``dropped``) and ``frame.attrs["unreadable"]`` the runs whose chunks did not parse, with why. A query that cannot be answered (an unknown study or variant, a
 seed no run has, a step range with no stored step, a bad choice) raises :class:`workbench.errors.QueryError`
 (a ``ValueError``) whose ``field`` names the parameter, with one line saying what exists.
 
@@ -168,7 +169,9 @@ def same_prompts(study: str, a: str, b: str, *, tracking_uri: str | None = None,
     if a == b:
         raise QueryError("same-prompts", f"two different variants are needed, got {a!r} twice")
     rows = load_rollouts(study, tracking_uri=tracking_uri, reader=reader, variant=[a, b], seed=seed)
+    attrs = dict(rows.attrs)
     rows = _filter(rows, split=split, steps=steps, outcome=None, min_reward=None, max_reward=None)
+    rows.attrs.update(attrs)
     keys = ["seed", "split", "step", "prompt_id"]
     rows = rows.assign(occurrence=rows.sort_values(["group", "sample"], kind="stable")
                        .groupby(["variant", *keys]).cumcount())
@@ -184,5 +187,6 @@ def same_prompts(study: str, a: str, b: str, *, tracking_uri: str | None = None,
     pairs = pairs.reset_index().sort_values([*keys, "occurrence"], kind="stable", ignore_index=True)
     columns = [*keys, "prompt", "answer"] + [f"{f}.{v}" for v in (a, b) for f in PAIR_FIELDS]
     out = pairs[columns]
+    out.attrs.update(rows.attrs)
     out.attrs["variants"] = (a, b)
     return out

@@ -123,6 +123,8 @@ def rollouts(
                                    min_reward=min_reward, max_reward=max_reward, worst=worst, longest=longest)
     except QueryError as error:
         raise fail(f"{FLAGS.get(error.field, error.field)}: {error.message}") from None
+    for line in notes(frame.attrs):
+        err_console.print(line, highlight=False, markup=False, soft_wrap=True)
     shown = limit if limit is not None else (TABLE_LIMIT if format in ("table", "md") else 0)
     total = len(frame)
     if shown:
@@ -130,6 +132,20 @@ def rollouts(
     _print(frame, format, same)
     if len(frame) < total:
         err_console.print(f"{len(frame)} of {total} rows shown (--limit 0: all)", highlight=False, markup=False)
+
+
+def notes(attrs: dict) -> list[str]:
+    """One stderr line per run whose completions are not all there: left out by its size budget, or unreadable."""
+    out = []
+    for run_id, manifest in sorted(attrs.get("manifests", {}).items()):
+        dropped = sum(manifest.get("dropped", {}).values())
+        if dropped:
+            kept = sum(manifest.get("rows", {}).values())
+            out.append(f"note: run {run_id[:8]} stored {kept:,} of {kept + dropped:,} completions "
+                       f"(tracking.rollouts_budget_mb; its rollouts/manifest.json says which steps)")
+    for run_id, why in sorted(attrs.get("unreadable", {}).items()):
+        out.append(f"note: run {run_id[:8]}: rollouts not read: {why}")
+    return out
 
 
 def _columns(frame, same: tuple[str, str] | None) -> list[str]:
