@@ -228,7 +228,12 @@ class RolloutRecorder:
         t0 = time.perf_counter()
         self.flush()
         manifest = self.manifest()
-        self.write(json.dumps(manifest, indent=1).encode(), MANIFEST_ARTIFACT)
+        try:
+            self.write(json.dumps(manifest, indent=1).encode(), MANIFEST_ARTIFACT)
+        except Exception as error:  # a full disk: the run says so for its metrics; the counts are returned
+            if store_write_failure(error) is None:
+                raise
+            self.write_failure = manifest["write_failure"] = store_write_failure(error)
         self.seconds += time.perf_counter() - t0
         return manifest
 
