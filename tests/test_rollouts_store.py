@@ -321,3 +321,12 @@ def test_a_chunk_a_full_disk_refuses_is_counted_and_the_next_one_tries_again():
     assert "rollouts/completions-00001.parquet" in sink.files  # chunk numbers are never reused
     prompts = pd.read_parquet(io.BytesIO(sink.files["rollouts/prompts-00001.parquet"]))
     assert len(prompts) == 4  # the refused chunk's prompts are written with the next one that has them
+
+
+def test_the_budget_is_a_tracking_setting_so_run_keys_do_not_change():
+    from workbench.config import RunConfig
+
+    default = RunConfig.model_validate(micro_run_config())
+    smaller = RunConfig.model_validate(micro_run_config(tracking={"rollouts_budget_mb": 1}))
+    assert smaller.tracking.rollouts_budget_mb == 1 and default.tracking.rollouts_budget_mb == 64
+    assert smaller.run_key() == default.run_key()  # keeping fewer completions changes no result
