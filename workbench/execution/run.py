@@ -282,8 +282,7 @@ def execute_run(cfg: RunConfig, *, study: str, variant: str, label: str, parent_
         tracker.log_params(redact_config(cfg.flat()))  # a tracking.uri's password is never stored
         tracker.log_dict(redact_config(cfg.model_dump(mode="json")), "config.yaml")
         bar.start_run(label, cfg.rollout.steps)
-        earlier = None if resumed is None else earlier_attempt_rollouts(tracking_uri, outcome.run_id,
-                                                                         outcome.run_key, resumed)
+        earlier = None if resumed is None else _earlier_rollouts(tracking_uri, outcome, resumed)
         result = train(cfg, tracker, monitor, on_step=step_hook, checkpoints=checkpoints, on_eval=on_eval,
                        rollout_log=rollout_recorder(cfg, tracker, made, earlier))
     except BaseException as error:  # noqa: BLE001 - every exit path must close the MLflow run
@@ -337,6 +336,16 @@ def rollout_recorder(cfg: RunConfig, tracker: RunTracker, made: list | None = No
         return recorder
 
     return build
+
+
+def _earlier_rollouts(tracking_uri: str, outcome: RunOutcome, resumed: int):
+    """The rows of the steps before ``resumed`` that this run's earlier attempt stored; a chunk that cannot be
+    read costs the resumed run those rows (its manifest then counts fewer), never the run itself."""
+    try:
+        return earlier_attempt_rollouts(tracking_uri, outcome.run_id, outcome.run_key, resumed)
+    except (ValueError, OSError) as error:
+        log.warning("run %s resumes without the earlier attempt's completions: %s", outcome.label, error)
+        return None
 
 
 def _close_rollouts(made: list[RolloutRecorder], tracker: RunTracker, error: BaseException) -> None:
