@@ -99,6 +99,8 @@ def test_formats_print_the_same_rows(store):
     lines = md.stdout.splitlines()
     assert lines[0].startswith("| variant | seed |") and len(lines) == 2 + 3
     assert "3 of 96 rows shown" in md.stderr
+    side = cli(store, "--same-prompts", "grpo", "dr_grpo", "--format", "md", "--limit", "1")
+    assert side.stdout.splitlines()[0].startswith(r"| prompt | answer | text\.grpo | correct\.grpo | text\.dr\_grpo |")
     table = cli(store, "--worst", "2")
     assert table.exit_code == 0 and "prompt_id" in table.stdout
 

@@ -149,8 +149,10 @@ def notes(attrs: dict) -> list[str]:
 
 
 def _columns(frame, same: tuple[str, str] | None) -> list[str]:
-    if same is not None:
-        return list(frame.columns)
+    if same is not None:  # the problem first (a stacked layout's heading), then the two answers side by side
+        a, b = same
+        return ["prompt", "answer", f"text.{a}", f"correct.{a}", f"text.{b}", f"correct.{b}", "step", "seed",
+                "split", "prompt_id"]
     return ["variant", "seed", "split", "step", "prompt_id", "prompt", "text", "reward", "correct", "length",
             "truncated"]
 
