@@ -606,3 +606,30 @@ def test_ui_piped_to_head_keeps_serving_the_url_it_printed(served):
     finally:
         os.killpg(shell.pid, signal.SIGTERM)
         shell.wait(timeout=30)
+
+
+def test_a_runs_page_shows_its_completions_as_a_table(served, chromium_browser):
+    """Issue 51: ``completions.json`` (the last eval's and last train step's completions, logged with
+    ``log_table``) opens in MLflow's artifact view as a table whose cells are the stored completions."""
+    import json
+
+    base = served.wait_ready()
+    experiment_id, _ = _ids(served)
+    client = MlflowClient(f"sqlite:///{served.home / 'mlflow.db'}")
+    run = client.search_runs([experiment_id], "tags.`workbench.role` = 'run'", order_by=["attributes.start_time"])[0]
+    table = json.loads(open(client.download_artifacts(run.info.run_id, "completions.json",  # noqa: SIM115 - one read
+                                                      str(served.home / "dl"))).read())
+    texts = [row[table["columns"].index("text")] for row in table["data"]]
+    page = new_page(chromium_browser, 1600, 1000)
+    watch = PageWatch.attach(page)
+    page.goto(f"{base}/#/experiments/{experiment_id}/runs/{run.info.run_id}/artifactPath/completions.json")
+    header = page.get_by_role("columnheader", name="text")
+    header.first.wait_for(timeout=60_000)
+    assert page.get_by_role("columnheader").all_inner_texts() == table["columns"]
+    assert table["columns"][:4] == ["split", "step", "prompt", "text"]  # what a reader looks at first, on the left
+    first = next(t for t in texts if t.strip())
+    assert page.get_by_role("cell").filter(has_text=first).count() >= 1  # the stored text, in a cell
+    assert [e for e in watch.errors if "Failed to load resource" not in e] == []
+    _close_assistant(page)
+    shot(page, "mlflow-completions-table.png", full_page=False)
+    page.close()

@@ -22,6 +22,7 @@ from tests.viz.micro_study import STUDY, build_micro_study, uri_of
 from workbench.cli.main import app
 from workbench.results.export import FILES, MANIFEST, RUNS, read_export
 from workbench.results.reader import StudyReader
+from workbench.results.rollouts import read_rollouts
 
 pytestmark = pytest.mark.slow
 
@@ -98,6 +99,9 @@ def test_every_run_reads_back_the_same(in_study):
     problems_a, problems_b = original.problem_results(a.runs), loaded.problem_results(b.runs)
     assert len(problems_a) > 0
     pd.testing.assert_frame_equal(by_key(problems_a, a.runs), by_key(problems_b, b.runs))
+    rollouts_a, rollouts_b = read_rollouts(original, a.runs), read_rollouts(loaded, b.runs)  # every completion
+    assert len(rollouts_a) > 0 and rollouts_a.attrs["manifests"]
+    pd.testing.assert_frame_equal(by_key(rollouts_a, a.runs), by_key(rollouts_b, b.runs))
     health = [{k: r for k, r in zip(f.runs["run_key"], reader.health_reports(f.runs).values(), strict=True)}
               for reader, f in ((original, a), (loaded, b))]
     assert health[0] == health[1] and all(health[0].values())

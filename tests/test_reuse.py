@@ -111,7 +111,9 @@ def test_the_shared_arm_is_copied_from_the_other_study_and_the_other_arm_compute
         assert copy.data.params == source.data.params
         pd.testing.assert_frame_equal(points(uri, copy.info.run_id), points(uri, source.info.run_id))  # not computed
         reader = StudyReader(uri, cache_dir=False)
-        for name in (PROBLEMS_ARTIFACT, "health.json", "config.yaml", "samples.json"):
+        rollouts = [f for f in artifact_files(MlflowClient(uri), source.info.run_id) if f.startswith("rollouts/")]
+        assert "rollouts/manifest.json" in rollouts and "rollouts/completions-00000.parquet" in rollouts
+        for name in (PROBLEMS_ARTIFACT, "health.json", "config.yaml", "samples.json", *rollouts):  # every completion too
             assert reader.read_artifact_bytes(copy.info.run_id, copy.info.artifact_uri, name) == \
                 reader.read_artifact_bytes(source.info.run_id, source.info.artifact_uri, name), name
         assert f"REUSED shared/seed={seed} from study reuse-a (run {source.info.run_id[:8]})" in studies["first"]

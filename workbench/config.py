@@ -429,6 +429,9 @@ class TrackingConfig(Strict):
     outage_deadline_s: float = Field(300.0, gt=0, allow_inf_nan=False, description=(
         "how long a run keeps retrying an unreachable MLflow before it stops FAILED, its unsent "
         "metrics kept in a local spill that is re-sent when the run is executed again"))
+    rollouts_budget_mb: float = Field(64.0, ge=0, allow_inf_nan=False, description=(
+        "size budget of the run's rollouts/ artifacts (every sampled completion, parquet); over it, train steps "
+        "are kept every k-th, k doubling (docs/rollouts.md); 0 keeps none"))
 
 
 class CurateConfig(Strict):

@@ -157,6 +157,18 @@ class UserFileError(ValueError):
     nested too deeply, not JSON/YAML): one line naming the file (workbench/safe_io.py)."""
 
 
+class QueryError(ValueError):
+    """A query of a study's stored results (``workbench rollouts``: :mod:`workbench.analysis.rollouts`) that
+    cannot be answered: an unknown variant, a step range with no stored step, ... ``field`` names the query's
+    parameter (``variant``, ``seed``, ``steps``, ...); ``str(err)`` is one line saying what is wrong and what
+    exists."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
 def format_path(path: Iterable[Any]) -> str:
     """A path as written in messages: ``("variants", "dapo", "shaping", 0)`` -> ``variants.dapo.shaping[0]``."""
     out = ""

@@ -248,7 +248,7 @@ def test_a_rejecting_test_keeps_its_verdict_however_little_the_knob_acted():
     h = history({(f"{a}-{s}", "clip/frac_high"): [0.001] for a in ("narrow", "wide") for s in range(5)})
     planted = np.where(runs["variant"] == "wide", 0.065, 0.0)
     summary = runs.assign(final_eval_accuracy=0.3 + planted + rng.normal(0, 0.005, len(runs)))
-    table = compare_variants(summary, "narrow", ["final_eval_accuracy"], n_resamples=0,
+    table = compare_variants(summary, "narrow", ["final_eval_accuracy"], CompareSettings(n_resamples=0),
                              activity=activity_gates(runs, h, "narrow"))
     acc = table.for_metric("final_eval_accuracy").set_index("variant").loc["wide"]
     assert acc["status"] == "better" and acc["verdict"].startswith("better"), acc["verdict"]

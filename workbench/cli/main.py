@@ -799,6 +799,10 @@ from workbench.cli.export import register as _register_export_command  # noqa: E
 
 _register_export_command(app)  # export (workbench/results/export.py)
 
+from workbench.cli.rollouts import register as _register_rollouts_command  # noqa: E402 - registered after the app's own commands
+
+_register_rollouts_command(app)  # rollouts (workbench/analysis/rollouts.py)
+
 from workbench.cli.algorithms import algorithms_app  # noqa: E402 - registered after the app's own commands
 
 app.add_typer(algorithms_app, name="algorithms")  # presets and their citations

@@ -7,6 +7,7 @@ a health stop is a normal FINISHED run tagged ``workbench.stopped_early``.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import shutil
@@ -22,12 +23,14 @@ from workbench.metrics.final import final_eval_value
 from workbench.models import inspect_model_dir, token_count_over
 from workbench.models.tiny_context import TINY_MAX_POSITIONS
 from workbench.models.tokenizer import build_char_tokenizer
+from workbench.results.rollouts import earlier_attempt_rollouts
 from workbench.rollout.prompts import PromptFormat, resolve_prompt_format
 from workbench.tasks import build_task
 from workbench.tasks.jsonl import read_numbered_problems
 from workbench.tasks.priming import WorkedSolutions
 from workbench.tracking.artifacts import MISMATCH_ARTIFACT, PROBLEMS_ARTIFACT
 from workbench.tracking.redact import redact_config
+from workbench.tracking.rollouts import TABLE_ARTIFACT, RolloutRecorder
 from workbench.tracking.store import resolve_tracking_uri
 from workbench.tracking.writer import (
     OutagePolicy,
@@ -40,6 +43,8 @@ from workbench.tracking.writer import (
 from workbench.train.checkpoint import RunCheckpoints
 from workbench.train.loop import StopReason, train
 from workbench.train.rank_env import check_multi_rank
+
+log = logging.getLogger("workbench.execution")
 
 
 class StopRun(Exception):
@@ -261,6 +266,7 @@ def execute_run(cfg: RunConfig, *, study: str, variant: str, label: str, parent_
         return outcome
     monitor = HealthMonitor.from_config(cfg.health, unlogged=unlogged_by_config(cfg.flat()))
     bar = progress or RunProgress(enabled=False)
+    made: list[RolloutRecorder] = []  # the run's rollout log, once train() has built it
 
     def step_hook(step: int, metrics: dict[str, float]) -> StopReason | None:
         raise_if_stop_requested()
@@ -276,15 +282,20 @@ def execute_run(cfg: RunConfig, *, study: str, variant: str, label: str, parent_
         tracker.log_params(redact_config(cfg.flat()))  # a tracking.uri's password is never stored
         tracker.log_dict(redact_config(cfg.model_dump(mode="json")), "config.yaml")
         bar.start_run(label, cfg.rollout.steps)
-        result = train(cfg, tracker, monitor, on_step=step_hook, checkpoints=checkpoints, on_eval=on_eval)
+        earlier = None if resumed is None else _earlier_rollouts(tracking_uri, outcome, resumed)
+        result = train(cfg, tracker, monitor, on_step=step_hook, checkpoints=checkpoints, on_eval=on_eval,
+                       rollout_log=rollout_recorder(cfg, tracker, made, earlier))
     except BaseException as error:  # noqa: BLE001 - every exit path must close the MLflow run
+        _close_rollouts(made, tracker, error)
         return _close_failed(tracker, monitor, bar, outcome, error)
     stop_reason = "" if result.stop is None else result.stop.reason
     try:
         tracker.set_tags(monitor.tags() | {"workbench.stopped_early": str(bool(stop_reason)).lower(),
-                                           "workbench.stop_reason": stop_reason})
+                                           "workbench.stop_reason": stop_reason}
+                         | rollouts_tag(result.rollouts))
         tracker.log_text(monitor.report_json(), "health.json")
         tracker.log_table(result.samples, "samples.json")
+        tracker.log_table(result.latest_completions, TABLE_ARTIFACT)  # MLflow's run page shows it as a table
         if result.data_record:
             tracker.log_dict(result.data_record, "data.json")
         if result.mismatch_records:
@@ -302,6 +313,59 @@ def execute_run(cfg: RunConfig, *, study: str, variant: str, label: str, parent_
     outcome.eval_first, outcome.eval_last, outcome.eval_final = eval_endpoints(result.eval_history)
     bar.end_run(label, f"{outcome.health}")
     return outcome
+
+
+def rollout_recorder(cfg: RunConfig, tracker: RunTracker, made: list | None = None, earlier=None):
+    """The factory :func:`workbench.train.loop.train` calls for the run's rollout log: every completion
+    written to ``tracker``'s run as ``rollouts/`` parquet chunks within ``tracking.rollouts_budget_mb``
+    (:mod:`workbench.tracking.rollouts`); None with a zero budget. The recorder is appended to ``made``;
+    ``earlier`` (a resumed run: the rows its earlier attempt stored before the resume step) is written first."""
+    if cfg.tracking.rollouts_budget_mb <= 0:
+        return None
+    roll = cfg.rollout
+    eval_steps = [s for s in range(roll.steps + 1) if s % roll.eval_every == 0 or s == roll.steps]
+
+    def build(parts) -> RolloutRecorder:
+        recorder = RolloutRecorder(tracker.log_bytes, budget_bytes=int(cfg.tracking.rollouts_budget_mb * 1e6),
+                                   steps=roll.steps, eval_steps=eval_steps, render=parts.prompt_format.render,
+                                   flush_every=tracker.flush_every)
+        if earlier is not None and len(earlier):
+            recorder.replay(earlier)
+        if made is not None:
+            made.append(recorder)
+        return recorder
+
+    return build
+
+
+def _earlier_rollouts(tracking_uri: str, outcome: RunOutcome, resumed: int):
+    """The rows of the steps before ``resumed`` that this run's earlier attempt stored; a chunk that cannot be
+    read costs the resumed run those rows (its manifest then counts fewer), never the run itself."""
+    try:
+        return earlier_attempt_rollouts(tracking_uri, outcome.run_id, outcome.run_key, resumed)
+    except (ValueError, OSError) as error:
+        log.warning("run %s resumes without the earlier attempt's completions: %s", outcome.label, error)
+        return None
+
+
+def _close_rollouts(made: list[RolloutRecorder], tracker: RunTracker, error: BaseException) -> None:
+    """A run that failed or was stopped keeps the completions it sampled: its rollout log's last chunk and
+    manifest are written, unless MLflow is what failed (then nothing more is tried). Never raises."""
+    if not made or tracker.unreachable or isinstance(error, (TrackingOutage, StoreWriteFailed)):
+        return
+    try:
+        tracker.set_tags(rollouts_tag(made[0].close()))
+    except Exception as closing:
+        log.debug("could not write the rollout log of a failed run", exc_info=closing)
+
+
+def rollouts_tag(manifest: dict) -> dict[str, str]:
+    """``workbench.rollouts``: ``all`` when every completion was kept, else what was (the manifest's counts)."""
+    if not manifest:
+        return {}
+    rows, dropped = sum(manifest["rows"].values()), sum(manifest["dropped"].values())
+    return {"workbench.rollouts": "all" if not dropped else f"{rows} of {rows + dropped} completions "
+            f"(tracking.rollouts_budget_mb; rollouts/manifest.json)"}
 
 
 def _close_failed(tracker: RunTracker, monitor: HealthMonitor, bar, outcome: RunOutcome,

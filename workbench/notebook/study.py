@@ -10,6 +10,8 @@ prints, as objects.
     table.headlines()                          # its first lines: one sentence per comparison
     table.df                                   # the tidy table (mean, CIs, Δ, p, verdict, ...)
     study.health()                             # runs × health rules, as `workbench health` shows them
+    study.rollouts(variant="dapo", outcome="incorrect", longest=10)   # stored completions, as `workbench rollouts`
+    study.same_prompts("grpo", "dapo", differing=True)                # two variants' answers to the same problems
 
 ``compare`` and ``health`` are methods of the loaded study rather than names of their own:
 ``workbench.compare`` and ``workbench.health`` are the statistics and health-rule packages, and
@@ -30,6 +32,7 @@ import pandas as pd
 
 from workbench.analysis.comparison import comparison_metrics, compute_comparison
 from workbench.analysis.health_table import health_cells, recheck_reports
+from workbench.analysis.rollouts import query_rollouts, same_prompts
 from workbench.analysis.target import Target, resolve_target
 from workbench.compare import ComparisonTable, summarize_runs
 
@@ -72,6 +75,21 @@ class Study:
         else:
             reports = self._target.reader.health_reports(self.runs)
         return health_cells(self.runs, reports)
+
+    def rollouts(self, **filters: Any) -> pd.DataFrame:
+        """The study's stored completions (every sampled one: docs/rollouts.md), one row each, filtered as
+        ``workbench rollouts`` filters them: ``variant``, ``seed``, ``split``, ``steps=(first, last)``, ``outcome``,
+        ``min_reward``, ``max_reward``, ``worst``, ``longest`` (:func:`workbench.analysis.rollouts.query_rollouts`).
+        A filter that names nothing stored raises :class:`workbench.errors.QueryError`."""
+        return query_rollouts(self.name, tracking_uri=self.tracking_uri, reader=self._reader(), **filters)
+
+    def same_prompts(self, a: str, b: str, **filters: Any) -> pd.DataFrame:
+        """Variants ``a`` and ``b``'s answers to the same problems side by side, as ``workbench rollouts
+        --same-prompts A B`` prints them (:func:`workbench.analysis.rollouts.same_prompts`)."""
+        return same_prompts(self.name, a, b, tracking_uri=self.tracking_uri, reader=self._reader(), **filters)
+
+    def _reader(self):
+        return self._target.reader if self._target is not None else None
 
 
 def load_study(study: str, *, tracking_uri: str | None = None, metrics: Sequence[str] | None = None) -> Study:

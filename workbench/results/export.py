@@ -26,7 +26,8 @@ Format (version :data:`FORMAT_VERSION`), one directory per study, zstd-compresse
   with a ``run`` column, in each artifact's row order.
 * ``artifacts.parquet``: ``run``, ``path``, ``data`` (the bytes) of the small artifacts the commands
   read (:data:`EXPORTED_ARTIFACTS`: ``health.json``, ``mismatch.json``, the parent's ``study.yaml``,
-  ``sequential.json``, ...). Not exported: samples, data records, reports and dashboards (HTML, written
+  ``sequential.json``, ...) and every completion the run kept (its ``rollouts/`` chunks and manifest,
+  :mod:`workbench.tracking.rollouts`, parquet already). Not exported: samples, data records, reports and dashboards (HTML, written
   again by ``compare``/``dashboard``), checkpoints; and runs still RUNNING (exported once they end).
 
 Loading validates everything (checksums, columns, references between files) before its first write:
@@ -58,6 +59,7 @@ from workbench.safe_io import parse_json, read_bytes, read_json
 from workbench.tracking.artifacts import PROBLEM_COLUMNS, PROBLEMS_ARTIFACT, decode_problem_rows, encode_problem_rows
 from workbench.tracking.bulk import MetricColumns, bulk_writable, write_metric_history
 from workbench.tracking.redact import redact_uri
+from workbench.tracking.rollouts import is_rollout_artifact
 from workbench.tracking.store import ensure_store, get_or_create_experiment
 
 __all__ = ["EXPORTED_ARTIFACTS", "FORMAT_VERSION", "ExportError", "ExportSummary", "ExportedRun", "LoadSummary",
@@ -74,6 +76,7 @@ ROLES = ("study", "run")  # the parent run, then its runs (Optuna searches' runs
 #: file and looks) and small records of how a run was made (config, error, import mapping).
 EXPORTED_ARTIFACTS = ("health.json", "mismatch.json", "config.yaml", "error.txt", "import.json",
                       "study.yaml", "plan.json", "sequential.json", "sequential.log")
+MANIFEST_ROLLOUTS = "rollouts/manifest.json"  # with the rollouts/ parquet chunks (workbench.tracking.rollouts)
 ZSTD_LEVEL = 19  # files are written once per finished run and read rarely: the smallest is worth it
 #: Column encodings where parquet's default (a dictionary, else plain) is not the smallest, measured on
 #: prompt-curation's 198k points: metric values byte-stream-split, steps and timestamps as deltas
@@ -253,9 +256,12 @@ def _problems_table(reader: StudyReader, runs: list[tuple[str, str | None]]):
 def _artifacts_table(reader: StudyReader, runs: list[tuple[str, str | None]]):
     import pyarrow as pa
 
+    from workbench.results.rollouts import rollout_files  # deferred: only an export reads them
+
     run, path, data = [], [], []
     for i, (run_id, artifact_uri) in enumerate(runs):
-        for name in EXPORTED_ARTIFACTS:
+        rollouts = rollout_files(reader.tracking_uri, run_id, artifact_uri)
+        for name in [*EXPORTED_ARTIFACTS, *rollouts, *([MANIFEST_ROLLOUTS] if rollouts else [])]:
             blob = reader.read_artifact_bytes(run_id, artifact_uri, name)
             if blob is not None:
                 run.append(i)
@@ -478,9 +484,9 @@ def _attach(root: Path, runs: list[ExportedRun], tables: dict[str, Any]) -> None
     run = _runs_of(root, ARTIFACTS, artifacts, n)
     for i, path, data in zip(run.tolist(), artifacts.column("path").to_pylist(), artifacts.column("data").to_pylist(),
                              strict=True):
-        if path not in EXPORTED_ARTIFACTS:
+        if path not in EXPORTED_ARTIFACTS and not is_rollout_artifact(path):
             raise ExportError(f"{root / ARTIFACTS}: artifact {path!r} of run {i} is not one an export holds "
-                              f"({', '.join(EXPORTED_ARTIFACTS)})")
+                              f"({', '.join(EXPORTED_ARTIFACTS)}, rollouts/)")
         if path in runs[i].artifacts:
             raise ExportError(f"{root / ARTIFACTS}: run {i} has {path} twice")
         runs[i].artifacts[path] = data

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from workbench.batch import ScoredRollouts
 from workbench.config import RolloutConfig
 from workbench.reward.rollouts import score_rollouts
 from workbench.tasks import Problem
@@ -63,10 +65,12 @@ class ProblemResults:
         return encode_problem_rows(vars(self))
 
 
-def evaluate(sampler, verifier, problems: list[Problem], roll: RolloutConfig, *, seed: int,
-             step: int) -> tuple[dict[str, float], list[dict], ProblemResults]:
+def evaluate(sampler, verifier, problems: list[Problem], roll: RolloutConfig, *, seed: int, step: int,
+             on_scored: Callable[[ScoredRollouts, list[str]], None] | None = None,
+             ) -> tuple[dict[str, float], list[dict], ProblemResults]:
     """Score ``problems`` once each: the step's metrics, up to ``roll.log_samples`` completions to
-    show, and every problem's result."""
+    show, and every problem's result. ``on_scored(scored, problem_ids)`` sees every scored chunk (the
+    run's rollout log)."""
     correct, lengths, samples = 0.0, 0.0, []
     rows = ProblemResults()
     ids = problem_ids(problems)
@@ -74,6 +78,8 @@ def evaluate(sampler, verifier, problems: list[Problem], roll: RolloutConfig, *,
         chunk = problems[start : start + EVAL_CHUNK]
         rollouts = sampler.generate(chunk, 1, temperature=roll.eval_temperature, seed=seed + start)
         scored = score_rollouts(verifier, rollouts, shaping=())
+        if on_scored is not None:
+            on_scored(scored, ids[start : start + len(chunk)])
         correct += float(scored.correct.float().sum())
         lengths += float(rollouts.lengths.sum())
         rows.extend(ProblemResults(step=[step] * len(chunk), problem_id=ids[start : start + len(chunk)],

@@ -14,6 +14,7 @@ from typing import Protocol
 
 from workbench.config import RunConfig
 from workbench.health import HealthMonitor
+from workbench.tracking.rollouts import RolloutRecorder
 from workbench.train.checkpoint import RunCheckpoints, capture
 from workbench.train.evaluate import ProblemResults, evaluate
 from workbench.train.step import RunParts, health_metrics, open_run_parts, rl_step
@@ -42,6 +43,8 @@ class TrainResult:
     last_metrics: dict[str, float] = field(default_factory=dict)
     data_record: dict = field(default_factory=dict)  # the data step's pass rates and schedule (data.json)
     mismatch_records: list[dict] = field(default_factory=list)  # histogram + worst tokens (mismatch.json)
+    rollouts: dict = field(default_factory=dict)  # the rollout log's manifest (rollouts/manifest.json); {}: none
+    latest_completions: list[dict] = field(default_factory=list)  # the last eval's and train step's completions
 
     @property
     def stopped_early(self) -> bool:
@@ -51,21 +54,27 @@ class TrainResult:
 def train(cfg: RunConfig, sink: StepSink, monitor: HealthMonitor,
           on_step: Callable[[int, dict[str, float]], StopReason | None] | None = None,
           checkpoints: RunCheckpoints | None = None,
-          on_eval: Callable[[int, ProblemResults], None] | None = None) -> TrainResult:
+          on_eval: Callable[[int, ProblemResults], None] | None = None,
+          rollout_log: Callable[[RunParts], RolloutRecorder] | None = None) -> TrainResult:
     """Train ``cfg``, logging every step to ``sink``. ``on_step(step, metrics)`` runs after each step
     is logged; a ``StopReason`` it returns ends the run there, as a failing health rule does.
     ``on_eval(step, problems)`` receives each eval's per-problem results (in eval-set order) before
-    that step's ``on_step`` (e.g. Optuna's Wilcoxon pruner, which pairs trials by problem)."""
+    that step's ``on_step`` (e.g. Optuna's Wilcoxon pruner, which pairs trials by problem).
+    ``rollout_log(parts)`` builds the recorder that keeps every completion (``rollouts/`` artifacts,
+    :mod:`workbench.tracking.rollouts`); it is closed (its last chunk and manifest written) when the loop ends."""
     roll = cfg.rollout
     with open_run_parts(cfg, monitor) as parts:
+        parts.rollout_log = None if rollout_log is None else rollout_log(parts)
+        log = parts.rollout_log
         result, history = TrainResult(steps_done=0, data_record=parts.data_record), []  # history: every step's logged metrics, kept in checkpoints
         if checkpoints is not None and checkpoints.latest_step() is not None:  # an earlier attempt failed: resume
             result, history = resume(checkpoints, parts, sink)
         for step in range(result.steps_done, roll.steps + 1):
             metrics: dict[str, float] = dict(parts.start_metrics) if step == 0 else {}
             if step % roll.eval_every == 0 or step == roll.steps:  # before this step's update
-                eval_metrics, samples, problems = evaluate(parts.sampler, parts.verifier, parts.eval_set, roll,
-                                                           seed=cfg.seed, step=step)
+                eval_metrics, samples, problems = evaluate(
+                    parts.sampler, parts.verifier, parts.eval_set, roll, seed=cfg.seed, step=step,
+                    on_scored=None if log is None else eval_recorder(log, step))
                 metrics |= eval_metrics
                 result.eval_history.append((step, eval_metrics["eval/accuracy"]))
                 result.samples += samples
@@ -79,7 +88,11 @@ def train(cfg: RunConfig, sink: StepSink, monitor: HealthMonitor,
             sink.log_metrics(metrics, step)
             history.append((step, metrics))
             result.last_metrics |= metrics
+            if log is not None:
+                log.end_step(step)
             if checkpoints is not None and step < roll.steps and checkpoints.due(step + 1):
+                if log is not None:  # a resume replays the rows of the steps before it from this run's chunks
+                    log.flush()
                 checkpoints.save(parts.learner, capture(step + 1, parts.rng, parts.generator, history, result.samples,
                                                         result.problems))
             result.stop = None if on_step is None else on_step(step, metrics)  # e.g. Optuna pruning
@@ -88,7 +101,14 @@ def train(cfg: RunConfig, sink: StepSink, monitor: HealthMonitor,
             if result.stop is not None:
                 break
         result.mismatch_records = parts.mismatch_records
+        if log is not None:
+            result.rollouts, result.latest_completions = log.close(), log.latest_table()
     return result
+
+
+def eval_recorder(log: RolloutRecorder, step: int) -> Callable:
+    """``evaluate``'s ``on_scored`` for this eval step: its completions into the rollout log."""
+    return lambda scored, ids: log.record_eval(step, scored, ids)
 
 
 def resume(checkpoints: RunCheckpoints, parts: RunParts,

@@ -37,9 +37,10 @@ from workbench.reward._worker import ANSWER_SCORERS
 from workbench.reward.rollouts import score_rollouts
 from workbench.rollout import build_sampler
 from workbench.rollout.base import Sampler
-from workbench.rollout.prompts import resolve_prompt_format
+from workbench.rollout.prompts import PromptFormat, resolve_prompt_format
 from workbench.tasks import Problem, Task, build_task
 from workbench.tasks.curation import PromptOrder
+from workbench.tracking.rollouts import RolloutRecorder
 from workbench.train.data import prepare_prompts
 from workbench.train.learner import ReferencePolicy, build_learner, resolve_device
 from workbench.train.learner_protocol import Learner, OldLogprobObserver
@@ -67,6 +68,8 @@ class RunParts:
     watch: Stopwatch  # every perf/* timing, the update's "algorithm" sections too
     scoring: ThreadPoolExecutor | None = None  # scores in the background (reward.overlap); None: in turn
     mismatch_records: list[dict[str, Any]] = field(default_factory=list)  # health.mismatch_record_every steps
+    prompt_format: PromptFormat = field(default_factory=PromptFormat)  # how the sampler renders a prompt
+    rollout_log: RolloutRecorder | None = None  # every completion kept (rollouts/ artifacts); None: not kept
 
 
 def overlaps_scoring(cfg: RunConfig) -> bool:
@@ -92,8 +95,9 @@ def open_run_parts(cfg: RunConfig, monitor: HealthMonitor) -> Iterator[RunParts]
     model, tokenizer = load_policy(cfg.model, cfg.task, prime=cfg.data.prime)
     directory = model_dir(cfg.model, cfg.task, progress=False, prime=cfg.data.prime)  # built by load_policy
     learner = build_learner(model, cfg)  # learner.backend: torch | deepspeed, in the wrappers the run needs
+    prompt_format = resolve_prompt_format(cfg.model, tokenizer, cfg.model.path)
     with learner.gathered_model() as full:  # a vLLM engine copies the weights: ZeRO-3 must gather them first
-        sampler = build_sampler(cfg, full, tokenizer, resolve_prompt_format(cfg.model, tokenizer, cfg.model.path))
+        sampler = build_sampler(cfg, full, tokenizer, prompt_format)
     reference = ReferencePolicy(learner.policy_copy()) if cfg.algorithm.kl_coef > 0 else None  # no KL, no copy
     with ExitStack() as stack:
         verifier = stack.enter_context(AnswerVerifier(timeout_s=cfg.reward.timeout_s, workers=cfg.reward.workers,
@@ -108,7 +112,8 @@ def open_run_parts(cfg: RunConfig, monitor: HealthMonitor) -> Iterator[RunParts]
         yield RunParts(task=task, eval_set=eval_set, sampler=sampler, verifier=verifier, learner=learner,
                        reference=reference, shaping=cfg.reward.specs(), monitor=monitor, rng=rng,
                        prompts=prompts, start_metrics=stage_metrics(directory) | data_metrics,
-                       data_record=data_record, generator=generator, watch=Stopwatch(), scoring=scoring)
+                       data_record=data_record, generator=generator, watch=Stopwatch(), scoring=scoring,
+                       prompt_format=prompt_format)
 
 
 def rl_step(cfg: RunConfig, step: int, parts: RunParts) -> dict[str, float]:
@@ -116,7 +121,7 @@ def rl_step(cfg: RunConfig, step: int, parts: RunParts) -> dict[str, float]:
     watch = parts.watch
     watch.lap()  # this step's sections only
     with watch("step"):
-        sampled, scored, metrics = collect_batch(cfg, step, parts)
+        sampled, scored, kept, metrics = collect_batch(cfg, step, parts)
         batch = train_batch(cfg, step, scored, parts)
         with watch("learn"):
             record = look_before_update(cfg, step, batch.rollouts, parts)
@@ -126,6 +131,8 @@ def rl_step(cfg: RunConfig, step: int, parts: RunParts) -> dict[str, float]:
                 parts.sampler.sync_weights(full)
         sampled = sampled.ready()  # scored by now: the update needed the rewards
         metrics |= rollout_metrics(sampled)  # over everything sampled, not only what was kept
+        if parts.rollout_log is not None:  # every completion, with the update's advantages
+            parts.rollout_log.record_train(step, sampled, batch.ready().advantages.cpu(), kept)
         metrics |= parts.prompts.step_metrics(step, sampled.rollouts.problems)
     return metrics | perf_metrics(watch.lap(), sampled, batch.ready(), cfg.algorithm.epochs)
 
@@ -216,11 +223,12 @@ def timed_scoring(rollouts, parts: RunParts) -> ScoredRollouts:
 
 def collect_batch(cfg: RunConfig, step: int, parts: RunParts) -> tuple[ScoredRollouts | PendingScores,
                                                                          ScoredRollouts | PendingScores,
-                                                                         dict[str, float]]:
+                                                                         torch.Tensor | None, dict[str, float]]:
     """Sample and score ``prompts_per_step`` groups; with a batch filter, refill dropped groups.
 
-    Returns (everything sampled, the training batch, batch metrics). Without a filter both
-    are the same single round, still being scored in the background when the run overlaps scoring.
+    Returns (everything sampled, the training batch, the batch's rows as indices into everything sampled
+    (None: the same rows), batch metrics). Without a filter both are the same single round, still being
+    scored in the background when the run overlaps scoring.
     With one, rounds continue until the batch is full or ``max_sampling_rounds`` is reached; a batch
     left with no group keeps the last round whole (its advantages are all zero, so the update is a
     no-op rather than a crash).
@@ -228,6 +236,7 @@ def collect_batch(cfg: RunConfig, step: int, parts: RunParts) -> tuple[ScoredRol
     algo, roll = cfg.algorithm, cfg.rollout
     keep_group = None if algo.batch_filter is None else BATCH_FILTERS.get(algo.batch_filter)
     rounds, kept, groups_kept = [], [], 0
+    kept_rows, offset = [], 0
     for round_ in range(algo.max_sampling_rounds if keep_group else 1):
         problems = parts.prompts.draw(step, roll.prompts_per_step)
         with parts.watch("sample"):
@@ -235,22 +244,26 @@ def collect_batch(cfg: RunConfig, step: int, parts: RunParts) -> tuple[ScoredRol
                                               seed=(cfg.seed * 1_000_003 + step) * 101 + round_)
         if parts.scoring is not None:  # no filter: nothing here needs the rewards
             pending = PendingScores(rollouts, parts.scoring.submit(timed_scoring, rollouts, parts))
-            return pending, pending, {}
+            return pending, pending, None, {}
         scored = timed_scoring(rollouts, parts)
         rounds.append(scored)
         if keep_group is None:
-            return scored, scored, {}
+            return scored, scored, None, {}
         keep = keep_group(filter_input(algo.filter_on, scored.rewards, scored.correct),
                           rollouts.group_ids)  # [B] bool, whole groups
         kept.append(select(scored, keep))
+        kept_rows.append(keep.nonzero().squeeze(-1) + offset)  # [K] rows of everything sampled
+        offset += len(keep)
         groups_kept += int(keep.sum()) // roll.group_size
         if groups_kept >= roll.prompts_per_step:
             break
     sampled = concat(rounds)
     batch = concat([k for k in kept if len(k.rewards)]) if groups_kept else rounds[-1]
+    rows = torch.cat(kept_rows) if groups_kept else torch.arange(offset - len(rounds[-1].rewards), offset)
     limit = roll.prompts_per_step * roll.group_size
     if len(batch.rewards) > limit:  # the last round overshot: keep whole groups up to the batch size
         batch = select(batch, torch.arange(len(batch.rewards)) < limit)
+        rows = rows[:limit]
     n_sampled = len(rounds) * roll.prompts_per_step
     metrics = {"batch/filtered_frac": 1 - groups_kept / n_sampled, "batch/sampling_rounds": float(len(rounds))}
-    return sampled, batch, metrics
+    return sampled, batch, rows, metrics
