@@ -42,6 +42,7 @@ class TrainResult:
     last_metrics: dict[str, float] = field(default_factory=dict)
     data_record: dict = field(default_factory=dict)  # the data step's pass rates and schedule (data.json)
     mismatch_records: list[dict] = field(default_factory=list)  # histogram + worst tokens (mismatch.json)
+    adapter_files: dict[str, bytes] = field(default_factory=dict)  # LoRA: the final adapters' save_pretrained files
 
     @property
     def stopped_early(self) -> bool:
@@ -88,6 +89,8 @@ def train(cfg: RunConfig, sink: StepSink, monitor: HealthMonitor,
             if result.stop is not None:
                 break
         result.mismatch_records = parts.mismatch_records
+        if parts.learner.adapters is not None:  # LoRA: the trained adapters, loadable onto the base model
+            result.adapter_files = parts.learner.adapters.files()
     return result
 
 
