@@ -41,11 +41,18 @@ def peft_config(cfg: LoraConfig):
 class Adapters:
     """The LoRA adapters ``peft`` injects into ``model`` (in place: ``model`` stays the module to train)."""
 
-    def __init__(self, model: torch.nn.Module, cfg: LoraConfig) -> None:
+    def __init__(self, model: torch.nn.Module, cfg: LoraConfig, seed: int | None = None) -> None:
+        """``seed``: draws A's initial values; by default the seed the run last gave ``torch.manual_seed``
+        (``torch.initial_seed()``), not the global generator's current state, which depends on what ran
+        before (building the tiny model on a cache miss draws from it): a resumed run and an uninterrupted
+        one get the same adapters. The global generator is left as it was."""
         from peft import get_peft_model  # deferred: see peft_config
 
         self.cfg = cfg
-        self.peft = get_peft_model(model, peft_config(cfg))
+        device = next(model.parameters()).device
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            torch.manual_seed(torch.initial_seed() if seed is None else seed)
+            self.peft = get_peft_model(model, peft_config(cfg))
         if self.peft.get_base_model() is not model:  # what every peft version so far does; the learner relies on it
             raise RuntimeError("peft did not adapt the policy in place")
         self.model = model
