@@ -252,11 +252,12 @@ def test_adapter_init_depends_on_the_run_seed_not_on_what_ran_before():
     """A's initial draw is seeded from ``torch.initial_seed()`` (the run's ``torch.manual_seed``), not the global
     generator's position: a run that built the tiny model first (a cache miss draws from it) and one that found
     it cached get the same adapters, so a resumed run continues the same run. The global stream is untouched."""
+    first, second = OneLinear(), OneLinear()
     torch.manual_seed(11)
-    a = Adapters(OneLinear(), LoraConfig(rank=1, target_modules=["proj"])).state_dict()
+    a = Adapters(first, LoraConfig(rank=1, target_modules=["proj"])).state_dict()
     torch.manual_seed(11)
     torch.rand(1000)  # what building a model would draw
     position = torch.get_rng_state()
-    b = Adapters(OneLinear(), LoraConfig(rank=1, target_modules=["proj"])).state_dict()
+    b = Adapters(second, LoraConfig(rank=1, target_modules=["proj"])).state_dict()
     assert torch.equal(torch.get_rng_state(), position)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
