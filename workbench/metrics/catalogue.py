@@ -220,9 +220,6 @@ def unlogged_by_config(params: Mapping[str, Any]) -> dict[str, str]:
     absent: dict[str, str] = {}
     if "algorithm.kl_coef" in params and off("algorithm.kl_coef"):
         absent["kl/ref"] = "algorithm.kl_coef = 0 (no reference model)"
-    if "learner.backend" in params and not any(key.startswith("learner.lora") for key in params):
-        for name in ("lora/trainable_params", "lora/trainable_frac", "lora/update_norm"):
-            absent[name] = "learner.lora is not set (full fine-tuning)"
     if "algorithm.correction" in params and off("algorithm.correction"):
         for name in ("mismatch/is_weight_mean", "mismatch/is_clipped_frac"):
             absent[name] = "algorithm.correction is not set"
