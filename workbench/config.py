@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import string
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -190,6 +190,11 @@ class LoraConfig(Strict):
     ``learner.dtype``; the KL reference is the same base with its adapters switched off (no second copy).
     Hu et al. 2021, "LoRA"; the defaults follow Thinking Machines' "LoRA Without Regret" (2025): every linear
     layer, since attention-only LoRA underperforms, and a learning rate ~10x full fine-tuning's (config lint)."""
+
+    # LoRA's optimal learning rate over full fine-tuning's, about constant across ranks: Thinking Machines,
+    # "LoRA Without Regret" (2025), and tinker-cookbook's get_lora_lr_over_full_finetune_lr (= 10). The config
+    # lint warns when a study runs LoRA at its own full fine-tuning learning rate (cli/lint.py).
+    LR_OVER_FULL_FINETUNE: ClassVar[float] = 10.0
 
     rank: int = Field(8, ge=1, description="r: the adapters' inner dimension (ΔW = (alpha/r)·B·A, B: d_out×r, A: r×d_in)")
     alpha: float = Field(16.0, gt=0, description="scale numerator: ΔW = (alpha / rank)·B·A")
@@ -579,6 +584,23 @@ class RunConfig(Strict):
         curriculum = self.data.curriculum
         if curriculum is not None and curriculum.by == "difficulty" and self.task.name == "jsonl":
             raise ValueError("data.curriculum.by=difficulty: task 'jsonl' has no difficulty knob; use pass_rate")
+        return self
+
+    @model_validator(mode="after")
+    def _lora_rank_fits_the_tiny_model(self) -> RunConfig:
+        # The built-in model's layer sizes are known here (kv heads = heads, so every projection of attention is
+        # hidden x hidden); a model.path's are checked when the adapters are built (workbench/train/lora.py).
+        lora, tiny = self.learner.lora, self.model.tiny
+        if lora is None or self.model.builtin is None:
+            return self
+        mlp = min(tiny.hidden_size, tiny.intermediate_size)
+        sizes = {"q_proj": tiny.hidden_size, "k_proj": tiny.hidden_size, "v_proj": tiny.hidden_size,
+                 "o_proj": tiny.hidden_size, "gate_proj": mlp, "up_proj": mlp, "down_proj": mlp}
+        names = list(sizes) if lora.target_modules == "all-linear" else [n for n in lora.target_modules if n in sizes]
+        for name in names:
+            if lora.rank > sizes[name]:
+                raise ValueError(f"learner.lora.rank={lora.rank} is above the smallest dimension ({sizes[name]}) of "
+                                 f"the adapted layer {name} of the built-in model: choose rank <= {sizes[name]}")
         return self
 
     @model_validator(mode="after")
