@@ -29,6 +29,7 @@ from pathlib import Path
 import torch
 
 from workbench.config import LoraConfig
+from workbench.rollout.weights import lora_layers
 
 
 def peft_config(cfg: LoraConfig):
@@ -61,8 +62,6 @@ class Adapters:
         self.trainable_params, self.total_params = int(trainable), int(total)
 
     def layers(self) -> dict[str, torch.nn.Module]:
-        from workbench.rollout.weights import lora_layers
-
         return lora_layers(self.model)
 
     def parameters(self) -> list[torch.nn.Parameter]:
