@@ -189,11 +189,23 @@ def test_a_bfloat16_sampler_resyncs_merged_weights(trained):
     """Another dtype: the sampler keeps a plain bf16 copy; each sync loads the merged weights into it."""
     learner, tok, _ = trained
     sampler = HFSampler(learner.model, tok, SamplerConfig(max_new_tokens=12, dtype="bfloat16"))
-    merged = plain_state_dict(learner.model)
-    for name, tensor in sampler.model.state_dict().items():
-        # one rounding to bfloat16: within eps_bf16/2 of each weight's magnitude (eps, to be safe)
-        eps = float(torch.finfo(torch.bfloat16).eps)
-        assert torch.allclose(tensor.float(), merged[name], rtol=eps, atol=0), name
+    eps = float(torch.finfo(torch.bfloat16).eps)
+
+    def check_synced() -> None:
+        merged = plain_state_dict(learner.model)
+        assert sampler.model.state_dict().keys() == merged.keys()  # plain names, no adapter tensors
+        for name, tensor in sampler.model.state_dict().items():
+            # one rounding to bfloat16: within eps_bf16/2 of each weight's magnitude (eps, to be safe)
+            assert torch.allclose(tensor.float(), merged[name], rtol=eps, atol=0), name
+
+    check_synced()
+    rollouts = sampler.generate(mixed_length_problems(), 4, temperature=1.0, seed=5)
+    before = {k: v.clone() for k, v in sampler.model.state_dict().items()}
+    learner = copy.deepcopy(learner)  # the module's fixture stays as it was for the other tests
+    update(learner, rollouts, torch.ones(len(rollouts.texts)).index_fill_(0, torch.arange(0, 24, 2), -1.0), 3)
+    sampler.sync_weights(learner.model)  # the resync path: merged weights loaded into the bf16 copy
+    check_synced()
+    assert any(not torch.equal(before[k], v) for k, v in sampler.model.state_dict().items())
 
 
 # --- the KL reference: the base, no second copy ------------------------------------------------------
