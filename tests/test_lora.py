@@ -273,3 +273,15 @@ def test_adapter_init_depends_on_the_run_seed_not_on_what_ran_before():
     b = Adapters(second, LoraConfig(rank=1, target_modules=["proj"])).state_dict()
     assert torch.equal(torch.get_rng_state(), position)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_bfloat16_learner_keeps_its_base_in_bfloat16_and_trains_float32_adapters():
+    """``learner.dtype`` is the frozen base's; peft keeps the adapters in float32 under a 16-bit base (their
+    small updates are not rounded away: the lint's lr_below_weight_precision concern does not apply to them)."""
+    model, _, _, rollouts, advantages = micro_policy_batch()
+    learner = TorchLearner(model, LearnerConfig(dtype="bfloat16", lr=1e-2, lora=LoraConfig(rank=2, alpha=4.0)))
+    dtypes = {(".lora_" in n, p.dtype) for n, p in learner.model.named_parameters()}
+    assert dtypes == {(False, torch.bfloat16), (True, torch.float32)}
+    before = learner.adapters.metrics()["lora/update_norm"]
+    metrics = update(learner, rollouts, advantages)
+    assert before == 0.0 < metrics["lora/update_norm"] and math.isfinite(metrics["loss/policy"])

@@ -72,3 +72,15 @@ def test_a_rank_above_a_layers_smallest_dimension_is_exit_2_one_line(tmp_path):
     ok = write_study(tmp_path / "ok.yaml", variants={"lora": {"learner": {"lora": {"rank": 32}}}})
     assert CliRunner().invoke(app, ["plan", str(ok)],
                               env={"MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}).exit_code == 0
+
+
+def test_a_bfloat16_lora_learner_is_not_flagged_for_weight_precision():
+    """lr_below_weight_precision is about weights stepped in 16 bits; LoRA's trained weights (the adapters) are
+    float32 under a bfloat16 base (tests/test_lora.py), so a small lr moves them."""
+    from workbench.cli.lint import LINT_RULES
+    from workbench.config import RunConfig
+
+    full = RunConfig.model_validate({"learner": {"dtype": "bfloat16", "lr": 1.0e-6}})
+    lora = RunConfig.model_validate({"learner": {"dtype": "bfloat16", "lr": 1.0e-6, "lora": {"rank": 4}}})
+    rule = LINT_RULES.get("lr_below_weight_precision")
+    assert len(list(rule(full))) == 1 and list(rule(lora)) == []

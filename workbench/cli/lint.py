@@ -147,9 +147,10 @@ def lr_below_weight_precision(cfg: RunConfig) -> Iterable[Finding]:
     """The torch learner keeps the weights and AdamW states themselves in ``learner.dtype`` (DeepSpeed keeps
     fp32 master weights). An AdamW step moves a weight by about ``lr``; in 16 bits, that is below half the
     spacing of every weight with ``|w| >= lr * 2^(bits + 2)``, which rounds back to itself. Flagged when a
-    weight of 0.02 cannot move: with lr 1e-6 in bfloat16 every weight above 5e-4 is frozen."""
+    weight of 0.02 cannot move: with lr 1e-6 in bfloat16 every weight above 5e-4 is frozen. Not with
+    ``learner.lora``: the trained weights are then the adapters, which peft keeps in float32."""
     bits = MANTISSA_BITS.get(cfg.learner.dtype)
-    if cfg.learner.backend != "torch" or bits is None:
+    if cfg.learner.backend != "torch" or bits is None or cfg.learner.lora is not None:  # LoRA: float32 adapters
         return
     frozen_above = cfg.learner.lr * 2 ** (bits + 2)
     if frozen_above < TYPICAL_WEIGHT:
