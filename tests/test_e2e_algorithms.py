@@ -43,7 +43,7 @@ def test_algorithm_knobs_run_and_log_their_metrics(workdir):
     assert 1 <= m["dapo"]["batch/sampling_rounds"] <= 2
     assert "kl/ref" in m["kl_loss"] and "kl/ref" in m["kl_reward"] and "kl/ref" not in m["preset_gspo"]
     assert m["multi_update_tis"]["train/optimizer_steps"] == 4
-    assert {"mismatch/is_weight_mean", "mismatch/is_clipped_frac"} <= set(m["multi_update_tis"])
+    assert {"mismatch/is_weight_mean", "mismatch/is_clipped_frac", "mismatch/is_reweighted_frac"} <= set(m["multi_update_tis"])
     assert m["multi_update_tis"]["mismatch/prob_abs_diff_max"] > 0  # bf16 sampler vs fp32 learner
     assert runs["dapo"].data.params["algorithm.clip_high"] == "0.28"
     assert runs["estimator_params"].data.params["algorithm.estimator_params.epsilon"] == "0.01"

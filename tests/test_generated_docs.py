@@ -33,13 +33,13 @@ def copy_docs(tmp_path: Path) -> Path:
 def test_regenerating_rewrites_only_the_generated_parts(tmp_path):
     root = copy_docs(tmp_path)
     assert stale_parts(root) == [] and write_generated_docs(root) == []  # up to date: nothing to do
-    readme = (root / "README.md").read_text()
+    health = (root / "docs" / "health.md").read_text()
     rule_table = PARTS[2].render()
-    (root / "README.md").write_text(readme.replace(rule_table, "| stale |\n"))
+    (root / "docs" / "health.md").write_text(health.replace(rule_table, "| stale |\n"))
     (root / "docs" / "algorithms.md").write_text("stale\n")
-    assert [p.path for p in stale_parts(root)] == ["docs/algorithms.md", "README.md"]
-    assert write_generated_docs(root) == [root / "docs" / "algorithms.md", root / "README.md"]
-    assert (root / "README.md").read_text() == readme  # the prose around the block untouched
+    assert [p.path for p in stale_parts(root)] == ["docs/algorithms.md", "docs/health.md"]
+    assert write_generated_docs(root) == [root / "docs" / "algorithms.md", root / "docs" / "health.md"]
+    assert (root / "docs" / "health.md").read_text() == health  # the prose around the block untouched
     assert (root / "docs" / "algorithms.md").read_text() == (ROOT / "docs" / "algorithms.md").read_text()
     assert write_generated_docs(root) == []
 

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from tests.execution_helpers import fast_run_config
+from workbench.algorithms.presets import PRESET_INFO, PRESET_LIST
 from workbench.cli.lint import LINT_RULES, Finding, lint_config, lint_specs
 from workbench.cli.main import app
 from workbench.config import RunConfig, deep_merge
@@ -34,7 +35,7 @@ def findings(rule: str, cfg: RunConfig) -> list[tuple[str, str]]:
 # rule -> (a config where a knob cannot act, the knob named, a config where it can)
 CASES = {
     "clip_with_one_step": (
-        config(algorithm={"preset": "dapo"}), "algorithm.clip_high=0.28",
+        config(algorithm={"preset": "dapo", "minibatches": 1}), "algorithm.clip_high=0.28",
         config(algorithm={"preset": "dapo", "minibatches": 2}),
     ),
     "correction_without_mismatch": (
@@ -198,8 +199,8 @@ def write_study(path: Path, **study) -> Path:
 
 def test_one_line_per_knob_and_reason_naming_the_arms(tmp_path):
     path = write_study(tmp_path / "s.yaml", variants={
-        "grpo": {}, "dapo": {"algorithm": {"preset": "dapo"}}, "wide": {"algorithm": {"clip_high": 0.28}},
-        "multi": {"algorithm": {"preset": "dapo", "minibatches": 2}},
+        "grpo": {}, "dapo": {"algorithm": {"preset": "dapo", "minibatches": 1}},
+        "wide": {"algorithm": {"clip_high": 0.28}}, "multi": {"algorithm": {"preset": "dapo"}},  # DAPO's 16 updates
     }, grid={"learner.lr": [1.0e-4, 3.0e-4]}, seeds=[0, 1, 2])
     lines = lint_specs(expand(load_study(path)))
     # 3 seeds x 2 grid points x 2 variants share one finding: one line, variants named once each
@@ -224,7 +225,7 @@ def plan(path: Path, workdir: Path):
 
 
 def test_plan_prints_warnings_on_stderr(tmp_path):
-    path = write_study(tmp_path / "s.yaml", variants={"dapo": {"algorithm": {"preset": "dapo"}}})
+    path = write_study(tmp_path / "s.yaml", variants={"dapo": {"algorithm": {"preset": "dapo", "minibatches": 1}}})
     result = plan(path, tmp_path)
     assert result.exit_code == 0, result.output
     warnings = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
@@ -272,3 +273,17 @@ def test_lines_are_the_distinct_findings_naming_every_affected_variant(runs):
         affected = {s.variant for s in specs if finding in lint_config(s.config)}
         named = line.removeprefix(f"warning: {finding.knob} has no effect in ").split(": ")[0].split(", ")
         assert {name.split("/")[0] for name in named} == affected
+
+
+@pytest.mark.parametrize("preset", [p.name for p in PRESET_LIST])
+def test_a_preset_on_the_default_study_shape_warns_only_of_what_its_table_row_declares_inert(preset):
+    """#53: a preset named after a paper sets what its mechanisms need (dapo, cispo and olmo3 take DAPO's
+    16 updates per batch with its clip-higher); what it cannot set (a sampler's precision) or does not
+    cite (gspo's and gmpo's update counts) is declared in its row of the preset table, and only that warns."""
+    preset_info = PRESET_INFO[preset]
+    for finding in lint_config(config(algorithm={"preset": preset})):
+        name = finding.knob.split("=")[0].removeprefix("algorithm.")
+        assert preset_info.inert_by_default, (preset, finding)
+        assert name.split("_")[0] in preset_info.inert_by_default, (preset, finding, preset_info.inert_by_default)
+    if preset in ("dapo", "cispo"):
+        assert lint_config(config(algorithm={"preset": preset})) == []

@@ -206,6 +206,25 @@ def test_a_study_with_too_large_an_eval_set_is_refused_at_plan(tmp_path):
     TaskConfig(name="scratchpad", digits=1, operands=3, eval_size=690)
 
 
+def test_an_unset_eval_size_fits_a_small_task_and_plans(tmp_path):
+    """#53: 1-digit addition draws 100 distinct prompts, so the default 200 cannot hold out a quarter;
+    unset, the eval size becomes that quarter (25) and the study plans; set, 200 is still refused.
+    A task with room keeps 200 (so every shipped study's run keys stay as they were)."""
+    from typer.testing import CliRunner
+
+    from workbench.cli.main import app
+
+    assert TaskConfig(digits=1, ops="+").eval_size == 25  # 10 × 10 pairs // 4
+    assert TaskConfig(name="scratchpad", digits=1, operands=2, ops="+").eval_size == 25  # 100 prompts // 4
+    assert TaskConfig().eval_size == 200  # 2-digit ±: 19,900 prompts
+    with pytest.raises(ValueError, match=r"task.eval_size=200 .* 100 distinct prompts"):
+        TaskConfig(digits=1, ops="+", eval_size=200)
+    study = tmp_path / "small.yaml"
+    study.write_text("name: small\nbase:\n  model: {builtin: tiny}\n  task: {digits: 1, ops: '+'}\n")
+    result = CliRunner().invoke(app, ["plan", str(study), "--format", "json"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+
+
 def test_the_shipped_eval_set_takes_the_documented_share_of_training_draws():
     """An eval set of distinct prompts takes the likeliest first: the figures docs/findings.md and
     studies/scratchpad.yaml state for eval_size 100 and 500 (exact probabilities, so the only

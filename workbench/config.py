@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from workbench.health import HealthConfig
 from workbench.reward import validate_shaping
 from workbench.tasks.curation import CURATORS
-from workbench.tasks.eval_size import check_task_eval_size
+from workbench.tasks.eval_size import check_task_eval_size, fitting_eval_size
 
 Dtype = Literal["float32", "bfloat16", "float16"]
 RUN_KEY_VERSION = 1  # bump when a default value changes meaning (see RunConfig.run_key)
@@ -119,7 +119,9 @@ class TaskConfig(Strict):
                                  description="scratchpad: each problem has 2 to this many operands (default 4)")
     path: str | None = Field(None, description="jsonl: training file")
     eval_path: str | None = Field(None, description="jsonl: eval file (default: split off `path`)")
-    eval_size: int = Field(200, ge=1, le=MAX_BATCH, description="number of held-out problems")
+    eval_size: int = Field(200, ge=1, le=MAX_BATCH,
+                           description="number of held-out problems (unset: 200, or a quarter of a generated task's "
+                                       "distinct prompts when that is fewer)")
     answer_format: Literal["auto", "gsm8k", "boxed"] = Field(
         "auto",
         description="where a completion's final answer is read (math-verify compares it with the gold answer): "
@@ -136,6 +138,12 @@ class TaskConfig(Strict):
             raise ValueError(f"task.operands applies to task 'scratchpad' only, not {self.name!r}")
         if self.name == "scratchpad" and set(self.ops) - set("+-"):
             raise ValueError(f"task 'scratchpad' takes ops from '+-', got {self.ops!r}")
+        if "eval_size" not in self.model_fields_set:  # unset: a size the task can hold (#53)
+            fitting = fitting_eval_size(self.name, digits=self.digits, ops=self.ops, operands=self.operands,
+                                        default=self.eval_size)
+            if fitting != self.eval_size:
+                self.eval_size = fitting  # validate_assignment: this validator runs again, with it set
+                return self
         # before `workbench plan` promises runs that could not start
         check_task_eval_size(self.name, digits=self.digits, ops=self.ops, operands=self.operands,
                              eval_size=self.eval_size)

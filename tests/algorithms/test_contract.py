@@ -36,7 +36,7 @@ POLICY_METRIC_KEYS = {
     "policy/ratio_mean",
     "policy/ratio_max",
 }
-IS_METRIC_KEYS = {"mismatch/is_weight_mean", "mismatch/is_clipped_frac"}
+IS_METRIC_KEYS = {"mismatch/is_weight_mean", "mismatch/is_clipped_frac", "mismatch/is_reweighted_frac"}
 
 
 @pytest.fixture
@@ -163,7 +163,8 @@ def test_importance_weights_contract(name, gen):
     assert weights.shape == (B, T) and not weights.requires_grad
     assert bool(torch.isfinite(weights).all()) and bool((weights >= 0).all()) and bool((weights <= 1.5).all())
     assert set(metrics) == IS_METRIC_KEYS and all(type(v) is float for v in metrics.values())
-    assert 0.0 <= metrics["mismatch/is_clipped_frac"] <= 1.0
+    # a capped token is reweighted (its weight is the cap 1.5 or 0, both beyond 1 ± the 0.1% tolerance)
+    assert 0.0 <= metrics["mismatch/is_clipped_frac"] <= metrics["mismatch/is_reweighted_frac"] <= 1.0
 
 
 @pytest.mark.parametrize("name", KL_ESTIMATORS.names())

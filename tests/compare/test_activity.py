@@ -59,7 +59,10 @@ def test_changed_knobs_map_config_keys_to_the_units_that_declare_their_activity(
     wider = changed_knobs(base | {"algorithm.clip_high": 0.28}, base)
     assert [(k.label, k.activity.metric, k.activity.unit) for k in wider] == [("clip_high", "clip/frac_high", "tokens")]
     tis = changed_knobs(base | {"algorithm.correction": "tis"}, base)
-    assert [(k.label, k.activity.metric) for k in tis] == [("correction tis", "mismatch/is_clipped_frac")]
+    assert [(k.label, k.activity.metric) for k in tis] == [("correction tis", "mismatch/is_reweighted_frac")]
+    capped = changed_knobs(base | {"algorithm.correction": "tis", "algorithm.correction_cap": 5.0},
+                           base | {"algorithm.correction": "tis", "algorithm.correction_cap": 2.0})
+    assert [(k.label, k.activity.metric) for k in capped] == [("correction_cap (tis)", "mismatch/is_clipped_frac")]
     shaped = changed_knobs(base | {"reward.shaping": [{"name": "overlong_soft", "weight": 1.0,
                                                       "params": {"max_length": 64, "cache_length": 16}}],
                                    "algorithm.token_filters": ["overlong"]}, base)
@@ -106,7 +109,7 @@ def test_activity_is_the_mean_over_steps_then_seeds_the_larger_arm_counts():
 def test_a_knob_not_logged_by_any_run_leaves_the_comparison_tested():
     runs = runs_frame({"off": {}, "tis": {"algorithm.correction": "tis"}})
     gate = activity_gates(runs, history({("off-0", "eval/accuracy"): [0.5]}), "off")["tis"]
-    assert not gate.not_testable and "logged mismatch/is_clipped_frac" in gate.why_open
+    assert not gate.not_testable and "logged mismatch/is_reweighted_frac" in gate.why_open
 
 
 def test_gate_applies_in_compare_variants_to_every_metric_but_the_knobs_own():
@@ -234,3 +237,39 @@ def test_good_activity_settings_parse():
     assert settings["wide"].unit == "tokens" and settings["wide"].min == 0.005 and settings["narrow"].off
     with pytest.raises(ValueError, match=r"^compare\.activity\.wider: unknown variant"):
         parse_settings({"activity": {"wider": {}}}, ["narrow", "wide"])
+
+
+def test_a_rejecting_test_keeps_its_verdict_however_little_the_knob_acted():
+    """#52: the gate qualifies a verdict, it never overrules one. A planted +6.5-point effect (SD 0.5
+    points per seed, 5 paired seeds: p ~ 1e-6) under a knob acting on 0.1% of tokens stays "better";
+    the activity is in its columns and its note."""
+    runs = runs_frame({"narrow": {}, "wide": {"algorithm.clip_high": 0.28}}, seeds=range(5))
+    rng = np.random.default_rng(1)
+    h = history({(f"{a}-{s}", "clip/frac_high"): [0.001] for a in ("narrow", "wide") for s in range(5)})
+    planted = np.where(runs["variant"] == "wide", 0.065, 0.0)
+    summary = runs.assign(final_eval_accuracy=0.3 + planted + rng.normal(0, 0.005, len(runs)))
+    table = compare_variants(summary, "narrow", ["final_eval_accuracy"], n_resamples=0,
+                             activity=activity_gates(runs, h, "narrow"))
+    acc = table.for_metric("final_eval_accuracy").set_index("variant").loc["wide"]
+    assert acc["status"] == "better" and acc["verdict"].startswith("better"), acc["verdict"]
+    assert acc["activity"] == pytest.approx(0.001) and acc["activity_min"] == pytest.approx(0.01)
+    assert "clip_high acted on 0.1% of tokens (min 1%), yet the test rejected" in acc["note"]
+    assert table.winners("final_eval_accuracy") == ["wide"]
+
+
+@pytest.mark.parametrize("correction", IS_CORRECTIONS.names())
+def test_a_corrections_activity_counts_every_reweighted_token_not_only_the_capped(correction):
+    """#52: "TIS acted on 0% of tokens" read the capped share alone. Learner logprobs 0.01 nats above
+    the sampler's on every token: weights exp(0.01) = 1.01, none capped at 2, every token reweighted
+    (|w − 1| = 0.01 > the 0.1% tolerance); equal logprobs: weights exactly 1, nothing reweighted."""
+    from workbench.algorithms.correction import importance_weights
+
+    sampler = torch.full((2, 5), -1.0)
+    mask = torch.ones(2, 5)
+    _, shifted = importance_weights(correction, sampler + 0.01, sampler, mask, cap=2.0)
+    assert shifted["mismatch/is_reweighted_frac"] == 1.0 and shifted["mismatch/is_clipped_frac"] == 0.0
+    _, equal = importance_weights(correction, sampler, sampler, mask, cap=2.0)
+    assert equal["mismatch/is_reweighted_frac"] == 0.0
+    activity = IS_CORRECTIONS.activity(correction)
+    assert activity.metric == "mismatch/is_reweighted_frac" and activity.metric in shifted
+    assert activity.params["correction_cap"].metric == "mismatch/is_clipped_frac"

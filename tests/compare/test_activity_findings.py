@@ -107,11 +107,14 @@ def test_clip_higher_entropy_question_is_not_testable(stores):
     assert not NOT_TESTABLE.match(rows["final:clip/frac_high", "eps_high_028"]["verdict"])
 
 
-def test_precision_mismatch_tis_question_is_not_testable(stores):
-    # the study (re-designed in #37) compares every arm with bf16: bf16_tis changes only the correction
+def test_precision_mismatch_tis_question_is_tested_its_runs_never_logged_what_tis_acts_on(stores):
+    # the study (re-designed in #37) compares every arm with bf16: bf16_tis changes only the correction.
+    # Its runs logged the capped share (0.0x% of tokens) but not the reweighted one TIS acts on (#52):
+    # the gate stays open and says why, so the comparison is tested; it no longer reads "not testable".
     rows = compare_json(stores["precision_mismatch"], "precision_mismatch", "-m", "final_eval_accuracy")
     tis = rows["final_eval_accuracy", "bf16_tis"]
-    assert re.fullmatch(r"not testable: correction tis acted on 0\.0\d+% of tokens \(min 1%\).*", tis["verdict"])
+    assert tis["status"] != "not testable", tis["verdict"]
+    assert "no run of bf16_tis or bf16 logged mismatch/is_reweighted_frac" in tis["note"], tis["note"]
     # the other arms change the sampler's precision, which acts on every token: tested as before
     for arm in ("fp16", "fp32"):
         assert rows["final_eval_accuracy", arm]["status"] != "not testable", arm

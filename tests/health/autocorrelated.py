@@ -14,10 +14,9 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from numpy.lib.stride_tricks import sliding_window_view
 
 from workbench.health.rules import HEALTH_RULES
-from workbench.health.trend import mean_shift_se, slope_z, trend_z
+from workbench.health.trend import mean_shift_se, separated_means_se, slope_z, trend_z
 
 REAL_HISTORY = Path(__file__).parent / "data" / "sanity_seed0_steps.csv"
 NEVER = -1  # first-firing step of a run that never fired
@@ -107,10 +106,22 @@ def reward_collapse_first_fire(reward: np.ndarray, **params) -> np.ndarray:
 def mismatch_growth_first_fire(kl: np.ndarray, **params) -> np.ndarray:
     """First firing step of ``mismatch_growth`` (default params unless overridden) on each row of ``kl``:
     the mean of the last ``window`` values above ``max(max_multiple × the mean of the first
-    ``baseline_steps``, min_kl)`` for ``patience`` consecutive steps."""
+    ``baseline_steps``, min_kl)`` and their mean log more than ``noise_z`` standard errors above the
+    baseline's (``separated_means_se`` of the log KL before the window, re-measured only while the level
+    is within its limit), for ``patience`` consecutive steps."""
     p = HEALTH_RULES.get("mismatch_growth").Params(**params)
     b, w = p.baseline_steps, p.window
-    base = kl[:, :b].mean(axis=1, keepdims=True)
+    logs = np.log(np.maximum(kl, p.min_kl * 1e-3))
+    base, log_base = kl[:, :b].mean(axis=1), logs[:, :b].mean(axis=1)
     limit = np.maximum(p.max_multiple * base, p.min_kl)
-    level = sliding_window_view(kl[:, b:], w, axis=1).mean(axis=-1)  # level[:, j] ends at step b + w - 1 + j
-    return _first_streak_end(level > limit, p.patience, first_step=b + w - 1)
+    first_step = b + w - 1
+    violated = np.zeros((len(kl), kl.shape[1] - first_step), dtype=bool)
+    se = np.full(len(kl), np.nan)
+    for j, end in enumerate(range(first_step, kl.shape[1])):
+        start = end + 1 - w
+        above = kl[:, start : end + 1].mean(axis=1) > limit
+        remeasure = np.isnan(se) | ~above  # frozen while the level is above its limit, as the rule
+        se = np.where(remeasure, separated_means_se(logs[:, max(0, start - p.max_noise_window) : start], w, b), se)
+        shift = logs[:, start : end + 1].mean(axis=1) - log_base
+        violated[:, j] = above & ((shift > p.noise_z * se) if p.noise_z > 0 else True)
+    return _first_streak_end(violated, p.patience, first_step=first_step)

@@ -291,7 +291,8 @@ def test_a_rule_on_metrics_the_config_never_logs_is_not_applicable_not_unevaluat
     from workbench.metrics.catalogue import unlogged_by_config
 
     unlogged = unlogged_by_config(RunConfig().flat())  # defaults: kl_coef 0, no IS correction
-    assert set(unlogged) == {"kl/ref", "mismatch/is_weight_mean", "mismatch/is_clipped_frac"}
+    assert set(unlogged) == {"kl/ref", "mismatch/is_weight_mean", "mismatch/is_clipped_frac", "mismatch/is_reweighted_frac",
+                             "batch/filtered_frac", "batch/sampling_rounds"}
     history = [(step, {"entropy/mean": 1.0, "reward/mean": 0.5}) for step in range(6)]
     rules = HealthMonitor.from_config(None, unlogged=unlogged).recheck(history).report()["rules"]
     assert rules["kl_explosion"]["not_evaluated"] is None
@@ -301,7 +302,8 @@ def test_a_rule_on_metrics_the_config_never_logs_is_not_applicable_not_unevaluat
     assert rules["incorrect_length_gap"]["not_applicable"] is None
     # logged params are strings; a run with a reference model logs kl/ref, so nothing is unlogged for it
     assert "kl/ref" not in unlogged_by_config({"algorithm.kl_coef": "0.05", "algorithm.correction": "tis"})
-    assert unlogged_by_config({"algorithm.kl_coef": "0.0", "algorithm.correction": "None"}).keys() == set(unlogged)
+    assert unlogged_by_config({"algorithm.kl_coef": "0.0", "algorithm.correction": "None",
+                               "algorithm.batch_filter": "None"}).keys() == set(unlogged)
     assert unlogged_by_config({}) == {}  # nothing known about the config: nothing assumed
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-# Log-ratios are clamped to this magnitude before ``exp`` (verl's convention; README, "Algorithms API").
+# Log-ratios are clamped to this magnitude before ``exp`` (verl's convention; docs/api.md).
 MAX_LOG_RATIO = 20.0
 
 

@@ -24,14 +24,20 @@ Correction = Callable[..., tuple[Tensor, Tensor]]
 
 IS_CORRECTIONS: Registry[Correction] = Registry("importance-sampling correction")
 
-IS_METRIC_KEYS = ("mismatch/is_weight_mean", "mismatch/is_clipped_frac")
+IS_METRIC_KEYS = ("mismatch/is_weight_mean", "mismatch/is_clipped_frac", "mismatch/is_reweighted_frac")
 
-# What a correction does beyond plain IS is its cap: the tokens whose weight it truncated or masked.
-# (Below the cap every token is reweighted by |w - 1|, which mismatch/kl measures, not this.)
-CAPPED_TOKENS = Activity("mismatch/is_clipped_frac", "tokens")
+#: A token counts as reweighted when its applied weight differs from 1 by more than this (0.1%): far
+#: above an fp32 sampler's rounding (|Δ| ~ 1e-6 nats, tests/test_mismatch*.py), far below a bf16
+#: sampler's typical |Δ| (~1e-2).
+REWEIGHT_TOLERANCE = 1e-3
+
+# Turning a correction on acts on every token whose weight differs from 1 (not only the capped ones:
+# "TIS acted on 0% of tokens" read the cap alone, #52); changing its cap acts only where the cap binds.
+REWEIGHTED = Activity("mismatch/is_reweighted_frac", "tokens",
+                      params={"correction_cap": Activity("mismatch/is_clipped_frac", "tokens")})
 
 
-@IS_CORRECTIONS.register("tis", activity=CAPPED_TOKENS)
+@IS_CORRECTIONS.register("tis", activity=REWEIGHTED)
 def tis(log_ratio: Tensor, mask: Tensor, *, cap: float) -> tuple[Tensor, Tensor]:
     """Truncated importance sampling ``min(π_learner/π_sampler, C)`` per token.
 
@@ -43,7 +49,7 @@ def tis(log_ratio: Tensor, mask: Tensor, *, cap: float) -> tuple[Tensor, Tensor]
     return raw.clamp(max=cap), raw > cap
 
 
-@IS_CORRECTIONS.register("mis", activity=CAPPED_TOKENS)
+@IS_CORRECTIONS.register("mis", activity=REWEIGHTED)
 def mis(log_ratio: Tensor, mask: Tensor, *, cap: float) -> tuple[Tensor, Tensor]:
     """Masked importance sampling: weight ``w`` where ``w <= C``, else 0 (the token is dropped).
 
@@ -56,7 +62,7 @@ def mis(log_ratio: Tensor, mask: Tensor, *, cap: float) -> tuple[Tensor, Tensor]
     return torch.where(capped, torch.zeros_like(raw), raw), capped
 
 
-@IS_CORRECTIONS.register("seq_tis", activity=CAPPED_TOKENS)
+@IS_CORRECTIONS.register("seq_tis", activity=REWEIGHTED)
 def seq_tis(log_ratio: Tensor, mask: Tensor, *, cap: float) -> tuple[Tensor, Tensor]:
     """Sequence-level weight: the geometric mean of the token ratios, truncated at ``C``, on every token.
 
@@ -74,8 +80,9 @@ def importance_weights(
     """Detached IS weights ``[B,T]`` (0 on padding) and their metrics.
 
     Metrics (python floats, means over response tokens; 0 for an empty mask):
-    ``mismatch/is_weight_mean`` (mean returned weight) and ``mismatch/is_clipped_frac``
-    (fraction of tokens whose raw weight exceeded ``cap``). Raises ``ValueError`` on an
+    ``mismatch/is_weight_mean`` (mean returned weight), ``mismatch/is_clipped_frac``
+    (fraction of tokens whose raw weight exceeded ``cap``) and ``mismatch/is_reweighted_frac``
+    (fraction whose returned weight differs from 1 by more than ``REWEIGHT_TOLERANCE``). Raises ``ValueError`` on an
     unknown correction (naming the valid ones) or a non-positive cap.
     """
     fn = IS_CORRECTIONS.get(correction)
@@ -93,5 +100,7 @@ def importance_weights(
         metrics = {
             "mismatch/is_weight_mean": float(masked_mean(weights, mask)),
             "mismatch/is_clipped_frac": float(masked_mean(capped.to(weights.dtype), mask)),
+            "mismatch/is_reweighted_frac": float(masked_mean(((weights - 1.0).abs() > REWEIGHT_TOLERANCE)
+                                                             .to(weights.dtype), mask)),
         }
     return weights, metrics

@@ -45,6 +45,7 @@ class Preset:
     summary: str
     paper: Paper
     settings: dict[str, Setting]
+    inert_by_default: str = ""  # a knob the preset sets that cannot act on the default study shape, and why
 
     def values(self) -> dict[str, Any]:
         return {key: setting.value for key, setting in self.settings.items()}
@@ -85,6 +86,14 @@ def _settings(paper: Paper, section: str, **values: Any) -> dict[str, Setting]:
     return {key: Setting(value, paper, section) for key, value in values.items()}
 
 
+# A clip range acts only once the policy moves within a batch: with one optimizer step per batch the ratio
+# is exactly 1 (workbench/cli/lint.py clip_with_one_step). DAPO's released recipe (verl recipe/dapo:
+# train_prompt_bsz 512, train_prompt_mini_bsz 32) takes 16 updates per batch, the setting its clip-higher
+# was tuned in; the presets that take DAPO's clip_high take its update count with it.
+DAPO_UPDATES = "recipe (512 prompts per step, 32 per update)"
+ONE_STEP_CLIP = ("clip range: the policy ratio is exactly 1 at one optimizer step per batch (the default); set "
+                 "algorithm.minibatches or epochs > 1 (the paper's update count is not cited here, so none is set)")
+
 PRESET_LIST: list[Preset] = [
     Preset("grpo", "group-normalised advantages, PPO clip, per-sequence 1/|o| averaging", DEEPSEEKMATH,
            _settings(DEEPSEEKMATH, "§4.1", estimator="grpo", loss="ppo_clip", agg_mode="seq-mean-token-mean",
@@ -100,21 +109,25 @@ PRESET_LIST: list[Preset] = [
            | _settings(DAPO, "§3.3", agg_mode="token-mean")
            | _settings(DAPO, "§3.1", clip_low=0.2, clip_high=0.28)
            | _settings(DAPO, "§3.2", batch_filter="zero_std")
-           | _settings(DAPO, "§3.4", token_filters=["overlong"])),
+           | _settings(DAPO, "§3.4", token_filters=["overlong"])
+           | _settings(DAPO, DAPO_UPDATES, minibatches=16)),
     Preset("gspo", "sequence-level importance ratio and clipping", GSPO,
            _settings(DEEPSEEKMATH, "§4.1", estimator="grpo")
            | _settings(GSPO, "§4", loss="gspo", agg_mode="seq-mean-token-mean")
-           | _settings(GSPO, "§5.1", clip_low=3e-4, clip_high=4e-4)),
+           | _settings(GSPO, "§5.1", clip_low=3e-4, clip_high=4e-4),
+           inert_by_default=ONE_STEP_CLIP),
     # Clip in log space to (−0.4, 0.4).
     Preset("gmpo", "geometric-mean ratio, clipped in log space", GMPO,
            _settings(DEEPSEEKMATH, "§4.1", estimator="grpo")
-           | _settings(GMPO, "§3", loss="gmpo", agg_mode="seq-mean-token-mean", clip_low=0.4, clip_high=0.4)),
+           | _settings(GMPO, "§3", loss="gmpo", agg_mode="seq-mean-token-mean", clip_low=0.4, clip_high=0.4),
+           inert_by_default=ONE_STEP_CLIP),
     # Clip the IS weight, not the update: no lower bound in practice (ε_low large); ε_high tuned,
     # DAPO's 0.28 as a starting point.
     Preset("cispo", "clipped IS-weight policy optimisation", MINIMAX_M1,
            _settings(DEEPSEEKMATH, "§4.1", estimator="grpo")
            | _settings(MINIMAX_M1, "§3.1", loss="cispo", agg_mode="token-mean", clip_low=1.0)
-           | _settings(DAPO, "§3.1", clip_high=0.28)),
+           | _settings(DAPO, "§3.1", clip_high=0.28)
+           | _settings(DAPO, DAPO_UPDATES, minibatches=16)),
     Preset("rloo", "leave-one-out baseline", RLOO,
            _settings(RLOO, "§3", estimator="rloo")
            | _settings(DEEPSEEKMATH, "§4.1", loss="ppo_clip", clip_low=0.2, clip_high=0.2)
@@ -137,7 +150,11 @@ PRESET_LIST: list[Preset] = [
            | _settings(DAPO, "§3.1", clip_low=0.2, clip_high=0.28)
            | _settings(DAPO, "§3.2", batch_filter="zero_std")
            | _settings(OLMO3, "RL recipe, per the GRPO++ overview", kl_coef=0.0)
-           | _settings(TIS, "", correction="tis")),
+           | _settings(TIS, "", correction="tis")
+           | _settings(DAPO, DAPO_UPDATES, minibatches=16),
+           inert_by_default="correction tis: it reweights by the sampler/learner ratio, which is 1 to the float floor "
+                            "when the sampler shares the learner's engine and dtype (the default: hf, float32); it "
+                            "acts with sampler.dtype bfloat16/float16 or sampler.backend vllm"),
     # A soft gate instead of a clip: no clip range. Its temperatures are the loss's own parameters
     # (defaults 1.0 / 1.05, the paper's; `algorithm.loss_params`). Group-normalised advantages and
     # GRPO's per-sequence 1/|o| mean, as TRL's loss_type="sapo" aggregates it.

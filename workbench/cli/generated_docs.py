@@ -59,10 +59,10 @@ class GeneratedPart:
 PARTS = (
     GeneratedPart("docs/algorithms.md", None, markdown_document),
     GeneratedPart("README.md", "preset table", markdown_preset_table),
-    GeneratedPart("README.md", "health rule table", health_rule_table),
+    GeneratedPart("docs/health.md", "health rule table", health_rule_table),
     GeneratedPart("docs/metrics.md", "metric table", metric_table),
     GeneratedPart("docs/reports.md", "activity table", markdown_activity_table),
-    GeneratedPart("README.md", "activity table", markdown_activity_table),
+    GeneratedPart("docs/compare.md", "activity table", markdown_activity_table),
 )
 
 

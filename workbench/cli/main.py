@@ -241,7 +241,7 @@ def run(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
         no_reuse: Annotated[bool, typer.Option(
             "--no-reuse", help="compute every run, even one whose run_key finished in another study of this "
                                "store (by default such a run is copied into this study, not computed again; "
-                               "README: Shared runs are computed once)")] = False) -> None:
+                               "docs/running.md: Shared runs are computed once)")] = False) -> None:
     """Execute a study's runs (skipping those already finished) and print a summary."""
     # the study first: a bad one fails before torch is imported (seconds and ~250 MB; every rank checks it)
     study_obj, specs = load_specs(study, set_, only)

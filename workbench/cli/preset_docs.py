@@ -53,7 +53,7 @@ def sources(preset: Preset) -> str:
         if setting.section and setting.section not in sections:
             sections.append(setting.section)
     def section_order(section: str) -> tuple:
-        return tuple(int(n) if n.isdigit() else n for n in section.lstrip("§").split("."))
+        return tuple((0, int(n), "") if n.isdigit() else (1, 0, n) for n in section.lstrip("§").split("."))
 
     return "; ".join(f"{paper} {', '.join(sorted(sections, key=section_order))}".strip()
                      for paper, sections in by_paper.items())
@@ -67,11 +67,12 @@ def preset_rows() -> list[list[str]]:
         no_range = resolved["clip_low"] is None and resolved["clip_high"] is None  # a loss without a clip
         clip = "-" if no_range else f"{format_value(resolved['clip_low'])}, {format_value(resolved['clip_high'])}"
         rows.append([preset.name, resolved["estimator"], resolved["loss"], resolved["agg_mode"], clip,
-                     other_settings(preset), sources(preset)])
+                     other_settings(preset), sources(preset), preset.inert_by_default or "-"])
     return rows
 
 
-PRESET_HEADERS = ["preset", "estimator", "loss", "aggregation", "clip (low, high)", "other settings", "source"]
+PRESET_HEADERS = ["preset", "estimator", "loss", "aggregation", "clip (low, high)", "other settings", "source",
+                  "inert on the default study shape"]
 
 
 def show_rows(name: str) -> list[list[str]]:
@@ -92,8 +93,8 @@ def _code(text: str) -> str:
 def markdown_preset_table() -> str:
     """The preset table in the README and docs/algorithms.md."""
     lines = ["| " + " | ".join(PRESET_HEADERS) + " |", "|" + "---|" * len(PRESET_HEADERS)]
-    for name, estimator, loss, agg, clip, other, source in preset_rows():
-        lines.append(f"| `{name}` | `{estimator}` | `{loss}` | `{agg}` | {clip} | {_code(other)} | {source} |")
+    for name, estimator, loss, agg, clip, other, source, inert in preset_rows():
+        lines.append(f"| `{name}` | `{estimator}` | `{loss}` | `{agg}` | {clip} | {_code(other)} | {source} | {inert} |")
     return "\n".join(lines) + "\n"
 
 
@@ -143,6 +144,8 @@ def markdown_document() -> str:
     """docs/algorithms.md, whole."""
     return "\n".join([
         "# Algorithm presets and their papers",
+        "",
+        "*For: someone choosing a preset or a unit's parameters, or citing the paper and section behind a setting.*",
         "",
         "A preset is a named bundle of registered units and numbers (`algorithm: {preset: NAME}`); any field",
         "set explicitly under `algorithm:` wins. Every value carries its citation.",

@@ -1,9 +1,15 @@
-"""The knob-activity gate: a comparison whose knob barely acted is "not testable", not "inconclusive".
+"""The knob-activity gate: a comparison whose knob barely acted and whose test did not reject is
+"not testable", not "inconclusive".
 
 A variant that changes a knob can only change results through what the knob touches. When the
-upper clip bound binds on 0.1% of tokens, no seed count separates ε_high 0.28 from 0.2: the verdict
-is ``not testable: clip_high acted on 0.12% of tokens (min 1%)``, whatever the test says (a
-separation then is seed noise, or chaos from a change that hardly acts, not the knob's mechanism).
+upper clip bound binds on 0.1% of tokens, a comparison that finds no difference says little about
+ε_high 0.28 against 0.2: the verdict is ``not testable: clip_high acted on 0.12% of tokens (min 1%);
+|Δ| > x excluded`` (the effect the corrected interval rules out). The activity qualifies a verdict,
+it never overrules one (#52): a test that rejects stays better / worse / higher / lower, with the
+knob's activity beside it in the row (``activity``) and its note. A change acting on few tokens can
+still move a result (a toy PPO-clip model: the upper bound binding on 0.2-0.3% of samples, entropy
+differing at p ≤ 5e-4 over 32 paired seeds), and the family-wise error of the test already bounds
+how often a "better" is noise; replacing it would turn a controlled decision into an uncontrolled one.
 
 **Which knobs a comparison changes** comes from the runs' logged config (their MLflow params): the
 keys whose values differ between the arm and its baseline arm. Each maps to a registered unit,
@@ -11,7 +17,8 @@ which declares how to see it act (:class:`workbench.registry.Activity`):
 
 * ``algorithm.clip_low`` / ``clip_high`` (and a loss's other keyword parameters): the loss's
   ``params`` (``clip/frac_low`` / ``clip/frac_high``: tokens);
-* ``algorithm.correction`` / ``correction_cap``: the correction's (``mismatch/is_clipped_frac``: tokens);
+* ``algorithm.correction``: the correction's (``mismatch/is_reweighted_frac``: tokens whose weight
+  differs from 1); ``correction_cap``: its cap's (``mismatch/is_clipped_frac``: tokens it truncated);
 * ``algorithm.batch_filter`` / ``filter_on`` / ``max_sampling_rounds``: the filter's
   (``batch/filtered_frac``: groups);
 * ``algorithm.token_filters``: each filter added or removed (``overlong``: ``length/truncated_frac``, responses);
@@ -52,8 +59,9 @@ import pandas as pd
 from workbench.registry import Activity
 
 from . import arms as _arms
+from . import wording
 
-__all__ = ["DEFAULT_MIN", "Gate", "Knob", "Reading", "Setting", "activity_gates", "apply_gate", "arm_configs",
+__all__ = ["DEFAULT_MIN", "REJECTING", "Gate", "Knob", "Reading", "Setting", "activity_gates", "apply_gate", "arm_configs",
            "changed_knobs", "gate_metrics", "gate_plans", "markdown_activity_table", "parse_settings", "percent"]
 
 #: Activity below which a knob counts as not acting (a fraction: 1% of its tokens/responses/groups).
@@ -63,6 +71,8 @@ RESULT_SECTIONS = ("model", "task", "sampler", "learner", "rollout", "reward", "
 #: Keys that never change a run's numbers, or only name what other keys resolve (the preset).
 NOT_A_KNOB = frozenset({"learner.checkpoint_every", "reward.overlap", "algorithm.preset"})
 NOT_TESTABLE = "not testable"
+#: The statuses of a test that rejected: the gate never replaces them (module docstring).
+REJECTING = ("better", "worse", "higher", "lower")
 
 
 @dataclass(frozen=True)
@@ -275,8 +285,10 @@ def _knobs_of(key: str, a: Any, b: Any, arm: Mapping[str, Any], base: Mapping[st
     if key == "algorithm.correction":
         return [unit("correction", v) for v in (a, b) if v is not None]
     if key == "algorithm.correction_cap":
-        return [unit("correction", v) for v in {arm.get("algorithm.correction"), base.get("algorithm.correction")}
-                if v is not None] or [Knob(key, None)]
+        names = sorted({v for v in (arm.get("algorithm.correction"), base.get("algorithm.correction"))
+                        if isinstance(v, str) and v in reg["correction"]})
+        return [Knob(f"correction_cap ({n})", reg["correction"].activity(n).params.get("correction_cap"))
+                for n in names] or [Knob(key, None)]
     if key in ("algorithm.batch_filter", "algorithm.filter_on", "algorithm.max_sampling_rounds"):
         return [unit("batch filter", v) for v in {arm.get("algorithm.batch_filter"), base.get("algorithm.batch_filter")}
                 if v is not None] or [Knob(key, None)]
@@ -387,13 +399,14 @@ def activity_gates(runs: pd.DataFrame, history: pd.DataFrame, baseline: str,
 
 
 def apply_gate(row: dict[str, Any], gate: Gate | None, reads: Sequence[str] = ()) -> None:
-    """Make a compared row's verdict "not testable" when its arm's knob acted below the minimum.
+    """Make a compared row's verdict "not testable" when its arm's knob acted below the minimum
+    and its test did not reject.
 
     ``reads``: the logged metrics the row's summary reads (a row of the knob's own activity metric
     is not gated). The row's ``activity``/``activity_min`` get the deciding knob's reading; when
-    it is not testable, the test's own verdict moves to the note, the effect the corrected interval
-    excludes is added when it is finite, and seeds needed are cleared (no seed count shows an
-    effect there). "no data" stays."""
+    it is not testable, the test's own verdict moves to the note and the effect the corrected
+    interval excludes is added when it is finite. A rejecting row keeps its verdict (the activity
+    in its columns and note); "no data" stays."""
     if gate is None or not gate.readings or set(reads) & gate.metrics or row.get("verdict") == "no data":
         return
     decider = max(gate.readings, key=lambda r: r.value / r.min if r.min > 0 else math.inf)
@@ -401,7 +414,11 @@ def apply_gate(row: dict[str, Any], gate: Gate | None, reads: Sequence[str] = ()
     notes = [row.get("note") or "", gate.note()]
     if gate.why_open:
         notes.append(f"activity gate open: {gate.why_open}")
-    if gate.not_testable:
+    tested_status = row.get("status") or wording.status(row.get("verdict", ""))
+    if gate.not_testable and tested_status in REJECTING:
+        notes.append(f"{gate.verdict().removeprefix(NOT_TESTABLE + ': ')}, yet the test rejected: "
+                     f"the verdict stands (an activity qualifies a verdict, it does not overrule it)")
+    elif gate.not_testable:
         tested, verdict = row.get("verdict", ""), gate.verdict()
         lo, hi = row.get("delta_lo", math.nan), row.get("delta_hi", math.nan)
         if _finite(lo) and _finite(hi) and lo <= 0.0 <= hi:
@@ -425,7 +442,7 @@ def _round_up(x: float) -> str:
 
 
 # --------------------------------------------------------------------------------------------
-# The defaults, as the table in docs/reports.md and the README (``make docs``)
+# The defaults, as the table in docs/reports.md and docs/compare.md (``make docs``)
 # --------------------------------------------------------------------------------------------
 
 
@@ -438,8 +455,11 @@ def markdown_activity_table() -> str:
             setting = f"`algorithm.{param}`" if param in ("clip_low", "clip_high", "dual_clip") \
                 else f"`algorithm.loss_params.{param}`"
             rows.setdefault(_row(setting, activity), []).append(f"`{loss}`")
-    for kind, setting in (("correction", "`algorithm.correction`, `correction_cap`"),
-                          ("batch filter", "`algorithm.batch_filter`, `filter_on`, `max_sampling_rounds`"),
+    for name in reg["correction"].names():
+        rows.setdefault(_row("`algorithm.correction`", reg["correction"].activity(name)), []).append(f"`{name}`")
+        cap = reg["correction"].activity(name).params.get("correction_cap")
+        rows.setdefault(_row("`algorithm.correction_cap`", cap), []).append(f"`{name}`")
+    for kind, setting in (("batch filter", "`algorithm.batch_filter`, `filter_on`, `max_sampling_rounds`"),
                           ("token filter", "`algorithm.token_filters`"), ("shaping", "`reward.shaping`")):
         for name in reg[kind].names():
             rows.setdefault(_row(setting, reg[kind].activity(name)), []).append(f"`{name}`")

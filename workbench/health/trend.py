@@ -69,6 +69,7 @@ __all__ = [
     "ar1_slope_variance_factor",
     "mean_shift_se",
     "running_mean_se",
+    "separated_means_se",
     "slope_tests",
     "slope_z",
     "trend_tests",
@@ -176,6 +177,16 @@ def mean_shift_se(history: np.ndarray, window: int, reference: int) -> np.ndarra
     by ``window`` observations, under the AR(1) noise fitted to ``history`` (last axis, >= 6)."""
     variance, phi = ar1_noise(history)
     return np.sqrt(variance * ar1_mean_shift_variance_factor(phi, window, reference))
+
+
+def separated_means_se(history: np.ndarray, window: int, reference: int) -> np.ndarray:
+    """Standard error of ``mean(window) − mean(reference)`` for two stretches of ``window`` and
+    ``reference`` observations that need not be adjacent (a run's first steps and its latest ones),
+    under the AR(1) noise fitted to ``history`` (last axis, >= 6): ``√(σ² (f(φ, w) + f(φ, m)))``.
+    Their covariance (positive under φ > 0, and largest when adjacent) is left out, which overstates
+    the standard error, never understates it."""
+    variance, phi = ar1_noise(history)
+    return np.sqrt(variance * (ar1_mean_variance_factor(phi, window) + ar1_mean_variance_factor(phi, reference)))
 
 
 @dataclass(frozen=True, slots=True)

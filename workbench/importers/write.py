@@ -1,6 +1,6 @@
 """Write source runs into the destination store as a workbench study.
 
-Layout (README, "What is tracked (MLflow)"): one experiment named after the study; a parent run
+Layout (docs/tracking.md, "What is tracked (MLflow)"): one experiment named after the study; a parent run
 (``workbench.role=study``) holding ``study.yaml`` (variants and a ``compare:`` section, so
 ``workbench compare`` works without a study file); one child run per source run
 (``workbench.role=run``) with ``workbench.study/variant/seed/run_key/health/health_reasons``,

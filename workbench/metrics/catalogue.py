@@ -77,6 +77,9 @@ CATALOGUE: tuple[MetricSpec, ...] = (
                healthy_range=(0.98, 1.02)),
     MetricSpec("mismatch/is_clipped_frac", "fraction of tokens whose IS weight was truncated/masked", "fraction",
                "down", UNIT_INTERVAL, healthy_range=(0.0, 0.01)),
+    MetricSpec("mismatch/is_reweighted_frac", "fraction of tokens whose applied IS weight differs from 1 by more "
+               "than 0.1% (what turning a correction on acts on)", "fraction", "stable", UNIT_INTERVAL,
+               healthy_range=(0.0, 1.0)),  # any share: it describes the sampler, not health
     # The mismatch flight recorder (workbench/metrics/mismatch.py): Δ = log π_learner − log π_sampler on
     # sampled tokens, ρ = exp(Δ) the raw ratio before any correction, logged whatever the correction.
     MetricSpec("mismatch/kl_k1", "token-mean k1 estimate of KL(π_sampler ‖ π_learner), E[−Δ] (verl "
@@ -190,7 +193,8 @@ CATALOGUE: tuple[MetricSpec, ...] = (
                healthy_range=(0.0, 0.001)),
     MetricSpec("perf/algorithm_s", "time inside the algorithm units (advantages, IS weights, loss)", "s", "down", NON_NEGATIVE,
                healthy_range=(0.001, 0.01)),
-    MetricSpec("batch/sampling_rounds", "sampling rounds used to fill the batch (dynamic sampling)", "count", "down", NON_NEGATIVE,
+    MetricSpec("batch/sampling_rounds", "sampling rounds used to fill the batch (logged only with a batch filter)", "count",
+               "down", NON_NEGATIVE,
                healthy_range=(1.0, 1.0)),
     MetricSpec("train/optimizer_steps", "optimizer steps this RL step (epochs × minibatches)", "count", "none", NON_NEGATIVE,
                healthy_range=(1.0, 1.0)),
@@ -221,8 +225,11 @@ def unlogged_by_config(params: Mapping[str, Any]) -> dict[str, str]:
     if "algorithm.kl_coef" in params and off("algorithm.kl_coef"):
         absent["kl/ref"] = "algorithm.kl_coef = 0 (no reference model)"
     if "algorithm.correction" in params and off("algorithm.correction"):
-        for name in ("mismatch/is_weight_mean", "mismatch/is_clipped_frac"):
+        for name in ("mismatch/is_weight_mean", "mismatch/is_clipped_frac", "mismatch/is_reweighted_frac"):
             absent[name] = "algorithm.correction is not set"
+    if "algorithm.batch_filter" in params and off("algorithm.batch_filter"):
+        for name in ("batch/filtered_frac", "batch/sampling_rounds"):
+            absent[name] = "algorithm.batch_filter is not set"
     return absent
 
 

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 from workbench.tasks.arithmetic import OPS as ARITHMETIC_OPS
 from workbench.tasks.arithmetic import check_arithmetic_eval_size
+from workbench.tasks.arithmetic import count_prompts as count_arithmetic_prompts
+from workbench.tasks.base import EVAL_SHARE_OF_SPACE
 from workbench.tasks.scratchpad import DEFAULT_OPERANDS, check_scratchpad_eval_size
 from workbench.tasks.scratchpad import OPS as SCRATCHPAD_OPS
+from workbench.tasks.scratchpad import count_prompts as count_scratchpad_prompts
 
 
 def check_task_eval_size(name: str, *, digits: int, ops: str, operands: int | None, eval_size: int) -> None:
@@ -18,3 +21,20 @@ def check_task_eval_size(name: str, *, digits: int, ops: str, operands: int | No
         check_arithmetic_eval_size(digits, ops, eval_size)
     elif name == "scratchpad" and not set(ops) - set(SCRATCHPAD_OPS):
         check_scratchpad_eval_size(digits, operands or DEFAULT_OPERANDS, ops, eval_size)
+
+
+def fitting_eval_size(name: str, *, digits: int, ops: str, operands: int | None, default: int) -> int:
+    """The default eval size for a generated task: ``default``, or the largest the task allows (a
+    quarter of its distinct prompts) when ``default`` would exceed it, so that a valid small task (1-digit
+    addition: 100 prompts, eval 25) plans without the user finding the field. A JSONL task, or settings
+    the task itself rejects, keep ``default``."""
+    if digits < 1 or not ops:
+        return default
+    if name == "arithmetic" and not set(ops) - set(ARITHMETIC_OPS):
+        space = count_arithmetic_prompts(digits, ops)
+    elif name == "scratchpad" and not set(ops) - set(SCRATCHPAD_OPS):
+        space = count_scratchpad_prompts(digits, operands or DEFAULT_OPERANDS, ops,
+                                         cap=EVAL_SHARE_OF_SPACE * (default + 1))
+    else:
+        return default
+    return max(1, min(default, space // EVAL_SHARE_OF_SPACE))

@@ -35,7 +35,7 @@ HEALTH_RULES.freeze()
 
 
 def markdown_table() -> str:
-    """The registered rules as the table in README.md (kept in sync by tests/health/test_rules.py)."""
+    """The registered rules as the table in docs/health.md (kept in sync by tests/health/test_rules.py)."""
     lines = ["| rule | what it catches |", "|---|---|"]
     lines += [f"| `{name}` | {HEALTH_RULES.get(name).summary} |" for name in HEALTH_RULES.names()]
     return "\n".join(lines) + "\n"

@@ -167,7 +167,7 @@ class HealthRule:
 
     Subclasses set ``name``, ``Params``, ``watches`` (metric names read), ``consequence`` (why the
     symptom matters, one sentence used in event messages), ``summary`` (what the rule catches, its
-    row of the README's rule table) and implement ``update(metrics)``,
+    row of docs/health.md's rule table) and implement ``update(metrics)``,
     which advances the rule's own state and returns a ``Reading`` or ``None`` (not evaluated).
 
     A rule may also give a column form, ``_block_readings(block)``: the same evaluations over a
