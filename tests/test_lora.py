@@ -285,3 +285,14 @@ def test_a_bfloat16_learner_keeps_its_base_in_bfloat16_and_trains_float32_adapte
     before = learner.adapters.metrics()["lora/update_norm"]
     metrics = update(learner, rollouts, advantages)
     assert before == 0.0 < metrics["lora/update_norm"] and math.isfinite(metrics["loss/policy"])
+
+
+def test_a_list_of_target_modules_adapts_those_alone():
+    """Attention's q and v only (the original LoRA paper's choice): rank 2 on two 32 x 32 projections of the
+    1-layer micro Llama = 2 layers x 2·(32 + 32) = 256 trainable parameters."""
+    model, _, _, _, _ = micro_policy_batch()
+    learner = lora_learner(model, target_modules=["q_proj", "v_proj"])
+    assert sorted(name.rsplit(".", 1)[-1] for name in learner.adapters.layers()) == ["q_proj", "v_proj"]
+    assert learner.adapters.metrics()["lora/trainable_params"] == 256
+    with pytest.raises(ValueError, match="the built-in model has no linear layer 'qkv_proj'"):
+        RunConfig.model_validate({"learner": {"lora": {"target_modules": ["qkv_proj"]}}})

@@ -604,7 +604,11 @@ class RunConfig(Strict):
         mlp = min(tiny.hidden_size, tiny.intermediate_size)
         sizes = {"q_proj": tiny.hidden_size, "k_proj": tiny.hidden_size, "v_proj": tiny.hidden_size,
                  "o_proj": tiny.hidden_size, "gate_proj": mlp, "up_proj": mlp, "down_proj": mlp}
-        names = list(sizes) if lora.target_modules == "all-linear" else [n for n in lora.target_modules if n in sizes]
+        names = list(sizes) if lora.target_modules == "all-linear" else [n.rsplit(".", 1)[-1] for n in lora.target_modules]
+        unknown = [n for n in names if n not in sizes]
+        if unknown:
+            raise ValueError(f"learner.lora.target_modules: the built-in model has no linear layer {unknown[0]!r}; "
+                             f"its linear layers: {', '.join(sizes)} (or all-linear)")
         for name in names:
             if lora.rank > sizes[name]:
                 raise ValueError(f"learner.lora.rank={lora.rank} is above the smallest dimension ({sizes[name]}) of "

@@ -9,7 +9,7 @@ around one (``workbench.train.wrappers``) offers, so the update and the loop nev
     update(batch, algo, temperature, generator, section) -> metrics
                         one policy update: ``policy_update`` over this learner's own passes
     gathered_model()    context: a module holding the full weights (ZeRO-3 partitions them elsewhere)
-    full_state_dict()   the full weights by name (what a sampler loads)
+    full_state_dict()   the full weights by name (what a sampler loads; LoRA: the adapters merged in)
     policy_copy()       a frozen full copy (the reference policy for KL, full fine-tuning)
     adapters            LoRA's adapters (``workbench.train.lora.Adapters``: the base policy with them switched
                         off, their metrics, checkpoint state and saved files), or None for full fine-tuning
