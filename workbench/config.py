@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import string
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -193,6 +193,33 @@ class SamplerConfig(Strict):
         return self
 
 
+class LoraConfig(Strict):
+    """LoRA adapters on the policy (through ``peft``): only the adapters train, the base weights stay frozen in
+    ``learner.dtype``; the KL reference is the same base with its adapters switched off (no second copy).
+    Hu et al. 2021, "LoRA"; the defaults follow Thinking Machines' "LoRA Without Regret" (2025): every linear
+    layer, since attention-only LoRA underperforms, and a learning rate ~10x full fine-tuning's (config lint)."""
+
+    # LoRA's optimal learning rate over full fine-tuning's, about constant across ranks: Thinking Machines,
+    # "LoRA Without Regret" (2025), and tinker-cookbook's get_lora_lr_over_full_finetune_lr (= 10). The config
+    # lint warns when a study runs LoRA at its own full fine-tuning learning rate (analysis/lint.py).
+    LR_OVER_FULL_FINETUNE: ClassVar[float] = 10.0
+
+    rank: int = Field(8, ge=1, description="r: the adapters' inner dimension (ΔW = (alpha/r)·B·A, B: d_out×r, A: r×d_in)")
+    alpha: float = Field(16.0, gt=0, description="scale numerator: ΔW = (alpha / rank)·B·A")
+    dropout: float = Field(0.0, ge=0, lt=1, description="dropout on the adapters' input while training (0: the "
+                           "learner's logprobs stay deterministic, so the mismatch metrics measure the sampler only)")
+    target_modules: Literal["all-linear"] | list[str] = Field(
+        "all-linear", description="all-linear = every linear layer but the output head (peft's 'all-linear'); "
+        "or a list of module names, e.g. [q_proj, v_proj]")
+
+    @field_validator("target_modules")
+    @classmethod
+    def _some_modules(cls, value: str | list[str]) -> str | list[str]:
+        if isinstance(value, list) and (not value or not all(isinstance(v, str) and v.strip() for v in value)):
+            raise ValueError("learner.lora.target_modules must be all-linear or a non-empty list of module names")
+        return value
+
+
 class LearnerConfig(Strict):
     """Who trains the policy: plain torch or DeepSpeed (ZeRO 0-3); one process either way (docs/engines.md)."""
 
@@ -241,6 +268,11 @@ class LearnerConfig(Strict):
         description="deepspeed: extra DeepSpeed config keys merged over the generated ones "
         "(e.g. zero_optimization.offload_optimizer); the optimizer and batch keys stay workbench's",
     )
+    lora: LoraConfig | None = Field(
+        None, exclude_if=lambda v: v is None,  # unset: left out of dumps, so existing params and run keys stay
+        description="LoRA adapters instead of full fine-tuning (rank, alpha, dropout, target_modules); unset = "
+        "every weight trains. The torch learner, and DeepSpeed ZeRO 0-2 (docs/engines.md)",
+    )
     checkpoint_every: int | None = Field(
         None, ge=1,
         description="save a resumable checkpoint every k RL steps; a FAILED/KILLED run executed again resumes "
@@ -261,6 +293,10 @@ class LearnerConfig(Strict):
     def _deepspeed_only_knobs(self) -> LearnerConfig:
         if self.backend != "deepspeed" and (self.zero_stage or self.deepspeed_config):
             raise ValueError("learner.zero_stage and learner.deepspeed_config apply to learner.backend=deepspeed only")
+        if self.lora is not None and self.backend == "deepspeed" and self.zero_stage == 3:
+            raise ValueError("learner.lora with DeepSpeed ZeRO-3 is not supported: the adapters' merged weights and "
+                             "the base without adapters need whole weights; use zero_stage 0-2 (LoRA's optimizer "
+                             "state is small anyway)")
         return self
 
 
@@ -559,6 +595,27 @@ class RunConfig(Strict):
         curriculum = self.data.curriculum
         if curriculum is not None and curriculum.by == "difficulty" and self.task.name == "jsonl":
             raise ValueError("data.curriculum.by=difficulty: task 'jsonl' has no difficulty knob; use pass_rate")
+        return self
+
+    @model_validator(mode="after")
+    def _lora_rank_fits_the_tiny_model(self) -> RunConfig:
+        # The built-in model's layer sizes are known here (kv heads = heads, so every projection of attention is
+        # hidden x hidden); a model.path's are checked when the adapters are built (workbench/train/lora.py).
+        lora, tiny = self.learner.lora, self.model.tiny
+        if lora is None or self.model.builtin is None:
+            return self
+        mlp = min(tiny.hidden_size, tiny.intermediate_size)
+        sizes = {"q_proj": tiny.hidden_size, "k_proj": tiny.hidden_size, "v_proj": tiny.hidden_size,
+                 "o_proj": tiny.hidden_size, "gate_proj": mlp, "up_proj": mlp, "down_proj": mlp}
+        names = list(sizes) if lora.target_modules == "all-linear" else [n.rsplit(".", 1)[-1] for n in lora.target_modules]
+        unknown = [n for n in names if n not in sizes]
+        if unknown:
+            raise ValueError(f"learner.lora.target_modules: the built-in model has no linear layer {unknown[0]!r}; "
+                             f"its linear layers: {', '.join(sizes)} (or all-linear)")
+        for name in names:
+            if lora.rank > sizes[name]:
+                raise ValueError(f"learner.lora.rank={lora.rank} is above the smallest dimension ({sizes[name]}) of "
+                                 f"the adapted layer {name} of the built-in model: choose rank <= {sizes[name]}")
         return self
 
     @model_validator(mode="after")

@@ -7,7 +7,8 @@ the knob, so ``workbench plan`` and ``workbench run`` print one ``warning:`` lin
 naming the arms it affects (:func:`lint_specs`).
 
 Each check is a small registered unit in :data:`LINT_RULES`: ``check(cfg) -> Iterable[Finding]``,
-pure, one concern each. A knob left at a value no one chose (the schema default, or the ``grpo``
+pure, one concern each. A check that needs the whole study (a setting judged against the study's other
+arms) is registered in :data:`STUDY_LINT_RULES`: ``check(configs) -> Iterable[(index, Finding)]``. A knob left at a value no one chose (the schema default, or the ``grpo``
 preset's clip range shared by every one-step GRPO run) is not flagged: only settings that look
 like they matter and do not.
 """
@@ -21,20 +22,25 @@ from typing import Any
 from workbench.algorithms import POLICY_LOSSES
 from workbench.algorithms.params import keyword_params
 from workbench.algorithms.presets import PRESETS
-from workbench.config import AlgorithmConfig, RunConfig
+from workbench.config import AlgorithmConfig, LoraConfig, RunConfig
 from workbench.registry import Registry
 
 
 @dataclass(frozen=True)
 class Finding:
-    """One inert knob: ``knob`` as ``path=value`` and why it cannot act."""
+    """One inert knob: ``knob`` as ``path=value`` and why it cannot act (``claim``: what the line says of the
+    arms it names; a study rule's finding may say something else than "has no effect in")."""
 
     knob: str
     reason: str
+    claim: str = "has no effect in"
 
 
 LintCheck = Callable[[RunConfig], Iterable[Finding]]
 LINT_RULES: Registry[LintCheck] = Registry("lint rule")
+# (the study's run configs) -> (index of a run the finding is about, the finding)
+StudyLintCheck = Callable[[Sequence[RunConfig]], Iterable[tuple[int, Finding]]]
+STUDY_LINT_RULES: Registry[StudyLintCheck] = Registry("study lint rule")
 
 _ALGO_DEFAULTS = {name: f.default for name, f in AlgorithmConfig.model_fields.items()}
 _BASELINE_CLIP = {k: PRESETS["grpo"][k] for k in ("clip_low", "clip_high")}  # the plain PPO/GRPO range
@@ -141,9 +147,10 @@ def lr_below_weight_precision(cfg: RunConfig) -> Iterable[Finding]:
     """The torch learner keeps the weights and AdamW states themselves in ``learner.dtype`` (DeepSpeed keeps
     fp32 master weights). An AdamW step moves a weight by about ``lr``; in 16 bits, that is below half the
     spacing of every weight with ``|w| >= lr * 2^(bits + 2)``, which rounds back to itself. Flagged when a
-    weight of 0.02 cannot move: with lr 1e-6 in bfloat16 every weight above 5e-4 is frozen."""
+    weight of 0.02 cannot move: with lr 1e-6 in bfloat16 every weight above 5e-4 is frozen. Not with
+    ``learner.lora``: the trained weights are then the adapters, which peft keeps in float32."""
     bits = MANTISSA_BITS.get(cfg.learner.dtype)
-    if cfg.learner.backend != "torch" or bits is None:
+    if cfg.learner.backend != "torch" or bits is None or cfg.learner.lora is not None:  # LoRA: float32 adapters
         return
     frozen_above = cfg.learner.lr * 2 ** (bits + 2)
     if frozen_above < TYPICAL_WEIGHT:
@@ -230,6 +237,33 @@ def shaping_that_cannot_trigger(cfg: RunConfig) -> Iterable[Finding]:
             shown = ", ".join(f"{k}={_show(v)}" for k, v in sorted(term.params.items()))
             yield Finding(f"{label} {shown}".rstrip(), why)
 
+
+
+@STUDY_LINT_RULES.register("lora_at_the_full_finetune_lr")
+def lora_at_the_full_finetune_lr(configs: Sequence[RunConfig]) -> Iterable[tuple[int, Finding]]:
+    """LoRA's best learning rate is about ``LoraConfig.LR_OVER_FULL_FINETUNE`` (10) times full fine-tuning's,
+    whatever the rank (Thinking Machines, "LoRA Without Regret", 2025; tinker-cookbook
+    ``get_lora_lr_over_full_finetune_lr``). A LoRA run at the learning rate this same study gives full
+    fine-tuning is then compared at a rate likely ~10x too low for it: flagged, once per such rate, unless the
+    study also runs the same adapters at half that ratio or more (a rank study that tries both rates)."""
+    full = {cfg.learner.lr for cfg in configs if cfg.learner.lora is None}
+    ratio = LoraConfig.LR_OVER_FULL_FINETUNE
+    lora_rates: dict[str, list[float]] = {}
+    for cfg in configs:
+        if cfg.learner.lora is not None:
+            lora_rates.setdefault(cfg.learner.lora.model_dump_json(), []).append(cfg.learner.lr)
+    for index, cfg in enumerate(configs):
+        lora = cfg.learner.lora
+        if lora is None or cfg.learner.lr not in full:
+            continue
+        if not any(lr >= cfg.learner.lr * ratio / 2 for lr in lora_rates[lora.model_dump_json()]):
+            yield index, Finding(
+                knob("learner.lr", cfg.learner.lr),
+                f"LoRA learns best at ~{ratio:g}x the full fine-tuning learning rate (Thinking Machines, \"LoRA "
+                f"Without Regret\"; tinker-cookbook get_lora_lr_over_full_finetune_lr = {ratio:g}), so the LoRA "
+                f"arm is compared at a rate likely too low for it; add one at ~{ratio * cfg.learner.lr:g}",
+                claim="is the full fine-tuning learning rate of this study, used with learner.lora in")
+
 # ---------------------------------------------------------------------------------------------
 # running the rules
 # ---------------------------------------------------------------------------------------------
@@ -252,15 +286,23 @@ def lint_specs(specs: Sequence) -> list[str]:
     """
     arms_of_variant: dict[str, list[str]] = {}
     found: dict[Finding, list[Any]] = {}
+
+    def hit(spec, finding: Finding) -> None:
+        hits = found.setdefault(finding, [])
+        if (spec.variant, arm_name(spec)) not in hits:
+            hits.append((spec.variant, arm_name(spec)))
+
     for spec in specs:
         arm = arm_name(spec)
         arms = arms_of_variant.setdefault(spec.variant, [])
         if arm not in arms:
             arms.append(arm)
         for finding in lint_config(spec.config):
-            hits = found.setdefault(finding, [])
-            if (spec.variant, arm) not in hits:
-                hits.append((spec.variant, arm))
+            hit(spec, finding)
+    configs = [spec.config for spec in specs]
+    for name in STUDY_LINT_RULES:
+        for index, finding in STUDY_LINT_RULES.get(name)(configs):
+            hit(specs[index], finding)
     lines = []
     for finding, hits in found.items():
         names: list[str] = []
@@ -269,5 +311,5 @@ def lint_specs(specs: Sequence) -> list[str]:
             name = variant if whole else arm
             if name not in names:
                 names.append(name)
-        lines.append(f"warning: {finding.knob} has no effect in {', '.join(names)}: {finding.reason}")
+        lines.append(f"warning: {finding.knob} {finding.claim} {', '.join(names)}: {finding.reason}")
     return lines

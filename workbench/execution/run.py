@@ -28,7 +28,7 @@ from workbench.rollout.prompts import PromptFormat, resolve_prompt_format
 from workbench.tasks import build_task
 from workbench.tasks.jsonl import read_numbered_problems
 from workbench.tasks.priming import WorkedSolutions
-from workbench.tracking.artifacts import MISMATCH_ARTIFACT, PROBLEMS_ARTIFACT
+from workbench.tracking.artifacts import ADAPTER_ARTIFACT, MISMATCH_ARTIFACT, PROBLEMS_ARTIFACT
 from workbench.tracking.redact import redact_config
 from workbench.tracking.rollouts import TABLE_ARTIFACT, RolloutRecorder
 from workbench.tracking.store import resolve_tracking_uri
@@ -302,6 +302,8 @@ def execute_run(cfg: RunConfig, *, study: str, variant: str, label: str, parent_
             tracker.log_text(json.dumps(result.mismatch_records), MISMATCH_ARTIFACT)
         if len(result.problems):
             tracker.log_bytes(result.problems.to_csv_gz(), PROBLEMS_ARTIFACT)
+        for name, data in result.adapter_files.items():  # LoRA: the adapters, loadable onto the base
+            tracker.log_bytes(data, f"{ADAPTER_ARTIFACT}/{name}")
         tracker.finish("FINISHED")
     except BaseException as error:  # noqa: BLE001 - e.g. MLflow lost at the very end: FAILED, resumable
         return _close_failed(tracker, monitor, bar, outcome, error)

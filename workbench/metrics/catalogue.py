@@ -150,6 +150,15 @@ CATALOGUE: tuple[MetricSpec, ...] = (
                healthy_range=(-0.1, 0.1)),
     MetricSpec("grad/norm", "global grad norm before clipping (mean over optimizer steps)", "norm", "stable", NON_NEGATIVE,
                healthy_range=(0.5, 2.0)),
+    # LoRA runs only (learner.lora; workbench/train/lora.py), every step
+    MetricSpec("lora/trainable_params", "parameters the optimizer trains: the adapters' A and B entries, "
+               "Σ rank·(d_in + d_out) over the adapted layers", "count", "none", NON_NEGATIVE,
+               healthy_range=(1e3, 1e5)),
+    MetricSpec("lora/trainable_frac", "lora/trainable_params ÷ every parameter of the adapted model (adapters "
+               "included, as peft counts)", "fraction", "none", UNIT_INTERVAL, healthy_range=(0.001, 0.2)),
+    MetricSpec("lora/update_norm", "‖ΔW‖ of the adapters: √(Σ_layers ‖(alpha/rank)·B·A‖_F²), the adapted policy's "
+               "distance from the base in weight space (0 at the start: B is initialised to 0)", "norm", "none",
+               NON_NEGATIVE, healthy_range=(0.0, 1.0)),
     MetricSpec("batch/zero_std_frac", "fraction of groups whose rewards are all equal (no GRPO signal)", "fraction",
                "down", UNIT_INTERVAL, healthy_range=(0.2, 0.5)),
     MetricSpec("batch/all_correct_frac", "fraction of prompts whose completions are all correct (too easy: no "

@@ -13,7 +13,6 @@ off-policy run. So generation runs under a neutral config holding only the speci
 from __future__ import annotations
 
 import contextlib
-import copy
 
 import torch
 from transformers import GenerationConfig
@@ -23,6 +22,7 @@ from workbench.config import SamplerConfig
 from workbench.rollout.base import grouped_rollouts
 from workbench.rollout.decode import decode
 from workbench.rollout.prompts import PromptFormat, as_prompt_format
+from workbench.rollout.weights import has_adapters, plain_copy, plain_state_dict
 from workbench.tasks import Problem
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -46,6 +46,9 @@ class HFSampler:
             self.model = learner_model  # same weights, same precision: nothing to copy
         elif self.model is None or self.model is learner_model:
             self.model = plain_copy(learner_model).to(self.dtype).eval()
+        elif has_adapters(learner_model):  # LoRA: the adapters merged into plain weights (rollout/weights.py)
+            with torch.no_grad():
+                self.model.load_state_dict(plain_state_dict(learner_model))  # casts to the sampler's dtype
         else:
             with torch.no_grad():
                 for dst, src in zip(self.model.parameters(), learner_model.parameters(), strict=True):
@@ -123,17 +126,6 @@ def run_config_only(model, tokenizer):
         yield
     finally:
         model.generation_config = saved
-
-
-def plain_copy(model: torch.nn.Module) -> torch.nn.Module:
-    """A copy holding ``model``'s current weights and nothing else: a deepcopy of a DeepSpeed
-    ZeRO-3 module would carry its partitioning hooks along, so HF models are rebuilt from config."""
-    config = getattr(model, "config", None)
-    if config is None:
-        return copy.deepcopy(model)
-    fresh = type(model)(config)
-    fresh.load_state_dict(model.state_dict())
-    return fresh.to(model.device)
 
 
 def response_mask(completion: torch.Tensor, stop_ids: int | list[int]) -> tuple[torch.Tensor, torch.Tensor]:

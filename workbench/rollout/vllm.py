@@ -43,6 +43,7 @@ from workbench.batch import Rollouts
 from workbench.config import SamplerConfig
 from workbench.rollout.base import grouped_rollouts
 from workbench.rollout.prompts import PromptFormat, as_prompt_format
+from workbench.rollout.weights import has_adapters, plain_copy, plain_state_dict
 from workbench.tasks import Problem
 
 logger = logging.getLogger(__name__)
@@ -168,7 +169,8 @@ class VLLMSampler:
         self._shutdown()
         check_supported_shape(learner_model.config)
         full_weights(learner_model)  # a clear error for partitioned weights, before vLLM's assertion
-        learner_model.save_pretrained(self.sync_dir)
+        # LoRA: the engine serves the adapters merged into plain weights (one path; no vLLM LoRA engine)
+        (plain_copy(learner_model) if has_adapters(learner_model) else learner_model).save_pretrained(self.sync_dir)
         self.keeps_default_group = default_group_exists()
         self.llm = build_engine(self.sync_dir, self.cfg, self.seed)
         self.rebuilds += 1
@@ -222,8 +224,9 @@ class VLLMSampler:
 
 
 def full_weights(learner_model) -> dict[str, torch.Tensor]:
-    """The learner's state dict, refusing partitioned (ZeRO-3) parameters, which are empty outside a gather."""
-    weights = {name: t.detach() for name, t in learner_model.state_dict().items()}
+    """The learner's state dict (LoRA adapters merged in: ``rollout/weights.py``), refusing partitioned (ZeRO-3)
+    parameters, which are empty outside a gather."""
+    weights = plain_state_dict(learner_model)
     empty = [name for name, t in weights.items() if t.numel() == 0]
     if empty:
         raise ValueError(f"the learner's weights {empty[:3]}... are empty (partitioned by DeepSpeed ZeRO-3?): pass "

@@ -6,6 +6,11 @@ CSV with a header: ``step`` (the RL step of the eval), ``problem_id`` (stable ac
 scored on the same eval set: :func:`workbench.train.evaluate.problem_ids`), ``correct``,
 ``truncated`` (0/1) and ``length`` (response tokens).
 
+``adapter/`` (LoRA runs, ``learner.lora``): the trained adapters as ``peft``'s ``save_pretrained`` writes them,
+``adapter_config.json`` and ``adapter_model.safetensors`` (kilobytes to megabytes: the adapters only). Load
+them onto the run's base model: ``PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base_dir),
+adapter_dir)``, where ``base_dir`` is ``model.path`` or the tiny model's cache directory.
+
 ``mismatch.json``: a JSON list, one object per recorded step (``health.mismatch_record_every``): ``step``,
 ``edges`` (log-ratio bin edges, nats; the first and last bins are open), ``counts`` (response tokens per
 bin, one more than the edges), ``tokens`` and ``worst_tokens`` (``sequence``, ``position``, ``token_id``,
@@ -24,6 +29,7 @@ from typing import Any
 import pandas as pd
 
 PROBLEMS_ARTIFACT = "eval/problems.csv.gz"
+ADAPTER_ARTIFACT = "adapter"  # a LoRA run's adapters: peft's save_pretrained files (see the module docstring)
 MISMATCH_ARTIFACT = "mismatch.json"
 PROBLEM_COLUMNS: tuple[str, ...] = ("step", "problem_id", "correct", "length", "truncated")
 PROBLEM_DTYPES = {"step": "int64", "problem_id": "string", "correct": "int8", "length": "int64",

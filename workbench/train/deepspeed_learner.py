@@ -31,6 +31,7 @@ from workbench.batch import Rollouts
 from workbench.config import LearnerConfig, deep_merge
 from workbench.train.learner_base import LearnerBase
 from workbench.train.logprobs import sequence_logprobs
+from workbench.train.lora import Adapters
 
 MISSING = (
     "learner.backend=deepspeed needs the deepspeed package: install the `gpu` extra "
@@ -114,8 +115,12 @@ class DeepSpeedLearner(LearnerBase):
         self.cfg = cfg
         self._deepspeed = deepspeed
         self._module_type, self._module_config = type(model), getattr(model, "config", None)
-        self.engine, *_ = deepspeed.initialize(model=model.float().train(), model_parameters=model.parameters(),
-                                               config=deepspeed_config(cfg))
+        model = model.float().train()
+        # LoRA (ZeRO 0-2; the config refuses ZeRO-3): adapters injected in place before the engine wraps the
+        # module, so its optimizer (and ZeRO's partitioning of optimizer states and gradients) sees them alone
+        self.adapters = None if cfg.lora is None else Adapters(model, cfg.lora)
+        trained = model.parameters() if self.adapters is None else self.adapters.parameters()
+        self.engine, *_ = deepspeed.initialize(model=model, model_parameters=trained, config=deepspeed_config(cfg))
         self.model = self.engine.module  # under ZeRO-3 its parameters are partitioned: see gathered_model()
         self.device = self.engine.device
         # ZeRO (any stage > 0) and the bf16/fp16 optimizers report the pre-clip norm and skip a non-finite
@@ -168,7 +173,7 @@ class DeepSpeedLearner(LearnerBase):
             return {name: tensor.detach().to("cpu", copy=True) for name, tensor in model.state_dict().items()}
 
     def policy_copy(self) -> torch.nn.Module:
-        """A plain (DeepSpeed-free) copy of the policy with full weights, e.g. the KL reference."""
+        """A plain (DeepSpeed-free) copy of the policy with full weights (LoRA: merged), e.g. the KL reference."""
         if self._module_config is None:
             raise TypeError("DeepSpeedLearner.policy_copy needs a transformers model (with .config)")
         copy = self._module_type(self._module_config)
@@ -177,9 +182,12 @@ class DeepSpeedLearner(LearnerBase):
 
     def save_checkpoint(self, directory: Path) -> None:
         """Weights, optimizer state and the engine's counters, via ``engine.save_checkpoint``."""
-        self.engine.save_checkpoint(str(directory), tag=CHECKPOINT_TAG, save_latest=False)
+        # LoRA: the frozen base is left out (rebuilt, identical, from the model cache)
+        self.engine.save_checkpoint(str(directory), tag=CHECKPOINT_TAG, save_latest=False,
+                                    exclude_frozen_parameters=self.adapters is not None)
 
     def load_checkpoint(self, directory: Path) -> None:
-        path, _ = self.engine.load_checkpoint(str(directory), tag=CHECKPOINT_TAG)
+        path, _ = self.engine.load_checkpoint(str(directory), tag=CHECKPOINT_TAG,
+                                              load_module_strict=self.adapters is None)
         if path is None:
             raise FileNotFoundError(f"no DeepSpeed checkpoint under {Path(directory) / CHECKPOINT_TAG}")

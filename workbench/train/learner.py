@@ -21,6 +21,7 @@ from workbench.train.deepspeed_learner import DeepSpeedLearner
 from workbench.train.learner_base import LearnerBase
 from workbench.train.learner_protocol import Learner
 from workbench.train.logprobs import lean_sequence_logprobs, sequence_logprobs
+from workbench.train.lora import Adapters
 from workbench.train.rank_env import check_multi_rank, is_follower, multi_rank
 from workbench.train.ranks import MultiRankLeader, send
 from workbench.train.wrappers import NonFiniteInjection
@@ -31,17 +32,35 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 class ReferencePolicy:
     """A frozen policy (the initial one, for KL regularisation; only built when kl_coef > 0).
 
-    Give it a copy (``learner.policy_copy()``): it is put in eval mode and never trained.
+    Give it a copy (``learner.policy_copy()``): it is put in eval mode and never trained. Or, for a LoRA
+    learner, the learner's own module and its adapters (``reference_policy``): each forward runs with the
+    adapters switched off, which is the initial policy exactly (B starts at 0), without a second copy.
     """
 
-    def __init__(self, model, forward: str = "lean") -> None:
-        self.model = model.eval().requires_grad_(False)
+    def __init__(self, model, forward: str = "lean", adapters: Adapters | None = None) -> None:
+        self.model = model if adapters is not None else model.eval().requires_grad_(False)
+        self.adapters = adapters
         # lean: the torch learner's default forward (same logprobs as full to float tolerance, less work)
         self.forward = lean_sequence_logprobs if forward == "lean" else sequence_logprobs
 
     @torch.no_grad()
     def logprobs(self, rollouts: Rollouts, temperature: float) -> torch.Tensor:
-        return self.forward(self.model, rollouts, slice(None), temperature, with_entropy=False)[0]
+        if self.adapters is None:
+            return self.forward(self.model, rollouts, slice(None), temperature, with_entropy=False)[0]
+        training = self.model.training
+        with self.adapters.disabled():
+            self.model.eval()  # as the frozen copy is
+            try:
+                return self.forward(self.model, rollouts, slice(None), temperature, with_entropy=False)[0]
+            finally:
+                self.model.train(training)
+
+
+def reference_policy(learner: Learner) -> ReferencePolicy:
+    """The KL reference: a frozen copy of the initial policy; for LoRA, the base under the adapters."""
+    if learner.adapters is None:
+        return ReferencePolicy(learner.policy_copy())
+    return ReferencePolicy(learner.model, adapters=learner.adapters)
 
 
 def resolve_device(name: str) -> str:
@@ -84,8 +103,11 @@ class TorchLearner(LearnerBase):
         self.cfg = cfg
         self.device = torch.device(resolve_device(cfg.device))
         self.model = model.to(device=self.device, dtype=DTYPES[cfg.dtype]).train()
+        # LoRA: adapters injected into self.model in place, the base frozen in cfg.dtype; AdamW trains them alone
+        self.adapters = None if cfg.lora is None else Adapters(self.model, cfg.lora)
         self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay
+            self.model.parameters() if self.adapters is None else self.adapters.parameters(),
+            lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay
         )
         self.optimizer.zero_grad(set_to_none=True)
 
@@ -110,11 +132,16 @@ class TorchLearner(LearnerBase):
         return copy.deepcopy(self.model)
 
     def save_checkpoint(self, directory: Path) -> None:
-        """Weights and optimizer state (AdamW moments and step counts) into ``directory``."""
-        torch.save({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()},
-                   Path(directory) / self.CHECKPOINT_FILE)
+        """Weights and optimizer state (AdamW moments and step counts) into ``directory``. LoRA: the adapters
+        instead of the weights (the frozen base is rebuilt from the model cache, bit for bit)."""
+        weights = ({"model": self.model.state_dict()} if self.adapters is None
+                   else {"adapters": self.adapters.state_dict()})
+        torch.save(weights | {"optimizer": self.optimizer.state_dict()}, Path(directory) / self.CHECKPOINT_FILE)
 
     def load_checkpoint(self, directory: Path) -> None:
         state = torch.load(Path(directory) / self.CHECKPOINT_FILE, map_location=self.device, weights_only=True)
-        self.model.load_state_dict(state["model"])
+        if self.adapters is None:
+            self.model.load_state_dict(state["model"])
+        else:
+            self.adapters.load_state_dict(state["adapters"])
         self.optimizer.load_state_dict(state["optimizer"])

@@ -10,13 +10,17 @@ import torch
 
 from workbench.batch import PendingBatch, TrainBatch
 from workbench.config import AlgorithmConfig
+from workbench.rollout.weights import plain_state_dict
 from workbench.train.learner_protocol import Learner, OldLogprobObserver, Section, no_section
+from workbench.train.lora import Adapters
 from workbench.train.update import policy_update
 
 
 class LearnerBase(Learner):
     """A backend's common part: subclasses set ``cfg``, ``model`` and ``device`` and define the passes
-    (logprobs, backward, step), ``policy_copy`` and the checkpoints."""
+    (logprobs, backward, step), ``policy_copy`` and the checkpoints; with ``learner.lora`` they set ``adapters``."""
+
+    adapters: Adapters | None = None  # LoRA (workbench.train.lora); None: full fine-tuning
 
     def update(self, batch: TrainBatch | PendingBatch, algo: AlgorithmConfig, temperature: float,
                generator: torch.Generator, section: Section = no_section,
@@ -29,8 +33,9 @@ class LearnerBase(Learner):
         yield self.model  # the module holds every weight
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
-        """Every weight under the module's own (HF) names: the live tensors, read-only."""
-        return {name: tensor.detach() for name, tensor in self.model.state_dict().items()}
+        """Every weight under the module's own (HF) names: the live tensors, read-only (LoRA: the adapters
+        merged in, ``rollout/weights.py``)."""
+        return plain_state_dict(self.model)
 
     def close(self) -> None:
         """Nothing to release: the weights go with the object."""

@@ -9,8 +9,10 @@ around one (``workbench.train.wrappers``) offers, so the update and the loop nev
     update(batch, algo, temperature, generator, section) -> metrics
                         one policy update: ``policy_update`` over this learner's own passes
     gathered_model()    context: a module holding the full weights (ZeRO-3 partitions them elsewhere)
-    full_state_dict()   the full weights by name (what a sampler loads)
-    policy_copy()       a frozen full copy (the reference policy for KL)
+    full_state_dict()   the full weights by name (what a sampler loads; LoRA: the adapters merged in)
+    policy_copy()       a frozen full copy (the reference policy for KL, full fine-tuning)
+    adapters            LoRA's adapters (``workbench.train.lora.Adapters``: the base policy with them switched
+                        off, their metrics, checkpoint state and saved files), or None for full fine-tuning
     save_checkpoint(dir) / load_checkpoint(dir)
     close()             the run is over
 
@@ -33,6 +35,7 @@ import torch
 
 from workbench.batch import PendingBatch, Rollouts, TrainBatch
 from workbench.config import AlgorithmConfig, LearnerConfig
+from workbench.train.lora import Adapters
 
 # Opens a named section around part of the update ("algorithm": the algorithm's own computations):
 # the run passes its Stopwatch (perf/algorithm_s), so the update itself holds no timing code.
@@ -53,6 +56,7 @@ class Learner(Protocol):
     cfg: LearnerConfig
     model: torch.nn.Module
     device: torch.device
+    adapters: Adapters | None
 
     def logprobs(self, rollouts: Rollouts, rows: torch.Tensor | slice, temperature: float,
                  with_entropy: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]: ...

@@ -45,6 +45,7 @@ class TrainResult:
     mismatch_records: list[dict] = field(default_factory=list)  # histogram + worst tokens (mismatch.json)
     rollouts: dict = field(default_factory=dict)  # the rollout log's manifest (rollouts/manifest.json); {}: none
     latest_completions: list[dict] = field(default_factory=list)  # the last eval's and train step's completions
+    adapter_files: dict[str, bytes] = field(default_factory=dict)  # LoRA: the final adapters' save_pretrained files
 
     @property
     def stopped_early(self) -> bool:
@@ -103,6 +104,8 @@ def train(cfg: RunConfig, sink: StepSink, monitor: HealthMonitor,
         result.mismatch_records = parts.mismatch_records
         if log is not None:
             result.rollouts, result.latest_completions = log.close(), log.latest_table()
+        if parts.learner.adapters is not None:  # LoRA: the trained adapters, loadable onto the base model
+            result.adapter_files = parts.learner.adapters.files()
     return result
 
 

@@ -42,7 +42,7 @@ from workbench.tasks import Problem, Task, build_task
 from workbench.tasks.curation import PromptOrder
 from workbench.tracking.rollouts import RolloutRecorder
 from workbench.train.data import prepare_prompts
-from workbench.train.learner import ReferencePolicy, build_learner, resolve_device
+from workbench.train.learner import ReferencePolicy, build_learner, reference_policy, resolve_device
 from workbench.train.learner_protocol import Learner, OldLogprobObserver
 from workbench.train.step0_gate import check_step0
 from workbench.train.stopwatch import Stopwatch
@@ -98,7 +98,7 @@ def open_run_parts(cfg: RunConfig, monitor: HealthMonitor) -> Iterator[RunParts]
     prompt_format = resolve_prompt_format(cfg.model, tokenizer, cfg.model.path)
     with learner.gathered_model() as full:  # a vLLM engine copies the weights: ZeRO-3 must gather them first
         sampler = build_sampler(cfg, full, tokenizer, prompt_format)
-    reference = ReferencePolicy(learner.policy_copy()) if cfg.algorithm.kl_coef > 0 else None  # no KL, no copy
+    reference = reference_policy(learner) if cfg.algorithm.kl_coef > 0 else None  # no KL, no copy (LoRA: none at all)
     with ExitStack() as stack:
         verifier = stack.enter_context(AnswerVerifier(timeout_s=cfg.reward.timeout_s, workers=cfg.reward.workers,
                                                       scorer=ANSWER_SCORERS[cfg.task.answer_format]))

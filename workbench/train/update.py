@@ -113,6 +113,8 @@ def policy_update(learner: Learner, batch: TrainBatch | PendingBatch, algo: Algo
             updates += 1
     metrics |= {key: value / updates for key, value in sums.items()}  # means over the optimizer steps
     metrics["train/optimizer_steps"] = float(updates)
+    if learner.adapters is not None:  # LoRA: the adapters' size and how far they moved the policy
+        metrics |= learner.adapters.metrics()
     return metrics
 
 
