@@ -80,3 +80,40 @@ def test_until_decided_runs_rounds_resumes_and_compare_reports_the_design(workdi
     assert flagged.exit_code == 0, flagged.output
     assert "seeds added after looking: p-values are not valid at face value" in flagged.output
     assert "seed 3 was run later" in flagged.output
+
+
+def test_a_changed_arm_set_needs_an_amendment_and_a_damaged_record_is_rebuilt(workdir):
+    """#53: adding a variant after the looks silently rewrote the design record as if planned; a truncated
+    sequential.json made both `run --until-decided` and `compare` exit 1, so the study could neither resume
+    nor be compared. Now the change is refused until an amendment declares it (the record keeps it), and a
+    damaged record is reported in one line by `compare` and rebuilt from the store's runs by `run`."""
+    study = write_study(workdir / "study.yaml")
+    assert invoke("run", study, "--until-decided", "--max-seeds", "2", "--quiet").exit_code == 0
+
+    data = yaml.safe_load(study.read_text())
+    data["variants"]["slow"] = {"learner": {"lr": 1e-5}}
+    study.write_text(yaml.safe_dump(data))
+    refused = invoke("run", study, "--until-decided", "--max-seeds", "2", "--quiet")
+    assert refused.exit_code == 2, refused.output
+    assert "the compared arms changed after a look (added slow)" in refused.output
+    assert "compare.sequential.amendments" in refused.output
+
+    amendment = "added variant slow after look 1: a lower learning rate, asked by a reviewer"
+    data["compare"]["sequential"]["amendments"] = [amendment]
+    study.write_text(yaml.safe_dump(data))
+    amended = invoke("run", study, "--until-decided", "--max-seeds", "2", "--quiet")
+    assert amended.exit_code == 0, amended.output
+    client, exp, _ = child_runs(workdir)
+    parent = client.search_runs([exp.experiment_id], "tags.`workbench.role` = 'study'")[0]
+    record = json.loads(open(client.download_artifacts(parent.info.run_id, "sequential.json",  # noqa: SIM115 - one read
+                                                        str(workdir / "dl"))).read())
+    assert record["amendments"] == [amendment] and "slow" in " ".join(record["arms"])
+
+    client.log_text(parent.info.run_id, '{"design": {"looks": [2, 3]', "sequential.json")  # truncated
+    damaged = invoke("compare", study, "--format", "md")
+    assert damaged.exit_code == 2, damaged.output
+    assert "sequential.json" in damaged.output and "rebuilds it from the store's runs" in damaged.output
+    rebuilt = invoke("run", study, "--until-decided", "--max-seeds", "2", "--quiet")
+    assert rebuilt.exit_code == 0, rebuilt.output
+    assert "could not be read" in rebuilt.output and "rebuilt from the store's runs" in rebuilt.output
+    assert invoke("compare", study, "--format", "md").exit_code == 0  # readable again

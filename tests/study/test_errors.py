@@ -115,7 +115,7 @@ CASES = [
     ("compare-baseline", {"x.yaml": HEAD + "variants: {grpo: {}}\ncompare: {baseline: grpoo}\n"},
      ["x.yaml:7 compare.baseline: unknown variant 'grpoo'; did you mean 'grpo'?"]),
     ("compare-sequential-key", {"x.yaml": HEAD + "variants: {grpo: {}}\ncompare:\n  sequential: {every: 2}\n"},
-     ["x.yaml:8 compare.sequential.every: unknown key 'every' (valid: looks, spending, futility)"]),
+     ["x.yaml:8 compare.sequential.every: unknown key 'every' (valid: looks, spending, futility, amendments)"]),
     ("compare-sequential-futility", {"x.yaml": HEAD + "variants: {grpo: {}}\ncompare:\n"
                                                       "  sequential: {futility: worse}\n"},
      ["x.yaml:8 compare.sequential.futility: expected improvement, worsening or none, got 'worse'"]),

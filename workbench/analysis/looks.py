@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from workbench.errors import AnalysisError, UserFileError
 from workbench.safe_io import parse_json, read_json
 
 if TYPE_CHECKING:
@@ -72,6 +73,9 @@ class SequentialRecord:
     declared_seeds: list[int]  # the study file's seeds
     seeds: list[int]  # every seed a look may use, in order
     looks: list[Look] = field(default_factory=list)
+    arms: list[str] = field(default_factory=list)  # the compared arms (a change after a look needs an amendment)
+    amendments: list[str] = field(default_factory=list)  # compare.sequential.amendments, as declared
+    rebuilt: str = ""  # why the record was rebuilt from the store's runs ("" when never damaged)
 
     def to_dict(self) -> dict[str, Any]:
         """As ``sequential.json`` holds it (the fields in this order, looks and decisions as mappings)."""
@@ -139,7 +143,11 @@ def looks_report(reader: Any, study: str, parent_run_id: str | None, runs: pd.Da
         return LooksReport()
     info = reader.run_info(parent_run_id) or {}
     text = reader.read_artifact_text(parent_run_id, info.get("artifact_uri"), RECORD)
-    record = parse_json(text, RECORD) if text is not None else None
+    try:
+        record = parse_json(text, RECORD) if text is not None else None
+    except UserFileError as e:  # a truncated or edited record: say how to get a readable one back
+        raise AnalysisError(f"{e}; `workbench run STUDY --until-decided` rebuilds it from the store's runs "
+                            "(each look decided again from them)") from None
     _, tags, _ = reader.backend.runs(reader.experiment_id(study), "study")
     parent_tags = tags.get(parent_run_id, {})
     sequential: str | None = None

@@ -35,7 +35,7 @@ from workbench.analysis.looks import (
     read_record,
 )
 from workbench.analysis.selection import select_runs
-from workbench.errors import AnalysisError
+from workbench.errors import AnalysisError, UserFileError
 from workbench.tracking.store import sqlite_file
 
 
@@ -140,7 +140,9 @@ def run_until_decided(study, *, max_seeds: int | None, select: Callable[[list], 
     plan.status = {(m, a): "" for m in metrics for a in plan.compared}
     uri = study_tracking_uri(all_specs)
     record = _new_record(design, plan, list(study.seeds), seeds)
-    _check_recorded_design(uri, extended, all_specs, record, where)
+    record.arms = sorted(arm_variant)
+    record.amendments = list((compare_cfg.get("sequential") or {}).get("amendments") or [])
+    record.rebuilt = _check_recorded_design(uri, extended, all_specs, record, where)
 
     outcomes: dict[str, Any] = {}
     roles = (f"primary metrics {', '.join(plan.primary)}; secondary {', '.join(plan.secondary)}" if plan.secondary
@@ -148,6 +150,9 @@ def run_until_decided(study, *, max_seeds: int | None, select: Callable[[list], 
     lines: list[str] = [f"sequential design: {design.phrase()}; {roles}; baseline {baseline}"
                         + ("" if futility == "improvement" else f"; futility stops: {futility}")]
     say(lines[0])
+    if record.rebuilt:
+        lines.append(f"note: {record.rebuilt}")
+        say(lines[-1])
     for k, n in enumerate(design.looks):
         todo = round_specs(all_specs, seeds[:n], plan.needed_arms())
         for o in run_study(extended, todo, progress=progress, parallel=parallel, ray=ray, export_to=export_to,
@@ -326,20 +331,37 @@ def _experiment(study, specs) -> str:
     return (specs[0].config.tracking.experiment if specs else None) or study.name
 
 
-def _check_recorded_design(uri: str, study, specs, record: SequentialRecord, where: str) -> None:
+def _check_recorded_design(uri: str, study, specs, record: SequentialRecord, where: str) -> str:
     """:class:`AnalysisError` when the study was run sequentially before with another design, metrics or
-    baseline: changing them after a look would make its p-values invalid again."""
+    baseline (changing them after a look would make its p-values invalid again), or with other arms
+    and no new ``compare.sequential.amendments`` entry declaring the change. Returns why the record is
+    rebuilt ("" normally): a damaged ``sequential.json`` is rebuilt from the store's runs, each look
+    decided again from them, and the design it held cannot be compared with this one (said so)."""
     if uri.startswith("sqlite:///") and not sqlite_file(uri).exists():
-        return
+        return ""
     client, parent = _parent(uri, _experiment(study, specs), create=False)
-    old = read_record(client, parent)
+    try:
+        old = read_record(client, parent)
+    except UserFileError as e:
+        return (f"{RECORD} on the study's parent run could not be read ({e}); it is rebuilt from the store's runs, "
+                "each look decided again from them, but the design it held cannot be compared with this one")
     if old is None:
-        return
+        return ""
     new = record.to_dict()
     for key in ("design", "metrics", "primary", "baseline"):
         if old.get(key, old.get("metrics") if key == "primary" else None) != new[key]:  # before compare.primary: all
             raise AnalysisError(f"{where}: this study was run with --until-decided with {key} {old.get(key)}; "
                                 f"{new[key]} would change the sequential design after looking (start a new study)")
+    old_arms, old_amendments = old.get("arms"), list(old.get("amendments") or [])
+    if old_arms is not None and sorted(old_arms) != new["arms"] and len(new["amendments"]) <= len(old_amendments):
+        added = sorted(set(new["arms"]) - set(old_arms))
+        removed = sorted(set(old_arms) - set(new["arms"]))
+        change = "; ".join(part for part in (f"added {', '.join(added)}" if added else "",
+                                             f"removed {', '.join(removed)}" if removed else "") if part)
+        raise AnalysisError(f"{where}: the compared arms changed after a look ({change}): declare it under "
+                            "compare.sequential.amendments (what changed and why; the record keeps it), or start "
+                            "a new study")
+    return ""
 
 
 def _save_record(uri: str, study, specs, record: SequentialRecord, lines: list[str], *,

@@ -189,6 +189,10 @@ def _check_sequential(sequential: Any, rep: Reporter) -> None:
     for key in sequential:
         if key not in SEQUENTIAL_KEYS:
             rep.add(("compare", "sequential", key), f"unknown key {key!r} (valid: {', '.join(SEQUENTIAL_KEYS)})")
+    amendments = sequential.get("amendments", [])
+    if not isinstance(amendments, list) or not all(isinstance(a, str) and a.strip() for a in amendments):
+        rep.add(("compare", "sequential", "amendments"),
+                f"expected a list of sentences (what changed after a look, and why), got {show_value(amendments)}")
     futility = sequential.get("futility", FUTILITY_SIDES[0])
     if futility not in FUTILITY_SIDES:
         rep.add(("compare", "sequential", "futility"),

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 __all__ = ["FUTILITY_SIDES", "SEQUENTIAL_KEYS"]
 
-SEQUENTIAL_KEYS: tuple[str, ...] = ("looks", "spending", "futility")
+SEQUENTIAL_KEYS: tuple[str, ...] = ("looks", "spending", "futility", "amendments")
+#: ``compare.sequential.amendments``: a list of sentences, one per change made to the study after a look
+#: (what changed and why, e.g. "added variant dr_grpo_norm after look 1: ..."). A study whose arms changed
+#: after a look is refused unless a new amendment declares it; the record then carries every amendment.
 #: ``compare.sequential.futility``: which side of the SESOI a futility stop excludes. ``improvement``: the
 #: variant cannot be a SESOI better than the baseline (a question "does the variant help?"); ``worsening``: it
 #: cannot be a SESOI worse (an ablation's "does removing it hurt?", the baseline being the full method);
