@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from workbench.compare.planning import comparisons_per_metric, plan_seeds
-from workbench.compare.stats import planned_seeds
+from workbench.compare.sequential import design_from_settings
+from workbench.compare.stats import planned_seeds, t_test_power, tost_power
 from workbench.study import StudyError, load_study
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,6 +25,39 @@ def test_comparisons_per_metric_counts_what_compare_compares():
     assert comparisons_per_metric(arms, "grpo") == 2  # dapo/lr=3 has no grpo arm at its grid point
     assert comparisons_per_metric(arms, "grpo/lr=1") == 4  # one arm: every other arm against it
     assert comparisons_per_metric([("a", "a"), ("b", "b"), ("c", "c")], "a") == 2
+
+
+def test_a_sequential_plan_uses_the_last_looks_level_and_states_the_power_at_its_cap():
+    """#52: the shipped studies planned at 0.05/m but test their last look at O'Brien-Fleming's lower α
+    (planned power 0.80 was 0.73 at those seeds), and capped seeds below plan without saying what power
+    the cap leaves. The plan's level is now the last look's α/m; below plan, the cap's power is stated."""
+    design = design_from_settings({"looks": [3, 6, 9]})
+    last = float(design.look_alpha[-1])
+    assert last < 0.05
+    (acc,) = plan_seeds(["acc"], {"acc": 0.03}, {"acc": (0.025, "declared")}, comparisons=1, seeds_in_study=3,
+                        last_look_alpha=last, cap=9)
+    assert acc.alpha == pytest.approx(last) and acc.level_source == "last look's alpha / m"
+    assert acc.seeds == planned_seeds(0.03, math.sqrt(2) * 0.025, alpha=last) > 9
+    assert acc.power_at_cap == pytest.approx(float(t_test_power(9, 0.03, math.sqrt(2) * 0.025, paired=True,
+                                                                alpha=last)))
+    assert acc.tost_power_at_cap == pytest.approx(tost_power(9, 0.03, math.sqrt(2) * 0.025, alpha=last))
+    (roomy,) = plan_seeds(["acc"], {"acc": 0.03}, {"acc": (0.005, "declared")}, comparisons=1, seeds_in_study=3,
+                          last_look_alpha=last, cap=9)
+    assert roomy.seeds <= 9 and roomy.power_at_cap is None  # nothing cut: nothing to state
+
+
+@pytest.mark.parametrize(("n", "margin", "sd"), [(3, 0.03, 0.035), (9, 0.03, 0.035), (21, 0.03, 0.035), (6, 0.1, 0.05)])
+def test_tost_power_equals_a_simulation_of_the_paired_tost(n, margin, sd):
+    """The exact TOST power (one integral over the sample SD) against 400,000 simulated studies at a true
+    difference of 0: the Monte-Carlo SE is at most √(0.25 / 400,000) = 0.0008, so 0.004 is 5 SE."""
+    import numpy as np
+    import scipy.stats as sps
+
+    rng = np.random.default_rng(52)
+    d = rng.normal(0.0, sd, (400_000, n))
+    mean, s = d.mean(axis=1), d.std(axis=1, ddof=1)
+    accepted = (np.abs(mean) < margin - sps.t.ppf(0.95, n - 1) * s / np.sqrt(n)).mean()
+    assert tost_power(n, margin, sd, alpha=0.05) == pytest.approx(accepted, abs=0.004)
 
 
 def test_plan_uses_holm_first_step_level_and_invents_nothing():
@@ -50,8 +84,15 @@ def test_plan_prints_planned_seeds_for_every_findings_study(study, m, sd):
     plan = {p["metric"]: p for p in json.loads(out.stdout)["seed_plan"]}
     acc = plan["final_eval_accuracy"]
     assert acc["comparisons"] == m
-    assert acc["seeds"] == planned_seeds(0.03, math.sqrt(2) * sd, alpha=0.05 / m)
+    # a sequential study is tested at its last look's α (#52), and capped at that look's seeds
+    sequential = (load_study(ROOT / "studies" / f"{study}.yaml").compare or {}).get("sequential")
+    design = design_from_settings(sequential) if sequential is not None else None
+    alpha = 0.05 if design is None else float(design.look_alpha[-1])
+    assert acc["seeds"] == planned_seeds(0.03, math.sqrt(2) * sd, alpha=alpha / m)
     assert acc["sd_source"] == "declared in compare.noise_sd"
+    if design is not None and acc["seeds"] > design.looks[-1]:
+        assert acc["cap"] == design.looks[-1] and 0 < acc["power_at_cap"] < 0.8
+        assert 0 <= acc["tost_power_at_cap"] < 1
     assert all(p["seeds"] is None for p in plan.values() if p["sesoi"] is None)
 
 

@@ -54,7 +54,18 @@ def seed_plan(study: Any, specs: list, uri: str, experiment: str, where: str) ->
     declared = {k: (float(v), "declared in compare.noise_sd") for k, v in (compare.get("noise_sd") or {}).items()}
     wanted = [x for x in metrics if x in sesoi and x not in declared]
     measured = _pilot_sd(uri, experiment, baseline, wanted) if wanted else {}
-    plans = plan_seeds(metrics, sesoi, {**measured, **declared}, comparisons=m, seeds_in_study=len(study.seeds))
+    last_look_alpha, cap = None, len(study.seeds)
+    if compare.get("sequential") is not None:  # tested at the last look's α, up to its seeds (#52)
+        from workbench.compare.sequential import design_from_settings  # deferred: scipy
+
+        try:
+            design = design_from_settings(compare.get("sequential"))
+        except ValueError:
+            design = None  # `plan` reports a bad design elsewhere; plan as without one
+        if design is not None:
+            last_look_alpha, cap = float(design.look_alpha[-1]), int(design.looks[-1])
+    plans = plan_seeds(metrics, sesoi, {**measured, **declared}, comparisons=m, seeds_in_study=len(study.seeds),
+                       last_look_alpha=last_look_alpha, cap=cap)
     secondary = set(secondary_metrics(metrics, compare))
     return [MetricSeedPlan(p, p.metric in secondary) for p in plans]
 

@@ -28,7 +28,12 @@ def print_seed_plan(plans: list[MetricSeedPlan]) -> None:
         if p.seeds is None:
             console.print(f"  {name}: nothing planned: {p.why}", highlight=False, soft_wrap=True)
             continue
+        level = "the last look's α/m" if p.level_source != "alpha / m" else "α/m"
         console.print(
             f"  {name}: {p.seeds} seeds per arm (study has {p.seeds_in_study}); SESOI {p.sesoi:g}, "
             f"noise SD {p.noise_sd:.4g} ({p.sd_source}), m = {p.comparisons} comparisons, "
-            f"α/m = {p.alpha:.4g}", highlight=False, soft_wrap=True)
+            f"{level} = {p.alpha:.4g}", highlight=False, soft_wrap=True)
+        if p.power_at_cap is not None:
+            console.print(f"    capped at {p.cap} seeds per arm: power {p.power_at_cap:.2f} to detect |Δ| = SESOI, "
+                          f"TOST power {p.tost_power_at_cap:.2f} to show equivalence within ±SESOI at a true Δ of 0",
+                          highlight=False, soft_wrap=True)

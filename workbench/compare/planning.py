@@ -13,6 +13,13 @@ Why these choices:
   if the two arms' runs at one seed were independent. Runs that share a seed are usually
   positively correlated, which only makes the paired SD smaller: the plan errs on the safe side.
 * **Power**: the exact power of the paired t-test (:func:`workbench.compare.stats.planned_seeds`).
+* **A sequential design's level** (``compare.sequential``): its last look tests at that look's α
+  (O'Brien-Fleming: below 0.05), not at 0.05; planning at 0.05 overstated the power (0.80 planned,
+  0.73 had at those seeds, #52). The plan uses the last look's α over ``m``.
+* **The cap**: the most seeds per arm the study will run (its last look, else its ``seeds:``). When the
+  plan needs more, the power at the cap is stated (for a difference, and the TOST's for equivalence:
+  :func:`workbench.compare.stats.tost_power`, at a true difference of 0): a study capped below plan
+  reads what it can decide.
 """
 
 from __future__ import annotations
@@ -40,6 +47,10 @@ class SeedPlan:
     seeds: int | None
     seeds_in_study: int
     why: str = ""
+    level_source: str = "alpha / m"  # or "last look's alpha / m" (a sequential design)
+    cap: int | None = None  # the most seeds per arm the study runs
+    power_at_cap: float | None = None  # the paired t-test's power at the cap (when the cap is below plan)
+    tost_power_at_cap: float | None = None  # the TOST's at a true difference of 0, ± the SESOI
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -59,17 +70,22 @@ def comparisons_per_metric(arms: Iterable[tuple[str, str]], baseline: str) -> in
 
 
 def plan_seeds(metrics: Iterable[str], sesoi: Mapping[str, float], noise_sd: Mapping[str, tuple[float, str]], *,
-               comparisons: int, seeds_in_study: int, alpha: float = 0.05, power: float = 0.8) -> list[SeedPlan]:
+               comparisons: int, seeds_in_study: int, alpha: float = 0.05, power: float = 0.8,
+               last_look_alpha: float | None = None, cap: int | None = None) -> list[SeedPlan]:
     """One :class:`SeedPlan` per metric. ``noise_sd`` maps a metric to ``(SD of a run across seeds,
     where it came from)``. Without a SESOI or an SD nothing is planned and ``why`` says what is
-    missing: no number is invented."""
-    level = alpha / max(1, comparisons)
+    missing: no number is invented. ``last_look_alpha``: a sequential design's last look's α (the
+    plan's level then); ``cap``: the most seeds per arm the study runs (the power there is stated
+    when the plan needs more)."""
+    level = (alpha if last_look_alpha is None else last_look_alpha) / max(1, comparisons)
+    source = "alpha / m" if last_look_alpha is None else "last look's alpha / m"
     out = []
     for metric in metrics:
         e = sesoi.get(metric)
-        sd, source = noise_sd.get(metric, (None, ""))
-        common = {"metric": metric, "sesoi": e, "noise_sd": sd, "sd_source": source, "comparisons": comparisons,
-                  "alpha": level, "power": power, "seeds_in_study": seeds_in_study}
+        sd, sd_source = noise_sd.get(metric, (None, ""))
+        common = {"metric": metric, "sesoi": e, "noise_sd": sd, "sd_source": sd_source, "comparisons": comparisons,
+                  "alpha": level, "power": power, "seeds_in_study": seeds_in_study, "level_source": source,
+                  "cap": cap}
         if comparisons == 0:
             out.append(SeedPlan(seeds=None, why="no comparison: no arm besides the baseline", **common))
         elif e is None:
@@ -80,5 +96,10 @@ def plan_seeds(metrics: Iterable[str], sesoi: Mapping[str, float], noise_sd: Map
                                                 "in the store to measure it", **common))
         else:
             n = stats.planned_seeds(e, math.sqrt(2.0) * sd, alpha=level, power=power)
-            out.append(SeedPlan(seeds=n, **common))
+            at_cap: dict[str, float | None] = {}
+            if cap is not None and cap < n and cap >= 2:
+                at_cap["power_at_cap"] = float(stats.t_test_power(cap, e, math.sqrt(2.0) * sd, paired=True,
+                                                                  alpha=level))
+                at_cap["tost_power_at_cap"] = stats.tost_power(cap, e, math.sqrt(2.0) * sd, alpha=level)
+            out.append(SeedPlan(seeds=n, **common, **at_cap))
     return out

@@ -693,6 +693,29 @@ def t_test_power(n: Any, effect: float, sd: float, *, paired: bool = False, alph
     return _two_sided_t_power(df, ncp, alpha)
 
 
+def tost_power(n: int, margin: float, sd_difference: float, *, alpha: float = 0.05) -> float:
+    """Exact power of the paired TOST (two one-sided t-tests at ``alpha`` each, i.e. the 1 − 2α
+    interval inside ±``margin``) with ``n`` seeds when the true difference is 0 and the per-seed
+    differences have SD ``sd_difference``: the probability that |d̄| < margin − t_{1−α, n−1}·s/√n,
+    integrated over the sample SD s (s² ~ σ² χ²_{n−1}/(n−1), independent of d̄ ~ N(0, σ²/n)) with
+    ``scipy.integrate.quad``. Planned from a declared margin and SD, never from an observed effect."""
+    from scipy import integrate
+
+    if n < 2 or not (margin > 0 and sd_difference > 0):
+        return 0.0 if n < 2 else 1.0
+    df = n - 1.0
+    tc = float(sps.t.ppf(1.0 - alpha, df))
+    se = sd_difference / math.sqrt(n)
+
+    def accept(q: float) -> float:  # q: the χ² draw; P(reject both one-sided nulls | s)
+        half_width = margin - tc * se * math.sqrt(q / df)
+        return max(0.0, 2.0 * float(sps.norm.cdf(half_width / se)) - 1.0) * float(sps.chi2.pdf(q, df))
+
+    q_max = df * (margin / (tc * se)) ** 2  # beyond it the interval cannot fit inside ±margin
+    value, _ = integrate.quad(accept, 0.0, q_max, limit=200)
+    return float(min(1.0, max(0.0, value)))
+
+
 def _two_sided_t_power(df: Any, ncp: Any, alpha: float) -> Any:
     """P(|T| > t_{1-alpha/2, df}) for T ~ noncentral t(df, ncp)."""
     tc = sps.t.ppf(1.0 - alpha / 2.0, df)
