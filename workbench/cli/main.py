@@ -803,6 +803,10 @@ from workbench.cli.rollouts import register as _register_rollouts_command  # noq
 
 _register_rollouts_command(app)  # rollouts (workbench/analysis/rollouts.py)
 
+from workbench.cli.chat_model import register as _register_chat_model_command  # noqa: E402 - registered after the app's own commands
+
+_register_chat_model_command(app)  # chat-model (workbench/models/local_chat.py)
+
 from workbench.cli.algorithms import algorithms_app  # noqa: E402 - registered after the app's own commands
 
 app.add_typer(algorithms_app, name="algorithms")  # presets and their citations
