@@ -45,7 +45,8 @@ def import_runs(
     tracking_uri: Annotated[str | None, typer.Option(
         "--tracking-uri", help="store to import into (default: $MLFLOW_TRACKING_URI, ./mlflow.db)")] = None,
     skip_bad_lines: Annotated[bool, typer.Option(
-        "--skip-bad-lines", help="with FILE...: skip malformed lines (counted in the output) instead of refusing "
+        "--skip-bad-lines", help="with FILE... or run directories: skip malformed lines or records (a TensorBoard "
+                                 "CRC error, a W&B value beyond a float; counted in the output) instead of refusing "
                                  "the import")] = False,
     logged_by: Annotated[str | None, typer.Option(
         "--framework", help="with tensorboard | wandb: the framework that logged the runs, trl | verl "
@@ -90,7 +91,7 @@ def import_runs(
             if missing:
                 raise ImportSourceError(f"importing {framework} runs needs {' and '.join(missing)}")
             adapter, runs = runs_from_tracker({n: ADAPTERS.get(n) for n in ADAPTERS.names()}, framework, TRACKER_READERS[framework],
-                                              files or [], logged_by, variant, list(seed))
+                                              files or [], logged_by, variant, list(seed), skip_bad_lines=skip_bad_lines)
             note = {"tracker": framework, "files": [r.origin["workbench.source_file"] for r in runs]}
         elif from_uri is not None:
             adapter = ADAPTERS.get(framework)

@@ -8,8 +8,10 @@ and the ``clip_ratio/*`` fractions; ``GRPOTrainer.log`` averages each over the l
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
+
+from workbench.errors import UserFileError
+from workbench.safe_io import parse_json, read_bytes
 
 from .adapters import ADAPTERS, Adapter, MetricMapping
 from .errors import ImportSourceError
@@ -75,18 +77,11 @@ def read_trainer_state(path: str, bad: BadLines) -> Iterator[Point]:
     non-numeric values (strings) are skipped; ``None`` (TRL's "no valid value in the window")
     becomes NaN. An entry without an integer step, or with a number out of range, goes to ``bad``.
     """
-    size = regular_file_size(path)
-    if size > MAX_TRAINER_STATE_BYTES:
-        raise ImportSourceError(f"{path} is {size:,} bytes, over the {MAX_TRAINER_STATE_BYTES:,} of a trainer state")
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except OSError as e:
-        raise ImportSourceError(f"{path}: cannot read ({e.strerror})") from None
-    except RecursionError:
-        raise ImportSourceError(f"{path} is not a TRL trainer state (JSON nested too deeply)") from None
-    except (UnicodeDecodeError, ValueError):
-        raise ImportSourceError(f"{path} is not a TRL trainer state (not JSON)") from None
+    regular_file_size(path)  # "is a FIFO", "is a directory": the clearer message first
+    try:  # a regular file (checked on the open descriptor), bounded, recursion-safe JSON (workbench/safe_io.py)
+        data = parse_json(read_bytes(path, limit=MAX_TRAINER_STATE_BYTES, what="TRL trainer state"), str(path))
+    except UserFileError as e:
+        raise ImportSourceError(str(e).replace(": not valid JSON", " is not a TRL trainer state (not JSON)")) from None
     history = data.get("log_history") if isinstance(data, dict) else None
     if not isinstance(history, list) or not all(isinstance(e, dict) for e in history):
         raise ImportSourceError(f"{path} is not a TRL trainer state (no 'log_history' list)")

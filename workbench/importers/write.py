@@ -105,7 +105,7 @@ def write_study(adapter: Adapter, runs: Sequence[SourceRun], uri: str, study: st
         if run.variant not in variants:
             variants.append(run.variant)
         if run.bad_lines is not None and run.bad_lines.count:
-            outcome.bad_lines.append(f"{run.label}: skipped {run.bad_lines.count} malformed line(s) "
+            outcome.bad_lines.append(f"{run.label}: skipped {run.bad_lines.count} malformed {run.bad_lines.unit}(s) "
                                      f"(first: {run.bad_lines.first})")
     if not variants:  # nothing finished to write and no study yet: create nothing (a study needs a variant)
         return outcome

@@ -29,7 +29,8 @@ Format (version :data:`FORMAT_VERSION`), one directory per study, zstd-compresse
   ``sequential.json``, ...). Not exported: samples, data records, reports and dashboards (HTML, written
   again by ``compare``/``dashboard``), checkpoints; and runs still RUNNING (exported once they end).
 
-Loading validates everything (checksums, columns, references between files) before its first write:
+Loading validates everything (checksums, columns, references between files) before its first write,
+and decodes a parquet file only within a row count and a decompressed size (:func:`workbench.safe_io.read_parquet`):
 bad input raises :class:`ExportError` with one line naming the file, and the store is left as it was.
 A run already in the store (same role, run_key and start time: loaded before) is skipped, and so is
 every run of a run_key that FINISHED there; loading twice adds nothing. A store whose experiment has
@@ -54,7 +55,7 @@ from workbench.errors import UserFileError
 from workbench.results.reader import StudyReader
 from workbench.results.readers.frames import empty_points
 from workbench.results.readers.protocol import TERMINAL_STATUSES
-from workbench.safe_io import parse_json, read_bytes, read_json
+from workbench.safe_io import parse_json, read_bytes, read_json, read_parquet
 from workbench.tracking.artifacts import PROBLEM_COLUMNS, PROBLEMS_ARTIFACT, decode_problem_rows, encode_problem_rows
 from workbench.tracking.bulk import MetricColumns, bulk_writable, write_metric_history
 from workbench.tracking.redact import redact_uri
@@ -329,7 +330,6 @@ def read_export(directory: str | os.PathLike[str]) -> Export:
     """The export in ``directory``, every file checked (manifest, checksums, columns, references);
     :class:`ExportError` naming the file otherwise."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     root = Path(directory)
     if not root.is_dir():
@@ -368,10 +368,10 @@ def read_export(directory: str | os.PathLike[str]) -> Export:
         if digest != entry["sha256"]:
             raise ExportError(f"{path}: checksum mismatch (sha256 {digest[:12]}..., {MANIFEST} says "
                               f"{entry['sha256'][:12]}...): the file changed after the export")
-        try:
-            table = pq.read_table(pa.BufferReader(data))
-        except (pa.ArrowException, OSError) as error:
-            raise ExportError(f"{path}: not a parquet file ({str(error).splitlines()[0]})") from None
+        try:  # the row count and decompressed size checked before decoding (a zstd row bomb is refused)
+            table = read_parquet(data, str(path))
+        except UserFileError as error:
+            raise ExportError(str(error)) from None
         missing = [f.name for f in schemas[name] if f.name not in table.column_names]
         if missing:
             raise ExportError(f"{path}: lacks columns {missing}")
