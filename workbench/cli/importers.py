@@ -156,6 +156,9 @@ def import_export(directory: str, tracking_uri: str | None) -> None:
         raise fail(str(e)) from None
     if summary.skipped:
         console.print(f"already in the store (skipped): {len(summary.skipped)} run(s)", highlight=False)
+    if summary.not_finished:
+        console.print(f"[yellow]not loaded, not finished in the export: {', '.join(summary.not_finished)}[/yellow]",
+                      highlight=False, soft_wrap=True)
     console.print(summary.line() + f". Next: workbench compare {summary.experiment}", highlight=False,
                   soft_wrap=True)
 

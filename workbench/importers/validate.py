@@ -35,6 +35,7 @@ from workbench.safe_io import open_user_file
 from workbench.study.report import Reporter
 from workbench.study.schema import validate_fields
 from workbench.tracking.bulk import MetricColumns
+from workbench.tracking.limits import metric_name_problem
 
 from .errors import ImportSourceError
 
@@ -53,7 +54,6 @@ __all__ = [
     "check_labels",
     "check_run",
     "file_sha256",
-    "metric_name_problem",
     "metric_value",
     "numbered_lines",
     "open_source",
@@ -198,21 +198,6 @@ def metric_value(value: Any) -> float:
 def _short(value: Any, width: int = 40) -> str:
     text = repr(value)
     return text if len(text) <= width else f"{text[: width - 12]}... ({len(text)} chars)"
-
-
-def metric_name_problem(name: str) -> str | None:
-    """Why MLflow would refuse ``name`` as a metric key (MLflow's own validation), or None."""
-    from mlflow.exceptions import MlflowException  # deferred: mlflow
-    from mlflow.utils.validation import MAX_ENTITY_KEY_LENGTH, _validate_metric_name
-
-    if len(name) > MAX_ENTITY_KEY_LENGTH:
-        return f"metric name {_short(name)} is longer than MLflow's {MAX_ENTITY_KEY_LENGTH} characters"
-    try:
-        _validate_metric_name(name)
-    except MlflowException:
-        return (f"metric name {_short(name)} is not a valid MLflow metric name (letters, digits, '_', '-', '.', "
-                "' ', ':', '/'; no '..' or leading '/')")
-    return None
 
 
 def check_labels(study: str, variant: str, seed: int, where: str = "") -> None:
