@@ -133,12 +133,16 @@ def import_runs(
         console.print(f"[yellow]{line}[/yellow]", highlight=False, soft_wrap=True)
     for label, run_id in outcome.imported:
         console.print(f"imported {label} -> run {run_id}", highlight=False)
+    for line in outcome.replaced:
+        console.print(f"[yellow]updated {line}[/yellow]", highlight=False, soft_wrap=True)
     if outcome.skipped:
         console.print(f"already imported (skipped): {', '.join(outcome.skipped)}", highlight=False)
     if outcome.not_finished:
         console.print(f"[yellow]not imported, still running in the source (import again later): "
                       f"{', '.join(outcome.not_finished)}[/yellow]", highlight=False)
-    console.print(f"study {study!r} in {redact_uri(uri)}: {len(outcome.imported)} imported, {len(outcome.skipped)} already there. "
+    updated = f" ({len(outcome.replaced)} updating a run whose source grew)" if outcome.replaced else ""
+    console.print(f"study {study!r} in {redact_uri(uri)}: {len(outcome.imported)} imported{updated}, "
+                  f"{len(outcome.skipped)} already there. "
                   f"Next: workbench health {study} --recheck; workbench compare {study}", highlight=False,
                   soft_wrap=True)
 

@@ -36,6 +36,7 @@ class TrackedRun:
     params: dict[str, str] = field(default_factory=dict)
     status: str = "FINISHED"
     name: str = ""
+    run_id: str = ""  # the tracker's own run id, where it has one (W&B): part of the imported run's identity
 
 
 def _hf_source_name(tracked: str) -> str:
@@ -124,7 +125,8 @@ def runs_from_tracker(adapters: dict[str, Adapter], tracker: str, reader: Callab
         out.append(SourceRun(
             key=_digest(adapter.framework, tracker, run.digest), variant=variant, seed=seed,
             origin={"workbench.source_file": str(path.resolve()), "workbench.source_tracker": tracker,
-                    "workbench.source_sha256": run.digest},
+                    "workbench.source_sha256": run.digest,
+                    **({"workbench.source_wandb_run": run.run_id} if tracker == "wandb" and run.run_id else {})},
             steps=Points.of(steps, str(path)), params=run.params, status=run.status, name=run.name or path.name,
             bad_lines=bad))
     _check_unique_labels(out)

@@ -127,7 +127,7 @@ def read_wandb_run(path: Path, bad: BadLines | None = None) -> TrackedRun:
         raise ImportSourceError(str(e)) from None
     by_step: dict[int, dict[str, float]] = {}
     params: dict[str, str] = {}
-    status, name = "RUNNING", ""
+    status, name, run_id = "RUNNING", "", ""
     history = 0
     for payload in _records(data, log):
         record = wandb_internal_pb2.Record()
@@ -156,7 +156,7 @@ def read_wandb_run(path: Path, bad: BadLines | None = None) -> TrackedRun:
             except ValueError as e:
                 bad(history, str(e), what="history record")
         elif kind == "run":
-            name = record.run.display_name or record.run.run_id
+            name, run_id = record.run.display_name or record.run.run_id, record.run.run_id
             for item in record.run.config.update:
                 key = item.key or ".".join(item.nested_key)
                 if not key.startswith("_"):  # _wandb: W&B's own bookkeeping
@@ -164,7 +164,7 @@ def read_wandb_run(path: Path, bad: BadLines | None = None) -> TrackedRun:
         elif kind == "exit":
             status = "FINISHED" if record.exit.exit_code == 0 else "FAILED"
     return TrackedRun(scalars=sorted(by_step.items()), digest=hashlib.sha256(data).hexdigest(), params=params, status=status,
-                      name=name)
+                      name=name, run_id=run_id)
 
 
 def _short(key: str, width: int = 60) -> str:

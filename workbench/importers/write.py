@@ -9,8 +9,13 @@ Layout (README, "What is tracked (MLflow)"): one experiment named after the stud
 its canonical name or ``source/<name>``, and the artifacts ``import.json`` (the mapping used,
 with caveats) and ``health.json`` (the health rules applied to the imported metrics).
 
-The ``run_key`` of an imported run is a digest of its source (run id or file content): a run
-whose key is already in the study is skipped, so importing the same source twice adds nothing.
+An imported run is keyed by identity (issue #53): its ``run_key`` is a digest of (study, framework,
+variant, seed, the source's own run id where it has one: an MLflow run id, a W&B run id), and
+``workbench.source_digest`` records what it was made from (the file's content, the source run).
+Importing the same source again adds nothing; importing a source whose content changed under the
+same identity (a verl log that grew) replaces that run, so a study holds one run per (variant,
+seed); a source that would add a second run of a (variant, seed) the study has from elsewhere is
+refused (``compare`` would count the seed twice); a run not finished in the source is left for later.
 """
 
 from __future__ import annotations
@@ -30,10 +35,11 @@ from workbench.tracking.writer import RunTracker
 
 from .adapters import Adapter
 from .errors import ImportSourceError
-from .load import SourceRun
+from .load import SourceRun, _digest
 from .validate import RunCheck, check_import
 
-__all__ = ["ImportOutcome", "DEFAULT_COMPARE_METRICS", "existing_keys", "write_study"]
+__all__ = ["DEFAULT_COMPARE_METRICS", "ExistingRun", "ImportOutcome", "existing_keys", "existing_runs", "identity_key",
+           "write_study"]
 
 #: What ``workbench compare`` compares in an imported study unless told otherwise: canonical
 #: metrics every framework logs (an imported run has no held-out eval/accuracy).
@@ -50,6 +56,7 @@ class ImportOutcome:
     imported: list[tuple[str, str]] = field(default_factory=list)  # (label, run id)
     skipped: list[str] = field(default_factory=list)  # labels whose source was imported before
     not_finished: list[str] = field(default_factory=list)  # labels still running in the source
+    replaced: list[str] = field(default_factory=list)  # runs whose source changed (a grown log): what replaced what
     bad_lines: list[str] = field(default_factory=list)  # per run: malformed lines skipped (--skip-bad-lines)
 
 
@@ -60,22 +67,58 @@ def _store_exists(uri: str) -> bool:
 def existing_keys(uri: str, study: str) -> tuple[dict[str, str], list[str]]:
     """``run_key -> run id`` of the study's child runs and their variants (first-seen order);
     raises when ``study`` names an experiment that is not a workbench study. Reads only."""
+    runs, variants = existing_runs(uri, study)
+    return {r.run_key: r.run_id for r in runs if r.run_key}, variants
+
+
+@dataclass(frozen=True)
+class ExistingRun:
+    """A child run already in the study: who it is (identity) and what it was made from (source digest)."""
+
+    run_id: str
+    run_key: str
+    variant: str
+    seed: str
+    framework: str  # workbench.source: the framework it was imported from ("" for a run the workbench ran)
+    source_id: str  # the source's own run id ("" for a file)
+    source_digest: str  # the source's content key when it was imported ("" before #53: its run_key was that)
+
+    @property
+    def label(self) -> str:
+        return f"{self.variant}/seed={self.seed}"
+
+
+def _source_id(tags: dict[str, str]) -> str:
+    return tags.get("workbench.source_run") or tags.get("workbench.source_wandb_run") or ""
+
+
+def existing_runs(uri: str, study: str) -> tuple[list[ExistingRun], list[str]]:
+    """The study's child runs and their variants (first-seen order); raises when ``study`` names an
+    experiment that is not a workbench study. Reads only."""
     if not _store_exists(uri):
-        return {}, []
+        return [], []
     from mlflow import MlflowClient
 
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name(study)
     if exp is None:
-        return {}, []
+        return [], []
     runs = client.search_runs([exp.experiment_id], max_results=50000)
     if runs and not any(r.data.tags.get("workbench.role") == "study" for r in runs):
         raise ImportSourceError(f"--study {study!r}: experiment exists in {uri} and is not a workbench study "
                                 "(no workbench.role=study run); choose another --study name")
     children = [r for r in runs if r.data.tags.get("workbench.role") == "run"]
-    keys = {r.data.tags["workbench.run_key"]: r.info.run_id for r in children if "workbench.run_key" in r.data.tags}
     variants = list(dict.fromkeys(r.data.tags.get("workbench.variant", "") for r in reversed(children)))
-    return keys, [v for v in variants if v]
+    found = [ExistingRun(r.info.run_id, r.data.tags.get("workbench.run_key", ""), r.data.tags.get("workbench.variant", ""),
+                         r.data.tags.get("workbench.seed", ""), r.data.tags.get("workbench.source", ""),
+                         _source_id(r.data.tags), r.data.tags.get("workbench.source_digest", "")) for r in children]
+    return found, [v for v in variants if v]
+
+
+def identity_key(framework: str, study: str, run: SourceRun) -> str:
+    """The ``run_key`` of an imported run: who it is, not what its file held: (study, framework,
+    variant, seed, the source's own run id where it has one). A log that grew keeps its identity."""
+    return _digest(framework, study, run.variant, str(run.seed), _source_id(run.origin))
 
 
 def _new_monitor() -> HealthMonitor:
@@ -89,8 +132,8 @@ def _where(run: SourceRun) -> str:
 
 def _run_tags(run: SourceRun, study: str, framework: str, check: RunCheck) -> dict[str, str]:
     return {"workbench.role": "run", "workbench.study": study, "workbench.variant": run.variant,
-            "workbench.seed": str(run.seed), "workbench.run_key": run.key, "workbench.source": framework,
-            **run.origin, **check.monitor.tags()}
+            "workbench.seed": str(run.seed), "workbench.run_key": run.identity, "workbench.source": framework,
+            "workbench.source_digest": run.key, **run.origin, **check.monitor.tags()}
 
 
 def _check_entities(run: SourceRun, tags: dict[str, str]) -> None:
@@ -127,15 +170,35 @@ def write_study(adapter: Adapter, runs: Sequence[SourceRun], uri: str, study: st
     its study's parent run included when it created it, so a retry starts from the same store."""
     from mlflow import MlflowClient
 
-    keys, variants = existing_keys(uri, study)
+    existing, variants = existing_runs(uri, study)
     outcome = ImportOutcome(study, uri)
     todo = []
+    replaces: dict[str, list[ExistingRun]] = {}  # run.key -> the runs of its identity it replaces
     for run in runs:
-        if run.key in keys:  # the same source, whatever variant/seed it is given now
-            outcome.skipped.append(f"{run.label} (same source as run {keys[run.key]})")
-        elif run.status not in _TERMINAL:
+        if run.status not in _TERMINAL:
             outcome.not_finished.append(f"{run.label} ({run.status})")
+            continue
+        run.identity = identity_key(adapter.framework, study, run)
+        me = (adapter.framework, run.variant, str(run.seed), _source_id(run.origin))
+        mine = [e for e in existing if e.run_key == run.identity or (e.framework, e.variant, e.seed, e.source_id) == me]
+        same_source = [e for e in existing if run.key in (e.run_key, e.source_digest)]
+        if mine and any(e in same_source for e in mine):
+            outcome.skipped.append(f"{run.label} (imported before: run {mine[0].run_id})")
+        elif mine:  # the source changed (a log that grew): its run is replaced, not doubled
+            replaces[run.key] = mine
+            todo.append(run)
+        elif same_source:  # the same file given another variant or seed: nothing new in it
+            outcome.skipped.append(f"{run.label} (same source as run {same_source[0].run_id}, "
+                                   f"{same_source[0].label})")
         else:
+            clash = [e for e in existing if (e.variant, e.seed) == (run.variant, str(run.seed))]
+            if clash:
+                other = f"{clash[0].framework} source run {clash[0].source_id}" if clash[0].source_id else (
+                    f"a {clash[0].framework} import" if clash[0].framework else "the workbench's own run")
+                raise ImportSourceError(
+                    f"{_where(run)}: study {study!r} already has {run.label} (run {clash[0].run_id}, from {other}): "
+                    "a second run of one seed would be counted twice by compare; import it under another "
+                    "--variant/--seed, or delete that run first (nothing written)")
             todo.append(run)
     # Validate everything before the first write (labels, steps, values, metric names, health, params,
     # tags, views): a bad line anywhere leaves the store as it was.
@@ -172,6 +235,11 @@ def write_study(adapter: Adapter, runs: Sequence[SourceRun], uri: str, study: st
             outcome.imported.append((run.label, _write_run(client, uri, study, adapter, run, checks[run.key],
                                                            tags[run.key], outcome.parent_run_id, created)))
         _study_file(client, outcome.parent_run_id, study, adapter.framework, variants, source_note)
+        for run in todo:  # last: a failure before here deletes the new runs and keeps the old ones
+            for old in replaces.get(run.key, []):
+                client.delete_run(old.run_id)
+                outcome.replaced.append(f"{run.label}: its source changed since run {old.run_id} was imported; "
+                                        f"replaced by run {dict(outcome.imported)[run.label]}")
         if layout is not None:
             from workbench.viz.mlflow_views import publish_study_views  # deferred: pandas, plotly
 
