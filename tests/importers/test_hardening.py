@@ -160,3 +160,24 @@ def test_wandb_strings_and_tables_are_not_metrics_and_not_errors(tmp_path):
     assert done.exit_code == 0 and "skipped" not in done.output, done.output
     (run,) = child_runs(sqlite_uri(tmp_path / "m.db"), "s")
     assert run.data.metrics["reward/mean"] == VERL_ROW["critic/score/mean"] + 0.03
+
+
+def test_a_trainer_step_beyond_int64_in_a_tracker_run_is_one_line(tmp_path):
+    """HF's WandbCallback/TensorBoardCallback log the trainer's step as the scalar train/global_step, which the
+    import takes as the step: 1e30 (a float32 can hold it) is past MLflow's 64-bit steps. Old: OverflowError
+    in the bulk write, "internal error"."""
+    run = tmp_path / "tb"
+    tensorboard_run(run, range(1, 4), row={"train/reward": 0.5, "train/entropy": 1.0, "train/global_step": 1e30})
+    db = tmp_path / "m.db"
+    refused(invoke("tensorboard", run, "--study", "s", "--variant", "v", "--seed", "0", "--framework", "trl",
+                   "--tracking-uri", sqlite_uri(db)),
+            str(run), "train/global_step at tracker step 1: step", "is out of range (MLflow steps are 64-bit integers)",
+            store=db)
+
+
+def test_a_1000_character_tensorboard_tag_is_refused_with_mlflows_limit(tmp_path):
+    run = tmp_path / "tb"
+    tensorboard_run(run, range(1, 4), row={**VERL_ROW, "m" * 1000: 1.0})
+    db = tmp_path / "m.db"
+    refused(invoke("tensorboard", run, "--study", "s", "--variant", "v", "--seed", "0", "--framework", "verl",
+                   "--tracking-uri", sqlite_uri(db)), str(run), "longer than MLflow's 250 characters", store=db)
