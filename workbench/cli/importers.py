@@ -54,7 +54,8 @@ def import_runs(
 ) -> None:
     """Import TRL or verl runs (from their MLflow store, log files, TensorBoard or W&B offline runs) as a
     workbench study, with their metrics mapped onto the canonical names (docs/import.md), or a study
-    exported by `workbench export` (docs/export.md); re-importing adds nothing twice."""
+    exported by `workbench export` (docs/export.md); re-importing adds nothing twice, and a log that grew
+    since its import replaces its run (one run per variant and seed)."""
     if framework == "workbench":
         given = [o for o, v in (("--from", from_uri), ("--experiment", experiment), ("--study", study),
                                 ("--variant-by", variant_by), ("--seed-by", seed_by), ("--variant", variant),

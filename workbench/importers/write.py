@@ -226,6 +226,7 @@ def write_study(adapter: Adapter, runs: Sequence[SourceRun], uri: str, study: st
         except ValueError as e:
             raise ImportSourceError(f"{e} (with the {len(names):,} metrics this import logs; nothing written)") from None
     created: list[str] = []
+    replaced: list[str] = []
     try:
         get_or_create_experiment(client, study, uri)
         outcome.parent_run_id, new_parent = _parent_run(client, study, adapter.framework)
@@ -235,16 +236,22 @@ def write_study(adapter: Adapter, runs: Sequence[SourceRun], uri: str, study: st
             outcome.imported.append((run.label, _write_run(client, uri, study, adapter, run, checks[run.key],
                                                            tags[run.key], outcome.parent_run_id, created)))
         _study_file(client, outcome.parent_run_id, study, adapter.framework, variants, source_note)
-        for run in todo:  # last: a failure before here deletes the new runs and keeps the old ones
-            for old in replaces.get(run.key, []):
-                client.delete_run(old.run_id)
-                outcome.replaced.append(f"{run.label}: its source changed since run {old.run_id} was imported; "
-                                        f"replaced by run {dict(outcome.imported)[run.label]}")
         if layout is not None:
             from workbench.viz.mlflow_views import publish_study_views  # deferred: pandas, plotly
 
             publish_study_views(client, client.get_experiment_by_name(study).experiment_id, layout, view_specs)
+        for run in todo:  # last: a failure before here deletes the new runs and keeps the old ones
+            for old in replaces.get(run.key, []):
+                client.delete_run(old.run_id)
+                replaced.append(old.run_id)
+                outcome.replaced.append(f"{run.label}: its source changed since run {old.run_id} was imported; "
+                                        f"replaced by run {dict(outcome.imported)[run.label]}")
     except BaseException:
+        for run_id in replaced:  # the runs this import was replacing come back
+            try:
+                client.restore_run(run_id)
+            except Exception:  # noqa: BLE001 - the store failing again: the original error is the one to report
+                pass
         for run_id in reversed(created):  # a half-written import would hold its run_keys and block the retry
             try:
                 client.delete_run(run_id)
