@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -123,10 +124,11 @@ def read_text(path: str | Path, *, limit: int = MAX_FILE_BYTES, what: str = "fil
         raise UserFileError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
 
 
-def parse_json(text: str | bytes, source: str) -> Any:
-    """``json.loads``; invalid or too deeply nested JSON is a :class:`UserFileError` naming ``source``."""
+def parse_json(text: str | bytes, source: str, *, parse_float: Callable[[str], Any] | None = None) -> Any:
+    """``json.loads`` (``parse_float`` as there); invalid or too deeply nested JSON is a
+    :class:`UserFileError` naming ``source``."""
     try:
-        return json.loads(text)
+        return json.loads(text, parse_float=parse_float)
     except RecursionError:
         raise UserFileError(f"{source}: JSON nested too deeply") from None
     except ValueError as error:  # JSONDecodeError, and bytes that are not UTF-8

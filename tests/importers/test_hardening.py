@@ -181,3 +181,17 @@ def test_a_1000_character_tensorboard_tag_is_refused_with_mlflows_limit(tmp_path
     db = tmp_path / "m.db"
     refused(invoke("tensorboard", run, "--study", "s", "--variant", "v", "--seed", "0", "--framework", "verl",
                    "--tracking-uri", sqlite_uri(db)), str(run), "longer than MLflow's 250 characters", store=db)
+
+
+@pytest.mark.parametrize(("value", "phrases"), [
+    ("1e400", ["trainer_state.json: log_history entry 1: value '1e400' is out of range (beyond a 64-bit float)"]),
+    ("9" * 5000, ["trainer_state.json is not a TRL trainer state (not JSON)", "4300"]),
+])
+def test_a_trl_value_beyond_a_float_is_one_line_not_infinity(tmp_path, value, phrases):
+    """json reads 1e400 as inf without a word (old: imported as an infinite reward); a 5,000-digit integer is past
+    Python's conversion limit."""
+    state = tmp_path / "trainer_state.json"
+    state.write_text('{"log_history": [{"step": 1, "reward": 0.5}, {"step": 2, "reward": ' + value + "}]}")
+    db = tmp_path / "m.db"
+    refused(invoke("trl", state, "--study", "s", "--variant", "v", "--seed", "0", "--tracking-uri", sqlite_uri(db)),
+            *phrases, store=db)

@@ -8,6 +8,7 @@ and the ``clip_ratio/*`` fractions; ``GRPOTrainer.log`` averages each over the l
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 
 from workbench.errors import UserFileError
@@ -70,6 +71,16 @@ MAPPINGS = (
 MAX_TRAINER_STATE_BYTES = 256 << 20
 
 
+class _OutOfRange(str):
+    """A JSON number beyond a 64-bit float (``1e400``), which ``json`` would read as infinity without a word:
+    kept as its text, so :func:`metric_value` refuses it (``Infinity``, as HF writes inf, is not one)."""
+
+
+def _float(text: str) -> float | _OutOfRange:
+    value = float(text)
+    return _OutOfRange(text) if math.isinf(value) else value
+
+
 def read_trainer_state(path: str, bad: BadLines) -> Iterator[Point]:
     """``trainer_state.json`` -> ``(where, global step, {metric: value})`` per ``log_history`` entry.
 
@@ -79,7 +90,8 @@ def read_trainer_state(path: str, bad: BadLines) -> Iterator[Point]:
     """
     regular_file_size(path)  # "is a FIFO", "is a directory": the clearer message first
     try:  # a regular file (checked on the open descriptor), bounded, recursion-safe JSON (workbench/safe_io.py)
-        data = parse_json(read_bytes(path, limit=MAX_TRAINER_STATE_BYTES, what="TRL trainer state"), str(path))
+        data = parse_json(read_bytes(path, limit=MAX_TRAINER_STATE_BYTES, what="TRL trainer state"), str(path),
+                          parse_float=_float)
     except UserFileError as e:
         raise ImportSourceError(str(e).replace(": not valid JSON", " is not a TRL trainer state (not JSON)")) from None
     history = data.get("log_history") if isinstance(data, dict) else None
@@ -91,7 +103,8 @@ def read_trainer_state(path: str, bad: BadLines) -> Iterator[Point]:
                 raise ValueError("no integer 'step'")
             step = step_number(entry["step"])
             row = {key: metric_value(value) for key, value in entry.items() if key != "step"
-                   and (value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)))}
+                   and (value is None or isinstance(value, _OutOfRange)
+                        or (isinstance(value, (int, float)) and not isinstance(value, bool)))}
         except ValueError as e:
             bad(i, str(e), what="log_history entry")
             continue
