@@ -27,6 +27,8 @@ from .test_atomic_import import store_rows
 ROOT = Path(__file__).resolve().parents[2]
 BASE = ROOT / "docs" / "findings" / "data" / "engines-mismatch"
 
+pytestmark = pytest.mark.slow  # each test writes a fresh MLflow store (~5 s on a loaded machine)
+
 
 def load(directory: Path, db: Path):
     result = CliRunner().invoke(app, ["import", "workbench", str(directory), "--tracking-uri", sqlite_uri(db)])

@@ -96,6 +96,7 @@ def corrupt_middle_record(event_file: Path, records_in: int) -> int:
     return pos
 
 
+@pytest.mark.slow  # a fresh MLflow store for the import that succeeds
 def test_a_tensorboard_crc_error_is_refused_or_skipped_and_counted(tmp_path):
     run = tmp_path / "tb"
     event_file = tensorboard_run(run, range(1, 11))
@@ -116,6 +117,7 @@ def test_a_tensorboard_crc_error_is_refused_or_skipped_and_counted(tmp_path):
     assert steps == [1, 2, 3, 4, 6, 7, 8, 9, 10]  # the records after the bad one are read too
 
 
+@pytest.mark.slow  # a fresh MLflow store for the import that succeeds
 def test_a_tensorboard_file_cut_short_is_counted_not_silent(tmp_path):
     run = tmp_path / "tb"
     event_file = tensorboard_run(run, range(1, 6))
@@ -131,6 +133,7 @@ def test_a_tensorboard_file_cut_short_is_counted_not_silent(tmp_path):
 HUGE = "9" * 5000  # W&B's own client cannot write it (json refuses ints past 4,300 digits); a crafted file can
 
 
+@pytest.mark.slow  # a fresh MLflow store for the import that succeeds
 @pytest.mark.parametrize(("row", "phrases"), [
     ({"_step": "3", "critic/score/mean": HUGE}, ["history record 3: 'critic/score/mean': not readable as a number "
                                                  "(5,000 characters"]),
@@ -152,6 +155,7 @@ def test_a_wandb_value_or_step_that_cannot_be_read_is_one_line_or_counted(tmp_pa
     assert "v/seed=0: skipped 1 malformed record(s) (first: history record 3:" in " ".join(done.output.split())
 
 
+@pytest.mark.slow  # a fresh MLflow store for the import that succeeds
 def test_wandb_strings_and_tables_are_not_metrics_and_not_errors(tmp_path):
     history = [{**row, "note": '"a string"', "table": '{"_type": "table-file"}'} for row in verl_history([1, 2, 3])]
     log = wandb_log(tmp_path / "offline-run-1", history)

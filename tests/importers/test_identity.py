@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import shutil
 
+import pytest
 from mlflow import MlflowClient
 
 from .helpers import child_runs, sqlite_uri, workbench
@@ -15,6 +16,8 @@ from .test_atomic_import import invoke as invoke_verl
 from .test_atomic_import import log_lines, store_rows
 from .test_hardening import invoke
 from .trackers_files import tensorboard_run, verl_history, wandb_log
+
+pytestmark = pytest.mark.slow  # each test writes a fresh MLflow store (~5 s on a loaded machine)
 
 
 def steps_of(uri: str, run, key: str = "entropy/mean") -> list[int]:

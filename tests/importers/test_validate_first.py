@@ -14,6 +14,8 @@ from .test_atomic_import import log_lines, store_rows
 from .test_hardening import invoke
 from .trackers_files import verl_history, wandb_log
 
+pytestmark = pytest.mark.slow  # each test writes a fresh MLflow store (~5 s on a loaded machine)
+
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
