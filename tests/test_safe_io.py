@@ -136,3 +136,69 @@ def test_yaml_budgets_aliases_and_depth_and_json_depth():
     assert load_yaml("[" * 10 + "]" * 10, "fine.yaml")[1] == [[[[[[[[[[]]]]]]]]]]
     with pytest.raises(UserFileError, match="record.json: JSON nested too deeply"):
         parse_json("[" * 200_000 + "]" * 200_000, "record.json")
+
+
+# ---- parquet: the row count and decompressed size are checked before decoding -------------------
+
+def row_bomb(rows: int, batch: int = 1_000_000) -> bytes:
+    """A metrics.parquet of ``rows`` identical points: zstd keeps it at ~20 bytes per million rows' worth
+    of pages, while Arrow would decode it to ~33 bytes a row (25M rows: 0.5 MB on disk, 0.8 GB decoded,
+    and several times that once the loader turns it into numpy and pandas)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema = pa.schema([("run", pa.int32()), ("key", pa.string()), ("step", pa.int64()), ("value", pa.float64()),
+                        ("timestamp", pa.int64())])
+    chunk = pa.record_batch([pa.array(np.zeros(batch, np.int32)), pa.array(["k"] * batch),
+                             pa.array(np.zeros(batch, np.int64)), pa.array(np.zeros(batch)),
+                             pa.array(np.zeros(batch, np.int64))], schema=schema)
+    sink = pa.BufferOutputStream()
+    with pq.ParquetWriter(sink, schema, compression="zstd") as writer:
+        for _ in range(rows // batch):
+            writer.write_batch(chunk, row_group_size=batch)
+    return sink.getvalue().to_pybytes()
+
+
+def test_a_parquet_row_bomb_in_an_export_is_refused_before_decoding(tmp_path):
+    import hashlib
+    import shutil
+
+    from workbench.safe_io import MAX_PARQUET_ROWS
+
+    export = tmp_path / "export"
+    shutil.copytree(ROOT / "docs" / "findings" / "data" / "priming", export)
+    bomb = row_bomb(MAX_PARQUET_ROWS + 5_000_000)
+    assert len(bomb) < 2 << 20  # a small file on disk
+    (export / "metrics.parquet").write_bytes(bomb)
+    manifest = json.loads((export / "manifest.json").read_text())  # consistent: checksum and row count match
+    manifest["files"]["metrics.parquet"].update(sha256=hashlib.sha256(bomb).hexdigest(), rows=MAX_PARQUET_ROWS + 5_000_000)
+    (export / "manifest.json").write_text(json.dumps(manifest))
+    done, seconds = workbench(["import", "workbench", str(export), "--tracking-uri", f"sqlite:///{tmp_path / 'm.db'}"],
+                              tmp_path)
+    line = one_error_line(done)  # the old code decoded it: MemoryError under the 3 GiB cap, "internal error"
+    assert "metrics.parquet: 25,000,000 rows, over the limit of 20,000,000: refused before decoding it" in line
+    assert not (tmp_path / "m.db").exists()
+    assert seconds < 60
+
+
+def test_a_parquet_file_that_decodes_past_its_metadata_is_stopped_at_the_budget():
+    """A dictionary-encoded column: its pages (and the sizes the footer declares) hold one 1 KB string and
+    10,000 indices, but every row decodes to the string: 10 MB. The declared size passes; the decoding
+    itself is counted and stopped at the budget."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from workbench.safe_io import read_parquet
+
+    column = pa.DictionaryArray.from_arrays(pa.array([0] * 10_000, pa.int32()), pa.array(["x" * 1024]))
+    sink = pa.BufferOutputStream()
+    pq.write_table(pa.table({"data": column}), sink, compression="zstd")
+    data = sink.getvalue().to_pybytes()
+    assert read_parquet(data, "a.parquet").num_rows == 10_000
+    with pytest.raises(UserFileError, match=r"a.parquet: decodes to more than its metadata says"):
+        read_parquet(data, "a.parquet", max_decoded_bytes=1 << 20, batch_rows=1000)
+    with pytest.raises(UserFileError, match=r"a.parquet: 10,000 rows, over the limit of 5,000"):
+        read_parquet(data, "a.parquet", max_rows=5000)
+    with pytest.raises(UserFileError, match=r"b.parquet: not a parquet file"):
+        read_parquet(b"PAR1 not really", "b.parquet")

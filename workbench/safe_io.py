@@ -11,7 +11,9 @@ importer's JSON, a stored ``study.yaml``/``sequential.json``/``health.json``) go
 * YAML is composed by :class:`BoundedLoader` (safe tags only, at most :data:`MAX_ALIASES` alias
   references, :data:`MAX_DEPTH` levels of nesting, :data:`MAX_EXPANDED_NODES` nodes once aliases are
   expanded): a billion-laughs document is refused in milliseconds instead of exhausting memory;
-* JSON nested deeper than Python's stack is an error, not a ``RecursionError``.
+* JSON nested deeper than Python's stack is an error, not a ``RecursionError``;
+* parquet is decoded only within a row count and a decompressed size (:func:`read_parquet`), checked
+  on the file's metadata before the first page is decompressed and again while decoding.
 
 Each refusal is a :class:`workbench.errors.UserFileError`: one line naming the file.
 """
@@ -21,8 +23,9 @@ from __future__ import annotations
 import json
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import yaml
 
@@ -32,17 +35,20 @@ MAX_FILE_BYTES = 16 << 20  # 16 MiB: specs, manifests and stored records are KiB
 MAX_ALIASES = 200  # `*anchor` references per document: anchors share settings; a bomb needs thousands
 MAX_EXPANDED_NODES = 200_000  # YAML nodes once every alias is expanded (what later passes walk)
 MAX_DEPTH = 100  # nested YAML collections: a study or a spec is a few levels deep
+MAX_PARQUET_ROWS = 20_000_000  # an export's metrics: a large study has a few million points
+MAX_PARQUET_DECODED_BYTES = 2 << 30  # a parquet file decompressed (Arrow's own buffers, before any copy)
 
-__all__ = ["MAX_ALIASES", "MAX_DEPTH", "MAX_EXPANDED_NODES", "MAX_FILE_BYTES", "BoundedLoader",
-           "YamlBudgetExceeded", "check_expansion", "load_yaml", "parse_json", "read_bytes", "read_json",
-           "read_limited", "read_text", "read_yaml"]
+__all__ = ["MAX_ALIASES", "MAX_DEPTH", "MAX_EXPANDED_NODES", "MAX_FILE_BYTES", "MAX_PARQUET_DECODED_BYTES",
+           "MAX_PARQUET_ROWS", "BoundedLoader", "YamlBudgetExceeded", "check_expansion", "load_yaml", "open_regular",
+           "open_user_file", "parse_json", "read_bytes", "read_json", "read_limited", "read_parquet", "read_text",
+           "read_yaml"]
 
 
-def read_limited(path: str | Path, *, limit: int = MAX_FILE_BYTES, what: str = "file",
-                 inside: str | Path | None = None) -> bytes:
-    """A regular file's bytes, at most ``limit``. Raises ``FileNotFoundError``/``IsADirectoryError``/
-    ``OSError``, or ``ValueError`` (not a regular file, outside ``inside``, over ``limit``); messages never
-    quote the file's content and do not name it (the caller does: :func:`read_bytes`)."""
+def open_regular(path: str | Path, *, what: str = "file", inside: str | Path | None = None) -> BinaryIO:
+    """``path`` opened for binary reading if it is a regular file (and, with ``inside``, resolves inside
+    that directory). Opened non-blocking and checked on the open descriptor, so a FIFO (or a file
+    swapped for one after a check) never blocks. Raises as :func:`read_limited` does; the caller
+    bounds what it reads (a streaming reader counts its lines and bytes)."""
     path = Path(path)
     real = path.resolve(strict=True)  # follows symlinks; FileNotFoundError for a dangling one
     if inside is not None and not real.is_relative_to(Path(inside).resolve()):
@@ -55,18 +61,40 @@ def read_limited(path: str | Path, *, limit: int = MAX_FILE_BYTES, what: str = "
         if not stat.S_ISREG(info.st_mode):  # /dev/zero, /dev/urandom, a FIFO, a socket: reading would never end
             raise ValueError(f"not a regular file (a device, pipe or socket), not a {what}")
         os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_limited(path: str | Path, *, limit: int = MAX_FILE_BYTES, what: str = "file",
+                 inside: str | Path | None = None) -> bytes:
+    """A regular file's bytes, at most ``limit``. Raises ``FileNotFoundError``/``IsADirectoryError``/
+    ``OSError``, or ``ValueError`` (not a regular file, outside ``inside``, over ``limit``); messages never
+    quote the file's content and do not name it (the caller does: :func:`read_bytes`)."""
+    with open_regular(path, what=what, inside=inside) as f:
         chunks, size = [], 0
         while size <= limit:  # never more than the budget, even if the file grows meanwhile
-            chunk = os.read(fd, min(1 << 20, limit + 1 - size))
+            chunk = f.read(min(1 << 20, limit + 1 - size))
             if not chunk:
                 break
             chunks.append(chunk)
             size += len(chunk)
-    finally:
-        os.close(fd)
     if size > limit:
         raise ValueError(f"larger than {_size(limit)}: too large for a {what}")
     return b"".join(chunks)
+
+
+def open_user_file(path: str | Path, *, what: str = "file", inside: str | Path | None = None) -> BinaryIO:
+    """:func:`open_regular`, every failure a :class:`UserFileError` naming the file."""
+    try:
+        return open_regular(path, what=what, inside=inside)
+    except FileNotFoundError:
+        raise UserFileError(f"{path}: no such {what}") from None
+    except ValueError as error:
+        raise UserFileError(f"{path}: {error}") from None
+    except OSError as error:
+        raise UserFileError(f"{path}: cannot read the {what}: {error.strerror or error}") from None
 
 
 def _size(limit: int) -> str:
@@ -96,10 +124,11 @@ def read_text(path: str | Path, *, limit: int = MAX_FILE_BYTES, what: str = "fil
         raise UserFileError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
 
 
-def parse_json(text: str | bytes, source: str) -> Any:
-    """``json.loads``; invalid or too deeply nested JSON is a :class:`UserFileError` naming ``source``."""
+def parse_json(text: str | bytes, source: str, *, parse_float: Callable[[str], Any] | None = None) -> Any:
+    """``json.loads`` (``parse_float`` as there); invalid or too deeply nested JSON is a
+    :class:`UserFileError` naming ``source``."""
     try:
-        return json.loads(text)
+        return json.loads(text, parse_float=parse_float)
     except RecursionError:
         raise UserFileError(f"{source}: JSON nested too deeply") from None
     except ValueError as error:  # JSONDecodeError, and bytes that are not UTF-8
@@ -109,6 +138,72 @@ def parse_json(text: str | bytes, source: str) -> Any:
 def read_json(path: str | Path, *, limit: int = MAX_FILE_BYTES, what: str = "JSON file",
               inside: str | Path | None = None) -> Any:
     return parse_json(read_text(path, limit=limit, what=what, inside=inside), str(path))
+
+
+def _bytes(n: int) -> str:
+    return f"{n / (1 << 30):.1f} GiB" if n >= 1 << 30 else f"{n / (1 << 20):.1f} MiB" if n >= 1 << 20 else f"{n:,} bytes"
+
+
+def _decoded_nbytes(array: Any) -> int:
+    """The bytes ``array`` takes once decoded: a dictionary-encoded column (kept as such when the file's
+    stored schema says so) counts each row's value, as a cast to its value type would allocate."""
+    import pyarrow as pa  # deferred: pyarrow
+    import pyarrow.compute as pc
+
+    if not pa.types.is_dictionary(array.type):
+        return int(array.nbytes)
+    values = array.dictionary
+    if pa.types.is_binary(values.type) or pa.types.is_string(values.type) or pa.types.is_large_binary(
+            values.type) or pa.types.is_large_string(values.type):
+        lengths = pc.binary_length(values).fill_null(0)
+        per_row = pc.take(lengths, array.indices.fill_null(0)) if len(values) else pa.array([0] * len(array))
+        return int(pc.sum(per_row).as_py() or 0) + 8 * len(array)
+    width = values.nbytes // max(len(values), 1)
+    return width * len(array) + int(array.indices.nbytes)
+
+
+def read_parquet(data: bytes, source: str, *, max_rows: int = MAX_PARQUET_ROWS,
+                 max_decoded_bytes: int = MAX_PARQUET_DECODED_BYTES, batch_rows: int = 1 << 16) -> Any:
+    """A parquet file's table (``pyarrow.Table``) from its bytes, within the budgets.
+
+    A few KB of zstd can hold hundreds of millions of identical rows: the row count and the
+    decompressed size the file's metadata declares are checked before any page is decoded, and
+    the decoding itself then goes a batch at a time, counting rows and decoded bytes, so a footer
+    that understates them is caught at the budget too. Every failure (over a budget, not parquet)
+    is a :class:`UserFileError` naming ``source``."""
+    import pyarrow as pa  # deferred: pyarrow
+    import pyarrow.parquet as pq
+
+    try:
+        parquet = pq.ParquetFile(pa.BufferReader(data))  # reads the footer only
+        meta = parquet.metadata
+        declared = sum(meta.row_group(g).column(c).total_uncompressed_size
+                       for g in range(meta.num_row_groups) for c in range(meta.num_columns))
+    except (pa.ArrowException, OSError, ValueError) as error:
+        raise UserFileError(f"{source}: not a parquet file ({one_line(str(error))[:160]})") from None
+    if meta.num_rows > max_rows:
+        raise UserFileError(f"{source}: {meta.num_rows:,} rows, over the limit of {max_rows:,}: refused before "
+                            "decoding it")
+    if declared > max_decoded_bytes:
+        raise UserFileError(f"{source}: {_bytes(declared)} once decompressed ({_bytes(len(data))} on disk), over "
+                            f"the limit of {_bytes(max_decoded_bytes)}: refused before decoding it")
+    batches, rows, decoded = [], 0, 0
+    try:
+        for batch in parquet.iter_batches(batch_size=batch_rows, use_threads=False):
+            rows += batch.num_rows
+            decoded += sum(_decoded_nbytes(column) for column in batch.columns)
+            if rows > max_rows or decoded > max_decoded_bytes:
+                raise UserFileError(f"{source}: decodes to more than its metadata says (over {max_rows:,} rows or "
+                                    f"{_bytes(max_decoded_bytes)}): refused")
+            batches.append(batch)
+        table = pa.Table.from_batches(batches, schema=parquet.schema_arrow)
+    except (pa.ArrowException, OSError, ValueError) as error:
+        if isinstance(error, UserFileError):
+            raise
+        raise UserFileError(f"{source}: not a readable parquet file ({one_line(str(error))[:160]})") from None
+    if table.num_rows != meta.num_rows:
+        raise UserFileError(f"{source}: {table.num_rows:,} rows decoded, its metadata says {meta.num_rows:,}")
+    return table
 
 
 class YamlBudgetExceeded(yaml.YAMLError):

@@ -54,6 +54,7 @@ BAD_LINES = {  # what goes wrong on the line -> a phrase of the message
     "step beyond int64": ('{"step": 9223372036854775808, "data": {"actor/entropy": 1.0}}', "out of range"),
     "step below int64": ('{"step": -9223372036854775809, "data": {"actor/entropy": 1.0}}', "out of range"),
     "a 400-digit number": ('{"step": 7, "data": {"actor/entropy": ' + "9" * 400 + "}}", "beyond a 64-bit float"),
+    "1e400, which json reads as inf": ('{"step": 7, "data": {"actor/entropy": 1e400}}', "beyond a 64-bit float"),  # #53
     "not JSON": ('{"step": 7, "data": {"actor/entropy": 1.0', "invalid JSON"),
     "nested 200,000 deep": ('{"step": 7, "data": {"x": ' + "[" * 200_000 + "]" * 200_000 + "}}", "nested too deeply"),
     "metric name with !": ('{"step": 7, "data": {"reward!": 1.0}}', "not a valid MLflow metric name"),

@@ -45,7 +45,8 @@ def import_runs(
     tracking_uri: Annotated[str | None, typer.Option(
         "--tracking-uri", help="store to import into (default: $MLFLOW_TRACKING_URI, ./mlflow.db)")] = None,
     skip_bad_lines: Annotated[bool, typer.Option(
-        "--skip-bad-lines", help="with FILE...: skip malformed lines (counted in the output) instead of refusing "
+        "--skip-bad-lines", help="with FILE... or run directories: skip malformed lines or records (a TensorBoard "
+                                 "CRC error, a W&B value beyond a float; counted in the output) instead of refusing "
                                  "the import")] = False,
     logged_by: Annotated[str | None, typer.Option(
         "--framework", help="with tensorboard | wandb: the framework that logged the runs, trl | verl "
@@ -53,7 +54,8 @@ def import_runs(
 ) -> None:
     """Import TRL or verl runs (from their MLflow store, log files, TensorBoard or W&B offline runs) as a
     workbench study, with their metrics mapped onto the canonical names (docs/import.md), or a study
-    exported by `workbench export` (docs/export.md); re-importing adds nothing twice."""
+    exported by `workbench export` (docs/export.md); re-importing adds nothing twice, and a log that grew
+    since its import replaces its run (one run per variant and seed)."""
     if framework == "workbench":
         given = [o for o, v in (("--from", from_uri), ("--experiment", experiment), ("--study", study),
                                 ("--variant-by", variant_by), ("--seed-by", seed_by), ("--variant", variant),
@@ -90,7 +92,7 @@ def import_runs(
             if missing:
                 raise ImportSourceError(f"importing {framework} runs needs {' and '.join(missing)}")
             adapter, runs = runs_from_tracker({n: ADAPTERS.get(n) for n in ADAPTERS.names()}, framework, TRACKER_READERS[framework],
-                                              files or [], logged_by, variant, list(seed))
+                                              files or [], logged_by, variant, list(seed), skip_bad_lines=skip_bad_lines)
             note = {"tracker": framework, "files": [r.origin["workbench.source_file"] for r in runs]}
         elif from_uri is not None:
             adapter = ADAPTERS.get(framework)
@@ -132,12 +134,16 @@ def import_runs(
         console.print(f"[yellow]{line}[/yellow]", highlight=False, soft_wrap=True)
     for label, run_id in outcome.imported:
         console.print(f"imported {label} -> run {run_id}", highlight=False)
+    for line in outcome.replaced:
+        console.print(f"[yellow]updated {line}[/yellow]", highlight=False, soft_wrap=True)
     if outcome.skipped:
         console.print(f"already imported (skipped): {', '.join(outcome.skipped)}", highlight=False)
     if outcome.not_finished:
         console.print(f"[yellow]not imported, still running in the source (import again later): "
                       f"{', '.join(outcome.not_finished)}[/yellow]", highlight=False)
-    console.print(f"study {study!r} in {redact_uri(uri)}: {len(outcome.imported)} imported, {len(outcome.skipped)} already there. "
+    updated = f" ({len(outcome.replaced)} updating a run whose source grew)" if outcome.replaced else ""
+    console.print(f"study {study!r} in {redact_uri(uri)}: {len(outcome.imported)} imported{updated}, "
+                  f"{len(outcome.skipped)} already there. "
                   f"Next: workbench health {study} --recheck; workbench compare {study}", highlight=False,
                   soft_wrap=True)
 
@@ -155,6 +161,9 @@ def import_export(directory: str, tracking_uri: str | None) -> None:
         raise fail(str(e)) from None
     if summary.skipped:
         console.print(f"already in the store (skipped): {len(summary.skipped)} run(s)", highlight=False)
+    if summary.not_finished:
+        console.print(f"[yellow]not loaded, not finished in the export: {', '.join(summary.not_finished)}[/yellow]",
+                      highlight=False, soft_wrap=True)
     console.print(summary.line() + f". Next: workbench compare {summary.experiment}", highlight=False,
                   soft_wrap=True)
 

@@ -1,8 +1,9 @@
 """Read a framework's runs, from an MLflow store or from its own log files, into :class:`SourceRun`s.
 
 Everything here only reads; :mod:`workbench.importers.write` writes. Each source run gets a
-stable ``key`` (the source run id, or the SHA-256 of the file's bytes), so importing the same
-source twice finds the runs it already wrote.
+``key`` saying what it is made from (the source run id, or the SHA-256 of the file's bytes), so
+importing the same source twice finds the runs it already wrote; the imported run's identity
+(its ``run_key``) is given by :func:`workbench.importers.write.identity_key`.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ SELECTOR_KINDS = ("param", "tag")
 class SourceRun:
     """One run of the source framework, before mapping: metric names as the framework logged them."""
 
-    key: str  # stable identity of the source (run id or file digest): the imported run's run_key
+    key: str  # what the run is made from (source run id or file content, digested): workbench.source_digest
     variant: str
     seed: int
     origin: dict[str, str]  # workbench.source_* tags: where it came from
@@ -40,6 +41,7 @@ class SourceRun:
     status: str = "FINISHED"
     name: str = ""  # the source run's own name, if any
     bad_lines: BadLines | None = None  # a file's malformed lines (counted with --skip-bad-lines)
+    identity: str = ""  # the imported run's run_key (write.identity_key: study, framework, variant, seed, source id)
 
     @property
     def label(self) -> str:

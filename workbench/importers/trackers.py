@@ -22,7 +22,7 @@ from pathlib import Path
 from .adapters import Adapter
 from .errors import ImportSourceError
 from .load import SourceRun, _check_unique_labels, _digest
-from .validate import Points
+from .validate import BadLines, Points, step_number
 
 __all__ = ["FRAMEWORK_NAMING", "TrackedRun", "guess_framework", "runs_from_tracker", "source_steps"]
 
@@ -36,6 +36,7 @@ class TrackedRun:
     params: dict[str, str] = field(default_factory=dict)
     status: str = "FINISHED"
     name: str = ""
+    run_id: str = ""  # the tracker's own run id, where it has one (W&B): part of the imported run's identity
 
 
 def _hf_source_name(tracked: str) -> str:
@@ -60,15 +61,23 @@ FRAMEWORK_NAMING: dict[str, Naming] = {
 }
 
 
-def source_steps(framework: str, scalars: list[tuple[int, dict[str, float]]]) -> list[tuple[int, dict[str, float]]]:
-    """Tracker rows -> ``[(framework step, {framework's metric name: value})]`` (same step merged, later wins)."""
+def source_steps(framework: str, scalars: list[tuple[int, dict[str, float]]],
+                 where: str = "") -> list[tuple[int, dict[str, float]]]:
+    """Tracker rows -> ``[(framework step, {framework's metric name: value})]`` (same step merged, later wins).
+    A logged step (``train/global_step``) that is not a 64-bit integer is an ``ImportSourceError`` naming ``where``."""
     naming = FRAMEWORK_NAMING[framework]
     by_step: dict[int, dict[str, float]] = {}
     for step, row in scalars:
         if naming.step_key is not None and naming.step_key in row:
             value = row[naming.step_key]
             if math.isfinite(value):
-                step = int(value)
+                try:
+                    if value != int(value):
+                        raise ValueError(f"step {value!r} is not an integer")
+                    step = step_number(int(value))
+                except ValueError as e:
+                    raise ImportSourceError(f"{where or 'a tracked run'}: {naming.step_key} at tracker step {step}: "
+                                            f"{e}") from None
         merged = by_step.setdefault(step, {})
         for name, value in row.items():
             if name != naming.step_key:
@@ -88,11 +97,13 @@ def guess_framework(adapters: dict[str, Adapter], names: set[str], where: str) -
     return winners[0]
 
 
-def runs_from_tracker(adapters: dict[str, Adapter], tracker: str, reader: Callable[[Path], TrackedRun],
+def runs_from_tracker(adapters: dict[str, Adapter], tracker: str, reader: Callable[[Path, BadLines], TrackedRun],
                       paths: Sequence[str], framework: str | None, variant: str,
-                      seeds: Sequence[int]) -> tuple[Adapter, list[SourceRun]]:
+                      seeds: Sequence[int], skip_bad_lines: bool = False) -> tuple[Adapter, list[SourceRun]]:
     """One run per path (a TensorBoard log directory, a W&B run directory), all of ``variant``;
-    the framework named or, with ``None``, guessed from the metric names of the first run."""
+    the framework named or, with ``None``, guessed from the metric names of the first run. A record
+    the reader cannot read whole (a CRC error, a value beyond a float) is an error, or with
+    ``skip_bad_lines`` left out and counted (the run's ``bad_lines``, printed in the import's summary)."""
     if not paths:
         raise ImportSourceError(f"give the {tracker} run directories to import")
     if len(seeds) != len(paths):
@@ -100,20 +111,23 @@ def runs_from_tracker(adapters: dict[str, Adapter], tracker: str, reader: Callab
     if framework is not None and framework not in FRAMEWORK_NAMING:
         raise ImportSourceError(f"--framework {framework!r}: runs in {tracker} can be imported from "
                                 f"{' or '.join(sorted(FRAMEWORK_NAMING))}")
-    tracked = [(Path(p), reader(Path(p))) for p in paths]  # every run read (and checked) before any is mapped
+    bads = [BadLines(p, skip_bad_lines, unit="record") for p in paths]
+    tracked = [(Path(p), reader(Path(p), bad)) for p, bad in zip(paths, bads, strict=True)]  # all read before any is mapped
     if framework is None:
         first_path, first = tracked[0]
         framework = guess_framework(adapters, {n for _, row in first.scalars for n in row}, str(first_path))
     adapter = adapters[framework]
     out = []
-    for (path, run), seed in zip(tracked, seeds, strict=True):
-        steps = source_steps(framework, run.scalars)
+    for (path, run), seed, bad in zip(tracked, seeds, bads, strict=True):
+        steps = source_steps(framework, run.scalars, str(path))
         if not any(metrics for _, metrics in steps):
             raise ImportSourceError(f"{path} holds no scalar metrics")
         out.append(SourceRun(
             key=_digest(adapter.framework, tracker, run.digest), variant=variant, seed=seed,
             origin={"workbench.source_file": str(path.resolve()), "workbench.source_tracker": tracker,
-                    "workbench.source_sha256": run.digest},
-            steps=Points.of(steps, str(path)), params=run.params, status=run.status, name=run.name or path.name))
+                    "workbench.source_sha256": run.digest,
+                    **({"workbench.source_wandb_run": run.run_id} if tracker == "wandb" and run.run_id else {})},
+            steps=Points.of(steps, str(path)), params=run.params, status=run.status, name=run.name or path.name,
+            bad_lines=bad))
     _check_unique_labels(out)
     return adapter, out

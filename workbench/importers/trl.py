@@ -8,8 +8,11 @@ and the ``clip_ratio/*`` fractions; ``GRPOTrainer.log`` averages each over the l
 
 from __future__ import annotations
 
-import json
+import math
 from collections.abc import Iterator
+
+from workbench.errors import UserFileError
+from workbench.safe_io import parse_json, read_bytes
 
 from .adapters import ADAPTERS, Adapter, MetricMapping
 from .errors import ImportSourceError
@@ -68,6 +71,16 @@ MAPPINGS = (
 MAX_TRAINER_STATE_BYTES = 256 << 20
 
 
+class _OutOfRange(str):
+    """A JSON number beyond a 64-bit float (``1e400``), which ``json`` would read as infinity without a word:
+    kept as its text, so :func:`metric_value` refuses it (``Infinity``, as HF writes inf, is not one)."""
+
+
+def _float(text: str) -> float | _OutOfRange:
+    value = float(text)
+    return _OutOfRange(text) if math.isinf(value) else value
+
+
 def read_trainer_state(path: str, bad: BadLines) -> Iterator[Point]:
     """``trainer_state.json`` -> ``(where, global step, {metric: value})`` per ``log_history`` entry.
 
@@ -75,18 +88,12 @@ def read_trainer_state(path: str, bad: BadLines) -> Iterator[Point]:
     non-numeric values (strings) are skipped; ``None`` (TRL's "no valid value in the window")
     becomes NaN. An entry without an integer step, or with a number out of range, goes to ``bad``.
     """
-    size = regular_file_size(path)
-    if size > MAX_TRAINER_STATE_BYTES:
-        raise ImportSourceError(f"{path} is {size:,} bytes, over the {MAX_TRAINER_STATE_BYTES:,} of a trainer state")
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except OSError as e:
-        raise ImportSourceError(f"{path}: cannot read ({e.strerror})") from None
-    except RecursionError:
-        raise ImportSourceError(f"{path} is not a TRL trainer state (JSON nested too deeply)") from None
-    except (UnicodeDecodeError, ValueError):
-        raise ImportSourceError(f"{path} is not a TRL trainer state (not JSON)") from None
+    regular_file_size(path)  # "is a FIFO", "is a directory": the clearer message first
+    try:  # a regular file (checked on the open descriptor), bounded, recursion-safe JSON (workbench/safe_io.py)
+        data = parse_json(read_bytes(path, limit=MAX_TRAINER_STATE_BYTES, what="TRL trainer state"), str(path),
+                          parse_float=_float)
+    except UserFileError as e:
+        raise ImportSourceError(str(e).replace(": not valid JSON", " is not a TRL trainer state (not JSON)")) from None
     history = data.get("log_history") if isinstance(data, dict) else None
     if not isinstance(history, list) or not all(isinstance(e, dict) for e in history):
         raise ImportSourceError(f"{path} is not a TRL trainer state (no 'log_history' list)")
@@ -96,7 +103,8 @@ def read_trainer_state(path: str, bad: BadLines) -> Iterator[Point]:
                 raise ValueError("no integer 'step'")
             step = step_number(entry["step"])
             row = {key: metric_value(value) for key, value in entry.items() if key != "step"
-                   and (value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)))}
+                   and (value is None or isinstance(value, _OutOfRange)
+                        or (isinstance(value, (int, float)) and not isinstance(value, bool)))}
         except ValueError as e:
             bad(i, str(e), what="log_history entry")
             continue

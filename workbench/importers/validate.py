@@ -24,16 +24,18 @@ import tempfile
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Annotated, Any, BinaryIO
 
 import numpy as np
 from pydantic import TypeAdapter, ValidationError
 
 from workbench.config import RunConfig
-from workbench.errors import explain_pydantic_error
+from workbench.errors import UserFileError, explain_pydantic_error
+from workbench.safe_io import open_user_file
 from workbench.study.report import Reporter
 from workbench.study.schema import validate_fields
 from workbench.tracking.bulk import MetricColumns
+from workbench.tracking.limits import metric_name_problem
 
 from .errors import ImportSourceError
 
@@ -52,9 +54,9 @@ __all__ = [
     "check_labels",
     "check_run",
     "file_sha256",
-    "metric_name_problem",
     "metric_value",
     "numbered_lines",
+    "open_source",
     "regular_file_size",
     "step_number",
 ]
@@ -95,18 +97,29 @@ def regular_file_size(path: str) -> int:
     return info.st_size
 
 
-def numbered_lines(path: str) -> Iterator[tuple[int, str]]:
-    """``(1-based line number, text without the newline)``, streamed; bounded as the module says."""
-    regular_file_size(path)
+def open_source(path: str) -> BinaryIO:
+    """``path`` opened as :func:`workbench.safe_io.open_regular` opens it (a regular file, checked on the
+    open descriptor: a file swapped for a FIFO after :func:`regular_file_size` cannot block either),
+    its size within :data:`MAX_SOURCE_BYTES`; failures are ``ImportSourceError`` naming the file."""
+    regular_file_size(path)  # the clearer message first: "is a FIFO", "is a directory"
     try:
-        f = open(path, "rb")  # noqa: SIM115 - closed below; a generator holds it across yields
-    except OSError as e:
-        raise ImportSourceError(f"{path}: cannot read ({e.strerror})") from None
-    with f:
+        return open_user_file(path, what="metric log")
+    except UserFileError as e:
+        raise ImportSourceError(str(e)) from None
+
+
+def numbered_lines(path: str) -> Iterator[tuple[int, str]]:
+    """``(1-based line number, text without the newline)``, streamed; bounded as the module says
+    (at most :data:`MAX_SOURCE_BYTES` read, even from a file that grows while it is read)."""
+    with open_source(path) as f:
+        total = 0
         for number in range(1, MAX_LINES + 2):
             raw = f.readline(MAX_LINE_BYTES + 1)
             if not raw:
                 return
+            total += len(raw)
+            if total > MAX_SOURCE_BYTES:
+                raise ImportSourceError(f"{path}: more than {MAX_SOURCE_BYTES:,} bytes, over the import limit")
             if number > MAX_LINES:
                 raise ImportSourceError(f"{path}: more than {MAX_LINES:,} lines, over the import limit")
             if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
@@ -116,17 +129,24 @@ def numbered_lines(path: str) -> Iterator[tuple[int, str]]:
 
 
 def file_sha256(path: str) -> str:
-    """SHA-256 of a file's bytes, read in chunks (constant memory)."""
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
+    """SHA-256 of a file's bytes, read in chunks (constant memory), at most :data:`MAX_SOURCE_BYTES`."""
+    digest, total = hashlib.sha256(), 0
+    with open_source(path) as f:
+        while chunk := f.read(1 << 20):
+            total += len(chunk)
+            if total > MAX_SOURCE_BYTES:
+                raise ImportSourceError(f"{path}: more than {MAX_SOURCE_BYTES:,} bytes, over the import limit")
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 class BadLines:
     """Where a reader reports a malformed line: an error naming it, or (``skip``) a count."""
 
-    def __init__(self, path: str, skip: bool) -> None:
+    def __init__(self, path: str, skip: bool, unit: str = "line") -> None:
         self.path = path
         self.skip = skip
+        self.unit = unit  # what the import's summary counts: malformed line(s), record(s)
         self.count = 0
         self.first = ""  # "line N: why" of the first one skipped
 
@@ -134,10 +154,12 @@ class BadLines:
         self.count, self.first = 0, ""
 
     def __call__(self, number: int, why: str, what: str = "line") -> None:
-        """A malformed ``what`` (a line; ``log_history`` entry for a JSON document) at ``number``."""
+        """A malformed ``what`` at ``number``: a line; a ``log_history entry`` of a JSON document; a
+        TensorBoard record at a ``byte`` offset; a W&B ``history record``."""
         if not self.skip:
             where = f"{self.path}:{number}" if what == "line" else f"{self.path}: {what} {number}"
-            plural = "lines" if what == "line" else what.replace("entry", "entries")
+            plural = {"line": "lines", "byte": "records"}.get(what, what.replace("entry", "entries").replace(
+                "record", "records"))
             raise ImportSourceError(f"{where}: {why} (--skip-bad-lines skips such {plural} and counts them)")
         self.count += 1
         self.first = self.first or f"{what} {number}: {why}"
@@ -176,21 +198,6 @@ def metric_value(value: Any) -> float:
 def _short(value: Any, width: int = 40) -> str:
     text = repr(value)
     return text if len(text) <= width else f"{text[: width - 12]}... ({len(text)} chars)"
-
-
-def metric_name_problem(name: str) -> str | None:
-    """Why MLflow would refuse ``name`` as a metric key (MLflow's own validation), or None."""
-    from mlflow.exceptions import MlflowException  # deferred: mlflow
-    from mlflow.utils.validation import MAX_ENTITY_KEY_LENGTH, _validate_metric_name
-
-    if len(name) > MAX_ENTITY_KEY_LENGTH:
-        return f"metric name {_short(name)} is longer than MLflow's {MAX_ENTITY_KEY_LENGTH} characters"
-    try:
-        _validate_metric_name(name)
-    except MlflowException:
-        return (f"metric name {_short(name)} is not a valid MLflow metric name (letters, digits, '_', '-', '.', "
-                "' ', ':', '/'; no '..' or leading '/')")
-    return None
 
 
 def check_labels(study: str, variant: str, seed: int, where: str = "") -> None:

@@ -18,6 +18,7 @@ Log formats (``verl/utils/tracking.py``): ``trainer.logger=['console']`` prints
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterator
 
@@ -176,6 +177,8 @@ def _jsonl_record(line: str) -> tuple[int, dict[str, float]]:
     metrics = {}
     for name, value in row["data"].items():
         if type(value) is float:  # nearly every value: kept as parsed (NaN and infinities too, as metric_value does)
+            if math.isinf(value) and "Infinity" not in line:  # 1e400: json reads it as inf without a word
+                raise ValueError(f"value of {name[:60]!r} is out of range (beyond a 64-bit float)")
             metrics[name] = value
         elif value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)):
             metrics[name] = metric_value(value)  # strings, lists, booleans are not metrics: left out

@@ -20,8 +20,12 @@ import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
+from workbench.errors import UserFileError, one_line
+from workbench.safe_io import read_bytes
+
 from .errors import ImportSourceError
 from .trackers import TrackedRun
+from .validate import MAX_SOURCE_BYTES, BadLines, metric_value, step_number
 
 __all__ = ["read_wandb_run"]
 
@@ -35,8 +39,8 @@ _BOOKKEEPING = ("_step", "_runtime", "_timestamp")  # W&B's own history keys, no
 def _transaction_log(path: Path) -> Path:
     if not path.exists():
         raise ImportSourceError(f"{path}: no such directory")
-    if path.is_file():
-        return path
+    if not path.is_dir():
+        return path  # a file (or a FIFO, a device: read_bytes refuses those in one line)
     logs = sorted(path.glob("run-*.wandb"))
     if len(logs) == 1:
         return logs[0]
@@ -76,26 +80,55 @@ def _records(data: bytes, where: Path) -> Iterator[bytes]:
             raise ImportSourceError(f"{where}: corrupt W&B transaction log (chunk type {kind} at byte {start})")
 
 
-def _number(value_json: str) -> float | None:
+def _number(value_json: str) -> tuple[float | None, str | None]:
+    """``(value, None)`` for a scalar, ``(None, None)`` for what is not one (a string, a table, a
+    histogram: not a metric, left out), ``(None, why)`` for a value that cannot be read as logged (not
+    JSON, nested too deeply, a number beyond a 64-bit float such as a 5,000-digit integer)."""
     try:
         value = json.loads(value_json)  # W&B writes NaN and Infinity as JSON extensions, which json reads
-    except (ValueError, RecursionError):  # RecursionError: nested deeper than Python's stack
-        return None
+    except RecursionError:
+        return None, "nested too deeply"
+    except ValueError as e:  # bad JSON, or an integer past Python's 4,300-digit conversion limit
+        return None, f"not readable as a number ({len(value_json):,} characters: {one_line(str(e))[:80]})"
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None  # strings, tables, histograms: not scalar metrics
-    return float(value)
+        return None, None
+    if isinstance(value, float) and math.isinf(value) and "Infinity" not in value_json:  # 1e400: json says inf
+        return None, f"value {value_json[:40]!r} is out of range (beyond a 64-bit float)"
+    try:
+        return metric_value(value), None
+    except ValueError as e:
+        return None, str(e)
 
 
-def read_wandb_run(path: Path) -> TrackedRun:
-    """The history, config and exit status of the offline run at ``path`` (its directory or its .wandb file)."""
+def _step(value: float | None) -> int:
+    """W&B's ``_step`` as a step MLflow stores (a 64-bit integer); ``ValueError`` saying why not."""
+    if value is None:
+        raise ValueError("no _step")
+    if not math.isfinite(value) or value != int(value):
+        raise ValueError(f"step {value!r} is not an integer")
+    return step_number(int(value))
+
+
+def read_wandb_run(path: Path, bad: BadLines | None = None) -> TrackedRun:
+    """The history, config and exit status of the offline run at ``path`` (its directory or its .wandb file).
+
+    A history value that cannot be read as logged, or a step that is not a 64-bit integer, goes to
+    ``bad`` (default: an error naming the file, record and key; with ``--skip-bad-lines``: the record's
+    value, or the record for a bad step, left out and counted in the import's summary)."""
     from google.protobuf.message import DecodeError  # deferred: protobuf comes with wandb
     from wandb.proto import wandb_internal_pb2  # deferred: wandb
 
     log = _transaction_log(path)
-    data = log.read_bytes()
+    bad = bad if bad is not None else BadLines(str(log), skip=False)
+    bad.path = str(log)
+    try:
+        data = read_bytes(log, limit=MAX_SOURCE_BYTES, what="W&B transaction log")
+    except UserFileError as e:
+        raise ImportSourceError(str(e)) from None
     by_step: dict[int, dict[str, float]] = {}
     params: dict[str, str] = {}
-    status, name = "RUNNING", ""
+    status, name, run_id = "RUNNING", "", ""
+    history = 0
     for payload in _records(data, log):
         record = wandb_internal_pb2.Record()
         try:
@@ -104,21 +137,26 @@ def read_wandb_run(path: Path) -> TrackedRun:
             raise ImportSourceError(f"{log}: corrupt W&B record") from None
         kind = record.WhichOneof("record_type")
         if kind == "history":
+            history += 1
             row: dict[str, float] = {}
             step = None
             for item in record.history.item:
                 key = item.key or ".".join(item.nested_key)
-                value = _number(item.value_json)
-                if key == "_step":
+                value, problem = _number(item.value_json)
+                if problem is not None:
+                    bad(history, f"{_short(key)}: {problem}", what="history record")
+                elif key == "_step":
                     step = value
                 elif value is not None and key not in _BOOKKEEPING:
                     row[key] = value
             if step is None and record.history.HasField("step"):
                 step = float(record.history.step.num)
-            if step is not None and math.isfinite(step):
-                by_step.setdefault(int(step), {}).update(row)
+            try:
+                by_step.setdefault(_step(step), {}).update(row)
+            except ValueError as e:
+                bad(history, str(e), what="history record")
         elif kind == "run":
-            name = record.run.display_name or record.run.run_id
+            name, run_id = record.run.display_name or record.run.run_id, record.run.run_id
             for item in record.run.config.update:
                 key = item.key or ".".join(item.nested_key)
                 if not key.startswith("_"):  # _wandb: W&B's own bookkeeping
@@ -126,7 +164,11 @@ def read_wandb_run(path: Path) -> TrackedRun:
         elif kind == "exit":
             status = "FINISHED" if record.exit.exit_code == 0 else "FAILED"
     return TrackedRun(scalars=sorted(by_step.items()), digest=hashlib.sha256(data).hexdigest(), params=params, status=status,
-                      name=name)
+                      name=name, run_id=run_id)
+
+
+def _short(key: str, width: int = 60) -> str:
+    return repr(key) if len(key) <= width else f"{key[:width - 12]!r}... ({len(key)} chars)"
 
 
 def _param(value_json: str) -> str:

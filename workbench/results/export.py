@@ -30,7 +30,8 @@ Format (version :data:`FORMAT_VERSION`), one directory per study, zstd-compresse
   :mod:`workbench.tracking.rollouts`, parquet already). Not exported: samples, data records, reports and dashboards (HTML, written
   again by ``compare``/``dashboard``), checkpoints; and runs still RUNNING (exported once they end).
 
-Loading validates everything (checksums, columns, references between files) before its first write:
+Loading validates everything (checksums, columns, references between files) before its first write,
+and decodes a parquet file only within a row count and a decompressed size (:func:`workbench.safe_io.read_parquet`):
 bad input raises :class:`ExportError` with one line naming the file, and the store is left as it was.
 A run already in the store (same role, run_key and start time: loaded before) is skipped, and so is
 every run of a run_key that FINISHED there; loading twice adds nothing. A store whose experiment has
@@ -55,9 +56,10 @@ from workbench.errors import UserFileError
 from workbench.results.reader import StudyReader
 from workbench.results.readers.frames import empty_points
 from workbench.results.readers.protocol import TERMINAL_STATUSES
-from workbench.safe_io import parse_json, read_bytes, read_json
+from workbench.safe_io import parse_json, read_bytes, read_json, read_parquet
 from workbench.tracking.artifacts import PROBLEM_COLUMNS, PROBLEMS_ARTIFACT, decode_problem_rows, encode_problem_rows
 from workbench.tracking.bulk import MetricColumns, bulk_writable, write_metric_history
+from workbench.tracking.limits import entity_problem, metric_name_problem
 from workbench.tracking.redact import redact_uri
 from workbench.tracking.rollouts import is_rollout_artifact
 from workbench.tracking.store import ensure_store, get_or_create_experiment
@@ -335,7 +337,6 @@ def read_export(directory: str | os.PathLike[str]) -> Export:
     """The export in ``directory``, every file checked (manifest, checksums, columns, references);
     :class:`ExportError` naming the file otherwise."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     root = Path(directory)
     if not root.is_dir():
@@ -374,10 +375,10 @@ def read_export(directory: str | os.PathLike[str]) -> Export:
         if digest != entry["sha256"]:
             raise ExportError(f"{path}: checksum mismatch (sha256 {digest[:12]}..., {MANIFEST} says "
                               f"{entry['sha256'][:12]}...): the file changed after the export")
-        try:
-            table = pq.read_table(pa.BufferReader(data))
-        except (pa.ArrowException, OSError) as error:
-            raise ExportError(f"{path}: not a parquet file ({str(error).splitlines()[0]})") from None
+        try:  # the row count and decompressed size checked before decoding (a zstd row bomb is refused)
+            table = read_parquet(data, str(path))
+        except UserFileError as error:
+            raise ExportError(str(error)) from None
         missing = [f.name for f in schemas[name] if f.name not in table.column_names]
         if missing:
             raise ExportError(f"{path}: lacks columns {missing}")
@@ -405,6 +406,7 @@ def _exported_runs(path: Path, table) -> list[ExportedRun]:
             raise ExportError(f"{where}: status {r['status']!r} is not an MLflow run status")
         if r["role"] == "run" and not r["run_key"]:
             raise ExportError(f"{where}: a run without a run_key")
+        _check_times(where, r)
         decoded = {}
         for column in ("tags", "params"):
             try:
@@ -414,6 +416,10 @@ def _exported_runs(path: Path, table) -> list[ExportedRun]:
             if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str)
                                                       for k, v in value.items()):
                 raise ExportError(f"{where}: {column} is not a JSON object of strings")
+            for key, text in value.items():  # MLflow's own limits: a bulk load would not ask MLflow
+                problem = entity_problem("tag" if column == "tags" else "parameter", key, text)
+                if problem:
+                    raise ExportError(f"{where}: {problem}")
             decoded[column] = value
         if decoded["tags"].get("workbench.role") != r["role"]:
             raise ExportError(f"{where}: its workbench.role tag is not its role {r['role']!r}")
@@ -421,7 +427,35 @@ def _exported_runs(path: Path, table) -> list[ExportedRun]:
                                 r["end_time"], decoded["tags"], decoded["params"]))
     if sum(r.role == "study" for r in runs) > 1:
         raise ExportError(f"{path}: more than one study (parent) run")
+    seen: dict[tuple[str | None, int | None], int] = {}
+    finished: dict[str | None, int] = {}
+    for run in runs:  # one run twice would be loaded twice, and `compare` would count its seed twice
+        if run.role != "run":
+            continue
+        same = seen.setdefault((run.run_key, run.start_time), run.index)
+        if same != run.index:
+            raise ExportError(f"{path}: rows {same} and {run.index} are the same run (run_key {run.run_key!r}, "
+                              f"start time {run.start_time})")
+        if run.status == "FINISHED":
+            first = finished.setdefault(run.run_key, run.index)
+            if first != run.index:
+                raise ExportError(f"{path}: rows {first} and {run.index} are both a FINISHED run of run_key "
+                                  f"{run.run_key!r} (a study finishes each run once)")
     return runs
+
+
+def _check_times(where: str, r: dict[str, Any]) -> None:
+    """A run's start and end as MLflow would keep them: a missing start became the load's own time,
+    which put the start after the end."""
+    start, end = r["start_time"], r["end_time"]
+    if start is None:
+        raise ExportError(f"{where}: start_time is empty (MLflow would take the load's own time)")
+    if start < 0 or (end is not None and end < 0):
+        raise ExportError(f"{where}: a negative start_time or end_time ({start}, {end})")
+    if end is None and r["status"] in TERMINAL_STATUSES:
+        raise ExportError(f"{where}: a {r['status']} run without an end_time")
+    if end is not None and end < start:
+        raise ExportError(f"{where}: end_time {end} is before start_time {start}")
 
 
 def _runs_of(root: Path, name: str, table, n: int) -> np.ndarray:
@@ -463,6 +497,10 @@ def _attach(root: Path, runs: list[ExportedRun], tables: dict[str, Any]) -> None
         raise ExportError(f"{root / METRICS}: {error}") from None
     for i, span in spans.items():
         names, codes = np.unique(key[span], return_inverse=True)
+        for name in names.tolist():  # written in bulk, past MLflow's own checks: checked here
+            problem = metric_name_problem(name)
+            if problem:
+                raise ExportError(f"{root / METRICS}: run {i}: {problem}")
         columns = MetricColumns(list(names), codes.astype(np.int64), step[span].astype(np.int64),
                                 value[span], stamp[span].astype(np.int64))
         seen = pd.DataFrame({"k": codes, "s": columns.step, "t": columns.timestamp, "v": columns.value})
@@ -503,6 +541,7 @@ class LoadSummary:
     tracking_uri: str
     loaded: list[str] = field(default_factory=list)  # labels of the runs written
     skipped: list[str] = field(default_factory=list)  # labels already in the store
+    not_finished: list[str] = field(default_factory=list)  # SCHEDULED/RUNNING runs in the export: not loaded
     points: int = 0
     parent: str = ""  # "loaded" | "kept" (the store had one) | "" (the export has none)
     seconds: float = 0.0
@@ -533,7 +572,9 @@ def load_export(source: str | os.PathLike[str] | Export, tracking_uri: str) -> L
             if parent_id is not None:
                 summary.parent = "kept"
             continue
-        if (run.run_key, run.start_time) in present or run.run_key in finished:
+        if run.status not in TERMINAL_STATUSES:  # a SCHEDULED/RUNNING run would stay a phantom RUNNING run
+            summary.not_finished.append(f"{run.label} ({run.status})")
+        elif (run.run_key, run.start_time) in present or run.run_key in finished:
             summary.skipped.append(run.label)
         else:
             todo.append(run)
@@ -542,13 +583,23 @@ def load_export(source: str | os.PathLike[str] | Export, tracking_uri: str) -> L
         summary.seconds = time.perf_counter() - t0
         return summary
     eid = get_or_create_experiment(client, export.experiment, tracking_uri)
-    if parent_id is None and parent is not None:
-        parent_id = write_run(client, tracking_uri, eid, parent, None)
-        summary.parent = "loaded"
-    for run in todo:
-        write_run(client, tracking_uri, eid, run, parent_id)
-        summary.loaded.append(run.label)
-        summary.points += 0 if run.metrics is None else len(run.metrics)
+    written: list[str] = []
+    try:
+        if parent_id is None and parent is not None:
+            parent_id = write_run(client, tracking_uri, eid, parent, None)
+            written.append(parent_id)
+            summary.parent = "loaded"
+        for run in todo:
+            written.append(write_run(client, tracking_uri, eid, run, parent_id))
+            summary.loaded.append(run.label)
+            summary.points += 0 if run.metrics is None else len(run.metrics)
+    except BaseException:  # the store failing part-way: the runs of this load go, so a retry starts afresh
+        for run_id in reversed(written):
+            try:
+                client.delete_run(run_id)
+            except Exception:  # noqa: BLE001 - the store failing again: the original error is the one to report
+                pass
+        raise
     summary.seconds = time.perf_counter() - t0
     return summary
 

@@ -40,6 +40,7 @@ __all__ = [
     "NOTE_MARKER",
     "StudyLayout",
     "ViewLink",
+    "check_study_views",
     "experiment_note",
     "layout_of",
     "list_views",
@@ -205,6 +206,24 @@ def experiment_note(layout: StudyLayout, links: Sequence[ViewLink], tracked_seed
               f"health rules per run: `workbench health {layout.study}`.", "",
               f"_Written by {NOTE_MARKER}; refreshed by `workbench dashboard {layout.study}`._"]
     return "\n".join(lines)
+
+
+def check_study_views(layout: StudyLayout, specs: Sequence[Any], metrics: Iterable[str]) -> None:
+    """Raise ``ValueError`` (one line) if :func:`publish_study_views` would fail on a study whose runs log
+    ``metrics``: a saved view, the layout or the description over MLflow's limits. Writes nothing: an
+    import calls it before its first write, with the metrics it is about to log."""
+    from mlflow.utils.validation import MAX_EXPERIMENT_TAG_VAL_LENGTH  # deferred: mlflow
+
+    known = {m.name for m in CATALOGUE} | set(metrics)
+    views = views_for_specs(specs, known_metrics=known, grid_params=layout.grid_params)
+    for view in views:
+        encode_envelope(view, 0, 0)  # raises when even the deflated view is over the limit
+    links = [ViewLink(v.view_id, v.name, "0" * 19) for v in views]
+    for tag, value in ((ORDER_TAG, json.dumps([v.view_id for v in views])), (LAYOUT_TAG, json.dumps(asdict(layout))),
+                       (NOTE_TAG, experiment_note(layout, links, layout.seeds))):
+        if len(value) > MAX_EXPERIMENT_TAG_VAL_LENGTH:
+            raise ValueError(f"the study's {tag} would be {len(value):,} characters, over MLflow's "
+                             f"{MAX_EXPERIMENT_TAG_VAL_LENGTH:,}")
 
 
 def publish_study_views(client: Any, experiment_id: str, layout: StudyLayout, specs: Sequence[Any],
