@@ -85,16 +85,21 @@ def read_limited(path: str | Path, *, limit: int = MAX_FILE_BYTES, what: str = "
     return b"".join(chunks)
 
 
+def _user_error(path: str | Path, what: str, error: OSError | ValueError) -> UserFileError:
+    """The one line a failed open or read of a user's file becomes, naming the file."""
+    if isinstance(error, FileNotFoundError):
+        return UserFileError(f"{path}: no such {what}")
+    if isinstance(error, ValueError):
+        return UserFileError(f"{path}: {error}")
+    return UserFileError(f"{path}: cannot read the {what}: {error.strerror or error}")
+
+
 def open_user_file(path: str | Path, *, what: str = "file", inside: str | Path | None = None) -> BinaryIO:
     """:func:`open_regular`, every failure a :class:`UserFileError` naming the file."""
     try:
         return open_regular(path, what=what, inside=inside)
-    except FileNotFoundError:
-        raise UserFileError(f"{path}: no such {what}") from None
-    except ValueError as error:
-        raise UserFileError(f"{path}: {error}") from None
-    except OSError as error:
-        raise UserFileError(f"{path}: cannot read the {what}: {error.strerror or error}") from None
+    except (OSError, ValueError) as error:
+        raise _user_error(path, what, error) from None
 
 
 def _size(limit: int) -> str:
@@ -106,12 +111,8 @@ def read_bytes(path: str | Path, *, limit: int = MAX_FILE_BYTES, what: str = "fi
     """:func:`read_limited`, every failure a :class:`UserFileError` naming the file."""
     try:
         return read_limited(path, limit=limit, what=what, inside=inside)
-    except FileNotFoundError:
-        raise UserFileError(f"{path}: no such {what}") from None
-    except ValueError as error:
-        raise UserFileError(f"{path}: {error}") from None
-    except OSError as error:
-        raise UserFileError(f"{path}: cannot read the {what}: {error.strerror or error}") from None
+    except (OSError, ValueError) as error:
+        raise _user_error(path, what, error) from None
 
 
 def read_text(path: str | Path, *, limit: int = MAX_FILE_BYTES, what: str = "file",
