@@ -12,6 +12,7 @@ distinguishable from the next trial and from the baseline; the export follows th
 
 from __future__ import annotations
 
+import html
 import math
 import os
 from dataclasses import dataclass
@@ -206,7 +207,8 @@ def write_report(ostudy, spec: SearchSpec, path: str | os.PathLike[str], *, log_
                 f"trials {budget} done ({c['COMPLETE']} complete, {c['PRUNED']} pruned), {c['FAIL']} failed; "
                 f"sampler {spec.sampler_name}, pruner {spec.pruner_name}; seeds per trial {spec.seeds}")
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(html_page(f"Search {spec.optuna_name}", sections, subtitle=subtitle), encoding="utf-8")
+    path.write_text(html_page(f"Search {spec.optuna_name}", sections, subtitle=html.escape(subtitle)),
+                    encoding="utf-8")  # subtitle is HTML: the names in it are the user's
     if log_to_mlflow:
         _log_artifacts(ostudy, spec, path, all_rows)
     return path

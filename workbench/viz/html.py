@@ -63,8 +63,10 @@ class Section:
 
 
 def html_page(title: str, sections: Iterable[Section], *, subtitle: str = "", lead_html: str = "") -> str:
-    """A complete HTML document with one inlined copy of plotly.js. ``lead_html``: what the page
-    says first, above its title (a comparison's headline)."""
+    """A complete HTML document with one inlined copy of plotly.js. ``title`` and each section's title
+    and note are plain text (escaped here); ``subtitle``, ``lead_html`` and ``body_html`` are HTML their
+    builders made, escaping every user string they put in. ``lead_html``: what the page says first,
+    above its title (a comparison's headline)."""
     from plotly.offline import get_plotlyjs
 
     parts = [
