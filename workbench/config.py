@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from workbench.health import HealthConfig
+from workbench.metrics.passk import MAX_EVAL_SAMPLES
 from workbench.reward import validate_shaping
 from workbench.tasks.curation import CURATORS
 from workbench.tasks.eval_size import check_task_eval_size, fitting_eval_size
@@ -275,8 +276,16 @@ class RolloutConfig(Strict):
         if self.prompts_per_step * self.group_size > MAX_BATCH:
             raise ValueError(f"rollout.prompts_per_step x group_size = {self.prompts_per_step * self.group_size} "
                              f"completions per step; at most {MAX_BATCH} fit in memory")
+        if self.eval_samples > 1 and self.eval_temperature == 0:
+            raise ValueError(f"rollout.eval_samples = {self.eval_samples} with eval_temperature = 0 samples the same "
+                             "greedy answer every time: set rollout.eval_temperature > 0 (e.g. 1.0) for pass@k")
         return self
     eval_temperature: float = Field(0.0, ge=0, description="0 = greedy")
+    eval_samples: int = Field(
+        1, ge=1, le=MAX_EVAL_SAMPLES,
+        description="answers sampled per eval problem at eval_temperature (> 0 when above 1): 1 = one answer "
+        "each (eval/accuracy); n > 1 also logs the unbiased eval/pass@k for k = 1, 2, 4, … ≤ n and eval/mean@n "
+        "(workbench.metrics.passk), and the per-problem table gains each problem's correct count")
     eval_size: int | None = Field(None, ge=1, description="cap on eval problems (default: the task's eval set)")
     log_samples: int = Field(32, ge=0, description="sample completions kept in the artifact table per eval")
 
