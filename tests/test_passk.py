@@ -38,8 +38,8 @@ def test_hand_values():
     assert pass_at_k(10, 6, 5) == 1.0  # n − c = 4 < 5: every 5-subset holds a correct one
     # two problems (1 of 4, 4 of 4) and one with none: pass@2 = (1/2 + 1 + 0)/3, mean@n = 5/12
     metrics = pass_at_k_metrics(4, [1, 4, 0])
-    assert metrics == pytest.approx({"eval/pass@1": 5 / 12, "eval/pass@2": 1.5 / 3, "eval/pass@4": 2 / 3,
-                                     "eval/mean@n": 5 / 12}, abs=TOL)
+    assert metrics == pytest.approx({"eval/pass_at_1": 5 / 12, "eval/pass_at_2": 1.5 / 3, "eval/pass_at_4": 2 / 3,
+                                     "eval/mean_at_n": 5 / 12}, abs=TOL)
     assert ks_for(1) == [1] and ks_for(16) == [1, 2, 4, 8, 16] and ks_for(12) == [1, 2, 4, 8]
 
 
@@ -62,7 +62,7 @@ def test_pass_at_k_agrees_with_binomials_and_is_non_decreasing_in_k(n, data):
 
 @given(correct=st.lists(st.integers(0, 1), min_size=1, max_size=50))
 def test_with_one_sample_pass_at_1_is_the_accuracy(correct):
-    assert pass_at_k_metrics(1, correct)["eval/pass@1"] == pytest.approx(sum(correct) / len(correct), abs=TOL)
+    assert pass_at_k_metrics(1, correct)["eval/pass_at_1"] == pytest.approx(sum(correct) / len(correct), abs=TOL)
 
 
 def test_defaults_keep_the_run_key_and_greedy_many_samples_is_refused():
@@ -76,11 +76,16 @@ def test_defaults_keep_the_run_key_and_greedy_many_samples_is_refused():
 
 
 def test_catalogue_declares_every_k_and_says_which_a_run_does_not_log():
-    assert all(f"eval/pass@{k}" in BY_NAME for k in ks_for(MAX_EVAL_SAMPLES)) and "eval/mean@n" in BY_NAME
-    assert BY_NAME["eval/pass@4"].unit == "fraction" and BY_NAME["eval/pass@4"].bounds == (0.0, 1.0)
+    assert all(f"eval/pass_at_{k}" in BY_NAME for k in ks_for(MAX_EVAL_SAMPLES)) and "eval/mean_at_n" in BY_NAME
+    assert BY_NAME["eval/pass_at_4"].unit == "fraction" and BY_NAME["eval/pass_at_4"].bounds == (0.0, 1.0)
     absent = unlogged_by_config({"rollout.eval_samples": "4"})
-    assert "eval/pass@8" in absent and "eval/pass@4" not in absent and "eval/mean@n" not in absent
-    assert "eval/pass@1" in unlogged_by_config({"rollout.eval_samples": 1})
+    assert "eval/pass_at_8" in absent and "eval/pass_at_4" not in absent and "eval/mean_at_n" not in absent
+    assert "eval/pass_at_1" in unlogged_by_config({"rollout.eval_samples": 1})
+    # MLflow's rule for metric names (a real store refused "eval/pass@1"): letters, digits, _ - . space : /
+    from mlflow.utils.validation import _validate_metric_name
+
+    for name in [*BY_NAME]:
+        _validate_metric_name(name)
 
 
 def test_the_table_gains_the_counts_only_with_many_samples():
@@ -120,4 +125,4 @@ def test_eval_with_n_samples_counts_each_problems_correct_answers():
     assert metrics == pytest.approx({"eval/accuracy": sum(rows.correct) / 10, "eval/length_mean": 1.0,
                                      "eval/n_problems": 10.0, **pass_at_k_metrics(n, by_hand)}, abs=TOL)
     assert samples[0]["completion"] == texts[0] and len(samples) == 2
-    assert "eval/pass@1" not in greedy and greedy_rows.n_correct == []  # n = 1: today's eval, nothing added
+    assert "eval/pass_at_1" not in greedy and greedy_rows.n_correct == []  # n = 1: today's eval, nothing added

@@ -284,7 +284,7 @@ class RolloutConfig(Strict):
     eval_samples: int = Field(
         1, ge=1, le=MAX_EVAL_SAMPLES,
         description="answers sampled per eval problem at eval_temperature (> 0 when above 1): 1 = one answer "
-        "each (eval/accuracy); n > 1 also logs the unbiased eval/pass@k for k = 1, 2, 4, … ≤ n and eval/mean@n "
+        "each (eval/accuracy); n > 1 also logs the unbiased eval/pass_at_k for k = 1, 2, 4, … ≤ n and eval/mean_at_n "
         "(workbench.metrics.passk), and the per-problem table gains each problem's correct count")
     eval_size: int | None = Field(None, ge=1, description="cap on eval problems (default: the task's eval set)")
     log_samples: int = Field(32, ge=0, description="sample completions kept in the artifact table per eval")
@@ -422,11 +422,28 @@ class RewardConfig(Strict):
         "learner shares them with it, and on 2 cores overlapping measured no faster (docs/engines.md). "
         "true: always; false: never. Never with a batch filter, which picks groups by their rewards"))
     shaping: list[ShapingTerm] = Field(default_factory=list)
+    control: str | None = Field(None, description=(
+        "a spurious-reward control in place of the correctness term (workbench.reward.controls): random | "
+        "format_only | incorrect_label | constant. The verifier still judges every completion: accuracy/train "
+        "and eval/* stay true correctness. Unset: the verifier's reward"))
+    control_params: dict[str, Any] = Field(default_factory=dict, description=(
+        "the control's own keyword parameters (random: p, the success probability, drawn from the run's "
+        "seed and step; format_only: boxed; incorrect_label: offset; constant: value)"))
 
     @model_validator(mode="after")
     def _shapers_exist(self) -> RewardConfig:
         validate_shaping([(t.name, t.weight, t.params) for t in self.shaping])
+        if self.control is not None:
+            from workbench.reward.controls import validate_control  # deferred: torch
+
+            validate_control(self.control, self.control_params)
+        elif self.control_params:
+            raise ValueError("reward.control_params needs reward.control (random | format_only | incorrect_label | "
+                             "constant)")
         return self
+
+    def control_spec(self) -> tuple[str, dict[str, Any]] | None:
+        return None if self.control is None else (self.control, dict(self.control_params))
 
     def specs(self) -> list[tuple[str, float, dict[str, Any]]]:
         return [(t.name, t.weight, dict(t.params)) for t in self.shaping]

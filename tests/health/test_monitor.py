@@ -294,7 +294,7 @@ def test_a_rule_on_metrics_the_config_never_logs_is_not_applicable_not_unevaluat
     unlogged = unlogged_by_config(RunConfig().flat())  # defaults: kl_coef 0, no IS correction
     assert set(unlogged) == {"kl/ref", "mismatch/is_weight_mean", "mismatch/is_clipped_frac", "mismatch/is_reweighted_frac",
                              "batch/filtered_frac", "batch/sampling_rounds",
-                             *PASS_AT_K_METRICS, "eval/mean@n"}  # rollout.eval_samples = 1: one answer per problem
+                             *PASS_AT_K_METRICS, "eval/mean_at_n"}  # rollout.eval_samples = 1: one answer per problem
     history = [(step, {"entropy/mean": 1.0, "reward/mean": 0.5}) for step in range(6)]
     rules = HealthMonitor.from_config(None, unlogged=unlogged).recheck(history).report()["rules"]
     assert rules["kl_explosion"]["not_evaluated"] is None

@@ -230,7 +230,7 @@ def run_tags(study: str, variant: str, cfg: RunConfig, role: str = "run", label:
         "workbench.seed": str(cfg.seed),
         "workbench.run_key": cfg.run_key(),
         "workbench.algorithm.preset": cfg.algorithm.preset,
-    }
+    } | ({} if cfg.reward.control is None else {"reward/control": cfg.reward.control})  # a control arm says so
 
 
 def execute_run(cfg: RunConfig, *, study: str, variant: str, label: str, parent_run_id: str | None = None,

@@ -169,12 +169,12 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     MetricSpec("eval/n_problems", "held-out problems scored at this eval step: eval/accuracy a is a mean over n "
                "of them, so √(a(1−a)/n) is its standard error from the draw of problems alone (not seed noise)",
                "count", "none", NON_NEGATIVE, healthy_range=(100.0, 500.0)),
-    *(MetricSpec(name, f"held-out unbiased pass@{name.split('@')[1]} (Chen et al. 2021): the chance that "
-                 f"{name.split('@')[1]} of the rollout.eval_samples answers per problem, drawn without replacement, "
+    *(MetricSpec(name, f"held-out unbiased pass@{name.rsplit('_', 1)[1]} (Chen et al. 2021): the chance that "
+                 f"{name.rsplit('_', 1)[1]} of the rollout.eval_samples answers per problem, drawn without replacement, "
                  "hold a correct one, mean over problems; logged at eval steps when rollout.eval_samples > 1 and k <= it",
                  "fraction", "up", UNIT_INTERVAL, healthy_range=(0.3, 0.9)) for name in PASS_AT_K_METRICS),
     MetricSpec(MEAN_AT_N_METRIC, "held-out fraction of all rollout.eval_samples answers judged correct (mean@n, "
-               "= eval/pass@1); logged when eval_samples > 1", "fraction", "up", UNIT_INTERVAL,
+               "= eval/pass_at_1); logged when eval_samples > 1", "fraction", "up", UNIT_INTERVAL,
                healthy_range=(0.3, 0.7)),
     MetricSpec("perf/step_s", "wall time of the RL step", "s", "down", NON_NEGATIVE, healthy_range=(0.3, 0.6)),
     MetricSpec("perf/sample_s", "wall time sampling this step's completions (every sampling round)", "s", "down",
@@ -237,7 +237,7 @@ def unlogged_by_config(params: Mapping[str, Any]) -> dict[str, str]:
         except (TypeError, ValueError):
             n = 1
         for name in PASS_AT_K_METRICS:
-            if int(name.split("@")[1]) > n or n == 1:
+            if int(name.rsplit("_", 1)[1]) > n or n == 1:
                 absent[name] = f"rollout.eval_samples = {n} (pass@k is logged for k <= eval_samples when above 1)"
         if n == 1:
             absent[MEAN_AT_N_METRIC] = "rollout.eval_samples = 1"

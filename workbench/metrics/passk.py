@@ -46,16 +46,17 @@ def ks_for(n: int) -> list[int]:
 
 
 def pass_at_k_metric(k: int) -> str:
-    return f"eval/pass@{k}"
+    """``eval/pass_at_k``: MLflow metric names may not contain '@' (letters, digits, ``_-. :/`` only)."""
+    return f"eval/pass_at_{k}"
 
 
 # Every name that can be logged, for the metric catalogue.
 PASS_AT_K_METRICS: tuple[str, ...] = tuple(pass_at_k_metric(k) for k in ks_for(MAX_EVAL_SAMPLES))
-MEAN_AT_N_METRIC = "eval/mean@n"
+MEAN_AT_N_METRIC = "eval/mean_at_n"
 
 
 def pass_at_k_metrics(n: int, n_correct: Sequence[int]) -> dict[str, float]:
-    """``eval/pass@k`` for k = 1, 2, 4, … ≤ ``n`` and ``eval/mean@n`` (the fraction of all ``n`` × problems
+    """``eval/pass_at_k`` for k = 1, 2, 4, … ≤ ``n`` and ``eval/mean_at_n`` (the fraction of all ``n`` × problems
     answers judged correct; equal to pass@1), averaged over problems with ``n_correct`` correct each."""
     if not n_correct:
         raise ValueError("pass@k needs at least one problem")

@@ -8,7 +8,7 @@ intervals over seeds *and* problems (:mod:`workbench.compare.problems`).
 With ``rollout.eval_samples`` n > 1 every problem gets n answers at ``eval_temperature``: ``eval/accuracy``,
 ``eval/length_mean`` and the table's ``correct``/``length``/``truncated`` describe each problem's first
 answer (so ``eval/accuracy`` stays the mean of the table's ``correct`` that ``compare`` re-derives), and
-``eval/pass@k`` (k = 1, 2, 4, … ≤ n), ``eval/mean@n`` and the table's ``samples``/``n_correct`` use all n.
+``eval/pass_at_k`` (k = 1, 2, 4, … ≤ n), ``eval/mean_at_n`` and the table's ``samples``/``n_correct`` use all n.
 """
 
 from __future__ import annotations

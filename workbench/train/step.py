@@ -66,6 +66,7 @@ class RunParts:
     generator: torch.Generator  # minibatch order
     watch: Stopwatch  # every perf/* timing, the update's "algorithm" sections too
     scoring: ThreadPoolExecutor | None = None  # scores in the background (reward.overlap); None: in turn
+    control: tuple[str, dict[str, Any]] | None = None  # reward.control: a spurious reward in place of correctness
     mismatch_records: list[dict[str, Any]] = field(default_factory=list)  # health.mismatch_record_every steps
 
 
@@ -108,7 +109,8 @@ def open_run_parts(cfg: RunConfig, monitor: HealthMonitor) -> Iterator[RunParts]
         yield RunParts(task=task, eval_set=eval_set, sampler=sampler, verifier=verifier, learner=learner,
                        reference=reference, shaping=cfg.reward.specs(), monitor=monitor, rng=rng,
                        prompts=prompts, start_metrics=stage_metrics(directory) | data_metrics,
-                       data_record=data_record, generator=generator, watch=Stopwatch(), scoring=scoring)
+                       data_record=data_record, generator=generator, watch=Stopwatch(), scoring=scoring,
+                       control=cfg.reward.control_spec())
 
 
 def rl_step(cfg: RunConfig, step: int, parts: RunParts) -> dict[str, float]:
@@ -208,10 +210,11 @@ def health_metrics(step: int, metrics: dict[str, float], parts: RunParts) -> dic
     return verdict | {"perf/health_s": parts.watch.lap()["health"]}
 
 
-def timed_scoring(rollouts, parts: RunParts) -> ScoredRollouts:
-    """The rollouts' rewards, timed into ``perf/score_s`` (on the scoring thread when it overlaps)."""
+def timed_scoring(rollouts, parts: RunParts, seed: int) -> ScoredRollouts:
+    """The rollouts' rewards, timed into ``perf/score_s`` (on the scoring thread when it overlaps); ``seed``:
+    the batch's sampling seed, which a drawing reward control (``reward.control: random``) uses."""
     with parts.watch("score"):
-        return score_rollouts(parts.verifier, rollouts, parts.shaping)
+        return score_rollouts(parts.verifier, rollouts, parts.shaping, control=parts.control, seed=seed)
 
 
 def collect_batch(cfg: RunConfig, step: int, parts: RunParts) -> tuple[ScoredRollouts | PendingScores,
@@ -230,13 +233,14 @@ def collect_batch(cfg: RunConfig, step: int, parts: RunParts) -> tuple[ScoredRol
     rounds, kept, groups_kept = [], [], 0
     for round_ in range(algo.max_sampling_rounds if keep_group else 1):
         problems = parts.prompts.draw(step, roll.prompts_per_step)
+        seed = (cfg.seed * 1_000_003 + step) * 101 + round_
         with parts.watch("sample"):
             rollouts = parts.sampler.generate(problems, roll.group_size, temperature=cfg.sampler.temperature,
-                                              seed=(cfg.seed * 1_000_003 + step) * 101 + round_)
+                                              seed=seed)
         if parts.scoring is not None:  # no filter: nothing here needs the rewards
-            pending = PendingScores(rollouts, parts.scoring.submit(timed_scoring, rollouts, parts))
+            pending = PendingScores(rollouts, parts.scoring.submit(timed_scoring, rollouts, parts, seed))
             return pending, pending, {}
-        scored = timed_scoring(rollouts, parts)
+        scored = timed_scoring(rollouts, parts, seed)
         rounds.append(scored)
         if keep_group is None:
             return scored, scored, {}
