@@ -18,6 +18,7 @@ from workbench.metrics.passk import MAX_EVAL_SAMPLES
 from workbench.reward import validate_shaping
 from workbench.tasks.curation import CURATORS
 from workbench.tasks.eval_size import check_task_eval_size, fitting_eval_size
+from workbench.tasks.templates import PROMPT_TEMPLATES, template_text
 
 Dtype = Literal["float32", "bfloat16", "float16"]
 RUN_KEY_VERSION = 1  # bump when a default value changes meaning (see RunConfig.run_key)
@@ -65,7 +66,9 @@ class ModelConfig(Strict):
     path: str | None = None
     tiny: TinyModelConfig = TinyModelConfig()
     prompt_template: str = Field(
-        "{prompt}", description="how a problem's prompt is shown to the model (with a chat template: the user turn)")
+        "{prompt}", description="how a problem's prompt is shown to the model (with a chat template: the user turn): "
+        "a text with '{prompt}', or a named template, none | qwen_math | r1 (Dr. GRPO's three, exact strings in "
+        "docs/config.md; workbench.tasks.templates)")
     chat_template: str = Field(
         "none",
         description="auto = the model directory's tokenizer chat template wraps the prompt (an error if it has "
@@ -79,9 +82,10 @@ class ModelConfig(Strict):
     def _one_source(self) -> ModelConfig:
         if (self.builtin is None) == (self.path is None):
             raise ValueError("model needs exactly one of 'builtin: tiny' or 'path: DIR'")
-        if "{prompt}" not in self.prompt_template:
-            raise ValueError("model.prompt_template must contain '{prompt}'")
-        check_prompt_template(self.prompt_template)
+        if self.prompt_template not in PROMPT_TEMPLATES and "{prompt}" not in self.prompt_template:
+            raise ValueError("model.prompt_template must contain '{prompt}' or name a template: "
+                             + ", ".join(PROMPT_TEMPLATES.names()))
+        check_prompt_template(self.template_text)
         if self.builtin is not None and self.chat_template != "none":
             raise ValueError("model.chat_template applies to model.path: the built-in tiny model's character "
                              "tokenizer has no chat template (use chat_template: none)")
@@ -91,6 +95,12 @@ class ModelConfig(Strict):
         if not self.chat_template.strip():
             raise ValueError("model.chat_template is empty: use auto, none, a Jinja template or a file path")
         return self
+
+
+    @property
+    def template_text(self) -> str:
+        """``prompt_template``'s ``str.format`` text (a named template's text, else the setting as is)."""
+        return template_text(self.prompt_template)
 
 
 def check_prompt_template(template: str) -> None:

@@ -173,7 +173,7 @@ def check_problems_fit(cfg: RunConfig, task, tokenizer, positions: int | None,
     import random
     from pathlib import Path
 
-    prompt = prompt or PromptFormat(template=cfg.model.prompt_template)
+    prompt = prompt or PromptFormat(template=cfg.model.template_text)
     budget_new = cfg.sampler.max_new_tokens
     if positions is not None and budget_new >= positions:
         raise PreflightError(f"sampler.max_new_tokens={budget_new} leaves no room for a prompt: "
