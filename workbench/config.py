@@ -297,6 +297,10 @@ class RolloutConfig(Strict):
         "each (eval/accuracy); n > 1 also logs the unbiased eval/pass_at_k for k = 1, 2, 4, … ≤ n and eval/mean_at_n "
         "(workbench.metrics.passk), and the per-problem table gains each problem's correct count")
     eval_size: int | None = Field(None, ge=1, description="cap on eval problems (default: the task's eval set)")
+    reflection_words: list[str] | None = Field(None, description=(
+        "keywords whose presence marks a response as self-reflecting (behaviour/reflection_rate, "
+        "eval/reflection_rate; lower-cased substring match). Unset: oat-zero's 11 (workbench.metrics.reflection); "
+        "[] = off. Logged with model.path only: the built-in tiny model's arithmetic completions hold no words"))
     log_samples: int = Field(32, ge=0, description="sample completions kept in the artifact table per eval")
 
 

@@ -1,5 +1,6 @@
 """Named prompt templates (model.prompt_template: none | qwen_math | r1): the exact strings of Dr. GRPO's code,
-on the plain path and the chat path, with the lint where a template cannot apply, and a micro run on each path."""
+on the plain path and the chat path, with the lint where a template cannot apply, and a micro run on each path
+(which also shows the reflection-word rates logged on the chat path only)."""
 
 from __future__ import annotations
 
@@ -88,3 +89,7 @@ def test_micro_runs_on_the_plain_and_the_chat_path(workdir, qwen2_chat_dir):
     assert {r.data.tags["workbench.variant"]: r.info.status for r in runs} == dict.fromkeys(variants, "FINISHED")
     params = {r.data.tags["workbench.variant"]: r.data.params for r in runs}
     assert params["r1"]["model.prompt_template"] == "r1" and params["qwen_math"]["model.prompt_template"] == "qwen_math"
+    metrics = {r.data.tags["workbench.variant"]: r.data.metrics for r in runs}
+    # reflection words: logged on the chat-model path, not applicable (absent) on the tiny character model
+    assert {"behaviour/reflection_rate", "eval/reflection_rate"} <= set(metrics["chat_none"])
+    assert "behaviour/reflection_rate" not in metrics["r1"]

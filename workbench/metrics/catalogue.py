@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from workbench.metrics.passk import MEAN_AT_N_METRIC, PASS_AT_K_METRICS
+from workbench.metrics.reflection import REFLECTION_METRICS
 
 Direction = Literal["up", "down", "stable", "none"]
 
@@ -176,6 +177,12 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     MetricSpec(MEAN_AT_N_METRIC, "held-out fraction of all rollout.eval_samples answers judged correct (mean@n, "
                "= eval/pass_at_1); logged when eval_samples > 1", "fraction", "up", UNIT_INTERVAL,
                healthy_range=(0.3, 0.7)),
+    *(MetricSpec(name, f"fraction of {where} responses{side_text} holding one of rollout.reflection_words "
+                 "(default oat-zero's 11 self-reflection keywords); model.path runs only", "fraction", "none",
+                 UNIT_INTERVAL, healthy_range=(0.0, 0.2))
+      for where, names in (("sampled", REFLECTION_METRICS["behaviour"]), ("held-out (first answers)",
+                                                                         REFLECTION_METRICS["eval"]))
+      for name, side_text in zip(names, ("", " judged correct", " judged incorrect"), strict=True)),
     MetricSpec("perf/step_s", "wall time of the RL step", "s", "down", NON_NEGATIVE, healthy_range=(0.3, 0.6)),
     MetricSpec("perf/sample_s", "wall time sampling this step's completions (every sampling round)", "s", "down",
                NON_NEGATIVE, healthy_range=(0.1, 0.3)),
@@ -231,6 +238,15 @@ def unlogged_by_config(params: Mapping[str, Any]) -> dict[str, str]:
     if "algorithm.batch_filter" in params and off("algorithm.batch_filter"):
         for name in ("batch/filtered_frac", "batch/sampling_rounds"):
             absent[name] = "algorithm.batch_filter is not set"
+    reflection_off = None
+    if "model.builtin" in params and not off("model.builtin"):
+        reflection_off = ("model.builtin = tiny: its character-level arithmetic completions hold no words "
+                          "(not applicable)")
+    elif "rollout.reflection_words" in params and str(params["rollout.reflection_words"]).strip() in ("[]", ""):
+        reflection_off = "rollout.reflection_words = [] (off)"
+    if reflection_off is not None:
+        for names in REFLECTION_METRICS.values():
+            absent |= dict.fromkeys(names, reflection_off)
     if "rollout.eval_samples" in params:
         try:
             n = int(float(params["rollout.eval_samples"]))

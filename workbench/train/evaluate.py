@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from workbench.config import RolloutConfig
 from workbench.metrics.passk import pass_at_k_metrics
+from workbench.metrics.reflection import reflection_metrics
 from workbench.reward.rollouts import score_rollouts
 from workbench.tasks import Problem
 from workbench.tracking.artifacts import PASS_AT_K_COLUMNS, PROBLEM_COLUMNS, encode_problem_rows
@@ -77,12 +78,14 @@ class ProblemResults:
 
 
 def evaluate(sampler, verifier, problems: list[Problem], roll: RolloutConfig, *, seed: int,
-             step: int) -> tuple[dict[str, float], list[dict], ProblemResults]:
+             step: int, reflection_words: tuple[str, ...] = ()) -> tuple[dict[str, float], list[dict], ProblemResults]:
     """Score ``problems`` with ``roll.eval_samples`` answers each: the step's metrics, up to
-    ``roll.log_samples`` completions to show (first answers), and every problem's result."""
+    ``roll.log_samples`` completions to show (first answers), and every problem's result. With
+    ``reflection_words``, also ``eval/reflection_rate*`` over the first answers."""
     n_samples = roll.eval_samples
     correct, lengths, samples = 0.0, 0.0, []
     counts: list[int] = []  # correct answers per problem, of n_samples
+    first_texts: list[str] = []  # each problem's first answer, for the reflection rate
     rows = ProblemResults()
     ids = problem_ids(problems)
     per_call = max(1, EVAL_CHUNK // n_samples)  # prompts per generate call: about EVAL_CHUNK completions
@@ -92,6 +95,7 @@ def evaluate(sampler, verifier, problems: list[Problem], roll: RolloutConfig, *,
         scored = score_rollouts(verifier, rollouts, shaping=())
         first = slice(None, None, n_samples)  # rows are grouped by problem: each problem's first answer
         ok = scored.correct[first]  # [len(chunk)]
+        first_texts += rollouts.texts[::n_samples]
         correct += float(ok.float().sum())
         lengths += float(rollouts.lengths[first].sum())
         rows.extend(ProblemResults(step=[step] * len(chunk), problem_id=ids[start : start + len(chunk)],
@@ -116,4 +120,6 @@ def evaluate(sampler, verifier, problems: list[Problem], roll: RolloutConfig, *,
     metrics = {"eval/accuracy": correct / n, "eval/length_mean": lengths / n, "eval/n_problems": float(n)}
     if n_samples > 1:
         metrics |= pass_at_k_metrics(n_samples, counts)
+    if reflection_words:
+        metrics |= reflection_metrics(first_texts, [bool(c) for c in rows.correct], reflection_words, prefix="eval")
     return metrics, samples, rows

@@ -65,7 +65,8 @@ def train(cfg: RunConfig, sink: StepSink, monitor: HealthMonitor,
             metrics: dict[str, float] = dict(parts.start_metrics) if step == 0 else {}
             if step % roll.eval_every == 0 or step == roll.steps:  # before this step's update
                 eval_metrics, samples, problems = evaluate(parts.sampler, parts.verifier, parts.eval_set, roll,
-                                                           seed=cfg.seed, step=step)
+                                                           seed=cfg.seed, step=step,
+                                                           reflection_words=parts.reflection_words)
                 metrics |= eval_metrics
                 result.eval_history.append((step, eval_metrics["eval/accuracy"]))
                 result.samples += samples

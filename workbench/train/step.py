@@ -30,6 +30,7 @@ from workbench.config import RunConfig
 from workbench.health import HealthMonitor
 from workbench.metrics.compute import rollout_metrics
 from workbench.metrics.mismatch import mismatch_record
+from workbench.metrics.reflection import OAT_ZERO_KEYWORDS, reflection_metrics
 from workbench.models import load_policy, model_dir
 from workbench.models.priming import stage_metrics
 from workbench.reward import AnswerVerifier
@@ -67,6 +68,7 @@ class RunParts:
     watch: Stopwatch  # every perf/* timing, the update's "algorithm" sections too
     scoring: ThreadPoolExecutor | None = None  # scores in the background (reward.overlap); None: in turn
     control: tuple[str, dict[str, Any]] | None = None  # reward.control: a spurious reward in place of correctness
+    reflection_words: tuple[str, ...] = ()  # behaviour/reflection_rate's keywords; () = not logged
     mismatch_records: list[dict[str, Any]] = field(default_factory=list)  # health.mismatch_record_every steps
 
 
@@ -110,7 +112,16 @@ def open_run_parts(cfg: RunConfig, monitor: HealthMonitor) -> Iterator[RunParts]
                        reference=reference, shaping=cfg.reward.specs(), monitor=monitor, rng=rng,
                        prompts=prompts, start_metrics=stage_metrics(directory) | data_metrics,
                        data_record=data_record, generator=generator, watch=Stopwatch(), scoring=scoring,
-                       control=cfg.reward.control_spec())
+                       control=cfg.reward.control_spec(), reflection_words=reflection_words(cfg))
+
+
+def reflection_words(cfg: RunConfig) -> tuple[str, ...]:
+    """The keywords of the run's reflection rates: ``rollout.reflection_words``, unset oat-zero's 11; none (not
+    logged) on the built-in tiny model, whose character-level arithmetic completions hold no words."""
+    if cfg.model.builtin is not None:
+        return ()
+    words = cfg.rollout.reflection_words
+    return OAT_ZERO_KEYWORDS if words is None else tuple(words)
 
 
 def rl_step(cfg: RunConfig, step: int, parts: RunParts) -> dict[str, float]:
@@ -128,6 +139,8 @@ def rl_step(cfg: RunConfig, step: int, parts: RunParts) -> dict[str, float]:
                 parts.sampler.sync_weights(full)
         sampled = sampled.ready()  # scored by now: the update needed the rewards
         metrics |= rollout_metrics(sampled)  # over everything sampled, not only what was kept
+        if parts.reflection_words:  # ≤ 1% of a step (docs/metrics.md)
+            metrics |= reflection_metrics(sampled.rollouts.texts, sampled.correct.tolist(), parts.reflection_words)
         metrics |= parts.prompts.step_metrics(step, sampled.rollouts.problems)
     return metrics | perf_metrics(watch.lap(), sampled, batch.ready(), cfg.algorithm.epochs)
 
