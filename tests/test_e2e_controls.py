@@ -54,3 +54,13 @@ def test_controls_and_pass_at_k_run_and_log(workdir):
     header = gzip.decompress(Path(path).read_bytes()).decode().splitlines()[0]
     assert header == "step,problem_id,correct,length,truncated,samples,n_correct"
     assert runs["passk_objective"].data.params["algorithm.estimator"] == "grpo_passk"
+
+    # the reader keeps the counts (compare's final:eval/pass_at_k interval over problems reads them)
+    from workbench.results.reader import StudyReader
+
+    reader = StudyReader(f"sqlite:///{workdir / 'mlflow.db'}", cache_dir=False)
+    _, frame = reader.load_runs("controls")
+    rows = reader.problem_results(frame)
+    mine = rows[rows["run_id"] == runs["pass_at_4"].info.run_id]
+    assert len(mine) and (mine["samples"] == 4).all() and mine["n_correct"].between(0, 4).all()
+    assert rows[rows["run_id"] == runs["truth"].info.run_id]["n_correct"].isna().all()  # one answer: no count
