@@ -64,3 +64,18 @@ def test_controls_and_pass_at_k_run_and_log(workdir):
     mine = rows[rows["run_id"] == runs["pass_at_4"].info.run_id]
     assert len(mine) and (mine["samples"] == 4).all() and mine["n_correct"].between(0, 4).all()
     assert rows[rows["run_id"] == runs["truth"].info.run_id]["n_correct"].isna().all()  # one answer: no count
+
+    # an export keeps them: reloaded into a fresh store, the pass@4 run's table has the same counts
+    from workbench.results.export import export_study, load_export
+
+    export_study(f"sqlite:///{workdir / 'mlflow.db'}", "controls", workdir / "export")
+    fresh = f"sqlite:///{workdir / 'fresh.db'}"
+    load_export(workdir / "export", fresh)
+    again = StudyReader(fresh, cache_dir=False)
+    _, reloaded = again.load_runs("controls")
+    back = again.problem_results(reloaded)
+    ids = dict(zip(reloaded["run_id"], reloaded["variant"], strict=True))
+    back = back[back["run_id"].map(ids) == "pass_at_4"]
+    key = ["step", "problem_id"]
+    assert back.sort_values(key)[["n_correct", "samples"]].to_numpy().tolist() == \
+        mine.sort_values(key)[["n_correct", "samples"]].to_numpy().tolist()
