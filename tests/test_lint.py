@@ -66,6 +66,11 @@ CASES = {
         config(learner={"dtype": "bfloat16", "lr": 1e-6}), "learner.lr=1e-06",
         config(learner={"backend": "deepspeed", "dtype": "bfloat16", "lr": 1e-6}),
     ),
+    "template_on_the_chat_path": (
+        config(model={"builtin": None, "path": "/models/qwen", "chat_template": "auto", "prompt_template": "qwen_math"}),
+        "model.prompt_template=qwen_math",
+        config(model={"builtin": None, "path": "/models/qwen", "chat_template": "none", "prompt_template": "qwen_math"}),
+    ),
     "shaping_that_cannot_trigger": (
         config(reward={"shaping": [{"name": "overlong_soft", "params": {"max_length": 20, "cache_length": 4}}]}),
         "reward.shaping[0] (overlong_soft) cache_length=4, max_length=20",

@@ -183,6 +183,19 @@ def test_the_hard_cap_stops_recording_and_counts_the_rest():
     assert manifest["dropped"] == {"train": 8, "eval": 4} and manifest["rows"] == {"train": 0, "eval": 0}
 
 
+def test_several_eval_answers_per_problem_are_stored_under_their_problem():
+    """``rollout.eval_samples: 2`` (pass@k, #50): the eval chunk holds 2 answers per problem, grouped by
+    problem; each row carries its problem's id, the problem as its group and the answer's index as its sample."""
+    sink = Sink()
+    log = RolloutRecorder(sink, budget_bytes=1 << 20, steps=1, eval_steps=[0], render=str, flush_every=1)
+    log.record_eval(0, scored(4), ["a", "b"], 2)
+    log.close()
+    (chunk,) = [data for path, data in sink.files.items() if "completions" in path]
+    rows = pd.read_parquet(io.BytesIO(chunk))
+    assert list(rows["prompt_id"]) == ["a", "a", "b", "b"]
+    assert list(rows["group"]) == [0, 0, 1, 1] and list(rows["sample"]) == [0, 1, 0, 1]
+
+
 @pytest.mark.slow  # a micro run with a batch filter: ~6 s
 def test_with_a_batch_filter_every_round_is_kept_and_only_the_trained_groups_carry_advantages():
     """DAPO's dynamic sampling drops groups whose rewards are all equal and samples again: every round is

@@ -14,9 +14,11 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from workbench.health import HealthConfig
+from workbench.metrics.passk import MAX_EVAL_SAMPLES
 from workbench.reward import validate_shaping
 from workbench.tasks.curation import CURATORS
 from workbench.tasks.eval_size import check_task_eval_size, fitting_eval_size
+from workbench.tasks.templates import PROMPT_TEMPLATES, template_text
 
 Dtype = Literal["float32", "bfloat16", "float16"]
 RUN_KEY_VERSION = 1  # bump when a default value changes meaning (see RunConfig.run_key)
@@ -64,7 +66,9 @@ class ModelConfig(Strict):
     path: str | None = None
     tiny: TinyModelConfig = TinyModelConfig()
     prompt_template: str = Field(
-        "{prompt}", description="how a problem's prompt is shown to the model (with a chat template: the user turn)")
+        "{prompt}", description="how a problem's prompt is shown to the model (with a chat template: the user turn): "
+        "a text with '{prompt}', or a named template, none | qwen_math | r1 (Dr. GRPO's three, exact strings in "
+        "docs/config.md; workbench.tasks.templates)")
     chat_template: str = Field(
         "none",
         description="auto = the model directory's tokenizer chat template wraps the prompt (an error if it has "
@@ -78,9 +82,10 @@ class ModelConfig(Strict):
     def _one_source(self) -> ModelConfig:
         if (self.builtin is None) == (self.path is None):
             raise ValueError("model needs exactly one of 'builtin: tiny' or 'path: DIR'")
-        if "{prompt}" not in self.prompt_template:
-            raise ValueError("model.prompt_template must contain '{prompt}'")
-        check_prompt_template(self.prompt_template)
+        if self.prompt_template not in PROMPT_TEMPLATES and "{prompt}" not in self.prompt_template:
+            raise ValueError("model.prompt_template must contain '{prompt}' or name a template: "
+                             + ", ".join(PROMPT_TEMPLATES.names()))
+        check_prompt_template(self.template_text)
         if self.builtin is not None and self.chat_template != "none":
             raise ValueError("model.chat_template applies to model.path: the built-in tiny model's character "
                              "tokenizer has no chat template (use chat_template: none)")
@@ -90,6 +95,12 @@ class ModelConfig(Strict):
         if not self.chat_template.strip():
             raise ValueError("model.chat_template is empty: use auto, none, a Jinja template or a file path")
         return self
+
+
+    @property
+    def template_text(self) -> str:
+        """``prompt_template``'s ``str.format`` text (a named template's text, else the setting as is)."""
+        return template_text(self.prompt_template)
 
 
 def check_prompt_template(template: str) -> None:
@@ -311,9 +322,21 @@ class RolloutConfig(Strict):
         if self.prompts_per_step * self.group_size > MAX_BATCH:
             raise ValueError(f"rollout.prompts_per_step x group_size = {self.prompts_per_step * self.group_size} "
                              f"completions per step; at most {MAX_BATCH} fit in memory")
+        if self.eval_samples > 1 and self.eval_temperature == 0:
+            raise ValueError(f"rollout.eval_samples = {self.eval_samples} with eval_temperature = 0 samples the same "
+                             "greedy answer every time: set rollout.eval_temperature > 0 (e.g. 1.0) for pass@k")
         return self
     eval_temperature: float = Field(0.0, ge=0, description="0 = greedy")
+    eval_samples: int = Field(
+        1, ge=1, le=MAX_EVAL_SAMPLES,
+        description="answers sampled per eval problem at eval_temperature (> 0 when above 1): 1 = one answer "
+        "each (eval/accuracy); n > 1 also logs the unbiased eval/pass_at_k for k = 1, 2, 4, … ≤ n and eval/mean_at_n "
+        "(workbench.metrics.passk), and the per-problem table gains each problem's correct count")
     eval_size: int | None = Field(None, ge=1, description="cap on eval problems (default: the task's eval set)")
+    reflection_words: list[str] | None = Field(None, description=(
+        "keywords whose presence marks a response as self-reflecting (behaviour/reflection_rate, "
+        "eval/reflection_rate; lower-cased substring match). Unset: oat-zero's 11 (workbench.metrics.reflection); "
+        "[] = off. Logged with model.path only: the built-in tiny model's arithmetic completions hold no words"))
     log_samples: int = Field(32, ge=0, description="sample completions kept in the artifact table per eval")
 
 
@@ -449,11 +472,28 @@ class RewardConfig(Strict):
         "learner shares them with it, and on 2 cores overlapping measured no faster (docs/engines.md). "
         "true: always; false: never. Never with a batch filter, which picks groups by their rewards"))
     shaping: list[ShapingTerm] = Field(default_factory=list)
+    control: str | None = Field(None, description=(
+        "a spurious-reward control in place of the correctness term (workbench.reward.controls): random | "
+        "format_only | incorrect_label | constant. The verifier still judges every completion: accuracy/train "
+        "and eval/* stay true correctness. Unset: the verifier's reward"))
+    control_params: dict[str, Any] = Field(default_factory=dict, description=(
+        "the control's own keyword parameters (random: p, the success probability, drawn from the run's "
+        "seed and step; format_only: boxed; incorrect_label: offset; constant: value)"))
 
     @model_validator(mode="after")
     def _shapers_exist(self) -> RewardConfig:
         validate_shaping([(t.name, t.weight, t.params) for t in self.shaping])
+        if self.control is not None:
+            from workbench.reward.controls import validate_control  # deferred: torch
+
+            validate_control(self.control, self.control_params)
+        elif self.control_params:
+            raise ValueError("reward.control_params needs reward.control (random | format_only | incorrect_label | "
+                             "constant)")
         return self
+
+    def control_spec(self) -> tuple[str, dict[str, Any]] | None:
+        return None if self.control is None else (self.control, dict(self.control_params))
 
     def specs(self) -> list[tuple[str, float, dict[str, Any]]]:
         return [(t.name, t.weight, dict(t.params)) for t in self.shaping]

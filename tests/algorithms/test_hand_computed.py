@@ -74,6 +74,19 @@ def test_rloo_hand_values():
     close(compute_advantages("rloo", REWARDS, GROUPS), [2 / 3, -2 / 3, 2 / 3, -2 / 3, -2.0, 2.0, 5.0])
 
 
+def test_grpo_passk_hand_values():
+    # Only each group's best completion moves, by (r_max − r_second) / (std + eps):
+    # group 0 [1, 0, 1, 0]: the best is tied (1 = 1), so nothing moves; group 1 [2, 4]: 4 − 2 = 2,
+    # over std 1.414214 → 1.414214 on the 4; group 2 (one completion): no rival, 5 / (1 + 1e-6) ≈ 5
+    close(compute_advantages("grpo_passk", REWARDS, GROUPS), [0, 0, 0, 0, 0, 1.414214, 5.0])
+    # without the std: the raw gap; a unique 1 among 0s (1 of 4 correct) gets 1 − 0 = 1, the rest 0
+    close(compute_advantages("grpo_passk", REWARDS, GROUPS, norm_by_std=False), [0, 0, 0, 0, 0, 2.0, 5.0])
+    close(compute_advantages("grpo_passk", torch.tensor([0.0, 1.0, 0.0, 0.0]), torch.zeros(4), norm_by_std=False),
+          [0, 1.0, 0, 0])
+    # [0.5, 0.2, 0.9]: gap 0.9 − 0.5 = 0.4; Bessel std of the group = sqrt(0.123333) = 0.351188 → 1.138990
+    close(compute_advantages("grpo_passk", torch.tensor([0.5, 0.2, 0.9]), torch.zeros(3)), [0, 0, 1.138990])
+
+
 def test_reinforce_plus_plus_baseline_hand_values():
     # r = [1, 0, 3], groups [0, 0, 1]: centred x = [0.5, -0.5, 3] (the singleton keeps 3)
     # batch mean 1, deviations [-0.5, -1.5, 2], Bessel var = (0.25 + 2.25 + 4)/2 = 3.25, std 1.802776

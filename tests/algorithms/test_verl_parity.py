@@ -171,10 +171,9 @@ SEEDS = [0, 1, 2]
 # --- advantage estimators -----------------------------------------------------------------------
 
 
-def _grouped(seed: int, length: int = T):
-    """Rewards with random group sizes (including single completions) in random order."""
+def _grouped(seed: int, length: int = T, sizes: tuple[int, ...] = (1, 2, 3, 4, 5)):
+    """Rewards with random group sizes (by default including single completions) in random order."""
     gen = _gen(seed)
-    sizes = [1, 2, 3, 4, 5]
     group_ids = torch.cat([torch.full((n,), 10 * g + 3) for g, n in enumerate(sizes)])
     group_ids = group_ids[torch.randperm(group_ids.numel(), generator=gen)]
     n = group_ids.numel()
@@ -209,6 +208,22 @@ def test_group_advantages_match_verl(verl, seed, ours, theirs, kwargs):
     scale = 1.0 / (smallest_group_std(rewards, group_ids) + 1e-6) if kwargs.get("norm_adv_by_std_in_grpo") else 2.0
     torch.testing.assert_close(adv[:, None] * mask, expected,
                                **tol(20, float(rewards.abs().max()) * scale))
+
+
+@pytest.mark.parametrize("seed", [*SEEDS, 3, 4, 5])
+@pytest.mark.parametrize("norm_by_std", [True, False])
+def test_grpo_passk_matches_verl(verl, seed, norm_by_std):
+    # verl requires >= 2 completions per group (a group of one raises there; here it is r / (1 + eps)).
+    # Half the rewards are 0/1, so groups with a tied best (all advantages 0) occur as well as unique bests.
+    rewards, group_ids, token_rewards, mask = _grouped(seed, sizes=(2, 3, 4, 5, 8))
+    expected, _ = verl.core.get_adv_estimator_fn("grpo_passk")(
+        token_level_rewards=token_rewards, response_mask=mask, index=group_ids.numpy(), epsilon=1e-6,
+        config={"norm_adv_by_std_in_grpo": norm_by_std})
+    adv = compute_advantages("grpo_passk", rewards, group_ids, epsilon=1e-6, norm_by_std=norm_by_std)
+    assert int((adv != 0).sum()) == int((expected.abs().sum(-1) != 0).sum())  # the same completions move
+    # one subtraction, then (normalised) a Bessel std of ≤ 8 rewards (≤ 4·8 operations) amplified by 1/std
+    scale = 1.0 / (smallest_group_std(rewards, group_ids) + 1e-6) if norm_by_std else 1.0
+    torch.testing.assert_close(adv[:, None] * mask, expected, **tol(32, float(rewards.abs().max()) * scale))
 
 
 def _verl_reinforce_pp(verl, token_rewards, mask, group_ids):

@@ -294,3 +294,66 @@ def test_two_way_interval_stays_calibrated_when_problems_add_nothing_to_the_diff
     got = coverage(seeds, 600, sd_arm_problem=0.0)
     print(f"\n{seeds} seeds, no arm x problem effect: " + ", ".join(f"{k} {v:.1%}" for k, v in got.items()))
     assert 0.923 <= got["two_way_delta"] <= 0.977
+
+
+# --- final:eval/pass_at_k: the same two-way interval, from each problem's correct count of n answers ------------
+
+
+def passk_study(rng: np.random.Generator, *, seeds: int = 4, problems: int = 30, steps=(0, 10, 20), n: int = 4):
+    """Like :func:`study`, with n answers per problem: the table carries samples and n_correct, the history
+    eval/pass_at_k as the run logs it (the mean over problems of each problem's unbiased pass@k)."""
+    from workbench.metrics.passk import pass_at_k_metrics
+
+    runs, history, rows = [], [], []
+    for variant, p in (("a", 0.3), ("b", 0.45)):
+        for seed in range(seeds):
+            rid = f"{variant}{seed}"
+            runs.append({"run_id": rid, "variant": variant, "seed": seed, "status": "FINISHED"})
+            for step in steps:
+                counts = rng.binomial(n, p, problems)
+                rows += [{"run_id": rid, "step": step, "problem_id": f"p{j}", "correct": int(c > 0), "samples": n,
+                          "n_correct": int(c)} for j, c in enumerate(counts)]
+                history += [{"run_id": rid, "variant": variant, "seed": seed, "step": step, "metric": name,
+                             "value": value} for name, value in pass_at_k_metrics(n, counts.tolist()).items()]
+    return pd.DataFrame(history), pd.DataFrame(runs), pd.DataFrame(rows)
+
+
+def test_per_problem_pass_at_k_is_each_problems_unbiased_estimate():
+    # one run, steps 0 and 10, n = 4: counts (1, 0, 4) then (2, 1, 3); pass@2 = 1 − C(4−c, 2)/C(4, 2):
+    # c = 0 → 0, 1 → 1 − 3/6 = 1/2, 2 → 1 − 1/6 = 5/6, 3 → 1, 4 → 1; final (the one eval after step 0): step 10
+    table = pd.DataFrame([{"run_id": "r", "step": s, "problem_id": f"p{j}", "correct": int(c > 0), "samples": 4,
+                           "n_correct": c} for s, counts in ((0, (1, 0, 4)), (10, (2, 1, 3)))
+                          for j, c in enumerate(counts)])
+    values, ids = per_problem_values(table, ["r"], "final:eval/pass_at_2")
+    assert ids == ["p0", "p1", "p2"] and values[0] == pytest.approx([5 / 6, 1 / 2, 1.0], abs=8 * EPS64)
+    ones, _ = per_problem_values(table, ["r"], "final:eval/pass_at_1")  # pass@1 = c/n
+    assert ones[0] == pytest.approx([2 / 4, 1 / 4, 3 / 4], abs=8 * EPS64)
+    # a run scored with one answer per problem has no counts: no interval over problems (seeds only)
+    assert per_problem_values(table.drop(columns=["samples", "n_correct"]), ["r"], "final:eval/pass_at_2") is None
+    assert per_problem_values(table, ["r"], "final:eval/pass_at_8") is None  # k > n: not logged, not estimable
+
+
+def test_compare_fills_the_two_way_columns_for_pass_at_k_as_for_accuracy():
+    history, runs, problems = passk_study(np.random.default_rng(2))
+    metrics = ["final:eval/pass_at_4", "final:eval/pass_at_1"]
+    summary = summarize_runs(history, runs, metrics)
+    table = compare_variants(summary, "a", metrics, problems=problems)
+    for metric in metrics:
+        b = table.for_metric(metric).set_index("variant").loc["b"]
+        assert b["two_way_method"] == TWO_WAY_METHOD and b["n_problems"] == 30, b.get("note")
+        x, _ = per_problem_values(problems, [f"b{s}" for s in range(4)], metric)
+        y, _ = per_problem_values(problems, [f"a{s}" for s in range(4)], metric)
+        expected = two_way_difference(x, y, paired=True, confidence=b["delta_level"])
+        # rel 1e-12: the same function on the same matrices, as for accuracy above
+        assert (b["delta_2way_lo"], b["delta_2way_hi"]) == pytest.approx((expected.lo, expected.hi), rel=1e-12)
+        assert b["delta_2way_lo"] < b["delta"] < b["delta_2way_hi"]
+
+
+def test_pass_at_k_without_counts_says_so_and_keeps_the_seed_interval():
+    history, runs, problems = passk_study(np.random.default_rng(3))
+    summary = summarize_runs(history, runs, ["final:eval/pass_at_4"])
+    table = compare_variants(summary, "a", ["final:eval/pass_at_4"],
+                             problems=problems.drop(columns=["samples", "n_correct"]))  # e.g. an export's table
+    b = table.for_metric("final:eval/pass_at_4").set_index("variant").loc["b"]
+    assert b["two_way_method"] == "" and math.isnan(b["delta_2way_lo"]) and math.isfinite(b["delta_lo"])
+    assert "no per-problem answer counts" in b["note"]

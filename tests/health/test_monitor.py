@@ -289,10 +289,14 @@ def test_a_rule_on_metrics_the_config_never_logs_is_not_applicable_not_unevaluat
     'not applicable' (shown as off), while a rule whose inputs merely went missing stays 'not evaluated'."""
     from workbench.config import RunConfig
     from workbench.metrics.catalogue import unlogged_by_config
+    from workbench.metrics.passk import PASS_AT_K_METRICS
+    from workbench.metrics.reflection import REFLECTION_METRICS
 
     unlogged = unlogged_by_config(RunConfig().flat())  # defaults: kl_coef 0, no IS correction
     assert set(unlogged) == {"kl/ref", "mismatch/is_weight_mean", "mismatch/is_clipped_frac", "mismatch/is_reweighted_frac",
-                             "batch/filtered_frac", "batch/sampling_rounds"}
+                             "batch/filtered_frac", "batch/sampling_rounds",
+                             *PASS_AT_K_METRICS, "eval/mean_at_n",  # rollout.eval_samples = 1: one answer per problem
+                             *REFLECTION_METRICS["behaviour"], *REFLECTION_METRICS["eval"]}  # the tiny model: no words
     history = [(step, {"entropy/mean": 1.0, "reward/mean": 0.5}) for step in range(6)]
     rules = HealthMonitor.from_config(None, unlogged=unlogged).recheck(history).report()["rules"]
     assert rules["kl_explosion"]["not_evaluated"] is None
@@ -303,7 +307,8 @@ def test_a_rule_on_metrics_the_config_never_logs_is_not_applicable_not_unevaluat
     # logged params are strings; a run with a reference model logs kl/ref, so nothing is unlogged for it
     assert "kl/ref" not in unlogged_by_config({"algorithm.kl_coef": "0.05", "algorithm.correction": "tis"})
     assert unlogged_by_config({"algorithm.kl_coef": "0.0", "algorithm.correction": "None",
-                               "algorithm.batch_filter": "None"}).keys() == set(unlogged)
+                               "algorithm.batch_filter": "None", "rollout.eval_samples": "1",
+                               "model.builtin": "tiny"}).keys() == set(unlogged)
     assert unlogged_by_config({}) == {}  # nothing known about the config: nothing assumed
 
 

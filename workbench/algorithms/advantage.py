@@ -146,6 +146,43 @@ def lite_ppo(rewards: Tensor, group_ids: Tensor, *, epsilon: float = 1e-6) -> Te
     return centered / (_batch_std(rewards) + epsilon)  # [B]
 
 
+@ADVANTAGE_ESTIMATORS.register("grpo_passk", activity=Activity.always(
+    "sets the advantage of every response: each group's best one gets r_max − r_second, the others 0"))
+def grpo_passk(rewards: Tensor, group_ids: Tensor, *, epsilon: float = 1e-6, norm_by_std: bool = True) -> Tensor:
+    """pass@k objective: only each group's best completion moves, by ``(r_max − r_second_max) / (std_g + eps)``.
+
+    Tang et al. 2025, "Optimizing Language Models for Inference Time Objectives using Reinforcement
+    Learning" (arXiv:2503.19595): the leave-one-out gradient of the group's max reward (pass@k with k
+    the group size); only the best sample's reward exceeds its leave-one-out max, by r_max − r_second.
+    verl ``adv_estimator=grpo_passk`` (``compute_grpo_passk_outcome_advantage``, verl 0.9.1), whose
+    ``norm_adv_by_std_in_grpo`` is ``norm_by_std`` here (Bessel std of the group's rewards).
+
+    Ties: when several completions share the group's max, r_max − r_second = 0 and every advantage is 0,
+    whichever one counts as best. A group of one has no rival: its second-best counts as 0 and its std as
+    1 (the module's group-of-one rule, as ``rloo``'s baseline 0), so its advantage is ``r / (1 + eps)``;
+    verl raises instead (it requires ≥ 2 samples per group).
+    """
+    _, inverse = torch.unique(group_ids, return_inverse=True)  # [B] dense group index
+    n_groups = int(inverse.max()) + 1 if inverse.numel() else 0
+    blank = torch.zeros(n_groups, dtype=rewards.dtype, device=rewards.device)  # [G]
+    best = blank.scatter_reduce(0, inverse, rewards, reduce="amax", include_self=False)  # [G] r_max
+    position = torch.arange(rewards.numel(), device=rewards.device)  # [B]
+    at_max = torch.where(rewards == best[inverse], position, rewards.numel())  # [B]
+    winner = torch.full((n_groups,), rewards.numel(), device=rewards.device).scatter_reduce(
+        0, inverse, at_max, reduce="amin")  # [G] first position holding the max
+    others = torch.where(position == winner[inverse], -torch.inf, rewards)  # [B] the best one left out
+    second = blank.scatter_reduce(0, inverse, others, reduce="amax", include_self=False)  # [G]
+    stats = group_stats(rewards, group_ids)
+    second = torch.where(torch.isinf(second), blank, second)  # a group of one: no rival, second-best 0
+    gap = best - second  # [G] ≥ 0
+    if norm_by_std:
+        std = blank.scatter_reduce(0, inverse, stats.std, reduce="amax", include_self=False)  # [G] (equal in a group)
+        gap = gap / (std + epsilon)
+    advantages = torch.zeros_like(rewards)  # [B]
+    advantages[winner] = gap
+    return advantages  # [B]
+
+
 # Estimator parameters that ``compute_advantages`` derives itself: never part of ``estimator_params``.
 DERIVED_PARAMS = ("token_counts",)
 

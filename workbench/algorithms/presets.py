@@ -77,8 +77,10 @@ TRL = Paper("TRL", "TRL: Transformer Reinforcement Learning", "von Werra et al. 
             "https://github.com/huggingface/trl")
 TIS = Paper("TIS", "Your Efficient RL Framework Secretly Brings You Off-Policy RL Training", "Yao et al. 2025",
             "https://fengyao.notion.site/off-policy-rl")
+PASSK_TRAINING = Paper("Inference-time objectives", "Optimizing Language Models for Inference Time Objectives "
+                       "using Reinforcement Learning", "Tang et al. 2025", arxiv("2503.19595"))
 PAPERS = [DEEPSEEKMATH, DR_GRPO, DAPO, GSPO, GMPO, MINIMAX_M1, RLOO, REINFORCE_PP, TRICKS_OR_TRAPS, OLMO3, SAPO,
-          TRL, TIS]
+          TRL, TIS, PASSK_TRAINING]
 
 
 def _settings(paper: Paper, section: str, **values: Any) -> dict[str, Setting]:
@@ -162,6 +164,13 @@ PRESET_LIST: list[Preset] = [
            _settings(DEEPSEEKMATH, "§4.1", estimator="grpo")
            | _settings(SAPO, "objective (soft gate)", loss="sapo")
            | _settings(TRL, "GRPOTrainer loss_type=sapo", agg_mode="seq-mean-token-mean")),
+    # The pass@k objective changes the advantage only (verl ships it as adv_estimator=grpo_passk beside GRPO's
+    # loss; its docstring cites arXiv:2503.19595); the loss, clip and 1/|o| averaging stay GRPO's.
+    Preset("grpo_passk", "pass@k objective: only each group's best completion moves, by r_max − r_second",
+           PASSK_TRAINING,
+           _settings(PASSK_TRAINING, "pass@k (max-reward) leave-one-out gradient", estimator="grpo_passk")
+           | _settings(DEEPSEEKMATH, "§4.1", loss="ppo_clip", agg_mode="seq-mean-token-mean",
+                       clip_low=0.2, clip_high=0.2)),
 ]
 
 PRESET_INFO: dict[str, Preset] = {preset.name: preset for preset in PRESET_LIST}

@@ -24,6 +24,7 @@ from workbench.algorithms.params import keyword_params
 from workbench.algorithms.presets import PRESETS
 from workbench.config import AlgorithmConfig, LoraConfig, RunConfig
 from workbench.registry import Registry
+from workbench.tasks.templates import PROMPT_TEMPLATES
 
 
 @dataclass(frozen=True)
@@ -196,6 +197,17 @@ def group_of_one(cfg: RunConfig) -> Iterable[Finding]:
         yield Finding(knob("algorithm.estimator", cfg.algorithm.estimator),
                       "rollout.group_size is 1: the per-prompt group baseline has nothing to compare with, so "
                       "advantages are raw (at most batch-whitened) rewards; use group_size > 1")
+
+
+@LINT_RULES.register("template_on_the_chat_path")
+def template_on_the_chat_path(cfg: RunConfig) -> Iterable[Finding]:
+    """A named prompt template written for the plain path (``workbench.tasks.templates``: qwen_math is a
+    Qwen chat turn, r1 a base-model completion prompt) inside a chat template is wrapped a second time."""
+    name = cfg.model.prompt_template
+    if cfg.model.chat_template != "none" and name in PROMPT_TEMPLATES and PROMPT_TEMPLATES.get(name).chat_path:
+        yield Finding(knob("model.prompt_template", name),
+                      f"model.chat_template is {cfg.model.chat_template!r}, and {PROMPT_TEMPLATES.get(name).chat_path}; "
+                      "set model.chat_template: none to give the template as the model's whole input")
 
 
 # shaper name -> (its params, the run config) -> why it can never be non-zero, or None

@@ -50,6 +50,7 @@ import pandas as pd
 import scipy.stats as sps
 
 from workbench.metrics.final import FINAL_EVALS, final_eval_weights
+from workbench.metrics.passk import PASS_AT_K_METRICS, pass_at_k
 
 from .outcomes import run_outcomes
 
@@ -225,7 +226,22 @@ TWO_WAY_SUMMARIES = {
     "final_eval_accuracy": _last_k_weights,
     "final:eval/accuracy": _last_window_weights,
     "eval_auc": _auc_weights,
+    # eval/pass_at_k is a mean over problems too, of each problem's unbiased pass@k from its correct count of
+    # the n answers (rollout.eval_samples; the table's samples and n_correct columns): the same weighting
+    **{f"final:{name}": _last_window_weights for name in PASS_AT_K_METRICS},
 }
+
+
+def problem_values(part: pd.DataFrame, summary: str) -> pd.Series:
+    """Each row's value that ``summary`` averages: ``correct`` (0/1), or for ``final:eval/pass_at_k`` the
+    problem's unbiased pass@k from ``samples`` and ``n_correct`` (NaN where a row lacks them)."""
+    if not summary.startswith("final:eval/pass_at_"):
+        return part["correct"]
+    k = int(summary.rsplit("_", 1)[1])
+    if not {"samples", "n_correct"} <= set(part.columns):
+        return pd.Series(np.nan, index=part.index)
+    return pd.Series([pass_at_k(int(n), int(c), k) if n == n and c == c and k <= n else np.nan
+                      for n, c in zip(part["samples"], part["n_correct"], strict=True)], index=part.index)
 
 
 def per_problem_values(problems: pd.DataFrame, run_ids: Sequence[str], summary: str,
@@ -239,7 +255,10 @@ def per_problem_values(problems: pd.DataFrame, run_ids: Sequence[str], summary: 
     part = problems[problems["run_id"].isin(set(run_ids))]
     if part.empty or part.duplicated(["run_id", "step", "problem_id"]).any():
         return None
-    table = part.pivot_table(index=["run_id", "step"], columns="problem_id", values="correct", aggfunc="first")
+    part = part.assign(value=problem_values(part, summary))
+    if part["value"].isna().any():  # a row without the counts pass@k needs (a run with one answer per problem)
+        return None
+    table = part.pivot_table(index=["run_id", "step"], columns="problem_id", values="value", aggfunc="first")
     if table.isna().to_numpy().any():  # some run lacks a problem at some step, or the sets differ
         return None
     columns = sorted(table.columns)
@@ -296,7 +315,10 @@ def add_intervals(rows: list[dict], summary_df: pd.DataFrame, problems: pd.DataF
             out = f"no per-problem results for {lacking}/{len(run_ids)} runs of {arm}"
         else:
             got = per_problem_values(problems, run_ids, metric, params.get(metric, {}))
-            if got is None:
+            mine = problems[problems["run_id"].astype(str).isin(set(run_ids))]
+            if got is None and problem_values(mine, metric).isna().any():
+                out = f"no per-problem answer counts (samples, n_correct) for every eval row of {arm}"
+            elif got is None:
                 out = f"the runs of {arm} were not all scored on the same eval problems"
             elif np.abs(got[0].mean(axis=1) - part[metric].to_numpy(dtype=float)).max() > AGREEMENT_TOLERANCE:
                 out = f"per-problem results of {arm} disagree with its logged eval/accuracy"

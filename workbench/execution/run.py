@@ -178,7 +178,7 @@ def check_problems_fit(cfg: RunConfig, task, tokenizer, positions: int | None,
     import random
     from pathlib import Path
 
-    prompt = prompt or PromptFormat(template=cfg.model.prompt_template)
+    prompt = prompt or PromptFormat(template=cfg.model.template_text)
     budget_new = cfg.sampler.max_new_tokens
     if positions is not None and budget_new >= positions:
         raise PreflightError(f"sampler.max_new_tokens={budget_new} leaves no room for a prompt: "
@@ -235,7 +235,7 @@ def run_tags(study: str, variant: str, cfg: RunConfig, role: str = "run", label:
         "workbench.seed": str(cfg.seed),
         "workbench.run_key": cfg.run_key(),
         "workbench.algorithm.preset": cfg.algorithm.preset,
-    }
+    } | ({} if cfg.reward.control is None else {"reward/control": cfg.reward.control})  # a control arm says so
 
 
 def execute_run(cfg: RunConfig, *, study: str, variant: str, label: str, parent_run_id: str | None = None,

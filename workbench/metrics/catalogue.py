@@ -12,6 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from workbench.metrics.passk import MEAN_AT_N_METRIC, PASS_AT_K_METRICS
+from workbench.metrics.reflection import REFLECTION_METRICS
+
 Direction = Literal["up", "down", "stable", "none"]
 
 UNBOUNDED = (-math.inf, math.inf)
@@ -168,13 +171,27 @@ CATALOGUE: tuple[MetricSpec, ...] = (
                "accuracy signal)", "fraction", "down", UNIT_INTERVAL, healthy_range=(0.1, 0.4)),
     MetricSpec("batch/filtered_frac", "fraction of groups dropped by dynamic sampling", "fraction", "none", UNIT_INTERVAL,
                healthy_range=(0.0, 0.3)),
-    MetricSpec("eval/accuracy", "held-out accuracy (greedy unless configured), at eval steps", "fraction", "up", UNIT_INTERVAL,
+    MetricSpec("eval/accuracy", "held-out accuracy (greedy unless configured; with rollout.eval_samples > 1, of each "
+               "problem's first sampled answer), at eval steps", "fraction", "up", UNIT_INTERVAL,
                healthy_range=(0.3, 0.7)),
     MetricSpec("eval/length_mean", "held-out mean response length, at eval steps", "tokens", "stable", NON_NEGATIVE,
                healthy_range=(20.0, 40.0)),
     MetricSpec("eval/n_problems", "held-out problems scored at this eval step: eval/accuracy a is a mean over n "
                "of them, so √(a(1−a)/n) is its standard error from the draw of problems alone (not seed noise)",
                "count", "none", NON_NEGATIVE, healthy_range=(100.0, 500.0)),
+    *(MetricSpec(name, f"held-out unbiased pass@{name.rsplit('_', 1)[1]} (Chen et al. 2021): the chance that "
+                 f"{name.rsplit('_', 1)[1]} of the rollout.eval_samples answers per problem, drawn without replacement, "
+                 "hold a correct one, mean over problems; logged at eval steps when rollout.eval_samples > 1 and k <= it",
+                 "fraction", "up", UNIT_INTERVAL, healthy_range=(0.3, 0.9)) for name in PASS_AT_K_METRICS),
+    MetricSpec(MEAN_AT_N_METRIC, "held-out fraction of all rollout.eval_samples answers judged correct (mean@n, "
+               "= eval/pass_at_1); logged when eval_samples > 1", "fraction", "up", UNIT_INTERVAL,
+               healthy_range=(0.3, 0.7)),
+    *(MetricSpec(name, f"fraction of {where} responses{side_text} holding one of rollout.reflection_words "
+                 "(default oat-zero's 11 self-reflection keywords); model.path runs only", "fraction", "none",
+                 UNIT_INTERVAL, healthy_range=(0.0, 0.2))
+      for where, names in (("sampled", REFLECTION_METRICS["behaviour"]), ("held-out (first answers)",
+                                                                         REFLECTION_METRICS["eval"]))
+      for name, side_text in zip(names, ("", " judged correct", " judged incorrect"), strict=True)),
     MetricSpec("perf/step_s", "wall time of the RL step", "s", "down", NON_NEGATIVE, healthy_range=(0.3, 0.6)),
     MetricSpec("perf/sample_s", "wall time sampling this step's completions (every sampling round)", "s", "down",
                NON_NEGATIVE, healthy_range=(0.1, 0.3)),
@@ -230,6 +247,25 @@ def unlogged_by_config(params: Mapping[str, Any]) -> dict[str, str]:
     if "algorithm.batch_filter" in params and off("algorithm.batch_filter"):
         for name in ("batch/filtered_frac", "batch/sampling_rounds"):
             absent[name] = "algorithm.batch_filter is not set"
+    reflection_off = None
+    if "model.builtin" in params and not off("model.builtin"):
+        reflection_off = ("model.builtin = tiny: its character-level arithmetic completions hold no words "
+                          "(not applicable)")
+    elif "rollout.reflection_words" in params and str(params["rollout.reflection_words"]).strip() in ("[]", ""):
+        reflection_off = "rollout.reflection_words = [] (off)"
+    if reflection_off is not None:
+        for names in REFLECTION_METRICS.values():
+            absent |= dict.fromkeys(names, reflection_off)
+    if "rollout.eval_samples" in params:
+        try:
+            n = int(float(params["rollout.eval_samples"]))
+        except (TypeError, ValueError):
+            n = 1
+        for name in PASS_AT_K_METRICS:
+            if int(name.rsplit("_", 1)[1]) > n or n == 1:
+                absent[name] = f"rollout.eval_samples = {n} (pass@k is logged for k <= eval_samples when above 1)"
+        if n == 1:
+            absent[MEAN_AT_N_METRIC] = "rollout.eval_samples = 1"
     return absent
 
 

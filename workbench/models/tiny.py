@@ -33,7 +33,7 @@ def tiny_cache_key(model_cfg: ModelConfig, task_cfg: TaskConfig, prime: PrimeCon
     payload = {
         "v": BUILD_VERSION,
         "tiny": model_cfg.tiny.model_dump(mode="json"),
-        "template": model_cfg.prompt_template,
+        "template": model_cfg.template_text,
         "task": task_cfg.model_dump(mode="json"),
     }
     if prime is not None:  # only when set: the keys (and cached models) of unprimed builds stay as they were
@@ -83,7 +83,7 @@ def build_tiny_model(model_cfg: ModelConfig, task: Task, progress: bool = True, 
     tokenizer = build_char_tokenizer()
     model = init_tiny_model(cfg, len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id)
     sft = supervised_warmup(
-        model, tokenizer, task, model_cfg.prompt_template, max_steps=cfg.sft_max_steps,
+        model, tokenizer, task, model_cfg.template_text, max_steps=cfg.sft_max_steps,
         batch_size=cfg.sft_batch_size, lr=cfg.sft_lr, target_accuracy=cfg.sft_target_accuracy,
         check_every=cfg.sft_check_every, rng=random.Random(f"sft-{cfg.seed}"), progress=progress,
         rewrite=None if prime is None or prime.mix is None else primed_solutions(task, prime.mix),

@@ -57,7 +57,13 @@ from workbench.results.reader import StudyReader
 from workbench.results.readers.frames import empty_points
 from workbench.results.readers.protocol import TERMINAL_STATUSES
 from workbench.safe_io import parse_json, read_bytes, read_json, read_parquet
-from workbench.tracking.artifacts import PROBLEM_COLUMNS, PROBLEMS_ARTIFACT, decode_problem_rows, encode_problem_rows
+from workbench.tracking.artifacts import (
+    PASS_AT_K_COLUMNS,
+    PROBLEM_COLUMNS,
+    PROBLEMS_ARTIFACT,
+    decode_problem_rows,
+    encode_problem_rows,
+)
 from workbench.tracking.bulk import MetricColumns, bulk_writable, write_metric_history
 from workbench.tracking.limits import entity_problem, metric_name_problem
 from workbench.tracking.redact import redact_uri
@@ -252,7 +258,12 @@ def _problems_table(reader: StudyReader, runs: list[tuple[str, str | None]]):
     if not frames:
         return schema.empty_table()
     frame = pd.concat(frames, ignore_index=True)
-    return pa.table({f.name: pa.array(frame[f.name].to_numpy(), f.type) for f in schema}, schema=schema)
+    columns = {f.name: pa.array(frame[f.name].to_numpy(), f.type) for f in schema}
+    for name in PASS_AT_K_COLUMNS:  # only when some run sampled several answers per problem (null elsewhere)
+        if name in frame.columns:
+            schema = schema.append(pa.field(name, pa.int64()))
+            columns[name] = pa.array(frame[name].astype("Int64"), pa.int64(), from_pandas=True)
+    return pa.table(columns, schema=schema)
 
 
 def _artifacts_table(reader: StudyReader, runs: list[tuple[str, str | None]]):
@@ -382,8 +393,13 @@ def read_export(directory: str | os.PathLike[str]) -> Export:
         missing = [f.name for f in schemas[name] if f.name not in table.column_names]
         if missing:
             raise ExportError(f"{path}: lacks columns {missing}")
+        schema = schemas[name]
+        if name == PROBLEMS:  # rollout.eval_samples > 1: the answer counts, when the export has them
+            for extra in PASS_AT_K_COLUMNS:
+                if extra in table.column_names:
+                    schema = schema.append(pa.field(extra, pa.int64()))
         try:
-            table = table.select([f.name for f in schemas[name]]).cast(schemas[name])
+            table = table.select([f.name for f in schema]).cast(schema)
         except (pa.ArrowException, ValueError) as error:
             raise ExportError(f"{path}: columns of the wrong type ({str(error).splitlines()[0]})") from None
         if table.num_rows != entry.get("rows"):
@@ -516,8 +532,9 @@ def _attach(root: Path, runs: list[ExportedRun], tables: dict[str, Any]) -> None
         raise ExportError(f"{root / PROBLEMS}: {error}") from None
     if frame[list(PROBLEM_COLUMNS)].isna().any().any():
         raise ExportError(f"{root / PROBLEMS}: empty cells")
+    extra = [c for c in PASS_AT_K_COLUMNS if c in frame.columns]
     for i, span in spans.items():
-        runs[i].problems = frame.iloc[span][list(PROBLEM_COLUMNS)].reset_index(drop=True)
+        runs[i].problems = frame.iloc[span][[*PROBLEM_COLUMNS, *extra]].reset_index(drop=True)
     artifacts = tables[ARTIFACTS]
     run = _runs_of(root, ARTIFACTS, artifacts, n)
     for i, path, data in zip(run.tolist(), artifacts.column("path").to_pylist(), artifacts.column("data").to_pylist(),
@@ -655,7 +672,11 @@ def write_run(client, uri: str, experiment_id: str, run: ExportedRun, parent_id:
                     client.log_batch(run_id, metrics=points[i:i + _MAX_METRICS_PER_BATCH])
         files = dict(run.artifacts)
         if run.problems is not None and len(run.problems):
-            files[PROBLEMS_ARTIFACT] = encode_problem_rows({c: run.problems[c].tolist() for c in PROBLEM_COLUMNS})
+            columns = {c: run.problems[c].tolist() for c in PROBLEM_COLUMNS}
+            for c in PASS_AT_K_COLUMNS:  # the answer counts of a run that sampled several answers per problem
+                if c in run.problems.columns and run.problems[c].notna().all():
+                    columns[c] = [int(v) for v in run.problems[c]]
+            files[PROBLEMS_ARTIFACT] = encode_problem_rows(columns)
         if files:
             with tempfile.TemporaryDirectory() as tmp:
                 for path, data in files.items():

@@ -84,6 +84,7 @@ from workbench.results.readers.protocol import TERMINAL_STATUSES, RunReader, Stu
 from workbench.safe_io import parse_json
 from workbench.tracking.artifacts import (
     MISMATCH_ARTIFACT,
+    PASS_AT_K_COLUMNS,
     PROBLEM_COLUMNS,
     PROBLEMS_ARTIFACT,
     decode_mismatch_records,
@@ -305,7 +306,8 @@ class StudyReader:
                         frames.append(frame.assign(run_id=rid))
         empty = empty_problem_rows().assign(run_id=pd.Series([], dtype="string"))
         out = pd.concat(frames, ignore_index=True) if frames else empty
-        out = out[["run_id", *PROBLEM_COLUMNS]].astype({"run_id": "string"})
+        extra = [c for c in PASS_AT_K_COLUMNS if c in out.columns]  # with rollout.eval_samples > 1 (NaN elsewhere)
+        out = out[["run_id", *PROBLEM_COLUMNS, *extra]].astype({"run_id": "string"})
         out.attrs["unreadable"] = unreadable
         return out
 

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from workbench.reward.shaping import REWARD_SHAPERS, ShapingInput
 
 __all__ = [
+    "CONTROL_TERM",
     "CORRECT_TERM",
     "REWARD_SHAPERS",
     "AnswerVerifier",
@@ -45,6 +46,7 @@ __all__ = [
 ShapingSpec = tuple[str, float, Mapping[str, Any]]
 
 CORRECT_TERM = "correct"  # key of the correctness term (1.0 per correct completion) in RewardBatch.terms
+CONTROL_TERM = "control"  # key of a spurious-reward control's term, which replaces the correctness term
 
 
 def __getattr__(name: str) -> Any:  # lazy: torch is imported only when shaping is used
@@ -114,8 +116,14 @@ def score_completions(
     truncated: torch.Tensor | Sequence[bool],
     group_ids: torch.Tensor | Sequence[int],
     shaping: Sequence[ShapingSpec] = (),
+    control: tuple[str, Mapping[str, Any]] | None = None,
+    seed: int = 0,
 ) -> RewardBatch:
     """Score ``B`` completions: ``reward = 1.0 * correct + sum_k weight_k * shaper_k(...)``.
+
+    With ``control`` ``(name, params)`` (a spurious-reward control, ``workbench.reward.controls``), the
+    term ``control`` replaces ``1.0 * correct`` in the reward; ``correct`` is still the verifier's
+    judgement. ``seed`` seeds a control that draws (the batch's sampling seed).
 
     Args:
         verifier: an :class:`AnswerVerifier` (its workers are reused across calls).
@@ -147,7 +155,21 @@ def score_completions(
     correct = torch.tensor([r.correct for r in results], dtype=torch.bool)  # [B]
     timed_out = torch.tensor([r.timed_out for r in results], dtype=torch.bool)  # [B]
 
+    extracted = [r.extracted for r in results]
     terms: dict[str, torch.Tensor] = {CORRECT_TERM: correct.to(torch.float32)}
+    if control is not None:
+        from workbench.reward.controls import REWARD_CONTROLS, ControlInput, validate_control  # deferred: torch
+
+        name, params = control
+        validate_control(name, params)
+
+        def judge(texts: Sequence[str], labels: Sequence[str]) -> torch.Tensor:
+            return torch.tensor([r.correct for r in verifier.score(list(texts), list(labels))], dtype=torch.bool)
+
+        raw = REWARD_CONTROLS.get(name)(ControlInput(completions=list(completions), answers=list(answers),
+                                                     correct=correct, extracted=extracted, seed=seed, judge=judge),
+                                        **params)
+        terms = {CONTROL_TERM: raw.to(torch.float32)}  # [B] in place of the correctness term
     inp = ShapingInput(
         completions=list(completions), lengths=lengths_t, correct=correct, group_ids=group_ids_t, truncated=truncated_t
     )
@@ -163,5 +185,5 @@ def score_completions(
         correct=correct,
         timed_out=timed_out,
         terms=terms,
-        extracted=[r.extracted for r in results],
+        extracted=extracted,
     )

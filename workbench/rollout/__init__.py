@@ -10,7 +10,7 @@ def build_sampler(cfg, learner_model, tokenizer, prompt=None):
     ``prompts.PromptFormat`` or a template string, by default ``cfg.model.prompt_template`` as plain
     text. Call ``close()`` on the result when done.
     """
-    prompt = cfg.model.prompt_template if prompt is None else prompt
+    prompt = cfg.model.template_text if prompt is None else prompt
     if cfg.sampler.backend == "vllm":
         from workbench.rollout.vllm import VLLMSampler  # deferred: torch
 

@@ -118,7 +118,7 @@ def resolve_prompt_format(model_cfg: ModelConfig, tokenizer, model_path: str | P
     (``tokenizer.chat_template``). Raises ``ChatTemplateError`` naming the field."""
     setting = model_cfg.chat_template
     if setting == "none":
-        return PromptFormat(template=model_cfg.prompt_template, stop_ids=(tokenizer.eos_token_id,))
+        return PromptFormat(template=model_cfg.template_text, stop_ids=(tokenizer.eos_token_id,))
     if setting == "auto":
         if not getattr(tokenizer, "chat_template", None):
             where = model_path if model_path is not None else "the model directory"
@@ -133,7 +133,7 @@ def resolve_prompt_format(model_cfg: ModelConfig, tokenizer, model_path: str | P
                                 f"(more than {MAX_TEMPLATE_CHARS:,})")
     check_generation_prompt(tokenizer, model_cfg.system_prompt)
     stops = [tokenizer.eos_token_id, *end_of_turn_ids(tokenizer, model_cfg.system_prompt)]
-    return PromptFormat(template=model_cfg.prompt_template, stop_ids=tuple(dict.fromkeys(stops)), chat=True,
+    return PromptFormat(template=model_cfg.template_text, stop_ids=tuple(dict.fromkeys(stops)), chat=True,
                         system_prompt=model_cfg.system_prompt, tokenizer=tokenizer)
 
 

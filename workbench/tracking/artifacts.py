@@ -4,7 +4,10 @@
 ``eval/problems.csv.gz``: one row per eval step and held-out problem, long format, gzip-compressed
 CSV with a header: ``step`` (the RL step of the eval), ``problem_id`` (stable across seeds and arms
 scored on the same eval set: :func:`workbench.train.evaluate.problem_ids`), ``correct``,
-``truncated`` (0/1) and ``length`` (response tokens).
+``truncated`` (0/1) and ``length`` (response tokens). With ``rollout.eval_samples`` n > 1 these describe
+each problem's first sampled answer, and two more columns follow: ``samples`` (n) and ``n_correct`` (how
+many of the n answers were judged correct, the c of the unbiased pass@k: :mod:`workbench.metrics.passk`).
+A run with one answer per problem writes the five columns only (the same bytes as before the two existed).
 
 ``adapter/`` (LoRA runs, ``learner.lora``): the trained adapters as ``peft``'s ``save_pretrained`` writes them,
 ``adapter_config.json`` and ``adapter_model.safetensors`` (kilobytes to megabytes: the adapters only). Load
@@ -34,15 +37,18 @@ MISMATCH_ARTIFACT = "mismatch.json"
 PROBLEM_COLUMNS: tuple[str, ...] = ("step", "problem_id", "correct", "length", "truncated")
 PROBLEM_DTYPES = {"step": "int64", "problem_id": "string", "correct": "int8", "length": "int64",
                   "truncated": "int8"}
+PASS_AT_K_COLUMNS: tuple[str, ...] = ("samples", "n_correct")  # only when rollout.eval_samples > 1
 WORST_TOKEN_FIELDS: tuple[str, ...] = ("sequence", "position", "token_id", "learner_logp", "sampler_logp", "log_ratio")
 
 
 def encode_problem_rows(columns: Mapping[str, Sequence]) -> bytes:
-    """The artifact's bytes from equal-length columns :data:`PROBLEM_COLUMNS` (``mtime=0``: the same
-    rows always give the same bytes)."""
+    """The artifact's bytes from equal-length columns :data:`PROBLEM_COLUMNS`, then those of
+    :data:`PASS_AT_K_COLUMNS` that ``columns`` holds non-empty (``mtime=0``: the same rows always give the
+    same bytes)."""
+    names = [*PROBLEM_COLUMNS, *(c for c in PASS_AT_K_COLUMNS if columns.get(c))]
     text = io.StringIO()
-    text.write(",".join(PROBLEM_COLUMNS) + "\n")
-    for row in zip(*(columns[name] for name in PROBLEM_COLUMNS), strict=True):
+    text.write(",".join(names) + "\n")
+    for row in zip(*(columns[name] for name in names), strict=True):
         text.write(",".join(map(str, row)) + "\n")
     return gzip.compress(text.getvalue().encode(), mtime=0)
 
@@ -57,7 +63,8 @@ def decode_problem_rows(data: bytes) -> pd.DataFrame:
     missing = [c for c in PROBLEM_COLUMNS if c not in frame.columns]
     if missing:
         raise ValueError(f"{PROBLEMS_ARTIFACT} lacks columns {missing} (has {list(frame.columns)})")
-    return frame[list(PROBLEM_COLUMNS)].astype(PROBLEM_DTYPES)
+    extra = [c for c in PASS_AT_K_COLUMNS if c in frame.columns]
+    return frame[[*PROBLEM_COLUMNS, *extra]].astype(PROBLEM_DTYPES | dict.fromkeys(extra, "int64"))
 
 
 def empty_problem_rows() -> pd.DataFrame:

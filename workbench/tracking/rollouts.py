@@ -179,14 +179,18 @@ class RolloutRecorder:
     def keeps_train_step(self, step: int) -> bool:
         return self.stopped_at is None and step % self.stride == 0
 
-    def record_eval(self, step: int, scored: ScoredRollouts, problem_ids: Sequence[str]) -> None:
-        """One eval chunk's completions (one per problem), ``problem_ids`` in the same order."""
+    def record_eval(self, step: int, scored: ScoredRollouts, problem_ids: Sequence[str],
+                    samples_per_problem: int = 1) -> None:
+        """One eval chunk's completions, ``samples_per_problem`` per problem (``rollout.eval_samples``,
+        grouped by problem), ``problem_ids`` one per problem in the same order."""
         t0 = time.perf_counter()
         n = len(scored.rewards)
+        k = samples_per_problem
         if self.stopped_at is not None:
             self.splits["eval"].dropped += n
         else:
-            self._add("eval", step, scored, list(problem_ids), groups=list(range(n)), samples=[0] * n,
+            self._add("eval", step, scored, [pid for pid in problem_ids for _ in range(k)],
+                      groups=[i // k for i in range(n)], samples=[i % k for i in range(n)],
                       advantages=[math.nan] * n, kept=[False] * n)
         self.seconds += time.perf_counter() - t0
 

@@ -62,7 +62,7 @@ def model_identity(directory: Path) -> dict[str, Any]:
 
 def curation_key(cfg: RunConfig, model: dict[str, Any]) -> str:
     sampler = cfg.sampler.model_dump(mode="json", include={"backend", "dtype", "decode", "top_p", "max_new_tokens"})
-    payload = {"v": CURATION_VERSION, "model": model, "template": cfg.model.prompt_template,
+    payload = {"v": CURATION_VERSION, "model": model, "template": cfg.model.template_text,
                "task": cfg.task.model_dump(mode="json"), "pool": cfg.data.pool, "sampler": sampler,
                "timeout_s": cfg.reward.timeout_s,
                "curate": cfg.data.curate.model_dump(mode="json", exclude={"name", "keep"}) if cfg.data.curate else None}

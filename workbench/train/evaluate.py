@@ -4,6 +4,11 @@ Besides the step's ``eval/*`` metrics, every eval step records one row per probl
 (:class:`ProblemResults`: step, problem id, correct, length, truncated), logged at the end of the
 run as the artifact ``eval/problems.csv.gz`` (:mod:`workbench.tracking.artifacts`). ``compare`` uses it for
 intervals over seeds *and* problems (:mod:`workbench.compare.problems`).
+
+With ``rollout.eval_samples`` n > 1 every problem gets n answers at ``eval_temperature``: ``eval/accuracy``,
+``eval/length_mean`` and the table's ``correct``/``length``/``truncated`` describe each problem's first
+answer (so ``eval/accuracy`` stays the mean of the table's ``correct`` that ``compare`` re-derives), and
+``eval/pass_at_k`` (k = 1, 2, 4, … ≤ n), ``eval/mean_at_n`` and the table's ``samples``/``n_correct`` use all n.
 """
 
 from __future__ import annotations
@@ -15,9 +20,11 @@ from dataclasses import dataclass, field
 
 from workbench.batch import ScoredRollouts
 from workbench.config import RolloutConfig
+from workbench.metrics.passk import pass_at_k_metrics
+from workbench.metrics.reflection import reflection_metrics
 from workbench.reward.rollouts import score_rollouts
 from workbench.tasks import Problem
-from workbench.tracking.artifacts import PROBLEM_COLUMNS, encode_problem_rows
+from workbench.tracking.artifacts import PASS_AT_K_COLUMNS, PROBLEM_COLUMNS, encode_problem_rows
 
 EVAL_CHUNK = 256  # prompts per generate call
 
@@ -46,19 +53,26 @@ class ProblemResults:
     correct: list[int] = field(default_factory=list)  # 0/1
     length: list[int] = field(default_factory=list)  # response tokens
     truncated: list[int] = field(default_factory=list)  # 0/1: hit max_new_tokens without EOS
+    samples: list[int] = field(default_factory=list)  # answers per problem; empty when rollout.eval_samples = 1
+    n_correct: list[int] = field(default_factory=list)  # of them judged correct; empty when eval_samples = 1
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return (*PROBLEM_COLUMNS, *PASS_AT_K_COLUMNS)
 
     def __len__(self) -> int:
         return len(self.step)
 
     def extend(self, other: ProblemResults) -> None:
-        for name in PROBLEM_COLUMNS:
+        for name in self.columns:
             getattr(self, name).extend(getattr(other, name))
 
     def before(self, steps_done: int) -> ProblemResults:
         """The rows of eval steps ``< steps_done``: what a run resumed at ``steps_done`` keeps (the
         eval at ``steps_done`` runs again after the resume, so its rows must not be there twice)."""
         keep = [i for i, s in enumerate(self.step) if s < steps_done]
-        return ProblemResults(**{n: [getattr(self, n)[i] for i in keep] for n in PROBLEM_COLUMNS})
+        return ProblemResults(**{n: [getattr(self, n)[i] for i in keep if i < len(getattr(self, n))]
+                                 for n in self.columns})
 
     def to_csv_gz(self) -> bytes:
         """The ``eval/problems.csv.gz`` artifact (:mod:`workbench.tracking.artifacts`)."""
@@ -66,34 +80,53 @@ class ProblemResults:
 
 
 def evaluate(sampler, verifier, problems: list[Problem], roll: RolloutConfig, *, seed: int, step: int,
-             on_scored: Callable[[ScoredRollouts, list[str]], None] | None = None,
+             reflection_words: tuple[str, ...] = (),
+             on_scored: Callable[[ScoredRollouts, list[str], int], None] | None = None,
              ) -> tuple[dict[str, float], list[dict], ProblemResults]:
-    """Score ``problems`` once each: the step's metrics, up to ``roll.log_samples`` completions to
-    show, and every problem's result. ``on_scored(scored, problem_ids)`` sees every scored chunk (the
-    run's rollout log)."""
+    """Score ``problems`` with ``roll.eval_samples`` answers each: the step's metrics, up to
+    ``roll.log_samples`` completions to show (first answers), and every problem's result. With
+    ``reflection_words``, also ``eval/reflection_rate*`` over the first answers.
+    ``on_scored(scored, problem_ids, samples_per_problem)`` sees every scored chunk (the run's rollout log)."""
+    n_samples = roll.eval_samples
     correct, lengths, samples = 0.0, 0.0, []
+    counts: list[int] = []  # correct answers per problem, of n_samples
+    first_texts: list[str] = []  # each problem's first answer, for the reflection rate
     rows = ProblemResults()
     ids = problem_ids(problems)
-    for start in range(0, len(problems), EVAL_CHUNK):
-        chunk = problems[start : start + EVAL_CHUNK]
-        rollouts = sampler.generate(chunk, 1, temperature=roll.eval_temperature, seed=seed + start)
+    per_call = max(1, EVAL_CHUNK // n_samples)  # prompts per generate call: about EVAL_CHUNK completions
+    for start in range(0, len(problems), per_call):
+        chunk = problems[start : start + per_call]
+        rollouts = sampler.generate(chunk, n_samples, temperature=roll.eval_temperature, seed=seed + start)
         scored = score_rollouts(verifier, rollouts, shaping=())
         if on_scored is not None:
-            on_scored(scored, ids[start : start + len(chunk)])
-        correct += float(scored.correct.float().sum())
-        lengths += float(rollouts.lengths.sum())
+            on_scored(scored, ids[start : start + len(chunk)], n_samples)
+        first = slice(None, None, n_samples)  # rows are grouped by problem: each problem's first answer
+        ok = scored.correct[first]  # [len(chunk)]
+        first_texts += rollouts.texts[::n_samples]
+        correct += float(ok.float().sum())
+        lengths += float(rollouts.lengths[first].sum())
         rows.extend(ProblemResults(step=[step] * len(chunk), problem_id=ids[start : start + len(chunk)],
-                                   correct=[int(c) for c in scored.correct.tolist()],
-                                   length=[int(n) for n in rollouts.lengths.tolist()],
-                                   truncated=[int(t) for t in rollouts.truncated.tolist()]))
+                                   correct=[int(c) for c in ok.tolist()],
+                                   length=[int(n) for n in rollouts.lengths[first].tolist()],
+                                   truncated=[int(t) for t in rollouts.truncated[first].tolist()]))
+        if n_samples > 1:
+            chunk_counts = [int(c) for c in scored.correct.view(len(chunk), n_samples).sum(dim=1).tolist()]
+            counts += chunk_counts
+            rows.samples.extend([n_samples] * len(chunk))
+            rows.n_correct.extend(chunk_counts)
         room = roll.log_samples - len(samples)
         for i in range(min(room, len(chunk))):
+            j = i * n_samples
             samples.append({
-                "step": step, "prompt": chunk[i].prompt, "completion": rollouts.texts[i],
-                "answer": chunk[i].answer, "reward": float(scored.rewards[i]),
-                "correct": bool(scored.correct[i]), "length": int(rollouts.lengths[i]),
-                "truncated": bool(rollouts.truncated[i]),
+                "step": step, "prompt": chunk[i].prompt, "completion": rollouts.texts[j],
+                "answer": chunk[i].answer, "reward": float(scored.rewards[j]),
+                "correct": bool(scored.correct[j]), "length": int(rollouts.lengths[j]),
+                "truncated": bool(rollouts.truncated[j]),
             })
     n = len(problems)
     metrics = {"eval/accuracy": correct / n, "eval/length_mean": lengths / n, "eval/n_problems": float(n)}
+    if n_samples > 1:
+        metrics |= pass_at_k_metrics(n_samples, counts)
+    if reflection_words:
+        metrics |= reflection_metrics(first_texts, [bool(c) for c in rows.correct], reflection_words, prefix="eval")
     return metrics, samples, rows

@@ -75,6 +75,7 @@ def train(cfg: RunConfig, sink: StepSink, monitor: HealthMonitor,
             if step % roll.eval_every == 0 or step == roll.steps:  # before this step's update
                 eval_metrics, samples, problems = evaluate(
                     parts.sampler, parts.verifier, parts.eval_set, roll, seed=cfg.seed, step=step,
+                    reflection_words=parts.reflection_words,
                     on_scored=None if log is None else eval_recorder(log, step))
                 metrics |= eval_metrics
                 result.eval_history.append((step, eval_metrics["eval/accuracy"]))
@@ -111,7 +112,7 @@ def train(cfg: RunConfig, sink: StepSink, monitor: HealthMonitor,
 
 def eval_recorder(log: RolloutRecorder, step: int) -> Callable:
     """``evaluate``'s ``on_scored`` for this eval step: its completions into the rollout log."""
-    return lambda scored, ids: log.record_eval(step, scored, ids)
+    return lambda scored, ids, per_problem: log.record_eval(step, scored, ids, per_problem)
 
 
 def resume(checkpoints: RunCheckpoints, parts: RunParts,

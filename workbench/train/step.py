@@ -30,6 +30,7 @@ from workbench.config import RunConfig
 from workbench.health import HealthMonitor
 from workbench.metrics.compute import rollout_metrics
 from workbench.metrics.mismatch import mismatch_record
+from workbench.metrics.reflection import OAT_ZERO_KEYWORDS, reflection_metrics
 from workbench.models import load_policy, model_dir
 from workbench.models.priming import stage_metrics
 from workbench.reward import AnswerVerifier
@@ -67,6 +68,8 @@ class RunParts:
     generator: torch.Generator  # minibatch order
     watch: Stopwatch  # every perf/* timing, the update's "algorithm" sections too
     scoring: ThreadPoolExecutor | None = None  # scores in the background (reward.overlap); None: in turn
+    control: tuple[str, dict[str, Any]] | None = None  # reward.control: a spurious reward in place of correctness
+    reflection_words: tuple[str, ...] = ()  # behaviour/reflection_rate's keywords; () = not logged
     mismatch_records: list[dict[str, Any]] = field(default_factory=list)  # health.mismatch_record_every steps
     prompt_format: PromptFormat = field(default_factory=PromptFormat)  # how the sampler renders a prompt
     rollout_log: RolloutRecorder | None = None  # every completion kept (rollouts/ artifacts); None: not kept
@@ -113,7 +116,17 @@ def open_run_parts(cfg: RunConfig, monitor: HealthMonitor) -> Iterator[RunParts]
                        reference=reference, shaping=cfg.reward.specs(), monitor=monitor, rng=rng,
                        prompts=prompts, start_metrics=stage_metrics(directory) | data_metrics,
                        data_record=data_record, generator=generator, watch=Stopwatch(), scoring=scoring,
-                       prompt_format=prompt_format)
+                       prompt_format=prompt_format, control=cfg.reward.control_spec(),
+                       reflection_words=reflection_words(cfg))
+
+
+def reflection_words(cfg: RunConfig) -> tuple[str, ...]:
+    """The keywords of the run's reflection rates: ``rollout.reflection_words``, unset oat-zero's 11; none (not
+    logged) on the built-in tiny model, whose character-level arithmetic completions hold no words."""
+    if cfg.model.builtin is not None:
+        return ()
+    words = cfg.rollout.reflection_words
+    return OAT_ZERO_KEYWORDS if words is None else tuple(words)
 
 
 def rl_step(cfg: RunConfig, step: int, parts: RunParts) -> dict[str, float]:
@@ -133,6 +146,8 @@ def rl_step(cfg: RunConfig, step: int, parts: RunParts) -> dict[str, float]:
         metrics |= rollout_metrics(sampled)  # over everything sampled, not only what was kept
         if parts.rollout_log is not None:  # every completion, with the update's advantages
             parts.rollout_log.record_train(step, sampled, batch.ready().advantages.cpu(), kept)
+        if parts.reflection_words:  # ≤ 1% of a step (docs/metrics.md)
+            metrics |= reflection_metrics(sampled.rollouts.texts, sampled.correct.tolist(), parts.reflection_words)
         metrics |= parts.prompts.step_metrics(step, sampled.rollouts.problems)
     return metrics | perf_metrics(watch.lap(), sampled, batch.ready(), cfg.algorithm.epochs)
 
@@ -215,10 +230,11 @@ def health_metrics(step: int, metrics: dict[str, float], parts: RunParts) -> dic
     return verdict | {"perf/health_s": parts.watch.lap()["health"]}
 
 
-def timed_scoring(rollouts, parts: RunParts) -> ScoredRollouts:
-    """The rollouts' rewards, timed into ``perf/score_s`` (on the scoring thread when it overlaps)."""
+def timed_scoring(rollouts, parts: RunParts, seed: int) -> ScoredRollouts:
+    """The rollouts' rewards, timed into ``perf/score_s`` (on the scoring thread when it overlaps); ``seed``:
+    the batch's sampling seed, which a drawing reward control (``reward.control: random``) uses."""
     with parts.watch("score"):
-        return score_rollouts(parts.verifier, rollouts, parts.shaping)
+        return score_rollouts(parts.verifier, rollouts, parts.shaping, control=parts.control, seed=seed)
 
 
 def collect_batch(cfg: RunConfig, step: int, parts: RunParts) -> tuple[ScoredRollouts | PendingScores,
@@ -239,13 +255,14 @@ def collect_batch(cfg: RunConfig, step: int, parts: RunParts) -> tuple[ScoredRol
     kept_rows, offset = [], 0
     for round_ in range(algo.max_sampling_rounds if keep_group else 1):
         problems = parts.prompts.draw(step, roll.prompts_per_step)
+        seed = (cfg.seed * 1_000_003 + step) * 101 + round_
         with parts.watch("sample"):
             rollouts = parts.sampler.generate(problems, roll.group_size, temperature=cfg.sampler.temperature,
-                                              seed=(cfg.seed * 1_000_003 + step) * 101 + round_)
+                                              seed=seed)
         if parts.scoring is not None:  # no filter: nothing here needs the rewards
-            pending = PendingScores(rollouts, parts.scoring.submit(timed_scoring, rollouts, parts))
+            pending = PendingScores(rollouts, parts.scoring.submit(timed_scoring, rollouts, parts, seed))
             return pending, pending, None, {}
-        scored = timed_scoring(rollouts, parts)
+        scored = timed_scoring(rollouts, parts, seed)
         rounds.append(scored)
         if keep_group is None:
             return scored, scored, None, {}
