@@ -4,6 +4,7 @@ the formats (user text escaped), bad filters as one line and exit 2."""
 
 from __future__ import annotations
 
+import html
 import io
 import json
 
@@ -154,3 +155,25 @@ def test_the_notebook_gets_the_same_frames(store):
                                                                                      tracking_uri=store))
     with pytest.raises(QueryError, match="no variant 'dapo'"):
         study.rollouts(variant="dapo")
+
+
+def test_the_compare_report_shows_same_problem_pairs_where_the_variants_differ(store, tmp_path):
+    """#51: the compare HTML report gains the answers behind a verdict: at the last eval step, the problems
+    one variant solved and the baseline did not (or the reverse), both completions side by side."""
+    from workbench.analysis.rollouts import differing_answers
+
+    answers = differing_answers(NAME, "grpo", ["grpo", "dr_grpo"], tracking_uri=store)
+    expected = same_prompts(NAME, "grpo", "dr_grpo", tracking_uri=store, differing=True)
+    if not len(expected):
+        assert answers == {}  # the two runs agree on every problem: nothing to show
+        return
+    pairs = answers["dr_grpo"]
+    assert 1 <= len(pairs) <= 3 and (pairs["step"] == expected["step"].max()).all()
+    assert (pairs["correct.grpo"] != pairs["correct.dr_grpo"]).all()
+    out = tmp_path / "report.html"
+    result = CliRunner().invoke(app, ["compare", NAME, "--tracking-uri", store, "--no-log", "--out", str(out)],
+                                catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    page = out.read_text()
+    assert "Same problems, different answers" in page and "dr_grpo vs grpo" in page
+    assert html.escape(pairs["text.dr_grpo"].iloc[0]) in page

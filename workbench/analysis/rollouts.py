@@ -35,7 +35,7 @@ from workbench.results.reader import StudyNotFound, StudyReader
 from workbench.results.rollouts import read_rollouts
 from workbench.tracking.rollouts import SPLITS
 
-__all__ = ["OUTCOMES", "PAIR_FIELDS", "load_rollouts", "query_rollouts", "same_prompts"]
+__all__ = ["OUTCOMES", "PAIR_FIELDS", "differing_answers", "load_rollouts", "query_rollouts", "same_prompts"]
 
 OUTCOMES = ("correct", "incorrect", "truncated")
 PAIR_FIELDS = ("text", "correct", "reward", "length", "truncated")
@@ -189,4 +189,24 @@ def same_prompts(study: str, a: str, b: str, *, tracking_uri: str | None = None,
     out = pairs[columns]
     out.attrs.update(rows.attrs)
     out.attrs["variants"] = (a, b)
+    return out
+
+
+def differing_answers(study: str, baseline: str, variants: Iterable[str], *, reader: StudyReader | None = None,
+                      tracking_uri: str | None = None, per_variant: int = 3) -> dict[str, pd.DataFrame]:
+    """For the compare report: per variant, up to ``per_variant`` eval problems at the last eval step both
+    arms stored where the variant and ``baseline`` differ in correctness, side by side (:func:`same_prompts`).
+    A variant without stored completions (runs from before they were kept) is left out."""
+    out: dict[str, pd.DataFrame] = {}
+    for variant in variants:
+        if variant == baseline:
+            continue
+        try:
+            pairs = same_prompts(study, baseline, variant, reader=reader, tracking_uri=tracking_uri, split="eval",
+                                 differing=True)
+        except (QueryError, StudyNotFound):
+            continue
+        if len(pairs):
+            last = pairs[pairs["step"] == pairs["step"].max()]
+            out[variant] = last.head(per_variant).reset_index(drop=True)
     return out

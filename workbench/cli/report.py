@@ -13,7 +13,7 @@ from __future__ import annotations
 import html
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -149,9 +149,12 @@ def _runs_overview_html(runs: pd.DataFrame, excluded: dict[str, int]) -> str:
 def build_compare_report(study: str, table: Any, summary: pd.DataFrame, history: pd.DataFrame,
                          runs: pd.DataFrame, cells: pd.DataFrame | None, *, spec: Any = None,
                          tracking_uri: str = "", excluded: dict[str, int] | None = None,
-                         n_resamples: int = 1000) -> tuple[str, list[str]]:
+                         n_resamples: int = 1000, answers: Mapping[str, pd.DataFrame] | None = None,
+                         ) -> tuple[str, list[str]]:
     """The HTML report (and rendering warnings): runs, comparison table, summary bars with CIs,
-    curves with CI bands (the curve panels of ``spec``), health matrix."""
+    curves with CI bands (the curve panels of ``spec``), health matrix, and ``answers``
+    (:func:`workbench.analysis.rollouts.differing_answers`): same-problem pairs where a variant and the
+    baseline differ."""
     import pandas as pd  # deferred: keeps `workbench --help` light
 
     from workbench.compare.arms import arm_column  # deferred: scipy
@@ -211,6 +214,16 @@ def build_compare_report(study: str, table: Any, summary: pd.DataFrame, history:
                                 figure=health_matrix_figure(cells, title=None), note=(
             "Each cell: one health rule on one run (from health.json). `workbench health STUDY` prints the same "
             "table.")))
+    if answers:
+        from workbench.viz.html import df_table_html  # deferred: plotly, pydantic
+
+        body = "".join(f"<h3>{html.escape(variant)} vs {html.escape(table.baseline)}</h3>"
+                       + df_table_html(pairs, left=[c for c in pairs.columns if c.startswith(("prompt", "answer", "text"))])
+                       for variant, pairs in answers.items())
+        sections.append(Section("Same problems, different answers", body_html=body, note=(
+            "At the last eval step both arms stored: eval problems one arm answered correctly and the other did not "
+            "(up to 3 per variant), each arm's completion as sampled. `workbench rollouts STUDY --same-prompts A B "
+            "--differing` lists them all (docs/rollouts.md).")))
     subtitle = f"study <b>{html.escape(study)}</b> · {len(runs)} runs · store {html.escape(redact_uri(tracking_uri))}"
     return html_page(f"Comparison report: {study}", sections, subtitle=subtitle,
                      lead_html=headline_html(table)), warnings
@@ -439,8 +452,12 @@ def compare(
 
     reports = target.reader.health_reports(runs)
     cells = health_cells(labelled_by_arm(runs), reports)
+    from workbench.analysis.rollouts import differing_answers  # deferred: pandas
+
+    answers = differing_answers(target.study, str(table.baseline), [str(v) for v in runs["variant"].unique()],
+                                reader=target.reader) if not table.by_arm else {}
     page, warnings = build_compare_report(target.study, table, summary, history, runs, cells, spec=dash,
-                                          tracking_uri=target.tracking_uri, excluded=excluded)
+                                          tracking_uri=target.tracking_uri, excluded=excluded, answers=answers)
     for w in warnings:
         note(f"[dim]{w}[/dim]")
     size = len(page.encode())
