@@ -11,8 +11,8 @@ A run with one answer per problem writes the five columns only (the same bytes a
 
 ``adapter/`` (LoRA runs, ``learner.lora``): the trained adapters as ``peft``'s ``save_pretrained`` writes them,
 ``adapter_config.json`` and ``adapter_model.safetensors`` (kilobytes to megabytes: the adapters only). Load
-them onto the run's base model: ``PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base_dir),
-adapter_dir)``, where ``base_dir`` is ``model.path`` or the tiny model's cache directory.
+them onto the run's base model with ``PeftModel.from_pretrained`` (the base loaded from ``base_dir``, then
+``adapter_dir``), where ``base_dir`` is ``model.path`` or the tiny model's cache directory.
 
 ``mismatch.json``: a JSON list, one object per recorded step (``health.mismatch_record_every``): ``step``,
 ``edges`` (log-ratio bin edges, nats; the first and last bins are open), ``counts`` (response tokens per

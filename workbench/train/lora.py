@@ -15,7 +15,8 @@ What a LoRA learner adds to the learner surface, in one object (``learner.adapte
 * ``state_dict()``/``load_state_dict()``: the adapters only, for checkpoints (the base is rebuilt, identical,
   from the model cache);
 * ``files()``: ``save_pretrained``'s adapter directory, which the run logs as its ``adapter/`` artifact and
-  a user loads onto the base with ``peft.PeftModel.from_pretrained(base, adapter_dir)``.
+  a user loads onto the base with ``peft.PeftModel.from_pretrained`` (the base model, then the adapter
+  directory).
 """
 
 from __future__ import annotations
