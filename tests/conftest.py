@@ -41,6 +41,19 @@ def one_torch_thread():
     torch.set_num_threads(previous)
 
 
+@pytest.fixture(autouse=True)
+def no_tracking_uri_leaks_out_of_a_test():
+    """`workbench worker` and `tune --tracking-uri` set $MLFLOW_TRACKING_URI for their whole process (every
+    run they start logs there); invoked in-process by a test, that must not outlive the test: a later
+    test's runs would log to a store that is not theirs (the env var wins over tracking.uri)."""
+    before = os.environ.get("MLFLOW_TRACKING_URI")
+    yield
+    if before is None:
+        os.environ.pop("MLFLOW_TRACKING_URI", None)
+    else:
+        os.environ["MLFLOW_TRACKING_URI"] = before
+
+
 @pytest.fixture(scope="session", autouse=True)
 def model_cache(tmp_path_factory):
     """Keep built models out of ~/.cache, but share them across the session's tests."""

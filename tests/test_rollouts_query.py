@@ -31,7 +31,9 @@ def store(tmp_path_factory):
     base = micro_run_config(tracking={"uri": uri})
     study = {"name": NAME, "base": base, "variants": {"grpo": {}, "dr_grpo": {"algorithm": {"preset": "dr_grpo"}}}}
     (root / "study.yaml").write_text(yaml.safe_dump(study))
-    result = CliRunner().invoke(app, ["run", str(root / "study.yaml"), "--quiet"], catch_exceptions=False)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv("MLFLOW_TRACKING_URI", raising=False)  # the env var would win over tracking.uri
+        result = CliRunner().invoke(app, ["run", str(root / "study.yaml"), "--quiet"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     return uri
 

@@ -12,6 +12,7 @@ step boundary (:func:`workbench.execution.run.execute_run`).
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -53,11 +54,23 @@ def stopping_on(*signums: int) -> Iterator[None]:
         return
     _stop_requested = False
     previous = {signum: signal.signal(signum, interrupt_once) for signum in signums}
+    previous_hook = sys.unraisablehook
+
+    def quiet_swallowed_stop(unraisable: Any) -> None:
+        # The stop's KeyboardInterrupt raised inside a weakref callback or __del__: CPython would print
+        # "Exception ignored in ... Traceback"; the request is remembered (module docstring), so the run
+        # still stops KILLED at its next step boundary: nothing is lost, and nothing to print.
+        if _stop_requested and isinstance(unraisable.exc_value, KeyboardInterrupt):
+            return
+        previous_hook(unraisable)
+
+    sys.unraisablehook = quiet_swallowed_stop
     try:
         yield
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+        sys.unraisablehook = previous_hook
         _stop_requested = False
 
 
