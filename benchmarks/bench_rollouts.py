@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import torch
+from bench_sanity import TimedSink  # the sibling script (benchmarks/ is sys.path[0]): one sink for both
 from rich.console import Console
 from rich.table import Table
 
@@ -30,17 +31,6 @@ from workbench.models import model_dir
 from workbench.study import apply_overrides, expand, load_study
 from workbench.tracking.writer import RunTracker
 from workbench.train.loop import train
-
-
-class Sink:
-    """Forwards to the tracker and keeps each step's metrics."""
-
-    def __init__(self, tracker: RunTracker) -> None:
-        self.tracker, self.rows = tracker, []
-
-    def log_metrics(self, metrics, step):
-        self.rows.append(metrics)
-        self.tracker.log_metrics(metrics, step)
 
 
 def long_text_bytes(chars: int = 2000) -> float:
@@ -84,7 +74,7 @@ def main() -> None:
             recorders.append(build(parts))
             return recorders[-1]
 
-        sink = Sink(tracker)
+        sink = TimedSink(tracker)
         start = time.perf_counter()
         result = train(cfg, sink, HealthMonitor.from_config(cfg.health), rollout_log=keep)
         tracker.finish("FINISHED")
