@@ -454,8 +454,9 @@ def compare(
     cells = health_cells(labelled_by_arm(runs), reports)
     from workbench.analysis.rollouts import differing_answers  # deferred: pandas
 
+    wanted = out is not None or png is not None or log  # reading every run's completions only for a page kept
     answers = differing_answers(target.study, str(table.baseline), [str(v) for v in runs["variant"].unique()],
-                                reader=target.reader) if not table.by_arm else {}
+                                reader=target.reader) if wanted and not table.by_arm else {}
     page, warnings = build_compare_report(target.study, table, summary, history, runs, cells, spec=dash,
                                           tracking_uri=target.tracking_uri, excluded=excluded, answers=answers)
     for w in warnings:
