@@ -172,7 +172,10 @@ def test_a_server_outage_shorter_than_the_deadline_loses_nothing(workdir, server
 
 def test_a_permanent_outage_fails_the_run_within_the_deadline_and_resume_resends_the_spill(workdir, server):
     deadline = 20.0
-    path = outage_study(workdir, "outage-long", steps=40, deadline_s=deadline, checkpoint_every=5)
+    # checkpoints every 7 steps, metrics flushed every 10: a checkpoint (which uploads the rollout log)
+    # never directly follows a flush, so whichever call meets the outage first, unsent metric points
+    # are held (with checkpoint_every=5 the upload after step 9's flush could fail with none held)
+    path = outage_study(workdir, "outage-long", steps=40, deadline_s=deadline, checkpoint_every=7)
     (key,) = [s.run_key for s in expand(load_study(path))]
     client = MlflowClient(server.uri)
     env = {"MLFLOW_TRACKING_URI": server.uri}
