@@ -93,8 +93,10 @@ def _settings(paper: Paper, section: str, **values: Any) -> dict[str, Setting]:
 # train_prompt_bsz 512, train_prompt_mini_bsz 32) takes 16 updates per batch, the setting its clip-higher
 # was tuned in; the presets that take DAPO's clip_high take its update count with it.
 DAPO_UPDATES = "recipe (512 prompts per step, 32 per update)"
-ONE_STEP_CLIP = ("clip range: the policy ratio is exactly 1 at one optimizer step per batch (the default); set "
-                 "algorithm.minibatches or epochs > 1 (the paper's update count is not cited here, so none is set)")
+# A clip acts only from an update's second optimizer step on (the ratio is exactly 1 at the first), so each
+# clipping preset takes its paper's update count: GSPO splits each rollout batch into four minibatches (§5.1);
+# GMPO's released script samples 128 prompts x 8 per rollout and updates on 128 at a time (8 updates).
+GMPO_UPDATES = "code: callsys/GMPO qwen2.5-math-7b-gmpo.sh (rollout 128x8, train_batch_size 128)"
 
 PRESET_LIST: list[Preset] = [
     Preset("grpo", "group-normalised advantages, PPO clip, per-sequence 1/|o| averaging", DEEPSEEKMATH,
@@ -116,13 +118,12 @@ PRESET_LIST: list[Preset] = [
     Preset("gspo", "sequence-level importance ratio and clipping", GSPO,
            _settings(DEEPSEEKMATH, "§4.1", estimator="grpo")
            | _settings(GSPO, "§4", loss="gspo", agg_mode="seq-mean-token-mean")
-           | _settings(GSPO, "§5.1", clip_low=3e-4, clip_high=4e-4),
-           inert_by_default=ONE_STEP_CLIP),
+           | _settings(GSPO, "§5.1", clip_low=3e-4, clip_high=4e-4, minibatches=4)),
     # Clip in log space to (−0.4, 0.4).
     Preset("gmpo", "geometric-mean ratio, clipped in log space", GMPO,
            _settings(DEEPSEEKMATH, "§4.1", estimator="grpo")
-           | _settings(GMPO, "§3", loss="gmpo", agg_mode="seq-mean-token-mean", clip_low=0.4, clip_high=0.4),
-           inert_by_default=ONE_STEP_CLIP),
+           | _settings(GMPO, "§3", loss="gmpo", agg_mode="seq-mean-token-mean", clip_low=0.4, clip_high=0.4)
+           | _settings(GMPO, GMPO_UPDATES, minibatches=8)),
     # Clip the IS weight, not the update: no lower bound in practice (ε_low large); ε_high tuned,
     # DAPO's 0.28 as a starting point.
     Preset("cispo", "clipped IS-weight policy optimisation", MINIMAX_M1,
