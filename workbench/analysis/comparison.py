@@ -67,7 +67,26 @@ def smallest_effects(compare_cfg: dict[str, Any], options: Sequence[str] | None,
         if not m or not ok:
             raise AnalysisError(f"{where}: {source}: must be a positive number in the metric's units, got {v!r}")
         out[summary_name(m)] = float(v)
+    _refuse_sesoi_beyond_phenomenon(compare_cfg, out, where)
     return out
+
+
+def _refuse_sesoi_beyond_phenomenon(compare_cfg: dict[str, Any], sesoi: dict[str, float], where: str) -> None:
+    """An equivalence question (a metric with a SESOI: TOST decides "equivalent") whose SESOI is at least
+    the measured size of the phenomenon it would deny (``compare.sesoi_pedigree.<metric>.phenomenon``) is
+    refused: "equivalent" would then read the same whether the phenomenon is there or not (issue 52)."""
+    from workbench.compare.summary import summary_name  # deferred: scipy
+
+    pedigree = compare_cfg.get("sesoi_pedigree") or {}
+    if not isinstance(pedigree, dict):
+        return  # the schema reports it
+    for m, entry in pedigree.items():
+        size = entry.get("phenomenon") if isinstance(entry, dict) else None
+        value = sesoi.get(summary_name(m))
+        if isinstance(size, (int, float)) and value is not None and value >= size:
+            raise AnalysisError(f"{where}: compare.sesoi.{m} = {value:g} is at least the size of the phenomenon "
+                                f"it would deny (compare.sesoi_pedigree.{m}.phenomenon = {size:g}): an 'equivalent' "
+                                f"could not exclude it; set a SESOI below {size:g}")
 
 
 def load_spec(name: str) -> Any:
