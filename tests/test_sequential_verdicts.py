@@ -11,6 +11,7 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -89,3 +90,80 @@ def test_one_status_per_sequential_question_equal_in_the_record_and_the_page(exp
         assert "re-test on all seeds (not the design's decision)" in row.get("note", "")  # labelled
     compared = {k for k, r in rows.items() if r["status"] != "baseline" and k[0] in {m for m, _ in recorded}}
     assert compared <= set(recorded), f"{export.name}: rows without a design decision: {compared - set(recorded)}"
+
+
+# ---- the replay on a hand-made study: an arm stopped for futility at look 1, another decided at look 2 ------------
+
+
+def stopped_early_study():
+    """grpo (baseline) and ``kept`` ran 6 seeds; ``stopped`` ran 3: at look 1 (SESOI 0.5) its improvement of 0.5
+    was excluded (futile: Δ -0.1, paired noise SD 0.1, one-sided 98.3% bound ~ -0.1 + 5.6 x 0.058 = 0.22 < 0.5),
+    so look 2 did not run it. ``kept`` is 0.6 better: open at look 1 (p ~ 0.01 > 0.0007), better at look 2."""
+    rng = np.random.default_rng(52)
+    base = rng.standard_normal(6)
+    rows = [{"run_id": f"grpo{s}", "variant": "grpo", "seed": s, "status": "FINISHED",
+             "final_eval_accuracy": base[s]} for s in range(6)]
+    rows += [{"run_id": f"kept{s}", "variant": "kept", "seed": s, "status": "FINISHED",
+              "final_eval_accuracy": base[s] + 0.6 + 0.1 * rng.standard_normal()} for s in range(6)]
+    rows += [{"run_id": f"stopped{s}", "variant": "stopped", "seed": s, "status": "FINISHED",
+              "final_eval_accuracy": base[s] - 0.1 + 0.1 * rng.standard_normal()} for s in range(3)]
+    return pd.DataFrame(rows)
+
+
+def record_by_running(summary: pd.DataFrame, sesoi: float) -> dict:
+    """The record `workbench run --until-decided` writes, from the same code (decide_metric) on each look's seeds."""
+    from dataclasses import asdict
+
+    from workbench.analysis.sequential import Plan, decide_metric
+    from workbench.compare.sequential import Design
+
+    design = Design((3, 6, 9))
+    arms = {"grpo": "grpo", "kept": "kept", "stopped": "stopped"}
+    plan = Plan(["final_eval_accuracy"], "grpo", arms, {"grpo": "grpo", "kept": "grpo", "stopped": "grpo"},
+                sesoi={"final_eval_accuracy": sesoi})
+    plan.status = {("final_eval_accuracy", a): "" for a in ("kept", "stopped")}
+    looks = []
+    for k, seeds in enumerate(([0, 1, 2], [0, 1, 2, 3, 4, 5])):
+        sub = summary[summary["seed"].isin(seeds)].assign(arm=lambda d: d["variant"]).reset_index(drop=True)
+        _, decisions = decide_metric(sub, plan, design, k, "final_eval_accuracy")
+        looks.append({"look": k + 1, "seed_list": seeds, "decisions": [asdict(d) for d in decisions]})
+        if plan.done():
+            break
+    return {"design": design.to_dict(), "metrics": ["final_eval_accuracy"], "primary": ["final_eval_accuracy"],
+            "baseline": "grpo", "futility": "improvement", "looks": looks}
+
+
+def test_the_replay_is_the_record_and_each_row_says_the_design_s_decision_at_its_look():
+    from workbench.analysis.sequential import apply_design_verdicts, design_verdicts
+    from workbench.compare import CompareSettings, compare_variants
+
+    summary = stopped_early_study()
+    record = record_by_running(summary, sesoi=0.5)
+    assert recorded_statuses(record) == {("final_eval_accuracy", "stopped"): "futile",
+                                         ("final_eval_accuracy", "kept"): "better"}
+    verdicts = design_verdicts(record, summary, {}, {"final_eval_accuracy": 0.5})
+    stopped, kept = verdicts["final_eval_accuracy", "stopped"], verdicts["final_eval_accuracy", "kept"]
+    assert (stopped.status, stopped.look, kept.status, kept.look) == ("futile", 1, "better", 2)
+    assert stopped.row["n_seeds"] == 3 and bool(stopped.row["paired"])  # the look's 3 common seeds, paired
+    # the table on all seeds: stopped (3 seeds) against grpo (6) is unpaired; the row now says the design's look
+    table = compare_variants(summary, "grpo", ["final_eval_accuracy"], CompareSettings(confidence=0.99, n_resamples=0))
+    retest = table.df.set_index("variant").loc["stopped"]
+    assert not bool(retest["paired"])
+    assert apply_design_verdicts(table, verdicts) == 2
+    row = table.df.set_index("variant").loc["stopped"]
+    assert row["status"] == "futile" and row["verdict"].startswith("futile (an improvement of 0.5 or more excluded) at "
+                                                                   "look 1 of 3, 3 seeds paired")
+    assert (row["delta_lo"], row["delta_hi"]) == (stopped.row["delta_lo"], stopped.row["delta_hi"])
+    assert f"re-test on all seeds (not the design's decision): {retest['verdict']}, unpaired" in row["note"]
+
+
+def test_a_smaller_sesoi_re_opens_the_stopped_question_and_says_what_the_record_holds():
+    """At SESOI 0.1 the look-1 futility no longer holds for ``stopped`` (its bound ~0.22 > 0.1): the replay needs
+    its look-2 seeds, which were never run, so the question stays open, and the row names the record's status."""
+    from workbench.analysis.sequential import design_verdicts
+
+    summary = stopped_early_study()
+    record = record_by_running(summary, sesoi=0.5)
+    v = design_verdicts(record, summary, {}, {"final_eval_accuracy": 0.1})["final_eval_accuracy", "stopped"]
+    assert (v.status, v.look, v.recorded) == ("open", 1, "futile")
+    assert v.unrun == "look 2 needs 6 seeds per arm; stopped has 3"
