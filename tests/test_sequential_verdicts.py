@@ -167,3 +167,11 @@ def test_a_smaller_sesoi_re_opens_the_stopped_question_and_says_what_the_record_
     v = design_verdicts(record, summary, {}, {"final_eval_accuracy": 0.1})["final_eval_accuracy", "stopped"]
     assert (v.status, v.look, v.recorded) == ("open", 1, "futile")
     assert v.unrun == "look 2 needs 6 seeds per arm; stopped has 3"
+
+
+def test_the_html_report_colours_the_design_s_words():
+    from workbench.cli.report import _verdict_class
+
+    assert _verdict_class("better at look 2 of 3, 6 seeds paired") == "better"
+    assert _verdict_class("futile (an improvement of 0.03 or more excluded) at look 1 of 3, 3 seeds paired") == "nd"
+    assert _verdict_class("open (the design stopped when its primary questions were decided) at look 2 of 3") == "nd"
