@@ -127,9 +127,9 @@ def _satterthwaite(terms: Sequence[Term]) -> float:
 
 #: The seed term enters Satterthwaite's df at its one-sided upper confidence bound at this level
 #: (``V_seed (S - 1) / chi2_{S-1}(1 - level)``), so that a seed share estimated small from S - 1 df does
-#: not buy the interval degrees of freedom it has not earned. 75%: calibrated in
-#: tests/compare/test_problem_intervals.py (50%, the plain median, under-covers at 3 seeds: 93.0%; 90%
-#: over-covers, 96.4-98.3%; 75%: 94.8-96.8% over the cells of docs/reports.md).
+#: not buy the interval degrees of freedom it has not earned. 75%: calibrated by simulation at 3 seeds, 200-500
+#: problems (50%, the plain median, under-covers, down to 93.0%; 90% over-covers, 96.4-98.3%; 75%: 94.8-96.8%;
+#: docs/reports.md), checked in tests/compare/test_problem_intervals.py.
 SEED_SHARE_BOUND = 0.75
 
 
