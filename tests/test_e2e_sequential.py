@@ -70,7 +70,16 @@ def test_until_decided_runs_rounds_resumes_and_compare_reports_the_design(workdi
     design = Design(looks=(2, 3), spending="obrien_fleming", alpha=0.05)
     taken = 2 if "looks 2,3 of" in report.output else 1
     level = float(design.look_alpha[taken - 1])
-    assert f"verdicts at its last look's level, α = {level:.3g}" in report.output, report.output
+    assert f"the table's re-test on all seeds, at its last look's level α = {level:.3g}" in report.output, report.output
+    # one verdict per question (#52): the design's, at the look it was taken, equal to the record's last status
+    from tests.test_sequential_verdicts import page_rows, recorded_statuses
+
+    rows = page_rows(report.output)
+    for (metric, arm), decided in recorded_statuses(record).items():
+        taken_at = max(lk["look"] for lk in record["looks"] for d in lk["decisions"] if (d["metric"], d["arm"]) == (metric, arm))
+        assert rows[metric, arm]["status"] == decided, rows[metric, arm]
+        assert f"at look {taken_at} of 2" in rows[metric, arm]["verdict"], rows[metric, arm]
+    assert "re-test on all seeds (not the design's decision)" in report.output
     assert "seeds added after looking" not in report.output
 
     # seed 3 added by hand, after the looks: flagged

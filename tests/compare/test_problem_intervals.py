@@ -39,7 +39,8 @@ def test_variance_terms_by_hand():
     Column means 2/3, 1/3, 1, 2/3: var = (0 + 1/9 + 1/9 + 0) / 3 = 2/27, V_problem = 1/54.
     Residual SS = total - rows - columns = 8/3 - 4 (6/144) - 3 (2/9) = 11/6 (total: eight 1s at
     (1/3)^2, four 0s at (2/3)^2), MS = (11/6) / 6, V_overlap = MS / 12 = 11/432.
-    V = 3/432 + 8/432 - 11/432 = 0 < max(V_seed, V_problem): truncated to V_problem = 1/54, df = P - 1 = 3."""
+    The problem draw's component V_problem - V_overlap = -3/432 < 0 is 0: V = V_seed = 1/144 at the
+    seed level's df, S - 1 = 2 (exactly the seed-only t interval)."""
     resid = Y - Y.mean(1, keepdims=True) - Y.mean(0, keepdims=True) + Y.mean()
     assert (resid**2).sum() == pytest.approx(11 / 6, abs=48 * EPS64)  # 12 squares of values <= 1, 4 ops each
     t = two_way_mean(Y)
@@ -48,15 +49,17 @@ def test_variance_terms_by_hand():
     assert t.v_seed == pytest.approx(1 / 144, rel=1e-12)
     assert t.v_problem == pytest.approx(1 / 54, rel=1e-12)
     assert t.v_overlap == pytest.approx(11 / 432, rel=1e-12)
-    assert t.se**2 == pytest.approx(1 / 54, rel=1e-12) and t.df == pytest.approx(3.0, rel=1e-12)
-    q = 3.182446305284263  # scipy.stats.t.ppf(0.975, 3)
-    # rel 1e-9: scipy's t quantile at 3 df is accurate to ~1e-12 relative; the rest as above
-    assert (t.lo, t.hi) == pytest.approx((2 / 3 - q * math.sqrt(1 / 54), 2 / 3 + q * math.sqrt(1 / 54)), rel=1e-9)
+    assert t.se**2 == pytest.approx(1 / 144, rel=1e-12) and t.df == 2
+    q = 4.302652729749464  # scipy.stats.t.ppf(0.975, 2)
+    # rel 1e-9: scipy's t quantile at 2 df is accurate to ~1e-12 relative; the rest as above
+    assert (t.lo, t.hi) == pytest.approx((2 / 3 - q / 12, 2 / 3 + q / 12), rel=1e-9)
+    _, lo, hi = t_interval(Y.mean(1))
+    assert (t.lo, t.hi) == pytest.approx((lo, hi), rel=1e-9)
 
 
-def test_untruncated_satterthwaite_by_hand():
-    """A design where every component is positive: V = V_seed + V_problem - V_overlap and
-    df = V^2 / (V_seed^2/(S-1) + V_problem^2/(P-1) + V_overlap^2/((S-1)(P-1)))."""
+def test_a_positive_problem_component_adds_to_the_seed_variance_at_the_seed_levels_df():
+    """A design where every component is positive: V = V_seed + V_problem - V_overlap, at the seed
+    level's df S - 1 = 2 (not Satterthwaite's, which the seed share's 2-df estimate would inflate)."""
     y = np.array([[0.9, 0.1, 0.6], [0.7, 0.0, 0.5], [0.3, 0.0, 0.1]])
     s, p = y.shape
     v_seed = y.mean(1).var(ddof=1) / s
@@ -67,7 +70,34 @@ def test_untruncated_satterthwaite_by_hand():
     assert v > max(v_seed, v_problem)
     t = two_way_mean(y)
     assert t.se**2 == pytest.approx(v, rel=1e-12)
-    assert t.df == pytest.approx(v**2 / (v_seed**2 / 2 + v_problem**2 / 2 + v_overlap**2 / 4), rel=1e-12)
+    # the seed term at its 75% upper bound: v_seed * 2 / chi2_2(0.25), chi2_2(0.25) = -2 ln(0.75)
+    bound = v_seed * 2 / (-2 * math.log(0.75))
+    assert t.df == pytest.approx((bound + v - v_seed) ** 2 / (bound**2 / 2 + (v - v_seed) ** 2 / 2), rel=1e-9)
+
+
+def test_unpaired_degrees_of_freedom_are_welchs_over_the_two_arms_seed_terms_by_hand():
+    """x: 3 seeds, y: 5 seeds, 6 shared problems (0/1). Row means of x 2/3, 1/3, 5/6 (mean 11/18):
+    var = (1 + 25 + 16)/324 / 2 = 7/108, V_x,seed = 7/324. Row means of y 1/3, 1/6, 1/3, 1/3, 1/2
+    (mean 1/3): var = (2/36)/4 = 1/72, V_y,seed = 1/360. The seed level's df is Welch's, as the
+    seed-only unpaired test: (7/324 + 1/360)^2 / ((7/324)^2/2 + (1/360)^2/4) = 24964/9881 = 2.5265
+    Problem component: V_problem - V_x,overlap - V_y,overlap = 689/40500 - 11/1620 - 37/9000 =
+    11/1800 > 0, so V = 7/324 + 1/360 + 11/1800 = 247/8100. df: the seed term at its 75% upper bound
+    B = (1/360 + 7/324) x 2.5265 / chi2_2.5265(0.25), with the problem component's P - 1 = 5 df:
+    (B + 11/1800)^2 / (B^2/2.5265 + (11/1800)^2/5)."""
+    x = np.array([[1, 1, 0, 1, 1, 0], [0, 1, 0, 1, 0, 0], [1, 1, 1, 1, 1, 0]], dtype=float)
+    y = np.array([[1, 0, 0, 1, 0, 0], [0, 0, 0, 1, 0, 0], [1, 0, 0, 1, 0, 0], [0, 1, 0, 1, 0, 0],
+                  [1, 0, 0, 1, 1, 0]], dtype=float)
+    t = two_way_difference(x, y, paired=False)
+    # rel 1e-12: each term is a few dozen operations on values <= 1 (~1e-14 relative), 100x margin
+    assert t.v_seed == pytest.approx(7 / 324 + 1 / 360, rel=1e-12)
+    assert t.v_problem - t.v_overlap == pytest.approx(11 / 1800, rel=1e-12)
+    assert t.se**2 == pytest.approx(247 / 8100, rel=1e-12)
+    welch = 24964 / 9881
+    bound = (7 / 324 + 1 / 360) * welch / 0.8985725422911254  # scipy.stats.chi2.ppf(0.25, 24964 / 9881)
+    assert bound == pytest.approx(0.068556, rel=1e-4)  # the seed term, 0.02438, at its upper bound: x 2.81
+    # rel 1e-9: the chi-square quantile is accurate to ~1e-12 relative; a dozen operations besides
+    assert t.df == pytest.approx((bound + 11 / 1800) ** 2 / (bound**2 / welch + (11 / 1800) ** 2 / 5), rel=1e-9)
+    assert welch < t.df < 5  # between the seed level's df and the problem level's
 
 
 def test_paired_difference_is_the_mean_of_the_differences_and_reduces_to_the_seed_t_interval():
@@ -273,10 +303,9 @@ def coverage(seeds: int, replicates: int, **model) -> dict[str, float]:
 def test_two_way_interval_covers_when_arms_differ_only_by_the_problem_draw(seeds):
     """Seed-only intervals measure "on these 100 problems"; against the population of problems they
     under-cover, and more so with more seeds (their width shrinks, the problem draw stays). Measured
-    with R = 3000: seed-only Δ 92.5 / 88.6 / 80.1%, two-way Δ 96.7 / 96.0 / 95.8%; seed-only arm mean
-    88.9 / 78.8 / 62.7%, two-way 96.1 / 96.0 / 95.0% at 3 / 5 / 10 seeds. Bounds: 93% (the
-    acceptance) is >= 3 s.e. (0.9 points each) below every two-way figure; the seed-only bounds are
-    >= 4 s.e. above theirs."""
+    (R = 600, issue 52's df): seed-only Δ 93.8 / 89.7 / 79.8%, two-way Δ 96.3 / 95.5 / 93.5%; seed-only
+    arm mean 89.5 / 80.7 / 58.8%, two-way 96.3 / 94.8 / 94.8% at 3 / 5 / 10 seeds. Bounds: 93% is 95%
+    minus 2.2 s.e. (0.9 points each); these cells were not used to calibrate SEED_SHARE_BOUND."""
     got = coverage(seeds, 600)
     print(f"\n{seeds} seeds, 100 problems, 600 studies: " + ", ".join(f"{k} {v:.1%}" for k, v in got.items()))
     assert got["two_way_delta"] >= 0.93 and got["two_way_mean"] >= 0.93
@@ -289,8 +318,8 @@ def test_two_way_interval_covers_when_arms_differ_only_by_the_problem_draw(seeds
 @pytest.mark.parametrize("seeds", [3, 10])
 def test_two_way_interval_stays_calibrated_when_problems_add_nothing_to_the_difference(seeds):
     """No arm x problem effect: the paired difference has no problem component, and the two-way
-    interval must not inflate it much beyond the seed-only one. Printed here (R = 600): 96.7% and
-    96.3% at 3 and 10 seeds (seed-only: 95.5%, 94.5%). Bounds: 95% +- 3 s.e. (2.7 points)."""
+    interval must not inflate it much beyond the seed-only one. Printed here (R = 600): 96.2% and
+    95.3% at 3 and 10 seeds (seed-only: 95.5%, 94.5%). Bounds: 95% +- 3 s.e. (2.7 points)."""
     got = coverage(seeds, 600, sd_arm_problem=0.0)
     print(f"\n{seeds} seeds, no arm x problem effect: " + ", ".join(f"{k} {v:.1%}" for k, v in got.items()))
     assert 0.923 <= got["two_way_delta"] <= 0.977
@@ -357,3 +386,49 @@ def test_pass_at_k_without_counts_says_so_and_keeps_the_seed_interval():
     b = table.for_metric("final:eval/pass_at_4").set_index("variant").loc["b"]
     assert b["two_way_method"] == "" and math.isnan(b["delta_2way_lo"]) and math.isfinite(b["delta_lo"])
     assert "no per-problem answer counts" in b["note"]
+
+
+# --- issue 52: coverage at 3 seeds on realistic eval sets, the seed level comparable to the problem level ---------
+
+#: Simulated studies per cell. A coverage of 0.95 then has binomial s.e. sqrt(0.95 x 0.05 / 2000) = 0.49
+#: points; "reaches the label" is coverage >= 95% - 3 s.e. = 93.5% (a 95% interval fails it with
+#: probability 0.13% per cell). Over-coverage is a fault too (an interval wider than its label says):
+#: the ceiling is 95% + 5 s.e. = 97.5% (the seed level's df alone, S - 1, measured 97.6-99.9% here).
+REALISTIC_STUDIES = 2000
+REALISTIC_SE = math.sqrt(0.95 * 0.05 / REALISTIC_STUDIES)
+REALISTIC_FLOOR, REALISTIC_CEILING = 0.95 - 3 * REALISTIC_SE, 0.95 + 5 * REALISTIC_SE
+
+
+def realistic_coverage(problems: int, sd_seed: float, studies: int = REALISTIC_STUDIES) -> dict[str, float]:
+    """Coverage of the population Δ (0) and arm mean by the two-way intervals at 3 seeds, with the
+    mean shares of the paired Δ's variance that the seed level (V_seed - V_overlap) and the problem
+    level (V_problem - V_overlap) contribute."""
+    rng = np.random.default_rng(52_000 + problems)
+    target_mean = logit_normal_mean(0.0, math.sqrt(1.5**2 + 1.0**2 + sd_seed**2))
+    delta = arm = 0
+    seed_part = problem_part = 0.0
+    for _ in range(studies):
+        x, y = simulate_study(rng, 3, problems, sd_seed=sd_seed)
+        d = two_way_difference(x, y, paired=True)
+        m = two_way_mean(x)
+        delta += d.lo <= 0.0 <= d.hi
+        arm += m.lo <= target_mean <= m.hi
+        seed_part += d.v_seed - d.v_overlap
+        problem_part += d.v_problem - d.v_overlap
+    return {"two_way_delta": delta / studies, "two_way_mean": arm / studies,
+            "seed_share": seed_part / (seed_part + problem_part)}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("problems", "sd_seed"), [(200, 0.15), (300, 0.15), (500, 0.2), (300, 0.5)])
+def test_two_way_interval_reaches_its_label_at_three_seeds_on_hundreds_of_problems(problems, sd_seed):
+    """The issue-52 setting: 3 seeds, 200-500 problems, the seed level's share of the paired Δ's
+    variance comparable to the problem level's (0.15-0.2 logit sd; 0.5: seed-dominated). With
+    plain Satterthwaite df (before issue 52) these cells measured Δ 96.2 / 95.8 / 93.8 / 92.8% and arm mean
+    95.8 / 95.0 / 93.4 / 93.0% (same RNG stream): the last two below the floor; with S - 1 df alone Δ 99.8 /
+    99.6 / 99.3 / 97.6%, arm mean 99.9 / 99.8 / 99.7 / 99.0%: above the ceiling. Now (R = 2000, this RNG stream): Δ 95.7 /
+    96.0 / 95.2 / 94.7%, arm mean 96.2 / 96.0 / 95.3 / 96.0%; the seed share of Δ's variance 36 / 48 / 74 / 91%."""
+    got = realistic_coverage(problems, sd_seed)
+    print(f"\n3 seeds, {problems} problems, seed sd {sd_seed}: " + ", ".join(f"{k} {v:.1%}" for k, v in got.items()))
+    for key in ("two_way_delta", "two_way_mean"):
+        assert REALISTIC_FLOOR <= got[key] <= REALISTIC_CEILING, key

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from workbench.analysis.looks import LooksReport, looks_report, record_first_look
+from workbench.analysis.metric_roles import comparison_metrics, secondary_metrics
 from workbench.analysis.selection import in_study_order, select_runs
 from workbench.analysis.target import Target, parent_run
 from workbench.errors import AnalysisError
@@ -21,30 +22,7 @@ from workbench.errors import AnalysisError
 if TYPE_CHECKING:
     import pandas as pd
 
-DEFAULT_METRICS = ("final_eval_accuracy",)
 DEFAULT_LEVEL = 0.05  # compare_variants' own default (confidence 0.95) when no sequential design sets it
-
-
-def comparison_metrics(requested: Sequence[str] | None, compare_cfg: dict[str, Any]) -> list[str]:
-    """Summary metric names to compare: ``--metric`` values, else the study's ``compare.metrics``,
-    else ``final_eval_accuracy``. Logged metric names (``eval/accuracy``) become ``final:<name>``."""
-    from workbench.compare.summary import summary_name  # deferred: scipy
-
-    names = list(requested or compare_cfg.get("metrics") or DEFAULT_METRICS)
-    return list(dict.fromkeys(summary_name(m) for m in names))
-
-
-def secondary_metrics(names: Sequence[str], compare_cfg: dict[str, Any]) -> list[str]:
-    """The compared summary metrics the study does not declare primary (``compare.primary``; none
-    declared: every metric is primary). Secondary metrics are reported, marked secondary, and do not
-    keep a ``--until-decided`` study running."""
-    from workbench.compare.summary import summary_name  # deferred: scipy
-
-    primary = compare_cfg.get("primary")
-    if not primary:
-        return []
-    wanted = {summary_name(m) for m in primary}
-    return [m for m in names if m not in wanted]
 
 
 def uncomputed_summaries(summary: pd.DataFrame, history: pd.DataFrame, names: Sequence[str]) -> list[str]:
@@ -89,7 +67,26 @@ def smallest_effects(compare_cfg: dict[str, Any], options: Sequence[str] | None,
         if not m or not ok:
             raise AnalysisError(f"{where}: {source}: must be a positive number in the metric's units, got {v!r}")
         out[summary_name(m)] = float(v)
+    _refuse_sesoi_beyond_phenomenon(compare_cfg, out, where)
     return out
+
+
+def _refuse_sesoi_beyond_phenomenon(compare_cfg: dict[str, Any], sesoi: dict[str, float], where: str) -> None:
+    """An equivalence question (a metric with a SESOI: TOST decides "equivalent") whose SESOI is at least
+    the measured size of the phenomenon it would deny (``compare.sesoi_pedigree.<metric>.phenomenon``) is
+    refused: "equivalent" would then read the same whether the phenomenon is there or not (issue 52)."""
+    from workbench.compare.summary import summary_name  # deferred: scipy
+
+    pedigree = compare_cfg.get("sesoi_pedigree") or {}
+    if not isinstance(pedigree, dict):
+        return  # the schema reports it
+    for m, entry in pedigree.items():
+        size = entry.get("phenomenon") if isinstance(entry, dict) else None
+        value = sesoi.get(summary_name(m))
+        if isinstance(size, (int, float)) and value is not None and value >= size:
+            raise AnalysisError(f"{where}: compare.sesoi.{m} = {value:g} is at least the size of the phenomenon "
+                                f"it would deny (compare.sesoi_pedigree.{m}.phenomenon = {size:g}): an 'equivalent' "
+                                f"could not exclude it; set a SESOI below {size:g}")
 
 
 def load_spec(name: str) -> Any:
@@ -211,6 +208,8 @@ def compare_loaded(loaded: LoadedComparison, *, baseline: str | None = None, rec
     except ValueError as e:
         raise AnalysisError(str(e)) from e
     uncomputed = uncomputed_summaries(summary, history, names)
+    if looks.record is not None and base == looks.record.get("baseline"):  # one verdict per sequential question
+        _design_verdicts(table, looks.record, summary, loaded, runs, history, base, variants)
     table.settings |= looks.settings()
     secondary = secondary_metrics(names, target.compare)
     if secondary:
@@ -264,6 +263,23 @@ def _looks(target: Target, runs: pd.DataFrame, *, record: bool) -> LooksReport:
     if record:
         record_first_look(target.tracking_uri, parent, runs)
     return found
+
+
+def _design_verdicts(table: Any, record: dict[str, Any], summary: pd.DataFrame, loaded: LoadedComparison,
+                     runs: pd.DataFrame, history: pd.DataFrame, base: str, variants: list[str]) -> None:
+    """Each compared row of a sequential study says its design's decision, at the look it was taken
+    (:func:`workbench.analysis.sequential.design_verdicts`); the table's test on all seeds is a re-test."""
+    from workbench.analysis.sequential import apply_design_verdicts, design_verdicts  # deferred: a cycle
+
+    def gates_at(seeds: list[int]) -> dict[str, Any]:
+        at = runs[runs["seed"].isin(seeds)]
+        return _activity_gates(loaded.target, at, history[history["run_id"].isin(set(at["run_id"]))], base, variants)
+
+    try:
+        verdicts = design_verdicts(record, summary, loaded.target.compare, loaded.effects, gates_at)
+    except ValueError as e:
+        raise AnalysisError(str(e)) from e
+    apply_design_verdicts(table, verdicts)
 
 
 def _activity_gates(target: Target, runs: pd.DataFrame, history: pd.DataFrame, baseline: str,

@@ -124,6 +124,7 @@ class LooksReport:
     sequential: str | None = None  # the sequential design's phrase, for a study run with --until-decided
     level: float | None = None  # the significance level of the design's last look taken (its verdicts' level)
     seeds_added: str | None = None  # the warning when seeds were added after looking without a design
+    record: dict[str, Any] | None = None  # sequential.json, when the study was run with --until-decided
 
     def settings(self) -> dict[str, str]:
         """The lines a comparison table shows above its tables (``ComparisonTable.settings`` keys)."""
@@ -158,10 +159,11 @@ def looks_report(reader: Any, study: str, parent_run_id: str | None, runs: pd.Da
         taken = len(record["looks"])
         # the level its last look tested at: the verdicts compare prints must not be more liberal than the design
         level = float(design.look_alpha[min(taken, len(design.looks)) - 1])
-        sequential = (f"sequential design: {design.phrase(taken)}; "
-                      f"verdicts at its last look's level, α = {level:.3g}")
+        sequential = (f"sequential design: {design.phrase(taken)}; each verdict is the design's decision, "
+                      "with its interval, at the look it was taken (the table's re-test on all seeds, at its last "
+                      f"look's level α = {level:.3g}, is in the row's note)")
         covered = {int(s) for look in record["looks"] for s in look["seed_list"]}
-    design_only = LooksReport(sequential, level)
+    design_only = LooksReport(sequential, level, record=record if sequential else None)
     first = parent_tags.get(FIRST_LOOK_TAG)
     if not first:
         return design_only
@@ -178,9 +180,9 @@ def looks_report(reader: Any, study: str, parent_run_id: str | None, runs: pd.Da
     if not added:
         return design_only
     which = f"seed {added[0]} was" if len(added) == 1 else f"seeds {_seed_list(added)} were"
-    return LooksReport(sequential, level, f"{ADDED_AFTER_LOOKING} (first looked at with seeds {_seed_list(looked)}; "
-                                          f"{which} run later without a sequential design: "
-                                          "use `workbench run STUDY --until-decided`)")
+    added_line = (f"{ADDED_AFTER_LOOKING} (first looked at with seeds {_seed_list(looked)}; {which} run later "
+                  "without a sequential design: use `workbench run STUDY --until-decided`)")
+    return LooksReport(sequential, level, added_line, record if sequential else None)
 
 
 def _epoch_ms(times: pd.Series) -> pd.Series:

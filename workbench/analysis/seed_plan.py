@@ -34,10 +34,11 @@ class MetricSeedPlan:
 
     plan: SeedPlan
     secondary: bool
+    pedigree: dict[str, Any] | None = None  # compare.sesoi_pedigree of the metric (phenomenon, published, ...)
 
     def as_dict(self) -> dict[str, Any]:
-        """As ``workbench plan --format json`` shows it: the plan's fields, then ``secondary``."""
-        return self.plan.as_dict() | {"secondary": self.secondary}
+        """As ``workbench plan --format json`` shows it: the plan's fields, ``secondary``, ``sesoi_pedigree``."""
+        return self.plan.as_dict() | {"secondary": self.secondary, "sesoi_pedigree": self.pedigree}
 
 
 def seed_plan(study: Any, specs: list, uri: str, experiment: str, where: str) -> list[MetricSeedPlan]:
@@ -67,7 +68,10 @@ def seed_plan(study: Any, specs: list, uri: str, experiment: str, where: str) ->
     plans = plan_seeds(metrics, sesoi, {**measured, **declared}, comparisons=m, seeds_in_study=len(study.seeds),
                        last_look_alpha=last_look_alpha, cap=cap)
     secondary = set(secondary_metrics(metrics, compare))
-    return [MetricSeedPlan(p, p.metric in secondary) for p in plans]
+    from workbench.compare.summary import summary_name  # deferred: scipy
+
+    pedigree = {summary_name(m): dict(e) for m, e in (compare.get("sesoi_pedigree") or {}).items()}
+    return [MetricSeedPlan(p, p.metric in secondary, pedigree.get(p.metric)) for p in plans]
 
 
 def _pilot_sd(uri: str, experiment: str, baseline: str, metrics: list[str]) -> dict[str, tuple[float, str]]:

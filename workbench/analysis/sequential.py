@@ -23,7 +23,6 @@ from typing import Any
 
 import pandas as pd
 
-from workbench.analysis.comparison import comparison_metrics, secondary_metrics
 from workbench.analysis.looks import (
     DESIGN_TAG,
     FIRST_LOOK_TAG,
@@ -34,6 +33,7 @@ from workbench.analysis.looks import (
     SequentialRecord,
     read_record,
 )
+from workbench.analysis.metric_roles import comparison_metrics, secondary_metrics
 from workbench.analysis.selection import select_runs
 from workbench.errors import AnalysisError, UserFileError
 from workbench.tracking.store import sqlite_file
@@ -218,6 +218,13 @@ def decide_metric(summary: pd.DataFrame, plan: Plan, design, k: int, metric: str
     machinery at :meth:`Design.compare_level` on the open arms and their baselines, then
     :func:`~workbench.compare.sequential.decide_family`. Returns the level passed to compare and
     one record per comparison decided or still open at this look."""
+    level, out, _ = _decide_metric(summary, plan, design, k, metric, gates)
+    return level, out
+
+
+def _decide_metric(summary: pd.DataFrame, plan: Plan, design, k: int, metric: str,
+                   gates: dict[str, Any] | None = None) -> tuple[float, list[LookDecision], dict[str, dict]]:
+    """:func:`decide_metric`, with compare's row of each comparison open at the look (arm -> row)."""
     from workbench.compare import CompareSettings, compare_variants  # deferred: scipy
     from workbench.compare.sequential import decide_family, futility_confidence  # deferred: scipy
 
@@ -225,7 +232,7 @@ def decide_metric(summary: pd.DataFrame, plan: Plan, design, k: int, metric: str
     before = [plan.status[metric, a] for a in arms]
     open_arms = [a for a, s in zip(arms, before, strict=True) if s == ""]
     if not open_arms:
-        return math.nan, []
+        return math.nan, [], {}
     n_family = sum(s not in ("better", "worse", "higher", "lower") for s in before)
     level = design.compare_level(k, len(open_arms), n_family)
     keep = set(open_arms) | {plan.baseline_of[a] for a in open_arms}
@@ -245,7 +252,7 @@ def decide_metric(summary: pd.DataFrame, plan: Plan, design, k: int, metric: str
         if b == "" and row is not None:
             out.append(LookDecision(metric=metric, arm=a, status=s or "open", p_value=_num(row["p_value"]),
                                     delta=_num(row["delta"]), n_seeds=int(row["n_seeds"]), verdict=str(row["verdict"])))
-    return level, out
+    return level, out, {a: rows[a] for a in open_arms if a in rows}
 
 
 def look_inputs(row: dict[str, Any] | None, summary: pd.DataFrame, base_arm: str | None, metric: str, *,
@@ -294,6 +301,96 @@ def _look_lines(look: Look, design) -> list[str]:
     for d in look.decisions:
         p = "—" if d.p_value is None else f"{d.p_value:.3g}"
         out.append(f"  {d.metric}  {d.arm}: {d.status} (p = {p}; compare: {d.verdict})")
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# The design's verdicts, as compare reports them (issue 52: one verdict per sequential question)
+# --------------------------------------------------------------------------------------------
+
+
+UNRUN = "unrun"  # a replayed question whose next look's seeds its arms never ran
+
+
+@dataclass(frozen=True)
+class DesignVerdict:
+    """The decision a sequential design took on one question (metric x arm), the look it took it at,
+    and compare's row at that look (its difference, interval, level and seeds: paired on the look's
+    common seeds, as the look tested it)."""
+
+    metric: str
+    arm: str
+    status: str  # better | worse | higher | lower | equivalent | futile | not testable | inconclusive | open
+    look: int  # 1-based: the look the question stopped at (the last look taken while it is open)
+    n_looks: int  # the design's looks
+    row: dict[str, Any]  # compare's row at that look
+    recorded: str | None  # the status sequential.json holds for it (None: the record has no decision on it)
+    sesoi: float | None  # the SESOI it was decided with (the study's now)
+    primary: bool = True  # a primary question (an open secondary one ends with the study)
+    next_seeds: int | None = None  # seeds per arm of the design's next look (None after its last)
+    unrun: str = ""  # why a look the question needed could not be taken: its arms lack the look's seeds
+
+
+def design_verdicts(record: dict[str, Any], summary: pd.DataFrame, compare_cfg: dict[str, Any],
+                    effects: dict[str, float],
+                    gates_at: Callable[[list[int]], dict[str, Any] | None] | None = None
+                    ) -> dict[tuple[str, str], DesignVerdict]:
+    """Each question's decision, replayed look by look from ``summary`` (one row per compared run: the
+    study's runs, all seeds) on the seeds every recorded look used, with the recorded design, metrics,
+    primary metrics, baseline and futility side, and the SESOIs ``effects`` the study declares now
+    (:func:`decide_metric`, the code that took the decisions). With the SESOIs the record was taken
+    with, the replay is the record (a test checks it on every committed export); a SESOI changed since
+    (a re-decision) is said in :attr:`DesignVerdict.recorded`. ``gates_at(seeds)``: the activity gates
+    of the runs at those seeds (None: no gates). Metrics of the record not in ``summary`` are left out."""
+    from workbench.compare.arms import arm_column, match_baselines  # deferred: scipy
+    from workbench.compare.sequential import Design  # deferred: scipy
+
+    if not record.get("looks"):
+        return {}
+    design = Design.from_dict(record["design"])
+    summary = summary.assign(arm=arm_column(summary).to_numpy())
+    arm_variant = dict(zip(summary["arm"].astype(str), summary["variant"].astype(str), strict=True))
+    metrics = [m for m in record["metrics"] if m in summary.columns]
+    try:
+        baseline_of = match_baselines(arm_variant, record["baseline"])
+    except ValueError as e:
+        raise AnalysisError(f"{RECORD}: baseline {record['baseline']!r}: {e}") from e
+    plan = Plan(metrics, record["baseline"], arm_variant, baseline_of, sesoi=dict(effects),
+                secondary=[m for m in metrics if m not in record.get("primary", record["metrics"])],
+                futility=str(record.get("futility") or "improvement"))
+    plan.status = {(m, a): "" for m in metrics for a in plan.compared}
+    recorded: dict[tuple[str, str], str] = {}
+    last_row: dict[tuple[str, str], tuple[int, dict]] = {}
+    have = {a: {int(x) for x in summary.loc[summary["arm"] == a, "seed"].dropna()} for a in arm_variant}
+    unrun: dict[tuple[str, str], str] = {}
+    for k, look in enumerate(record["looks"]):
+        seeds = [int(s) for s in look["seed_list"]]
+        sub = summary[summary["seed"].isin(seeds)].reset_index(drop=True)
+        gates = gates_at(seeds) if gates_at is not None else None
+        # a primary question re-opened by a new SESOI may need seeds its arm never ran (a secondary one gets no
+        # seeds of its own: it is tested on those its arms have, as the run tested it)
+        for metric in plan.primary:
+            for a in plan.compared:
+                short = [b for b in (a, baseline_of[a]) if b is not None and not set(seeds) <= have[b]]
+                if plan.status[metric, a] == "" and short:
+                    plan.status[metric, a] = UNRUN  # closed for the replay: it counts in Holm's m, never rejects
+                    unrun[metric, a] = (f"look {k + 1} needs {len(seeds)} seeds per arm; "
+                                        + ", ".join(f"{b} has {len(have[b] & set(seeds))}" for b in short))
+        for metric in metrics:
+            _, _, rows = _decide_metric(sub, plan, design, k, metric, gates)
+            for arm, row in rows.items():
+                last_row[metric, arm] = (k + 1, row)
+        for d in look["decisions"]:
+            recorded[d["metric"], d["arm"]] = str(d["status"])
+    out = {}
+    for (metric, arm), (look, row) in last_row.items():
+        status = plan.status[metric, arm]
+        out[metric, arm] = DesignVerdict(metric, arm, "open" if status in ("", UNRUN) else status, look,
+                                         len(design.looks), row,
+                                         recorded.get((metric, arm)), _sesoi(plan, metric),
+                                         primary=metric not in plan.secondary,
+                                         next_seeds=int(design.looks[look]) if look < len(design.looks) else None,
+                                         unrun=unrun.get((metric, arm), ""))
     return out
 
 
@@ -379,3 +476,71 @@ def _save_record(uri: str, study, specs, record: SequentialRecord, lines: list[s
     if FIRST_LOOK_TAG not in parent.data.tags:
         client.set_tag(run_id, FIRST_LOOK_TAG, json.dumps({"seeds": sorted(n_seeds), "time": int(time.time() * 1000),
                                                            "by": "run --until-decided"}))
+
+
+#: Columns of a compared row that the design's decision replaces with its look's (the rest, e.g. the arm's
+#: mean over all its seeds, stay the table's).
+DESIGN_COLUMNS = ("delta", "delta_lo", "delta_hi", "delta_level", "paired", "p_value", "p_adjusted", "mde",
+                  "p_equivalence", "test")
+
+
+def apply_design_verdicts(table: Any, verdicts: dict[tuple[str, str], DesignVerdict]) -> int:
+    """Make each compared row of ``table`` (a ComparisonTable of a sequential study's runs) say its
+    design's decision: status, verdict "<status> at look k of K", and the look's difference, interval,
+    level and test (paired on the look's seeds); the table's own test on all seeds (the re-test, at the
+    last look's level, unpaired where arms stopped at different looks) goes to the row's note, labelled as
+    such. Returns the number of rows replaced."""
+    from workbench.compare.sequential import row_status  # deferred: scipy
+    from workbench.compare.wording import level_percent  # deferred: scipy
+
+    df = table.df
+    done = 0
+    for i in df.index:
+        row = df.loc[i]
+        v = verdicts.get((str(row["metric"]), str(row["variant"])))
+        if v is None or row["status"] == "baseline":
+            continue
+        look = v.row
+        paired = _is_true(look.get("paired"))
+        p = row["p_value"]
+        retest = (f"re-test on all seeds (not the design's decision): {row['verdict']}, "
+                  f"{'paired' if _is_true(row['paired']) else 'unpaired'}"
+                  + (f", p = {p:.3g}" if isinstance(p, float) and math.isfinite(p) else "")
+                  + (f", {level_percent(float(row['delta_level']))} CI {row['delta_lo']:.4g} to {row['delta_hi']:.4g}"
+                     if math.isfinite(float(row["delta_level"])) and math.isfinite(float(row["delta_lo"])) else ""))
+        if v.status in ("better", "worse", "higher", "lower", "equivalent", "inconclusive", "not testable") \
+                and row_status(look) == v.status:
+            said = str(look["verdict"])  # compare's words at the look (e.g. "better (but |Δ| < 0.1)")
+        elif v.status == "futile" and v.sesoi is not None:
+            said = f"futile (an improvement of {v.sesoi:g} or more excluded)"
+        elif v.status == "open" and not v.primary:
+            said = "open (the design stopped when its primary questions were decided)"
+        elif v.status == "open" and v.unrun:  # re-decided at a new SESOI: its arm had stopped earlier
+            said = f"open (undecided: {v.unrun}: not run)"
+        elif v.status == "open":  # re-decided at a new SESOI: the design would go on; its next look was never run
+            said = f"open (undecided: the design's next look, {v.next_seeds} seeds per arm, was not run)"
+        else:
+            said = v.status
+        verdict = f"{said} at look {v.look} of {v.n_looks}, {int(look['n_seeds'])} seeds " \
+                  + ("paired" if paired else "unpaired (an arm had stopped at an earlier look)")
+        if v.recorded is not None and v.recorded != v.status:
+            verdict += (f" (re-decided with the study's SESOIs and rules now; {RECORD} holds {v.recorded}, decided with "
+                        "those of its run)")
+        for column in DESIGN_COLUMNS:
+            if column in look and column in df.columns:
+                df.at[i, column] = look[column]
+        df.at[i, "n_seeds"] = int(look["n_seeds"])
+        df.at[i, "status"] = v.status
+        df.at[i, "verdict"] = verdict
+        note = str(row["note"]) if isinstance(row["note"], str) else ""
+        df.at[i, "note"] = f"{note}; {retest}" if note else retest
+        done += 1
+    return done
+
+
+def _is_true(value: Any) -> bool:
+    """A table cell that may be a bool, a numpy bool, NA or NaN: whether it is true."""
+    try:
+        return bool(value) and value == value and value is not pd.NA
+    except TypeError:  # pd.NA in a boolean context
+        return False

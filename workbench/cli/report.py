@@ -57,8 +57,9 @@ def _verdict_class(v: Any) -> str:
     from workbench.compare.wording import status  # deferred: scipy
 
     s = status(v)
-    return {"better": "better", "worse": "worse"}.get(s, "nd" if s in ("inconclusive", "withheld", "not testable")
-                                                      else "")
+    # a sequential design's own words (futile, open: #52) are no decision for or against either
+    undecided = s in ("inconclusive", "withheld", "not testable") or str(v).startswith(("futile", "open"))
+    return {"better": "better", "worse": "worse"}.get(s, "nd" if undecided else "")
 
 
 def comparison_table_html(table: Any) -> str:

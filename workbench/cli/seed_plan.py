@@ -37,3 +37,10 @@ def print_seed_plan(plans: list[MetricSeedPlan]) -> None:
             console.print(f"    capped at {p.cap} seeds per arm: power {p.power_at_cap:.2f} to detect |Δ| = SESOI, "
                           f"TOST power {p.tost_power_at_cap:.2f} to show equivalence within ±SESOI at a true Δ of 0",
                           highlight=False, soft_wrap=True)
+        if planned.pedigree is not None and p.sesoi is not None:
+            g = planned.pedigree
+            when = "set before any data on this question" if g["set_before_data"] else \
+                "set after data on this question were seen"
+            console.print(f"    SESOI pedigree: {p.sesoi:g} is {p.sesoi / g['phenomenon']:.0%} of the phenomenon it "
+                          f"would deny ({g['phenomenon']:g}, measured); {when}; published: {g['published']}",
+                          highlight=False, soft_wrap=True)

@@ -174,6 +174,7 @@ def check_semantics(data: dict[str, Any], rep: Reporter) -> None:
             rep.add(("compare", "activity", *path), message)
     if isinstance(compare, dict):
         _check_effect_sizes(compare, rep)
+        _check_sesoi_pedigree(compare, rep)
         _check_primary(compare, rep)
 
 
@@ -242,6 +243,52 @@ def _check_effect_sizes(compare: dict[str, Any], rep: Reporter) -> None:
             if not (number and math.isfinite(x) and x > 0):
                 rep.add(("compare", key, metric), f"{what} of {metric!r} must be a positive number in the "
                                                   f"metric's units, got {show_value(x)}")
+
+
+#: Keys of one metric's ``compare.sesoi_pedigree`` entry (issue 52, docs/reports.md "SESOIs with a pedigree"):
+#: ``phenomenon`` (the measured size of the effect an "equivalent" would deny, in the metric's units),
+#: ``published`` (the published effect scaled to this setting, in words), ``set_before_data`` (whether the
+#: SESOI was fixed before any data on this question were seen).
+PEDIGREE_KEYS = ("phenomenon", "published", "set_before_data")
+
+
+def _check_sesoi_pedigree(compare: dict[str, Any], rep: Reporter) -> None:
+    """``compare.sesoi_pedigree``: ``{metric: {phenomenon: number > 0, published: text, set_before_data:
+    true|false}}``, each metric one with a ``compare.sesoi``. Whether the SESOI is below the phenomenon is
+    checked where SESOIs are resolved (``--sesoi`` may override them): analysis/comparison.py."""
+    value = compare.get("sesoi_pedigree")
+    if value is None:
+        return
+    if not isinstance(value, dict) or not value:
+        rep.add(("compare", "sesoi_pedigree"), "expected a mapping of metric -> {phenomenon, published, "
+                                               f"set_before_data}}, got {show_value(value)}")
+        return
+    sesoi = compare.get("sesoi") if isinstance(compare.get("sesoi"), dict) else {}
+    for metric, entry in value.items():
+        where = ("compare", "sesoi_pedigree", metric)
+        if metric not in sesoi:
+            rep.add(where, f"no compare.sesoi for {metric!r}: a pedigree belongs beside a SESOI")
+        if not isinstance(entry, dict):
+            rep.add(where, f"expected {{phenomenon: <size>, published: <text>, set_before_data: true|false}}, "
+                           f"got {show_value(entry)}")
+            continue
+        for key in entry:
+            if key not in PEDIGREE_KEYS:
+                rep.add((*where, key), unknown_message(key, PEDIGREE_KEYS))
+        for key in PEDIGREE_KEYS:
+            if key not in entry:
+                rep.add(where, f"missing {key!r} (needs {', '.join(PEDIGREE_KEYS)})")
+        size = entry.get("phenomenon")
+        if "phenomenon" in entry and not (isinstance(size, (int, float)) and not isinstance(size, bool)
+                                          and math.isfinite(size) and size > 0):
+            rep.add((*where, "phenomenon"), f"the measured size of the phenomenon must be a positive number in "
+                                            f"the metric's units, got {show_value(size)}")
+        text = entry.get("published")
+        if "published" in entry and not (isinstance(text, str) and text.strip()):
+            rep.add((*where, "published"), f"expected the published effect scaled to this setting, in words, "
+                                           f"got {show_value(text)}")
+        if "set_before_data" in entry and not isinstance(entry["set_before_data"], bool):
+            rep.add((*where, "set_before_data"), f"expected true or false, got {show_value(entry['set_before_data'])}")
 
 
 #: Keys of one variant's ``compare.activity`` entry (docs/reports.md, "Knob activity").
