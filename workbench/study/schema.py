@@ -434,6 +434,12 @@ def _check_replicate(data: dict[str, Any], rep: Reporter) -> None:
     is not set by ``base``, a variant, a grid or a zip axis (the label and the comparison read it as the
     replicate, not as an arm)."""
     replicate = data.get("replicate")
+    compare = data.get("compare")
+    if isinstance(replicate, dict) and is_int(replicate.get("cold_start")) and replicate["cold_start"] > 1 \
+            and isinstance(compare, dict) and compare.get("sequential") is not None:
+        rep.add(("replicate", "cold_start"), "compare.sequential adds seeds at each look, and with several cold "
+                                             "starts the unit compared is the checkpoint, which seeds do not add: "
+                                             "drop compare.sequential or replicate.cold_start")
     if isinstance(replicate, dict):
         for key, value in replicate.items():
             if key not in REPLICATE_KEYS:
