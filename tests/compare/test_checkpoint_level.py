@@ -72,6 +72,21 @@ def test_every_output_says_what_the_unit_is():
     assert row["delta"] == pytest.approx(0.05, abs=1e-15)  # a few sums of values below 1: ~4 ulp
 
 
+def test_runs_are_named_apart_where_their_seeds_repeat_across_cold_starts():
+    from workbench.analysis.comparison import runs_overview
+    from workbench.analysis.health_table import run_label
+    from workbench.compare.panels import run_labels
+
+    runs = pd.DataFrame({"run_id": list("abcd"), "variant": ["v"] * 4, "arm": ["v"] * 4, "seed": [0, 1, 0, 1],
+                         CHECKPOINT_COLUMN: [None, None, "1", "1"], "status": ["FINISHED"] * 4,
+                         "health": ["ok"] * 4})
+    assert list(run_labels(runs).values()) == ["v/seed=0", "v/seed=1", "v/cold_start=1/seed=0", "v/cold_start=1/seed=1"]
+    assert [run_label(r) for r in runs.to_dict("records")] == list(run_labels(runs).values())
+    overview = runs_overview(runs)
+    assert overview["cold starts"].tolist() == [2] and overview["n_seeds"].tolist() == [2]
+    assert "cold starts" not in runs_overview(runs.drop(columns=CHECKPOINT_COLUMN)).columns  # as it was
+
+
 # --------------------------------------------------------------------------------------------
 # Simulation: with checkpoint-level variance, the seed-level test is anti-conservative and the
 # checkpoint-level one holds its level and has the power of a t-test over checkpoints.

@@ -29,7 +29,7 @@ import pandas as pd
 
 from . import arms as _arms
 
-__all__ = ["CHECKPOINT_COLUMN", "ONE_CHECKPOINT", "Replication", "checkpoint_level"]
+__all__ = ["CHECKPOINT_COLUMN", "ONE_CHECKPOINT", "Replication", "checkpoint_level", "cold_start_segment"]
 
 #: The runs (and summary) column of a run's cold-start index: its ``model.cold_start`` param (absent: 0, the
 #: one cold start every run had before replication).
@@ -61,6 +61,13 @@ class Replication:
                 f"starts (checkpoints) with {per} RL seeds each; every interval, test and count (n_seeds) is over "
                 "checkpoints, each the mean of its seeds, paired by cold-start index where both arms have the same "
                 "ones (docs/reports.md).")
+
+
+def cold_start_segment(value: object) -> str:
+    """``"/cold_start=i"`` for a run of cold start i > 0, else ``""``: run names in tables and legends stay
+    unique when the seeds of an arm repeat across its cold starts, and unchanged where there is one."""
+    index = pd.to_numeric(pd.Series([value]), errors="coerce").iloc[0]
+    return f"/cold_start={int(index)}" if pd.notna(index) and index > 0 else ""
 
 
 def _worst_status(frame: pd.DataFrame) -> str:

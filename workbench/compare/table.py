@@ -324,7 +324,7 @@ class ComparisonTable:
     def _replicates_words(self) -> str:
         if self.replicate_unit == "checkpoint":
             return "checkpoints (independent cold starts, each the mean of its RL seeds)"
-        return "RL seeds of one checkpoint" if self.settings.get("replication") else "seeds"
+        return "seeds of one checkpoint" if self.settings.get("replication") else "seeds"
 
     def is_secondary(self, metric: str) -> bool:
         """Whether the study declared ``metric`` secondary (``compare.primary`` names the others):
