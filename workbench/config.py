@@ -77,6 +77,13 @@ class ModelConfig(Strict):
     )
     system_prompt: str | None = Field(
         None, exclude_if=lambda v: v is None, description="with a chat template: a system turn before the prompt")
+    # Set by a study's replicate.cold_start, never by hand; left out of params at 0 so runs of studies that do
+    # not replicate log what they logged before (and keep their run keys: exclude_defaults).
+    cold_start: int = Field(
+        0, ge=0, le=MAX_SEED, exclude_if=lambda v: v == 0,
+        description="which independent cold start (or priming SFT) the run starts from: 0 = the one model.tiny.seed "
+        "(or data.prime) gives; k > 0 = another, its init and SFT order seeded from (seed, k). Set by a study's "
+        "replicate.cold_start")
 
     @model_validator(mode="after")
     def _one_source(self) -> ModelConfig:
@@ -629,6 +636,9 @@ class RunConfig(Strict):
                              "data.prime.path (a JSONL of worked solutions)")
         if prime is not None and prime.path is not None and self.model.path is None:
             raise ValueError("data.prime.path is an SFT stage for model.path; the built-in model takes data.prime.mix")
+        if self.model.cold_start and self.model.path is not None and (prime is None or prime.path is None):
+            raise ValueError("model.cold_start: model.path has no cold start to replicate (its weights are the "
+                             "checkpoint); replicate a priming stage instead (data.prime.path)")
         if prime is not None and prime.mix is not None and self.task.name == "jsonl":
             raise ValueError("data.prime.mix: task 'jsonl' has no solution forms; the built-in model primes "
                              "from the file's 'solution' field")

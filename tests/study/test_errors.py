@@ -31,7 +31,7 @@ CASES = [
      ["x.yaml:6 variant: unknown field; did you mean 'variants'?"]),
     ("unknown-top-level-no-match", {"x.yaml": HEAD + "zzz: 1\n"},
      ["x.yaml:6 zzz: unknown field (valid: base, compare, description, exclude, execution, grid, health, "
-      "include, name, search, seeds, tracking, variants, version, zip)"]),
+      "include, name, replicate, search, seeds, tracking, variants, version, zip)"]),
     ("missing-name", {"x.yaml": "base: {model: {builtin: tiny}}\n"},
      ["x.yaml:1 name: missing required field (the study's name, also its MLflow experiment: "
       "letters, digits, '_', '-', '.')"]),

@@ -233,6 +233,7 @@ def runs_overview(runs: pd.DataFrame) -> pd.DataFrame:
     import pandas as pd  # deferred: keeps `workbench --help` light
 
     from workbench.compare.arms import arm_column  # deferred: scipy
+    from workbench.compare.checkpoints import CHECKPOINT_COLUMN  # deferred: scipy
 
     arms = arm_column(runs)
     unit = "variant" if (arms == runs["variant"].astype(str)).all() else "arm"
@@ -240,12 +241,16 @@ def runs_overview(runs: pd.DataFrame) -> pd.DataFrame:
     stopped = runs["stopped_early"].fillna(False).astype(bool) if "stopped_early" in runs.columns \
         else pd.Series(False, index=runs.index)
     status = runs["status"].astype(str)
+    ckpt = pd.to_numeric(runs[CHECKPOINT_COLUMN], errors="coerce").fillna(0) if CHECKPOINT_COLUMN in runs.columns \
+        else pd.Series(0, index=runs.index)
+    replicated = bool((ckpt.groupby(arms.to_numpy()).nunique() > 1).any())  # only then: the table as it was
     return pd.DataFrame({
         unit: list(g.groups),
         "runs": g.size().to_numpy(),
         "finished / failed / stopped early": [
             f"{((status[i] == 'FINISHED') & ~stopped[i]).sum()} / {(status[i] != 'FINISHED').sum()} / "
             f"{((status[i] == 'FINISHED') & stopped[i]).sum()}" for i in g.groups.values()],
+        **({"cold starts": [int(ckpt[i].nunique()) for i in g.groups.values()]} if replicated else {}),
         "n_seeds": [int(x.dropna().nunique()) for _, x in g["seed"]],
         "seed values": [", ".join(str(s) for s in sorted(x.dropna().unique().tolist())) for _, x in g["seed"]],
         "health ok / warn / fail": [f"{(x == 'ok').sum()} / {(x == 'warn').sum()} / {(x == 'fail').sum()}"

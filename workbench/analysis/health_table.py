@@ -27,8 +27,10 @@ CELL_COLUMNS = ("run_id", "label", "variant", "seed", "rule", "state", "step", "
 
 
 def run_label(row: Mapping[str, Any]) -> str:
-    """A run as the health table names it: ``<arm>/seed=N``."""
-    return f"{row.get('arm') or row['variant']}/seed={row['seed']}"  # arm = variant + grid point
+    """A run as the health table names it: ``<arm>/seed=N`` (``<arm>/cold_start=i/seed=N`` for cold start i > 0)."""
+    from workbench.compare.checkpoints import CHECKPOINT_COLUMN, cold_start_segment  # deferred: pandas
+
+    return f"{row.get('arm') or row['variant']}{cold_start_segment(row.get(CHECKPOINT_COLUMN))}/seed={row['seed']}"
 
 
 def _rule_order(reports: Mapping[str, Mapping[str, Any] | None]) -> list[str]:

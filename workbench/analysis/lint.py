@@ -24,6 +24,7 @@ from workbench.algorithms.params import keyword_params
 from workbench.algorithms.presets import PRESETS
 from workbench.config import AlgorithmConfig, LoraConfig, RunConfig
 from workbench.registry import Registry
+from workbench.study.expand import arm_of_label
 from workbench.tasks.templates import PROMPT_TEMPLATES
 
 
@@ -287,8 +288,8 @@ def lint_config(cfg: RunConfig) -> list[Finding]:
 
 
 def arm_name(spec) -> str:
-    """A run's arm: its label without the seed (``dapo/lr=3e-05``); seeds share findings."""
-    return spec.label.rsplit("/seed=", 1)[0]
+    """A run's arm: its label without the seed and cold start (``dapo/lr=3e-05``); they share findings."""
+    return arm_of_label(spec.label)
 
 
 def lint_specs(specs: Sequence) -> list[str]:

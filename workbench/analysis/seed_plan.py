@@ -17,6 +17,7 @@ import numpy as np
 from workbench.analysis.comparison import comparison_metrics, secondary_metrics, smallest_effects
 from workbench.analysis.selection import select_runs
 from workbench.results.reader import StudyReader
+from workbench.study.expand import arm_of_label
 from workbench.tracking.redact import redact_uri
 from workbench.tracking.store import sqlite_file
 
@@ -50,7 +51,7 @@ def seed_plan(study: Any, specs: list, uri: str, experiment: str, where: str) ->
     metrics = comparison_metrics(None, compare)
     sesoi = smallest_effects(compare, None, where)
     baseline = compare.get("baseline") or next(iter(study.variants))
-    arms = [(s.variant, s.label.rsplit("/seed=", 1)[0]) for s in specs]
+    arms = list(dict.fromkeys((s.variant, arm_of_label(s.label)) for s in specs))
     m = comparisons_per_metric(arms, baseline)
     declared = {k: (float(v), "declared in compare.noise_sd") for k, v in (compare.get("noise_sd") or {}).items()}
     wanted = [x for x in metrics if x in sesoi and x not in declared]

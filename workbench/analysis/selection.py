@@ -22,7 +22,8 @@ def filter_specs(specs: Sequence[Any], only: str) -> list[Any]:
         wanted[key.strip()] = value.strip()
 
     def keep(spec: Any) -> bool:
-        values = {"variant": spec.variant, "seed": str(spec.seed), **{k: str(v) for k, v in spec.grid.items()}}
+        values = {"variant": spec.variant, "seed": str(spec.seed), **{k: str(v) for k, v in spec.grid.items()},
+                  **({} if getattr(spec, "cold_start", None) is None else {"cold_start": str(spec.cold_start)})}
         return all(values.get(k) == v for k, v in wanted.items())
 
     return [s for s in specs if keep(s)]

@@ -152,6 +152,7 @@ def plan(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
         table.add_row(*(str(row[c]) for c in ["label", "seed", "run_key", "status", "completions", "max_tokens"]))
     console.print(table)
     print_seed_plan(seeds)
+    _note_cold_starts(study_obj)
     _note_search_problems(study_obj)
     _note_paths(specs)
 
@@ -174,6 +175,16 @@ def _note_paths(specs) -> None:
 
     for note in path_notes(specs):
         console.print(f"[yellow]note:[/] {note}", highlight=False, soft_wrap=True)
+
+
+def _note_cold_starts(study_obj) -> None:
+    """With replicate.cold_start > 1 the unit compared is the checkpoint: the seed plan above is not its plan."""
+    k = int(study_obj.replicate.get("cold_start", 1))
+    if k > 1:
+        console.print(f"[yellow]note:[/] replicate.cold_start = {k}: compare tests over the {k} checkpoints of each "
+                      f"arm (each the mean of its {len(study_obj.seeds)} seeds), not over seeds; the seeds planned "
+                      "above assume seed noise only (compare.noise_sd), and more seeds do not add checkpoints "
+                      "(docs/reports.md, replication at the level of the treatment)", highlight=False, soft_wrap=True)
 
 
 def _note_search_problems(study_obj) -> None:

@@ -19,7 +19,8 @@ and the one policy for them), ``decide`` (``compare_variants``: estimates, tests
 (the comparison table it returns, and its markdown, CSV and JSON), ``wording`` (its verdicts in
 words: "better", "equivalent (|Δ| < 0.03)", "inconclusive with 5 seeds (MDE 0.041)", "withheld: ..."), ``arms`` (the units
 compared: one per variant and grid point, each matched with the baseline at its grid point), ``activity``
-(the knob-activity gate: "not testable" when the knobs an arm changes barely acted), ``panels`` (what a dashboard panel shows: curves
+(the knob-activity gate: "not testable" when the knobs an arm changes barely acted), ``checkpoints`` (the unit
+of replication: RL seeds of one checkpoint, or independent cold starts with the seeds averaged in each), ``panels`` (what a dashboard panel shows: curves
 with their bands, summaries, marker positions; :mod:`workbench.viz` only draws them). Pure pandas/numpy/scipy: no plotting, no MLflow.
 
 The names below load their submodule on first use (PEP 562 module ``__getattr__``): a module that needs

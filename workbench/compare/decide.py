@@ -30,6 +30,7 @@ import pandas as pd
 
 from . import activity as _activity
 from . import arms as _arms
+from . import checkpoints as _checkpoints
 from . import outcomes as _outcomes
 from . import problems as _problems
 from . import stats, wording
@@ -48,6 +49,8 @@ class CompareSettings:
     variant_col: str = "variant"
     arm_col: str | None = _arms.ARM_COLUMN  # None, or a column the frame lacks: every variant is one arm
     seed_col: str = "seed"
+    # a run's cold start: when it varies within an arm, the checkpoint is the unit (compare/checkpoints.py)
+    checkpoint_col: str | None = _checkpoints.CHECKPOINT_COLUMN
     strata: str | None = None  # a column to stratify the IQM's BCa bootstrap by
     confidence: float = 0.95
     correction: str = "holm"  # holm | bonferroni | none (stats.CORRECTIONS)
@@ -121,12 +124,18 @@ def compare_variants(
     metrics = list(metrics)
     _check_arguments(summary_df, metrics, family=family, confidence=confidence, correction=correction,
                      columns=[variant_col, seed_col, *metrics] + ([strata] if strata else []))
+    summary_df, replication = _checkpoints.checkpoint_level(
+        summary_df, metrics, variant_col=variant_col, arm_col=arm_col, seed_col=seed_col,
+        checkpoint_col=settings.checkpoint_col, keep=[strata] if strata else [])
+    unit = replication.unit
+    if unit == "checkpoint":
+        problems = None  # the seeds x problems intervals have no checkpoint level: not shown rather than too narrow
     arm_variant = _arms.arm_variants(summary_df, variant_col, arm_col or "")  # arm -> variant
     baselines = _arms.match_baselines(arm_variant, baseline)  # arm -> its baseline arm (None: none)
     base_arms = [a for a, b in baselines.items() if a == b]
     others = [a for a in arm_variant if baselines[a] != a]
     plan = _CellPlan(confidence=confidence, pairing=pairing, n_resamples=n_resamples, power=power,
-                     seed=_table_seed(rng), strata=strata)
+                     seed=_table_seed(rng), strata=strata, unit=unit)
     directions = {m: _direction(m, higher_is_better) for m in metrics}
     bounds = {m: value_bounds(m) for m in metrics}
     units = _arms.arm_column(summary_df, variant_col, arm_col or "")
@@ -150,7 +159,7 @@ def compare_variants(
             cell.tost_p = stats.tost_p(cell.diff, cell.row["sesoi"])
     _correct(cells, correction=correction, family=family, alpha=plan.alpha)
     for cell in cells:
-        _decide(cell, outcomes, confidence=confidence, alpha=plan.alpha, power=power)
+        _decide(cell, outcomes, confidence=confidence, alpha=plan.alpha, power=power, unit=unit)
         if activity and cell.diff is not None:
             _activity.apply_gate(cell.row, activity.get(cell.row["variant"]), _summary_reads(cell.row["metric"]))
     for cell in cells:
@@ -167,6 +176,7 @@ def compare_variants(
         "strata": strata, "bootstrap": "percentile (P(improve)); BCa (IQM with strata)",
         "iqm_ci": stats.IQM_T_METHOD, "mean_ci": "t", "arms": any(a != v for a, v in arm_variant.items()),
         "two_way_ci": _problems.TWO_WAY_METHOD if (df["two_way_method"] != "").any() else "",
+        "unit": unit, "replication": replication.sentence(),
     }
     return ComparisonTable(df=df, baseline=baseline, metrics=metrics, higher_is_better=directions,
                            confidence=confidence, correction=correction, settings=settings)
@@ -187,6 +197,7 @@ class _CellPlan:
     power: float
     seed: int  # every cell's RNG streams derive from it (:func:`_child_rng`)
     strata: str | None
+    unit: str = "seed"  # what n_seeds counts: "seed" (of one checkpoint) or "checkpoint"
 
     @property
     def alpha(self) -> float:
@@ -413,7 +424,7 @@ def _correct(cells: list[_Cell], *, correction: str, family: str, alpha: float) 
 
 
 def _decide(cell: _Cell, outcomes: Mapping[tuple[str, str], _outcomes.ArmOutcomes], *, confidence: float,
-            alpha: float, power: float) -> None:
+            alpha: float, power: float, unit: str = "seed") -> None:
     """Fill a compared row's simultaneous CI of delta, its minimum detectable effect and its
     verdict (after :func:`_correct`). The verdict is the corrected test's, with the interval at
     the level it was tested at (which excludes 0 exactly when it rejects)."""
@@ -427,7 +438,7 @@ def _decide(cell: _Cell, outcomes: Mapping[tuple[str, str], _outcomes.ArmOutcome
         r["delta_level"] = math.nan
         r["verdict"] = wording.ranked_verdict(arm, base, higher_is_better=r["higher_is_better"],
                                               p_adjusted=r["p_adjusted"], p_improve=r["p_improve"],
-                                              t_lo=t_lo, t_hi=t_hi, alpha=alpha)
+                                              t_lo=t_lo, t_hi=t_hi, alpha=alpha, unit=unit)
         return
     shown = r["delta_level"] if math.isfinite(r["delta_level"]) else confidence
     r["delta_lo"], r["delta_hi"] = diff.interval(shown)
@@ -438,6 +449,7 @@ def _decide(cell: _Cell, outcomes: Mapping[tuple[str, str], _outcomes.ArmOutcome
     r["verdict"] = wording.verdict(
         diff.delta, t_lo, t_hi, r["p_adjusted"], alpha=alpha, higher_is_better=r["higher_is_better"],
         n_x=r["n_seeds"], n_y=base.counts["finished"], mde=r["mde"], sesoi=r["sesoi"], equivalent=equivalent,
+        unit=unit,
     )
     decided = stats.significant(t_lo, t_hi, r["p_adjusted"], alpha=alpha)
     if decided and r["delta_lo"] <= 0.0 <= r["delta_hi"]:

@@ -41,6 +41,7 @@ from statsmodels.stats.proportion import proportion_confint
 from workbench.metrics.catalogue import metric_bounds
 
 from .arms import arm_column, arm_variants, match_baselines, runs_by_arm
+from .checkpoints import CHECKPOINT_COLUMN, cold_start_segment
 from .decide import CompareSettings, compare_variants
 from .stats import curve_bands
 from .summary import align_curves, summarize_runs
@@ -101,7 +102,9 @@ def run_labels(runs: pd.DataFrame) -> dict[str, str]:
     """``run_id -> "<arm>/seed=<seed>"`` for legends and hover text."""
     if not len(runs):
         return {}
-    return {r: f"{v}/seed={s}" for r, v, s in zip(runs["run_id"], arm_column(runs), runs["seed"], strict=True)}
+    ckpt = runs[CHECKPOINT_COLUMN] if CHECKPOINT_COLUMN in runs.columns else [None] * len(runs)
+    return {r: f"{v}{cold_start_segment(c)}/seed={s}"
+            for r, v, c, s in zip(runs["run_id"], arm_column(runs), ckpt, runs["seed"], strict=True)}
 
 
 # --------------------------------------------------------------------------------------------

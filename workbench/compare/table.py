@@ -312,8 +312,19 @@ class ComparisonTable:
                     verdict_text=str(r["verdict"]), delta=float(r["delta"]), lo=float(r["delta_lo"]),
                     hi=float(r["delta_hi"]), level=float(r["delta_level"]), n_x=int(r["n_seeds"]),
                     n_y=int(seeds_of.get(base, 0)), mde=float(r["mde"]), sesoi=float(r["sesoi"]), points=points,
-                    ranked=str(r["test"]).startswith("Mann-Whitney")))
+                    ranked=str(r["test"]).startswith("Mann-Whitney"), unit=self.replicate_unit))
         return lines
+
+    @property
+    def replicate_unit(self) -> str:
+        """What the comparison's replicates are: ``"checkpoint"`` (independent cold starts, seeds averaged in
+        each) or ``"seed"`` (RL seeds of one checkpoint per arm); :mod:`workbench.compare.checkpoints`."""
+        return str(self.settings.get("unit") or "seed")
+
+    def _replicates_words(self) -> str:
+        if self.replicate_unit == "checkpoint":
+            return "checkpoints (independent cold starts, each the mean of its RL seeds)"
+        return "seeds of one checkpoint" if self.settings.get("replication") else "seeds"
 
     def is_secondary(self, metric: str) -> bool:
         """Whether the study declared ``metric`` secondary (``compare.primary`` names the others):
@@ -341,6 +352,8 @@ class ComparisonTable:
             for name, default in spec.params.items():  # "the last ``window`` steps" -> "the last 10 steps"
                 text = text.replace(f"``{name}``", str(default))
             out.append(f"{metric}: {' '.join(text.replace('``', '').split())}")
+        if self.settings.get("replication"):  # every output prints these lines under its headline
+            out.append(str(self.settings["replication"]))
         return out
 
     def two_way(self, metric: str) -> str:
@@ -375,7 +388,7 @@ class ComparisonTable:
                 "rank",
                 self.unit,
                 *(["baseline arm"] if vs else []),
-                "n_seeds",
+                "n_checkpoints" if self.replicate_unit == "checkpoint" else "n_seeds",
                 "runs",
                 f"mean [{level} CI]",
                 f"IQM [{level} CI]",
@@ -405,7 +418,8 @@ class ComparisonTable:
             if self.settings.get(key):
                 out.write(f"**{self.settings[key]}**\n\n")
         out.write(
-            f"Δ = {self.unit} − baseline; CIs of Δ are simultaneous t intervals over seeds (Bonferroni over the m "
+            f"Δ = {self.unit} − baseline; CIs of Δ are simultaneous t intervals over {self._replicates_words()} "
+            f"(Bonferroni over the m "
             f"comparisons of a family, family: {self.settings.get('family', 'metric')}); verdicts by "
             f"{self.correction}-corrected tests; equivalent: TOST at the metric's SESOI, {self.correction}-"
             f"corrected; MDE: minimum detectable effect at the seeds run ({self.settings.get('power', 0.8):.0%} "

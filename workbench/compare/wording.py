@@ -58,11 +58,11 @@ def _fmt_effect(x: float) -> str:
     return f"{x:.3g}"
 
 
-def seeds_phrase(n_x: int, n_y: int) -> str:
-    """``"5 seeds"``, ``"1 seed"``, ``"3 vs 5 seeds"``."""
+def seeds_phrase(n_x: int, n_y: int, unit: str = "seed") -> str:
+    """``"5 seeds"``, ``"1 seed"``, ``"3 vs 5 seeds"``; ``unit="checkpoint"``: ``"3 checkpoints"``."""
     if n_x == n_y:
-        return f"{n_x} seed" + ("" if n_x == 1 else "s")
-    return f"{n_x} vs {n_y} seeds"
+        return f"{n_x} {unit}" + ("" if n_x == 1 else "s")
+    return f"{n_x} vs {n_y} {unit}s"
 
 
 def withheld(reason: str) -> str:
@@ -83,6 +83,7 @@ def verdict(
     mde: float = math.nan,
     sesoi: float = math.nan,
     equivalent: bool = False,
+    unit: str = "seed",
 ) -> str:
     """``"better"``/``"worse"`` (or ``"higher"``/``"lower"`` for a metric without a direction) only
     when the difference is :func:`~workbench.compare.stats.significant` (corrected p-value below
@@ -98,7 +99,7 @@ def verdict(
         if equivalent:
             return f"equivalent ({bound})"
         detectable = f" (MDE {_fmt_effect(mde)})" if math.isfinite(mde) else ""
-        return f"inconclusive with {seeds_phrase(n_x, n_y)}{detectable}"
+        return f"inconclusive with {seeds_phrase(n_x, n_y, unit)}{detectable}"
     up = delta > 0.0
     if higher_is_better is None:
         word = "higher" if up else "lower"
@@ -108,7 +109,7 @@ def verdict(
 
 
 def ranked_verdict(arm: ArmOutcomes, base: ArmOutcomes, *, higher_is_better: bool | None, p_adjusted: float,
-                   p_improve: float, t_lo: float, t_hi: float, alpha: float) -> str:
+                   p_improve: float, t_lo: float, t_hi: float, alpha: float, unit: str = "seed") -> str:
     """Verdict of a comparison where some runs did not finish or never reached a value
     (:mod:`workbench.compare.outcomes`, points 3-5): the rank test's ``p_adjusted`` decides, in
     the direction of ``p_improve``; a claim of the t interval ``[t_lo, t_hi]`` of the finished runs
@@ -126,7 +127,7 @@ def ranked_verdict(arm: ArmOutcomes, base: ArmOutcomes, *, higher_is_better: boo
         return "better" if p_improve > 0.5 else "worse"
     if rejected or t_claims:
         return withheld(why)
-    return f"inconclusive with {seeds_phrase(n_x, n_y)} ({why})"
+    return f"inconclusive with {seeds_phrase(n_x, n_y, unit)} ({why})"
 
 
 # --------------------------------------------------------------------------------------------
@@ -154,13 +155,15 @@ def effect_text(x: float, *, points: bool, signed: bool = True) -> str:
 
 def headline(*, variant: str, baseline: str, metric: str, status_word: str, verdict_text: str, delta: float,
              lo: float, hi: float, level: float, n_x: int, n_y: int, mde: float, sesoi: float,
-             points: bool, ranked: bool = False) -> str:
+             points: bool, ranked: bool = False, unit: str = "seed") -> str:
     """One comparison in one plain sentence, e.g. ``"dapo vs grpo: +4.5 points final eval accuracy
     (95% CI -1.2 to +10.2), not distinguishable with 3 seeds"``. ``level``: the confidence of the
     interval ``[lo, hi]`` shown (the table's simultaneous level: 97.5% with 2 comparisons), NaN
     when there is none; ``ranked``: the rank test decided (some runs failed, stopped or were
     censored: Δ is of the finished runs); ``points``: the metric lies in [0, 1] and its
-    differences read as percentage points."""
+    differences read as percentage points; ``unit``: what ``n_x``/``n_y`` count (``"checkpoint"``: the
+    checkpoint is the unit, :mod:`workbench.compare.checkpoints`)."""
+    replicates = unit
     unit = " points" if points else ""
     who = f"{variant} vs {baseline}"
     if status_word == "no data":
@@ -172,7 +175,7 @@ def headline(*, variant: str, baseline: str, metric: str, status_word: str, verd
         effect += " (of the finished runs; the rank test decides)"
     elif math.isfinite(delta):
         effect += " (no interval)"  # e.g. runs that do not vary: the row's note says why
-    seeds = f"with {seeds_phrase(n_x, n_y)}"
+    seeds = f"with {seeds_phrase(n_x, n_y, replicates)}"
     if status_word in ("better", "worse", "higher", "lower"):
         said = f"{variant} is {status_word} {seeds}"
         if "(but" in verdict_text:  # significant, yet inside the smallest effect that matters

@@ -25,6 +25,7 @@ from workbench.models.tiny_context import TINY_MAX_POSITIONS
 from workbench.models.tokenizer import build_char_tokenizer
 from workbench.results.rollouts import earlier_attempt_rollouts
 from workbench.rollout.prompts import PromptFormat, resolve_prompt_format
+from workbench.study.expand import arm_of_label
 from workbench.tasks import build_task
 from workbench.tasks.jsonl import read_numbered_problems
 from workbench.tasks.priming import WorkedSolutions
@@ -227,7 +228,7 @@ def check_engines(cfg: RunConfig) -> None:
 
 
 def run_tags(study: str, variant: str, cfg: RunConfig, role: str = "run", label: str | None = None) -> dict[str, str]:
-    arm = {} if label is None else {"workbench.arm": label.rsplit("/seed=", 1)[0]}  # variant + grid point
+    arm = {} if label is None else {"workbench.arm": arm_of_label(label)}  # variant + grid point
     return arm | {
         "workbench.role": role,
         "workbench.study": study,

@@ -53,6 +53,7 @@ from workbench.execution.threads import threads_per_run
 from workbench.models import model_dir
 from workbench.results.export import ExportSummary, export_study
 from workbench.study import RunSpec, Study
+from workbench.study.expand import arm_of_label
 from workbench.tracking.redact import redact_text
 from workbench.tracking.store import ensure_store, get_or_create_experiment
 from workbench.tracking.study_runs import finished_runs, mark_orphaned_runs
@@ -320,7 +321,7 @@ def seed_matrix(outcomes: list[RunOutcome]) -> tuple[list[int], list[tuple[str, 
     seeds = sorted({o.seed for o in outcomes})
     groups: dict[str, dict[int, RunOutcome]] = {}
     for o in outcomes:
-        groups.setdefault(o.label.rsplit("/seed=", 1)[0], {})[o.seed] = o
+        groups.setdefault(o.label.rsplit("/seed=", 1)[0], {})[o.seed] = o  # a cold start's own row when replicated
     rows = []
     for group, by_seed in groups.items():
         values = [o.eval_final for o in by_seed.values() if o.eval_final == o.eval_final]
@@ -353,8 +354,8 @@ def with_seeds(study: Study, seeds: list[int]) -> Study:
 
 
 def arm_of(spec: RunSpec) -> str:
-    """A run's arm: its label without ``/seed=N`` (the unit ``compare`` compares)."""
-    return spec.label.rsplit("/seed=", 1)[0]
+    """A run's arm: its label without ``/seed=N`` and ``/cold_start=I`` (the unit ``compare`` compares)."""
+    return arm_of_label(spec.label)
 
 
 def round_specs(specs: list[RunSpec], seeds: list[int], arms: set[str]) -> list[RunSpec]:

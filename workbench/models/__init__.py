@@ -19,7 +19,8 @@ def model_dir(model_cfg: ModelConfig, task_cfg: TaskConfig, progress: bool = Tru
             return path
         from workbench.models.priming import primed_model_dir  # deferred: torch, transformers
 
-        return primed_model_dir(path, model_cfg.template_text, prime, progress=progress)
+        return primed_model_dir(path, model_cfg.template_text, prime, progress=progress,
+                                cold_start=model_cfg.cold_start)
     from workbench.models.tiny import tiny_model_dir  # deferred: torch, transformers
 
     return tiny_model_dir(model_cfg, task_cfg, progress=progress, prime=prime)

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel, Qwen2Config, Qwen2ForCausalLM
 
-from workbench.config import ModelConfig, PrimeConfig, TaskConfig, TinyModelConfig
+from workbench.config import MAX_SEED, ModelConfig, PrimeConfig, TaskConfig, TinyModelConfig
 from workbench.models.build_cache import cache_root, cached_build
 from workbench.models.sft import supervised_warmup
 from workbench.models.tiny_context import TINY_MAX_POSITIONS
@@ -29,6 +29,15 @@ BUILD_VERSION = 1  # bump when the build procedure changes, to invalidate caches
 BUILD_RECORD = "workbench_build.json"  # the build's settings and its cold start's SFT result, beside the weights
 
 
+def cold_start_seed(seed: int, index: int) -> int:
+    """The seed of cold start ``index`` (``model.cold_start``): ``seed`` itself for 0 (the one cold start every
+    study had before replication), else a hash of both, so no two indices or seeds share an init or SFT order."""
+    if index == 0:
+        return seed
+    digest = hashlib.sha256(f"cold-start/{seed}/{index}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") & MAX_SEED
+
+
 def tiny_cache_key(model_cfg: ModelConfig, task_cfg: TaskConfig, prime: PrimeConfig | None = None) -> str:
     payload = {
         "v": BUILD_VERSION,
@@ -38,6 +47,8 @@ def tiny_cache_key(model_cfg: ModelConfig, task_cfg: TaskConfig, prime: PrimeCon
     }
     if prime is not None:  # only when set: the keys (and cached models) of unprimed builds stay as they were
         payload["prime"] = prime.model_dump(mode="json")
+    if model_cfg.cold_start:  # likewise: cold start 0 is the model every earlier run used
+        payload["cold_start"] = model_cfg.cold_start
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -77,9 +88,11 @@ def init_tiny_model(cfg: TinyModelConfig, vocab_size: int, pad_id: int, eos_id: 
 
 
 def build_tiny_model(model_cfg: ModelConfig, task: Task, progress: bool = True, prime: PrimeConfig | None = None):
-    """Initialise from the seed and run the cold-start SFT on worked examples (in ``prime.mix``'s forms)."""
+    """Initialise from the seed and run the cold-start SFT on worked examples (in ``prime.mix``'s forms); cold
+    start ``model.cold_start`` seeds both from :func:`cold_start_seed`."""
 
-    cfg = model_cfg.tiny
+    seed = cold_start_seed(model_cfg.tiny.seed, model_cfg.cold_start)
+    cfg = model_cfg.tiny.model_copy(update={"seed": seed})
     tokenizer = build_char_tokenizer()
     model = init_tiny_model(cfg, len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id)
     sft = supervised_warmup(

@@ -11,6 +11,7 @@ exclusions::
     grid: {learner.lr: [3.0e-5, 1.0e-4]}
     zip: {sampler.dtype: [float32, bfloat16], algorithm.correction: [null, tis]}
     seeds: [0, 1, 2]
+    replicate: {cold_start: 3}    # optional: 3 independent cold starts per arm, the seeds nested in each
     exclude: [{variant: dr_grpo, learner.lr: 3.0e-5}]
 
 Precedence, lowest first: ``base`` < the study's ``health:``/``tracking:`` < the variant < the
@@ -44,7 +45,7 @@ Public API::
 
 from __future__ import annotations
 
-from workbench.study.expand import RunSpec, expand
+from workbench.study.expand import RunSpec, arm_of_label, expand
 from workbench.study.load import load_study, validate_study
 from workbench.study.overrides import apply_overrides, parse_override
 from workbench.study.paths import config_path_error
@@ -62,6 +63,7 @@ __all__ = [
     "StudyError",
     "StudyIssue",
     "apply_overrides",
+    "arm_of_label",
     "config_path_error",
     "expand",
     "load_study",

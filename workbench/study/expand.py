@@ -1,8 +1,10 @@
-"""A ``Study`` -> one ``RunSpec`` per run: variants x grid/zip points x seeds, minus exclusions.
+"""A ``Study`` -> one ``RunSpec`` per run: variants x grid/zip points x cold starts x seeds, minus exclusions.
 
 Precedence, lowest first: ``base`` < the study's ``health:``/``tracking:`` < the variant < the
 grid/zip values < the seed. Expansion order: variants in file order, then grid points (grid axes
-in file order, the zip as one last axis; the last axis varies fastest), then seeds. Every run's
+in file order, the zip as one last axis; the last axis varies fastest), then cold starts
+(``replicate.cold_start``: k > 1 nests the seeds in k cold starts, each run's ``model.cold_start``
+its index and its label ``<arm>/cold_start=<i>/seed=<s>``; k = 1 leaves runs as they were), then seeds. Every run's
 config is validated; an invalid value is reported at the line of the study that set it.
 """
 
@@ -19,9 +21,20 @@ from workbench.config import RunConfig, deep_merge
 from workbench.errors import pydantic_issues
 from workbench.study.paths import MISSING, config_fields_at, get_path, is_int, set_path
 from workbench.study.report import Path_, Reporter
-from workbench.study.schema import Study, check_semantics, same_value
+from workbench.study.schema import Study, check_semantics, cold_starts, same_value
 
-__all__ = ["RunSpec", "expand", "expand_runs", "validate_run_config"]
+__all__ = ["COLD_START_SEGMENT", "RunSpec", "arm_of_label", "expand", "expand_runs", "validate_run_config"]
+
+#: The label segment naming a run's cold start in a study with ``replicate.cold_start`` > 1.
+COLD_START_SEGMENT = "/cold_start="
+
+
+def arm_of_label(label: str) -> str:
+    """The arm of a run label: without ``/seed=N``, and without ``/cold_start=I`` (a replicate of the arm's
+    treatment, not another arm): ``worked/cold_start=2/seed=1`` -> ``worked``."""
+    stem = label.rsplit("/seed=", 1)[0]
+    head, sep, index = stem.rpartition(COLD_START_SEGMENT)
+    return head if sep and index.isdigit() else stem
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,6 +47,7 @@ class RunSpec:
     config: RunConfig = dataclasses.field(hash=False)  # seed set; tracking.experiment defaults to the study name
     run_key: str  # == config.run_key(): hash of everything that determines results
     label: str  # e.g. "dapo/lr=3e-05/seed=1"; unique within the study
+    cold_start: int | None = None  # the run's cold start (replicate.cold_start > 1), None when not replicated
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,6 +135,11 @@ def _matches(entry: dict[str, Any], variant: str, seed: int, resolved: dict[str,
     return True
 
 
+def _first_kept(study: Study, variant: str, resolved: dict[str, Any]) -> int:
+    """The index of the first seed no ``exclude:`` entry drops (where a seed's problems are blamed)."""
+    return next(i for i, s in enumerate(study.seeds) if not any(_matches(e, variant, s, resolved) for e in study.exclude))
+
+
 def validate_run_config(raw: dict[str, Any]) -> tuple[RunConfig | None, list[tuple[tuple[Any, ...], str]]]:
     """(config, []) or (None, problems as (run-config loc, message))."""
     try:
@@ -166,26 +185,39 @@ def expand_runs(study: Study, rep: Reporter) -> list[RunSpec]:
             config, problems = validate_run_config({**raw, "seed": study.seeds[0]})
             resolved = config.model_dump(mode="python") if config is not None else raw
 
-            for seed_index, seed in enumerate(study.seeds):
-                if any(_matches(e, variant, seed, resolved) for e in study.exclude):
-                    continue
-                if problems or config is None:
-                    for loc, msg in problems:
-                        rep.add(_blame(loc, study, variant, chosen, seed_index), msg)
-                    break  # same problems for every seed
-                cfg = config.model_copy(update={"seed": seed}, deep=True)  # no shared sub-configs
-                key = cfg.run_key()
-                label = f"{base_label}/seed={seed}"
-                if key in first_label:
-                    other = first_label[key]
-                    rep.add(
-                        ("variants", variant),
-                        f"runs {other!r} and {label!r} have the same resolved config (run_key {key}); "
-                        "make them differ or drop one",
-                    )
-                    continue
-                first_label[key] = label
-                specs.append(RunSpec(variant, seed, dict(values), cfg, key, label))
+            if problems or config is None:
+                if not all(any(_matches(e, variant, s, resolved) for e in study.exclude) for s in study.seeds):
+                    for loc, msg in problems:  # once: the same problems for every seed
+                        rep.add(_blame(loc, study, variant, chosen, _first_kept(study, variant, resolved)), msg)
+                continue
+            replicated = cold_starts(study) > 1
+            for cold_start in range(cold_starts(study)):
+                replicate: RunConfig | None = config
+                if replicated:  # only then: runs of a study that does not replicate keep their configs and keys
+                    raw_model = {**config.model.model_dump(), "cold_start": cold_start}
+                    replicate, issues = validate_run_config({**config.model_dump(), "model": raw_model})
+                    for _, msg in issues:  # e.g. model.path without a priming stage has no cold start to repeat
+                        rep.add(("replicate", "cold_start"), f"{base_label}: {msg}")
+                    if replicate is None:
+                        break
+                stem = f"{base_label}{COLD_START_SEGMENT}{cold_start}" if replicated else base_label
+                for seed in study.seeds:
+                    if any(_matches(e, variant, seed, resolved) for e in study.exclude):
+                        continue
+                    cfg = replicate.model_copy(update={"seed": seed}, deep=True)  # no shared sub-configs
+                    key = cfg.run_key()
+                    label = f"{stem}/seed={seed}"
+                    if key in first_label:
+                        other = first_label[key]
+                        rep.add(
+                            ("variants", variant),
+                            f"runs {other!r} and {label!r} have the same resolved config (run_key {key}); "
+                            "make them differ or drop one",
+                        )
+                        continue
+                    first_label[key] = label
+                    specs.append(RunSpec(variant, seed, dict(values), cfg, key, label,
+                                         cold_start if replicated else None))
     if not specs and not rep.issues:
         rep.add(("exclude",) if study.exclude else (), "the study expands to no runs")
     return specs

@@ -30,7 +30,7 @@ from workbench.study.paths import config_path_error, is_int
 from workbench.study.report import Origin, Reporter
 from workbench.study.sequential_keys import FUTILITY_SIDES, SEQUENTIAL_KEYS
 
-__all__ = ["ACTIVITY_KEYS", "STUDY_VERSION", "Study", "activity_issues", "check_semantics", "same_value",
+__all__ = ["ACTIVITY_KEYS", "COLD_START_PATH", "REPLICATE_KEYS", "STUDY_VERSION", "cold_starts", "Study", "activity_issues", "check_semantics", "same_value",
            "validate_fields"]
 
 STUDY_VERSION = 1
@@ -69,6 +69,9 @@ class Study(BaseModel):
         description="dotted run-config path -> equal-length lists, paired; one more grid axis",
     )
     seeds: list[StrictInt] = Field(default_factory=lambda: [0], description="one run per seed")
+    replicate: dict[str, Any] = Field(default_factory=dict, description=(
+        "{cold_start: k}: k independent cold starts (the tiny model's, or a priming SFT) per arm, the seeds nested "
+        "in each; compare then takes the checkpoint as its unit (default 1: one cold start, as without it)"))
     exclude: list[dict[str, Any]] = Field(
         default_factory=list,
         description="drop combinations: each entry maps variant/seed/dotted path -> value; "
@@ -96,7 +99,7 @@ class Study(BaseModel):
             return {k: ({} if v is None else v) for k, v in value.items()}
         return value
 
-    @field_validator("grid", "zip", "exclude", "compare", "tracking", "execution", mode="before")
+    @field_validator("grid", "zip", "exclude", "compare", "tracking", "execution", "replicate", mode="before")
     @classmethod
     def _null_is_empty(cls, value: Any, info: Any) -> Any:
         """``grid:`` with everything below commented out means no grid."""
@@ -162,6 +165,7 @@ def check_semantics(data: dict[str, Any], rep: Reporter) -> None:
     names = _check_variants(variants, rep)
     _check_axes(data, rep)
     _check_seeds(data.get("seeds", [0]), rep)
+    _check_replicate(data, rep)
     _check_exclude(data.get("exclude"), variants, names, rep)
     _check_execution(data.get("execution"), rep)
     compare = data.get("compare")
@@ -459,6 +463,50 @@ def _check_seeds(seeds: Any, rep: Reporter) -> None:
         if key in seen:
             rep.add(("seeds", j), f"seed {seed} appears twice")
         seen.add(key)
+
+
+#: Keys of ``replicate:``; each a count of independent replicates per arm at that level.
+REPLICATE_KEYS = ("cold_start",)
+#: The run-config path ``replicate.cold_start`` sets on each run (its index); nowhere else may set it.
+COLD_START_PATH = ("model", "cold_start")
+
+
+def cold_starts(study: Study) -> int:
+    """How many independent cold starts per arm the study trains (``replicate.cold_start``, default 1)."""
+    return int(study.replicate.get("cold_start", 1))
+
+
+def _check_replicate(data: dict[str, Any], rep: Reporter) -> None:
+    """``replicate: {cold_start: k}``, k an integer >= 1; the index it sets on each run (``model.cold_start``)
+    is not set by ``base``, a variant, a grid or a zip axis (the label and the comparison read it as the
+    replicate, not as an arm)."""
+    replicate = data.get("replicate")
+    compare = data.get("compare")
+    if isinstance(replicate, dict) and is_int(replicate.get("cold_start")) and replicate["cold_start"] > 1 \
+            and isinstance(compare, dict) and compare.get("sequential") is not None:
+        rep.add(("replicate", "cold_start"), "compare.sequential adds seeds at each look, and with several cold "
+                                             "starts the unit compared is the checkpoint, which seeds do not add: "
+                                             "drop compare.sequential or replicate.cold_start")
+    if isinstance(replicate, dict):
+        for key, value in replicate.items():
+            if key not in REPLICATE_KEYS:
+                rep.add(("replicate", key), unknown_message(str(key), REPLICATE_KEYS))
+            elif not is_int(value) or value < 1:
+                rep.add(("replicate", key), f"expected an integer >= 1 (independent cold starts per arm; 1 = "
+                                            f"one, as without it), got {show_value(value)}")
+    where = "set per run by replicate.cold_start; remove it here"
+    base = data.get("base")
+    if isinstance(base, dict) and isinstance(base.get("model"), dict) and "cold_start" in base["model"]:
+        rep.add(("base", *COLD_START_PATH), f"the cold-start index is {where}")
+    variants = data.get("variants")
+    for name, over in (variants.items() if isinstance(variants, dict) else ()):
+        if isinstance(over, dict) and isinstance(over.get("model"), dict) and "cold_start" in over["model"]:
+            rep.add(("variants", name, *COLD_START_PATH), f"the cold-start index is {where}")
+    for field in ("grid", "zip"):
+        table = data.get(field)
+        for key in (table if isinstance(table, dict) else ()):
+            if key == "model.cold_start":
+                rep.add((field, key), f"model.cold_start is {where} (replicate: {{cold_start: k}})")
 
 
 def _check_exclude(exclude: Any, variants: Any, names: list[str], rep: Reporter) -> None:

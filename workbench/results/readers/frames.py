@@ -51,6 +51,8 @@ TAG_COLUMNS = {
 }
 #: A study label's seed suffix (workbench.study: ``<variant>[/<key>=<value>...]/seed=<int>``).
 _SEED_SUFFIX = re.compile(r"/seed=(-?\d+)$")
+#: ... and its cold start's (``replicate.cold_start`` > 1: ``<arm>/cold_start=<i>/seed=<int>``)
+_COLD_START_SUFFIX = re.compile(r"/cold_start=\d+$")
 _INF_STORED = 1e308  # RunTracker writes ±inf as ±1e308 (MLflow stores reject infinities)
 
 
@@ -175,7 +177,7 @@ def arm_from_name(variant: str, run_name: str | None, seed: Any) -> str:
     m = _SEED_SUFFIX.search(run_name or "")
     if m is None:
         return variant
-    stem = run_name[:m.start()]
+    stem = _COLD_START_SUFFIX.sub("", run_name[:m.start()])  # a replicated cold start is not another arm
     if stem != variant and not stem.startswith(variant + "/"):
         return variant
     try:
