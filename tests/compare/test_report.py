@@ -141,16 +141,18 @@ def test_holm_correction_across_variants():
     m = len(p)
     expected = np.maximum.accumulate(np.minimum(1, p.to_numpy() * (m - np.arange(m))))
     assert rows.loc[p.index, "p_adjusted"].to_numpy() == pytest.approx(expected)
-    # the shown CIs are simultaneous: every one at 1 - alpha/3 (Bonferroni over the 3 comparisons)
-    assert rows["delta_level"].to_numpy() == pytest.approx([1 - 0.05 / 3] * 3)
+    # each shown CI is at the level Holm tested it at: v3 (smallest p) at 1 - alpha/3; the second is not
+    # rejected at alpha/2, so Holm stops there: it and the third at 1 - alpha/2
+    assert rows.loc[p.index[0], "p_value"] < 0.05 / 3
     assert rows.loc[p.index[1], "p_value"] > 0.05 / 2
+    assert rows.loc[p.index, "delta_level"].to_numpy() == pytest.approx([1 - 0.05 / 3, 1 - 0.05 / 2, 1 - 0.05 / 2])
     none = compare_variants(df, "base", ["acc"], CompareSettings(higher_is_better={"acc": True}, correction="none"))
     assert (none.df["p_adjusted"].dropna() == none.df["p_value"].dropna()).all()
     # family "all" corrects across metrics too
     df["acc2"] = df["acc"]
     fam = compare_variants(df, "base", ["acc", "acc2"],
                            CompareSettings(higher_is_better={"acc": True, "acc2": True}, family="all"))
-    assert fam.df["delta_level"].max() == pytest.approx(1 - 0.05 / 6)
+    assert fam.df["delta_level"].max() == pytest.approx(1 - 0.05 / 6)  # the first of 6 steps
 
 
 def test_reproducible_with_fixed_seed_and_order_independent():
@@ -289,8 +291,8 @@ def test_secondary_metrics_are_marked_in_every_rendering():
     t = compare_variants(df, "grpo", ["acc", "kl"], CompareSettings(higher_is_better={"acc": True, "kl": False}))
     t.settings["secondary"] = ["kl"]
     heads = t.headlines()
-    assert [h.startswith("(secondary) ") for h in heads] == [False, True]
+    assert [h.startswith("(secondary, exploratory) ") for h in heads] == [False, True]
     md = t.to_markdown()
-    assert "### kl (secondary; lower is better" in md and "### acc (higher is better" in md
+    assert "### kl (secondary, exploratory; lower is better" in md and "### acc (higher is better" in md
     back = ComparisonTable.from_dict(json.loads(t.to_json()))
     assert back.is_secondary("kl") and not back.is_secondary("acc")

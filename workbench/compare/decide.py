@@ -36,7 +36,13 @@ from . import stats, wording
 from .summary import resolve_summary
 from .table import COLUMNS, ComparisonTable, value_bounds
 
-__all__ = ["CompareSettings", "compare_variants"]
+__all__ = ["INTERVAL_OF", "TOST_INTERVAL", "CompareSettings", "compare_variants"]
+
+#: What a row's interval of Δ is (its ``delta_ci``), by the correction that tested it: the level the
+#: row's own test used, so that the interval excludes 0 exactly when the corrected test rejects.
+INTERVAL_OF = {"holm": "Holm step-down", "bonferroni": "Bonferroni", "none": "uncorrected"}
+#: ``delta_ci`` beside "equivalent": the TOST's ``1 - 2 alpha / d`` interval, inside ±SESOI exactly when it rejects.
+TOST_INTERVAL = "TOST"
 
 
 @dataclass(frozen=True)
@@ -150,7 +156,7 @@ def compare_variants(
             cell.tost_p = stats.tost_p(cell.diff, cell.row["sesoi"])
     _correct(cells, correction=correction, family=family, alpha=plan.alpha)
     for cell in cells:
-        _decide(cell, outcomes, confidence=confidence, alpha=plan.alpha, power=power)
+        _decide(cell, outcomes, confidence=confidence, alpha=plan.alpha, power=power, correction=correction)
         if activity and cell.diff is not None:
             _activity.apply_gate(cell.row, activity.get(cell.row["variant"]), _summary_reads(cell.row["metric"]))
     for cell in cells:
@@ -163,7 +169,8 @@ def compare_variants(
     df["paired"] = df["paired"].astype("boolean")
     settings = {
         "family": family, "pairing": pairing, "n_resamples": n_resamples, "power": power, "rng": plan.seed,
-        "delta_ci": "simultaneous (Bonferroni over the family)", "equivalence": "TOST at sesoi",
+        "delta_ci": "the level each row's test used: the correction's (Holm: step-down) for better/worse/"
+                    "inconclusive, the TOST's 1 - 2 alpha / d for equivalent", "equivalence": "TOST at sesoi",
         "strata": strata, "bootstrap": "percentile (P(improve)); BCa (IQM with strata)",
         "iqm_ci": stats.IQM_T_METHOD, "mean_ci": "t", "arms": any(a != v for a, v in arm_variant.items()),
         "two_way_ci": _problems.TWO_WAY_METHOD if (df["two_way_method"] != "").any() else "",
@@ -204,6 +211,7 @@ class _Cell:
     by_rank: bool = False
     tost_p: float = math.nan  # the equivalence test's p-value before correction (NaN: none)
     holm_level: float = math.nan  # the confidence at which the correction tested this comparison
+    tost_level: float = math.nan  # the confidence of the TOST interval that matches its corrected test
 
 
 def _check_arguments(summary_df: pd.DataFrame, metrics: list[str], *, family: str, confidence: float,
@@ -274,6 +282,7 @@ def _estimate_row(metric: str, variant: str, base_arm: str | None, arm: _outcome
         "delta_lo": math.nan,
         "delta_hi": math.nan,
         "delta_level": math.nan,
+        "delta_ci": "",
         "paired": pd.NA,
         "p_improve": math.nan,
         "p_improve_lo": math.nan,
@@ -392,31 +401,33 @@ def _comparison_notes(cell: _Cell, arm: _outcomes.ArmOutcomes, base: _outcomes.A
 def _correct(cells: list[_Cell], *, correction: str, family: str, alpha: float) -> None:
     """Correct every comparison for multiplicity, per metric (``family="metric"``) or across the
     table (``"all"``): ``p_adjusted`` and the level each difference was tested at
-    (``cell.holm_level``); ``delta_level``, the simultaneous (Bonferroni) level of the family's
-    reported intervals; and ``p_equivalence``, the TOST p-values corrected the same way over the
-    comparisons that have one."""
+    (``cell.holm_level``: Holm's step-down level, ``1 - alpha / d``); and ``p_equivalence``, the
+    TOST p-values corrected the same way over the comparisons that have one, with the level of
+    each TOST's interval (``cell.tost_level``, ``1 - 2 alpha / d``: inside ±SESOI exactly when the
+    corrected TOST rejects)."""
     families: dict[str, list[_Cell]] = {}
     for cell in cells:
         if cell.diff is not None:
             families.setdefault(cell.row["metric"] if family == "metric" else "all", []).append(cell)
     for members in families.values():
         adj, div = stats.adjust_pvalues([c.row["p_value"] for c in members], correction, alpha=alpha)
-        n_tested = int(np.isfinite(div).sum())
         for c, a, d in zip(members, adj, div, strict=True):
             c.row["p_adjusted"] = float(a)
             c.holm_level = 1.0 - alpha / d if math.isfinite(d) else math.nan
-            c.row["delta_level"] = (stats.simultaneous_levels(n_tested, alpha) if correction != "none"
-                                    else 1.0 - alpha) if math.isfinite(d) else math.nan
-        eq_adj, _ = stats.adjust_pvalues([c.tost_p for c in members], correction, alpha=alpha)
-        for c, a in zip(members, eq_adj, strict=True):
+        eq_adj, eq_div = stats.adjust_pvalues([c.tost_p for c in members], correction, alpha=alpha)
+        for c, a, d in zip(members, eq_adj, eq_div, strict=True):
             c.row["p_equivalence"] = float(a)
+            c.tost_level = 1.0 - 2.0 * alpha / d if math.isfinite(d) else math.nan
 
 
 def _decide(cell: _Cell, outcomes: Mapping[tuple[str, str], _outcomes.ArmOutcomes], *, confidence: float,
-            alpha: float, power: float) -> None:
-    """Fill a compared row's simultaneous CI of delta, its minimum detectable effect and its
-    verdict (after :func:`_correct`). The verdict is the corrected test's, with the interval at
-    the level it was tested at (which excludes 0 exactly when it rejects)."""
+            alpha: float, power: float, correction: str) -> None:
+    """Fill a compared row's interval of delta, its minimum detectable effect and its verdict
+    (after :func:`_correct`). The verdict is the corrected test's, and the interval shown is the
+    one that test used, one interval per word: beside better/worse/inconclusive the t interval at
+    the level the correction tested the row at (Holm's step-down level, which excludes 0 exactly
+    when Holm rejects), beside "equivalent" the TOST's ``1 - 2 alpha / d`` interval (inside ±SESOI
+    exactly when the corrected TOST rejects). ``delta_level`` and ``delta_ci`` say which."""
     r, diff = cell.row, cell.diff
     if diff is None:
         return
@@ -429,20 +440,19 @@ def _decide(cell: _Cell, outcomes: Mapping[tuple[str, str], _outcomes.ArmOutcome
                                               p_adjusted=r["p_adjusted"], p_improve=r["p_improve"],
                                               t_lo=t_lo, t_hi=t_hi, alpha=alpha)
         return
-    shown = r["delta_level"] if math.isfinite(r["delta_level"]) else confidence
-    r["delta_lo"], r["delta_hi"] = diff.interval(shown)
-    if not (math.isfinite(r["delta_lo"]) or math.isinf(r["delta_lo"])):
-        r["delta_level"] = math.nan
     r["mde"] = stats.minimum_detectable_effect(diff, alpha=1.0 - level, power=power)
     equivalent = math.isfinite(r["p_equivalence"]) and r["p_equivalence"] < alpha
     r["verdict"] = wording.verdict(
         diff.delta, t_lo, t_hi, r["p_adjusted"], alpha=alpha, higher_is_better=r["higher_is_better"],
         n_x=r["n_seeds"], n_y=base.counts["finished"], mde=r["mde"], sesoi=r["sesoi"], equivalent=equivalent,
     )
-    decided = stats.significant(t_lo, t_hi, r["p_adjusted"], alpha=alpha)
-    if decided and r["delta_lo"] <= 0.0 <= r["delta_hi"]:
-        r["note"] = "; ".join(x for x in (r["note"], f"{r['verdict']} by the step-down test at "
-                                          f"{level:.4g}; the simultaneous interval, wider, includes 0") if x)
+    if wording.status(r["verdict"]) == "equivalent" and math.isfinite(cell.tost_level):
+        r["delta_level"], r["delta_ci"] = cell.tost_level, TOST_INTERVAL
+    else:
+        r["delta_level"], r["delta_ci"] = level, INTERVAL_OF.get(correction, correction)
+    r["delta_lo"], r["delta_hi"] = diff.interval(r["delta_level"])
+    if not (math.isfinite(r["delta_lo"]) or math.isinf(r["delta_lo"])):
+        r["delta_level"], r["delta_ci"] = math.nan, ""
     unknown = [x for x in (arm.reason(), f"baseline: {base.reason()}" if base.reason() else "") if x]
     if unknown and wording.status(r["verdict"]) in ("better", "worse", "higher", "lower", "equivalent"):
         r["verdict"] = wording.withheld("; ".join(unknown))  # missing values could go either way
