@@ -204,17 +204,17 @@ def compare_loaded(loaded: LoadedComparison, *, baseline: str | None = None, rec
     # Run with --until-decided: test at the level of the design's last look (O'Brien-Fleming: 0.034 at the
     # last of 3), not at 0.05 over seeds the design already spent part of its alpha on.
     level = looks.level if looks.level is not None else DEFAULT_LEVEL
+    # one study-wide Holm family over the primary metrics; each secondary metric its own, exploratory (#52)
+    secondary = secondary_metrics(names, target.compare)
     try:
         summary = summarize_runs(history, runs, names)
-        table = compare_variants(summary, base, names, CompareSettings(sesoi=loaded.effects, confidence=1.0 - level),
+        table = compare_variants(summary, base, names, CompareSettings(sesoi=loaded.effects, confidence=1.0 - level,
+                                                                       secondary=secondary),
                                  problems=problems, activity=gates)
     except ValueError as e:
         raise AnalysisError(str(e)) from e
     uncomputed = uncomputed_summaries(summary, history, names)
     table.settings |= looks.settings()
-    secondary = secondary_metrics(names, target.compare)
-    if secondary:
-        table.settings["secondary"] = secondary
     return Comparison(table, summary, history, runs, excluded, loaded.frames, loaded.spec, uncomputed, looks)
 
 

@@ -145,7 +145,8 @@ class ComparisonTable:
     - ``p_improve``: P(variant improves on baseline) in the metric's direction (for a metric
       without a direction, P(variant > baseline)): paired, the share of seeds where the variant
       beats the baseline at the same seed (exact Clopper-Pearson CI); unpaired, over all pairs of
-      runs (percentile bootstrap CI).
+      runs, the Mann-Whitney probability (Newcombe's score interval, 2006, method 5: no ``0 [0, 0]`` when
+      the arms' runs are separated).
     - ``p_value``/``p_adjusted``: the t-test's two-sided p-value, and after the correction.
     - ``verdict``: better / worse (higher / lower without a direction) / equivalent (|Δ| < e) /
       inconclusive with N seeds (MDE x) / withheld: <why> / not testable: <knob> acted on <x>% of
@@ -308,6 +309,16 @@ class ComparisonTable:
         reported, but not what the study was designed to decide."""
         return metric in (self.settings.get("secondary") or ())
 
+    def family_words(self) -> str:
+        """Which comparisons were corrected together, in words (every output's footnote)."""
+        family = self.settings.get("family", "metric")
+        if family == "primary":
+            if self.settings.get("secondary"):
+                return ("family: every comparison of the primary metrics together, study-wide; each secondary "
+                        "metric on its own, exploratory")
+            return "family: every comparison of every metric together, study-wide"
+        return {"metric": "family: each metric's comparisons", "all": "family: the whole table"}.get(family, family)
+
     def title_role(self, metric: str) -> str:
         """What opens a metric's table title in every format: ``"secondary, exploratory; "`` or nothing
         (a secondary metric is outside the study-wide family of the primary metrics)."""
@@ -392,12 +403,12 @@ class ComparisonTable:
                 out.write(f"**{self.settings[key]}**\n\n")
         out.write(
             f"Δ = {self.unit} − baseline; the CI of Δ is the t interval over seeds at the level the row's own test "
-            f"used (family: {self.settings.get('family', 'metric')}): the {self.correction}-corrected test's level "
+            f"used ({self.family_words()}): the {self.correction}-corrected test's level "
             f"beside better/worse/inconclusive, the TOST's 1 − 2α/d interval beside equivalent (equivalent: TOST "
             f"at the metric's SESOI, {self.correction}-corrected); bounds rounded outward; MDE: minimum detectable effect at the seeds run ({self.settings.get('power', 0.8):.0%} "
             f"power); mean CIs: t interval; IQM CIs: trimmed-mean t (Tukey-McLaughlin; t below 4 seeds); P(improve): "
-            f"paired by seed with an exact binomial CI, else over all run pairs with a percentile bootstrap CI "
-            f"({self.settings.get('n_resamples', '?')} resamples). n_seeds = "
+            f"paired by seed with an exact binomial CI, else over all run pairs (Mann-Whitney) with Newcombe's score "
+            f"interval. n_seeds = "
             f"the number of finished runs with a value; runs failed, stopped early or censored are ranked worst "
             f"(Mann-Whitney) and can withhold a verdict (docs/reports.md).\n"
         )
