@@ -285,7 +285,9 @@ class ComparisonTable:
     def headlines(self) -> list[str]:
         """One plain sentence per comparison (metric x compared arm, in table order), the first
         lines of every output of ``compare``: effect, its interval at the level shown in the table,
-        and the verdict in words (:func:`workbench.compare.wording.headline`)."""
+        and the verdict in words (:func:`workbench.compare.wording.headline`); an inconclusive one
+        of a primary metric is followed, on its next line, by what would decide it (the seeds
+        ``workbench plan`` sizes it at and the ``--until-decided`` command), when ``compare`` set it."""
         lines = []
         for metric in self.metrics:
             rows = self.for_metric(metric)
@@ -301,8 +303,14 @@ class ComparisonTable:
                     hi=float(r["delta_hi"]), level=float(r["delta_level"]), n_x=int(r["n_seeds"]),
                     n_y=int(seeds_of.get(base, 0)), mde=float(r["mde"]), sesoi=float(r["sesoi"]), points=points,
                     ranked=str(r["test"]).startswith("Mann-Whitney"), interval=_tost_word(r),
-                    exploratory=self.is_secondary(metric)))
+                    exploratory=self.is_secondary(metric)) + self._to_decide(metric, r))
         return lines
+
+    def _to_decide(self, metric: str, r: Mapping[str, Any]) -> str:
+        """What would decide an inconclusive comparison, as the line after its headline ("" when none
+        is known: ``workbench compare`` sets ``settings["to_decide"]`` from the study's seed plan)."""
+        line = (self.settings.get("to_decide") or {}).get(metric, "")
+        return f"\n{line}" if line and r["status"] == "inconclusive" else ""
 
     def is_secondary(self, metric: str) -> bool:
         """Whether the study declared ``metric`` secondary (``compare.primary`` names the others):
