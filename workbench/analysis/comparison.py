@@ -259,8 +259,13 @@ def what_would_decide(loaded: LoadedComparison, runs: pd.DataFrame, baseline: st
                             seeds=sorted(runs["seed"].dropna().unique().tolist()))
     specs = [SimpleNamespace(variant=str(v), label=f"{a}/seed=0") for v, a in
              dict.fromkeys(zip(runs["variant"].astype(str), arms.astype(str), strict=True))]
-    plans = {p.plan.metric: p.plan for p in seed_plan(study, specs, target.tracking_uri, target.study, loaded.where)}
     command = study_command(loaded.where)
+    try:
+        plans = {p.plan.metric: p.plan for p in seed_plan(study, specs, target.tracking_uri, target.study,
+                                                          loaded.where)}
+    except (AnalysisError, ValueError) as e:  # e.g. a compare.noise_sd that is not a number: say so, in place
+        return {m: f"to decide it: `workbench plan` cannot size it ({e}); then `{command}`"
+                for m in metrics if m not in secondary}
     out = {}
     for metric in metrics:
         plan = plans.get(metric)
