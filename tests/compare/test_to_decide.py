@@ -9,7 +9,8 @@ import numpy as np
 import pandas as pd
 from statsmodels.stats.power import TTestPower
 
-from workbench.analysis.comparison import LoadedComparison, study_command, what_would_decide
+from workbench.analysis.comparison import LoadedComparison
+from workbench.analysis.next_step import study_command, what_would_decide
 from workbench.analysis.target import Target
 from workbench.compare import CompareSettings, compare_variants
 

@@ -216,70 +216,7 @@ def compare_loaded(loaded: LoadedComparison, *, baseline: str | None = None, rec
         raise AnalysisError(str(e)) from e
     uncomputed = uncomputed_summaries(summary, history, names)
     table.settings |= looks.settings()
-    if (table.df["status"] == "inconclusive").any():  # what would decide it: the headline's next line (#52)
-        table.settings["to_decide"] = what_would_decide(loaded, runs, base, table.metrics, secondary)
     return Comparison(table, summary, history, runs, excluded, loaded.frames, loaded.spec, uncomputed, looks)
-
-
-def study_command(where: str) -> str:
-    """``workbench run STUDY --until-decided`` for the study as given: its YAML file as a path a reader can
-    type from the project's root (``studies/x.yaml`` for a file in a ``studies`` folder; the path as given
-    when relative; else its name), so that a committed page does not carry one machine's absolute path."""
-    from pathlib import Path  # deferred: only when a verdict is inconclusive
-
-    path = Path(where)
-    if path.suffix not in (".yaml", ".yml"):
-        shown = f"<{where}'s study YAML>"
-    elif not path.is_absolute():
-        shown = str(path)
-    else:
-        shown = f"studies/{path.name}" if path.parent.name == "studies" else path.name
-    return f"workbench run {shown} --until-decided"
-
-
-def what_would_decide(loaded: LoadedComparison, runs: pd.DataFrame, baseline: str, metrics: Sequence[str],
-                      secondary: Sequence[str]) -> dict[str, str]:
-    """Per primary metric, the line that follows an inconclusive headline: the seeds per arm ``workbench
-    plan`` computes for its comparisons at the metric's SESOI (:func:`workbench.analysis.seed_plan.seed_plan`,
-    called on the compared study's arms, so the plan is ``plan``'s own: its level, its noise SD declared or
-    measured on the baseline's finished runs, a sequential design's last look), and the command that runs
-    seeds until every comparison is decided. Secondary metrics get none: they do not keep a study running."""
-    from types import SimpleNamespace
-
-    from workbench.analysis.seed_plan import seed_plan  # deferred: imports this module
-    from workbench.compare.arms import arm_column  # deferred: scipy
-    from workbench.compare.table import value_bounds  # deferred: scipy
-    from workbench.compare.wording import effect_text  # deferred: scipy
-
-    target = loaded.target
-    arms = arm_column(runs)
-    # plan's inputs, from the compared runs: the arms (variant, label without the seed) and the seeds run
-    study = SimpleNamespace(compare={**target.compare, "baseline": baseline, "sesoi": dict(loaded.effects)},
-                            variants=dict.fromkeys(runs["variant"].astype(str)),
-                            seeds=sorted(runs["seed"].dropna().unique().tolist()))
-    specs = [SimpleNamespace(variant=str(v), label=f"{a}/seed=0") for v, a in
-             dict.fromkeys(zip(runs["variant"].astype(str), arms.astype(str), strict=True))]
-    command = study_command(loaded.where)
-    try:
-        plans = {p.plan.metric: p.plan for p in seed_plan(study, specs, target.tracking_uri, target.study,
-                                                          loaded.where)}
-    except (AnalysisError, ValueError) as e:  # e.g. a compare.noise_sd that is not a number: say so, in place
-        return {m: f"to decide it: `workbench plan` cannot size it ({e}); then `{command}`"
-                for m in metrics if m not in secondary}
-    out = {}
-    for metric in metrics:
-        plan = plans.get(metric)
-        if metric in secondary or plan is None:
-            continue
-        if plan.seeds is None:
-            out[metric] = f"to decide it: `workbench plan` cannot size it ({plan.why}); then `{command}`"
-            continue
-        points = value_bounds(metric) == (0.0, 1.0)  # a rate: its SESOI in percentage points, as the headline's
-        sesoi = effect_text(float(plan.sesoi or 0.0), points=points, signed=False) + (" points" if points else "")
-        out[metric] = (f"to decide it: `workbench plan` sizes this comparison at {plan.seeds} seeds per arm "
-                       f"({plan.power:.0%} power at its SESOI ±{sesoi}, α {plan.alpha:.3g} per comparison); "
-                       f"run `{command}`")
-    return out
 
 
 def compute_comparison(target: Target, metric: Sequence[str] | None = None, *, baseline: str | None = None,

@@ -379,6 +379,7 @@ def _comparison(target: Target, metric: Sequence[str] | None, *, baseline: str |
     from rich.markup import escape
 
     from workbench.analysis.comparison import compare_loaded, load_comparison  # deferred: pandas, scipy
+    from workbench.analysis.next_step import add_next_steps  # deferred: pandas, scipy
 
     try:
         loaded = load_comparison(target, metric, sesoi=sesoi, spec=spec, include_unfinished=include_unfinished,
@@ -387,6 +388,7 @@ def _comparison(target: Target, metric: Sequence[str] | None, *, baseline: str |
             note(f"{loaded.excluded[SUPERSEDED]} earlier attempt(s) of runs executed again left out: each run "
                  "counts once (its FINISHED attempt, else its latest)")
         done = compare_loaded(loaded, baseline=baseline, record_look=record_look)
+        add_next_steps(loaded, done)  # an inconclusive verdict says what would decide it (#52)
     except AnalysisError as e:
         raise fail(str(e)) from None
     for line in done.uncomputed:
