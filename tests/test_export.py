@@ -248,14 +248,23 @@ def test_committed_exports_are_whole_and_within_budget():
     assert size <= MAX_COMMITTED_BYTES
 
 
-@pytest.mark.parametrize(("study", "export", "runs"), [
-    ("priming", "priming", 18),
-    ("precision_mismatch", "precision-mismatch", 21),  # a sequential design (#37): its looks come back too
-])
+def _reloads():
+    """(study, export, runs) of every committed export (#52: all of them; #37 had priming and
+    precision-mismatch, a sequential design), ~1 min each."""
+    for directory in COMMITTED:
+        runs = json.loads((directory / MANIFEST).read_text())["runs"]
+        yield pytest.param(directory.name.replace("-", "_"), directory.name, runs, id=directory.name)
+
+
+@pytest.mark.parametrize(("study", "export", "runs"), list(_reloads()))
 def test_a_committed_export_loads_into_a_fresh_store_and_reproduces_its_table(tmp_path, monkeypatch, study, export,
                                                                               runs):
     """The acceptance test of issue #37: `compare --format md` on the loaded store prints, byte for byte, the
-    table `compare` printed on the study's original store (committed beside the export as compare.md)."""
+    table `compare` printed on the study's original store (committed beside the export as compare.md). #52: the
+    page re-derived from the export has no row whose printed interval contradicts its verdict, in its tables or
+    its headlines (tests/compare/verdict_intervals.py)."""
+    from tests.compare.verdict_intervals import interval_cells, page_contradictions, table_rows
+
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.setenv("COLUMNS", "200")
@@ -266,4 +275,7 @@ def test_a_committed_export_loads_into_a_fresh_store_and_reproduces_its_table(tm
     assert f"{runs} run(s) loaded" in loaded.stdout
     table = invoke("compare", ROOT / "studies" / f"{study}.yaml", "--no-log", "--format", "md", "--tracking-uri", uri)
     assert table.exit_code == 0, table.output
+    assert len(table_rows(table.stdout)) == interval_cells(table.stdout)  # every interval read, then checked
+    assert page_contradictions(table.stdout) == []
     assert table.stdout == (directory / "compare.md").read_text()
+

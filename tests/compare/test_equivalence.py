@@ -181,8 +181,9 @@ EFFECTS = np.array([2.0, 2.0, 2.0, 0.0])  # 4 variants vs a baseline (5 arms), i
 
 def test_finding5_holm_intervals_undercover_simultaneous_ones_do_not():
     """5 arms (4 variants and the baseline), 5 paired seeds, three real effects and one null:
-    Holm's step-level intervals (what compare showed) cover all four Δ together in ~93.6%; the
-    Bonferroni intervals compare now shows (each at 1 - alpha/4) in >= 95%. 6000 studies: s.e.
+    Holm's step-level intervals (what compare shows again since #52, each at the level printed beside it,
+    so that none contradicts its verdict) cover all four Δ together in ~93.6%; Bonferroni intervals (each
+    at 1 - alpha/4) in >= 95%. 6000 studies: s.e.
     0.3 points."""
     rng = np.random.default_rng(6)
     n_studies, n = 6000, 5
@@ -205,21 +206,33 @@ def test_finding5_holm_intervals_undercover_simultaneous_ones_do_not():
     assert simultaneous.mean() >= 0.95 - 0.006  # nominal >= 95%, - 2 s.e.
 
 
-def test_table_shows_the_simultaneous_interval():
-    """The table's Δ interval of each of 4 comparisons is the paired t interval at 1 - alpha/4."""
+def test_table_shows_the_interval_its_test_used():
+    """#52, one interval per word: the table's Δ interval of each of 4 comparisons is the paired t interval at
+    the level Holm tested it at (printed per row): the k-th smallest p-value at 1 - alpha/(4 - k + 1) while Holm
+    rejects, the level of Holm's stop after. Not simultaneous (the test above: ~93.6% together), but never
+    beside a word it contradicts, as the Bonferroni interval was beside a Holm "better"."""
     rng = np.random.default_rng(7)
     rows = [{"variant": v, "seed": s, "acc": mu + rng.normal(0, 0.05)}
             for v, mu in (("base", 0.5), ("a", 0.6), ("b", 0.6), ("c", 0.6), ("d", 0.5)) for s in range(5)]
     df = pd.DataFrame(rows)
     t = compare_variants(df, "base", ["acc"], CompareSettings(higher_is_better={"acc": True}, n_resamples=0))
+    rows_by = t.df.set_index("variant")
+    order = rows_by.loc[list("abcd"), "p_value"].sort_values().index.tolist()
+    divisor, levels = 4, {}
+    for v in order:  # Holm by hand: the divisor falls while it rejects, and stays at its stop
+        levels[v] = 1 - ALPHA / divisor
+        if rows_by.loc[v, "p_value"] < ALPHA / divisor:
+            divisor -= 1
+    assert order[-1] == "d" and levels["d"] == pytest.approx(1 - ALPHA / 1)  # a, b, c rejected; d tested at 0.05
     for v in "abcd":
         r = t.df[t.df["variant"] == v].iloc[0]
         d = df[df.variant == v]["acc"].to_numpy() - df[df.variant == "base"]["acc"].to_numpy()
-        _, lo, hi = t_interval(d, confidence=1 - ALPHA / 4)
-        # same formula on 5 values of O(0.1): float rounding of a few operations, << 1e-12
+        _, lo, hi = t_interval(d, confidence=levels[v])
         # abs 1e-12: the same mean +- quantile x SE from <= 10 values of size ~1 (~1e-14 rounding)
         assert (r["delta_lo"], r["delta_hi"]) == pytest.approx((lo, hi), abs=1e-12)
-        assert r["delta_level"] == pytest.approx(1 - ALPHA / 4)
+        assert r["delta_level"] == pytest.approx(levels[v])
+        assert r["delta_ci"] == "Holm step-down"
+        assert (lo > 0) == (r["status"] == "better")  # the interval excludes 0 exactly when Holm rejects
 
 
 # ---- finding 5: P(improvement) ignored the pairing and degenerated to [1, 1] ------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import re
 
 import numpy as np
@@ -52,9 +53,13 @@ def test_one_sentence_per_comparison_in_the_words_of_its_status(table):
                                       "the smallest effect of interest")
     assert re.search(r"not distinguishable with 4 seeds \(they would likely detect only ±\d+\.\d points or more\)$",
                      by_arm["loose"]), by_arm["loose"]
-    # the interval in the sentence is the table's (simultaneous, at delta_level), in points
+    # the interval in the sentence is the table's (at delta_level, the level Holm tested it at), in points,
+    # rounded outward: the lower bound down, the upper up, to 1 decimal
     row = table.df.set_index("variant").loc["dapo"]
-    assert f"{100 * row['delta_lo']:+.1f} to {100 * row['delta_hi']:+.1f}" in by_arm["dapo"]
+    lo, hi = math.floor(1000 * row["delta_lo"]) / 10, math.ceil(1000 * row["delta_hi"]) / 10
+    assert f"{lo:+.1f} to {hi:+.1f}" in by_arm["dapo"]
+    # beside "equivalent", the TOST's interval: 1 - 2 x 0.05 / 3 (Holm's first step of 3 TOSTs) = 96.7%
+    assert "(96.7% TOST CI " in by_arm["dr_grpo"]
 
 
 @pytest.mark.parametrize("status, verdict, expected", [
@@ -125,3 +130,23 @@ def test_a_confidence_label_is_never_100_and_within_its_last_digit(confidence):
     digits = len(text.rstrip("%").partition(".")[2])
     assert value < 100
     assert abs(value - 100 * confidence) <= 0.5 * 10**-digits + 1e-9  # rounded, never truncated past a digit
+
+
+def test_interval_bounds_round_outward_and_never_onto_a_threshold():
+    """One rounding for every printed interval (#52): the lower bound down, the upper up, at the digits
+    shown; a digit more where the rounded bound would reach or cross 0 or ±SESOI and the computed one does not."""
+    from workbench.compare.wording import ci_text, effect_interval, excluded_text, interval_texts
+
+    one_decimal = lambda v: (False, 1)  # noqa: E731 - a precision for the example
+    assert interval_texts(0.13, 0.57, one_decimal) == ("0.1", "0.6")  # outward: down, up
+    assert interval_texts(0.13, 0.57, one_decimal, thresholds=[0.1]) == ("0.13", "0.6")  # 0.1 would sit on it
+    assert interval_texts(-0.57, -0.13, one_decimal, thresholds=[0.0]) == ("-0.6", "-0.1")  # not onto 0: fine
+    assert interval_texts(0.04, 0.2, one_decimal, thresholds=[0.0]) == ("0.04", "0.2")  # 0.0 would sit on 0
+    # a TOST interval inside ±3 points reads inside: -2.96 would round to -3.0, onto the SESOI
+    assert effect_interval(-0.0296, 0.0297, points=True, sesoi=0.03) == ("-2.96", "+2.97")
+    # decimal arithmetic: 0.102 is 10.2 points, not 10.200000000000001 (which would round up to 10.3)
+    assert excluded_text(0.102, points=True) == "10.2" and excluded_text(0.1021, points=True) == "10.3"
+    assert excluded_text(0.0013, points=True) == "0.2"  # an excluded 0.13 points never reads as 0.1
+    assert ci_text(0.5, 0.12344, 12345.6) == "0.5 [0.1234, 12,346]"
+    assert ci_text(0.7, 0.5004, 0.99, thresholds=(0.5,)) == "0.7 [0.5004, 0.99]"
+    assert ci_text(0.7, 0.50004, 0.99, thresholds=(0.5,)) == "0.7 [0.50004, 0.99]"  # 4 digits would be 0.5

@@ -204,7 +204,7 @@ def test_compare_fills_the_two_way_columns_and_names_the_method_in_every_format(
 
     without = compare_variants(summary, "a", ["final_eval_accuracy"])  # no tables: seed-only, nothing added
     assert (without.df["two_way_method"] == "").all() and "over seeds and problems" not in without.to_markdown()
-    assert "t intervals over seeds" in without.to_markdown()  # the seed-only interval says so
+    assert "t interval over seeds" in without.to_markdown()  # the seed-only interval says so
 
 
 def test_a_win_carried_by_three_problems_is_said_to_hold_on_these_problems_only():

@@ -91,3 +91,57 @@ def test_corrected_level_rejects_exactly_what_the_correction_rejects(p, method, 
     adj, div = adjust_pvalues(p, method, alpha=alpha)
     p = np.array(p)
     assert np.array_equal(p < alpha / div, adj < alpha)
+
+
+# ---- #52: no row's printed interval contradicts its verdict ---------------------------------------------
+
+@st.composite
+def comparison_inputs(draw):
+    """A random study: 1-4 arms and a baseline, 2-6 seeds (paired, or one arm short of a seed), 1-2 metrics
+    with random effects, noise, SESOIs and directions, any correction and family."""
+    import pandas as pd
+
+    n_arms, n_seeds = draw(st.integers(1, 4)), draw(st.integers(2, 6))
+    metrics = ["acc", "len"][: draw(st.integers(1, 2))]
+    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+    effects = {(a, m): draw(st.sampled_from([0.0, 0.01, 0.05, 0.3])) for a in range(n_arms) for m in metrics}
+    sd = {m: draw(st.sampled_from([0.005, 0.02, 0.1])) for m in metrics}
+    short = draw(st.booleans())
+    rows = []
+    for a in range(-1, n_arms):
+        seeds = range(n_seeds - (1 if short and a == 0 and n_seeds > 2 else 0))
+        for s in seeds:
+            rows.append({"variant": "base" if a < 0 else f"v{a}", "seed": s,
+                         **{m: 0.5 + (0 if a < 0 else effects[a, m]) + rng.normal(0, sd[m]) for m in metrics}})
+    sesoi = {m: draw(st.sampled_from([0.01, 0.05, 0.2])) for m in metrics if draw(st.booleans())}
+    higher = {m: draw(st.sampled_from([True, False, None])) for m in metrics}
+    settings_ = dict(correction=draw(st.sampled_from(["holm", "bonferroni", "none"])),
+                     family=draw(st.sampled_from(["primary", "metric", "all"])),
+                     secondary=metrics[1:] if draw(st.booleans()) else [],
+                     confidence=draw(st.sampled_from([0.95, 0.99, 0.9843])))
+    return pd.DataFrame(rows), metrics, sesoi, higher, settings_
+
+
+@settings(max_examples=60, deadline=None)
+@given(comparison_inputs())
+def test_no_printed_interval_contradicts_its_verdict(inputs):
+    """Over random tables, as printed (markdown: headlines and tables, read back by
+    tests/compare/verdict_intervals.py): better/worse excludes 0 on its side, equivalent's TOST interval lies
+    inside ±SESOI, inconclusive includes 0, and each headline's interval is its table row's."""
+    from tests.compare.verdict_intervals import page_contradictions, table_rows
+    from workbench.compare import CompareSettings, compare_variants
+
+    df, metrics, sesoi, higher, extra = inputs
+    table = compare_variants(df, "base", metrics, CompareSettings(higher_is_better=higher, sesoi=sesoi,
+                                                                  n_resamples=0, **extra))
+    md = table.to_markdown()
+    assert page_contradictions(md) == []
+    compared = table.df[(table.df["verdict"] != "baseline") & table.df["delta_lo"].notna()]
+    assert len(table_rows(md)) == len(compared)  # every row with an interval was read and checked
+    for r in compared.to_dict("records"):  # and the numbers behind the text
+        if r["status"] == "equivalent":
+            assert r["delta_ci"] == "TOST" and -r["sesoi"] < r["delta_lo"] and r["delta_hi"] < r["sesoi"]
+        elif r["status"] in ("better", "worse", "higher", "lower"):
+            assert r["delta_lo"] > 0 or r["delta_hi"] < 0
+        elif r["status"] == "inconclusive":
+            assert r["delta_lo"] <= 0 <= r["delta_hi"]

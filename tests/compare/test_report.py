@@ -3,6 +3,7 @@ NaN, reproducibility, serialisation, and simulation checks of error rate, covera
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -141,16 +142,61 @@ def test_holm_correction_across_variants():
     m = len(p)
     expected = np.maximum.accumulate(np.minimum(1, p.to_numpy() * (m - np.arange(m))))
     assert rows.loc[p.index, "p_adjusted"].to_numpy() == pytest.approx(expected)
-    # the shown CIs are simultaneous: every one at 1 - alpha/3 (Bonferroni over the 3 comparisons)
-    assert rows["delta_level"].to_numpy() == pytest.approx([1 - 0.05 / 3] * 3)
+    # each shown CI is at the level Holm tested it at: v3 (smallest p) at 1 - alpha/3; the second is not
+    # rejected at alpha/2, so Holm stops there: it and the third at 1 - alpha/2
+    assert rows.loc[p.index[0], "p_value"] < 0.05 / 3
     assert rows.loc[p.index[1], "p_value"] > 0.05 / 2
+    assert rows.loc[p.index, "delta_level"].to_numpy() == pytest.approx([1 - 0.05 / 3, 1 - 0.05 / 2, 1 - 0.05 / 2])
     none = compare_variants(df, "base", ["acc"], CompareSettings(higher_is_better={"acc": True}, correction="none"))
     assert (none.df["p_adjusted"].dropna() == none.df["p_value"].dropna()).all()
     # family "all" corrects across metrics too
     df["acc2"] = df["acc"]
     fam = compare_variants(df, "base", ["acc", "acc2"],
                            CompareSettings(higher_is_better={"acc": True, "acc2": True}, family="all"))
-    assert fam.df["delta_level"].max() == pytest.approx(1 - 0.05 / 6)
+    assert fam.df["delta_level"].max() == pytest.approx(1 - 0.05 / 6)  # the first of 6 steps
+
+
+def test_primary_metrics_form_one_study_wide_holm_family():
+    """#52: 2 primary metrics x 2 comparisons are one Holm family of 4. Paired differences at 3 seeds
+    (t = mean / (sd / sqrt 3), df 2): acc v1 [.10, .11, .12] t = 19.05, p = 0.00274; len v1 [1, 1.3, 1.6]
+    t = 7.506, p = 0.0173; acc v2 [0, .05, .10] t = 1.732, p = 0.225; len v2 [-1, 0, 1.2] p = 0.88.
+    Holm over 4: 4 x 0.00274 = 0.0110 rejects; 3 x 0.0173 = 0.0519 does not, and Holm stops there.
+    Per metric (the old family) len v1 was 2 x 0.0173 = 0.0346: "worse". Study-wide it is inconclusive."""
+    from scipy import stats as sps
+
+    base_acc, base_len = np.array([0.5, 0.6, 0.4]), np.array([20.0, 22.0, 21.0])
+    diffs = {("v1", "acc"): [0.10, 0.11, 0.12], ("v1", "len"): [1.0, 1.3, 1.6],
+             ("v2", "acc"): [0.0, 0.05, 0.10], ("v2", "len"): [-1.0, 0.0, 1.2]}
+    rows = [{"variant": "base", "seed": s, "acc": base_acc[s], "len": base_len[s]} for s in range(3)]
+    rows += [{"variant": v, "seed": s, "acc": base_acc[s] + diffs[v, "acc"][s], "len": base_len[s] + diffs[v, "len"][s]}
+             for v in ("v1", "v2") for s in range(3)]
+    settings = CompareSettings(higher_is_better={"acc": True, "len": False}, n_resamples=0)
+    t = compare_variants(pd.DataFrame(rows), "base", ["acc", "len"], settings)
+    got = t.df.set_index(["metric", "variant"])
+    p = {k: float(sps.ttest_1samp(d, 0.0).pvalue) for k, d in diffs.items()}
+    # rel 3e-3: the hand values above are rounded to 3 significant digits
+    assert [p["v1", "acc"], p["v1", "len"], p["v2", "acc"]] == pytest.approx([0.00274, 0.0173, 0.225], rel=3e-3)
+    expected = {("acc", "v1"): 4 * p["v1", "acc"], ("len", "v1"): 3 * p["v1", "len"],
+                ("acc", "v2"): max(3 * p["v1", "len"], 2 * p["v2", "acc"]),
+                ("len", "v2"): min(1.0, max(2 * p["v2", "acc"], p["v2", "len"]))}
+    for (metric, variant), adj in expected.items():
+        # rel 1e-12: the same p-value times a small integer (a few ulps)
+        assert got.loc[(metric, variant), "p_adjusted"] == pytest.approx(adj, rel=1e-12)
+    assert got.loc[("acc", "v1"), "status"] == "better"
+    assert got.loc[("len", "v1"), "status"] == "inconclusive"  # worse under per-metric Holm
+    assert got.loc[("acc", "v1"), "delta_level"] == pytest.approx(1 - 0.05 / 4)
+    assert got.loc[("len", "v1"), "delta_level"] == pytest.approx(1 - 0.05 / 3)  # Holm stops at step 2 of 4
+    assert t.settings["family"] == "primary" and "study-wide" in t.to_markdown()
+    per_metric = compare_variants(pd.DataFrame(rows), "base", ["acc", "len"],
+                                  dataclasses.replace(settings, family="metric")).df.set_index(["metric", "variant"])
+    assert per_metric.loc[("len", "v1"), "status"] == "worse"  # 2 x 0.0173 = 0.0346 < 0.05
+    # declared secondary, len is its own family (2 comparisons) and labelled exploratory
+    sec = compare_variants(pd.DataFrame(rows), "base", ["acc", "len"], dataclasses.replace(settings, secondary=["len"]))
+    got = sec.df.set_index(["metric", "variant"])
+    assert got.loc[("len", "v1"), "p_adjusted"] == pytest.approx(2 * p["v1", "len"], rel=1e-12)
+    assert got.loc[("acc", "v1"), "p_adjusted"] == pytest.approx(2 * p["v1", "acc"], rel=1e-12)
+    assert all(h.startswith("(secondary, exploratory) ") == (" len " in h) for h in sec.headlines())
+    assert "### len (secondary, exploratory;" in sec.to_markdown()
 
 
 def test_reproducible_with_fixed_seed_and_order_independent():
@@ -159,7 +205,8 @@ def test_reproducible_with_fixed_seed_and_order_independent():
     b = compare_variants(df, "grpo", ["acc"], CompareSettings(higher_is_better={"acc": True}, rng=11))
     pd.testing.assert_frame_equal(a.df, b.df)
     c = compare_variants(df, "grpo", ["acc"], CompareSettings(higher_is_better={"acc": True}, rng=12))
-    assert not np.allclose(a.df["p_improve_lo"], c.df["p_improve_lo"])  # bootstrap; t intervals have no rng
+    # unpaired P(improve) is Newcombe's closed-form interval since #52: no resamples, no rng
+    pd.testing.assert_series_equal(a.df["p_improve_lo"], c.df["p_improve_lo"])
     pd.testing.assert_series_equal(a.df["mean_lo"], c.df["mean_lo"])
     pd.testing.assert_series_equal(a.df["iqm_lo"], c.df["iqm_lo"])
     # a cell's bootstrap does not depend on which other variants are in the table
@@ -289,8 +336,8 @@ def test_secondary_metrics_are_marked_in_every_rendering():
     t = compare_variants(df, "grpo", ["acc", "kl"], CompareSettings(higher_is_better={"acc": True, "kl": False}))
     t.settings["secondary"] = ["kl"]
     heads = t.headlines()
-    assert [h.startswith("(secondary) ") for h in heads] == [False, True]
+    assert [h.startswith("(secondary, exploratory) ") for h in heads] == [False, True]
     md = t.to_markdown()
-    assert "### kl (secondary; lower is better" in md and "### acc (higher is better" in md
+    assert "### kl (secondary, exploratory; lower is better" in md and "### acc (higher is better" in md
     back = ComparisonTable.from_dict(json.loads(t.to_json()))
     assert back.is_secondary("kl") and not back.is_secondary("acc")

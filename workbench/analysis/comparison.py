@@ -130,6 +130,7 @@ class LoadedComparison:
     runs: pd.DataFrame  # the runs selected (one outcome each), in the order loaded
     excluded: dict[str, int]  # runs left out, by reason (a count each)
     spec: Any  # the dashboard spec whose curve panels the report shows
+    where: str = ""  # the study as given (its YAML file, or its name in the store)
 
 
 @dataclass
@@ -164,7 +165,7 @@ def load_comparison(target: Target, metric: Sequence[str] | None = None, *, seso
     needed = {m for n in names for m in resolve_summary(n).reads} | spec_metrics(dash)
     frames = target.reader.load(target.study, sorted(needed))
     runs, excluded = select_runs(frames.runs, include_unfinished)
-    return LoadedComparison(target, names, effects, frames, runs, excluded, dash)
+    return LoadedComparison(target, names, effects, frames, runs, excluded, dash, where or target.study)
 
 
 def compare_loaded(loaded: LoadedComparison, *, baseline: str | None = None, record_look: bool = True) -> Comparison:
@@ -201,9 +202,12 @@ def compare_loaded(loaded: LoadedComparison, *, baseline: str | None = None, rec
     # Run with --until-decided: test at the level of the design's last look (O'Brien-Fleming: 0.034 at the
     # last of 3), not at 0.05 over seeds the design already spent part of its alpha on.
     level = looks.level if looks.level is not None else DEFAULT_LEVEL
+    # one study-wide Holm family over the primary metrics; each secondary metric its own, exploratory (#52)
+    secondary = secondary_metrics(names, target.compare)
     try:
         summary = summarize_runs(history, runs, names)
-        table = compare_variants(summary, base, names, CompareSettings(sesoi=loaded.effects, confidence=1.0 - level),
+        table = compare_variants(summary, base, names, CompareSettings(sesoi=loaded.effects, confidence=1.0 - level,
+                                                                       secondary=secondary),
                                  problems=problems, activity=gates)
     except ValueError as e:
         raise AnalysisError(str(e)) from e
@@ -211,9 +215,6 @@ def compare_loaded(loaded: LoadedComparison, *, baseline: str | None = None, rec
     if looks.record is not None and base == looks.record.get("baseline"):  # one verdict per sequential question
         _design_verdicts(table, looks.record, summary, loaded, runs, history, base, variants)
     table.settings |= looks.settings()
-    secondary = secondary_metrics(names, target.compare)
-    if secondary:
-        table.settings["secondary"] = secondary
     return Comparison(table, summary, history, runs, excluded, loaded.frames, loaded.spec, uncomputed, looks)
 
 

@@ -89,10 +89,14 @@ def fmt_num(v: Any) -> str:
     return f"{f:,.0f}" if abs(f) >= 10_000 else f"{f:.4g}"
 
 
-def fmt_ci(est: Any, lo: Any, hi: Any) -> str:
+def fmt_ci(est: Any, lo: Any, hi: Any, *, thresholds: tuple[float, ...] = ()) -> str:
+    """``est [lo, hi]`` as the comparison tables print it: bounds rounded outward, never onto or across
+    a threshold (:func:`workbench.compare.wording.ci_text`)."""
     if fmt_num(lo) == "—":
         return fmt_num(est)
-    return f"{fmt_num(est)} [{fmt_num(lo)}, {fmt_num(hi)}]"
+    from workbench.compare.wording import ci_text  # deferred: scipy
+
+    return ci_text(float(est), float(lo), float(hi), thresholds=thresholds)
 
 
 def fmt_p(p: Any) -> str:

@@ -65,7 +65,7 @@ def _verdict_class(v: Any) -> str:
 def comparison_table_html(table: Any) -> str:
     import pandas as pd  # deferred: keeps `workbench --help` light
 
-    from workbench.compare.table import runs_phrase  # deferred: scipy
+    from workbench.compare.table import DELTA_HEADER, delta_cell, runs_phrase  # deferred: scipy
     from workbench.compare.wording import level_percent  # deferred: scipy
     from workbench.viz.html import df_table_html  # deferred: plotly, pydantic
 
@@ -88,10 +88,8 @@ def comparison_table_html(table: Any) -> str:
             f"mean [{level} CI]": [fmt_ci(*x) for x in zip(rows["mean"], rows["mean_lo"], rows["mean_hi"],
                                                            strict=True)],
             f"IQM [{level} CI]": [fmt_ci(*x) for x in zip(rows["iqm"], rows["iqm_lo"], rows["iqm_hi"], strict=True)],
-            "Δ vs baseline [simultaneous CI]": ["—" if b else fmt_ci(d, lo, hi) for b, d, lo, hi in
-                                             zip(base, rows["delta"], rows["delta_lo"], rows["delta_hi"],
-                                                 strict=True)],
-            f"P(improve) [{level} CI]": ["—" if b else fmt_ci(p, lo, hi) for b, p, lo, hi in
+            DELTA_HEADER: ["—" if b else delta_cell(r) for b, r in zip(base, rows.to_dict("records"), strict=True)],
+            f"P(improve) [{level} CI]": ["—" if b else fmt_ci(p, lo, hi, thresholds=(0.5,)) for b, p, lo, hi in
                                          zip(base, rows["p_improve"], rows["p_improve_lo"],
                                              rows["p_improve_hi"], strict=True)],
             f"p ({table.correction})": [fmt_p(p) for p in rows["p_adjusted"]],
@@ -159,7 +157,6 @@ def build_compare_report(study: str, table: Any, summary: pd.DataFrame, history:
     import pandas as pd  # deferred: keeps `workbench --help` light
 
     from workbench.compare.arms import arm_column  # deferred: scipy
-    from workbench.compare.wording import level_percent  # deferred: scipy
     from workbench.viz.dashboard import DashboardData, render_dashboard  # deferred: plotly, pydantic
     from workbench.viz.figures import (  # deferred: plotly, pydantic
         health_legend_html,
@@ -180,11 +177,11 @@ def build_compare_report(study: str, table: Any, summary: pd.DataFrame, history:
         Section("Which variant wins", body_html=_looks_html(table) + comparison_table_html(table), note=(
             f"Per-run summary metrics compared across seeds. Δ = {unit} − baseline "
             f"({'paired t-test on matched seeds' if table.df['paired'].fillna(False).any() else 'Welch t-test'}; "
-            f"CIs of Δ simultaneous over the {unit}s of a metric (Bonferroni: all cover together at "
-            f"{level_percent(table.confidence)}); verdicts by {table.correction}-corrected tests); mean CIs: t interval; IQM CIs: "
+            f"the CI of Δ at the level the row's own test used: the {table.correction}-corrected test's beside "
+            "better/worse/inconclusive, the TOST's 1 − 2α/d beside equivalent; bounds rounded outward; verdicts by "
+            f"{table.correction}-corrected tests, {table.family_words()}); mean CIs: t interval; IQM CIs: "
             "trimmed-mean t (Tukey-McLaughlin; t below 4 seeds); P(improvement): paired by seed with an exact "
-            "binomial CI, else over all run pairs with a percentile bootstrap CI "
-            f"({table.settings.get('n_resamples')} resamples). 'runs' counts each {unit}'s "
+            "binomial CI, else over all run pairs (Mann-Whitney) with Newcombe's score interval. 'runs' counts each {unit}'s "
             "runs as finished / failed / stopped early / censored (threshold never reached, nothing correct) / "
             "missing; failed, stopped and censored runs are ranked worst (Mann-Whitney test) and a verdict they "
             f"could change is withheld, with the reason. A {unit} is called better or "
@@ -243,12 +240,12 @@ def headline_html(table: Any) -> str:
 
 def _table_cells(table: Any, metric: str) -> tuple[list[str], list[list[str]], list[str]]:
     """Headers, one row of whole cell texts per arm, and each row's verdict (no markup)."""
-    from workbench.compare.table import runs_phrase  # deferred: scipy
+    from workbench.compare.table import DELTA_HEADER, delta_cell, runs_phrase  # deferred: scipy
     from workbench.compare.wording import level_percent  # deferred: scipy
 
     level = level_percent(table.confidence)
     vs = table.per_grid_point
-    head = [table.unit, *(["baseline arm"] if vs else []), "runs", f"mean [{level} CI]", "Δ vs baseline [simultaneous CI]",
+    head = [table.unit, *(["baseline arm"] if vs else []), "runs", f"mean [{level} CI]", DELTA_HEADER,
             f"P(improve) [{level} CI]", f"p ({table.correction})", "verdict", "status"]
     two_way = bool(table.two_way(metric))
     if two_way:  # last, so the columns before keep their places for `cut`
@@ -258,8 +255,8 @@ def _table_cells(table: Any, metric: str) -> tuple[list[str], list[list[str]], l
         base = r["verdict"] == "baseline"
         rows.append([str(r["variant"]), *([("—" if base else (r["baseline_arm"] or "—"))] if vs else []),
                      runs_phrase(r), fmt_ci(r["mean"], r["mean_lo"], r["mean_hi"]),
-                     "—" if base else fmt_ci(r["delta"], r["delta_lo"], r["delta_hi"]),
-                     "—" if base else fmt_ci(r["p_improve"], r["p_improve_lo"], r["p_improve_hi"]),
+                     "—" if base else delta_cell(r),
+                     "—" if base else fmt_ci(r["p_improve"], r["p_improve_lo"], r["p_improve_hi"], thresholds=(0.5,)),
                      "—" if base else fmt_p(r["p_adjusted"]), str(r["verdict"]), str(r["status"]),
                      *([_two_way_delta(r)] if two_way else [])])
         verdicts.append(str(r["verdict"]))
@@ -269,7 +266,10 @@ def _table_cells(table: Any, metric: str) -> tuple[list[str], list[list[str]], l
 def _two_way_delta(r: dict) -> str:
     if r["verdict"] == "baseline" or not math.isfinite(r["delta_2way_lo"]):
         return "—"
-    return fmt_ci(r["delta"], r["delta_2way_lo"], r["delta_2way_hi"])
+    from workbench.compare.wording import delta_thresholds  # deferred: scipy
+
+    return fmt_ci(r["delta"], r["delta_2way_lo"], r["delta_2way_hi"],
+                  thresholds=delta_thresholds(float(r.get("sesoi", math.nan))))
 
 
 def _title(table: Any, metric: str) -> str:
@@ -380,6 +380,7 @@ def _comparison(target: Target, metric: Sequence[str] | None, *, baseline: str |
     from rich.markup import escape
 
     from workbench.analysis.comparison import compare_loaded, load_comparison  # deferred: pandas, scipy
+    from workbench.analysis.next_step import add_next_steps  # deferred: pandas, scipy
 
     try:
         loaded = load_comparison(target, metric, sesoi=sesoi, spec=spec, include_unfinished=include_unfinished,
@@ -388,6 +389,7 @@ def _comparison(target: Target, metric: Sequence[str] | None, *, baseline: str |
             note(f"{loaded.excluded[SUPERSEDED]} earlier attempt(s) of runs executed again left out: each run "
                  "counts once (its FINISHED attempt, else its latest)")
         done = compare_loaded(loaded, baseline=baseline, record_look=record_look)
+        add_next_steps(loaded, done)  # an inconclusive verdict says what would decide it (#52)
     except AnalysisError as e:
         raise fail(str(e)) from None
     for line in done.uncomputed:

@@ -42,7 +42,7 @@ _EXPORTS = {
         "CORRECTIONS", "Difference", "Estimate", "STATISTICS", "adjust_pvalues", "bootstrap_ci",
         "curve_bands", "iqm", "iqm_ci", "mean_ci", "mean_difference", "minimum_detectable_effect",
         "paired_improvement_ci", "planned_seeds", "probability_of_improvement",
-        "probability_of_improvement_ci", "rank_test", "significant", "simultaneous_levels", "t_interval",
+        "probability_of_improvement_ci", "mann_whitney_improvement_ci", "rank_test", "significant", "simultaneous_levels", "t_interval",
         "t_test_power", "tost_p"),
     "summary": (
         "RunCurves", "SUMMARY_METRICS", "SummaryMetric", "align_curves", "iter_runs", "resolve_summary",

@@ -37,7 +37,17 @@ from . import stats, wording
 from .summary import resolve_summary
 from .table import COLUMNS, ComparisonTable, value_bounds
 
-__all__ = ["CompareSettings", "compare_variants"]
+__all__ = ["FAMILIES", "INTERVAL_OF", "TOST_INTERVAL", "CompareSettings", "compare_variants"]
+
+#: What a row's interval of Δ is (its ``delta_ci``), by the correction that tested it: the level the
+#: row's own test used, so that the interval excludes 0 exactly when the corrected test rejects.
+INTERVAL_OF = {"holm": "Holm step-down", "bonferroni": "Bonferroni", "none": "uncorrected"}
+#: The families a table can correct over (``CompareSettings.family``): "primary" (default), every comparison
+#: of every primary metric together (one study-wide family), each secondary metric its own; "metric", each
+#: metric's comparisons; "all", the whole table.
+FAMILIES = ("primary", "metric", "all")
+#: ``delta_ci`` beside "equivalent": the TOST's ``1 - 2 alpha / d`` interval, inside ±SESOI exactly when it rejects.
+TOST_INTERVAL = "TOST"
 
 
 @dataclass(frozen=True)
@@ -54,7 +64,8 @@ class CompareSettings:
     strata: str | None = None  # a column to stratify the IQM's BCa bootstrap by
     confidence: float = 0.95
     correction: str = "holm"  # holm | bonferroni | none (stats.CORRECTIONS)
-    family: str = "metric"  # the comparisons corrected together: each metric's, or "all" of the table
+    family: str = "primary"  # corrected together: "primary" (study-wide over primaries), each "metric"'s, or "all"
+    secondary: Sequence[str] = ()  # metrics outside the primary family: each its own family, labelled exploratory
     pairing: str = "auto"  # auto: paired by seed when the seeds match (stats.mean_difference)
     n_resamples: int = stats.DEFAULT_RESAMPLES  # 0: no bootstrap (simulations)
     power: float = 0.8  # of the minimum detectable effect
@@ -92,11 +103,13 @@ def compare_variants(
     the baseline, when both arms' runs all finished, the mean difference with a paired t-test
     when the seeds are matched (``pairing="auto"``) else Welch's t-test, otherwise Mann-Whitney
     with failed/stopped/censored runs ranked worst (a verdict it does not support is withheld,
-    with the reason); P(improvement) with a
-    exact binomial CI when paired, else a bootstrap CI; p-values corrected with ``correction``
-    (``holm``/``bonferroni``/``none``) across the variants of each metric (``family="metric"``) or
-    across all metrics and variants (``family="all"``); simultaneous (Bonferroni) CIs of the
-    differences over the family; with ``sesoi`` (metric -> smallest effect of interest, in the
+    with the reason); P(improvement) with an
+    exact binomial CI when paired, else over all run pairs with Newcombe's score interval; p-values corrected with ``correction``
+    (``holm``/``bonferroni``/``none``) across every comparison of every primary metric, one
+    study-wide family (``family="primary"``, the default; each metric of ``secondary`` is its own
+    family, labelled exploratory), across the arms of each metric (``"metric"``) or across the
+    whole table (``"all"``); each difference's CI at the level its own test used (one interval per
+    word: the correction's level, or the TOST's ``1 - 2 alpha/d`` beside "equivalent"); with ``sesoi`` (metric -> smallest effect of interest, in the
     metric's units) the TOST equivalence test, corrected the same way; the verdict and its
     ``status``; and the minimum detectable effect at ``power``. With arms, "variant" above
     reads "arm": the correction runs across all arm comparisons of a metric (or of the table).
@@ -105,7 +118,7 @@ def compare_variants(
     changed knobs acted below their minimum gets the verdict "not testable: <knob> acted on <x>% of
     tokens (min <y>%)" on every metric but the knob's own activity metric.
 
-    ``n_resamples=0`` skips the bootstraps (IQM and P(improvement) without intervals; verdicts do
+    ``n_resamples=0`` skips the bootstraps (the IQM without its interval; verdicts do
     not use them): for simulations. ``rng`` seeds every bootstrap (each cell gets its own stream derived from ``rng``, metric and
     arm, so a cell does not change when arms or metrics are added).
 
@@ -157,9 +170,11 @@ def compare_variants(
         if cell.diff is not None and not cell.by_rank:
             cell.row["sesoi"] = sesoi.get(cell.row["metric"], math.nan)
             cell.tost_p = stats.tost_p(cell.diff, cell.row["sesoi"])
-    _correct(cells, correction=correction, family=family, alpha=plan.alpha)
+    secondary = [m for m in dict.fromkeys(settings.secondary) if m in metrics]
+    _correct(cells, correction=correction, family=family, alpha=plan.alpha, secondary=set(secondary))
     for cell in cells:
-        _decide(cell, outcomes, confidence=confidence, alpha=plan.alpha, power=power, unit=unit)
+        _decide(cell, outcomes, confidence=confidence, alpha=plan.alpha, power=power, correction=correction,
+                unit=unit)
         if activity and cell.diff is not None:
             _activity.apply_gate(cell.row, activity.get(cell.row["variant"]), _summary_reads(cell.row["metric"]))
     for cell in cells:
@@ -172,12 +187,16 @@ def compare_variants(
     df["paired"] = df["paired"].astype("boolean")
     settings = {
         "family": family, "pairing": pairing, "n_resamples": n_resamples, "power": power, "rng": plan.seed,
-        "delta_ci": "simultaneous (Bonferroni over the family)", "equivalence": "TOST at sesoi",
-        "strata": strata, "bootstrap": "percentile (P(improve)); BCa (IQM with strata)",
+        "delta_ci": "the level each row's test used: the correction's (Holm: step-down) for better/worse/"
+                    "inconclusive, the TOST's 1 - 2 alpha / d for equivalent", "equivalence": "TOST at sesoi",
+        "strata": strata, "bootstrap": "BCa (IQM with strata)",
+        "p_improve_ci": "paired: Clopper-Pearson over seeds; unpaired: Mann-Whitney, Newcombe score interval",
         "iqm_ci": stats.IQM_T_METHOD, "mean_ci": "t", "arms": any(a != v for a, v in arm_variant.items()),
         "two_way_ci": _problems.TWO_WAY_METHOD if (df["two_way_method"] != "").any() else "",
         "unit": unit, "replication": replication.sentence(),
     }
+    if secondary:
+        settings["secondary"] = secondary
     return ComparisonTable(df=df, baseline=baseline, metrics=metrics, higher_is_better=directions,
                            confidence=confidence, correction=correction, settings=settings)
 
@@ -215,6 +234,7 @@ class _Cell:
     by_rank: bool = False
     tost_p: float = math.nan  # the equivalence test's p-value before correction (NaN: none)
     holm_level: float = math.nan  # the confidence at which the correction tested this comparison
+    tost_level: float = math.nan  # the confidence of the TOST interval that matches its corrected test
 
 
 def _check_arguments(summary_df: pd.DataFrame, metrics: list[str], *, family: str, confidence: float,
@@ -222,8 +242,8 @@ def _check_arguments(summary_df: pd.DataFrame, metrics: list[str], *, family: st
     """``ValueError`` naming the problem with :func:`compare_variants`' arguments, if any."""
     if not metrics:
         raise ValueError("no metrics to compare")
-    if family not in ("metric", "all"):
-        raise ValueError(f"unknown family {family!r} (valid: all, metric)")
+    if family not in FAMILIES:
+        raise ValueError(f"unknown family {family!r} (valid: {', '.join(sorted(FAMILIES))})")
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
     stats.CORRECTIONS.get(correction)  # unknown name -> ValueError with the valid ones
@@ -285,6 +305,7 @@ def _estimate_row(metric: str, variant: str, base_arm: str | None, arm: _outcome
         "delta_lo": math.nan,
         "delta_hi": math.nan,
         "delta_level": math.nan,
+        "delta_ci": "",
         "paired": pd.NA,
         "p_improve": math.nan,
         "p_improve_lo": math.nan,
@@ -358,8 +379,7 @@ def _test_against(row: dict[str, Any], arm: _outcomes.ArmOutcomes, base: _outcom
         xm, ym, _ = stats.matched_by_seed(arm.values, base.values, arm.seeds, base.seeds)
         poi = stats.paired_improvement_ci(xm, ym, higher_is_better=hib is not False, confidence=plan.confidence)
     else:
-        poi = _improvement(x_ranked, y_ranked, higher_is_better=hib is not False, plan=plan,
-                           rng=_child_rng(plan.seed, metric, variant, "poi"))
+        poi = _improvement(x_ranked, y_ranked, higher_is_better=hib is not False, plan=plan)
     row.update(
         delta=diff.delta,
         paired=diff.paired and not by_rank,
@@ -372,15 +392,11 @@ def _test_against(row: dict[str, Any], arm: _outcomes.ArmOutcomes, base: _outcom
     return diff, by_rank
 
 
-def _improvement(x: np.ndarray, y: np.ndarray, *, higher_is_better: bool, plan: _CellPlan,
-                 rng: np.random.Generator) -> stats.Estimate:
-    """P(improvement) of X over Y, with its percentile bootstrap CI unless no resamples are asked for."""
-    if plan.n_resamples <= 0:
-        value = stats.probability_of_improvement(x, y, higher_is_better=higher_is_better)
-        return stats.Estimate(value, math.nan, math.nan, n=0)
-    return stats.probability_of_improvement_ci(x, y, higher_is_better=higher_is_better,
-                                               confidence=plan.confidence, n_resamples=plan.n_resamples,
-                                               method="percentile", rng=rng)
+def _improvement(x: np.ndarray, y: np.ndarray, *, higher_is_better: bool, plan: _CellPlan) -> stats.Estimate:
+    """P(improvement) of X over Y over all pairs of runs (the Mann-Whitney probability), with
+    Newcombe's score interval: closed form, so it needs no resamples and does not collapse to
+    ``0 [0, 0]`` when the arms' runs are separated (as the percentile bootstrap did)."""
+    return stats.mann_whitney_improvement_ci(x, y, higher_is_better=higher_is_better, confidence=plan.confidence)
 
 
 def _comparison_notes(cell: _Cell, arm: _outcomes.ArmOutcomes, base: _outcomes.ArmOutcomes,
@@ -400,34 +416,46 @@ def _comparison_notes(cell: _Cell, arm: _outcomes.ArmOutcomes, base: _outcomes.A
     return notes
 
 
-def _correct(cells: list[_Cell], *, correction: str, family: str, alpha: float) -> None:
-    """Correct every comparison for multiplicity, per metric (``family="metric"``) or across the
+def _family_of(metric: str, family: str, secondary: set[str]) -> str:
+    """The family a metric's comparisons are corrected in (:data:`FAMILIES`)."""
+    if family == "all":
+        return "all"
+    if family == "primary" and metric not in secondary:
+        return "primary"
+    return f"metric:{metric}"
+
+
+def _correct(cells: list[_Cell], *, correction: str, family: str, alpha: float, secondary: set[str]) -> None:
+    """Correct every comparison for multiplicity: across every primary metric's comparisons and
+    each secondary metric's own (``family="primary"``), per metric (``"metric"``) or across the
     table (``"all"``): ``p_adjusted`` and the level each difference was tested at
-    (``cell.holm_level``); ``delta_level``, the simultaneous (Bonferroni) level of the family's
-    reported intervals; and ``p_equivalence``, the TOST p-values corrected the same way over the
-    comparisons that have one."""
+    (``cell.holm_level``: Holm's step-down level, ``1 - alpha / d``); and ``p_equivalence``, the
+    TOST p-values corrected the same way over the comparisons that have one, with the level of
+    each TOST's interval (``cell.tost_level``, ``1 - 2 alpha / d``: inside ±SESOI exactly when the
+    corrected TOST rejects)."""
     families: dict[str, list[_Cell]] = {}
     for cell in cells:
         if cell.diff is not None:
-            families.setdefault(cell.row["metric"] if family == "metric" else "all", []).append(cell)
+            families.setdefault(_family_of(cell.row["metric"], family, secondary), []).append(cell)
     for members in families.values():
         adj, div = stats.adjust_pvalues([c.row["p_value"] for c in members], correction, alpha=alpha)
-        n_tested = int(np.isfinite(div).sum())
         for c, a, d in zip(members, adj, div, strict=True):
             c.row["p_adjusted"] = float(a)
             c.holm_level = 1.0 - alpha / d if math.isfinite(d) else math.nan
-            c.row["delta_level"] = (stats.simultaneous_levels(n_tested, alpha) if correction != "none"
-                                    else 1.0 - alpha) if math.isfinite(d) else math.nan
-        eq_adj, _ = stats.adjust_pvalues([c.tost_p for c in members], correction, alpha=alpha)
-        for c, a in zip(members, eq_adj, strict=True):
+        eq_adj, eq_div = stats.adjust_pvalues([c.tost_p for c in members], correction, alpha=alpha)
+        for c, a, d in zip(members, eq_adj, eq_div, strict=True):
             c.row["p_equivalence"] = float(a)
+            c.tost_level = 1.0 - 2.0 * alpha / d if math.isfinite(d) else math.nan
 
 
 def _decide(cell: _Cell, outcomes: Mapping[tuple[str, str], _outcomes.ArmOutcomes], *, confidence: float,
-            alpha: float, power: float, unit: str = "seed") -> None:
-    """Fill a compared row's simultaneous CI of delta, its minimum detectable effect and its
-    verdict (after :func:`_correct`). The verdict is the corrected test's, with the interval at
-    the level it was tested at (which excludes 0 exactly when it rejects)."""
+            alpha: float, power: float, correction: str, unit: str = "seed") -> None:
+    """Fill a compared row's interval of delta, its minimum detectable effect and its verdict
+    (after :func:`_correct`). The verdict is the corrected test's, and the interval shown is the
+    one that test used, one interval per word: beside better/worse/inconclusive the t interval at
+    the level the correction tested the row at (Holm's step-down level, which excludes 0 exactly
+    when Holm rejects), beside "equivalent" the TOST's ``1 - 2 alpha / d`` interval (inside ±SESOI
+    exactly when the corrected TOST rejects). ``delta_level`` and ``delta_ci`` say which."""
     r, diff = cell.row, cell.diff
     if diff is None:
         return
@@ -440,10 +468,6 @@ def _decide(cell: _Cell, outcomes: Mapping[tuple[str, str], _outcomes.ArmOutcome
                                               p_adjusted=r["p_adjusted"], p_improve=r["p_improve"],
                                               t_lo=t_lo, t_hi=t_hi, alpha=alpha, unit=unit)
         return
-    shown = r["delta_level"] if math.isfinite(r["delta_level"]) else confidence
-    r["delta_lo"], r["delta_hi"] = diff.interval(shown)
-    if not (math.isfinite(r["delta_lo"]) or math.isinf(r["delta_lo"])):
-        r["delta_level"] = math.nan
     r["mde"] = stats.minimum_detectable_effect(diff, alpha=1.0 - level, power=power)
     equivalent = math.isfinite(r["p_equivalence"]) and r["p_equivalence"] < alpha
     r["verdict"] = wording.verdict(
@@ -451,10 +475,13 @@ def _decide(cell: _Cell, outcomes: Mapping[tuple[str, str], _outcomes.ArmOutcome
         n_x=r["n_seeds"], n_y=base.counts["finished"], mde=r["mde"], sesoi=r["sesoi"], equivalent=equivalent,
         unit=unit,
     )
-    decided = stats.significant(t_lo, t_hi, r["p_adjusted"], alpha=alpha)
-    if decided and r["delta_lo"] <= 0.0 <= r["delta_hi"]:
-        r["note"] = "; ".join(x for x in (r["note"], f"{r['verdict']} by the step-down test at "
-                                          f"{level:.4g}; the simultaneous interval, wider, includes 0") if x)
+    if wording.status(r["verdict"]) == "equivalent" and math.isfinite(cell.tost_level):
+        r["delta_level"], r["delta_ci"] = cell.tost_level, TOST_INTERVAL
+    else:
+        r["delta_level"], r["delta_ci"] = level, INTERVAL_OF.get(correction, correction)
+    r["delta_lo"], r["delta_hi"] = diff.interval(r["delta_level"])
+    if not (math.isfinite(r["delta_lo"]) or math.isinf(r["delta_lo"])):
+        r["delta_level"], r["delta_ci"] = math.nan, ""
     unknown = [x for x in (arm.reason(), f"baseline: {base.reason()}" if base.reason() else "") if x]
     if unknown and wording.status(r["verdict"]) in ("better", "worse", "higher", "lower", "equivalent"):
         r["verdict"] = wording.withheld("; ".join(unknown))  # missing values could go either way

@@ -20,7 +20,7 @@ from . import problems as _problems
 from . import wording
 from .summary import resolve_summary
 
-__all__ = ["COLUMNS", "COUNT_COLUMNS", "ComparisonTable", "runs_phrase", "value_bounds"]
+__all__ = ["COLUMNS", "COUNT_COLUMNS", "DELTA_HEADER", "ComparisonTable", "delta_cell", "runs_phrase", "value_bounds"]
 
 #: Columns of :attr:`ComparisonTable.df`, in order.
 COLUMNS: tuple[str, ...] = (
@@ -45,6 +45,7 @@ COLUMNS: tuple[str, ...] = (
     "delta_lo",
     "delta_hi",
     "delta_level",
+    "delta_ci",
     "paired",
     "p_improve",
     "p_improve_lo",
@@ -96,26 +97,10 @@ def runs_phrase(r: Mapping[str, Any]) -> str:
     return f"{total}: " + ", ".join(f"{n} {o}" for o, n in counts.items() if n)
 
 
-def _fmt(v: Any) -> str:
-    """Compact number: 4 significant digits, thousands separators from 10,000."""
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "—"
-    v = float(v)
-    if math.isinf(v):
-        return "∞" if v > 0 else "-∞"
-    if abs(v) >= 10_000:
-        return f"{v:,.0f}"
-    return f"{v:.4g}"
-
-
-def _fmt_ci(est: Any, lo: Any, hi: Any) -> str:
-    if isinstance(lo, float) and math.isnan(lo):
-        return _fmt(est)
-    if math.isfinite(lo) and math.isfinite(hi) and abs(float(est)) < 1e-9 * (hi - lo):
-        # the rounding residue of an exact 0 (paired differences that cancel leave ~n * eps * |x|,
-        # e.g. 5.551e-18) would read as an effect; at 1e-9 of the interval's width no digit shown is one
-        est = 0.0
-    return f"{_fmt(est)} [{_fmt(lo)}, {_fmt(hi)}]"
+def _fmt_ci(est: Any, lo: Any, hi: Any, *, thresholds: tuple[float, ...] = ()) -> str:
+    """``est [lo, hi]`` with the bounds rounded outward, never onto or across a threshold
+    (:func:`workbench.compare.wording.ci_text`)."""
+    return wording.ci_text(float(est), float(lo), float(hi), thresholds=thresholds)
 
 
 def _fmt_p(p: Any) -> str:
@@ -148,17 +133,20 @@ class ComparisonTable:
       ``iqm_method`` (trimmed-mean t of Tukey-McLaughlin; t below 4 seeds, where the IQM is the
       mean; BCa bootstrap with strata).
     - ``delta`` = mean(variant) - mean(baseline) (paired: mean of per-seed differences), raw sign;
-      ``delta_lo``/``delta_hi`` its **simultaneous** t interval at level ``delta_level`` =
-      ``1 - alpha/m`` (Bonferroni over the ``m`` comparisons of its family): all intervals of a
-      family cover their Δ together with probability >= ``1 - alpha``. Holm decides the verdict
-      at its own, less strict, step level, so a Holm-rejected Δ can have a simultaneous interval
-      touching 0 (the note says so). No interval when the test is the rank test (runs failed,
-      stopped or censored).
+      ``delta_lo``/``delta_hi`` its t interval at level ``delta_level``, the interval of the row's
+      word (``delta_ci`` names it): beside better / worse / inconclusive the level the correction
+      tested the row at (``Holm step-down``: ``1 - alpha/d``, ``d`` Holm's divisor at the row's step,
+      so the interval excludes 0 exactly when Holm rejects; ``Bonferroni``: ``1 - alpha/m``;
+      ``uncorrected``: ``1 - alpha``), beside equivalent the TOST's ``1 - 2 alpha/d`` (``TOST``:
+      inside ±SESOI exactly when the corrected TOST rejects). No interval when the test is the rank
+      test (runs failed, stopped or censored). Printed bounds are rounded outward, never onto or
+      across 0 or ±SESOI (:func:`workbench.compare.wording.interval_texts`).
     - ``paired``: seeds matched with the baseline (paired t) or not (Welch t).
     - ``p_improve``: P(variant improves on baseline) in the metric's direction (for a metric
       without a direction, P(variant > baseline)): paired, the share of seeds where the variant
       beats the baseline at the same seed (exact Clopper-Pearson CI); unpaired, over all pairs of
-      runs (percentile bootstrap CI).
+      runs, the Mann-Whitney probability (Newcombe's score interval, 2006, method 5: no ``0 [0, 0]`` when
+      the arms' runs are separated).
     - ``p_value``/``p_adjusted``: the t-test's two-sided p-value, and after the correction.
     - ``verdict``: better / worse (higher / lower without a direction) / equivalent (|Δ| < e) /
       inconclusive with N seeds (MDE x) / withheld: <why> / not testable: <knob> acted on <x>% of
@@ -277,7 +265,7 @@ class ComparisonTable:
             return math.nan if v is None else v
 
         text = {"metric", "variant", "verdict", "status", "note", "test", "higher_is_better", "paired", "baseline_arm",
-                "mean_method", "iqm_method", "two_way_method"}
+                "mean_method", "iqm_method", "two_way_method", "delta_ci"}
         rows = [{k: v if k in text else back(v) for k, v in r.items()} for r in d["rows"]]
         df = pd.DataFrame(rows, columns=d["columns"])
         if "paired" in df.columns:
@@ -297,7 +285,9 @@ class ComparisonTable:
     def headlines(self) -> list[str]:
         """One plain sentence per comparison (metric x compared arm, in table order), the first
         lines of every output of ``compare``: effect, its interval at the level shown in the table,
-        and the verdict in words (:func:`workbench.compare.wording.headline`)."""
+        and the verdict in words (:func:`workbench.compare.wording.headline`); an inconclusive one
+        of a primary metric is followed, on its next line, by what would decide it (the seeds
+        ``workbench plan`` sizes it at and the ``--until-decided`` command), when ``compare`` set it."""
         lines = []
         for metric in self.metrics:
             rows = self.for_metric(metric)
@@ -307,12 +297,13 @@ class ComparisonTable:
                 if r["verdict"] == "baseline":
                     continue
                 base = r["baseline_arm"] or self.baseline
-                lines.append(self._secondary_mark(metric) + wording.headline(
+                lines.append(wording.headline(
                     variant=str(r["variant"]), baseline=str(base), metric=metric, status_word=str(r["status"]),
                     verdict_text=str(r["verdict"]), delta=float(r["delta"]), lo=float(r["delta_lo"]),
                     hi=float(r["delta_hi"]), level=float(r["delta_level"]), n_x=int(r["n_seeds"]),
                     n_y=int(seeds_of.get(base, 0)), mde=float(r["mde"]), sesoi=float(r["sesoi"]), points=points,
-                    ranked=str(r["test"]).startswith("Mann-Whitney"), unit=self.replicate_unit))
+                    ranked=str(r["test"]).startswith("Mann-Whitney"), interval=_tost_word(r),
+                    exploratory=self.is_secondary(metric), unit=self.replicate_unit) + self._to_decide(metric, r))
         return lines
 
     @property
@@ -326,17 +317,31 @@ class ComparisonTable:
             return "checkpoints (independent cold starts, each the mean of its RL seeds)"
         return "seeds of one checkpoint" if self.settings.get("replication") else "seeds"
 
+    def _to_decide(self, metric: str, r: Mapping[str, Any]) -> str:
+        """What would decide an inconclusive comparison, as the line after its headline ("" when none
+        is known: ``workbench compare`` sets ``settings["to_decide"]`` from the study's seed plan)."""
+        line = (self.settings.get("to_decide") or {}).get(metric, "")
+        return f"\n{line}" if line and r["status"] == "inconclusive" else ""
+
     def is_secondary(self, metric: str) -> bool:
         """Whether the study declared ``metric`` secondary (``compare.primary`` names the others):
         reported, but not what the study was designed to decide."""
         return metric in (self.settings.get("secondary") or ())
 
-    def _secondary_mark(self, metric: str) -> str:
-        return "(secondary) " if self.is_secondary(metric) else ""
+    def family_words(self) -> str:
+        """Which comparisons were corrected together, in words (every output's footnote)."""
+        family = self.settings.get("family", "metric")
+        if family == "primary":
+            if self.settings.get("secondary"):
+                return ("family: every comparison of the primary metrics together, study-wide; each secondary "
+                        "metric on its own, exploratory")
+            return "family: every comparison of every metric together, study-wide"
+        return {"metric": "family: each metric's comparisons", "all": "family: the whole table"}.get(family, family)
 
     def title_role(self, metric: str) -> str:
-        """What opens a metric's table title in every format: ``"secondary; "`` or nothing."""
-        return "secondary; " if self.is_secondary(metric) else ""
+        """What opens a metric's table title in every format: ``"secondary, exploratory; "`` or nothing
+        (a secondary metric is outside the study-wide family of the primary metrics)."""
+        return "secondary, exploratory; " if self.is_secondary(metric) else ""
 
     def definitions(self) -> list[str]:
         """What each compared summary is, one line per metric (``final_eval_accuracy: Final
@@ -392,7 +397,7 @@ class ComparisonTable:
                 "runs",
                 f"mean [{level} CI]",
                 f"IQM [{level} CI]",
-                "Δ vs baseline [simultaneous CI]",
+                DELTA_HEADER,
                 f"P(improve) [{level} CI]",
                 f"p ({self.correction})",
                 "verdict",
@@ -418,18 +423,36 @@ class ComparisonTable:
             if self.settings.get(key):
                 out.write(f"**{self.settings[key]}**\n\n")
         out.write(
-            f"Δ = {self.unit} − baseline; CIs of Δ are simultaneous t intervals over {self._replicates_words()} "
-            f"(Bonferroni over the m "
-            f"comparisons of a family, family: {self.settings.get('family', 'metric')}); verdicts by "
-            f"{self.correction}-corrected tests; equivalent: TOST at the metric's SESOI, {self.correction}-"
-            f"corrected; MDE: minimum detectable effect at the seeds run ({self.settings.get('power', 0.8):.0%} "
+            f"Δ = {self.unit} − baseline; the CI of Δ is the t interval over {self._replicates_words()} at the level the row's own test "
+            f"used ({self.family_words()}): the {self.correction}-corrected test's level "
+            f"beside better/worse/inconclusive, the TOST's 1 − 2α/d interval beside equivalent (equivalent: TOST "
+            f"at the metric's SESOI, {self.correction}-corrected); bounds rounded outward; MDE: minimum detectable effect at the seeds run ({self.settings.get('power', 0.8):.0%} "
             f"power); mean CIs: t interval; IQM CIs: trimmed-mean t (Tukey-McLaughlin; t below 4 seeds); P(improve): "
-            f"paired by seed with an exact binomial CI, else over all run pairs with a percentile bootstrap CI "
-            f"({self.settings.get('n_resamples', '?')} resamples). n_seeds = "
+            f"paired by seed with an exact binomial CI, else over all run pairs (Mann-Whitney) with Newcombe's score "
+            f"interval. n_seeds = "
             f"the number of finished runs with a value; runs failed, stopped early or censored are ranked worst "
             f"(Mann-Whitney) and can withhold a verdict (docs/reports.md).\n"
         )
         return out.getvalue()
+
+
+#: The header of the Δ column in every table (markdown, HTML report, terminal).
+DELTA_HEADER = "Δ vs baseline [CI at tested level]"
+
+
+def _tost_word(r: Mapping[str, Any]) -> str:
+    return "TOST" if r.get("delta_ci") == "TOST" else ""
+
+
+def delta_cell(r: Mapping[str, Any]) -> str:
+    """A compared row's Δ with its interval, as every table prints it: bounds rounded outward, never onto
+    or across 0 or ±SESOI, and the level the row used (``TOST`` beside an equivalent row's)."""
+    text = _fmt_ci(r["delta"], r["delta_lo"], r["delta_hi"],
+                   thresholds=wording.delta_thresholds(float(r.get("sesoi", math.nan))))
+    level = float(r.get("delta_level", math.nan))
+    if math.isfinite(level) and not math.isnan(float(r["delta_lo"])):
+        text += f" ({wording.level_percent(level)}{' TOST' if _tost_word(r) else ''})"
+    return text
 
 
 def _markdown_cells(r: Mapping[str, Any], *, with_baseline_arm: bool) -> list[str]:
@@ -444,8 +467,8 @@ def _markdown_cells(r: Mapping[str, Any], *, with_baseline_arm: bool) -> list[st
         runs_phrase(r),
         _fmt_ci(r["mean"], r["mean_lo"], r["mean_hi"]),
         _fmt_ci(r["iqm"], r["iqm_lo"], r["iqm_hi"]),
-        "—" if base else _fmt_ci(r["delta"], r["delta_lo"], r["delta_hi"]),
-        "—" if base else _fmt_ci(r["p_improve"], r["p_improve_lo"], r["p_improve_hi"]),
+        "—" if base else delta_cell(r),
+        "—" if base else _fmt_ci(r["p_improve"], r["p_improve_lo"], r["p_improve_hi"], thresholds=(0.5,)),
         "—" if base else _fmt_p(r["p_adjusted"]),
         str(r["verdict"]),
         str(r["status"]),
@@ -457,7 +480,8 @@ def _two_way_cells(r: Mapping[str, Any]) -> list[str]:
     base = r["verdict"] == "baseline"
     mean = "—" if not r.get("two_way_method") else _fmt_ci(r["mean"], r["mean_2way_lo"], r["mean_2way_hi"])
     delta = "—" if base or not math.isfinite(r.get("delta_2way_lo", math.nan)) else \
-        _fmt_ci(r["delta"], r["delta_2way_lo"], r["delta_2way_hi"])
+        _fmt_ci(r["delta"], r["delta_2way_lo"], r["delta_2way_hi"],
+                thresholds=wording.delta_thresholds(float(r.get("sesoi", math.nan))))
     return [mean, delta]
 
 

@@ -12,12 +12,15 @@ direction), ``equivalent (|Δ| < 0.03)``, ``inconclusive with 5 seeds (MDE 0.041
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable
+from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 
 from . import stats
 from .outcomes import ArmOutcomes
 
-__all__ = ["STATUSES", "effect_text", "headline", "level_percent", "metric_words", "ranked_verdict", "seeds_phrase",
-           "status", "verdict", "withheld"]
+__all__ = ["STATUSES", "ci_text", "delta_thresholds", "effect_interval", "effect_text", "excluded_text", "headline",
+           "interval_texts", "level_percent", "metric_words", "number_text", "ranked_verdict", "round_outward",
+           "seeds_phrase", "status", "table_precision", "verdict", "withheld"]
 
 #: The ``status`` of a compared row (a baseline row's is ``"baseline"``): what the verdict decided.
 STATUSES: tuple[str, ...] = ("better", "worse", "higher", "lower", "equivalent", "not testable", "inconclusive",
@@ -37,6 +40,108 @@ def level_percent(confidence: float) -> str:
     else:
         digits = math.ceil(-math.log10(alpha) - 1e-9)  # to α's first significant digit: 0.0687 -> 2, 0.5 -> 1
     return f"{100 * confidence:.{digits}f}%"
+
+
+# --------------------------------------------------------------------------------------------
+# Interval bounds rounded outward: the one rounding of every printed interval (headline and tables)
+# --------------------------------------------------------------------------------------------
+
+#: How a number is shown: ``(significant, digits)``, significant digits or decimals.
+Precision = tuple[bool, int]
+
+
+def _decimal(x: float, scale: int = 0) -> Decimal:
+    """``x`` from its shortest decimal form (``0.13`` is 0.13, not the binary 0.13000000000000000444),
+    times ``10**scale`` exactly (``0.102`` in points is 10.2, not 10.200000000000001)."""
+    return Decimal(repr(float(x))).scaleb(scale)
+
+
+def round_outward(x: float, precision: Precision, *, up: bool, scale: int = 0) -> float:
+    """``x * 10**scale`` rounded at ``precision`` towards +inf (``up``) or -inf, computed in decimal
+    (:func:`_decimal`), so no binary residue moves a bound by a digit. An interval's lower bound
+    rounds down and its upper bound up: the printed interval contains the computed one, so it never
+    claims more than the test did."""
+    if not math.isfinite(x) or x == 0.0:
+        return x
+    return float(_round_decimal(_decimal(x, scale), precision, up=up))
+
+
+def _round_decimal(d: Decimal, precision: Precision, *, up: bool) -> Decimal:
+    significant, digits = precision
+    exponent = d.adjusted() - (digits - 1) if significant else -digits
+    return d.quantize(Decimal(1).scaleb(exponent), rounding=ROUND_CEILING if up else ROUND_FLOOR)
+
+
+def _side(x: Decimal, threshold: Decimal) -> int:
+    return (x > threshold) - (x < threshold)
+
+
+def number_text(x: float, precision: Precision, *, signed: bool = False, grouped: bool = False) -> str:
+    """``x`` (already rounded at ``precision``) as text: ``%g`` at the significant digits, else
+    ``%f`` at the decimals (``grouped``: with thousands separators)."""
+    if not math.isfinite(x):
+        return "∞" if x > 0 else "-∞" if x < 0 else "—"
+    significant, digits = precision
+    spec = ("+" if signed else "") + ("," if grouped and not significant else "") + \
+        f".{digits}{'g' if significant else 'f'}"
+    return format(x, spec)
+
+
+def interval_texts(lo: float, hi: float, precision_of: Callable[[float], Precision], *,
+                   thresholds: Iterable[float] = (), signed: bool = False, grouped: bool = False,
+                   scale: int = 0) -> tuple[str, str]:
+    """The bounds of ``[lo, hi]`` (times ``10**scale``: 2 for percentage points) as text, rounded
+    outward (:func:`round_outward`) at the precision ``precision_of`` gives each (of the unscaled
+    value), with one more digit at a time (up to 6) while a rounded bound would reach or cross a
+    ``threshold`` (0, ±SESOI, unscaled) that the computed bound does not: an excluded 0.13 never
+    prints as 0.1 when 0.1 would sit on a threshold or beyond it."""
+    def text(x: float, precision: Precision, up: bool) -> tuple[str, Decimal | None]:
+        if not math.isfinite(x):
+            return number_text(x, precision), None
+        rounded = _round_decimal(_decimal(x, scale), precision, up=up) if x != 0.0 else Decimal(0)
+        return number_text(float(rounded), precision, signed=signed, grouped=grouped), rounded
+
+    marks = [_decimal(t, scale) for t in thresholds if math.isfinite(t)]
+
+    def bound(x: float, up: bool) -> str:
+        significant, digits = precision_of(x)
+        shown = ""
+        for extra in range(7):  # each bound gets the digits it needs, no more
+            shown, rounded = text(x, (significant, digits + extra), up)
+            if rounded is None or all(_side(rounded, t) == _side(_decimal(x, scale), t) for t in marks):
+                break
+        return shown
+
+    return bound(lo, False), bound(hi, True)
+
+
+def table_precision(x: float) -> Precision:
+    """The tables' precision: 4 significant digits, whole numbers from 10,000."""
+    return (False, 0) if abs(x) >= 10_000 else (True, 4)
+
+
+def ci_text(est: float, lo: float, hi: float, *, thresholds: Iterable[float] = ()) -> str:
+    """``est [lo, hi]`` as every table prints an interval: the estimate to 4 significant digits, the
+    bounds rounded outward (:func:`interval_texts`); the estimate alone when there is no interval."""
+    def one(v: float) -> str:
+        if not math.isfinite(v):
+            return "—" if math.isnan(v) else "∞" if v > 0 else "-∞"
+        return f"{v:,.0f}" if abs(v) >= 10_000 else f"{v:.4g}"
+
+    est, lo, hi = (float(v) for v in (est, lo, hi))
+    if math.isnan(lo):
+        return one(est)
+    if math.isfinite(lo) and math.isfinite(hi) and abs(est) < 1e-9 * (hi - lo):
+        # the rounding residue of an exact 0 (paired differences that cancel leave ~n * eps * |x|,
+        # e.g. 5.551e-18) would read as an effect; at 1e-9 of the interval's width no digit shown is one
+        est = 0.0
+    lo_t, hi_t = interval_texts(lo, hi, table_precision, thresholds=thresholds, grouped=True)
+    return f"{one(est)} [{lo_t}, {hi_t}]"
+
+
+def delta_thresholds(sesoi: float) -> tuple[float, ...]:
+    """The values a difference's printed bounds must not be rounded onto or across: 0 and ±SESOI."""
+    return (0.0, -sesoi, sesoi) if math.isfinite(sesoi) else (0.0,)
 
 
 def status(verdict_text: str) -> str:
@@ -153,16 +258,42 @@ def effect_text(x: float, *, points: bool, signed: bool = True) -> str:
     return f"{x:{sign}.3g}"
 
 
+def effect_precision(x: float, *, points: bool) -> Precision:
+    """:func:`effect_text`'s precision of ``x`` (in the metric's units): percentage points to 1
+    decimal (2 significant digits below 0.1 points), else 3 significant digits."""
+    if points:
+        v = 100.0 * x
+        return (False, 1) if abs(v) >= 0.1 or v == 0.0 else (True, 2)
+    return (True, 3)
+
+
+def effect_interval(lo: float, hi: float, *, points: bool, sesoi: float = math.nan) -> tuple[str, str]:
+    """The bounds of a difference's interval as a headline prints them (:func:`effect_text`'s
+    units and digits), rounded outward, never onto or across 0 or ±SESOI (:func:`interval_texts`)."""
+    return interval_texts(lo, hi, lambda v: effect_precision(v, points=points), thresholds=delta_thresholds(sesoi),
+                          signed=True, scale=2 if points else 0)
+
+
+def excluded_text(x: float, *, points: bool) -> str:
+    """An effect size that an interval excludes beyond (``|Δ| > x``), rounded up: never tighter than the interval."""
+    precision = effect_precision(x, points=points)
+    return number_text(round_outward(abs(x), precision, up=True, scale=2 if points else 0), precision)
+
+
 def headline(*, variant: str, baseline: str, metric: str, status_word: str, verdict_text: str, delta: float,
              lo: float, hi: float, level: float, n_x: int, n_y: int, mde: float, sesoi: float,
-             points: bool, ranked: bool = False, unit: str = "seed") -> str:
+             points: bool, ranked: bool = False, interval: str = "", exploratory: bool = False,
+             unit: str = "seed") -> str:
     """One comparison in one plain sentence, e.g. ``"dapo vs grpo: +4.5 points final eval accuracy
     (95% CI -1.2 to +10.2), not distinguishable with 3 seeds"``. ``level``: the confidence of the
     interval ``[lo, hi]`` shown (the table's simultaneous level: 97.5% with 2 comparisons), NaN
     when there is none; ``ranked``: the rank test decided (some runs failed, stopped or were
     censored: Δ is of the finished runs); ``points``: the metric lies in [0, 1] and its
-    differences read as percentage points; ``unit``: what ``n_x``/``n_y`` count (``"checkpoint"``: the
-    checkpoint is the unit, :mod:`workbench.compare.checkpoints`)."""
+    differences read as percentage points; ``interval``: what the interval is when it is not the
+    test's own (``"TOST"``: the equivalence test's ``1 - 2 alpha`` interval); ``exploratory``: a
+    secondary metric, outside the study-wide family of primary metrics. The bounds are rounded
+    outward (:func:`effect_interval`), as in every table; ``unit``: what ``n_x``/``n_y`` count
+    (``"checkpoint"``: the checkpoint is the unit, :mod:`workbench.compare.checkpoints`)."""
     replicates = unit
     unit = " points" if points else ""
     who = f"{variant} vs {baseline}"
@@ -170,7 +301,9 @@ def headline(*, variant: str, baseline: str, metric: str, status_word: str, verd
         return f"{who}: {metric_words(metric)}: {verdict_text} (nothing to compare)"
     effect = f"{effect_text(delta, points=points)}{unit} {metric_words(metric)}"
     if math.isfinite(lo) and math.isfinite(hi) and math.isfinite(level):
-        effect += f" ({level_percent(level)} CI {effect_text(lo, points=points)} to {effect_text(hi, points=points)})"
+        lo_t, hi_t = effect_interval(lo, hi, points=points, sesoi=sesoi)
+        kind = f"{interval} " if interval else ""
+        effect += f" ({level_percent(level)} {kind}CI {lo_t} to {hi_t})"
     elif ranked:
         effect += " (of the finished runs; the rank test decides)"
     elif math.isfinite(delta):
@@ -191,10 +324,10 @@ def headline(*, variant: str, baseline: str, metric: str, status_word: str, verd
     elif status_word == "not testable":
         said = verdict_text.split(" [the test alone")[0]  # "not testable: clip_high acted on ... (min 1%)"
         if "; |Δ| > " in said and math.isfinite(lo) and math.isfinite(hi):  # the bound in this sentence's unit
-            bound = effect_text(max(abs(lo), abs(hi)), points=points, signed=False)
+            bound = excluded_text(max(abs(lo), abs(hi)), points=points)
             said = f"{said.split('; |Δ| > ')[0]}; |Δ| > {bound}{unit} excluded"
     elif status_word == "withheld":
         said = f"verdict {verdict_text}"
     else:
         said = verdict_text
-    return f"{who}: {effect}, {said}"
+    return f"{'(secondary, exploratory) ' if exploratory else ''}{who}: {effect}, {said}"

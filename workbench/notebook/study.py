@@ -30,8 +30,9 @@ from typing import Any
 
 import pandas as pd
 
-from workbench.analysis.comparison import comparison_metrics, compute_comparison
+from workbench.analysis.comparison import compare_loaded, comparison_metrics, load_comparison
 from workbench.analysis.health_table import health_cells, recheck_reports
+from workbench.analysis.next_step import add_next_steps
 from workbench.analysis.rollouts import query_rollouts, same_prompts
 from workbench.analysis.target import Target, resolve_target
 from workbench.compare import ComparisonTable, summarize_runs
@@ -62,8 +63,9 @@ class Study:
         ``compare:`` metrics, baseline and SESOI): a :class:`~workbench.compare.ComparisonTable`;
         ``.headlines()`` are its first lines, ``.df`` its table. Records nothing in the store."""
         options = [f"{m}={v}" for m, v in (sesoi or {}).items()]
-        done = compute_comparison(self._target, metrics, baseline=baseline, sesoi=options,
-                                  include_unfinished=include_unfinished, record_look=False)
+        loaded = load_comparison(self._target, metrics, sesoi=options, include_unfinished=include_unfinished)
+        done = compare_loaded(loaded, baseline=baseline, record_look=False)
+        add_next_steps(loaded, done)  # an inconclusive verdict says what would decide it, as in `compare` (#52)
         return done.table
 
     def health(self, *, recheck: bool = False, preset: str | None = None) -> pd.DataFrame:
