@@ -1,0 +1,138 @@
+"""rollout.staleness: k, the pipelined sampler (workbench/train/pipeline.py).
+
+k = 0 is the synchronous loop, untouched: every shipped study's run keys stay as they were and no pipeline
+metric is logged. With k >= 1 the batch of step t is sampled by the policy after max(0, t - k) updates, on a
+sampler thread, and the schedule (not the timing) fixes every number.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.conftest import micro_run_config
+from tests.tolerance import EPS32, order_tolerance, reduction_depth
+from workbench.config import RunConfig
+from workbench.health import HealthMonitor
+from workbench.study import apply_overrides, expand, load_study
+from workbench.train.logprobs import sequence_logprobs
+from workbench.train.loop import train
+from workbench.train.pipeline import behaviour_version, split_threads
+from workbench.train.step import open_run_parts, rl_step
+
+STUDIES = sorted((Path(__file__).parents[1] / "studies").glob("*.yaml"))
+PIPELINE_KEYS = {"offpolicy/staleness_mean", "offpolicy/staleness_max", "perf/sampler_wait_s", "perf/learner_wait_s"}
+
+
+def learning_config(**rollout) -> dict:
+    # lr 1e-2 and a random reward (a spurious-reward control): the micro model's policy moves every step, so versions differ
+    return micro_run_config(learner={"lr": 1e-2}, reward={"control": "random"},
+                            rollout=rollout)
+
+
+class Rows:
+    def __init__(self) -> None:
+        self.rows: list[tuple[int, dict]] = []
+
+    def log_metrics(self, metrics, step):
+        self.rows.append((step, dict(metrics)))
+
+
+def logged(cfg: RunConfig) -> list[tuple[int, dict]]:
+    sink = Rows()
+    train(cfg, sink, HealthMonitor.from_config(cfg.health))
+    return sink.rows
+
+
+@pytest.mark.parametrize("path", STUDIES, ids=[p.stem for p in STUDIES])
+def test_staleness_zero_written_out_keeps_every_run_key_of_a_shipped_study(path):
+    """The field at its default is not hashed: a study that spells ``rollout.staleness: 0`` has the keys it had
+    before the field existed (checked once against main's keys, 171 runs, on 2026-11-29); 1 is a new run."""
+    study = load_study(path)
+    before = [s.run_key for s in expand(study)]
+    assert [s.run_key for s in expand(apply_overrides(study, ["rollout.staleness=0"]))] == before
+    assert all(s.config.rollout.staleness == 0 for s in expand(study))
+
+
+def test_a_staleness_is_another_run():
+    keys = {RunConfig.model_validate(micro_run_config(rollout={"staleness": k})).run_key() for k in (0, 1, 2)}
+    assert len(keys) == 3
+
+
+def test_the_schedule():
+    assert [behaviour_version(t, 2) for t in range(6)] == [0, 0, 0, 1, 2, 3]
+    assert [behaviour_version(t, 1) for t in range(4)] == [0, 0, 1, 2]
+    assert [split_threads(n) for n in (1, 2, 3, 16)] == [1, 1, 1, 8]
+
+
+@pytest.mark.parametrize("fields,message", [
+    ({"sampler": {"backend": "vllm"}}, "pipelines the hf sampler with the torch learner"),
+    ({"algorithm": {"preset": "dapo"}}, "refill rounds"),
+])
+def test_what_the_pipeline_cannot_run_is_refused_at_load(fields, message):
+    with pytest.raises(ValueError, match=message):
+        RunConfig.model_validate(micro_run_config(rollout={"staleness": 1}, **fields))
+
+
+def gap(model, rollouts) -> float:
+    """max |logp_model - sampler logp| over the response tokens of ``rollouts``."""
+    with torch.no_grad():
+        logp, _ = sequence_logprobs(model, rollouts, slice(None), 1.0, False)
+    return float((logp - rollouts.sampler_logp)[rollouts.mask.bool()].abs().max())
+
+
+@pytest.mark.slow
+def test_at_k2_the_batch_of_step_t_is_sampled_by_version_t_minus_2():
+    """The sampler logprobs of step t's batch are the logprobs of the weights after max(0, t - 2) updates
+    (recomputed here from a copy kept after each update), and not those of the current weights."""
+    cfg = RunConfig.model_validate(learning_config(staleness=2, steps=5))
+    versions: dict[int, torch.nn.Module] = {}
+    with open_run_parts(cfg, HealthMonitor.from_config(cfg.health)) as parts:
+        versions[0] = parts.learner.policy_copy()
+        taken = []
+        take = parts.pipeline.take
+
+        def observed_take(step):
+            result = take(step)
+            taken.append(result[0])
+            return result
+
+        parts.pipeline.take = observed_take
+        metrics = []
+        for step in range(cfg.rollout.steps):
+            metrics.append(rl_step(cfg, step, parts))
+            versions[step + 1] = parts.learner.policy_copy()
+    # the sampler's fp32 decode and the full forward sum the same operands in other orders
+    moved = []
+    tol = 4 * order_tolerance(reduction_depth(versions[0]), 30.0, EPS32)  # logits of size <= 30; ± per side, x2
+    for step, sampled in enumerate(taken):
+        assert sampled.step == step and sampled.version == max(0, step - 2)
+        assert metrics[step]["offpolicy/staleness_max"] == metrics[step]["offpolicy/staleness_mean"] == step - sampled.version
+        assert gap(versions[sampled.version], sampled.rollouts) <= tol
+        if gap(versions[step], sampled.rollouts) > 100 * tol:  # the policy moved since: the current weights give other logprobs
+            moved.append(step)
+    assert len(moved) >= 2  # the check above tells versions apart (a policy that never moves would not)
+
+
+@pytest.mark.slow
+def test_two_runs_of_one_run_key_log_identical_metrics_at_k2():
+    cfg = RunConfig.model_validate(learning_config(staleness=2, steps=4))
+    first, second = logged(cfg), logged(cfg)
+
+    def numbers(rows):
+        return [(s, {k: v for k, v in m.items() if not k.startswith("perf/")}) for s, m in rows]
+
+    assert numbers(first) == numbers(second)  # exact: the schedule, not the timing, fixes them
+    assert [m["offpolicy/staleness_max"] for _, m in first[:4]] == [0.0, 1.0, 2.0, 2.0]
+    assert all(PIPELINE_KEYS <= set(m) for _, m in first[:4])
+    assert first[1][1]["mismatch/kl"] > 0  # a stale batch: sampler and learner policies differ
+
+
+@pytest.mark.slow
+def test_staleness_zero_logs_no_pipeline_metric_and_runs_in_turn():
+    cfg = RunConfig.model_validate(learning_config(steps=2))
+    with open_run_parts(cfg, HealthMonitor.from_config(cfg.health)) as parts:
+        assert parts.pipeline is None
+    assert not any(PIPELINE_KEYS & set(m) for _, m in logged(cfg))
