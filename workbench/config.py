@@ -377,7 +377,8 @@ class AlgorithmConfig(Strict):
     )
     epochs: int = Field(1, ge=1, description="passes over each batch")
     minibatches: int = Field(1, ge=1, description="optimizer steps per pass")
-    correction: str | None = Field(None, description="sampler/learner IS correction: tis | mis | seq_tis")
+    correction: str | None = Field(None, description="sampler/learner IS correction: tis | mis | seq_tis | "
+                                   "decoupled | sequence_mask (behaviour = the sampler, stale with rollout.staleness)")
     correction_cap: float = Field(2.0, gt=0)
     batch_filter: str | None = Field(None, description="group filter with refill, e.g. zero_std (DAPO dynamic sampling)")
     filter_on: Literal["correct", "reward"] | None = Field(
