@@ -51,9 +51,16 @@ def test_staleness_zero_written_out_keeps_every_run_key_of_a_shipped_study(path)
     """The field at its default is not hashed: a study that spells ``rollout.staleness: 0`` has the keys it had
     before the field existed (checked once against main's keys, 171 runs, on 2026-11-29); 1 is a new run."""
     study = load_study(path)
-    before = [s.run_key for s in expand(study)]
-    assert [s.run_key for s in expand(apply_overrides(study, ["rollout.staleness=0"]))] == before
-    assert all(s.config.rollout.staleness == 0 for s in expand(study))
+    specs = expand(study)
+    synchronous = [s for s in specs if s.config.rollout.staleness == 0]
+    assert synchronous
+    for spec in synchronous:  # the field written out in the run's own config
+        written = spec.config.model_dump(mode="json")
+        written["rollout"]["staleness"] = 0
+        assert RunConfig.model_validate(written).run_key() == spec.run_key
+    if len(synchronous) == len(specs):  # and in the study's YAML, for every run
+        assert [s.run_key for s in expand(apply_overrides(study, ["rollout.staleness=0"]))] == \
+            [s.run_key for s in specs]
 
 
 def test_a_staleness_is_another_run():
@@ -136,3 +143,23 @@ def test_staleness_zero_logs_no_pipeline_metric_and_runs_in_turn():
     with open_run_parts(cfg, HealthMonitor.from_config(cfg.health)) as parts:
         assert parts.pipeline is None
     assert not any(PIPELINE_KEYS & set(m) for _, m in logged(cfg))
+
+
+def test_the_staleness_study_plans_its_declared_design(tmp_path):
+    """studies/staleness.yaml: 13 arms (the synchronous baseline; staleness 1/2/4/8 x none/tis/decoupled) at the first
+    look's 3 seeds, and `workbench plan` prints the seeds its SESOI and noise SD need (25) and the cap (9)."""
+    from typer.testing import CliRunner
+
+    from workbench.cli.main import app
+
+    path = STUDIES[0].parent / "staleness.yaml"
+    specs = expand(load_study(path))
+    arms = {s.variant: (s.config.rollout.staleness, s.config.algorithm.correction) for s in specs}
+    assert len(specs) == 13 * 3 and arms["s0"] == (0, None)
+    assert {arms[f"s{k}_{c}"] for k in (1, 2, 4, 8) for c in ("none", "tis", "decoupled")} == \
+        {(k, None if c == "none" else c) for k in (1, 2, 4, 8) for c in ("none", "tis", "decoupled")}
+    result = CliRunner().invoke(app, ["plan", str(path)], catch_exceptions=False,
+                                env={"COLUMNS": "200", "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'm.db'}"})
+    assert result.exit_code == 0, result.output
+    assert "final_eval_accuracy: 25 seeds per arm (study has 3)" in result.output
+    assert "capped at 9 seeds per arm" in result.output and "warning:" not in result.output
