@@ -14,7 +14,7 @@ import torch
 
 from tests.conftest import micro_run_config
 from tests.tolerance import EPS32, order_tolerance, reduction_depth
-from workbench.config import RunConfig
+from workbench.config import RunConfig, deep_merge
 from workbench.health import HealthMonitor
 from workbench.study import apply_overrides, expand, load_study
 from workbench.train.logprobs import sequence_logprobs
@@ -40,9 +40,12 @@ class Rows:
         self.rows.append((step, dict(metrics)))
 
 
-def logged(cfg: RunConfig) -> list[tuple[int, dict]]:
+def logged(cfg: RunConfig, records: list | None = None) -> list[tuple[int, dict]]:
+    """Every step's logged metrics; the mismatch flight recorder's records into ``records``."""
     sink = Rows()
-    train(cfg, sink, HealthMonitor.from_config(cfg.health))
+    result = train(cfg, sink, HealthMonitor.from_config(cfg.health))
+    if records is not None:
+        records.extend(result.mismatch_records)
     return sink.rows
 
 
@@ -125,8 +128,12 @@ def test_at_k2_the_batch_of_step_t_is_sampled_by_version_t_minus_2():
 
 @pytest.mark.slow
 def test_two_runs_of_one_run_key_log_identical_metrics_at_k2():
-    cfg = RunConfig.model_validate(learning_config(staleness=2, steps=4))
-    first, second = logged(cfg), logged(cfg)
+    cfg = RunConfig.model_validate(deep_merge(learning_config(staleness=2, steps=4),
+                                              {"health": {"mismatch_record_every": 1}}))
+    records: list[dict] = []
+    first, second = logged(cfg, records), logged(cfg)
+    # the flight recorder says how many versions behind each recorded batch's sampler was
+    assert [(r["step"], r["staleness"]) for r in records] == [(0, 0), (1, 1), (2, 2), (3, 2)]
 
     def numbers(rows):
         return [(s, {k: v for k, v in m.items() if not k.startswith("perf/")}) for s, m in rows]
@@ -139,10 +146,12 @@ def test_two_runs_of_one_run_key_log_identical_metrics_at_k2():
 
 @pytest.mark.slow
 def test_staleness_zero_logs_no_pipeline_metric_and_runs_in_turn():
-    cfg = RunConfig.model_validate(learning_config(steps=2))
+    cfg = RunConfig.model_validate(deep_merge(learning_config(steps=2), {"health": {"mismatch_record_every": 1}}))
     with open_run_parts(cfg, HealthMonitor.from_config(cfg.health)) as parts:
         assert parts.pipeline is None
-    assert not any(PIPELINE_KEYS & set(m) for _, m in logged(cfg))
+    records: list[dict] = []
+    assert not any(PIPELINE_KEYS & set(m) for _, m in logged(cfg, records))
+    assert len(records) == 2 and not any("staleness" in r for r in records)  # the records of before
 
 
 def test_the_staleness_study_plans_its_declared_design(tmp_path):
@@ -163,3 +172,11 @@ def test_the_staleness_study_plans_its_declared_design(tmp_path):
     assert result.exit_code == 0, result.output
     assert "final_eval_accuracy: 25 seeds per arm (study has 3)" in result.output
     assert "capped at 9 seeds per arm" in result.output and "warning:" not in result.output
+
+
+def test_a_synchronous_run_never_logs_the_pipeline_metrics_so_rules_on_them_do_not_apply():
+    from workbench.metrics.catalogue import BY_NAME, unlogged_by_config
+
+    assert PIPELINE_KEYS <= set(BY_NAME)
+    assert set(unlogged_by_config({"rollout.staleness": 0})) >= PIPELINE_KEYS
+    assert not PIPELINE_KEYS & set(unlogged_by_config({"rollout.staleness": "2"}))

@@ -20,7 +20,6 @@ Direction = Literal["up", "down", "stable", "none"]
 # rollout.staleness >= 1 (workbench/train/pipeline.py): how far behind the sampler's policy was, and who waited
 STALENESS_MEAN = "offpolicy/staleness_mean"
 STALENESS_MAX = "offpolicy/staleness_max"
-DROPPED_FRAC = "offpolicy/dropped_frac"
 SAMPLER_WAIT_S = "perf/sampler_wait_s"
 LEARNER_WAIT_S = "perf/learner_wait_s"
 PIPELINE_METRICS = (STALENESS_MEAN, STALENESS_MAX, SAMPLER_WAIT_S, LEARNER_WAIT_S)
