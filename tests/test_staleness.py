@@ -154,6 +154,7 @@ def test_staleness_zero_logs_no_pipeline_metric_and_runs_in_turn():
     assert len(records) == 2 and not any("staleness" in r for r in records)  # the records of before
 
 
+@pytest.mark.slow  # ~4 s: the CLI plans 39 runs
 def test_the_staleness_study_plans_its_declared_design(tmp_path):
     """studies/staleness.yaml: 13 arms (the synchronous baseline; staleness 1/2/4/8 x none/tis/decoupled) at the first
     look's 3 seeds, and `workbench plan` prints the seeds its SESOI and noise SD need (25) and the cap (9)."""
