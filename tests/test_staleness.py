@@ -181,3 +181,16 @@ def test_a_synchronous_run_never_logs_the_pipeline_metrics_so_rules_on_them_do_n
     assert PIPELINE_KEYS <= set(BY_NAME)
     assert set(unlogged_by_config({"rollout.staleness": 0})) >= PIPELINE_KEYS
     assert not PIPELINE_KEYS & set(unlogged_by_config({"rollout.staleness": "2"}))
+
+
+@pytest.mark.slow
+def test_a_failure_on_the_sampler_thread_is_raised_on_the_learner_not_waited_for():
+    """Asking for step 2 at k = 1 before version 1 exists: the sampler thread fails on the missing snapshot, and the
+    learner's take of that step raises the error instead of waiting for a batch that will never come."""
+    cfg = RunConfig.model_validate(learning_config(staleness=1, steps=3))
+    with open_run_parts(cfg, HealthMonitor.from_config(cfg.health)) as parts:
+        pipe = parts.pipeline
+        pipe.ask(2, lambda step: parts.prompts.draw(step, cfg.rollout.prompts_per_step), parts.rng)
+        assert [pipe.take(step)[0].version for step in (0, 1)] == [0, 0]
+        with pytest.raises(KeyError):
+            pipe.take(2)

@@ -139,7 +139,8 @@ class StalePipeline:
         with self.ready:
             while step not in self.done and self.error is None:
                 self.ready.wait()
-            if self.error is not None:
+            if step not in self.done:  # the batches sampled before a failure are still trained on
+                assert self.error is not None
                 raise self.error
             sampled = self.done.pop(step)
             sampler_wait, self.sampler_wait_s = self.sampler_wait_s, 0.0
