@@ -67,7 +67,7 @@ def test_shipped_search_parses_plans_and_stays_small(tmp_path):
 SCRATCHPAD_STUDIES = ["clip_higher", "dapo_ablation", "dr_grpo_length_bias", "lora_rank", "loss_aggregation",
                       "pass_at_k",
                       "precision_mismatch", "priming", "prompt_curation", "prompt_curation_pool", "scratchpad",
-                      "scratchpad_gain", "spurious_rewards", "temperature"]
+                      "scratchpad_gain", "spurious_rewards", "staleness", "temperature"]
 # a stronger cold start (the length studies and dapo_ablation share scratchpad_gain's, #37); a fixed SFT budget per priming arm
 STRONG_COLD_START = {"scratchpad_gain", "dr_grpo_length_bias", "loss_aggregation", "dapo_ablation"}
 OWN_COLD_START = STRONG_COLD_START | {"priming"}

@@ -21,6 +21,7 @@ from workbench.tasks.eval_size import check_task_eval_size, fitting_eval_size
 from workbench.tasks.templates import PROMPT_TEMPLATES, template_text
 
 Dtype = Literal["float32", "bfloat16", "float16"]
+MAX_STALENESS = 64  # policy versions a batch may lag; each is a weight snapshot held in memory
 RUN_KEY_VERSION = 1  # bump when a default value changes meaning (see RunConfig.run_key)
 
 MAX_SEED = 2**63 - 1  # torch.manual_seed and numpy take seeds in [0, 2^64); MLflow tags and JSON keep int64
@@ -345,6 +346,10 @@ class RolloutConfig(Strict):
         "eval/reflection_rate; lower-cased substring match). Unset: oat-zero's 11 (workbench.metrics.reflection); "
         "[] = off. Logged with model.path only: the built-in tiny model's arithmetic completions hold no words"))
     log_samples: int = Field(32, ge=0, description="sample completions kept in the artifact table per eval")
+    staleness: int = Field(0, ge=0, le=MAX_STALENESS, description=(
+        "k: the batch trained at step t is sampled by the policy of step t - k (the first k steps by the initial "
+        "policy), a sampler thread generating the next batches while the learner updates (workbench.train."
+        "pipeline; docs/async.md). The schedule is fixed by k, not by timing. 0 = the synchronous loop"))
 
 
 class AlgorithmConfig(Strict):
@@ -379,7 +384,8 @@ class AlgorithmConfig(Strict):
     )
     epochs: int = Field(1, ge=1, description="passes over each batch")
     minibatches: int = Field(1, ge=1, description="optimizer steps per pass")
-    correction: str | None = Field(None, description="sampler/learner IS correction: tis | mis | seq_tis")
+    correction: str | None = Field(None, description="sampler/learner IS correction: tis | mis | seq_tis | "
+                                   "decoupled | sequence_mask (behaviour = the sampler, stale with rollout.staleness)")
     correction_cap: float = Field(2.0, gt=0)
     batch_filter: str | None = Field(None, description="group filter with refill, e.g. zero_std (DAPO dynamic sampling)")
     filter_on: Literal["correct", "reward"] | None = Field(
@@ -666,6 +672,21 @@ class RunConfig(Strict):
             if lora.rank > sizes[name]:
                 raise ValueError(f"learner.lora.rank={lora.rank} is above the smallest dimension ({sizes[name]}) of "
                                  f"the adapted layer {name} of the built-in model: choose rank <= {sizes[name]}")
+        return self
+
+    @model_validator(mode="after")
+    def _pipeline_fits(self) -> RunConfig:
+        # The pipelined sampler (workbench/train/pipeline.py) is the HF sampler on its own thread beside a
+        # torch learner: a batch filter's refill rounds would need the rewards before the batch is known.
+        k = self.rollout.staleness
+        if k == 0:
+            return self
+        if self.sampler.backend != "hf" or self.learner.backend != "torch":
+            raise ValueError(f"rollout.staleness={k} pipelines the hf sampler with the torch learner; got sampler."
+                             f"backend={self.sampler.backend}, learner.backend={self.learner.backend}")
+        if self.algorithm.batch_filter is not None:
+            raise ValueError(f"rollout.staleness={k} with algorithm.batch_filter={self.algorithm.batch_filter}: a "
+                             "filter's refill rounds need each batch's rewards before the next is sampled")
         return self
 
     @model_validator(mode="after")

@@ -74,6 +74,41 @@ def seq_tis(log_ratio: Tensor, mask: Tensor, *, cap: float) -> tuple[Tensor, Ten
     return raw.clamp(max=cap), raw > cap
 
 
+@IS_CORRECTIONS.register("decoupled", activity=REWEIGHTED)
+def decoupled(log_ratio: Tensor, mask: Tensor, *, cap: float) -> tuple[Tensor, Tensor]:
+    """Decoupled PPO's behaviour weight ``π_prox/π_behav`` per token, 0 where it exceeds ``C``.
+
+    Fu et al. 2025 ("AReaL: A Large-Scale Asynchronous Reinforcement Learning System for Language
+    Reasoning", arXiv 2505.24298, the decoupled PPO objective; AReaL ``areal/utils/functional.py``, ``ppo_actor_loss_fn``
+    with ``behav_imp_weight_cap``): the clip applies to the ratio against the proximal policy and the
+    behaviour weight multiplies the loss. The proximal policy is the learner's own logprobs before the
+    update, which is what this loop's PPO ratio is always taken against (``train/update.py``), so the unit
+    is the weight; with ``rollout.staleness`` the behaviour policy is the stale sampler's. AReaL masks
+    (not truncates) a weight above the cap, so at the same cap this is ``mis``'s arithmetic under
+    AReaL's name and reading.
+    """
+    raw = clamped_exp(log_ratio)  # [B,T] π_prox / π_behav
+    capped = raw > cap  # [B,T]
+    return torch.where(capped, torch.zeros_like(raw), raw), capped
+
+
+@IS_CORRECTIONS.register("sequence_mask", activity=REWEIGHTED)
+def sequence_mask(log_ratio: Tensor, mask: Tensor, *, cap: float) -> tuple[Tensor, Tensor]:
+    """Sequence-level masked IS, TRL's default: ``w_b = Π_t r_bt`` on every token, 0 where it exceeds ``C``.
+
+    TRL (2025) ``GRPOTrainer``, ``vllm_importance_sampling_mode="sequence_mask"`` with
+    ``vllm_importance_sampling_clip_max`` 3.0 (``trl/trainer/grpo_trainer.py``,
+    ``_generate_and_score_completions``; set ``correction_cap: 3.0`` for TRL's default): the sequence ratio is
+    the product of the token ratios (the sum of log-ratios, not ``seq_tis``'s length-normalised mean), and a
+    sequence whose ratio is above the cap is dropped from the loss rather than damped (Liu et al. 2025,
+    "When Speed Kills Stability", sequence-level MIS).
+    """
+    seq_log_ratio = (log_ratio * mask).sum(-1)  # [B]
+    raw = clamped_exp(seq_log_ratio)[:, None].expand_as(log_ratio)  # [B,T]
+    capped = raw > cap  # [B,T]
+    return torch.where(capped, torch.zeros_like(raw), raw), capped
+
+
 def importance_weights(
     correction: str, learner_logp: Tensor, sampler_logp: Tensor, mask: Tensor, *, cap: float = 2.0
 ) -> tuple[Tensor, dict[str, float]]:

@@ -90,15 +90,18 @@ def clip_with_one_step(cfg: RunConfig) -> Iterable[Finding]:
 @LINT_RULES.register("correction_without_mismatch")
 def correction_without_mismatch(cfg: RunConfig) -> Iterable[Finding]:
     """The HF sampler samples with the learner's own module when dtypes agree (``rollout/hf.py``),
-    and with top-p off its logprobs are the learner's: IS weights are 1 to the float floor."""
+    and with top-p off its logprobs are the learner's: IS weights are 1 to the float floor. Not so with
+    ``rollout.staleness`` >= 1: the sampler is versions behind, and the correction reweights that."""
     algo, sampler = cfg.algorithm, cfg.sampler
     if algo.correction is None or sampler.backend != "hf" or sampler.dtype != cfg.learner.dtype:
+        return
+    if cfg.rollout.staleness > 0:
         return
     if sampler.top_p < 1:  # the sampler's distribution is truncated, the learner's is not: they differ
         return
     yield Finding(knob("algorithm.correction", algo.correction),
-                  f"sampler and learner share engine and dtype (hf, {sampler.dtype}), so sampler and learner "
-                  "logprobs agree to the float floor and every IS weight is 1")
+                  f"sampler and learner share engine and dtype (hf, {sampler.dtype}) and rollout.staleness is 0, "
+                  "so sampler and learner logprobs agree to the float floor and every IS weight is 1")
 
 
 @LINT_RULES.register("knob_of_an_unused_unit")

@@ -17,6 +17,13 @@ from workbench.metrics.reflection import REFLECTION_METRICS
 
 Direction = Literal["up", "down", "stable", "none"]
 
+# rollout.staleness >= 1 (workbench/train/pipeline.py): how far behind the sampler's policy was, and who waited
+STALENESS_MEAN = "offpolicy/staleness_mean"
+STALENESS_MAX = "offpolicy/staleness_max"
+SAMPLER_WAIT_S = "perf/sampler_wait_s"
+LEARNER_WAIT_S = "perf/learner_wait_s"
+PIPELINE_METRICS = (STALENESS_MEAN, STALENESS_MAX, SAMPLER_WAIT_S, LEARNER_WAIT_S)
+
 UNBOUNDED = (-math.inf, math.inf)
 NON_NEGATIVE = (0.0, math.inf)
 UNIT_INTERVAL = (0.0, 1.0)
@@ -210,6 +217,16 @@ CATALOGUE: tuple[MetricSpec, ...] = (
                healthy_range=(0.0, 0.001)),
     MetricSpec("perf/algorithm_s", "time inside the algorithm units (advantages, IS weights, loss)", "s", "down", NON_NEGATIVE,
                healthy_range=(0.001, 0.01)),
+    MetricSpec(STALENESS_MEAN, "policy versions between the sampler that generated this step's batch and the "
+               "learner that trains on it, mean over its groups (rollout.staleness >= 1; the schedule gives "
+               "min(step, k))", "versions", "none", NON_NEGATIVE, healthy_range=(0.0, 2.0)),
+    MetricSpec(STALENESS_MAX, "the largest such lag in the batch (rollout.staleness >= 1)", "versions", "none",
+               NON_NEGATIVE, healthy_range=(0.0, 2.0)),
+    MetricSpec(SAMPLER_WAIT_S, "time the pipelined sampler thread sat idle since the previous step, waiting for "
+               "a request whose weights exist (rollout.staleness >= 1): the learner is the bottleneck", "s", "down",
+               NON_NEGATIVE, healthy_range=(0.0, 0.3)),
+    MetricSpec(LEARNER_WAIT_S, "time the learner waited for this step's pipelined batch (rollout.staleness >= 1): "
+               "the sampler is the bottleneck", "s", "down", NON_NEGATIVE, healthy_range=(0.0, 0.3)),
     MetricSpec("batch/sampling_rounds", "sampling rounds used to fill the batch (logged only with a batch filter)", "count",
                "down", NON_NEGATIVE,
                healthy_range=(1.0, 1.0)),
@@ -247,6 +264,8 @@ def unlogged_by_config(params: Mapping[str, Any]) -> dict[str, str]:
     if "algorithm.batch_filter" in params and off("algorithm.batch_filter"):
         for name in ("batch/filtered_frac", "batch/sampling_rounds"):
             absent[name] = "algorithm.batch_filter is not set"
+    if "rollout.staleness" in params and off("rollout.staleness"):
+        absent |= dict.fromkeys(PIPELINE_METRICS, "rollout.staleness = 0 (the synchronous loop)")
     reflection_off = None
     if "model.builtin" in params and not off("model.builtin"):
         reflection_off = ("model.builtin = tiny: its character-level arithmetic completions hold no words "

@@ -22,6 +22,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -31,6 +32,7 @@ from workbench.train.learner_protocol import Learner
 
 LATEST = "latest.json"
 LOOP_STATE = "loop.pt"
+PIPELINE_STATE = "pipeline.pt"  # rollout.staleness >= 1: the weight snapshots the next steps sample with
 
 
 @dataclass
@@ -68,8 +70,9 @@ class RunCheckpoints:
     def due(self, steps_done: int) -> bool:
         return steps_done % self.every == 0
 
-    def save(self, learner: Learner, state: LoopState) -> None:
-        """Write ``step-<n>/`` completely, then switch ``latest.json`` to it (a crash mid-save keeps the old one)."""
+    def save(self, learner: Learner, state: LoopState, pipeline: dict[str, Any] | None = None) -> None:
+        """Write ``step-<n>/`` completely, then switch ``latest.json`` to it (a crash mid-save keeps the old one).
+        ``pipeline``: the pipelined sampler's state (``StalePipeline.state``), tensors in plain containers."""
         start = time.perf_counter()
         target = self.directory / f"step-{state.steps_done}"
         if target.exists():
@@ -77,6 +80,8 @@ class RunCheckpoints:
         target.mkdir(parents=True)
         learner.save_checkpoint(target)
         torch.save(vars(state), target / LOOP_STATE)
+        if pipeline is not None:
+            torch.save(pipeline, target / PIPELINE_STATE)
         tmp = self.directory / f"{LATEST}.tmp"
         tmp.write_text(json.dumps({"steps_done": state.steps_done, "dir": target.name}))
         os.replace(tmp, self.directory / LATEST)
@@ -96,6 +101,11 @@ class RunCheckpoints:
         torch.set_rng_state(state.torch_rng)
         self.load_seconds = time.perf_counter() - start
         return state
+
+    def restore_pipeline(self) -> dict[str, Any] | None:
+        """The pipelined sampler's state saved with the latest checkpoint; None when it saved none."""
+        target = self.directory / json.loads((self.directory / LATEST).read_text())["dir"] / PIPELINE_STATE
+        return torch.load(target, weights_only=True) if target.exists() else None
 
     def clear(self) -> None:
         shutil.rmtree(self.directory, ignore_errors=True)

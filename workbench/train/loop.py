@@ -8,6 +8,7 @@ It composes registered units by name from the run config and never names a paper
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -95,8 +96,14 @@ def train(cfg: RunConfig, sink: StepSink, monitor: HealthMonitor,
             if checkpoints is not None and step < roll.steps and checkpoints.due(step + 1):
                 if log is not None:  # a resume replays the rows of the steps before it from this run's chunks
                     log.flush()
-                checkpoints.save(parts.learner, capture(step + 1, parts.rng, parts.generator, history, result.samples,
-                                                        result.problems))
+                rng, pipeline = parts.rng, None
+                if parts.pipeline is not None:  # the prompt RNG as it was before the next step's draws
+                    rng_state, versions = parts.pipeline.state(step + 1, parts.rng)
+                    rng = random.Random()
+                    rng.setstate(rng_state)
+                    pipeline = {"versions": versions}
+                checkpoints.save(parts.learner, capture(step + 1, rng, parts.generator, history, result.samples,
+                                                        result.problems), pipeline=pipeline)
             result.stop = None if on_step is None else on_step(step, metrics)  # e.g. Optuna pruning
             if result.stop is None and monitor.should_stop:
                 result.stop = StopReason(f"health: {monitor.reasons}")
@@ -123,6 +130,12 @@ def resume(checkpoints: RunCheckpoints, parts: RunParts,
     state = checkpoints.restore(parts.learner, parts.rng, parts.generator)
     with parts.learner.gathered_model() as full:  # ZeRO-3 partitions the weights elsewhere
         parts.sampler.sync_weights(full)
+    if parts.pipeline is not None:  # the snapshots the next steps sample with
+        saved = checkpoints.restore_pipeline()
+        if saved is None:
+            raise RuntimeError(f"{checkpoints.directory}: a checkpoint of a rollout.staleness run without its "
+                               "pipeline state")
+        parts.pipeline.restore(state.steps_done, saved)
     # rows of evals that run again from here on are dropped, so no (step, problem) is recorded twice
     problems = ProblemResults(**state.problems).before(state.steps_done) if state.problems else ProblemResults()
     result = TrainResult(steps_done=state.steps_done, samples=state.samples, problems=problems,

@@ -15,6 +15,7 @@ through the run's one stopwatch (``perf/*``); the update's algorithm sections ar
 from __future__ import annotations
 
 import random
+import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, closing, contextmanager
@@ -28,6 +29,7 @@ from workbench.algorithms.filters import BATCH_FILTERS, TOKEN_FILTERS, filter_in
 from workbench.batch import PendingBatch, PendingScores, ScoredRollouts, TrainBatch, concat, select
 from workbench.config import RunConfig
 from workbench.health import HealthMonitor
+from workbench.metrics.catalogue import LEARNER_WAIT_S, SAMPLER_WAIT_S, STALENESS_MAX, STALENESS_MEAN
 from workbench.metrics.compute import rollout_metrics
 from workbench.metrics.mismatch import mismatch_record
 from workbench.metrics.reflection import OAT_ZERO_KEYWORDS, reflection_metrics
@@ -39,12 +41,15 @@ from workbench.reward.rollouts import score_rollouts
 from workbench.rollout import build_sampler
 from workbench.rollout.base import Sampler
 from workbench.rollout.prompts import PromptFormat, resolve_prompt_format
+from workbench.rollout.weights import plain_copy
 from workbench.tasks import Problem, Task, build_task
 from workbench.tasks.curation import PromptOrder
 from workbench.tracking.rollouts import RolloutRecorder
 from workbench.train.data import prepare_prompts
 from workbench.train.learner import ReferencePolicy, build_learner, reference_policy, resolve_device
 from workbench.train.learner_protocol import Learner, OldLogprobObserver
+from workbench.train.pipeline import LockedSampler, StalePipeline, split_threads
+from workbench.train.pipeline import sampling_seed as pipeline_seed
 from workbench.train.step0_gate import check_step0
 from workbench.train.stopwatch import Stopwatch
 
@@ -73,6 +78,7 @@ class RunParts:
     mismatch_records: list[dict[str, Any]] = field(default_factory=list)  # health.mismatch_record_every steps
     prompt_format: PromptFormat = field(default_factory=PromptFormat)  # how the sampler renders a prompt
     rollout_log: RolloutRecorder | None = None  # every completion kept (rollouts/ artifacts); None: not kept
+    pipeline: StalePipeline | None = None  # rollout.staleness >= 1: the sampler thread; None: sampled in turn
 
 
 def overlaps_scoring(cfg: RunConfig) -> bool:
@@ -101,6 +107,12 @@ def open_run_parts(cfg: RunConfig, monitor: HealthMonitor) -> Iterator[RunParts]
     prompt_format = resolve_prompt_format(cfg.model, tokenizer, cfg.model.path)
     with learner.gathered_model() as full:  # a vLLM engine copies the weights: ZeRO-3 must gather them first
         sampler = build_sampler(cfg, full, tokenizer, prompt_format)
+        # rollout.staleness >= 1: a second sampler with weights of its own, on its own thread
+        stale_sampler = (build_sampler(cfg, plain_copy(full), tokenizer, prompt_format)
+                         if cfg.rollout.staleness else None)
+    rng_lock = threading.Lock()
+    if stale_sampler is not None:  # evals and pipelined batches both seed the global torch RNG: one at a time
+        sampler = LockedSampler(sampler, rng_lock)
     reference = reference_policy(learner) if cfg.algorithm.kl_coef > 0 else None  # no KL, no copy (LoRA: none at all)
     with ExitStack() as stack:
         verifier = stack.enter_context(AnswerVerifier(timeout_s=cfg.reward.timeout_s, workers=cfg.reward.workers,
@@ -112,12 +124,35 @@ def open_run_parts(cfg: RunConfig, monitor: HealthMonitor) -> Iterator[RunParts]
                    if overlaps_scoring(cfg) else None)
         # on the initial policy, before any update: curation measures the model RL starts from
         prompts, data_metrics, data_record = prepare_prompts(cfg, task, sampler, verifier, rng, directory)
-        yield RunParts(task=task, eval_set=eval_set, sampler=sampler, verifier=verifier, learner=learner,
+        pipeline = None
+        if stale_sampler is not None:
+            pipeline = stack.enter_context(open_pipeline(cfg, stale_sampler, learner, rng_lock))
+        yield RunParts(pipeline=pipeline, task=task, eval_set=eval_set, sampler=sampler, verifier=verifier, learner=learner,
                        reference=reference, shaping=cfg.reward.specs(), monitor=monitor, rng=rng,
                        prompts=prompts, start_metrics=stage_metrics(directory) | data_metrics,
                        data_record=data_record, generator=generator, watch=Stopwatch(), scoring=scoring,
                        prompt_format=prompt_format, control=cfg.reward.control_spec(),
                        reflection_words=reflection_words(cfg))
+
+
+@contextmanager
+def open_pipeline(cfg: RunConfig, sampler: Sampler, learner: Learner,
+                  lock: threading.Lock) -> Iterator[StalePipeline]:
+    """The sampler thread of ``rollout.staleness >= 1``, holding the initial policy as version 0. Torch's
+    (process-wide) thread count is halved while both sides run, and restored when the pipeline closes."""
+    threads = torch.get_num_threads()  # the run's, from the idle CPUs (workbench/execution/threads.py)
+    torch.set_num_threads(split_threads(threads))
+    pipeline = StalePipeline(sampler, staleness=cfg.rollout.staleness, steps=cfg.rollout.steps,
+                             group_size=cfg.rollout.group_size, temperature=cfg.sampler.temperature,
+                             run_seed=cfg.seed, lock=lock, threads=split_threads(threads))
+    try:
+        with learner.gathered_model() as full:
+            pipeline.publish(0, full)
+        yield pipeline
+    finally:
+        pipeline.close()
+        sampler.close()
+        torch.set_num_threads(threads)
 
 
 def reflection_words(cfg: RunConfig) -> tuple[str, ...]:
@@ -137,11 +172,14 @@ def rl_step(cfg: RunConfig, step: int, parts: RunParts) -> dict[str, float]:
         sampled, scored, kept, metrics = collect_batch(cfg, step, parts)
         batch = train_batch(cfg, step, scored, parts)
         with watch("learn"):
-            record = look_before_update(cfg, step, batch.rollouts, parts)
+            record = look_before_update(cfg, step, batch.rollouts, parts, metrics.get(STALENESS_MAX))
             metrics |= parts.learner.update(batch, cfg.algorithm, cfg.sampler.temperature, parts.generator,
                                             section=watch, observe_old_logp=record)
             with parts.learner.gathered_model() as full:  # ZeRO-3: the sampler needs whole weights
                 parts.sampler.sync_weights(full)
+                if parts.pipeline is not None:  # version step + 1, and the request that samples with it
+                    parts.pipeline.publish(step + 1, full)
+                    ask_ahead(cfg, step + 1, parts)
         sampled = sampled.ready()  # scored by now: the update needed the rewards
         metrics |= rollout_metrics(sampled)  # over everything sampled, not only what was kept
         if parts.rollout_log is not None:  # every completion, with the update's advantages
@@ -152,11 +190,13 @@ def rl_step(cfg: RunConfig, step: int, parts: RunParts) -> dict[str, float]:
     return metrics | perf_metrics(watch.lap(), sampled, batch.ready(), cfg.algorithm.epochs)
 
 
-def look_before_update(cfg: RunConfig, step: int, rollouts, parts: RunParts) -> OldLogprobObserver | None:
+def look_before_update(cfg: RunConfig, step: int, rollouts, parts: RunParts,
+                       staleness: float | None = None) -> OldLogprobObserver | None:
     """At step 0 the gate: the learner re-scores the batch (one no-grad forward, once per run) and the run
     stops if the sampler disagrees beyond the precisions' bound. Every ``health.mismatch_record_every`` steps,
     the mismatch record (histogram, worst tokens): returned as the update's observer of its "old" logprobs,
-    which it computes anyway, so the record costs no forward. Greedy sampling has no logprobs to compare."""
+    which it computes anyway, so the record costs no forward. Greedy sampling has no logprobs to compare.
+    With ``rollout.staleness`` the record also says how many versions behind the batch's sampler was."""
     every = cfg.health.mismatch_record_every
     gate = step == 0 and cfg.health.step0_gate
     record = every > 0 and step % every == 0
@@ -169,7 +209,8 @@ def look_before_update(cfg: RunConfig, step: int, rollouts, parts: RunParts) -> 
         return None
 
     def observe(old_logp: torch.Tensor) -> None:
-        parts.mismatch_records.append({"step": step} | mismatch_record(
+        lag = {} if staleness is None else {"staleness": int(staleness)}  # versions behind: part of the mismatch
+        parts.mismatch_records.append({"step": step} | lag | mismatch_record(
             old_logp.detach().cpu(), rollouts.sampler_logp.cpu(), rollouts.mask.cpu(), rollouts.completion_ids.cpu()))
 
     return observe
@@ -250,12 +291,14 @@ def collect_batch(cfg: RunConfig, step: int, parts: RunParts) -> tuple[ScoredRol
     no-op rather than a crash).
     """
     algo, roll = cfg.algorithm, cfg.rollout
+    if parts.pipeline is not None:
+        return pipelined_batch(cfg, step, parts)
     keep_group = None if algo.batch_filter is None else BATCH_FILTERS.get(algo.batch_filter)
     rounds, kept, groups_kept = [], [], 0
     kept_rows, offset = [], 0
     for round_ in range(algo.max_sampling_rounds if keep_group else 1):
         problems = parts.prompts.draw(step, roll.prompts_per_step)
-        seed = (cfg.seed * 1_000_003 + step) * 101 + round_
+        seed = pipeline_seed(cfg.seed, step) + round_
         with parts.watch("sample"):
             rollouts = parts.sampler.generate(problems, roll.group_size, temperature=cfg.sampler.temperature,
                                               seed=seed)
@@ -284,3 +327,30 @@ def collect_batch(cfg: RunConfig, step: int, parts: RunParts) -> tuple[ScoredRol
     n_sampled = len(rounds) * roll.prompts_per_step
     metrics = {"batch/filtered_frac": 1 - groups_kept / n_sampled, "batch/sampling_rounds": float(len(rounds))}
     return sampled, batch, rows, metrics
+
+
+def ask_ahead(cfg: RunConfig, step: int, parts: RunParts) -> None:
+    """Request the pipelined batches up to step ``step + k`` (those whose version exists by step ``step``);
+    their prompts are drawn here, on the main thread, in step order."""
+    assert parts.pipeline is not None
+    draw = parts.prompts.draw
+    parts.pipeline.ask(step + cfg.rollout.staleness, lambda s: draw(s, cfg.rollout.prompts_per_step), parts.rng)
+
+
+def pipelined_batch(cfg: RunConfig, step: int, parts: RunParts) -> tuple[ScoredRollouts | PendingScores,
+                                                                          ScoredRollouts | PendingScores,
+                                                                          None, dict[str, float]]:
+    """Step ``step``'s batch from the sampler thread (sampled by version ``max(0, step - k)``), scored here as
+    ``collect_batch`` scores a batch without a filter; with the ``offpolicy/*`` and wait metrics."""
+    assert parts.pipeline is not None
+    ask_ahead(cfg, step, parts)  # the first step, or the first after a resume
+    sampled, learner_wait, sampler_wait = parts.pipeline.take(step)
+    parts.watch.add("sample", sampled.sample_s)  # timed on the sampler thread
+    lag = float(step - sampled.version)
+    metrics = {STALENESS_MEAN: lag, STALENESS_MAX: lag, LEARNER_WAIT_S: learner_wait, SAMPLER_WAIT_S: sampler_wait}
+    seed = pipeline_seed(cfg.seed, step)
+    if parts.scoring is not None:
+        pending = PendingScores(sampled.rollouts, parts.scoring.submit(timed_scoring, sampled.rollouts, parts, seed))
+        return pending, pending, None, metrics
+    scored = timed_scoring(sampled.rollouts, parts, seed)
+    return scored, scored, None, metrics

@@ -35,6 +35,11 @@ class Stopwatch:
             with self._lock:
                 self.seconds[section] += elapsed
 
+    def add(self, section: str, seconds: float) -> None:
+        """Count ``seconds`` timed elsewhere (the pipelined sampler's thread) in ``section``."""
+        with self._lock:
+            self.seconds[section] += seconds
+
     def lap(self) -> dict[str, float]:
         """The seconds per section since the last lap; starts the next lap from zero."""
         with self._lock:
