@@ -57,7 +57,7 @@ $(TRL_STAMP): pyproject.toml
 	test -d $(TRL) || $(PYTHON) -m venv $(TRL)
 	$(TRL)/bin/pip install -q --upgrade pip
 	$(TRL)/bin/pip install -q "$(TORCH)"
-	$(TRL)/bin/pip install -q -e '.[dev]' 'trl>=1.16,<1.17' 'datasets>=5,<6'  # the TRL version the adapter was read from
+	$(TRL)/bin/pip install -q -e '.[dev,trl]'  # the extra pins the TRL version the adapter and the engine's mapping were read from
 	$(TRL)/bin/python -c "import trl, workbench"
 	touch $@
 
