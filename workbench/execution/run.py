@@ -274,6 +274,10 @@ def execute_run(cfg: RunConfig, *, study: str, variant: str, label: str, parent_
     # learner.checkpoint_every: an earlier FAILED/KILLED attempt of this run_key left a checkpoint to resume from
     checkpoints = RunCheckpoints.for_run(outcome.run_key, cfg.learner.checkpoint_every, tracking_uri)
     resumed = None if checkpoints is None else checkpoints.latest_step()
+    if cfg.engine == "trl":  # TRL's own checkpoints, under the same run key's directory
+        from workbench.execution.trl_engine import resumed_step  # deferred: transformers
+
+        resumed = resumed_step(checkpoints)
     resume_tags = {} if resumed is None else {"workbench.resumed_from_step": str(resumed)}  # first step run here
     outage = OutagePolicy(deadline_s=cfg.tracking.outage_deadline_s)
     tracker = RunTracker(tracking_uri, cfg.tracking.experiment or study, label,

@@ -107,6 +107,7 @@ class WorkbenchCallback(TrainerCallback):
         self.steps_done = 0
         self._pending: dict[str, float] = {}
         self._last_step = -1
+        self.on_checkpoint: Callable[[str], None] | None = None  # engine: trl saves its record next to TRL's
 
     @classmethod
     def inside_run(cls, sink, monitor: HealthMonitor, *, per_step: int, unavailable: dict[str, str],
@@ -140,6 +141,18 @@ class WorkbenchCallback(TrainerCallback):
         if state.global_step % self.per_step == 0:
             self._finish_step(step, control)
         return control
+
+    def on_save(self, args, state, control, **kwargs):
+        if self.on_checkpoint is not None:  # TRL has just written output_dir/checkpoint-<global_step>
+            self.on_checkpoint(f"{args.output_dir}/checkpoint-{state.global_step}")
+        return control
+
+    def resume_at(self, history: list[tuple[int, dict[str, float]]]) -> None:
+        """Continue after the steps of ``history`` (replayed to the monitor and the sink by the caller)."""
+        self.history = list(history)
+        if history:
+            self._last_step = history[-1][0]
+            self.steps_done = self._last_step + 1
 
     def on_train_end(self, args, state, control, **kwargs):
         if not self.stop_reason and self._last_step >= 0:  # as the native loop: the last step is an eval only

@@ -73,8 +73,6 @@ def train_trl(cfg: RunConfig, sink, monitor: HealthMonitor, on_step=None, checkp
     trainer state) under the run key's checkpoint directory and an executed-again run resumes from the latest."""
     import torch
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, PrinterCallback
-    from trl import GRPOConfig, GRPOTrainer
 
     torch.manual_seed(cfg.seed)
     task = build_task(cfg.task)
@@ -89,6 +87,21 @@ def train_trl(cfg: RunConfig, sink, monitor: HealthMonitor, on_step=None, checkp
     dataset = Dataset.from_dict({"prompt": [prompt_format.render(p.prompt) for p in problems],
                                  "answer": [p.answer for p in problems]})
     out = trl_output_dir(checkpoints, work_dir)
+    try:
+        return _train(cfg, sink, monitor, on_step, checkpoints, on_eval, out, directory, tokenizer, prompt_format,
+                      dataset, eval_set)
+    finally:
+        if checkpoints is None and work_dir is None:  # a scratch directory: TRL's files are of no further use
+            shutil.rmtree(out, ignore_errors=True)
+
+
+def _train(cfg: RunConfig, sink, monitor: HealthMonitor, on_step, checkpoints: RunCheckpoints | None, on_eval,
+           out: Path, directory: Path, tokenizer, prompt_format, dataset, eval_set) -> TrainResult:
+    import torch
+    from transformers import AutoModelForCausalLM, PrinterCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    roll = cfg.rollout
     args = GRPOConfig(output_dir=str(out), run_name=f"seed={cfg.seed}", **grpo_config_kwargs(cfg))
     model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32)
     result = TrainResult(steps_done=0)
@@ -122,6 +135,7 @@ def train_trl(cfg: RunConfig, sink, monitor: HealthMonitor, on_step=None, checkp
         trainer = GRPOTrainer(model=model, reward_funcs=[verifier_reward(verifier, roll.group_size)], args=args,
                               train_dataset=dataset, processing_class=tokenizer, callbacks=[callback])
         trainer.remove_callback(PrinterCallback)  # TRL's stdout print of every log: the run's progress bar says it
+        callback.on_checkpoint = lambda path: save_record(Path(path), callback, result)
         resume = latest_checkpoint(out) if checkpoints is not None else None
         if resume is not None:
             replay(callback, resume, monitor, sink, result)
@@ -130,8 +144,6 @@ def train_trl(cfg: RunConfig, sink, monitor: HealthMonitor, on_step=None, checkp
     result.stop = StopReason(callback.stop_reason) if callback.stop_reason else None
     for _, metrics in callback.history:
         result.last_metrics |= metrics
-    if checkpoints is None and work_dir is None:
-        shutil.rmtree(out, ignore_errors=True)
     return result
 
 
@@ -150,30 +162,53 @@ def trl_output_dir(checkpoints: RunCheckpoints | None, work_dir: Path | None) ->
     return path
 
 
+HISTORY_FILE = "workbench_history.json"  # the workbench's record of the steps a TRL checkpoint holds
+
+
 def latest_checkpoint(out: Path) -> Path | None:
-    """TRL's latest ``checkpoint-N`` directory under ``out`` holding its trainer state, or None."""
+    """TRL's latest complete ``checkpoint-N`` under ``out``: its trainer state and the workbench's record both
+    written (a crash between the two leaves a checkpoint that is not resumed from), or None."""
     found = [(int(p.name.split("-")[1]), p) for p in out.glob("checkpoint-*")
-             if p.name.split("-")[1].isdigit() and (p / "trainer_state.json").is_file()]
+             if p.name.split("-")[1].isdigit() and (p / "trainer_state.json").is_file() and (p / HISTORY_FILE).is_file()]
     return max(found)[1] if found else None
+
+
+def resumed_step(checkpoints: RunCheckpoints | None) -> int | None:
+    """The first RL step an executed-again ``engine: trl`` run trains (its latest TRL checkpoint's), or None."""
+    import json
+
+    if checkpoints is None:
+        return None
+    latest = latest_checkpoint(checkpoints.directory / "trl")
+    return None if latest is None else json.loads((latest / HISTORY_FILE).read_text())["steps_done"]
+
+
+def save_record(checkpoint: Path, callback: WorkbenchCallback, result: TrainResult) -> None:
+    """Next to TRL's checkpoint: the steps logged so far, the eval history and the per-problem rows, written
+    atomically (a resume replays them, so each step is logged once in the resumed run)."""
+    import json
+    import os
+
+    record = {"steps_done": callback.steps_done, "history": callback.history, "eval_history": result.eval_history,
+              "samples": result.samples, "problems": {k: list(v) for k, v in vars(result.problems).items()}}
+    tmp = checkpoint / f".{HISTORY_FILE}.tmp"
+    tmp.write_text(json.dumps(record))
+    os.replace(tmp, checkpoint / HISTORY_FILE)
 
 
 def replay(callback: WorkbenchCallback, checkpoint: Path, monitor: HealthMonitor, sink, result: TrainResult) -> None:
     """Before a resume: the steps the earlier attempt logged up to the checkpoint, replayed to the health monitor
-    and the sink from the history this engine saved next to TRL's checkpoint, so the run's record is whole."""
+    and the sink from the record saved next to TRL's checkpoint, so the run's record is whole."""
     import json
 
-    saved = checkpoint / HISTORY_FILE
-    if not saved.is_file():
-        return
-    state = json.loads(saved.read_text())
-    for step, metrics in state["history"]:
-        monitor.observe(step, metrics)
+    state = json.loads((checkpoint / HISTORY_FILE).read_text())
+    history = [(int(step), metrics) for step, metrics in state["history"]]
+    for step, metrics in history:
+        monitor.observe(step, {k: v for k, v in metrics.items() if k != "health/status"})
         sink.log_metrics(metrics, step)
-        callback.history.append((step, metrics))
-        callback._last_step = step
-        callback.steps_done = step + 1
-    result.eval_history = [tuple(e) for e in state["eval_history"]]
-    result.problems = ProblemResults(**state["problems"]).before(callback.steps_done)
-
-
-HISTORY_FILE = "workbench_history.json"
+    callback.resume_at(history)
+    done = callback.steps_done
+    # the eval at `done` runs again after the resume: its rows are not kept twice
+    result.eval_history = [(int(s), float(a)) for s, a in state["eval_history"] if int(s) < done]
+    result.samples = [row for row in state["samples"] if row.get("step", 0) < done]
+    result.problems = ProblemResults(**state["problems"]).before(done)
