@@ -166,3 +166,22 @@ def test_workbench_callback_in_a_plain_trl_script(tmp_path):
         out = workbench(*command, "--tracking-uri", uri, cwd=tmp_path)
         assert out.returncode == 0, out.stderr[-2000:]
         assert "dapo" in out.stdout and "grpo" in out.stdout
+
+
+def test_the_shipped_differential_study_runs_its_trl_arms(tmp_path):
+    """studies/engines_trl.yaml's three trl arms, 2 steps each at tests/test_shipped_studies_run.py's size."""
+    from tests.test_shipped_studies_run import EXTRA, SMALL_RUN
+
+    uri = sqlite_uri(tmp_path / "mlflow.db")
+    args = ["run", str(ROOT / "studies" / "engines_trl.yaml"), "--quiet", "--only", "seed=0,variant=trl",
+            "--set", f"tracking.uri={uri}"]
+    for setting in SMALL_RUN + EXTRA["engines_trl"]:
+        args += ["--set", setting]
+    result = workbench(*args, cwd=tmp_path, timeout=1200)
+    assert result.returncode == 0, result.stderr[-3000:]
+    runs = child_runs(uri, "engines-trl")
+    assert sorted(r.data.tags["workbench.arm"] for r in runs) == ["trl/preset=dapo", "trl/preset=dr_grpo",
+                                                                  "trl/preset=grpo"]
+    for run in runs:
+        assert run.info.status == "FINISHED" and run.data.tags["workbench.engine"] == "trl"
+        assert {"length/mean", "eval/accuracy", "reward/mean"} <= set(run.data.metrics)
