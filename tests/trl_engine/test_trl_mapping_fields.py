@@ -15,13 +15,24 @@ except ImportError:
     pytest.skip("TRL is not installed (`make trl` builds .venv-trl; see docs/trl-engine.md)", allow_module_level=True)
 
 from workbench.config import RunConfig
-from workbench.engine.trl_mapping import TRL_VERSION, grpo_config_kwargs, mapped_fields
+from workbench.engine.trl_mapping import LEFT_AT_DEFAULT, TRL_VERSION, grpo_config_kwargs, mapped_fields
 
 
 def test_every_field_the_mapping_names_is_a_grpoconfig_field():
     fields = {f.name for f in dataclasses.fields(trl.GRPOConfig)}
     missing = sorted(mapped_fields() - fields)
     assert not missing, f"GRPOConfig {trl.__version__} has no field {missing} (the mapping was read from {TRL_VERSION})"
+
+
+def test_every_grpoconfig_field_is_mapped_or_left_at_its_default_on_purpose():
+    """A field a new TRL adds (or renames) fails here until the mapping says what it is."""
+    from transformers import TrainingArguments
+
+    inherited = {f.name for f in dataclasses.fields(TrainingArguments)}
+    own = {f.name for f in dataclasses.fields(trl.GRPOConfig)} - inherited
+    assert sorted(own - mapped_fields() - set(LEFT_AT_DEFAULT)) == []
+    assert sorted(set(LEFT_AT_DEFAULT) - own) == []  # nothing listed that TRL does not have
+    assert not set(LEFT_AT_DEFAULT) & mapped_fields()
 
 
 def test_the_installed_trl_is_the_one_the_mapping_was_read_from():

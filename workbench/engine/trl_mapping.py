@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 if TYPE_CHECKING:
     from workbench.config import RunConfig
 
-__all__ = ["FIXED_FIELDS", "ROWS", "TRL_VERSION", "Row", "grpo_config_kwargs", "inexpressible", "markdown_table",
+__all__ = ["FIXED_FIELDS", "LEFT_AT_DEFAULT", "ROWS", "TRL_VERSION", "Row", "grpo_config_kwargs", "inexpressible", "markdown_table",
            "mapped_fields"]
 
 TRL_VERSION = "1.16.0"  # the TRL whose GRPOConfig/GRPOTrainer this table was read from
@@ -157,6 +157,43 @@ FIXED_FIELDS: dict[str, tuple[Any, str]] = {
     "remove_unused_columns": (False, "the reward function reads the dataset's answer column"),
     "dataloader_num_workers": (0, "one process"),
     "disable_tqdm": (True, "the workbench's progress display"),
+}
+
+#: GRPOConfig's own fields (beyond transformers' TrainingArguments) that no workbench setting maps to: left at TRL's
+#: default, which is the workbench's behaviour, or off. The TRL-venv test checks that these and the mapped fields
+#: together are every GRPOConfig field of TRL_VERSION, so a field a new TRL adds is classified before it is trusted.
+LEFT_AT_DEFAULT: dict[str, str] = dict.fromkeys(
+    ("entropy_coef", "entropy_coef_delta", "entropy_coef_max", "entropy_coef_min", "entropy_target",
+     "use_adaptive_entropy", "top_entropy_quantile"), "entropy bonus / high-entropy token masking: off (none in the "
+    "workbench)") | dict.fromkeys(
+    ("vespo_k_neg", "vespo_k_pos", "vespo_lambda_neg", "vespo_lambda_pos"), "loss_type vespo only (no workbench "
+    "counterpart)") | dict.fromkeys(
+    ("sync_ref_model", "ref_model_mixup_alpha", "ref_model_sync_steps"), "the KL reference stays the initial policy, "
+    "as the workbench's") | dict.fromkeys(
+    ("vllm_mode", "vllm_model_impl", "vllm_enable_sleep_mode", "vllm_structured_outputs_regex",
+     "vllm_server_base_url", "vllm_server_host", "vllm_server_port", "vllm_server_timeout", "vllm_group_port",
+     "vllm_gpu_memory_utilization", "vllm_max_model_length", "vllm_tensor_parallel_size",
+     "vllm_importance_sampling_clip_max", "vllm_importance_sampling_clip_min"), "vLLM only (use_vllm=False)") \
+    | dict.fromkeys(
+    ("log_completions", "log_completions_hub_repo", "log_multimodal", "log_unique_prompts",
+     "num_completions_to_print"), "TRL's own completion logging: off (the workbench logs)") | dict.fromkeys(
+    ("use_transformers_continuous_batching", "transformers_continuous_batching_config", "use_transformers_paged",
+     "cache_implementation", "generation_kwargs", "ds3_gather_for_generation"), "how TRL generates: its defaults "
+    "(transformers' generate)") | {
+    "min_p": "None: no min-p filtering, as the workbench's sampler",
+    "off_policy_mask_threshold": "None: no off-policy sequence masking (none in the workbench)",
+    "use_bias_correction_kl": "False: the KL is not reweighted by the ratio (as the workbench's)",
+    "multi_objective_aggregation": "one reward function: both aggregations give the same reward",
+    "num_generations_eval": "TRL's own eval is not used (the workbench evaluates)",
+    "shuffle_dataset": "True: the dataset is already i.i.d. draws from the task",
+    "disable_dropout": "False: dropout as in the model's config, as the workbench's learner (model.train())",
+    "cast_lm_head_to_fp32": "False: float32 weights throughout",
+    "pad_to_multiple_of": "None: no padding beyond the batch's longest",
+    "chat_template_kwargs": "prompts arrive rendered by the workbench's prompt format",
+    "max_tool_calling_iterations": "no tools",
+    "model_init_kwargs": "the engine loads the model itself (float32)",
+    "trust_remote_code": "False: the workbench never runs a model directory's code",
+    "router_aux_loss_coef": "MoE router loss: the workbench's models are dense",
 }
 
 _ESTIMATOR_SCALE = {"grpo": "group", "dr_grpo": "none", "lite_ppo": "batch"}
@@ -302,4 +339,6 @@ def markdown_table() -> str:
         lines.append(f"| `{row.setting}` | {kinds[row.kind]} | {fields} | {row.how} |")
     lines += ["", "| GRPOConfig field fixed by the engine | value | why |", "|---|---|---|"]
     lines += [f"| `{name}` | `{value}` | {why} |" for name, (value, why) in FIXED_FIELDS.items()]
+    lines += ["", "| GRPOConfig field no workbench setting maps to | left at TRL's default because |", "|---|---|"]
+    lines += [f"| `{name}` | {why} |" for name, why in sorted(LEFT_AT_DEFAULT.items())]
     return "\n".join(lines) + "\n"

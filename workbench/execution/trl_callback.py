@@ -188,8 +188,8 @@ class WorkbenchCallback(TrainerCallback):
 
     # -- standalone: the run this callback opens and closes -----------------------------------------------------
     def _open_run(self, args, model) -> None:
-        from workbench.tracking.store import resolve_tracking_uri
-        from workbench.tracking.writer import RunTracker
+        from workbench.tracking.store import resolve_tracking_uri  # deferred: mlflow, for standalone use only
+        from workbench.tracking.writer import RunTracker  # deferred: mlflow, for standalone use only
 
         if not (self.study and self.variant is not None and self.seed is not None):
             raise ValueError("WorkbenchCallback needs study=, variant= and seed= (or runs inside engine: trl)")
@@ -232,7 +232,7 @@ def _study_parent(uri: str, study: str, variant: str) -> str:
     variant seen so far (the first one is compare's baseline)."""
     from mlflow import MlflowClient
 
-    from workbench.tracking.store import get_or_create_experiment
+    from workbench.tracking.store import get_or_create_experiment  # deferred: mlflow, for standalone use only
 
     client = MlflowClient(uri)
     experiment = get_or_create_experiment(client, study, uri)

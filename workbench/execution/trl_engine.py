@@ -111,7 +111,7 @@ def _train(cfg: RunConfig, sink, monitor: HealthMonitor, on_step, checkpoints: R
 
         def run_eval(step: int) -> dict[str, float]:
             nonlocal sampler
-            from workbench.rollout.hf import HFSampler
+            from workbench.rollout.hf import HFSampler  # deferred: built at the first eval only
 
             if sampler is None:  # the training model itself (float32 both): the eval sees its current weights
                 sampler = HFSampler(model, tokenizer, cfg.sampler, prompt_format)
