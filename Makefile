@@ -57,7 +57,7 @@ $(TRL_STAMP): pyproject.toml
 	test -d $(TRL) || $(PYTHON) -m venv $(TRL)
 	$(TRL)/bin/pip install -q --upgrade pip
 	$(TRL)/bin/pip install -q "$(TORCH)"
-	$(TRL)/bin/pip install -q -e '.[dev]' 'trl>=1.16,<1.17' 'datasets>=5,<6'  # the TRL version the adapter was read from
+	$(TRL)/bin/pip install -q -e '.[dev,trl]'  # the extra pins the TRL version the adapter and the engine's mapping were read from
 	$(TRL)/bin/python -c "import trl, workbench"
 	touch $@
 
@@ -66,13 +66,14 @@ demo: $(CORE_STAMP)  # not the test extras: a demo needs no Ray, TensorBoard, W&
 
 # The main suite, then the engine suite and the TRL import tests in their own venvs when
 # `make engines` / `make trl` have built them.
-TRL_TESTS := tests/importers/test_trl_*.py
+# the TRL import tests and the TRL engine's (tests/trl_engine/): one level below tests/, named test_trl_*
+TRL_TESTS := tests/*/test_trl_*.py
 test: install verl
 	WORKBENCH_VERL_PATH=$(VERL) $(BIN)/python -m pytest --durations=30 --ignore=tests/engines --ignore-glob='$(TRL_TESTS)'
 	@if [ -f $(ENGINES_STAMP) ]; then $(MAKE) --no-print-directory test-engines; \
 	 else echo "engine tests not run: \`make engines\` installs vLLM and DeepSpeed (see docs/engines.md)"; fi
 	@if [ -f $(TRL_STAMP) ]; then $(MAKE) --no-print-directory test-trl; \
-	 else echo "TRL import tests not run: \`make trl\` installs TRL (see docs/import.md)"; fi
+	 else echo "TRL import and engine tests not run: \`make trl\` installs TRL (see docs/import.md)"; fi
 
 test-trl: $(TRL_STAMP)
 	$(TRL)/bin/python -m pytest $(TRL_TESTS)

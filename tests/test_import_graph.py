@@ -148,6 +148,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("batch",),  # rollouts and train batches
     ("algorithms", "health", "reward", "metrics"),  # the registered units a run composes
     ("config",),  # a run's validated config, naming those units
+    ("engine",),  # engine: trl: each setting -> TRL's GRPOConfig field, or refused (no TRL import)
     ("study", "tracking"),  # study YAML -> run configs; writing to MLflow
     ("rollout",),  # sampling engines
     ("models",),  # policies (the tiny CPU model is cold-started with the rollout's decoder)
@@ -155,8 +156,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("results",),  # reading runs back
     ("compare",),  # statistics over seeds
     ("viz",),  # figures, dashboards, MLflow saved views
-    ("execution",),  # one run, a study, the pool, workers
-    ("search", "importers"),  # Optuna searches; runs from TRL and verl
+    ("importers",),  # runs from TRL and verl; the TRL metric adapter the TRL engine's callback reuses
+    ("execution",),  # one run, a study, the pool, workers (engine: trl too)
+    ("search",),  # Optuna searches
     ("analysis",),  # what is decided and computed for a user: returned, never printed
     ("cli",),  # the command line: prints what analysis returns
     ("notebook",),  # the notebook API: analysis's results as objects (workbench.load_study)

@@ -29,7 +29,10 @@ SMALL_RUN = [  # cost only; the micro model's shape is tests/conftest.py's MICRO
     "rollout.steps=2", "rollout.eval_every=2", "rollout.eval_size=4", "rollout.prompts_per_step=2",
     "rollout.group_size=2", "rollout.log_samples=2",
 ]
-ONLY = {"engines_mismatch": "seed=0,variant=hf"}  # vLLM is not installed in the main environment
+# vLLM and TRL are not installed in the main environment: their arms run in tests/engines and tests/trl_engine
+ONLY = {"engines_mismatch": "seed=0,variant=hf", "engines_trl": "seed=0,variant=workbench"}
+# engine: trl needs the batch to split into DAPO's 16 minibatches (2 prompts x 8 = 16), or plan refuses the trl arm
+EXTRA = {"engines_trl": ["rollout.group_size=8"]}
 # a model directory and GSM8K files instead of the tiny model: tests/chat/test_gpu_study.py runs its shape
 # (chat_cpu: tests/chat/test_chat_cpu_study.py builds that model and runs it as shipped)
 ELSEWHERE = {"qwen_gsm8k", "chat_cpu"}
@@ -41,12 +44,13 @@ def test_shipped_study_runs_two_steps_per_arm(path, workdir):
         pytest.skip("runs on a locally built chat model in tests/chat/test_gpu_study.py")
     only = ONLY.get(path.stem, "seed=0")
     args = ["run", str(path), "--quiet", "--only", only]
-    for setting in SMALL_RUN:
+    for setting in SMALL_RUN + EXTRA.get(path.stem, []):
         args += ["--set", setting]
     result = CliRunner().invoke(app, args, catch_exceptions=False)
     assert result.exit_code == 0, result.output
 
-    arms = [s for s in expand(load_study(path)) if s.seed == 0 and (path.stem not in ONLY or s.variant == "hf")]
+    variant = ONLY.get(path.stem, "").partition("variant=")[2]
+    arms = [s for s in expand(load_study(path)) if s.seed == 0 and (not variant or s.variant == variant)]
     client = MlflowClient(f"sqlite:///{workdir / 'mlflow.db'}")  # workdir is this test's own: only this study
     experiments = [e.experiment_id for e in client.search_experiments()]
     runs = client.search_runs(experiments, "tags.`workbench.role` = 'run'")
@@ -62,7 +66,7 @@ def test_shipped_search_tunes(workdir):
     docs' command ends with best trials, the importances (or why not) and the report."""
     path = Path(__file__).parents[1] / "studies" / "lr_search.yaml"
     args = ["tune", str(path), "--quiet", "--set", "search.n_trials=2"]
-    for setting in SMALL_RUN:
+    for setting in SMALL_RUN + EXTRA.get(path.stem, []):
         args += ["--set", setting]
     result = CliRunner().invoke(app, args, catch_exceptions=False, env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output

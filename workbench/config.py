@@ -623,6 +623,13 @@ class RunConfig(Strict):
     """Everything that determines one run. Hashing it (with the seed) gives ``run_key``."""
 
     seed: int = Field(0, ge=0, le=MAX_SEED)
+    # Default left out of dumps (like learner.lora): the params and run keys of every workbench-engine run stay
+    # what they were before the setting existed.
+    engine: Literal["workbench", "trl"] = Field(
+        "workbench", exclude_if=lambda v: v == "workbench",
+        description="who trains: workbench = the workbench's own RL loop; trl = TRL's GRPOTrainer on the same model, "
+        "task, verifier and eval problems (the `trl` extra; settings TRL cannot express are refused at load: "
+        "docs/trl-engine.md)")
     model: ModelConfig = Field(default_factory=lambda: ModelConfig(builtin="tiny"))
     task: TaskConfig = TaskConfig()
     sampler: SamplerConfig = SamplerConfig()

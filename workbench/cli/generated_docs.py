@@ -16,6 +16,7 @@ from pathlib import Path
 
 from workbench.cli.preset_docs import markdown_document, markdown_preset_table
 from workbench.compare.activity import markdown_activity_table
+from workbench.engine.trl_mapping import markdown_table as trl_mapping_table
 from workbench.health.rules import markdown_table as health_rule_table
 from workbench.metrics.catalogue import markdown_table as metric_table
 
@@ -63,6 +64,7 @@ PARTS = (
     GeneratedPart("docs/metrics.md", "metric table", metric_table),
     GeneratedPart("docs/reports.md", "activity table", markdown_activity_table),
     GeneratedPart("docs/compare.md", "activity table", markdown_activity_table),
+    GeneratedPart("docs/trl-engine.md", "trl mapping table", trl_mapping_table),
 )
 
 

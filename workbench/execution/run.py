@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from workbench.config import RunConfig
+from workbench.engine.trl_mapping import grpo_config_kwargs
 from workbench.execution.interrupts import raise_if_stop_requested
 from workbench.execution.run_progress import RunProgress
 from workbench.health import HealthMonitor
@@ -225,11 +226,22 @@ def check_engines(cfg: RunConfig) -> None:
     for setting, module in needed.items():
         if module and importlib.util.find_spec(module) is None:
             raise ModuleNotFoundError(f"{setting} needs {module}, which is not installed: {ENGINE_HINT}")
+    if cfg.engine == "trl":
+        for module in ("trl", "datasets"):
+            if importlib.util.find_spec(module) is None:
+                raise ModuleNotFoundError(f"engine=trl needs {module}, which is not installed: {TRL_HINT}")
+        grpo_config_kwargs(cfg)  # a setting TRL cannot express (a config built in code, not through a study)
+
+
+TRL_HINT = "pip install 'rl-workbench[trl]', or run `make trl` and use .venv-trl (docs/trl-engine.md)"
 
 
 def run_tags(study: str, variant: str, cfg: RunConfig, role: str = "run", label: str | None = None) -> dict[str, str]:
     arm = {} if label is None else {"workbench.arm": arm_of_label(label)}  # variant + grid point
-    return arm | {
+    # a TRL run says so, and which canonical metrics it cannot measure (never logged, never zero)
+    engine = {} if cfg.engine == "workbench" else {"workbench.engine": cfg.engine,
+                                                    "workbench.unavailable_metrics": ",".join(sorted(_unlogged(cfg)))}
+    return arm | engine | {
         "workbench.role": role,
         "workbench.study": study,
         "workbench.variant": variant,
@@ -237,6 +249,15 @@ def run_tags(study: str, variant: str, cfg: RunConfig, role: str = "run", label:
         "workbench.run_key": cfg.run_key(),
         "workbench.algorithm.preset": cfg.algorithm.preset,
     } | ({} if cfg.reward.control is None else {"reward/control": cfg.reward.control})  # a control arm says so
+
+
+def _unlogged(cfg: RunConfig) -> dict[str, str]:
+    """Metric -> why this run never logs it (a rule watching one is not applicable)."""
+    if cfg.engine == "trl":
+        from workbench.execution.trl_engine import trl_unlogged  # deferred: transformers
+
+        return trl_unlogged(cfg)
+    return unlogged_by_config(cfg.flat())
 
 
 def execute_run(cfg: RunConfig, *, study: str, variant: str, label: str, parent_run_id: str | None = None,
@@ -254,6 +275,10 @@ def execute_run(cfg: RunConfig, *, study: str, variant: str, label: str, parent_
     # learner.checkpoint_every: an earlier FAILED/KILLED attempt of this run_key left a checkpoint to resume from
     checkpoints = RunCheckpoints.for_run(outcome.run_key, cfg.learner.checkpoint_every, tracking_uri)
     resumed = None if checkpoints is None else checkpoints.latest_step()
+    if cfg.engine == "trl":  # TRL's own checkpoints, under the same run key's directory
+        from workbench.execution.trl_engine import resumed_step  # deferred: transformers
+
+        resumed = resumed_step(checkpoints)
     resume_tags = {} if resumed is None else {"workbench.resumed_from_step": str(resumed)}  # first step run here
     outage = OutagePolicy(deadline_s=cfg.tracking.outage_deadline_s)
     tracker = RunTracker(tracking_uri, cfg.tracking.experiment or study, label,
@@ -265,7 +290,7 @@ def execute_run(cfg: RunConfig, *, study: str, variant: str, label: str, parent_
     except TrackingOutage as error:  # nothing opened in MLflow: nothing to close or spill
         outcome.status, outcome.error, outcome.tracking_lost = "FAILED", f"TrackingOutage: {error}", True
         return outcome
-    monitor = HealthMonitor.from_config(cfg.health, unlogged=unlogged_by_config(cfg.flat()))
+    monitor = HealthMonitor.from_config(cfg.health, unlogged=_unlogged(cfg))
     bar = progress or RunProgress(enabled=False)
     made: list[RolloutRecorder] = []  # the run's rollout log, once train() has built it
 
@@ -283,9 +308,14 @@ def execute_run(cfg: RunConfig, *, study: str, variant: str, label: str, parent_
         tracker.log_params(redact_config(cfg.flat()))  # a tracking.uri's password is never stored
         tracker.log_dict(redact_config(cfg.model_dump(mode="json")), "config.yaml")
         bar.start_run(label, cfg.rollout.steps)
-        earlier = None if resumed is None else _earlier_rollouts(tracking_uri, outcome, resumed)
-        result = train(cfg, tracker, monitor, on_step=step_hook, checkpoints=checkpoints, on_eval=on_eval,
-                       rollout_log=rollout_recorder(cfg, tracker, made, earlier))
+        if cfg.engine == "trl":  # TRL's GRPOTrainer in place of the RL loop; the same run around it
+            from workbench.execution.trl_engine import train_trl  # deferred: trl
+
+            result = train_trl(cfg, tracker, monitor, on_step=step_hook, checkpoints=checkpoints, on_eval=on_eval)
+        else:
+            earlier = None if resumed is None else _earlier_rollouts(tracking_uri, outcome, resumed)
+            result = train(cfg, tracker, monitor, on_step=step_hook, checkpoints=checkpoints, on_eval=on_eval,
+                           rollout_log=rollout_recorder(cfg, tracker, made, earlier))
     except BaseException as error:  # noqa: BLE001 - every exit path must close the MLflow run
         _close_rollouts(made, tracker, error)
         return _close_failed(tracker, monitor, bar, outcome, error)

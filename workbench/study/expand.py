@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from workbench.config import RunConfig, deep_merge
+from workbench.engine.trl_mapping import inexpressible
 from workbench.errors import pydantic_issues
 from workbench.study.paths import MISSING, config_fields_at, get_path, is_int, set_path
 from workbench.study.report import Path_, Reporter
@@ -155,6 +156,16 @@ def validate_run_config(raw: dict[str, Any]) -> tuple[RunConfig | None, list[tup
     return None, problems
 
 
+def engine_problems(config: RunConfig, variant: str) -> list[tuple[tuple[Any, ...], str]]:
+    """``engine: trl`` with a setting TRL cannot express (workbench.engine.trl_mapping): the first one, as one line that
+    names the setting and the variant; nothing otherwise. One line: the others are of the same kind."""
+    refused = inexpressible(config)
+    if not refused:
+        return []
+    setting, why = refused[0]
+    return [(tuple(setting.split(".")), f"engine: trl cannot express {setting} (variant {variant!r}): {why}")]
+
+
 def expand_runs(study: Study, rep: Reporter) -> list[RunSpec]:
     """All runs of a study whose fields passed ``check_semantics``; issues go to ``rep``."""
     axes = _axes(study)
@@ -183,6 +194,8 @@ def expand_runs(study: Study, rep: Reporter) -> list[RunSpec]:
             base_label = "/".join(parts)
 
             config, problems = validate_run_config({**raw, "seed": study.seeds[0]})
+            if config is not None and not problems:
+                problems = engine_problems(config, variant)
             resolved = config.model_dump(mode="python") if config is not None else raw
 
             if problems or config is None:

@@ -1,0 +1,187 @@
+"""Acceptance of ``engine: trl`` (runs in .venv-trl): real GRPOTrainer runs as a workbench study, their health
+rules stopping a collapse through the callback, and WorkbenchCallback in a plain TRL script."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import MICRO_MODEL
+from tests.importers.helpers import child_runs, sqlite_uri, workbench
+
+try:
+    import trl  # noqa: F401 - imported only to know whether TRL is here
+except ImportError:
+    if os.environ.get("WORKBENCH_REQUIRE_TRL") == "1":
+        raise
+    pytest.skip("TRL is not installed (`make trl` builds .venv-trl; see docs/trl-engine.md)", allow_module_level=True)
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).parents[2]
+# tests/test_e2e_health.py's model: 1-digit sums, trained just enough (~0.8 held-out) that groups disagree and
+# updates are real (the micro model earns no reward, so its gradients are all zero)
+SMALL_MODEL = {"builtin": "tiny", "tiny": {"hidden_size": 64, "num_layers": 2, "num_heads": 4,
+                                           "intermediate_size": 128, "sft_max_steps": 150,
+                                           "sft_target_accuracy": 1.0, "sft_check_every": 1000}}
+BASE = {"engine": "trl", "model": SMALL_MODEL, "task": {"digits": 1, "ops": "+", "eval_size": 10},
+        "sampler": {"max_new_tokens": 10}, "learner": {"device": "cpu"}}
+STEPS = 3
+# TRL measures these at every step (the adapter's names), the verifier reward the last three, the monitor health/status
+EVERY_STEP = ("reward/mean", "reward/std", "entropy/mean", "length/mean", "length/max", "length/truncated_frac",
+              "loss/policy", "grad/norm", "clip/frac_low", "clip/frac_high", "batch/zero_std_frac", "perf/step_s",
+              "accuracy/train", "batch/all_correct_frac", "batch/all_wrong_frac", "health/status")
+
+
+def write_study(path: Path, study: dict) -> Path:
+    path.write_text(yaml.safe_dump(study, sort_keys=False))
+    return path
+
+
+def history(client, run_id: str, name: str) -> dict[int, float]:
+    return {m.step: m.value for m in client.get_metric_history(run_id, name)}
+
+
+def test_a_two_variant_two_seed_trl_study_runs_is_judged_and_skips_when_run_again(tmp_path):
+    from mlflow import MlflowClient
+
+    uri = sqlite_uri(tmp_path / "mlflow.db")
+    study = write_study(tmp_path / "trl.yaml", {
+        "name": "trl-tiny",
+        "base": BASE | {"rollout": {"prompts_per_step": 4, "group_size": 4, "steps": STEPS, "eval_every": 2,
+                                    "log_samples": 4}, "tracking": {"uri": uri}},
+        "variants": {"grpo": {"algorithm": {"preset": "grpo"}}, "dr_grpo": {"algorithm": {"preset": "dr_grpo"}}},
+        "seeds": [0, 1]})
+    first = workbench("run", str(study), "--quiet", cwd=tmp_path, timeout=1200)
+    assert first.returncode == 0, first.stderr[-3000:]
+    runs = child_runs(uri, "trl-tiny")
+    assert sorted((r.data.tags["workbench.variant"], r.data.tags["workbench.seed"], r.info.status) for r in runs) \
+        == [("dr_grpo", "0", "FINISHED"), ("dr_grpo", "1", "FINISHED"), ("grpo", "0", "FINISHED"),
+            ("grpo", "1", "FINISHED")]
+    client = MlflowClient(uri)
+    for run in runs:
+        tags, rid = run.data.tags, run.info.run_id
+        assert tags["workbench.engine"] == "trl" and run.data.params["engine"] == "trl"
+        assert tags["workbench.stopped_early"] == "false"
+        for name in EVERY_STEP:
+            assert sorted(history(client, rid, name)) == list(range(STEPS)) + ([STEPS] if name == "health/status"
+                                                                                 else []), name
+        # evals as a native run's: step 0, every eval_every, and after the last step
+        assert sorted(history(client, rid, "eval/accuracy")) == [0, 2, 3]
+        unavailable = set(tags["workbench.unavailable_metrics"].split(","))
+        assert {"policy/approx_kl", "kl/ref", "mismatch/kl", "perf/learn_s"} <= unavailable
+        assert not unavailable & set(run.data.metrics), "an unavailable metric was logged"
+        assert all(0.0 <= v <= 1.0 for v in history(client, rid, "accuracy/train").values())
+    # dr_grpo's loss is a token sum over batch x max_completion_length, grpo's a per-sequence mean: both real
+    grads = [v for r in runs for v in history(client, r.info.run_id, "grad/norm").values()]
+    assert any(g > 0 for g in grads), "no run had a gradient: the test model earns no reward"
+
+    health = workbench("health", str(study), cwd=tmp_path)
+    assert health.returncode == 0, health.stderr[-2000:]
+    assert "grpo" in health.stdout and "dr_grpo" in health.stdout
+    compare = workbench("compare", str(study), "--no-log", cwd=tmp_path)
+    assert compare.returncode == 0, compare.stderr[-2000:]
+    assert "final_eval_accuracy" in compare.stdout
+
+    again = workbench("run", str(study), "--quiet", cwd=tmp_path, timeout=600)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert {r.info.run_id for r in child_runs(uri, "trl-tiny")} == {r.info.run_id for r in runs}  # nothing re-ran
+
+
+def test_a_planted_collapse_stops_the_trl_run_at_the_step_its_rules_say(tmp_path):
+    """lr 0.05 (500x the default) destroys the policy within a few steps (tests/test_e2e_health.py's native
+    case). reward_collapse, given severity fail, must stop the TRL run through the callback exactly where the
+    same rule, evaluated afresh on the run's own logged stream, first says stop."""
+    from mlflow import MlflowClient
+
+    from workbench.health import HealthMonitor
+
+    steps = 12
+    health = {"preset": "default", "rules": {"reward_collapse": {"window": 1, "patience": 2, "noise_z": 0.0,
+                                                                 "noise_window": 6, "severity": "fail"}}}
+    uri = sqlite_uri(tmp_path / "mlflow.db")
+    study = write_study(tmp_path / "collapse.yaml", {
+        "name": "trl-collapse",
+        "base": BASE | {"learner": {"device": "cpu", "lr": 0.05}, "health": health, "tracking": {"uri": uri},
+                        "rollout": {"prompts_per_step": 8, "group_size": 4, "steps": steps, "eval_every": 100,
+                                    "log_samples": 4}},
+        "variants": {"lr": {}}, "seeds": [0]})
+    result = workbench("run", str(study), "--quiet", cwd=tmp_path, timeout=1200)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (run,) = child_runs(uri, "trl-collapse")
+    client = MlflowClient(uri)
+    logged: dict[int, dict[str, float]] = {}
+    for name in run.data.metrics:
+        if name != "health/status":
+            for step, value in history(client, run.info.run_id, name).items():
+                logged.setdefault(step, {})[name] = value
+    monitor = HealthMonitor.from_config(health)
+    stop = None
+    for step, metrics in sorted(logged.items()):
+        monitor.observe(step, metrics)
+        if monitor.should_stop:
+            stop = step
+            break
+    assert stop is not None, "the rule never says stop on the logged stream"
+    trained = sorted(history(client, run.info.run_id, "loss/policy"))
+    assert trained[-1] == stop < steps - 1  # TRL stopped after that step, well before the last
+    assert run.info.status == "FINISHED" and run.data.tags["workbench.stopped_early"] == "true"
+    assert run.data.tags["workbench.health"] == "fail"
+    assert run.data.tags["workbench.stop_reason"] == f"health: {monitor.reasons}"
+    assert f"reward_collapse@{stop}" in run.data.tags["workbench.stop_reason"]
+    assert history(client, run.info.run_id, "health/status")[stop] == 2.0  # fail
+    assert sorted(history(client, run.info.run_id, "eval/accuracy")) == [0]  # stopped: no final eval, as native
+
+
+def test_workbench_callback_in_a_plain_trl_script(tmp_path):
+    """docs/trl_callback_example.py as a user runs it: two variants into one study, then health and compare."""
+    from mlflow import MlflowClient
+
+    from workbench.config import ModelConfig, TaskConfig
+    from workbench.models.tiny import tiny_model_dir
+
+    model = tiny_model_dir(ModelConfig(**MICRO_MODEL), TaskConfig(), progress=False)
+    uri = sqlite_uri(tmp_path / "mlflow.db")
+    env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "PYTHONPATH": str(ROOT)}
+    for variant in ("dapo", "grpo"):
+        proc = subprocess.run([sys.executable, str(ROOT / "docs" / "trl_callback_example.py"), str(model),
+                               "--study", "mine", "--variant", variant, "--steps", "2", "--out", str(tmp_path / variant)],
+                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    runs = child_runs(uri, "mine")
+    assert sorted(r.data.tags["workbench.variant"] for r in runs) == ["dapo", "grpo"]
+    client = MlflowClient(uri)
+    for run in runs:
+        assert run.info.status == "FINISHED" and run.data.tags["workbench.engine"] == "trl"
+        assert run.data.params["trl.loss_type"] == run.data.tags["workbench.variant"]
+        for name in ("reward/mean", "entropy/mean", "length/mean", "grad/norm", "health/status"):
+            assert sorted(history(client, run.info.run_id, name)) == [0, 1], name
+    assert len({r.data.tags["workbench.run_key"] for r in runs}) == 2
+    for command in (["health", "mine"], ["compare", "mine", "--no-log"]):
+        out = workbench(*command, "--tracking-uri", uri, cwd=tmp_path)
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert "dapo" in out.stdout and "grpo" in out.stdout
+
+
+def test_the_shipped_differential_study_runs_its_trl_arms(tmp_path):
+    """studies/engines_trl.yaml's three trl arms, 2 steps each at tests/test_shipped_studies_run.py's size."""
+    from tests.test_shipped_studies_run import EXTRA, SMALL_RUN
+
+    uri = sqlite_uri(tmp_path / "mlflow.db")
+    args = ["run", str(ROOT / "studies" / "engines_trl.yaml"), "--quiet", "--only", "seed=0,variant=trl",
+            "--set", f"tracking.uri={uri}"]
+    for setting in SMALL_RUN + EXTRA["engines_trl"]:
+        args += ["--set", setting]
+    result = workbench(*args, cwd=tmp_path, timeout=1200)
+    assert result.returncode == 0, result.stderr[-3000:]
+    runs = child_runs(uri, "engines-trl")
+    assert sorted(r.data.tags["workbench.arm"] for r in runs) == ["trl/preset=dapo", "trl/preset=dr_grpo",
+                                                                  "trl/preset=grpo"]
+    for run in runs:
+        assert run.info.status == "FINISHED" and run.data.tags["workbench.engine"] == "trl"
+        assert {"length/mean", "eval/accuracy", "reward/mean"} <= set(run.data.metrics)
