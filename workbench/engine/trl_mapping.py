@@ -93,6 +93,8 @@ ROWS: tuple[Row, ...] = (
         ("generation_batch_size", "per_device_train_batch_size")),
     Row("rollout.steps", "field", "max_steps = steps x minibatches x epochs (TRL counts optimizer steps)",
         ("max_steps",)),
+    Row("rollout.staleness", "refused", "0 only: GRPOTrainer samples with the current policy (TRL's asynchronous "
+        "trainer, with its own max_staleness, is another trainer)"),
     Row("rollout.eval_every", "around", "the workbench's eval, run by the callback at these steps"),
     Row("rollout.eval_temperature", "around", "the workbench's eval"),
     Row("rollout.eval_samples", "around", "the workbench's eval"),
