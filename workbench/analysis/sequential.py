@@ -480,7 +480,7 @@ def _save_record(uri: str, study, specs, record: SequentialRecord, lines: list[s
 
 #: Columns of a compared row that the design's decision replaces with its look's (the rest, e.g. the arm's
 #: mean over all its seeds, stay the table's).
-DESIGN_COLUMNS = ("delta", "delta_lo", "delta_hi", "delta_level", "paired", "p_value", "p_adjusted", "mde",
+DESIGN_COLUMNS = ("delta", "delta_lo", "delta_hi", "delta_level", "delta_ci", "paired", "p_value", "p_adjusted", "mde",
                   "p_equivalence", "test")
 
 
