@@ -110,3 +110,68 @@ def check_resumed(record: ResumeRecord, crash_after: int, tolerance: float = 0.0
     if tolerance == 0.0:
         assert resumed.drop(columns="run_id").reset_index(drop=True).equals(
             reference.drop(columns="run_id").reset_index(drop=True))
+
+
+@dataclass
+class KilledAndResumed:
+    client: MlflowClient
+    done: int  # the steps the killed run had checkpointed
+    resumed: object  # the one FINISHED MLflow run (resumed from `done`)
+
+
+def sigkill_after_checkpoint_then_run_again(workdir, cfg: RunConfig, variant: str, *, steps: int,
+                                            at_step: int = 2) -> KilledAndResumed:
+    """Run ``cfg`` as a one-run study ``killed`` under ``workbench run``, SIGKILL the run's process once it has
+    checkpointed step ``at_step`` (nothing of it runs after the signal: the OOM killer), check it is FAILED with
+    the signal named, run the study again and return the single FINISHED run, resumed from the checkpoint.
+    Shared by the LoRA and the staleness tests (their checkpoints hold more state than plain weights)."""
+    import json
+    import os
+    import signal
+    import subprocess
+    from pathlib import Path
+
+    import yaml
+
+    from tests.execution_helpers import (
+        child_runs,
+        children,
+        cmdline,
+        install_empty_mlflow_db,
+        spawn,
+        stop_group,
+        wait_for,
+        workbench_cmd,
+    )
+
+    uri = install_empty_mlflow_db(workdir)
+    study = workdir / "study.yaml"
+    study.write_text(yaml.safe_dump({"name": "killed", "base": cfg.model_dump(mode="json", exclude={"tracking", "seed"}),
+                                     "variants": {variant: {}}, "seeds": [cfg.seed]}, sort_keys=False))
+    latest = checkpoint_root(uri) / cfg.run_key() / "latest.json"
+    client = MlflowClient(uri)
+    proc = spawn(workbench_cmd("run", study, "--parallel", 2, "--quiet"), workdir, workdir / "run.log")
+    try:
+        def checkpointed() -> bool:
+            assert proc.poll() is None, (workdir / "run.log").read_text()  # ended before the kill: say why
+            return latest.exists() and json.loads(latest.read_text())["steps_done"] >= at_step
+
+        wait_for(checkpointed, 300, interval=0.05, what=f"a checkpoint at step {at_step}")
+        (run_proc,) = [pid for pid in children(proc.pid) if "spawn_main" in cmdline(pid)]
+        os.kill(run_proc, signal.SIGKILL)
+        proc.wait(timeout=120)
+    finally:
+        stop_group(proc)
+    (killed,) = child_runs(client, "killed")
+    assert killed.info.status == "FAILED" and "SIGKILL" in killed.data.tags["workbench.error"]
+    done = json.loads(latest.read_text())["steps_done"]
+    assert at_step <= done < steps
+
+    again = subprocess.run(workbench_cmd("run", study, "--quiet"), cwd=workdir, capture_output=True, text=True,
+                           env=os.environ | {"PYTHONPATH": str(Path(__file__).resolve().parents[1])}, timeout=600)
+    assert again.returncode == 0, again.stdout + again.stderr
+    finished = [r for r in child_runs(client, "killed") if r.info.status == "FINISHED"]
+    assert len(finished) == 1, finished  # finished once
+    (resumed,) = finished
+    assert resumed.data.tags["workbench.resumed_from_step"] == str(done)
+    return KilledAndResumed(client=client, done=done, resumed=resumed)

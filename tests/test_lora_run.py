@@ -5,8 +5,6 @@ model, and a run crashed mid-way resumes with its adapters and AdamW state exact
 from __future__ import annotations
 
 import math
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -87,55 +85,14 @@ def test_sigkill_of_a_lora_run_then_resume_gives_the_uninterrupted_adapters(work
     checkpointed step 2; running the study again resumes from that checkpoint. The finished run's adapters are
     bit-identical to those of the same run uninterrupted (so are its logits, a function of base + adapters),
     and so is every logged metric."""
-    import json
-    import signal
-
-    import yaml
     from safetensors.torch import load_file
 
-    from tests.execution_helpers import (
-        child_runs,
-        children,
-        cmdline,
-        install_empty_mlflow_db,
-        spawn,
-        stop_group,
-        wait_for,
-        workbench_cmd,
-    )
-    from tests.resume_helpers import COMPARED
-    from workbench.tracking.store import checkpoint_root
+    from tests.resume_helpers import COMPARED, sigkill_after_checkpoint_then_run_again
 
     steps = 10
     cfg = resume_config({"lora": LORA}, rollout={"steps": steps, "eval_every": 5})
-    uri = install_empty_mlflow_db(workdir)
-    study = workdir / "study.yaml"
-    study.write_text(yaml.safe_dump({"name": "killed", "base": cfg.model_dump(mode="json", exclude={"tracking", "seed"}),
-                                     "variants": {"lora": {}}, "seeds": [cfg.seed]}, sort_keys=False))
-    latest = checkpoint_root(uri) / cfg.run_key() / "latest.json"
-    client = MlflowClient(uri)
-    proc = spawn(workbench_cmd("run", study, "--parallel", 2, "--quiet"), workdir, workdir / "run.log")
-    try:
-        def checkpointed() -> bool:
-            assert proc.poll() is None, (workdir / "run.log").read_text()  # ended before the kill: say why
-            return latest.exists() and json.loads(latest.read_text())["steps_done"] >= 2
-
-        wait_for(checkpointed, 300, interval=0.05, what="a checkpoint at step 2")
-        (run_proc,) = [pid for pid in children(proc.pid) if "spawn_main" in cmdline(pid)]
-        os.kill(run_proc, signal.SIGKILL)
-        proc.wait(timeout=120)
-    finally:
-        stop_group(proc)
-    (killed,) = child_runs(client, "killed")
-    assert killed.info.status == "FAILED" and "SIGKILL" in killed.data.tags["workbench.error"]
-    done = json.loads(latest.read_text())["steps_done"]
-    assert 2 <= done < steps
-
-    again = subprocess.run(workbench_cmd("run", study, "--quiet"), cwd=workdir, capture_output=True, text=True,
-                           env=os.environ | {"PYTHONPATH": str(Path(__file__).resolve().parents[1])}, timeout=600)
-    assert again.returncode == 0, again.stdout + again.stderr
-    (resumed,) = [r for r in child_runs(client, "killed") if r.info.status == "FINISHED"]
-    assert resumed.data.tags["workbench.resumed_from_step"] == str(done)
+    killed = sigkill_after_checkpoint_then_run_again(workdir, cfg, "lora", steps=steps)
+    client, resumed = killed.client, killed.resumed
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{workdir / 'reference.db'}")  # another store: no reuse
     reference = execute_run(cfg, study="uninterrupted", variant="lora", label="ref")

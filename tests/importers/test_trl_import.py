@@ -15,15 +15,11 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import MICRO_MODEL
+from tests.trl_support import require_trl
 
 from .helpers import child_runs, sqlite_uri, workbench
 
-try:
-    import trl  # noqa: F401 - imported only to know whether TRL is here
-except ImportError:
-    if os.environ.get("WORKBENCH_REQUIRE_TRL") == "1":
-        raise
-    pytest.skip("TRL is not installed (`make trl` builds .venv-trl; see docs/import.md)", allow_module_level=True)
+require_trl("docs/import.md")
 
 pytestmark = pytest.mark.slow
 

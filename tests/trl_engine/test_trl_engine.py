@@ -13,13 +13,9 @@ import yaml
 
 from tests.conftest import MICRO_MODEL
 from tests.importers.helpers import child_runs, sqlite_uri, workbench
+from tests.trl_support import require_trl
 
-try:
-    import trl  # noqa: F401 - imported only to know whether TRL is here
-except ImportError:
-    if os.environ.get("WORKBENCH_REQUIRE_TRL") == "1":
-        raise
-    pytest.skip("TRL is not installed (`make trl` builds .venv-trl; see docs/trl-engine.md)", allow_module_level=True)
+require_trl("docs/trl-engine.md")
 
 pytestmark = pytest.mark.slow
 

@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
-try:
-    import trl  # noqa: F401 - imported only to know whether TRL is here
-except ImportError:
-    if os.environ.get("WORKBENCH_REQUIRE_TRL") == "1":
-        raise
-    pytest.skip("TRL is not installed (`make trl` builds .venv-trl; see docs/trl-engine.md)", allow_module_level=True)
+from tests.trl_engine.test_trl_engine import BASE  # skips this module too where TRL is not installed
+from tests.trl_support import require_trl
 
-from tests.trl_engine.test_trl_engine import BASE
+require_trl("docs/trl-engine.md")
 
 pytestmark = pytest.mark.slow
 
