@@ -177,7 +177,7 @@ def compare_loaded(loaded: LoadedComparison, *, baseline: str | None = None, rec
     import pandas as pd  # deferred: keeps `workbench --help` light
 
     from workbench.compare import CompareSettings, compare_variants, summarize_runs  # deferred: scipy
-    from workbench.compare.arms import arm_column  # deferred: scipy
+    from workbench.compare.arms import arm_column, control_arms  # deferred: scipy
     from workbench.compare.problems import TWO_WAY_SUMMARIES  # deferred: scipy
 
     target, names, excluded = loaded.target, loaded.names, loaded.excluded
@@ -212,6 +212,9 @@ def compare_loaded(loaded: LoadedComparison, *, baseline: str | None = None, rec
         raise AnalysisError(str(e)) from e
     uncomputed = uncomputed_summaries(summary, history, names)
     table.settings |= looks.settings()
+    controls = control_arms(runs)  # reward.control arms: their comparisons read as controls, not treatments
+    if controls:
+        table.settings["controls"] = controls
     secondary = secondary_metrics(names, target.compare)
     if secondary:
         table.settings["secondary"] = secondary

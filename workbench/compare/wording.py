@@ -16,7 +16,7 @@ import math
 from . import stats
 from .outcomes import ArmOutcomes
 
-__all__ = ["STATUSES", "effect_text", "headline", "level_percent", "metric_words", "ranked_verdict", "seeds_phrase",
+__all__ = ["STATUSES", "control_label", "effect_text", "headline", "level_percent", "metric_words", "ranked_verdict", "seeds_phrase",
            "status", "verdict", "withheld"]
 
 #: The ``status`` of a compared row (a baseline row's is ``"baseline"``): what the verdict decided.
@@ -152,17 +152,28 @@ def effect_text(x: float, *, points: bool, signed: bool = True) -> str:
     return f"{x:{sign}.3g}"
 
 
+def control_label(name: str, control: str | None) -> str:
+    """An arm's name as the tables and headlines show it: ``random (control: random reward)`` for an arm
+    trained on a reward control (``reward.control: random``), else the name unchanged."""
+    return name if not control else f"{name} (control: {control.replace('_', '-')} reward)"
+
+
 def headline(*, variant: str, baseline: str, metric: str, status_word: str, verdict_text: str, delta: float,
              lo: float, hi: float, level: float, n_x: int, n_y: int, mde: float, sesoi: float,
-             points: bool, ranked: bool = False) -> str:
+             points: bool, ranked: bool = False, variant_control: str | None = None,
+             baseline_control: str | None = None) -> str:
     """One comparison in one plain sentence, e.g. ``"dapo vs grpo: +4.5 points final eval accuracy
     (95% CI -1.2 to +10.2), not distinguishable with 3 seeds"``. ``level``: the confidence of the
     interval ``[lo, hi]`` shown (the table's simultaneous level: 97.5% with 2 comparisons), NaN
     when there is none; ``ranked``: the rank test decided (some runs failed, stopped or were
     censored: Δ is of the finished runs); ``points``: the metric lies in [0, 1] and its
-    differences read as percentage points."""
+    differences read as percentage points. ``variant_control`` / ``baseline_control``: the reward control an
+    arm trained on (``reward.control``), if any: the sentence then opens ``control comparison:`` and names the
+    control, since the difference measures a control arm, not a treatment's effect."""
     unit = " points" if points else ""
-    who = f"{variant} vs {baseline}"
+    who = f"{control_label(variant, variant_control)} vs {control_label(baseline, baseline_control)}"
+    if variant_control or baseline_control:
+        who = f"control comparison: {who}"
     if status_word == "no data":
         return f"{who}: {metric_words(metric)}: {verdict_text} (nothing to compare)"
     effect = f"{effect_text(delta, points=points)}{unit} {metric_words(metric)}"
