@@ -101,3 +101,6 @@ def test_the_cold_start_prints_while_a_probe_outlasts_the_interval(monkeypatch):
     times = [t for t, line in zip(out.times, out.getvalue().splitlines(), strict=True) if "cold-start SFT step" in line]
     assert len(times) >= 3, out.getvalue()  # step 1, and a heartbeat during each 3 s probe
     assert max(gaps(times)) <= EVERY, gaps(times)
+    # and no line right after a heartbeat's: the step's own trigger reads the clock the heartbeat restarts (the
+    # first measurement of the fix printed both, 1-2 s apart; here the step after a probe came ~1.2 s after it)
+    assert min(gaps(times)) >= EVERY - heartbeat_slack(EVERY) - 0.05, gaps(times)

@@ -16,8 +16,8 @@ import threading
 import time
 from collections.abc import Callable
 
-__all__ = ["DEFAULT_PROGRESS_EVERY", "PROGRESS_EVERY_ENV", "Heartbeat", "heartbeat_slack", "line_printed",
-           "progress_interval", "since_last_line"]
+__all__ = ["DEFAULT_PROGRESS_EVERY", "PROGRESS_EVERY_ENV", "Heartbeat", "claim_beat", "heartbeat_slack",
+           "line_printed", "progress_interval", "since_last_line"]
 
 PROGRESS_EVERY_ENV = "WORKBENCH_PROGRESS_EVERY"
 DEFAULT_PROGRESS_EVERY = 30.0
@@ -45,6 +45,18 @@ def line_printed() -> None:
 def since_last_line() -> float:
     with _clock_lock:
         return time.monotonic() - _last_line
+
+
+def claim_beat(due: float) -> bool:
+    """Whether no progress line came for ``due`` seconds; if so the clock restarts now, so that of two
+    heartbeats due at once (a study's and its cold start's) only one prints."""
+    global _last_line
+    with _clock_lock:
+        now = time.monotonic()
+        if now - _last_line < due:
+            return False
+        _last_line = now
+        return True
 
 
 def heartbeat_slack(every: float) -> float:
@@ -79,6 +91,5 @@ class Heartbeat:
     def _loop(self) -> None:
         due = self.every - heartbeat_slack(self.every)
         while not self._stop.wait(max(0.01, due - since_last_line())):
-            if since_last_line() >= due:
+            if claim_beat(due):  # the clock restarts even if beat prints nothing: the next try is an interval on
                 self.beat()
-                line_printed()  # even if beat printed nothing: the next try is an interval on

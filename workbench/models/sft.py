@@ -16,7 +16,7 @@ import torch
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from workbench.progress import Heartbeat, line_printed, progress_interval
+from workbench.progress import Heartbeat, line_printed, progress_interval, since_last_line
 from workbench.rollout.decode import decode
 from workbench.tasks import Problem, Task
 
@@ -103,7 +103,6 @@ def supervised_warmup(model, tokenizer, task: Task, template: str, *, max_steps:
     console = Console(stderr=True)
     plain = progress and not console.is_terminal
     every, started = progress_interval(), time.monotonic()
-    last_line = started
     done = 0  # steps finished, for the heartbeat's line
 
     def plain_line(step: int) -> None:
@@ -136,8 +135,7 @@ def supervised_warmup(model, tokenizer, task: Task, template: str, *, max_steps:
                     break
             bar.update(job, completed=min(accuracy, target_accuracy), step=step,
                        description=f"{label} (SFT loss {loss_value:.3f})")
-            if plain and (step == 1 or time.monotonic() - last_line >= every):
+            if plain and (step == 1 or since_last_line() >= every):  # the clock the heartbeat and a study share
                 plain_line(step)
-                last_line = time.monotonic()
     model.eval()
     return SFTResult(steps=step, final_loss=loss_value, probe_accuracy=accuracy)
