@@ -128,3 +128,31 @@ def test_trl_trainer_state_file_gives_the_same_canonical_series(trl_store, tmp_p
         # Both hold the same Python float (TRL's log dict), once via MLflow's REAL column and once via
         # JSON's shortest repr; both round-trip a float64 exactly, so the curves must be equal.
         assert a == b, metric
+
+
+def test_trl_logged_completions_are_the_imported_runs_rollouts(trl_store, tmp_path):
+    """GRPOTrainer(log_completions=True) wrote OUTPUT_DIR/completions/completions_NNNNN.parquet; importing the
+    trainer_state.json beside it keeps every completion, and their rewards give the reward TRL logged."""
+    root, _ = trl_store
+    dst = sqlite_uri(tmp_path / "mlflow.db")
+    state = root / "out" / "grpo-0" / "trainer_state.json"
+    done = workbench("import", "trl", str(state), "--study", "trl-rollouts", "--variant", "grpo", "--seed", "0",
+                     "--tracking-uri", dst, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    per_step = 8  # per_device_train_batch_size (completions) x steps_per_generation 1: the generation batch
+    assert f"kept {STEPS * per_step} train and 0 eval completions from {STEPS} file(s)" in done.stdout
+    from workbench.analysis.rollouts import query_rollouts
+
+    rows = query_rollouts("trl-rollouts", tracking_uri=dst)
+    assert sorted(rows.step.unique()) == list(range(1, STEPS + 1)) and len(rows) == STEPS * per_step
+    assert (rows.groupby(["step", "group"]).size() == 4).all()  # num_generations completions per prompt
+    assert rows.prompt.str.fullmatch(r"\d\d\+\d\d=").all()  # the dataset's prompts, as fed
+    logged = {e["step"]: e["reward"] for e in json.loads(state.read_text())["log_history"] if "reward" in e}
+    for step, group in rows.groupby("step"):
+        # TRL logs reward = nanmean of the weighted rewards of that step's generation batch (weight 1 here),
+        # summed in float32: 8 values <= 1, error <= 7 x 2^-24 x 8 / 8 ~ 4.2e-7 (the stored float32 rewards are
+        # TRL's own float32 values, exactly; the mean here is float64)
+        assert group.reward.mean() == pytest.approx(logged[step], abs=5e-7), step
+        # scale_rewards="group": (r - group mean) / (group std + 1e-4), so a group's advantages sum to ~0
+        # (float32 storage of 4 values <= ~1.5 in magnitude: 4 x 2^-24 x 1.5 < 1e-6)
+        assert (group.groupby("group").advantage.sum().abs() < 1e-6).all(), step

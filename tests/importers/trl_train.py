@@ -6,7 +6,8 @@
 
 CPU settings TRL 1.16 needs here: bf16 and gradient checkpointing off, ``use_cpu``,
 an explicit learning rate; ``per_device_train_batch_size`` counts completions. Each run also
-writes its ``trainer_state.json`` under ``OUT/<loss_type>-<seed>/`` (``state.save_to_json``).
+writes its ``trainer_state.json`` under ``OUT/<loss_type>-<seed>/`` (``state.save_to_json``), and, with
+``log_completions``, TRL writes each logging step's completions under ``OUT/<loss_type>-<seed>/completions/``.
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ def main() -> None:
                 output_dir=str(out), run_name=f"{loss_type}-{seed}", seed=seed, loss_type=loss_type,
                 max_steps=args.steps, learning_rate=1e-3, per_device_train_batch_size=8, num_generations=4,
                 max_completion_length=8, temperature=1.0, beta=0.0, logging_steps=1, report_to=["mlflow"],
+                log_completions=True, num_completions_to_print=0,
                 bf16=False, gradient_checkpointing=False, use_cpu=True, save_strategy="no",
                 dataloader_num_workers=0, disable_tqdm=True,
             )

@@ -175,7 +175,7 @@ def compare_loaded(loaded: LoadedComparison, *, baseline: str | None = None, rec
     import pandas as pd  # deferred: keeps `workbench --help` light
 
     from workbench.compare import CompareSettings, compare_variants, summarize_runs  # deferred: scipy
-    from workbench.compare.arms import arm_column  # deferred: scipy
+    from workbench.compare.arms import arm_column, control_arms  # deferred: scipy
     from workbench.compare.problems import TWO_WAY_SUMMARIES  # deferred: scipy
 
     target, names, excluded = loaded.target, loaded.names, loaded.excluded
@@ -215,6 +215,9 @@ def compare_loaded(loaded: LoadedComparison, *, baseline: str | None = None, rec
     if looks.record is not None and base == looks.record.get("baseline"):  # one verdict per sequential question
         _design_verdicts(table, looks.record, summary, loaded, runs, history, base, variants)
     table.settings |= looks.settings()
+    controls = control_arms(runs)  # reward.control arms: their comparisons read as controls, not treatments
+    if controls:
+        table.settings["controls"] = controls
     return Comparison(table, summary, history, runs, excluded, loaded.frames, loaded.spec, uncomputed, looks)
 
 

@@ -13,7 +13,8 @@ seed no run has, a step range with no stored step, a bad choice) raises :class:`
 
 ``query_rollouts`` columns: ``variant, seed, run_id, split, step, prompt_id, group, sample, prompt, answer,
 text, reward, reward.<term>..., correct, length, truncated, sampler_logp_sum, advantage, kept``, one row per
-completion, ordered by variant (in the order their first runs started), seed, split, step, group, sample; ``worst=N`` keeps the N
+completion (an imported run's: null where its framework did not record the field, ``--correct`` and
+``--incorrect`` then match neither), ordered by variant (in the order their first runs started), seed, split, step, group, sample; ``worst=N`` keeps the N
 lowest rewards (ties: the longer first), ``longest=N`` the N longest (ties: the lower reward first).
 
 ``same_prompts`` pairs two variants' completions to identical problems: rows of the same seed, split, step
@@ -77,10 +78,12 @@ def load_rollouts(study: str, *, tracking_uri: str | None = None, reader: StudyR
                                          f"{', '.join(map(str, have)) or 'none'})")
         runs = runs[runs["seed"].astype(int).isin([int(s) for s in seeds])]
     rows = read_rollouts(reader, runs.reset_index(drop=True))
+    attrs = dict(rows.attrs)  # manifests, unreadable runs: a merge does not carry attrs over
     if not len(rows):
         raise QueryError("study", f"no stored completions in study {study!r}"
                                   f"{' for ' + ', '.join(wanted) if wanted else ''} (runs logged before rollouts "
-                                  "were kept, imported runs, or tracking.rollouts_budget_mb: 0)")
+                                  "were kept, runs imported without the framework's completion dumps, or "
+                                  "tracking.rollouts_budget_mb: 0)")
     info = runs[["run_id", "variant", "seed"]].astype({"seed": int})
     rows = rows.merge(info, on="run_id", how="left", validate="many_to_one")
     rank = {name: i for i, name in enumerate(variants)}
@@ -88,7 +91,7 @@ def load_rollouts(study: str, *, tracking_uri: str | None = None, reader: StudyR
                             key=lambda c: c.map(rank) if c.name == "variant" else c, ignore_index=True)
     terms = [c for c in rows.columns if c.startswith("reward.")]
     out = rows[_ORDER + terms + _TAIL]
-    out.attrs.update(rows.attrs)
+    out.attrs.update(attrs)
     return out
 
 
@@ -122,12 +125,13 @@ def _filter(rows: pd.DataFrame, *, split: str | None, steps, outcome: str | None
     keep = pd.Series(True, index=rows.index)
     if bounds is not None:
         keep &= rows["step"].between(*bounds)
+    # eq(): an imported run's unrecorded correctness or truncation (null) is neither correct nor incorrect
     if outcome == "correct":
-        keep &= rows["correct"]
+        keep &= rows["correct"].eq(True)
     elif outcome == "incorrect":
-        keep &= ~rows["correct"]
+        keep &= rows["correct"].eq(False)
     elif outcome == "truncated":
-        keep &= rows["truncated"]
+        keep &= rows["truncated"].eq(True)
     if min_reward is not None:
         keep &= rows["reward"] >= min_reward
     if max_reward is not None:
@@ -182,8 +186,9 @@ def same_prompts(study: str, a: str, b: str, *, tracking_uri: str | None = None,
     fields = list(PAIR_FIELDS)
     pairs = left[["prompt", "answer", *fields]].rename(columns={f: f"{f}.{a}" for f in fields}).join(
         right[fields].rename(columns={f: f"{f}.{b}" for f in fields}), how="inner")
-    if differing:
-        pairs = pairs[pairs[f"correct.{a}"] != pairs[f"correct.{b}"]]
+    if differing:  # both judged, and differently (an imported run may not record correctness: null)
+        ca, cb = pairs[f"correct.{a}"], pairs[f"correct.{b}"]
+        pairs = pairs[ca.notna() & cb.notna() & (ca != cb)]
     pairs = pairs.reset_index().sort_values([*keys, "occurrence"], kind="stable", ignore_index=True)
     columns = [*keys, "prompt", "answer"] + [f"{f}.{v}" for v in (a, b) for f in PAIR_FIELDS]
     out = pairs[columns]

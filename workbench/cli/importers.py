@@ -48,6 +48,12 @@ def import_runs(
         "--skip-bad-lines", help="with FILE... or run directories: skip malformed lines or records (a TensorBoard "
                                  "CRC error, a W&B value beyond a float; counted in the output) instead of refusing "
                                  "the import")] = False,
+    rollouts: Annotated[list[str] | None, typer.Option(
+        "--rollouts", help="with FILE...: the directory of the train completions the framework dumped, one per file "
+                           "(TRL: OUTPUT_DIR/completions, read unasked when beside the trainer state; verl: "
+                           "trainer.rollout_data_dir); `workbench rollouts` then shows them")] = None,
+    eval_rollouts: Annotated[list[str] | None, typer.Option(
+        "--eval-rollouts", help="with verl FILE...: trainer.validation_data_dir, one per file")] = None,
     logged_by: Annotated[str | None, typer.Option(
         "--framework", help="with tensorboard | wandb: the framework that logged the runs, trl | verl "
                             "(default: guessed from the metric names)")] = None,
@@ -60,7 +66,8 @@ def import_runs(
         given = [o for o, v in (("--from", from_uri), ("--experiment", experiment), ("--study", study),
                                 ("--variant-by", variant_by), ("--seed-by", seed_by), ("--variant", variant),
                                 ("--seed", seed), ("--skip-bad-lines", skip_bad_lines),
-                                ("--framework", logged_by)) if v]
+                                ("--framework", logged_by), ("--rollouts", rollouts),
+                                ("--eval-rollouts", eval_rollouts)) if v]
         if given:
             raise fail(f"{', '.join(given)}: not for a workbench export, which names its study and runs itself "
                        "(workbench import workbench DIR [--tracking-uri URI])")
@@ -83,6 +90,9 @@ def import_runs(
             raise ImportSourceError("--study NAME is required (the workbench study the runs land in)")
         if logged_by is not None and framework not in TRACKER_READERS:
             raise ImportSourceError(f"--framework belongs to tensorboard | wandb imports, not {framework}")
+        if (rollouts or eval_rollouts) and (framework in TRACKER_READERS or from_uri is not None):
+            raise ImportSourceError("--rollouts and --eval-rollouts go with FILE... (a TRL trainer state, a verl log), "
+                                    "one directory per file")
         if framework in TRACKER_READERS:
             given = [o for o, v in (("--from", from_uri), ("--experiment", experiment), ("--variant-by", variant_by),
                                     ("--seed-by", seed_by)) if v]
@@ -116,7 +126,8 @@ def import_runs(
             missing = [o for o, v in (("--variant", variant), ("--seed", seed)) if not v]
             if missing:
                 raise ImportSourceError(f"importing files needs {' and '.join(missing)}")
-            runs = runs_from_files(adapter, files, variant, list(seed), skip_bad_lines=skip_bad_lines)
+            runs = runs_from_files(adapter, files, variant, list(seed), skip_bad_lines=skip_bad_lines,
+                                   rollouts=rollouts or (), eval_rollouts=eval_rollouts or ())
             note = {"files": [r.origin["workbench.source_file"] for r in runs]}
         uri = tracking_uri or resolve_tracking_uri()
         check_store(uri, create=True)  # a corrupt file, unwritable path, wrong password: one line, exit 2
@@ -134,6 +145,8 @@ def import_runs(
         console.print(f"[yellow]{line}[/yellow]", highlight=False, soft_wrap=True)
     for label, run_id in outcome.imported:
         console.print(f"imported {label} -> run {run_id}", highlight=False)
+    for line in outcome.completions:
+        console.print(line, highlight=False, soft_wrap=True)
     for line in outcome.replaced:
         console.print(f"[yellow]updated {line}[/yellow]", highlight=False, soft_wrap=True)
     if outcome.skipped:

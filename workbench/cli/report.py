@@ -80,7 +80,7 @@ def comparison_table_html(table: Any) -> str:
             if table.per_grid_point else {}
         view = pd.DataFrame({
             "rank": [fmt_num(r) for r in rows["rank"]],
-            table.unit: rows["variant"],
+            table.unit: [table.arm_label(str(v)) for v in rows["variant"]],  # a control arm says so
             "verdict": rows["verdict"],  # next to the name: in view in a narrow frame (MLflow's artifact viewer)
             **vs,
             "n_seeds": rows["n_seeds"],
@@ -253,7 +253,7 @@ def _table_cells(table: Any, metric: str) -> tuple[list[str], list[list[str]], l
     rows, verdicts = [], []
     for r in table.for_metric(metric).to_dict("records"):
         base = r["verdict"] == "baseline"
-        rows.append([str(r["variant"]), *([("—" if base else (r["baseline_arm"] or "—"))] if vs else []),
+        rows.append([table.arm_label(str(r["variant"])), *([("—" if base else (r["baseline_arm"] or "—"))] if vs else []),
                      runs_phrase(r), fmt_ci(r["mean"], r["mean_lo"], r["mean_hi"]),
                      "—" if base else delta_cell(r),
                      "—" if base else fmt_ci(r["p_improve"], r["p_improve_lo"], r["p_improve_hi"], thresholds=(0.5,)),

@@ -64,6 +64,10 @@ def visible(text: str) -> str:
 
 
 def _shown(value: object) -> str:
+    import pandas as pd  # deferred: loaded already (the frame's), not at the CLI's start
+
+    if value is None or value is pd.NA or (isinstance(value, float) and value != value):
+        return "-"  # an imported run's field its framework did not record (NaN: an int column with nulls)
     if isinstance(value, float):
         return f"{value:.4g}"
     return str(value)

@@ -23,13 +23,32 @@ from collections.abc import Mapping
 import pandas as pd
 
 __all__ = [
-    "ARM_COLUMN", "NO_BASELINE", "arm_column", "arm_variants", "grid_point", "match_baselines", "runs_by_arm",
+    "ARM_COLUMN", "CONTROL_PARAM", "NO_BASELINE", "arm_column", "control_arms", "arm_variants", "grid_point", "match_baselines", "runs_by_arm",
 ]
 
 #: Column of the runs (and summary) frame holding each run's arm.
 ARM_COLUMN = "arm"
 #: Verdict of an arm whose grid point has no run of the baseline variant.
 NO_BASELINE = "no baseline at this grid point"
+#: The run param naming a spurious-reward control (``reward.control``, workbench.reward.controls): its runs are
+#: a control arm, and a comparison of or against one measures the control, not a treatment.
+CONTROL_PARAM = "reward.control"
+
+
+def control_arms(runs: pd.DataFrame) -> dict[str, str]:
+    """``{arm or variant: control name}`` for the arms whose runs trained on a reward control (every run of the
+    arm names the same one; a variant is listed when all its runs do). Runs without the param (imported runs,
+    runs from before controls existed) are no control."""
+    if CONTROL_PARAM not in runs.columns or runs.empty:
+        return {}
+    control = runs[CONTROL_PARAM].astype(object).where(runs[CONTROL_PARAM].notna(), None)
+    out: dict[str, str] = {}
+    for key in (arm_column(runs), runs["variant"].astype(str)):
+        for name, names in control.groupby(key.to_numpy(), sort=False):
+            values = set(names)
+            if len(values) == 1 and (value := values.pop()) not in (None, "", "None"):
+                out[str(name)] = str(value)
+    return out
 
 
 def grid_point(arm: str, variant: str) -> str:

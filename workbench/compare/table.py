@@ -201,8 +201,19 @@ class ComparisonTable:
         return bool((col.fillna("").astype(str).replace("", self.baseline) != self.baseline).any())
 
     def baseline_phrase(self) -> str:
-        """``grpo`` or ``grpo at the same grid point`` (for titles)."""
-        return f"{self.baseline} at the same grid point" if self.per_grid_point else str(self.baseline)
+        """``grpo`` or ``grpo at the same grid point`` (for titles); a control arm says so."""
+        name = self.arm_label(str(self.baseline))
+        return f"{name} at the same grid point" if self.per_grid_point else name
+
+    @property
+    def controls(self) -> dict[str, str]:
+        """``{arm or variant: reward control}`` of the control arms (``settings["controls"]``, set by
+        ``workbench compare`` from the runs' ``reward.control``)."""
+        return dict(self.settings.get("controls") or {})
+
+    def arm_label(self, name: str) -> str:
+        """An arm's name in every table and headline: ``random (control: random reward)`` for a control arm."""
+        return wording.control_label(name, self.controls.get(name))
 
     def for_metric(self, metric: str) -> pd.DataFrame:
         if metric not in self.metrics:
@@ -297,13 +308,16 @@ class ComparisonTable:
                 if r["verdict"] == "baseline":
                     continue
                 base = r["baseline_arm"] or self.baseline
+                controls = self.controls
                 lines.append(wording.headline(
                     variant=str(r["variant"]), baseline=str(base), metric=metric, status_word=str(r["status"]),
                     verdict_text=str(r["verdict"]), delta=float(r["delta"]), lo=float(r["delta_lo"]),
                     hi=float(r["delta_hi"]), level=float(r["delta_level"]), n_x=int(r["n_seeds"]),
                     n_y=int(seeds_of.get(base, 0)), mde=float(r["mde"]), sesoi=float(r["sesoi"]), points=points,
                     ranked=str(r["test"]).startswith("Mann-Whitney"), interval=_tost_word(r),
-                    exploratory=self.is_secondary(metric), unit=self.replicate_unit) + self._to_decide(metric, r))
+                    exploratory=self.is_secondary(metric), unit=self.replicate_unit,
+                    variant_control=controls.get(str(r["variant"])), baseline_control=controls.get(str(base)))
+                    + self._to_decide(metric, r))
         return lines
 
     @property
@@ -409,7 +423,7 @@ class ComparisonTable:
             out.write("| " + " | ".join(head) + " |\n")
             out.write("|" + "|".join("---" for _ in head) + "|\n")
             for r in self.for_metric(metric).to_dict("records"):
-                cells = _markdown_cells(r, with_baseline_arm=vs)
+                cells = _markdown_cells(r | {"variant": self.arm_label(str(r["variant"]))}, with_baseline_arm=vs)
                 if two_way:
                     cells += _two_way_cells(r)
                 out.write("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |\n")

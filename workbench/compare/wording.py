@@ -18,7 +18,7 @@ from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 from . import stats
 from .outcomes import ArmOutcomes
 
-__all__ = ["STATUSES", "ci_text", "delta_thresholds", "effect_interval", "effect_text", "excluded_text", "headline",
+__all__ = ["STATUSES", "ci_text", "control_label", "delta_thresholds", "effect_interval", "effect_text", "excluded_text", "headline",
            "interval_texts", "level_percent", "metric_words", "number_text", "ranked_verdict", "round_outward",
            "seeds_phrase", "status", "table_precision", "verdict", "withheld"]
 
@@ -280,10 +280,16 @@ def excluded_text(x: float, *, points: bool) -> str:
     return number_text(round_outward(abs(x), precision, up=True, scale=2 if points else 0), precision)
 
 
+def control_label(name: str, control: str | None) -> str:
+    """An arm's name as the tables and headlines show it: ``random (control: random reward)`` for an arm
+    trained on a reward control (``reward.control: random``), else the name unchanged."""
+    return name if not control else f"{name} (control: {control.replace('_', '-')} reward)"
+
+
 def headline(*, variant: str, baseline: str, metric: str, status_word: str, verdict_text: str, delta: float,
              lo: float, hi: float, level: float, n_x: int, n_y: int, mde: float, sesoi: float,
              points: bool, ranked: bool = False, interval: str = "", exploratory: bool = False,
-             unit: str = "seed") -> str:
+             unit: str = "seed", variant_control: str | None = None, baseline_control: str | None = None) -> str:
     """One comparison in one plain sentence, e.g. ``"dapo vs grpo: +4.5 points final eval accuracy
     (95% CI -1.2 to +10.2), not distinguishable with 3 seeds"``. ``level``: the confidence of the
     interval ``[lo, hi]`` shown (the table's simultaneous level: 97.5% with 2 comparisons), NaN
@@ -293,10 +299,15 @@ def headline(*, variant: str, baseline: str, metric: str, status_word: str, verd
     test's own (``"TOST"``: the equivalence test's ``1 - 2 alpha`` interval); ``exploratory``: a
     secondary metric, outside the study-wide family of primary metrics. The bounds are rounded
     outward (:func:`effect_interval`), as in every table; ``unit``: what ``n_x``/``n_y`` count
-    (``"checkpoint"``: the checkpoint is the unit, :mod:`workbench.compare.checkpoints`)."""
+    (``"checkpoint"``: the checkpoint is the unit, :mod:`workbench.compare.checkpoints`); ``variant_control`` /
+    ``baseline_control``: the reward control an arm trained on (``reward.control``), if any: the sentence then opens
+    ``control comparison:`` and names the control, since the difference measures a control arm, not a treatment's
+    effect."""
     replicates = unit
     unit = " points" if points else ""
-    who = f"{variant} vs {baseline}"
+    who = f"{control_label(variant, variant_control)} vs {control_label(baseline, baseline_control)}"
+    if variant_control or baseline_control:
+        who = f"control comparison: {who}"
     if status_word == "no data":
         return f"{who}: {metric_words(metric)}: {verdict_text} (nothing to compare)"
     effect = f"{effect_text(delta, points=points)}{unit} {metric_words(metric)}"

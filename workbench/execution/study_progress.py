@@ -18,6 +18,7 @@ lines instead, flushed at once: one per running run every ``WORKBENCH_PROGRESS_E
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,7 +28,7 @@ from rich.progress import BarColumn, Progress, ProgressColumn, TaskID, TextColum
 from rich.text import Text
 
 from workbench.metrics.final import final_eval_value
-from workbench.progress import progress_interval
+from workbench.progress import Heartbeat, line_printed, progress_interval
 
 
 @dataclass
@@ -78,14 +79,19 @@ class StudyProgress:
         self.started = time.monotonic()
         self._anchor: tuple[float, float] | None = None  # (time, fraction done) at the first step reported
         self._study = self.progress.add_task(f"study {name}", total=max(total, 1), stats="", study=True)
+        self._lines = threading.Lock()  # the heartbeat's thread prints too
+        # a step (an eval) longer than the interval: the heartbeat prints every running run's last state
+        self._heartbeat = Heartbeat(self.plain_every if self.plain else 0.0, self._periodic_lines)
 
     def __enter__(self) -> StudyProgress:
         self.progress.start()
         self.started = time.monotonic()
         self._last_plain = self.started  # the first periodic lines come one interval in
+        self._heartbeat.__enter__()
         return self
 
     def __exit__(self, *exc) -> None:
+        self._heartbeat.__exit__(*exc)
         self.progress.stop()
 
     # ----------------------------------------------------------------------------------- study
@@ -162,10 +168,17 @@ class StudyProgress:
             self._plain_line(self._run_text(label, self.running[label]))
         now = time.monotonic()
         if now - self._last_plain >= self.plain_every:
-            self._last_plain = now
-            for other, run in self.running.items():
-                if not (evaluated and other == label):
-                    self._plain_line(self._run_text(other, run))
+            self._periodic_lines(skip=label if evaluated else None)
+
+    def _periodic_lines(self, skip: str | None = None) -> None:
+        """Every running run's line (``skip``'s was just printed), or the study's when none runs yet."""
+        self._last_plain = time.monotonic()
+        running = list(self.running.items())
+        for label, run in running:
+            if label != skip:
+                self._plain_line(self._run_text(label, run))
+        if not running:
+            self._plain_line(f"waiting | {self._study_text()}")
 
     def run_ended(self, label: str, status: str, detail: str = "") -> None:
         run = self.running.pop(label, None)
@@ -215,8 +228,10 @@ class StudyProgress:
         if not self.plain:
             return
         stream = self.progress.console.file
-        stream.write(f"{time.strftime('%H:%M:%S')} {text}\n")
-        stream.flush()
+        with self._lines:
+            stream.write(f"{time.strftime('%H:%M:%S')} {text}\n")
+            stream.flush()
+        line_printed()
 
     def run_view(self, label: str) -> RunView:
         """A :class:`~workbench.execution.run_progress.RunProgress`-like view of one run, for ``execute_run``."""

@@ -16,6 +16,7 @@ import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 from workbench.registry import Registry
 
@@ -64,6 +65,12 @@ class Adapter:
     file_reader: Callable[..., Iterator[tuple[str, int, dict[str, float]]]]
     file_kind: str  # what the file reader accepts, in words (error messages)
     ignored: frozenset[str] = field(default_factory=frozenset)  # bookkeeping keys that are not metrics
+    #: ``(directory, split, metrics file) -> completions.Dump``: the completions the framework dumped
+    #: (:mod:`.completions`), read by ``--rollouts`` / ``--eval-rollouts``; None: it dumps none
+    completions_reader: Callable[[str, str, str], Any] | None = None
+    #: the metrics file -> the completions directory the framework writes beside it, if there (read unasked)
+    completions_beside: Callable[[str], str | None] | None = None
+    completion_splits: tuple[str, ...] = ()  # the splits its dumps can be given as (train, eval)
 
     def __post_init__(self) -> None:
         seen: dict[str, str] = {}

@@ -42,6 +42,7 @@ class SourceRun:
     name: str = ""  # the source run's own name, if any
     bad_lines: BadLines | None = None  # a file's malformed lines (counted with --skip-bad-lines)
     identity: str = ""  # the imported run's run_key (write.identity_key: study, framework, variant, seed, source id)
+    completions: Any = None  # the completions the framework dumped (importers.completions.ImportedCompletions)
 
     @property
     def label(self) -> str:
@@ -162,8 +163,12 @@ def _check_unique_labels(runs: list[SourceRun]) -> None:
 
 
 def runs_from_files(adapter: Adapter, paths: Sequence[str], variant: str, seeds: Sequence[int],
-                    skip_bad_lines: bool = False) -> list[SourceRun]:
+                    skip_bad_lines: bool = False, rollouts: Sequence[str] = (),
+                    eval_rollouts: Sequence[str] = ()) -> list[SourceRun]:
     """One run per file, all of ``variant``; ``seeds``: one (a single file) or one per file, in order.
+    ``rollouts`` / ``eval_rollouts``: none or one directory per file, the train / eval completions the
+    framework dumped (read whole and checked here); without ``rollouts``, a directory the framework writes
+    beside its metric file (TRL's ``completions/``) is read when it is there.
 
     Only checks that each path is a regular file within the limits here; its lines are read (and
     checked) by :func:`workbench.importers.validate.check_import`, streaming."""
@@ -171,18 +176,51 @@ def runs_from_files(adapter: Adapter, paths: Sequence[str], variant: str, seeds:
         raise ImportSourceError("give FILE... or --from URI --experiment NAME")
     if len(seeds) != len(paths):
         raise ImportSourceError(f"--seed: give one per file ({len(paths)} files, {len(seeds)} seeds)")
+    for option, dirs, split in (("--rollouts", rollouts, "train"), ("--eval-rollouts", eval_rollouts, "eval")):
+        if dirs and (adapter.completions_reader is None or split not in adapter.completion_splits):
+            raise ImportSourceError(f"{option}: {adapter.framework} does not dump {split} completions "
+                                    f"({adapter.framework} dumps: {', '.join(adapter.completion_splits) or 'none'})")
+        if dirs and len(dirs) != len(paths):
+            raise ImportSourceError(f"{option}: give one directory per file ({len(paths)} files, {len(dirs)} "
+                                    "directories)")
     out = []
-    for path, seed in zip(paths, seeds, strict=True):
+    for i, (path, seed) in enumerate(zip(paths, seeds, strict=True)):
         p = Path(path)
         if p.is_dir():
             raise ImportSourceError(f"{path} is a directory; give {adapter.file_kind}")
         regular_file_size(path)  # FIFOs and devices refused before anything opens them
         bad = BadLines(path, skip_bad_lines)
         digest = file_sha256(path)
+        origin = {"workbench.source_file": str(p.resolve()), "workbench.source_sha256": digest}
+        completions = _completions(adapter, path, rollouts[i] if rollouts else None,
+                                   eval_rollouts[i] if eval_rollouts else None, origin)
+        key = _digest(adapter.framework, "file", digest)
+        if completions is not None:  # completions that grew change what the run is made from, too
+            key = _digest(adapter.framework, "file", digest, completions.digest)
         out.append(SourceRun(
-            key=_digest(adapter.framework, "file", digest), variant=variant, seed=seed,
-            origin={"workbench.source_file": str(p.resolve()), "workbench.source_sha256": digest},
+            key=key, variant=variant, seed=seed, origin=origin,
             steps=Points(lambda path=path, bad=bad: adapter.file_reader(path, bad), bad.reset), name=p.name,
-            bad_lines=bad))
+            bad_lines=bad, completions=completions))
     _check_unique_labels(out)
     return out
+
+
+def _completions(adapter: Adapter, path: str, train_dir: str | None, eval_dir: str | None,
+                 origin: dict[str, str]) -> Any:
+    """The run's dumped completions (its train and eval directories as one set of chunks), or None; each
+    directory read is named in ``origin`` (``workbench.source_rollouts`` / ``workbench.source_eval_rollouts``)."""
+    if adapter.completions_reader is None:
+        return None
+    if train_dir is None and adapter.completions_beside is not None:
+        train_dir = adapter.completions_beside(path)
+    dumps = []
+    for directory, split, tag in ((train_dir, "train", "workbench.source_rollouts"),
+                                  (eval_dir, "eval", "workbench.source_eval_rollouts")):
+        if directory is not None:
+            dumps.append(adapter.completions_reader(directory, split, path))
+            origin[tag] = str(Path(directory).resolve())
+    if not dumps:
+        return None
+    from .completions import ImportedCompletions  # deferred: pyarrow
+
+    return ImportedCompletions.build(adapter.framework, dumps)

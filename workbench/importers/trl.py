@@ -9,12 +9,24 @@ and the ``clip_ratio/*`` fractions; ``GRPOTrainer.log`` averages each over the l
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 from workbench.errors import UserFileError
 from workbench.safe_io import parse_json, read_bytes
 
 from .adapters import ADAPTERS, Adapter, MetricMapping
+from .completions import (
+    MAX_IMPORTED_COMPLETIONS,
+    MAX_STEP,
+    Budget,
+    CompletionRecord,
+    Dump,
+    completion_files,
+    finite_number,
+)
 from .errors import ImportSourceError
 from .validate import BadLines, Point, metric_value, regular_file_size, step_number
 
@@ -111,7 +123,120 @@ def read_trainer_state(path: str, bad: BadLines) -> Iterator[Point]:
         yield f"{path}: log_history[{i}]", step, row
 
 
+# --------------------------------------------------------------------------------------------
+# Completions: GRPOConfig(log_completions=True)
+# --------------------------------------------------------------------------------------------
+
+#: ``GRPOTrainer.log`` (log_completions): ``pd.DataFrame(table).to_parquet(f"{output_dir}/completions/
+#: completions_{global_step:05d}.parquet")``, columns step, prompt, completion, one per reward function,
+#: log_extra's, advantage; the rows are the last generation batch (a deque of generation_batch_size).
+COMPLETIONS_DIR = "completions"
+_COMPLETIONS_FILE = re.compile(r"completions_(\d+)\.parquet")
+MAX_COMPLETIONS_FILE_BYTES = 256 << 20  # one logging step's generation batch: KBs to tens of MBs
+_CHECKPOINT = re.compile(r"checkpoint-\d+")
+
+
+def completions_beside(trainer_state: str) -> str | None:
+    """The ``completions/`` directory GRPOTrainer writes in its ``output_dir``: beside the trainer state, or
+    above it when the state is a checkpoint's (``output_dir/checkpoint-N/trainer_state.json``)."""
+    here = Path(trainer_state).parent
+    for folder in (here, here.parent) if _CHECKPOINT.fullmatch(here.name) else (here,):
+        if (folder / COMPLETIONS_DIR).is_dir():
+            return str(folder / COMPLETIONS_DIR)
+    return None
+
+
+def _text(value: Any, what: str, where: str) -> str:
+    """A prompt or completion: a string, or a conversation (a list of ``{role, content}`` messages, the
+    content a string or a list of parts whose ``text`` is read), rendered one ``role: content`` per message;
+    a completion's messages give their content alone."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(m, dict) for m in value):
+        lines = []
+        for message in value:
+            content = message.get("content")
+            if isinstance(content, list):
+                content = "".join(str(p.get("text") or "") for p in content if isinstance(p, dict))
+            if not isinstance(content, str):
+                raise ImportSourceError(f"{where}: a {what} message without text content")
+            lines.append(content if what == "completion" else f"{message.get('role', '')}: {content}")
+        return "\n".join(lines)
+    raise ImportSourceError(f"{where}: {what} is neither text nor a list of messages")
+
+
+def _reward_names(trainer_state: str) -> list[str]:
+    """The reward functions' names, from the ``rewards/<name>/mean`` metrics TRL logs for each."""
+    names: dict[str, None] = {}
+    for _, _, row in read_trainer_state(trainer_state, BadLines(trainer_state, skip=True)):
+        for key in row:
+            if key.startswith("rewards/") and key.endswith("/mean"):
+                names[key[len("rewards/"):-len("/mean")]] = None
+    return list(names)
+
+
+def read_completions(directory: str, split: str, metrics_path: str) -> Dump:
+    """Every ``completions_NNNNN.parquet`` of ``directory`` (GRPOTrainer's ``output_dir/completions``).
+
+    ``reward`` is the sum of the reward functions' columns (TRL's default ``reward_weights`` of 1; NaN where
+    every function returned None), each also kept as ``reward.<name>``; ``advantage`` as logged; correctness,
+    lengths and truncation are not in the file (null). Every row is ``train``: an evaluation writes the same
+    file name, so a step's file holds whichever ran last."""
+    from workbench.safe_io import read_parquet  # deferred: pyarrow
+
+    if split != "train":
+        raise ImportSourceError(f"{directory}: TRL's completion files do not say train or eval; give them with "
+                                "--rollouts")
+    files = completion_files(directory, _COMPLETIONS_FILE, "TRL completion files (log_completions=True)")
+    known = _reward_names(metrics_path)
+    records: list[CompletionRecord] = []
+    budget = Budget()
+    unused: set[str] = set()
+    rules = ["reward = the sum of the reward functions' columns (TRL's default reward_weights = 1; a run with "
+             "other weights: read reward.<name>)", "every row is split train (TRL names eval completions alike)",
+             "correct, length, truncated: not recorded by TRL (null)"]
+    for _, path in files:
+        try:
+            table = read_parquet(read_bytes(path, limit=MAX_COMPLETIONS_FILE_BYTES, what="TRL completions file"),
+                                 str(path), max_rows=MAX_IMPORTED_COMPLETIONS)
+        except UserFileError as e:
+            raise ImportSourceError(str(e)) from None
+        columns = table.column_names
+        missing = [c for c in ("step", "prompt", "completion", "advantage") if c not in columns]
+        if missing:
+            raise ImportSourceError(f"{path}: not a TRL completions file (no column {', '.join(missing)})")
+        rewards = [c for c in columns if c in known] if known else [
+            c for c in columns if c not in ("step", "advantage") and _numeric(table.schema.field(c).type)]
+        if not rewards:
+            raise ImportSourceError(f"{path}: no reward function column (the trainer state logs rewards for "
+                                    f"{', '.join(known) or 'none'})")
+        unused |= set(columns) - {"step", "prompt", "completion", "advantage", *rewards}
+        for i, row in enumerate(table.to_pylist()):
+            where = f"{path}: row {i}"
+            step = row["step"]
+            if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= MAX_STEP:
+                raise ImportSourceError(f"{where}: step {str(step)[:40]!r} is not a step number")
+            terms = {name: finite_number(row[name], f"reward {name!r}", where) for name in rewards}
+            finite = [v for v in terms.values() if not math.isnan(v)]
+            record = CompletionRecord(
+                split="train", step=step, prompt=_text(row["prompt"], "prompt", where),
+                text=_text(row["completion"], "completion", where), reward=sum(finite) if finite else math.nan,
+                terms=terms if len(terms) > 1 else {}, advantage=finite_number(row["advantage"], "advantage", where))
+            budget.add(record, where)
+            records.append(record)
+    if len(rewards) == 1:
+        rules[0] = f"reward = the reward function {rewards[0]!r}'s column"
+    return Dump(records, [p for _, p in files], rules, unused)
+
+
+def _numeric(kind: Any) -> bool:
+    import pyarrow as pa  # deferred: pyarrow
+
+    return pa.types.is_integer(kind) or pa.types.is_floating(kind)
+
+
 ADAPTERS.register("trl")(Adapter(
     framework="trl", version="1.16.0", mappings=MAPPINGS, file_reader=read_trainer_state,
-    file_kind="a TRL trainer_state.json",
+    file_kind="a TRL trainer_state.json", completions_reader=read_completions,
+    completions_beside=completions_beside, completion_splits=("train",),
 ))

@@ -23,6 +23,7 @@ import re
 from collections.abc import Iterator
 
 from .adapters import ADAPTERS, Adapter, MetricMapping
+from .completions import MAX_STEP, Budget, CompletionRecord, Dump, completion_files, finite_number
 from .errors import ImportSourceError
 from .validate import BadLines, Point, metric_value, numbered_lines, step_number
 
@@ -197,7 +198,74 @@ def _console_record(m: re.Match[str]) -> tuple[int, dict[str, float]]:
     return step, metrics
 
 
+# --------------------------------------------------------------------------------------------
+# Generations: trainer.rollout_data_dir (train) and trainer.validation_data_dir (eval)
+# --------------------------------------------------------------------------------------------
+
+#: ``RayPPOTrainer._write_generations`` (verl/trainer/ppo/ray_trainer.py): ``{dump_path}/{global_steps}.jsonl``,
+#: one ``json.dumps(entry, ensure_ascii=False, default=str)`` per line with ``input``, ``output`` (decoded with
+#: skip_special_tokens), ``gts``, ``score`` (token_level_scores summed), ``step`` and the reward function's
+#: extra infos of the batch's length (``acc``, ``pred``, ``request_id``; validation adds ``reward`` = score).
+_GENERATIONS_FILE = re.compile(r"(\d+)\.jsonl")
+_RECORD_KEYS = ("input", "output", "gts", "score", "step")
+
+
+def _answer(gts: object) -> str | None:
+    if gts is None or isinstance(gts, str):
+        return gts
+    return json.dumps(gts, ensure_ascii=False, default=str)
+
+
+def _correct(entry: dict) -> bool | None:
+    """The reward function's ``acc`` (verl's math scorers return it) when it is a truth value, else unknown."""
+    acc = entry.get("acc")
+    if acc is None:
+        return None
+    if isinstance(acc, bool) or acc in (0, 1):
+        return bool(acc)
+    return None
+
+
+def read_generations(directory: str, split: str, metrics_path: str) -> Dump:
+    """Every ``N.jsonl`` of ``directory`` (``trainer.rollout_data_dir``: ``train``; ``trainer.validation_data_dir``:
+    ``eval``). ``reward`` is verl's ``score``, ``answer`` its ``gts``, ``correct`` its ``acc`` where the reward
+    function returned one (null otherwise); lengths, truncation and advantages are not in the dump (null/NaN)."""
+    option = "trainer.rollout_data_dir" if split == "train" else "trainer.validation_data_dir"
+    files = completion_files(directory, _GENERATIONS_FILE, f"verl generation dumps ({option})")
+    records: list[CompletionRecord] = []
+    budget = Budget()
+    extra: set[str] = set()
+    for _, path in files:
+        for number, line in numbered_lines(str(path)):
+            where = f"{path}:{number}"
+            if not line.strip():
+                continue
+            try:
+                entry = _json(line.rstrip())
+            except RecursionError:
+                raise ImportSourceError(f"{where}: JSON nested too deeply") from None
+            except ValueError as e:
+                raise ImportSourceError(f"{where}: invalid JSON ({getattr(e, 'msg', e)})") from None
+            if not isinstance(entry, dict) or any(k not in entry for k in _RECORD_KEYS):
+                raise ImportSourceError(f"{where}: not a verl generation record (needs {', '.join(_RECORD_KEYS)})")
+            step = entry["step"]
+            if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= MAX_STEP:
+                raise ImportSourceError(f"{where}: step {str(step)[:40]!r} is not a step number")
+            if not isinstance(entry["input"], str) or not isinstance(entry["output"], str):
+                raise ImportSourceError(f"{where}: input and output must be text")
+            record = CompletionRecord(split=split, step=step, prompt=entry["input"], text=entry["output"],
+                                      reward=finite_number(entry["score"], "score", where), answer=_answer(entry["gts"]),
+                                      correct=_correct(entry))
+            budget.add(record, where)
+            records.append(record)
+            extra |= set(entry) - {*_RECORD_KEYS, "acc"}
+    rules = ["reward = verl's score (token_level_scores summed)", "answer = gts", "correct = the reward "
+             "function's acc where it returned one (else null)", "length, truncated, advantage: not in the dump"]
+    return Dump(records, [p for _, p in files], rules, extra)
+
+
 ADAPTERS.register("verl")(Adapter(
     framework="verl", version="0.9.1", mappings=MAPPINGS, file_reader=read_metric_log,
-    file_kind="a verl console or JSONL metric log",
+    file_kind="a verl console or JSONL metric log", completions_reader=read_generations,
+    completion_splits=("train", "eval"),
 ))

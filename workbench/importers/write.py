@@ -58,6 +58,7 @@ class ImportOutcome:
     not_finished: list[str] = field(default_factory=list)  # labels still running in the source
     replaced: list[str] = field(default_factory=list)  # runs whose source changed (a grown log): what replaced what
     bad_lines: list[str] = field(default_factory=list)  # per run: malformed lines skipped (--skip-bad-lines)
+    completions: list[str] = field(default_factory=list)  # per run: the dumped completions kept (rollouts/)
 
 
 def _store_exists(uri: str) -> bool:
@@ -235,6 +236,11 @@ def write_study(adapter: Adapter, runs: Sequence[SourceRun], uri: str, study: st
         for run in todo:
             outcome.imported.append((run.label, _write_run(client, uri, study, adapter, run, checks[run.key],
                                                            tags[run.key], outcome.parent_run_id, created)))
+            if run.completions is not None:
+                rows = run.completions.manifest["rows"]
+                outcome.completions.append(f"{run.label}: kept {rows['train']:,} train and {rows['eval']:,} eval "
+                                           f"completions from {len(run.completions.manifest['imported']['files']):,} "
+                                           "file(s) (workbench rollouts)")
         _study_file(client, outcome.parent_run_id, study, adapter.framework, variants, source_note)
         if layout is not None:
             from workbench.viz.mlflow_views import publish_study_views  # deferred: pandas, plotly
@@ -284,8 +290,12 @@ def _write_run(client: Any, uri: str, study: str, adapter: Adapter, run: SourceR
     tracker.log_dict({"framework": adapter.framework, "adapter_version": adapter.version,
                       "source": run.origin, "source_name": run.name, "source_status": run.status,
                       "points": check.points, "skipped_bad_lines": skipped,
+                      "completions": run.completions.manifest["imported"] if run.completions is not None else None,
                       "metrics": adapter.mapping_report(check.names)}, "import.json")
     tracker.log_text(check.monitor.report_json(), "health.json")
+    if run.completions is not None:  # encoded and checked before the first write (load.runs_from_files)
+        for name, data in run.completions.artifacts():
+            tracker.log_bytes(data, name)
     tracker.finish(run.status)  # inside: its final flush can fail too
     return tracker.run_id
 

@@ -16,7 +16,7 @@ import torch
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from workbench.progress import progress_interval
+from workbench.progress import Heartbeat, line_printed, progress_interval, since_last_line
 from workbench.rollout.decode import decode
 from workbench.tasks import Problem, Task
 
@@ -98,11 +98,12 @@ def supervised_warmup(model, tokenizer, task: Task, template: str, *, max_steps:
                TextColumn("probe acc {task.completed:.2f} / target {task.total:.2f}"),
                TextColumn("step {task.fields[step]} (cap {task.fields[cap]})"), TimeElapsedColumn())
     # Not on a terminal (a log file, CI, `make demo | tee`): a plain line every `progress_interval()`
-    # seconds instead of the live bar, which would print nothing for the cold start's minutes (#53).
+    # seconds instead of the live bar, which would print nothing for the cold start's minutes (#53); the
+    # heartbeat prints the last state when a step (a probe) runs past the interval.
     console = Console(stderr=True)
     plain = progress and not console.is_terminal
     every, started = progress_interval(), time.monotonic()
-    last_line = started
+    done = 0  # steps finished, for the heartbeat's line
 
     def plain_line(step: int) -> None:
         elapsed = int(time.monotonic() - started)
@@ -110,8 +111,10 @@ def supervised_warmup(model, tokenizer, task: Task, template: str, *, max_steps:
                       f"loss {loss_value:.3f}, probe acc {accuracy:.2f} / target {target_accuracy:.2f}, "
                       f"{elapsed // 60}:{elapsed % 60:02d} elapsed (it ends at the target, so no ETA)",
                       markup=False, highlight=False, soft_wrap=True)
+        line_printed()
 
-    with Progress(*columns, disable=not progress or plain, transient=True) as bar:
+    heartbeat = Heartbeat(every if plain else 0.0, lambda: plain_line(done))
+    with heartbeat, Progress(*columns, disable=not progress or plain, transient=True) as bar:
         job = bar.add_task(f"{label} (cold-start SFT)", total=target_accuracy, step=0, cap=max_steps)
         for step in range(1, max_steps + 1):
             problems = task.sample_train(batch_size, rng)
@@ -125,14 +128,14 @@ def supervised_warmup(model, tokenizer, task: Task, template: str, *, max_steps:
             opt.step()
             sched.step()
             loss_value = loss.item()
+            done = step
             if step % check_every == 0:
                 accuracy = probe_accuracy(model, tokenizer, probe, template, task)
                 if accuracy >= target_accuracy:
                     break
             bar.update(job, completed=min(accuracy, target_accuracy), step=step,
                        description=f"{label} (SFT loss {loss_value:.3f})")
-            if plain and (step == 1 or time.monotonic() - last_line >= every):
+            if plain and (step == 1 or since_last_line() >= every):  # the clock the heartbeat and a study share
                 plain_line(step)
-                last_line = time.monotonic()
     model.eval()
     return SFTResult(steps=step, final_loss=loss_value, probe_accuracy=accuracy)

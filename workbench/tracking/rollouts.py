@@ -96,7 +96,9 @@ def prompts_name(chunk: int) -> str:
     return f"{ROLLOUTS_DIR}/prompts-{chunk:05d}.parquet"
 
 
-def _schema(terms: Sequence[str]):
+def completions_schema(terms: Sequence[str]):
+    """The completions chunk's arrow schema, with a ``reward.<term>`` column per term (nullable columns: an
+    imported run stores what its framework did not record as null, :mod:`workbench.importers.completions`)."""
     import pyarrow as pa  # deferred: as above
 
     return pa.schema([("split", pa.string()), ("step", pa.int32()), ("prompt_id", pa.string()),
@@ -309,8 +311,8 @@ class RolloutRecorder:
             return
         rows, splits, prompts = self._rows, self._row_splits, self._prompts
         self._rows, self._row_splits, self._prompts = [], [], {}
-        columns = {name: [row.get(name, math.nan) for row in rows] for name in _schema(self._terms).names}
-        data = encode_parquet(columns, _schema(self._terms))
+        columns = {name: [row.get(name, math.nan) for row in rows] for name in completions_schema(self._terms).names}
+        data = encode_parquet(columns, completions_schema(self._terms))
         prompt_data = encode_parquet({"prompt_id": list(prompts), "prompt": [p for p, _ in prompts.values()],
                                       "answer": [a for _, a in prompts.values()]}) if prompts else b""
         size = len(data) + len(prompt_data)
