@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from workbench.analysis.metric_roles import comparison_metrics, secondary_metrics
 from workbench.compare.planning import comparisons_per_metric, plan_seeds
 from workbench.compare.sequential import design_from_settings
 from workbench.compare.stats import planned_seeds, t_test_power, tost_power
@@ -75,7 +76,8 @@ def test_plan_uses_holm_first_step_level_and_invents_nothing():
                                                 ("loss_aggregation", 3, 0.025)])
 def test_plan_prints_planned_seeds_for_every_findings_study(study, m, sd):
     """Each findings study declares a SESOI and a noise SD for its accuracy: `plan` turns them into
-    seeds per arm at Holm's first-step level over the study's m comparisons of the metric; a metric
+    seeds per arm at Holm's first-step level over its family (m comparisons per metric, times the primary
+    metrics when it is primary); a metric
     with no SESOI is planned for nothing (and, when compare.primary leaves it out, marked secondary)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "MLFLOW_TRACKING_URI": "sqlite:////nonexistent/none.db"}
     out = subprocess.run([sys.executable, "-m", "workbench.cli.main", "plan", f"studies/{study}.yaml",
@@ -83,12 +85,17 @@ def test_plan_prints_planned_seeds_for_every_findings_study(study, m, sd):
     assert out.returncode == 0, out.stderr
     plan = {p["metric"]: p for p in json.loads(out.stdout)["seed_plan"]}
     acc = plan["final_eval_accuracy"]
-    assert acc["comparisons"] == m
+    # Holm's family as compare forms it (#52): a primary metric's comparisons with every other primary's
+    compare = load_study(ROOT / "studies" / f"{study}.yaml").compare or {}
+    metrics = comparison_metrics(None, compare)
+    primaries = [x for x in metrics if x not in secondary_metrics(metrics, compare)]
+    family = m * len(primaries) if "final_eval_accuracy" in primaries else m
+    assert acc["comparisons"] == family
     # a sequential study is tested at its last look's α (#52), and capped at that look's seeds
-    sequential = (load_study(ROOT / "studies" / f"{study}.yaml").compare or {}).get("sequential")
+    sequential = compare.get("sequential")
     design = design_from_settings(sequential) if sequential is not None else None
     alpha = 0.05 if design is None else float(design.look_alpha[-1])
-    assert acc["seeds"] == planned_seeds(0.03, math.sqrt(2) * sd, alpha=alpha / m)
+    assert acc["seeds"] == planned_seeds(0.03, math.sqrt(2) * sd, alpha=alpha / family)
     assert acc["sd_source"] == "declared in compare.noise_sd"
     if design is not None and acc["seeds"] > design.looks[-1]:
         assert acc["cap"] == design.looks[-1] and 0 < acc["power_at_cap"] < 0.8

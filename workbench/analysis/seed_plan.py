@@ -66,9 +66,18 @@ def seed_plan(study: Any, specs: list, uri: str, experiment: str, where: str) ->
             design = None  # `plan` reports a bad design elsewhere; plan as without one
         if design is not None:
             last_look_alpha, cap = float(design.look_alpha[-1]), int(design.looks[-1])
-    plans = plan_seeds(metrics, sesoi, {**measured, **declared}, comparisons=m, seeds_in_study=len(study.seeds),
-                       last_look_alpha=last_look_alpha, cap=cap)
     secondary = set(secondary_metrics(metrics, compare))
+    # Holm's families as compare forms them (#52): every primary metric's comparisons together, each secondary
+    # metric on its own; the first step of a family tests at alpha over its size
+    primary = [x for x in metrics if x not in secondary]
+    sds = {**measured, **declared}
+    by_metric = {p.metric: p for p in plan_seeds(primary, sesoi, sds, comparisons=m * len(primary),
+                                                  seeds_in_study=len(study.seeds), last_look_alpha=last_look_alpha,
+                                                  cap=cap)}
+    by_metric |= {p.metric: p for p in plan_seeds([x for x in metrics if x in secondary], sesoi, sds, comparisons=m,
+                                                  seeds_in_study=len(study.seeds), last_look_alpha=last_look_alpha,
+                                                  cap=cap)}
+    plans = [by_metric[x] for x in metrics]
     from workbench.compare.summary import summary_name  # deferred: scipy
 
     pedigree = {summary_name(m): dict(e) for m, e in (compare.get("sesoi_pedigree") or {}).items()}

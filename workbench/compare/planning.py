@@ -6,9 +6,10 @@ no noise SD is declared, the SD measured on finished baseline runs in the store.
 
 Why these choices:
 
-* **Level**: ``alpha / m``, ``m`` = the comparisons ``compare`` makes per metric (every non-baseline
-  arm against the baseline at its grid point). Holm tests its first (smallest p) comparison at
-  ``alpha / m`` and the others at least at that level, so the plan holds for every comparison.
+* **Level**: ``alpha / m``, ``m`` = the comparisons of the metric's Holm family as ``compare`` forms it
+  (#52): every primary metric's comparisons together (each non-baseline arm against the baseline at its
+  grid point, times the primary metrics), a secondary metric's own. Holm tests its first (smallest p)
+  comparison at ``alpha / m`` and the others at least at that level, so the plan holds for every comparison.
 * **SD of a paired difference**: ``sqrt(2)`` times the SD of a run across seeds (``noise_sd``), as
   if the two arms' runs at one seed were independent. Runs that share a seed are usually
   positively correlated, which only makes the paired SD smaller: the plan errs on the safe side.
