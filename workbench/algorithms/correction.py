@@ -23,7 +23,8 @@ from workbench.registry import Activity, Registry
 
 Correction = Callable[..., tuple[Tensor, Tensor]]
 
-IS_CORRECTIONS: Registry[Correction] = Registry("importance-sampling correction")
+IS_CORRECTIONS: Registry[Correction] = Registry("importance-sampling correction", selected_by="algorithm.correction",
+                                                 settings=("algorithm.correction_cap",))
 
 IS_METRIC_KEYS = (MISMATCH_IS_WEIGHT_MEAN, MISMATCH_IS_CLIPPED_FRAC, MISMATCH_IS_REWEIGHTED_FRAC)
 

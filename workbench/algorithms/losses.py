@@ -72,7 +72,8 @@ PolicyLoss = Callable[..., PolicyTerms]
 
 # A loss shapes every token's loss; its keyword parameters declare their own activity (``params``).
 EVERY_TOKEN = "defines every token's loss"
-POLICY_LOSSES: Registry[PolicyLoss] = Registry("policy loss", activity=Activity.always(EVERY_TOKEN))
+POLICY_LOSSES: Registry[PolicyLoss] = Registry("policy loss", activity=Activity.always(EVERY_TOKEN),
+                                                selected_by="algorithm.loss")
 
 # The clip bounds act on the tokens they clip (the clip events of docs/metrics.md, one side each).
 CLIP_BOUNDS = {"clip_low": Activity(CLIP_FRAC_LOW, "tokens"), "clip_high": Activity(CLIP_FRAC_HIGH, "tokens")}
