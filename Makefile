@@ -66,10 +66,15 @@ demo: $(CORE_STAMP)  # not the test extras: a demo needs no Ray, TensorBoard, W&
 
 # The main suite, then the engine suite and the TRL import tests in their own venvs when
 # `make engines` / `make trl` have built them.
+# In parallel (pytest-xdist): many of the slowest tests wait on subprocesses, servers and deadlines, so three
+# workers gain even on a 2-core machine. A test file runs whole on one worker (loadfile): its module-scoped
+# servers and clusters start once, and no two Ray clusters run at once. `make test PYTEST_WORKERS=0` runs serially.
 # the TRL import tests and the TRL engine's (tests/trl_engine/): one level below tests/, named test_trl_*
 TRL_TESTS := tests/*/test_trl_*.py
+PYTEST_WORKERS ?= 3
+XDIST := -n $(PYTEST_WORKERS) --dist loadfile
 test: install verl
-	WORKBENCH_VERL_PATH=$(VERL) $(BIN)/python -m pytest --durations=30 --ignore=tests/engines --ignore-glob='$(TRL_TESTS)'
+	WORKBENCH_VERL_PATH=$(VERL) $(BIN)/python -m pytest $(XDIST) --durations=30 --ignore=tests/engines --ignore-glob='$(TRL_TESTS)'
 	@if [ -f $(ENGINES_STAMP) ]; then $(MAKE) --no-print-directory test-engines; \
 	 else echo "engine tests not run: \`make engines\` installs vLLM and DeepSpeed (see docs/engines.md)"; fi
 	@if [ -f $(TRL_STAMP) ]; then $(MAKE) --no-print-directory test-trl; \
@@ -94,7 +99,7 @@ lint: install
 
 # The fast tier: no simulations, servers or cold starts (a test over ~3 s here is marked slow).
 test-fast: install
-	$(BIN)/python -m pytest -m "not slow" --durations=30 --ignore=tests/engines --ignore-glob='$(TRL_TESTS)'
+	$(BIN)/python -m pytest $(XDIST) -m "not slow" --durations=30 --ignore=tests/engines --ignore-glob='$(TRL_TESTS)'
 
 # Every generated table (README's preset and health-rule tables, docs/algorithms.md, docs/metrics.md).
 docs: install

@@ -146,7 +146,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("registry",),  # named units
     ("tasks",),  # problems and gold answers
     ("batch",),  # rollouts and train batches
-    ("algorithms", "health", "reward", "metrics"),  # the registered units a run composes
+    ("metrics",),  # the canonical metric names (a contract every unit logs or reads by) and their computation
+    ("algorithms", "health", "reward"),  # the registered units a run composes
     ("config",),  # a run's validated config, naming those units
     ("engine",),  # engine: trl: each setting -> TRL's GRPOConfig field, or refused (no TRL import)
     ("study", "tracking"),  # study YAML -> run configs; writing to MLflow

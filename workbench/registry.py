@@ -54,10 +54,20 @@ class Registry(Generic[T]):
     their own import adapters, docs/import.md) unless :meth:`freeze` closes it.
 
     ``activity``: the :class:`Activity` of every unit of this kind that declares none itself
-    (for kinds whose units all act on everything, e.g. advantage estimators)."""
+    (for kinds whose units all act on everything, e.g. advantage estimators).
 
-    def __init__(self, kind: str, *, activity: Activity | None = None) -> None:
+    ``selected_by``: the dotted config key whose value names the unit(s) of this kind a run uses
+    (``"algorithm.correction"``); ``settings``: the config keys that tune the selected unit and mean
+    nothing without one (``"algorithm.correction_cap"``). ``compare`` gates a change of either on the
+    unit's activity and ``plan``'s lint flags a setting of an unselected kind, both from these facts."""
+
+    def __init__(self, kind: str, *, activity: Activity | None = None, selected_by: str | None = None,
+                 settings: tuple[str, ...] = ()) -> None:
+        if settings and selected_by is None:
+            raise ValueError(f"{kind}: settings tune a selected unit, so the registry needs selected_by")
         self.kind = kind  # e.g. "advantage estimator": used in error messages
+        self.selected_by = selected_by
+        self.settings = settings
         self._items: dict[str, T] = {}
         self._activity: dict[str, Activity] = {}
         self._default_activity = activity

@@ -50,6 +50,9 @@ def test_every_rule_is_evaluated_on_healthy_runs(kind):
     assert [name for name, rule in monitor.rules.items() if rule.evaluated == 0] == []
 
 
+# The Monte-Carlo tests are slow (the fast tier runs no simulation): the first case of each kind simulates
+# the 200 runs every other case reads, 95-99 s each under xdist on the loaded 2-core machine.
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", HEALTHY_KINDS)
 @pytest.mark.parametrize("rule", HEALTH_RULES.names())
 def test_default_rule_rarely_fires_on_healthy_runs(kind, rule):
@@ -57,6 +60,7 @@ def test_default_rule_rarely_fires_on_healthy_runs(kind, rule):
     assert rate <= MAX_FALSE_FIRE_RATE, f"{rule} fired on {rate:.1%} of healthy {kind} runs"
 
 
+@pytest.mark.slow
 def test_a_stable_length_gap_is_not_a_growing_one():
     # The measurement: a flat incorrect/correct ratio of 1.6 ± 0.05 (above max_ratio 1.5)
     # made the old "ratio > value 5 observations earlier" check fire in 20 of 20 runs.
@@ -67,6 +71,7 @@ def test_a_stable_length_gap_is_not_a_growing_one():
     assert fired <= 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("reward_sd", [0.12, 0.2, 0.3])
 @pytest.mark.parametrize("kind", HEALTHY_KINDS)
 def test_reward_collapse_stays_quiet_on_noisier_rewards(kind, reward_sd):
@@ -92,6 +97,7 @@ def test_every_rule_has_a_planted_failure():
     assert sorted(FAILURES) == HEALTH_RULES.names()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rule", sorted(FAILURES))
 def test_default_rule_fires_on_its_failure_at_the_expected_step(rule):
     key, value, expected = FAILURES[rule]

@@ -18,13 +18,15 @@ import torch
 from torch import Tensor
 
 from workbench.algorithms._masked import clamped_exp, masked_mean, sequence_mean_log_ratio, where_mask
+from workbench.metrics.names import MISMATCH_IS_CLIPPED_FRAC, MISMATCH_IS_REWEIGHTED_FRAC, MISMATCH_IS_WEIGHT_MEAN
 from workbench.registry import Activity, Registry
 
 Correction = Callable[..., tuple[Tensor, Tensor]]
 
-IS_CORRECTIONS: Registry[Correction] = Registry("importance-sampling correction")
+IS_CORRECTIONS: Registry[Correction] = Registry("importance-sampling correction", selected_by="algorithm.correction",
+                                                 settings=("algorithm.correction_cap",))
 
-IS_METRIC_KEYS = ("mismatch/is_weight_mean", "mismatch/is_clipped_frac", "mismatch/is_reweighted_frac")
+IS_METRIC_KEYS = (MISMATCH_IS_WEIGHT_MEAN, MISMATCH_IS_CLIPPED_FRAC, MISMATCH_IS_REWEIGHTED_FRAC)
 
 #: A token counts as reweighted when its applied weight differs from 1 by more than this (0.1%): far
 #: above an fp32 sampler's rounding (|Δ| ~ 1e-6 nats, tests/test_mismatch*.py), far below a bf16
@@ -33,8 +35,8 @@ REWEIGHT_TOLERANCE = 1e-3
 
 # Turning a correction on acts on every token whose weight differs from 1 (not only the capped ones:
 # "TIS acted on 0% of tokens" read the cap alone, #52); changing its cap acts only where the cap binds.
-REWEIGHTED = Activity("mismatch/is_reweighted_frac", "tokens",
-                      params={"correction_cap": Activity("mismatch/is_clipped_frac", "tokens")})
+REWEIGHTED = Activity(MISMATCH_IS_REWEIGHTED_FRAC, "tokens",
+                      params={"correction_cap": Activity(MISMATCH_IS_CLIPPED_FRAC, "tokens")})
 
 
 @IS_CORRECTIONS.register("tis", activity=REWEIGHTED)
@@ -133,9 +135,9 @@ def importance_weights(
         weights, capped = fn(log_ratio, mask, cap=cap)
         weights = where_mask(weights, mask)  # [B,T]
         metrics = {
-            "mismatch/is_weight_mean": float(masked_mean(weights, mask)),
-            "mismatch/is_clipped_frac": float(masked_mean(capped.to(weights.dtype), mask)),
-            "mismatch/is_reweighted_frac": float(masked_mean(((weights - 1.0).abs() > REWEIGHT_TOLERANCE)
+            MISMATCH_IS_WEIGHT_MEAN: float(masked_mean(weights, mask)),
+            MISMATCH_IS_CLIPPED_FRAC: float(masked_mean(capped.to(weights.dtype), mask)),
+            MISMATCH_IS_REWEIGHTED_FRAC: float(masked_mean(((weights - 1.0).abs() > REWEIGHT_TOLERANCE)
                                                              .to(weights.dtype), mask)),
         }
     return weights, metrics

@@ -13,10 +13,12 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from workbench.metrics.names import BATCH_FILTERED_FRAC, LENGTH_TRUNCATED_FRAC
 from workbench.registry import Activity, Registry
 
-BATCH_FILTERS: Registry = Registry("batch filter")
-TOKEN_FILTERS: Registry = Registry("token filter")
+BATCH_FILTERS: Registry = Registry("batch filter", selected_by="algorithm.batch_filter",
+                                   settings=("algorithm.filter_on", "algorithm.max_sampling_rounds"))
+TOKEN_FILTERS: Registry = Registry("token filter", selected_by="algorithm.token_filters")
 
 
 # filter_on -> the per-completion value a batch filter judges, from (total rewards [B], correct [B] bool).
@@ -37,7 +39,7 @@ def filter_input(filter_on: str | None, rewards: Tensor, correct: Tensor) -> Ten
     return FILTER_INPUTS[filter_on](rewards, correct)
 
 
-@BATCH_FILTERS.register("zero_std", activity=Activity("batch/filtered_frac", "groups"))
+@BATCH_FILTERS.register("zero_std", activity=Activity(BATCH_FILTERED_FRAC, "groups"))
 def keep_nonzero_std(values: Tensor, group_ids: Tensor) -> Tensor:
     """DAPO (Yu et al. 2025) §3.2 dynamic sampling: drop groups whose ``values`` are all equal.
 
@@ -53,7 +55,7 @@ def keep_nonzero_std(values: Tensor, group_ids: Tensor) -> Tensor:
 
 
 # the responses it masks are those that hit max_new_tokens (counted over every sampled response)
-@TOKEN_FILTERS.register("overlong", activity=Activity("length/truncated_frac", "responses"))
+@TOKEN_FILTERS.register("overlong", activity=Activity(LENGTH_TRUNCATED_FRAC, "responses"))
 def mask_truncated(mask: Tensor, truncated: Tensor) -> Tensor:
     """DAPO (Yu et al. 2025) §3.4 overlong filtering: truncated responses get no gradient.
 

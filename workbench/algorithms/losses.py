@@ -33,16 +33,24 @@ from workbench.algorithms._masked import (
 )
 from workbench.algorithms.aggregate import AGG_MODES, aggregate_loss
 from workbench.algorithms.params import check_unit_params, keyword_params, missing_params
+from workbench.metrics.names import (
+    CLIP_FRAC,
+    CLIP_FRAC_HIGH,
+    CLIP_FRAC_LOW,
+    POLICY_APPROX_KL,
+    POLICY_RATIO_MAX,
+    POLICY_RATIO_MEAN,
+)
 from workbench.registry import Activity, Registry
 
 # Exact metric keys returned by ``compute_policy_loss`` (docs/metrics.md).
 POLICY_METRIC_KEYS = (
-    "clip/frac",
-    "clip/frac_low",
-    "clip/frac_high",
-    "policy/approx_kl",
-    "policy/ratio_mean",
-    "policy/ratio_max",
+    CLIP_FRAC,
+    CLIP_FRAC_LOW,
+    CLIP_FRAC_HIGH,
+    POLICY_APPROX_KL,
+    POLICY_RATIO_MEAN,
+    POLICY_RATIO_MAX,
 )
 
 
@@ -64,10 +72,11 @@ PolicyLoss = Callable[..., PolicyTerms]
 
 # A loss shapes every token's loss; its keyword parameters declare their own activity (``params``).
 EVERY_TOKEN = "defines every token's loss"
-POLICY_LOSSES: Registry[PolicyLoss] = Registry("policy loss", activity=Activity.always(EVERY_TOKEN))
+POLICY_LOSSES: Registry[PolicyLoss] = Registry("policy loss", activity=Activity.always(EVERY_TOKEN),
+                                                selected_by="algorithm.loss")
 
 # The clip bounds act on the tokens they clip (the clip events of docs/metrics.md, one side each).
-CLIP_BOUNDS = {"clip_low": Activity("clip/frac_low", "tokens"), "clip_high": Activity("clip/frac_high", "tokens")}
+CLIP_BOUNDS = {"clip_low": Activity(CLIP_FRAC_LOW, "tokens"), "clip_high": Activity(CLIP_FRAC_HIGH, "tokens")}
 
 
 def policy_loss(name: str, *, truncates_weight: bool = False,
@@ -355,11 +364,11 @@ def compute_policy_loss(
         frac_low = masked_mean(terms.clipped_low.to(logp.dtype), mask)
         frac_high = masked_mean(terms.clipped_high.to(logp.dtype), mask)
         metrics = {
-            "clip/frac": float(frac_low + frac_high),
-            "clip/frac_low": float(frac_low),
-            "clip/frac_high": float(frac_high),
-            "policy/approx_kl": float(masked_mean(old_logp - logp, mask)),
-            "policy/ratio_mean": float(masked_mean(terms.ratio, mask)),
-            "policy/ratio_max": float(masked_max(terms.ratio, mask)),
+            CLIP_FRAC: float(frac_low + frac_high),
+            CLIP_FRAC_LOW: float(frac_low),
+            CLIP_FRAC_HIGH: float(frac_high),
+            POLICY_APPROX_KL: float(masked_mean(old_logp - logp, mask)),
+            POLICY_RATIO_MEAN: float(masked_mean(terms.ratio, mask)),
+            POLICY_RATIO_MAX: float(masked_max(terms.ratio, mask)),
         }
     return value, metrics

@@ -15,6 +15,7 @@ like they matter and do not.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +23,7 @@ from typing import Any
 from workbench.algorithms import POLICY_LOSSES
 from workbench.algorithms.params import keyword_params
 from workbench.algorithms.presets import PRESETS
+from workbench.compare.activity import unit_registries
 from workbench.config import AlgorithmConfig, LoraConfig, RunConfig
 from workbench.registry import Registry
 from workbench.study.expand import arm_of_label
@@ -56,6 +58,11 @@ def _show(value: Any) -> str:  # as a study's YAML spells it
     if value is None:
         return "null"
     return str(value)
+
+
+def _setting(cfg: RunConfig, key: str) -> Any:
+    """The value of a dotted config key (``algorithm.correction``)."""
+    return functools.reduce(getattr, key.split("."), cfg)
 
 
 def knob(path: str, value: Any) -> str:
@@ -115,11 +122,13 @@ def knob_of_an_unused_unit(cfg: RunConfig) -> Iterable[Finding]:
         for name in sorted({"kl_estimator", "kl_in"} & changed):
             yield Finding(knob(f"algorithm.{name}", getattr(algo, name)),
                           "algorithm.kl_coef is 0, so no KL term is computed (no reference model is built)")
-    if algo.correction is None and "correction_cap" in changed:
-        yield Finding(knob("algorithm.correction_cap", algo.correction_cap), "algorithm.correction is not set")
-    if algo.batch_filter is None:
-        for name in sorted({"max_sampling_rounds", "filter_on"} & changed):
-            yield Finding(knob(f"algorithm.{name}", getattr(algo, name)), "algorithm.batch_filter is not set")
+    for registry in unit_registries().values():  # a unit kind's settings (Registry.settings) with none selected
+        if not registry.settings or _setting(cfg, registry.selected_by) is not None:
+            continue
+        for key in sorted(registry.settings):
+            section, name = key.split(".", 1)
+            if section == "algorithm" and name in changed:
+                yield Finding(knob(key, _setting(cfg, key)), f"{registry.selected_by} is not set")
     if algo.norm_constant is not None and algo.agg_mode != "seq-mean-token-sum-norm":
         yield Finding(knob("algorithm.norm_constant", algo.norm_constant),
                       f"only agg_mode seq-mean-token-sum-norm divides by it (this run: {algo.agg_mode})")

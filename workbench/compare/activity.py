@@ -191,7 +191,7 @@ def _declared_unit(metric: str | None) -> str:
 
 def _all_activities() -> list[Activity]:
     """Every activity the registered units declare, their parameters' included."""
-    registries = _registries()
+    registries = unit_registries()
     found = []
     for registry in registries.values():
         for name in registry.names():
@@ -201,7 +201,8 @@ def _all_activities() -> list[Activity]:
     return found
 
 
-def _registries() -> dict[str, Any]:
+def unit_registries() -> dict[str, Any]:
+    """The registries a run config selects units from, by kind (each says which key selects its units)."""
     from workbench.algorithms import IS_CORRECTIONS, POLICY_LOSSES  # deferred: torch
     from workbench.algorithms.filters import BATCH_FILTERS, TOKEN_FILTERS  # deferred: torch
     from workbench.reward import REWARD_SHAPERS  # deferred: torch
@@ -214,10 +215,19 @@ def _registries() -> dict[str, Any]:
 # Which knobs a comparison changes
 # --------------------------------------------------------------------------------------------
 
-#: Config keys that select or tune a registered unit with an activity metric (others are not gated).
-_GATED_KEYS = ("algorithm.clip_low", "algorithm.clip_high", "algorithm.dual_clip", "algorithm.correction",
-               "algorithm.correction_cap", "algorithm.batch_filter", "algorithm.filter_on",
-               "algorithm.max_sampling_rounds", "algorithm.token_filters", "reward.shaping")
+def gated_keys() -> frozenset[str]:
+    """Config keys that select or tune a registered unit with an activity metric (others are not gated), from
+    what the units declare where they register: a kind's ``Registry.selected_by`` when one of its units logs an
+    activity metric of its own (a loss acts on every token: choosing one is not gated), its ``settings``, and a
+    loss's parameters stored as ``algorithm`` fields (``LOSS_PARAM_FIELDS``; the rest are ``loss_params.*``)."""
+    from workbench.algorithms.params import LOSS_PARAM_FIELDS  # deferred: torch
+
+    keys = {f"algorithm.{name}" for name in LOSS_PARAM_FIELDS}
+    for registry in unit_registries().values():
+        activities = [registry.activity(name) for name in registry.names()]
+        if any(a is not None and a.metric is not None for a in activities):
+            keys |= {registry.selected_by, *registry.settings}
+    return frozenset(keys)
 
 
 def _value(v: Any) -> Any:
@@ -265,11 +275,12 @@ def changed_knobs(arm: Mapping[str, Any], base: Mapping[str, Any]) -> list[Knob]
 
 def _knobs_of(key: str, a: Any, b: Any, arm: Mapping[str, Any], base: Mapping[str, Any]) -> list[Knob]:
     """The knob(s) one differing config key changes."""
-    loss_param = key.startswith("algorithm.loss_params.") or key in ("algorithm.clip_low", "algorithm.clip_high",
-                                                                      "algorithm.dual_clip")
-    if not (loss_param or key in _GATED_KEYS) or isinstance(a, tuple) or isinstance(b, tuple):
+    from workbench.algorithms.params import LOSS_PARAM_FIELDS  # deferred: torch
+
+    loss_param = key.startswith("algorithm.loss_params.") or key in {f"algorithm.{n}" for n in LOSS_PARAM_FIELDS}
+    if not (loss_param or key in gated_keys()) or isinstance(a, tuple) or isinstance(b, tuple):
         return [Knob(key, None)]
-    reg = _registries()
+    reg = unit_registries()
 
     def unit(kind: str, name: Any) -> Knob:
         registry = reg[kind]
@@ -282,17 +293,18 @@ def _knobs_of(key: str, a: Any, b: Any, arm: Mapping[str, Any], base: Mapping[st
             return [Knob(key, None)]
         param = key.rsplit(".", 1)[1]
         return [Knob(param, reg["loss"].activity(loss).params.get(param))]
-    if key == "algorithm.correction":
+    correction, batch_filter = reg["correction"], reg["batch filter"]
+    if key == correction.selected_by:
         return [unit("correction", v) for v in (a, b) if v is not None]
-    if key == "algorithm.correction_cap":
-        names = sorted({v for v in (arm.get("algorithm.correction"), base.get("algorithm.correction"))
-                        if isinstance(v, str) and v in reg["correction"]})
-        return [Knob(f"correction_cap ({n})", reg["correction"].activity(n).params.get("correction_cap"))
-                for n in names] or [Knob(key, None)]
-    if key in ("algorithm.batch_filter", "algorithm.filter_on", "algorithm.max_sampling_rounds"):
-        return [unit("batch filter", v) for v in {arm.get("algorithm.batch_filter"), base.get("algorithm.batch_filter")}
+    if key in correction.settings:  # a setting with an activity of its own (the cap's clipped tokens)
+        setting = key.rsplit(".", 1)[1]
+        names = sorted({v for v in (arm.get(correction.selected_by), base.get(correction.selected_by))
+                        if isinstance(v, str) and v in correction})
+        return [Knob(f"{setting} ({n})", correction.activity(n).params.get(setting)) for n in names] or [Knob(key, None)]
+    if key == batch_filter.selected_by or key in batch_filter.settings:
+        return [unit("batch filter", v) for v in {arm.get(batch_filter.selected_by), base.get(batch_filter.selected_by)}
                 if v is not None] or [Knob(key, None)]
-    if key == "algorithm.token_filters":
+    if key == reg["token filter"].selected_by:
         return [unit("token filter", n) for n in sorted(set(a or []) ^ set(b or []))] or [Knob(key, None)]
     # reward.shaping: each term in one list and not the other (added, removed, or its weight/params changed)
     terms_a = {json.dumps(t, sort_keys=True): t for t in (a or []) if isinstance(t, dict)}
@@ -448,19 +460,22 @@ def _round_up(x: float) -> str:
 
 def markdown_activity_table() -> str:
     """The built-in knobs and the activity metric each registered unit declares, as markdown."""
-    reg = _registries()
+    from workbench.algorithms.params import LOSS_PARAM_FIELDS  # deferred: torch
+
+    reg = unit_registries()
     rows: dict[tuple[str, str, str], list[str]] = {}  # (setting, metric, counts) -> units
     for loss in reg["loss"].names():
         for param, activity in reg["loss"].activity(loss).params.items():
-            setting = f"`algorithm.{param}`" if param in ("clip_low", "clip_high", "dual_clip") \
-                else f"`algorithm.loss_params.{param}`"
+            setting = f"`algorithm.{param}`" if param in LOSS_PARAM_FIELDS else f"`algorithm.loss_params.{param}`"
             rows.setdefault(_row(setting, activity), []).append(f"`{loss}`")
-    for name in reg["correction"].names():
-        rows.setdefault(_row("`algorithm.correction`", reg["correction"].activity(name)), []).append(f"`{name}`")
-        cap = reg["correction"].activity(name).params.get("correction_cap")
-        rows.setdefault(_row("`algorithm.correction_cap`", cap), []).append(f"`{name}`")
-    for kind, setting in (("batch filter", "`algorithm.batch_filter`, `filter_on`, `max_sampling_rounds`"),
-                          ("token filter", "`algorithm.token_filters`"), ("shaping", "`reward.shaping`")):
+    correction = reg["correction"]
+    for name in correction.names():
+        rows.setdefault(_row(f"`{correction.selected_by}`", correction.activity(name)), []).append(f"`{name}`")
+        for key in correction.settings:
+            param = correction.activity(name).params.get(key.rsplit(".", 1)[1])
+            rows.setdefault(_row(f"`{key}`", param), []).append(f"`{name}`")
+    for kind in ("batch filter", "token filter", "shaping"):  # a setting of these acts through the unit's own metric
+        setting = ", ".join([f"`{reg[kind].selected_by}`", *(f"`{key.rsplit('.', 1)[1]}`" for key in reg[kind].settings)])
         for name in reg[kind].names():
             rows.setdefault(_row(setting, reg[kind].activity(name)), []).append(f"`{name}`")
     lines = ["| setting | units | activity metric | counts |", "|---|---|---|---|"]

@@ -39,6 +39,7 @@ import pandas as pd
 from statsmodels.stats.proportion import proportion_confint
 
 from workbench.metrics.catalogue import metric_bounds
+from workbench.metrics.names import EVAL_ACCURACY, EVAL_N_PROBLEMS
 
 from .arms import arm_column, arm_variants, match_baselines, runs_by_arm
 from .checkpoints import CHECKPOINT_COLUMN, cold_start_segment
@@ -73,7 +74,7 @@ AGGREGATIONS: tuple[str, ...] = ("mean", "iqm", "none")
 MARKER_COLUMNS: tuple[str, ...] = ("step", "y", "severity", "rule", "label", "message")
 #: A proportion metric -> the logged count it is a fraction of: each checkpoint's value is binomial over
 #: that many trials (an eval's accuracy over its problems), so its points get a Wilson interval.
-BINOMIAL_DENOMINATORS: dict[str, str] = {"eval/accuracy": "eval/n_problems"}
+BINOMIAL_DENOMINATORS: dict[str, str] = {EVAL_ACCURACY: EVAL_N_PROBLEMS}
 
 
 # --------------------------------------------------------------------------------------------

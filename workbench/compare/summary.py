@@ -48,6 +48,16 @@ import pandas as pd
 
 from workbench.metrics.catalogue import CATALOGUE, metric_bounds
 from workbench.metrics.final import FINAL_EVAL_DEFINITION, FINAL_EVALS, final_eval_value
+from workbench.metrics.names import (
+    ACCURACY_TRAIN,
+    ENTROPY_MEAN,
+    EVAL_ACCURACY,
+    LENGTH_CORRECT_MEAN,
+    LENGTH_INCORRECT_MEAN,
+    LENGTH_MEAN,
+    PERF_SAMPLE_TOKENS,
+    REWARD_MEAN,
+)
 from workbench.registry import Registry
 from workbench.results.readers.frames import lex_sorted
 
@@ -66,16 +76,8 @@ __all__ = [
     "summary_name",
 ]
 
-# Canonical metric names read here (docs/metrics.md).
-EVAL_ACCURACY = "eval/accuracy"
-TRAIN_ACCURACY = "accuracy/train"
-REWARD = "reward/mean"
-ENTROPY = "entropy/mean"
-LENGTH_MEAN = "length/mean"
-LENGTH_CORRECT = "length/correct_mean"
-LENGTH_INCORRECT = "length/incorrect_mean"
 #: Per-step counters (not in DESIGN's table; optional): tokens sampled, completions sampled.
-TOKEN_COUNTERS: tuple[str, ...] = ("perf/sample_tokens",)
+TOKEN_COUNTERS: tuple[str, ...] = (PERF_SAMPLE_TOKENS,)
 SAMPLE_COUNTERS: tuple[str, ...] = ("perf/samples",)
 #: Run params whose product is the number of completions sampled per step.
 SAMPLES_PARAMS: tuple[str, ...] = ("rollout.prompts_per_step", "rollout.group_size")
@@ -84,11 +86,11 @@ TRAIN_STEP_METRICS: tuple[str, ...] = (
     *TOKEN_COUNTERS,
     *SAMPLE_COUNTERS,
     LENGTH_MEAN,
-    TRAIN_ACCURACY,
-    REWARD,
-    ENTROPY,
+    ACCURACY_TRAIN,
+    REWARD_MEAN,
+    ENTROPY_MEAN,
 )
-COUNT_METRICS: tuple[str, ...] = (*TOKEN_COUNTERS, *SAMPLE_COUNTERS, LENGTH_MEAN, REWARD, ENTROPY)
+COUNT_METRICS: tuple[str, ...] = (*TOKEN_COUNTERS, *SAMPLE_COUNTERS, LENGTH_MEAN, REWARD_MEAN, ENTROPY_MEAN)
 
 HISTORY_COLUMNS: tuple[str, ...] = ("run_id", "variant", "seed", "step", "metric", "value")
 ID_COLUMNS: tuple[str, ...] = ("run_id", "variant", "seed")
@@ -383,7 +385,7 @@ def tokens_to_threshold(run: RunCurves, threshold: float = 0.5) -> float:
 
 
 @summary_metric(
-    "tokens_per_correct", higher_is_better=False, reads=[TRAIN_ACCURACY, LENGTH_MEAN, *COUNT_METRICS],
+    "tokens_per_correct", higher_is_better=False, reads=[ACCURACY_TRAIN, LENGTH_MEAN, *COUNT_METRICS],
     censored="nothing correct", bounds=(0.0, math.inf),
 )
 def tokens_per_correct(run: RunCurves) -> float:
@@ -395,7 +397,7 @@ def tokens_per_correct(run: RunCurves) -> float:
     ``sum_t length/mean_t / sum_t accuracy/train_t``. ``inf`` if no completion was correct,
     NaN without ``accuracy/train`` or any length/token information.
     """
-    acc = run.series(TRAIN_ACCURACY)
+    acc = run.series(ACCURACY_TRAIN)
     if len(acc) == 0:
         return math.nan
     tokens, samples = run.tokens_per_step(), run.samples_per_step()
@@ -415,14 +417,14 @@ def tokens_per_correct(run: RunCurves) -> float:
 
 
 @summary_metric(
-    "final_length_ratio", higher_is_better=False, reads=[LENGTH_CORRECT, LENGTH_INCORRECT], bounds=(0.0, math.inf)
+    "final_length_ratio", higher_is_better=False, reads=[LENGTH_CORRECT_MEAN, LENGTH_INCORRECT_MEAN], bounds=(0.0, math.inf)
 )
 def final_length_ratio(run: RunCurves, window: int = 10) -> float:
     """``mean(length/incorrect_mean) / mean(length/correct_mean)`` over the last ``window`` steps
     where both are logged (a ratio > 1: wrong answers ramble, Dr. GRPO's length bias)."""
     if window < 1:
         raise ValueError(f"window must be >= 1, got {window}")
-    incorrect, correct = _at_common_steps(run.series(LENGTH_INCORRECT), run.series(LENGTH_CORRECT))
+    incorrect, correct = _at_common_steps(run.series(LENGTH_INCORRECT_MEAN), run.series(LENGTH_CORRECT_MEAN))
     if not len(incorrect):
         return math.nan
     c = float(correct[-window:].mean())
@@ -438,16 +440,16 @@ def _at_common_steps(a: pd.Series, b: pd.Series) -> tuple[np.ndarray, np.ndarray
     return va[keep], vb[keep]
 
 
-@summary_metric("final_entropy", higher_is_better=None, reads=[ENTROPY], bounds=(0.0, math.inf))
+@summary_metric("final_entropy", higher_is_better=None, reads=[ENTROPY_MEAN], bounds=(0.0, math.inf))
 def final_entropy(run: RunCurves, window: int = 10) -> float:
     """Mean of ``entropy/mean`` over the last ``window`` logged steps (no preferred direction)."""
-    return _last_mean(run.series(ENTROPY), window)
+    return _last_mean(run.series(ENTROPY_MEAN), window)
 
 
-@summary_metric("final_reward", higher_is_better=True, reads=[REWARD])
+@summary_metric("final_reward", higher_is_better=True, reads=[REWARD_MEAN])
 def final_reward(run: RunCurves, window: int = 10) -> float:
     """Mean of ``reward/mean`` over the last ``window`` logged steps."""
-    return _last_mean(run.series(REWARD), window)
+    return _last_mean(run.series(REWARD_MEAN), window)
 
 
 def catalogue_bounds(metric: str) -> tuple[float, float]:

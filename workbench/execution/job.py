@@ -13,11 +13,12 @@ from dataclasses import dataclass, field
 
 from workbench.errors import show_debug_logs
 from workbench.execution.run import RunOutcome, execute_run
+from workbench.metrics.names import ACCURACY_TRAIN, EVAL_ACCURACY, HEALTH_STATUS, REWARD_MEAN
 from workbench.study import RunSpec
 from workbench.tracking.redact import guard_output
 
 # What a run's process reports to the driver's study display after each step (the rest stays in MLflow).
-PROGRESS_METRICS = ("reward/mean", "accuracy/train", "eval/accuracy", "health/status")
+PROGRESS_METRICS = (REWARD_MEAN, ACCURACY_TRAIN, EVAL_ACCURACY, HEALTH_STATUS)
 
 
 @dataclass

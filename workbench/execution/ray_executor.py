@@ -41,6 +41,7 @@ from workbench.execution.interrupts import noting_ctrl_c, stop_requested, stoppi
 from workbench.execution.job import RunJob, execute_job, progress_metrics
 from workbench.execution.pool import close_left_running, record_lost_run
 from workbench.execution.run import RunOutcome
+from workbench.metrics.names import EVAL_ACCURACY
 from workbench.study import RunSpec
 from workbench.tracking.study_runs import finished_runs, mark_orphaned_runs
 
@@ -142,7 +143,7 @@ def finished_outcome(spec: RunSpec, run) -> RunOutcome:
     """The outcome of a run found FINISHED in MLflow (values read back)."""
     metrics, tags = run.data.metrics, run.data.tags
     return RunOutcome(spec.label, spec.variant, spec.seed, spec.run_key, "FINISHED", run_id=run.info.run_id,
-                      eval_last=metrics.get("eval/accuracy", math.nan), health=tags.get("workbench.health_label") or tags.get("workbench.health", "-"))
+                      eval_last=metrics.get(EVAL_ACCURACY, math.nan), health=tags.get("workbench.health_label") or tags.get("workbench.health", "-"))
 
 
 class Inbox:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from workbench.metrics.names import ACCURACY_TRAIN, EVAL_ACCURACY, HEALTH_STATUS, REWARD_MEAN
+
 
 class RunProgress:
     """One bar per run; updated once per RL step. Disabled = silent (tests, workers)."""
@@ -34,12 +36,12 @@ class RunProgress:
         self._tasks[label] = self.progress.add_task(label, total=steps, stats="starting")
 
     def on_step(self, step: int, metrics: dict[str, float]) -> None:
-        if "eval/accuracy" in metrics:
-            self._eval = f"eval {metrics['eval/accuracy']:.2f}"
-        parts = [f"reward {metrics['reward/mean']:.2f}" if "reward/mean" in metrics else "",
-                 f"acc {metrics['accuracy/train']:.2f}" if "accuracy/train" in metrics else "", self._eval]
-        if metrics.get("health/status", 0) > 0:
-            parts.append("[yellow]health!" if metrics["health/status"] == 1 else "[red]health FAIL")
+        if EVAL_ACCURACY in metrics:
+            self._eval = f"eval {metrics[EVAL_ACCURACY]:.2f}"
+        parts = [f"reward {metrics[REWARD_MEAN]:.2f}" if REWARD_MEAN in metrics else "",
+                 f"acc {metrics[ACCURACY_TRAIN]:.2f}" if ACCURACY_TRAIN in metrics else "", self._eval]
+        if metrics.get(HEALTH_STATUS, 0) > 0:
+            parts.append("[yellow]health!" if metrics[HEALTH_STATUS] == 1 else "[red]health FAIL")
         self.progress.update(self._tasks[self._current], completed=min(step + 1, self._totals[self._current]),
                              stats="  ".join(p for p in parts if p))
 

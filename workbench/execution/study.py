@@ -50,6 +50,7 @@ from workbench.execution.reuse import Reused, reuse_runs
 from workbench.execution.run import RunOutcome, eval_endpoints, execute_run, preflight
 from workbench.execution.study_progress import StudyProgress
 from workbench.execution.threads import threads_per_run
+from workbench.metrics.names import EVAL_ACCURACY
 from workbench.models import model_dir
 from workbench.results.export import ExportSummary, export_study
 from workbench.study import RunSpec, Study
@@ -84,11 +85,11 @@ def skipped_outcome(spec: RunSpec, run=None, client=None) -> RunOutcome:
     outcome = RunOutcome(spec.label, spec.variant, spec.seed, spec.run_key, "SKIPPED")
     if run is not None:
         outcome.run_id = run.info.run_id
-        outcome.eval_last = run.data.metrics.get("eval/accuracy", math.nan)
+        outcome.eval_last = run.data.metrics.get(EVAL_ACCURACY, math.nan)
         outcome.health = run.data.tags.get("workbench.health_label") or run.data.tags.get("workbench.health", "-")
     if run is not None and client is not None:
         evals = sorted((m.step, m.timestamp, m.value) for m in client.get_metric_history(run.info.run_id,
-                                                                                         "eval/accuracy"))
+                                                                                         EVAL_ACCURACY))
         last_per_step = {step: value for step, _, value in evals}  # a step logged twice: its last value
         outcome.eval_first, outcome.eval_last, outcome.eval_final = eval_endpoints(list(last_per_step.items()))
     return outcome

@@ -28,6 +28,7 @@ from rich.progress import BarColumn, Progress, ProgressColumn, TaskID, TextColum
 from rich.text import Text
 
 from workbench.metrics.final import final_eval_value
+from workbench.metrics.names import ACCURACY_TRAIN, EVAL_ACCURACY, HEALTH_STATUS, REWARD_MEAN
 from workbench.progress import Heartbeat, line_printed, progress_interval
 
 
@@ -147,13 +148,13 @@ class StudyProgress:
         run.done_steps = min(step + 1, run.steps)
         if self._anchor is None:
             self._anchor = (time.monotonic(), self.fraction())
-        evaluated = "eval/accuracy" in metrics
+        evaluated = EVAL_ACCURACY in metrics
         if evaluated:
-            run.eval = f"eval {metrics['eval/accuracy']:.2f}@{step}"  # accuracy at RL step
-            run.evals.append((step, float(metrics["eval/accuracy"])))
-        parts = [f"reward {metrics['reward/mean']:.2f}" if "reward/mean" in metrics else "",
-                 f"acc {metrics['accuracy/train']:.2f}" if "accuracy/train" in metrics else "", run.eval]
-        health = metrics.get("health/status", 0)
+            run.eval = f"eval {metrics[EVAL_ACCURACY]:.2f}@{step}"  # accuracy at RL step
+            run.evals.append((step, float(metrics[EVAL_ACCURACY])))
+        parts = [f"reward {metrics[REWARD_MEAN]:.2f}" if REWARD_MEAN in metrics else "",
+                 f"acc {metrics[ACCURACY_TRAIN]:.2f}" if ACCURACY_TRAIN in metrics else "", run.eval]
+        health = metrics.get(HEALTH_STATUS, 0)
         if health > 0:
             parts.append("[yellow]health!" if health == 1 else "[red]health FAIL")
         stats = "  ".join(p for p in parts if p)

@@ -61,6 +61,7 @@ from workbench.execution.lock import study_lock
 from workbench.execution.plan import study_experiment, study_tracking_uri
 from workbench.execution.run import RunOutcome, execute_run, preflight
 from workbench.execution.study import StudyContext, open_study
+from workbench.metrics.names import EVAL_ACCURACY
 from workbench.study import RunSpec, Study
 from workbench.tracking.redact import redact_uri
 from workbench.tracking.store import get_or_create_experiment, resolve_tracking_uri
@@ -482,7 +483,7 @@ class Worker:
         if key in done:
             trial.set_user_attr(OUTCOME, "skipped")
             trial.set_user_attr(MLFLOW_RUN, done[key].info.run_id)
-            return _value(done[key].data.metrics.get("eval/accuracy", math.nan))
+            return _value(done[key].data.metrics.get(EVAL_ACCURACY, math.nan))
 
         cfg = RunConfig.model_validate(attrs[CONFIG])
         if cfg.run_key() != key:

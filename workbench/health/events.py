@@ -11,13 +11,14 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from workbench.metrics.names import HEALTH_STATUS
+
 Severity = Literal["warn", "fail"]
 
 OK, WARN, FAIL = 0, 1, 2
 STATUS_NAMES: tuple[str, str, str] = ("ok", "warn", "fail")
 SEVERITY_CODE: dict[str, int] = {"warn": WARN, "fail": FAIL}
 
-STATUS_METRIC = "health/status"
 TAG_STATUS = "workbench.health"
 TAG_REASONS = "workbench.health_reasons"
 TAG_LABEL = "workbench.health_label"  # the status as shown: "ok (k of n rules evaluated)" when not all were
@@ -89,4 +90,4 @@ class StepVerdict:
 
     def as_metrics(self) -> dict[str, float]:
         """``{"health/status": status}``: merge into the step's metric dict before logging."""
-        return {STATUS_METRIC: float(self.status)}
+        return {HEALTH_STATUS: float(self.status)}

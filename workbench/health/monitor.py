@@ -37,6 +37,8 @@ import os
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+from workbench.metrics.names import HEALTH_STATUS
+
 from .columns import BLOCK_STEPS, Block, StepColumns
 from .config import HealthConfig
 from .events import (
@@ -44,7 +46,6 @@ from .events import (
     OK,
     REPORT_ARTIFACT,
     SEVERITY_CODE,
-    STATUS_METRIC,
     STATUS_NAMES,
     TAG_LABEL,
     TAG_REASONS,
@@ -79,7 +80,7 @@ def iter_history(history: History) -> Iterator[tuple[int, dict[str, Any]]]:
     if isinstance(history, Mapping):
         by_step: dict[int, dict[str, Any]] = {}
         for key, series in history.items():
-            if key == STATUS_METRIC:
+            if key == HEALTH_STATUS:
                 continue
             for item in series:
                 step, value = _step_value(item)

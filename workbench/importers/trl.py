@@ -15,6 +15,25 @@ from pathlib import Path
 from typing import Any
 
 from workbench.errors import UserFileError
+from workbench.metrics.names import (
+    BATCH_ZERO_STD_FRAC,
+    CLIP_FRAC,
+    CLIP_FRAC_HIGH,
+    CLIP_FRAC_LOW,
+    ENTROPY_MEAN,
+    GRAD_NORM,
+    KL_REF,
+    LENGTH_MAX,
+    LENGTH_MEAN,
+    LENGTH_TRUNCATED_FRAC,
+    LOSS_POLICY,
+    MISMATCH_IS_WEIGHT_MEAN,
+    MISMATCH_LOG_RATIO_ABS_MAX,
+    MISMATCH_LOG_RATIO_ABS_MEAN,
+    PERF_STEP_S,
+    REWARD_MEAN,
+    REWARD_STD,
+)
 from workbench.safe_io import parse_json, read_bytes
 
 from .adapters import ADAPTERS, Adapter, MetricMapping
@@ -34,46 +53,46 @@ GRPO = "trl/trainer/grpo_trainer.py"
 HF_TRAINER = "transformers/trainer.py (Trainer._maybe_log_save_evaluate)"
 
 MAPPINGS = (
-    MetricMapping("reward", "reward/mean", f"{GRPO} (_generate_and_score_completions: nanmean of weighted rewards)"),
-    MetricMapping("reward_std", "reward/std", f"{GRPO} (nanstd over all completions of the batch)",
+    MetricMapping("reward", REWARD_MEAN, f"{GRPO} (_generate_and_score_completions: nanmean of weighted rewards)"),
+    MetricMapping("reward_std", REWARD_STD, f"{GRPO} (nanstd over all completions of the batch)",
                   caveat="Bessel-corrected std over the whole batch, unscorable completions excluded"),
-    MetricMapping("frac_reward_zero_std", "batch/zero_std_frac",
+    MetricMapping("frac_reward_zero_std", BATCH_ZERO_STD_FRAC,
                   f"{GRPO} (is_std_zero per completion, mean)",
                   caveat="a fraction of completions in zero-std groups; equals the fraction of groups "
                          "because every group has num_generations completions"),
-    MetricMapping("entropy", "entropy/mean", f"{GRPO} (_compute_loss: global_masked_mean(entropies))"),
-    MetricMapping("completions/mean_length", "length/mean", f"{GRPO} (completion_mask.sum(1), mean)"),
-    MetricMapping("completions/max_length", "length/max", f"{GRPO} (completion_mask.sum(1), max)"),
-    MetricMapping("completions/clipped_ratio", "length/truncated_frac",
+    MetricMapping("entropy", ENTROPY_MEAN, f"{GRPO} (_compute_loss: global_masked_mean(entropies))"),
+    MetricMapping("completions/mean_length", LENGTH_MEAN, f"{GRPO} (completion_mask.sum(1), mean)"),
+    MetricMapping("completions/max_length", LENGTH_MAX, f"{GRPO} (completion_mask.sum(1), max)"),
+    MetricMapping("completions/clipped_ratio", LENGTH_TRUNCATED_FRAC,
                   f"{GRPO} (last token neither EOS nor pad)",
                   caveat="TRL calls it 'clipped'; it is the truncated fraction (no EOS within "
                          "max_completion_length), not a ratio-clipping statistic"),
-    MetricMapping("clip_ratio/low_mean", "clip/frac_low", f"{GRPO} (_compute_loss: is_low_clipped)",
+    MetricMapping("clip_ratio/low_mean", CLIP_FRAC_LOW, f"{GRPO} (_compute_loss: is_low_clipped)",
                   caveat="region-based on the advantage sign: ratio < 1-epsilon_low and advantage < 0 "
                          "(the canonical definition); logged only for loss_type grpo, bnpo, dr_grpo, "
                          "dapo, luspo"),
-    MetricMapping("clip_ratio/high_mean", "clip/frac_high", f"{GRPO} (_compute_loss: is_high_clipped)",
+    MetricMapping("clip_ratio/high_mean", CLIP_FRAC_HIGH, f"{GRPO} (_compute_loss: is_high_clipped)",
                   caveat="ratio > 1+epsilon_high and advantage > 0; same loss types as clip_ratio/low_mean"),
-    MetricMapping("clip_ratio/region_mean", "clip/frac", f"{GRPO} (_compute_loss: is_region_clipped)",
+    MetricMapping("clip_ratio/region_mean", CLIP_FRAC, f"{GRPO} (_compute_loss: is_region_clipped)",
                   caveat="low or high region; same loss types as clip_ratio/low_mean"),
     MetricMapping("cispo_clip_ratio", None, f"{GRPO} (_compute_loss: is_cispo_clipped)",
                   caveat="counts ratio > epsilon_high only where advantage > 0; the canonical CISPO "
                          "clip/frac counts every truncated weight, so it is kept as source/cispo_clip_ratio"),
-    MetricMapping("kl", "kl/ref", f"{GRPO} (_compute_loss: per_token_kl, k3 to the reference model)",
+    MetricMapping("kl", KL_REF, f"{GRPO} (_compute_loss: per_token_kl, k3 to the reference model)",
                   caveat="logged only when beta != 0"),
-    MetricMapping("loss", "loss/policy", HF_TRAINER,
+    MetricMapping("loss", LOSS_POLICY, HF_TRAINER,
                   caveat="the total training loss (policy term + beta*KL - entropy bonus), averaged over "
                          "the logging window; equals the policy loss when beta = 0 and no entropy bonus"),
-    MetricMapping("grad_norm", "grad/norm", HF_TRAINER,
+    MetricMapping("grad_norm", GRAD_NORM, HF_TRAINER,
                   caveat="global norm before clipping, at the logging step"),
-    MetricMapping("step_time", "perf/step_s", f"{GRPO} (training_step wall time)"),
-    MetricMapping("sampling/sampling_logp_difference/mean", "mismatch/log_ratio_abs_mean",
+    MetricMapping("step_time", PERF_STEP_S, f"{GRPO} (training_step wall time)"),
+    MetricMapping("sampling/sampling_logp_difference/mean", MISMATCH_LOG_RATIO_ABS_MEAN,
                   f"{GRPO} (_generate_and_score_completions: |old_per_token_logps − sampling_per_token_logps|)",
                   caveat="logged with vllm_importance_sampling_correction; a mean of the processes' token means"),
-    MetricMapping("sampling/sampling_logp_difference/max", "mismatch/log_ratio_abs_max",
+    MetricMapping("sampling/sampling_logp_difference/max", MISMATCH_LOG_RATIO_ABS_MAX,
                   f"{GRPO} (_generate_and_score_completions)",
                   caveat="logged with vllm_importance_sampling_correction"),
-    MetricMapping("sampling/importance_sampling_ratio/mean", "mismatch/is_weight_mean",
+    MetricMapping("sampling/importance_sampling_ratio/mean", MISMATCH_IS_WEIGHT_MEAN,
                   f"{GRPO} (_generate_and_score_completions)",
                   caveat="the applied (truncated or masked) IS weight, not the raw ratio"),
 )

@@ -22,6 +22,33 @@ import math
 import re
 from collections.abc import Iterator
 
+from workbench.metrics.names import (
+    CLIP_FRAC,
+    ENTROPY_MEAN,
+    GRAD_NORM,
+    KL_REF,
+    LENGTH_MAX,
+    LENGTH_MEAN,
+    LENGTH_TRUNCATED_FRAC,
+    LOSS_POLICY,
+    MISMATCH_CHI2_SEQ,
+    MISMATCH_CHI2_TOKEN,
+    MISMATCH_ESS,
+    MISMATCH_IS_RATIO_ABOVE_CAP_FRAC,
+    MISMATCH_IS_RATIO_BELOW_CAP_FRAC,
+    MISMATCH_IS_RATIO_STD,
+    MISMATCH_IS_WEIGHT_MEAN,
+    MISMATCH_KL,
+    MISMATCH_KL_K1,
+    MISMATCH_LEARNER_PPL,
+    MISMATCH_LOG_PPL_DIFF,
+    MISMATCH_PPL_RATIO,
+    MISMATCH_SAMPLER_PPL,
+    PERF_STEP_S,
+    POLICY_APPROX_KL,
+    REWARD_MEAN,
+)
+
 from .adapters import ADAPTERS, Adapter, MetricMapping
 from .completions import MAX_STEP, Budget, CompletionRecord, Dump, completion_files, finite_number
 from .errors import ImportSourceError
@@ -32,53 +59,53 @@ CORE_ALGOS = "verl/trainer/ppo/core_algos.py"
 ROLLOUT_CORR = "verl/trainer/ppo/rollout_corr_helper.py"
 
 MAPPINGS = (
-    MetricMapping("critic/score/mean", "reward/mean", f"{METRIC_UTILS} (compute_data_metrics)",
+    MetricMapping("critic/score/mean", REWARD_MEAN, f"{METRIC_UTILS} (compute_data_metrics)",
                   caveat="the sequence score of the reward function, over non-aborted samples, before any "
                          "KL-in-reward penalty (critic/rewards/mean is after it: kept as source)"),
-    MetricMapping("actor/entropy", "entropy/mean", "verl/trainer/ppo/ray_trainer.py (agg_loss of entropys)",
+    MetricMapping("actor/entropy", ENTROPY_MEAN, "verl/trainer/ppo/ray_trainer.py (agg_loss of entropys)",
                   caveat="aggregated with the actor's loss_agg_mode: the canonical token mean only when "
                          "loss_agg_mode = token-mean (verl's default)"),
-    MetricMapping("response_length/mean", "length/mean", f"{METRIC_UTILS} (compute_data_metrics)"),
-    MetricMapping("response_length/max", "length/max", f"{METRIC_UTILS} (compute_data_metrics)"),
-    MetricMapping("response_length/clip_ratio", "length/truncated_frac", f"{METRIC_UTILS} (compute_data_metrics)",
+    MetricMapping("response_length/mean", LENGTH_MEAN, f"{METRIC_UTILS} (compute_data_metrics)"),
+    MetricMapping("response_length/max", LENGTH_MAX, f"{METRIC_UTILS} (compute_data_metrics)"),
+    MetricMapping("response_length/clip_ratio", LENGTH_TRUNCATED_FRAC, f"{METRIC_UTILS} (compute_data_metrics)",
                   caveat="the truncated fraction: response length == max_response_length (a response "
                          "ending with EOS exactly at the limit counts as truncated), not a ratio clip"),
-    MetricMapping("actor/pg_clipfrac", "clip/frac", f"{CORE_ALGOS} (compute_policy_loss_vanilla)",
+    MetricMapping("actor/pg_clipfrac", CLIP_FRAC, f"{CORE_ALGOS} (compute_policy_loss_vanilla)",
                   caveat="tokens where the clipped surrogate is the larger loss (either side), averaged "
                          "over micro-batches; no low/high split is logged"),
     MetricMapping("actor/pg_clipfrac_lower", None, f"{CORE_ALGOS} (compute_policy_loss_vanilla)",
                   caveat="the dual-clip lower-bound fraction: advantage < 0 and the loss capped at "
                          "-A*clip_ratio_c (ratio > clip_ratio_c, 3.0 by default), NOT the low-side clip "
                          "fraction clip/frac_low (ratio < 1-eps with A < 0); kept as source/actor/pg_clipfrac_lower"),
-    MetricMapping("actor/ppo_kl", "policy/approx_kl", f"{CORE_ALGOS} (masked_mean(-log ratio))"),
-    MetricMapping("actor/pg_loss", "loss/policy", "verl/workers/utils/losses.py (ppo_loss)"),
-    MetricMapping("actor/kl_loss", "kl/ref", "verl/workers/utils/losses.py (ppo_loss: kl_loss; prefixed actor/ "
+    MetricMapping("actor/ppo_kl", POLICY_APPROX_KL, f"{CORE_ALGOS} (masked_mean(-log ratio))"),
+    MetricMapping("actor/pg_loss", LOSS_POLICY, "verl/workers/utils/losses.py (ppo_loss)"),
+    MetricMapping("actor/kl_loss", KL_REF, "verl/workers/utils/losses.py (ppo_loss: kl_loss; prefixed actor/ "
                   "by ray_trainer._update_actor)",
                   caveat="logged only with actor.use_kl_loss; the estimator is actor.kl_loss_type"),
-    MetricMapping("actor/grad_norm", "grad/norm", "verl/workers/engine/base.py (grad_norm; prefixed actor/ by "
+    MetricMapping("actor/grad_norm", GRAD_NORM, "verl/workers/engine/base.py (grad_norm; prefixed actor/ by "
                   "ray_trainer._update_actor)",
                   caveat="before clipping, averaged over the step's optimizer steps"),
-    MetricMapping("perf/time_per_step", "perf/step_s", f"{METRIC_UTILS} (compute_throughout_metrics)"),
+    MetricMapping("perf/time_per_step", PERF_STEP_S, f"{METRIC_UTILS} (compute_throughout_metrics)"),
     # rollout_corr/*: the sampler/learner mismatch (learner = old_log_prob, before the update), whatever the
     # correction; the off-policy diagnostics are the definitions the workbench's own follow (parity-tested).
     *(MetricMapping(f"rollout_corr/{key}", name, f"{ROLLOUT_CORR} (compute_offpolicy_metrics)")
-      for key, name in (("kl", "mismatch/kl_k1"), ("k3_kl", "mismatch/kl"), ("training_ppl", "mismatch/learner_ppl"),
-                        ("rollout_ppl", "mismatch/sampler_ppl"), ("log_ppl_diff", "mismatch/log_ppl_diff"),
-                        ("ppl_ratio", "mismatch/ppl_ratio"), ("chi2_token", "mismatch/chi2_token"),
-                        ("chi2_seq", "mismatch/chi2_seq"))),
-    MetricMapping("rollout_corr/rollout_is_mean", "mismatch/is_weight_mean", f"{ROLLOUT_CORR} (compute_is_metrics)",
+      for key, name in (("kl", MISMATCH_KL_K1), ("k3_kl", MISMATCH_KL), ("training_ppl", MISMATCH_LEARNER_PPL),
+                        ("rollout_ppl", MISMATCH_SAMPLER_PPL), ("log_ppl_diff", MISMATCH_LOG_PPL_DIFF),
+                        ("ppl_ratio", MISMATCH_PPL_RATIO), ("chi2_token", MISMATCH_CHI2_TOKEN),
+                        ("chi2_seq", MISMATCH_CHI2_SEQ))),
+    MetricMapping("rollout_corr/rollout_is_mean", MISMATCH_IS_WEIGHT_MEAN, f"{ROLLOUT_CORR} (compute_is_metrics)",
                   caveat="the mean applied (truncated) IS weight, logged only with rollout_is set; the raw ratio's "
                          "mean (mismatch/is_ratio_mean) is not logged by verl"),
-    MetricMapping("rollout_corr/rollout_is_ratio_fraction_high", "mismatch/is_ratio_above_cap_frac",
+    MetricMapping("rollout_corr/rollout_is_ratio_fraction_high", MISMATCH_IS_RATIO_ABOVE_CAP_FRAC,
                   f"{ROLLOUT_CORR} (compute_is_metrics)",
                   caveat="raw ratios above rollout_is_threshold (token level; sequence level: of sequence weights)"),
-    MetricMapping("rollout_corr/rollout_is_ratio_fraction_low", "mismatch/is_ratio_below_cap_frac",
+    MetricMapping("rollout_corr/rollout_is_ratio_fraction_low", MISMATCH_IS_RATIO_BELOW_CAP_FRAC,
                   f"{ROLLOUT_CORR} (compute_is_metrics)",
                   caveat="below rollout_is_threshold_lower, 1/threshold unless set"),
-    MetricMapping("rollout_corr/rollout_is_eff_sample_size", "mismatch/ess", f"{ROLLOUT_CORR} (compute_is_metrics)",
+    MetricMapping("rollout_corr/rollout_is_eff_sample_size", MISMATCH_ESS, f"{ROLLOUT_CORR} (compute_is_metrics)",
                   caveat="of the applied weights clamped at the threshold: equal to the raw ratios' ESS when no "
                          "weight reaches it, larger otherwise (verl's 0.3 band is stated on this one)"),
-    MetricMapping("rollout_corr/rollout_is_std", "mismatch/is_ratio_std", f"{ROLLOUT_CORR} (compute_is_metrics)",
+    MetricMapping("rollout_corr/rollout_is_std", MISMATCH_IS_RATIO_STD, f"{ROLLOUT_CORR} (compute_is_metrics)",
                   caveat="of the weights clamped at the threshold: the raw std when no weight reaches it"),
 )
 

@@ -28,6 +28,7 @@ from typing import Any
 import yaml
 
 from workbench.health import HealthMonitor
+from workbench.metrics.names import ENTROPY_MEAN, LENGTH_MEAN, REWARD_MEAN
 from workbench.tracking.bulk import bulk_writable, write_metric_history
 from workbench.tracking.limits import entity_problem
 from workbench.tracking.store import get_or_create_experiment, sqlite_file
@@ -43,7 +44,7 @@ __all__ = ["DEFAULT_COMPARE_METRICS", "ExistingRun", "ImportOutcome", "existing_
 
 #: What ``workbench compare`` compares in an imported study unless told otherwise: canonical
 #: metrics every framework logs (an imported run has no held-out eval/accuracy).
-DEFAULT_COMPARE_METRICS = ("reward/mean", "length/mean", "entropy/mean")
+DEFAULT_COMPARE_METRICS = (REWARD_MEAN, LENGTH_MEAN, ENTROPY_MEAN)
 #: Source statuses an import can take as final; a run still running in the source is left for later.
 _TERMINAL = ("FINISHED", "FAILED", "KILLED")
 

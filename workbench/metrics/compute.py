@@ -6,6 +6,20 @@ import torch
 
 from workbench.batch import ScoredRollouts
 from workbench.metrics.mismatch import repetition_frac
+from workbench.metrics.names import (
+    ACCURACY_TRAIN,
+    BATCH_ALL_CORRECT_FRAC,
+    BATCH_ALL_WRONG_FRAC,
+    BATCH_REPETITION_FRAC,
+    BATCH_ZERO_STD_FRAC,
+    LENGTH_CORRECT_MEAN,
+    LENGTH_INCORRECT_MEAN,
+    LENGTH_MAX,
+    LENGTH_MEAN,
+    LENGTH_TRUNCATED_FRAC,
+    REWARD_MEAN,
+    REWARD_STD,
+)
 
 
 def masked_mean_float(values: torch.Tensor, mask: torch.Tensor) -> float:
@@ -28,18 +42,18 @@ def rollout_metrics(scored: ScoredRollouts) -> dict[str, float]:
     rewards = scored.rewards.float()
     correct = scored.correct.bool()
     metrics = {
-        "reward/mean": float(rewards.mean()),
-        "reward/std": float(rewards.std(unbiased=False)),
-        "accuracy/train": float(correct.float().mean()),
-        "length/mean": float(lengths.mean()),
-        "length/max": float(lengths.max()),
+        REWARD_MEAN: float(rewards.mean()),
+        REWARD_STD: float(rewards.std(unbiased=False)),
+        ACCURACY_TRAIN: float(correct.float().mean()),
+        LENGTH_MEAN: float(lengths.mean()),
+        LENGTH_MAX: float(lengths.max()),
         # NaN when a side is empty (e.g. nothing correct yet): absent, not zero
-        "length/correct_mean": _mean_or_nan(lengths[correct]),
-        "length/incorrect_mean": _mean_or_nan(lengths[~correct]),
-        "length/truncated_frac": float(r.truncated.float().mean()),
-        "batch/zero_std_frac": zero_std_fraction(rewards, r.group_ids),
+        LENGTH_CORRECT_MEAN: _mean_or_nan(lengths[correct]),
+        LENGTH_INCORRECT_MEAN: _mean_or_nan(lengths[~correct]),
+        LENGTH_TRUNCATED_FRAC: float(r.truncated.float().mean()),
+        BATCH_ZERO_STD_FRAC: zero_std_fraction(rewards, r.group_ids),
         **solved_group_fractions(correct, r.group_ids),
-        "batch/repetition_frac": repetition_frac(r.completion_ids, r.mask),
+        BATCH_REPETITION_FRAC: repetition_frac(r.completion_ids, r.mask),
     }
     for name, term in scored.reward_terms.items():
         metrics[f"reward/{name}"] = float(term.float().mean())
@@ -63,6 +77,6 @@ def solved_group_fractions(correct: torch.Tensor, group_ids: torch.Tensor) -> di
     groups, inverse = group_ids.unique(return_inverse=True)
     hits = torch.zeros(len(groups)).index_add_(0, inverse, correct.float())  # [P] correct per group
     sizes = torch.zeros(len(groups)).index_add_(0, inverse, torch.ones_like(correct, dtype=torch.float))
-    return {"batch/all_correct_frac": float((hits == sizes).float().mean()),
-            "batch/all_wrong_frac": float((hits == 0).float().mean())}
+    return {BATCH_ALL_CORRECT_FRAC: float((hits == sizes).float().mean()),
+            BATCH_ALL_WRONG_FRAC: float((hits == 0).float().mean())}
 

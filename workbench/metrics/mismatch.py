@@ -25,9 +25,45 @@ import numpy as np
 import torch
 import torch.nn.functional as F  # pad
 
+from workbench.metrics.names import (
+    MISMATCH_CHI2_SEQ,
+    MISMATCH_CHI2_TOKEN,
+    MISMATCH_ESS,
+    MISMATCH_IS_RATIO_ABOVE_CAP_FRAC,
+    MISMATCH_IS_RATIO_BELOW_CAP_FRAC,
+    MISMATCH_IS_RATIO_MAX,
+    MISMATCH_IS_RATIO_MEAN,
+    MISMATCH_IS_RATIO_MIN,
+    MISMATCH_IS_RATIO_P1,
+    MISMATCH_IS_RATIO_P5,
+    MISMATCH_IS_RATIO_P50,
+    MISMATCH_IS_RATIO_P95,
+    MISMATCH_IS_RATIO_P99,
+    MISMATCH_IS_RATIO_STD,
+    MISMATCH_IS_RATIO_TAIL_FRAC,
+    MISMATCH_KL,
+    MISMATCH_KL_ENT_RATIO,
+    MISMATCH_KL_K1,
+    MISMATCH_LEARNER_PPL,
+    MISMATCH_LOG_PPL_DIFF,
+    MISMATCH_LOG_RATIO_ABS_MAX,
+    MISMATCH_LOG_RATIO_ABS_MEAN,
+    MISMATCH_PPL_RATIO,
+    MISMATCH_PROB_ABS_DIFF_MAX,
+    MISMATCH_PROB_ABS_DIFF_MEAN,
+    MISMATCH_SAMPLER_PPL,
+    MISMATCH_SEQ_LOG_RATIO_MAX,
+    MISMATCH_SEQ_LOG_RATIO_MEAN,
+    MISMATCH_SEQ_LOG_RATIO_MIN,
+    MISMATCH_SEQ_LOG_RATIO_STD,
+    MISMATCH_TOKEN_MULT_PROB_ERROR,
+)
+
 MAX_LOG_RATIO = 20.0  # Δ is clamped to ± this before exp (the algorithms' convention, verl's SAFETY_BOUND)
 TAIL_BAND = (0.9, 1.1)  # TRL #6789: 7.5% of tokens outside it while the mean ratio looked fine
-QUANTILES = (0.01, 0.05, 0.5, 0.95, 0.99)
+QUANTILE_METRICS = {0.01: MISMATCH_IS_RATIO_P1, 0.05: MISMATCH_IS_RATIO_P5, 0.5: MISMATCH_IS_RATIO_P50,
+                    0.95: MISMATCH_IS_RATIO_P95, 0.99: MISMATCH_IS_RATIO_P99}
+QUANTILES = tuple(QUANTILE_METRICS)
 
 # Histogram of Δ: symmetric log-spaced edges, so both the bf16 bulk (|Δ| ~ 1e-3) and a stale-weights
 # tail (|Δ| ~ 1) get bins; the outer bins are open (everything beyond ±1 nat, everything within ±1e-6).
@@ -107,38 +143,38 @@ def mismatch_metrics(learner_logp: torch.Tensor, sampler_logp: torch.Tensor, mas
     other = dict(zip([*others, *(f"p{round(q * 100)}" for q in QUANTILES)], flat[len(token_sums) + len(sequence_sums):]))
     mean_rho, second = mean["rho"], mean["rho2"]
     metrics = {
-        "mismatch/prob_abs_diff_mean": mean["prob_diff"],
-        "mismatch/prob_abs_diff_max": other["prob_diff_max"],
-        "mismatch/kl": mean["k3"],  # k3 = ρ − 1 − Δ ≥ 0
-        "mismatch/kl_k1": -mean["delta"],  # k1 of KL(π_sampler ‖ π_learner): E_sampler[−Δ]
-        "mismatch/log_ratio_abs_mean": mean["abs_delta"],
-        "mismatch/log_ratio_abs_max": other["abs_delta_max"],
-        "mismatch/is_ratio_mean": mean_rho,
-        "mismatch/is_ratio_std": other["rho_std"] if n > 1 else mean_rho * 0,
-        "mismatch/is_ratio_min": other["rho_min"],
-        "mismatch/is_ratio_max": other["rho_max"],
-        **{f"mismatch/is_ratio_p{round(q * 100)}": other[f"p{round(q * 100)}"] for q in QUANTILES},
-        "mismatch/is_ratio_tail_frac": mean["tail"],
+        MISMATCH_PROB_ABS_DIFF_MEAN: mean["prob_diff"],
+        MISMATCH_PROB_ABS_DIFF_MAX: other["prob_diff_max"],
+        MISMATCH_KL: mean["k3"],  # k3 = ρ − 1 − Δ ≥ 0
+        MISMATCH_KL_K1: -mean["delta"],  # k1 of KL(π_sampler ‖ π_learner): E_sampler[−Δ]
+        MISMATCH_LOG_RATIO_ABS_MEAN: mean["abs_delta"],
+        MISMATCH_LOG_RATIO_ABS_MAX: other["abs_delta_max"],
+        MISMATCH_IS_RATIO_MEAN: mean_rho,
+        MISMATCH_IS_RATIO_STD: other["rho_std"] if n > 1 else mean_rho * 0,
+        MISMATCH_IS_RATIO_MIN: other["rho_min"],
+        MISMATCH_IS_RATIO_MAX: other["rho_max"],
+        **{name: other[f"p{round(q * 100)}"] for q, name in QUANTILE_METRICS.items()},
+        MISMATCH_IS_RATIO_TAIL_FRAC: mean["tail"],
         # Kish's effective sample size of the raw token weights, normalised: (Σρ)² / (N Σρ²) ∈ (0, 1]
-        "mismatch/ess": mean_rho * mean_rho / second,  # x * x: what Tensor ** 2 computes
-        "mismatch/chi2_token": second - 1,
-        "mismatch/chi2_seq": seq_mean["rho2"] - 1,
-        "mismatch/seq_log_ratio_mean": seq_mean["delta"],
-        "mismatch/seq_log_ratio_std": other["seq_std"],
-        "mismatch/seq_log_ratio_min": other["seq_min"],
-        "mismatch/seq_log_ratio_max": other["seq_max"],
-        "mismatch/learner_ppl": seq_mean["learner_ppl"],
-        "mismatch/sampler_ppl": seq_mean["sampler_ppl"],
-        "mismatch/log_ppl_diff": seq_mean["log_ppl_diff"],
-        "mismatch/ppl_ratio": seq_mean["ppl_ratio"],
-        "mismatch/token_mult_prob_error": mean["mult"],
+        MISMATCH_ESS: mean_rho * mean_rho / second,  # x * x: what Tensor ** 2 computes
+        MISMATCH_CHI2_TOKEN: second - 1,
+        MISMATCH_CHI2_SEQ: seq_mean["rho2"] - 1,
+        MISMATCH_SEQ_LOG_RATIO_MEAN: seq_mean["delta"],
+        MISMATCH_SEQ_LOG_RATIO_STD: other["seq_std"],
+        MISMATCH_SEQ_LOG_RATIO_MIN: other["seq_min"],
+        MISMATCH_SEQ_LOG_RATIO_MAX: other["seq_max"],
+        MISMATCH_LEARNER_PPL: seq_mean["learner_ppl"],
+        MISMATCH_SAMPLER_PPL: seq_mean["sampler_ppl"],
+        MISMATCH_LOG_PPL_DIFF: seq_mean["log_ppl_diff"],
+        MISMATCH_PPL_RATIO: seq_mean["ppl_ratio"],
+        MISMATCH_TOKEN_MULT_PROB_ERROR: mean["mult"],
     }
     if cap is not None:
-        metrics["mismatch/is_ratio_above_cap_frac"] = mean["above"]
-        metrics["mismatch/is_ratio_below_cap_frac"] = mean["below"]
+        metrics[MISMATCH_IS_RATIO_ABOVE_CAP_FRAC] = mean["above"]
+        metrics[MISMATCH_IS_RATIO_BELOW_CAP_FRAC] = mean["below"]
     mean_entropy = mean.get("entropy", 0.0)
     if mean_entropy > 0:  # a greedy (zero-entropy) batch has no ratio to report
-        metrics["mismatch/kl_ent_ratio"] = metrics["mismatch/kl"] / mean_entropy
+        metrics[MISMATCH_KL_ENT_RATIO] = metrics[MISMATCH_KL] / mean_entropy
     return metrics
 
 

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from workbench.metrics.names import EVAL_MEAN_AT_N
+
 MAX_EVAL_SAMPLES = 256  # rollout.eval_samples cap: k runs up to 256 = 2⁸, nine pass@k metrics
 
 
@@ -52,7 +54,6 @@ def pass_at_k_metric(k: int) -> str:
 
 # Every name that can be logged, for the metric catalogue.
 PASS_AT_K_METRICS: tuple[str, ...] = tuple(pass_at_k_metric(k) for k in ks_for(MAX_EVAL_SAMPLES))
-MEAN_AT_N_METRIC = "eval/mean_at_n"
 
 
 def pass_at_k_metrics(n: int, n_correct: Sequence[int]) -> dict[str, float]:
@@ -62,5 +63,5 @@ def pass_at_k_metrics(n: int, n_correct: Sequence[int]) -> dict[str, float]:
         raise ValueError("pass@k needs at least one problem")
     m = len(n_correct)
     out = {pass_at_k_metric(k): sum(pass_at_k(n, c, k) for c in n_correct) / m for k in ks_for(n)}
-    out[MEAN_AT_N_METRIC] = sum(n_correct) / (n * m)
+    out[EVAL_MEAN_AT_N] = sum(n_correct) / (n * m)
     return out

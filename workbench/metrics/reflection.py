@@ -14,14 +14,24 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from workbench.metrics.names import (
+    BEHAVIOUR_REFLECTION_RATE,
+    BEHAVIOUR_REFLECTION_RATE_CORRECT,
+    BEHAVIOUR_REFLECTION_RATE_INCORRECT,
+    EVAL_REFLECTION_RATE,
+    EVAL_REFLECTION_RATE_CORRECT,
+    EVAL_REFLECTION_RATE_INCORRECT,
+)
+
 OAT_ZERO_KEYWORDS: tuple[str, ...] = (
     "recheck", "rethink", "reevaluate", "re-evaluate", "reevaluation", "re-examine", "reexamine",
     "try again", "check again", "think again", "go over the steps",
 )
 
+# (all responses, correct ones, incorrect ones), by where the responses come from
 REFLECTION_METRICS: dict[str, tuple[str, ...]] = {
-    prefix: tuple(f"{prefix}/reflection_rate{side}" for side in ("", "_correct", "_incorrect"))
-    for prefix in ("behaviour", "eval")
+    "behaviour": (BEHAVIOUR_REFLECTION_RATE, BEHAVIOUR_REFLECTION_RATE_CORRECT, BEHAVIOUR_REFLECTION_RATE_INCORRECT),
+    "eval": (EVAL_REFLECTION_RATE, EVAL_REFLECTION_RATE_CORRECT, EVAL_REFLECTION_RATE_INCORRECT),
 }
 
 

@@ -53,7 +53,7 @@ class ShapingInput:
 
 
 Shaper = Callable[..., torch.Tensor]
-REWARD_SHAPERS: Registry[Shaper] = Registry("reward shaper")
+REWARD_SHAPERS: Registry[Shaper] = Registry("reward shaper", selected_by="reward.shaping")
 
 
 def nonzero_metric(name: str) -> str:

@@ -26,6 +26,7 @@ from pydantic import BaseModel, ValidationError
 from workbench.config import RunConfig
 from workbench.errors import did_you_mean, explain_pydantic_error, pydantic_issues, show_value, suggest_or_list
 from workbench.metrics.catalogue import BY_NAME
+from workbench.metrics.names import EVAL_ACCURACY
 from workbench.search.samplers import (
     NOT_OPTIONS,
     PRUNERS,
@@ -174,7 +175,7 @@ def _normalise_objectives(data: dict[str, Any], issues: Issues) -> None:
         else:
             data["objectives"] = [single]
     elif "objectives" not in data:
-        data["objectives"] = [{"metric": "eval/accuracy"}]  # the workbench's headline metric
+        data["objectives"] = [{"metric": EVAL_ACCURACY}]  # the workbench's headline metric
     if isinstance(data.get("objectives"), dict):  # {metric: direction} mapping shorthand
         data["objectives"] = [{"metric": m, "direction": d} for m, d in data["objectives"].items()]
 
@@ -260,7 +261,7 @@ def validate_schema(data: dict[str, Any], raw: dict[str, Any], issues: Issues) -
                     data.pop(head, None)
             if isinstance(data.get("params"), dict):
                 data["params"] = {k: v for k, v in data["params"].items() if k not in dropped_params}
-            data.setdefault("objectives", [{"metric": "eval/accuracy"}])
+            data.setdefault("objectives", [{"metric": EVAL_ACCURACY}])
             if not data.get("params"):  # nothing valid left: check the rest without parameters
                 data["params"] = {"": {"type": "categorical", "choices": [None]}}
                 dropped_params.add("")

@@ -24,6 +24,7 @@ import time
 from typing import Any
 
 from workbench.metrics.catalogue import BY_NAME, CATALOGUE
+from workbench.metrics.names import EVAL_ACCURACY
 from workbench.search.schema import DERIVED_METRICS
 from workbench.search.spec import SearchSpec
 from workbench.tracking.store import resolve_tracking_uri
@@ -84,7 +85,7 @@ def trial_chart_metrics(spec: SearchSpec) -> list[str]:
     ``summary/*`` ones are one number per run), and ``eval/accuracy`` if no objective is one."""
     metrics = [o.metric for o in spec.objectives if o.metric in BY_NAME]
     metrics += [c.metric for c in spec.config.constraints if c.metric in BY_NAME]
-    return list(dict.fromkeys(metrics or ["eval/accuracy"]))
+    return list(dict.fromkeys(metrics or [EVAL_ACCURACY]))
 
 
 def hidden_metrics(spec: SearchSpec, logged: set[str] = frozenset()) -> set[str]:

@@ -43,6 +43,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workbench.config import RunConfig
+from workbench.metrics.names import (
+    ACCURACY_TRAIN,
+    BATCH_SAMPLING_ROUNDS,
+    EVAL_ACCURACY,
+    HEALTH_STATUS,
+    PERF_SAMPLE_TOKENS,
+    PERF_STEP_S,
+)
 from workbench.search.spec import SearchSpec
 
 WORKER = "workbench.worker"
@@ -90,13 +98,13 @@ class RunSummary:
                 if not self.include_step0:
                     continue
             self.values.setdefault(key, []).append(value)
-        if "perf/step_s" in metrics:  # an RL step (sample + update) happened at this step
+        if PERF_STEP_S in metrics:  # an RL step (sample + update) happened at this step
             self.steps = step + 1
-        if "perf/sample_tokens" in metrics:
-            self.tokens += float(metrics["perf/sample_tokens"])
-        if "accuracy/train" in metrics:
-            rounds = float(metrics.get("batch/sampling_rounds", 1.0))
-            self.correct += float(metrics["accuracy/train"]) * self.completions_per_round * rounds
+        if PERF_SAMPLE_TOKENS in metrics:
+            self.tokens += float(metrics[PERF_SAMPLE_TOKENS])
+        if ACCURACY_TRAIN in metrics:
+            rounds = float(metrics.get(BATCH_SAMPLING_ROUNDS, 1.0))
+            self.correct += float(metrics[ACCURACY_TRAIN]) * self.completions_per_round * rounds
 
     def value(self, metric: str, summary: str = "last") -> float:
         if metric == "summary/tokens_per_correct":
@@ -273,7 +281,7 @@ class TrialObjective:
             if step == 0 and isinstance(metrics.get(first.metric), (int, float)) \
                     and math.isfinite(metrics[first.metric]):
                 start.append(float(metrics[first.metric]))
-            if spec.multi_objective or "eval/accuracy" not in metrics:  # report at eval steps only
+            if spec.multi_objective or EVAL_ACCURACY not in metrics:  # report at eval steps only
                 return
             if step == 0 and (index > 0 or not spec.config.include_step0):
                 return  # the untrained policy: nothing learnt yet (and the same for every trial)
@@ -287,7 +295,7 @@ class TrialObjective:
                 trial.report(math.fsum(at_step) / len(at_step), offset + step)
                 reported_seeds[str(offset + step)] = len(at_step)
                 trial.set_user_attr(INTERMEDIATE_SEEDS, reported_seeds)
-            if health_stops and metrics.get("health/status", 0.0) >= 2:
+            if health_stops and metrics.get(HEALTH_STATUS, 0.0) >= 2:
                 return  # a failing health rule ends this run right after this step; its reason wins
             if spec.pruning and trial.should_prune():
                 reason = f"pruned by optuna at step {step}"

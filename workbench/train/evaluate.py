@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from workbench.batch import ScoredRollouts
 from workbench.config import RolloutConfig
+from workbench.metrics.names import EVAL_ACCURACY, EVAL_LENGTH_MEAN, EVAL_N_PROBLEMS
 from workbench.metrics.passk import pass_at_k_metrics
 from workbench.metrics.reflection import reflection_metrics
 from workbench.reward.rollouts import score_rollouts
@@ -124,7 +125,7 @@ def evaluate(sampler, verifier, problems: list[Problem], roll: RolloutConfig, *,
                 "truncated": bool(rollouts.truncated[j]),
             })
     n = len(problems)
-    metrics = {"eval/accuracy": correct / n, "eval/length_mean": lengths / n, "eval/n_problems": float(n)}
+    metrics = {EVAL_ACCURACY: correct / n, EVAL_LENGTH_MEAN: lengths / n, EVAL_N_PROBLEMS: float(n)}
     if n_samples > 1:
         metrics |= pass_at_k_metrics(n_samples, counts)
     if reflection_words:

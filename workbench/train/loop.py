@@ -15,6 +15,7 @@ from typing import Protocol
 
 from workbench.config import RunConfig
 from workbench.health import HealthMonitor
+from workbench.metrics.names import EVAL_ACCURACY
 from workbench.tracking.rollouts import RolloutRecorder
 from workbench.train.checkpoint import RunCheckpoints, capture
 from workbench.train.evaluate import ProblemResults, evaluate
@@ -79,7 +80,7 @@ def train(cfg: RunConfig, sink: StepSink, monitor: HealthMonitor,
                     reflection_words=parts.reflection_words,
                     on_scored=None if log is None else eval_recorder(log, step))
                 metrics |= eval_metrics
-                result.eval_history.append((step, eval_metrics["eval/accuracy"]))
+                result.eval_history.append((step, eval_metrics[EVAL_ACCURACY]))
                 result.samples += samples
                 result.problems.extend(problems)
                 if on_eval is not None:
@@ -144,5 +145,5 @@ def resume(checkpoints: RunCheckpoints, parts: RunParts,
         parts.monitor.observe(step, metrics)
         sink.log_metrics(metrics, step)
         result.last_metrics |= metrics
-    result.eval_history = [(step, m["eval/accuracy"]) for step, m in state.history if "eval/accuracy" in m]
+    result.eval_history = [(step, m[EVAL_ACCURACY]) for step, m in state.history if EVAL_ACCURACY in m]
     return result, state.history

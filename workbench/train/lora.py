@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 
 from workbench.config import LoraConfig
+from workbench.metrics.names import LORA_TRAINABLE_FRAC, LORA_TRAINABLE_PARAMS, LORA_UPDATE_NORM
 from workbench.rollout.weights import lora_layers
 
 
@@ -81,9 +82,9 @@ class Adapters:
         layer, ``sqrt(Σ_layers ‖(alpha/r)·B A‖_F²)``, the adapted policy's distance from the base (0 at step 0,
         since B starts at 0). Each ‖BA‖_F² is computed as ``Σ (BᵀB) ⊙ (A Aᵀ)`` (r × r: ``tr(AᵀBᵀBA) =
         tr(BᵀB·AAᵀ)``), never forming the d_out × d_in product."""
-        return {"lora/trainable_params": float(self.trainable_params),
-                "lora/trainable_frac": self.trainable_params / self.total_params,
-                "lora/update_norm": update_norm(self.layers())}
+        return {LORA_TRAINABLE_PARAMS: float(self.trainable_params),
+                LORA_TRAINABLE_FRAC: self.trainable_params / self.total_params,
+                LORA_UPDATE_NORM: update_norm(self.layers())}
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """The adapters' tensors (peft's names without the adapter name), copies on the CPU."""

@@ -32,6 +32,19 @@ from workbench.health import HealthMonitor
 from workbench.metrics.catalogue import LEARNER_WAIT_S, SAMPLER_WAIT_S, STALENESS_MAX, STALENESS_MEAN
 from workbench.metrics.compute import rollout_metrics
 from workbench.metrics.mismatch import mismatch_record
+from workbench.metrics.names import (
+    BATCH_FILTERED_FRAC,
+    BATCH_SAMPLING_ROUNDS,
+    PERF_ALGORITHM_S,
+    PERF_HEALTH_S,
+    PERF_LEARN_S,
+    PERF_LEARN_TOKENS_PER_S,
+    PERF_SAMPLE_S,
+    PERF_SAMPLE_TOKENS,
+    PERF_SAMPLE_TOKENS_PER_S,
+    PERF_SCORE_S,
+    PERF_STEP_S,
+)
 from workbench.metrics.reflection import OAT_ZERO_KEYWORDS, reflection_metrics
 from workbench.models import load_policy, model_dir
 from workbench.models.priming import stage_metrics
@@ -252,14 +265,14 @@ def perf_metrics(seconds: dict[str, float], sampled: ScoredRollouts, batch: Trai
     generated = float(sampled.rollouts.lengths.sum())
     learned = float(batch.rollouts.attention_mask.sum()) * epochs
     return {
-        "perf/algorithm_s": seconds["algorithm"],
-        "perf/step_s": seconds["step"],
-        "perf/sample_s": seconds["sample"],
-        "perf/score_s": seconds["score"],
-        "perf/learn_s": seconds["learn"],
-        "perf/sample_tokens_per_s": generated / max(seconds["sample"], 1e-9),
-        "perf/learn_tokens_per_s": learned / max(seconds["learn"], 1e-9),
-        "perf/sample_tokens": generated,
+        PERF_ALGORITHM_S: seconds["algorithm"],
+        PERF_STEP_S: seconds["step"],
+        PERF_SAMPLE_S: seconds["sample"],
+        PERF_SCORE_S: seconds["score"],
+        PERF_LEARN_S: seconds["learn"],
+        PERF_SAMPLE_TOKENS_PER_S: generated / max(seconds["sample"], 1e-9),
+        PERF_LEARN_TOKENS_PER_S: learned / max(seconds["learn"], 1e-9),
+        PERF_SAMPLE_TOKENS: generated,
     }
 
 
@@ -268,7 +281,7 @@ def health_metrics(step: int, metrics: dict[str, float], parts: RunParts) -> dic
     parts.watch.lap()
     with parts.watch("health"):
         verdict = parts.monitor.observe(step, metrics).as_metrics()
-    return verdict | {"perf/health_s": parts.watch.lap()["health"]}
+    return verdict | {PERF_HEALTH_S: parts.watch.lap()["health"]}
 
 
 def timed_scoring(rollouts, parts: RunParts, seed: int) -> ScoredRollouts:
@@ -325,7 +338,7 @@ def collect_batch(cfg: RunConfig, step: int, parts: RunParts) -> tuple[ScoredRol
         batch = select(batch, torch.arange(len(batch.rewards)) < limit)
         rows = rows[:limit]
     n_sampled = len(rounds) * roll.prompts_per_step
-    metrics = {"batch/filtered_frac": 1 - groups_kept / n_sampled, "batch/sampling_rounds": float(len(rounds))}
+    metrics = {BATCH_FILTERED_FRAC: 1 - groups_kept / n_sampled, BATCH_SAMPLING_ROUNDS: float(len(rounds))}
     return sampled, batch, rows, metrics
 
 

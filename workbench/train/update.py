@@ -25,6 +25,14 @@ from workbench.batch import PendingBatch, Rollouts, TrainBatch
 from workbench.config import AlgorithmConfig
 from workbench.metrics.compute import masked_mean_float
 from workbench.metrics.mismatch import mismatch_metrics
+from workbench.metrics.names import (
+    ENTROPY_MEAN,
+    GRAD_NORM,
+    KL_REF,
+    LOSS_POLICY,
+    POLICY_RATIO_MAX,
+    TRAIN_OPTIMIZER_STEPS,
+)
 from workbench.train.learner_protocol import Learner, OldLogprobObserver, Section, no_section
 
 
@@ -76,9 +84,9 @@ def policy_update(learner: Learner, batch: TrainBatch | PendingBatch, algo: Algo
         old_logp, entropy = no_grad_logprobs(learner, rollouts, temperature, micro)
     if observe_old_logp is not None:
         observe_old_logp(old_logp)
-    metrics = {"entropy/mean": masked_mean_float(entropy, mask)}
+    metrics = {ENTROPY_MEAN: masked_mean_float(entropy, mask)}
     if ref_logp is not None:
-        metrics["kl/ref"] = masked_mean_float(kl_penalty(old_logp, ref_logp, algo.kl_estimator), mask)
+        metrics[KL_REF] = masked_mean_float(kl_penalty(old_logp, ref_logp, algo.kl_estimator), mask)
     # Logged whatever the correction: the raw ratios, against the bounds a correction would apply.
     metrics |= mismatch_metrics(old_logp, rollouts.sampler_logp, mask, entropy=entropy, cap=algo.correction_cap)
     is_weights = None
@@ -109,10 +117,10 @@ def policy_update(learner: Learner, batch: TrainBatch | PendingBatch, algo: Algo
             grad_norm = learner.step()
             for key, value in minibatch.means().items():
                 sums[key] += value
-            sums["grad/norm"] += grad_norm
+            sums[GRAD_NORM] += grad_norm
             updates += 1
     metrics |= {key: value / updates for key, value in sums.items()}  # means over the optimizer steps
-    metrics["train/optimizer_steps"] = float(updates)
+    metrics[TRAIN_OPTIMIZER_STEPS] = float(updates)
     if learner.adapters is not None:  # LoRA: the adapters' size and how far they moved the policy
         metrics |= learner.adapters.metrics()
     return metrics
@@ -185,10 +193,10 @@ class MinibatchMetrics:
         self.loss += loss
         weight = int(loss_mask.bool().sum()) / self.tokens
         for key, value in policy_metrics.items():
-            if key == "policy/ratio_max":
+            if key == POLICY_RATIO_MAX:
                 self.sums[key] = max(self.sums.get(key, value), value)
             else:
                 self.sums[key] += weight * value
 
     def means(self) -> dict[str, float]:
-        return {**self.sums, "loss/policy": self.loss}
+        return {**self.sums, LOSS_POLICY: self.loss}

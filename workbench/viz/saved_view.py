@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workbench.compare.summary import summary_name
+from workbench.metrics.names import HEALTH_STATUS
 
 from .spec import DashboardSpec
 
@@ -63,7 +64,6 @@ VIEW_TAG_PREFIX = "mlflow.sharedViewState."
 MAX_TAG_CHARS = 20_000  # MLflow's limit on one tag value (the envelope, state included)
 DEFLATE_PREFIX = "deflate;"
 RUN_FILTER = "tags.`workbench.role` = 'run'"  # the study's runs, not its parent run or search trials
-HEALTH_STATUS = "health/status"
 PER_SEED_SUFFIX = "-per-seed"
 SEED_KEY = {"mode": "tag", "groupByData": "workbench.seed"}
 # MLflow tag keys and URL query values both take these characters unescaped.

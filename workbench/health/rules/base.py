@@ -54,25 +54,6 @@ __all__ = [
     "to_float",
 ]
 
-# Canonical metric names read by the rules (docs/metrics.md).
-ENTROPY = "entropy/mean"
-TRUNCATED_FRAC = "length/truncated_frac"
-LEN_CORRECT = "length/correct_mean"
-LEN_INCORRECT = "length/incorrect_mean"
-REWARD = "reward/mean"
-ZERO_STD_FRAC = "batch/zero_std_frac"
-MISMATCH_PROB_MAX = "mismatch/prob_abs_diff_max"
-MISMATCH_KL = "mismatch/kl"
-IS_RATIO_MEAN = "mismatch/is_ratio_mean"
-IS_RATIO_STD = "mismatch/is_ratio_std"
-IS_RATIO_TAIL = "mismatch/is_ratio_tail_frac"
-MISMATCH_ESS = "mismatch/ess"
-MISMATCH_KL_K1 = "mismatch/kl_k1"
-CHI2_TOKEN = "mismatch/chi2_token"
-TOKEN_MULT_PROB_ERROR = "mismatch/token_mult_prob_error"
-CLIP_FRAC = "clip/frac"
-KL_REF = "kl/ref"
-
 HEALTH_RULES: Registry[type[HealthRule]] = Registry("health rule")
 
 # reward_collapse: standard errors of the running reward below the steps before it (calibrated, see Params).

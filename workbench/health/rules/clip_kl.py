@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from workbench.metrics.names import CLIP_FRAC, KL_REF
+
 from .base import (
-    CLIP_FRAC,
-    KL_REF,
     StreakParams,
     _Above,
     _register,

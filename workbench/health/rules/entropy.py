@@ -9,9 +9,10 @@ from typing import Any
 import numpy as np
 from pydantic import Field
 
+from workbench.metrics.names import ENTROPY_MEAN
+
 from ..columns import Block
 from .base import (
-    ENTROPY,
     BlockReadings,
     HealthRule,
     Reading,
@@ -36,7 +37,7 @@ class EntropyBaselineParams(StreakParams):
 class _EntropyRelative(HealthRule):
     """Shared baseline logic: initial entropy from the first observations, then a relative check."""
 
-    watches = (ENTROPY,)
+    watches = (ENTROPY_MEAN,)
 
     def _reset_state(self) -> None:
         self._baseline: list[float] = []
@@ -52,7 +53,7 @@ class _EntropyRelative(HealthRule):
         return self._initial
 
     def update(self, metrics: Mapping[str, Any]) -> Reading | None:
-        x = finite_value(metrics, ENTROPY)
+        x = finite_value(metrics, ENTROPY_MEAN)
         if x is None:
             return None
         if self._initial is None:
@@ -71,8 +72,8 @@ class _EntropyRelative(HealthRule):
         raise NotImplementedError
 
     def _block_readings(self, block: Block) -> BlockReadings:
-        at, x = _observations(block, ENTROPY)
-        k = _warm_up(self, ENTROPY, x, lambda: self._initial is None)
+        at, x = _observations(block, ENTROPY_MEAN)
+        k = _warm_up(self, ENTROPY_MEAN, x, lambda: self._initial is None)
         at, x = at[k:], x[k:]
         initial = self._initial
         if initial is None or initial <= 0.0:
@@ -111,7 +112,7 @@ class EntropyCollapse(_EntropyRelative):
         thr = f * initial
         return Reading(
             violated=x < thr,
-            metric=ENTROPY,
+            metric=ENTROPY_MEAN,
             value=x,
             threshold=thr,
             detail=f"entropy/mean = {_fmt(x)} < {f:g} × initial {_fmt(initial)} = {_fmt(thr)}",
@@ -148,7 +149,7 @@ class EntropyBlowup(_EntropyRelative):
         thr = m * initial
         return Reading(
             violated=x > thr,
-            metric=ENTROPY,
+            metric=ENTROPY_MEAN,
             value=x,
             threshold=thr,
             detail=f"entropy/mean = {_fmt(x)} > {m:g} × initial {_fmt(initial)} = {_fmt(thr)}",

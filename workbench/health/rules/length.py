@@ -9,12 +9,11 @@ from typing import Any
 import numpy as np
 from pydantic import Field, model_validator
 
+from workbench.metrics.names import LENGTH_CORRECT_MEAN, LENGTH_INCORRECT_MEAN, LENGTH_TRUNCATED_FRAC
+
 from ..columns import Block
 from ..trend import ExpandingTrend, SlopeTest, WindowTrend, slope_tests, trend_tests
 from .base import (
-    LEN_CORRECT,
-    LEN_INCORRECT,
-    TRUNCATED_FRAC,
     BlockReadings,
     HealthRule,
     Reading,
@@ -51,7 +50,7 @@ class LengthBlowup(_Above):
     summary = "the truncated fraction goes over a limit"
     Params = LengthBlowupParams
     limit = "max_truncated_frac"
-    watches = (TRUNCATED_FRAC,)
+    watches = (LENGTH_TRUNCATED_FRAC,)
     consequence = (
         "Length blow-up: truncated samples get misleading rewards "
         "(DAPO [1]: overlong filtering or soft overlong punishment)."
@@ -139,7 +138,7 @@ class IncorrectLengthGap(HealthRule):
         "fitted around that line (GRPO length bias); a stable gap does not fire"
     )
     Params = IncorrectLengthGapParams
-    watches = (LEN_CORRECT, LEN_INCORRECT)
+    watches = (LENGTH_CORRECT_MEAN, LENGTH_INCORRECT_MEAN)
     consequence = (
         "GRPO length bias: wrong answers are getting longer relative to right ones "
         "(Dr. GRPO [3]; use token-level or constant-normalised loss aggregation)."
@@ -157,8 +156,8 @@ class IncorrectLengthGap(HealthRule):
         self._long = ExpandingTrend(p.long_min_window, p.long_window, p.long_critical_z)
 
     def update(self, metrics: Mapping[str, Any]) -> Reading | None:
-        correct = finite_value(metrics, LEN_CORRECT)
-        incorrect = finite_value(metrics, LEN_INCORRECT)
+        correct = finite_value(metrics, LENGTH_CORRECT_MEAN)
+        incorrect = finite_value(metrics, LENGTH_INCORRECT_MEAN)
         if correct is None or incorrect is None or correct <= 0.0:
             return None
         ratio = incorrect / correct
@@ -179,7 +178,7 @@ class IncorrectLengthGap(HealthRule):
                        "slope not significant or fitted ratio within the limit")
 
     def _block_readings(self, block: Block) -> BlockReadings:
-        correct, incorrect = block.finite(LEN_CORRECT), block.finite(LEN_INCORRECT)
+        correct, incorrect = block.finite(LENGTH_CORRECT_MEAN), block.finite(LENGTH_INCORRECT_MEAN)
         usable = ~np.isnan(correct) & ~np.isnan(incorrect) & (correct > 0.0)
         with np.errstate(over="ignore"):
             ratio = incorrect / np.where(usable, correct, 1.0)

@@ -11,19 +11,22 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 from pydantic import Field, model_validator
 
+from workbench.metrics.names import (
+    MISMATCH_CHI2_TOKEN,
+    MISMATCH_ESS,
+    MISMATCH_IS_RATIO_MEAN,
+    MISMATCH_IS_RATIO_STD,
+    MISMATCH_IS_RATIO_TAIL_FRAC,
+    MISMATCH_KL,
+    MISMATCH_KL_K1,
+    MISMATCH_PROB_ABS_DIFF_MAX,
+    MISMATCH_TOKEN_MULT_PROB_ERROR,
+)
+
 from ..columns import Block
 from ..trend import separated_means_se
 from .base import (
-    CHI2_TOKEN,
-    IS_RATIO_MEAN,
-    IS_RATIO_STD,
-    IS_RATIO_TAIL,
     MAX_NOISE_WINDOW,
-    MISMATCH_ESS,
-    MISMATCH_KL,
-    MISMATCH_KL_K1,
-    MISMATCH_PROB_MAX,
-    TOKEN_MULT_PROB_ERROR,
     BlockReadings,
     HealthRule,
     Reading,
@@ -69,7 +72,7 @@ class MismatchSpike(HealthRule):
     name = "mismatch_spike"
     summary = "sampler and learner disagree"
     Params = MismatchSpikeParams
-    watches = (MISMATCH_PROB_MAX, MISMATCH_KL)
+    watches = (MISMATCH_PROB_ABS_DIFF_MAX, MISMATCH_KL)
     consequence = (
         "Sampler/learner mismatch: training is silently off-policy "
         "(Yao et al. [4]; enable an IS correction such as tis, align dtypes/kernels)."
@@ -78,7 +81,7 @@ class MismatchSpike(HealthRule):
     def update(self, metrics: Mapping[str, Any]) -> Reading | None:
         readings: list[Reading] = []
         for key, thr in (
-            (MISMATCH_PROB_MAX, self.params.max_prob_abs_diff),
+            (MISMATCH_PROB_ABS_DIFF_MAX, self.params.max_prob_abs_diff),
             (MISMATCH_KL, self.params.max_kl),
         ):
             x = finite_value(metrics, key)
@@ -96,7 +99,7 @@ class MismatchSpike(HealthRule):
         p = self.params
         checked = np.zeros(len(block), dtype=bool)
         violated = np.zeros(len(block), dtype=bool)
-        for key, thr in ((MISMATCH_PROB_MAX, p.max_prob_abs_diff), (MISMATCH_KL, p.max_kl)):
+        for key, thr in ((MISMATCH_PROB_ABS_DIFF_MAX, p.max_prob_abs_diff), (MISMATCH_KL, p.max_kl)):
             if thr is not None:
                 x = block.finite(key)
                 checked |= ~np.isnan(x)
@@ -141,7 +144,7 @@ class MismatchBands(HealthRule):
     name = "mismatch_bands"
     summary = "the mismatch leaves verl's or NeMo-RL's published bands"
     Params = MismatchBandsParams
-    watches = (IS_RATIO_MEAN, MISMATCH_ESS, IS_RATIO_STD, MISMATCH_KL_K1, CHI2_TOKEN, TOKEN_MULT_PROB_ERROR)
+    watches = (MISMATCH_IS_RATIO_MEAN, MISMATCH_ESS, MISMATCH_IS_RATIO_STD, MISMATCH_KL_K1, MISMATCH_CHI2_TOKEN, MISMATCH_TOKEN_MULT_PROB_ERROR)
     consequence = (
         "The sampler and learner disagree beyond the published bands: check a leaked generation setting "
         "(temperature, top-k, repetition_penalty), the weight sync and the dtypes; an IS correction only "
@@ -151,15 +154,15 @@ class MismatchBands(HealthRule):
     def update(self, metrics: Mapping[str, Any]) -> Reading | None:
         p = self.params
         readings: list[Reading] = []
-        x = finite_value(metrics, IS_RATIO_MEAN)
+        x = finite_value(metrics, MISMATCH_IS_RATIO_MEAN)
         if p.is_ratio_mean is not None and x is not None:
             lo, hi = p.is_ratio_mean
             thr = lo if x < lo else hi
-            readings.append(Reading(not lo <= x <= hi, IS_RATIO_MEAN, x, thr,
-                                    f"{IS_RATIO_MEAN} = {_fmt(x)} outside [{lo:g}, {hi:g}]"))
-        for key, thr, below in ((MISMATCH_ESS, p.min_ess, True), (IS_RATIO_STD, p.max_is_ratio_std, False),
-                                (MISMATCH_KL_K1, p.max_abs_kl_k1, False), (CHI2_TOKEN, p.max_chi2_token, False),
-                                (TOKEN_MULT_PROB_ERROR, p.max_token_mult_prob_error, False)):
+            readings.append(Reading(not lo <= x <= hi, MISMATCH_IS_RATIO_MEAN, x, thr,
+                                    f"{MISMATCH_IS_RATIO_MEAN} = {_fmt(x)} outside [{lo:g}, {hi:g}]"))
+        for key, thr, below in ((MISMATCH_ESS, p.min_ess, True), (MISMATCH_IS_RATIO_STD, p.max_is_ratio_std, False),
+                                (MISMATCH_KL_K1, p.max_abs_kl_k1, False), (MISMATCH_CHI2_TOKEN, p.max_chi2_token, False),
+                                (MISMATCH_TOKEN_MULT_PROB_ERROR, p.max_token_mult_prob_error, False)):
             x = finite_value(metrics, key)
             if thr is None or x is None:
                 continue
@@ -179,12 +182,12 @@ class MismatchBands(HealthRule):
         violated = np.zeros(len(block), dtype=bool)
         if p.is_ratio_mean is not None:
             lo, hi = p.is_ratio_mean
-            x = block.finite(IS_RATIO_MEAN)
+            x = block.finite(MISMATCH_IS_RATIO_MEAN)
             checked |= ~np.isnan(x)
             violated |= (x < lo) | (x > hi)  # not lo <= x <= hi, for a finite x
-        for key, thr, below in ((MISMATCH_ESS, p.min_ess, True), (IS_RATIO_STD, p.max_is_ratio_std, False),
-                                (MISMATCH_KL_K1, p.max_abs_kl_k1, False), (CHI2_TOKEN, p.max_chi2_token, False),
-                                (TOKEN_MULT_PROB_ERROR, p.max_token_mult_prob_error, False)):
+        for key, thr, below in ((MISMATCH_ESS, p.min_ess, True), (MISMATCH_IS_RATIO_STD, p.max_is_ratio_std, False),
+                                (MISMATCH_KL_K1, p.max_abs_kl_k1, False), (MISMATCH_CHI2_TOKEN, p.max_chi2_token, False),
+                                (MISMATCH_TOKEN_MULT_PROB_ERROR, p.max_token_mult_prob_error, False)):
             if thr is None:
                 continue
             x = block.finite(key)
@@ -221,7 +224,7 @@ class MismatchTail(_Above):
     summary = "too many tokens' sampler/learner ratio is outside [0.9, 1.1]"
     Params = MismatchTailParams
     limit = "max_tail_frac"
-    watches = (IS_RATIO_TAIL,)
+    watches = (MISMATCH_IS_RATIO_TAIL_FRAC,)
     consequence = (
         "A share of tokens is sampled far off the learner's distribution: check the sampler's "
         "generation settings and the weight sync (with rollout.staleness >= 1 the lag itself does this: "

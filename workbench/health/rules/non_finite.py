@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from workbench.metrics.names import GRAD_NORM, LOSS_POLICY
+
 from ..columns import Block
 from ..events import Severity
 from .base import (
@@ -47,7 +49,7 @@ class NonFinite(HealthRule):
     name = "non_finite"
     summary = "a NaN or inf appears; this is fatal and stops the run"
     Params = NonFiniteParams
-    watches = ("loss/policy", "grad/norm", "*")
+    watches = (LOSS_POLICY, GRAD_NORM, "*")
     consequence = "Non-finite values: training has diverged numerically; further steps are wasted."
 
     def update(self, metrics: Mapping[str, Any]) -> Reading | None:

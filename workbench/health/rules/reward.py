@@ -12,13 +12,13 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 from pydantic import Field, model_validator
 
+from workbench.metrics.names import BATCH_ZERO_STD_FRAC, REWARD_MEAN
+
 from ..columns import Block
 from ..trend import mean_shift_se
 from .base import (
     MAX_NOISE_WINDOW,
     NOISE_Z,
-    REWARD,
-    ZERO_STD_FRAC,
     BlockReadings,
     HealthRule,
     Reading,
@@ -97,7 +97,7 @@ class RewardCollapse(HealthRule):
         f"{NOISE_Z:g} standard errors below the steps before it (AR(1) noise fitted to those steps)"
     )
     Params = RewardCollapseParams
-    watches = (REWARD,)
+    watches = (REWARD_MEAN,)
     consequence = "Reward collapse: training is undoing its progress (check lr, clipping, entropy)."
 
     @property
@@ -112,7 +112,7 @@ class RewardCollapse(HealthRule):
         self._standard_error = math.nan
 
     def update(self, metrics: Mapping[str, Any]) -> Reading | None:
-        x = finite_value(metrics, REWARD)
+        x = finite_value(metrics, REWARD_MEAN)
         if x is None:
             return None
         p = self.params
@@ -143,11 +143,11 @@ class RewardCollapse(HealthRule):
         thr = min(best - p.margin, noise_limit)
         return Reading(
             violated=running < thr,
-            metric=REWARD,
+            metric=REWARD_MEAN,
             value=running,
             threshold=thr,
             detail=(
-                f"running {REWARD} (mean of {p.window}) = {_fmt(running)} is more than {p.margin:g} below its "
+                f"running {REWARD_MEAN} (mean of {p.window}) = {_fmt(running)} is more than {p.margin:g} below its "
                 f"best {_fmt(best)} and more than {p.noise_z:g} standard errors "
                 f"({_fmt(standard_error)} each) below the mean {_fmt(reference)} of the "
                 f"{p.noise_window} observations before it"
@@ -156,8 +156,8 @@ class RewardCollapse(HealthRule):
 
     def _block_readings(self, block: Block) -> BlockReadings:
         p = self.params
-        at, x = _observations(block, REWARD)
-        k = _warm_up(self, REWARD, x, lambda: len(self._values) + 1 < p.noise_window + p.window)
+        at, x = _observations(block, REWARD_MEAN)
+        k = _warm_up(self, REWARD_MEAN, x, lambda: len(self._values) + 1 < p.noise_window + p.window)
         at, x = at[k:], x[k:]
         if not len(x):
             return BlockReadings.none()
@@ -205,7 +205,7 @@ class NoLearningSignal(_Above):
     summary = "most groups have identical rewards, so there is no gradient"
     Params = NoLearningSignalParams
     limit = "max_zero_std_frac"
-    watches = (ZERO_STD_FRAC,)
+    watches = (BATCH_ZERO_STD_FRAC,)
     consequence = (
         "No learning signal: most groups have zero-variance rewards and zero advantage "
         "(DAPO [1] dynamic sampling, or harder/easier prompts)."
