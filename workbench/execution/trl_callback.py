@@ -35,19 +35,20 @@ from transformers import TrainerCallback
 
 from workbench.health import HealthConfig, HealthMonitor
 from workbench.importers.adapters import ADAPTERS
+from workbench.metrics import names
 from workbench.metrics.catalogue import BY_NAME
+from workbench.metrics.passk import PASS_AT_K_METRICS
+from workbench.metrics.reflection import REFLECTION_METRICS
 
 __all__ = ["ENGINE_PREFIX", "WorkbenchCallback", "unavailable_metrics"]
 
 #: A reward function logs canonical metrics through TRL's ``log_metric`` under this prefix (TRL has no name for
 #: them): the callback strips it. ``workbench.execution.trl_engine``'s verifier reward logs these five.
 ENGINE_PREFIX = "workbench/"
-ENGINE_MEASURED = ("accuracy/train", "length/correct_mean", "length/incorrect_mean", "batch/all_correct_frac",
-                   "batch/all_wrong_frac")
-EVAL_MEASURED = ("eval/accuracy", "eval/length_mean", "eval/n_problems", "eval/pass_at_1", "eval/pass_at_2",
-                 "eval/pass_at_4", "eval/pass_at_8", "eval/pass_at_16", "eval/pass_at_32", "eval/pass_at_64",
-                 "eval/pass_at_128", "eval/pass_at_256", "eval/mean_at_n", "eval/reflection_rate",
-                 "eval/reflection_rate_correct", "eval/reflection_rate_incorrect")
+ENGINE_MEASURED = (names.ACCURACY_TRAIN, names.LENGTH_CORRECT_MEAN, names.LENGTH_INCORRECT_MEAN,
+                   names.BATCH_ALL_CORRECT_FRAC, names.BATCH_ALL_WRONG_FRAC)
+EVAL_MEASURED = (names.EVAL_ACCURACY, names.EVAL_LENGTH_MEAN, names.EVAL_N_PROBLEMS, *PASS_AT_K_METRICS,
+                 names.EVAL_MEAN_AT_N, *REFLECTION_METRICS["eval"])
 UNAVAILABLE_TAG = "workbench.unavailable_metrics"
 NOT_MEASURED = "not measured by TRL's GRPOTrainer (engine: trl)"
 # TRL's sampling/* metrics exist only with use_vllm and its IS correction: without vLLM TRL samples with the
@@ -59,12 +60,12 @@ def unavailable_metrics(*, with_eval: bool, beta: float) -> dict[str, str]:
     """Canonical metric -> why a TRL run does not log it. ``with_eval``: an ``engine: trl`` run, whose verifier
     reward logs ``ENGINE_MEASURED`` and whose eval the workbench runs; ``beta``: TRL logs ``kl`` only when non-zero."""
     adapter = ADAPTERS.get("trl")
-    measured = {m.canonical for m in adapter.mappings if m.canonical} | {"health/status"}
+    measured = {m.canonical for m in adapter.mappings if m.canonical} | {names.HEALTH_STATUS}
     measured |= set(EVAL_MEASURED) | set(ENGINE_MEASURED) if with_eval else set()
     out = {name: NOT_MEASURED for name in BY_NAME if name not in measured}
     out |= {name: NO_MISMATCH for name in BY_NAME if name.startswith("mismatch/")}
     if beta == 0:
-        out["kl/ref"] = "beta = 0 (no reference model)"
+        out[names.KL_REF] = "beta = 0 (no reference model)"
     return out
 
 

@@ -22,6 +22,7 @@ from workbench.config import RunConfig
 from workbench.engine.trl_mapping import grpo_config_kwargs, optimizer_steps_per_rl_step
 from workbench.execution.trl_callback import ENGINE_PREFIX, WorkbenchCallback, unavailable_metrics
 from workbench.health import HealthMonitor
+from workbench.metrics import names
 from workbench.metrics.catalogue import unlogged_by_config
 from workbench.models import model_dir
 from workbench.models.directory import load_tokenizer
@@ -122,7 +123,7 @@ def _train(cfg: RunConfig, sink, monitor: HealthMonitor, on_step, checkpoints: R
                                                   reflection_words=reflection_words(cfg))
             finally:
                 model.train(was_training)
-            result.eval_history.append((step, metrics["eval/accuracy"]))
+            result.eval_history.append((step, metrics[names.EVAL_ACCURACY]))
             result.samples += samples
             result.problems.extend(rows)
             if on_eval is not None:
@@ -204,7 +205,7 @@ def replay(callback: WorkbenchCallback, checkpoint: Path, monitor: HealthMonitor
     state = json.loads((checkpoint / HISTORY_FILE).read_text())
     history = [(int(step), metrics) for step, metrics in state["history"]]
     for step, metrics in history:
-        monitor.observe(step, {k: v for k, v in metrics.items() if k != "health/status"})
+        monitor.observe(step, {k: v for k, v in metrics.items() if k != names.HEALTH_STATUS})
         sink.log_metrics(metrics, step)
     callback.resume_at(history)
     done = callback.steps_done

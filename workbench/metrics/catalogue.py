@@ -19,10 +19,10 @@ from workbench.metrics.reflection import REFLECTION_METRICS
 Direction = Literal["up", "down", "stable", "none"]
 
 # rollout.staleness >= 1 (workbench/train/pipeline.py): how far behind the sampler's policy was, and who waited
-STALENESS_MEAN = "offpolicy/staleness_mean"
-STALENESS_MAX = "offpolicy/staleness_max"
-SAMPLER_WAIT_S = "perf/sampler_wait_s"
-LEARNER_WAIT_S = "perf/learner_wait_s"
+STALENESS_MEAN = names.OFFPOLICY_STALENESS_MEAN
+STALENESS_MAX = names.OFFPOLICY_STALENESS_MAX
+SAMPLER_WAIT_S = names.PERF_SAMPLER_WAIT_S
+LEARNER_WAIT_S = names.PERF_LEARNER_WAIT_S
 PIPELINE_METRICS = (STALENESS_MEAN, STALENESS_MAX, SAMPLER_WAIT_S, LEARNER_WAIT_S)
 
 UNBOUNDED = (-math.inf, math.inf)
