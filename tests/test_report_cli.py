@@ -21,7 +21,10 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def study_dir(tmp_path_factory):
-    return build_micro_study(tmp_path_factory)
+    # its own study: under pytest-xdist (another module order per process) the health table, read from the runs'
+    # health.json artifacts, twice lacked a rule the runs' tags named; other modules' store copies share the cached
+    # study's artifacts, the suspected cause (not reproduced in isolation)
+    return build_micro_study(tmp_path_factory, private=True)
 
 
 @pytest.fixture

@@ -288,7 +288,7 @@ def test_a_rule_on_metrics_the_config_never_logs_is_not_applicable_not_unevaluat
     """kl/ref is only logged with a reference model: for a run with kl_coef 0, kl_explosion is
     'not applicable' (shown as off), while a rule whose inputs merely went missing stays 'not evaluated'."""
     from workbench.config import RunConfig
-    from workbench.metrics.catalogue import unlogged_by_config
+    from workbench.metrics.catalogue import PIPELINE_METRICS, unlogged_by_config
     from workbench.metrics.passk import PASS_AT_K_METRICS
     from workbench.metrics.reflection import REFLECTION_METRICS
 
@@ -296,7 +296,8 @@ def test_a_rule_on_metrics_the_config_never_logs_is_not_applicable_not_unevaluat
     assert set(unlogged) == {"kl/ref", "mismatch/is_weight_mean", "mismatch/is_clipped_frac", "mismatch/is_reweighted_frac",
                              "batch/filtered_frac", "batch/sampling_rounds",
                              *PASS_AT_K_METRICS, "eval/mean_at_n",  # rollout.eval_samples = 1: one answer per problem
-                             *REFLECTION_METRICS["behaviour"], *REFLECTION_METRICS["eval"]}  # the tiny model: no words
+                             *REFLECTION_METRICS["behaviour"], *REFLECTION_METRICS["eval"],  # the tiny model: no words
+                             *PIPELINE_METRICS}  # rollout.staleness = 0: no pipeline, nothing stale, nobody waits
     history = [(step, {"entropy/mean": 1.0, "reward/mean": 0.5}) for step in range(6)]
     rules = HealthMonitor.from_config(None, unlogged=unlogged).recheck(history).report()["rules"]
     assert rules["kl_explosion"]["not_evaluated"] is None
@@ -308,7 +309,7 @@ def test_a_rule_on_metrics_the_config_never_logs_is_not_applicable_not_unevaluat
     assert "kl/ref" not in unlogged_by_config({"algorithm.kl_coef": "0.05", "algorithm.correction": "tis"})
     assert unlogged_by_config({"algorithm.kl_coef": "0.0", "algorithm.correction": "None",
                                "algorithm.batch_filter": "None", "rollout.eval_samples": "1",
-                               "model.builtin": "tiny"}).keys() == set(unlogged)
+                               "model.builtin": "tiny", "rollout.staleness": "0"}).keys() == set(unlogged)
     assert unlogged_by_config({}) == {}  # nothing known about the config: nothing assumed
 
 

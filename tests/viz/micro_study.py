@@ -37,9 +37,10 @@ def study_yaml() -> dict:
     }
 
 
-def build_micro_study(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The directory holding ``study.yaml``, ``mlflow.db`` and ``mlartifacts/`` (built once)."""
-    if "dir" in _BUILT:
+def build_micro_study(tmp_path_factory: pytest.TempPathFactory, *, private: bool = False) -> Path:
+    """The directory holding ``study.yaml``, ``mlflow.db`` and ``mlartifacts/`` (built once per process;
+    ``private``: a study of the caller's own, which no other test module's copies share artifacts with)."""
+    if "dir" in _BUILT and not private:
         return _BUILT["dir"]
     from workbench.cli.main import app
 
@@ -52,7 +53,8 @@ def build_micro_study(tmp_path_factory: pytest.TempPathFactory) -> Path:
         result = CliRunner().invoke(app, ["run", "study.yaml", "--quiet"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     (root / "build_seconds.txt").write_text(f"{time.perf_counter() - t0:.1f}")
-    _BUILT["dir"] = root
+    if not private:
+        _BUILT["dir"] = root
     return root
 
 

@@ -229,7 +229,10 @@ def build_compare_report(study: str, table: Any, summary: pd.DataFrame, history:
 
 def headline_html(table: Any) -> str:
     """The headline sentences (one per comparison) and what each metric is: the top of the report."""
-    lines = "".join(f"<p class='headline'>{html.escape(line)}</p>" for line in table.headlines())
+    # a headline may carry its next step on a second line ("to decide it: ..."): a paragraph of its own
+    lines = "".join(f"<p class='headline'>{html.escape(first)}</p>"
+                    + "".join(f"<p class='note'>{html.escape(rest)}</p>" for rest in more)
+                    for first, *more in (headline.split("\n") for headline in table.headlines()))
     defined = "".join(f"<p class='note'>{html.escape(line)}</p>" for line in table.definitions())
     return lines + defined
 

@@ -25,7 +25,7 @@ from workbench.health import HealthMonitor
 from workbench.metrics import names
 from workbench.metrics.catalogue import unlogged_by_config
 from workbench.models import model_dir
-from workbench.models.directory import load_tokenizer
+from workbench.models.directory import NO_REMOTE_CODE, load_tokenizer
 from workbench.reward import AnswerVerifier
 from workbench.reward._worker import ANSWER_SCORERS
 from workbench.rollout.prompts import resolve_prompt_format
@@ -104,7 +104,7 @@ def _train(cfg: RunConfig, sink, monitor: HealthMonitor, on_step, checkpoints: R
 
     roll = cfg.rollout
     args = GRPOConfig(output_dir=str(out), run_name=f"seed={cfg.seed}", **grpo_config_kwargs(cfg))
-    model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32, **NO_REMOTE_CODE)
     result = TrainResult(steps_done=0)
     with AnswerVerifier(timeout_s=cfg.reward.timeout_s, workers=cfg.reward.workers,
                         scorer=ANSWER_SCORERS[cfg.task.answer_format]) as verifier:
