@@ -21,10 +21,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def study_dir(tmp_path_factory):
-    # its own study: under pytest-xdist (another module order per process) the health table, read from the runs'
-    # health.json artifacts, twice lacked a rule the runs' tags named; other modules' store copies share the cached
-    # study's artifacts, the suspected cause (not reproduced in isolation)
-    return build_micro_study(tmp_path_factory, private=True)
+    return build_micro_study(tmp_path_factory)
 
 
 @pytest.fixture
@@ -51,11 +48,19 @@ def artifact_paths(client, run_id, path):
 
 # ---- health ----------------------------------------------------------------------------------
 
-def test_health_table_shows_first_trigger_steps(in_study, monkeypatch):
-    # one column per rule that fired: which rules fire depends on the run's numerics (torch's thread count differs
-    # under pytest-xdist), and at 200 columns a table of many rules wraps their names over two lines
-    monkeypatch.setenv("COLUMNS", "1000")
-    result = invoke("health", STUDY)
+def test_health_table_shows_first_trigger_steps(in_study):
+    # One column per rule that fired, so the table needs width. rich fixes the width when the CLI's console is
+    # created, if $COLUMNS is set then: in a process where another test had set a narrow $COLUMNS before the CLI
+    # was first imported (an xdist worker's order), the table wraps the rule names whatever this test sets
+    # (reproduced: COLUMNS=60 at import). The console's own width is set for this call instead.
+    from workbench.cli.output import console
+
+    before = console._width  # None: follows the terminal and $COLUMNS; else fixed at creation
+    console.width = 1000
+    try:
+        result = invoke("health", STUDY)
+    finally:
+        console._width = before
     assert result.exit_code == 0, result.output
     client = MlflowClient(uri_of(in_study))
     fired = set()

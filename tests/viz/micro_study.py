@@ -37,10 +37,9 @@ def study_yaml() -> dict:
     }
 
 
-def build_micro_study(tmp_path_factory: pytest.TempPathFactory, *, private: bool = False) -> Path:
-    """The directory holding ``study.yaml``, ``mlflow.db`` and ``mlartifacts/`` (built once per process;
-    ``private``: a study of the caller's own, which no other test module's copies share artifacts with)."""
-    if "dir" in _BUILT and not private:
+def build_micro_study(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The directory holding ``study.yaml``, ``mlflow.db`` and ``mlartifacts/`` (built once)."""
+    if "dir" in _BUILT:
         return _BUILT["dir"]
     from workbench.cli.main import app
 
@@ -53,8 +52,7 @@ def build_micro_study(tmp_path_factory: pytest.TempPathFactory, *, private: bool
         result = CliRunner().invoke(app, ["run", "study.yaml", "--quiet"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     (root / "build_seconds.txt").write_text(f"{time.perf_counter() - t0:.1f}")
-    if not private:
-        _BUILT["dir"] = root
+    _BUILT["dir"] = root
     return root
 
 
