@@ -59,7 +59,6 @@ import pandas as pd
 from workbench.registry import Activity
 
 from . import arms as _arms
-from . import wording
 
 __all__ = ["DEFAULT_MIN", "REJECTING", "Gate", "Knob", "Reading", "Setting", "activity_gates", "apply_gate", "arm_configs",
            "changed_knobs", "gate_metrics", "gate_plans", "markdown_activity_table", "parse_settings", "percent"]
@@ -426,6 +425,8 @@ def apply_gate(row: dict[str, Any], gate: Gate | None, reads: Sequence[str] = ()
     notes = [row.get("note") or "", gate.note()]
     if gate.why_open:
         notes.append(f"activity gate open: {gate.why_open}")
+    from . import wording  # deferred: scipy (plan's lint reads unit_registries from this module without it)
+
     tested_status = row.get("status") or wording.status(row.get("verdict", ""))
     if gate.not_testable and tested_status in REJECTING:
         notes.append(f"{gate.verdict().removeprefix(NOT_TESTABLE + ': ')}, yet the test rejected: "
