@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 
 import pytest
 
-try:
-    import trl
-except ImportError:
-    if os.environ.get("WORKBENCH_REQUIRE_TRL") == "1":
-        raise
-    pytest.skip("TRL is not installed (`make trl` builds .venv-trl; see docs/trl-engine.md)", allow_module_level=True)
-
+from tests.trl_support import require_trl
 from workbench.config import RunConfig
 from workbench.engine.trl_mapping import LEFT_AT_DEFAULT, TRL_VERSION, grpo_config_kwargs, mapped_fields
+
+require_trl("docs/trl-engine.md")
+
+import trl  # noqa: E402 - after require_trl, which skips this module where TRL is not installed
 
 
 def test_every_field_the_mapping_names_is_a_grpoconfig_field():
