@@ -19,11 +19,8 @@ from workbench.metrics.reflection import REFLECTION_METRICS
 Direction = Literal["up", "down", "stable", "none"]
 
 # rollout.staleness >= 1 (workbench/train/pipeline.py): how far behind the sampler's policy was, and who waited
-STALENESS_MEAN = names.OFFPOLICY_STALENESS_MEAN
-STALENESS_MAX = names.OFFPOLICY_STALENESS_MAX
-SAMPLER_WAIT_S = names.PERF_SAMPLER_WAIT_S
-LEARNER_WAIT_S = names.PERF_LEARNER_WAIT_S
-PIPELINE_METRICS = (STALENESS_MEAN, STALENESS_MAX, SAMPLER_WAIT_S, LEARNER_WAIT_S)
+PIPELINE_METRICS = (names.OFFPOLICY_STALENESS_MEAN, names.OFFPOLICY_STALENESS_MAX, names.PERF_SAMPLER_WAIT_S,
+                    names.PERF_LEARNER_WAIT_S)
 
 UNBOUNDED = (-math.inf, math.inf)
 NON_NEGATIVE = (0.0, math.inf)
@@ -218,15 +215,15 @@ CATALOGUE: tuple[MetricSpec, ...] = (
                healthy_range=(0.0, 0.001)),
     MetricSpec(names.PERF_ALGORITHM_S, "time inside the algorithm units (advantages, IS weights, loss)", "s", "down", NON_NEGATIVE,
                healthy_range=(0.001, 0.01)),
-    MetricSpec(STALENESS_MEAN, "policy versions between the sampler that generated this step's batch and the "
+    MetricSpec(names.OFFPOLICY_STALENESS_MEAN, "policy versions between the sampler that generated this step's batch and the "
                "learner that trains on it, mean over its groups (rollout.staleness >= 1; the schedule gives "
                "min(step, k))", "versions", "none", NON_NEGATIVE, healthy_range=(0.0, 2.0)),
-    MetricSpec(STALENESS_MAX, "the largest such lag in the batch (rollout.staleness >= 1)", "versions", "none",
+    MetricSpec(names.OFFPOLICY_STALENESS_MAX, "the largest such lag in the batch (rollout.staleness >= 1)", "versions", "none",
                NON_NEGATIVE, healthy_range=(0.0, 2.0)),
-    MetricSpec(SAMPLER_WAIT_S, "time the pipelined sampler thread sat idle since the previous step, waiting for "
+    MetricSpec(names.PERF_SAMPLER_WAIT_S, "time the pipelined sampler thread sat idle since the previous step, waiting for "
                "a request whose weights exist (rollout.staleness >= 1): the learner is the bottleneck", "s", "down",
                NON_NEGATIVE, healthy_range=(0.0, 0.3)),
-    MetricSpec(LEARNER_WAIT_S, "time the learner waited for this step's pipelined batch (rollout.staleness >= 1): "
+    MetricSpec(names.PERF_LEARNER_WAIT_S, "time the learner waited for this step's pipelined batch (rollout.staleness >= 1): "
                "the sampler is the bottleneck", "s", "down", NON_NEGATIVE, healthy_range=(0.0, 0.3)),
     MetricSpec(names.BATCH_SAMPLING_ROUNDS, "sampling rounds used to fill the batch (logged only with a batch filter)", "count",
                "down", NON_NEGATIVE,

@@ -29,19 +29,22 @@ from workbench.algorithms.filters import BATCH_FILTERS, TOKEN_FILTERS, filter_in
 from workbench.batch import PendingBatch, PendingScores, ScoredRollouts, TrainBatch, concat, select
 from workbench.config import RunConfig
 from workbench.health import HealthMonitor
-from workbench.metrics.catalogue import LEARNER_WAIT_S, SAMPLER_WAIT_S, STALENESS_MAX, STALENESS_MEAN
 from workbench.metrics.compute import rollout_metrics
 from workbench.metrics.mismatch import mismatch_record
 from workbench.metrics.names import (
     BATCH_FILTERED_FRAC,
     BATCH_SAMPLING_ROUNDS,
+    OFFPOLICY_STALENESS_MAX,
+    OFFPOLICY_STALENESS_MEAN,
     PERF_ALGORITHM_S,
     PERF_HEALTH_S,
     PERF_LEARN_S,
     PERF_LEARN_TOKENS_PER_S,
+    PERF_LEARNER_WAIT_S,
     PERF_SAMPLE_S,
     PERF_SAMPLE_TOKENS,
     PERF_SAMPLE_TOKENS_PER_S,
+    PERF_SAMPLER_WAIT_S,
     PERF_SCORE_S,
     PERF_STEP_S,
 )
@@ -185,7 +188,7 @@ def rl_step(cfg: RunConfig, step: int, parts: RunParts) -> dict[str, float]:
         sampled, scored, kept, metrics = collect_batch(cfg, step, parts)
         batch = train_batch(cfg, step, scored, parts)
         with watch("learn"):
-            record = look_before_update(cfg, step, batch.rollouts, parts, metrics.get(STALENESS_MAX))
+            record = look_before_update(cfg, step, batch.rollouts, parts, metrics.get(OFFPOLICY_STALENESS_MAX))
             metrics |= parts.learner.update(batch, cfg.algorithm, cfg.sampler.temperature, parts.generator,
                                             section=watch, observe_old_logp=record)
             with parts.learner.gathered_model() as full:  # ZeRO-3: the sampler needs whole weights
@@ -360,7 +363,8 @@ def pipelined_batch(cfg: RunConfig, step: int, parts: RunParts) -> tuple[ScoredR
     sampled, learner_wait, sampler_wait = parts.pipeline.take(step)
     parts.watch.add("sample", sampled.sample_s)  # timed on the sampler thread
     lag = float(step - sampled.version)
-    metrics = {STALENESS_MEAN: lag, STALENESS_MAX: lag, LEARNER_WAIT_S: learner_wait, SAMPLER_WAIT_S: sampler_wait}
+    metrics = {OFFPOLICY_STALENESS_MEAN: lag, OFFPOLICY_STALENESS_MAX: lag, PERF_LEARNER_WAIT_S: learner_wait,
+               PERF_SAMPLER_WAIT_S: sampler_wait}
     seed = pipeline_seed(cfg.seed, step)
     if parts.scoring is not None:
         pending = PendingScores(sampled.rollouts, parts.scoring.submit(timed_scoring, sampled.rollouts, parts, seed))
