@@ -64,6 +64,7 @@ from workbench.tracking.writer import (
     bound_mlflow_http_retries,
     call_with_retries,
     resend_spills,
+    route_store_tracebacks_to_log,
 )
 
 
@@ -115,6 +116,7 @@ def open_study(study: Study, specs: list[RunSpec], *, log_plan: bool = True, vie
 
     dashboard_specs = load_view_specs() if views else []
     bound_mlflow_http_retries()
+    route_store_tracebacks_to_log()  # this process's own store calls (closing lost runs after a Ctrl-C) too
     uri = study_tracking_uri(specs)
     policy = study_outage_policy(specs)
 

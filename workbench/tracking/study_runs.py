@@ -8,6 +8,8 @@ below all three, so none of them imports another for it.
 
 from __future__ import annotations
 
+import time
+
 ORPHAN_ERROR = "its process is gone: the run was left RUNNING (killed worker or machine)"
 
 
@@ -51,14 +53,27 @@ def finished_elsewhere(client, experiment_id: str, run_keys) -> dict[str, list]:
     return out
 
 
+LOCKED_RETRY_S = 30.0  # beyond MLflow's own 20 s SQLite busy_timeout: a Ctrl-C of `--parallel N` has N run processes
+# closing their runs in one file at once, and one interrupted inside a transaction holds it until it exits
+
+
 def mark_orphaned_runs(client, experiment_id: str, run_keys, *, reason: str = ORPHAN_ERROR,
                        status: str = "FAILED") -> list[str]:
-    """Close the MLflow runs of ``run_keys`` still RUNNING (their process died without closing them)."""
+    """Close the MLflow runs of ``run_keys`` still RUNNING (their process died without closing them).
+    A SQLite store locked by the study's other processes (all closing their runs after a Ctrl-C) is
+    waited for up to ``LOCKED_RETRY_S``; any other error is raised at once."""
     keys = set(run_keys)
-    closed = []
-    for run in _child_runs(client, experiment_id, "attributes.status = 'RUNNING'"):
-        if run.data.tags.get("workbench.run_key") in keys:
-            client.set_tag(run.info.run_id, "workbench.error", reason[:500])
-            client.set_terminated(run.info.run_id, status=status)
-            closed.append(run.info.run_id)
-    return closed
+    closed: list[str] = []
+    deadline = time.monotonic() + LOCKED_RETRY_S
+    while True:
+        try:
+            for run in _child_runs(client, experiment_id, "attributes.status = 'RUNNING'"):
+                if run.data.tags.get("workbench.run_key") in keys and run.info.run_id not in closed:
+                    client.set_tag(run.info.run_id, "workbench.error", reason[:500])
+                    client.set_terminated(run.info.run_id, status=status)
+                    closed.append(run.info.run_id)
+            return closed
+        except Exception as error:  # only the lock is retried; the rest re-raised
+            if "database is locked" not in str(error) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)

@@ -98,7 +98,7 @@ class _StoreErrorsToLog(logging.Filter):
         return True
 
 
-def _route_store_tracebacks_to_log() -> None:
+def route_store_tracebacks_to_log() -> None:
     logger = logging.getLogger("mlflow.store.db.utils")
     if not any(isinstance(f, _StoreErrorsToLog) for f in logger.filters):
         logger.addFilter(_StoreErrorsToLog())
@@ -269,7 +269,7 @@ class RunTracker:
         self.write_failure: str | None = None  # why the store cannot write metrics now (disk full)
         self.lost_points = 0  # points dropped beyond MAX_UNSENT_POINTS while it could not
         bound_mlflow_http_retries()
-        _route_store_tracebacks_to_log()
+        route_store_tracebacks_to_log()
 
     def _call(self, fn: Callable, *args, what: str, **kwargs):
         policy = self.outage
