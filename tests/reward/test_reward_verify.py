@@ -8,7 +8,7 @@ import time
 import pytest
 
 from workbench.reward import AnswerVerifier, VerifyResult
-from workbench.reward.testing import failing_scorer, misbehaving_scorer
+from workbench.reward.testing import failing_scorer, misbehaving_scorer, slow_start_scorer
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -201,6 +201,13 @@ def test_broken_scorer_fails_loudly_not_with_zero_rewards():
     with AnswerVerifier(timeout_s=0.5, scorer=failing_scorer) as v:
         with pytest.raises(RuntimeError, match="start-up check"):
             v.score(["a"], ["a"])
+
+
+def test_a_slow_first_parse_is_not_a_failed_start_up_check():
+    """The start-up check gets its own time limit: on a loaded machine math-verify's first parse (lazy
+    imports) outlasted the 1 s per-item limit and failed whole runs of a study."""
+    with AnswerVerifier(timeout_s=1.0, workers=1, scorer=slow_start_scorer) as v:
+        assert [r.correct for r in v.score(["a", "b"], ["a", "c"])] == [True, False]
 
 
 def test_closed_verifier_refuses_work():

@@ -290,6 +290,10 @@ def _after_last_marker(text: str) -> str | None:
 ANSWER_SCORERS: dict[str, Scorer] = {"auto": math_verify_scorer, "gsm8k": gsm8k_scorer, "boxed": boxed_scorer}
 # a completion every math-verify scorer reads as 1: the workers' start-up check
 WARMUP_COMPLETION = "\\boxed{1}\n#### 1"
+# The start-up check's own time limit, not the per-item one (1 s by default): its first parse pays sympy's lazy
+# imports and parser tables, which on a loaded machine (load 7 on 2 cores) outlasted 1 s and failed whole runs.
+# Below the parent's start-up deadline (verify._STARTUP_TIMEOUT_S, 60 s), which stays the backstop for a hang.
+WARMUP_TIMEOUT_S = 30.0
 
 
 # ---------------------------------------------------------------------------------------
@@ -365,8 +369,8 @@ def worker_main(conn, cfg: WorkerConfig) -> None:
         if cfg.memory_limit_mb is not None:
             _limit_memory(cfg.memory_limit_mb)
         try:
-            watchdog.start(max(cfg.soft_budget_s, 10.0))
-            correct, _ = cfg.scorer(WARMUP_COMPLETION, "1", cfg.timeout_s)
+            watchdog.start(max(cfg.soft_budget_s, WARMUP_TIMEOUT_S))
+            correct, _ = cfg.scorer(WARMUP_COMPLETION, "1", max(cfg.timeout_s, WARMUP_TIMEOUT_S))
         finally:
             watchdog.stop()
             _reset_alarm()

@@ -10,6 +10,9 @@ except on completions containing a marker:
 * ``CRASH`` - the worker process exits abruptly (like a segfault or an OOM kill);
 * ``RAISE`` - the scorer raises an ordinary exception.
 
+``slow_start_scorer`` is slow on its first call in a process (like math-verify's lazy imports on a
+loaded machine) and times out like math-verify's alarm when that call's limit is shorter.
+
 They live in the package (not under ``tests/``) so that worker processes can always import
 them by name, whatever pytest's import mode.
 """
@@ -51,3 +54,21 @@ def sleepy_scorer(completion: str, answer: str, timeout_s: float) -> tuple[bool,
     """Exact match after a 0.1 s sleep: scoring slow enough that a test sees what runs meanwhile."""
     time.sleep(0.1)
     return _exact(completion, answer)
+
+
+SLOW_START_S = 1.5  # longer than the 1 s default per-item limit
+
+
+def slow_start_scorer(completion: str, answer: str, timeout_s: float) -> tuple[bool, str | None]:
+    """Exact match; the first call in a process takes ``SLOW_START_S`` and raises ``TimeoutError``
+    when ``timeout_s`` is shorter (as math-verify's own alarm does)."""
+    global _started
+    if not _started:
+        _started = True
+        time.sleep(SLOW_START_S)
+        if timeout_s < SLOW_START_S:
+            raise TimeoutError("first call outlasted its limit")
+    return _exact(completion, answer)
+
+
+_started = False
