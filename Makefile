@@ -92,7 +92,7 @@ test-engines: $(ENGINES_STAMP)
 BARE_SUPPRESSION := '\#\s*(noqa(:\s*[A-Z0-9, ]+)?|type:\s*ignore(\[[a-z-, ]+\])?)\s*($$|\#\s*(noqa|type:))'
 lint: install
 	$(BIN)/ruff check
-	# $(BIN)/ruff format --check  # with the one formatting commit (issue 45), not before
+	$(BIN)/ruff format --check
 	$(BIN)/mypy
 	@if grep -rnPI --include='*.py' --exclude-dir=health $(BARE_SUPPRESSION) workbench tests benchmarks dashboards; \
 	 then echo "a noqa / type: ignore above does not say why"; exit 1; fi

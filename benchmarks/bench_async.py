@@ -48,16 +48,21 @@ def one_run(study_path: str, staleness: int, steps: int, sets: list[str]) -> dic
 
     torch.set_num_threads(threads_per_run(1))
     threads = torch.get_num_threads()
-    study = apply_overrides(load_study(study_path), [f"rollout.steps={steps}", f"rollout.eval_every={steps}",
-                                                     f"rollout.staleness={staleness}", *sets])
+    study = apply_overrides(
+        load_study(study_path),
+        [f"rollout.steps={steps}", f"rollout.eval_every={steps}", f"rollout.staleness={staleness}", *sets],
+    )
     cfg = expand(study)[0].config
     model_dir(cfg.model, cfg.task)  # built outside the timed region
     sink = ClockSink()
     train(cfg, sink, HealthMonitor.from_config(cfg.health))
     at = {step: t for step, t, _ in sink.rows}
     timed = [m for step, _, m in sink.rows if 2 <= step <= steps - 1]  # the steps inside the timed interval
-    return {"steps_per_s": (steps - 2) / (at[steps - 1] - at[1]), "threads": threads,
-            **{key: statistics.median(m[key] for m in timed) for key in TIMED if all(key in m for m in timed)}}
+    return {
+        "steps_per_s": (steps - 2) / (at[steps - 1] - at[1]),
+        "threads": threads,
+        **{key: statistics.median(m[key] for m in timed) for key in TIMED if all(key in m for m in timed)},
+    }
 
 
 def main() -> None:
@@ -77,10 +82,24 @@ def main() -> None:
         order = SETTINGS if rnd % 2 == 0 else SETTINGS[::-1]
         for label, staleness in order:
             load = os.getloadavg()[0]
-            cmd = [sys.executable, __file__, "--study", args.study, "--steps", str(args.steps), "--one", str(staleness),
-                   *[a for kv in args.set for a in ("--set", kv)]]
-            out = subprocess.run(cmd, check=True, capture_output=True, text=True,
-                                 env=os.environ | {"PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+            cmd = [
+                sys.executable,
+                __file__,
+                "--study",
+                args.study,
+                "--steps",
+                str(args.steps),
+                "--one",
+                str(staleness),
+                *[a for kv in args.set for a in ("--set", kv)],
+            ]
+            out = subprocess.run(
+                cmd,
+                check=True,
+                capture_output=True,
+                text=True,
+                env=os.environ | {"PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+            )
             row = {"round": rnd, "setting": label, "load_before": load, **json.loads(out.stdout.splitlines()[-1])}
             rows.append(row)
             print(json.dumps(row), flush=True)
@@ -90,8 +109,11 @@ def main() -> None:
 
 
 def markdown(rows: list[dict]) -> str:
-    lines = ["| setting | steps/s (median) | runs | step s | sample s | learn s | learner wait s | sampler wait s |"
-             " load before each run |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| setting | steps/s (median) | runs | step s | sample s | learn s | learner wait s | sampler wait s |"
+        " load before each run |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     medians = {}
     for label, _ in SETTINGS:
         got = [r for r in rows if r["setting"] == label]
@@ -101,12 +123,18 @@ def markdown(rows: list[dict]) -> str:
             return f"{statistics.median(values):.2f}" if values else "-"
 
         medians[label] = statistics.median(r["steps_per_s"] for r in got)
-        lines.append(f"| {label} | {medians[label]:.3f} | {len(got)} | {med('perf/step_s')} | {med('perf/sample_s')} | "
-                     f"{med('perf/learn_s')} | {med('perf/learner_wait_s')} | {med('perf/sampler_wait_s')} | "
-                     + ", ".join(f"{r['load_before']:.1f}" for r in got) + " |")
+        lines.append(
+            f"| {label} | {medians[label]:.3f} | {len(got)} | {med('perf/step_s')} | {med('perf/sample_s')} | "
+            f"{med('perf/learn_s')} | {med('perf/learner_wait_s')} | {med('perf/sampler_wait_s')} | "
+            + ", ".join(f"{r['load_before']:.1f}" for r in got)
+            + " |"
+        )
     sync, pipe = (medians[label] for label, _ in SETTINGS)
-    lines += ["", f"Pipelined / synchronous: {pipe / sync:.2f}x (goal >= 1.4x); torch threads per run: "
-              + ", ".join(sorted({str(r['threads']) for r in rows}))]
+    lines += [
+        "",
+        f"Pipelined / synchronous: {pipe / sync:.2f}x (goal >= 1.4x); torch threads per run: "
+        + ", ".join(sorted({str(r["threads"]) for r in rows})),
+    ]
     return "\n".join(lines)
 
 

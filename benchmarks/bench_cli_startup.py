@@ -101,14 +101,25 @@ def load_store(work: Path) -> None:
     if (store / "mlflow.db").exists():
         return
     store.mkdir(parents=True, exist_ok=True)
-    subprocess.run([sys.executable, "-m", "workbench.cli.main", "import", "workbench", str(EXPORT)], cwd=store,
-                   env=env_for(ROOT, work), check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "workbench.cli.main", "import", "workbench", str(EXPORT)],
+        cwd=store,
+        env=env_for(ROOT, work),
+        check=True,
+        capture_output=True,
+    )
 
 
 def time_once(args: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, list[str]]:
     t0 = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", PROBE.format(heavy=HEAVY), *args], cwd=cwd, env=env,
-                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE.format(heavy=HEAVY), *args],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     wall = time.perf_counter() - t0
     if done.returncode != 0:
         raise SystemExit(f"{args[:2]} exited {done.returncode}: {done.stderr[-600:]}")
@@ -118,8 +129,12 @@ def time_once(args: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, l
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=5, help="runs per command and tree (the median is shown)")
-    ap.add_argument("--tree", action="append", type=Path,
-                    help="a source tree to time (repeatable; default: this one); put first on PYTHONPATH")
+    ap.add_argument(
+        "--tree",
+        action="append",
+        type=Path,
+        help="a source tree to time (repeatable; default: this one); put first on PYTHONPATH",
+    )
     ap.add_argument("--dir", type=Path, default=Path("/tmp/wb-bench-cli"))
     args = ap.parse_args()
     trees = [t.resolve() for t in (args.tree or [ROOT])]
@@ -137,10 +152,14 @@ def main() -> None:
     load1 = os.getloadavg()[0]
     print(f"{'command':<24} {'tree':<20} {'median s':>9} {'min':>6} {'max':>6}  heavy modules loaded")
     for (name, tree), walls in times.items():
-        print(f"{name:<24} {str(tree)[-20:]:<20} {statistics.median(walls):>9.2f} {min(walls):>6.2f} "
-              f"{max(walls):>6.2f}  {', '.join(loaded[name, tree]) or '-'}")
-    print(f"load average (1 min) {load0:.1f} before, {load1:.1f} after; {os.cpu_count()} cores; {args.repeats} runs "
-          f"each, alternating; {time.strftime('%Y-%m-%d %H:%M')}")
+        print(
+            f"{name:<24} {str(tree)[-20:]:<20} {statistics.median(walls):>9.2f} {min(walls):>6.2f} "
+            f"{max(walls):>6.2f}  {', '.join(loaded[name, tree]) or '-'}"
+        )
+    print(
+        f"load average (1 min) {load0:.1f} before, {load1:.1f} after; {os.cpu_count()} cores; {args.repeats} runs "
+        f"each, alternating; {time.strftime('%Y-%m-%d %H:%M')}"
+    )
 
 
 if __name__ == "__main__":

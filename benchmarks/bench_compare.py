@@ -65,12 +65,36 @@ from workbench.compare.summary import SUMMARY_METRICS  # noqa: F401 - fail early
 STUDY = "bench-compare"
 BUILT_MARKER = "built.txt"  # written last: a store without it was interrupted mid-build
 CANONICAL = [
-    "reward/mean", "reward/std", "accuracy/train", "entropy/mean", "length/mean", "length/max",
-    "length/correct_mean", "length/incorrect_mean", "length/truncated_frac", "clip/frac", "clip/frac_low",
-    "clip/frac_high", "mismatch/prob_abs_diff_mean", "mismatch/prob_abs_diff_max", "mismatch/kl", "kl/ref",
-    "loss/policy", "grad/norm", "batch/zero_std_frac", "batch/filtered_frac", "eval/accuracy", "eval/length_mean",
-    "perf/step_s", "perf/sample_tokens_per_s", "perf/learn_tokens_per_s", "perf/sample_tokens", "health/status",
-    "policy/approx_kl", "policy/ratio_mean", "policy/ratio_max",
+    "reward/mean",
+    "reward/std",
+    "accuracy/train",
+    "entropy/mean",
+    "length/mean",
+    "length/max",
+    "length/correct_mean",
+    "length/incorrect_mean",
+    "length/truncated_frac",
+    "clip/frac",
+    "clip/frac_low",
+    "clip/frac_high",
+    "mismatch/prob_abs_diff_mean",
+    "mismatch/prob_abs_diff_max",
+    "mismatch/kl",
+    "kl/ref",
+    "loss/policy",
+    "grad/norm",
+    "batch/zero_std_frac",
+    "batch/filtered_frac",
+    "eval/accuracy",
+    "eval/length_mean",
+    "perf/step_s",
+    "perf/sample_tokens_per_s",
+    "perf/learn_tokens_per_s",
+    "perf/sample_tokens",
+    "health/status",
+    "policy/approx_kl",
+    "policy/ratio_mean",
+    "policy/ratio_max",
 ]
 
 
@@ -84,26 +108,46 @@ def build(root: Path, n_runs: int, n_metrics: int, n_steps: int, layout: str = "
     if db.exists():
         built = root / BUILT_MARKER
         if not built.exists() or built.read_text().split() != [str(n_runs), str(n_metrics), str(n_steps), layout]:
-            raise SystemExit(f"{root}: holds a store that is not a finished {n_runs}x{n_metrics}x{n_steps} {layout} "
-                             "build; delete it or pass another --dir")
+            raise SystemExit(
+                f"{root}: holds a store that is not a finished {n_runs}x{n_metrics}x{n_steps} {layout} "
+                "build; delete it or pass another --dir"
+            )
         return uri
     client = MlflowClient(uri)
     exp = client.create_experiment(STUDY, artifact_location=(root / "mlartifacts").resolve().as_uri())
-    parent = client.create_run(exp, run_name=f"study:{STUDY}", tags={"workbench.role": "study",
-                                                                     "workbench.study": STUDY})
+    parent = client.create_run(
+        exp, run_name=f"study:{STUDY}", tags={"workbench.role": "study", "workbench.study": STUDY}
+    )
     variants = ["grpo", "dr_grpo", "dapo", "gspo"]
     metrics = (CANONICAL * (1 + n_metrics // len(CANONICAL)))[:n_metrics]
     run_ids = []
     for i in range(n_runs):
         variant, seed = variants[i % len(variants)], i // len(variants)
-        run = client.create_run(exp, run_name=f"{variant}/seed={seed}", tags={
-            "workbench.role": "run", "workbench.study": STUDY, "workbench.variant": variant,
-            "workbench.seed": str(seed), "workbench.run_key": f"{i:016x}", "workbench.health": "ok",
-            "workbench.health_reasons": "", "mlflow.parentRunId": parent.info.run_id})
+        run = client.create_run(
+            exp,
+            run_name=f"{variant}/seed={seed}",
+            tags={
+                "workbench.role": "run",
+                "workbench.study": STUDY,
+                "workbench.variant": variant,
+                "workbench.seed": str(seed),
+                "workbench.run_key": f"{i:016x}",
+                "workbench.health": "ok",
+                "workbench.health_reasons": "",
+                "mlflow.parentRunId": parent.info.run_id,
+            },
+        )
         rid = run.info.run_id
-        client.log_batch(rid, params=[Param("learner.lr", "0.0001"), Param("rollout.prompts_per_step", "32"),
-                                      Param("rollout.group_size", "8"), Param("seed", str(seed))],
-                         tags=[RunTag("mlflow.runName", f"{variant}/seed={seed}")])
+        client.log_batch(
+            rid,
+            params=[
+                Param("learner.lr", "0.0001"),
+                Param("rollout.prompts_per_step", "32"),
+                Param("rollout.group_size", "8"),
+                Param("seed", str(seed)),
+            ],
+            tags=[RunTag("mlflow.runName", f"{variant}/seed={seed}")],
+        )
         client.set_terminated(rid, "FINISHED")
         run_ids.append(rid)
     client.set_terminated(parent.info.run_id, "FINISHED")
@@ -132,8 +176,9 @@ def build(root: Path, n_runs: int, n_metrics: int, n_steps: int, layout: str = "
                 group = list(range(g, min(g + workers, n_runs)))
                 for s in range(n_steps):
                     ts = ts0 + 1000 * ((g // workers) * n_steps + s)
-                    con.executemany(insert, ((metrics[k], float(values[i, k, s]), ts, run_ids[i], s)
-                                             for i in group for k in unique))
+                    con.executemany(
+                        insert, ((metrics[k], float(values[i, k, s]), ts, run_ids[i], s) for i in group for k in unique)
+                    )
             last_ts = {i: ts0 + 1000 * ((i // workers) * n_steps + n_steps - 1) for i in range(n_runs)}
         else:
             # Worst case: every point at one timestamp, inserted in the order of MLflow's primary key (key,
@@ -142,13 +187,19 @@ def build(root: Path, n_runs: int, n_metrics: int, n_steps: int, layout: str = "
             for k in sorted(unique, key=lambda k: metrics[k]):
                 for s in range(n_steps):
                     col = values[by_uuid, k, s].tolist()
-                    con.executemany(insert, ((metrics[k], v, ts0, run_ids[i], s)
-                                             for i, v in zip(by_uuid.tolist(), col, strict=True)))
+                    con.executemany(
+                        insert,
+                        ((metrics[k], v, ts0, run_ids[i], s) for i, v in zip(by_uuid.tolist(), col, strict=True)),
+                    )
             last_ts = dict.fromkeys(range(n_runs), ts0)
-        con.executemany("INSERT INTO latest_metrics (key, value, timestamp, step, is_nan, run_uuid) "
-                        "VALUES (?,?,?,?,?,?)",
-                        ((metrics[k], float(values[i, k, -1]), last_ts[i], n_steps - 1, 0, rid)
-                         for i, rid in enumerate(run_ids) for k in unique))
+        con.executemany(
+            "INSERT INTO latest_metrics (key, value, timestamp, step, is_nan, run_uuid) VALUES (?,?,?,?,?,?)",
+            (
+                (metrics[k], float(values[i, k, -1]), last_ts[i], n_steps - 1, 0, rid)
+                for i, rid in enumerate(run_ids)
+                for k in unique
+            ),
+        )
     con.close()
     (root / BUILT_MARKER).write_text(f"{n_runs} {n_metrics} {n_steps} {layout}\n")
     return uri
@@ -158,9 +209,28 @@ def timed_compare(root: Path, cache: Path) -> tuple[float, str]:
     env = os.environ | {"WORKBENCH_HISTORY_CACHE": str(cache), "COLUMNS": "160"}
     env.pop("MLFLOW_TRACKING_URI", None)
     t0 = time.perf_counter()
-    out = subprocess.run([sys.executable, "-m", "workbench.cli.main", "compare", STUDY, "--no-log", "--out",
-                          str(root / "report.html"), "-m", "final_eval_accuracy", "-m", "eval_auc", "-m",
-                          "final_length_ratio"], cwd=root, env=env, capture_output=True, text=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "workbench.cli.main",
+            "compare",
+            STUDY,
+            "--no-log",
+            "--out",
+            str(root / "report.html"),
+            "-m",
+            "final_eval_accuracy",
+            "-m",
+            "eval_auc",
+            "-m",
+            "final_length_ratio",
+        ],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     wall = time.perf_counter() - t0
     if out.returncode:
         raise SystemExit(out.stdout + out.stderr)
@@ -173,18 +243,27 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--metrics", type=int, default=30)
     parser.add_argument("--steps", type=int, default=500)
-    parser.add_argument("--layout", choices=["training", "key-major"], default="training",
-                        help="row order of the built store: as a study with 4 workers writes it (default), or the "
-                        "worst case for reading a run (MLflow's primary-key order, one timestamp)")
+    parser.add_argument(
+        "--layout",
+        choices=["training", "key-major"],
+        default="training",
+        help="row order of the built store: as a study with 4 workers writes it (default), or the "
+        "worst case for reading a run (MLflow's primary-key order, one timestamp)",
+    )
     parser.add_argument("--baseline-runs", type=int, default=200)
-    parser.add_argument("--compare-only", action="store_true", help="time compare cold and warm only (skip the "
-                        "reader-alone and get_metric_history timings)")
+    parser.add_argument(
+        "--compare-only",
+        action="store_true",
+        help="time compare cold and warm only (skip the reader-alone and get_metric_history timings)",
+    )
     args = parser.parse_args()
 
     t0 = time.perf_counter()
     uri = build(args.dir, args.runs, args.metrics, args.steps, args.layout)
-    print(f"store: {uri} ({args.runs} runs x {args.metrics} metrics x {args.steps} steps, {args.layout} layout; "
-          f"built/found in {time.perf_counter() - t0:.1f} s)")
+    print(
+        f"store: {uri} ({args.runs} runs x {args.metrics} metrics x {args.steps} steps, {args.layout} layout; "
+        f"built/found in {time.perf_counter() - t0:.1f} s)"
+    )
 
     import shutil
 
@@ -218,8 +297,10 @@ def main() -> None:
     per_call = time.perf_counter() - t0
     scale = len(runs) / len(ids)
     base = per_call * scale
-    print(f"get_metric_history per run and metric: {per_call:.1f} s for {len(ids)} runs x {len(keys)} metrics "
-          f"({n:,} points){f', extrapolated to {base:.1f} s for all runs' if scale != 1 else ''}")
+    print(
+        f"get_metric_history per run and metric: {per_call:.1f} s for {len(ids)} runs x {len(keys)} metrics "
+        f"({n:,} points){f', extrapolated to {base:.1f} s for all runs' if scale != 1 else ''}"
+    )
     print(f"speed-up of the bulk reader: {base / bulk:.1f}x")
 
 

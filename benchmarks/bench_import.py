@@ -55,9 +55,19 @@ def write_log(path: Path, lines: int) -> None:
         return
     with path.open("w") as f:
         for step in range(1, lines + 1):
-            f.write(json.dumps({"step": step, "data": {"critic/score/mean": round(0.5 + 0.1 * ((step * 7) % 5 - 2), 3),
-                                                       "actor/entropy": round(1.0 + 0.01 * (step % 13), 3),
-                                                       "response_length/mean": 100 + step % 17}}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "step": step,
+                        "data": {
+                            "critic/score/mean": round(0.5 + 0.1 * ((step * 7) % 5 - 2), 3),
+                            "actor/entropy": round(1.0 + 0.01 * (step % 13), 3),
+                            "response_length/mean": 100 + step % 17,
+                        },
+                    }
+                )
+                + "\n"
+            )
 
 
 def measure(*argv: str) -> dict:
@@ -86,22 +96,54 @@ def main() -> None:
     rows.append(("validate only", args.lines, log.stat().st_size, v))
     db = root / "mlflow.db"
     db.unlink(missing_ok=True)
-    w = measure(sys.executable, "-m", "workbench.cli.main", "import", "verl", str(small), "--study", "bench",
-                "--variant", "grpo", "--seed", "0", "--tracking-uri", f"sqlite:///{db}")
+    w = measure(
+        sys.executable,
+        "-m",
+        "workbench.cli.main",
+        "import",
+        "verl",
+        str(small),
+        "--study",
+        "bench",
+        "--variant",
+        "grpo",
+        "--seed",
+        "0",
+        "--tracking-uri",
+        f"sqlite:///{db}",
+    )
     rows.append(("import (validate + write)", args.write_lines, small.stat().st_size, w))
     tiny = root / "verl-10.jsonl"
     write_log(tiny, 10)
     db.unlink(missing_ok=True)
-    fixed = measure(sys.executable, "-m", "workbench.cli.main", "import", "verl", str(tiny), "--study", "bench",
-                "--variant", "grpo", "--seed", "0", "--tracking-uri", f"sqlite:///{db}")
+    fixed = measure(
+        sys.executable,
+        "-m",
+        "workbench.cli.main",
+        "import",
+        "verl",
+        str(tiny),
+        "--study",
+        "bench",
+        "--variant",
+        "grpo",
+        "--seed",
+        "0",
+        "--tracking-uri",
+        f"sqlite:///{db}",
+    )
     rows.append(("import, 10 lines (fixed)", 10, tiny.stat().st_size, fixed))
     load1 = os.getloadavg()[0]
     print(f"{'phase':<26} {'lines':>10} {'MB':>6} {'wall s':>8} {'CPU s':>8} {'peak MB':>8} {'lines/s':>9}")
     for name, lines, size, f in rows:
-        print(f"{name:<26} {lines:>10,} {size / 1e6:>6.0f} {f['wall_s']:>8.1f} {f['cpu_s']:>8.1f} {f['rss_mb']:>8.0f} "
-              f"{lines / f['wall_s']:>9,.0f}")
-    print(f"load average (1 min) {load0:.1f} before, {load1:.1f} after; {os.cpu_count()} cores; "
-          f"{time.strftime('%Y-%m-%d %H:%M')}")
+        print(
+            f"{name:<26} {lines:>10,} {size / 1e6:>6.0f} {f['wall_s']:>8.1f} {f['cpu_s']:>8.1f} {f['rss_mb']:>8.0f} "
+            f"{lines / f['wall_s']:>9,.0f}"
+        )
+    print(
+        f"load average (1 min) {load0:.1f} before, {load1:.1f} after; {os.cpu_count()} cores; "
+        f"{time.strftime('%Y-%m-%d %H:%M')}"
+    )
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ import resource
 import statistics
 import subprocess
 import sys
+from pathlib import Path
 
 CHILD = "child"
 
@@ -53,9 +54,18 @@ def measure(rows: int, tokens: int, vocab: int, forward: str, temperature: float
 
     torch.manual_seed(0)
     tok = build_char_tokenizer()
-    config = LlamaConfig(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=4, pad_token_id=tok.pad_token_id,
-                         eos_token_id=10**9, bos_token_id=None, tie_word_embeddings=True)  # no EOS: full length
+    config = LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=10**9,
+        bos_token_id=None,
+        tie_word_embeddings=True,
+    )  # no EOS: full length
     model = LlamaForCausalLM(config)
     learner = TorchLearner(model, LearnerConfig(forward=forward, device="cpu"))
     sampler = HFSampler(learner.model, tok, SamplerConfig(max_new_tokens=tokens))
@@ -67,8 +77,12 @@ def measure(rows: int, tokens: int, vocab: int, forward: str, temperature: float
     learner.update(batch, AlgorithmConfig(preset="grpo"), temperature, torch.Generator().manual_seed(0))
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     logits_bytes = rollouts.mask.shape[0] * positions * vocab * 4
-    return {"rise_bytes": peak - before, "logits_bytes": logits_bytes, "rows": rollouts.mask.shape[0],
-            "positions": positions}
+    return {
+        "rise_bytes": peak - before,
+        "logits_bytes": logits_bytes,
+        "rows": rollouts.mask.shape[0],
+        "positions": positions,
+    }
 
 
 LORA_SIZES = {  # name -> (hidden, layers, MLP width, heads)
@@ -97,9 +111,18 @@ def measure_lora(size: str, rank: int, updates: int) -> dict:
     tok = build_char_tokenizer()
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     hidden, layers, mlp, heads = LORA_SIZES[size]
-    config = LlamaConfig(vocab_size=len(tok), hidden_size=hidden, intermediate_size=mlp, num_hidden_layers=layers,
-                         num_attention_heads=heads, num_key_value_heads=heads, pad_token_id=tok.pad_token_id,
-                         eos_token_id=10**9, bos_token_id=None, tie_word_embeddings=True)  # no EOS: full length
+    config = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=hidden,
+        intermediate_size=mlp,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=10**9,
+        bos_token_id=None,
+        tie_word_embeddings=True,
+    )  # no EOS: full length
     lora = None if rank == 0 else LoraConfig(rank=rank, alpha=2.0 * rank)
     learner = TorchLearner(LlamaForCausalLM(config), LearnerConfig(device="cpu", lora=lora))
     sampler = HFSampler(learner.model, tok, SamplerConfig(max_new_tokens=32))
@@ -115,28 +138,46 @@ def measure_lora(size: str, rank: int, updates: int) -> dict:
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     params = list(learner.model.parameters())
     trained = [p for p in params if p.requires_grad]
-    optimizer_bytes = sum(t.numel() * t.element_size() for state in learner.optimizer.state.values()
-                          for t in state.values() if torch.is_tensor(t))
-    return {"size": size, "rank": rank, "params": sum(p.numel() for p in params),
-            "trainable": sum(p.numel() for p in trained),
-            "weight_bytes": sum(p.numel() * p.element_size() for p in params),
-            "grad_bytes": sum(p.numel() * p.element_size() for p in trained),  # a gradient per trained weight
-            "optimizer_bytes": optimizer_bytes, "peak_rise_bytes": peak - base,
-            "update_s": statistics.median(seconds[1:])}
+    optimizer_bytes = sum(
+        t.numel() * t.element_size()
+        for state in learner.optimizer.state.values()
+        for t in state.values()
+        if torch.is_tensor(t)
+    )
+    return {
+        "size": size,
+        "rank": rank,
+        "params": sum(p.numel() for p in params),
+        "trainable": sum(p.numel() for p in trained),
+        "weight_bytes": sum(p.numel() * p.element_size() for p in params),
+        "grad_bytes": sum(p.numel() * p.element_size() for p in trained),  # a gradient per trained weight
+        "optimizer_bytes": optimizer_bytes,
+        "peak_rise_bytes": peak - base,
+        "update_s": statistics.median(seconds[1:]),
+    }
 
 
 def lora_table(sizes: list[str], ranks: list[int], repeats: int, updates: int) -> None:
-    print(f"LoRA vs full fine-tuning: 16 completions x 32 new tokens, {updates} updates after a warm-up, fp32, "
-          f"1 thread; load {open('/proc/loadavg').read().split()[:3]}")  # noqa: SIM115 - one read of /proc, closed when collected
+    load = Path("/proc/loadavg").read_text().split()[:3]
+    print(
+        f"LoRA vs full fine-tuning: 16 completions x 32 new tokens, {updates} updates after a warm-up, fp32, "
+        f"1 thread; load {load}"
+    )
     results: dict[tuple[str, int], list[dict]] = {}
     for _ in range(repeats):
         for size in sizes:
             for rank in [0, *ranks]:  # alternating: full, r1, r8, ..., then again
-                out = subprocess.run([sys.executable, __file__, "--lora-child", size, "--rank", str(rank),
-                                      "--updates", str(updates)], capture_output=True, text=True, check=True).stdout
+                out = subprocess.run(
+                    [sys.executable, __file__, "--lora-child", size, "--rank", str(rank), "--updates", str(updates)],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                ).stdout
                 results.setdefault((size, rank), []).append(json.loads(out.split("RESULT ", 1)[1]))
-    print("| model | learner | trainable params | weights MB | grads MB | AdamW state MB | peak RSS rise MB "
-          "| update s (median) |")
+    print(
+        "| model | learner | trainable params | weights MB | grads MB | AdamW state MB | peak RSS rise MB "
+        "| update s (median) |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for (size, rank), runs in results.items():
         first = runs[0]
@@ -145,10 +186,13 @@ def lora_table(sizes: list[str], ranks: list[int], repeats: int, updates: int) -
         label = "full" if rank == 0 else f"LoRA r{rank}"
         rises = ", ".join(f"{r['peak_rise_bytes'] / 1e6:.0f}" for r in runs)
         times = ", ".join(f"{r['update_s']:.2f}" for r in runs)
-        print(f"| {size} ({first['params'] / 1e6:.1f} M) | {label} | {first['trainable']:,} "
-              f"({first['trainable'] / first['params']:.2%}) | {first['weight_bytes'] / 1e6:.1f} "
-              f"| {first['grad_bytes'] / 1e6:.1f} | {first['optimizer_bytes'] / 1e6:.1f} | {rise:.0f} "
-              f"({rises}) | {seconds:.2f} ({times}) |", flush=True)
+        print(
+            f"| {size} ({first['params'] / 1e6:.1f} M) | {label} | {first['trainable']:,} "
+            f"({first['trainable'] / first['params']:.2%}) | {first['weight_bytes'] / 1e6:.1f} "
+            f"| {first['grad_bytes'] / 1e6:.1f} | {first['optimizer_bytes'] / 1e6:.1f} | {rise:.0f} "
+            f"({rises}) | {seconds:.2f} ({times}) |",
+            flush=True,
+        )
 
 
 def main() -> None:
@@ -177,21 +221,40 @@ def main() -> None:
     if args.child:
         print("RESULT " + json.dumps(measure(args.rows, args.tokens, args.vocab, args.child, args.temperature)))
         return
-    print(f"{args.rows} rows x {args.tokens} new tokens, vocabulary {args.vocab:,}; "
-          f"load {open('/proc/loadavg').read().split()[:3]}")  # noqa: SIM115 - one read of /proc, closed when collected
+    load = Path("/proc/loadavg").read_text().split()[:3]
+    print(f"{args.rows} rows x {args.tokens} new tokens, vocabulary {args.vocab:,}; load {load}")
     print(f"{'forward':<8} {'T':>4} {'peak rise GB':>12} {'logits tensors':>15}  runs")
     for forward in args.forwards.split(","):
         for temperature in args.temperatures.split(","):
             runs = []
             for _ in range(args.repeats):
-                out = subprocess.run([sys.executable, __file__, f"--{CHILD}", forward, "--rows", str(args.rows),
-                                      "--tokens", str(args.tokens), "--vocab", str(args.vocab),
-                                      "--temperature", temperature], capture_output=True, text=True, check=True).stdout
+                out = subprocess.run(
+                    [
+                        sys.executable,
+                        __file__,
+                        f"--{CHILD}",
+                        forward,
+                        "--rows",
+                        str(args.rows),
+                        "--tokens",
+                        str(args.tokens),
+                        "--vocab",
+                        str(args.vocab),
+                        "--temperature",
+                        temperature,
+                    ],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                ).stdout
                 runs.append(json.loads(out.split("RESULT ", 1)[1]))
             rise = statistics.median(r["rise_bytes"] for r in runs)
             unit = runs[0]["logits_bytes"]
-            print(f"{forward:<8} {temperature:>4} {rise / 1e9:>12.2f} {rise / unit:>15.1f}  "
-                  + ", ".join(f"{r['rise_bytes'] / unit:.1f}" for r in runs), flush=True)
+            print(
+                f"{forward:<8} {temperature:>4} {rise / 1e9:>12.2f} {rise / unit:>15.1f}  "
+                + ", ".join(f"{r['rise_bytes'] / unit:.1f}" for r in runs),
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

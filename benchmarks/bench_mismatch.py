@@ -36,8 +36,11 @@ def old_mismatch(learner_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: t
     log_ratio = (learner_logp - sampler_logp).clamp(-20, 20)
     k3 = log_ratio.exp() - 1 - log_ratio
     on = mask.bool()
-    return {"a": float((diff * mask).sum() / mask.sum()), "b": float(diff[on].max()),
-            "c": float((k3 * mask).sum() / mask.sum())}
+    return {
+        "a": float((diff * mask).sum() / mask.sum()),
+        "b": float(diff[on].max()),
+        "c": float((k3 * mask).sum() / mask.sum()),
+    }
 
 
 def batch(seed: int):
@@ -66,8 +69,11 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--measured-step", type=float, default=0.56, help="median perf/step_s (s) to compare with")
     parser.add_argument("--record-every", type=int, default=100)
-    parser.add_argument("--with-old-forward", action="store_true",
-                        help="also time the no-grad forward the record ran before it read the update's logprobs")
+    parser.add_argument(
+        "--with-old-forward",
+        action="store_true",
+        help="also time the no-grad forward the record ran before it read the update's logprobs",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     batches = [batch(k) for k in range(8)]
@@ -92,13 +98,17 @@ def main() -> None:
         offs += seconds(off, 1)
         ons += seconds(on, 1)
     records = seconds(record, args.repeats)
-    rows = [("mismatch metrics off (3 numbers)", statistics.median(offs)),
-            ("mismatch metrics on (all + repetition_frac)", statistics.median(ons)),
-            ("on − off", statistics.median(ons) - statistics.median(offs)),
-            (f"record (histogram + worst tokens) / {args.record_every}", statistics.median(records) / args.record_every)]
+    rows = [
+        ("mismatch metrics off (3 numbers)", statistics.median(offs)),
+        ("mismatch metrics on (all + repetition_frac)", statistics.median(ons)),
+        ("on − off", statistics.median(ons) - statistics.median(offs)),
+        (f"record (histogram + worst tokens) / {args.record_every}", statistics.median(records) / args.record_every),
+    ]
     total = rows[2][1] + rows[3][1]
-    print(f"batch {B}×{T} tokens, {args.threads} threads, {args.repeats} alternating repeats, "
-          f"load {os.getloadavg()[0]:.2f}")
+    print(
+        f"batch {B}×{T} tokens, {args.threads} threads, {args.repeats} alternating repeats, "
+        f"load {os.getloadavg()[0]:.2f}"
+    )
     print(f"| what | median ms per step | % of a {args.measured_step:.2f} s step |")
     print("|---|---|---|")
     extra = []

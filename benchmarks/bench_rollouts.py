@@ -42,11 +42,21 @@ def long_text_bytes(chars: int = 2000) -> float:
     corpus = " ".join(p.read_text() for p in [root / "README.md", *sorted(root.glob("docs/*.md"))])
     n = len(corpus) // chars
     texts = [corpus[i * chars : (i + 1) * chars] for i in range(n)]
-    columns = {"split": ["train"] * n, "step": [i // 128 for i in range(n)], "prompt_id": [f"{i // 8:012x}" for i in range(n)],
-               "group": [i // 8 % 16 for i in range(n)], "sample": [i % 8 for i in range(n)], "text": texts,
-               "reward": [float(i % 2) for i in range(n)], "correct": [bool(i % 2) for i in range(n)],
-               "length": [chars // 4] * n, "truncated": [False] * n, "sampler_logp_sum": [-0.37 * i for i in range(n)],
-               "advantage": [0.5 - i % 2 for i in range(n)], "kept": [True] * n}
+    columns = {
+        "split": ["train"] * n,
+        "step": [i // 128 for i in range(n)],
+        "prompt_id": [f"{i // 8:012x}" for i in range(n)],
+        "group": [i // 8 % 16 for i in range(n)],
+        "sample": [i % 8 for i in range(n)],
+        "text": texts,
+        "reward": [float(i % 2) for i in range(n)],
+        "correct": [bool(i % 2) for i in range(n)],
+        "length": [chars // 4] * n,
+        "truncated": [False] * n,
+        "sampler_logp_sum": [-0.37 * i for i in range(n)],
+        "advantage": [0.5 - i % 2 for i in range(n)],
+        "kept": [True] * n,
+    }
     return 1000 * len(encode_parquet(columns, _schema([]))) / n
 
 
@@ -54,14 +64,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--study", default="studies/sanity.yaml")
     parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="a config override, as `workbench run --set` takes it (repeatable)")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a config override, as `workbench run --set` takes it (repeatable)",
+    )
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
     torch.set_num_threads(threads_per_run(1))
 
-    study = apply_overrides(load_study(args.study), [f"rollout.steps={args.steps}",
-                                                     f"rollout.eval_every={max(args.steps // 3, 1)}", *args.set])
+    study = apply_overrides(
+        load_study(args.study),
+        [f"rollout.steps={args.steps}", f"rollout.eval_every={max(args.steps // 3, 1)}", *args.set],
+    )
     cfg = expand(study)[0].config
     model_dir(cfg.model, cfg.task)  # build outside the timed region
     recorders = []
@@ -88,12 +105,21 @@ def main() -> None:
     stored = sum(manifest["rows"].values())
     per_step = log.seconds / len(sink.rows)
     figures = {
-        "study": study.name, "steps": args.steps, "completions_per_step": cfg.rollout.prompts_per_step
-        * cfg.rollout.group_size, "max_new_tokens": cfg.sampler.max_new_tokens, "stored": stored,
-        "dropped": sum(manifest["dropped"].values()), "bytes": manifest["bytes"], "chunks": manifest["chunks"],
-        "bytes_per_1k": 1000 * manifest["bytes"] / max(stored, 1), "recorder_s": log.seconds,
-        "recorder_s_per_step": per_step, "step_s_median": step_s, "overhead_pct": 100 * log.seconds / all_step_s,
-        "total_s": total, "long_text_bytes_per_1k": long_text_bytes(),
+        "study": study.name,
+        "steps": args.steps,
+        "completions_per_step": cfg.rollout.prompts_per_step * cfg.rollout.group_size,
+        "max_new_tokens": cfg.sampler.max_new_tokens,
+        "stored": stored,
+        "dropped": sum(manifest["dropped"].values()),
+        "bytes": manifest["bytes"],
+        "chunks": manifest["chunks"],
+        "bytes_per_1k": 1000 * manifest["bytes"] / max(stored, 1),
+        "recorder_s": log.seconds,
+        "recorder_s_per_step": per_step,
+        "step_s_median": step_s,
+        "overhead_pct": 100 * log.seconds / all_step_s,
+        "total_s": total,
+        "long_text_bytes_per_1k": long_text_bytes(),
     }
     table = Table(title=f"rollout log, {study.name} base config, {args.steps} steps ({total:.1f} s total)")
     table.add_column("measure")

@@ -45,10 +45,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--study", default="studies/sanity.yaml")
     parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="a config override, as `workbench run --set` takes it (repeatable)")
-    parser.add_argument("--threads", default="auto",
-                        help="torch threads: auto (what a workbench run picks), torch (torch's own default), or N")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a config override, as `workbench run --set` takes it (repeatable)",
+    )
+    parser.add_argument(
+        "--threads",
+        default="auto",
+        help="torch threads: auto (what a workbench run picks), torch (torch's own default), or N",
+    )
     parser.add_argument("--json", help="also write the medians to this file (benchmarks/bench_shared_cpu.py reads it)")
     args = parser.parse_args()
     if args.threads == "auto":
@@ -56,8 +64,9 @@ def main() -> None:
     elif args.threads != "torch":
         torch.set_num_threads(int(args.threads))
 
-    study = apply_overrides(load_study(args.study),
-                            [f"rollout.steps={args.steps}", f"rollout.eval_every={args.steps}", *args.set])
+    study = apply_overrides(
+        load_study(args.study), [f"rollout.steps={args.steps}", f"rollout.eval_every={args.steps}", *args.set]
+    )
     cfg = expand(study)[0].config
     model_dir(cfg.model, cfg.task)  # build outside the timed region
     with tempfile.TemporaryDirectory() as tmp:
@@ -70,6 +79,7 @@ def main() -> None:
         total = time.perf_counter() - start
 
     steps = [r for r in sink.rows[1:] if "perf/step_s" in r]  # skip step 0 (warm-up, eval)
+
     def med(key):
         return statistics.median(r[key] for r in steps)
 
@@ -87,7 +97,10 @@ def main() -> None:
         ("  scoring s (math-verify)", f"{med('perf/score_s'):.3f}"),
         ("  learning s", f"{med('perf/learn_s'):.3f}"),
         ("  algorithm units s (advantage, IS, loss)", f"{med('perf/algorithm_s'):.4f}"),
-        ("algorithm overhead, % of learning (target <= 5%)", f"{100 * med('perf/algorithm_s') / med('perf/learn_s'):.2f}%"),
+        (
+            "algorithm overhead, % of learning (target <= 5%)",
+            f"{100 * med('perf/algorithm_s') / med('perf/learn_s'):.2f}%",
+        ),
         ("health rules s per step", f"{med('perf/health_s'):.5f}"),
         ("health overhead (target <= 1%)", f"{100 * med('perf/health_s') / step_s:.3f}%"),
         ("tracking s per step", f"{tracking_per_step:.4f}"),
@@ -97,9 +110,17 @@ def main() -> None:
         table.add_row(name, value)
     Console().print(table)
     if args.json:
-        Path(args.json).write_text(json.dumps({
-            "step_s": step_s, "steps": len(steps), "threads": torch.get_num_threads(),
-            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", ""), "total_s": total}))
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "step_s": step_s,
+                    "steps": len(steps),
+                    "threads": torch.get_num_threads(),
+                    "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", ""),
+                    "total_s": total,
+                }
+            )
+        )
 
 
 if __name__ == "__main__":

@@ -51,8 +51,19 @@ def one_run(threads: str, wait_policy: str, steps: int, extra: list[str]) -> dic
         env["OMP_WAIT_POLICY"] = wait_policy
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "result.json"
-        cmd = [sys.executable, str(SANITY), "--steps", str(steps), "--threads", threads, "--json", str(out),
-               "--set", "task.eval_size=32", *extra]
+        cmd = [
+            sys.executable,
+            str(SANITY),
+            "--steps",
+            str(steps),
+            "--threads",
+            threads,
+            "--json",
+            str(out),
+            "--set",
+            "task.eval_size=32",
+            *extra,
+        ]
         subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL)
         return json.loads(out.read_text())
 
@@ -73,12 +84,19 @@ def main() -> None:
             procs = start_busy(busy)
             try:
                 time.sleep(1.0)  # let the busy loops get scheduled
-                order = SETTINGS[rnd % len(SETTINGS):] + SETTINGS[:rnd % len(SETTINGS)]
+                order = SETTINGS[rnd % len(SETTINGS) :] + SETTINGS[: rnd % len(SETTINGS)]
                 for label, threads, policy in order:
                     load_before = os.getloadavg()[0]
                     result = one_run(threads, policy, args.steps, extra)
-                    row = {"round": rnd, "busy": busy, "setting": label, "background_load": background,
-                           "load_before": load_before, "load_after": os.getloadavg()[0], **result}
+                    row = {
+                        "round": rnd,
+                        "busy": busy,
+                        "setting": label,
+                        "background_load": background,
+                        "load_before": load_before,
+                        "load_after": os.getloadavg()[0],
+                        **result,
+                    }
                     rows.append(row)
                     print(json.dumps(row), flush=True)
             finally:
@@ -97,14 +115,18 @@ def markdown(rows: list[dict], busy_levels: list[int]) -> str:
             got = [r for r in rows if r["setting"] == label and r["busy"] == b]
             if got:
                 threads = sorted({r["threads"] for r in got})
-                cells.append(f"{statistics.median(r['step_s'] for r in got):.2f} s "
-                             f"({len(got)} runs, {'/'.join(map(str, threads))} thr)")
+                cells.append(
+                    f"{statistics.median(r['step_s'] for r in got):.2f} s "
+                    f"({len(got)} runs, {'/'.join(map(str, threads))} thr)"
+                )
             else:
                 cells.append("-")
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    loads = [f"{'alone' if b == 0 else f'beside {b}'}: " + ", ".join(
-        f"{r['background_load']:.1f}" for r in rows if r["busy"] == b and r["setting"] == SETTINGS[0][0])
-        for b in busy_levels]
+    loads = [
+        f"{'alone' if b == 0 else f'beside {b}'}: "
+        + ", ".join(f"{r['background_load']:.1f}" for r in rows if r["busy"] == b and r["setting"] == SETTINGS[0][0])
+        for b in busy_levels
+    ]
     lines.append("")
     lines.append("Background 1-min load average before each condition (per round): " + "; ".join(loads))
     return "\n".join(lines)

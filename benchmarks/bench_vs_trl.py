@@ -53,7 +53,9 @@ TASK_FILE = "task.jsonl"
 WORKBENCH_SIDES = {
     "workbench": {},  # the defaults
     "workbench-reference": {"sampler": {"decode": "generate"}, "learner": {"forward": "full"}},  # reference paths
-    "workbench-overlap": {"reward": {"overlap": True}},  # scoring beside the learner's forward (a CPU's default: in turn)
+    "workbench-overlap": {
+        "reward": {"overlap": True}
+    },  # scoring beside the learner's forward (a CPU's default: in turn)
     "workbench-compiled": {"sampler": {"compile": True}},  # compiles in the warm-up step
     "workbench-2-verifiers": {"reward": {"workers": 2}},  # math-verify in two processes while the step waits
 }
@@ -66,11 +68,21 @@ def qwen2_half_billion(tokenizer):
     import torch
     from transformers import AutoModelForCausalLM, Qwen2Config
 
-    config = Qwen2Config(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
-                         num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=32768,
-                         rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=True,
-                         pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-                         bos_token_id=None)
+    config = Qwen2Config(
+        vocab_size=151936,
+        hidden_size=896,
+        intermediate_size=4864,
+        num_hidden_layers=24,
+        num_attention_heads=14,
+        num_key_value_heads=2,
+        max_position_embeddings=32768,
+        rope_theta=1000000.0,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=None,
+    )
     torch.manual_seed(0)
     return AutoModelForCausalLM.from_config(config, dtype=torch.float32)
 
@@ -88,8 +100,7 @@ def build_model_dir(directory: Path, model_name: str = "tiny") -> Path:
     if model_name == "qwen2-0.5b":
         model = qwen2_half_billion(tokenizer)
     else:
-        shape = TinyModelConfig(arch="llama", hidden_size=128, num_layers=4, num_heads=4, intermediate_size=512,
-                                seed=0)
+        shape = TinyModelConfig(arch="llama", hidden_size=128, num_layers=4, num_heads=4, intermediate_size=512, seed=0)
         model = init_tiny_model(shape, len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id)
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
@@ -108,21 +119,37 @@ def model_parameters(directory: Path) -> int:
 
 
 # ---------------------------------------------------------------- one side, in its own process
-def workbench_config(directory: Path, steps: int, side: str, device: str = "cpu", prompts: int = PROMPTS_PER_STEP,
-                     max_new_tokens: int = MAX_NEW_TOKENS):
+def workbench_config(
+    directory: Path,
+    steps: int,
+    side: str,
+    device: str = "cpu",
+    prompts: int = PROMPTS_PER_STEP,
+    max_new_tokens: int = MAX_NEW_TOKENS,
+):
     """The run config of a workbench side: the issue's settings, then the side's overrides."""
     from workbench.config import RunConfig, deep_merge
 
-    return RunConfig.model_validate(deep_merge({
-        "seed": 0,
-        "model": {"path": str(directory)},
-        "task": {"name": "jsonl", "path": str(directory / TASK_FILE), "eval_size": 8},
-        "sampler": {"max_new_tokens": max_new_tokens, "temperature": 1.0},
-        "learner": {"lr": LR, "grad_clip": GRAD_CLIP, "device": device},
-        "rollout": {"prompts_per_step": prompts, "group_size": GROUP_SIZE, "steps": steps + 1,
-                    "eval_every": steps + 1, "eval_size": 8},
-        "algorithm": {"preset": "grpo", "agg_mode": "token-mean"},
-    }, WORKBENCH_SIDES[side]))
+    return RunConfig.model_validate(
+        deep_merge(
+            {
+                "seed": 0,
+                "model": {"path": str(directory)},
+                "task": {"name": "jsonl", "path": str(directory / TASK_FILE), "eval_size": 8},
+                "sampler": {"max_new_tokens": max_new_tokens, "temperature": 1.0},
+                "learner": {"lr": LR, "grad_clip": GRAD_CLIP, "device": device},
+                "rollout": {
+                    "prompts_per_step": prompts,
+                    "group_size": GROUP_SIZE,
+                    "steps": steps + 1,
+                    "eval_every": steps + 1,
+                    "eval_size": 8,
+                },
+                "algorithm": {"preset": "grpo", "agg_mode": "token-mean"},
+            },
+            WORKBENCH_SIDES[side],
+        )
+    )
 
 
 def run_workbench(directory: Path, steps: int, side: str, device: str, prompts: int, max_new_tokens: int) -> dict:
@@ -183,17 +210,44 @@ def run_trl(directory: Path, steps: int, device: str, prompts: int, max_new_toke
     model = AutoModelForCausalLM.from_pretrained(directory, dtype="float32")
     batch = prompts * GROUP_SIZE
     args = GRPOConfig(
-        output_dir=str(directory / "trl-out"), use_cpu=device == "cpu", bf16=False, gradient_checkpointing=False,
-        per_device_train_batch_size=batch, gradient_accumulation_steps=1, steps_per_generation=1,
-        num_generations=GROUP_SIZE, num_iterations=1, max_completion_length=max_new_tokens,
-        temperature=1.0, top_p=1.0, top_k=0, beta=0.0, epsilon=CLIP, loss_type="dapo",
-        learning_rate=LR, lr_scheduler_type="constant", warmup_steps=0, max_grad_norm=GRAD_CLIP,
-        max_steps=steps + 1, logging_steps=1, save_strategy="no", report_to=[], use_vllm=False, seed=0,
-        disable_tqdm=True, dataloader_num_workers=0,
+        output_dir=str(directory / "trl-out"),
+        use_cpu=device == "cpu",
+        bf16=False,
+        gradient_checkpointing=False,
+        per_device_train_batch_size=batch,
+        gradient_accumulation_steps=1,
+        steps_per_generation=1,
+        num_generations=GROUP_SIZE,
+        num_iterations=1,
+        max_completion_length=max_new_tokens,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,
+        beta=0.0,
+        epsilon=CLIP,
+        loss_type="dapo",
+        learning_rate=LR,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        max_grad_norm=GRAD_CLIP,
+        max_steps=steps + 1,
+        logging_steps=1,
+        save_strategy="no",
+        report_to=[],
+        use_vllm=False,
+        seed=0,
+        disable_tqdm=True,
+        dataloader_num_workers=0,
     )
     timer = StepTimes()
-    trainer = GRPOTrainer(model=model, reward_funcs=correct, args=args, train_dataset=dataset,
-                          processing_class=tokenizer, callbacks=[timer])
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=correct,
+        args=args,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        callbacks=[timer],
+    )
     trainer.train()
     logs = [entry for entry in trainer.state.log_history if "completions/mean_length" in entry]
     lengths = [entry["completions/mean_length"] * batch for entry in logs]
@@ -220,9 +274,24 @@ def loadavg() -> str:
 
 def one_run(python: str, side: str, args) -> dict:
     before = loadavg()
-    cmd = [python, __file__, "--child", side, "--dir", str(args.dir), "--steps", str(args.steps),
-           "--threads", str(args.threads), "--device", args.device, "--prompts", str(args.prompts),
-           "--max-new-tokens", str(args.max_new_tokens)]
+    cmd = [
+        python,
+        __file__,
+        "--child",
+        side,
+        "--dir",
+        str(args.dir),
+        "--steps",
+        str(args.steps),
+        "--threads",
+        str(args.threads),
+        "--device",
+        args.device,
+        "--prompts",
+        str(args.prompts),
+        "--max-new-tokens",
+        str(args.max_new_tokens),
+    ]
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), TOKENIZERS_PARALLELISM="false")
     started = time.perf_counter()
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
@@ -231,14 +300,21 @@ def one_run(python: str, side: str, args) -> dict:
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     if done.returncode != 0 or not lines:
         sys.exit(f"{side} run failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
-    result = json.loads(lines[-1][len("RESULT "):])
+    result = json.loads(lines[-1][len("RESULT ") :])
     per_step = [tokens / seconds for tokens, seconds in zip(result["completion_tokens"], result["step_s"], strict=True)]
-    return {"side": side, "s_per_step": statistics.median(result["step_s"]),
-            "tokens_per_s": statistics.median(per_step),
-            "completion_tokens": statistics.median(result["completion_tokens"]),
-            "cpu_s": statistics.median(result["cpu_s"]),
-            "phases": {k: statistics.median(v) for k, v in result["phases"].items()},
-            "steps": len(result["step_s"]), "wall_s": wall, "peak_gib": result.get("peak_gib"), "load_before": before, "load_after": after}
+    return {
+        "side": side,
+        "s_per_step": statistics.median(result["step_s"]),
+        "tokens_per_s": statistics.median(per_step),
+        "completion_tokens": statistics.median(result["completion_tokens"]),
+        "cpu_s": statistics.median(result["cpu_s"]),
+        "phases": {k: statistics.median(v) for k, v in result["phases"].items()},
+        "steps": len(result["step_s"]),
+        "wall_s": wall,
+        "peak_gib": result.get("peak_gib"),
+        "load_before": before,
+        "load_after": after,
+    }
 
 
 def main() -> None:
@@ -248,11 +324,16 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--dir", type=Path, default=Path.home() / ".cache" / "rl-workbench" / "bench-vs-trl")
     parser.add_argument("--trl-python", default="/work/main/.venv-trl/bin/python")
-    parser.add_argument("--sides", default="workbench,trl",
-                        help=f"comma-separated, run in this order each pair: {', '.join(SIDES)}")
+    parser.add_argument(
+        "--sides", default="workbench,trl", help=f"comma-separated, run in this order each pair: {', '.join(SIDES)}"
+    )
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where both learners run")
-    parser.add_argument("--model", choices=("tiny", "qwen2-0.5b"), default="tiny",
-                        help="tiny: the 1.06M Llama; qwen2-0.5b: Qwen2.5-0.5B's architecture, random weights")
+    parser.add_argument(
+        "--model",
+        choices=("tiny", "qwen2-0.5b"),
+        default="tiny",
+        help="tiny: the 1.06M Llama; qwen2-0.5b: Qwen2.5-0.5B's architecture, random weights",
+    )
     parser.add_argument("--prompts", type=int, default=PROMPTS_PER_STEP, help="prompts per step (x 8 completions)")
     parser.add_argument("--max-new-tokens", type=int, default=MAX_NEW_TOKENS)
     parser.add_argument("--child", choices=SIDES, help=argparse.SUPPRESS)
@@ -265,24 +346,32 @@ def main() -> None:
         sys.exit(f"--sides: {args.sides!r} must list workbench and trl (and optionally any of {', '.join(SIDES)})")
 
     build_model_dir(args.dir, args.model)
-    print(f"model {args.model} in {args.dir}: {model_parameters(args.dir) / 1e6:.2f}M parameters; {args.threads} torch "
-          f"threads; device {args.device}; {args.prompts} prompts x {GROUP_SIZE}, {args.max_new_tokens} new tokens; "
-          f"sides {sides}; CPUs allowed: {sorted(os.sched_getaffinity(0))}")
-    print(f"{'pair':>4} {'side':<19} {'s/step':>7} {'tok/s':>7} {'cpu s':>6} {'tokens':>6} {'sample':>7} {'score':>6} "
-          f"{'learn':>6} {'run s':>6} {'peak GiB':>8}  loadavg before -> after")
+    print(
+        f"model {args.model} in {args.dir}: {model_parameters(args.dir) / 1e6:.2f}M parameters; {args.threads} torch "
+        f"threads; device {args.device}; {args.prompts} prompts x {GROUP_SIZE}, {args.max_new_tokens} new tokens; "
+        f"sides {sides}; CPUs allowed: {sorted(os.sched_getaffinity(0))}"
+    )
+    print(
+        f"{'pair':>4} {'side':<19} {'s/step':>7} {'tok/s':>7} {'cpu s':>6} {'tokens':>6} {'sample':>7} {'score':>6} "
+        f"{'learn':>6} {'run s':>6} {'peak GiB':>8}  loadavg before -> after"
+    )
     runs = []
     for pair in range(args.pairs):
         for side in sides:
             run = one_run(args.trl_python if side == "trl" else sys.executable, side, args)
             runs.append(run)
             phases = run["phases"]
-            cells = " ".join(f"{phases[k]:>{w}.3f}" if k in phases else " " * (w - 1) + "-"
-                             for k, w in (("sample", 7), ("score", 6), ("learn", 6)))
-            print(f"{pair:>4} {side:<19} {run['s_per_step']:>7.3f} {run['tokens_per_s']:>7.0f} {run['cpu_s']:>6.2f} "
-                  f"{run['completion_tokens']:>6.0f} {cells} {run['wall_s']:>6.0f} "
-                  f"{'-' if run['peak_gib'] is None else format(run['peak_gib'], '.2f'):>8}  "
-                  f"{run['load_before']} -> {run['load_after']}",
-                  flush=True)
+            cells = " ".join(
+                f"{phases[k]:>{w}.3f}" if k in phases else " " * (w - 1) + "-"
+                for k, w in (("sample", 7), ("score", 6), ("learn", 6))
+            )
+            print(
+                f"{pair:>4} {side:<19} {run['s_per_step']:>7.3f} {run['tokens_per_s']:>7.0f} {run['cpu_s']:>6.2f} "
+                f"{run['completion_tokens']:>6.0f} {cells} {run['wall_s']:>6.0f} "
+                f"{'-' if run['peak_gib'] is None else format(run['peak_gib'], '.2f'):>8}  "
+                f"{run['load_before']} -> {run['load_after']}",
+                flush=True,
+            )
     if not runs:
         return
     medians = {side: statistics.median(r["tokens_per_s"] for r in runs if r["side"] == side) for side in sides}
@@ -290,8 +379,10 @@ def main() -> None:
     print("median completion tokens/s per RL step: " + ", ".join(f"{s} {v:.0f}" for s, v in medians.items()))
     for side in sides:
         if side != "trl":
-            print(f"ratio {side} / trl: {medians[side] / medians['trl']:.2f} (tokens/s); "
-                  f"{cpu['trl'] / cpu[side]:.2f} (process CPU s/step, trl / {side})")
+            print(
+                f"ratio {side} / trl: {medians[side] / medians['trl']:.2f} (tokens/s); "
+                f"{cpu['trl'] / cpu[side]:.2f} (process CPU s/step, trl / {side})"
+            )
 
 
 if __name__ == "__main__":

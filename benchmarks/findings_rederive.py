@@ -93,14 +93,32 @@ ROWS = [
     # clip_higher, 5 seeds; one comparison per metric; the knob's own metric is not gated
     Row("clip_higher", "final_entropy", "eps_high_028", 5, -0.004836, -0.03536, 0.02568, 0.683, gate=CLIP_HIGHER_GATE),
     Row("clip_higher", "final:clip/frac_high", "eps_high_028", 5, -0.0004919, -0.001237, 0.0002528, 0.141),
-    Row("clip_higher", "final_eval_accuracy", "eps_high_028", 5, 0.009333, -0.02691, 0.04558, 0.514,
-        gate=CLIP_HIGHER_GATE),
+    Row(
+        "clip_higher",
+        "final_eval_accuracy",
+        "eps_high_028",
+        5,
+        0.009333,
+        -0.02691,
+        0.04558,
+        0.514,
+        gate=CLIP_HIGHER_GATE,
+    ),
     # dapo_ablation, 5 seeds, each arm against full DAPO
     Row("dapo_ablation", "final_eval_accuracy", "no_overlong", 5, 0.0, -0.09005, 0.09005, 1.0, gate=DAPO_OVERLONG_GATE),
     Row("dapo_ablation", "final_eval_accuracy", "grpo", 5, -0.006667, -0.07289, 0.05955, 1.0),
     Row("dapo_ablation", "final_eval_accuracy", "no_token_level_loss", 5, -0.024, -0.09481, 0.04681, 0.652),
-    Row("dapo_ablation", "final_eval_accuracy", "no_clip_higher", 5, -0.02667, -0.04668, -0.006657, 0.018,
-        gate=DAPO_CLIP_GATE),
+    Row(
+        "dapo_ablation",
+        "final_eval_accuracy",
+        "no_clip_higher",
+        5,
+        -0.02667,
+        -0.04668,
+        -0.006657,
+        0.018,
+        gate=DAPO_CLIP_GATE,
+    ),
     Row("dapo_ablation", "final_eval_accuracy", "no_dynamic_sampling", 5, -0.02933, -0.08974, 0.03107, 0.417),
     Row("dapo_ablation", "eval_auc", "no_overlong", 5, -0.00475, -0.06436, 0.05486, 0.732, gate=DAPO_OVERLONG_GATE),
     Row("dapo_ablation", "eval_auc", "grpo", 5, -0.0125, -0.05877, 0.03377, 0.563),
@@ -110,20 +128,53 @@ ROWS = [
     # final:length/truncated_frac is the overlong filter's own activity metric: not gated for no_overlong
     Row("dapo_ablation", "final:length/truncated_frac", "no_dynamic_sampling", 5, -0.005391, -0.0128, 0.002024, 0.115),
     Row("dapo_ablation", "final:length/truncated_frac", "no_overlong", 5, -0.005391, -0.01208, 0.001303, 0.103),
-    Row("dapo_ablation", "final:length/truncated_frac", "no_clip_higher", 5, -0.004271, -0.01016, 0.001619, 0.115,
-        gate=DAPO_CLIP_GATE),
+    Row(
+        "dapo_ablation",
+        "final:length/truncated_frac",
+        "no_clip_higher",
+        5,
+        -0.004271,
+        -0.01016,
+        0.001619,
+        0.115,
+        gate=DAPO_CLIP_GATE,
+    ),
     Row("dapo_ablation", "final:length/truncated_frac", "no_token_level_loss", 5, -0.002031, -0.01114, 0.007074, 0.725),
     Row("dapo_ablation", "final:length/truncated_frac", "grpo", 5, 0.002109, -0.02181, 0.02603, 0.725),
     # precision_mismatch, 5 seeds, each arm against bf16 at the same TIS setting (sampler dtype: no gate)
     Row("precision_mismatch", "final:mismatch/kl", "fp32/null", 5, -5.598e-05, -9.258e-05, -1.938e-05, 0.011),
     Row("precision_mismatch", "final:mismatch/kl", "fp16/null", 5, -5.469e-05, -8.709e-05, -2.228e-05, 0.011),
     Row("precision_mismatch", "final:mismatch/kl", "fp16/tis", 5, -5.016e-05, -7.8e-05, -2.233e-05, 0.011),
-    Row("precision_mismatch", "final:mismatch/prob_abs_diff_mean", "fp32/null", 5, -0.0006885, -0.0008552, -0.0005217,
-        0.001),
-    Row("precision_mismatch", "final:mismatch/prob_abs_diff_mean", "fp16/null", 5, -0.0005777, -0.0006903, -0.0004651,
-        0.001),
-    Row("precision_mismatch", "final:mismatch/prob_abs_diff_mean", "fp16/tis", 5, -0.0006843, -0.0008391, -0.0005295,
-        0.001),
+    Row(
+        "precision_mismatch",
+        "final:mismatch/prob_abs_diff_mean",
+        "fp32/null",
+        5,
+        -0.0006885,
+        -0.0008552,
+        -0.0005217,
+        0.001,
+    ),
+    Row(
+        "precision_mismatch",
+        "final:mismatch/prob_abs_diff_mean",
+        "fp16/null",
+        5,
+        -0.0005777,
+        -0.0006903,
+        -0.0004651,
+        0.001,
+    ),
+    Row(
+        "precision_mismatch",
+        "final:mismatch/prob_abs_diff_mean",
+        "fp16/tis",
+        5,
+        -0.0006843,
+        -0.0008391,
+        -0.0005295,
+        0.001,
+    ),
     Row("precision_mismatch", "final:mismatch/prob_abs_diff_max", "fp32/null", 5, -0.05056, -0.06784, -0.03327, 0.001),
     Row("precision_mismatch", "final:mismatch/prob_abs_diff_max", "fp16/tis", 5, -0.05839, -0.09659, -0.02019, 0.013),
     Row("precision_mismatch", "final:mismatch/prob_abs_diff_max", "fp16/null", 5, -0.04102, -0.0573, -0.02475, 0.002),
@@ -132,10 +183,29 @@ ROWS = [
     Row("precision_mismatch", "final_eval_accuracy", "fp32/null", 5, 0.01133, -0.05124, 0.0739, 1.0),
     # the TIS question: every arm against bf16/null (4 comparisons; the page lists two with intervals,
     # in points rounded to 0.1, and nothing was rejected, so every divisor is 4)
-    Row("precision_mismatch:tis", "final_eval_accuracy vs bf16/null", "bf16/tis", 5, 0.015, -0.047, 0.076, 0.72,
-        gate=TIS_GATE, family_size=4),
-    Row("precision_mismatch:tis", "final_eval_accuracy vs bf16/null", "fp32/null", 5, 0.011, -0.057, 0.079, 0.72,
-        family_size=4),
+    Row(
+        "precision_mismatch:tis",
+        "final_eval_accuracy vs bf16/null",
+        "bf16/tis",
+        5,
+        0.015,
+        -0.047,
+        0.076,
+        0.72,
+        gate=TIS_GATE,
+        family_size=4,
+    ),
+    Row(
+        "precision_mismatch:tis",
+        "final_eval_accuracy vs bf16/null",
+        "fp32/null",
+        5,
+        0.011,
+        -0.057,
+        0.079,
+        0.72,
+        family_size=4,
+    ),
     # loss_aggregation, 5 seeds, each mode against seq_mean_token_mean (aggregation: no gate)
     Row("loss_aggregation", "final_eval_accuracy", "seq_mean_token_sum_norm", 5, 0.008, -0.01656, 0.03256, 0.799),
     Row("loss_aggregation", "final_eval_accuracy", "seq_mean_token_sum", 5, -0.004, -0.04604, 0.03804, 0.901),
@@ -150,10 +220,18 @@ ROWS = [
 
 
 #: the catalogue's direction of each compared summary (None: no preferred direction)
-DIRECTION = {"final:length/incorrect_mean": False, "final_length_ratio": False, "final_eval_accuracy": True,
-             "eval_auc": True, "final_entropy": None, "final:clip/frac_high": None,
-             "final:length/truncated_frac": False, "final:mismatch/kl": False,
-             "final:mismatch/prob_abs_diff_mean": False, "final:mismatch/prob_abs_diff_max": False}
+DIRECTION = {
+    "final:length/incorrect_mean": False,
+    "final_length_ratio": False,
+    "final_eval_accuracy": True,
+    "eval_auc": True,
+    "final_entropy": None,
+    "final:clip/frac_high": None,
+    "final:length/truncated_frac": False,
+    "final:mismatch/kl": False,
+    "final:mismatch/prob_abs_diff_mean": False,
+    "final:mismatch/prob_abs_diff_max": False,
+}
 
 
 def holm_divisors(p: np.ndarray, alpha: float = ALPHA) -> np.ndarray:
@@ -215,8 +293,11 @@ def solve_family(rows: list[Row]) -> None:
             p = np.array([r.p_raw for r in rows])
             consistent = np.array_equal(holm_divisors(p), np.array([r.divisor for r in rows]))
             adj = multipletests(p, alpha=ALPHA, method="holm")[1]
-            err = max(abs(a - r.p_holm_page) for a, r in zip(adj, rows, strict=True) if r.p_holm_page > 0.001) \
-                if any(r.p_holm_page > 0.001 for r in rows) else 0.0
+            err = (
+                max(abs(a - r.p_holm_page) for a, r in zip(adj, rows, strict=True) if r.p_holm_page > 0.001)
+                if any(r.p_holm_page > 0.001 for r in rows)
+                else 0.0
+            )
             if consistent and err < best_err:
                 best, best_err = [r.divisor for r in rows], err
         _fill(rows, np.array(best))
@@ -234,8 +315,9 @@ def solve_family(rows: list[Row]) -> None:
         d_es = TTestPower().solve_power(nobs=r.n, alpha=ALPHA / r.divisor, power=POWER, alternative="two-sided")
         r.mde = float(d_es) * sd_diff
         if math.isfinite(r.sesoi):  # TOST on the same t statistic; one comparison per metric here
-            r.p_tost = float(max(sps.t.sf((r.delta + r.sesoi) / r.se, r.n - 1),
-                                 sps.t.cdf((r.delta - r.sesoi) / r.se, r.n - 1)))
+            r.p_tost = float(
+                max(sps.t.sf((r.delta + r.sesoi) / r.se, r.n - 1), sps.t.cdf((r.delta - r.sesoi) / r.se, r.n - 1))
+            )
 
 
 def verdict(r: Row) -> str:
@@ -293,13 +375,17 @@ def pfmt(p: float) -> str:
 
 
 def table(rows: list[Row]) -> str:
-    head = ("| metric | arm | seeds | Δ | simultaneous 95% CI | p raw | p_holm (metric) | p_holm (study) "
-            "| SD of differences | MDE (α/d) | verdict now |")
+    head = (
+        "| metric | arm | seeds | Δ | simultaneous 95% CI | p raw | p_holm (metric) | p_holm (study) "
+        "| SD of differences | MDE (α/d) | verdict now |"
+    )
     lines = [head, "|" + "---|" * 11]
     for r in rows:
-        lines.append(f"| {r.family} | {r.arm} | {r.n} | {fmt(r.delta)} | [{fmt(r.sim_lo)}, {fmt(r.sim_hi)}] "
-                     f"| {pfmt(r.p_raw)} | {pfmt(r.p_holm)} | {pfmt(r.p_holm_study)} | {fmt(r.se * math.sqrt(r.n))} "
-                     f"| {fmt(r.mde)} (α/{r.divisor:g}) | {r.verdict.replace('|', chr(92) + '|')} |")
+        lines.append(
+            f"| {r.family} | {r.arm} | {r.n} | {fmt(r.delta)} | [{fmt(r.sim_lo)}, {fmt(r.sim_hi)}] "
+            f"| {pfmt(r.p_raw)} | {pfmt(r.p_holm)} | {pfmt(r.p_holm_study)} | {fmt(r.se * math.sqrt(r.n))} "
+            f"| {fmt(r.mde)} (α/{r.divisor:g}) | {r.verdict.replace('|', chr(92) + '|')} |"
+        )
     return "\n".join(lines)
 
 
@@ -342,9 +428,11 @@ def main() -> None:
             for fam in ("final_eval_accuracy", "eval_auc"):
                 sds = {r.arm: r.se * math.sqrt(r.n) for r in ROWS if r.study == study and r.family == fam}
                 others = [v for k, v in sds.items() if k != "no_clip_higher"]
-                print(f"{fam}: SD of paired differences no_clip_higher {sds['no_clip_higher']:.4g}, others "
-                      f"{min(others):.4g}-{max(others):.4g} ({min(others) / sds['no_clip_higher']:.1f}-"
-                      f"{max(others) / sds['no_clip_higher']:.1f}x)")
+                print(
+                    f"{fam}: SD of paired differences no_clip_higher {sds['no_clip_higher']:.4g}, others "
+                    f"{min(others):.4g}-{max(others):.4g} ({min(others) / sds['no_clip_higher']:.1f}-"
+                    f"{max(others) / sds['no_clip_higher']:.1f}x)"
+                )
 
 
 if __name__ == "__main__":

@@ -50,15 +50,27 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     directory = build_model_dir(args.dir)
-    cfg = RunConfig.model_validate({
-        "model": {"path": str(directory)},
-        "task": {"name": "jsonl", "path": str(directory / TASK_FILE), "eval_size": 8},
-        "sampler": {"max_new_tokens": MAX_NEW_TOKENS, "decode": "generate" if args.reference else "lean"},
-        "learner": {"lr": LR, "grad_clip": GRAD_CLIP, "device": "cpu", "forward": "full" if args.reference else "lean"},
-        "rollout": {"prompts_per_step": PROMPTS_PER_STEP, "group_size": GROUP_SIZE, "steps": args.steps + 1,
-                    "eval_every": args.steps + 1, "eval_size": 8},
-        "algorithm": {"preset": "grpo", "agg_mode": "token-mean"},
-    })
+    cfg = RunConfig.model_validate(
+        {
+            "model": {"path": str(directory)},
+            "task": {"name": "jsonl", "path": str(directory / TASK_FILE), "eval_size": 8},
+            "sampler": {"max_new_tokens": MAX_NEW_TOKENS, "decode": "generate" if args.reference else "lean"},
+            "learner": {
+                "lr": LR,
+                "grad_clip": GRAD_CLIP,
+                "device": "cpu",
+                "forward": "full" if args.reference else "lean",
+            },
+            "rollout": {
+                "prompts_per_step": PROMPTS_PER_STEP,
+                "group_size": GROUP_SIZE,
+                "steps": args.steps + 1,
+                "eval_every": args.steps + 1,
+                "eval_size": 8,
+            },
+            "algorithm": {"preset": "grpo", "agg_mode": "token-mean"},
+        }
+    )
     profiler = cProfile.Profile(time.process_time)
     original = loop.rl_step
     calls = []
@@ -85,8 +97,10 @@ def main() -> None:
     if ops is not None:
         ops.__exit__(None, None, None)
     stats = pstats.Stats(profiler).stats
-    print(f"CPU seconds per RL step ({args.threads} torch thread(s), {args.steps} steps, "
-          f"{'reference' if args.reference else 'lean'} paths):")
+    print(
+        f"CPU seconds per RL step ({args.threads} torch thread(s), {args.steps} steps, "
+        f"{'reference' if args.reference else 'lean'} paths):"
+    )
     for (suffix, name), label in PARTS.items():
         total = sum(v[3] for (file, _, func), v in stats.items() if suffix in file and func == name)
         if total:

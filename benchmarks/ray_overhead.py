@@ -36,9 +36,13 @@ def write_study(path: Path, runs: int, steps: int) -> None:
 def timed_run(study: Path, args: list[str], env: dict) -> float:
     work = Path(tempfile.mkdtemp(prefix="ray-overhead-"))
     started = time.monotonic()
-    subprocess.run([sys.executable, "-m", "workbench.cli.main", "run", str(study), "--quiet", *args], cwd=work,
-                   env=env | {"MLFLOW_TRACKING_URI": f"sqlite:///{work / 'mlflow.db'}"}, check=True,
-                   stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [sys.executable, "-m", "workbench.cli.main", "run", str(study), "--quiet", *args],
+        cwd=work,
+        env=env | {"MLFLOW_TRACKING_URI": f"sqlite:///{work / 'mlflow.db'}"},
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     took = time.monotonic() - started
     shutil.rmtree(work, ignore_errors=True)
     return took
@@ -76,9 +80,24 @@ def main() -> None:
     ray = shutil.which("ray", path=str(Path(sys.executable).parent)) or "ray"
     # --block in its own process group, stopped by signalling that group: `ray stop` would stop every
     # Ray instance on the machine (other users', a test cluster)
-    head = subprocess.Popen([ray, "start", "--head", "--block", "--port", str(a.port), "--num-cpus", "2",
-                             "--include-dashboard=false", "--disable-usage-stats"], env=env, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    head = subprocess.Popen(
+        [
+            ray,
+            "start",
+            "--head",
+            "--block",
+            "--port",
+            str(a.port),
+            "--num-cpus",
+            "2",
+            "--include-dashboard=false",
+            "--disable-usage-stats",
+        ],
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     address = f"{get_node_ip_address()}:{a.port}"
     try:
         wait_for_port(address)
@@ -86,8 +105,10 @@ def main() -> None:
             timed_run(study, ["--parallel", "2"], env)  # builds the tiny model, fills the page cache
         times: dict[str, list[float]] = {"--parallel 2": [], "--executor ray": []}
         for _ in range(a.rounds):
-            for name, args in (("--parallel 2", ["--parallel", "2"]),
-                               ("--executor ray", ["--executor", "ray", "--address", address])):
+            for name, args in (
+                ("--parallel 2", ["--parallel", "2"]),
+                ("--executor ray", ["--executor", "ray", "--address", address]),
+            ):
                 times[name].append(timed_run(study, args, env))
                 print(f"{name}: {times[name][-1]:.1f} s (load {os.getloadavg()[0]:.1f})", flush=True)
     finally:
@@ -99,8 +120,10 @@ def main() -> None:
     print("|---|---|---|")
     for name, values in times.items():
         print(f"| `{name}` | {statistics.median(values):.1f} | {', '.join(f'{v:.1f}' for v in values)} |")
-    print(f"\nRay - local: {on_ray - local:+.1f} s for the study, {(on_ray - local) / a.runs:+.1f} s per run; "
-          f"load average at the end {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} (1/5/15 min)")
+    print(
+        f"\nRay - local: {on_ray - local:+.1f} s for the study, {(on_ray - local) / a.runs:+.1f} s per run; "
+        f"load average at the end {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} (1/5/15 min)"
+    )
 
 
 if __name__ == "__main__":

@@ -71,8 +71,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--prompt-len", type=int, default=22, help="padded prompt tokens (bench_vs_trl's prompts: 22)")
-    parser.add_argument("--completion-len", type=int, default=MAX_NEW_TOKENS,
-                        help="decoded tokens per row (an untrained model runs to the cap)")
+    parser.add_argument(
+        "--completion-len",
+        type=int,
+        default=MAX_NEW_TOKENS,
+        help="decoded tokens per row (an untrained model runs to the cap)",
+    )
     parser.add_argument("--measured-step", type=float, default=None, help="a measured s/step to compare with")
     parser.add_argument("--dir", type=Path, default=Path("/tmp/bench-vs-trl"))
     args = parser.parse_args()
@@ -84,11 +88,14 @@ def main() -> None:
     n, rows, p, t = PROMPTS_PER_STEP, PROMPTS_PER_STEP * GROUP_SIZE, args.prompt_len, args.completion_len
     plans = {
         "workbench": plan(shapes, prefill_rows=n * p, decode_rows=rows, decode_steps=t, learn_rows=n * p + rows * t),
-        "prompt per row": plan(shapes, prefill_rows=rows * p, decode_rows=rows, decode_steps=t,
-                               learn_rows=rows * (p + t)),
+        "prompt per row": plan(
+            shapes, prefill_rows=rows * p, decode_rows=rows, decode_steps=t, learn_rows=rows * (p + t)
+        ),
     }
-    print(f"{sum(k * n for k, n in shapes) / 1e6:.2f}M linear weights, {len(shapes)} linear maps; {rows} rows "
-          f"({n} prompts x {GROUP_SIZE}), prompt {p} + completion {t} tokens; {args.threads} torch threads")
+    print(
+        f"{sum(k * n for k, n in shapes) / 1e6:.2f}M linear weights, {len(shapes)} linear maps; {rows} rows "
+        f"({n} prompts x {GROUP_SIZE}), prompt {p} + completion {t} tokens; {args.threads} torch threads"
+    )
     print(f"{'work plan':<15} {'part':<7} {'matmuls':>8} {'GFLOP':>7} {'floor s':>8} {'GFLOP/s':>8}")
     floors = {}
     for name, parts in plans.items():
@@ -96,13 +103,17 @@ def main() -> None:
         for part, calls in parts.items():
             seconds = time_mms(calls, args.repeats)
             total += seconds
-            print(f"{name:<15} {part:<7} {len(calls):>8} {flops(calls) / 1e9:>7.2f} {seconds:>8.3f} "
-                  f"{flops(calls) / seconds / 1e9:>8.1f}")
+            print(
+                f"{name:<15} {part:<7} {len(calls):>8} {flops(calls) / 1e9:>7.2f} {seconds:>8.3f} "
+                f"{flops(calls) / seconds / 1e9:>8.1f}"
+            )
         floors[name] = total
         print(f"{name:<15} {'step':<7} {'':>8} {'':>7} {total:>8.3f}")
     if args.measured_step:
-        print(f"a {args.measured_step:.3f} s step / the workbench's floor {floors['workbench']:.3f} s = "
-              f"{args.measured_step / floors['workbench']:.2f}x: the most the workbench's plan can gain over it here")
+        print(
+            f"a {args.measured_step:.3f} s step / the workbench's floor {floors['workbench']:.3f} s = "
+            f"{args.measured_step / floors['workbench']:.2f}x: the most the workbench's plan can gain over it here"
+        )
 
 
 if __name__ == "__main__":

@@ -38,18 +38,36 @@ def main() -> None:
     data = Dataset.from_dict({"prompt": [f"{a}+{b}=" for a, b in pairs], "answer": [str(a + b) for a, b in pairs]})
 
     def correct(completions, answer, **_):
-        return [1.0 if (m := re.search(r"-?\d+", text)) and m.group(0) == gold else 0.0
-                for text, gold in zip(completions, answer, strict=True)]
+        return [
+            1.0 if (m := re.search(r"-?\d+", text)) and m.group(0) == gold else 0.0
+            for text, gold in zip(completions, answer, strict=True)
+        ]
 
-    config = GRPOConfig(output_dir=args.out, seed=args.seed, loss_type=args.variant, max_steps=args.steps,
-                        learning_rate=args.lr, per_device_train_batch_size=16, num_generations=4,
-                        max_completion_length=8, logging_steps=1,  # the health rules judge every step
-                        report_to="none", bf16=False, gradient_checkpointing=False, use_cpu=True,
-                        save_strategy="no", disable_tqdm=True)
-    trainer = GRPOTrainer(model=AutoModelForCausalLM.from_pretrained(args.model), reward_funcs=[correct],
-                          args=config, train_dataset=data,
-                          processing_class=AutoTokenizer.from_pretrained(args.model, padding_side="left"),
-                          callbacks=[WorkbenchCallback(study=args.study, variant=args.variant, seed=args.seed)])
+    config = GRPOConfig(
+        output_dir=args.out,
+        seed=args.seed,
+        loss_type=args.variant,
+        max_steps=args.steps,
+        learning_rate=args.lr,
+        per_device_train_batch_size=16,
+        num_generations=4,
+        max_completion_length=8,
+        logging_steps=1,  # the health rules judge every step
+        report_to="none",
+        bf16=False,
+        gradient_checkpointing=False,
+        use_cpu=True,
+        save_strategy="no",
+        disable_tqdm=True,
+    )
+    trainer = GRPOTrainer(
+        model=AutoModelForCausalLM.from_pretrained(args.model),
+        reward_funcs=[correct],
+        args=config,
+        train_dataset=data,
+        processing_class=AutoTokenizer.from_pretrained(args.model, padding_side="left"),
+        callbacks=[WorkbenchCallback(study=args.study, variant=args.variant, seed=args.seed)],
+    )
     trainer.train()
 
 

@@ -25,8 +25,15 @@ import pytest
 CHROMIUM = Path(os.environ.get("WORKBENCH_CHROMIUM", "/usr/bin/chromium"))
 # Without these, Chromium keeps trying to reach Google's services through the closed network.
 # (headless=True adds --headless; each launch gets a fresh temporary --user-data-dir from Playwright.)
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -81,12 +88,14 @@ class PageWatch:
         page.on("console", lambda m: m.type == "error" and watch.errors.append(f"console.error: {m.text}"))
         page.on("response", lambda r: r.status >= 400 and watch.failed.append(f"{r.status} {r.url}"))
         if offline:
+
             def block(route):
                 watch.external.append(route.request.url)
                 route.abort()
 
-            page.route("**/*", lambda route: route.continue_() if route.request.url.startswith("file:")
-                       else block(route))
+            page.route(
+                "**/*", lambda route: route.continue_() if route.request.url.startswith("file:") else block(route)
+            )
         return watch
 
 

@@ -11,8 +11,16 @@ from tests.postgres import postgres_url  # noqa: F401 - a real, throwaway Postgr
 # A model small enough to build in seconds: plumbing tests need a real HF model, not a good one.
 MICRO_MODEL = {
     "builtin": "tiny",
-    "tiny": {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "intermediate_size": 64,
-             "sft_max_steps": 30, "sft_target_accuracy": 1.0, "sft_check_every": 1000, "sft_batch_size": 32},
+    "tiny": {
+        "hidden_size": 32,
+        "num_layers": 1,
+        "num_heads": 2,
+        "intermediate_size": 64,
+        "sft_max_steps": 30,
+        "sft_target_accuracy": 1.0,
+        "sft_check_every": 1000,
+        "sft_batch_size": 32,
+    },
 }
 
 

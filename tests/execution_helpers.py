@@ -25,8 +25,7 @@ def fast_run_config(steps: int = 3, **overrides) -> dict:
     """The micro run config with no SFT warm-up: the model builds in about a second."""
     from workbench.config import deep_merge
 
-    cfg = micro_run_config(model={"tiny": {"sft_max_steps": 0}},
-                           rollout={"steps": steps, "eval_every": max(steps, 1)})
+    cfg = micro_run_config(model={"tiny": {"sft_max_steps": 0}}, rollout={"steps": steps, "eval_every": max(steps, 1)})
     return deep_merge(cfg, overrides)
 
 
@@ -84,8 +83,9 @@ def spawn(args: list[str], cwd: Path, log: Path, env: dict | None = None) -> sub
     """A CLI process in its own session (so a test can signal its whole group like a terminal)."""
     path = os.pathsep.join(p for p in [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH")] if p)
     full_env = os.environ | {"PYTHONPATH": path} | (env or {})
-    return subprocess.Popen(args, cwd=cwd, env=full_env, stdout=log.open("w"), stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    return subprocess.Popen(
+        args, cwd=cwd, env=full_env, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True
+    )
 
 
 def wait_for(predicate, timeout: float, interval: float = 0.2, what: str = "condition"):

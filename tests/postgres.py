@@ -53,11 +53,31 @@ def postgres_url():
     port = _free_port()
     data = root / "data"
     try:
-        subprocess.run([*run_as, initdb, "-D", str(data), "-U", "workbench", "--auth=trust", "-E", "UTF8"],
-                       check=True, capture_output=True, timeout=120)
-        subprocess.run([*run_as, pg_ctl, "-D", str(data), "-l", str(root / "server.log"), "-w", "-t", "60",
-                        "-o", f"-p {port} -k {root} -c listen_addresses=127.0.0.1", "start"],
-                       check=True, capture_output=True, timeout=120)
+        subprocess.run(
+            [*run_as, initdb, "-D", str(data), "-U", "workbench", "--auth=trust", "-E", "UTF8"],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+        subprocess.run(
+            [
+                *run_as,
+                pg_ctl,
+                "-D",
+                str(data),
+                "-l",
+                str(root / "server.log"),
+                "-w",
+                "-t",
+                "60",
+                "-o",
+                f"-p {port} -k {root} -c listen_addresses=127.0.0.1",
+                "start",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
         yield f"postgresql://workbench@127.0.0.1:{port}/postgres"
     finally:
         subprocess.run([*run_as, pg_ctl, "-D", str(data), "-m", "immediate", "stop"], capture_output=True, timeout=60)

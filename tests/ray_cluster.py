@@ -16,8 +16,11 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 # Node death noticed within ~3 s (default: 5 missed health checks 3 s apart, plus a 10 s timeout).
-FAST_FAILURE_DETECTION = {"health_check_period_ms": 1000, "health_check_timeout_ms": 1000,
-                          "health_check_failure_threshold": 3}
+FAST_FAILURE_DETECTION = {
+    "health_check_period_ms": 1000,
+    "health_check_timeout_ms": 1000,
+    "health_check_failure_threshold": 3,
+}
 
 
 def require_ray() -> None:

@@ -19,8 +19,16 @@ from workbench.tracking.store import checkpoint_root, resolve_tracking_uri
 
 STEPS = 4
 # Metrics that depend on the weights, the optimizer state and every RNG the loop uses.
-COMPARED = ("loss/policy", "grad/norm", "entropy/mean", "reward/mean", "mismatch/kl", "clip/frac",
-            "policy/ratio_mean", "length/mean")
+COMPARED = (
+    "loss/policy",
+    "grad/norm",
+    "entropy/mean",
+    "reward/mean",
+    "mismatch/kl",
+    "clip/frac",
+    "policy/ratio_mean",
+    "length/mean",
+)
 
 
 # Rewards that vary within a group even for the never-correct untrained micro model: -length/8.
@@ -47,9 +55,13 @@ def resume_config(learner: dict, **overrides) -> RunConfig:
     """A 4-step micro run that learns: a length reward (the untrained micro model is never correct, and
     all-zero rewards would leave the weights alone), lr 1e-2, two minibatches (the second one's loss
     then depends on the updated weights, Adam's moments and the minibatch order)."""
-    base = fast_run_config(steps=STEPS, algorithm={"minibatches": 2}, reward=LENGTH_REWARD,
-                           rollout={"eval_every": 2},  # an eval at the step a resume starts from
-                           learner={"checkpoint_every": 1, "lr": 1e-2, **learner})
+    base = fast_run_config(
+        steps=STEPS,
+        algorithm={"minibatches": 2},
+        reward=LENGTH_REWARD,
+        rollout={"eval_every": 2},  # an eval at the step a resume starts from
+        learner={"checkpoint_every": 1, "lr": 1e-2, **learner},
+    )
     return RunConfig.model_validate(deep_merge(base, overrides))
 
 
@@ -83,9 +95,16 @@ def interrupt_and_resume(cfg: RunConfig, crash_after: int, error: type[BaseExcep
         first = execute_run(cfg, study="resumed", variant="v", label="r", on_step=crash)
     second = execute_run(cfg, study="resumed", variant="v", label="r")
     run = MlflowClient(resolve_tracking_uri()).get_run(second.run_id)
-    return ResumeRecord(history(reference.run_id), first, second, history(second.run_id), run.data.tags,
-                        (checkpoint_root(resolve_tracking_uri()) / cfg.run_key()).exists(),
-                        problem_rows(reference.run_id), problem_rows(second.run_id))
+    return ResumeRecord(
+        history(reference.run_id),
+        first,
+        second,
+        history(second.run_id),
+        run.data.tags,
+        (checkpoint_root(resolve_tracking_uri()) / cfg.run_key()).exists(),
+        problem_rows(reference.run_id),
+        problem_rows(second.run_id),
+    )
 
 
 def check_resumed(record: ResumeRecord, crash_after: int, tolerance: float = 0.0) -> None:
@@ -108,8 +127,11 @@ def check_resumed(record: ResumeRecord, crash_after: int, tolerance: float = 0.0
     key = ["step", "problem_id"]
     assert resumed[key].reset_index(drop=True).equals(reference[key].reset_index(drop=True))
     if tolerance == 0.0:
-        assert resumed.drop(columns="run_id").reset_index(drop=True).equals(
-            reference.drop(columns="run_id").reset_index(drop=True))
+        assert (
+            resumed.drop(columns="run_id")
+            .reset_index(drop=True)
+            .equals(reference.drop(columns="run_id").reset_index(drop=True))
+        )
 
 
 @dataclass
@@ -119,8 +141,9 @@ class KilledAndResumed:
     resumed: object  # the one FINISHED MLflow run (resumed from `done`)
 
 
-def sigkill_after_checkpoint_then_run_again(workdir, cfg: RunConfig, variant: str, *, steps: int,
-                                            at_step: int = 2) -> KilledAndResumed:
+def sigkill_after_checkpoint_then_run_again(
+    workdir, cfg: RunConfig, variant: str, *, steps: int, at_step: int = 2
+) -> KilledAndResumed:
     """Run ``cfg`` as a one-run study ``killed`` under ``workbench run``, SIGKILL the run's process once it has
     checkpointed step ``at_step`` (nothing of it runs after the signal: the OOM killer), check it is FAILED with
     the signal named, run the study again and return the single FINISHED run, resumed from the checkpoint.
@@ -146,12 +169,22 @@ def sigkill_after_checkpoint_then_run_again(workdir, cfg: RunConfig, variant: st
 
     uri = install_empty_mlflow_db(workdir)
     study = workdir / "study.yaml"
-    study.write_text(yaml.safe_dump({"name": "killed", "base": cfg.model_dump(mode="json", exclude={"tracking", "seed"}),
-                                     "variants": {variant: {}}, "seeds": [cfg.seed]}, sort_keys=False))
+    study.write_text(
+        yaml.safe_dump(
+            {
+                "name": "killed",
+                "base": cfg.model_dump(mode="json", exclude={"tracking", "seed"}),
+                "variants": {variant: {}},
+                "seeds": [cfg.seed],
+            },
+            sort_keys=False,
+        )
+    )
     latest = checkpoint_root(uri) / cfg.run_key() / "latest.json"
     client = MlflowClient(uri)
     proc = spawn(workbench_cmd("run", study, "--parallel", 2, "--quiet"), workdir, workdir / "run.log")
     try:
+
         def checkpointed() -> bool:
             assert proc.poll() is None, (workdir / "run.log").read_text()  # ended before the kill: say why
             return latest.exists() and json.loads(latest.read_text())["steps_done"] >= at_step
@@ -167,8 +200,14 @@ def sigkill_after_checkpoint_then_run_again(workdir, cfg: RunConfig, variant: st
     done = json.loads(latest.read_text())["steps_done"]
     assert at_step <= done < steps
 
-    again = subprocess.run(workbench_cmd("run", study, "--quiet"), cwd=workdir, capture_output=True, text=True,
-                           env=os.environ | {"PYTHONPATH": str(Path(__file__).resolve().parents[1])}, timeout=600)
+    again = subprocess.run(
+        workbench_cmd("run", study, "--quiet"),
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        env=os.environ | {"PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+        timeout=600,
+    )
     assert again.returncode == 0, again.stdout + again.stderr
     finished = [r for r in child_runs(client, "killed") if r.info.status == "FINISHED"]
     assert len(finished) == 1, finished  # finished once

@@ -33,13 +33,17 @@ def terminal_imports(folder: Path) -> list[str]:
 
 
 def test_terminal_imports_are_found(tmp_path):
-    (tmp_path / "m.py").write_text("import json\nimport rich.console\n\ndef f():\n"
-                                   "    from workbench.cli.output import fail\n    from typer import Exit\n")
+    (tmp_path / "m.py").write_text(
+        "import json\nimport rich.console\n\ndef f():\n"
+        "    from workbench.cli.output import fail\n    from typer import Exit\n"
+    )
     assert terminal_imports(tmp_path) == ["m.py:2: rich.console", "m.py:5: workbench.cli.output", "m.py:6: typer"]
 
 
 def test_analysis_and_notebook_import_no_cli_typer_or_rich():
-    bad = [f"{folder}/{line}" for folder in ("analysis", "notebook") for line in terminal_imports(PACKAGE_ROOT / folder)]
+    bad = [
+        f"{folder}/{line}" for folder in ("analysis", "notebook") for line in terminal_imports(PACKAGE_ROOT / folder)
+    ]
     assert not bad, "the analysis layer and the notebook print nothing: they return values and raise\n" + "\n".join(bad)
 
 
@@ -64,8 +68,9 @@ def test_the_notebook_raises_without_loading_a_terminal_code_path(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     ensure_store(uri)  # a store without the study
     code = NOTEBOOK_ERROR.format(terminal=set(TERMINAL))
-    done = subprocess.run([sys.executable, "-c", code, uri], capture_output=True, text=True, cwd=PACKAGE_ROOT.parent,
-                          timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", code, uri], capture_output=True, text=True, cwd=PACKAGE_ROOT.parent, timeout=300
+    )
     assert done.returncode == 0, done.stderr
     raised, loaded = done.stdout.splitlines()[-2:]
     assert raised.startswith("raised: ") and "no-such-study" in raised

@@ -40,8 +40,15 @@ def study_text(extra: str, **overrides) -> str:
     return study(**overrides) + extra
 
 
-LLAMA_CONFIG = {"model_type": "llama", "vocab_size": 32, "hidden_size": 16, "num_hidden_layers": 1,
-                "num_attention_heads": 2, "intermediate_size": 32, "max_position_embeddings": 64}
+LLAMA_CONFIG = {
+    "model_type": "llama",
+    "vocab_size": 32,
+    "hidden_size": 16,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 2,
+    "intermediate_size": 32,
+    "max_position_embeddings": 64,
+}
 
 
 def alias_bomb(levels: int = 7) -> str:
@@ -99,106 +106,227 @@ CASES = [
     Case("too-many-aliases", {"s.yaml": many_aliases()}, "YAML aliases"),
     Case("recursive-alias", {"s.yaml": study_text("compare: &c {x: *c}\n")}, "recursive YAML alias"),
     Case("nested-too-deeply", {"s.yaml": study_text("compare: " + "[" * 5000 + "]" * 5000 + "\n")}, "nested"),
-    Case("seeds-20000", {"s.yaml": study_text("seeds: [" + ", ".join(map(str, range(20_000))) + "]\n")},
-         "20,000 runs (20,000 seeds), over the limit", subprocess=True),
-    Case("grid-a-million-points", {"s.yaml": study_text(
-        "grid:\n" + "".join(f"  {k}: [{', '.join(str(0.1 + i / 1000) for i in range(100))}]\n"
-                            for k in ("algorithm.clip_high", "algorithm.clip_low", "learner.weight_decay")))},
-         "1,000,000 runs", subprocess=True),
-    Case("include-chain-17-deep", {f"c{i}.yaml": f"include: c{i + 1}.yaml\nname: c\n" for i in range(17)}
-         | {"c17.yaml": study(), "s.yaml": "include: c0.yaml\n"}, "include chain deeper than 16 files"),
+    Case(
+        "seeds-20000",
+        {"s.yaml": study_text("seeds: [" + ", ".join(map(str, range(20_000))) + "]\n")},
+        "20,000 runs (20,000 seeds), over the limit",
+        subprocess=True,
+    ),
+    Case(
+        "grid-a-million-points",
+        {
+            "s.yaml": study_text(
+                "grid:\n"
+                + "".join(
+                    f"  {k}: [{', '.join(str(0.1 + i / 1000) for i in range(100))}]\n"
+                    for k in ("algorithm.clip_high", "algorithm.clip_low", "learner.weight_decay")
+                )
+            )
+        },
+        "1,000,000 runs",
+        subprocess=True,
+    ),
+    Case(
+        "include-chain-17-deep",
+        {f"c{i}.yaml": f"include: c{i + 1}.yaml\nname: c\n" for i in range(17)}
+        | {"c17.yaml": study(), "s.yaml": "include: c0.yaml\n"},
+        "include chain deeper than 16 files",
+    ),
     Case("include-missing", {"s.yaml": "include: common.yaml\nname: x\n"}, "no such file 'common.yaml'"),
     Case("include-cycle", {"s.yaml": "include: s.yaml\nname: x\n"}, "include cycle"),
-    Case("include-etc-passwd", {"s.yaml": "include: /etc/passwd\nname: x\nbase: {model: {builtin: tiny}}\n"},
-         "/etc/passwd", absent=("root:", "/bin/")),
-    Case("include-dev-zero", {"s.yaml": "include: /dev/zero\nname: x\nbase: {model: {builtin: tiny}}\n"},
-         "not a regular file", subprocess=True),
-    Case("include-dev-urandom", {"s.yaml": "include: /dev/urandom\nname: x\nbase: {model: {builtin: tiny}}\n"},
-         "not a regular file"),
+    Case(
+        "include-etc-passwd",
+        {"s.yaml": "include: /etc/passwd\nname: x\nbase: {model: {builtin: tiny}}\n"},
+        "/etc/passwd",
+        absent=("root:", "/bin/"),
+    ),
+    Case(
+        "include-dev-zero",
+        {"s.yaml": "include: /dev/zero\nname: x\nbase: {model: {builtin: tiny}}\n"},
+        "not a regular file",
+        subprocess=True,
+    ),
+    Case(
+        "include-dev-urandom",
+        {"s.yaml": "include: /dev/urandom\nname: x\nbase: {model: {builtin: tiny}}\n"},
+        "not a regular file",
+    ),
     Case("include-a-directory", {"s.yaml": "include: sub\nname: x\n", "sub/x": "x"}, "is a directory"),
     # ---- configs that pass the schema's types but cannot run
     Case("lr-inf", {"s.yaml": study_text("", learner={"lr": float("inf")})}, "learner.lr: expected a finite number"),
-    Case("lr-1e400", {"s.yaml": study_text("variants:\n  v: {learner: {lr: 1e400}}\n")},  # YAML reads inf
-         "learner.lr: expected a finite number"),
+    Case(
+        "lr-1e400",
+        {"s.yaml": study_text("variants:\n  v: {learner: {lr: 1e400}}\n")},  # YAML reads inf
+        "learner.lr: expected a finite number",
+    ),
     Case("lr-nan", {"s.yaml": study_text("", learner={"lr": float("nan")})}, "learner.lr: expected a finite"),
     Case("timeout-inf", {"s.yaml": study_text("", reward={"timeout_s": float("inf")})}, "reward.timeout_s"),
     Case("temperature-inf", {"s.yaml": study_text("", sampler={"temperature": float("inf")})}, "temperature"),
     Case("device-nonsense", {"s.yaml": study(learner={"device": "nonsense"})}, "not a torch device"),
     Case("betas-out-of-range", {"s.yaml": study(learner={"betas": [2, -1]})}, "learner.betas must each be in [0, 1)"),
-    Case("template-unknown-placeholder", {"s.yaml": study(model={"prompt_template": "Q: {prompt} {answer}"})},
-         "unknown placeholder(s) 'answer'"),
+    Case(
+        "template-unknown-placeholder",
+        {"s.yaml": study(model={"prompt_template": "Q: {prompt} {answer}"})},
+        "unknown placeholder(s) 'answer'",
+    ),
     Case("template-lone-brace", {"s.yaml": study(model={"prompt_template": "{prompt} }"})}, "not a valid template"),
     Case("seed-beyond-2^63", {"s.yaml": study_text("seeds: [18446744073709551616]\n")}, "seeds[0]: must be <="),
     Case("digits-5000", {"s.yaml": study(task={"digits": 5000})}, "task.digits: must be <= 100"),
-    Case("scratchpad-ops-times", {"s.yaml": study(task={"name": "scratchpad", "ops": "+*"})},
-         "task 'scratchpad' takes ops from '+-'"),
-    Case("operands-on-arithmetic", {"s.yaml": study(task={"operands": 3})},
-         "task.operands applies to task 'scratchpad' only"),
+    Case(
+        "scratchpad-ops-times",
+        {"s.yaml": study(task={"name": "scratchpad", "ops": "+*"})},
+        "task 'scratchpad' takes ops from '+-'",
+    ),
+    Case(
+        "operands-on-arithmetic",
+        {"s.yaml": study(task={"operands": 3})},
+        "task.operands applies to task 'scratchpad' only",
+    ),
     Case("steps-1e29", {"s.yaml": study().replace("steps: 3", "steps: 1e29")}, "rollout.steps"),
     Case("group-size-huge", {"s.yaml": study(rollout={"group_size": 10**7})}, "rollout.group_size: must be <="),
-    Case("max-new-tokens-beyond-positions", {"s.yaml": study(sampler={"max_new_tokens": 600})},
-         "leaves no room for a prompt"),
+    Case(
+        "max-new-tokens-beyond-positions",
+        {"s.yaml": study(sampler={"max_new_tokens": 600})},
+        "leaves no room for a prompt",
+    ),
     Case("unknown-preset", {"s.yaml": study(algorithm={"preset": "nope"})}, "nope"),
     Case("bad-override", {"s.yaml": study()}, "learner.lr", args=("--set", "learner.lr=fast")),
     Case("only-matches-nothing", {"s.yaml": study()}, "matches no run", args=("--only", "variant=nope")),
     # ---- model directories
-    Case("model-path-missing", {"s.yaml": study(model={"path": "/does/not/exist", "builtin": None})},
-         "model.path does not exist"),
-    Case("model-config-garbage", {"s.yaml": study(model={"path": "model", "builtin": None}),
-                                  **_model_dir("{ not json", weights=True)}, "config.json cannot be loaded"),
-    Case("model-config-fake-type", {"s.yaml": study(model={"path": "model", "builtin": None}),
-                                    **_model_dir(json.dumps({"model_type": "nonsense"}), weights=True)},
-         "config.json: model_type 'nonsense' is not an architecture transformers ships"),
-    Case("prime-file-missing", {"s.yaml": study(model={"path": "model", "builtin": None},
-                                                 data={"prime": {"path": "worked.jsonl"}}), **_model_dir(None)},
-         "data.prime.path: task file not found: worked.jsonl"),
-    Case("prime-line-without-solution", {"s.yaml": study(model={"path": "model", "builtin": None},
-                                                          data={"prime": {"path": "worked.jsonl"}}),
-                                         "worked.jsonl": jsonl({"prompt": "1+1=", "answer": "2", "solution": "2"},
-                                                               {"prompt": "2+2=", "answer": "4"}),
-                                         **_model_dir(None)},
-         "data.prime.path: worked.jsonl:2: no 'solution'"),
-    Case("model-no-config", {"s.yaml": study(model={"path": "model", "builtin": None}), **_model_dir(None)},
-         "no config.json"),
-    Case("model-no-weights", {"s.yaml": study(model={"path": "model", "builtin": None}),
-                              **_model_dir(json.dumps(LLAMA_CONFIG))}, "no weights"),
+    Case(
+        "model-path-missing",
+        {"s.yaml": study(model={"path": "/does/not/exist", "builtin": None})},
+        "model.path does not exist",
+    ),
+    Case(
+        "model-config-garbage",
+        {"s.yaml": study(model={"path": "model", "builtin": None}), **_model_dir("{ not json", weights=True)},
+        "config.json cannot be loaded",
+    ),
+    Case(
+        "model-config-fake-type",
+        {
+            "s.yaml": study(model={"path": "model", "builtin": None}),
+            **_model_dir(json.dumps({"model_type": "nonsense"}), weights=True),
+        },
+        "config.json: model_type 'nonsense' is not an architecture transformers ships",
+    ),
+    Case(
+        "prime-file-missing",
+        {
+            "s.yaml": study(model={"path": "model", "builtin": None}, data={"prime": {"path": "worked.jsonl"}}),
+            **_model_dir(None),
+        },
+        "data.prime.path: task file not found: worked.jsonl",
+    ),
+    Case(
+        "prime-line-without-solution",
+        {
+            "s.yaml": study(model={"path": "model", "builtin": None}, data={"prime": {"path": "worked.jsonl"}}),
+            "worked.jsonl": jsonl(
+                {"prompt": "1+1=", "answer": "2", "solution": "2"}, {"prompt": "2+2=", "answer": "4"}
+            ),
+            **_model_dir(None),
+        },
+        "data.prime.path: worked.jsonl:2: no 'solution'",
+    ),
+    Case(
+        "model-no-config",
+        {"s.yaml": study(model={"path": "model", "builtin": None}), **_model_dir(None)},
+        "no config.json",
+    ),
+    Case(
+        "model-no-weights",
+        {"s.yaml": study(model={"path": "model", "builtin": None}), **_model_dir(json.dumps(LLAMA_CONFIG))},
+        "no weights",
+    ),
     # ---- JSONL data: validated line by line, the message names the line
     Case("jsonl-missing-file", {"s.yaml": study(task=JSONL_TASK)}, "task file not found"),
-    Case("jsonl-broken-line", {"s.yaml": study(task=JSONL_TASK), "data.jsonl": jsonl(*GOOD_ROWS, '{"prompt": "1+')},
-         "data.jsonl:9: invalid JSON"),
-    Case("jsonl-missing-answer", {"s.yaml": study(task=JSONL_TASK),
-                                  "data.jsonl": jsonl(*GOOD_ROWS[:3], {"prompt": "2+2="}, *GOOD_ROWS[3:])},
-         "data.jsonl:4: each line needs 'prompt' and 'answer'; missing 'answer'"),
+    Case(
+        "jsonl-broken-line",
+        {"s.yaml": study(task=JSONL_TASK), "data.jsonl": jsonl(*GOOD_ROWS, '{"prompt": "1+')},
+        "data.jsonl:9: invalid JSON",
+    ),
+    Case(
+        "jsonl-missing-answer",
+        {"s.yaml": study(task=JSONL_TASK), "data.jsonl": jsonl(*GOOD_ROWS[:3], {"prompt": "2+2="}, *GOOD_ROWS[3:])},
+        "data.jsonl:4: each line needs 'prompt' and 'answer'; missing 'answer'",
+    ),
     Case("jsonl-empty-file", {"s.yaml": study(task=JSONL_TASK), "data.jsonl": ""}, "no problems found"),
-    Case("jsonl-bad-utf8", {"s.yaml": study(task=JSONL_TASK),
-                            "data.jsonl": jsonl(*GOOD_ROWS).encode() + b'{"prompt": "\xff", "answer": "1"}\n'},
-         "data.jsonl:9: not UTF-8"),
-    Case("jsonl-prompt-not-a-string", {"s.yaml": study(task=JSONL_TASK),
-                                       "data.jsonl": jsonl({"prompt": {"x": 1}, "answer": "1"}, *GOOD_ROWS)},
-         "data.jsonl:1: 'prompt' must be a non-empty string"),
-    Case("jsonl-tiny-model-without-solutions", {"s.yaml": study(task=JSONL_TASK),
-                                                "data.jsonl": jsonl(*GOOD_ROWS[:5], {"prompt": "9+9=", "answer": "18"},
-                                                                    *GOOD_ROWS[5:])},
-         "data.jsonl:6: no 'solution'"),
-    Case("jsonl-prompt-longer-than-the-model", {
-        "s.yaml": study(task=JSONL_TASK),
-        "data.jsonl": jsonl(*GOOD_ROWS, {"prompt": "1" * 10_000_000, "answer": "1", "solution": "\\boxed{1}"})},
-        "data.jsonl:9: the prompt has", subprocess=True),
+    Case(
+        "jsonl-bad-utf8",
+        {
+            "s.yaml": study(task=JSONL_TASK),
+            "data.jsonl": jsonl(*GOOD_ROWS).encode() + b'{"prompt": "\xff", "answer": "1"}\n',
+        },
+        "data.jsonl:9: not UTF-8",
+    ),
+    Case(
+        "jsonl-prompt-not-a-string",
+        {"s.yaml": study(task=JSONL_TASK), "data.jsonl": jsonl({"prompt": {"x": 1}, "answer": "1"}, *GOOD_ROWS)},
+        "data.jsonl:1: 'prompt' must be a non-empty string",
+    ),
+    Case(
+        "jsonl-tiny-model-without-solutions",
+        {
+            "s.yaml": study(task=JSONL_TASK),
+            "data.jsonl": jsonl(*GOOD_ROWS[:5], {"prompt": "9+9=", "answer": "18"}, *GOOD_ROWS[5:]),
+        },
+        "data.jsonl:6: no 'solution'",
+    ),
+    Case(
+        "jsonl-prompt-longer-than-the-model",
+        {
+            "s.yaml": study(task=JSONL_TASK),
+            "data.jsonl": jsonl(*GOOD_ROWS, {"prompt": "1" * 10_000_000, "answer": "1", "solution": "\\boxed{1}"}),
+        },
+        "data.jsonl:9: the prompt has",
+        subprocess=True,
+    ),
     # ---- issue #31: secrets in what a bad study echoes; stores that cannot be used (one line, exit 2)
-    Case("include-credentials-file", {"s.yaml": "include: creds.ini\nname: x\nbase: {model: {builtin: tiny}}\n",
-                                      "creds.ini": "[default]\naws_secret_access_key = Hunter2Key\n"},
-         "creds.ini:2", absent=("Hunter2Key",)),
-    Case("include-pgpass-file", {"s.yaml": "include: pgpass\nname: x\nbase: {model: {builtin: tiny}}\n",
-                                 "pgpass": "db.example:5432:mlflow:bob:Hunter2Pg\n"}, "pgpass:1", absent=("Hunter2Pg",)),
-    Case("store-scheme-ftp", {"s.yaml": study(tracking={"uri": "ftp://bob:Sw0rd fish'@files/x"})},
-         "unsupported: scheme 'ftp://'", absent=("Sw0rd",)),
-    Case("store-in-proc", {"s.yaml": study(tracking={"uri": "sqlite:////proc/wb/x.db"})}, "cannot create /proc/wb/x.db"),
-    Case("store-not-sqlite", {"s.yaml": study(tracking={"uri": "sqlite:///store/m.db"}), "store/m.db": b"\x00garbage" * 50},
-         "store/m.db is not an SQLite database"),
-    Case("store-is-a-directory", {"s.yaml": study(tracking={"uri": "sqlite:///store"}), "store/x": "x"},
-         "is not a regular file"),
-    Case("secret-in-a-bad-study", {"s.yaml": study_text("tracking: {uri: 'postgresql://u:Sw0rdfish@h/db', x: 1}\n")},
-         "tracking", absent=("Sw0rdfish",)),
+    Case(
+        "include-credentials-file",
+        {
+            "s.yaml": "include: creds.ini\nname: x\nbase: {model: {builtin: tiny}}\n",
+            "creds.ini": "[default]\naws_secret_access_key = Hunter2Key\n",
+        },
+        "creds.ini:2",
+        absent=("Hunter2Key",),
+    ),
+    Case(
+        "include-pgpass-file",
+        {
+            "s.yaml": "include: pgpass\nname: x\nbase: {model: {builtin: tiny}}\n",
+            "pgpass": "db.example:5432:mlflow:bob:Hunter2Pg\n",
+        },
+        "pgpass:1",
+        absent=("Hunter2Pg",),
+    ),
+    Case(
+        "store-scheme-ftp",
+        {"s.yaml": study(tracking={"uri": "ftp://bob:Sw0rd fish'@files/x"})},
+        "unsupported: scheme 'ftp://'",
+        absent=("Sw0rd",),
+    ),
+    Case(
+        "store-in-proc", {"s.yaml": study(tracking={"uri": "sqlite:////proc/wb/x.db"})}, "cannot create /proc/wb/x.db"
+    ),
+    Case(
+        "store-not-sqlite",
+        {"s.yaml": study(tracking={"uri": "sqlite:///store/m.db"}), "store/m.db": b"\x00garbage" * 50},
+        "store/m.db is not an SQLite database",
+    ),
+    Case(
+        "store-is-a-directory",
+        {"s.yaml": study(tracking={"uri": "sqlite:///store"}), "store/x": "x"},
+        "is not a regular file",
+    ),
+    Case(
+        "secret-in-a-bad-study",
+        {"s.yaml": study_text("tracking: {uri: 'postgresql://u:Sw0rdfish@h/db', x: 1}\n")},
+        "tracking",
+        absent=("Sw0rdfish",),
+    ),
 ]
 
 if os.environ.get("CUDA_VISIBLE_DEVICES", None) != "" and not __import__("torch").cuda.is_available():
@@ -275,12 +403,19 @@ def test_bad_input_in_a_process_of_its_own_stays_under_500_mb_and_10_s(case, wor
     """Peak RSS and CPU time of exactly the CLI process (``os.wait4``; ru_maxrss in KiB on Linux)."""
     study_path = materialise(case, workdir)
     out = workdir / "out.txt"
-    measured = subprocess.run([sys.executable, "-c", MEASURE, str(out), "run", str(study_path), "--quiet"],
-                              capture_output=True, text=True, cwd=workdir, timeout=120, check=True)
+    measured = subprocess.run(
+        [sys.executable, "-c", MEASURE, str(out), "run", str(study_path), "--quiet"],
+        capture_output=True,
+        text=True,
+        cwd=workdir,
+        timeout=120,
+        check=True,
+    )
     figures = json.loads(measured.stdout)
     assert figures["rss_mb"] <= MAX_RSS_MB, f"peak RSS {figures['rss_mb']:.0f} MB"
-    assert_contract(case, figures["code"], out.read_text(errors="replace"), figures["cpu_s"], figures["wall_s"],
-                    workdir)
+    assert_contract(
+        case, figures["code"], out.read_text(errors="replace"), figures["cpu_s"], figures["wall_s"], workdir
+    )
 
 
 def test_an_unexpected_error_is_one_line_exit_1_and_debug_shows_the_traceback(workdir, monkeypatch):

@@ -11,10 +11,14 @@ from workbench.tasks import Problem
 def make(rewards, group_ids, P=2, T=3, truncated=None):
     B = len(rewards)
     r = Rollouts(
-        problems=[Problem(f"{g}+0=", str(g)) for g in group_ids], group_ids=torch.tensor(group_ids),
-        prompt_ids=torch.arange(B * P).view(B, P) + 10, prompt_mask=torch.ones(B, P, dtype=torch.long),
-        completion_ids=torch.arange(B * T).view(B, T) + 100, mask=torch.ones(B, T),
-        sampler_logp=-torch.rand(B, T), truncated=torch.tensor(truncated or [False] * B),
+        problems=[Problem(f"{g}+0=", str(g)) for g in group_ids],
+        group_ids=torch.tensor(group_ids),
+        prompt_ids=torch.arange(B * P).view(B, P) + 10,
+        prompt_mask=torch.ones(B, P, dtype=torch.long),
+        completion_ids=torch.arange(B * T).view(B, T) + 100,
+        mask=torch.ones(B, T),
+        sampler_logp=-torch.rand(B, T),
+        truncated=torch.tensor(truncated or [False] * B),
         texts=[f"t{i}" for i in range(B)],
     )
     return ScoredRollouts(r, torch.tensor(rewards, dtype=torch.float), torch.tensor(rewards) > 0)
@@ -64,13 +68,22 @@ def test_all_wrong_group_with_format_bonus_on_half_is_dropped():
     from workbench.algorithms.filters import filter_input
     from workbench.reward import AnswerVerifier, score_completions
 
-    texts = [r"\boxed{7}", r"\boxed{8}", "7", "no idea",  # 2+3: all wrong, half boxed
-             r"\boxed{9}", r"\boxed{9}", r"\boxed{4}", "8"]  # 4+5: half right
+    texts = [
+        r"\boxed{7}",
+        r"\boxed{8}",
+        "7",
+        "no idea",  # 2+3: all wrong, half boxed
+        r"\boxed{9}",
+        r"\boxed{9}",
+        r"\boxed{4}",
+        "8",
+    ]  # 4+5: half right
     answers = ["5"] * 4 + ["9"] * 4
     group_ids = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1])
     with AnswerVerifier(timeout_s=5.0) as verifier:
-        scored = score_completions(verifier, texts, answers, [3] * 8, [False] * 8, group_ids,
-                                   shaping=[("format", 0.5, {})])
+        scored = score_completions(
+            verifier, texts, answers, [3] * 8, [False] * 8, group_ids, shaping=[("format", 0.5, {})]
+        )
     assert scored.correct.tolist() == [False] * 4 + [True, True, False, False]
     assert scored.reward.tolist() == [0.5, 0.5, 0.0, 0.0, 1.5, 1.5, 0.5, 0.0]
     zero_std = BATCH_FILTERS.get("zero_std")

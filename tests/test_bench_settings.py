@@ -33,8 +33,9 @@ def test_the_default_side_runs_the_issues_settings(bench, tmp_path):
     assert cfg.sampler.decode == "lean" and not cfg.sampler.compile  # the defaults, nothing opted in
 
 
-@pytest.mark.parametrize("side", ["workbench-reference", "workbench-overlap", "workbench-compiled",
-                                  "workbench-2-verifiers"])
+@pytest.mark.parametrize(
+    "side", ["workbench-reference", "workbench-overlap", "workbench-compiled", "workbench-2-verifiers"]
+)
 def test_each_other_side_changes_only_its_own_settings(bench, tmp_path, side):
     base = flatten(bench.workbench_config(tmp_path, 10, "workbench").model_dump(mode="json"))
     other = flatten(bench.workbench_config(tmp_path, 10, side).model_dump(mode="json"))

@@ -118,8 +118,14 @@ def served(tmp_path_factory):
     log = home / "ui.log"
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
     with log.open("w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "workbench.cli.main", "ui", STUDY, "--port", str(port)],
-                                cwd=home, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "workbench.cli.main", "ui", STUDY, "--port", str(port)],
+            cwd=home,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     served = Served(home, home / "compare.html", home / "health.html", proc, port, log)
     yield served
     proc.send_signal(signal.SIGTERM)
@@ -150,6 +156,7 @@ def shot(page, name: str, *, full_page: bool = True) -> Path:
 
 
 # ---- the HTML files, from disk and offline -------------------------------------------------------
+
 
 def test_compare_report_renders_offline_without_errors_and_every_panel_has_data(served, chromium_browser):
     page = new_page(chromium_browser)
@@ -182,8 +189,7 @@ def test_health_dashboard_renders_offline_without_errors_and_every_panel_has_dat
     page.close()
 
 
-def test_the_checks_catch_an_empty_panel_a_script_error_and_a_fetch(served, chromium_browser, tmp_path,
-                                                                    monkeypatch):
+def test_the_checks_catch_an_empty_panel_a_script_error_and_a_fetch(served, chromium_browser, tmp_path, monkeypatch):
     """The same checks on a dashboard with a panel on a metric the study never logged: they fail."""
     monkeypatch.chdir(served.home)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
@@ -204,6 +210,7 @@ def test_the_checks_catch_an_empty_panel_a_script_error_and_a_fetch(served, chro
 
 
 # ---- workbench ui: the real MLflow UI ------------------------------------------------------------
+
 
 def _ids(served: Served) -> tuple[str, str]:
     client = MlflowClient(f"sqlite:///{served.home / 'mlflow.db'}")
@@ -229,8 +236,14 @@ def test_compare_png_is_the_summary_and_curve_figures_as_chromium_draws_them(ser
     summary and curve sections, at the page width; run as a user would, in its own process."""
     png = tmp_path / "figure.png"
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
-    result = subprocess.run([sys.executable, "-m", "workbench.cli.main", "compare", STUDY, "--no-log", "--png", str(png)],
-                            cwd=served.home, env=env, capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [sys.executable, "-m", "workbench.cli.main", "compare", STUDY, "--no-log", "--png", str(png)],
+        cwd=served.home,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"wrote {png} (summary metrics, curves)" in result.stdout + result.stderr
     data = png.read_bytes()
@@ -266,8 +279,9 @@ def test_mlflow_ui_shows_the_parent_run_and_its_child_runs(served, chromium_brow
     # what the table was built from: the page's own REST calls
     runs = {r["info"]["run_id"]: r for response in searches for r in response.json().get("runs", [])}
     tags = {rid: {t["key"]: t["value"] for t in r["data"].get("tags", [])} for rid, r in runs.items()}
-    children = sorted(r["info"]["run_name"] for rid, r in runs.items()
-                      if tags[rid].get("mlflow.parentRunId") == parent_id)
+    children = sorted(
+        r["info"]["run_name"] for rid, r in runs.items() if tags[rid].get("mlflow.parentRunId") == parent_id
+    )
     assert children == sorted(CHILD_RUNS)
     assert runs[parent_id]["info"]["run_name"] == PARENT_RUN and tags[parent_id]["workbench.role"] == "study"
 
@@ -347,8 +361,10 @@ def test_the_report_fits_mlflows_artifact_viewer_with_the_headline_first(served,
             _close_assistant(page)
             page.wait_for_timeout(500)  # the frame widens
         fit = frame.evaluate(_REPORT_FIT_JS)
-        print(f"\nMLflow artifact viewer at {_LAPTOP[0]}x{_LAPTOP[1]}, {panel}: frame {fit['width']} px wide, "
-              f"report {fit['scrollWidth']} px, verdict column ends at {fit['verdictRight']:.0f} px")
+        print(
+            f"\nMLflow artifact viewer at {_LAPTOP[0]}x{_LAPTOP[1]}, {panel}: frame {fit['width']} px wide, "
+            f"report {fit['scrollWidth']} px, verdict column ends at {fit['verdictRight']:.0f} px"
+        )
         assert fit["firstInBody"] == "lead" and fit["first"] == html.unescape(headline)
         assert fit["scrollWidth"] <= fit["width"]  # nothing off to the side of the frame
         assert fit["verdictRight"] <= fit["width"]
@@ -385,9 +401,11 @@ def _printed_views(output: str) -> dict[str, str]:
 def _chart_cards(page, expected: int) -> list[dict]:
     page.wait_for_function(f"() => document.querySelectorAll({VIEW_CARD!r}).length >= {expected}", timeout=90_000)
     # every card drawn by plotly with its data (cards render as they scroll into the tall viewport)
-    page.wait_for_function(f"() => Array.from(document.querySelectorAll({VIEW_CARD!r})).every("
-                           "c => { const g = c.querySelector('.js-plotly-plot'); return g && g.data && g.data.length; })",
-                           timeout=90_000)
+    page.wait_for_function(
+        f"() => Array.from(document.querySelectorAll({VIEW_CARD!r})).every("
+        "c => { const g = c.querySelector('.js-plotly-plot'); return g && g.data && g.data.length; })",
+        timeout=90_000,
+    )
     return page.evaluate(_CARDS_JS, VIEW_CARD)
 
 
@@ -425,7 +443,8 @@ def test_ui_prints_the_saved_view_links_before_the_artifact_links(served):
     assert "Training health (per seed)" in views
     assert views["Training health (by variant)"] == (
         f"{base}/#/experiments/{experiment_id}/runs?viewStateShareKey=workbench-health"
-        "&compareRunsMode=CHART&workflowType=machine_learning")
+        "&compareRunsMode=CHART&workflowType=machine_learning"
+    )
     assert out.index("  view Training health") < out.index("reports/compare.html")
 
 
@@ -517,7 +536,8 @@ def test_the_per_seed_view_draws_every_run(served, chromium_browser):
     # runs' parent run (to nest them), which has no variant tag: MLflow lists it as "Unassigned", no data.
     # A saved view cannot hide it (runsHidden/runsVisibilityMap with its id were tried: still listed)
     assert sorted(g for g in reward["legend"] if not g.startswith("Unassigned ")) == sorted(
-        f"workbench.variant: {v}, workbench.seed: {s} (reward/mean)" for v in VARIANTS for s in SEEDS)
+        f"workbench.variant: {v}, workbench.seed: {s} (reward/mean)" for v in VARIANTS for s in SEEDS
+    )
     steps = steps_logged(served, "reward/mean")
     assert sum(t["lines"] and t["points"] == steps for t in reward["traces"]) >= len(CHILD_RUNS)
     _close_assistant(page)
@@ -539,12 +559,30 @@ def test_ui_on_every_address_warns_names_the_machine_in_its_links_and_opens_the_
     browser.chmod(0o755)
     port = _free_port()
     log = tmp_path / "ui.log"
-    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"} | {"DISPLAY": ":0",
-                                                                                 "BROWSER": str(browser)}
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"} | {
+        "DISPLAY": ":0",
+        "BROWSER": str(browser),
+    }
     with log.open("w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "workbench.cli.main", "ui", STUDY, "--port", str(port),
-                                 "--host", "0.0.0.0", "--open"], cwd=served.home, env=env, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "workbench.cli.main",
+                "ui",
+                STUDY,
+                "--port",
+                str(port),
+                "--host",
+                "0.0.0.0",
+                "--open",
+            ],
+            cwd=served.home,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         deadline = time.monotonic() + 120
         while not opened.exists() and proc.poll() is None and time.monotonic() < deadline:
@@ -592,9 +630,15 @@ def test_ui_piped_to_head_keeps_serving_the_url_it_printed(served):
     served.wait_ready()
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
-    proc = subprocess.Popen([sys.executable, "-m", "workbench.cli.main", "ui", STUDY, "--port", str(port)],
-                            cwd=served.home, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "workbench.cli.main", "ui", STUDY, "--port", str(port)],
+        cwd=served.home,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
     try:
         first = proc.stdout.readline().strip()
         proc.stdout.close()  # as head does after its line: later writes meet a closed pipe
@@ -617,8 +661,15 @@ def test_a_runs_page_shows_its_completions_as_a_table(served, chromium_browser):
     experiment_id, _ = _ids(served)
     client = MlflowClient(f"sqlite:///{served.home / 'mlflow.db'}")
     run = client.search_runs([experiment_id], "tags.`workbench.role` = 'run'", order_by=["attributes.start_time"])[0]
-    table = json.loads(open(client.download_artifacts(run.info.run_id, "completions.json",  # noqa: SIM115 - one read
-                                                      str(served.home / "dl"))).read())
+    table = json.loads(
+        Path(
+            client.download_artifacts(
+                run.info.run_id,
+                "completions.json",
+                str(served.home / "dl"),
+            )
+        ).read_text()
+    )
     texts = [row[table["columns"].index("text")] for row in table["data"]]
     page = new_page(chromium_browser, 1600, 1000)
     watch = PageWatch.attach(page)

@@ -94,8 +94,7 @@ def test_help_wraps_sentences_as_paragraphs(monkeypatch):
     """The `ui` docstring spans several source lines: the help rewraps it, never breaking where the
     source did (a line ending mid-sentence in the source must not end a line here)."""
     text = help_text(("ui",), monkeypatch)
-    assert "Serve the study's MLflow UI and print its links, the first line being the URL of" in " ".join(
-        text.split())
+    assert "Serve the study's MLflow UI and print its links, the first line being the URL of" in " ".join(text.split())
     lines = [line.strip() for line in text.splitlines()]
     assert "training-health view (curves grouped by variant)." not in lines  # the source's own line
 
@@ -103,8 +102,10 @@ def test_help_wraps_sentences_as_paragraphs(monkeypatch):
 def test_ranges_and_metavars_are_words(monkeypatch):
     text = " ".join(help_text(("run",), monkeypatch).split())
     assert "-j, --parallel N" in text and "[at least 1]" in text and "--set TEXT" in text
-    assert "Usage: workbench run [OPTIONS] STUDY" in text.replace("python -m workbench.cli.main", "workbench") \
+    assert (
+        "Usage: workbench run [OPTIONS] STUDY" in text.replace("python -m workbench.cli.main", "workbench")
         or "run [OPTIONS] STUDY" in text
+    )
 
 
 def test_version():
@@ -131,6 +132,7 @@ def test_hints_name_the_command_as_it_was_started(tmp_path, monkeypatch):
 
 # ---- plan checks model paths --------------------------------------------------------------------
 
+
 def test_plan_notes_a_missing_model_path_that_run_refuses(tmp_path, monkeypatch):
     # plan runs anywhere (a GPU study is planned on a laptop whose disk lacks the model), so a missing
     # model.path is a note there; `run` refuses it (preflight, exit 2): tests/chat, tests/test_preflight.
@@ -147,6 +149,7 @@ def test_plan_notes_a_missing_model_path_that_run_refuses(tmp_path, monkeypatch)
 
 
 # ---- ui: checks before anything starts (#31 class 7) ---------------------------------------------
+
 
 @pytest.mark.parametrize("port", ["70000", "0", "-1"])
 def test_ui_refuses_a_port_out_of_range_before_creating_anything(port, tmp_path, monkeypatch):
@@ -188,5 +191,7 @@ def test_printed_links_start_with_the_ui_address():
     assert ui_base_url("sqlite:///mlflow.db") == DEFAULT_UI_BASE == "http://127.0.0.1:5000"
     assert ui_base_url(None) == DEFAULT_UI_BASE
     # a tracking server: its own address, never its credentials
-    assert ui_base_url("https://user:s3cret@mlflow.example.org:8443/mlflow/") == "https://mlflow.example.org:8443/mlflow"
+    assert (
+        ui_base_url("https://user:s3cret@mlflow.example.org:8443/mlflow/") == "https://mlflow.example.org:8443/mlflow"
+    )
     assert ui_base_url("http://[::1]:5000") == "http://[::1]:5000"

@@ -32,9 +32,12 @@ main()
 def loaded_by(*argv: str, cwd: Path) -> tuple[set[str], str]:
     """The heavy modules a fresh ``workbench ARGV`` loaded, and what it printed."""
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"} | {
-        "COLUMNS": "120", "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}
-    done = subprocess.run([sys.executable, "-c", PROBE.format(heavy=HEAVY), *argv], cwd=cwd,
-                          capture_output=True, text=True, env=env)
+        "COLUMNS": "120",
+        "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE.format(heavy=HEAVY), *argv], cwd=cwd, capture_output=True, text=True, env=env
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     line = done.stderr.strip().splitlines()[-1]
     assert line.startswith("LOADED "), done.stderr[-2000:]
@@ -43,11 +46,15 @@ def loaded_by(*argv: str, cwd: Path) -> tuple[set[str], str]:
     return set(json.loads(modules)), done.stdout
 
 
-@pytest.mark.parametrize(("argv", "shown", "allowed"), [
-    (("--help",), "algorithms", set()),
-    (("metrics", "--format", "plain"), "eval/accuracy", set()),
-    (("algorithms", "--format", "plain"), "dr_grpo", {"torch", "numpy"}),  # numpy: torch imports it
-], ids=["help", "metrics", "algorithms"])
+@pytest.mark.parametrize(
+    ("argv", "shown", "allowed"),
+    [
+        (("--help",), "algorithms", set()),
+        (("metrics", "--format", "plain"), "eval/accuracy", set()),
+        (("algorithms", "--format", "plain"), "dr_grpo", {"torch", "numpy"}),  # numpy: torch imports it
+    ],
+    ids=["help", "metrics", "algorithms"],
+)
 def test_read_only_commands_load_nothing_heavy_they_do_not_use(argv, shown, allowed, tmp_path):
     loaded, out = loaded_by(*argv, cwd=tmp_path)
     assert shown in out

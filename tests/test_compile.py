@@ -38,8 +38,9 @@ def test_the_compiled_decode_draws_the_plain_decodes_tokens_with_its_logprobs():
     same_rows = [i for i in range(24) if torch.equal(plain.completion_ids[i], compiled.completion_ids[i])]
     assert len(same_rows) >= 22
     # Error analysis (tests/tolerance.py): per logit ≤ (reduction depth + positions)·eps32·(|logp| + 1).
-    tol = order_tolerance(reduction_depth(model) + plain.input_ids.shape[1],
-                          float(plain.sampler_logp.abs().max()) + 1.0)
+    tol = order_tolerance(
+        reduction_depth(model) + plain.input_ids.shape[1], float(plain.sampler_logp.abs().max()) + 1.0
+    )
     rows = torch.tensor(same_rows)
     assert (plain.sampler_logp[rows] - compiled.sampler_logp[rows]).abs().max() <= tol
     with torch.no_grad():  # a weight change reaches the compiled wrapper: it shares the module's weights
@@ -54,10 +55,13 @@ def test_the_cache_keyword_is_read_through_compiles_wrapper():
     assert cache_kwargs(wrapped, "c") == cache_kwargs(model, "c")
 
 
-@pytest.mark.parametrize(("section", "fields", "message"), [
-    ("sampler", {"compile": True, "decode": "generate"}, "sampler.compile applies to sampler.backend=hf with"),
-    ("sampler", {"compile": True, "backend": "vllm"}, "sampler.compile applies to sampler.backend=hf with"),
-])
+@pytest.mark.parametrize(
+    ("section", "fields", "message"),
+    [
+        ("sampler", {"compile": True, "decode": "generate"}, "sampler.compile applies to sampler.backend=hf with"),
+        ("sampler", {"compile": True, "backend": "vllm"}, "sampler.compile applies to sampler.backend=hf with"),
+    ],
+)
 def test_compile_is_refused_where_it_does_not_apply(section, fields, message):
     with pytest.raises(ValidationError, match=message):
         RunConfig.model_validate({section: fields})

@@ -24,10 +24,16 @@ def test_every_preset_names_registered_units(preset):
     AlgorithmConfig(preset=preset)  # raises if a preset names an unknown unit
 
 
-@pytest.mark.parametrize("field, value, valid", [
-    ("preset", "dapoo", "did you mean 'dapo'"), ("estimator", "grpoo", "valid:"), ("loss", "ppo", "valid:"),
-    ("agg_mode", "mean", "valid:"), ("correction", "tiss", "did you mean 'tis'"),
-])
+@pytest.mark.parametrize(
+    "field, value, valid",
+    [
+        ("preset", "dapoo", "did you mean 'dapo'"),
+        ("estimator", "grpoo", "valid:"),
+        ("loss", "ppo", "valid:"),
+        ("agg_mode", "mean", "valid:"),
+        ("correction", "tiss", "did you mean 'tis'"),
+    ],
+)
 def test_unknown_unit_names_list_the_valid_ones(field, value, valid):
     with pytest.raises(ValidationError, match=valid):
         AlgorithmConfig(**{field: value})
@@ -36,8 +42,10 @@ def test_unknown_unit_names_list_the_valid_ones(field, value, valid):
 def test_run_key_is_stable_and_ignores_tracking():
     a = RunConfig.model_validate({"learner": {"lr": 3e-4}, "seed": 1})
     assert a.run_key() == RunConfig.model_validate({"seed": 1, "learner": {"lr": 3e-4}}).run_key()
-    assert a.run_key() == RunConfig.model_validate({"seed": 1, "learner": {"lr": 3e-4},
-                                                   "tracking": {"uri": "http://x"}}).run_key()
+    assert (
+        a.run_key()
+        == RunConfig.model_validate({"seed": 1, "learner": {"lr": 3e-4}, "tracking": {"uri": "http://x"}}).run_key()
+    )
     assert a.run_key() != RunConfig.model_validate({"seed": 2, "learner": {"lr": 3e-4}}).run_key()
 
 
@@ -75,9 +83,14 @@ def test_dr_grpo_divides_by_the_generation_budget_unless_told_otherwise():
     loss, mask = torch.tensor([[1.0, 2.0, 0.0]]), torch.tensor([[1.0, 1.0, 0.0]])
     padded_loss, padded_mask = torch.nn.functional.pad(loss, (0, 3)), torch.nn.functional.pad(mask, (0, 3))
     mode = "seq-mean-token-sum-norm"
-    assert float(aggregate_loss(loss, mask, mode, norm_constant=24.0)) == float(
-        aggregate_loss(padded_loss, padded_mask, mode, norm_constant=24.0)) == 3.0 / 24
-    assert float(aggregate_loss(loss, mask, mode)) == 1.0 and float(aggregate_loss(padded_loss, padded_mask, mode)) == 0.5
+    assert (
+        float(aggregate_loss(loss, mask, mode, norm_constant=24.0))
+        == float(aggregate_loss(padded_loss, padded_mask, mode, norm_constant=24.0))
+        == 3.0 / 24
+    )
+    assert (
+        float(aggregate_loss(loss, mask, mode)) == 1.0 and float(aggregate_loss(padded_loss, padded_mask, mode)) == 0.5
+    )
 
 
 def test_checkpointing_does_not_change_the_run_key():

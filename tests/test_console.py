@@ -20,8 +20,13 @@ def run_on_a_terminal(args: list[str], columns: int) -> str:
     """`workbench ARGS` with its stdout on a pseudo-terminal of ``columns`` (COLUMNS, as a shell sets it)."""
     master, slave = os.openpty()
     env = os.environ | {"COLUMNS": str(columns), "TERM": "dumb"}
-    proc = subprocess.Popen([sys.executable, "-m", "workbench.cli.main", *args], stdout=slave, stderr=slave,
-                            stdin=subprocess.DEVNULL, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "workbench.cli.main", *args],
+        stdout=slave,
+        stderr=slave,
+        stdin=subprocess.DEVNULL,
+        env=env,
+    )
     os.close(slave)
     chunks = []
     while True:
@@ -59,12 +64,18 @@ def test_metrics_on_a_narrow_terminal_shows_every_name_whole(columns):
 
 
 def test_metrics_off_a_terminal_is_one_tab_separated_line_per_metric():
-    out = subprocess.run([sys.executable, "-m", "workbench.cli.main", "metrics"], capture_output=True, text=True,
-                         env=os.environ | {"COLUMNS": "40"}, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "workbench.cli.main", "metrics"],
+        capture_output=True,
+        text=True,
+        env=os.environ | {"COLUMNS": "40"},
+        check=True,
+    ).stdout
     lines = out.splitlines()
     assert lines[0] == "name\tmeaning\tunit\thealthy\trange"
-    assert [line.split("\t") for line in lines[1:]] == [[m.name, m.meaning, m.unit, m.healthy, range_text(m.bounds)]
-                                                         for m in CATALOGUE]
+    assert [line.split("\t") for line in lines[1:]] == [
+        [m.name, m.meaning, m.unit, m.healthy, range_text(m.bounds)] for m in CATALOGUE
+    ]
     assert lines[1 + [m.name for m in CATALOGUE].index("mismatch/kl")].endswith("\t>= 0")
 
 
@@ -74,11 +85,17 @@ def test_columns_when_they_fit_wrapped_text_then_stacked_blocks():
     assert wide.splitlines()[2].split("  ")[0] == "dr_grpo/lr=3e-05"  # one line per row
     assert len(wide.splitlines()) == 3
     wrapped = render_table(headers, rows, width=50, wrap=["note"])
-    assert wrapped.splitlines()[2:] == ["dr_grpo/lr=3e-05  0.8123456  better than the",
-                                        " " * (16 + 2 + 9 + 2) + "baseline"]  # arm, gap, mean, gap
+    assert wrapped.splitlines()[2:] == [
+        "dr_grpo/lr=3e-05  0.8123456  better than the",
+        " " * (16 + 2 + 9 + 2) + "baseline",
+    ]  # arm, gap, mean, gap
     stacked = render_table(headers, rows, width=30, wrap=["note"])
-    assert stacked.splitlines() == ["dr_grpo/lr=3e-05", "  mean: 0.8123456", "  note: better than the",
-                                    "        baseline"]  # "  note: " + 24 characters is 32 > 30
+    assert stacked.splitlines() == [
+        "dr_grpo/lr=3e-05",
+        "  mean: 0.8123456",
+        "  note: better than the",
+        "        baseline",
+    ]  # "  note: " + 24 characters is 32 > 30
 
 
 def test_a_word_longer_than_the_width_is_kept_whole():
@@ -97,8 +114,7 @@ CELL = st.lists(WORD, min_size=1, max_size=6).map(" ".join)
 
 
 @settings(max_examples=60, deadline=None)
-@given(rows=st.lists(st.lists(CELL, min_size=3, max_size=3), min_size=1, max_size=5),
-       width=st.integers(8, 120))
+@given(rows=st.lists(st.lists(CELL, min_size=3, max_size=3), min_size=1, max_size=5), width=st.integers(8, 120))
 def test_property_no_word_is_ever_cut_and_lines_fit_unless_one_word_is_too_long(rows, width):
     out = render_table(["name", "value", "text"], rows, width=width, wrap=["text"])
     printed = out.split()

@@ -47,7 +47,8 @@ def test_cuda_learner_logprobs_equal_cpu_learner_logprobs():
     cpu = TorchLearner(copy.deepcopy(model), LearnerConfig(device="cpu"))
     gpu = TorchLearner(copy.deepcopy(model), LearnerConfig(device="cuda"))
     rollouts = HFSampler(cpu.model, tok, SamplerConfig(max_new_tokens=12)).generate(
-        mixed_length_problems(), 4, temperature=1.0, seed=0)
+        mixed_length_problems(), 4, temperature=1.0, seed=0
+    )
     with torch.no_grad():
         on_cpu, entropy_cpu = cpu.logprobs(rollouts, slice(None), 1.0)
         on_gpu, entropy_gpu = gpu.logprobs(rollouts.to(gpu.device), slice(None), 1.0)
@@ -97,8 +98,9 @@ def test_cuda_update_changes_the_weights_by_a_finite_step(learner_dtype):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("sampler_dtype", "micro_batch_size"),
-                         [("float32", None), ("bfloat16", None), ("float16", None), ("float32", 5)])
+@pytest.mark.parametrize(
+    ("sampler_dtype", "micro_batch_size"), [("float32", None), ("bfloat16", None), ("float16", None), ("float32", 5)]
+)
 def test_a_run_trains_on_cuda_and_logs_its_mismatch(sampler_dtype, micro_batch_size):
     """The whole loop on CUDA: every logged number finite; the mismatch is zero when sampler and learner
     share float32 weights, and positive when the sampler keeps a half-precision copy. Micro-batches of 5
@@ -107,8 +109,11 @@ def test_a_run_trains_on_cuda_and_logs_its_mismatch(sampler_dtype, micro_batch_s
     from workbench.health import HealthMonitor
     from workbench.train.loop import train
 
-    cfg = RunConfig.model_validate(micro_run_config(learner={"device": "cuda", "micro_batch_size": micro_batch_size},
-                                                    sampler={"dtype": sampler_dtype}))
+    cfg = RunConfig.model_validate(
+        micro_run_config(
+            learner={"device": "cuda", "micro_batch_size": micro_batch_size}, sampler={"dtype": sampler_dtype}
+        )
+    )
 
     class Rows:
         rows: list[dict] = []

@@ -38,13 +38,18 @@ def problems(n: int) -> list[Problem]:
 
 # ----- curation: the pass-rate filter -------------------------------------------------------------
 
+
 def test_pass_rate_filter_keeps_exactly_the_prompts_in_range():
     # hand-built verifier outcomes: 10 completions per prompt, correct or not
-    outcomes = np.array([[True] * 10,                       # 1.0: too easy
-                         [True] * 9 + [False],              # 0.9: the boundary, kept
-                         [True] * 5 + [False] * 5,          # 0.5
-                         [True] + [False] * 9,              # 0.1: the lower boundary of [0.1, 0.9], kept
-                         [False] * 10])                     # 0.0: never solved
+    outcomes = np.array(
+        [
+            [True] * 10,  # 1.0: too easy
+            [True] * 9 + [False],  # 0.9: the boundary, kept
+            [True] * 5 + [False] * 5,  # 0.5
+            [True] + [False] * 9,  # 0.1: the lower boundary of [0.1, 0.9], kept
+            [False] * 10,
+        ]
+    )  # 0.0: never solved
     rates = outcomes.mean(axis=1)
     assert keep_by_pass_rate(rates, keep=(0.0, 0.9)).tolist() == [False, True, True, True, True]
     assert keep_by_pass_rate(rates, keep=(0.1, 0.9)).tolist() == [False, True, True, True, False]
@@ -76,6 +81,7 @@ def test_keep_range_is_checked_and_a_curator_must_exist():
 
 # ----- order: curriculum and shuffled --------------------------------------------------------------
 
+
 def test_curriculum_orders_by_the_measured_rate_easy_first_and_walks_its_stages():
     pool = problems(8)
     rates = [0.2, 0.9, 0.5, 0.0, 0.7, 0.4, 1.0, 0.1]
@@ -83,16 +89,26 @@ def test_curriculum_orders_by_the_measured_rate_easy_first_and_walks_its_stages(
     assert [rates[i] for i in ranked] == [1.0, 0.9, 0.7, 0.5, 0.4, 0.2, 0.1, 0.0]
     ordered = [rates[i] for i in ranked]
     stages = curriculum_stages(ordered, stages=4, steps=8)
-    assert [(s.first_step, s.last_step, s.start, s.stop) for s in stages] == \
-        [(0, 1, 0, 2), (2, 3, 2, 4), (4, 5, 4, 6), (6, 7, 6, 8)]
+    assert [(s.first_step, s.last_step, s.start, s.stop) for s in stages] == [
+        (0, 1, 0, 2),
+        (2, 3, 2, 4),
+        (4, 5, 4, 6),
+        (6, 7, 6, 8),
+    ]
     assert [s.key_range for s in stages] == [(0.9, 1.0), (0.5, 0.7), (0.2, 0.4), (0.0, 0.1)]
-    order = PromptOrder(ScratchpadTask(eval_size=10), random.Random(0), order="curriculum",
-                        pool=[pool[i] for i in ranked], pass_rates=ordered, stages=stages)
+    order = PromptOrder(
+        ScratchpadTask(eval_size=10),
+        random.Random(0),
+        order="curriculum",
+        pool=[pool[i] for i in ranked],
+        pass_rates=ordered,
+        stages=stages,
+    )
     by_prompt = {p.prompt: r for p, r in zip(pool, rates, strict=True)}
     for step in range(8):
         drawn = order.draw(step, 3)
         stage = stages[step // 2]
-        assert {by_prompt[p.prompt] for p in drawn} <= set(ordered[stage.start:stage.stop])
+        assert {by_prompt[p.prompt] for p in drawn} <= set(ordered[stage.start : stage.stop])
         assert order.step_metrics(step, drawn)["data/curriculum_stage"] == step // 2
     # pass rates fall stage by stage: the schedule goes easy to hard
     means = [order.step_metrics(2 * k, order.draw(2 * k, 4))["data/prompt_pass_rate"] for k in range(4)]
@@ -109,8 +125,9 @@ def test_curriculum_by_the_tasks_difficulty_knob():
     assert [keys[i] for i in ranked] == sorted(keys)
     assert difficulty_of(ArithmeticTask(digits=3, eval_size=10), Problem("7+123=", "130")) == 3.0
     with pytest.raises(ValueError, match="task 'jsonl' has no difficulty knob"):
-        RunConfig(task={"name": "jsonl", "path": "x.jsonl"}, data={"order": "curriculum",
-                                                                  "curriculum": {"by": "difficulty"}})
+        RunConfig(
+            task={"name": "jsonl", "path": "x.jsonl"}, data={"order": "curriculum", "curriculum": {"by": "difficulty"}}
+        )
 
 
 def test_shuffled_passes_visit_every_prompt_once_per_pass():
@@ -137,6 +154,7 @@ def test_default_order_is_the_tasks_own_draws():
 
 # ----- priming forms -------------------------------------------------------------------------------
 
+
 def test_priming_forms_wrong_answers_are_wrong_and_steps_are_the_tasks_own():
     task = ScratchpadTask(digits=2, operands=5, eval_size=20)
     rng = random.Random(0)
@@ -148,7 +166,7 @@ def test_priming_forms_wrong_answers_are_wrong_and_steps_are_the_tasks_own():
         wrong_steps, true_steps = forms["wrong"].split(","), worked.split(",")
         assert wrong_steps[:-2] == true_steps[:-2]  # every step before the last is the task's own
         assert wrong_steps[-2].split("=")[0] == true_steps[-2].split("=")[0]  # the last step's operands too
-        shown = wrong_steps[-1][len("\\boxed{"):-1]
+        shown = wrong_steps[-1][len("\\boxed{") : -1]
         assert wrong_steps[-2].split("=")[1] == shown != problem.answer and int(shown) >= 0
         if i < 20:  # the verifier RL uses agrees (slow: a few problems)
             assert not math_verify_scorer(forms["wrong"], problem.answer, 5.0)[0]
@@ -179,8 +197,16 @@ def test_the_priming_mix_keys_the_cold_start_cache_and_the_run_key():
     task = TaskConfig(name="scratchpad", digits=1, operands=3)
     worked = PrimeConfig(mix={"worked": 1.0})
     assert tiny_cache_key(model, task) == tiny_cache_key(model, task, None)
-    assert len({tiny_cache_key(model, task), tiny_cache_key(model, task, worked),
-                tiny_cache_key(model, task, PrimeConfig(mix={"worked": 0.5, "wrong": 0.5}))}) == 3
+    assert (
+        len(
+            {
+                tiny_cache_key(model, task),
+                tiny_cache_key(model, task, worked),
+                tiny_cache_key(model, task, PrimeConfig(mix={"worked": 0.5, "wrong": 0.5})),
+            }
+        )
+        == 3
+    )
     with pytest.raises(ValueError, match="must sum to 1"):
         PrimeConfig(mix={"worked": 0.5, "wrong": 0.2})
     with pytest.raises(ValueError, match="data.prime.path is an SFT stage for model.path"):
@@ -188,6 +214,7 @@ def test_the_priming_mix_keys_the_cold_start_cache_and_the_run_key():
 
 
 # ----- caching and the run key ---------------------------------------------------------------------
+
 
 def test_a_second_measurement_with_the_same_settings_reads_the_cache(tmp_path):
     calls = []
@@ -209,20 +236,29 @@ def test_every_data_setting_changes_the_run_key_and_the_default_keeps_old_keys()
     assert base.run_key() == RunConfig(data={}).run_key()
     assert "data" not in base.model_dump(exclude_defaults=True)
     curate = {"curate": {}}
-    variants = [curate, {"pool": 100, **curate}, {"curate": {"samples": 5}}, {"curate": {"temperature": 0.7}},
-                {"curate": {"keep": [0.1, 0.9]}}, {"curate": {"seed": 1}}, {"order": "shuffled"},
-                {"order": "curriculum", **curate}, {"order": "curriculum", "curriculum": {"stages": 2}, **curate},
-                {"order": "curriculum", "curriculum": {"by": "difficulty"}},
-                {"prime": {"mix": {"worked": 1.0}}}, {"prime": {"mix": {"terse": 1.0}}},
-                {"prime": {"mix": {"worked": 0.5, "wrong": 0.5}}}]
+    variants = [
+        curate,
+        {"pool": 100, **curate},
+        {"curate": {"samples": 5}},
+        {"curate": {"temperature": 0.7}},
+        {"curate": {"keep": [0.1, 0.9]}},
+        {"curate": {"seed": 1}},
+        {"order": "shuffled"},
+        {"order": "curriculum", **curate},
+        {"order": "curriculum", "curriculum": {"stages": 2}, **curate},
+        {"order": "curriculum", "curriculum": {"by": "difficulty"}},
+        {"prime": {"mix": {"worked": 1.0}}},
+        {"prime": {"mix": {"terse": 1.0}}},
+        {"prime": {"mix": {"worked": 0.5, "wrong": 0.5}}},
+    ]
     keys = [RunConfig(data=v).run_key() for v in variants]
     assert len(set(keys) | {base.run_key()}) == len(variants) + 1
 
 
 # ----- the zero-variance group metrics -------------------------------------------------------------
 
+
 def test_all_correct_and_all_wrong_group_fractions():
     group_ids = torch.arange(4).repeat_interleave(3)  # groups of 3: all right, mixed, mixed, all wrong
     correct = torch.tensor([1, 1, 1, 0, 1, 0, 0, 0, 1, 0, 0, 0], dtype=torch.bool)
-    assert solved_group_fractions(correct, group_ids) == {"batch/all_correct_frac": 0.25,
-                                                          "batch/all_wrong_frac": 0.25}
+    assert solved_group_fractions(correct, group_ids) == {"batch/all_correct_frac": 0.25, "batch/all_wrong_frac": 0.25}

@@ -45,8 +45,9 @@ print(json.dumps({"run_id": t.run_id, "held": held, "lost": t.lost_points, "ende
 @pytest.mark.slow
 def test_metrics_a_full_disk_refuses_are_kept_counted_and_the_run_fails_in_one_line(tmp_path):
     db = tmp_path / "mlflow.db"
-    done = subprocess.run([sys.executable, "-c", CHILD, str(db), "500"], capture_output=True, text=True,
-                          timeout=300, cwd=tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, str(db), "500"], capture_output=True, text=True, timeout=300, cwd=tmp_path
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     print(f"\nheld {result['held']}, lost {result['lost']}; stderr: {done.stderr.strip().splitlines()[-1:]}")
@@ -54,16 +55,21 @@ def test_metrics_a_full_disk_refuses_are_kept_counted_and_the_run_fails_in_one_l
         written = con.execute("SELECT COUNT(*) FROM metrics WHERE key != 'before'").fetchone()[0]
     # some points fit in pages SQLite had already allocated; every other one is held or counted lost
     assert result["held"] == 500 and result["lost"] > 0 and written + result["held"] + result["lost"] == 2000
-    assert result["ended"] == (f"the store could not write this run's metrics (disk I/O error): 500 point(s) unsent, "
-                               f"{result['lost']:,} lost beyond the in-memory bound of 500")
+    assert result["ended"] == (
+        f"the store could not write this run's metrics (disk I/O error): 500 point(s) unsent, "
+        f"{result['lost']:,} lost beyond the in-memory bound of 500"
+    )
     warnings = [line for line in done.stderr.splitlines() if line.startswith("warning:")]
-    assert len(warnings) == 1 and "cannot write metrics to sqlite:///" in warnings[0] and "disk I/O error" in warnings[0]
+    assert (
+        len(warnings) == 1 and "cannot write metrics to sqlite:///" in warnings[0] and "disk I/O error" in warnings[0]
+    )
     assert "Traceback" not in done.stderr, done.stderr[-2000:]
     with sqlite3.connect(db) as con:  # read back without the limit: what the user's store holds
-        status, = con.execute("SELECT status FROM runs WHERE run_uuid = ?", (result["run_id"],)).fetchone()
+        (status,) = con.execute("SELECT status FROM runs WHERE run_uuid = ?", (result["run_id"],)).fetchone()
         points = con.execute("SELECT COUNT(*) FROM metrics WHERE run_uuid = ?", (result["run_id"],)).fetchone()[0]
-        error = con.execute("SELECT value FROM tags WHERE run_uuid = ? AND key = 'workbench.error'",
-                            (result["run_id"],)).fetchone()
+        error = con.execute(
+            "SELECT value FROM tags WHERE run_uuid = ? AND key = 'workbench.error'", (result["run_id"],)
+        ).fetchone()
     # the status is a row rewritten in place and the tag fits a page SQLite already has: both written
     assert status == "FAILED" and error == (result["ended"],)
     assert points == written + 1
@@ -73,17 +79,19 @@ def test_metrics_a_full_disk_refuses_are_kept_counted_and_the_run_fails_in_one_l
 def test_space_coming_back_sends_what_was_held(tmp_path):
     """The limit lifted before the end: the held points are written at the next flush, none lost,
     the run FINISHED."""
-    child = CHILD.replace("held = len(t._buffer)", "held = len(t._buffer)\n"
-                          "resource.setrlimit(resource.RLIMIT_FSIZE, (hard, hard))")
+    child = CHILD.replace(
+        "held = len(t._buffer)", "held = len(t._buffer)\nresource.setrlimit(resource.RLIMIT_FSIZE, (hard, hard))"
+    )
     db = tmp_path / "mlflow.db"
-    done = subprocess.run([sys.executable, "-c", child, str(db), "5000"], capture_output=True, text=True,
-                          timeout=300, cwd=tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-c", child, str(db), "5000"], capture_output=True, text=True, timeout=300, cwd=tmp_path
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["lost"] == 0 and result["ended"] == "finished", result
     assert "written to sqlite:///" in done.stderr and "again; none lost" in done.stderr
     with sqlite3.connect(db) as con:
-        status, = con.execute("SELECT status FROM runs WHERE run_uuid = ?", (result["run_id"],)).fetchone()
+        (status,) = con.execute("SELECT status FROM runs WHERE run_uuid = ?", (result["run_id"],)).fetchone()
         points = con.execute("SELECT COUNT(*) FROM metrics WHERE run_uuid = ?", (result["run_id"],)).fetchone()[0]
     assert status == "FINISHED" and points == 2001  # "before" + 2,000
 
@@ -119,22 +127,33 @@ def test_a_whole_run_on_a_filling_disk_fails_in_one_line_without_a_traceback(wor
     model_dir(parsed.model, parsed.task, progress=False)  # the cold start exists before the disk fills
     install_empty_mlflow_db(workdir)
     (workdir / "run.py").write_text(WHOLE_RUN)
-    done = subprocess.run([sys.executable, "run.py", str(128 * 1024), "run", "s.yaml", "--quiet"],
-                          capture_output=True, text=True, timeout=600, cwd=workdir)
+    done = subprocess.run(
+        [sys.executable, "run.py", str(128 * 1024), "run", "s.yaml", "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=workdir,
+    )
     assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
     assert "Traceback" not in done.stderr and "ERROR mlflow" not in done.stderr, done.stderr[-3000:]
     warnings = [line for line in done.stderr.splitlines() if "cannot write metrics" in line]
     assert len(warnings) == 1 and "disk I/O error" in warnings[0], done.stderr[-2000:]
     with sqlite3.connect(workdir / "mlflow.db") as con:
-        (status, error), = con.execute(
+        ((status, error),) = con.execute(
             "SELECT r.status, t.value FROM runs r JOIN tags t ON t.run_uuid = r.run_uuid "
-            "WHERE t.key = 'workbench.error'").fetchall()
+            "WHERE t.key = 'workbench.error'"
+        ).fetchall()
     assert status == "FAILED" and error.startswith("the store could not write this run's metrics (disk I/O error): ")
     assert "point(s) unsent" in error
     # with --debug the same tracebacks are there, from the workbench.tracking log, for whoever needs them
     (workdir / "mlflow.db").unlink()
     install_empty_mlflow_db(workdir)
-    debug = subprocess.run([sys.executable, "run.py", str(128 * 1024), "--debug", "run", "s.yaml", "--quiet"],
-                           capture_output=True, text=True, timeout=600, cwd=workdir)
+    debug = subprocess.run(
+        [sys.executable, "run.py", str(128 * 1024), "--debug", "run", "s.yaml", "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=workdir,
+    )
     assert debug.returncode == 1 and "DEBUG workbench.tracking: SQLAlchemy database error" in debug.stderr
     assert "sqlite3.OperationalError: disk I/O error" in debug.stderr

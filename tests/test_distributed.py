@@ -103,8 +103,10 @@ def test_a_lost_worker_s_run_is_failed_in_mlflow_and_retried_up_to_max_retries(w
         trial = worker.ostudy.ask()
         assert trial.user_attrs[KEY] == key
         trial.set_user_attr(WORKER, "elsewhere:1")
-        run = client.create_run(worker.ctx.experiment_id, tags={
-            "workbench.role": "run", "workbench.run_key": key, "mlflow.parentRunId": worker.ctx.parent_run_id})
+        run = client.create_run(
+            worker.ctx.experiment_id,
+            tags={"workbench.role": "run", "workbench.run_key": key, "mlflow.parentRunId": worker.ctx.parent_run_id},
+        )
         worker.ostudy._storage.record_heartbeat(trial._trial_id)
         time.sleep(2.2)  # > grace_period
         optuna.storages.fail_stale_trials(worker.ostudy)
@@ -144,7 +146,9 @@ def test_a_run_whose_hand_over_was_lost_is_requeued_by_a_surviving_worker(workdi
     assert report.failed == [] and report.finished == 1
     trials = trials_of(url, "orphan")
     assert [(t.state, t.user_attrs.get(RETRY_OF), t.user_attrs.get(LOST, 0)) for t in trials] == [
-        (TrialState.FAIL, None, 0), (TrialState.COMPLETE, trial.number, 0 if outcome else 1)]
+        (TrialState.FAIL, None, 0),
+        (TrialState.COMPLETE, trial.number, 0 if outcome else 1),
+    ]
     finished = [r for r in child_runs(MlflowClient(uri), "orphan") if r.info.status == "FINISHED"]
     assert [r.data.tags["workbench.run_key"] for r in finished] == [key]
 
@@ -158,8 +162,9 @@ def test_a_worker_whose_own_trial_was_failed_as_stale_while_it_ran_goes_on(workd
     path = write_study(workdir / "study.yaml", "stale-self", seeds=[0])
     url = storage_url("sqlite", workdir)
     lines: list[str] = []
-    worker = Worker(load_study(path), expand(load_study(path)), url,
-                    WorkerOptions(log=lines.append, heartbeat_interval=1))
+    worker = Worker(
+        load_study(path), expand(load_study(path)), url, WorkerOptions(log=lines.append, heartbeat_interval=1)
+    )
 
     def fail_own_trial(label):
         (running,) = worker.ostudy.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
@@ -209,13 +214,21 @@ def describe_failure(pid: int, logs: dict[int, str], url: str, name: str) -> str
     lines.append("--- trials (number, state, run_key, worker, outcome, retry of)")
     for t in trials_of(url, name):
         attrs = t.user_attrs
-        lines.append(f"{t.number} {t.state.name} {attrs.get(KEY)} {attrs.get(WORKER)} {attrs.get(OUTCOME)} "
-                     f"{attrs.get(RETRY_OF)}")
+        lines.append(
+            f"{t.number} {t.state.name} {attrs.get(KEY)} {attrs.get(WORKER)} {attrs.get(OUTCOME)} {attrs.get(RETRY_OF)}"
+        )
     return "\n".join(lines)
 
 
-def run_workers_killing_one(workdir: Path, url: str, n_workers: int, name: str, seeds: list[int],
-                            terminate_another: bool = False, tracking_uri: str | None = None) -> None:
+def run_workers_killing_one(
+    workdir: Path,
+    url: str,
+    n_workers: int,
+    name: str,
+    seeds: list[int],
+    terminate_another: bool = False,
+    tracking_uri: str | None = None,
+) -> None:
     """Start n workers on one study, SIGKILL the worker of the first run seen in progress (and,
     with ``terminate_another``, stop the worker of another run with SIGTERM, as `kill PID` or
     Ctrl-C would), and check that the others finish the study with exactly one FINISHED MLflow
@@ -223,13 +236,26 @@ def run_workers_killing_one(workdir: Path, url: str, n_workers: int, name: str, 
     uri = tracking_uri or install_empty_mlflow_db(workdir)
     path = write_study(workdir / "study.yaml", name, steps=40, seeds=seeds)
     keys = {s.run_key for s in expand(load_study(path))}
-    args = ["worker", path, "--storage", url, "--tracking-uri", uri, "--heartbeat", "1", "--grace", "3",
-            "--threads", "1"]
+    args = [
+        "worker",
+        path,
+        "--storage",
+        url,
+        "--tracking-uri",
+        uri,
+        "--heartbeat",
+        "1",
+        "--grace",
+        "3",
+        "--threads",
+        "1",
+    ]
     procs = [spawn(workbench_cmd(*args), workdir, workdir / f"worker{i}.log") for i in range(n_workers)]
     by_pid = {p.pid: p for p in procs}
     stopped: dict[int, tuple[object, str]] = {}  # pid -> (its trial, the signal's effect)
     client = MlflowClient(uri)
     try:
+
         def running_trial():
             """A trial in progress whose run is under way in MLflow (a signal before that finds no
             run to close), run by a worker not yet stopped."""
@@ -237,11 +263,20 @@ def run_workers_killing_one(workdir: Path, url: str, n_workers: int, name: str, 
                 trials = trials_of(url, name)
             except KeyError:  # the study is not created yet
                 return None
-            in_mlflow = {r.data.tags["workbench.run_key"] for r in child_runs(client, name)
-                         if r.info.status == "RUNNING"}
-            return next((t for t in trials if t.state == TrialState.RUNNING and WORKER in t.user_attrs
-                         and t.user_attrs[KEY] in in_mlflow
-                         and int(t.user_attrs[WORKER].rsplit(":", 1)[1]) not in stopped), None)
+            in_mlflow = {
+                r.data.tags["workbench.run_key"] for r in child_runs(client, name) if r.info.status == "RUNNING"
+            }
+            return next(
+                (
+                    t
+                    for t in trials
+                    if t.state == TrialState.RUNNING
+                    and WORKER in t.user_attrs
+                    and t.user_attrs[KEY] in in_mlflow
+                    and int(t.user_attrs[WORKER].rsplit(":", 1)[1]) not in stopped
+                ),
+                None,
+            )
 
         for sig, effect in [(signal.SIGKILL, "FAILED"), (signal.SIGTERM, "KILLED")][: 1 + terminate_another]:
             trial = wait_for(running_trial, 120, what="a worker running a trial")
@@ -301,8 +336,9 @@ def test_three_workers_on_postgresql_one_killed_one_stopped_every_run_finishes_e
     # mark its run KILLED).
     tracking_uri = create_database(postgres_url, f"mlflow_{os.getpid()}_{int(time.time())}")
     MlflowClient(tracking_uri).search_experiments()  # create MLflow's schema once, before the workers race
-    run_workers_killing_one(workdir, postgres_url, 3, name, seeds=[0, 1, 2, 3], terminate_another=True,
-                            tracking_uri=tracking_uri)
+    run_workers_killing_one(
+        workdir, postgres_url, 3, name, seeds=[0, 1, 2, 3], terminate_another=True, tracking_uri=tracking_uri
+    )
 
 
 def create_database(server_url: str, database: str) -> str:

@@ -53,8 +53,12 @@ def anchors(path: Path) -> set[str]:
 
 def links(path: Path) -> list[tuple[str, str]]:
     """(where, target) of every relative link in ``path``."""
-    return [(f"{path.relative_to(ROOT)}:{number}", target) for number, line in prose(path.read_text(encoding="utf-8"))
-            for target in LINK.findall(line) if not re.match(r"^[a-z][a-z0-9+.-]*:", target, re.I)]
+    return [
+        (f"{path.relative_to(ROOT)}:{number}", target)
+        for number, line in prose(path.read_text(encoding="utf-8"))
+        for target in LINK.findall(line)
+        if not re.match(r"^[a-z][a-z0-9+.-]*:", target, re.I)
+    ]
 
 
 def broken(path: Path) -> list[str]:
@@ -71,9 +75,11 @@ def broken(path: Path) -> list[str]:
 
 def test_the_checker_finds_a_missing_file_and_a_missing_heading(tmp_path, monkeypatch):
     monkeypatch.setattr(f"{__name__}.ROOT", tmp_path)
-    (tmp_path / "a.md").write_text("# Top: the *first* part\n## Run a study (CPU)\n[ok](#top-the-first-part) "
-                                   "[ok](a.md#run-a-study-cpu) [x](#nope) [y](b.md) [web](https://e.org/x)\n"
-                                   "```\n[not a link](c.md)\n```\n")
+    (tmp_path / "a.md").write_text(
+        "# Top: the *first* part\n## Run a study (CPU)\n[ok](#top-the-first-part) "
+        "[ok](a.md#run-a-study-cpu) [x](#nope) [y](b.md) [web](https://e.org/x)\n"
+        "```\n[not a link](c.md)\n```\n"
+    )
     assert broken(tmp_path / "a.md") == ["a.md:3: #nope: no heading '#nope' in a.md", "a.md:3: b.md: no such file"]
 
 
@@ -82,14 +88,28 @@ def test_every_relative_link_and_anchor_resolves(path):
     assert broken(path) == []
 
 
-RUN_FILES = ["mlflow.db", "mlflow.db-journal", "optuna.db", "optuna.db-wal", ".optuna.db.create-lock",
-             "locks/my-study-0a1b2c3d.lock", "mlruns/0/meta.yaml", "mlartifacts/1/x", "checkpoints/k/latest.json",
-             ".workbench/cache/x"]
+RUN_FILES = [
+    "mlflow.db",
+    "mlflow.db-journal",
+    "optuna.db",
+    "optuna.db-wal",
+    ".optuna.db.create-lock",
+    "locks/my-study-0a1b2c3d.lock",
+    "mlruns/0/meta.yaml",
+    "mlartifacts/1/x",
+    "checkpoints/k/latest.json",
+    ".workbench/cache/x",
+]
 
 
 @pytest.mark.skipif(shutil.which("git") is None or not (ROOT / ".git").exists(), reason="not a git checkout")
 def test_the_files_a_run_leaves_in_the_working_directory_are_ignored_by_git():
-    done = subprocess.run(["git", "check-ignore", "--no-index", "--stdin", "-v", "-n"], cwd=ROOT, text=True,
-                          input="\n".join(RUN_FILES) + "\n", capture_output=True)
+    done = subprocess.run(
+        ["git", "check-ignore", "--no-index", "--stdin", "-v", "-n"],
+        cwd=ROOT,
+        text=True,
+        input="\n".join(RUN_FILES) + "\n",
+        capture_output=True,
+    )
     unmatched = [line.split("\t")[-1] for line in done.stdout.splitlines() if line.startswith("::")]
     assert unmatched == []

@@ -19,8 +19,10 @@ KNOB_VARIANTS = {
     "dapo": {"algorithm": {"preset": "dapo", "max_sampling_rounds": 2}},
     "kl_loss": {"algorithm": {"kl_coef": 0.1, "kl_estimator": "low_var_kl"}},
     "kl_reward": {"algorithm": {"kl_coef": 0.1, "kl_in": "reward"}},
-    "multi_update_tis": {"algorithm": {"epochs": 2, "minibatches": 2, "correction": "tis"},
-                         "sampler": {"dtype": "bfloat16"}},
+    "multi_update_tis": {
+        "algorithm": {"epochs": 2, "minibatches": 2, "correction": "tis"},
+        "sampler": {"dtype": "bfloat16"},
+    },
     "cispo": {"algorithm": {"preset": "cispo", "correction": "seq_tis"}},
     "estimator_params": {"algorithm": {"estimator_params": {"epsilon": 0.01}}},
 }
@@ -35,15 +37,19 @@ def test_algorithm_knobs_run_and_log_their_metrics(workdir):
 
     client = MlflowClient(f"sqlite:///{workdir / 'mlflow.db'}")
     exp = client.get_experiment_by_name("knobs")
-    runs = {r.data.tags["workbench.variant"]: r for r in
-            client.search_runs([exp.experiment_id], "tags.`workbench.role` = 'run'")}
+    runs = {
+        r.data.tags["workbench.variant"]: r
+        for r in client.search_runs([exp.experiment_id], "tags.`workbench.role` = 'run'")
+    }
     assert set(runs) == set(VARIANTS) and all(r.info.status == "FINISHED" for r in runs.values())
     m = {v: r.data.metrics for v, r in runs.items()}
     assert {"batch/filtered_frac", "batch/sampling_rounds"} <= set(m["dapo"])
     assert 1 <= m["dapo"]["batch/sampling_rounds"] <= 2
     assert "kl/ref" in m["kl_loss"] and "kl/ref" in m["kl_reward"] and "kl/ref" not in m["preset_gspo"]
     assert m["multi_update_tis"]["train/optimizer_steps"] == 4
-    assert {"mismatch/is_weight_mean", "mismatch/is_clipped_frac", "mismatch/is_reweighted_frac"} <= set(m["multi_update_tis"])
+    assert {"mismatch/is_weight_mean", "mismatch/is_clipped_frac", "mismatch/is_reweighted_frac"} <= set(
+        m["multi_update_tis"]
+    )
     assert m["multi_update_tis"]["mismatch/prob_abs_diff_max"] > 0  # bf16 sampler vs fp32 learner
     assert runs["dapo"].data.params["algorithm.clip_high"] == "0.28"
     assert runs["estimator_params"].data.params["algorithm.estimator_params.epsilon"] == "0.01"

@@ -23,12 +23,21 @@ def invoke(*args):
 def test_a_study_with_two_cold_starts_per_arm_runs_and_compares_over_checkpoints(workdir, monkeypatch):
     monkeypatch.setenv("COLUMNS", "200")
     study = workdir / "study.yaml"
-    study.write_text(yaml.safe_dump({
-        "name": "cs", "base": micro_run_config(), "seeds": [0, 1], "replicate": {"cold_start": 2},
-        "variants": {"worked": {"data": {"prime": {"mix": {"worked": 1.0}}}},
-                     "terse": {"data": {"prime": {"mix": {"terse": 1.0}}}}},
-        "compare": {"baseline": "worked", "metrics": ["final_eval_accuracy"]},
-    }))
+    study.write_text(
+        yaml.safe_dump(
+            {
+                "name": "cs",
+                "base": micro_run_config(),
+                "seeds": [0, 1],
+                "replicate": {"cold_start": 2},
+                "variants": {
+                    "worked": {"data": {"prime": {"mix": {"worked": 1.0}}}},
+                    "terse": {"data": {"prime": {"mix": {"terse": 1.0}}}},
+                },
+                "compare": {"baseline": "worked", "metrics": ["final_eval_accuracy"]},
+            }
+        )
+    )
     ran = invoke("run", study, "--quiet")
     assert ran.exit_code == 0, ran.output
 
@@ -52,8 +61,10 @@ def test_a_study_with_two_cold_starts_per_arm_runs_and_compares_over_checkpoints
     assert md.exit_code == 0, md.output
     headline = md.stdout.splitlines()[0]
     assert headline.startswith("terse vs worked: ") and "with 2 checkpoints" in headline, headline
-    assert "Replication: the checkpoint is the unit. Each arm has 2 independent cold starts (checkpoints) with 2 " \
-           "RL seeds each" in md.stdout
+    assert (
+        "Replication: the checkpoint is the unit. Each arm has 2 independent cold starts (checkpoints) with 2 "
+        "RL seeds each" in md.stdout
+    )
     assert "| n_checkpoints |" in md.stdout
     table = json.loads(invoke("compare", study, "--no-log", "--format", "json").stdout)
     assert table["settings"]["unit"] == "checkpoint"

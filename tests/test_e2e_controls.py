@@ -34,8 +34,10 @@ def test_controls_and_pass_at_k_run_and_log(workdir):
 
     client = MlflowClient(f"sqlite:///{workdir / 'mlflow.db'}")
     exp = client.get_experiment_by_name("controls")
-    runs = {r.data.tags["workbench.variant"]: r for r in
-            client.search_runs([exp.experiment_id], "tags.`workbench.role` = 'run'")}
+    runs = {
+        r.data.tags["workbench.variant"]: r
+        for r in client.search_runs([exp.experiment_id], "tags.`workbench.role` = 'run'")
+    }
     assert set(runs) == set(VARIANTS) and all(r.info.status == "FINISHED" for r in runs.values())
     for control in CONTROLS:
         run = runs[control]
@@ -47,8 +49,12 @@ def test_controls_and_pass_at_k_run_and_log(workdir):
     assert constant["batch/zero_std_frac"] == 1.0  # so no group carries a signal
 
     m = runs["pass_at_4"].data.metrics
-    assert {"eval/pass_at_1", "eval/pass_at_2", "eval/pass_at_4", "eval/mean_at_n"} <= set(m) and "eval/pass_at_8" not in m
-    assert m["eval/pass_at_1"] <= m["eval/pass_at_2"] <= m["eval/pass_at_4"] and m["eval/pass_at_1"] == m["eval/mean_at_n"]
+    assert {"eval/pass_at_1", "eval/pass_at_2", "eval/pass_at_4", "eval/mean_at_n"} <= set(
+        m
+    ) and "eval/pass_at_8" not in m
+    assert (
+        m["eval/pass_at_1"] <= m["eval/pass_at_2"] <= m["eval/pass_at_4"] and m["eval/pass_at_1"] == m["eval/mean_at_n"]
+    )
     assert "eval/pass_at_1" not in runs["truth"].data.metrics  # one answer per problem: today's eval
     path = client.download_artifacts(runs["pass_at_4"].info.run_id, "eval/problems.csv.gz", str(workdir))
     header = gzip.decompress(Path(path).read_bytes()).decode().splitlines()[0]
@@ -77,5 +83,7 @@ def test_controls_and_pass_at_k_run_and_log(workdir):
     ids = dict(zip(reloaded["run_id"], reloaded["variant"], strict=True))
     back = back[back["run_id"].map(ids) == "pass_at_4"]
     key = ["step", "problem_id"]
-    assert back.sort_values(key)[["n_correct", "samples"]].to_numpy().tolist() == \
-        mine.sort_values(key)[["n_correct", "samples"]].to_numpy().tolist()
+    assert (
+        back.sort_values(key)[["n_correct", "samples"]].to_numpy().tolist()
+        == mine.sort_values(key)[["n_correct", "samples"]].to_numpy().tolist()
+    )

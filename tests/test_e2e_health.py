@@ -13,14 +13,24 @@ from workbench.cli.main import app
 
 pytestmark = pytest.mark.slow
 
-SMALL_MODEL = {"builtin": "tiny", "tiny": {"hidden_size": 64, "num_layers": 2, "num_heads": 4,
-                                           "intermediate_size": 128, "sft_max_steps": 150,
-                                           "sft_target_accuracy": 1.0, "sft_check_every": 1000}}
+SMALL_MODEL = {
+    "builtin": "tiny",
+    "tiny": {
+        "hidden_size": 64,
+        "num_layers": 2,
+        "num_heads": 4,
+        "intermediate_size": 128,
+        "sft_max_steps": 150,
+        "sft_target_accuracy": 1.0,
+        "sft_check_every": 1000,
+    },
+}
 
 
 def base(**overrides):
-    return micro_run_config(model=SMALL_MODEL, task={"digits": 1, "ops": "+", "eval_size": 10},
-                            sampler={"max_new_tokens": 10}, **overrides)
+    return micro_run_config(
+        model=SMALL_MODEL, task={"digits": 1, "ops": "+", "eval_size": 10}, sampler={"max_new_tokens": 10}, **overrides
+    )
 
 
 def run_study(workdir, study):
@@ -33,8 +43,11 @@ def run_study(workdir, study):
 
 
 def test_non_finite_gradient_stops_the_run_within_one_step_and_the_next_run_goes_on(workdir):
-    study = {"name": "nan", "base": base(rollout={"steps": 6, "eval_every": 100, "prompts_per_step": 8}),
-             "variants": {"poisoned": {"learner": {"inject_nonfinite_at_step": 2}}, "healthy": {}}}
+    study = {
+        "name": "nan",
+        "base": base(rollout={"steps": 6, "eval_every": 100, "prompts_per_step": 8}),
+        "variants": {"poisoned": {"learner": {"inject_nonfinite_at_step": 2}}, "healthy": {}},
+    }
     result, client, runs = run_study(workdir, study)
     assert result.exit_code == 0, result.output
     poisoned, healthy = runs["poisoned"], runs["healthy"]
@@ -59,8 +72,12 @@ def test_huge_learning_rate_is_flagged_before_the_last_step(workdir):
     steps = 12
     rule = {"window": 1, "patience": 2, "noise_z": 0.0, "noise_window": 6}
     health = {"preset": "default", "rules": {"reward_collapse": rule}}
-    study = {"name": "diverge", "base": base(learner={"lr": 0.05}, health=health,
-                                             rollout={"steps": steps, "eval_every": 100, "prompts_per_step": 8})}
+    study = {
+        "name": "diverge",
+        "base": base(
+            learner={"lr": 0.05}, health=health, rollout={"steps": steps, "eval_every": 100, "prompts_per_step": 8}
+        ),
+    }
     result, client, runs = run_study(workdir, study)
     assert result.exit_code == 0, result.output
     reasons = dict(r.split("@") for r in runs["base"].data.tags["workbench.health_reasons"].split(","))

@@ -19,10 +19,26 @@ from workbench.cli.main import app
 pytestmark = pytest.mark.slow
 
 STEP_METRICS = [
-    "reward/mean", "reward/std", "accuracy/train", "entropy/mean", "length/mean", "length/max",
-    "length/truncated_frac", "clip/frac", "clip/frac_low", "clip/frac_high", "mismatch/prob_abs_diff_mean",
-    "mismatch/prob_abs_diff_max", "mismatch/kl", "loss/policy", "grad/norm", "batch/zero_std_frac",
-    "perf/step_s", "perf/sample_tokens_per_s", "perf/learn_tokens_per_s", "health/status",
+    "reward/mean",
+    "reward/std",
+    "accuracy/train",
+    "entropy/mean",
+    "length/mean",
+    "length/max",
+    "length/truncated_frac",
+    "clip/frac",
+    "clip/frac_low",
+    "clip/frac_high",
+    "mismatch/prob_abs_diff_mean",
+    "mismatch/prob_abs_diff_max",
+    "mismatch/kl",
+    "loss/policy",
+    "grad/norm",
+    "batch/zero_std_frac",
+    "perf/step_s",
+    "perf/sample_tokens_per_s",
+    "perf/learn_tokens_per_s",
+    "health/status",
 ]
 
 
@@ -49,7 +65,9 @@ def test_run_tracks_every_canonical_metric_and_resumes(workdir):
     result = invoke("run", study, "--quiet")
     assert result.exit_code == 0, result.output
     # the hint names the command as it was started (here pytest's interpreter: `python -m workbench.cli.main ui`)
-    assert "FINISHED" in result.output and f"Open the UI with: {workbench_command()} ui" in " ".join(result.output.split())
+    assert "FINISHED" in result.output and f"Open the UI with: {workbench_command()} ui" in " ".join(
+        result.output.split()
+    )
 
     client = client_for(workdir)
     exp = client.get_experiment_by_name("e2e")
@@ -59,8 +77,14 @@ def test_run_tracks_every_canonical_metric_and_resumes(workdir):
     run = runs[0]
     assert run.info.status == "FINISHED"
     assert run.data.tags["mlflow.parentRunId"] == parents[0].info.run_id
-    for tag in ["workbench.study", "workbench.variant", "workbench.seed", "workbench.run_key", "workbench.health",
-                "workbench.health_reasons"]:
+    for tag in [
+        "workbench.study",
+        "workbench.variant",
+        "workbench.seed",
+        "workbench.run_key",
+        "workbench.health",
+        "workbench.health_reasons",
+    ]:
         assert tag in run.data.tags
     assert run.data.params["learner.lr"] == "0.0001" and run.data.params["algorithm.estimator"] == "grpo"
     assert run.data.tags["workbench.arm"] == run.info.run_name.rsplit("/seed=", 1)[0]  # compare's grouping
@@ -83,12 +107,15 @@ def test_run_tracks_every_canonical_metric_and_resumes(workdir):
     assert len(client.search_runs([exp.experiment_id], "tags.`workbench.role` = 'run'")) == 1
 
 
-@pytest.mark.parametrize("content, message", [
-    (None, "no such study file"),
-    ("name: x\nbase: {learner: {lr: 1e-4}\n", "YAML"),
-    ("name: x\nbase:\n  learner: {lrr: 1.0e-4}\n", "lrr"),
-    ("name: x\nbase:\n  model: {path: /does/not/exist}\n", "model.path does not exist"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (None, "no such study file"),
+        ("name: x\nbase: {learner: {lr: 1e-4}\n", "YAML"),
+        ("name: x\nbase:\n  learner: {lrr: 1.0e-4}\n", "lrr"),
+        ("name: x\nbase:\n  model: {path: /does/not/exist}\n", "model.path does not exist"),
+    ],
+)
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(workdir, content, message):
     path = workdir / "bad.yaml"
     if content is not None:
@@ -121,13 +148,16 @@ def test_crash_mid_run_is_marked_failed_with_traceback(workdir):
 def test_failing_health_rule_stops_the_run_early_and_says_why(workdir):
     """With max_new_tokens=8 the micro model cannot finish '\\boxed{..}': every completion truncates."""
     rules = {"length_blowup": {"max_truncated_frac": 0.5, "patience": 2, "severity": "fail"}}
-    study = write_study(workdir / "stop.yaml", name="stop", rollout={"steps": 6},
-                        health={"preset": "default", "rules": rules, "on_fail": "stop"})
+    study = write_study(
+        workdir / "stop.yaml",
+        name="stop",
+        rollout={"steps": 6},
+        health={"preset": "default", "rules": rules, "on_fail": "stop"},
+    )
     result = invoke("run", study, "--quiet")
     assert result.exit_code == 0, result.output
     client = client_for(workdir)
-    (run,) = client.search_runs([client.get_experiment_by_name("stop").experiment_id],
-                                "tags.`workbench.role` = 'run'")
+    (run,) = client.search_runs([client.get_experiment_by_name("stop").experiment_id], "tags.`workbench.role` = 'run'")
     assert run.info.status == "FINISHED"  # a health stop is a verdict, not a crash
     assert run.data.tags["workbench.health"] == "fail"
     assert run.data.tags["workbench.health_reasons"] == "length_blowup@1"
@@ -155,8 +185,9 @@ def test_stop_run_from_a_step_callback_is_a_deliberate_stop(workdir):
     assert run.data.tags["workbench.stop_reason"] == "pruned by optuna at step 1"
 
 
-@pytest.mark.parametrize(("setting", "engine"), [("sampler.backend=vllm", "vllm"),
-                                                  ("learner.backend=deepspeed", "deepspeed")])
+@pytest.mark.parametrize(
+    ("setting", "engine"), [("sampler.backend=vllm", "vllm"), ("learner.backend=deepspeed", "deepspeed")]
+)
 def test_a_missing_engine_is_one_line_exit_2_before_any_model_or_store(workdir, setting, engine):
     """The engines live in their own venv (`make engines`); from the main one, asking for them
     fails at once, naming the extra, instead of after the tiny model is built and warmed up."""

@@ -4,6 +4,7 @@ duplicates, the design recorded and reported by `compare`, seeds added by hand f
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -17,11 +18,17 @@ pytestmark = pytest.mark.slow
 
 
 def write_study(path, seeds=(0,)):
-    path.write_text(yaml.safe_dump({
-        "name": "seq", "base": micro_run_config(), "seeds": list(seeds),
-        "variants": {"grpo": {}, "fast": {"learner": {"lr": 3e-4}}},
-        "compare": {"baseline": "grpo", "sequential": {"looks": [2, 3]}},
-    }))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": "seq",
+                "base": micro_run_config(),
+                "seeds": list(seeds),
+                "variants": {"grpo": {}, "fast": {"learner": {"lr": 3e-4}}},
+                "compare": {"baseline": "grpo", "sequential": {"looks": [2, 3]}},
+            }
+        )
+    )
     return path
 
 
@@ -46,8 +53,15 @@ def test_until_decided_runs_rounds_resumes_and_compare_reports_the_design(workdi
     looks = 1 if "look 2 of 2" not in first.output else 2
     assert seeds == [0, 1, 2][: 1 + looks]  # declared seed 0, then 1, 2: max + 1, ...
     parent = client.search_runs([exp.experiment_id], "tags.`workbench.role` = 'study'")[0]
-    record = json.loads(open(client.download_artifacts(parent.info.run_id, "sequential.json",  # noqa: SIM115 - one read
-                                                        str(workdir / "dl"))).read())
+    record = json.loads(
+        Path(
+            client.download_artifacts(
+                parent.info.run_id,
+                "sequential.json",
+                str(workdir / "dl"),
+            )
+        ).read_text()
+    )
     assert record["design"] == {"looks": [2, 3], "alpha": 0.05, "spending": "obrien_fleming"}
     assert [lk["seeds"] for lk in record["looks"]] == [2, 3][:looks]
     assert parent.data.tags["workbench.sequential"].startswith("looks 2")
@@ -76,7 +90,9 @@ def test_until_decided_runs_rounds_resumes_and_compare_reports_the_design(workdi
 
     rows = page_rows(report.output)
     for (metric, arm), decided in recorded_statuses(record).items():
-        taken_at = max(lk["look"] for lk in record["looks"] for d in lk["decisions"] if (d["metric"], d["arm"]) == (metric, arm))
+        taken_at = max(
+            lk["look"] for lk in record["looks"] for d in lk["decisions"] if (d["metric"], d["arm"]) == (metric, arm)
+        )
         assert rows[metric, arm]["status"] == decided, rows[metric, arm]
         assert f"at look {taken_at} of 2" in rows[metric, arm]["verdict"], rows[metric, arm]
     assert "re-test on all seeds (not the design's decision)" in report.output
@@ -114,8 +130,15 @@ def test_a_changed_arm_set_needs_an_amendment_and_a_damaged_record_is_rebuilt(wo
     assert amended.exit_code == 0, amended.output
     client, exp, _ = child_runs(workdir)
     parent = client.search_runs([exp.experiment_id], "tags.`workbench.role` = 'study'")[0]
-    record = json.loads(open(client.download_artifacts(parent.info.run_id, "sequential.json",  # noqa: SIM115 - one read
-                                                        str(workdir / "dl"))).read())
+    record = json.loads(
+        Path(
+            client.download_artifacts(
+                parent.info.run_id,
+                "sequential.json",
+                str(workdir / "dl"),
+            )
+        ).read_text()
+    )
     assert record["amendments"] == [amendment] and "slow" in " ".join(record["arms"])
 
     client.log_text(parent.info.run_id, '{"design": {"looks": [2, 3]', "sequential.json")  # truncated

@@ -19,8 +19,9 @@ def trl(**sections) -> RunConfig:
 def test_every_setting_has_a_row():
     """A new setting fails here until it says what it becomes in TRL (or that it cannot)."""
     rows = {row.setting for row in ROWS}
-    full = RunConfig.model_validate({"data": {"curate": {}, "order": "curriculum", "prime": {"mix": {"worked": 1.0}}},
-                                     "learner": {"lora": {}}})
+    full = RunConfig.model_validate(
+        {"data": {"curate": {}, "order": "curriculum", "prime": {"mix": {"worked": 1.0}}}, "learner": {"lora": {}}}
+    )
     for key in flatten(full.model_dump(mode="json")):
         parts = key.split(".")
         assert any(".".join(parts[:n]) in rows for n in range(1, len(parts) + 1)), f"{key}: no row in ROWS"
@@ -34,7 +35,12 @@ def test_every_kwarg_is_a_mapped_field():
 
 def test_the_presets_map_to_trls_loss_types_by_hand():
     grpo = grpo_config_kwargs(trl())
-    assert (grpo["loss_type"], grpo["scale_rewards"], grpo["epsilon"], grpo["epsilon_high"]) == ("grpo", "group", 0.2, 0.2)
+    assert (grpo["loss_type"], grpo["scale_rewards"], grpo["epsilon"], grpo["epsilon_high"]) == (
+        "grpo",
+        "group",
+        0.2,
+        0.2,
+    )
     dr = grpo_config_kwargs(trl(algorithm={"preset": "dr_grpo"}))
     assert (dr["loss_type"], dr["scale_rewards"]) == ("dr_grpo", "none")
     # dapo on TRL: token-mean -> dapo, overlong -> mask_truncated_completions, clip-higher, 16 minibatches of 8
@@ -47,22 +53,31 @@ def test_the_presets_map_to_trls_loss_types_by_hand():
     cispo = grpo_config_kwargs(trl(algorithm={"preset": "cispo"}))
     assert (cispo["loss_type"], cispo["epsilon_high"]) == ("cispo", pytest.approx(1.28))
     micro = grpo_config_kwargs(trl(learner={"micro_batch_size": 32}))  # 128 completions, 1 minibatch
-    assert (micro["per_device_train_batch_size"], micro["gradient_accumulation_steps"],
-            micro["steps_per_generation"]) == (32, 4, 4)
+    assert (
+        micro["per_device_train_batch_size"],
+        micro["gradient_accumulation_steps"],
+        micro["steps_per_generation"],
+    ) == (32, 4, 4)
 
 
-@pytest.mark.parametrize(("sections", "setting"), [
-    ({"algorithm": {"preset": "dapo"}}, "algorithm.batch_filter"),
-    ({"algorithm": {"preset": "rloo"}}, "algorithm.estimator"),
-    ({"algorithm": {"preset": "gmpo"}}, "algorithm.loss"),
-    ({"algorithm": {"agg_mode": "token-sum"}}, "algorithm.agg_mode"),
-    ({"algorithm": {"kl_coef": 0.1, "kl_estimator": "k1"}}, "algorithm.kl_estimator"),
-    ({"algorithm": {"correction": "tis"}}, "algorithm.correction"),
-    ({"learner": {"lora": {"rank": 4}}}, "learner.lora"),
-    ({"learner": {"dtype": "bfloat16"}}, "learner.dtype"),
-    ({"reward": {"shaping": [{"name": "format", "weight": 0.1}]}}, "reward.shaping"),
-    ({"rollout": {"prompts_per_step": 3, "group_size": 3}, "algorithm": {"minibatches": 2}}, "algorithm.minibatches"),
-])
+@pytest.mark.parametrize(
+    ("sections", "setting"),
+    [
+        ({"algorithm": {"preset": "dapo"}}, "algorithm.batch_filter"),
+        ({"algorithm": {"preset": "rloo"}}, "algorithm.estimator"),
+        ({"algorithm": {"preset": "gmpo"}}, "algorithm.loss"),
+        ({"algorithm": {"agg_mode": "token-sum"}}, "algorithm.agg_mode"),
+        ({"algorithm": {"kl_coef": 0.1, "kl_estimator": "k1"}}, "algorithm.kl_estimator"),
+        ({"algorithm": {"correction": "tis"}}, "algorithm.correction"),
+        ({"learner": {"lora": {"rank": 4}}}, "learner.lora"),
+        ({"learner": {"dtype": "bfloat16"}}, "learner.dtype"),
+        ({"reward": {"shaping": [{"name": "format", "weight": 0.1}]}}, "reward.shaping"),
+        (
+            {"rollout": {"prompts_per_step": 3, "group_size": 3}, "algorithm": {"minibatches": 2}},
+            "algorithm.minibatches",
+        ),
+    ],
+)
 def test_inexpressible_settings_are_named(sections, setting):
     cfg = trl(**sections)
     assert setting in [s for s, _ in inexpressible(cfg)]
@@ -74,17 +89,27 @@ def test_inexpressible_settings_are_named(sections, setting):
 
 def test_plan_refuses_an_inexpressible_variant_in_one_line_and_writes_nothing(tmp_path):
     study = tmp_path / "s.yaml"
-    study.write_text("name: t\nbase:\n  engine: trl\n  rollout: {steps: 2}\nvariants:\n  grpo: {}\n"
-                     "  dapo: {algorithm: {preset: dapo}}\nseeds: [0, 1]\n")
-    env = {"PYTHONPATH": str(Path(__file__).parents[1]), "PATH": "/usr/bin:/bin",
-           "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow.db"}
+    study.write_text(
+        "name: t\nbase:\n  engine: trl\n  rollout: {steps: 2}\nvariants:\n  grpo: {}\n"
+        "  dapo: {algorithm: {preset: dapo}}\nseeds: [0, 1]\n"
+    )
+    env = {
+        "PYTHONPATH": str(Path(__file__).parents[1]),
+        "PATH": "/usr/bin:/bin",
+        "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow.db",
+    }
     # `-c`: run the CLI with trl made unimportable, so the check is shown not to need TRL
-    code = ("import sys; sys.modules['trl'] = None; from workbench.cli.main import main; "
-            "sys.argv = ['workbench', 'plan', 's.yaml']; main()")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=300)
+    code = (
+        "import sys; sys.modules['trl'] = None; from workbench.cli.main import main; "
+        "sys.argv = ['workbench', 'plan', 's.yaml']; main()"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
-    assert lines == ["error: s.yaml:7 variants.dapo.algorithm.batch_filter: engine: trl cannot express "
-                     "algorithm.batch_filter (variant 'dapo'): no dynamic sampling (group filter with refill) in TRL"]
+    assert lines == [
+        "error: s.yaml:7 variants.dapo.algorithm.batch_filter: engine: trl cannot express "
+        "algorithm.batch_filter (variant 'dapo'): no dynamic sampling (group filter with refill) in TRL"
+    ]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]

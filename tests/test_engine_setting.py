@@ -16,9 +16,12 @@ STUDIES = sorted((Path(__file__).parents[1] / "studies").glob("*.yaml"))
 
 def key_without_engine(cfg: RunConfig) -> str:
     """run_key as it was computed before the setting existed: the same formula over a dump with no `engine`."""
-    neutral = cfg.model_copy(update={
-        section: getattr(cfg, section).model_copy(update=dict.fromkeys(names))
-        for section, names in NOT_IN_RUN_KEY.items()})
+    neutral = cfg.model_copy(
+        update={
+            section: getattr(cfg, section).model_copy(update=dict.fromkeys(names))
+            for section, names in NOT_IN_RUN_KEY.items()
+        }
+    )
     payload = neutral.model_dump(mode="json", exclude={"tracking", "engine"}, exclude_defaults=True)
     blob = json.dumps({"v": RUN_KEY_VERSION, "config": payload}, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:16]

@@ -61,14 +61,20 @@ def test_a_registry_lookup_uses_it():
 
 
 def test_did_you_mean_is_implemented_only_in_errors_py():
-    others = [path.relative_to(PACKAGE_ROOT.parent) for path in PACKAGE_ROOT.rglob("*.py")
-              if path.name != "errors.py" and "get_close_matches" in path.read_text()]
+    others = [
+        path.relative_to(PACKAGE_ROOT.parent)
+        for path in PACKAGE_ROOT.rglob("*.py")
+        if path.name != "errors.py" and "get_close_matches" in path.read_text()
+    ]
     assert others == [], f"use workbench.errors.closest_match / did_you_mean instead: {others}"
 
 
 def test_the_did_you_mean_wording_is_written_only_in_errors_py():
-    others = [path.relative_to(PACKAGE_ROOT.parent) for path in PACKAGE_ROOT.rglob("*.py")
-              if path.name != "errors.py" and "did you mean" in path.read_text()]
+    others = [
+        path.relative_to(PACKAGE_ROOT.parent)
+        for path in PACKAGE_ROOT.rglob("*.py")
+        if path.name != "errors.py" and "did you mean" in path.read_text()
+    ]
     assert others == [], f"use workbench.errors (did_you_mean, suggest_or_list, suggest_and_list): {others}"
 
 
@@ -97,16 +103,19 @@ def test_unknown_message_sorts_the_choices():
     assert unknown_message("zzz", []) == "unknown field"
 
 
-@pytest.mark.parametrize(("value", "shown"), [
-    (None, "null"),
-    (True, "true"),
-    (False, "false"),
-    ("off", "'off'"),
-    (1e-4, "0.0001"),
-    (3, "3"),
-    ([1, "x", None], '[1, "x", null]'),
-    ({"lr": 0.5}, '{"lr": 0.5}'),
-])
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        (None, "null"),
+        (True, "true"),
+        (False, "false"),
+        ("off", "'off'"),
+        (1e-4, "0.0001"),
+        (3, "3"),
+        ([1, "x", None], '[1, "x", null]'),
+        ({"lr": 0.5}, '{"lr": 0.5}'),
+    ],
+)
 def test_values_are_shown_as_written_in_yaml(value, shown):
     assert show_value(value) == shown
 
@@ -126,8 +135,10 @@ def test_a_path_writes_list_indices_in_brackets():
 
 
 def test_an_issue_is_one_line_file_line_path_message():
-    assert str(Issue("expected a number, got 'x'", "base.learner.lr", "s.yaml", 3)) == \
-        "s.yaml:3 base.learner.lr: expected a number, got 'x'"
+    assert (
+        str(Issue("expected a number, got 'x'", "base.learner.lr", "s.yaml", 3))
+        == "s.yaml:3 base.learner.lr: expected a number, got 'x'"
+    )
     assert str(Issue("invalid YAML: oops", "", "s.yaml", 3, 7)) == "s.yaml:3:7: invalid YAML: oops"
     assert str(Issue("no such study file", file="s.yaml")) == "s.yaml: no such study file"
     assert str(Issue("must be > 0, got 0", "lr")) == "lr: must be > 0, got 0"
@@ -135,13 +146,15 @@ def test_an_issue_is_one_line_file_line_path_message():
 
 
 def test_an_issue_error_keeps_each_line_once_in_reading_order():
-    err = IssueError([
-        Issue("x", "p", "b.yaml", 2),
-        Issue("y", "q", "a.yaml", 9),
-        Issue("z", "r", "b.yaml", 1),
-        Issue("x", "p", "b.yaml", 2),  # the same base error, reported once per run: shown once
-        Issue("w", "s", "b.yaml"),  # no line: after the file's numbered lines
-    ])
+    err = IssueError(
+        [
+            Issue("x", "p", "b.yaml", 2),
+            Issue("y", "q", "a.yaml", 9),
+            Issue("z", "r", "b.yaml", 1),
+            Issue("x", "p", "b.yaml", 2),  # the same base error, reported once per run: shown once
+            Issue("w", "s", "b.yaml"),  # no line: after the file's numbered lines
+        ]
+    )
     assert isinstance(err, ValueError)
     assert err.lines == ["b.yaml:1 r: z", "b.yaml:2 p: x", "b.yaml s: w", "a.yaml:9 q: y"]
     assert str(err) == "\n".join(err.lines)
@@ -178,11 +191,13 @@ def _fields_at(loc: tuple[Any, ...]) -> list[str] | None:
 
 def test_a_pydantic_error_is_explained_at_its_path():
     with pytest.raises(ValidationError) as info:
-        _Root.model_validate({
-            "learner": {"lr": -1, "stepz": 2},
-            "algorithm": {"preset": "grop"},
-            "tags": {1: 2, "ok": "many"},
-        })
+        _Root.model_validate(
+            {
+                "learner": {"lr": -1, "stepz": 2},
+                "algorithm": {"preset": "grop"},
+                "tags": {1: 2, "ok": "many"},
+            }
+        )
     explained = dict(pydantic_issues(info.value, _fields_at, {"name": "the run's name"}))
     assert explained == {
         ("name",): "missing required field (the run's name)",
@@ -195,17 +210,30 @@ def test_a_pydantic_error_is_explained_at_its_path():
     }
 
 
-@pytest.mark.parametrize(("error", "message"), [
-    ({"type": "float_parsing", "loc": ("lr",), "msg": "", "input": "abc"}, "expected a number, got 'abc'"),
-    ({"type": "less_than_equal", "loc": ("p",), "msg": "", "input": 2.5, "ctx": {"le": 1.0}}, "must be <= 1, got 2.5"),
-    ({"type": "literal_error", "loc": ("d",), "msg": "", "input": 0, "ctx": {"expected": "'a' or 'b'"}},
-     "expected 'a' or 'b', got 0"),
-    ({"type": "too_short", "loc": ("panels",), "msg": "", "input": [], "ctx": {"min_length": 1}}, "must not be empty"),
-    ({"type": "missing", "loc": ("a", "b"), "msg": "", "input": {}}, "missing required field"),
-    # anything else: pydantic's own text, lower-cased, on one line, with the value
-    ({"type": "url_parsing", "loc": ("u",), "msg": "Input should be\na valid URL", "input": "x"},
-     "input should be a valid URL, got 'x'"),
-])
+@pytest.mark.parametrize(
+    ("error", "message"),
+    [
+        ({"type": "float_parsing", "loc": ("lr",), "msg": "", "input": "abc"}, "expected a number, got 'abc'"),
+        (
+            {"type": "less_than_equal", "loc": ("p",), "msg": "", "input": 2.5, "ctx": {"le": 1.0}},
+            "must be <= 1, got 2.5",
+        ),
+        (
+            {"type": "literal_error", "loc": ("d",), "msg": "", "input": 0, "ctx": {"expected": "'a' or 'b'"}},
+            "expected 'a' or 'b', got 0",
+        ),
+        (
+            {"type": "too_short", "loc": ("panels",), "msg": "", "input": [], "ctx": {"min_length": 1}},
+            "must not be empty",
+        ),
+        ({"type": "missing", "loc": ("a", "b"), "msg": "", "input": {}}, "missing required field"),
+        # anything else: pydantic's own text, lower-cased, on one line, with the value
+        (
+            {"type": "url_parsing", "loc": ("u",), "msg": "Input should be\na valid URL", "input": "x"},
+            "input should be a valid URL, got 'x'",
+        ),
+    ],
+)
 def test_each_kind_of_pydantic_error_reads_as_a_sentence(error, message):
     assert explain_pydantic_error(error) == message
 

@@ -18,8 +18,13 @@ def test_problem_ids_depend_on_the_text_only_and_number_repeats():
 
 
 def test_a_resume_at_step_k_keeps_only_the_evals_before_k():
-    rows = ProblemResults(step=[0, 0, 2, 2, 4], problem_id=list("ababa"), correct=[0, 1, 1, 1, 0],
-                          length=[5, 6, 7, 8, 9], truncated=[0, 0, 0, 1, 0])
+    rows = ProblemResults(
+        step=[0, 0, 2, 2, 4],
+        problem_id=list("ababa"),
+        correct=[0, 1, 1, 1, 0],
+        length=[5, 6, 7, 8, 9],
+        truncated=[0, 0, 0, 1, 0],
+    )
     kept = rows.before(4)  # the eval at step 4 runs again after the resume
     assert kept.step == [0, 0, 2, 2] and kept.length == [5, 6, 7, 8] and len(rows) == 5
 

@@ -99,8 +99,14 @@ def test_seed_matrix_groups_runs_by_label_without_the_seed():
     def outcome(label, seed, status="FINISHED", value=float("nan")):
         return RunOutcome(label, label.split("/")[0], seed, f"k-{label}", status, eval_final=value, health="ok")
 
-    seeds, rows = seed_matrix([outcome("a/lr=1e-4/seed=0", 0, value=0.2), outcome("a/lr=1e-4/seed=1", 1, value=0.4),
-                               outcome("b/seed=0", 0, "FAILED"), outcome("b/seed=1", 1, "SKIPPED", 0.5)])
+    seeds, rows = seed_matrix(
+        [
+            outcome("a/lr=1e-4/seed=0", 0, value=0.2),
+            outcome("a/lr=1e-4/seed=1", 1, value=0.4),
+            outcome("b/seed=0", 0, "FAILED"),
+            outcome("b/seed=1", 1, "SKIPPED", 0.5),
+        ]
+    )
     assert seeds == [0, 1]
     (a, by_seed_a, mean_a), (b, by_seed_b, mean_b) = rows
     assert (a, sorted(by_seed_a), mean_a) == ("a/lr=1e-4", [0, 1], pytest.approx(0.3))
@@ -114,9 +120,21 @@ def test_the_summary_of_many_seeds_stays_readable_in_an_80_column_log():
     from workbench.cli.output import console
 
     arms = ("none", "pass_rate_filter", "curriculum")
-    outcomes = [RunOutcome(f"{arm}/seed={seed}", arm, seed, f"k-{arm}-{seed}", "FINISHED", eval_first=0.21,
-                           eval_final=0.25 + 0.001 * seed + 0.01 * i, health="ok", steps=100)
-                for i, arm in enumerate(arms) for seed in range(12)]
+    outcomes = [
+        RunOutcome(
+            f"{arm}/seed={seed}",
+            arm,
+            seed,
+            f"k-{arm}-{seed}",
+            "FINISHED",
+            eval_first=0.21,
+            eval_final=0.25 + 0.001 * seed + 0.01 * i,
+            health="ok",
+            steps=100,
+        )
+        for i, arm in enumerate(arms)
+        for seed in range(12)
+    ]
     with console.capture() as captured:
         print_summary("many-seeds", outcomes, "sqlite:///mlflow.db")
     text = captured.get()
@@ -137,9 +155,17 @@ def test_a_dead_run_process_is_described_by_its_exit_code():
 def test_parallel_runs_each_once_a_crash_stays_contained_and_rerun_skips_finished(workdir):
     uri = install_empty_mlflow_db(workdir)
     broken = broken_model_dir(workdir)
-    path = write_study(workdir / "study.yaml", "parallel", variants={
-        "a": {}, "b": {"learner": {"lr": 3.0e-4}}, "broken": {"model": {"path": str(broken), "builtin": None}},
-    }, seeds=[0, 1], exclude=[{"variant": "broken", "seed": 1}])
+    path = write_study(
+        workdir / "study.yaml",
+        "parallel",
+        variants={
+            "a": {},
+            "b": {"learner": {"lr": 3.0e-4}},
+            "broken": {"model": {"path": str(broken), "builtin": None}},
+        },
+        seeds=[0, 1],
+        exclude=[{"variant": "broken", "seed": 1}],
+    )
     specs = expand(load_study(path))
     assert len(specs) == 5
     broken_key = next(s.run_key for s in specs if s.variant == "broken")
@@ -172,6 +198,7 @@ def test_sigkill_of_a_run_process_and_ctrl_c_then_resume_finishes_every_run_once
     client = MlflowClient(uri)
     proc = spawn(workbench_cmd("run", path, "--parallel", 2, "--quiet"), workdir, workdir / "run.log")
     try:
+
         def in_progress():
             return [r for r in child_runs(client, "interrupted") if r.info.status == "RUNNING"]
 
@@ -179,8 +206,11 @@ def test_sigkill_of_a_run_process_and_ctrl_c_then_resume_finishes_every_run_once
         run_procs = [pid for pid in children(proc.pid) if "spawn_main" in cmdline(pid)]
         assert len(run_procs) == 2
         os.kill(run_procs[0], signal.SIGKILL)  # a run's process dies (think: the OOM killer) ...
-        wait_for(lambda: any(r.info.status == "FAILED" for r in child_runs(client, "interrupted")), 60,
-                 what="the killed run marked FAILED")
+        wait_for(
+            lambda: any(r.info.status == "FAILED" for r in child_runs(client, "interrupted")),
+            60,
+            what="the killed run marked FAILED",
+        )
         assert len(in_progress()) == 1  # ... and the other run goes on
         os.killpg(proc.pid, signal.SIGINT)  # then Ctrl-C in the terminal: the whole process group
         assert proc.wait(timeout=120) == 130, (workdir / "run.log").read_text()
@@ -221,8 +251,9 @@ def test_sigterm_stops_run_like_ctrl_c_releases_the_lock_and_resume_finishes_eve
     client = MlflowClient(uri)
     proc = spawn(workbench_cmd("run", path, "--parallel", parallel, "--quiet"), workdir, workdir / "run.log")
     try:
-        wait_for(lambda: any(r.info.status == "RUNNING" for r in child_runs(client, name)), 120,
-                 what="a run in progress")
+        wait_for(
+            lambda: any(r.info.status == "RUNNING" for r in child_runs(client, name)), 120, what="a run in progress"
+        )
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=120) == 130, (workdir / "run.log").read_text()
     finally:

@@ -102,16 +102,28 @@ def test_every_run_reads_back_the_same(in_study):
     rollouts_a, rollouts_b = read_rollouts(original, a.runs), read_rollouts(loaded, b.runs)  # every completion
     assert len(rollouts_a) > 0 and rollouts_a.attrs["manifests"]
     pd.testing.assert_frame_equal(by_key(rollouts_a, a.runs), by_key(rollouts_b, b.runs))
-    health = [{k: r for k, r in zip(f.runs["run_key"], reader.health_reports(f.runs).values(), strict=True)}
-              for reader, f in ((original, a), (loaded, b))]
+    health = [
+        {k: r for k, r in zip(f.runs["run_key"], reader.health_reports(f.runs).values(), strict=True)}
+        for reader, f in ((original, a), (loaded, b))
+    ]
     assert health[0] == health[1] and all(health[0].values())
     for role in ("run", "study"):  # raw tags and params, MLflow's own tags aside
         raw = []
         for reader in (original, loaded):
             rows, tags, params = reader.backend.runs(reader.experiment_id(STUDY), role)
-            raw.append(sorted((row.status, row.start_time, row.end_time, row.run_name,
-                               {k: v for k, v in tags[row.run_id].items() if not k.startswith("mlflow.")},
-                               params.get(row.run_id, {})) for row in rows.itertuples()))
+            raw.append(
+                sorted(
+                    (
+                        row.status,
+                        row.start_time,
+                        row.end_time,
+                        row.run_name,
+                        {k: v for k, v in tags[row.run_id].items() if not k.startswith("mlflow.")},
+                        params.get(row.run_id, {}),
+                    )
+                    for row in rows.itertuples()
+                )
+            )
         assert raw[0] == raw[1] and raw[0]
 
 
@@ -144,14 +156,20 @@ def test_run_on_the_loaded_store_runs_nothing_new(in_study, tmp_path, monkeypatc
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{db}")
     result = invoke("run", "study.yaml", "--quiet")
     assert result.exit_code == 0, result.output
-    statuses = sqlite3.connect(db).execute(
-        "SELECT r.status, COUNT(*) FROM runs r JOIN tags t ON t.run_uuid = r.run_uuid "
-        "AND t.key = 'workbench.role' AND t.value = 'run' GROUP BY r.status").fetchall()
+    statuses = (
+        sqlite3.connect(db)
+        .execute(
+            "SELECT r.status, COUNT(*) FROM runs r JOIN tags t ON t.run_uuid = r.run_uuid "
+            "AND t.key = 'workbench.role' AND t.value = 'run' GROUP BY r.status"
+        )
+        .fetchall()
+    )
     assert statuses == [("FINISHED", 4)]
     assert result.output.count("SKIPPED") >= 1
 
 
 # ---- bad input: one line, exit 2, nothing written ----------------------------------------------
+
 
 def broken_copy(export_dir: Path, tmp_path: Path, how: str) -> Path:
     out = tmp_path / "broken"
@@ -161,30 +179,37 @@ def broken_copy(export_dir: Path, tmp_path: Path, how: str) -> Path:
         (out / "metrics.parquet").unlink()
     elif how == "checksum":
         table = pq.read_table(out / RUNS)
-        pq.write_table(table.set_column(table.schema.get_field_index("status"), "status",
-                                        pa.array(["FAILED"] * table.num_rows)), out / RUNS)
+        pq.write_table(
+            table.set_column(table.schema.get_field_index("status"), "status", pa.array(["FAILED"] * table.num_rows)),
+            out / RUNS,
+        )
     elif how == "version":
         manifest["format_version"] = 99
     elif how == "not an export":
         (out / MANIFEST).unlink()
     elif how == "dangling run":
         table = pq.read_table(out / "problems.parquet")
-        pq.write_table(table.set_column(0, "run", pa.array([99] * table.num_rows, pa.int32())),
-                       out / "problems.parquet")
+        pq.write_table(
+            table.set_column(0, "run", pa.array([99] * table.num_rows, pa.int32())), out / "problems.parquet"
+        )
         manifest["files"]["problems.parquet"]["sha256"] = hashlib.sha256(
-            (out / "problems.parquet").read_bytes()).hexdigest()
+            (out / "problems.parquet").read_bytes()
+        ).hexdigest()
     if how != "not an export":
         (out / MANIFEST).write_text(json.dumps(manifest))
     return out
 
 
-@pytest.mark.parametrize(("how", "names"), [
-    ("not an export", "is not a workbench study export: no manifest.json"),
-    ("missing file", "metrics.parquet: missing"),
-    ("checksum", "runs.parquet: checksum mismatch"),
-    ("version", "manifest.json: format version 99 is not one this workbench reads"),
-    ("dangling run", "problems.parquet: row 0 names run 99"),
-])
+@pytest.mark.parametrize(
+    ("how", "names"),
+    [
+        ("not an export", "is not a workbench study export: no manifest.json"),
+        ("missing file", "metrics.parquet: missing"),
+        ("checksum", "runs.parquet: checksum mismatch"),
+        ("version", "manifest.json: format version 99 is not one this workbench reads"),
+        ("dangling run", "problems.parquet: row 0 names run 99"),
+    ],
+)
 def test_a_bad_export_is_one_line_and_writes_nothing(in_study, tmp_path, how, names):
     _, export_dir, _ = in_study
     broken = broken_copy(export_dir, tmp_path, how)
@@ -200,8 +225,9 @@ def test_a_bad_export_is_one_line_and_writes_nothing(in_study, tmp_path, how, na
 
 def test_options_of_framework_imports_are_refused_for_an_export(in_study, tmp_path):
     _, export_dir, _ = in_study
-    result = invoke("import", "workbench", export_dir, "--study", "other", "--tracking-uri",
-                    f"sqlite:///{tmp_path / 'x.db'}")
+    result = invoke(
+        "import", "workbench", export_dir, "--study", "other", "--tracking-uri", f"sqlite:///{tmp_path / 'x.db'}"
+    )
     assert result.exit_code == 2 and "--study: not for a workbench export" in result.output
     assert not (tmp_path / "x.db").exists()
 
@@ -220,6 +246,7 @@ def test_an_experiment_that_is_not_a_study_is_refused_before_writing(in_study, t
 
 
 # ---- workbench run --export ----------------------------------------------------------------------
+
 
 def test_run_with_export_writes_it_after_each_run_and_at_the_end(in_study, tmp_path, monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
@@ -257,8 +284,9 @@ def _reloads():
 
 
 @pytest.mark.parametrize(("study", "export", "runs"), list(_reloads()))
-def test_a_committed_export_loads_into_a_fresh_store_and_reproduces_its_table(tmp_path, monkeypatch, study, export,
-                                                                              runs):
+def test_a_committed_export_loads_into_a_fresh_store_and_reproduces_its_table(
+    tmp_path, monkeypatch, study, export, runs
+):
     """The acceptance test of issue #37: `compare --format md` on the loaded store prints, byte for byte, the
     table `compare` printed on the study's original store (committed beside the export as compare.md). #52: the
     page re-derived from the export has no row whose printed interval contradicts its verdict, in its tables or
@@ -278,4 +306,3 @@ def test_a_committed_export_loads_into_a_fresh_store_and_reproduces_its_table(tm
     assert len(table_rows(table.stdout)) == interval_cells(table.stdout)  # every interval read, then checked
     assert page_contradictions(table.stdout) == []
     assert table.stdout == (directory / "compare.md").read_text()
-

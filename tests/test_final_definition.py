@@ -19,16 +19,23 @@ from workbench.metrics.final import FINAL_EVAL_DEFINITION, final_eval_value, fin
 
 
 def history_of(run_id: str, evals: list[tuple[int, float]]) -> pd.DataFrame:
-    return pd.DataFrame([{"run_id": run_id, "variant": "grpo", "seed": 0, "step": s, "metric": "eval/accuracy",
-                          "value": v} for s, v in evals])
+    return pd.DataFrame(
+        [
+            {"run_id": run_id, "variant": "grpo", "seed": 0, "step": s, "metric": "eval/accuracy", "value": v}
+            for s, v in evals
+        ]
+    )
 
 
-@pytest.mark.parametrize("evals", [
-    [(0, 0.300), (10, 0.327), (20, 0.360)],  # the 20-step run, an eval every 10
-    [(0, 0.3), (50, 0.458), (100, 0.49), (150, 0.533), (200, 0.543), (250, 0.58)],  # the README's demo curve
-    [(0, 0.3), (7, 0.41)],  # stopped early: one eval after step 0
-    [(0, 0.3)],  # never trained: no final
-])
+@pytest.mark.parametrize(
+    "evals",
+    [
+        [(0, 0.300), (10, 0.327), (20, 0.360)],  # the 20-step run, an eval every 10
+        [(0, 0.3), (50, 0.458), (100, 0.49), (150, 0.533), (200, 0.543), (250, 0.58)],  # the README's demo curve
+        [(0, 0.3), (7, 0.41)],  # stopped early: one eval after step 0
+        [(0, 0.3)],  # never trained: no final
+    ],
+)
 def test_run_and_compare_give_a_run_the_same_final(evals):
     _, _, run_final = eval_endpoints(evals)
     compare_final = summarize_runs(history_of("r", evals), None, ["final_eval_accuracy"])["final_eval_accuracy"][0]
@@ -50,8 +57,18 @@ def test_the_end_of_run_table_prints_final_and_says_what_it_is(monkeypatch):
     out = io.StringIO()
     monkeypatch.setattr(cli_main, "console", Console(file=out, width=200, color_system=None))
     first, last, final = eval_endpoints([(0, 0.300), (10, 0.327), (20, 0.360)])
-    outcome = RunOutcome("grpo/seed=0", "grpo", 0, "k", "FINISHED", eval_first=first, eval_last=last,
-                         eval_final=final, steps=20, health="ok")
+    outcome = RunOutcome(
+        "grpo/seed=0",
+        "grpo",
+        0,
+        "k",
+        "FINISHED",
+        eval_first=first,
+        eval_last=last,
+        eval_final=final,
+        steps=20,
+        health="ok",
+    )
     cli_main.print_summary("s", [outcome], "sqlite:///mlflow.db")
     text = out.getvalue()
     assert "eval final" in text and "eval last" not in text
@@ -75,10 +92,10 @@ def test_leaving_step_0_out_removes_the_shrinkage_of_short_runs():
 
     base, variant = curve(0.04), curve(0.04 + effect)
     with_step_0 = (variant.mean(axis=1) - base.mean(axis=1)).mean()
-    final = np.array([final_eval_value(steps, v) - final_eval_value(steps, b) for v, b in zip(variant, base,
-                                                                                                strict=True)]).mean()
-    print(f"\nmean Δ, true {effect}: last 3 evals with step 0 {with_step_0:.4f}; "
-          f"{FINAL_EVAL_DEFINITION} {final:.4f}")
+    final = np.array(
+        [final_eval_value(steps, v) - final_eval_value(steps, b) for v, b in zip(variant, base, strict=True)]
+    ).mean()
+    print(f"\nmean Δ, true {effect}: last 3 evals with step 0 {with_step_0:.4f}; {FINAL_EVAL_DEFINITION} {final:.4f}")
     # Monte-Carlo SE of each mean Δ: sqrt(2 x 0.02^2 / 2 / 2000) ~ 4.5e-4 (0.02 noise, 2-eval means, 2000 pairs);
     # 5 SE = 0.0022
     assert abs(final - effect) < 0.0022

@@ -19,8 +19,9 @@ ROOT = Path(__file__).parents[1]
 @pytest.mark.parametrize("part", PARTS, ids=lambda p: f"{p.path}:{p.block or 'whole file'}")
 def test_generated_part_matches_its_source(part):
     text = (ROOT / part.path).read_text()
-    assert part.current(text).strip("\n") == part.render().strip("\n"), \
+    assert part.current(text).strip("\n") == part.render().strip("\n"), (
         f"{part.path}: the {part.block or 'file'} is out of date: run `{REGENERATE}`"
+    )
 
 
 def copy_docs(tmp_path: Path) -> Path:

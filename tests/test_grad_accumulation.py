@@ -33,14 +33,17 @@ def algo(agg_mode: str, loss: str = "ppo_clip", **extra) -> AlgorithmConfig:
     return AlgorithmConfig(preset="grpo", loss=loss, agg_mode=agg_mode, **clips, **extra)
 
 
-@pytest.mark.parametrize(("agg_mode", "loss", "expected"), [
-    ("token-mean", "ppo_clip", [4 / 6, 2 / 6]),  # tokens: 4 of 6, 2 of 6
-    ("token-sum", "ppo_clip", [1.0, 1.0]),  # a plain sum needs no weights
-    ("seq-mean-token-mean", "ppo_clip", [2 / 3, 1 / 3]),  # non-empty sequences: 2 of 3, 1 of 3
-    ("seq-mean-token-sum", "ppo_clip", [2 / 3, 1 / 3]),
-    ("seq-mean-token-sum-norm", "ppo_clip", [2 / 3, 1 / 3]),  # the constant cancels
-    ("seq-mean-token-mean", "gmpo", [2 / 4, 2 / 4]),  # gmpo: mean over all 4 sequences, empty ones too
-])
+@pytest.mark.parametrize(
+    ("agg_mode", "loss", "expected"),
+    [
+        ("token-mean", "ppo_clip", [4 / 6, 2 / 6]),  # tokens: 4 of 6, 2 of 6
+        ("token-sum", "ppo_clip", [1.0, 1.0]),  # a plain sum needs no weights
+        ("seq-mean-token-mean", "ppo_clip", [2 / 3, 1 / 3]),  # non-empty sequences: 2 of 3, 1 of 3
+        ("seq-mean-token-sum", "ppo_clip", [2 / 3, 1 / 3]),
+        ("seq-mean-token-sum-norm", "ppo_clip", [2 / 3, 1 / 3]),  # the constant cancels
+        ("seq-mean-token-mean", "gmpo", [2 / 4, 2 / 4]),  # gmpo: mean over all 4 sequences, empty ones too
+    ],
+)
 def test_micro_shares_by_hand(agg_mode, loss, expected):
     """Each micro-batch's weight is its normaliser over the minibatch's (KL uses agg_mode, even for gmpo)."""
     shares = micro_shares(algo(agg_mode, loss), HAND_MASK, [2, 2])
@@ -55,16 +58,30 @@ def test_micro_batch_without_loss_tokens_gets_weight_zero():
 
 
 def minibatch_loss(a: AlgorithmConfig, logp, old, adv, mask, isw, ref, kl_coef):
-    policy, _ = compute_policy_loss(a.loss, logp, old, adv, mask, agg_mode=a.agg_mode, norm_constant=a.norm_constant,
-                                    is_weights=isw, **a.loss_kwargs())
+    policy, _ = compute_policy_loss(
+        a.loss,
+        logp,
+        old,
+        adv,
+        mask,
+        agg_mode=a.agg_mode,
+        norm_constant=a.norm_constant,
+        is_weights=isw,
+        **a.loss_kwargs(),
+    )
     kl = aggregate_loss(kl_penalty(logp, ref, "k3"), mask, a.agg_mode, norm_constant=a.norm_constant)
     return policy, kl_coef * kl
 
 
 @settings(max_examples=25, deadline=None)
-@given(seed=st.integers(0, 2**31 - 1), batch=st.integers(2, 7), length=st.integers(1, 6),
-       micro=st.integers(1, 6), agg_mode=st.sampled_from(AGG_MODES.names()),
-       loss=st.sampled_from(POLICY_LOSSES.names()))
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    batch=st.integers(2, 7),
+    length=st.integers(1, 6),
+    micro=st.integers(1, 6),
+    agg_mode=st.sampled_from(AGG_MODES.names()),
+    loss=st.sampled_from(POLICY_LOSSES.names()),
+)
 def test_weighted_micro_gradients_sum_to_the_minibatch_gradient(seed, batch, length, micro, agg_mode, loss):
     """Property, every agg mode × loss: Σ_k w_k ∇loss_k = ∇loss(minibatch), to float64 rounding."""
     gen = torch.Generator().manual_seed(seed)
@@ -94,8 +111,9 @@ def test_weighted_micro_gradients_sum_to_the_minibatch_gradient(seed, batch, len
     # float64. Each gradient element and the loss are sums of at most batch·length ≤ 42 per-token terms,
     # each the end of ≤ 10 rounded operations, of size ≤ |adv|·isw·ratio + kl_coef·(k3 and its slope),
     # bounded from the drawn values below: (42 + 10)·eps64·magnitude, ≈ 1e-13 at magnitude 10.
-    magnitude = (float(adv.abs().max()) * float(isw.max()) * float((new - old).abs().max().exp())
-                 + 0.3 * float((ref - new).abs().max().exp()))
+    magnitude = float(adv.abs().max()) * float(isw.max()) * float((new - old).abs().max().exp()) + 0.3 * float(
+        (ref - new).abs().max().exp()
+    )
     tol = order_tolerance(batch * length + 10, magnitude, EPS64)
     assert torch.allclose(accumulated, whole.grad, atol=tol, rtol=0)
     assert total == pytest.approx(float((pol + kl).detach()), abs=tol)
@@ -114,8 +132,9 @@ def update_once(setup, a: AlgorithmConfig, micro: int | None, ref_shift: float |
     model, rollouts, advantages = setup
     learner = GradRecordingLearner(copy.deepcopy(model), LearnerConfig(lr=1e-2, micro_batch_size=micro))
     ref = None if ref_shift is None else rollouts.sampler_logp - ref_shift
-    metrics = policy_update(learner, TrainBatch.of(rollouts, advantages, ref_logp=ref), a, 1.0,
-                            torch.Generator().manual_seed(0))
+    metrics = policy_update(
+        learner, TrainBatch.of(rollouts, advantages, ref_logp=ref), a, 1.0, torch.Generator().manual_seed(0)
+    )
     return learner, metrics
 
 
@@ -148,7 +167,15 @@ def test_accumulated_update_equals_the_unsplit_update(setup, agg_mode, shape):
     # their normaliser) or, for grad/norm, a norm of gradient elements each within that relative bound:
     # the same relative bound, with an absolute floor for values near 0.
     rel = order_tolerance(operands, 1.0)
-    for key in ("loss/policy", "grad/norm", "clip/frac", "policy/approx_kl", "policy/ratio_mean",
-                "policy/ratio_max", "entropy/mean", "mismatch/kl"):
+    for key in (
+        "loss/policy",
+        "grad/norm",
+        "clip/frac",
+        "policy/approx_kl",
+        "policy/ratio_mean",
+        "policy/ratio_max",
+        "entropy/mean",
+        "mismatch/kl",
+    ):
         assert m_split[key] == pytest.approx(m_plain[key], rel=rel, abs=rel), key
     assert m_split["train/optimizer_steps"] == m_plain["train/optimizer_steps"]

@@ -62,10 +62,7 @@ def imported_modules(path: Path, root: Path, known: set[str], *, runtime_only: b
             else:
                 base = node.module or ""
             # `from pkg import name` needs pkg.name when that is a submodule, else pkg's namespace.
-            targets = [
-                f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base
-                for alias in node.names
-            ]
+            targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base for alias in node.names]
         else:
             continue
         for target in targets:
@@ -100,7 +97,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
                 state[path.pop()] = done
                 stack.pop()
             elif state[nxt] == on_path:
-                return path[path.index(nxt):] + [nxt]
+                return path[path.index(nxt) :] + [nxt]
             elif state[nxt] == unvisited:
                 state[nxt] = on_path
                 path.append(nxt)
@@ -186,23 +183,30 @@ def upward_imports(graph: dict[str, set[str]], layers=LAYERS) -> list[tuple[str,
 
 
 def test_upward_imports_are_found():
-    graph = {"workbench.cli.main": {"workbench.config"}, "workbench.config": {"workbench.cli.main"},
-             "workbench.health.rules": {"workbench.reward.verify"}}
-    assert upward_imports(graph) == [("workbench.config", "workbench.cli.main"),
-                                     ("workbench.health.rules", "workbench.reward.verify")]
+    graph = {
+        "workbench.cli.main": {"workbench.config"},
+        "workbench.config": {"workbench.cli.main"},
+        "workbench.health.rules": {"workbench.reward.verify"},
+    }
+    assert upward_imports(graph) == [
+        ("workbench.config", "workbench.cli.main"),
+        ("workbench.health.rules", "workbench.reward.verify"),
+    ]
 
 
 def test_every_part_has_a_layer():
     parts = {part_of(module) for module in import_graph()} - {None}
     layered = {part for layer in LAYERS for part in layer}
-    assert parts == layered, f"parts without a layer: {sorted(parts - layered)}; layers naming no part: " \
-                             f"{sorted(layered - parts)}"
+    assert parts == layered, (
+        f"parts without a layer: {sorted(parts - layered)}; layers naming no part: {sorted(layered - parts)}"
+    )
 
 
 def test_no_import_points_up_the_layers():
     bad = upward_imports(import_graph(runtime_only=True))
     assert not bad, "imports against the layer order (tests/test_import_graph.py LAYERS):\n" + "\n".join(
-        f"  {a} -> {b}" for a, b in bad)
+        f"  {a} -> {b}" for a, b in bad
+    )
 
 
 def unexplained_local_imports(path: Path, repo: Path = PACKAGE_ROOT.parent) -> list[str]:
@@ -215,8 +219,12 @@ def unexplained_local_imports(path: Path, repo: Path = PACKAGE_ROOT.parent) -> l
         if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
         for node in ast.walk(function):
-            ours = (isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("workbench"))
-                    or isinstance(node, ast.Import) and any(a.name.startswith("workbench") for a in node.names))
+            ours = (
+                isinstance(node, ast.ImportFrom)
+                and (node.level or (node.module or "").startswith("workbench"))
+                or isinstance(node, ast.Import)
+                and any(a.name.startswith("workbench") for a in node.names)
+            )
             if ours and "#" not in lines[node.lineno - 1]:
                 bad.append(f"{path.relative_to(repo)}:{node.lineno}: {lines[node.lineno - 1].strip()}")
     return bad
@@ -224,8 +232,9 @@ def unexplained_local_imports(path: Path, repo: Path = PACKAGE_ROOT.parent) -> l
 
 def test_unexplained_local_imports_are_found(tmp_path):
     module = tmp_path / "m.py"
-    module.write_text("def f():\n    from workbench.a import b\n    from workbench.c import d  # deferred: torch\n"
-                      "    import json\n")
+    module.write_text(
+        "def f():\n    from workbench.a import b\n    from workbench.c import d  # deferred: torch\n    import json\n"
+    )
     assert unexplained_local_imports(module, tmp_path) == ["m.py:2: from workbench.a import b"]
 
 
@@ -252,7 +261,7 @@ def handed_on_names(path: Path, root: Path = PACKAGE_ROOT) -> dict[str, str]:
     noqa: set[str] = set()
     for node in tree.body:
         if isinstance(node, (ast.Import, ast.ImportFrom)):
-            span = " ".join(lines[node.lineno - 1: node.end_lineno])
+            span = " ".join(lines[node.lineno - 1 : node.end_lineno])
             source_module = node.module or "" if isinstance(node, ast.ImportFrom) else ""
             if isinstance(node, ast.ImportFrom) and node.level:
                 base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
@@ -260,20 +269,30 @@ def handed_on_names(path: Path, root: Path = PACKAGE_ROOT) -> dict[str, str]:
             for alias in node.names:
                 name = alias.asname or alias.name.split(".")[0]
                 submodule = f"{source_module}.{alias.name}"  # `from . import trl`: the submodule is its home
-                is_module = (root.parent / submodule.replace(".", "/")).with_suffix(".py").exists() or \
-                    (root.parent / submodule.replace(".", "/") / "__init__.py").exists()
+                is_module = (root.parent / submodule.replace(".", "/")).with_suffix(".py").exists() or (
+                    root.parent / submodule.replace(".", "/") / "__init__.py"
+                ).exists()
                 imported[name] = submodule if isinstance(node, ast.ImportFrom) and is_module else source_module
                 if "noqa: F401" in span:
                     noqa.add(name)
     handed = {name: imported[name] for name in noqa}
     for node in tree.body:
         if isinstance(node, ast.Assign) and isinstance(node.value, ast.Name) and node.value.id in imported:
-            handed.update({target.id: imported[node.value.id] for target in node.targets
-                           if isinstance(target, ast.Name)})
-        if (isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__all__" for t in node.targets)
-                and isinstance(node.value, (ast.List, ast.Tuple))):
-            handed.update({elt.value: imported[elt.value] for elt in node.value.elts
-                           if isinstance(elt, ast.Constant) and elt.value in imported})
+            handed.update(
+                {target.id: imported[node.value.id] for target in node.targets if isinstance(target, ast.Name)}
+            )
+        if (
+            isinstance(node, ast.Assign)
+            and any(getattr(t, "id", None) == "__all__" for t in node.targets)
+            and isinstance(node.value, (ast.List, ast.Tuple))
+        ):
+            handed.update(
+                {
+                    elt.value: imported[elt.value]
+                    for elt in node.value.elts
+                    if isinstance(elt, ast.Constant) and elt.value in imported
+                }
+            )
     return handed
 
 
@@ -304,24 +323,32 @@ def test_handed_on_names_are_found(tmp_path):
         "from .c import four\n"
         "__all__ = ['one', 'own']\n"
         "alias = two\n"
-        "own = four()\n")
+        "own = four()\n"
+    )
     assert handed_on_names(package / "m.py", package) == {
-        "one": "workbench.a", "alias": "workbench.a", "three": "workbench.b"}
+        "one": "workbench.a",
+        "alias": "workbench.a",
+        "three": "workbench.b",
+    }
 
 
 def test_no_re_export_shims():
     """Every name a module hands on is imported from it somewhere (package, tests, benchmarks,
     dashboards); a name nobody takes from there is a shim: import it from its real home."""
     repo = PACKAGE_ROOT.parent
-    files = [path for folder in ("workbench", "tests", "benchmarks", "dashboards")
-             for path in (repo / folder).rglob("*.py")]
+    files = [
+        path for folder in ("workbench", "tests", "benchmarks", "dashboards") for path in (repo / folder).rglob("*.py")
+    ]
     unused, foreign = [], []
     for path in sorted(PACKAGE_ROOT.rglob("*.py")):
         module = module_name(path, PACKAGE_ROOT)
         handed = handed_on_names(path)
         if path.name == "__init__.py":  # the front door: its own submodules' names only
-            foreign += [f"{module}.{name} (from {home})" for name, home in sorted(handed.items())
-                        if not home.startswith(module + ".")]
+            foreign += [
+                f"{module}.{name} (from {home})"
+                for name, home in sorted(handed.items())
+                if not home.startswith(module + ".")
+            ]
         elif handed:
             taken = names_imported_from(module, files)
             unused += [f"{module}.{name}" for name in sorted(set(handed) - taken)]
@@ -336,11 +363,14 @@ def test_import_workbench_and_the_cli_stay_light():
     import sys
 
     heavy = ("scipy", "statsmodels", "torch", "transformers", "plotly", "mlflow")
-    code = ("import sys, workbench, workbench.cli.main; "
-            f"print(','.join(m for m in {heavy!r} if m in sys.modules)); "
-            "from workbench import load_study; print(load_study.__module__)")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                          cwd=PACKAGE_ROOT.parent)
+    code = (
+        "import sys, workbench, workbench.cli.main; "
+        f"print(','.join(m for m in {heavy!r} if m in sys.modules)); "
+        "from workbench import load_study; print(load_study.__module__)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=PACKAGE_ROOT.parent
+    )
     loaded, home = done.stdout.splitlines()
     assert loaded == "", f"import workbench.cli.main loaded {loaded}"
     assert home == "workbench.notebook.study"

@@ -21,9 +21,11 @@ lines = st.one_of(
     st.just(b'{"prompt": "\xff", "answer": "1"}'),
     st.just(b"[1, 2]"),
     st.binary(max_size=30),
-    st.builds(lambda p, a: json.dumps({"prompt": p, "answer": a}).encode(),
-              st.one_of(st.text(max_size=5), st.integers(), st.none()),
-              st.one_of(st.text(max_size=5), st.integers(), st.floats(allow_nan=False), st.booleans())),
+    st.builds(
+        lambda p, a: json.dumps({"prompt": p, "answer": a}).encode(),
+        st.one_of(st.text(max_size=5), st.integers(), st.none()),
+        st.one_of(st.text(max_size=5), st.integers(), st.floats(allow_nan=False), st.booleans()),
+    ),
 )
 
 
@@ -54,13 +56,19 @@ def test_any_bytes_give_problems_or_one_line_naming_file_and_line(tmp_path, rows
         assert [n for n, _ in numbered] == sorted({n for n, _ in numbered})
 
 
-@pytest.mark.parametrize(("content", "message"), [
-    (b'{"prompt": "a", "answer": "1"}\n{"prompt": "b", "answer": true}\n', ":2: 'answer' must be a non-empty string"),
-    (b'{"prompt": "a", "answer": "1", "solution": 3}\n', ":1: 'solution' must be a string"),
-    (b'\n\n{"prompt": "a"\n', ":3: invalid JSON"),
-    (b'{"prompt": "a", "answer": "1"}\n\xef\xbb\xbf{"prompt": "b", "answer": "1"}\n', ":2: invalid JSON"),
-    (b"\n  \n", "no problems found"),
-])
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (
+            b'{"prompt": "a", "answer": "1"}\n{"prompt": "b", "answer": true}\n',
+            ":2: 'answer' must be a non-empty string",
+        ),
+        (b'{"prompt": "a", "answer": "1", "solution": 3}\n', ":1: 'solution' must be a string"),
+        (b'\n\n{"prompt": "a"\n', ":3: invalid JSON"),
+        (b'{"prompt": "a", "answer": "1"}\n\xef\xbb\xbf{"prompt": "b", "answer": "1"}\n', ":2: invalid JSON"),
+        (b"\n  \n", "no problems found"),
+    ],
+)
 def test_hand_written_bad_files(tmp_path, content, message):
     path = tmp_path / "d.jsonl"
     path.write_bytes(content)

@@ -20,9 +20,18 @@ def unused_unit_knobs(**algorithm) -> list[str]:
 
 def test_the_gated_keys_are_the_registered_facts():
     # the ten keys compare gated when it listed them by hand (before the registries declared them)
-    assert gated_keys() == {"algorithm.clip_low", "algorithm.clip_high", "algorithm.dual_clip", "algorithm.correction",
-                            "algorithm.correction_cap", "algorithm.batch_filter", "algorithm.filter_on",
-                            "algorithm.max_sampling_rounds", "algorithm.token_filters", "reward.shaping"}
+    assert gated_keys() == {
+        "algorithm.clip_low",
+        "algorithm.clip_high",
+        "algorithm.dual_clip",
+        "algorithm.correction",
+        "algorithm.correction_cap",
+        "algorithm.batch_filter",
+        "algorithm.filter_on",
+        "algorithm.max_sampling_rounds",
+        "algorithm.token_filters",
+        "reward.shaping",
+    }
 
 
 def test_every_declared_key_is_a_config_field():
@@ -36,15 +45,19 @@ def test_every_declared_key_is_a_config_field():
 def test_a_kinds_settings_drive_both_the_gate_and_the_lint(monkeypatch):
     assert "algorithm.correction_cap" in gated_keys()
     assert unused_unit_knobs(correction_cap=5.0) == ["algorithm.correction_cap=5"]
-    knob = changed_knobs({"algorithm.correction": "tis", "algorithm.correction_cap": 5.0},
-                         {"algorithm.correction": "tis", "algorithm.correction_cap": 2.0})
+    knob = changed_knobs(
+        {"algorithm.correction": "tis", "algorithm.correction_cap": 5.0},
+        {"algorithm.correction": "tis", "algorithm.correction_cap": 2.0},
+    )
     assert [(k.label, k.activity.metric) for k in knob] == [("correction_cap (tis)", "mismatch/is_clipped_frac")]
 
     monkeypatch.setattr(IS_CORRECTIONS, "settings", ())  # the kind declares no setting any more
     assert "algorithm.correction_cap" not in gated_keys()
     assert unused_unit_knobs(correction_cap=5.0) == []
-    knob = changed_knobs({"algorithm.correction": "tis", "algorithm.correction_cap": 5.0},
-                         {"algorithm.correction": "tis", "algorithm.correction_cap": 2.0})
+    knob = changed_knobs(
+        {"algorithm.correction": "tis", "algorithm.correction_cap": 5.0},
+        {"algorithm.correction": "tis", "algorithm.correction_cap": 2.0},
+    )
     assert [(k.label, k.activity) for k in knob] == [("algorithm.correction_cap", None)]  # ungated: always tested
 
 

@@ -56,8 +56,12 @@ def test_sampled_tokens_and_logprobs_match_generate(policy, temperature, top_p):
     model, tok = policy
     ref, lean = both(model, tok, group_size=4, temperature=temperature, top_p=top_p)
     assert ref.completion_ids.shape[0] == lean.completion_ids.shape[0] == 24
-    same_rows = [i for i in range(24) if ref.completion_ids.shape == lean.completion_ids.shape
-                 and torch.equal(ref.completion_ids[i], lean.completion_ids[i])]
+    same_rows = [
+        i
+        for i in range(24)
+        if ref.completion_ids.shape == lean.completion_ids.shape
+        and torch.equal(ref.completion_ids[i], lean.completion_ids[i])
+    ]
     assert len(same_rows) >= 22
     tol = cache_order_tolerance(model, ref, temperature)
     rows = torch.tensor(same_rows)
@@ -96,7 +100,7 @@ def test_finished_rows_get_pad_and_decoding_stops_when_all_are_done(policy):
     assert lean.completion_ids.shape[1] < 40  # every row ended before the budget: the loop stopped early
     assert lean.completion_ids.shape == ref.completion_ids.shape
     for row, mask in zip(lean.completion_ids, lean.mask, strict=True):
-        after = row[int(mask.sum()):]
+        after = row[int(mask.sum()) :]
         assert (after == tok.pad_token_id).all()
 
 

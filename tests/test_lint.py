@@ -35,41 +35,53 @@ def findings(rule: str, cfg: RunConfig) -> list[tuple[str, str]]:
 # rule -> (a config where a knob cannot act, the knob named, a config where it can)
 CASES = {
     "clip_with_one_step": (
-        config(algorithm={"preset": "dapo", "minibatches": 1}), "algorithm.clip_high=0.28",
+        config(algorithm={"preset": "dapo", "minibatches": 1}),
+        "algorithm.clip_high=0.28",
         config(algorithm={"preset": "dapo", "minibatches": 2}),
     ),
     "correction_without_mismatch": (
-        config(algorithm={"correction": "tis"}), "algorithm.correction=tis",
+        config(algorithm={"correction": "tis"}),
+        "algorithm.correction=tis",
         config(algorithm={"correction": "tis"}, sampler={"dtype": "bfloat16"}),
     ),
     "knob_of_an_unused_unit": (
-        config(algorithm={"kl_estimator": "k1"}), "algorithm.kl_estimator=k1",
+        config(algorithm={"kl_estimator": "k1"}),
+        "algorithm.kl_estimator=k1",
         config(algorithm={"kl_estimator": "k1", "kl_coef": 0.01}),
     ),
     "filter_without_refill": (
-        config(algorithm={"preset": "dapo", "max_sampling_rounds": 1, "minibatches": 2}), "algorithm.batch_filter=zero_std",
+        config(algorithm={"preset": "dapo", "max_sampling_rounds": 1, "minibatches": 2}),
+        "algorithm.batch_filter=zero_std",
         config(algorithm={"preset": "dapo", "max_sampling_rounds": 2, "minibatches": 2}),
     ),
     "path_of_another_engine": (
-        config(sampler={"backend": "vllm", "decode": "generate"}), "sampler.decode=generate",
+        config(sampler={"backend": "vllm", "decode": "generate"}),
+        "sampler.decode=generate",
         config(sampler={"backend": "hf", "decode": "generate"}),
     ),
     "overlap_with_a_batch_filter": (
-        config(algorithm={"preset": "dapo", "minibatches": 2}, reward={"overlap": True}), "reward.overlap=true",
+        config(algorithm={"preset": "dapo", "minibatches": 2}, reward={"overlap": True}),
+        "reward.overlap=true",
         config(algorithm={"preset": "grpo"}, reward={"overlap": True}),
     ),
     "group_of_one": (
-        config(rollout={"group_size": 1}), "algorithm.estimator=grpo",
+        config(rollout={"group_size": 1}),
+        "algorithm.estimator=grpo",
         config(rollout={"group_size": 2}),
     ),
     "lr_below_weight_precision": (
-        config(learner={"dtype": "bfloat16", "lr": 1e-6}), "learner.lr=1e-06",
+        config(learner={"dtype": "bfloat16", "lr": 1e-6}),
+        "learner.lr=1e-06",
         config(learner={"backend": "deepspeed", "dtype": "bfloat16", "lr": 1e-6}),
     ),
     "template_on_the_chat_path": (
-        config(model={"builtin": None, "path": "/models/qwen", "chat_template": "auto", "prompt_template": "qwen_math"}),
+        config(
+            model={"builtin": None, "path": "/models/qwen", "chat_template": "auto", "prompt_template": "qwen_math"}
+        ),
         "model.prompt_template=qwen_math",
-        config(model={"builtin": None, "path": "/models/qwen", "chat_template": "none", "prompt_template": "qwen_math"}),
+        config(
+            model={"builtin": None, "path": "/models/qwen", "chat_template": "none", "prompt_template": "qwen_math"}
+        ),
     ),
     "shaping_that_cannot_trigger": (
         config(reward={"shaping": [{"name": "overlong_soft", "params": {"max_length": 20, "cache_length": 4}}]}),
@@ -103,8 +115,9 @@ def test_bf16_weights_do_not_move_at_the_flagged_lr():
     import torch
 
     def moved(dtype: torch.dtype) -> float:
-        weights = torch.nn.Parameter((torch.randn(100_000, generator=torch.Generator().manual_seed(0)) * 0.02)
-                                     .to(dtype))
+        weights = torch.nn.Parameter(
+            (torch.randn(100_000, generator=torch.Generator().manual_seed(0)) * 0.02).to(dtype)
+        )
         before = weights.detach().clone()
         optimizer = torch.optim.AdamW([weights], lr=1e-6, weight_decay=0.0)
         weights.grad = torch.ones_like(weights)
@@ -138,14 +151,18 @@ def test_clip_rule_names_dual_clip_and_the_reason():
 
 def test_clip_range_of_a_loss_without_one():
     cfg = config(algorithm={"loss": "reinforce", "clip_high": 0.28, "minibatches": 4})
-    assert findings("clip_with_one_step", cfg) == [("algorithm.clip_high=0.28", "algorithm.loss reinforce has no clip range")]
+    assert findings("clip_with_one_step", cfg) == [
+        ("algorithm.clip_high=0.28", "algorithm.loss reinforce has no clip range")
+    ]
 
 
 def test_an_unset_clip_range_is_not_a_knob():
     """A preset whose loss has no clip range (sapo) leaves clip_low/high unset: nothing to warn about."""
     assert findings("clip_with_one_step", config(algorithm={"preset": "sapo", "minibatches": 4})) == []
     cfg = config(algorithm={"preset": "sapo", "clip_high": 0.28})
-    assert findings("clip_with_one_step", cfg) == [("algorithm.clip_high=0.28", "algorithm.loss sapo has no clip range")]
+    assert findings("clip_with_one_step", cfg) == [
+        ("algorithm.clip_high=0.28", "algorithm.loss sapo has no clip range")
+    ]
 
 
 def test_rules_are_pure_and_return_findings():
@@ -159,17 +176,33 @@ def test_rules_are_pure_and_return_findings():
 
 
 def test_correction_acts_with_top_p_or_another_engine():
-    assert findings("correction_without_mismatch", config(algorithm={"correction": "tis"}, sampler={"top_p": 0.9})) == []
-    assert findings("correction_without_mismatch",
-                    config(algorithm={"correction": "tis"}, sampler={"backend": "vllm"})) == []
+    assert (
+        findings("correction_without_mismatch", config(algorithm={"correction": "tis"}, sampler={"top_p": 0.9})) == []
+    )
+    assert (
+        findings("correction_without_mismatch", config(algorithm={"correction": "tis"}, sampler={"backend": "vllm"}))
+        == []
+    )
 
 
 def test_unused_unit_settings_hand_listed():
-    cfg = config(algorithm={"kl_in": "reward", "correction_cap": 5.0, "max_sampling_rounds": 4, "filter_on": "reward",
-                            "norm_constant": 8.0})
+    cfg = config(
+        algorithm={
+            "kl_in": "reward",
+            "correction_cap": 5.0,
+            "max_sampling_rounds": 4,
+            "filter_on": "reward",
+            "norm_constant": 8.0,
+        }
+    )
     knobs = [k for k, _ in findings("knob_of_an_unused_unit", cfg)]
-    assert knobs == ["algorithm.kl_in=reward", "algorithm.correction_cap=5", "algorithm.filter_on=reward",
-                     "algorithm.max_sampling_rounds=4", "algorithm.norm_constant=8"]
+    assert knobs == [
+        "algorithm.kl_in=reward",
+        "algorithm.correction_cap=5",
+        "algorithm.filter_on=reward",
+        "algorithm.max_sampling_rounds=4",
+        "algorithm.norm_constant=8",
+    ]
 
 
 def test_overlong_window_edge_the_last_budget_token_can_trigger():
@@ -181,8 +214,9 @@ def test_overlong_window_edge_the_last_budget_token_can_trigger():
 
 
 def test_zero_weight_and_group_of_one_shaping():
-    cfg = config(rollout={"group_size": 1},
-                 reward={"shaping": [{"name": "format", "weight": 0.0}, {"name": "kimi_length"}]})
+    cfg = config(
+        rollout={"group_size": 1}, reward={"shaping": [{"name": "format", "weight": 0.0}, {"name": "kimi_length"}]}
+    )
     knobs = [k for k, _ in findings("shaping_that_cannot_trigger", cfg)]
     assert knobs == ["reward.shaping[0] (format) weight=0", "reward.shaping[1] (kimi_length)"]
 
@@ -203,10 +237,17 @@ def write_study(path: Path, **study) -> Path:
 
 
 def test_one_line_per_knob_and_reason_naming_the_arms(tmp_path):
-    path = write_study(tmp_path / "s.yaml", variants={
-        "grpo": {}, "dapo": {"algorithm": {"preset": "dapo", "minibatches": 1}},
-        "wide": {"algorithm": {"clip_high": 0.28}}, "multi": {"algorithm": {"preset": "dapo"}},  # DAPO's 16 updates
-    }, grid={"learner.lr": [1.0e-4, 3.0e-4]}, seeds=[0, 1, 2])
+    path = write_study(
+        tmp_path / "s.yaml",
+        variants={
+            "grpo": {},
+            "dapo": {"algorithm": {"preset": "dapo", "minibatches": 1}},
+            "wide": {"algorithm": {"clip_high": 0.28}},
+            "multi": {"algorithm": {"preset": "dapo"}},  # DAPO's 16 updates
+        },
+        grid={"learner.lr": [1.0e-4, 3.0e-4]},
+        seeds=[0, 1, 2],
+    )
     lines = lint_specs(expand(load_study(path)))
     # 3 seeds x 2 grid points x 2 variants share one finding: one line, variants named once each
     assert lines == [
@@ -217,16 +258,23 @@ def test_one_line_per_knob_and_reason_naming_the_arms(tmp_path):
 
 
 def test_arms_are_named_when_only_some_grid_points_are_inert(tmp_path):
-    path = write_study(tmp_path / "s.yaml", variants={"dapo": {"algorithm": {"preset": "dapo"}}},
-                       grid={"algorithm.minibatches": [1, 2]})
+    path = write_study(
+        tmp_path / "s.yaml",
+        variants={"dapo": {"algorithm": {"preset": "dapo"}}},
+        grid={"algorithm.minibatches": [1, 2]},
+    )
     (line,) = lint_specs(expand(load_study(path)))
     assert line.startswith("warning: algorithm.clip_high=0.28 has no effect in dapo/minibatches=1: ")
 
 
 def plan(path: Path, workdir: Path):
     """`workbench plan` in-process (click keeps stderr apart), against a store that does not exist yet."""
-    return CliRunner().invoke(app, ["plan", str(path)], env={"MLFLOW_TRACKING_URI": f"sqlite:///{workdir / 'mlflow.db'}"},
-                              catch_exceptions=False)
+    return CliRunner().invoke(
+        app,
+        ["plan", str(path)],
+        env={"MLFLOW_TRACKING_URI": f"sqlite:///{workdir / 'mlflow.db'}"},
+        catch_exceptions=False,
+    )
 
 
 def test_plan_prints_warnings_on_stderr(tmp_path):
@@ -257,8 +305,13 @@ def test_run_warns_before_it_starts(workdir):
 
 # --- property: the warning lines are exactly the distinct findings, each naming its variants ------
 
-RUNS = st.lists(st.tuples(st.sampled_from(["a", "b", "c"]), st.sampled_from([0.2, 0.28, 0.3]),
-                          st.sampled_from([1, 2]), st.integers(0, 2)), min_size=1, max_size=12)
+RUNS = st.lists(
+    st.tuples(
+        st.sampled_from(["a", "b", "c"]), st.sampled_from([0.2, 0.28, 0.3]), st.sampled_from([1, 2]), st.integers(0, 2)
+    ),
+    min_size=1,
+    max_size=12,
+)
 
 
 @settings(max_examples=40, deadline=None)
@@ -273,8 +326,11 @@ def test_lines_are_the_distinct_findings_naming_every_affected_variant(runs):
     expected = {f for s in specs for f in lint_config(s.config)}
     assert len(lines) == len(set(lines)) == len(expected)
     for finding in expected:
-        (line,) = [ln for ln in lines if ln.startswith(f"warning: {finding.knob} has no effect in ")
-                   and ln.endswith(f": {finding.reason}")]
+        (line,) = [
+            ln
+            for ln in lines
+            if ln.startswith(f"warning: {finding.knob} has no effect in ") and ln.endswith(f": {finding.reason}")
+        ]
         affected = {s.variant for s in specs if finding in lint_config(s.config)}
         named = line.removeprefix(f"warning: {finding.knob} has no effect in ").split(": ")[0].split(", ")
         assert {name.split("/")[0] for name in named} == affected

@@ -27,8 +27,13 @@ def test_hand_computed_value_and_gradient():
 
 
 @settings(max_examples=40, deadline=None)
-@given(rows=st.integers(1, 4), positions=st.integers(1, 6), vocab=st.integers(2, 300),
-       scale=st.floats(0.1, 30.0), seed=st.integers(0, 2**31 - 1))
+@given(
+    rows=st.integers(1, 4),
+    positions=st.integers(1, 6),
+    vocab=st.integers(2, 300),
+    scale=st.floats(0.1, 30.0),
+    seed=st.integers(0, 2**31 - 1),
+)
 def test_same_value_and_gradient_as_log_softmax_gather(rows, positions, vocab, scale, seed):
     g = torch.Generator().manual_seed(seed)
     z = (torch.randn(rows, positions, vocab, generator=g) * scale).requires_grad_()
@@ -57,5 +62,7 @@ def test_pieces_and_chunked_entropy_equal_one_whole_pass():
     whole, whole_entropy = token_logprobs([z], ids, 0.7, True)
     split, split_entropy = token_logprobs([z[:, :1], z[:, 1:]], ids, 0.7, True)
     assert torch.equal(whole, split) and torch.equal(whole_entropy, split_entropy)  # same ops per position
-    assert torch.allclose(whole, reference(z / 0.7, ids), atol=order_tolerance(54, float((z / 0.7).abs().max()) * 2 + 1))
+    assert torch.allclose(
+        whole, reference(z / 0.7, ids), atol=order_tolerance(54, float((z / 0.7).abs().max()) * 2 + 1)
+    )
     assert token_logprobs([z], ids, 1.0, False)[1] is None

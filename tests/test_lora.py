@@ -106,8 +106,9 @@ def test_only_the_adapters_change_and_the_base_stays_bit_identical():
     learner = lora_learner(model)
     before = {k: v.clone() for k, v in learner.adapters.state_dict().items()}
     assert all(p.requires_grad == (".lora_" in n) for n, p in learner.model.named_parameters())
-    assert {id(p) for g in learner.optimizer.param_groups for p in g["params"]} == \
-        {id(p) for p in learner.adapters.parameters()}
+    assert {id(p) for g in learner.optimizer.param_groups for p in g["params"]} == {
+        id(p) for p in learner.adapters.parameters()
+    }
     metrics = [update(learner, rollouts, advantages, step) for step in range(2)]
     # every base weight, bit for bit (the frozen W under its peft name base_layer)
     now = learner.model.state_dict()
@@ -216,16 +217,19 @@ def test_reference_is_the_base_policy_without_a_copy(trained):
     reference = reference_policy(learner)
     assert reference.model is learner.model  # no second copy of the weights
     rollouts = HFSampler(learner.model, tok, SamplerConfig(max_new_tokens=12)).generate(
-        mixed_length_problems(), 4, temperature=1.0, seed=3)
+        mixed_length_problems(), 4, temperature=1.0, seed=3
+    )
     with torch.no_grad():  # the initial policy, kept apart before the adapters were injected
         expected = TorchLearner(copy.deepcopy(initial), LearnerConfig()).logprobs(
-            rollouts, slice(None), 1.0, with_entropy=False)[0]
+            rollouts, slice(None), 1.0, with_entropy=False
+        )[0]
     ref = reference.logprobs(rollouts, 1.0)
     on = rollouts.mask.bool()
     # the same base weights through the same lean forward (peft's wrapper calls the base layer as is):
     # bounded by the summation-order tolerance
-    assert (ref[on] - expected[on]).abs().max() <= order_tolerance(reduction_depth(learner.model),
-                                                                   float(expected[on].abs().max()) + 1)
+    assert (ref[on] - expected[on]).abs().max() <= order_tolerance(
+        reduction_depth(learner.model), float(expected[on].abs().max()) + 1
+    )
     adapted = learner.logprobs(rollouts, slice(None), 1.0, with_entropy=False)[0].detach()
     assert (ref[on] - adapted[on]).abs().max() > 1e-3  # the adapters were switched off, and then back on
     assert learner.model.training and all(not layer.disable_adapters for layer in learner.adapters.layers().values())

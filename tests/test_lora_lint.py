@@ -31,10 +31,12 @@ def lines_of(path: Path) -> list[str]:
 def test_lora_at_the_full_finetune_lr_is_one_line_citing_the_rule(tmp_path):
     path = write_study(tmp_path / "s.yaml", variants={"full": {}, "lora_r1": LORA}, seeds=[0, 1, 2])
     (line,) = lines_of(path)  # three seeds, one line
-    assert line.startswith("warning: learner.lr=0.0001 is the full fine-tuning learning rate of this study, used "
-                           "with learner.lora in lora_r1: LoRA learns best at ~10x the full fine-tuning learning "
-                           "rate (Thinking Machines, \"LoRA Without Regret\"; tinker-cookbook "
-                           "get_lora_lr_over_full_finetune_lr = 10)")
+    assert line.startswith(
+        "warning: learner.lr=0.0001 is the full fine-tuning learning rate of this study, used "
+        "with learner.lora in lora_r1: LoRA learns best at ~10x the full fine-tuning learning "
+        'rate (Thinking Machines, "LoRA Without Regret"; tinker-cookbook '
+        "get_lora_lr_over_full_finetune_lr = 10)"
+    )
     assert line.endswith("add one at ~0.001")
     assert LoraConfig.LR_OVER_FULL_FINETUNE == 10  # the number the line cites is the one the unit declares
 
@@ -64,14 +66,19 @@ def test_study_rules_are_pure(tmp_path):
 def test_a_rank_above_a_layers_smallest_dimension_is_exit_2_one_line(tmp_path):
     """The micro model: hidden 32, MLP 64; every projection has a side of 32 at most."""
     path = write_study(tmp_path / "s.yaml", variants={"lora": {"learner": {"lora": {"rank": 33}}}})
-    result = CliRunner().invoke(app, ["plan", str(path)],
-                                env={"MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"})
+    result = CliRunner().invoke(
+        app, ["plan", str(path)], env={"MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
+    )
     assert result.exit_code == 2, result.output
     message = result.output.strip()
     assert "\n" not in message and "learner.lora.rank=33 is above the smallest dimension (32)" in message
     ok = write_study(tmp_path / "ok.yaml", variants={"lora": {"learner": {"lora": {"rank": 32}}}})
-    assert CliRunner().invoke(app, ["plan", str(ok)],
-                              env={"MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}).exit_code == 0
+    assert (
+        CliRunner()
+        .invoke(app, ["plan", str(ok)], env={"MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"})
+        .exit_code
+        == 0
+    )
 
 
 def test_a_bfloat16_lora_learner_is_not_flagged_for_weight_precision():

@@ -34,15 +34,22 @@ def test_crashed_lora_run_resumes_with_its_adapters_exactly(workdir):
 
 
 def test_a_lora_run_logs_its_adapters_and_stays_at_the_float_floor(workdir):
-    cfg = RunConfig.model_validate(fast_run_config(
-        steps=3, reward=LENGTH_REWARD, algorithm={"kl_coef": 0.01},  # the reference: the base, adapters off
-        learner={"lr": 1e-2, "lora": LORA}))
+    cfg = RunConfig.model_validate(
+        fast_run_config(
+            steps=3,
+            reward=LENGTH_REWARD,
+            algorithm={"kl_coef": 0.01},  # the reference: the base, adapters off
+            learner={"lr": 1e-2, "lora": LORA},
+        )
+    )
     outcome = execute_run(cfg, study="lora", variant="v", label="lora")
     assert outcome.status == "FINISHED", outcome.error
     client = MlflowClient(resolve_tracking_uri())
     run = client.get_run(outcome.run_id)
-    history = {key: {m.step: m.value for m in client.get_metric_history(outcome.run_id, key)}
-               for key in ("lora/update_norm", "lora/trainable_frac", "mismatch/log_ratio_abs_max", "kl/ref")}
+    history = {
+        key: {m.step: m.value for m in client.get_metric_history(outcome.run_id, key)}
+        for key in ("lora/update_norm", "lora/trainable_frac", "mismatch/log_ratio_abs_max", "kl/ref")
+    }
     assert sorted(history["lora/update_norm"]) == [0, 1, 2]
     assert 0 < history["lora/update_norm"][0] < history["lora/update_norm"][2]
     assert 0 < history["lora/trainable_frac"][0] < 0.5
@@ -102,8 +109,11 @@ def test_sigkill_of_a_lora_run_then_resume_gives_the_uninterrupted_adapters(work
         mine = {m.step: m.value for m in client.get_metric_history(resumed.info.run_id, key)}
         theirs = {m.step: m.value for m in ref_client.get_metric_history(reference.run_id, key)}
         assert mine == theirs and sorted(mine) == list(range(steps)), key
-    adapters = [load_file(Path(c.download_artifacts(run_id, f"{ADAPTER_ARTIFACT}/adapter_model.safetensors",
-                                                    str(workdir / run_id))))
-                for c, run_id in ((client, resumed.info.run_id), (ref_client, reference.run_id))]
+    adapters = [
+        load_file(
+            Path(c.download_artifacts(run_id, f"{ADAPTER_ARTIFACT}/adapter_model.safetensors", str(workdir / run_id)))
+        )
+        for c, run_id in ((client, resumed.info.run_id), (ref_client, reference.run_id))
+    ]
     assert adapters[0].keys() == adapters[1].keys()
     assert all(torch.equal(adapters[0][k], adapters[1][k]) for k in adapters[0])

@@ -29,13 +29,16 @@ CATALOGUED = frozenset(spec.name for spec in CATALOGUE)
 
 # (module, f-string template with {} for each placeholder) -> why the name is built, not a constant
 DYNAMIC_NAMES: dict[tuple[str, str], str] = {
-    ("workbench/metrics/passk.py", "eval/pass_at_{}"):
-        "k = 1, 2, 4, ... up to rollout.eval_samples: a name per power of two (the catalogue lists them from "
-        "PASS_AT_K_METRICS, built by this one function)",
-    ("workbench/metrics/compute.py", "reward/{}"):
-        "a reward term's own name from the run's config (reward/<term>); reward/mean and reward/std are constants",
-    ("workbench/search/history.py", "reward/{}"):
-        "the same reward/<term> family, read back for a search's history",
+    (
+        "workbench/metrics/passk.py",
+        "eval/pass_at_{}",
+    ): "k = 1, 2, 4, ... up to rollout.eval_samples: a name per power of two (the catalogue lists them from "
+    "PASS_AT_K_METRICS, built by this one function)",
+    (
+        "workbench/metrics/compute.py",
+        "reward/{}",
+    ): "a reward term's own name from the run's config (reward/<term>); reward/mean and reward/std are constants",
+    ("workbench/search/history.py", "reward/{}"): "the same reward/<term> family, read back for a search's history",
 }
 
 
@@ -67,8 +70,12 @@ def spellings(source: str, catalogued: frozenset[str] = CATALOGUED) -> list[tupl
                 found.append((node.lineno, "f-string", template(node)))
         elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
             for side in (node.left, node.right):
-                if isinstance(side, ast.Constant) and isinstance(side.value, str) and "/" in side.value \
-                        and any(n.startswith(side.value) and n != side.value for n in catalogued):
+                if (
+                    isinstance(side, ast.Constant)
+                    and isinstance(side.value, str)
+                    and "/" in side.value
+                    and any(n.startswith(side.value) and n != side.value for n in catalogued)
+                ):
                     found.append((node.lineno, "concatenation", side.value))
     for node in ast.walk(tree):
         if isinstance(node, ast.Constant) and node.value in catalogued and id(node) not in literal_text:
@@ -78,42 +85,56 @@ def spellings(source: str, catalogued: frozenset[str] = CATALOGUED) -> list[tupl
 
 def package_modules() -> list[tuple[str, str]]:
     root = PACKAGE.parent
-    return [(path.relative_to(root).as_posix(), path.read_text(encoding="utf-8"))
-            for path in sorted(PACKAGE.rglob("*.py")) if path.relative_to(root).as_posix() != NAMES_MODULE]
+    return [
+        (path.relative_to(root).as_posix(), path.read_text(encoding="utf-8"))
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path.relative_to(root).as_posix() != NAMES_MODULE
+    ]
 
 
 def test_each_catalogued_name_is_one_constant_and_each_constant_is_catalogued():
     constants = {key: value for key, value in vars(names).items() if key.isupper()}
     assert all(isinstance(value, str) for value in constants.values())
-    assert {constant_of(value) for value in constants.values()} == set(constants), \
+    assert {constant_of(value) for value in constants.values()} == set(constants), (
         "a constant is the name upper-cased with '/' as '_'"
+    )
     assert set(constants.values()) <= CATALOGUED, "names.py holds catalogued names only"
     assert CATALOGUED - set(constants.values()) == set(PASS_AT_K_METRICS)  # pass@k alone is built from k
 
 
 def test_no_module_spells_a_catalogued_name():
-    found = [f"{module}:{line}: {kind} {text!r}" for module, source in package_modules()
-             for line, kind, text in spellings(source)
-             if not (kind == "f-string" and (module, text) in DYNAMIC_NAMES)]
+    found = [
+        f"{module}:{line}: {kind} {text!r}"
+        for module, source in package_modules()
+        for line, kind, text in spellings(source)
+        if not (kind == "f-string" and (module, text) in DYNAMIC_NAMES)
+    ]
     assert not found, "use the constant from workbench.metrics.names:\n" + "\n".join(found)
 
 
 def test_every_listed_dynamic_name_still_exists():
-    built = {(module, text) for module, source in package_modules()
-             for _, kind, text in spellings(source) if kind == "f-string"}
+    built = {
+        (module, text)
+        for module, source in package_modules()
+        for _, kind, text in spellings(source)
+        if kind == "f-string"
+    }
     assert set(DYNAMIC_NAMES) <= built, f"stale entries: {set(DYNAMIC_NAMES) - built}"
 
 
-@pytest.mark.parametrize(("source", "expected"), [
-    ('x = {"eval/accuracy": 1.0}', [(1, "literal", "eval/accuracy")]),
-    ('def f(m):\n    return f"acc {m[\'reward/mean\']:.2f}"', [(2, "literal", "reward/mean")]),
-    ('k = 3\nname = f"eval/pass_at_{k}"', [(2, "f-string", "eval/pass_at_{}")]),
-    ('name = "mismatch/" + "kl"', [(1, "concatenation", "mismatch/")]),
-    # not names: text that mentions one, a path join, a format spec, an uncatalogued metric
-    ('raise ValueError("eval/accuracy is missing")', []),
-    ('x = 1\nmsg = f"entropy/mean = {x:.3g}"', []),
-    ('a, b = "x", "y"\npath = f"{a}/{b}"', []),
-    ('x = "eval/accuracy_ci"', []),
-])
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ('x = {"eval/accuracy": 1.0}', [(1, "literal", "eval/accuracy")]),
+        ("def f(m):\n    return f\"acc {m['reward/mean']:.2f}\"", [(2, "literal", "reward/mean")]),
+        ('k = 3\nname = f"eval/pass_at_{k}"', [(2, "f-string", "eval/pass_at_{}")]),
+        ('name = "mismatch/" + "kl"', [(1, "concatenation", "mismatch/")]),
+        # not names: text that mentions one, a path join, a format spec, an uncatalogued metric
+        ('raise ValueError("eval/accuracy is missing")', []),
+        ('x = 1\nmsg = f"entropy/mean = {x:.3g}"', []),
+        ('a, b = "x", "y"\npath = f"{a}/{b}"', []),
+        ('x = "eval/accuracy_ci"', []),
+    ],
+)
 def test_the_check_finds_spelled_names_and_passes_text(source, expected):
     assert spellings(source) == expected

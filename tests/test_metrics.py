@@ -16,16 +16,28 @@ def scored(rewards, correct, lengths, truncated, group_ids, T=6):
     B = len(rewards)
     mask = torch.tensor([[1.0] * n + [0.0] * (T - n) for n in lengths])
     zeros = torch.zeros(B, T)
-    r = Rollouts(problems=[Problem("1+1=", "2")] * B, group_ids=torch.tensor(group_ids),
-                 prompt_ids=torch.zeros(B, 2, dtype=torch.long), prompt_mask=torch.ones(B, 2, dtype=torch.long),
-                 completion_ids=zeros.long(), mask=mask, sampler_logp=zeros, truncated=torch.tensor(truncated),
-                 texts=[""] * B)
+    r = Rollouts(
+        problems=[Problem("1+1=", "2")] * B,
+        group_ids=torch.tensor(group_ids),
+        prompt_ids=torch.zeros(B, 2, dtype=torch.long),
+        prompt_mask=torch.ones(B, 2, dtype=torch.long),
+        completion_ids=zeros.long(),
+        mask=mask,
+        sampler_logp=zeros,
+        truncated=torch.tensor(truncated),
+        texts=[""] * B,
+    )
     return ScoredRollouts(r, torch.tensor(rewards), torch.tensor(correct))
 
 
 def test_rollout_metrics_hand_computed():
-    s = scored(rewards=[1.0, 0.0, 0.0, 0.0], correct=[True, False, False, False], lengths=[2, 4, 6, 6],
-               truncated=[False, False, True, False], group_ids=[0, 0, 1, 1])
+    s = scored(
+        rewards=[1.0, 0.0, 0.0, 0.0],
+        correct=[True, False, False, False],
+        lengths=[2, 4, 6, 6],
+        truncated=[False, False, True, False],
+        group_ids=[0, 0, 1, 1],
+    )
     m = rollout_metrics(s)
     assert m["reward/mean"] == 0.25
     # population std, float32: every intermediate (0.25, 0.75², 0.0625, 0.1875) is exact in binary; only
@@ -40,8 +52,7 @@ def test_rollout_metrics_hand_computed():
 
 
 def test_empty_side_is_absent_not_zero():
-    s = scored(rewards=[0.0, 0.0], correct=[False, False], lengths=[3, 3], truncated=[False, False],
-               group_ids=[0, 0])
+    s = scored(rewards=[0.0, 0.0], correct=[False, False], lengths=[3, 3], truncated=[False, False], group_ids=[0, 0])
     m = rollout_metrics(s)
     assert "length/correct_mean" not in m and m["length/incorrect_mean"] == 3.0
 
@@ -67,12 +78,36 @@ def test_masked_mean_and_zero_std():
 
 
 def test_catalogue_covers_the_design_contract():
-    contract = ["reward/mean", "reward/std", "accuracy/train", "entropy/mean", "length/mean", "length/max",
-                "length/correct_mean", "length/incorrect_mean", "length/truncated_frac", "clip/frac",
-                "clip/frac_low", "clip/frac_high", "mismatch/prob_abs_diff_mean", "mismatch/prob_abs_diff_max",
-                "mismatch/kl", "mismatch/is_weight_mean", "mismatch/is_clipped_frac", "kl/ref", "loss/policy",
-                "grad/norm", "batch/zero_std_frac", "batch/filtered_frac", "eval/accuracy", "eval/length_mean",
-                "perf/step_s", "perf/sample_tokens_per_s", "perf/learn_tokens_per_s", "health/status"]
+    contract = [
+        "reward/mean",
+        "reward/std",
+        "accuracy/train",
+        "entropy/mean",
+        "length/mean",
+        "length/max",
+        "length/correct_mean",
+        "length/incorrect_mean",
+        "length/truncated_frac",
+        "clip/frac",
+        "clip/frac_low",
+        "clip/frac_high",
+        "mismatch/prob_abs_diff_mean",
+        "mismatch/prob_abs_diff_max",
+        "mismatch/kl",
+        "mismatch/is_weight_mean",
+        "mismatch/is_clipped_frac",
+        "kl/ref",
+        "loss/policy",
+        "grad/norm",
+        "batch/zero_std_frac",
+        "batch/filtered_frac",
+        "eval/accuracy",
+        "eval/length_mean",
+        "perf/step_s",
+        "perf/sample_tokens_per_s",
+        "perf/learn_tokens_per_s",
+        "health/status",
+    ]
     assert set(contract) <= set(BY_NAME)
     assert len(BY_NAME) == len(CATALOGUE)
 
@@ -85,9 +120,17 @@ def test_every_metrics_range_follows_from_its_unit_and_excludes_no_value_it_can_
 
     from workbench.metrics.catalogue import NON_NEGATIVE, UNBOUNDED, UNIT_INTERVAL, metric_bounds
 
-    by_unit = {"fraction": UNIT_INTERVAL, "probability": UNIT_INTERVAL, "tokens": NON_NEGATIVE,
-               "s": NON_NEGATIVE, "count": NON_NEGATIVE, "tokens/s": NON_NEGATIVE, "norm": NON_NEGATIVE,
-               "ratio": NON_NEGATIVE, "loss": UNBOUNDED}
+    by_unit = {
+        "fraction": UNIT_INTERVAL,
+        "probability": UNIT_INTERVAL,
+        "tokens": NON_NEGATIVE,
+        "s": NON_NEGATIVE,
+        "count": NON_NEGATIVE,
+        "tokens/s": NON_NEGATIVE,
+        "norm": NON_NEGATIVE,
+        "ratio": NON_NEGATIVE,
+        "loss": UNBOUNDED,
+    }
     for m in CATALOGUE:
         if m.unit in by_unit:
             assert m.bounds == by_unit[m.unit], m.name

@@ -50,7 +50,7 @@ def test_every_metric_hand_computed():
         "mismatch/is_ratio_below_cap_frac": 1 / 3,  # 0.5 < 1/1.2
         "mismatch/ess": (2.75 / 3) ** 2 / (2.8125 / 3),
         "mismatch/chi2_token": 2.8125 / 3 - 1,
-        "mismatch/chi2_seq": (1.25 ** 2 + 0.5 ** 2) / 2 - 1,
+        "mismatch/chi2_seq": (1.25**2 + 0.5**2) / 2 - 1,
         "mismatch/seq_log_ratio_mean": sum(seq_delta) / 2,
         "mismatch/seq_log_ratio_std": abs(seq_delta[0] - seq_delta[1]) / 2,
         "mismatch/seq_log_ratio_min": seq_delta[1],
@@ -97,12 +97,14 @@ def test_quantiles_are_numpy_linear_quantiles_of_the_response_tokens():
 
 
 def test_repetition_frac_hand_computed():
-    ids = torch.tensor([
-        [7, 7, 7, 7, 0, 0, 0, 0],  # "7" four times: a loop
-        [1, 2, 1, 2, 1, 2, 1, 2],  # "1 2" four times: a loop
-        [1, 2, 1, 2, 1, 2, 3, 4],  # "1 2" three times: not yet
-        [5, 5, 5, 5, 5, 5, 5, 5],  # only 3 response tokens: the padding never counts
-    ])
+    ids = torch.tensor(
+        [
+            [7, 7, 7, 7, 0, 0, 0, 0],  # "7" four times: a loop
+            [1, 2, 1, 2, 1, 2, 1, 2],  # "1 2" four times: a loop
+            [1, 2, 1, 2, 1, 2, 3, 4],  # "1 2" three times: not yet
+            [5, 5, 5, 5, 5, 5, 5, 5],  # only 3 response tokens: the padding never counts
+        ]
+    )
     mask = (torch.arange(8)[None] < torch.tensor([4, 8, 8, 3])[:, None]).float()
     assert repetition_frac(ids, mask) == 0.5
 
@@ -113,23 +115,31 @@ def test_record_histogram_and_worst_tokens_hand_computed():
     edges = [-math.inf, *HIST_EDGES, math.inf]
     bins = {k for k, c in enumerate(record["counts"]) for _ in range(c)}
     # Δ = log 1.25 = 0.223 ∈ (0.1, 0.316], 0 ∈ (−1e-6, 1e-6], log 0.5 = −0.693 ∈ (−1, −0.316]
-    assert {(edges[k], edges[k + 1]) for k in bins} == {(0.1, 10 ** -0.5), (-1e-6, 1e-6), (-1.0, -(10 ** -0.5))}
+    assert {(edges[k], edges[k + 1]) for k in bins} == {(0.1, 10**-0.5), (-1e-6, 1e-6), (-1.0, -(10**-0.5))}
     worst = record["worst_tokens"]
     assert [(w["sequence"], w["position"], w["token_id"]) for w in worst] == [(1, 0, 21), (0, 0, 11)]
     assert worst[0]["learner_logp"] == pytest.approx(math.log(0.3)) and worst[0]["log_ratio"] == pytest.approx(
-        math.log(0.5))
+        math.log(0.5)
+    )
 
 
 # --- parity with verl 0.9.1's rollout_corr_helper ---------------------------------------------------
 
 VERL_OFFPOLICY = {  # verl compute_offpolicy_metrics key -> workbench name
-    "kl": "mismatch/kl_k1", "k3_kl": "mismatch/kl", "training_ppl": "mismatch/learner_ppl",
-    "rollout_ppl": "mismatch/sampler_ppl", "log_ppl_diff": "mismatch/log_ppl_diff", "ppl_ratio": "mismatch/ppl_ratio",
-    "chi2_token": "mismatch/chi2_token", "chi2_seq": "mismatch/chi2_seq",
+    "kl": "mismatch/kl_k1",
+    "k3_kl": "mismatch/kl",
+    "training_ppl": "mismatch/learner_ppl",
+    "rollout_ppl": "mismatch/sampler_ppl",
+    "log_ppl_diff": "mismatch/log_ppl_diff",
+    "ppl_ratio": "mismatch/ppl_ratio",
+    "chi2_token": "mismatch/chi2_token",
+    "chi2_seq": "mismatch/chi2_seq",
 }
 VERL_IS = {  # verl compute_is_metrics key (token level, raw weights) -> workbench name
-    "rollout_is_mean": "mismatch/is_ratio_mean", "rollout_is_max": "mismatch/is_ratio_max",
-    "rollout_is_min": "mismatch/is_ratio_min", "rollout_is_ratio_fraction_high": "mismatch/is_ratio_above_cap_frac",
+    "rollout_is_mean": "mismatch/is_ratio_mean",
+    "rollout_is_max": "mismatch/is_ratio_max",
+    "rollout_is_min": "mismatch/is_ratio_min",
+    "rollout_is_ratio_fraction_high": "mismatch/is_ratio_above_cap_frac",
     "rollout_is_ratio_fraction_low": "mismatch/is_ratio_below_cap_frac",
 }
 
@@ -157,7 +167,8 @@ def test_offpolicy_metrics_match_verl(verl, seed, spread):
     largest = {  # the largest term each mean sums: (Π ρ)² per sequence, ρ² per token, a sequence's perplexity
         "chi2_seq": float((2 * seq_sum).exp().max()) + 1,
         "chi2_token": float((2 * (learner - sampler)[on].double()).exp().max()) + 1,
-        "training_ppl": float((-learner[on]).exp().max()), "rollout_ppl": float((-sampler[on]).exp().max()),
+        "training_ppl": float((-learner[on]).exp().max()),
+        "rollout_ppl": float((-sampler[on]).exp().max()),
     }
     for key, name in VERL_OFFPOLICY.items():
         # verl reduces in float32 (ours float64): a mean of ≤ 108 tokens (or 12 sequences) of values of size
@@ -189,8 +200,9 @@ def test_a_verl_rollout_corr_log_imports_as_the_workbench_metrics(verl):
     from workbench.importers.adapters import ADAPTERS
 
     learner, sampler, mask = _inputs(0, 0.05)
-    logged = {f"rollout_corr/{k}": v for k, v in verl.rollout_corr.compute_offpolicy_metrics(learner, sampler,
-                                                                                            mask).items()}
+    logged = {
+        f"rollout_corr/{k}": v for k, v in verl.rollout_corr.compute_offpolicy_metrics(learner, sampler, mask).items()
+    }
     imported = ADAPTERS.get("verl").convert_step(logged)
     ours = mismatch_metrics(learner, sampler, mask)
     canonical = {name: value for name, value in imported.items() if not name.startswith("source/")}
@@ -269,6 +281,7 @@ def test_the_record_reads_the_updates_own_logprobs_and_adds_no_forward(monkeypat
     def run(every: int):
         calls.clear()
         cfg = RunConfig.model_validate(micro_run_config(health={"mismatch_record_every": every, "step0_gate": False}))
+
         class Sink:
             def log_metrics(self, metrics, step):
                 pass

@@ -45,16 +45,26 @@ def test_cold_start_sft_learns_the_format():
     """A short SFT already emits the \\boxed{} answer format the reward expects."""
     from workbench.models.sft import probe_accuracy
 
-    cfg = ModelConfig(builtin="tiny", tiny={"hidden_size": 64, "num_layers": 2, "num_heads": 4,
-                                            "intermediate_size": 128, "sft_max_steps": 150,
-                                            "sft_target_accuracy": 1.0, "sft_check_every": 1000})
+    cfg = ModelConfig(
+        builtin="tiny",
+        tiny={
+            "hidden_size": 64,
+            "num_layers": 2,
+            "num_heads": 4,
+            "intermediate_size": 128,
+            "sft_max_steps": 150,
+            "sft_target_accuracy": 1.0,
+            "sft_check_every": 1000,
+        },
+    )
     task = build_task(TaskConfig(digits=1, ops="+", eval_size=10))
     model, tok, sft = build_tiny_model(cfg, task, progress=False)
     assert sft.final_loss < 1.0
     enc = tok(["3+4="], return_tensors="pt", add_special_tokens=False)
-    out = model.generate(**enc, do_sample=False, max_new_tokens=12, pad_token_id=tok.pad_token_id,
-                         eos_token_id=tok.eos_token_id)
-    text = tok.decode(out[0, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+    out = model.generate(
+        **enc, do_sample=False, max_new_tokens=12, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id
+    )
+    text = tok.decode(out[0, enc["input_ids"].shape[1] :], skip_special_tokens=True)
     assert text.startswith("\\boxed{") and text.endswith("}")
     assert 0.0 <= probe_accuracy(model, tok, task.eval_problems(), "{prompt}") <= 1.0
 
@@ -80,9 +90,18 @@ def test_the_cold_start_prints_plain_progress_lines_when_not_on_a_terminal(capfd
     output was a log or a pipe. Off a terminal it now prints a plain line at its first step and then every
     $WORKBENCH_PROGRESS_EVERY seconds (0 here: every step), with the step, loss and probe accuracy."""
     monkeypatch.setenv("WORKBENCH_PROGRESS_EVERY", "0")
-    cfg = ModelConfig(builtin="tiny", tiny={"hidden_size": 32, "num_layers": 1, "num_heads": 2,
-                                            "intermediate_size": 64, "sft_max_steps": 4,
-                                            "sft_target_accuracy": 1.0, "sft_check_every": 2})
+    cfg = ModelConfig(
+        builtin="tiny",
+        tiny={
+            "hidden_size": 32,
+            "num_layers": 1,
+            "num_heads": 2,
+            "intermediate_size": 64,
+            "sft_max_steps": 4,
+            "sft_target_accuracy": 1.0,
+            "sft_check_every": 2,
+        },
+    )
     build_tiny_model(cfg, build_task(TaskConfig(digits=1, ops="+", eval_size=10)), progress=True)
     lines = [line for line in capfd.readouterr().err.splitlines() if "cold-start SFT step" in line]
     assert [line.split("cold-start SFT step ")[1].split(" ")[0] for line in lines] == ["1", "2", "3", "4"]

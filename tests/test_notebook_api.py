@@ -95,8 +95,14 @@ def test_the_notebook_and_its_calls_load_no_terminal_code_path(in_study):
     import sys
 
     root = Path(__file__).resolve().parent.parent
-    done = subprocess.run([sys.executable, "-c", NOTEBOOK_CALLS, STUDY], capture_output=True, text=True, cwd=in_study,
-                          env={**os.environ, "PYTHONPATH": str(root)}, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-c", NOTEBOOK_CALLS, STUDY],
+        capture_output=True,
+        text=True,
+        cwd=in_study,
+        env={**os.environ, "PYTHONPATH": str(root)},
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "", f"the notebook loaded {done.stdout.strip()}"
 
@@ -109,8 +115,11 @@ def plant_evals(db: Path) -> None:
         run_ids = sorted({r for (r,) in con.execute("SELECT run_uuid FROM metrics WHERE key = 'eval/accuracy'")})
         for i, run_id in enumerate(run_ids):
             for table in ("metrics", "latest_metrics"):
-                con.execute(f"UPDATE {table} SET value = CASE WHEN step = 0 THEN 0.9 ELSE step / 10.0 + ? END "
-                            "WHERE key = 'eval/accuracy' AND run_uuid = ?", (i / 100, run_id))
+                con.execute(
+                    f"UPDATE {table} SET value = CASE WHEN step = 0 THEN 0.9 ELSE step / 10.0 + ? END "
+                    "WHERE key = 'eval/accuracy' AND run_uuid = ?",
+                    (i / 100, run_id),
+                )
 
 
 def test_run_and_compare_print_the_same_final_for_each_run(study_dir, tmp_path, monkeypatch):
@@ -128,14 +137,12 @@ def test_run_and_compare_print_the_same_final_for_each_run(study_dir, tmp_path, 
     result = invoke("run", "study.yaml")
     assert result.exit_code == 0, result.output
     assert "eval final: mean of the last 3 evals after step 0" in result.stdout
-    rows = [[c.strip() for c in line.split("│")[1:-1]] for line in result.stdout.splitlines()
-            if "SKIPPED" in line]
+    rows = [[c.strip() for c in line.split("│")[1:-1]] for line in result.stdout.splitlines() if "SKIPPED" in line]
     printed = {r[0]: r[4] for r in rows}  # run, status, steps, eval first, eval final, Δ, health
     study = load_study(STUDY)
     summary = study.summary(["final_eval_accuracy"])
     labels = study.runs.set_index("run_id")["run_name"]
-    expected = {labels[r]: f"{v:.3f}" for r, v in zip(summary["run_id"], summary["final_eval_accuracy"],
-                                                      strict=True)}
+    expected = {labels[r]: f"{v:.3f}" for r, v in zip(summary["run_id"], summary["final_eval_accuracy"], strict=True)}
     # evals at steps 0, 2, 3 (micro config): final = mean of steps 2 and 3 = 0.25 + i/100, never 0.9's pull
     assert sorted(expected.values()) == ["0.250", "0.260", "0.270", "0.280"]
     assert printed == expected, result.stdout

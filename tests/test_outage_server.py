@@ -59,9 +59,26 @@ class Server:
         env = os.environ | {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
         log = (self.root / "server.log").open("a")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", self.backend, "--host", "127.0.0.1",
-             "--port", str(self.port), "--workers", "1"], cwd=self.root, env=env, stdout=log,
-            stderr=subprocess.STDOUT, start_new_session=True)
+            [
+                sys.executable,
+                "-m",
+                "mlflow",
+                "server",
+                "--backend-store-uri",
+                self.backend,
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--workers",
+                "1",
+            ],
+            cwd=self.root,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
         def healthy() -> bool:
             try:
@@ -108,9 +125,16 @@ def outage_study(workdir: Path, name: str, *, steps: int, deadline_s: float, che
 
 
 def cli(workdir: Path, *args, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(workbench_cmd(*args), cwd=workdir, capture_output=True, text=True, timeout=600,
-                          env=os.environ | {"PYTHONPATH": os.pathsep.join(
-                              p for p in [str(REPO), os.environ.get("PYTHONPATH")] if p)} | (env or {}))
+    return subprocess.run(
+        workbench_cmd(*args),
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=os.environ
+        | {"PYTHONPATH": os.pathsep.join(p for p in [str(REPO), os.environ.get("PYTHONPATH")] if p)}
+        | (env or {}),
+    )
 
 
 def logged_steps(client: MlflowClient, run_id: str, key: str = "reward/mean") -> list[int]:
@@ -121,6 +145,7 @@ def first_flush_seen(client: MlflowClient, study: str):
     def seen():
         runs = [r for r in child_runs(client, study) if r.info.status == "RUNNING"]
         return runs and client.get_metric_history(runs[0].info.run_id, "reward/mean") and runs[0]
+
     return seen
 
 
@@ -155,8 +180,10 @@ def test_a_server_outage_shorter_than_the_deadline_loses_nothing(workdir, server
         time.sleep(OUTAGE_S)
         assert proc.poll() is None, (workdir / "run.log").read_text()  # still waiting for MLflow, not crashed
         server.start()
-        print(f"short outage: the server was down {time.monotonic() - stopped:.1f} s, "
-              f"{time.monotonic() - met:.1f} s of it with the run waiting")
+        print(
+            f"short outage: the server was down {time.monotonic() - stopped:.1f} s, "
+            f"{time.monotonic() - met:.1f} s of it with the run waiting"
+        )
         assert proc.wait(timeout=600) == 0, (workdir / "run.log").read_text()
     finally:
         stop_group(proc)
@@ -179,8 +206,9 @@ def test_a_permanent_outage_fails_the_run_within_the_deadline_and_resume_resends
     (key,) = [s.run_key for s in expand(load_study(path))]
     client = MlflowClient(server.uri)
     env = {"MLFLOW_TRACKING_URI": server.uri}
-    run, code, took, log = stop_server_mid_command(server, ["run", path, "--quiet"], workdir, "run.log",
-                                                   first_flush_seen(client, "outage-long"), env)
+    run, code, took, log = stop_server_mid_command(
+        server, ["run", path, "--quiet"], workdir, "run.log", first_flush_seen(client, "outage-long"), env
+    )
     print(f"permanent outage: the study exited {took:.1f} s after the server stopped (deadline {deadline:g} s)")
     assert code == 1, log
     # the deadline counts from the first failed call: add training up to the next flush (<= 10 micro
@@ -206,8 +234,9 @@ def test_a_permanent_outage_fails_the_run_within_the_deadline_and_resume_resends
     assert old.info.status == "FAILED" and "TrackingOutage" in old.data.tags["workbench.error"]
     steps = logged_steps(client, run.info.run_id)
     assert steps == list(range(max(steps) + 1)) and max(steps) == max(spilled_steps)  # whole, each step once
-    assert {k: sorted(v) for k, v in statuses_by_key(child_runs(client, "outage-long")).items()} == \
-        {key: ["FAILED", "FINISHED"]}
+    assert {k: sorted(v) for k, v in statuses_by_key(child_runs(client, "outage-long")).items()} == {
+        key: ["FAILED", "FINISHED"]
+    }
     (new,) = [r for r in child_runs(client, "outage-long") if r.info.status == "FINISHED"]
     assert logged_steps(client, new.info.run_id) == list(range(40))  # resumed from a checkpoint, replayed whole
 
@@ -223,8 +252,9 @@ def test_two_concurrent_runs_of_one_study_execute_each_run_once(workdir):
             stop_group(p)
     logs = [(workdir / f"run{i}.log").read_text() for i in range(2)]
     assert sorted(codes) == [0, 2], logs
-    refused = [line for line in logs[codes.index(2)].strip().splitlines()
-               if not line.startswith("warning:")]  # config lint lines (none for this study) are not the error
+    refused = [
+        line for line in logs[codes.index(2)].strip().splitlines() if not line.startswith("warning:")
+    ]  # config lint lines (none for this study) are not the error
     assert len(refused) == 1 and "is being executed by workbench run on host" in refused[0], refused
     assert f"pid {procs[codes.index(0)].pid}" in refused[0]
     client = MlflowClient(f"sqlite:///{workdir / 'mlflow.db'}")
@@ -235,8 +265,9 @@ def test_two_concurrent_runs_of_one_study_execute_each_run_once(workdir):
 
 
 def test_tracking_experiment_holds_the_parent_and_the_resume_lookup_and_plan(workdir):
-    path = set_in_base(write_study(workdir / "study.yaml", "named-study", steps=1, seeds=[0]),
-                       "tracking", {"experiment": "custom-exp"})
+    path = set_in_base(
+        write_study(workdir / "study.yaml", "named-study", steps=1, seeds=[0]), "tracking", {"experiment": "custom-exp"}
+    )
     first = cli(workdir, "run", path, "--quiet")
     assert first.returncode == 0, first.stdout + first.stderr
     client = MlflowClient(f"sqlite:///{workdir / 'mlflow.db'}")
@@ -265,8 +296,13 @@ def test_a_worker_stops_at_the_first_run_it_lost_mlflow_for_and_a_later_worker_r
     env = {"MLFLOW_TRACKING_URI": server.uri}
     storage = f"sqlite:///{workdir / 'optuna.db'}"
     _, code, took, log = stop_server_mid_command(
-        server, ["worker", path, "--storage", storage, "--heartbeat", "2"], workdir, "worker.log",
-        first_flush_seen(client, "outage-worker"), env)
+        server,
+        ["worker", path, "--storage", storage, "--heartbeat", "2"],
+        workdir,
+        "worker.log",
+        first_flush_seen(client, "outage-worker"),
+        env,
+    )
     print(f"worker under a permanent outage: exited {took:.1f} s after the server stopped (deadline {deadline:g} s)")
     assert code == 1, log
     # one deadline, plus training to the next flush and a bounded try per close: 17 s quiet, 37 s
@@ -293,8 +329,14 @@ def test_a_search_stops_at_the_first_trial_that_lost_mlflow_and_retries_its_valu
 
     deadline = 15.0
     base = search_run_config(steps=40, eval_every=10, tracking={"outage_deadline_s": deadline})
-    search = {"metric": "reward/mean", "params": {"learner.lr": {"low": 1.0e-3, "high": 3.0e-2, "log": True}},
-              "sampler": {"name": "random", "seed": 0}, "pruner": "none", "n_trials": 2, "seeds": [0]}
+    search = {
+        "metric": "reward/mean",
+        "params": {"learner.lr": {"low": 1.0e-3, "high": 3.0e-2, "log": True}},
+        "sampler": {"name": "random", "seed": 0},
+        "pruner": "none",
+        "n_trials": 2,
+        "seeds": [0],
+    }
     path = write_search_study(workdir / "study.yaml", "outage-tune", search, base=base)
     journal = workdir / "journal.log"
     client = MlflowClient(server.uri)
@@ -305,8 +347,9 @@ def test_a_search_stops_at_the_first_trial_that_lost_mlflow_and_retries_its_valu
         runs = client.search_runs([exp.experiment_id], "tags.`workbench.role` = 'trial'") if exp else []
         return runs and client.get_metric_history(runs[0].info.run_id, "reward/mean")
 
-    _, code, took, log = stop_server_mid_command(server, ["tune", path, "--storage", journal], workdir,
-                                                 "tune.log", first_flush, env)
+    _, code, took, log = stop_server_mid_command(
+        server, ["tune", path, "--storage", journal], workdir, "tune.log", first_flush, env
+    )
     print(f"search under a permanent outage: exited {took:.1f} s after the server stopped (deadline {deadline:g} s)")
     assert code == 1, log
     assert took < deadline + 45, (took, log)  # 25 s quiet; no next trial: the states below

@@ -38,15 +38,21 @@ def logged(cfg: RunConfig) -> list[tuple[int, dict]]:
     return [(step, {k: v for k, v in m.items() if not k.startswith("perf/")}) for step, m in sink.rows]
 
 
-@pytest.mark.parametrize("algorithm", [
-    {"preset": "grpo"},
-    {"preset": "grpo", "kl_coef": 0.1, "kl_in": "reward"},  # the KL forward runs beside the scoring too
-    {"preset": "grpo", "kl_coef": 0.1, "kl_in": "loss", "epochs": 2, "minibatches": 2},  # the no-grad "old" forward
-], ids=["grpo", "kl-in-reward", "kl-in-loss-2x2"])
+@pytest.mark.parametrize(
+    "algorithm",
+    [
+        {"preset": "grpo"},
+        {"preset": "grpo", "kl_coef": 0.1, "kl_in": "reward"},  # the KL forward runs beside the scoring too
+        {"preset": "grpo", "kl_coef": 0.1, "kl_in": "loss", "epochs": 2, "minibatches": 2},  # the no-grad "old" forward
+    ],
+    ids=["grpo", "kl-in-reward", "kl-in-loss-2x2"],
+)
 def test_overlapped_scoring_logs_exactly_the_numbers_of_scoring_in_turn(algorithm):
-    base = micro_run_config(algorithm=algorithm, reward={"overlap": True,
-                                                         "shaping": [{"name": "format", "weight": 0.1}]},
-                            rollout={"steps": 3, "eval_every": 2})
+    base = micro_run_config(
+        algorithm=algorithm,
+        reward={"overlap": True, "shaping": [{"name": "format", "weight": 0.1}]},
+        rollout={"steps": 3, "eval_every": 2},
+    )
     overlapped = RunConfig.model_validate(base)
     in_turn = RunConfig.model_validate({**base, "reward": {**base["reward"], "overlap": False}})
     assert overlaps_scoring(overlapped) and not overlaps_scoring(in_turn)
@@ -60,6 +66,7 @@ def test_overlapped_scoring_logs_exactly_the_numbers_of_scoring_in_turn(algorith
 def test_by_default_only_a_gpu_learner_overlaps_because_a_cpu_learner_shares_the_cores():
     """Unset, the rule follows the measurement (docs/engines.md): on 2 CPU cores a forward beside the
     verifier's processes measured no faster. Asked for, it overlaps anywhere; told not to, nowhere."""
+
     def cfg(**fields):
         return RunConfig.model_validate(micro_run_config(**fields))
 
@@ -119,6 +126,7 @@ def test_a_scoring_failure_reaches_the_step_as_it_would_in_turn():
     """The scoring thread's exception is raised where the update asks for the rewards."""
     cfg = RunConfig.model_validate(micro_run_config(reward={"overlap": True}))
     with open_run_parts(cfg, HealthMonitor.from_config(cfg.health)) as parts:
+
         def failing(*args, **kwargs):
             raise RuntimeError("answer-verifier workers failed to start")
 

@@ -38,8 +38,10 @@ def test_hand_values():
     assert pass_at_k(10, 6, 5) == 1.0  # n − c = 4 < 5: every 5-subset holds a correct one
     # two problems (1 of 4, 4 of 4) and one with none: pass@2 = (1/2 + 1 + 0)/3, mean@n = 5/12
     metrics = pass_at_k_metrics(4, [1, 4, 0])
-    assert metrics == pytest.approx({"eval/pass_at_1": 5 / 12, "eval/pass_at_2": 1.5 / 3, "eval/pass_at_4": 2 / 3,
-                                     "eval/mean_at_n": 5 / 12}, abs=TOL)
+    assert metrics == pytest.approx(
+        {"eval/pass_at_1": 5 / 12, "eval/pass_at_2": 1.5 / 3, "eval/pass_at_4": 2 / 3, "eval/mean_at_n": 5 / 12},
+        abs=TOL,
+    )
     assert ks_for(1) == [1] and ks_for(16) == [1, 2, 4, 8, 16] and ks_for(12) == [1, 2, 4, 8]
 
 
@@ -69,8 +71,12 @@ def test_defaults_keep_the_run_key_and_greedy_many_samples_is_refused():
     cfg = RunConfig.model_validate({"model": {"builtin": "tiny"}})
     with_default = RunConfig.model_validate({"model": {"builtin": "tiny"}, "rollout": {"eval_samples": 1}})
     assert cfg.rollout.eval_samples == 1 and cfg.run_key() == with_default.run_key()
-    assert RunConfig.model_validate({"model": {"builtin": "tiny"},
-                                     "rollout": {"eval_samples": 4, "eval_temperature": 1.0}}).run_key() != cfg.run_key()
+    assert (
+        RunConfig.model_validate(
+            {"model": {"builtin": "tiny"}, "rollout": {"eval_samples": 4, "eval_temperature": 1.0}}
+        ).run_key()
+        != cfg.run_key()
+    )
     with pytest.raises(ValueError, match="eval_temperature > 0"):
         RolloutConfig(eval_samples=4)
 
@@ -90,10 +96,22 @@ def test_catalogue_declares_every_k_and_says_which_a_run_does_not_log():
 
 def test_the_table_gains_the_counts_only_with_many_samples():
     one = ProblemResults(step=[0], problem_id=["a"], correct=[1], length=[3], truncated=[0])
-    assert decode_problem_rows(one.to_csv_gz()).columns.tolist() == ["step", "problem_id", "correct", "length",
-                                                                    "truncated"]
-    many = ProblemResults(step=[0, 0], problem_id=["a", "b"], correct=[1, 0], length=[3, 4], truncated=[0, 0],
-                          samples=[4, 4], n_correct=[3, 0])
+    assert decode_problem_rows(one.to_csv_gz()).columns.tolist() == [
+        "step",
+        "problem_id",
+        "correct",
+        "length",
+        "truncated",
+    ]
+    many = ProblemResults(
+        step=[0, 0],
+        problem_id=["a", "b"],
+        correct=[1, 0],
+        length=[3, 4],
+        truncated=[0, 0],
+        samples=[4, 4],
+        n_correct=[3, 0],
+    )
     frame = decode_problem_rows(many.to_csv_gz())
     assert frame["n_correct"].tolist() == [3, 0] and frame["samples"].tolist() == [4, 4]
     assert many.before(1).n_correct == [3, 0] and many.before(0).n_correct == []
@@ -122,7 +140,14 @@ def test_eval_with_n_samples_counts_each_problems_correct_answers():
     by_hand = [sum(texts[i * n + j].strip() == p.answer for j in range(n)) for i, p in enumerate(problems)]
     assert rows.n_correct == by_hand and sum(by_hand) > 0 and rows.samples == [n] * 10
     assert rows.correct == [int(texts[i * n].strip() == p.answer) for i, p in enumerate(problems)]  # first answers
-    assert metrics == pytest.approx({"eval/accuracy": sum(rows.correct) / 10, "eval/length_mean": 1.0,
-                                     "eval/n_problems": 10.0, **pass_at_k_metrics(n, by_hand)}, abs=TOL)
+    assert metrics == pytest.approx(
+        {
+            "eval/accuracy": sum(rows.correct) / 10,
+            "eval/length_mean": 1.0,
+            "eval/n_problems": 10.0,
+            **pass_at_k_metrics(n, by_hand),
+        },
+        abs=TOL,
+    )
     assert samples[0]["completion"] == texts[0] and len(samples) == 2
     assert "eval/pass_at_1" not in greedy and greedy_rows.n_correct == []  # n = 1: today's eval, nothing added

@@ -72,8 +72,10 @@ def test_a_study_run_whose_step_outlasts_the_interval_still_prints_every_interva
         bar.run_step("a/seed=0", 1, {"reward/mean": 0.5, "accuracy/train": 0.25})
     lines = out.getvalue().splitlines()
     assert [line.split(" ", 1)[1].split(" |")[0] for line in lines] == [
-        "start a/seed=0 (10 steps)", "progress a/seed=0 step 1/10 reward 0.50 acc 0.25",
-        "progress a/seed=0 step 1/10 reward 0.50 acc 0.25"], lines
+        "start a/seed=0 (10 steps)",
+        "progress a/seed=0 step 1/10 reward 0.50 acc 0.25",
+        "progress a/seed=0 step 1/10 reward 0.50 acc 0.25",
+    ], lines
     assert max(gaps(out.times)) <= EVERY, gaps(out.times)
 
 
@@ -94,9 +96,18 @@ def test_the_cold_start_prints_while_a_probe_outlasts_the_interval(monkeypatch):
     monkeypatch.setattr(sft, "probe_accuracy", slow_probe)
     monkeypatch.setenv("WORKBENCH_PROGRESS_EVERY", str(EVERY))
     monkeypatch.setattr("sys.stderr", out)  # the cold start's console writes to sys.stderr, not a terminal
-    cfg = ModelConfig(builtin="tiny", tiny={"hidden_size": 32, "num_layers": 1, "num_heads": 2,
-                                            "intermediate_size": 64, "sft_max_steps": 4,
-                                            "sft_target_accuracy": 1.0, "sft_check_every": 2})
+    cfg = ModelConfig(
+        builtin="tiny",
+        tiny={
+            "hidden_size": 32,
+            "num_layers": 1,
+            "num_heads": 2,
+            "intermediate_size": 64,
+            "sft_max_steps": 4,
+            "sft_target_accuracy": 1.0,
+            "sft_check_every": 2,
+        },
+    )
     build_tiny_model(cfg, build_task(TaskConfig(digits=1, ops="+", eval_size=10)), progress=True)
     times = [t for t, line in zip(out.times, out.getvalue().splitlines(), strict=True) if "cold-start SFT step" in line]
     assert len(times) >= 3, out.getvalue()  # step 1, and a heartbeat during each 3 s probe

@@ -47,7 +47,10 @@ def test_resources_come_from_the_run_config():
     gpu = RunConfig.model_validate({"learner": {"device": "cuda:0"}})
     assert run_resources(cpu, RayOptions()) == {"num_cpus": 1.0, "num_gpus": 0.0}
     assert run_resources(gpu, RayOptions(num_cpus=4, memory_gb=2)) == {
-        "num_cpus": 4.0, "num_gpus": 1.0, "memory": 2 * 2**30}
+        "num_cpus": 4.0,
+        "num_gpus": 1.0,
+        "memory": 2 * 2**30,
+    }
     assert run_resources(cpu, RayOptions(num_gpus=2))["num_gpus"] == 2.0  # execution.ray.num_gpus wins
 
 
@@ -90,8 +93,9 @@ def test_a_study_on_a_two_node_cluster_runs_each_run_once_with_the_local_results
     """The acceptance study: 2 variants x 3 seeds on the Ray cluster, then the same study locally
     (--parallel 2, one torch thread per run as on Ray): every logged metric equal, run by run."""
     uri = install_empty_mlflow_db(workdir)
-    path = write_study(workdir / "study.yaml", "onray", steps=3, seeds=[0, 1, 2],
-                       variants={"a": {}, "b": {"learner": {"lr": 3.0e-4}}})
+    path = write_study(
+        workdir / "study.yaml", "onray", steps=3, seeds=[0, 1, 2], variants={"a": {}, "b": {"learner": {"lr": 3.0e-4}}}
+    )
     keys = {s.run_key for s in expand(load_study(path))}
     result = invoke("run", path, "--executor", "ray", "--address", ray_cluster.address)
     assert result.exit_code == 0, result.output
@@ -129,17 +133,23 @@ def test_a_node_killed_mid_run_the_run_finishes_once_elsewhere_from_its_checkpoi
     uri = install_empty_mlflow_db(workdir)
     # checkpoints every 5 steps (the default place, beside the store: every node of this cluster sees it);
     # 300 steps so that the run is still training when the node dies after its first checkpoint
-    path = write_study(workdir / "study.yaml", "nodekill", steps=300, seeds=[0],
-                       variants={"base": {"learner": {"checkpoint_every": 5}}})
+    path = write_study(
+        workdir / "study.yaml",
+        "nodekill",
+        steps=300,
+        seeds=[0],
+        variants={"base": {"learner": {"checkpoint_every": 5}}},
+    )
     (key,) = {s.run_key for s in expand(load_study(path))}
     client = MlflowClient(uri)
-    proc = spawn(workbench_cmd("run", path, "--executor", "ray", "--address", ray_cluster.address),
-                 workdir, workdir / "run.log")
+    proc = spawn(
+        workbench_cmd("run", path, "--executor", "ray", "--address", ray_cluster.address), workdir, workdir / "run.log"
+    )
     try:
+
         def running_past_a_checkpoint():
             runs = [r for r in child_runs(client, "nodekill") if r.info.status == "RUNNING"]
-            return runs[0] if runs and len(client.get_metric_history(runs[0].info.run_id, "reward/mean")) > 6 \
-                else None
+            return runs[0] if runs and len(client.get_metric_history(runs[0].info.run_id, "reward/mean")) > 6 else None
 
         first = wait_for(running_past_a_checkpoint, 400, what="the run past its first checkpoint")
         node_id = first.data.tags[RAY_NODE_TAG]
@@ -170,8 +180,13 @@ def test_a_run_that_fails_by_itself_is_failed_once_not_retried(workdir, ray_clus
     """Ray retries a run whose worker was lost; a run that raises is a result (FAILED), as locally."""
     uri = install_empty_mlflow_db(workdir)
     broken = broken_model_dir(workdir)  # passes the preflight, fails when its weights load
-    path = write_study(workdir / "study.yaml", "selffail", steps=3, seeds=[0],
-                       variants={"broken": {"model": {"path": str(broken), "builtin": None}}})
+    path = write_study(
+        workdir / "study.yaml",
+        "selffail",
+        steps=3,
+        seeds=[0],
+        variants={"broken": {"model": {"path": str(broken), "builtin": None}}},
+    )
     (key,) = {s.run_key for s in expand(load_study(path))}
     result = invoke("run", path, "--executor", "ray", "--address", ray_cluster.address)
     assert result.exit_code == 1, result.output
@@ -188,11 +203,17 @@ def test_ctrl_c_on_the_driver_kills_the_runs_and_running_again_resumes(workdir, 
     path = write_study(workdir / "study.yaml", "ctrlc", steps=200, seeds=[0, 1])
     keys = {s.run_key for s in expand(load_study(path))}
     client = MlflowClient(uri)
-    proc = spawn(workbench_cmd("run", path, "--executor", "ray", "--address", ray_cluster.address, "--quiet"),
-                 workdir, workdir / "run.log")
+    proc = spawn(
+        workbench_cmd("run", path, "--executor", "ray", "--address", ray_cluster.address, "--quiet"),
+        workdir,
+        workdir / "run.log",
+    )
     try:
-        wait_for(lambda: len([r for r in child_runs(client, "ctrlc") if r.info.status == "RUNNING"]) == 2, 400,
-                 what="two runs in progress")
+        wait_for(
+            lambda: len([r for r in child_runs(client, "ctrlc") if r.info.status == "RUNNING"]) == 2,
+            400,
+            what="two runs in progress",
+        )
         os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C in the driver's terminal
         assert proc.wait(timeout=120) == 130, (workdir / "run.log").read_text()
     finally:
@@ -226,8 +247,11 @@ def test_a_search_on_ray_prunes_as_it_does_locally(workdir, ray_cluster):  # noq
     path = write_search_study(workdir / "study.yaml", "rayprune", PRUNING_SEARCH, health=STRICT_HEALTH)
     spec = load_spec(path)
     lines: list[str] = []
-    result = run_search(spec, options=TuneOptions(log=lines.append),
-                        run_trials=trials_on_ray(RayOptions(address=ray_cluster.address), workers=1))
+    result = run_search(
+        spec,
+        options=TuneOptions(log=lines.append),
+        run_trials=trials_on_ray(RayOptions(address=ray_cluster.address), workers=1),
+    )
     assert result.stopped == "budget" and result.counts["COMPLETE"] == 2 and result.counts["PRUNED"] == 2, lines
     trials = {t.params["learner.lr"]: t for t in optuna_trials(spec, default_storage())}
     assert trials[0.01].state == trials[0.02].state == TrialState.COMPLETE, lines
@@ -249,9 +273,13 @@ def test_a_run_needing_two_gpus_gets_a_placement_group_on_the_node_that_has_them
     gpu_node = add_worker_node(ray_cluster, num_gpus=2)
     try:
         ray_cluster.wait_for_nodes()
-        path = write_study(workdir / "study.yaml", "twogpus", seeds=[0],
-                           base=deep_merge(fast_run_config(1), {"learner": {"device": "cpu"}}),
-                           execution={"executor": "ray", "ray": {"address": ray_cluster.address, "num_gpus": 2}})
+        path = write_study(
+            workdir / "study.yaml",
+            "twogpus",
+            seeds=[0],
+            base=deep_merge(fast_run_config(1), {"learner": {"device": "cpu"}}),
+            execution={"executor": "ray", "ray": {"address": ray_cluster.address, "num_gpus": 2}},
+        )
         result = invoke("run", path, "--quiet")  # the executor and the address from the study's execution:
         assert result.exit_code == 0, result.output
         (run,) = child_runs(MlflowClient(uri), "twogpus")

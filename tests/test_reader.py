@@ -89,8 +89,7 @@ def test_history_matches_get_metric_history(frames, client):
 
 def test_metric_filter_is_a_subset_of_the_full_load(frames, study_dir):
     history, _ = frames
-    only, runs = load_study_frames(STUDY, uri_of(study_dir), metrics=["eval/accuracy", "reward/mean"],
-                                   cache_dir=False)
+    only, runs = load_study_frames(STUDY, uri_of(study_dir), metrics=["eval/accuracy", "reward/mean"], cache_dir=False)
     assert set(only["metric"]) == {"eval/accuracy", "reward/mean"}
     full = history[history["metric"].isin(["eval/accuracy", "reward/mean"])].reset_index(drop=True)
     pd.testing.assert_frame_equal(only.reset_index(drop=True), full)
@@ -184,8 +183,9 @@ def test_server_path_uses_bulk_requests_and_matches_sql(study_dir, frames, monke
         assert response.status_code == 200, response.data[:300]
         return response.get_json()
 
-    reader = StudyReader("http://mlflow.test", cache_dir=False, client=MlflowClient(uri_of(study_dir)),
-                         transport=transport)
+    reader = StudyReader(
+        "http://mlflow.test", cache_dir=False, client=MlflowClient(uri_of(study_dir)), transport=transport
+    )
     got = reader.load(STUDY)
     history, runs = frames
     pd.testing.assert_frame_equal(got.history, history)
@@ -234,7 +234,8 @@ def test_numeric_fast_path_equals_the_plain_query_and_falls_back_on_mismatch(stu
     assert isinstance(fast["run_id"].dtype, pd.CategoricalDtype)  # no 32-character string per point
     pd.testing.assert_frame_equal(fast.astype({"run_id": plain["run_id"].dtype}), plain)
     assert {r: f.to_dict("list") for r, f in split_runs(fast).items()} == {
-        r: f.to_dict("list") for r, f in split_runs(plain).items()}
+        r: f.to_dict("list") for r, f in split_runs(plain).items()
+    }
 
     real = backend._query
 
@@ -309,8 +310,10 @@ def test_per_problem_results_are_read_for_every_run_and_agree_with_eval_accuracy
     history, runs = frames
     problems = StudyReader(uri_of(study_dir), cache_dir=False).problem_results(runs)
     assert list(problems.columns) == ["run_id", "step", "problem_id", "correct", "length", "truncated"]
-    assert set(problems["run_id"]) == set(runs["run_id"]) and not problems.duplicated(
-        ["run_id", "step", "problem_id"]).any()
+    assert (
+        set(problems["run_id"]) == set(runs["run_id"])
+        and not problems.duplicated(["run_id", "step", "problem_id"]).any()
+    )
     ids = problems.groupby("run_id")["problem_id"].apply(frozenset)
     assert ids.nunique() == 1 and len(ids.iloc[0]) == 16
     accuracy = problems.groupby(["run_id", "step"])["correct"].mean()
@@ -326,8 +329,9 @@ def test_a_run_without_or_with_a_broken_table_has_no_rows_and_no_error(study_dir
     (tmp_path / "bad" / "eval").mkdir(parents=True)
     (tmp_path / "bad" / "eval" / "problems.csv.gz").write_bytes(b"not gzip")
     (tmp_path / "none").mkdir()
-    runs = pd.DataFrame({"run_id": ["bad", "none"],
-                         "artifact_uri": [f"file://{tmp_path / 'bad'}", f"file://{tmp_path / 'none'}"]})
+    runs = pd.DataFrame(
+        {"run_id": ["bad", "none"], "artifact_uri": [f"file://{tmp_path / 'bad'}", f"file://{tmp_path / 'none'}"]}
+    )
     problems = StudyReader(uri_of(study_dir), cache_dir=False).problem_results(runs)
     assert problems.empty and list(problems.columns)[:3] == ["run_id", "step", "problem_id"]
     assert problems.attrs["unreadable"] == ["bad"]

@@ -11,12 +11,12 @@ from workbench.metrics.reflection import OAT_ZERO_KEYWORDS, REFLECTION_METRICS, 
 from workbench.train.step import reflection_words
 
 BATCH = [  # (decoded completion, judged correct)
-    ("12 + 5 = 17. Let me recheck: 12 + 5 = 17. #### 17", True),        # "recheck"
-    ("The answer is 4. #### 4", True),                                    # none
-    ("Hmm, I should RE-EXAMINE this. Try Again: 9. #### 9", False),       # "re-examine", "try again" (one response)
-    ("Rethinking the problem: 6 * 7 = 42. #### 42", True),                # "rethink" inside "rethinking" (substring)
-    ("I will double-check... no, #### 3", False),                          # "double-check" is not among the 11
-    ("Let me go over the steps again. #### 10", False),                   # "go over the steps"
+    ("12 + 5 = 17. Let me recheck: 12 + 5 = 17. #### 17", True),  # "recheck"
+    ("The answer is 4. #### 4", True),  # none
+    ("Hmm, I should RE-EXAMINE this. Try Again: 9. #### 9", False),  # "re-examine", "try again" (one response)
+    ("Rethinking the problem: 6 * 7 = 42. #### 42", True),  # "rethink" inside "rethinking" (substring)
+    ("I will double-check... no, #### 3", False),  # "double-check" is not among the 11
+    ("Let me go over the steps again. #### 10", False),  # "go over the steps"
 ]
 
 
@@ -30,14 +30,21 @@ def test_hand_computed_rates_on_a_decoded_batch():
     texts, correct = zip(*BATCH, strict=True)
     # reflecting: #0, #2, #3, #5 → 4 of 6; correct ones #0, #1, #3 → 2 of 3; incorrect #2, #4, #5 → 2 of 3
     assert reflection_metrics(texts, correct, OAT_ZERO_KEYWORDS) == {
-        "behaviour/reflection_rate": 4 / 6, "behaviour/reflection_rate_correct": 2 / 3,
-        "behaviour/reflection_rate_incorrect": 2 / 3}
+        "behaviour/reflection_rate": 4 / 6,
+        "behaviour/reflection_rate_correct": 2 / 3,
+        "behaviour/reflection_rate_incorrect": 2 / 3,
+    }
     # a custom list (any case): only "double-check" → #4 alone; no correct response holds it
     assert reflection_metrics(texts, correct, ["Double-Check"], prefix="eval") == {
-        "eval/reflection_rate": 1 / 6, "eval/reflection_rate_correct": 0.0, "eval/reflection_rate_incorrect": 1 / 3}
+        "eval/reflection_rate": 1 / 6,
+        "eval/reflection_rate_correct": 0.0,
+        "eval/reflection_rate_incorrect": 1 / 3,
+    }
     # a side with no response is absent, not 0
     assert reflection_metrics(texts[:2], correct[:2], OAT_ZERO_KEYWORDS) == {
-        "behaviour/reflection_rate": 0.5, "behaviour/reflection_rate_correct": 0.5}
+        "behaviour/reflection_rate": 0.5,
+        "behaviour/reflection_rate_correct": 0.5,
+    }
     assert reflection_metrics([], [], OAT_ZERO_KEYWORDS) == {}
     with pytest.raises(ValueError, match="2 texts but 1"):
         reflection_metrics(texts[:2], correct[:1], OAT_ZERO_KEYWORDS)
@@ -48,8 +55,11 @@ def test_not_applicable_on_the_tiny_model_and_catalogued():
     chat = RunConfig.model_validate({"model": {"path": "/models/qwen"}})
     assert reflection_words(tiny) == () and reflection_words(chat) == OAT_ZERO_KEYWORDS
     own = RunConfig.model_validate({"model": {"path": "/models/qwen"}, "rollout": {"reflection_words": ["wait"]}})
-    assert reflection_words(own) == ("wait",) and tiny.run_key() == RunConfig.model_validate(
-        {"model": {"builtin": "tiny"}, "rollout": {"reflection_words": None}}).run_key()
+    assert (
+        reflection_words(own) == ("wait",)
+        and tiny.run_key()
+        == RunConfig.model_validate({"model": {"builtin": "tiny"}, "rollout": {"reflection_words": None}}).run_key()
+    )
     names = [n for group in REFLECTION_METRICS.values() for n in group]
     assert all(BY_NAME[n].unit == "fraction" for n in names)
     assert set(names) <= set(unlogged_by_config(tiny.flat())) and not set(names) & set(unlogged_by_config(chat.flat()))

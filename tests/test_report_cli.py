@@ -48,6 +48,7 @@ def artifact_paths(client, run_id, path):
 
 # ---- health ----------------------------------------------------------------------------------
 
+
 def test_health_table_shows_first_trigger_steps(in_study):
     # One column per rule that fired, so the table needs width. rich fixes the width when the CLI's console is
     # created, if $COLUMNS is set then: in a process where another test had set a narrow $COLUMNS before the CLI
@@ -133,6 +134,7 @@ def test_health_errors_are_one_line(in_study):
 
 # ---- compare ---------------------------------------------------------------------------------
 
+
 def test_compare_table_and_html_report_logged_to_the_parent_run(in_study, tmp_path):
     out = tmp_path / "report.html"
     result = invoke("compare", STUDY, "--out", out)
@@ -150,8 +152,9 @@ def test_compare_table_and_html_report_logged_to_the_parent_run(in_study, tmp_pa
     assert {"reports/compare.html", "reports/compare.csv", "reports/compare.json", "reports/compare.md"} <= logged
     local = client.download_artifacts(parent.info.run_id, "reports/compare.html", str(tmp_path))
     assert Path(local).stat().st_size > 3_000_000  # self-contained: plotly.js inside
-    table = json.loads(Path(client.download_artifacts(parent.info.run_id, "reports/compare.json", str(tmp_path)))
-                       .read_text())
+    table = json.loads(
+        Path(client.download_artifacts(parent.info.run_id, "reports/compare.json", str(tmp_path))).read_text()
+    )
     assert table["baseline"] == "grpo" and table["metrics"] == ["final_eval_accuracy", "final_reward"]
 
 
@@ -173,8 +176,10 @@ def test_compare_logs_its_report_once_per_content(in_study):
     again = invoke("compare", STUDY, "--metric", "eval_auc")
     assert again.exit_code == 0, again.output
     assert again.stdout == first.stdout
-    assert "unchanged since it was logged to MLflow run" in again.stderr and "logged to MLflow run" not in \
-        again.stderr.replace("unchanged since it was logged to MLflow run", "")
+    assert (
+        "unchanged since it was logged to MLflow run" in again.stderr
+        and "logged to MLflow run" not in again.stderr.replace("unchanged since it was logged to MLflow run", "")
+    )
     assert written() == before
     other = invoke("compare", STUDY, "--metric", "eval_auc", "--metric", "final_eval_accuracy")
     assert other.exit_code == 0, other.output
@@ -186,8 +191,19 @@ def test_compare_logs_its_report_once_per_content(in_study):
 
 @pytest.mark.parametrize("fmt", ["json", "csv", "md"])
 def test_compare_machine_formats(in_study, fmt):
-    result = invoke("compare", "study.yaml", "--metric", "eval/accuracy", "--metric", "eval_auc",
-                    "--baseline", "dr_grpo", "--format", fmt, "--no-log")
+    result = invoke(
+        "compare",
+        "study.yaml",
+        "--metric",
+        "eval/accuracy",
+        "--metric",
+        "eval_auc",
+        "--baseline",
+        "dr_grpo",
+        "--format",
+        fmt,
+        "--no-log",
+    )
     assert result.exit_code == 0, result.output
     if fmt == "json":
         data = json.loads(result.stdout)
@@ -217,6 +233,7 @@ def test_compare_bad_input_exits_2(in_study):
 
 # ---- dashboard -------------------------------------------------------------------------------
 
+
 def test_dashboard_logs_html_to_the_parent_run(in_study, tmp_path):
     result = invoke("dashboard", STUDY, "--spec", "health", "--out", tmp_path / "h.html")
     assert result.exit_code == 0, result.output
@@ -238,8 +255,10 @@ def test_dashboard_of_one_run_is_logged_to_that_run(in_study):
 def test_user_spec_without_code_and_spec_errors(in_study):
     specs = in_study / "dashboards"
     specs.mkdir(exist_ok=True)
-    (specs / "mine.yaml").write_text("title: Mine\npanels:\n  - {metric: reward/mean, aggregation: iqm}\n"
-                                     "  - {kind: summary, metrics: [final_reward]}\n")
+    (specs / "mine.yaml").write_text(
+        "title: Mine\npanels:\n  - {metric: reward/mean, aggregation: iqm}\n"
+        "  - {kind: summary, metrics: [final_reward]}\n"
+    )
     result = invoke("dashboard", STUDY, "--spec", "mine", "--no-log")
     assert result.exit_code == 0, result.output
     assert "2/2 panels with data" in result.output
@@ -247,7 +266,9 @@ def test_user_spec_without_code_and_spec_errors(in_study):
     try:
         result = CliRunner().invoke(app, ["dashboard", STUDY, "--spec", "broken"])
         assert result.exit_code == 2
-        assert "broken.yaml:2: panels[0].aggregation: expected 'mean', 'iqm' or 'none'" in result.output.replace("\n", "")
+        assert "broken.yaml:2: panels[0].aggregation: expected 'mean', 'iqm' or 'none'" in result.output.replace(
+            "\n", ""
+        )
     finally:  # the micro study's directory is shared by the session: `run` there reads every spec in it
         (specs / "broken.yaml").unlink()
         (specs / "mine.yaml").unlink()
@@ -267,17 +288,33 @@ def test_compare_names_the_interval_over_seeds_and_problems(workdir, monkeypatch
     rng, uri, steps, ids = np.random.default_rng(0), f"sqlite:///{workdir / 'mlflow.db'}", [0, 5, 10], range(40)
     for variant, p in (("grpo", 0.4), ("dr_grpo", 0.5)):
         for seed in range(3):
-            tracker = RunTracker(uri, "two-way", f"{variant}/seed={seed}", {
-                "workbench.role": "run", "workbench.study": "two-way", "workbench.variant": variant,
-                "workbench.seed": str(seed)})
+            tracker = RunTracker(
+                uri,
+                "two-way",
+                f"{variant}/seed={seed}",
+                {
+                    "workbench.role": "run",
+                    "workbench.study": "two-way",
+                    "workbench.variant": variant,
+                    "workbench.seed": str(seed),
+                },
+            )
             tracker.start()
             correct = rng.binomial(1, p, (len(steps), len(ids)))
             for i, step in enumerate(steps):
                 tracker.log_metrics({"eval/accuracy": correct[i].mean(), "eval/n_problems": len(ids)}, step)
-            tracker.log_bytes(encode_problem_rows({
-                "step": np.repeat(steps, len(ids)), "problem_id": [f"q{j}" for _ in steps for j in ids],
-                "correct": correct.ravel(), "length": np.full(correct.size, 7), "truncated": np.zeros(correct.size, int),
-            }), PROBLEMS_ARTIFACT)
+            tracker.log_bytes(
+                encode_problem_rows(
+                    {
+                        "step": np.repeat(steps, len(ids)),
+                        "problem_id": [f"q{j}" for _ in steps for j in ids],
+                        "correct": correct.ravel(),
+                        "length": np.full(correct.size, 7),
+                        "truncated": np.zeros(correct.size, int),
+                    }
+                ),
+                PROBLEMS_ARTIFACT,
+            )
             tracker.finish("FINISHED")
     for fmt in ("table", "md", "json", "csv"):
         result = invoke("compare", "two-way", "--baseline", "grpo", "--format", fmt, "--no-log")

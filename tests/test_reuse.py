@@ -12,6 +12,7 @@ again (the same values where the computation decides them). About 50 s on the bu
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -40,15 +41,29 @@ def invoke(*args):
 
 
 def write(path, name, variants, seeds, **extra):
-    path.write_text(yaml.safe_dump({"name": name, "base": fast_run_config(3, reward=LENGTH_REWARD),
-                                    "variants": variants, "seeds": list(seeds), **extra}, sort_keys=False))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": name,
+                "base": fast_run_config(3, reward=LENGTH_REWARD),
+                "variants": variants,
+                "seeds": list(seeds),
+                **extra,
+            },
+            sort_keys=False,
+        )
+    )
     return path
 
 
 def points(uri, run_id) -> pd.DataFrame:
     frame = StudyReader(uri, cache_dir=False).backend.history([run_id], None)
-    return frame.drop(columns="run_id").astype({"metric": str}).sort_values(
-        ["metric", "step", "timestamp", "value"]).reset_index(drop=True)
+    return (
+        frame.drop(columns="run_id")
+        .astype({"metric": str})
+        .sort_values(["metric", "step", "timestamp", "value"])
+        .reset_index(drop=True)
+    )
 
 
 def plant_unusable_sources(client, uri: str, spec, whole_run) -> None:
@@ -77,8 +92,13 @@ def studies(tmp_path_factory):
         a = write(root / "a.yaml", "reuse-a", {"base": {}}, [0, 1])
         ran = invoke("run", a, "--quiet")
         assert ran.exit_code == 0, ran.output
-        b = write(root / "b.yaml", "reuse-b", {"shared": {}, "other": OTHER}, [0],
-                  compare={"baseline": "shared", "metrics": ["final_reward"], "sequential": {"looks": [2, 3]}})
+        b = write(
+            root / "b.yaml",
+            "reuse-b",
+            {"shared": {}, "other": OTHER},
+            [0],
+            compare={"baseline": "shared", "metrics": ["final_reward"], "sequential": {"looks": [2, 3]}},
+        )
         client = MlflowClient(uri)
         other = next(s for s in expand(load_study(b)) if s.variant == "other" and s.seed == 0)
         plant_unusable_sources(client, uri, other, by_label(child_runs(client, "reuse-a"))["base/seed=0"])
@@ -88,9 +108,16 @@ def studies(tmp_path_factory):
         assert first.exit_code == 0, first.output
         again = invoke("run", b, "--until-decided", "--max-seeds", 2, "--quiet")
         assert again.exit_code == 0, again.output
-        yield {"root": root, "uri": uri, "client": client, "first": first.output, "again": again.output,
-               "plan": json.loads(planned.stdout[planned.stdout.index("{"):]),
-               "a": child_runs(client, "reuse-a"), "b": child_runs(client, "reuse-b")}
+        yield {
+            "root": root,
+            "uri": uri,
+            "client": client,
+            "first": first.output,
+            "again": again.output,
+            "plan": json.loads(planned.stdout[planned.stdout.index("{") :]),
+            "a": child_runs(client, "reuse-a"),
+            "b": child_runs(client, "reuse-b"),
+        }
 
 
 def by_label(runs) -> dict:
@@ -113,9 +140,16 @@ def test_the_shared_arm_is_copied_from_the_other_study_and_the_other_arm_compute
         reader = StudyReader(uri, cache_dir=False)
         rollouts = [f for f in artifact_files(MlflowClient(uri), source.info.run_id) if f.startswith("rollouts/")]
         assert "rollouts/manifest.json" in rollouts and "rollouts/completions-00000.parquet" in rollouts
-        for name in (PROBLEMS_ARTIFACT, "health.json", "config.yaml", "samples.json", *rollouts):  # every completion too
-            assert reader.read_artifact_bytes(copy.info.run_id, copy.info.artifact_uri, name) == \
-                reader.read_artifact_bytes(source.info.run_id, source.info.artifact_uri, name), name
+        for name in (
+            PROBLEMS_ARTIFACT,
+            "health.json",
+            "config.yaml",
+            "samples.json",
+            *rollouts,
+        ):  # every completion too
+            assert reader.read_artifact_bytes(
+                copy.info.run_id, copy.info.artifact_uri, name
+            ) == reader.read_artifact_bytes(source.info.run_id, source.info.artifact_uri, name), name
         assert f"REUSED shared/seed={seed} from study reuse-a (run {source.info.run_id[:8]})" in studies["first"]
     for seed in (0, 1):
         assert REUSED_FROM_TAG not in b[f"other/seed={seed}"].data.tags  # computed here
@@ -145,8 +179,15 @@ def test_the_look_counts_reused_runs_and_a_rerun_adds_nothing(studies):
     client = studies["client"]
     exp = client.get_experiment_by_name("reuse-b")
     (parent,) = client.search_runs([exp.experiment_id], "tags.`workbench.role` = 'study'")
-    record = json.loads(open(client.download_artifacts(parent.info.run_id, "sequential.json",  # noqa: SIM115 - one read
-                                                        str(studies["root"] / "dl"))).read())
+    record = json.loads(
+        Path(
+            client.download_artifacts(
+                parent.info.run_id,
+                "sequential.json",
+                str(studies["root"] / "dl"),
+            )
+        ).read_text()
+    )
     decided = [d for d in record["looks"][0]["decisions"] if d["arm"] == "other"]
     assert decided and all(d["n_seeds"] == 2 for d in decided)  # against the two reused baseline runs
     assert len(child_runs(client, "reuse-b")) == 4  # the rerun: nothing duplicated
@@ -183,5 +224,7 @@ def test_no_reuse_computes_the_shared_run_again(studies, monkeypatch):
     computed, original = (points(studies["uri"], r.info.run_id) for r in (run, source))
     assert not computed.equals(original)  # its own points (timings, timestamps) ...
     for key in DETERMINISTIC:  # ... with the same values where the computation decides them
-        assert computed[computed["metric"] == key]["value"].tolist() == \
-            original[original["metric"] == key]["value"].tolist(), key
+        assert (
+            computed[computed["metric"] == key]["value"].tolist()
+            == original[original["metric"] == key]["value"].tolist()
+        ), key

@@ -9,8 +9,9 @@ from rich.markup import escape
 from workbench.cli.rollouts import md_cell, parse_steps, visible
 
 
-@pytest.mark.parametrize(("text", "want"), [("5:10", (5, 10)), ("5:", (5, None)), (":20", (None, 20)),
-                                            ("7", (7, 7)), (None, None)])
+@pytest.mark.parametrize(
+    ("text", "want"), [("5:10", (5, 10)), ("5:", (5, None)), (":20", (None, 20)), ("7", (7, 7)), (None, None)]
+)
 def test_step_ranges(text, want):
     assert parse_steps(text) == want
 
@@ -43,10 +44,15 @@ def test_a_completion_cannot_restyle_the_terminal():
 def test_runs_missing_completions_get_one_note_each():
     from workbench.cli.rollouts import notes
 
-    attrs = {"manifests": {"a" * 32: {"rows": {"train": 90, "eval": 10}, "dropped": {"train": 30, "eval": 0}},
-                           "b" * 32: {"rows": {"train": 5, "eval": 5}, "dropped": {"train": 0, "eval": 0}}},
-             "unreadable": {"c" * 32: "rollouts/completions-00000.parquet is not a parquet file: bad"}}
+    attrs = {
+        "manifests": {
+            "a" * 32: {"rows": {"train": 90, "eval": 10}, "dropped": {"train": 30, "eval": 0}},
+            "b" * 32: {"rows": {"train": 5, "eval": 5}, "dropped": {"train": 0, "eval": 0}},
+        },
+        "unreadable": {"c" * 32: "rollouts/completions-00000.parquet is not a parquet file: bad"},
+    }
     assert notes(attrs) == [
         "note: run aaaaaaaa stored 100 of 130 completions (tracking.rollouts_budget_mb; its rollouts/manifest.json "
         "says which steps)",
-        "note: run cccccccc: rollouts not read: rollouts/completions-00000.parquet is not a parquet file: bad"]
+        "note: run cccccccc: rollouts not read: rollouts/completions-00000.parquet is not a parquet file: bad",
+    ]

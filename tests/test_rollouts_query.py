@@ -39,8 +39,7 @@ def store(tmp_path_factory):
 
 
 def cli(uri, *args):
-    return CliRunner().invoke(app, ["rollouts", NAME, "--tracking-uri", uri, *map(str, args)],
-                              catch_exceptions=False)
+    return CliRunner().invoke(app, ["rollouts", NAME, "--tracking-uri", uri, *map(str, args)], catch_exceptions=False)
 
 
 def test_filters_select_what_they_name(store):
@@ -48,12 +47,14 @@ def test_filters_select_what_they_name(store):
     assert len(every) == 2 * (3 * 4 * 4 + 3 * 16)  # per run: steps × prompts × group, + eval steps × problems
     assert sorted(every["variant"].unique()) == ["dr_grpo", "grpo"]
 
-    wrong = query_rollouts(NAME, tracking_uri=store, variant="dr_grpo", split="train", steps=(1, 2),
-                           outcome="incorrect")
+    wrong = query_rollouts(
+        NAME, tracking_uri=store, variant="dr_grpo", split="train", steps=(1, 2), outcome="incorrect"
+    )
     assert set(wrong["variant"]) <= {"dr_grpo"} and set(wrong["split"]) <= {"train"}
     assert wrong["step"].between(1, 2).all() and not wrong["correct"].any()
-    expected = every[(every["variant"] == "dr_grpo") & (every["split"] == "train") & every["step"].between(1, 2)
-                     & ~every["correct"]]
+    expected = every[
+        (every["variant"] == "dr_grpo") & (every["split"] == "train") & every["step"].between(1, 2) & ~every["correct"]
+    ]
     assert len(wrong) == len(expected)
 
     rewarded = query_rollouts(NAME, tracking_uri=store, min_reward=0.5, max_reward=1.0)
@@ -108,19 +109,33 @@ def test_formats_print_the_same_rows(store):
     assert table.exit_code == 0 and "prompt_id" in table.stdout
 
 
-@pytest.mark.parametrize(("args", "line"), [
-    (("--variant", "dapo"), "--variant: no variant 'dapo' in study 'rollouts-pair'"),
-    (("--seed", "7"), "--seed: no run with seed 7"),
-    (("--steps", "50:60"), "--steps: 50:60 holds no stored step: the stored steps are 0..3"),
-    (("--steps", "3:1"), "--steps: 3:1 is an empty range"),
-    (("--steps", "x"), "--steps: expected FIRST:LAST"),
-    (("--split", "test"), "--split: expected one of train, eval, got 'test'"),
-    (("--correct", "--incorrect"), "--correct and --incorrect: give one of"),
-    (("--min-reward", "1", "--max-reward", "0"), "--min-reward/--max-reward: min 1 is above max 0"),
-    (("--same-prompts", "grpo", "grpo"), "--same-prompts: two different variants are needed"),
-    (("--format", "html"), "--format: expected one of table, md, csv, json"),
-], ids=["variant", "seed", "steps-out", "steps-empty", "steps-syntax", "split", "outcomes", "reward", "same",
-        "format"])
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (("--variant", "dapo"), "--variant: no variant 'dapo' in study 'rollouts-pair'"),
+        (("--seed", "7"), "--seed: no run with seed 7"),
+        (("--steps", "50:60"), "--steps: 50:60 holds no stored step: the stored steps are 0..3"),
+        (("--steps", "3:1"), "--steps: 3:1 is an empty range"),
+        (("--steps", "x"), "--steps: expected FIRST:LAST"),
+        (("--split", "test"), "--split: expected one of train, eval, got 'test'"),
+        (("--correct", "--incorrect"), "--correct and --incorrect: give one of"),
+        (("--min-reward", "1", "--max-reward", "0"), "--min-reward/--max-reward: min 1 is above max 0"),
+        (("--same-prompts", "grpo", "grpo"), "--same-prompts: two different variants are needed"),
+        (("--format", "html"), "--format: expected one of table, md, csv, json"),
+    ],
+    ids=[
+        "variant",
+        "seed",
+        "steps-out",
+        "steps-empty",
+        "steps-syntax",
+        "split",
+        "outcomes",
+        "reward",
+        "same",
+        "format",
+    ],
+)
 def test_bad_filters_exit_2_with_one_line_naming_the_option(store, args, line):
     result = cli(store, *args)
     assert result.exit_code == 2
@@ -141,8 +156,7 @@ def test_the_command_reads_without_importing_torch(store, tmp_path):
     """A read-only command (tests/test_cli_startup.py): the query needs pandas and pyarrow, not the trainer."""
     from tests.test_cli_startup import loaded_by
 
-    loaded, out = loaded_by("rollouts", NAME, "--tracking-uri", store, "--worst", "1", "--format", "csv",
-                            cwd=tmp_path)
+    loaded, out = loaded_by("rollouts", NAME, "--tracking-uri", store, "--worst", "1", "--format", "csv", cwd=tmp_path)
     assert "prompt_id" in out
     assert not loaded & {"torch", "transformers", "ray", "optuna", "plotly", "scipy", "statsmodels"}, sorted(loaded)
 
@@ -151,10 +165,13 @@ def test_the_notebook_gets_the_same_frames(store):
     from workbench import load_study
 
     study = load_study(NAME, tracking_uri=store)
-    pd.testing.assert_frame_equal(study.rollouts(variant="grpo", split="eval"),
-                                  query_rollouts(NAME, tracking_uri=store, variant="grpo", split="eval"))
-    pd.testing.assert_frame_equal(study.same_prompts("grpo", "dr_grpo"), same_prompts(NAME, "grpo", "dr_grpo",
-                                                                                     tracking_uri=store))
+    pd.testing.assert_frame_equal(
+        study.rollouts(variant="grpo", split="eval"),
+        query_rollouts(NAME, tracking_uri=store, variant="grpo", split="eval"),
+    )
+    pd.testing.assert_frame_equal(
+        study.same_prompts("grpo", "dr_grpo"), same_prompts(NAME, "grpo", "dr_grpo", tracking_uri=store)
+    )
     with pytest.raises(QueryError, match="no variant 'dapo'"):
         study.rollouts(variant="dapo")
 
@@ -173,8 +190,9 @@ def test_the_compare_report_shows_same_problem_pairs_where_the_variants_differ(s
     assert 1 <= len(pairs) <= 3 and (pairs["step"] == expected["step"].max()).all()
     assert (pairs["correct.grpo"] != pairs["correct.dr_grpo"]).all()
     out = tmp_path / "report.html"
-    result = CliRunner().invoke(app, ["compare", NAME, "--tracking-uri", store, "--no-log", "--out", str(out)],
-                                catch_exceptions=False)
+    result = CliRunner().invoke(
+        app, ["compare", NAME, "--tracking-uri", store, "--no-log", "--out", str(out)], catch_exceptions=False
+    )
     assert result.exit_code == 0, result.output
     page = out.read_text()
     assert "Same problems, different answers" in page and "dr_grpo vs grpo" in page

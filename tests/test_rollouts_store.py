@@ -97,8 +97,9 @@ def test_a_micro_run_keeps_every_completion_and_its_rows_give_the_logged_metrics
 
     # eval rows use the ids of eval/problems.csv.gz: the per-problem table and the rollouts join
     problems = reader.problem_results(runs)
-    joined = evals.merge(problems.rename(columns={"problem_id": "prompt_id"}), on=["step", "prompt_id"],
-                         suffixes=("", "_csv"))
+    joined = evals.merge(
+        problems.rename(columns={"problem_id": "prompt_id"}), on=["step", "prompt_id"], suffixes=("", "_csv")
+    )
     assert len(joined) == len(evals)
     assert (joined["correct"].astype(int) == joined["correct_csv"]).all()
     assert (joined["length"] == joined["length_csv"]).all()
@@ -110,10 +111,17 @@ def test_a_micro_run_keeps_every_completion_and_its_rows_give_the_logged_metrics
 def scored(n: int, texts: list[str] | None = None) -> ScoredRollouts:
     problems = [Problem(prompt=f"{i}+1=", answer=str(i + 1)) for i in range(n)]
     mask = torch.ones(n, 3)
-    rollouts = Rollouts(problems=problems, group_ids=torch.arange(n), prompt_ids=torch.zeros(n, 2, dtype=torch.long),
-                        prompt_mask=torch.ones(n, 2, dtype=torch.long), completion_ids=torch.zeros(n, 3, dtype=torch.long),
-                        mask=mask, sampler_logp=torch.full((n, 3), -0.5), truncated=torch.zeros(n, dtype=torch.bool),
-                        texts=texts or [f"answer {i}" for i in range(n)])
+    rollouts = Rollouts(
+        problems=problems,
+        group_ids=torch.arange(n),
+        prompt_ids=torch.zeros(n, 2, dtype=torch.long),
+        prompt_mask=torch.ones(n, 2, dtype=torch.long),
+        completion_ids=torch.zeros(n, 3, dtype=torch.long),
+        mask=mask,
+        sampler_logp=torch.full((n, 3), -0.5),
+        truncated=torch.zeros(n, dtype=torch.bool),
+        texts=texts or [f"answer {i}" for i in range(n)],
+    )
     return ScoredRollouts(rollouts, torch.ones(n), torch.ones(n, dtype=torch.bool))
 
 
@@ -127,14 +135,16 @@ class Sink:
 
 def test_rows_hold_what_the_step_had_by_hand():
     sink = Sink()
-    log = RolloutRecorder(sink, budget_bytes=10**9, steps=1, eval_steps=[], render=lambda p: f"Q: {p}",
-                          flush_every=1)
+    log = RolloutRecorder(sink, budget_bytes=10**9, steps=1, eval_steps=[], render=lambda p: f"Q: {p}", flush_every=1)
     batch = scored(2)
     log.record_train(0, batch, torch.tensor([0.5]), kept=torch.tensor([1]))  # only row 1 entered the update
     log.end_step(0)
     manifest = log.close()
-    assert sorted(sink.files) == ["rollouts/completions-00000.parquet", "rollouts/manifest.json",
-                                  "rollouts/prompts-00000.parquet"]
+    assert sorted(sink.files) == [
+        "rollouts/completions-00000.parquet",
+        "rollouts/manifest.json",
+        "rollouts/prompts-00000.parquet",
+    ]
     rows = pd.read_parquet(io.BytesIO(sink.files["rollouts/completions-00000.parquet"]))
     assert rows["prompt_id"].tolist() == [prompt_digest("0+1=", "1"), prompt_digest("1+1=", "2")]
     assert math.isnan(rows["advantage"][0]) and rows["advantage"][1] == 0.5
@@ -161,8 +171,14 @@ def test_over_budget_the_train_stride_doubles_and_every_dropped_row_is_counted()
         log.record_train(step, scored(8), torch.zeros(8), None)
         log.end_step(step)
     manifest = log.close()
-    kept_steps = sorted({int(s) for path, data in sink.files.items() if "completions-" in path
-                         for s in pd.read_parquet(io.BytesIO(data))["step"]})
+    kept_steps = sorted(
+        {
+            int(s)
+            for path, data in sink.files.items()
+            if "completions-" in path
+            for s in pd.read_parquet(io.BytesIO(data))["step"]
+        }
+    )
     assert kept_steps[0] == 0 and log.stride > 1
     assert all(s % k == 0 for s in kept_steps for start, k in manifest["strides"] if s >= start)
     assert manifest["bytes"] <= budget
@@ -206,12 +222,15 @@ def test_with_a_batch_filter_every_round_is_kept_and_only_the_trained_groups_car
     from workbench.train.loop import train
 
     # filtered on the shaped reward, which the length term spreads, so some groups are kept and some dropped
-    cfg = RunConfig.model_validate(micro_run_config(algorithm={"preset": "dapo", "max_sampling_rounds": 3,
-                                                               "filter_on": "reward"},
-                                                    reward={"shaping": [{"name": "overlong_soft", "weight": 1.0,
-                                                                         "params": {"max_length": 8,
-                                                                                    "cache_length": 6}}]},
-                                                    rollout={"steps": 2, "eval_every": 2}))
+    cfg = RunConfig.model_validate(
+        micro_run_config(
+            algorithm={"preset": "dapo", "max_sampling_rounds": 3, "filter_on": "reward"},
+            reward={
+                "shaping": [{"name": "overlong_soft", "weight": 1.0, "params": {"max_length": 8, "cache_length": 6}}]
+            },
+            rollout={"steps": 2, "eval_every": 2},
+        )
+    )
     sink, steps = Sink(), []
 
     class Metrics:
@@ -219,8 +238,7 @@ def test_with_a_batch_filter_every_round_is_kept_and_only_the_trained_groups_car
             steps.append((step, metrics))
 
     def recorder(parts):
-        return RolloutRecorder(sink, budget_bytes=10**9, steps=2, eval_steps=[0, 2],
-                               render=parts.prompt_format.render)
+        return RolloutRecorder(sink, budget_bytes=10**9, steps=2, eval_steps=[0, 2], render=parts.prompt_format.render)
 
     train(cfg, Metrics(), HealthMonitor.from_config(cfg.health), rollout_log=recorder)
     rows = pd.concat([pd.read_parquet(io.BytesIO(d)) for p, d in sorted(sink.files.items()) if "completions-" in p])
@@ -277,8 +295,9 @@ def test_the_default_budget_keeps_every_completion_of_every_cpu_study():
             rows = train_rows + evals * eval_size
             problems = train_rows // roll.group_size + eval_size
             chunks = roll.steps // 10 + 2
-            bound = rows * (cfg.sampler.max_new_tokens + 160) + problems * (2 * TINY_MAX_POSITIONS + 32) \
-                + chunks * 16_000
+            bound = (
+                rows * (cfg.sampler.max_new_tokens + 160) + problems * (2 * TINY_MAX_POSITIONS + 32) + chunks * 16_000
+            )
             assert bound <= budget, f"{path.name} {spec.label}: up to {bound / 1e6:.0f} MB"
             checked += 1
     assert checked >= 20

@@ -22,19 +22,28 @@ from workbench.safe_io import MAX_ALIASES, MAX_DEPTH, load_yaml, parse_json, rea
 
 ROOT = Path(__file__).resolve().parents[1]
 BOMB = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
-    f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join([f'*{chr(97 + i)}'] * 10)}]\n" for i in range(8))  # 10^9 strings
+    f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join([f'*{chr(97 + i)}'] * 10)}]\n" for i in range(8)
+)  # 10^9 strings
 
 
 def workbench(args: list[str], cwd: Path, timeout: float = 120) -> tuple[subprocess.CompletedProcess, float]:
     """The CLI in a process of its own, at most 3 GiB of memory (a bomb fails there, not on the machine)."""
+
     def cap_memory():
         resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
 
     env = {**os.environ, "PYTHONPATH": str(ROOT), "WORKBENCH_DEBUG": ""}
     env.pop("MLFLOW_TRACKING_URI", None)
     start = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "workbench.cli.main", *args], cwd=cwd, env=env, text=True,
-                          capture_output=True, timeout=timeout, preexec_fn=cap_memory)
+    done = subprocess.run(
+        [sys.executable, "-m", "workbench.cli.main", *args],
+        cwd=cwd,
+        env=env,
+        text=True,
+        capture_output=True,
+        timeout=timeout,
+        preexec_fn=cap_memory,
+    )
     return done, time.monotonic() - start
 
 
@@ -89,16 +98,20 @@ def test_an_export_whose_manifest_nests_past_the_stack_is_one_line_not_a_traceba
 def test_a_fifo_among_an_exports_files_is_refused_not_waited_on(tmp_path):
     export = tmp_path / "export"
     export.mkdir()
-    files = {name: {"sha256": "0" * 64, "rows": 0}
-             for name in ("runs.parquet", "metrics.parquet", "problems.parquet", "artifacts.parquet")}
-    (export / "manifest.json").write_text(json.dumps({"format": "workbench-study-export", "format_version": 1,
-                                                      "experiment": "s", "files": files}))
+    files = {
+        name: {"sha256": "0" * 64, "rows": 0}
+        for name in ("runs.parquet", "metrics.parquet", "problems.parquet", "artifacts.parquet")
+    }
+    (export / "manifest.json").write_text(
+        json.dumps({"format": "workbench-study-export", "format_version": 1, "experiment": "s", "files": files})
+    )
     os.mkfifo(export / "runs.parquet")
     done, _ = workbench(["import", "workbench", str(export)], tmp_path)
     assert "runs.parquet: not a regular file" in one_error_line(done)
 
 
 # ---- the module itself (in process: none of these can block or blow up with the module in place)
+
 
 def test_devices_fifos_and_symlinks_out_of_the_folder_are_refused(tmp_path):
     os.mkfifo(tmp_path / "pipe.json")
@@ -140,6 +153,7 @@ def test_yaml_budgets_aliases_and_depth_and_json_depth():
 
 # ---- parquet: the row count and decompressed size are checked before decoding -------------------
 
+
 def row_bomb(rows: int, batch: int = 1_000_000) -> bytes:
     """A metrics.parquet of ``rows`` identical points: zstd keeps it at ~20 bytes per million rows' worth
     of pages, while Arrow would decode it to ~33 bytes a row (25M rows: 0.5 MB on disk, 0.8 GB decoded,
@@ -148,11 +162,25 @@ def row_bomb(rows: int, batch: int = 1_000_000) -> bytes:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    schema = pa.schema([("run", pa.int32()), ("key", pa.string()), ("step", pa.int64()), ("value", pa.float64()),
-                        ("timestamp", pa.int64())])
-    chunk = pa.record_batch([pa.array(np.zeros(batch, np.int32)), pa.array(["k"] * batch),
-                             pa.array(np.zeros(batch, np.int64)), pa.array(np.zeros(batch)),
-                             pa.array(np.zeros(batch, np.int64))], schema=schema)
+    schema = pa.schema(
+        [
+            ("run", pa.int32()),
+            ("key", pa.string()),
+            ("step", pa.int64()),
+            ("value", pa.float64()),
+            ("timestamp", pa.int64()),
+        ]
+    )
+    chunk = pa.record_batch(
+        [
+            pa.array(np.zeros(batch, np.int32)),
+            pa.array(["k"] * batch),
+            pa.array(np.zeros(batch, np.int64)),
+            pa.array(np.zeros(batch)),
+            pa.array(np.zeros(batch, np.int64)),
+        ],
+        schema=schema,
+    )
     sink = pa.BufferOutputStream()
     with pq.ParquetWriter(sink, schema, compression="zstd") as writer:
         for _ in range(rows // batch):
@@ -172,10 +200,13 @@ def test_a_parquet_row_bomb_in_an_export_is_refused_before_decoding(tmp_path):
     assert len(bomb) < 2 << 20  # a small file on disk
     (export / "metrics.parquet").write_bytes(bomb)
     manifest = json.loads((export / "manifest.json").read_text())  # consistent: checksum and row count match
-    manifest["files"]["metrics.parquet"].update(sha256=hashlib.sha256(bomb).hexdigest(), rows=MAX_PARQUET_ROWS + 5_000_000)
+    manifest["files"]["metrics.parquet"].update(
+        sha256=hashlib.sha256(bomb).hexdigest(), rows=MAX_PARQUET_ROWS + 5_000_000
+    )
     (export / "manifest.json").write_text(json.dumps(manifest))
-    done, seconds = workbench(["import", "workbench", str(export), "--tracking-uri", f"sqlite:///{tmp_path / 'm.db'}"],
-                              tmp_path)
+    done, seconds = workbench(
+        ["import", "workbench", str(export), "--tracking-uri", f"sqlite:///{tmp_path / 'm.db'}"], tmp_path
+    )
     line = one_error_line(done)  # the old code decoded it: MemoryError under the 3 GiB cap, "internal error"
     assert "metrics.parquet: 25,000,000 rows, over the limit of 20,000,000: refused before decoding it" in line
     assert not (tmp_path / "m.db").exists()

@@ -103,8 +103,15 @@ def policy_with_generation_config(policy, tmp_path_factory):
     model, tok = policy
     path = tmp_path_factory.mktemp("policy_with_generation_config")
     model.save_pretrained(path)
-    GenerationConfig(do_sample=True, repetition_penalty=1.8, top_k=3, top_p=0.9, no_repeat_ngram_size=2,
-                     eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id).save_pretrained(path)
+    GenerationConfig(
+        do_sample=True,
+        repetition_penalty=1.8,
+        top_k=3,
+        top_p=0.9,
+        no_repeat_ngram_size=2,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    ).save_pretrained(path)
     loaded = AutoModelForCausalLM.from_pretrained(path, dtype="float32")
     assert loaded.generation_config.repetition_penalty == 1.8 and loaded.generation_config.top_k == 3
     return loaded, tok
@@ -124,8 +131,9 @@ def float_floor_tolerance(model, rollouts) -> float:
     per_layer = c.hidden_size // c.num_attention_heads + 2 * context + 2 * c.hidden_size + c.intermediate_size
     chain = c.num_hidden_layers * per_layer + c.hidden_size + c.vocab_size
     with torch.no_grad():
-        logits = model(input_ids=rollouts.input_ids.to(model.device),
-                       attention_mask=rollouts.attention_mask.to(model.device)).logits
+        logits = model(
+            input_ids=rollouts.input_ids.to(model.device), attention_mask=rollouts.attention_mask.to(model.device)
+        ).logits
     magnitude = max(1.0, float(logits.abs().max()))
     return 2 * chain * FLOAT32_EPS * magnitude  # 2: the token's logit and the log-sum-exp both carry the error
 

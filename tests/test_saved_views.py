@@ -43,8 +43,10 @@ from workbench.viz.spec_loader import find_spec, list_specs, load_spec, parse_sp
 
 CANONICAL = [m.name for m in CATALOGUE]
 HEALTH = load_spec(find_spec("health"))
-GROUP_BY_VARIANT = {"aggregateFunction": "average",
-                    "groupByKeys": [{"mode": "tag", "groupByData": "workbench.variant"}]}
+GROUP_BY_VARIANT = {
+    "aggregateFunction": "average",
+    "groupByKeys": [{"mode": "tag", "groupByData": "workbench.variant"}],
+}
 
 
 def shown(view):
@@ -53,15 +55,23 @@ def shown(view):
 
 # ---- the compiler (pure) ---------------------------------------------------------------------
 
+
 def test_health_view_has_the_spec_panels_as_cards_in_order_grouped_by_variant():
     view = compile_view(HEALTH, known_metrics=CANONICAL)
     # dashboards/health.yaml, panel by panel (the health matrix becomes the health/status curve)
     assert [(c["type"], c["selectedMetricKeys"] if c["type"] == "LINE" else [c["metricKey"]]) for c in shown(view)] == [
-        ("LINE", ["reward/mean"]), ("LINE", ["entropy/mean"]),
-        ("LINE", ["length/correct_mean", "length/incorrect_mean"]), ("LINE", ["length/truncated_frac"]),
-        ("LINE", ["clip/frac_low", "clip/frac_high"]), ("LINE", ["mismatch/prob_abs_diff_max"]),
-        ("LINE", ["mismatch/kl"]), ("LINE", ["mismatch/is_clipped_frac"]), ("LINE", ["kl/ref"]),
-        ("LINE", ["grad/norm"]), ("LINE", ["batch/zero_std_frac"]), ("LINE", ["health/status"]),
+        ("LINE", ["reward/mean"]),
+        ("LINE", ["entropy/mean"]),
+        ("LINE", ["length/correct_mean", "length/incorrect_mean"]),
+        ("LINE", ["length/truncated_frac"]),
+        ("LINE", ["clip/frac_low", "clip/frac_high"]),
+        ("LINE", ["mismatch/prob_abs_diff_max"]),
+        ("LINE", ["mismatch/kl"]),
+        ("LINE", ["mismatch/is_clipped_frac"]),
+        ("LINE", ["kl/ref"]),
+        ("LINE", ["grad/norm"]),
+        ("LINE", ["batch/zero_std_frac"]),
+        ("LINE", ["health/status"]),
     ]
     assert [c["displayName"] for c in shown(view)][:2] == ["Reward", "Entropy (token-mean over responses)"]
     s = view.state
@@ -70,10 +80,19 @@ def test_health_view_has_the_spec_panels_as_cards_in_order_grouped_by_variant():
     assert s["runsHiddenMode"] == "SHOW_ALL"
     # order kept: the page re-sorts sections unless reordered, and inserts new charts alphabetically
     assert s["isAccordionReordered"] is True
-    assert s["compareRunSections"] == [{"uuid": "workbench-health-section", "name": "Training health", "display": True,
-                                        "isReordered": True, "deleted": False, "isGenerated": False,
-                                        # the spec's 2 columns, cards tall enough for their legends (#32)
-                                        "columns": 2, "cardHeight": 480}]
+    assert s["compareRunSections"] == [
+        {
+            "uuid": "workbench-health-section",
+            "name": "Training health",
+            "display": True,
+            "isReordered": True,
+            "deleted": False,
+            "isGenerated": False,
+            # the spec's 2 columns, cards tall enough for their legends (#32)
+            "columns": 2,
+            "cardHeight": 480,
+        }
+    ]
     assert {c["metricSectionId"] for c in s["compareRunCharts"]} == {"workbench-health-section"}
     assert view.view_id == "workbench-health" and view.name == "Training health (by variant)"
 
@@ -92,35 +111,51 @@ def test_per_seed_view_is_ungrouped_and_has_its_own_id():
     grouped, per_seed = compile_view(HEALTH), compile_view(HEALTH, grouped=False)
     assert per_seed.view_id == "workbench-health-per-seed" != grouped.view_id
     # one group per run: ungrouped, MLflow folds the runs under their parent run and charts nothing
-    assert per_seed.state["groupBy"] == {"aggregateFunction": "average", "groupByKeys": [
-        {"mode": "tag", "groupByData": "workbench.variant"}, {"mode": "tag", "groupByData": "workbench.seed"}]}
+    assert per_seed.state["groupBy"] == {
+        "aggregateFunction": "average",
+        "groupByKeys": [
+            {"mode": "tag", "groupByData": "workbench.variant"},
+            {"mode": "tag", "groupByData": "workbench.seed"},
+        ],
+    }
     assert per_seed.name == "Training health (per seed)"
     assert [c["selectedMetricKeys"] for c in shown(per_seed)] == [c["selectedMetricKeys"] for c in shown(grouped)]
 
 
 def test_grid_parameters_become_group_keys():
     view = compile_view(HEALTH, grid_params=["learner.lr"])
-    assert view.state["groupBy"]["groupByKeys"] == [{"mode": "tag", "groupByData": "workbench.variant"},
-                                                    {"mode": "param", "groupByData": "learner.lr"}]
+    assert view.state["groupBy"]["groupByKeys"] == [
+        {"mode": "tag", "groupByData": "workbench.variant"},
+        {"mode": "param", "groupByData": "learner.lr"},
+    ]
 
 
 def test_summary_panels_chart_the_metric_they_read_and_say_what_mlflow_cannot_show():
-    spec = parse_spec("name: s\npanels:\n  - {title: Final, kind: summary, metrics: [final_eval_accuracy, "
-                      "eval/length_mean]}\n  - {title: R, metric: reward/mean, log_y: true, x: tokens}\n")
+    spec = parse_spec(
+        "name: s\npanels:\n  - {title: Final, kind: summary, metrics: [final_eval_accuracy, "
+        "eval/length_mean]}\n  - {title: R, metric: reward/mean, log_y: true, x: tokens}\n"
+    )
     view = compile_view(spec)
     assert [(c["type"], c["metricKey"]) for c in shown(view)] == [
-        ("BAR", "eval/accuracy"), ("BAR", "eval/length_mean"), ("LINE", "reward/mean")]
+        ("BAR", "eval/accuracy"),
+        ("BAR", "eval/length_mean"),
+        ("LINE", "reward/mean"),
+    ]
     assert shown(view)[2]["scaleType"] == "log"
-    assert view.notes == ("panel 'Final': MLflow draws the last logged value (no bootstrap CI)",
-                          "panel 'R': x = tokens is drawn against step in MLflow")
+    assert view.notes == (
+        "panel 'Final': MLflow draws the last logged value (no bootstrap CI)",
+        "panel 'R': x = tokens is drawn against step in MLflow",
+    )
 
 
 def test_a_mismatch_record_panel_has_no_chart_and_says_why():
     """Its data is the runs' mismatch.json artifact, which MLflow's charts cannot read (the health spec's
     panel: the hand list of cards above has none for it)."""
     (title,) = [p.title for p in HEALTH.panels if p.kind == "mismatch_record"]
-    assert compile_view(HEALTH).notes == (f"panel {title!r}: the mismatch record is a run artifact, not a metric: "
-                                          "no MLflow chart (the HTML dashboard draws it)",)
+    assert compile_view(HEALTH).notes == (
+        f"panel {title!r}: the mismatch record is a run artifact, not a metric: "
+        "no MLflow chart (the HTML dashboard draws it)",
+    )
 
 
 def test_views_for_specs_puts_health_first_then_the_others_then_the_per_seed_view():
@@ -134,7 +169,8 @@ def test_view_ids_are_stable_and_safe_in_a_tag_key_and_a_url():
     assert view_id("my spec/v2") == "workbench-my-spec-v2"
     assert view_link("7", "workbench-health", "http://h:5") == (
         "http://h:5/#/experiments/7/runs?viewStateShareKey=workbench-health"
-        "&compareRunsMode=CHART&workflowType=machine_learning")
+        "&compareRunsMode=CHART&workflowType=machine_learning"
+    )
 
 
 @pytest.mark.parametrize("name", sorted(list_specs()))
@@ -148,15 +184,19 @@ def test_every_project_spec_compiles_to_a_view_that_fits_one_tag(name):
 def test_envelope_is_plain_json_when_it_fits_and_deflated_when_not():
     small = compile_view(HEALTH)
     value = json.loads(encode_envelope(small, 5, 6))
-    assert value == {"name": small.name, "createdAt": 5, "updatedAt": 6,
-                     "state": json.dumps(small.state, separators=(",", ":"))}
+    assert value == {
+        "name": small.name,
+        "createdAt": 5,
+        "updatedAt": 6,
+        "state": json.dumps(small.state, separators=(",", ":")),
+    }
     # 400 extra metrics (~170 characters per deleted card) push the plain state over the limit
     big = compile_view(HEALTH, known_metrics=[f"extra/metric_{i:03d}" for i in range(400)])
     assert len(json.dumps(big.state)) > MAX_TAG_CHARS
     state = json.loads(encode_envelope(big, 5))["state"]
     assert state.startswith("deflate;")
     # zlib format, as MLflow's pako.inflate reads it
-    assert json.loads(zlib.decompress(base64.b64decode(state[len("deflate;"):]))) == big.state
+    assert json.loads(zlib.decompress(base64.b64decode(state[len("deflate;") :]))) == big.state
 
 
 def test_a_view_too_large_even_deflated_is_refused():
@@ -170,7 +210,8 @@ def test_a_view_too_large_even_deflated_is_refused():
 
 def test_run_note_is_one_line():
     assert run_note({"workbench.health": "warn", "workbench.health_reasons": "length_blowup@2"}, "FINISHED") == (
-        "rl-workbench health: warn (length_blowup@2) · FINISHED")
+        "rl-workbench health: warn (length_blowup@2) · FINISHED"
+    )
     assert run_note({"workbench.health": "ok"}, "FINISHED") == "rl-workbench health: ok (no rule fired) · FINISHED"
     assert run_note({}, "RUNNING") == "rl-workbench health: not judged yet · RUNNING"
 
@@ -187,6 +228,7 @@ def test_study_question_is_the_description_else_the_leading_comment(tmp_path):
 
 # ---- writing to a real MLflow store ------------------------------------------------------------
 
+
 @pytest.fixture()
 def store(tmp_path):
     """A real sqlite store with a study experiment: 2 variants x 2 seeds of finished runs."""
@@ -195,9 +237,17 @@ def store(tmp_path):
     runs = {}
     for variant, health in (("grpo", "ok"), ("dr_grpo", "warn")):
         for seed in (0, 1):
-            run = client.create_run(exp, run_name=f"{variant}/seed={seed}", tags={
-                "workbench.role": "run", "workbench.variant": variant, "workbench.seed": str(seed),
-                "workbench.health": health, "workbench.health_reasons": "" if health == "ok" else "length_blowup@2"})
+            run = client.create_run(
+                exp,
+                run_name=f"{variant}/seed={seed}",
+                tags={
+                    "workbench.role": "run",
+                    "workbench.variant": variant,
+                    "workbench.seed": str(seed),
+                    "workbench.health": health,
+                    "workbench.health_reasons": "" if health == "ok" else "length_blowup@2",
+                },
+            )
             client.log_metric(run.info.run_id, "reward/mean", 0.5, step=1)
             client.log_metric(run.info.run_id, "my/extra", 1.0, step=1)
             client.set_terminated(run.info.run_id)
@@ -228,10 +278,15 @@ def test_publish_writes_the_views_the_description_and_each_runs_colour_and_healt
     assert client.get_experiment(exp).tags["mlflow.experimentKind"] == "custom_model_development"
     colours = {k: client.get_run(r).data.tags["mlflow.runColor"] for k, r in runs.items()}
     # baseline grey, the other variant the first palette colour (as the HTML reports draw them)
-    assert colours == {("grpo", 0): "#4D4D4D", ("grpo", 1): "#4D4D4D", ("dr_grpo", 0): "#0072B2",
-                       ("dr_grpo", 1): "#0072B2"}
+    assert colours == {
+        ("grpo", 0): "#4D4D4D",
+        ("grpo", 1): "#4D4D4D",
+        ("dr_grpo", 0): "#0072B2",
+        ("dr_grpo", 1): "#0072B2",
+    }
     assert client.get_run(runs[("dr_grpo", 1)]).data.tags["mlflow.note.content"] == (
-        "rl-workbench health: warn (length_blowup@2) · FINISHED")
+        "rl-workbench health: warn (length_blowup@2) · FINISHED"
+    )
     assert read_layout(client, exp) == layout
     assert [v.view_id for v in list_views(exp, client.get_experiment(exp).tags)] == [v.view_id for v in links]
 
@@ -263,6 +318,7 @@ def test_hand_written_notes_and_views_saved_in_the_ui_are_left_alone(store):
 
 # ---- through the CLI -------------------------------------------------------------------------
 
+
 @pytest.mark.slow
 def test_a_study_run_leaves_the_views_and_workbench_dashboard_refreshes_them(tmp_path_factory, monkeypatch):
     from tests.viz.micro_study import STUDY, build_micro_study, copy_store
@@ -287,10 +343,13 @@ def test_a_study_run_leaves_the_views_and_workbench_dashboard_refreshes_them(tmp
     result = CliRunner().invoke(app, ["dashboard", STUDY, "--spec", "health"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     # full URLs (issue #32), at the address `workbench ui` serves a local store by default
-    assert (f"  Training health (by variant): http://127.0.0.1:5000/#/experiments/{exp}/runs?"
-            "viewStateShareKey=workbench-health&compareRunsMode=CHART") in result.output, result.output
-    after = {k: decode_envelope(v)[1] for k, v in client.get_experiment(exp).tags.items()
-             if k.startswith(VIEW_TAG_PREFIX)}
+    assert (
+        f"  Training health (by variant): http://127.0.0.1:5000/#/experiments/{exp}/runs?"
+        "viewStateShareKey=workbench-health&compareRunsMode=CHART"
+    ) in result.output, result.output
+    after = {
+        k: decode_envelope(v)[1] for k, v in client.get_experiment(exp).tags.items() if k.startswith(VIEW_TAG_PREFIX)
+    }
     assert after == created  # same views, rewritten in place
 
 
@@ -322,9 +381,17 @@ def test_views_are_written_when_a_study_starts_before_any_run(tmp_path, monkeypa
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    (tmp_path / "s.yaml").write_text("# Is dr_grpo any different?\n" + yaml.safe_dump(
-        {"name": "s", "base": micro_run_config(), "variants": {"grpo": {}, "dr_grpo": {"algorithm": {"preset": "dr_grpo"}}},
-         "grid": {"learner.lr": [1.0e-4, 3.0e-4]}}))
+    (tmp_path / "s.yaml").write_text(
+        "# Is dr_grpo any different?\n"
+        + yaml.safe_dump(
+            {
+                "name": "s",
+                "base": micro_run_config(),
+                "variants": {"grpo": {}, "dr_grpo": {"algorithm": {"preset": "dr_grpo"}}},
+                "grid": {"learner.lr": [1.0e-4, 3.0e-4]},
+            }
+        )
+    )
     study = load_study(tmp_path / "s.yaml")
     ctx = open_study(study, expand(study))
     client = MlflowClient(ctx.tracking_uri)

@@ -28,11 +28,14 @@ def evaluate(prompt: str) -> int:
     return total
 
 
-@pytest.mark.parametrize("operands, ops, solution", [
-    ([17, 5, 9, 40], ["+", "-", "+"], "17+5=22,22-9=13,13+40=53,\\boxed{53}"),
-    ([3, 4], ["+"], "3+4=7,\\boxed{7}"),
-    ([90, 90], ["-"], "90-90=0,\\boxed{0}"),
-])
+@pytest.mark.parametrize(
+    "operands, ops, solution",
+    [
+        ([17, 5, 9, 40], ["+", "-", "+"], "17+5=22,22-9=13,13+40=53,\\boxed{53}"),
+        ([3, 4], ["+"], "3+4=7,\\boxed{7}"),
+        ([90, 90], ["-"], "90-90=0,\\boxed{0}"),
+    ],
+)
 def test_worked_solution_by_hand(operands, ops, solution):
     assert worked_solution(operands, ops) == solution
 
@@ -118,10 +121,16 @@ def test_config_builds_the_task_and_keeps_old_dumps_unchanged():
         TaskConfig(name="scratchpad", ops="*")
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"ops": "*"}, "ops"), ({"ops": ""}, "ops"), ({"digits": 0}, "digits"), ({"operands": 1}, "operands"),
-    ({"digits": 1, "operands": 2, "ops": "+", "eval_size": 50}, "too few training problems"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"ops": "*"}, "ops"),
+        ({"ops": ""}, "ops"),
+        ({"digits": 0}, "digits"),
+        ({"operands": 1}, "operands"),
+        ({"digits": 1, "operands": 2, "ops": "+", "eval_size": 50}, "too few training problems"),
+    ],
+)
 def test_bad_scratchpad_settings_are_named(kwargs, match):
     with pytest.raises(ValueError, match=match):
         ScratchpadTask(**kwargs)
@@ -148,7 +157,7 @@ def enumerate_prompts(digits: int, operands: int, ops: str) -> dict[str, Fractio
         for numbers in itertools.product(range(n), repeat=count):
             for signs in itertools.product(ops, repeat=count - 1):
                 prompt = "".join(str(a) + op for a, op in zip(numbers, [*signs, "="], strict=True))
-                prefixes = [prompt[: i] for i, ch in enumerate(prompt) if ch in "+-="]
+                prefixes = [prompt[:i] for i, ch in enumerate(prompt) if ch in "+-="]
                 totals = [evaluate(prefix) for prefix in prefixes]
                 if min(totals) < 0:
                     continue
@@ -159,9 +168,18 @@ def enumerate_prompts(digits: int, operands: int, ops: str) -> dict[str, Fractio
     return out
 
 
-@pytest.mark.parametrize("digits, operands, ops", [
-    (1, 2, "+"), (1, 2, "+-"), (1, 3, "+-"), (1, 3, "-"), (1, 4, "-"), (2, 2, "+-"), (2, 2, "-"),
-])
+@pytest.mark.parametrize(
+    "digits, operands, ops",
+    [
+        (1, 2, "+"),
+        (1, 2, "+-"),
+        (1, 3, "+-"),
+        (1, 3, "-"),
+        (1, 4, "-"),
+        (2, 2, "+-"),
+        (2, 2, "-"),
+    ],
+)
 def test_counted_prompt_space_equals_the_enumerated_one(digits, operands, ops):
     space = enumerate_prompts(digits, operands, ops)
     assert sum(space.values()) == 1  # exact (Fractions): the enumeration is the whole draw distribution
@@ -195,8 +213,10 @@ def test_a_study_with_too_large_an_eval_set_is_refused_at_plan(tmp_path):
     from workbench.cli.main import app
 
     study = tmp_path / "big_eval.yaml"
-    study.write_text("name: big-eval\nbase:\n  model: {builtin: tiny}\n"
-                     "  task: {name: scratchpad, digits: 1, operands: 3, eval_size: 691}\n")
+    study.write_text(
+        "name: big-eval\nbase:\n  model: {builtin: tiny}\n"
+        "  task: {name: scratchpad, digits: 1, operands: 3, eval_size: 691}\n"
+    )
     result = CliRunner().invoke(app, ["plan", str(study)], env={"COLUMNS": "200"})
     assert result.exit_code == 2, result.output
     assert "big_eval.yaml" in result.output and "task.eval_size=691" in result.output
@@ -237,6 +257,8 @@ def test_the_shipped_eval_set_takes_the_documented_share_of_training_draws():
         taken = float(sum(space[p] for p in held_out))
         train_two = float(sum(space[p] for p in two_operand - held_out)) / (1 - taken)
         shares[size] = (round(taken, 2), round(train_two, 2), len(held_out & two_operand))
-        print(f"eval_size {size}: {taken:.3f} of draws held out, two-operand share of training draws "
-              f"{train_two:.3f}, {len(held_out & two_operand)}/155 two-operand prompts in the eval set")
+        print(
+            f"eval_size {size}: {taken:.3f} of draws held out, two-operand share of training draws "
+            f"{train_two:.3f}, {len(held_out & two_operand)}/155 two-operand prompts in the eval set"
+        )
     assert shares == {100: (0.23, 0.37, 52), 500: (0.59, 0.08, 142)}

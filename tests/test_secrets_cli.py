@@ -50,18 +50,49 @@ def commands(root: Path, password: str) -> dict[str, list[str]]:
         "compare": ["compare", "raw.yaml"],
         "worker": ["worker", "enc.yaml", "--storage", pg],
         "ui": ["ui", "--tracking-uri", pg, "--port", "1"],
-        "import-from": ["import", "trl", "--from", pg, "--experiment", "e", "--variant-by", "param:v",
-                        "--seed-by", "param:s", "--study", "imp"],
-        "import-into": ["import", "verl", str(VERL_LOG), "--study", "imp", "--variant", "a", "--seed", "0",
-                        "--tracking-uri", f"sqlite:///{root}/d.db?password={enc}"],
+        "import-from": [
+            "import",
+            "trl",
+            "--from",
+            pg,
+            "--experiment",
+            "e",
+            "--variant-by",
+            "param:v",
+            "--seed-by",
+            "param:s",
+            "--study",
+            "imp",
+        ],
+        "import-into": [
+            "import",
+            "verl",
+            str(VERL_LOG),
+            "--study",
+            "imp",
+            "--variant",
+            "a",
+            "--seed",
+            "0",
+            "--tracking-uri",
+            f"sqlite:///{root}/d.db?password={enc}",
+        ],
     }
 
 
 def run_all(root: Path, cmds: dict[str, list[str]]) -> dict[str, subprocess.CompletedProcess]:
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
-    procs = {name: subprocess.Popen([sys.executable, "-m", "workbench.cli.main", *args], cwd=root, env=env,
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for name, args in cmds.items()}
+    procs = {
+        name: subprocess.Popen(
+            [sys.executable, "-m", "workbench.cli.main", *args],
+            cwd=root,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for name, args in cmds.items()
+    }
     out = {}
     for name, proc in procs.items():
         stdout, stderr = proc.communicate(timeout=300)
@@ -83,7 +114,7 @@ def everything_in_the_store(uri: str, dest: Path) -> str:
 
 @settings(max_examples=1, deadline=None, suppress_health_check=list(HealthCheck))  # + 2 fixed: 21 CLI processes
 @given(secret=st.text(printable, min_size=4, max_size=16))
-@example(secret="it's a \"secret\" @:/%?#&;=")
+@example(secret='it\'s a "secret" @:/%?#&;=')
 @example(secret="пароль 🔑 ü%41%40 ")
 def test_no_command_prints_or_stores_the_password(tmp_path_factory, secret):
     password = PREFIX + secret
@@ -97,7 +128,8 @@ def test_no_command_prints_or_stores_the_password(tmp_path_factory, secret):
     assert results["import-into"].returncode == 0, results["import-into"].stderr
     # every command against a store it cannot use exits 2 (`run` too: unreachable before any run started)
     assert all(r.returncode == 2 for n, r in results.items() if n != "import-into"), {
-        n: (r.returncode, r.stderr[-300:]) for n, r in results.items()}
+        n: (r.returncode, r.stderr[-300:]) for n, r in results.items()
+    }
     stored = everything_in_the_store(f"sqlite:///{root}/d.db", root / "downloads")
     assert "imp" in stored  # the import wrote its runs: the check below looked at real records
     written = [p for p in root.rglob("*") if p.name not in ("raw.yaml", "enc.yaml", "d.db")]  # not the user's own

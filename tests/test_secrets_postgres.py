@@ -40,8 +40,14 @@ def store_with_password(postgres_url):
 
 def cli(workdir: Path, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
-    return subprocess.run([sys.executable, "-m", "workbench.cli.main", *args], cwd=workdir, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "workbench.cli.main", *args],
+        cwd=workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def every_artifact(client: MlflowClient, run_id: str, dest: Path) -> list[Path]:
@@ -86,8 +92,14 @@ def _descendants(pid: int) -> list[int]:
 def test_workbench_ui_passes_the_store_to_mlflow_server_through_its_environment(workdir, store_with_password):
     uri, password = store_with_password
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
-    proc = subprocess.Popen([sys.executable, "-m", "workbench.cli.main", "ui", "--tracking-uri", uri, "--port", str(_free_port())],
-                            cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "workbench.cli.main", "ui", "--tracking-uri", uri, "--port", str(_free_port())],
+        cwd=workdir,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         link = proc.stdout.readline()  # the study's URL alone on the first line, once the server answers
         banner = proc.stdout.readline()  # then "MLflow UI at ... (store <redacted URI>; ...)"

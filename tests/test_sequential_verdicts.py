@@ -81,11 +81,13 @@ def test_one_status_per_sequential_question_equal_in_the_record_and_the_page(exp
         assert row is not None, f"{export.name}: {metric} {arm} has no row in compare.md"
         assert "at look " in row["verdict"], row["verdict"]
         # paired on the look's seeds, or said not to be: a secondary question tested at a look its arm had left
-        assert "seeds paired" in row["verdict"] or ("seeds unpaired (an arm had stopped" in row["verdict"]
-                                                    and metric not in primary), row["verdict"]
+        assert "seeds paired" in row["verdict"] or (
+            "seeds unpaired (an arm had stopped" in row["verdict"] and metric not in primary
+        ), row["verdict"]
         if row["status"] != status:  # only a question re-decided at a new SESOI, and it says so
-            assert export.name in RE_DECIDED, f"{export.name}: {metric} {arm}: {status} in the record, " \
-                                              f"{row['status']} in compare.md"
+            assert export.name in RE_DECIDED, (
+                f"{export.name}: {metric} {arm}: {status} in the record, {row['status']} in compare.md"
+            )
             assert f"sequential.json holds {status}, decided with those of its run" in row["verdict"], row["verdict"]
         assert "re-test on all seeds (not the design's decision)" in row.get("note", "")  # labelled
     compared = {k for k, r in rows.items() if r["status"] != "baseline" and k[0] in {m for m, _ in recorded}}
@@ -101,12 +103,30 @@ def stopped_early_study():
     so look 2 did not run it. ``kept`` is 0.6 better: open at look 1 (p ~ 0.01 > 0.0007), better at look 2."""
     rng = np.random.default_rng(52)
     base = rng.standard_normal(6)
-    rows = [{"run_id": f"grpo{s}", "variant": "grpo", "seed": s, "status": "FINISHED",
-             "final_eval_accuracy": base[s]} for s in range(6)]
-    rows += [{"run_id": f"kept{s}", "variant": "kept", "seed": s, "status": "FINISHED",
-              "final_eval_accuracy": base[s] + 0.6 + 0.1 * rng.standard_normal()} for s in range(6)]
-    rows += [{"run_id": f"stopped{s}", "variant": "stopped", "seed": s, "status": "FINISHED",
-              "final_eval_accuracy": base[s] - 0.1 + 0.1 * rng.standard_normal()} for s in range(3)]
+    rows = [
+        {"run_id": f"grpo{s}", "variant": "grpo", "seed": s, "status": "FINISHED", "final_eval_accuracy": base[s]}
+        for s in range(6)
+    ]
+    rows += [
+        {
+            "run_id": f"kept{s}",
+            "variant": "kept",
+            "seed": s,
+            "status": "FINISHED",
+            "final_eval_accuracy": base[s] + 0.6 + 0.1 * rng.standard_normal(),
+        }
+        for s in range(6)
+    ]
+    rows += [
+        {
+            "run_id": f"stopped{s}",
+            "variant": "stopped",
+            "seed": s,
+            "status": "FINISHED",
+            "final_eval_accuracy": base[s] - 0.1 + 0.1 * rng.standard_normal(),
+        }
+        for s in range(3)
+    ]
     return pd.DataFrame(rows)
 
 
@@ -119,8 +139,13 @@ def record_by_running(summary: pd.DataFrame, sesoi: float) -> dict:
 
     design = Design((3, 6, 9))
     arms = {"grpo": "grpo", "kept": "kept", "stopped": "stopped"}
-    plan = Plan(["final_eval_accuracy"], "grpo", arms, {"grpo": "grpo", "kept": "grpo", "stopped": "grpo"},
-                sesoi={"final_eval_accuracy": sesoi})
+    plan = Plan(
+        ["final_eval_accuracy"],
+        "grpo",
+        arms,
+        {"grpo": "grpo", "kept": "grpo", "stopped": "grpo"},
+        sesoi={"final_eval_accuracy": sesoi},
+    )
     plan.status = {("final_eval_accuracy", a): "" for a in ("kept", "stopped")}
     looks = []
     for k, seeds in enumerate(([0, 1, 2], [0, 1, 2, 3, 4, 5])):
@@ -129,8 +154,14 @@ def record_by_running(summary: pd.DataFrame, sesoi: float) -> dict:
         looks.append({"look": k + 1, "seed_list": seeds, "decisions": [asdict(d) for d in decisions]})
         if plan.done():
             break
-    return {"design": design.to_dict(), "metrics": ["final_eval_accuracy"], "primary": ["final_eval_accuracy"],
-            "baseline": "grpo", "futility": "improvement", "looks": looks}
+    return {
+        "design": design.to_dict(),
+        "metrics": ["final_eval_accuracy"],
+        "primary": ["final_eval_accuracy"],
+        "baseline": "grpo",
+        "futility": "improvement",
+        "looks": looks,
+    }
 
 
 def test_the_replay_is_the_record_and_each_row_says_the_design_s_decision_at_its_look():
@@ -139,8 +170,10 @@ def test_the_replay_is_the_record_and_each_row_says_the_design_s_decision_at_its
 
     summary = stopped_early_study()
     record = record_by_running(summary, sesoi=0.5)
-    assert recorded_statuses(record) == {("final_eval_accuracy", "stopped"): "futile",
-                                         ("final_eval_accuracy", "kept"): "better"}
+    assert recorded_statuses(record) == {
+        ("final_eval_accuracy", "stopped"): "futile",
+        ("final_eval_accuracy", "kept"): "better",
+    }
     verdicts = design_verdicts(record, summary, {}, {"final_eval_accuracy": 0.5})
     stopped, kept = verdicts["final_eval_accuracy", "stopped"], verdicts["final_eval_accuracy", "kept"]
     assert (stopped.status, stopped.look, kept.status, kept.look) == ("futile", 1, "better", 2)
@@ -151,8 +184,9 @@ def test_the_replay_is_the_record_and_each_row_says_the_design_s_decision_at_its
     assert not bool(retest["paired"])
     assert apply_design_verdicts(table, verdicts) == 2
     row = table.df.set_index("variant").loc["stopped"]
-    assert row["status"] == "futile" and row["verdict"].startswith("futile (an improvement of 0.5 or more excluded) at "
-                                                                   "look 1 of 3, 3 seeds paired")
+    assert row["status"] == "futile" and row["verdict"].startswith(
+        "futile (an improvement of 0.5 or more excluded) at look 1 of 3, 3 seeds paired"
+    )
     assert (row["delta_lo"], row["delta_hi"]) == (stopped.row["delta_lo"], stopped.row["delta_hi"])
     assert f"re-test on all seeds (not the design's decision): {retest['verdict']}, unpaired" in row["note"]
 

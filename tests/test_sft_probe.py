@@ -29,7 +29,17 @@ def test_lean_probe_matches_generate_through_a_cold_start():
         assert lean == reference
         assert model.training  # the probe hands the model back to SFT in train mode
         seen_answers += sum("boxed" in t for t in lean)
-        supervised_warmup(model, tok, task, "{prompt}", max_steps=40, batch_size=64, lr=3e-3,
-                          target_accuracy=1.0, check_every=1000, rng=rng, progress=False)
+        supervised_warmup(
+            model,
+            tok,
+            task,
+            "{prompt}",
+            max_steps=40,
+            batch_size=64,
+            lr=3e-3,
+            target_accuracy=1.0,
+            check_every=1000,
+            rng=rng,
+            progress=False,
+        )
     assert seen_answers > 0  # the comparison covered real answers, not only empty completions
-

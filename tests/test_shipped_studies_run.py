@@ -24,10 +24,17 @@ pytestmark = pytest.mark.slow
 STUDIES = sorted((Path(__file__).parents[1] / "studies").glob("*.yaml"))
 
 SMALL_RUN = [  # cost only; the micro model's shape is tests/conftest.py's MICRO_MODEL
-    "model.tiny.hidden_size=32", "model.tiny.num_layers=1", "model.tiny.num_heads=2",
-    "model.tiny.intermediate_size=64", "model.tiny.sft_max_steps=0",
-    "rollout.steps=2", "rollout.eval_every=2", "rollout.eval_size=4", "rollout.prompts_per_step=2",
-    "rollout.group_size=2", "rollout.log_samples=2",
+    "model.tiny.hidden_size=32",
+    "model.tiny.num_layers=1",
+    "model.tiny.num_heads=2",
+    "model.tiny.intermediate_size=64",
+    "model.tiny.sft_max_steps=0",
+    "rollout.steps=2",
+    "rollout.eval_every=2",
+    "rollout.eval_size=4",
+    "rollout.prompts_per_step=2",
+    "rollout.group_size=2",
+    "rollout.log_samples=2",
 ]
 # vLLM and TRL are not installed in the main environment: their arms run in tests/engines and tests/trl_engine
 ONLY = {"engines_mismatch": "seed=0,variant=hf", "engines_trl": "seed=0,variant=workbench"}
@@ -73,10 +80,12 @@ def test_shipped_search_tunes(workdir):
     # shrunk runs (no cold start, 2 steps) may gain nothing over their start: the search then says so (#53)
     said = " ".join(result.output.split())
     assert ("lr-search:search: best trials" in said and "gains" in said) or (
-        "lr-search:search: trials (none beat the start)" in said and "the search found nothing" in said), said
+        "lr-search:search: trials (none beat the start)" in said and "the search found nothing" in said
+    ), said
     assert "parameter importances" in result.output
     assert (workdir / "search-lr-search.html").exists()
     client = MlflowClient(f"sqlite:///{workdir / 'mlflow.db'}")
-    (run,) = client.search_runs([client.get_experiment_by_name("lr-search").experiment_id],
-                                "tags.`workbench.role` = 'search'")
+    (run,) = client.search_runs(
+        [client.get_experiment_by_name("lr-search").experiment_id], "tags.`workbench.role` = 'search'"
+    )
     assert {m.step for m in client.get_metric_history(run.info.run_id, "best_value")} == {0, 1}

@@ -32,8 +32,10 @@ def test_a_lost_worker_is_failed_and_retried_while_the_survivor_is_busy(workdir,
 
     trial = survivor.ostudy.ask()  # another worker takes the run, opens its MLflow run, and dies
     trial.set_user_attr(WORKER, "elsewhere:1")
-    lost = client.create_run(survivor.ctx.experiment_id, tags={
-        "workbench.role": "run", "workbench.run_key": key, "mlflow.parentRunId": survivor.ctx.parent_run_id})
+    lost = client.create_run(
+        survivor.ctx.experiment_id,
+        tags={"workbench.role": "run", "workbench.run_key": key, "mlflow.parentRunId": survivor.ctx.parent_run_id},
+    )
     survivor.ostudy._storage.record_heartbeat(trial._trial_id)
 
     with StaleTrialWatch(survivor.ostudy, interval_s=0.2):

@@ -28,8 +28,7 @@ PIPELINE_KEYS = {"offpolicy/staleness_mean", "offpolicy/staleness_max", "perf/sa
 
 def learning_config(**rollout) -> dict:
     # lr 1e-2 and a random reward (a spurious-reward control): the micro model's policy moves every step, so versions differ
-    return micro_run_config(learner={"lr": 1e-2}, reward={"control": "random"},
-                            rollout=rollout)
+    return micro_run_config(learner={"lr": 1e-2}, reward={"control": "random"}, rollout=rollout)
 
 
 class Rows:
@@ -62,8 +61,9 @@ def test_staleness_zero_written_out_keeps_every_run_key_of_a_shipped_study(path)
         written["rollout"]["staleness"] = 0
         assert RunConfig.model_validate(written).run_key() == spec.run_key
     if len(synchronous) == len(specs):  # and in the study's YAML, for every run
-        assert [s.run_key for s in expand(apply_overrides(study, ["rollout.staleness=0"]))] == \
-            [s.run_key for s in specs]
+        assert [s.run_key for s in expand(apply_overrides(study, ["rollout.staleness=0"]))] == [
+            s.run_key for s in specs
+        ]
 
 
 def test_a_staleness_is_another_run():
@@ -77,10 +77,13 @@ def test_the_schedule():
     assert [split_threads(n) for n in (1, 2, 3, 16)] == [1, 1, 1, 8]
 
 
-@pytest.mark.parametrize("fields,message", [
-    ({"sampler": {"backend": "vllm"}}, "pipelines the hf sampler with the torch learner"),
-    ({"algorithm": {"preset": "dapo"}}, "refill rounds"),
-])
+@pytest.mark.parametrize(
+    "fields,message",
+    [
+        ({"sampler": {"backend": "vllm"}}, "pipelines the hf sampler with the torch learner"),
+        ({"algorithm": {"preset": "dapo"}}, "refill rounds"),
+    ],
+)
 def test_what_the_pipeline_cannot_run_is_refused_at_load(fields, message):
     with pytest.raises(ValueError, match=message):
         RunConfig.model_validate(micro_run_config(rollout={"staleness": 1}, **fields))
@@ -119,17 +122,24 @@ def test_at_k2_the_batch_of_step_t_is_sampled_by_version_t_minus_2():
     tol = 4 * order_tolerance(reduction_depth(versions[0]), 30.0, EPS32)  # logits of size <= 30; ± per side, x2
     for step, sampled in enumerate(taken):
         assert sampled.step == step and sampled.version == max(0, step - 2)
-        assert metrics[step]["offpolicy/staleness_max"] == metrics[step]["offpolicy/staleness_mean"] == step - sampled.version
+        assert (
+            metrics[step]["offpolicy/staleness_max"]
+            == metrics[step]["offpolicy/staleness_mean"]
+            == step - sampled.version
+        )
         assert gap(versions[sampled.version], sampled.rollouts) <= tol
-        if gap(versions[step], sampled.rollouts) > 100 * tol:  # the policy moved since: the current weights give other logprobs
+        if (
+            gap(versions[step], sampled.rollouts) > 100 * tol
+        ):  # the policy moved since: the current weights give other logprobs
             moved.append(step)
     assert len(moved) >= 2  # the check above tells versions apart (a policy that never moves would not)
 
 
 @pytest.mark.slow
 def test_two_runs_of_one_run_key_log_identical_metrics_at_k2():
-    cfg = RunConfig.model_validate(deep_merge(learning_config(staleness=2, steps=4),
-                                              {"health": {"mismatch_record_every": 1}}))
+    cfg = RunConfig.model_validate(
+        deep_merge(learning_config(staleness=2, steps=4), {"health": {"mismatch_record_every": 1}})
+    )
     records: list[dict] = []
     first, second = logged(cfg, records), logged(cfg)
     # the flight recorder says how many versions behind each recorded batch's sampler was
@@ -166,10 +176,15 @@ def test_the_staleness_study_plans_its_declared_design(tmp_path):
     specs = expand(load_study(path))
     arms = {s.variant: (s.config.rollout.staleness, s.config.algorithm.correction) for s in specs}
     assert len(specs) == 13 * 3 and arms["s0"] == (0, None)
-    assert {arms[f"s{k}_{c}"] for k in (1, 2, 4, 8) for c in ("none", "tis", "decoupled")} == \
-        {(k, None if c == "none" else c) for k in (1, 2, 4, 8) for c in ("none", "tis", "decoupled")}
-    result = CliRunner().invoke(app, ["plan", str(path)], catch_exceptions=False,
-                                env={"COLUMNS": "200", "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'm.db'}"})
+    assert {arms[f"s{k}_{c}"] for k in (1, 2, 4, 8) for c in ("none", "tis", "decoupled")} == {
+        (k, None if c == "none" else c) for k in (1, 2, 4, 8) for c in ("none", "tis", "decoupled")
+    }
+    result = CliRunner().invoke(
+        app,
+        ["plan", str(path)],
+        catch_exceptions=False,
+        env={"COLUMNS": "200", "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'm.db'}"},
+    )
     assert result.exit_code == 0, result.output
     assert "final_eval_accuracy: 25 seeds per arm (study has 3)" in result.output
     assert "capped at 9 seeds per arm" in result.output and "warning:" not in result.output

@@ -32,8 +32,14 @@ def test_a_healthy_sampler_passes(policy, dtype, temperature):
     model, tok = policy
     learner = TorchLearner(model, LearnerConfig())
     sampler = HFSampler(learner.model, tok, SamplerConfig(max_new_tokens=12, dtype=dtype))
-    verdict = check_step0(learner, rollouts_of(sampler, temperature), temperature, sampler="hf",
-                          sampler_dtype=dtype, learner_dtype="float32")
+    verdict = check_step0(
+        learner,
+        rollouts_of(sampler, temperature),
+        temperature,
+        sampler="hf",
+        sampler_dtype=dtype,
+        learner_dtype="float32",
+    )
     print(f"\n{dtype} sampler, T={temperature}: max |Δ| {verdict.max_abs_log_ratio:.3g} ≤ bound {verdict.bound:.3g}")
     assert verdict.passed
     if dtype == "bfloat16":  # the bf16 copy really disagrees a little: the bound is not vacuous by accident
@@ -48,8 +54,7 @@ def test_a_leaked_repetition_penalty_trips_it(policy, monkeypatch):
     monkeypatch.setattr(hf, "run_config_only", lambda model, tokenizer: contextlib.nullcontext())
     sampler = HFSampler(learner.model, tok, SamplerConfig(max_new_tokens=12, decode="generate"))
     with pytest.raises(MismatchGateError, match="step-0 mismatch gate") as caught:
-        check_step0(learner, rollouts_of(sampler), 1.0, sampler="hf", sampler_dtype="float32",
-                    learner_dtype="float32")
+        check_step0(learner, rollouts_of(sampler), 1.0, sampler="hf", sampler_dtype="float32", learner_dtype="float32")
     message = str(caught.value)
     assert "\n" not in message and "repetition_penalty" in message
     print(f"\n{message}")
@@ -60,8 +65,7 @@ def test_the_same_sampler_without_the_leak_passes(policy):
     learner = TorchLearner(model, LearnerConfig())
     model.generation_config.repetition_penalty = 1.3  # neutralised by the sampler's run_config_only
     sampler = HFSampler(learner.model, tok, SamplerConfig(max_new_tokens=12, decode="generate"))
-    assert step0_verdict(learner, rollouts_of(sampler), 1.0, sampler_dtype="float32",
-                         learner_dtype="float32").passed
+    assert step0_verdict(learner, rollouts_of(sampler), 1.0, sampler_dtype="float32", learner_dtype="float32").passed
 
 
 def test_an_unsynced_weight_copy_trips_it(policy):
@@ -78,7 +82,7 @@ def test_an_unsynced_weight_copy_trips_it(policy):
 
 def test_the_bound_per_dtype_pair():
     # float32 pair: 2·n·u·M with n = 550, u = 2^-24, M = 10: 6.6e-4 (the engines suite's 1e-3 bar)
-    assert mismatch_bound(500, 50, "float32", "float32", 10.0) == pytest.approx(2 * 550 * 2 ** -24 * 10)
+    assert mismatch_bound(500, 50, "float32", "float32", 10.0) == pytest.approx(2 * 550 * 2**-24 * 10)
     # a bf16 side: 2·6·√n·u_bf16·M (probabilistic; the worst case n·u_bf16 ≈ 2.1 would explain anything)
-    assert mismatch_bound(500, 50, "bfloat16", "float32", 10.0) == pytest.approx(2 * 6 * 550 ** 0.5 * 2 ** -8 * 10)
+    assert mismatch_bound(500, 50, "bfloat16", "float32", 10.0) == pytest.approx(2 * 6 * 550**0.5 * 2**-8 * 10)
     assert mismatch_bound(500, 50, "float16", "float32", 1.0) < mismatch_bound(500, 50, "bfloat16", "float32", 1.0)

@@ -73,11 +73,15 @@ def test_a_directory_where_the_store_file_should_be(study_dir):
 
 # ---- class 4: URIs no store can live at ------------------------------------------------------------
 
-@pytest.mark.parametrize(("uri", "cause"), [
-    (f"ftp://bob:{PASSWORD}@files.example/x", "unsupported: scheme 'ftp://'"),
-    ("s3://bucket/mlflow", "unsupported: scheme 's3://'"),
-    (f"gopher://bob:{PASSWORD}@h/x", "unsupported: scheme 'gopher://'"),
-])
+
+@pytest.mark.parametrize(
+    ("uri", "cause"),
+    [
+        (f"ftp://bob:{PASSWORD}@files.example/x", "unsupported: scheme 'ftp://'"),
+        ("s3://bucket/mlflow", "unsupported: scheme 's3://'"),
+        (f"gopher://bob:{PASSWORD}@h/x", "unsupported: scheme 'gopher://'"),
+    ],
+)
 @pytest.mark.parametrize("command", ["plan", "run", "compare"])
 def test_an_unsupported_scheme_is_one_line(study_dir, uri, cause, command):
     args = [command, "s.yaml"] + (["--quiet"] if command == "run" else [])
@@ -116,12 +120,24 @@ def test_an_unreachable_database_is_a_few_quick_tries_not_a_hundred_seconds(stud
 
 def test_an_unreachable_server_fails_plan_within_the_studys_outage_deadline(study_dir):
     """`plan` honours tracking.outage_deadline_s as `run` does: retries announced, then one line."""
-    (study_dir / "s.yaml").write_text(yaml.safe_dump({"name": "st", "base": micro_run_config(
-        tracking={"uri": f"http://bob:{quote(PASSWORD, safe='')}@127.0.0.1:1/", "outage_deadline_s": 2})}))
+    (study_dir / "s.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "name": "st",
+                "base": micro_run_config(
+                    tracking={"uri": f"http://bob:{quote(PASSWORD, safe='')}@127.0.0.1:1/", "outage_deadline_s": 2}
+                ),
+            }
+        )
+    )
     result, took = invoke(["plan", "s.yaml"])
     print(f"plan against an unreachable server, outage_deadline_s=2: {took:.1f} s")
-    assert_one_line_exit_2(result, "tracking store http://bob:***@127.0.0.1:1/",
-                           "unreachable for tracking.outage_deadline_s=2 s", "Connection refused")
+    assert_one_line_exit_2(
+        result,
+        "tracking store http://bob:***@127.0.0.1:1/",
+        "unreachable for tracking.outage_deadline_s=2 s",
+        "Connection refused",
+    )
     assert "retrying in" in result.output and "Sw0rd" not in result.output
     assert took < 60  # 2 s deadline + MLflow's one bounded HTTP retry per attempt; loaded machine
 
@@ -129,8 +145,16 @@ def test_an_unreachable_server_fails_plan_within_the_studys_outage_deadline(stud
 def test_run_against_a_server_unreachable_from_the_start_is_exit_2_and_starts_nothing(study_dir):
     """Nothing ran, so it is the same mistake as `plan`'s above (exit 2, one line), not the exit 1 of a
     study that lost MLflow mid-way (tests/test_outage_server.py); no local store appears either."""
-    (study_dir / "s.yaml").write_text(yaml.safe_dump({"name": "st", "base": micro_run_config(
-        tracking={"uri": f"http://bob:{quote(PASSWORD, safe='')}@127.0.0.1:1/", "outage_deadline_s": 2})}))
+    (study_dir / "s.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "name": "st",
+                "base": micro_run_config(
+                    tracking={"uri": f"http://bob:{quote(PASSWORD, safe='')}@127.0.0.1:1/", "outage_deadline_s": 2}
+                ),
+            }
+        )
+    )
     result, took = invoke(["run", "s.yaml", "--quiet"])
     print(f"run against an unreachable server, outage_deadline_s=2: {took:.1f} s")
     line = assert_one_line_exit_2(result, "http://bob:***@127.0.0.1:1/", "no run was started")
@@ -153,18 +177,22 @@ def test_a_refused_role_fails_at_once(postgres_url):
 
 # ---- class 5: usage errors ------------------------------------------------------------------------
 
-@pytest.mark.parametrize("args", [
-    ["nosuch"],  # unknown command
-    ["plan"],  # missing argument
-    ["run", "s.yaml", "--parallel", "0"],  # out of range
-    ["plan", "s.yaml", "--bogus"],  # unknown option
-    ["tune", "s.yaml", "--workers", "0"],
-    ["run", "s.yaml", "--only"],  # an option without its value
-    ["health", "s.yaml", "--format"],
-    ["algorithms", "nosuch"],
-    ["compare", "s.yaml", "extra-argument"],
-    ["run", "s.yaml", "--parallel", "two"],  # not an integer
-])
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["nosuch"],  # unknown command
+        ["plan"],  # missing argument
+        ["run", "s.yaml", "--parallel", "0"],  # out of range
+        ["plan", "s.yaml", "--bogus"],  # unknown option
+        ["tune", "s.yaml", "--workers", "0"],
+        ["run", "s.yaml", "--only"],  # an option without its value
+        ["health", "s.yaml", "--format"],
+        ["algorithms", "nosuch"],
+        ["compare", "s.yaml", "extra-argument"],
+        ["run", "s.yaml", "--parallel", "two"],  # not an integer
+    ],
+)
 def test_a_usage_error_is_the_frameworks_usage_message_and_exit_2(study_dir, args):
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 2, result.output

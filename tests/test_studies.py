@@ -58,16 +58,33 @@ def test_shipped_search_parses_plans_and_stays_small(tmp_path):
     (sanity,) = expand(load_study(path.parent / "sanity.yaml"))
     assert tiny_cache_key(cfg.model, cfg.task) == tiny_cache_key(sanity.config.model, sanity.config.task)
 
-    result = CliRunner().invoke(app, ["plan", str(path)], catch_exceptions=False,
-                                env={"COLUMNS": "200", "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'm.db'}"})
+    result = CliRunner().invoke(
+        app,
+        ["plan", str(path)],
+        catch_exceptions=False,
+        env={"COLUMNS": "200", "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'm.db'}"},
+    )
     assert result.exit_code == 0, result.output
     assert "warning:" not in result.output and "`workbench tune` will reject" not in result.output
 
 
-SCRATCHPAD_STUDIES = ["clip_higher", "dapo_ablation", "dr_grpo_length_bias", "lora_rank", "loss_aggregation",
-                      "pass_at_k",
-                      "precision_mismatch", "priming", "prompt_curation", "prompt_curation_pool", "scratchpad",
-                      "scratchpad_gain", "spurious_rewards", "staleness", "temperature"]
+SCRATCHPAD_STUDIES = [
+    "clip_higher",
+    "dapo_ablation",
+    "dr_grpo_length_bias",
+    "lora_rank",
+    "loss_aggregation",
+    "pass_at_k",
+    "precision_mismatch",
+    "priming",
+    "prompt_curation",
+    "prompt_curation_pool",
+    "scratchpad",
+    "scratchpad_gain",
+    "spurious_rewards",
+    "staleness",
+    "temperature",
+]
 # a stronger cold start (the length studies and dapo_ablation share scratchpad_gain's, #37); a fixed SFT budget per priming arm
 STRONG_COLD_START = {"scratchpad_gain", "dr_grpo_length_bias", "loss_aggregation", "dapo_ablation"}
 OWN_COLD_START = STRONG_COLD_START | {"priming"}
@@ -83,8 +100,10 @@ def test_every_scratchpad_study_evaluates_at_least_500_problems_on_one_shared_ta
     from workbench.tasks import build_task
 
     specs = {name: expand(load_study(STUDIES[0].parent / f"{name}.yaml")) for name in SCRATCHPAD_STUDIES}
-    assert sorted(p.stem for p in STUDIES if expand(load_study(p))[0].config.task.name == "scratchpad") == \
-        SCRATCHPAD_STUDIES
+    assert (
+        sorted(p.stem for p in STUDIES if expand(load_study(p))[0].config.task.name == "scratchpad")
+        == SCRATCHPAD_STUDIES
+    )
     tasks = {s.config.task.model_dump_json() for runs in specs.values() for s in runs}
     assert len(tasks) == 1
     held_out = len(build_task(specs["scratchpad"][0].config.task).eval_problems())

@@ -65,10 +65,15 @@ def test_arithmetic_space_is_the_set_of_prompts_it_draws():
         ArithmeticTask(digits=1, ops="-", eval_size=14)
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"ops": "+^"}, "ops"), ({"ops": ""}, "ops"), ({"digits": 0}, "digits"),
-    ({"digits": 1, "ops": "+", "eval_size": 50}, "too few training problems"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"ops": "+^"}, "ops"),
+        ({"ops": ""}, "ops"),
+        ({"digits": 0}, "digits"),
+        ({"digits": 1, "ops": "+", "eval_size": 50}, "too few training problems"),
+    ],
+)
 def test_bad_arithmetic_settings_are_named(kwargs, match):
     with pytest.raises(ValueError, match=match):
         ArithmeticTask(**kwargs)

@@ -7,18 +7,25 @@ import pytest
 from workbench.execution.threads import free_cpus, idle_cpus, oversubscription_warning, threads_per_run
 
 
-@pytest.mark.parametrize(("cpus", "idle", "free"), [
-    (2, 2.0, 2), (2, 1.6, 2),  # an idle machine keeps torch's one thread per CPU
-    (2, 1.0, 1), (2, 0.3, 1), (2, 0.0, 1),  # beside busy processes: fewer threads, never 0
-    (16, 12.7, 13), (16, 0.0, 1),
-])
+@pytest.mark.parametrize(
+    ("cpus", "idle", "free"),
+    [
+        (2, 2.0, 2),
+        (2, 1.6, 2),  # an idle machine keeps torch's one thread per CPU
+        (2, 1.0, 1),
+        (2, 0.3, 1),
+        (2, 0.0, 1),  # beside busy processes: fewer threads, never 0
+        (16, 12.7, 13),
+        (16, 0.0, 1),
+    ],
+)
 def test_free_cpus_is_the_idle_cpus_rounded(cpus, idle, free):
     assert free_cpus(cpus, idle) == free
 
 
 def test_idle_cpus_is_a_share_of_our_cpus():
     idle = idle_cpus(0.05)
-    assert idle is None or 0.0 <= idle <= free_cpus(idle=2.0 ** 10)  # never more than the affinity mask
+    assert idle is None or 0.0 <= idle <= free_cpus(idle=2.0**10)  # never more than the affinity mask
 
 
 def test_threads_per_run_splits_the_free_cpus_and_an_explicit_omp_num_threads_wins(monkeypatch):

@@ -38,15 +38,21 @@ POINTS = [
 
 def metric_rows(db, run_id: str) -> list[str]:
     with sqlite3.connect(db) as con:
-        rows = con.execute("SELECT key, value, typeof(value), timestamp, typeof(timestamp), step, typeof(step), is_nan, "
-                           "typeof(is_nan) FROM metrics WHERE run_uuid = ?", (run_id,)).fetchall()
+        rows = con.execute(
+            "SELECT key, value, typeof(value), timestamp, typeof(timestamp), step, typeof(step), is_nan, "
+            "typeof(is_nan) FROM metrics WHERE run_uuid = ?",
+            (run_id,),
+        ).fetchall()
     return sorted(map(repr, rows))
 
 
 def latest_rows(db, run_id: str) -> list[str]:
     with sqlite3.connect(db) as con:
-        rows = con.execute("SELECT key, value, typeof(value), timestamp, step, is_nan, typeof(is_nan) FROM latest_metrics "
-                           "WHERE run_uuid = ?", (run_id,)).fetchall()
+        rows = con.execute(
+            "SELECT key, value, typeof(value), timestamp, step, is_nan, typeof(is_nan) FROM latest_metrics "
+            "WHERE run_uuid = ?",
+            (run_id,),
+        ).fetchall()
     return sorted(map(repr, rows))
 
 
@@ -70,10 +76,16 @@ def test_bulk_rows_are_log_batch_rows(store):
     assert metric_rows(db, by_bulk) == metric_rows(db, by_api)
     assert latest_rows(db, by_bulk) == latest_rows(db, by_api)
     # hand-checked: NaN as 0 with is_nan; inf as 1e308; the latest reward is step 7's NaN, not step 2's
-    assert "('loss/policy', 0.0, 'real', 1764000000123, 'integer', 0, 'integer', 1, 'integer')" in metric_rows(db, by_bulk)
-    assert "('loss/policy', 1e+308, 'real', 1764000000123, 'integer', 1, 'integer', 0, 'integer')" in metric_rows(db, by_bulk)
+    assert "('loss/policy', 0.0, 'real', 1764000000123, 'integer', 0, 'integer', 1, 'integer')" in metric_rows(
+        db, by_bulk
+    )
+    assert "('loss/policy', 1e+308, 'real', 1764000000123, 'integer', 1, 'integer', 0, 'integer')" in metric_rows(
+        db, by_bulk
+    )
     assert "('reward/mean', 0.0, 'real', 1764000000123, 7, 1, 'integer')" in latest_rows(db, by_bulk)
-    assert "('source/huge_step', 3.0, 'real', 1764000000123, 9223372036854775807, 0, 'integer')" in latest_rows(db, by_bulk)
+    assert "('source/huge_step', 3.0, 'real', 1764000000123, 9223372036854775807, 0, 'integer')" in latest_rows(
+        db, by_bulk
+    )
     # and MLflow reads them back the same way
     api, bulk = client.get_run(by_api).data.metrics, client.get_run(by_bulk).data.metrics
     assert repr(sorted(api.items())) == repr(sorted(bulk.items()))
@@ -103,7 +115,9 @@ def test_bulk_rows_are_the_rows_of_the_run_tracker_path(store, tmp_path):
 def test_a_failure_part_way_leaves_no_row(store):
     db, client, experiment = store
     run = client.create_run(experiment).info.run_id
-    before = {t: sqlite3.connect(db).execute(f"SELECT count(*) FROM {t}").fetchone() for t in ("metrics", "latest_metrics")}
+    before = {
+        t: sqlite3.connect(db).execute(f"SELECT count(*) FROM {t}").fetchone() for t in ("metrics", "latest_metrics")
+    }
 
     def chunks():
         yield MetricColumns.of_steps(POINTS[:3])
@@ -111,7 +125,9 @@ def test_a_failure_part_way_leaves_no_row(store):
 
     with pytest.raises(OSError, match="broke off"):
         write_metric_history(f"sqlite:///{db}", run, chunks(), TS)
-    after = {t: sqlite3.connect(db).execute(f"SELECT count(*) FROM {t}").fetchone() for t in ("metrics", "latest_metrics")}
+    after = {
+        t: sqlite3.connect(db).execute(f"SELECT count(*) FROM {t}").fetchone() for t in ("metrics", "latest_metrics")
+    }
     assert after == before
     write_metric_history(f"sqlite:///{db}", run, [MetricColumns.of_steps(POINTS)], TS)  # the store is not locked
 

@@ -94,8 +94,9 @@ def test_ctrl_c_inside_a_store_call_is_not_retried_as_an_outage():
             raise RuntimeError("(sqlite3.OperationalError) database is locked")  # noqa: B904 - the rollback's own failure, raised while handling
 
     with pytest.raises(KeyboardInterrupt):
-        call_with_retries(store_call, policy=OutagePolicy(deadline_s=60, warn=lines.append), uri="sqlite:///x.db",
-                          what="a test")
+        call_with_retries(
+            store_call, policy=OutagePolicy(deadline_s=60, warn=lines.append), uri="sqlite:///x.db", what="a test"
+        )
     assert calls == [1] and lines == []
 
     def locked():  # the same error without an interrupt behind it is an outage: retried
@@ -104,30 +105,47 @@ def test_ctrl_c_inside_a_store_call_is_not_retried_as_an_outage():
 
     calls.clear()
     with pytest.raises(TrackingOutage):
-        call_with_retries(locked, policy=OutagePolicy(deadline_s=0.2, first_wait_s=0.1, warn=lines.append),
-                          uri="sqlite:///x.db", what="a test")
+        call_with_retries(
+            locked,
+            policy=OutagePolicy(deadline_s=0.2, first_wait_s=0.1, warn=lines.append),
+            uri="sqlite:///x.db",
+            what="a test",
+        )
     assert len(calls) >= 2 and lines
 
 
 def test_passwords_in_uris_inside_any_text_are_masked():
-    assert redact_text("to http://bob:pw@h:1/api and postgresql+psycopg://u:p%40ss@db/x; http://h/a@b") == \
-        "to http://bob:***@h:1/api and postgresql+psycopg://u:***@db/x; http://h/a@b"
+    assert (
+        redact_text("to http://bob:pw@h:1/api and postgresql+psycopg://u:p%40ss@db/x; http://h/a@b")
+        == "to http://bob:***@h:1/api and postgresql+psycopg://u:***@db/x; http://h/a@b"
+    )
 
 
 def test_a_refused_request_is_not_retried(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     lines: list[str] = []
     with pytest.raises(MlflowException, match="not found|does not exist|No Run"):
-        call_with_retries(MlflowClient(uri).get_run, "0" * 32, policy=OutagePolicy(deadline_s=60, warn=lines.append),
-                          uri=uri, what="a test")
+        call_with_retries(
+            MlflowClient(uri).get_run,
+            "0" * 32,
+            policy=OutagePolicy(deadline_s=60, warn=lines.append),
+            uri=uri,
+            what="a test",
+        )
     assert lines == []
 
 
 def test_metrics_stay_buffered_through_a_failed_flush_are_spilled_and_resent_exactly_once(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     lines: list[str] = []
-    tracker = RunTracker(uri, "outage", "run", {"workbench.role": "run"}, flush_every=3,
-                         outage=OutagePolicy(deadline_s=1, first_wait_s=0.5, warn=lines.append))
+    tracker = RunTracker(
+        uri,
+        "outage",
+        "run",
+        {"workbench.role": "run"},
+        flush_every=3,
+        outage=OutagePolicy(deadline_s=1, first_wait_s=0.5, warn=lines.append),
+    )
     run_id = tracker.start()
     for step in range(3):  # sent: steps 0-2
         tracker.log_metrics({"reward/mean": step / 10, "loss/policy": -step}, step)
@@ -158,8 +176,14 @@ def test_metrics_stay_buffered_through_a_failed_flush_are_spilled_and_resent_exa
 
 def test_a_spill_sent_twice_keeps_one_point_each_and_a_refused_spill_is_kept_aside(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    tracker = RunTracker(uri, "outage", "run", {"workbench.role": "run"}, flush_every=100,
-                         outage=OutagePolicy(deadline_s=0.5, warn=lambda line: None))
+    tracker = RunTracker(
+        uri,
+        "outage",
+        "run",
+        {"workbench.role": "run"},
+        flush_every=100,
+        outage=OutagePolicy(deadline_s=0.5, warn=lambda line: None),
+    )
     run_id = tracker.start()
     tracker.log_metrics({"reward/mean": 0.25}, 0)
     tracker.log_metrics({"reward/mean": 0.5}, 1)
@@ -169,8 +193,10 @@ def test_a_spill_sent_twice_keeps_one_point_each_and_a_refused_spill_is_kept_asi
     assert resend_spills(uri, "key2") == 2
     path.write_text(copy)  # as if the first re-send had died before removing the spill
     assert resend_spills(uri, "key2") == 2
-    assert [(m.step, m.value) for m in sorted(MlflowClient(uri).get_metric_history(run_id, "reward/mean"),
-                                               key=lambda m: m.step)] == [(0, 0.25), (1, 0.5)]
+    assert [
+        (m.step, m.value)
+        for m in sorted(MlflowClient(uri).get_metric_history(run_id, "reward/mean"), key=lambda m: m.step)
+    ] == [(0, 0.25), (1, 0.5)]
 
     orphan = spill_path(uri, "key3", "f" * 32)  # its run is not in this store (deleted, another store)
     orphan.write_text(copy)
@@ -192,8 +218,12 @@ with study_lock(sys.argv[1], sys.argv[2], shared=sys.argv[3] == "shared", comman
 
 def hold_lock(uri: str, experiment: str, *, shared: bool = False, command: str = "workbench run"):
     env = os.environ | {"PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen([sys.executable, "-c", HOLD, uri, experiment, "shared" if shared else "x", command],
-                            stdout=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLD, uri, experiment, "shared" if shared else "x", command],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     assert proc.stdout.readline().strip() == "held"
     return proc
 
@@ -260,8 +290,10 @@ get_or_create_experiment(MlflowClient(sys.argv[1]), "same", sys.argv[1])
 def test_processes_creating_a_fresh_sqlite_store_at_once_all_succeed(tmp_path):
     uri = f"sqlite:///{tmp_path / 'fresh' / 'mlflow.db'}"
     env = os.environ | {"PYTHONPATH": str(REPO)}
-    procs = [subprocess.Popen([sys.executable, "-c", CREATE, uri], env=env, stderr=subprocess.PIPE, text=True)
-             for _ in range(3)]
+    procs = [
+        subprocess.Popen([sys.executable, "-c", CREATE, uri], env=env, stderr=subprocess.PIPE, text=True)
+        for _ in range(3)
+    ]
     errors = [p.communicate(timeout=300)[1] for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0], errors
     ensure_store(uri)  # and this process finds it ready

@@ -69,8 +69,11 @@ def test_every_backend_defines_the_whole_learner_surface(backend):
 def test_a_wrapped_learner_offers_the_surface_of_its_backend(setup):
     wrapped = learner_for(setup, inject_nonfinite_at_step=3)
     assert all(callable(getattr(wrapped, name)) for name in LEARNER_METHODS)
-    assert (wrapped.cfg, wrapped.model, wrapped.device) == (wrapped.inner.cfg, wrapped.inner.model,
-                                                            wrapped.inner.device)
+    assert (wrapped.cfg, wrapped.model, wrapped.device) == (
+        wrapped.inner.cfg,
+        wrapped.inner.model,
+        wrapped.inner.device,
+    )
 
 
 def test_fault_injection_poisons_exactly_its_step_and_the_step_is_never_applied(setup):
@@ -122,13 +125,19 @@ def test_the_algorithm_sections_hold_the_algorithms_computations_and_none_of_the
         def call(*args, **kwargs):
             assert not inside, f"learner.{name} ran inside an algorithm section"
             return passes[name](*args, **kwargs)
+
         return call
 
     for name in passes:
         setattr(learner, name, outside_any_section(name))
     batch = TrainBatch.of(setup[3], setup[4], step=0)
-    learner.update(batch, AlgorithmConfig(preset="grpo", minibatches=2, correction="tis"), 1.0,
-                   torch.Generator().manual_seed(0), section)
+    learner.update(
+        batch,
+        AlgorithmConfig(preset="grpo", minibatches=2, correction="tis"),
+        1.0,
+        torch.Generator().manual_seed(0),
+        section,
+    )
     assert opened == ["algorithm"] * 5
 
 
@@ -162,9 +171,22 @@ def test_stopwatch_sections_add_up_and_nest():
 
 
 # What acceptance forbids in the loop and the update: multi-rank, fault-injection and timing code.
-FORBIDDEN_NAMES = {"perf_counter", "time", "monotonic", "ranks", "multi_rank", "is_follower", "send",
-                   "announce_update", "inject_nonfinite_at_step", "poison_next_update", "Stopwatch", "watch",
-                   "hasattr", "partial"}
+FORBIDDEN_NAMES = {
+    "perf_counter",
+    "time",
+    "monotonic",
+    "ranks",
+    "multi_rank",
+    "is_follower",
+    "send",
+    "announce_update",
+    "inject_nonfinite_at_step",
+    "poison_next_update",
+    "Stopwatch",
+    "watch",
+    "hasattr",
+    "partial",
+}
 
 
 @pytest.mark.parametrize("module", ["loop.py", "update.py"])
@@ -172,6 +194,10 @@ def test_loop_and_update_hold_no_multi_rank_fault_injection_or_timing_code(modul
     tree = ast.parse((TRAIN / module).read_text())
     used = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
     used |= {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
-    used |= {alias.name.split(".")[-1] for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
-             for alias in node.names}
+    used |= {
+        alias.name.split(".")[-1]
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Import, ast.ImportFrom))
+        for alias in node.names
+    }
     assert used & FORBIDDEN_NAMES == set()

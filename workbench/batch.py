@@ -90,8 +90,15 @@ class TrainBatch:
     ref_logp: torch.Tensor | None = None  # [B, T] reference-policy logprobs (KL); None without KL
 
     @classmethod
-    def of(cls, rollouts: Rollouts, advantages: torch.Tensor, *, step: int = 0,
-           loss_mask: torch.Tensor | None = None, ref_logp: torch.Tensor | None = None) -> TrainBatch:
+    def of(
+        cls,
+        rollouts: Rollouts,
+        advantages: torch.Tensor,
+        *,
+        step: int = 0,
+        loss_mask: torch.Tensor | None = None,
+        ref_logp: torch.Tensor | None = None,
+    ) -> TrainBatch:
         """A batch whose loss mask defaults to every response token."""
         return cls(step, rollouts, advantages, rollouts.mask if loss_mask is None else loss_mask, ref_logp)
 
@@ -100,16 +107,27 @@ class TrainBatch:
 
     def to(self, device: torch.device | str) -> TrainBatch:
         """The same batch with every tensor on ``device``."""
-        return TrainBatch(self.step, self.rollouts.to(device), self.advantages.to(device), self.loss_mask.to(device),
-                          None if self.ref_logp is None else self.ref_logp.to(device))
+        return TrainBatch(
+            self.step,
+            self.rollouts.to(device),
+            self.advantages.to(device),
+            self.loss_mask.to(device),
+            None if self.ref_logp is None else self.ref_logp.to(device),
+        )
 
 
 class PendingBatch:
     """A ``TrainBatch`` whose advantages wait on rewards still being scored: the update runs what needs
     no reward (the learner's forward, the mismatch metrics) and then calls ``ready()``."""
 
-    def __init__(self, step: int, rollouts: Rollouts, loss_mask: torch.Tensor, ref_logp: torch.Tensor | None,
-                 complete: Callable[[], TrainBatch]) -> None:
+    def __init__(
+        self,
+        step: int,
+        rollouts: Rollouts,
+        loss_mask: torch.Tensor,
+        ref_logp: torch.Tensor | None,
+        complete: Callable[[], TrainBatch],
+    ) -> None:
         self.step, self.rollouts, self.loss_mask, self.ref_logp = step, rollouts, loss_mask, ref_logp
         self._complete = complete  # waits for the rewards, returns the whole batch
         self._batch: TrainBatch | None = None
@@ -125,12 +143,19 @@ def select(scored: ScoredRollouts, keep: torch.Tensor) -> ScoredRollouts:
     r = scored.rollouts
     idx = keep.nonzero().squeeze(-1)
     rollouts = Rollouts(
-        problems=[r.problems[i] for i in idx.tolist()], group_ids=r.group_ids[idx], prompt_ids=r.prompt_ids[idx],
-        prompt_mask=r.prompt_mask[idx], completion_ids=r.completion_ids[idx], mask=r.mask[idx],
-        sampler_logp=r.sampler_logp[idx], truncated=r.truncated[idx], texts=[r.texts[i] for i in idx.tolist()],
+        problems=[r.problems[i] for i in idx.tolist()],
+        group_ids=r.group_ids[idx],
+        prompt_ids=r.prompt_ids[idx],
+        prompt_mask=r.prompt_mask[idx],
+        completion_ids=r.completion_ids[idx],
+        mask=r.mask[idx],
+        sampler_logp=r.sampler_logp[idx],
+        truncated=r.truncated[idx],
+        texts=[r.texts[i] for i in idx.tolist()],
     )
-    return ScoredRollouts(rollouts, scored.rewards[idx], scored.correct[idx],
-                          {k: v[idx] for k, v in scored.reward_terms.items()})
+    return ScoredRollouts(
+        rollouts, scored.rewards[idx], scored.correct[idx], {k: v[idx] for k, v in scored.reward_terms.items()}
+    )
 
 
 def concat(parts: list[ScoredRollouts]) -> ScoredRollouts:
@@ -167,5 +192,4 @@ def concat(parts: list[ScoredRollouts]) -> ScoredRollouts:
         texts=[t for r in rs for t in r.texts],
     )
     terms = {k: torch.cat([p.reward_terms[k] for p in parts]) for k in parts[0].reward_terms}
-    return ScoredRollouts(rollouts, torch.cat([p.rewards for p in parts]), torch.cat([p.correct for p in parts]),
-                          terms)
+    return ScoredRollouts(rollouts, torch.cat([p.rewards for p in parts]), torch.cat([p.correct for p in parts]), terms)

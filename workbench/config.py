@@ -44,14 +44,17 @@ class TinyModelConfig(Strict):
     intermediate_size: int = Field(512, ge=16)
     sft_max_steps: int = Field(1500, ge=0, description="cap on cold-start SFT steps on worked examples")
     sft_target_accuracy: float = Field(
-        0.3, gt=0, le=1,
+        0.3,
+        gt=0,
+        le=1,
         description="stop SFT once greedy accuracy on a train-split probe reaches this: RL starts imperfect",
     )
     sft_check_every: int = Field(25, ge=1, description="SFT steps between accuracy probes")
     sft_batch_size: int = Field(256, ge=1)
     sft_lr: float = Field(3e-3, gt=0)
-    seed: int = Field(0, ge=0, le=MAX_SEED,
-                      description="init and SFT data seed (the model is deterministic given the config)")
+    seed: int = Field(
+        0, ge=0, le=MAX_SEED, description="init and SFT data seed (the model is deterministic given the config)"
+    )
 
     @model_validator(mode="after")
     def _heads_divide_width(self) -> TinyModelConfig:
@@ -67,9 +70,11 @@ class ModelConfig(Strict):
     path: str | None = None
     tiny: TinyModelConfig = TinyModelConfig()
     prompt_template: str = Field(
-        "{prompt}", description="how a problem's prompt is shown to the model (with a chat template: the user turn): "
+        "{prompt}",
+        description="how a problem's prompt is shown to the model (with a chat template: the user turn): "
         "a text with '{prompt}', or a named template, none | qwen_math | r1 (Dr. GRPO's three, exact strings in "
-        "docs/config.md; workbench.tasks.templates)")
+        "docs/config.md; workbench.tasks.templates)",
+    )
     chat_template: str = Field(
         "none",
         description="auto = the model directory's tokenizer chat template wraps the prompt (an error if it has "
@@ -77,33 +82,43 @@ class ModelConfig(Strict):
         "the working directory). Generation stops at the template's end-of-turn token as well as EOS",
     )
     system_prompt: str | None = Field(
-        None, exclude_if=lambda v: v is None, description="with a chat template: a system turn before the prompt")
+        None, exclude_if=lambda v: v is None, description="with a chat template: a system turn before the prompt"
+    )
     # Set by a study's replicate.cold_start, never by hand; left out of params at 0 so runs of studies that do
     # not replicate log what they logged before (and keep their run keys: exclude_defaults).
     cold_start: int = Field(
-        0, ge=0, le=MAX_SEED, exclude_if=lambda v: v == 0,
+        0,
+        ge=0,
+        le=MAX_SEED,
+        exclude_if=lambda v: v == 0,
         description="which independent cold start (or priming SFT) the run starts from: 0 = the one model.tiny.seed "
         "(or data.prime) gives; k > 0 = another, its init and SFT order seeded from (seed, k). Set by a study's "
-        "replicate.cold_start")
+        "replicate.cold_start",
+    )
 
     @model_validator(mode="after")
     def _one_source(self) -> ModelConfig:
         if (self.builtin is None) == (self.path is None):
             raise ValueError("model needs exactly one of 'builtin: tiny' or 'path: DIR'")
         if self.prompt_template not in PROMPT_TEMPLATES and "{prompt}" not in self.prompt_template:
-            raise ValueError("model.prompt_template must contain '{prompt}' or name a template: "
-                             + ", ".join(PROMPT_TEMPLATES.names()))
+            raise ValueError(
+                "model.prompt_template must contain '{prompt}' or name a template: "
+                + ", ".join(PROMPT_TEMPLATES.names())
+            )
         check_prompt_template(self.template_text)
         if self.builtin is not None and self.chat_template != "none":
-            raise ValueError("model.chat_template applies to model.path: the built-in tiny model's character "
-                             "tokenizer has no chat template (use chat_template: none)")
+            raise ValueError(
+                "model.chat_template applies to model.path: the built-in tiny model's character "
+                "tokenizer has no chat template (use chat_template: none)"
+            )
         if self.system_prompt is not None and self.chat_template == "none":
-            raise ValueError("model.system_prompt needs a chat template (model.chat_template: auto or a template); "
-                             "without one, put the instruction in model.prompt_template")
+            raise ValueError(
+                "model.system_prompt needs a chat template (model.chat_template: auto or a template); "
+                "without one, put the instruction in model.prompt_template"
+            )
         if not self.chat_template.strip():
             raise ValueError("model.chat_template is empty: use auto, none, a Jinja template or a file path")
         return self
-
 
     @property
     def template_text(self) -> str:
@@ -116,12 +131,15 @@ def check_prompt_template(template: str) -> None:
     try:
         fields = [name for _, name, spec, conv in string.Formatter().parse(template) if name is not None]
     except ValueError as error:  # a lone '{' or '}'
-        raise ValueError(f"model.prompt_template is not a valid template ({error}); "
-                         "write literal braces as '{{' and '}}'") from None
+        raise ValueError(
+            f"model.prompt_template is not a valid template ({error}); write literal braces as '{{{{' and '}}}}'"
+        ) from None
     unknown = sorted({name for name in fields if name != "prompt"})
     if unknown:
-        raise ValueError(f"model.prompt_template has unknown placeholder(s) {', '.join(map(repr, unknown))}: "
-                         "'{prompt}' is the only one; write literal braces as '{{' and '}}'")
+        raise ValueError(
+            f"model.prompt_template has unknown placeholder(s) {', '.join(map(repr, unknown))}: "
+            "'{prompt}' is the only one; write literal braces as '{{' and '}}'"
+        )
 
 
 class TaskConfig(Strict):
@@ -134,13 +152,22 @@ class TaskConfig(Strict):
     ops: str = Field("+-", description="arithmetic: operators drawn from '+-*/'; scratchpad: from '+-'")
     # None when unset and then left out of dumps: the tiny model's cache key hashes the task's dump,
     # so a new field that always appeared would rebuild every cached arithmetic model.
-    operands: int | None = Field(None, ge=2, le=12, exclude_if=lambda v: v is None,
-                                 description="scratchpad: each problem has 2 to this many operands (default 4)")
+    operands: int | None = Field(
+        None,
+        ge=2,
+        le=12,
+        exclude_if=lambda v: v is None,
+        description="scratchpad: each problem has 2 to this many operands (default 4)",
+    )
     path: str | None = Field(None, description="jsonl: training file")
     eval_path: str | None = Field(None, description="jsonl: eval file (default: split off `path`)")
-    eval_size: int = Field(200, ge=1, le=MAX_BATCH,
-                           description="number of held-out problems (unset: 200, or a quarter of a generated task's "
-                                       "distinct prompts when that is fewer)")
+    eval_size: int = Field(
+        200,
+        ge=1,
+        le=MAX_BATCH,
+        description="number of held-out problems (unset: 200, or a quarter of a generated task's "
+        "distinct prompts when that is fewer)",
+    )
     answer_format: Literal["auto", "gsm8k", "boxed"] = Field(
         "auto",
         description="where a completion's final answer is read (math-verify compares it with the gold answer): "
@@ -158,14 +185,16 @@ class TaskConfig(Strict):
         if self.name == "scratchpad" and set(self.ops) - set("+-"):
             raise ValueError(f"task 'scratchpad' takes ops from '+-', got {self.ops!r}")
         if "eval_size" not in self.model_fields_set:  # unset: a size the task can hold (#53)
-            fitting = fitting_eval_size(self.name, digits=self.digits, ops=self.ops, operands=self.operands,
-                                        default=self.eval_size)
+            fitting = fitting_eval_size(
+                self.name, digits=self.digits, ops=self.ops, operands=self.operands, default=self.eval_size
+            )
             if fitting != self.eval_size:
                 self.eval_size = fitting  # validate_assignment: this validator runs again, with it set
                 return self
         # before `workbench plan` promises runs that could not start
-        check_task_eval_size(self.name, digits=self.digits, ops=self.ops, operands=self.operands,
-                             eval_size=self.eval_size)
+        check_task_eval_size(
+            self.name, digits=self.digits, ops=self.ops, operands=self.operands, eval_size=self.eval_size
+        )
         return self
 
 
@@ -194,11 +223,13 @@ class SamplerConfig(Strict):
         0.5, gt=0, le=1, description="vllm on a GPU: share of GPU memory for the engine (the learner needs the rest)"
     )
     enforce_eager: bool | None = Field(
-        None, description="vllm: no torch.compile / CUDA graphs. Default: eager on a CPU (compiling adds ~18 s per "
+        None,
+        description="vllm: no torch.compile / CUDA graphs. Default: eager on a CPU (compiling adds ~18 s per "
         "engine start and was no faster here), compiled on a GPU",
     )
     compile: bool = Field(
-        False, description="hf lean decode: torch.compile the model's forward (inductor; same draws to float "
+        False,
+        description="hf lean decode: torch.compile the model's forward (inductor; same draws to float "
         "tolerance). Measured on 2 CPU cores at bench_vs_trl.py's settings: decoding 0.24 -> 0.19 s per step "
         "after ~40 s of compiling at the run's start, so for long runs (docs/engines.md)",
     )
@@ -206,9 +237,11 @@ class SamplerConfig(Strict):
     @model_validator(mode="after")
     def _compile_needs_the_lean_hf_decode(self) -> SamplerConfig:
         if self.compile and (self.backend != "hf" or self.decode != "lean"):
-            raise ValueError("sampler.compile applies to sampler.backend=hf with sampler.decode=lean "
-                             f"(got backend={self.backend}, decode={self.decode}); vllm compiles by itself "
-                             "(sampler.enforce_eager)")
+            raise ValueError(
+                "sampler.compile applies to sampler.backend=hf with sampler.decode=lean "
+                f"(got backend={self.backend}, decode={self.decode}); vllm compiles by itself "
+                "(sampler.enforce_eager)"
+            )
         return self
 
 
@@ -223,13 +256,22 @@ class LoraConfig(Strict):
     # lint warns when a study runs LoRA at its own full fine-tuning learning rate (analysis/lint.py).
     LR_OVER_FULL_FINETUNE: ClassVar[float] = 10.0
 
-    rank: int = Field(8, ge=1, description="r: the adapters' inner dimension (ΔW = (alpha/r)·B·A, B: d_out×r, A: r×d_in)")
+    rank: int = Field(
+        8, ge=1, description="r: the adapters' inner dimension (ΔW = (alpha/r)·B·A, B: d_out×r, A: r×d_in)"
+    )
     alpha: float = Field(16.0, gt=0, description="scale numerator: ΔW = (alpha / rank)·B·A")
-    dropout: float = Field(0.0, ge=0, lt=1, description="dropout on the adapters' input while training (0: the "
-                           "learner's logprobs stay deterministic, so the mismatch metrics measure the sampler only)")
+    dropout: float = Field(
+        0.0,
+        ge=0,
+        lt=1,
+        description="dropout on the adapters' input while training (0: the "
+        "learner's logprobs stay deterministic, so the mismatch metrics measure the sampler only)",
+    )
     target_modules: Literal["all-linear"] | list[str] = Field(
-        "all-linear", description="all-linear = every linear layer but the output head (peft's 'all-linear'); "
-        "or a list of module names, e.g. [q_proj, v_proj]")
+        "all-linear",
+        description="all-linear = every linear layer but the output head (peft's 'all-linear'); "
+        "or a list of module names, e.g. [q_proj, v_proj]",
+    )
 
     @field_validator("target_modules")
     @classmethod
@@ -257,9 +299,11 @@ class LearnerConfig(Strict):
         try:
             torch.device(value)
         except (RuntimeError, ValueError):
-            raise ValueError(f"learner.device {value!r} is not a torch device: use auto, cpu, cuda, cuda:0, ...") \
-                from None
+            raise ValueError(
+                f"learner.device {value!r} is not a torch device: use auto, cpu, cuda, cuda:0, ..."
+            ) from None
         return value
+
     dtype: Dtype = Field(
         "float32", description="weights dtype; deepspeed: bfloat16/float16 train with fp32 master weights"
     )
@@ -274,12 +318,15 @@ class LearnerConfig(Strict):
         "prompt+completion row (the reference path)",
     )
     micro_batch_size: int | None = Field(
-        None, ge=1,
+        None,
+        ge=1,
         description="sequences per forward/backward: a larger minibatch is split and its gradients accumulated "
         "(exactly the minibatch gradient, for every agg_mode) before one optimizer step; None = no split",
     )
     zero_stage: int = Field(
-        0, ge=0, le=3,
+        0,
+        ge=0,
+        le=3,
         description="deepspeed: ZeRO stage (1 partitions optimizer states, 2 also gradients, 3 also weights)",
     )
     deepspeed_config: dict[str, Any] = Field(
@@ -288,12 +335,14 @@ class LearnerConfig(Strict):
         "(e.g. zero_optimization.offload_optimizer); the optimizer and batch keys stay workbench's",
     )
     lora: LoraConfig | None = Field(
-        None, exclude_if=lambda v: v is None,  # unset: left out of dumps, so existing params and run keys stay
+        None,
+        exclude_if=lambda v: v is None,  # unset: left out of dumps, so existing params and run keys stay
         description="LoRA adapters instead of full fine-tuning (rank, alpha, dropout, target_modules); unset = "
         "every weight trains. The torch learner, and DeepSpeed ZeRO 0-2 (docs/engines.md)",
     )
     checkpoint_every: int | None = Field(
-        None, ge=1,
+        None,
+        ge=1,
         description="save a resumable checkpoint every k RL steps; a FAILED/KILLED run executed again resumes "
         "from it (see docs/engines.md); None = off",
     )
@@ -313,9 +362,11 @@ class LearnerConfig(Strict):
         if self.backend != "deepspeed" and (self.zero_stage or self.deepspeed_config):
             raise ValueError("learner.zero_stage and learner.deepspeed_config apply to learner.backend=deepspeed only")
         if self.lora is not None and self.backend == "deepspeed" and self.zero_stage == 3:
-            raise ValueError("learner.lora with DeepSpeed ZeRO-3 is not supported: the adapters' merged weights and "
-                             "the base without adapters need whole weights; use zero_stage 0-2 (LoRA's optimizer "
-                             "state is small anyway)")
+            raise ValueError(
+                "learner.lora with DeepSpeed ZeRO-3 is not supported: the adapters' merged weights and "
+                "the base without adapters need whole weights; use zero_stage 0-2 (LoRA's optimizer "
+                "state is small anyway)"
+            )
         return self
 
 
@@ -328,28 +379,46 @@ class RolloutConfig(Strict):
     @model_validator(mode="after")
     def _batch_fits(self) -> RolloutConfig:
         if self.prompts_per_step * self.group_size > MAX_BATCH:
-            raise ValueError(f"rollout.prompts_per_step x group_size = {self.prompts_per_step * self.group_size} "
-                             f"completions per step; at most {MAX_BATCH} fit in memory")
+            raise ValueError(
+                f"rollout.prompts_per_step x group_size = {self.prompts_per_step * self.group_size} "
+                f"completions per step; at most {MAX_BATCH} fit in memory"
+            )
         if self.eval_samples > 1 and self.eval_temperature == 0:
-            raise ValueError(f"rollout.eval_samples = {self.eval_samples} with eval_temperature = 0 samples the same "
-                             "greedy answer every time: set rollout.eval_temperature > 0 (e.g. 1.0) for pass@k")
+            raise ValueError(
+                f"rollout.eval_samples = {self.eval_samples} with eval_temperature = 0 samples the same "
+                "greedy answer every time: set rollout.eval_temperature > 0 (e.g. 1.0) for pass@k"
+            )
         return self
+
     eval_temperature: float = Field(0.0, ge=0, description="0 = greedy")
     eval_samples: int = Field(
-        1, ge=1, le=MAX_EVAL_SAMPLES,
+        1,
+        ge=1,
+        le=MAX_EVAL_SAMPLES,
         description="answers sampled per eval problem at eval_temperature (> 0 when above 1): 1 = one answer "
         "each (eval/accuracy); n > 1 also logs the unbiased eval/pass_at_k for k = 1, 2, 4, … ≤ n and eval/mean_at_n "
-        "(workbench.metrics.passk), and the per-problem table gains each problem's correct count")
+        "(workbench.metrics.passk), and the per-problem table gains each problem's correct count",
+    )
     eval_size: int | None = Field(None, ge=1, description="cap on eval problems (default: the task's eval set)")
-    reflection_words: list[str] | None = Field(None, description=(
-        "keywords whose presence marks a response as self-reflecting (behaviour/reflection_rate, "
-        "eval/reflection_rate; lower-cased substring match). Unset: oat-zero's 11 (workbench.metrics.reflection); "
-        "[] = off. Logged with model.path only: the built-in tiny model's arithmetic completions hold no words"))
+    reflection_words: list[str] | None = Field(
+        None,
+        description=(
+            "keywords whose presence marks a response as self-reflecting (behaviour/reflection_rate, "
+            "eval/reflection_rate; lower-cased substring match). Unset: oat-zero's 11 (workbench.metrics.reflection); "
+            "[] = off. Logged with model.path only: the built-in tiny model's arithmetic completions hold no words"
+        ),
+    )
     log_samples: int = Field(32, ge=0, description="sample completions kept in the artifact table per eval")
-    staleness: int = Field(0, ge=0, le=MAX_STALENESS, description=(
-        "k: the batch trained at step t is sampled by the policy of step t - k (the first k steps by the initial "
-        "policy), a sampler thread generating the next batches while the learner updates (workbench.train."
-        "pipeline; docs/async.md). The schedule is fixed by k, not by timing. 0 = the synchronous loop"))
+    staleness: int = Field(
+        0,
+        ge=0,
+        le=MAX_STALENESS,
+        description=(
+            "k: the batch trained at step t is sampled by the policy of step t - k (the first k steps by the initial "
+            "policy), a sampler thread generating the next batches while the learner updates (workbench.train."
+            "pipeline; docs/async.md). The schedule is fixed by k, not by timing. 0 = the synchronous loop"
+        ),
+    )
 
 
 class AlgorithmConfig(Strict):
@@ -361,17 +430,21 @@ class AlgorithmConfig(Strict):
     loss: str | None = None
     agg_mode: str | None = None
     norm_constant: float | None = Field(
-        None, gt=0,
+        None,
+        gt=0,
         description="seq-mean-token-sum-norm divisor; unset = the generation budget sampler.max_new_tokens",
     )
     # The clip bounds are loss parameters (``loss_kwargs``) with fields of their own, their canonical spelling
     # (``params.LOSS_PARAM_FIELDS``): ``loss_params: {clip_high: 0.28}`` is read as ``clip_high: 0.28``.
-    clip_low: float | None = Field(None, ge=0, description="clipped losses: ratio >= 1 - clip_low "
-                                   "(gmpo: log-ratio >= -clip_low)")
-    clip_high: float | None = Field(None, ge=0, description="clipped losses: ratio <= 1 + clip_high "
-                                    "(gmpo: log-ratio <= clip_high)")
-    dual_clip: float | None = Field(None, gt=1, description="ppo_clip: cap a negative-advantage token's loss "
-                                    "at -A·dual_clip; unset = off")
+    clip_low: float | None = Field(
+        None, ge=0, description="clipped losses: ratio >= 1 - clip_low (gmpo: log-ratio >= -clip_low)"
+    )
+    clip_high: float | None = Field(
+        None, ge=0, description="clipped losses: ratio <= 1 + clip_high (gmpo: log-ratio <= clip_high)"
+    )
+    dual_clip: float | None = Field(
+        None, gt=1, description="ppo_clip: cap a negative-advantage token's loss at -A·dual_clip; unset = off"
+    )
     loss_params: dict[str, Any] = Field(
         default_factory=dict,
         description="the policy loss's own keyword parameters (e.g. sapo: temperature_pos); unset keys keep the "
@@ -384,12 +457,18 @@ class AlgorithmConfig(Strict):
     )
     epochs: int = Field(1, ge=1, description="passes over each batch")
     minibatches: int = Field(1, ge=1, description="optimizer steps per pass")
-    correction: str | None = Field(None, description="sampler/learner IS correction: tis | mis | seq_tis | "
-                                   "decoupled | sequence_mask (behaviour = the sampler, stale with rollout.staleness)")
+    correction: str | None = Field(
+        None,
+        description="sampler/learner IS correction: tis | mis | seq_tis | "
+        "decoupled | sequence_mask (behaviour = the sampler, stale with rollout.staleness)",
+    )
     correction_cap: float = Field(2.0, gt=0)
-    batch_filter: str | None = Field(None, description="group filter with refill, e.g. zero_std (DAPO dynamic sampling)")
+    batch_filter: str | None = Field(
+        None, description="group filter with refill, e.g. zero_std (DAPO dynamic sampling)"
+    )
     filter_on: Literal["correct", "reward"] | None = Field(
-        None, description="what batch_filter judges: correct (accuracy, DAPO §3.2; the default once a batch_filter "
+        None,
+        description="what batch_filter judges: correct (accuracy, DAPO §3.2; the default once a batch_filter "
         "is set) | reward (the total shaped reward)",
     )
     max_sampling_rounds: int = Field(3, ge=1, description="sampling rounds per step when a batch filter drops groups")
@@ -429,8 +508,9 @@ class AlgorithmConfig(Strict):
         loss = alg.POLICY_LOSSES.get(self.loss)
         # Checked (and converted) in place: assigning a field here would re-run this validator.
         for field, kind, name, fn, exclude in (
-                ("estimator_params", "advantage estimator", self.estimator, estimator, DERIVED_PARAMS),
-                ("loss_params", "policy loss", self.loss, loss, ())):
+            ("estimator_params", "advantage estimator", self.estimator, estimator, DERIVED_PARAMS),
+            ("loss_params", "policy loss", self.loss, loss, ()),
+        ):
             params = getattr(self, field)
             try:
                 params.update(check_unit_params(kind, name, fn, params, exclude=exclude, check_types=True))
@@ -479,19 +559,31 @@ class RewardConfig(Strict):
 
     timeout_s: float = Field(1.0, gt=0, le=3600, description="wall-clock limit per completion; slower scores 0")
     workers: int = Field(1, ge=1, description="verifier worker processes")
-    overlap: bool | None = Field(None, description=(
-        "score on a background thread while the learner's forward runs, which needs no reward (the same "
-        "numbers). Unset: when the learner is on a GPU, which leaves the CPU cores to the verifier; a CPU "
-        "learner shares them with it, and on 2 cores overlapping measured no faster (docs/engines.md). "
-        "true: always; false: never. Never with a batch filter, which picks groups by their rewards"))
+    overlap: bool | None = Field(
+        None,
+        description=(
+            "score on a background thread while the learner's forward runs, which needs no reward (the same "
+            "numbers). Unset: when the learner is on a GPU, which leaves the CPU cores to the verifier; a CPU "
+            "learner shares them with it, and on 2 cores overlapping measured no faster (docs/engines.md). "
+            "true: always; false: never. Never with a batch filter, which picks groups by their rewards"
+        ),
+    )
     shaping: list[ShapingTerm] = Field(default_factory=list)
-    control: str | None = Field(None, description=(
-        "a spurious-reward control in place of the correctness term (workbench.reward.controls): random | "
-        "format_only | incorrect_label | constant. The verifier still judges every completion: accuracy/train "
-        "and eval/* stay true correctness. Unset: the verifier's reward"))
-    control_params: dict[str, Any] = Field(default_factory=dict, description=(
-        "the control's own keyword parameters (random: p, the success probability, drawn from the run's "
-        "seed and step; format_only: boxed; incorrect_label: offset; constant: value)"))
+    control: str | None = Field(
+        None,
+        description=(
+            "a spurious-reward control in place of the correctness term (workbench.reward.controls): random | "
+            "format_only | incorrect_label | constant. The verifier still judges every completion: accuracy/train "
+            "and eval/* stay true correctness. Unset: the verifier's reward"
+        ),
+    )
+    control_params: dict[str, Any] = Field(
+        default_factory=dict,
+        description=(
+            "the control's own keyword parameters (random: p, the success probability, drawn from the run's "
+            "seed and step; format_only: boxed; incorrect_label: offset; constant: value)"
+        ),
+    )
 
     @model_validator(mode="after")
     def _shapers_exist(self) -> RewardConfig:
@@ -501,8 +593,9 @@ class RewardConfig(Strict):
 
             validate_control(self.control, self.control_params)
         elif self.control_params:
-            raise ValueError("reward.control_params needs reward.control (random | format_only | incorrect_label | "
-                             "constant)")
+            raise ValueError(
+                "reward.control_params needs reward.control (random | format_only | incorrect_label | constant)"
+            )
         return self
 
     def control_spec(self) -> tuple[str, dict[str, Any]] | None:
@@ -515,12 +608,24 @@ class RewardConfig(Strict):
 class TrackingConfig(Strict):
     uri: str | None = Field(None, description="MLflow tracking URI (env MLFLOW_TRACKING_URI wins)")
     experiment: str | None = Field(None, description="default: the study name")
-    outage_deadline_s: float = Field(300.0, gt=0, allow_inf_nan=False, description=(
-        "how long a run keeps retrying an unreachable MLflow before it stops FAILED, its unsent "
-        "metrics kept in a local spill that is re-sent when the run is executed again"))
-    rollouts_budget_mb: float = Field(64.0, ge=0, allow_inf_nan=False, description=(
-        "size budget of the run's rollouts/ artifacts (every sampled completion, parquet); over it, train steps "
-        "are kept every k-th, k doubling (docs/rollouts.md); 0 keeps none"))
+    outage_deadline_s: float = Field(
+        300.0,
+        gt=0,
+        allow_inf_nan=False,
+        description=(
+            "how long a run keeps retrying an unreachable MLflow before it stops FAILED, its unsent "
+            "metrics kept in a local spill that is re-sent when the run is executed again"
+        ),
+    )
+    rollouts_budget_mb: float = Field(
+        64.0,
+        ge=0,
+        allow_inf_nan=False,
+        description=(
+            "size budget of the run's rollouts/ artifacts (every sampled completion, parquet); over it, train steps "
+            "are kept every k-th, k doubling (docs/rollouts.md); 0 keeps none"
+        ),
+    )
 
 
 class CurateConfig(Strict):
@@ -549,8 +654,10 @@ class CurriculumConfig(Strict):
     are split into as many equal spans and span k draws from chunk k."""
 
     by: Literal["pass_rate", "difficulty"] = Field(
-        "pass_rate", description="pass_rate: the measured rate (needs data.curate), high first; difficulty: the "
-        "task's own knob (scratchpad: operand count; arithmetic: operand digits), low first")
+        "pass_rate",
+        description="pass_rate: the measured rate (needs data.curate), high first; difficulty: the "
+        "task's own knob (scratchpad: operand count; arithmetic: operand digits), low first",
+    )
     stages: int = Field(4, ge=1, le=1000, description="curriculum stages")
 
 
@@ -560,7 +667,8 @@ class PrimeConfig(Strict):
     result). ``path``: for ``model.path``, an SFT stage before RL on this JSONL's ``solution`` fields."""
 
     mix: dict[Literal["worked", "terse", "wrong"], float] | None = Field(
-        None, description="built-in model: shares of each solution form, e.g. {worked: 0.5, wrong: 0.5}")
+        None, description="built-in model: shares of each solution form, e.g. {worked: 0.5, wrong: 0.5}"
+    )
     path: str | None = Field(None, description="model.path: JSONL of prompt/answer/solution lines for an SFT stage")
     max_steps: int = Field(100, ge=1, le=MAX_STEPS, description="model.path SFT: cap on steps")
     batch_size: int = Field(8, ge=1, le=MAX_BATCH, description="model.path SFT: sequences per step")
@@ -584,12 +692,19 @@ class PrimeConfig(Strict):
 class DataConfig(Strict):
     """Data as a variant: prompt curation, prompt order, and the cold start's priming data (docs/data.md)."""
 
-    pool: int = Field(512, ge=1, le=MAX_BATCH, description="distinct training prompts drawn once from task.seed "
-                      "when curating or ordering (ignored by order: sampled without curate)")
+    pool: int = Field(
+        512,
+        ge=1,
+        le=MAX_BATCH,
+        description="distinct training prompts drawn once from task.seed "
+        "when curating or ordering (ignored by order: sampled without curate)",
+    )
     curate: CurateConfig | None = None
     order: Literal["sampled", "shuffled", "curriculum"] = Field(
-        "sampled", description="sampled: i.i.d. draws (from the curated pool when curating); shuffled: passes over "
-        "the pool, each in a fresh order; curriculum: easy to hard in stages (data.curriculum)")
+        "sampled",
+        description="sampled: i.i.d. draws (from the curated pool when curating); shuffled: passes over "
+        "the pool, each in a fresh order; curriculum: easy to hard in stages (data.curriculum)",
+    )
     curriculum: CurriculumConfig | None = None
     prime: PrimeConfig | None = None
 
@@ -599,8 +714,10 @@ class DataConfig(Strict):
             raise ValueError(f"data.curriculum applies to data.order=curriculum, not {self.order}")
         schedule = self.schedule
         if schedule is not None and schedule.by == "pass_rate" and self.curate is None:
-            raise ValueError("data.curriculum.by=pass_rate needs data.curate (the rates it orders by); "
-                             "curate.keep: [0, 1] keeps every prompt")
+            raise ValueError(
+                "data.curriculum.by=pass_rate needs data.curate (the rates it orders by); "
+                "curate.keep: [0, 1] keeps every prompt"
+            )
         return self
 
     @property
@@ -626,10 +743,12 @@ class RunConfig(Strict):
     # Default left out of dumps (like learner.lora): the params and run keys of every workbench-engine run stay
     # what they were before the setting existed.
     engine: Literal["workbench", "trl"] = Field(
-        "workbench", exclude_if=lambda v: v == "workbench",
+        "workbench",
+        exclude_if=lambda v: v == "workbench",
         description="who trains: workbench = the workbench's own RL loop; trl = TRL's GRPOTrainer on the same model, "
         "task, verifier and eval problems (the `trl` extra; settings TRL cannot express are refused at load: "
-        "docs/trl-engine.md)")
+        "docs/trl-engine.md)",
+    )
     model: ModelConfig = Field(default_factory=lambda: ModelConfig(builtin="tiny"))
     task: TaskConfig = TaskConfig()
     sampler: SamplerConfig = SamplerConfig()
@@ -645,16 +764,22 @@ class RunConfig(Strict):
     def _data_fits_model_and_task(self) -> RunConfig:
         prime = self.data.prime
         if prime is not None and prime.mix is not None and self.model.builtin is None:
-            raise ValueError("data.prime.mix shapes the built-in model's cold start; with model.path use "
-                             "data.prime.path (a JSONL of worked solutions)")
+            raise ValueError(
+                "data.prime.mix shapes the built-in model's cold start; with model.path use "
+                "data.prime.path (a JSONL of worked solutions)"
+            )
         if prime is not None and prime.path is not None and self.model.path is None:
             raise ValueError("data.prime.path is an SFT stage for model.path; the built-in model takes data.prime.mix")
         if self.model.cold_start and self.model.path is not None and (prime is None or prime.path is None):
-            raise ValueError("model.cold_start: model.path has no cold start to replicate (its weights are the "
-                             "checkpoint); replicate a priming stage instead (data.prime.path)")
+            raise ValueError(
+                "model.cold_start: model.path has no cold start to replicate (its weights are the "
+                "checkpoint); replicate a priming stage instead (data.prime.path)"
+            )
         if prime is not None and prime.mix is not None and self.task.name == "jsonl":
-            raise ValueError("data.prime.mix: task 'jsonl' has no solution forms; the built-in model primes "
-                             "from the file's 'solution' field")
+            raise ValueError(
+                "data.prime.mix: task 'jsonl' has no solution forms; the built-in model primes "
+                "from the file's 'solution' field"
+            )
         curriculum = self.data.curriculum
         if curriculum is not None and curriculum.by == "difficulty" and self.task.name == "jsonl":
             raise ValueError("data.curriculum.by=difficulty: task 'jsonl' has no difficulty knob; use pass_rate")
@@ -668,17 +793,30 @@ class RunConfig(Strict):
         if lora is None or self.model.builtin is None:
             return self
         mlp = min(tiny.hidden_size, tiny.intermediate_size)
-        sizes = {"q_proj": tiny.hidden_size, "k_proj": tiny.hidden_size, "v_proj": tiny.hidden_size,
-                 "o_proj": tiny.hidden_size, "gate_proj": mlp, "up_proj": mlp, "down_proj": mlp}
-        names = list(sizes) if lora.target_modules == "all-linear" else [n.rsplit(".", 1)[-1] for n in lora.target_modules]
+        sizes = {
+            "q_proj": tiny.hidden_size,
+            "k_proj": tiny.hidden_size,
+            "v_proj": tiny.hidden_size,
+            "o_proj": tiny.hidden_size,
+            "gate_proj": mlp,
+            "up_proj": mlp,
+            "down_proj": mlp,
+        }
+        names = (
+            list(sizes) if lora.target_modules == "all-linear" else [n.rsplit(".", 1)[-1] for n in lora.target_modules]
+        )
         unknown = [n for n in names if n not in sizes]
         if unknown:
-            raise ValueError(f"learner.lora.target_modules: the built-in model has no linear layer {unknown[0]!r}; "
-                             f"its linear layers: {', '.join(sizes)} (or all-linear)")
+            raise ValueError(
+                f"learner.lora.target_modules: the built-in model has no linear layer {unknown[0]!r}; "
+                f"its linear layers: {', '.join(sizes)} (or all-linear)"
+            )
         for name in names:
             if lora.rank > sizes[name]:
-                raise ValueError(f"learner.lora.rank={lora.rank} is above the smallest dimension ({sizes[name]}) of "
-                                 f"the adapted layer {name} of the built-in model: choose rank <= {sizes[name]}")
+                raise ValueError(
+                    f"learner.lora.rank={lora.rank} is above the smallest dimension ({sizes[name]}) of "
+                    f"the adapted layer {name} of the built-in model: choose rank <= {sizes[name]}"
+                )
         return self
 
     @model_validator(mode="after")
@@ -689,11 +827,15 @@ class RunConfig(Strict):
         if k == 0:
             return self
         if self.sampler.backend != "hf" or self.learner.backend != "torch":
-            raise ValueError(f"rollout.staleness={k} pipelines the hf sampler with the torch learner; got sampler."
-                             f"backend={self.sampler.backend}, learner.backend={self.learner.backend}")
+            raise ValueError(
+                f"rollout.staleness={k} pipelines the hf sampler with the torch learner; got sampler."
+                f"backend={self.sampler.backend}, learner.backend={self.learner.backend}"
+            )
         if self.algorithm.batch_filter is not None:
-            raise ValueError(f"rollout.staleness={k} with algorithm.batch_filter={self.algorithm.batch_filter}: a "
-                             "filter's refill rounds need each batch's rewards before the next is sampled")
+            raise ValueError(
+                f"rollout.staleness={k} with algorithm.batch_filter={self.algorithm.batch_filter}: a "
+                "filter's refill rounds need each batch's rewards before the next is sampled"
+            )
         return self
 
     @model_validator(mode="after")
@@ -721,9 +863,12 @@ class RunConfig(Strict):
         Changing a default's *value* must bump ``RUN_KEY_VERSION``.
         """
         # Reset (not exclude) the non-result fields: an excluded one would leave an empty section behind.
-        neutral = self.model_copy(update={
-            section: getattr(self, section).model_copy(update=dict.fromkeys(names))  # their defaults are None
-            for section, names in NOT_IN_RUN_KEY.items()})
+        neutral = self.model_copy(
+            update={
+                section: getattr(self, section).model_copy(update=dict.fromkeys(names))  # their defaults are None
+                for section, names in NOT_IN_RUN_KEY.items()
+            }
+        )
         payload = neutral.model_dump(mode="json", exclude={"tracking"}, exclude_defaults=True)
         blob = json.dumps({"v": RUN_KEY_VERSION, "config": payload}, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]

@@ -16,8 +16,16 @@ import threading
 import time
 from collections.abc import Callable
 
-__all__ = ["DEFAULT_PROGRESS_EVERY", "PROGRESS_EVERY_ENV", "Heartbeat", "claim_beat", "heartbeat_slack",
-           "line_printed", "progress_interval", "since_last_line"]
+__all__ = [
+    "DEFAULT_PROGRESS_EVERY",
+    "PROGRESS_EVERY_ENV",
+    "Heartbeat",
+    "claim_beat",
+    "heartbeat_slack",
+    "line_printed",
+    "progress_interval",
+    "since_last_line",
+]
 
 PROGRESS_EVERY_ENV = "WORKBENCH_PROGRESS_EVERY"
 DEFAULT_PROGRESS_EVERY = 30.0

@@ -61,8 +61,14 @@ class Registry(Generic[T]):
     nothing without one (``"algorithm.correction_cap"``). ``compare`` gates a change of either on the
     unit's activity and ``plan``'s lint flags a setting of an unselected kind, both from these facts."""
 
-    def __init__(self, kind: str, *, activity: Activity | None = None, selected_by: str | None = None,
-                 settings: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        kind: str,
+        *,
+        activity: Activity | None = None,
+        selected_by: str | None = None,
+        settings: tuple[str, ...] = (),
+    ) -> None:
         if settings and selected_by is None:
             raise ValueError(f"{kind}: settings tune a selected unit, so the registry needs selected_by")
         self.kind = kind  # e.g. "advantage estimator": used in error messages

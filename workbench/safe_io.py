@@ -38,10 +38,27 @@ MAX_DEPTH = 100  # nested YAML collections: a study or a spec is a few levels de
 MAX_PARQUET_ROWS = 20_000_000  # an export's metrics: a large study has a few million points
 MAX_PARQUET_DECODED_BYTES = 2 << 30  # a parquet file decompressed (Arrow's own buffers, before any copy)
 
-__all__ = ["MAX_ALIASES", "MAX_DEPTH", "MAX_EXPANDED_NODES", "MAX_FILE_BYTES", "MAX_PARQUET_DECODED_BYTES",
-           "MAX_PARQUET_ROWS", "BoundedLoader", "YamlBudgetExceeded", "check_expansion", "load_yaml", "open_regular",
-           "open_user_file", "parse_json", "read_bytes", "read_json", "read_limited", "read_parquet", "read_text",
-           "read_yaml"]
+__all__ = [
+    "MAX_ALIASES",
+    "MAX_DEPTH",
+    "MAX_EXPANDED_NODES",
+    "MAX_FILE_BYTES",
+    "MAX_PARQUET_DECODED_BYTES",
+    "MAX_PARQUET_ROWS",
+    "BoundedLoader",
+    "YamlBudgetExceeded",
+    "check_expansion",
+    "load_yaml",
+    "open_regular",
+    "open_user_file",
+    "parse_json",
+    "read_bytes",
+    "read_json",
+    "read_limited",
+    "read_parquet",
+    "read_text",
+    "read_yaml",
+]
 
 
 def open_regular(path: str | Path, *, what: str = "file", inside: str | Path | None = None) -> BinaryIO:
@@ -67,8 +84,9 @@ def open_regular(path: str | Path, *, what: str = "file", inside: str | Path | N
         raise
 
 
-def read_limited(path: str | Path, *, limit: int = MAX_FILE_BYTES, what: str = "file",
-                 inside: str | Path | None = None) -> bytes:
+def read_limited(
+    path: str | Path, *, limit: int = MAX_FILE_BYTES, what: str = "file", inside: str | Path | None = None
+) -> bytes:
     """A regular file's bytes, at most ``limit``. Raises ``FileNotFoundError``/``IsADirectoryError``/
     ``OSError``, or ``ValueError`` (not a regular file, outside ``inside``, over ``limit``); messages never
     quote the file's content and do not name it (the caller does: :func:`read_bytes`)."""
@@ -106,8 +124,9 @@ def _size(limit: int) -> str:
     return f"{limit >> 20} MiB" if limit >= 1 << 20 and limit % (1 << 20) == 0 else f"{limit // 1024} KiB"
 
 
-def read_bytes(path: str | Path, *, limit: int = MAX_FILE_BYTES, what: str = "file",
-               inside: str | Path | None = None) -> bytes:
+def read_bytes(
+    path: str | Path, *, limit: int = MAX_FILE_BYTES, what: str = "file", inside: str | Path | None = None
+) -> bytes:
     """:func:`read_limited`, every failure a :class:`UserFileError` naming the file."""
     try:
         return read_limited(path, limit=limit, what=what, inside=inside)
@@ -115,8 +134,9 @@ def read_bytes(path: str | Path, *, limit: int = MAX_FILE_BYTES, what: str = "fi
         raise _user_error(path, what, error) from None
 
 
-def read_text(path: str | Path, *, limit: int = MAX_FILE_BYTES, what: str = "file",
-              inside: str | Path | None = None) -> str:
+def read_text(
+    path: str | Path, *, limit: int = MAX_FILE_BYTES, what: str = "file", inside: str | Path | None = None
+) -> str:
     """A regular file's UTF-8 text (:func:`read_bytes`)."""
     data = read_bytes(path, limit=limit, what=what, inside=inside)
     try:
@@ -136,13 +156,16 @@ def parse_json(text: str | bytes, source: str, *, parse_float: Callable[[str], A
         raise UserFileError(f"{source}: not valid JSON: {one_line(str(error))[:160]}") from None
 
 
-def read_json(path: str | Path, *, limit: int = MAX_FILE_BYTES, what: str = "JSON file",
-              inside: str | Path | None = None) -> Any:
+def read_json(
+    path: str | Path, *, limit: int = MAX_FILE_BYTES, what: str = "JSON file", inside: str | Path | None = None
+) -> Any:
     return parse_json(read_text(path, limit=limit, what=what, inside=inside), str(path))
 
 
 def _bytes(n: int) -> str:
-    return f"{n / (1 << 30):.1f} GiB" if n >= 1 << 30 else f"{n / (1 << 20):.1f} MiB" if n >= 1 << 20 else f"{n:,} bytes"
+    return (
+        f"{n / (1 << 30):.1f} GiB" if n >= 1 << 30 else f"{n / (1 << 20):.1f} MiB" if n >= 1 << 20 else f"{n:,} bytes"
+    )
 
 
 def _decoded_nbytes(array: Any) -> int:
@@ -154,8 +177,12 @@ def _decoded_nbytes(array: Any) -> int:
     if not pa.types.is_dictionary(array.type):
         return int(array.nbytes)
     values = array.dictionary
-    if pa.types.is_binary(values.type) or pa.types.is_string(values.type) or pa.types.is_large_binary(
-            values.type) or pa.types.is_large_string(values.type):
+    if (
+        pa.types.is_binary(values.type)
+        or pa.types.is_string(values.type)
+        or pa.types.is_large_binary(values.type)
+        or pa.types.is_large_string(values.type)
+    ):
         lengths = pc.binary_length(values).fill_null(0)
         per_row = pc.take(lengths, array.indices.fill_null(0)) if len(values) else pa.array([0] * len(array))
         return int(pc.sum(per_row).as_py() or 0) + 8 * len(array)
@@ -163,8 +190,14 @@ def _decoded_nbytes(array: Any) -> int:
     return width * len(array) + int(array.indices.nbytes)
 
 
-def read_parquet(data: bytes, source: str, *, max_rows: int = MAX_PARQUET_ROWS,
-                 max_decoded_bytes: int = MAX_PARQUET_DECODED_BYTES, batch_rows: int = 1 << 16) -> Any:
+def read_parquet(
+    data: bytes,
+    source: str,
+    *,
+    max_rows: int = MAX_PARQUET_ROWS,
+    max_decoded_bytes: int = MAX_PARQUET_DECODED_BYTES,
+    batch_rows: int = 1 << 16,
+) -> Any:
     """A parquet file's table (``pyarrow.Table``) from its bytes, within the budgets.
 
     A few KB of zstd can hold hundreds of millions of identical rows: the row count and the
@@ -178,24 +211,32 @@ def read_parquet(data: bytes, source: str, *, max_rows: int = MAX_PARQUET_ROWS,
     try:
         parquet = pq.ParquetFile(pa.BufferReader(data))  # reads the footer only
         meta = parquet.metadata
-        declared = sum(meta.row_group(g).column(c).total_uncompressed_size
-                       for g in range(meta.num_row_groups) for c in range(meta.num_columns))
+        declared = sum(
+            meta.row_group(g).column(c).total_uncompressed_size
+            for g in range(meta.num_row_groups)
+            for c in range(meta.num_columns)
+        )
     except (pa.ArrowException, OSError, ValueError) as error:
         raise UserFileError(f"{source}: not a parquet file ({one_line(str(error))[:160]})") from None
     if meta.num_rows > max_rows:
-        raise UserFileError(f"{source}: {meta.num_rows:,} rows, over the limit of {max_rows:,}: refused before "
-                            "decoding it")
+        raise UserFileError(
+            f"{source}: {meta.num_rows:,} rows, over the limit of {max_rows:,}: refused before decoding it"
+        )
     if declared > max_decoded_bytes:
-        raise UserFileError(f"{source}: {_bytes(declared)} once decompressed ({_bytes(len(data))} on disk), over "
-                            f"the limit of {_bytes(max_decoded_bytes)}: refused before decoding it")
+        raise UserFileError(
+            f"{source}: {_bytes(declared)} once decompressed ({_bytes(len(data))} on disk), over "
+            f"the limit of {_bytes(max_decoded_bytes)}: refused before decoding it"
+        )
     batches, rows, decoded = [], 0, 0
     try:
         for batch in parquet.iter_batches(batch_size=batch_rows, use_threads=False):
             rows += batch.num_rows
             decoded += sum(_decoded_nbytes(column) for column in batch.columns)
             if rows > max_rows or decoded > max_decoded_bytes:
-                raise UserFileError(f"{source}: decodes to more than its metadata says (over {max_rows:,} rows or "
-                                    f"{_bytes(max_decoded_bytes)}): refused")
+                raise UserFileError(
+                    f"{source}: decodes to more than its metadata says (over {max_rows:,} rows or "
+                    f"{_bytes(max_decoded_bytes)}): refused"
+                )
             batches.append(batch)
         table = pa.Table.from_batches(batches, schema=parquet.schema_arrow)
     except (pa.ArrowException, OSError, ValueError) as error:
@@ -228,13 +269,16 @@ class BoundedLoader(yaml.SafeLoader):
         if self.check_event(yaml.AliasEvent):
             self.aliases_seen += 1
             if self.aliases_seen > MAX_ALIASES:
-                raise YamlBudgetExceeded(f"more than {MAX_ALIASES} YAML aliases (*anchor references); "
-                                         "write the values out", self.peek_event().start_mark.line + 1)
+                raise YamlBudgetExceeded(
+                    f"more than {MAX_ALIASES} YAML aliases (*anchor references); write the values out",
+                    self.peek_event().start_mark.line + 1,
+                )
         self.depth += 1
         try:
             if self.depth > MAX_DEPTH:
-                raise YamlBudgetExceeded(f"YAML nested more than {MAX_DEPTH} levels deep",
-                                         self.peek_event().start_mark.line + 1)
+                raise YamlBudgetExceeded(
+                    f"YAML nested more than {MAX_DEPTH} levels deep", self.peek_event().start_mark.line + 1
+                )
             return super().compose_node(parent, index)
         finally:
             self.depth -= 1
@@ -263,8 +307,7 @@ def check_expansion(root: yaml.Node, budget: int = MAX_EXPANDED_NODES) -> None:
             total = 1
         active.discard(key)
         if total > budget:
-            raise YamlBudgetExceeded(f"YAML aliases expand to more than {budget:,} values",
-                                     node.start_mark.line + 1)
+            raise YamlBudgetExceeded(f"YAML aliases expand to more than {budget:,} values", node.start_mark.line + 1)
         sizes[key] = total
         return total
 
@@ -290,12 +333,15 @@ def load_yaml(text: str, source: str, loader: type[BoundedLoader] = BoundedLoade
         bounded.dispose()
 
 
-def read_yaml(path: str | Path, *, limit: int = MAX_FILE_BYTES, what: str = "YAML file",
-              inside: str | Path | None = None) -> Any:
+def read_yaml(
+    path: str | Path, *, limit: int = MAX_FILE_BYTES, what: str = "YAML file", inside: str | Path | None = None
+) -> Any:
     """A regular file's YAML data, within the budgets; a syntax error is a :class:`UserFileError` too."""
     try:
         return load_yaml(read_text(path, limit=limit, what=what, inside=inside), str(path))[1]
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
-        raise UserFileError(f"{where}: invalid YAML: {one_line(getattr(error, 'problem', None) or str(error))}") from None
+        raise UserFileError(
+            f"{where}: invalid YAML: {one_line(getattr(error, 'problem', None) or str(error))}"
+        ) from None

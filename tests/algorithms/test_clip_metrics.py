@@ -31,8 +31,15 @@ FRAC_TOL = 1e-6
 CLIPS_NOTHING = {name for name in POLICY_LOSSES.names() if not clip_range(name)}
 
 
-def _token_grads(name: str, logp: torch.Tensor, old: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor,
-                 clip_low: float, clip_high: float) -> tuple[torch.Tensor, dict[str, float]]:
+def _token_grads(
+    name: str,
+    logp: torch.Tensor,
+    old: torch.Tensor,
+    adv: torch.Tensor,
+    mask: torch.Tensor,
+    clip_low: float,
+    clip_high: float,
+) -> tuple[torch.Tensor, dict[str, float]]:
     """Per-token gradient of the loss with respect to ``logp`` ``[B,T]``, and the metrics."""
     leaf = logp.clone().requires_grad_(True)
     value, metrics = compute_policy_loss(name, leaf, old, adv, mask, **clip_range(name, clip_low, clip_high))
@@ -64,8 +71,11 @@ def _expected_fractions(name, logp, old, adv, mask, clip_low, clip_high) -> dict
         side = adv[:, None].expand_as(mask)
         low, high = event & (side < 0), event & (side > 0)
     n = float(tokens.sum())
-    return {"clip/frac": float(event.sum()) / n, "clip/frac_low": float(low.sum()) / n,
-            "clip/frac_high": float(high.sum()) / n}
+    return {
+        "clip/frac": float(event.sum()) / n,
+        "clip/frac_low": float(low.sum()) / n,
+        "clip/frac_high": float(high.sum()) / n,
+    }
 
 
 CASES = [

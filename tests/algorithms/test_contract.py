@@ -149,8 +149,9 @@ def test_policy_loss_contract(name, agg_mode, weighted, gen):
 def test_dual_clip_contract(gen):
     mask = random_mask(gen, B, T)
     logp, old = random_logps(gen, B, T, spread=1.0)
-    value, metrics = compute_policy_loss("ppo_clip", logp, old, torch.randn(B, generator=gen), mask,
-                                         clip_low=0.2, clip_high=0.2, dual_clip=3.0)
+    value, metrics = compute_policy_loss(
+        "ppo_clip", logp, old, torch.randn(B, generator=gen), mask, clip_low=0.2, clip_high=0.2, dual_clip=3.0
+    )
     assert bool(torch.isfinite(value)) and set(metrics) == POLICY_METRIC_KEYS
 
 

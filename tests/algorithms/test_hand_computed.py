@@ -81,8 +81,10 @@ def test_grpo_passk_hand_values():
     close(compute_advantages("grpo_passk", REWARDS, GROUPS), [0, 0, 0, 0, 0, 1.414214, 5.0])
     # without the std: the raw gap; a unique 1 among 0s (1 of 4 correct) gets 1 − 0 = 1, the rest 0
     close(compute_advantages("grpo_passk", REWARDS, GROUPS, norm_by_std=False), [0, 0, 0, 0, 0, 2.0, 5.0])
-    close(compute_advantages("grpo_passk", torch.tensor([0.0, 1.0, 0.0, 0.0]), torch.zeros(4), norm_by_std=False),
-          [0, 1.0, 0, 0])
+    close(
+        compute_advantages("grpo_passk", torch.tensor([0.0, 1.0, 0.0, 0.0]), torch.zeros(4), norm_by_std=False),
+        [0, 1.0, 0, 0],
+    )
     # [0.5, 0.2, 0.9]: gap 0.9 − 0.5 = 0.4; Bessel std of the group = sqrt(0.123333) = 0.351188 → 1.138990
     close(compute_advantages("grpo_passk", torch.tensor([0.5, 0.2, 0.9]), torch.zeros(3)), [0, 0, 1.138990])
 
@@ -266,16 +268,18 @@ def test_tis_hand_values():
     # min(w, 2) = [[2, 0.5], [2, 2]]; mean 6.5/4 = 1.625; 3 of 4 tokens exceeded the cap; all 4 reweighted
     w, m = importance_weights("tis", LEARNER, SAMPLER, FULL, cap=2.0)
     close(w, [[2.0, 0.5], [2.0, 2.0]])
-    assert m == pytest.approx({"mismatch/is_weight_mean": 1.625, "mismatch/is_clipped_frac": 0.75,
-                               "mismatch/is_reweighted_frac": 1.0})
+    assert m == pytest.approx(
+        {"mismatch/is_weight_mean": 1.625, "mismatch/is_clipped_frac": 0.75, "mismatch/is_reweighted_frac": 1.0}
+    )
 
 
 def test_mis_hand_values():
     # tokens with w > 2 are masked: [[0, 0.5], [0, 0]]; mean 0.125; every weight differs from 1
     w, m = importance_weights("mis", LEARNER, SAMPLER, FULL, cap=2.0)
     close(w, [[0.0, 0.5], [0.0, 0.0]])
-    assert m == pytest.approx({"mismatch/is_weight_mean": 0.125, "mismatch/is_clipped_frac": 0.75,
-                               "mismatch/is_reweighted_frac": 1.0})
+    assert m == pytest.approx(
+        {"mismatch/is_weight_mean": 0.125, "mismatch/is_clipped_frac": 0.75, "mismatch/is_reweighted_frac": 1.0}
+    )
 
 
 def test_seq_tis_hand_values():
@@ -283,8 +287,10 @@ def test_seq_tis_hand_values():
     # mean (2·1.224745 + 2·2)/4 = 1.612372; the 2 tokens of row 1 count as capped
     w, m = importance_weights("seq_tis", LEARNER, SAMPLER, FULL, cap=2.0)
     close(w, [[1.224745, 1.224745], [2.0, 2.0]])
-    assert m == pytest.approx({"mismatch/is_weight_mean": 1.612372, "mismatch/is_clipped_frac": 0.5,
-                               "mismatch/is_reweighted_frac": 1.0}, abs=hand_tol(2.0))
+    assert m == pytest.approx(
+        {"mismatch/is_weight_mean": 1.612372, "mismatch/is_clipped_frac": 0.5, "mismatch/is_reweighted_frac": 1.0},
+        abs=hand_tol(2.0),
+    )
 
 
 def test_corrections_zero_padding_weights():

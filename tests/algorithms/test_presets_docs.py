@@ -18,13 +18,23 @@ ROOT = Path(__file__).parents[2]
 
 
 def workbench(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "workbench.cli.main", *args], capture_output=True, text=True,
-                          env=os.environ | {"COLUMNS": "80"}, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "workbench.cli.main", *args],
+        capture_output=True,
+        text=True,
+        env=os.environ | {"COLUMNS": "80"},
+        timeout=120,
+    )
 
 
 def test_settings_are_shown_as_a_study_writes_them():
-    assert [format_value(v) for v in (0.28, 3e-4, ["overlong"], {"temperature_neg": 2.0}, "tis")] == \
-        ["0.28", "0.0003", "[overlong]", "{temperature_neg: 2}", "tis"]
+    assert [format_value(v) for v in (0.28, 3e-4, ["overlong"], {"temperature_neg": 2.0}, "tis")] == [
+        "0.28",
+        "0.0003",
+        "[overlong]",
+        "{temperature_neg: 2}",
+        "tis",
+    ]
 
 
 @pytest.mark.parametrize("preset", PRESET_LIST, ids=lambda p: p.name)

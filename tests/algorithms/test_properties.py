@@ -40,8 +40,7 @@ def smallest_std(rewards: torch.Tensor, group_ids: torch.Tensor) -> float:
     """The smallest std any estimator divides by here (float64): a group's (singletons: 1) or the
     batch's, plus the guard. Rounding errors in a mean are amplified by 1/std after normalising."""
     r = rewards.double()
-    stds = [float(r[group_ids == g].std()) if int((group_ids == g).sum()) > 1 else 1.0
-            for g in torch.unique(group_ids)]
+    stds = [float(r[group_ids == g].std()) if int((group_ids == g).sum()) > 1 else 1.0 for g in torch.unique(group_ids)]
     centred = r - torch.stack([r[group_ids == g].mean() for g in group_ids])
     if r.numel() > 1:
         stds += [float(r.std()), float(centred.std())]
@@ -319,8 +318,11 @@ def test_unknown_name_suggests_the_closest():
 
 def test_arguments_that_do_not_apply_are_rejected():
     clip = clip_range("ppo_clip")
-    with pytest.raises(ValueError, match=r"policy loss 'gspo' has no parameter 'dual_clip' \(valid: clip_high, "
-                                         r"clip_low\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"policy loss 'gspo' has no parameter 'dual_clip' \(valid: clip_high, "
+        r"clip_low\)",
+    ):
         compute_policy_loss("gspo", _X, _X, torch.zeros(B), _M, dual_clip=3.0, **clip)
     with pytest.raises(ValueError, match="policy loss 'reinforce' has no parameter 'clip_low'"):
         compute_policy_loss("reinforce", _X, _X, torch.zeros(B), _M, **clip)
@@ -328,8 +330,11 @@ def test_arguments_that_do_not_apply_are_rejected():
         compute_policy_loss("ppo_clip", _X, _X, torch.zeros(B), _M, dual_clip=0.5, **clip)
     with pytest.raises(ValueError, match="clip_low and clip_high must be >= 0"):
         compute_policy_loss("gmpo", _X, _X, torch.zeros(B), _M, clip_low=-0.1, clip_high=0.2)
-    with pytest.raises(ValueError, match=r"policy loss 'ppo_clip' needs parameter 'clip_high' \(takes: clip_low, "
-                                         r"clip_high, dual_clip\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"policy loss 'ppo_clip' needs parameter 'clip_high' \(takes: clip_low, "
+        r"clip_high, dual_clip\)",
+    ):
         compute_policy_loss("ppo_clip", _X, _X, torch.zeros(B), _M, clip_low=0.2)
     with pytest.raises(ValueError, match="norm_constant applies to seq-mean-token-sum-norm"):
         aggregate_loss(_X, _M, "token-mean", norm_constant=4.0)

@@ -33,8 +33,12 @@ def ragged_mask(seed: int, batch: int, length: int) -> torch.Tensor:
 
 
 @FAST
-@given(estimator=st.sampled_from(["grpo", "dr_grpo", "rloo"]), n_groups=st.integers(1, 4),
-       group_size=st.integers(2, 8), seed=seeds)
+@given(
+    estimator=st.sampled_from(["grpo", "dr_grpo", "rloo"]),
+    n_groups=st.integers(1, 4),
+    group_size=st.integers(2, 8),
+    seed=seeds,
+)
 def test_group_baseline_advantages_sum_to_zero_per_group(estimator, n_groups, group_size, seed):
     rewards = rand(seed, n_groups * group_size)
     group_ids = torch.arange(n_groups).repeat_interleave(group_size)
@@ -45,8 +49,9 @@ def test_group_baseline_advantages_sum_to_zero_per_group(estimator, n_groups, gr
     # itself rounds: ≤ group_size·eps32·max|adv|
     r = rewards.double().view(n_groups, group_size)
     scale = {"grpo": 1.0 / (float(r.std(dim=1).min()) + 1e-6), "rloo": 2.0}.get(estimator, 1.0)
-    tol = (group_size * order_tolerance(2 * group_size, float(rewards.abs().max())) * scale
-           + order_tolerance(group_size, float(adv.abs().max())))
+    tol = group_size * order_tolerance(2 * group_size, float(rewards.abs().max())) * scale + order_tolerance(
+        group_size, float(adv.abs().max())
+    )
     assert torch.allclose(sums, torch.zeros(n_groups), atol=tol, rtol=0)
 
 
@@ -64,8 +69,9 @@ def test_token_mean_weighs_every_token_equally_whatever_the_lengths(batch, lengt
     # moving the unit rounds each of the two touched tokens at magnitude 1 + |value| (x + 1 - 1 != x in
     # float32), then float32 means of ≤ batch·length values in two orders: (batch·length + 2)·eps32·(1 + max|value|)
     tol = order_tolerance(batch * length + 2, 1.0 + float(moved.abs().max()))
-    assert torch.allclose(aggregate_loss(loss, mask, "token-mean"), aggregate_loss(moved, mask, "token-mean"),
-                          atol=tol, rtol=0)
+    assert torch.allclose(
+        aggregate_loss(loss, mask, "token-mean"), aggregate_loss(moved, mask, "token-mean"), atol=tol, rtol=0
+    )
     assert torch.allclose(aggregate_loss(loss, mask, "token-mean"), (loss * mask).sum() / mask.sum(), atol=tol, rtol=0)
 
 
@@ -83,18 +89,25 @@ def test_cispo_keeps_gradient_on_clipped_tokens_where_ppo_clip_has_none(batch, l
 
 
 @FAST
-@given(correction=st.sampled_from(["tis", "seq_tis"]), cap=st.floats(1.0, 5.0), batch=st.integers(1, 6),
-       length=st.integers(1, 10), seed=seeds)
+@given(
+    correction=st.sampled_from(["tis", "seq_tis"]),
+    cap=st.floats(1.0, 5.0),
+    batch=st.integers(1, 6),
+    length=st.integers(1, 10),
+    seed=seeds,
+)
 def test_truncated_weights_never_exceed_the_cap(correction, cap, batch, length, seed):
     mask = ragged_mask(seed, batch, length)
-    weights, _ = importance_weights(correction, 3 * rand(seed, batch, length), 3 * rand(seed + 1, batch, length),
-                                    mask, cap=cap)
+    weights, _ = importance_weights(
+        correction, 3 * rand(seed, batch, length), 3 * rand(seed + 1, batch, length), mask, cap=cap
+    )
     assert (weights[mask.bool()] <= cap * (1 + EPS32)).all()  # clamped to float32(cap): one rounding of cap
 
 
 @FAST
-@given(correction=st.sampled_from(IS_CORRECTIONS.names()), batch=st.integers(1, 6), length=st.integers(1, 10),
-       seed=seeds)
+@given(
+    correction=st.sampled_from(IS_CORRECTIONS.names()), batch=st.integers(1, 6), length=st.integers(1, 10), seed=seeds
+)
 def test_identical_sampler_and_learner_give_zero_mismatch_and_unit_weights(correction, batch, length, seed):
     mask = ragged_mask(seed, batch, length)
     logp = -rand(seed, batch, length).abs()
@@ -105,8 +118,7 @@ def test_identical_sampler_and_learner_give_zero_mismatch_and_unit_weights(corre
 
 
 @FAST
-@given(loss=st.sampled_from(POLICY_LOSSES.names()), estimator=st.sampled_from(ADVANTAGE_ESTIMATORS.names()),
-       seed=seeds)
+@given(loss=st.sampled_from(POLICY_LOSSES.names()), estimator=st.sampled_from(ADVANTAGE_ESTIMATORS.names()), seed=seeds)
 def test_extreme_log_ratios_stay_finite(loss, estimator, seed):
     mask = torch.ones(3, 5)
     old = -rand(seed, 3, 5).abs()

@@ -41,8 +41,9 @@ def by_hand(tau_pos: float, tau_neg: float) -> tuple[float, np.ndarray]:
 
 def sapo_loss(agg_mode: str = "seq-mean-token-mean", **params):
     logp = torch.tensor(NEW).requires_grad_(True)
-    value, metrics = compute_policy_loss("sapo", logp, torch.tensor(OLD), torch.tensor(ADV), torch.ones(2, 2),
-                                         agg_mode=agg_mode, **params)
+    value, metrics = compute_policy_loss(
+        "sapo", logp, torch.tensor(OLD), torch.tensor(ADV), torch.ones(2, 2), agg_mode=agg_mode, **params
+    )
     value.backward()
     return float(value.detach()), logp.grad.numpy(), metrics
 
@@ -71,8 +72,16 @@ def test_on_policy_the_gate_has_ppo_gradient():
     """At r = 1 the gate's slope is 4·σ(0)·(1-σ(0)) = 1 for any τ: the gradient is PPO's -A/N per token."""
     logp = torch.tensor(OLD).requires_grad_(True)
     for tau in (0.5, 1.0, 3.0):
-        value, _ = compute_policy_loss("sapo", logp, torch.tensor(OLD), torch.tensor(ADV), torch.ones(2, 2),
-                                       agg_mode="token-mean", temperature_pos=tau, temperature_neg=tau)
+        value, _ = compute_policy_loss(
+            "sapo",
+            logp,
+            torch.tensor(OLD),
+            torch.tensor(ADV),
+            torch.ones(2, 2),
+            agg_mode="token-mean",
+            temperature_pos=tau,
+            temperature_neg=tau,
+        )
         (grad,) = torch.autograd.grad(value, logp)
         expected = np.repeat(-ADV[:, None] / 4.0, 2, axis=1)  # token-mean over 4 tokens
         np.testing.assert_allclose(grad.numpy(), expected, rtol=0, atol=TOL)

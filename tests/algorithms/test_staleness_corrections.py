@@ -66,8 +66,9 @@ def test_decoupled_ppo_agrees_with_areal_definition():
     mask = (torch.rand(shape, generator=gen) > 0.2).to(torch.float64)
     weights, metrics = importance_weights("decoupled", prox, behav, mask, cap=2.0)
     assert 0 < metrics["mismatch/is_clipped_frac"] < 1  # the cap binds on some tokens, not all
-    ours, clip = compute_policy_loss("ppo_clip", logp, prox, adv, mask, agg_mode="token-mean",
-                                     is_weights=weights, clip_low=0.2, clip_high=0.2)
+    ours, clip = compute_policy_loss(
+        "ppo_clip", logp, prox, adv, mask, agg_mode="token-mean", is_weights=weights, clip_low=0.2, clip_high=0.2
+    )
     assert clip["clip/frac"] > 0
     theirs = areal_decoupled_loss(logp, prox, behav, adv, mask, 0.2, 2.0)
     # a token-mean of 54 terms, each a product of three float64 factors of size <= 2 · |A| <= 2 · 3

@@ -44,8 +44,9 @@ def test_unknown_loss_param_names_the_key_the_unit_and_the_valid_keys(scaled_los
     adv = torch.tensor([1.0], dtype=torch.float64)
     with pytest.raises(ValueError) as err:
         compute_policy_loss(scaled_loss, LOGP, LOGP, adv, MASK, scal=3.0)
-    assert str(err.value) == (f"policy loss {scaled_loss!r} has no parameter 'scal'; did you mean 'scale'? "
-                              "(valid: scale)")
+    assert str(err.value) == (
+        f"policy loss {scaled_loss!r} has no parameter 'scal'; did you mean 'scale'? (valid: scale)"
+    )
     with pytest.raises(ValueError, match="policy loss 'reinforce' has no parameter 'scale'.*no parameters"):
         compute_policy_loss("reinforce", LOGP, LOGP, adv, MASK, scale=3.0)
 
@@ -75,21 +76,33 @@ def test_config_checks_and_converts_unit_params():
     algo = AlgorithmConfig(preset="grpo", estimator_params={"epsilon": 1})
     assert algo.estimator_params == {"epsilon": 1.0} and isinstance(algo.estimator_params["epsilon"], float)
     cases = {
-        "unknown key": ({"estimator_params": {"epsilonn": 0.1}},
-                        "estimator_params: advantage estimator 'grpo' has no parameter 'epsilonn'; "
-                        "did you mean 'epsilon'? (valid: epsilon)"),
-        "wrong type": ({"estimator_params": {"epsilon": "fast"}},
-                       "estimator_params: advantage estimator 'grpo' parameter 'epsilon': "),
+        "unknown key": (
+            {"estimator_params": {"epsilonn": 0.1}},
+            "estimator_params: advantage estimator 'grpo' has no parameter 'epsilonn'; "
+            "did you mean 'epsilon'? (valid: epsilon)",
+        ),
+        "wrong type": (
+            {"estimator_params": {"epsilon": "fast"}},
+            "estimator_params: advantage estimator 'grpo' parameter 'epsilon': ",
+        ),
         "not finite": ({"estimator_params": {"epsilon": float("inf")}}, "parameter 'epsilon': "),
-        "derived": ({"preset": "reinforce_pp", "estimator_params": {"token_counts": 3}},
-                    "has no parameter 'token_counts'"),
-        "clip field twice": ({"clip_low": 0.1, "loss_params": {"clip_low": 0.2}},
-                             "clip_low and loss_params.clip_low are one parameter, given as 0.1 and 0.2: set it once"),
+        "derived": (
+            {"preset": "reinforce_pp", "estimator_params": {"token_counts": 3}},
+            "has no parameter 'token_counts'",
+        ),
+        "clip field twice": (
+            {"clip_low": 0.1, "loss_params": {"clip_low": 0.2}},
+            "clip_low and loss_params.clip_low are one parameter, given as 0.1 and 0.2: set it once",
+        ),
         "clip field, bad value": ({"loss_params": {"clip_low": -0.1}}, "clip_low\n  Input should be greater than"),
-        "dual clip of a loss without one": ({"preset": "gspo", "dual_clip": 3.0},
-                                            "dual_clip: policy loss 'gspo' has no parameter 'dual_clip'"),
-        "unknown loss key": ({"loss_params": {"temperature": 1.0}},
-                             "loss_params: policy loss 'ppo_clip' has no parameter 'temperature'"),
+        "dual clip of a loss without one": (
+            {"preset": "gspo", "dual_clip": 3.0},
+            "dual_clip: policy loss 'gspo' has no parameter 'dual_clip'",
+        ),
+        "unknown loss key": (
+            {"loss_params": {"temperature": 1.0}},
+            "loss_params: policy loss 'ppo_clip' has no parameter 'temperature'",
+        ),
     }
     for name, (fields, message) in cases.items():
         with pytest.raises(ValidationError) as err:
@@ -105,8 +118,11 @@ def test_empty_unit_params_keep_the_run_key():
 
 def test_loss_kwargs_are_the_set_clip_fields_the_loss_declares_and_the_loss_params(scaled_loss):
     assert AlgorithmConfig(preset="dapo").loss_kwargs() == {"clip_low": 0.2, "clip_high": 0.28}
-    assert AlgorithmConfig(preset="grpo", dual_clip=3).loss_kwargs() == {"clip_low": 0.2, "clip_high": 0.2,
-                                                                         "dual_clip": 3.0}
+    assert AlgorithmConfig(preset="grpo", dual_clip=3).loss_kwargs() == {
+        "clip_low": 0.2,
+        "clip_high": 0.2,
+        "dual_clip": 3.0,
+    }
     # grpo's clip range is offered to the loss that runs; one without a clip range does not take it
     algo = AlgorithmConfig(preset="grpo", loss=scaled_loss, loss_params={"scale": 2})
     assert algo.clip_low == 0.2 and algo.loss_kwargs() == {"scale": 2.0}
@@ -130,17 +146,27 @@ def test_a_clip_bound_in_loss_params_is_the_field_of_that_name(key):
 def test_a_preset_s_unit_params_merge_with_the_user_s_key_by_key(monkeypatch):
     from workbench.algorithms import presets
 
-    monkeypatch.setitem(presets.PRESETS, "tempered_sapo_test_only", {
-        "estimator": "grpo", "loss": "sapo", "agg_mode": "token-mean",
-        "loss_params": {"temperature_pos": 2.0, "temperature_neg": 3.0}, "estimator_params": {"epsilon": 0.5}})
+    monkeypatch.setitem(
+        presets.PRESETS,
+        "tempered_sapo_test_only",
+        {
+            "estimator": "grpo",
+            "loss": "sapo",
+            "agg_mode": "token-mean",
+            "loss_params": {"temperature_pos": 2.0, "temperature_neg": 3.0},
+            "estimator_params": {"epsilon": 0.5},
+        },
+    )
     algo = AlgorithmConfig(preset="tempered_sapo_test_only", loss_params={"temperature_neg": 1.5})
     assert algo.loss_params == {"temperature_pos": 2.0, "temperature_neg": 1.5}
     assert algo.estimator_params == {"epsilon": 0.5}
     algo = AlgorithmConfig(preset="tempered_sapo_test_only", estimator_params={"epsilon": 0.25})
     assert algo.loss_params == {"temperature_pos": 2.0, "temperature_neg": 3.0}
     assert algo.estimator_params == {"epsilon": 0.25}
-    assert presets.PRESETS["tempered_sapo_test_only"]["loss_params"] == {"temperature_pos": 2.0,
-                                                                         "temperature_neg": 3.0}  # untouched
+    assert presets.PRESETS["tempered_sapo_test_only"]["loss_params"] == {
+        "temperature_pos": 2.0,
+        "temperature_neg": 3.0,
+    }  # untouched
     assert AlgorithmConfig.model_validate(algo.model_dump(mode="json")) == algo  # resolves to itself
 
 
@@ -148,12 +174,14 @@ def test_a_loss_that_needs_a_clip_range_gets_one(monkeypatch):
     from workbench.algorithms import presets
 
     # A preset that sets no clip range (as a soft-gated loss's does), combined with a clipped loss.
-    monkeypatch.setitem(presets.PRESETS, "no_clip_range_test_only",
-                        {"estimator": "grpo", "loss": "reinforce", "agg_mode": "token-mean"})
+    monkeypatch.setitem(
+        presets.PRESETS, "no_clip_range_test_only", {"estimator": "grpo", "loss": "reinforce", "agg_mode": "token-mean"}
+    )
     with pytest.raises(ValidationError, match="clip_low: policy loss 'ppo_clip' needs it"):
         AlgorithmConfig(preset="no_clip_range_test_only", loss="ppo_clip")
-    algo = AlgorithmConfig(preset="no_clip_range_test_only", loss="ppo_clip", clip_low=0.1,
-                           loss_params={"clip_high": 0.3})
+    algo = AlgorithmConfig(
+        preset="no_clip_range_test_only", loss="ppo_clip", clip_low=0.1, loss_params={"clip_high": 0.3}
+    )
     assert algo.loss_kwargs() == {"clip_low": 0.1, "clip_high": 0.3}
 
 
@@ -164,8 +192,9 @@ def test_a_loss_parameter_without_a_default_must_be_set(monkeypatch):
     monkeypatch.setitem(POLICY_LOSSES._items, "needs_beta_test_only", needs_beta)
     with pytest.raises(ValidationError, match="loss_params.beta: policy loss 'needs_beta_test_only' needs it"):
         AlgorithmConfig(preset="grpo", loss="needs_beta_test_only")
-    assert AlgorithmConfig(preset="grpo", loss="needs_beta_test_only", loss_params={"beta": 1}).loss_kwargs() == \
-        {"beta": 1.0}
+    assert AlgorithmConfig(preset="grpo", loss="needs_beta_test_only", loss_params={"beta": 1}).loss_kwargs() == {
+        "beta": 1.0
+    }
 
 
 def test_check_unit_params_returns_a_copy():
@@ -194,11 +223,14 @@ def test_a_bad_unit_param_in_a_study_is_one_line_exit_2_and_nothing_written(tmp_
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "x.yaml").write_text("name: t\nbase:\n  model: {builtin: tiny}\n"
-                                     "  algorithm: {preset: grpo, estimator_params: {epsilonn: 0.1}}\n")
+    (tmp_path / "x.yaml").write_text(
+        "name: t\nbase:\n  model: {builtin: tiny}\n  algorithm: {preset: grpo, estimator_params: {epsilonn: 0.1}}\n"
+    )
     result = CliRunner().invoke(app, ["run", "x.yaml", "--quiet"])
     assert result.exit_code == 2, result.output
     lines = result.output.strip().splitlines()
-    assert lines == ["error: x.yaml:4 base.algorithm: estimator_params: advantage estimator 'grpo' has no "
-                     "parameter 'epsilonn'; did you mean 'epsilon'? (valid: epsilon)"], result.output
+    assert lines == [
+        "error: x.yaml:4 base.algorithm: estimator_params: advantage estimator 'grpo' has no "
+        "parameter 'epsilonn'; did you mean 'epsilon'? (valid: epsilon)"
+    ], result.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["x.yaml"]

@@ -57,8 +57,11 @@ def tol(operands: int, magnitude: float) -> dict[str, float]:
 def smallest_group_std(rewards: torch.Tensor, group_ids: torch.Tensor) -> float:
     """The smallest Bessel std among groups of ≥ 2 (float64), 1 when there is none: a normalised
     advantage carries its group mean's rounding error divided by this."""
-    stds = [float(rewards[group_ids == g].double().std()) for g in torch.unique(group_ids)
-            if int((group_ids == g).sum()) > 1]
+    stds = [
+        float(rewards[group_ids == g].double().std())
+        for g in torch.unique(group_ids)
+        if int((group_ids == g).sum()) > 1
+    ]
     return min(stds, default=1.0)
 
 
@@ -206,8 +209,7 @@ def test_group_advantages_match_verl(verl, seed, ours, theirs, kwargs):
     adv = compute_advantages(ours, rewards, group_ids, epsilon=1e-6)
     # group means and stds of ≤ 5 rewards (≤ 4·5 operations), amplified by 1/std for grpo
     scale = 1.0 / (smallest_group_std(rewards, group_ids) + 1e-6) if kwargs.get("norm_adv_by_std_in_grpo") else 2.0
-    torch.testing.assert_close(adv[:, None] * mask, expected,
-                               **tol(20, float(rewards.abs().max()) * scale))
+    torch.testing.assert_close(adv[:, None] * mask, expected, **tol(20, float(rewards.abs().max()) * scale))
 
 
 @pytest.mark.parametrize("seed", [*SEEDS, 3, 4, 5])
@@ -217,8 +219,12 @@ def test_grpo_passk_matches_verl(verl, seed, norm_by_std):
     # Half the rewards are 0/1, so groups with a tied best (all advantages 0) occur as well as unique bests.
     rewards, group_ids, token_rewards, mask = _grouped(seed, sizes=(2, 3, 4, 5, 8))
     expected, _ = verl.core.get_adv_estimator_fn("grpo_passk")(
-        token_level_rewards=token_rewards, response_mask=mask, index=group_ids.numpy(), epsilon=1e-6,
-        config={"norm_adv_by_std_in_grpo": norm_by_std})
+        token_level_rewards=token_rewards,
+        response_mask=mask,
+        index=group_ids.numpy(),
+        epsilon=1e-6,
+        config={"norm_adv_by_std_in_grpo": norm_by_std},
+    )
     adv = compute_advantages("grpo_passk", rewards, group_ids, epsilon=1e-6, norm_by_std=norm_by_std)
     assert int((adv != 0).sum()) == int((expected.abs().sum(-1) != 0).sum())  # the same completions move
     # one subtraction, then (normalised) a Bessel std of ≤ 8 rewards (≤ 4·8 operations) amplified by 1/std
@@ -272,8 +278,9 @@ def test_reinforce_plus_plus_baseline_matches_verl_per_completion(verl, seed):
     centred = rewards.double() - torch.stack([rewards.double()[group_ids == g].mean() for g in group_ids])
     whiten = 1.0 / (float(centred.var()) + 1e-8) ** 0.5
     torch.testing.assert_close(
-        compute_advantages("reinforce_plus_plus_baseline", rewards, group_ids)[:, None], expected,
-        **tol(20 + 4 * rewards.numel(), float(rewards.abs().max()) * whiten)
+        compute_advantages("reinforce_plus_plus_baseline", rewards, group_ids)[:, None],
+        expected,
+        **tol(20 + 4 * rewards.numel(), float(rewards.abs().max()) * whiten),
     )
 
 
@@ -345,8 +352,11 @@ def _both(verl, ours_name, theirs_fn, seed, *, agg_mode, weights, dual_clip=None
     # ≤ B·T of them, a token's gradient involves its sequence's T tokens (gspo, gmpo) and ≤ 20 operations.
     on = mask.bool()
     ratio = float(torch.exp(logp - old)[on].max())
-    magnitude = (float(adv.abs().max()) * max(1.0, float(is_weights.max()) if is_weights is not None else 1.0)
-                 * max(1.0, ratio, float(logp[on].abs().max())))
+    magnitude = (
+        float(adv.abs().max())
+        * max(1.0, float(is_weights.max()) if is_weights is not None else 1.0)
+        * max(1.0, ratio, float(logp[on].abs().max()))
+    )
     torch.testing.assert_close(ours, theirs, **tol(B * T + 20, magnitude))
     ours.backward()
     theirs.backward()
@@ -426,7 +436,14 @@ def test_losses_match_verl_on_extreme_log_ratios(verl, ours_name, theirs_name, a
     logp, old, adv, mask, token_w = _extreme_inputs(3)
     ours_logp, theirs_logp = logp.clone().requires_grad_(True), logp.clone().requires_grad_(True)
     ours, metrics = compute_policy_loss(
-        ours_name, ours_logp, old, adv, mask, clip_low=CLIP_LOW, clip_high=CLIP_HIGH, agg_mode=agg_mode,
+        ours_name,
+        ours_logp,
+        old,
+        adv,
+        mask,
+        clip_low=CLIP_LOW,
+        clip_high=CLIP_HIGH,
+        agg_mode=agg_mode,
         is_weights=token_w,
     )
     theirs, their_metrics = verl.core.get_policy_loss_fn(theirs_name)(
@@ -495,8 +512,11 @@ def test_kl_matches_verl(verl, seed, estimator):
 def test_entropy_matches_verl(verl, seed):
     logits = 4.0 * torch.randn(B, T, 33, generator=_gen(seed))
     # a log-sum-exp and a probability-weighted sum over 33 logits: ≤ 2·33 operations on values ≤ max|logit|
-    torch.testing.assert_close(entropy_from_logits(logits), verl.functional.entropy_from_logits(logits),
-                               **tol(2 * 33, float(logits.abs().max())))
+    torch.testing.assert_close(
+        entropy_from_logits(logits),
+        verl.functional.entropy_from_logits(logits),
+        **tol(2 * 33, float(logits.abs().max())),
+    )
 
 
 @pytest.mark.parametrize("seed", SEEDS)

@@ -18,8 +18,16 @@ ROOT = Path(__file__).parents[2]
 STUDY = ROOT / "studies" / "qwen_gsm8k.yaml"
 GSM8K_FIXTURE = Path(__file__).parent / "data" / "gsm8k_mini.jsonl"
 # Sizes only: tokens, prompts, group, steps, eval set, micro-batch.
-SMALL = ["sampler.max_new_tokens=24", "rollout.prompts_per_step=2", "rollout.group_size=2", "rollout.steps=2",
-         "rollout.eval_every=2", "rollout.eval_size=4", "rollout.log_samples=4", "learner.micro_batch_size=2"]
+SMALL = [
+    "sampler.max_new_tokens=24",
+    "rollout.prompts_per_step=2",
+    "rollout.group_size=2",
+    "rollout.steps=2",
+    "rollout.eval_every=2",
+    "rollout.eval_size=4",
+    "rollout.log_samples=4",
+    "learner.micro_batch_size=2",
+]
 
 
 def invoke(*args: object):
@@ -30,8 +38,13 @@ def run_gpu_study(model_dir: Path, workdir: Path, settings: list[str]) -> tuple[
     """Plan and run seed 0 of both variants on ``model_dir`` with ``settings`` and SMALL, check the runs
     (FINISHED, the canonical step metrics, the chat template and answer format, eval/problems.csv.gz), then
     that ``health`` and ``compare`` exit 0. Returns the MLflow client and the two runs for further checks."""
-    settings = [f"model.path={model_dir}", f"task.path={GSM8K_FIXTURE}", f"task.eval_path={GSM8K_FIXTURE}",
-                *settings, *SMALL]
+    settings = [
+        f"model.path={model_dir}",
+        f"task.path={GSM8K_FIXTURE}",
+        f"task.eval_path={GSM8K_FIXTURE}",
+        *settings,
+        *SMALL,
+    ]
     overrides = [arg for s in settings for arg in ("--set", s)]
     planned = invoke("plan", STUDY, "--only", "seed=0", *overrides)
     assert planned.exit_code == 0 and "note:" not in planned.output, planned.output  # every path is here

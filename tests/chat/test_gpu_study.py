@@ -17,8 +17,13 @@ from tests.chat.gpu_study import run_gpu_study
 
 pytestmark = pytest.mark.slow
 
-CPU_ENGINES = ["sampler.backend=hf", "sampler.dtype=float32", "learner.backend=torch", "learner.zero_stage=0",
-               "learner.dtype=float32"]
+CPU_ENGINES = [
+    "sampler.backend=hf",
+    "sampler.dtype=float32",
+    "learner.backend=torch",
+    "learner.zero_stage=0",
+    "learner.dtype=float32",
+]
 
 
 @pytest.mark.parametrize("model", ["qwen2_chat_dir", "llama3_chat_dir"])

@@ -21,16 +21,20 @@ from workbench.models import inspect_model_dir
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def with_custom_code(source: Path, target: Path, marker: Path, *, file: str = "config.json",
-                     model_type: str | None = "evil-lm") -> Path:
+def with_custom_code(
+    source: Path, target: Path, marker: Path, *, file: str = "config.json", model_type: str | None = "evil-lm"
+) -> Path:
     """A copy of ``source`` whose ``file`` maps Auto classes to a module in the directory that writes ``marker``."""
     shutil.copytree(source, target)
     (target / "configuration_evil.py").write_text(
         f"from pathlib import Path\nPath({str(marker)!r}).write_text('the directory code ran')\n"
-        "from transformers import Qwen2Config\n\n\nclass EvilConfig(Qwen2Config):\n    model_type = 'evil-lm'\n")
+        "from transformers import Qwen2Config\n\n\nclass EvilConfig(Qwen2Config):\n    model_type = 'evil-lm'\n"
+    )
     data = json.loads((target / file).read_text())
-    data["auto_map"] = {"AutoConfig": "configuration_evil.EvilConfig",
-                        "AutoTokenizer": ["configuration_evil.EvilTokenizer", None]}
+    data["auto_map"] = {
+        "AutoConfig": "configuration_evil.EvilConfig",
+        "AutoTokenizer": ["configuration_evil.EvilTokenizer", None],
+    }
     if file == "config.json" and model_type is not None:
         data["model_type"] = model_type
     (target / file).write_text(json.dumps(data))
@@ -45,8 +49,14 @@ def test_yes_y_piped_into_run_is_refused_and_runs_nothing(qwen2_chat_dir, tmp_pa
     study.write_text(yaml.safe_dump({"name": "evil", "base": base, "variants": {"base": {}}, "seeds": [0]}))
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HOME": str(tmp_path / "hf"), "WORKBENCH_DEBUG": ""}
     env.pop("MLFLOW_TRACKING_URI", None)
-    done = subprocess.run(["bash", "-c", f"yes y | {sys.executable} -m workbench.cli.main run {study} --quiet"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        ["bash", "-c", f"yes y | {sys.executable} -m workbench.cli.main run {study} --quiet"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 2, done.stderr
     assert not marker.exists()  # the directory's code never ran
     assert "[y/N]" not in done.stdout + done.stderr  # and nobody was asked
@@ -56,10 +66,17 @@ def test_yes_y_piped_into_run_is_refused_and_runs_nothing(qwen2_chat_dir, tmp_pa
     assert not (tmp_path / "mlflow.db").exists()  # refused before any run was opened
 
 
-@pytest.mark.parametrize(("file", "model_type", "says"), [
-    ("tokenizer_config.json", None, "tokenizer_config.json: auto_map"),  # a known model_type with a custom tokenizer
-    ("config.json", None, "config.json: auto_map"),  # a known model_type with custom classes
-])
+@pytest.mark.parametrize(
+    ("file", "model_type", "says"),
+    [
+        (
+            "tokenizer_config.json",
+            None,
+            "tokenizer_config.json: auto_map",
+        ),  # a known model_type with a custom tokenizer
+        ("config.json", None, "config.json: auto_map"),  # a known model_type with custom classes
+    ],
+)
 def test_auto_map_in_either_file_is_refused_naming_it(qwen2_chat_dir, tmp_path, file, model_type, says):
     marker = tmp_path / "MARKER"
     model = with_custom_code(qwen2_chat_dir, tmp_path / "m", marker, file=file, model_type=model_type)
@@ -82,12 +99,17 @@ def test_every_from_pretrained_in_the_package_refuses_remote_code_explicitly():
     for path in (ROOT / "workbench").rglob("*.py"):
         for number, line in enumerate(path.read_text().splitlines(), 1):
             if ".from_pretrained(" in line and not line.lstrip().startswith("#"):
-                calls.append((f"{path.relative_to(ROOT)}:{number}", "NO_REMOTE_CODE" in line
-                              or "trust_remote_code=False" in line))
+                calls.append(
+                    (
+                        f"{path.relative_to(ROOT)}:{number}",
+                        "NO_REMOTE_CODE" in line or "trust_remote_code=False" in line,
+                    )
+                )
     assert calls and [where for where, explicit in calls if not explicit] == []
 
 
 # ---- the directory's own tokenizer, exactly (the sampler's ids against it: tests/chat/test_chat_prompts.py)
+
 
 def test_a_directory_without_tokenizer_json_is_refused_in_one_line(qwen2_chat_dir, tmp_path):
     model = shutil.copytree(qwen2_chat_dir, tmp_path / "m")

@@ -27,10 +27,17 @@ def test_a_run_whose_sampler_leaks_a_repetition_penalty_stops_at_step_0(qwen2_ch
     config = json.loads((leaky / "generation_config.json").read_text())
     (leaky / "generation_config.json").write_text(json.dumps({**config, "repetition_penalty": 1.3}))
     monkeypatch.setattr(hf, "run_config_only", lambda model, tokenizer: contextlib.nullcontext())
-    settings = [f"model.path={leaky}", f"task.path={GSM8K_FIXTURE}", f"task.eval_path={GSM8K_FIXTURE}",
-                *CPU_ENGINES, *SMALL, "sampler.decode=generate"]
-    result = CliRunner().invoke(app, ["run", str(STUDY), "--only", "variant=grpo,seed=0",
-                                      *[a for s in settings for a in ("--set", s)]])
+    settings = [
+        f"model.path={leaky}",
+        f"task.path={GSM8K_FIXTURE}",
+        f"task.eval_path={GSM8K_FIXTURE}",
+        *CPU_ENGINES,
+        *SMALL,
+        "sampler.decode=generate",
+    ]
+    result = CliRunner().invoke(
+        app, ["run", str(STUDY), "--only", "variant=grpo,seed=0", *[a for s in settings for a in ("--set", s)]]
+    )
     assert result.exit_code != 0, result.output
     # the run's line in the progress log says why, whole, on one line
     (failed,) = [line for line in result.output.splitlines() if " FAILED grpo/seed=0 " in line]

@@ -42,22 +42,31 @@ def write_study_store(uri: str, study_file: str, curves: Curves, *, seed: int = 
     ensure_store(uri)
     client = MlflowClient(uri)
     experiment = client.create_experiment(name)
-    parent = client.create_run(experiment, run_name=f"study:{name}",
-                               tags={"workbench.role": "study", "workbench.study": name})
+    parent = client.create_run(
+        experiment, run_name=f"study:{name}", tags={"workbench.role": "study", "workbench.study": name}
+    )
     rng = np.random.default_rng(seed)
     for spec in specs:
         arm = spec.label.rsplit("/seed=", 1)[0]
         tags = run_tags(name, spec.variant, spec.config, label=spec.label) | {
-            "workbench.health": "ok", "workbench.health_reasons": "", "mlflow.parentRunId": parent.info.run_id}
+            "workbench.health": "ok",
+            "workbench.health_reasons": "",
+            "mlflow.parentRunId": parent.info.run_id,
+        }
         run = client.create_run(experiment, run_name=spec.label, tags=tags)
         values = curves(arm, spec.config, spec.seed, rng)
-        points = [Metric(m, float(v[k]), 0, step) for m, v in values.items() if m != "eval/accuracy"
-                  for k, step in enumerate(range(STEPS))]
-        points += [Metric("eval/accuracy", float(v), 0, step) for v, step in zip(values["eval/accuracy"], EVAL_STEPS,
-                                                                                 strict=True)]
+        points = [
+            Metric(m, float(v[k]), 0, step)
+            for m, v in values.items()
+            if m != "eval/accuracy"
+            for k, step in enumerate(range(STEPS))
+        ]
+        points += [
+            Metric("eval/accuracy", float(v), 0, step)
+            for v, step in zip(values["eval/accuracy"], EVAL_STEPS, strict=True)
+        ]
         params = [Param(k, _param_text(v)) for k, v in sorted(spec.config.flat().items())]
-        client.log_batch(run.info.run_id, metrics=points, params=params,
-                         tags=[RunTag("mlflow.runName", spec.label)])
+        client.log_batch(run.info.run_id, metrics=points, params=params, tags=[RunTag("mlflow.runName", spec.label)])
         client.set_terminated(run.info.run_id, "FINISHED")
     client.set_terminated(parent.info.run_id, "FINISHED")
     return name

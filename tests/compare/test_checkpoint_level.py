@@ -18,8 +18,12 @@ METRIC = "final_eval_accuracy"
 
 def frame(values: dict[str, list[list[float]]], **extra) -> pd.DataFrame:
     """variant -> per checkpoint, its seeds' values."""
-    rows = [{"variant": v, "seed": s, CHECKPOINT_COLUMN: c, METRIC: x, **extra}
-            for v, per in values.items() for c, seeds in enumerate(per) for s, x in enumerate(seeds)]
+    rows = [
+        {"variant": v, "seed": s, CHECKPOINT_COLUMN: c, METRIC: x, **extra}
+        for v, per in values.items()
+        for c, seeds in enumerate(per)
+        for s, x in enumerate(seeds)
+    ]
     return pd.DataFrame(rows)
 
 
@@ -52,11 +56,15 @@ def test_one_checkpoint_per_arm_leaves_the_runs_as_they_are():
 
 
 def test_every_output_says_what_the_unit_is():
-    one = compare_variants(frame({"a": [[0.1, 0.3, 0.2]], "b": [[0.2, 0.4, 0.3]]}), "a", [METRIC],
-                           CompareSettings(n_resamples=0))
-    many = compare_variants(frame({"a": [[0.1, 0.3], [0.2, 0.2], [0.4, 0.5]], "b": [[0.2, 0.4], [0.3, 0.1],
-                                                                                   [0.5, 0.5]]}),
-                            "a", [METRIC], CompareSettings(n_resamples=0))
+    one = compare_variants(
+        frame({"a": [[0.1, 0.3, 0.2]], "b": [[0.2, 0.4, 0.3]]}), "a", [METRIC], CompareSettings(n_resamples=0)
+    )
+    many = compare_variants(
+        frame({"a": [[0.1, 0.3], [0.2, 0.2], [0.4, 0.5]], "b": [[0.2, 0.4], [0.3, 0.1], [0.5, 0.5]]}),
+        "a",
+        [METRIC],
+        CompareSettings(n_resamples=0),
+    )
     for table in (one, ComparisonTable.from_dict(one.to_dict())):
         assert any(ONE_CHECKPOINT in line for line in table.definitions())
         assert ONE_CHECKPOINT in table.to_markdown()
@@ -77,9 +85,17 @@ def test_runs_are_named_apart_where_their_seeds_repeat_across_cold_starts():
     from workbench.analysis.health_table import run_label
     from workbench.compare.panels import run_labels
 
-    runs = pd.DataFrame({"run_id": list("abcd"), "variant": ["v"] * 4, "arm": ["v"] * 4, "seed": [0, 1, 0, 1],
-                         CHECKPOINT_COLUMN: [None, None, "1", "1"], "status": ["FINISHED"] * 4,
-                         "health": ["ok"] * 4})
+    runs = pd.DataFrame(
+        {
+            "run_id": list("abcd"),
+            "variant": ["v"] * 4,
+            "arm": ["v"] * 4,
+            "seed": [0, 1, 0, 1],
+            CHECKPOINT_COLUMN: [None, None, "1", "1"],
+            "status": ["FINISHED"] * 4,
+            "health": ["ok"] * 4,
+        }
+    )
     assert list(run_labels(runs).values()) == ["v/seed=0", "v/seed=1", "v/cold_start=1/seed=0", "v/cold_start=1/seed=1"]
     assert [run_label(r) for r in runs.to_dict("records")] == list(run_labels(runs).values())
     overview = runs_overview(runs)
@@ -106,7 +122,9 @@ def simulate(rng: np.random.Generator, effect: float) -> pd.DataFrame:
         for c in range(K):
             u = rng.normal(0.0, SD_CKPT)
             for s in range(S):
-                rows.append({"variant": arm, "seed": s, CHECKPOINT_COLUMN: c, "m": shift + u + rng.normal(0.0, SD_SEED)})
+                rows.append(
+                    {"variant": arm, "seed": s, CHECKPOINT_COLUMN: c, "m": shift + u + rng.normal(0.0, SD_SEED)}
+                )
     return pd.DataFrame(rows)
 
 
@@ -114,8 +132,9 @@ def rejects(df: pd.DataFrame, *, naive: bool, effect: float) -> tuple[bool, bool
     """(the test rejected, the Δ interval covers the true effect)."""
     if naive:  # every run its own seed: the test the comparison made before checkpoints were told apart
         df = df.assign(seed=df[CHECKPOINT_COLUMN] * S + df["seed"])
-    settings = CompareSettings(n_resamples=0, higher_is_better={"m": True},
-                               checkpoint_col=None if naive else CHECKPOINT_COLUMN)
+    settings = CompareSettings(
+        n_resamples=0, higher_is_better={"m": True}, checkpoint_col=None if naive else CHECKPOINT_COLUMN
+    )
     row = compare_variants(df, "a", ["m"], settings).df.set_index("variant").loc["b"]
     return row["p_adjusted"] < ALPHA, row["delta_lo"] <= effect <= row["delta_hi"]
 

@@ -17,8 +17,15 @@ from workbench.compare.wording import control_label
 
 # final_eval_accuracy per arm and seed (0, 1, 2): the mean of the evals after step 0 (steps 6 and 11), both set
 # to it. Means: constant 0.31, truth 0.41, random 0.32, truth_noclip 0.40 + 0.01 = 0.41, the others 0.30 + 0.01.
-LEVEL = {"constant": 0.30, "truth": 0.40, "random": 0.31, "format": 0.30, "incorrect": 0.30, "truth_noclip": 0.40,
-         "random_noclip": 0.30}
+LEVEL = {
+    "constant": 0.30,
+    "truth": 0.40,
+    "random": 0.31,
+    "format": 0.30,
+    "incorrect": 0.30,
+    "truth_noclip": 0.40,
+    "random_noclip": 0.30,
+}
 OFFSET = {"constant": (0.01, 0.00, 0.02), "truth": (0.00, 0.02, 0.01), "random": (0.02, 0.01, 0.00)}
 
 
@@ -35,8 +42,19 @@ def store(tmp_path_factory):
 
 
 def compare(uri: str, *args: str) -> str:
-    res = CliRunner().invoke(app, ["compare", str(STUDIES / "spurious_rewards.yaml"), "--tracking-uri", uri,
-                                   "--no-log", "-m", "final_eval_accuracy", *args])
+    res = CliRunner().invoke(
+        app,
+        [
+            "compare",
+            str(STUDIES / "spurious_rewards.yaml"),
+            "--tracking-uri",
+            uri,
+            "--no-log",
+            "-m",
+            "final_eval_accuracy",
+            *args,
+        ],
+    )
     assert res.exit_code == 0, res.output
     return res.stdout
 
@@ -51,17 +69,24 @@ def test_the_label_names_the_control():
 def test_every_comparison_against_the_control_baseline_is_a_control_comparison(store, tmp_path):
     html = tmp_path / "report.html"
     doc = json.loads(compare(store, "--format", "json", "--out", str(html)))
-    assert doc["settings"]["controls"] == {"constant": "constant", "random": "random", "format": "format_only",
-                                           "incorrect": "incorrect_label", "random_noclip": "random"}
+    assert doc["settings"]["controls"] == {
+        "constant": "constant",
+        "random": "random",
+        "format": "format_only",
+        "incorrect": "incorrect_label",
+        "random_noclip": "random",
+    }
     lines = {line.split(": ", 1)[1].split(" vs ")[0]: line for line in doc["headline"]}
     assert len(lines) == 6 and all(line.startswith("control comparison: ") for line in doc["headline"])
     # truth (the verifier's reward) against the constant control: 0.41 - 0.31 = +10.0 points
-    assert lines["truth"].startswith("control comparison: truth vs constant (control: constant reward): +10.0 points "
-                                     "final eval accuracy ("), lines["truth"]
+    assert lines["truth"].startswith(
+        "control comparison: truth vs constant (control: constant reward): +10.0 points final eval accuracy ("
+    ), lines["truth"]
     # a control against a control: random 0.32 - constant 0.31 = +1.0 point
     assert lines["random (control: random reward)"].startswith(
         "control comparison: random (control: random reward) vs constant (control: constant reward): +1.0 points "
-        "final eval accuracy ("), lines
+        "final eval accuracy ("
+    ), lines
     report = html.read_text()
     assert "control comparison: random (control: random reward) vs constant (control: constant reward)" in report
     assert ">random (control: random reward)<" in report and "baseline: constant (control: constant reward)" in report
@@ -76,7 +101,13 @@ def test_tables_label_control_arms_and_treatments_stay_plain(store):
     assert plain.startswith("truth_noclip vs truth: +0.0 points final eval accuracy ("), plain
     assert sum(line.startswith("control comparison: ") for line in md.splitlines()) == 5, md
     rows = {line.split(" | ")[1]: line for line in md.splitlines() if line.startswith("| ") and " | " in line}
-    assert {"random (control: random reward)", "format (control: format-only reward)",
-            "incorrect (control: incorrect-label reward)", "constant (control: constant reward)",
-            "random_noclip (control: random reward)", "truth_noclip", "**truth**"} <= set(rows), sorted(rows)
+    assert {
+        "random (control: random reward)",
+        "format (control: format-only reward)",
+        "incorrect (control: incorrect-label reward)",
+        "constant (control: constant reward)",
+        "random_noclip (control: random reward)",
+        "truth_noclip",
+        "**truth**",
+    } <= set(rows), sorted(rows)
     assert "### final_eval_accuracy (higher is better; baseline: truth)" in md

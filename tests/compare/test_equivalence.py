@@ -44,6 +44,7 @@ def _paired_t_parts(d: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
 
 # ---- finding 2: post-hoc "seeds needed" is noise; the MDE depends on the design only --------------
 
+
 def test_finding2_post_hoc_seed_count_is_noise_the_mde_is_not():
     """True effect 0.5 SD of the paired differences: 34 seeds give 80% power (planned). Plugging
     each 5-seed study's *observed* effect and SD into the same formula (what seeds_needed did)
@@ -80,22 +81,31 @@ def test_mde_uses_the_level_the_comparison_was_tested_at():
     assert minimum_detectable_effect(welch) > 0
 
 
-@pytest.mark.parametrize(("n_x", "n_y", "paired", "alpha"), [
-    (75, 75, True, 0.025000000000000022),  # statsmodels' solve_power: fsolve fallback, array([-0.36217277])
-    (2, 2, True, 0.01),  # solve_power: 10.0, where the power is 0.18
-    (5, 5, False, 0.05), (10, 7, False, 0.0125), (750, 750, True, 0.05 / 3),
-])
+@pytest.mark.parametrize(
+    ("n_x", "n_y", "paired", "alpha"),
+    [
+        (75, 75, True, 0.025000000000000022),  # statsmodels' solve_power: fsolve fallback, array([-0.36217277])
+        (2, 2, True, 0.01),  # solve_power: 10.0, where the power is 0.18
+        (5, 5, False, 0.05),
+        (10, 7, False, 0.0125),
+        (750, 750, True, 0.05 / 3),
+    ],
+)
 def test_detectable_effect_has_the_asked_power_where_solve_power_fails(n_x, n_y, paired, alpha):
     """The MDE's standardised effect is a positive float at which statsmodels' power function gives
     80% (1e-9: brentq solves to ~4 eps in the effect; the power's slope is below 10 per SD here)."""
     d = _detectable_effect_size(n_x, n_y, paired, alpha, 0.8)
     assert isinstance(d, float) and d > 0
-    got = TTestPower().power(d, nobs=n_x, alpha=alpha) if paired else \
-        TTestIndPower().power(d, nobs1=n_x, ratio=n_y / n_x, alpha=alpha)
+    got = (
+        TTestPower().power(d, nobs=n_x, alpha=alpha)
+        if paired
+        else TTestIndPower().power(d, nobs1=n_x, ratio=n_y / n_x, alpha=alpha)
+    )
     assert got == pytest.approx(0.8, abs=1e-9)
 
 
 # ---- finding 3: no equivalence test; TOST at the SESOI ---------------------------------------------
+
 
 def test_tost_matches_statsmodels():
     """Same p-values as statsmodels' ttost_paired and ttost_ind(usevar='unequal') (Welch), to
@@ -158,20 +168,33 @@ def test_equivalent_verdict_in_the_table():
     """End to end: 10 paired seeds with a tiny difference, SESOI 0.03: "equivalent (|Δ| < 0.03)"."""
     rng = np.random.default_rng(5)
     noise = rng.normal(0, 0.004, 10)
-    rows = [{"variant": v, "seed": s, "acc": 0.6 + (0.001 if v == "b" else 0.0) + noise[s] * (v == "b")
-             + rng.normal(0, 0.004)} for v in ("a", "b") for s in range(10)]
-    t = compare_variants(pd.DataFrame(rows), "a", ["acc"],
-                         CompareSettings(higher_is_better={"acc": True}, sesoi={"acc": 0.03}, n_resamples=0))
+    rows = [
+        {
+            "variant": v,
+            "seed": s,
+            "acc": 0.6 + (0.001 if v == "b" else 0.0) + noise[s] * (v == "b") + rng.normal(0, 0.004),
+        }
+        for v in ("a", "b")
+        for s in range(10)
+    ]
+    t = compare_variants(
+        pd.DataFrame(rows),
+        "a",
+        ["acc"],
+        CompareSettings(higher_is_better={"acc": True}, sesoi={"acc": 0.03}, n_resamples=0),
+    )
     r = t.df[t.df["variant"] == "b"].iloc[0]
     assert r["verdict"] == "equivalent (|Δ| < 0.03)" and r["status"] == "equivalent"
     assert r["p_equivalence"] < ALPHA and r["sesoi"] == 0.03
-    without = compare_variants(pd.DataFrame(rows), "a", ["acc"],
-                               CompareSettings(higher_is_better={"acc": True}, n_resamples=0))
+    without = compare_variants(
+        pd.DataFrame(rows), "a", ["acc"], CompareSettings(higher_is_better={"acc": True}, n_resamples=0)
+    )
     w = without.df[without.df["variant"] == "b"].iloc[0]
     assert w["verdict"] == f"inconclusive with 10 seeds (MDE {w['mde']:.3g})" and w["status"] == "inconclusive"
     with pytest.raises(ValueError, match="sesoi of 'acc' must be a positive number"):
-        compare_variants(pd.DataFrame(rows), "a", ["acc"],
-                         CompareSettings(higher_is_better={"acc": True}, sesoi={"acc": -1}))
+        compare_variants(
+            pd.DataFrame(rows), "a", ["acc"], CompareSettings(higher_is_better={"acc": True}, sesoi={"acc": -1})
+        )
 
 
 # ---- finding 5: Holm intervals are not simultaneous; the shown ones are ----------------------------
@@ -200,8 +223,10 @@ def test_finding5_holm_intervals_undercover_simultaneous_ones_do_not():
             holm_cover[rows] &= (lo <= EFFECTS[j]) & (EFFECTS[j] <= hi)
     _, lo, hi = t_interval(d, confidence=simultaneous_levels(4, ALPHA))
     simultaneous = ((lo <= EFFECTS[None, :]) & (EFFECTS[None, :] <= hi)).all(axis=1)
-    print(f"\nsimultaneous coverage, 5 arms x 5 seeds: Holm step intervals {holm_cover.mean():.1%}, "
-          f"Bonferroni intervals {simultaneous.mean():.1%}")
+    print(
+        f"\nsimultaneous coverage, 5 arms x 5 seeds: Holm step intervals {holm_cover.mean():.1%}, "
+        f"Bonferroni intervals {simultaneous.mean():.1%}"
+    )
     assert holm_cover.mean() < 0.945
     assert simultaneous.mean() >= 0.95 - 0.006  # nominal >= 95%, - 2 s.e.
 
@@ -212,8 +237,11 @@ def test_table_shows_the_interval_its_test_used():
     rejects, the level of Holm's stop after. Not simultaneous (the test above: ~93.6% together), but never
     beside a word it contradicts, as the Bonferroni interval was beside a Holm "better"."""
     rng = np.random.default_rng(7)
-    rows = [{"variant": v, "seed": s, "acc": mu + rng.normal(0, 0.05)}
-            for v, mu in (("base", 0.5), ("a", 0.6), ("b", 0.6), ("c", 0.6), ("d", 0.5)) for s in range(5)]
+    rows = [
+        {"variant": v, "seed": s, "acc": mu + rng.normal(0, 0.05)}
+        for v, mu in (("base", 0.5), ("a", 0.6), ("b", 0.6), ("c", 0.6), ("d", 0.5))
+        for s in range(5)
+    ]
     df = pd.DataFrame(rows)
     t = compare_variants(df, "base", ["acc"], CompareSettings(higher_is_better={"acc": True}, n_resamples=0))
     rows_by = t.df.set_index("variant")
@@ -237,13 +265,14 @@ def test_table_shows_the_interval_its_test_used():
 
 # ---- finding 5: P(improvement) ignored the pairing and degenerated to [1, 1] ------------------------
 
+
 def test_finding5_unpaired_bootstrap_degenerates_paired_interval_does_not():
     x, y = np.array([0.61, 0.62, 0.63, 0.64, 0.65]), np.array([0.51, 0.52, 0.53, 0.54, 0.55])
     old = probability_of_improvement_ci(x, y, rng=0)
     assert (old.lo, old.hi) == (1.0, 1.0)  # every resample separates the groups
     new = paired_improvement_ci(x, y)
     # abs 1e-12: scipy's beta quantile for Clopper-Pearson at n = 5 is exact to ~1e-15 here
-    assert new.value == 1.0 and new.lo == pytest.approx(0.025 ** 0.2, abs=1e-12) and new.hi == 1.0
+    assert new.value == 1.0 and new.lo == pytest.approx(0.025**0.2, abs=1e-12) and new.hi == 1.0
 
 
 def test_paired_improvement_covers_at_5_seeds():
@@ -262,10 +291,14 @@ def test_paired_improvement_covers_at_5_seeds():
 
 
 def test_paired_improvement_in_the_table_is_by_seed():
-    rows = [{"variant": v, "seed": s, "acc": a} for v, vals in
-            (("base", [0.5, 0.6, 0.7, 0.8, 0.9]), ("v", [0.55, 0.65, 0.75, 0.85, 0.85])) for s, a in enumerate(vals)]
-    t = compare_variants(pd.DataFrame(rows), "base", ["acc"],
-                         CompareSettings(higher_is_better={"acc": True}, n_resamples=0))
+    rows = [
+        {"variant": v, "seed": s, "acc": a}
+        for v, vals in (("base", [0.5, 0.6, 0.7, 0.8, 0.9]), ("v", [0.55, 0.65, 0.75, 0.85, 0.85]))
+        for s, a in enumerate(vals)
+    ]
+    t = compare_variants(
+        pd.DataFrame(rows), "base", ["acc"], CompareSettings(higher_is_better={"acc": True}, n_resamples=0)
+    )
     r = t.df[t.df["variant"] == "v"].iloc[0]
     assert r["p_improve"] == pytest.approx(4 / 5)  # 4 of 5 seeds improve at the same seed
     # unpaired, over all 25 run pairs, it is 14/25: the seeds' common level hides the pairing
@@ -275,22 +308,32 @@ def test_paired_improvement_in_the_table_is_by_seed():
 
 # ---- no post-hoc seed count in any output ---------------------------------------------------------
 
+
 def test_no_post_hoc_seed_count_in_any_output_format():
     from rich.console import Console
 
     from workbench.cli.report import comparison_table_html, print_table
 
     rng = np.random.default_rng(9)
-    rows = [{"variant": v, "seed": s, "acc": mu + rng.normal(0, 0.05)}
-            for v, mu in (("base", 0.5), ("a", 0.52), ("b", 0.5)) for s in range(5)]
+    rows = [
+        {"variant": v, "seed": s, "acc": mu + rng.normal(0, 0.05)}
+        for v, mu in (("base", 0.5), ("a", 0.52), ("b", 0.5))
+        for s in range(5)
+    ]
     t = compare_variants(pd.DataFrame(rows), "base", ["acc"], CompareSettings(higher_is_better={"acc": True}))
     assert (t.df["status"] == "inconclusive").sum() == 2
     buf = io.StringIO()
     print_table(t, Console(file=buf, width=300, force_terminal=True))
     plain = io.StringIO()
     print_table(t, Console(file=plain, width=300, force_terminal=False))
-    outputs = {"md": t.to_markdown(), "csv": t.to_csv(), "json": t.to_json(), "table": buf.getvalue(),
-               "tsv": plain.getvalue(), "html": comparison_table_html(t)}
+    outputs = {
+        "md": t.to_markdown(),
+        "csv": t.to_csv(),
+        "json": t.to_json(),
+        "table": buf.getvalue(),
+        "tsv": plain.getvalue(),
+        "html": comparison_table_html(t),
+    }
     for name, text in outputs.items():
         low = text.lower()
         assert "needed" not in low and "seeds_needed" not in low, name

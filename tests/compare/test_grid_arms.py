@@ -90,8 +90,9 @@ def store(tmp_path_factory):
 
 
 def compare_json(uri: str, *args: str, study: str = STUDY) -> dict:
-    result = CliRunner().invoke(app, ["compare", study, "--tracking-uri", uri, "--format", "json", "--no-log",
-                                      *args], catch_exceptions=False)
+    result = CliRunner().invoke(
+        app, ["compare", study, "--tracking-uri", uri, "--format", "json", "--no-log", *args], catch_exceptions=False
+    )
     assert result.exit_code == 0, result.output
     return json.loads(result.stdout)
 
@@ -101,6 +102,7 @@ def per_seed(final: dict[str, float], arm: str) -> np.ndarray:
 
 
 # ---- the reader: each run's arm ----------------------------------------------------------------
+
 
 def test_reader_gives_each_run_its_arm_from_the_run_label(store):
     _, uri, _ = store
@@ -135,6 +137,7 @@ def test_an_arm_tag_wins_over_the_run_name(store, tmp_path):
 
 
 # ---- compare ------------------------------------------------------------------------------------
+
 
 def test_grid_study_compares_each_arm_with_the_baseline_at_its_grid_point(store):
     _, uri, final = store
@@ -177,12 +180,14 @@ def test_terminal_table_and_html_report_show_arms(store, tmp_path, monkeypatch):
     _, uri, _ = store
     monkeypatch.setenv("COLUMNS", "250")
     out = tmp_path / "report.html"
-    result = CliRunner().invoke(app, ["compare", STUDY, "--tracking-uri", uri, "--no-log", "--out", str(out)],
-                                catch_exceptions=False)
+    result = CliRunner().invoke(
+        app, ["compare", STUDY, "--tracking-uri", uri, "--no-log", "--out", str(out)], catch_exceptions=False
+    )
     assert result.exit_code == 0, result.output
     assert "baseline grpo at the same grid point" in result.output
     assert re.search(r"dr_grpo/lr=3e-05\s.*grpo/lr=3e-05\s.*better", result.output)  # arm, its baseline arm
     html = out.read_text()
+
     def cell(text: str) -> str:  # a left-aligned table cell
         return f'<td class="l">{text}</td>'
 
@@ -258,27 +263,36 @@ def test_dashboard_groups_curves_by_arm(store):
 
     _, uri, _ = store
     history, runs = StudyReader(uri, cache_dir=False).load(STUDY)
-    rendered = render_dashboard(load_spec(find_spec("compare")), DashboardData(history, runs, baseline="grpo",
-                                                                               n_resamples=50))
+    rendered = render_dashboard(
+        load_spec(find_spec("compare")), DashboardData(history, runs, baseline="grpo", n_resamples=50)
+    )
     names = {t.name for t in rendered.figure.data if t.type == "scatter" and t.name}
     assert {GRPO_LO, GRPO_HI, DR_LO, DR_HI} <= names and "grpo" not in names
     bars = [t for t in rendered.figure.data if getattr(t, "meta", None) == "summary-interval"]  # intervals
     assert bars and set(bars[0].x) == {GRPO_LO, GRPO_HI, DR_LO, DR_HI}
-    colors = {t.name: t.line.color for t in rendered.figure.data if t.type == "scatter" and t.name in names
-              and t.line.color}
+    colors = {
+        t.name: t.line.color for t in rendered.figure.data if t.type == "scatter" and t.name in names and t.line.color
+    }
     assert {colors[GRPO_LO], colors[GRPO_HI]} <= set(BASELINE_GREYS) and colors[GRPO_LO] != colors[GRPO_HI]
 
 
 # ---- compare_variants on frames -----------------------------------------------------------------
 
+
 def test_without_a_grid_the_arm_column_changes_nothing():
     """A grid-less study's arms are its variants: the table is the one compare made before arms."""
     rng = np.random.default_rng(3)
-    df = pd.DataFrame([{"variant": v, "seed": s, "acc": mu + rng.normal(0, 0.05)}
-                       for v, mu in [("grpo", 0.5), ("dapo", 0.7), ("gspo", 0.5)] for s in range(4)])
+    df = pd.DataFrame(
+        [
+            {"variant": v, "seed": s, "acc": mu + rng.normal(0, 0.05)}
+            for v, mu in [("grpo", 0.5), ("dapo", 0.7), ("gspo", 0.5)]
+            for s in range(4)
+        ]
+    )
     plain = compare_variants(df, "grpo", ["acc"], CompareSettings(higher_is_better={"acc": True}))
-    armed = compare_variants(df.assign(arm=df["variant"]), "grpo", ["acc"],
-                             CompareSettings(higher_is_better={"acc": True}))
+    armed = compare_variants(
+        df.assign(arm=df["variant"]), "grpo", ["acc"], CompareSettings(higher_is_better={"acc": True})
+    )
     pd.testing.assert_frame_equal(plain.df, armed.df)
     assert not armed.by_arm and not armed.per_grid_point and armed.unit == "variant"
     assert set(plain.df["baseline_arm"]) == {"grpo"}
@@ -287,8 +301,13 @@ def test_without_a_grid_the_arm_column_changes_nothing():
 
 def test_match_baselines_by_hand():
     arms = {"grpo/lr=1": "grpo", "grpo/lr=2": "grpo", "dapo/lr=1": "dapo", "dapo/lr=2": "dapo", "dapo/lr=3": "dapo"}
-    assert match_baselines(arms, "grpo") == {"grpo/lr=1": "grpo/lr=1", "grpo/lr=2": "grpo/lr=2",
-                                             "dapo/lr=1": "grpo/lr=1", "dapo/lr=2": "grpo/lr=2", "dapo/lr=3": None}
+    assert match_baselines(arms, "grpo") == {
+        "grpo/lr=1": "grpo/lr=1",
+        "grpo/lr=2": "grpo/lr=2",
+        "dapo/lr=1": "grpo/lr=1",
+        "dapo/lr=2": "grpo/lr=2",
+        "dapo/lr=3": None,
+    }
     assert set(match_baselines(arms, "dapo/lr=3").values()) == {"dapo/lr=3"}
     assert match_baselines({"grpo": "grpo", "dapo": "dapo"}, "grpo") == {"grpo": "grpo", "dapo": "grpo"}
     assert grid_point("dapo/lr=1/clip=0.2", "dapo") == "lr=1/clip=0.2" and grid_point("dapo", "dapo") == ""
@@ -299,8 +318,12 @@ def test_match_baselines_by_hand():
 def test_correction_counts_every_arm_comparison():
     """4 arms compared at 2 grid points x 2 variants: Holm's m is 4, across grid points."""
     rng = np.random.default_rng(5)
-    rows = [{"variant": v, "arm": f"{v}/lr={lr}", "seed": s, "acc": 0.5 + 0.02 * s + rng.normal(0, 0.01)}
-            for v in ("grpo", "a", "b") for lr in (1, 2) for s in range(4)]
+    rows = [
+        {"variant": v, "arm": f"{v}/lr={lr}", "seed": s, "acc": 0.5 + 0.02 * s + rng.normal(0, 0.01)}
+        for v in ("grpo", "a", "b")
+        for lr in (1, 2)
+        for s in range(4)
+    ]
     t = compare_variants(pd.DataFrame(rows), "grpo", ["acc"], CompareSettings(higher_is_better={"acc": True}))
     compared = t.df[t.df["verdict"] != "baseline"]
     assert len(compared) == 4

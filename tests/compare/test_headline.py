@@ -24,19 +24,32 @@ from workbench.viz.html import Section, html_page
 def summary_of(means: dict[str, float], *, n: int = 4, sd: float = 0.01, seed: int = 0) -> pd.DataFrame:
     """``final_eval_accuracy`` of ``n`` seeds per variant, N(mean, sd), seeded."""
     rng = np.random.default_rng(seed)
-    return pd.DataFrame([{"run_id": f"{v}-{s}", "variant": v, "seed": s, "status": "FINISHED",
-                          "final_eval_accuracy": mu + sd * rng.standard_normal()}
-                         for v, mu in means.items() for s in range(n)])
+    return pd.DataFrame(
+        [
+            {
+                "run_id": f"{v}-{s}",
+                "variant": v,
+                "seed": s,
+                "status": "FINISHED",
+                "final_eval_accuracy": mu + sd * rng.standard_normal(),
+            }
+            for v, mu in means.items()
+            for s in range(n)
+        ]
+    )
 
 
 @pytest.fixture(scope="module")
 def table():
     # dapo 10 points up (better), dr_grpo the same as grpo with a SESOI of 5 points (equivalent),
     # loose 1 point up at 2 seeds with sd 0.05 (inconclusive)
-    summary = pd.concat([summary_of({"grpo": 0.30, "dapo": 0.40, "dr_grpo": 0.30}),
-                         summary_of({"loose": 0.31}, n=4, sd=0.05, seed=1)], ignore_index=True)
-    return compare_variants(summary, "grpo", ["final_eval_accuracy"],
-                            CompareSettings(sesoi={"final_eval_accuracy": 0.05}, n_resamples=0))
+    summary = pd.concat(
+        [summary_of({"grpo": 0.30, "dapo": 0.40, "dr_grpo": 0.30}), summary_of({"loose": 0.31}, n=4, sd=0.05, seed=1)],
+        ignore_index=True,
+    )
+    return compare_variants(
+        summary, "grpo", ["final_eval_accuracy"], CompareSettings(sesoi={"final_eval_accuracy": 0.05}, n_resamples=0)
+    )
 
 
 def test_one_sentence_per_comparison_in_the_words_of_its_status(table):
@@ -47,12 +60,17 @@ def test_one_sentence_per_comparison_in_the_words_of_its_status(table):
     statuses = dict(zip(table.df["variant"], table.df["status"], strict=True))
     assert (statuses["dapo"], statuses["dr_grpo"], statuses["loose"]) == ("better", "equivalent", "inconclusive")
     # 3 comparisons: each interval at 1 - 0.05/3 = 98.3%, the three together at 95% (Bonferroni)
-    assert re.fullmatch(r"dapo vs grpo: \+\d+\.\d points final eval accuracy \(98\.3% CI \+\d+\.\d to \+\d+\.\d\), "
-                        r"dapo is better with 4 seeds", by_arm["dapo"]), by_arm["dapo"]
-    assert by_arm["dr_grpo"].endswith("equivalent with 4 seeds: the difference is within ±5.0 points, "
-                                      "the smallest effect of interest")
-    assert re.search(r"not distinguishable with 4 seeds \(they would likely detect only ±\d+\.\d points or more\)$",
-                     by_arm["loose"]), by_arm["loose"]
+    assert re.fullmatch(
+        r"dapo vs grpo: \+\d+\.\d points final eval accuracy \(98\.3% CI \+\d+\.\d to \+\d+\.\d\), "
+        r"dapo is better with 4 seeds",
+        by_arm["dapo"],
+    ), by_arm["dapo"]
+    assert by_arm["dr_grpo"].endswith(
+        "equivalent with 4 seeds: the difference is within ±5.0 points, the smallest effect of interest"
+    )
+    assert re.search(
+        r"not distinguishable with 4 seeds \(they would likely detect only ±\d+\.\d points or more\)$", by_arm["loose"]
+    ), by_arm["loose"]
     # the interval in the sentence is the table's (at delta_level, the level Holm tested it at), in points,
     # rounded outward: the lower bound down, the upper up, to 1 decimal
     row = table.df.set_index("variant").loc["dapo"]
@@ -62,31 +80,71 @@ def test_one_sentence_per_comparison_in_the_words_of_its_status(table):
     assert "(96.7% TOST CI " in by_arm["dr_grpo"]
 
 
-@pytest.mark.parametrize("status, verdict, expected", [
-    ("worse", "worse", "dapo is worse with 3 seeds"),
-    ("not testable", "not testable: clip_high acted on 0.1% of tokens (min 1%) [the test alone: worse]",
-     "not testable: clip_high acted on 0.1% of tokens (min 1%)"),
-    # the excluded effect in the sentence's unit (points), the same bound as its interval's
-    ("not testable", "not testable: clip_high acted on 0.1% of tokens (min 1%); |Δ| > 0.11 excluded",
-     "not testable: clip_high acted on 0.1% of tokens (min 1%); |Δ| > 10.2 points excluded"),
-    ("withheld", "withheld: 2/5 runs failed", "verdict withheld: 2/5 runs failed"),
-    ("better", "better (but |Δ| < 0.05)", "dapo is better with 3 seeds, but by less than the smallest effect of "
-                                          "interest (5.0 points)"),
-])
+@pytest.mark.parametrize(
+    "status, verdict, expected",
+    [
+        ("worse", "worse", "dapo is worse with 3 seeds"),
+        (
+            "not testable",
+            "not testable: clip_high acted on 0.1% of tokens (min 1%) [the test alone: worse]",
+            "not testable: clip_high acted on 0.1% of tokens (min 1%)",
+        ),
+        # the excluded effect in the sentence's unit (points), the same bound as its interval's
+        (
+            "not testable",
+            "not testable: clip_high acted on 0.1% of tokens (min 1%); |Δ| > 0.11 excluded",
+            "not testable: clip_high acted on 0.1% of tokens (min 1%); |Δ| > 10.2 points excluded",
+        ),
+        ("withheld", "withheld: 2/5 runs failed", "verdict withheld: 2/5 runs failed"),
+        (
+            "better",
+            "better (but |Δ| < 0.05)",
+            "dapo is better with 3 seeds, but by less than the smallest effect of interest (5.0 points)",
+        ),
+    ],
+)
 def test_each_status_reads_in_plain_words(status, verdict, expected):
-    line = headline(variant="dapo", baseline="grpo", metric="final_eval_accuracy", status_word=status,
-                    verdict_text=verdict, delta=-0.045, lo=-0.102, hi=0.012, level=0.95, n_x=3, n_y=3,
-                    mde=0.081, sesoi=0.05, points=True)
+    line = headline(
+        variant="dapo",
+        baseline="grpo",
+        metric="final_eval_accuracy",
+        status_word=status,
+        verdict_text=verdict,
+        delta=-0.045,
+        lo=-0.102,
+        hi=0.012,
+        level=0.95,
+        n_x=3,
+        n_y=3,
+        mde=0.081,
+        sesoi=0.05,
+        points=True,
+    )
     assert line == f"dapo vs grpo: -4.5 points final eval accuracy (95% CI -10.2 to +1.2), {expected}"
 
 
 def test_a_metric_outside_0_1_reads_in_its_own_units_and_the_rank_test_has_no_interval():
-    line = headline(variant="a", baseline="b", metric="final:length/mean", status_word="inconclusive",
-                    verdict_text="inconclusive with 3 vs 5 seeds", delta=12.25, lo=float("nan"), hi=float("nan"),
-                    level=float("nan"), n_x=3, n_y=5, mde=float("nan"), sesoi=float("nan"), points=False,
-                    ranked=True)
-    assert line == ("a vs b: +12.2 final length/mean (of the finished runs; the rank test decides), "
-                    "not distinguishable with 3 vs 5 seeds")
+    line = headline(
+        variant="a",
+        baseline="b",
+        metric="final:length/mean",
+        status_word="inconclusive",
+        verdict_text="inconclusive with 3 vs 5 seeds",
+        delta=12.25,
+        lo=float("nan"),
+        hi=float("nan"),
+        level=float("nan"),
+        n_x=3,
+        n_y=5,
+        mde=float("nan"),
+        sesoi=float("nan"),
+        points=False,
+        ranked=True,
+    )
+    assert line == (
+        "a vs b: +12.2 final length/mean (of the finished runs; the rank test decides), "
+        "not distinguishable with 3 vs 5 seeds"
+    )
 
 
 def test_the_headline_is_the_first_line_of_markdown_json_and_the_terminal(table):
@@ -104,8 +162,11 @@ def test_the_headline_is_the_first_line_of_markdown_json_and_the_terminal(table)
 
 
 def test_the_headline_opens_the_html_report(table):
-    page = html_page("Comparison report: s", [Section("Which variant wins", body_html=comparison_table_html(table))],
-                     lead_html=headline_html(table))
+    page = html_page(
+        "Comparison report: s",
+        [Section("Which variant wins", body_html=comparison_table_html(table))],
+        lead_html=headline_html(table),
+    )
     body = page.split("<body>", 1)[1]
     first_text = re.sub(r"<[^>]+>", "\n", body).strip().splitlines()[0]
     assert first_text == table.headlines()[0].replace("&", "&amp;")
@@ -114,9 +175,19 @@ def test_the_headline_opens_the_html_report(table):
     assert names[:4] == ["rank", "variant", "verdict", "n_seeds"]  # the verdict beside the name, a count of seeds
 
 
-@pytest.mark.parametrize(("confidence", "label"), [(0.95, "95%"), (0.975, "97.5%"), (1 - 0.05 / 3, "98.3%"),
-                                                   (1 - 0.0157, "98.4%"), (1 - 0.0157 / 3, "99.5%"),
-                                                   (0.9995, "99.95%"), (1 - 0.000687, "99.93%"), (0.99, "99%")])
+@pytest.mark.parametrize(
+    ("confidence", "label"),
+    [
+        (0.95, "95%"),
+        (0.975, "97.5%"),
+        (1 - 0.05 / 3, "98.3%"),
+        (1 - 0.0157, "98.4%"),
+        (1 - 0.0157 / 3, "99.5%"),
+        (0.9995, "99.95%"),
+        (1 - 0.000687, "99.93%"),
+        (0.99, "99%"),
+    ],
+)
 def test_a_confidence_level_is_printed_with_the_digits_its_alpha_needs(confidence, label):
     """A design's last look tests at α = 0.000687: `.0%` printed "100% CI" in the tables (and `.3g`
     "100%" at 0.9995). The label keeps α's first significant digit below 1%."""

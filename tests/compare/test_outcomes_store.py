@@ -47,8 +47,16 @@ def curve(arm: str, seed: int, rng: np.random.Generator) -> tuple[list[tuple[int
     if arm == "collapsed":
         return [(0, 0.1), (10, 0.95 + noise()), (20, 0.95 + noise())], "FINISHED", True
     reached = seed < 2  # slow
-    return [(0, 0.1), (10, 0.6 if reached else 0.3), (40, 0.6 if reached else 0.3),
-            (60, 0.6 + noise() if reached else 0.3 + noise())], "FINISHED", False
+    return (
+        [
+            (0, 0.1),
+            (10, 0.6 if reached else 0.3),
+            (40, 0.6 if reached else 0.3),
+            (60, 0.6 + noise() if reached else 0.3 + noise()),
+        ],
+        "FINISHED",
+        False,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -65,24 +73,34 @@ def store(tmp_path_factory):
         for seed in SEEDS:
             cfg = RunConfig.model_validate(micro_run_config() | {"seed": seed})
             evals, status, stopped = curve(arm, seed, rng)
-            health = {"workbench.health": "fail" if stopped else "ok",
-                      "workbench.health_reasons": "entropy_collapse@20" if stopped else ""}
-            run = RunTracker(uri, STUDY, f"{arm}/seed={seed}", run_tags(STUDY, arm, cfg) | health,
-                             parent_run_id=parent.run_id)
+            health = {
+                "workbench.health": "fail" if stopped else "ok",
+                "workbench.health_reasons": "entropy_collapse@20" if stopped else "",
+            }
+            run = RunTracker(
+                uri, STUDY, f"{arm}/seed={seed}", run_tags(STUDY, arm, cfg) | health, parent_run_id=parent.run_id
+            )
             run.start()
             for step, acc in evals:
                 run.log_metrics({"eval/accuracy": acc}, step)
             if status == "FINISHED":
-                run.set_tags({"workbench.stopped_early": str(stopped).lower(),
-                              "workbench.stop_reason": "health: entropy_collapse@20" if stopped else ""})
+                run.set_tags(
+                    {
+                        "workbench.stopped_early": str(stopped).lower(),
+                        "workbench.stop_reason": "health: entropy_collapse@20" if stopped else "",
+                    }
+                )
             run.finish(status)
     parent.finish("FINISHED")
     return uri
 
 
 def compare(uri: str, *args: str) -> str:
-    result = CliRunner().invoke(app, ["compare", STUDY, "--tracking-uri", uri, "--no-log",
-                                      *(a for m in METRICS for a in ("-m", m)), *args], catch_exceptions=False)
+    result = CliRunner().invoke(
+        app,
+        ["compare", STUDY, "--tracking-uri", uri, "--no-log", *(a for m in METRICS for a in ("-m", m)), *args],
+        catch_exceptions=False,
+    )
     assert result.exit_code == 0, result.output
     return result.stdout
 
@@ -97,10 +115,11 @@ def test_incomplete_runs_are_never_called_better_and_a_true_effect_is(store):
     for arm in ("crashy", "collapsed", "slow"):
         for metric in METRICS:
             assert rows[metric, arm]["verdict"] != "better", (metric, arm)
-    counts = {a: tuple(rows[acc, a][f"n_{o}"] for o in ("runs", "finished", "failed", "stopped"))
-              for a in ("grpo", "crashy", "collapsed", "strong")}
-    assert counts == {"grpo": (6, 6, 0, 0), "crashy": (6, 3, 3, 0), "collapsed": (6, 0, 0, 6),
-                      "strong": (6, 6, 0, 0)}
+    counts = {
+        a: tuple(rows[acc, a][f"n_{o}"] for o in ("runs", "finished", "failed", "stopped"))
+        for a in ("grpo", "crashy", "collapsed", "strong")
+    }
+    assert counts == {"grpo": (6, 6, 0, 0), "crashy": (6, 3, 3, 0), "collapsed": (6, 0, 0, 6), "strong": (6, 6, 0, 0)}
     assert rows[steps, "slow"]["n_censored"] == 4
 
 
@@ -163,9 +182,23 @@ def test_compare_in_an_80_column_terminal_prints_every_cell_whole(store):
 
     master, slave = pty.openpty()
     env = os.environ | {"COLUMNS": "80", "LINES": "50", "TERM": "xterm", "NO_COLOR": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "workbench.cli.main", "compare", STUDY, "--tracking-uri", store,
-                             "--no-log", *(a for m in METRICS for a in ("-m", m))],
-                            stdin=slave, stdout=slave, stderr=subprocess.DEVNULL, env=env)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "workbench.cli.main",
+            "compare",
+            STUDY,
+            "--tracking-uri",
+            store,
+            "--no-log",
+            *(a for m in METRICS for a in ("-m", m)),
+        ],
+        stdin=slave,
+        stdout=slave,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
     os.close(slave)
     chunks = []
     while True:  # read while it writes: a full pty buffer would block the child

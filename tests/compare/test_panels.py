@@ -34,8 +34,10 @@ def frames(curves=CURVES, metric="reward/mean"):
     for (variant, seed), values in curves.items():
         rid = f"{variant}-{seed}"
         runs.append({"run_id": rid, "variant": variant, "seed": seed})
-        rows += [{"run_id": rid, "variant": variant, "seed": seed, "step": s, "metric": metric, "value": v}
-                 for s, v in enumerate(values)]
+        rows += [
+            {"run_id": rid, "variant": variant, "seed": seed, "step": s, "metric": metric, "value": v}
+            for s, v in enumerate(values)
+        ]
     history, runs = pd.DataFrame(rows), pd.DataFrame(runs)
     history["seed"] = history["seed"].astype("Int64")
     runs["seed"] = runs["seed"].astype("Int64")
@@ -126,12 +128,14 @@ def test_thin_steps_keeps_evenly_spaced_steps_with_both_ends():
 
 def test_markers_sit_on_the_last_value_at_or_before_their_step():
     history, runs = frames()
-    events = pd.DataFrame([
-        {"run_id": "a-1", "rule": "r", "step": 1, "severity": "warn", "message": "m1", "watches": ["reward/mean"]},
-        {"run_id": "a-2", "rule": "r", "step": 9, "severity": "fail", "message": "m2", "watches": ["reward/mean"]},
-        {"run_id": "a-0", "rule": "r", "step": -1, "severity": "warn", "message": "m3", "watches": ["reward/mean"]},
-        {"run_id": "a-0", "rule": "q", "step": 1, "severity": "warn", "message": "other", "watches": ["x/y"]},
-    ])
+    events = pd.DataFrame(
+        [
+            {"run_id": "a-1", "rule": "r", "step": 1, "severity": "warn", "message": "m1", "watches": ["reward/mean"]},
+            {"run_id": "a-2", "rule": "r", "step": 9, "severity": "fail", "message": "m2", "watches": ["reward/mean"]},
+            {"run_id": "a-0", "rule": "r", "step": -1, "severity": "warn", "message": "m3", "watches": ["reward/mean"]},
+            {"run_id": "a-0", "rule": "q", "step": 1, "severity": "warn", "message": "other", "watches": ["x/y"]},
+        ]
+    )
     full = history[history["metric"] == "reward/mean"]
     markers = event_markers(events, "reward/mean", full, {"a-1": "a/seed=1"})
     assert list(markers.columns) == list(MARKER_COLUMNS)
@@ -144,11 +148,20 @@ def test_markers_sit_on_the_last_value_at_or_before_their_step():
 
 def test_summary_panel_is_the_comparison_table_with_scipys_t_interval():
     # one eval point per run after step 0: its final value (mean of the last 3 evals after step 0) is that point
-    history, runs = frames({("a", 0): [0.0, 0.5], ("a", 1): [0.0, 0.6], ("a", 2): [0.0, 0.9],
-                            ("b", 0): [0.0, 0.1], ("b", 1): [0.0, 0.2], ("b", 2): [0.0, 0.3]}, metric="eval/accuracy")
+    history, runs = frames(
+        {
+            ("a", 0): [0.0, 0.5],
+            ("a", 1): [0.0, 0.6],
+            ("a", 2): [0.0, 0.9],
+            ("b", 0): [0.0, 0.1],
+            ("b", 1): [0.0, 0.2],
+            ("b", 2): [0.0, 0.3],
+        },
+        metric="eval/accuracy",
+    )
     panel = summary_panel(history, runs, ["final:eval/accuracy"], "b")
     assert panel.values["final:eval/accuracy"].tolist() == [0.5, 0.6, 0.9, 0.1, 0.2, 0.3]
-    (metric, rows), = list(panel.rows())
+    ((metric, rows),) = list(panel.rows())
     a = rows[rows["variant"] == "a"].iloc[0]
     finals = np.array([0.5, 0.6, 0.9])
     lo, hi = sps.t.interval(0.95, df=2, loc=finals.mean(), scale=sps.sem(finals))
@@ -159,8 +172,9 @@ def test_summary_panel_is_the_comparison_table_with_scipys_t_interval():
     assert a["mean"] == pytest.approx(2 / 3, abs=1e-15)
     assert (a["mean_lo"], a["mean_hi"]) == pytest.approx((lo, hi), abs=1e-12)
     ilo, ihi = interval_bounds(rows)
-    assert (ilo[rows.index[rows["variant"] == "a"][0]], ihi[rows.index[rows["variant"] == "a"][0]]) == \
-        pytest.approx((lo, hi), abs=1e-12)
+    assert (ilo[rows.index[rows["variant"] == "a"][0]], ihi[rows.index[rows["variant"] == "a"][0]]) == pytest.approx(
+        (lo, hi), abs=1e-12
+    )
     pts = seed_points(panel.values, metric, ["a"])
     assert pts["variant"].tolist() == ["a"] * 3 and pts["value"].tolist() == [0.5, 0.6, 0.9]
 

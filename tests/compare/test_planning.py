@@ -35,15 +35,30 @@ def test_a_sequential_plan_uses_the_last_looks_level_and_states_the_power_at_its
     design = design_from_settings({"looks": [3, 6, 9]})
     last = float(design.look_alpha[-1])
     assert last < 0.05
-    (acc,) = plan_seeds(["acc"], {"acc": 0.03}, {"acc": (0.025, "declared")}, comparisons=1, seeds_in_study=3,
-                        last_look_alpha=last, cap=9)
+    (acc,) = plan_seeds(
+        ["acc"],
+        {"acc": 0.03},
+        {"acc": (0.025, "declared")},
+        comparisons=1,
+        seeds_in_study=3,
+        last_look_alpha=last,
+        cap=9,
+    )
     assert acc.alpha == pytest.approx(last) and acc.level_source == "last look's alpha / m"
     assert acc.seeds == planned_seeds(0.03, math.sqrt(2) * 0.025, alpha=last) > 9
-    assert acc.power_at_cap == pytest.approx(float(t_test_power(9, 0.03, math.sqrt(2) * 0.025, paired=True,
-                                                                alpha=last)))
+    assert acc.power_at_cap == pytest.approx(
+        float(t_test_power(9, 0.03, math.sqrt(2) * 0.025, paired=True, alpha=last))
+    )
     assert acc.tost_power_at_cap == pytest.approx(tost_power(9, 0.03, math.sqrt(2) * 0.025, alpha=last))
-    (roomy,) = plan_seeds(["acc"], {"acc": 0.03}, {"acc": (0.005, "declared")}, comparisons=1, seeds_in_study=3,
-                          last_look_alpha=last, cap=9)
+    (roomy,) = plan_seeds(
+        ["acc"],
+        {"acc": 0.03},
+        {"acc": (0.005, "declared")},
+        comparisons=1,
+        seeds_in_study=3,
+        last_look_alpha=last,
+        cap=9,
+    )
     assert roomy.seeds <= 9 and roomy.power_at_cap is None  # nothing cut: nothing to state
 
 
@@ -62,26 +77,46 @@ def test_tost_power_equals_a_simulation_of_the_paired_tost(n, margin, sd):
 
 
 def test_plan_uses_holm_first_step_level_and_invents_nothing():
-    plans = plan_seeds(["acc", "ratio", "kl"], {"acc": 0.03, "ratio": 0.1}, {"acc": (0.04, "declared")},
-                       comparisons=3, seeds_in_study=5)
+    plans = plan_seeds(
+        ["acc", "ratio", "kl"],
+        {"acc": 0.03, "ratio": 0.1},
+        {"acc": (0.04, "declared")},
+        comparisons=3,
+        seeds_in_study=5,
+    )
     acc, ratio, kl = plans
-    assert acc.seeds == planned_seeds(0.03, math.sqrt(2) * 0.04, alpha=0.05 / 3) and acc.alpha == pytest.approx(0.05 / 3)
+    assert acc.seeds == planned_seeds(0.03, math.sqrt(2) * 0.04, alpha=0.05 / 3) and acc.alpha == pytest.approx(
+        0.05 / 3
+    )
     assert ratio.seeds is None and "noise_sd" in ratio.why
     assert kl.seeds is None and "no compare.sesoi" in kl.why
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("study", "m", "sd"), [("dr_grpo_length_bias", 1, 0.025), ("clip_higher", 1, 0.025),
-                                                ("dapo_ablation", 5, 0.025), ("precision_mismatch", 3, 0.025),
-                                                ("loss_aggregation", 3, 0.025)])
+@pytest.mark.parametrize(
+    ("study", "m", "sd"),
+    [
+        ("dr_grpo_length_bias", 1, 0.025),
+        ("clip_higher", 1, 0.025),
+        ("dapo_ablation", 5, 0.025),
+        ("precision_mismatch", 3, 0.025),
+        ("loss_aggregation", 3, 0.025),
+    ],
+)
 def test_plan_prints_planned_seeds_for_every_findings_study(study, m, sd):
     """Each findings study declares a SESOI and a noise SD for its accuracy: `plan` turns them into
     seeds per arm at Holm's first-step level over its family (m comparisons per metric, times the primary
     metrics when it is primary); a metric
     with no SESOI is planned for nothing (and, when compare.primary leaves it out, marked secondary)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "MLFLOW_TRACKING_URI": "sqlite:////nonexistent/none.db"}
-    out = subprocess.run([sys.executable, "-m", "workbench.cli.main", "plan", f"studies/{study}.yaml",
-                          "--format", "json"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-m", "workbench.cli.main", "plan", f"studies/{study}.yaml", "--format", "json"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr
     plan = {p["metric"]: p for p in json.loads(out.stdout)["seed_plan"]}
     acc = plan["final_eval_accuracy"]
@@ -103,8 +138,13 @@ def test_plan_prints_planned_seeds_for_every_findings_study(study, m, sd):
     assert all(p["seeds"] is None for p in plan.values() if p["sesoi"] is None)
 
 
-@pytest.mark.parametrize(("block", "field"), [("sesoi: {final_eval_accuracy: -0.1}", "compare.sesoi.final_eval_accuracy"),
-                                              ("noise_sd: 0.04", "compare.noise_sd")])
+@pytest.mark.parametrize(
+    ("block", "field"),
+    [
+        ("sesoi: {final_eval_accuracy: -0.1}", "compare.sesoi.final_eval_accuracy"),
+        ("noise_sd: 0.04", "compare.noise_sd"),
+    ],
+)
 def test_bad_sesoi_or_noise_sd_names_the_field_and_file(tmp_path, block, field):
     study = tmp_path / "s.yaml"
     study.write_text("name: s\nbase: {model: {name: tiny}}\ncompare:\n  " + block + "\n")
@@ -119,10 +159,12 @@ def test_compare_primary_marks_the_other_metrics_secondary_in_the_plan(tmp_path)
     """`compare.primary` names what the study is designed to decide: `plan` plans those and reports the
     others as secondary, without asking for a SESOI they do not need."""
     study = tmp_path / "s.yaml"
-    study.write_text("name: s\nbase: {model: {builtin: tiny}}\nvariants: {a: {}, b: {algorithm: {preset: dr_grpo}}}\nseeds: [0, 1, 2]\n"
-                     "compare:\n  baseline: a\n  metrics: [final_eval_accuracy, final:mismatch/kl]\n"
-                     "  primary: [final_eval_accuracy]\n  sesoi: {final_eval_accuracy: 0.03}\n"
-                     "  noise_sd: {final_eval_accuracy: 0.025}\n")
+    study.write_text(
+        "name: s\nbase: {model: {builtin: tiny}}\nvariants: {a: {}, b: {algorithm: {preset: dr_grpo}}}\nseeds: [0, 1, 2]\n"
+        "compare:\n  baseline: a\n  metrics: [final_eval_accuracy, final:mismatch/kl]\n"
+        "  primary: [final_eval_accuracy]\n  sesoi: {final_eval_accuracy: 0.03}\n"
+        "  noise_sd: {final_eval_accuracy: 0.025}\n"
+    )
     env = {**os.environ, "PYTHONPATH": str(ROOT), "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/none.db"}
     run = [sys.executable, "-m", "workbench.cli.main", "plan", str(study)]
     out = subprocess.run([*run, "--format", "json"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
@@ -138,8 +180,10 @@ def test_compare_primary_marks_the_other_metrics_secondary_in_the_plan(tmp_path)
 
 def test_a_primary_metric_not_compared_names_the_field_and_file(tmp_path):
     study = tmp_path / "s.yaml"
-    study.write_text("name: s\nbase: {model: {name: tiny}}\ncompare:\n  metrics: [final_eval_accuracy, eval_auc]\n"
-                     "  primary: [final_eval_acuracy]\n")
+    study.write_text(
+        "name: s\nbase: {model: {name: tiny}}\ncompare:\n  metrics: [final_eval_accuracy, eval_auc]\n"
+        "  primary: [final_eval_acuracy]\n"
+    )
     with pytest.raises(StudyError) as e:
         load_study(study)
     line = next(x for x in str(e.value).splitlines() if "compare.primary" in x)

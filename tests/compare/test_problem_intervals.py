@@ -29,9 +29,7 @@ from workbench.compare.stats import mean_difference, t_interval
 # Hand-computed values
 # --------------------------------------------------------------------------------------------
 
-Y = np.array([[1.0, 0.0, 1.0, 1.0],
-              [0.0, 0.0, 1.0, 1.0],
-              [1.0, 1.0, 1.0, 0.0]])  # 3 seeds x 4 problems
+Y = np.array([[1.0, 0.0, 1.0, 1.0], [0.0, 0.0, 1.0, 1.0], [1.0, 1.0, 1.0, 0.0]])  # 3 seeds x 4 problems
 
 
 def test_variance_terms_by_hand():
@@ -85,8 +83,10 @@ def test_unpaired_degrees_of_freedom_are_welchs_over_the_two_arms_seed_terms_by_
     B = (1/360 + 7/324) x 2.5265 / chi2_2.5265(0.25), with the problem component's P - 1 = 5 df:
     (B + 11/1800)^2 / (B^2/2.5265 + (11/1800)^2/5)."""
     x = np.array([[1, 1, 0, 1, 1, 0], [0, 1, 0, 1, 0, 0], [1, 1, 1, 1, 1, 0]], dtype=float)
-    y = np.array([[1, 0, 0, 1, 0, 0], [0, 0, 0, 1, 0, 0], [1, 0, 0, 1, 0, 0], [0, 1, 0, 1, 0, 0],
-                  [1, 0, 0, 1, 1, 0]], dtype=float)
+    y = np.array(
+        [[1, 0, 0, 1, 0, 0], [0, 0, 0, 1, 0, 0], [1, 0, 0, 1, 0, 0], [0, 1, 0, 1, 0, 0], [1, 0, 0, 1, 1, 0]],
+        dtype=float,
+    )
     t = two_way_difference(x, y, paired=False)
     # rel 1e-12: each term is a few dozen operations on values <= 1 (~1e-14 relative), 100x margin
     assert t.v_seed == pytest.approx(7 / 324 + 1 / 360, rel=1e-12)
@@ -122,11 +122,13 @@ def test_matches_statsmodels_mixed_model_on_a_balanced_design():
     rng = np.random.default_rng(3)
     s, p = 4, 12
     y = 0.5 + rng.normal(0, 0.1, s)[:, None] + rng.normal(0, 0.2, p)[None, :] + rng.normal(0, 0.05, (s, p))
-    frame = pd.DataFrame({"y": y.ravel(), "seed": np.repeat(np.arange(s), p), "problem": np.tile(np.arange(p), s),
-                          "one": 1})
-    fit = smf.mixedlm("y ~ 1", frame, groups="one",
-                      vc_formula={"seed": "0 + C(seed)", "problem": "0 + C(problem)"}).fit(reml=True)
-    assert two_way_mean(y).se**2 == pytest.approx(float(fit.bse["Intercept"]) ** 2, rel=1e-3)
+    frame = pd.DataFrame(
+        {"y": y.ravel(), "seed": np.repeat(np.arange(s), p), "problem": np.tile(np.arange(p), s), "one": 1}
+    )
+    fit = smf.mixedlm(
+        "y ~ 1", frame, groups="one", vc_formula={"seed": "0 + C(seed)", "problem": "0 + C(problem)"}
+    ).fit(reml=True)
+    assert two_way_mean(y).se ** 2 == pytest.approx(float(fit.bse["Intercept"]) ** 2, rel=1e-3)
 
 
 def test_unpaired_difference_adds_both_arms_terms():
@@ -150,8 +152,14 @@ def test_unpaired_difference_adds_both_arms_terms():
 
 def long_table(values: dict[str, np.ndarray], steps: list[int]) -> pd.DataFrame:
     """run_id -> [steps, problems] 0/1 array, as the reader's long frame."""
-    return pd.DataFrame([{"run_id": rid, "step": step, "problem_id": f"p{j}", "correct": int(a[i, j])}
-                         for rid, a in values.items() for i, step in enumerate(steps) for j in range(a.shape[1])])
+    return pd.DataFrame(
+        [
+            {"run_id": rid, "step": step, "problem_id": f"p{j}", "correct": int(a[i, j])}
+            for rid, a in values.items()
+            for i, step in enumerate(steps)
+            for j in range(a.shape[1])
+        ]
+    )
 
 
 def test_per_problem_values_weight_the_evals_as_the_summary_does():
@@ -179,8 +187,17 @@ def study(rng: np.random.Generator, *, seeds: int = 4, problems: int = 30, steps
             a = rng.binomial(1, p, (len(steps), problems))
             table[rid] = a
             runs.append({"run_id": rid, "variant": variant, "seed": seed, "status": "FINISHED"})
-            history += [{"run_id": rid, "variant": variant, "seed": seed, "step": s, "metric": "eval/accuracy",
-                         "value": a[i].mean()} for i, s in enumerate(steps)]
+            history += [
+                {
+                    "run_id": rid,
+                    "variant": variant,
+                    "seed": seed,
+                    "step": s,
+                    "metric": "eval/accuracy",
+                    "value": a[i].mean(),
+                }
+                for i, s in enumerate(steps)
+            ]
     return pd.DataFrame(history), pd.DataFrame(runs), long_table(table, list(steps))
 
 
@@ -224,8 +241,17 @@ def test_a_win_carried_by_three_problems_is_said_to_hold_on_these_problems_only(
             rid = f"{variant}{seed}"
             values[rid] = a
             runs.append({"run_id": rid, "variant": variant, "seed": seed, "status": "FINISHED"})
-            history += [{"run_id": rid, "variant": variant, "seed": seed, "step": s, "metric": "eval/accuracy",
-                         "value": a[i].mean()} for i, s in enumerate(steps)]
+            history += [
+                {
+                    "run_id": rid,
+                    "variant": variant,
+                    "seed": seed,
+                    "step": s,
+                    "metric": "eval/accuracy",
+                    "value": a[i].mean(),
+                }
+                for i, s in enumerate(steps)
+            ]
     summary = summarize_runs(pd.DataFrame(history), pd.DataFrame(runs), ["final_eval_accuracy"])
     table = compare_variants(summary, "a", ["final_eval_accuracy"], problems=long_table(values, steps))
     b = table.for_metric("final_eval_accuracy").set_index("variant").loc["b"]
@@ -270,8 +296,9 @@ def simulate_study(rng, seeds: int, problems: int, *, sd_difficulty=1.5, sd_arm_
     """Both arms' ``seeds x problems`` 0/1 results on one shared draw of eval problems (module docstring)."""
     difficulty = rng.normal(0.0, sd_difficulty, problems)
     arm_problem = rng.normal(0.0, sd_arm_problem, (2, problems))
-    seed = rng.normal(0.0, sd_seed * math.sqrt(0.5), seeds)[None, :] + rng.normal(0.0, sd_seed * math.sqrt(0.5),
-                                                                                    (2, seeds))
+    seed = rng.normal(0.0, sd_seed * math.sqrt(0.5), seeds)[None, :] + rng.normal(
+        0.0, sd_seed * math.sqrt(0.5), (2, seeds)
+    )
     logits = difficulty[None, None, :] + arm_problem[:, None, :] + seed[:, :, None]  # [arm, seed, problem]
     results = rng.binomial(1, 1.0 / (1.0 + np.exp(-logits))).astype(float)
     return results[0], results[1]
@@ -279,8 +306,9 @@ def simulate_study(rng, seeds: int, problems: int, *, sd_difficulty=1.5, sd_arm_
 
 def coverage(seeds: int, replicates: int, **model) -> dict[str, float]:
     rng = np.random.default_rng(1000 + seeds)
-    sd_total = math.sqrt(sum(model.get(k, d) ** 2 for k, d in
-                             (("sd_difficulty", 1.5), ("sd_arm_problem", 1.0), ("sd_seed", 0.1))))
+    sd_total = math.sqrt(
+        sum(model.get(k, d) ** 2 for k, d in (("sd_difficulty", 1.5), ("sd_arm_problem", 1.0), ("sd_seed", 0.1)))
+    )
     target_mean = logit_normal_mean(0.0, sd_total)
     xs, ys, two_way_delta, two_way_arm = [], [], 0, 0
     for _ in range(replicates):
@@ -294,9 +322,12 @@ def coverage(seeds: int, replicates: int, **model) -> dict[str, float]:
     # the seed-only intervals compare prints: the paired t interval of Δ, the t interval of the mean
     _, lo, hi = t_interval(np.array(xs) - np.array(ys), axis=-1)
     _, mlo, mhi = t_interval(np.array(xs), axis=-1)
-    return {"seed_only_delta": float(np.mean((lo <= 0) & (0 <= hi))), "two_way_delta": two_way_delta / replicates,
-            "seed_only_mean": float(np.mean((mlo <= target_mean) & (target_mean <= mhi))),
-            "two_way_mean": two_way_arm / replicates}
+    return {
+        "seed_only_delta": float(np.mean((lo <= 0) & (0 <= hi))),
+        "two_way_delta": two_way_delta / replicates,
+        "seed_only_mean": float(np.mean((mlo <= target_mean) & (target_mean <= mhi))),
+        "two_way_mean": two_way_arm / replicates,
+    }
 
 
 @pytest.mark.parametrize("seeds", [3, 5, 10])
@@ -340,19 +371,34 @@ def passk_study(rng: np.random.Generator, *, seeds: int = 4, problems: int = 30,
             runs.append({"run_id": rid, "variant": variant, "seed": seed, "status": "FINISHED"})
             for step in steps:
                 counts = rng.binomial(n, p, problems)
-                rows += [{"run_id": rid, "step": step, "problem_id": f"p{j}", "correct": int(c > 0), "samples": n,
-                          "n_correct": int(c)} for j, c in enumerate(counts)]
-                history += [{"run_id": rid, "variant": variant, "seed": seed, "step": step, "metric": name,
-                             "value": value} for name, value in pass_at_k_metrics(n, counts.tolist()).items()]
+                rows += [
+                    {
+                        "run_id": rid,
+                        "step": step,
+                        "problem_id": f"p{j}",
+                        "correct": int(c > 0),
+                        "samples": n,
+                        "n_correct": int(c),
+                    }
+                    for j, c in enumerate(counts)
+                ]
+                history += [
+                    {"run_id": rid, "variant": variant, "seed": seed, "step": step, "metric": name, "value": value}
+                    for name, value in pass_at_k_metrics(n, counts.tolist()).items()
+                ]
     return pd.DataFrame(history), pd.DataFrame(runs), pd.DataFrame(rows)
 
 
 def test_per_problem_pass_at_k_is_each_problems_unbiased_estimate():
     # one run, steps 0 and 10, n = 4: counts (1, 0, 4) then (2, 1, 3); pass@2 = 1 − C(4−c, 2)/C(4, 2):
     # c = 0 → 0, 1 → 1 − 3/6 = 1/2, 2 → 1 − 1/6 = 5/6, 3 → 1, 4 → 1; final (the one eval after step 0): step 10
-    table = pd.DataFrame([{"run_id": "r", "step": s, "problem_id": f"p{j}", "correct": int(c > 0), "samples": 4,
-                           "n_correct": c} for s, counts in ((0, (1, 0, 4)), (10, (2, 1, 3)))
-                          for j, c in enumerate(counts)])
+    table = pd.DataFrame(
+        [
+            {"run_id": "r", "step": s, "problem_id": f"p{j}", "correct": int(c > 0), "samples": 4, "n_correct": c}
+            for s, counts in ((0, (1, 0, 4)), (10, (2, 1, 3)))
+            for j, c in enumerate(counts)
+        ]
+    )
     values, ids = per_problem_values(table, ["r"], "final:eval/pass_at_2")
     assert ids == ["p0", "p1", "p2"] and values[0] == pytest.approx([5 / 6, 1 / 2, 1.0], abs=8 * EPS64)
     ones, _ = per_problem_values(table, ["r"], "final:eval/pass_at_1")  # pass@1 = c/n
@@ -381,8 +427,9 @@ def test_compare_fills_the_two_way_columns_for_pass_at_k_as_for_accuracy():
 def test_pass_at_k_without_counts_says_so_and_keeps_the_seed_interval():
     history, runs, problems = passk_study(np.random.default_rng(3))
     summary = summarize_runs(history, runs, ["final:eval/pass_at_4"])
-    table = compare_variants(summary, "a", ["final:eval/pass_at_4"],
-                             problems=problems.drop(columns=["samples", "n_correct"]))  # e.g. an export's table
+    table = compare_variants(
+        summary, "a", ["final:eval/pass_at_4"], problems=problems.drop(columns=["samples", "n_correct"])
+    )  # e.g. an export's table
     b = table.for_metric("final:eval/pass_at_4").set_index("variant").loc["b"]
     assert b["two_way_method"] == "" and math.isnan(b["delta_2way_lo"]) and math.isfinite(b["delta_lo"])
     assert "no per-problem answer counts" in b["note"]
@@ -415,8 +462,11 @@ def realistic_coverage(problems: int, sd_seed: float, studies: int = REALISTIC_S
         arm += m.lo <= target_mean <= m.hi
         seed_part += d.v_seed - d.v_overlap
         problem_part += d.v_problem - d.v_overlap
-    return {"two_way_delta": delta / studies, "two_way_mean": arm / studies,
-            "seed_share": seed_part / (seed_part + problem_part)}
+    return {
+        "two_way_delta": delta / studies,
+        "two_way_mean": arm / studies,
+        "seed_share": seed_part / (seed_part + problem_part),
+    }
 
 
 @pytest.mark.slow

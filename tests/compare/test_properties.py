@@ -83,8 +83,11 @@ def test_adjusted_pvalues_are_valid(p, method):
 
 
 @seeded
-@given(st.lists(st.floats(0.0, 1.0), min_size=1, max_size=10), st.sampled_from(["holm", "bonferroni", "none"]),
-       st.sampled_from([0.01, 0.05, 0.1]))
+@given(
+    st.lists(st.floats(0.0, 1.0), min_size=1, max_size=10),
+    st.sampled_from(["holm", "bonferroni", "none"]),
+    st.sampled_from([0.01, 0.05, 0.1]),
+)
 def test_corrected_level_rejects_exactly_what_the_correction_rejects(p, method, alpha):
     """A CI at 1 - alpha/divisor excludes 0 iff p < alpha/divisor (t duality); that must be the
     correction's own decision, adjusted p < alpha (issue 12, finding 3: Holm's stop)."""
@@ -94,6 +97,7 @@ def test_corrected_level_rejects_exactly_what_the_correction_rejects(p, method, 
 
 
 # ---- #52: no row's printed interval contradicts its verdict ---------------------------------------------
+
 
 @st.composite
 def comparison_inputs(draw):
@@ -111,14 +115,21 @@ def comparison_inputs(draw):
     for a in range(-1, n_arms):
         seeds = range(n_seeds - (1 if short and a == 0 and n_seeds > 2 else 0))
         for s in seeds:
-            rows.append({"variant": "base" if a < 0 else f"v{a}", "seed": s,
-                         **{m: 0.5 + (0 if a < 0 else effects[a, m]) + rng.normal(0, sd[m]) for m in metrics}})
+            rows.append(
+                {
+                    "variant": "base" if a < 0 else f"v{a}",
+                    "seed": s,
+                    **{m: 0.5 + (0 if a < 0 else effects[a, m]) + rng.normal(0, sd[m]) for m in metrics},
+                }
+            )
     sesoi = {m: draw(st.sampled_from([0.01, 0.05, 0.2])) for m in metrics if draw(st.booleans())}
     higher = {m: draw(st.sampled_from([True, False, None])) for m in metrics}
-    settings_ = dict(correction=draw(st.sampled_from(["holm", "bonferroni", "none"])),
-                     family=draw(st.sampled_from(["primary", "metric", "all"])),
-                     secondary=metrics[1:] if draw(st.booleans()) else [],
-                     confidence=draw(st.sampled_from([0.95, 0.99, 0.9843])))
+    settings_ = dict(
+        correction=draw(st.sampled_from(["holm", "bonferroni", "none"])),
+        family=draw(st.sampled_from(["primary", "metric", "all"])),
+        secondary=metrics[1:] if draw(st.booleans()) else [],
+        confidence=draw(st.sampled_from([0.95, 0.99, 0.9843])),
+    )
     return pd.DataFrame(rows), metrics, sesoi, higher, settings_
 
 
@@ -132,8 +143,9 @@ def test_no_printed_interval_contradicts_its_verdict(inputs):
     from workbench.compare import CompareSettings, compare_variants
 
     df, metrics, sesoi, higher, extra = inputs
-    table = compare_variants(df, "base", metrics, CompareSettings(higher_is_better=higher, sesoi=sesoi,
-                                                                  n_resamples=0, **extra))
+    table = compare_variants(
+        df, "base", metrics, CompareSettings(higher_is_better=higher, sesoi=sesoi, n_resamples=0, **extra)
+    )
     md = table.to_markdown()
     assert page_contradictions(md) == []
     compared = table.df[(table.df["verdict"] != "baseline") & table.df["delta_lo"].notna()]

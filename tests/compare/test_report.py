@@ -42,15 +42,16 @@ def row(table: ComparisonTable, variant: str, metric: str = "acc") -> pd.Series:
 
 
 def test_clear_winner_is_better():
-    t = compare_variants(study({"grpo": 0.5, "dapo": 0.8}), "grpo", ["acc"],
-                         CompareSettings(higher_is_better={"acc": True}))
+    t = compare_variants(
+        study({"grpo": 0.5, "dapo": 0.8}), "grpo", ["acc"], CompareSettings(higher_is_better={"acc": True})
+    )
     r = row(t, "dapo")
     assert r["verdict"] == "better"
     assert r["delta"] == pytest.approx(0.3, abs=0.03)
     # paired sd ~ 0.02 * sqrt(2), se ~ 0.0126, t(0.975, 4) = 2.78: half-width ~ 0.035
     assert 0.2 < r["delta_lo"] < 0.3 < r["delta_hi"] < 0.4
     # paired: 5 of 5 seeds improve; the exact binomial interval is [0.025^(1/5), 1] = [0.478, 1], not [1, 1]
-    assert r["p_improve"] == 1.0 and r["p_improve_lo"] == pytest.approx(0.025 ** 0.2, abs=1e-9)
+    assert r["p_improve"] == 1.0 and r["p_improve_lo"] == pytest.approx(0.025**0.2, abs=1e-9)
     assert r["paired"] and r["test"] == "paired t"
     assert r["p_adjusted"] < 1e-4
     assert t.ranking("acc") == ["dapo", "grpo"]
@@ -62,8 +63,12 @@ def test_clear_winner_is_better():
 
 
 def test_identical_variants_are_not_distinguishable():
-    t = compare_variants(study({"grpo": 0.5, "dr_grpo": 0.5}, sd=0.05, seed=3), "grpo", ["acc"],
-                         CompareSettings(higher_is_better={"acc": True}))
+    t = compare_variants(
+        study({"grpo": 0.5, "dr_grpo": 0.5}, sd=0.05, seed=3),
+        "grpo",
+        ["acc"],
+        CompareSettings(higher_is_better={"acc": True}),
+    )
     r = row(t, "dr_grpo")
     assert r["verdict"] == f"inconclusive with 5 seeds (MDE {r['mde']:.3g})" and r["status"] == "inconclusive"
     assert r["delta_lo"] < 0 < r["delta_hi"]
@@ -119,8 +124,12 @@ def test_nans_are_counted_and_withhold_a_verdict_they_could_change():
     assert r["verdict"] == "withheld: no value in 2/5 runs"
     allnan = df.copy()
     allnan.loc[allnan.variant == "dapo", "acc"] = math.nan
-    assert row(compare_variants(allnan, "grpo", ["acc"],
-                                CompareSettings(higher_is_better={"acc": True})), "dapo")["verdict"] == "no data"
+    assert (
+        row(compare_variants(allnan, "grpo", ["acc"], CompareSettings(higher_is_better={"acc": True})), "dapo")[
+            "verdict"
+        ]
+        == "no data"
+    )
 
 
 def test_identical_constant_values():
@@ -151,8 +160,9 @@ def test_holm_correction_across_variants():
     assert (none.df["p_adjusted"].dropna() == none.df["p_value"].dropna()).all()
     # family "all" corrects across metrics too
     df["acc2"] = df["acc"]
-    fam = compare_variants(df, "base", ["acc", "acc2"],
-                           CompareSettings(higher_is_better={"acc": True, "acc2": True}, family="all"))
+    fam = compare_variants(
+        df, "base", ["acc", "acc2"], CompareSettings(higher_is_better={"acc": True, "acc2": True}, family="all")
+    )
     assert fam.df["delta_level"].max() == pytest.approx(1 - 0.05 / 6)  # the first of 6 steps
 
 
@@ -165,20 +175,30 @@ def test_primary_metrics_form_one_study_wide_holm_family():
     from scipy import stats as sps
 
     base_acc, base_len = np.array([0.5, 0.6, 0.4]), np.array([20.0, 22.0, 21.0])
-    diffs = {("v1", "acc"): [0.10, 0.11, 0.12], ("v1", "len"): [1.0, 1.3, 1.6],
-             ("v2", "acc"): [0.0, 0.05, 0.10], ("v2", "len"): [-1.0, 0.0, 1.2]}
+    diffs = {
+        ("v1", "acc"): [0.10, 0.11, 0.12],
+        ("v1", "len"): [1.0, 1.3, 1.6],
+        ("v2", "acc"): [0.0, 0.05, 0.10],
+        ("v2", "len"): [-1.0, 0.0, 1.2],
+    }
     rows = [{"variant": "base", "seed": s, "acc": base_acc[s], "len": base_len[s]} for s in range(3)]
-    rows += [{"variant": v, "seed": s, "acc": base_acc[s] + diffs[v, "acc"][s], "len": base_len[s] + diffs[v, "len"][s]}
-             for v in ("v1", "v2") for s in range(3)]
+    rows += [
+        {"variant": v, "seed": s, "acc": base_acc[s] + diffs[v, "acc"][s], "len": base_len[s] + diffs[v, "len"][s]}
+        for v in ("v1", "v2")
+        for s in range(3)
+    ]
     settings = CompareSettings(higher_is_better={"acc": True, "len": False}, n_resamples=0)
     t = compare_variants(pd.DataFrame(rows), "base", ["acc", "len"], settings)
     got = t.df.set_index(["metric", "variant"])
     p = {k: float(sps.ttest_1samp(d, 0.0).pvalue) for k, d in diffs.items()}
     # rel 3e-3: the hand values above are rounded to 3 significant digits
     assert [p["v1", "acc"], p["v1", "len"], p["v2", "acc"]] == pytest.approx([0.00274, 0.0173, 0.225], rel=3e-3)
-    expected = {("acc", "v1"): 4 * p["v1", "acc"], ("len", "v1"): 3 * p["v1", "len"],
-                ("acc", "v2"): max(3 * p["v1", "len"], 2 * p["v2", "acc"]),
-                ("len", "v2"): min(1.0, max(2 * p["v2", "acc"], p["v2", "len"]))}
+    expected = {
+        ("acc", "v1"): 4 * p["v1", "acc"],
+        ("len", "v1"): 3 * p["v1", "len"],
+        ("acc", "v2"): max(3 * p["v1", "len"], 2 * p["v2", "acc"]),
+        ("len", "v2"): min(1.0, max(2 * p["v2", "acc"], p["v2", "len"])),
+    }
     for (metric, variant), adj in expected.items():
         # rel 1e-12: the same p-value times a small integer (a few ulps)
         assert got.loc[(metric, variant), "p_adjusted"] == pytest.approx(adj, rel=1e-12)
@@ -187,8 +207,9 @@ def test_primary_metrics_form_one_study_wide_holm_family():
     assert got.loc[("acc", "v1"), "delta_level"] == pytest.approx(1 - 0.05 / 4)
     assert got.loc[("len", "v1"), "delta_level"] == pytest.approx(1 - 0.05 / 3)  # Holm stops at step 2 of 4
     assert t.settings["family"] == "primary" and "study-wide" in t.to_markdown()
-    per_metric = compare_variants(pd.DataFrame(rows), "base", ["acc", "len"],
-                                  dataclasses.replace(settings, family="metric")).df.set_index(["metric", "variant"])
+    per_metric = compare_variants(
+        pd.DataFrame(rows), "base", ["acc", "len"], dataclasses.replace(settings, family="metric")
+    ).df.set_index(["metric", "variant"])
     assert per_metric.loc[("len", "v1"), "status"] == "worse"  # 2 x 0.0173 = 0.0346 < 0.05
     # declared secondary, len is its own family (2 comparisons) and labelled exploratory
     sec = compare_variants(pd.DataFrame(rows), "base", ["acc", "len"], dataclasses.replace(settings, secondary=["len"]))
@@ -210,8 +231,9 @@ def test_reproducible_with_fixed_seed_and_order_independent():
     pd.testing.assert_series_equal(a.df["mean_lo"], c.df["mean_lo"])
     pd.testing.assert_series_equal(a.df["iqm_lo"], c.df["iqm_lo"])
     # a cell's bootstrap does not depend on which other variants are in the table
-    sub = compare_variants(df[df.variant != "gspo"], "grpo", ["acc"],
-                           CompareSettings(higher_is_better={"acc": True}, rng=11))
+    sub = compare_variants(
+        df[df.variant != "gspo"], "grpo", ["acc"], CompareSettings(higher_is_better={"acc": True}, rng=11)
+    )
     for col in ["mean_lo", "mean_hi", "iqm_lo", "p_improve_lo", "p_improve_hi"]:
         assert row(sub, "dapo")[col] == row(a, "dapo")[col]
 
@@ -251,8 +273,9 @@ def test_input_errors():
 def _sim(means, n_studies, *, sd, n, matched, seed_sd=0.0, start=0):
     for i in range(n_studies):
         df = study(means, sd=sd, n=n, seed=start + i, matched=matched, seed_sd=seed_sd)
-        yield compare_variants(df, "base", ["acc"],
-                               CompareSettings(higher_is_better={"acc": True}, n_resamples=10, rng=i))
+        yield compare_variants(
+            df, "base", ["acc"], CompareSettings(higher_is_better={"acc": True}, n_resamples=10, rng=i)
+        )
 
 
 @pytest.mark.slow
@@ -291,8 +314,9 @@ def test_stratified_compare_resamples_within_strata():
             for s in range(4):
                 rows.append({"variant": v, "seed": s, "task": task, "acc": level + rng.normal(0, 0.01)})
     df = pd.DataFrame(rows)
-    strat = row(compare_variants(df, "base", ["acc"],
-                                 CompareSettings(higher_is_better={"acc": True}, strata="task")), "v")
+    strat = row(
+        compare_variants(df, "base", ["acc"], CompareSettings(higher_is_better={"acc": True}, strata="task")), "v"
+    )
     plain = row(compare_variants(df, "base", ["acc"], CompareSettings(higher_is_better={"acc": True})), "v")
     assert strat["iqm"] == plain["iqm"]
     # the IQM's BCa bootstrap resamples within strata (the mean's t interval has no strata)
@@ -305,11 +329,21 @@ def test_per_arm_intervals_are_cut_to_the_summarys_range_and_nothing_else_moves(
     t interval starts near -1.1e-4. The table cuts it at 0; the verdict and the difference's
     interval do not change (a difference of KLs has any sign)."""
     kl = [1e-6, 1e-6, 1e-4]
-    df = pd.DataFrame({"variant": ["a"] * 3 + ["b"] * 3, "seed": [0, 1, 2, 0, 1, 2],
-                       "final:mismatch/kl": kl + [5e-5, 6e-5, 7e-5], "final:loss/policy": kl + [5e-5, 6e-5, 7e-5]})
+    df = pd.DataFrame(
+        {
+            "variant": ["a"] * 3 + ["b"] * 3,
+            "seed": [0, 1, 2, 0, 1, 2],
+            "final:mismatch/kl": kl + [5e-5, 6e-5, 7e-5],
+            "final:loss/policy": kl + [5e-5, 6e-5, 7e-5],
+        }
+    )
     # the loss directed as the KL is: only the range differs
-    table = compare_variants(df, "b", ["final:mismatch/kl", "final:loss/policy"],
-                             CompareSettings(n_resamples=0, higher_is_better={"final:loss/policy": False}))
+    table = compare_variants(
+        df,
+        "b",
+        ["final:mismatch/kl", "final:loss/policy"],
+        CompareSettings(n_resamples=0, higher_is_better={"final:loss/policy": False}),
+    )
     cut = table.df[(table.df.metric == "final:mismatch/kl") & (table.df.variant == "a")].iloc[0]
     free = table.df[(table.df.metric == "final:loss/policy") & (table.df.variant == "a")].iloc[0]
     t_lo = np.mean(kl) - 4.302652729749464 * np.std(kl, ddof=1) / math.sqrt(3)  # t_{0.975, 2}

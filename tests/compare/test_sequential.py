@@ -42,8 +42,10 @@ def test_adding_seeds_after_looking_inflates_false_positives():
     every = np.zeros(len(d), bool)
     for n in LOOKS:
         every |= paired_p(d, n) < 0.05
-    print(f"\nA/A false positives: one look at 5 seeds {once.mean():.3f}; 5 then 7 seeds {then7.mean():.3f}; "
-          f"looks at 3/5/7/10 {every.mean():.3f} (all at α 0.05)")
+    print(
+        f"\nA/A false positives: one look at 5 seeds {once.mean():.3f}; 5 then 7 seeds {then7.mean():.3f}; "
+        f"looks at 3/5/7/10 {every.mean():.3f} (all at α 0.05)"
+    )
     # 40,000 studies: binomial SE of a rate near 0.05-0.13 is <= 0.0017
     assert abs(once.mean() - 0.05) < 0.006
     assert then7.mean() > 0.07 and every.mean() > 0.10
@@ -66,10 +68,14 @@ def test_design_settings_are_validated_and_capped():
     assert design_from_settings(None, max_seeds=6).looks == (3, 5, 6)
     assert design_from_settings({"looks": [4, 8]}, max_seeds=8).looks == (4, 8)
     assert design_from_settings({}, max_seeds=3).looks == (3,)
-    for bad, words in [({"looks": [5, 3]}, "compare.sequential.looks"), ({"looks": "3,5"}, "compare.sequential.looks"),
-                       ({"spending": "obf"}, "compare.sequential.spending"), ({"every": 2}, "unknown key 'every'"),
-                       ({"futility": "worse"}, "compare.sequential.futility"),
-                       ([3, 5], "expected a mapping")]:
+    for bad, words in [
+        ({"looks": [5, 3]}, "compare.sequential.looks"),
+        ({"looks": "3,5"}, "compare.sequential.looks"),
+        ({"spending": "obf"}, "compare.sequential.spending"),
+        ({"every": 2}, "unknown key 'every'"),
+        ({"futility": "worse"}, "compare.sequential.futility"),
+        ([3, 5], "expected a mapping"),
+    ]:
         with pytest.raises(ValueError, match=words):
             design_from_settings(bad)
 
@@ -88,8 +94,11 @@ def simulate(design: Design, effects: np.ndarray, *, n_studies: int, seed: int, 
         x = d[..., :n]
         p = paired_p(d, n)  # [studies, arms]
         delta, se = x.mean(-1), x.std(-1, ddof=1) / math.sqrt(n)
-        fut = futile(delta, se, n - 1, sesoi=sesoi, improvement_sign=1.0, confidence=conf) if sesoi else \
-            np.zeros_like(p, bool)
+        fut = (
+            futile(delta, se, n - 1, sesoi=sesoi, improvement_sign=1.0, confidence=conf)
+            if sesoi
+            else np.zeros_like(p, bool)
+        )
         seeds_run[status == ""] = n
         rejection = np.where(delta > 0, "better", "worse").astype(object)
         status = decide_family(design, k, status, p, rejection, np.full((n_studies, m), "", dtype=object), fut)
@@ -115,8 +124,10 @@ def test_until_decided_keeps_family_wise_false_positives_at_alpha(spending):
     design = Design(LOOKS, 0.05, spending)
     status, seeds = simulate(design, np.zeros(4), n_studies=6000, seed=1)
     fwer = np.isin(status, REJECTED).any(axis=1).mean()
-    print(f"\n{spending}: A/A family-wise false better/worse {fwer:.4f} (6000 studies, 4 arms, looks 3/5/7/10); "
-          f"mean seeds {seeds.mean():.1f}")
+    print(
+        f"\n{spending}: A/A family-wise false better/worse {fwer:.4f} (6000 studies, 4 arms, looks 3/5/7/10); "
+        f"mean seeds {seeds.mean():.1f}"
+    )
     # union bound: the true rate is <= 0.05; 6000 studies: SE <= 0.0028, so 0.055 is ~2 SE above
     assert fwer <= 0.055
 
@@ -131,9 +142,11 @@ def test_until_decided_power_and_seeds_for_a_real_effect():
     # reference: the fixed design, 10 seeds, Holm over the 4 arms at 0.05 (same data)
     d = np.random.default_rng(2).standard_normal((4000, 4, 10)) + effects[None, :, None]
     fixed = (holm_adjusted(paired_p(d, 10))[:, 0] < 0.05).mean()
-    print(f"\npower (effect 1.5 SD, 4 arms, OBF looks 3/5/7/10): {power:.3f} sequential vs {fixed:.3f} fixed "
-          f"10 seeds (Holm); mean seeds to decide the real effect {seeds[:, 0].mean():.2f}; "
-          f"false better/worse among the 3 null arms {false:.3f}")
+    print(
+        f"\npower (effect 1.5 SD, 4 arms, OBF looks 3/5/7/10): {power:.3f} sequential vs {fixed:.3f} fixed "
+        f"10 seeds (Holm); mean seeds to decide the real effect {seeds[:, 0].mean():.2f}; "
+        f"false better/worse among the 3 null arms {false:.3f}"
+    )
     assert power > 0.8 and false <= 0.055
 
 
@@ -142,8 +155,10 @@ def test_futility_stops_null_arms_early_and_keeps_real_effects():
     status, seeds = simulate(design, np.array([-0.5, 1.5]), n_studies=4000, seed=3, sesoi=1.0)
     futile_bad = (status[:, 0] == "futile").mean()
     futile_good = (status[:, 1] == "futile").mean()
-    print(f"\nfutility (SESOI 1 SD): arm 0.5 SD worse stopped futile {futile_bad:.3f} (mean seeds "
-          f"{seeds[:, 0].mean():.2f}); arm 1.5 SD better stopped futile {futile_good:.3f}")
+    print(
+        f"\nfutility (SESOI 1 SD): arm 0.5 SD worse stopped futile {futile_bad:.3f} (mean seeds "
+        f"{seeds[:, 0].mean():.2f}); arm 1.5 SD better stopped futile {futile_good:.3f}"
+    )
     assert futile_bad > 0.5
     # a true improvement of 1.5 SD > SESOI: stopping it is rarer than stopping one at the SESOI (<= 5%)
     assert futile_good <= 0.05
@@ -158,8 +173,14 @@ def test_futility_error_at_the_sesoi_is_at_most_5_percent():
     hit = np.zeros(len(d), bool)
     for n in design.looks:
         x = d[:, :n]
-        hit |= futile(x.mean(1), x.std(1, ddof=1) / math.sqrt(n), n - 1, sesoi=1.0, improvement_sign=1.0,
-                      confidence=futility_confidence(design))
+        hit |= futile(
+            x.mean(1),
+            x.std(1, ddof=1) / math.sqrt(n),
+            n - 1,
+            sesoi=1.0,
+            improvement_sign=1.0,
+            confidence=futility_confidence(design),
+        )
     print(f"\nfalse futility at the SESOI over 4 looks: {hit.mean():.4f}")
     assert hit.mean() <= 0.05  # bound 0.05; 20,000 studies: SE 0.0015
 
@@ -169,12 +190,14 @@ def test_decide_family_holm_keeps_stopped_comparisons_in_the_family():
     level = design.look_alpha[1]
     # two open comparisons, one futile earlier (p = 1), one rejected earlier (out of the family)
     p = [level / 3.5, level / 2.5, 0.9, 0.9]
-    out = decide_family(design, 1, ["", "", "futile", "better"], p, ["better", "worse", "x", "x"],
-                        ["", "", "", ""], [False] * 4)
+    out = decide_family(
+        design, 1, ["", "", "futile", "better"], p, ["better", "worse", "x", "x"], ["", "", "", ""], [False] * 4
+    )
     # Holm over m = 3 (the rejected one left out): level/3.5 < level/3 rejects; then level/2.5 > level/2? no: rejects
     assert out.tolist() == ["better", "worse", "futile", "better"]
-    out = decide_family(design, 1, ["", "", "futile", "futile"], p, ["better", "worse", "x", "x"],
-                        ["", "", "", ""], [False] * 4)
+    out = decide_family(
+        design, 1, ["", "", "futile", "futile"], p, ["better", "worse", "x", "x"], ["", "", "", ""], [False] * 4
+    )
     # m = 4 now: level/3.5 >= level/4, nothing rejected; at the last look the open ones are inconclusive
     assert out.tolist() == ["inconclusive", "inconclusive", "futile", "futile"]
     withheld = decide_family(design, 1, [""], [1e-9], ["better"], ["withheld"], [False])
@@ -184,12 +207,30 @@ def test_decide_family_holm_keeps_stopped_comparisons_in_the_family():
 def summary_frame(effects: dict[str, float], n: int, seed: int) -> pd.DataFrame:
     rng = np.random.default_rng(seed)
     base = rng.standard_normal(n)
-    rows = [{"run_id": f"grpo{s}", "variant": "grpo", "arm": "grpo", "seed": s, "status": "FINISHED",
-             "final_eval_accuracy": base[s]} for s in range(n)]
+    rows = [
+        {
+            "run_id": f"grpo{s}",
+            "variant": "grpo",
+            "arm": "grpo",
+            "seed": s,
+            "status": "FINISHED",
+            "final_eval_accuracy": base[s],
+        }
+        for s in range(n)
+    ]
     for v, e in effects.items():
         vals = base + e + 0.1 * rng.standard_normal(n)
-        rows += [{"run_id": f"{v}{s}", "variant": v, "arm": v, "seed": s, "status": "FINISHED",
-                  "final_eval_accuracy": vals[s]} for s in range(n)]
+        rows += [
+            {
+                "run_id": f"{v}{s}",
+                "variant": v,
+                "arm": v,
+                "seed": s,
+                "status": "FINISHED",
+                "final_eval_accuracy": vals[s],
+            }
+            for s in range(n)
+        ]
     return pd.DataFrame(rows)
 
 
@@ -199,13 +240,18 @@ def test_cli_look_uses_compare_p_values_and_the_same_decisions():
     arm stays open, and compare is given alpha = look level x open / family."""
     design = Design((3, 5))
     summary = summary_frame({"big": 2.0, "null": 0.0}, 5, seed=0)
-    plan = Plan(["final_eval_accuracy"], "grpo", {"grpo": "grpo", "big": "big", "null": "null"},
-                {"grpo": "grpo", "big": "grpo", "null": "grpo"})
+    plan = Plan(
+        ["final_eval_accuracy"],
+        "grpo",
+        {"grpo": "grpo", "big": "big", "null": "null"},
+        {"grpo": "grpo", "big": "grpo", "null": "grpo"},
+    )
     plan.status = {("final_eval_accuracy", a): "" for a in ("big", "null")}
     level, rows = decide_metric(summary, plan, design, 1, "final_eval_accuracy")
     assert level == pytest.approx(design.look_alpha[1])  # 2 open of a family of 2
-    table = compare_variants(summary, "grpo", ["final_eval_accuracy"],
-                             CompareSettings(confidence=1 - level, n_resamples=0))
+    table = compare_variants(
+        summary, "grpo", ["final_eval_accuracy"], CompareSettings(confidence=1 - level, n_resamples=0)
+    )
     p = dict(zip(table.df["variant"], table.df["p_value"], strict=True))
     x = summary.pivot(index="seed", columns="arm", values="final_eval_accuracy")
     assert p["big"] == pytest.approx(sps.ttest_rel(x["big"], x["grpo"]).pvalue, rel=1e-12)
@@ -223,10 +269,14 @@ def test_an_ablation_asks_futility_about_worsening():
     summary = summary_frame({"removal_hurts": -1.5, "removal_neutral": 0.0}, 3, seed=4)  # in SDs of a run
     decided = {}
     for side in ("improvement", "worsening", "none"):
-        plan = Plan(["final_eval_accuracy"], "grpo", {"grpo": "grpo", "removal_hurts": "removal_hurts",
-                                                     "removal_neutral": "removal_neutral"},
-                    {"grpo": "grpo", "removal_hurts": "grpo", "removal_neutral": "grpo"},
-                    sesoi={"final_eval_accuracy": 1.0}, futility=side)
+        plan = Plan(
+            ["final_eval_accuracy"],
+            "grpo",
+            {"grpo": "grpo", "removal_hurts": "removal_hurts", "removal_neutral": "removal_neutral"},
+            {"grpo": "grpo", "removal_hurts": "grpo", "removal_neutral": "grpo"},
+            sesoi={"final_eval_accuracy": 1.0},
+            futility=side,
+        )
         plan.status = {("final_eval_accuracy", a): "" for a in ("removal_hurts", "removal_neutral")}
         decide_metric(summary, plan, design, 0, "final_eval_accuracy")
         decided[side] = plan.status["final_eval_accuracy", "removal_hurts"]
@@ -237,8 +287,13 @@ def test_an_ablation_asks_futility_about_worsening():
 def test_a_study_waits_only_on_its_primary_metrics():
     """Secondary comparisons (not in compare.primary) are decided when the data allow but neither keep
     the study running nor earn an arm more seeds."""
-    plan = Plan(["acc", "kl"], "base", {"base": "base", "x": "x", "y": "y"},
-                {"base": "base", "x": "base", "y": "base"}, secondary=["kl"])
+    plan = Plan(
+        ["acc", "kl"],
+        "base",
+        {"base": "base", "x": "x", "y": "y"},
+        {"base": "base", "x": "base", "y": "base"},
+        secondary=["kl"],
+    )
     plan.status = {("acc", "x"): "better", ("acc", "y"): "", ("kl", "x"): "", ("kl", "y"): ""}
     assert plan.primary == ["acc"]
     assert plan.needed_arms() == {"y", "base"}  # x's only open comparison is secondary

@@ -58,8 +58,10 @@ def test_plan_accepts_a_sesoi_below_the_phenomenon_and_prints_its_pedigree(tmp_p
     _, out = plan(tmp_path, "0.023")
     assert out.exit_code == 0, out.output
     # 0.023 / 0.070 = 32.9%; the header says when the SESOI was set
-    assert "SESOI pedigree: 0.023 is 33% of the phenomenon it would deny (0.07, measured); set after data on this " \
-           "question were seen" in " ".join(out.output.split())
+    assert (
+        "SESOI pedigree: 0.023 is 33% of the phenomenon it would deny (0.07, measured); set after data on this "
+        "question were seen" in " ".join(out.output.split())
+    )
 
 
 def test_compare_refuses_it_too_and_a_command_line_override_is_checked_the_same_way(tmp_path):
@@ -72,18 +74,21 @@ def test_compare_refuses_it_too_and_a_command_line_override_is_checked_the_same_
         smallest_effects(compare, ["final_length_ratio=0.08"], str(study))
 
 
-@pytest.mark.parametrize(("entry", "field", "says"), [
-    ("{phenomenon: -1, published: x, set_before_data: true}", "phenomenon", "positive number"),
-    ("{phenomenon: 0.07, published: '', set_before_data: true}", "published", "in words"),
-    ("{phenomenon: 0.07, published: x, set_before_data: maybe}", "set_before_data", "true or false"),
-    ("{phenomenon: 0.07, published: x}", "final_length_ratio", "missing 'set_before_data'"),
-    ("{phenomenon: 0.07, published: x, set_before_data: true, size: 2}", "size", "unknown"),
-    ("0.07", "final_length_ratio", "expected {phenomenon"),
-])
+@pytest.mark.parametrize(
+    ("entry", "field", "says"),
+    [
+        ("{phenomenon: -1, published: x, set_before_data: true}", "phenomenon", "positive number"),
+        ("{phenomenon: 0.07, published: '', set_before_data: true}", "published", "in words"),
+        ("{phenomenon: 0.07, published: x, set_before_data: maybe}", "set_before_data", "true or false"),
+        ("{phenomenon: 0.07, published: x}", "final_length_ratio", "missing 'set_before_data'"),
+        ("{phenomenon: 0.07, published: x, set_before_data: true, size: 2}", "size", "unknown"),
+        ("0.07", "final_length_ratio", "expected {phenomenon"),
+    ],
+)
 def test_a_bad_pedigree_is_one_line_naming_the_field_and_file(tmp_path, entry, field, says):
     study = tmp_path / "s.yaml"
     text = STUDY.replace("SESOI", "0.023")
-    text = text[:text.index("    final_length_ratio: {phenomenon")] + f"    final_length_ratio: {entry}\n"
+    text = text[: text.index("    final_length_ratio: {phenomenon")] + f"    final_length_ratio: {entry}\n"
     study.write_text(text)
     with pytest.raises(StudyError) as e:
         load_study(study)
@@ -94,17 +99,22 @@ def test_a_bad_pedigree_is_one_line_naming_the_field_and_file(tmp_path, entry, f
 
 def test_a_pedigree_needs_a_sesoi_beside_it(tmp_path):
     study = tmp_path / "s.yaml"
-    study.write_text(STUDY.replace("SESOI", "0.023").replace("metrics: [final_length_ratio]",
-                                                             "metrics: [final_length_ratio, final_eval_accuracy]")
-                     .replace("    final_length_ratio: {phenomenon", "    final_eval_accuracy: {phenomenon"))
+    study.write_text(
+        STUDY.replace("SESOI", "0.023")
+        .replace("metrics: [final_length_ratio]", "metrics: [final_length_ratio, final_eval_accuracy]")
+        .replace("    final_length_ratio: {phenomenon", "    final_eval_accuracy: {phenomenon")
+    )
     with pytest.raises(StudyError, match=r"compare\.sesoi_pedigree\.final_eval_accuracy.*no compare\.sesoi"):
         load_study(study)
 
 
-@pytest.mark.parametrize(("name", "metrics"), [
-    ("dr_grpo_length_bias", {"final:length/incorrect_mean", "final_length_ratio"}),
-    ("loss_aggregation", {"final_length_ratio"}),  # its incorrect length is secondary, with no SESOI
-])
+@pytest.mark.parametrize(
+    ("name", "metrics"),
+    [
+        ("dr_grpo_length_bias", {"final:length/incorrect_mean", "final_length_ratio"}),
+        ("loss_aggregation", {"final_length_ratio"}),  # its incorrect length is secondary, with no SESOI
+    ],
+)
 def test_the_length_bias_studies_state_a_pedigree_below_every_phenomenon(name, metrics):
     compare = load_study(ROOT / "studies" / f"{name}.yaml").compare
     pedigree = compare["sesoi_pedigree"]

@@ -203,7 +203,9 @@ def test_verdict_rules():
     assert verdict(math.nan, math.nan, math.nan, math.nan, alpha=0.05, n_x=0, n_y=5) == "no data"
 
 
-@pytest.mark.parametrize(("effect", "alpha", "power"), [(0.05, 0.05, 0.8), (0.37, 0.01, 0.9), (1.3, 0.1, 0.5), (4.0, 0.05, 0.99)])
+@pytest.mark.parametrize(
+    ("effect", "alpha", "power"), [(0.05, 0.05, 0.8), (0.37, 0.01, 0.9), (1.3, 0.1, 0.5), (4.0, 0.05, 0.99)]
+)
 def test_planned_seeds_is_the_smallest_n_reaching_the_power(effect, alpha, power):
     ns = np.arange(2, 20_000)
     brute = ns[np.argmax(t_test_power(ns, effect, 1.0, paired=True, alpha=alpha) >= power)]
@@ -211,6 +213,7 @@ def test_planned_seeds_is_the_smallest_n_reaching_the_power(effect, alpha, power
 
 
 # ---- #52: unpaired P(improve) no longer degenerates to 0 [0, 0] ---------------------------------------
+
 
 def test_unpaired_improvement_interval_at_separated_runs_by_hand():
     """3 vs 3 runs, every baseline run above every variant run: P(improve) = U / 9 = 0. The percentile
@@ -243,7 +246,9 @@ def test_unpaired_improvement_interval_covers_at_5_vs_5():
     rng = np.random.default_rng(52)
     for delta in (0.0, 1.0, 2.5):
         truth = float(sps.norm.cdf(delta / np.sqrt(2)))
-        covered = [(e.lo <= truth <= e.hi) for e in (
-            mann_whitney_improvement_ci(rng.normal(delta, 1, 5), rng.normal(0, 1, 5)) for _ in range(3000))]
+        covered = [
+            (e.lo <= truth <= e.hi)
+            for e in (mann_whitney_improvement_ci(rng.normal(delta, 1, 5), rng.normal(0, 1, 5)) for _ in range(3000))
+        ]
         print(f"delta {delta}: coverage {np.mean(covered):.3f}")
         assert np.mean(covered) >= 0.95 - 0.02  # nominal 95%, - 5 s.e. (a score interval is approximate)

@@ -238,8 +238,11 @@ def test_curve_band_covers_the_mean_curve_95_percent_at_the_seed_counts_people_u
         for statistic in ("mean", "iqm"):
             xs = 4000 if statistic == "mean" else 600  # the IQM interval is one scipy call per x
             values = rng.normal(0.5, 0.1, size=(n_runs, xs))
-            rows = [{"run_id": f"r{r}", "variant": "A", "seed": r, "step": x, "value": values[r, x]}
-                    for r in range(n_runs) for x in range(xs)]
+            rows = [
+                {"run_id": f"r{r}", "variant": "A", "seed": r, "step": x, "value": values[r, x]}
+                for r in range(n_runs)
+                for x in range(xs)
+            ]
             bands = curve_bands(pd.DataFrame(rows), statistic=statistic)
             covered = ((bands["lo"] <= 0.5) & (0.5 <= bands["hi"])).mean()
             # 4 binomial sd at 600 draws is 3.6 points; the t interval is exact for normal data and
@@ -255,8 +258,13 @@ def test_a_band_cut_to_the_values_bounds_covers_exactly_when_the_t_band_does():
     xs, true_mean = 3000, 1e-4
     for n_runs in (3, 5, 10):
         values = rng.exponential(true_mean, size=(n_runs, xs))
-        rows = pd.DataFrame([{"run_id": f"r{r}", "variant": "A", "seed": r, "step": x, "value": values[r, x]}
-                             for r in range(n_runs) for x in range(xs)])
+        rows = pd.DataFrame(
+            [
+                {"run_id": f"r{r}", "variant": "A", "seed": r, "step": x, "value": values[r, x]}
+                for r in range(n_runs)
+                for x in range(xs)
+            ]
+        )
         free = curve_bands(rows)
         cut = curve_bands(rows, bounds=(0.0, math.inf))
         assert (free["lo"] < 0).any()  # the defect the cut mends (at 3 seeds, 87% of them)
@@ -283,12 +291,21 @@ def test_step_curves_equal_the_run_by_run_alignment():
         rows.append((rid, "grpo" if i % 2 else "dapo", i, 20, "reward/mean", np.inf))
     history = pd.DataFrame(rows, columns=["run_id", "variant", "seed", "step", "metric", "value"])
     history = history.sample(frac=1.0, random_state=4).reset_index(drop=True)
-    runs = pd.DataFrame({"run_id": ["r0", "r1", "r2", "r3", "r-no-values"], "variant": ["dapo", "grpo", "dapo", "grpo",
-                                                                                       "dapo"],
-                         "seed": [3, 1, 2, 0, 9]})
+    runs = pd.DataFrame(
+        {
+            "run_id": ["r0", "r1", "r2", "r3", "r-no-values"],
+            "variant": ["dapo", "grpo", "dapo", "grpo", "dapo"],
+            "seed": [3, 1, 2, 0, 9],
+        }
+    )
     for metric in ("eval/accuracy", "reward/mean", "never/logged"):
         for given in (runs, None):
             fast = align_curves(history, metric, runs=given)
             pd.testing.assert_frame_equal(fast, _align_by_run(history, metric, "step", given, None))
     assert align_curves(history, "eval/accuracy", runs=runs)["run_id"].unique().tolist() == [
-        "r0", "r1", "r2", "r3", "zz-only-in-history"]
+        "r0",
+        "r1",
+        "r2",
+        "r3",
+        "zz-only-in-history",
+    ]

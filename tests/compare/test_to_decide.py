@@ -18,8 +18,11 @@ from workbench.compare import CompareSettings, compare_variants
 def _runs() -> pd.DataFrame:
     # 3 variants and the baseline at 3 seeds; a: +10 points (better), b and c: noise (inconclusive)
     rng = np.random.default_rng(52)
-    rows = [{"variant": v, "seed": s, "final_eval_accuracy": mu + rng.normal(0, 0.03)}
-            for v, mu in (("base", 0.5), ("a", 0.6), ("b", 0.51), ("c", 0.5)) for s in range(3)]
+    rows = [
+        {"variant": v, "seed": s, "final_eval_accuracy": mu + rng.normal(0, 0.03)}
+        for v, mu in (("base", 0.5), ("a", 0.6), ("b", 0.51), ("c", 0.5))
+        for s in range(3)
+    ]
     return pd.DataFrame(rows)
 
 
@@ -35,13 +38,19 @@ def test_the_line_names_plans_seeds_and_the_until_decided_command():
     compare = {"sesoi": {"final_eval_accuracy": 0.03}, "noise_sd": {"final_eval_accuracy": 0.025}, "baseline": "base"}
     n = TTestPower().solve_power(effect_size=0.03 / (math.sqrt(2) * 0.025), alpha=0.05 / 3, power=0.8)
     assert 17 < n < 18
-    lines = what_would_decide(_loaded(compare, "/somewhere/studies/toy.yaml"), _runs(), "base",
-                              ["final_eval_accuracy"], [])
+    lines = what_would_decide(
+        _loaded(compare, "/somewhere/studies/toy.yaml"), _runs(), "base", ["final_eval_accuracy"], []
+    )
     assert lines["final_eval_accuracy"] == (
         "to decide it: `workbench plan` sizes this comparison at 18 seeds per arm (80% power at its SESOI ±3.0 "
-        "points, α 0.0167 per comparison); run `workbench run studies/toy.yaml --until-decided`")
-    assert what_would_decide(_loaded(compare, "toy.yaml"), _runs(), "base", ["final_eval_accuracy"],
-                             ["final_eval_accuracy"]) == {}  # a secondary metric keeps no study running
+        "points, α 0.0167 per comparison); run `workbench run studies/toy.yaml --until-decided`"
+    )
+    assert (
+        what_would_decide(
+            _loaded(compare, "toy.yaml"), _runs(), "base", ["final_eval_accuracy"], ["final_eval_accuracy"]
+        )
+        == {}
+    )  # a secondary metric keeps no study running
     no_sd = {"sesoi": {"final_eval_accuracy": 0.03}, "baseline": "base"}  # and no store to measure it in
     line = what_would_decide(_loaded(no_sd, "toy.yaml"), _runs(), "base", ["final_eval_accuracy"], [])
     assert line["final_eval_accuracy"].startswith("to decide it: `workbench plan` cannot size it (no compare.noise_sd")

@@ -28,13 +28,19 @@ def test_the_check_catches_an_equivalence_beside_an_interval_crossing_the_sesoi(
     """The committed page before #52 (dr-grpo-length-bias): "equivalent (|Δ| < 2)" beside the 98.4% interval
     [-1.081, 0.01164] (the 1 - α/m interval, not the TOST's, though inside ±2 here) and "equivalent
     (|Δ| < 0.03)" on accuracy beside [-0.0118, 0.02491]: neither is a TOST interval, so both are caught."""
-    head = ("| rank | variant | n_seeds | runs | mean [98.4% CI] | IQM [98.4% CI] | Δ vs baseline [x] | "
-            "P(improve) [98.4% CI] | p (holm) | verdict | status |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
-    md = ("### final_eval_accuracy (higher is better; baseline: grpo)\n\n" + head +
-          "| 1 | dr_grpo | 6 | 6 finished | 0.563 [0.5469, 0.5791] | 0.5642 [0.5507, 0.5776] | "
-          "0.006556 [-0.0118, 0.02491] (98.4%) | 0.6667 [0.1621, 0.9764] | 0.256 | equivalent (\\|Δ\\| < 0.03) | "
-          "equivalent |\n")
-    assert page_contradictions(md) == ["final_eval_accuracy/dr_grpo table: equivalent within ±0.03 beside "
-                                       "[-0.0118, 0.02491] (not TOST)"]
+    head = (
+        "| rank | variant | n_seeds | runs | mean [98.4% CI] | IQM [98.4% CI] | Δ vs baseline [x] | "
+        "P(improve) [98.4% CI] | p (holm) | verdict | status |\n|---|---|---|---|---|---|---|---|---|---|---|\n"
+    )
+    md = (
+        "### final_eval_accuracy (higher is better; baseline: grpo)\n\n"
+        + head
+        + "| 1 | dr_grpo | 6 | 6 finished | 0.563 [0.5469, 0.5791] | 0.5642 [0.5507, 0.5776] | "
+        "0.006556 [-0.0118, 0.02491] (98.4%) | 0.6667 [0.1621, 0.9764] | 0.256 | equivalent (\\|Δ\\| < 0.03) | "
+        "equivalent |\n"
+    )
+    assert page_contradictions(md) == [
+        "final_eval_accuracy/dr_grpo table: equivalent within ±0.03 beside [-0.0118, 0.02491] (not TOST)"
+    ]
     better = md.replace("equivalent (\\|Δ\\| < 0.03) | equivalent", "better | better")
     assert page_contradictions(better) == ["final_eval_accuracy/dr_grpo table: better beside [-0.0118, 0.02491]"]

@@ -24,11 +24,17 @@ def runs_frame(arms: dict[str, list[tuple[float, str]]], metric: str = "acc", **
     for arm, runs in arms.items():
         for seed, (value, how) in enumerate(runs):
             stopped = how == "stopped"
-            rows.append({"variant": arm, "seed": seed, metric: value,
-                         "status": "FINISHED" if stopped else how,
-                         "stopped_early": stopped,
-                         "health": "fail" if stopped else "ok",
-                         "health_reasons": "entropy_collapse@50" if stopped else ""})
+            rows.append(
+                {
+                    "variant": arm,
+                    "seed": seed,
+                    metric: value,
+                    "status": "FINISHED" if stopped else how,
+                    "stopped_early": stopped,
+                    "health": "fail" if stopped else "ok",
+                    "health_reasons": "entropy_collapse@50" if stopped else "",
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -42,11 +48,16 @@ BASE_060 = [(0.60 + 0.01 * (s % 3 - 1), "FINISHED") for s in range(6)]
 
 # ---- finding 1: dropped seeds decided verdicts ----------------------------------------------------
 
+
 def test_failed_seeds_are_ranked_worst_not_dropped():
     """Before: the 3 FAILED runs were dropped and the 3 survivors at 0.90 made the arm 'better'."""
     crashy = [(0.10, "FAILED")] * 3 + [(0.90, "FINISHED"), (0.91, "FINISHED"), (0.89, "FINISHED")]
-    t = compare_variants(runs_frame({"grpo": BASE_060, "crashy": crashy}), "grpo", ["acc"],
-                         CompareSettings(higher_is_better={"acc": True}))
+    t = compare_variants(
+        runs_frame({"grpo": BASE_060, "crashy": crashy}),
+        "grpo",
+        ["acc"],
+        CompareSettings(higher_is_better={"acc": True}),
+    )
     r = verdict_of(t, "crashy")
     assert r["verdict"] == "withheld: 3/6 runs failed"
     assert (r["n_runs"], r["n_finished"], r["n_failed"], r["n_seeds"]) == (6, 3, 3, 6 - 3)
@@ -59,8 +70,12 @@ def test_failed_seeds_are_ranked_worst_not_dropped():
 def test_health_stopped_arm_gets_no_verdict_and_says_why():
     """Before: 5 runs stopped at step 50 of 200, compared on their truncated curves: 'better'."""
     stopped = [(0.95, "stopped")] * 5
-    t = compare_variants(runs_frame({"grpo": BASE_060[:5], "collapsed": stopped}), "grpo", ["acc"],
-                         CompareSettings(higher_is_better={"acc": True}))
+    t = compare_variants(
+        runs_frame({"grpo": BASE_060[:5], "collapsed": stopped}),
+        "grpo",
+        ["acc"],
+        CompareSettings(higher_is_better={"acc": True}),
+    )
     r = verdict_of(t, "collapsed")
     assert r["verdict"] == "withheld: all 5 runs stopped early by entropy_collapse"
     assert (r["n_stopped"], r["n_finished"]) == (5, 0)
@@ -75,8 +90,9 @@ def _threshold_study(reached: list[bool], base_reached: list[bool]) -> pd.DataFr
             runs.append({"run_id": rid, "variant": arm, "seed": seed, "status": "FINISHED"})
             for step in range(0, 101, 10):
                 acc = 0.6 if hit and step >= 40 + 10 * (seed % 2) else 0.3
-                rows.append({"run_id": rid, "variant": arm, "seed": seed, "step": step,
-                             "metric": "eval/accuracy", "value": acc})
+                rows.append(
+                    {"run_id": rid, "variant": arm, "seed": seed, "step": step, "metric": "eval/accuracy", "value": acc}
+                )
     return summarize_runs(pd.DataFrame(rows), pd.DataFrame(runs), ["steps_to_threshold"])
 
 
@@ -116,13 +132,20 @@ def test_a_true_effect_survives_a_failed_seed():
     that all beat the baseline is still 'better' (ranked worst, Mann-Whitney p ~ 2e-4)."""
     strong = [(0.10, "FAILED")] + [(0.90 + 0.001 * s, "FINISHED") for s in range(9)]
     base = [(0.60 + 0.001 * s, "FINISHED") for s in range(10)]
-    r = verdict_of(compare_variants(runs_frame({"grpo": base, "strong": strong}), "grpo", ["acc"],
-                                    CompareSettings(higher_is_better={"acc": True})),
-                   "strong")
+    r = verdict_of(
+        compare_variants(
+            runs_frame({"grpo": base, "strong": strong}),
+            "grpo",
+            ["acc"],
+            CompareSettings(higher_is_better={"acc": True}),
+        ),
+        "strong",
+    )
     assert r["verdict"] == "better" and r["n_failed"] == 1 and "1/10 runs failed" in r["note"]
 
 
 # ---- finding 2: "95%" intervals that covered 54-90% ---------------------------------------------
+
 
 @pytest.mark.parametrize("n", [3, 5, 10])
 @pytest.mark.parametrize("dist", ["normal", "lognormal"])
@@ -164,6 +187,7 @@ def test_delta_ci_covers_its_stated_level(n, paired):
 
 # ---- finding 3: Holm CIs disagreed with Holm verdicts ------------------------------------------
 
+
 def test_delta_interval_and_holm_verdicts_agree():
     """Before: a hypothesis after Holm's first non-rejection got the level 1 - alpha/(m - r + 1)
     of its own rank, so its CI could exclude 0 while its verdict said 'not distinguishable'.
@@ -175,10 +199,14 @@ def test_delta_interval_and_holm_verdicts_agree():
     stopped_early_but_small = 0
     for i in range(120):
         rng = np.random.default_rng(i)
-        rows = [{"variant": v, "seed": f"{v}{s}", "acc": mu + rng.normal(0, 0.05)}
-                for v, mu in (("base", 0.5), ("a", 0.56), ("b", 0.57), ("c", 0.58)) for s in range(5)]
-        t = compare_variants(pd.DataFrame(rows), "base", ["acc"],
-                             CompareSettings(higher_is_better={"acc": True}, n_resamples=0))
+        rows = [
+            {"variant": v, "seed": f"{v}{s}", "acc": mu + rng.normal(0, 0.05)}
+            for v, mu in (("base", 0.5), ("a", 0.56), ("b", 0.57), ("c", 0.58))
+            for s in range(5)
+        ]
+        t = compare_variants(
+            pd.DataFrame(rows), "base", ["acc"], CompareSettings(higher_is_better={"acc": True}, n_resamples=0)
+        )
         rows = t.df[t.df["verdict"] != "baseline"]
         for r in rows.to_dict("records"):
             excludes = r["delta_lo"] > 0 or r["delta_hi"] < 0
@@ -189,24 +217,30 @@ def test_delta_interval_and_holm_verdicts_agree():
         p = np.sort(rows["p_value"].to_numpy())
         rejected = np.logical_and.accumulate(p < 0.05 / np.array([3, 2, 1]))
         stop = int(rejected.sum())
-        stopped_early_but_small += bool(stop < 2 and (p[stop + 1:] < 0.05 / (3 - np.arange(stop + 1, 3))).any())
+        stopped_early_but_small += bool(stop < 2 and (p[stop + 1 :] < 0.05 / (3 - np.arange(stop + 1, 3))).any())
     assert stopped_early_but_small >= 2
 
 
 # ---- finding 4: token axis off by one step -----------------------------------------------------
 
+
 def test_tokens_to_threshold_counts_the_steps_before_the_eval():
     """The eval at step s runs before step s samples: reaching the threshold at the eval of step 2
     with 100 tokens per step took 200 tokens (before: 300, penalising bigger steps)."""
-    rows = [{"run_id": "r", "variant": "v", "seed": 0, "step": s, "metric": "perf/sample_tokens", "value": 100.0}
-            for s in range(4)]
-    rows += [{"run_id": "r", "variant": "v", "seed": 0, "step": s, "metric": "eval/accuracy", "value": a}
-             for s, a in [(0, 0.1), (2, 0.6), (4, 0.7)]]
+    rows = [
+        {"run_id": "r", "variant": "v", "seed": 0, "step": s, "metric": "perf/sample_tokens", "value": 100.0}
+        for s in range(4)
+    ]
+    rows += [
+        {"run_id": "r", "variant": "v", "seed": 0, "step": s, "metric": "eval/accuracy", "value": a}
+        for s, a in [(0, 0.1), (2, 0.6), (4, 0.7)]
+    ]
     s = summarize_runs(pd.DataFrame(rows), None, ["tokens_to_threshold"])
     assert s.loc[0, "tokens_to_threshold"] == 200.0
 
 
 # ---- finding 9: catalogue directions -----------------------------------------------------------
+
 
 def test_final_metrics_take_their_direction_from_the_catalogue():
     """Before: final:length/incorrect_mean had no direction, so the grpo-vs-dr-grpo study's metric could only
@@ -215,13 +249,16 @@ def test_final_metrics_take_their_direction_from_the_catalogue():
     assert resolve_summary("final:eval/accuracy").higher_is_better is True
     assert resolve_summary("final:entropy/mean").higher_is_better is None  # "stable": no better side
     noise = np.random.default_rng(9).normal(0.0, 10.0, (2, 5))
-    df = runs_frame({"grpo": [(500.0 + e, "FINISHED") for e in noise[0]],
-                     "dr_grpo": [(300.0 + e, "FINISHED") for e in noise[1]]}, metric="final:length/incorrect_mean")
+    df = runs_frame(
+        {"grpo": [(500.0 + e, "FINISHED") for e in noise[0]], "dr_grpo": [(300.0 + e, "FINISHED") for e in noise[1]]},
+        metric="final:length/incorrect_mean",
+    )
     t = compare_variants(df, "grpo", ["final:length/incorrect_mean"])
     assert verdict_of(t, "dr_grpo", "final:length/incorrect_mean")["verdict"] == "better"
 
 
 # ---- acceptance simulations --------------------------------------------------------------------
+
 
 def _aa_study(rng: np.random.Generator, n: int, fail_p: float) -> pd.DataFrame:
     """A/A: 3 arms identical to the baseline, normal runs; each run fails (FAILED, value logged at
@@ -230,8 +267,14 @@ def _aa_study(rng: np.random.Generator, n: int, fail_p: float) -> pd.DataFrame:
     for v in ("base", "a", "b", "c"):
         for s in range(n):
             failed = rng.random() < fail_p
-            rows.append({"variant": v, "seed": s, "acc": rng.normal(0.2 if failed else 0.5, 0.05),
-                         "status": "FAILED" if failed else "FINISHED"})
+            rows.append(
+                {
+                    "variant": v,
+                    "seed": s,
+                    "acc": rng.normal(0.2 if failed else 0.5, 0.05),
+                    "status": "FAILED" if failed else "FINISHED",
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -246,8 +289,12 @@ def test_aa_family_wise_false_winner_rate(fail_p):
     claims = 0
     for n in range(3, 11):
         for _ in range(25):
-            t = compare_variants(_aa_study(rng, n, fail_p), "base", ["acc"],
-                                 CompareSettings(higher_is_better={"acc": True}, n_resamples=0))
+            t = compare_variants(
+                _aa_study(rng, n, fail_p),
+                "base",
+                ["acc"],
+                CompareSettings(higher_is_better={"acc": True}, n_resamples=0),
+            )
             claims += t.df["verdict"].isin(["better", "worse"]).any()
     assert claims / 200 <= 0.09, claims / 200
 
@@ -263,10 +310,14 @@ def test_planted_effect_found_with_the_promised_power():
     rng = np.random.default_rng(12)
     found = 0
     for _ in range(300):
-        rows = [{"variant": v, "seed": s, "acc": mu + rng.normal(0, sd)}
-                for v, mu in (("base", 0.5), ("v", 0.5 + effect)) for s in range(n)]
-        t = compare_variants(pd.DataFrame(rows), "base", ["acc"],
-                             CompareSettings(higher_is_better={"acc": True}, n_resamples=0))
+        rows = [
+            {"variant": v, "seed": s, "acc": mu + rng.normal(0, sd)}
+            for v, mu in (("base", 0.5), ("v", 0.5 + effect))
+            for s in range(n)
+        ]
+        t = compare_variants(
+            pd.DataFrame(rows), "base", ["acc"], CompareSettings(higher_is_better={"acc": True}, n_resamples=0)
+        )
         found += t.winners("acc") == ["v"]
     assert abs(found / 300 - 0.8) <= 0.10, (found / 300, promised)
 
@@ -310,12 +361,21 @@ def test_iqm_ci_covers_its_stated_level(n, dist):
 def test_run_outcomes_by_hand():
     from workbench.compare import run_outcomes
 
-    frame = pd.DataFrame({
-        "status": ["FINISHED", "FAILED", "KILLED", "FINISHED", "FINISHED", "FINISHED", None],
-        "stopped_early": [False, False, False, True, False, False, None],
-        "m": [0.5, 0.5, math.nan, 0.9, math.inf, math.nan, 0.4],
-    })
+    frame = pd.DataFrame(
+        {
+            "status": ["FINISHED", "FAILED", "KILLED", "FINISHED", "FINISHED", "FINISHED", None],
+            "stopped_early": [False, False, False, True, False, False, None],
+            "m": [0.5, 0.5, math.nan, 0.9, math.inf, math.nan, 0.4],
+        }
+    )
     # a failure beats everything, then a health stop, then inf (censored) / NaN (missing); a run
     # without a status (known only from its history) counts as finished
     assert run_outcomes(frame, "m").tolist() == [
-        "finished", "failed", "failed", "stopped", "censored", "missing", "finished"]
+        "finished",
+        "failed",
+        "failed",
+        "stopped",
+        "censored",
+        "missing",
+        "finished",
+    ]

@@ -16,10 +16,14 @@ import re
 from dataclasses import dataclass
 
 CELL = re.compile(r"^(?P<est>\S+) \[(?P<lo>[^,\]]+), (?P<hi>[^\]]+)\] \((?P<level>[\d.]+)%(?P<tost> TOST)?\)$")
-HEAD = re.compile(r"^(?:\(secondary, exploratory\) )?(?P<variant>\S+) vs (?P<base>\S+): \S+(?P<points> points)? "
-                  r"(?P<metric>.+?) \((?P<level>[\d.]+)% (?P<tost>TOST )?CI (?P<lo>\S+) to (?P<hi>\S+)\), (?P<said>.*)$")
-TITLE = re.compile(r"^### (?P<metric>\S+) \((?:secondary, exploratory; )?(?P<direction>higher is better|lower is "
-                   r"better|no preferred direction);")
+HEAD = re.compile(
+    r"^(?:\(secondary, exploratory\) )?(?P<variant>\S+) vs (?P<base>\S+): \S+(?P<points> points)? "
+    r"(?P<metric>.+?) \((?P<level>[\d.]+)% (?P<tost>TOST )?CI (?P<lo>\S+) to (?P<hi>\S+)\), (?P<said>.*)$"
+)
+TITLE = re.compile(
+    r"^### (?P<metric>\S+) \((?:secondary, exploratory; )?(?P<direction>higher is better|lower is "
+    r"better|no preferred direction);"
+)
 SESOI = re.compile(r"\|Δ\| < (?P<e>[^)]+)\)")
 
 
@@ -57,8 +61,19 @@ def table_rows(md: str) -> list[Row]:
             delta = next(v for k, v in r.items() if k.startswith("Δ vs baseline"))
             if m := CELL.match(delta):
                 variant = r.get("variant", r.get("arm", "")).strip("*")
-                rows.append(Row(title["metric"], title["direction"], variant, r["status"], r["verdict"],
-                                number(m["lo"]), number(m["hi"]), m["level"], bool(m["tost"])))
+                rows.append(
+                    Row(
+                        title["metric"],
+                        title["direction"],
+                        variant,
+                        r["status"],
+                        r["verdict"],
+                        number(m["lo"]),
+                        number(m["hi"]),
+                        m["level"],
+                        bool(m["tost"]),
+                    )
+                )
         elif not line.startswith("|"):
             head = None if line.strip() else head
     return rows
@@ -74,8 +89,9 @@ def contradictions(row: Row, lo: float, hi: float, *, tost: bool, where: str) ->
     bad = []
     if row.status in ("better", "worse", "higher", "lower"):
         # the side of 0 the word claims for Δ = arm - baseline
-        above = row.status == "higher" or (row.status in ("better", "worse")
-                                           and (row.status == "better") == (row.direction == "higher is better"))
+        above = row.status == "higher" or (
+            row.status in ("better", "worse") and (row.status == "better") == (row.direction == "higher is better")
+        )
         if tost or not ((lo > 0) if above else (hi < 0)):
             bad.append(f"{where}: {row.status} beside [{lo}, {hi}]{' (TOST)' if tost else ''}")
     elif row.status == "equivalent":
@@ -106,8 +122,10 @@ def page_contradictions(md: str) -> list[str]:
         where = f"{r.metric}/{r.variant} headline"
         bad += contradictions(r, lo, hi, tost=bool(m["tost"]), where=where)
         if m["level"] != r.level or bool(m["tost"]) != r.tost:
-            bad.append(f"{where}: {m['level']}%{' TOST' if m['tost'] else ''} vs the table's {r.level}%"
-                       f"{' TOST' if r.tost else ''}")
+            bad.append(
+                f"{where}: {m['level']}%{' TOST' if m['tost'] else ''} vs the table's {r.level}%"
+                f"{' TOST' if r.tost else ''}"
+            )
         sesoi = SESOI.search(r.verdict)
         marks = [0.0] + ([number(sesoi["e"]), -number(sesoi["e"])] if sesoi else [])
         for t in marks:

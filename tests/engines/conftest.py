@@ -27,8 +27,12 @@ def require_engine(module: str) -> None:
 def engine_environment(tmp_path_factory):
     """Single-process distributed env for DeepSpeed, a reused JIT cache, and a small vLLM KV cache."""
     defaults = {
-        "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
-        "DS_ACCELERATOR": "cpu", "VLLM_CPU_KVCACHE_SPACE": "1",
+        "RANK": "0",
+        "LOCAL_RANK": "0",
+        "WORLD_SIZE": "1",
+        "MASTER_ADDR": "127.0.0.1",
+        "DS_ACCELERATOR": "cpu",
+        "VLLM_CPU_KVCACHE_SPACE": "1",
         # DeepSpeed JIT-compiles its CPU comm extension once (~1-3 min); keep it across runs.
         "TORCH_EXTENSIONS_DIR": os.path.abspath(".workbench/torch_extensions"),
     }

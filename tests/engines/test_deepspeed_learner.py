@@ -128,8 +128,9 @@ def test_gradient_is_clipped_to_grad_clip_and_the_norm_reported_before_clipping(
     assert max_abs_diff(weights(lrn), ref_weights) <= adamw_weight_tolerance(setup, 1, max_weight, n_params)
 
 
-@pytest.mark.parametrize(("stage", "agg_mode"), [(2, mode) for mode in AGG_MODES.names()] + [(0, "token-mean"),
-                                                                                             (3, "token-sum")])
+@pytest.mark.parametrize(
+    ("stage", "agg_mode"), [(2, mode) for mode in AGG_MODES.names()] + [(0, "token-mean"), (3, "token-sum")]
+)
 def test_accumulated_gradient_equals_the_unsplit_gradient(setup, stage, agg_mode):
     """micro_batch_size=5 on 12 sequences (5+5+2): the gradient DeepSpeed steps with equals the
     unsplit one up to float32 summation order (read from AdamW's first moment, clipping off)."""
@@ -219,12 +220,21 @@ def test_fp16_on_this_cpu_is_a_clear_error(setup):
 
 
 def test_deepspeed_config_is_generated_from_the_learner_config():
-    cfg = LearnerConfig(backend="deepspeed", zero_stage=2, lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1,
-                        grad_clip=0.5, dtype="bfloat16",
-                        deepspeed_config={"zero_optimization": {"offload_optimizer": {"device": "cpu"}}})
+    cfg = LearnerConfig(
+        backend="deepspeed",
+        zero_stage=2,
+        lr=3e-4,
+        betas=(0.9, 0.95),
+        weight_decay=0.1,
+        grad_clip=0.5,
+        dtype="bfloat16",
+        deepspeed_config={"zero_optimization": {"offload_optimizer": {"device": "cpu"}}},
+    )
     ds = deepspeed_config(cfg)
-    assert ds["optimizer"] == {"type": "AdamW", "params": {"lr": 3e-4, "betas": [0.9, 0.95], "eps": 1e-8,
-                                                           "weight_decay": 0.1}}
+    assert ds["optimizer"] == {
+        "type": "AdamW",
+        "params": {"lr": 3e-4, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.1},
+    }
     assert ds["zero_optimization"] == {"stage": 2, "offload_optimizer": {"device": "cpu"}}  # merged, not replaced
     assert ds["gradient_clipping"] == 0.5 and ds["bf16"]["enabled"] and not ds["fp16"]["enabled"]
     assert ds["managed_gradient_accumulation"] is False and ds["gradient_accumulation_steps"] == 1

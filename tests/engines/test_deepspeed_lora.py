@@ -36,8 +36,9 @@ def setup():
 def lora_learner(setup, **fields):
     backend = fields.pop("backend", "deepspeed")
     torch.manual_seed(0)  # the adapters' A is drawn from the run seed: the same A for every learner here
-    return build_learner(copy.deepcopy(setup[0]),
-                         RunConfig(learner=LearnerConfig(backend=backend, lr=LR, lora=LORA, **fields)))
+    return build_learner(
+        copy.deepcopy(setup[0]), RunConfig(learner=LearnerConfig(backend=backend, lr=LR, lora=LORA, **fields))
+    )
 
 
 def adapter_tensors(lrn) -> list[torch.Tensor]:
@@ -63,8 +64,10 @@ def test_lora_update_matches_the_torch_learner_and_leaves_the_base(setup, torch_
     ref_adapters, ref_metrics = torch_reference
     lrn = lora_learner(setup, zero_stage=stage)
     base = base_tensors(lrn)
-    assert torch.equal(torch.cat([t.flatten() for t in adapter_tensors(lrn)]),
-                       torch.cat([t.flatten() for t in adapter_tensors(lora_learner(setup, backend="torch"))]))
+    assert torch.equal(
+        torch.cat([t.flatten() for t in adapter_tensors(lrn)]),
+        torch.cat([t.flatten() for t in adapter_tensors(lora_learner(setup, backend="torch"))]),
+    )
     metrics = update(setup, lrn)
     after = base_tensors(lrn)
     assert all(torch.equal(after[k], base[k]) for k in base)

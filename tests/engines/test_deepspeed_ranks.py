@@ -49,8 +49,11 @@ def write_study(directory: Path) -> Path:
 
 def clean_env() -> dict[str, str]:
     """This process's env without the single-process distributed variables the engines conftest sets."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "MLFLOW_TRACKING_URI")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "MLFLOW_TRACKING_URI")
+    }
     return env | {"DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1"}
 
 
@@ -60,8 +63,9 @@ def workbench_run(directory: Path, ranks: int) -> subprocess.CompletedProcess:
     if ranks > 1:
         launcher = shutil.which("deepspeed", path=str(Path(sys.executable).parent))
         command = [launcher, "--num_gpus", str(ranks), "--master_port", str(free_port()), "--no_local_rank", *command]
-    return subprocess.run(command, cwd=directory, env=clean_env(), capture_output=True, text=True, timeout=240,
-                          check=False)
+    return subprocess.run(
+        command, cwd=directory, env=clean_env(), capture_output=True, text=True, timeout=240, check=False
+    )
 
 
 def run_metrics(directory: Path) -> tuple[list, dict[str, dict[int, float]]]:
@@ -69,8 +73,14 @@ def run_metrics(directory: Path) -> tuple[list, dict[str, dict[int, float]]]:
     client = MlflowClient(f"sqlite:///{directory / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("ds-ranks")
     runs = client.search_runs([experiment.experiment_id], "tags.`workbench.role` = 'run'")
-    history = {key: {m.step: m.value for m in client.get_metric_history(runs[0].info.run_id, key)}
-               for key in CANONICAL + ["eval/accuracy"]} if runs else {}
+    history = (
+        {
+            key: {m.step: m.value for m in client.get_metric_history(runs[0].info.run_id, key)}
+            for key in CANONICAL + ["eval/accuracy"]
+        }
+        if runs
+        else {}
+    )
     return runs, history
 
 
@@ -111,11 +121,16 @@ def test_preflight_refuses_what_several_ranks_cannot_mirror(monkeypatch):
     from workbench.execution.run import preflight
 
     monkeypatch.setenv("WORLD_SIZE", "2")
-    for learner, reason in [({"backend": "deepspeed", "zero_stage": 3}, "zero_stage=3 with WORLD_SIZE=2"),
-                            ({"backend": "torch"}, "backend=torch with WORLD_SIZE=2")]:
+    for learner, reason in [
+        ({"backend": "deepspeed", "zero_stage": 3}, "zero_stage=3 with WORLD_SIZE=2"),
+        ({"backend": "torch"}, "backend=torch with WORLD_SIZE=2"),
+    ]:
         cfg = RunConfig.model_validate(deep_merge(fast_run_config(steps=1), {"learner": learner}))
         with pytest.raises(ValueError, match=reason):
             preflight(cfg)
     monkeypatch.setenv("WORLD_SIZE", "1")
-    preflight(RunConfig.model_validate(deep_merge(fast_run_config(steps=1), {"learner": {"zero_stage": 3,
-                                                                                         "backend": "deepspeed"}})))
+    preflight(
+        RunConfig.model_validate(
+            deep_merge(fast_run_config(steps=1), {"learner": {"zero_stage": 3, "backend": "deepspeed"}})
+        )
+    )

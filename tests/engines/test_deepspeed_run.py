@@ -19,15 +19,33 @@ from workbench.tracking.store import resolve_tracking_uri
 
 ZERO2 = {"backend": "deepspeed", "zero_stage": 2}
 # Canonical per-step metrics (docs/metrics.md) the learner side produces, plus the rollout side's.
-STEP_METRICS = ["grad/norm", "loss/policy", "entropy/mean", "clip/frac", "clip/frac_low", "clip/frac_high",
-                "mismatch/prob_abs_diff_mean", "mismatch/prob_abs_diff_max", "mismatch/kl", "reward/mean",
-                "accuracy/train", "length/mean", "perf/step_s", "perf/learn_tokens_per_s", "health/status"]
+STEP_METRICS = [
+    "grad/norm",
+    "loss/policy",
+    "entropy/mean",
+    "clip/frac",
+    "clip/frac_low",
+    "clip/frac_high",
+    "mismatch/prob_abs_diff_mean",
+    "mismatch/prob_abs_diff_max",
+    "mismatch/kl",
+    "reward/mean",
+    "accuracy/train",
+    "length/mean",
+    "perf/step_s",
+    "perf/learn_tokens_per_s",
+    "health/status",
+]
 
 
 def test_rl_steps_with_the_deepspeed_zero2_learner_log_the_canonical_metrics(workdir):
     """3 RL steps, micro-batches of 6 (16 sequences: accumulation over 3 micro-batches), KL to a reference."""
-    cfg = RunConfig.model_validate(deep_merge(fast_run_config(steps=3), {
-        "learner": ZERO2 | {"micro_batch_size": 6}, "algorithm": {"kl_coef": 0.01}, "reward": LENGTH_REWARD}))
+    cfg = RunConfig.model_validate(
+        deep_merge(
+            fast_run_config(steps=3),
+            {"learner": ZERO2 | {"micro_batch_size": 6}, "algorithm": {"kl_coef": 0.01}, "reward": LENGTH_REWARD},
+        )
+    )
     outcome = execute_run(cfg, study="ds-e2e", variant="zero2", label="zero2")
     assert outcome.status == "FINISHED", outcome.error
     assert outcome.steps == 3
@@ -63,11 +81,20 @@ def test_zero3_run_finishes_with_the_hf_sampler_on_the_partitioned_module(workdi
     """ZeRO-3 through the loop as it is: in float32 the HF sampler samples with learner.model
     (gathered by ZeRO-3's hooks); in bfloat16 it keeps its own plain copy, built from the gathered
     weights (a deepcopy would drag ZeRO-3's hooks along). The KL reference is a full copy."""
-    cfg = RunConfig.model_validate(deep_merge(fast_run_config(steps=2), {
-        "sampler": {"dtype": sampler_dtype},
-        "learner": {"backend": "deepspeed", "zero_stage": 3,
-                    "deepspeed_config": {"zero_optimization": {"stage3_param_persistence_threshold": 0}}},
-        "algorithm": {"kl_coef": 0.01}}))
+    cfg = RunConfig.model_validate(
+        deep_merge(
+            fast_run_config(steps=2),
+            {
+                "sampler": {"dtype": sampler_dtype},
+                "learner": {
+                    "backend": "deepspeed",
+                    "zero_stage": 3,
+                    "deepspeed_config": {"zero_optimization": {"stage3_param_persistence_threshold": 0}},
+                },
+                "algorithm": {"kl_coef": 0.01},
+            },
+        )
+    )
     outcome = execute_run(cfg, study="ds-zero3", variant="zero3", label="zero3")
     assert outcome.status == "FINISHED", outcome.error
     assert outcome.steps == 2

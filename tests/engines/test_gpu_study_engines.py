@@ -40,12 +40,14 @@ def test_the_gpu_study_runs_on_cpu_with_vllm_and_deepspeed_in_bf16(model, reques
     for run in runs:
         params = run.data.params
         assert (params["sampler.backend"], params["sampler.dtype"]) == ("vllm", "bfloat16")
-        assert (params["learner.backend"], params["learner.zero_stage"], params["learner.dtype"]) == \
-            ("deepspeed", "1", "bfloat16")
+        assert (params["learner.backend"], params["learner.zero_stage"], params["learner.dtype"]) == (
+            "deepspeed",
+            "1",
+            "bfloat16",
+        )
         # the step-0 gate ran (a failed gate stops the run: it FINISHED) and every step measured the mismatch
         assert params["health.step0_gate"] == "True"
-        history = {key: {m.step: m.value for m in client.get_metric_history(run.info.run_id, key)}
-                   for key in MISMATCH}
+        history = {key: {m.step: m.value for m in client.get_metric_history(run.info.run_id, key)} for key in MISMATCH}
         for key, values in history.items():
             assert {0, 1} <= set(values), (run.info.run_name, key)
         # Both sides in bfloat16 on the same weights (the sampler synced and verified after each update):

@@ -35,8 +35,12 @@ def test_the_engine_serves_the_adapted_policy(sync):
             rollouts = sampler.generate(problems, 4, temperature=1.0, seed=step)
             assert max_logp_gap(learner, rollouts) < FP32_TOLERANCE
             advantages = torch.randn(len(rollouts.texts), generator=torch.Generator().manual_seed(step))
-            learner.update(TrainBatch.of(rollouts, advantages, step=step), AlgorithmConfig(preset="grpo"), 1.0,
-                           torch.Generator().manual_seed(step))
+            learner.update(
+                TrainBatch.of(rollouts, advantages, step=step),
+                AlgorithmConfig(preset="grpo"),
+                1.0,
+                torch.Generator().manual_seed(step),
+            )
             assert learner.adapters.metrics()["lora/update_norm"] > 0
             sampler.sync_weights(learner.model)
             assert sampler.last_sync["mode"] == sync

@@ -35,8 +35,16 @@ from workbench.train.logprobs import sequence_logprobs
 # MICRO_MODEL's head_dim is 16, which vLLM's CPU attention has no kernel for (32 is its smallest).
 ENGINE_MODEL = {
     "builtin": "tiny",
-    "tiny": {"hidden_size": 64, "num_layers": 2, "num_heads": 2, "intermediate_size": 128,
-             "sft_max_steps": 60, "sft_target_accuracy": 1.0, "sft_check_every": 1000, "sft_batch_size": 32},
+    "tiny": {
+        "hidden_size": 64,
+        "num_layers": 2,
+        "num_heads": 2,
+        "intermediate_size": 128,
+        "sft_max_steps": 60,
+        "sft_target_accuracy": 1.0,
+        "sft_check_every": 1000,
+        "sft_batch_size": 32,
+    },
 }
 # The issue's bar for engine vs learner logprobs on the same fp32 weights, checked against an error
 # analysis (tests/tolerance.py): two implementations of one fp32 forward differ by at most
@@ -101,12 +109,14 @@ def test_rollouts_follow_the_hf_sampler_conventions(learner_and_sampler, problem
     learner, sampler, tokenizer = learner_and_sampler
     rollouts = sampler.generate(problems, 2, temperature=1.0, seed=3)
     reference = HFSampler(learner.model, tokenizer, SamplerConfig(max_new_tokens=12)).generate(
-        problems, 2, temperature=1.0, seed=3)
+        problems, 2, temperature=1.0, seed=3
+    )
     assert torch.equal(rollouts.prompt_ids, reference.prompt_ids)
     assert torch.equal(rollouts.prompt_mask, reference.prompt_mask)
     eos = tokenizer.eos_token_id
-    for ids, mask, truncated, text in zip(rollouts.completion_ids, rollouts.mask, rollouts.truncated,
-                                          rollouts.texts, strict=True):
+    for ids, mask, truncated, text in zip(
+        rollouts.completion_ids, rollouts.mask, rollouts.truncated, rollouts.texts, strict=True
+    ):
         n = int(mask.sum())
         assert mask[:n].all() and not mask[n:].any()
         assert (ids[:n] == eos).sum() == (0 if truncated else 1)
@@ -132,7 +142,8 @@ def test_greedy_decoding_is_deterministic_and_matches_hf(learner_and_sampler, pr
     learner, sampler, tokenizer = learner_and_sampler
     greedy = sampler.generate(problems, 1, temperature=0.0, seed=0)
     reference = HFSampler(learner.model, tokenizer, SamplerConfig(max_new_tokens=12)).generate(
-        problems, 1, temperature=0.0, seed=0)
+        problems, 1, temperature=0.0, seed=0
+    )
     assert greedy.texts == reference.texts
 
 
@@ -226,9 +237,11 @@ def test_a_head_size_without_cpu_kernel_is_a_clear_error():
 
 def test_missing_vllm_names_the_extra_to_install():
     """Without vLLM the module still imports, and asking for the engine says what to install."""
-    code = ("import sys; sys.modules['vllm'] = None\n"
-            "import workbench.rollout.vllm as v\n"
-            "try:\n    v.import_vllm()\nexcept ImportError as e:\n    print(e)\n")
+    code = (
+        "import sys; sys.modules['vllm'] = None\n"
+        "import workbench.rollout.vllm as v\n"
+        "try:\n    v.import_vllm()\nexcept ImportError as e:\n    print(e)\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "not installed" in out and "gpu" in out and "make engines" in out
     assert import_vllm().__name__ == "vllm"  # here it is installed
@@ -243,8 +256,12 @@ def test_directory_generation_config_does_not_shape_sampling(learner_and_sampler
     learner, _, tokenizer = learner_and_sampler
     saved = learner.model.generation_config
     learner.model.generation_config = GenerationConfig(
-        do_sample=True, repetition_penalty=1.8, top_k=3, eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id)
+        do_sample=True,
+        repetition_penalty=1.8,
+        top_k=3,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
     try:
         sampler = build_sampler(run_config(), learner.model, tokenizer)  # save_pretrained writes the file
     finally:

@@ -39,8 +39,7 @@ def policy(g: torch.Tensor, direction: torch.Tensor, step: int) -> torch.Tensor:
     return (g + a * direction) / math.sqrt(1 + a * a)
 
 
-def simulate_deltas(scenario: str, *, runs: int = RUNS, steps: int = STEPS, tokens: int = TOKENS,
-                    seed: int = 0):
+def simulate_deltas(scenario: str, *, runs: int = RUNS, steps: int = STEPS, tokens: int = TOKENS, seed: int = 0):
     """Yield (step, Δ [runs, tokens] float64) for each step of ``runs`` independent runs."""
     if scenario not in SCENARIOS:
         raise ValueError(f"scenario must be one of {SCENARIOS}, got {scenario!r}")
@@ -85,14 +84,14 @@ def batched_rule_metrics(delta: torch.Tensor) -> dict[str, torch.Tensor]:
     workbench/metrics/mismatch.py (test_mismatch_rules.py checks one run against it)."""
     rho = delta.exp()  # [R, N]
     mean = rho.mean(-1)
-    second = (rho ** 2).mean(-1)
+    second = (rho**2).mean(-1)
     return {
         "mismatch/kl": (rho - 1 - delta).mean(-1),
         "mismatch/kl_k1": -delta.mean(-1),
         "mismatch/is_ratio_mean": mean,
         "mismatch/is_ratio_std": rho.std(-1, correction=0),
         "mismatch/is_ratio_tail_frac": ((rho < 0.9) | (rho > 1.1)).double().mean(-1),
-        "mismatch/ess": mean ** 2 / second,
+        "mismatch/ess": mean**2 / second,
         "mismatch/chi2_token": second - 1,
         "mismatch/token_mult_prob_error": delta.abs().exp().mean(-1),
     }

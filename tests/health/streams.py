@@ -156,25 +156,30 @@ def noisy_healthy(kind: str, n: int = 100, seed: int = 0) -> Stream:
         correct_len = (20.0 + 20.0 * u) * (1 + rng.gauss(0, 0.05))
         ratio = (1.6 if kind == "flat" else 1.7 - 0.2 * u) + rng.gauss(0, 0.05)
         reward = min(max(0.5 + rng.gauss(0, 0.08) if kind == "flat" else 0.3 + 0.5 * u + rng.gauss(0, 0.08), 0.0), 1.0)
-        out.append((s, {
-            **catalogue_step(fill),
-            "entropy/mean": (0.9 if kind == "flat" else 1.0 - 0.4 * u) * (1 + rng.gauss(0, 0.05)),
-            "length/mean": correct_len * 1.3,
-            "length/correct_mean": correct_len,
-            "length/incorrect_mean": correct_len * ratio,
-            "length/truncated_frac": _binomial_frac(rng, COMPLETIONS, 0.05),
-            "reward/mean": reward,
-            "accuracy/train": reward,
-            "batch/zero_std_frac": _binomial_frac(rng, GROUPS, 0.3 if kind == "flat" else 0.2 + 0.3 * u),
-            "mismatch/prob_abs_diff_max": rng.uniform(0.0, 0.4),
-            "mismatch/prob_abs_diff_mean": rng.uniform(0.0, 0.01),
-            "mismatch/kl": rng.uniform(0.0, 0.005),
-            "clip/frac": max(0.0, 0.05 + rng.gauss(0, 0.02)),
-            "kl/ref": abs((0.05 if kind == "flat" else 0.01 + 0.29 * u) + rng.gauss(0, 0.02)),
-            "loss/policy": rng.gauss(0, 0.05),
-            "grad/norm": rng.uniform(0.5, 2.0),
-            "perf/step_s": 0.4,
-        }))
+        out.append(
+            (
+                s,
+                {
+                    **catalogue_step(fill),
+                    "entropy/mean": (0.9 if kind == "flat" else 1.0 - 0.4 * u) * (1 + rng.gauss(0, 0.05)),
+                    "length/mean": correct_len * 1.3,
+                    "length/correct_mean": correct_len,
+                    "length/incorrect_mean": correct_len * ratio,
+                    "length/truncated_frac": _binomial_frac(rng, COMPLETIONS, 0.05),
+                    "reward/mean": reward,
+                    "accuracy/train": reward,
+                    "batch/zero_std_frac": _binomial_frac(rng, GROUPS, 0.3 if kind == "flat" else 0.2 + 0.3 * u),
+                    "mismatch/prob_abs_diff_max": rng.uniform(0.0, 0.4),
+                    "mismatch/prob_abs_diff_mean": rng.uniform(0.0, 0.01),
+                    "mismatch/kl": rng.uniform(0.0, 0.005),
+                    "clip/frac": max(0.0, 0.05 + rng.gauss(0, 0.02)),
+                    "kl/ref": abs((0.05 if kind == "flat" else 0.01 + 0.29 * u) + rng.gauss(0, 0.02)),
+                    "loss/policy": rng.gauss(0, 0.05),
+                    "grad/norm": rng.uniform(0.5, 2.0),
+                    "perf/step_s": 0.4,
+                },
+            )
+        )
     return out
 
 

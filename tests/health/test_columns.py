@@ -36,10 +36,12 @@ def step_by_step(stream, cfg=None) -> HealthMonitor:
 
 def rule_state(monitor: HealthMonitor) -> dict[str, dict]:
     """Every rule's own state (streaks, baselines, windows), to compare beyond the report."""
+
     def plain(v):
         if hasattr(v, "values") and hasattr(v, "critical"):  # a WindowTrend or an ExpandingTrend
             return list(v.values)
         return list(v) if hasattr(v, "maxlen") else v
+
     return {name: {k: plain(v) for k, v in vars(rule).items() if k != "params"} for name, rule in monitor.rules.items()}
 
 
@@ -82,9 +84,18 @@ def test_blocks_then_steps_continue_as_steps_alone():
 
 # test_monitor's configs, and rules whose column form takes another branch: non_finite on named keys,
 # mismatch_bands with a band switched off
-COLUMN_CONFIGS = st.one_of(CONFIGS, st.just({"on_fail": "continue", "rules": {
-    "non_finite": {"keys": ["loss/policy", "grad/norm", "entropy/mean"]},
-    "mismatch_bands": {"is_ratio_mean": None, "min_ess": None}}}))
+COLUMN_CONFIGS = st.one_of(
+    CONFIGS,
+    st.just(
+        {
+            "on_fail": "continue",
+            "rules": {
+                "non_finite": {"keys": ["loss/policy", "grad/norm", "entropy/mean"]},
+                "mismatch_bands": {"is_ratio_mean": None, "min_ess": None},
+            },
+        }
+    ),
+)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -105,9 +116,15 @@ def long_history(seed: int, n: int = 3000) -> list[tuple[int, dict[str, float]]]
     kl = rng.uniform(0, 0.005, n) + np.where(t % 1000 > 800, 0.0005 * (t % 1000 - 800), 0.0)
     out = []
     for s in range(n):
-        m = {"reward/mean": float(reward[s]), "length/correct_mean": 20.0, "length/incorrect_mean": 20.0 * ratio[s],
-             "mismatch/kl": float(kl[s]), "entropy/mean": 1.0 - s / (2 * n), "clip/frac": float(rng.uniform(0, 0.4)),
-             "loss/policy": 0.01}
+        m = {
+            "reward/mean": float(reward[s]),
+            "length/correct_mean": 20.0,
+            "length/incorrect_mean": 20.0 * ratio[s],
+            "mismatch/kl": float(kl[s]),
+            "entropy/mean": 1.0 - s / (2 * n),
+            "clip/frac": float(rng.uniform(0, 0.4)),
+            "loss/policy": 0.01,
+        }
         if s % 97 == 13:
             m["grad/norm"] = math.nan
         if s % 251 < 20:  # a stretch where the reward was not logged
@@ -151,8 +168,10 @@ class Spiky(HealthRule):
 
 def test_a_rule_without_a_column_form_is_observed_step_by_step():
     stream = noisy_healthy("flat", n=120, seed=2)
+
     def rules():
         return [Spiky(patience=1), HEALTH_RULES.get("clip_fraction_anomaly")()]
+
     reference = HealthMonitor(rules())
     for step, metrics in stream:
         reference.observe(step, metrics)

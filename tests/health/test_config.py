@@ -98,8 +98,16 @@ def test_off_disables_every_rule_and_strict_is_tighter():
         d, s = default[name], strict[name]
         assert s.severity == d.severity
         assert getattr(s, "patience", 1) <= getattr(d, "patience", 1)
-        for field in ("max_truncated_frac", "max_ratio", "max_zero_std_frac", "max_clip_frac",
-                      "max_kl", "max_prob_abs_diff", "margin", "max_multiple"):
+        for field in (
+            "max_truncated_frac",
+            "max_ratio",
+            "max_zero_std_frac",
+            "max_clip_frac",
+            "max_kl",
+            "max_prob_abs_diff",
+            "margin",
+            "max_multiple",
+        ):
             if hasattr(d, field):
                 assert getattr(s, field) <= getattr(d, field), (name, field)
         if hasattr(d, "min_fraction"):

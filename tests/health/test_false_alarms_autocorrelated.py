@@ -90,8 +90,10 @@ def test_incorrect_length_gap_catches_a_planted_drift(phi):
     drift = np.where(t >= ONSET, 0.03 * (t - ONSET + 1), 0.0)
     first = length_gap_first_fire(1.6 + drift + ar1(_rng(3, phi), RUNS, STEPS, phi, 0.05))
     on_time, delay = caught(first, 5, 80)
-    print(f"incorrect_length_gap φ={phi}: caught in 5..80 steps in {on_time:.1%}, within 25 in "
-          f"{caught(first, 5, 25)[0]:.1%}, delay median {np.median(delay):.0f}, 95th pct {np.percentile(delay, 95):.0f}")
+    print(
+        f"incorrect_length_gap φ={phi}: caught in 5..80 steps in {on_time:.1%}, within 25 in "
+        f"{caught(first, 5, 25)[0]:.1%}, delay median {np.median(delay):.0f}, 95th pct {np.percentile(delay, 95):.0f}"
+    )
     # φ = 0.8: 92% within 25 steps with the noise fitted to only the 40 steps before the window (critical
     # z 5), 98.5% with up to 150 (critical z 4.5), while fixing #29; since #49 the short test's critical
     # value is 5.5 (it shares the false-alarm budget with the long test up to φ = 0.95), so at φ = 0.8
@@ -127,8 +129,10 @@ def test_reward_collapse_catches_a_planted_collapse(phi):
     first = reward_collapse_first_fire(np.clip(reward, 0, 1))
     latest, rate = (20, 0.95) if phi <= 0.5 else (60, 0.90)
     on_time, delay = caught(first, 3, latest)
-    print(f"reward_collapse φ={phi}: caught in 3..{latest} steps in {on_time:.1%}, never {(first == NEVER).mean():.1%}, "
-          f"delay median {np.median(delay[first != NEVER]):.0f}")
+    print(
+        f"reward_collapse φ={phi}: caught in 3..{latest} steps in {on_time:.1%}, never {(first == NEVER).mean():.1%}, "
+        f"delay median {np.median(delay[first != NEVER]):.0f}"
+    )
     # Since #49 (20-step running mean, 5 standard errors: quiet up to φ = 0.95, 500 steps) a drop takes
     # 11-14 steps (median) to be seen instead of 4-6, and at φ = 0.8 3.5% of these drops are never
     # caught: the measured trade-off of docs/metrics.md, not a target met.
@@ -142,7 +146,8 @@ def test_strict_preset_false_alarms_on_ar1(phi):
     strict = HEALTH_PRESETS["strict"]
     gap = length_gap_first_fire(1.6 + ar1(_rng(2, phi), RUNS, STEPS, phi, 0.05), **strict["incorrect_length_gap"])
     reward = reward_collapse_first_fire(
-        np.clip(0.5 + ar1(_rng(4, phi), RUNS, STEPS, phi, 0.08), 0, 1), **strict["reward_collapse"])
+        np.clip(0.5 + ar1(_rng(4, phi), RUNS, STEPS, phi, 0.08), 0, 1), **strict["reward_collapse"]
+    )
     rates = (gap != NEVER).mean(), (reward != NEVER).mean()
     print(f"strict φ={phi}: false alarms incorrect_length_gap {rates[0]:.1%}, reward_collapse {rates[1]:.1%}")
     assert max(rates) <= MAX_RATE
@@ -150,7 +155,9 @@ def test_strict_preset_false_alarms_on_ar1(phi):
 
 def _bootstrapped(metric: str, runs: int) -> np.ndarray:
     df = real_history()
-    series = (df["length/incorrect_mean"] / df["length/correct_mean"] if metric == "ratio" else df["reward/mean"]).to_numpy()
+    series = (
+        df["length/incorrect_mean"] / df["length/correct_mean"] if metric == "ratio" else df["reward/mean"]
+    ).to_numpy()
     trend = smooth_trend(series)
     noise = block_bootstrap(_rng(6, len(metric)), series - trend, runs, STEPS, block=10)
     return (1.6 + trend - trend.mean() if metric == "ratio" else trend) + noise
@@ -179,8 +186,10 @@ def test_trend_rules_catch_failures_planted_in_bootstrapped_real_histories():
     reward[:, ONSET:] -= 0.4
     gap, _ = caught(length_gap_first_fire(ratio), 2, 25)
     collapse, _ = caught(reward_collapse_first_fire(np.clip(reward, 0, 1)), 3, 15)
-    print(f"bootstrapped real histories, planted failures caught: incorrect_length_gap {gap:.1%}, "
-          f"reward_collapse {collapse:.1%}")
+    print(
+        f"bootstrapped real histories, planted failures caught: incorrect_length_gap {gap:.1%}, "
+        f"reward_collapse {collapse:.1%}"
+    )
     assert gap >= 0.95 and collapse >= 0.95
 
 
@@ -224,8 +233,9 @@ def _log_ar1_kl(phi: float, log_sd: float, key: int) -> np.ndarray:
     return KL_LEVEL * np.exp(ar1(_rng(7, key, phi, log_sd), RUNS, STEPS, phi, log_sd))
 
 
-@pytest.mark.parametrize(("log_sd", "phi"), [(0.45, 0.0), (0.45, 0.3), (0.45, 0.5), (0.6, 0.0), (0.6, 0.3),
-                                            (0.6, 0.5), (0.5, 0.7)])
+@pytest.mark.parametrize(
+    ("log_sd", "phi"), [(0.45, 0.0), (0.45, 0.3), (0.45, 0.5), (0.6, 0.0), (0.6, 0.3), (0.6, 0.5), (0.5, 0.7)]
+)
 def test_mismatch_growth_false_alarms_on_log_ar1_kl(phi, log_sd):
     """At the measured noise (log-sd 0.45, φ ≈ 0) and well beyond it. With the 10-step means it had
     before #29 it fired on 9.5% (log-sd 0.6, φ 0.5) and 17.5% (0.5, 0.8) of stable runs; with 20-step
@@ -272,8 +282,10 @@ def test_mismatch_growth_false_alarms_on_bootstrapped_real_kl():
     sharpens, the very thing the rule watches for; at bf16's real 3e-5 the 2e-4 floor keeps it silent)."""
     stationary = (mismatch_growth_first_fire(_real_kl_runs()) != NEVER).mean()
     rising = (mismatch_growth_first_fire(_real_kl_runs(100, rise=True)) != NEVER).mean()
-    print(f"mismatch_growth, bootstrapped real bf16 KL: false alarms {stationary:.1%} (200 steps, detrended), "
-          f"{rising:.1%} (100 steps, with each seed's real rise)")
+    print(
+        f"mismatch_growth, bootstrapped real bf16 KL: false alarms {stationary:.1%} (200 steps, detrended), "
+        f"{rising:.1%} (100 steps, with each seed's real rise)"
+    )
     assert stationary <= MAX_RATE and rising <= MAX_RATE
 
 
@@ -293,6 +305,8 @@ def test_mismatch_growth_vectorised_decision_agrees_with_the_rule_object():
     expected = mismatch_growth_first_fire(kl)
     for run in range(len(kl)):
         rule = HEALTH_RULES.get("mismatch_growth")()
-        first = next((step for step in range(STEPS) if rule.observe(step, {"mismatch/kl": float(kl[run, step])})
-                      is not None), NEVER)
+        first = next(
+            (step for step in range(STEPS) if rule.observe(step, {"mismatch/kl": float(kl[run, step])}) is not None),
+            NEVER,
+        )
         assert first == expected[run], run

@@ -96,8 +96,10 @@ def test_rule_catches_its_planted_failure_soon_after_the_onset(rule, scenario):
     within = DETECT_WITHIN[scenario]
     on_time = sum(step is not None and ONSET <= step < ONSET + within for step in firsts) / RUNS
     delays = [step - ONSET for step in firsts if step is not None and step >= ONSET]
-    print(f"\n{rule}: detects {scenario} in {on_time:.1%} of {RUNS} runs within {within} steps "
-          f"(median delay {np.median(delays) if delays else float('nan'):.0f} steps)")
+    print(
+        f"\n{rule}: detects {scenario} in {on_time:.1%} of {RUNS} runs within {within} steps "
+        f"(median delay {np.median(delays) if delays else float('nan'):.0f} steps)"
+    )
     assert on_time >= MIN_DETECTION
 
 

@@ -136,27 +136,45 @@ def test_report_is_strict_json_with_expected_contents(tmp_path):
     assert report["reasons"] == "entropy_collapse@14,non_finite@20"
     assert report["should_stop"] is False and report["first_fail_step"] == 20
     assert (report["steps_observed"], report["first_step"], report["last_step"]) == (30, 0, 29)
-    assert report["config"] == {"preset": "default", "rules": {}, "on_fail": "continue", "step0_gate": True,
-                                "mismatch_record_every": 100}
+    assert report["config"] == {
+        "preset": "default",
+        "rules": {},
+        "on_fail": "continue",
+        "step0_gate": True,
+        "mismatch_record_every": 100,
+    }
     ec = report["rules"]["entropy_collapse"]
     assert ec["enabled"] and ec["count"] == 1 and ec["active"]
-    assert ec["params"] == {"enabled": True, "severity": "warn", "patience": 5, "baseline_steps": 3,
-                            "min_fraction": 0.2}
+    assert ec["params"] == {
+        "enabled": True,
+        "severity": "warn",
+        "patience": 5,
+        "baseline_steps": 3,
+        "min_fraction": 0.2,
+    }
     assert ec["first_trigger"]["step"] == 14
     assert ec["first_trigger"]["value"] == pytest.approx(0.1)
     assert ec["first_trigger"]["threshold"] == pytest.approx(0.2)
     nf = report["rules"]["non_finite"]
     assert nf["first_trigger"]["value"] == "nan" and nf["first_trigger"]["metric"] == "loss/policy"
     assert report["rules"]["kl_explosion"] == {
-        "enabled": True, "severity": "warn",
+        "enabled": True,
+        "severity": "warn",
         "params": {"enabled": True, "severity": "warn", "patience": 1, "max_kl": 1.0},
-        "watches": ["kl/ref"], "count": 0, "active": False, "first_trigger": None,
-        "evaluated": 30, "not_evaluated": None, "not_applicable": None,
+        "watches": ["kl/ref"],
+        "count": 0,
+        "active": False,
+        "first_trigger": None,
+        "evaluated": 30,
+        "not_evaluated": None,
+        "not_applicable": None,
     }
     assert [e["rule"] for e in report["events"]] == ["entropy_collapse", "non_finite"]
-    assert monitor.tags() == {"workbench.health": "fail",
-                              "workbench.health_reasons": "entropy_collapse@14,non_finite@20",
-                              "workbench.health_label": "fail"}
+    assert monitor.tags() == {
+        "workbench.health": "fail",
+        "workbench.health_reasons": "entropy_collapse@14,non_finite@20",
+        "workbench.health_label": "fail",
+    }
     path = monitor.write_report(tmp_path)
     assert path.endswith(REPORT_ARTIFACT)
     assert json.loads(Path(path).read_text(encoding="utf-8")) == report
@@ -188,10 +206,7 @@ def test_recheck_matches_live_and_does_not_touch_self():
         assert again is not live and again.report() == before
     assert live.report() == before
     # MLflow Metric-like objects with .step / .value, and health/status is ignored
-    hist = {
-        k: [SimpleNamespace(step=s, value=v) for s, v in series]
-        for k, series in to_history(stream).items()
-    }
+    hist = {k: [SimpleNamespace(step=s, value=v) for s, v in series] for k, series in to_history(stream).items()}
     hist["health/status"] = [SimpleNamespace(step=s, value=0.0) for s, _ in stream]
     assert recheck(hist, {"on_fail": "continue"}).report() == before
 
@@ -203,10 +218,14 @@ def test_iter_history_groups_and_sorts_steps():
 
 # Every metric a registered rule watches ("*" aside), so a new rule is covered; loss/policy is
 # drawn separately below.
-KEYS = list(dict.fromkeys(
-    metric for name in HEALTH_RULES.names() for metric in HEALTH_RULES.get(name).watches
-    if metric not in ("*", "loss/policy")
-))
+KEYS = list(
+    dict.fromkeys(
+        metric
+        for name in HEALTH_RULES.names()
+        for metric in HEALTH_RULES.get(name).watches
+        if metric not in ("*", "loss/policy")
+    )
+)
 VALUES = st.one_of(
     st.sampled_from([0.0, 0.05, 0.1, 0.3, 0.5, 0.95, 1.0, 2.0, 5.0, 30.0]),
     st.floats(min_value=-1.0, max_value=50.0, allow_nan=False),
@@ -237,16 +256,30 @@ def streams(draw):
     return out
 
 
-CONFIGS = st.sampled_from([
-    None,
-    "strict",
-    {"preset": "strict", "on_fail": "continue",
-     "rules": {n: {"patience": 1} for n in ("entropy_collapse", "reward_collapse", "length_blowup")}},
-    # the smallest windows, so the trend rules evaluate within these short (<= 60-step) streams
-    {"rules": {"incorrect_length_gap": {"trend_window": 3, "noise_window": 6, "long_min_window": 6, "long_window": 12,
-                                        "patience": 1},
-               "reward_collapse": {"window": 1, "noise_window": 6}}},
-])
+CONFIGS = st.sampled_from(
+    [
+        None,
+        "strict",
+        {
+            "preset": "strict",
+            "on_fail": "continue",
+            "rules": {n: {"patience": 1} for n in ("entropy_collapse", "reward_collapse", "length_blowup")},
+        },
+        # the smallest windows, so the trend rules evaluate within these short (<= 60-step) streams
+        {
+            "rules": {
+                "incorrect_length_gap": {
+                    "trend_window": 3,
+                    "noise_window": 6,
+                    "long_min_window": 6,
+                    "long_window": 12,
+                    "patience": 1,
+                },
+                "reward_collapse": {"window": 1, "noise_window": 6},
+            }
+        },
+    ]
+)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -278,7 +311,8 @@ def test_a_rule_whose_inputs_never_arrive_says_what_it_needs():
     assert rules["kl_explosion"]["evaluated"] == 0
     assert rules["kl_explosion"]["not_evaluated"] == "not evaluated: needs kl/ref"
     assert rules["incorrect_length_gap"]["not_evaluated"] == (
-        "not evaluated: needs length/correct_mean, length/incorrect_mean")
+        "not evaluated: needs length/correct_mean, length/incorrect_mean"
+    )
     assert rules["reward_collapse"]["evaluated"] > 0 and rules["reward_collapse"]["not_evaluated"] is None
     off = HealthMonitor.from_config("off").recheck(history).report()["rules"]
     assert off["kl_explosion"]["not_evaluated"] is None  # a disabled rule is "off", not "not evaluated"
@@ -293,53 +327,86 @@ def test_a_rule_on_metrics_the_config_never_logs_is_not_applicable_not_unevaluat
     from workbench.metrics.reflection import REFLECTION_METRICS
 
     unlogged = unlogged_by_config(RunConfig().flat())  # defaults: kl_coef 0, no IS correction
-    assert set(unlogged) == {"kl/ref", "mismatch/is_weight_mean", "mismatch/is_clipped_frac", "mismatch/is_reweighted_frac",
-                             "batch/filtered_frac", "batch/sampling_rounds",
-                             *PASS_AT_K_METRICS, "eval/mean_at_n",  # rollout.eval_samples = 1: one answer per problem
-                             *REFLECTION_METRICS["behaviour"], *REFLECTION_METRICS["eval"],  # the tiny model: no words
-                             *PIPELINE_METRICS}  # rollout.staleness = 0: no pipeline, nothing stale, nobody waits
+    assert set(unlogged) == {
+        "kl/ref",
+        "mismatch/is_weight_mean",
+        "mismatch/is_clipped_frac",
+        "mismatch/is_reweighted_frac",
+        "batch/filtered_frac",
+        "batch/sampling_rounds",
+        *PASS_AT_K_METRICS,
+        "eval/mean_at_n",  # rollout.eval_samples = 1: one answer per problem
+        *REFLECTION_METRICS["behaviour"],
+        *REFLECTION_METRICS["eval"],  # the tiny model: no words
+        *PIPELINE_METRICS,
+    }  # rollout.staleness = 0: no pipeline, nothing stale, nobody waits
     history = [(step, {"entropy/mean": 1.0, "reward/mean": 0.5}) for step in range(6)]
     rules = HealthMonitor.from_config(None, unlogged=unlogged).recheck(history).report()["rules"]
     assert rules["kl_explosion"]["not_evaluated"] is None
     assert rules["kl_explosion"]["not_applicable"] == (
-        "not applicable: kl/ref is not logged when algorithm.kl_coef = 0 (no reference model)")
+        "not applicable: kl/ref is not logged when algorithm.kl_coef = 0 (no reference model)"
+    )
     assert rules["incorrect_length_gap"]["not_evaluated"].startswith("not evaluated: needs")
     assert rules["incorrect_length_gap"]["not_applicable"] is None
     # logged params are strings; a run with a reference model logs kl/ref, so nothing is unlogged for it
     assert "kl/ref" not in unlogged_by_config({"algorithm.kl_coef": "0.05", "algorithm.correction": "tis"})
-    assert unlogged_by_config({"algorithm.kl_coef": "0.0", "algorithm.correction": "None",
-                               "algorithm.batch_filter": "None", "rollout.eval_samples": "1",
-                               "model.builtin": "tiny", "rollout.staleness": "0"}).keys() == set(unlogged)
+    assert unlogged_by_config(
+        {
+            "algorithm.kl_coef": "0.0",
+            "algorithm.correction": "None",
+            "algorithm.batch_filter": "None",
+            "rollout.eval_samples": "1",
+            "model.builtin": "tiny",
+            "rollout.staleness": "0",
+        }
+    ).keys() == set(unlogged)
     assert unlogged_by_config({}) == {}  # nothing known about the config: nothing assumed
 
 
 def _healthy_native_step(step: int) -> dict:
     """Every metric the default preset's rules read, at healthy values (a native run logs them all)."""
-    return {"entropy/mean": 1.0, "length/truncated_frac": 0.0, "length/correct_mean": 20.0,
-            "length/incorrect_mean": 21.0 + 0.01 * (step % 3), "reward/mean": 0.5 + 0.01 * (step % 2),
-            "batch/zero_std_frac": 0.2, "mismatch/prob_abs_diff_max": 0.01, "mismatch/kl": 1e-4 * (1 + step % 2),
-            "mismatch/is_ratio_mean": 1.0, "mismatch/ess": 0.99, "mismatch/is_ratio_std": 0.01,
-            "mismatch/kl_k1": 0.0, "mismatch/chi2_token": 0.01, "mismatch/token_mult_prob_error": 1.0,
-            "mismatch/is_ratio_tail_frac": 0.0, "clip/frac": 0.01, "loss/policy": 0.1, "grad/norm": 1.0}
+    return {
+        "entropy/mean": 1.0,
+        "length/truncated_frac": 0.0,
+        "length/correct_mean": 20.0,
+        "length/incorrect_mean": 21.0 + 0.01 * (step % 3),
+        "reward/mean": 0.5 + 0.01 * (step % 2),
+        "batch/zero_std_frac": 0.2,
+        "mismatch/prob_abs_diff_max": 0.01,
+        "mismatch/kl": 1e-4 * (1 + step % 2),
+        "mismatch/is_ratio_mean": 1.0,
+        "mismatch/ess": 0.99,
+        "mismatch/is_ratio_std": 0.01,
+        "mismatch/kl_k1": 0.0,
+        "mismatch/chi2_token": 0.01,
+        "mismatch/token_mult_prob_error": 1.0,
+        "mismatch/is_ratio_tail_frac": 0.0,
+        "clip/frac": 0.01,
+        "loss/policy": 0.1,
+        "grad/norm": 1.0,
+    }
 
 
 def test_a_short_run_reads_ok_only_for_the_rules_it_could_evaluate():
     # 20 steps: the entropy (baseline 3), level and band rules evaluate; incorrect_length_gap (40),
     # reward_collapse (80) and mismatch_growth (40) cannot; kl_explosion does not apply (kl_coef 0).
     monitor = HealthMonitor.from_config(None, unlogged={"kl/ref": "algorithm.kl_coef = 0"}).recheck(
-        [(step, _healthy_native_step(step)) for step in range(20)])
+        [(step, _healthy_native_step(step)) for step in range(20)]
+    )
     report = monitor.report()
     unevaluated = sorted(n for n, r in report["rules"].items() if r["not_evaluated"])
     assert unevaluated == ["incorrect_length_gap", "mismatch_growth", "reward_collapse"]
     assert report["rules"]["reward_collapse"]["not_evaluated"] == (
-        "not evaluated: needs ≥ 80 finite observations of reward/mean (this run has 20 steps)")
+        "not evaluated: needs ≥ 80 finite observations of reward/mean (this run has 20 steps)"
+    )
     assert monitor.run_status == "ok" and monitor.coverage == (9, 12)  # 13 rules, kl_explosion not applicable
     assert monitor.run_label == report["label"] == "ok (9 of 12 rules evaluated)"
     assert monitor.tags()["workbench.health_label"] == "ok (9 of 12 rules evaluated)"
     assert monitor.tags()["workbench.health"] == "ok"  # the machine value stays ok / warn / fail
 
     full = HealthMonitor.from_config(None, unlogged={"kl/ref": "algorithm.kl_coef = 0"}).recheck(
-        [(step, _healthy_native_step(step)) for step in range(120)])
+        [(step, _healthy_native_step(step)) for step in range(120)]
+    )
     assert full.coverage == (12, 12) and full.run_label == "ok"
 
 
@@ -351,4 +418,5 @@ def test_an_imported_run_without_a_rules_inputs_does_not_read_ok():
     assert (evaluated, checkable) == (4, 13)  # entropy_collapse, entropy_blowup, reward_collapse, non_finite
     assert monitor.run_label == "ok (4 of 13 rules evaluated)"
     assert monitor.report()["rules"]["no_learning_signal"]["not_evaluated"] == (
-        "not evaluated: needs batch/zero_std_frac")
+        "not evaluated: needs batch/zero_std_frac"
+    )

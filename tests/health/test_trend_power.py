@@ -110,8 +110,10 @@ def test_trend_rule_false_alarms_and_power_under_autocorrelation(rule):
             max_fa, min_caught = _targets(rule, steps, phi)
             lines.append(f"| {rule} | {steps} | {phi:g} | {fa:.1%} | {caught:.1%} | {delay:.0f} |")
             if fa > max_fa or caught < min_caught:
-                failures.append(f"{steps} steps, φ {phi}: false alarms {fa:.1%} (≤ {max_fa:.0%}), "
-                                f"caught {caught:.1%} (≥ {min_caught:.0%})")
+                failures.append(
+                    f"{steps} steps, φ {phi}: false alarms {fa:.1%} (≤ {max_fa:.0%}), "
+                    f"caught {caught:.1%} (≥ {min_caught:.0%})"
+                )
     print("\n| rule | steps | φ | false alarms | drift caught | median delay |\n|---|---|---|---|---|---|")
     print("\n".join(lines))
     assert not failures, "\n".join(failures)
@@ -163,8 +165,10 @@ def test_trend_rules_on_resampled_exported_histories(steps):
     failures = []
     for rule, (null, drift, onset, first_fire) in planted.items():
         fa, caught, delay = rates(first_fire(null), first_fire(drift), onset)
-        print(f"resampled exports, {steps} steps, {rule}: false alarms {fa:.1%}, drift caught {caught:.1%}, "
-              f"median delay {delay:.0f}")
+        print(
+            f"resampled exports, {steps} steps, {rule}: false alarms {fa:.1%}, drift caught {caught:.1%}, "
+            f"median delay {delay:.0f}"
+        )
         if fa > 0.05 or caught < 0.95:
             failures.append(f"{rule}: false alarms {fa:.1%}, caught {caught:.1%}")
     assert not failures, failures

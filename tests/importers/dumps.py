@@ -16,13 +16,26 @@ import os
 from pathlib import Path
 
 
-def trl_write_completions(output_dir: Path, global_step: int, prompts: list, completions: list,
-                          rewards: dict[str, list], advantages: list[float], extra: dict[str, list] | None = None) -> Path:
+def trl_write_completions(
+    output_dir: Path,
+    global_step: int,
+    prompts: list,
+    completions: list,
+    rewards: dict[str, list],
+    advantages: list[float],
+    extra: dict[str, list] | None = None,
+) -> Path:
     import pandas as pd
 
     os.makedirs(os.path.join(output_dir, "completions"), exist_ok=True)
-    table = {"step": [global_step] * len(prompts), "prompt": prompts, "completion": completions, **rewards,
-             **(extra or {}), "advantage": advantages}
+    table = {
+        "step": [global_step] * len(prompts),
+        "prompt": prompts,
+        "completion": completions,
+        **rewards,
+        **(extra or {}),
+        "advantage": advantages,
+    }
     path = os.path.join(output_dir, "completions", f"completions_{global_step:05d}.parquet")
     pd.DataFrame(table).to_parquet(path)
     return Path(path)

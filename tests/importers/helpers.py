@@ -8,13 +8,20 @@ import sys
 from pathlib import Path
 
 
-def workbench(*args: str, cwd: Path, env: dict[str, str] | None = None,
-              timeout: int = 300) -> subprocess.CompletedProcess[str]:
+def workbench(
+    *args: str, cwd: Path, env: dict[str, str] | None = None, timeout: int = 300
+) -> subprocess.CompletedProcess[str]:
     """``workbench ARGS`` in a fresh process (the real CLI, its exit code and stderr)."""
     full_env = {**os.environ, "COLUMNS": "200", "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true", **(env or {})}
     full_env.pop("MLFLOW_TRACKING_URI", None)  # each test names its stores explicitly
-    return subprocess.run([sys.executable, "-m", "workbench.cli.main", *args], cwd=cwd, env=full_env,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "workbench.cli.main", *args],
+        cwd=cwd,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def sqlite_uri(path: Path) -> str:

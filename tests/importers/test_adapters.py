@@ -36,26 +36,52 @@ def test_unmapped_metrics_are_kept_under_source(framework):
 
 
 def test_trl_step_converted_by_hand():
-    out = ADAPTERS.get("trl").convert_step({
-        "reward": 0.25, "entropy": 1.5, "completions/mean_length": 7.0, "clip_ratio/low_mean": 0.125,
-        "grad_norm": 3.0, "learning_rate": 1e-4, "cispo_clip_ratio": 0.5})
-    assert out == {"reward/mean": 0.25, "entropy/mean": 1.5, "length/mean": 7.0, "clip/frac_low": 0.125,
-                   "grad/norm": 3.0, "source/learning_rate": 1e-4, "source/cispo_clip_ratio": 0.5}
+    out = ADAPTERS.get("trl").convert_step(
+        {
+            "reward": 0.25,
+            "entropy": 1.5,
+            "completions/mean_length": 7.0,
+            "clip_ratio/low_mean": 0.125,
+            "grad_norm": 3.0,
+            "learning_rate": 1e-4,
+            "cispo_clip_ratio": 0.5,
+        }
+    )
+    assert out == {
+        "reward/mean": 0.25,
+        "entropy/mean": 1.5,
+        "length/mean": 7.0,
+        "clip/frac_low": 0.125,
+        "grad/norm": 3.0,
+        "source/learning_rate": 1e-4,
+        "source/cispo_clip_ratio": 0.5,
+    }
 
 
 def test_an_adapter_cannot_map_two_sources_onto_one_name():
     with pytest.raises(ValueError, match="several source metrics"):
-        Adapter("x", "1", (MetricMapping("a", "reward/mean", "f.py"), MetricMapping("b", "reward/mean", "f.py")),
-                file_reader=lambda p: [], file_kind="x")
+        Adapter(
+            "x",
+            "1",
+            (MetricMapping("a", "reward/mean", "f.py"), MetricMapping("b", "reward/mean", "f.py")),
+            file_reader=lambda p: [],
+            file_kind="x",
+        )
 
 
 def test_trainer_state_merges_entries_of_one_step(tmp_path):
     path = tmp_path / "trainer_state.json"
-    path.write_text(json.dumps({"log_history": [
-        {"step": 2, "loss": 0.5, "entropy": None},  # TRL logs None when a window had no valid value
-        {"step": 1, "loss": 0.75},
-        {"step": 2, "train_runtime": 9.0, "note": "text is not a metric"},
-    ]}))
+    path.write_text(
+        json.dumps(
+            {
+                "log_history": [
+                    {"step": 2, "loss": 0.5, "entropy": None},  # TRL logs None when a window had no valid value
+                    {"step": 1, "loss": 0.75},
+                    {"step": 2, "train_runtime": 9.0, "note": "text is not a metric"},
+                ]
+            }
+        )
+    )
     steps = ADAPTERS.get("trl").read_file(str(path))
     assert [s for s, _ in steps] == [1, 2]
     assert steps[0][1] == {"loss": 0.75}
@@ -83,10 +109,19 @@ def test_trl_vllm_importance_sampling_keys_converted_by_hand():
     """TRL's GRPOTrainer with vllm_importance_sampling_correction logs |Δ logp| and the applied IS weight under
     sampling/*: they land on the flight recorder's names; the min/max of the applied weight have no
     canonical counterpart (the workbench's are of the raw ratio) and stay under source/."""
-    out = ADAPTERS.get("trl").convert_step({
-        "sampling/sampling_logp_difference/mean": 0.0125, "sampling/sampling_logp_difference/max": 0.75,
-        "sampling/importance_sampling_ratio/mean": 0.98, "sampling/importance_sampling_ratio/min": 0.5,
-        "sampling/importance_sampling_ratio/max": 2.0})
-    assert out == {"mismatch/log_ratio_abs_mean": 0.0125, "mismatch/log_ratio_abs_max": 0.75,
-                   "mismatch/is_weight_mean": 0.98, "source/sampling/importance_sampling_ratio/min": 0.5,
-                   "source/sampling/importance_sampling_ratio/max": 2.0}
+    out = ADAPTERS.get("trl").convert_step(
+        {
+            "sampling/sampling_logp_difference/mean": 0.0125,
+            "sampling/sampling_logp_difference/max": 0.75,
+            "sampling/importance_sampling_ratio/mean": 0.98,
+            "sampling/importance_sampling_ratio/min": 0.5,
+            "sampling/importance_sampling_ratio/max": 2.0,
+        }
+    )
+    assert out == {
+        "mismatch/log_ratio_abs_mean": 0.0125,
+        "mismatch/log_ratio_abs_max": 0.75,
+        "mismatch/is_weight_mean": 0.98,
+        "source/sampling/importance_sampling_ratio/min": 0.5,
+        "source/sampling/importance_sampling_ratio/max": 2.0,
+    }

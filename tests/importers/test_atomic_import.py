@@ -23,8 +23,19 @@ TABLES = ("experiments", "runs", "tags", "params", "metrics", "latest_metrics")
 
 
 def log_lines(n: int = 40) -> list[str]:
-    return [json.dumps({"step": s, "data": {"critic/score/mean": 0.1 * (s % 7), "actor/entropy": 1.0 - s / 100,
-                                            "response_length/mean": 50.0 + s}}) for s in range(1, n + 1)]
+    return [
+        json.dumps(
+            {
+                "step": s,
+                "data": {
+                    "critic/score/mean": 0.1 * (s % 7),
+                    "actor/entropy": 1.0 - s / 100,
+                    "response_length/mean": 50.0 + s,
+                },
+            }
+        )
+        for s in range(1, n + 1)
+    ]
 
 
 def store_rows(db: Path) -> dict[str, list[tuple]]:
@@ -45,7 +56,9 @@ def store(tmp_path_factory):
     good = root / "good.jsonl"
     good.write_text("\n".join(log_lines()) + "\n")
     db = root / "mlflow.db"
-    result = invoke(str(good), "--study", "verl-a", "--variant", "grpo", "--seed", "0", "--tracking-uri", sqlite_uri(db))
+    result = invoke(
+        str(good), "--study", "verl-a", "--variant", "grpo", "--seed", "0", "--tracking-uri", sqlite_uri(db)
+    )
     assert result.exit_code == 0, result.output
     return db
 
@@ -73,7 +86,9 @@ def test_a_bad_line_anywhere_leaves_the_store_exactly_as_before(store, tmp_path,
     path = tmp_path / "log.jsonl"
     path.write_text("\n".join(lines) + "\n")
     before = store_rows(store)
-    result = invoke(str(path), "--study", "verl-b", "--variant", "grpo", "--seed", "1", "--tracking-uri", sqlite_uri(store))
+    result = invoke(
+        str(path), "--study", "verl-b", "--variant", "grpo", "--seed", "1", "--tracking-uri", sqlite_uri(store)
+    )
     assert result.exit_code == 2, result.output
     assert len(result.output.strip().splitlines()) == 1, result.output
     assert f"log.jsonl:{position + 1}:" in result.output and phrase in result.output, result.output
@@ -88,8 +103,18 @@ def test_skip_bad_lines_imports_the_rest_and_counts_what_it_skipped(tmp_path):
     path = tmp_path / "log.jsonl"
     path.write_text("\n".join(lines) + "\n")
     db = tmp_path / "mlflow.db"
-    result = invoke(str(path), "--study", "verl-c", "--variant", "grpo", "--seed", "0", "--tracking-uri",
-                    sqlite_uri(db), "--skip-bad-lines")
+    result = invoke(
+        str(path),
+        "--study",
+        "verl-c",
+        "--variant",
+        "grpo",
+        "--seed",
+        "0",
+        "--tracking-uri",
+        sqlite_uri(db),
+        "--skip-bad-lines",
+    )
     assert result.exit_code == 0, result.output
     assert "skipped 2 malformed line(s) (first: line 5: invalid JSON" in " ".join(result.output.split())
     with sqlite3.connect(db) as con:
@@ -104,8 +129,9 @@ def test_a_fifo_and_a_device_are_refused_without_being_opened(tmp_path):
     outcome = {}
 
     def run():
-        outcome["fifo"] = invoke(str(fifo), "--study", "s", "--variant", "v", "--seed", "0",
-                                 "--tracking-uri", sqlite_uri(tmp_path / "m.db"))
+        outcome["fifo"] = invoke(
+            str(fifo), "--study", "s", "--variant", "v", "--seed", "0", "--tracking-uri", sqlite_uri(tmp_path / "m.db")
+        )
         done.set()
 
     threading.Thread(target=run, daemon=True).start()
@@ -114,20 +140,30 @@ def test_a_fifo_and_a_device_are_refused_without_being_opened(tmp_path):
             pass
         pytest.fail("the import opened the FIFO")
     assert outcome["fifo"].exit_code == 2 and "is a FIFO, not a regular file" in outcome["fifo"].output
-    zero = invoke("/dev/zero", "--study", "s", "--variant", "v", "--seed", "0", "--tracking-uri",
-                  sqlite_uri(tmp_path / "m.db"))
+    zero = invoke(
+        "/dev/zero", "--study", "s", "--variant", "v", "--seed", "0", "--tracking-uri", sqlite_uri(tmp_path / "m.db")
+    )
     assert zero.exit_code == 2 and "/dev/zero is a device or socket" in zero.output
     assert not (tmp_path / "m.db").exists()
 
 
-@pytest.mark.parametrize("args, phrase", [
-    (["--study", "../x y/z", "--variant", "grpo", "--seed", "0"], "--study '../x y/z': '../x y/z' is not a safe MLflow"),
-    (["--study", "ok", "--variant", "a b", "--seed", "0"], "--variant 'a b': variant name 'a b' is not an identifier"),
-    (["--study", "ok", "--variant", "grpo", "--seed", "-1"], "--seed -1: must be >= 0"),
-    (["--study", "-lead", "--variant", "grpo", "--seed", "0"], "--study '-lead'"),  # own inputs beyond the issue's
-    (["--study", "ok", "--variant", "2nd", "--seed", "0"], "--variant '2nd'"),
-    (["--study", "ok", "--variant", "grpo", "--seed", str(2**63)], "--seed 9223372036854775808"),
-])
+@pytest.mark.parametrize(
+    "args, phrase",
+    [
+        (
+            ["--study", "../x y/z", "--variant", "grpo", "--seed", "0"],
+            "--study '../x y/z': '../x y/z' is not a safe MLflow",
+        ),
+        (
+            ["--study", "ok", "--variant", "a b", "--seed", "0"],
+            "--variant 'a b': variant name 'a b' is not an identifier",
+        ),
+        (["--study", "ok", "--variant", "grpo", "--seed", "-1"], "--seed -1: must be >= 0"),
+        (["--study", "-lead", "--variant", "grpo", "--seed", "0"], "--study '-lead'"),  # own inputs beyond the issue's
+        (["--study", "ok", "--variant", "2nd", "--seed", "0"], "--variant '2nd'"),
+        (["--study", "ok", "--variant", "grpo", "--seed", str(2**63)], "--seed 9223372036854775808"),
+    ],
+)
 def test_labels_a_study_file_would_reject_are_refused(tmp_path, args, phrase):
     path = tmp_path / "log.jsonl"
     path.write_text("\n".join(log_lines(3)) + "\n")

@@ -32,9 +32,12 @@ def long_log(path: Path, *, shuffled: bool = False) -> Path:
     150, steps without the entropy and (shuffled) steps out of order and repeated (a resumed run)."""
     lines = []
     for s in range(1, STEPS + 1):
-        data = {"critic/score/mean": 0.6 + 0.05 * math.sin(s) - (0.4 if s >= 300 else 0.0),
-                "response_length/clip_ratio": 0.5 if s >= 200 else 0.05, "response_length/mean": 100 + s % 7,
-                "actor/pg_loss": math.nan if s == 150 else 0.01 * math.cos(s)}
+        data = {
+            "critic/score/mean": 0.6 + 0.05 * math.sin(s) - (0.4 if s >= 300 else 0.0),
+            "response_length/clip_ratio": 0.5 if s >= 200 else 0.05,
+            "response_length/mean": 100 + s % 7,
+            "actor/pg_loss": math.nan if s == 150 else 0.01 * math.cos(s),
+        }
         if s % 9:
             data["actor/entropy"] = 1.0 - s / 1000
         lines.append(json.dumps({"step": s, "data": data}))
@@ -58,9 +61,17 @@ def import_log(log: Path, db: Path, monkeypatch, bulk: bool) -> str:
 
 def rows(db: Path, run_id: str) -> dict[str, list[str]]:
     with sqlite3.connect(db) as con:
-        return {table: sorted(map(repr, con.execute(f"SELECT key, value, step, is_nan FROM {table} WHERE run_uuid = ?",
-                                                     (run_id,)).fetchall()))
-                for table in ("metrics", "latest_metrics")}
+        return {
+            table: sorted(
+                map(
+                    repr,
+                    con.execute(
+                        f"SELECT key, value, step, is_nan FROM {table} WHERE run_uuid = ?", (run_id,)
+                    ).fetchall(),
+                )
+            )
+            for table in ("metrics", "latest_metrics")
+        }
 
 
 def health_json(db: Path, run_id: str) -> dict:

@@ -23,19 +23,37 @@ from .helpers import child_runs, sqlite_uri, workbench
 def _verl_run(root: Path) -> tuple[Path, Path, Path]:
     """A verl run's metric log (steps 1-2), rollout_data_dir (steps 1-2) and validation_data_dir (steps 0, 2)."""
     log = root / "metrics.jsonl"
-    log.write_text("".join(json.dumps({"step": s, "data": {"critic/score/mean": 0.25 * s, "actor/entropy": 1.0}}) + "\n"
-                           for s in (1, 2)))
+    log.write_text(
+        "".join(
+            json.dumps({"step": s, "data": {"critic/score/mean": 0.25 * s, "actor/entropy": 1.0}}) + "\n"
+            for s in (1, 2)
+        )
+    )
     train, val = root / "rollout_data", root / "validation_data"
     # step 1: the batch reordered by length (verl's _balance_batch): Q2's answers first, Q1's interleaved
-    verl_write_generations(["Q2", "Q1", "Q2", "Q1"], ["x=5", "7", "x=4", "8"], ["5", "7", "5", "7"],
-                           [1.0, 1.0, 0.0, 0.0], {"acc": [True, True, False, False], "pred": ["5", "7", "4", "8"],
-                                                  "short": [1]}, str(train), 1)
+    verl_write_generations(
+        ["Q2", "Q1", "Q2", "Q1"],
+        ["x=5", "7", "x=4", "8"],
+        ["5", "7", "5", "7"],
+        [1.0, 1.0, 0.0, 0.0],
+        {"acc": [True, True, False, False], "pred": ["5", "7", "4", "8"], "short": [1]},
+        str(train),
+        1,
+    )
     # step 2: gts that are not text (a list) and a reward function without acc
-    verl_write_generations(["Q3", "Q3"], ["ünïcode ✓", "no"], [["1", "one"], ["1", "one"]], [0.5, -0.5], {},
-                           str(train), 2)
+    verl_write_generations(
+        ["Q3", "Q3"], ["ünïcode ✓", "no"], [["1", "one"], ["1", "one"]], [0.5, -0.5], {}, str(train), 2
+    )
     for step, outputs, accs in ((0, ["1", "2"], [False, True]), (2, ["2", "2"], [True, True])):
-        verl_write_generations(["Qa", "Qb"], outputs, ["2", "2"], [float(a) for a in accs],
-                               {"acc": accs, "reward": [float(a) for a in accs]}, str(val), step)
+        verl_write_generations(
+            ["Qa", "Qb"],
+            outputs,
+            ["2", "2"],
+            [float(a) for a in accs],
+            {"acc": accs, "reward": [float(a) for a in accs]},
+            str(val),
+            step,
+        )
     return log, train, val
 
 
@@ -48,14 +66,19 @@ def test_verl_generations_become_the_runs_rollouts(tmp_path):
     log, train, val = _verl_run(tmp_path)
     uri = sqlite_uri(tmp_path / "mlflow.db")
     outcome = _import("verl", [str(log)], uri, rollouts=[str(train)], eval_rollouts=[str(val)])
-    assert outcome.completions == ["base/seed=0: kept 6 train and 4 eval completions from 4 file(s) "
-                                   "(workbench rollouts)"]
+    assert outcome.completions == [
+        "base/seed=0: kept 6 train and 4 eval completions from 4 file(s) (workbench rollouts)"
+    ]
     rows = query_rollouts("s", tracking_uri=uri)
     assert len(rows) == 10  # 4 + 2 train, 2 + 2 eval: every line of every dump
     step1 = rows[(rows.split == "train") & (rows.step == 1)]
     # groups by prompt text in order of first appearance (Q2 then Q1), samples in file order inside a group
     assert list(zip(step1.prompt, step1.group, step1["sample"], step1.text, strict=True)) == [
-        ("Q2", 0, 0, "x=5"), ("Q2", 0, 1, "x=4"), ("Q1", 1, 0, "7"), ("Q1", 1, 1, "8")]
+        ("Q2", 0, 0, "x=5"),
+        ("Q2", 0, 1, "x=4"),
+        ("Q1", 1, 0, "7"),
+        ("Q1", 1, 1, "8"),
+    ]
     assert list(step1.reward) == [1.0, 0.0, 1.0, 0.0] and list(step1.correct) == [True, False, True, False]
     assert list(step1.answer) == ["5", "5", "7", "7"]
     step2 = rows[(rows.split == "train") & (rows.step == 2)]
@@ -65,7 +88,11 @@ def test_verl_generations_become_the_runs_rollouts(tmp_path):
     assert rows.length.isna().all() and rows.truncated.isna().all() and rows.advantage.isna().all()
     evals = rows[rows.split == "eval"]
     assert list(zip(evals.step, evals.prompt, evals.correct, strict=True)) == [
-        (0, "Qa", False), (0, "Qb", True), (2, "Qa", True), (2, "Qb", True)]
+        (0, "Qa", False),
+        (0, "Qb", True),
+        (2, "Qa", True),
+        (2, "Qb", True),
+    ]
     # filters: correctness known only where verl recorded acc; null rows match neither side
     assert len(query_rollouts("s", tracking_uri=uri, outcome="correct")) == 2 + 3
     assert len(query_rollouts("s", tracking_uri=uri, outcome="incorrect")) == 2 + 1
@@ -90,8 +117,17 @@ def test_a_grown_dump_replaces_the_run_and_an_unchanged_one_is_skipped(tmp_path)
 
 def _trl_state(out: Path, steps: list[int], reward_names: list[str]) -> Path:
     """A trainer_state.json as transformers' TrainerState.save_to_json writes it (what TRL logs per step)."""
-    history = [{"step": s, "loss": 0.1, "reward": 0.5, **{f"rewards/{n}/mean": 0.5 for n in reward_names},
-                **{f"rewards/{n}/std": 0.1 for n in reward_names}, "completions/mean_length": 4.0} for s in steps]
+    history = [
+        {
+            "step": s,
+            "loss": 0.1,
+            "reward": 0.5,
+            **{f"rewards/{n}/mean": 0.5 for n in reward_names},
+            **{f"rewards/{n}/std": 0.1 for n in reward_names},
+            "completions/mean_length": 4.0,
+        }
+        for s in steps
+    ]
     out.mkdir(parents=True, exist_ok=True)
     path = out / "trainer_state.json"
     path.write_text(json.dumps({"global_step": steps[-1], "log_history": history}, indent=2, sort_keys=True) + "\n")
@@ -102,14 +138,25 @@ def test_trl_completions_beside_the_trainer_state_are_read(tmp_path):
     out = tmp_path / "grpo-0"
     state = _trl_state(out, [1, 2], ["correct", "fmt"])
     # step 1: text prompts, two reward functions (fmt returned None for one completion), a log_extra column
-    trl_write_completions(out, 1, ["1+1=", "1+1=", "2+2=", "2+2="], ["2", "3", "4", ""],
-                          {"correct": [1.0, 0.0, 1.0, 0.0], "fmt": [0.5, 0.5, None, 0.0]},
-                          [0.5, -0.5, 0.75, -0.75], extra={"judge": ["ok", "no", "ok", "no"]})
+    trl_write_completions(
+        out,
+        1,
+        ["1+1=", "1+1=", "2+2=", "2+2="],
+        ["2", "3", "4", ""],
+        {"correct": [1.0, 0.0, 1.0, 0.0], "fmt": [0.5, 0.5, None, 0.0]},
+        [0.5, -0.5, 0.75, -0.75],
+        extra={"judge": ["ok", "no", "ok", "no"]},
+    )
     # step 2: conversational prompts and completions (lists of messages); no function scored the second
     chat = [{"role": "system", "content": "Add."}, {"role": "user", "content": "3+3="}]
-    trl_write_completions(out, 2, [chat, chat], [[{"role": "assistant", "content": "6"}],
-                                                 [{"role": "assistant", "content": "7"}]],
-                          {"correct": [1.0, None], "fmt": [None, None]}, [1.0, -1.0])
+    trl_write_completions(
+        out,
+        2,
+        [chat, chat],
+        [[{"role": "assistant", "content": "6"}], [{"role": "assistant", "content": "7"}]],
+        {"correct": [1.0, None], "fmt": [None, None]},
+        [1.0, -1.0],
+    )
     uri = sqlite_uri(tmp_path / "mlflow.db")
     outcome = _import("trl", [str(state)], uri)  # no --rollouts: output_dir/completions is found
     assert outcome.completions and "kept 6 train and 0 eval" in outcome.completions[0]
@@ -137,18 +184,35 @@ def test_trl_checkpoint_state_finds_the_output_dirs_completions(tmp_path):
     assert list(rows.reward) == [1.0, 0.0] and "reward.r" not in rows  # one function: reward is its column
 
 
-@pytest.mark.parametrize(("write", "message"), [
-    (lambda d: (d / "1.jsonl").write_text('{"input": "q", "output": "a", "gts": "1", "score": 1, "step": 1}\n{oops\n'),
-     "1.jsonl:2: invalid JSON"),
-    (lambda d: (d / "1.jsonl").write_text('{"input": "q", "output": "a", "gts": "1", "step": 1}\n'),
-     "1.jsonl:1: not a verl generation record (needs input, output, gts, score, step)"),
-    (lambda d: (d / "1.jsonl").write_text('{"input": "q", "output": "a", "gts": "1", "score": "high", "step": 1}\n'),
-     "1.jsonl:1: score 'high' is not a number"),
-    (lambda d: (d / "1.jsonl").write_text('{"input": "q", "output": "a", "gts": "1", "score": 1, "step": 1e99}\n'),
-     "1.jsonl:1: step '1e+99' is not a step number"),
-    (lambda d: (d / "notes.txt").write_text("hi"), "no verl generation dumps (trainer.rollout_data_dir) in it"),
-    (lambda d: os.mkfifo(d / "1.jsonl"), "1.jsonl is a FIFO, not a regular file"),
-])
+@pytest.mark.parametrize(
+    ("write", "message"),
+    [
+        (
+            lambda d: (d / "1.jsonl").write_text(
+                '{"input": "q", "output": "a", "gts": "1", "score": 1, "step": 1}\n{oops\n'
+            ),
+            "1.jsonl:2: invalid JSON",
+        ),
+        (
+            lambda d: (d / "1.jsonl").write_text('{"input": "q", "output": "a", "gts": "1", "step": 1}\n'),
+            "1.jsonl:1: not a verl generation record (needs input, output, gts, score, step)",
+        ),
+        (
+            lambda d: (d / "1.jsonl").write_text(
+                '{"input": "q", "output": "a", "gts": "1", "score": "high", "step": 1}\n'
+            ),
+            "1.jsonl:1: score 'high' is not a number",
+        ),
+        (
+            lambda d: (d / "1.jsonl").write_text(
+                '{"input": "q", "output": "a", "gts": "1", "score": 1, "step": 1e99}\n'
+            ),
+            "1.jsonl:1: step '1e+99' is not a step number",
+        ),
+        (lambda d: (d / "notes.txt").write_text("hi"), "no verl generation dumps (trainer.rollout_data_dir) in it"),
+        (lambda d: os.mkfifo(d / "1.jsonl"), "1.jsonl is a FIFO, not a regular file"),
+    ],
+)
 def test_bad_verl_dumps_are_one_line_errors(tmp_path, write, message):
     log, _, _ = _verl_run(tmp_path)
     bad = tmp_path / "bad"
@@ -193,25 +257,77 @@ def test_cli_import_then_rollouts_and_a_bad_dump_writes_nothing(tmp_path):
     bad = tmp_path / "bad"
     bad.mkdir()
     (bad / "3.jsonl").write_text("{oops\n")
-    refused = workbench("import", "verl", str(log), "--study", "v", "--variant", "grpo", "--seed", "0",
-                        "--rollouts", str(bad), "--tracking-uri", uri, cwd=tmp_path)
+    refused = workbench(
+        "import",
+        "verl",
+        str(log),
+        "--study",
+        "v",
+        "--variant",
+        "grpo",
+        "--seed",
+        "0",
+        "--rollouts",
+        str(bad),
+        "--tracking-uri",
+        uri,
+        cwd=tmp_path,
+    )
     assert refused.returncode == 2 and refused.stderr.strip().count("\n") == 0, refused.stderr
     assert "3.jsonl:1: invalid JSON" in refused.stderr and not (tmp_path / "mlflow.db").exists()
-    done = workbench("import", "verl", str(log), "--study", "v", "--variant", "grpo", "--seed", "0",
-                     "--rollouts", str(train), "--eval-rollouts", str(val), "--tracking-uri", uri, cwd=tmp_path)
+    done = workbench(
+        "import",
+        "verl",
+        str(log),
+        "--study",
+        "v",
+        "--variant",
+        "grpo",
+        "--seed",
+        "0",
+        "--rollouts",
+        str(train),
+        "--eval-rollouts",
+        str(val),
+        "--tracking-uri",
+        uri,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     assert "grpo/seed=0: kept 6 train and 4 eval completions from 4 file(s)" in done.stdout
-    shown = workbench("rollouts", "v", "--split", "train", "--steps", "1", "--format", "json", "--tracking-uri", uri,
-                      cwd=tmp_path)
+    shown = workbench(
+        "rollouts", "v", "--split", "train", "--steps", "1", "--format", "json", "--tracking-uri", uri, cwd=tmp_path
+    )
     assert shown.returncode == 0, shown.stderr
     assert [(r["text"], r["correct"]) for r in json.loads(shown.stdout)] == [
-        ("x=5", True), ("x=4", False), ("7", True), ("8", False)]
+        ("x=5", True),
+        ("x=4", False),
+        ("7", True),
+        ("8", False),
+    ]
     table = workbench("rollouts", "v", "--split", "train", "--steps", "2", "--tracking-uri", uri, cwd=tmp_path)
     assert table.returncode == 0, table.stderr
     # not a terminal: tab-separated; correctness, length, truncation not recorded: shown as -
     assert table.stdout.splitlines()[1].split("\t")[6:] == ["ünïcode ✓", "0.5", "-", "-", "-"]
-    wrong = workbench("import", "verl", "--from", uri, "--experiment", "x", "--variant-by", "param:a", "--seed-by",
-                      "param:b", "--study", "w", "--rollouts", str(train), "--tracking-uri", uri, cwd=tmp_path)
+    wrong = workbench(
+        "import",
+        "verl",
+        "--from",
+        uri,
+        "--experiment",
+        "x",
+        "--variant-by",
+        "param:a",
+        "--seed-by",
+        "param:b",
+        "--study",
+        "w",
+        "--rollouts",
+        str(train),
+        "--tracking-uri",
+        uri,
+        cwd=tmp_path,
+    )
     assert wrong.returncode == 2 and "--rollouts and --eval-rollouts go with FILE..." in wrong.stderr
 
 
@@ -228,10 +344,14 @@ def test_verl_writer_is_verls_own(tmp_path):
     import ast
 
     source = (_verl_root() / "trainer" / "ppo" / "ray_trainer.py").read_text()
-    (fn,) = [n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.FunctionDef) and n.name == "_write_generations"]
+    (fn,) = [
+        n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.FunctionDef) and n.name == "_write_generations"
+    ]
     fn.decorator_list = []
     namespace: dict = {"os": os, "json": json}
-    exec(compile(ast.Module([fn], type_ignores=[]), "ray_trainer.py", "exec"), namespace)  # verl's own code, from its source
+    exec(
+        compile(ast.Module([fn], type_ignores=[]), "ray_trainer.py", "exec"), namespace
+    )  # verl's own code, from its source
     args = (["Q", "Q"], ["a ✓", "b"], [["1"], None], [1.0, 0.0], {"acc": [True, False], "x": [1]})
     namespace["_write_generations"](*args, str(tmp_path / "verl"), 7)
     verl_write_generations(*args, str(tmp_path / "ours"), 7)

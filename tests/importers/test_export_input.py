@@ -46,8 +46,7 @@ def rewrite(export: Path, name: str, table: pa.Table) -> None:
     """Replace one parquet file of the export, its manifest entry updated to match."""
     pq.write_table(table, export / name, compression="zstd")
     manifest = json.loads((export / "manifest.json").read_text())
-    manifest["files"][name].update(sha256=hashlib.sha256((export / name).read_bytes()).hexdigest(),
-                                   rows=table.num_rows)
+    manifest["files"][name].update(sha256=hashlib.sha256((export / name).read_bytes()).hexdigest(), rows=table.num_rows)
     (export / "manifest.json").write_text(json.dumps(manifest))
 
 
@@ -81,17 +80,24 @@ def params_edit(key: str, value: str):
         params = json.loads(rows[3]["params"])
         params[key] = value
         rows[3]["params"] = json.dumps(params, sort_keys=True)
+
     return edit
 
 
 # ---- what the load writes, checked first (class "write, then fail") -------------------------------
 
-@pytest.mark.parametrize(("edit", "phrases"), [
-    (params_edit("lr[0]!", "1"), ["runs.parquet: row 3: parameter name 'lr[0]!' is not one MLflow accepts"]),
-    (params_edit("p" * 300, "1"), ["runs.parquet: row 3: parameter name", "longer than MLflow's 250"]),
-    (params_edit("notes", "x" * 7000), ["runs.parquet: row 3: parameter 'notes': a value of 7,000 characters, "
-                                        "over MLflow's 6,000"]),
-])
+
+@pytest.mark.parametrize(
+    ("edit", "phrases"),
+    [
+        (params_edit("lr[0]!", "1"), ["runs.parquet: row 3: parameter name 'lr[0]!' is not one MLflow accepts"]),
+        (params_edit("p" * 300, "1"), ["runs.parquet: row 3: parameter name", "longer than MLflow's 250"]),
+        (
+            params_edit("notes", "x" * 7000),
+            ["runs.parquet: row 3: parameter 'notes': a value of 7,000 characters, over MLflow's 6,000"],
+        ),
+    ],
+)
 def test_a_parameter_mlflow_would_refuse_is_refused_before_the_first_write(store, tmp_path, edit, phrases):
     export = copy_of(tmp_path)
     edit_runs(export, edit)
@@ -104,8 +110,11 @@ def test_a_metric_key_over_mlflows_250_characters_is_refused(store, tmp_path):
     metrics = pq.read_table(export / "metrics.parquet")
     keys = metrics.column("key").to_pylist()
     keys[0] = "m" * 1000  # run 1's first point
-    rewrite(export, "metrics.parquet", metrics.set_column(metrics.schema.get_field_index("key"), "key",
-                                                          pa.array(keys, pa.string())))
+    rewrite(
+        export,
+        "metrics.parquet",
+        metrics.set_column(metrics.schema.get_field_index("key"), "key", pa.array(keys, pa.string())),
+    )
     before = store_rows(store)
     refused(load(export, store), store, before, "metrics.parquet: run 1: metric name", "longer than MLflow's 250")
 
@@ -122,6 +131,7 @@ def test_a_fixed_export_loads_after_a_refusal(tmp_path):
 
 # ---- identity: a run is loaded once, finished, with its own times -------------------------------
 
+
 def test_a_duplicated_run_row_is_refused(store, tmp_path):
     export = copy_of(tmp_path)
     edit_runs(export, lambda rows: rows.append({**rows[2], "run": len(rows)}))  # run 2, twice
@@ -136,11 +146,14 @@ def test_two_finished_rows_of_one_run_key_are_refused(store, tmp_path):
     refused(load(export, store), store, before, "runs.parquet: rows 2 and 8 are both a FINISHED run of run_key")
 
 
-@pytest.mark.parametrize(("change", "phrase"), [
-    ({"start_time": None}, "runs.parquet: row 4: start_time is empty"),
-    ({"end_time": 1}, "runs.parquet: row 4: end_time 1 is before start_time"),
-    ({"end_time": None}, "runs.parquet: row 4: a FINISHED run without an end_time"),
-])
+@pytest.mark.parametrize(
+    ("change", "phrase"),
+    [
+        ({"start_time": None}, "runs.parquet: row 4: start_time is empty"),
+        ({"end_time": 1}, "runs.parquet: row 4: end_time 1 is before start_time"),
+        ({"end_time": None}, "runs.parquet: row 4: a FINISHED run without an end_time"),
+    ],
+)
 def test_a_run_whose_times_mlflow_would_not_keep_is_refused(store, tmp_path, change, phrase):
     export = copy_of(tmp_path)
     edit_runs(export, lambda rows: rows[4].update(change))

@@ -34,7 +34,10 @@ def test_a_verl_log_that_grew_is_imported_again_as_one_run_with_all_its_points(t
     other = tmp_path / "seed1.jsonl"
     other.write_text("\n".join(lines[:30]) + "\n")
     assert invoke_verl(*args).exit_code == 0
-    assert invoke_verl(str(other), "--study", "grow", "--variant", "grpo", "--seed", "1", "--tracking-uri", uri).exit_code == 0
+    assert (
+        invoke_verl(str(other), "--study", "grow", "--variant", "grpo", "--seed", "1", "--tracking-uri", uri).exit_code
+        == 0
+    )
     (first,) = [r for r in child_runs(uri, "grow") if r.data.tags["workbench.seed"] == "0"]
 
     log.write_text("\n".join(lines) + "\n")  # ... and on to step 60
@@ -59,8 +62,20 @@ def test_a_verl_log_that_grew_is_imported_again_as_one_run_with_all_its_points(t
 def test_a_tensorboard_run_that_grew_replaces_its_run(tmp_path):
     run_dir, uri = tmp_path / "tb", sqlite_uri(tmp_path / "m.db")
     tensorboard_run(run_dir, range(1, 6))
-    args = ["tensorboard", run_dir, "--study", "s", "--variant", "v", "--seed", "0", "--framework", "verl",
-            "--tracking-uri", uri]
+    args = [
+        "tensorboard",
+        run_dir,
+        "--study",
+        "s",
+        "--variant",
+        "v",
+        "--seed",
+        "0",
+        "--framework",
+        "verl",
+        "--tracking-uri",
+        uri,
+    ]
     assert invoke(*args).exit_code == 0
     shutil.rmtree(run_dir)
     tensorboard_run(run_dir, range(1, 11))  # the writer went on to step 10

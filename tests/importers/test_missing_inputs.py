@@ -16,16 +16,20 @@ def _history(rows):
 
 
 def test_compare_names_the_summaries_it_could_not_compute_and_why():
-    history = _history([("a", "v", 0, s, "reward/mean", 0.5) for s in range(3)]
-                       + [("b", "v", 1, 0, "reward/mean", 0.5), ("b", "v", 1, 0, "eval/accuracy", math.nan)])
-    summary = pd.DataFrame({"run_id": ["a", "b"], "final_eval_accuracy": [math.nan, math.nan],
-                            "final:reward/mean": [0.5, 0.5]})
+    history = _history(
+        [("a", "v", 0, s, "reward/mean", 0.5) for s in range(3)]
+        + [("b", "v", 1, 0, "reward/mean", 0.5), ("b", "v", 1, 0, "eval/accuracy", math.nan)]
+    )
+    summary = pd.DataFrame(
+        {"run_id": ["a", "b"], "final_eval_accuracy": [math.nan, math.nan], "final:reward/mean": [0.5, 0.5]}
+    )
     lines = uncomputed_summaries(summary, history, ["final_eval_accuracy", "final:reward/mean"])
     # run a never logged eval/accuracy; run b logged it, but only NaN: only a lacks the metric
     assert lines == ["could not compute final_eval_accuracy for 2 of 2 runs: needs eval/accuracy"]
     only_b = summary[summary["run_id"] == "b"]
     assert uncomputed_summaries(only_b, history, ["final_eval_accuracy"]) == [
-        "could not compute final_eval_accuracy for 1 of 1 runs: too few finite values"]
+        "could not compute final_eval_accuracy for 1 of 1 runs: too few finite values"
+    ]
 
 
 def test_health_cell_of_a_rule_without_inputs_is_unknown_with_the_reason():

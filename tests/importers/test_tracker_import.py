@@ -25,8 +25,13 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("tracker-runs")
-    done = subprocess.run([sys.executable, "-m", "tests.importers.tracker_runs", str(out)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.importers.tracker_runs", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr
     return out
 
@@ -41,8 +46,10 @@ def wandb_run(runs: Path, name: str) -> Path:
 
 def test_hf_tracker_names_and_wandb_step_map_back_to_trl_names():
     # WandbCallback logs at W&B's own counter (0, 1, ...) and adds train/global_step: the trainer step wins
-    rows = [(0, {"train/reward": 0.5, "train/global_step": 2.0, "eval/loss": 1.0}), (1, {"train/reward": 0.6,
-                                                                                       "train/global_step": 4.0})]
+    rows = [
+        (0, {"train/reward": 0.5, "train/global_step": 2.0, "eval/loss": 1.0}),
+        (1, {"train/reward": 0.6, "train/global_step": 4.0}),
+    ]
     assert source_steps("trl", rows) == [(2, {"reward": 0.5, "eval_loss": 1.0}), (4, {"reward": 0.6})]
     assert source_steps("verl", [(3, {"critic/score/mean": 0.1})]) == [(3, {"critic/score/mean": 0.1})]
 
@@ -51,12 +58,38 @@ def test_hf_tracker_names_and_wandb_step_map_back_to_trl_names():
 def test_tensorboard_trl_runs_import_then_health_and_compare(runs, tmp_path):
     dst = sqlite_uri(tmp_path / "mlflow.db")
     for variant in ("grpo", "dr_grpo"):
-        done = workbench("import", "tensorboard", str(runs / "tb" / f"{variant}-0"), str(runs / "tb" / f"{variant}-1"),
-                         "--study", "tb-trl", "--variant", variant, "--seed", "0", "--seed", "1",
-                         "--tracking-uri", dst, cwd=tmp_path)
+        done = workbench(
+            "import",
+            "tensorboard",
+            str(runs / "tb" / f"{variant}-0"),
+            str(runs / "tb" / f"{variant}-1"),
+            "--study",
+            "tb-trl",
+            "--variant",
+            variant,
+            "--seed",
+            "0",
+            "--seed",
+            "1",
+            "--tracking-uri",
+            dst,
+            cwd=tmp_path,
+        )
         assert done.returncode == 0, done.stderr
-    again = workbench("import", "tensorboard", str(runs / "tb" / "grpo-0"), "--study", "tb-trl", "--variant", "grpo",
-                      "--seed", "0", "--tracking-uri", dst, cwd=tmp_path)
+    again = workbench(
+        "import",
+        "tensorboard",
+        str(runs / "tb" / "grpo-0"),
+        "--study",
+        "tb-trl",
+        "--variant",
+        "grpo",
+        "--seed",
+        "0",
+        "--tracking-uri",
+        dst,
+        cwd=tmp_path,
+    )
     assert again.returncode == 0 and "already imported" in again.stdout  # same event files, same run_key
     imported = child_runs(dst, "tb-trl")
     assert len(imported) == 4
@@ -90,11 +123,39 @@ def test_tensorboard_trl_runs_import_then_health_and_compare(runs, tmp_path):
 def test_wandb_offline_runs_import_with_their_config_and_steps(runs, tmp_path):
     dst = sqlite_uri(tmp_path / "mlflow.db")
     verl = [str(wandb_run(runs, f"verl-{seed}")) for seed in (0, 1)]
-    done = workbench("import", "wandb", *verl, "--study", "wb", "--variant", "grpo", "--seed", "0", "--seed", "1",
-                     "--framework", "verl", "--tracking-uri", dst, cwd=tmp_path)
+    done = workbench(
+        "import",
+        "wandb",
+        *verl,
+        "--study",
+        "wb",
+        "--variant",
+        "grpo",
+        "--seed",
+        "0",
+        "--seed",
+        "1",
+        "--framework",
+        "verl",
+        "--tracking-uri",
+        dst,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr
-    trl = workbench("import", "wandb", str(wandb_run(runs, "trl-0")), "--study", "wb", "--variant", "trl",
-                    "--seed", "0", "--tracking-uri", dst, cwd=tmp_path)
+    trl = workbench(
+        "import",
+        "wandb",
+        str(wandb_run(runs, "trl-0")),
+        "--study",
+        "wb",
+        "--variant",
+        "trl",
+        "--seed",
+        "0",
+        "--tracking-uri",
+        dst,
+        cwd=tmp_path,
+    )
     assert trl.returncode == 0, trl.stderr
     by_name = {r.info.run_name: r for r in child_runs(dst, "wb")}
     run = by_name["grpo/seed=1"]
@@ -131,18 +192,25 @@ def test_bad_tracker_input_exits_2_naming_the_path_and_writes_nothing(runs, tmp_
     dst = sqlite_uri(db)
 
     def imp(tracker: str, *args: str) -> subprocess.CompletedProcess[str]:
-        return workbench("import", tracker, *args, "--study", "s", "--variant", "v", "--tracking-uri", dst,
-                         cwd=tmp_path)
+        return workbench(
+            "import", tracker, *args, "--study", "s", "--variant", "v", "--tracking-uri", dst, cwd=tmp_path
+        )
 
     _refused(imp("tensorboard", str(tmp_path / "nope"), "--seed", "0"), "nope", "no such directory", store=db)
-    _refused(imp("tensorboard", str(runs / "tb"), "--seed", "0"), "holds no TensorBoard event files",
-             "grpo-0", store=db)  # the parent directory: the run directories below it are named
-    _refused(imp("tensorboard", str(runs / "tb" / "grpo-0"), "--seed", "0", "--seed", "1"),
-             "one per run directory", store=db)
-    _refused(imp("tensorboard", str(runs / "tb" / "grpo-0"), "--seed", "0", "--framework", "openrlhf"),
-             "--framework 'openrlhf'", store=db)
-    _refused(imp("wandb", str(runs / "wb" / "wandb"), "--seed", "0"), "not a W&B run directory",
-             "offline-run-", store=db)
+    _refused(
+        imp("tensorboard", str(runs / "tb"), "--seed", "0"), "holds no TensorBoard event files", "grpo-0", store=db
+    )  # the parent directory: the run directories below it are named
+    _refused(
+        imp("tensorboard", str(runs / "tb" / "grpo-0"), "--seed", "0", "--seed", "1"), "one per run directory", store=db
+    )
+    _refused(
+        imp("tensorboard", str(runs / "tb" / "grpo-0"), "--seed", "0", "--framework", "openrlhf"),
+        "--framework 'openrlhf'",
+        store=db,
+    )
+    _refused(
+        imp("wandb", str(runs / "wb" / "wandb"), "--seed", "0"), "not a W&B run directory", "offline-run-", store=db
+    )
     corrupt = tmp_path / "corrupt"
     shutil.copytree(wandb_run(runs, "verl-0"), corrupt)
     (log,) = corrupt.glob("run-*.wandb")
@@ -155,8 +223,7 @@ def test_bad_tracker_input_exits_2_naming_the_path_and_writes_nothing(runs, tmp_
 
     with SummaryWriter(str(unknown)) as writer:
         writer.add_scalar("my/own_metric", 1.0, 1)
-    _refused(imp("tensorboard", str(unknown), "--seed", "0"), "cannot tell which framework", "--framework",
-             store=db)
+    _refused(imp("tensorboard", str(unknown), "--seed", "0"), "cannot tell which framework", "--framework", store=db)
 
 
 @pytest.mark.slow
@@ -166,7 +233,19 @@ def test_a_wandb_run_cut_short_is_left_for_later(runs, tmp_path):
     (log,) = cut.glob("run-*.wandb")
     log.write_bytes(log.read_bytes()[:-40])  # the exit record (37 bytes + its 7-byte header) half written
     dst = sqlite_uri(tmp_path / "mlflow.db")
-    done = workbench("import", "wandb", str(cut), "--study", "s", "--variant", "v", "--seed", "0",
-                     "--tracking-uri", dst, cwd=tmp_path)
+    done = workbench(
+        "import",
+        "wandb",
+        str(cut),
+        "--study",
+        "s",
+        "--variant",
+        "v",
+        "--seed",
+        "0",
+        "--tracking-uri",
+        dst,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     assert "still running in the source" in done.stdout

@@ -38,8 +38,19 @@ def trl_store(tmp_path_factory):
     root = tmp_path_factory.mktemp("trl")
     model = tiny_model_dir(ModelConfig(**MICRO_MODEL), TaskConfig(), progress=False)
     uri = sqlite_uri(root / "trl.db")
-    cmd = [sys.executable, str(Path(__file__).with_name("trl_train.py")), str(model), "--uri", uri,
-           "--experiment", "trl-grpo", "--steps", str(STEPS), "--out", str(root / "out")]
+    cmd = [
+        sys.executable,
+        str(Path(__file__).with_name("trl_train.py")),
+        str(model),
+        "--uri",
+        uri,
+        "--experiment",
+        "trl-grpo",
+        "--steps",
+        str(STEPS),
+        "--out",
+        str(root / "out"),
+    ]
     for lt in LOSS_TYPES:
         cmd += ["--loss-type", lt]
     for s in SEEDS:
@@ -53,8 +64,22 @@ def trl_store(tmp_path_factory):
 def test_trl_runs_import_then_health_and_compare(trl_store, tmp_path):
     root, src = trl_store
     dst = sqlite_uri(tmp_path / "mlflow.db")
-    args = ["import", "trl", "--from", src, "--experiment", "trl-grpo", "--study", "trl-loss-types",
-            "--variant-by", "param:loss_type", "--seed-by", "param:seed", "--tracking-uri", dst]
+    args = [
+        "import",
+        "trl",
+        "--from",
+        src,
+        "--experiment",
+        "trl-grpo",
+        "--study",
+        "trl-loss-types",
+        "--variant-by",
+        "param:loss_type",
+        "--seed-by",
+        "param:seed",
+        "--tracking-uri",
+        dst,
+    ]
     first = workbench(*args, cwd=tmp_path)
     assert first.returncode == 0, first.stderr
     runs = child_runs(dst, "trl-loss-types")
@@ -66,11 +91,14 @@ def test_trl_runs_import_then_health_and_compare(trl_store, tmp_path):
 
     from mlflow import MlflowClient
 
-    source_ids = {r.info.run_id for r in MlflowClient(src).search_runs(
-        [MlflowClient(src).get_experiment_by_name("trl-grpo").experiment_id])}
+    source_ids = {
+        r.info.run_id
+        for r in MlflowClient(src).search_runs([MlflowClient(src).get_experiment_by_name("trl-grpo").experiment_id])
+    }
     client = MlflowClient(dst)
     assert {(r.data.tags["workbench.variant"], r.data.tags["workbench.seed"]) for r in runs} == {
-        (lt, str(s)) for lt in LOSS_TYPES for s in SEEDS}
+        (lt, str(s)) for lt in LOSS_TYPES for s in SEEDS
+    }
     for r in runs:
         assert r.data.tags["workbench.source"] == "trl"
         assert r.data.tags["workbench.source_run"] in source_ids
@@ -82,19 +110,24 @@ def test_trl_runs_import_then_health_and_compare(trl_store, tmp_path):
         assert "source/clip_ratio/low_min" in kept and "source/learning_rate" in kept  # unmapped: kept
         assert "clip_ratio/low_mean" not in kept  # mapped names are not logged twice
 
-    health = workbench("health", "trl-loss-types", "--recheck", "--format", "json", "--tracking-uri", dst,
-                       cwd=tmp_path)
+    health = workbench("health", "trl-loss-types", "--recheck", "--format", "json", "--tracking-uri", dst, cwd=tmp_path)
     assert health.returncode == 0, health.stderr
     report = json.loads(health.stdout)
     assert len(report["runs"]) == 4
     for run in report["runs"]:
         # beta = 0: TRL logs no kl, so the KL rule says what it lacks instead of passing
-        assert run["rules"]["kl_explosion"] == {"state": "unknown", "step": None, "value": None,
-                                                "threshold": None, "message": "not evaluated: needs kl/ref"}
+        assert run["rules"]["kl_explosion"] == {
+            "state": "unknown",
+            "step": None,
+            "value": None,
+            "threshold": None,
+            "message": "not evaluated: needs kl/ref",
+        }
         assert run["rules"]["no_learning_signal"]["state"] in ("ok", "warn")  # frac_reward_zero_std mapped
 
-    compare = workbench("compare", "trl-loss-types", "--format", "json", "--no-log", "--tracking-uri", dst,
-                        cwd=tmp_path)
+    compare = workbench(
+        "compare", "trl-loss-types", "--format", "json", "--no-log", "--tracking-uri", dst, cwd=tmp_path
+    )
     assert compare.returncode == 0, compare.stderr
     table = json.loads(compare.stdout)
     rows = table["rows"]
@@ -107,12 +140,38 @@ def test_trl_trainer_state_file_gives_the_same_canonical_series(trl_store, tmp_p
     root, src = trl_store
     dst = sqlite_uri(tmp_path / "mlflow.db")
     state = root / "out" / "grpo-0" / "trainer_state.json"
-    from_file = workbench("import", "trl", str(state), "--study", "from-file", "--variant", "grpo", "--seed", "0",
-                          "--tracking-uri", dst, cwd=tmp_path)
+    from_file = workbench(
+        "import",
+        "trl",
+        str(state),
+        "--study",
+        "from-file",
+        "--variant",
+        "grpo",
+        "--seed",
+        "0",
+        "--tracking-uri",
+        dst,
+        cwd=tmp_path,
+    )
     assert from_file.returncode == 0, from_file.stderr
-    from_store = workbench("import", "trl", "--from", src, "--experiment", "trl-grpo", "--study", "from-store",
-                           "--variant-by", "param:loss_type", "--seed-by", "param:seed", "--tracking-uri", dst,
-                           cwd=tmp_path)
+    from_store = workbench(
+        "import",
+        "trl",
+        "--from",
+        src,
+        "--experiment",
+        "trl-grpo",
+        "--study",
+        "from-store",
+        "--variant-by",
+        "param:loss_type",
+        "--seed-by",
+        "param:seed",
+        "--tracking-uri",
+        dst,
+        cwd=tmp_path,
+    )
     assert from_store.returncode == 0, from_store.stderr
     from mlflow import MlflowClient
 
@@ -121,10 +180,14 @@ def test_trl_trainer_state_file_gives_the_same_canonical_series(trl_store, tmp_p
     (store_run,) = [r for r in child_runs(dst, "from-store") if r.info.run_name == "grpo/seed=0"]
     assert file_run.data.tags["workbench.source_file"] == str(state.resolve())
     for metric in CANONICAL_EVERY_STEP:
-        a = [(m.step, m.value) for m in sorted(client.get_metric_history(file_run.info.run_id, metric),
-                                               key=lambda m: m.step)]
-        b = [(m.step, m.value) for m in sorted(client.get_metric_history(store_run.info.run_id, metric),
-                                               key=lambda m: m.step)]
+        a = [
+            (m.step, m.value)
+            for m in sorted(client.get_metric_history(file_run.info.run_id, metric), key=lambda m: m.step)
+        ]
+        b = [
+            (m.step, m.value)
+            for m in sorted(client.get_metric_history(store_run.info.run_id, metric), key=lambda m: m.step)
+        ]
         # Both hold the same Python float (TRL's log dict), once via MLflow's REAL column and once via
         # JSON's shortest repr; both round-trip a float64 exactly, so the curves must be equal.
         assert a == b, metric
@@ -136,8 +199,20 @@ def test_trl_logged_completions_are_the_imported_runs_rollouts(trl_store, tmp_pa
     root, _ = trl_store
     dst = sqlite_uri(tmp_path / "mlflow.db")
     state = root / "out" / "grpo-0" / "trainer_state.json"
-    done = workbench("import", "trl", str(state), "--study", "trl-rollouts", "--variant", "grpo", "--seed", "0",
-                     "--tracking-uri", dst, cwd=tmp_path)
+    done = workbench(
+        "import",
+        "trl",
+        str(state),
+        "--study",
+        "trl-rollouts",
+        "--variant",
+        "grpo",
+        "--seed",
+        "0",
+        "--tracking-uri",
+        dst,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     per_step = 8  # per_device_train_batch_size (completions) x steps_per_generation 1: the generation batch
     assert f"kept {STEPS * per_step} train and 0 eval completions from {STEPS} file(s)" in done.stdout

@@ -24,8 +24,12 @@ def store(tmp_path_factory):
     good = root / "good.jsonl"
     good.write_text("\n".join(log_lines()) + "\n")
     db = root / "mlflow.db"
-    assert invoke_verl(str(good), "--study", "verl-a", "--variant", "grpo", "--seed", "0", "--tracking-uri",
-                       sqlite_uri(db)).exit_code == 0
+    assert (
+        invoke_verl(
+            str(good), "--study", "verl-a", "--variant", "grpo", "--seed", "0", "--tracking-uri", sqlite_uri(db)
+        ).exit_code
+        == 0
+    )
     return db
 
 
@@ -42,12 +46,26 @@ def test_a_log_too_wide_for_the_saved_views_is_refused_before_any_run_is_written
     """Each saved view lists the study's metrics it does not chart: 1,600 of them overflow MLflow's 20,000
     characters. The old import wrote its runs, then failed on the view, and every retry failed the same way."""
     wide = tmp_path / "wide.jsonl"
-    wide.write_text("".join(json.dumps({"step": s, "data": {**{f"extra/m{i:04d}": 0.1 * s for i in range(1600)},
-                                                            "critic/score/mean": 0.5}}) + "\n" for s in (1, 2, 3)))
+    wide.write_text(
+        "".join(
+            json.dumps(
+                {"step": s, "data": {**{f"extra/m{i:04d}": 0.1 * s for i in range(1600)}, "critic/score/mean": 0.5}}
+            )
+            + "\n"
+            for s in (1, 2, 3)
+        )
+    )
     before = store_rows(store)
     args = ["--study", "verl-wide", "--variant", "grpo", "--seed", "0", "--tracking-uri", sqlite_uri(store)]
-    refused(invoke_verl(str(wide), *args), store, before, "saved view", "MLflow's limit is 20000", "1,601 metrics this import logs",
-            "nothing written")
+    refused(
+        invoke_verl(str(wide), *args),
+        store,
+        before,
+        "saved view",
+        "MLflow's limit is 20000",
+        "1,601 metrics this import logs",
+        "nothing written",
+    )
     narrow = tmp_path / "narrow.jsonl"  # the input fixed: the same study imports
     narrow.write_text("\n".join(log_lines()) + "\n")
     done = invoke_verl(str(narrow), *args)
@@ -55,17 +73,32 @@ def test_a_log_too_wide_for_the_saved_views_is_refused_before_any_run_is_written
     assert len(child_runs(sqlite_uri(store), "verl-wide")) == 1
 
 
-@pytest.mark.parametrize(("study", "config", "phrase"), [
-    ("wb-chars", {"lr[0]!": "1e-6"}, "parameter name 'source.lr[0]!' is not one MLflow accepts"),
-    ("wb-dots", {"a/../b": "1"}, "parameter name 'source.a/../b' is not one MLflow accepts"),
-    ("wb-long-key", {"k" * 300: "1"}, "longer than MLflow's 250"),
-    ("wb-long-value", {"prompt": json.dumps("x" * 7000)}, "parameter 'source.prompt': a value of 7,000 characters"),
-])
+@pytest.mark.parametrize(
+    ("study", "config", "phrase"),
+    [
+        ("wb-chars", {"lr[0]!": "1e-6"}, "parameter name 'source.lr[0]!' is not one MLflow accepts"),
+        ("wb-dots", {"a/../b": "1"}, "parameter name 'source.a/../b' is not one MLflow accepts"),
+        ("wb-long-key", {"k" * 300: "1"}, "longer than MLflow's 250"),
+        ("wb-long-value", {"prompt": json.dumps("x" * 7000)}, "parameter 'source.prompt': a value of 7,000 characters"),
+    ],
+)
 def test_a_wandb_config_mlflow_would_refuse_leaves_no_parent_run_behind(store, tmp_path, study, config, phrase):
     log = wandb_log(tmp_path / "offline-run-1", verl_history(range(1, 6)), config=config)
     before = store_rows(store)
-    args = ["wandb", log.parent, "--study", study, "--variant", "v", "--seed", "0", "--framework", "verl",
-            "--tracking-uri", sqlite_uri(store)]
+    args = [
+        "wandb",
+        log.parent,
+        "--study",
+        study,
+        "--variant",
+        "v",
+        "--seed",
+        "0",
+        "--framework",
+        "verl",
+        "--tracking-uri",
+        sqlite_uri(store),
+    ]
     refused(invoke(*args), store, before, f"{log.parent}: ", phrase, "(v/seed=0; nothing written)")
     fixed = wandb_log(tmp_path / "offline-run-2", verl_history(range(1, 6)), config={"lr": "1e-6"})
     done = invoke("wandb", fixed.parent, *args[2:])

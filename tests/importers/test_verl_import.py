@@ -34,8 +34,19 @@ def test_console_and_jsonl_logs_read_to_the_same_steps():
 @pytest.mark.slow
 def test_verl_log_import_and_recheck(tmp_path):
     dst = sqlite_uri(tmp_path / "mlflow.db")
-    args = ["import", "verl", str(CONSOLE), "--study", "verl-grpo", "--variant", "grpo", "--seed", "0",
-            "--tracking-uri", dst]
+    args = [
+        "import",
+        "verl",
+        str(CONSOLE),
+        "--study",
+        "verl-grpo",
+        "--variant",
+        "grpo",
+        "--seed",
+        "0",
+        "--tracking-uri",
+        dst,
+    ]
     done = workbench(*args, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert workbench(*args, cwd=tmp_path).returncode == 0  # re-import: same file content, same run_key
@@ -77,12 +88,24 @@ def test_verl_log_import_and_recheck(tmp_path):
     # a rule fired, so the run reads "warn" (not "ok (k of n rules evaluated)"), label and status alike
     (run_health,) = json.loads(health.stdout)["runs"]
     assert run_health["health"] == run_health["health_label"] == "warn"
-    assert rules["reward_collapse"]["message"].startswith("not evaluated: needs ≥ 80 finite observations of reward/mean")
+    assert rules["reward_collapse"]["message"].startswith(
+        "not evaluated: needs ≥ 80 finite observations of reward/mean"
+    )
     table = workbench("health", "verl-grpo", "--recheck", "--tracking-uri", dst, cwd=tmp_path)
     assert "no_learning_signal: not evaluated: needs batch/zero_std_frac (1 of 1 runs)" in table.stderr
     page = tmp_path / "health.html"
-    dash = workbench("dashboard", "verl-grpo", "--spec", "health", "--no-log", "--out", str(page),
-                     "--tracking-uri", dst, cwd=tmp_path)
+    dash = workbench(
+        "dashboard",
+        "verl-grpo",
+        "--spec",
+        "health",
+        "--no-log",
+        "--out",
+        str(page),
+        "--tracking-uri",
+        dst,
+        cwd=tmp_path,
+    )
     assert dash.returncode == 0, dash.stderr
     assert page.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
     assert "no data for entropy/mean" not in dash.stderr  # the imported curves are drawn ...
@@ -128,8 +151,8 @@ def test_pg_clipfrac_lower_definition_is_the_dual_clip_one():
     if root is None:
         pytest.skip("verl's source not installed (`make verl`, WORKBENCH_VERL_PATH)")
     text = (root / "trainer" / "ppo" / "core_algos.py").read_text()
-    body = text[text.index("def compute_policy_loss_vanilla"):]
-    body = body[:body.index("\ndef ", 1)]
+    body = text[text.index("def compute_policy_loss_vanilla") :]
+    body = body[: body.index("\ndef ", 1)]
     assert re.search(r"pg_clipfrac_lower = verl_F\.masked_mean\(\s*torch\.gt\(clip_pg_losses1, pg_losses3\)", body)
     assert "pg_losses3 = -advantages * clip_ratio_c" in body
     assert ADAPTERS.get("verl").mapping("actor/pg_clipfrac_lower").canonical is None
@@ -144,13 +167,39 @@ def test_an_imported_verl_runs_mismatch_is_judged_by_the_same_rules(tmp_path):
     with log.open("w") as f:
         for step in range(1, 9):
             ess = 0.95 if step < 5 else 0.2  # the sampler drifts off at step 5: ESS under verl's 0.3 band
-            f.write(json.dumps({"step": step, "data": {
-                "critic/score/mean": 0.3, "actor/entropy": 1.0, "response_length/mean": 100.0,
-                "rollout_corr/k3_kl": 1e-3, "rollout_corr/kl": 1e-3, "rollout_corr/chi2_token": 0.01,
-                "rollout_corr/rollout_is_eff_sample_size": ess, "rollout_corr/rollout_is_std": 0.1}}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "step": step,
+                        "data": {
+                            "critic/score/mean": 0.3,
+                            "actor/entropy": 1.0,
+                            "response_length/mean": 100.0,
+                            "rollout_corr/k3_kl": 1e-3,
+                            "rollout_corr/kl": 1e-3,
+                            "rollout_corr/chi2_token": 0.01,
+                            "rollout_corr/rollout_is_eff_sample_size": ess,
+                            "rollout_corr/rollout_is_std": 0.1,
+                        },
+                    }
+                )
+                + "\n"
+            )
     dst = sqlite_uri(tmp_path / "mlflow.db")
-    done = workbench("import", "verl", str(log), "--study", "verl-mismatch", "--variant", "grpo", "--seed", "0",
-                     "--tracking-uri", dst, cwd=tmp_path)
+    done = workbench(
+        "import",
+        "verl",
+        str(log),
+        "--study",
+        "verl-mismatch",
+        "--variant",
+        "grpo",
+        "--seed",
+        "0",
+        "--tracking-uri",
+        dst,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     (run,) = child_runs(dst, "verl-mismatch")
     assert run.data.metrics["mismatch/ess"] == 0.2 and run.data.metrics["mismatch/kl"] == 1e-3

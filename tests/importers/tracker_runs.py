@@ -18,21 +18,29 @@ VARIANTS = {"grpo": 0.0, "dr_grpo": 0.1}  # reward offset of each variant
 
 def trl_row(step: int, offset: float, seed: int) -> dict[str, float]:
     """What GRPOTrainer logs at a logging step, keyed as transformers' rewrite_logs renames it."""
-    return {"train/reward": 0.2 + offset + 0.02 * step + 0.01 * seed,
-            "train/reward_std": 0.3,
-            "train/frac_reward_zero_std": 0.25,
-            "train/entropy": 1.0 - 0.01 * step,
-            "train/completions/mean_length": 40.0 + step,
-            "train/clip_ratio/region_mean": 0.0,
-            "train/loss": 0.01 * step,
-            "train/learning_rate": 1e-6}
+    return {
+        "train/reward": 0.2 + offset + 0.02 * step + 0.01 * seed,
+        "train/reward_std": 0.3,
+        "train/frac_reward_zero_std": 0.25,
+        "train/entropy": 1.0 - 0.01 * step,
+        "train/completions/mean_length": 40.0 + step,
+        "train/clip_ratio/region_mean": 0.0,
+        "train/loss": 0.01 * step,
+        "train/learning_rate": 1e-6,
+    }
 
 
 def verl_row(step: int, seed: int) -> dict[str, float]:
     """What verl's Tracking.log gets (keys unchanged), from compute_data_metrics and the actor."""
-    return {"critic/score/mean": 0.2 + 0.05 * step + 0.01 * seed, "actor/entropy": 1.2 - 0.02 * step,
-            "response_length/mean": 100.0 + step, "actor/pg_clipfrac": 0.01,
-            "actor/pg_clipfrac_lower": 0.5, "timing_s/gen": 3.25, "actor/ppo_kl": math.nan}
+    return {
+        "critic/score/mean": 0.2 + 0.05 * step + 0.01 * seed,
+        "actor/entropy": 1.2 - 0.02 * step,
+        "response_length/mean": 100.0 + step,
+        "actor/pg_clipfrac": 0.01,
+        "actor/pg_clipfrac_lower": 0.5,
+        "timing_s/gen": 3.25,
+        "actor/ppo_kl": math.nan,
+    }
 
 
 def write_tensorboard(out: Path) -> None:

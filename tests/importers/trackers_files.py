@@ -53,8 +53,13 @@ def _frame(payloads: Iterable[bytes]) -> bytes:
     return bytes(out)
 
 
-def wandb_log(directory: Path, history: Iterable[Mapping[str, str]], config: Mapping[str, str] | None = None,
-              exit_code: int | None = 0, run_id: str = "abc123") -> Path:
+def wandb_log(
+    directory: Path,
+    history: Iterable[Mapping[str, str]],
+    config: Mapping[str, str] | None = None,
+    exit_code: int | None = 0,
+    run_id: str = "abc123",
+) -> Path:
     """``directory/run-<id>.wandb``: a run record (with ``config``, values as JSON text), one history record
     per row (``{key: JSON text}``, ``_step`` among them) and an exit record (none: a run still going)."""
     from wandb.proto import wandb_internal_pb2 as pb

@@ -60,16 +60,32 @@ def main() -> None:
         for seed in args.seed:
             out = Path(args.out) / f"{loss_type}-{seed}"
             config = GRPOConfig(
-                output_dir=str(out), run_name=f"{loss_type}-{seed}", seed=seed, loss_type=loss_type,
-                max_steps=args.steps, learning_rate=1e-3, per_device_train_batch_size=8, num_generations=4,
-                max_completion_length=8, temperature=1.0, beta=0.0, logging_steps=1, report_to=["mlflow"],
-                log_completions=True, num_completions_to_print=0,
-                bf16=False, gradient_checkpointing=False, use_cpu=True, save_strategy="no",
-                dataloader_num_workers=0, disable_tqdm=True,
+                output_dir=str(out),
+                run_name=f"{loss_type}-{seed}",
+                seed=seed,
+                loss_type=loss_type,
+                max_steps=args.steps,
+                learning_rate=1e-3,
+                per_device_train_batch_size=8,
+                num_generations=4,
+                max_completion_length=8,
+                temperature=1.0,
+                beta=0.0,
+                logging_steps=1,
+                report_to=["mlflow"],
+                log_completions=True,
+                num_completions_to_print=0,
+                bf16=False,
+                gradient_checkpointing=False,
+                use_cpu=True,
+                save_strategy="no",
+                dataloader_num_workers=0,
+                disable_tqdm=True,
             )
             model = AutoModelForCausalLM.from_pretrained(args.model)
-            trainer = GRPOTrainer(model=model, reward_funcs=[correct], args=config, train_dataset=data,
-                                  processing_class=tokenizer)
+            trainer = GRPOTrainer(
+                model=model, reward_funcs=[correct], args=config, train_dataset=data, processing_class=tokenizer
+            )
             trainer.train()
             out.mkdir(parents=True, exist_ok=True)
             trainer.state.save_to_json(str(out / "trainer_state.json"))

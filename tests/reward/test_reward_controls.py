@@ -24,8 +24,17 @@ ANSWERS = ["12"] * 5
 
 def score(verifier, control=None, seed=0, shaping=()):
     n = len(COMPLETIONS)
-    return score_completions(verifier, COMPLETIONS, ANSWERS, torch.full((n,), 5), torch.zeros(n, dtype=torch.bool),
-                             torch.zeros(n, dtype=torch.long), shaping=shaping, control=control, seed=seed)
+    return score_completions(
+        verifier,
+        COMPLETIONS,
+        ANSWERS,
+        torch.full((n,), 5),
+        torch.zeros(n, dtype=torch.bool),
+        torch.zeros(n, dtype=torch.long),
+        shaping=shaping,
+        control=control,
+        seed=seed,
+    )
 
 
 def test_the_four_controls_are_registered():
@@ -71,8 +80,14 @@ def test_random_is_seeded_by_the_batch_and_has_its_rate(verifier):
     n = 4000
     from workbench.reward.controls import ControlInput, random_reward
 
-    inp = ControlInput(completions=[""] * n, answers=["1"] * n, correct=torch.zeros(n, dtype=torch.bool),
-                       extracted=[None] * n, seed=3, judge=lambda texts, labels: torch.zeros(len(texts)))
+    inp = ControlInput(
+        completions=[""] * n,
+        answers=["1"] * n,
+        correct=torch.zeros(n, dtype=torch.bool),
+        extracted=[None] * n,
+        seed=3,
+        judge=lambda texts, labels: torch.zeros(len(texts)),
+    )
     assert abs(float(random_reward(inp, p=0.3).mean()) - 0.3) < 5 * math.sqrt(0.3 * 0.7 / n)
     other = ControlInput(**(vars(inp) | {"seed": 4}))
     assert not torch.equal(random_reward(inp), random_reward(other))  # another run or step: other draws
@@ -93,6 +108,9 @@ def test_config_validates_the_control_and_keeps_run_keys():
     validate_control("constant", {"value": 2.0})
     base = RunConfig.model_validate({"model": {"builtin": "tiny"}})
     assert base.reward.control_spec() is None
-    assert RunConfig.model_validate({"model": {"builtin": "tiny"}, "reward": {"control": None}}).run_key() == base.run_key()
+    assert (
+        RunConfig.model_validate({"model": {"builtin": "tiny"}, "reward": {"control": None}}).run_key()
+        == base.run_key()
+    )
     random_arm = RunConfig.model_validate({"model": {"builtin": "tiny"}, "reward": {"control": "random"}})
     assert random_arm.run_key() != base.run_key() and random_arm.reward.control_spec() == ("random", {})

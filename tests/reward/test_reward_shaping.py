@@ -128,9 +128,7 @@ def test_kimi_length_correct_long_answer_is_penalised():
 
 
 @settings(max_examples=50, deadline=None)
-@given(
-    data=st.lists(st.tuples(st.integers(1, 2000), st.booleans(), st.integers(0, 4)), min_size=1, max_size=40)
-)
+@given(data=st.lists(st.tuples(st.integers(1, 2000), st.booleans(), st.integers(0, 4)), min_size=1, max_size=40))
 def test_kimi_length_properties(data):
     lengths, correct, groups = map(list, zip(*data, strict=True))
     out = REWARD_SHAPERS.get("kimi_length")(make_input(lengths, correct, groups))

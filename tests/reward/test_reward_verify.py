@@ -68,7 +68,13 @@ def test_empty_batch_and_argument_checks(verifier):
     assert verifier.score([], []) == []
     with pytest.raises(ValueError, match="2 completions but 1 answers"):
         verifier.score(["a", "b"], ["1"])
-    for bad in ({"timeout_s": 0}, {"timeout_s": float("nan")}, {"workers": 0}, {"max_chars": 0}, {"memory_limit_mb": 0}):
+    for bad in (
+        {"timeout_s": 0},
+        {"timeout_s": float("nan")},
+        {"workers": 0},
+        {"max_chars": 0},
+        {"memory_limit_mb": 0},
+    ):
         with pytest.raises(ValueError):
             AnswerVerifier(**bad)
 

@@ -45,15 +45,19 @@ def base_config(model: str, steps: int) -> tuple[dict, str, dict]:
     if model == "micro":
         cfg = micro_run_config(rollout={"steps": steps, "eval_every": max(1, steps // 5)}, reward=SHAPING)
         return cfg, "reward/mean", {"low": 1e-4, "high": 1.0, "log": True}
-    cfg = {"model": {"builtin": "tiny"}, "task": {"digits": 2, "ops": "+-", "eval_size": 64},
-           "sampler": {"max_new_tokens": 16},
-           "rollout": {"prompts_per_step": 8, "group_size": 8, "steps": steps, "eval_every": max(1, steps // 5)},
-           "reward": {"shaping": [{"name": "overlong_soft", "params": {"max_length": 16, "cache_length": 4}}]}}
+    cfg = {
+        "model": {"builtin": "tiny"},
+        "task": {"digits": 2, "ops": "+-", "eval_size": 64},
+        "sampler": {"max_new_tokens": 16},
+        "rollout": {"prompts_per_step": 8, "group_size": 8, "steps": steps, "eval_every": max(1, steps // 5)},
+        "reward": {"shaping": [{"name": "overlong_soft", "params": {"max_length": 16, "cache_length": 4}}]},
+    }
     return cfg, "eval/accuracy", {"low": 1e-5, "high": 1e-1, "log": True}
 
 
-def run_one(root: Path, name: str, cfg: dict, metric: str, lr: dict, pruned: bool, budget: int, seed: int,
-            n_startup: int):
+def run_one(
+    root: Path, name: str, cfg: dict, metric: str, lr: dict, pruned: bool, budget: int, seed: int, n_startup: int
+):
     from optuna.trial import TrialState
 
     from workbench.search.objective import STEPS, TrialObjective
@@ -61,14 +65,17 @@ def run_one(root: Path, name: str, cfg: dict, metric: str, lr: dict, pruned: boo
     from workbench.search.worker import SearchWorker, TuneOptions
     from workbench.study import load_study
 
-    health = {"rules": {"entropy_collapse": {"baseline_steps": 1, "patience": 1, "severity": "fail"}},
-              "on_fail": "stop" if pruned else "continue"}
-    search = {"metric": metric,
-              "params": {"learner.lr": lr,
-                         "algorithm.clip_high": {"low": 0.1, "high": 0.5}},
-              "sampler": {"name": "tpe", "seed": seed, "n_startup_trials": n_startup},
-              "pruner": {"name": "median", "n_startup_trials": n_startup} if pruned else "none",
-              "n_trials": 10_000}
+    health = {
+        "rules": {"entropy_collapse": {"baseline_steps": 1, "patience": 1, "severity": "fail"}},
+        "on_fail": "stop" if pruned else "continue",
+    }
+    search = {
+        "metric": metric,
+        "params": {"learner.lr": lr, "algorithm.clip_high": {"low": 0.1, "high": 0.5}},
+        "sampler": {"name": "tpe", "seed": seed, "n_startup_trials": n_startup},
+        "pruner": {"name": "median", "n_startup_trials": n_startup} if pruned else "none",
+        "n_trials": 10_000,
+    }
     path = root / f"{name}.yaml"
     path.write_text(yaml.safe_dump({"name": name, "base": cfg, "health": health, "search": search}, sort_keys=False))
     spec = parse_search(load_study(path))
@@ -121,21 +128,43 @@ def main() -> None:
         return max((v for _, v, _ in h if not math.isnan(v)), default=math.nan)
 
     target = best(results["unpruned"][0])
-    table = Table(title=f"pruning benchmark: {args.model} model, {metric}, budget {args.budget} learner steps, "
-                        f"{args.steps} steps per full trial, sampler seed {args.seed}")
-    for col in ["search", "trials", "complete", "pruned", "learner steps", "best", "steps to reach unpruned best",
-                "wall s"]:
+    table = Table(
+        title=f"pruning benchmark: {args.model} model, {metric}, budget {args.budget} learner steps, "
+        f"{args.steps} steps per full trial, sampler seed {args.seed}"
+    )
+    for col in [
+        "search",
+        "trials",
+        "complete",
+        "pruned",
+        "learner steps",
+        "best",
+        "steps to reach unpruned best",
+        "wall s",
+    ]:
         table.add_column(col, justify="right")
     for name, (history, wall) in results.items():
         states = [s for _, _, s in history]
         reach = steps_to_reach(history, target, maximize=True)
-        table.add_row(name, str(len(history)), str(states.count("COMPLETE")), str(states.count("PRUNED")),
-                      str(history[-1][0]), f"{best(history):.4g}", "-" if reach is None else str(reach), f"{wall:.0f}")
+        table.add_row(
+            name,
+            str(len(history)),
+            str(states.count("COMPLETE")),
+            str(states.count("PRUNED")),
+            str(history[-1][0]),
+            f"{best(history):.4g}",
+            "-" if reach is None else str(reach),
+            f"{wall:.0f}",
+        )
     console = Console()
     console.print(table)
     for name, (history, _) in results.items():  # the trajectory: cumulative learner steps -> trial value
-        console.print(f"{name}: " + "  ".join(f"{used}:{'P' if state == 'PRUNED' else f'{value:.3f}'}"
-                                            for used, value, state in history), soft_wrap=True, highlight=False)
+        console.print(
+            f"{name}: "
+            + "  ".join(f"{used}:{'P' if state == 'PRUNED' else f'{value:.3f}'}" for used, value, state in history),
+            soft_wrap=True,
+            highlight=False,
+        )
 
 
 if __name__ == "__main__":

@@ -22,8 +22,17 @@ def search_run_config(steps: int = 4, eval_every: int = 1, **overrides) -> dict:
     return deep_merge(cfg, overrides)
 
 
-def write_search_study(path: Path, name: str, search: dict, *, steps: int = 4, eval_every: int = 1,
-                       health: dict | None = None, base: dict | None = None, **extra) -> Path:
+def write_search_study(
+    path: Path,
+    name: str,
+    search: dict,
+    *,
+    steps: int = 4,
+    eval_every: int = 1,
+    health: dict | None = None,
+    base: dict | None = None,
+    **extra,
+) -> Path:
     data = {"name": name, "base": base or search_run_config(steps, eval_every)}
     if health is not None:
         data["health"] = health

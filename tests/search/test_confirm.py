@@ -49,10 +49,15 @@ def recorded(cfg, step):
 
 @pytest.mark.slow
 def test_the_lucky_single_seed_winner_loses_on_confirmation_and_export_follows(tmp_path, monkeypatch):
-    search = {"metric": "eval/accuracy", "params": {"learner.lr": {"low": 1e-3, "high": 0.1, "log": True}},
-              "n_trials": 3, "seeds": [SEARCH_SEED], "pruner": "none",
-              "enqueue": [{"learner.lr": lr} for lr in (LUCKY, STEADY, WEAK)],
-              "confirm": {"top_k": 2, "seeds": FRESH}}
+    search = {
+        "metric": "eval/accuracy",
+        "params": {"learner.lr": {"low": 1e-3, "high": 0.1, "log": True}},
+        "n_trials": 3,
+        "seeds": [SEARCH_SEED],
+        "pruner": "none",
+        "enqueue": [{"learner.lr": lr} for lr in (LUCKY, STEADY, WEAK)],
+        "confirm": {"top_k": 2, "seeds": FRESH},
+    }
     path = write_search_study(tmp_path / "study.yaml", "confirm", search, steps=2)
     spec = load_spec(path)
     storage = f"sqlite:///{tmp_path / 'optuna.db'}"
@@ -70,7 +75,8 @@ def test_the_lucky_single_seed_winner_loses_on_confirmation_and_export_follows(t
     assert run_confirmation(study, spec, ctx, log=lambda _: None) == 9
     confirm_calls = calls[3:]
     assert sorted((tags["workbench.confirm_arm"], cfg.seed) for _, _, tags, cfg in confirm_calls) == sorted(
-        (arm, seed) for arm in (f"trial {lucky.number}", f"trial {steady.number}", BASELINE) for seed in FRESH)
+        (arm, seed) for arm in (f"trial {lucky.number}", f"trial {steady.number}", BASELINE) for seed in FRESH
+    )
     assert all(role == "trial" and tags["workbench.confirm"] == "true" for _, role, tags, _ in confirm_calls)
     # idempotent: a second tune records nothing new and runs nothing
     assert run_confirmation(study, spec, ctx, log=lambda _: None) == 0 and len(calls) == 12
@@ -87,8 +93,9 @@ def test_the_lucky_single_seed_winner_loses_on_confirmation_and_export_follows(t
 
     from workbench.cli.main import app
 
-    out = CliRunner().invoke(app, ["tune", str(path), "--storage", storage, "--export-best",
-                                   str(tmp_path / "best.yaml")])
+    out = CliRunner().invoke(
+        app, ["tune", str(path), "--storage", storage, "--export-best", str(tmp_path / "best.yaml")]
+    )
     assert out.exit_code == 0, out.output
     assert f"confirmed on 3 fresh seed(s): best trial {steady.number}" in " ".join(out.output.split())
     text = (tmp_path / "best.yaml").read_text()
@@ -101,18 +108,30 @@ def test_the_lucky_single_seed_winner_loses_on_confirmation_and_export_follows(t
 
 def test_close_trials_are_said_to_be_indistinguishable(tmp_path, monkeypatch):
     """Two configurations within noise of each other and of the baseline: the ranking says so."""
-    close = {LUCKY: {SEARCH_SEED: 0.5, 11: 0.44, 12: 0.40, 13: 0.47},
-             STEADY: {SEARCH_SEED: 0.45, 11: 0.41, 12: 0.46, 13: 0.42}}
-    search = {"metric": "eval/accuracy", "params": {"learner.lr": {"low": 1e-3, "high": 0.1, "log": True}},
-              "n_trials": 2, "seeds": [SEARCH_SEED], "pruner": "none",
-              "confirm": {"top_k": 2, "seeds": FRESH}}
+    close = {
+        LUCKY: {SEARCH_SEED: 0.5, 11: 0.44, 12: 0.40, 13: 0.47},
+        STEADY: {SEARCH_SEED: 0.45, 11: 0.41, 12: 0.46, 13: 0.42},
+    }
+    search = {
+        "metric": "eval/accuracy",
+        "params": {"learner.lr": {"low": 1e-3, "high": 0.1, "log": True}},
+        "n_trials": 2,
+        "seeds": [SEARCH_SEED],
+        "pruner": "none",
+        "confirm": {"top_k": 2, "seeds": FRESH},
+    }
     path = write_search_study(tmp_path / "study.yaml", "close", search, steps=1)
     spec = load_spec(path)
     client = FakeClient()
-    fake_runs(monkeypatch, client, lambda cfg, step: {},
-              evals=lambda cfg, step: close.get(cfg.learner.lr, BASELINE_RESULTS)[cfg.seed] if step else 0.42)
-    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 'optuna.db'}", study_name=spec.optuna_name,
-                                directions=spec.directions)
+    fake_runs(
+        monkeypatch,
+        client,
+        lambda cfg, step: {},
+        evals=lambda cfg, step: close.get(cfg.learner.lr, BASELINE_RESULTS)[cfg.seed] if step else 0.42,
+    )
+    study = optuna.create_study(
+        storage=f"sqlite:///{tmp_path / 'optuna.db'}", study_name=spec.optuna_name, directions=spec.directions
+    )
     for lr in (LUCKY, STEADY):
         study.enqueue_trial({"learner.lr": lr})
     ctx = SearchContext("sqlite://", "0", "parent", client)
@@ -135,9 +154,19 @@ def test_tune_confirms_after_the_budget_with_real_runs_once(workdir):
     from tests.search.helpers import trial_runs
     from workbench.search.worker import TuneOptions, run_search
 
-    path = write_search_study(workdir / "study.yaml", "confirm_real", {
-        "metric": "reward/mean", "params": {"learner.lr": {"low": 1e-3, "high": 1e-2, "log": True}},
-        "n_trials": 1, "seeds": [0], "pruner": "none", "confirm": {"top_k": 1, "seeds": [5, 6]}}, steps=1)
+    path = write_search_study(
+        workdir / "study.yaml",
+        "confirm_real",
+        {
+            "metric": "reward/mean",
+            "params": {"learner.lr": {"low": 1e-3, "high": 1e-2, "log": True}},
+            "n_trials": 1,
+            "seeds": [0],
+            "pruner": "none",
+            "confirm": {"top_k": 1, "seeds": [5, 6]},
+        },
+        steps=1,
+    )
     spec = load_spec(path)
     first = run_search(spec, options=TuneOptions(log=lambda _: None))
     assert first.stopped == "budget" and first.confirm_runs == 4  # (best trial + baseline) x 2 seeds
@@ -149,18 +178,25 @@ def test_tune_confirms_after_the_budget_with_real_runs_once(workdir):
     assert {r.data.tags["workbench.confirm_arm"] for r in confirm} == {"trial 0", BASELINE}
 
 
-@pytest.mark.parametrize(("budget", "stopped", "done", "confirmed"), [
-    ({"n_trials": 3}, "budget", 3, True),
-    ({"n_trials": 3, "timeout": "1h"}, "timeout", 2, False),  # stopped short of n_trials: `tune` again continues
-    ({"timeout": "1h"}, "timeout", 2, True),  # the timeout is the whole budget: it has been used
-    ({"n_trials": 3}, "failures", 3, False),
-    ({"n_trials": 3}, "tracking", 3, False),  # MLflow lost: nothing more is recorded
-])
+@pytest.mark.parametrize(
+    ("budget", "stopped", "done", "confirmed"),
+    [
+        ({"n_trials": 3}, "budget", 3, True),
+        ({"n_trials": 3, "timeout": "1h"}, "timeout", 2, False),  # stopped short of n_trials: `tune` again continues
+        ({"timeout": "1h"}, "timeout", 2, True),  # the timeout is the whole budget: it has been used
+        ({"n_trials": 3}, "failures", 3, False),
+        ({"n_trials": 3}, "tracking", 3, False),  # MLflow lost: nothing more is recorded
+    ],
+)
 def test_confirmation_follows_the_budget_whichever_kind_it_is(tmp_path, budget, stopped, done, confirmed):
     from workbench.search.worker import SearchResult, confirms
 
-    search = {"metric": "eval/accuracy", "params": {"learner.lr": {"low": 1e-3, "high": 1e-2}},
-              "seeds": [SEARCH_SEED], "confirm": {"top_k": 1, "seeds": FRESH}} | budget
+    search = {
+        "metric": "eval/accuracy",
+        "params": {"learner.lr": {"low": 1e-3, "high": 1e-2}},
+        "seeds": [SEARCH_SEED],
+        "confirm": {"top_k": 1, "seeds": FRESH},
+    } | budget
     spec = load_spec(write_search_study(tmp_path / "study.yaml", "budget", search))
     result = SearchResult(spec.optuna_name, spec.n_trials, {"done": done}, stopped=stopped)
     assert confirms(spec, result) is confirmed

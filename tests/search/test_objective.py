@@ -50,8 +50,7 @@ class FakeClient:
         self.metrics.setdefault(run_id, {})[key] = value
 
 
-def fake_runs(monkeypatch, client: FakeClient, curve, *, health_stop_at=None, fail=False, evals=None,
-              problems=None):
+def fake_runs(monkeypatch, client: FakeClient, curve, *, health_stop_at=None, fail=False, evals=None, problems=None):
     """Replace execute_run: ``curve(cfg, step) -> metrics`` per step, eval at every step
     (``eval/accuracy`` is ``evals(cfg, step)``, 0.0 without it, at step 0 before any update as in the
     real loop and at the final eval-only step too; with ``problems(cfg, step) -> [0/1 per problem]``
@@ -59,8 +58,19 @@ def fake_runs(monkeypatch, client: FakeClient, curve, *, health_stop_at=None, fa
     StopRun from on_step ends the run as execute_run does; ``health_stop_at`` ends it like a failing rule."""
     calls = []
 
-    def execute_run(cfg, *, study, variant, label, parent_run_id=None, progress=None, on_step=None, role="run",
-                    extra_tags=None, on_eval=None):
+    def execute_run(
+        cfg,
+        *,
+        study,
+        variant,
+        label,
+        parent_run_id=None,
+        progress=None,
+        on_step=None,
+        role="run",
+        extra_tags=None,
+        on_eval=None,
+    ):
         run_id = f"run{len(calls)}"
         calls.append((label, role, extra_tags, cfg))
         client.tags[run_id] = dict(extra_tags or {})
@@ -73,9 +83,16 @@ def fake_runs(monkeypatch, client: FakeClient, curve, *, health_stop_at=None, fa
                 solved = problems(cfg, step)
                 metrics["eval/accuracy"] = sum(solved) / len(solved)
                 if on_eval is not None:
-                    on_eval(step, ProblemResults(step=[step] * len(solved), problem_id=[f"p{i}" for i in range(len(solved))],
-                                                 correct=list(solved), length=[1] * len(solved),
-                                                 truncated=[0] * len(solved)))
+                    on_eval(
+                        step,
+                        ProblemResults(
+                            step=[step] * len(solved),
+                            problem_id=[f"p{i}" for i in range(len(solved))],
+                            correct=list(solved),
+                            length=[1] * len(solved),
+                            truncated=[0] * len(solved),
+                        ),
+                    )
             if step < cfg.rollout.steps:  # the last step is an eval only, as in the real loop
                 metrics |= dict(curve(cfg, step)) | {"perf/step_s": 0.1}
                 steps = step + 1
@@ -85,8 +102,10 @@ def fake_runs(monkeypatch, client: FakeClient, curve, *, health_stop_at=None, fa
                 client.tags[run_id] |= {"workbench.stopped_early": "true", "workbench.stop_reason": stop.reason}
                 break
             if health_stop_at is not None and step == health_stop_at:
-                client.tags[run_id] |= {"workbench.stopped_early": "true",
-                                        "workbench.stop_reason": "health: entropy_collapse@1"}
+                client.tags[run_id] |= {
+                    "workbench.stopped_early": "true",
+                    "workbench.stop_reason": "health: entropy_collapse@1",
+                }
                 break
         return RunOutcome(label, variant, cfg.seed, cfg.run_key(), "FINISHED", run_id, steps=steps)
 
@@ -99,8 +118,9 @@ def make(search: dict, steps: int = 4):
     spec = parse_search(validate_study({"name": "fake", "base": base, "search": search}))
     client = FakeClient()
     objective = TrialObjective(spec, SearchContext("sqlite://", "0", "parent", client), "test:1", log=lambda _: None)
-    study = optuna.create_study(directions=spec.directions, pruner=spec.make_pruner(),
-                                sampler=optuna.samplers.RandomSampler(seed=0))
+    study = optuna.create_study(
+        directions=spec.directions, pruner=spec.make_pruner(), sampler=optuna.samplers.RandomSampler(seed=0)
+    )
     return spec, objective, study, client
 
 
@@ -110,8 +130,14 @@ def by_lr(cfg, step):
 
 
 def test_curves_are_reported_per_learner_step_and_a_worse_curve_is_pruned(monkeypatch):
-    spec, objective, study, client = make({"metric": "reward/mean", "params": {"learner.lr": LR}, "n_trials": 5,
-                                           "pruner": {"name": "median", "n_startup_trials": 1}})
+    spec, objective, study, client = make(
+        {
+            "metric": "reward/mean",
+            "params": {"learner.lr": LR},
+            "n_trials": 5,
+            "pruner": {"name": "median", "n_startup_trials": 1},
+        }
+    )
     calls = fake_runs(monkeypatch, client, by_lr)
     study.enqueue_trial({"learner.lr": 0.1})
     study.enqueue_trial({"learner.lr": 0.001})
@@ -130,8 +156,9 @@ def test_curves_are_reported_per_learner_step_and_a_worse_curve_is_pruned(monkey
 
 
 def test_a_health_stop_prunes_the_trial_with_its_reason(monkeypatch):
-    spec, objective, study, client = make({"metric": "reward/mean", "params": {"learner.lr": LR}, "n_trials": 5,
-                                           "pruner": "none"})
+    spec, objective, study, client = make(
+        {"metric": "reward/mean", "params": {"learner.lr": LR}, "n_trials": 5, "pruner": "none"}
+    )
     fake_runs(monkeypatch, client, by_lr, health_stop_at=1)
     study.optimize(objective, n_trials=1)
     (trial,) = study.trials
@@ -141,8 +168,10 @@ def test_a_health_stop_prunes_the_trial_with_its_reason(monkeypatch):
 
 
 def test_seeds_are_averaged_and_reported_on_one_learner_step_axis(monkeypatch):
-    spec, objective, study, client = make({"metric": "reward/mean", "params": {"learner.lr": LR}, "n_trials": 5,
-                                           "seeds": [0, 1], "pruner": "none"}, steps=2)
+    spec, objective, study, client = make(
+        {"metric": "reward/mean", "params": {"learner.lr": LR}, "n_trials": 5, "seeds": [0, 1], "pruner": "none"},
+        steps=2,
+    )
     fake_runs(monkeypatch, client, lambda cfg, step: {"reward/mean": step + 10.0 * cfg.seed})
     study.enqueue_trial({"learner.lr": 0.01})
     study.optimize(objective, n_trials=1)
@@ -158,10 +187,15 @@ def test_seeds_are_averaged_and_reported_on_one_learner_step_axis(monkeypatch):
 
 
 def test_multi_objective_values_summary_metrics_and_constraints(monkeypatch):
-    spec, objective, study, client = make({
-        "objectives": [{"metric": "reward/mean"}, {"metric": "summary/tokens_per_correct"}],
-        "params": {"learner.lr": LR}, "n_trials": 5,
-        "constraints": [{"metric": "length/mean", "max": 5}]}, steps=2)
+    spec, objective, study, client = make(
+        {
+            "objectives": [{"metric": "reward/mean"}, {"metric": "summary/tokens_per_correct"}],
+            "params": {"learner.lr": LR},
+            "n_trials": 5,
+            "constraints": [{"metric": "length/mean", "max": 5}],
+        },
+        steps=2,
+    )
 
     def curve(cfg, step):  # 16 completions per step (4 prompts x 4), a quarter correct, 64 tokens
         return {"reward/mean": 0.5, "accuracy/train": 0.25, "perf/sample_tokens": 64.0, "length/mean": 7.0}
@@ -230,8 +264,14 @@ def solved_by_lr(cfg, step):
 
 
 def test_wilcoxon_prunes_a_trial_worse_on_the_same_problems_at_its_first_eval(monkeypatch):
-    spec, objective, study, client = make({"metric": "eval/accuracy", "params": {"learner.lr": LR}, "n_trials": 5,
-                                           "pruner": {"name": "wilcoxon", "p_threshold": 0.05}})
+    spec, objective, study, client = make(
+        {
+            "metric": "eval/accuracy",
+            "params": {"learner.lr": LR},
+            "n_trials": 5,
+            "pruner": {"name": "wilcoxon", "p_threshold": 0.05},
+        }
+    )
     fake_runs(monkeypatch, client, by_lr, problems=solved_by_lr)
     study.enqueue_trial({"learner.lr": 0.1})
     study.enqueue_trial({"learner.lr": 0.001})
@@ -242,7 +282,8 @@ def test_wilcoxon_prunes_a_trial_worse_on_the_same_problems_at_its_first_eval(mo
     # step e * 30 + i for the e-th eval and problem i
     assert sorted(good.intermediate_values) == list(range(4 * N_PROBLEMS))
     assert [good.intermediate_values[N_PROBLEMS + i] for i in range(N_PROBLEMS)] == solved_by_lr(
-        spec.trial_config({"learner.lr": 0.1}, 0), 1)
+        spec.trial_config({"learner.lr": 0.1}, 0), 1
+    )
     # the weak trial is worse on 18 of the 30 shared problems, better on none: the signed-rank test
     # rejects at its first eval (after 1 learner step) and the trial stops there
     assert bad.state == TrialState.PRUNED and bad.user_attrs[PRUNE_REASON] == "pruned by optuna at step 1"
@@ -252,12 +293,21 @@ def test_wilcoxon_prunes_a_trial_worse_on_the_same_problems_at_its_first_eval(mo
 def test_wilcoxon_does_not_prune_a_trial_that_only_differs_by_chance(monkeypatch):
     """Two equally good configurations that solve different problems (A solves the even ones, B
     the odd ones plus one): per-problem differences are balanced, so no trial is pruned."""
-    spec, objective, study, client = make({"metric": "eval/accuracy", "params": {"learner.lr": LR}, "n_trials": 5,
-                                           "pruner": {"name": "wilcoxon", "p_threshold": 0.05}})
+    spec, objective, study, client = make(
+        {
+            "metric": "eval/accuracy",
+            "params": {"learner.lr": LR},
+            "n_trials": 5,
+            "pruner": {"name": "wilcoxon", "p_threshold": 0.05},
+        }
+    )
 
     def solved(cfg, step):
-        return [int(i % 2 == 0) for i in range(N_PROBLEMS)] if cfg.learner.lr == 0.1 else \
-            [int(i % 2 == 1 or i == 0) for i in range(N_PROBLEMS)]
+        return (
+            [int(i % 2 == 0) for i in range(N_PROBLEMS)]
+            if cfg.learner.lr == 0.1
+            else [int(i % 2 == 1 or i == 0) for i in range(N_PROBLEMS)]
+        )
 
     fake_runs(monkeypatch, client, by_lr, problems=solved)
     study.enqueue_trial({"learner.lr": 0.1})
@@ -276,9 +326,18 @@ def test_real_runs_feed_the_wilcoxon_pruner_one_value_per_eval_problem(workdir):
     from workbench.results.reader import StudyReader
     from workbench.search.worker import TuneOptions, run_search
 
-    path = write_search_study(workdir / "study.yaml", "wilcoxon_real", {
-        "metric": "eval/accuracy", "params": {"learner.lr": {"low": 1e-3, "high": 1e-2, "log": True}},
-        "n_trials": 1, "seeds": [0], "pruner": "wilcoxon"}, steps=2)
+    path = write_search_study(
+        workdir / "study.yaml",
+        "wilcoxon_real",
+        {
+            "metric": "eval/accuracy",
+            "params": {"learner.lr": {"low": 1e-3, "high": 1e-2, "log": True}},
+            "n_trials": 1,
+            "seeds": [0],
+            "pruner": "wilcoxon",
+        },
+        steps=2,
+    )
     spec = load_spec(path)
     run_search(spec, options=TuneOptions(log=lambda _: None))
     (trial,) = optuna.load_study(study_name=spec.optuna_name, storage=f"sqlite:///{workdir / 'optuna.db'}").trials

@@ -15,23 +15,35 @@ from workbench.search.worker import SearchError
 from workbench.study import expand, load_study
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)
-DIST = {"learner.lr": FloatDistribution(1e-4, 1e-1, log=True),
-        "algorithm.preset": CategoricalDistribution(["grpo", "dr_grpo"])}
+DIST = {
+    "learner.lr": FloatDistribution(1e-4, 1e-1, log=True),
+    "algorithm.preset": CategoricalDistribution(["grpo", "dr_grpo"]),
+}
 
 
 def add(study, lr, preset, values, state=TrialState.COMPLETE, **attrs):
-    study.add_trial(create_trial(state=state, params={"learner.lr": lr, "algorithm.preset": preset},
-                                 distributions=DIST, values=values if state == TrialState.COMPLETE else None,
-                                 intermediate_values={0: 0.1, 2: 0.2} if values else {},
-                                 user_attrs={"workbench.learner_steps": 4, **attrs}))
+    study.add_trial(
+        create_trial(
+            state=state,
+            params={"learner.lr": lr, "algorithm.preset": preset},
+            distributions=DIST,
+            values=values if state == TrialState.COMPLETE else None,
+            intermediate_values={0: 0.1, 2: 0.2} if values else {},
+            user_attrs={"workbench.learner_steps": 4, **attrs},
+        )
+    )
 
 
 SPACE = {"learner.lr": {"low": 1e-4, "high": 1e-1, "log": True}, "algorithm.preset": ["grpo", "dr_grpo"]}
 
 
 def test_single_objective_best_first_and_export_runs_next_to_the_study(tmp_path):
-    path = write_search_study(tmp_path / "study.yaml", "rep", {"params": SPACE, "n_trials": 4},
-                              variants={"grpo": {}, "dapo": {"algorithm": {"preset": "dapo"}}})
+    path = write_search_study(
+        tmp_path / "study.yaml",
+        "rep",
+        {"params": SPACE, "n_trials": 4},
+        variants={"grpo": {}, "dapo": {"algorithm": {"preset": "dapo"}}},
+    )
     spec = load_spec(path)
     study = optuna.create_study(direction="maximize")
     add(study, 1e-3, "grpo", [0.30])
@@ -40,8 +52,14 @@ def test_single_objective_best_first_and_export_runs_next_to_the_study(tmp_path)
     assert [t.number for t in best_trials(study, spec)] == [1, 0]
 
     page = write_report(study, spec, tmp_path / "out" / "report.html", log_to_mlflow=False).read_text()
-    for title in ["Best trials", "Optimization history", "Intermediate values", "Parallel coordinates",
-                  "Parameter importances", "All trials"]:
+    for title in [
+        "Best trials",
+        "Optimization history",
+        "Intermediate values",
+        "Parallel coordinates",
+        "Parameter importances",
+        "All trials",
+    ]:
         assert f"<h2>{title}" in page
     assert "health: non_finite@1" in page
 
@@ -56,8 +74,11 @@ def test_single_objective_best_first_and_export_runs_next_to_the_study(tmp_path)
 
 
 def test_multi_objective_exports_the_pareto_front(tmp_path):
-    search = {"objectives": [{"metric": "eval/accuracy"}, {"metric": "summary/tokens_per_correct"}],
-              "params": SPACE, "n_trials": 4}
+    search = {
+        "objectives": [{"metric": "eval/accuracy"}, {"metric": "summary/tokens_per_correct"}],
+        "params": SPACE,
+        "n_trials": 4,
+    }
     spec = load_spec(write_search_study(tmp_path / "study.yaml", "pareto", search))
     study = optuna.create_study(directions=["maximize", "minimize"])
     add(study, 1e-3, "grpo", [0.30, 100.0])  # on the front
@@ -90,8 +111,10 @@ def test_a_search_whose_trials_all_end_below_their_start_says_it_found_nothing(t
         add(study, lr, "grpo", [end], **{"workbench.start_value": 0.35})
     gain = search_gain(study, spec)
     assert gain.found is False
-    assert gain.line == ("no trial ends beyond its starting eval/accuracy 0.35 (the best, trial 0, ends at 0.35): "
-                         "the search found nothing")
+    assert gain.line == (
+        "no trial ends beyond its starting eval/accuracy 0.35 (the best, trial 0, ends at 0.35): "
+        "the search found nothing"
+    )
     rows = {r["trial"]: r for r in trial_rows(study.trials, spec)}
     assert (rows[0]["start"], rows[0]["gain"]) == (0.35, 0.0)
     assert rows[4]["gain"] == pytest.approx(-0.35)  # ends at 0 from 0.35

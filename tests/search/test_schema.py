@@ -36,16 +36,23 @@ LR = {"low": 1.0e-5, "high": 1.0e-2, "log": True}
 
 
 def test_a_full_search_section_parses_with_types_from_the_config_fields():
-    spec = spec_of({
-        "objectives": [{"metric": "eval/accuracy"}, {"metric": "summary/tokens_per_correct"}],
-        "params": {"learner.lr": LR, "algorithm.clip_high": {"low": 0.2, "high": 0.4, "step": 0.05},
-                   "rollout.group_size": {"low": 2, "high": 8, "step": 2},
-                   "algorithm.preset": ["grpo", "dr_grpo", "dapo"]},
-        "sampler": {"name": "tpe", "seed": 3, "n_startup_trials": 4},
-        "n_trials": 20, "timeout": "1h30m", "seeds": 2,
-        "enqueue": [{"learner.lr": 1.0e-4, "algorithm.preset": "grpo"}],
-        "constraints": [{"metric": "length/mean", "max": 100}],
-    })
+    spec = spec_of(
+        {
+            "objectives": [{"metric": "eval/accuracy"}, {"metric": "summary/tokens_per_correct"}],
+            "params": {
+                "learner.lr": LR,
+                "algorithm.clip_high": {"low": 0.2, "high": 0.4, "step": 0.05},
+                "rollout.group_size": {"low": 2, "high": 8, "step": 2},
+                "algorithm.preset": ["grpo", "dr_grpo", "dapo"],
+            },
+            "sampler": {"name": "tpe", "seed": 3, "n_startup_trials": 4},
+            "n_trials": 20,
+            "timeout": "1h30m",
+            "seeds": 2,
+            "enqueue": [{"learner.lr": 1.0e-4, "algorithm.preset": "grpo"}],
+            "constraints": [{"metric": "length/mean", "max": 100}],
+        }
+    )
     assert spec.directions == ["maximize", "minimize"]  # from the catalogue / the summary metric
     assert spec.multi_objective and not spec.pruning  # Optuna cannot prune several objectives
     p = spec.params
@@ -57,8 +64,9 @@ def test_a_full_search_section_parses_with_types_from_the_config_fields():
     assert isinstance(sampler, optuna.samplers.TPESampler)
     dist = spec.distributions()
     assert dist["rollout.group_size"] == optuna.distributions.IntDistribution(2, 8, step=2)
-    cfg = spec.trial_config({"learner.lr": 3e-4, "algorithm.clip_high": 0.3, "rollout.group_size": 4,
-                             "algorithm.preset": "dr_grpo"}, seed=1)
+    cfg = spec.trial_config(
+        {"learner.lr": 3e-4, "algorithm.clip_high": 0.3, "rollout.group_size": 4, "algorithm.preset": "dr_grpo"}, seed=1
+    )
     assert (cfg.learner.lr, cfg.algorithm.clip_high, cfg.rollout.group_size, cfg.seed) == (3e-4, 0.3, 4, 1)
     assert cfg.algorithm.estimator == "dr_grpo"  # the preset resolved in the trial's config
 
@@ -68,36 +76,51 @@ def test_shorthand_single_objective_defaults():
     assert spec.objective_names() == ["eval/accuracy"] and spec.directions == ["maximize"]
     assert spec.sampler_name == "tpe" and spec.pruner_name == "median"  # Optuna's defaults
     assert isinstance(spec.make_pruner(), optuna.pruners.MedianPruner)
-    spec = spec_of({"metric": "length/incorrect_mean", "summary": "mean", "params": {"learner.lr": LR},
-                    "pruner": "none", "n_trials": 3, "variant": "dr"},
-                   variants={"grpo": {}, "dr": {"algorithm": {"preset": "dr_grpo"}}})
+    spec = spec_of(
+        {
+            "metric": "length/incorrect_mean",
+            "summary": "mean",
+            "params": {"learner.lr": LR},
+            "pruner": "none",
+            "n_trials": 3,
+            "variant": "dr",
+        },
+        variants={"grpo": {}, "dr": {"algorithm": {"preset": "dr_grpo"}}},
+    )
     assert spec.directions == ["minimize"] and spec.objective_names() == ["length/incorrect_mean:mean"]
     assert spec.variant == "dr" and spec.trial_config({"learner.lr": 1e-4}, 0).algorithm.preset == "dr_grpo"
     assert spec.variant_override({"learner.lr": 1e-4}) == {"algorithm": {"preset": "dr_grpo"}, "learner": {"lr": 1e-4}}
 
 
 def test_grid_sampler_enumerates_and_caps_the_budget():
-    spec = spec_of({"params": {"algorithm.preset": ["grpo", "dr_grpo"], "rollout.group_size": {"low": 2, "high": 4,
-                                                                                               "step": 2}},
-                    "sampler": "grid", "n_trials": 100})
+    spec = spec_of(
+        {
+            "params": {"algorithm.preset": ["grpo", "dr_grpo"], "rollout.group_size": {"low": 2, "high": 4, "step": 2}},
+            "sampler": "grid",
+            "n_trials": 100,
+        }
+    )
     assert spec.n_trials == 4  # one trial per grid point
     assert isinstance(spec.make_sampler(), optuna.samplers.GridSampler)
 
 
 def test_invalid_spaces_are_all_reported_with_file_line_and_path(tmp_path):
-    lines = errors_of({
-        "metric": "eval/acuracy",
-        "params": {
-            "learner.lrr": LR,                                          # unknown path
-            "algorithm.clip_high": {"low": 0.4, "high": 0.2},           # low > high
-            "learner.weight_decay": {"low": 0.0, "high": 0.1, "log": True},  # log with low <= 0
-            "algorithm.preset": ["grpo", "dr_grpoo"],                  # unknown preset
-            "rollout.steps": {"type": "float", "low": 1, "high": 5},    # a float range on an int field
-            "learner.dtype": {"low": 1, "high": 2},                     # a range on a string field
+    lines = errors_of(
+        {
+            "metric": "eval/acuracy",
+            "params": {
+                "learner.lrr": LR,  # unknown path
+                "algorithm.clip_high": {"low": 0.4, "high": 0.2},  # low > high
+                "learner.weight_decay": {"low": 0.0, "high": 0.1, "log": True},  # log with low <= 0
+                "algorithm.preset": ["grpo", "dr_grpoo"],  # unknown preset
+                "rollout.steps": {"type": "float", "low": 1, "high": 5},  # a float range on an int field
+                "learner.dtype": {"low": 1, "high": 2},  # a range on a string field
+            },
+            "pruner": {"name": "median", "n_startup": 2},
+            "n_trials": 0,
         },
-        "pruner": {"name": "median", "n_startup": 2},
-        "n_trials": 0,
-    }, tmp_path)
+        tmp_path,
+    )
     text = "\n".join(lines)
     expected = [
         "search.metric: unknown metric 'eval/acuracy'; did you mean 'eval/accuracy'?",
@@ -116,27 +139,52 @@ def test_invalid_spaces_are_all_reported_with_file_line_and_path(tmp_path):
         assert line.startswith(f"{tmp_path / 'study.yaml'}:"), line
 
 
-@pytest.mark.parametrize(("search", "message"), [
-    ({"params": {"learner.lr": LR}}, "search.n_trials: give a budget: n_trials and/or timeout"),
-    ({"params": {"learner.lr": LR}, "n_trials": 2, "sampler": "grid"}, "the grid sampler needs a finite set"),
-    ({"params": {"learner.lr": LR}, "n_trials": 2, "sampler": "bayes"}, "unknown sampler 'bayes'"),
-    ({"params": {"learner.lr": LR}, "n_trials": 2, "timeout": "soon"}, "search.timeout: expected seconds"),
-    ({"params": {"learner.lr": LR}, "n_trials": 2, "pruner": "percentile"}, "percentile"),
-    ({"objectives": [{"metric": "eval/accuracy"}, {"metric": "length/mean", "direction": "minimize"}],
-      "params": {"learner.lr": LR}, "n_trials": 2, "pruner": "median"}, "Optuna cannot prune a multi-objective"),
-    ({"objectives": [{"metric": "eval/accuracy"}, {"metric": "length/mean"}], "params": {"learner.lr": LR},
-      "n_trials": 2}, "search.objectives[1].direction: give direction: maximize or minimize"),
-    ({"params": {"learner.lr": LR}, "n_trials": 2, "enqueue": [{"learner.lr": 1.0}]}, "outside [1e-05, 0.01]"),
-    ({"params": {"learner.lr": LR}, "n_trials": 2, "enqueue": [{"lr": 1e-4}]},
-     "search.enqueue[0].lr: not a parameter of this search"),
-    ({"params": {"learner.lr": {"low": 1e-4, "high": 1e-3, "step": 4e-4}}, "n_trials": 2}, "not a multiple of step"),
-    ({"params": {"learner.lr": {"low": 1e-4, "high": 1e-3, "lo": 1}}, "n_trials": 2},
-     "search.params.learner.lr.lo: unknown field; did you mean 'low'?"),
-    ({"params": {"learner.lr": LR}, "n_trials": 2, "variant": "nope"}, "search.variant: unknown variant 'nope'"),
-    ({"params": {}, "n_trials": 2}, "search.params: must not be empty"),
-    ({"params": {"learner.lr": LR}, "n_trials": 2, "metric": "summary/tokens_per_correct", "summary": "max"},
-     "already one number per run"),
-])
+@pytest.mark.parametrize(
+    ("search", "message"),
+    [
+        ({"params": {"learner.lr": LR}}, "search.n_trials: give a budget: n_trials and/or timeout"),
+        ({"params": {"learner.lr": LR}, "n_trials": 2, "sampler": "grid"}, "the grid sampler needs a finite set"),
+        ({"params": {"learner.lr": LR}, "n_trials": 2, "sampler": "bayes"}, "unknown sampler 'bayes'"),
+        ({"params": {"learner.lr": LR}, "n_trials": 2, "timeout": "soon"}, "search.timeout: expected seconds"),
+        ({"params": {"learner.lr": LR}, "n_trials": 2, "pruner": "percentile"}, "percentile"),
+        (
+            {
+                "objectives": [{"metric": "eval/accuracy"}, {"metric": "length/mean", "direction": "minimize"}],
+                "params": {"learner.lr": LR},
+                "n_trials": 2,
+                "pruner": "median",
+            },
+            "Optuna cannot prune a multi-objective",
+        ),
+        (
+            {
+                "objectives": [{"metric": "eval/accuracy"}, {"metric": "length/mean"}],
+                "params": {"learner.lr": LR},
+                "n_trials": 2,
+            },
+            "search.objectives[1].direction: give direction: maximize or minimize",
+        ),
+        ({"params": {"learner.lr": LR}, "n_trials": 2, "enqueue": [{"learner.lr": 1.0}]}, "outside [1e-05, 0.01]"),
+        (
+            {"params": {"learner.lr": LR}, "n_trials": 2, "enqueue": [{"lr": 1e-4}]},
+            "search.enqueue[0].lr: not a parameter of this search",
+        ),
+        (
+            {"params": {"learner.lr": {"low": 1e-4, "high": 1e-3, "step": 4e-4}}, "n_trials": 2},
+            "not a multiple of step",
+        ),
+        (
+            {"params": {"learner.lr": {"low": 1e-4, "high": 1e-3, "lo": 1}}, "n_trials": 2},
+            "search.params.learner.lr.lo: unknown field; did you mean 'low'?",
+        ),
+        ({"params": {"learner.lr": LR}, "n_trials": 2, "variant": "nope"}, "search.variant: unknown variant 'nope'"),
+        ({"params": {}, "n_trials": 2}, "search.params: must not be empty"),
+        (
+            {"params": {"learner.lr": LR}, "n_trials": 2, "metric": "summary/tokens_per_correct", "summary": "max"},
+            "already one number per run",
+        ),
+    ],
+)
 def test_each_invalid_search_names_its_path(search, message):
     text = "\n".join(errors_of(search))
     assert message in text, text
@@ -145,29 +193,54 @@ def test_each_invalid_search_names_its_path(search, message):
 NOISY = {"params": {"learner.lr": LR}, "n_trials": 2}
 
 
-@pytest.mark.parametrize(("search", "message"), [
-    (NOISY | {"pruner": {"name": "threshold"}}, "search.pruner: pruner 'threshold': Either lower or upper"),
-    (NOISY | {"pruner": {"name": "threshold", "low": 0.1}},
-     "search.pruner.low: unknown option of pruner 'threshold'; did you mean 'lower'?"),
-    (NOISY | {"pruner": {"name": "patient", "wrapped": "medain", "patience": 2}},
-     "search.pruner.wrapped: unknown pruner 'medain'; did you mean 'median'?"),
-    (NOISY | {"pruner": {"name": "patient", "patience": 2, "wrapped": {"name": "median", "n_startup": 1}}},
-     "search.pruner.wrapped.n_startup: unknown option of pruner 'median'; did you mean 'n_startup_trials'?"),
-    (NOISY | {"pruner": {"name": "patient", "patience": 2, "wrapped_pruner": "median"}},
-     "search.pruner.wrapped_pruner: unknown option of pruner 'patient'; did you mean 'wrapped'?"),
-    (NOISY | {"pruner": {"name": "patient", "patience": -1}}, "search.pruner: pruner 'patient':"),
-    (NOISY | {"pruner": {"name": "patient", "patience": 1, "wrapped": 3}}, "search.pruner.wrapped: expected a pruner"),
-    (NOISY | {"include_step0": "yes"}, "search.include_step0: "),
-    (NOISY | {"seeds": [0, 1], "confirm": {"top_k": 2, "seeds": [1, 2]}},
-     "search.confirm.seeds: seed(s) 1 are seeds of the search itself"),
-    (NOISY | {"confirm": {"seeds": [5]}}, "search.confirm.seeds: "),
-    (NOISY | {"confirm": {"top_k": 0, "seeds": [5, 6]}}, "search.confirm.top_k: "),
-    (NOISY | {"confirm": {"topk": 2, "seeds": [5, 6]}}, "search.confirm.topk: unknown field; did you mean 'top_k'?"),
-    (NOISY | {"confirm": {"seeds": [5, 5]}}, "search.confirm.seeds: repeated seeds"),
-    ({"objectives": [{"metric": "eval/accuracy"}, {"metric": "length/mean", "direction": "minimize"}],
-      "params": {"learner.lr": LR}, "n_trials": 2, "confirm": {"seeds": [5, 6]}},
-     "search.confirm: confirmation ranks trials by one objective"),
-])
+@pytest.mark.parametrize(
+    ("search", "message"),
+    [
+        (NOISY | {"pruner": {"name": "threshold"}}, "search.pruner: pruner 'threshold': Either lower or upper"),
+        (
+            NOISY | {"pruner": {"name": "threshold", "low": 0.1}},
+            "search.pruner.low: unknown option of pruner 'threshold'; did you mean 'lower'?",
+        ),
+        (
+            NOISY | {"pruner": {"name": "patient", "wrapped": "medain", "patience": 2}},
+            "search.pruner.wrapped: unknown pruner 'medain'; did you mean 'median'?",
+        ),
+        (
+            NOISY | {"pruner": {"name": "patient", "patience": 2, "wrapped": {"name": "median", "n_startup": 1}}},
+            "search.pruner.wrapped.n_startup: unknown option of pruner 'median'; did you mean 'n_startup_trials'?",
+        ),
+        (
+            NOISY | {"pruner": {"name": "patient", "patience": 2, "wrapped_pruner": "median"}},
+            "search.pruner.wrapped_pruner: unknown option of pruner 'patient'; did you mean 'wrapped'?",
+        ),
+        (NOISY | {"pruner": {"name": "patient", "patience": -1}}, "search.pruner: pruner 'patient':"),
+        (
+            NOISY | {"pruner": {"name": "patient", "patience": 1, "wrapped": 3}},
+            "search.pruner.wrapped: expected a pruner",
+        ),
+        (NOISY | {"include_step0": "yes"}, "search.include_step0: "),
+        (
+            NOISY | {"seeds": [0, 1], "confirm": {"top_k": 2, "seeds": [1, 2]}},
+            "search.confirm.seeds: seed(s) 1 are seeds of the search itself",
+        ),
+        (NOISY | {"confirm": {"seeds": [5]}}, "search.confirm.seeds: "),
+        (NOISY | {"confirm": {"top_k": 0, "seeds": [5, 6]}}, "search.confirm.top_k: "),
+        (
+            NOISY | {"confirm": {"topk": 2, "seeds": [5, 6]}},
+            "search.confirm.topk: unknown field; did you mean 'top_k'?",
+        ),
+        (NOISY | {"confirm": {"seeds": [5, 5]}}, "search.confirm.seeds: repeated seeds"),
+        (
+            {
+                "objectives": [{"metric": "eval/accuracy"}, {"metric": "length/mean", "direction": "minimize"}],
+                "params": {"learner.lr": LR},
+                "n_trials": 2,
+                "confirm": {"seeds": [5, 6]},
+            },
+            "search.confirm: confirmation ranks trials by one objective",
+        ),
+    ],
+)
 def test_threshold_patient_confirm_and_step0_options_are_checked(search, message):
     text = "\n".join(errors_of(search))
     assert message in text, text
@@ -195,25 +268,37 @@ def test_a_study_without_a_search_section(tmp_path):
 
 
 def test_cmaes_needs_its_package_and_one_objective():
-    search = {"objectives": [{"metric": "eval/accuracy"}, {"metric": "length/mean", "direction": "minimize"}],
-              "params": {"learner.lr": LR}, "n_trials": 2, "sampler": "cmaes"}
+    search = {
+        "objectives": [{"metric": "eval/accuracy"}, {"metric": "length/mean", "direction": "minimize"}],
+        "params": {"learner.lr": LR},
+        "n_trials": 2,
+        "sampler": "cmaes",
+    }
     assert "cmaes does not support multi-objective" in "\n".join(errors_of(search))
 
 
 def test_gp_sampler_is_optunas_gpsampler_with_its_own_options(tmp_path):
     """``sampler: {name: gp, ...}`` builds Optuna's GPSampler with the options as written, and
     proposes values inside the space (a real Optuna study, a toy objective: fast)."""
-    spec = spec_of({"params": {"learner.lr": LR, "algorithm.preset": ["grpo", "dr_grpo"]}, "n_trials": 4,
-                    "sampler": {"name": "gp", "seed": 0, "n_startup_trials": 2, "deterministic_objective": True}})
+    spec = spec_of(
+        {
+            "params": {"learner.lr": LR, "algorithm.preset": ["grpo", "dr_grpo"]},
+            "n_trials": 4,
+            "sampler": {"name": "gp", "seed": 0, "n_startup_trials": 2, "deterministic_objective": True},
+        }
+    )
     sampler = spec.make_sampler()
     assert isinstance(sampler, optuna.samplers.GPSampler) and spec.sampler_name == "gp"
     study = optuna.create_study(direction="maximize", sampler=sampler)
     study.optimize(lambda t: -abs(math.log10(spec.suggest(t)["learner.lr"]) + 3), n_trials=4)  # past startup
     assert all(LR["low"] <= t.params["learner.lr"] <= LR["high"] for t in study.trials)
-    lines = errors_of({"params": {"learner.lr": LR}, "n_trials": 2, "sampler": {"name": "gp", "n_startup": 2}},
-                      tmp_path)
-    assert len(lines) == 1 and "search.sampler.n_startup: unknown option of sampler 'gp'; did you mean " \
-        "'n_startup_trials'?" in lines[0], lines
+    lines = errors_of(
+        {"params": {"learner.lr": LR}, "n_trials": 2, "sampler": {"name": "gp", "n_startup": 2}}, tmp_path
+    )
+    assert (
+        len(lines) == 1
+        and "search.sampler.n_startup: unknown option of sampler 'gp'; did you mean 'n_startup_trials'?" in lines[0]
+    ), lines
     assert "constraints_func" not in lines[0]  # the search supplies objects; YAML cannot
 
 
@@ -223,14 +308,26 @@ def test_wilcoxon_is_accepted_on_a_fixed_eval_set(pruner):
     assert spec.per_problem_pruning and type(spec.make_pruner()).__name__ == "WilcoxonPruner"
 
 
-@pytest.mark.parametrize(("search", "where", "words"), [
-    ({"params": {"learner.lr": LR, "task.eval_size": {"low": 50, "high": 100}}},
-     "search.params.task.eval_size:", "pairs trials by eval problem"),
-    ({"params": {"learner.lr": LR, "rollout.eval_every": [5, 10]}},
-     "search.params.rollout.eval_every:", "same eval problems at the same steps"),
-    ({"params": {"learner.lr": LR}, "pruner": {"name": "patient", "patience": 1, "wrapped": "wilcoxon"}},
-     "search.pruner.wrapped:", "cannot be wrapped"),
-])
+@pytest.mark.parametrize(
+    ("search", "where", "words"),
+    [
+        (
+            {"params": {"learner.lr": LR, "task.eval_size": {"low": 50, "high": 100}}},
+            "search.params.task.eval_size:",
+            "pairs trials by eval problem",
+        ),
+        (
+            {"params": {"learner.lr": LR, "rollout.eval_every": [5, 10]}},
+            "search.params.rollout.eval_every:",
+            "same eval problems at the same steps",
+        ),
+        (
+            {"params": {"learner.lr": LR}, "pruner": {"name": "patient", "patience": 1, "wrapped": "wilcoxon"}},
+            "search.pruner.wrapped:",
+            "cannot be wrapped",
+        ),
+    ],
+)
 def test_wilcoxon_is_refused_where_trials_cannot_be_paired_by_problem(search, where, words, tmp_path):
     """WilcoxonPruner pairs a trial's per-problem results with the best trial's by (eval, problem
     index): a search over the eval set or its schedule, or a wrapper feeding it a curve, breaks that."""

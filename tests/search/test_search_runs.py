@@ -13,8 +13,7 @@ from tests.search.helpers import STRICT_HEALTH, load_spec, optuna_trials, trial_
 from workbench.search.objective import PRUNE_REASON, PRUNED_BY, STEPS
 from workbench.search.worker import TuneOptions, default_storage, run_search
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.filterwarnings("ignore:Heartbeat of storage is supposed to be used")]
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:Heartbeat of storage is supposed to be used")]
 
 # lr 1e-2 and 2e-2 learn to stop early (the overlong shaping rewards short answers); lr 1.0 collapses the
 # policy's entropy at once (a failing health rule); lr 1e-4 barely moves and falls below the median at
@@ -91,8 +90,14 @@ def test_pruning_is_real_and_every_trial_is_an_mlflow_child_of_the_search_run(wo
 
 
 def test_resume_continues_the_same_search_within_its_budget(workdir):
-    search = {"metric": "reward/mean", "params": {"learner.lr": {"low": 1.0e-3, "high": 3.0e-2, "log": True}},
-              "sampler": {"name": "random", "seed": 0}, "pruner": "none", "n_trials": 2, "seeds": [0, 1]}
+    search = {
+        "metric": "reward/mean",
+        "params": {"learner.lr": {"low": 1.0e-3, "high": 3.0e-2, "log": True}},
+        "sampler": {"name": "random", "seed": 0},
+        "pruner": "none",
+        "n_trials": 2,
+        "seeds": [0, 1],
+    }
     path = write_search_study(workdir / "study.yaml", "resume", search, steps=2)
     journal = workdir / "journal.log"
 
@@ -119,4 +124,5 @@ def test_resume_continues_the_same_search_within_its_budget(workdir):
     assert len(client.search_runs([exp.experiment_id], "tags.`workbench.role` = 'search'")) == 1
     runs = trial_runs(client, "resume")
     assert sorted((r.data.tags["workbench.trial"], r.data.tags["workbench.seed"]) for r in runs) == [
-        (str(n), str(s)) for n in range(3) for s in (0, 1)]
+        (str(n), str(s)) for n in range(3) for s in (0, 1)
+    ]

@@ -35,12 +35,18 @@ def _study(direction: str, outcomes: list[tuple[str, float | None]]):
 
 def test_history_logs_each_complete_value_and_the_best_so_far_by_trial_number():
     spec = spec_of({"params": {"learner.lr": LR}, "n_trials": 5})  # eval/accuracy: maximised
-    study = _study("maximize", [("COMPLETE", 0.3), ("PRUNED", None), ("COMPLETE", 0.2), ("FAIL", None),
-                                ("COMPLETE", 0.6)])
+    study = _study(
+        "maximize", [("COMPLETE", 0.3), ("PRUNED", None), ("COMPLETE", 0.2), ("FAIL", None), ("COMPLETE", 0.6)]
+    )
     trials = study.get_trials(deepcopy=False)
     got = [history_metrics(trials, spec, n) for n in range(5)]
-    assert got == [{TRIAL_VALUE: 0.3, BEST_VALUE: 0.3}, {BEST_VALUE: 0.3},  # pruned: no value of its own
-                   {TRIAL_VALUE: 0.2, BEST_VALUE: 0.3}, {BEST_VALUE: 0.3}, {TRIAL_VALUE: 0.6, BEST_VALUE: 0.6}]
+    assert got == [
+        {TRIAL_VALUE: 0.3, BEST_VALUE: 0.3},
+        {BEST_VALUE: 0.3},  # pruned: no value of its own
+        {TRIAL_VALUE: 0.2, BEST_VALUE: 0.3},
+        {BEST_VALUE: 0.3},
+        {TRIAL_VALUE: 0.6, BEST_VALUE: 0.6},
+    ]
     # the same curve as Optuna's own optimisation history (its best value over complete trials)
     assert got[-1][BEST_VALUE] == study.best_value
 
@@ -75,10 +81,13 @@ def test_importances_rank_the_parameter_that_moves_the_value_or_say_why_not():
 
 
 def test_search_views_chart_the_search_run_by_trial_and_the_trials_grouped_by_trial():
-    history, trials = search_views("demo:search", ["trial_value", "best_value"], ["eval/accuracy"],
-                                   known_metrics={"eval/accuracy", "reward/mean"})
+    history, trials = search_views(
+        "demo:search", ["trial_value", "best_value"], ["eval/accuracy"], known_metrics={"eval/accuracy", "reward/mean"}
+    )
     assert history.view_id == "workbench-search-demo-search" and trials.view_id == history.view_id + "-trials"
-    assert history.state["searchFilter"] == "tags.`workbench.role` = 'search' and tags.`workbench.search` = 'demo:search'"
+    assert (
+        history.state["searchFilter"] == "tags.`workbench.role` = 'search' and tags.`workbench.search` = 'demo:search'"
+    )
     assert [c["metricKey"] for c in history.state["compareRunCharts"]] == ["trial_value", "best_value"]
     assert "groupBy" not in history.state  # the search run is one top-level run
     assert trials.state["searchFilter"].startswith("tags.`workbench.role` = 'trial'")
@@ -90,12 +99,18 @@ def test_search_views_chart_the_search_run_by_trial_and_the_trials_grouped_by_tr
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:Heartbeat of storage is supposed to be used")
 def test_tune_prints_importances_and_best_trials_writes_the_report_and_logs_the_history(workdir):
-    search = {"metric": "reward/mean", "pruner": "none", "n_trials": 3, "seeds": [0],
-              "params": {"learner.lr": {"low": 1.0e-4, "high": 1.0e-1, "log": True},
-                         "algorithm.preset": ["grpo", "dr_grpo"]},
-              "enqueue": [{"learner.lr": 1.0e-4, "algorithm.preset": "grpo"},
-                          {"learner.lr": 2.0e-2, "algorithm.preset": "dr_grpo"},
-                          {"learner.lr": 1.0e-2, "algorithm.preset": "grpo"}]}
+    search = {
+        "metric": "reward/mean",
+        "pruner": "none",
+        "n_trials": 3,
+        "seeds": [0],
+        "params": {"learner.lr": {"low": 1.0e-4, "high": 1.0e-1, "log": True}, "algorithm.preset": ["grpo", "dr_grpo"]},
+        "enqueue": [
+            {"learner.lr": 1.0e-4, "algorithm.preset": "grpo"},
+            {"learner.lr": 2.0e-2, "algorithm.preset": "dr_grpo"},
+            {"learner.lr": 1.0e-2, "algorithm.preset": "grpo"},
+        ],
+    }
     path = write_search_study(workdir / "study.yaml", "surface", search, steps=2)
     env = {"COLUMNS": "200"}
     from workbench.cli.main import app
@@ -111,8 +126,10 @@ def test_tune_prints_importances_and_best_trials_writes_the_report_and_logs_the_
     (run,) = client.search_runs([exp.experiment_id], "tags.`workbench.role` = 'search'")
     values = {m.step: m.value for m in client.get_metric_history(run.info.run_id, TRIAL_VALUE)}
     best = {m.step: m.value for m in client.get_metric_history(run.info.run_id, BEST_VALUE)}
-    trials = {t.number: t.value for t in optuna.load_study(study_name="surface:search",
-                                                            storage=f"sqlite:///{workdir / 'optuna.db'}").trials}
+    trials = {
+        t.number: t.value
+        for t in optuna.load_study(study_name="surface:search", storage=f"sqlite:///{workdir / 'optuna.db'}").trials
+    }
     assert values == pytest.approx(trials) and set(best) == {0, 1, 2}
     assert [best[n] for n in range(3)] == pytest.approx([max(trials[k] for k in range(n + 1)) for n in range(3)])
     links = [key for key in exp.tags if key.startswith("mlflow.sharedViewState.workbench-search-surface-search")]
@@ -146,5 +163,6 @@ def test_one_parameter_search_says_why_it_prints_no_importances(tmp_path):
     study = _study("maximize", [("COMPLETE", 0.1), ("COMPLETE", 0.2)])
     with console.capture() as captured:
         print_importances(study, spec)
-    assert captured.get().strip() == ("parameter importances: not computed: one parameter (learner.lr): its "
-                                      "importance is 1 by definition")
+    assert captured.get().strip() == (
+        "parameter importances: not computed: one parameter (learner.lr): its importance is 1 by definition"
+    )

@@ -51,18 +51,21 @@ def recorded(cfg, step):
     return CURVES[cfg.learner.lr][step]
 
 
-def stored_search(tmp_path, monkeypatch, search: dict, *, seeds=(0,), db: str = "optuna.db",
-                  lrs=(*HEALTHY, COLLAPSED)):
+def stored_search(tmp_path, monkeypatch, search: dict, *, seeds=(0,), db: str = "optuna.db", lrs=(*HEALTHY, COLLAPSED)):
     """A search over the recorded curves on a real sqlite Optuna storage; runs the trials of
     ``lrs`` in order (healthy ones first) and returns them by learner.lr."""
-    search = {"params": {"learner.lr": {"low": 1e-3, "high": 1.0, "log": True}}, "n_trials": len(lrs),
-              "seeds": list(seeds)} | search
+    search = {
+        "params": {"learner.lr": {"low": 1e-3, "high": 1.0, "log": True}},
+        "n_trials": len(lrs),
+        "seeds": list(seeds),
+    } | search
     spec = parse_search(validate_study({"name": "step0", "base": search_run_config(steps=4), "search": search}))
     client = FakeClient()
     fake_runs(monkeypatch, client, lambda cfg, step: {}, evals=recorded)
     objective = TrialObjective(spec, SearchContext("sqlite://", "0", "parent", client), "test:1", log=lambda _: None)
-    study = optuna.create_study(storage=f"sqlite:///{tmp_path / db}", study_name="step0",
-                                directions=spec.directions, pruner=spec.make_pruner())
+    study = optuna.create_study(
+        storage=f"sqlite:///{tmp_path / db}", study_name="step0", directions=spec.directions, pruner=spec.make_pruner()
+    )
     for lr in lrs:
         study.enqueue_trial({"learner.lr": lr})
     study.optimize(objective, n_trials=len(lrs))
@@ -84,8 +87,9 @@ def test_median_pruner_prunes_a_collapse_at_the_eval_it_happens(tmp_path, monkey
 def test_with_step0_reported_the_collapse_hides_behind_its_untrained_value(tmp_path, monkeypatch):
     """The behaviour the default fixes, kept behind ``include_step0: true``: the collapsed trial's
     best value so far is its step-0 0.42, above the others' median (0.39) at step 1."""
-    trials = stored_search(tmp_path, monkeypatch, {"pruner": {"name": "median", "n_startup_trials": 2},
-                                                   "include_step0": True})
+    trials = stored_search(
+        tmp_path, monkeypatch, {"pruner": {"name": "median", "n_startup_trials": 2}, "include_step0": True}
+    )
     collapsed = trials[COLLAPSED]
     assert collapsed.intermediate_values[0] == 0.42 and collapsed.intermediate_values[1] == 0.0
     assert collapsed.user_attrs.get(PRUNE_REASON) != "pruned by optuna at step 1"
@@ -97,8 +101,12 @@ def test_summary_max_scores_a_collapse_below_the_healthy_runs(tmp_path, monkeypa
     assert trials[COLLAPSED].value == 0.0 < min(trials[lr].value for lr in HEALTHY)
     assert [trials[lr].value for lr in HEALTHY] == [0.47, 0.44]  # the best eval after training began
     # counting step 0, the collapse would have scored its untrained 0.42
-    with_start = stored_search(tmp_path, monkeypatch, {"metric": "eval/accuracy", "summary": "max",
-                                                       "pruner": "none", "include_step0": True}, db="b.db")
+    with_start = stored_search(
+        tmp_path,
+        monkeypatch,
+        {"metric": "eval/accuracy", "summary": "max", "pruner": "none", "include_step0": True},
+        db="b.db",
+    )
     assert with_start[COLLAPSED].value == 0.42
 
 
@@ -116,8 +124,12 @@ def test_patient_waits_for_its_wrapped_pruner_to_agree_for_patience_evals(tmp_pa
     median = {"name": "median", "n_startup_trials": 2}
     alone = stored_search(tmp_path, monkeypatch, {"pruner": median}, lrs=(*HEALTHY, DECLINING), db="median.db")
     assert alone[DECLINING].user_attrs[PRUNE_REASON] == "pruned by optuna at step 1"
-    trials = stored_search(tmp_path, monkeypatch, {"pruner": {"name": "patient", "patience": 1, "wrapped": median}},
-                           lrs=(*HEALTHY, DECLINING))
+    trials = stored_search(
+        tmp_path,
+        monkeypatch,
+        {"pruner": {"name": "patient", "patience": 1, "wrapped": median}},
+        lrs=(*HEALTHY, DECLINING),
+    )
     assert trials[DECLINING].state == TrialState.PRUNED
     assert trials[DECLINING].user_attrs[PRUNE_REASON] == "pruned by optuna at step 3"
     assert all(trials[lr].state == TrialState.COMPLETE for lr in HEALTHY)
@@ -128,7 +140,8 @@ def test_with_several_seeds_pruning_acts_on_the_running_mean(tmp_path, monkeypat
     trials = stored_search(tmp_path, monkeypatch, {"pruner": "none"}, seeds=(0, 1))
     healthy = trials[0.01]
     assert healthy.intermediate_values == pytest.approx(
-        {s: CURVES[0.01][s] for s in range(1, 5)} | {4 + s: CURVES[0.01][s] for s in range(1, 5)})
+        {s: CURVES[0.01][s] for s in range(1, 5)} | {4 + s: CURVES[0.01][s] for s in range(1, 5)}
+    )
     assert healthy.user_attrs[INTERMEDIATE_SEEDS] == {"1": 1, "2": 1, "3": 1, "4": 1, "5": 2, "6": 2, "7": 2, "8": 2}
 
 
@@ -139,9 +152,18 @@ def test_threshold_prunes_a_real_run_after_its_first_update(workdir):
     search with ``threshold: {lower: 0.05}`` prunes its trial at step 1, not at the untrained step 0."""
     from workbench.search.worker import TuneOptions, default_storage, run_search
 
-    path = write_search_study(workdir / "study.yaml", "threshold", {
-        "metric": "eval/accuracy", "params": {"learner.lr": {"low": 1e-3, "high": 1e-2, "log": True}},
-        "pruner": {"name": "threshold", "lower": 0.05}, "n_trials": 1, "seeds": [0]}, steps=3)
+    path = write_search_study(
+        workdir / "study.yaml",
+        "threshold",
+        {
+            "metric": "eval/accuracy",
+            "params": {"learner.lr": {"low": 1e-3, "high": 1e-2, "log": True}},
+            "pruner": {"name": "threshold", "lower": 0.05},
+            "n_trials": 1,
+            "seeds": [0],
+        },
+        steps=3,
+    )
     spec = load_spec(path)
     run_search(spec, options=TuneOptions(log=lambda _: None))
     (trial,) = optuna_trials(spec, default_storage())

@@ -22,8 +22,7 @@ from tests.execution_helpers import children, install_empty_mlflow_db, spawn, st
 from tests.search.helpers import load_spec, optuna_trials, trial_runs, write_search_study
 from workbench.search.objective import OUTCOME, OVER_BUDGET, RETRY_OF, WORKER
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.filterwarnings("ignore:Heartbeat of storage is supposed to be used")]
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:Heartbeat of storage is supposed to be used")]
 
 N_TRIALS = 4
 
@@ -38,17 +37,42 @@ def shared_storage(request, workdir) -> str:
 def test_a_worker_killed_mid_trial_is_replaced_by_a_retry_and_the_budget_is_met(workdir, shared_storage):
     uri = install_empty_mlflow_db(workdir)
     name = f"killed-{os.getpid()}-{int(time.time())}"  # unique: a shared PostgreSQL may hold older searches
-    search = {"metric": "reward/mean", "params": {"learner.lr": {"low": 1.0e-3, "high": 3.0e-2, "log": True}},
-              "sampler": {"name": "random", "seed": 0}, "pruner": "none", "n_trials": N_TRIALS, "seeds": [0]}
+    search = {
+        "metric": "reward/mean",
+        "params": {"learner.lr": {"low": 1.0e-3, "high": 3.0e-2, "log": True}},
+        "sampler": {"name": "random", "seed": 0},
+        "pruner": "none",
+        "n_trials": N_TRIALS,
+        "seeds": [0],
+    }
     path = write_search_study(workdir / "study.yaml", name, search, steps=30, eval_every=10)
     spec = load_spec(path)
     log = workdir / "tune.log"
-    pythonpath = os.pathsep.join(p for p in [str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH")]
-                                 if p)
-    proc = spawn(workbench_cmd("tune", path, "--workers", 2, "--storage", shared_storage, "--tracking-uri", uri,
-                               "--heartbeat", 1, "--grace", 3), workdir, log, env={"PYTHONPATH": pythonpath})
+    pythonpath = os.pathsep.join(
+        p for p in [str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH")] if p
+    )
+    proc = spawn(
+        workbench_cmd(
+            "tune",
+            path,
+            "--workers",
+            2,
+            "--storage",
+            shared_storage,
+            "--tracking-uri",
+            uri,
+            "--heartbeat",
+            1,
+            "--grace",
+            3,
+        ),
+        workdir,
+        log,
+        env={"PYTHONPATH": pythonpath},
+    )
     client = MlflowClient(uri)
     try:
+
         def a_trial_in_progress():
             """(trial number, worker pid) of a trial whose MLflow run is training right now."""
             running = [r for r in trial_runs(client, name) if r.info.status == "RUNNING"]

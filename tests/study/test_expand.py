@@ -34,7 +34,10 @@ def test_design_example():
     st = load_study(DATA / "grpo_vs_dr_grpo.yaml")
     specs = expand(st)
     assert [s.label for s in specs[:4]] == [
-        "grpo/lr=3e-05/seed=0", "grpo/lr=3e-05/seed=1", "grpo/lr=3e-05/seed=2", "grpo/lr=0.0001/seed=0"
+        "grpo/lr=3e-05/seed=0",
+        "grpo/lr=3e-05/seed=1",
+        "grpo/lr=3e-05/seed=2",
+        "grpo/lr=0.0001/seed=0",
     ]
     assert len(specs) == 12 and specs[-1].label == "dr_grpo/lr=0.0001/seed=2"
     assert st.compare["baseline"] == "grpo" and st.search["direction"] == "maximize"
@@ -54,15 +57,22 @@ def test_ablation_count_and_order():
         for seed in [0, 1]
     ]
     kept = [
-        p for p in full if not (p[0] == "dr_grpo" and p[1] == 3e-5) and not (p[0] == "dapo" and p[2] == "bfloat16" and p[4] == 1)
+        p
+        for p in full
+        if not (p[0] == "dr_grpo" and p[1] == 3e-5) and not (p[0] == "dapo" and p[2] == "bfloat16" and p[4] == 1)
     ]
-    got = [(s.variant, s.grid["learner.lr"], s.grid["sampler.dtype"], s.grid["algorithm.correction"], s.seed) for s in specs]
+    got = [
+        (s.variant, s.grid["learner.lr"], s.grid["sampler.dtype"], s.grid["algorithm.correction"], s.seed)
+        for s in specs
+    ]
     assert got == kept
     assert specs[0].label == "grpo/lr=3e-05/dtype=float32/correction=null/seed=0"
     assert list(specs[0].grid) == ["learner.lr", "sampler.dtype", "algorithm.correction"]
     for s in specs:
         assert (s.config.learner.lr, s.config.sampler.dtype, s.config.algorithm.correction) == (
-            s.grid["learner.lr"], s.grid["sampler.dtype"], s.grid["algorithm.correction"]
+            s.grid["learner.lr"],
+            s.grid["sampler.dtype"],
+            s.grid["algorithm.correction"],
         )
         assert s.config.seed == s.seed
         assert s.config.tracking.uri == "sqlite:///mlruns.db" and s.config.tracking.experiment == "ablation"
@@ -97,7 +107,9 @@ def test_precedence_grid_over_variant_over_base():
 
 def test_variant_is_a_deep_merge():
     base = {**BASE, "learner": {"lr": 1e-4, "weight_decay": 0.1}, "rollout": {"steps": 7, "group_size": 4}}
-    st = validate_study({"name": "t", "base": base, "variants": {"v": {"learner": {"lr": 3e-4}, "rollout": {"steps": 9}}}})
+    st = validate_study(
+        {"name": "t", "base": base, "variants": {"v": {"learner": {"lr": 3e-4}, "rollout": {"steps": 9}}}}
+    )
     (spec,) = expand(st)
     assert (spec.config.learner.lr, spec.config.learner.weight_decay) == (3e-4, 0.1)  # sibling kept
     assert (spec.config.rollout.steps, spec.config.rollout.group_size) == (9, 4)
@@ -155,8 +167,10 @@ def test_exclude_can_match_resolved_values_not_on_an_axis():
 
 def test_exclude_drops_invalid_combinations_without_error():
     # float16 sampling with an unknown correction would be invalid; the exclusion removes it first
-    st = study(zip={"sampler.dtype": ["float32", "float16"], "algorithm.correction": ["tis", "nope"]},
-               exclude=[{"sampler.dtype": "float16"}])
+    st = study(
+        zip={"sampler.dtype": ["float32", "float16"], "algorithm.correction": ["tis", "nope"]},
+        exclude=[{"sampler.dtype": "float16"}],
+    )
     assert [s.config.algorithm.correction for s in expand(st)] == ["tis"]
 
 

@@ -27,8 +27,12 @@ def study_file(path, **fields) -> str:
 
 
 def test_run_count_is_the_product_of_the_field_lengths():
-    data = {"variants": {"a": {}, "b": {}, "c": {}}, "grid": {"learner.lr": [1, 2], "learner.weight_decay": [0, 1, 2]},
-            "zip": {"sampler.temperature": [0.5, 1.0], "sampler.top_p": [0.9, 1.0]}, "seeds": [0, 1, 2, 3]}
+    data = {
+        "variants": {"a": {}, "b": {}, "c": {}},
+        "grid": {"learner.lr": [1, 2], "learner.weight_decay": [0, 1, 2]},
+        "zip": {"sampler.temperature": [0.5, 1.0], "sampler.top_p": [0.9, 1.0]},
+        "seeds": [0, 1, 2, 3],
+    }
     assert run_count_factors(data) == {"variants": 3, "grid": 6, "zip": 2, "seeds": 4}
     assert run_count_factors({}) == {"variants": 1, "grid": 1, "zip": 1, "seeds": 1}  # defaults: one run
 
@@ -42,15 +46,26 @@ def test_plan_of_a_billion_run_study_exits_2_fast_and_small(tmp_path):
     s), and one run's CPU time by cache contention. About 1.1 CPU s of it is importing the CLI
     (pandas, typer) and 0.7 s the study package (pydantic models): a refused 2-run study costs the
     same, which the test checks too."""
-    path = study_file(tmp_path / "s.yaml", grid={"learner.lr": [1e-6 * (i + 1) for i in range(100)],
-                                                 "algorithm.clip_high": [0.1 + i * 1e-3 for i in range(100)],
-                                                 "algorithm.clip_low": [0.1 + i * 1e-3 for i in range(100)]},
-                      seeds=list(range(1000)))
+    path = study_file(
+        tmp_path / "s.yaml",
+        grid={
+            "learner.lr": [1e-6 * (i + 1) for i in range(100)],
+            "algorithm.clip_high": [0.1 + i * 1e-3 for i in range(100)],
+            "algorithm.clip_low": [0.1 + i * 1e-3 for i in range(100)],
+        },
+        seeds=list(range(1000)),
+    )
     out = tmp_path / "out.txt"
     runs = []
     for _ in range(2):
-        measured = subprocess.run([sys.executable, "-c", MEASURE, str(out), "plan", path],
-                                  capture_output=True, text=True, cwd=tmp_path, timeout=120, check=True)
+        measured = subprocess.run(
+            [sys.executable, "-c", MEASURE, str(out), "plan", path],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            timeout=120,
+            check=True,
+        )
         runs.append(json.loads(measured.stdout))
         output = out.read_text()
         assert runs[-1]["code"] == 2, output
@@ -58,8 +73,10 @@ def test_plan_of_a_billion_run_study_exits_2_fast_and_small(tmp_path):
         assert len(output.strip().splitlines()) == 1, output
     cpu = min(r["cpu_s"] for r in runs)
     rss = max(r["rss_mb"] for r in runs)
-    print(f"\nplan of 10^9 runs: exit 2, CPU s {[round(r['cpu_s'], 2) for r in runs]}, "
-          f"wall s {[round(r['wall_s'], 2) for r in runs]}, peak RSS {rss:.0f} MB")
+    print(
+        f"\nplan of 10^9 runs: exit 2, CPU s {[round(r['cpu_s'], 2) for r in runs]}, "
+        f"wall s {[round(r['wall_s'], 2) for r in runs]}, peak RSS {rss:.0f} MB"
+    )
     assert cpu < 2.0 and rss < 200 and max(r["wall_s"] for r in runs) < 30
     assert not (tmp_path / "mlflow.db").exists()
 
@@ -133,10 +150,15 @@ def test_an_include_chain_is_bounded_in_total_bytes(tmp_path):
 
 def test_a_tune_grid_of_a_billion_points_is_refused_by_its_cardinality():
     """An int range of 10^9 used to be listed (MemoryError); its size is arithmetic now."""
-    search = {"params": {"rollout.steps": {"low": 1, "high": 10**9}, "algorithm.preset": ["grpo", "dr_grpo"]},
-              "sampler": "grid"}
+    search = {
+        "params": {"rollout.steps": {"low": 1, "high": 10**9}, "algorithm.preset": ["grpo", "dr_grpo"]},
+        "sampler": "grid",
+    }
     t0 = time.process_time()
-    with pytest.raises(StudyError, match=r"the grid has 2,000,000,000 points \(1,000,000,000 rollout.steps x "
-                                         r"2 algorithm.preset\), over the limit of 1,000"):
+    with pytest.raises(
+        StudyError,
+        match=r"the grid has 2,000,000,000 points \(1,000,000,000 rollout.steps x "
+        r"2 algorithm.preset\), over the limit of 1,000",
+    ):
         parse_search(validate_study({"name": "s", "base": search_run_config(), "search": search}))
     assert time.process_time() - t0 < 2.0

@@ -69,8 +69,14 @@ def test_study_overrides_win_over_base_and_variants():
 def test_study_overrides_of_study_fields():
     study = load_study(DATA / "ablation.yaml")
     out = apply_overrides(
-        study, ["grid.learner.lr=[2e-4]", "variants.dr_grpo.learner.weight_decay=0.1", "health.preset=strict",
-                "tracking.experiment=elsewhere", "exclude=[]"]
+        study,
+        [
+            "grid.learner.lr=[2e-4]",
+            "variants.dr_grpo.learner.weight_decay=0.1",
+            "health.preset=strict",
+            "tracking.experiment=elsewhere",
+            "exclude=[]",
+        ],
     )
     specs = expand(out)
     assert len(specs) == 3 * 2 * 2 and {s.grid["learner.lr"] for s in specs} == {2e-4}
@@ -82,8 +88,10 @@ def test_study_override_errors_name_the_override_and_keep_file_lines():
     study = load_study(DATA / "ablation.yaml")
     with pytest.raises(StudyError) as err:
         apply_overrides(study, ["learner.lr=fast"])
-    assert str(err.value) == "(--set learner.lr=fast) learner.lr: 'learner.lr' is a grid axis of this study; " \
+    assert (
+        str(err.value) == "(--set learner.lr=fast) learner.lr: 'learner.lr' is a grid axis of this study; "
         "set its values with --set grid.learner.lr=[...]"
+    )
     with pytest.raises(StudyError) as err:
         apply_overrides(study, ["rollout.steps=fast", "lr=1"])
     assert str(err.value).splitlines() == [

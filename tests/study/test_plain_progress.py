@@ -15,20 +15,32 @@ from rich.console import Console
 from tests.execution_helpers import write_study
 from workbench.execution.study_progress import StudyProgress
 
-LINE = re.compile(r"^\d\d:\d\d:\d\d progress (?P<run>\S+) step (?P<step>\d+)/(?P<total>\d+) "
-                  r"reward -?\d+\.\d\d acc \d\.\d\d(?: eval (?P<eval>\d\.\d\d)@(?P<at>\d+))? "
-                  r"\| study \d+/\d+ ETA (?:-:--|\d+:\d\d(?::\d\d)?)$")
+LINE = re.compile(
+    r"^\d\d:\d\d:\d\d progress (?P<run>\S+) step (?P<step>\d+)/(?P<total>\d+) "
+    r"reward -?\d+\.\d\d acc \d\.\d\d(?: eval (?P<eval>\d\.\d\d)@(?P<at>\d+))? "
+    r"\| study \d+/\d+ ETA (?:-:--|\d+:\d\d(?::\d\d)?)$"
+)
 
 
 @pytest.mark.slow  # trains two micro runs in a subprocess
 def test_study_with_stdout_to_a_file_prints_plain_progress_lines(tmp_path):
-    study = write_study(tmp_path / "study.yaml", "plain-progress", steps=4, seeds=(0,),
-                        variants={"a": {}, "b": {"learner": {"lr": 2.0e-4}}})
+    study = write_study(
+        tmp_path / "study.yaml",
+        "plain-progress",
+        steps=4,
+        seeds=(0,),
+        variants={"a": {}, "b": {"learner": {"lr": 2.0e-4}}},
+    )
     log = tmp_path / "log.txt"
     with log.open("w") as out:  # a file, not a terminal
-        result = subprocess.run([sys.executable, "-m", "workbench.cli.main", "run", str(study), "--progress-every", "0"],
-                                cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT, timeout=600,
-                                env=os.environ | {"MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"})
+        result = subprocess.run(
+            [sys.executable, "-m", "workbench.cli.main", "run", str(study), "--progress-every", "0"],
+            cwd=tmp_path,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            timeout=600,
+            env=os.environ | {"MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"},
+        )
     text = log.read_text()
     assert result.returncode == 0, text
     lines = [m for m in map(LINE.match, text.splitlines()) if m]
@@ -53,7 +65,9 @@ def test_periodic_lines_wait_for_the_interval_but_evals_print_at_once():
         bar.run_step("a/seed=0", 2, {"reward/mean": 0.5, "accuracy/train": 0.25})
     lines = out.getvalue().splitlines()
     assert [line.split(" ", 1)[1].split(" |")[0] for line in lines] == [
-        "start a/seed=0 (10 steps)", "progress a/seed=0 step 2/10 reward 0.50 acc 0.25 eval 0.75@1"]
+        "start a/seed=0 (10 steps)",
+        "progress a/seed=0 step 2/10 reward 0.50 acc 0.25 eval 0.75@1",
+    ]
     assert bar.plain
 
 
@@ -80,7 +94,9 @@ def test_the_finished_line_prints_the_final_eval_accuracy_as_run_and_compare_def
     with bar:
         bar.run_started("a/seed=0", 8)
         for step in range(9):
-            bar.run_step("a/seed=0", step, {"reward/mean": 0.5} | ({"eval/accuracy": evals[step]} if step in evals else {}))
+            bar.run_step(
+                "a/seed=0", step, {"reward/mean": 0.5} | ({"eval/accuracy": evals[step]} if step in evals else {})
+            )
         bar.run_ended("a/seed=0", "FINISHED", "health ok")
     (finished,) = [line for line in out.getvalue().splitlines() if " FINISHED " in line]
     assert " eval final 0.450 health ok " in finished, finished

@@ -48,11 +48,27 @@ def test_shipped_studies_keep_their_runs(path):
 
 
 def test_cold_starts_nest_the_seeds():
-    specs = expand(validate_study({"name": "t", "base": BASE, "variants": {"a": {}, "b": {"learner": {"lr": 3e-4}}},
-                                   "seeds": [0, 1], "replicate": {"cold_start": 2}}))
+    specs = expand(
+        validate_study(
+            {
+                "name": "t",
+                "base": BASE,
+                "variants": {"a": {}, "b": {"learner": {"lr": 3e-4}}},
+                "seeds": [0, 1],
+                "replicate": {"cold_start": 2},
+            }
+        )
+    )
     assert [s.label for s in specs] == [
-        "a/cold_start=0/seed=0", "a/cold_start=0/seed=1", "a/cold_start=1/seed=0", "a/cold_start=1/seed=1",
-        "b/cold_start=0/seed=0", "b/cold_start=0/seed=1", "b/cold_start=1/seed=0", "b/cold_start=1/seed=1"]
+        "a/cold_start=0/seed=0",
+        "a/cold_start=0/seed=1",
+        "a/cold_start=1/seed=0",
+        "a/cold_start=1/seed=1",
+        "b/cold_start=0/seed=0",
+        "b/cold_start=0/seed=1",
+        "b/cold_start=1/seed=0",
+        "b/cold_start=1/seed=1",
+    ]
     assert [s.cold_start for s in specs] == [0, 0, 1, 1] * 2
     assert [s.config.model.cold_start for s in specs] == [0, 0, 1, 1] * 2
     assert [s.seed for s in specs] == [0, 1] * 4
@@ -70,16 +86,24 @@ def test_arm_of_label():
     assert arm_of_label("dapo/seed=1") == "dapo"
 
 
-@pytest.mark.parametrize(("fields", "line"), [
-    ({"replicate": {"cold_start": 0}}, "replicate.cold_start: expected an integer >= 1"),
-    ({"replicate": {"cold_start": "two"}}, "replicate.cold_start: expected an integer >= 1"),
-    ({"replicate": {"cold_starts": 2}}, "replicate.cold_starts: unknown"),
-    ({"base": {**BASE, "model": {"builtin": "tiny", "cold_start": 1}}}, "base.model.cold_start: the cold-start index"),
-    ({"grid": {"model.cold_start": [0, 1]}}, "grid.model.cold_start: model.cold_start is set per run"),
-    ({"variants": {"v": {"model": {"cold_start": 2}}}}, "variants.v.model.cold_start: the cold-start index"),
-    ({"replicate": {"cold_start": 3}, "compare": {"sequential": {"looks": [3, 6]}}},
-     "replicate.cold_start: compare.sequential adds seeds at each look"),
-])
+@pytest.mark.parametrize(
+    ("fields", "line"),
+    [
+        ({"replicate": {"cold_start": 0}}, "replicate.cold_start: expected an integer >= 1"),
+        ({"replicate": {"cold_start": "two"}}, "replicate.cold_start: expected an integer >= 1"),
+        ({"replicate": {"cold_starts": 2}}, "replicate.cold_starts: unknown"),
+        (
+            {"base": {**BASE, "model": {"builtin": "tiny", "cold_start": 1}}},
+            "base.model.cold_start: the cold-start index",
+        ),
+        ({"grid": {"model.cold_start": [0, 1]}}, "grid.model.cold_start: model.cold_start is set per run"),
+        ({"variants": {"v": {"model": {"cold_start": 2}}}}, "variants.v.model.cold_start: the cold-start index"),
+        (
+            {"replicate": {"cold_start": 3}, "compare": {"sequential": {"looks": [3, 6]}}},
+            "replicate.cold_start: compare.sequential adds seeds at each look",
+        ),
+    ],
+)
 def test_bad_replicate_settings(fields, line):
     with pytest.raises(StudyError) as err:
         expand(validate_study({"name": "t", "base": BASE, **fields}))
@@ -109,13 +133,27 @@ def test_two_cold_starts_are_two_models():
     from workbench.models.tiny import build_tiny_model
     from workbench.tasks import build_task
 
-    cfg = RunConfig.model_validate({"model": {"builtin": "tiny", "tiny": {
-        "hidden_size": 16, "num_layers": 1, "num_heads": 2, "intermediate_size": 16, "sft_max_steps": 2,
-        "sft_batch_size": 4, "sft_check_every": 1000}}})
+    cfg = RunConfig.model_validate(
+        {
+            "model": {
+                "builtin": "tiny",
+                "tiny": {
+                    "hidden_size": 16,
+                    "num_layers": 1,
+                    "num_heads": 2,
+                    "intermediate_size": 16,
+                    "sft_max_steps": 2,
+                    "sft_batch_size": 4,
+                    "sft_check_every": 1000,
+                },
+            }
+        }
+    )
 
     def weights(index: int):
-        model, _, _ = build_tiny_model(cfg.model.model_copy(update={"cold_start": index}), build_task(cfg.task),
-                                       progress=False)
+        model, _, _ = build_tiny_model(
+            cfg.model.model_copy(update={"cold_start": index}), build_task(cfg.task), progress=False
+        )
         return model.model.embed_tokens.weight.detach().clone()
 
     plain = build_tiny_model(cfg.model, build_task(cfg.task), progress=False)[0].model.embed_tokens.weight
@@ -128,5 +166,7 @@ def test_only_picks_one_cold_start():
     from workbench.analysis.selection import filter_specs
 
     specs = expand(validate_study({"name": "t", "base": BASE, "seeds": [0, 1], "replicate": {"cold_start": 3}}))
-    assert [s.label for s in filter_specs(specs, "cold_start=2")] == ["base/cold_start=2/seed=0",
-                                                                       "base/cold_start=2/seed=1"]
+    assert [s.label for s in filter_specs(specs, "cold_start=2")] == [
+        "base/cold_start=2/seed=0",
+        "base/cold_start=2/seed=1",
+    ]

@@ -8,15 +8,37 @@ from hypothesis import strategies as st
 from workbench.study import StudyError, expand, validate_study
 
 scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(-2, 40), st.sampled_from([1e-4, 0.3, -1.0]),
+    st.none(),
+    st.booleans(),
+    st.integers(-2, 40),
+    st.sampled_from([1e-4, 0.3, -1.0]),
     st.sampled_from(["grpo", "dapo", "tiny", "float16", "x", "", "tis"]),
 )
 keys = st.sampled_from(
-    ["model", "builtin", "learner", "lr", "algorithm", "preset", "clip_high", "rollout", "steps", "seed",
-     "health", "rules", "tracking", "sampler", "dtype", "zzz"]
+    [
+        "model",
+        "builtin",
+        "learner",
+        "lr",
+        "algorithm",
+        "preset",
+        "clip_high",
+        "rollout",
+        "steps",
+        "seed",
+        "health",
+        "rules",
+        "tracking",
+        "sampler",
+        "dtype",
+        "zzz",
+    ]
 )
-trees = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=3),
-                                                      st.dictionaries(keys, inner, max_size=3)), max_leaves=8)
+trees = st.recursive(
+    scalars,
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(keys, inner, max_size=3)),
+    max_leaves=8,
+)
 paths = st.sampled_from(["learner.lr", "rollout.steps", "algorithm.preset", "sampler.dtype", "lr", "seed", "model"])
 studies = st.fixed_dictionaries(
     {"name": st.sampled_from(["s", "", "a b"]), "base": st.one_of(st.just({"model": {"builtin": "tiny"}}), trees)},
@@ -25,7 +47,9 @@ studies = st.fixed_dictionaries(
         "grid": st.dictionaries(paths, st.one_of(st.lists(scalars, max_size=3), scalars), max_size=2),
         "zip": st.dictionaries(paths, st.lists(scalars, max_size=3), max_size=2),
         "seeds": st.one_of(st.lists(st.integers(0, 3), max_size=3), scalars),
-        "exclude": st.lists(st.dictionaries(st.sampled_from(["variant", "seed", "learner.lr", "nope"]), scalars), max_size=2),
+        "exclude": st.lists(
+            st.dictionaries(st.sampled_from(["variant", "seed", "learner.lr", "nope"]), scalars), max_size=2
+        ),
         "health": st.one_of(st.none(), trees),
         "zzz": scalars,
     },

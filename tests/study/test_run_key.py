@@ -55,7 +55,11 @@ def expand_ablation():
 def test_equivalent_spellings_give_the_same_key():
     # preset defaults written out explicitly == preset alone; 1e-4 == 0.0001; tuple == list
     a = RunConfig.model_validate(CONFIG)
-    explicit = {**CONFIG, "algorithm": {"preset": "dapo", "clip_high": 0.28}, "learner": {"lr": 0.0001, "betas": (0.9, 0.99)}}
+    explicit = {
+        **CONFIG,
+        "algorithm": {"preset": "dapo", "clip_high": 0.28},
+        "learner": {"lr": 0.0001, "betas": (0.9, 0.99)},
+    }
     assert RunConfig.model_validate(explicit).run_key() == a.run_key()
 
 

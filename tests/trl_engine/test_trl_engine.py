@@ -22,16 +22,45 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).parents[2]
 # tests/test_e2e_health.py's model: 1-digit sums, trained just enough (~0.8 held-out) that groups disagree and
 # updates are real (the micro model earns no reward, so its gradients are all zero)
-SMALL_MODEL = {"builtin": "tiny", "tiny": {"hidden_size": 64, "num_layers": 2, "num_heads": 4,
-                                           "intermediate_size": 128, "sft_max_steps": 150,
-                                           "sft_target_accuracy": 1.0, "sft_check_every": 1000}}
-BASE = {"engine": "trl", "model": SMALL_MODEL, "task": {"digits": 1, "ops": "+", "eval_size": 10},
-        "sampler": {"max_new_tokens": 10}, "learner": {"device": "cpu"}}
+SMALL_MODEL = {
+    "builtin": "tiny",
+    "tiny": {
+        "hidden_size": 64,
+        "num_layers": 2,
+        "num_heads": 4,
+        "intermediate_size": 128,
+        "sft_max_steps": 150,
+        "sft_target_accuracy": 1.0,
+        "sft_check_every": 1000,
+    },
+}
+BASE = {
+    "engine": "trl",
+    "model": SMALL_MODEL,
+    "task": {"digits": 1, "ops": "+", "eval_size": 10},
+    "sampler": {"max_new_tokens": 10},
+    "learner": {"device": "cpu"},
+}
 STEPS = 3
 # TRL measures these at every step (the adapter's names), the verifier reward the last three, the monitor health/status
-EVERY_STEP = ("reward/mean", "reward/std", "entropy/mean", "length/mean", "length/max", "length/truncated_frac",
-              "loss/policy", "grad/norm", "clip/frac_low", "clip/frac_high", "batch/zero_std_frac", "perf/step_s",
-              "accuracy/train", "batch/all_correct_frac", "batch/all_wrong_frac", "health/status")
+EVERY_STEP = (
+    "reward/mean",
+    "reward/std",
+    "entropy/mean",
+    "length/mean",
+    "length/max",
+    "length/truncated_frac",
+    "loss/policy",
+    "grad/norm",
+    "clip/frac_low",
+    "clip/frac_high",
+    "batch/zero_std_frac",
+    "perf/step_s",
+    "accuracy/train",
+    "batch/all_correct_frac",
+    "batch/all_wrong_frac",
+    "health/status",
+)
 
 
 def write_study(path: Path, study: dict) -> Path:
@@ -47,26 +76,37 @@ def test_a_two_variant_two_seed_trl_study_runs_is_judged_and_skips_when_run_agai
     from mlflow import MlflowClient
 
     uri = sqlite_uri(tmp_path / "mlflow.db")
-    study = write_study(tmp_path / "trl.yaml", {
-        "name": "trl-tiny",
-        "base": BASE | {"rollout": {"prompts_per_step": 4, "group_size": 4, "steps": STEPS, "eval_every": 2,
-                                    "log_samples": 4}, "tracking": {"uri": uri}},
-        "variants": {"grpo": {"algorithm": {"preset": "grpo"}}, "dr_grpo": {"algorithm": {"preset": "dr_grpo"}}},
-        "seeds": [0, 1]})
+    study = write_study(
+        tmp_path / "trl.yaml",
+        {
+            "name": "trl-tiny",
+            "base": BASE
+            | {
+                "rollout": {"prompts_per_step": 4, "group_size": 4, "steps": STEPS, "eval_every": 2, "log_samples": 4},
+                "tracking": {"uri": uri},
+            },
+            "variants": {"grpo": {"algorithm": {"preset": "grpo"}}, "dr_grpo": {"algorithm": {"preset": "dr_grpo"}}},
+            "seeds": [0, 1],
+        },
+    )
     first = workbench("run", str(study), "--quiet", cwd=tmp_path, timeout=1200)
     assert first.returncode == 0, first.stderr[-3000:]
     runs = child_runs(uri, "trl-tiny")
-    assert sorted((r.data.tags["workbench.variant"], r.data.tags["workbench.seed"], r.info.status) for r in runs) \
-        == [("dr_grpo", "0", "FINISHED"), ("dr_grpo", "1", "FINISHED"), ("grpo", "0", "FINISHED"),
-            ("grpo", "1", "FINISHED")]
+    assert sorted((r.data.tags["workbench.variant"], r.data.tags["workbench.seed"], r.info.status) for r in runs) == [
+        ("dr_grpo", "0", "FINISHED"),
+        ("dr_grpo", "1", "FINISHED"),
+        ("grpo", "0", "FINISHED"),
+        ("grpo", "1", "FINISHED"),
+    ]
     client = MlflowClient(uri)
     for run in runs:
         tags, rid = run.data.tags, run.info.run_id
         assert tags["workbench.engine"] == "trl" and run.data.params["engine"] == "trl"
         assert tags["workbench.stopped_early"] == "false"
         for name in EVERY_STEP:
-            assert sorted(history(client, rid, name)) == list(range(STEPS)) + ([STEPS] if name == "health/status"
-                                                                                 else []), name
+            assert sorted(history(client, rid, name)) == list(range(STEPS)) + (
+                [STEPS] if name == "health/status" else []
+            ), name
         # evals as a native run's: step 0, every eval_every, and after the last step
         assert sorted(history(client, rid, "eval/accuracy")) == [0, 2, 3]
         unavailable = set(tags["workbench.unavailable_metrics"].split(","))
@@ -98,15 +138,34 @@ def test_a_planted_collapse_stops_the_trl_run_at_the_step_its_rules_say(tmp_path
     from workbench.health import HealthMonitor
 
     steps = 12
-    health = {"preset": "default", "rules": {"reward_collapse": {"window": 1, "patience": 2, "noise_z": 0.0,
-                                                                 "noise_window": 6, "severity": "fail"}}}
+    health = {
+        "preset": "default",
+        "rules": {
+            "reward_collapse": {"window": 1, "patience": 2, "noise_z": 0.0, "noise_window": 6, "severity": "fail"}
+        },
+    }
     uri = sqlite_uri(tmp_path / "mlflow.db")
-    study = write_study(tmp_path / "collapse.yaml", {
-        "name": "trl-collapse",
-        "base": BASE | {"learner": {"device": "cpu", "lr": 0.05}, "health": health, "tracking": {"uri": uri},
-                        "rollout": {"prompts_per_step": 8, "group_size": 4, "steps": steps, "eval_every": 100,
-                                    "log_samples": 4}},
-        "variants": {"lr": {}}, "seeds": [0]})
+    study = write_study(
+        tmp_path / "collapse.yaml",
+        {
+            "name": "trl-collapse",
+            "base": BASE
+            | {
+                "learner": {"device": "cpu", "lr": 0.05},
+                "health": health,
+                "tracking": {"uri": uri},
+                "rollout": {
+                    "prompts_per_step": 8,
+                    "group_size": 4,
+                    "steps": steps,
+                    "eval_every": 100,
+                    "log_samples": 4,
+                },
+            },
+            "variants": {"lr": {}},
+            "seeds": [0],
+        },
+    )
     result = workbench("run", str(study), "--quiet", cwd=tmp_path, timeout=1200)
     assert result.returncode == 0, result.stderr[-3000:]
     (run,) = child_runs(uri, "trl-collapse")
@@ -145,9 +204,26 @@ def test_workbench_callback_in_a_plain_trl_script(tmp_path):
     uri = sqlite_uri(tmp_path / "mlflow.db")
     env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "PYTHONPATH": str(ROOT)}
     for variant in ("dapo", "grpo"):
-        proc = subprocess.run([sys.executable, str(ROOT / "docs" / "trl_callback_example.py"), str(model),
-                               "--study", "mine", "--variant", variant, "--steps", "2", "--out", str(tmp_path / variant)],
-                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                str(ROOT / "docs" / "trl_callback_example.py"),
+                str(model),
+                "--study",
+                "mine",
+                "--variant",
+                variant,
+                "--steps",
+                "2",
+                "--out",
+                str(tmp_path / variant),
+            ],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert proc.returncode == 0, proc.stderr[-3000:]
     runs = child_runs(uri, "mine")
     assert sorted(r.data.tags["workbench.variant"] for r in runs) == ["dapo", "grpo"]
@@ -169,15 +245,25 @@ def test_the_shipped_differential_study_runs_its_trl_arms(tmp_path):
     from tests.test_shipped_studies_run import EXTRA, SMALL_RUN
 
     uri = sqlite_uri(tmp_path / "mlflow.db")
-    args = ["run", str(ROOT / "studies" / "engines_trl.yaml"), "--quiet", "--only", "seed=0,variant=trl",
-            "--set", f"tracking.uri={uri}"]
+    args = [
+        "run",
+        str(ROOT / "studies" / "engines_trl.yaml"),
+        "--quiet",
+        "--only",
+        "seed=0,variant=trl",
+        "--set",
+        f"tracking.uri={uri}",
+    ]
     for setting in SMALL_RUN + EXTRA["engines_trl"]:
         args += ["--set", setting]
     result = workbench(*args, cwd=tmp_path, timeout=1200)
     assert result.returncode == 0, result.stderr[-3000:]
     runs = child_runs(uri, "engines-trl")
-    assert sorted(r.data.tags["workbench.arm"] for r in runs) == ["trl/preset=dapo", "trl/preset=dr_grpo",
-                                                                  "trl/preset=grpo"]
+    assert sorted(r.data.tags["workbench.arm"] for r in runs) == [
+        "trl/preset=dapo",
+        "trl/preset=dr_grpo",
+        "trl/preset=grpo",
+    ]
     for run in runs:
         assert run.info.status == "FINISHED" and run.data.tags["workbench.engine"] == "trl"
         assert {"length/mean", "eval/accuracy", "reward/mean"} <= set(run.data.metrics)

@@ -39,8 +39,13 @@ def test_the_installed_trl_is_the_one_the_mapping_was_read_from():
 @pytest.mark.parametrize("preset", ["grpo", "dr_grpo", "dapo", "gspo", "cispo", "sapo", "lite_ppo"])
 def test_each_expressible_preset_builds_a_grpoconfig(tmp_path, preset):
     """GRPOConfig's own __post_init__ accepts what the mapping builds (batch shapes, loss type, clip range)."""
-    cfg = RunConfig.model_validate({"engine": "trl", "learner": {"device": "cpu"},
-                                    "algorithm": {"preset": preset} | ({"batch_filter": None} if preset == "dapo" else {})})
+    cfg = RunConfig.model_validate(
+        {
+            "engine": "trl",
+            "learner": {"device": "cpu"},
+            "algorithm": {"preset": preset} | ({"batch_filter": None} if preset == "dapo" else {}),
+        }
+    )
     kwargs = grpo_config_kwargs(cfg)
     config = trl.GRPOConfig(output_dir=str(tmp_path), **kwargs)
     for name, value in kwargs.items():

@@ -12,8 +12,7 @@ require_trl("docs/trl-engine.md")
 pytestmark = pytest.mark.slow
 
 STEPS = 4
-COMPARED = ("loss/policy", "grad/norm", "entropy/mean", "reward/mean", "length/mean", "accuracy/train",
-            "health/status")
+COMPARED = ("loss/policy", "grad/norm", "entropy/mean", "reward/mean", "length/mean", "accuracy/train", "health/status")
 
 
 class Interrupt(RuntimeError):
@@ -28,9 +27,16 @@ def test_a_failed_trl_run_executed_again_resumes_from_its_trl_checkpoint(tmp_pat
     from workbench.tracking.store import checkpoint_root
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    cfg = RunConfig.model_validate(deep_merge(BASE, {
-        "learner": {"lr": 1e-3, "checkpoint_every": 1}, "tracking": {"uri": uri},
-        "rollout": {"prompts_per_step": 4, "group_size": 4, "steps": STEPS, "eval_every": 2, "log_samples": 2}}))
+    cfg = RunConfig.model_validate(
+        deep_merge(
+            BASE,
+            {
+                "learner": {"lr": 1e-3, "checkpoint_every": 1},
+                "tracking": {"uri": uri},
+                "rollout": {"prompts_per_step": 4, "group_size": 4, "steps": STEPS, "eval_every": 2, "log_samples": 2},
+            },
+        )
+    )
     reference = execute_run(cfg, study="uninterrupted", variant="v", label="ref")
     assert reference.status == "FINISHED"
 

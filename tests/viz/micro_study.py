@@ -24,10 +24,16 @@ _BUILT: dict[str, Path] = {}
 
 
 def study_yaml() -> dict:
-    base = micro_run_config(health={"preset": "default", "on_fail": "continue", "rules": {
-        "length_blowup": {"max_truncated_frac": 0.05, "patience": 2},
-        "no_learning_signal": {"max_zero_std_frac": 0.5, "patience": 2},
-    }})
+    base = micro_run_config(
+        health={
+            "preset": "default",
+            "on_fail": "continue",
+            "rules": {
+                "length_blowup": {"max_truncated_frac": 0.05, "patience": 2},
+                "no_learning_signal": {"max_zero_std_frac": 0.5, "patience": 2},
+            },
+        }
+    )
     return {
         "name": STUDY,
         "base": base,

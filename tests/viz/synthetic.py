@@ -5,13 +5,25 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-STEP_METRICS = ("reward/mean", "entropy/mean", "length/mean", "length/correct_mean", "length/incorrect_mean",
-                "length/truncated_frac", "clip/frac_low", "clip/frac_high", "mismatch/kl",
-                "mismatch/prob_abs_diff_max", "grad/norm", "batch/zero_std_frac")
+STEP_METRICS = (
+    "reward/mean",
+    "entropy/mean",
+    "length/mean",
+    "length/correct_mean",
+    "length/incorrect_mean",
+    "length/truncated_frac",
+    "clip/frac_low",
+    "clip/frac_high",
+    "mismatch/kl",
+    "mismatch/prob_abs_diff_max",
+    "grad/norm",
+    "batch/zero_std_frac",
+)
 
 
-def synthetic_study(variants=("grpo", "dapo"), seeds=(0, 1, 2), steps=20, eval_every=5, effect=0.2,
-                    eval_problems: int | None = 100):
+def synthetic_study(
+    variants=("grpo", "dapo"), seeds=(0, 1, 2), steps=20, eval_every=5, effect=0.2, eval_problems: int | None = 100
+):
     """``(history, runs)``: variant i's reward and eval accuracy rise ``i * effect`` faster. Each eval
     logs ``eval/n_problems`` = ``eval_problems`` (None: an older study that did not log it)."""
     rng = np.random.default_rng(0)
@@ -19,9 +31,19 @@ def synthetic_study(variants=("grpo", "dapo"), seeds=(0, 1, 2), steps=20, eval_e
     for i, variant in enumerate(variants):
         for seed in seeds:
             rid = f"{variant}-{seed}".ljust(32, "0")
-            runs.append({"run_id": rid, "run_name": f"{variant}/seed={seed}", "variant": variant, "seed": seed,
-                         "status": "FINISHED", "health": "ok", "health_reasons": "",
-                         "rollout.prompts_per_step": 4, "rollout.group_size": 4})
+            runs.append(
+                {
+                    "run_id": rid,
+                    "run_name": f"{variant}/seed={seed}",
+                    "variant": variant,
+                    "seed": seed,
+                    "status": "FINISHED",
+                    "health": "ok",
+                    "health_reasons": "",
+                    "rollout.prompts_per_step": 4,
+                    "rollout.group_size": 4,
+                }
+            )
             for step in range(steps):
                 t = step / steps
                 values = {
@@ -43,8 +65,16 @@ def synthetic_study(variants=("grpo", "dapo"), seeds=(0, 1, 2), steps=20, eval_e
                     if eval_problems is not None:
                         values["eval/n_problems"] = eval_problems
                 for metric, value in values.items():
-                    rows.append({"run_id": rid, "variant": variant, "seed": seed, "step": step,
-                                 "metric": metric, "value": float(value)})
+                    rows.append(
+                        {
+                            "run_id": rid,
+                            "variant": variant,
+                            "seed": seed,
+                            "step": step,
+                            "metric": metric,
+                            "value": float(value),
+                        }
+                    )
     history = pd.DataFrame(rows)
     history["seed"] = history["seed"].astype("Int64")
     runs = pd.DataFrame(runs)
@@ -54,24 +84,47 @@ def synthetic_study(variants=("grpo", "dapo"), seeds=(0, 1, 2), steps=20, eval_e
 
 def health_report(run_id_events, rules=("entropy_collapse", "length_blowup", "non_finite"), disabled=()):
     """A health.json-shaped report with the given ``[(rule, step, severity, metric, value)]`` events."""
-    watches = {"entropy_collapse": ["entropy/mean"], "length_blowup": ["length/truncated_frac"],
-               "non_finite": [], "kl_explosion": ["kl/ref"]}
-    events = [{"rule": r, "step": s, "metric": m, "value": v, "threshold": 0.1, "severity": sev,
-               "message": f"{r} fired at step {s}"} for r, s, sev, m, v in run_id_events]
+    watches = {
+        "entropy_collapse": ["entropy/mean"],
+        "length_blowup": ["length/truncated_frac"],
+        "non_finite": [],
+        "kl_explosion": ["kl/ref"],
+    }
+    events = [
+        {
+            "rule": r,
+            "step": s,
+            "metric": m,
+            "value": v,
+            "threshold": 0.1,
+            "severity": sev,
+            "message": f"{r} fired at step {s}",
+        }
+        for r, s, sev, m, v in run_id_events
+    ]
     first = {}
     for e in events:
         first.setdefault(e["rule"], e)
     out_rules = {}
     for r in rules:
         e = first.get(r)
-        out_rules[r] = {"enabled": r not in disabled, "severity": e["severity"] if e else "warn",
-                        "watches": watches.get(r, []), "count": int(e is not None), "active": False,
-                        "first_trigger": None if e is None else {k: e[k] for k in
-                                                                 ("step", "metric", "value", "threshold", "message")}}
+        out_rules[r] = {
+            "enabled": r not in disabled,
+            "severity": e["severity"] if e else "warn",
+            "watches": watches.get(r, []),
+            "count": int(e is not None),
+            "active": False,
+            "first_trigger": None
+            if e is None
+            else {k: e[k] for k in ("step", "metric", "value", "threshold", "message")},
+        }
     worst = max([{"warn": 1, "fail": 2}[e["severity"]] for e in events], default=0)
-    return {"status": ("ok", "warn", "fail")[worst], "reasons": ",".join(f"{e['rule']}@{e['step']}"
-                                                                        for e in first.values()),
-            "rules": out_rules, "events": events}
+    return {
+        "status": ("ok", "warn", "fail")[worst],
+        "reasons": ",".join(f"{e['rule']}@{e['step']}" for e in first.values()),
+        "rules": out_rules,
+        "events": events,
+    }
 
 
 def mismatch_records(runs, steps=(0, 10, 19), without=()):
@@ -91,9 +144,25 @@ def mismatch_records(runs, steps=(0, 10, 19), without=()):
             counts = [0] * (len(HIST_EDGES) + 1)
             counts[middle - 4], counts[middle + 4] = 100 + i, 90 + step  # |Δ| ~ 1e-4: the bf16 bulk
             counts[middle + 10] = step  # |Δ| ~ 0.1: a tail that grows
-            worst = [{"sequence": k, "position": 2 * k, "token_id": 3 + k + i, "learner_logp": -0.1 * k,
-                      "sampler_logp": -0.1 * k - 0.2, "log_ratio": 0.2} for k in range(3)]
-            recs.append({"step": step, "edges": list(HIST_EDGES), "counts": counts, "tokens": sum(counts),
-                         "worst_tokens": worst})
+            worst = [
+                {
+                    "sequence": k,
+                    "position": 2 * k,
+                    "token_id": 3 + k + i,
+                    "learner_logp": -0.1 * k,
+                    "sampler_logp": -0.1 * k - 0.2,
+                    "log_ratio": 0.2,
+                }
+                for k in range(3)
+            ]
+            recs.append(
+                {
+                    "step": step,
+                    "edges": list(HIST_EDGES),
+                    "counts": counts,
+                    "tokens": sum(counts),
+                    "worst_tokens": worst,
+                }
+            )
         out.records[rid] = recs
     return out

@@ -14,8 +14,21 @@ from hypothesis import strategies as st
 
 from workbench.viz.html import Section, df_table_html, html_page
 
-MARKUP = st.sampled_from(["<script>alert(1)</script>", "<img src=x onerror=alert(1)>", '"><b>x</b>', "</td></tr>",
-                          "&amp;<", "../../etc/passwd", "{{7*7}}", "\n<h1>\n", "'; --", "<!--", "]]>"])
+MARKUP = st.sampled_from(
+    [
+        "<script>alert(1)</script>",
+        "<img src=x onerror=alert(1)>",
+        '"><b>x</b>',
+        "</td></tr>",
+        "&amp;<",
+        "../../etc/passwd",
+        "{{7*7}}",
+        "\n<h1>\n",
+        "'; --",
+        "<!--",
+        "]]>",
+    ]
+)
 USER_TEXT = st.lists(st.one_of(MARKUP, st.text(min_size=0, max_size=40)), min_size=1, max_size=4).map("".join)
 
 

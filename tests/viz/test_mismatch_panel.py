@@ -34,8 +34,12 @@ def store(tmp_path_factory):
     from workbench.cli.main import app
 
     root = tmp_path_factory.mktemp("mismatch-study")
-    study = {"name": STUDY, "base": micro_run_config(health={"mismatch_record_every": 1}),
-             "variants": {"recorded": {}, "unrecorded": {"health": {"mismatch_record_every": 0}}}, "seeds": [0]}
+    study = {
+        "name": STUDY,
+        "base": micro_run_config(health={"mismatch_record_every": 1}),
+        "variants": {"recorded": {}, "unrecorded": {"health": {"mismatch_record_every": 0}}},
+        "seeds": [0],
+    }
     (root / "study.yaml").write_text(yaml.safe_dump(study, sort_keys=False))
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(root)
@@ -102,9 +106,18 @@ def test_the_panel_holds_the_artifacts_counts_and_worst_tokens_and_names_the_run
     last = logged[-1]
     assert len(rows) == len(last["worst_tokens"]) == 10
     for k, (row, w) in enumerate(zip(rows, last["worst_tokens"], strict=True), start=1):
-        assert row == [data.labels[rec], "2", str(k), str(w["sequence"]), str(w["position"]),
-                       html.escape(repr(decode(w["token_id"]))), str(w["token_id"]), f"{w['learner_logp']:.4g}",
-                       f"{w['sampler_logp']:.4g}", f"{w['log_ratio']:.4g}"]
+        assert row == [
+            data.labels[rec],
+            "2",
+            str(k),
+            str(w["sequence"]),
+            str(w["position"]),
+            html.escape(repr(decode(w["token_id"]))),
+            str(w["token_id"]),
+            f"{w['learner_logp']:.4g}",
+            f"{w['sampler_logp']:.4g}",
+            f"{w['log_ratio']:.4g}",
+        ]
     assert abs(last["worst_tokens"][0]["log_ratio"]) == max(abs(w["log_ratio"]) for w in last["worst_tokens"])
 
 
@@ -115,8 +128,9 @@ def test_the_dashboard_command_shows_the_note_and_the_table(store, tmp_path, mon
     monkeypatch.chdir(root)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     page = tmp_path / "health.html"
-    result = CliRunner().invoke(app, ["dashboard", STUDY, "--spec", "health", "--no-log", "--out", str(page)],
-                                catch_exceptions=False)
+    result = CliRunner().invoke(
+        app, ["dashboard", STUDY, "--spec", "health", "--no-log", "--out", str(page)], catch_exceptions=False
+    )
     assert result.exit_code == 0, result.output
     text = page.read_text(encoding="utf-8")
     assert "worst tokens at the last recorded step" in text

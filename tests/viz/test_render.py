@@ -29,8 +29,9 @@ def study():
     history, runs = synthetic_study()
     reports = {rid: health_report([]) for rid in runs["run_id"]}
     first = runs["run_id"].iloc[0]
-    reports[first] = health_report([("entropy_collapse", 7, "warn", "entropy/mean", 0.1),
-                                    ("non_finite", 12, "fail", "grad/norm", float("nan"))])
+    reports[first] = health_report(
+        [("entropy_collapse", 7, "warn", "entropy/mean", 0.1), ("non_finite", 12, "fail", "grad/norm", float("nan"))]
+    )
     reports[runs["run_id"].iloc[1]] = None  # no health.json: from tags (none here) -> unknown
     return history, runs, reports
 
@@ -61,7 +62,7 @@ def test_compare_spec_renders_every_panel_with_bands_from_curve_bands(study):
     band = next(t for t in bands if t.legendgroup == "dapo")
     ys = np.asarray(band.y, dtype=float)
     np.testing.assert_allclose(ys[: len(exp_dapo)], exp_dapo["hi"].to_numpy())
-    assert (ys[: len(exp_dapo)] >= ys[len(exp_dapo):][::-1]).all()  # upper edge above the lower edge
+    assert (ys[: len(exp_dapo)] >= ys[len(exp_dapo) :][::-1]).all()  # upper edge above the lower edge
     # a two-metric panel tells its metrics apart by dash
     length_panel = next(i for i, p in enumerate(spec.panels) if len(p.metrics) == 2)
     dashes = {t.line.dash for t in traces_in(rendered.figure, *places[length_panel]) if t.fill is None}
@@ -71,10 +72,12 @@ def test_compare_spec_renders_every_panel_with_bands_from_curve_bands(study):
     assert shown.count("grpo") == 1 and shown.count("dapo") == 1
     colors = {t.line.color for t in rendered.figure.data if t.name == "grpo" and t.fill is None}
     assert len(colors) == 1
+
     # axes of metrics that cannot go below 0 (catalogue range) stop at 0; a reward's axis does not
     def yaxis(metric):
         i = next(i for i, p in enumerate(spec.panels) if p.metrics[:1] == [metric])
         return rendered.figure.get_subplot(*places[i]).yaxis
+
     assert yaxis("eval/accuracy").rangemode == "nonnegative"
     assert yaxis("reward/mean").rangemode is None
     # a KL spans decades (1e-6 to 1e-2 between runs): the spec draws it on a log axis
@@ -98,8 +101,9 @@ def test_eval_points_carry_their_binomial_interval_over_problems(study):
     half = Z95 / (1 + Z95**2 / n) * np.sqrt(p * (1 - p) / n + Z95**2 / (4 * n * n))
     # a Wilson bound minus the estimate: ~20 roundings of numbers below 2: 20 * eps * 2 < 1e-14
     np.testing.assert_allclose(np.asarray(dapo.error_y.array, dtype=float), centre + half - p, rtol=0, atol=1e-14)
-    np.testing.assert_allclose(np.asarray(dapo.error_y.arrayminus, dtype=float), p - (centre - half), rtol=0,
-                               atol=1e-14)
+    np.testing.assert_allclose(
+        np.asarray(dapo.error_y.arrayminus, dtype=float), p - (centre - half), rtol=0, atol=1e-14
+    )
     assert all("binomial over problems, this checkpoint" in t and "n=100 problems" in t for t in dapo.text)
     assert "at the mean over runs: an upper bound" in dapo.text[0]
     legend = [t.name for t in rendered.figure.data if t.showlegend and t.name.startswith("bars:")]
@@ -119,8 +123,10 @@ def test_runs_without_a_problem_count_get_no_eval_bars_and_say_so():
     assert "no eval/n_problems logged (older run): no binomial interval" in shown
     assert not any(name.startswith("bars:") for name in shown)
     # 6 runs x 5 evals (steps 0, 5, 10, 15 and the last, 19)
-    assert rendered.warnings == ["panel 'eval/accuracy': 30 point(s) of eval/accuracy have no binomial interval: "
-                                 "their runs logged no eval/n_problems (older runs)"]
+    assert rendered.warnings == [
+        "panel 'eval/accuracy': 30 point(s) of eval/accuracy have no binomial interval: "
+        "their runs logged no eval/n_problems (older runs)"
+    ]
 
 
 def test_summary_panel_intervals_are_compare_variants_estimates(study):
@@ -132,8 +138,9 @@ def test_summary_panel_intervals_are_compare_variants_estimates(study):
     table = compare_variants(summary, "grpo", ["final_eval_accuracy"], CompareSettings(rng=0))
     rows = table.for_metric("final_eval_accuracy")
     np.testing.assert_allclose(np.asarray(bars[0].y, dtype=float), rows["mean"].to_numpy())
-    np.testing.assert_allclose(np.asarray(bars[0].error_y.array, dtype=float),
-                               (rows["mean_hi"] - rows["mean"]).to_numpy())
+    np.testing.assert_allclose(
+        np.asarray(bars[0].error_y.array, dtype=float), (rows["mean_hi"] - rows["mean"]).to_numpy()
+    )
     assert list(bars[0].x) == rows["variant"].tolist()
     assert len(bars) == 2  # eval/accuracy became final:eval/accuracy
     seeds = [t for t in rendered.figure.data if t.type == "box"]
@@ -145,16 +152,25 @@ def test_health_spec_per_run_lines_markers_and_matrix(study):
     history, runs, reports = study
     spec = load_spec(DASHBOARDS / "health.yaml")
     cells, events = health_cells(runs, reports), health_events(reports)
-    data = DashboardData(history, runs, health_cells=cells, health_events=events, baseline="grpo",
-                         mismatch_records=mismatch_records(runs))
+    data = DashboardData(
+        history,
+        runs,
+        health_cells=cells,
+        health_events=events,
+        baseline="grpo",
+        mismatch_records=mismatch_records(runs),
+    )
     rendered = render_dashboard(spec, data)
     # kl/ref and the IS correction were never logged: their optional panels are left out, not empty
     titles = [p.title for p in rendered.spec.panels]
     assert "KL to reference" not in titles and len(rendered.spec.panels) == len(spec.panels) - 2
     assert rendered.warnings == [] and rendered.panels_with_data == len(rendered.spec.panels)
     fig = rendered.figure
-    entropy_lines = [t for t in fig.data if t.type == "scatter" and t.mode in ("lines", "lines+markers")
-                     and "entropy/mean" in (t.hovertemplate or "")]
+    entropy_lines = [
+        t
+        for t in fig.data
+        if t.type == "scatter" and t.mode in ("lines", "lines+markers") and "entropy/mean" in (t.hovertemplate or "")
+    ]
     assert len(entropy_lines) == len(runs)  # aggregation none: one line per run
     warn = [t for t in fig.data if t.name == "health warn"]
     assert len(warn) == 1 and list(warn[0].x) == [7]
@@ -236,8 +252,15 @@ def test_a_page_made_again_later_has_the_same_content():
 
 
 def test_health_cells_from_tags_when_no_report():
-    runs = pd.DataFrame({"run_id": ["a" * 32, "b" * 32], "variant": ["v", "v"], "seed": [0, 1],
-                         "health": ["fail", None], "health_reasons": ["non_finite@4,entropy_collapse@2", None]})
+    runs = pd.DataFrame(
+        {
+            "run_id": ["a" * 32, "b" * 32],
+            "variant": ["v", "v"],
+            "seed": [0, 1],
+            "health": ["fail", None],
+            "health_reasons": ["non_finite@4,entropy_collapse@2", None],
+        }
+    )
     cells = health_cells(runs, {"a" * 32: None, "b" * 32: None}).set_index(["run_id", "rule"])
     a = cells.loc["a" * 32]
     assert a.loc["non_finite", "state"] == "fail" and a.loc["non_finite", "step"] == 4
@@ -254,21 +277,29 @@ def test_long_curves_are_thinned_for_drawing_only(study):
     assert list(line.x) == [0, 5, 10, 14, 19]  # evenly spaced, first and last step kept
     bar = next(t for t in rendered.figure.data if is_interval_trace(t))
     summary = summarize_runs(history, runs, ["final_reward"])  # last 10 steps: every point, not the thinned ones
-    assert bar.y[list(bar.x).index("grpo")] == pytest.approx(summary.loc[summary["variant"] == "grpo",
-                                                                         "final_reward"].mean())
+    assert bar.y[list(bar.x).index("grpo")] == pytest.approx(
+        summary.loc[summary["variant"] == "grpo", "final_reward"].mean()
+    )
 
 
 def test_summary_intervals_zoom_in_so_close_variants_look_different():
     """0.79 vs 0.81 (5 seeds each): the axis spans the values, not 0..0.8, and every seed is drawn."""
     seeds = [-0.004, -0.002, 0.0, 0.002, 0.004]
-    summary = pd.DataFrame([{"variant": v, "seed": i, "acc": mu + d}
-                            for v, mu in (("grpo", 0.79), ("dapo", 0.81)) for i, d in enumerate(seeds)])
+    summary = pd.DataFrame(
+        [
+            {"variant": v, "seed": i, "acc": mu + d}
+            for v, mu in (("grpo", 0.79), ("dapo", 0.81))
+            for i, d in enumerate(seeds)
+        ]
+    )
     table = compare_variants(summary, "grpo", ["acc"], CompareSettings(higher_is_better={"acc": True}, rng=0))
     fig = summary_figure(table, summary)
     lo, hi = fig.layout.yaxis.range
     assert 0.7 < lo < 0.786 and 0.814 < hi < 0.9  # hand: values 0.786..0.814, margin 8% of the span
     (interval,) = [t for t in fig.data if is_interval_trace(t)]
-    assert dict(zip(interval.x, interval.y, strict=True)) == pytest.approx({"grpo": 0.79, "dapo": 0.81}, abs=1e-12)  # mean of 5: ≤ 5·eps64·0.81 ≈ 1e-15
+    assert dict(zip(interval.x, interval.y, strict=True)) == pytest.approx(
+        {"grpo": 0.79, "dapo": 0.81}, abs=1e-12
+    )  # mean of 5: ≤ 5·eps64·0.81 ≈ 1e-15
     assert (np.asarray(interval.error_y.array) > 0).all() and (np.asarray(interval.error_y.arrayminus) > 0).all()
     (points,) = [t for t in fig.data if t.type == "box"]
     assert sorted(np.round(points.y, 6)) == sorted(np.round(summary["acc"], 6))  # all 10 seeds, as given
@@ -279,20 +310,34 @@ def test_long_arm_names_are_angled_and_each_row_leaves_them_room():
     """Arm names like "seq_mean_token_sum_norm" are drawn at -30°; the gap below a row holds their drop
     (about 7 px per character × sin 30°) plus the next row's title, so they never overlap it."""
     names = ["seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm"]
-    summary = pd.DataFrame([{"variant": v, "seed": i, "a": 0.1 * k + 0.01 * i, "b": k + i, "c": 2.0 * i}
-                            for k, v in enumerate(names) for i in range(3)])
-    table = compare_variants(summary, names[0], ["a", "b", "c"],
-                             CompareSettings(higher_is_better={"a": True, "b": True, "c": True}, rng=0))
+    summary = pd.DataFrame(
+        [
+            {"variant": v, "seed": i, "a": 0.1 * k + 0.01 * i, "b": k + i, "c": 2.0 * i}
+            for k, v in enumerate(names)
+            for i in range(3)
+        ]
+    )
+    table = compare_variants(
+        summary, names[0], ["a", "b", "c"], CompareSettings(higher_is_better={"a": True, "b": True, "c": True}, rng=0)
+    )
     fig = summary_figure(table, summary)  # 3 panels: 2 rows
     assert fig.layout.xaxis.tickangle == -30 and fig.layout.xaxis3.tickangle == -30
     gap_px = (fig.layout.yaxis.domain[0] - fig.layout.yaxis3.domain[1]) * fig.layout.height
     assert round(gap_px) >= int(0.5 * 7 * len("seq_mean_token_sum_norm")) + 60  # whole pixels
     assert fig.layout.showlegend is False  # the title explains the markers: no stray legend caption
 
-    short = compare_variants(summary.replace({"variant": dict(zip(names, ["grpo", "dapo", "cispo"]))}), "grpo", ["a"],
-                             CompareSettings(higher_is_better={"a": True}, rng=0))
-    assert summary_figure(short, summary.replace({"variant": dict(zip(names, ["grpo", "dapo", "cispo"]))})
-                          ).layout.xaxis.tickangle is None
+    short = compare_variants(
+        summary.replace({"variant": dict(zip(names, ["grpo", "dapo", "cispo"]))}),
+        "grpo",
+        ["a"],
+        CompareSettings(higher_is_better={"a": True}, rng=0),
+    )
+    assert (
+        summary_figure(
+            short, summary.replace({"variant": dict(zip(names, ["grpo", "dapo", "cispo"]))})
+        ).layout.xaxis.tickangle
+        is None
+    )
 
 
 def test_zoomed_range_by_hand():
@@ -322,14 +367,17 @@ def test_mismatch_panel_draws_each_runs_first_and_last_record_and_names_the_runs
     assert list(rendered.figure.layout.xaxis.ticktext)[:2] == ["-1", "-0.1"]  # whole decades of the bin edges
     assert rendered.warnings == [
         "panel 'M': no mismatch record (health.mismatch_record_every = 0 or an imported run): grpo/seed=1",
-        "panel 'M': unreadable mismatch record: mismatch.json is not JSON: Expecting value: grpo/seed=2"]
+        "panel 'M': unreadable mismatch record: mismatch.json is not JSON: Expecting value: grpo/seed=2",
+    ]
     notes = [a.text for a in rendered.figure.layout.annotations if "seed=" in a.text]
-    assert notes == ["grpo/seed=1: no mismatch record (health.mismatch_record_every = 0 or an imported run)<br>"
-                     "grpo/seed=2: unreadable mismatch record: mismatch.json is not JSON: Expecting value"]
+    assert notes == [
+        "grpo/seed=1: no mismatch record (health.mismatch_record_every = 0 or an imported run)<br>"
+        "grpo/seed=2: unreadable mismatch record: mismatch.json is not JSON: Expecting value"
+    ]
     (section,) = rendered.sections
     assert section.body_html.count("<tr class=") == 3 * (len(runs) - 2)  # 3 worst tokens per recorded run
     assert "grpo/seed=1: no mismatch record" in section.body_html
-    assert section.body_html.count("<td class=\"l\">—</td>") == 3 * (len(runs) - 2)  # no tokenizer: ids only
+    assert section.body_html.count('<td class="l">—</td>') == 3 * (len(runs) - 2)  # no tokenizer: ids only
     page = rendered.to_html()
     assert page.index("worst tokens at the last recorded step") > page.index("wb-plot-0")  # below the figure
 
@@ -337,11 +385,13 @@ def test_mismatch_panel_draws_each_runs_first_and_last_record_and_names_the_runs
 def test_mismatch_panel_without_any_record_says_so_in_place_of_a_plot(study):
     history, runs, _ = study
     spec = parse_spec("panels:\n  - {title: M, kind: mismatch_record}\n  - {metric: reward/mean}\n")
-    rendered = render_dashboard(spec, DashboardData(history, runs, mismatch_records=mismatch_records(
-        runs, without=set(runs["run_id"]))))
+    rendered = render_dashboard(
+        spec, DashboardData(history, runs, mismatch_records=mismatch_records(runs, without=set(runs["run_id"])))
+    )
     assert rendered.panels_with_data == 1
-    assert len(rendered.warnings) == 1 and rendered.warnings[0].endswith(", ".join(
-        f"{v}/seed={s}" for v, s in zip(runs["variant"], runs["seed"], strict=True)))
+    assert len(rendered.warnings) == 1 and rendered.warnings[0].endswith(
+        ", ".join(f"{v}/seed={s}" for v, s in zip(runs["variant"], runs["seed"], strict=True))
+    )
     (note,) = [a for a in rendered.figure.layout.annotations if "no mismatch record" in a.text]
     assert note.y == 0.5 and note.text.endswith(f"and {len(runs) - 3} more")  # three named, the rest counted
     not_loaded = render_dashboard(spec, DashboardData(history, runs))  # a caller that read no records
@@ -355,8 +405,10 @@ MARKUP = ["<script>alert('wb')</script>", "<img src=x onerror=\"alert('wb')\">"]
 def test_a_specs_description_and_title_reach_the_page_escaped(study, markup):
     """The description is shown under the title as text: escaped like the title, never as markup."""
     history, runs, _ = study
-    spec = parse_spec(f"title: {json.dumps('Mine ' + markup)}\ndescription: {json.dumps('Read ' + markup)}\n"
-                      "panels:\n  - metric: reward/mean\n")
+    spec = parse_spec(
+        f"title: {json.dumps('Mine ' + markup)}\ndescription: {json.dumps('Read ' + markup)}\n"
+        "panels:\n  - metric: reward/mean\n"
+    )
     page = render_dashboard(spec, DashboardData(history, runs, n_resamples=50)).to_html(subtitle="test")
     assert markup not in page
     assert f'<p class="note">Read {html.escape(markup)}</p>' in page

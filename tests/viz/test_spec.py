@@ -23,8 +23,18 @@ def test_bundled_specs_validate(name):
 def test_health_spec_plots_the_training_health_signals_and_the_health_matrix():
     spec = load_spec(PROJECT_DASHBOARDS / "health.yaml")
     metrics = {m for p in spec.panels for m in p.metrics}
-    for m in ["reward/mean", "entropy/mean", "length/correct_mean", "length/incorrect_mean", "length/truncated_frac",
-              "clip/frac_low", "clip/frac_high", "mismatch/kl", "kl/ref", "grad/norm"]:
+    for m in [
+        "reward/mean",
+        "entropy/mean",
+        "length/correct_mean",
+        "length/incorrect_mean",
+        "length/truncated_frac",
+        "clip/frac_low",
+        "clip/frac_high",
+        "mismatch/kl",
+        "kl/ref",
+        "grad/norm",
+    ]:
         assert m in metrics, m
     assert any(p.kind == "health_matrix" for p in spec.panels)
     assert spec.defaults.health_markers
@@ -62,21 +72,24 @@ def test_every_problem_is_reported_at_once():
     assert any(":4: panels[1].group_by" in p and "expected 'variant' or 'run', got 'seed'" in p for p in ps)
 
 
-@pytest.mark.parametrize("text, fragment", [
-    ("panels: []\n", "panels: must not be empty"),
-    ("title: x\n", "panels: missing required field"),
-    ("panels:\n  - {title: no metrics}\n", "a curve panel needs `metrics`"),
-    ("panels:\n  - {metrics: [a], group_by: run, aggregation: iqm}\n", "aggregation 'iqm' needs group_by: variant"),
-    ("panels:\n  - {kind: summary, metrics: [final_eval_acc]}\n", "did you mean 'final_eval_accuracy'"),
-    ("panels:\n  - {kind: health_matrix, metrics: [a]}\n", "takes no `metrics`"),
-    ("panels:\n  - {metric: a, metrics: [b]}\n", "either `metric` or `metrics`"),
-    ("panels:\n  - {metrics: [a, a]}\n", "listed twice"),
-    ("panels:\n  - {metrics: [a], row: 1}\n", "both `row` and `col`"),
-    ("layout: {cols: 2}\npanels:\n  - {metrics: [a], width: 3}\n", "width 3 exceeds layout.cols 2"),
-    ("panels:\n  - {metrics: [a], row: 1, col: 1}\n  - {metrics: [b], row: 1, col: 1}\n", "overlaps panels[0]"),
-    ("panels: [\n", "invalid YAML"),
-    ("- just a list\n", "a dashboard spec is a mapping"),
-])
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ("panels: []\n", "panels: must not be empty"),
+        ("title: x\n", "panels: missing required field"),
+        ("panels:\n  - {title: no metrics}\n", "a curve panel needs `metrics`"),
+        ("panels:\n  - {metrics: [a], group_by: run, aggregation: iqm}\n", "aggregation 'iqm' needs group_by: variant"),
+        ("panels:\n  - {kind: summary, metrics: [final_eval_acc]}\n", "did you mean 'final_eval_accuracy'"),
+        ("panels:\n  - {kind: health_matrix, metrics: [a]}\n", "takes no `metrics`"),
+        ("panels:\n  - {metric: a, metrics: [b]}\n", "either `metric` or `metrics`"),
+        ("panels:\n  - {metrics: [a, a]}\n", "listed twice"),
+        ("panels:\n  - {metrics: [a], row: 1}\n", "both `row` and `col`"),
+        ("layout: {cols: 2}\npanels:\n  - {metrics: [a], width: 3}\n", "width 3 exceeds layout.cols 2"),
+        ("panels:\n  - {metrics: [a], row: 1, col: 1}\n  - {metrics: [b], row: 1, col: 1}\n", "overlaps panels[0]"),
+        ("panels: [\n", "invalid YAML"),
+        ("- just a list\n", "a dashboard spec is a mapping"),
+    ],
+)
 def test_invalid_specs(text, fragment):
     ps = problems(text)
     assert any(fragment in p for p in ps), ps
@@ -98,16 +111,20 @@ def test_user_specs_in_cwd_dashboards_are_found_without_code(tmp_path, monkeypat
 
 
 def test_placement_row_major_with_spans_and_explicit_cells():
-    spec = parse_spec("layout: {cols: 2}\npanels:\n"
-                      "  - {metric: a}\n  - {metric: b}\n  - {metric: c, width: 2}\n  - {metric: d, row: 5, col: 2}\n"
-                      "  - {metric: e}\n")
+    spec = parse_spec(
+        "layout: {cols: 2}\npanels:\n"
+        "  - {metric: a}\n  - {metric: b}\n  - {metric: c, width: 2}\n  - {metric: d, row: 5, col: 2}\n"
+        "  - {metric: e}\n"
+    )
     assert spec.placements() == [(1, 1), (1, 2), (2, 1), (5, 2), (3, 1)]
     assert isinstance(spec, DashboardSpec)
 
 
 def test_defaults_fill_unset_panel_fields():
-    spec = parse_spec("defaults: {aggregation: iqm, x: tokens, band: false}\npanels:\n"
-                      "  - {metric: a}\n  - {metric: b, group_by: run}\n  - {metric: c, aggregation: mean}\n")
+    spec = parse_spec(
+        "defaults: {aggregation: iqm, x: tokens, band: false}\npanels:\n"
+        "  - {metric: a}\n  - {metric: b, group_by: run}\n  - {metric: c, aggregation: mean}\n"
+    )
     a, b, c = (p.resolved(spec.defaults) for p in spec.panels)
     assert (a.aggregation, a.group_by, a.x, a.band) == ("iqm", "variant", "tokens", False)
     assert (b.aggregation, b.group_by) == ("none", "run")  # a run has nothing to aggregate
@@ -117,4 +134,6 @@ def test_defaults_fill_unset_panel_fields():
 def test_a_mismatch_record_panel_takes_no_metrics():
     (p,) = problems("panels:\n  - {kind: mismatch_record, metrics: [mismatch/kl]}\n")
     assert "a mismatch_record panel takes no `metrics`" in p
-    assert parse_spec("panels:\n  - {kind: mismatch_record, width: 2, log_y: true}\n").panels[0].kind == "mismatch_record"
+    assert (
+        parse_spec("panels:\n  - {kind: mismatch_record, width: 2, log_y: true}\n").panels[0].kind == "mismatch_record"
+    )

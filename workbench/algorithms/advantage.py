@@ -26,7 +26,8 @@ from workbench.registry import Activity, Registry
 AdvantageEstimator = Callable[..., Tensor]
 
 ADVANTAGE_ESTIMATORS: Registry[AdvantageEstimator] = Registry(
-    "advantage estimator", activity=Activity.always("sets the advantage of every response"))
+    "advantage estimator", activity=Activity.always("sets the advantage of every response")
+)
 
 # verl's masked_whiten floors the variance with this constant (not with ``epsilon``).
 WHITEN_VAR_FLOOR = 1e-8
@@ -146,8 +147,12 @@ def lite_ppo(rewards: Tensor, group_ids: Tensor, *, epsilon: float = 1e-6) -> Te
     return centered / (_batch_std(rewards) + epsilon)  # [B]
 
 
-@ADVANTAGE_ESTIMATORS.register("grpo_passk", activity=Activity.always(
-    "sets the advantage of every response: each group's best one gets r_max − r_second, the others 0"))
+@ADVANTAGE_ESTIMATORS.register(
+    "grpo_passk",
+    activity=Activity.always(
+        "sets the advantage of every response: each group's best one gets r_max − r_second, the others 0"
+    ),
+)
 def grpo_passk(rewards: Tensor, group_ids: Tensor, *, epsilon: float = 1e-6, norm_by_std: bool = True) -> Tensor:
     """pass@k objective: only each group's best completion moves, by ``(r_max − r_second_max) / (std_g + eps)``.
 
@@ -169,7 +174,8 @@ def grpo_passk(rewards: Tensor, group_ids: Tensor, *, epsilon: float = 1e-6, nor
     position = torch.arange(rewards.numel(), device=rewards.device)  # [B]
     at_max = torch.where(rewards == best[inverse], position, rewards.numel())  # [B]
     winner = torch.full((n_groups,), rewards.numel(), device=rewards.device).scatter_reduce(
-        0, inverse, at_max, reduce="amin")  # [G] first position holding the max
+        0, inverse, at_max, reduce="amin"
+    )  # [G] first position holding the max
     others = torch.where(position == winner[inverse], -torch.inf, rewards)  # [B] the best one left out
     second = blank.scatter_reduce(0, inverse, others, reduce="amax", include_self=False)  # [G]
     stats = group_stats(rewards, group_ids)
@@ -188,7 +194,12 @@ DERIVED_PARAMS = ("token_counts",)
 
 
 def compute_advantages(
-    estimator: str, rewards: Tensor, group_ids: Tensor, *, epsilon: float = 1e-6, mask: Tensor | None = None,
+    estimator: str,
+    rewards: Tensor,
+    group_ids: Tensor,
+    *,
+    epsilon: float = 1e-6,
+    mask: Tensor | None = None,
     **estimator_params: Any,
 ) -> Tensor:
     """Per-completion advantages ``[B]`` from scalar rewards ``[B]`` and prompt group ids ``[B]``.
@@ -213,8 +224,9 @@ def compute_advantages(
     rewards = rewards.detach().to(torch.promote_types(rewards.dtype, torch.float32))
     params = inspect.signature(fn).parameters
     kwargs: dict[str, object] = {"epsilon": epsilon} if "epsilon" in params else {}
-    kwargs |= check_unit_params("advantage estimator", estimator, fn, estimator_params,
-                                exclude=("epsilon", *DERIVED_PARAMS))
+    kwargs |= check_unit_params(
+        "advantage estimator", estimator, fn, estimator_params, exclude=("epsilon", *DERIVED_PARAMS)
+    )
     if mask is not None and "token_counts" in params:
         kwargs["token_counts"] = as_bool(mask.detach()).sum(dim=-1)  # [B] response tokens per completion
     return fn(rewards, group_ids, **kwargs)

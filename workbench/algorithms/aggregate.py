@@ -19,7 +19,8 @@ from workbench.registry import Activity, Registry
 Aggregator = Callable[..., Tensor]
 
 AGG_MODES: Registry[Aggregator] = Registry(
-    "loss aggregation mode", activity=Activity.always("weighs every token's loss"))
+    "loss aggregation mode", activity=Activity.always("weighs every token's loss")
+)
 
 
 def _seq_mean(seq_values: Tensor, mask: Tensor) -> Tensor:

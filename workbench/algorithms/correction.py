@@ -23,8 +23,9 @@ from workbench.registry import Activity, Registry
 
 Correction = Callable[..., tuple[Tensor, Tensor]]
 
-IS_CORRECTIONS: Registry[Correction] = Registry("importance-sampling correction", selected_by="algorithm.correction",
-                                                 settings=("algorithm.correction_cap",))
+IS_CORRECTIONS: Registry[Correction] = Registry(
+    "importance-sampling correction", selected_by="algorithm.correction", settings=("algorithm.correction_cap",)
+)
 
 IS_METRIC_KEYS = (MISMATCH_IS_WEIGHT_MEAN, MISMATCH_IS_CLIPPED_FRAC, MISMATCH_IS_REWEIGHTED_FRAC)
 
@@ -35,8 +36,9 @@ REWEIGHT_TOLERANCE = 1e-3
 
 # Turning a correction on acts on every token whose weight differs from 1 (not only the capped ones:
 # "TIS acted on 0% of tokens" read the cap alone, #52); changing its cap acts only where the cap binds.
-REWEIGHTED = Activity(MISMATCH_IS_REWEIGHTED_FRAC, "tokens",
-                      params={"correction_cap": Activity(MISMATCH_IS_CLIPPED_FRAC, "tokens")})
+REWEIGHTED = Activity(
+    MISMATCH_IS_REWEIGHTED_FRAC, "tokens", params={"correction_cap": Activity(MISMATCH_IS_CLIPPED_FRAC, "tokens")}
+)
 
 
 @IS_CORRECTIONS.register("tis", activity=REWEIGHTED)
@@ -137,7 +139,8 @@ def importance_weights(
         metrics = {
             MISMATCH_IS_WEIGHT_MEAN: float(masked_mean(weights, mask)),
             MISMATCH_IS_CLIPPED_FRAC: float(masked_mean(capped.to(weights.dtype), mask)),
-            MISMATCH_IS_REWEIGHTED_FRAC: float(masked_mean(((weights - 1.0).abs() > REWEIGHT_TOLERANCE)
-                                                             .to(weights.dtype), mask)),
+            MISMATCH_IS_REWEIGHTED_FRAC: float(
+                masked_mean(((weights - 1.0).abs() > REWEIGHT_TOLERANCE).to(weights.dtype), mask)
+            ),
         }
     return weights, metrics

@@ -16,8 +16,11 @@ from torch import Tensor
 from workbench.metrics.names import BATCH_FILTERED_FRAC, LENGTH_TRUNCATED_FRAC
 from workbench.registry import Activity, Registry
 
-BATCH_FILTERS: Registry = Registry("batch filter", selected_by="algorithm.batch_filter",
-                                   settings=("algorithm.filter_on", "algorithm.max_sampling_rounds"))
+BATCH_FILTERS: Registry = Registry(
+    "batch filter",
+    selected_by="algorithm.batch_filter",
+    settings=("algorithm.filter_on", "algorithm.max_sampling_rounds"),
+)
 TOKEN_FILTERS: Registry = Registry("token filter", selected_by="algorithm.token_filters")
 
 

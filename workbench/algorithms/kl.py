@@ -17,7 +17,8 @@ from workbench.registry import Activity, Registry
 KLEstimator = Callable[[Tensor, Tensor], Tensor]
 
 KL_ESTIMATORS: Registry[KLEstimator] = Registry(
-    "KL estimator", activity=Activity.always("penalises every token when algorithm.kl_coef > 0"))
+    "KL estimator", activity=Activity.always("penalises every token when algorithm.kl_coef > 0")
+)
 
 # verl clamps the k3 estimate itself to this range (after clamping the log-ratio to ±20).
 K3_CLAMP = 10.0

@@ -72,15 +72,17 @@ PolicyLoss = Callable[..., PolicyTerms]
 
 # A loss shapes every token's loss; its keyword parameters declare their own activity (``params``).
 EVERY_TOKEN = "defines every token's loss"
-POLICY_LOSSES: Registry[PolicyLoss] = Registry("policy loss", activity=Activity.always(EVERY_TOKEN),
-                                                selected_by="algorithm.loss")
+POLICY_LOSSES: Registry[PolicyLoss] = Registry(
+    "policy loss", activity=Activity.always(EVERY_TOKEN), selected_by="algorithm.loss"
+)
 
 # The clip bounds act on the tokens they clip (the clip events of docs/metrics.md, one side each).
 CLIP_BOUNDS = {"clip_low": Activity(CLIP_FRAC_LOW, "tokens"), "clip_high": Activity(CLIP_FRAC_HIGH, "tokens")}
 
 
-def policy_loss(name: str, *, truncates_weight: bool = False,
-                params: dict[str, Activity] | None = None) -> Callable[[PolicyLoss], PolicyLoss]:
+def policy_loss(
+    name: str, *, truncates_weight: bool = False, params: dict[str, Activity] | None = None
+) -> Callable[[PolicyLoss], PolicyLoss]:
     """Decorator: register a loss in ``POLICY_LOSSES`` as ``name``.
 
     ``truncates_weight``: the loss truncates a weight instead of removing gradients (``cispo``), so its
@@ -119,8 +121,11 @@ def _clip_masks(ratio: Tensor, adv: Tensor, low: float, high: float) -> tuple[Te
     return (ratio < low) & (adv < 0), (ratio > high) & (adv > 0)  # [B,T], [B,T]
 
 
-@policy_loss("ppo_clip", params=CLIP_BOUNDS | {
-    "dual_clip": Activity.always("caps negative-advantage tokens' loss; dual-clip events are not logged")})
+@policy_loss(
+    "ppo_clip",
+    params=CLIP_BOUNDS
+    | {"dual_clip": Activity.always("caps negative-advantage tokens' loss; dual-clip events are not logged")},
+)
 def ppo_clip(
     logp: Tensor,
     old_logp: Tensor,
@@ -240,8 +245,12 @@ def cispo(
 Temperature = Annotated[float, Gt(0)]
 
 
-@policy_loss("sapo", params=dict.fromkeys(("temperature_pos", "temperature_neg"),
-                                          Activity.always("the soft gate weighs every token's gradient")))
+@policy_loss(
+    "sapo",
+    params=dict.fromkeys(
+        ("temperature_pos", "temperature_neg"), Activity.always("the soft gate weighs every token's gradient")
+    ),
+)
 def sapo(
     logp: Tensor,
     old_logp: Tensor,
@@ -341,8 +350,9 @@ def compute_policy_loss(
     kwargs = check_unit_params("policy loss", loss, fn, loss_params)
     missing = missing_params(fn, kwargs)
     if missing:
-        raise ValueError(f"policy loss {loss!r} needs parameter {missing[0]!r} "
-                         f"(takes: {', '.join(keyword_params(fn))})")
+        raise ValueError(
+            f"policy loss {loss!r} needs parameter {missing[0]!r} (takes: {', '.join(keyword_params(fn))})"
+        )
 
     # Padding may hold arbitrary values: zero it so it reaches neither values nor gradients.
     logp = where_mask(logp, mask)  # [B,T]

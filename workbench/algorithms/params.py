@@ -26,15 +26,21 @@ LOSS_PARAM_FIELDS = ("clip_low", "clip_high", "dual_clip")
 def keyword_params(fn: Callable[..., Any], *, exclude: Iterable[str] = ()) -> list[str]:
     """Names of ``fn``'s keyword-only parameters, in signature order, less ``exclude``."""
     skip = set(exclude)
-    return [p.name for p in inspect.signature(fn).parameters.values()
-            if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name not in skip]
+    return [
+        p.name
+        for p in inspect.signature(fn).parameters.values()
+        if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name not in skip
+    ]
 
 
 def missing_params(fn: Callable[..., Any], given: Iterable[str], *, exclude: Iterable[str] = ()) -> list[str]:
     """``fn``'s keyword-only parameters without a default that ``given`` lacks (less ``exclude``), in order."""
     have = set(given) | set(exclude)
-    return [p.name for p in inspect.signature(fn).parameters.values()
-            if p.kind is inspect.Parameter.KEYWORD_ONLY and p.default is p.empty and p.name not in have]
+    return [
+        p.name
+        for p in inspect.signature(fn).parameters.values()
+        if p.kind is inspect.Parameter.KEYWORD_ONLY and p.default is p.empty and p.name not in have
+    ]
 
 
 def hoist_loss_param_fields(algorithm: Mapping[str, Any]) -> dict[str, Any]:
@@ -53,8 +59,9 @@ def hoist_loss_param_fields(algorithm: Mapping[str, Any]) -> dict[str, Any]:
             continue
         value = params.pop(key)
         if key in out and out[key] != value:
-            raise ValueError(f"{key} and loss_params.{key} are one parameter, "
-                             f"given as {out[key]!r} and {value!r}: set it once")
+            raise ValueError(
+                f"{key} and loss_params.{key} are one parameter, given as {out[key]!r} and {value!r}: set it once"
+            )
         out[key] = value
     out["loss_params"] = params
     return out
@@ -65,8 +72,15 @@ def unknown_param_message(kind: str, unit: str, key: str, valid: list[str]) -> s
     return f"{kind} {unit!r} has no parameter {key!r}{suggest_and_list(key, sorted(valid), none='no parameters')}"
 
 
-def check_unit_params(kind: str, unit: str, fn: Callable[..., Any], params: Mapping[str, Any], *,
-                      exclude: Iterable[str] = (), check_types: bool = False) -> dict[str, Any]:
+def check_unit_params(
+    kind: str,
+    unit: str,
+    fn: Callable[..., Any],
+    params: Mapping[str, Any],
+    *,
+    exclude: Iterable[str] = (),
+    check_types: bool = False,
+) -> dict[str, Any]:
     """``params`` checked against ``fn``'s keyword-only parameters (less ``exclude``).
 
     Raises ``ValueError`` on a key the unit does not take (``unknown_param_message``) and, with

@@ -52,8 +52,9 @@ def smallest_effects(compare_cfg: dict[str, Any], options: Sequence[str] | None,
 
     declared = compare_cfg.get("sesoi") or {}
     if not isinstance(declared, dict):
-        raise AnalysisError(f"{where}: compare.sesoi: expected a mapping of metric -> smallest effect of interest, "
-                            f"got {declared!r}")
+        raise AnalysisError(
+            f"{where}: compare.sesoi: expected a mapping of metric -> smallest effect of interest, got {declared!r}"
+        )
     out: dict[str, float] = {}
     given = [(f"compare.sesoi.{m}", m, v) for m, v in declared.items()]
     for option in options or []:
@@ -84,9 +85,11 @@ def _refuse_sesoi_beyond_phenomenon(compare_cfg: dict[str, Any], sesoi: dict[str
         size = entry.get("phenomenon") if isinstance(entry, dict) else None
         value = sesoi.get(summary_name(m))
         if isinstance(size, (int, float)) and value is not None and value >= size:
-            raise AnalysisError(f"{where}: compare.sesoi.{m} = {value:g} is at least the size of the phenomenon "
-                                f"it would deny (compare.sesoi_pedigree.{m}.phenomenon = {size:g}): an 'equivalent' "
-                                f"could not exclude it; set a SESOI below {size:g}")
+            raise AnalysisError(
+                f"{where}: compare.sesoi.{m} = {value:g} is at least the size of the phenomenon "
+                f"it would deny (compare.sesoi_pedigree.{m}.phenomenon = {size:g}): an 'equivalent' "
+                f"could not exclude it; set a SESOI below {size:g}"
+            )
 
 
 def load_spec(name: str) -> Any:
@@ -149,9 +152,15 @@ class Comparison:
     looks: LooksReport = field(default_factory=LooksReport)  # what the study's recorded looks say
 
 
-def load_comparison(target: Target, metric: Sequence[str] | None = None, *, sesoi: Sequence[str] | None = None,
-                    spec: str = "compare", include_unfinished: bool = False,
-                    where: str | None = None) -> LoadedComparison:
+def load_comparison(
+    target: Target,
+    metric: Sequence[str] | None = None,
+    *,
+    sesoi: Sequence[str] | None = None,
+    spec: str = "compare",
+    include_unfinished: bool = False,
+    where: str | None = None,
+) -> LoadedComparison:
     """The summary metrics, smallest effects and dashboard spec of a comparison (the options of
     ``workbench compare``, by name), and the runs it compares (:func:`select_runs`)."""
     from workbench.compare import resolve_summary  # deferred: scipy
@@ -181,9 +190,10 @@ def compare_loaded(loaded: LoadedComparison, *, baseline: str | None = None, rec
     target, names, excluded = loaded.target, loaded.names, loaded.excluded
     runs = loaded.runs
     if runs.empty:
-        raise AnalysisError(f"study {target.study!r} has no FINISHED runs to compare"
-                            + (f" ({', '.join(f'{n} {s}' for s, n in excluded.items())}; try --include-unfinished)"
-                               if excluded else ""))
+        raise AnalysisError(
+            f"study {target.study!r} has no FINISHED runs to compare"
+            + (f" ({', '.join(f'{n} {s}' for s, n in excluded.items())}; try --include-unfinished)" if excluded else "")
+        )
     history = loaded.frames.history[loaded.frames.history["run_id"].isin(set(runs["run_id"]))]
     runs = in_study_order(runs, target.variants_order)
     variants = list(pd.unique(runs["variant"]))
@@ -191,8 +201,10 @@ def compare_loaded(loaded: LoadedComparison, *, baseline: str | None = None, rec
     base = baseline or target.compare.get("baseline") or variants[0]
     if base not in variants and base not in arms:  # a variant (matched per grid point) or one arm
         grid = f"; arms: {', '.join(arms)}" if arms != variants else ""
-        raise AnalysisError(f"baseline {base!r} is not a variant{' or arm' if grid else ''} of study "
-                            f"{target.study!r} (variants: {', '.join(variants)}{grid})")
+        raise AnalysisError(
+            f"baseline {base!r} is not a variant{' or arm' if grid else ''} of study "
+            f"{target.study!r} (variants: {', '.join(variants)}{grid})"
+        )
     problems = None
     if any(n in TWO_WAY_SUMMARIES for n in names):  # eval-based: intervals over seeds and problems too
         problems = target.reader.problem_results(runs)
@@ -206,9 +218,14 @@ def compare_loaded(loaded: LoadedComparison, *, baseline: str | None = None, rec
     secondary = secondary_metrics(names, target.compare)
     try:
         summary = summarize_runs(history, runs, names)
-        table = compare_variants(summary, base, names, CompareSettings(sesoi=loaded.effects, confidence=1.0 - level,
-                                                                       secondary=secondary),
-                                 problems=problems, activity=gates)
+        table = compare_variants(
+            summary,
+            base,
+            names,
+            CompareSettings(sesoi=loaded.effects, confidence=1.0 - level, secondary=secondary),
+            problems=problems,
+            activity=gates,
+        )
     except ValueError as e:
         raise AnalysisError(str(e)) from e
     uncomputed = uncomputed_summaries(summary, history, names)
@@ -221,12 +238,19 @@ def compare_loaded(loaded: LoadedComparison, *, baseline: str | None = None, rec
     return Comparison(table, summary, history, runs, excluded, loaded.frames, loaded.spec, uncomputed, looks)
 
 
-def compute_comparison(target: Target, metric: Sequence[str] | None = None, *, baseline: str | None = None,
-                       sesoi: Sequence[str] | None = None, spec: str = "compare", include_unfinished: bool = False,
-                       record_look: bool = True, where: str | None = None) -> Comparison:
+def compute_comparison(
+    target: Target,
+    metric: Sequence[str] | None = None,
+    *,
+    baseline: str | None = None,
+    sesoi: Sequence[str] | None = None,
+    spec: str = "compare",
+    include_unfinished: bool = False,
+    record_look: bool = True,
+    where: str | None = None,
+) -> Comparison:
     """:func:`load_comparison` then :func:`compare_loaded`."""
-    loaded = load_comparison(target, metric, sesoi=sesoi, spec=spec, include_unfinished=include_unfinished,
-                             where=where)
+    loaded = load_comparison(target, metric, sesoi=sesoi, spec=spec, include_unfinished=include_unfinished, where=where)
     return compare_loaded(loaded, baseline=baseline, record_look=record_look)
 
 
@@ -242,24 +266,35 @@ def runs_overview(runs: pd.DataFrame) -> pd.DataFrame:
     arms = arm_column(runs)
     unit = "variant" if (arms == runs["variant"].astype(str)).all() else "arm"
     g = runs.groupby(arms.to_numpy(), sort=False)
-    stopped = runs["stopped_early"].fillna(False).astype(bool) if "stopped_early" in runs.columns \
+    stopped = (
+        runs["stopped_early"].fillna(False).astype(bool)
+        if "stopped_early" in runs.columns
         else pd.Series(False, index=runs.index)
+    )
     status = runs["status"].astype(str)
-    ckpt = pd.to_numeric(runs[CHECKPOINT_COLUMN], errors="coerce").fillna(0) if CHECKPOINT_COLUMN in runs.columns \
+    ckpt = (
+        pd.to_numeric(runs[CHECKPOINT_COLUMN], errors="coerce").fillna(0)
+        if CHECKPOINT_COLUMN in runs.columns
         else pd.Series(0, index=runs.index)
+    )
     replicated = bool((ckpt.groupby(arms.to_numpy()).nunique() > 1).any())  # only then: the table as it was
-    return pd.DataFrame({
-        unit: list(g.groups),
-        "runs": g.size().to_numpy(),
-        "finished / failed / stopped early": [
-            f"{((status[i] == 'FINISHED') & ~stopped[i]).sum()} / {(status[i] != 'FINISHED').sum()} / "
-            f"{((status[i] == 'FINISHED') & stopped[i]).sum()}" for i in g.groups.values()],
-        **({"cold starts": [int(ckpt[i].nunique()) for i in g.groups.values()]} if replicated else {}),
-        "n_seeds": [int(x.dropna().nunique()) for _, x in g["seed"]],
-        "seed values": [", ".join(str(s) for s in sorted(x.dropna().unique().tolist())) for _, x in g["seed"]],
-        "health ok / warn / fail": [f"{(x == 'ok').sum()} / {(x == 'warn').sum()} / {(x == 'fail').sum()}"
-                                    for _, x in g["health"]],
-    })
+    return pd.DataFrame(
+        {
+            unit: list(g.groups),
+            "runs": g.size().to_numpy(),
+            "finished / failed / stopped early": [
+                f"{((status[i] == 'FINISHED') & ~stopped[i]).sum()} / {(status[i] != 'FINISHED').sum()} / "
+                f"{((status[i] == 'FINISHED') & stopped[i]).sum()}"
+                for i in g.groups.values()
+            ],
+            **({"cold starts": [int(ckpt[i].nunique()) for i in g.groups.values()]} if replicated else {}),
+            "n_seeds": [int(x.dropna().nunique()) for _, x in g["seed"]],
+            "seed values": [", ".join(str(s) for s in sorted(x.dropna().unique().tolist())) for _, x in g["seed"]],
+            "health ok / warn / fail": [
+                f"{(x == 'ok').sum()} / {(x == 'warn').sum()} / {(x == 'fail').sum()}" for _, x in g["health"]
+            ],
+        }
+    )
 
 
 def _looks(target: Target, runs: pd.DataFrame, *, record: bool) -> LooksReport:
@@ -274,8 +309,16 @@ def _looks(target: Target, runs: pd.DataFrame, *, record: bool) -> LooksReport:
     return found
 
 
-def _design_verdicts(table: Any, record: dict[str, Any], summary: pd.DataFrame, loaded: LoadedComparison,
-                     runs: pd.DataFrame, history: pd.DataFrame, base: str, variants: list[str]) -> None:
+def _design_verdicts(
+    table: Any,
+    record: dict[str, Any],
+    summary: pd.DataFrame,
+    loaded: LoadedComparison,
+    runs: pd.DataFrame,
+    history: pd.DataFrame,
+    base: str,
+    variants: list[str],
+) -> None:
     """Each compared row of a sequential study says its design's decision, at the look it was taken
     (:func:`workbench.analysis.sequential.design_verdicts`); the table's test on all seeds is a re-test."""
     from workbench.analysis.sequential import apply_design_verdicts, design_verdicts  # deferred: a cycle
@@ -291,8 +334,9 @@ def _design_verdicts(table: Any, record: dict[str, Any], summary: pd.DataFrame, 
     apply_design_verdicts(table, verdicts)
 
 
-def _activity_gates(target: Target, runs: pd.DataFrame, history: pd.DataFrame, baseline: str,
-                    variants: list[str]) -> dict[str, Any]:
+def _activity_gates(
+    target: Target, runs: pd.DataFrame, history: pd.DataFrame, baseline: str, variants: list[str]
+) -> dict[str, Any]:
     """Each compared arm's knob-activity gate (:mod:`workbench.compare.activity`), reading the
     activity metrics the comparison's history lacks; a bad ``compare.activity``: :class:`AnalysisError`."""
     from workbench.compare.activity import activity_gates, parse_settings  # deferred: scipy
@@ -301,5 +345,10 @@ def _activity_gates(target: Target, runs: pd.DataFrame, history: pd.DataFrame, b
         settings = parse_settings(target.compare, variants)
     except ValueError as e:  # a study file was checked when it loaded: these settings were logged with the study
         raise AnalysisError(f"{e} (in the study.yaml logged with study {target.study!r})") from e
-    return activity_gates(runs, history, baseline, settings, read_more=lambda metrics: target.reader.load(
-        target.study, metrics, run_ids=runs["run_id"].tolist()).history)
+    return activity_gates(
+        runs,
+        history,
+        baseline,
+        settings,
+        read_more=lambda metrics: target.reader.load(target.study, metrics, run_ids=runs["run_id"].tolist()).history,
+    )

@@ -22,8 +22,19 @@ from workbench.metrics.catalogue import unlogged_by_config
 if TYPE_CHECKING:
     import pandas as pd
 
-CELL_COLUMNS = ("run_id", "label", "variant", "seed", "rule", "state", "step", "value", "threshold", "message",
-                "source")
+CELL_COLUMNS = (
+    "run_id",
+    "label",
+    "variant",
+    "seed",
+    "rule",
+    "state",
+    "step",
+    "value",
+    "threshold",
+    "message",
+    "source",
+)
 
 
 def run_label(row: Mapping[str, Any]) -> str:
@@ -43,8 +54,9 @@ def _rule_order(reports: Mapping[str, Mapping[str, Any] | None]) -> list[str]:
     return sorted(names)
 
 
-def health_cells(runs: pd.DataFrame, reports: Mapping[str, Mapping[str, Any] | None],
-                 rules: list[str] | None = None) -> pd.DataFrame:
+def health_cells(
+    runs: pd.DataFrame, reports: Mapping[str, Mapping[str, Any] | None], rules: list[str] | None = None
+) -> pd.DataFrame:
     """Runs × rules, tidy (see the module docstring); runs in ``runs`` order."""
     import pandas as pd  # deferred: keeps `workbench --help` light
 
@@ -59,8 +71,16 @@ def health_cells(runs: pd.DataFrame, reports: Mapping[str, Mapping[str, Any] | N
         if rep:
             for rule in rules:
                 r = rep.get("rules", {}).get(rule)
-                cell = {**base, "rule": rule, "state": "unknown", "step": None, "value": None, "threshold": None,
-                        "message": "", "source": "health.json"}
+                cell = {
+                    **base,
+                    "rule": rule,
+                    "state": "unknown",
+                    "step": None,
+                    "value": None,
+                    "threshold": None,
+                    "message": "",
+                    "source": "health.json",
+                }
                 if r is None:
                     cell["message"] = "rule not in this run's report"
                 elif not r.get("enabled", True):
@@ -69,8 +89,13 @@ def health_cells(runs: pd.DataFrame, reports: Mapping[str, Mapping[str, Any] | N
                     cell.update(state="off", message=r["not_applicable"])
                 elif r.get("first_trigger"):
                     ft = r["first_trigger"]
-                    cell.update(state=r.get("severity", "warn"), step=ft.get("step"), value=_num(ft.get("value")),
-                                threshold=_num(ft.get("threshold")), message=ft.get("message", ""))
+                    cell.update(
+                        state=r.get("severity", "warn"),
+                        step=ft.get("step"),
+                        value=_num(ft.get("value")),
+                        threshold=_num(ft.get("threshold")),
+                        message=ft.get("message", ""),
+                    )
                 elif r.get("not_evaluated"):  # its inputs were never logged: unknown, not passed
                     cell["message"] = r["not_evaluated"]
                 else:
@@ -86,16 +111,27 @@ def health_cells(runs: pd.DataFrame, reports: Mapping[str, Mapping[str, Any] | N
                 if name:
                     fired[name] = int(step) if step.isdigit() else None
         for rule in rules:
-            cell = {**base, "rule": rule, "state": "ok" if tagged else "unknown", "step": None, "value": None,
-                    "threshold": None, "message": "", "source": "tags" if tagged else "none"}
+            cell = {
+                **base,
+                "rule": rule,
+                "state": "ok" if tagged else "unknown",
+                "step": None,
+                "value": None,
+                "threshold": None,
+                "message": "",
+                "source": "tags" if tagged else "none",
+            }
             if rule in fired:
                 try:
                     severity = HEALTH_RULES.get(rule).Params().severity
                 except ValueError:
                     severity = "warn"
-                cell.update(state=severity, step=fired[rule],
-                            message=f"{rule} fired at step {fired[rule]} (from the workbench.health_reasons tag; "
-                                    "no health.json: use --recheck for values)")
+                cell.update(
+                    state=severity,
+                    step=fired[rule],
+                    message=f"{rule} fired at step {fired[rule]} (from the workbench.health_reasons tag; "
+                    "no health.json: use --recheck for values)",
+                )
             out.append(cell)
     df = pd.DataFrame(out, columns=list(CELL_COLUMNS))
     df["step"] = pd.to_numeric(df["step"], errors="coerce").astype("Int64")
@@ -115,9 +151,15 @@ def health_events(reports: Mapping[str, Mapping[str, Any] | None]) -> pd.DataFra
             continue
         rules = rep.get("rules", {})
         for e in rep.get("events", []):
-            rows.append({"run_id": rid, **{k: e.get(k) for k in ("rule", "step", "severity", "metric", "message")},
-                         "value": _num(e.get("value")), "threshold": _num(e.get("threshold")),
-                         "watches": tuple(rules.get(e.get("rule"), {}).get("watches", ()))})
+            rows.append(
+                {
+                    "run_id": rid,
+                    **{k: e.get(k) for k in ("rule", "step", "severity", "metric", "message")},
+                    "value": _num(e.get("value")),
+                    "threshold": _num(e.get("threshold")),
+                    "watches": tuple(rules.get(e.get("rule"), {}).get("watches", ())),
+                }
+            )
     cols = ["run_id", "rule", "step", "severity", "metric", "message", "value", "threshold", "watches"]
     return pd.DataFrame(rows, columns=cols)
 
@@ -148,7 +190,7 @@ def run_health_config(row: Mapping[str, Any], preset: str | None = None) -> dict
     for key, value in row.items():  # flattened: health.rules.<rule>.<param>
         if not key.startswith("health.rules.") or value is None or (isinstance(value, float) and pd.isna(value)):
             continue
-        rule, _, param = key[len("health.rules."):].partition(".")
+        rule, _, param = key[len("health.rules.") :].partition(".")
         if param:
             rules.setdefault(rule, {})[param] = _param(value)
     if rules:

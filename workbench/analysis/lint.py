@@ -68,6 +68,7 @@ def _setting(cfg: RunConfig, key: str) -> Any:
 def knob(path: str, value: Any) -> str:
     return f"{path}={_show(value)}"
 
+
 # ---------------------------------------------------------------------------------------------
 # rules
 # ---------------------------------------------------------------------------------------------
@@ -82,8 +83,10 @@ def clip_with_one_step(cfg: RunConfig) -> Iterable[Finding]:
     if "clip_low" not in keyword_params(POLICY_LOSSES.get(algo.loss)):
         why = f"algorithm.loss {algo.loss} has no clip range"
     elif algo.epochs * algo.minibatches == 1:
-        why = ("one optimizer step per batch (algorithm.epochs × minibatches = 1), so the policy ratio is exactly 1 "
-               "and nothing is ever clipped; set algorithm.minibatches or epochs > 1")
+        why = (
+            "one optimizer step per batch (algorithm.epochs × minibatches = 1), so the policy ratio is exactly 1 "
+            "and nothing is ever clipped; set algorithm.minibatches or epochs > 1"
+        )
     else:
         return
     for name in ("clip_low", "clip_high"):
@@ -106,9 +109,11 @@ def correction_without_mismatch(cfg: RunConfig) -> Iterable[Finding]:
         return
     if sampler.top_p < 1:  # the sampler's distribution is truncated, the learner's is not: they differ
         return
-    yield Finding(knob("algorithm.correction", algo.correction),
-                  f"sampler and learner share engine and dtype (hf, {sampler.dtype}) and rollout.staleness is 0, "
-                  "so sampler and learner logprobs agree to the float floor and every IS weight is 1")
+    yield Finding(
+        knob("algorithm.correction", algo.correction),
+        f"sampler and learner share engine and dtype (hf, {sampler.dtype}) and rollout.staleness is 0, "
+        "so sampler and learner logprobs agree to the float floor and every IS weight is 1",
+    )
 
 
 @LINT_RULES.register("knob_of_an_unused_unit")
@@ -120,8 +125,10 @@ def knob_of_an_unused_unit(cfg: RunConfig) -> Iterable[Finding]:
     changed = {name for name, default in _ALGO_DEFAULTS.items() if getattr(algo, name) != default}
     if algo.kl_coef == 0:
         for name in sorted({"kl_estimator", "kl_in"} & changed):
-            yield Finding(knob(f"algorithm.{name}", getattr(algo, name)),
-                          "algorithm.kl_coef is 0, so no KL term is computed (no reference model is built)")
+            yield Finding(
+                knob(f"algorithm.{name}", getattr(algo, name)),
+                "algorithm.kl_coef is 0, so no KL term is computed (no reference model is built)",
+            )
     for registry in unit_registries().values():  # a unit kind's settings (Registry.settings) with none selected
         if not registry.settings or _setting(cfg, registry.selected_by) is not None:
             continue
@@ -130,8 +137,10 @@ def knob_of_an_unused_unit(cfg: RunConfig) -> Iterable[Finding]:
             if section == "algorithm" and name in changed:
                 yield Finding(knob(key, _setting(cfg, key)), f"{registry.selected_by} is not set")
     if algo.norm_constant is not None and algo.agg_mode != "seq-mean-token-sum-norm":
-        yield Finding(knob("algorithm.norm_constant", algo.norm_constant),
-                      f"only agg_mode seq-mean-token-sum-norm divides by it (this run: {algo.agg_mode})")
+        yield Finding(
+            knob("algorithm.norm_constant", algo.norm_constant),
+            f"only agg_mode seq-mean-token-sum-norm divides by it (this run: {algo.agg_mode})",
+        )
 
 
 @LINT_RULES.register("path_of_another_engine")
@@ -141,13 +150,17 @@ def path_of_another_engine(cfg: RunConfig) -> Iterable[Finding]:
     and the DeepSpeed learner always runs the full forward, so a value chosen there changes nothing."""
     sampler_default = type(cfg.sampler).model_fields["decode"].default
     if cfg.sampler.backend != "hf" and cfg.sampler.decode != sampler_default:
-        yield Finding(knob("sampler.decode", cfg.sampler.decode),
-                      f"sampler.backend is {cfg.sampler.backend}; only the hf sampler has this decode choice")
+        yield Finding(
+            knob("sampler.decode", cfg.sampler.decode),
+            f"sampler.backend is {cfg.sampler.backend}; only the hf sampler has this decode choice",
+        )
     learner_default = type(cfg.learner).model_fields["forward"].default
     if cfg.learner.backend != "torch" and cfg.learner.forward != learner_default:
-        yield Finding(knob("learner.forward", cfg.learner.forward),
-                      f"learner.backend is {cfg.learner.backend}, which always runs the full forward; "
-                      "only the torch learner has this choice")
+        yield Finding(
+            knob("learner.forward", cfg.learner.forward),
+            f"learner.backend is {cfg.learner.backend}, which always runs the full forward; "
+            "only the torch learner has this choice",
+        )
 
 
 # Explicit mantissa bits of the 16-bit weight formats: a weight w in [2^e, 2^(e+1)) moves only by an update
@@ -168,11 +181,13 @@ def lr_below_weight_precision(cfg: RunConfig) -> Iterable[Finding]:
         return
     frozen_above = cfg.learner.lr * 2 ** (bits + 2)
     if frozen_above < TYPICAL_WEIGHT:
-        yield Finding(knob("learner.lr", cfg.learner.lr),
-                      f"learner.backend=torch keeps the weights and AdamW in {cfg.learner.dtype}, where a step of "
-                      f"about lr rounds away for every weight with |w| >= lr * 2^{bits + 2} = {frozen_above:.2g} "
-                      f"(most weights are ~{TYPICAL_WEIGHT}); use learner.backend=deepspeed (fp32 master weights) "
-                      "or learner.dtype=float32")
+        yield Finding(
+            knob("learner.lr", cfg.learner.lr),
+            f"learner.backend=torch keeps the weights and AdamW in {cfg.learner.dtype}, where a step of "
+            f"about lr rounds away for every weight with |w| >= lr * 2^{bits + 2} = {frozen_above:.2g} "
+            f"(most weights are ~{TYPICAL_WEIGHT}); use learner.backend=deepspeed (fp32 master weights) "
+            "or learner.dtype=float32",
+        )
 
 
 @LINT_RULES.register("filter_without_refill")
@@ -183,12 +198,16 @@ def filter_without_refill(cfg: RunConfig) -> Iterable[Finding]:
     if algo.batch_filter is None:
         return
     if cfg.rollout.group_size == 1:
-        yield Finding(knob("algorithm.batch_filter", algo.batch_filter),
-                      "rollout.group_size is 1: a group of one never varies, so every group is dropped")
+        yield Finding(
+            knob("algorithm.batch_filter", algo.batch_filter),
+            "rollout.group_size is 1: a group of one never varies, so every group is dropped",
+        )
     elif algo.max_sampling_rounds == 1:
-        yield Finding(knob("algorithm.batch_filter", algo.batch_filter),
-                      "algorithm.max_sampling_rounds is 1, so dropped groups are never refilled: "
-                      "the batch only shrinks (set max_sampling_rounds > 1)")
+        yield Finding(
+            knob("algorithm.batch_filter", algo.batch_filter),
+            "algorithm.max_sampling_rounds is 1, so dropped groups are never refilled: "
+            "the batch only shrinks (set max_sampling_rounds > 1)",
+        )
 
 
 @LINT_RULES.register("overlap_with_a_batch_filter")
@@ -196,9 +215,11 @@ def overlap_with_a_batch_filter(cfg: RunConfig) -> Iterable[Finding]:
     """A batch filter picks whole groups by their rewards before the batch exists
     (``train/step.py::collect_batch``), so nothing is left to overlap the scoring with."""
     if cfg.reward.overlap and cfg.algorithm.batch_filter is not None:
-        yield Finding(knob("reward.overlap", True),
-                      f"algorithm.batch_filter={cfg.algorithm.batch_filter} picks groups by their rewards, so "
-                      "scoring always runs before the update")
+        yield Finding(
+            knob("reward.overlap", True),
+            f"algorithm.batch_filter={cfg.algorithm.batch_filter} picks groups by their rewards, so "
+            "scoring always runs before the update",
+        )
 
 
 @LINT_RULES.register("group_of_one")
@@ -207,9 +228,11 @@ def group_of_one(cfg: RunConfig) -> Iterable[Finding]:
     prompt (``algorithms/advantage.py``); a group of one has none, so the advantages are the raw
     rewards (grpo, dr_grpo, rloo, lite_ppo) or only batch-whitened ones (reinforce_plus_plus_baseline)."""
     if cfg.rollout.group_size == 1:
-        yield Finding(knob("algorithm.estimator", cfg.algorithm.estimator),
-                      "rollout.group_size is 1: the per-prompt group baseline has nothing to compare with, so "
-                      "advantages are raw (at most batch-whitened) rewards; use group_size > 1")
+        yield Finding(
+            knob("algorithm.estimator", cfg.algorithm.estimator),
+            "rollout.group_size is 1: the per-prompt group baseline has nothing to compare with, so "
+            "advantages are raw (at most batch-whitened) rewards; use group_size > 1",
+        )
 
 
 @LINT_RULES.register("template_on_the_chat_path")
@@ -218,9 +241,11 @@ def template_on_the_chat_path(cfg: RunConfig) -> Iterable[Finding]:
     Qwen chat turn, r1 a base-model completion prompt) inside a chat template is wrapped a second time."""
     name = cfg.model.prompt_template
     if cfg.model.chat_template != "none" and name in PROMPT_TEMPLATES and PROMPT_TEMPLATES.get(name).chat_path:
-        yield Finding(knob("model.prompt_template", name),
-                      f"model.chat_template is {cfg.model.chat_template!r}, and {PROMPT_TEMPLATES.get(name).chat_path}; "
-                      "set model.chat_template: none to give the template as the model's whole input")
+        yield Finding(
+            knob("model.prompt_template", name),
+            f"model.chat_template is {cfg.model.chat_template!r}, and {PROMPT_TEMPLATES.get(name).chat_path}; "
+            "set model.chat_template: none to give the template as the model's whole input",
+        )
 
 
 # shaper name -> (its params, the run config) -> why it can never be non-zero, or None
@@ -231,8 +256,10 @@ def _overlong_window_out_of_reach(params: dict[str, Any], cfg: RunConfig) -> str
     start = params["max_length"] - params["cache_length"]  # the penalty is 0 up to this length
     budget = cfg.sampler.max_new_tokens
     if budget <= start:
-        return (f"responses stop at sampler.max_new_tokens={budget} tokens, but the penalty starts only after "
-                f"max_length - cache_length = {start}")
+        return (
+            f"responses stop at sampler.max_new_tokens={budget} tokens, but the penalty starts only after "
+            f"max_length - cache_length = {start}"
+        )
     return None
 
 
@@ -263,7 +290,6 @@ def shaping_that_cannot_trigger(cfg: RunConfig) -> Iterable[Finding]:
             yield Finding(f"{label} {shown}".rstrip(), why)
 
 
-
 @STUDY_LINT_RULES.register("lora_at_the_full_finetune_lr")
 def lora_at_the_full_finetune_lr(configs: Sequence[RunConfig]) -> Iterable[tuple[int, Finding]]:
     """LoRA's best learning rate is about ``LoraConfig.LR_OVER_FULL_FINETUNE`` (10) times full fine-tuning's,
@@ -282,12 +308,17 @@ def lora_at_the_full_finetune_lr(configs: Sequence[RunConfig]) -> Iterable[tuple
         if lora is None or cfg.learner.lr not in full:
             continue
         if not any(lr >= cfg.learner.lr * ratio / 2 for lr in lora_rates[lora.model_dump_json()]):
-            yield index, Finding(
-                knob("learner.lr", cfg.learner.lr),
-                f"LoRA learns best at ~{ratio:g}x the full fine-tuning learning rate (Thinking Machines, \"LoRA "
-                f"Without Regret\"; tinker-cookbook get_lora_lr_over_full_finetune_lr = {ratio:g}), so the LoRA "
-                f"arm is compared at a rate likely too low for it; add one at ~{ratio * cfg.learner.lr:g}",
-                claim="is the full fine-tuning learning rate of this study, used with learner.lora in")
+            yield (
+                index,
+                Finding(
+                    knob("learner.lr", cfg.learner.lr),
+                    f'LoRA learns best at ~{ratio:g}x the full fine-tuning learning rate (Thinking Machines, "LoRA '
+                    f'Without Regret"; tinker-cookbook get_lora_lr_over_full_finetune_lr = {ratio:g}), so the LoRA '
+                    f"arm is compared at a rate likely too low for it; add one at ~{ratio * cfg.learner.lr:g}",
+                    claim="is the full fine-tuning learning rate of this study, used with learner.lora in",
+                ),
+            )
+
 
 # ---------------------------------------------------------------------------------------------
 # running the rules

@@ -113,8 +113,9 @@ def record_first_look(tracking_uri: str, parent_run_id: str, runs: pd.DataFrame)
     if FIRST_LOOK_TAG in client.get_run(parent_run_id).data.tags:
         return
     seeds = sorted(int(s) for s in runs["seed"].dropna().unique())
-    client.set_tag(parent_run_id, FIRST_LOOK_TAG, json.dumps({"seeds": seeds, "time": int(time.time() * 1000),
-                                                               "by": "compare"}))
+    client.set_tag(
+        parent_run_id, FIRST_LOOK_TAG, json.dumps({"seeds": seeds, "time": int(time.time() * 1000), "by": "compare"})
+    )
 
 
 @dataclass(frozen=True)
@@ -147,8 +148,10 @@ def looks_report(reader: Any, study: str, parent_run_id: str | None, runs: pd.Da
     try:
         record = parse_json(text, RECORD) if text is not None else None
     except UserFileError as e:  # a truncated or edited record: say how to get a readable one back
-        raise AnalysisError(f"{e}; `workbench run STUDY --until-decided` rebuilds it from the store's runs "
-                            "(each look decided again from them)") from None
+        raise AnalysisError(
+            f"{e}; `workbench run STUDY --until-decided` rebuilds it from the store's runs "
+            "(each look decided again from them)"
+        ) from None
     _, tags, _ = reader.backend.runs(reader.experiment_id(study), "study")
     parent_tags = tags.get(parent_run_id, {})
     sequential: str | None = None
@@ -159,9 +162,11 @@ def looks_report(reader: Any, study: str, parent_run_id: str | None, runs: pd.Da
         taken = len(record["looks"])
         # the level its last look tested at: the verdicts compare prints must not be more liberal than the design
         level = float(design.look_alpha[min(taken, len(design.looks)) - 1])
-        sequential = (f"sequential design: {design.phrase(taken)}; each verdict is the design's decision, "
-                      "with its interval, at the look it was taken (the table's re-test on all seeds, at its last "
-                      f"look's level α = {level:.3g}, is in the row's note)")
+        sequential = (
+            f"sequential design: {design.phrase(taken)}; each verdict is the design's decision, "
+            "with its interval, at the look it was taken (the table's re-test on all seeds, at its last "
+            f"look's level α = {level:.3g}, is in the row's note)"
+        )
         covered = {int(s) for look in record["looks"] for s in look["seed_list"]}
     design_only = LooksReport(sequential, level, record=record if sequential else None)
     first = parent_tags.get(FIRST_LOOK_TAG)
@@ -180,8 +185,10 @@ def looks_report(reader: Any, study: str, parent_run_id: str | None, runs: pd.Da
     if not added:
         return design_only
     which = f"seed {added[0]} was" if len(added) == 1 else f"seeds {_seed_list(added)} were"
-    added_line = (f"{ADDED_AFTER_LOOKING} (first looked at with seeds {_seed_list(looked)}; {which} run later "
-                  "without a sequential design: use `workbench run STUDY --until-decided`)")
+    added_line = (
+        f"{ADDED_AFTER_LOOKING} (first looked at with seeds {_seed_list(looked)}; {which} run later "
+        "without a sequential design: use `workbench run STUDY --until-decided`)"
+    )
     return LooksReport(sequential, level, added_line, record if sequential else None)
 
 

@@ -47,8 +47,9 @@ def study_command(where: str) -> str:
     return f"workbench run {shown} --until-decided"
 
 
-def what_would_decide(loaded: LoadedComparison, runs: pd.DataFrame, baseline: str, metrics: Sequence[str],
-                      secondary: Sequence[str]) -> dict[str, str]:
+def what_would_decide(
+    loaded: LoadedComparison, runs: pd.DataFrame, baseline: str, metrics: Sequence[str], secondary: Sequence[str]
+) -> dict[str, str]:
     """Per primary metric, the line that follows an inconclusive headline: the seeds per arm ``workbench
     plan`` computes for its comparisons at the metric's SESOI (:func:`workbench.analysis.seed_plan.seed_plan`,
     called on the compared study's arms, so the plan is ``plan``'s own: its level, its noise SD declared or
@@ -61,18 +62,26 @@ def what_would_decide(loaded: LoadedComparison, runs: pd.DataFrame, baseline: st
     target = loaded.target
     arms = arm_column(runs)
     # plan's inputs, from the compared runs: the arms (variant, label without the seed) and the seeds run
-    study = SimpleNamespace(compare={**target.compare, "baseline": baseline, "sesoi": dict(loaded.effects)},
-                            variants=dict.fromkeys(runs["variant"].astype(str)),
-                            seeds=sorted(runs["seed"].dropna().unique().tolist()))
-    specs = [SimpleNamespace(variant=str(v), label=f"{a}/seed=0") for v, a in
-             dict.fromkeys(zip(runs["variant"].astype(str), arms.astype(str), strict=True))]
+    study = SimpleNamespace(
+        compare={**target.compare, "baseline": baseline, "sesoi": dict(loaded.effects)},
+        variants=dict.fromkeys(runs["variant"].astype(str)),
+        seeds=sorted(runs["seed"].dropna().unique().tolist()),
+    )
+    specs = [
+        SimpleNamespace(variant=str(v), label=f"{a}/seed=0")
+        for v, a in dict.fromkeys(zip(runs["variant"].astype(str), arms.astype(str), strict=True))
+    ]
     command = study_command(loaded.where)
     try:
-        plans = {p.plan.metric: p.plan for p in seed_plan(study, specs, target.tracking_uri, target.study,
-                                                          loaded.where)}
+        plans = {
+            p.plan.metric: p.plan for p in seed_plan(study, specs, target.tracking_uri, target.study, loaded.where)
+        }
     except (AnalysisError, ValueError) as e:  # e.g. a compare.noise_sd that is not a number: say so, in place
-        return {m: f"to decide it: `workbench plan` cannot size it ({e}); then `{command}`"
-                for m in metrics if m not in secondary}
+        return {
+            m: f"to decide it: `workbench plan` cannot size it ({e}); then `{command}`"
+            for m in metrics
+            if m not in secondary
+        }
     out = {}
     for metric in metrics:
         plan = plans.get(metric)
@@ -83,7 +92,9 @@ def what_would_decide(loaded: LoadedComparison, runs: pd.DataFrame, baseline: st
             continue
         points = value_bounds(metric) == (0.0, 1.0)  # a rate: its SESOI in percentage points, as the headline's
         sesoi = effect_text(float(plan.sesoi or 0.0), points=points, signed=False) + (" points" if points else "")
-        out[metric] = (f"to decide it: `workbench plan` sizes this comparison at {plan.seeds} seeds per arm "
-                       f"({plan.power:.0%} power at its SESOI ±{sesoi}, α {plan.alpha:.3g} per comparison); "
-                       f"run `{command}`")
+        out[metric] = (
+            f"to decide it: `workbench plan` sizes this comparison at {plan.seeds} seeds per arm "
+            f"({plan.power:.0%} power at its SESOI ±{sesoi}, α {plan.alpha:.3g} per comparison); "
+            f"run `{command}`"
+        )
     return out

@@ -40,8 +40,20 @@ __all__ = ["OUTCOMES", "PAIR_FIELDS", "differing_answers", "load_rollouts", "que
 
 OUTCOMES = ("correct", "incorrect", "truncated")
 PAIR_FIELDS = ("text", "correct", "reward", "length", "truncated")
-_ORDER = ["variant", "seed", "run_id", "split", "step", "prompt_id", "group", "sample", "prompt", "answer", "text",
-          "reward"]
+_ORDER = [
+    "variant",
+    "seed",
+    "run_id",
+    "split",
+    "step",
+    "prompt_id",
+    "group",
+    "sample",
+    "prompt",
+    "answer",
+    "text",
+    "reward",
+]
 _TAIL = ["correct", "length", "truncated", "sampler_logp_sum", "advantage", "kept"]
 
 
@@ -51,8 +63,14 @@ def _as_list(value: Any) -> list | None:
     return list(value) if isinstance(value, (list, tuple, set)) else [value]
 
 
-def load_rollouts(study: str, *, tracking_uri: str | None = None, reader: StudyReader | None = None,
-                  variant: str | Iterable[str] | None = None, seed: int | Iterable[int] | None = None) -> pd.DataFrame:
+def load_rollouts(
+    study: str,
+    *,
+    tracking_uri: str | None = None,
+    reader: StudyReader | None = None,
+    variant: str | Iterable[str] | None = None,
+    seed: int | Iterable[int] | None = None,
+) -> pd.DataFrame:
     """Every stored completion of ``study``'s runs (only ``variant``'s / ``seed``'s runs when given, so only their
     artifacts are read), with the run's ``variant`` and ``seed``. Columns as :func:`query_rollouts`."""
     reader = reader or StudyReader(tracking_uri, cache_dir=False)
@@ -64,8 +82,11 @@ def load_rollouts(study: str, *, tracking_uri: str | None = None, reader: StudyR
     wanted = _as_list(variant)
     for name in wanted or []:
         if name not in variants:
-            raise QueryError("variant", f"no variant {name!r} in study {study!r}{did_you_mean(name, variants)} "
-                                        f"(variants: {', '.join(map(str, variants)) or 'none'})")
+            raise QueryError(
+                "variant",
+                f"no variant {name!r} in study {study!r}{did_you_mean(name, variants)} "
+                f"(variants: {', '.join(map(str, variants)) or 'none'})",
+            )
     if wanted is not None:
         runs = runs[runs["variant"].isin(wanted)]
     seeds = _as_list(seed)
@@ -73,22 +94,32 @@ def load_rollouts(study: str, *, tracking_uri: str | None = None, reader: StudyR
         have = sorted({int(s) for s in runs["seed"]})
         for s in seeds:
             if int(s) not in have:
-                raise QueryError("seed", f"no run with seed {s} in study {study!r}"
-                                         f"{' for ' + ', '.join(wanted) if wanted else ''} (seeds: "
-                                         f"{', '.join(map(str, have)) or 'none'})")
+                raise QueryError(
+                    "seed",
+                    f"no run with seed {s} in study {study!r}"
+                    f"{' for ' + ', '.join(wanted) if wanted else ''} (seeds: "
+                    f"{', '.join(map(str, have)) or 'none'})",
+                )
         runs = runs[runs["seed"].astype(int).isin([int(s) for s in seeds])]
     rows = read_rollouts(reader, runs.reset_index(drop=True))
     attrs = dict(rows.attrs)  # manifests, unreadable runs: a merge does not carry attrs over
     if not len(rows):
-        raise QueryError("study", f"no stored completions in study {study!r}"
-                                  f"{' for ' + ', '.join(wanted) if wanted else ''} (runs logged before rollouts "
-                                  "were kept, runs imported without the framework's completion dumps, or "
-                                  "tracking.rollouts_budget_mb: 0)")
+        raise QueryError(
+            "study",
+            f"no stored completions in study {study!r}"
+            f"{' for ' + ', '.join(wanted) if wanted else ''} (runs logged before rollouts "
+            "were kept, runs imported without the framework's completion dumps, or "
+            "tracking.rollouts_budget_mb: 0)",
+        )
     info = runs[["run_id", "variant", "seed"]].astype({"seed": int})
     rows = rows.merge(info, on="run_id", how="left", validate="many_to_one")
     rank = {name: i for i, name in enumerate(variants)}
-    rows = rows.sort_values(["variant", "seed", "split", "step", "group", "sample"], kind="stable",
-                            key=lambda c: c.map(rank) if c.name == "variant" else c, ignore_index=True)
+    rows = rows.sort_values(
+        ["variant", "seed", "split", "step", "group", "sample"],
+        kind="stable",
+        key=lambda c: c.map(rank) if c.name == "variant" else c,
+        ignore_index=True,
+    )
     terms = [c for c in rows.columns if c.startswith("reward.")]
     out = rows[_ORDER + terms + _TAIL]
     out.attrs.update(attrs)
@@ -109,8 +140,15 @@ def _check_steps(rows: pd.DataFrame, steps: tuple[int | None, int | None] | None
     return lo, hi
 
 
-def _filter(rows: pd.DataFrame, *, split: str | None, steps, outcome: str | None, min_reward: float | None,
-            max_reward: float | None) -> pd.DataFrame:
+def _filter(
+    rows: pd.DataFrame,
+    *,
+    split: str | None,
+    steps,
+    outcome: str | None,
+    min_reward: float | None,
+    max_reward: float | None,
+) -> pd.DataFrame:
     if split is not None and split not in SPLITS:
         raise QueryError("split", f"expected one of {', '.join(SPLITS)}, got {split!r}")
     if outcome is not None and outcome not in OUTCOMES:
@@ -139,11 +177,21 @@ def _filter(rows: pd.DataFrame, *, split: str | None, steps, outcome: str | None
     return rows[keep]
 
 
-def query_rollouts(study: str, *, tracking_uri: str | None = None, reader: StudyReader | None = None,
-                   variant: str | Iterable[str] | None = None, seed: int | Iterable[int] | None = None,
-                   split: str | None = None, steps: tuple[int | None, int | None] | None = None,
-                   outcome: str | None = None, min_reward: float | None = None, max_reward: float | None = None,
-                   worst: int | None = None, longest: int | None = None) -> pd.DataFrame:
+def query_rollouts(
+    study: str,
+    *,
+    tracking_uri: str | None = None,
+    reader: StudyReader | None = None,
+    variant: str | Iterable[str] | None = None,
+    seed: int | Iterable[int] | None = None,
+    split: str | None = None,
+    steps: tuple[int | None, int | None] | None = None,
+    outcome: str | None = None,
+    min_reward: float | None = None,
+    max_reward: float | None = None,
+    worst: int | None = None,
+    longest: int | None = None,
+) -> pd.DataFrame:
     """``study``'s stored completions that pass every filter given: ``variant`` / ``seed`` (one or several),
     ``split`` (``train`` | ``eval``), ``steps`` (inclusive ``(first, last)``, either end None for open),
     ``outcome`` (``correct`` | ``incorrect`` | ``truncated``), ``min_reward`` / ``max_reward`` (inclusive); then
@@ -166,9 +214,18 @@ def query_rollouts(study: str, *, tracking_uri: str | None = None, reader: Study
     return out
 
 
-def same_prompts(study: str, a: str, b: str, *, tracking_uri: str | None = None, reader: StudyReader | None = None,
-                 seed: int | Iterable[int] | None = None, split: str | None = "eval",
-                 steps: tuple[int | None, int | None] | None = None, differing: bool = False) -> pd.DataFrame:
+def same_prompts(
+    study: str,
+    a: str,
+    b: str,
+    *,
+    tracking_uri: str | None = None,
+    reader: StudyReader | None = None,
+    seed: int | Iterable[int] | None = None,
+    split: str | None = "eval",
+    steps: tuple[int | None, int | None] | None = None,
+    differing: bool = False,
+) -> pd.DataFrame:
     """Variants ``a`` and ``b``'s completions to identical problems, side by side (see the module docstring)."""
     if a == b:
         raise QueryError("same-prompts", f"two different variants are needed, got {a!r} twice")
@@ -177,15 +234,19 @@ def same_prompts(study: str, a: str, b: str, *, tracking_uri: str | None = None,
     rows = _filter(rows, split=split, steps=steps, outcome=None, min_reward=None, max_reward=None)
     rows.attrs.update(attrs)
     keys = ["seed", "split", "step", "prompt_id"]
-    rows = rows.assign(occurrence=rows.sort_values(["group", "sample"], kind="stable")
-                       .groupby(["variant", *keys]).cumcount())
+    rows = rows.assign(
+        occurrence=rows.sort_values(["group", "sample"], kind="stable").groupby(["variant", *keys]).cumcount()
+    )
     left, right = (rows[rows["variant"] == v].set_index([*keys, "occurrence"]) for v in (a, b))
     for name, side in ((a, left), (b, right)):
         if not len(side):
             raise QueryError("same-prompts", f"variant {name!r} has no stored completions here")
     fields = list(PAIR_FIELDS)
-    pairs = left[["prompt", "answer", *fields]].rename(columns={f: f"{f}.{a}" for f in fields}).join(
-        right[fields].rename(columns={f: f"{f}.{b}" for f in fields}), how="inner")
+    pairs = (
+        left[["prompt", "answer", *fields]]
+        .rename(columns={f: f"{f}.{a}" for f in fields})
+        .join(right[fields].rename(columns={f: f"{f}.{b}" for f in fields}), how="inner")
+    )
     if differing:  # both judged, and differently (an imported run may not record correctness: null)
         ca, cb = pairs[f"correct.{a}"], pairs[f"correct.{b}"]
         pairs = pairs[ca.notna() & cb.notna() & (ca != cb)]
@@ -197,8 +258,15 @@ def same_prompts(study: str, a: str, b: str, *, tracking_uri: str | None = None,
     return out
 
 
-def differing_answers(study: str, baseline: str, variants: Iterable[str], *, reader: StudyReader | None = None,
-                      tracking_uri: str | None = None, per_variant: int = 3) -> dict[str, pd.DataFrame]:
+def differing_answers(
+    study: str,
+    baseline: str,
+    variants: Iterable[str],
+    *,
+    reader: StudyReader | None = None,
+    tracking_uri: str | None = None,
+    per_variant: int = 3,
+) -> dict[str, pd.DataFrame]:
     """For the compare report: per variant, up to ``per_variant`` eval problems at the last eval step both
     arms stored where the variant and ``baseline`` differ in correctness, side by side (:func:`same_prompts`).
     A variant without stored completions (runs from before they were kept) is left out."""
@@ -207,8 +275,9 @@ def differing_answers(study: str, baseline: str, variants: Iterable[str], *, rea
         if variant == baseline:
             continue
         try:
-            pairs = same_prompts(study, baseline, variant, reader=reader, tracking_uri=tracking_uri, split="eval",
-                                 differing=True)
+            pairs = same_prompts(
+                study, baseline, variant, reader=reader, tracking_uri=tracking_uri, split="eval", differing=True
+            )
         except (QueryError, StudyNotFound):
             continue
         if len(pairs):

@@ -71,12 +71,30 @@ def seed_plan(study: Any, specs: list, uri: str, experiment: str, where: str) ->
     # metric on its own; the first step of a family tests at alpha over its size
     primary = [x for x in metrics if x not in secondary]
     sds = {**measured, **declared}
-    by_metric = {p.metric: p for p in plan_seeds(primary, sesoi, sds, comparisons=m * len(primary),
-                                                  seeds_in_study=len(study.seeds), last_look_alpha=last_look_alpha,
-                                                  cap=cap)}
-    by_metric |= {p.metric: p for p in plan_seeds([x for x in metrics if x in secondary], sesoi, sds, comparisons=m,
-                                                  seeds_in_study=len(study.seeds), last_look_alpha=last_look_alpha,
-                                                  cap=cap)}
+    by_metric = {
+        p.metric: p
+        for p in plan_seeds(
+            primary,
+            sesoi,
+            sds,
+            comparisons=m * len(primary),
+            seeds_in_study=len(study.seeds),
+            last_look_alpha=last_look_alpha,
+            cap=cap,
+        )
+    }
+    by_metric |= {
+        p.metric: p
+        for p in plan_seeds(
+            [x for x in metrics if x in secondary],
+            sesoi,
+            sds,
+            comparisons=m,
+            seeds_in_study=len(study.seeds),
+            last_look_alpha=last_look_alpha,
+            cap=cap,
+        )
+    }
     plans = [by_metric[x] for x in metrics]
     from workbench.compare.summary import summary_name  # deferred: scipy
 
@@ -111,6 +129,5 @@ def _pilot_sd(uri: str, experiment: str, baseline: str, metrics: list[str]) -> d
         if ok.sum() < MIN_PILOT_RUNS or dof < 2:
             continue
         pooled = sum(((g - g.mean()) ** 2).sum() for g in groups if g.size >= 2) / dof
-        out[x] = (float(np.sqrt(pooled)), f"measured on {int(ok.sum())} finished {baseline} runs in "
-                                          f"{redact_uri(uri)}")
+        out[x] = (float(np.sqrt(pooled)), f"measured on {int(ok.sum())} finished {baseline} runs in {redact_uri(uri)}")
     return out

@@ -11,6 +11,7 @@ from workbench.errors import AnalysisError
 if TYPE_CHECKING:
     import pandas as pd
 
+
 def filter_specs(specs: Sequence[Any], only: str) -> list[Any]:
     """The run specs ``--only`` keeps: ``variant=dapo,seed=0,lr=1e-4`` (a grid key by its name); every
     pair must match. A part that is no ``key=value``: :class:`AnalysisError`."""
@@ -22,8 +23,12 @@ def filter_specs(specs: Sequence[Any], only: str) -> list[Any]:
         wanted[key.strip()] = value.strip()
 
     def keep(spec: Any) -> bool:
-        values = {"variant": spec.variant, "seed": str(spec.seed), **{k: str(v) for k, v in spec.grid.items()},
-                  **({} if getattr(spec, "cold_start", None) is None else {"cold_start": str(spec.cold_start)})}
+        values = {
+            "variant": spec.variant,
+            "seed": str(spec.seed),
+            **{k: str(v) for k, v in spec.grid.items()},
+            **({} if getattr(spec, "cold_start", None) is None else {"cold_start": str(spec.cold_start)}),
+        }
         return all(values.get(k) == v for k, v in wanted.items())
 
     return [s for s in specs if keep(s)]
@@ -51,8 +56,9 @@ def select_runs(runs: pd.DataFrame, include_unfinished: bool) -> tuple[pd.DataFr
     runs = runs[keep]
     if "run_key" in runs.columns and runs["run_key"].notna().any():
         keyed = runs[runs["run_key"].notna()]
-        order = keyed.assign(_finished=keyed["status"].eq("FINISHED"),
-                             _start=keyed["start_time"] if "start_time" in keyed.columns else 0)
+        order = keyed.assign(
+            _finished=keyed["status"].eq("FINISHED"), _start=keyed["start_time"] if "start_time" in keyed.columns else 0
+        )
         attempts_of = ["run_key", "run_name"] if "run_name" in keyed.columns else ["run_key"]
         latest = order.sort_values(["_finished", "_start"]).groupby(attempts_of, dropna=False).tail(1).index
         superseded = keyed.index.difference(latest)
@@ -72,9 +78,15 @@ def in_study_order(runs: pd.DataFrame, variants_order: Sequence[str]) -> pd.Data
     variants = list(pd.unique(runs["variant"]))
     ordered = [v for v in variants_order if v in variants] + [v for v in variants if v not in variants_order]
     arms = arm_column(runs)
-    return runs.assign(_o=runs["variant"].map({v: i for i, v in enumerate(ordered)}),
-                       _a=arms.map({a: i for i, a in enumerate(pd.unique(arms))})) \
-        .sort_values(["_o", "_a", "seed"], kind="stable").drop(columns=["_o", "_a"]).reset_index(drop=True)
+    return (
+        runs.assign(
+            _o=runs["variant"].map({v: i for i, v in enumerate(ordered)}),
+            _a=arms.map({a: i for i, a in enumerate(pd.unique(arms))}),
+        )
+        .sort_values(["_o", "_a", "seed"], kind="stable")
+        .drop(columns=["_o", "_a"])
+        .reset_index(drop=True)
+    )
 
 
 def labelled_by_arm(runs: pd.DataFrame) -> pd.DataFrame:

@@ -80,9 +80,18 @@ class Plan:
 # --------------------------------------------------------------------------------------------
 
 
-def run_until_decided(study, *, max_seeds: int | None, select: Callable[[list], list] | None, progress: bool,
-                      parallel: int, say: Callable[[str], None] = lambda line: None, ray=None, export_to=None,
-                      reuse: bool = True) -> list:
+def run_until_decided(
+    study,
+    *,
+    max_seeds: int | None,
+    select: Callable[[list], list] | None,
+    progress: bool,
+    parallel: int,
+    say: Callable[[str], None] = lambda line: None,
+    ray=None,
+    export_to=None,
+    reuse: bool = True,
+) -> list:
     """Run ``study`` look by look until every comparison is decided or the last look; returns the
     outcomes of every run executed or skipped. ``select``: the ``--only`` filter of the runs.
     ``export_to``: the study's export, written after each run and again after each look's record.
@@ -132,11 +141,20 @@ def run_until_decided(study, *, max_seeds: int | None, select: Callable[[list], 
         activity = parse_settings(compare_cfg, list(study.variants))
     except ValueError as e:
         raise AnalysisError(f"{where}: {e}") from e
-    plan = Plan(metrics, baseline, arm_variant, baseline_of, sesoi=sesoi, activity=activity,
-                secondary=secondary_metrics(metrics, compare_cfg), futility=futility)
+    plan = Plan(
+        metrics,
+        baseline,
+        arm_variant,
+        baseline_of,
+        sesoi=sesoi,
+        activity=activity,
+        secondary=secondary_metrics(metrics, compare_cfg),
+        futility=futility,
+    )
     if not plan.compared:
-        raise AnalysisError(f"{where}: --until-decided needs at least one variant to compare with the baseline "
-                            f"{baseline!r}")
+        raise AnalysisError(
+            f"{where}: --until-decided needs at least one variant to compare with the baseline {baseline!r}"
+        )
     plan.status = {(m, a): "" for m in metrics for a in plan.compared}
     uri = study_tracking_uri(all_specs)
     record = _new_record(design, plan, list(study.seeds), seeds)
@@ -145,18 +163,24 @@ def run_until_decided(study, *, max_seeds: int | None, select: Callable[[list], 
     record.rebuilt = _check_recorded_design(uri, extended, all_specs, record, where)
 
     outcomes: dict[str, Any] = {}
-    roles = (f"primary metrics {', '.join(plan.primary)}; secondary {', '.join(plan.secondary)}" if plan.secondary
-             else f"metrics {', '.join(metrics)}")
-    lines: list[str] = [f"sequential design: {design.phrase()}; {roles}; baseline {baseline}"
-                        + ("" if futility == "improvement" else f"; futility stops: {futility}")]
+    roles = (
+        f"primary metrics {', '.join(plan.primary)}; secondary {', '.join(plan.secondary)}"
+        if plan.secondary
+        else f"metrics {', '.join(metrics)}"
+    )
+    lines: list[str] = [
+        f"sequential design: {design.phrase()}; {roles}; baseline {baseline}"
+        + ("" if futility == "improvement" else f"; futility stops: {futility}")
+    ]
     say(lines[0])
     if record.rebuilt:
         lines.append(f"note: {record.rebuilt}")
         say(lines[-1])
     for k, n in enumerate(design.looks):
         todo = round_specs(all_specs, seeds[:n], plan.needed_arms())
-        for o in run_study(extended, todo, progress=progress, parallel=parallel, ray=ray, export_to=export_to,
-                           reuse=reuse):
+        for o in run_study(
+            extended, todo, progress=progress, parallel=parallel, ray=ray, export_to=export_to, reuse=reuse
+        ):
             outcomes[o.run_key] = o
         if any(getattr(o, "tracking_lost", False) for o in outcomes.values()):
             break  # MLflow is gone: no look can be read; running again resumes
@@ -199,8 +223,16 @@ def decide_look(uri: str, experiment: str, plan: Plan, design, k: int, seeds: li
             levels[metric] = level
             decisions += rows
     spent = float(design.cumulative_alpha[k])
-    return Look(look=k + 1, seeds=len(seeds), seed_list=list(seeds), alpha=float(design.look_alpha[k]),
-                alpha_spent=spent, levels=levels, decisions=decisions, time=int(time.time() * 1000))
+    return Look(
+        look=k + 1,
+        seeds=len(seeds),
+        seed_list=list(seeds),
+        alpha=float(design.look_alpha[k]),
+        alpha_spent=spent,
+        levels=levels,
+        decisions=decisions,
+        time=int(time.time() * 1000),
+    )
 
 
 def _activity_gates(reader, experiment: str, runs: pd.DataFrame, history: pd.DataFrame, plan: Plan) -> dict[str, Any]:
@@ -208,12 +240,18 @@ def _activity_gates(reader, experiment: str, runs: pd.DataFrame, history: pd.Dat
     makes its comparisons "not testable", which stops them at this look."""
     from workbench.compare.activity import activity_gates  # deferred: scipy
 
-    return activity_gates(runs, history, plan.baseline, plan.activity, read_more=lambda metrics: reader.load(
-        experiment, metrics, run_ids=runs["run_id"].tolist()).history)
+    return activity_gates(
+        runs,
+        history,
+        plan.baseline,
+        plan.activity,
+        read_more=lambda metrics: reader.load(experiment, metrics, run_ids=runs["run_id"].tolist()).history,
+    )
 
 
-def decide_metric(summary: pd.DataFrame, plan: Plan, design, k: int, metric: str,
-                  gates: dict[str, Any] | None = None) -> tuple[float, list[LookDecision]]:
+def decide_metric(
+    summary: pd.DataFrame, plan: Plan, design, k: int, metric: str, gates: dict[str, Any] | None = None
+) -> tuple[float, list[LookDecision]]:
     """Decide the open comparisons of one metric (a Holm family) at look ``k``: the compare
     machinery at :meth:`Design.compare_level` on the open arms and their baselines, then
     :func:`~workbench.compare.sequential.decide_family`. Returns the level passed to compare and
@@ -222,8 +260,9 @@ def decide_metric(summary: pd.DataFrame, plan: Plan, design, k: int, metric: str
     return level, out
 
 
-def _decide_metric(summary: pd.DataFrame, plan: Plan, design, k: int, metric: str,
-                   gates: dict[str, Any] | None = None) -> tuple[float, list[LookDecision], dict[str, dict]]:
+def _decide_metric(
+    summary: pd.DataFrame, plan: Plan, design, k: int, metric: str, gates: dict[str, Any] | None = None
+) -> tuple[float, list[LookDecision], dict[str, dict]]:
     """:func:`decide_metric`, with compare's row of each comparison open at the look (arm -> row)."""
     from workbench.compare import CompareSettings, compare_variants  # deferred: scipy
     from workbench.compare.sequential import decide_family, futility_confidence  # deferred: scipy
@@ -242,21 +281,55 @@ def _decide_metric(summary: pd.DataFrame, plan: Plan, design, k: int, metric: st
     settings = CompareSettings(confidence=1.0 - level, sesoi={metric: sesoi} if sesoi is not None else None)
     table = compare_variants(sub, plan.baseline, [metric], settings, activity=gates)
     rows = {r["variant"]: r for r in table.df.to_dict("records")}
-    inputs = [look_inputs(rows.get(a), sub, plan.baseline_of[a], metric, sesoi=sesoi,
-                          confidence=futility_confidence(design), side=plan.futility) for a in arms]
-    after = decide_family(design, k, before, [x[0] for x in inputs], [x[1] for x in inputs],
-                          [x[2] for x in inputs], [x[3] for x in inputs]).tolist()
+    inputs = [
+        look_inputs(
+            rows.get(a),
+            sub,
+            plan.baseline_of[a],
+            metric,
+            sesoi=sesoi,
+            confidence=futility_confidence(design),
+            side=plan.futility,
+        )
+        for a in arms
+    ]
+    after = decide_family(
+        design,
+        k,
+        before,
+        [x[0] for x in inputs],
+        [x[1] for x in inputs],
+        [x[2] for x in inputs],
+        [x[3] for x in inputs],
+    ).tolist()
     out = []
     for a, b, s, row in zip(arms, before, after, (rows.get(a) for a in arms), strict=True):
         plan.status[metric, a] = s
         if b == "" and row is not None:
-            out.append(LookDecision(metric=metric, arm=a, status=s or "open", p_value=_num(row["p_value"]),
-                                    delta=_num(row["delta"]), n_seeds=int(row["n_seeds"]), verdict=str(row["verdict"])))
+            out.append(
+                LookDecision(
+                    metric=metric,
+                    arm=a,
+                    status=s or "open",
+                    p_value=_num(row["p_value"]),
+                    delta=_num(row["delta"]),
+                    n_seeds=int(row["n_seeds"]),
+                    verdict=str(row["verdict"]),
+                )
+            )
     return level, out, {a: rows[a] for a in open_arms if a in rows}
 
 
-def look_inputs(row: dict[str, Any] | None, summary: pd.DataFrame, base_arm: str | None, metric: str, *,
-                sesoi: float | None, confidence: float, side: str = "improvement") -> tuple[float, str, str, bool]:
+def look_inputs(
+    row: dict[str, Any] | None,
+    summary: pd.DataFrame,
+    base_arm: str | None,
+    metric: str,
+    *,
+    sesoi: float | None,
+    confidence: float,
+    side: str = "improvement",
+) -> tuple[float, str, str, bool]:
     """``(p_value, rejection, compare status, futility)`` of one compared row for
     :func:`~workbench.compare.sequential.decide_family` (a closed comparison: no row)."""
     from workbench.compare import stats  # deferred: scipy
@@ -295,8 +368,10 @@ def _num(v: Any) -> float | None:
 
 
 def _look_lines(look: Look, design) -> list[str]:
-    head = (f"look {look.look} of {len(design.looks)}: {look.seeds} seeds, α {look.alpha:.2g} at this look "
-            f"(spent {look.alpha_spent:.2g} of {design.alpha:g})")
+    head = (
+        f"look {look.look} of {len(design.looks)}: {look.seeds} seeds, α {look.alpha:.2g} at this look "
+        f"(spent {look.alpha_spent:.2g} of {design.alpha:g})"
+    )
     out = [head]
     for d in look.decisions:
         p = "—" if d.p_value is None else f"{d.p_value:.3g}"
@@ -331,10 +406,13 @@ class DesignVerdict:
     unrun: str = ""  # why a look the question needed could not be taken: its arms lack the look's seeds
 
 
-def design_verdicts(record: dict[str, Any], summary: pd.DataFrame, compare_cfg: dict[str, Any],
-                    effects: dict[str, float],
-                    gates_at: Callable[[list[int]], dict[str, Any] | None] | None = None
-                    ) -> dict[tuple[str, str], DesignVerdict]:
+def design_verdicts(
+    record: dict[str, Any],
+    summary: pd.DataFrame,
+    compare_cfg: dict[str, Any],
+    effects: dict[str, float],
+    gates_at: Callable[[list[int]], dict[str, Any] | None] | None = None,
+) -> dict[tuple[str, str], DesignVerdict]:
     """Each question's decision, replayed look by look from ``summary`` (one row per compared run: the
     study's runs, all seeds) on the seeds every recorded look used, with the recorded design, metrics,
     primary metrics, baseline and futility side, and the SESOIs ``effects`` the study declares now
@@ -355,9 +433,15 @@ def design_verdicts(record: dict[str, Any], summary: pd.DataFrame, compare_cfg: 
         baseline_of = match_baselines(arm_variant, record["baseline"])
     except ValueError as e:
         raise AnalysisError(f"{RECORD}: baseline {record['baseline']!r}: {e}") from e
-    plan = Plan(metrics, record["baseline"], arm_variant, baseline_of, sesoi=dict(effects),
-                secondary=[m for m in metrics if m not in record.get("primary", record["metrics"])],
-                futility=str(record.get("futility") or "improvement"))
+    plan = Plan(
+        metrics,
+        record["baseline"],
+        arm_variant,
+        baseline_of,
+        sesoi=dict(effects),
+        secondary=[m for m in metrics if m not in record.get("primary", record["metrics"])],
+        futility=str(record.get("futility") or "improvement"),
+    )
     plan.status = {(m, a): "" for m in metrics for a in plan.compared}
     recorded: dict[tuple[str, str], str] = {}
     last_row: dict[tuple[str, str], tuple[int, dict]] = {}
@@ -374,8 +458,9 @@ def design_verdicts(record: dict[str, Any], summary: pd.DataFrame, compare_cfg: 
                 short = [b for b in (a, baseline_of[a]) if b is not None and not set(seeds) <= have[b]]
                 if plan.status[metric, a] == "" and short:
                     plan.status[metric, a] = UNRUN  # closed for the replay: it counts in Holm's m, never rejects
-                    unrun[metric, a] = (f"look {k + 1} needs {len(seeds)} seeds per arm; "
-                                        + ", ".join(f"{b} has {len(have[b] & set(seeds))}" for b in short))
+                    unrun[metric, a] = f"look {k + 1} needs {len(seeds)} seeds per arm; " + ", ".join(
+                        f"{b} has {len(have[b] & set(seeds))}" for b in short
+                    )
         for metric in metrics:
             _, _, rows = _decide_metric(sub, plan, design, k, metric, gates)
             for arm, row in rows.items():
@@ -385,12 +470,19 @@ def design_verdicts(record: dict[str, Any], summary: pd.DataFrame, compare_cfg: 
     out = {}
     for (metric, arm), (look, row) in last_row.items():
         status = plan.status[metric, arm]
-        out[metric, arm] = DesignVerdict(metric, arm, "open" if status in ("", UNRUN) else status, look,
-                                         len(design.looks), row,
-                                         recorded.get((metric, arm)), _sesoi(plan, metric),
-                                         primary=metric not in plan.secondary,
-                                         next_seeds=int(design.looks[look]) if look < len(design.looks) else None,
-                                         unrun=unrun.get((metric, arm), ""))
+        out[metric, arm] = DesignVerdict(
+            metric,
+            arm,
+            "open" if status in ("", UNRUN) else status,
+            look,
+            len(design.looks),
+            row,
+            recorded.get((metric, arm)),
+            _sesoi(plan, metric),
+            primary=metric not in plan.secondary,
+            next_seeds=int(design.looks[look]) if look < len(design.looks) else None,
+            unrun=unrun.get((metric, arm), ""),
+        )
     return out
 
 
@@ -401,8 +493,16 @@ def design_verdicts(record: dict[str, Any], summary: pd.DataFrame, compare_cfg: 
 
 def _new_record(design, plan: Plan, declared: list[int], seeds: list[int]) -> SequentialRecord:
     # futility is recorded, not checked against an earlier record: a non-binding stop never spends α
-    return SequentialRecord(design=design.to_dict(), metrics=plan.metrics, primary=plan.primary, baseline=plan.baseline,
-                            family="metric", futility=plan.futility, declared_seeds=declared, seeds=seeds)
+    return SequentialRecord(
+        design=design.to_dict(),
+        metrics=plan.metrics,
+        primary=plan.primary,
+        baseline=plan.baseline,
+        family="metric",
+        futility=plan.futility,
+        declared_seeds=declared,
+        seeds=seeds,
+    )
 
 
 def _parent(uri: str, experiment: str, *, create: bool):
@@ -419,8 +519,9 @@ def _parent(uri: str, experiment: str, *, create: bool):
         if exp is None:
             return client, None
         eid = exp.experiment_id
-    found = client.search_runs([eid], "tags.`workbench.role` = 'study'", max_results=1,
-                               order_by=["attributes.start_time ASC"])
+    found = client.search_runs(
+        [eid], "tags.`workbench.role` = 'study'", max_results=1, order_by=["attributes.start_time ASC"]
+    )
     return client, (found[0] if found else None)
 
 
@@ -440,29 +541,40 @@ def _check_recorded_design(uri: str, study, specs, record: SequentialRecord, whe
     try:
         old = read_record(client, parent)
     except UserFileError as e:
-        return (f"{RECORD} on the study's parent run could not be read ({e}); it is rebuilt from the store's runs, "
-                "each look decided again from them, but the design it held cannot be compared with this one")
+        return (
+            f"{RECORD} on the study's parent run could not be read ({e}); it is rebuilt from the store's runs, "
+            "each look decided again from them, but the design it held cannot be compared with this one"
+        )
     if old is None:
         return ""
     new = record.to_dict()
     for key in ("design", "metrics", "primary", "baseline"):
         if old.get(key, old.get("metrics") if key == "primary" else None) != new[key]:  # before compare.primary: all
-            raise AnalysisError(f"{where}: this study was run with --until-decided with {key} {old.get(key)}; "
-                                f"{new[key]} would change the sequential design after looking (start a new study)")
+            raise AnalysisError(
+                f"{where}: this study was run with --until-decided with {key} {old.get(key)}; "
+                f"{new[key]} would change the sequential design after looking (start a new study)"
+            )
     old_arms, old_amendments = old.get("arms"), list(old.get("amendments") or [])
     if old_arms is not None and sorted(old_arms) != new["arms"] and len(new["amendments"]) <= len(old_amendments):
         added = sorted(set(new["arms"]) - set(old_arms))
         removed = sorted(set(old_arms) - set(new["arms"]))
-        change = "; ".join(part for part in (f"added {', '.join(added)}" if added else "",
-                                             f"removed {', '.join(removed)}" if removed else "") if part)
-        raise AnalysisError(f"{where}: the compared arms changed after a look ({change}): declare it under "
-                            "compare.sequential.amendments (what changed and why; the record keeps it), or start "
-                            "a new study")
+        change = "; ".join(
+            part
+            for part in (
+                f"added {', '.join(added)}" if added else "",
+                f"removed {', '.join(removed)}" if removed else "",
+            )
+            if part
+        )
+        raise AnalysisError(
+            f"{where}: the compared arms changed after a look ({change}): declare it under "
+            "compare.sequential.amendments (what changed and why; the record keeps it), or start "
+            "a new study"
+        )
     return ""
 
 
-def _save_record(uri: str, study, specs, record: SequentialRecord, lines: list[str], *,
-                 n_seeds: list[int]) -> None:
+def _save_record(uri: str, study, specs, record: SequentialRecord, lines: list[str], *, n_seeds: list[int]) -> None:
     from workbench.compare.sequential import Design  # deferred: scipy
 
     client, parent = _parent(uri, _experiment(study, specs), create=True)
@@ -474,14 +586,28 @@ def _save_record(uri: str, study, specs, record: SequentialRecord, lines: list[s
     client.log_text(run_id, "\n".join(lines) + "\n", LOG)
     client.set_tag(run_id, DESIGN_TAG, design.phrase(len(record.looks)))
     if FIRST_LOOK_TAG not in parent.data.tags:
-        client.set_tag(run_id, FIRST_LOOK_TAG, json.dumps({"seeds": sorted(n_seeds), "time": int(time.time() * 1000),
-                                                           "by": "run --until-decided"}))
+        client.set_tag(
+            run_id,
+            FIRST_LOOK_TAG,
+            json.dumps({"seeds": sorted(n_seeds), "time": int(time.time() * 1000), "by": "run --until-decided"}),
+        )
 
 
 #: Columns of a compared row that the design's decision replaces with its look's (the rest, e.g. the arm's
 #: mean over all its seeds, stay the table's).
-DESIGN_COLUMNS = ("delta", "delta_lo", "delta_hi", "delta_level", "delta_ci", "paired", "p_value", "p_adjusted", "mde",
-                  "p_equivalence", "test")
+DESIGN_COLUMNS = (
+    "delta",
+    "delta_lo",
+    "delta_hi",
+    "delta_level",
+    "delta_ci",
+    "paired",
+    "p_value",
+    "p_adjusted",
+    "mde",
+    "p_equivalence",
+    "test",
+)
 
 
 def apply_design_verdicts(table: Any, verdicts: dict[tuple[str, str], DesignVerdict]) -> int:
@@ -503,13 +629,20 @@ def apply_design_verdicts(table: Any, verdicts: dict[tuple[str, str], DesignVerd
         look = v.row
         paired = _is_true(look.get("paired"))
         p = row["p_value"]
-        retest = (f"re-test on all seeds (not the design's decision): {row['verdict']}, "
-                  f"{'paired' if _is_true(row['paired']) else 'unpaired'}"
-                  + (f", p = {p:.3g}" if isinstance(p, float) and math.isfinite(p) else "")
-                  + (f", {level_percent(float(row['delta_level']))} CI {row['delta_lo']:.4g} to {row['delta_hi']:.4g}"
-                     if math.isfinite(float(row["delta_level"])) and math.isfinite(float(row["delta_lo"])) else ""))
-        if v.status in ("better", "worse", "higher", "lower", "equivalent", "inconclusive", "not testable") \
-                and row_status(look) == v.status:
+        retest = (
+            f"re-test on all seeds (not the design's decision): {row['verdict']}, "
+            f"{'paired' if _is_true(row['paired']) else 'unpaired'}"
+            + (f", p = {p:.3g}" if isinstance(p, float) and math.isfinite(p) else "")
+            + (
+                f", {level_percent(float(row['delta_level']))} CI {row['delta_lo']:.4g} to {row['delta_hi']:.4g}"
+                if math.isfinite(float(row["delta_level"])) and math.isfinite(float(row["delta_lo"]))
+                else ""
+            )
+        )
+        if (
+            v.status in ("better", "worse", "higher", "lower", "equivalent", "inconclusive", "not testable")
+            and row_status(look) == v.status
+        ):
             said = str(look["verdict"])  # compare's words at the look (e.g. "better (but |Δ| < 0.1)")
         elif v.status == "futile" and v.sesoi is not None:
             said = f"futile (an improvement of {v.sesoi:g} or more excluded)"
@@ -521,11 +654,14 @@ def apply_design_verdicts(table: Any, verdicts: dict[tuple[str, str], DesignVerd
             said = f"open (undecided: the design's next look, {v.next_seeds} seeds per arm, was not run)"
         else:
             said = v.status
-        verdict = f"{said} at look {v.look} of {v.n_looks}, {int(look['n_seeds'])} seeds " \
-                  + ("paired" if paired else "unpaired (an arm had stopped at an earlier look)")
+        verdict = f"{said} at look {v.look} of {v.n_looks}, {int(look['n_seeds'])} seeds " + (
+            "paired" if paired else "unpaired (an arm had stopped at an earlier look)"
+        )
         if v.recorded is not None and v.recorded != v.status:
-            verdict += (f" (re-decided with the study's SESOIs and rules now; {RECORD} holds {v.recorded}, decided with "
-                        "those of its run)")
+            verdict += (
+                f" (re-decided with the study's SESOIs and rules now; {RECORD} holds {v.recorded}, decided with "
+                "those of its run)"
+            )
         for column in DESIGN_COLUMNS:
             if column in look and column in df.columns:
                 df.at[i, column] = look[column]

@@ -28,8 +28,9 @@ class Target:
     variants_order: list[str] = field(default_factory=list)  # the study file's variant order, if known
 
 
-def resolve_target(arg: str, tracking_uri: str | None = None, *, allow_run: bool = True,
-                   settings: bool = True, cache_dir: Any = None) -> Target:
+def resolve_target(
+    arg: str, tracking_uri: str | None = None, *, allow_run: bool = True, settings: bool = True, cache_dir: Any = None
+) -> Target:
     """``arg`` is a study YAML file, a study (experiment) name, or a run id (child or parent run).
 
     ``settings``: for a name or run id, read ``compare:`` and the variant order from the
@@ -104,7 +105,10 @@ def parent_run(target: Target, *, create: bool = True) -> str | None:
 
     client = MlflowClient(target.tracking_uri)
     exp = client.get_experiment_by_name(target.study)
-    run = client.create_run(exp.experiment_id, run_name=f"study:{target.study}",
-                            tags={"workbench.role": "study", "workbench.study": target.study})
+    run = client.create_run(
+        exp.experiment_id,
+        run_name=f"study:{target.study}",
+        tags={"workbench.role": "study", "workbench.study": target.study},
+    )
     client.set_terminated(run.info.run_id, "FINISHED")
     return run.info.run_id

@@ -11,11 +11,15 @@ from workbench.cli.console import is_terminal, print_table
 from workbench.cli.output import fail
 from workbench.errors import suggest_and_list
 
-FormatOpt = Annotated[str, typer.Option(
-    help="auto (table on a terminal, tab-separated off one) | table | plain | markdown")]
+FormatOpt = Annotated[
+    str, typer.Option(help="auto (table on a terminal, tab-separated off one) | table | plain | markdown")
+]
 
-algorithms_app = typer.Typer(add_completion=False, invoke_without_command=True,
-                             help="Algorithm presets: resolved settings and the paper behind each value.")
+algorithms_app = typer.Typer(
+    add_completion=False,
+    invoke_without_command=True,
+    help="Algorithm presets: resolved settings and the paper behind each value.",
+)
 
 
 def _plain(format: str) -> bool:
@@ -37,8 +41,13 @@ def algorithms(ctx: typer.Context, format: FormatOpt = "auto") -> None:
         print(markdown_document(), end="")
         return
     plain = _plain(format)
-    print_table(PRESET_HEADERS, preset_rows(), wrap=["other settings", "source"], plain=plain,
-                title="algorithm presets (`algorithm: {preset: NAME}`; explicit fields win)")
+    print_table(
+        PRESET_HEADERS,
+        preset_rows(),
+        wrap=["other settings", "source"],
+        plain=plain,
+        title="algorithm presets (`algorithm: {preset: NAME}`; explicit fields win)",
+    )
 
 
 @algorithms_app.command("show")
@@ -51,8 +60,11 @@ def show(name: Annotated[str, typer.Argument(help="preset name, e.g. dapo")], fo
         raise fail(f"unknown preset {name!r}{suggest_and_list(name, sorted(PRESET_INFO))}")
     preset = PRESET_INFO[name]
     plain = _plain(format)
-    title = (f"{name}: {preset.summary}\n{preset.paper.authors}, {preset.paper.title}, {preset.paper.url}"
-             if not plain else None)
+    title = (
+        f"{name}: {preset.summary}\n{preset.paper.authors}, {preset.paper.title}, {preset.paper.url}"
+        if not plain
+        else None
+    )
     if title:
         print(title + "\n")
     print_table(["setting", "value", "source"], show_rows(name), wrap=["source"], plain=plain)

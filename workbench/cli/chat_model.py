@@ -13,10 +13,16 @@ from workbench.cli.output import console, fail
 __all__ = ["chat_model", "register"]
 
 
-def chat_model(path: Annotated[Path, typer.Argument(help="a new or empty directory to save the model to")],
-               family: Annotated[str, typer.Option(
-                   help="qwen2 (ChatML, <|im_end|>) or llama3 (<|eot_id|>): the architecture, special tokens "
-                        "and chat template of that family")] = "qwen2") -> None:
+def chat_model(
+    path: Annotated[Path, typer.Argument(help="a new or empty directory to save the model to")],
+    family: Annotated[
+        str,
+        typer.Option(
+            help="qwen2 (ChatML, <|im_end|>) or llama3 (<|eot_id|>): the architecture, special tokens "
+            "and chat template of that family"
+        ),
+    ] = "qwen2",
+) -> None:
     """Build a small random-weight chat model (a few MB) with its own tokenizer and chat template, saved
     with save_pretrained, to try model.path, chat_template: auto and the end-of-turn stop without a
     download: `workbench chat-model .workbench/chat-model && workbench run studies/chat_cpu.yaml`. Its
@@ -27,8 +33,13 @@ def chat_model(path: Annotated[Path, typer.Argument(help="a new or empty directo
         saved = build_chat_model(path, family)
     except (ValueError, FileExistsError) as e:
         raise fail(str(e)) from None
-    console.print(f"wrote a {family} chat model to {saved} (random weights, its own tokenizer and chat template); "
-                  "try it: workbench run studies/chat_cpu.yaml", markup=False, highlight=False, soft_wrap=True)
+    console.print(
+        f"wrote a {family} chat model to {saved} (random weights, its own tokenizer and chat template); "
+        "try it: workbench run studies/chat_cpu.yaml",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 def register(app: typer.Typer) -> None:

@@ -15,12 +15,17 @@ from workbench.analysis.target import resolve_target as find_target
 from workbench.cli.output import fail
 from workbench.errors import AnalysisError
 
-TrackingOpt = Annotated[str | None, typer.Option("--tracking-uri", help="MLflow store (default: the study's "
-                                                 "tracking.uri, $MLFLOW_TRACKING_URI, ./mlflow.db)")]
+TrackingOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--tracking-uri", help="MLflow store (default: the study's tracking.uri, $MLFLOW_TRACKING_URI, ./mlflow.db)"
+    ),
+]
 
 
-def resolve_target(arg: str, tracking_uri: str | None = None, *, allow_run: bool = True,
-                   settings: bool = True, cache_dir: Any = None) -> Target:
+def resolve_target(
+    arg: str, tracking_uri: str | None = None, *, allow_run: bool = True, settings: bool = True, cache_dir: Any = None
+) -> Target:
     """:func:`workbench.analysis.target.resolve_target`; what it cannot resolve is one line, exit 2."""
     try:
         return find_target(arg, tracking_uri, allow_run=allow_run, settings=settings, cache_dir=cache_dir)
@@ -34,8 +39,14 @@ def log_artifacts_text(tracking_uri: str, run_id: str, files: dict[str, str]) ->
     return where
 
 
-def log_artifacts_once(tracking_uri: str, run_id: str, files: dict[str, str], *, tag: str,
-                       content: Callable[[str, str], str] = lambda path, text: text) -> tuple[list[str], bool]:
+def log_artifacts_once(
+    tracking_uri: str,
+    run_id: str,
+    files: dict[str, str],
+    *,
+    tag: str,
+    content: Callable[[str, str], str] = lambda path, text: text,
+) -> tuple[list[str], bool]:
     """Log ``{artifact_path: text}`` to a run unless these files, with this content, are already there;
     returns where each file is (URI) and whether it was logged now.
 
@@ -52,8 +63,9 @@ def log_artifacts_once(tracking_uri: str, run_id: str, files: dict[str, str], *,
     return _log_artifacts_text(tracking_uri, run_id, files, tag=(tag, sha))
 
 
-def _log_artifacts_text(tracking_uri: str, run_id: str, files: dict[str, str],
-                        tag: tuple[str, str] | None = None) -> tuple[list[str], bool]:
+def _log_artifacts_text(
+    tracking_uri: str, run_id: str, files: dict[str, str], tag: tuple[str, str] | None = None
+) -> tuple[list[str], bool]:
     """Log ``files`` to the run unless ``tag`` (name, value) says they are there; then set the tag."""
     from mlflow import MlflowClient
 
@@ -62,8 +74,11 @@ def _log_artifacts_text(tracking_uri: str, run_id: str, files: dict[str, str],
     root = run.info.artifact_uri.rstrip("/")
     where = [f"{root}/{p}" for p in files]
     if tag is not None and run.data.tags.get(tag[0]) == tag[1]:
-        listed = {a.path for folder in {p.rpartition("/")[0] for p in files}
-                  for a in client.list_artifacts(run_id, folder or None)}
+        listed = {
+            a.path
+            for folder in {p.rpartition("/")[0] for p in files}
+            for a in client.list_artifacts(run_id, folder or None)
+        }
         if listed >= set(files):
             return where, False
     for path, text in files.items():

@@ -42,6 +42,7 @@ def is_terminal(stream: TextIO | None = None) -> bool:
 
 def plain_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     """Tab-separated, one line per row, a header line first: for pipes and logs."""
+
     def clean(cell: object) -> str:  # a tab or newline inside a cell would break the row structure
         return " ".join(str(cell).split())
 
@@ -93,8 +94,15 @@ def _stacked_layout(headers: list[str], rows: list[list[str]], width: int) -> st
     return "\n".join(lines)
 
 
-def render_table(headers: Sequence[str], rows: Sequence[Sequence[object]], *, width: int | None = None,
-                 wrap: Sequence[str] = (), plain: bool = False, title: str | None = None) -> str:
+def render_table(
+    headers: Sequence[str],
+    rows: Sequence[Sequence[object]],
+    *,
+    width: int | None = None,
+    wrap: Sequence[str] = (),
+    plain: bool = False,
+    title: str | None = None,
+) -> str:
     """The table as text that fits ``width`` (default: the terminal's) without cutting a cell.
 
     ``wrap`` names the columns whose text may be word-wrapped inside the column; ``plain`` gives the
@@ -129,8 +137,15 @@ def render_table(headers: Sequence[str], rows: Sequence[Sequence[object]], *, wi
     return heading + _stacked_layout(headers, cells, width)
 
 
-def print_table(headers: Sequence[str], rows: Sequence[Sequence[object]], *, wrap: Sequence[str] = (),
-                title: str | None = None, plain: bool | None = None, stream: TextIO | None = None) -> None:
+def print_table(
+    headers: Sequence[str],
+    rows: Sequence[Sequence[object]],
+    *,
+    wrap: Sequence[str] = (),
+    title: str | None = None,
+    plain: bool | None = None,
+    stream: TextIO | None = None,
+) -> None:
     """Print ``render_table``: the width-adapted layout on a terminal, plain tab-separated rows otherwise."""
     stream = stream or sys.stdout
     plain = not is_terminal(stream) if plain is None else plain

@@ -30,8 +30,22 @@ def is_input_error(error: BaseException) -> bool:
     from workbench.execution.run import PreflightError  # deferred: pydantic, torch, transformers
     from workbench.study import StudyError  # deferred: pydantic
 
-    return isinstance(error, (StudyError, PreflightError, ModelDirectoryError, UserFileError, ValidationError, yaml.YAMLError, StoreError,
-                              FileNotFoundError, IsADirectoryError, NotADirectoryError, UnicodeDecodeError))
+    return isinstance(
+        error,
+        (
+            StudyError,
+            PreflightError,
+            ModelDirectoryError,
+            UserFileError,
+            ValidationError,
+            yaml.YAMLError,
+            StoreError,
+            FileNotFoundError,
+            IsADirectoryError,
+            NotADirectoryError,
+            UnicodeDecodeError,
+        ),
+    )
 
 
 def one_line(error: BaseException, limit: int = 300) -> str:
@@ -48,8 +62,16 @@ class GuardedGroup(TyperGroup):
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
-        except (typer.Exit, typer.Abort, click.exceptions.Exit, click.exceptions.Abort, click.ClickException,
-                typer.TyperException, KeyboardInterrupt, SystemExit):
+        except (
+            typer.Exit,
+            typer.Abort,
+            click.exceptions.Exit,
+            click.exceptions.Abort,
+            click.ClickException,
+            typer.TyperException,
+            KeyboardInterrupt,
+            SystemExit,
+        ):
             # deliberate exits, and usage errors (unknown command or option, missing argument, bad
             # value): the framework prints its usage line and exits 2. Typer 0.29 vendors click, so
             # its UsageError derives from typer.TyperException, not from click.ClickException.

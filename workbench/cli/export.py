@@ -19,8 +19,14 @@ __all__ = ["export", "register"]
 
 def export(
     study: Annotated[str, typer.Argument(help="study YAML file or study name")],
-    to: Annotated[Path, typer.Option("--to", help="directory of this study's export (created if missing; "
-                                     "its files are replaced), e.g. docs/findings/data/STUDY")],
+    to: Annotated[
+        Path,
+        typer.Option(
+            "--to",
+            help="directory of this study's export (created if missing; "
+            "its files are replaced), e.g. docs/findings/data/STUDY",
+        ),
+    ],
     tracking_uri: TrackingOpt = None,
 ) -> None:
     """Write a study's runs (params, tags, metric histories, per-problem tables, health) to DIR as

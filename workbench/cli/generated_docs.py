@@ -53,7 +53,9 @@ class GeneratedPart:
     def _span(self, text: str) -> tuple[int, int]:
         start, end = text.find(self.start()), text.find(self.end())
         if start < 0 or end < start:
-            raise ValueError(f"{self.path}: the markers of the {self.block} are missing: {self.start()} ... {self.end()}")
+            raise ValueError(
+                f"{self.path}: the markers of the {self.block} are missing: {self.start()} ... {self.end()}"
+            )
         return start + len(self.start()), end
 
 
@@ -70,8 +72,9 @@ PARTS = (
 
 def stale_parts(root: Path = REPO_ROOT) -> list[GeneratedPart]:
     """The parts under ``root`` that differ from what their sources render."""
-    return [part for part in PARTS
-            if part.current((root / part.path).read_text()).strip("\n") != part.render().strip("\n")]
+    return [
+        part for part in PARTS if part.current((root / part.path).read_text()).strip("\n") != part.render().strip("\n")
+    ]
 
 
 def write_generated_docs(root: Path = REPO_ROOT) -> list[Path]:

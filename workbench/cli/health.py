@@ -22,19 +22,33 @@ def _styled(cell: Mapping[str, Any]) -> str:
 
     state, step = cell["state"], cell["step"]
     s = "" if pd.isna(step) else str(int(step))
-    return {"ok": "[dim]·[/dim]", "off": "[dim]off[/dim]", "unknown": "[dim]?[/dim]",
-            "warn": f"[yellow]{s or 'warn'}[/yellow]", "fail": f"[bold red]{s or 'fail'}[/bold red]"}.get(state, state)
+    return {
+        "ok": "[dim]·[/dim]",
+        "off": "[dim]off[/dim]",
+        "unknown": "[dim]?[/dim]",
+        "warn": f"[yellow]{s or 'warn'}[/yellow]",
+        "fail": f"[bold red]{s or 'fail'}[/bold red]",
+    }.get(state, state)
 
 
 def health(
     study_or_run: Annotated[str, typer.Argument(help="study YAML, study name, or run id")],
-    recheck: Annotated[bool, typer.Option("--recheck", help="recompute from the logged metrics with the "
-                                          "health rules instead of reading health.json")] = False,
-    preset: Annotated[str | None, typer.Option(help="with --recheck: apply this preset (default | strict | off) "
-                                               "instead of each run's own health config")] = None,
+    recheck: Annotated[
+        bool,
+        typer.Option(
+            "--recheck", help="recompute from the logged metrics with the health rules instead of reading health.json"
+        ),
+    ] = False,
+    preset: Annotated[
+        str | None,
+        typer.Option(
+            help="with --recheck: apply this preset (default | strict | off) instead of each run's own health config"
+        ),
+    ] = None,
     format: Annotated[str, typer.Option("--format", help="table | json")] = "table",
-    all_rules: Annotated[bool, typer.Option("--all-rules", help="a column for every rule, "
-                                            "not only those that fired")] = False,
+    all_rules: Annotated[
+        bool, typer.Option("--all-rules", help="a column for every rule, not only those that fired")
+    ] = False,
     tracking_uri: TrackingOpt = None,
 ) -> None:
     """Runs × health rules: the step each rule first fired (from health.json, or --recheck)."""
@@ -70,31 +84,59 @@ def health(
         for row in runs.to_dict("records"):
             c = cells[cells["run_id"] == row["run_id"]]
             rep = reports.get(row["run_id"]) or {}
-            out_runs.append({
-                "run_id": row["run_id"], "label": run_label(row), "variant": row["variant"],
-                "seed": None if pd.isna(row["seed"]) else int(row["seed"]), "status": row["status"],
-                "health": rep.get("status", row.get("health")),
-                "health_label": rep.get("label", rep.get("status", row.get("health"))),
-                "reasons": rep.get("reasons", row.get("health_reasons")),
-                "source": c["source"].iloc[0] if len(c) else "none",
-                "rules": {r["rule"]: {"state": r["state"], "step": None if pd.isna(r["step"]) else int(r["step"]),
-                                      "value": _jf(r["value"]), "threshold": _jf(r["threshold"]),
-                                      "message": r["message"]}
-                          for r in c.to_dict("records")},
-            })
-        print(json.dumps({"study": target.study, "tracking_uri": redact_uri(target.tracking_uri), "source": source,
-                          "rules": rules, "runs": out_runs}, indent=2, default=str, allow_nan=False))
+            out_runs.append(
+                {
+                    "run_id": row["run_id"],
+                    "label": run_label(row),
+                    "variant": row["variant"],
+                    "seed": None if pd.isna(row["seed"]) else int(row["seed"]),
+                    "status": row["status"],
+                    "health": rep.get("status", row.get("health")),
+                    "health_label": rep.get("label", rep.get("status", row.get("health"))),
+                    "reasons": rep.get("reasons", row.get("health_reasons")),
+                    "source": c["source"].iloc[0] if len(c) else "none",
+                    "rules": {
+                        r["rule"]: {
+                            "state": r["state"],
+                            "step": None if pd.isna(r["step"]) else int(r["step"]),
+                            "value": _jf(r["value"]),
+                            "threshold": _jf(r["threshold"]),
+                            "message": r["message"],
+                        }
+                        for r in c.to_dict("records")
+                    },
+                }
+            )
+        print(
+            json.dumps(
+                {
+                    "study": target.study,
+                    "tracking_uri": redact_uri(target.tracking_uri),
+                    "source": source,
+                    "rules": rules,
+                    "runs": out_runs,
+                },
+                indent=2,
+                default=str,
+                allow_nan=False,
+            )
+        )
         return
     from rich.table import Table
 
-    shown = rules if all_rules else [r for r in rules if cells.loc[cells["rule"] == r, "state"]
-                                     .isin(["warn", "fail", "off", "unknown"]).any()]
+    shown = (
+        rules
+        if all_rules
+        else [r for r in rules if cells.loc[cells["rule"] == r, "state"].isin(["warn", "fail", "off", "unknown"]).any()]
+    )
     quiet = [r for r in rules if r not in shown]
     what = target.run_id[:8] if target.run_id else f"study {target.study}"
-    table = Table(title=f"health of {what} ({source}): step at which each rule first fired",
-                  caption="yellow: warn · red: fail · '·': did not fire · off: rule disabled · ?: no report or "
-                          "not evaluated",
-                  title_justify="left", caption_justify="left")
+    table = Table(
+        title=f"health of {what} ({source}): step at which each rule first fired",
+        caption="yellow: warn · red: fail · '·': did not fire · off: rule disabled · ?: no report or not evaluated",
+        title_justify="left",
+        caption_justify="left",
+    )
     table.add_column("run", no_wrap=True)
     table.add_column("status")
     table.add_column("health")
@@ -105,8 +147,12 @@ def health(
         rep = reports.get(row["run_id"]) or {}
         verdict = rep.get("label") or rep.get("status") or row.get("health") or "?"
         color = {"ok": "green", "warn": "yellow", "fail": "red"}.get(verdict, "dim")  # "ok (k of n ...)": dim
-        table.add_row(run_label(row), str(row["status"]).lower(), f"[{color}]{verdict}[/{color}]",
-                      *(_styled(c.loc[r]) if r in c.index else "" for r in shown))
+        table.add_row(
+            run_label(row),
+            str(row["status"]).lower(),
+            f"[{color}]{verdict}[/{color}]",
+            *(_styled(c.loc[r]) if r in c.index else "" for r in shown),
+        )
     console.print(table)
     if quiet:
         console.print(f"[dim]did not fire in any run: {', '.join(quiet)}[/dim]", highlight=False, soft_wrap=True)
@@ -115,8 +161,10 @@ def health(
         note(f"[yellow]{rule}: {message} ({len(group)} of {len(runs)} runs)[/yellow]")
     missing = [run_label(r) for r in runs.to_dict("records") if not reports.get(r["run_id"])]
     if missing and not recheck:
-        note(f"[yellow]no health.json for {len(missing)} run(s) ({', '.join(missing[:5])}"
-             f"{', ...' if len(missing) > 5 else ''}): shown from tags; `--recheck` recomputes them[/yellow]")
+        note(
+            f"[yellow]no health.json for {len(missing)} run(s) ({', '.join(missing[:5])}"
+            f"{', ...' if len(missing) > 5 else ''}): shown from tags; `--recheck` recomputes them[/yellow]"
+        )
 
 
 def _jf(v: Any) -> Any:
@@ -126,5 +174,3 @@ def _jf(v: Any) -> Any:
     from workbench.health.events import json_float  # deferred: pydantic
 
     return None if v is None or v is pd.NA else json_float(v)
-
-

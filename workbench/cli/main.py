@@ -44,8 +44,13 @@ if TYPE_CHECKING:
     from workbench.analysis.seed_plan import MetricSeedPlan
 
 # HelpGroup: unhandled errors as one line (GuardedGroup), plain help that wraps at any width (help_format.py)
-app = typer.Typer(add_completion=False, no_args_is_help=True, cls=HelpGroup, rich_markup_mode=None,
-                  help="rl-workbench: ablate GRPO-family RL changes with tracked, comparable runs.")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    cls=HelpGroup,
+    rich_markup_mode=None,
+    help="rl-workbench: ablate GRPO-family RL changes with tracked, comparable runs.",
+)
 
 
 def _print_version(value: bool) -> None:
@@ -61,10 +66,14 @@ def _print_version(value: bool) -> None:
 
 
 @app.callback()
-def _global_options(debug: Annotated[bool, typer.Option(
-        "--debug", help="show the full traceback of an unexpected error (also: WORKBENCH_DEBUG=1)")] = False,
-        version: Annotated[bool, typer.Option(
-            "--version", callback=_print_version, is_eager=True, help="print the version and exit")] = False) -> None:
+def _global_options(
+    debug: Annotated[
+        bool, typer.Option("--debug", help="show the full traceback of an unexpected error (also: WORKBENCH_DEBUG=1)")
+    ] = False,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_print_version, is_eager=True, help="print the version and exit")
+    ] = False,
+) -> None:
     if debug:
         os.environ[DEBUG_ENV] = "1"  # inherited by the processes a study starts
     show_debug_logs()  # --debug or WORKBENCH_DEBUG=1: the workbench's logs (store tracebacks too) on stderr
@@ -75,12 +84,22 @@ SetOpt = Annotated[list[str] | None, typer.Option("--set", help="override a conf
 OnlyOpt = Annotated[str | None, typer.Option("--only", help="filter runs, e.g. variant=dapo,seed=0")]
 
 
-ExecutorOpt = Annotated[str | None, typer.Option(
-    "--executor", help="local (this machine: --parallel) or ray (each run a Ray task; docs/distributed.md); "
-                       "default: the study's execution.executor, else local")]
-AddressOpt = Annotated[str | None, typer.Option(
-    "--address", help="with --executor ray: the cluster (auto, ray://host:10001; default $RAY_ADDRESS, "
-                      "else a cluster started here, else a new local one)")]
+ExecutorOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--executor",
+        help="local (this machine: --parallel) or ray (each run a Ray task; docs/distributed.md); "
+        "default: the study's execution.executor, else local",
+    ),
+]
+AddressOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--address",
+        help="with --executor ray: the cluster (auto, ray://host:10001; default $RAY_ADDRESS, "
+        "else a cluster started here, else a new local one)",
+    ),
+]
 
 
 def ray_options(study_obj, executor: str | None, address: str | None):
@@ -127,8 +146,12 @@ def warn_inert_knobs(specs) -> None:
 
 
 @app.command()
-def plan(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
-         format: Annotated[str, typer.Option(help="table | json")] = "table") -> None:
+def plan(
+    study: StudyArg,
+    set_: SetOpt = None,
+    only: OnlyOpt = None,
+    format: Annotated[str, typer.Option(help="table | json")] = "table",
+) -> None:
     """Show the runs a study expands into, with their status in MLflow."""
     study_obj, specs = load_specs(study, set_, only)  # first: a refused study exits before torch is imported
     from workbench.execution.plan import plan_rows  # deferred: pydantic
@@ -142,8 +165,13 @@ def plan(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
         row["max_tokens"] = row["completions"] * spec.config.sampler.max_new_tokens
     seeds = _seed_plan(study, study_obj, specs)
     if format == "json":
-        print(json.dumps({"study": study_obj.name, "runs": rows, "seed_plan": [p.as_dict() for p in seeds]}, indent=2,
-                         default=str))
+        print(
+            json.dumps(
+                {"study": study_obj.name, "runs": rows, "seed_plan": [p.as_dict() for p in seeds]},
+                indent=2,
+                default=str,
+            )
+        )
         return
     table = Table(title=f"{study_obj.name}: {len(rows)} runs")
     for col in ["label", "seed", "run_key", "status", "completions", "max_tokens"]:
@@ -181,10 +209,14 @@ def _note_cold_starts(study_obj) -> None:
     """With replicate.cold_start > 1 the unit compared is the checkpoint: the seed plan above is not its plan."""
     k = int(study_obj.replicate.get("cold_start", 1))
     if k > 1:
-        console.print(f"[yellow]note:[/] replicate.cold_start = {k}: compare tests over the {k} checkpoints of each "
-                      f"arm (each the mean of its {len(study_obj.seeds)} seeds), not over seeds; the seeds planned "
-                      "above assume seed noise only (compare.noise_sd), and more seeds do not add checkpoints "
-                      "(docs/reports.md, replication at the level of the treatment)", highlight=False, soft_wrap=True)
+        console.print(
+            f"[yellow]note:[/] replicate.cold_start = {k}: compare tests over the {k} checkpoints of each "
+            f"arm (each the mean of its {len(study_obj.seeds)} seeds), not over seeds; the seeds planned "
+            "above assume seed noise only (compare.noise_sd), and more seeds do not add checkpoints "
+            "(docs/reports.md, replication at the level of the treatment)",
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 def _note_search_problems(study_obj) -> None:
@@ -197,8 +229,9 @@ def _note_search_problems(study_obj) -> None:
     try:
         parse_search(study_obj)
     except StudyError as error:
-        console.print(f"[yellow]note: `workbench tune` will reject this study's search: section:[/]\n{error}",
-                      highlight=False)
+        console.print(
+            f"[yellow]note: `workbench tune` will reject this study's search: section:[/]\n{error}", highlight=False
+        )
 
 
 def _known_statuses(study_obj, specs) -> dict[str, str]:
@@ -211,8 +244,9 @@ def _known_statuses(study_obj, specs) -> dict[str, str]:
     from mlflow import MlflowClient  # deferred: only a store that exists is read
 
     # a corrupt file, wrong password: one line; an unreachable server: retried until run's deadline, announced
-    check_store(uri, create=False, deadline_s=specs[0].config.tracking.outage_deadline_s if specs
-                else DEFAULT_OUTAGE_DEADLINE_S)
+    check_store(
+        uri, create=False, deadline_s=specs[0].config.tracking.outage_deadline_s if specs else DEFAULT_OUTAGE_DEADLINE_S
+    )
     client = MlflowClient(uri)
     experiment = client.get_experiment_by_name(study_experiment(study_obj, specs))
     statuses = run_statuses(client, experiment.experiment_id) if experiment else {}
@@ -233,28 +267,61 @@ def _say(line: str) -> None:
 
 
 @app.command()
-def run(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
-        parallel: Annotated[int | None, typer.Option(
-            "--parallel", "-j", min=1,
-            help="runs at a time, each in its own process (default: the study's execution.parallel, else 1)")] = None,
-        quiet: Annotated[bool, typer.Option(help="no progress bars")] = False,
-        until_decided: Annotated[bool, typer.Option(
-            "--until-decided", help="run seeds in rounds (looks at 3, 5, 7, 10 seeds, or compare.sequential.looks) "
-                                    "until every comparison is decided by a group-sequential design "
-                                    "(docs/reports.md)")] = False,
-        max_seeds: Annotated[int | None, typer.Option(
-            "--max-seeds", min=2, help="with --until-decided: the last look (looks above it are dropped)")] = None,
-        progress_every: Annotated[float | None, typer.Option(
-            min=0, help="off a terminal (nohup, CI): seconds between plain progress lines "
-                        "(default $WORKBENCH_PROGRESS_EVERY or 30; evals always print)")] = None,
-        executor: ExecutorOpt = None, address: AddressOpt = None,
-        export_to: Annotated[Path | None, typer.Option(
-            "--export", help="write the study's export (`workbench export`, docs/export.md) to this directory "
-                             "after each run ends and at the end")] = None,
-        no_reuse: Annotated[bool, typer.Option(
-            "--no-reuse", help="compute every run, even one whose run_key finished in another study of this "
-                               "store (by default such a run is copied into this study, not computed again; "
-                               "docs/running.md: Shared runs are computed once)")] = False) -> None:
+def run(
+    study: StudyArg,
+    set_: SetOpt = None,
+    only: OnlyOpt = None,
+    parallel: Annotated[
+        int | None,
+        typer.Option(
+            "--parallel",
+            "-j",
+            min=1,
+            help="runs at a time, each in its own process (default: the study's execution.parallel, else 1)",
+        ),
+    ] = None,
+    quiet: Annotated[bool, typer.Option(help="no progress bars")] = False,
+    until_decided: Annotated[
+        bool,
+        typer.Option(
+            "--until-decided",
+            help="run seeds in rounds (looks at 3, 5, 7, 10 seeds, or compare.sequential.looks) "
+            "until every comparison is decided by a group-sequential design "
+            "(docs/reports.md)",
+        ),
+    ] = False,
+    max_seeds: Annotated[
+        int | None,
+        typer.Option("--max-seeds", min=2, help="with --until-decided: the last look (looks above it are dropped)"),
+    ] = None,
+    progress_every: Annotated[
+        float | None,
+        typer.Option(
+            min=0,
+            help="off a terminal (nohup, CI): seconds between plain progress lines "
+            "(default $WORKBENCH_PROGRESS_EVERY or 30; evals always print)",
+        ),
+    ] = None,
+    executor: ExecutorOpt = None,
+    address: AddressOpt = None,
+    export_to: Annotated[
+        Path | None,
+        typer.Option(
+            "--export",
+            help="write the study's export (`workbench export`, docs/export.md) to this directory "
+            "after each run ends and at the end",
+        ),
+    ] = None,
+    no_reuse: Annotated[
+        bool,
+        typer.Option(
+            "--no-reuse",
+            help="compute every run, even one whose run_key finished in another study of this "
+            "store (by default such a run is copied into this study, not computed again; "
+            "docs/running.md: Shared runs are computed once)",
+        ),
+    ] = False,
+) -> None:
     """Execute a study's runs (skipping those already finished) and print a summary."""
     # the study first: a bad one fails before torch is imported (seconds and ~250 MB; every rank checks it)
     study_obj, specs = load_specs(study, set_, only)
@@ -293,13 +360,27 @@ def run(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
             if until_decided:
                 from workbench.analysis.sequential import run_until_decided  # deferred: scipy, mlflow
 
-                outcomes = run_until_decided(study_obj, max_seeds=max_seeds, progress=not quiet, say=_say,
-                                             select=(lambda s: filter_specs(s, only)) if only else None,
-                                             parallel=1 if multi_rank() else parallel, ray=ray,
-                                             export_to=export_to, reuse=not no_reuse)
+                outcomes = run_until_decided(
+                    study_obj,
+                    max_seeds=max_seeds,
+                    progress=not quiet,
+                    say=_say,
+                    select=(lambda s: filter_specs(s, only)) if only else None,
+                    parallel=1 if multi_rank() else parallel,
+                    ray=ray,
+                    export_to=export_to,
+                    reuse=not no_reuse,
+                )
             else:
-                outcomes = run_study(study_obj, specs, progress=not quiet, parallel=1 if multi_rank() else parallel,
-                                     ray=ray, export_to=export_to, reuse=not no_reuse)
+                outcomes = run_study(
+                    study_obj,
+                    specs,
+                    progress=not quiet,
+                    parallel=1 if multi_rank() else parallel,
+                    ray=ray,
+                    export_to=export_to,
+                    reuse=not no_reuse,
+                )
     except (AnalysisError, PreflightError, FileNotFoundError, ImportError, StudyBusy, SpecError, RayUnavailable) as e:
         raise fail(str(e)) from None
     except TrackingOutage as e:  # unreachable while the study was being opened: nothing ran, so a usage-level
@@ -318,14 +399,26 @@ def run(study: StudyArg, set_: SetOpt = None, only: OnlyOpt = None,
 @app.command()
 def worker(
     study: StudyArg,
-    storage: Annotated[str, typer.Option(
-        help="shared Optuna storage: postgresql://user:pw@host/db, sqlite:///optuna.db, or a journal file path")],
-    tracking_uri: Annotated[str | None, typer.Option(
-        help="MLflow tracking server all workers log to (default: $MLFLOW_TRACKING_URI, else the local store)")] = None,
+    storage: Annotated[
+        str,
+        typer.Option(
+            help="shared Optuna storage: postgresql://user:pw@host/db, sqlite:///optuna.db, or a journal file path"
+        ),
+    ],
+    tracking_uri: Annotated[
+        str | None,
+        typer.Option(
+            help="MLflow tracking server all workers log to (default: $MLFLOW_TRACKING_URI, else the local store)"
+        ),
+    ] = None,
     set_: SetOpt = None,
     heartbeat: Annotated[int, typer.Option(min=1, help="seconds between a running trial's heartbeats")] = 30,
-    grace: Annotated[int | None, typer.Option(
-        min=1, help="seconds without a heartbeat after which a run's worker counts as lost (default 2 x heartbeat)")] = None,
+    grace: Annotated[
+        int | None,
+        typer.Option(
+            min=1, help="seconds without a heartbeat after which a run's worker counts as lost (default 2 x heartbeat)"
+        ),
+    ] = None,
     max_retries: Annotated[int, typer.Option(min=0, help="re-runs of a run whose worker was lost")] = 3,
     threads: Annotated[int | None, typer.Option(min=1, help="torch threads (default: torch's choice)")] = None,
     quiet: Annotated[bool, typer.Option(help="no per-run lines")] = False,
@@ -346,14 +439,25 @@ def worker(
     warn_inert_knobs(specs)
     check_study_store(specs)
     if "://" in storage:  # the shared Optuna storage (a journal file path is checked by the worker)
-        check_store(storage, create=True, deadline_s=specs[0].config.tracking.outage_deadline_s if specs
-                    else DEFAULT_OUTAGE_DEADLINE_S, what="Optuna storage")
+        check_store(
+            storage,
+            create=True,
+            deadline_s=specs[0].config.tracking.outage_deadline_s if specs else DEFAULT_OUTAGE_DEADLINE_S,
+            what="Optuna storage",
+        )
     if threads:
         import torch
 
         torch.set_num_threads(threads)
-    log = (lambda line: None) if quiet else (lambda line: console.print(
-        f"{time.strftime('%H:%M:%S')} {line}", markup=False, highlight=False, soft_wrap=True))
+    log = (
+        (lambda line: None)
+        if quiet
+        else (
+            lambda line: console.print(
+                f"{time.strftime('%H:%M:%S')} {line}", markup=False, highlight=False, soft_wrap=True
+            )
+        )
+    )
     options = WorkerOptions(heartbeat_interval=heartbeat, grace_period=grace, max_retries=max_retries, log=log)
     with stopping_on(signal.SIGTERM):  # `kill PID` stops like Ctrl-C: run KILLED
         try:
@@ -361,19 +465,26 @@ def worker(
         except (WorkerError, PreflightError, FileNotFoundError, ImportError, StudyBusy, SpecError) as e:
             raise fail(str(e)) from None
         except KeyboardInterrupt:
-            err_console.print("[yellow]worker stopped: its run is KILLED and enqueued again for the other "
-                              "workers[/yellow]")
+            err_console.print(
+                "[yellow]worker stopped: its run is KILLED and enqueued again for the other workers[/yellow]"
+            )
             raise typer.Exit(130) from None
     if report.outcomes:
         print_summary(study_obj.name, report.outcomes, _study_store(specs))
-    console.print(f"study {report.study}: {report.finished}/{report.total} runs finished; "
-                  f"this worker ({report.worker}) ran {len(report.outcomes)}", highlight=False)
+    console.print(
+        f"study {report.study}: {report.finished}/{report.total} runs finished; "
+        f"this worker ({report.worker}) ran {len(report.outcomes)}",
+        highlight=False,
+    )
     if report.tracking_lost:  # more runs would only wait out the deadline again
         from rich.markup import escape
 
-        err_console.print(f"[red]worker stopped: MLflow unreachable past tracking.outage_deadline_s[/red] "
-                          f"({escape(report.tracking_lost[:300])}); its run is enqueued again: start a worker "
-                          f"once MLflow is back", highlight=False)
+        err_console.print(
+            f"[red]worker stopped: MLflow unreachable past tracking.outage_deadline_s[/red] "
+            f"({escape(report.tracking_lost[:300])}); its run is enqueued again: start a worker "
+            f"once MLflow is back",
+            highlight=False,
+        )
     if report.failed:
         err_console.print(f"[red]not finished:[/red] {', '.join(report.failed)}", highlight=False)
         raise typer.Exit(1)
@@ -385,8 +496,11 @@ def check_study_store(specs) -> None:
     An MLflow server is not probed here: `run` waits out its outage with its own announced retries."""
     uri = _study_store(specs)
     if store_scheme(uri) not in SERVER_SCHEMES:
-        check_store(uri, create=True, deadline_s=specs[0].config.tracking.outage_deadline_s if specs
-                    else DEFAULT_OUTAGE_DEADLINE_S)
+        check_store(
+            uri,
+            create=True,
+            deadline_s=specs[0].config.tracking.outage_deadline_s if specs else DEFAULT_OUTAGE_DEADLINE_S,
+        )
 
 
 def _study_store(specs) -> str:
@@ -396,8 +510,10 @@ def _study_store(specs) -> str:
 
 
 #: What "eval final" is, under every table that shows it (the one definition: workbench.metrics.final).
-FINAL_CAPTION = (f"eval final: {FINAL_EVAL_DEFINITION} of eval/accuracy, as `workbench compare` computes "
-                 "final_eval_accuracy; Δ = final − first eval")
+FINAL_CAPTION = (
+    f"eval final: {FINAL_EVAL_DEFINITION} of eval/accuracy, as `workbench compare` computes "
+    "final_eval_accuracy; Δ = final − first eval"
+)
 
 
 def print_summary(name: str, outcomes, uri: str) -> None:
@@ -406,13 +522,23 @@ def print_summary(name: str, outcomes, uri: str) -> None:
     table = Table(title=f"study {name}", caption=FINAL_CAPTION, caption_justify="left")
     for col in ["run", "status", "steps", "eval first", "eval final", "Δ", "health"]:
         # a label folds rather than ends in "…": off a terminal (a log file) rich lays out 80 columns
-        table.add_column(col, justify="right" if col.startswith(("eval", "Δ", "steps")) else "left",
-                         overflow="fold" if col == "run" else "ellipsis")
+        table.add_column(
+            col,
+            justify="right" if col.startswith(("eval", "Δ", "steps")) else "left",
+            overflow="fold" if col == "run" else "ellipsis",
+        )
     for o in outcomes:
         delta = o.eval_final - o.eval_first
         fmt = lambda v: "-" if v != v else f"{v:.3f}"  # noqa: E731 - NaN prints as "-"
-        table.add_row(o.label, o.status, str(o.steps or "-"), fmt(o.eval_first), fmt(o.eval_final),
-                      "-" if delta != delta else f"{delta:+.3f}", o.health)
+        table.add_row(
+            o.label,
+            o.status,
+            str(o.steps or "-"),
+            fmt(o.eval_first),
+            fmt(o.eval_final),
+            "-" if delta != delta else f"{delta:+.3f}",
+            o.health,
+        )
         if o.error:
             table.add_row("", f"[red]{o.error[:120]}", "", "", "", "", "")
         if o.reused_from:  # copied, not computed: say from where
@@ -459,8 +585,11 @@ def _print_seed_matrix(outcomes) -> None:
 
 
 @app.command()
-def metrics(format: Annotated[str, typer.Option(
-        help="auto (table on a terminal, plain off one) | table | plain (tab-separated) | markdown")] = "auto") -> None:
+def metrics(
+    format: Annotated[
+        str, typer.Option(help="auto (table on a terminal, plain off one) | table | plain (tab-separated) | markdown")
+    ] = "auto",
+) -> None:
     """The canonical metric catalogue: definition, unit, healthy direction, range of values."""
 
     if format == "markdown":
@@ -470,8 +599,13 @@ def metrics(format: Annotated[str, typer.Option(
         raise fail(f"--format: expected auto, table, plain or markdown, got {format!r}")
     rows = [(m.name, m.meaning, m.unit, m.healthy, range_text(m.bounds)) for m in CATALOGUE]
     plain = {"auto": None, "table": False}.get(format, True)  # auto: tab-separated when stdout is not a terminal
-    print_table(["name", "meaning", "unit", "healthy", "range"], rows, wrap=["meaning"],
-                title="canonical metrics (MLflow step = RL step)", plain=plain)
+    print_table(
+        ["name", "meaning", "unit", "healthy", "range"],
+        rows,
+        wrap=["meaning"],
+        title="canonical metrics (MLflow step = RL step)",
+        plain=plain,
+    )
 
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
@@ -479,18 +613,33 @@ UI_READY_TIMEOUT_S = 180.0  # mlflow server answers /health in ~10 s idle; minut
 
 
 @app.command()
-def ui(study: Annotated[str | None, typer.Argument(
-           help="study YAML file or name: list only its views and reports (default: every study in the store)")] = None,
-       port: Annotated[int, typer.Option(metavar="PORT", help="port to serve on (1 to 65535)")] = 5000,
-       host: Annotated[str, typer.Option(
-           metavar="HOST", help="address to listen on; anything but 127.0.0.1 lets other machines in, and MLflow "
-                                "has no authentication unless configured")] = "127.0.0.1",
-       open_browser: Annotated[bool, typer.Option("--open", help="open the first link in a browser")] = False,
-       verbose: Annotated[bool, typer.Option(
-           "--verbose", help="show the server's own log and access log (default: kept in a file, "
-                             "shown if it fails)")] = False,
-       tracking_uri: Annotated[str | None, typer.Option(help="default: the study's tracking.uri, "
-                                                        "$MLFLOW_TRACKING_URI, ./mlflow.db")] = None) -> None:
+def ui(
+    study: Annotated[
+        str | None,
+        typer.Argument(
+            help="study YAML file or name: list only its views and reports (default: every study in the store)"
+        ),
+    ] = None,
+    port: Annotated[int, typer.Option(metavar="PORT", help="port to serve on (1 to 65535)")] = 5000,
+    host: Annotated[
+        str,
+        typer.Option(
+            metavar="HOST",
+            help="address to listen on; anything but 127.0.0.1 lets other machines in, and MLflow "
+            "has no authentication unless configured",
+        ),
+    ] = "127.0.0.1",
+    open_browser: Annotated[bool, typer.Option("--open", help="open the first link in a browser")] = False,
+    verbose: Annotated[
+        bool,
+        typer.Option(
+            "--verbose", help="show the server's own log and access log (default: kept in a file, shown if it fails)"
+        ),
+    ] = False,
+    tracking_uri: Annotated[
+        str | None, typer.Option(help="default: the study's tracking.uri, $MLFLOW_TRACKING_URI, ./mlflow.db")
+    ] = None,
+) -> None:
     """Serve the study's MLflow UI and print its links, the first line being the URL of the study's
     training-health view (curves grouped by variant).
 
@@ -513,8 +662,14 @@ def ui(study: Annotated[str | None, typer.Argument(
     env = os.environ | {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", "MLFLOW_BACKEND_STORE_URI": uri}
     cmd = [sys.executable, "-m", "mlflow", "server", "--host", host, "--port", str(port), "--workers", "1"]
     if exposed:  # MLflow refuses Host headers outside localhost and private IPs: allow the one we print
-        cmd += ["--allowed-hosts", ",".join(dict.fromkeys([url_host, f"{url_host}:{port}", "localhost",
-                                                           f"localhost:{port}", "127.0.0.1", f"127.0.0.1:{port}"]))]
+        cmd += [
+            "--allowed-hosts",
+            ",".join(
+                dict.fromkeys(
+                    [url_host, f"{url_host}:{port}", "localhost", f"localhost:{port}", "127.0.0.1", f"127.0.0.1:{port}"]
+                )
+            ),
+        ]
     if not verbose:
         cmd += ["--uvicorn-opts", "--no-access-log"]  # one line per request otherwise (hundreds per page)
     log_path = None if verbose else _server_log_path(port)
@@ -523,22 +678,41 @@ def ui(study: Annotated[str | None, typer.Argument(
     register_uri(uri)  # the relay below masks its password in any spelling the server might print
     sink = sys.stderr if verbose else open(log_path, "a", encoding="utf-8", errors="replace")  # noqa: SIM115 - the log file stays open for the server's life; closed in finally
     try:
-        proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.PIPE,  # own group
-                                stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1)
+        proc = subprocess.Popen(
+            cmd,
+            env=env,
+            start_new_session=True,
+            stdout=subprocess.PIPE,  # own group
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+            bufsize=1,
+        )
         relay = _relay_redacted(proc.stdout, sink)
-        _wait_until_serving(proc, f"http://{'127.0.0.1' if host in ('0.0.0.0', '', '::') else url_host}:{port}",
-                            log_path, relay)
+        _wait_until_serving(
+            proc, f"http://{'127.0.0.1' if host in ('0.0.0.0', '', '::') else url_host}:{port}", log_path, relay
+        )
         first = _first_link(base, studies)
         line = lambda text: console.print(text, markup=False, highlight=False, soft_wrap=True)  # noqa: E731 - a one-line helper, named where it is used
         # `| head -1` reads the first line and leaves: later writes to the closed pipe must not stop the server
         _to_stdout(lambda: line(first))  # alone on the first line: `workbench ui | head -1`, a terminal's click
-        _to_stdout(lambda: console.print(f"MLflow UI at [bold]{escape(base)}[/bold] (store {escape(redact_uri(uri))}"
-                                         + (f"; server log {escape(str(log_path))}" if log_path else "")
-                                         + "; Ctrl-C stops it)", highlight=False, soft_wrap=True))
+        _to_stdout(
+            lambda: console.print(
+                f"MLflow UI at [bold]{escape(base)}[/bold] (store {escape(redact_uri(uri))}"
+                + (f"; server log {escape(str(log_path))}" if log_path else "")
+                + "; Ctrl-C stops it)",
+                highlight=False,
+                soft_wrap=True,
+            )
+        )
         if exposed:
-            err_console.print(f"[yellow]warning:[/yellow] listening on {escape(host)}: anyone who can reach this "
-                              "machine can read and change the store (MLflow has no authentication unless "
-                              "configured: `mlflow server --app-name basic-auth`)", highlight=False, soft_wrap=True)
+            err_console.print(
+                f"[yellow]warning:[/yellow] listening on {escape(host)}: anyone who can reach this "
+                "machine can read and change the store (MLflow has no authentication unless "
+                "configured: `mlflow server --app-name basic-auth`)",
+                highlight=False,
+                soft_wrap=True,
+            )
         for s in studies:
             _to_stdout(lambda s=s: _print_study_links(base, s))
         if open_browser:
@@ -559,8 +733,11 @@ def ui(study: Annotated[str | None, typer.Argument(
     if stopped and log_path is not None:
         log_path.unlink(missing_ok=True)  # kept only when the server failed
     if not stopped:
-        raise fail(f"mlflow server stopped by itself (exit code {proc.returncode})"
-                   + (f"; its log: {_log_tail(log_path)}" if log_path else "; see its messages above"), code=1)
+        raise fail(
+            f"mlflow server stopped by itself (exit code {proc.returncode})"
+            + (f"; its log: {_log_tail(log_path)}" if log_path else "; see its messages above"),
+            code=1,
+        )
 
 
 def _to_stdout(write: Callable[[], None]) -> None:
@@ -611,8 +788,10 @@ def _listen_problem(host: str, port: int) -> str | None:
             probe.bind(address)
         except OSError as e:
             if e.errno == errno.EADDRINUSE:
-                return (f"port {port} on {host} is already in use (another `workbench ui` or mlflow server?): "
-                        f"stop it or choose another with --port")
+                return (
+                    f"port {port} on {host} is already in use (another `workbench ui` or mlflow server?): "
+                    f"stop it or choose another with --port"
+                )
             return f"--host {host} --port {port}: cannot listen there ({e.strerror})"
     return None
 
@@ -648,6 +827,7 @@ def _relay_redacted(source, sink) -> threading.Thread:
     """Copy the server's output to ``sink`` (its log file, or stderr with --verbose) line by line through the
     redaction (tracking/redact.py): the store URI it gets in its environment, echoed in an error or a
     traceback, never reaches the terminal or the file."""
+
     def pump() -> None:
         for line in source:
             sink.write(redact_text(line))
@@ -658,8 +838,9 @@ def _relay_redacted(source, sink) -> threading.Thread:
     return thread
 
 
-def _wait_until_serving(proc: subprocess.Popen, local_base: str, log_path: Path | None,
-                        relay: threading.Thread | None = None) -> None:
+def _wait_until_serving(
+    proc: subprocess.Popen, local_base: str, log_path: Path | None, relay: threading.Thread | None = None
+) -> None:
     """Return once ``GET /health`` answers 200; a server that exits first (or never answers) is an error."""
     import urllib.request
     from contextlib import nullcontext
@@ -670,8 +851,11 @@ def _wait_until_serving(proc: subprocess.Popen, local_base: str, log_path: Path 
             if proc.poll() is not None:
                 if relay is not None:
                     relay.join(timeout=5)  # its last lines are the reason: in the log before it is read
-                raise fail(f"mlflow server exited with code {proc.returncode} before serving"
-                           + (f"; its log: {_log_tail(log_path)}" if log_path else ""), code=1)
+                raise fail(
+                    f"mlflow server exited with code {proc.returncode} before serving"
+                    + (f"; its log: {_log_tail(log_path)}" if log_path else ""),
+                    code=1,
+                )
             try:
                 with urllib.request.urlopen(f"{local_base}/health", timeout=2) as answer:
                     if answer.status == 200:
@@ -679,8 +863,11 @@ def _wait_until_serving(proc: subprocess.Popen, local_base: str, log_path: Path 
             except OSError:
                 time.sleep(0.3)
     os.killpg(proc.pid, signal.SIGTERM)
-    raise fail(f"mlflow server not answering {local_base}/health after {UI_READY_TIMEOUT_S:.0f} s"
-               + (f"; its log: {_log_tail(log_path)}" if log_path else ""), code=1)
+    raise fail(
+        f"mlflow server not answering {local_base}/health after {UI_READY_TIMEOUT_S:.0f} s"
+        + (f"; its log: {_log_tail(log_path)}" if log_path else ""),
+        code=1,
+    )
 
 
 def _first_link(base: str, studies: list[dict]) -> str:
@@ -731,9 +918,15 @@ def _ui_studies(study: str | None, tracking_uri: str | None) -> tuple[str, list[
         if run_id is None:  # not a workbench study (e.g. MLflow's "Default" experiment)
             continue
         info = reader.run_info(run_id)
-        studies.append({"study": name, "experiment_id": info["experiment_id"], "run_id": run_id,
-                        "views": _saved_views(uri, info["experiment_id"]),
-                        "html": _html_artifacts(uri, run_id, info["artifact_uri"])})
+        studies.append(
+            {
+                "study": name,
+                "experiment_id": info["experiment_id"],
+                "run_id": run_id,
+                "views": _saved_views(uri, info["experiment_id"]),
+                "html": _html_artifacts(uri, run_id, info["artifact_uri"]),
+            }
+        )
     return uri, studies
 
 

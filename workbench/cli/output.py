@@ -24,4 +24,3 @@ def fail(message: str, code: int = 2) -> typer.Exit:
     # escape(): messages quote user text and pip extras ("rl-workbench[gpu]"), not markup
     err_console.print(f"[red]error:[/red] {escape(redact_text(message))}", highlight=False, soft_wrap=True)
     return typer.Exit(code)
-

@@ -37,8 +37,10 @@ def model_dir_problem(model) -> str | None:
 
     path = Path(model.path).expanduser()
     if not path.is_dir():
-        return (f"model.path {model.path} does not exist on this machine: `workbench run` will refuse it "
-                "(point it at a local HF model directory: --set model.path=DIR)")
+        return (
+            f"model.path {model.path} does not exist on this machine: `workbench run` will refuse it "
+            "(point it at a local HF model directory: --set model.path=DIR)"
+        )
     try:
         tokenizer, _ = inspect_model_dir(path)
         resolve_prompt_format(model, tokenizer, path)

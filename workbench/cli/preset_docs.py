@@ -52,11 +52,13 @@ def sources(preset: Preset) -> str:
         sections = by_paper.setdefault(setting.paper.short, [])
         if setting.section and setting.section not in sections:
             sections.append(setting.section)
+
     def section_order(section: str) -> tuple:
         return tuple((0, int(n), "") if n.isdigit() else (1, 0, n) for n in section.lstrip("§").split("."))
 
-    return "; ".join(f"{paper} {', '.join(sorted(sections, key=section_order))}".strip()
-                     for paper, sections in by_paper.items())
+    return "; ".join(
+        f"{paper} {', '.join(sorted(sections, key=section_order))}".strip() for paper, sections in by_paper.items()
+    )
 
 
 def preset_rows() -> list[list[str]]:
@@ -66,13 +68,31 @@ def preset_rows() -> list[list[str]]:
         resolved = resolved_settings(preset.name)
         no_range = resolved["clip_low"] is None and resolved["clip_high"] is None  # a loss without a clip
         clip = "-" if no_range else f"{format_value(resolved['clip_low'])}, {format_value(resolved['clip_high'])}"
-        rows.append([preset.name, resolved["estimator"], resolved["loss"], resolved["agg_mode"], clip,
-                     other_settings(preset), sources(preset), preset.inert_by_default or "-"])
+        rows.append(
+            [
+                preset.name,
+                resolved["estimator"],
+                resolved["loss"],
+                resolved["agg_mode"],
+                clip,
+                other_settings(preset),
+                sources(preset),
+                preset.inert_by_default or "-",
+            ]
+        )
     return rows
 
 
-PRESET_HEADERS = ["preset", "estimator", "loss", "aggregation", "clip (low, high)", "other settings", "source",
-                  "inert on the default study shape"]
+PRESET_HEADERS = [
+    "preset",
+    "estimator",
+    "loss",
+    "aggregation",
+    "clip (low, high)",
+    "other settings",
+    "source",
+    "inert on the default study shape",
+]
 
 
 def show_rows(name: str) -> list[list[str]]:
@@ -94,7 +114,9 @@ def markdown_preset_table() -> str:
     """The preset table in the README and docs/algorithms.md."""
     lines = ["| " + " | ".join(PRESET_HEADERS) + " |", "|" + "---|" * len(PRESET_HEADERS)]
     for name, estimator, loss, agg, clip, other, source, inert in preset_rows():
-        lines.append(f"| `{name}` | `{estimator}` | `{loss}` | `{agg}` | {clip} | {_code(other)} | {source} | {inert} |")
+        lines.append(
+            f"| `{name}` | `{estimator}` | `{loss}` | `{agg}` | {clip} | {_code(other)} | {source} | {inert} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -106,12 +128,19 @@ def markdown_paper_index() -> str:
     """For each paper: which preset settings cite it, by section."""
     out = []
     for paper in PAPERS:
-        uses = [(preset.name, key, s) for preset in PRESET_LIST for key, s in preset.settings.items()
-                if s.paper == paper]
+        uses = [
+            (preset.name, key, s) for preset in PRESET_LIST for key, s in preset.settings.items() if s.paper == paper
+        ]
         if not uses:
             continue
-        out += [f"### {paper.short}", "", _paper_line(paper), "", "| preset | setting | value | section |",
-                "|---|---|---|---|"]
+        out += [
+            f"### {paper.short}",
+            "",
+            _paper_line(paper),
+            "",
+            "| preset | setting | value | section |",
+            "|---|---|---|---|",
+        ]
         out += [f"| `{name}` | `{key}` | `{format_value(s.value)}` | {s.section or '-'} |" for name, key, s in uses]
         out.append("")
     return "\n".join(out)
@@ -120,8 +149,10 @@ def markdown_paper_index() -> str:
 def unit_param_rows() -> list[list[str]]:
     """One row per keyword parameter of a registered loss or estimator: kind, unit, name, default, how set."""
     rows = []
-    for kind, registry, field, own_fields in (("estimator", ADVANTAGE_ESTIMATORS, "estimator_params", ()),
-                                              ("loss", POLICY_LOSSES, "loss_params", LOSS_PARAM_FIELDS)):
+    for kind, registry, field, own_fields in (
+        ("estimator", ADVANTAGE_ESTIMATORS, "estimator_params", ()),
+        ("loss", POLICY_LOSSES, "loss_params", LOSS_PARAM_FIELDS),
+    ):
         for name in registry.names():
             for param in inspect.signature(registry.get(name)).parameters.values():
                 if param.kind is not inspect.Parameter.KEYWORD_ONLY or param.name in DERIVED_PARAMS:
@@ -135,54 +166,58 @@ def unit_param_rows() -> list[list[str]]:
 def markdown_unit_params() -> str:
     """The table of unit parameters in docs/algorithms.md."""
     lines = ["| unit | name | parameter | default | set with |", "|---|---|---|---|---|"]
-    lines += [f"| {kind} | `{name}` | `{param}` | `{default}` | `{where}` |"
-              for kind, name, param, default, where in unit_param_rows()]
+    lines += [
+        f"| {kind} | `{name}` | `{param}` | `{default}` | `{where}` |"
+        for kind, name, param, default, where in unit_param_rows()
+    ]
     return "\n".join(lines) + "\n"
 
 
 def markdown_document() -> str:
     """docs/algorithms.md, whole."""
-    return "\n".join([
-        "# Algorithm presets and their papers",
-        "",
-        "*For: someone choosing a preset or a unit's parameters, or citing the paper and section behind a setting.*",
-        "",
-        "A preset is a named bundle of registered units and numbers (`algorithm: {preset: NAME}`); any field",
-        "set explicitly under `algorithm:` wins. Every value carries its citation.",
-        "Generated by `make docs` (or `workbench algorithms --format markdown > docs/algorithms.md`);",
-        "`tests/test_generated_docs.py` fails when this file and `workbench/algorithms/presets.py` disagree.",
-        "",
-        "```bash",
-        "workbench algorithms            # the presets as a table of resolved settings",
-        "workbench algorithms show dapo  # each setting of one preset, with its paper and section",
-        "```",
-        "",
-        "## Presets",
-        "",
-        markdown_preset_table(),
-        *[f"- `{p.name}`: {p.summary} ({p.paper.short}, {p.paper.authors})." for p in PRESET_LIST],
-        "",
-        "## Unit parameters",
-        "",
-        "A unit's own knobs are its keyword-only parameters, with its defaults. They go in",
-        "`algorithm.loss_params` or `algorithm.estimator_params`, checked against the unit's signature when",
-        "the study loads (an unknown key or a wrong type is a one-line error naming the unit and its valid",
-        "keys). `clip_low`, `clip_high` and `dual_clip` also have fields of their own, the spelling presets",
-        "use and a resolved config stores: `loss_params: {clip_high: 0.28}` is `clip_high: 0.28`. A preset's",
-        "`loss_params` merge with yours key by key. An empty mapping is the default, so run keys of studies",
-        "that never set one do not change.",
-        "",
-        "```yaml",
-        "algorithm:",
-        "  preset: grpo",
-        "  estimator_params: {epsilon: 1.0e-4}   # grpo's (r - mean) / (std + epsilon)",
-        "```",
-        "",
-        markdown_unit_params(),
-        "With `agg_mode: seq-mean-token-sum-norm` and no `norm_constant`, a run divides by its generation",
-        "budget `sampler.max_new_tokens` (Dr. GRPO §3.1; `aggregate.run_norm_constant`).",
-        "",
-        "## Paper index",
-        "",
-        markdown_paper_index(),
-    ])
+    return "\n".join(
+        [
+            "# Algorithm presets and their papers",
+            "",
+            "*For: someone choosing a preset or a unit's parameters, or citing the paper and section behind a setting.*",
+            "",
+            "A preset is a named bundle of registered units and numbers (`algorithm: {preset: NAME}`); any field",
+            "set explicitly under `algorithm:` wins. Every value carries its citation.",
+            "Generated by `make docs` (or `workbench algorithms --format markdown > docs/algorithms.md`);",
+            "`tests/test_generated_docs.py` fails when this file and `workbench/algorithms/presets.py` disagree.",
+            "",
+            "```bash",
+            "workbench algorithms            # the presets as a table of resolved settings",
+            "workbench algorithms show dapo  # each setting of one preset, with its paper and section",
+            "```",
+            "",
+            "## Presets",
+            "",
+            markdown_preset_table(),
+            *[f"- `{p.name}`: {p.summary} ({p.paper.short}, {p.paper.authors})." for p in PRESET_LIST],
+            "",
+            "## Unit parameters",
+            "",
+            "A unit's own knobs are its keyword-only parameters, with its defaults. They go in",
+            "`algorithm.loss_params` or `algorithm.estimator_params`, checked against the unit's signature when",
+            "the study loads (an unknown key or a wrong type is a one-line error naming the unit and its valid",
+            "keys). `clip_low`, `clip_high` and `dual_clip` also have fields of their own, the spelling presets",
+            "use and a resolved config stores: `loss_params: {clip_high: 0.28}` is `clip_high: 0.28`. A preset's",
+            "`loss_params` merge with yours key by key. An empty mapping is the default, so run keys of studies",
+            "that never set one do not change.",
+            "",
+            "```yaml",
+            "algorithm:",
+            "  preset: grpo",
+            "  estimator_params: {epsilon: 1.0e-4}   # grpo's (r - mean) / (std + epsilon)",
+            "```",
+            "",
+            markdown_unit_params(),
+            "With `agg_mode: seq-mean-token-sum-norm` and no `norm_constant`, a run divides by its generation",
+            "budget `sampler.max_new_tokens` (Dr. GRPO §3.1; `aggregate.run_norm_constant`).",
+            "",
+            "## Paper index",
+            "",
+            markdown_paper_index(),
+        ]
+    )

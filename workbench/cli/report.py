@@ -76,32 +76,50 @@ def comparison_table_html(table: Any) -> str:
         hib = table.higher_is_better.get(metric)
         direction = {True: "higher is better", False: "lower is better", None: "no preferred direction"}[hib]
         base = (rows["verdict"] == "baseline").tolist()
-        vs = {"baseline arm": ["—" if b else (a or "—") for b, a in zip(base, rows["baseline_arm"], strict=True)]} \
-            if table.per_grid_point else {}
-        view = pd.DataFrame({
-            "rank": [fmt_num(r) for r in rows["rank"]],
-            table.unit: [table.arm_label(str(v)) for v in rows["variant"]],  # a control arm says so
-            "verdict": rows["verdict"],  # next to the name: in view in a narrow frame (MLflow's artifact viewer)
-            **vs,
-            "n_seeds": rows["n_seeds"],
-            "runs": [runs_phrase(r) for r in rows.to_dict("records")],
-            f"mean [{level} CI]": [fmt_ci(*x) for x in zip(rows["mean"], rows["mean_lo"], rows["mean_hi"],
-                                                           strict=True)],
-            f"IQM [{level} CI]": [fmt_ci(*x) for x in zip(rows["iqm"], rows["iqm_lo"], rows["iqm_hi"], strict=True)],
-            DELTA_HEADER: ["—" if b else delta_cell(r) for b, r in zip(base, rows.to_dict("records"), strict=True)],
-            f"P(improve) [{level} CI]": ["—" if b else fmt_ci(p, lo, hi, thresholds=(0.5,)) for b, p, lo, hi in
-                                         zip(base, rows["p_improve"], rows["p_improve_lo"],
-                                             rows["p_improve_hi"], strict=True)],
-            f"p ({table.correction})": [fmt_p(p) for p in rows["p_adjusted"]],
-            "status": rows["status"],
-            "test": rows["test"],
-            **_two_way_html_columns(table, metric, rows, level),
-        })
-        parts.append(f"<h3>{html.escape(metric)} <small>({table.title_role(metric)}{direction}; baseline: "
-                     f"{html.escape(table.baseline_phrase())})</small></h3>")
-        parts.append(df_table_html(view, left=(table.unit, *vs, "runs", "verdict", "test"),
-                                   cell_class={"verdict": _verdict_class},
-                                   row_class=lambda r: "baseline" if r["verdict"] == "baseline" else ""))
+        vs = (
+            {"baseline arm": ["—" if b else (a or "—") for b, a in zip(base, rows["baseline_arm"], strict=True)]}
+            if table.per_grid_point
+            else {}
+        )
+        view = pd.DataFrame(
+            {
+                "rank": [fmt_num(r) for r in rows["rank"]],
+                table.unit: [table.arm_label(str(v)) for v in rows["variant"]],  # a control arm says so
+                "verdict": rows["verdict"],  # next to the name: in view in a narrow frame (MLflow's artifact viewer)
+                **vs,
+                "n_seeds": rows["n_seeds"],
+                "runs": [runs_phrase(r) for r in rows.to_dict("records")],
+                f"mean [{level} CI]": [
+                    fmt_ci(*x) for x in zip(rows["mean"], rows["mean_lo"], rows["mean_hi"], strict=True)
+                ],
+                f"IQM [{level} CI]": [
+                    fmt_ci(*x) for x in zip(rows["iqm"], rows["iqm_lo"], rows["iqm_hi"], strict=True)
+                ],
+                DELTA_HEADER: ["—" if b else delta_cell(r) for b, r in zip(base, rows.to_dict("records"), strict=True)],
+                f"P(improve) [{level} CI]": [
+                    "—" if b else fmt_ci(p, lo, hi, thresholds=(0.5,))
+                    for b, p, lo, hi in zip(
+                        base, rows["p_improve"], rows["p_improve_lo"], rows["p_improve_hi"], strict=True
+                    )
+                ],
+                f"p ({table.correction})": [fmt_p(p) for p in rows["p_adjusted"]],
+                "status": rows["status"],
+                "test": rows["test"],
+                **_two_way_html_columns(table, metric, rows, level),
+            }
+        )
+        parts.append(
+            f"<h3>{html.escape(metric)} <small>({table.title_role(metric)}{direction}; baseline: "
+            f"{html.escape(table.baseline_phrase())})</small></h3>"
+        )
+        parts.append(
+            df_table_html(
+                view,
+                left=(table.unit, *vs, "runs", "verdict", "test"),
+                cell_class={"verdict": _verdict_class},
+                row_class=lambda r: "baseline" if r["verdict"] == "baseline" else "",
+            )
+        )
         notes = [f"{r['variant']}: {r['note']}" for r in rows.to_dict("records") if r["note"]]
         if table.two_way(metric):
             notes.append(table.two_way(metric))
@@ -112,8 +130,11 @@ def comparison_table_html(table: Any) -> str:
 
 def _looks_html(table: Any) -> str:
     """The study's sequential design and a seeds-added-after-looking flag, as set by ``compare``."""
-    return "".join(f"<p class='note'><b>{html.escape(table.settings[k])}</b></p>"
-                   for k in ("sequential", "seeds_added") if table.settings.get(k))
+    return "".join(
+        f"<p class='note'><b>{html.escape(table.settings[k])}</b></p>"
+        for k in ("sequential", "seeds_added")
+        if table.settings.get(k)
+    )
 
 
 def _two_way_html_columns(table: Any, metric: str, rows: pd.DataFrame, level: str) -> dict[str, list[str]]:
@@ -123,7 +144,8 @@ def _two_way_html_columns(table: Any, metric: str, rows: pd.DataFrame, level: st
     records = rows.to_dict("records")
     return {
         f"mean [{level} CI over seeds and problems]": [
-            fmt_ci(r["mean"], r["mean_2way_lo"], r["mean_2way_hi"]) if r["two_way_method"] else "—" for r in records],
+            fmt_ci(r["mean"], r["mean_2way_lo"], r["mean_2way_hi"]) if r["two_way_method"] else "—" for r in records
+        ],
         "Δ [CI over seeds and problems]": [_two_way_delta(r) for r in records],
     }
 
@@ -136,20 +158,38 @@ def _runs_overview_html(runs: pd.DataFrame, excluded: dict[str, int]) -> str:
     unit = view.columns[0]
     out = df_table_html(view, left=(unit, "seed values"))
     if excluded:
-        out += ("<p class='note'>Not compared: "
-                + ", ".join(f"{n} {s}" for s, n in excluded.items())
-                + (". Use --include-unfinished to count the running ones as not finished"
-                   if set(excluded) - {SUPERSEDED} else "")
-                + (". A run executed more than once (same run_key) counts once: its FINISHED attempt, "
-                   "else its latest" if SUPERSEDED in excluded else "") + ".</p>")
+        out += (
+            "<p class='note'>Not compared: "
+            + ", ".join(f"{n} {s}" for s, n in excluded.items())
+            + (
+                ". Use --include-unfinished to count the running ones as not finished"
+                if set(excluded) - {SUPERSEDED}
+                else ""
+            )
+            + (
+                ". A run executed more than once (same run_key) counts once: its FINISHED attempt, else its latest"
+                if SUPERSEDED in excluded
+                else ""
+            )
+            + ".</p>"
+        )
     return out
 
 
-def build_compare_report(study: str, table: Any, summary: pd.DataFrame, history: pd.DataFrame,
-                         runs: pd.DataFrame, cells: pd.DataFrame | None, *, spec: Any = None,
-                         tracking_uri: str = "", excluded: dict[str, int] | None = None,
-                         n_resamples: int = 1000, answers: Mapping[str, pd.DataFrame] | None = None,
-                         ) -> tuple[str, list[str]]:
+def build_compare_report(
+    study: str,
+    table: Any,
+    summary: pd.DataFrame,
+    history: pd.DataFrame,
+    runs: pd.DataFrame,
+    cells: pd.DataFrame | None,
+    *,
+    spec: Any = None,
+    tracking_uri: str = "",
+    excluded: dict[str, int] | None = None,
+    n_resamples: int = 1000,
+    answers: Mapping[str, pd.DataFrame] | None = None,
+) -> tuple[str, list[str]]:
     """The HTML report (and rendering warnings): runs, comparison table, summary bars with CIs,
     curves with CI bands (the curve panels of ``spec``), health matrix, and ``answers``
     (:func:`workbench.analysis.rollouts.differing_answers`): same-problem pairs where a variant and the
@@ -168,73 +208,111 @@ def build_compare_report(study: str, table: Any, summary: pd.DataFrame, history:
 
     colors = variant_colors(pd.unique(arm_column(runs)), table.baseline_arms)
     unit = table.unit
-    grid_note = (" An arm is a variant at one grid point (its run label without the seed); the runs of an arm "
-                 "are its seeds. Each arm is compared with the baseline variant's arm at the same grid point"
-                 + ("" if table.per_grid_point else f" (here: every arm with {table.baseline})")
-                 + "." if table.by_arm else "")
+    grid_note = (
+        " An arm is a variant at one grid point (its run label without the seed); the runs of an arm "
+        "are its seeds. Each arm is compared with the baseline variant's arm at the same grid point"
+        + ("" if table.per_grid_point else f" (here: every arm with {table.baseline})")
+        + "."
+        if table.by_arm
+        else ""
+    )
     sections = [
         Section("Runs", body_html=_runs_overview_html(runs, excluded or {})),
-        Section("Which variant wins", body_html=_looks_html(table) + comparison_table_html(table), note=(
-            f"Per-run summary metrics compared across seeds. Δ = {unit} − baseline "
-            f"({'paired t-test on matched seeds' if table.df['paired'].fillna(False).any() else 'Welch t-test'}; "
-            f"the CI of Δ at the level the row's own test used: the {table.correction}-corrected test's beside "
-            "better/worse/inconclusive, the TOST's 1 − 2α/d beside equivalent; bounds rounded outward; verdicts by "
-            f"{table.correction}-corrected tests, {table.family_words()}); mean CIs: t interval; IQM CIs: "
-            "trimmed-mean t (Tukey-McLaughlin; t below 4 seeds); P(improvement): paired by seed with an exact "
-            "binomial CI, else over all run pairs (Mann-Whitney) with Newcombe's score interval. 'runs' counts each {unit}'s "
-            "runs as finished / failed / stopped early / censored (threshold never reached, nothing correct) / "
-            "missing; failed, stopped and censored runs are ranked worst (Mann-Whitney test) and a verdict they "
-            f"could change is withheld, with the reason. A {unit} is called better or "
-            "worse only when the corrected test rejects; equivalent when the TOST at the study's compare.sesoi "
-            "rejects (corrected the same way); otherwise inconclusive, with the minimum detectable effect (MDE) "
-            "at the seeds run (80% power at the level tested)."
-            + grid_note)),
+        Section(
+            "Which variant wins",
+            body_html=_looks_html(table) + comparison_table_html(table),
+            note=(
+                f"Per-run summary metrics compared across seeds. Δ = {unit} − baseline "
+                f"({'paired t-test on matched seeds' if table.df['paired'].fillna(False).any() else 'Welch t-test'}; "
+                f"the CI of Δ at the level the row's own test used: the {table.correction}-corrected test's beside "
+                "better/worse/inconclusive, the TOST's 1 − 2α/d beside equivalent; bounds rounded outward; verdicts by "
+                f"{table.correction}-corrected tests, {table.family_words()}); mean CIs: t interval; IQM CIs: "
+                "trimmed-mean t (Tukey-McLaughlin; t below 4 seeds); P(improvement): paired by seed with an exact "
+                "binomial CI, else over all run pairs (Mann-Whitney) with Newcombe's score interval. 'runs' counts each {unit}'s "
+                "runs as finished / failed / stopped early / censored (threshold never reached, nothing correct) / "
+                "missing; failed, stopped and censored runs are ranked worst (Mann-Whitney test) and a verdict they "
+                f"could change is withheld, with the reason. A {unit} is called better or "
+                "worse only when the corrected test rejects; equivalent when the TOST at the study's compare.sesoi "
+                "rejects (corrected the same way); otherwise inconclusive, with the minimum detectable effect (MDE) "
+                "at the seeds run (80% power at the level tested)." + grid_note
+            ),
+        ),
         Section("Summary metrics", figure=summary_figure(table, summary, colors=colors)),
     ]
     warnings: list[str] = []
     if spec is not None:
-        curve_spec = spec.model_copy(update={"panels": [p.model_copy(update={"row": None, "col": None})
-                                                        for p in spec.panels if p.kind == "curve"]})
+        curve_spec = spec.model_copy(
+            update={
+                "panels": [p.model_copy(update={"row": None, "col": None}) for p in spec.panels if p.kind == "curve"]
+            }
+        )
         if curve_spec.panels:
             data = DashboardData(history, runs, baseline=table.baseline, n_resamples=n_resamples)
             rendered = render_dashboard(curve_spec, data)
             warnings += rendered.warnings
             rendered.figure.update_layout(title=None)
-            sections.append(Section("Curves", figure=rendered.figure, note=(
-                f"Mean over the runs of each {unit} with its 95% t interval at each step (the interval of the "
-                "summaries, pointwise); "
-                "x = RL step. Dashed/dotted lines: the second/third metric of a panel (see its title). "
-                "Error bars on eval accuracy: binomial over problems, this checkpoint (95% Wilson interval over "
-                "its eval problems at the mean; the runs share the problems, so it bounds the mean's "
-                "problem-draw noise from above); none for runs that logged no eval/n_problems.")))
+            sections.append(
+                Section(
+                    "Curves",
+                    figure=rendered.figure,
+                    note=(
+                        f"Mean over the runs of each {unit} with its 95% t interval at each step (the interval of the "
+                        "summaries, pointwise); "
+                        "x = RL step. Dashed/dotted lines: the second/third metric of a panel (see its title). "
+                        "Error bars on eval accuracy: binomial over problems, this checkpoint (95% Wilson interval over "
+                        "its eval problems at the mean; the runs share the problems, so it bounds the mean's "
+                        "problem-draw noise from above); none for runs that logged no eval/n_problems."
+                    ),
+                )
+            )
     if cells is not None and len(cells):
-        sections.append(Section("Health", body_html=health_legend_html(),
-                                figure=health_matrix_figure(cells, title=None), note=(
-            "Each cell: one health rule on one run (from health.json). `workbench health STUDY` prints the same "
-            "table.")))
+        sections.append(
+            Section(
+                "Health",
+                body_html=health_legend_html(),
+                figure=health_matrix_figure(cells, title=None),
+                note=(
+                    "Each cell: one health rule on one run (from health.json). `workbench health STUDY` prints the same "
+                    "table."
+                ),
+            )
+        )
     if answers:
         from workbench.viz.html import df_table_html  # deferred: plotly, pydantic
 
-        body = "".join(f"<h3>{html.escape(variant)} vs {html.escape(table.baseline)}</h3>"
-                       + df_table_html(pairs, left=[c for c in pairs.columns if c.startswith(("prompt", "answer", "text"))])
-                       for variant, pairs in answers.items())
-        sections.append(Section("Same problems, different answers", body_html=body, note=(
-            "At the last eval step both arms stored: eval problems one arm answered correctly and the other did not "
-            "(up to 3 per variant), each arm's completion as sampled. `workbench rollouts STUDY --same-prompts A B "
-            "--differing` lists them all (docs/rollouts.md).")))
+        body = "".join(
+            f"<h3>{html.escape(variant)} vs {html.escape(table.baseline)}</h3>"
+            + df_table_html(pairs, left=[c for c in pairs.columns if c.startswith(("prompt", "answer", "text"))])
+            for variant, pairs in answers.items()
+        )
+        sections.append(
+            Section(
+                "Same problems, different answers",
+                body_html=body,
+                note=(
+                    "At the last eval step both arms stored: eval problems one arm answered correctly and the other did not "
+                    "(up to 3 per variant), each arm's completion as sampled. `workbench rollouts STUDY --same-prompts A B "
+                    "--differing` lists them all (docs/rollouts.md)."
+                ),
+            )
+        )
     subtitle = f"study <b>{html.escape(study)}</b> · {len(runs)} runs · store {html.escape(redact_uri(tracking_uri))}"
-    return html_page(f"Comparison report: {study}", sections, subtitle=subtitle,
-                     lead_html=headline_html(table)), warnings
+    return html_page(
+        f"Comparison report: {study}", sections, subtitle=subtitle, lead_html=headline_html(table)
+    ), warnings
 
 
 def headline_html(table: Any) -> str:
     """The headline sentences (one per comparison) and what each metric is: the top of the report."""
     # a headline may carry its next step on a second line ("to decide it: ..."): a paragraph of its own
-    lines = "".join(f"<p class='headline'>{html.escape(first)}</p>"
-                    + "".join(f"<p class='note'>{html.escape(rest)}</p>" for rest in more)
-                    for first, *more in (headline.split("\n") for headline in table.headlines()))
+    lines = "".join(
+        f"<p class='headline'>{html.escape(first)}</p>"
+        + "".join(f"<p class='note'>{html.escape(rest)}</p>" for rest in more)
+        for first, *more in (headline.split("\n") for headline in table.headlines())
+    )
     defined = "".join(f"<p class='note'>{html.escape(line)}</p>" for line in table.definitions())
     return lines + defined
+
 
 # --------------------------------------------------------------------------------------------
 # Terminal output
@@ -248,20 +326,37 @@ def _table_cells(table: Any, metric: str) -> tuple[list[str], list[list[str]], l
 
     level = level_percent(table.confidence)
     vs = table.per_grid_point
-    head = [table.unit, *(["baseline arm"] if vs else []), "runs", f"mean [{level} CI]", DELTA_HEADER,
-            f"P(improve) [{level} CI]", f"p ({table.correction})", "verdict", "status"]
+    head = [
+        table.unit,
+        *(["baseline arm"] if vs else []),
+        "runs",
+        f"mean [{level} CI]",
+        DELTA_HEADER,
+        f"P(improve) [{level} CI]",
+        f"p ({table.correction})",
+        "verdict",
+        "status",
+    ]
     two_way = bool(table.two_way(metric))
     if two_way:  # last, so the columns before keep their places for `cut`
         head += ["Δ [CI over seeds and problems]"]
     rows, verdicts = [], []
     for r in table.for_metric(metric).to_dict("records"):
         base = r["verdict"] == "baseline"
-        rows.append([table.arm_label(str(r["variant"])), *([("—" if base else (r["baseline_arm"] or "—"))] if vs else []),
-                     runs_phrase(r), fmt_ci(r["mean"], r["mean_lo"], r["mean_hi"]),
-                     "—" if base else delta_cell(r),
-                     "—" if base else fmt_ci(r["p_improve"], r["p_improve_lo"], r["p_improve_hi"], thresholds=(0.5,)),
-                     "—" if base else fmt_p(r["p_adjusted"]), str(r["verdict"]), str(r["status"]),
-                     *([_two_way_delta(r)] if two_way else [])])
+        rows.append(
+            [
+                table.arm_label(str(r["variant"])),
+                *([("—" if base else (r["baseline_arm"] or "—"))] if vs else []),
+                runs_phrase(r),
+                fmt_ci(r["mean"], r["mean_lo"], r["mean_hi"]),
+                "—" if base else delta_cell(r),
+                "—" if base else fmt_ci(r["p_improve"], r["p_improve_lo"], r["p_improve_hi"], thresholds=(0.5,)),
+                "—" if base else fmt_p(r["p_adjusted"]),
+                str(r["verdict"]),
+                str(r["status"]),
+                *([_two_way_delta(r)] if two_way else []),
+            ]
+        )
         verdicts.append(str(r["verdict"]))
     return head, rows, verdicts
 
@@ -271,8 +366,9 @@ def _two_way_delta(r: dict) -> str:
         return "—"
     from workbench.compare.wording import delta_thresholds  # deferred: scipy
 
-    return fmt_ci(r["delta"], r["delta_2way_lo"], r["delta_2way_hi"],
-                  thresholds=delta_thresholds(float(r.get("sesoi", math.nan))))
+    return fmt_ci(
+        r["delta"], r["delta_2way_lo"], r["delta_2way_hi"], thresholds=delta_thresholds(float(r.get("sesoi", math.nan)))
+    )
 
 
 def _title(table: Any, metric: str) -> str:
@@ -300,15 +396,23 @@ def print_table(table: Any, out: Any = None) -> None:
     for line in table.headlines():
         out.print(escape(line), soft_wrap=not out.is_terminal, highlight=False)
     for line in table.definitions():
-        out.print(f"[dim]{escape(line)}[/dim]" if out.is_terminal else escape(line), soft_wrap=not out.is_terminal,
-                  highlight=False)
+        out.print(
+            f"[dim]{escape(line)}[/dim]" if out.is_terminal else escape(line),
+            soft_wrap=not out.is_terminal,
+            highlight=False,
+        )
     out.print("")
     for metric in table.metrics:
         head, rows, verdicts = _table_cells(table, metric)
         method = table.two_way(metric)  # names the method of the intervals over seeds and problems
         if not out.is_terminal:
-            out.file.write(f"# {_title(table, metric)}\n" + "\t".join(head) + "\n"
-                           + "".join("\t".join(r) + "\n" for r in rows) + (f"# {method}\n" if method else ""))
+            out.file.write(
+                f"# {_title(table, metric)}\n"
+                + "\t".join(head)
+                + "\n"
+                + "".join("\t".join(r) + "\n" for r in rows)
+                + (f"# {method}\n" if method else "")
+            )
             continue
         t = Table(title=escape(_title(table, metric)), title_justify="left")
         for i, col in enumerate(head):
@@ -338,6 +442,7 @@ def print_table(table: Any, out: Any = None) -> None:
         if method:
             out.print(escape(method), soft_wrap=True, highlight=False)
         out.print("")
+
 
 # --------------------------------------------------------------------------------------------
 # Commands
@@ -376,8 +481,17 @@ def _save_png(page: str, png: Path, sections: list[str]) -> None:
     note(f"wrote {png} ({', '.join(present).lower()})")
 
 
-def _comparison(target: Target, metric: Sequence[str] | None, *, baseline: str | None, sesoi: Sequence[str] | None,
-                spec: str, include_unfinished: bool, record_look: bool, where: str) -> Comparison:
+def _comparison(
+    target: Target,
+    metric: Sequence[str] | None,
+    *,
+    baseline: str | None,
+    sesoi: Sequence[str] | None,
+    spec: str,
+    include_unfinished: bool,
+    record_look: bool,
+    where: str,
+) -> Comparison:
     """The comparison (:mod:`workbench.analysis.comparison`), its notes on stderr as it goes; a bad input:
     one line, exit 2."""
     from rich.markup import escape
@@ -386,11 +500,14 @@ def _comparison(target: Target, metric: Sequence[str] | None, *, baseline: str |
     from workbench.analysis.next_step import add_next_steps  # deferred: pandas, scipy
 
     try:
-        loaded = load_comparison(target, metric, sesoi=sesoi, spec=spec, include_unfinished=include_unfinished,
-                                 where=where)
+        loaded = load_comparison(
+            target, metric, sesoi=sesoi, spec=spec, include_unfinished=include_unfinished, where=where
+        )
         if loaded.excluded.get(SUPERSEDED):
-            note(f"{loaded.excluded[SUPERSEDED]} earlier attempt(s) of runs executed again left out: each run "
-                 "counts once (its FINISHED attempt, else its latest)")
+            note(
+                f"{loaded.excluded[SUPERSEDED]} earlier attempt(s) of runs executed again left out: each run "
+                "counts once (its FINISHED attempt, else its latest)"
+            )
         done = compare_loaded(loaded, baseline=baseline, record_look=record_look)
         add_next_steps(loaded, done)  # an inconclusive verdict says what would decide it (#52)
     except AnalysisError as e:
@@ -415,20 +532,45 @@ def _load_spec(name: str) -> Any:
 
 def compare(
     study: StudyArg,
-    metric: Annotated[list[str] | None, typer.Option("--metric", "-m", help="summary metric (final_eval_accuracy, "
-                                                     "eval_auc, ...) or logged metric (its final value); repeatable; "
-                                                     "default: the study's compare.metrics")] = None,
-    baseline: Annotated[str | None, typer.Option(help="baseline variant (default: the study's compare.baseline, "
-                                                 "else the first variant)")] = None,
+    metric: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--metric",
+            "-m",
+            help="summary metric (final_eval_accuracy, "
+            "eval_auc, ...) or logged metric (its final value); repeatable; "
+            "default: the study's compare.metrics",
+        ),
+    ] = None,
+    baseline: Annotated[
+        str | None,
+        typer.Option(help="baseline variant (default: the study's compare.baseline, else the first variant)"),
+    ] = None,
     format: Annotated[str, typer.Option("--format", help="table | csv | json | md (to stdout)")] = "table",
     out: Annotated[Path | None, typer.Option("--out", help="also write the HTML report to this file")] = None,
-    png: Annotated[Path | None, typer.Option("--png", help="also save the report's summary and curve figures "
-                                             "as a PNG (headless Chromium; for docs and papers)")] = None,
+    png: Annotated[
+        Path | None,
+        typer.Option(
+            "--png",
+            help="also save the report's summary and curve figures as a PNG (headless Chromium; for docs and papers)",
+        ),
+    ] = None,
     spec: Annotated[str, typer.Option(help="dashboard spec whose curve panels the report shows")] = "compare",
-    sesoi: Annotated[list[str] | None, typer.Option("--sesoi", help="METRIC=VALUE: smallest effect of interest "
-                                                    "in the metric's units (equivalence test, TOST); repeatable; "
-                                                    "overrides the study's compare.sesoi")] = None,
-    include_unfinished: Annotated[bool, typer.Option(help="also compare runs still RUNNING (counted as not finished; FAILED/KILLED runs are always compared, ranked worst)")] = False,
+    sesoi: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--sesoi",
+            help="METRIC=VALUE: smallest effect of interest "
+            "in the metric's units (equivalence test, TOST); repeatable; "
+            "overrides the study's compare.sesoi",
+        ),
+    ] = None,
+    include_unfinished: Annotated[
+        bool,
+        typer.Option(
+            help="also compare runs still RUNNING (counted as not finished; FAILED/KILLED runs are always compared, ranked worst)"
+        ),
+    ] = False,
     log: Annotated[bool, typer.Option("--log/--no-log", help="log the report to the study's parent MLflow run")] = True,
     tracking_uri: TrackingOpt = None,
 ) -> None:
@@ -443,10 +585,25 @@ def compare(
         _check_png_target(png)
     t0 = time.perf_counter()
     target: Target = resolve_target(study, tracking_uri, allow_run=False)
-    done = _comparison(target, metric, baseline=baseline, sesoi=sesoi, spec=spec,
-                       include_unfinished=include_unfinished, record_look=log, where=study)
+    done = _comparison(
+        target,
+        metric,
+        baseline=baseline,
+        sesoi=sesoi,
+        spec=spec,
+        include_unfinished=include_unfinished,
+        record_look=log,
+        where=study,
+    )
     table, summary, history, runs, excluded, frames, dash = (
-        done.table, done.summary, done.history, done.runs, done.excluded, done.frames, done.spec)
+        done.table,
+        done.summary,
+        done.history,
+        done.runs,
+        done.excluded,
+        done.frames,
+        done.spec,
+    )
     if format == "table":
         print_table(table)
     elif format == "csv":
@@ -461,10 +618,25 @@ def compare(
     from workbench.analysis.rollouts import differing_answers  # deferred: pandas
 
     wanted = out is not None or png is not None or log  # reading every run's completions only for a page kept
-    answers = differing_answers(target.study, str(table.baseline), [str(v) for v in runs["variant"].unique()],
-                                reader=target.reader) if wanted and not table.by_arm else {}
-    page, warnings = build_compare_report(target.study, table, summary, history, runs, cells, spec=dash,
-                                          tracking_uri=target.tracking_uri, excluded=excluded, answers=answers)
+    answers = (
+        differing_answers(
+            target.study, str(table.baseline), [str(v) for v in runs["variant"].unique()], reader=target.reader
+        )
+        if wanted and not table.by_arm
+        else {}
+    )
+    page, warnings = build_compare_report(
+        target.study,
+        table,
+        summary,
+        history,
+        runs,
+        cells,
+        spec=dash,
+        tracking_uri=target.tracking_uri,
+        excluded=excluded,
+        answers=answers,
+    )
     for w in warnings:
         note(f"[dim]{w}[/dim]")
     size = len(page.encode())
@@ -476,12 +648,18 @@ def compare(
         _save_png(page, png, ["Summary metrics", "Curves"])
     if log:
         parent = parent_run(target)
-        where, logged = log_artifacts_once(target.tracking_uri, parent, {
-            f"{REPORT_DIR}/compare.html": page,
-            f"{REPORT_DIR}/compare.csv": table.to_csv(),
-            f"{REPORT_DIR}/compare.json": table.to_json(),
-            f"{REPORT_DIR}/compare.md": table.to_markdown(),
-        }, tag=REPORT_SHA_TAG, content=_report_content)
+        where, logged = log_artifacts_once(
+            target.tracking_uri,
+            parent,
+            {
+                f"{REPORT_DIR}/compare.html": page,
+                f"{REPORT_DIR}/compare.csv": table.to_csv(),
+                f"{REPORT_DIR}/compare.json": table.to_json(),
+                f"{REPORT_DIR}/compare.md": table.to_markdown(),
+            },
+            tag=REPORT_SHA_TAG,
+            content=_report_content,
+        )
         if logged:
             note(f"logged to MLflow run {parent} (study {target.study}): {where[0]} ({size / 1e6:.1f} MB)")
         else:
@@ -498,10 +676,15 @@ def _report_content(path: str, text: str) -> str:
 
 def dashboard(
     study: StudyArg,
-    spec: Annotated[str | None, typer.Option(help="spec file or name in ./dashboards or the project's "
-                                             "dashboards/ (default: compare; health with --run)")] = None,
-    run: Annotated[str | None, typer.Option("--run", help="only this run (its id); the dashboard is logged "
-                                            "to that run")] = None,
+    spec: Annotated[
+        str | None,
+        typer.Option(
+            help="spec file or name in ./dashboards or the project's dashboards/ (default: compare; health with --run)"
+        ),
+    ] = None,
+    run: Annotated[
+        str | None, typer.Option("--run", help="only this run (its id); the dashboard is logged to that run")
+    ] = None,
     out: Annotated[Path | None, typer.Option("--out", help="also write the HTML to this file")] = None,
     log: Annotated[bool, typer.Option("--log/--no-log", help="log the HTML to MLflow")] = True,
     tracking_uri: TrackingOpt = None,
@@ -511,14 +694,20 @@ def dashboard(
     run_id = run or target.run_id
     dash = _load_spec(spec or ("health" if run_id else "compare"))
     view_specs = _view_specs(dash) if log else []  # every spec validated before anything is written
-    needs_health = any(p.kind == "health_matrix" or (p.health_markers if p.health_markers is not None
-                                                    else dash.defaults.health_markers) for p in dash.panels)
+    needs_health = any(
+        p.kind == "health_matrix"
+        or (p.health_markers if p.health_markers is not None else dash.defaults.health_markers)
+        for p in dash.panels
+    )
     from workbench.analysis.comparison import spec_metrics  # deferred: pandas, scipy
 
     frames = target.reader.load(target.study, sorted(spec_metrics(dash)), run_ids=[run_id] if run_id else None)
     if frames.runs.empty:
-        raise fail(f"no run {run_id} in study {target.study!r}" if run_id else
-                   f"study {target.study!r} has no runs in {redact_uri(target.tracking_uri)}")
+        raise fail(
+            f"no run {run_id} in study {target.study!r}"
+            if run_id
+            else f"study {target.study!r} has no runs in {redact_uri(target.tracking_uri)}"
+        )
     cells = events = None
     if needs_health:
         reports = target.reader.health_reports(frames.runs)
@@ -530,14 +719,22 @@ def dashboard(
     from workbench.viz.dashboard import DashboardData, render_dashboard  # deferred: plotly, pydantic
 
     baseline = target.compare.get("baseline")
-    data = DashboardData(frames.history, frames.runs, health_cells=cells, health_events=events, baseline=baseline,
-                         mismatch_records=records, token_decoders=decoders)
+    data = DashboardData(
+        frames.history,
+        frames.runs,
+        health_cells=cells,
+        health_events=events,
+        baseline=baseline,
+        mismatch_records=records,
+        token_decoders=decoders,
+    )
     rendered = render_dashboard(dash, data)
     for w in rendered.warnings:
         note(f"[dim]{w}[/dim]")
     what = f"run {data.labels.get(run_id, run_id)}" if run_id else f"{len(frames.runs)} runs"
-    page = rendered.to_html(subtitle=f"study <b>{html.escape(target.study)}</b> · {html.escape(what)} · "
-                                     f"spec {html.escape(dash.name)}")
+    page = rendered.to_html(
+        subtitle=f"study <b>{html.escape(target.study)}</b> · {html.escape(what)} · spec {html.escape(dash.name)}"
+    )
     size = len(page.encode())
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -548,15 +745,16 @@ def dashboard(
         owner = run_id or parent_run(target)
         where = log_artifacts_text(target.tracking_uri, owner, {artifact: page})
         shown = f"{rendered.panels_with_data}/{len(rendered.spec.panels)}"
-        console.print(f"dashboard [bold]{dash.name}[/bold] ({shown} panels "
-                      f"with data, {size / 1e6:.1f} MB) logged to MLflow run {owner} as [bold]{artifact}[/bold]",
-                      highlight=False)
+        console.print(
+            f"dashboard [bold]{dash.name}[/bold] ({shown} panels "
+            f"with data, {size / 1e6:.1f} MB) logged to MLflow run {owner} as [bold]{artifact}[/bold]",
+            highlight=False,
+        )
         console.print(where[0], highlight=False, soft_wrap=True)
         _refresh_views(target, view_specs)
     else:
         shown = f"{rendered.panels_with_data}/{len(rendered.spec.panels)}"
-        console.print(f"dashboard {dash.name}: {shown} panels with data",
-                      highlight=False)
+        console.print(f"dashboard {dash.name}: {shown} panels with data", highlight=False)
 
 
 def _token_decoders(runs: pd.DataFrame) -> dict[str, Any]:
@@ -602,7 +800,8 @@ def _refresh_views(target: Target, specs: Sequence[Any]) -> None:
     client = MlflowClient(target.tracking_uri)
     experiment_id = client.get_experiment_by_name(target.study).experiment_id
     layout = read_layout(client, experiment_id) or StudyLayout(
-        study=target.study, variants=list(target.variants_order), baseline=target.compare.get("baseline"))
+        study=target.study, variants=list(target.variants_order), baseline=target.compare.get("baseline")
+    )
     try:
         links = publish_study_views(client, experiment_id, layout, specs)
     except ValueError as e:  # a spec too large for one MLflow tag

@@ -27,9 +27,18 @@ TABLE_LIMIT = 20  # rows a table or markdown shows unless --limit says otherwise
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _NAMED = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~>])")
-FLAGS = {"study": "STUDY", "variant": "--variant", "seed": "--seed", "steps": "--steps", "split": "--split",
-         "outcome": "--correct/--incorrect/--truncated", "reward": "--min-reward/--max-reward", "worst": "--worst",
-         "longest": "--longest", "same-prompts": "--same-prompts"}
+FLAGS = {
+    "study": "STUDY",
+    "variant": "--variant",
+    "seed": "--seed",
+    "steps": "--steps",
+    "split": "--split",
+    "outcome": "--correct/--incorrect/--truncated",
+    "reward": "--min-reward/--max-reward",
+    "worst": "--worst",
+    "longest": "--longest",
+    "same-prompts": "--same-prompts",
+}
 
 
 def parse_steps(text: str | None) -> tuple[int | None, int | None] | None:
@@ -75,11 +84,17 @@ def _shown(value: object) -> str:
 
 def rollouts(
     study: Annotated[str, typer.Argument(help="study YAML file or study name")],
-    variant: Annotated[list[str] | None, typer.Option("--variant", help="only this variant's runs (repeatable)")] = None,
+    variant: Annotated[
+        list[str] | None, typer.Option("--variant", help="only this variant's runs (repeatable)")
+    ] = None,
     seed: Annotated[list[int] | None, typer.Option("--seed", help="only runs of this seed (repeatable)")] = None,
     steps: Annotated[str | None, typer.Option("--steps", help="step range FIRST:LAST, inclusive (5:, :20, 7)")] = None,
-    split: Annotated[str | None, typer.Option("--split", help="train (the RL steps' samples) or eval (held-out); "
-                                              "default both, --same-prompts: eval")] = None,
+    split: Annotated[
+        str | None,
+        typer.Option(
+            "--split", help="train (the RL steps' samples) or eval (held-out); default both, --same-prompts: eval"
+        ),
+    ] = None,
     correct: Annotated[bool, typer.Option("--correct", help="only completions judged correct")] = False,
     incorrect: Annotated[bool, typer.Option("--incorrect", help="only completions judged incorrect")] = False,
     truncated: Annotated[bool, typer.Option("--truncated", help="only completions cut at max_new_tokens")] = False,
@@ -87,13 +102,22 @@ def rollouts(
     max_reward: Annotated[float | None, typer.Option("--max-reward", help="only rewards <= this")] = None,
     worst: Annotated[int | None, typer.Option("--worst", help="the N lowest rewards (ties: longer first)")] = None,
     longest: Annotated[int | None, typer.Option("--longest", help="the N longest completions")] = None,
-    same: Annotated[tuple[str, str] | None, typer.Option(
-        "--same-prompts", help="A B: two variants' answers to the same problems side by side "
-                               "(same seed, step and problem id)")] = None,
-    differing: Annotated[bool, typer.Option("--differing", help="with --same-prompts: only pairs whose "
-                                            "correctness differs")] = False,
-    limit: Annotated[int | None, typer.Option("--limit", help=f"rows shown (default: {TABLE_LIMIT} for table and "
-                                              "md, all for csv and json; 0: all)")] = None,
+    same: Annotated[
+        tuple[str, str] | None,
+        typer.Option(
+            "--same-prompts",
+            help="A B: two variants' answers to the same problems side by side (same seed, step and problem id)",
+        ),
+    ] = None,
+    differing: Annotated[
+        bool, typer.Option("--differing", help="with --same-prompts: only pairs whose correctness differs")
+    ] = False,
+    limit: Annotated[
+        int | None,
+        typer.Option(
+            "--limit", help=f"rows shown (default: {TABLE_LIMIT} for table and md, all for csv and json; 0: all)"
+        ),
+    ] = None,
     format: Annotated[str, typer.Option("--format", help="table | md | csv | json (to stdout)")] = "table",
     tracking_uri: TrackingOpt = None,
 ) -> None:
@@ -119,12 +143,30 @@ def rollouts(
         if same is not None:
             if variant or outcomes or min_reward is not None or max_reward is not None or worst or longest:
                 raise fail("--same-prompts takes --seed, --steps, --split and --differing; not the other filters")
-            frame = same_prompts(target.study, same[0], same[1], reader=target.reader, seed=seed, steps=step_range,
-                                 split=split or "eval", differing=differing)
+            frame = same_prompts(
+                target.study,
+                same[0],
+                same[1],
+                reader=target.reader,
+                seed=seed,
+                steps=step_range,
+                split=split or "eval",
+                differing=differing,
+            )
         else:
-            frame = query_rollouts(target.study, reader=target.reader, variant=variant, seed=seed, split=split,
-                                   steps=step_range, outcome=outcomes[0] if outcomes else None,
-                                   min_reward=min_reward, max_reward=max_reward, worst=worst, longest=longest)
+            frame = query_rollouts(
+                target.study,
+                reader=target.reader,
+                variant=variant,
+                seed=seed,
+                split=split,
+                steps=step_range,
+                outcome=outcomes[0] if outcomes else None,
+                min_reward=min_reward,
+                max_reward=max_reward,
+                worst=worst,
+                longest=longest,
+            )
     except QueryError as error:
         raise fail(f"{FLAGS.get(error.field, error.field)}: {error.message}") from None
     for line in notes(frame.attrs):
@@ -145,8 +187,10 @@ def notes(attrs: dict) -> list[str]:
         dropped = sum(manifest.get("dropped", {}).values())
         if dropped:
             kept = sum(manifest.get("rows", {}).values())
-            out.append(f"note: run {run_id[:8]} stored {kept:,} of {kept + dropped:,} completions "
-                       f"(tracking.rollouts_budget_mb; its rollouts/manifest.json says which steps)")
+            out.append(
+                f"note: run {run_id[:8]} stored {kept:,} of {kept + dropped:,} completions "
+                f"(tracking.rollouts_budget_mb; its rollouts/manifest.json says which steps)"
+            )
     for run_id, why in sorted(attrs.get("unreadable", {}).items()):
         out.append(f"note: run {run_id[:8]}: rollouts not read: {why}")
     return out
@@ -155,10 +199,31 @@ def notes(attrs: dict) -> list[str]:
 def _columns(frame, same: tuple[str, str] | None) -> list[str]:
     if same is not None:  # the problem first (a stacked layout's heading), then the two answers side by side
         a, b = same
-        return ["prompt", "answer", f"text.{a}", f"correct.{a}", f"text.{b}", f"correct.{b}", "step", "seed",
-                "split", "prompt_id"]
-    return ["variant", "seed", "split", "step", "prompt_id", "prompt", "text", "reward", "correct", "length",
-            "truncated"]
+        return [
+            "prompt",
+            "answer",
+            f"text.{a}",
+            f"correct.{a}",
+            f"text.{b}",
+            f"correct.{b}",
+            "step",
+            "seed",
+            "split",
+            "prompt_id",
+        ]
+    return [
+        "variant",
+        "seed",
+        "split",
+        "step",
+        "prompt_id",
+        "prompt",
+        "text",
+        "reward",
+        "correct",
+        "length",
+        "truncated",
+    ]
 
 
 def _print(frame, format: str, same: tuple[str, str] | None) -> None:

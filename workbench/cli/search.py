@@ -30,35 +30,90 @@ def _fail(message: str, code: int = 2) -> typer.Exit:
 
 def tune(
     study: Annotated[Path, typer.Argument(help="study YAML file with a search: section")],
-    workers: Annotated[int, typer.Option("--workers", "-w", min=1, help=(
-        "local worker processes, each running trials on the shared storage (1: in this process)"))] = 1,
-    storage: Annotated[str | None, typer.Option(help=(
-        "Optuna storage shared by all workers: sqlite:///optuna.db (default, in the working directory), "
-        "postgresql://user:pw@host/db for several machines, or a JournalStorage file path"))] = None,
-    report: Annotated[bool, typer.Option("--report", help=(
-        "run no trials: print the best trials and importances and write the HTML report (logged to the "
-        "search's MLflow run)"))] = False,
-    no_report: Annotated[bool, typer.Option("--no-report", help=(
-        "do not write the HTML report at the end of the search (it is written by default)"))] = False,
-    report_file: Annotated[Path | None, typer.Option(help=(
-        "where the HTML report is written (default: search-<study>.html)"))] = None,
-    export_best: Annotated[Path | None, typer.Option("--export-best", help=(
-        "run no trials: write the best configuration as a study YAML variant to this file"))] = None,
-    set_: Annotated[list[str] | None, typer.Option("--set", help="override a study path, e.g. rollout.steps=50 or search.n_trials=40")] = None,
-    tracking_uri: Annotated[str | None, typer.Option(help=(
-        "MLflow tracking server all workers log to (default: $MLFLOW_TRACKING_URI, else the local store)"))] = None,
+    workers: Annotated[
+        int,
+        typer.Option(
+            "--workers",
+            "-w",
+            min=1,
+            help=("local worker processes, each running trials on the shared storage (1: in this process)"),
+        ),
+    ] = 1,
+    storage: Annotated[
+        str | None,
+        typer.Option(
+            help=(
+                "Optuna storage shared by all workers: sqlite:///optuna.db (default, in the working directory), "
+                "postgresql://user:pw@host/db for several machines, or a JournalStorage file path"
+            )
+        ),
+    ] = None,
+    report: Annotated[
+        bool,
+        typer.Option(
+            "--report",
+            help=(
+                "run no trials: print the best trials and importances and write the HTML report (logged to the "
+                "search's MLflow run)"
+            ),
+        ),
+    ] = False,
+    no_report: Annotated[
+        bool,
+        typer.Option(
+            "--no-report", help=("do not write the HTML report at the end of the search (it is written by default)")
+        ),
+    ] = False,
+    report_file: Annotated[
+        Path | None, typer.Option(help=("where the HTML report is written (default: search-<study>.html)"))
+    ] = None,
+    export_best: Annotated[
+        Path | None,
+        typer.Option(
+            "--export-best", help=("run no trials: write the best configuration as a study YAML variant to this file")
+        ),
+    ] = None,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="override a study path, e.g. rollout.steps=50 or search.n_trials=40"),
+    ] = None,
+    tracking_uri: Annotated[
+        str | None,
+        typer.Option(
+            help=("MLflow tracking server all workers log to (default: $MLFLOW_TRACKING_URI, else the local store)")
+        ),
+    ] = None,
     heartbeat: Annotated[int, typer.Option(min=1, help="seconds between a running trial's heartbeats")] = 30,
-    grace: Annotated[int | None, typer.Option(min=1, help=(
-        "seconds without a heartbeat after which a trial's worker counts as lost (default 2 x heartbeat)"))] = None,
+    grace: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help=("seconds without a heartbeat after which a trial's worker counts as lost (default 2 x heartbeat)"),
+        ),
+    ] = None,
     max_retries: Annotated[int, typer.Option(min=0, help="retries of a trial whose worker was lost")] = 3,
     threads: Annotated[int | None, typer.Option(min=1, help="torch threads of an in-process worker")] = None,
     quiet: Annotated[bool, typer.Option(help="no per-trial lines")] = False,
-    executor: Annotated[str | None, typer.Option("--executor", help=(
-        "local (--workers processes here) or ray (trials as Ray tasks, --workers at a time; docs/distributed.md); "
-        "default: the study's execution.executor, else local"))] = None,
-    address: Annotated[str | None, typer.Option("--address", help=(
-        "with --executor ray: the cluster (auto, ray://host:10001; default $RAY_ADDRESS, else a cluster "
-        "started here, else a new local one)"))] = None,
+    executor: Annotated[
+        str | None,
+        typer.Option(
+            "--executor",
+            help=(
+                "local (--workers processes here) or ray (trials as Ray tasks, --workers at a time; docs/distributed.md); "
+                "default: the study's execution.executor, else local"
+            ),
+        ),
+    ] = None,
+    address: Annotated[
+        str | None,
+        typer.Option(
+            "--address",
+            help=(
+                "with --executor ray: the cluster (auto, ray://host:10001; default $RAY_ADDRESS, else a cluster "
+                "started here, else a new local one)"
+            ),
+        ),
+    ] = None,
 ) -> None:
     """Optuna hyperparameter search over the study's run config: each trial is real runs (one per
     seed), pruned on its learning curve and on health failures; resumable and multi-worker.
@@ -100,28 +155,44 @@ def tune(
         import torch
 
         torch.set_num_threads(threads)
-    log = (lambda line: None) if quiet else (lambda line: console.print(
-        f"{time.strftime('%H:%M:%S')} {line}", markup=False, highlight=False, soft_wrap=True))
+    log = (
+        (lambda line: None)
+        if quiet
+        else (
+            lambda line: console.print(
+                f"{time.strftime('%H:%M:%S')} {line}", markup=False, highlight=False, soft_wrap=True
+            )
+        )
+    )
     options = TuneOptions(heartbeat_interval=heartbeat, grace_period=grace, max_retries=max_retries, log=log)
     budget = f"{spec.n_trials} trials" if spec.n_trials else ""
     if spec.timeout:
         budget += (" or " if budget else "") + f"{spec.timeout:.0f} s"
-    console.print(f"search [bold]{spec.optuna_name}[/bold]: {budget}, {len(spec.seeds)} seed(s) per trial, "
-                  f"sampler {spec.sampler_name}, pruner {spec.pruner_name}; storage {_describe(storage_url)}",
-                  highlight=False, soft_wrap=True)
+    console.print(
+        f"search [bold]{spec.optuna_name}[/bold]: {budget}, {len(spec.seeds)} seed(s) per trial, "
+        f"sampler {spec.sampler_name}, pruner {spec.pruner_name}; storage {_describe(storage_url)}",
+        highlight=False,
+        soft_wrap=True,
+    )
     from workbench.execution.ray_executor import RayOptions, RayUnavailable  # deferred: torch, transformers
     from workbench.search.ray_trials import trials_on_ray  # deferred: torch, transformers
 
     with stopping_on(signal.SIGTERM):  # `kill PID` stops like Ctrl-C
         try:
-            run_trials = (trials_on_ray(RayOptions.from_execution(study_obj.execution, address), workers)
-                          if chosen == "ray" else None)
+            run_trials = (
+                trials_on_ray(RayOptions.from_execution(study_obj.execution, address), workers)
+                if chosen == "ray"
+                else None
+            )
             result = run_search(spec, storage_url, workers=workers, options=options, run_trials=run_trials)
         except (SearchError, FileNotFoundError, RayUnavailable) as e:
             raise _fail(str(e)) from None
         except KeyboardInterrupt:
-            err_console.print("[yellow]interrupted: running trials end FAIL (their runs KILLED) and are enqueued "
-                              "again; run tune again to continue the search[/yellow]", soft_wrap=True)
+            err_console.print(
+                "[yellow]interrupted: running trials end FAIL (their runs KILLED) and are enqueued "
+                "again; run tune again to continue the search[/yellow]",
+                soft_wrap=True,
+            )
             raise typer.Exit(130) from None
     from workbench.search.report import open_search  # deferred: pydantic
 
@@ -135,9 +206,13 @@ def tune(
         _refresh_views(ostudy, spec)
     c = result.counts
     done = f"{c['done']}/{spec.n_trials}" if spec.n_trials else str(c["done"])
-    console.print(f"search {spec.optuna_name}: {done} trials done ({c['COMPLETE']} complete, {c['PRUNED']} pruned), "
-                  f"{c['FAIL'] - c['over_budget']} failed or lost; stopped: {result.stopped}. "
-                  f"Reprint (no trials): workbench tune {study} --report", highlight=False, soft_wrap=True)
+    console.print(
+        f"search {spec.optuna_name}: {done} trials done ({c['COMPLETE']} complete, {c['PRUNED']} pruned), "
+        f"{c['FAIL'] - c['over_budget']} failed or lost; stopped: {result.stopped}. "
+        f"Reprint (no trials): workbench tune {study} --report",
+        highlight=False,
+        soft_wrap=True,
+    )
     if result.stopped not in ("budget", "timeout"):
         raise typer.Exit(1)
 
@@ -166,8 +241,11 @@ def _report(spec, storage_url: str, report: bool, report_file: Path | None, expo
             names = export(ostudy, spec, export_best)
         except SearchError as e:
             raise _fail(str(e)) from None
-        console.print(f"best configuration written to [bold]{export_best}[/bold] as variant(s) {', '.join(names)}",
-                      highlight=False, soft_wrap=True)
+        console.print(
+            f"best configuration written to [bold]{export_best}[/bold] as variant(s) {', '.join(names)}",
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 def _write_report(ostudy, spec, report_file: Path | None, *, log_to_mlflow: bool = True) -> None:
@@ -188,8 +266,11 @@ def _refresh_views(ostudy, spec) -> None:
     try:
         links = refresh_views(spec, ostudy.user_attrs.get(PARENT))
     except Exception as error:  # noqa: BLE001 - e.g. the tracking server went away
-        console.print(f"could not rewrite the search's MLflow views: {type(error).__name__}: {error}",
-                      highlight=False, soft_wrap=True)
+        console.print(
+            f"could not rewrite the search's MLflow views: {type(error).__name__}: {error}",
+            highlight=False,
+            soft_wrap=True,
+        )
         return
     base = ui_base_url(resolve_tracking_uri())  # a full URL, not a bare #/experiments/... fragment
     for link in links:
@@ -225,15 +306,25 @@ def print_best(ostudy, spec, top: int = 5) -> None:
     c = trial_counts(ostudy.get_trials(deepcopy=False))
     title = "Pareto-optimal trials" if spec.multi_objective else "best trials"
     if not rows:
-        console.print(f"{spec.optuna_name}: no complete trial yet ({c['PRUNED']} pruned, {c['FAIL']} failed, "
-                      f"{c['RUNNING']} running)", highlight=False, soft_wrap=True)
+        console.print(
+            f"{spec.optuna_name}: no complete trial yet ({c['PRUNED']} pruned, {c['FAIL']} failed, "
+            f"{c['RUNNING']} running)",
+            highlight=False,
+            soft_wrap=True,
+        )
         return
     gain = search_gain(ostudy, spec, arms)
     if gain.found is False:
         title = "trials (none beat the start)"
     started = ["start", "gain"] if any("start" in row for row in rows) else []
-    columns = ["trial", *spec.objective_names(), *started, *(CONFIRMED_COLUMNS if arms else ()), *spec.params,
-               "learner steps"]
+    columns = [
+        "trial",
+        *spec.objective_names(),
+        *started,
+        *(CONFIRMED_COLUMNS if arms else ()),
+        *spec.params,
+        "learner steps",
+    ]
     table = Table(title=f"{spec.optuna_name}: {title}")
     for col in columns:
         table.add_column(col, justify="left" if col == "trial" else "right")

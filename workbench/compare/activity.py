@@ -60,8 +60,23 @@ from workbench.registry import Activity
 
 from . import arms as _arms
 
-__all__ = ["DEFAULT_MIN", "REJECTING", "Gate", "Knob", "Reading", "Setting", "activity_gates", "apply_gate", "arm_configs",
-           "changed_knobs", "gate_metrics", "gate_plans", "markdown_activity_table", "parse_settings", "percent"]
+__all__ = [
+    "DEFAULT_MIN",
+    "REJECTING",
+    "Gate",
+    "Knob",
+    "Reading",
+    "Setting",
+    "activity_gates",
+    "apply_gate",
+    "arm_configs",
+    "changed_knobs",
+    "gate_metrics",
+    "gate_plans",
+    "markdown_activity_table",
+    "parse_settings",
+    "percent",
+]
 
 #: Activity below which a knob counts as not acting (a fraction: 1% of its tokens/responses/groups).
 DEFAULT_MIN = 0.01
@@ -137,8 +152,10 @@ class Gate:
 
     def note(self) -> str:
         """How the activity was measured, in the row's note."""
-        parts = [f"{r.label}: {r.metric} {percent(r.in_arm)} here, {percent(r.in_baseline)} in "
-                 f"{self.baseline_arm}" for r in self.readings]
+        parts = [
+            f"{r.label}: {r.metric} {percent(r.in_arm)} here, {percent(r.in_baseline)} in {self.baseline_arm}"
+            for r in self.readings
+        ]
         return "activity (mean over steps, then seeds; the larger counts): " + "; ".join(parts)
 
 
@@ -173,8 +190,11 @@ def parse_settings(compare_cfg: Mapping[str, Any], variants: Sequence[str]) -> d
         if entry is False:
             out[variant] = Setting(off=True)
         else:
-            out[variant] = Setting(metric=entry.get("metric"), min=float(entry.get("min", DEFAULT_MIN)),
-                                   unit=entry.get("unit") or _declared_unit(entry.get("metric")))
+            out[variant] = Setting(
+                metric=entry.get("metric"),
+                min=float(entry.get("min", DEFAULT_MIN)),
+                unit=entry.get("unit") or _declared_unit(entry.get("metric")),
+            )
     return out
 
 
@@ -206,13 +226,19 @@ def unit_registries() -> dict[str, Any]:
     from workbench.algorithms.filters import BATCH_FILTERS, TOKEN_FILTERS  # deferred: torch
     from workbench.reward import REWARD_SHAPERS  # deferred: torch
 
-    return {"loss": POLICY_LOSSES, "correction": IS_CORRECTIONS, "batch filter": BATCH_FILTERS,
-            "token filter": TOKEN_FILTERS, "shaping": REWARD_SHAPERS}
+    return {
+        "loss": POLICY_LOSSES,
+        "correction": IS_CORRECTIONS,
+        "batch filter": BATCH_FILTERS,
+        "token filter": TOKEN_FILTERS,
+        "shaping": REWARD_SHAPERS,
+    }
 
 
 # --------------------------------------------------------------------------------------------
 # Which knobs a comparison changes
 # --------------------------------------------------------------------------------------------
+
 
 def gated_keys() -> frozenset[str]:
     """Config keys that select or tune a registered unit with an activity metric (others are not gated), from
@@ -251,8 +277,13 @@ def arm_configs(runs: pd.DataFrame) -> dict[str, dict[str, Any]]:
     grouped = params.groupby(_arms.arm_column(runs).to_numpy(), sort=False)
     distinct = grouped.nunique(dropna=False)  # logged params are text or numbers: hashable
     first = grouped.head(1).set_axis(list(distinct.index))
-    return {str(arm): {k: _value(first.at[arm, k]) if distinct.at[arm, k] <= 1 else ("varies", int(distinct.at[arm, k]))
-                       for k in keys} for arm in distinct.index}
+    return {
+        str(arm): {
+            k: _value(first.at[arm, k]) if distinct.at[arm, k] <= 1 else ("varies", int(distinct.at[arm, k]))
+            for k in keys
+        }
+        for arm in distinct.index
+    }
 
 
 def _differs(a: Any, b: Any) -> bool:
@@ -297,12 +328,22 @@ def _knobs_of(key: str, a: Any, b: Any, arm: Mapping[str, Any], base: Mapping[st
         return [unit("correction", v) for v in (a, b) if v is not None]
     if key in correction.settings:  # a setting with an activity of its own (the cap's clipped tokens)
         setting = key.rsplit(".", 1)[1]
-        names = sorted({v for v in (arm.get(correction.selected_by), base.get(correction.selected_by))
-                        if isinstance(v, str) and v in correction})
-        return [Knob(f"{setting} ({n})", correction.activity(n).params.get(setting)) for n in names] or [Knob(key, None)]
+        names = sorted(
+            {
+                v
+                for v in (arm.get(correction.selected_by), base.get(correction.selected_by))
+                if isinstance(v, str) and v in correction
+            }
+        )
+        return [Knob(f"{setting} ({n})", correction.activity(n).params.get(setting)) for n in names] or [
+            Knob(key, None)
+        ]
     if key == batch_filter.selected_by or key in batch_filter.settings:
-        return [unit("batch filter", v) for v in {arm.get(batch_filter.selected_by), base.get(batch_filter.selected_by)}
-                if v is not None] or [Knob(key, None)]
+        return [
+            unit("batch filter", v)
+            for v in {arm.get(batch_filter.selected_by), base.get(batch_filter.selected_by)}
+            if v is not None
+        ] or [Knob(key, None)]
     if key == reg["token filter"].selected_by:
         return [unit("token filter", n) for n in sorted(set(a or []) ^ set(b or []))] or [Knob(key, None)]
     # reward.shaping: each term in one list and not the other (added, removed, or its weight/params changed)
@@ -361,8 +402,9 @@ def _plans(runs: pd.DataFrame, baseline: str, settings: Mapping[str, Setting]) -
         configs = configs if configs is not None else arm_configs(runs)
         knobs = changed_knobs(configs[arm], configs[base_arm])
         if knobs and all(k.gated for k in knobs):
-            plans[arm] = _Plan(base_arm, tuple((k.label, k.activity.metric, k.activity.unit, setting.min)
-                                               for k in knobs))
+            plans[arm] = _Plan(
+                base_arm, tuple((k.label, k.activity.metric, k.activity.unit, setting.min) for k in knobs)
+            )
     return plans
 
 
@@ -376,10 +418,15 @@ def gate_metrics(plans: Mapping[str, _Plan]) -> set[str]:
     return {metric for plan in plans.values() for _, metric, _, _ in plan.knobs}
 
 
-def activity_gates(runs: pd.DataFrame, history: pd.DataFrame, baseline: str,
-                   settings: Mapping[str, Setting] | None = None, *,
-                   plans: Mapping[str, _Plan] | None = None,
-                   read_more: Callable[[list[str]], pd.DataFrame] | None = None) -> dict[str, Gate]:
+def activity_gates(
+    runs: pd.DataFrame,
+    history: pd.DataFrame,
+    baseline: str,
+    settings: Mapping[str, Setting] | None = None,
+    *,
+    plans: Mapping[str, _Plan] | None = None,
+    read_more: Callable[[list[str]], pd.DataFrame] | None = None,
+) -> dict[str, Gate]:
     """``arm -> Gate`` for every compared arm the gate applies to (see the module docstring).
 
     ``runs``: the runs frame of :mod:`workbench.results.reader` (its params give the configs);
@@ -398,14 +445,20 @@ def activity_gates(runs: pd.DataFrame, history: pd.DataFrame, baseline: str,
     for arm, plan in plans.items():
         readings, missing = [], []
         for label, metric, unit, low in plan.knobs:
-            here, there = _arm_mean(per_run, run_ids[arm], metric), _arm_mean(per_run, run_ids[plan.baseline_arm],
-                                                                               metric)
+            here, there = (
+                _arm_mean(per_run, run_ids[arm], metric),
+                _arm_mean(per_run, run_ids[plan.baseline_arm], metric),
+            )
             value = float(np.nanmax([here, there])) if math.isfinite(here) or math.isfinite(there) else math.nan
             if not math.isfinite(value):
                 missing.append(f"no run of {arm} or {plan.baseline_arm} logged {metric}")
             readings.append(Reading(label, metric, unit, value, low, here, there))
-        gates[arm] = Gate(plan.baseline_arm, tuple(readings), why_open="; ".join(missing),
-                          metrics=frozenset(m for _, m, _, _ in plan.knobs))
+        gates[arm] = Gate(
+            plan.baseline_arm,
+            tuple(readings),
+            why_open="; ".join(missing),
+            metrics=frozenset(m for _, m, _, _ in plan.knobs),
+        )
     return gates
 
 
@@ -429,8 +482,10 @@ def apply_gate(row: dict[str, Any], gate: Gate | None, reads: Sequence[str] = ()
 
     tested_status = row.get("status") or wording.status(row.get("verdict", ""))
     if gate.not_testable and tested_status in REJECTING:
-        notes.append(f"{gate.verdict().removeprefix(NOT_TESTABLE + ': ')}, yet the test rejected: "
-                     f"the verdict stands (an activity qualifies a verdict, it does not overrule it)")
+        notes.append(
+            f"{gate.verdict().removeprefix(NOT_TESTABLE + ': ')}, yet the test rejected: "
+            f"the verdict stands (an activity qualifies a verdict, it does not overrule it)"
+        )
     elif gate.not_testable:
         tested, verdict = row.get("verdict", ""), gate.verdict()
         lo, hi = row.get("delta_lo", math.nan), row.get("delta_hi", math.nan)
@@ -476,13 +531,17 @@ def markdown_activity_table() -> str:
             param = correction.activity(name).params.get(key.rsplit(".", 1)[1])
             rows.setdefault(_row(f"`{key}`", param), []).append(f"`{name}`")
     for kind in ("batch filter", "token filter", "shaping"):  # a setting of these acts through the unit's own metric
-        setting = ", ".join([f"`{reg[kind].selected_by}`", *(f"`{key.rsplit('.', 1)[1]}`" for key in reg[kind].settings)])
+        setting = ", ".join(
+            [f"`{reg[kind].selected_by}`", *(f"`{key.rsplit('.', 1)[1]}`" for key in reg[kind].settings)]
+        )
         for name in reg[kind].names():
             rows.setdefault(_row(setting, reg[kind].activity(name)), []).append(f"`{name}`")
     lines = ["| setting | units | activity metric | counts |", "|---|---|---|---|"]
     lines += [f"| {s} | {', '.join(units)} | {m} | {c} |" for (s, m, c), units in rows.items()]
-    lines.append("| anything else (estimator, loss, aggregation, KL, learning rate, epochs, sampler, task, ...) "
-                 "| - | none: acts on every token | always tested |")
+    lines.append(
+        "| anything else (estimator, loss, aggregation, KL, learning rate, epochs, sampler, task, ...) "
+        "| - | none: acts on every token | always tested |"
+    )
     return "\n".join(lines) + "\n"
 
 

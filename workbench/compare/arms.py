@@ -23,7 +23,15 @@ from collections.abc import Mapping
 import pandas as pd
 
 __all__ = [
-    "ARM_COLUMN", "CONTROL_PARAM", "NO_BASELINE", "arm_column", "control_arms", "arm_variants", "grid_point", "match_baselines", "runs_by_arm",
+    "ARM_COLUMN",
+    "CONTROL_PARAM",
+    "NO_BASELINE",
+    "arm_column",
+    "control_arms",
+    "arm_variants",
+    "grid_point",
+    "match_baselines",
+    "runs_by_arm",
 ]
 
 #: Column of the runs (and summary) frame holding each run's arm.
@@ -54,7 +62,7 @@ def control_arms(runs: pd.DataFrame) -> dict[str, str]:
 def grid_point(arm: str, variant: str) -> str:
     """The grid point in an arm's name: what follows ``<variant>/`` (``""`` without a grid)."""
     arm, variant = str(arm), str(variant)
-    return arm[len(variant) + 1:] if arm.startswith(variant + "/") else ""
+    return arm[len(variant) + 1 :] if arm.startswith(variant + "/") else ""
 
 
 def arm_column(frame: pd.DataFrame, variant_col: str = "variant", arm_col: str = ARM_COLUMN) -> pd.Series:
@@ -81,8 +89,10 @@ def match_baselines(arm_variants: Mapping[str, str], baseline: str) -> dict[str,
     if baseline in arm_variants:
         return {a: baseline for a in arm_variants}
     has_grid = any(a != v for a, v in arm_variants.items())
-    raise ValueError(f"baseline {baseline!r} not among the variants {variants}"
-                     + (f" or arms {list(arm_variants)}" if has_grid else ""))
+    raise ValueError(
+        f"baseline {baseline!r} not among the variants {variants}"
+        + (f" or arms {list(arm_variants)}" if has_grid else "")
+    )
 
 
 def arm_variants(frame: pd.DataFrame, variant_col: str = "variant", arm_col: str = ARM_COLUMN) -> dict[str, str]:
@@ -92,8 +102,9 @@ def arm_variants(frame: pd.DataFrame, variant_col: str = "variant", arm_col: str
     pairs = pairs.drop_duplicates()
     twice = pairs["arm"][pairs["arm"].duplicated()].tolist()
     if twice:
-        raise ValueError(f"arm {twice[0]!r} has runs of several variants "
-                         f"({sorted(pairs.loc[pairs['arm'] == twice[0], 'variant'])})")
+        raise ValueError(
+            f"arm {twice[0]!r} has runs of several variants ({sorted(pairs.loc[pairs['arm'] == twice[0], 'variant'])})"
+        )
     return dict(zip(pairs["arm"], pairs["variant"], strict=True))
 
 

@@ -50,17 +50,21 @@ class Replication:
     def sentence(self) -> str:
         """The line every output carries under its headline."""
         if self.unit == "seed":
-            return (f"Replication: {ONE_CHECKPOINT}. Every run of an arm starts from the same cold start, so the "
-                    "intervals measure RL noise, not how the result varies between cold starts (or priming "
-                    "SFTs); replicate: {cold_start: k} in the study trains k per arm (docs/reports.md).")
+            return (
+                f"Replication: {ONE_CHECKPOINT}. Every run of an arm starts from the same cold start, so the "
+                "intervals measure RL noise, not how the result varies between cold starts (or priming "
+                "SFTs); replicate: {cold_start: k} in the study trains k per arm (docs/reports.md)."
+            )
         ks = sorted(set(self.checkpoints.values()))
         lo = min(s[0] for s in self.seeds.values())
         hi = max(s[1] for s in self.seeds.values())
         per = f"{lo}" if lo == hi else f"{lo}-{hi}"
-        return (f"Replication: the checkpoint is the unit. Each arm has {'/'.join(map(str, ks))} independent cold "
-                f"starts (checkpoints) with {per} RL seeds each; every interval, test and count (n_seeds) is over "
-                "checkpoints, each the mean of its seeds, paired by cold-start index where both arms have the same "
-                "ones (docs/reports.md).")
+        return (
+            f"Replication: the checkpoint is the unit. Each arm has {'/'.join(map(str, ks))} independent cold "
+            f"starts (checkpoints) with {per} RL seeds each; every interval, test and count (n_seeds) is over "
+            "checkpoints, each the mean of its seeds, paired by cold-start index where both arms have the same "
+            "ones (docs/reports.md)."
+        )
 
 
 def cold_start_segment(value: object) -> str:
@@ -88,9 +92,16 @@ def _checkpoint_value(values: np.ndarray) -> float:
     return float(values.mean())
 
 
-def checkpoint_level(summary: pd.DataFrame, metrics: Sequence[str], *, variant_col: str, arm_col: str | None,
-                     seed_col: str, checkpoint_col: str | None = CHECKPOINT_COLUMN, keep: Sequence[str] = (),
-                     ) -> tuple[pd.DataFrame, Replication]:
+def checkpoint_level(
+    summary: pd.DataFrame,
+    metrics: Sequence[str],
+    *,
+    variant_col: str,
+    arm_col: str | None,
+    seed_col: str,
+    checkpoint_col: str | None = CHECKPOINT_COLUMN,
+    keep: Sequence[str] = (),
+) -> tuple[pd.DataFrame, Replication]:
     """``summary`` as the comparison should see it, and its :class:`Replication`.
 
     When no arm has runs of two checkpoints (``checkpoint_col`` absent, or one value per arm), ``summary`` is
@@ -108,13 +119,18 @@ def checkpoint_level(summary: pd.DataFrame, metrics: Sequence[str], *, variant_c
         return summary, Replication("seed")
     rows, checkpoints, seeds = [], {}, {}
     for (arm, ckpt), group in summary.groupby([arms.to_numpy(), index.to_numpy()], sort=False):
-        row = {variant_col: group[variant_col].iloc[0], seed_col: int(ckpt), "status": _worst_status(group),
-               "n_runs_in_checkpoint": len(group)}
+        row = {
+            variant_col: group[variant_col].iloc[0],
+            seed_col: int(ckpt),
+            "status": _worst_status(group),
+            "n_runs_in_checkpoint": len(group),
+        }
         if arm_col:
             row[arm_col] = arm
         if "stopped_early" in group.columns:
-            row["stopped_early"] = bool(group["stopped_early"].map(lambda v: v is True or str(v).lower() == "true")
-                                        .any())
+            row["stopped_early"] = bool(
+                group["stopped_early"].map(lambda v: v is True or str(v).lower() == "true").any()
+            )
         for column in keep:  # e.g. the IQM bootstrap's strata: the checkpoint's first run's
             row[column] = group[column].iloc[0]
         if "health_reasons" in group.columns:

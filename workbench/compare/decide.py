@@ -129,17 +129,38 @@ def compare_variants(
     Verdicts do not use them.
     """
     settings = settings or CompareSettings()
-    higher_is_better, variant_col, arm_col, seed_col = (settings.higher_is_better, settings.variant_col,
-                                                        settings.arm_col, settings.seed_col)
+    higher_is_better, variant_col, arm_col, seed_col = (
+        settings.higher_is_better,
+        settings.variant_col,
+        settings.arm_col,
+        settings.seed_col,
+    )
     strata, confidence, correction, family = settings.strata, settings.confidence, settings.correction, settings.family
-    pairing, n_resamples, power, sesoi, rng = (settings.pairing, settings.n_resamples, settings.power, settings.sesoi,
-                                               settings.rng)
+    pairing, n_resamples, power, sesoi, rng = (
+        settings.pairing,
+        settings.n_resamples,
+        settings.power,
+        settings.sesoi,
+        settings.rng,
+    )
     metrics = list(metrics)
-    _check_arguments(summary_df, metrics, family=family, confidence=confidence, correction=correction,
-                     columns=[variant_col, seed_col, *metrics] + ([strata] if strata else []))
+    _check_arguments(
+        summary_df,
+        metrics,
+        family=family,
+        confidence=confidence,
+        correction=correction,
+        columns=[variant_col, seed_col, *metrics] + ([strata] if strata else []),
+    )
     summary_df, replication = _checkpoints.checkpoint_level(
-        summary_df, metrics, variant_col=variant_col, arm_col=arm_col, seed_col=seed_col,
-        checkpoint_col=settings.checkpoint_col, keep=[strata] if strata else [])
+        summary_df,
+        metrics,
+        variant_col=variant_col,
+        arm_col=arm_col,
+        seed_col=seed_col,
+        checkpoint_col=settings.checkpoint_col,
+        keep=[strata] if strata else [],
+    )
     unit = replication.unit
     if unit == "checkpoint":
         problems = None  # the seeds x problems intervals have no checkpoint level: not shown rather than too narrow
@@ -147,21 +168,41 @@ def compare_variants(
     baselines = _arms.match_baselines(arm_variant, baseline)  # arm -> its baseline arm (None: none)
     base_arms = [a for a, b in baselines.items() if a == b]
     others = [a for a in arm_variant if baselines[a] != a]
-    plan = _CellPlan(confidence=confidence, pairing=pairing, n_resamples=n_resamples, power=power,
-                     seed=_table_seed(rng), strata=strata, unit=unit)
+    plan = _CellPlan(
+        confidence=confidence,
+        pairing=pairing,
+        n_resamples=n_resamples,
+        power=power,
+        seed=_table_seed(rng),
+        strata=strata,
+        unit=unit,
+    )
     directions = {m: _direction(m, higher_is_better) for m in metrics}
     bounds = {m: value_bounds(m) for m in metrics}
     units = _arms.arm_column(summary_df, variant_col, arm_col or "")
     groups = {a: g for a, g in summary_df.groupby(units.to_numpy(), sort=False)}
     censored_as = dict(getattr(summary_df, "attrs", {}).get("censored", {}))
-    outcomes = {(metric, arm): _outcomes.arm_outcomes(groups[arm], metric, seed_col=seed_col,
-                                                      censored_as=censored_as.get(metric, ""))
-                for metric in metrics for arm in arm_variant}
+    outcomes = {
+        (metric, arm): _outcomes.arm_outcomes(
+            groups[arm], metric, seed_col=seed_col, censored_as=censored_as.get(metric, "")
+        )
+        for metric in metrics
+        for arm in arm_variant
+    }
 
     cells = [
-        _compare_cell(metric, variant, groups[variant], outcomes, baseline=baseline, base_arm=baselines[variant],
-                      variant_of=arm_variant[variant], higher_is_better=directions[metric],
-                      bounds=bounds[metric], plan=plan)
+        _compare_cell(
+            metric,
+            variant,
+            groups[variant],
+            outcomes,
+            baseline=baseline,
+            base_arm=baselines[variant],
+            variant_of=arm_variant[variant],
+            higher_is_better=directions[metric],
+            bounds=bounds[metric],
+            plan=plan,
+        )
         for metric in metrics
         for variant in [*base_arms, *others]  # an arm; named variant as in a study without a grid
     ]
@@ -173,32 +214,48 @@ def compare_variants(
     secondary = [m for m in dict.fromkeys(settings.secondary) if m in metrics]
     _correct(cells, correction=correction, family=family, alpha=plan.alpha, secondary=set(secondary))
     for cell in cells:
-        _decide(cell, outcomes, confidence=confidence, alpha=plan.alpha, power=power, correction=correction,
-                unit=unit)
+        _decide(cell, outcomes, confidence=confidence, alpha=plan.alpha, power=power, correction=correction, unit=unit)
         if activity and cell.diff is not None:
             _activity.apply_gate(cell.row, activity.get(cell.row["variant"]), _summary_reads(cell.row["metric"]))
     for cell in cells:
         cell.row["status"] = cell.row.get("status") or wording.status(cell.row["verdict"])
     if problems is not None:  # intervals over seeds and problems, beside the seed-only ones
-        _problems.add_intervals([c.row for c in cells], summary_df, problems, units=units, seed_col=seed_col,
-                                confidence=confidence)
+        _problems.add_intervals(
+            [c.row for c in cells], summary_df, problems, units=units, seed_col=seed_col, confidence=confidence
+        )
     rows = _ranked_rows([c.row for c in cells], metrics, directions)
     df = pd.DataFrame(rows, columns=list(COLUMNS))
     df["paired"] = df["paired"].astype("boolean")
     settings = {
-        "family": family, "pairing": pairing, "n_resamples": n_resamples, "power": power, "rng": plan.seed,
+        "family": family,
+        "pairing": pairing,
+        "n_resamples": n_resamples,
+        "power": power,
+        "rng": plan.seed,
         "delta_ci": "the level each row's test used: the correction's (Holm: step-down) for better/worse/"
-                    "inconclusive, the TOST's 1 - 2 alpha / d for equivalent", "equivalence": "TOST at sesoi",
-        "strata": strata, "bootstrap": "BCa (IQM with strata)",
+        "inconclusive, the TOST's 1 - 2 alpha / d for equivalent",
+        "equivalence": "TOST at sesoi",
+        "strata": strata,
+        "bootstrap": "BCa (IQM with strata)",
         "p_improve_ci": "paired: Clopper-Pearson over seeds; unpaired: Mann-Whitney, Newcombe score interval",
-        "iqm_ci": stats.IQM_T_METHOD, "mean_ci": "t", "arms": any(a != v for a, v in arm_variant.items()),
+        "iqm_ci": stats.IQM_T_METHOD,
+        "mean_ci": "t",
+        "arms": any(a != v for a, v in arm_variant.items()),
         "two_way_ci": _problems.TWO_WAY_METHOD if (df["two_way_method"] != "").any() else "",
-        "unit": unit, "replication": replication.sentence(),
+        "unit": unit,
+        "replication": replication.sentence(),
     }
     if secondary:
         settings["secondary"] = secondary
-    return ComparisonTable(df=df, baseline=baseline, metrics=metrics, higher_is_better=directions,
-                           confidence=confidence, correction=correction, settings=settings)
+    return ComparisonTable(
+        df=df,
+        baseline=baseline,
+        metrics=metrics,
+        higher_is_better=directions,
+        confidence=confidence,
+        correction=correction,
+        settings=settings,
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -237,8 +294,9 @@ class _Cell:
     tost_level: float = math.nan  # the confidence of the TOST interval that matches its corrected test
 
 
-def _check_arguments(summary_df: pd.DataFrame, metrics: list[str], *, family: str, confidence: float,
-                     correction: str, columns: list[str]) -> None:
+def _check_arguments(
+    summary_df: pd.DataFrame, metrics: list[str], *, family: str, confidence: float, correction: str, columns: list[str]
+) -> None:
     """``ValueError`` naming the problem with :func:`compare_variants`' arguments, if any."""
     if not metrics:
         raise ValueError("no metrics to compare")
@@ -273,20 +331,33 @@ def _table_seed(rng: int | np.random.Generator | None) -> int:
     return 0 if rng is None else int(rng)
 
 
-def _estimates(arm: _outcomes.ArmOutcomes, strata: np.ndarray | None, bounds: tuple[float, float],
-               plan: _CellPlan, *keys: str) -> tuple[stats.Estimate, stats.Estimate]:
+def _estimates(
+    arm: _outcomes.ArmOutcomes, strata: np.ndarray | None, bounds: tuple[float, float], plan: _CellPlan, *keys: str
+) -> tuple[stats.Estimate, stats.Estimate]:
     """Mean and IQM of an arm's finished runs with their CIs, cut to the values' range."""
     mean = _cut(stats.mean_ci(arm.values, confidence=plan.confidence), bounds)
     if plan.n_resamples <= 0:  # no bootstrap asked for (simulations): the IQM without its interval
         value = float(stats.iqm(arm.values)) if arm.values.size else math.nan
         return mean, stats.Estimate(value, math.nan, math.nan, n=arm.values.size)
-    iqm = stats.iqm_ci(arm.values, strata=strata, confidence=plan.confidence, n_resamples=plan.n_resamples,
-                       rng=_child_rng(plan.seed, *keys, "iqm"))
+    iqm = stats.iqm_ci(
+        arm.values,
+        strata=strata,
+        confidence=plan.confidence,
+        n_resamples=plan.n_resamples,
+        rng=_child_rng(plan.seed, *keys, "iqm"),
+    )
     return mean, _cut(iqm, bounds)
 
 
-def _estimate_row(metric: str, variant: str, base_arm: str | None, arm: _outcomes.ArmOutcomes,
-                  mean: stats.Estimate, iqm: stats.Estimate, higher_is_better: bool | None) -> dict[str, Any]:
+def _estimate_row(
+    metric: str,
+    variant: str,
+    base_arm: str | None,
+    arm: _outcomes.ArmOutcomes,
+    mean: stats.Estimate,
+    iqm: stats.Estimate,
+    higher_is_better: bool | None,
+) -> dict[str, Any]:
     """A row with the arm's own estimates; the comparison's columns empty (NaN) until filled."""
     return {
         "metric": metric,
@@ -328,10 +399,19 @@ def _estimate_row(metric: str, variant: str, base_arm: str | None, arm: _outcome
     }
 
 
-def _compare_cell(metric: str, variant: str, runs: pd.DataFrame,
-                  outcomes: Mapping[tuple[str, str], _outcomes.ArmOutcomes], *, baseline: str,
-                  base_arm: str | None, variant_of: str, higher_is_better: bool | None,
-                  bounds: tuple[float, float], plan: _CellPlan) -> _Cell:
+def _compare_cell(
+    metric: str,
+    variant: str,
+    runs: pd.DataFrame,
+    outcomes: Mapping[tuple[str, str], _outcomes.ArmOutcomes],
+    *,
+    baseline: str,
+    base_arm: str | None,
+    variant_of: str,
+    higher_is_better: bool | None,
+    bounds: tuple[float, float],
+    plan: _CellPlan,
+) -> _Cell:
     """One arm on one metric: its estimates and, against its baseline arm, the test (p-value not
     yet corrected), P(improvement) and the notes."""
     arm = outcomes[metric, variant]
@@ -357,18 +437,31 @@ def _compare_cell(metric: str, variant: str, runs: pd.DataFrame,
     return cell
 
 
-def _test_against(row: dict[str, Any], arm: _outcomes.ArmOutcomes, base: _outcomes.ArmOutcomes,
-                  plan: _CellPlan) -> tuple[stats.Difference, bool]:
+def _test_against(
+    row: dict[str, Any], arm: _outcomes.ArmOutcomes, base: _outcomes.ArmOutcomes, plan: _CellPlan
+) -> tuple[stats.Difference, bool]:
     """Fill ``row``'s comparison with ``base``: delta, the test and its p-value, P(improvement).
     Returns the difference and whether the rank test decides (some runs failed,
     stopped or censored: ranked worst)."""
     metric, variant, hib = row["metric"], row["variant"], row["higher_is_better"]
-    diff = stats.mean_difference(arm.values, base.values, x_seeds=arm.seeds, y_seeds=base.seeds,
-                                 pairing=plan.pairing, rng=_child_rng(plan.seed, metric, variant, "perm"))
+    diff = stats.mean_difference(
+        arm.values,
+        base.values,
+        x_seeds=arm.seeds,
+        y_seeds=base.seeds,
+        pairing=plan.pairing,
+        rng=_child_rng(plan.seed, metric, variant, "perm"),
+    )
     by_rank = bool(arm.n_worst or base.n_worst)  # missing values alone: t-test, verdict may be withheld
     if by_rank and hib is not None:
-        p_value, _ = stats.rank_test(arm.values, base.values, x_worst=arm.n_worst, y_worst=base.n_worst,
-                                     higher_is_better=hib, rng=_child_rng(plan.seed, metric, variant, "rank"))
+        p_value, _ = stats.rank_test(
+            arm.values,
+            base.values,
+            x_worst=arm.n_worst,
+            y_worst=base.n_worst,
+            higher_is_better=hib,
+            rng=_child_rng(plan.seed, metric, variant, "rank"),
+        )
         x_ranked, y_ranked = _ranked_values(arm, base, hib)
         test = "Mann-Whitney (failed/stopped/censored runs ranked worst)"
     else:
@@ -399,8 +492,9 @@ def _improvement(x: np.ndarray, y: np.ndarray, *, higher_is_better: bool, plan: 
     return stats.mann_whitney_improvement_ci(x, y, higher_is_better=higher_is_better, confidence=plan.confidence)
 
 
-def _comparison_notes(cell: _Cell, arm: _outcomes.ArmOutcomes, base: _outcomes.ArmOutcomes,
-                      earlier: list[str]) -> list[str]:
+def _comparison_notes(
+    cell: _Cell, arm: _outcomes.ArmOutcomes, base: _outcomes.ArmOutcomes, earlier: list[str]
+) -> list[str]:
     """What a reader needs to know about a comparison, after the ``earlier`` notes of the arm
     itself: the baseline's incomplete runs, the success rates of a censored metric, the
     difference's own note (once), and that the rank test decided."""
@@ -448,8 +542,16 @@ def _correct(cells: list[_Cell], *, correction: str, family: str, alpha: float, 
             c.tost_level = 1.0 - 2.0 * alpha / d if math.isfinite(d) else math.nan
 
 
-def _decide(cell: _Cell, outcomes: Mapping[tuple[str, str], _outcomes.ArmOutcomes], *, confidence: float,
-            alpha: float, power: float, correction: str, unit: str = "seed") -> None:
+def _decide(
+    cell: _Cell,
+    outcomes: Mapping[tuple[str, str], _outcomes.ArmOutcomes],
+    *,
+    confidence: float,
+    alpha: float,
+    power: float,
+    correction: str,
+    unit: str = "seed",
+) -> None:
     """Fill a compared row's interval of delta, its minimum detectable effect and its verdict
     (after :func:`_correct`). The verdict is the corrected test's, and the interval shown is the
     one that test used, one interval per word: beside better/worse/inconclusive the t interval at
@@ -464,15 +566,32 @@ def _decide(cell: _Cell, outcomes: Mapping[tuple[str, str], _outcomes.ArmOutcome
     t_lo, t_hi = diff.interval(level)
     if cell.by_rank:
         r["delta_level"] = math.nan
-        r["verdict"] = wording.ranked_verdict(arm, base, higher_is_better=r["higher_is_better"],
-                                              p_adjusted=r["p_adjusted"], p_improve=r["p_improve"],
-                                              t_lo=t_lo, t_hi=t_hi, alpha=alpha, unit=unit)
+        r["verdict"] = wording.ranked_verdict(
+            arm,
+            base,
+            higher_is_better=r["higher_is_better"],
+            p_adjusted=r["p_adjusted"],
+            p_improve=r["p_improve"],
+            t_lo=t_lo,
+            t_hi=t_hi,
+            alpha=alpha,
+            unit=unit,
+        )
         return
     r["mde"] = stats.minimum_detectable_effect(diff, alpha=1.0 - level, power=power)
     equivalent = math.isfinite(r["p_equivalence"]) and r["p_equivalence"] < alpha
     r["verdict"] = wording.verdict(
-        diff.delta, t_lo, t_hi, r["p_adjusted"], alpha=alpha, higher_is_better=r["higher_is_better"],
-        n_x=r["n_seeds"], n_y=base.counts["finished"], mde=r["mde"], sesoi=r["sesoi"], equivalent=equivalent,
+        diff.delta,
+        t_lo,
+        t_hi,
+        r["p_adjusted"],
+        alpha=alpha,
+        higher_is_better=r["higher_is_better"],
+        n_x=r["n_seeds"],
+        n_y=base.counts["finished"],
+        mde=r["mde"],
+        sesoi=r["sesoi"],
+        equivalent=equivalent,
         unit=unit,
     )
     if wording.status(r["verdict"]) == "equivalent" and math.isfinite(cell.tost_level):
@@ -487,8 +606,9 @@ def _decide(cell: _Cell, outcomes: Mapping[tuple[str, str], _outcomes.ArmOutcome
         r["verdict"] = wording.withheld("; ".join(unknown))  # missing values could go either way
 
 
-def _ranked_rows(rows: list[dict[str, Any]], metrics: list[str],
-                 directions: Mapping[str, bool | None]) -> list[dict[str, Any]]:
+def _ranked_rows(
+    rows: list[dict[str, Any]], metrics: list[str], directions: Mapping[str, bool | None]
+) -> list[dict[str, Any]]:
     """``rows`` with their ``rank`` (best mean first in the metric's direction, ties sharing the
     lower rank; NaN without a direction), sorted by metric as requested, then rank."""
     for metric in metrics:
@@ -502,8 +622,9 @@ def _ranked_rows(rows: list[dict[str, Any]], metrics: list[str],
         for r, k in zip(part, ranks, strict=True):
             r["rank"] = float(k)
     order = {m: j for j, m in enumerate(metrics)}
-    return sorted(rows, key=lambda r: (order[r["metric"]], math.isnan(r["rank"]),
-                                       0.0 if math.isnan(r["rank"]) else r["rank"]))
+    return sorted(
+        rows, key=lambda r: (order[r["metric"]], math.isnan(r["rank"]), 0.0 if math.isnan(r["rank"]) else r["rank"])
+    )
 
 
 def _child_rng(seed: int, *keys: str) -> np.random.Generator:
@@ -535,19 +656,19 @@ def _cut(estimate: stats.Estimate, bounds: tuple[float, float]) -> stats.Estimat
     return dataclasses.replace(estimate, lo=float(lo), hi=float(hi))
 
 
-def _ranked_values(arm: _outcomes.ArmOutcomes, base: _outcomes.ArmOutcomes,
-                   hib: bool) -> tuple[np.ndarray, np.ndarray]:
+def _ranked_values(arm: _outcomes.ArmOutcomes, base: _outcomes.ArmOutcomes, hib: bool) -> tuple[np.ndarray, np.ndarray]:
     """Both arms' runs as ranks, failed/stopped/censored runs tied at the worst rank (for P(improve))."""
     worst = -math.inf if hib else math.inf
     x = np.concatenate([arm.values, np.full(arm.n_worst, worst)])
     y = np.concatenate([base.values, np.full(base.n_worst, worst)])
     ranks = stats.sps.rankdata(np.concatenate([x, y]))
-    return ranks[: x.size], ranks[x.size:]
+    return ranks[: x.size], ranks[x.size :]
 
 
 def _success_rates(arm: _outcomes.ArmOutcomes, base: _outcomes.ArmOutcomes) -> str:
-    """"got there" (not censored) in each arm among runs that ended with a value, compared with
+    """ "got there" (not censored) in each arm among runs that ended with a value, compared with
     Boschloo's exact test (``scipy.stats.boschloo_exact``): a second view of a censored metric."""
+
     def got(a: _outcomes.ArmOutcomes) -> tuple[int, int]:
         return a.counts["finished"], a.counts["finished"] + a.counts["censored"]
 

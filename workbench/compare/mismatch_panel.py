@@ -37,10 +37,31 @@ from .arms import arm_column
 __all__ = ["HISTOGRAM_COLUMNS", "NO_RECORD", "WORST_COLUMNS", "MismatchPanel", "mismatch_panel"]
 
 NO_RECORD = "no mismatch record (health.mismatch_record_every = 0 or an imported run)"
-HISTOGRAM_COLUMNS: tuple[str, ...] = ("run_id", "arm", "seed", "step", "which", "bin", "lo", "hi", "count", "tokens",
-                                      "share")
-WORST_COLUMNS: tuple[str, ...] = ("run_id", "step", "rank", "sequence", "position", "token_id", "token",
-                                  "learner_logp", "sampler_logp", "log_ratio")
+HISTOGRAM_COLUMNS: tuple[str, ...] = (
+    "run_id",
+    "arm",
+    "seed",
+    "step",
+    "which",
+    "bin",
+    "lo",
+    "hi",
+    "count",
+    "tokens",
+    "share",
+)
+WORST_COLUMNS: tuple[str, ...] = (
+    "run_id",
+    "step",
+    "rank",
+    "sequence",
+    "position",
+    "token_id",
+    "token",
+    "learner_logp",
+    "sampler_logp",
+    "log_ratio",
+)
 
 
 @dataclass
@@ -54,9 +75,12 @@ class MismatchPanel:
     problems: list[str] = field(default_factory=list)  # e.g. runs whose bins differ from ``edges``
 
 
-def mismatch_panel(runs: pd.DataFrame, records: Mapping[str, list[dict[str, Any]]],
-                   unreadable: Mapping[str, str] | None = None,
-                   decoders: Mapping[str, Callable[[int], str] | None] | None = None) -> MismatchPanel:
+def mismatch_panel(
+    runs: pd.DataFrame,
+    records: Mapping[str, list[dict[str, Any]]],
+    unreadable: Mapping[str, str] | None = None,
+    decoders: Mapping[str, Callable[[int], str] | None] | None = None,
+) -> MismatchPanel:
     """The panel data of ``runs`` (a ``runs`` frame: ``run_id``, ``variant``, ``seed``, ``arm`` where the study
     has a grid) from their ``records`` (run_id -> records in step order). ``unreadable``: run_id -> why its
     artifact could not be read; ``decoders``: run_id -> token id to text, where the run's tokenizer is at
@@ -84,12 +108,23 @@ def mismatch_panel(runs: pd.DataFrame, records: Mapping[str, list[dict[str, Any]
             hist_rows += _histogram_rows(rec, run_id=rid, arm=arm, seed=seed, which=which)
         decode = decoders.get(rid)
         for rank, w in enumerate(last["worst_tokens"], start=1):
-            worst_rows.append({"run_id": rid, "step": last["step"], "rank": rank,
-                               **{k: w[k] for k in ("sequence", "position", "token_id")},
-                               "token": None if decode is None else decode(int(w["token_id"])),
-                               **{k: w[k] for k in ("learner_logp", "sampler_logp", "log_ratio")}})
-    return MismatchPanel(pd.DataFrame(hist_rows, columns=list(HISTOGRAM_COLUMNS)),
-                         pd.DataFrame(worst_rows, columns=list(WORST_COLUMNS)), missing, edges or [], problems)
+            worst_rows.append(
+                {
+                    "run_id": rid,
+                    "step": last["step"],
+                    "rank": rank,
+                    **{k: w[k] for k in ("sequence", "position", "token_id")},
+                    "token": None if decode is None else decode(int(w["token_id"])),
+                    **{k: w[k] for k in ("learner_logp", "sampler_logp", "log_ratio")},
+                }
+            )
+    return MismatchPanel(
+        pd.DataFrame(hist_rows, columns=list(HISTOGRAM_COLUMNS)),
+        pd.DataFrame(worst_rows, columns=list(WORST_COLUMNS)),
+        missing,
+        edges or [],
+        problems,
+    )
 
 
 def _histogram_rows(record: dict[str, Any], **keys: Any) -> list[dict[str, Any]]:
@@ -97,6 +132,16 @@ def _histogram_rows(record: dict[str, Any], **keys: Any) -> list[dict[str, Any]]
     of the step's response tokens (NaN for a step with none)."""
     bounds = [-math.inf, *record["edges"], math.inf]
     tokens = record["tokens"]
-    return [{**keys, "step": record["step"], "bin": k, "lo": bounds[k], "hi": bounds[k + 1], "count": count,
-             "tokens": tokens, "share": count / tokens if tokens else math.nan}
-            for k, count in enumerate(record["counts"])]
+    return [
+        {
+            **keys,
+            "step": record["step"],
+            "bin": k,
+            "lo": bounds[k],
+            "hi": bounds[k + 1],
+            "count": count,
+            "tokens": tokens,
+            "share": count / tokens if tokens else math.nan,
+        }
+        for k, count in enumerate(record["counts"])
+    ]

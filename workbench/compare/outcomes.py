@@ -61,8 +61,11 @@ def run_outcomes(frame: pd.DataFrame, metric: str) -> np.ndarray:
     from the history) count as FINISHED; without ``stopped_early`` as not stopped.
     """
     values = pd.to_numeric(frame[metric], errors="coerce").to_numpy(dtype=float)
-    status = frame["status"].fillna("FINISHED").astype(str).str.upper().to_numpy() if "status" in frame.columns \
+    status = (
+        frame["status"].fillna("FINISHED").astype(str).str.upper().to_numpy()
+        if "status" in frame.columns
         else np.full(len(frame), "FINISHED")
+    )
     out = np.full(len(frame), "finished", dtype=object)
     out[np.isnan(values)] = "missing"
     out[np.isinf(values)] = "censored"
@@ -129,13 +132,17 @@ class ArmOutcomes:
         return f"{self.n_runs} run{'s' if self.n_runs != 1 else ''}: {rest or 'none'}"
 
 
-def arm_outcomes(frame: pd.DataFrame, metric: str, *, seed_col: str = "seed",
-                 censored_as: str = "") -> ArmOutcomes:
+def arm_outcomes(frame: pd.DataFrame, metric: str, *, seed_col: str = "seed", censored_as: str = "") -> ArmOutcomes:
     """:class:`ArmOutcomes` of the rows of one arm."""
     outcome = run_outcomes(frame, metric)
     values = pd.to_numeric(frame[metric], errors="coerce").to_numpy(dtype=float)
     done = outcome == "finished"
     counts = {o: int((outcome == o).sum()) for o in OUTCOMES}
     stopped = frame[outcome == "stopped"]
-    return ArmOutcomes(values=values[done], seeds=frame[seed_col].to_numpy()[done].tolist(), counts=counts,
-                       stop_rules=tuple(_stop_rules(stopped)), censored_as=censored_as)
+    return ArmOutcomes(
+        values=values[done],
+        seeds=frame[seed_col].to_numpy()[done].tolist(),
+        counts=counts,
+        stop_rules=tuple(_stop_rules(stopped)),
+        censored_as=censored_as,
+    )

@@ -81,6 +81,7 @@ BINOMIAL_DENOMINATORS: dict[str, str] = {EVAL_ACCURACY: EVAL_N_PROBLEMS}
 # Groups, baseline and labels
 # --------------------------------------------------------------------------------------------
 
+
 def panel_groups(history: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
     """The groups panels show, in order: the runs' arms (their variants in a study without a
     grid), or the history's variants when there is no runs frame."""
@@ -104,19 +105,24 @@ def run_labels(runs: pd.DataFrame) -> dict[str, str]:
     if not len(runs):
         return {}
     ckpt = runs[CHECKPOINT_COLUMN] if CHECKPOINT_COLUMN in runs.columns else [None] * len(runs)
-    return {r: f"{v}{cold_start_segment(c)}/seed={s}"
-            for r, v, c, s in zip(runs["run_id"], arm_column(runs), ckpt, runs["seed"], strict=True)}
+    return {
+        r: f"{v}{cold_start_segment(c)}/seed={s}"
+        for r, v, c, s in zip(runs["run_id"], arm_column(runs), ckpt, runs["seed"], strict=True)
+    }
 
 
 # --------------------------------------------------------------------------------------------
 # Curve panels
 # --------------------------------------------------------------------------------------------
 
+
 def band_interval_name(statistic: str, confidence: float) -> str:
     """What :func:`~workbench.compare.stats.curve_bands` computes, in words (legends, hover, docs)."""
     if statistic == "iqm":
-        return (f"{confidence:.0%} CI of the IQM across runs at each x (trimmed-mean t from 4 runs, "
-                "t interval of the mean below)")
+        return (
+            f"{confidence:.0%} CI of the IQM across runs at each x (trimmed-mean t from 4 runs, "
+            "t interval of the mean below)"
+        )
     return f"{confidence:.0%} t interval of the mean across runs at each x"
 
 
@@ -138,8 +144,15 @@ def wilson_bounds(proportion: np.ndarray, n: np.ndarray, confidence: float) -> t
     return lo, hi
 
 
-def checkpoint_noise(history: pd.DataFrame, metric: str, curves: pd.DataFrame, x: str, *,
-                     bands: pd.DataFrame | None = None, confidence: float = 0.95) -> pd.DataFrame | None:
+def checkpoint_noise(
+    history: pd.DataFrame,
+    metric: str,
+    curves: pd.DataFrame,
+    x: str,
+    *,
+    bands: pd.DataFrame | None = None,
+    confidence: float = 0.95,
+) -> pd.DataFrame | None:
     """Each checkpoint's binomial interval over problems, or None when ``metric`` has no denominator
     (:data:`BINOMIAL_DENOMINATORS`) or ``x`` is tokens (those curves are interpolated between checkpoints).
 
@@ -161,9 +174,11 @@ def checkpoint_noise(history: pd.DataFrame, metric: str, curves: pd.DataFrame, x
         return points.assign(lo=lo, hi=hi)[["run_id", "variant", x, "n_problems", "lo", "hi"]]
     points = points[np.isfinite(points["value"].to_numpy(dtype=float))]
     fewest = points.groupby(["variant", x], sort=False)["n_problems"].agg(
-        lambda n: n.min() if n.notna().all() else np.nan)  # one run without a count: no interval
-    out = bands[["variant", x, "estimate"]].merge(fewest.rename("n_problems").reset_index(), on=["variant", x],
-                                                  how="left")
+        lambda n: n.min() if n.notna().all() else np.nan
+    )  # one run without a count: no interval
+    out = bands[["variant", x, "estimate"]].merge(
+        fewest.rename("n_problems").reset_index(), on=["variant", x], how="left"
+    )
     lo, hi = wilson_bounds(out["estimate"], out["n_problems"], confidence)
     return out.assign(lo=lo, hi=hi)[["variant", x, "n_problems", "lo", "hi"]]
 
@@ -223,8 +238,9 @@ def _value_at(run_metric: pd.DataFrame, step: int) -> float:
     return float(row["value"])
 
 
-def event_markers(events: pd.DataFrame | None, metric: str, hist: pd.DataFrame,
-                  labels: Mapping[str, str] | None = None) -> pd.DataFrame:
+def event_markers(
+    events: pd.DataFrame | None, metric: str, hist: pd.DataFrame, labels: Mapping[str, str] | None = None
+) -> pd.DataFrame:
     """The health events that watch ``metric`` (columns ``run_id, rule, step, severity, message``
     and ``watches`` or ``metric``), each placed on its run's curve in ``hist`` (the metric's
     points ``run_id, step, value``): :data:`MARKER_COLUMNS`. Events of runs without points of
@@ -240,15 +256,32 @@ def event_markers(events: pd.DataFrame | None, metric: str, hist: pd.DataFrame,
         h = hist[hist["run_id"] == e["run_id"]].sort_values("step")
         if h.empty:
             continue
-        rows.append({"step": int(e["step"]), "y": _value_at(h, int(e["step"])), "severity": e["severity"],
-                     "rule": e["rule"], "label": labels.get(e["run_id"], e["run_id"][:8]),
-                     "message": e["message"]})
+        rows.append(
+            {
+                "step": int(e["step"]),
+                "y": _value_at(h, int(e["step"])),
+                "severity": e["severity"],
+                "rule": e["rule"],
+                "label": labels.get(e["run_id"], e["run_id"][:8]),
+                "message": e["message"],
+            }
+        )
     return pd.DataFrame(rows, columns=list(MARKER_COLUMNS))
 
 
-def curve_panel(history: pd.DataFrame, runs: pd.DataFrame, metric: str, *, x: str = "step",
-                aggregation: str = "mean", confidence: float = 0.95, max_points: int = 300, health_events: pd.DataFrame | None = None,
-                markers: bool = False, labels: Mapping[str, str] | None = None) -> CurvePanel | None:
+def curve_panel(
+    history: pd.DataFrame,
+    runs: pd.DataFrame,
+    metric: str,
+    *,
+    x: str = "step",
+    aggregation: str = "mean",
+    confidence: float = 0.95,
+    max_points: int = 300,
+    health_events: pd.DataFrame | None = None,
+    markers: bool = False,
+    labels: Mapping[str, str] | None = None,
+) -> CurvePanel | None:
     """The data of one metric's curve panel, or None when no run logged ``metric``.
 
     ``history``/``runs``: :func:`workbench.results.reader.load_study_frames` output. Runs are
@@ -276,8 +309,9 @@ def curve_panel(history: pd.DataFrame, runs: pd.DataFrame, metric: str, *, x: st
     if aggregation in ("mean", "iqm"):
         with warnings.catch_warnings():  # all-NaN columns (no run at some x) are expected
             warnings.simplefilter("ignore", RuntimeWarning)
-            panel.bands = curve_bands(aligned, x=x, statistic=aggregation, confidence=confidence,
-                                      bounds=metric_bounds(metric))
+            panel.bands = curve_bands(
+                aligned, x=x, statistic=aggregation, confidence=confidence, bounds=metric_bounds(metric)
+            )
         panel.interval = band_interval_name(aggregation, confidence)
     else:
         panel.curves = aligned
@@ -292,6 +326,7 @@ def curve_panel(history: pd.DataFrame, runs: pd.DataFrame, metric: str, *, x: st
 # --------------------------------------------------------------------------------------------
 # Summary panels
 # --------------------------------------------------------------------------------------------
+
 
 @dataclass
 class SummaryPanel:
@@ -310,8 +345,15 @@ class SummaryPanel:
                 yield m, rows
 
 
-def summary_panel(history: pd.DataFrame, runs: pd.DataFrame, metrics: Sequence[str], baseline: str | None, *,
-                  confidence: float = 0.95, seed: int | None = 0) -> SummaryPanel:
+def summary_panel(
+    history: pd.DataFrame,
+    runs: pd.DataFrame,
+    metrics: Sequence[str],
+    baseline: str | None,
+    *,
+    confidence: float = 0.95,
+    seed: int | None = 0,
+) -> SummaryPanel:
     """Per-run summaries of ``metrics`` (summary metric names) and their comparison with
     ``baseline`` (:func:`~workbench.compare.compare_variants`). Raises ``ValueError`` on an
     unknown metric or baseline."""
@@ -325,8 +367,7 @@ def summary_panel(history: pd.DataFrame, runs: pd.DataFrame, metrics: Sequence[s
 def interval_bounds(rows: pd.DataFrame, statistic: str = "mean") -> tuple[np.ndarray, np.ndarray]:
     """The CI of ``statistic`` per row of a comparison table, from whichever columns it has:
     ``<statistic>_lo/_hi`` or ``<statistic>_ci_lo/_ci_hi`` or ``lo/hi``; NaN (no interval) when none."""
-    for lo, hi in ((f"{statistic}_lo", f"{statistic}_hi"), (f"{statistic}_ci_lo", f"{statistic}_ci_hi"),
-                   ("lo", "hi")):
+    for lo, hi in ((f"{statistic}_lo", f"{statistic}_hi"), (f"{statistic}_ci_lo", f"{statistic}_ci_hi"), ("lo", "hi")):
         if lo in rows.columns and hi in rows.columns:
             return rows[lo].to_numpy(dtype=float), rows[hi].to_numpy(dtype=float)
     nan = np.full(len(rows), np.nan)

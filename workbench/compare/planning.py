@@ -70,9 +70,18 @@ def comparisons_per_metric(arms: Iterable[tuple[str, str]], baseline: str) -> in
     return sum(1 for variant, label in arms if variant != baseline and label.removeprefix(variant) in points)
 
 
-def plan_seeds(metrics: Iterable[str], sesoi: Mapping[str, float], noise_sd: Mapping[str, tuple[float, str]], *,
-               comparisons: int, seeds_in_study: int, alpha: float = 0.05, power: float = 0.8,
-               last_look_alpha: float | None = None, cap: int | None = None) -> list[SeedPlan]:
+def plan_seeds(
+    metrics: Iterable[str],
+    sesoi: Mapping[str, float],
+    noise_sd: Mapping[str, tuple[float, str]],
+    *,
+    comparisons: int,
+    seeds_in_study: int,
+    alpha: float = 0.05,
+    power: float = 0.8,
+    last_look_alpha: float | None = None,
+    cap: int | None = None,
+) -> list[SeedPlan]:
     """One :class:`SeedPlan` per metric. ``noise_sd`` maps a metric to ``(SD of a run across seeds,
     where it came from)``. Without a SESOI or an SD nothing is planned and ``why`` says what is
     missing: no number is invented. ``last_look_alpha``: a sequential design's last look's α (the
@@ -84,23 +93,43 @@ def plan_seeds(metrics: Iterable[str], sesoi: Mapping[str, float], noise_sd: Map
     for metric in metrics:
         e = sesoi.get(metric)
         sd, sd_source = noise_sd.get(metric, (None, ""))
-        common = {"metric": metric, "sesoi": e, "noise_sd": sd, "sd_source": sd_source, "comparisons": comparisons,
-                  "alpha": level, "power": power, "seeds_in_study": seeds_in_study, "level_source": source,
-                  "cap": cap}
+        common = {
+            "metric": metric,
+            "sesoi": e,
+            "noise_sd": sd,
+            "sd_source": sd_source,
+            "comparisons": comparisons,
+            "alpha": level,
+            "power": power,
+            "seeds_in_study": seeds_in_study,
+            "level_source": source,
+            "cap": cap,
+        }
         if comparisons == 0:
             out.append(SeedPlan(seeds=None, why="no comparison: no arm besides the baseline", **common))
         elif e is None:
-            out.append(SeedPlan(seeds=None, why=f"no compare.sesoi for {metric}: declare the smallest effect "
-                                                "of interest to plan seeds", **common))
+            out.append(
+                SeedPlan(
+                    seeds=None,
+                    why=f"no compare.sesoi for {metric}: declare the smallest effect of interest to plan seeds",
+                    **common,
+                )
+            )
         elif sd is None or not math.isfinite(sd):
-            out.append(SeedPlan(seeds=None, why=f"no compare.noise_sd for {metric} and no finished baseline runs "
-                                                "in the store to measure it", **common))
+            out.append(
+                SeedPlan(
+                    seeds=None,
+                    why=f"no compare.noise_sd for {metric} and no finished baseline runs in the store to measure it",
+                    **common,
+                )
+            )
         else:
             n = stats.planned_seeds(e, math.sqrt(2.0) * sd, alpha=level, power=power)
             at_cap: dict[str, float | None] = {}
             if cap is not None and cap < n and cap >= 2:
-                at_cap["power_at_cap"] = float(stats.t_test_power(cap, e, math.sqrt(2.0) * sd, paired=True,
-                                                                  alpha=level))
+                at_cap["power_at_cap"] = float(
+                    stats.t_test_power(cap, e, math.sqrt(2.0) * sd, paired=True, alpha=level)
+                )
                 at_cap["tost_power_at_cap"] = stats.tost_power(cap, e, math.sqrt(2.0) * sd, alpha=level)
             out.append(SeedPlan(seeds=n, **common, **at_cap))
     return out

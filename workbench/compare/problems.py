@@ -77,8 +77,10 @@ __all__ = [
     "two_way_mean",
 ]
 
-TWO_WAY_METHOD = ("t over seeds and problems (the seed-only variance plus the problem draw's variance component; "
-                  "df from the level that limits it)")
+TWO_WAY_METHOD = (
+    "t over seeds and problems (the seed-only variance plus the problem draw's variance component; "
+    "df from the level that limits it)"
+)
 BOOTSTRAP_METHOD = "percentile bootstrap over seeds and problems (two-way, paired)"
 
 
@@ -187,13 +189,25 @@ def two_way_difference(x: np.ndarray, y: np.ndarray, *, paired: bool, confidence
     vx_seed, _, vx_overlap, cx = _terms(x)
     vy_seed, _, vy_overlap, cy = _terms(y)
     v_problem = float((cx - cy).var(ddof=1)) / p if p > 1 else 0.0
-    terms = [(vx_seed, sx - 1, "seed"), (vy_seed, sy - 1, "seed"), (v_problem, p - 1, "problem"),
-             (vx_overlap, (sx - 1) * (p - 1), "overlap"), (vy_overlap, (sy - 1) * (p - 1), "overlap")]
+    terms = [
+        (vx_seed, sx - 1, "seed"),
+        (vy_seed, sy - 1, "seed"),
+        (v_problem, p - 1, "problem"),
+        (vx_overlap, (sx - 1) * (p - 1), "overlap"),
+        (vy_overlap, (sy - 1) * (p - 1), "overlap"),
+    ]
     return _interval(float(x.mean() - y.mean()), terms, confidence)
 
 
-def two_way_bootstrap(x: np.ndarray, y: np.ndarray | None = None, *, paired: bool = True, confidence: float = 0.95,
-                      n_resamples: int = 2000, rng: np.random.Generator | int | None = 0) -> TwoWay:
+def two_way_bootstrap(
+    x: np.ndarray,
+    y: np.ndarray | None = None,
+    *,
+    paired: bool = True,
+    confidence: float = 0.95,
+    n_resamples: int = 2000,
+    rng: np.random.Generator | int | None = 0,
+) -> TwoWay:
     """The percentile bootstrap over seeds and problems, for comparison with the t interval: each
     resample draws seeds with replacement (the same seed indices in both arms when ``paired``,
     each arm its own otherwise) and problems with replacement (the same for both arms). ``y=None``:
@@ -214,12 +228,22 @@ def two_way_bootstrap(x: np.ndarray, y: np.ndarray | None = None, *, paired: boo
         if paired:
             stats = np.einsum("bs,sp,bp->b", seed_weights(s), x - y, problems)
         else:
-            stats = (np.einsum("bs,sp,bp->b", seed_weights(s), x, problems)
-                     - np.einsum("bs,sp,bp->b", seed_weights(y.shape[0]), y, problems))
+            stats = np.einsum("bs,sp,bp->b", seed_weights(s), x, problems) - np.einsum(
+                "bs,sp,bp->b", seed_weights(y.shape[0]), y, problems
+            )
         estimate = float(x.mean() - y.mean())
     lo, hi = np.quantile(stats, [0.5 - confidence / 2, 0.5 + confidence / 2])
-    return TwoWay(estimate, float(lo), float(hi), float(stats.std(ddof=1)), math.nan, math.nan, math.nan, math.nan,
-                  BOOTSTRAP_METHOD)
+    return TwoWay(
+        estimate,
+        float(lo),
+        float(hi),
+        float(stats.std(ddof=1)),
+        math.nan,
+        math.nan,
+        math.nan,
+        math.nan,
+        BOOTSTRAP_METHOD,
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -270,12 +294,18 @@ def problem_values(part: pd.DataFrame, summary: str) -> pd.Series:
     k = int(summary.rsplit("_", 1)[1])
     if not {"samples", "n_correct"} <= set(part.columns):
         return pd.Series(np.nan, index=part.index)
-    return pd.Series([pass_at_k(int(n), int(c), k) if n == n and c == c and k <= n else np.nan
-                      for n, c in zip(part["samples"], part["n_correct"], strict=True)], index=part.index)
+    return pd.Series(
+        [
+            pass_at_k(int(n), int(c), k) if n == n and c == c and k <= n else np.nan
+            for n, c in zip(part["samples"], part["n_correct"], strict=True)
+        ],
+        index=part.index,
+    )
 
 
-def per_problem_values(problems: pd.DataFrame, run_ids: Sequence[str], summary: str,
-                       params: Mapping[str, object] | None = None) -> tuple[np.ndarray, list[str]] | None:
+def per_problem_values(
+    problems: pd.DataFrame, run_ids: Sequence[str], summary: str, params: Mapping[str, object] | None = None
+) -> tuple[np.ndarray, list[str]] | None:
     """The ``runs x problems`` matrix of ``summary`` restricted to each problem, for ``run_ids`` in
     order, from the long per-problem table (``run_id, step, problem_id, correct``), and the problem
     ids (columns, sorted). None when a run has no rows, the runs' eval steps or problem sets
@@ -308,16 +338,29 @@ def per_problem_values(problems: pd.DataFrame, run_ids: Sequence[str], summary: 
 
 #: Columns this module fills in :func:`workbench.compare.compare_variants`' table (NaN / "" where
 #: there is no interval over problems).
-TWO_WAY_COLUMNS: tuple[str, ...] = ("n_problems", "mean_2way_lo", "mean_2way_hi", "delta_2way_lo", "delta_2way_hi",
-                                    "two_way_method")
+TWO_WAY_COLUMNS: tuple[str, ...] = (
+    "n_problems",
+    "mean_2way_lo",
+    "mean_2way_hi",
+    "delta_2way_lo",
+    "delta_2way_hi",
+    "two_way_method",
+)
 #: |summary from eval/accuracy - summary from the per-problem rows| above which the rows are not the
 #: run's (another eval set, a resumed run's gap): both are means of at most ~10^4 0/1 values with
 #: weights summing to 1, so float error is ~1e4 x 2.2e-16 ~ 2e-12; 1e-9 leaves room for that only.
 AGREEMENT_TOLERANCE = 1e-9
 
 
-def add_intervals(rows: list[dict], summary_df: pd.DataFrame, problems: pd.DataFrame, *, units: pd.Series,
-                  seed_col: str, confidence: float) -> None:
+def add_intervals(
+    rows: list[dict],
+    summary_df: pd.DataFrame,
+    problems: pd.DataFrame,
+    *,
+    units: pd.Series,
+    seed_col: str,
+    confidence: float,
+) -> None:
     """Fill :data:`TWO_WAY_COLUMNS` of the table's ``rows`` (one per metric x arm) for eval-based
     summaries (:data:`TWO_WAY_SUMMARIES`) whose every finished run has per-problem results:
     the arm mean's interval over seeds and problems at ``confidence``, and Δ's at the row's
@@ -359,8 +402,14 @@ def add_intervals(rows: list[dict], summary_df: pd.DataFrame, problems: pd.DataF
 
     arms = set(units)
     for row in rows:
-        row.update(n_problems=math.nan, mean_2way_lo=math.nan, mean_2way_hi=math.nan, delta_2way_lo=math.nan,
-                   delta_2way_hi=math.nan, two_way_method="")
+        row.update(
+            n_problems=math.nan,
+            mean_2way_lo=math.nan,
+            mean_2way_hi=math.nan,
+            delta_2way_lo=math.nan,
+            delta_2way_hi=math.nan,
+            two_way_method="",
+        )
         metric, arm = row["metric"], row["variant"]
         if metric not in TWO_WAY_SUMMARIES or arm not in arms:
             continue
@@ -372,8 +421,9 @@ def add_intervals(rows: list[dict], summary_df: pd.DataFrame, problems: pd.DataF
         if not math.isfinite(mean.lo):
             _note(row, "intervals over seeds only (no variance over seeds or problems)")
             continue
-        row.update(n_problems=float(len(mine[2])), mean_2way_lo=mean.lo, mean_2way_hi=mean.hi,
-                   two_way_method=TWO_WAY_METHOD)
+        row.update(
+            n_problems=float(len(mine[2])), mean_2way_lo=mean.lo, mean_2way_hi=mean.hi, two_way_method=TWO_WAY_METHOD
+        )
         base_arm = row.get("baseline_arm") or ""
         if not base_arm or base_arm == arm or not math.isfinite(row["delta_lo"]):
             continue  # a baseline row, no baseline, or no t interval of Δ (the rank test decides)
@@ -390,8 +440,11 @@ def add_intervals(rows: list[dict], summary_df: pd.DataFrame, problems: pd.DataF
                 row.update(delta_2way_lo=diff.lo, delta_2way_hi=diff.hi)
                 if row.get("status") in ("better", "worse", "higher", "lower") and diff.lo <= 0.0 <= diff.hi:
                     # the verdict is about these problems; over problems drawn alike it is not shown
-                    _note(row, f"{row['status']} on these {int(row['n_problems'])} eval problems only: the Δ "
-                               f"interval over seeds and problems [{diff.lo:.3g}, {diff.hi:.3g}] includes 0")
+                    _note(
+                        row,
+                        f"{row['status']} on these {int(row['n_problems'])} eval problems only: the Δ "
+                        f"interval over seeds and problems [{diff.lo:.3g}, {diff.hi:.3g}] includes 0",
+                    )
             else:
                 _note(row, "Δ interval over seeds only (no variance over seeds or problems)")
 
@@ -400,8 +453,9 @@ def _note(row: dict, note: str) -> None:
     row["note"] = f"{row['note']}; {note}" if row.get("note") else note
 
 
-def _difference(x: tuple[np.ndarray, list, list[str]], y: tuple[np.ndarray, list, list[str]], *, paired: bool,
-                confidence: float) -> TwoWay:
+def _difference(
+    x: tuple[np.ndarray, list, list[str]], y: tuple[np.ndarray, list, list[str]], *, paired: bool, confidence: float
+) -> TwoWay:
     """Δ of two arms' matrices; paired: on their common seeds, row by row (as the paired t-test)."""
     if not paired:
         return two_way_difference(x[0], y[0], paired=False, confidence=confidence)

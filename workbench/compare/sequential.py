@@ -114,8 +114,14 @@ class Design:
         object.__setattr__(self, "looks", looks)
 
     @classmethod
-    def planned(cls, looks: Sequence[int] = DEFAULT_LOOKS, *, max_seeds: int | None = None, alpha: float = 0.05,
-                spending: str = "obrien_fleming") -> Design:
+    def planned(
+        cls,
+        looks: Sequence[int] = DEFAULT_LOOKS,
+        *,
+        max_seeds: int | None = None,
+        alpha: float = 0.05,
+        spending: str = "obrien_fleming",
+    ) -> Design:
         """The looks capped by ``max_seeds``: the looks below it, then ``max_seeds`` itself as the last."""
         looks = [int(n) for n in looks]
         if max_seeds is not None:
@@ -156,8 +162,10 @@ class Design:
         if taken == 0:
             return f"no look yet of {plan}, α spent 0 of {self.alpha:g} ({name} spending)"
         done = ",".join(str(n) for n in self.looks[:taken])
-        return (f"looks {done} of {plan}, α spent {float(self.cumulative_alpha[taken - 1]):.2g} of "
-                f"{self.alpha:g} ({name} spending)")
+        return (
+            f"looks {done} of {plan}, α spent {float(self.cumulative_alpha[taken - 1]):.2g} of "
+            f"{self.alpha:g} ({name} spending)"
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {"looks": list(self.looks), "alpha": self.alpha, "spending": self.spending}
@@ -223,8 +231,9 @@ def holm_adjusted(p: np.ndarray) -> np.ndarray:
     return np.where(finite, out, np.nan)
 
 
-def decide_family(design: Design, look: int, status: Any, p_value: Any, rejection: Any, compare_status: Any,
-                  futility: Any) -> np.ndarray:
+def decide_family(
+    design: Design, look: int, status: Any, p_value: Any, rejection: Any, compare_status: Any, futility: Any
+) -> np.ndarray:
     """The statuses of one family's comparisons after look ``look`` (0-based); every argument is an
     array ``[..., m]`` (one row per study in a simulation, one family in ``workbench run``).
 

@@ -344,8 +344,9 @@ def iqm_ci(
     """
     v, n_dropped = finite(values)
     if strata is not None:
-        return bootstrap_ci(values, "iqm", strata=strata, confidence=confidence, n_resamples=n_resamples,
-                            method="BCa", rng=rng)
+        return bootstrap_ci(
+            values, "iqm", strata=strata, confidence=confidence, n_resamples=n_resamples, method="BCa", rng=rng
+        )
     if v.size < 4:
         return mean_ci(values, confidence=confidence)
     common = {"n": v.size, "n_dropped": n_dropped, "confidence": confidence}
@@ -423,12 +424,15 @@ def _newcombe_variance(theta: float, n_x: int, n_y: int) -> float:
     """Var of the Mann-Whitney probability at ``theta``: Hanley & McNeil's (1982) formula with both
     group sizes replaced by their mean ``N = (n_x + n_y) / 2`` (Newcombe 2006, Part 2, method 5)."""
     n = (n_x + n_y) / 2.0
-    return theta * (1.0 - theta) * (1.0 + (n - 1.0) * ((1.0 - theta) / (2.0 - theta) + theta / (1.0 + theta))) \
+    return (
+        theta
+        * (1.0 - theta)
+        * (1.0 + (n - 1.0) * ((1.0 - theta) / (2.0 - theta) + theta / (1.0 + theta)))
         / (n_x * n_y)
+    )
 
 
-def mann_whitney_improvement_ci(x: Any, y: Any, *, higher_is_better: bool = True,
-                                confidence: float = 0.95) -> Estimate:
+def mann_whitney_improvement_ci(x: Any, y: Any, *, higher_is_better: bool = True, confidence: float = 0.95) -> Estimate:
     """P(a run of X improves on a run of Y) (:func:`probability_of_improvement`, ``U / (n m)``) with
     Newcombe's score interval (2006, "Confidence intervals for an effect size measure based on the
     Mann-Whitney statistic. Part 2", method 5): the ``theta`` where ``(theta_hat - theta)^2 =
@@ -439,8 +443,12 @@ def mann_whitney_improvement_ci(x: Any, y: Any, *, higher_is_better: bool = True
 
     xv, dx = finite(x)
     yv, dy = finite(y)
-    common = {"n": int(min(xv.size, yv.size)), "n_dropped": dx + dy, "confidence": confidence,
-              "method": "Mann-Whitney, Newcombe score interval"}
+    common = {
+        "n": int(min(xv.size, yv.size)),
+        "n_dropped": dx + dy,
+        "confidence": confidence,
+        "method": "Mann-Whitney, Newcombe score interval",
+    }
     value = probability_of_improvement(xv, yv, higher_is_better=higher_is_better)
     if xv.size == 0 or yv.size == 0:
         return Estimate(value, math.nan, math.nan, note="no finite values", **common)
@@ -586,8 +594,9 @@ def _paired(x: np.ndarray, y: np.ndarray, *, rng: RngLike, note: str = "") -> Di
     if _is_constant(d):
         no_change = _is_constant(np.array([delta, 0.0]))
         p = 1.0 if no_change else _permutation_p(x, y, paired=True, rng=rng)
-        return Difference(delta, 0.0, n - 1, p, True, n, n, 0.0, "permutation (zero variance)", note,
-                          p_floor=2.0 / 2.0**n)  # all signs flipped together: 2 of 2^n arrangements
+        return Difference(
+            delta, 0.0, n - 1, p, True, n, n, 0.0, "permutation (zero variance)", note, p_floor=2.0 / 2.0**n
+        )  # all signs flipped together: 2 of 2^n arrangements
     sd = float(d.std(ddof=1))
     res = sps.ttest_rel(x, y)
     return Difference(delta, sd / math.sqrt(n), float(n - 1), float(res.pvalue), True, n, n, sd, "paired t", note)
@@ -607,8 +616,18 @@ def _welch(x: np.ndarray, y: np.ndarray, *, rng: RngLike) -> Difference:
     if _is_constant(x) and _is_constant(y):
         same = _is_constant(np.concatenate([x, y]))
         p = 1.0 if same else _permutation_p(x, y, paired=False, rng=rng)
-        return Difference(delta, 0.0, float(nx + ny - 2), p, False, nx, ny, 0.0, "permutation (zero variance)",
-                          p_floor=2.0 / math.comb(nx + ny, nx))  # the two splits that separate the groups
+        return Difference(
+            delta,
+            0.0,
+            float(nx + ny - 2),
+            p,
+            False,
+            nx,
+            ny,
+            0.0,
+            "permutation (zero variance)",
+            p_floor=2.0 / math.comb(nx + ny, nx),
+        )  # the two splits that separate the groups
     a, b = vx / nx, vy / ny
     se = math.sqrt(a + b)
     df = (a + b) ** 2 / (a**2 / (nx - 1) + b**2 / (ny - 1))
@@ -656,9 +675,7 @@ def _no_correction(p: np.ndarray, alpha: float = 0.05) -> tuple[np.ndarray, np.n
 
 #: ``f(pvalues, alpha) -> (adjusted pvalues, divisors)``: hypothesis i is tested at
 #: ``alpha / divisors[i]`` and its CI after correction has confidence ``1 - alpha / divisors[i]``.
-CORRECTIONS: Registry[Callable[..., tuple[np.ndarray, np.ndarray]]] = Registry(
-    "multiple-comparison correction"
-)
+CORRECTIONS: Registry[Callable[..., tuple[np.ndarray, np.ndarray]]] = Registry("multiple-comparison correction")
 CORRECTIONS.register("holm")(_holm)
 CORRECTIONS.register("bonferroni")(_bonferroni)
 CORRECTIONS.register("none")(_no_correction)
@@ -682,8 +699,9 @@ def adjust_pvalues(pvalues: Any, method: str = "holm", *, alpha: float = 0.05) -
 # --------------------------------------------------------------------------------------------
 
 
-def rank_test(x: Any, y: Any, *, x_worst: int, y_worst: int, higher_is_better: bool,
-              rng: RngLike = None) -> tuple[float, float]:
+def rank_test(
+    x: Any, y: Any, *, x_worst: int, y_worst: int, higher_is_better: bool, rng: RngLike = None
+) -> tuple[float, float]:
     """``(p_value, P(improvement))`` of Mann-Whitney's test of X against Y where ``x_worst`` runs of
     X and ``y_worst`` of Y (failed, stopped early, censored) count as worse than every value
     (tied among themselves). The p-value comes from the permutation distribution of U
@@ -815,8 +833,9 @@ def minimum_detectable_effect(diff: Difference, *, alpha: float = 0.05, power: f
     return _detectable_effect_size(int(n_x), int(n_y), bool(diff.paired), float(alpha), float(power)) * sd
 
 
-def planned_seeds(sesoi: float, sd_difference: float, *, alpha: float = 0.05, power: float = 0.8,
-                  max_n: int = 100_000) -> int:
+def planned_seeds(
+    sesoi: float, sd_difference: float, *, alpha: float = 0.05, power: float = 0.8, max_n: int = 100_000
+) -> int:
     """Seeds per arm for ``power`` to detect a true ``|Δ| = sesoi`` with the paired t-test at
     ``alpha`` (two-sided), when the per-seed differences have SD ``sd_difference``: the smallest
     ``n`` (at least 2) whose exact power (noncentral t) reaches ``power``. Planned before the
@@ -853,8 +872,14 @@ def tost_p(diff: Difference, sesoi: float) -> float:
     t statistic of the difference test (``diff.se``, ``diff.df``; :func:`tost_pvalues`). Below
     ``alpha`` exactly when the ``1 - 2 alpha`` interval of Δ lies inside ``(-e, e)``. NaN without a
     t-test (no SE; zero variance: no equivalence is claimed then) or without a SESOI."""
-    if not (math.isfinite(sesoi) and sesoi > 0 and math.isfinite(diff.se) and diff.se > 0
-            and math.isfinite(diff.delta) and math.isfinite(diff.df)):
+    if not (
+        math.isfinite(sesoi)
+        and sesoi > 0
+        and math.isfinite(diff.se)
+        and diff.se > 0
+        and math.isfinite(diff.delta)
+        and math.isfinite(diff.df)
+    ):
         return math.nan
     return float(tost_pvalues(diff.delta, diff.se, diff.df, sesoi))
 
@@ -865,8 +890,7 @@ def simultaneous_levels(n_tested: int, alpha: float = 0.05) -> float:
     return 1.0 - alpha / max(1, n_tested)
 
 
-def paired_improvement_ci(x: Any, y: Any, *, higher_is_better: bool = True,
-                          confidence: float = 0.95) -> Estimate:
+def paired_improvement_ci(x: Any, y: Any, *, higher_is_better: bool = True, confidence: float = 0.95) -> Estimate:
     """P(the variant improves on the baseline at the same seed): the share of matched seeds where
     ``x > y`` in the metric's direction (ties count 1/2), with the exact Clopper-Pearson interval
     (``statsmodels.stats.proportion.proportion_confint(method="beta")``), which covers at least
@@ -943,8 +967,6 @@ def curve_bands(
                 hi[cols] = np.where(spread, t_hi, est[cols])
         with np.errstate(invalid="ignore"):  # NaN (fewer than 2 runs) stays NaN
             lo, hi = np.clip(lo, *bounds), np.clip(hi, *bounds)
-        out.append(
-            pd.DataFrame({group: name, x: wide.columns.to_numpy(), "n": n, "estimate": est, "lo": lo, "hi": hi})
-        )
+        out.append(pd.DataFrame({group: name, x: wide.columns.to_numpy(), "n": n, "estimate": est, "lo": lo, "hi": hi}))
     cols = [group, x, "n", "estimate", "lo", "hi"]
     return pd.concat(out, ignore_index=True) if out else pd.DataFrame(columns=cols)

@@ -246,6 +246,7 @@ def iter_runs(
             info = {"run_id": rid, "variant": ids.at[rid, "variant"], "seed": ids.at[rid, "seed"]}
             yield RunCurves(rid, info, curves[rid])
 
+
 # --------------------------------------------------------------------------------------------
 # Registry of summary metrics
 # --------------------------------------------------------------------------------------------
@@ -284,8 +285,7 @@ class SummaryMetric:
         unknown = sorted(set(params) - set(self.params))
         if unknown:
             raise ValueError(
-                f"summary metric {self.name!r} has no parameter(s) {unknown} "
-                f"(valid: {sorted(self.params) or 'none'})"
+                f"summary metric {self.name!r} has no parameter(s) {unknown} (valid: {sorted(self.params) or 'none'})"
             )
         return float(self.fn(run, **params))
 
@@ -294,7 +294,11 @@ SUMMARY_METRICS: Registry[SummaryMetric] = Registry("summary metric")
 
 
 def summary_metric(
-    name: str, *, higher_is_better: bool | None, reads: Sequence[str], censored: str = "",
+    name: str,
+    *,
+    higher_is_better: bool | None,
+    reads: Sequence[str],
+    censored: str = "",
     bounds: tuple[float, float] = (-math.inf, math.inf),
 ) -> Callable[[Callable[..., float]], Callable[..., float]]:
     """Decorator: register ``fn(run, **params) -> float`` as summary metric ``name``.
@@ -354,8 +358,13 @@ def _first_reaching(s: pd.Series, threshold: float) -> Any:
     return hit[0] if len(hit) else None
 
 
-@summary_metric("steps_to_threshold", higher_is_better=False, reads=[EVAL_ACCURACY],
-                censored="never reached {threshold}", bounds=(0.0, math.inf))
+@summary_metric(
+    "steps_to_threshold",
+    higher_is_better=False,
+    reads=[EVAL_ACCURACY],
+    censored="never reached {threshold}",
+    bounds=(0.0, math.inf),
+)
 def steps_to_threshold(run: RunCurves, threshold: float = 0.5) -> float:
     """First eval step with ``eval/accuracy >= threshold``; ``inf`` (censored) if never reached,
     NaN without evals."""
@@ -366,8 +375,13 @@ def steps_to_threshold(run: RunCurves, threshold: float = 0.5) -> float:
     return math.inf if step is None else float(step)
 
 
-@summary_metric("tokens_to_threshold", higher_is_better=False, reads=[EVAL_ACCURACY, *COUNT_METRICS],
-                censored="never reached {threshold}", bounds=(0.0, math.inf))
+@summary_metric(
+    "tokens_to_threshold",
+    higher_is_better=False,
+    reads=[EVAL_ACCURACY, *COUNT_METRICS],
+    censored="never reached {threshold}",
+    bounds=(0.0, math.inf),
+)
 def tokens_to_threshold(run: RunCurves, threshold: float = 0.5) -> float:
     """Sampled tokens before the first eval step with ``eval/accuracy >= threshold`` (the eval at
     step ``s`` runs before step ``s`` samples, so steps ``< s`` count).
@@ -385,8 +399,11 @@ def tokens_to_threshold(run: RunCurves, threshold: float = 0.5) -> float:
 
 
 @summary_metric(
-    "tokens_per_correct", higher_is_better=False, reads=[ACCURACY_TRAIN, LENGTH_MEAN, *COUNT_METRICS],
-    censored="nothing correct", bounds=(0.0, math.inf),
+    "tokens_per_correct",
+    higher_is_better=False,
+    reads=[ACCURACY_TRAIN, LENGTH_MEAN, *COUNT_METRICS],
+    censored="nothing correct",
+    bounds=(0.0, math.inf),
 )
 def tokens_per_correct(run: RunCurves) -> float:
     """Sampled tokens per correct sampled completion over the whole run.
@@ -417,7 +434,10 @@ def tokens_per_correct(run: RunCurves) -> float:
 
 
 @summary_metric(
-    "final_length_ratio", higher_is_better=False, reads=[LENGTH_CORRECT_MEAN, LENGTH_INCORRECT_MEAN], bounds=(0.0, math.inf)
+    "final_length_ratio",
+    higher_is_better=False,
+    reads=[LENGTH_CORRECT_MEAN, LENGTH_INCORRECT_MEAN],
+    bounds=(0.0, math.inf),
 )
 def final_length_ratio(run: RunCurves, window: int = 10) -> float:
     """``mean(length/incorrect_mean) / mean(length/correct_mean)`` over the last ``window`` steps
@@ -482,7 +502,8 @@ def resolve_summary(name: str) -> SummaryMetric:
             final_value,
             catalogue_direction(metric),
             (metric,),
-            f"{FINAL_EVAL_DEFINITION.capitalize()} of {metric}." if evals
+            f"{FINAL_EVAL_DEFINITION.capitalize()} of {metric}."
+            if evals
             else f"Mean of the last {default} logged values of {metric}.",
             bounds=catalogue_bounds(metric),  # a mean of values in a range lies in it
         )
@@ -546,6 +567,7 @@ def summarize_runs(
     # the summaries' parameters (e.g. final_eval_accuracy's k): the per-problem intervals weight the evals alike
     out.attrs["params"] = {name: dict(p) for name, p in params.items()}
     return out
+
 
 # --------------------------------------------------------------------------------------------
 # Curve alignment
@@ -613,17 +635,24 @@ def _step_curves(history: pd.DataFrame, metric: str, runs: pd.DataFrame | None) 
     order = np.lexsort((h["step"].to_numpy(), position))  # by run (iter_runs order), then step
     position = position[order]
     variants, seeds = (np.array([v[k] for v in info.values()], dtype=object) for k in (0, 1))
-    return pd.DataFrame({
-        "run_id": np.array(list(info), dtype=object)[position].tolist(),
-        "variant": variants[position].tolist(),
-        "seed": seeds[position].tolist(),
-        "step": h["step"].to_numpy()[order],
-        "value": h["value"].to_numpy(dtype=float)[order],
-    })
+    return pd.DataFrame(
+        {
+            "run_id": np.array(list(info), dtype=object)[position].tolist(),
+            "variant": variants[position].tolist(),
+            "seed": seeds[position].tolist(),
+            "step": h["step"].to_numpy()[order],
+            "value": h["value"].to_numpy(dtype=float)[order],
+        }
+    )
 
 
-def _align_by_run(history: pd.DataFrame, metric: str, x: str, runs: pd.DataFrame | None,
-                  grid: int | Sequence[float] | np.ndarray | None) -> pd.DataFrame:
+def _align_by_run(
+    history: pd.DataFrame,
+    metric: str,
+    x: str,
+    runs: pd.DataFrame | None,
+    grid: int | Sequence[float] | np.ndarray | None,
+) -> pd.DataFrame:
     """:func:`align_curves` run by run (any ``x``, any grid)."""
     load = [metric] if x == "step" else [metric, *COUNT_METRICS]
     per_run: list[tuple[RunCurves, np.ndarray, np.ndarray, np.ndarray]] = []
@@ -640,8 +669,7 @@ def _align_by_run(history: pd.DataFrame, metric: str, x: str, runs: pd.DataFrame
                 raise ValueError(
                     f"run {run.run_id!r}: cannot align on {x}: it logged no "
                     f"{' / '.join(TOKEN_COUNTERS if x == 'tokens' else SAMPLE_COUNTERS)} counter, "
-                    f"no {' x '.join(SAMPLES_PARAMS)} params"
-                    + (f" with {LENGTH_MEAN}" if x == "tokens" else "")
+                    f"no {' x '.join(SAMPLES_PARAMS)} params" + (f" with {LENGTH_MEAN}" if x == "tokens" else "")
                 )
             xs = RunCurves.at_steps(cum, steps, before=metric.startswith("eval/"))
         per_run.append((run, steps, xs, s.to_numpy(dtype=float)))

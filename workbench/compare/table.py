@@ -275,8 +275,21 @@ class ComparisonTable:
                 return -math.inf
             return math.nan if v is None else v
 
-        text = {"metric", "variant", "verdict", "status", "note", "test", "higher_is_better", "paired", "baseline_arm",
-                "mean_method", "iqm_method", "two_way_method", "delta_ci"}
+        text = {
+            "metric",
+            "variant",
+            "verdict",
+            "status",
+            "note",
+            "test",
+            "higher_is_better",
+            "paired",
+            "baseline_arm",
+            "mean_method",
+            "iqm_method",
+            "two_way_method",
+            "delta_ci",
+        }
         rows = [{k: v if k in text else back(v) for k, v in r.items()} for r in d["rows"]]
         df = pd.DataFrame(rows, columns=d["columns"])
         if "paired" in df.columns:
@@ -309,15 +322,31 @@ class ComparisonTable:
                     continue
                 base = r["baseline_arm"] or self.baseline
                 controls = self.controls
-                lines.append(wording.headline(
-                    variant=str(r["variant"]), baseline=str(base), metric=metric, status_word=str(r["status"]),
-                    verdict_text=str(r["verdict"]), delta=float(r["delta"]), lo=float(r["delta_lo"]),
-                    hi=float(r["delta_hi"]), level=float(r["delta_level"]), n_x=int(r["n_seeds"]),
-                    n_y=int(seeds_of.get(base, 0)), mde=float(r["mde"]), sesoi=float(r["sesoi"]), points=points,
-                    ranked=str(r["test"]).startswith("Mann-Whitney"), interval=_tost_word(r),
-                    exploratory=self.is_secondary(metric), unit=self.replicate_unit,
-                    variant_control=controls.get(str(r["variant"])), baseline_control=controls.get(str(base)))
-                    + self._to_decide(metric, r))
+                lines.append(
+                    wording.headline(
+                        variant=str(r["variant"]),
+                        baseline=str(base),
+                        metric=metric,
+                        status_word=str(r["status"]),
+                        verdict_text=str(r["verdict"]),
+                        delta=float(r["delta"]),
+                        lo=float(r["delta_lo"]),
+                        hi=float(r["delta_hi"]),
+                        level=float(r["delta_level"]),
+                        n_x=int(r["n_seeds"]),
+                        n_y=int(seeds_of.get(base, 0)),
+                        mde=float(r["mde"]),
+                        sesoi=float(r["sesoi"]),
+                        points=points,
+                        ranked=str(r["test"]).startswith("Mann-Whitney"),
+                        interval=_tost_word(r),
+                        exploratory=self.is_secondary(metric),
+                        unit=self.replicate_unit,
+                        variant_control=controls.get(str(r["variant"])),
+                        baseline_control=controls.get(str(base)),
+                    )
+                    + self._to_decide(metric, r)
+                )
         return lines
 
     @property
@@ -347,8 +376,10 @@ class ComparisonTable:
         family = self.settings.get("family", "metric")
         if family == "primary":
             if self.settings.get("secondary"):
-                return ("family: every comparison of the primary metrics together, study-wide; each secondary "
-                        "metric on its own, exploratory")
+                return (
+                    "family: every comparison of the primary metrics together, study-wide; each secondary "
+                    "metric on its own, exploratory"
+                )
             return "family: every comparison of every metric together, study-wide"
         return {"metric": "family: each metric's comparisons", "all": "family: the whole table"}.get(family, family)
 
@@ -382,8 +413,10 @@ class ComparisonTable:
         if rows.empty:
             return ""
         n = ", ".join(str(int(k)) for k in pd.unique(rows["n_problems"]))
-        return (f"Intervals over seeds and problems ({n} eval problems): {rows['two_way_method'].iloc[0]}; they "
-                "add the draw of the eval problems to the seed-only intervals (docs/reports.md).")
+        return (
+            f"Intervals over seeds and problems ({n} eval problems): {rows['two_way_method'].iloc[0]}; they "
+            "add the draw of the eval problems to the seed-only intervals (docs/reports.md)."
+        )
 
     def _repr_markdown_(self) -> str:  # a notebook shows the table as `--format md` prints it
         return self.to_markdown()
@@ -461,8 +494,9 @@ def _tost_word(r: Mapping[str, Any]) -> str:
 def delta_cell(r: Mapping[str, Any]) -> str:
     """A compared row's Δ with its interval, as every table prints it: bounds rounded outward, never onto
     or across 0 or ±SESOI, and the level the row used (``TOST`` beside an equivalent row's)."""
-    text = _fmt_ci(r["delta"], r["delta_lo"], r["delta_hi"],
-                   thresholds=wording.delta_thresholds(float(r.get("sesoi", math.nan))))
+    text = _fmt_ci(
+        r["delta"], r["delta_lo"], r["delta_hi"], thresholds=wording.delta_thresholds(float(r.get("sesoi", math.nan)))
+    )
     level = float(r.get("delta_level", math.nan))
     if math.isfinite(level) and not math.isnan(float(r["delta_lo"])):
         text += f" ({wording.level_percent(level)}{' TOST' if _tost_word(r) else ''})"
@@ -493,9 +527,16 @@ def _two_way_cells(r: Mapping[str, Any]) -> list[str]:
     """A row's intervals over seeds and problems (markdown): mean, then Δ (dashes where none)."""
     base = r["verdict"] == "baseline"
     mean = "—" if not r.get("two_way_method") else _fmt_ci(r["mean"], r["mean_2way_lo"], r["mean_2way_hi"])
-    delta = "—" if base or not math.isfinite(r.get("delta_2way_lo", math.nan)) else \
-        _fmt_ci(r["delta"], r["delta_2way_lo"], r["delta_2way_hi"],
-                thresholds=wording.delta_thresholds(float(r.get("sesoi", math.nan))))
+    delta = (
+        "—"
+        if base or not math.isfinite(r.get("delta_2way_lo", math.nan))
+        else _fmt_ci(
+            r["delta"],
+            r["delta_2way_lo"],
+            r["delta_2way_hi"],
+            thresholds=wording.delta_thresholds(float(r.get("sesoi", math.nan))),
+        )
+    )
     return [mean, delta]
 
 

@@ -18,13 +18,40 @@ from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 from . import stats
 from .outcomes import ArmOutcomes
 
-__all__ = ["STATUSES", "ci_text", "control_label", "delta_thresholds", "effect_interval", "effect_text", "excluded_text", "headline",
-           "interval_texts", "level_percent", "metric_words", "number_text", "ranked_verdict", "round_outward",
-           "seeds_phrase", "status", "table_precision", "verdict", "withheld"]
+__all__ = [
+    "STATUSES",
+    "ci_text",
+    "control_label",
+    "delta_thresholds",
+    "effect_interval",
+    "effect_text",
+    "excluded_text",
+    "headline",
+    "interval_texts",
+    "level_percent",
+    "metric_words",
+    "number_text",
+    "ranked_verdict",
+    "round_outward",
+    "seeds_phrase",
+    "status",
+    "table_precision",
+    "verdict",
+    "withheld",
+]
 
 #: The ``status`` of a compared row (a baseline row's is ``"baseline"``): what the verdict decided.
-STATUSES: tuple[str, ...] = ("better", "worse", "higher", "lower", "equivalent", "not testable", "inconclusive",
-                             "withheld", "no data")
+STATUSES: tuple[str, ...] = (
+    "better",
+    "worse",
+    "higher",
+    "lower",
+    "equivalent",
+    "not testable",
+    "inconclusive",
+    "withheld",
+    "no data",
+)
 
 
 def level_percent(confidence: float) -> str:
@@ -82,19 +109,30 @@ def number_text(x: float, precision: Precision, *, signed: bool = False, grouped
     if not math.isfinite(x):
         return "∞" if x > 0 else "-∞" if x < 0 else "—"
     significant, digits = precision
-    spec = ("+" if signed else "") + ("," if grouped and not significant else "") + \
-        f".{digits}{'g' if significant else 'f'}"
+    spec = (
+        ("+" if signed else "")
+        + ("," if grouped and not significant else "")
+        + f".{digits}{'g' if significant else 'f'}"
+    )
     return format(x, spec)
 
 
-def interval_texts(lo: float, hi: float, precision_of: Callable[[float], Precision], *,
-                   thresholds: Iterable[float] = (), signed: bool = False, grouped: bool = False,
-                   scale: int = 0) -> tuple[str, str]:
+def interval_texts(
+    lo: float,
+    hi: float,
+    precision_of: Callable[[float], Precision],
+    *,
+    thresholds: Iterable[float] = (),
+    signed: bool = False,
+    grouped: bool = False,
+    scale: int = 0,
+) -> tuple[str, str]:
     """The bounds of ``[lo, hi]`` (times ``10**scale``: 2 for percentage points) as text, rounded
     outward (:func:`round_outward`) at the precision ``precision_of`` gives each (of the unscaled
     value), with one more digit at a time (up to 6) while a rounded bound would reach or cross a
     ``threshold`` (0, ±SESOI, unscaled) that the computed bound does not: an excluded 0.13 never
     prints as 0.1 when 0.1 would sit on a threshold or beyond it."""
+
     def text(x: float, precision: Precision, up: bool) -> tuple[str, Decimal | None]:
         if not math.isfinite(x):
             return number_text(x, precision), None
@@ -123,6 +161,7 @@ def table_precision(x: float) -> Precision:
 def ci_text(est: float, lo: float, hi: float, *, thresholds: Iterable[float] = ()) -> str:
     """``est [lo, hi]`` as every table prints an interval: the estimate to 4 significant digits, the
     bounds rounded outward (:func:`interval_texts`); the estimate alone when there is no interval."""
+
     def one(v: float) -> str:
         if not math.isfinite(v):
             return "—" if math.isnan(v) else "∞" if v > 0 else "-∞"
@@ -213,8 +252,18 @@ def verdict(
     return f"{word} (but {bound})" if equivalent else word
 
 
-def ranked_verdict(arm: ArmOutcomes, base: ArmOutcomes, *, higher_is_better: bool | None, p_adjusted: float,
-                   p_improve: float, t_lo: float, t_hi: float, alpha: float, unit: str = "seed") -> str:
+def ranked_verdict(
+    arm: ArmOutcomes,
+    base: ArmOutcomes,
+    *,
+    higher_is_better: bool | None,
+    p_adjusted: float,
+    p_improve: float,
+    t_lo: float,
+    t_hi: float,
+    alpha: float,
+    unit: str = "seed",
+) -> str:
     """Verdict of a comparison where some runs did not finish or never reached a value
     (:mod:`workbench.compare.outcomes`, points 3-5): the rank test's ``p_adjusted`` decides, in
     the direction of ``p_improve``; a claim of the t interval ``[t_lo, t_hi]`` of the finished runs
@@ -270,8 +319,14 @@ def effect_precision(x: float, *, points: bool) -> Precision:
 def effect_interval(lo: float, hi: float, *, points: bool, sesoi: float = math.nan) -> tuple[str, str]:
     """The bounds of a difference's interval as a headline prints them (:func:`effect_text`'s
     units and digits), rounded outward, never onto or across 0 or ±SESOI (:func:`interval_texts`)."""
-    return interval_texts(lo, hi, lambda v: effect_precision(v, points=points), thresholds=delta_thresholds(sesoi),
-                          signed=True, scale=2 if points else 0)
+    return interval_texts(
+        lo,
+        hi,
+        lambda v: effect_precision(v, points=points),
+        thresholds=delta_thresholds(sesoi),
+        signed=True,
+        scale=2 if points else 0,
+    )
 
 
 def excluded_text(x: float, *, points: bool) -> str:
@@ -286,10 +341,29 @@ def control_label(name: str, control: str | None) -> str:
     return name if not control else f"{name} (control: {control.replace('_', '-')} reward)"
 
 
-def headline(*, variant: str, baseline: str, metric: str, status_word: str, verdict_text: str, delta: float,
-             lo: float, hi: float, level: float, n_x: int, n_y: int, mde: float, sesoi: float,
-             points: bool, ranked: bool = False, interval: str = "", exploratory: bool = False,
-             unit: str = "seed", variant_control: str | None = None, baseline_control: str | None = None) -> str:
+def headline(
+    *,
+    variant: str,
+    baseline: str,
+    metric: str,
+    status_word: str,
+    verdict_text: str,
+    delta: float,
+    lo: float,
+    hi: float,
+    level: float,
+    n_x: int,
+    n_y: int,
+    mde: float,
+    sesoi: float,
+    points: bool,
+    ranked: bool = False,
+    interval: str = "",
+    exploratory: bool = False,
+    unit: str = "seed",
+    variant_control: str | None = None,
+    baseline_control: str | None = None,
+) -> str:
     """One comparison in one plain sentence, e.g. ``"dapo vs grpo: +4.5 points final eval accuracy
     (95% CI -1.2 to +10.2), not distinguishable with 3 seeds"``. ``level``: the confidence of the
     interval ``[lo, hi]`` shown (the table's simultaneous level: 97.5% with 2 comparisons), NaN
@@ -326,8 +400,10 @@ def headline(*, variant: str, baseline: str, metric: str, status_word: str, verd
             bound = effect_text(sesoi, points=points, signed=False)
             said += f", but by less than the smallest effect of interest ({bound}{unit})"
     elif status_word == "equivalent":
-        said = (f"equivalent {seeds}: the difference is within ±{effect_text(sesoi, points=points, signed=False)}"
-                f"{unit}, the smallest effect of interest")
+        said = (
+            f"equivalent {seeds}: the difference is within ±{effect_text(sesoi, points=points, signed=False)}"
+            f"{unit}, the smallest effect of interest"
+        )
     elif status_word == "inconclusive":
         said = f"not distinguishable {seeds}"
         if math.isfinite(mde):

@@ -49,8 +49,15 @@ def execute_job(job: RunJob, progress) -> RunOutcome:
 
         torch.set_num_threads(job.threads)
         hf_logging.disable_progress_bar()  # no weight-loading bars under the study display
-        outcome = execute_run(spec.config, study=job.study, variant=spec.variant, label=spec.label,
-                              parent_run_id=job.parent_run_id, progress=progress, extra_tags=job.tags)
+        outcome = execute_run(
+            spec.config,
+            study=job.study,
+            variant=spec.variant,
+            label=spec.label,
+            parent_run_id=job.parent_run_id,
+            progress=progress,
+            extra_tags=job.tags,
+        )
     except KeyboardInterrupt:
         outcome.status, outcome.error = "KILLED", "interrupted"
     except BaseException as error:  # noqa: BLE001 - report anything, the driver decides

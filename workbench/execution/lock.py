@@ -69,8 +69,9 @@ def _holder(path: Path, wait_s: float = 0.0) -> str:
 
 
 @contextmanager
-def study_lock(tracking_uri: str, experiment: str, *, shared: bool = False,
-               command: str = "workbench run") -> Iterator[Path]:
+def study_lock(
+    tracking_uri: str, experiment: str, *, shared: bool = False, command: str = "workbench run"
+) -> Iterator[Path]:
     """Hold the study's lease for the ``with`` block, or raise :class:`StudyBusy` at once."""
     path = lock_path(tracking_uri, experiment)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -80,8 +81,10 @@ def study_lock(tracking_uri: str, experiment: str, *, shared: bool = False,
             fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise StudyBusy(f"study {experiment!r} is being executed by {_holder(path, wait_s=2.0)}: wait for it to end, "
-                            f"or stop it (lock {path})") from None
+            raise StudyBusy(
+                f"study {experiment!r} is being executed by {_holder(path, wait_s=2.0)}: wait for it to end, "
+                f"or stop it (lock {path})"
+            ) from None
         if _is_current(fd, path):
             break
         os.close(fd)  # locked a file its last holder removed meanwhile: lock the one at the path now
@@ -90,8 +93,18 @@ def study_lock(tracking_uri: str, experiment: str, *, shared: bool = False,
         # live worker named is enough for the message; an exclusive holder always writes its own.
         if not shared or _holder(path).startswith(("workbench run", "another")):
             os.ftruncate(fd, 0)
-            os.pwrite(fd, json.dumps({"command": command, "host": socket.gethostname(), "pid": os.getpid(),
-                                      "since": time.strftime("%Y-%m-%d %H:%M:%S %Z")}).encode(), 0)
+            os.pwrite(
+                fd,
+                json.dumps(
+                    {
+                        "command": command,
+                        "host": socket.gethostname(),
+                        "pid": os.getpid(),
+                        "since": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+                    }
+                ).encode(),
+                0,
+            )
         yield path
     finally:
         _remove_if_last(fd, path)

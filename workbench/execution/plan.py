@@ -27,7 +27,15 @@ def study_tracking_uri(specs: list[RunSpec]) -> str:
 
 
 def plan_rows(specs: list[RunSpec], statuses: dict[str, str]) -> list[dict]:
-    return [{"label": s.label, "variant": s.variant, "seed": s.seed, "run_key": s.run_key,
-             "status": statuses.get(s.run_key, "new"), **{f"grid.{k}": v for k, v in s.grid.items()},
-             **({} if s.cold_start is None else {"cold_start": s.cold_start})}  # only where replicated
-            for s in specs]
+    return [
+        {
+            "label": s.label,
+            "variant": s.variant,
+            "seed": s.seed,
+            "run_key": s.run_key,
+            "status": statuses.get(s.run_key, "new"),
+            **{f"grid.{k}": v for k, v in s.grid.items()},
+            **({} if s.cold_start is None else {"cold_start": s.cold_start}),
+        }  # only where replicated
+        for s in specs
+    ]

@@ -207,8 +207,13 @@ def close_left_running(ctx, key: str, outcome: RunOutcome) -> None:
     from mlflow import MlflowClient
 
     try:
-        mark_orphaned_runs(MlflowClient(ctx.tracking_uri), ctx.experiment_id, [key],
-                           reason=outcome.error or outcome.status, status=outcome.status)
+        mark_orphaned_runs(
+            MlflowClient(ctx.tracking_uri),
+            ctx.experiment_id,
+            [key],
+            reason=outcome.error or outcome.status,
+            status=outcome.status,
+        )
     except Exception:  # noqa: BLE001 - best effort; a later run of the study closes it too
         pass
 

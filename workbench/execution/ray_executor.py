@@ -142,8 +142,16 @@ def _ray_task(job: RayJob, inbox) -> RunOutcome:
 def finished_outcome(spec: RunSpec, run) -> RunOutcome:
     """The outcome of a run found FINISHED in MLflow (values read back)."""
     metrics, tags = run.data.metrics, run.data.tags
-    return RunOutcome(spec.label, spec.variant, spec.seed, spec.run_key, "FINISHED", run_id=run.info.run_id,
-                      eval_last=metrics.get(EVAL_ACCURACY, math.nan), health=tags.get("workbench.health_label") or tags.get("workbench.health", "-"))
+    return RunOutcome(
+        spec.label,
+        spec.variant,
+        spec.seed,
+        spec.run_key,
+        "FINISHED",
+        run_id=run.info.run_id,
+        eval_last=metrics.get(EVAL_ACCURACY, math.nan),
+        health=tags.get("workbench.health_label") or tags.get("workbench.health", "-"),
+    )
 
 
 class Inbox:
@@ -166,8 +174,9 @@ def start_inbox(ray):
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # deferred: ray
 
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
-    return ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1)(Inbox).options(
-        scheduling_strategy=here).remote()
+    return (
+        ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1)(Inbox).options(scheduling_strategy=here).remote()
+    )
 
 
 # ----------------------------------------------------------------------------------- driver side
@@ -210,8 +219,9 @@ def connect(address: str | None):
             _dashboard[0] = getattr(context, "dashboard_url", "") or ""
         except (ConnectionError, ValueError, RuntimeError) as error:
             where = f"at {address}" if address else "(no address: $RAY_ADDRESS, a local cluster, or a new one)"
-            raise RayUnavailable(f"cannot connect to a Ray cluster {where}: {' '.join(str(error).split())[:300]}") \
-                from None
+            raise RayUnavailable(
+                f"cannot connect to a Ray cluster {where}: {' '.join(str(error).split())[:300]}"
+            ) from None
     return ray
 
 
@@ -246,10 +256,19 @@ class _RayStudy:
         for spec in self.specs:
             resources = run_resources(spec.config, self.options)
             threads = max(1, int(resources["num_cpus"]))
-            job = RayJob(RunJob(spec, self.ctx.study.name, self.ctx.parent_run_id, self.ctx.tracking_uri, threads),
-                         self.ctx.experiment_id, cwd, env)
-            ref = remote.options(**resources, **self._placement(resources), max_retries=self.options.max_retries,
-                                 retry_exceptions=False, name=f"workbench-run {spec.label}").remote(job, self.inbox)
+            job = RayJob(
+                RunJob(spec, self.ctx.study.name, self.ctx.parent_run_id, self.ctx.tracking_uri, threads),
+                self.ctx.experiment_id,
+                cwd,
+                env,
+            )
+            ref = remote.options(
+                **resources,
+                **self._placement(resources),
+                max_retries=self.options.max_retries,
+                retry_exceptions=False,
+                name=f"workbench-run {spec.label}",
+            ).remote(job, self.inbox)
             self.refs[ref] = spec
 
     def _placement(self, resources: dict) -> dict:
@@ -352,9 +371,13 @@ class _RayStudy:
         from mlflow import MlflowClient
 
         try:
-            mark_orphaned_runs(MlflowClient(self.ctx.tracking_uri), self.ctx.experiment_id,
-                               [s.run_key for s in in_flight.values()], reason="stopped by Ctrl-C on the driver",
-                               status="KILLED")
+            mark_orphaned_runs(
+                MlflowClient(self.ctx.tracking_uri),
+                self.ctx.experiment_id,
+                [s.run_key for s in in_flight.values()],
+                reason="stopped by Ctrl-C on the driver",
+                status="KILLED",
+            )
         except Exception:  # noqa: BLE001 - best effort; the next run of the study closes them too
             pass
 

@@ -77,8 +77,9 @@ def pick_source(client, runs: list, label: str) -> tuple[Source | None, str]:
     run's record; else None and why the best one was not taken."""
     refused = ""
     for run in runs:
-        source = Source(run, client.get_experiment(run.info.experiment_id).name,
-                        artifact_files(client, run.info.run_id))
+        source = Source(
+            run, client.get_experiment(run.info.experiment_id).name, artifact_files(client, run.info.run_id)
+        )
         why = source.lacks()
         if not why:
             return source, ""
@@ -89,12 +90,18 @@ def pick_source(client, runs: list, label: str) -> tuple[Source | None, str]:
 def metric_columns(points) -> MetricColumns:
     """A reader's points (``metric, step, value, timestamp``) as the columns the export's writer takes."""
     names, key = np.unique(points["metric"].astype(str).to_numpy(), return_inverse=True)
-    return MetricColumns(list(names), key.astype(np.int64), points["step"].to_numpy(dtype=np.int64),
-                         points["value"].to_numpy(dtype=float), points["timestamp"].to_numpy(dtype=np.int64))
+    return MetricColumns(
+        list(names),
+        key.astype(np.int64),
+        points["step"].to_numpy(dtype=np.int64),
+        points["value"].to_numpy(dtype=float),
+        points["timestamp"].to_numpy(dtype=np.int64),
+    )
 
 
-def copy_run(client, uri: str, source: Source, spec: RunSpec, *, study: str, experiment_id: str,
-             parent_run_id: str) -> str:
+def copy_run(
+    client, uri: str, source: Source, spec: RunSpec, *, study: str, experiment_id: str, parent_run_id: str
+) -> str:
     """Write ``source`` into this study's experiment as ``spec``'s run; returns the copy's run id."""
     run_id = source.run.info.run_id
     reader = StudyReader(uri, cache_dir=False)
@@ -108,13 +115,32 @@ def copy_run(client, uri: str, source: Source, spec: RunSpec, *, study: str, exp
     tags |= run_tags(study, spec.variant, spec.config, "run", spec.label)
     tags[REUSED_FROM_TAG] = f"{source.experiment}/{run_id}"
     points = reader.backend.history([run_id], None, frozen=True)  # as stored, every point: what an export reads
-    copy = ExportedRun(0, "run", spec.run_key, spec.label, "FINISHED", int(time.time() * 1000), None, tags,
-                       dict(source.run.data.params), metric_columns(points), artifacts=artifacts)
+    copy = ExportedRun(
+        0,
+        "run",
+        spec.run_key,
+        spec.label,
+        "FINISHED",
+        int(time.time() * 1000),
+        None,
+        tags,
+        dict(source.run.data.params),
+        metric_columns(points),
+        artifacts=artifacts,
+    )
     return write_run(client, uri, experiment_id, copy, parent_run_id)
 
 
-def reuse_runs(uri: str, specs: list[RunSpec], *, study: str, experiment_id: str, parent_run_id: str,
-               say: Callable[[str], None], warn: Callable[[str], None]) -> dict[str, Reused]:
+def reuse_runs(
+    uri: str,
+    specs: list[RunSpec],
+    *,
+    study: str,
+    experiment_id: str,
+    parent_run_id: str,
+    say: Callable[[str], None],
+    warn: Callable[[str], None],
+) -> dict[str, Reused]:
     """Copy into the study each of ``specs`` that FINISHED in another study of the store; run_key ->
     the copy. ``say``: a REUSED line per copy; ``warn``: one line per run that could have been copied
     but is computed instead, saying why."""
@@ -124,8 +150,7 @@ def reuse_runs(uri: str, specs: list[RunSpec], *, study: str, experiment_id: str
     try:
         found = finished_elsewhere(client, experiment_id, [s.run_key for s in specs])
     except Exception as error:  # noqa: BLE001 - reuse only saves time: without an answer, the runs are computed
-        warn(f"warning: could not look for runs to reuse in the store's other studies ({_line(error)}); "
-             "computing them")
+        warn(f"warning: could not look for runs to reuse in the store's other studies ({_line(error)}); computing them")
         return {}
     out: dict[str, Reused] = {}
     for spec in (s for s in specs if s.run_key in found):
@@ -135,8 +160,9 @@ def reuse_runs(uri: str, specs: list[RunSpec], *, study: str, experiment_id: str
             if source is None:
                 warn(f"warning: {refused}")
                 continue
-            run_id = copy_run(client, uri, source, spec, study=study, experiment_id=experiment_id,
-                              parent_run_id=parent_run_id)
+            run_id = copy_run(
+                client, uri, source, spec, study=study, experiment_id=experiment_id, parent_run_id=parent_run_id
+            )
         except Exception as error:  # noqa: BLE001 - a failed copy is deleted (write_run); computing is the fallback
             where = "" if source is None else f" from {source.describe()}"
             warn(f"warning: not reusing {spec.label}{where}: {_line(error)}; computing it")

@@ -142,8 +142,10 @@ def check_compiler(cfg: RunConfig) -> None:
     without one, say so now rather than fail the run at its first decode."""
     compilers = [name for name in (os.environ.get("CXX"), "g++", "clang++") if name]
     if cfg.sampler.compile and not any(shutil.which(name) for name in compilers):
-        raise PreflightError("sampler.compile needs a C++ compiler for torch.compile (g++ or clang++, or $CXX) and "
-                             "none is on PATH: install one (Debian: build-essential) or unset sampler.compile")
+        raise PreflightError(
+            "sampler.compile needs a C++ compiler for torch.compile (g++ or clang++, or $CXX) and "
+            "none is on PATH: install one (Debian: build-essential) or unset sampler.compile"
+        )
 
 
 def check_device(device: str) -> None:
@@ -155,8 +157,9 @@ def check_device(device: str) -> None:
             raise PreflightError(f"learner.device={device!r}, but torch sees no CUDA device here (use auto or cpu)")
         index = torch.device(device).index
         if index is not None and index >= torch.cuda.device_count():
-            raise PreflightError(f"learner.device={device!r}, but this machine has "
-                                 f"{torch.cuda.device_count()} CUDA device(s)")
+            raise PreflightError(
+                f"learner.device={device!r}, but this machine has {torch.cuda.device_count()} CUDA device(s)"
+            )
 
 
 def _model_context(cfg: RunConfig):
@@ -172,8 +175,9 @@ def _model_context(cfg: RunConfig):
 TRAIN_PROBES = 256  # generated tasks: training prompts sampled to check lengths (their length is bounded by the config)
 
 
-def check_problems_fit(cfg: RunConfig, task, tokenizer, positions: int | None,
-                       prompt: PromptFormat | None = None) -> None:
+def check_problems_fit(
+    cfg: RunConfig, task, tokenizer, positions: int | None, prompt: PromptFormat | None = None
+) -> None:
     """Every prompt (after the template, and the chat template when there is one) plus ``sampler.max_new_tokens``
     fits the model's positions; with the built-in tiny model, every JSONL training line has the ``solution`` its
     cold-start SFT needs."""
@@ -183,8 +187,9 @@ def check_problems_fit(cfg: RunConfig, task, tokenizer, positions: int | None,
     prompt = prompt or PromptFormat(template=cfg.model.template_text)
     budget_new = cfg.sampler.max_new_tokens
     if positions is not None and budget_new >= positions:
-        raise PreflightError(f"sampler.max_new_tokens={budget_new} leaves no room for a prompt: "
-                             f"the model has {positions} positions")
+        raise PreflightError(
+            f"sampler.max_new_tokens={budget_new} leaves no room for a prompt: the model has {positions} positions"
+        )
     if cfg.task.name == "jsonl":
         files = [cfg.task.path] + ([cfg.task.eval_path] if cfg.task.eval_path else [])
         numbered = [(f"{name}:{line}", p) for name in files for line, p in read_numbered_problems(Path(name))]
@@ -193,7 +198,8 @@ def check_problems_fit(cfg: RunConfig, task, tokenizer, positions: int | None,
             if lacking:
                 raise PreflightError(
                     f"{lacking[0][0]}: no 'solution' (the built-in tiny model warms up by SFT on worked solutions; "
-                    f"{len(lacking)} line(s) of task.path lack one): add 'solution' to every line or use model.path")
+                    f"{len(lacking)} line(s) of task.path lack one): add 'solution' to every line or use model.path"
+                )
     else:
         numbered = [("eval problem", p) for p in task.eval_problems()]
         numbered += [("train problem", p) for p in task.sample_train(TRAIN_PROBES, random.Random(0))]
@@ -205,24 +211,31 @@ def check_problems_fit(cfg: RunConfig, task, tokenizer, positions: int | None,
         if over is not None:
             raise PreflightError(
                 f"{where}: the prompt has {over} tokens; with sampler.max_new_tokens={budget_new} it exceeds the "
-                f"model's {positions} positions")
+                f"model's {positions} positions"
+            )
         if cfg.model.builtin is not None and problem.solution is not None:
             over = token_count_over(tokenizer, text + problem.solution, positions - 1)
             if over is not None:
-                raise PreflightError(f"{where}: prompt + solution have {over} tokens; the tiny model's "
-                                     f"cold-start SFT needs them within {positions} positions")
+                raise PreflightError(
+                    f"{where}: prompt + solution have {over} tokens; the tiny model's "
+                    f"cold-start SFT needs them within {positions} positions"
+                )
 
 
-ENGINE_HINT = ("install the `gpu` extra on a CUDA machine (pip install 'rl-workbench[gpu]'), or run "
-               "`make engines` on a CPU and use .venv-engines (docs/engines.md)")
+ENGINE_HINT = (
+    "install the `gpu` extra on a CUDA machine (pip install 'rl-workbench[gpu]'), or run "
+    "`make engines` on a CPU and use .venv-engines (docs/engines.md)"
+)
 
 
 def check_engines(cfg: RunConfig) -> None:
     """A missing vLLM/DeepSpeed is reported now, not after the model is built and warmed up."""
     import importlib.util
 
-    needed = {"sampler.backend=vllm": "vllm" if cfg.sampler.backend == "vllm" else None,
-              "learner.backend=deepspeed": "deepspeed" if cfg.learner.backend == "deepspeed" else None}
+    needed = {
+        "sampler.backend=vllm": "vllm" if cfg.sampler.backend == "vllm" else None,
+        "learner.backend=deepspeed": "deepspeed" if cfg.learner.backend == "deepspeed" else None,
+    }
     for setting, module in needed.items():
         if module and importlib.util.find_spec(module) is None:
             raise ModuleNotFoundError(f"{setting} needs {module}, which is not installed: {ENGINE_HINT}")
@@ -239,16 +252,24 @@ TRL_HINT = "pip install 'rl-workbench[trl]', or run `make trl` and use .venv-trl
 def run_tags(study: str, variant: str, cfg: RunConfig, role: str = "run", label: str | None = None) -> dict[str, str]:
     arm = {} if label is None else {"workbench.arm": arm_of_label(label)}  # variant + grid point
     # a TRL run says so, and which canonical metrics it cannot measure (never logged, never zero)
-    engine = {} if cfg.engine == "workbench" else {"workbench.engine": cfg.engine,
-                                                    "workbench.unavailable_metrics": ",".join(sorted(_unlogged(cfg)))}
-    return arm | engine | {
-        "workbench.role": role,
-        "workbench.study": study,
-        "workbench.variant": variant,
-        "workbench.seed": str(cfg.seed),
-        "workbench.run_key": cfg.run_key(),
-        "workbench.algorithm.preset": cfg.algorithm.preset,
-    } | ({} if cfg.reward.control is None else {"reward/control": cfg.reward.control})  # a control arm says so
+    engine = (
+        {}
+        if cfg.engine == "workbench"
+        else {"workbench.engine": cfg.engine, "workbench.unavailable_metrics": ",".join(sorted(_unlogged(cfg)))}
+    )
+    return (
+        arm
+        | engine
+        | {
+            "workbench.role": role,
+            "workbench.study": study,
+            "workbench.variant": variant,
+            "workbench.seed": str(cfg.seed),
+            "workbench.run_key": cfg.run_key(),
+            "workbench.algorithm.preset": cfg.algorithm.preset,
+        }
+        | ({} if cfg.reward.control is None else {"reward/control": cfg.reward.control})
+    )  # a control arm says so
 
 
 def _unlogged(cfg: RunConfig) -> dict[str, str]:
@@ -260,9 +281,19 @@ def _unlogged(cfg: RunConfig) -> dict[str, str]:
     return unlogged_by_config(cfg.flat())
 
 
-def execute_run(cfg: RunConfig, *, study: str, variant: str, label: str, parent_run_id: str | None = None,
-                progress: RunProgress | None = None, on_step=None, role: str = "run",
-                extra_tags: dict[str, str] | None = None, on_eval=None) -> RunOutcome:
+def execute_run(
+    cfg: RunConfig,
+    *,
+    study: str,
+    variant: str,
+    label: str,
+    parent_run_id: str | None = None,
+    progress: RunProgress | None = None,
+    on_step=None,
+    role: str = "run",
+    extra_tags: dict[str, str] | None = None,
+    on_eval=None,
+) -> RunOutcome:
     """Run ``cfg`` as one MLflow run. ``on_step(step, metrics)`` is called after each step and
     may raise ``StopRun`` to end the run early (recorded as a deliberate stop); ``on_eval(step,
     problems)`` gets each eval's per-problem results just before (:func:`workbench.train.loop.train`).
@@ -281,9 +312,14 @@ def execute_run(cfg: RunConfig, *, study: str, variant: str, label: str, parent_
         resumed = resumed_step(checkpoints)
     resume_tags = {} if resumed is None else {"workbench.resumed_from_step": str(resumed)}  # first step run here
     outage = OutagePolicy(deadline_s=cfg.tracking.outage_deadline_s)
-    tracker = RunTracker(tracking_uri, cfg.tracking.experiment or study, label,
-                         run_tags(study, variant, cfg, role, label) | resume_tags | (extra_tags or {}),
-                         parent_run_id=parent_run_id, outage=outage)
+    tracker = RunTracker(
+        tracking_uri,
+        cfg.tracking.experiment or study,
+        label,
+        run_tags(study, variant, cfg, role, label) | resume_tags | (extra_tags or {}),
+        parent_run_id=parent_run_id,
+        outage=outage,
+    )
     try:
         resend_spills(tracking_uri, outcome.run_key, outage)  # what an earlier attempt could not send
         outcome.run_id = tracker.start()
@@ -314,16 +350,25 @@ def execute_run(cfg: RunConfig, *, study: str, variant: str, label: str, parent_
             result = train_trl(cfg, tracker, monitor, on_step=step_hook, checkpoints=checkpoints, on_eval=on_eval)
         else:
             earlier = None if resumed is None else _earlier_rollouts(tracking_uri, outcome, resumed)
-            result = train(cfg, tracker, monitor, on_step=step_hook, checkpoints=checkpoints, on_eval=on_eval,
-                           rollout_log=rollout_recorder(cfg, tracker, made, earlier))
+            result = train(
+                cfg,
+                tracker,
+                monitor,
+                on_step=step_hook,
+                checkpoints=checkpoints,
+                on_eval=on_eval,
+                rollout_log=rollout_recorder(cfg, tracker, made, earlier),
+            )
     except BaseException as error:  # noqa: BLE001 - every exit path must close the MLflow run
         _close_rollouts(made, tracker, error)
         return _close_failed(tracker, monitor, bar, outcome, error)
     stop_reason = "" if result.stop is None else result.stop.reason
     try:
-        tracker.set_tags(monitor.tags() | {"workbench.stopped_early": str(bool(stop_reason)).lower(),
-                                           "workbench.stop_reason": stop_reason}
-                         | rollouts_tag(result.rollouts))
+        tracker.set_tags(
+            monitor.tags()
+            | {"workbench.stopped_early": str(bool(stop_reason)).lower(), "workbench.stop_reason": stop_reason}
+            | rollouts_tag(result.rollouts)
+        )
         tracker.log_text(monitor.report_json(), "health.json")
         tracker.log_table(result.samples, "samples.json")
         tracker.log_table(result.latest_completions, TABLE_ARTIFACT)  # MLflow's run page shows it as a table
@@ -359,9 +404,14 @@ def rollout_recorder(cfg: RunConfig, tracker: RunTracker, made: list | None = No
     eval_steps = [s for s in range(roll.steps + 1) if s % roll.eval_every == 0 or s == roll.steps]
 
     def build(parts) -> RolloutRecorder:
-        recorder = RolloutRecorder(tracker.log_bytes, budget_bytes=int(cfg.tracking.rollouts_budget_mb * 1e6),
-                                   steps=roll.steps, eval_steps=eval_steps, render=parts.prompt_format.render,
-                                   flush_every=tracker.flush_every)
+        recorder = RolloutRecorder(
+            tracker.log_bytes,
+            budget_bytes=int(cfg.tracking.rollouts_budget_mb * 1e6),
+            steps=roll.steps,
+            eval_steps=eval_steps,
+            render=parts.prompt_format.render,
+            flush_every=tracker.flush_every,
+        )
         if earlier is not None and len(earlier):
             recorder.replay(earlier)
         if made is not None:
@@ -397,12 +447,16 @@ def rollouts_tag(manifest: dict) -> dict[str, str]:
     if not manifest:
         return {}
     rows, dropped = sum(manifest["rows"].values()), sum(manifest["dropped"].values())
-    return {"workbench.rollouts": "all" if not dropped else f"{rows} of {rows + dropped} completions "
-            f"(tracking.rollouts_budget_mb; rollouts/manifest.json)"}
+    return {
+        "workbench.rollouts": "all"
+        if not dropped
+        else f"{rows} of {rows + dropped} completions (tracking.rollouts_budget_mb; rollouts/manifest.json)"
+    }
 
 
-def _close_failed(tracker: RunTracker, monitor: HealthMonitor, bar, outcome: RunOutcome,
-                  error: BaseException) -> RunOutcome:
+def _close_failed(
+    tracker: RunTracker, monitor: HealthMonitor, bar, outcome: RunOutcome, error: BaseException
+) -> RunOutcome:
     """End the MLflow run KILLED (Ctrl-C, re-raised) or FAILED. With MLflow unreachable past the
     deadline, the unsent metrics and the status go to the run's spill instead (re-sent on resume)."""
     killed = isinstance(error, KeyboardInterrupt)

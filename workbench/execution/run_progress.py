@@ -14,9 +14,15 @@ class RunProgress:
     def __init__(self, enabled: bool = True, console: Console | None = None) -> None:
         self.enabled = enabled
         self.progress = Progress(
-            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-            TextColumn("{task.fields[stats]}"), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
-            console=console, disable=not enabled,
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[stats]}"),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            console=console,
+            disable=not enabled,
         )
         self._tasks: dict[str, int] = {}
         self._totals: dict[str, int] = {}
@@ -38,12 +44,18 @@ class RunProgress:
     def on_step(self, step: int, metrics: dict[str, float]) -> None:
         if EVAL_ACCURACY in metrics:
             self._eval = f"eval {metrics[EVAL_ACCURACY]:.2f}"
-        parts = [f"reward {metrics[REWARD_MEAN]:.2f}" if REWARD_MEAN in metrics else "",
-                 f"acc {metrics[ACCURACY_TRAIN]:.2f}" if ACCURACY_TRAIN in metrics else "", self._eval]
+        parts = [
+            f"reward {metrics[REWARD_MEAN]:.2f}" if REWARD_MEAN in metrics else "",
+            f"acc {metrics[ACCURACY_TRAIN]:.2f}" if ACCURACY_TRAIN in metrics else "",
+            self._eval,
+        ]
         if metrics.get(HEALTH_STATUS, 0) > 0:
             parts.append("[yellow]health!" if metrics[HEALTH_STATUS] == 1 else "[red]health FAIL")
-        self.progress.update(self._tasks[self._current], completed=min(step + 1, self._totals[self._current]),
-                             stats="  ".join(p for p in parts if p))
+        self.progress.update(
+            self._tasks[self._current],
+            completed=min(step + 1, self._totals[self._current]),
+            stats="  ".join(p for p in parts if p),
+        )
 
     def end_run(self, label: str, status: str, detail: str = "") -> None:
         task = self._tasks.get(label)

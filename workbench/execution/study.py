@@ -89,8 +89,9 @@ def skipped_outcome(spec: RunSpec, run=None, client=None) -> RunOutcome:
         outcome.eval_last = run.data.metrics.get(EVAL_ACCURACY, math.nan)
         outcome.health = run.data.tags.get("workbench.health_label") or run.data.tags.get("workbench.health", "-")
     if run is not None and client is not None:
-        evals = sorted((m.step, m.timestamp, m.value) for m in client.get_metric_history(run.info.run_id,
-                                                                                         EVAL_ACCURACY))
+        evals = sorted(
+            (m.step, m.timestamp, m.value) for m in client.get_metric_history(run.info.run_id, EVAL_ACCURACY)
+        )
         last_per_step = {step: value for step, _, value in evals}  # a step logged twice: its last value
         outcome.eval_first, outcome.eval_last, outcome.eval_final = eval_endpoints(list(last_per_step.items()))
     return outcome
@@ -126,14 +127,23 @@ def open_study(study: Study, specs: list[RunSpec], *, log_plan: bool = True, vie
     ensure_store(uri)
     client = MlflowClient(uri)
     experiment_id = call(get_or_create_experiment, client, study_experiment(study, specs), uri)
-    found = call(client.search_runs, [experiment_id], "tags.`workbench.role` = 'study'", max_results=1,
-                 order_by=["attributes.start_time ASC"])
+    found = call(
+        client.search_runs,
+        [experiment_id],
+        "tags.`workbench.role` = 'study'",
+        max_results=1,
+        order_by=["attributes.start_time ASC"],
+    )
     if found:
         parent = found[0].info.run_id
         call(client.update_run, parent, status="RUNNING")
     else:
-        parent = call(client.create_run, experiment_id, run_name=f"study:{study.name}",
-                      tags={"workbench.role": "study", "workbench.study": study.name}).info.run_id
+        parent = call(
+            client.create_run,
+            experiment_id,
+            run_name=f"study:{study.name}",
+            tags={"workbench.role": "study", "workbench.study": study.name},
+        ).info.run_id
     if log_plan:
         if study.source:
             call(client.log_text, parent, redact_text(Path(study.source).read_text()), "study.yaml")  # no passwords
@@ -141,8 +151,14 @@ def open_study(study: Study, specs: list[RunSpec], *, log_plan: bool = True, vie
     if views:
         from workbench.viz.mlflow_views import layout_of, publish_study_views  # deferred: pandas, plotly
 
-        call(publish_study_views, client, experiment_id, layout_of(study), dashboard_specs,
-             starting_seeds={s.seed for s in specs})  # `--only seed=0`: the description says seed 0
+        call(
+            publish_study_views,
+            client,
+            experiment_id,
+            layout_of(study),
+            dashboard_specs,
+            starting_seeds={s.seed for s in specs},
+        )  # `--only seed=0`: the description says seed 0
     return StudyContext(study, uri, experiment_id, parent)
 
 
@@ -156,8 +172,7 @@ def refresh_study_views(ctx: StudyContext) -> None:
     from workbench.viz.mlflow_views import layout_of, load_view_specs, publish_study_views  # deferred: pandas, plotly
 
     try:
-        publish_study_views(MlflowClient(ctx.tracking_uri), ctx.experiment_id, layout_of(ctx.study),
-                            load_view_specs())
+        publish_study_views(MlflowClient(ctx.tracking_uri), ctx.experiment_id, layout_of(ctx.study), load_view_specs())
     except Exception as e:  # noqa: BLE001 - the runs are tracked; only the views' refresh failed
         warnings.warn(f"could not refresh the study's MLflow views: {e}", stacklevel=2)
 
@@ -168,8 +183,14 @@ def close_parent(ctx: StudyContext, status: str, policy: OutagePolicy) -> None:
     from mlflow import MlflowClient
 
     try:
-        call_with_retries(MlflowClient(ctx.tracking_uri).set_terminated, ctx.parent_run_id, status=status,
-                          policy=policy, uri=ctx.tracking_uri, what="closing the study's parent run")
+        call_with_retries(
+            MlflowClient(ctx.tracking_uri).set_terminated,
+            ctx.parent_run_id,
+            status=status,
+            policy=policy,
+            uri=ctx.tracking_uri,
+            what="closing the study's parent run",
+        )
     except TrackingOutage as error:
         policy.warn(f"the study's parent run {ctx.parent_run_id} stays RUNNING until the study is run again: {error}")
 
@@ -201,8 +222,9 @@ class StudyExportHook:
         except Exception as error:  # noqa: BLE001 - the runs are tracked; only their export failed
             line = f"{type(error).__name__}: {error}".splitlines()[0][:300]
             if not self.errors:
-                self.say(f"warning: could not export the study to {self.directory} ({line}); "
-                         "trying again after each run")
+                self.say(
+                    f"warning: could not export the study to {self.directory} ({line}); trying again after each run"
+                )
             self.errors.append(line)
         finally:
             self.seconds += time.perf_counter() - t0
@@ -222,15 +244,29 @@ def prebuild_models(specs: list[RunSpec], progress: bool = False) -> None:
         model, task, prime = spec.config.model, spec.config.task, spec.config.data.prime
         if model.builtin is None and prime is None:
             continue
-        key = json.dumps([model.model_dump(mode="json"), task.model_dump(mode="json"),
-                          None if prime is None else prime.model_dump(mode="json")], sort_keys=True)
+        key = json.dumps(
+            [
+                model.model_dump(mode="json"),
+                task.model_dump(mode="json"),
+                None if prime is None else prime.model_dump(mode="json"),
+            ],
+            sort_keys=True,
+        )
         if key not in seen:
             seen.add(key)
             model_dir(model, task, progress=progress, prime=prime)
 
 
-def run_study(study: Study, specs: list[RunSpec], *, progress: bool = True, parallel: int = 1,
-              ray: RayOptions | None = None, export_to: Path | None = None, reuse: bool = True) -> list[RunOutcome]:
+def run_study(
+    study: Study,
+    specs: list[RunSpec],
+    *,
+    progress: bool = True,
+    parallel: int = 1,
+    ray: RayOptions | None = None,
+    export_to: Path | None = None,
+    reuse: bool = True,
+) -> list[RunOutcome]:
     """Run every spec not yet FINISHED; returns one outcome per spec, in plan order. With ``ray``,
     the runs are Ray tasks (``parallel`` is then Ray's business: as many as the cluster places).
     ``export_to``: the study's export directory, written after each run and at the end.
@@ -244,34 +280,54 @@ def run_study(study: Study, specs: list[RunSpec], *, progress: bool = True, para
     if ray is not None:
         connect(ray.address)  # RayUnavailable (exit 2) before MLflow is touched
     with study_lock(study_tracking_uri(specs), study_experiment(study, specs)):  # StudyBusy: exit 2
-        return _run_locked(study, specs, progress=progress, parallel=parallel, ray=ray, export_to=export_to,
-                           reuse=reuse)
+        return _run_locked(
+            study, specs, progress=progress, parallel=parallel, ray=ray, export_to=export_to, reuse=reuse
+        )
 
 
-def _run_locked(study: Study, specs: list[RunSpec], *, progress: bool, parallel: int,
-                ray: RayOptions | None = None, export_to: Path | None = None, reuse: bool = True) -> list[RunOutcome]:
+def _run_locked(
+    study: Study,
+    specs: list[RunSpec],
+    *,
+    progress: bool,
+    parallel: int,
+    ray: RayOptions | None = None,
+    export_to: Path | None = None,
+    reuse: bool = True,
+) -> list[RunOutcome]:
     from mlflow import MlflowClient
 
     policy = study_outage_policy(specs)
     ctx = open_study(study, specs)
-    export = None if export_to is None else StudyExportHook(ctx.tracking_uri, study_experiment(study, specs),
-                                                            Path(export_to))
+    export = (
+        None
+        if export_to is None
+        else StudyExportHook(ctx.tracking_uri, study_experiment(study, specs), Path(export_to))
+    )
     client = MlflowClient(ctx.tracking_uri)
     done = finished_runs(client, ctx.experiment_id)
     todo = [s for s in specs if s.run_key not in done]
     for spec in todo:  # first what an outage kept back: its runs then close with their real reason
         resend_spills(ctx.tracking_uri, spec.run_key, policy)
     mark_orphaned_runs(client, ctx.experiment_id, [s.run_key for s in todo])
-    results: dict[str, RunOutcome] = {s.run_key: skipped_outcome(s, done[s.run_key], client) for s in specs
-                                      if s.run_key in done}
+    results: dict[str, RunOutcome] = {
+        s.run_key: skipped_outcome(s, done[s.run_key], client) for s in specs if s.run_key in done
+    }
     status = "FINISHED"
     current: str | None = None  # the run_key executing in this process, if any
     bar = StudyProgress(study.name, len(specs), enabled=progress, after_run=export)
     bar.add_done(len(specs) - len(todo))
     try:
         if todo and reuse:  # before the live display starts: its REUSED lines print as plain lines
-            copied = reuse_runs(ctx.tracking_uri, todo, study=study.name, experiment_id=ctx.experiment_id,
-                                parent_run_id=ctx.parent_run_id, say=bar.note, warn=_say)
+            copied = reuse_runs(
+                ctx.tracking_uri,
+                todo,
+                study=study.name,
+                experiment_id=ctx.experiment_id,
+                parent_run_id=ctx.parent_run_id,
+                say=bar.note,
+                warn=_say,
+            )
             results |= {s.run_key: reused_outcome(s, copied[s.run_key], client) for s in todo if s.run_key in copied}
             todo = [s for s in todo if s.run_key not in copied]
             bar.add_done(len(copied), reused=True)
@@ -292,8 +348,13 @@ def _run_locked(study: Study, specs: list[RunSpec], *, progress: bool, parallel:
                 for spec in todo:
                     current = spec.run_key
                     results[spec.run_key] = outcome = execute_run(
-                        spec.config, study=study.name, variant=spec.variant, label=spec.label,
-                        parent_run_id=ctx.parent_run_id, progress=bar.run_view(spec.label))
+                        spec.config,
+                        study=study.name,
+                        variant=spec.variant,
+                        label=spec.label,
+                        parent_run_id=ctx.parent_run_id,
+                        progress=bar.run_view(spec.label),
+                    )
                     current = None
                     if outcome.tracking_lost:  # every later run would wait out the deadline again
                         break
@@ -302,8 +363,14 @@ def _run_locked(study: Study, specs: list[RunSpec], *, progress: bool, parallel:
             policy = OutagePolicy(deadline_s=0.0, warn=policy.warn)  # closing the parent: one try, no more waiting
         for spec in todo:
             if spec.run_key not in results:  # not started: MLflow was lost
-                results[spec.run_key] = RunOutcome(spec.label, spec.variant, spec.seed, spec.run_key, "FAILED",
-                                                   error="not started: MLflow unreachable (run again to resume)")
+                results[spec.run_key] = RunOutcome(
+                    spec.label,
+                    spec.variant,
+                    spec.seed,
+                    spec.run_key,
+                    "FAILED",
+                    error="not started: MLflow unreachable (run again to resume)",
+                )
     except KeyboardInterrupt:
         status = "KILLED"
         if current is not None:  # interrupted while its MLflow run was being opened

@@ -55,8 +55,15 @@ class _EtaColumn(ProgressColumn):
 class StudyProgress:
     """``with StudyProgress(name, total) as p: p.run_started(label, steps); p.run_step(...); ...``"""
 
-    def __init__(self, name: str, total: int, enabled: bool = True, console: Console | None = None,
-                 plain_every: float | None = None, after_run: Callable[[str, str], None] | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        total: int,
+        enabled: bool = True,
+        console: Console | None = None,
+        plain_every: float | None = None,
+        after_run: Callable[[str, str], None] | None = None,
+    ) -> None:
         self.name = name
         self.after_run = after_run  # called with (label, status) once a run has ended, however it was executed
         self.total = total
@@ -67,10 +74,14 @@ class StudyProgress:
         self.plain_every = progress_interval() if plain_every is None else plain_every
         self._last_plain = float("-inf")
         self.progress = Progress(
-            TextColumn("[bold]{task.description}"), BarColumn(bar_width=30),
+            TextColumn("[bold]{task.description}"),
+            BarColumn(bar_width=30),
             TextColumn("{task.completed:.0f}/{task.total:.0f}"),
-            TextColumn("{task.fields[stats]}"), TimeElapsedColumn(), _EtaColumn(self),
-            console=console, disable=not enabled or self.plain,
+            TextColumn("{task.fields[stats]}"),
+            TimeElapsedColumn(),
+            _EtaColumn(self),
+            console=console,
+            disable=not enabled or self.plain,
         )
         self.running: dict[str, _Running] = {}
         self.skipped = 0  # not computed this session: finished in an earlier one, or reused
@@ -152,8 +163,11 @@ class StudyProgress:
         if evaluated:
             run.eval = f"eval {metrics[EVAL_ACCURACY]:.2f}@{step}"  # accuracy at RL step
             run.evals.append((step, float(metrics[EVAL_ACCURACY])))
-        parts = [f"reward {metrics[REWARD_MEAN]:.2f}" if REWARD_MEAN in metrics else "",
-                 f"acc {metrics[ACCURACY_TRAIN]:.2f}" if ACCURACY_TRAIN in metrics else "", run.eval]
+        parts = [
+            f"reward {metrics[REWARD_MEAN]:.2f}" if REWARD_MEAN in metrics else "",
+            f"acc {metrics[ACCURACY_TRAIN]:.2f}" if ACCURACY_TRAIN in metrics else "",
+            run.eval,
+        ]
         health = metrics.get(HEALTH_STATUS, 0)
         if health > 0:
             parts.append("[yellow]health!" if health == 1 else "[red]health FAIL")
@@ -192,11 +206,14 @@ class StudyProgress:
             colour = {"FINISHED": "green", "KILLED": "yellow"}.get(status, "red")
             shown = _final_text(run) if status == "FINISHED" else run.eval
             if self.plain:
-                self._plain_line(f"{status} {label} {shown} {detail} ({took}) | "
-                                 f"study {self.skipped + self.finished}/{self.total}".replace("  ", " "))
+                self._plain_line(
+                    f"{status} {label} {shown} {detail} ({took}) | "
+                    f"study {self.skipped + self.finished}/{self.total}".replace("  ", " ")
+                )
             elif self.enabled:
-                self.progress.console.print(f"  [{colour}]{status:<8}[/{colour}] {label}  {shown}  {detail}  "
-                                            f"({took})", highlight=False)
+                self.progress.console.print(
+                    f"  [{colour}]{status:<8}[/{colour}] {label}  {shown}  {detail}  ({took})", highlight=False
+                )
         self._refresh()
         if self.after_run is not None:
             self.after_run(label, status)
@@ -256,8 +273,7 @@ class RunView:
         # execute_run passes the health verdict ("ok"/"warn"/"fail") for a finished run, and a failed
         # run's error (its first 100 characters, as the pool and Ray executors print it)
         finished = status not in ("FAILED", "KILLED")
-        self.owner.run_ended(self.label, "FINISHED" if finished else status,
-                             f"health {status}" if finished else detail)
+        self.owner.run_ended(self.label, "FINISHED" if finished else status, f"health {status}" if finished else detail)
 
 
 def _final_text(run: _Running) -> str:

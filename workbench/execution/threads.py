@@ -86,13 +86,16 @@ def threads_per_run(parallel: int, cpus: int | None = None, idle: float | None =
     return max(1, free_cpus(cpus, idle) // max(1, parallel))
 
 
-def oversubscription_warning(cpus: int | None = None, load: float | None = None,
-                             idle: float | None = None) -> str | None:
+def oversubscription_warning(
+    cpus: int | None = None, load: float | None = None, idle: float | None = None
+) -> str | None:
     """One line when the machine is busier than our CPUs (1-minute load average above them), else None."""
     cpus = cpu_count() if cpus is None else cpus
     load = load_average() if load is None else load
     if load <= cpus:
         return None
-    return (f"warning: the machine is oversubscribed (load average {load:.1f} on {cpus} CPUs): runs use "
-            f"{threads_per_run(1, cpus, idle)} torch thread(s) each (the CPUs idle now) and steps will be "
-            "slower than on a quiet machine")
+    return (
+        f"warning: the machine is oversubscribed (load average {load:.1f} on {cpus} CPUs): runs use "
+        f"{threads_per_run(1, cpus, idle)} torch thread(s) each (the CPUs idle now) and steps will be "
+        "slower than on a quiet machine"
+    )

@@ -45,10 +45,21 @@ __all__ = ["ENGINE_PREFIX", "WorkbenchCallback", "unavailable_metrics"]
 #: A reward function logs canonical metrics through TRL's ``log_metric`` under this prefix (TRL has no name for
 #: them): the callback strips it. ``workbench.execution.trl_engine``'s verifier reward logs these five.
 ENGINE_PREFIX = "workbench/"
-ENGINE_MEASURED = (names.ACCURACY_TRAIN, names.LENGTH_CORRECT_MEAN, names.LENGTH_INCORRECT_MEAN,
-                   names.BATCH_ALL_CORRECT_FRAC, names.BATCH_ALL_WRONG_FRAC)
-EVAL_MEASURED = (names.EVAL_ACCURACY, names.EVAL_LENGTH_MEAN, names.EVAL_N_PROBLEMS, *PASS_AT_K_METRICS,
-                 names.EVAL_MEAN_AT_N, *REFLECTION_METRICS["eval"])
+ENGINE_MEASURED = (
+    names.ACCURACY_TRAIN,
+    names.LENGTH_CORRECT_MEAN,
+    names.LENGTH_INCORRECT_MEAN,
+    names.BATCH_ALL_CORRECT_FRAC,
+    names.BATCH_ALL_WRONG_FRAC,
+)
+EVAL_MEASURED = (
+    names.EVAL_ACCURACY,
+    names.EVAL_LENGTH_MEAN,
+    names.EVAL_N_PROBLEMS,
+    *PASS_AT_K_METRICS,
+    names.EVAL_MEAN_AT_N,
+    *REFLECTION_METRICS["eval"],
+)
 UNAVAILABLE_TAG = "workbench.unavailable_metrics"
 NOT_MEASURED = "not measured by TRL's GRPOTrainer (engine: trl)"
 # TRL's sampling/* metrics exist only with use_vllm and its IS correction: without vLLM TRL samples with the
@@ -72,10 +83,12 @@ def unavailable_metrics(*, with_eval: bool, beta: float) -> dict[str, str]:
 def trl_metrics(logs: Mapping[str, Any]) -> dict[str, float]:
     """One TRL log entry -> canonical names (the importer's adapter; ``workbench/...`` names stripped), every
     number kept; TRL's end-of-training summary (``train_runtime``, ...) is not a step."""
-    own = {k[len(ENGINE_PREFIX):]: float(v) for k, v in logs.items()
-           if k.startswith(ENGINE_PREFIX) and v is not None}
-    rest = {k: v for k, v in logs.items() if not k.startswith(ENGINE_PREFIX)
-            and isinstance(v, (int, float, type(None))) and not isinstance(v, bool)}
+    own = {k[len(ENGINE_PREFIX) :]: float(v) for k, v in logs.items() if k.startswith(ENGINE_PREFIX) and v is not None}
+    rest = {
+        k: v
+        for k, v in logs.items()
+        if not k.startswith(ENGINE_PREFIX) and isinstance(v, (int, float, type(None))) and not isinstance(v, bool)
+    }
     return ADAPTERS.get("trl").convert_step(rest) | own
 
 
@@ -91,9 +104,17 @@ class WorkbenchCallback(TrainerCallback):
     TRL optimizer steps (read from the trainer's arguments); its metrics are the last of those logs merged.
     """
 
-    def __init__(self, study: str | None = None, variant: str | None = None, seed: int | None = None, *,
-                 tracking_uri: str | None = None, health: HealthConfig | Mapping[str, Any] | str | None = None,
-                 evaluate: Callable[[int], dict[str, float]] | None = None, eval_every: int | None = None) -> None:
+    def __init__(
+        self,
+        study: str | None = None,
+        variant: str | None = None,
+        seed: int | None = None,
+        *,
+        tracking_uri: str | None = None,
+        health: HealthConfig | Mapping[str, Any] | str | None = None,
+        evaluate: Callable[[int], dict[str, float]] | None = None,
+        eval_every: int | None = None,
+    ) -> None:
         self.study, self.variant, self.seed = study, variant, seed
         self.tracking_uri, self.health = tracking_uri, health
         self.evaluate, self.eval_every = evaluate, eval_every
@@ -111,9 +132,17 @@ class WorkbenchCallback(TrainerCallback):
         self.on_checkpoint: Callable[[str], None] | None = None  # engine: trl saves its record next to TRL's
 
     @classmethod
-    def inside_run(cls, sink, monitor: HealthMonitor, *, per_step: int, unavailable: dict[str, str],
-                   evaluate: Callable[[int], dict[str, float]] | None, eval_every: int,
-                   on_step: Callable[[int, dict[str, float]], Any] | None = None) -> WorkbenchCallback:
+    def inside_run(
+        cls,
+        sink,
+        monitor: HealthMonitor,
+        *,
+        per_step: int,
+        unavailable: dict[str, str],
+        evaluate: Callable[[int], dict[str, float]] | None,
+        eval_every: int,
+        on_step: Callable[[int, dict[str, float]], Any] | None = None,
+    ) -> WorkbenchCallback:
         """The callback of an ``engine: trl`` run: the run's tracker and monitor, its eval and ``on_step`` hook."""
         callback = cls(evaluate=evaluate, eval_every=eval_every)
         callback.sink, callback.monitor, callback.on_step, callback.owns_run = sink, monitor, on_step, False
@@ -123,8 +152,9 @@ class WorkbenchCallback(TrainerCallback):
     # -- TrainerCallback events ---------------------------------------------------------------------------------
     def on_train_begin(self, args, state, control, **kwargs):
         if self.owns_run:
-            self.per_step = max(1, (args.steps_per_generation or 1) * args.num_iterations
-                                // max(1, args.gradient_accumulation_steps))
+            self.per_step = max(
+                1, (args.steps_per_generation or 1) * args.num_iterations // max(1, args.gradient_accumulation_steps)
+            )
             self._open_run(args, kwargs.get("model"))
         return control
 
@@ -202,9 +232,16 @@ class WorkbenchCallback(TrainerCallback):
         self.unavailable = unavailable_metrics(with_eval=self.evaluate is not None, beta=float(args.beta))
         self.monitor = HealthMonitor.from_config(self.health, unlogged=self.unavailable)
         parent = _study_parent(uri, self.study, self.variant)
-        tags = {"workbench.role": "run", "workbench.study": self.study, "workbench.variant": self.variant,
-                "workbench.arm": self.variant, "workbench.seed": str(self.seed), "workbench.run_key": run_key,
-                "workbench.engine": "trl", UNAVAILABLE_TAG: ",".join(sorted(self.unavailable))}
+        tags = {
+            "workbench.role": "run",
+            "workbench.study": self.study,
+            "workbench.variant": self.variant,
+            "workbench.arm": self.variant,
+            "workbench.seed": str(self.seed),
+            "workbench.run_key": run_key,
+            "workbench.engine": "trl",
+            UNAVAILABLE_TAG: ",".join(sorted(self.unavailable)),
+        }
         self.sink = RunTracker(uri, self.study, f"{self.variant}/seed={self.seed}", tags, parent_run_id=parent)
         self.sink.start()
         self.sink.log_params({f"trl.{k}": v for k, v in params.items()} | {"seed": self.seed, "engine": "trl"})
@@ -217,15 +254,31 @@ class WorkbenchCallback(TrainerCallback):
 
 
 # GRPOConfig arguments that say where a run writes, not what it computes: out of the standalone run key
-RUN_LOCAL_ARGS = frozenset({"output_dir", "logging_dir", "run_name", "hub_model_id", "hub_token", "push_to_hub",
-                            "resume_from_checkpoint", "report_to", "disable_tqdm", "logging_first_step",
-                            "overwrite_output_dir", "trackio_space_id", "project"})
+RUN_LOCAL_ARGS = frozenset(
+    {
+        "output_dir",
+        "logging_dir",
+        "run_name",
+        "hub_model_id",
+        "hub_token",
+        "push_to_hub",
+        "resume_from_checkpoint",
+        "report_to",
+        "disable_tqdm",
+        "logging_first_step",
+        "overwrite_output_dir",
+        "trackio_space_id",
+        "project",
+    }
+)
 
 
 def finish_tags(monitor: HealthMonitor, stop_reason: str) -> dict[str, str]:
     """The tags a run ends with, native or TRL: its health, and whether and why it stopped early."""
-    return monitor.tags() | {"workbench.stopped_early": str(bool(stop_reason)).lower(),
-                             "workbench.stop_reason": stop_reason}
+    return monitor.tags() | {
+        "workbench.stopped_early": str(bool(stop_reason)).lower(),
+        "workbench.stop_reason": stop_reason,
+    }
 
 
 def _study_parent(uri: str, study: str, variant: str) -> str:
@@ -245,17 +298,22 @@ def _study_parent(uri: str, study: str, variant: str) -> str:
         except Exception:  # noqa: BLE001 - no study.yaml yet (a first run that crashed): a fresh one is written
             document = {}
     else:
-        run_id = client.create_run(experiment, run_name=f"study:{study}",
-                                   tags={"workbench.role": "study", "workbench.study": study,
-                                         "workbench.engine": "trl"}).info.run_id
+        run_id = client.create_run(
+            experiment,
+            run_name=f"study:{study}",
+            tags={"workbench.role": "study", "workbench.study": study, "workbench.engine": "trl"},
+        ).info.run_id
         client.set_terminated(run_id, "FINISHED")
         document = {}
     variants = dict(document.get("variants") or {})
     if variant not in variants:
         variants[variant] = {}
         first = next(iter(variants))
-        document = {"name": study, "engine": "trl", "variants": variants,
-                    "compare": {"baseline": first, "metrics": ["final:reward/mean", "final:length/mean",
-                                                               "final:entropy/mean"]}}
+        document = {
+            "name": study,
+            "engine": "trl",
+            "variants": variants,
+            "compare": {"baseline": first, "metrics": ["final:reward/mean", "final:length/mean", "final:entropy/mean"]},
+        }
         client.log_text(run_id, yaml.safe_dump(document, sort_keys=False), "study.yaml")
     return run_id

@@ -54,7 +54,9 @@ def verifier_reward(verifier: AnswerVerifier, group_size: int):
             lengths = [len(ids) for ids in completion_ids]
             right = [n for n, c in zip(lengths, correct, strict=True) if c]
             wrong = [n for n, c in zip(lengths, correct, strict=True) if not c]
-            groups = [correct[i:i + group_size] for i in range(0, len(correct), group_size)]  # TRL repeats a prompt G times in a row
+            groups = [
+                correct[i : i + group_size] for i in range(0, len(correct), group_size)
+            ]  # TRL repeats a prompt G times in a row
             log_metric(f"{ENGINE_PREFIX}accuracy/train", sum(correct) / len(correct))
             log_metric(f"{ENGINE_PREFIX}length/correct_mean", sum(right) / len(right) if right else math.nan)
             log_metric(f"{ENGINE_PREFIX}length/incorrect_mean", sum(wrong) / len(wrong) if wrong else math.nan)
@@ -66,8 +68,15 @@ def verifier_reward(verifier: AnswerVerifier, group_size: int):
     return workbench_verifier
 
 
-def train_trl(cfg: RunConfig, sink, monitor: HealthMonitor, on_step=None, checkpoints: RunCheckpoints | None = None,
-              on_eval=None, work_dir: Path | None = None) -> TrainResult:
+def train_trl(
+    cfg: RunConfig,
+    sink,
+    monitor: HealthMonitor,
+    on_step=None,
+    checkpoints: RunCheckpoints | None = None,
+    on_eval=None,
+    work_dir: Path | None = None,
+) -> TrainResult:
     """Train ``cfg`` with TRL's ``GRPOTrainer``, logging every step to ``sink`` (as :func:`workbench.train.loop.train`).
 
     ``checkpoints``: with ``learner.checkpoint_every``, TRL saves its own checkpoints (weights, optimizer, RNG,
@@ -85,19 +94,44 @@ def train_trl(cfg: RunConfig, sink, monitor: HealthMonitor, on_step=None, checkp
     prompt_format = resolve_prompt_format(cfg.model, tokenizer, cfg.model.path)
     roll = cfg.rollout
     problems = task.sample_train(roll.prompts_per_step * roll.steps, random.Random(f"train-{cfg.seed}"))
-    dataset = Dataset.from_dict({"prompt": [prompt_format.render(p.prompt) for p in problems],
-                                 "answer": [p.answer for p in problems]})
+    dataset = Dataset.from_dict(
+        {"prompt": [prompt_format.render(p.prompt) for p in problems], "answer": [p.answer for p in problems]}
+    )
     out = trl_output_dir(checkpoints, work_dir)
     try:
-        return _train(cfg, sink, monitor, on_step, checkpoints, on_eval, out, directory, tokenizer, prompt_format,
-                      dataset, eval_set)
+        return _train(
+            cfg,
+            sink,
+            monitor,
+            on_step,
+            checkpoints,
+            on_eval,
+            out,
+            directory,
+            tokenizer,
+            prompt_format,
+            dataset,
+            eval_set,
+        )
     finally:
         if checkpoints is None and work_dir is None:  # a scratch directory: TRL's files are of no further use
             shutil.rmtree(out, ignore_errors=True)
 
 
-def _train(cfg: RunConfig, sink, monitor: HealthMonitor, on_step, checkpoints: RunCheckpoints | None, on_eval,
-           out: Path, directory: Path, tokenizer, prompt_format, dataset, eval_set) -> TrainResult:
+def _train(
+    cfg: RunConfig,
+    sink,
+    monitor: HealthMonitor,
+    on_step,
+    checkpoints: RunCheckpoints | None,
+    on_eval,
+    out: Path,
+    directory: Path,
+    tokenizer,
+    prompt_format,
+    dataset,
+    eval_set,
+) -> TrainResult:
     import torch
     from transformers import AutoModelForCausalLM, PrinterCallback
     from trl import GRPOConfig, GRPOTrainer
@@ -106,8 +140,9 @@ def _train(cfg: RunConfig, sink, monitor: HealthMonitor, on_step, checkpoints: R
     args = GRPOConfig(output_dir=str(out), run_name=f"seed={cfg.seed}", **grpo_config_kwargs(cfg))
     model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32, **NO_REMOTE_CODE)
     result = TrainResult(steps_done=0)
-    with AnswerVerifier(timeout_s=cfg.reward.timeout_s, workers=cfg.reward.workers,
-                        scorer=ANSWER_SCORERS[cfg.task.answer_format]) as verifier:
+    with AnswerVerifier(
+        timeout_s=cfg.reward.timeout_s, workers=cfg.reward.workers, scorer=ANSWER_SCORERS[cfg.task.answer_format]
+    ) as verifier:
         sampler = None
 
         def run_eval(step: int) -> dict[str, float]:
@@ -119,8 +154,9 @@ def _train(cfg: RunConfig, sink, monitor: HealthMonitor, on_step, checkpoints: R
             was_training = model.training
             model.eval()
             try:
-                metrics, samples, rows = evaluate(sampler, verifier, eval_set, roll, seed=cfg.seed, step=step,
-                                                  reflection_words=reflection_words(cfg))
+                metrics, samples, rows = evaluate(
+                    sampler, verifier, eval_set, roll, seed=cfg.seed, step=step, reflection_words=reflection_words(cfg)
+                )
             finally:
                 model.train(was_training)
             result.eval_history.append((step, metrics[names.EVAL_ACCURACY]))
@@ -130,11 +166,23 @@ def _train(cfg: RunConfig, sink, monitor: HealthMonitor, on_step, checkpoints: R
                 on_eval(step, rows)
             return metrics
 
-        callback = WorkbenchCallback.inside_run(sink, monitor, per_step=optimizer_steps_per_rl_step(cfg),
-                                                unavailable=trl_unlogged(cfg), evaluate=run_eval,
-                                                eval_every=roll.eval_every, on_step=on_step)
-        trainer = GRPOTrainer(model=model, reward_funcs=[verifier_reward(verifier, roll.group_size)], args=args,
-                              train_dataset=dataset, processing_class=tokenizer, callbacks=[callback])
+        callback = WorkbenchCallback.inside_run(
+            sink,
+            monitor,
+            per_step=optimizer_steps_per_rl_step(cfg),
+            unavailable=trl_unlogged(cfg),
+            evaluate=run_eval,
+            eval_every=roll.eval_every,
+            on_step=on_step,
+        )
+        trainer = GRPOTrainer(
+            model=model,
+            reward_funcs=[verifier_reward(verifier, roll.group_size)],
+            args=args,
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            callbacks=[callback],
+        )
         trainer.remove_callback(PrinterCallback)  # TRL's stdout print of every log: the run's progress bar says it
         callback.on_checkpoint = lambda path: save_record(Path(path), callback, result)
         resume = latest_checkpoint(out) if checkpoints is not None else None
@@ -169,8 +217,11 @@ HISTORY_FILE = "workbench_history.json"  # the workbench's record of the steps a
 def latest_checkpoint(out: Path) -> Path | None:
     """TRL's latest complete ``checkpoint-N`` under ``out``: its trainer state and the workbench's record both
     written (a crash between the two leaves a checkpoint that is not resumed from), or None."""
-    found = [(int(p.name.split("-")[1]), p) for p in out.glob("checkpoint-*")
-             if p.name.split("-")[1].isdigit() and (p / "trainer_state.json").is_file() and (p / HISTORY_FILE).is_file()]
+    found = [
+        (int(p.name.split("-")[1]), p)
+        for p in out.glob("checkpoint-*")
+        if p.name.split("-")[1].isdigit() and (p / "trainer_state.json").is_file() and (p / HISTORY_FILE).is_file()
+    ]
     return max(found)[1] if found else None
 
 
@@ -190,8 +241,13 @@ def save_record(checkpoint: Path, callback: WorkbenchCallback, result: TrainResu
     import json
     import os
 
-    record = {"steps_done": callback.steps_done, "history": callback.history, "eval_history": result.eval_history,
-              "samples": result.samples, "problems": {k: list(v) for k, v in vars(result.problems).items()}}
+    record = {
+        "steps_done": callback.steps_done,
+        "history": callback.history,
+        "eval_history": result.eval_history,
+        "samples": result.samples,
+        "problems": {k: list(v) for k, v in vars(result.problems).items()},
+    }
     tmp = checkpoint / f".{HISTORY_FILE}.tmp"
     tmp.write_text(json.dumps(record))
     os.replace(tmp, checkpoint / HISTORY_FILE)

@@ -112,8 +112,9 @@ def _journal_heartbeat_class():
     class JournalHeartbeatStorage(JournalStorage, _heartbeat_base()):
         """JournalStorage plus Optuna's heartbeat protocol (which only RDBStorage implements)."""
 
-        def __init__(self, backend, *, heartbeat_interval: int, grace_period: int | None,
-                     on_stale: Callable | None) -> None:
+        def __init__(
+            self, backend, *, heartbeat_interval: int, grace_period: int | None, on_stale: Callable | None
+        ) -> None:
             super().__init__(backend)
             self.heartbeat_interval = heartbeat_interval
             self.grace_period = grace_period
@@ -128,8 +129,11 @@ def _journal_heartbeat_class():
         def _get_stale_trial_ids(self, study_id: int) -> list[int]:
             grace = self.grace_period if self.grace_period is not None else 2 * self.heartbeat_interval
             now = time.time()
-            return [t._trial_id for t in self.get_all_trials(study_id, deepcopy=False, states=(TrialState.RUNNING,))
-                    if now - t.system_attrs.get(HEARTBEAT_ATTR, now) > grace]
+            return [
+                t._trial_id
+                for t in self.get_all_trials(study_id, deepcopy=False, states=(TrialState.RUNNING,))
+                if now - t.system_attrs.get(HEARTBEAT_ATTR, now) > grace
+            ]
 
         def get_heartbeat_interval(self) -> int | None:
             return self.heartbeat_interval
@@ -140,8 +144,15 @@ def _journal_heartbeat_class():
     return JournalHeartbeatStorage
 
 
-def wait_for_creator(ostudy, *, owned: Callable[[dict], bool], take_over: Callable[[], None],
-                     log: Callable[[str], None], what: str, timeout_s: float = INIT_TIMEOUT_S) -> None:
+def wait_for_creator(
+    ostudy,
+    *,
+    owned: Callable[[dict], bool],
+    take_over: Callable[[], None],
+    log: Callable[[str], None],
+    what: str,
+    timeout_s: float = INIT_TIMEOUT_S,
+) -> None:
     """Wait until the worker that created ``ostudy`` marks it READY; take its setup over if it died midway.
 
     Setup (parent MLflow run, queue) is written by whichever worker created the Optuna study; the
@@ -164,8 +175,9 @@ def describe_storage(url: str) -> str:
     return redact_uri(url)
 
 
-def open_storage(url: str, *, heartbeat_interval: int, grace_period: int | None = None,
-                 on_stale: Callable | None = None):
+def open_storage(
+    url: str, *, heartbeat_interval: int, grace_period: int | None = None, on_stale: Callable | None = None
+):
     """An Optuna storage with the heartbeat on.
 
     ``url``: an SQLAlchemy URL (``postgresql://user:pw@host/db``, ``sqlite:///optuna.db``) for
@@ -181,19 +193,27 @@ def open_storage(url: str, *, heartbeat_interval: int, grace_period: int | None 
         for attempt in range(RDB_OPEN_ATTEMPTS):
             try:
                 return optuna.storages.RDBStorage(
-                    url, engine_kwargs=engine_kwargs, heartbeat_interval=heartbeat_interval,
-                    grace_period=grace_period, heartbeat_stale_trial_callback=on_stale)
+                    url,
+                    engine_kwargs=engine_kwargs,
+                    heartbeat_interval=heartbeat_interval,
+                    grace_period=grace_period,
+                    heartbeat_stale_trial_callback=on_stale,
+                )
             except ImportError as error:  # no driver: trying again will not help
-                raise WorkerError(f"cannot open Optuna storage {describe_storage(url)}: {error} "
-                                  f"(for postgresql:// URLs: pip install 'psycopg[binary]')") from None
+                raise WorkerError(
+                    f"cannot open Optuna storage {describe_storage(url)}: {error} "
+                    f"(for postgresql:// URLs: pip install 'psycopg[binary]')"
+                ) from None
             except Exception as error:  # noqa: BLE001 - bad URL, server unreachable, or a race:
                 # workers started together on an empty database all create Optuna's tables, and
                 # PostgreSQL rejects the concurrent CREATEs of all but one; the next try finds them.
                 from sqlalchemy.exc import ArgumentError  # a malformed URL: no point in retrying
 
                 if attempt == RDB_OPEN_ATTEMPTS - 1 or isinstance(error, ArgumentError):
-                    raise WorkerError(f"cannot open Optuna storage {describe_storage(url)}: "
-                                      f"{type(error).__name__}: {str(error).splitlines()[0]}") from None
+                    raise WorkerError(
+                        f"cannot open Optuna storage {describe_storage(url)}: "
+                        f"{type(error).__name__}: {str(error).splitlines()[0]}"
+                    ) from None
                 time.sleep(0.5 + random.random() * (attempt + 1))
     path = url.removeprefix("journal:")
     from optuna.storages.journal import JournalFileBackend
@@ -202,8 +222,9 @@ def open_storage(url: str, *, heartbeat_interval: int, grace_period: int | None 
         backend = JournalFileBackend(path)
     except OSError as error:
         raise WorkerError(f"cannot open journal storage {path}: {error}") from None
-    return _journal_heartbeat_class()(backend, heartbeat_interval=heartbeat_interval, grace_period=grace_period,
-                                      on_stale=on_stale)
+    return _journal_heartbeat_class()(
+        backend, heartbeat_interval=heartbeat_interval, grace_period=grace_period, on_stale=on_stale
+    )
 
 
 # ------------------------------------------------------------------------------------- worker
@@ -232,13 +253,24 @@ def worker_id() -> str:
 
 
 def trial_attrs(spec: RunSpec) -> dict:
-    return {KEY: spec.run_key, LABEL: spec.label, VARIANT: spec.variant, SEED: spec.seed,
-            CONFIG: spec.config.model_dump(mode="json")}
+    return {
+        KEY: spec.run_key,
+        LABEL: spec.label,
+        VARIANT: spec.variant,
+        SEED: spec.seed,
+        CONFIG: spec.config.model_dump(mode="json"),
+    }
 
 
 class Worker:
-    def __init__(self, study: Study, specs: list[RunSpec], storage_url: str, options: WorkerOptions,
-                 progress_factory: Callable | None = None) -> None:
+    def __init__(
+        self,
+        study: Study,
+        specs: list[RunSpec],
+        storage_url: str,
+        options: WorkerOptions,
+        progress_factory: Callable | None = None,
+    ) -> None:
         self.study = study
         self.specs = specs
         self.storage_url = storage_url
@@ -261,8 +293,12 @@ class Worker:
 
         optuna.logging.set_verbosity(optuna.logging.ERROR)  # this module reports what happens
         hf_logging.disable_progress_bar()  # no weight-loading bars between the worker's lines
-        storage = open_storage(self.storage_url, heartbeat_interval=self.opt.heartbeat_interval,
-                               grace_period=self.opt.grace_period, on_stale=self._on_stale)
+        storage = open_storage(
+            self.storage_url,
+            heartbeat_interval=self.opt.heartbeat_interval,
+            grace_period=self.opt.grace_period,
+            on_stale=self._on_stale,
+        )
         self._storage = storage
         name = self.study.name
         try:
@@ -272,16 +308,20 @@ class Worker:
             self.ostudy = optuna.load_study(study_name=name, storage=storage)
             created = False
         except Exception as error:  # noqa: BLE001 - e.g. the database refused the connection
-            raise WorkerError(f"cannot use Optuna storage {describe_storage(self.storage_url)}: "
-                              f"{type(error).__name__}: {str(error).splitlines()[0]}") from None
+            raise WorkerError(
+                f"cannot use Optuna storage {describe_storage(self.storage_url)}: "
+                f"{type(error).__name__}: {str(error).splitlines()[0]}"
+            ) from None
         if created:
             self._initialise()
         else:
             self._wait_until_ready()
         attrs = self.ostudy.user_attrs
         if attrs.get(STUDY_KIND) != KIND:
-            raise WorkerError(f"Optuna study {name!r} in {describe_storage(self.storage_url)} is not a workbench "
-                              f"study of runs (another tool's study of the same name?)")
+            raise WorkerError(
+                f"Optuna study {name!r} in {describe_storage(self.storage_url)} is not a workbench "
+                f"study of runs (another tool's study of the same name?)"
+            )
         self._open_mlflow(attrs[PARENT])
         self._enqueue_missing()
 
@@ -297,8 +337,9 @@ class Worker:
         def owned(attrs: dict) -> bool:  # an unmarked study with trials is another tool's
             return attrs.get(STUDY_KIND) in (None, KIND) and (STUDY_KIND in attrs or not self.ostudy.trials)
 
-        wait_for_creator(self.ostudy, owned=owned, take_over=self._initialise, log=self.opt.log,
-                         what=f"study {self.study.name!r}")
+        wait_for_creator(
+            self.ostudy, owned=owned, take_over=self._initialise, log=self.opt.log, what=f"study {self.study.name!r}"
+        )
 
     def _open_mlflow(self, parent_run_id: str) -> None:
         from mlflow import MlflowClient
@@ -353,8 +394,9 @@ class Worker:
                     trial = self._interrupted_trial
                     if trial is not None:
                         self._enqueue_retry(trial, lost=int(trial.user_attrs.get(LOST, 0)))
-                        self.opt.log(f"[{self.id}] {trial.user_attrs.get(LABEL)} KILLED; enqueued again "
-                                     f"for the other workers")
+                        self.opt.log(
+                            f"[{self.id}] {trial.user_attrs.get(LABEL)} KILLED; enqueued again for the other workers"
+                        )
                     raise
                 if self.report.tracking_lost:  # the next run would only wait out the deadline again
                     trial = self._lost_trial
@@ -412,8 +454,10 @@ class Worker:
             if outcome is None:  # as the stale callback would have: its MLflow run FAILED, "was lost"
                 mark_orphaned_runs(self.client, self.ctx.experiment_id, [key], reason=self._lost_reason(last))
             self._enqueue_retry(last, lost=lost)
-            self.opt.log(f"[{self.id}] {last.user_attrs.get(LABEL, key)}: trial {last.number} ended "
-                         f"{'KILLED' if outcome else 'lost'} and was not retried; enqueued a retry")
+            self.opt.log(
+                f"[{self.id}] {last.user_attrs.get(LABEL, key)}: trial {last.number} ended "
+                f"{'KILLED' if outcome else 'lost'} and was not retried; enqueued a retry"
+            )
 
     def _finish(self) -> WorkerReport:
         from optuna.trial import TrialState
@@ -450,9 +494,11 @@ class Worker:
         now = [t.state for t in self.ostudy.get_trials(deepcopy=False) if t.number == trial.number]
         if not now or now[0] == TrialState.RUNNING:
             return False
-        self.opt.log(f"[{self.id}] trial {trial.number} ({trial.user_attrs.get(LABEL)}) was failed as stale while "
-                     f"it ran (heartbeat late by over the grace period: an overloaded machine?); its run is "
-                     f"recorded in MLflow and its retry will find it")
+        self.opt.log(
+            f"[{self.id}] trial {trial.number} ({trial.user_attrs.get(LABEL)}) was failed as stale while "
+            f"it ran (heartbeat late by over the grace period: an overloaded machine?); its run is "
+            f"recorded in MLflow and its retry will find it"
+        )
         return True
 
     def _objective(self, trial) -> float:
@@ -474,8 +520,11 @@ class Worker:
             trial.set_user_attr(OUTCOME, "idle")
             raise optuna.TrialPruned("no queued run")
         live = (TrialState.WAITING, TrialState.RUNNING, TrialState.COMPLETE)
-        earlier = [t.number for t in self.ostudy.get_trials(deepcopy=False, states=live)
-                   if t.user_attrs.get(KEY) == key and t.number < trial.number]
+        earlier = [
+            t.number
+            for t in self.ostudy.get_trials(deepcopy=False, states=live)
+            if t.user_attrs.get(KEY) == key and t.number < trial.number
+        ]
         if earlier:
             trial.set_user_attr(OUTCOME, "duplicate")
             raise optuna.TrialPruned(f"duplicate of trial {earlier[0]}")
@@ -487,8 +536,10 @@ class Worker:
 
         cfg = RunConfig.model_validate(attrs[CONFIG])
         if cfg.run_key() != key:
-            raise RunFailed(f"trial {trial.number}: its config hashes to {cfg.run_key()}, not {key} "
-                            f"(workers run different workbench versions?)")
+            raise RunFailed(
+                f"trial {trial.number}: its config hashes to {cfg.run_key()}, not {key} "
+                f"(workers run different workbench versions?)"
+            )
         label, variant = attrs[LABEL], attrs[VARIANT]
         trial.set_user_attr(WORKER, self.id)
         resend_spills(self.ctx.tracking_uri, key)  # what an earlier attempt's MLflow outage kept back
@@ -497,8 +548,14 @@ class Worker:
         started = time.monotonic()
         bar = self.progress_factory(label) if self.progress_factory else None
         try:
-            outcome = execute_run(cfg, study=self.study.name, variant=variant, label=label,
-                                  parent_run_id=self.ctx.parent_run_id, progress=bar)
+            outcome = execute_run(
+                cfg,
+                study=self.study.name,
+                variant=variant,
+                label=label,
+                parent_run_id=self.ctx.parent_run_id,
+                progress=bar,
+            )
         except KeyboardInterrupt:  # stopped by hand: the run is KILLED; loop() hands it to the others
             trial.set_user_attr(OUTCOME, "KILLED")
             # (if the interrupt came while its MLflow run was being opened, that run is still RUNNING)
@@ -516,8 +573,10 @@ class Worker:
         if outcome.run_id:
             trial.set_user_attr(MLFLOW_RUN, outcome.run_id)
         took = time.monotonic() - started
-        self.opt.log(f"[{self.id}] {label} {outcome.status} in {took:.0f} s"
-                     + (f": {outcome.error[:200]}" if outcome.error else ""))
+        self.opt.log(
+            f"[{self.id}] {label} {outcome.status} in {took:.0f} s"
+            + (f": {outcome.error[:200]}" if outcome.error else "")
+        )
         if outcome.status != "FINISHED":
             raise RunFailed(outcome.error or outcome.status)
         return _value(outcome.eval_last)
@@ -542,8 +601,10 @@ class Worker:
             mark_orphaned_runs(self.client, self.ctx.experiment_id, [key], reason=reason)
         lost = int(trial.user_attrs.get(LOST, 0)) + 1
         if lost > self.opt.max_retries:
-            self.opt.log(f"[{self.id}] {label}: {reason}; not retried: {lost} workers were lost running it "
-                         f"(max_retries={self.opt.max_retries})")
+            self.opt.log(
+                f"[{self.id}] {label}: {reason}; not retried: {lost} workers were lost running it "
+                f"(max_retries={self.opt.max_retries})"
+            )
             return
         self._enqueue_retry(trial, lost=lost)
         self.opt.log(f"[{self.id}] {label}: {reason}; enqueued a retry")
@@ -583,15 +644,19 @@ def _value(x: float) -> float:
     return float(x) if x is not None and math.isfinite(x) else 0.0
 
 
-def run_worker(study: Study, specs: list[RunSpec], storage_url: str, options: WorkerOptions | None = None,
-               progress_factory: Callable | None = None) -> WorkerReport:
+def run_worker(
+    study: Study,
+    specs: list[RunSpec],
+    storage_url: str,
+    options: WorkerOptions | None = None,
+    progress_factory: Callable | None = None,
+) -> WorkerReport:
     """Join (or start) the distributed execution of ``study``; return when no run is left."""
     for spec in specs:  # a worker that cannot run the study fails before touching anything shared
         preflight(spec.config)
 
     worker = Worker(study, specs, storage_url, options or WorkerOptions(), progress_factory)
     # shared: workers run together; a `workbench run` of the study on this machine is refused meanwhile
-    with study_lock(study_tracking_uri(specs), study_experiment(study, specs), shared=True,
-                    command="workbench worker"):
+    with study_lock(study_tracking_uri(specs), study_experiment(study, specs), shared=True, command="workbench worker"):
         worker.connect()
         return worker.loop()

@@ -75,8 +75,7 @@ class Block:
 
     def row(self, position: int, names: Iterable[str]) -> dict[str, float]:
         """The step at ``position`` as a rule's ``update`` would get it, restricted to ``names``."""
-        return {n: float(self.values[n][position]) for n in names
-                if n in self.present and self.present[n][position]}
+        return {n: float(self.values[n][position]) for n in names if n in self.present and self.present[n][position]}
 
 
 @dataclass
@@ -108,8 +107,10 @@ class StepColumns:
     def add(self, step: int, metrics: Mapping[str, Any]) -> None:
         """One step (once per step of a history of millions: kept lean)."""
         if self.last_step is not None and step <= self.last_step:
-            raise ValueError(f"health monitor steps must strictly increase: got step {step} after {self.last_step} "
-                             "(merge a step's metrics into one dict and call observe once per step)")
+            raise ValueError(
+                f"health monitor steps must strictly increase: got step {step} after {self.last_step} "
+                "(merge a step's metrics into one dict and call observe once per step)"
+            )
         self.last_step = step
         i = len(self._steps)
         self._steps.append(step)
@@ -142,11 +143,18 @@ class StepColumns:
         n = len(self._steps)
         filled = {k: self._values[k][:n] for k in self._filled}
         present = {k: np.fromiter((x is not None for x in v), dtype=bool, count=n) for k, v in filled.items()}
-        values = {k: np.fromiter((math.nan if x is None else x for x in v), dtype=float, count=n)
-                  for k, v in filled.items()}
-        block = Block(steps=np.array(self._steps, dtype=np.int64), values=values, present=present,
-                      numeric=np.array(self._numeric, dtype=bool), non_finite=self._non_finite,
-                      names=self._seen, rows=self._rows if self.keep_rows else None)
+        values = {
+            k: np.fromiter((math.nan if x is None else x for x in v), dtype=float, count=n) for k, v in filled.items()
+        }
+        block = Block(
+            steps=np.array(self._steps, dtype=np.int64),
+            values=values,
+            present=present,
+            numeric=np.array(self._numeric, dtype=bool),
+            non_finite=self._non_finite,
+            names=self._seen,
+            rows=self._rows if self.keep_rows else None,
+        )
         self._steps, self._numeric, self._non_finite, self._seen, self._rows = [], [], {}, set(), []
         self._new_columns()
         self.sink(block)

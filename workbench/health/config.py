@@ -41,9 +41,7 @@ def _param_error(rule: str, err: ValidationError) -> str:
     return f"invalid parameters for health rule {rule!r}: " + "; ".join(parts)
 
 
-def resolve_rule_params(
-    rule: str, preset: str = "default", overrides: dict[str, Any] | None = None
-) -> RuleParams:
+def resolve_rule_params(rule: str, preset: str = "default", overrides: dict[str, Any] | None = None) -> RuleParams:
     """The validated ``Params`` of ``rule`` under ``preset`` with ``overrides`` applied on top.
 
     Raises ``ValueError`` for an unknown rule (listing valid rules), an unknown parameter (naming
@@ -66,9 +64,7 @@ def resolve_rule_params(
 class HealthConfig(BaseModel):
     """Health monitoring of one run (the ``health:`` section of a run or study config)."""
 
-    model_config = ConfigDict(
-        extra="forbid", validate_assignment=True, use_attribute_docstrings=True
-    )
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, use_attribute_docstrings=True)
 
     preset: str = "default"
     """Named bundle of rule settings: ``default``, ``strict`` or ``off`` (all rules disabled,
@@ -99,9 +95,7 @@ class HealthConfig(BaseModel):
 
     @field_validator("rules")
     @classmethod
-    def _known_rules_and_params(
-        cls, v: dict[str, dict[str, Any]], info: ValidationInfo
-    ) -> dict[str, dict[str, Any]]:
+    def _known_rules_and_params(cls, v: dict[str, dict[str, Any]], info: ValidationInfo) -> dict[str, dict[str, Any]]:
         preset = info.data.get("preset", "default")  # absent only if the preset itself failed
         for rule, overrides in v.items():
             resolve_rule_params(rule, preset, overrides)
@@ -109,7 +103,4 @@ class HealthConfig(BaseModel):
 
     def resolved(self) -> dict[str, RuleParams]:
         """Every registered rule's validated params under this config (disabled rules included)."""
-        return {
-            name: resolve_rule_params(name, self.preset, self.rules.get(name))
-            for name in HEALTH_RULES.names()
-        }
+        return {name: resolve_rule_params(name, self.preset, self.rules.get(name)) for name in HEALTH_RULES.names()}

@@ -118,7 +118,9 @@ class HealthMonitor:
 
     @classmethod
     def from_config(
-        cls, cfg: HealthConfig | Mapping[str, Any] | str | None = None, *,
+        cls,
+        cfg: HealthConfig | Mapping[str, Any] | str | None = None,
+        *,
         unlogged: Mapping[str, str] | None = None,
     ) -> HealthMonitor:
         """A monitor with every registered rule, configured by ``cfg``.
@@ -133,9 +135,7 @@ class HealthMonitor:
         elif isinstance(cfg, Mapping):
             cfg = HealthConfig.model_validate(dict(cfg))
         elif not isinstance(cfg, HealthConfig):
-            raise TypeError(
-                f"expected HealthConfig, dict, preset name or None; got {type(cfg).__name__}"
-            )
+            raise TypeError(f"expected HealthConfig, dict, preset name or None; got {type(cfg).__name__}")
         rules = [HEALTH_RULES.get(name)(params) for name, params in cfg.resolved().items()]
         return cls(rules, on_fail=cfg.on_fail, config=cfg, unlogged=unlogged)
 
@@ -180,10 +180,7 @@ class HealthMonitor:
                 raise TypeError(f"step must be an int, got {step!r}")
             step = as_int
         if not isinstance(metrics, Mapping):
-            raise TypeError(
-                "metrics must be a mapping of metric name -> value, "
-                f"got {type(metrics).__name__}"
-            )
+            raise TypeError(f"metrics must be a mapping of metric name -> value, got {type(metrics).__name__}")
         if self._last_step is not None and step <= self._last_step:
             raise ValueError(
                 f"health monitor steps must strictly increase: got step {step} "
@@ -330,8 +327,10 @@ class HealthMonitor:
         missing = [w for w in watched if w not in self._seen]
         if missing:
             return f"not evaluated: needs {', '.join(missing)}"
-        return (f"not evaluated: needs ≥ {rule.min_observations} finite observations of {', '.join(watched)} "
-                f"(this run has {self._steps} steps)")
+        return (
+            f"not evaluated: needs ≥ {rule.min_observations} finite observations of {', '.join(watched)} "
+            f"(this run has {self._steps} steps)"
+        )
 
     def report_json(self, indent: int | None = 2) -> str:
         """``report()`` as strict JSON text (no NaN literals)."""
@@ -355,8 +354,10 @@ class HealthMonitor:
             return []
         first, last = int(block.steps[0]), int(block.steps[-1])
         if self._last_step is not None and first <= self._last_step:
-            raise ValueError(f"health monitor steps must strictly increase: got step {first} after {self._last_step} "
-                             "(merge a step's metrics into one dict and call observe once per step)")
+            raise ValueError(
+                f"health monitor steps must strictly increase: got step {first} after {self._last_step} "
+                "(merge a step's metrics into one dict and call observe once per step)"
+            )
         self._seen.update(block.names)
         found = []
         for order, rule in enumerate(self._rules.values()):  # within a step, events in rule order, as observe
@@ -381,8 +382,9 @@ class HealthMonitor:
         for each step (ascending), ``finish()`` after the last."""
         enabled = [rule for rule in self._rules.values() if rule.enabled]
         names = [name for rule in enabled for name in rule.columns()]
-        return StepColumns(names, self.observe_block, keep_rows=not all(r.has_column_form for r in enabled),
-                           size=block_steps)
+        return StepColumns(
+            names, self.observe_block, keep_rows=not all(r.has_column_form for r in enabled), size=block_steps
+        )
 
     def observe_all(self, history: History, block_steps: int = BLOCK_STEPS) -> HealthMonitor:
         """Observe a whole history (see ``iter_history``) block by block; returns ``self``."""
@@ -411,8 +413,6 @@ class HealthMonitor:
         )
 
 
-def recheck(
-    history: History, cfg: HealthConfig | Mapping[str, Any] | str | None = None
-) -> HealthMonitor:
+def recheck(history: History, cfg: HealthConfig | Mapping[str, Any] | str | None = None) -> HealthMonitor:
     """``HealthMonitor.from_config(cfg).recheck(history)``: re-run the rules on a finished run."""
     return HealthMonitor.from_config(cfg).recheck(history)

@@ -167,8 +167,12 @@ def ar1_mean_shift_variance_factor(phi: np.ndarray | float, window: int, referen
     ``f(φ, window) + f(φ, reference) − 2 c`` with ``c = φ(1 − φ^w)(1 − φ^m) / ((1 − φ)² w m)``."""
     phi = np.asarray(phi, dtype=float)
     powers = _powers(phi, max(window, reference))
-    covariance = (phi * (1.0 - powers[..., window - 1]) * (1.0 - powers[..., reference - 1])
-                  / ((1.0 - phi) * (1.0 - phi) * window * reference))
+    covariance = (
+        phi
+        * (1.0 - powers[..., window - 1])
+        * (1.0 - powers[..., reference - 1])
+        / ((1.0 - phi) * (1.0 - phi) * window * reference)
+    )
     return ar1_mean_variance_factor(phi, window) + ar1_mean_variance_factor(phi, reference) - 2.0 * covariance
 
 
@@ -214,12 +218,18 @@ class SlopeTests:
     def at(self, i: int) -> SlopeTest | None:
         if not self.ok[i]:
             return None
-        return SlopeTest(slope=float(self.slope[i]), z=float(self.z[i]), fitted_end=float(self.fitted_end[i]),
-                         rising=bool(self.rising[i]), observations=self.observations)
+        return SlopeTest(
+            slope=float(self.slope[i]),
+            z=float(self.z[i]),
+            fitted_end=float(self.fitted_end[i]),
+            rising=bool(self.rising[i]),
+            observations=self.observations,
+        )
 
 
-def _scaled_tests(rows: np.ndarray, critical: float,
-                  kernel: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]) -> SlopeTests:
+def _scaled_tests(
+    rows: np.ndarray, critical: float, kernel: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]
+) -> SlopeTests:
     """``kernel`` (slope, z, fitted end) over 2-D ``rows``, each rescaled to [-1, 1] around its
     mean first (no overflow in the sums of squares); a row whose spread exceeds the float range
     cannot be fitted (``ok`` False), a constant row is flat (z = 0)."""
@@ -237,8 +247,9 @@ def _scaled_tests(rows: np.ndarray, critical: float,
         slope[fit] = unit_slope * s
         z[fit] = unit_z
         fitted_end[fit] = c + unit_fitted * s
-    return SlopeTests(ok=ok, slope=slope, z=z, fitted_end=fitted_end, rising=ok & (z > critical),
-                      observations=rows.shape[1])
+    return SlopeTests(
+        ok=ok, slope=slope, z=z, fitted_end=fitted_end, rising=ok & (z > critical), observations=rows.shape[1]
+    )
 
 
 def slope_tests(rows: np.ndarray, window: int, critical: float) -> SlopeTests:

@@ -136,9 +136,15 @@ class Adapter:
         rows = []
         for name in sorted(set(names) - self.ignored):
             m = self.mapping(name)
-            rows.append({"source": name, "imported_as": self.target(name),
-                         "conversion": m.conversion if m else "as is",
-                         "caveat": m.caveat if m else "", "defined_in": m.defined_in if m else ""})
+            rows.append(
+                {
+                    "source": name,
+                    "imported_as": self.target(name),
+                    "conversion": m.conversion if m else "as is",
+                    "caveat": m.caveat if m else "",
+                    "defined_in": m.defined_in if m else "",
+                }
+            )
         return rows
 
 

@@ -37,8 +37,16 @@ from workbench.tracking.rollouts import (
 from .errors import ImportSourceError
 from .validate import file_sha256
 
-__all__ = ["MAX_COMPLETION_FILES", "MAX_STEP", "Dump", "MAX_IMPORTED_COMPLETIONS", "MAX_COMPLETION_TEXT_BYTES", "CompletionRecord",
-           "ImportedCompletions", "completion_files"]
+__all__ = [
+    "MAX_COMPLETION_FILES",
+    "MAX_STEP",
+    "Dump",
+    "MAX_IMPORTED_COMPLETIONS",
+    "MAX_COMPLETION_TEXT_BYTES",
+    "CompletionRecord",
+    "ImportedCompletions",
+    "completion_files",
+]
 
 MAX_COMPLETION_FILES = 100_000  # one file per logged step: a 100k-step run
 MAX_IMPORTED_COMPLETIONS = 5_000_000  # rows per run: ~30-300 bytes each once encoded, a few hundred MB at most
@@ -109,8 +117,13 @@ class ImportedCompletions:
             schema = completions_schema(terms)
             data = encode_parquet({name: [row.get(name, math.nan) for row in rows] for name in schema.names}, schema)
             if prompts:  # each problem once per run, in the chunk where it first appears (as a run writes them)
-                prompt_data = encode_parquet({"prompt_id": list(prompts), "prompt": [p for p, _ in prompts.values()],
-                                              "answer": [a for _, a in prompts.values()]})
+                prompt_data = encode_parquet(
+                    {
+                        "prompt_id": list(prompts),
+                        "prompt": [p for p, _ in prompts.values()],
+                        "answer": [a for _, a in prompts.values()],
+                    }
+                )
                 chunks.append((prompts_name(written), prompt_data))
                 total += len(prompt_data)
             chunks.append((completions_name(written), data))
@@ -130,10 +143,21 @@ class ImportedCompletions:
             if prompt_id not in written_prompts:
                 written_prompts.add(prompt_id)
                 prompts[prompt_id] = (r.prompt, r.answer)
-            row = {"split": r.split, "step": r.step, "prompt_id": prompt_id, "group": groups[key], "sample": sample,
-                   "text": r.text, "reward": r.reward, "correct": r.correct, "length": None, "truncated": None,
-                   "sampler_logp_sum": math.nan, "advantage": r.advantage,
-                   "kept": None if math.isnan(r.advantage) else True}
+            row = {
+                "split": r.split,
+                "step": r.step,
+                "prompt_id": prompt_id,
+                "group": groups[key],
+                "sample": sample,
+                "text": r.text,
+                "reward": r.reward,
+                "correct": r.correct,
+                "length": None,
+                "truncated": None,
+                "sampler_logp_sum": math.nan,
+                "advantage": r.advantage,
+                "kept": None if math.isnan(r.advantage) else True,
+            }
             for name, value in r.terms.items():
                 row[f"{TERM_PREFIX}{name}"] = value
             rows.append(row)
@@ -141,10 +165,23 @@ class ImportedCompletions:
                 flush()
         flush()
         by_split = {s: sum(1 for r in records if r.split == s) for s in ("train", "eval")}
-        manifest = {"format": 1, "budget_bytes": None, "bytes": total, "chunks": written, "rows": by_split, "dropped": {"train": 0, "eval": 0},
-            "strides": [[0, 1]], "stopped_at_step": None, "write_failure": None,
-            "imported": {"framework": framework, "files": list(files), "rules": list(rules),
-                         "columns_not_imported": sorted(not_imported)}}
+        manifest = {
+            "format": 1,
+            "budget_bytes": None,
+            "bytes": total,
+            "chunks": written,
+            "rows": by_split,
+            "dropped": {"train": 0, "eval": 0},
+            "strides": [[0, 1]],
+            "stopped_at_step": None,
+            "write_failure": None,
+            "imported": {
+                "framework": framework,
+                "files": list(files),
+                "rules": list(rules),
+                "columns_not_imported": sorted(not_imported),
+            },
+        }
         return cls(chunks, manifest, digest, len(records))
 
     def artifacts(self) -> list[tuple[str, bytes]]:
@@ -169,11 +206,13 @@ def completion_files(directory: str, matches: Any, what: str) -> list[tuple[int,
             raise ImportSourceError(f"{entry}: step {step} is beyond the rollouts format's 32-bit step")
         found.append((step, entry))
         if len(found) > MAX_COMPLETION_FILES:
-            raise ImportSourceError(f"{directory}: more than {MAX_COMPLETION_FILES:,} completion files, over the "
-                                    "import limit")
+            raise ImportSourceError(
+                f"{directory}: more than {MAX_COMPLETION_FILES:,} completion files, over the import limit"
+            )
     if not found:
-        raise ImportSourceError(f"{directory}: no {what} in it (expected files named like "
-                                f"{matches.pattern.replace(chr(92), '')})")
+        raise ImportSourceError(
+            f"{directory}: no {what} in it (expected files named like {matches.pattern.replace(chr(92), '')})"
+        )
     return sorted(found)
 
 
@@ -196,11 +235,14 @@ class Budget:
         self.rows += 1
         self.text_bytes += len(record.prompt) + len(record.text)
         if self.rows > MAX_IMPORTED_COMPLETIONS:
-            raise ImportSourceError(f"{where}: more than {MAX_IMPORTED_COMPLETIONS:,} completions in one run, over "
-                                    "the import limit")
+            raise ImportSourceError(
+                f"{where}: more than {MAX_IMPORTED_COMPLETIONS:,} completions in one run, over the import limit"
+            )
         if self.text_bytes > MAX_COMPLETION_TEXT_BYTES:
-            raise ImportSourceError(f"{where}: more than {MAX_COMPLETION_TEXT_BYTES:,} characters of prompt and "
-                                    "completion text in one run, over the import limit")
+            raise ImportSourceError(
+                f"{where}: more than {MAX_COMPLETION_TEXT_BYTES:,} characters of prompt and "
+                "completion text in one run, over the import limit"
+            )
 
 
 def finite_number(value: Any, what: str, where: str) -> float:

@@ -70,6 +70,7 @@ def _seed(value: Any, where: str) -> int:
         raise ImportSourceError(f"{where}: seed {value!r} is not an integer")
     return int(f)
 
+
 # --------------------------------------------------------------------------------------------
 # From an MLflow store
 # --------------------------------------------------------------------------------------------
@@ -81,8 +82,9 @@ def _open_store(uri: str):
     if uri.startswith("sqlite:///") and not sqlite_file(uri).is_file():
         raise ImportSourceError(f"--from {redact_uri(uri)}: no MLflow store there (no such sqlite file)")
     if "://" not in uri and not uri.startswith(("sqlite:", "file:")):
-        raise ImportSourceError(f"--from {redact_uri(uri)}: not a tracking URI (sqlite:///PATH, postgresql://..., "
-                                "http://...)")
+        raise ImportSourceError(
+            f"--from {redact_uri(uri)}: not a tracking URI (sqlite:///PATH, postgresql://..., http://...)"
+        )
     check_store(uri, create=False)  # a corrupt file, wrong password, unreachable server: one line, exit 2
     return MlflowClient(uri)
 
@@ -101,13 +103,16 @@ def runs_from_mlflow(adapter: Adapter, uri: str, experiment: str, variant_by: st
     exp = client.get_experiment_by_name(experiment)
     if exp is None:
         names = sorted(e.name for e in client.search_experiments() if e.name != "Default")
-        raise ImportSourceError(f"--experiment {experiment!r}: no such experiment in {redact_uri(uri)} "
-                                f"(experiments: {', '.join(names) or 'none'})")
+        raise ImportSourceError(
+            f"--experiment {experiment!r}: no such experiment in {redact_uri(uri)} "
+            f"(experiments: {', '.join(names) or 'none'})"
+        )
     runs = []
     token = None
     while True:  # paged: an experiment may hold more runs than one page
-        page = client.search_runs([exp.experiment_id], max_results=1000, page_token=token,
-                                  order_by=["attributes.start_time ASC"])
+        page = client.search_runs(
+            [exp.experiment_id], max_results=1000, page_token=token, order_by=["attributes.start_time ASC"]
+        )
         runs.extend(page)
         token = page.token
         if not token:
@@ -122,19 +127,29 @@ def runs_from_mlflow(adapter: Adapter, uri: str, experiment: str, variant_by: st
             shown = ", ".join(have[:12]) + (", ..." if len(have) > 12 else "")
             raise ImportSourceError(
                 f"{option} {kind}:{name}: run {lacking[0].info.run_id} of experiment {experiment!r} has no "
-                f"{kind} {name!r} ({len(lacking)} of {len(runs)} runs lack it; its {kind}s: {shown or 'none'})")
+                f"{kind} {name!r} ({len(lacking)} of {len(runs)} runs lack it; its {kind}s: {shown or 'none'})"
+            )
     out = []
     for r in runs:
         rid = r.info.run_id
         seed = _seed(_selected(r, skind, sname), f"run {rid} ({skind}:{sname})")
         steps = _history(client, rid, list(r.data.metrics))
-        out.append(SourceRun(
-            key=_digest(adapter.framework, "mlflow-run", rid),
-            variant=str(_selected(r, vkind, vname)), seed=seed,
-            origin={"workbench.source_run": rid, "workbench.source_uri": redact_uri(uri),
-                    "workbench.source_experiment": experiment},
-            steps=Points.of(steps, f"source run {rid}"), params=dict(r.data.params), status=r.info.status,
-            name=r.info.run_name or ""))
+        out.append(
+            SourceRun(
+                key=_digest(adapter.framework, "mlflow-run", rid),
+                variant=str(_selected(r, vkind, vname)),
+                seed=seed,
+                origin={
+                    "workbench.source_run": rid,
+                    "workbench.source_uri": redact_uri(uri),
+                    "workbench.source_experiment": experiment,
+                },
+                steps=Points.of(steps, f"source run {rid}"),
+                params=dict(r.data.params),
+                status=r.info.status,
+                name=r.info.run_name or "",
+            )
+        )
     _check_unique_labels(out)
     return out
 
@@ -153,18 +168,27 @@ def _check_unique_labels(runs: list[SourceRun]) -> None:
     for r in runs:
         where = r.origin.get("workbench.source_run") or r.origin.get("workbench.source_file", "")
         if r.label in seen:
-            raise ImportSourceError(f"two source runs have variant {r.variant!r} and seed {r.seed} "
-                                    f"({seen[r.label]} and {where}): pick --variant-by/--seed-by that tell them apart")
+            raise ImportSourceError(
+                f"two source runs have variant {r.variant!r} and seed {r.seed} "
+                f"({seen[r.label]} and {where}): pick --variant-by/--seed-by that tell them apart"
+            )
         seen[r.label] = where
+
 
 # --------------------------------------------------------------------------------------------
 # From files
 # --------------------------------------------------------------------------------------------
 
 
-def runs_from_files(adapter: Adapter, paths: Sequence[str], variant: str, seeds: Sequence[int],
-                    skip_bad_lines: bool = False, rollouts: Sequence[str] = (),
-                    eval_rollouts: Sequence[str] = ()) -> list[SourceRun]:
+def runs_from_files(
+    adapter: Adapter,
+    paths: Sequence[str],
+    variant: str,
+    seeds: Sequence[int],
+    skip_bad_lines: bool = False,
+    rollouts: Sequence[str] = (),
+    eval_rollouts: Sequence[str] = (),
+) -> list[SourceRun]:
     """One run per file, all of ``variant``; ``seeds``: one (a single file) or one per file, in order.
     ``rollouts`` / ``eval_rollouts``: none or one directory per file, the train / eval completions the
     framework dumped (read whole and checked here); without ``rollouts``, a directory the framework writes
@@ -178,11 +202,14 @@ def runs_from_files(adapter: Adapter, paths: Sequence[str], variant: str, seeds:
         raise ImportSourceError(f"--seed: give one per file ({len(paths)} files, {len(seeds)} seeds)")
     for option, dirs, split in (("--rollouts", rollouts, "train"), ("--eval-rollouts", eval_rollouts, "eval")):
         if dirs and (adapter.completions_reader is None or split not in adapter.completion_splits):
-            raise ImportSourceError(f"{option}: {adapter.framework} does not dump {split} completions "
-                                    f"({adapter.framework} dumps: {', '.join(adapter.completion_splits) or 'none'})")
+            raise ImportSourceError(
+                f"{option}: {adapter.framework} does not dump {split} completions "
+                f"({adapter.framework} dumps: {', '.join(adapter.completion_splits) or 'none'})"
+            )
         if dirs and len(dirs) != len(paths):
-            raise ImportSourceError(f"{option}: give one directory per file ({len(paths)} files, {len(dirs)} "
-                                    "directories)")
+            raise ImportSourceError(
+                f"{option}: give one directory per file ({len(paths)} files, {len(dirs)} directories)"
+            )
     out = []
     for i, (path, seed) in enumerate(zip(paths, seeds, strict=True)):
         p = Path(path)
@@ -192,21 +219,31 @@ def runs_from_files(adapter: Adapter, paths: Sequence[str], variant: str, seeds:
         bad = BadLines(path, skip_bad_lines)
         digest = file_sha256(path)
         origin = {"workbench.source_file": str(p.resolve()), "workbench.source_sha256": digest}
-        completions = _completions(adapter, path, rollouts[i] if rollouts else None,
-                                   eval_rollouts[i] if eval_rollouts else None, origin)
+        completions = _completions(
+            adapter, path, rollouts[i] if rollouts else None, eval_rollouts[i] if eval_rollouts else None, origin
+        )
         key = _digest(adapter.framework, "file", digest)
         if completions is not None:  # completions that grew change what the run is made from, too
             key = _digest(adapter.framework, "file", digest, completions.digest)
-        out.append(SourceRun(
-            key=key, variant=variant, seed=seed, origin=origin,
-            steps=Points(lambda path=path, bad=bad: adapter.file_reader(path, bad), bad.reset), name=p.name,
-            bad_lines=bad, completions=completions))
+        out.append(
+            SourceRun(
+                key=key,
+                variant=variant,
+                seed=seed,
+                origin=origin,
+                steps=Points(lambda path=path, bad=bad: adapter.file_reader(path, bad), bad.reset),
+                name=p.name,
+                bad_lines=bad,
+                completions=completions,
+            )
+        )
     _check_unique_labels(out)
     return out
 
 
-def _completions(adapter: Adapter, path: str, train_dir: str | None, eval_dir: str | None,
-                 origin: dict[str, str]) -> Any:
+def _completions(
+    adapter: Adapter, path: str, train_dir: str | None, eval_dir: str | None, origin: dict[str, str]
+) -> Any:
     """The run's dumped completions (its train and eval directories as one set of chunks), or None; each
     directory read is named in ``origin`` (``workbench.source_rollouts`` / ``workbench.source_eval_rollouts``)."""
     if adapter.completions_reader is None:
@@ -214,8 +251,10 @@ def _completions(adapter: Adapter, path: str, train_dir: str | None, eval_dir: s
     if train_dir is None and adapter.completions_beside is not None:
         train_dir = adapter.completions_beside(path)
     dumps = []
-    for directory, split, tag in ((train_dir, "train", "workbench.source_rollouts"),
-                                  (eval_dir, "eval", "workbench.source_eval_rollouts")):
+    for directory, split, tag in (
+        (train_dir, "train", "workbench.source_rollouts"),
+        (eval_dir, "eval", "workbench.source_eval_rollouts"),
+    ):
         if directory is not None:
             dumps.append(adapter.completions_reader(directory, split, path))
             origin[tag] = str(Path(directory).resolve())

@@ -40,7 +40,9 @@ def _event_files(path: Path) -> list[Path]:
     if not path.exists():
         raise ImportSourceError(f"{path}: no such directory")
     if not path.is_dir():
-        raise ImportSourceError(f"{path} is not a directory; give a TensorBoard log directory (with events.out.tfevents.* files)")
+        raise ImportSourceError(
+            f"{path} is not a directory; give a TensorBoard log directory (with events.out.tfevents.* files)"
+        )
     files = sorted(path.glob(EVENT_GLOB))
     for f in files:  # every entry EventAccumulator would open: a FIFO would block it, /dev/zero never ends
         try:
@@ -50,8 +52,12 @@ def _event_files(path: Path) -> list[Path]:
             raise ImportSourceError(f"{f}: {why}") from None
     if not files:
         below = sorted({str(f.parent.relative_to(path)) for f in path.rglob(EVENT_GLOB) if f.is_file()})
-        hint = f"; run directories below it: {', '.join(below[:8])}{', ...' if len(below) > 8 else ''} " \
-               "(give each, with one --seed each)" if below else ""
+        hint = (
+            f"; run directories below it: {', '.join(below[:8])}{', ...' if len(below) > 8 else ''} "
+            "(give each, with one --seed each)"
+            if below
+            else ""
+        )
         raise ImportSourceError(f"{path} holds no TensorBoard event files (events.out.tfevents.*){hint}")
     return files
 
@@ -67,18 +73,22 @@ def tfrecords(data: bytes, bad: BadLines) -> bytes:
         if pos + 12 > end:
             bad(pos, f"the last record is cut short ({end - pos} bytes: a writer still running?)", what="byte")
             break
-        head = data[pos:pos + 8]
+        head = data[pos : pos + 8]
         if masked_crc32c(head) != _CRC.unpack_from(data, pos + 8)[0]:
-            bad(pos, "a record's length fails its CRC check (corrupt): the rest of the file cannot be read",
-                what="byte")
+            bad(
+                pos, "a record's length fails its CRC check (corrupt): the rest of the file cannot be read", what="byte"
+            )
             break
         (length,) = _LENGTH.unpack(head)
         stop = pos + 12 + length + 4
         if stop > end:
-            bad(pos, f"the last record is cut short ({end - pos} of {stop - pos} bytes: a writer still running?)",
-                what="byte")
+            bad(
+                pos,
+                f"the last record is cut short ({end - pos} of {stop - pos} bytes: a writer still running?)",
+                what="byte",
+            )
             break
-        body = data[pos + 12:pos + 12 + length]
+        body = data[pos + 12 : pos + 12 + length]
         if masked_crc32c(body) != _CRC.unpack_from(data, stop - 4)[0]:
             bad(pos, "a record fails its CRC check (corrupt)", what="byte")
         else:
@@ -110,11 +120,14 @@ def read_tensorboard_run(path: Path, bad: BadLines | None = None) -> TrackedRun:
                 bad.count += sink.count
                 bad.first = bad.first or f"{f.name}: {sink.first}"
         accumulator = event_accumulator.EventAccumulator(
-            copy, size_guidance={event_accumulator.SCALARS: 0, event_accumulator.TENSORS: 0})  # 0: keep every point
+            copy, size_guidance={event_accumulator.SCALARS: 0, event_accumulator.TENSORS: 0}
+        )  # 0: keep every point
         try:
             accumulator.Reload()
         except Exception as e:  # noqa: BLE001 - the reader's errors (DataLossError, DecodeError) have no common base
-            raise ImportSourceError(f"{path}: not readable as TensorBoard event files ({type(e).__name__}: {e})") from None
+            raise ImportSourceError(
+                f"{path}: not readable as TensorBoard event files ({type(e).__name__}: {e})"
+            ) from None
     by_step: dict[int, dict[str, float]] = {}
     tags = accumulator.Tags()
     for tag in tags.get("scalars", []):

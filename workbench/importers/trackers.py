@@ -43,7 +43,7 @@ def _hf_source_name(tracked: str) -> str:
     """Undo ``transformers.integrations.rewrite_logs``: ``train/x`` -> ``x``, ``eval/x`` -> ``eval_x``."""
     for prefix, original in (("train/", ""), ("eval/", "eval_"), ("test/", "test_")):
         if tracked.startswith(prefix):
-            return original + tracked[len(prefix):]
+            return original + tracked[len(prefix) :]
     return tracked
 
 
@@ -61,8 +61,9 @@ FRAMEWORK_NAMING: dict[str, Naming] = {
 }
 
 
-def source_steps(framework: str, scalars: list[tuple[int, dict[str, float]]],
-                 where: str = "") -> list[tuple[int, dict[str, float]]]:
+def source_steps(
+    framework: str, scalars: list[tuple[int, dict[str, float]]], where: str = ""
+) -> list[tuple[int, dict[str, float]]]:
     """Tracker rows -> ``[(framework step, {framework's metric name: value})]`` (same step merged, later wins).
     A logged step (``train/global_step``) that is not a 64-bit integer is an ``ImportSourceError`` naming ``where``."""
     naming = FRAMEWORK_NAMING[framework]
@@ -76,8 +77,9 @@ def source_steps(framework: str, scalars: list[tuple[int, dict[str, float]]],
                         raise ValueError(f"step {value!r} is not an integer")
                     step = step_number(int(value))
                 except ValueError as e:
-                    raise ImportSourceError(f"{where or 'a tracked run'}: {naming.step_key} at tracker step {step}: "
-                                            f"{e}") from None
+                    raise ImportSourceError(
+                        f"{where or 'a tracked run'}: {naming.step_key} at tracker step {step}: {e}"
+                    ) from None
         merged = by_step.setdefault(step, {})
         for name, value in row.items():
             if name != naming.step_key:
@@ -87,19 +89,31 @@ def source_steps(framework: str, scalars: list[tuple[int, dict[str, float]]],
 
 def guess_framework(adapters: dict[str, Adapter], names: set[str], where: str) -> str:
     """The framework whose adapter knows most of ``names`` (after undoing its tracker naming)."""
-    known = {fw: len({FRAMEWORK_NAMING[fw].source_name(n) for n in names} & {m.source for m in a.mappings})
-             for fw, a in adapters.items() if fw in FRAMEWORK_NAMING}
+    known = {
+        fw: len({FRAMEWORK_NAMING[fw].source_name(n) for n in names} & {m.source for m in a.mappings})
+        for fw, a in adapters.items()
+        if fw in FRAMEWORK_NAMING
+    }
     best = max(known.values(), default=0)
     winners = sorted(fw for fw, n in known.items() if n == best)
     if best == 0 or len(winners) > 1:
-        raise ImportSourceError(f"{where}: cannot tell which framework logged it ({', '.join(sorted(names)[:6])}, ...): "
-                                f"give --framework {' or '.join(sorted(FRAMEWORK_NAMING))}")
+        raise ImportSourceError(
+            f"{where}: cannot tell which framework logged it ({', '.join(sorted(names)[:6])}, ...): "
+            f"give --framework {' or '.join(sorted(FRAMEWORK_NAMING))}"
+        )
     return winners[0]
 
 
-def runs_from_tracker(adapters: dict[str, Adapter], tracker: str, reader: Callable[[Path, BadLines], TrackedRun],
-                      paths: Sequence[str], framework: str | None, variant: str,
-                      seeds: Sequence[int], skip_bad_lines: bool = False) -> tuple[Adapter, list[SourceRun]]:
+def runs_from_tracker(
+    adapters: dict[str, Adapter],
+    tracker: str,
+    reader: Callable[[Path, BadLines], TrackedRun],
+    paths: Sequence[str],
+    framework: str | None,
+    variant: str,
+    seeds: Sequence[int],
+    skip_bad_lines: bool = False,
+) -> tuple[Adapter, list[SourceRun]]:
     """One run per path (a TensorBoard log directory, a W&B run directory), all of ``variant``;
     the framework named or, with ``None``, guessed from the metric names of the first run. A record
     the reader cannot read whole (a CRC error, a value beyond a float) is an error, or with
@@ -109,10 +123,13 @@ def runs_from_tracker(adapters: dict[str, Adapter], tracker: str, reader: Callab
     if len(seeds) != len(paths):
         raise ImportSourceError(f"--seed: give one per run directory ({len(paths)} directories, {len(seeds)} seeds)")
     if framework is not None and framework not in FRAMEWORK_NAMING:
-        raise ImportSourceError(f"--framework {framework!r}: runs in {tracker} can be imported from "
-                                f"{' or '.join(sorted(FRAMEWORK_NAMING))}")
+        raise ImportSourceError(
+            f"--framework {framework!r}: runs in {tracker} can be imported from {' or '.join(sorted(FRAMEWORK_NAMING))}"
+        )
     bads = [BadLines(p, skip_bad_lines, unit="record") for p in paths]
-    tracked = [(Path(p), reader(Path(p), bad)) for p, bad in zip(paths, bads, strict=True)]  # all read before any is mapped
+    tracked = [
+        (Path(p), reader(Path(p), bad)) for p, bad in zip(paths, bads, strict=True)
+    ]  # all read before any is mapped
     if framework is None:
         first_path, first = tracked[0]
         framework = guess_framework(adapters, {n for _, row in first.scalars for n in row}, str(first_path))
@@ -122,12 +139,23 @@ def runs_from_tracker(adapters: dict[str, Adapter], tracker: str, reader: Callab
         steps = source_steps(framework, run.scalars, str(path))
         if not any(metrics for _, metrics in steps):
             raise ImportSourceError(f"{path} holds no scalar metrics")
-        out.append(SourceRun(
-            key=_digest(adapter.framework, tracker, run.digest), variant=variant, seed=seed,
-            origin={"workbench.source_file": str(path.resolve()), "workbench.source_tracker": tracker,
+        out.append(
+            SourceRun(
+                key=_digest(adapter.framework, tracker, run.digest),
+                variant=variant,
+                seed=seed,
+                origin={
+                    "workbench.source_file": str(path.resolve()),
+                    "workbench.source_tracker": tracker,
                     "workbench.source_sha256": run.digest,
-                    **({"workbench.source_wandb_run": run.run_id} if tracker == "wandb" and run.run_id else {})},
-            steps=Points.of(steps, str(path)), params=run.params, status=run.status, name=run.name or path.name,
-            bad_lines=bad))
+                    **({"workbench.source_wandb_run": run.run_id} if tracker == "wandb" and run.run_id else {}),
+                },
+                steps=Points.of(steps, str(path)),
+                params=run.params,
+                status=run.status,
+                name=run.name or path.name,
+                bad_lines=bad,
+            )
+        )
     _check_unique_labels(out)
     return adapter, out

@@ -54,47 +54,89 @@ HF_TRAINER = "transformers/trainer.py (Trainer._maybe_log_save_evaluate)"
 
 MAPPINGS = (
     MetricMapping("reward", REWARD_MEAN, f"{GRPO} (_generate_and_score_completions: nanmean of weighted rewards)"),
-    MetricMapping("reward_std", REWARD_STD, f"{GRPO} (nanstd over all completions of the batch)",
-                  caveat="Bessel-corrected std over the whole batch, unscorable completions excluded"),
-    MetricMapping("frac_reward_zero_std", BATCH_ZERO_STD_FRAC,
-                  f"{GRPO} (is_std_zero per completion, mean)",
-                  caveat="a fraction of completions in zero-std groups; equals the fraction of groups "
-                         "because every group has num_generations completions"),
+    MetricMapping(
+        "reward_std",
+        REWARD_STD,
+        f"{GRPO} (nanstd over all completions of the batch)",
+        caveat="Bessel-corrected std over the whole batch, unscorable completions excluded",
+    ),
+    MetricMapping(
+        "frac_reward_zero_std",
+        BATCH_ZERO_STD_FRAC,
+        f"{GRPO} (is_std_zero per completion, mean)",
+        caveat="a fraction of completions in zero-std groups; equals the fraction of groups "
+        "because every group has num_generations completions",
+    ),
     MetricMapping("entropy", ENTROPY_MEAN, f"{GRPO} (_compute_loss: global_masked_mean(entropies))"),
     MetricMapping("completions/mean_length", LENGTH_MEAN, f"{GRPO} (completion_mask.sum(1), mean)"),
     MetricMapping("completions/max_length", LENGTH_MAX, f"{GRPO} (completion_mask.sum(1), max)"),
-    MetricMapping("completions/clipped_ratio", LENGTH_TRUNCATED_FRAC,
-                  f"{GRPO} (last token neither EOS nor pad)",
-                  caveat="TRL calls it 'clipped'; it is the truncated fraction (no EOS within "
-                         "max_completion_length), not a ratio-clipping statistic"),
-    MetricMapping("clip_ratio/low_mean", CLIP_FRAC_LOW, f"{GRPO} (_compute_loss: is_low_clipped)",
-                  caveat="region-based on the advantage sign: ratio < 1-epsilon_low and advantage < 0 "
-                         "(the canonical definition); logged only for loss_type grpo, bnpo, dr_grpo, "
-                         "dapo, luspo"),
-    MetricMapping("clip_ratio/high_mean", CLIP_FRAC_HIGH, f"{GRPO} (_compute_loss: is_high_clipped)",
-                  caveat="ratio > 1+epsilon_high and advantage > 0; same loss types as clip_ratio/low_mean"),
-    MetricMapping("clip_ratio/region_mean", CLIP_FRAC, f"{GRPO} (_compute_loss: is_region_clipped)",
-                  caveat="low or high region; same loss types as clip_ratio/low_mean"),
-    MetricMapping("cispo_clip_ratio", None, f"{GRPO} (_compute_loss: is_cispo_clipped)",
-                  caveat="counts ratio > epsilon_high only where advantage > 0; the canonical CISPO "
-                         "clip/frac counts every truncated weight, so it is kept as source/cispo_clip_ratio"),
-    MetricMapping("kl", KL_REF, f"{GRPO} (_compute_loss: per_token_kl, k3 to the reference model)",
-                  caveat="logged only when beta != 0"),
-    MetricMapping("loss", LOSS_POLICY, HF_TRAINER,
-                  caveat="the total training loss (policy term + beta*KL - entropy bonus), averaged over "
-                         "the logging window; equals the policy loss when beta = 0 and no entropy bonus"),
-    MetricMapping("grad_norm", GRAD_NORM, HF_TRAINER,
-                  caveat="global norm before clipping, at the logging step"),
+    MetricMapping(
+        "completions/clipped_ratio",
+        LENGTH_TRUNCATED_FRAC,
+        f"{GRPO} (last token neither EOS nor pad)",
+        caveat="TRL calls it 'clipped'; it is the truncated fraction (no EOS within "
+        "max_completion_length), not a ratio-clipping statistic",
+    ),
+    MetricMapping(
+        "clip_ratio/low_mean",
+        CLIP_FRAC_LOW,
+        f"{GRPO} (_compute_loss: is_low_clipped)",
+        caveat="region-based on the advantage sign: ratio < 1-epsilon_low and advantage < 0 "
+        "(the canonical definition); logged only for loss_type grpo, bnpo, dr_grpo, "
+        "dapo, luspo",
+    ),
+    MetricMapping(
+        "clip_ratio/high_mean",
+        CLIP_FRAC_HIGH,
+        f"{GRPO} (_compute_loss: is_high_clipped)",
+        caveat="ratio > 1+epsilon_high and advantage > 0; same loss types as clip_ratio/low_mean",
+    ),
+    MetricMapping(
+        "clip_ratio/region_mean",
+        CLIP_FRAC,
+        f"{GRPO} (_compute_loss: is_region_clipped)",
+        caveat="low or high region; same loss types as clip_ratio/low_mean",
+    ),
+    MetricMapping(
+        "cispo_clip_ratio",
+        None,
+        f"{GRPO} (_compute_loss: is_cispo_clipped)",
+        caveat="counts ratio > epsilon_high only where advantage > 0; the canonical CISPO "
+        "clip/frac counts every truncated weight, so it is kept as source/cispo_clip_ratio",
+    ),
+    MetricMapping(
+        "kl",
+        KL_REF,
+        f"{GRPO} (_compute_loss: per_token_kl, k3 to the reference model)",
+        caveat="logged only when beta != 0",
+    ),
+    MetricMapping(
+        "loss",
+        LOSS_POLICY,
+        HF_TRAINER,
+        caveat="the total training loss (policy term + beta*KL - entropy bonus), averaged over "
+        "the logging window; equals the policy loss when beta = 0 and no entropy bonus",
+    ),
+    MetricMapping("grad_norm", GRAD_NORM, HF_TRAINER, caveat="global norm before clipping, at the logging step"),
     MetricMapping("step_time", PERF_STEP_S, f"{GRPO} (training_step wall time)"),
-    MetricMapping("sampling/sampling_logp_difference/mean", MISMATCH_LOG_RATIO_ABS_MEAN,
-                  f"{GRPO} (_generate_and_score_completions: |old_per_token_logps − sampling_per_token_logps|)",
-                  caveat="logged with vllm_importance_sampling_correction; a mean of the processes' token means"),
-    MetricMapping("sampling/sampling_logp_difference/max", MISMATCH_LOG_RATIO_ABS_MAX,
-                  f"{GRPO} (_generate_and_score_completions)",
-                  caveat="logged with vllm_importance_sampling_correction"),
-    MetricMapping("sampling/importance_sampling_ratio/mean", MISMATCH_IS_WEIGHT_MEAN,
-                  f"{GRPO} (_generate_and_score_completions)",
-                  caveat="the applied (truncated or masked) IS weight, not the raw ratio"),
+    MetricMapping(
+        "sampling/sampling_logp_difference/mean",
+        MISMATCH_LOG_RATIO_ABS_MEAN,
+        f"{GRPO} (_generate_and_score_completions: |old_per_token_logps − sampling_per_token_logps|)",
+        caveat="logged with vllm_importance_sampling_correction; a mean of the processes' token means",
+    ),
+    MetricMapping(
+        "sampling/sampling_logp_difference/max",
+        MISMATCH_LOG_RATIO_ABS_MAX,
+        f"{GRPO} (_generate_and_score_completions)",
+        caveat="logged with vllm_importance_sampling_correction",
+    ),
+    MetricMapping(
+        "sampling/importance_sampling_ratio/mean",
+        MISMATCH_IS_WEIGHT_MEAN,
+        f"{GRPO} (_generate_and_score_completions)",
+        caveat="the applied (truncated or masked) IS weight, not the raw ratio",
+    ),
 )
 
 
@@ -121,8 +163,9 @@ def read_trainer_state(path: str, bad: BadLines) -> Iterator[Point]:
     """
     regular_file_size(path)  # "is a FIFO", "is a directory": the clearer message first
     try:  # a regular file (checked on the open descriptor), bounded, recursion-safe JSON (workbench/safe_io.py)
-        data = parse_json(read_bytes(path, limit=MAX_TRAINER_STATE_BYTES, what="TRL trainer state"), str(path),
-                          parse_float=_float)
+        data = parse_json(
+            read_bytes(path, limit=MAX_TRAINER_STATE_BYTES, what="TRL trainer state"), str(path), parse_float=_float
+        )
     except UserFileError as e:
         raise ImportSourceError(str(e).replace(": not valid JSON", " is not a TRL trainer state (not JSON)")) from None
     history = data.get("log_history") if isinstance(data, dict) else None
@@ -133,9 +176,16 @@ def read_trainer_state(path: str, bad: BadLines) -> Iterator[Point]:
             if "step" not in entry:
                 raise ValueError("no integer 'step'")
             step = step_number(entry["step"])
-            row = {key: metric_value(value) for key, value in entry.items() if key != "step"
-                   and (value is None or isinstance(value, _OutOfRange)
-                        or (isinstance(value, (int, float)) and not isinstance(value, bool)))}
+            row = {
+                key: metric_value(value)
+                for key, value in entry.items()
+                if key != "step"
+                and (
+                    value is None
+                    or isinstance(value, _OutOfRange)
+                    or (isinstance(value, (int, float)) and not isinstance(value, bool))
+                )
+            }
         except ValueError as e:
             bad(i, str(e), what="log_history entry")
             continue
@@ -190,7 +240,7 @@ def _reward_names(trainer_state: str) -> list[str]:
     for _, _, row in read_trainer_state(trainer_state, BadLines(trainer_state, skip=True)):
         for key in row:
             if key.startswith("rewards/") and key.endswith("/mean"):
-                names[key[len("rewards/"):-len("/mean")]] = None
+                names[key[len("rewards/") : -len("/mean")]] = None
     return list(names)
 
 
@@ -204,31 +254,42 @@ def read_completions(directory: str, split: str, metrics_path: str) -> Dump:
     from workbench.safe_io import read_parquet  # deferred: pyarrow
 
     if split != "train":
-        raise ImportSourceError(f"{directory}: TRL's completion files do not say train or eval; give them with "
-                                "--rollouts")
+        raise ImportSourceError(
+            f"{directory}: TRL's completion files do not say train or eval; give them with --rollouts"
+        )
     files = completion_files(directory, _COMPLETIONS_FILE, "TRL completion files (log_completions=True)")
     known = _reward_names(metrics_path)
     records: list[CompletionRecord] = []
     budget = Budget()
     unused: set[str] = set()
-    rules = ["reward = the sum of the reward functions' columns (TRL's default reward_weights = 1; a run with "
-             "other weights: read reward.<name>)", "every row is split train (TRL names eval completions alike)",
-             "correct, length, truncated: not recorded by TRL (null)"]
+    rules = [
+        "reward = the sum of the reward functions' columns (TRL's default reward_weights = 1; a run with "
+        "other weights: read reward.<name>)",
+        "every row is split train (TRL names eval completions alike)",
+        "correct, length, truncated: not recorded by TRL (null)",
+    ]
     for _, path in files:
         try:
-            table = read_parquet(read_bytes(path, limit=MAX_COMPLETIONS_FILE_BYTES, what="TRL completions file"),
-                                 str(path), max_rows=MAX_IMPORTED_COMPLETIONS)
+            table = read_parquet(
+                read_bytes(path, limit=MAX_COMPLETIONS_FILE_BYTES, what="TRL completions file"),
+                str(path),
+                max_rows=MAX_IMPORTED_COMPLETIONS,
+            )
         except UserFileError as e:
             raise ImportSourceError(str(e)) from None
         columns = table.column_names
         missing = [c for c in ("step", "prompt", "completion", "advantage") if c not in columns]
         if missing:
             raise ImportSourceError(f"{path}: not a TRL completions file (no column {', '.join(missing)})")
-        rewards = [c for c in columns if c in known] if known else [
-            c for c in columns if c not in ("step", "advantage") and _numeric(table.schema.field(c).type)]
+        rewards = (
+            [c for c in columns if c in known]
+            if known
+            else [c for c in columns if c not in ("step", "advantage") and _numeric(table.schema.field(c).type)]
+        )
         if not rewards:
-            raise ImportSourceError(f"{path}: no reward function column (the trainer state logs rewards for "
-                                    f"{', '.join(known) or 'none'})")
+            raise ImportSourceError(
+                f"{path}: no reward function column (the trainer state logs rewards for {', '.join(known) or 'none'})"
+            )
         unused |= set(columns) - {"step", "prompt", "completion", "advantage", *rewards}
         for i, row in enumerate(table.to_pylist()):
             where = f"{path}: row {i}"
@@ -238,9 +299,14 @@ def read_completions(directory: str, split: str, metrics_path: str) -> Dump:
             terms = {name: finite_number(row[name], f"reward {name!r}", where) for name in rewards}
             finite = [v for v in terms.values() if not math.isnan(v)]
             record = CompletionRecord(
-                split="train", step=step, prompt=_text(row["prompt"], "prompt", where),
-                text=_text(row["completion"], "completion", where), reward=sum(finite) if finite else math.nan,
-                terms=terms if len(terms) > 1 else {}, advantage=finite_number(row["advantage"], "advantage", where))
+                split="train",
+                step=step,
+                prompt=_text(row["prompt"], "prompt", where),
+                text=_text(row["completion"], "completion", where),
+                reward=sum(finite) if finite else math.nan,
+                terms=terms if len(terms) > 1 else {},
+                advantage=finite_number(row["advantage"], "advantage", where),
+            )
             budget.add(record, where)
             records.append(record)
     if len(rewards) == 1:
@@ -254,8 +320,15 @@ def _numeric(kind: Any) -> bool:
     return pa.types.is_integer(kind) or pa.types.is_floating(kind)
 
 
-ADAPTERS.register("trl")(Adapter(
-    framework="trl", version="1.16.0", mappings=MAPPINGS, file_reader=read_trainer_state,
-    file_kind="a TRL trainer_state.json", completions_reader=read_completions,
-    completions_beside=completions_beside, completion_splits=("train",),
-))
+ADAPTERS.register("trl")(
+    Adapter(
+        framework="trl",
+        version="1.16.0",
+        mappings=MAPPINGS,
+        file_reader=read_trainer_state,
+        file_kind="a TRL trainer_state.json",
+        completions_reader=read_completions,
+        completions_beside=completions_beside,
+        completion_splits=("train",),
+    )
+)

@@ -123,8 +123,9 @@ def numbered_lines(path: str) -> Iterator[tuple[int, str]]:
             if number > MAX_LINES:
                 raise ImportSourceError(f"{path}: more than {MAX_LINES:,} lines, over the import limit")
             if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
-                raise ImportSourceError(f"{path}:{number}: a line longer than {MAX_LINE_BYTES:,} bytes "
-                                        "is not a metric log line")
+                raise ImportSourceError(
+                    f"{path}:{number}: a line longer than {MAX_LINE_BYTES:,} bytes is not a metric log line"
+                )
             yield number, raw.decode("utf-8", errors="replace").rstrip("\r\n")
 
 
@@ -158,8 +159,9 @@ class BadLines:
         TensorBoard record at a ``byte`` offset; a W&B ``history record``."""
         if not self.skip:
             where = f"{self.path}:{number}" if what == "line" else f"{self.path}: {what} {number}"
-            plural = {"line": "lines", "byte": "records"}.get(what, what.replace("entry", "entries").replace(
-                "record", "records"))
+            plural = {"line": "lines", "byte": "records"}.get(
+                what, what.replace("entry", "entries").replace("record", "records")
+            )
             raise ImportSourceError(f"{where}: {why} (--skip-bad-lines skips such {plural} and counts them)")
         self.count += 1
         self.first = self.first or f"{what} {number}: {why}"
@@ -190,7 +192,9 @@ def metric_value(value: Any) -> float:
         x = float(value)
     except OverflowError:
         raise ValueError(f"value {_short(value)} is out of range (beyond a 64-bit float)") from None
-    if math.isinf(x) and not (isinstance(value, float) or str(value).strip().lstrip("+-").lower() in ("inf", "infinity")):
+    if math.isinf(x) and not (
+        isinstance(value, float) or str(value).strip().lstrip("+-").lower() in ("inf", "infinity")
+    ):
         raise ValueError(f"value {_short(value)} is out of range (beyond a 64-bit float)")
     return x
 
@@ -296,8 +300,9 @@ class CheckedPoints:
             for column in (self._key, self._step, self._value):
                 column.tofile(self._file)
         except OSError as e:
-            raise ImportSourceError(f"cannot keep the checked points in a temporary file ({e.strerror}; "
-                                    f"TMPDIR={tempfile.gettempdir()})") from None
+            raise ImportSourceError(
+                f"cannot keep the checked points in a temporary file ({e.strerror}; TMPDIR={tempfile.gettempdir()})"
+            ) from None
         self._chunks.append(len(self._value))
         self._new_buffers()
 
@@ -319,8 +324,12 @@ class CheckedPoints:
         current: dict[str, float] = {}
         at = None
         for chunk in self.chunks():
-            for k, s, v in zip(np.asarray(chunk.names, dtype=object)[chunk.key].tolist(), chunk.step.tolist(),
-                               chunk.value.tolist(), strict=True):
+            for k, s, v in zip(
+                np.asarray(chunk.names, dtype=object)[chunk.key].tolist(),
+                chunk.step.tolist(),
+                chunk.value.tolist(),
+                strict=True,
+            ):
                 if s != at and current:
                     yield at, current  # type: ignore[misc]  # at is set before current has an entry
                     current = {}
@@ -357,8 +366,9 @@ def _start_over(check: RunCheck, new_monitor: Callable[[], Any]) -> None:
     check.checked = CheckedPoints()
 
 
-def check_run(points: Points, convert: Callable[[dict[str, float]], dict[str, float]], new_monitor: Callable[[], Any],
-              label: str) -> RunCheck:
+def check_run(
+    points: Points, convert: Callable[[dict[str, float]], dict[str, float]], new_monitor: Callable[[], Any], label: str
+) -> RunCheck:
     """One streaming pass over a run: every imported metric name valid for MLflow (steps and
     values were checked by the reader), the health rules applied. Raises ``ImportSourceError``
     naming the line (or source run) of the first problem. A log whose steps repeat or go back is
@@ -400,8 +410,12 @@ def check_run(points: Points, convert: Callable[[dict[str, float]], dict[str, fl
     return check
 
 
-def check_import(runs: Sequence[Any], study: str, convert: Callable[[dict[str, float]], dict[str, float]],
-                 new_monitor: Callable[[], Any]) -> dict[str, RunCheck]:
+def check_import(
+    runs: Sequence[Any],
+    study: str,
+    convert: Callable[[dict[str, float]], dict[str, float]],
+    new_monitor: Callable[[], Any],
+) -> dict[str, RunCheck]:
     """Every run of an import checked before the first write: the study name and each run's
     variant and seed as a study file would take them, then each run's points
     (:func:`check_run`). ``run.key -> RunCheck``; ``ImportSourceError`` for the first problem."""
@@ -412,7 +426,7 @@ def check_import(runs: Sequence[Any], study: str, convert: Callable[[dict[str, f
 
 
 def _source_of(run: Any) -> str:
-    """"FILE: " or "source run ID: " (a label problem names the source it came from); "" for files
+    """ "FILE: " or "source run ID: " (a label problem names the source it came from); "" for files
     whose labels the user typed (--variant/--seed)."""
     rid = run.origin.get("workbench.source_run")
     return f"source run {rid}: " if rid else ""

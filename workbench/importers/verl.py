@@ -59,54 +59,106 @@ CORE_ALGOS = "verl/trainer/ppo/core_algos.py"
 ROLLOUT_CORR = "verl/trainer/ppo/rollout_corr_helper.py"
 
 MAPPINGS = (
-    MetricMapping("critic/score/mean", REWARD_MEAN, f"{METRIC_UTILS} (compute_data_metrics)",
-                  caveat="the sequence score of the reward function, over non-aborted samples, before any "
-                         "KL-in-reward penalty (critic/rewards/mean is after it: kept as source)"),
-    MetricMapping("actor/entropy", ENTROPY_MEAN, "verl/trainer/ppo/ray_trainer.py (agg_loss of entropys)",
-                  caveat="aggregated with the actor's loss_agg_mode: the canonical token mean only when "
-                         "loss_agg_mode = token-mean (verl's default)"),
+    MetricMapping(
+        "critic/score/mean",
+        REWARD_MEAN,
+        f"{METRIC_UTILS} (compute_data_metrics)",
+        caveat="the sequence score of the reward function, over non-aborted samples, before any "
+        "KL-in-reward penalty (critic/rewards/mean is after it: kept as source)",
+    ),
+    MetricMapping(
+        "actor/entropy",
+        ENTROPY_MEAN,
+        "verl/trainer/ppo/ray_trainer.py (agg_loss of entropys)",
+        caveat="aggregated with the actor's loss_agg_mode: the canonical token mean only when "
+        "loss_agg_mode = token-mean (verl's default)",
+    ),
     MetricMapping("response_length/mean", LENGTH_MEAN, f"{METRIC_UTILS} (compute_data_metrics)"),
     MetricMapping("response_length/max", LENGTH_MAX, f"{METRIC_UTILS} (compute_data_metrics)"),
-    MetricMapping("response_length/clip_ratio", LENGTH_TRUNCATED_FRAC, f"{METRIC_UTILS} (compute_data_metrics)",
-                  caveat="the truncated fraction: response length == max_response_length (a response "
-                         "ending with EOS exactly at the limit counts as truncated), not a ratio clip"),
-    MetricMapping("actor/pg_clipfrac", CLIP_FRAC, f"{CORE_ALGOS} (compute_policy_loss_vanilla)",
-                  caveat="tokens where the clipped surrogate is the larger loss (either side), averaged "
-                         "over micro-batches; no low/high split is logged"),
-    MetricMapping("actor/pg_clipfrac_lower", None, f"{CORE_ALGOS} (compute_policy_loss_vanilla)",
-                  caveat="the dual-clip lower-bound fraction: advantage < 0 and the loss capped at "
-                         "-A*clip_ratio_c (ratio > clip_ratio_c, 3.0 by default), NOT the low-side clip "
-                         "fraction clip/frac_low (ratio < 1-eps with A < 0); kept as source/actor/pg_clipfrac_lower"),
+    MetricMapping(
+        "response_length/clip_ratio",
+        LENGTH_TRUNCATED_FRAC,
+        f"{METRIC_UTILS} (compute_data_metrics)",
+        caveat="the truncated fraction: response length == max_response_length (a response "
+        "ending with EOS exactly at the limit counts as truncated), not a ratio clip",
+    ),
+    MetricMapping(
+        "actor/pg_clipfrac",
+        CLIP_FRAC,
+        f"{CORE_ALGOS} (compute_policy_loss_vanilla)",
+        caveat="tokens where the clipped surrogate is the larger loss (either side), averaged "
+        "over micro-batches; no low/high split is logged",
+    ),
+    MetricMapping(
+        "actor/pg_clipfrac_lower",
+        None,
+        f"{CORE_ALGOS} (compute_policy_loss_vanilla)",
+        caveat="the dual-clip lower-bound fraction: advantage < 0 and the loss capped at "
+        "-A*clip_ratio_c (ratio > clip_ratio_c, 3.0 by default), NOT the low-side clip "
+        "fraction clip/frac_low (ratio < 1-eps with A < 0); kept as source/actor/pg_clipfrac_lower",
+    ),
     MetricMapping("actor/ppo_kl", POLICY_APPROX_KL, f"{CORE_ALGOS} (masked_mean(-log ratio))"),
     MetricMapping("actor/pg_loss", LOSS_POLICY, "verl/workers/utils/losses.py (ppo_loss)"),
-    MetricMapping("actor/kl_loss", KL_REF, "verl/workers/utils/losses.py (ppo_loss: kl_loss; prefixed actor/ "
-                  "by ray_trainer._update_actor)",
-                  caveat="logged only with actor.use_kl_loss; the estimator is actor.kl_loss_type"),
-    MetricMapping("actor/grad_norm", GRAD_NORM, "verl/workers/engine/base.py (grad_norm; prefixed actor/ by "
-                  "ray_trainer._update_actor)",
-                  caveat="before clipping, averaged over the step's optimizer steps"),
+    MetricMapping(
+        "actor/kl_loss",
+        KL_REF,
+        "verl/workers/utils/losses.py (ppo_loss: kl_loss; prefixed actor/ by ray_trainer._update_actor)",
+        caveat="logged only with actor.use_kl_loss; the estimator is actor.kl_loss_type",
+    ),
+    MetricMapping(
+        "actor/grad_norm",
+        GRAD_NORM,
+        "verl/workers/engine/base.py (grad_norm; prefixed actor/ by ray_trainer._update_actor)",
+        caveat="before clipping, averaged over the step's optimizer steps",
+    ),
     MetricMapping("perf/time_per_step", PERF_STEP_S, f"{METRIC_UTILS} (compute_throughout_metrics)"),
     # rollout_corr/*: the sampler/learner mismatch (learner = old_log_prob, before the update), whatever the
     # correction; the off-policy diagnostics are the definitions the workbench's own follow (parity-tested).
-    *(MetricMapping(f"rollout_corr/{key}", name, f"{ROLLOUT_CORR} (compute_offpolicy_metrics)")
-      for key, name in (("kl", MISMATCH_KL_K1), ("k3_kl", MISMATCH_KL), ("training_ppl", MISMATCH_LEARNER_PPL),
-                        ("rollout_ppl", MISMATCH_SAMPLER_PPL), ("log_ppl_diff", MISMATCH_LOG_PPL_DIFF),
-                        ("ppl_ratio", MISMATCH_PPL_RATIO), ("chi2_token", MISMATCH_CHI2_TOKEN),
-                        ("chi2_seq", MISMATCH_CHI2_SEQ))),
-    MetricMapping("rollout_corr/rollout_is_mean", MISMATCH_IS_WEIGHT_MEAN, f"{ROLLOUT_CORR} (compute_is_metrics)",
-                  caveat="the mean applied (truncated) IS weight, logged only with rollout_is set; the raw ratio's "
-                         "mean (mismatch/is_ratio_mean) is not logged by verl"),
-    MetricMapping("rollout_corr/rollout_is_ratio_fraction_high", MISMATCH_IS_RATIO_ABOVE_CAP_FRAC,
-                  f"{ROLLOUT_CORR} (compute_is_metrics)",
-                  caveat="raw ratios above rollout_is_threshold (token level; sequence level: of sequence weights)"),
-    MetricMapping("rollout_corr/rollout_is_ratio_fraction_low", MISMATCH_IS_RATIO_BELOW_CAP_FRAC,
-                  f"{ROLLOUT_CORR} (compute_is_metrics)",
-                  caveat="below rollout_is_threshold_lower, 1/threshold unless set"),
-    MetricMapping("rollout_corr/rollout_is_eff_sample_size", MISMATCH_ESS, f"{ROLLOUT_CORR} (compute_is_metrics)",
-                  caveat="of the applied weights clamped at the threshold: equal to the raw ratios' ESS when no "
-                         "weight reaches it, larger otherwise (verl's 0.3 band is stated on this one)"),
-    MetricMapping("rollout_corr/rollout_is_std", MISMATCH_IS_RATIO_STD, f"{ROLLOUT_CORR} (compute_is_metrics)",
-                  caveat="of the weights clamped at the threshold: the raw std when no weight reaches it"),
+    *(
+        MetricMapping(f"rollout_corr/{key}", name, f"{ROLLOUT_CORR} (compute_offpolicy_metrics)")
+        for key, name in (
+            ("kl", MISMATCH_KL_K1),
+            ("k3_kl", MISMATCH_KL),
+            ("training_ppl", MISMATCH_LEARNER_PPL),
+            ("rollout_ppl", MISMATCH_SAMPLER_PPL),
+            ("log_ppl_diff", MISMATCH_LOG_PPL_DIFF),
+            ("ppl_ratio", MISMATCH_PPL_RATIO),
+            ("chi2_token", MISMATCH_CHI2_TOKEN),
+            ("chi2_seq", MISMATCH_CHI2_SEQ),
+        )
+    ),
+    MetricMapping(
+        "rollout_corr/rollout_is_mean",
+        MISMATCH_IS_WEIGHT_MEAN,
+        f"{ROLLOUT_CORR} (compute_is_metrics)",
+        caveat="the mean applied (truncated) IS weight, logged only with rollout_is set; the raw ratio's "
+        "mean (mismatch/is_ratio_mean) is not logged by verl",
+    ),
+    MetricMapping(
+        "rollout_corr/rollout_is_ratio_fraction_high",
+        MISMATCH_IS_RATIO_ABOVE_CAP_FRAC,
+        f"{ROLLOUT_CORR} (compute_is_metrics)",
+        caveat="raw ratios above rollout_is_threshold (token level; sequence level: of sequence weights)",
+    ),
+    MetricMapping(
+        "rollout_corr/rollout_is_ratio_fraction_low",
+        MISMATCH_IS_RATIO_BELOW_CAP_FRAC,
+        f"{ROLLOUT_CORR} (compute_is_metrics)",
+        caveat="below rollout_is_threshold_lower, 1/threshold unless set",
+    ),
+    MetricMapping(
+        "rollout_corr/rollout_is_eff_sample_size",
+        MISMATCH_ESS,
+        f"{ROLLOUT_CORR} (compute_is_metrics)",
+        caveat="of the applied weights clamped at the threshold: equal to the raw ratios' ESS when no "
+        "weight reaches it, larger otherwise (verl's 0.3 band is stated on this one)",
+    ),
+    MetricMapping(
+        "rollout_corr/rollout_is_std",
+        MISMATCH_IS_RATIO_STD,
+        f"{ROLLOUT_CORR} (compute_is_metrics)",
+        caveat="of the weights clamped at the threshold: the raw std when no weight reaches it",
+    ),
 )
 
 # LocalLogger prints numbers with pprint.pformat: numpy scalars appear as np.float64(0.5).
@@ -173,8 +225,9 @@ def read_metric_log(path: str, bad: BadLines) -> Iterator[Point]:
         except ValueError as e:
             bad(number, str(e))
     if fmt is None:
-        raise ImportSourceError(f"{path} is not a verl metric log (no 'step:N - name:value' line and no "
-                                "JSON line with 'step' and 'data')")
+        raise ImportSourceError(
+            f"{path} is not a verl metric log (no 'step:N - name:value' line and no JSON line with 'step' and 'data')"
+        )
 
 
 _DECODER = json.JSONDecoder()
@@ -280,19 +333,35 @@ def read_generations(directory: str, split: str, metrics_path: str) -> Dump:
                 raise ImportSourceError(f"{where}: step {str(step)[:40]!r} is not a step number")
             if not isinstance(entry["input"], str) or not isinstance(entry["output"], str):
                 raise ImportSourceError(f"{where}: input and output must be text")
-            record = CompletionRecord(split=split, step=step, prompt=entry["input"], text=entry["output"],
-                                      reward=finite_number(entry["score"], "score", where), answer=_answer(entry["gts"]),
-                                      correct=_correct(entry))
+            record = CompletionRecord(
+                split=split,
+                step=step,
+                prompt=entry["input"],
+                text=entry["output"],
+                reward=finite_number(entry["score"], "score", where),
+                answer=_answer(entry["gts"]),
+                correct=_correct(entry),
+            )
             budget.add(record, where)
             records.append(record)
             extra |= set(entry) - {*_RECORD_KEYS, "acc"}
-    rules = ["reward = verl's score (token_level_scores summed)", "answer = gts", "correct = the reward "
-             "function's acc where it returned one (else null)", "length, truncated, advantage: not in the dump"]
+    rules = [
+        "reward = verl's score (token_level_scores summed)",
+        "answer = gts",
+        "correct = the reward function's acc where it returned one (else null)",
+        "length, truncated, advantage: not in the dump",
+    ]
     return Dump(records, [p for _, p in files], rules, extra)
 
 
-ADAPTERS.register("verl")(Adapter(
-    framework="verl", version="0.9.1", mappings=MAPPINGS, file_reader=read_metric_log,
-    file_kind="a verl console or JSONL metric log", completions_reader=read_generations,
-    completion_splits=("train", "eval"),
-))
+ADAPTERS.register("verl")(
+    Adapter(
+        framework="verl",
+        version="0.9.1",
+        mappings=MAPPINGS,
+        file_reader=read_metric_log,
+        file_kind="a verl console or JSONL metric log",
+        completions_reader=read_generations,
+        completion_splits=("train", "eval"),
+    )
+)

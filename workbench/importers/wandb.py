@@ -163,12 +163,18 @@ def read_wandb_run(path: Path, bad: BadLines | None = None) -> TrackedRun:
                     params[key] = _param(item.value_json)
         elif kind == "exit":
             status = "FINISHED" if record.exit.exit_code == 0 else "FAILED"
-    return TrackedRun(scalars=sorted(by_step.items()), digest=hashlib.sha256(data).hexdigest(), params=params, status=status,
-                      name=name, run_id=run_id)
+    return TrackedRun(
+        scalars=sorted(by_step.items()),
+        digest=hashlib.sha256(data).hexdigest(),
+        params=params,
+        status=status,
+        name=name,
+        run_id=run_id,
+    )
 
 
 def _short(key: str, width: int = 60) -> str:
-    return repr(key) if len(key) <= width else f"{key[:width - 12]!r}... ({len(key)} chars)"
+    return repr(key) if len(key) <= width else f"{key[: width - 12]!r}... ({len(key)} chars)"
 
 
 def _param(value_json: str) -> str:
@@ -177,4 +183,3 @@ def _param(value_json: str) -> str:
     except (ValueError, RecursionError):
         return value_json
     return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
-

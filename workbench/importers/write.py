@@ -39,8 +39,15 @@ from .errors import ImportSourceError
 from .load import SourceRun, _digest
 from .validate import RunCheck, check_import
 
-__all__ = ["DEFAULT_COMPARE_METRICS", "ExistingRun", "ImportOutcome", "existing_keys", "existing_runs", "identity_key",
-           "write_study"]
+__all__ = [
+    "DEFAULT_COMPARE_METRICS",
+    "ExistingRun",
+    "ImportOutcome",
+    "existing_keys",
+    "existing_runs",
+    "identity_key",
+    "write_study",
+]
 
 #: What ``workbench compare`` compares in an imported study unless told otherwise: canonical
 #: metrics every framework logs (an imported run has no held-out eval/accuracy).
@@ -107,13 +114,24 @@ def existing_runs(uri: str, study: str) -> tuple[list[ExistingRun], list[str]]:
         return [], []
     runs = client.search_runs([exp.experiment_id], max_results=50000)
     if runs and not any(r.data.tags.get("workbench.role") == "study" for r in runs):
-        raise ImportSourceError(f"--study {study!r}: experiment exists in {uri} and is not a workbench study "
-                                "(no workbench.role=study run); choose another --study name")
+        raise ImportSourceError(
+            f"--study {study!r}: experiment exists in {uri} and is not a workbench study "
+            "(no workbench.role=study run); choose another --study name"
+        )
     children = [r for r in runs if r.data.tags.get("workbench.role") == "run"]
     variants = list(dict.fromkeys(r.data.tags.get("workbench.variant", "") for r in reversed(children)))
-    found = [ExistingRun(r.info.run_id, r.data.tags.get("workbench.run_key", ""), r.data.tags.get("workbench.variant", ""),
-                         r.data.tags.get("workbench.seed", ""), r.data.tags.get("workbench.source", ""),
-                         _source_id(r.data.tags), r.data.tags.get("workbench.source_digest", "")) for r in children]
+    found = [
+        ExistingRun(
+            r.info.run_id,
+            r.data.tags.get("workbench.run_key", ""),
+            r.data.tags.get("workbench.variant", ""),
+            r.data.tags.get("workbench.seed", ""),
+            r.data.tags.get("workbench.source", ""),
+            _source_id(r.data.tags),
+            r.data.tags.get("workbench.source_digest", ""),
+        )
+        for r in children
+    ]
     return found, [v for v in variants if v]
 
 
@@ -133,9 +151,17 @@ def _where(run: SourceRun) -> str:
 
 
 def _run_tags(run: SourceRun, study: str, framework: str, check: RunCheck) -> dict[str, str]:
-    return {"workbench.role": "run", "workbench.study": study, "workbench.variant": run.variant,
-            "workbench.seed": str(run.seed), "workbench.run_key": run.identity, "workbench.source": framework,
-            "workbench.source_digest": run.key, **run.origin, **check.monitor.tags()}
+    return {
+        "workbench.role": "run",
+        "workbench.study": study,
+        "workbench.variant": run.variant,
+        "workbench.seed": str(run.seed),
+        "workbench.run_key": run.identity,
+        "workbench.source": framework,
+        "workbench.source_digest": run.key,
+        **run.origin,
+        **check.monitor.tags(),
+    }
 
 
 def _check_entities(run: SourceRun, tags: dict[str, str]) -> None:
@@ -160,8 +186,15 @@ def _study_metrics(client: Any, study: str) -> set[str]:
     return {k for r in runs for k in r.data.metrics}
 
 
-def write_study(adapter: Adapter, runs: Sequence[SourceRun], uri: str, study: str,
-                *, source_note: dict[str, Any], view_specs: Sequence[Any] = ()) -> ImportOutcome:
+def write_study(
+    adapter: Adapter,
+    runs: Sequence[SourceRun],
+    uri: str,
+    study: str,
+    *,
+    source_note: dict[str, Any],
+    view_specs: Sequence[Any] = (),
+) -> ImportOutcome:
     """Write ``runs`` (already read and checked) into ``study`` in the store ``uri``; then the
     study's MLflow saved views from ``view_specs`` (validated dashboard specs), as a workbench
     study gets them, so the MLflow UI shows imported runs grouped by variant too.
@@ -190,17 +223,20 @@ def write_study(adapter: Adapter, runs: Sequence[SourceRun], uri: str, study: st
             replaces[run.key] = mine
             todo.append(run)
         elif same_source:  # the same file given another variant or seed: nothing new in it
-            outcome.skipped.append(f"{run.label} (same source as run {same_source[0].run_id}, "
-                                   f"{same_source[0].label})")
+            outcome.skipped.append(f"{run.label} (same source as run {same_source[0].run_id}, {same_source[0].label})")
         else:
             clash = [e for e in existing if (e.variant, e.seed) == (run.variant, str(run.seed))]
             if clash:
-                other = f"{clash[0].framework} source run {clash[0].source_id}" if clash[0].source_id else (
-                    f"a {clash[0].framework} import" if clash[0].framework else "the workbench's own run")
+                other = (
+                    f"{clash[0].framework} source run {clash[0].source_id}"
+                    if clash[0].source_id
+                    else (f"a {clash[0].framework} import" if clash[0].framework else "the workbench's own run")
+                )
                 raise ImportSourceError(
                     f"{_where(run)}: study {study!r} already has {run.label} (run {clash[0].run_id}, from {other}): "
                     "a second run of one seed would be counted twice by compare; import it under another "
-                    "--variant/--seed, or delete that run first (nothing written)")
+                    "--variant/--seed, or delete that run first (nothing written)"
+                )
             todo.append(run)
     # Validate everything before the first write (labels, steps, values, metric names, health, params,
     # tags, views): a bad line anywhere leaves the store as it was.
@@ -211,8 +247,10 @@ def write_study(adapter: Adapter, runs: Sequence[SourceRun], uri: str, study: st
         if run.variant not in variants:
             variants.append(run.variant)
         if run.bad_lines is not None and run.bad_lines.count:
-            outcome.bad_lines.append(f"{run.label}: skipped {run.bad_lines.count} malformed {run.bad_lines.unit}(s) "
-                                     f"(first: {run.bad_lines.first})")
+            outcome.bad_lines.append(
+                f"{run.label}: skipped {run.bad_lines.count} malformed {run.bad_lines.unit}(s) "
+                f"(first: {run.bad_lines.first})"
+            )
     if not variants:  # nothing finished to write and no study yet: create nothing (a study needs a variant)
         return outcome
     client = MlflowClient(uri)
@@ -220,13 +258,23 @@ def write_study(adapter: Adapter, runs: Sequence[SourceRun], uri: str, study: st
     if view_specs:
         from workbench.viz.mlflow_views import StudyLayout, check_study_views  # deferred: pandas, plotly
 
-        layout = StudyLayout(study=study, question=f"Runs imported from {adapter.framework}.", variants=variants,
-                             baseline=variants[0] if variants else None)
-        names = {target for check in checks.values() for target in adapter.convert_step(dict.fromkeys(check.names, 0.0))}
+        layout = StudyLayout(
+            study=study,
+            question=f"Runs imported from {adapter.framework}.",
+            variants=variants,
+            baseline=variants[0] if variants else None,
+        )
+        names = {
+            target for check in checks.values() for target in adapter.convert_step(dict.fromkeys(check.names, 0.0))
+        }
         try:
-            check_study_views(layout, view_specs, _study_metrics(client, study) | names if _store_exists(uri) else names)
+            check_study_views(
+                layout, view_specs, _study_metrics(client, study) | names if _store_exists(uri) else names
+            )
         except ValueError as e:
-            raise ImportSourceError(f"{e} (with the {len(names):,} metrics this import logs; nothing written)") from None
+            raise ImportSourceError(
+                f"{e} (with the {len(names):,} metrics this import logs; nothing written)"
+            ) from None
     created: list[str] = []
     replaced: list[str] = []
     try:
@@ -235,13 +283,21 @@ def write_study(adapter: Adapter, runs: Sequence[SourceRun], uri: str, study: st
         if new_parent:
             created.append(outcome.parent_run_id)
         for run in todo:
-            outcome.imported.append((run.label, _write_run(client, uri, study, adapter, run, checks[run.key],
-                                                           tags[run.key], outcome.parent_run_id, created)))
+            outcome.imported.append(
+                (
+                    run.label,
+                    _write_run(
+                        client, uri, study, adapter, run, checks[run.key], tags[run.key], outcome.parent_run_id, created
+                    ),
+                )
+            )
             if run.completions is not None:
                 rows = run.completions.manifest["rows"]
-                outcome.completions.append(f"{run.label}: kept {rows['train']:,} train and {rows['eval']:,} eval "
-                                           f"completions from {len(run.completions.manifest['imported']['files']):,} "
-                                           "file(s) (workbench rollouts)")
+                outcome.completions.append(
+                    f"{run.label}: kept {rows['train']:,} train and {rows['eval']:,} eval "
+                    f"completions from {len(run.completions.manifest['imported']['files']):,} "
+                    "file(s) (workbench rollouts)"
+                )
         _study_file(client, outcome.parent_run_id, study, adapter.framework, variants, source_note)
         if layout is not None:
             from workbench.viz.mlflow_views import publish_study_views  # deferred: pandas, plotly
@@ -251,8 +307,10 @@ def write_study(adapter: Adapter, runs: Sequence[SourceRun], uri: str, study: st
             for old in replaces.get(run.key, []):
                 client.delete_run(old.run_id)
                 replaced.append(old.run_id)
-                outcome.replaced.append(f"{run.label}: its source changed since run {old.run_id} was imported; "
-                                        f"replaced by run {dict(outcome.imported)[run.label]}")
+                outcome.replaced.append(
+                    f"{run.label}: its source changed since run {old.run_id} was imported; "
+                    f"replaced by run {dict(outcome.imported)[run.label]}"
+                )
     except BaseException:
         for run_id in replaced:  # the runs this import was replacing come back
             try:
@@ -272,8 +330,17 @@ def write_study(adapter: Adapter, runs: Sequence[SourceRun], uri: str, study: st
     return outcome
 
 
-def _write_run(client: Any, uri: str, study: str, adapter: Adapter, run: SourceRun, check: RunCheck,
-               tags: dict[str, str], parent_run_id: str, created: list[str]) -> str:
+def _write_run(
+    client: Any,
+    uri: str,
+    study: str,
+    adapter: Adapter,
+    run: SourceRun,
+    check: RunCheck,
+    tags: dict[str, str],
+    parent_run_id: str,
+    created: list[str],
+) -> str:
     """One checked run into the store (its id appended to ``created`` as soon as it exists)."""
     skipped = {"count": run.bad_lines.count, "first": run.bad_lines.first} if run.bad_lines else None
     tracker = RunTracker(uri, study, run.label, tags, parent_run_id=parent_run_id, flush_every=1000)
@@ -288,11 +355,20 @@ def _write_run(client: Any, uri: str, study: str, adapter: Adapter, run: SourceR
     else:
         for step, metrics in checked.steps():
             tracker.log_metrics(metrics, step=step)
-    tracker.log_dict({"framework": adapter.framework, "adapter_version": adapter.version,
-                      "source": run.origin, "source_name": run.name, "source_status": run.status,
-                      "points": check.points, "skipped_bad_lines": skipped,
-                      "completions": run.completions.manifest["imported"] if run.completions is not None else None,
-                      "metrics": adapter.mapping_report(check.names)}, "import.json")
+    tracker.log_dict(
+        {
+            "framework": adapter.framework,
+            "adapter_version": adapter.version,
+            "source": run.origin,
+            "source_name": run.name,
+            "source_status": run.status,
+            "points": check.points,
+            "skipped_bad_lines": skipped,
+            "completions": run.completions.manifest["imported"] if run.completions is not None else None,
+            "metrics": adapter.mapping_report(check.names),
+        },
+        "import.json",
+    )
     tracker.log_text(check.monitor.report_json(), "health.json")
     if run.completions is not None:  # encoded and checked before the first write (load.runs_from_files)
         for name, data in run.completions.artifacts():
@@ -307,16 +383,23 @@ def _parent_run(client: Any, study: str, framework: str) -> tuple[str, bool]:
     found = client.search_runs([exp.experiment_id], "tags.`workbench.role` = 'study'", max_results=1)
     if found:
         return found[0].info.run_id, False
-    run = client.create_run(exp.experiment_id, run_name=f"study:{study}",
-                            tags={"workbench.role": "study", "workbench.study": study, "workbench.source": framework})
+    run = client.create_run(
+        exp.experiment_id,
+        run_name=f"study:{study}",
+        tags={"workbench.role": "study", "workbench.study": study, "workbench.source": framework},
+    )
     client.set_terminated(run.info.run_id, "FINISHED")
     return run.info.run_id, True
 
 
-def _study_file(client: Any, run_id: str, study: str, framework: str, variants: list[str],
-                source_note: dict[str, Any]) -> None:
+def _study_file(
+    client: Any, run_id: str, study: str, framework: str, variants: list[str], source_note: dict[str, Any]
+) -> None:
     """The parent run's ``study.yaml`` naming every variant (written once the runs are)."""
-    document = {"name": study, "imported_from": {"framework": framework, **source_note},
-                "variants": {v: {} for v in variants},
-                "compare": {"baseline": variants[0], "metrics": list(DEFAULT_COMPARE_METRICS)}}
+    document = {
+        "name": study,
+        "imported_from": {"framework": framework, **source_note},
+        "variants": {v: {} for v in variants},
+        "compare": {"baseline": variants[0], "metrics": list(DEFAULT_COMPARE_METRICS)},
+    }
     client.log_text(run_id, yaml.safe_dump(document, sort_keys=False), "study.yaml")

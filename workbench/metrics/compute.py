@@ -77,6 +77,7 @@ def solved_group_fractions(correct: torch.Tensor, group_ids: torch.Tensor) -> di
     groups, inverse = group_ids.unique(return_inverse=True)
     hits = torch.zeros(len(groups)).index_add_(0, inverse, correct.float())  # [P] correct per group
     sizes = torch.zeros(len(groups)).index_add_(0, inverse, torch.ones_like(correct, dtype=torch.float))
-    return {BATCH_ALL_CORRECT_FRAC: float((hits == sizes).float().mean()),
-            BATCH_ALL_WRONG_FRAC: float((hits == 0).float().mean())}
-
+    return {
+        BATCH_ALL_CORRECT_FRAC: float((hits == sizes).float().mean()),
+        BATCH_ALL_WRONG_FRAC: float((hits == 0).float().mean()),
+    }

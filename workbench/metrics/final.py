@@ -56,8 +56,9 @@ def final_eval_weights(steps: Sequence[float] | np.ndarray, k: int = FINAL_EVALS
     return weights
 
 
-def final_eval_value(steps: Sequence[float] | np.ndarray, values: Sequence[float] | np.ndarray,
-                     k: int = FINAL_EVALS) -> float:
+def final_eval_value(
+    steps: Sequence[float] | np.ndarray, values: Sequence[float] | np.ndarray, k: int = FINAL_EVALS
+) -> float:
     """The final value of an eval curve (``values`` at ascending ``steps``): the mean of its last
     ``k`` values after step 0 (fewer if fewer were logged); NaN when none is after step 0."""
     weights = final_eval_weights(steps, k)

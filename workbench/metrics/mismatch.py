@@ -61,8 +61,13 @@ from workbench.metrics.names import (
 
 MAX_LOG_RATIO = 20.0  # Δ is clamped to ± this before exp (the algorithms' convention, verl's SAFETY_BOUND)
 TAIL_BAND = (0.9, 1.1)  # TRL #6789: 7.5% of tokens outside it while the mean ratio looked fine
-QUANTILE_METRICS = {0.01: MISMATCH_IS_RATIO_P1, 0.05: MISMATCH_IS_RATIO_P5, 0.5: MISMATCH_IS_RATIO_P50,
-                    0.95: MISMATCH_IS_RATIO_P95, 0.99: MISMATCH_IS_RATIO_P99}
+QUANTILE_METRICS = {
+    0.01: MISMATCH_IS_RATIO_P1,
+    0.05: MISMATCH_IS_RATIO_P5,
+    0.5: MISMATCH_IS_RATIO_P50,
+    0.95: MISMATCH_IS_RATIO_P95,
+    0.99: MISMATCH_IS_RATIO_P99,
+}
 QUANTILES = tuple(QUANTILE_METRICS)
 
 # Histogram of Δ: symmetric log-spaced edges, so both the bf16 bulk (|Δ| ~ 1e-3) and a stale-weights
@@ -76,8 +81,14 @@ def _log_ratio(learner_logp: torch.Tensor, sampler_logp: torch.Tensor) -> torch.
     return (learner_logp.detach().double() - sampler_logp.detach().double()).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)
 
 
-def mismatch_metrics(learner_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch.Tensor, *,
-                     entropy: torch.Tensor | None = None, cap: float | None = None) -> dict[str, float]:
+def mismatch_metrics(
+    learner_logp: torch.Tensor,
+    sampler_logp: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    entropy: torch.Tensor | None = None,
+    cap: float | None = None,
+) -> dict[str, float]:
     """The step's ``mismatch/*`` scalars (docs/metrics.md) on the response tokens of ``mask`` ``[B, T]``.
 
     ``entropy`` ``[B, T]`` (the learner's, same tokens) adds ``mismatch/kl_ent_ratio``; ``cap`` (the
@@ -116,8 +127,12 @@ def mismatch_metrics(learner_logp: torch.Tensor, sampler_logp: torch.Tensor, mas
     log_ppl_diff = seq_sampler - seq_learner  # [S] log(ppl_learner / ppl_sampler) per sequence
     lo, hi = TAIL_BAND
     token_sums = {  # Σ over the N tokens, divided by N together below: the token means
-        "prob_diff": prob_diff.sum(), "k3": (tokens - 1 - delta).sum(), "delta": delta.sum(),
-        "abs_delta": abs_delta.sum(), "rho": tokens.sum(), "rho2": (tokens ** 2).sum(),
+        "prob_diff": prob_diff.sum(),
+        "k3": (tokens - 1 - delta).sum(),
+        "delta": delta.sum(),
+        "abs_delta": abs_delta.sum(),
+        "rho": tokens.sum(),
+        "rho2": (tokens**2).sum(),
         "mult": abs_delta.exp().sum(),
         # fractions: exact integer counts (as the old mean of 0/1 float64 values summed them), divided by N too
         "tail": ((tokens < lo) | (tokens > hi)).sum(),
@@ -125,22 +140,38 @@ def mismatch_metrics(learner_logp: torch.Tensor, sampler_logp: torch.Tensor, mas
         **({} if entropy is None else {"entropy": _select(entropy, index).sum()}),
     }
     sequence_sums = {  # Σ over the S sequences, divided by S together below: the sequence means
-        "delta": seq_delta.sum(), "rho2": (2 * seq_delta.clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)).exp().sum(),
-        "learner_ppl": (-seq_learner).exp().sum(), "sampler_ppl": (-seq_sampler).exp().sum(),
-        "log_ppl_diff": log_ppl_diff.sum(), "ppl_ratio": log_ppl_diff.exp().sum(),
+        "delta": seq_delta.sum(),
+        "rho2": (2 * seq_delta.clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)).exp().sum(),
+        "learner_ppl": (-seq_learner).exp().sum(),
+        "sampler_ppl": (-seq_sampler).exp().sum(),
+        "log_ppl_diff": log_ppl_diff.sum(),
+        "ppl_ratio": log_ppl_diff.exp().sum(),
     }
     rho_min, rho_max = torch.aminmax(tokens)
     seq_min, seq_max = torch.aminmax(seq_delta)
     others = {  # population stds (verl's rollout_is_std of the raw weights: E[ρ²] − E[ρ]²), extremes, quantiles
-        "rho_std": tokens.std(correction=0), "seq_std": seq_delta.std(correction=0), "rho_min": rho_min,
-        "rho_max": rho_max, "seq_min": seq_min, "seq_max": seq_max, "prob_diff_max": prob_diff.max(),
+        "rho_std": tokens.std(correction=0),
+        "seq_std": seq_delta.std(correction=0),
+        "rho_min": rho_min,
+        "rho_max": rho_max,
+        "seq_min": seq_min,
+        "seq_max": seq_max,
+        "prob_diff_max": prob_diff.max(),
         "abs_delta_max": abs_delta.max(),
     }
-    flat = torch.cat([_means(token_sums, n), _means(sequence_sums, seq_index.numel()),  # one transfer
-                      torch.stack(list(others.values())), _linear_quantiles(tokens, rho_max)]).tolist()
+    flat = torch.cat(
+        [
+            _means(token_sums, n),
+            _means(sequence_sums, seq_index.numel()),  # one transfer
+            torch.stack(list(others.values())),
+            _linear_quantiles(tokens, rho_max),
+        ]
+    ).tolist()
     mean = dict(zip(token_sums, flat))
-    seq_mean = dict(zip(sequence_sums, flat[len(token_sums):]))
-    other = dict(zip([*others, *(f"p{round(q * 100)}" for q in QUANTILES)], flat[len(token_sums) + len(sequence_sums):]))
+    seq_mean = dict(zip(sequence_sums, flat[len(token_sums) :]))
+    other = dict(
+        zip([*others, *(f"p{round(q * 100)}" for q in QUANTILES)], flat[len(token_sums) + len(sequence_sums) :])
+    )
     mean_rho, second = mean["rho"], mean["rho2"]
     metrics = {
         MISMATCH_PROB_ABS_DIFF_MEAN: mean["prob_diff"],
@@ -201,7 +232,7 @@ def _linear_quantiles(values: torch.Tensor, largest: torch.Tensor) -> torch.Tens
     below = [math.floor(r) for r in ranks]
     ends = _order_statistics(values, below + [math.ceil(r) for r in ranks])  # [2 × 5]
     weights = torch.tensor([r - b for r, b in zip(ranks, below)], dtype=values.dtype, device=values.device)
-    quantiles = ends[: len(ranks)].lerp(ends[len(ranks):], weights)
+    quantiles = ends[: len(ranks)].lerp(ends[len(ranks) :], weights)
     return torch.where(largest.isnan(), largest, quantiles)
 
 
@@ -217,8 +248,9 @@ def _order_statistics(values: torch.Tensor, ranks: list[int]) -> torch.Tensor:
     return torch.from_numpy(chosen[ranks])
 
 
-def repetition_frac(completion_ids: torch.Tensor, mask: torch.Tensor, *, max_period: int = 4,
-                    repeats: int = 4) -> float:
+def repetition_frac(
+    completion_ids: torch.Tensor, mask: torch.Tensor, *, max_period: int = 4, repeats: int = 4
+) -> float:
     """Fraction of responses caught in a decoding loop: some n-gram (n ≤ ``max_period`` tokens) repeated
     back to back ``repeats`` times or more (e.g. "7 7 7 7", "1 2 1 2 1 2 1 2").
 
@@ -238,8 +270,14 @@ def repetition_frac(completion_ids: torch.Tensor, mask: torch.Tensor, *, max_per
     return float(looping.double().mean()) if ids.shape[0] else 0.0
 
 
-def mismatch_record(learner_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch.Tensor,
-                    completion_ids: torch.Tensor, *, worst: int = WORST_TOKENS) -> dict[str, Any]:
+def mismatch_record(
+    learner_logp: torch.Tensor,
+    sampler_logp: torch.Tensor,
+    mask: torch.Tensor,
+    completion_ids: torch.Tensor,
+    *,
+    worst: int = WORST_TOKENS,
+) -> dict[str, Any]:
     """The step's mismatch artifact: counts of Δ per histogram bin (``HIST_EDGES``; the first and last
     bins are open), and the ``worst`` tokens by |Δ| with their sequence, position, token id and both
     logprobs: *where* the engines disagree, which one scalar cannot show (NeMo-RL #1288)."""
@@ -250,11 +288,20 @@ def mismatch_record(learner_logp: torch.Tensor, sampler_logp: torch.Tensor, mask
     counts = torch.bincount(torch.bucketize(values, edges), minlength=len(HIST_EDGES) + 1)
     rows, cols = on.nonzero(as_tuple=True)
     order = values.abs().argsort(descending=True)[:worst]
-    worst_tokens = [{
-        "sequence": int(rows[i]), "position": int(cols[i]), "token_id": int(completion_ids[rows[i], cols[i]]),
-        "learner_logp": float(learner_logp[rows[i], cols[i]]), "sampler_logp": float(sampler_logp[rows[i], cols[i]]),
-        "log_ratio": float(values[i]),
-    } for i in order.tolist()]
-    return {"edges": list(HIST_EDGES), "counts": counts.tolist(), "tokens": int(values.numel()),
-            "worst_tokens": worst_tokens}
-
+    worst_tokens = [
+        {
+            "sequence": int(rows[i]),
+            "position": int(cols[i]),
+            "token_id": int(completion_ids[rows[i], cols[i]]),
+            "learner_logp": float(learner_logp[rows[i], cols[i]]),
+            "sampler_logp": float(sampler_logp[rows[i], cols[i]]),
+            "log_ratio": float(values[i]),
+        }
+        for i in order.tolist()
+    ]
+    return {
+        "edges": list(HIST_EDGES),
+        "counts": counts.tolist(),
+        "tokens": int(values.numel()),
+        "worst_tokens": worst_tokens,
+    }

@@ -24,8 +24,17 @@ from workbench.metrics.names import (
 )
 
 OAT_ZERO_KEYWORDS: tuple[str, ...] = (
-    "recheck", "rethink", "reevaluate", "re-evaluate", "reevaluation", "re-examine", "reexamine",
-    "try again", "check again", "think again", "go over the steps",
+    "recheck",
+    "rethink",
+    "reevaluate",
+    "re-evaluate",
+    "reevaluation",
+    "re-examine",
+    "reexamine",
+    "try again",
+    "check again",
+    "think again",
+    "go over the steps",
 )
 
 # (all responses, correct ones, incorrect ones), by where the responses come from
@@ -41,8 +50,9 @@ def reflects(text: str, keywords: Sequence[str]) -> bool:
     return any(word in low for word in keywords)
 
 
-def reflection_metrics(texts: Sequence[str], correct: Sequence[bool], keywords: Sequence[str], *,
-                       prefix: str = "behaviour") -> dict[str, float]:
+def reflection_metrics(
+    texts: Sequence[str], correct: Sequence[bool], keywords: Sequence[str], *, prefix: str = "behaviour"
+) -> dict[str, float]:
     """``{prefix}/reflection_rate`` over ``texts`` and its ``_correct``/``_incorrect`` splits (a split with no
     response is left out: absent, not 0). ``keywords`` are lower-cased before matching."""
     if len(texts) != len(correct):

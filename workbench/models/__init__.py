@@ -8,8 +8,9 @@ from workbench.config import ModelConfig, PrimeConfig, TaskConfig
 from workbench.models.directory import NO_REMOTE_CODE, load_tokenizer, refuse_remote_code
 
 
-def model_dir(model_cfg: ModelConfig, task_cfg: TaskConfig, progress: bool = True,
-              prime: PrimeConfig | None = None) -> Path:
+def model_dir(
+    model_cfg: ModelConfig, task_cfg: TaskConfig, progress: bool = True, prime: PrimeConfig | None = None
+) -> Path:
     """Where the weights live: the user's ``path`` (primed first by an SFT stage when ``prime.path`` is set),
     or the cached tiny model (built on first use, its cold start's data shaped by ``prime.mix``)."""
     if model_cfg.path is not None:
@@ -19,8 +20,9 @@ def model_dir(model_cfg: ModelConfig, task_cfg: TaskConfig, progress: bool = Tru
             return path
         from workbench.models.priming import primed_model_dir  # deferred: torch, transformers
 
-        return primed_model_dir(path, model_cfg.template_text, prime, progress=progress,
-                                cold_start=model_cfg.cold_start)
+        return primed_model_dir(
+            path, model_cfg.template_text, prime, progress=progress, cold_start=model_cfg.cold_start
+        )
     from workbench.models.tiny import tiny_model_dir  # deferred: torch, transformers
 
     return tiny_model_dir(model_cfg, task_cfg, progress=progress, prime=prime)
@@ -78,8 +80,7 @@ def token_count_over(tokenizer, text: str, budget: int) -> int | None:
     return count if count > budget else None
 
 
-def load_policy(model_cfg: ModelConfig, task_cfg: TaskConfig, progress: bool = True,
-                prime: PrimeConfig | None = None):
+def load_policy(model_cfg: ModelConfig, task_cfg: TaskConfig, progress: bool = True, prime: PrimeConfig | None = None):
     """(model, tokenizer) with left padding, ready for sampling and learning."""
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging

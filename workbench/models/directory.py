@@ -31,12 +31,14 @@ def refuse_remote_code(path: Path) -> None:
             raise ModelDirectoryError(
                 f"{file}: auto_map{f' ({classes})' if classes else ''} asks to run code from the model directory; "
                 "the workbench never runs a model directory's code: use a model whose architecture transformers "
-                "ships (remove auto_map)")
+                "ships (remove auto_map)"
+            )
         model_type = data.get("model_type") if name == "config.json" else None
         if model_type is not None and model_type not in CONFIG_MAPPING:
             raise ModelDirectoryError(
                 f"{file}: model_type {model_type!r} is not an architecture transformers ships, so its code would "
-                "come from the model directory; the workbench never runs a model directory's code")
+                "come from the model directory; the workbench never runs a model directory's code"
+            )
 
 
 SPECIAL_TOKEN_KEYS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
@@ -63,7 +65,8 @@ def load_tokenizer(path: Path, padding_side: str = "left"):
     if not file.is_file():
         raise ModelDirectoryError(
             f"{path}: no tokenizer.json; the workbench loads a model directory's tokenizer exactly from its own "
-            "tokenizer.json (a fast tokenizer: save one with the directory's tokenizer, save_pretrained)")
+            "tokenizer.json (a fast tokenizer: save one with the directory's tokenizer, save_pretrained)"
+        )
     settings = {**_json_object(path / "special_tokens_map.json"), **_json_object(path / "tokenizer_config.json")}
     kwargs = {key: _token_text(settings[key]) for key in SPECIAL_TOKEN_KEYS if settings.get(key) is not None}
     for key in LIST_TOKEN_KEYS:
@@ -85,7 +88,8 @@ def load_tokenizer(path: Path, padding_side: str = "left"):
             if loaded != expected:
                 raise ModelDirectoryError(
                     f"{file}: transformers' tokenizer encodes {text!r} as {loaded[:8]}..., the file itself as "
-                    f"{expected[:8]}...; refused: the workbench trains with a model directory's own tokenizer exactly")
+                    f"{expected[:8]}...; refused: the workbench trains with a model directory's own tokenizer exactly"
+                )
     return tokenizer
 
 

@@ -55,11 +55,19 @@ def chat_tokenizer(special: list[str], template: str, *, bos: str | None, eos: s
     core = Tokenizer(models.BPE())
     core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     core.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=VOCAB_SIZE, special_tokens=special,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB_SIZE,
+        special_tokens=special,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     core.train_from_iterator(CORPUS, trainer=trainer)
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, bos_token=bos, eos_token=eos,
-                                        additional_special_tokens=[t for t in special if t not in (bos, eos)])
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=core,
+        bos_token=bos,
+        eos_token=eos,
+        additional_special_tokens=[t for t in special if t not in (bos, eos)],
+    )
     tokenizer.chat_template = template
     return tokenizer
 
@@ -73,8 +81,9 @@ def character_chat_tokenizer(special: list[str], template: str, *, eos: str) -> 
     core.pre_tokenizer = pre_tokenizers.Split("", behavior="isolated")  # every character its own word
     core.decoder = decoders.Fuse()
     core.add_special_tokens([*special, unk])
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, eos_token=eos, unk_token=unk,
-                                        additional_special_tokens=[t for t in special if t != eos])
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=core, eos_token=eos, unk_token=unk, additional_special_tokens=[t for t in special if t != eos]
+    )
     tokenizer.chat_template = template
     return tokenizer
 
@@ -90,10 +99,18 @@ def save_qwen2_chat_model(path: Path) -> Path:
     """Qwen2 architecture (GQA, q/k/v biases, tied embeddings) with Qwen2.5-base's special tokens (EOS is
     ``<|endoftext|>``, a chat turn ends with ``<|im_end|>``) and its own character-level tokenizer."""
     tokenizer = qwen2_chat_tokenizer()
-    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
-                         tie_word_embeddings=True, eos_token_id=tokenizer.eos_token_id,
-                         pad_token_id=tokenizer.pad_token_id)
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+        tie_word_embeddings=True,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
     return save(Qwen2ForCausalLM(config), tokenizer, path)
 
 
@@ -106,10 +123,19 @@ def save_llama3_chat_model(path: Path) -> Path:
     """Llama 3 architecture (GQA, rope theta 500000, untied head) with Llama-3-base's tokens: BOS
     ``<|begin_of_text|>``, EOS ``<|end_of_text|>``, no pad token, a chat turn ends with ``<|eot_id|>``."""
     tokenizer = llama3_chat_tokenizer()
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
-                         rope_theta=500000.0, tie_word_embeddings=False, bos_token_id=tokenizer.bos_token_id,
-                         eos_token_id=tokenizer.eos_token_id)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+        rope_theta=500000.0,
+        tie_word_embeddings=False,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
     return save(LlamaForCausalLM(config), tokenizer, path)
 
 

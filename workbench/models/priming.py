@@ -32,15 +32,21 @@ def prime_cache_key(model_path: Path, template: str, prime: PrimeConfig, cold_st
     """Model directory (its config and weight files' contents), data file contents, template and settings, and
     which replicate of the stage (``model.cold_start``; 0, the only one before replication, is not hashed)."""
     files = sorted(p for p in model_path.iterdir() if p.is_file() and p.suffix in (".json", ".safetensors", ".bin"))
-    payload = {"v": PRIME_VERSION, "model": {p.name: _digest(p) for p in files}, "template": template,
-               "data": _digest(Path(prime.path or "")), "prime": prime.model_dump(mode="json", exclude={"path"})}
+    payload = {
+        "v": PRIME_VERSION,
+        "model": {p.name: _digest(p) for p in files},
+        "template": template,
+        "data": _digest(Path(prime.path or "")),
+        "prime": prime.model_dump(mode="json", exclude={"path"}),
+    }
     if cold_start:
         payload["cold_start"] = cold_start
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def primed_model_dir(model_path: Path, template: str, prime: PrimeConfig, progress: bool = True,
-                     cold_start: int = 0) -> Path:
+def primed_model_dir(
+    model_path: Path, template: str, prime: PrimeConfig, progress: bool = True, cold_start: int = 0
+) -> Path:
     """The cached primed copy of ``model_path``, running the SFT stage first if needed; replicate ``cold_start``
     of the stage draws its batches in its own order (the weights it starts from are ``model_path``'s)."""
     target = cache_root() / "models" / f"primed-{prime_cache_key(model_path, template, prime, cold_start)}"
@@ -53,10 +59,20 @@ def primed_model_dir(model_path: Path, template: str, prime: PrimeConfig, progre
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
         model = AutoModelForCausalLM.from_pretrained(model_path, dtype="float32", **NO_REMOTE_CODE)
-        sft = supervised_warmup(model, tokenizer, data, template, max_steps=prime.max_steps,
-                                batch_size=prime.batch_size, lr=prime.lr, target_accuracy=prime.target_accuracy,
-                                check_every=prime.check_every, rng=random.Random(f"prime-{cold_start}"), progress=progress,
-                                label="priming model.path")
+        sft = supervised_warmup(
+            model,
+            tokenizer,
+            data,
+            template,
+            max_steps=prime.max_steps,
+            batch_size=prime.batch_size,
+            lr=prime.lr,
+            target_accuracy=prime.target_accuracy,
+            check_every=prime.check_every,
+            rng=random.Random(f"prime-{cold_start}"),
+            progress=progress,
+            label="priming model.path",
+        )
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         record = {"model_path": str(model_path), "prime": prime.model_dump(mode="json"), "sft": asdict(sft)}
@@ -72,8 +88,11 @@ def stage_metrics(directory: Path) -> dict[str, float]:
         record = directory / name
         if record.is_file():
             sft = json.loads(record.read_text())["sft"]
-            metrics = {"cold_start/steps": float(sft["steps"]), "cold_start/loss": float(sft["final_loss"]),
-                       "cold_start/probe_accuracy": float(sft["probe_accuracy"])}
+            metrics = {
+                "cold_start/steps": float(sft["steps"]),
+                "cold_start/loss": float(sft["final_loss"]),
+                "cold_start/probe_accuracy": float(sft["probe_accuracy"]),
+            }
             # no SFT step ran (sft_max_steps: 0): no loss, a missing point rather than a NaN the health rules stop on
             return {key: value for key, value in metrics.items() if math.isfinite(value)}
     return {}

@@ -54,15 +54,30 @@ def probe_completions(model, tokenizer, probe: list[Problem], template: str, *, 
     same greedy tokens as ``generate`` (the reference, ``lean=False``) in a fraction of the time: the
     probe runs every ``sft_check_every`` steps of the cold start."""
     model.eval()
-    enc = tokenizer([template.format(prompt=p.prompt) for p in probe], return_tensors="pt", padding=True,
-                    add_special_tokens=False)
+    enc = tokenizer(
+        [template.format(prompt=p.prompt) for p in probe], return_tensors="pt", padding=True, add_special_tokens=False
+    )
     budget = max(len(p.solution or "") for p in probe) + 2
     if lean:
-        out = decode(model, enc["input_ids"], enc["attention_mask"], 1, max_new_tokens=budget, temperature=0.0,
-                     top_p=1.0, stop_ids=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id)[0]
+        out = decode(
+            model,
+            enc["input_ids"],
+            enc["attention_mask"],
+            1,
+            max_new_tokens=budget,
+            temperature=0.0,
+            top_p=1.0,
+            stop_ids=tokenizer.eos_token_id,
+            pad_id=tokenizer.pad_token_id,
+        )[0]
     else:
-        out = model.generate(**enc, do_sample=False, max_new_tokens=budget, pad_token_id=tokenizer.pad_token_id,
-                             eos_token_id=tokenizer.eos_token_id)[:, enc["input_ids"].shape[1]:]
+        out = model.generate(
+            **enc,
+            do_sample=False,
+            max_new_tokens=budget,
+            pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+        )[:, enc["input_ids"].shape[1] :]
     model.train()
     return tokenizer.batch_decode(out, skip_special_tokens=True)
 
@@ -80,10 +95,22 @@ def probe_accuracy(model, tokenizer, probe: list[Problem], template: str, task: 
 Rewrite = Callable[[Problem, random.Random], Problem]  # a problem's SFT solution in another form (data.prime)
 
 
-def supervised_warmup(model, tokenizer, task: Task, template: str, *, max_steps: int, batch_size: int, lr: float,
-                      target_accuracy: float, check_every: int, rng: random.Random,
-                      progress: bool = True, rewrite: Rewrite | None = None,
-                      label: str = "building tiny model") -> SFTResult:
+def supervised_warmup(
+    model,
+    tokenizer,
+    task: Task,
+    template: str,
+    *,
+    max_steps: int,
+    batch_size: int,
+    lr: float,
+    target_accuracy: float,
+    check_every: int,
+    rng: random.Random,
+    progress: bool = True,
+    rewrite: Rewrite | None = None,
+    label: str = "building tiny model",
+) -> SFTResult:
     """SFT on the task's worked solutions (or ``rewrite``'s forms of them) until the probe's greedy accuracy
     reaches ``target_accuracy`` or ``max_steps`` pass. The probe always judges the true answer."""
     probe = task.sample_train(128, random.Random("sft-probe"))
@@ -94,9 +121,13 @@ def supervised_warmup(model, tokenizer, task: Task, template: str, *, max_steps:
     loss_value, accuracy, step = float("nan"), 0.0, 0
     # the bar tracks what ends the cold start, probe accuracy against its target; the step cap is a
     # safety limit, and a percentage (or ETA) of it would mislead (issue #32: "2 h 8 min", then done at 42%)
-    columns = (TextColumn("{task.description}"), BarColumn(),
-               TextColumn("probe acc {task.completed:.2f} / target {task.total:.2f}"),
-               TextColumn("step {task.fields[step]} (cap {task.fields[cap]})"), TimeElapsedColumn())
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("probe acc {task.completed:.2f} / target {task.total:.2f}"),
+        TextColumn("step {task.fields[step]} (cap {task.fields[cap]})"),
+        TimeElapsedColumn(),
+    )
     # Not on a terminal (a log file, CI, `make demo | tee`): a plain line every `progress_interval()`
     # seconds instead of the live bar, which would print nothing for the cold start's minutes (#53); the
     # heartbeat prints the last state when a step (a probe) runs past the interval.
@@ -107,10 +138,14 @@ def supervised_warmup(model, tokenizer, task: Task, template: str, *, max_steps:
 
     def plain_line(step: int) -> None:
         elapsed = int(time.monotonic() - started)
-        console.print(f"{time.strftime('%H:%M:%S')} {label}: cold-start SFT step {step} (cap {max_steps}), "
-                      f"loss {loss_value:.3f}, probe acc {accuracy:.2f} / target {target_accuracy:.2f}, "
-                      f"{elapsed // 60}:{elapsed % 60:02d} elapsed (it ends at the target, so no ETA)",
-                      markup=False, highlight=False, soft_wrap=True)
+        console.print(
+            f"{time.strftime('%H:%M:%S')} {label}: cold-start SFT step {step} (cap {max_steps}), "
+            f"loss {loss_value:.3f}, probe acc {accuracy:.2f} / target {target_accuracy:.2f}, "
+            f"{elapsed // 60}:{elapsed % 60:02d} elapsed (it ends at the target, so no ETA)",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
         line_printed()
 
     heartbeat = Heartbeat(every if plain else 0.0, lambda: plain_line(done))
@@ -133,8 +168,12 @@ def supervised_warmup(model, tokenizer, task: Task, template: str, *, max_steps:
                 accuracy = probe_accuracy(model, tokenizer, probe, template, task)
                 if accuracy >= target_accuracy:
                     break
-            bar.update(job, completed=min(accuracy, target_accuracy), step=step,
-                       description=f"{label} (SFT loss {loss_value:.3f})")
+            bar.update(
+                job,
+                completed=min(accuracy, target_accuracy),
+                step=step,
+                description=f"{label} (SFT loss {loss_value:.3f})",
+            )
             if plain and (step == 1 or since_last_line() >= every):  # the clock the heartbeat and a study share
                 plain_line(step)
     model.eval()

@@ -52,8 +52,9 @@ def tiny_cache_key(model_cfg: ModelConfig, task_cfg: TaskConfig, prime: PrimeCon
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def tiny_model_dir(model_cfg: ModelConfig, task_cfg: TaskConfig, progress: bool = True,
-                   prime: PrimeConfig | None = None) -> Path:
+def tiny_model_dir(
+    model_cfg: ModelConfig, task_cfg: TaskConfig, progress: bool = True, prime: PrimeConfig | None = None
+) -> Path:
     """Directory of the cached tiny model for this config (and priming data), building it first if needed."""
     target = cache_root() / "models" / f"tiny-{tiny_cache_key(model_cfg, task_cfg, prime)}"
 
@@ -61,8 +62,12 @@ def tiny_model_dir(model_cfg: ModelConfig, task_cfg: TaskConfig, progress: bool 
         model, tokenizer, sft = build_tiny_model(model_cfg, build_task(task_cfg), progress=progress, prime=prime)
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-        record = {"model": model_cfg.model_dump(mode="json"), "task": task_cfg.model_dump(mode="json"),
-                  "prime": None if prime is None else prime.model_dump(mode="json"), "sft": asdict(sft)}
+        record = {
+            "model": model_cfg.model_dump(mode="json"),
+            "task": task_cfg.model_dump(mode="json"),
+            "prime": None if prime is None else prime.model_dump(mode="json"),
+            "sft": asdict(sft),
+        }
         (tmp / BUILD_RECORD).write_text(json.dumps(record, indent=2))
 
     return cached_build(target, build)
@@ -96,9 +101,17 @@ def build_tiny_model(model_cfg: ModelConfig, task: Task, progress: bool = True, 
     tokenizer = build_char_tokenizer()
     model = init_tiny_model(cfg, len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id)
     sft = supervised_warmup(
-        model, tokenizer, task, model_cfg.template_text, max_steps=cfg.sft_max_steps,
-        batch_size=cfg.sft_batch_size, lr=cfg.sft_lr, target_accuracy=cfg.sft_target_accuracy,
-        check_every=cfg.sft_check_every, rng=random.Random(f"sft-{cfg.seed}"), progress=progress,
+        model,
+        tokenizer,
+        task,
+        model_cfg.template_text,
+        max_steps=cfg.sft_max_steps,
+        batch_size=cfg.sft_batch_size,
+        lr=cfg.sft_lr,
+        target_accuracy=cfg.sft_target_accuracy,
+        check_every=cfg.sft_check_every,
+        rng=random.Random(f"sft-{cfg.seed}"),
+        progress=progress,
         rewrite=None if prime is None or prime.mix is None else primed_solutions(task, prime.mix),
     )
     return model.eval(), tokenizer, sft

@@ -57,8 +57,14 @@ class Study:
         names = comparison_metrics(metrics, dict(self.settings))
         return summarize_runs(self.history, self.runs, names)
 
-    def compare(self, metrics: Sequence[str] | None = None, *, baseline: str | None = None,
-                sesoi: Mapping[str, float] | None = None, include_unfinished: bool = False) -> ComparisonTable:
+    def compare(
+        self,
+        metrics: Sequence[str] | None = None,
+        *,
+        baseline: str | None = None,
+        sesoi: Mapping[str, float] | None = None,
+        include_unfinished: bool = False,
+    ) -> ComparisonTable:
         """The comparison ``workbench compare`` prints, with the same defaults (the study's
         ``compare:`` metrics, baseline and SESOI): a :class:`~workbench.compare.ComparisonTable`;
         ``.headlines()`` are its first lines, ``.df`` its table. Records nothing in the store."""

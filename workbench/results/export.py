@@ -70,8 +70,18 @@ from workbench.tracking.redact import redact_uri
 from workbench.tracking.rollouts import is_rollout_artifact
 from workbench.tracking.store import ensure_store, get_or_create_experiment
 
-__all__ = ["EXPORTED_ARTIFACTS", "FORMAT_VERSION", "ExportError", "ExportSummary", "ExportedRun", "LoadSummary",
-           "export_study", "load_export", "read_export", "write_run"]
+__all__ = [
+    "EXPORTED_ARTIFACTS",
+    "FORMAT_VERSION",
+    "ExportError",
+    "ExportSummary",
+    "ExportedRun",
+    "LoadSummary",
+    "export_study",
+    "load_export",
+    "read_export",
+    "write_run",
+]
 
 FORMAT = "workbench-study-export"
 FORMAT_VERSION = 1
@@ -82,8 +92,17 @@ FILES = (RUNS, METRICS, PROBLEMS, ARTIFACTS)
 ROLES = ("study", "run")  # the parent run, then its runs (Optuna searches' runs are not exported)
 #: Artifacts kept, byte for byte: those the commands read back (health, mismatch, the parent's study
 #: file and looks) and small records of how a run was made (config, error, import mapping).
-EXPORTED_ARTIFACTS = ("health.json", "mismatch.json", "config.yaml", "error.txt", "import.json",
-                      "study.yaml", "plan.json", "sequential.json", "sequential.log")
+EXPORTED_ARTIFACTS = (
+    "health.json",
+    "mismatch.json",
+    "config.yaml",
+    "error.txt",
+    "import.json",
+    "study.yaml",
+    "plan.json",
+    "sequential.json",
+    "sequential.log",
+)
 MANIFEST_ROLLOUTS = "rollouts/manifest.json"  # with the rollouts/ parquet chunks (workbench.tracking.rollouts)
 ZSTD_LEVEL = 19  # files are written once per finished run and read rarely: the smallest is worth it
 #: Column encodings where parquet's default (a dictionary, else plain) is not the smallest, measured on
@@ -98,6 +117,7 @@ _MAX_METRICS_PER_BATCH = 1000
 MAX_MANIFEST_BYTES = 16 << 20  # the manifest lists a few files
 MAX_EXPORT_FILE_BYTES = 4 << 30  # a parquet file of an export: a large study's metrics are tens of MB
 
+
 class ExportError(ValueError):
     """A directory that is not a readable export, or a study that cannot be exported: one line naming the file."""
 
@@ -106,16 +126,44 @@ def _schema():
     import pyarrow as pa
 
     return {
-        RUNS: pa.schema([("run", pa.int32()), ("role", pa.string()), ("run_key", pa.string()),
-                         ("variant", pa.string()), ("arm", pa.string()), ("seed", pa.string()),
-                         ("run_name", pa.string()), ("status", pa.string()), ("start_time", pa.int64()),
-                         ("end_time", pa.int64()), ("tags", pa.string()), ("params", pa.string())]),
-        METRICS: pa.schema([("run", pa.int32()), ("key", pa.string()), ("step", pa.int64()),
-                            ("value", pa.float64()), ("timestamp", pa.int64())]),
-        PROBLEMS: pa.schema([("run", pa.int32()), ("step", pa.int64()), ("problem_id", pa.string()),
-                             ("correct", pa.int8()), ("length", pa.int64()), ("truncated", pa.int8())]),
+        RUNS: pa.schema(
+            [
+                ("run", pa.int32()),
+                ("role", pa.string()),
+                ("run_key", pa.string()),
+                ("variant", pa.string()),
+                ("arm", pa.string()),
+                ("seed", pa.string()),
+                ("run_name", pa.string()),
+                ("status", pa.string()),
+                ("start_time", pa.int64()),
+                ("end_time", pa.int64()),
+                ("tags", pa.string()),
+                ("params", pa.string()),
+            ]
+        ),
+        METRICS: pa.schema(
+            [
+                ("run", pa.int32()),
+                ("key", pa.string()),
+                ("step", pa.int64()),
+                ("value", pa.float64()),
+                ("timestamp", pa.int64()),
+            ]
+        ),
+        PROBLEMS: pa.schema(
+            [
+                ("run", pa.int32()),
+                ("step", pa.int64()),
+                ("problem_id", pa.string()),
+                ("correct", pa.int8()),
+                ("length", pa.int64()),
+                ("truncated", pa.int8()),
+            ]
+        ),
         ARTIFACTS: pa.schema([("run", pa.int32()), ("path", pa.string()), ("data", pa.binary())]),
     }
+
 
 # --------------------------------------------------------------------------------------------
 # Export
@@ -137,13 +185,16 @@ class ExportSummary:
 
     def line(self) -> str:
         later = f"; {self.running} still running, exported once they end" if self.running else ""
-        return (f"exported study {self.study!r} to {self.directory}: {self.runs} runs, {self.points:,} metric points, "
-                f"{self.problem_rows:,} problem rows, {self.artifacts} artifacts, {self.bytes / 1024:.0f} KB "
-                f"({len(self.written)} file(s) changed) in {self.seconds:.1f} s{later}")
+        return (
+            f"exported study {self.study!r} to {self.directory}: {self.runs} runs, {self.points:,} metric points, "
+            f"{self.problem_rows:,} problem rows, {self.artifacts} artifacts, {self.bytes / 1024:.0f} KB "
+            f"({len(self.written)} file(s) changed) in {self.seconds:.1f} s{later}"
+        )
 
 
-def export_study(tracking_uri: str, experiment: str, directory: str | os.PathLike[str], *,
-                 reader: StudyReader | None = None) -> ExportSummary:
+def export_study(
+    tracking_uri: str, experiment: str, directory: str | os.PathLike[str], *, reader: StudyReader | None = None
+) -> ExportSummary:
     """Write the study ``experiment`` of the store ``tracking_uri`` to ``directory`` (created if
     missing; the export's files in it are replaced, each only if its bytes changed). Raises
     ``StudyNotFound`` for an unknown study."""
@@ -161,28 +212,50 @@ def export_study(tracking_uri: str, experiment: str, directory: str | os.PathLik
                 continue
             rows.append(_run_row(role, r, tags.get(r["run_id"], {}), params.get(r["run_id"], {})))
             artifact_uris.append((r["run_id"], r["artifact_uri"]))
-    order = sorted(range(len(rows)), key=lambda i: (ROLES.index(rows[i]["role"]), rows[i]["start_time"] or 0,
-                                                    rows[i]["run_key"] or "", rows[i]["end_time"] or 0,
-                                                    rows[i]["run_name"] or ""))
+    order = sorted(
+        range(len(rows)),
+        key=lambda i: (
+            ROLES.index(rows[i]["role"]),
+            rows[i]["start_time"] or 0,
+            rows[i]["run_key"] or "",
+            rows[i]["end_time"] or 0,
+            rows[i]["run_name"] or "",
+        ),
+    )
     rows = [rows[i] for i in order]
     artifact_uris = [artifact_uris[i] for i in order]
     index = {run_id: i for i, (run_id, _) in enumerate(artifact_uris)}
     study_name = next((json.loads(r["tags"]).get("workbench.study") for r in rows if r["role"] == "study"), None)
 
-    tables = {RUNS: _runs_table(rows), METRICS: _metrics_table(reader, index),
-              PROBLEMS: _problems_table(reader, artifact_uris), ARTIFACTS: _artifacts_table(reader, artifact_uris)}
+    tables = {
+        RUNS: _runs_table(rows),
+        METRICS: _metrics_table(reader, index),
+        PROBLEMS: _problems_table(reader, artifact_uris),
+        ARTIFACTS: _artifacts_table(reader, artifact_uris),
+    }
     summary.runs = sum(r["role"] == "run" for r in rows)
     summary.points, summary.problem_rows = tables[METRICS].num_rows, tables[PROBLEMS].num_rows
     summary.artifacts, summary.running = tables[ARTIFACTS].num_rows, running
     files = {name: _parquet_bytes(table, ENCODINGS.get(name, {})) for name, table in tables.items()}
     ends = [r["end_time"] for r in rows if r["end_time"] is not None]
     manifest = {
-        "format": FORMAT, "format_version": FORMAT_VERSION, "study": study_name or experiment,
-        "experiment": experiment, "workbench_version": _workbench_version(),
-        "last_end_time": max(ends) if ends else None, "runs": summary.runs, "docs": DOCS,
-        "files": {name: {"sha256": hashlib.sha256(data).hexdigest(), "rows": tables[name].num_rows,
-                         "bytes": len(data), "columns": {f.name: str(f.type) for f in tables[name].schema}}
-                  for name, data in files.items()},
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "study": study_name or experiment,
+        "experiment": experiment,
+        "workbench_version": _workbench_version(),
+        "last_end_time": max(ends) if ends else None,
+        "runs": summary.runs,
+        "docs": DOCS,
+        "files": {
+            name: {
+                "sha256": hashlib.sha256(data).hexdigest(),
+                "rows": tables[name].num_rows,
+                "bytes": len(data),
+                "columns": {f.name: str(f.type) for f in tables[name].schema},
+            }
+            for name, data in files.items()
+        },
     }
     files[MANIFEST] = (json.dumps(manifest, indent=2) + "\n").encode()
     out.mkdir(parents=True, exist_ok=True)
@@ -211,11 +284,20 @@ def _ms(value: Any) -> int | None:
 
 def _run_row(role: str, r: dict[str, Any], tags: dict[str, str], params: dict[str, str]) -> dict[str, Any]:
     kept = {k: v for k, v in tags.items() if not k.startswith(MLFLOW_TAG_PREFIX)}
-    return {"role": role, "run_key": kept.get("workbench.run_key"), "variant": kept.get("workbench.variant"),
-            "arm": kept.get("workbench.arm"), "seed": kept.get("workbench.seed"), "run_name": r["run_name"],
-            "status": r["status"], "start_time": _ms(r["start_time"]), "end_time": _ms(r["end_time"]),
-            "tags": json.dumps(kept, sort_keys=True, ensure_ascii=False),
-            "params": json.dumps(params, sort_keys=True, ensure_ascii=False), "_run_id": r["run_id"]}
+    return {
+        "role": role,
+        "run_key": kept.get("workbench.run_key"),
+        "variant": kept.get("workbench.variant"),
+        "arm": kept.get("workbench.arm"),
+        "seed": kept.get("workbench.seed"),
+        "run_name": r["run_name"],
+        "status": r["status"],
+        "start_time": _ms(r["start_time"]),
+        "end_time": _ms(r["end_time"]),
+        "tags": json.dumps(kept, sort_keys=True, ensure_ascii=False),
+        "params": json.dumps(params, sort_keys=True, ensure_ascii=False),
+        "_run_id": r["run_id"],
+    }
 
 
 def _runs_table(rows: list[dict[str, Any]]):
@@ -237,8 +319,16 @@ def _metrics_table(reader: StudyReader, index: dict[str, int]):
     stamp = points["timestamp"].to_numpy(dtype=np.int64)
     order = np.lexsort((value, stamp, step, key, run))
     keys = pa.DictionaryArray.from_arrays(pa.array(key[order].astype(np.int32)), pa.array(list(names), pa.string()))
-    return pa.table({"run": pa.array(run[order]), "key": keys.cast(pa.string()), "step": pa.array(step[order]),
-                     "value": pa.array(value[order]), "timestamp": pa.array(stamp[order])}, schema=_schema()[METRICS])
+    return pa.table(
+        {
+            "run": pa.array(run[order]),
+            "key": keys.cast(pa.string()),
+            "step": pa.array(step[order]),
+            "value": pa.array(value[order]),
+            "timestamp": pa.array(stamp[order]),
+        },
+        schema=_schema()[METRICS],
+    )
 
 
 def _problems_table(reader: StudyReader, runs: list[tuple[str, str | None]]):
@@ -280,8 +370,10 @@ def _artifacts_table(reader: StudyReader, runs: list[tuple[str, str | None]]):
                 run.append(i)
                 path.append(name)
                 data.append(blob)
-    return pa.table({"run": pa.array(run, pa.int32()), "path": pa.array(path, pa.string()),
-                     "data": pa.array(data, pa.binary())}, schema=_schema()[ARTIFACTS])
+    return pa.table(
+        {"run": pa.array(run, pa.int32()), "path": pa.array(path, pa.string()), "data": pa.array(data, pa.binary())},
+        schema=_schema()[ARTIFACTS],
+    )
 
 
 def _parquet_bytes(table, encodings: dict[str, str]) -> bytes:
@@ -291,9 +383,16 @@ def _parquet_bytes(table, encodings: dict[str, str]) -> bytes:
     import pyarrow.parquet as pq
 
     sink = io.BytesIO()
-    pq.write_table(table, sink, compression="zstd", compression_level=ZSTD_LEVEL,
-                   use_dictionary=[c for c in table.column_names if c not in encodings],
-                   column_encoding=encodings or None, write_statistics=False, store_schema=False)
+    pq.write_table(
+        table,
+        sink,
+        compression="zstd",
+        compression_level=ZSTD_LEVEL,
+        use_dictionary=[c for c in table.column_names if c not in encodings],
+        column_encoding=encodings or None,
+        write_statistics=False,
+        store_schema=False,
+    )
     return sink.getvalue()
 
 
@@ -307,6 +406,7 @@ def _replace_if_changed(path: Path, data: bytes) -> bool:
     tmp.write_bytes(data)
     os.replace(tmp, path)
     return True
+
 
 # --------------------------------------------------------------------------------------------
 # Reading an export back (all checks, no store)
@@ -363,9 +463,11 @@ def read_export(directory: str | os.PathLike[str]) -> Export:
         raise ExportError(f"{manifest_path}: not a workbench study export (its format is not {FORMAT!r})")
     version = manifest.get("format_version")
     if version != FORMAT_VERSION:
-        raise ExportError(f"{manifest_path}: format version {version!r} is not one this workbench reads "
-                          f"(it reads {FORMAT_VERSION}); use the workbench version that wrote it "
-                          f"({manifest.get('workbench_version', 'unknown')}) or a newer one")
+        raise ExportError(
+            f"{manifest_path}: format version {version!r} is not one this workbench reads "
+            f"(it reads {FORMAT_VERSION}); use the workbench version that wrote it "
+            f"({manifest.get('workbench_version', 'unknown')}) or a newer one"
+        )
     listed = manifest.get("files")
     if not isinstance(listed, dict) or not isinstance(manifest.get("experiment"), str) or not manifest["experiment"]:
         raise ExportError(f"{manifest_path}: lacks its files or experiment name")
@@ -384,8 +486,10 @@ def read_export(directory: str | os.PathLike[str]) -> Export:
             raise ExportError(str(error)) from None
         digest = hashlib.sha256(data).hexdigest()
         if digest != entry["sha256"]:
-            raise ExportError(f"{path}: checksum mismatch (sha256 {digest[:12]}..., {MANIFEST} says "
-                              f"{entry['sha256'][:12]}...): the file changed after the export")
+            raise ExportError(
+                f"{path}: checksum mismatch (sha256 {digest[:12]}..., {MANIFEST} says "
+                f"{entry['sha256'][:12]}...): the file changed after the export"
+            )
         try:  # the row count and decompressed size checked before decoding (a zstd row bomb is refused)
             table = read_parquet(data, str(path))
         except UserFileError as error:
@@ -429,8 +533,9 @@ def _exported_runs(path: Path, table) -> list[ExportedRun]:
                 value = parse_json(r[column] or "{}", where)
             except ValueError:  # not JSON, or nested too deeply
                 value = None
-            if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str)
-                                                      for k, v in value.items()):
+            if not isinstance(value, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+            ):
                 raise ExportError(f"{where}: {column} is not a JSON object of strings")
             for key, text in value.items():  # MLflow's own limits: a bulk load would not ask MLflow
                 problem = entity_problem("tag" if column == "tags" else "parameter", key, text)
@@ -439,8 +544,19 @@ def _exported_runs(path: Path, table) -> list[ExportedRun]:
             decoded[column] = value
         if decoded["tags"].get("workbench.role") != r["role"]:
             raise ExportError(f"{where}: its workbench.role tag is not its role {r['role']!r}")
-        runs.append(ExportedRun(i, r["role"], r["run_key"], r["run_name"], r["status"], r["start_time"],
-                                r["end_time"], decoded["tags"], decoded["params"]))
+        runs.append(
+            ExportedRun(
+                i,
+                r["role"],
+                r["run_key"],
+                r["run_name"],
+                r["status"],
+                r["start_time"],
+                r["end_time"],
+                decoded["tags"],
+                decoded["params"],
+            )
+        )
     if sum(r.role == "study" for r in runs) > 1:
         raise ExportError(f"{path}: more than one study (parent) run")
     seen: dict[tuple[str | None, int | None], int] = {}
@@ -450,13 +566,17 @@ def _exported_runs(path: Path, table) -> list[ExportedRun]:
             continue
         same = seen.setdefault((run.run_key, run.start_time), run.index)
         if same != run.index:
-            raise ExportError(f"{path}: rows {same} and {run.index} are the same run (run_key {run.run_key!r}, "
-                              f"start time {run.start_time})")
+            raise ExportError(
+                f"{path}: rows {same} and {run.index} are the same run (run_key {run.run_key!r}, "
+                f"start time {run.start_time})"
+            )
         if run.status == "FINISHED":
             first = finished.setdefault(run.run_key, run.index)
             if first != run.index:
-                raise ExportError(f"{path}: rows {first} and {run.index} are both a FINISHED run of run_key "
-                                  f"{run.run_key!r} (a study finishes each run once)")
+                raise ExportError(
+                    f"{path}: rows {first} and {run.index} are both a FINISHED run of run_key "
+                    f"{run.run_key!r} (a study finishes each run once)"
+                )
     return runs
 
 
@@ -478,8 +598,10 @@ def _runs_of(root: Path, name: str, table, n: int) -> np.ndarray:
     run = table.column("run").to_numpy(zero_copy_only=False)
     bad = (run < 0) | (run >= n)
     if bad.any():
-        raise ExportError(f"{root / name}: row {int(np.argmax(bad))} names run {int(run[bad][0])}, which "
-                          f"{RUNS} does not hold ({n} runs)")
+        raise ExportError(
+            f"{root / name}: row {int(np.argmax(bad))} names run {int(run[bad][0])}, which "
+            f"{RUNS} does not hold ({n} runs)"
+        )
     return run
 
 
@@ -517,8 +639,9 @@ def _attach(root: Path, runs: list[ExportedRun], tables: dict[str, Any]) -> None
             problem = metric_name_problem(name)
             if problem:
                 raise ExportError(f"{root / METRICS}: run {i}: {problem}")
-        columns = MetricColumns(list(names), codes.astype(np.int64), step[span].astype(np.int64),
-                                value[span], stamp[span].astype(np.int64))
+        columns = MetricColumns(
+            list(names), codes.astype(np.int64), step[span].astype(np.int64), value[span], stamp[span].astype(np.int64)
+        )
         seen = pd.DataFrame({"k": codes, "s": columns.step, "t": columns.timestamp, "v": columns.value})
         if seen.duplicated().any():
             raise ExportError(f"{root / METRICS}: run {i} has a point twice (same key, step, timestamp, value)")
@@ -537,14 +660,18 @@ def _attach(root: Path, runs: list[ExportedRun], tables: dict[str, Any]) -> None
         runs[i].problems = frame.iloc[span][[*PROBLEM_COLUMNS, *extra]].reset_index(drop=True)
     artifacts = tables[ARTIFACTS]
     run = _runs_of(root, ARTIFACTS, artifacts, n)
-    for i, path, data in zip(run.tolist(), artifacts.column("path").to_pylist(), artifacts.column("data").to_pylist(),
-                             strict=True):
+    for i, path, data in zip(
+        run.tolist(), artifacts.column("path").to_pylist(), artifacts.column("data").to_pylist(), strict=True
+    ):
         if path not in EXPORTED_ARTIFACTS and not is_rollout_artifact(path):
-            raise ExportError(f"{root / ARTIFACTS}: artifact {path!r} of run {i} is not one an export holds "
-                              f"({', '.join(EXPORTED_ARTIFACTS)}, rollouts/)")
+            raise ExportError(
+                f"{root / ARTIFACTS}: artifact {path!r} of run {i} is not one an export holds "
+                f"({', '.join(EXPORTED_ARTIFACTS)}, rollouts/)"
+            )
         if path in runs[i].artifacts:
             raise ExportError(f"{root / ARTIFACTS}: run {i} has {path} twice")
         runs[i].artifacts[path] = data
+
 
 # --------------------------------------------------------------------------------------------
 # Loading into a store
@@ -565,9 +692,11 @@ class LoadSummary:
 
     def line(self) -> str:
         parent = {"loaded": "; its parent run loaded", "kept": "; the store's own parent run kept"}.get(self.parent, "")
-        return (f"study {self.study!r} into {redact_uri(self.tracking_uri)}: {len(self.loaded)} run(s) loaded "
-                f"({self.points:,} metric points), {len(self.skipped)} already there (skipped){parent}, "
-                f"in {self.seconds:.1f} s")
+        return (
+            f"study {self.study!r} into {redact_uri(self.tracking_uri)}: {len(self.loaded)} run(s) loaded "
+            f"({self.points:,} metric points), {len(self.skipped)} already there (skipped){parent}, "
+            f"in {self.seconds:.1f} s"
+        )
 
 
 def load_export(source: str | os.PathLike[str] | Export, tracking_uri: str) -> LoadSummary:
@@ -636,8 +765,10 @@ def _in_store(client, experiment, name: str, uri: str) -> tuple[set, set, str | 
             break
     parents = sorted((r for r in runs if r.data.tags.get("workbench.role") == "study"), key=lambda r: r.info.start_time)
     if runs and not parents:
-        raise ExportError(f"experiment {name!r} exists in {redact_uri(uri)} and is not a workbench study "
-                          "(no workbench.role=study run): load the export into another store")
+        raise ExportError(
+            f"experiment {name!r} exists in {redact_uri(uri)} and is not a workbench study "
+            "(no workbench.role=study run): load the export into another store"
+        )
     children = [r for r in runs if r.data.tags.get("workbench.role") == "run"]
     present = {(r.data.tags.get("workbench.run_key"), r.info.start_time) for r in children}
     finished = {r.data.tags.get("workbench.run_key") for r in children if r.info.status == "FINISHED"}
@@ -660,16 +791,20 @@ def write_run(client, uri: str, experiment_id: str, run: ExportedRun, parent_id:
     try:
         params = [Param(k, v) for k, v in sorted(run.params.items())]
         for i in range(0, len(params), _MAX_PARAMS_PER_BATCH):
-            client.log_batch(run_id, params=params[i:i + _MAX_PARAMS_PER_BATCH])
+            client.log_batch(run_id, params=params[i : i + _MAX_PARAMS_PER_BATCH])
         if run.metrics is not None and len(run.metrics):
             if bulk_writable(uri):
                 write_metric_history(uri, run_id, [run.metrics], 0)
             else:
                 m = run.metrics
-                points = [Metric(m.names[k], v, t, s) for k, s, v, t in
-                          zip(m.key.tolist(), m.step.tolist(), m.value.tolist(), m.timestamp.tolist(), strict=True)]
+                points = [
+                    Metric(m.names[k], v, t, s)
+                    for k, s, v, t in zip(
+                        m.key.tolist(), m.step.tolist(), m.value.tolist(), m.timestamp.tolist(), strict=True
+                    )
+                ]
                 for i in range(0, len(points), _MAX_METRICS_PER_BATCH):
-                    client.log_batch(run_id, metrics=points[i:i + _MAX_METRICS_PER_BATCH])
+                    client.log_batch(run_id, metrics=points[i : i + _MAX_METRICS_PER_BATCH])
         files = dict(run.artifacts)
         if run.problems is not None and len(run.problems):
             columns = {c: run.problems[c].tolist() for c in PROBLEM_COLUMNS}

@@ -121,9 +121,11 @@ class LoadStats:
     seconds: float = 0.0
 
     def summary(self) -> str:
-        return (f"{self.runs} runs, {self.points:,} points in {self.seconds:.2f} s "
-                f"({len(self.fetched_runs)} runs read from the {self.backend} store, "
-                f"{len(self.cached_runs)} from the cache)")
+        return (
+            f"{self.runs} runs, {self.points:,} points in {self.seconds:.2f} s "
+            f"({len(self.fetched_runs)} runs read from the {self.backend} store, "
+            f"{len(self.cached_runs)} from the cache)"
+        )
 
 
 @dataclass
@@ -139,6 +141,7 @@ class StudyFrames:
     def __iter__(self):  # history, runs = frames
         return iter((self.history, self.runs))
 
+
 # --------------------------------------------------------------------------------------------
 # The reader
 # --------------------------------------------------------------------------------------------
@@ -147,8 +150,13 @@ class StudyFrames:
 class StudyReader:
     """Reads studies from one MLflow store. See the module docstring."""
 
-    def __init__(self, tracking_uri: str | None = None, *, cache_dir: str | os.PathLike[str] | bool | None = None,
-                 **backend_kwargs: Any) -> None:
+    def __init__(
+        self,
+        tracking_uri: str | None = None,
+        *,
+        cache_dir: str | os.PathLike[str] | bool | None = None,
+        **backend_kwargs: Any,
+    ) -> None:
         self.tracking_uri = tracking_uri or resolve_tracking_uri()
         self.backend: RunReader = reader_for(self.tracking_uri, **backend_kwargs)
         if cache_dir is False:
@@ -189,8 +197,14 @@ class StudyReader:
         rows, tags, params = self.backend.runs(eid, role)
         return eid, runs_frame(rows, tags, params)
 
-    def load(self, study: str, metrics: Iterable[str] | None = None, *, run_ids: Iterable[str] | None = None,
-             role: str = "run") -> StudyFrames:
+    def load(
+        self,
+        study: str,
+        metrics: Iterable[str] | None = None,
+        *,
+        run_ids: Iterable[str] | None = None,
+        role: str = "run",
+    ) -> StudyFrames:
         """Frames of the study's child runs (``run_ids``: only those); ``metrics``: only those keys."""
         t0 = time.perf_counter()
         eid, runs = self.load_runs(study, role=role)
@@ -265,8 +279,9 @@ class StudyReader:
 
         with tempfile.TemporaryDirectory() as tmp:
             try:
-                local = mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=path, dst_path=tmp,
-                                                            tracking_uri=self.tracking_uri)
+                local = mlflow.artifacts.download_artifacts(
+                    run_id=run_id, artifact_path=path, dst_path=tmp, tracking_uri=self.tracking_uri
+                )
                 return Path(local).read_bytes()
             except (MlflowException, OSError):
                 return None
@@ -314,8 +329,10 @@ class StudyReader:
     def health_reports(self, runs: pd.DataFrame, artifact: str = "health.json") -> dict[str, dict[str, Any] | None]:
         """``run_id -> health.json`` (None where the run logged none, or an unparsable one), read in parallel,
         cached for terminal runs."""
-        return {rid: None if isinstance(report, ValueError) else report
-                for rid, report in self._json_artifacts(runs, artifact).items()}
+        return {
+            rid: None if isinstance(report, ValueError) else report
+            for rid, report in self._json_artifacts(runs, artifact).items()
+        }
 
     def mismatch_records(self, runs: pd.DataFrame) -> MismatchRecords:
         """Each run's ``mismatch.json`` records (:func:`workbench.tracking.artifacts.decode_mismatch_records`:
@@ -340,8 +357,9 @@ class StudyReader:
         unparsable one, which is read again next time."""
         out: dict[str, Any] = {}
         todo = []
-        for rid, status, end, art in zip(runs["run_id"], runs["status"], runs["end_time"], runs["artifact_uri"],
-                                         strict=True):
+        for rid, status, end, art in zip(
+            runs["run_id"], runs["status"], runs["end_time"], runs["artifact_uri"], strict=True
+        ):
             hit, data = self.cache.get_json(artifact, rid, status, end_time_ms(end))
             if hit:
                 out[rid] = data
@@ -374,9 +392,14 @@ class MismatchRecords:
     """Runs in neither map logged no artifact."""
 
 
-def load_study_frames(study_name: str, tracking_uri: str | None = None, metrics: Iterable[str] | None = None,
-                      *, cache_dir: str | os.PathLike[str] | bool | None = None,
-                      run_ids: Iterable[str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+def load_study_frames(
+    study_name: str,
+    tracking_uri: str | None = None,
+    metrics: Iterable[str] | None = None,
+    *,
+    cache_dir: str | os.PathLike[str] | bool | None = None,
+    run_ids: Iterable[str] | None = None,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``(history, runs)`` of every child run of the study ``study_name`` (its experiment).
 
     ``metrics``: only these metric keys (default all). See the module docstring for the columns,
@@ -386,8 +409,9 @@ def load_study_frames(study_name: str, tracking_uri: str | None = None, metrics:
     return frames.history, frames.runs
 
 
-def load_problem_results(study_name: str, tracking_uri: str | None = None, *,
-                         run_ids: Iterable[str] | None = None) -> pd.DataFrame:
+def load_problem_results(
+    study_name: str, tracking_uri: str | None = None, *, run_ids: Iterable[str] | None = None
+) -> pd.DataFrame:
     """Per-problem eval results of every child run of ``study_name`` (``run_ids``: only those):
     ``run_id, step, problem_id, correct, length, truncated`` (:meth:`StudyReader.problem_results`);
     join ``runs`` on ``run_id`` for variant, arm and seed."""
@@ -396,4 +420,3 @@ def load_problem_results(study_name: str, tracking_uri: str | None = None, *,
     if run_ids is not None:
         runs = runs[runs["run_id"].isin(set(run_ids))]
     return reader.problem_results(runs)
-

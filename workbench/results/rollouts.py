@@ -64,8 +64,11 @@ def read_run_rollouts(reader: Any, run_id: str, artifact_uri: str | None) -> tup
     if not completions:
         return pd.DataFrame(), manifest
     frame = pd.concat(completions, ignore_index=True)
-    table = (pd.concat(prompts, ignore_index=True).drop_duplicates("prompt_id") if prompts
-             else pd.DataFrame({c: pd.Series([], dtype="string") for c in PROMPT_COLUMNS}))
+    table = (
+        pd.concat(prompts, ignore_index=True).drop_duplicates("prompt_id")
+        if prompts
+        else pd.DataFrame({c: pd.Series([], dtype="string") for c in PROMPT_COLUMNS})
+    )
     frame = frame.merge(table, on="prompt_id", how="left", validate="many_to_one")
     return frame.assign(run_id=run_id), manifest
 
@@ -108,9 +111,13 @@ def earlier_attempt_rollouts(tracking_uri: str, run_id: str, run_key: str, befor
 
     client = MlflowClient(tracking_uri)
     experiment = client.get_run(run_id).info.experiment_id
-    attempts = [r for r in client.search_runs([experiment], f"tags.`workbench.run_key` = '{run_key}'",
-                                              order_by=["attributes.start_time DESC"])
-                if r.info.run_id != run_id and r.info.status in ("FAILED", "KILLED")]
+    attempts = [
+        r
+        for r in client.search_runs(
+            [experiment], f"tags.`workbench.run_key` = '{run_key}'", order_by=["attributes.start_time DESC"]
+        )
+        if r.info.run_id != run_id and r.info.status in ("FAILED", "KILLED")
+    ]
     if not attempts:
         return None
     source = attempts[0].info

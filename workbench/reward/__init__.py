@@ -166,9 +166,17 @@ def score_completions(
         def judge(texts: Sequence[str], labels: Sequence[str]) -> torch.Tensor:
             return torch.tensor([r.correct for r in verifier.score(list(texts), list(labels))], dtype=torch.bool)
 
-        raw = REWARD_CONTROLS.get(name)(ControlInput(completions=list(completions), answers=list(answers),
-                                                     correct=correct, extracted=extracted, seed=seed, judge=judge),
-                                        **params)
+        raw = REWARD_CONTROLS.get(name)(
+            ControlInput(
+                completions=list(completions),
+                answers=list(answers),
+                correct=correct,
+                extracted=extracted,
+                seed=seed,
+                judge=judge,
+            ),
+            **params,
+        )
         terms = {CONTROL_TERM: raw.to(torch.float32)}  # [B] in place of the correctness term
     inp = ShapingInput(
         completions=list(completions), lengths=lengths_t, correct=correct, group_ids=group_ids_t, truncated=truncated_t

@@ -49,7 +49,8 @@ class ControlInput:
 
 Control = Callable[..., torch.Tensor]
 REWARD_CONTROLS: Registry[Control] = Registry(
-    "reward control", activity=Activity.always("replaces the correctness reward of every response"))
+    "reward control", activity=Activity.always("replaces the correctness reward of every response")
+)
 
 
 @REWARD_CONTROLS.register("random")
@@ -121,5 +122,6 @@ def validate_control(name: str, params: Mapping[str, Any]) -> None:
         sig.bind(None, **dict(params))
     except TypeError as error:
         accepted = [p.name for p in list(sig.parameters.values())[1:]]
-        raise ValueError(f"bad params for reward control {name!r}: {error}; it accepts {accepted}, "
-                         f"got {sorted(params)}") from None
+        raise ValueError(
+            f"bad params for reward control {name!r}: {error}; it accepts {accepted}, got {sorted(params)}"
+        ) from None

@@ -130,7 +130,9 @@ def overlong_soft(inp: ShapingInput, *, max_length: int, cache_length: int) -> t
     length only, not on correctness.
     """
     if not 0 < cache_length <= max_length:
-        raise ValueError(f"need 0 < cache_length <= max_length, got cache_length={cache_length}, max_length={max_length}")
+        raise ValueError(
+            f"need 0 < cache_length <= max_length, got cache_length={cache_length}, max_length={max_length}"
+        )
     lengths = inp.lengths.to(torch.float64)  # [B]
     expected = float(max_length - cache_length)
     penalty = ((expected - lengths) / float(cache_length)).clamp(min=-1.0, max=0.0)  # [B]

@@ -24,8 +24,17 @@ class Sampler(Protocol):
         ...
 
 
-def grouped_rollouts(problems: list[Problem], group_size: int, enc, *, completion: torch.Tensor, mask: torch.Tensor,
-                     sampler_logp: torch.Tensor, truncated: torch.Tensor, texts: list[str]) -> Rollouts:
+def grouped_rollouts(
+    problems: list[Problem],
+    group_size: int,
+    enc,
+    *,
+    completion: torch.Tensor,
+    mask: torch.Tensor,
+    sampler_logp: torch.Tensor,
+    truncated: torch.Tensor,
+    texts: list[str],
+) -> Rollouts:
     """Package ``group_size`` completions per problem (rows grouped by problem) as ``Rollouts``;
     ``enc`` holds the left-padded prompts, one row per problem."""
     return Rollouts(

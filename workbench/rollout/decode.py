@@ -35,20 +35,28 @@ def sampling_scores(logits: torch.Tensor, temperature: float, top_p: float) -> t
     return scores
 
 
-def shared_prefill(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, group_size: int,
-                   max_new_tokens: int) -> tuple[torch.Tensor, StaticCache]:
+def shared_prefill(
+    model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, group_size: int, max_new_tokens: int
+) -> tuple[torch.Tensor, StaticCache]:
     """Run each distinct prompt once and hand its keys/values to its ``group_size`` completions.
 
     Returns the next-token logits [n·G, V] (rows grouped by prompt, like ``num_return_sequences``) and a
     ``StaticCache`` for n·G rows holding the prompts, with room for ``max_new_tokens`` more: written in
     place each step, where a ``DynamicCache`` re-concatenates (copies) every layer's whole cache per token."""
     prefix = DynamicCache(config=model.config)
-    out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=prompt_positions(prompt_mask),
-                **cache_kwargs(model, prefix), use_cache=True, logits_to_keep=1)
+    out = model(
+        input_ids=prompt_ids,
+        attention_mask=prompt_mask,
+        position_ids=prompt_positions(prompt_mask),
+        **cache_kwargs(model, prefix),
+        use_cache=True,
+        logits_to_keep=1,
+    )
     cache = StaticCache(config=model.config, max_cache_len=prompt_ids.shape[1] + max_new_tokens)
     for index, layer in enumerate(prefix.layers):
-        cache.update(layer.keys.repeat_interleave(group_size, dim=0),
-                     layer.values.repeat_interleave(group_size, dim=0), index)
+        cache.update(
+            layer.keys.repeat_interleave(group_size, dim=0), layer.values.repeat_interleave(group_size, dim=0), index
+        )
     return out.logits[:, -1].repeat_interleave(group_size, dim=0), cache
 
 
@@ -58,9 +66,18 @@ def prompt_positions(prompt_mask: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def decode(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, group_size: int, *, max_new_tokens: int,
-           temperature: float, top_p: float, stop_ids: int | list[int],
-           pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+def decode(
+    model,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    group_size: int,
+    *,
+    max_new_tokens: int,
+    temperature: float,
+    top_p: float,
+    stop_ids: int | list[int],
+    pad_id: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Sample ``group_size`` completions of up to ``max_new_tokens`` after each left-padded prompt
     [n, P]; temperature 0 is greedy. Rows are grouped by prompt. A row ends at any of ``stop_ids`` (EOS, and a
     chat template's end-of-turn token).
@@ -80,8 +97,13 @@ def decode(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, group_siz
     stops = torch.as_tensor(stop_ids, device=mask.device)
     for step in range(max_new_tokens):
         if step > 0:
-            out = model(input_ids=tokens[-1].unsqueeze(-1), attention_mask=mask, position_ids=positions,
-                        **with_cache, use_cache=True)
+            out = model(
+                input_ids=tokens[-1].unsqueeze(-1),
+                attention_mask=mask,
+                position_ids=positions,
+                **with_cache,
+                use_cache=True,
+            )
             logits = out.logits[:, -1]
         scores = logits.float() if greedy else sampling_scores(logits.float(), temperature, top_p)  # [B, V]
         if greedy:

@@ -67,9 +67,16 @@ class HFSampler:
         self.model.eval()
         if self.cfg.decode == "lean":
             completion, sampler_logp = decode(
-                self.decoding_model(), enc["input_ids"], enc["attention_mask"], group_size,
+                self.decoding_model(),
+                enc["input_ids"],
+                enc["attention_mask"],
+                group_size,
                 max_new_tokens=self.cfg.max_new_tokens,
-                temperature=temperature, top_p=self.cfg.top_p, stop_ids=self.stop_ids, pad_id=tok.pad_token_id)
+                temperature=temperature,
+                top_p=self.cfg.top_p,
+                stop_ids=self.stop_ids,
+                pad_id=tok.pad_token_id,
+            )
         else:
             completion, sampler_logp = self.generate_reference(enc, group_size, temperature)
         self.model.train(was_training)
@@ -78,8 +85,16 @@ class HFSampler:
         mask, truncated = response_mask(completion, self.stop_ids)
         sampler_logp = torch.where(mask.bool(), sampler_logp, torch.zeros_like(sampler_logp))
         texts = tok.batch_decode(torch.where(mask.bool(), completion, tok.pad_token_id), skip_special_tokens=True)
-        return grouped_rollouts(problems, group_size, enc, completion=completion, mask=mask,
-                                sampler_logp=sampler_logp, truncated=truncated, texts=texts)
+        return grouped_rollouts(
+            problems,
+            group_size,
+            enc,
+            completion=completion,
+            mask=mask,
+            sampler_logp=sampler_logp,
+            truncated=truncated,
+            texts=texts,
+        )
 
     def decoding_model(self) -> torch.nn.Module:
         """The module the lean decode calls: the model, or (``sampler.compile``) its ``torch.compile`` wrapper,
@@ -99,7 +114,9 @@ class HFSampler:
                 do_sample=not greedy,
                 temperature=None if greedy else temperature,
                 top_p=None if greedy else self.cfg.top_p,
-                top_k=None if greedy else 0,  # transformers defaults to top-k 50: off, so logprobs are the true distribution
+                top_k=None
+                if greedy
+                else 0,  # transformers defaults to top-k 50: off, so logprobs are the true distribution
                 num_return_sequences=group_size,
                 max_new_tokens=self.cfg.max_new_tokens,
                 output_scores=True,
@@ -107,7 +124,7 @@ class HFSampler:
                 pad_token_id=self.tokenizer.pad_token_id,
                 eos_token_id=self.stop_ids,
             )
-        completion = out.sequences[:, enc["input_ids"].shape[1]:]  # [B, T]
+        completion = out.sequences[:, enc["input_ids"].shape[1] :]  # [B, T]
         scores = torch.stack(out.scores, dim=1).float()  # [B, T, V] logits after temperature/top-p
         logp = torch.log_softmax(scores, dim=-1).gather(-1, completion.unsqueeze(-1)).squeeze(-1)  # [B, T]
         return completion, logp
@@ -120,8 +137,10 @@ def run_config_only(model, tokenizer):
     (its ``generation_config.json`` fills unset fields otherwise). The model's own config is restored."""
     saved = model.generation_config
     model.generation_config = GenerationConfig(
-        bos_token_id=getattr(tokenizer, "bos_token_id", None), eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id)
+        bos_token_id=getattr(tokenizer, "bos_token_id", None),
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
     try:
         yield
     finally:

@@ -63,8 +63,10 @@ def render_budget(seconds: float = RENDER_SECONDS) -> Iterator[None]:
     try:
         yield
     except _RenderTimeout:
-        raise ChatTemplateError(f"model.chat_template did not render a one-line prompt within {seconds:g} s: "
-                                "a template that loops this long would stall every step") from None
+        raise ChatTemplateError(
+            f"model.chat_template did not render a one-line prompt within {seconds:g} s: "
+            "a template that loops this long would stall every step"
+        ) from None
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
@@ -75,8 +77,10 @@ def _checked_render(tokenizer, messages, **kwargs) -> str:
     with render_budget():
         text = tokenizer.apply_chat_template(messages, tokenize=False, **kwargs)
     if len(text) > MAX_RENDERED_CHARS:
-        raise ChatTemplateError(f"model.chat_template renders a one-line prompt as {len(text):,} characters "
-                                f"(more than {MAX_RENDERED_CHARS:,})")
+        raise ChatTemplateError(
+            f"model.chat_template renders a one-line prompt as {len(text):,} characters "
+            f"(more than {MAX_RENDERED_CHARS:,})"
+        )
     return text
 
 
@@ -95,8 +99,9 @@ class PromptFormat:
         text = self.template.format(prompt=prompt)
         if not self.chat:
             return text
-        return self.tokenizer.apply_chat_template(chat_messages(text, self.system_prompt), tokenize=False,
-                                                  add_generation_prompt=True)
+        return self.tokenizer.apply_chat_template(
+            chat_messages(text, self.system_prompt), tokenize=False, add_generation_prompt=True
+        )
 
     def stops(self, tokenizer) -> list[int]:
         """The ids that end a completion: ``stop_ids``, or the tokenizer's EOS when none were resolved."""
@@ -125,16 +130,24 @@ def resolve_prompt_format(model_cfg: ModelConfig, tokenizer, model_path: str | P
             raise ChatTemplateError(
                 f"model.chat_template: auto, but {where} has no chat template (no 'chat_template' in its "
                 "tokenizer_config.json or chat_template.jinja): set model.chat_template: none to use "
-                "model.prompt_template as plain text, or give a Jinja template or a file")
+                "model.prompt_template as plain text, or give a Jinja template or a file"
+            )
     else:
         tokenizer.chat_template = read_template(setting)
     if len(tokenizer.chat_template) > MAX_TEMPLATE_CHARS:
-        raise ChatTemplateError(f"model.chat_template is {len(tokenizer.chat_template):,} characters long "
-                                f"(more than {MAX_TEMPLATE_CHARS:,})")
+        raise ChatTemplateError(
+            f"model.chat_template is {len(tokenizer.chat_template):,} characters long "
+            f"(more than {MAX_TEMPLATE_CHARS:,})"
+        )
     check_generation_prompt(tokenizer, model_cfg.system_prompt)
     stops = [tokenizer.eos_token_id, *end_of_turn_ids(tokenizer, model_cfg.system_prompt)]
-    return PromptFormat(template=model_cfg.template_text, stop_ids=tuple(dict.fromkeys(stops)), chat=True,
-                        system_prompt=model_cfg.system_prompt, tokenizer=tokenizer)
+    return PromptFormat(
+        template=model_cfg.template_text,
+        stop_ids=tuple(dict.fromkeys(stops)),
+        chat=True,
+        system_prompt=model_cfg.system_prompt,
+        tokenizer=tokenizer,
+    )
 
 
 def read_template(setting: str) -> str:
@@ -143,8 +156,10 @@ def read_template(setting: str) -> str:
         return setting
     path = Path(setting).expanduser()
     if not path.is_file():
-        raise ChatTemplateError(f"model.chat_template: {setting!r} is neither auto, none, a Jinja template "
-                                "(it has no '{%' or '{{') nor an existing file")
+        raise ChatTemplateError(
+            f"model.chat_template: {setting!r} is neither auto, none, a Jinja template "
+            "(it has no '{%' or '{{') nor an existing file"
+        )
     text = path.read_text(encoding="utf-8")
     if not text.strip():
         raise ChatTemplateError(f"model.chat_template: the file {path} is empty")
@@ -166,7 +181,8 @@ def check_generation_prompt(tokenizer, system_prompt: str | None) -> None:
         raise ChatTemplateError(
             "model.chat_template has no generation prompt (it renders the same with add_generation_prompt=True "
             "and False), so the model would have to write the assistant header itself: use a template with an "
-            "'{% if add_generation_prompt %}' block, or model.chat_template: none")
+            "'{% if add_generation_prompt %}' block, or model.chat_template: none"
+        )
 
 
 def end_of_turn_ids(tokenizer, system_prompt: str | None) -> list[int]:

@@ -79,8 +79,9 @@ def import_vllm():
 class VLLMSampler:
     """Samples with an in-process vLLM engine holding its own copy of the learner's weights."""
 
-    def __init__(self, learner_model, tokenizer, cfg: SamplerConfig, prompt: PromptFormat | str = "{prompt}",
-                 seed: int = 0) -> None:
+    def __init__(
+        self, learner_model, tokenizer, cfg: SamplerConfig, prompt: PromptFormat | str = "{prompt}", seed: int = 0
+    ) -> None:
         self.cfg = cfg
         self.tokenizer = tokenizer
         self.prompt = as_prompt_format(prompt)
@@ -136,8 +137,16 @@ class VLLMSampler:
             mask[i, :n] = 1.0  # the completion includes its EOS, as in the HF sampler's mask
         truncated = torch.tensor([c.finish_reason == "length" for c in completions])
         texts = tok.batch_decode(completion.masked_fill(mask == 0, tok.pad_token_id), skip_special_tokens=True)
-        return grouped_rollouts(problems, group_size, enc, completion=completion, mask=mask,
-                                sampler_logp=sampler_logp, truncated=truncated, texts=texts)
+        return grouped_rollouts(
+            problems,
+            group_size,
+            enc,
+            completion=completion,
+            mask=mask,
+            sampler_logp=sampler_logp,
+            truncated=truncated,
+            texts=texts,
+        )
 
     # -- weight sync --------------------------------------------------------------------------
 
@@ -148,8 +157,7 @@ class VLLMSampler:
             try:
                 self.load_in_place(learner_model)
                 diff = self.verify(learner_model)
-                self.last_sync = {"mode": "inplace", "seconds": time.perf_counter() - start,
-                                  "logp_abs_diff_max": diff}
+                self.last_sync = {"mode": "inplace", "seconds": time.perf_counter() - start, "logp_abs_diff_max": diff}
                 return
             except Exception as err:  # stale after loading, or the load itself broke: the engine is suspect
                 if self.cfg.sync == "inplace":
@@ -199,8 +207,12 @@ class VLLMSampler:
         params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0, detokenize=False)
         rows = self.probe.tolist()
         outputs = self.llm.generate([TokensPrompt(prompt_token_ids=r) for r in rows], params, use_tqdm=False)
-        return torch.tensor([[lp[t].logprob for lp, t in zip(out.prompt_logprobs[1:], r[1:], strict=True)]
-                             for out, r in zip(outputs, rows, strict=True)])
+        return torch.tensor(
+            [
+                [lp[t].logprob for lp, t in zip(out.prompt_logprobs[1:], r[1:], strict=True)]
+                for out, r in zip(outputs, rows, strict=True)
+            ]
+        )
 
     # -- lifetime -----------------------------------------------------------------------------
 
@@ -229,8 +241,10 @@ def full_weights(learner_model) -> dict[str, torch.Tensor]:
     weights = plain_state_dict(learner_model)
     empty = [name for name, t in weights.items() if t.numel() == 0]
     if empty:
-        raise ValueError(f"the learner's weights {empty[:3]}... are empty (partitioned by DeepSpeed ZeRO-3?): pass "
-                         "the sampler a module holding full weights (inside `learner.gathered_model()`)")
+        raise ValueError(
+            f"the learner's weights {empty[:3]}... are empty (partitioned by DeepSpeed ZeRO-3?): pass "
+            "the sampler a module holding full weights (inside `learner.gathered_model()`)"
+        )
     return weights
 
 
@@ -252,8 +266,13 @@ def load_weights_in_place(worker, weights: dict[str, torch.Tensor]) -> None:
         if isinstance(layer, LinearBase) and layer.weight.numel() == 0:
             del layer.weight
             layer.quant_method.create_weights(
-                layer, layer.input_size_per_partition, layer.output_partition_sizes, layer.input_size,
-                layer.output_size, layer.params_dtype, weight_loader=layer.weight_loader_v2,
+                layer,
+                layer.input_size_per_partition,
+                layer.output_partition_sizes,
+                layer.input_size,
+                layer.output_size,
+                layer.params_dtype,
+                weight_loader=layer.weight_loader_v2,
             )
     model.load_weights(iter(weights.items()))
     process_weights_after_loading(model, runner.model_config, next(model.parameters()).device)
@@ -283,8 +302,10 @@ def build_engine(model_dir: Path, cfg: SamplerConfig, seed: int):
         )
     if type(llm.llm_engine.engine_core).__name__ != "InprocClient":
         llm.llm_engine.engine_core.shutdown()
-        raise RuntimeError("the vLLM sampler needs its engine in this process, but vLLM started an engine "
-                           "process: VLLM_ENABLE_V1_MULTIPROCESSING was read as 1 before the workbench set it to 0")
+        raise RuntimeError(
+            "the vLLM sampler needs its engine in this process, but vLLM started an engine "
+            "process: VLLM_ENABLE_V1_MULTIPROCESSING was read as 1 before the workbench set it to 0"
+        )
     return llm
 
 

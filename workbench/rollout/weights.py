@@ -44,8 +44,9 @@ def plain_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
             continue
         key = f"{name}.weight"
         base = plain[key]
-        delta = sum(layer.get_delta_weight(adapter).float() for adapter in layer.active_adapters
-                    if adapter in layer.lora_A)
+        delta = sum(
+            layer.get_delta_weight(adapter).float() for adapter in layer.active_adapters if adapter in layer.lora_A
+        )
         plain[key] = (base.float() + delta).to(base.dtype)
     return plain
 

@@ -135,8 +135,11 @@ def _normalise_param(name: str, raw: Any, issues: Issues) -> Any:
     if isinstance(raw, list):
         return {"type": "categorical", "choices": raw}
     if not isinstance(raw, dict):
-        issues.add(path, f"expected a range like {{low: 1.0e-5, high: 1.0e-3, log: true}} or a list of "
-                         f"choices, got {show_value(raw)}")
+        issues.add(
+            path,
+            f"expected a range like {{low: 1.0e-5, high: 1.0e-3, log: true}} or a list of "
+            f"choices, got {show_value(raw)}",
+        )
         return None
     raw = dict(raw)
     given = raw.get("type")
@@ -168,8 +171,7 @@ def _normalise_objectives(data: dict[str, Any], issues: Issues) -> None:
     single = {k: data.pop(k) for k in ("metric", "direction", "summary") if k in data}
     if single:
         if "objectives" in data:
-            issues.add(("objectives",), "give either metric/direction (one objective) or objectives (a list), "
-                                        "not both")
+            issues.add(("objectives",), "give either metric/direction (one objective) or objectives (a list), not both")
         elif "metric" not in single:
             issues.add(("metric",), "missing: the metric to optimise, e.g. metric: eval/accuracy")
         else:
@@ -292,8 +294,10 @@ def _fill_direction(obj: Objective, path: Loc, issues: Issues) -> None:
     if healthy in ("up", "down"):
         obj.direction = "maximize" if healthy == "up" else "minimize"
     else:
-        issues.add(path + ("direction",), f"give direction: maximize or minimize ({obj.metric} "
-                                          f"has no better direction in the catalogue)")
+        issues.add(
+            path + ("direction",),
+            f"give direction: maximize or minimize ({obj.metric} has no better direction in the catalogue)",
+        )
 
 
 def check_objectives(cfg: SearchConfig, issues: Issues) -> None:
@@ -340,8 +344,7 @@ def _probe(layered: dict[str, Any], path: str, value: Any) -> str | None:
         parts = tuple(path.split("."))
         problems = config_issues(err)
         # the error at (or under, or above) the path itself, else the first one
-        mine = [msg for loc, msg in problems
-                if loc[: len(parts)] == parts or parts[: len(loc)] == loc]
+        mine = [msg for loc, msg in problems if loc[: len(parts)] == parts or parts[: len(loc)] == loc]
         return (mine or [f"{'.'.join(map(str, loc))}: {msg}" for loc, msg in problems])[0]
     return None
 
@@ -404,8 +407,11 @@ def check_params(cfg: SearchConfig, layered: dict[str, Any], study: Study, issue
             issues.add(path, problem)
             continue
         if name in axes:
-            issues.add(path, f"{name!r} is also a grid/zip axis of the study; `workbench tune` ignores grid/zip, "
-                             f"so sample it here only")
+            issues.add(
+                path,
+                f"{name!r} is also a grid/zip axis of the study; `workbench tune` ignores grid/zip, "
+                f"so sample it here only",
+            )
         if isinstance(p, (FloatParam, IntParam)):
             _check_range(name, p, layered, issues)
         else:
@@ -466,8 +472,11 @@ def _unknown_options(kind: str, spec: dict[str, Any], cls: type, at: Loc) -> lis
         key, argument = WRAPPING[name]
         accepted = [key if p == argument else p for p in accepted]
     what = f"valid for {name}: {', '.join(accepted)}" if accepted else f"{name} takes no options"
-    return [(at + (key,), f"unknown option of {kind} {name!r}{did_you_mean(key, accepted)} ({what})")
-            for key in spec if key != "name" and key not in accepted]
+    return [
+        (at + (key,), f"unknown option of {kind} {name!r}{did_you_mean(key, accepted)} ({what})")
+        for key in spec
+        if key != "name" and key not in accepted
+    ]
 
 
 def _sampler_fit_issues(name: str, cfg: SearchConfig) -> list[tuple[Loc, str]]:
@@ -480,15 +489,27 @@ def _sampler_fit_issues(name: str, cfg: SearchConfig) -> list[tuple[Loc, str]]:
         points, limit = grid_size(cfg.params), max_runs()
         if not out and points > limit:  # Optuna's GridSampler lists every point: refuse before it does
             sizes = " x ".join(f"{grid_cardinality(p):,} {pname}" for pname, p in cfg.params.items())
-            out.append((("sampler",), f"the grid has {points:,} points ({sizes}), over the limit of {limit:,}; "
-                                      f"use a larger step, fewer choices or another sampler, or raise the "
-                                      f"limit with {MAX_RUNS_ENV}=N"))
+            out.append(
+                (
+                    ("sampler",),
+                    f"the grid has {points:,} points ({sizes}), over the limit of {limit:,}; "
+                    f"use a larger step, fewer choices or another sampler, or raise the "
+                    f"limit with {MAX_RUNS_ENV}=N",
+                )
+            )
     if name == "cmaes":
         if len(cfg.objectives) > 1:
             out.append((("sampler",), "cmaes does not support multi-objective searches (use tpe or nsgaii)"))
         if all(isinstance(p, CategoricalParam) for p in cfg.params.values()):
-            out.append((("sampler",), ("cmaes needs at least one float or int parameter (its categorical "
-                                       "parameters are sampled at random)")))
+            out.append(
+                (
+                    ("sampler",),
+                    (
+                        "cmaes needs at least one float or int parameter (its categorical "
+                        "parameters are sampled at random)"
+                    ),
+                )
+            )
         if importlib.util.find_spec("cmaes") is None:
             out.append((("sampler",), "the cmaes sampler needs the 'cmaes' package: pip install cmaes"))
     return out
@@ -502,21 +523,35 @@ PAIRING_SETTINGS = ("task.", "rollout.eval_size", "rollout.eval_every")
 
 def _pruner_fit_issues(name: str, cfg: SearchConfig, at: Loc = ("pruner",)) -> list[tuple[Loc, str]]:
     if len(cfg.objectives) > 1 and name != "none":
-        return [(("pruner",), ("Optuna cannot prune a multi-objective search: use pruner: none (health "
-                               "failures still end a trial early)"))]
+        return [
+            (
+                ("pruner",),
+                (
+                    "Optuna cannot prune a multi-objective search: use pruner: none (health "
+                    "failures still end a trial early)"
+                ),
+            )
+        ]
     if name == "wilcoxon" and at != ("pruner",):
         return [(at, "the wilcoxon pruner is fed per-problem results, not a learning curve: it cannot be wrapped")]
     if name == "wilcoxon":
         varied = [p for p in cfg.params if p.startswith(PAIRING_SETTINGS)]
         if varied:
-            return [(("params", varied[0]), (
-                f"the wilcoxon pruner pairs trials by eval problem, so every trial must score the same eval "
-                f"problems at the same steps; a search over {varied[0]} changes them (use median or threshold)"))]
+            return [
+                (
+                    ("params", varied[0]),
+                    (
+                        f"the wilcoxon pruner pairs trials by eval problem, so every trial must score the same eval "
+                        f"problems at the same steps; a search over {varied[0]} changes them (use median or threshold)"
+                    ),
+                )
+            ]
     return []
 
 
-def _construction_issue(kind: str, spec: dict[str, Any], cls: type, cfg: SearchConfig,
-                        at: Loc) -> list[tuple[Loc, str]]:
+def _construction_issue(
+    kind: str, spec: dict[str, Any], cls: type, cfg: SearchConfig, at: Loc
+) -> list[tuple[Loc, str]]:
     """Constructing the object checks the option values (Optuna raises on bad ones)."""
     options = {k: v for k, v in spec.items() if k != "name"}
     try:
@@ -543,16 +578,19 @@ def _wrapped_issues(spec: dict[str, Any], cfg: SearchConfig, issues: Issues, at:
     if isinstance(wrapped, str):
         wrapped = spec[key] = {"name": wrapped}
     if not isinstance(wrapped, dict):
-        issues.add(at + (key,), f"expected a pruner name or mapping like {{name: median, n_startup_trials: 2}}, "
-                                f"got {show_value(wrapped)}")
+        issues.add(
+            at + (key,),
+            f"expected a pruner name or mapping like {{name: median, n_startup_trials: 2}}, got {show_value(wrapped)}",
+        )
         return False
     before = len(issues.issues)
     _check_optuna_object("pruner", wrapped, cfg, issues, at + (key,))
     return len(issues.issues) == before
 
 
-def _check_optuna_object(kind: str, spec: dict[str, Any], cfg: SearchConfig, issues: Issues,
-                         at: Loc | None = None) -> None:
+def _check_optuna_object(
+    kind: str, spec: dict[str, Any], cfg: SearchConfig, issues: Issues, at: Loc | None = None
+) -> None:
     """A known name, options its Optuna class takes, a fit to this search, and values Optuna
     accepts: each stage only when the one before found nothing. ``at``: where the spec is written
     (default ``(kind,)``; a wrapped pruner's is ``("pruner", "wrapped")``)."""
@@ -560,8 +598,10 @@ def _check_optuna_object(kind: str, spec: dict[str, Any], cfg: SearchConfig, iss
     table = SAMPLERS if kind == "sampler" else PRUNERS
     name = spec.get("name")
     if name not in table:
-        issues.add(at + ("name",) if len(spec) > 1 else at,
-                   f"unknown {kind} {show_value(name)}{suggest_or_list(name, sorted(table))}")
+        issues.add(
+            at + ("name",) if len(spec) > 1 else at,
+            f"unknown {kind} {show_value(name)}{suggest_or_list(name, sorted(table))}",
+        )
         return
     cls = optuna_class(kind, name)
     problems = _unknown_options(kind, spec, cls, at)
@@ -610,12 +650,18 @@ def check_confirm(cfg: SearchConfig, seeds: list[int], issues: Issues) -> None:
     if cfg.confirm is None:
         return
     if len(cfg.objectives) > 1:
-        issues.add(("confirm",), "confirmation ranks trials by one objective: a multi-objective search has "
-                                 "a Pareto front instead (leave confirm out)")
+        issues.add(
+            ("confirm",),
+            "confirmation ranks trials by one objective: a multi-objective search has "
+            "a Pareto front instead (leave confirm out)",
+        )
     fresh = cfg.confirm.seeds
     if len(set(fresh)) != len(fresh):
         issues.add(("confirm", "seeds"), f"repeated seeds in {fresh}")
     reused = sorted(set(fresh) & set(seeds))
     if reused:
-        issues.add(("confirm", "seeds"), f"seed(s) {', '.join(map(str, reused))} are seeds of the search itself: "
-                                         f"a confirmation needs fresh seeds (the trials were selected on those)")
+        issues.add(
+            ("confirm", "seeds"),
+            f"seed(s) {', '.join(map(str, reused))} are seeds of the search itself: "
+            f"a confirmation needs fresh seeds (the trials were selected on those)",
+        )

@@ -32,8 +32,15 @@ from workbench.compare import stats, wording
 from workbench.search.objective import RunSummary, SearchContext
 from workbench.search.spec import SearchSpec
 
-__all__ = ["BASELINE", "CONFIRMED", "ConfirmedArm", "confirmation_lines", "confirmed_arms", "run_confirmation",
-           "search_ranked"]
+__all__ = [
+    "BASELINE",
+    "CONFIRMED",
+    "ConfirmedArm",
+    "confirmation_lines",
+    "confirmed_arms",
+    "run_confirmation",
+    "search_ranked",
+]
 
 CONFIRMED = "workbench.confirmed"  # study user attr: run_key -> {arm, seed, value, run_id}
 BASELINE = "baseline"
@@ -76,8 +83,13 @@ def _arms_to_confirm(ostudy, spec: SearchSpec) -> list[tuple[str, int | None, di
     return [(f"trial {t.number}", t.number, dict(t.params), t.value) for t in top] + [(BASELINE, None, {}, None)]
 
 
-def run_confirmation(ostudy, spec: SearchSpec, ctx: SearchContext, log: Callable[[str], None] = print,
-                     progress_factory: Callable | None = None) -> int:
+def run_confirmation(
+    ostudy,
+    spec: SearchSpec,
+    ctx: SearchContext,
+    log: Callable[[str], None] = print,
+    progress_factory: Callable | None = None,
+) -> int:
     """Run every (arm, confirmation seed) not recorded yet; returns how many runs it started.
     A failed run is logged and left unrecorded (the next ``tune`` tries it again)."""
     from workbench.execution.run import execute_run  # deferred: torch, transformers
@@ -96,18 +108,24 @@ def run_confirmation(ostudy, spec: SearchSpec, ctx: SearchContext, log: Callable
                 continue
             summary = RunSummary(cfg, include_step0=spec.config.include_step0)
             label = f"confirm-{name.replace(' ', '-')}/seed={seed}"
-            tags = {"workbench.search": spec.optuna_name, "workbench.confirm": "true",
-                    "workbench.confirm_arm": name}
+            tags = {"workbench.search": spec.optuna_name, "workbench.confirm": "true", "workbench.confirm_arm": name}
             if number is not None:
                 tags["workbench.trial"] = str(number)
             log(f"confirming {name} on seed {seed}")
             started += 1
             bar = progress_factory(label) if progress_factory else None
             try:
-                outcome = execute_run(cfg, study=spec.study.name, variant=spec.variant, label=label,
-                                      parent_run_id=ctx.parent_run_id, progress=bar,
-                                      on_step=lambda step, metrics, s=summary: s.observe(step, metrics),
-                                      role="trial", extra_tags=tags)
+                outcome = execute_run(
+                    cfg,
+                    study=spec.study.name,
+                    variant=spec.variant,
+                    label=label,
+                    parent_run_id=ctx.parent_run_id,
+                    progress=bar,
+                    on_step=lambda step, metrics, s=summary: s.observe(step, metrics),
+                    role="trial",
+                    extra_tags=tags,
+                )
             except Exception as error:  # noqa: BLE001 - e.g. preflight: the next tune tries again
                 log(f"confirmation of {name} on seed {seed} failed: {type(error).__name__}: {error}")
                 continue
@@ -147,8 +165,13 @@ def confirmed_arms(ostudy, spec: SearchSpec) -> list[ConfirmedArm]:
             arm.estimate = stats.mean_ci(arm.values)
             arms.append(arm)
     maximize = spec.directions[0] == "maximize"
-    arms.sort(key=lambda a: (-a.estimate.value if maximize else a.estimate.value, a.name == BASELINE,
-                             a.trial if a.trial is not None else -1))
+    arms.sort(
+        key=lambda a: (
+            -a.estimate.value if maximize else a.estimate.value,
+            a.name == BASELINE,
+            a.trial if a.trial is not None else -1,
+        )
+    )
     for i, arm in enumerate(arms, 1):
         arm.rank = i
     if len(arms) < 2:
@@ -159,8 +182,16 @@ def confirmed_arms(ostudy, spec: SearchSpec) -> list[ConfirmedArm]:
     for other, diff, p_adj, div in zip(others, diffs, adjusted, divisors, strict=True):
         level = 1.0 - ALPHA / div if math.isfinite(div) else 1.0 - ALPHA
         lo, hi = diff.interval(level)
-        other.vs_best = wording.verdict(diff.delta, lo, hi, float(p_adj), alpha=ALPHA, higher_is_better=maximize,
-                                        n_x=len(best.values), n_y=len(other.values))
+        other.vs_best = wording.verdict(
+            diff.delta,
+            lo,
+            hi,
+            float(p_adj),
+            alpha=ALPHA,
+            higher_is_better=maximize,
+            n_x=len(best.values),
+            n_y=len(other.values),
+        )
     return arms
 
 
@@ -179,8 +210,10 @@ def confirmation_lines(arms: list[ConfirmedArm], spec: SearchSpec) -> list[str]:
     if trials:
         runner = trials[0]
         if wording.status(runner.vs_best) == "inconclusive":
-            lines.append(f"the top trials are not distinguishable from each other: {best.name} vs {runner.name}: "
-                         f"{runner.vs_best}")
+            lines.append(
+                f"the top trials are not distinguishable from each other: {best.name} vs {runner.name}: "
+                f"{runner.vs_best}"
+            )
         else:
             lines.append(f"{best.name} vs {runner.name}: {runner.vs_best}")
     baseline = next((a for a in arms if a.name == BASELINE), None)

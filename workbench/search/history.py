@@ -29,8 +29,15 @@ from workbench.search.schema import DERIVED_METRICS
 from workbench.search.spec import SearchSpec
 from workbench.tracking.store import resolve_tracking_uri
 
-__all__ = ["BEST_VALUE", "TRIAL_VALUE", "history_metric_names", "history_metrics", "log_trial", "publish_views",
-           "refresh_views"]
+__all__ = [
+    "BEST_VALUE",
+    "TRIAL_VALUE",
+    "history_metric_names",
+    "history_metrics",
+    "log_trial",
+    "publish_views",
+    "refresh_views",
+]
 
 TRIAL_VALUE = "trial_value"
 BEST_VALUE = "best_value"
@@ -62,8 +69,15 @@ def history_metrics(trials, spec: SearchSpec, number: int) -> dict[str, float]:
         return {k: v for k, v in out.items() if math.isfinite(v)}
     if complete and math.isfinite(trial.value):
         out[TRIAL_VALUE] = float(trial.value)
-    done = [t.value for t in trials if t.number <= number and t.state.name == "COMPLETE" and t.value is not None
-            and math.isfinite(t.value) and _feasible(t)]
+    done = [
+        t.value
+        for t in trials
+        if t.number <= number
+        and t.state.name == "COMPLETE"
+        and t.value is not None
+        and math.isfinite(t.value)
+        and _feasible(t)
+    ]
     if done:
         out[BEST_VALUE] = float(max(done) if spec.directions[0] == "maximize" else min(done))
     return out
@@ -98,22 +112,35 @@ def hidden_metrics(spec: SearchSpec, logged: set[str] = frozenset()) -> set[str]
     return {m.name for m in CATALOGUE} | terms | set(DERIVED_METRICS) | set(history_metric_names(spec)) | set(logged)
 
 
-def publish_views(client: Any, experiment_id: str, run_id: str, spec: SearchSpec,
-                  logged: set[str] = frozenset()) -> list:
+def publish_views(
+    client: Any, experiment_id: str, run_id: str, spec: SearchSpec, logged: set[str] = frozenset()
+) -> list:
     """Write the search's saved views on its experiment and their links in the search run's
     description (``mlflow.note.content``); returns the links (:class:`ViewLink`). ``logged``: the
     metric names the trials' runs logged (none when the search starts)."""
     from workbench.viz.mlflow_views import publish_search_views  # deferred: pandas, plotly
 
-    links = publish_search_views(client, experiment_id, spec.optuna_name, history_metric_names(spec),
-                                 trial_chart_metrics(spec), hidden=hidden_metrics(spec, logged))
-    head = (f"**Optuna search `{spec.optuna_name}`** (study `{spec.study.name}`, variant `{spec.variant}`): "
-            f"{', '.join(history_metric_names(spec))} by trial number on this run; each trial's runs are its "
-            f"children (`workbench.role = trial`).")
+    links = publish_search_views(
+        client,
+        experiment_id,
+        spec.optuna_name,
+        history_metric_names(spec),
+        trial_chart_metrics(spec),
+        hidden=hidden_metrics(spec, logged),
+    )
+    head = (
+        f"**Optuna search `{spec.optuna_name}`** (study `{spec.study.name}`, variant `{spec.variant}`): "
+        f"{', '.join(history_metric_names(spec))} by trial number on this run; each trial's runs are its "
+        f"children (`workbench.role = trial`)."
+    )
     lines = [head, "", "Saved views:"]
     lines += [f"- [{link.name}]({link.url()})" for link in links]
-    lines += ["", f"Report: `workbench tune {spec.study.source or spec.study.name} --report`",
-              "", "_Written by rl-workbench._"]
+    lines += [
+        "",
+        f"Report: `workbench tune {spec.study.source or spec.study.name} --report`",
+        "",
+        "_Written by rl-workbench._",
+    ]
     client.set_tag(run_id, NOTE_TAG, "\n".join(lines))
     return links
 
@@ -128,7 +155,10 @@ def refresh_views(spec: SearchSpec, parent: str | None) -> list:
         return []
     client = MlflowClient(resolve_tracking_uri(spec.layered.get("tracking", {}).get("uri")))
     experiment_id = client.get_run(parent).info.experiment_id
-    runs = client.search_runs([experiment_id], f"tags.`workbench.role` = 'trial' and "
-                                               f"tags.`workbench.search` = '{spec.optuna_name}'", max_results=5000)
+    runs = client.search_runs(
+        [experiment_id],
+        f"tags.`workbench.role` = 'trial' and tags.`workbench.search` = '{spec.optuna_name}'",
+        max_results=5000,
+    )
     logged = {key for run in runs for key in run.data.metrics}
     return publish_views(client, experiment_id, parent, spec, logged)

@@ -155,8 +155,14 @@ def _finite_or_none(x: float) -> float | None:
 class TrialObjective:
     """The function ``study.optimize`` calls: runs every seed of one trial."""
 
-    def __init__(self, spec: SearchSpec, ctx: SearchContext, worker_id: str,
-                 log: Callable[[str], None] = print, progress_factory: Callable | None = None) -> None:
+    def __init__(
+        self,
+        spec: SearchSpec,
+        ctx: SearchContext,
+        worker_id: str,
+        log: Callable[[str], None] = print,
+        progress_factory: Callable | None = None,
+    ) -> None:
         self.spec = spec
         self.ctx = ctx
         self.worker_id = worker_id
@@ -177,8 +183,10 @@ class TrialObjective:
             trial.set_user_attr(RETRY_OF, retry_of)
         retry_of = trial.user_attrs.get(RETRY_OF)  # ... or of one interrupted by Ctrl-C
         shown = ", ".join(f"{k}={_fmt(v)}" for k, v in values.items())
-        self.log(f"[{self.worker_id}] trial {trial.number} started: {shown}"
-                 + (f" (retry of trial {retry_of})" if retry_of is not None else ""))
+        self.log(
+            f"[{self.worker_id}] trial {trial.number} started: {shown}"
+            + (f" (retry of trial {retry_of})" if retry_of is not None else "")
+        )
         try:
             runs, by_seed, constraint_values, steps, started = self._run_seeds(trial, values)
         except KeyboardInterrupt:  # stopped by hand: the next invocation runs these values first
@@ -195,16 +203,21 @@ class TrialObjective:
             if any(v is None for v in column):
                 missing = [s for s, r in by_seed.items() if r[i] is None]
                 self._tag_runs(runs, {"workbench.trial_state": "FAIL"})
-                self._fail(trial, f"objective {objective.metric} has no finite value in the run(s) of seed(s) "
-                                  f"{', '.join(missing)} (was it logged?)")
+                self._fail(
+                    trial,
+                    f"objective {objective.metric} has no finite value in the run(s) of seed(s) "
+                    f"{', '.join(missing)} (was it logged?)",
+                )
             means.append(math.fsum(column) / len(column))
         self._set_constraints(trial, constraint_values)
         trial.set_user_attr(OUTCOME, "COMPLETE")
         self._tag_runs(runs, {"workbench.trial_state": "COMPLETE", "workbench.trial_values": json.dumps(means)})
         self.last_outcome = "COMPLETE"
         shown = ", ".join(f"{name}={v:.4g}" for name, v in zip(self.spec.objective_names(), means, strict=True))
-        self.log(f"[{self.worker_id}] trial {trial.number} COMPLETE: {shown} ({steps} learner steps, "
-                 f"{time.monotonic() - started:.0f} s)")
+        self.log(
+            f"[{self.worker_id}] trial {trial.number} COMPLETE: {shown} ({steps} learner steps, "
+            f"{time.monotonic() - started:.0f} s)"
+        )
         return means[0] if len(means) == 1 else means
 
     def _run_seeds(self, trial, values: dict[str, Any]):
@@ -244,8 +257,10 @@ class TrialObjective:
                 trial.set_user_attr(OUTCOME, "PRUNED")
                 self._tag_runs(runs, {"workbench.trial_state": "PRUNED", PRUNE_REASON: result.prune_reason[:500]})
                 self.last_outcome = "PRUNED"
-                self.log(f"[{self.worker_id}] trial {trial.number} PRUNED after {steps} learner steps "
-                         f"({time.monotonic() - started:.0f} s): {result.prune_reason}")
+                self.log(
+                    f"[{self.worker_id}] trial {trial.number} PRUNED after {steps} learner steps "
+                    f"({time.monotonic() - started:.0f} s): {result.prune_reason}"
+                )
                 raise optuna.TrialPruned(result.prune_reason)
             by_seed[str(seed)] = [_finite_or_none(v) for v in result.values]
             constraint_values.append(result.constraints)
@@ -256,8 +271,17 @@ class TrialObjective:
         return runs, by_seed, constraint_values, steps, started
 
     # ------------------------------------------------------------------------- one seed
-    def _run_seed(self, trial, cfg: RunConfig, index: int, seed: int, offset: int, values: dict[str, Any],
-                  earlier: list[dict[int, float]], reported_seeds: dict[str, int]) -> SeedResult:
+    def _run_seed(
+        self,
+        trial,
+        cfg: RunConfig,
+        index: int,
+        seed: int,
+        offset: int,
+        values: dict[str, Any],
+        earlier: list[dict[int, float]],
+        reported_seeds: dict[str, int],
+    ) -> SeedResult:
         """One seed's run; ``earlier`` holds the running objective of the seeds run before it (by
         eval step), and this seed's curve is appended to it."""
         from workbench.execution.run import StopRun, execute_run  # deferred: torch, transformers
@@ -278,8 +302,11 @@ class TrialObjective:
 
         def on_step(step: int, metrics: dict[str, float]) -> None:
             summary.observe(step, metrics)
-            if step == 0 and isinstance(metrics.get(first.metric), (int, float)) \
-                    and math.isfinite(metrics[first.metric]):
+            if (
+                step == 0
+                and isinstance(metrics.get(first.metric), (int, float))
+                and math.isfinite(metrics[first.metric])
+            ):
                 start.append(float(metrics[first.metric]))
             if spec.multi_objective or EVAL_ACCURACY not in metrics:  # report at eval steps only
                 return
@@ -303,18 +330,30 @@ class TrialObjective:
                 raise StopRun(reason)
 
         label = f"trial-{trial.number}/seed={seed}"
-        tags = {"workbench.trial": str(trial.number), "workbench.search": spec.optuna_name,
-                "workbench.search_params": json.dumps(values, default=str)[:5000]}
+        tags = {
+            "workbench.trial": str(trial.number),
+            "workbench.search": spec.optuna_name,
+            "workbench.search_params": json.dumps(values, default=str)[:5000],
+        }
         bar = self.progress_factory(label) if self.progress_factory else None
         try:
-            outcome = execute_run(cfg, study=spec.study.name, variant=spec.variant, label=label,
-                                  parent_run_id=self.ctx.parent_run_id, progress=bar, on_step=on_step,
-                                  role="trial", extra_tags=tags,
-                                  on_eval=on_eval if spec.per_problem_pruning else None)
+            outcome = execute_run(
+                cfg,
+                study=spec.study.name,
+                variant=spec.variant,
+                label=label,
+                parent_run_id=self.ctx.parent_run_id,
+                progress=bar,
+                on_step=on_step,
+                role="trial",
+                extra_tags=tags,
+                on_eval=on_eval if spec.per_problem_pruning else None,
+            )
         except Exception as error:  # noqa: BLE001 - e.g. preflight: the trial fails, the worker goes on
             return SeedResult(None, 0, error=f"{type(error).__name__}: {error}")
-        result = SeedResult(outcome.run_id, outcome.steps, tracking_lost=outcome.tracking_lost,
-                            start=start[0] if start else None)
+        result = SeedResult(
+            outcome.run_id, outcome.steps, tracking_lost=outcome.tracking_lost, start=start[0] if start else None
+        )
         if outcome.status != "FINISHED":
             result.error = outcome.error or outcome.status
             return result

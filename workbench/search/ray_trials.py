@@ -88,8 +88,7 @@ def trials_on_ray(ray_options: RayOptions, workers: int) -> Callable[[SearchWork
     return run_trials
 
 
-def run_trials_on_ray(coordinator: SearchWorker, workers: int, deadline: float | None,
-                      ray_options: RayOptions) -> str:
+def run_trials_on_ray(coordinator: SearchWorker, workers: int, deadline: float | None, ray_options: RayOptions) -> str:
     """Keep ``workers`` trial tasks in flight until the budget is used, the deadline passes or
     ``max_consecutive_failures`` trials in a row failed; returns why it stopped (``WorkerReport.stopped``)."""
     import optuna
@@ -104,8 +103,19 @@ def run_trials_on_ray(coordinator: SearchWorker, workers: int, deadline: float |
     resources = run_resources(_any_config(spec), ray_options)
     remote = ray.remote(ray_trial_task).options(**resources, max_retries=0, name=f"workbench-trial {spec.optuna_name}")
     env = forwarded_env() | {"MLFLOW_TRACKING_URI": coordinator.ctx.tracking_uri}
-    make_job = lambda index: TrialJob(spec, storage_url, options.picklable(), index,  # noqa: E731 - a one-line helper, named where it is used
-                                      max(1, int(resources["num_cpus"])), deadline, os.getcwd(), env)
+
+    def make_job(index: int) -> TrialJob:
+        return TrialJob(
+            spec,
+            storage_url,
+            options.picklable(),
+            index,
+            max(1, int(resources["num_cpus"])),
+            deadline,
+            os.getcwd(),
+            env,
+        )
+
     in_flight: dict = {}
     launched, failures, stopped = 0, 0, ""
     options.log(f"trials as Ray tasks, {workers} at a time")
@@ -143,8 +153,10 @@ def run_trials_on_ray(coordinator: SearchWorker, workers: int, deadline: float |
                 elif "COMPLETE" in outcomes or "PRUNED" in outcomes:
                     failures = 0
                 if failures >= options.max_consecutive_failures:
-                    options.log(f"stopping: {failures} trials in a row failed (see their workbench.error; fix the "
-                                f"cause and run tune again to go on)")
+                    options.log(
+                        f"stopping: {failures} trials in a row failed (see their workbench.error; fix the "
+                        f"cause and run tune again to go on)"
+                    )
                     stopped = "failures"
     except KeyboardInterrupt:
         _cancel(ray, in_flight)

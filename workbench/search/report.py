@@ -39,8 +39,10 @@ def open_search(spec: SearchSpec, storage_url: str):
     try:
         return optuna.load_study(study_name=spec.optuna_name, storage=storage)
     except KeyError:
-        raise SearchError(f"no search {spec.optuna_name!r} in {describe_storage(storage_url)}: run "
-                          f"`workbench tune STUDY` first (with the same --storage)") from None
+        raise SearchError(
+            f"no search {spec.optuna_name!r} in {describe_storage(storage_url)}: run "
+            f"`workbench tune STUDY` first (with the same --storage)"
+        ) from None
 
 
 def best_trials(ostudy, spec: SearchSpec, top: int = 5) -> list:
@@ -78,8 +80,13 @@ def confirmed_cells(arm) -> dict[str, Any]:
     """The :data:`CONFIRMED_COLUMNS` of a :class:`~workbench.search.confirm.ConfirmedArm`."""
     e = arm.estimate
     interval = f"[{e.lo:.4g}, {e.hi:.4g}]" if math.isfinite(e.lo) else e.note
-    return dict(zip(CONFIRMED_COLUMNS, (_fmt_value(e.value), interval,
-                                        arm.vs_best or f"best ({len(arm.values)} seeds)"), strict=True))
+    return dict(
+        zip(
+            CONFIRMED_COLUMNS,
+            (_fmt_value(e.value), interval, arm.vs_best or f"best ({len(arm.values)} seeds)"),
+            strict=True,
+        )
+    )
 
 
 def trial_rows(trials, spec: SearchSpec, confirmed: list | None = None) -> list[dict[str, Any]]:
@@ -121,29 +128,48 @@ def _figures(ostudy, spec: SearchSpec):
     from optuna import visualization as vis
 
     names = spec.objective_names()
-    targets = [(None, names[0])] if not spec.multi_objective else [
-        (lambda t, i=i: t.values[i], name) for i, name in enumerate(names)]
+    targets = (
+        [(None, names[0])]
+        if not spec.multi_objective
+        else [(lambda t, i=i: t.values[i], name) for i, name in enumerate(names)]
+    )
     plots: list[tuple[str, Any]] = []
     for target, name in targets:
         suffix = f" — {name}" if spec.multi_objective else ""
-        plots.append((f"Optimization history{suffix}",
-                      lambda target=target, name=name: vis.plot_optimization_history(
-                          ostudy, target=target, target_name=name)))
+        plots.append(
+            (
+                f"Optimization history{suffix}",
+                lambda target=target, name=name: vis.plot_optimization_history(ostudy, target=target, target_name=name),
+            )
+        )
     if not spec.multi_objective:
-        plots.append(("Intermediate values (objective at each eval step, by learner step)",
-                      lambda: vis.plot_intermediate_values(ostudy)))
+        plots.append(
+            (
+                "Intermediate values (objective at each eval step, by learner step)",
+                lambda: vis.plot_intermediate_values(ostudy),
+            )
+        )
     for target, name in targets:
         suffix = f" — {name}" if spec.multi_objective else ""
-        plots.append((f"Parallel coordinates{suffix}", lambda target=target, name=name:
-                      vis.plot_parallel_coordinate(ostudy, target=target, target_name=name)))
+        plots.append(
+            (
+                f"Parallel coordinates{suffix}",
+                lambda target=target, name=name: vis.plot_parallel_coordinate(ostudy, target=target, target_name=name),
+            )
+        )
     if not spec.multi_objective:
         plots.append(("Parameter importances", lambda: vis.plot_param_importances(ostudy)))
     else:  # per objective; Optuna's evaluator ranks low target values, so a maximised one is negated
         for i, (name, direction) in enumerate(zip(names, spec.directions, strict=True)):
             sign = -1.0 if direction == "maximize" else 1.0
-            plots.append((f"Parameter importances — {name}", lambda i=i, sign=sign, name=name:
-                          vis.plot_param_importances(ostudy, target=lambda t: sign * t.values[i],
-                                                     target_name=name)))
+            plots.append(
+                (
+                    f"Parameter importances — {name}",
+                    lambda i=i, sign=sign, name=name: vis.plot_param_importances(
+                        ostudy, target=lambda t: sign * t.values[i], target_name=name
+                    ),
+                )
+            )
     if spec.multi_objective:
         plots.append(("Pareto front", lambda: vis.plot_pareto_front(ostudy, target_names=names)))
     plots.append(("Timeline (trials per worker and state)", lambda: vis.plot_timeline(ostudy)))
@@ -183,32 +209,52 @@ def write_report(ostudy, spec: SearchSpec, path: str | os.PathLike[str], *, log_
     if gain.found is False:
         what = "Trials (none beat the start)"
     if best:
-        sections.append(Section(what, note=gain.line,
-                                body_html=df_table_html(pd.DataFrame(trial_rows(best, spec, arms)),
-                                                        left=["state", "note", "worker"])))
+        sections.append(
+            Section(
+                what,
+                note=gain.line,
+                body_html=df_table_html(pd.DataFrame(trial_rows(best, spec, arms)), left=["state", "note", "worker"]),
+            )
+        )
     else:
         sections.append(Section(what, note="no trial has completed yet"))
     if arms:
-        rows = [{"rank": a.rank, "arm": a.name, **{p: _fmt_value(a.params.get(p)) for p in spec.params},
-                 "search value": _fmt_value(a.search_value), **confirmed_cells(a)} for a in arms]
-        sections.append(Section("Confirmation on fresh seeds", note=" ".join(
-            line + "." for line in confirmation_lines(arms, spec)), body_html=df_table_html(
-                pd.DataFrame(rows), left=["arm", "confirmed vs best"])))
+        rows = [
+            {
+                "rank": a.rank,
+                "arm": a.name,
+                **{p: _fmt_value(a.params.get(p)) for p in spec.params},
+                "search value": _fmt_value(a.search_value),
+                **confirmed_cells(a),
+            }
+            for a in arms
+        ]
+        sections.append(
+            Section(
+                "Confirmation on fresh seeds",
+                note=" ".join(line + "." for line in confirmation_lines(arms, spec)),
+                body_html=df_table_html(pd.DataFrame(rows), left=["arm", "confirmed vs best"]),
+            )
+        )
     for title, figure, note in _figures(ostudy, spec):
         sections.append(Section(title, figure=figure, note=note))
     if all_rows:
-        sections.append(Section("All trials", body_html=df_table_html(pd.DataFrame(all_rows),
-                                                                       left=["state", "note", "worker"])))
+        sections.append(
+            Section("All trials", body_html=df_table_html(pd.DataFrame(all_rows), left=["state", "note", "worker"]))
+        )
 
     c = trial_counts(trials)
     budget = f"{c['done']}/{spec.n_trials}" if spec.n_trials else f"{c['done']}"
-    subtitle = (f"study {spec.study.name}, variant {spec.variant}; objectives "
-                f"{', '.join(f'{n} ({d})' for n, d in zip(spec.objective_names(), spec.directions, strict=True))}; "
-                f"trials {budget} done ({c['COMPLETE']} complete, {c['PRUNED']} pruned), {c['FAIL']} failed; "
-                f"sampler {spec.sampler_name}, pruner {spec.pruner_name}; seeds per trial {spec.seeds}")
+    subtitle = (
+        f"study {spec.study.name}, variant {spec.variant}; objectives "
+        f"{', '.join(f'{n} ({d})' for n, d in zip(spec.objective_names(), spec.directions, strict=True))}; "
+        f"trials {budget} done ({c['COMPLETE']} complete, {c['PRUNED']} pruned), {c['FAIL']} failed; "
+        f"sampler {spec.sampler_name}, pruner {spec.pruner_name}; seeds per trial {spec.seeds}"
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(html_page(f"Search {spec.optuna_name}", sections, subtitle=html.escape(subtitle)),
-                    encoding="utf-8")  # subtitle is HTML: the names in it are the user's
+    path.write_text(
+        html_page(f"Search {spec.optuna_name}", sections, subtitle=html.escape(subtitle)), encoding="utf-8"
+    )  # subtitle is HTML: the names in it are the user's
     if log_to_mlflow:
         _log_artifacts(ostudy, spec, path, all_rows)
     return path
@@ -250,8 +296,11 @@ def search_gain(ostudy, spec: SearchSpec, arms: list | None = None) -> SearchGai
     metric = spec.objective_names()[0]
     maximize = spec.directions[0] == "maximize"
     better = (lambda a, b: a > b) if maximize else (lambda a, b: a < b)
-    complete = [t for t in ostudy.get_trials(deepcopy=False)
-                if t.state.name == "COMPLETE" and t.values and t.user_attrs.get(START) is not None]
+    complete = [
+        t
+        for t in ostudy.get_trials(deepcopy=False)
+        if t.state.name == "COMPLETE" and t.values and t.user_attrs.get(START) is not None
+    ]
     if not complete:
         return SearchGain(None, "")
     start = float(complete[0].user_attrs[START])
@@ -261,19 +310,31 @@ def search_gain(ostudy, spec: SearchSpec, arms: list | None = None) -> SearchGai
         e = best.estimate
         bound = e.lo if maximize else e.hi
         if math.isfinite(bound) and better(bound, start):
-            return SearchGain(True, f"{best.name} gains {e.value - start:+.4g} {metric} over the start {start:.4g} "
-                                    f"(its 95% t interval on {len(best.values)} fresh seeds, [{e.lo:.4g}, {e.hi:.4g}], "
-                                    f"excludes the start)")
-        return SearchGain(False, f"no confirmed trial beats the start: {best.name} ends at {e.value:.4g} "
-                                 f"[{e.lo:.4g}, {e.hi:.4g}] against the starting {metric} {start:.4g}: "
-                                 "the search found nothing")
+            return SearchGain(
+                True,
+                f"{best.name} gains {e.value - start:+.4g} {metric} over the start {start:.4g} "
+                f"(its 95% t interval on {len(best.values)} fresh seeds, [{e.lo:.4g}, {e.hi:.4g}], "
+                f"excludes the start)",
+            )
+        return SearchGain(
+            False,
+            f"no confirmed trial beats the start: {best.name} ends at {e.value:.4g} "
+            f"[{e.lo:.4g}, {e.hi:.4g}] against the starting {metric} {start:.4g}: "
+            "the search found nothing",
+        )
     best_trial = max(complete, key=lambda t: t.values[0]) if maximize else min(complete, key=lambda t: t.values[0])
     value = best_trial.values[0]
     if better(value, start):
-        return SearchGain(True, f"trial {best_trial.number} gains {value - start:+.4g} {metric} over the start "
-                                f"{start:.4g} (one draw per trial, not confirmed: search.confirm tests it on fresh seeds)")
-    return SearchGain(False, f"no trial ends beyond its starting {metric} {start:.4g} (the best, trial "
-                             f"{best_trial.number}, ends at {value:.4g}): the search found nothing")
+        return SearchGain(
+            True,
+            f"trial {best_trial.number} gains {value - start:+.4g} {metric} over the start "
+            f"{start:.4g} (one draw per trial, not confirmed: search.confirm tests it on fresh seeds)",
+        )
+    return SearchGain(
+        False,
+        f"no trial ends beyond its starting {metric} {start:.4g} (the best, trial "
+        f"{best_trial.number}, ends at {value:.4g}): the search found nothing",
+    )
 
 
 def export_best(ostudy, spec: SearchSpec, path: str | os.PathLike[str]) -> list[str]:
@@ -293,8 +354,10 @@ def export_best(ostudy, spec: SearchSpec, path: str | os.PathLike[str]) -> list[
         raise SearchError(f"search {spec.optuna_name!r}: {gain.line}; nothing to export")
     names = spec.objective_names()
     variants: dict[str, Any] = {}
-    lines = [f"# Best configuration of search {spec.optuna_name!r} (variant {spec.variant!r} + sampled values;",
-             f"# seeds per trial {spec.seeds}). Run it beside the study's variants: workbench run {path.name}"]
+    lines = [
+        f"# Best configuration of search {spec.optuna_name!r} (variant {spec.variant!r} + sampled values;",
+        f"# seeds per trial {spec.seeds}). Run it beside the study's variants: workbench run {path.name}",
+    ]
     # the search's own variant, as a no-op override: kept when the study file names it, created
     # when it is the implicit default `base`, so that `workbench run FILE` compares against it
     variants[spec.variant] = {}
@@ -316,8 +379,7 @@ def export_best(ostudy, spec: SearchSpec, path: str | os.PathLike[str]) -> list[
         include = os.path.relpath(Path(spec.study.source).resolve(), path.resolve().parent)
         data: dict[str, Any] = {"include": include, "variants": variants}
     else:
-        data = {"name": spec.study.name, "base": spec.study.base, "variants": variants,
-                "seeds": list(spec.study.seeds)}
+        data = {"name": spec.study.name, "base": spec.study.base, "variants": variants, "seeds": list(spec.study.seeds)}
         if spec.study.health is not None:
             data["health"] = spec.study.health
     if arms and spec.config.confirm is not None:  # run on the seeds that confirmed it, not the search's
@@ -344,4 +406,3 @@ def best_summary_lines(ostudy, spec: SearchSpec, top: int = 5) -> list[str]:
         params = ", ".join(f"{p}={row[p]}" for p in spec.params)
         out.append(f"trial {row['trial']}: {values} | {params}")
     return out
-

@@ -127,8 +127,7 @@ def suggest(trial, params: dict[str, AnyParam]) -> dict[str, Any]:
     return out
 
 
-def make_sampler(sampler: dict[str, Any], params: dict[str, AnyParam], worker_index: int = 0,
-                 resumed_at: int = 0):
+def make_sampler(sampler: dict[str, Any], params: dict[str, AnyParam], worker_index: int = 0, resumed_at: int = 0):
     """The sampler of a ``sampler:`` mapping (``name`` and options). A seeded one keeps its seed in
     the first worker of a fresh search (so a one-worker search is reproducible); another worker, or
     a worker joining a search that already has ``resumed_at`` trials, gets a seed derived from

@@ -63,7 +63,9 @@ DERIVED_METRICS: dict[str, tuple[str, str]] = {
     # name -> (meaning, better direction)
     "summary/tokens_per_correct": (
         "training tokens generated per correct completion over the run (Σ perf/sample_tokens / "
-        "Σ correct sampled completions; inf if none was correct)", "minimize"),
+        "Σ correct sampled completions; inf if none was correct)",
+        "minimize",
+    ),
     "summary/learner_steps": ("RL steps the run took (fewer if it was stopped early)", "minimize"),
 }
 
@@ -79,9 +81,9 @@ class Objective(_Strict):
 
     metric: str = Field(description="a canonical metric (`workbench metrics`) or a summary/* metric")
     direction: Literal["maximize", "minimize"] | None = Field(
-        None, description="default: the metric's healthy direction in the catalogue")
-    summary: Summary = Field(
-        "last", description="how one run's values become one number: last | max | min | mean")
+        None, description="default: the metric's healthy direction in the catalogue"
+    )
+    summary: Summary = Field("last", description="how one run's values become one number: last | max | min | mean")
 
 
 class Constraint(_Strict):
@@ -126,8 +128,9 @@ class Confirm(_Strict):
     search's own); the best trials are then ranked by the mean over those runs."""
 
     top_k: int = Field(3, ge=1, description="how many of the best trials (by their search value) are re-run")
-    seeds: list[int] = Field(min_length=2, description=(
-        "fresh seeds, not among the search's seeds (at least 2, for an interval)"))
+    seeds: list[int] = Field(
+        min_length=2, description=("fresh seeds, not among the search's seeds (at least 2, for an interval)")
+    )
 
 
 class SearchConfig(_Strict):
@@ -143,10 +146,18 @@ class SearchConfig(_Strict):
     enqueue: list[dict[str, Any]] = Field(default_factory=list)
     constraints: list[Constraint] = Field(default_factory=list)
     variant: str | None = None
-    include_step0: StrictBool = Field(False, description=(
-        "count step 0 (measured before any update: the untrained policy) in what is reported to the "
-        "pruner and in the last/max/min/mean summaries of objectives and constraints; by default it "
-        "is logged to MLflow only, so a trial is judged on what learning did, not where it started"))
-    confirm: Confirm | None = Field(None, description=(
-        "re-run the top_k trials and the baseline on fresh seeds after the budget; the results "
-        "table and --export-best then rank by the confirmed mean (t interval, as workbench compare)"))
+    include_step0: StrictBool = Field(
+        False,
+        description=(
+            "count step 0 (measured before any update: the untrained policy) in what is reported to the "
+            "pruner and in the last/max/min/mean summaries of objectives and constraints; by default it "
+            "is logged to MLflow only, so a trial is judged on what learning did, not where it started"
+        ),
+    )
+    confirm: Confirm | None = Field(
+        None,
+        description=(
+            "re-run the top_k trials and the baseline on fresh seeds after the budget; the results "
+            "table and --export-best then rank by the confirmed mean (t interval, as workbench compare)"
+        ),
+    )

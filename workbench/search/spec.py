@@ -168,17 +168,26 @@ def parse_search(study: Study) -> SearchSpec:
     check_seeds(seeds, issues)
     check_confirm(cfg, seeds, issues)
     issues.raise_if_any()
-    return SearchSpec(study=study, config=cfg, variant=variant, seeds=list(seeds), layered=layered,
-                      experiment=layered["tracking"]["experiment"] or study.name,
-                      optuna_name=f"{study.name}:search")
+    return SearchSpec(
+        study=study,
+        config=cfg,
+        variant=variant,
+        seeds=list(seeds),
+        layered=layered,
+        experiment=layered["tracking"]["experiment"] or study.name,
+        optuna_name=f"{study.name}:search",
+    )
 
 
 def _search_section(study: Study, issues: Issues) -> dict[str, Any]:
     """The study's ``search:`` mapping (``StudyError`` when it has none, or not a mapping)."""
     raw = study.search
     if raw is None:
-        issues.add((), "this study has no search: section (metric, params, n_trials: see `workbench tune --help` "
-                       "and the docstring of workbench/search/schema.py)")
+        issues.add(
+            (),
+            "this study has no search: section (metric, params, n_trials: see `workbench tune --help` "
+            "and the docstring of workbench/search/schema.py)",
+        )
         issues.raise_if_any()
     if not isinstance(raw, dict):
         issues.add((), f"expected a mapping (metric, params, sampler, ...), got {show_value(raw)}")

@@ -122,8 +122,15 @@ class SearchError(ValueError):
 class SearchWorker:
     """One worker of a search: connects to the shared Optuna study, then runs trials until done."""
 
-    def __init__(self, spec: SearchSpec, storage_url: str, options: TuneOptions | None = None,
-                 index: int = 0, progress_factory: Callable | None = None, announce: bool = True) -> None:
+    def __init__(
+        self,
+        spec: SearchSpec,
+        storage_url: str,
+        options: TuneOptions | None = None,
+        index: int = 0,
+        progress_factory: Callable | None = None,
+        announce: bool = True,
+    ) -> None:
         self.spec = spec
         self.announce = announce  # say once (not in every local worker) that the definition changed
         self.storage_url = storage_url
@@ -145,8 +152,12 @@ class SearchWorker:
         _quiet_optuna()
         self._retry = RetryHeartbeatStaleTrialCallback(max_retry=self.opt.max_retries)
         try:
-            return open_storage(self.storage_url, heartbeat_interval=self.opt.heartbeat_interval,
-                                grace_period=self.opt.grace_period, on_stale=self._on_stale)
+            return open_storage(
+                self.storage_url,
+                heartbeat_interval=self.opt.heartbeat_interval,
+                grace_period=self.opt.grace_period,
+                on_stale=self._on_stale,
+            )
         except WorkerError as error:
             raise SearchError(str(error)) from None
 
@@ -159,14 +170,17 @@ class SearchWorker:
         sampler, pruner = self.spec.make_sampler(self.index), self.spec.make_pruner()
         name = self.spec.optuna_name
         try:
-            self.ostudy = optuna.create_study(storage=storage, study_name=name, directions=self.spec.directions,
-                                              sampler=sampler, pruner=pruner)
+            self.ostudy = optuna.create_study(
+                storage=storage, study_name=name, directions=self.spec.directions, sampler=sampler, pruner=pruner
+            )
             self.created = True
         except optuna.exceptions.DuplicatedStudyError:
             self.ostudy = optuna.load_study(study_name=name, storage=storage, sampler=sampler, pruner=pruner)
         except Exception as error:  # noqa: BLE001 - e.g. the database refused the connection
-            raise SearchError(f"cannot use Optuna storage {describe_storage(self.storage_url)}: "
-                              f"{type(error).__name__}: {str(error).splitlines()[0]}") from None
+            raise SearchError(
+                f"cannot use Optuna storage {describe_storage(self.storage_url)}: "
+                f"{type(error).__name__}: {str(error).splitlines()[0]}"
+            ) from None
         if self.created:
             self._initialise()
         else:
@@ -183,10 +197,13 @@ class SearchWorker:
                 f"the search {name!r} in {where} optimises {attrs.get(OBJECTIVES)} ({', '.join(stored)}); this "
                 f"study now asks for {self.spec.objective_names()} ({', '.join(self.spec.directions)}). Values of "
                 f"different objectives cannot be compared: use another --storage, or delete the old search "
-                f"(optuna delete-study --study-name '{name}' --storage ...)")
+                f"(optuna delete-study --study-name '{name}' --storage ...)"
+            )
         if not self.created and attrs.get(FINGERPRINT) != self.spec.fingerprint() and self.announce:
-            self.opt.log(f"note: the search definition changed since search {name!r} started; its "
-                         f"{len(self.ostudy.trials)} earlier trials stay and the sampler learns from them")
+            self.opt.log(
+                f"note: the search definition changed since search {name!r} started; its "
+                f"{len(self.ostudy.trials)} earlier trials stay and the sampler learns from them"
+            )
         self._open_mlflow(attrs[PARENT])
 
     def _initialise(self) -> None:
@@ -199,17 +216,35 @@ class SearchWorker:
         uri = resolve_tracking_uri(self.spec.layered.get("tracking", {}).get("uri"))
         client = MlflowClient(uri)
         experiment_id = get_or_create_experiment(client, self.spec.experiment, uri)
-        run = client.create_run(experiment_id, run_name=f"search:{self.spec.study.name}", tags={
-            "workbench.role": "search", "workbench.study": self.spec.study.name,
-            "workbench.variant": self.spec.variant, "workbench.search": self.spec.optuna_name,
-            "workbench.storage": describe_storage(self.storage_url)})
+        run = client.create_run(
+            experiment_id,
+            run_name=f"search:{self.spec.study.name}",
+            tags={
+                "workbench.role": "search",
+                "workbench.study": self.spec.study.name,
+                "workbench.variant": self.spec.variant,
+                "workbench.search": self.spec.optuna_name,
+                "workbench.storage": describe_storage(self.storage_url),
+            },
+        )
         parent = run.info.run_id
         if self.spec.study.source and Path(self.spec.study.source).exists():
             client.log_text(parent, redact_text(Path(self.spec.study.source).read_text()), "study.yaml")
-        client.log_text(parent, json.dumps({
-            "search": self.spec.config.model_dump(mode="json"), "variant": self.spec.variant,
-            "seeds": self.spec.seeds, "n_trials": self.spec.n_trials, "base_config": redact_config(self.spec.layered)},
-            indent=2, default=str), "search.json")
+        client.log_text(
+            parent,
+            json.dumps(
+                {
+                    "search": self.spec.config.model_dump(mode="json"),
+                    "variant": self.spec.variant,
+                    "seeds": self.spec.seeds,
+                    "n_trials": self.spec.n_trials,
+                    "base_config": redact_config(self.spec.layered),
+                },
+                indent=2,
+                default=str,
+            ),
+            "search.json",
+        )
         self.ostudy.set_user_attr(KIND_ATTR, KIND)
         self.ostudy.set_user_attr(PARENT, parent)
         self.ostudy.set_user_attr(OBJECTIVES, self.spec.objective_names())
@@ -229,8 +264,13 @@ class SearchWorker:
     def _wait_until_ready(self) -> None:
         from workbench.execution.worker import wait_for_creator  # deferred: torch, transformers
 
-        wait_for_creator(self.ostudy, owned=lambda attrs: attrs.get(KIND_ATTR) in (None, KIND),
-                         take_over=self._initialise, log=self.opt.log, what=f"search {self.spec.optuna_name!r}")
+        wait_for_creator(
+            self.ostudy,
+            owned=lambda attrs: attrs.get(KIND_ATTR) in (None, KIND),
+            take_over=self._initialise,
+            log=self.opt.log,
+            what=f"search {self.spec.optuna_name!r}",
+        )
 
     def _open_mlflow(self, parent_run_id: str) -> None:
         from mlflow import MlflowClient
@@ -278,19 +318,29 @@ class SearchWorker:
             self.ostudy.optimize(objective, n_trials=1, catch=(TrialFailed, OverBudget), gc_after_trial=False)
             report.trials.append((objective.last_number, objective.last_outcome))
             if objective.last_outcome in ("COMPLETE", "PRUNED"):  # trial_value/best_value by trial number
-                self._guarded("log the optimisation history", history.log_trial, self.ctx.client,
-                              self.ctx.parent_run_id, self.ostudy.get_trials(deepcopy=False), self.spec,
-                              objective.last_number)
+                self._guarded(
+                    "log the optimisation history",
+                    history.log_trial,
+                    self.ctx.client,
+                    self.ctx.parent_run_id,
+                    self.ostudy.get_trials(deepcopy=False),
+                    self.spec,
+                    objective.last_number,
+                )
             if objective.tracking_lost:  # every later trial would wait out the outage deadline again
-                self.opt.log(f"[{self.id}] stopping: MLflow unreachable past tracking.outage_deadline_s; trial "
-                             f"{objective.last_number}'s values are enqueued again: run tune again once it is back")
+                self.opt.log(
+                    f"[{self.id}] stopping: MLflow unreachable past tracking.outage_deadline_s; trial "
+                    f"{objective.last_number}'s values are enqueued again: run tune again once it is back"
+                )
                 report.stopped = "tracking"
                 break
             if objective.last_outcome == "FAILED":
                 failures += 1
                 if failures >= self.opt.max_consecutive_failures:
-                    self.opt.log(f"[{self.id}] stopping: {failures} trials in a row failed (see their "
-                                 f"workbench.error; fix the cause and run tune again to go on)")
+                    self.opt.log(
+                        f"[{self.id}] stopping: {failures} trials in a row failed (see their "
+                        f"workbench.error; fix the cause and run tune again to go on)"
+                    )
                     report.stopped = "failures"
                     break
             elif objective.last_outcome in ("COMPLETE", "PRUNED"):
@@ -303,12 +353,13 @@ class SearchWorker:
     def _on_stale(self, study, trial) -> None:
         """Called (once, by one worker) for a trial whose worker stopped sending heartbeats."""
         who = trial.user_attrs.get(WORKER, "a worker")
-        reason = (f"{who} was lost (no heartbeat for {self.opt.grace()} s) while running trial "
-                  f"{trial.number}")
+        reason = f"{who} was lost (no heartbeat for {self.opt.grace()} s) while running trial {trial.number}"
         if self.ctx is not None:
             try:
-                query = (f"tags.`workbench.search` = '{self.spec.optuna_name}' and "
-                         f"tags.`workbench.trial` = '{trial.number}' and attributes.status = 'RUNNING'")
+                query = (
+                    f"tags.`workbench.search` = '{self.spec.optuna_name}' and "
+                    f"tags.`workbench.trial` = '{trial.number}' and attributes.status = 'RUNNING'"
+                )
                 for run in self.ctx.client.search_runs([self.ctx.experiment_id], query):
                     self.ctx.client.set_tag(run.info.run_id, "workbench.error", reason[:500])
                     self.ctx.client.set_tag(run.info.run_id, "workbench.trial_state", "FAIL")
@@ -319,8 +370,9 @@ class SearchWorker:
         if self._retry is not None:
             self._retry(study, trial)
         if retries <= self.opt.max_retries:
-            self.opt.log(f"[{self.id}] {reason}; its parameters are enqueued again (retry {retries}/"
-                         f"{self.opt.max_retries})")
+            self.opt.log(
+                f"[{self.id}] {reason}; its parameters are enqueued again (retry {retries}/{self.opt.max_retries})"
+            )
         else:
             self.opt.log(f"[{self.id}] {reason}; not retried (max_retries={self.opt.max_retries} used up)")
 
@@ -359,8 +411,15 @@ def confirms(spec: SearchSpec, result: SearchResult) -> bool:
     return spec.config.confirm is not None and result.complete and result.stopped in ("", "budget", "timeout")
 
 
-def _child_main(spec: SearchSpec, storage_url: str, options: dict, index: int, threads: int,
-                tracking_uri: str, deadline: float | None) -> None:
+def _child_main(
+    spec: SearchSpec,
+    storage_url: str,
+    options: dict,
+    index: int,
+    threads: int,
+    tracking_uri: str,
+    deadline: float | None,
+) -> None:
     """Entry point of a local worker process (spawned)."""
     signal.signal(signal.SIGINT, interrupt_once)
     signal.signal(signal.SIGTERM, interrupt_once)  # SIGTERM stops like Ctrl-C: the run ends KILLED
@@ -371,6 +430,7 @@ def _child_main(spec: SearchSpec, storage_url: str, options: dict, index: int, t
 
     torch.set_num_threads(threads)
     hf_logging.disable_progress_bar()
+
     def log(line: str) -> None:
         print(f"{time.strftime('%H:%M:%S')} {line}", flush=True)
 
@@ -392,9 +452,15 @@ def _describe_exit(code: int | None) -> str:
     return describe_exit(code).replace("run process", "worker process")
 
 
-def run_search(spec: SearchSpec, storage_url: str | None = None, *, workers: int = 1,
-               options: TuneOptions | None = None, progress_factory: Callable | None = None,
-               run_trials: Callable | None = None) -> SearchResult:
+def run_search(
+    spec: SearchSpec,
+    storage_url: str | None = None,
+    *,
+    workers: int = 1,
+    options: TuneOptions | None = None,
+    progress_factory: Callable | None = None,
+    run_trials: Callable | None = None,
+) -> SearchResult:
     """Run (or continue) the search: ``workers`` = 1 runs trials in this process, N > 1 in N
     spawned processes; ``run_trials(coordinator, deadline) -> stopped`` runs them elsewhere instead
     (:func:`workbench.search.ray_trials.trials_on_ray`: as Ray tasks). Returns when the budget is
@@ -425,8 +491,9 @@ def run_search(spec: SearchSpec, storage_url: str | None = None, *, workers: int
             result.worker_exits = _run_processes(spec, storage_url, options, workers, coordinator.ctx, deadline)
         result.counts = coordinator.counts()
         if confirms(spec, result):
-            result.confirm_runs = run_confirmation(coordinator.ostudy, spec, coordinator.ctx, options.log,
-                                                   progress_factory)
+            result.confirm_runs = run_confirmation(
+                coordinator.ostudy, spec, coordinator.ctx, options.log, progress_factory
+            )
     except KeyboardInterrupt:
         status = "KILLED"
         raise
@@ -451,16 +518,19 @@ def _any_config(spec: SearchSpec):
     return spec.trial_config(values, spec.seeds[0])
 
 
-def _run_processes(spec: SearchSpec, storage_url: str, options: TuneOptions, workers: int, ctx,
-                   deadline: float | None) -> list[str]:
+def _run_processes(
+    spec: SearchSpec, storage_url: str, options: TuneOptions, workers: int, ctx, deadline: float | None
+) -> list[str]:
     _prebuild_model(spec)
     context = mp.get_context("spawn")
     threads = threads_per_run(workers)
     procs = []
     for index in range(workers):
-        proc = context.Process(target=_child_main, name=f"workbench-tune-{index}",
-                               args=(spec, storage_url, options.picklable(), index, threads, ctx.tracking_uri,
-                                     deadline))
+        proc = context.Process(
+            target=_child_main,
+            name=f"workbench-tune-{index}",
+            args=(spec, storage_url, options.picklable(), index, threads, ctx.tracking_uri, deadline),
+        )
         proc.start()
         procs.append(proc)
     options.log(f"{workers} worker processes: {', '.join(str(p.pid) for p in procs)}")
@@ -507,4 +577,3 @@ def finished_fraction(counts: dict[str, int], n_trials: int | None) -> str:
     if n_trials is None:
         return f"{counts['done']} trials"
     return f"{counts['done']}/{n_trials} trials"
-

@@ -97,9 +97,7 @@ def _depth(layer: Any, loc: tuple[Any, ...]) -> int:
     return d
 
 
-def _blame(
-    loc: tuple[Any, ...], study: Study, variant: str, point: list[tuple[_Axis, int]], seed_index: int
-) -> Path_:
+def _blame(loc: tuple[Any, ...], study: Study, variant: str, point: list[tuple[_Axis, int]], seed_index: int) -> Path_:
     """The study path that set the config value at ``loc``: grid > seed > variant > health/tracking > base."""
     candidates: list[tuple[int, int, Path_]] = []
     for axis, index in point:
@@ -138,7 +136,9 @@ def _matches(entry: dict[str, Any], variant: str, seed: int, resolved: dict[str,
 
 def _first_kept(study: Study, variant: str, resolved: dict[str, Any]) -> int:
     """The index of the first seed no ``exclude:`` entry drops (where a seed's problems are blamed)."""
-    return next(i for i, s in enumerate(study.seeds) if not any(_matches(e, variant, s, resolved) for e in study.exclude))
+    return next(
+        i for i, s in enumerate(study.seeds) if not any(_matches(e, variant, s, resolved) for e in study.exclude)
+    )
 
 
 def validate_run_config(raw: dict[str, Any]) -> tuple[RunConfig | None, list[tuple[tuple[Any, ...], str]]]:
@@ -229,8 +229,9 @@ def expand_runs(study: Study, rep: Reporter) -> list[RunSpec]:
                         )
                         continue
                     first_label[key] = label
-                    specs.append(RunSpec(variant, seed, dict(values), cfg, key, label,
-                                         cold_start if replicated else None))
+                    specs.append(
+                        RunSpec(variant, seed, dict(values), cfg, key, label, cold_start if replicated else None)
+                    )
     if not specs and not rep.issues:
         rep.add(("exclude",) if study.exclude else (), "the study expands to no runs")
     return specs

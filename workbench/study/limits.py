@@ -62,8 +62,12 @@ def run_count_factors(data: dict[str, Any]) -> dict[str, int]:
     zipped = data.get("zip")
     grid_points = math.prod(_length(v) for v in grid.values()) if isinstance(grid, dict) else 1
     zip_length = max((_length(v) for v in zipped.values()), default=1) if isinstance(zipped, dict) else 1
-    return {"variants": _length(variants) if variants else 1, "grid": grid_points, "zip": zip_length,
-            "seeds": _length(data["seeds"]) if data.get("seeds") is not None else 1}
+    return {
+        "variants": _length(variants) if variants else 1,
+        "grid": grid_points,
+        "zip": zip_length,
+        "seeds": _length(data["seeds"]) if data.get("seeds") is not None else 1,
+    }
 
 
 def run_count_issue(data: Any, limit: int | None = None) -> str | None:
@@ -76,5 +80,7 @@ def run_count_issue(data: Any, limit: int | None = None) -> str | None:
     if count <= limit:
         return None
     shown = " x ".join(f"{n:,} {name}" for name, n in factors.items() if n != 1) or "1"
-    return (f"the study expands to {count:,} runs ({shown}), over the limit of {limit:,}; "
-            f"split it into smaller studies, or raise the limit with {MAX_RUNS_ENV}=N")
+    return (
+        f"the study expands to {count:,} runs ({shown}), over the limit of {limit:,}; "
+        f"split it into smaller studies, or raise the limit with {MAX_RUNS_ENV}=N"
+    )

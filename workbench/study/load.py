@@ -118,12 +118,16 @@ def _load_tree(
     if target.is_dir():
         raise fail(f"{inc!r} is a directory, not a study file")
     if len(chain) >= MAX_INCLUDE_DEPTH:
-        raise fail(f"include chain deeper than {MAX_INCLUDE_DEPTH} files "
-                   f"({' -> '.join(d for _, d in chain[:3])} -> ...); merge some of them")
+        raise fail(
+            f"include chain deeper than {MAX_INCLUDE_DEPTH} files "
+            f"({' -> '.join(d for _, d in chain[:3])} -> ...); merge some of them"
+        )
     total = sum(seen.stat().st_size for seen, _ in chain) + resolved.stat().st_size
     if total > MAX_INCLUDE_TOTAL_BYTES:  # each file is <= 1 MiB; a chain of them is bounded together
-        raise fail(f"the include chain is {total:,} bytes in {len(chain) + 1} files, over "
-                   f"{MAX_INCLUDE_TOTAL_BYTES:,} bytes together; shorten the files or the chain")
+        raise fail(
+            f"the include chain is {total:,} bytes in {len(chain) + 1} files, over "
+            f"{MAX_INCLUDE_TOTAL_BYTES:,} bytes together; shorten the files or the chain"
+        )
     parent, parent_locs = _load_tree(target, target_display, chain + [(resolved, target_display)], dups)
     own = {k: v for k, v in data.items() if k != "include"}
     merged = deep_merge(parent, own)

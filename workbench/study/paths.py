@@ -136,7 +136,9 @@ def set_path(tree: dict[str, Any], parts: Iterable[Any], value: Any) -> None:
         if not isinstance(child, dict):
             if child is not None and part in node:
                 here = ".".join(map(str, parts[: i + 1]))
-                raise ValueError(f"cannot set {'.'.join(map(str, parts))}: {here} is {show_value(child)}, not a mapping")
+                raise ValueError(
+                    f"cannot set {'.'.join(map(str, parts))}: {here} is {show_value(child)}, not a mapping"
+                )
             child = node[part] = {}
         else:
             child = node[part] = dict(child)  # copy on write: inputs stay untouched

@@ -30,8 +30,18 @@ from workbench.study.paths import config_path_error, is_int
 from workbench.study.report import Origin, Reporter
 from workbench.study.sequential_keys import FUTILITY_SIDES, SEQUENTIAL_KEYS
 
-__all__ = ["ACTIVITY_KEYS", "COLD_START_PATH", "REPLICATE_KEYS", "STUDY_VERSION", "cold_starts", "Study", "activity_issues", "check_semantics", "same_value",
-           "validate_fields"]
+__all__ = [
+    "ACTIVITY_KEYS",
+    "COLD_START_PATH",
+    "REPLICATE_KEYS",
+    "STUDY_VERSION",
+    "cold_starts",
+    "Study",
+    "activity_issues",
+    "check_semantics",
+    "same_value",
+    "validate_fields",
+]
 
 STUDY_VERSION = 1
 """The study schema version this module reads (the ``version:`` field)."""
@@ -47,9 +57,7 @@ class Study(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     version: StrictInt = Field(STUDY_VERSION, description="study schema version (this workbench reads 1)")
-    name: StrictStr = Field(
-        description="the study's name, also its MLflow experiment: letters, digits, '_', '-', '.'"
-    )
+    name: StrictStr = Field(description="the study's name, also its MLflow experiment: letters, digits, '_', '-', '.'")
     description: StrictStr = Field("", description="what question the study asks")
     include: StrictStr | None = Field(
         None, description="another study file (relative to this one) whose fields this file deep-overrides"
@@ -69,9 +77,13 @@ class Study(BaseModel):
         description="dotted run-config path -> equal-length lists, paired; one more grid axis",
     )
     seeds: list[StrictInt] = Field(default_factory=lambda: [0], description="one run per seed")
-    replicate: dict[str, Any] = Field(default_factory=dict, description=(
-        "{cold_start: k}: k independent cold starts (the tiny model's, or a priming SFT) per arm, the seeds nested "
-        "in each; compare then takes the checkpoint as its unit (default 1: one cold start, as without it)"))
+    replicate: dict[str, Any] = Field(
+        default_factory=dict,
+        description=(
+            "{cold_start: k}: k independent cold starts (the tiny model's, or a priming SFT) per arm, the seeds nested "
+            "in each; compare then takes the checkpoint as its unit (default 1: one cold start, as without it)"
+        ),
+    )
     exclude: list[dict[str, Any]] = Field(
         default_factory=list,
         description="drop combinations: each entry maps variant/seed/dotted path -> value; "
@@ -85,9 +97,13 @@ class Study(BaseModel):
     tracking: dict[str, Any] = Field(
         default_factory=dict, description="run config `tracking` (uri, experiment: default the name)"
     )
-    execution: dict[str, Any] = Field(default_factory=dict, description=(
-        "e.g. {parallel: 4}; or {executor: ray, ray: {address: auto, num_cpus: 1, num_gpus: 0, memory_gb: 4, "
-        "max_retries: 3}} (docs/distributed.md)"))
+    execution: dict[str, Any] = Field(
+        default_factory=dict,
+        description=(
+            "e.g. {parallel: 4}; or {executor: ray, ray: {address: auto, num_cpus: 1, num_gpus: 0, memory_gb: 4, "
+            "max_retries: 3}} (docs/distributed.md)"
+        ),
+    )
 
     _origin: Origin | None = PrivateAttr(default=None)
 
@@ -196,19 +212,25 @@ def _check_sequential(sequential: Any, rep: Reporter) -> None:
             rep.add(("compare", "sequential", key), f"unknown key {key!r} (valid: {', '.join(SEQUENTIAL_KEYS)})")
     amendments = sequential.get("amendments", [])
     if not isinstance(amendments, list) or not all(isinstance(a, str) and a.strip() for a in amendments):
-        rep.add(("compare", "sequential", "amendments"),
-                f"expected a list of sentences (what changed after a look, and why), got {show_value(amendments)}")
+        rep.add(
+            ("compare", "sequential", "amendments"),
+            f"expected a list of sentences (what changed after a look, and why), got {show_value(amendments)}",
+        )
     futility = sequential.get("futility", FUTILITY_SIDES[0])
     if futility not in FUTILITY_SIDES:
-        rep.add(("compare", "sequential", "futility"),
-                f"expected {', '.join(FUTILITY_SIDES[:-1])} or {FUTILITY_SIDES[-1]}, got {show_value(futility)}")
+        rep.add(
+            ("compare", "sequential", "futility"),
+            f"expected {', '.join(FUTILITY_SIDES[:-1])} or {FUTILITY_SIDES[-1]}, got {show_value(futility)}",
+        )
     looks = sequential.get("looks")
     if looks is None:
         return
     ok = isinstance(looks, list) and looks and all(is_int(n) and n >= 2 for n in looks)
     if not ok or any(b <= a for a, b in zip(looks, looks[1:], strict=False)):
-        rep.add(("compare", "sequential", "looks"),
-                f"expected increasing seed counts of at least 2, e.g. [3, 5, 7, 10], got {show_value(looks)}")
+        rep.add(
+            ("compare", "sequential", "looks"),
+            f"expected increasing seed counts of at least 2, e.g. [3, 5, 7, 10], got {show_value(looks)}",
+        )
 
 
 def _check_primary(compare: dict[str, Any], rep: Reporter) -> None:
@@ -219,16 +241,20 @@ def _check_primary(compare: dict[str, Any], rep: Reporter) -> None:
         return
     metrics = compare.get("metrics")
     if not isinstance(primary, list) or not primary or not all(isinstance(m, str) for m in primary):
-        rep.add(("compare", "primary"), f"expected a non-empty list of metrics from compare.metrics, "
-                                        f"got {show_value(primary)}")
+        rep.add(
+            ("compare", "primary"),
+            f"expected a non-empty list of metrics from compare.metrics, got {show_value(primary)}",
+        )
         return
     if not isinstance(metrics, list):
         rep.add(("compare", "primary"), "needs compare.metrics: the primary metrics are some of the compared ones")
         return
     for m in primary:
         if m not in metrics:
-            rep.add(("compare", "primary"), unknown_message(m, [str(x) for x in metrics],
-                                                            f"primary metric {m!r} (not in compare.metrics)"))
+            rep.add(
+                ("compare", "primary"),
+                unknown_message(m, [str(x) for x in metrics], f"primary metric {m!r} (not in compare.metrics)"),
+            )
 
 
 def _check_effect_sizes(compare: dict[str, Any], rep: Reporter) -> None:
@@ -239,14 +265,19 @@ def _check_effect_sizes(compare: dict[str, Any], rep: Reporter) -> None:
         if value is None:
             continue
         if not isinstance(value, dict) or not value:
-            rep.add(("compare", key), f"expected a mapping of metric -> {what} (a positive number in the metric's "
-                                      f"units), e.g. {{final_eval_accuracy: 0.03}}; got {show_value(value)}")
+            rep.add(
+                ("compare", key),
+                f"expected a mapping of metric -> {what} (a positive number in the metric's "
+                f"units), e.g. {{final_eval_accuracy: 0.03}}; got {show_value(value)}",
+            )
             continue
         for metric, x in value.items():
             number = isinstance(x, (int, float)) and not isinstance(x, bool)
             if not (number and math.isfinite(x) and x > 0):
-                rep.add(("compare", key, metric), f"{what} of {metric!r} must be a positive number in the "
-                                                  f"metric's units, got {show_value(x)}")
+                rep.add(
+                    ("compare", key, metric),
+                    f"{what} of {metric!r} must be a positive number in the metric's units, got {show_value(x)}",
+                )
 
 
 #: Keys of one metric's ``compare.sesoi_pedigree`` entry (issue 52, docs/reports.md "SESOIs with a pedigree"):
@@ -264,8 +295,10 @@ def _check_sesoi_pedigree(compare: dict[str, Any], rep: Reporter) -> None:
     if value is None:
         return
     if not isinstance(value, dict) or not value:
-        rep.add(("compare", "sesoi_pedigree"), "expected a mapping of metric -> {phenomenon, published, "
-                                               f"set_before_data}}, got {show_value(value)}")
+        rep.add(
+            ("compare", "sesoi_pedigree"),
+            f"expected a mapping of metric -> {{phenomenon, published, set_before_data}}, got {show_value(value)}",
+        )
         return
     sesoi = compare.get("sesoi") if isinstance(compare.get("sesoi"), dict) else {}
     for metric, entry in value.items():
@@ -273,8 +306,11 @@ def _check_sesoi_pedigree(compare: dict[str, Any], rep: Reporter) -> None:
         if metric not in sesoi:
             rep.add(where, f"no compare.sesoi for {metric!r}: a pedigree belongs beside a SESOI")
         if not isinstance(entry, dict):
-            rep.add(where, f"expected {{phenomenon: <size>, published: <text>, set_before_data: true|false}}, "
-                           f"got {show_value(entry)}")
+            rep.add(
+                where,
+                f"expected {{phenomenon: <size>, published: <text>, set_before_data: true|false}}, "
+                f"got {show_value(entry)}",
+            )
             continue
         for key in entry:
             if key not in PEDIGREE_KEYS:
@@ -283,14 +319,20 @@ def _check_sesoi_pedigree(compare: dict[str, Any], rep: Reporter) -> None:
             if key not in entry:
                 rep.add(where, f"missing {key!r} (needs {', '.join(PEDIGREE_KEYS)})")
         size = entry.get("phenomenon")
-        if "phenomenon" in entry and not (isinstance(size, (int, float)) and not isinstance(size, bool)
-                                          and math.isfinite(size) and size > 0):
-            rep.add((*where, "phenomenon"), f"the measured size of the phenomenon must be a positive number in "
-                                            f"the metric's units, got {show_value(size)}")
+        if "phenomenon" in entry and not (
+            isinstance(size, (int, float)) and not isinstance(size, bool) and math.isfinite(size) and size > 0
+        ):
+            rep.add(
+                (*where, "phenomenon"),
+                f"the measured size of the phenomenon must be a positive number in "
+                f"the metric's units, got {show_value(size)}",
+            )
         text = entry.get("published")
         if "published" in entry and not (isinstance(text, str) and text.strip()):
-            rep.add((*where, "published"), f"expected the published effect scaled to this setting, in words, "
-                                           f"got {show_value(text)}")
+            rep.add(
+                (*where, "published"),
+                f"expected the published effect scaled to this setting, in words, got {show_value(text)}",
+            )
         if "set_before_data" in entry and not isinstance(entry["set_before_data"], bool):
             rep.add((*where, "set_before_data"), f"expected true or false, got {show_value(entry['set_before_data'])}")
 
@@ -311,16 +353,23 @@ def _activity_metric_issue(metric: Any) -> str | None:
         from workbench.reward import REWARD_SHAPERS  # deferred: torch
 
         name = shaper["shaper"]
-        return None if name in REWARD_SHAPERS else \
-            f"{metric!r}: unknown reward shaper {name!r}{did_you_mean(name, REWARD_SHAPERS.names())}"
+        return (
+            None
+            if name in REWARD_SHAPERS
+            else f"{metric!r}: unknown reward shaper {name!r}{did_you_mean(name, REWARD_SHAPERS.names())}"
+        )
     if is_fraction(metric):
         return None
     if metric in BY_NAME:
-        return f"{metric!r} is not a fraction in [0, 1]; the activity of a knob is the fraction of tokens, " \
-               "responses or groups it touched (e.g. clip/frac_high)"
+        return (
+            f"{metric!r} is not a fraction in [0, 1]; the activity of a knob is the fraction of tokens, "
+            "responses or groups it touched (e.g. clip/frac_high)"
+        )
     fractions = [m for m in BY_NAME if is_fraction(m)]
-    return f"unknown metric {metric!r}{did_you_mean(metric, fractions)} (a logged fraction: " \
-           "docs/metrics.md, or reward/<shaper>/nonzero_frac)"
+    return (
+        f"unknown metric {metric!r}{did_you_mean(metric, fractions)} (a logged fraction: "
+        "docs/metrics.md, or reward/<shaper>/nonzero_frac)"
+    )
 
 
 def activity_issues(value: Any, variants: list[str]) -> list[tuple[tuple[Any, ...], str]]:
@@ -351,8 +400,9 @@ def activity_issues(value: Any, variants: list[str]) -> list[tuple[tuple[Any, ..
         if "min" in entry and (isinstance(low, bool) or not isinstance(low, (int, float)) or not 0.0 <= low <= 1.0):
             issues.append(((variant, "min"), f"must be a fraction in [0, 1] (0.01 = 1%), got {show_value(low)}"))
         if "unit" in entry and entry["unit"] not in _ACTIVITY_UNITS:
-            issues.append(((variant, "unit"), f"expected one of {', '.join(_ACTIVITY_UNITS)}, got "
-                                              f"{show_value(entry['unit'])}"))
+            issues.append(
+                ((variant, "unit"), f"expected one of {', '.join(_ACTIVITY_UNITS)}, got {show_value(entry['unit'])}")
+            )
     return issues
 
 
@@ -482,29 +532,40 @@ def _check_replicate(data: dict[str, Any], rep: Reporter) -> None:
     replicate, not as an arm)."""
     replicate = data.get("replicate")
     compare = data.get("compare")
-    if isinstance(replicate, dict) and is_int(replicate.get("cold_start")) and replicate["cold_start"] > 1 \
-            and isinstance(compare, dict) and compare.get("sequential") is not None:
-        rep.add(("replicate", "cold_start"), "compare.sequential adds seeds at each look, and with several cold "
-                                             "starts the unit compared is the checkpoint, which seeds do not add: "
-                                             "drop compare.sequential or replicate.cold_start")
+    if (
+        isinstance(replicate, dict)
+        and is_int(replicate.get("cold_start"))
+        and replicate["cold_start"] > 1
+        and isinstance(compare, dict)
+        and compare.get("sequential") is not None
+    ):
+        rep.add(
+            ("replicate", "cold_start"),
+            "compare.sequential adds seeds at each look, and with several cold "
+            "starts the unit compared is the checkpoint, which seeds do not add: "
+            "drop compare.sequential or replicate.cold_start",
+        )
     if isinstance(replicate, dict):
         for key, value in replicate.items():
             if key not in REPLICATE_KEYS:
                 rep.add(("replicate", key), unknown_message(str(key), REPLICATE_KEYS))
             elif not is_int(value) or value < 1:
-                rep.add(("replicate", key), f"expected an integer >= 1 (independent cold starts per arm; 1 = "
-                                            f"one, as without it), got {show_value(value)}")
+                rep.add(
+                    ("replicate", key),
+                    f"expected an integer >= 1 (independent cold starts per arm; 1 = "
+                    f"one, as without it), got {show_value(value)}",
+                )
     where = "set per run by replicate.cold_start; remove it here"
     base = data.get("base")
     if isinstance(base, dict) and isinstance(base.get("model"), dict) and "cold_start" in base["model"]:
         rep.add(("base", *COLD_START_PATH), f"the cold-start index is {where}")
     variants = data.get("variants")
-    for name, over in (variants.items() if isinstance(variants, dict) else ()):
+    for name, over in variants.items() if isinstance(variants, dict) else ():
         if isinstance(over, dict) and isinstance(over.get("model"), dict) and "cold_start" in over["model"]:
             rep.add(("variants", name, *COLD_START_PATH), f"the cold-start index is {where}")
     for field in ("grid", "zip"):
         table = data.get(field)
-        for key in (table if isinstance(table, dict) else ()):
+        for key in table if isinstance(table, dict) else ():
             if key == "model.cold_start":
                 rep.add((field, key), f"model.cold_start is {where} (replicate: {{cold_start: k}})")
 

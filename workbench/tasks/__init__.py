@@ -19,6 +19,11 @@ def build_task(cfg: TaskConfig) -> Task:
     if cfg.name == "arithmetic":
         return ArithmeticTask(digits=cfg.digits, ops=cfg.ops, seed=cfg.seed, eval_size=cfg.eval_size)
     if cfg.name == "scratchpad":
-        return ScratchpadTask(digits=cfg.digits, operands=cfg.operands or DEFAULT_OPERANDS, ops=cfg.ops,
-                              seed=cfg.seed, eval_size=cfg.eval_size)
+        return ScratchpadTask(
+            digits=cfg.digits,
+            operands=cfg.operands or DEFAULT_OPERANDS,
+            ops=cfg.ops,
+            seed=cfg.seed,
+            eval_size=cfg.eval_size,
+        )
     return JsonlTask(path=cfg.path or "", eval_path=cfg.eval_path, eval_size=cfg.eval_size, seed=cfg.seed)

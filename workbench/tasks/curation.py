@@ -68,8 +68,10 @@ def difficulty_of(task: Task, problem: Problem) -> float:
     larger operand). Raises ``ValueError`` for a task without such a knob (JSONL)."""
     measure = getattr(task, "difficulty", None)
     if measure is None:
-        raise ValueError(f"data.curriculum.by=difficulty: task {task.name!r} has no difficulty knob "
-                         "(scratchpad and arithmetic have one); order by pass_rate instead")
+        raise ValueError(
+            f"data.curriculum.by=difficulty: task {task.name!r} has no difficulty knob "
+            "(scratchpad and arithmetic have one); order by pass_rate instead"
+        )
     return float(measure(problem))
 
 
@@ -100,9 +102,12 @@ def curriculum_stages(ordered_keys: Sequence[float], stages: int, steps: int) ->
     step_bounds = [math.floor(k * steps / count) for k in range(count + 1)]
     out = []
     for k in range(count):
-        chunk = ordered_keys[bounds[k]:bounds[k + 1]]
-        out.append(Stage(step_bounds[k], step_bounds[k + 1] - 1, bounds[k], bounds[k + 1],
-                         (float(min(chunk)), float(max(chunk)))))
+        chunk = ordered_keys[bounds[k] : bounds[k + 1]]
+        out.append(
+            Stage(
+                step_bounds[k], step_bounds[k + 1] - 1, bounds[k], bounds[k + 1], (float(min(chunk)), float(max(chunk)))
+            )
+        )
     return out
 
 
@@ -125,8 +130,7 @@ class PromptOrder:
     _queue_stage: int = field(default=-1, init=False, repr=False)
 
     def stage_at(self, step: int) -> int:
-        return next((k for k, s in enumerate(self.stages) if s.first_step <= step <= s.last_step),
-                    len(self.stages) - 1)
+        return next((k for k, s in enumerate(self.stages) if s.first_step <= step <= s.last_step), len(self.stages) - 1)
 
     def _span(self, step: int) -> range:
         if self.order == "curriculum":

@@ -33,8 +33,9 @@ def fitting_eval_size(name: str, *, digits: int, ops: str, operands: int | None,
     if name == "arithmetic" and not set(ops) - set(ARITHMETIC_OPS):
         space = count_arithmetic_prompts(digits, ops)
     elif name == "scratchpad" and not set(ops) - set(SCRATCHPAD_OPS):
-        space = count_scratchpad_prompts(digits, operands or DEFAULT_OPERANDS, ops,
-                                         cap=EVAL_SHARE_OF_SPACE * (default + 1))
+        space = count_scratchpad_prompts(
+            digits, operands or DEFAULT_OPERANDS, ops, cap=EVAL_SHARE_OF_SPACE * (default + 1)
+        )
     else:
         return default
     return max(1, min(default, space // EVAL_SHARE_OF_SPACE))

@@ -37,8 +37,10 @@ def has_solution_forms(task: Task) -> bool:
 def primed_solutions(task: Task, mix: Mapping[str, float]) -> Callable[[Problem, random.Random], Problem]:
     """A function re-writing a problem's ``solution`` in a form drawn with the shares of ``mix``."""
     if not has_solution_forms(task):
-        raise ValueError(f"data.prime.mix: task {task.name!r} has no solution forms (scratchpad and arithmetic "
-                         "do); a JSONL task primes from its own 'solution' field")
+        raise ValueError(
+            f"data.prime.mix: task {task.name!r} has no solution forms (scratchpad and arithmetic "
+            "do); a JSONL task primes from its own 'solution' field"
+        )
     forms = [form for form in FORMS if mix.get(form, 0.0) > 0]
     weights = [mix[form] for form in forms]
 
@@ -62,8 +64,10 @@ class WorkedSolutions:
         numbered = read_numbered_problems(Path(self.path))
         lacking = [line for line, p in numbered if p.solution is None]
         if lacking:
-            raise ValueError(f"{self.path}:{lacking[0]}: no 'solution' (data.prime.path is SFT data: every line "
-                             f"needs one; {len(lacking)} line(s) lack it)")
+            raise ValueError(
+                f"{self.path}:{lacking[0]}: no 'solution' (data.prime.path is SFT data: every line "
+                f"needs one; {len(lacking)} line(s) lack it)"
+            )
         self.problems = [p for _, p in numbered]
 
     def sample_train(self, n: int, rng: random.Random) -> list[Problem]:

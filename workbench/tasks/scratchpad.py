@@ -79,8 +79,11 @@ def count_prompts(digits: int, operands: int, ops: str, cap: int) -> int:
 
 def check_scratchpad_eval_size(digits: int, operands: int, ops: str, eval_size: int) -> None:
     enough = EVAL_SHARE_OF_SPACE * (eval_size + 1)  # any count this large passes the check
-    check_eval_size(eval_size, count_prompts(digits, operands, ops, cap=enough),
-                    f"scratchpad with digits={digits}, operands={operands}, ops={ops!r}")
+    check_eval_size(
+        eval_size,
+        count_prompts(digits, operands, ops, cap=enough),
+        f"scratchpad with digits={digits}, operands={operands}, ops={ops!r}",
+    )
 
 
 @dataclass
@@ -137,8 +140,11 @@ class ScratchpadTask(GeneratedSplits):
         """The cold start's solution forms of a problem (``data.prime``): running totals, the bare boxed
         answer, and running totals whose last step ends in ``wrong``."""
         operands, ops = parse_prompt(problem.prompt)
-        return {"worked": worked_solution(operands, ops), "terse": boxed(problem.answer),
-                "wrong": wrong_worked_solution(operands, ops, wrong)}
+        return {
+            "worked": worked_solution(operands, ops),
+            "terse": boxed(problem.answer),
+            "wrong": wrong_worked_solution(operands, ops, wrong),
+        }
 
     def probe_correct(self, text: str, problem: Problem) -> bool:
         """The SFT probe's check: the last boxed value is the answer, in either form.

@@ -35,22 +35,33 @@ PROMPT_TEMPLATES: Registry[PromptTemplate] = Registry("prompt template")
 
 UNDERSTAND_R1_ZERO = "sail-sg/understand-r1-zero train_zero_math.py (Dr. GRPO, arXiv:2503.20783)"
 
-PROMPT_TEMPLATES.register("none")(PromptTemplate(
-    text="{prompt}", source=f"apply_no_template, {UNDERSTAND_R1_ZERO}: the question as is"))
-PROMPT_TEMPLATES.register("qwen_math")(PromptTemplate(
-    text=("<|im_start|>system\nPlease reason step by step, and put your final answer within \\boxed{{}}.<|im_end|>\n"
-          "<|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n"),
-    source=f"apply_qwen_math_template, {UNDERSTAND_R1_ZERO}",
-    chat_path="it is already a Qwen chat turn (<|im_start|>…<|im_end|>): a chat template would wrap it twice"))
-PROMPT_TEMPLATES.register("r1")(PromptTemplate(
-    text=("A conversation between User and Assistant. The User asks a question, and the Assistant solves it. "
-          "The Assistant first thinks about the reasoning process in the mind and then provides the User with the "
-          "answer. The reasoning process is enclosed within <think> </think> and answer is enclosed within <answer> "
-          "</answer> tags, respectively, i.e., <think> reasoning process here </think> <answer> answer here "
-          "</answer>.\nUser: {prompt}\nAssistant: <think>"),
-    source=f"apply_r1_template, {UNDERSTAND_R1_ZERO}",
-    chat_path="it is a base-model completion prompt ending in 'Assistant: <think>': inside a chat template the "
-              "assistant's turn would start after a user turn that already holds one"))
+PROMPT_TEMPLATES.register("none")(
+    PromptTemplate(text="{prompt}", source=f"apply_no_template, {UNDERSTAND_R1_ZERO}: the question as is")
+)
+PROMPT_TEMPLATES.register("qwen_math")(
+    PromptTemplate(
+        text=(
+            "<|im_start|>system\nPlease reason step by step, and put your final answer within \\boxed{{}}.<|im_end|>\n"
+            "<|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n"
+        ),
+        source=f"apply_qwen_math_template, {UNDERSTAND_R1_ZERO}",
+        chat_path="it is already a Qwen chat turn (<|im_start|>…<|im_end|>): a chat template would wrap it twice",
+    )
+)
+PROMPT_TEMPLATES.register("r1")(
+    PromptTemplate(
+        text=(
+            "A conversation between User and Assistant. The User asks a question, and the Assistant solves it. "
+            "The Assistant first thinks about the reasoning process in the mind and then provides the User with the "
+            "answer. The reasoning process is enclosed within <think> </think> and answer is enclosed within <answer> "
+            "</answer> tags, respectively, i.e., <think> reasoning process here </think> <answer> answer here "
+            "</answer>.\nUser: {prompt}\nAssistant: <think>"
+        ),
+        source=f"apply_r1_template, {UNDERSTAND_R1_ZERO}",
+        chat_path="it is a base-model completion prompt ending in 'Assistant: <think>': inside a chat template the "
+        "assistant's turn would start after a user turn that already holds one",
+    )
+)
 
 
 def template_text(setting: str) -> str:

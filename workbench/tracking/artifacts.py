@@ -35,8 +35,7 @@ PROBLEMS_ARTIFACT = "eval/problems.csv.gz"
 ADAPTER_ARTIFACT = "adapter"  # a LoRA run's adapters: peft's save_pretrained files (see the module docstring)
 MISMATCH_ARTIFACT = "mismatch.json"
 PROBLEM_COLUMNS: tuple[str, ...] = ("step", "problem_id", "correct", "length", "truncated")
-PROBLEM_DTYPES = {"step": "int64", "problem_id": "string", "correct": "int8", "length": "int64",
-                  "truncated": "int8"}
+PROBLEM_DTYPES = {"step": "int64", "problem_id": "string", "correct": "int8", "length": "int64", "truncated": "int8"}
 PASS_AT_K_COLUMNS: tuple[str, ...] = ("samples", "n_correct")  # only when rollout.eval_samples > 1
 WORST_TOKEN_FIELDS: tuple[str, ...] = ("sequence", "position", "token_id", "learner_logp", "sampler_logp", "log_ratio")
 
@@ -92,12 +91,16 @@ def _check_mismatch_record(record: Any, where: str) -> None:
         raise ValueError(f"{where}: step and tokens must be integers")
     if not (isinstance(edges, list) and all(isinstance(e, (int, float)) and math.isfinite(e) for e in edges)):
         raise ValueError(f"{where}: edges must be a list of finite numbers")
-    if not (isinstance(counts, list) and len(counts) == len(edges) + 1
-            and all(isinstance(c, int) and c >= 0 for c in counts)):
+    if not (
+        isinstance(counts, list)
+        and len(counts) == len(edges) + 1
+        and all(isinstance(c, int) and c >= 0 for c in counts)
+    ):
         raise ValueError(f"{where}: counts must be {len(edges) + 1} non-negative integers (one more than the edges)")
     if sum(counts) != record["tokens"]:
         raise ValueError(f"{where}: counts sum to {sum(counts)}, not its {record['tokens']} tokens")
     worst = record["worst_tokens"]
-    if not isinstance(worst, list) or not all(isinstance(w, dict) and all(k in w for k in WORST_TOKEN_FIELDS)
-                                              for w in worst):
+    if not isinstance(worst, list) or not all(
+        isinstance(w, dict) and all(k in w for k in WORST_TOKEN_FIELDS) for w in worst
+    ):
         raise ValueError(f"{where}: worst_tokens must be objects with {', '.join(WORST_TOKEN_FIELDS)}")

@@ -53,8 +53,9 @@ def bulk_writable(tracking_uri: str) -> bool:
         return False
     con = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)
     try:
-        return (_columns(con, "metrics") == tuple(sorted(METRIC_COLUMNS))
-                and _columns(con, "latest_metrics") == tuple(sorted(LATEST_COLUMNS)))
+        return _columns(con, "metrics") == tuple(sorted(METRIC_COLUMNS)) and _columns(con, "latest_metrics") == tuple(
+            sorted(LATEST_COLUMNS)
+        )
     finally:
         con.close()
 
@@ -84,8 +85,9 @@ class MetricColumns:
                 key.append(names.setdefault(name, len(names)))
                 step.append(s)
                 value.append(v)
-        return cls(list(names), np.array(key, dtype=np.int64), np.array(step, dtype=np.int64),
-                   np.array(value, dtype=float))
+        return cls(
+            list(names), np.array(key, dtype=np.int64), np.array(step, dtype=np.int64), np.array(value, dtype=float)
+        )
 
 
 def write_metric_history(tracking_uri: str, run_id: str, chunks: Iterable[MetricColumns], timestamp_ms: int) -> int:
@@ -105,13 +107,23 @@ def write_metric_history(tracking_uri: str, run_id: str, chunks: Iterable[Metric
             value = np.where(np.isinf(chunk.value), np.copysign(1e308, chunk.value), chunk.value)  # store_value()
             is_nan = np.isnan(value)
             stored = np.where(is_nan, 0.0, value)  # sanitize_metric_value: NaN is 0 with is_nan set
-            stamps = (np.full(len(chunk), timestamp_ms, dtype=np.int64) if chunk.timestamp is None
-                      else np.asarray(chunk.timestamp, dtype=np.int64))
+            stamps = (
+                np.full(len(chunk), timestamp_ms, dtype=np.int64)
+                if chunk.timestamp is None
+                else np.asarray(chunk.timestamp, dtype=np.int64)
+            )
             _keep_latest(latest, chunk, stamps, stored, is_nan)
             keys = np.asarray(chunk.names, dtype=object)[chunk.key].tolist()
             written += len(chunk)
-            yield from zip(keys, stored.tolist(), stamps.tolist(), repeat(run_id), chunk.step.tolist(),
-                           is_nan.tolist(), strict=False)
+            yield from zip(
+                keys,
+                stored.tolist(),
+                stamps.tolist(),
+                repeat(run_id),
+                chunk.step.tolist(),
+                is_nan.tolist(),
+                strict=False,
+            )
 
     con = sqlite3.connect(sqlite_file(tracking_uri), timeout=BUSY_TIMEOUT_S, isolation_level=None)
     try:
@@ -119,8 +131,10 @@ def write_metric_history(tracking_uri: str, run_id: str, chunks: Iterable[Metric
         con.execute("BEGIN IMMEDIATE")  # the write lock now: MLflow's own writers wait, as for log_batch
         try:
             con.executemany(f"INSERT INTO metrics ({', '.join(METRIC_COLUMNS)}) VALUES (?, ?, ?, ?, ?, ?)", rows())
-            con.executemany(f"INSERT INTO latest_metrics ({', '.join(LATEST_COLUMNS)}) VALUES (?, ?, ?, ?, ?, ?)",
-                            ((key, v, ts, step, is_nan, run_id) for key, (step, ts, v, is_nan) in latest.items()))
+            con.executemany(
+                f"INSERT INTO latest_metrics ({', '.join(LATEST_COLUMNS)}) VALUES (?, ?, ?, ?, ?, ?)",
+                ((key, v, ts, step, is_nan, run_id) for key, (step, ts, v, is_nan) in latest.items()),
+            )
             con.execute("COMMIT")
         except BaseException:
             if con.in_transaction:  # SQLite may have rolled back itself (a full disk at COMMIT)
@@ -131,8 +145,13 @@ def write_metric_history(tracking_uri: str, run_id: str, chunks: Iterable[Metric
     return written
 
 
-def _keep_latest(latest: dict[str, tuple[int, int, float, bool]], chunk: MetricColumns, stamps: np.ndarray,
-                 stored: np.ndarray, is_nan: np.ndarray) -> None:
+def _keep_latest(
+    latest: dict[str, tuple[int, int, float, bool]],
+    chunk: MetricColumns,
+    stamps: np.ndarray,
+    stored: np.ndarray,
+    is_nan: np.ndarray,
+) -> None:
     """MLflow's latest point per metric (``_update_latest_metrics_if_necessary``): the greatest
     ``(step, timestamp, value)``."""
     order = np.lexsort((stored, stamps, chunk.step, chunk.key))

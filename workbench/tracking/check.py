@@ -61,8 +61,9 @@ def last_store() -> str | None:
     return _last_store[-1] if _last_store else None
 
 
-def check_store(uri: str, *, create: bool, deadline_s: float = DEFAULT_OUTAGE_DEADLINE_S,
-                what: str = "tracking store") -> None:
+def check_store(
+    uri: str, *, create: bool, deadline_s: float = DEFAULT_OUTAGE_DEADLINE_S, what: str = "tracking store"
+) -> None:
     """Raise :class:`StoreError` unless ``uri`` can be used (``create``: this command may create it).
     ``what`` names it in the message (``Optuna storage`` for a worker's shared storage)."""
     register_uri(uri)
@@ -130,8 +131,18 @@ def _check_sqlite(uri: str, *, create: bool) -> None:
 def _permanent(message: str) -> bool:
     """A refusal that retrying cannot change: credentials, a missing database or role."""
     text = message.lower()
-    return any(word in text for word in ("authentication", "password", "access denied", "does not exist",
-                                         "no pg_hba.conf", "permission denied", "unknown database"))
+    return any(
+        word in text
+        for word in (
+            "authentication",
+            "password",
+            "access denied",
+            "does not exist",
+            "no pg_hba.conf",
+            "permission denied",
+            "unknown database",
+        )
+    )
 
 
 def _check_database(uri: str, *, deadline_s: float) -> None:
@@ -144,8 +155,11 @@ def _check_database(uri: str, *, deadline_s: float) -> None:
     try:
         engine = sqlalchemy.create_engine(uri, connect_args=connect_args, poolclass=sqlalchemy.pool.NullPool)
     except ImportError as error:
-        raise StoreError(uri, f"no database driver for {scheme} ({error.name or error}); e.g. pip install "
-                              "'psycopg[binary]' for PostgreSQL") from None
+        raise StoreError(
+            uri,
+            f"no database driver for {scheme} ({error.name or error}); e.g. pip install "
+            "'psycopg[binary]' for PostgreSQL",
+        ) from None
     except Exception as error:  # noqa: BLE001 - SQLAlchemy's ArgumentError for a malformed URL
         raise StoreError(uri, _first_line(error)) from None
     started = time.monotonic()
@@ -181,8 +195,9 @@ def _check_server(uri: str, *, deadline_s: float) -> None:
     try:
         call_with_retries(probe, policy=OutagePolicy(deadline_s=deadline_s), uri=uri, what="checking the store")
     except TrackingOutage:
-        raise StoreError(uri, f"unreachable for tracking.outage_deadline_s={deadline_s:g} s "
-                              f"({_network_cause(failures[-1])})") from None
+        raise StoreError(
+            uri, f"unreachable for tracking.outage_deadline_s={deadline_s:g} s ({_network_cause(failures[-1])})"
+        ) from None
     except Exception as error:  # noqa: BLE001 - a server that answers but refuses (auth, not MLflow)
         raise StoreError(uri, _first_line(error)) from None
 
@@ -217,8 +232,12 @@ def describe_store_failure(error: BaseException) -> str | None:
     for item in chain:
         module = type(item).__module__.partition(".")[0]
         name = type(item).__name__
-        from_store = module in _STORE_ERROR_MODULES or "Unsupported" in name and "URI" in name or (
-            "API request to " in str(item) and "failed with" in str(item))
+        from_store = (
+            module in _STORE_ERROR_MODULES
+            or "Unsupported" in name
+            and "URI" in name
+            or ("API request to " in str(item) and "failed with" in str(item))
+        )
         if from_store:
             where = last_store()
             head = f"tracking store {redact_uri(where)}" if where else "tracking store"

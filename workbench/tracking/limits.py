@@ -24,8 +24,10 @@ def metric_name_problem(name: str) -> str | None:
     try:
         _validate_metric_name(name)
     except MlflowException:
-        return (f"metric name {_short(name)} is not a valid MLflow metric name (letters, digits, '_', '-', '.', "
-                "' ', ':', '/'; no '..' or leading '/')")
+        return (
+            f"metric name {_short(name)} is not a valid MLflow metric name (letters, digits, '_', '-', '.', "
+            "' ', ':', '/'; no '..' or leading '/')"
+        )
     return None
 
 
@@ -49,8 +51,10 @@ def entity_problem(kind: str, key: str, value: str | None = None) -> str | None:
     try:
         (_validate_param_name if kind == "parameter" else _validate_tag_name)(key)
     except MlflowException:
-        return (f"{kind} name {_short(key)} is not one MLflow accepts (letters, digits, '_', '-', '.', ' ', ':', '/'; "
-                "no '..' or leading '/')")
+        return (
+            f"{kind} name {_short(key)} is not one MLflow accepts (letters, digits, '_', '-', '.', ' ', ':', '/'; "
+            "no '..' or leading '/')"
+        )
     limit = MAX_PARAM_VAL_LENGTH if kind == "parameter" else MAX_TAG_VAL_LENGTH
     if value is not None and len(value) > limit:
         return f"{kind} {_short(key)}: a value of {len(value):,} characters, over MLflow's {limit:,}"

@@ -90,7 +90,7 @@ def _split_userinfo(rest: str) -> tuple[str | None, str]:
         return None, rest
     ats = [i for i, c in enumerate(rest) if c == "@"]
     at = next((i for i in reversed(ats) if _HOST.match(rest, i + 1)), ats[-1])
-    return rest[:at], rest[at + 1:]
+    return rest[:at], rest[at + 1 :]
 
 
 def _query_secrets(query: str) -> tuple[str, list[str]]:
@@ -111,7 +111,7 @@ def _redact(uri: str) -> tuple[str, list[str]]:
     """(``uri`` redacted, the secrets it held); ``uri`` must start with a scheme."""
     scheme = _SCHEME.match(uri)
     assert scheme is not None
-    userinfo, rest = _split_userinfo(uri[scheme.end():])
+    userinfo, rest = _split_userinfo(uri[scheme.end() :])
     found: list[str] = []
     head = scheme.group(0)
     if userinfo is not None:
@@ -187,7 +187,7 @@ def register_uris_in(values: Any) -> None:
     including one given as the value part of ``--opt=URI``."""
     if isinstance(values, str):
         for match in _SCHEME.finditer(values):
-            register_uri(values[match.start():])  # everything after the scheme: a password may hold spaces
+            register_uri(values[match.start() :])  # everything after the scheme: a password may hold spaces
     elif isinstance(values, dict):
         for value in values.values():
             register_uris_in(value)

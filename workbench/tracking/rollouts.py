@@ -65,8 +65,21 @@ if TYPE_CHECKING:
 ROLLOUTS_DIR = "rollouts"
 MANIFEST_ARTIFACT = f"{ROLLOUTS_DIR}/manifest.json"
 TABLE_ARTIFACT = "completions.json"  # the last eval's and last train step's completions, as MLflow's table
-COMPLETION_COLUMNS: tuple[str, ...] = ("split", "step", "prompt_id", "group", "sample", "text", "reward", "correct",
-                                       "length", "truncated", "sampler_logp_sum", "advantage", "kept")
+COMPLETION_COLUMNS: tuple[str, ...] = (
+    "split",
+    "step",
+    "prompt_id",
+    "group",
+    "sample",
+    "text",
+    "reward",
+    "correct",
+    "length",
+    "truncated",
+    "sampler_logp_sum",
+    "advantage",
+    "kept",
+)
 PROMPT_COLUMNS: tuple[str, ...] = ("prompt_id", "prompt", "answer")
 TERM_PREFIX = "reward."  # reward.<term> columns: the shaping terms
 SPLITS = ("train", "eval")
@@ -101,12 +114,26 @@ def completions_schema(terms: Sequence[str]):
     imported run stores what its framework did not record as null, :mod:`workbench.importers.completions`)."""
     import pyarrow as pa  # deferred: as above
 
-    return pa.schema([("split", pa.string()), ("step", pa.int32()), ("prompt_id", pa.string()),
-                      ("group", pa.int32()), ("sample", pa.int32()), ("text", pa.string()),
-                      ("reward", pa.float32())]
-                     + [(f"{TERM_PREFIX}{t}", pa.float32()) for t in terms]
-                     + [("correct", pa.bool_()), ("length", pa.int32()), ("truncated", pa.bool_()),
-                        ("sampler_logp_sum", pa.float32()), ("advantage", pa.float32()), ("kept", pa.bool_())])
+    return pa.schema(
+        [
+            ("split", pa.string()),
+            ("step", pa.int32()),
+            ("prompt_id", pa.string()),
+            ("group", pa.int32()),
+            ("sample", pa.int32()),
+            ("text", pa.string()),
+            ("reward", pa.float32()),
+        ]
+        + [(f"{TERM_PREFIX}{t}", pa.float32()) for t in terms]
+        + [
+            ("correct", pa.bool_()),
+            ("length", pa.int32()),
+            ("truncated", pa.bool_()),
+            ("sampler_logp_sum", pa.float32()),
+            ("advantage", pa.float32()),
+            ("kept", pa.bool_()),
+        ]
+    )
 
 
 def encode_parquet(columns: dict[str, list], schema=None) -> bytes:
@@ -150,9 +177,16 @@ class RolloutRecorder:
     ``steps``: the run's RL steps; ``eval_steps``: the steps it evaluates at (for the projection);
     ``render``: the prompt as the sampler feeds it (template / chat template applied)."""
 
-    def __init__(self, write: Callable[[bytes, str], None], *, budget_bytes: int, steps: int,
-                 eval_steps: Iterable[int], render: Callable[[str], str],
-                 flush_every: int = DEFAULT_FLUSH_EVERY) -> None:
+    def __init__(
+        self,
+        write: Callable[[bytes, str], None],
+        *,
+        budget_bytes: int,
+        steps: int,
+        eval_steps: Iterable[int],
+        render: Callable[[str], str],
+        flush_every: int = DEFAULT_FLUSH_EVERY,
+    ) -> None:
         self.write = write
         self.budget_bytes = int(budget_bytes)
         self.steps = steps
@@ -181,8 +215,9 @@ class RolloutRecorder:
     def keeps_train_step(self, step: int) -> bool:
         return self.stopped_at is None and step % self.stride == 0
 
-    def record_eval(self, step: int, scored: ScoredRollouts, problem_ids: Sequence[str],
-                    samples_per_problem: int = 1) -> None:
+    def record_eval(
+        self, step: int, scored: ScoredRollouts, problem_ids: Sequence[str], samples_per_problem: int = 1
+    ) -> None:
         """One eval chunk's completions, ``samples_per_problem`` per problem (``rollout.eval_samples``,
         grouped by problem), ``problem_ids`` one per problem in the same order."""
         t0 = time.perf_counter()
@@ -191,13 +226,21 @@ class RolloutRecorder:
         if self.stopped_at is not None:
             self.splits["eval"].dropped += n
         else:
-            self._add("eval", step, scored, [pid for pid in problem_ids for _ in range(k)],
-                      groups=[i // k for i in range(n)], samples=[i % k for i in range(n)],
-                      advantages=[math.nan] * n, kept=[False] * n)
+            self._add(
+                "eval",
+                step,
+                scored,
+                [pid for pid in problem_ids for _ in range(k)],
+                groups=[i // k for i in range(n)],
+                samples=[i % k for i in range(n)],
+                advantages=[math.nan] * n,
+                kept=[False] * n,
+            )
         self.seconds += time.perf_counter() - t0
 
-    def record_train(self, step: int, sampled: ScoredRollouts, advantages: torch.Tensor,
-                     kept: torch.Tensor | None) -> None:
+    def record_train(
+        self, step: int, sampled: ScoredRollouts, advantages: torch.Tensor, kept: torch.Tensor | None
+    ) -> None:
         """A step's sampled completions; ``advantages`` [K] are the update's, for the rows ``kept`` [K] (indices
         into ``sampled``; None: every row, in order)."""
         t0 = time.perf_counter()
@@ -247,15 +290,33 @@ class RolloutRecorder:
         """The completions of the last stored eval step and of the last stored train step, one dict per row with
         its prompt and answer: the run's ``completions.json`` table, which MLflow's run page shows
         (:data:`TABLE_ARTIFACT`)."""
-        columns = ["split", "step", "prompt", "text", "correct", "reward", "length", "truncated", "answer",
-                   "advantage", "prompt_id"]  # what a reader looks at first on the left
+        columns = [
+            "split",
+            "step",
+            "prompt",
+            "text",
+            "correct",
+            "reward",
+            "length",
+            "truncated",
+            "answer",
+            "advantage",
+            "prompt_id",
+        ]  # what a reader looks at first on the left
         return [{c: row[c] for c in columns} for split in ("eval", "train") for row in self._latest[split]]
 
     def manifest(self) -> dict[str, Any]:
-        return {"format": 1, "budget_bytes": self.budget_bytes, "bytes": self.written, "chunks": self.chunks,
-                "rows": {s: v.rows for s, v in self.splits.items()},
-                "dropped": {s: v.dropped for s, v in self.splits.items()},
-                "strides": self.strides, "stopped_at_step": self.stopped_at, "write_failure": self.write_failure}
+        return {
+            "format": 1,
+            "budget_bytes": self.budget_bytes,
+            "bytes": self.written,
+            "chunks": self.chunks,
+            "rows": {s: v.rows for s, v in self.splits.items()},
+            "dropped": {s: v.dropped for s, v in self.splits.items()},
+            "strides": self.strides,
+            "stopped_at_step": self.stopped_at,
+            "write_failure": self.write_failure,
+        }
 
     def replay(self, rows: pd.DataFrame) -> None:
         """Buffer again the rows an earlier attempt of this run stored (a run resumed from a checkpoint: the
@@ -275,8 +336,18 @@ class RolloutRecorder:
 
     # ---- buffering and writing ----------------------------------------------------------------
 
-    def _add(self, split: str, step: int, scored: ScoredRollouts, ids: list[str], *, groups: list[int],
-             samples: list[int], advantages: list[float], kept: list[bool]) -> None:
+    def _add(
+        self,
+        split: str,
+        step: int,
+        scored: ScoredRollouts,
+        ids: list[str],
+        *,
+        groups: list[int],
+        samples: list[int],
+        advantages: list[float],
+        kept: list[bool],
+    ) -> None:
         r = scored.rollouts
         lengths = r.lengths.tolist()
         logp = (r.sampler_logp.float() * r.mask).sum(-1).tolist()
@@ -290,10 +361,21 @@ class RolloutRecorder:
         for i, problem in enumerate(r.problems):
             if ids[i] not in self._known:
                 self._known[ids[i]] = self._prompts[ids[i]] = (self.render(problem.prompt), problem.answer)
-            row = {"split": split, "step": step, "prompt_id": ids[i], "group": groups[i], "sample": samples[i],
-                   "text": r.texts[i], "reward": rewards[i], "correct": bool(correct[i]), "length": int(lengths[i]),
-                   "truncated": bool(truncated[i]), "sampler_logp_sum": logp[i], "advantage": advantages[i],
-                   "kept": kept[i]}
+            row = {
+                "split": split,
+                "step": step,
+                "prompt_id": ids[i],
+                "group": groups[i],
+                "sample": samples[i],
+                "text": r.texts[i],
+                "reward": rewards[i],
+                "correct": bool(correct[i]),
+                "length": int(lengths[i]),
+                "truncated": bool(truncated[i]),
+                "sampler_logp_sum": logp[i],
+                "advantage": advantages[i],
+                "kept": kept[i],
+            }
             for name, values in terms.items():
                 row[f"{TERM_PREFIX}{name}"] = values[i]
             self._rows.append(row)
@@ -313,8 +395,17 @@ class RolloutRecorder:
         self._rows, self._row_splits, self._prompts = [], [], {}
         columns = {name: [row.get(name, math.nan) for row in rows] for name in completions_schema(self._terms).names}
         data = encode_parquet(columns, completions_schema(self._terms))
-        prompt_data = encode_parquet({"prompt_id": list(prompts), "prompt": [p for p, _ in prompts.values()],
-                                      "answer": [a for _, a in prompts.values()]}) if prompts else b""
+        prompt_data = (
+            encode_parquet(
+                {
+                    "prompt_id": list(prompts),
+                    "prompt": [p for p, _ in prompts.values()],
+                    "answer": [a for _, a in prompts.values()],
+                }
+            )
+            if prompts
+            else b""
+        )
         size = len(data) + len(prompt_data)
         if self.written + size > self.budget_bytes:  # the hard cap: this chunk is not written, nor anything after
             for split in splits:

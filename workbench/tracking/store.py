@@ -53,8 +53,11 @@ def get_or_create_experiment(client, name: str, tracking_uri: str) -> str:
         return experiment.experiment_id
     try:
         # A training experiment: the MLflow UI then opens on the runs table, not its GenAI view.
-        return client.create_experiment(name, artifact_location=default_artifact_location(tracking_uri),
-                                        tags={"mlflow.experimentKind": "custom_model_development"})
+        return client.create_experiment(
+            name,
+            artifact_location=default_artifact_location(tracking_uri),
+            tags={"mlflow.experimentKind": "custom_model_development"},
+        )
     except Exception:  # created concurrently by a parallel worker
         experiment = client.get_experiment_by_name(name)
         if experiment is None:

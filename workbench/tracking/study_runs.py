@@ -45,8 +45,9 @@ def finished_elsewhere(client, experiment_id: str, run_keys) -> dict[str, list]:
     others = [e.experiment_id for e in client.search_experiments() if e.experiment_id != experiment_id]
     out: dict[str, list] = {}
     for key in run_keys if others else ():  # one query per key: MLflow's filter has no IN for tags
-        query = (f"tags.`workbench.role` = 'run' and tags.`workbench.run_key` = '{key}' "
-                 "and attributes.status = 'FINISHED'")
+        query = (
+            f"tags.`workbench.role` = 'run' and tags.`workbench.run_key` = '{key}' and attributes.status = 'FINISHED'"
+        )
         found = client.search_runs(others, query, max_results=1000)
         if found:
             out[key] = sorted(found, key=lambda r: ("workbench.reused_from" in r.data.tags, -r.info.start_time))
@@ -57,8 +58,9 @@ LOCKED_RETRY_S = 30.0  # beyond MLflow's own 20 s SQLite busy_timeout: a Ctrl-C 
 # closing their runs in one file at once, and one interrupted inside a transaction holds it until it exits
 
 
-def mark_orphaned_runs(client, experiment_id: str, run_keys, *, reason: str = ORPHAN_ERROR,
-                       status: str = "FAILED") -> list[str]:
+def mark_orphaned_runs(
+    client, experiment_id: str, run_keys, *, reason: str = ORPHAN_ERROR, status: str = "FAILED"
+) -> list[str]:
     """Close the MLflow runs of ``run_keys`` still RUNNING (their process died without closing them).
     A SQLite store locked by the study's other processes (all closing their runs after a Ctrl-C) is
     waited for up to ``LOCKED_RETRY_S``; any other error is raised at once."""

@@ -42,16 +42,24 @@ DEFAULT_OUTAGE_DEADLINE_S = 300.0
 # MLflow's own HTTP retries (7 tries, backoff factor 2: ~4 min per failed call, timeout 120 s) would
 # hide an outage inside one call; bounded here so that a failed call takes seconds and the loop
 # below decides, visibly, how long to keep trying. A user's own setting of these variables wins.
-MLFLOW_HTTP_BOUNDS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
-                      "MLFLOW_HTTP_REQUEST_TIMEOUT": "20"}
+MLFLOW_HTTP_BOUNDS = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "20",
+}
 UNSENT_DIR = "unsent"
 #: Metric points kept in memory while the store cannot write (a full disk): ~100 bytes each, so
 #: ~20 MB; beyond it the oldest are dropped and counted as lost.
 MAX_UNSENT_POINTS = 200_000
 #: How a store says it cannot write: SQLite on ENOSPC ("database or disk is full") and on EFBIG
 #: or another failed write ("disk I/O error"), the OS's own words for a file store's artifacts.
-STORE_WRITE_FAILURES = ("database or disk is full", "disk I/O error", "No space left on device",
-                        "File too large", "Disk quota exceeded")
+STORE_WRITE_FAILURES = (
+    "database or disk is full",
+    "disk I/O error",
+    "No space left on device",
+    "File too large",
+    "Disk quota exceeded",
+)
 
 log = logging.getLogger("workbench.tracking")
 log.addHandler(logging.NullHandler())  # the line goes to stderr once (below), and to the log if one is set up
@@ -182,13 +190,16 @@ def call_with_retries(fn: Callable, *args, policy: OutagePolicy, uri: str, what:
             started = now if started is None else started
             left = policy.deadline_s - (now - started)  # calls take time too: the clock, not the plan, decides
             if left <= 0 or attempt >= len(plan):
-                raise TrackingOutage(f"MLflow unreachable at {redact_uri(uri)} for {now - started:.0f} s "
-                                     f"(tracking.outage_deadline_s={policy.deadline_s:g}) during {what}: "
-                                     f"{redact_text(str(error).splitlines()[0])[:300]}") from None
+                raise TrackingOutage(
+                    f"MLflow unreachable at {redact_uri(uri)} for {now - started:.0f} s "
+                    f"(tracking.outage_deadline_s={policy.deadline_s:g}) during {what}: "
+                    f"{redact_text(str(error).splitlines()[0])[:300]}"
+                ) from None
             wait = min(plan[attempt], left)
             attempt += 1
-            policy.warn(f"MLflow unreachable at {redact_uri(uri)}, retrying in {round(wait, 1):g}s "
-                        f"({attempt}/{len(plan)})…")
+            policy.warn(
+                f"MLflow unreachable at {redact_uri(uri)}, retrying in {round(wait, 1):g}s ({attempt}/{len(plan)})…"
+            )
             time.sleep(wait)
 
 
@@ -216,9 +227,11 @@ def resend_spills(tracking_uri: str, run_key: str, policy: OutagePolicy | None =
         except Exception as error:  # noqa: BLE001 - refused (e.g. its run was deleted): kept aside, said once
             rejected = path.with_suffix(".rejected")
             path.rename(rejected)
-            policy.warn(f"could not re-send {path.name} ({type(error).__name__}: "
-                        f"{redact_text(str(error).splitlines()[0])[:200]}); "
-                        f"kept as {rejected}")
+            policy.warn(
+                f"could not re-send {path.name} ({type(error).__name__}: "
+                f"{redact_text(str(error).splitlines()[0])[:200]}); "
+                f"kept as {rejected}"
+            )
     return sent
 
 
@@ -230,18 +243,45 @@ def _resend_spill(client, path: Path, tracking_uri: str, policy: OutagePolicy) -
     run_id = path.name.split(".")[1]
     metrics = [Metric(r["key"], r["value"], r["timestamp"], r["step"]) for r in records if r["kind"] == "metric"]
     for i in range(0, len(metrics), MAX_METRICS_PER_BATCH):
-        call_with_retries(client.log_batch, run_id, metrics=metrics[i : i + MAX_METRICS_PER_BATCH],
-                          policy=policy, uri=tracking_uri, what="re-sending spilled metrics")
+        call_with_retries(
+            client.log_batch,
+            run_id,
+            metrics=metrics[i : i + MAX_METRICS_PER_BATCH],
+            policy=policy,
+            uri=tracking_uri,
+            what="re-sending spilled metrics",
+        )
     for r in records:
         if r["kind"] != "end":
             continue
-        call_with_retries(client.set_tag, run_id, "workbench.error", r["error"][:500],  # the real reason
-                          policy=policy, uri=tracking_uri, what="closing a spilled run")
+        call_with_retries(
+            client.set_tag,
+            run_id,
+            "workbench.error",
+            r["error"][:500],  # the real reason
+            policy=policy,
+            uri=tracking_uri,
+            what="closing a spilled run",
+        )
         if client.get_run(run_id).info.status == "RUNNING":
-            call_with_retries(client.set_terminated, run_id, status=r["status"], end_time=r["end_time"],
-                              policy=policy, uri=tracking_uri, what="closing a spilled run")
-    call_with_retries(client.set_tag, run_id, "workbench.spill_resent", str(len(metrics)),
-                      policy=policy, uri=tracking_uri, what="re-sending spilled metrics")
+            call_with_retries(
+                client.set_terminated,
+                run_id,
+                status=r["status"],
+                end_time=r["end_time"],
+                policy=policy,
+                uri=tracking_uri,
+                what="closing a spilled run",
+            )
+    call_with_retries(
+        client.set_tag,
+        run_id,
+        "workbench.spill_resent",
+        str(len(metrics)),
+        policy=policy,
+        uri=tracking_uri,
+        what="re-sending spilled metrics",
+    )
     path.unlink()
     return len(metrics)
 
@@ -249,9 +289,16 @@ def _resend_spill(client, path: Path, tracking_uri: str, policy: OutagePolicy) -
 class RunTracker:
     """One MLflow run. ``start()`` creates it; ``finish(status)`` ends it (FINISHED/FAILED/KILLED)."""
 
-    def __init__(self, tracking_uri: str, experiment: str, run_name: str, tags: dict[str, str],
-                 parent_run_id: str | None = None, flush_every: int = 10,
-                 outage: OutagePolicy | None = None) -> None:
+    def __init__(
+        self,
+        tracking_uri: str,
+        experiment: str,
+        run_name: str,
+        tags: dict[str, str],
+        parent_run_id: str | None = None,
+        flush_every: int = 10,
+        outage: OutagePolicy | None = None,
+    ) -> None:
         self.tracking_uri = tracking_uri
         self.experiment = experiment
         self.run_name = run_name
@@ -288,13 +335,15 @@ class RunTracker:
 
         ensure_store(self.tracking_uri)
         self.client = MlflowClient(self.tracking_uri)
-        experiment_id = self._call(get_or_create_experiment, self.client, self.experiment, self.tracking_uri,
-                                   what="opening the experiment")
+        experiment_id = self._call(
+            get_or_create_experiment, self.client, self.experiment, self.tracking_uri, what="opening the experiment"
+        )
         tags = dict(self.tags)
         if self.parent_run_id:
             tags["mlflow.parentRunId"] = self.parent_run_id
-        run = self._call(self.client.create_run, experiment_id, run_name=self.run_name, tags=tags,
-                         what="creating the run")
+        run = self._call(
+            self.client.create_run, experiment_id, run_name=self.run_name, tags=tags, what="creating the run"
+        )
         self.run_id = run.info.run_id
         self.start_seconds = time.perf_counter() - t0  # one-off (store creation), kept apart from per-step cost
         return self.run_id
@@ -304,8 +353,9 @@ class RunTracker:
 
         items = [Param(k, _param_text(v)) for k, v in sorted(params.items())]
         for i in range(0, len(items), MAX_PARAMS_PER_BATCH):
-            self._call(self.client.log_batch, self.run_id, params=items[i : i + MAX_PARAMS_PER_BATCH],
-                       what="logging params")
+            self._call(
+                self.client.log_batch, self.run_id, params=items[i : i + MAX_PARAMS_PER_BATCH], what="logging params"
+            )
 
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
         from mlflow.entities import Metric
@@ -348,8 +398,10 @@ class RunTracker:
         line; the traceback goes to the log."""
         log.debug("store cannot write metrics of run %s", self.run_id, exc_info=error)
         if self.write_failure is None:
-            self.outage.warn(f"cannot write metrics to {redact_uri(self.tracking_uri)} ({cause}); keeping up to "
-                             f"{MAX_UNSENT_POINTS:,} points in memory and retrying at each flush")
+            self.outage.warn(
+                f"cannot write metrics to {redact_uri(self.tracking_uri)} ({cause}); keeping up to "
+                f"{MAX_UNSENT_POINTS:,} points in memory and retrying at each flush"
+            )
         self.write_failure = cause
         excess = len(self._buffer) - MAX_UNSENT_POINTS
         if excess > 0:
@@ -357,8 +409,10 @@ class RunTracker:
             self.lost_points += excess
 
     def write_failure_line(self) -> str:
-        return (f"the store could not write this run's metrics ({self.write_failure}): {len(self._buffer):,} "
-                f"point(s) unsent, {self.lost_points:,} lost beyond the in-memory bound of {MAX_UNSENT_POINTS:,}")
+        return (
+            f"the store could not write this run's metrics ({self.write_failure}): {len(self._buffer):,} "
+            f"point(s) unsent, {self.lost_points:,} lost beyond the in-memory bound of {MAX_UNSENT_POINTS:,}"
+        )
 
     def set_tags(self, tags: dict[str, str]) -> None:
         for key, value in tags.items():
@@ -377,8 +431,13 @@ class RunTracker:
         import pandas as pd
 
         if rows:
-            self._call(self.client.log_table, self.run_id, data=pd.DataFrame(rows), artifact_file=artifact_file,
-                       what=f"logging {artifact_file}")
+            self._call(
+                self.client.log_table,
+                self.run_id,
+                data=pd.DataFrame(rows),
+                artifact_file=artifact_file,
+                what=f"logging {artifact_file}",
+            )
 
     def log_bytes(self, data: bytes, artifact_file: str) -> None:
         """One binary artifact (e.g. ``eval/problems.csv.gz``) at ``artifact_file``."""
@@ -386,8 +445,9 @@ class RunTracker:
         with tempfile.TemporaryDirectory() as tmp:
             local = Path(tmp) / name
             local.write_bytes(data)
-            self._call(self.client.log_artifact, self.run_id, str(local), folder or None,
-                       what=f"logging {artifact_file}")
+            self._call(
+                self.client.log_artifact, self.run_id, str(local), folder or None, what=f"logging {artifact_file}"
+            )
 
     def log_artifact_dir(self, files: dict[str, str]) -> None:
         with tempfile.TemporaryDirectory() as tmp:
@@ -408,15 +468,22 @@ class RunTracker:
                 # a connection error quotes its URI: no password reaches the store (tracking/redact.py)
                 text = redact_text("".join(traceback.format_exception(type(error), error, error.__traceback__)))
                 self.log_text(text, "error.txt")
-                self._call(self.client.set_tag, self.run_id, "workbench.error",
-                           redact_text(f"{type(error).__name__}: {error}")[:500], what="recording the error")
+                self._call(
+                    self.client.set_tag,
+                    self.run_id,
+                    "workbench.error",
+                    redact_text(f"{type(error).__name__}: {error}")[:500],
+                    what="recording the error",
+                )
             self._call(self.client.set_terminated, self.run_id, status=status, what="ending the run")
 
     def _end_unwritten(self, line: str) -> None:
         """Mark the run FAILED with ``line`` as ``workbench.error`` (each write tried once: the
         disk may still be full), then raise :class:`StoreWriteFailed`."""
-        for fn, args in ((self.client.set_tag, (self.run_id, "workbench.error", line[:500])),
-                         (self.client.set_terminated, (self.run_id, "FAILED"))):
+        for fn, args in (
+            (self.client.set_tag, (self.run_id, "workbench.error", line[:500])),
+            (self.client.set_terminated, (self.run_id, "FAILED")),
+        ):
             try:
                 fn(*args)
             except Exception as error:  # the message below says it all; traceback to the log
@@ -432,10 +499,13 @@ class RunTracker:
         path = spill_path(self.tracking_uri, run_key, self.run_id)
         path.parent.mkdir(parents=True, exist_ok=True)
         reason = "" if error is None else f"{type(error).__name__}: {error}"
-        lines = [json.dumps({"kind": "metric", "key": m.key, "value": m.value, "timestamp": m.timestamp,
-                             "step": m.step}) for m in self._buffer]
-        lines.append(json.dumps({"kind": "end", "status": status, "error": reason,
-                                 "end_time": int(time.time() * 1000)}))
+        lines = [
+            json.dumps({"kind": "metric", "key": m.key, "value": m.value, "timestamp": m.timestamp, "step": m.step})
+            for m in self._buffer
+        ]
+        lines.append(
+            json.dumps({"kind": "end", "status": status, "error": reason, "end_time": int(time.time() * 1000)})
+        )
         with path.open("a") as f:  # a second spill of the same run (rare) appends
             f.write("\n".join(lines) + "\n")
         self._buffer.clear()
@@ -445,8 +515,10 @@ class RunTracker:
             self._call(self.client.set_terminated, self.run_id, status=status, what="ending the run")
         except Exception:  # noqa: BLE001 - recorded in the spill; resend_spills ends the run
             pass
-        self.outage.warn(f"MLflow run {self.run_id} ended {status}; {len(lines) - 1} unsent metric point(s) "
-                         f"kept in {path} (sent when the run is executed again)")
+        self.outage.warn(
+            f"MLflow run {self.run_id} ended {status}; {len(lines) - 1} unsent metric point(s) "
+            f"kept in {path} (sent when the run is executed again)"
+        )
         return path
 
 

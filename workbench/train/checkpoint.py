@@ -111,11 +111,24 @@ class RunCheckpoints:
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
-def capture(steps_done: int, task_rng: random.Random, minibatch_rng: torch.Generator,
-            history: list, samples: list, problems: ProblemResults | None = None) -> LoopState:
+def capture(
+    steps_done: int,
+    task_rng: random.Random,
+    minibatch_rng: torch.Generator,
+    history: list,
+    samples: list,
+    problems: ProblemResults | None = None,
+) -> LoopState:
     columns = {} if problems is None else {name: list(values) for name, values in vars(problems).items()}
-    return LoopState(steps_done, task_rng.getstate(), minibatch_rng.get_state(), torch.get_rng_state(),
-                     list(history), list(samples), columns)
+    return LoopState(
+        steps_done,
+        task_rng.getstate(),
+        minibatch_rng.get_state(),
+        torch.get_rng_state(),
+        list(history),
+        list(samples),
+        columns,
+    )
 
 
 def _as_tuples(value):

@@ -40,13 +40,14 @@ CURATION_VERSION = 1  # bump when measuring changes, to invalidate cached pass r
 MEASURE_CHUNK = 32  # prompts per generate call while measuring: bounds the memory of one call
 
 
-def measure_pass_rates(problems: list[Problem], sampler: Sampler, verifier: AnswerVerifier, *, samples: int,
-                       temperature: float, seed: int) -> list[float]:
+def measure_pass_rates(
+    problems: list[Problem], sampler: Sampler, verifier: AnswerVerifier, *, samples: int, temperature: float, seed: int
+) -> list[float]:
     """Fraction of ``samples`` completions per prompt that the verifier judges correct (shaping ignored)."""
     rates: list[float] = []
     with torch.random.fork_rng(devices=[]):  # the run's own torch RNG stream is left as it was
         for start in range(0, len(problems), MEASURE_CHUNK):
-            chunk = problems[start:start + MEASURE_CHUNK]
+            chunk = problems[start : start + MEASURE_CHUNK]
             rollouts = sampler.generate(chunk, samples, temperature=temperature, seed=seed * 1_000_003 + start)
             correct = score_rollouts(verifier, rollouts, []).correct.float()  # [len(chunk) * samples], grouped
             rates += correct.view(len(chunk), samples).mean(dim=1).tolist()
@@ -62,10 +63,16 @@ def model_identity(directory: Path) -> dict[str, Any]:
 
 def curation_key(cfg: RunConfig, model: dict[str, Any]) -> str:
     sampler = cfg.sampler.model_dump(mode="json", include={"backend", "dtype", "decode", "top_p", "max_new_tokens"})
-    payload = {"v": CURATION_VERSION, "model": model, "template": cfg.model.template_text,
-               "task": cfg.task.model_dump(mode="json"), "pool": cfg.data.pool, "sampler": sampler,
-               "timeout_s": cfg.reward.timeout_s,
-               "curate": cfg.data.curate.model_dump(mode="json", exclude={"name", "keep"}) if cfg.data.curate else None}
+    payload = {
+        "v": CURATION_VERSION,
+        "model": model,
+        "template": cfg.model.template_text,
+        "task": cfg.task.model_dump(mode="json"),
+        "pool": cfg.data.pool,
+        "sampler": sampler,
+        "timeout_s": cfg.reward.timeout_s,
+        "curate": cfg.data.curate.model_dump(mode="json", exclude={"name", "keep"}) if cfg.data.curate else None,
+    }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -85,8 +92,9 @@ def cached_pass_rates(path: Path, prompts: list[str], measure: Callable[[], list
     return rates, False
 
 
-def prepare_prompts(cfg: RunConfig, task: Task, sampler: Sampler, verifier: AnswerVerifier, rng: random.Random,
-                    model_directory: Path) -> tuple[PromptOrder, dict[str, float], dict[str, Any]]:
+def prepare_prompts(
+    cfg: RunConfig, task: Task, sampler: Sampler, verifier: AnswerVerifier, rng: random.Random, model_directory: Path
+) -> tuple[PromptOrder, dict[str, float], dict[str, Any]]:
     """The run's prompt order, its ``data/*`` metrics logged at step 0 and the record kept as ``data.json``
     (pool, pass rates, histogram, what was kept, the curriculum schedule)."""
     data = cfg.data
@@ -99,18 +107,32 @@ def prepare_prompts(cfg: RunConfig, task: Task, sampler: Sampler, verifier: Answ
     if data.curate is not None:
         curate = data.curate
         path = cache_root() / "curation" / f"{curation_key(cfg, model_identity(model_directory))}.json"
-        rates, cached = cached_pass_rates(path, [p.prompt for p in pool], lambda: measure_pass_rates(
-            pool, sampler, verifier, samples=curate.samples, temperature=curate.temperature, seed=curate.seed))
+        rates, cached = cached_pass_rates(
+            path,
+            [p.prompt for p in pool],
+            lambda: measure_pass_rates(
+                pool, sampler, verifier, samples=curate.samples, temperature=curate.temperature, seed=curate.seed
+            ),
+        )
         kept = CURATORS.get(curate.name)(np.asarray(rates), keep=curate.keep)
-        record |= {"pass_rate_histogram": pass_rate_histogram(rates), "kept": int(kept.sum()),
-                   "pass_rates_from_cache": cached,
-                   "prompts": [{"prompt": p.prompt, "pass_rate": r, "kept": bool(k)}
-                               for p, r, k in zip(pool, rates, kept, strict=True)]}
-        metrics |= {"data/kept": float(kept.sum()), "data/kept_frac": float(kept.mean()),
-                    "data/pass_rate_mean": float(np.mean(rates))}
+        record |= {
+            "pass_rate_histogram": pass_rate_histogram(rates),
+            "kept": int(kept.sum()),
+            "pass_rates_from_cache": cached,
+            "prompts": [
+                {"prompt": p.prompt, "pass_rate": r, "kept": bool(k)} for p, r, k in zip(pool, rates, kept, strict=True)
+            ],
+        }
+        metrics |= {
+            "data/kept": float(kept.sum()),
+            "data/kept_frac": float(kept.mean()),
+            "data/pass_rate_mean": float(np.mean(rates)),
+        }
         if not kept.any():
-            raise ValueError(f"data.curate.keep={list(curate.keep)} keeps none of the {len(pool)} prompts "
-                             f"(pass-rate histogram by decile: {record['pass_rate_histogram']})")
+            raise ValueError(
+                f"data.curate.keep={list(curate.keep)} keeps none of the {len(pool)} prompts "
+                f"(pass-rate histogram by decile: {record['pass_rate_histogram']})"
+            )
         pool = [p for p, k in zip(pool, kept, strict=True) if k]
         rates = [r for r, k in zip(rates, kept, strict=True) if k]
     order = PromptOrder(task, rng, order=data.order, pool=pool, pass_rates=rates)
@@ -122,7 +144,11 @@ def prepare_prompts(cfg: RunConfig, task: Task, sampler: Sampler, verifier: Answ
         order.pool = [pool[i] for i in ranked]
         order.pass_rates = None if rates is None else [rates[i] for i in ranked]
         order.stages = curriculum_stages([keys[i] for i in ranked], schedule.stages, cfg.rollout.steps)
-        record["curriculum"] = {"by": schedule.by, "stages": [
-            {"steps": [s.first_step, s.last_step], "prompts": s.stop - s.start, schedule.by: list(s.key_range)}
-            for s in order.stages]}
+        record["curriculum"] = {
+            "by": schedule.by,
+            "stages": [
+                {"steps": [s.first_step, s.last_step], "prompts": s.stop - s.start, schedule.by: list(s.key_range)}
+                for s in order.stages
+            ],
+        }
     return order, metrics, record

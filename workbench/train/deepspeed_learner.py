@@ -38,8 +38,16 @@ MISSING = (
     "(pip install 'rl-workbench[gpu]') on GPUs, or `make engines` (the `cpu-engines` extra) on a CPU"
 )
 # Keys the learner relies on: a user's deepspeed_config may not change them.
-OWNED_KEYS = ("optimizer", "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
-              "managed_gradient_accumulation", "gradient_clipping", "bf16", "fp16")
+OWNED_KEYS = (
+    "optimizer",
+    "train_batch_size",
+    "train_micro_batch_size_per_gpu",
+    "gradient_accumulation_steps",
+    "managed_gradient_accumulation",
+    "gradient_clipping",
+    "bf16",
+    "fp16",
+)
 CHECKPOINT_TAG = "deepspeed"  # engine.save_checkpoint(dir, tag) writes dir/<tag>/
 
 
@@ -56,8 +64,10 @@ def single_process_defaults(device: str) -> None:
     ``DS_ACCELERATOR=cpu`` on a machine with no GPU it may pick an accelerator it cannot use.
     """
     if device not in ("auto", "cpu", "cuda", "cuda:0"):
-        raise ValueError(f"learner.device={device!r} with learner.backend=deepspeed: DeepSpeed places the model on "
-                         "its accelerator's device number LOCAL_RANK; choose the GPU with CUDA_VISIBLE_DEVICES instead")
+        raise ValueError(
+            f"learner.device={device!r} with learner.backend=deepspeed: DeepSpeed places the model on "
+            "its accelerator's device number LOCAL_RANK; choose the GPU with CUDA_VISIBLE_DEVICES instead"
+        )
     defaults = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1"}
     for key, value in defaults.items():
         os.environ.setdefault(key, value)
@@ -73,8 +83,10 @@ def deepspeed_config(cfg: LearnerConfig) -> dict[str, Any]:
     if "stage" in cfg.deepspeed_config.get("zero_optimization", {}):
         clash.append("zero_optimization.stage")
     if clash:
-        raise ValueError(f"learner.deepspeed_config may not set {clash}: use the learner.* fields "
-                         "(lr, betas, weight_decay, grad_clip, dtype, micro_batch_size, zero_stage)")
+        raise ValueError(
+            f"learner.deepspeed_config may not set {clash}: use the learner.* fields "
+            "(lr, betas, weight_decay, grad_clip, dtype, micro_batch_size, zero_stage)"
+        )
     generated = {
         # Workbench feeds the engine itself (no DeepSpeed dataloader): the batch sizes are nominal.
         "train_micro_batch_size_per_gpu": 1,
@@ -82,8 +94,10 @@ def deepspeed_config(cfg: LearnerConfig) -> dict[str, Any]:
         # step() is the accumulation boundary: the number of micro-batches per step may vary.
         "managed_gradient_accumulation": False,
         "gradient_clipping": cfg.grad_clip,
-        "optimizer": {"type": "AdamW", "params": {"lr": cfg.lr, "betas": list(cfg.betas), "eps": 1e-8,
-                                                  "weight_decay": cfg.weight_decay}},
+        "optimizer": {
+            "type": "AdamW",
+            "params": {"lr": cfg.lr, "betas": list(cfg.betas), "eps": 1e-8, "weight_decay": cfg.weight_decay},
+        },
         "zero_optimization": {"stage": cfg.zero_stage},
         "bf16": {"enabled": cfg.dtype == "bfloat16"},
         "fp16": {"enabled": cfg.dtype == "float16", "auto_cast": False},
@@ -110,8 +124,10 @@ class DeepSpeedLearner(LearnerBase):
         from deepspeed.accelerator import get_accelerator
 
         if cfg.dtype == "float16" and not get_accelerator().is_fp16_supported():
-            raise ValueError(f"learner.dtype=float16: DeepSpeed's {get_accelerator().device_name()} accelerator has "
-                             "no fp16 training; use bfloat16 or float32 (fp16 needs a GPU)")
+            raise ValueError(
+                f"learner.dtype=float16: DeepSpeed's {get_accelerator().device_name()} accelerator has "
+                "no fp16 training; use bfloat16 or float32 (fp16 needs a GPU)"
+            )
         self.cfg = cfg
         self._deepspeed = deepspeed
         self._module_type, self._module_config = type(model), getattr(model, "config", None)
@@ -131,8 +147,9 @@ class DeepSpeedLearner(LearnerBase):
     def zero3(self) -> bool:
         return self.cfg.zero_stage == 3
 
-    def logprobs(self, rollouts: Rollouts, rows: torch.Tensor | slice, temperature: float,
-                 with_entropy: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def logprobs(
+        self, rollouts: Rollouts, rows: torch.Tensor | slice, temperature: float, with_entropy: bool = True
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         return sequence_logprobs(self.engine, rollouts, rows, temperature, with_entropy)
 
     def backward(self, loss: torch.Tensor) -> None:
@@ -159,8 +176,11 @@ class DeepSpeedLearner(LearnerBase):
     @contextlib.contextmanager
     def gathered_model(self) -> Iterator[torch.nn.Module]:
         """The module with its full weights inside the block (ZeRO-3 gathers them, then re-partitions)."""
-        gather = (self._deepspeed.zero.GatheredParameters(list(self.model.parameters()), modifier_rank=None)
-                  if self.zero3 else contextlib.nullcontext())
+        gather = (
+            self._deepspeed.zero.GatheredParameters(list(self.model.parameters()), modifier_rank=None)
+            if self.zero3
+            else contextlib.nullcontext()
+        )
         with gather:
             yield self.model
 
@@ -183,11 +203,13 @@ class DeepSpeedLearner(LearnerBase):
     def save_checkpoint(self, directory: Path) -> None:
         """Weights, optimizer state and the engine's counters, via ``engine.save_checkpoint``."""
         # LoRA: the frozen base is left out (rebuilt, identical, from the model cache)
-        self.engine.save_checkpoint(str(directory), tag=CHECKPOINT_TAG, save_latest=False,
-                                    exclude_frozen_parameters=self.adapters is not None)
+        self.engine.save_checkpoint(
+            str(directory), tag=CHECKPOINT_TAG, save_latest=False, exclude_frozen_parameters=self.adapters is not None
+        )
 
     def load_checkpoint(self, directory: Path) -> None:
-        path, _ = self.engine.load_checkpoint(str(directory), tag=CHECKPOINT_TAG,
-                                              load_module_strict=self.adapters is None)
+        path, _ = self.engine.load_checkpoint(
+            str(directory), tag=CHECKPOINT_TAG, load_module_strict=self.adapters is None
+        )
         if path is None:
             raise FileNotFoundError(f"no DeepSpeed checkpoint under {Path(directory) / CHECKPOINT_TAG}")

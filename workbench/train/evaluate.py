@@ -72,18 +72,26 @@ class ProblemResults:
         """The rows of eval steps ``< steps_done``: what a run resumed at ``steps_done`` keeps (the
         eval at ``steps_done`` runs again after the resume, so its rows must not be there twice)."""
         keep = [i for i, s in enumerate(self.step) if s < steps_done]
-        return ProblemResults(**{n: [getattr(self, n)[i] for i in keep if i < len(getattr(self, n))]
-                                 for n in self.columns})
+        return ProblemResults(
+            **{n: [getattr(self, n)[i] for i in keep if i < len(getattr(self, n))] for n in self.columns}
+        )
 
     def to_csv_gz(self) -> bytes:
         """The ``eval/problems.csv.gz`` artifact (:mod:`workbench.tracking.artifacts`)."""
         return encode_problem_rows(vars(self))
 
 
-def evaluate(sampler, verifier, problems: list[Problem], roll: RolloutConfig, *, seed: int, step: int,
-             reflection_words: tuple[str, ...] = (),
-             on_scored: Callable[[ScoredRollouts, list[str], int], None] | None = None,
-             ) -> tuple[dict[str, float], list[dict], ProblemResults]:
+def evaluate(
+    sampler,
+    verifier,
+    problems: list[Problem],
+    roll: RolloutConfig,
+    *,
+    seed: int,
+    step: int,
+    reflection_words: tuple[str, ...] = (),
+    on_scored: Callable[[ScoredRollouts, list[str], int], None] | None = None,
+) -> tuple[dict[str, float], list[dict], ProblemResults]:
     """Score ``problems`` with ``roll.eval_samples`` answers each: the step's metrics, up to
     ``roll.log_samples`` completions to show (first answers), and every problem's result. With
     ``reflection_words``, also ``eval/reflection_rate*`` over the first answers.
@@ -106,10 +114,15 @@ def evaluate(sampler, verifier, problems: list[Problem], roll: RolloutConfig, *,
         first_texts += rollouts.texts[::n_samples]
         correct += float(ok.float().sum())
         lengths += float(rollouts.lengths[first].sum())
-        rows.extend(ProblemResults(step=[step] * len(chunk), problem_id=ids[start : start + len(chunk)],
-                                   correct=[int(c) for c in ok.tolist()],
-                                   length=[int(n) for n in rollouts.lengths[first].tolist()],
-                                   truncated=[int(t) for t in rollouts.truncated[first].tolist()]))
+        rows.extend(
+            ProblemResults(
+                step=[step] * len(chunk),
+                problem_id=ids[start : start + len(chunk)],
+                correct=[int(c) for c in ok.tolist()],
+                length=[int(n) for n in rollouts.lengths[first].tolist()],
+                truncated=[int(t) for t in rollouts.truncated[first].tolist()],
+            )
+        )
         if n_samples > 1:
             chunk_counts = [int(c) for c in scored.correct.view(len(chunk), n_samples).sum(dim=1).tolist()]
             counts += chunk_counts
@@ -118,12 +131,18 @@ def evaluate(sampler, verifier, problems: list[Problem], roll: RolloutConfig, *,
         room = roll.log_samples - len(samples)
         for i in range(min(room, len(chunk))):
             j = i * n_samples
-            samples.append({
-                "step": step, "prompt": chunk[i].prompt, "completion": rollouts.texts[j],
-                "answer": chunk[i].answer, "reward": float(scored.rewards[j]),
-                "correct": bool(scored.correct[j]), "length": int(rollouts.lengths[j]),
-                "truncated": bool(rollouts.truncated[j]),
-            })
+            samples.append(
+                {
+                    "step": step,
+                    "prompt": chunk[i].prompt,
+                    "completion": rollouts.texts[j],
+                    "answer": chunk[i].answer,
+                    "reward": float(scored.rewards[j]),
+                    "correct": bool(scored.correct[j]),
+                    "length": int(rollouts.lengths[j]),
+                    "truncated": bool(rollouts.truncated[j]),
+                }
+            )
     n = len(problems)
     metrics = {EVAL_ACCURACY: correct / n, EVAL_LENGTH_MEAN: lengths / n, EVAL_N_PROBLEMS: float(n)}
     if n_samples > 1:

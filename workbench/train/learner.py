@@ -107,12 +107,15 @@ class TorchLearner(LearnerBase):
         self.adapters = None if cfg.lora is None else Adapters(self.model, cfg.lora)
         self.optimizer = torch.optim.AdamW(
             self.model.parameters() if self.adapters is None else self.adapters.parameters(),
-            lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay
+            lr=cfg.lr,
+            betas=cfg.betas,
+            weight_decay=cfg.weight_decay,
         )
         self.optimizer.zero_grad(set_to_none=True)
 
-    def logprobs(self, rollouts: Rollouts, rows: torch.Tensor | slice, temperature: float,
-                 with_entropy: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def logprobs(
+        self, rollouts: Rollouts, rows: torch.Tensor | slice, temperature: float, with_entropy: bool = True
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         forward = lean_sequence_logprobs if self.cfg.forward == "lean" else sequence_logprobs  # full: the reference
         return forward(self.model, rollouts, rows, temperature, with_entropy)
 
@@ -134,8 +137,9 @@ class TorchLearner(LearnerBase):
     def save_checkpoint(self, directory: Path) -> None:
         """Weights and optimizer state (AdamW moments and step counts) into ``directory``. LoRA: the adapters
         instead of the weights (the frozen base is rebuilt from the model cache, bit for bit)."""
-        weights = ({"model": self.model.state_dict()} if self.adapters is None
-                   else {"adapters": self.adapters.state_dict()})
+        weights = (
+            {"model": self.model.state_dict()} if self.adapters is None else {"adapters": self.adapters.state_dict()}
+        )
         torch.save(weights | {"optimizer": self.optimizer.state_dict()}, Path(directory) / self.CHECKPOINT_FILE)
 
     def load_checkpoint(self, directory: Path) -> None:

@@ -22,9 +22,15 @@ class LearnerBase(Learner):
 
     adapters: Adapters | None = None  # LoRA (workbench.train.lora); None: full fine-tuning
 
-    def update(self, batch: TrainBatch | PendingBatch, algo: AlgorithmConfig, temperature: float,
-               generator: torch.Generator, section: Section = no_section,
-               observe_old_logp: OldLogprobObserver | None = None) -> dict[str, float]:
+    def update(
+        self,
+        batch: TrainBatch | PendingBatch,
+        algo: AlgorithmConfig,
+        temperature: float,
+        generator: torch.Generator,
+        section: Section = no_section,
+        observe_old_logp: OldLogprobObserver | None = None,
+    ) -> dict[str, float]:
         """One policy update on ``batch``; returns its learner-side metrics."""
         return policy_update(self, batch, algo, temperature, generator, section, observe_old_logp)
 

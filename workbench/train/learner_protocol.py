@@ -58,16 +58,23 @@ class Learner(Protocol):
     device: torch.device
     adapters: Adapters | None
 
-    def logprobs(self, rollouts: Rollouts, rows: torch.Tensor | slice, temperature: float,
-                 with_entropy: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]: ...
+    def logprobs(
+        self, rollouts: Rollouts, rows: torch.Tensor | slice, temperature: float, with_entropy: bool = True
+    ) -> tuple[torch.Tensor, torch.Tensor | None]: ...
 
     def backward(self, loss: torch.Tensor) -> None: ...
 
     def step(self) -> float: ...
 
-    def update(self, batch: TrainBatch | PendingBatch, algo: AlgorithmConfig, temperature: float,
-               generator: torch.Generator, section: Section = no_section,
-               observe_old_logp: OldLogprobObserver | None = None) -> dict[str, float]: ...
+    def update(
+        self,
+        batch: TrainBatch | PendingBatch,
+        algo: AlgorithmConfig,
+        temperature: float,
+        generator: torch.Generator,
+        section: Section = no_section,
+        observe_old_logp: OldLogprobObserver | None = None,
+    ) -> dict[str, float]: ...
 
     def gathered_model(self) -> AbstractContextManager[torch.nn.Module]: ...
 

@@ -45,8 +45,9 @@ class TokenLogprob(torch.autograd.Function):
         return dz, None
 
 
-def token_logprobs(pieces: list[torch.Tensor], completion: torch.Tensor, temperature: float,
-                   with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+def token_logprobs(
+    pieces: list[torch.Tensor], completion: torch.Tensor, temperature: float, with_entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log p [b, t] of ``completion`` [b, t] under logits given as ``pieces`` ([b, k_i, V] each, consecutive
     positions, Σ k_i = t), and the entropy [b, t] of the sampling distribution (logits / temperature).
 
@@ -80,24 +81,30 @@ def on_model_device(model, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
     return tuple(t.to(device) for t in tensors)
 
 
-def sequence_logprobs(model, rollouts: Rollouts, rows: torch.Tensor | slice, temperature: float,
-                      with_entropy: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
+def sequence_logprobs(
+    model, rollouts: Rollouts, rows: torch.Tensor | slice, temperature: float, with_entropy: bool = True
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Teacher-forced logp [b, T] of the sampled tokens and entropy [b, T] of the sampling distribution."""
     input_ids, attention, completion = on_model_device(
-        model, rollouts.input_ids[rows], rollouts.attention_mask[rows], rollouts.completion_ids[rows])  # [b, P+T] x2, [b, T]
+        model, rollouts.input_ids[rows], rollouts.attention_mask[rows], rollouts.completion_ids[rows]
+    )  # [b, P+T] x2, [b, T]
     # Left padding: positions count real tokens only, exactly as generate() numbered them.
     positions = (attention.cumsum(dim=1) - 1).clamp(min=0)
     p = rollouts.prompt_ids.shape[1]
     logits = model(input_ids=input_ids, attention_mask=attention, position_ids=positions).logits
-    return token_logprobs([logits[:, p - 1 : -1]], completion, temperature, with_entropy)  # predicts each response token
+    return token_logprobs(
+        [logits[:, p - 1 : -1]], completion, temperature, with_entropy
+    )  # predicts each response token
 
 
-def lean_sequence_logprobs(model, rollouts: Rollouts, rows: torch.Tensor | slice, temperature: float,
-                           with_entropy: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
+def lean_sequence_logprobs(
+    model, rollouts: Rollouts, rows: torch.Tensor | slice, temperature: float, with_entropy: bool = True
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``sequence_logprobs`` without recomputing shared prompts or padding: same shapes, same values
     to float tolerance. Entries past a row's response (and past the micro-batch's longest) are 0."""
     prompt_ids, prompt_mask, completion, mask = on_model_device(  # [b, P] x2, [b, T] x2
-        model, rollouts.prompt_ids[rows], rollouts.prompt_mask[rows], rollouts.completion_ids[rows], rollouts.mask[rows])
+        model, rollouts.prompt_ids[rows], rollouts.prompt_mask[rows], rollouts.completion_ids[rows], rollouts.mask[rows]
+    )
     b, full_t = completion.shape
     # Drop columns that are padding in every row: left of the longest prompt, right of the longest response.
     first = int(prompt_mask.any(dim=0).int().argmax())  # the first column some row's prompt reaches
@@ -109,20 +116,31 @@ def lean_sequence_logprobs(model, rollouts: Rollouts, rows: torch.Tensor | slice
     positions = (attention.cumsum(dim=1) - 1).clamp(min=0)  # as sequence_logprobs numbers them
 
     # Each distinct prompt once; ``owner[i]`` is row i's prompt.
-    distinct, owner = torch.unique(torch.cat([prompt_ids, prompt_mask.to(prompt_ids.dtype)], dim=1), dim=0,
-                                   return_inverse=True)
+    distinct, owner = torch.unique(
+        torch.cat([prompt_ids, prompt_mask.to(prompt_ids.dtype)], dim=1), dim=0, return_inverse=True
+    )
     cache = DynamicCache(config=model.config)
     distinct_mask = distinct[:, p:]
-    head = model(input_ids=distinct[:, :p], attention_mask=distinct_mask,
-                 position_ids=(distinct_mask.cumsum(dim=1) - 1).clamp(min=0), **cache_kwargs(model, cache), use_cache=True,
-                 logits_to_keep=1).logits[owner]  # [b, 1, V] predicts the first response token
+    head = model(
+        input_ids=distinct[:, :p],
+        attention_mask=distinct_mask,
+        position_ids=(distinct_mask.cumsum(dim=1) - 1).clamp(min=0),
+        **cache_kwargs(model, cache),
+        use_cache=True,
+        logits_to_keep=1,
+    ).logits[owner]  # [b, 1, V] predicts the first response token
     pieces = [head]
     if t > 1:  # the response's own positions predict the tokens after them
         shared = DynamicCache(config=model.config)
         for index, layer in enumerate(cache.layers):
             shared.update(layer.keys[owner], layer.values[owner], index)
-        tail = model(input_ids=completion[:, :-1], attention_mask=attention[:, :-1],
-                     position_ids=positions[:, p:-1], **cache_kwargs(model, shared), use_cache=True).logits
+        tail = model(
+            input_ids=completion[:, :-1],
+            attention_mask=attention[:, :-1],
+            position_ids=positions[:, p:-1],
+            **cache_kwargs(model, shared),
+            use_cache=True,
+        ).logits
         pieces.append(tail)  # [b, t-1, V]
     logp, entropy = token_logprobs(pieces, completion, temperature, with_entropy)  # [b, t]
     if t < full_t:  # back to the batch's width: the dropped columns are outside every response

@@ -54,11 +54,15 @@ class TrainResult:
         return self.stop is not None
 
 
-def train(cfg: RunConfig, sink: StepSink, monitor: HealthMonitor,
-          on_step: Callable[[int, dict[str, float]], StopReason | None] | None = None,
-          checkpoints: RunCheckpoints | None = None,
-          on_eval: Callable[[int, ProblemResults], None] | None = None,
-          rollout_log: Callable[[RunParts], RolloutRecorder] | None = None) -> TrainResult:
+def train(
+    cfg: RunConfig,
+    sink: StepSink,
+    monitor: HealthMonitor,
+    on_step: Callable[[int, dict[str, float]], StopReason | None] | None = None,
+    checkpoints: RunCheckpoints | None = None,
+    on_eval: Callable[[int, ProblemResults], None] | None = None,
+    rollout_log: Callable[[RunParts], RolloutRecorder] | None = None,
+) -> TrainResult:
     """Train ``cfg``, logging every step to ``sink``. ``on_step(step, metrics)`` runs after each step
     is logged; a ``StopReason`` it returns ends the run there, as a failing health rule does.
     ``on_eval(step, problems)`` receives each eval's per-problem results (in eval-set order) before
@@ -69,16 +73,25 @@ def train(cfg: RunConfig, sink: StepSink, monitor: HealthMonitor,
     with open_run_parts(cfg, monitor) as parts:
         parts.rollout_log = None if rollout_log is None else rollout_log(parts)
         log = parts.rollout_log
-        result, history = TrainResult(steps_done=0, data_record=parts.data_record), []  # history: every step's logged metrics, kept in checkpoints
+        result, history = (
+            TrainResult(steps_done=0, data_record=parts.data_record),
+            [],
+        )  # history: every step's logged metrics, kept in checkpoints
         if checkpoints is not None and checkpoints.latest_step() is not None:  # an earlier attempt failed: resume
             result, history = resume(checkpoints, parts, sink)
         for step in range(result.steps_done, roll.steps + 1):
             metrics: dict[str, float] = dict(parts.start_metrics) if step == 0 else {}
             if step % roll.eval_every == 0 or step == roll.steps:  # before this step's update
                 eval_metrics, samples, problems = evaluate(
-                    parts.sampler, parts.verifier, parts.eval_set, roll, seed=cfg.seed, step=step,
+                    parts.sampler,
+                    parts.verifier,
+                    parts.eval_set,
+                    roll,
+                    seed=cfg.seed,
+                    step=step,
                     reflection_words=parts.reflection_words,
-                    on_scored=None if log is None else eval_recorder(log, step))
+                    on_scored=None if log is None else eval_recorder(log, step),
+                )
                 metrics |= eval_metrics
                 result.eval_history.append((step, eval_metrics[EVAL_ACCURACY]))
                 result.samples += samples
@@ -103,8 +116,11 @@ def train(cfg: RunConfig, sink: StepSink, monitor: HealthMonitor,
                     rng = random.Random()
                     rng.setstate(rng_state)
                     pipeline = {"versions": versions}
-                checkpoints.save(parts.learner, capture(step + 1, rng, parts.generator, history, result.samples,
-                                                        result.problems), pipeline=pipeline)
+                checkpoints.save(
+                    parts.learner,
+                    capture(step + 1, rng, parts.generator, history, result.samples, result.problems),
+                    pipeline=pipeline,
+                )
             result.stop = None if on_step is None else on_step(step, metrics)  # e.g. Optuna pruning
             if result.stop is None and monitor.should_stop:
                 result.stop = StopReason(f"health: {monitor.reasons}")
@@ -123,8 +139,9 @@ def eval_recorder(log: RolloutRecorder, step: int) -> Callable:
     return lambda scored, ids, per_problem: log.record_eval(step, scored, ids, per_problem)
 
 
-def resume(checkpoints: RunCheckpoints, parts: RunParts,
-           sink: StepSink) -> tuple[TrainResult, list[tuple[int, dict[str, float]]]]:
+def resume(
+    checkpoints: RunCheckpoints, parts: RunParts, sink: StepSink
+) -> tuple[TrainResult, list[tuple[int, dict[str, float]]]]:
     """Continue from the latest checkpoint: weights, optimizer, RNG states; the earlier steps are replayed
     to the health monitor and the sink, so this run's record is whole. Returns the result so far and
     the logged history."""
@@ -134,13 +151,15 @@ def resume(checkpoints: RunCheckpoints, parts: RunParts,
     if parts.pipeline is not None:  # the snapshots the next steps sample with
         saved = checkpoints.restore_pipeline()
         if saved is None:
-            raise RuntimeError(f"{checkpoints.directory}: a checkpoint of a rollout.staleness run without its "
-                               "pipeline state")
+            raise RuntimeError(
+                f"{checkpoints.directory}: a checkpoint of a rollout.staleness run without its pipeline state"
+            )
         parts.pipeline.restore(state.steps_done, saved)
     # rows of evals that run again from here on are dropped, so no (step, problem) is recorded twice
     problems = ProblemResults(**state.problems).before(state.steps_done) if state.problems else ProblemResults()
-    result = TrainResult(steps_done=state.steps_done, samples=state.samples, problems=problems,
-                         data_record=parts.data_record)
+    result = TrainResult(
+        steps_done=state.steps_done, samples=state.samples, problems=problems, data_record=parts.data_record
+    )
     for step, metrics in state.history:
         parts.monitor.observe(step, metrics)
         sink.log_metrics(metrics, step)

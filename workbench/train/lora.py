@@ -37,8 +37,9 @@ from workbench.rollout.weights import lora_layers
 def peft_config(cfg: LoraConfig):
     from peft import LoraConfig as PeftLoraConfig  # deferred: peft imports in ~2 s, and only LoRA runs need it
 
-    return PeftLoraConfig(r=cfg.rank, lora_alpha=cfg.alpha, lora_dropout=cfg.dropout,
-                          target_modules=cfg.target_modules, bias="none")
+    return PeftLoraConfig(
+        r=cfg.rank, lora_alpha=cfg.alpha, lora_dropout=cfg.dropout, target_modules=cfg.target_modules, bias="none"
+    )
 
 
 class Adapters:
@@ -82,9 +83,11 @@ class Adapters:
         layer, ``sqrt(Σ_layers ‖(alpha/r)·B A‖_F²)``, the adapted policy's distance from the base (0 at step 0,
         since B starts at 0). Each ‖BA‖_F² is computed as ``Σ (BᵀB) ⊙ (A Aᵀ)`` (r × r: ``tr(AᵀBᵀBA) =
         tr(BᵀB·AAᵀ)``), never forming the d_out × d_in product."""
-        return {LORA_TRAINABLE_PARAMS: float(self.trainable_params),
-                LORA_TRAINABLE_FRAC: self.trainable_params / self.total_params,
-                LORA_UPDATE_NORM: update_norm(self.layers())}
+        return {
+            LORA_TRAINABLE_PARAMS: float(self.trainable_params),
+            LORA_TRAINABLE_FRAC: self.trainable_params / self.total_params,
+            LORA_UPDATE_NORM: update_norm(self.layers()),
+        }
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """The adapters' tensors (peft's names without the adapter name), copies on the CPU."""
@@ -98,16 +101,21 @@ class Adapters:
         result = set_peft_model_state_dict(self.peft, state)
         missing = [k for k in result.missing_keys if ".lora_" in k]
         if result.unexpected_keys or missing:
-            raise ValueError(f"adapter checkpoint does not fit this policy: missing {missing[:3]}, "
-                             f"unexpected {list(result.unexpected_keys)[:3]}")
+            raise ValueError(
+                f"adapter checkpoint does not fit this policy: missing {missing[:3]}, "
+                f"unexpected {list(result.unexpected_keys)[:3]}"
+            )
 
     def files(self) -> dict[str, bytes]:
         """``save_pretrained``'s adapter directory as ``{file name: bytes}`` (``adapter_config.json``,
         ``adapter_model.safetensors``; peft's generated README left out)."""
         with tempfile.TemporaryDirectory() as tmp:
             self.peft.save_pretrained(tmp)
-            return {path.name: path.read_bytes() for path in sorted(Path(tmp).iterdir())
-                    if path.is_file() and path.name != "README.md"}
+            return {
+                path.name: path.read_bytes()
+                for path in sorted(Path(tmp).iterdir())
+                if path.is_file() and path.name != "README.md"
+            }
 
 
 def update_norm(layers: dict[str, torch.nn.Module]) -> float:
@@ -131,5 +139,7 @@ def check_rank(layers: dict[str, torch.nn.Module], rank: int) -> None:
         base = layer.get_base_layer()
         limit = min(getattr(base, "in_features", rank), getattr(base, "out_features", rank))
         if rank > limit:
-            raise ValueError(f"learner.lora.rank={rank} is above the smallest dimension ({limit}) of the adapted "
-                             f"layer {name}: choose rank <= {limit} or leave that module out of target_modules")
+            raise ValueError(
+                f"learner.lora.rank={rank} is above the smallest dimension ({limit}) of the adapted "
+                f"layer {name}: choose rank <= {limit} or leave that module out of target_modules"
+            )

@@ -100,8 +100,18 @@ class StalePipeline:
     """The sampler thread and the queues between it and the learner. ``sampler`` must own weights of its own
     (``HFSampler`` over ``plain_copy`` of the learner's model): its thread loads each request's snapshot."""
 
-    def __init__(self, sampler, *, staleness: int, steps: int, group_size: int, temperature: float,
-                 run_seed: int, lock: threading.Lock, threads: int) -> None:
+    def __init__(
+        self,
+        sampler,
+        *,
+        staleness: int,
+        steps: int,
+        group_size: int,
+        temperature: float,
+        run_seed: int,
+        lock: threading.Lock,
+        threads: int,
+    ) -> None:
         if staleness < 1:
             raise ValueError(f"a pipeline needs staleness >= 1, got {staleness}")
         self.sampler, self.k, self.steps = sampler, staleness, steps
@@ -185,8 +195,9 @@ class StalePipeline:
                     loaded = request.version
                 start = time.perf_counter()
                 with self.lock:
-                    rollouts = self.sampler.generate(request.problems, self.group_size,
-                                                     temperature=self.temperature, seed=request.seed)
+                    rollouts = self.sampler.generate(
+                        request.problems, self.group_size, temperature=self.temperature, seed=request.seed
+                    )
                 sampled = Sampled(request.step, request.version, rollouts, time.perf_counter() - start)
                 with self.ready:
                     self.done[request.step] = sampled

@@ -6,11 +6,15 @@ from __future__ import annotations
 
 import os
 
-ZERO3 = ("learner.zero_stage=3 with WORLD_SIZE={world}: under ZeRO-3 every forward is a collective (rank 0's "
-         "sampling, reference and eval forwards too), which the rank-0-drives design cannot mirror; use "
-         "zero_stage 0-2 with several processes, or one process (docs/engines.md, 'DeepSpeed learner')")
-NOT_DEEPSPEED = ("learner.backend={backend} with WORLD_SIZE={world}: only learner.backend=deepspeed runs on "
-                 "several processes; launch one process for the torch learner")
+ZERO3 = (
+    "learner.zero_stage=3 with WORLD_SIZE={world}: under ZeRO-3 every forward is a collective (rank 0's "
+    "sampling, reference and eval forwards too), which the rank-0-drives design cannot mirror; use "
+    "zero_stage 0-2 with several processes, or one process (docs/engines.md, 'DeepSpeed learner')"
+)
+NOT_DEEPSPEED = (
+    "learner.backend={backend} with WORLD_SIZE={world}: only learner.backend=deepspeed runs on "
+    "several processes; launch one process for the torch learner"
+)
 
 
 def world_size() -> int:

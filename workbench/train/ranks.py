@@ -71,13 +71,26 @@ def receive() -> tuple:
 class MultiRankLeader(LearnerWrapper):
     """Rank 0's learner: each collective call is first sent to the followers, which repeat it."""
 
-    def update(self, batch: TrainBatch | PendingBatch, algo: AlgorithmConfig, temperature: float,
-               generator: torch.Generator, section: Section = no_section,
-               observe_old_logp: OldLogprobObserver | None = None) -> dict[str, float]:
+    def update(
+        self,
+        batch: TrainBatch | PendingBatch,
+        algo: AlgorithmConfig,
+        temperature: float,
+        generator: torch.Generator,
+        section: Section = no_section,
+        observe_old_logp: OldLogprobObserver | None = None,
+    ) -> dict[str, float]:
         """Followers update on the same inputs (sent before anything is consumed, the RNG state included)."""
         batch = batch.ready()  # followers get the whole batch: rewards scored, advantages computed
-        send("update", {"batch": batch.to("cpu"), "algo": algo,  # CUDA tensors would land on rank 0's GPU
-                        "temperature": temperature, "generator_state": generator.get_state()})
+        send(
+            "update",
+            {
+                "batch": batch.to("cpu"),
+                "algo": algo,  # CUDA tensors would land on rank 0's GPU
+                "temperature": temperature,
+                "generator_state": generator.get_state(),
+            },
+        )
         return self.inner.update(batch, algo, temperature, generator, section, observe_old_logp)  # rank 0 only
 
     def save_checkpoint(self, directory: Path) -> None:

@@ -124,43 +124,73 @@ def open_run_parts(cfg: RunConfig, monitor: HealthMonitor) -> Iterator[RunParts]
     with learner.gathered_model() as full:  # a vLLM engine copies the weights: ZeRO-3 must gather them first
         sampler = build_sampler(cfg, full, tokenizer, prompt_format)
         # rollout.staleness >= 1: a second sampler with weights of its own, on its own thread
-        stale_sampler = (build_sampler(cfg, plain_copy(full), tokenizer, prompt_format)
-                         if cfg.rollout.staleness else None)
+        stale_sampler = (
+            build_sampler(cfg, plain_copy(full), tokenizer, prompt_format) if cfg.rollout.staleness else None
+        )
     rng_lock = threading.Lock()
     if stale_sampler is not None:  # evals and pipelined batches both seed the global torch RNG: one at a time
         sampler = LockedSampler(sampler, rng_lock)
     reference = reference_policy(learner) if cfg.algorithm.kl_coef > 0 else None  # no KL, no copy (LoRA: none at all)
     with ExitStack() as stack:
-        verifier = stack.enter_context(AnswerVerifier(timeout_s=cfg.reward.timeout_s, workers=cfg.reward.workers,
-                                                      scorer=ANSWER_SCORERS[cfg.task.answer_format]))
+        verifier = stack.enter_context(
+            AnswerVerifier(
+                timeout_s=cfg.reward.timeout_s,
+                workers=cfg.reward.workers,
+                scorer=ANSWER_SCORERS[cfg.task.answer_format],
+            )
+        )
         stack.enter_context(closing(sampler))
         stack.enter_context(closing(learner))
         # Closed first: a scoring still running (the run failed mid-step) ends before its verifier stops.
-        scoring = (stack.enter_context(ThreadPoolExecutor(1, thread_name_prefix="workbench-scoring"))
-                   if overlaps_scoring(cfg) else None)
+        scoring = (
+            stack.enter_context(ThreadPoolExecutor(1, thread_name_prefix="workbench-scoring"))
+            if overlaps_scoring(cfg)
+            else None
+        )
         # on the initial policy, before any update: curation measures the model RL starts from
         prompts, data_metrics, data_record = prepare_prompts(cfg, task, sampler, verifier, rng, directory)
         pipeline = None
         if stale_sampler is not None:
             pipeline = stack.enter_context(open_pipeline(cfg, stale_sampler, learner, rng_lock))
-        yield RunParts(pipeline=pipeline, task=task, eval_set=eval_set, sampler=sampler, verifier=verifier, learner=learner,
-                       reference=reference, shaping=cfg.reward.specs(), monitor=monitor, rng=rng,
-                       prompts=prompts, start_metrics=stage_metrics(directory) | data_metrics,
-                       data_record=data_record, generator=generator, watch=Stopwatch(), scoring=scoring,
-                       prompt_format=prompt_format, control=cfg.reward.control_spec(),
-                       reflection_words=reflection_words(cfg))
+        yield RunParts(
+            pipeline=pipeline,
+            task=task,
+            eval_set=eval_set,
+            sampler=sampler,
+            verifier=verifier,
+            learner=learner,
+            reference=reference,
+            shaping=cfg.reward.specs(),
+            monitor=monitor,
+            rng=rng,
+            prompts=prompts,
+            start_metrics=stage_metrics(directory) | data_metrics,
+            data_record=data_record,
+            generator=generator,
+            watch=Stopwatch(),
+            scoring=scoring,
+            prompt_format=prompt_format,
+            control=cfg.reward.control_spec(),
+            reflection_words=reflection_words(cfg),
+        )
 
 
 @contextmanager
-def open_pipeline(cfg: RunConfig, sampler: Sampler, learner: Learner,
-                  lock: threading.Lock) -> Iterator[StalePipeline]:
+def open_pipeline(cfg: RunConfig, sampler: Sampler, learner: Learner, lock: threading.Lock) -> Iterator[StalePipeline]:
     """The sampler thread of ``rollout.staleness >= 1``, holding the initial policy as version 0. Torch's
     (process-wide) thread count is halved while both sides run, and restored when the pipeline closes."""
     threads = torch.get_num_threads()  # the run's, from the idle CPUs (workbench/execution/threads.py)
     torch.set_num_threads(split_threads(threads))
-    pipeline = StalePipeline(sampler, staleness=cfg.rollout.staleness, steps=cfg.rollout.steps,
-                             group_size=cfg.rollout.group_size, temperature=cfg.sampler.temperature,
-                             run_seed=cfg.seed, lock=lock, threads=split_threads(threads))
+    pipeline = StalePipeline(
+        sampler,
+        staleness=cfg.rollout.staleness,
+        steps=cfg.rollout.steps,
+        group_size=cfg.rollout.group_size,
+        temperature=cfg.sampler.temperature,
+        run_seed=cfg.seed,
+        lock=lock,
+        threads=split_threads(threads),
+    )
     try:
         with learner.gathered_model() as full:
             pipeline.publish(0, full)
@@ -189,8 +219,9 @@ def rl_step(cfg: RunConfig, step: int, parts: RunParts) -> dict[str, float]:
         batch = train_batch(cfg, step, scored, parts)
         with watch("learn"):
             record = look_before_update(cfg, step, batch.rollouts, parts, metrics.get(OFFPOLICY_STALENESS_MAX))
-            metrics |= parts.learner.update(batch, cfg.algorithm, cfg.sampler.temperature, parts.generator,
-                                            section=watch, observe_old_logp=record)
+            metrics |= parts.learner.update(
+                batch, cfg.algorithm, cfg.sampler.temperature, parts.generator, section=watch, observe_old_logp=record
+            )
             with parts.learner.gathered_model() as full:  # ZeRO-3: the sampler needs whole weights
                 parts.sampler.sync_weights(full)
                 if parts.pipeline is not None:  # version step + 1, and the request that samples with it
@@ -206,8 +237,9 @@ def rl_step(cfg: RunConfig, step: int, parts: RunParts) -> dict[str, float]:
     return metrics | perf_metrics(watch.lap(), sampled, batch.ready(), cfg.algorithm.epochs)
 
 
-def look_before_update(cfg: RunConfig, step: int, rollouts, parts: RunParts,
-                       staleness: float | None = None) -> OldLogprobObserver | None:
+def look_before_update(
+    cfg: RunConfig, step: int, rollouts, parts: RunParts, staleness: float | None = None
+) -> OldLogprobObserver | None:
     """At step 0 the gate: the learner re-scores the batch (one no-grad forward, once per run) and the run
     stops if the sampler disagrees beyond the precisions' bound. Every ``health.mismatch_record_every`` steps,
     the mismatch record (histogram, worst tokens): returned as the update's observer of its "old" logprobs,
@@ -219,21 +251,33 @@ def look_before_update(cfg: RunConfig, step: int, rollouts, parts: RunParts,
     if cfg.sampler.temperature == 0 or not (gate or record):
         return None
     if gate:
-        check_step0(parts.learner, rollouts, cfg.sampler.temperature, sampler=cfg.sampler.backend,
-                    sampler_dtype=cfg.sampler.dtype, learner_dtype=cfg.learner.dtype)
+        check_step0(
+            parts.learner,
+            rollouts,
+            cfg.sampler.temperature,
+            sampler=cfg.sampler.backend,
+            sampler_dtype=cfg.sampler.dtype,
+            learner_dtype=cfg.learner.dtype,
+        )
     if not record:
         return None
 
     def observe(old_logp: torch.Tensor) -> None:
         lag = {} if staleness is None else {"staleness": int(staleness)}  # versions behind: part of the mismatch
-        parts.mismatch_records.append({"step": step} | lag | mismatch_record(
-            old_logp.detach().cpu(), rollouts.sampler_logp.cpu(), rollouts.mask.cpu(), rollouts.completion_ids.cpu()))
+        parts.mismatch_records.append(
+            {"step": step}
+            | lag
+            | mismatch_record(
+                old_logp.detach().cpu(), rollouts.sampler_logp.cpu(), rollouts.mask.cpu(), rollouts.completion_ids.cpu()
+            )
+        )
 
     return observe
 
 
-def train_batch(cfg: RunConfig, step: int, scored: ScoredRollouts | PendingScores,
-                parts: RunParts) -> TrainBatch | PendingBatch:
+def train_batch(
+    cfg: RunConfig, step: int, scored: ScoredRollouts | PendingScores, parts: RunParts
+) -> TrainBatch | PendingBatch:
     """The update's input: the kept rollouts on the learner's device, their advantages (KL in the reward
     when asked), the token filters' loss mask and the reference logprobs. While ``scored`` is still being
     scored, a ``PendingBatch``: everything but the advantages now, those when the update asks."""
@@ -254,16 +298,21 @@ def train_batch(cfg: RunConfig, step: int, scored: ScoredRollouts | PendingScore
         if seq_kl is not None:
             rewards = rewards - algo.kl_coef * seq_kl
         with parts.watch("algorithm"):
-            advantages = compute_advantages(algo.estimator, rewards, rollouts.group_ids, mask=rollouts.mask,
-                                            **algo.estimator_params)  # [B]
+            advantages = compute_advantages(
+                algo.estimator, rewards, rollouts.group_ids, mask=rollouts.mask, **algo.estimator_params
+            )  # [B]
         return TrainBatch(step, rollouts, advantages, loss_mask, ref_logp)
 
-    return complete() if isinstance(scored, ScoredRollouts) else PendingBatch(step, rollouts, loss_mask, ref_logp,
-                                                                                 complete)
+    return (
+        complete()
+        if isinstance(scored, ScoredRollouts)
+        else PendingBatch(step, rollouts, loss_mask, ref_logp, complete)
+    )
 
 
-def perf_metrics(seconds: dict[str, float], sampled: ScoredRollouts, batch: TrainBatch,
-                 epochs: int) -> dict[str, float]:
+def perf_metrics(
+    seconds: dict[str, float], sampled: ScoredRollouts, batch: TrainBatch, epochs: int
+) -> dict[str, float]:
     """The step's ``perf/*`` metrics from its stopwatch sections (every sampling and scoring round)."""
     generated = float(sampled.rollouts.lengths.sum())
     learned = float(batch.rollouts.attention_mask.sum()) * epochs
@@ -294,9 +343,9 @@ def timed_scoring(rollouts, parts: RunParts, seed: int) -> ScoredRollouts:
         return score_rollouts(parts.verifier, rollouts, parts.shaping, control=parts.control, seed=seed)
 
 
-def collect_batch(cfg: RunConfig, step: int, parts: RunParts) -> tuple[ScoredRollouts | PendingScores,
-                                                                         ScoredRollouts | PendingScores,
-                                                                         torch.Tensor | None, dict[str, float]]:
+def collect_batch(
+    cfg: RunConfig, step: int, parts: RunParts
+) -> tuple[ScoredRollouts | PendingScores, ScoredRollouts | PendingScores, torch.Tensor | None, dict[str, float]]:
     """Sample and score ``prompts_per_step`` groups; with a batch filter, refill dropped groups.
 
     Returns (everything sampled, the training batch, the batch's rows as indices into everything sampled
@@ -316,8 +365,7 @@ def collect_batch(cfg: RunConfig, step: int, parts: RunParts) -> tuple[ScoredRol
         problems = parts.prompts.draw(step, roll.prompts_per_step)
         seed = pipeline_seed(cfg.seed, step) + round_
         with parts.watch("sample"):
-            rollouts = parts.sampler.generate(problems, roll.group_size, temperature=cfg.sampler.temperature,
-                                              seed=seed)
+            rollouts = parts.sampler.generate(problems, roll.group_size, temperature=cfg.sampler.temperature, seed=seed)
         if parts.scoring is not None:  # no filter: nothing here needs the rewards
             pending = PendingScores(rollouts, parts.scoring.submit(timed_scoring, rollouts, parts, seed))
             return pending, pending, None, {}
@@ -325,8 +373,9 @@ def collect_batch(cfg: RunConfig, step: int, parts: RunParts) -> tuple[ScoredRol
         rounds.append(scored)
         if keep_group is None:
             return scored, scored, None, {}
-        keep = keep_group(filter_input(algo.filter_on, scored.rewards, scored.correct),
-                          rollouts.group_ids)  # [B] bool, whole groups
+        keep = keep_group(
+            filter_input(algo.filter_on, scored.rewards, scored.correct), rollouts.group_ids
+        )  # [B] bool, whole groups
         kept.append(select(scored, keep))
         kept_rows.append(keep.nonzero().squeeze(-1) + offset)  # [K] rows of everything sampled
         offset += len(keep)
@@ -353,9 +402,9 @@ def ask_ahead(cfg: RunConfig, step: int, parts: RunParts) -> None:
     parts.pipeline.ask(step + cfg.rollout.staleness, lambda s: draw(s, cfg.rollout.prompts_per_step), parts.rng)
 
 
-def pipelined_batch(cfg: RunConfig, step: int, parts: RunParts) -> tuple[ScoredRollouts | PendingScores,
-                                                                          ScoredRollouts | PendingScores,
-                                                                          None, dict[str, float]]:
+def pipelined_batch(
+    cfg: RunConfig, step: int, parts: RunParts
+) -> tuple[ScoredRollouts | PendingScores, ScoredRollouts | PendingScores, None, dict[str, float]]:
     """Step ``step``'s batch from the sampler thread (sampled by version ``max(0, step - k)``), scored here as
     ``collect_batch`` scores a batch without a filter; with the ``offpolicy/*`` and wait metrics."""
     assert parts.pipeline is not None
@@ -363,8 +412,12 @@ def pipelined_batch(cfg: RunConfig, step: int, parts: RunParts) -> tuple[ScoredR
     sampled, learner_wait, sampler_wait = parts.pipeline.take(step)
     parts.watch.add("sample", sampled.sample_s)  # timed on the sampler thread
     lag = float(step - sampled.version)
-    metrics = {OFFPOLICY_STALENESS_MEAN: lag, OFFPOLICY_STALENESS_MAX: lag, PERF_LEARNER_WAIT_S: learner_wait,
-               PERF_SAMPLER_WAIT_S: sampler_wait}
+    metrics = {
+        OFFPOLICY_STALENESS_MEAN: lag,
+        OFFPOLICY_STALENESS_MAX: lag,
+        PERF_LEARNER_WAIT_S: learner_wait,
+        PERF_SAMPLER_WAIT_S: sampler_wait,
+    }
     seed = pipeline_seed(cfg.seed, step)
     if parts.scoring is not None:
         pending = PendingScores(sampled.rollouts, parts.scoring.submit(timed_scoring, sampled.rollouts, parts, seed))

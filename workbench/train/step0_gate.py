@@ -72,8 +72,9 @@ def mismatch_bound(depth: int, positions: int, sampler_dtype: str, learner_dtype
 
 
 @torch.no_grad()
-def step0_verdict(learner: Learner, rollouts: Rollouts, temperature: float, *, sampler_dtype: str,
-                  learner_dtype: str) -> GateVerdict:
+def step0_verdict(
+    learner: Learner, rollouts: Rollouts, temperature: float, *, sampler_dtype: str, learner_dtype: str
+) -> GateVerdict:
     """Re-score ``rollouts`` with the learner and compare with the sampler's logprobs."""
     learner_logp, _ = learner.logprobs(rollouts, slice(None), temperature, with_entropy=False)  # [B, T]
     on = rollouts.mask.bool().to(learner_logp.device)
@@ -87,8 +88,9 @@ def step0_verdict(learner: Learner, rollouts: Rollouts, temperature: float, *, s
     return GateVerdict(float(gap.max()), bound, worst)
 
 
-def check_step0(learner: Learner, rollouts: Rollouts, temperature: float, *, sampler: str, sampler_dtype: str,
-                learner_dtype: str) -> GateVerdict:
+def check_step0(
+    learner: Learner, rollouts: Rollouts, temperature: float, *, sampler: str, sampler_dtype: str, learner_dtype: str
+) -> GateVerdict:
     """``step0_verdict``, raising ``MismatchGateError`` with one line when it fails."""
     verdict = step0_verdict(learner, rollouts, temperature, sampler_dtype=sampler_dtype, learner_dtype=learner_dtype)
     if not verdict.passed:
@@ -98,5 +100,6 @@ def check_step0(learner: Learner, rollouts: Rollouts, temperature: float, *, sam
             f"(sequence {seq}, token {pos}) exceeds the {verdict.bound:.3g} that a {sampler} {sampler_dtype} "
             f"sampler and a {learner_dtype} learner explain; check for a leaked generation setting "
             f"(repetition_penalty, top_k in the model's generation_config.json) or weights the sampler never "
-            f"received (health.step0_gate: false skips this check)")
+            f"received (health.step0_gate: false skips this check)"
+        )
     return verdict

@@ -36,31 +36,53 @@ from workbench.metrics.names import (
 from workbench.train.learner_protocol import Learner, OldLogprobObserver, Section, no_section
 
 
-def rows_loss(algo: AlgorithmConfig, batch: TrainBatch, rows: torch.Tensor | slice, logp: torch.Tensor,
-              old_logp: torch.Tensor, is_weights: torch.Tensor | None,
-              share: tuple[float, float] | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+def rows_loss(
+    algo: AlgorithmConfig,
+    batch: TrainBatch,
+    rows: torch.Tensor | slice,
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    is_weights: torch.Tensor | None,
+    share: tuple[float, float] | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
     """(loss, policy metrics) of the sequences ``rows`` (``logp`` is theirs), reduced over them: the policy
     loss plus ``kl_coef ·`` the KL loss when KL is in the loss. ``share`` weights the (policy, KL) parts
     by this micro-batch's share of the minibatch loss (``micro_shares``)."""
     loss_mask = batch.loss_mask[rows]
     policy, policy_metrics = compute_policy_loss(
-        algo.loss, logp, old_logp[rows], batch.advantages[rows], loss_mask,
-        agg_mode=algo.agg_mode, norm_constant=algo.norm_constant,
-        is_weights=None if is_weights is None else is_weights[rows], **algo.loss_kwargs(),
+        algo.loss,
+        logp,
+        old_logp[rows],
+        batch.advantages[rows],
+        loss_mask,
+        agg_mode=algo.agg_mode,
+        norm_constant=algo.norm_constant,
+        is_weights=None if is_weights is None else is_weights[rows],
+        **algo.loss_kwargs(),
     )
     kl = None
     if batch.ref_logp is not None and algo.kl_in == "loss":
-        kl = aggregate_loss(kl_penalty(logp, batch.ref_logp[rows], algo.kl_estimator), loss_mask,
-                            algo.agg_mode, norm_constant=algo.norm_constant)
+        kl = aggregate_loss(
+            kl_penalty(logp, batch.ref_logp[rows], algo.kl_estimator),
+            loss_mask,
+            algo.agg_mode,
+            norm_constant=algo.norm_constant,
+        )
     if share is not None:  # this micro-batch's part of the minibatch loss
         policy = share[0] * policy
         kl = None if kl is None else share[1] * kl
     return (policy if kl is None else policy + algo.kl_coef * kl), policy_metrics
 
 
-def policy_update(learner: Learner, batch: TrainBatch | PendingBatch, algo: AlgorithmConfig, temperature: float,
-                  generator: torch.Generator, section: Section = no_section,
-                  observe_old_logp: OldLogprobObserver | None = None) -> dict[str, float]:
+def policy_update(
+    learner: Learner,
+    batch: TrainBatch | PendingBatch,
+    algo: AlgorithmConfig,
+    temperature: float,
+    generator: torch.Generator,
+    section: Section = no_section,
+    observe_old_logp: OldLogprobObserver | None = None,
+) -> dict[str, float]:
     """Update the learner on ``batch``; returns the step's learner-side metrics.
 
     ``batch.loss_mask`` selects the tokens that carry gradient; ``batch.ref_logp`` adds
@@ -92,8 +114,9 @@ def policy_update(learner: Learner, batch: TrainBatch | PendingBatch, algo: Algo
     is_weights = None
     if algo.correction is not None:
         with section("algorithm"):
-            is_weights, is_metrics = importance_weights(algo.correction, old_logp, rollouts.sampler_logp, mask,
-                                                        cap=algo.correction_cap)
+            is_weights, is_metrics = importance_weights(
+                algo.correction, old_logp, rollouts.sampler_logp, mask, cap=algo.correction_cap
+            )
         metrics |= is_metrics
     batch = batch.ready()  # the loss needs the advantages: here a PendingBatch waits for its rewards
 
@@ -110,8 +133,9 @@ def policy_update(learner: Learner, batch: TrainBatch | PendingBatch, algo: Algo
                     logp, _ = learner.logprobs(rollouts, part, temperature, with_entropy=False)
                 sel = slice(None) if single else part
                 with section("algorithm"):
-                    loss, loss_metrics = rows_loss(algo, batch, sel, logp, old_logp, is_weights,
-                                                   None if shares is None else shares[k])
+                    loss, loss_metrics = rows_loss(
+                        algo, batch, sel, logp, old_logp, is_weights, None if shares is None else shares[k]
+                    )
                 learner.backward(loss)
                 minibatch.add(loss_mask[sel], float(loss.detach()), loss_metrics)
             grad_norm = learner.step()
@@ -127,8 +151,9 @@ def policy_update(learner: Learner, batch: TrainBatch | PendingBatch, algo: Algo
 
 
 @torch.no_grad()
-def no_grad_logprobs(learner: Learner, rollouts: Rollouts, temperature: float,
-                     micro: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+def no_grad_logprobs(
+    learner: Learner, rollouts: Rollouts, temperature: float, micro: int | None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Logprobs and entropy ``[B, T]`` of the whole batch, ``micro`` sequences per forward."""
     n = rollouts.mask.shape[0]
     if micro is None or micro >= n:
@@ -158,9 +183,16 @@ def micro_shares(algo: AlgorithmConfig, loss_mask: torch.Tensor, sizes: list[int
 
     def policy_value(adv: torch.Tensor, mask: torch.Tensor) -> float:
         rows = mask.shape[0]
-        value, _ = compute_policy_loss(algo.loss, minus_one[:rows], minus_one[:rows], adv, mask,
-                                       agg_mode=algo.agg_mode, norm_constant=algo.norm_constant,
-                                       **algo.loss_kwargs())
+        value, _ = compute_policy_loss(
+            algo.loss,
+            minus_one[:rows],
+            minus_one[:rows],
+            adv,
+            mask,
+            agg_mode=algo.agg_mode,
+            norm_constant=algo.norm_constant,
+            **algo.loss_kwargs(),
+        )
         return float(value)
 
     def kl_value(weight: torch.Tensor, mask: torch.Tensor) -> float:
@@ -173,8 +205,10 @@ def micro_shares(algo: AlgorithmConfig, loss_mask: torch.Tensor, sizes: list[int
         inside = torch.zeros(loss_mask.shape[0], dtype=torch.float64)
         inside[lo:hi] = 1.0  # [b] 1 on micro-batch k
         alone = torch.ones(hi - lo, dtype=torch.float64)
-        pairs = ((policy_value(inside, loss_mask), policy_value(alone, loss_mask[lo:hi])),
-                 (kl_value(inside, loss_mask), kl_value(alone, loss_mask[lo:hi])))
+        pairs = (
+            (policy_value(inside, loss_mask), policy_value(alone, loss_mask[lo:hi])),
+            (kl_value(inside, loss_mask), kl_value(alone, loss_mask[lo:hi])),
+        )
         shares.append(tuple(whole / part if part != 0 else 0.0 for whole, part in pairs))
     return shares
 

@@ -39,13 +39,26 @@ class NonFiniteInjection(LearnerWrapper):
         self.at_step = at_step
         self.poisoned = False  # inside the update of step at_step
 
-    def update(self, batch: TrainBatch | PendingBatch, algo: AlgorithmConfig, temperature: float,
-               generator: torch.Generator, section: Section = no_section,
-               observe_old_logp: OldLogprobObserver | None = None) -> dict[str, float]:
+    def update(
+        self,
+        batch: TrainBatch | PendingBatch,
+        algo: AlgorithmConfig,
+        temperature: float,
+        generator: torch.Generator,
+        section: Section = no_section,
+        observe_old_logp: OldLogprobObserver | None = None,
+    ) -> dict[str, float]:
         self.poisoned = batch.step == self.at_step
         try:
-            return policy_update(self, batch, algo, temperature, generator, section,  # its backward() comes here
-                                 observe_old_logp)
+            return policy_update(
+                self,
+                batch,
+                algo,
+                temperature,
+                generator,
+                section,  # its backward() comes here
+                observe_old_logp,
+            )
         finally:
             self.poisoned = False
 

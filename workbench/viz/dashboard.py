@@ -93,8 +93,11 @@ class RenderedDashboard:
 
     def to_html(self, *, subtitle: str = "", extra_sections: Sequence[Any] = ()) -> str:
         note = self.spec.description.strip()
-        sections = [Section(self.spec.title or self.spec.name, figure=self.figure, note=note), *self.sections,
-                    *extra_sections]
+        sections = [
+            Section(self.spec.title or self.spec.name, figure=self.figure, note=note),
+            *self.sections,
+            *extra_sections,
+        ]
         return html_page(self.spec.title or f"dashboard: {self.spec.name}", sections, subtitle=subtitle)
 
 
@@ -121,9 +124,18 @@ def render_dashboard(spec: DashboardSpec, data: DashboardData) -> RenderedDashbo
             canvas.problems.append(f"panel {_panel_name(p)!r}: no data for {what}")
             canvas.panel_note = f"no data for {what}"
         if canvas.panel_note:  # in the panel: its centre when it has nothing else, else its top
-            fig.add_annotation(text=canvas.panel_note, showarrow=False, font={"color": "#999"},
-                               xref="x domain", yref="y domain", x=0.5, y=0.97 if traces else 0.5,
-                               yanchor="top" if traces else "middle", row=r, col=c)
+            fig.add_annotation(
+                text=canvas.panel_note,
+                showarrow=False,
+                font={"color": "#999"},
+                xref="x domain",
+                yref="y domain",
+                x=0.5,
+                y=0.97 if traces else 0.5,
+                yanchor="top" if traces else "middle",
+                row=r,
+                col=c,
+            )
         _style_axes(fig, p, r, c, canvas)
     n_rows = max(r for r, _ in places)
     F.base_layout(fig, title=spec.title or spec.name, height=int(spec.layout.panel_height * n_rows + 120))
@@ -167,10 +179,20 @@ def _subplot_grid(spec: DashboardSpec, panels: list[PanelSpec], places: list[tup
         for k in range(1, p.width):
             grid[r - 1][c - 1 + k] = None
     titles_by_pos = {place: _panel_title(p) for p, place in zip(panels, places, strict=True)}
-    titles = [titles_by_pos.get((r, c), "") for r in range(1, n_rows + 1) for c in range(1, cols + 1)
-              if grid[r - 1][c - 1] is not None]
-    return make_subplots(rows=n_rows, cols=cols, specs=grid, subplot_titles=titles,
-                         vertical_spacing=min(0.25, 0.35 / max(1, n_rows) + 0.04), horizontal_spacing=0.08)
+    titles = [
+        titles_by_pos.get((r, c), "")
+        for r in range(1, n_rows + 1)
+        for c in range(1, cols + 1)
+        if grid[r - 1][c - 1] is not None
+    ]
+    return make_subplots(
+        rows=n_rows,
+        cols=cols,
+        specs=grid,
+        subplot_titles=titles,
+        vertical_spacing=min(0.25, 0.35 / max(1, n_rows) + 0.04),
+        horizontal_spacing=0.08,
+    )
 
 
 def _style_axes(fig: Any, p: PanelSpec, r: int, c: int, canvas: _Canvas) -> None:
@@ -187,10 +209,16 @@ def _style_axes(fig: Any, p: PanelSpec, r: int, c: int, canvas: _Canvas) -> None
         fig.update_yaxes(autorange="reversed", row=r, col=c)
     elif p.kind == "mismatch_record":
         ticks, labels = F.log_ratio_ticks(canvas.mismatch_edges)
-        fig.update_xaxes(title_text="Δ = log π_learner − log π_sampler (nats; log-spaced bins, open at the ends)",
-                         tickvals=ticks, ticktext=labels, row=r, col=c)
-        fig.update_yaxes(title_text=p.y_title or "share of response tokens", type="log" if p.log_y else None,
-                         row=r, col=c)
+        fig.update_xaxes(
+            title_text="Δ = log π_learner − log π_sampler (nats; log-spaced bins, open at the ends)",
+            tickvals=ticks,
+            ticktext=labels,
+            row=r,
+            col=c,
+        )
+        fig.update_yaxes(
+            title_text=p.y_title or "share of response tokens", type="log" if p.log_y else None, row=r, col=c
+        )
 
 
 # --------------------------------------------------------------------------------------------
@@ -241,9 +269,18 @@ def _curve_traces(p: PanelSpec, metric: str, dash: str, canvas: _Canvas) -> list
 
     data = canvas.data
     try:  # samples/tokens need the count metrics and params: the full history and runs
-        panel = curve_panel(data.history, data.runs, metric, x=p.x, aggregation=p.aggregation,
-                            confidence=data.confidence, max_points=data.max_points,
-                            health_events=data.health_events, markers=p.health_markers, labels=data.labels)
+        panel = curve_panel(
+            data.history,
+            data.runs,
+            metric,
+            x=p.x,
+            aggregation=p.aggregation,
+            confidence=data.confidence,
+            max_points=data.max_points,
+            health_events=data.health_events,
+            markers=p.health_markers,
+            labels=data.labels,
+        )
     except ValueError as e:
         canvas.problems.append(f"panel {_panel_name(p)!r}: {e}")
         return []
@@ -254,16 +291,34 @@ def _curve_traces(p: PanelSpec, metric: str, dash: str, canvas: _Canvas) -> list
     if panel.bands is not None:
         drawn = set(panel.groups)
         for v in [v for v in canvas.variants if v in drawn]:
-            traces += F.band_traces(panel.band(v), p.x, name=str(v), color=canvas.colors[v], dash=dash,
-                                    showlegend=v not in canvas.shown, band=p.band, statistic=p.aggregation,
-                                    metric=metric, checkpoint=None if noise is None else noise[noise["variant"] == v],
-                                    checkpoint_label=panel.checkpoint_interval)
+            traces += F.band_traces(
+                panel.band(v),
+                p.x,
+                name=str(v),
+                color=canvas.colors[v],
+                dash=dash,
+                showlegend=v not in canvas.shown,
+                band=p.band,
+                statistic=p.aggregation,
+                metric=metric,
+                checkpoint=None if noise is None else noise[noise["variant"] == v],
+                checkpoint_label=panel.checkpoint_interval,
+            )
             canvas.shown.add(v)
     else:
         colors = canvas.run_colors if p.group_by == "run" else canvas.colors
-        traces += F.run_traces(panel.curves, p.x, colors=colors, color_by=p.group_by, labels=data.labels,
-                               dash=dash, shown=canvas.shown, metric=metric, checkpoint=noise,
-                               checkpoint_label=panel.checkpoint_interval)
+        traces += F.run_traces(
+            panel.curves,
+            p.x,
+            colors=colors,
+            color_by=p.group_by,
+            labels=data.labels,
+            dash=dash,
+            shown=canvas.shown,
+            metric=metric,
+            checkpoint=noise,
+            checkpoint_label=panel.checkpoint_interval,
+        )
     if noise is not None:
         traces += _checkpoint_legend(p, panel, canvas)
     if p.health_markers:
@@ -287,8 +342,10 @@ def _checkpoint_legend(p: PanelSpec, panel: Any, canvas: _Canvas) -> list[Any]:
             traces.append(F.checkpoint_legend_trace(label, logged=logged))
             canvas.shown.add(key)
     if missing:
-        canvas.problems.append(f"panel {_panel_name(p)!r}: {missing} point(s) of {panel.metric} have no "
-                               f"binomial interval: their runs logged no eval/n_problems (older runs)")
+        canvas.problems.append(
+            f"panel {_panel_name(p)!r}: {missing} point(s) of {panel.metric} have no "
+            f"binomial interval: their runs logged no eval/n_problems (older runs)"
+        )
     return traces
 
 
@@ -302,12 +359,14 @@ def _summary_traces(p: PanelSpec, canvas: _Canvas) -> list[Any]:
     key = tuple(names)
     try:
         if key not in canvas.tables:
-            canvas.tables[key] = summary_panel(data.history, data.runs, names, canvas.baseline,
-                                               confidence=data.confidence, seed=data.seed)
+            canvas.tables[key] = summary_panel(
+                data.history, data.runs, names, canvas.baseline, confidence=data.confidence, seed=data.seed
+            )
         summary = canvas.tables[key]
         for m, rows in summary.rows():
-            traces += F.summary_bar_traces(rows, summary.values, m, colors=canvas.colors, baseline=canvas.baseline,
-                                           shown=canvas.shown)
+            traces += F.summary_bar_traces(
+                rows, summary.values, m, colors=canvas.colors, baseline=canvas.baseline, shown=canvas.shown
+            )
     except ValueError as e:
         canvas.problems.append(f"panel {_panel_name(p)!r}: {e}")
     return traces
@@ -338,8 +397,9 @@ def _mismatch_traces(p: PanelSpec, canvas: _Canvas) -> list[Any]:
         canvas.problems.append(f"panel {_panel_name(p)!r}: the runs' mismatch records were not loaded")
         canvas.panel_note = "mismatch records not loaded"
         return []
-    panel = mismatch_panel(data.runs, data.mismatch_records.records, data.mismatch_records.unreadable,
-                           data.token_decoders)
+    panel = mismatch_panel(
+        data.runs, data.mismatch_records.records, data.mismatch_records.unreadable, data.token_decoders
+    )
     canvas.mismatch_edges = panel.edges
     canvas.problems += [f"panel {_panel_name(p)!r}: {problem}" for problem in panel.problems]
     for why in dict.fromkeys(panel.missing.values()):  # one warning per reason, naming its runs
@@ -348,31 +408,48 @@ def _mismatch_traces(p: PanelSpec, canvas: _Canvas) -> list[Any]:
     if panel.missing:
         shown = list(panel.missing)[:3]
         more = f" and {len(panel.missing) - len(shown)} more" if len(panel.missing) > len(shown) else ""
-        canvas.panel_note = "<br>".join(f"{html.escape(data.labels.get(r, r))}: {html.escape(panel.missing[r])}"
-                                        for r in shown) + more
+        canvas.panel_note = (
+            "<br>".join(f"{html.escape(data.labels.get(r, r))}: {html.escape(panel.missing[r])}" for r in shown) + more
+        )
     canvas.sections.append(_worst_tokens_section(p, panel, data.labels))
     colors = canvas.run_colors if p.group_by == "run" else canvas.colors
-    return F.mismatch_histogram_traces(panel.histograms, colors=colors, color_by=p.group_by or "variant",
-                                       labels=data.labels, shown=canvas.shown)
+    return F.mismatch_histogram_traces(
+        panel.histograms, colors=colors, color_by=p.group_by or "variant", labels=data.labels, shown=canvas.shown
+    )
 
 
 def _worst_tokens_section(p: PanelSpec, panel: Any, labels: dict[str, str]) -> Section:
     """The worst tokens (largest |Δ|) of each run at its last recorded step, as an HTML table, and one line
     per run that has no record."""
     worst = panel.worst
-    table = pd.DataFrame({
-        "run": [labels.get(r, r) for r in worst["run_id"]], "step": worst["step"], "#": worst["rank"],
-        "sequence": worst["sequence"], "position": worst["position"],
-        "token": [repr(t) if t is not None else "—" for t in worst["token"]], "token id": worst["token_id"],
-        "log p learner": worst["learner_logp"], "log p sampler": worst["sampler_logp"], "Δ": worst["log_ratio"],
-    })
+    table = pd.DataFrame(
+        {
+            "run": [labels.get(r, r) for r in worst["run_id"]],
+            "step": worst["step"],
+            "#": worst["rank"],
+            "sequence": worst["sequence"],
+            "position": worst["position"],
+            "token": [repr(t) if t is not None else "—" for t in worst["token"]],
+            "token id": worst["token_id"],
+            "log p learner": worst["learner_logp"],
+            "log p sampler": worst["sampler_logp"],
+            "Δ": worst["log_ratio"],
+        }
+    )
     body = df_table_html(table, left=("run", "token")) if len(table) else ""
     if panel.missing:
-        body += "".join(f"<p class='note'>{html.escape(labels.get(r, r))}: {html.escape(why)}</p>"
-                        for r, why in panel.missing.items())
-    return Section(f"{_panel_name(p)}: worst tokens at the last recorded step", body_html=body, note=(
-        "Per run, the response tokens where sampler and learner disagree most (largest |Δ|, Δ = log p learner − "
-        "log p sampler, the learner before that step's update) at the run's last recorded step "
-        "(health.mismatch_record_every). sequence and position: the response's row in the step's batch and "
-        "the token's place in it. token: the id decoded with the run's tokenizer where it is at hand here "
-        "(the built-in tiny model's, or a model.path directory on this machine); — where it is not."))
+        body += "".join(
+            f"<p class='note'>{html.escape(labels.get(r, r))}: {html.escape(why)}</p>"
+            for r, why in panel.missing.items()
+        )
+    return Section(
+        f"{_panel_name(p)}: worst tokens at the last recorded step",
+        body_html=body,
+        note=(
+            "Per run, the response tokens where sampler and learner disagree most (largest |Δ|, Δ = log p learner − "
+            "log p sampler, the learner before that step's update) at the run's last recorded step "
+            "(health.mismatch_record_every). sequence and position: the response's row in the step's batch and "
+            "the token's place in it. token: the id decoded with the run's tokenizer where it is at hand here "
+            "(the built-in tiny model's, or a model.path directory on this machine); — where it is not."
+        ),
+    )

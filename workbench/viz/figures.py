@@ -49,11 +49,16 @@ __all__ = [
 #: Health cell states and their heatmap codes (``off``: rule disabled or not applicable to the run).
 HEALTH_STATES: dict[str, float] = {"ok": 0.0, "warn": 1.0, "fail": 2.0, "unknown": 0.5, "off": 0.8}
 _HEALTH_SCALE = [
-    [0.0, "#E8F5E9"], [0.24, "#E8F5E9"],  # ok
-    [0.25, "#EEEEEE"], [0.37, "#EEEEEE"],  # unknown (no health.json, no reasons tag)
-    [0.38, "#FFFFFF"], [0.49, "#FFFFFF"],  # off
-    [0.5, "#FFE0A3"], [0.74, "#FFE0A3"],  # warn
-    [0.75, "#F5B7B1"], [1.0, "#F5B7B1"],  # fail
+    [0.0, "#E8F5E9"],
+    [0.24, "#E8F5E9"],  # ok
+    [0.25, "#EEEEEE"],
+    [0.37, "#EEEEEE"],  # unknown (no health.json, no reasons tag)
+    [0.38, "#FFFFFF"],
+    [0.49, "#FFFFFF"],  # off
+    [0.5, "#FFE0A3"],
+    [0.74, "#FFE0A3"],  # warn
+    [0.75, "#F5B7B1"],
+    [1.0, "#F5B7B1"],  # fail
 ]
 #: What a health cell says, in the cell and in the legend under the matrix: a colour never stands alone.
 HEALTH_LEGEND: dict[str, tuple[str, str]] = {  # state -> (colour, cell text and its meaning)
@@ -77,15 +82,22 @@ def health_legend_html() -> str:
     items = "".join(
         f"<span style='display:inline-block;margin-right:14px'><span style='display:inline-block;width:12px;"
         f"height:12px;background:{colour};border:1px solid #ccc;vertical-align:middle'></span> "
-        f"{html.escape(text)}</span>" for colour, text in HEALTH_LEGEND.values())
+        f"{html.escape(text)}</span>"
+        for colour, text in HEALTH_LEGEND.values()
+    )
     return f"<p class='note'>{items}</p>"
 
 
 def base_layout(fig: go.Figure, *, title: str | None = None, height: int | None = None) -> go.Figure:
-    fig.update_layout(template=TEMPLATE, font={"family": FONT, "size": 12}, hovermode="closest",
-                      margin={"l": 60, "r": 20, "t": 70 if title else 40, "b": 50},
-                      legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0},
-                      title={"text": title, "x": 0.01} if title else None, height=height)
+    fig.update_layout(
+        template=TEMPLATE,
+        font={"family": FONT, "size": 12},
+        hovermode="closest",
+        margin={"l": 60, "r": 20, "t": 70 if title else 40, "b": 50},
+        legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0},
+        title={"text": title, "x": 0.01} if title else None,
+        height=height,
+    )
     return fig
 
 
@@ -93,6 +105,7 @@ def _fmt(v: Any) -> str:
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
         return "—"
     return f"{float(v):.4g}"
+
 
 # --------------------------------------------------------------------------------------------
 # Curves
@@ -105,18 +118,27 @@ NO_COUNT_NOTE = "no eval/n_problems logged (older run): no binomial interval"
 CHECKPOINT_LABEL = "binomial over problems, this checkpoint"
 
 
-def _checkpoint_bars(xs: np.ndarray, ys: np.ndarray, checkpoint: pd.DataFrame | None, x: str,
-                     label: str = CHECKPOINT_LABEL) -> tuple[dict[str, Any] | None, list[str] | None]:
+def _checkpoint_bars(
+    xs: np.ndarray, ys: np.ndarray, checkpoint: pd.DataFrame | None, x: str, label: str = CHECKPOINT_LABEL
+) -> tuple[dict[str, Any] | None, list[str] | None]:
     """Error bars and hover lines for points ``(xs, ys)`` from one curve's rows of a checkpoint-noise frame
     (``<x>, n_problems, lo, hi``; :func:`workbench.compare.panels.checkpoint_noise`); (None, None) without one."""
     if checkpoint is None:
         return None, None
     c = checkpoint.drop_duplicates(x).set_index(x).reindex(xs)
     lo, hi, n = (c[k].to_numpy(dtype=float) for k in ("lo", "hi", "n_problems"))
-    bars = {"type": "data", "symmetric": False, "array": np.where(np.isfinite(hi), hi - ys, np.nan),
-            "arrayminus": np.where(np.isfinite(lo), ys - lo, np.nan), "thickness": 1.2, "width": 3}
-    hover = [f"{label}: [{_fmt(a)}, {_fmt(b)}], n={int(k)} problems"
-             if np.isfinite(a) else NO_COUNT_NOTE for a, b, k in zip(lo, hi, n, strict=True)]
+    bars = {
+        "type": "data",
+        "symmetric": False,
+        "array": np.where(np.isfinite(hi), hi - ys, np.nan),
+        "arrayminus": np.where(np.isfinite(lo), ys - lo, np.nan),
+        "thickness": 1.2,
+        "width": 3,
+    }
+    hover = [
+        f"{label}: [{_fmt(a)}, {_fmt(b)}], n={int(k)} problems" if np.isfinite(a) else NO_COUNT_NOTE
+        for a, b, k in zip(lo, hi, n, strict=True)
+    ]
     return bars, hover
 
 
@@ -124,15 +146,34 @@ def checkpoint_legend_trace(label: str, *, logged: bool) -> go.Scatter:
     """A legend-only entry saying what the error bars on eval points are, or that some have none
     (``visible="legendonly"``: a key, not data; the bars themselves are on the eval points)."""
     name = f"bars: {label}" if logged else NO_COUNT_NOTE
-    return go.Scatter(x=[None], y=[None], mode="markers", name=name, legendgroup="checkpoint-noise",
-                      marker={"color": "#555555", "symbol": "line-ns-open" if logged else "x-thin-open", "size": 10},
-                      hoverinfo="skip", showlegend=True, visible="legendonly")
+    return go.Scatter(
+        x=[None],
+        y=[None],
+        mode="markers",
+        name=name,
+        legendgroup="checkpoint-noise",
+        marker={"color": "#555555", "symbol": "line-ns-open" if logged else "x-thin-open", "size": 10},
+        hoverinfo="skip",
+        showlegend=True,
+        visible="legendonly",
+    )
 
 
-def band_traces(bands: pd.DataFrame, x: str, *, name: str, color: str, dash: str = "solid",
-                legendgroup: str | None = None, showlegend: bool = True, band: bool = True,
-                statistic: str = "mean", metric: str = "", checkpoint: pd.DataFrame | None = None,
-                checkpoint_label: str = CHECKPOINT_LABEL) -> list[go.Scatter]:
+def band_traces(
+    bands: pd.DataFrame,
+    x: str,
+    *,
+    name: str,
+    color: str,
+    dash: str = "solid",
+    legendgroup: str | None = None,
+    showlegend: bool = True,
+    band: bool = True,
+    statistic: str = "mean",
+    metric: str = "",
+    checkpoint: pd.DataFrame | None = None,
+    checkpoint_label: str = CHECKPOINT_LABEL,
+) -> list[go.Scatter]:
     """One group's aggregate curve with its CI band, from :func:`workbench.compare.curve_bands`
     output (columns ``<x>, n, estimate, lo, hi`` for one group).
 
@@ -146,32 +187,62 @@ def band_traces(bands: pd.DataFrame, x: str, *, name: str, color: str, dash: str
     ok = np.isfinite(b["lo"].to_numpy(dtype=float)) & np.isfinite(b["hi"].to_numpy(dtype=float))
     if band and ok.any():
         bx = xs[ok]
-        traces.append(go.Scatter(
-            x=np.concatenate([bx, bx[::-1]]),
-            y=np.concatenate([b["hi"].to_numpy(dtype=float)[ok], b["lo"].to_numpy(dtype=float)[ok][::-1]]),
-            fill="toself", fillcolor=with_alpha(color, 0.18), line={"width": 0}, mode="lines",
-            hoverinfo="skip", showlegend=False, legendgroup=group, name=f"{name} CI",
-        ))
+        traces.append(
+            go.Scatter(
+                x=np.concatenate([bx, bx[::-1]]),
+                y=np.concatenate([b["hi"].to_numpy(dtype=float)[ok], b["lo"].to_numpy(dtype=float)[ok][::-1]]),
+                fill="toself",
+                fillcolor=with_alpha(color, 0.18),
+                line={"width": 0},
+                mode="lines",
+                hoverinfo="skip",
+                showlegend=False,
+                legendgroup=group,
+                name=f"{name} CI",
+            )
+        )
     label = f"{name} · {metric}" if metric else name
     ys = b["estimate"].to_numpy(dtype=float)
     bars, hover = _checkpoint_bars(xs, ys, checkpoint, x, checkpoint_label)
-    traces.append(go.Scatter(
-        x=xs, y=ys, mode="lines" if bars is None else "lines+markers", name=name, legendgroup=group,
-        showlegend=showlegend, line={"color": color, "dash": dash, "width": 2}, marker={"size": 5},
-        error_y=bars, text=hover,
-        customdata=np.stack([b["n"].to_numpy(dtype=float), b["lo"].to_numpy(dtype=float),
-                             b["hi"].to_numpy(dtype=float)], axis=-1),
-        hovertemplate=(f"<b>{label}</b><br>{x}=%{{x}}<br>{statistic}=%{{y:.4g}}"
-                       "<br>CI over runs [%{customdata[1]:.4g}, %{customdata[2]:.4g}]"
-                       "<br>runs=%{customdata[0]}" + ("" if hover is None else "<br>%{text}") + "<extra></extra>"),
-    ))
+    traces.append(
+        go.Scatter(
+            x=xs,
+            y=ys,
+            mode="lines" if bars is None else "lines+markers",
+            name=name,
+            legendgroup=group,
+            showlegend=showlegend,
+            line={"color": color, "dash": dash, "width": 2},
+            marker={"size": 5},
+            error_y=bars,
+            text=hover,
+            customdata=np.stack(
+                [b["n"].to_numpy(dtype=float), b["lo"].to_numpy(dtype=float), b["hi"].to_numpy(dtype=float)], axis=-1
+            ),
+            hovertemplate=(
+                f"<b>{label}</b><br>{x}=%{{x}}<br>{statistic}=%{{y:.4g}}"
+                "<br>CI over runs [%{customdata[1]:.4g}, %{customdata[2]:.4g}]"
+                "<br>runs=%{customdata[0]}" + ("" if hover is None else "<br>%{text}") + "<extra></extra>"
+            ),
+        )
+    )
     return traces
 
 
-def run_traces(curves: pd.DataFrame, x: str, *, colors: Mapping[str, str], color_by: str = "variant",
-               labels: Mapping[str, str] | None = None, dash: str = "solid", shown: set[str] | None = None,
-               metric: str = "", opacity: float = 0.75, checkpoint: pd.DataFrame | None = None,
-               checkpoint_label: str = CHECKPOINT_LABEL) -> list[go.Scatter]:
+def run_traces(
+    curves: pd.DataFrame,
+    x: str,
+    *,
+    colors: Mapping[str, str],
+    color_by: str = "variant",
+    labels: Mapping[str, str] | None = None,
+    dash: str = "solid",
+    shown: set[str] | None = None,
+    metric: str = "",
+    opacity: float = 0.75,
+    checkpoint: pd.DataFrame | None = None,
+    checkpoint_label: str = CHECKPOINT_LABEL,
+) -> list[go.Scatter]:
     """One line per run from a tidy frame ``run_id, variant, seed, <x>, value``.
 
     ``color_by="variant"``: runs share their variant's colour and legend entry;
@@ -190,14 +261,25 @@ def run_traces(curves: pd.DataFrame, x: str, *, colors: Mapping[str, str], color
         xs, ys = g[x].to_numpy(), g["value"].to_numpy(dtype=float)
         own = None if checkpoint is None else checkpoint[checkpoint["run_id"] == rid]
         bars, hover = _checkpoint_bars(xs, ys, own, x, checkpoint_label)
-        traces.append(go.Scatter(
-            x=xs, y=ys, mode="lines+markers" if len(g) < 30 or bars is not None else "lines",
-            marker={"size": 4}, name=variant if color_by == "variant" else label, legendgroup=group,
-            showlegend=group not in shown, opacity=opacity, line={"color": color, "dash": dash, "width": 1.5},
-            error_y=bars, text=hover,
-            hovertemplate=(f"<b>{label}</b>{' · ' + metric if metric else ''}<br>{x}=%{{x}}"
-                           "<br>value=%{y:.4g}" + ("" if hover is None else "<br>%{text}") + "<extra></extra>"),
-        ))
+        traces.append(
+            go.Scatter(
+                x=xs,
+                y=ys,
+                mode="lines+markers" if len(g) < 30 or bars is not None else "lines",
+                marker={"size": 4},
+                name=variant if color_by == "variant" else label,
+                legendgroup=group,
+                showlegend=group not in shown,
+                opacity=opacity,
+                line={"color": color, "dash": dash, "width": 1.5},
+                error_y=bars,
+                text=hover,
+                hovertemplate=(
+                    f"<b>{label}</b>{' · ' + metric if metric else ''}<br>{x}=%{{x}}"
+                    "<br>value=%{y:.4g}" + ("" if hover is None else "<br>%{text}") + "<extra></extra>"
+                ),
+            )
+        )
         shown.add(group)
     return traces
 
@@ -209,14 +291,24 @@ def marker_traces(events: pd.DataFrame, x: str = "step", *, shown: set[str] | No
     traces = []
     for severity, g in events.groupby("severity", sort=True):
         key = f"health:{severity}"
-        traces.append(go.Scatter(
-            x=g[x].to_numpy(), y=g["y"].to_numpy(dtype=float), mode="markers",
-            name=f"health {severity}", legendgroup=key, showlegend=key not in shown,
-            marker={"symbol": SEVERITY_SYMBOLS.get(severity, "circle"), "size": 11,
-                    "color": SEVERITY_COLORS.get(severity, "#C0392B"), "line": {"width": 1, "color": "white"}},
-            customdata=np.stack([g["label"].astype(str).to_numpy(), g["message"].astype(str).to_numpy()], axis=-1),
-            hovertemplate="<b>%{customdata[0]}</b><br>%{customdata[1]}<extra></extra>",
-        ))
+        traces.append(
+            go.Scatter(
+                x=g[x].to_numpy(),
+                y=g["y"].to_numpy(dtype=float),
+                mode="markers",
+                name=f"health {severity}",
+                legendgroup=key,
+                showlegend=key not in shown,
+                marker={
+                    "symbol": SEVERITY_SYMBOLS.get(severity, "circle"),
+                    "size": 11,
+                    "color": SEVERITY_COLORS.get(severity, "#C0392B"),
+                    "line": {"width": 1, "color": "white"},
+                },
+                customdata=np.stack([g["label"].astype(str).to_numpy(), g["message"].astype(str).to_numpy()], axis=-1),
+                hovertemplate="<b>%{customdata[0]}</b><br>%{customdata[1]}<extra></extra>",
+            )
+        )
         shown.add(key)
     return traces
 
@@ -246,9 +338,14 @@ def log_ratio_ticks(edges: Sequence[float]) -> tuple[list[float], list[str]]:
     return vals, text
 
 
-def mismatch_histogram_traces(hist: pd.DataFrame, *, colors: Mapping[str, str], color_by: str = "variant",
-                              labels: Mapping[str, str] | None = None,
-                              shown: set[str] | None = None) -> list[go.Scatter]:
+def mismatch_histogram_traces(
+    hist: pd.DataFrame,
+    *,
+    colors: Mapping[str, str],
+    color_by: str = "variant",
+    labels: Mapping[str, str] | None = None,
+    shown: set[str] | None = None,
+) -> list[go.Scatter]:
     """One step-shaped line per run and drawn step from :class:`workbench.compare.mismatch_panel.MismatchPanel`
     histograms: x = bin number, y = share of the step's response tokens; the exact count and the bin's bounds
     are in ``customdata`` (count, lo, hi, step, tokens) and the hover. ``color_by="variant"``: runs take their
@@ -257,42 +354,70 @@ def mismatch_histogram_traces(hist: pd.DataFrame, *, colors: Mapping[str, str], 
     labels = labels or {}
     traces = []
     order = hist["which"].map({"last": 0, "only": 0, "first": 1})  # a run's legend entry: its solid line
-    for (rid, which), g in hist.assign(order=order).sort_values(["order"], kind="stable").groupby(
-            ["run_id", "which"], sort=False):
+    for (rid, which), g in (
+        hist.assign(order=order).sort_values(["order"], kind="stable").groupby(["run_id", "which"], sort=False)
+    ):
         g = g.sort_values("bin")
         arm, step = str(g["arm"].iloc[0]), int(g["step"].iloc[0])
         label = labels.get(rid, f"{arm}/seed={g['seed'].iloc[0]}")
         group = arm if color_by == "variant" else rid
-        custom = np.stack([g["count"].to_numpy(dtype=float), g["lo"].to_numpy(dtype=float),
-                           g["hi"].to_numpy(dtype=float), g["step"].to_numpy(dtype=float),
-                           g["tokens"].to_numpy(dtype=float)], axis=-1)
-        traces.append(go.Scatter(
-            x=g["bin"].to_numpy(), y=g["share"].to_numpy(dtype=float), mode="lines", line_shape="hvh",
-            line={"color": colors.get(group, "#888888"), "dash": MISMATCH_STEP_DASH[which], "width": 1.5},
-            name=arm if color_by == "variant" else label, legendgroup=group, showlegend=group not in shown,
-            customdata=custom, meta="mismatch-histogram",
-            hovertemplate=(f"<b>{label}</b> · step {step} ({which} recorded)<br>Δ in (%{{customdata[1]:.3g}}, "
-                           "%{customdata[2]:.3g}]: %{customdata[0]:.0f} of %{customdata[4]:.0f} tokens "
-                           "(%{y:.3%})<extra></extra>"),
-        ))
+        custom = np.stack(
+            [
+                g["count"].to_numpy(dtype=float),
+                g["lo"].to_numpy(dtype=float),
+                g["hi"].to_numpy(dtype=float),
+                g["step"].to_numpy(dtype=float),
+                g["tokens"].to_numpy(dtype=float),
+            ],
+            axis=-1,
+        )
+        traces.append(
+            go.Scatter(
+                x=g["bin"].to_numpy(),
+                y=g["share"].to_numpy(dtype=float),
+                mode="lines",
+                line_shape="hvh",
+                line={"color": colors.get(group, "#888888"), "dash": MISMATCH_STEP_DASH[which], "width": 1.5},
+                name=arm if color_by == "variant" else label,
+                legendgroup=group,
+                showlegend=group not in shown,
+                customdata=custom,
+                meta="mismatch-histogram",
+                hovertemplate=(
+                    f"<b>{label}</b> · step {step} ({which} recorded)<br>Δ in (%{{customdata[1]:.3g}}, "
+                    "%{customdata[2]:.3g}]: %{customdata[0]:.0f} of %{customdata[4]:.0f} tokens "
+                    "(%{y:.3%})<extra></extra>"
+                ),
+            )
+        )
         shown.add(group)
     return traces
 
 
-def curve_figure(bands: pd.DataFrame, x: str = "step", *, metric: str = "", title: str | None = None,
-                 colors: Mapping[str, str] | None = None, baseline: str | None = None,
-                 group: str = "variant", statistic: str = "mean") -> go.Figure:
+def curve_figure(
+    bands: pd.DataFrame,
+    x: str = "step",
+    *,
+    metric: str = "",
+    title: str | None = None,
+    colors: Mapping[str, str] | None = None,
+    baseline: str | None = None,
+    group: str = "variant",
+    statistic: str = "mean",
+) -> go.Figure:
     """A standalone figure: every group's aggregate curve with its CI band (``curve_bands`` output)."""
     groups = list(pd.unique(bands[group]))
     colors = colors or variant_colors(groups, baseline)
     fig = go.Figure()
     for g in groups:
-        for t in band_traces(bands[bands[group] == g], x, name=str(g), color=colors[g], statistic=statistic,
-                             metric=metric):
+        for t in band_traces(
+            bands[bands[group] == g], x, name=str(g), color=colors[g], statistic=statistic, metric=metric
+        ):
             fig.add_trace(t)
     fig.update_xaxes(title_text=x)
     fig.update_yaxes(title_text=metric)
     return base_layout(fig, title=title or metric)
+
 
 # --------------------------------------------------------------------------------------------
 # Summary intervals (rliable-style: point estimate with its CI on a zoomed axis, plus every seed)
@@ -322,9 +447,16 @@ def zoomed_range(*arrays: np.ndarray, pad_fraction: float = 0.08) -> list[float]
     return [lo - pad, hi + pad]
 
 
-def summary_interval_traces(table_rows: pd.DataFrame, values: pd.DataFrame | None, metric: str, *,
-                            colors: Mapping[str, str], baseline: str, statistic: str = "mean",
-                            shown: set[str] | None = None) -> list[go.BaseTraceType]:
+def summary_interval_traces(
+    table_rows: pd.DataFrame,
+    values: pd.DataFrame | None,
+    metric: str,
+    *,
+    colors: Mapping[str, str],
+    baseline: str,
+    statistic: str = "mean",
+    shown: set[str] | None = None,
+) -> list[go.BaseTraceType]:
     """One metric's per-variant (per-arm) estimate as a point with its CI as an error bar
     (``ComparisonTable.df`` rows of that metric, in rank order), and beside it one dot per run
     (``values``: columns ``variant`` and ``metric``, and ``arm`` when the rows are arms). Baseline rows
@@ -334,8 +466,9 @@ def summary_interval_traces(table_rows: pd.DataFrame, values: pd.DataFrame | Non
     shown = set() if shown is None else shown
     rows = table_rows
     variants = rows["variant"].astype(str).tolist()
-    is_base = (rows["verdict"] == "baseline").tolist() if "verdict" in rows.columns else \
-        [v == baseline for v in variants]
+    is_base = (
+        (rows["verdict"] == "baseline").tolist() if "verdict" in rows.columns else [v == baseline for v in variants]
+    )
     est = rows[statistic].to_numpy(dtype=float)
     lo, hi = interval_bounds(rows, statistic)
     err_plus = np.where(np.isfinite(hi), hi - est, np.nan)
@@ -346,36 +479,67 @@ def summary_interval_traces(table_rows: pd.DataFrame, values: pd.DataFrame | Non
         if base:
             hover.append(f"{ci}<br>baseline · {r.get('n_seeds', '?')} seeds")
         else:
-            hover.append(f"{ci}<br>Δ {_fmt(r.get('delta'))} [{_fmt(r.get('delta_lo'))}, {_fmt(r.get('delta_hi'))}]"
-                         f"<br>P(improve) {_fmt(r.get('p_improve'))}<br>{r.get('verdict', '')}")
-    traces: list[go.BaseTraceType] = [go.Scatter(
-        x=variants, y=est, mode="markers", meta=INTERVAL_META,
-        marker={"color": [colors.get(v, "#888888") for v in variants], "symbol": "diamond",
+            hover.append(
+                f"{ci}<br>Δ {_fmt(r.get('delta'))} [{_fmt(r.get('delta_lo'))}, {_fmt(r.get('delta_hi'))}]"
+                f"<br>P(improve) {_fmt(r.get('p_improve'))}<br>{r.get('verdict', '')}"
+            )
+    traces: list[go.BaseTraceType] = [
+        go.Scatter(
+            x=variants,
+            y=est,
+            mode="markers",
+            meta=INTERVAL_META,
+            marker={
+                "color": [colors.get(v, "#888888") for v in variants],
+                "symbol": "diamond",
                 "size": [14 if b else 11 for b in is_base],
-                "line": {"color": "#222222", "width": [2 if b else 0 for b in is_base]}},
-        error_y={"type": "data", "symmetric": False, "array": err_plus, "arrayminus": err_minus,
-                 "thickness": 3, "width": 10, "color": "#333333"},
-        customdata=np.array(hover, dtype=object), showlegend=False, name=metric,
-        hovertemplate=f"<b>%{{x}}</b><br>{statistic} %{{y:.4g}}<br>%{{customdata}}<extra>{metric}</extra>",
-    )]
+                "line": {"color": "#222222", "width": [2 if b else 0 for b in is_base]},
+            },
+            error_y={
+                "type": "data",
+                "symmetric": False,
+                "array": err_plus,
+                "arrayminus": err_minus,
+                "thickness": 3,
+                "width": 10,
+                "color": "#333333",
+            },
+            customdata=np.array(hover, dtype=object),
+            showlegend=False,
+            name=metric,
+            hovertemplate=f"<b>%{{x}}</b><br>{statistic} %{{y:.4g}}<br>%{{customdata}}<extra>{metric}</extra>",
+        )
+    ]
     pts = seed_points(values, metric, variants)
     if len(pts):
         # An invisible box carries the points: plotly offsets and jitters a box's points beside the
         # category, so the seeds sit next to the interval instead of on top of it.
-        traces.append(go.Box(
-            x=pts["variant"].to_numpy(), y=pts["value"].to_numpy(), boxpoints="all", jitter=0.5, pointpos=-1.5,
-            width=0.2,
-            fillcolor="rgba(0,0,0,0)", line={"width": 0}, hoveron="points", meta=SEEDS_META,
-            marker={"color": "#222222", "size": 6, "opacity": 0.7, "symbol": "circle-open"},
-            name="runs (seeds)", legendgroup="seeds", showlegend="seeds" not in shown,
-            hovertemplate=f"%{{x}}: %{{y:.4g}}<extra>{metric} (one run)</extra>",
-        ))
+        traces.append(
+            go.Box(
+                x=pts["variant"].to_numpy(),
+                y=pts["value"].to_numpy(),
+                boxpoints="all",
+                jitter=0.5,
+                pointpos=-1.5,
+                width=0.2,
+                fillcolor="rgba(0,0,0,0)",
+                line={"width": 0},
+                hoveron="points",
+                meta=SEEDS_META,
+                marker={"color": "#222222", "size": 6, "opacity": 0.7, "symbol": "circle-open"},
+                name="runs (seeds)",
+                legendgroup="seeds",
+                showlegend="seeds" not in shown,
+                hovertemplate=f"%{{x}}: %{{y:.4g}}<extra>{metric} (one run)</extra>",
+            )
+        )
         shown.add("seeds")
     return traces
 
 
-def summary_range(table_rows: pd.DataFrame, values: pd.DataFrame | None, metric: str,
-                  statistic: str = "mean") -> list[float] | None:
+def summary_range(
+    table_rows: pd.DataFrame, values: pd.DataFrame | None, metric: str, statistic: str = "mean"
+) -> list[float] | None:
     """The zoomed y range of one metric's interval panel: estimates, CI ends and seeds."""
     from workbench.compare.panels import interval_bounds, seed_points  # deferred: scipy
 
@@ -387,10 +551,16 @@ def summary_range(table_rows: pd.DataFrame, values: pd.DataFrame | None, metric:
 summary_bar_traces = summary_interval_traces  # the dashboard renderer's name for it, kept working
 
 
-def summary_figure(table: Any, summary: pd.DataFrame | None = None, metrics: Sequence[str] | None = None, *,
-                   colors: Mapping[str, str] | None = None, statistic: str = "mean", cols: int = 2,
-                   title: str | None = "Summary metrics per variant (diamonds: estimate with 95% CI, on a "
-                                       "zoomed axis; circles: runs)") -> go.Figure:
+def summary_figure(
+    table: Any,
+    summary: pd.DataFrame | None = None,
+    metrics: Sequence[str] | None = None,
+    *,
+    colors: Mapping[str, str] | None = None,
+    statistic: str = "mean",
+    cols: int = 2,
+    title: str | None = "Summary metrics per variant (diamonds: estimate with 95% CI, on a zoomed axis; circles: runs)",
+) -> go.Figure:
     """One interval panel per metric of a :class:`~workbench.compare.ComparisonTable`."""
     metrics = list(metrics or table.metrics)
     cols = max(1, min(cols, len(metrics)))
@@ -413,8 +583,9 @@ def summary_figure(table: Any, summary: pd.DataFrame | None = None, metrics: Seq
     for i, m in enumerate(metrics):
         r, c = divmod(i, cols)
         metric_rows = table.for_metric(m)
-        for t in summary_interval_traces(metric_rows, summary, m, colors=colors, baseline=table.baseline,
-                                         statistic=statistic, shown=shown):
+        for t in summary_interval_traces(
+            metric_rows, summary, m, colors=colors, baseline=table.baseline, statistic=statistic, shown=shown
+        ):
             fig.add_trace(t, row=r + 1, col=c + 1)
         y_range = summary_range(metric_rows, summary, m, statistic)
         if y_range is not None:
@@ -424,13 +595,15 @@ def summary_figure(table: Any, summary: pd.DataFrame | None = None, metrics: Seq
     fig = base_layout(fig, title=title, height=height)
     return fig.update_layout(showlegend=False)  # the title says what diamonds and circles are
 
+
 # --------------------------------------------------------------------------------------------
 # Health matrix
 # --------------------------------------------------------------------------------------------
 
 
-def health_heatmap_trace(cells: pd.DataFrame, *, rules: Sequence[str] | None = None,
-                         run_order: Sequence[str] | None = None) -> go.Heatmap:
+def health_heatmap_trace(
+    cells: pd.DataFrame, *, rules: Sequence[str] | None = None, run_order: Sequence[str] | None = None
+) -> go.Heatmap:
     """Runs × rules heatmap from health cells (columns ``run_id, label, rule, state, step,
     message``): colour = state (:data:`HEALTH_LEGEND`), text = the state and its first-trigger
     step (:func:`health_cell_text`), so no cell is a bare colour."""
@@ -455,15 +628,29 @@ def health_heatmap_trace(cells: pd.DataFrame, *, rules: Sequence[str] | None = N
             hover[i, j] = f"{state}" + (f" at step {int(step)}: {messages[k]}" if not pd.isna(step) else "")
     y = [labels.get(r, r) for r in run_order]
     return go.Heatmap(
-        z=z / 2.0, x=rules, y=y, text=text, texttemplate="%{text}", customdata=hover, zmin=0.0, zmax=1.0,
-        colorscale=_HEALTH_SCALE, showscale=False, xgap=2, ygap=2,
+        z=z / 2.0,
+        x=rules,
+        y=y,
+        text=text,
+        texttemplate="%{text}",
+        customdata=hover,
+        zmin=0.0,
+        zmax=1.0,
+        colorscale=_HEALTH_SCALE,
+        showscale=False,
+        xgap=2,
+        ygap=2,
         hovertemplate="<b>%{y}</b> · %{x}<br>%{customdata}<extra></extra>",
     )
 
 
-def health_matrix_figure(cells: pd.DataFrame, *, rules: Sequence[str] | None = None,
-                         title: str | None = "Health: each rule on each run (ok, warn@step, fail@step: "
-                                             "first trigger; off: rule off; ?: no report)") -> go.Figure:
+def health_matrix_figure(
+    cells: pd.DataFrame,
+    *,
+    rules: Sequence[str] | None = None,
+    title: str | None = "Health: each rule on each run (ok, warn@step, fail@step: "
+    "first trigger; off: rule off; ?: no report)",
+) -> go.Figure:
     fig = go.Figure(health_heatmap_trace(cells, rules=rules))
     n_runs = cells["run_id"].nunique() if len(cells) else 1
     fig.update_yaxes(autorange="reversed")

@@ -20,8 +20,9 @@ __all__ = ["Section", "df_table_html", "html_page", "without_generated_time"]
 
 #: The page's "generated <minute>" stamp, the one part of a page that changes when nothing else does.
 _GENERATED_PREFIX, _GENERATED_SUFFIX = " · generated ", " by rl-workbench"
-_GENERATED = re.compile(re.escape(_GENERATED_PREFIX) + r"\d{4}-\d{2}-\d{2} \d{2}:\d{2} UTC"
-                        + re.escape(_GENERATED_SUFFIX))
+_GENERATED = re.compile(
+    re.escape(_GENERATED_PREFIX) + r"\d{4}-\d{2}-\d{2} \d{2}:\d{2} UTC" + re.escape(_GENERATED_SUFFIX)
+)
 
 
 def without_generated_time(page: str) -> str:
@@ -70,7 +71,8 @@ def html_page(title: str, sections: Iterable[Section], *, subtitle: str = "", le
     from plotly.offline import get_plotlyjs
 
     parts = [
-        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
         f"<title>{html.escape(title)}</title>",
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<style>{_CSS}</style>",
@@ -89,8 +91,15 @@ def html_page(title: str, sections: Iterable[Section], *, subtitle: str = "", le
         if s.body_html:
             parts.append(s.body_html)
         if s.figure is not None:
-            parts.append(s.figure.to_html(full_html=False, include_plotlyjs=False, div_id=f"wb-plot-{i}",
-                                          config=PLOT_CONFIG, default_width="100%"))
+            parts.append(
+                s.figure.to_html(
+                    full_html=False,
+                    include_plotlyjs=False,
+                    div_id=f"wb-plot-{i}",
+                    config=PLOT_CONFIG,
+                    default_width="100%",
+                )
+            )
     parts.append("</body></html>")
     return "\n".join(parts)
 
@@ -103,8 +112,9 @@ def _cell(v: Any) -> str:
     return html.escape(str(v))
 
 
-def df_table_html(df: pd.DataFrame, *, left: Sequence[str] = (), cell_class: dict[str, Any] | None = None,
-                  row_class: Any = None) -> str:
+def df_table_html(
+    df: pd.DataFrame, *, left: Sequence[str] = (), cell_class: dict[str, Any] | None = None, row_class: Any = None
+) -> str:
     """A plain HTML table. ``left``: left-aligned columns; ``cell_class[col](value) -> css class``;
     ``row_class(record) -> css class``."""
     cell_class = cell_class or {}

@@ -102,8 +102,14 @@ def study_question(study: Any) -> str:
 def layout_of(study: Any) -> StudyLayout:
     """A :class:`workbench.study.Study` as the layout its views are written from."""
     grid = [*study.grid, *getattr(study, "zip", {})]
-    return StudyLayout(study=study.name, question=study_question(study), variants=list(study.variants),
-                       baseline=(study.compare or {}).get("baseline"), grid_params=grid, seeds=list(study.seeds))
+    return StudyLayout(
+        study=study.name,
+        question=study_question(study),
+        variants=list(study.variants),
+        baseline=(study.compare or {}).get("baseline"),
+        grid_params=grid,
+        seeds=list(study.seeds),
+    )
 
 
 def read_layout(client: Any, experiment_id: str) -> StudyLayout | None:
@@ -194,17 +200,25 @@ def experiment_note(layout: StudyLayout, links: Sequence[ViewLink], tracked_seed
     seeds = seeds_text(layout.seeds, tracked_seeds)
     if layout.variants:
         base = f" (baseline: `{layout.baseline}`)" if layout.baseline else ""
-        lines.append(f"Variants{base}: " + ", ".join(f"`{v}`" for v in layout.variants)
-                     + (f"; grid over {', '.join(f'`{p}`' for p in layout.grid_params)}" if layout.grid_params else "")
-                     + (f"; {seeds}" if seeds else "") + ".")
+        lines.append(
+            f"Variants{base}: "
+            + ", ".join(f"`{v}`" for v in layout.variants)
+            + (f"; grid over {', '.join(f'`{p}`' for p in layout.grid_params)}" if layout.grid_params else "")
+            + (f"; {seeds}" if seeds else "")
+            + "."
+        )
         lines.append("")
     lines.append("Saved views (charts of the study's runs, `workbench.role = run`):")
     lines += [f"- [{link.name}]({link.url()})" for link in links]
-    lines += ["", "How to compare: the grouped views draw each variant's mean over seeds with a min–max band; "
-              "the per-seed view draws every run in its variant's colour. For statistics "
-              f"(paired differences with 95% CIs, a ranked verdict): `workbench compare {layout.study}`; "
-              f"health rules per run: `workbench health {layout.study}`.", "",
-              f"_Written by {NOTE_MARKER}; refreshed by `workbench dashboard {layout.study}`._"]
+    lines += [
+        "",
+        "How to compare: the grouped views draw each variant's mean over seeds with a min–max band; "
+        "the per-seed view draws every run in its variant's colour. For statistics "
+        f"(paired differences with 95% CIs, a ranked verdict): `workbench compare {layout.study}`; "
+        f"health rules per run: `workbench health {layout.study}`.",
+        "",
+        f"_Written by {NOTE_MARKER}; refreshed by `workbench dashboard {layout.study}`._",
+    ]
     return "\n".join(lines)
 
 
@@ -219,15 +233,26 @@ def check_study_views(layout: StudyLayout, specs: Sequence[Any], metrics: Iterab
     for view in views:
         encode_envelope(view, 0, 0)  # raises when even the deflated view is over the limit
     links = [ViewLink(v.view_id, v.name, "0" * 19) for v in views]
-    for tag, value in ((ORDER_TAG, json.dumps([v.view_id for v in views])), (LAYOUT_TAG, json.dumps(asdict(layout))),
-                       (NOTE_TAG, experiment_note(layout, links, layout.seeds))):
+    for tag, value in (
+        (ORDER_TAG, json.dumps([v.view_id for v in views])),
+        (LAYOUT_TAG, json.dumps(asdict(layout))),
+        (NOTE_TAG, experiment_note(layout, links, layout.seeds)),
+    ):
         if len(value) > MAX_EXPERIMENT_TAG_VAL_LENGTH:
-            raise ValueError(f"the study's {tag} would be {len(value):,} characters, over MLflow's "
-                             f"{MAX_EXPERIMENT_TAG_VAL_LENGTH:,}")
+            raise ValueError(
+                f"the study's {tag} would be {len(value):,} characters, over MLflow's {MAX_EXPERIMENT_TAG_VAL_LENGTH:,}"
+            )
 
 
-def publish_study_views(client: Any, experiment_id: str, layout: StudyLayout, specs: Sequence[Any],
-                        *, now_ms: int | None = None, starting_seeds: Iterable[int] = ()) -> list[ViewLink]:
+def publish_study_views(
+    client: Any,
+    experiment_id: str,
+    layout: StudyLayout,
+    specs: Sequence[Any],
+    *,
+    now_ms: int | None = None,
+    starting_seeds: Iterable[int] = (),
+) -> list[ViewLink]:
     """Write (or rewrite, under the same ids) every spec's saved view, the experiment's
     description and layout, and each existing run's colour and health line. Returns the links.
     ``starting_seeds``: seeds about to run (``run --only seed=0``: just 0), named in the description
@@ -245,8 +270,14 @@ def publish_study_views(client: Any, experiment_id: str, layout: StudyLayout, sp
         client.set_experiment_tag(experiment_id, KIND_TAG, TRAINING_KIND)
     links = [ViewLink(v.view_id, v.name, experiment_id) for v in views]
     if _is_ours(tags.get(NOTE_TAG)):
-        tracked = {*starting_seeds, *(int(r.data.tags["workbench.seed"]) for r in runs
-                                      if str(r.data.tags.get("workbench.seed", "")).lstrip("-").isdigit())}
+        tracked = {
+            *starting_seeds,
+            *(
+                int(r.data.tags["workbench.seed"])
+                for r in runs
+                if str(r.data.tags.get("workbench.seed", "")).lstrip("-").isdigit()
+            ),
+        }
         client.set_experiment_tag(experiment_id, NOTE_TAG, experiment_note(layout, links, tracked))
     refresh_run_notes(client, runs, variant_colours(layout, (r.data.tags.get("workbench.variant", "") for r in runs)))
     return links
@@ -271,7 +302,7 @@ def list_views(experiment_id: str, tags: dict[str, str]) -> list[ViewLink]:
                 name, created, _ = decode_envelope(value)
             except (ValueError, KeyError, TypeError, AttributeError):
                 continue  # not an envelope this version reads; the UI shows it by its own rules
-            names[key[len(VIEW_TAG_PREFIX):]] = (name, created)
+            names[key[len(VIEW_TAG_PREFIX) :]] = (name, created)
     try:
         ours = [v for v in json.loads(tags.get(ORDER_TAG) or "[]") if v in names]
     except ValueError:
@@ -280,16 +311,24 @@ def list_views(experiment_id: str, tags: dict[str, str]) -> list[ViewLink]:
     return [ViewLink(v, names[v][0], experiment_id) for v in [*ours, *others]]
 
 
-def publish_search_views(client: Any, experiment_id: str, search: str, history_metrics: Sequence[str],
-                         trial_metrics: Sequence[str], *, hidden: Iterable[str] = (),
-                         now_ms: int | None = None) -> list[ViewLink]:
+def publish_search_views(
+    client: Any,
+    experiment_id: str,
+    search: str,
+    history_metrics: Sequence[str],
+    trial_metrics: Sequence[str],
+    *,
+    hidden: Iterable[str] = (),
+    now_ms: int | None = None,
+) -> list[ViewLink]:
     """Write (or rewrite, under the same ids) the saved views of an Optuna search
     (:func:`workbench.viz.saved_view.search_views`) on its experiment; returns their links.
     ``hidden``: metrics the trials' runs (and their parent) may log that the views do not chart
     (the catalogue is always among them). The study's own views, order and description are left
     as they are: the search views are listed after them by :func:`list_views`."""
-    views = search_views(search, history_metrics, trial_metrics,
-                         known_metrics={m.name for m in CATALOGUE} | set(hidden))
+    views = search_views(
+        search, history_metrics, trial_metrics, known_metrics={m.name for m in CATALOGUE} | set(hidden)
+    )
     now = int(time.time() * 1000) if now_ms is None else now_ms
     tags = client.get_experiment(experiment_id).tags
     encoded = {v.view_id: encode_envelope(v, _created_at(tags.get(v.tag_key), now), now) for v in views}

@@ -97,15 +97,19 @@ def view_link(experiment_id: str, share_key: str, base_url: str = "") -> str:
     """The UI link that opens a saved view on the chart tab of the training ("machine learning")
     layout; without ``base_url`` a fragment (``#/experiments/...``) that works wherever the UI is served."""
     prefix = f"{base_url.rstrip('/')}/" if base_url else ""
-    return (f"{prefix}#/experiments/{experiment_id}/runs?viewStateShareKey={share_key}"
-            f"&compareRunsMode=CHART&workflowType=machine_learning")
+    return (
+        f"{prefix}#/experiments/{experiment_id}/runs?viewStateShareKey={share_key}"
+        f"&compareRunsMode=CHART&workflowType=machine_learning"
+    )
 
 
 def group_by_keys(grid_params: Sequence[str] = ()) -> list[dict[str, str]]:
     """Group by the run's variant, and in a study with a grid also by each grid parameter (a
     variant at two learning rates is two arms, not four seeds of one)."""
-    return [{"mode": "tag", "groupByData": "workbench.variant"},
-            *({"mode": "param", "groupByData": p} for p in grid_params)]
+    return [
+        {"mode": "tag", "groupByData": "workbench.variant"},
+        *({"mode": "param", "groupByData": p} for p in grid_params),
+    ]
 
 
 CARD_HEIGHT_PX = 480  # MLflow's default 360 leaves room for 2 legend lines: a card's title and legend got cut
@@ -118,29 +122,60 @@ def card_grid(cols: int) -> dict[str, int]:
     return {"columns": max(1, min(cols, 3)), "cardHeight": CARD_HEIGHT_PX}
 
 
-def _line_card(uuid: str, section: str, metrics: Sequence[str], title: str, *, log_y: bool = False,
-               deleted: bool = False) -> dict[str, Any]:
+def _line_card(
+    uuid: str, section: str, metrics: Sequence[str], title: str, *, log_y: bool = False, deleted: bool = False
+) -> dict[str, Any]:
     # The fields of RunsChartsLineCardConfig (runs-charts.types.ts) with their defaults, except:
     # not generated (the page must not regenerate it), several metrics, our title and y scale.
     return {
-        "type": "LINE", "uuid": uuid, "metricSectionId": section, "isGenerated": False, "deleted": deleted,
-        "runsCountToCompare": 100, "displayName": title, "metricKey": metrics[0],
-        "selectedMetricKeys": list(metrics), "lineSmoothness": 0, "xAxisKey": "step",
-        "xAxisScaleType": "linear", "scaleType": "log" if log_y else "linear", "selectedXAxisMetricKey": "",
-        "range": {}, "yAxisKey": "metric", "yAxisExpressions": [], "ignoreOutliers": False,
-        "useGlobalXaxisKey": True, "useGlobalLineSmoothing": True,
+        "type": "LINE",
+        "uuid": uuid,
+        "metricSectionId": section,
+        "isGenerated": False,
+        "deleted": deleted,
+        "runsCountToCompare": 100,
+        "displayName": title,
+        "metricKey": metrics[0],
+        "selectedMetricKeys": list(metrics),
+        "lineSmoothness": 0,
+        "xAxisKey": "step",
+        "xAxisScaleType": "linear",
+        "scaleType": "log" if log_y else "linear",
+        "selectedXAxisMetricKey": "",
+        "range": {},
+        "yAxisKey": "metric",
+        "yAxisExpressions": [],
+        "ignoreOutliers": False,
+        "useGlobalXaxisKey": True,
+        "useGlobalLineSmoothing": True,
     }
 
 
 def _bar_card(uuid: str, section: str, metric: str, title: str) -> dict[str, Any]:
-    return {"type": "BAR", "uuid": uuid, "metricSectionId": section, "isGenerated": False, "deleted": False,
-            "runsCountToCompare": 100, "displayName": title, "metricKey": metric}
+    return {
+        "type": "BAR",
+        "uuid": uuid,
+        "metricSectionId": section,
+        "isGenerated": False,
+        "deleted": False,
+        "runsCountToCompare": 100,
+        "displayName": title,
+        "metricKey": metric,
+    }
 
 
 def _hidden_card(uuid: str, section: str, metric: str) -> dict[str, Any]:
     """A metric the spec does not chart: listed, deleted, so the page does not add it back."""
-    return {"type": "LINE", "uuid": uuid, "metricSectionId": section, "isGenerated": False, "deleted": True,
-            "metricKey": metric, "selectedMetricKeys": [metric], "xAxisKey": "step"}
+    return {
+        "type": "LINE",
+        "uuid": uuid,
+        "metricSectionId": section,
+        "isGenerated": False,
+        "deleted": True,
+        "metricKey": metric,
+        "selectedMetricKeys": [metric],
+        "xAxisKey": "step",
+    }
 
 
 def _summary_source(metric: str) -> str:
@@ -153,8 +188,9 @@ def _summary_source(metric: str) -> str:
     return resolve_summary(name).reads[0]
 
 
-def compile_view(spec: DashboardSpec, *, grouped: bool = True, known_metrics: Iterable[str] = (),
-                 grid_params: Sequence[str] = ()) -> SavedView:
+def compile_view(
+    spec: DashboardSpec, *, grouped: bool = True, known_metrics: Iterable[str] = (), grid_params: Sequence[str] = ()
+) -> SavedView:
     """The saved view of ``spec``: its panels as chart cards in order, in one section named after
     the spec, over the study's runs (``workbench.role=run``), grouped by variant (and grid point);
     with ``grouped`` false, by variant, grid point and seed (the per-seed view: one line per run). ``known_metrics``: metric
@@ -180,13 +216,20 @@ def compile_view(spec: DashboardSpec, *, grouped: bool = True, known_metrics: It
         elif p.kind == "health_matrix":  # the per-step worst health status is what MLflow can draw
             cards.append(_line_card(uuid, section, [HEALTH_STATUS], f"{name}: health/status (0 ok, 1 warn, 2 fail)"))
         else:  # mismatch_record: a run artifact (mismatch.json), which MLflow's charts cannot read
-            notes.append(f"panel {name!r}: the mismatch record is a run artifact, not a metric: no MLflow chart "
-                         "(the HTML dashboard draws it)")
+            notes.append(
+                f"panel {name!r}: the mismatch record is a run artifact, not a metric: no MLflow chart "
+                "(the HTML dashboard draws it)"
+            )
     charted = {c["metricKey"] for c in cards}
     for k, m in enumerate(sorted(set(known_metrics) - charted)):
         cards.append(_hidden_card(f"{vid}-hidden-{k}", section, m))
-    columns = ["tags.`workbench.variant`", "tags.`workbench.seed`", "tags.`workbench.health`",
-               "metrics.`eval/accuracy`", "metrics.`reward/mean`"]
+    columns = [
+        "tags.`workbench.variant`",
+        "tags.`workbench.seed`",
+        "tags.`workbench.health`",
+        "metrics.`eval/accuracy`",
+        "metrics.`reward/mean`",
+    ]
     state = {
         "searchFilter": RUN_FILTER,
         "runsHiddenMode": "SHOW_ALL",
@@ -194,12 +237,23 @@ def compile_view(spec: DashboardSpec, *, grouped: bool = True, known_metrics: It
         # per seed: grouped too, by variant, grid point and seed (one run per group). Ungrouped, the
         # page folds the study's runs under their parent run, whose expansion a saved view cannot
         # hold, and charts only the (metric-less) parent: "No charts in this section".
-        "groupBy": {"aggregateFunction": "average",
-                    "groupByKeys": group_by_keys(grid_params) + ([] if grouped else [SEED_KEY])},
+        "groupBy": {
+            "aggregateFunction": "average",
+            "groupByKeys": group_by_keys(grid_params) + ([] if grouped else [SEED_KEY]),
+        },
         "useGroupedValuesInCharts": True,
         "hideEmptyCharts": True,  # optional panels (kl/ref, IS weights) vanish when never logged
-        "compareRunSections": [{"uuid": section, "name": title, "display": True, "isReordered": True,
-                                "deleted": False, "isGenerated": False, **card_grid(spec.layout.cols)}],
+        "compareRunSections": [
+            {
+                "uuid": section,
+                "name": title,
+                "display": True,
+                "isReordered": True,
+                "deleted": False,
+                "isGenerated": False,
+                **card_grid(spec.layout.cols),
+            }
+        ],
         "compareRunCharts": cards,
         "isAccordionReordered": True,
         "globalLineChartConfig": {"xAxisKey": "step", "lineSmoothness": 0, "selectedXAxisMetricKey": ""},
@@ -208,20 +262,29 @@ def compile_view(spec: DashboardSpec, *, grouped: bool = True, known_metrics: It
     return SavedView(vid, name, state, spec.name, grouped, tuple(notes))
 
 
-def views_for_specs(specs: Sequence[DashboardSpec], *, known_metrics: Iterable[str] = (),
-                    grid_params: Sequence[str] = (), per_seed: str = "health") -> list[SavedView]:
+def views_for_specs(
+    specs: Sequence[DashboardSpec],
+    *,
+    known_metrics: Iterable[str] = (),
+    grid_params: Sequence[str] = (),
+    per_seed: str = "health",
+) -> list[SavedView]:
     """Every spec's grouped view, the ``health`` spec first, then the others in the given order;
     plus the per-seed view of the spec named ``per_seed`` (when there is one)."""
     known = list(known_metrics)
     ordered = sorted(specs, key=lambda s: s.name != "health")  # stable: health first, others as given
     views = [compile_view(s, known_metrics=known, grid_params=grid_params) for s in ordered]
-    views += [compile_view(s, grouped=False, known_metrics=known, grid_params=grid_params)
-              for s in ordered if s.name == per_seed]
+    views += [
+        compile_view(s, grouped=False, known_metrics=known, grid_params=grid_params)
+        for s in ordered
+        if s.name == per_seed
+    ]
     return views
 
 
-def search_views(search: str, history_metrics: Sequence[str], trial_metrics: Sequence[str], *,
-                 known_metrics: Iterable[str] = ()) -> list[SavedView]:
+def search_views(
+    search: str, history_metrics: Sequence[str], trial_metrics: Sequence[str], *, known_metrics: Iterable[str] = ()
+) -> list[SavedView]:
     """The two saved views of an Optuna search ``search`` (its ``workbench.search`` tag, e.g.
     ``sanity_search:search``) in the search's experiment:
 
@@ -235,31 +298,51 @@ def search_views(search: str, history_metrics: Sequence[str], trial_metrics: Seq
     quoted = search.replace("'", "\\'")
     out = []
     for vid, role, metrics, title, grouped in (
-            (base, "search", history_metrics, f"search {search}: optimisation history (x = trial number)", False),
-            (f"{base}-trials", "trial", trial_metrics, f"search {search}: trials (x = learner step)", True)):
+        (base, "search", history_metrics, f"search {search}: optimisation history (x = trial number)", False),
+        (f"{base}-trials", "trial", trial_metrics, f"search {search}: trials (x = learner step)", True),
+    ):
         section = f"{vid}-section"
         cards = [_line_card(f"{vid}-{i}", section, [m], m) for i, m in enumerate(metrics)]
         hidden = sorted(set(known_metrics) - set(metrics)) if grouped else []
         cards += [_hidden_card(f"{vid}-hidden-{k}", section, m) for k, m in enumerate(hidden)]
-        columns = ["tags.`workbench.trial`", "tags.`workbench.trial_state`", "tags.`workbench.seed`",
-                   "tags.`workbench.search_params`", "tags.`workbench.prune_reason`",
-                   *(f"metrics.`{m}`" for m in metrics)] if grouped else [f"metrics.`{m}`" for m in metrics]
+        columns = (
+            [
+                "tags.`workbench.trial`",
+                "tags.`workbench.trial_state`",
+                "tags.`workbench.seed`",
+                "tags.`workbench.search_params`",
+                "tags.`workbench.prune_reason`",
+                *(f"metrics.`{m}`" for m in metrics),
+            ]
+            if grouped
+            else [f"metrics.`{m}`" for m in metrics]
+        )
         state: dict[str, Any] = {
             "searchFilter": f"tags.`workbench.role` = '{role}' and tags.`workbench.search` = '{quoted}'",
             "runsHiddenMode": "SHOW_ALL",
             "selectedColumns": columns,
             "useGroupedValuesInCharts": grouped,
             "hideEmptyCharts": True,
-            "compareRunSections": [{"uuid": section, "name": title, "display": True, "isReordered": True,
-                                    "deleted": False, "isGenerated": False}],
+            "compareRunSections": [
+                {
+                    "uuid": section,
+                    "name": title,
+                    "display": True,
+                    "isReordered": True,
+                    "deleted": False,
+                    "isGenerated": False,
+                }
+            ],
             "compareRunCharts": cards,
             "isAccordionReordered": True,
             "globalLineChartConfig": {"xAxisKey": "step", "lineSmoothness": 0, "selectedXAxisMetricKey": ""},
         }
         if grouped:  # see compile_view: ungrouped, child runs fold under their parent; the search run
             # itself is a top-level run and charts as itself (no groupBy: the page's default)
-            state["groupBy"] = {"aggregateFunction": "average",
-                                "groupByKeys": [{"mode": "tag", "groupByData": "workbench.trial"}]}
+            state["groupBy"] = {
+                "aggregateFunction": "average",
+                "groupByKeys": [{"mode": "tag", "groupByData": "workbench.trial"}],
+            }
         out.append(SavedView(vid, title, state, f"search:{search}", grouped))
     return out
 
@@ -271,17 +354,25 @@ def encode_envelope(view: SavedView, created_at_ms: int, updated_at_ms: int | No
     state = json.dumps(view.state, separators=(",", ":"))
 
     def envelope(text: str) -> str:
-        return json.dumps({"name": view.name, "createdAt": created_at_ms,
-                           "updatedAt": updated_at_ms if updated_at_ms is not None else created_at_ms,
-                           "state": text}, separators=(",", ":"))
+        return json.dumps(
+            {
+                "name": view.name,
+                "createdAt": created_at_ms,
+                "updatedAt": updated_at_ms if updated_at_ms is not None else created_at_ms,
+                "state": text,
+            },
+            separators=(",", ":"),
+        )
 
     value = envelope(state)
     if len(value) > MAX_TAG_CHARS:
         # zlib format (header + deflate + adler32): what the page's pako.inflate reads
         value = envelope(DEFLATE_PREFIX + base64.b64encode(zlib.compress(state.encode(), 9)).decode("ascii"))
     if len(value) > MAX_TAG_CHARS:
-        raise ValueError(f"saved view {view.view_id!r}: {len(value)} characters even deflated "
-                         f"(MLflow's limit is {MAX_TAG_CHARS}): split the spec {view.spec_name!r}")
+        raise ValueError(
+            f"saved view {view.view_id!r}: {len(value)} characters even deflated "
+            f"(MLflow's limit is {MAX_TAG_CHARS}): split the spec {view.spec_name!r}"
+        )
     return value
 
 
@@ -290,5 +381,5 @@ def decode_envelope(value: str) -> tuple[str, int, dict[str, Any]]:
     data = json.loads(value)
     state = data["state"]
     if state.startswith(DEFLATE_PREFIX):
-        state = zlib.decompress(base64.b64decode(state[len(DEFLATE_PREFIX):])).decode()
+        state = zlib.decompress(base64.b64decode(state[len(DEFLATE_PREFIX) :])).decode()
     return data["name"], int(data["createdAt"]), json.loads(state)

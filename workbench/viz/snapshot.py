@@ -14,8 +14,15 @@ from collections.abc import Sequence
 from pathlib import Path
 
 # Without these, Chromium keeps trying to reach Google's services through a closed network.
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 # Runs in the page: keep the title, the subtitle and the sections (an <h2> and what follows it up
 # to the next <h2>) whose heading is one of `keep`; remove the rest. Returns the headings kept.
@@ -71,8 +78,10 @@ def save_sections_png(html_file: Path, png_file: Path, sections: Sequence[str], 
             if absent:
                 raise SnapshotError(f"the report has no section {', '.join(map(repr, absent))}")
             # every remaining plot drawn (plotly adds its SVG once it has laid the figure out)
-            page.wait_for_function("Array.from(document.querySelectorAll('.plotly-graph-div'))"
-                                   ".every(gd => gd.querySelector('.main-svg'))", timeout=30_000)
+            page.wait_for_function(
+                "Array.from(document.querySelectorAll('.plotly-graph-div')).every(gd => gd.querySelector('.main-svg'))",
+                timeout=30_000,
+            )
             page.wait_for_timeout(300)  # the resize relayout
             png_file.parent.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(png_file), full_page=True)

@@ -122,8 +122,10 @@ class PanelSpec(_Strict):
             raise ValueError("a curve panel needs `metrics` (e.g. metrics: [reward/mean])")
         if self.kind == "summary":
             if not self.metrics:
-                raise ValueError("a summary panel needs `metrics`: summary metric names such as "
-                                 "final_eval_accuracy, or logged metrics (their final value)")
+                raise ValueError(
+                    "a summary panel needs `metrics`: summary metric names such as "
+                    "final_eval_accuracy, or logged metrics (their final value)"
+                )
             from workbench.compare.summary import summary_name  # deferred: pandas (a spec loads without it)
 
             for m in self.metrics:
@@ -133,8 +135,10 @@ class PanelSpec(_Strict):
         if self.kind == "mismatch_record" and self.metrics:
             raise ValueError("a mismatch_record panel takes no `metrics` (it shows the runs' mismatch.json)")
         if self.group_by == "run" and self.aggregation in ("mean", "iqm"):
-            raise ValueError(f"aggregation {self.aggregation!r} needs group_by: variant "
-                             "(one run has nothing to aggregate); use aggregation: none with group_by: run")
+            raise ValueError(
+                f"aggregation {self.aggregation!r} needs group_by: variant "
+                "(one run has nothing to aggregate); use aggregation: none with group_by: run"
+            )
         if (self.row is None) != (self.col is None):
             raise ValueError("give both `row` and `col`, or neither")
         return self
@@ -143,11 +147,15 @@ class PanelSpec(_Strict):
         """This panel with unset fields filled from ``d`` (``group_by: run`` implies ``aggregation: none``)."""
         group_by = self.group_by or d.group_by
         agg = self.aggregation or ("none" if group_by == "run" else d.aggregation)
-        return self.model_copy(update={
-            "aggregation": agg, "group_by": group_by, "x": self.x or d.x,
-            "band": d.band if self.band is None else self.band,
-            "health_markers": d.health_markers if self.health_markers is None else self.health_markers,
-        })
+        return self.model_copy(
+            update={
+                "aggregation": agg,
+                "group_by": group_by,
+                "x": self.x or d.x,
+                "band": d.band if self.band is None else self.band,
+                "health_markers": d.health_markers if self.health_markers is None else self.health_markers,
+            }
+        )
 
 
 class DashboardSpec(_Strict):

@@ -130,5 +130,7 @@ def find_spec(name_or_path: str | Path) -> Path:
     if str(name_or_path) in specs:
         return specs[str(name_or_path)]
     hint = did_you_mean(name_or_path, specs)
-    raise SpecError(str(name_or_path), [f"{name_or_path}: no such dashboard spec file or name{hint} "
-                                        f"(known: {', '.join(specs) or 'none'})"])
+    raise SpecError(
+        str(name_or_path),
+        [f"{name_or_path}: no such dashboard spec file or name{hint} (known: {', '.join(specs) or 'none'})"],
+    )

@@ -12,18 +12,33 @@ BASELINE_GREYS: tuple[str, ...] = (BASELINE_COLOR, "#A0A0A0", "#1A1A1A", "#73737
 #: Other variants, in order: Okabe & Ito's colour-blind-safe palette (without its black, which reads as a
 #: baseline grey); yellow last, as it is faint on white. Past 7 variants the colours repeat.
 PALETTE: tuple[str, ...] = (
-    "#0072B2", "#D55E00", "#009E73", "#CC79A7", "#56B4E9", "#E69F00", "#F0E442",
+    "#0072B2",
+    "#D55E00",
+    "#009E73",
+    "#CC79A7",
+    "#56B4E9",
+    "#E69F00",
+    "#F0E442",
 )
 #: Line dash per metric when a panel shows several metrics.
 DASHES: tuple[str, ...] = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
-DASH_GLYPHS: dict[str, str] = {"solid": "——", "dash": "– –", "dot": "···", "dashdot": "–·–",
-                               "longdash": "— —", "longdashdot": "—·—"}
+DASH_GLYPHS: dict[str, str] = {
+    "solid": "——",
+    "dash": "– –",
+    "dot": "···",
+    "dashdot": "–·–",
+    "longdash": "— —",
+    "longdashdot": "—·—",
+}
 SEVERITY_COLORS: dict[str, str] = {"warn": "#E69F00", "fail": "#C0392B"}
 SEVERITY_SYMBOLS: dict[str, str] = {"warn": "triangle-up", "fail": "x"}
 FONT = "Inter, -apple-system, Segoe UI, Helvetica, Arial, sans-serif"
 TEMPLATE = "plotly_white"
-PLOT_CONFIG = {"displaylogo": False, "responsive": True,
-               "toImageButtonOptions": {"format": "svg"}}  # PNG export needs kaleido; SVG is client-side
+PLOT_CONFIG = {
+    "displaylogo": False,
+    "responsive": True,
+    "toImageButtonOptions": {"format": "svg"},
+}  # PNG export needs kaleido; SVG is client-side
 
 
 def variant_colors(variants: Iterable[str], baseline: str | Collection[str] | None = None) -> dict[str, str]:
@@ -45,7 +60,7 @@ def variant_colors(variants: Iterable[str], baseline: str | Collection[str] | No
 def with_alpha(color: str, alpha: float) -> str:
     """``#RRGGBB`` (or ``rgb(r, g, b)``) as ``rgba(r, g, b, alpha)`` for bands."""
     if color.startswith("#") and len(color) == 7:
-        r, g, b = (int(color[i:i + 2], 16) for i in (1, 3, 5))
+        r, g, b = (int(color[i : i + 2], 16) for i in (1, 3, 5))
     elif color.startswith("rgb(") and color.endswith(")"):
         r, g, b = (int(float(x)) for x in color[4:-1].split(","))
     else:

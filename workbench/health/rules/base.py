@@ -171,10 +171,7 @@ class HealthRule:
         elif overrides:
             params = self.Params(**{**params.model_dump(), **overrides})
         if not isinstance(params, self.Params):
-            raise TypeError(
-                f"health rule {self.name!r} expects {self.Params.__name__}, "
-                f"got {type(params).__name__}"
-            )
+            raise TypeError(f"health rule {self.name!r} expects {self.Params.__name__}, got {type(params).__name__}")
         self.params = params
         self.reset()
 
@@ -256,10 +253,7 @@ class HealthRule:
         if self.patience == 1:
             when = f"at step {step}"
         else:
-            when = (
-                f"for {streak} consecutive observations "
-                f"(steps {streak_start}–{step})"
-            )
+            when = f"for {streak} consecutive observations (steps {streak_start}–{step})"
         return f"{self.name}: {reading.detail} {when}. {self.consequence}".strip()
 
     # -- a block of steps at once ------------------------------------------------------------
@@ -314,8 +308,9 @@ class HealthRule:
         for k in np.flatnonzero(streak == self.patience).tolist():
             reading = r.reading(k)
             if not reading.violated:  # the column form and update() disagree: a bug, never a silent verdict
-                raise AssertionError(f"health rule {self.name}: column form and update() disagree at "
-                                     f"step {int(steps[r.at[k]])}")
+                raise AssertionError(
+                    f"health rule {self.name}: column form and update() disagree at step {int(steps[r.at[k]])}"
+                )
             step = int(steps[r.at[k]])
             events.append((int(r.at[k]), self._event(step, reading, int(streak[k]), start_of(k))))
         end = int(streak[-1])
@@ -411,4 +406,3 @@ class _Above(HealthRule):
     def _block_readings(self, block: Block) -> BlockReadings:
         at, x = _observations(block, self.watches[0])
         return BlockReadings(at, x > getattr(self.params, self.limit), lambda k: self._reading(float(x[k])))
-

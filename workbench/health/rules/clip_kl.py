@@ -63,6 +63,5 @@ class KLExplosion(_Above):
     limit = "max_kl"
     watches = (KL_REF,)
     consequence = (
-        "KL explosion: the policy is running away from the reference "
-        "(raise the KL coefficient or lower the lr)."
+        "KL explosion: the policy is running away from the reference (raise the KL coefficient or lower the lr)."
     )

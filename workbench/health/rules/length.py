@@ -174,8 +174,13 @@ class IncorrectLengthGap(HealthRule):
             if test is not None and test.rising and test.fitted_end > thr:
                 return Reading(True, self.RATIO, test.fitted_end, thr, self._detail(test, is_long, thr))
         shown = long if long is not None else short
-        return Reading(False, self.RATIO, shown.fitted_end, thr,  # type: ignore[union-attr]  # one is not None
-                       "slope not significant or fitted ratio within the limit")
+        return Reading(
+            False,
+            self.RATIO,
+            shown.fitted_end,
+            thr,  # type: ignore[union-attr]  # one is not None
+            "slope not significant or fitted ratio within the limit",
+        )
 
     def _block_readings(self, block: Block) -> BlockReadings:
         correct, incorrect = block.finite(LENGTH_CORRECT_MEAN), block.finite(LENGTH_INCORRECT_MEAN)
@@ -185,10 +190,15 @@ class IncorrectLengthGap(HealthRule):
         at = np.flatnonzero(usable & np.isfinite(ratio))
         ratio = ratio[at]
         p = self.params
-        short = _trend_series(self._short.values, ratio, p.noise_window + p.trend_window,
-                              lambda rows: slope_tests(rows, p.trend_window, p.critical_z))
-        long = _trend_series(self._long.values, ratio, p.long_min_window,
-                             lambda rows: trend_tests(rows, p.long_critical_z))
+        short = _trend_series(
+            self._short.values,
+            ratio,
+            p.noise_window + p.trend_window,
+            lambda rows: slope_tests(rows, p.trend_window, p.critical_z),
+        )
+        long = _trend_series(
+            self._long.values, ratio, p.long_min_window, lambda rows: trend_tests(rows, p.long_critical_z)
+        )
         n = len(ratio)
         tests = (short.aligned(n), long.aligned(n))
         ok = tests[0][0] | tests[1][0]
@@ -196,8 +206,9 @@ class IncorrectLengthGap(HealthRule):
         for has, rising, fitted in tests:
             violated |= has & rising & (fitted > p.max_ratio)
         kept = np.flatnonzero(ok)
-        return BlockReadings(at[kept], violated[kept],
-                             lambda k: self._reading(short.test(int(kept[k])), long.test(int(kept[k]))))
+        return BlockReadings(
+            at[kept], violated[kept], lambda k: self._reading(short.test(int(kept[k])), long.test(int(kept[k])))
+        )
 
     def _detail(self, test: SlopeTest, long: bool, thr: float) -> str:
         p = self.params
@@ -223,9 +234,9 @@ class _TrendSeries:
         """``(tested, rising, fitted_end)`` for each of the block's ``n`` observations."""
         tested, rising, fitted = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool), np.zeros(n)
         if self._tests:
-            tested[self.first:] = np.concatenate([t.ok for t in self._tests])
-            rising[self.first:] = np.concatenate([t.rising for t in self._tests])
-            fitted[self.first:] = np.concatenate([t.fitted_end for t in self._tests])
+            tested[self.first :] = np.concatenate([t.ok for t in self._tests])
+            rising[self.first :] = np.concatenate([t.rising for t in self._tests])
+            fitted[self.first :] = np.concatenate([t.fitted_end for t in self._tests])
         return tested, rising, fitted
 
     def test(self, k: int) -> SlopeTest | None:
@@ -246,5 +257,5 @@ def _trend_series(held: Any, values: np.ndarray, need: int, kernel: Callable[[np
         k += 1
     rest = values[k:]
     seq, spans = _windows(held, rest, held.maxlen)
-    held.extend(rest[-held.maxlen:].tolist())
+    held.extend(rest[-held.maxlen :].tolist())
     return _TrendSeries(k, _row_results(seq, spans, kernel))

@@ -144,7 +144,14 @@ class MismatchBands(HealthRule):
     name = "mismatch_bands"
     summary = "the mismatch leaves verl's or NeMo-RL's published bands"
     Params = MismatchBandsParams
-    watches = (MISMATCH_IS_RATIO_MEAN, MISMATCH_ESS, MISMATCH_IS_RATIO_STD, MISMATCH_KL_K1, MISMATCH_CHI2_TOKEN, MISMATCH_TOKEN_MULT_PROB_ERROR)
+    watches = (
+        MISMATCH_IS_RATIO_MEAN,
+        MISMATCH_ESS,
+        MISMATCH_IS_RATIO_STD,
+        MISMATCH_KL_K1,
+        MISMATCH_CHI2_TOKEN,
+        MISMATCH_TOKEN_MULT_PROB_ERROR,
+    )
     consequence = (
         "The sampler and learner disagree beyond the published bands: check a leaked generation setting "
         "(temperature, top-k, repetition_penalty), the weight sync and the dtypes; an IS correction only "
@@ -158,11 +165,22 @@ class MismatchBands(HealthRule):
         if p.is_ratio_mean is not None and x is not None:
             lo, hi = p.is_ratio_mean
             thr = lo if x < lo else hi
-            readings.append(Reading(not lo <= x <= hi, MISMATCH_IS_RATIO_MEAN, x, thr,
-                                    f"{MISMATCH_IS_RATIO_MEAN} = {_fmt(x)} outside [{lo:g}, {hi:g}]"))
-        for key, thr, below in ((MISMATCH_ESS, p.min_ess, True), (MISMATCH_IS_RATIO_STD, p.max_is_ratio_std, False),
-                                (MISMATCH_KL_K1, p.max_abs_kl_k1, False), (MISMATCH_CHI2_TOKEN, p.max_chi2_token, False),
-                                (MISMATCH_TOKEN_MULT_PROB_ERROR, p.max_token_mult_prob_error, False)):
+            readings.append(
+                Reading(
+                    not lo <= x <= hi,
+                    MISMATCH_IS_RATIO_MEAN,
+                    x,
+                    thr,
+                    f"{MISMATCH_IS_RATIO_MEAN} = {_fmt(x)} outside [{lo:g}, {hi:g}]",
+                )
+            )
+        for key, thr, below in (
+            (MISMATCH_ESS, p.min_ess, True),
+            (MISMATCH_IS_RATIO_STD, p.max_is_ratio_std, False),
+            (MISMATCH_KL_K1, p.max_abs_kl_k1, False),
+            (MISMATCH_CHI2_TOKEN, p.max_chi2_token, False),
+            (MISMATCH_TOKEN_MULT_PROB_ERROR, p.max_token_mult_prob_error, False),
+        ):
             x = finite_value(metrics, key)
             if thr is None or x is None:
                 continue
@@ -185,9 +203,13 @@ class MismatchBands(HealthRule):
             x = block.finite(MISMATCH_IS_RATIO_MEAN)
             checked |= ~np.isnan(x)
             violated |= (x < lo) | (x > hi)  # not lo <= x <= hi, for a finite x
-        for key, thr, below in ((MISMATCH_ESS, p.min_ess, True), (MISMATCH_IS_RATIO_STD, p.max_is_ratio_std, False),
-                                (MISMATCH_KL_K1, p.max_abs_kl_k1, False), (MISMATCH_CHI2_TOKEN, p.max_chi2_token, False),
-                                (MISMATCH_TOKEN_MULT_PROB_ERROR, p.max_token_mult_prob_error, False)):
+        for key, thr, below in (
+            (MISMATCH_ESS, p.min_ess, True),
+            (MISMATCH_IS_RATIO_STD, p.max_is_ratio_std, False),
+            (MISMATCH_KL_K1, p.max_abs_kl_k1, False),
+            (MISMATCH_CHI2_TOKEN, p.max_chi2_token, False),
+            (MISMATCH_TOKEN_MULT_PROB_ERROR, p.max_token_mult_prob_error, False),
+        ):
             if thr is None:
                 continue
             x = block.finite(key)
@@ -268,7 +290,9 @@ class MismatchGrowthParams(StreakParams):
     @model_validator(mode="after")
     def _noise_cap_covers_baseline(self) -> MismatchGrowthParams:
         if self.max_noise_window < self.baseline_steps:
-            raise ValueError(f"max_noise_window ({self.max_noise_window}) is below baseline_steps ({self.baseline_steps})")
+            raise ValueError(
+                f"max_noise_window ({self.max_noise_window}) is below baseline_steps ({self.baseline_steps})"
+            )
         return self
 
 
@@ -353,21 +377,28 @@ class MismatchGrowth(HealthRule):
         base, thr = self._limit()
         z = (log_level - self._log_baseline) / standard_error if standard_error > 0 else math.inf
         beyond_noise = p.noise_z == 0 or z > p.noise_z
-        return Reading(level > thr and beyond_noise, MISMATCH_KL, level, thr,
-                       f"mean {MISMATCH_KL} over the last {p.window} = {_fmt(level)} > max({p.max_multiple:g} × "
-                       f"initial {_fmt(base)}, {p.min_kl:g}) and its mean log is {z:.3g} standard errors above "
-                       f"the initial one (> {p.noise_z:g}, AR(1) noise of the log KL before the window)")
+        return Reading(
+            level > thr and beyond_noise,
+            MISMATCH_KL,
+            level,
+            thr,
+            f"mean {MISMATCH_KL} over the last {p.window} = {_fmt(level)} > max({p.max_multiple:g} × "
+            f"initial {_fmt(base)}, {p.min_kl:g}) and its mean log is {z:.3g} standard errors above "
+            f"the initial one (> {p.noise_z:g}, AR(1) noise of the log KL before the window)",
+        )
 
     def _block_readings(self, block: Block) -> BlockReadings:
         p = self.params
         at, x = _observations(block, MISMATCH_KL)
-        k = _warm_up(self, MISMATCH_KL, x, lambda: len(self._baseline) < p.baseline_steps or len(self._recent) + 1 < p.window)
+        k = _warm_up(
+            self, MISMATCH_KL, x, lambda: len(self._baseline) < p.baseline_steps or len(self._recent) + 1 < p.window
+        )
         at, x = at[k:], x[k:]
         if not len(x):
             return BlockReadings.none()
         logs_new = np.array([self._log(float(v)) for v in x])
         seq, spans = _windows(self._recent, x, p.window)
-        self._recent.extend(x[-p.window:].tolist())
+        self._recent.extend(x[-p.window :].tolist())
         level = sliding_window_view(seq, p.window)[spans[:, 1] - p.window].mean(axis=-1)
         held = self._logs.maxlen or 0
         log_seq, log_spans = _windows(self._logs, logs_new, held)
@@ -377,12 +408,19 @@ class MismatchGrowth(HealthRule):
         refit = ~above
         refit[0] |= math.isnan(self._standard_error)
         fits = np.flatnonzero(refit)
-        noise = _row_results(log_seq, np.stack([log_spans[fits, 0], log_spans[fits, 1] - p.window], axis=1), self._noise)
+        noise = _row_results(
+            log_seq, np.stack([log_spans[fits, 0], log_spans[fits, 1] - p.window], axis=1), self._noise
+        )
         last = np.cumsum(refit)  # each observation uses the last refit at or before it (0: the one carried in)
         standard_error = np.concatenate([[self._standard_error], *noise])[last]
         self._standard_error = float(standard_error[-1])
         with np.errstate(divide="ignore", invalid="ignore"):
-            z = np.where(standard_error > 0, (log_level - self._log_baseline) / np.where(standard_error > 0, standard_error, 1.0), np.inf)
+            z = np.where(
+                standard_error > 0,
+                (log_level - self._log_baseline) / np.where(standard_error > 0, standard_error, 1.0),
+                np.inf,
+            )
         violated = above & ((z > p.noise_z) if p.noise_z > 0 else True)
-        return BlockReadings(at, violated, lambda i: self._reading(float(level[i]), float(log_level[i]),
-                                                                  float(standard_error[i])))
+        return BlockReadings(
+            at, violated, lambda i: self._reading(float(level[i]), float(log_level[i]), float(standard_error[i]))
+        )

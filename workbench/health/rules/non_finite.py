@@ -90,5 +90,3 @@ class NonFinite(HealthRule):
             if key in block.values:
                 violated |= present & ~np.isfinite(block.values[key])
         return _stateless(self, block, checked, violated)
-
-

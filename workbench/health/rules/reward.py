@@ -180,8 +180,11 @@ class RewardCollapse(HealthRule):
         threshold = np.where(noise_limit < below_best, noise_limit, below_best)  # min(): update's NaN rules
         self._best = float(best[-1])
         self._reference, self._standard_error = float(reference[-1]), float(standard_error[-1])
-        return BlockReadings(at, running < threshold, lambda i: self._reading(
-            float(running[i]), float(best[i]), float(reference[i]), float(standard_error[i])))
+        return BlockReadings(
+            at,
+            running < threshold,
+            lambda i: self._reading(float(running[i]), float(best[i]), float(reference[i]), float(standard_error[i])),
+        )
 
 
 class NoLearningSignalParams(StreakParams):

@@ -45,5 +45,7 @@ def reader_for(uri: str, **kwargs: Any) -> RunReader:
     if scheme in SERVER_SCHEMES:
         return RestRunReader(uri, **kwargs)
 
-    raise ValueError(f"cannot read tracking URI {redact_uri(uri)!r}: expected a database (sqlite:///..., postgresql://...) "
-                     "or a tracking server (http://...)")
+    raise ValueError(
+        f"cannot read tracking URI {redact_uri(uri)!r}: expected a database (sqlite:///..., postgresql://...) "
+        "or a tracking server (http://...)"
+    )

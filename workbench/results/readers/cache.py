@@ -45,8 +45,9 @@ class HistoryCache:
             return None
         return frame, set(info["keys"]), set(info["available"])
 
-    def put(self, run_id: str, status: str, end_time: Any, frame: pd.DataFrame, keys: set[str],
-            available: set[str]) -> None:
+    def put(
+        self, run_id: str, status: str, end_time: Any, frame: pd.DataFrame, keys: set[str], available: set[str]
+    ) -> None:
         if self.dir is None or status not in TERMINAL_STATUSES:
             return
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -54,8 +55,12 @@ class HistoryCache:
         tmp = data.with_suffix(f".{os.getpid()}.tmp")
         _write_points(frame, tmp)
         os.replace(tmp, data)
-        info = {"version": _CACHE_VERSION, "stamp": self._stamp(status, end_time), "keys": sorted(keys),
-                "available": sorted(available)}
+        info = {
+            "version": _CACHE_VERSION,
+            "stamp": self._stamp(status, end_time),
+            "keys": sorted(keys),
+            "available": sorted(available),
+        }
         tmp = meta.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps(info))
         os.replace(tmp, meta)
@@ -88,11 +93,17 @@ def _write_points(frame: pd.DataFrame, path: Path) -> None:
     import pyarrow as pa  # deferred: only a load that writes the cache needs it
     import pyarrow.parquet as pq
 
-    pq.write_table(pa.table({"metric": pa.array(frame["metric"], pa.string()),
-                             "step": pa.array(frame["step"].to_numpy(), pa.int64()),
-                             "value": pa.array(frame["value"].to_numpy(), pa.float64())}), path)
+    pq.write_table(
+        pa.table(
+            {
+                "metric": pa.array(frame["metric"], pa.string()),
+                "step": pa.array(frame["step"].to_numpy(), pa.int64()),
+                "value": pa.array(frame["value"].to_numpy(), pa.float64()),
+            }
+        ),
+        path,
+    )
 
 
 def default_cache_dir() -> Path:
     return Path(os.environ.get("WORKBENCH_HISTORY_CACHE") or Path(".workbench") / "cache").resolve()
-

@@ -36,8 +36,19 @@ __all__ = [
 
 HISTORY_COLUMNS: tuple[str, ...] = ("run_id", "variant", "seed", "step", "metric", "value")
 RUN_COLUMNS: tuple[str, ...] = (
-    "run_id", "run_name", "variant", "arm", "seed", "status", "health", "health_reasons", "run_key",
-    "stopped_early", "start_time", "end_time", "artifact_uri",
+    "run_id",
+    "run_name",
+    "variant",
+    "arm",
+    "seed",
+    "status",
+    "health",
+    "health_reasons",
+    "run_key",
+    "stopped_early",
+    "start_time",
+    "end_time",
+    "artifact_uri",
 )
 #: tag -> runs column
 TAG_COLUMNS = {
@@ -57,9 +68,15 @@ _INF_STORED = 1e308  # RunTracker writes ±inf as ±1e308 (MLflow stores reject 
 
 
 def empty_points() -> pd.DataFrame:
-    return pd.DataFrame({"run_id": pd.Series([], dtype=str), "metric": pd.Series([], dtype=str),
-                         "step": pd.Series([], dtype="int64"), "value": pd.Series([], dtype=float),
-                         "timestamp": pd.Series([], dtype="int64")})
+    return pd.DataFrame(
+        {
+            "run_id": pd.Series([], dtype=str),
+            "metric": pd.Series([], dtype=str),
+            "step": pd.Series([], dtype="int64"),
+            "value": pd.Series([], dtype=float),
+            "timestamp": pd.Series([], dtype="int64"),
+        }
+    )
 
 
 def arrow_strings(codes: np.ndarray, names: Sequence[str]) -> pd.Series:
@@ -70,16 +87,28 @@ def arrow_strings(codes: np.ndarray, names: Sequence[str]) -> pd.Series:
     return pd.Series(dictionary.cast(pa.string()), dtype=pd.Series([""]).dtype)
 
 
-def points_from_codes(group_runs: np.ndarray, group_keys: np.ndarray, gid: np.ndarray, step: np.ndarray,
-                      value: np.ndarray, timestamp: np.ndarray) -> pd.DataFrame:
+def points_from_codes(
+    group_runs: np.ndarray,
+    group_keys: np.ndarray,
+    gid: np.ndarray,
+    step: np.ndarray,
+    value: np.ndarray,
+    timestamp: np.ndarray,
+) -> pd.DataFrame:
     """Points frame from per-(run, key) groups and per-point group ids (no per-point strings): the
     run id is categorical (a 32-character string per point cost 2 s at 12M points; the points are only
     split by run, :func:`split_runs`), the metric a string (each run's frame keeps it)."""
     run_names, run_of_group = np.unique(group_runs.astype(str), return_inverse=True)
     key_names, key_of_group = np.unique(group_keys.astype(str), return_inverse=True)
-    return pd.DataFrame({"run_id": pd.Categorical.from_codes(run_of_group[gid], categories=pd.Index(run_names)),
-                         "metric": arrow_strings(key_of_group[gid], key_names),
-                         "step": step, "value": value, "timestamp": timestamp})
+    return pd.DataFrame(
+        {
+            "run_id": pd.Categorical.from_codes(run_of_group[gid], categories=pd.Index(run_names)),
+            "metric": arrow_strings(key_of_group[gid], key_names),
+            "step": step,
+            "value": value,
+            "timestamp": timestamp,
+        }
+    )
 
 
 def end_time_ms(v: Any) -> Any:
@@ -125,8 +154,9 @@ def lex_sorted(*keys: np.ndarray) -> bool:
     return bool(ok.all())
 
 
-EMPTY_RUN = pd.DataFrame({"metric": pd.Series([], dtype=str), "step": pd.Series([], dtype="int64"),
-                           "value": pd.Series([], dtype=float)})
+EMPTY_RUN = pd.DataFrame(
+    {"metric": pd.Series([], dtype=str), "step": pd.Series([], dtype="int64"), "value": pd.Series([], dtype=float)}
+)
 
 
 def split_runs(points: pd.DataFrame) -> dict[str, pd.DataFrame]:
@@ -155,19 +185,30 @@ def assemble_history(runs: pd.DataFrame, per_run: dict[str, pd.DataFrame], want:
         parts.append(f)
         idx.append(np.full(len(f), i, dtype=np.int64))
     if not parts:
-        return pd.DataFrame({"run_id": pd.Series([], dtype=str), "variant": pd.Series([], dtype=str),
-                             "seed": pd.Series([], dtype="Int64"), "step": pd.Series([], dtype="int64"),
-                             "metric": pd.Series([], dtype=str), "value": pd.Series([], dtype=float)})
+        return pd.DataFrame(
+            {
+                "run_id": pd.Series([], dtype=str),
+                "variant": pd.Series([], dtype=str),
+                "seed": pd.Series([], dtype="Int64"),
+                "step": pd.Series([], dtype="int64"),
+                "metric": pd.Series([], dtype=str),
+                "value": pd.Series([], dtype=float),
+            }
+        )
     body = pd.concat(parts, ignore_index=True)
     which = np.concatenate(idx)
     variants = runs["variant"].astype(str).tolist()
     v_names, v_codes = np.unique(variants, return_inverse=True)
-    return pd.DataFrame({
-        "run_id": arrow_strings(which, runs["run_id"].astype(str).tolist()),
-        "variant": arrow_strings(v_codes[which], list(v_names)),
-        "seed": pd.array(runs["seed"].to_numpy()[which], dtype=runs["seed"].dtype),
-        "step": body["step"].to_numpy(), "metric": body["metric"], "value": body["value"].to_numpy(),
-    })[list(HISTORY_COLUMNS)]
+    return pd.DataFrame(
+        {
+            "run_id": arrow_strings(which, runs["run_id"].astype(str).tolist()),
+            "variant": arrow_strings(v_codes[which], list(v_names)),
+            "seed": pd.array(runs["seed"].to_numpy()[which], dtype=runs["seed"].dtype),
+            "step": body["step"].to_numpy(),
+            "metric": body["metric"],
+            "value": body["value"].to_numpy(),
+        }
+    )[list(HISTORY_COLUMNS)]
 
 
 def arm_from_name(variant: str, run_name: str | None, seed: Any) -> str:
@@ -177,7 +218,7 @@ def arm_from_name(variant: str, run_name: str | None, seed: Any) -> str:
     m = _SEED_SUFFIX.search(run_name or "")
     if m is None:
         return variant
-    stem = _COLD_START_SUFFIX.sub("", run_name[:m.start()])  # a replicated cold start is not another arm
+    stem = _COLD_START_SUFFIX.sub("", run_name[: m.start()])  # a replicated cold start is not another arm
     if stem != variant and not stem.startswith(variant + "/"):
         return variant
     try:
@@ -199,8 +240,9 @@ def runs_frame(rows: pd.DataFrame, tags: dict[str, dict[str, str]], params: dict
         rec = {"run_id": r["run_id"], "run_name": r["run_name"]}
         for tag, col in TAG_COLUMNS.items():
             rec[col] = t.get(tag)
-        rec.update(status=r["status"], start_time=r["start_time"], end_time=r["end_time"],
-                   artifact_uri=r["artifact_uri"])
+        rec.update(
+            status=r["status"], start_time=r["start_time"], end_time=r["end_time"], artifact_uri=r["artifact_uri"]
+        )
         p = params.get(r["run_id"], {})
         if rec["seed"] is None and "seed" in p:
             rec["seed"] = p["seed"]
@@ -224,13 +266,13 @@ def runs_frame(rows: pd.DataFrame, tags: dict[str, dict[str, str]], params: dict
         out_rows.append(row)
     cols = list(RUN_COLUMNS) + [k if k not in reserved else f"params.{k}" for k in param_keys]
     df = pd.DataFrame(out_rows, columns=list(dict.fromkeys(cols)))
-    clashes = [c for c in df.columns if c.startswith("params.") and c[len("params."):] in reserved]
+    clashes = [c for c in df.columns if c.startswith("params.") and c[len("params.") :] in reserved]
     df = df.drop(columns=[c for c in clashes if df[c].isna().all()])
     df["seed"] = pd.to_numeric(df["seed"], errors="coerce").astype("Int64")
     for c in ("start_time", "end_time"):
         df[c] = pd.to_datetime(pd.to_numeric(df[c], errors="coerce"), unit="ms", utc=True)
     df["stopped_early"] = df["stopped_early"].map({"true": True, "false": False}).astype("boolean")
-    for c in df.columns[len(RUN_COLUMNS):]:
+    for c in df.columns[len(RUN_COLUMNS) :]:
         num = pd.to_numeric(df[c], errors="coerce")
         if num.notna().sum() == df[c].notna().sum() and df[c].notna().any():
             df[c] = num
@@ -238,5 +280,6 @@ def runs_frame(rows: pd.DataFrame, tags: dict[str, dict[str, str]], params: dict
     first = df.groupby("variant", sort=False)["start_time"].transform("min")
     first_arm = df.groupby("arm", sort=False)["start_time"].transform("min")
     df = df.assign(_first=first, _first_arm=first_arm).sort_values(
-        ["_first", "variant", "_first_arm", "arm", "seed", "start_time"], kind="stable")
+        ["_first", "variant", "_first_arm", "arm", "seed", "start_time"], kind="stable"
+    )
     return df.drop(columns=["_first", "_first_arm"]).reset_index(drop=True)

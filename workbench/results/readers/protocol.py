@@ -49,8 +49,9 @@ class RunReader(Protocol):
         """``{run_id, experiment_id, experiment, role, artifact_uri}`` of any run, or None."""
         ...
 
-    def runs(self, experiment_id: str, role: str) -> tuple[pd.DataFrame, dict[str, dict[str, str]],
-                                                           dict[str, dict[str, str]]]:
+    def runs(
+        self, experiment_id: str, role: str
+    ) -> tuple[pd.DataFrame, dict[str, dict[str, str]], dict[str, dict[str, str]]]:
         """The experiment's active runs tagged ``workbench.role=<role>``: rows (``run_id, run_name,
         status, start_time, end_time, artifact_uri``), then tags and params by run id."""
         ...

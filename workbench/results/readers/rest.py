@@ -60,19 +60,33 @@ class RestRunReader:
         except MlflowException:
             return None
         exp = self.client.get_experiment(run.info.experiment_id)
-        return {"run_id": run_id, "experiment_id": run.info.experiment_id, "experiment": exp.name,
-                "role": run.data.tags.get(ROLE_TAG), "artifact_uri": run.info.artifact_uri}
+        return {
+            "run_id": run_id,
+            "experiment_id": run.info.experiment_id,
+            "experiment": exp.name,
+            "role": run.data.tags.get(ROLE_TAG),
+            "artifact_uri": run.info.artifact_uri,
+        }
 
     def runs(self, experiment_id: str, role: str):
         rows, tags, params = [], {}, {}
         token = None
         while True:
-            page = self.client.search_runs([experiment_id], f"tags.`{ROLE_TAG}` = '{role}'",
-                                           max_results=1000, page_token=token)
+            page = self.client.search_runs(
+                [experiment_id], f"tags.`{ROLE_TAG}` = '{role}'", max_results=1000, page_token=token
+            )
             for run in page:
                 i = run.info
-                rows.append({"run_id": i.run_id, "run_name": i.run_name, "status": i.status,
-                             "start_time": i.start_time, "end_time": i.end_time, "artifact_uri": i.artifact_uri})
+                rows.append(
+                    {
+                        "run_id": i.run_id,
+                        "run_name": i.run_name,
+                        "status": i.status,
+                        "start_time": i.start_time,
+                        "end_time": i.end_time,
+                        "artifact_uri": i.artifact_uri,
+                    }
+                )
                 tags[i.run_id] = dict(run.data.tags)
                 params[i.run_id] = dict(run.data.params)
                 self._keys[i.run_id] = set(run.data.metrics)
@@ -103,10 +117,11 @@ class RestRunReader:
         out = []
         queue = list(run_ids)
         while queue:
-            batch, queue = queue[:self.MAX_RUNS_PER_REQUEST], queue[self.MAX_RUNS_PER_REQUEST:]
+            batch, queue = queue[: self.MAX_RUNS_PER_REQUEST], queue[self.MAX_RUNS_PER_REQUEST :]
             self.requests += 1
-            data = self.transport(self.BULK_ENDPOINT, {"run_id": batch, "metric_key": key,
-                                                      "max_results": self.MAX_POINTS_PER_REQUEST})
+            data = self.transport(
+                self.BULK_ENDPOINT, {"run_id": batch, "metric_key": key, "max_results": self.MAX_POINTS_PER_REQUEST}
+            )
             points = data.get("metrics", [])
             df = pd.DataFrame(points, columns=["run_id", "key", "step", "value", "timestamp"])
             if len(points) >= self.MAX_POINTS_PER_REQUEST:
@@ -126,10 +141,18 @@ class RestRunReader:
     def _paged(self, run_id: str, key: str) -> pd.DataFrame:
         self.requests += 1
         ms = self.client.get_metric_history(run_id, key)
-        return pd.DataFrame({"run_id": run_id, "key": key, "step": [m.step for m in ms],
-                             "value": [m.value for m in ms], "timestamp": [m.timestamp for m in ms]})
+        return pd.DataFrame(
+            {
+                "run_id": run_id,
+                "key": key,
+                "step": [m.step for m in ms],
+                "value": [m.value for m in ms],
+                "timestamp": [m.timestamp for m in ms],
+            }
+        )
 
     def parent_run_id(self, experiment_id: str) -> str | None:
-        found = self.client.search_runs([experiment_id], f"tags.`{ROLE_TAG}` = 'study'",
-                                        order_by=["attributes.start_time ASC"], max_results=1)
+        found = self.client.search_runs(
+            [experiment_id], f"tags.`{ROLE_TAG}` = 'study'", order_by=["attributes.start_time ASC"], max_results=1
+        )
         return found[0].info.run_id if found else None

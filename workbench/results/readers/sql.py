@@ -69,10 +69,13 @@ class SqlRunReader:
             return pd.DataFrame(columns=columns)
         return pd.DataFrame(dict(zip(columns, (list(c) for c in zip(*rows)), strict=True)))
 
-    def _query_chunked(self, sql: str, ids: Sequence[str], params: dict[str, Any] | None = None,
-                       expanding: Sequence[str] = ()) -> pd.DataFrame:
-        parts = [self._query(sql, {**(params or {}), "ids": list(ids[i:i + _SQL_CHUNK])}, ("ids", *expanding))
-                 for i in range(0, len(ids), _SQL_CHUNK)]
+    def _query_chunked(
+        self, sql: str, ids: Sequence[str], params: dict[str, Any] | None = None, expanding: Sequence[str] = ()
+    ) -> pd.DataFrame:
+        parts = [
+            self._query(sql, {**(params or {}), "ids": list(ids[i : i + _SQL_CHUNK])}, ("ids", *expanding))
+            for i in range(0, len(ids), _SQL_CHUNK)
+        ]
         parts = [p for p in parts if len(p)]
         return pd.concat(parts, ignore_index=True) if parts else _empty_like(sql)
 
@@ -91,23 +94,34 @@ class SqlRunReader:
             "SELECT r.run_uuid, r.experiment_id, r.artifact_uri, e.name AS experiment, t.value AS role FROM runs r "
             "JOIN experiments e ON e.experiment_id = r.experiment_id "
             "LEFT JOIN tags t ON t.run_uuid = r.run_uuid AND t.key = :role_tag WHERE r.run_uuid = :id",
-            {"id": run_id, "role_tag": ROLE_TAG})
+            {"id": run_id, "role_tag": ROLE_TAG},
+        )
         if df.empty:
             return None
         row = df.iloc[0]
-        return {"run_id": run_id, "experiment_id": str(row["experiment_id"]), "experiment": row["experiment"],
-                "role": row["role"], "artifact_uri": row["artifact_uri"]}
+        return {
+            "run_id": run_id,
+            "experiment_id": str(row["experiment_id"]),
+            "experiment": row["experiment"],
+            "role": row["role"],
+            "artifact_uri": row["artifact_uri"],
+        }
 
-    def runs(self, experiment_id: str, role: str) -> tuple[pd.DataFrame, dict[str, dict[str, str]],
-                                                           dict[str, dict[str, str]]]:
+    def runs(
+        self, experiment_id: str, role: str
+    ) -> tuple[pd.DataFrame, dict[str, dict[str, str]], dict[str, dict[str, str]]]:
         """Run rows (run_id, run_name, status, start_time, end_time, artifact_uri), tags and params by run."""
-        base = ("SELECT r.run_uuid FROM runs r JOIN tags t ON t.run_uuid = r.run_uuid "
-                "AND t.key = :role_tag AND t.value = :role "
-                "WHERE r.experiment_id = :eid AND r.lifecycle_stage = 'active'")
+        base = (
+            "SELECT r.run_uuid FROM runs r JOIN tags t ON t.run_uuid = r.run_uuid "
+            "AND t.key = :role_tag AND t.value = :role "
+            "WHERE r.experiment_id = :eid AND r.lifecycle_stage = 'active'"
+        )
         p = {"role_tag": ROLE_TAG, "role": role, "eid": int(experiment_id)}
         rows = self._query(
             "SELECT run_uuid AS run_id, name AS run_name, status, start_time, end_time, artifact_uri "
-            f"FROM runs WHERE run_uuid IN ({base})", p)
+            f"FROM runs WHERE run_uuid IN ({base})",
+            p,
+        )
         tags = self._query(f"SELECT run_uuid, key, value FROM tags WHERE run_uuid IN ({base})", p)
         params = self._query(f"SELECT run_uuid, key, value FROM params WHERE run_uuid IN ({base})", p)
         return rows, _group_kv(tags), _group_kv(params)
@@ -139,12 +153,14 @@ class SqlRunReader:
         parts = []
         chunk = self._history_chunk
         for i in range(0, len(run_ids), chunk):
-            ids = list(run_ids[i:i + chunk])
+            ids = list(run_ids[i : i + chunk])
             part = self._numeric_history(ids, where, extra, expanding) if frozen else None
             if part is None:
                 part = self._query(
                     f"SELECT run_uuid AS run_id, key AS metric, step, value, timestamp, is_nan FROM metrics {where}",
-                    {"ids": ids, **extra}, ("ids", *expanding))
+                    {"ids": ids, **extra},
+                    ("ids", *expanding),
+                )
                 if len(part):
                     value = part["value"].to_numpy(dtype=float, copy=True)
                     value[part["is_nan"].to_numpy(dtype=bool)] = np.nan
@@ -153,8 +169,9 @@ class SqlRunReader:
                 parts.append(part)
         return pd.concat(parts, ignore_index=True) if parts else empty_points()
 
-    def _numeric_history(self, ids: list[str], where: str, extra: dict[str, Any],
-                         expanding: Sequence[str]) -> pd.DataFrame | None:
+    def _numeric_history(
+        self, ids: list[str], where: str, extra: dict[str, Any], expanding: Sequence[str]
+    ) -> pd.DataFrame | None:
         """Two queries in (run, key) order: group counts, then numbers only. None if the counts
         and the points disagree (the runs changed in between after all): the caller falls back."""
         import itertools
@@ -162,8 +179,11 @@ class SqlRunReader:
         import sqlalchemy as sa
 
         params = {"ids": ids, **extra}
-        groups = self._query(f"SELECT run_uuid, key, COUNT(*) AS n FROM metrics {where} "
-                             "GROUP BY run_uuid, key ORDER BY run_uuid, key", params, ("ids", *expanding))
+        groups = self._query(
+            f"SELECT run_uuid, key, COUNT(*) AS n FROM metrics {where} GROUP BY run_uuid, key ORDER BY run_uuid, key",
+            params,
+            ("ids", *expanding),
+        )
         if groups.empty:
             return empty_points()
         stmt = sa.text(f"SELECT step, value, timestamp, is_nan FROM metrics {where} ORDER BY run_uuid, key, step")
@@ -181,14 +201,22 @@ class SqlRunReader:
         value = data[:, 1].copy()
         value[data[:, 3] != 0] = np.nan
         gid = np.repeat(np.arange(len(groups)), counts)
-        return points_from_codes(groups["run_uuid"].to_numpy(), groups["key"].to_numpy(), gid,
-                                  data[:, 0].astype(np.int64), value, data[:, 2].astype(np.int64))
+        return points_from_codes(
+            groups["run_uuid"].to_numpy(),
+            groups["key"].to_numpy(),
+            gid,
+            data[:, 0].astype(np.int64),
+            value,
+            data[:, 2].astype(np.int64),
+        )
 
     def parent_run_id(self, experiment_id: str) -> str | None:
         df = self._query(
             "SELECT r.run_uuid FROM runs r JOIN tags t ON t.run_uuid = r.run_uuid AND t.key = :role_tag "
             "AND t.value = 'study' WHERE r.experiment_id = :eid AND r.lifecycle_stage = 'active' "
-            "ORDER BY r.start_time", {"role_tag": ROLE_TAG, "eid": int(experiment_id)})
+            "ORDER BY r.start_time",
+            {"role_tag": ROLE_TAG, "eid": int(experiment_id)},
+        )
         return None if df.empty else str(df["run_uuid"].iloc[0])
 
 
@@ -213,4 +241,3 @@ def _group_kv(df: pd.DataFrame) -> dict[str, dict[str, str]]:
     for rid, key, value in zip(df["run_uuid"], df["key"], df["value"], strict=True):
         out.setdefault(rid, {})[key] = value
     return out
-
