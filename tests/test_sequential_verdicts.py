@@ -131,10 +131,10 @@ def stopped_early_study():
 
 
 def record_by_running(summary: pd.DataFrame, sesoi: float) -> dict:
-    """The record `workbench run --until-decided` writes, from the same code (decide_metric) on each look's seeds."""
+    """The record `workbench run --until-decided` writes, from the same code (decide_metrics) on each look's seeds."""
     from dataclasses import asdict
 
-    from workbench.analysis.sequential import Plan, decide_metric
+    from workbench.analysis.sequential import Plan, decide_metrics
     from workbench.compare.sequential import Design
 
     design = Design((3, 6, 9))
@@ -150,7 +150,7 @@ def record_by_running(summary: pd.DataFrame, sesoi: float) -> dict:
     looks = []
     for k, seeds in enumerate(([0, 1, 2], [0, 1, 2, 3, 4, 5])):
         sub = summary[summary["seed"].isin(seeds)].assign(arm=lambda d: d["variant"]).reset_index(drop=True)
-        _, decisions = decide_metric(sub, plan, design, k, "final_eval_accuracy")
+        _, decisions = decide_metrics(sub, plan, design, k)
         looks.append({"look": k + 1, "seed_list": seeds, "decisions": [asdict(d) for d in decisions]})
         if plan.done():
             break

@@ -52,6 +52,9 @@ class Plan:
     activity: dict[str, Any] = field(default_factory=dict)  # compare.activity, parsed: variant -> its gate setting
     secondary: list[str] = field(default_factory=list)  # metrics not in compare.primary: decided if the data allow
     futility: str = "improvement"  # compare.sequential.futility: the side a futility stop excludes
+    # the Holm families (compare.sequential.FAMILIES): "primary", one study-wide family of the primary metrics'
+    # comparisons (each secondary metric its own, exploratory); "metric" only to replay a record taken so
+    family: str = "primary"
 
     @property
     def compared(self) -> list[str]:
@@ -186,8 +189,8 @@ def run_until_decided(
             break  # MLflow is gone: no look can be read; running again resumes
         look = decide_look(uri, _experiment(extended, all_specs), plan, design, k, seeds[:n])
         record.looks.append(look)
-        lines += _look_lines(look, design)
-        for line in _look_lines(look, design):
+        lines += _look_lines(look, design, plan.secondary)
+        for line in _look_lines(look, design, plan.secondary):
             say(line)
         _save_record(uri, extended, all_specs, record, lines, n_seeds=seeds[:n])
         if export_to is not None:  # the look's record (sequential.json) is part of the export
@@ -215,13 +218,9 @@ def decide_look(uri: str, experiment: str, plan: Plan, design, k: int, seeds: li
     history = frames.history[frames.history["run_id"].isin(set(runs["run_id"]))]
     summary = summarize_runs(history, runs, plan.metrics)
     gates = _activity_gates(reader, experiment, runs, history, plan)
-    decisions: list[LookDecision] = []
-    levels: dict[str, float] = {}
-    for metric in plan.metrics:
-        level, rows = decide_metric(summary, plan, design, k, metric, gates)
-        if rows:
-            levels[metric] = level
-            decisions += rows
+    levels, decisions = decide_metrics(summary, plan, design, k, gates)
+    decided = {d.metric for d in decisions}
+    levels = {m: level for m, level in levels.items() if m in decided}
     spent = float(design.cumulative_alpha[k])
     return Look(
         look=k + 1,
@@ -249,67 +248,94 @@ def _activity_gates(reader, experiment: str, runs: pd.DataFrame, history: pd.Dat
     )
 
 
-def decide_metric(
-    summary: pd.DataFrame, plan: Plan, design, k: int, metric: str, gates: dict[str, Any] | None = None
-) -> tuple[float, list[LookDecision]]:
-    """Decide the open comparisons of one metric (a Holm family) at look ``k``: the compare
-    machinery at :meth:`Design.compare_level` on the open arms and their baselines, then
-    :func:`~workbench.compare.sequential.decide_family`. Returns the level passed to compare and
-    one record per comparison decided or still open at this look."""
-    level, out, _ = _decide_metric(summary, plan, design, k, metric, gates)
-    return level, out
+def decide_metrics(
+    summary: pd.DataFrame, plan: Plan, design, k: int, gates: dict[str, Any] | None = None
+) -> tuple[dict[str, float], list[LookDecision]]:
+    """Decide the open comparisons of every metric at look ``k`` in the plan's Holm families
+    (:func:`~workbench.compare.sequential.family_of`: one study-wide family of every primary metric's
+    comparisons, each secondary metric its own, exploratory): per metric, the compare machinery at
+    :meth:`Design.compare_level` on its open arms and their baselines, then
+    :func:`~workbench.compare.sequential.decide_families` over all of them. Returns the level passed
+    to compare per metric with an open comparison, and one record per comparison decided or still
+    open at this look (metrics in the plan's order, arms in its order)."""
+    levels, out, _ = _decide_metrics(summary, plan, design, k, gates)
+    return levels, out
 
 
-def _decide_metric(
-    summary: pd.DataFrame, plan: Plan, design, k: int, metric: str, gates: dict[str, Any] | None = None
-) -> tuple[float, list[LookDecision], dict[str, dict]]:
-    """:func:`decide_metric`, with compare's row of each comparison open at the look (arm -> row)."""
+def _decide_metrics(
+    summary: pd.DataFrame, plan: Plan, design, k: int, gates: dict[str, Any] | None = None
+) -> tuple[dict[str, float], list[LookDecision], dict[tuple[str, str], dict]]:
+    """:func:`decide_metrics`, with compare's row of each comparison open at the look ((metric, arm) -> row)."""
     from workbench.compare import CompareSettings, compare_variants  # deferred: scipy
-    from workbench.compare.sequential import decide_family, futility_confidence  # deferred: scipy
+    from workbench.compare.sequential import (  # deferred: scipy
+        REJECTED,
+        decide_families,
+        family_of,
+        futility_confidence,
+    )
 
     arms = plan.compared
-    before = [plan.status[metric, a] for a in arms]
-    open_arms = [a for a, s in zip(arms, before, strict=True) if s == ""]
-    if not open_arms:
-        return math.nan, [], {}
-    n_family = sum(s not in ("better", "worse", "higher", "lower") for s in before)
-    level = design.compare_level(k, len(open_arms), n_family)
-    keep = set(open_arms) | {plan.baseline_of[a] for a in open_arms}
-    sub = summary[summary["arm"].isin(keep)].reset_index(drop=True)
-    sesoi = _sesoi(plan, metric)
-    # with a SESOI, "equivalent" (TOST at the same level) stops a comparison too
-    settings = CompareSettings(confidence=1.0 - level, sesoi={metric: sesoi} if sesoi is not None else None)
-    table = compare_variants(sub, plan.baseline, [metric], settings, activity=gates)
-    rows = {r["variant"]: r for r in table.df.to_dict("records")}
-    inputs = [
-        look_inputs(
-            rows.get(a),
-            sub,
-            plan.baseline_of[a],
-            metric,
-            sesoi=sesoi,
-            confidence=futility_confidence(design),
-            side=plan.futility,
+    cells = [(m, a) for m in plan.metrics for a in arms]
+    family = {m: family_of(m, plan.secondary, plan.family) for m in plan.metrics}
+    before = {c: plan.status[c] for c in cells}
+    # the family's size at this look: its comparisons not yet rejected (a rejected one has left it)
+    n_family: dict[str, int] = {}
+    for (m, _), s in before.items():
+        n_family[family[m]] = n_family.get(family[m], 0) + (s not in REJECTED)
+    levels: dict[str, float] = {}
+    rows: dict[tuple[str, str], dict] = {}
+    inputs: dict[tuple[str, str], tuple[float, str, str, bool]] = {}
+    for metric in plan.metrics:
+        open_arms = [a for a in arms if before[metric, a] == ""]
+        if not open_arms:
+            continue
+        level = design.compare_level(k, len(open_arms), n_family[family[metric]])
+        keep = set(open_arms) | {plan.baseline_of[a] for a in open_arms}
+        sub = summary[summary["arm"].isin(keep)].reset_index(drop=True)
+        sesoi = _sesoi(plan, metric)
+        # with a SESOI, "equivalent" (TOST at the same level) stops a comparison too; an arm that stopped at an
+        # earlier look (a secondary question outlives it) is paired with its baseline on their common seeds
+        settings = CompareSettings(
+            confidence=1.0 - level,
+            sesoi={metric: sesoi} if sesoi is not None else None,
+            pairing="paired",
         )
-        for a in arms
-    ]
-    after = decide_family(
+        table = compare_variants(sub, plan.baseline, [metric], settings, activity=gates)
+        by_arm = {r["variant"]: r for r in table.df.to_dict("records")}
+        levels[metric] = level
+        for a in open_arms:
+            if a in by_arm:
+                rows[metric, a] = by_arm[a]
+            inputs[metric, a] = look_inputs(
+                by_arm.get(a),
+                sub,
+                plan.baseline_of[a],
+                metric,
+                sesoi=sesoi,
+                confidence=futility_confidence(design),
+                side=plan.futility,
+            )
+    none = (math.nan, "", "", False)  # a closed comparison: decide_families keeps its status
+    ins = [inputs.get(c, none) for c in cells]
+    after = decide_families(
         design,
         k,
-        before,
-        [x[0] for x in inputs],
-        [x[1] for x in inputs],
-        [x[2] for x in inputs],
-        [x[3] for x in inputs],
+        [family[m] for m, _ in cells],
+        [before[c] for c in cells],
+        [x[0] for x in ins],
+        [x[1] for x in ins],
+        [x[2] for x in ins],
+        [x[3] for x in ins],
     ).tolist()
     out = []
-    for a, b, s, row in zip(arms, before, after, (rows.get(a) for a in arms), strict=True):
-        plan.status[metric, a] = s
-        if b == "" and row is not None:
+    for c, s in zip(cells, after, strict=True):
+        plan.status[c] = s
+        row = rows.get(c)
+        if before[c] == "" and row is not None:
             out.append(
                 LookDecision(
-                    metric=metric,
-                    arm=a,
+                    metric=c[0],
+                    arm=c[1],
                     status=s or "open",
                     p_value=_num(row["p_value"]),
                     delta=_num(row["delta"]),
@@ -317,7 +343,7 @@ def _decide_metric(
                     verdict=str(row["verdict"]),
                 )
             )
-    return level, out, {a: rows[a] for a in open_arms if a in rows}
+    return levels, out, rows
 
 
 def look_inputs(
@@ -347,7 +373,7 @@ def look_inputs(
     if sesoi is not None and hib is not None and not by_rank and base_arm is not None and side != "none":
         x = summary[summary["arm"] == row["variant"]]
         y = summary[summary["arm"] == base_arm]
-        diff = stats.mean_difference(x[metric], y[metric], x_seeds=x["seed"], y_seeds=y["seed"])
+        diff = stats.mean_difference(x[metric], y[metric], x_seeds=x["seed"], y_seeds=y["seed"], pairing="paired")
         sign = (1.0 if hib else -1.0) * (-1.0 if side == "worsening" else 1.0)
         futility = bool(futile(diff.delta, diff.se, diff.df, sesoi=sesoi, improvement_sign=sign, confidence=confidence))
     return _num(row["p_value"]), rejection, row_status(row), futility
@@ -367,7 +393,7 @@ def _num(v: Any) -> float | None:
     return f if math.isfinite(f) else None
 
 
-def _look_lines(look: Look, design) -> list[str]:
+def _look_lines(look: Look, design, secondary: list[str]) -> list[str]:
     head = (
         f"look {look.look} of {len(design.looks)}: {look.seeds} seeds, α {look.alpha:.2g} at this look "
         f"(spent {look.alpha_spent:.2g} of {design.alpha:g})"
@@ -375,7 +401,8 @@ def _look_lines(look: Look, design) -> list[str]:
     out = [head]
     for d in look.decisions:
         p = "—" if d.p_value is None else f"{d.p_value:.3g}"
-        out.append(f"  {d.metric}  {d.arm}: {d.status} (p = {p}; compare: {d.verdict})")
+        role = " (secondary, exploratory)" if d.metric in secondary else ""
+        out.append(f"  {d.metric}{role}  {d.arm}: {d.status} (p = {p}; compare: {d.verdict})")
     return out
 
 
@@ -412,14 +439,17 @@ def design_verdicts(
     compare_cfg: dict[str, Any],
     effects: dict[str, float],
     gates_at: Callable[[list[int]], dict[str, Any] | None] | None = None,
+    family: str = "primary",
 ) -> dict[tuple[str, str], DesignVerdict]:
     """Each question's decision, replayed look by look from ``summary`` (one row per compared run: the
     study's runs, all seeds) on the seeds every recorded look used, with the recorded design, metrics,
     primary metrics, baseline and futility side, and the SESOIs ``effects`` the study declares now
-    (:func:`decide_metric`, the code that took the decisions). With the SESOIs the record was taken
-    with, the replay is the record (a test checks it on every committed export); a SESOI changed since
-    (a re-decision) is said in :attr:`DesignVerdict.recorded`. ``gates_at(seeds)``: the activity gates
-    of the runs at those seeds (None: no gates). Metrics of the record not in ``summary`` are left out."""
+    (:func:`decide_metrics`, the code that takes the decisions), in the Holm families ``family``
+    (:data:`~workbench.compare.sequential.FAMILIES`; ``primary``, the study-wide family, is the rule now).
+    With the SESOIs and the family the record was taken with, the replay is the record; a SESOI or family
+    changed since (a re-decision: records before issue 52 hold per-metric families) is said in
+    :attr:`DesignVerdict.recorded`. ``gates_at(seeds)``: the activity gates of the runs at those seeds
+    (None: no gates). Metrics of the record not in ``summary`` are left out."""
     from workbench.compare.arms import arm_column, match_baselines  # deferred: scipy
     from workbench.compare.sequential import Design  # deferred: scipy
 
@@ -441,6 +471,7 @@ def design_verdicts(
         sesoi=dict(effects),
         secondary=[m for m in metrics if m not in record.get("primary", record["metrics"])],
         futility=str(record.get("futility") or "improvement"),
+        family=family,
     )
     plan.status = {(m, a): "" for m in metrics for a in plan.compared}
     recorded: dict[tuple[str, str], str] = {}
@@ -461,10 +492,9 @@ def design_verdicts(
                     unrun[metric, a] = f"look {k + 1} needs {len(seeds)} seeds per arm; " + ", ".join(
                         f"{b} has {len(have[b] & set(seeds))}" for b in short
                     )
-        for metric in metrics:
-            _, _, rows = _decide_metric(sub, plan, design, k, metric, gates)
-            for arm, row in rows.items():
-                last_row[metric, arm] = (k + 1, row)
+        _, _, rows = _decide_metrics(sub, plan, design, k, gates)
+        for (metric, arm), row in rows.items():
+            last_row[metric, arm] = (k + 1, row)
         for d in look["decisions"]:
             recorded[d["metric"], d["arm"]] = str(d["status"])
     out = {}
@@ -498,7 +528,7 @@ def _new_record(design, plan: Plan, declared: list[int], seeds: list[int]) -> Se
         metrics=plan.metrics,
         primary=plan.primary,
         baseline=plan.baseline,
-        family="metric",
+        family=plan.family,
         futility=plan.futility,
         declared_seeds=declared,
         seeds=seeds,
