@@ -8,6 +8,7 @@ the status the record holds."""
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 
@@ -209,3 +210,100 @@ def test_the_html_report_colours_the_design_s_words():
     assert _verdict_class("better at look 2 of 3, 6 seeds paired") == "better"
     assert _verdict_class("futile (an improvement of 0.03 or more excluded) at look 1 of 3, 3 seeds paired") == "nd"
     assert _verdict_class("open (the design stopped when its primary questions were decided) at look 2 of 3") == "nd"
+
+
+# ---- the re-test of an arm stopped early, on a planted store: paired on its common seeds ---------------------------
+
+#: final eval accuracy per seed, planted: ``stopped`` ran seeds 0-2 only (futile at look 1), the others 0-5
+PLANTED = {
+    "grpo": [0.50, 0.52, 0.48, 0.56, 0.57, 0.58],
+    "kept": [0.56, 0.58, 0.55, 0.62, 0.64, 0.64],
+    "stopped": [0.49, 0.53, 0.46],
+}
+
+
+@pytest.mark.slow  # ~20 s: a planted MLflow store and compare's CLI
+def test_an_arm_stopped_early_is_re_tested_paired_on_its_common_seeds(tmp_path):
+    """``stopped`` against grpo on their 3 common seeds: d = -0.01, +0.01, -0.02, mean -0.00667, SD 0.01528, paired
+    t = -0.756 on 2 df, p = 1 - |t| / sqrt(t^2 + 2) = 0.529 (the t(2) law in closed form). Unpaired over grpo's 6
+    seeds (Welch: mean 0.4933 vs 0.535) the re-test read Δ -0.0417. The design: look 1 (3 seeds) stops ``stopped``
+    as futile (one-sided 98.3% bound -0.00667 + 5.34 x 0.00882 = 0.040 < SESOI 0.05) and leaves ``kept`` open (p
+    0.0028 > 0.00069); look 2 (6 seeds) finds ``kept`` better (p ~ 8e-7)."""
+    from mlflow import MlflowClient
+    from typer.testing import CliRunner
+
+    from tests.compare.activity_stores import EVAL_STEPS
+    from tests.compare.activity_stores import write_study_store as write_store
+    from tests.conftest import micro_run_config
+    from workbench.cli.main import app
+
+    study = tmp_path / "stopped_early.yaml"
+    study.write_text(
+        json.dumps(
+            {
+                "name": "stopped_early",
+                "base": micro_run_config(),
+                "seeds": list(range(6)),
+                "variants": {"grpo": {}, "kept": {"learner": {"lr": 3e-4}}, "stopped": {"learner": {"lr": 2e-4}}},
+                "compare": {
+                    "baseline": "grpo",
+                    "metrics": ["final_eval_accuracy"],
+                    "sesoi": {"final_eval_accuracy": 0.05},
+                    "sequential": {"looks": [3, 6, 9]},
+                },
+            }
+        )
+    )
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+
+    def curves(arm, config, seed, rng):  # constant after step 0: the final accuracy is the planted value, exactly
+        return {"eval/accuracy": np.array([0.3] + [PLANTED[arm][seed]] * (len(EVAL_STEPS) - 1))}
+
+    name = write_store(uri, str(study), curves, keep=lambda arm, seed: seed < len(PLANTED[arm]))
+    client = MlflowClient(uri)
+    parent = client.search_runs([client.get_experiment_by_name(name).experiment_id], "tags.`workbench.role` = 'study'")
+    decision = {"p_value": None, "delta": None, "verdict": ""}
+    record = {
+        "design": {"looks": [3, 6, 9], "alpha": 0.05, "spending": "obrien_fleming"},
+        "metrics": ["final_eval_accuracy"],
+        "primary": ["final_eval_accuracy"],
+        "baseline": "grpo",
+        "family": "primary",
+        "futility": "improvement",
+        "looks": [
+            {
+                "look": 1,
+                "seed_list": [0, 1, 2],
+                "decisions": [
+                    {"metric": "final_eval_accuracy", "arm": "kept", "status": "open", "n_seeds": 3, **decision},
+                    {"metric": "final_eval_accuracy", "arm": "stopped", "status": "futile", "n_seeds": 3, **decision},
+                ],
+            },
+            {
+                "look": 2,
+                "seed_list": list(range(6)),
+                "decisions": [
+                    {"metric": "final_eval_accuracy", "arm": "kept", "status": "better", "n_seeds": 6, **decision}
+                ],
+            },
+        ],
+    }
+    client.log_text(parent[0].info.run_id, json.dumps(record), "sequential.json")
+
+    res = CliRunner().invoke(app, ["compare", str(study), "--tracking-uri", uri, "--no-log", "--format", "md"])
+    assert res.exit_code == 0, res.output
+    rows = page_rows(res.stdout)
+    stopped, kept = rows["final_eval_accuracy", "stopped"], rows["final_eval_accuracy", "kept"]
+    assert stopped["verdict"].startswith(
+        "futile (an improvement of 0.05 or more excluded) at look 1 of 3, 3 seeds paired"
+    )
+    assert kept["verdict"].startswith("better at look 2 of 3, 6 seeds paired"), kept["verdict"]
+    t = -0.00666667 / (0.0152753 / math.sqrt(3))
+    p = 1.0 - abs(t) / math.sqrt(t * t + 2.0)  # 0.529 (the planted values' rounding moves it by < 1e-5)
+    assert re.search(
+        r"re-test on all seeds \(not the design's decision\): inconclusive with 3 vs 6 seeds \(MDE [0-9.]+\), paired on "
+        r"their 3 common seeds, p = 0\.529,",
+        stopped["note"],
+    ), stopped["note"]
+    assert f"{p:.3g}" == "0.529"
+    assert "unpaired" not in stopped["note"] and "paired on common seeds only" not in stopped["note"]

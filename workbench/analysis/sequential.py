@@ -647,6 +647,7 @@ def apply_design_verdicts(table: Any, verdicts: dict[tuple[str, str], DesignVerd
     last look's level, unpaired where arms stopped at different looks) goes to the row's note, labelled as
     such. Returns the number of rows replaced."""
     from workbench.compare.sequential import row_status  # deferred: scipy
+    from workbench.compare.stats import COMMON_SEEDS  # deferred: scipy
     from workbench.compare.wording import level_percent  # deferred: scipy
 
     df = table.df
@@ -659,9 +660,12 @@ def apply_design_verdicts(table: Any, verdicts: dict[tuple[str, str], DesignVerd
         look = v.row
         paired = _is_true(look.get("paired"))
         p = row["p_value"]
+        note = str(row["note"]) if isinstance(row["note"], str) else ""
+        # compare pairs a sequential study's arms on their common seeds: an arm stopped at an earlier look has fewer
+        common = f" on their {int(row['n_seeds'])} common seeds" if COMMON_SEEDS in note else ""
         retest = (
             f"re-test on all seeds (not the design's decision): {row['verdict']}, "
-            f"{'paired' if _is_true(row['paired']) else 'unpaired'}"
+            f"{'paired' + common if _is_true(row['paired']) else 'unpaired'}"
             + (f", p = {p:.3g}" if isinstance(p, float) and math.isfinite(p) else "")
             + (
                 f", {level_percent(float(row['delta_level']))} CI {row['delta_lo']:.4g} to {row['delta_hi']:.4g}"
@@ -684,8 +688,9 @@ def apply_design_verdicts(table: Any, verdicts: dict[tuple[str, str], DesignVerd
             said = f"open (undecided: the design's next look, {v.next_seeds} seeds per arm, was not run)"
         else:
             said = v.status
+        # a look pairs on the common seeds (an arm that stopped earlier has fewer): only the rank test is unpaired
         verdict = f"{said} at look {v.look} of {v.n_looks}, {int(look['n_seeds'])} seeds " + (
-            "paired" if paired else "unpaired (an arm had stopped at an earlier look)"
+            "paired" if paired else "unpaired (the rank test decided: some runs did not finish)"
         )
         if v.recorded is not None and v.recorded != v.status:
             verdict += (
@@ -698,7 +703,7 @@ def apply_design_verdicts(table: Any, verdicts: dict[tuple[str, str], DesignVerd
         df.at[i, "n_seeds"] = int(look["n_seeds"])
         df.at[i, "status"] = v.status
         df.at[i, "verdict"] = verdict
-        note = str(row["note"]) if isinstance(row["note"], str) else ""
+        note = "; ".join(n for n in note.split("; ") if n != COMMON_SEEDS)  # said in the re-test's words
         df.at[i, "note"] = f"{note}; {retest}" if note else retest
         done += 1
     return done
