@@ -180,16 +180,23 @@ def test_the_replay_is_the_record_and_each_row_says_the_design_s_decision_at_its
     assert (stopped.status, stopped.look, kept.status, kept.look) == ("futile", 1, "better", 2)
     assert stopped.row["n_seeds"] == 3 and bool(stopped.row["paired"])  # the look's 3 common seeds, paired
     # the table on all seeds: stopped (3 seeds) against grpo (6) is unpaired; the row now says the design's look
-    table = compare_variants(summary, "grpo", ["final_eval_accuracy"], CompareSettings(confidence=0.99, n_resamples=0))
+    settings = CompareSettings(confidence=0.99, n_resamples=0, pairing="paired")  # as compare pairs a sequential study
+    table = compare_variants(summary, "grpo", ["final_eval_accuracy"], settings)
     retest = table.df.set_index("variant").loc["stopped"]
-    assert not bool(retest["paired"])
+    assert bool(retest["paired"]) and retest["n_seeds"] == 3  # the 3 seeds stopped has in common with grpo
     assert apply_design_verdicts(table, verdicts) == 2
     row = table.df.set_index("variant").loc["stopped"]
     assert row["status"] == "futile" and row["verdict"].startswith(
         "futile (an improvement of 0.5 or more excluded) at look 1 of 3, 3 seeds paired"
     )
     assert (row["delta_lo"], row["delta_hi"]) == (stopped.row["delta_lo"], stopped.row["delta_hi"])
-    assert f"re-test on all seeds (not the design's decision): {retest['verdict']}, unpaired" in row["note"]
+    assert (
+        f"re-test on all seeds (not the design's decision): {retest['verdict']}, paired on their 3 common seeds"
+        in (row["note"])
+    )
+    # the headline names the look that decided: kept's paired t on 6 seeds at look 2 (the table's n_seeds is the look's)
+    kept_line = next(line for line in table.headlines() if line.startswith("kept vs grpo"))
+    assert kept_line.endswith(", kept is better at look 2 of 3 (6 seeds)"), kept_line
 
 
 def test_a_smaller_sesoi_re_opens_the_stopped_question_and_says_what_the_record_holds():
@@ -307,3 +314,4 @@ def test_an_arm_stopped_early_is_re_tested_paired_on_its_common_seeds(tmp_path):
     ), stopped["note"]
     assert f"{p:.3g}" == "0.529"
     assert "unpaired" not in stopped["note"] and "paired on common seeds only" not in stopped["note"]
+    assert "kept is better at look 2 of 3 (6 seeds)" in res.stdout  # the headline names the deciding look

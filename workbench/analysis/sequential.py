@@ -652,6 +652,7 @@ def apply_design_verdicts(table: Any, verdicts: dict[tuple[str, str], DesignVerd
 
     df = table.df
     done = 0
+    looks: dict[str, dict[str, str]] = {}  # metric -> arm -> the look that decided it
     for i in df.index:
         row = df.loc[i]
         v = verdicts.get((str(row["metric"]), str(row["variant"])))
@@ -705,7 +706,10 @@ def apply_design_verdicts(table: Any, verdicts: dict[tuple[str, str], DesignVerd
         df.at[i, "verdict"] = verdict
         note = "; ".join(n for n in note.split("; ") if n != COMMON_SEEDS)  # said in the re-test's words
         df.at[i, "note"] = f"{note}; {retest}" if note else retest
+        looks.setdefault(str(row["metric"]), {})[str(row["variant"])] = f"look {v.look} of {v.n_looks}"
         done += 1
+    if looks:  # the headlines name the look of each decision (ComparisonTable.headlines)
+        table.settings["design_looks"] = looks
     return done
 
 
