@@ -91,6 +91,9 @@ def test_one_status_per_sequential_question_equal_in_the_record_and_the_page(exp
             )
             assert f"sequential.json holds {status}, decided with those of its run" in row["verdict"], row["verdict"]
         assert "re-test on all seeds (not the design's decision)" in row.get("note", "")  # labelled
+        if row["status"] == "futile":  # the side the stop excluded: an ablation (futility: worsening) asks about a loss
+            side = "a loss" if record.get("futility") == "worsening" else "an improvement"
+            assert row["verdict"].startswith(f"futile ({side} of "), row["verdict"]
     compared = {k for k, r in rows.items() if r["status"] != "baseline" and k[0] in {m for m, _ in recorded}}
     assert compared <= set(recorded), f"{export.name}: rows without a design decision: {compared - set(recorded)}"
 

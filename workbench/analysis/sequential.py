@@ -431,6 +431,7 @@ class DesignVerdict:
     primary: bool = True  # a primary question (an open secondary one ends with the study)
     next_seeds: int | None = None  # seeds per arm of the design's next look (None after its last)
     unrun: str = ""  # why a look the question needed could not be taken: its arms lack the look's seeds
+    futility: str = "improvement"  # the side a futility stop excludes (compare.sequential.futility)
 
 
 def design_verdicts(
@@ -512,6 +513,7 @@ def design_verdicts(
             primary=metric not in plan.secondary,
             next_seeds=int(design.looks[look]) if look < len(design.looks) else None,
             unrun=unrun.get((metric, arm), ""),
+            futility=plan.futility,
         )
     return out
 
@@ -680,7 +682,8 @@ def apply_design_verdicts(table: Any, verdicts: dict[tuple[str, str], DesignVerd
         ):
             said = str(look["verdict"])  # compare's words at the look (e.g. "better (but |Δ| < 0.1)")
         elif v.status == "futile" and v.sesoi is not None:
-            said = f"futile (an improvement of {v.sesoi:g} or more excluded)"
+            side = "a loss" if v.futility == "worsening" else "an improvement"  # an ablation asks whether removal hurts
+            said = f"futile ({side} of {v.sesoi:g} or more excluded)"
         elif v.status == "open" and not v.primary:
             said = "open (the design stopped when its primary questions were decided)"
         elif v.status == "open" and v.unrun:  # re-decided at a new SESOI: its arm had stopped earlier
