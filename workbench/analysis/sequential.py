@@ -4,8 +4,9 @@ at planned looks by a group-sequential design (:mod:`workbench.compare.sequentia
 One round per look: the runs of the arms still needed at the look's seeds (the study's declared
 seeds, then ``max + 1, + 2, ...``: :func:`workbench.execution.study.seed_schedule`) are executed
 (those FINISHED earlier are skipped, so running again resumes: every look is re-derived from the
-store, in order, on the same runs); then each metric's comparisons are decided on the first
-``n_k`` seeds of every arm. The design and every look (seeds, alpha spent, decisions) are recorded
+store, in order, on the same runs); then every comparison is decided on the first ``n_k`` seeds of
+every arm, in ``compare``'s Holm families (one study-wide family of the primary metrics' comparisons,
+each secondary metric its own, exploratory: :func:`decide_metrics`). The design and every look (seeds, alpha spent, decisions) are recorded
 on the study's parent MLflow run as ``sequential.json`` (tag ``workbench.sequential``: the one-line
 phrase), and the decisions are printed and logged there as ``sequential.log``.
 
