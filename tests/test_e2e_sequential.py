@@ -63,6 +63,7 @@ def test_until_decided_runs_rounds_resumes_and_compare_reports_the_design(workdi
         ).read_text()
     )
     assert record["design"] == {"looks": [2, 3], "alpha": 0.05, "spending": "obrien_fleming"}
+    assert record["family"] == "primary"  # the looks decide in compare's study-wide family of primaries (#52)
     assert [lk["seeds"] for lk in record["looks"]] == [2, 3][:looks]
     assert parent.data.tags["workbench.sequential"].startswith("looks 2")
 

@@ -25,9 +25,12 @@ EVAL_STEPS = (0, 6, 11)
 Curves = Callable[[str, RunConfig, int, np.random.Generator], dict[str, np.ndarray]]
 
 
-def write_study_store(uri: str, study_file: str, curves: Curves, *, seed: int = 0) -> str:
-    """Write every run of ``studies/<study_file>`` with ``curves``' metrics into ``uri``; returns
-    the study (experiment) name. One ``log_batch`` per run (params as the writer encodes them), so
+def write_study_store(
+    uri: str, study_file: str, curves: Curves, *, seed: int = 0, keep: Callable[[str, int], bool] | None = None
+) -> str:
+    """Write every run of ``studies/<study_file>`` (an absolute path: that file) with ``curves``' metrics into
+    ``uri``; returns the study (experiment) name. ``keep(arm, seed)``: whether a run is written (default: all;
+    e.g. an arm a sequential design stopped at an earlier look has fewer seeds). One ``log_batch`` per run (params as the writer encodes them), so
     the 65 runs of the three studies take seconds, not the minutes of one tracker per run."""
     from mlflow import MlflowClient
     from mlflow.entities import Metric, Param, RunTag
@@ -48,6 +51,8 @@ def write_study_store(uri: str, study_file: str, curves: Curves, *, seed: int = 
     rng = np.random.default_rng(seed)
     for spec in specs:
         arm = spec.label.rsplit("/seed=", 1)[0]
+        if keep is not None and not keep(arm, spec.seed):
+            continue
         tags = run_tags(name, spec.variant, spec.config, label=spec.label) | {
             "workbench.health": "ok",
             "workbench.health_reasons": "",

@@ -123,6 +123,39 @@ def test_each_status_reads_in_plain_words(status, verdict, expected):
     assert line == f"dapo vs grpo: -4.5 points final eval accuracy (95% CI -10.2 to +1.2), {expected}"
 
 
+@pytest.mark.parametrize(
+    ("status", "expected"),
+    [
+        ("better", "dapo is better at look 2 of 3 (6 seeds)"),
+        ("worse", "dapo is worse at look 2 of 3 (6 seeds)"),
+        (
+            "equivalent",
+            "equivalent at look 2 of 3 (6 seeds): the difference is within ±5.0 points, the smallest effect of interest",
+        ),
+    ],
+)
+def test_a_sequential_decision_names_its_look(status, expected):
+    """A sequential study's verdict is its design's decision (#52): the headline says the look that took it."""
+    line = headline(
+        variant="dapo",
+        baseline="grpo",
+        metric="final_eval_accuracy",
+        status_word=status,
+        verdict_text=f"{status} at look 2 of 3, 6 seeds paired",
+        delta=-0.045,
+        lo=-0.102,
+        hi=0.012,
+        level=0.95,
+        n_x=6,
+        n_y=6,
+        mde=0.081,
+        sesoi=0.05,
+        points=True,
+        look="look 2 of 3",
+    )
+    assert line == f"dapo vs grpo: -4.5 points final eval accuracy (95% CI -10.2 to +1.2), {expected}"
+
+
 def test_a_metric_outside_0_1_reads_in_its_own_units_and_the_rank_test_has_no_interval():
     line = headline(
         variant="a",

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from workbench.analysis.sequential import Plan, decide_metric
+from workbench.analysis.sequential import Plan, decide_metrics
 from workbench.compare import CompareSettings, compare_variants
 from workbench.compare.sequential import (
     REJECTED,
@@ -235,7 +235,7 @@ def summary_frame(effects: dict[str, float], n: int, seed: int) -> pd.DataFrame:
 
 
 def test_cli_look_uses_compare_p_values_and_the_same_decisions():
-    """The CLI's look (decide_metric: compare_variants at the passed level, then decide_family)
+    """The CLI's look (decide_metrics: compare_variants at the passed level, then decide_families)
     on a summary: the p-values are compare's paired t's, a large effect is declared, the null
     arm stays open, and compare is given alpha = look level x open / family."""
     design = Design((3, 5))
@@ -247,7 +247,8 @@ def test_cli_look_uses_compare_p_values_and_the_same_decisions():
         {"grpo": "grpo", "big": "grpo", "null": "grpo"},
     )
     plan.status = {("final_eval_accuracy", a): "" for a in ("big", "null")}
-    level, rows = decide_metric(summary, plan, design, 1, "final_eval_accuracy")
+    levels, rows = decide_metrics(summary, plan, design, 1)
+    level = levels["final_eval_accuracy"]
     assert level == pytest.approx(design.look_alpha[1])  # 2 open of a family of 2
     table = compare_variants(
         summary, "grpo", ["final_eval_accuracy"], CompareSettings(confidence=1 - level, n_resamples=0)
@@ -278,7 +279,7 @@ def test_an_ablation_asks_futility_about_worsening():
             futility=side,
         )
         plan.status = {("final_eval_accuracy", a): "" for a in ("removal_hurts", "removal_neutral")}
-        decide_metric(summary, plan, design, 0, "final_eval_accuracy")
+        decide_metrics(summary, plan, design, 0)
         decided[side] = plan.status["final_eval_accuracy", "removal_hurts"]
     assert decided["improvement"] == "futile"  # stopped the arm that shows the effect
     assert decided["worsening"] == "" and decided["none"] == ""  # left open: more seeds can show the loss

@@ -216,20 +216,28 @@ def compare_loaded(loaded: LoadedComparison, *, baseline: str | None = None, rec
     level = looks.level if looks.level is not None else DEFAULT_LEVEL
     # one study-wide Holm family over the primary metrics; each secondary metric its own, exploratory (#52)
     secondary = secondary_metrics(names, target.compare)
+    # a sequential study's arms stop at different looks: its re-test pairs each arm with its baseline on their
+    # common seeds (#52), not Welch over unequal seed sets; elsewhere pairing needs the same seeds
+    sequential = looks.record is not None and base == looks.record.get("baseline")
     try:
         summary = summarize_runs(history, runs, names)
         table = compare_variants(
             summary,
             base,
             names,
-            CompareSettings(sesoi=loaded.effects, confidence=1.0 - level, secondary=secondary),
+            CompareSettings(
+                sesoi=loaded.effects,
+                confidence=1.0 - level,
+                secondary=secondary,
+                pairing="paired" if sequential else "auto",
+            ),
             problems=problems,
             activity=gates,
         )
     except ValueError as e:
         raise AnalysisError(str(e)) from e
     uncomputed = uncomputed_summaries(summary, history, names)
-    if looks.record is not None and base == looks.record.get("baseline"):  # one verdict per sequential question
+    if sequential:  # one verdict per sequential question
         _design_verdicts(table, looks.record, summary, loaded, runs, history, base, variants)
     table.settings |= looks.settings()
     controls = control_arms(runs)  # reward.control arms: their comparisons read as controls, not treatments

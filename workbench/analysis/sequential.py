@@ -4,8 +4,9 @@ at planned looks by a group-sequential design (:mod:`workbench.compare.sequentia
 One round per look: the runs of the arms still needed at the look's seeds (the study's declared
 seeds, then ``max + 1, + 2, ...``: :func:`workbench.execution.study.seed_schedule`) are executed
 (those FINISHED earlier are skipped, so running again resumes: every look is re-derived from the
-store, in order, on the same runs); then each metric's comparisons are decided on the first
-``n_k`` seeds of every arm. The design and every look (seeds, alpha spent, decisions) are recorded
+store, in order, on the same runs); then every comparison is decided on the first ``n_k`` seeds of
+every arm, in ``compare``'s Holm families (one study-wide family of the primary metrics' comparisons,
+each secondary metric its own, exploratory: :func:`decide_metrics`). The design and every look (seeds, alpha spent, decisions) are recorded
 on the study's parent MLflow run as ``sequential.json`` (tag ``workbench.sequential``: the one-line
 phrase), and the decisions are printed and logged there as ``sequential.log``.
 
@@ -52,6 +53,9 @@ class Plan:
     activity: dict[str, Any] = field(default_factory=dict)  # compare.activity, parsed: variant -> its gate setting
     secondary: list[str] = field(default_factory=list)  # metrics not in compare.primary: decided if the data allow
     futility: str = "improvement"  # compare.sequential.futility: the side a futility stop excludes
+    # the Holm families (compare.sequential.FAMILIES): "primary", one study-wide family of the primary metrics'
+    # comparisons (each secondary metric its own, exploratory); "metric" only to replay a record taken so
+    family: str = "primary"
 
     @property
     def compared(self) -> list[str]:
@@ -186,8 +190,8 @@ def run_until_decided(
             break  # MLflow is gone: no look can be read; running again resumes
         look = decide_look(uri, _experiment(extended, all_specs), plan, design, k, seeds[:n])
         record.looks.append(look)
-        lines += _look_lines(look, design)
-        for line in _look_lines(look, design):
+        lines += _look_lines(look, design, plan.secondary)
+        for line in _look_lines(look, design, plan.secondary):
             say(line)
         _save_record(uri, extended, all_specs, record, lines, n_seeds=seeds[:n])
         if export_to is not None:  # the look's record (sequential.json) is part of the export
@@ -215,13 +219,9 @@ def decide_look(uri: str, experiment: str, plan: Plan, design, k: int, seeds: li
     history = frames.history[frames.history["run_id"].isin(set(runs["run_id"]))]
     summary = summarize_runs(history, runs, plan.metrics)
     gates = _activity_gates(reader, experiment, runs, history, plan)
-    decisions: list[LookDecision] = []
-    levels: dict[str, float] = {}
-    for metric in plan.metrics:
-        level, rows = decide_metric(summary, plan, design, k, metric, gates)
-        if rows:
-            levels[metric] = level
-            decisions += rows
+    levels, decisions = decide_metrics(summary, plan, design, k, gates)
+    decided = {d.metric for d in decisions}
+    levels = {m: level for m, level in levels.items() if m in decided}
     spent = float(design.cumulative_alpha[k])
     return Look(
         look=k + 1,
@@ -249,67 +249,94 @@ def _activity_gates(reader, experiment: str, runs: pd.DataFrame, history: pd.Dat
     )
 
 
-def decide_metric(
-    summary: pd.DataFrame, plan: Plan, design, k: int, metric: str, gates: dict[str, Any] | None = None
-) -> tuple[float, list[LookDecision]]:
-    """Decide the open comparisons of one metric (a Holm family) at look ``k``: the compare
-    machinery at :meth:`Design.compare_level` on the open arms and their baselines, then
-    :func:`~workbench.compare.sequential.decide_family`. Returns the level passed to compare and
-    one record per comparison decided or still open at this look."""
-    level, out, _ = _decide_metric(summary, plan, design, k, metric, gates)
-    return level, out
+def decide_metrics(
+    summary: pd.DataFrame, plan: Plan, design, k: int, gates: dict[str, Any] | None = None
+) -> tuple[dict[str, float], list[LookDecision]]:
+    """Decide the open comparisons of every metric at look ``k`` in the plan's Holm families
+    (:func:`~workbench.compare.sequential.family_of`: one study-wide family of every primary metric's
+    comparisons, each secondary metric its own, exploratory): per metric, the compare machinery at
+    :meth:`Design.compare_level` on its open arms and their baselines, then
+    :func:`~workbench.compare.sequential.decide_families` over all of them. Returns the level passed
+    to compare per metric with an open comparison, and one record per comparison decided or still
+    open at this look (metrics in the plan's order, arms in its order)."""
+    levels, out, _ = _decide_metrics(summary, plan, design, k, gates)
+    return levels, out
 
 
-def _decide_metric(
-    summary: pd.DataFrame, plan: Plan, design, k: int, metric: str, gates: dict[str, Any] | None = None
-) -> tuple[float, list[LookDecision], dict[str, dict]]:
-    """:func:`decide_metric`, with compare's row of each comparison open at the look (arm -> row)."""
+def _decide_metrics(
+    summary: pd.DataFrame, plan: Plan, design, k: int, gates: dict[str, Any] | None = None
+) -> tuple[dict[str, float], list[LookDecision], dict[tuple[str, str], dict]]:
+    """:func:`decide_metrics`, with compare's row of each comparison open at the look ((metric, arm) -> row)."""
     from workbench.compare import CompareSettings, compare_variants  # deferred: scipy
-    from workbench.compare.sequential import decide_family, futility_confidence  # deferred: scipy
+    from workbench.compare.sequential import (  # deferred: scipy
+        REJECTED,
+        decide_families,
+        family_of,
+        futility_confidence,
+    )
 
     arms = plan.compared
-    before = [plan.status[metric, a] for a in arms]
-    open_arms = [a for a, s in zip(arms, before, strict=True) if s == ""]
-    if not open_arms:
-        return math.nan, [], {}
-    n_family = sum(s not in ("better", "worse", "higher", "lower") for s in before)
-    level = design.compare_level(k, len(open_arms), n_family)
-    keep = set(open_arms) | {plan.baseline_of[a] for a in open_arms}
-    sub = summary[summary["arm"].isin(keep)].reset_index(drop=True)
-    sesoi = _sesoi(plan, metric)
-    # with a SESOI, "equivalent" (TOST at the same level) stops a comparison too
-    settings = CompareSettings(confidence=1.0 - level, sesoi={metric: sesoi} if sesoi is not None else None)
-    table = compare_variants(sub, plan.baseline, [metric], settings, activity=gates)
-    rows = {r["variant"]: r for r in table.df.to_dict("records")}
-    inputs = [
-        look_inputs(
-            rows.get(a),
-            sub,
-            plan.baseline_of[a],
-            metric,
-            sesoi=sesoi,
-            confidence=futility_confidence(design),
-            side=plan.futility,
+    cells = [(m, a) for m in plan.metrics for a in arms]
+    family = {m: family_of(m, plan.secondary, plan.family) for m in plan.metrics}
+    before = {c: plan.status[c] for c in cells}
+    # the family's size at this look: its comparisons not yet rejected (a rejected one has left it)
+    n_family: dict[str, int] = {}
+    for (m, _), s in before.items():
+        n_family[family[m]] = n_family.get(family[m], 0) + (s not in REJECTED)
+    levels: dict[str, float] = {}
+    rows: dict[tuple[str, str], dict] = {}
+    inputs: dict[tuple[str, str], tuple[float, str, str, bool]] = {}
+    for metric in plan.metrics:
+        open_arms = [a for a in arms if before[metric, a] == ""]
+        if not open_arms:
+            continue
+        level = design.compare_level(k, len(open_arms), n_family[family[metric]])
+        keep = set(open_arms) | {plan.baseline_of[a] for a in open_arms}
+        sub = summary[summary["arm"].isin(keep)].reset_index(drop=True)
+        sesoi = _sesoi(plan, metric)
+        # with a SESOI, "equivalent" (TOST at the same level) stops a comparison too; an arm that stopped at an
+        # earlier look (a secondary question outlives it) is paired with its baseline on their common seeds
+        settings = CompareSettings(
+            confidence=1.0 - level,
+            sesoi={metric: sesoi} if sesoi is not None else None,
+            pairing="paired",
         )
-        for a in arms
-    ]
-    after = decide_family(
+        table = compare_variants(sub, plan.baseline, [metric], settings, activity=gates)
+        by_arm = {r["variant"]: r for r in table.df.to_dict("records")}
+        levels[metric] = level
+        for a in open_arms:
+            if a in by_arm:
+                rows[metric, a] = by_arm[a]
+            inputs[metric, a] = look_inputs(
+                by_arm.get(a),
+                sub,
+                plan.baseline_of[a],
+                metric,
+                sesoi=sesoi,
+                confidence=futility_confidence(design),
+                side=plan.futility,
+            )
+    none = (math.nan, "", "", False)  # a closed comparison: decide_families keeps its status
+    ins = [inputs.get(c, none) for c in cells]
+    after = decide_families(
         design,
         k,
-        before,
-        [x[0] for x in inputs],
-        [x[1] for x in inputs],
-        [x[2] for x in inputs],
-        [x[3] for x in inputs],
+        [family[m] for m, _ in cells],
+        [before[c] for c in cells],
+        [x[0] for x in ins],
+        [x[1] for x in ins],
+        [x[2] for x in ins],
+        [x[3] for x in ins],
     ).tolist()
     out = []
-    for a, b, s, row in zip(arms, before, after, (rows.get(a) for a in arms), strict=True):
-        plan.status[metric, a] = s
-        if b == "" and row is not None:
+    for c, s in zip(cells, after, strict=True):
+        plan.status[c] = s
+        row = rows.get(c)
+        if before[c] == "" and row is not None:
             out.append(
                 LookDecision(
-                    metric=metric,
-                    arm=a,
+                    metric=c[0],
+                    arm=c[1],
                     status=s or "open",
                     p_value=_num(row["p_value"]),
                     delta=_num(row["delta"]),
@@ -317,7 +344,7 @@ def _decide_metric(
                     verdict=str(row["verdict"]),
                 )
             )
-    return level, out, {a: rows[a] for a in open_arms if a in rows}
+    return levels, out, rows
 
 
 def look_inputs(
@@ -347,7 +374,7 @@ def look_inputs(
     if sesoi is not None and hib is not None and not by_rank and base_arm is not None and side != "none":
         x = summary[summary["arm"] == row["variant"]]
         y = summary[summary["arm"] == base_arm]
-        diff = stats.mean_difference(x[metric], y[metric], x_seeds=x["seed"], y_seeds=y["seed"])
+        diff = stats.mean_difference(x[metric], y[metric], x_seeds=x["seed"], y_seeds=y["seed"], pairing="paired")
         sign = (1.0 if hib else -1.0) * (-1.0 if side == "worsening" else 1.0)
         futility = bool(futile(diff.delta, diff.se, diff.df, sesoi=sesoi, improvement_sign=sign, confidence=confidence))
     return _num(row["p_value"]), rejection, row_status(row), futility
@@ -367,7 +394,7 @@ def _num(v: Any) -> float | None:
     return f if math.isfinite(f) else None
 
 
-def _look_lines(look: Look, design) -> list[str]:
+def _look_lines(look: Look, design, secondary: list[str]) -> list[str]:
     head = (
         f"look {look.look} of {len(design.looks)}: {look.seeds} seeds, α {look.alpha:.2g} at this look "
         f"(spent {look.alpha_spent:.2g} of {design.alpha:g})"
@@ -375,7 +402,8 @@ def _look_lines(look: Look, design) -> list[str]:
     out = [head]
     for d in look.decisions:
         p = "—" if d.p_value is None else f"{d.p_value:.3g}"
-        out.append(f"  {d.metric}  {d.arm}: {d.status} (p = {p}; compare: {d.verdict})")
+        role = " (secondary, exploratory)" if d.metric in secondary else ""
+        out.append(f"  {d.metric}{role}  {d.arm}: {d.status} (p = {p}; compare: {d.verdict})")
     return out
 
 
@@ -404,6 +432,7 @@ class DesignVerdict:
     primary: bool = True  # a primary question (an open secondary one ends with the study)
     next_seeds: int | None = None  # seeds per arm of the design's next look (None after its last)
     unrun: str = ""  # why a look the question needed could not be taken: its arms lack the look's seeds
+    futility: str = "improvement"  # the side a futility stop excludes (compare.sequential.futility)
 
 
 def design_verdicts(
@@ -412,14 +441,17 @@ def design_verdicts(
     compare_cfg: dict[str, Any],
     effects: dict[str, float],
     gates_at: Callable[[list[int]], dict[str, Any] | None] | None = None,
+    family: str = "primary",
 ) -> dict[tuple[str, str], DesignVerdict]:
     """Each question's decision, replayed look by look from ``summary`` (one row per compared run: the
     study's runs, all seeds) on the seeds every recorded look used, with the recorded design, metrics,
     primary metrics, baseline and futility side, and the SESOIs ``effects`` the study declares now
-    (:func:`decide_metric`, the code that took the decisions). With the SESOIs the record was taken
-    with, the replay is the record (a test checks it on every committed export); a SESOI changed since
-    (a re-decision) is said in :attr:`DesignVerdict.recorded`. ``gates_at(seeds)``: the activity gates
-    of the runs at those seeds (None: no gates). Metrics of the record not in ``summary`` are left out."""
+    (:func:`decide_metrics`, the code that takes the decisions), in the Holm families ``family``
+    (:data:`~workbench.compare.sequential.FAMILIES`; ``primary``, the study-wide family, is the rule now).
+    With the SESOIs and the family the record was taken with, the replay is the record; a SESOI or family
+    changed since (a re-decision: records before issue 52 hold per-metric families) is said in
+    :attr:`DesignVerdict.recorded`. ``gates_at(seeds)``: the activity gates of the runs at those seeds
+    (None: no gates). Metrics of the record not in ``summary`` are left out."""
     from workbench.compare.arms import arm_column, match_baselines  # deferred: scipy
     from workbench.compare.sequential import Design  # deferred: scipy
 
@@ -441,6 +473,7 @@ def design_verdicts(
         sesoi=dict(effects),
         secondary=[m for m in metrics if m not in record.get("primary", record["metrics"])],
         futility=str(record.get("futility") or "improvement"),
+        family=family,
     )
     plan.status = {(m, a): "" for m in metrics for a in plan.compared}
     recorded: dict[tuple[str, str], str] = {}
@@ -461,10 +494,9 @@ def design_verdicts(
                     unrun[metric, a] = f"look {k + 1} needs {len(seeds)} seeds per arm; " + ", ".join(
                         f"{b} has {len(have[b] & set(seeds))}" for b in short
                     )
-        for metric in metrics:
-            _, _, rows = _decide_metric(sub, plan, design, k, metric, gates)
-            for arm, row in rows.items():
-                last_row[metric, arm] = (k + 1, row)
+        _, _, rows = _decide_metrics(sub, plan, design, k, gates)
+        for (metric, arm), row in rows.items():
+            last_row[metric, arm] = (k + 1, row)
         for d in look["decisions"]:
             recorded[d["metric"], d["arm"]] = str(d["status"])
     out = {}
@@ -482,6 +514,7 @@ def design_verdicts(
             primary=metric not in plan.secondary,
             next_seeds=int(design.looks[look]) if look < len(design.looks) else None,
             unrun=unrun.get((metric, arm), ""),
+            futility=plan.futility,
         )
     return out
 
@@ -498,7 +531,7 @@ def _new_record(design, plan: Plan, declared: list[int], seeds: list[int]) -> Se
         metrics=plan.metrics,
         primary=plan.primary,
         baseline=plan.baseline,
-        family="metric",
+        family=plan.family,
         futility=plan.futility,
         declared_seeds=declared,
         seeds=seeds,
@@ -617,10 +650,12 @@ def apply_design_verdicts(table: Any, verdicts: dict[tuple[str, str], DesignVerd
     last look's level, unpaired where arms stopped at different looks) goes to the row's note, labelled as
     such. Returns the number of rows replaced."""
     from workbench.compare.sequential import row_status  # deferred: scipy
+    from workbench.compare.stats import COMMON_SEEDS  # deferred: scipy
     from workbench.compare.wording import level_percent  # deferred: scipy
 
     df = table.df
     done = 0
+    looks: dict[str, dict[str, str]] = {}  # metric -> arm -> the look that decided it
     for i in df.index:
         row = df.loc[i]
         v = verdicts.get((str(row["metric"]), str(row["variant"])))
@@ -629,9 +664,12 @@ def apply_design_verdicts(table: Any, verdicts: dict[tuple[str, str], DesignVerd
         look = v.row
         paired = _is_true(look.get("paired"))
         p = row["p_value"]
+        note = str(row["note"]) if isinstance(row["note"], str) else ""
+        # compare pairs a sequential study's arms on their common seeds: an arm stopped at an earlier look has fewer
+        common = f" on their {int(row['n_seeds'])} common seeds" if COMMON_SEEDS in note else ""
         retest = (
             f"re-test on all seeds (not the design's decision): {row['verdict']}, "
-            f"{'paired' if _is_true(row['paired']) else 'unpaired'}"
+            f"{'paired' + common if _is_true(row['paired']) else 'unpaired'}"
             + (f", p = {p:.3g}" if isinstance(p, float) and math.isfinite(p) else "")
             + (
                 f", {level_percent(float(row['delta_level']))} CI {row['delta_lo']:.4g} to {row['delta_hi']:.4g}"
@@ -645,7 +683,8 @@ def apply_design_verdicts(table: Any, verdicts: dict[tuple[str, str], DesignVerd
         ):
             said = str(look["verdict"])  # compare's words at the look (e.g. "better (but |Δ| < 0.1)")
         elif v.status == "futile" and v.sesoi is not None:
-            said = f"futile (an improvement of {v.sesoi:g} or more excluded)"
+            side = "a loss" if v.futility == "worsening" else "an improvement"  # an ablation asks whether removal hurts
+            said = f"futile ({side} of {v.sesoi:g} or more excluded)"
         elif v.status == "open" and not v.primary:
             said = "open (the design stopped when its primary questions were decided)"
         elif v.status == "open" and v.unrun:  # re-decided at a new SESOI: its arm had stopped earlier
@@ -654,8 +693,9 @@ def apply_design_verdicts(table: Any, verdicts: dict[tuple[str, str], DesignVerd
             said = f"open (undecided: the design's next look, {v.next_seeds} seeds per arm, was not run)"
         else:
             said = v.status
+        # a look pairs on the common seeds (an arm that stopped earlier has fewer): only the rank test is unpaired
         verdict = f"{said} at look {v.look} of {v.n_looks}, {int(look['n_seeds'])} seeds " + (
-            "paired" if paired else "unpaired (an arm had stopped at an earlier look)"
+            "paired" if paired else "unpaired (the rank test decided: some runs did not finish)"
         )
         if v.recorded is not None and v.recorded != v.status:
             verdict += (
@@ -668,9 +708,12 @@ def apply_design_verdicts(table: Any, verdicts: dict[tuple[str, str], DesignVerd
         df.at[i, "n_seeds"] = int(look["n_seeds"])
         df.at[i, "status"] = v.status
         df.at[i, "verdict"] = verdict
-        note = str(row["note"]) if isinstance(row["note"], str) else ""
+        note = "; ".join(n for n in note.split("; ") if n != COMMON_SEEDS)  # said in the re-test's words
         df.at[i, "note"] = f"{note}; {retest}" if note else retest
+        looks.setdefault(str(row["metric"]), {})[str(row["variant"])] = f"look {v.look} of {v.n_looks}"
         done += 1
+    if looks:  # the headlines name the look of each decision (ComparisonTable.headlines)
+        table.settings["design_looks"] = looks
     return done
 
 

@@ -23,13 +23,18 @@ The design (:class:`Design`), fixed before the first look and recorded in MLflow
   for any test, any df, any dependence between looks. It is conservative: with O'Brien-Fleming
   spending at 3/5/7/10 seeds the last look tests at 0.031 where exact normal boundaries would allow
   about 0.04 (the simulation measures the family-wise rate at ~3%, not 5%).
-* **Several comparisons** (arms x metrics; the family is the metric's arms, as in ``compare``): at
-  look ``k``, Holm at the look's level over the comparisons of the family not yet declared better or
+* **Several comparisons** (arms x metrics; the family is ``compare``'s, issue 52): every comparison of
+  every primary metric forms one study-wide family (:data:`PRIMARY_FAMILY`); each secondary metric's
+  comparisons form their own family and are exploratory (they stop no study and earn no seeds). At
+  look ``k``, Holm at the look's level over the comparisons of a family not yet declared better or
   worse, the comparisons already stopped for another reason counting with p = 1 (they stay in the
   family: dropping them would raise the others' level on the strength of an unrejected hypothesis).
   This is a closed test whose local tests are Bonferroni over looks and hypotheses, so the
-  family-wise error over all looks and comparisons is at most alpha (Maurer and Bretz 2013, "Multiple
-  testing in group sequential trials using graphical approaches", with Holm's graph).
+  family-wise error over all looks and comparisons of the family is at most alpha (Maurer and Bretz
+  2013, "Multiple testing in group sequential trials using graphical approaches", with Holm's graph).
+  Per-metric families (``family="metric"``: the records of studies run before issue 52) let a study
+  with m primary metrics make up to m alpha of false rejections; the simulation in
+  ``tests/compare/test_sequential_family.py`` measures both.
 
 After each look a comparison **stops** when it is declared (:func:`decide_family`): better / worse
 (higher / lower without a direction); equivalent or not testable (the compare machinery's status at
@@ -59,8 +64,11 @@ __all__ = [
     "DEFAULT_LOOKS",
     "REJECTED",
     "SPENDING",
+    "PRIMARY_FAMILY",
     "Design",
+    "decide_families",
     "decide_family",
+    "family_of",
     "futile",
     "holm_adjusted",
 ]
@@ -264,6 +272,48 @@ def decide_family(
     out[is_open & np.asarray(futility, dtype=bool)] = "futile"
     out[is_open & named] = compare_status[is_open & named]
     out[rejected] = np.asarray(rejection, dtype=object)[rejected]
+    return out
+
+
+PRIMARY_FAMILY = "primary"  # the study-wide Holm family of every primary metric's comparisons
+#: How a sequential design groups its comparisons into Holm families: ``primary`` (one study-wide family of
+#: the primary metrics, each secondary metric its own: ``compare``'s default) or ``metric`` (each metric its own:
+#: how looks were decided before issue 52, kept to replay such a record as it was taken).
+FAMILIES: tuple[str, ...] = (PRIMARY_FAMILY, "metric")
+
+
+def family_of(metric: str, secondary: Sequence[str], family: str = PRIMARY_FAMILY) -> str:
+    """The Holm family a metric's comparisons are decided in (:data:`FAMILIES`)."""
+    if family not in FAMILIES:
+        raise ValueError(f"unknown sequential family {family!r} (valid: {', '.join(FAMILIES)})")
+    if family == PRIMARY_FAMILY and metric not in secondary:
+        return PRIMARY_FAMILY
+    return f"metric:{metric}"
+
+
+def decide_families(
+    design: Design,
+    look: int,
+    family: Sequence[str],
+    status: Any,
+    p_value: Any,
+    rejection: Any,
+    compare_status: Any,
+    futility: Any,
+) -> np.ndarray:
+    """:func:`decide_family` on each family of comparisons: ``family`` [m] labels each column of the
+    other arguments (arrays ``[..., m]``, as :func:`decide_family` takes them) with its Holm family
+    (:func:`family_of`); the comparisons of one label are decided together, at the look's full level."""
+    labels = np.asarray(family, dtype=object)
+    status = np.asarray(status, dtype=object)
+    if labels.shape != status.shape[-1:]:
+        raise ValueError(f"family: one label per comparison, got {labels.shape[0]} for {status.shape[-1]}")
+    args = [np.asarray(a, dtype=object if i != 1 else float) for i, a in enumerate((status, p_value, rejection))]
+    more = [np.asarray(compare_status, dtype=object), np.asarray(futility, dtype=bool)]
+    out = status.copy()
+    for label in dict.fromkeys(labels.tolist()):
+        cols = labels == label
+        out[..., cols] = decide_family(design, look, *(a[..., cols] for a in (*args, *more)))
     return out
 
 

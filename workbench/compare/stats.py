@@ -101,6 +101,7 @@ from scipy import stats as sps
 from workbench.registry import Registry
 
 __all__ = [
+    "COMMON_SEEDS",
     "CORRECTIONS",
     "STATISTICS",
     "Difference",
@@ -542,6 +543,10 @@ def _permutation_p(x: np.ndarray, y: np.ndarray, *, paired: bool, rng: RngLike) 
     return float(res.pvalue)
 
 
+#: The note of a difference paired on the seeds two arms have in common (their seed sets differ).
+COMMON_SEEDS = "paired on common seeds only"
+
+
 def mean_difference(
     x: Any,
     y: Any,
@@ -580,7 +585,7 @@ def mean_difference(
     xm, ym, same = matched_by_seed(xv, yv, xs, ys)
     paired = pairing == "paired" or (pairing == "auto" and same and xm.size >= 2)
     if paired:
-        return _paired(xm, ym, rng=rng, note="" if same else "paired on common seeds only")
+        return _paired(xm, ym, rng=rng, note="" if same else COMMON_SEEDS)
     return _welch(xv, yv, rng=rng)
 
 

@@ -317,11 +317,14 @@ class ComparisonTable:
             rows = self.for_metric(metric)
             seeds_of = dict(zip(rows["variant"], rows["n_seeds"], strict=True))
             points = value_bounds(metric) == (0.0, 1.0)  # a rate: differences in percentage points
+            looks = (self.settings.get("design_looks") or {}).get(metric, {})
             for r in rows.to_dict("records"):
                 if r["verdict"] == "baseline":
                     continue
                 base = r["baseline_arm"] or self.baseline
                 controls = self.controls
+                # a sequential design's decision: its look tested both arms on the look's seeds (n_seeds is the look's)
+                look = str(looks.get(str(r["variant"]), ""))
                 lines.append(
                     wording.headline(
                         variant=str(r["variant"]),
@@ -334,7 +337,7 @@ class ComparisonTable:
                         hi=float(r["delta_hi"]),
                         level=float(r["delta_level"]),
                         n_x=int(r["n_seeds"]),
-                        n_y=int(seeds_of.get(base, 0)),
+                        n_y=int(r["n_seeds"]) if look else int(seeds_of.get(base, 0)),
                         mde=float(r["mde"]),
                         sesoi=float(r["sesoi"]),
                         points=points,
@@ -344,6 +347,7 @@ class ComparisonTable:
                         unit=self.replicate_unit,
                         variant_control=controls.get(str(r["variant"])),
                         baseline_control=controls.get(str(base)),
+                        look=look,
                     )
                     + self._to_decide(metric, r)
                 )

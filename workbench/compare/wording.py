@@ -363,6 +363,7 @@ def headline(
     unit: str = "seed",
     variant_control: str | None = None,
     baseline_control: str | None = None,
+    look: str = "",
 ) -> str:
     """One comparison in one plain sentence, e.g. ``"dapo vs grpo: +4.5 points final eval accuracy
     (95% CI -1.2 to +10.2), not distinguishable with 3 seeds"``. ``level``: the confidence of the
@@ -376,7 +377,8 @@ def headline(
     (``"checkpoint"``: the checkpoint is the unit, :mod:`workbench.compare.checkpoints`); ``variant_control`` /
     ``baseline_control``: the reward control an arm trained on (``reward.control``), if any: the sentence then opens
     ``control comparison:`` and names the control, since the difference measures a control arm, not a treatment's
-    effect."""
+    effect. ``look``: the sequential design's look that took the decision (``"look 2 of 3"``): the seeds are
+    then said as that look's, ``"better at look 2 of 3 (6 seeds)"``."""
     replicates = unit
     unit = " points" if points else ""
     who = f"{control_label(variant, variant_control)} vs {control_label(baseline, baseline_control)}"
@@ -393,7 +395,9 @@ def headline(
         effect += " (of the finished runs; the rank test decides)"
     elif math.isfinite(delta):
         effect += " (no interval)"  # e.g. runs that do not vary: the row's note says why
-    seeds = f"with {seeds_phrase(n_x, n_y, replicates)}"
+    seeds = (
+        f"at {look} ({seeds_phrase(n_x, n_y, replicates)})" if look else f"with {seeds_phrase(n_x, n_y, replicates)}"
+    )
     if status_word in ("better", "worse", "higher", "lower"):
         said = f"{variant} is {status_word} {seeds}"
         if "(but" in verdict_text:  # significant, yet inside the smallest effect that matters
