@@ -123,3 +123,13 @@ def test_vllm_beside_a_deepspeed_zero3_learner_at_k1_samples_step_t_with_version
     rows, taken, published, _ = observed_run(cfg, monkeypatch)
     assert all(w.numel() > 0 for w in published[1].values())  # whole weights, not ZeRO-3's empty partitions
     assert len(check_versions(cfg, rows, taken, published)) >= 1  # step 1 (version 0) after the policy moved
+
+
+def test_a_crashed_vllm_stale_run_resumes_bit_for_bit(workdir):
+    """k = 2, crash after step 1: the resumed run's new engines sample steps 2 and 3 with the checkpoint's
+    snapshots of versions 0 and 1, and every metric equals the uninterrupted run's exactly."""
+    from tests.resume_helpers import check_resumed, interrupt_and_resume, resume_config
+
+    cfg = resume_config({}, model=ENGINE_MODEL, sampler={"backend": "vllm"}, rollout={"staleness": 2})
+    record = interrupt_and_resume(cfg, crash_after=1)
+    check_resumed(record, crash_after=1)
