@@ -116,10 +116,11 @@ def test_vllm_at_k2_samples_step_t_with_version_t_minus_2_and_one_run_key_logs_o
     assert numbers(again) == numbers(rows)  # exact: the schedule and the seeds, not the timing, fix them
 
 
-def test_vllm_beside_a_deepspeed_zero3_learner_at_k1_samples_step_t_with_version_t_minus_1(monkeypatch):
+@pytest.mark.parametrize("sampler", ["vllm", "hf"])
+def test_beside_a_deepspeed_zero3_learner_at_k1_step_t_is_sampled_with_version_t_minus_1(monkeypatch, sampler):
     """The learner's side under ZeRO-3: each version's snapshot is taken from the gathered weights."""
     require_engine("deepspeed")
-    cfg = engine_config(1, 3, learner={"backend": "deepspeed", "zero_stage": 3})
+    cfg = engine_config(1, 3, learner={"backend": "deepspeed", "zero_stage": 3}, sampler={"backend": sampler})
     rows, taken, published, _ = observed_run(cfg, monkeypatch)
     assert all(w.numel() > 0 for w in published[1].values())  # whole weights, not ZeRO-3's empty partitions
     assert len(check_versions(cfg, rows, taken, published)) >= 1  # step 1 (version 0) after the policy moved
