@@ -77,16 +77,23 @@ def test_the_schedule():
     assert [split_threads(n) for n in (1, 2, 3, 16)] == [1, 1, 1, 8]
 
 
+def test_what_the_pipeline_cannot_run_is_refused_at_load():
+    with pytest.raises(ValueError, match="refill rounds"):
+        RunConfig.model_validate(micro_run_config(rollout={"staleness": 1}, algorithm={"preset": "dapo"}))
+
+
 @pytest.mark.parametrize(
-    "fields,message",
+    "engines",
     [
-        ({"sampler": {"backend": "vllm"}}, "pipelines the hf sampler with the torch learner"),
-        ({"algorithm": {"preset": "dapo"}}, "refill rounds"),
+        {"sampler": {"backend": "vllm"}},
+        {"learner": {"backend": "deepspeed"}},
+        {"sampler": {"backend": "vllm"}, "learner": {"backend": "deepspeed"}},
     ],
+    ids=["vllm", "deepspeed", "vllm+deepspeed"],
 )
-def test_what_the_pipeline_cannot_run_is_refused_at_load(fields, message):
-    with pytest.raises(ValueError, match=message):
-        RunConfig.model_validate(micro_run_config(rollout={"staleness": 1}, **fields))
+def test_the_engines_pipeline_too(engines):
+    """The vLLM sampler and the DeepSpeed learner load with a staleness (run in tests/engines/test_staleness_engines.py)."""
+    assert RunConfig.model_validate(micro_run_config(rollout={"staleness": 2}, **engines)).rollout.staleness == 2
 
 
 def gap(model, rollouts) -> float:

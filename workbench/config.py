@@ -821,16 +821,11 @@ class RunConfig(Strict):
 
     @model_validator(mode="after")
     def _pipeline_fits(self) -> RunConfig:
-        # The pipelined sampler (workbench/train/pipeline.py) is the HF sampler on its own thread beside a
-        # torch learner: a batch filter's refill rounds would need the rewards before the batch is known.
+        # The pipelined sampler (workbench/train/pipeline.py) is either sampler backend on its own thread beside
+        # either learner: a batch filter's refill rounds would need the rewards before the batch is known.
         k = self.rollout.staleness
         if k == 0:
             return self
-        if self.sampler.backend != "hf" or self.learner.backend != "torch":
-            raise ValueError(
-                f"rollout.staleness={k} pipelines the hf sampler with the torch learner; got sampler."
-                f"backend={self.sampler.backend}, learner.backend={self.learner.backend}"
-            )
         if self.algorithm.batch_filter is not None:
             raise ValueError(
                 f"rollout.staleness={k} with algorithm.batch_filter={self.algorithm.batch_filter}: a "

@@ -16,8 +16,14 @@ and the learner run at the same time, and their numbers do not depend on which f
 
 Determinism: every request carries its own seed and weight snapshot, prompts are drawn on the main
 thread in step order (the run's prompt RNG sees the same draws as the synchronous loop), and the global
-torch RNG, which ``HFSampler.generate`` seeds, is used under one lock by both threads (an eval on the main
-thread waits for a sample in flight; ``LockedSampler``). Torch's thread count is process-wide (OpenMP
+torch RNG, which both samplers' ``generate`` seed (vLLM's in-process engine samples from it), is used under
+one lock by both threads (an eval on the main thread waits for a sample in flight; ``LockedSampler``).
+
+Engines: the sampler behind the thread is whatever ``sampler.backend`` builds, over a module of its own
+(``weights``); a version is handed to it with ``sync_weights``, the synchronous loop's call. With vLLM
+that is the in-place load and its probe check (two engines in one process: the main thread's for evals,
+the thread's for batches; they take turns on the lock, syncs included). The learner may be torch or
+DeepSpeed: its side only publishes snapshots of the (gathered) weights after each update. Torch's thread count is process-wide (OpenMP
 here): while the pipeline runs it is set to half the run's threads (``split_threads``), which the
 execution layer chose from the idle CPUs (``workbench/execution/threads.py``), so the two sides do not
 oversubscribe the cores.
@@ -80,29 +86,40 @@ class Sampled:
 
 class LockedSampler:
     """A sampler whose ``generate`` holds the pipeline's RNG lock: the main thread's evals and the sampler
-    thread's batches both seed the global torch RNG, so they take turns."""
+    thread's batches both seed the global torch RNG, so they take turns. With ``lock_sync`` its weight sync
+    holds the lock too: a vLLM sync runs the engine (its probe), and two in-process vLLM engines must not run
+    at once (vLLM's forward context is a module global). An HF sync only copies tensors, and waiting there
+    for the sample in flight would stall the learner behind the sampler."""
 
-    def __init__(self, sampler: Sampler, lock: threading.Lock) -> None:
-        self.sampler, self.lock = sampler, lock
+    def __init__(self, sampler: Sampler, lock: threading.Lock, *, lock_sync: bool = False) -> None:
+        self.sampler, self.lock, self.lock_sync = sampler, lock, lock_sync
 
     def generate(self, problems: list[Problem], group_size: int, *, temperature: float, seed: int) -> Rollouts:
         with self.lock:
             return self.sampler.generate(problems, group_size, temperature=temperature, seed=seed)
 
     def sync_weights(self, learner_model) -> None:
-        self.sampler.sync_weights(learner_model)
+        if not self.lock_sync:
+            self.sampler.sync_weights(learner_model)
+            return
+        with self.lock:
+            self.sampler.sync_weights(learner_model)
 
     def close(self) -> None:
         self.sampler.close()
 
 
 class StalePipeline:
-    """The sampler thread and the queues between it and the learner. ``sampler`` must own weights of its own
-    (``HFSampler`` over ``plain_copy`` of the learner's model): its thread loads each request's snapshot."""
+    """The sampler thread and the queues between it and the learner. ``sampler`` (any ``Sampler``: HF or
+    vLLM) was built over ``weights``, a module of its own (``plain_copy`` of the learner's), never the
+    learner's: to sample with version ``v`` its thread loads ``v``'s snapshot into ``weights`` and hands
+    them over with ``sampler.sync_weights(weights)``, the call the synchronous loop makes after each
+    update (a vLLM engine loads them in place and verifies them against ``weights``)."""
 
     def __init__(
         self,
         sampler,
+        weights: torch.nn.Module,
         *,
         staleness: int,
         steps: int,
@@ -114,7 +131,8 @@ class StalePipeline:
     ) -> None:
         if staleness < 1:
             raise ValueError(f"a pipeline needs staleness >= 1, got {staleness}")
-        self.sampler, self.k, self.steps = sampler, staleness, steps
+        self.sampler, self.weights, self.k, self.steps = sampler, weights, staleness, steps
+        self.loaded: int | None = None  # the version ``weights`` and the sampler hold; the first request loads its own
         self.group_size, self.temperature, self.run_seed = group_size, temperature, run_seed
         self.lock, self.threads = lock, threads
         self.snapshots: dict[int, dict[str, torch.Tensor]] = {}  # version -> weights, while a step still needs it
@@ -181,7 +199,6 @@ class StalePipeline:
     # ---- the sampler thread ----
     def _run(self) -> None:
         torch.set_num_threads(self.threads)
-        loaded = None
         try:
             while True:
                 start = time.perf_counter()
@@ -190,11 +207,11 @@ class StalePipeline:
                     self.sampler_wait_s += time.perf_counter() - start
                 if request is None:
                     return
-                if request.version != loaded:
-                    self._load(self.snapshots[request.version])
-                    loaded = request.version
                 start = time.perf_counter()
-                with self.lock:
+                with self.lock:  # a vLLM sync runs its engine: never beside the main thread's engine
+                    if request.version != self.loaded:
+                        self._load(self.snapshots[request.version])
+                        self.loaded = request.version
                     rollouts = self.sampler.generate(
                         request.problems, self.group_size, temperature=self.temperature, seed=request.seed
                     )
@@ -208,5 +225,7 @@ class StalePipeline:
                 self.ready.notify_all()
 
     @torch.no_grad()
-    def _load(self, weights: dict[str, torch.Tensor]) -> None:
-        self.sampler.model.load_state_dict(weights)  # casts to the sampler's dtype
+    def _load(self, snapshot: dict[str, torch.Tensor]) -> None:
+        self.loaded = None  # until the sampler holds the snapshot: a failed sync leaves no version claimed
+        self.weights.load_state_dict(snapshot)
+        self.sampler.sync_weights(self.weights)

@@ -122,14 +122,20 @@ def open_run_parts(cfg: RunConfig, monitor: HealthMonitor) -> Iterator[RunParts]
     learner = build_learner(model, cfg)  # learner.backend: torch | deepspeed, in the wrappers the run needs
     prompt_format = resolve_prompt_format(cfg.model, tokenizer, cfg.model.path)
     with learner.gathered_model() as full:  # a vLLM engine copies the weights: ZeRO-3 must gather them first
+        # rollout.staleness >= 1: a second sampler (same backend) over weights of its own, on its own thread.
+        # Copied before the first sampler is built: a vLLM build runs a forward of ``full`` (its probe), after
+        # which ZeRO-3's hooks have partitioned the weights again, gather or not.
+        stale_weights = plain_copy(full) if cfg.rollout.staleness else None
         sampler = build_sampler(cfg, full, tokenizer, prompt_format)
-        # rollout.staleness >= 1: a second sampler with weights of its own, on its own thread
-        stale_sampler = (
-            build_sampler(cfg, plain_copy(full), tokenizer, prompt_format) if cfg.rollout.staleness else None
-        )
+    stale_sampler = None
+    if stale_weights is not None:
+        with ExitStack() as on_failure:  # a second engine that fails to start takes the first one down too
+            on_failure.callback(sampler.close)
+            stale_sampler = build_sampler(cfg, stale_weights, tokenizer, prompt_format)
+            on_failure.pop_all()
     rng_lock = threading.Lock()
     if stale_sampler is not None:  # evals and pipelined batches both seed the global torch RNG: one at a time
-        sampler = LockedSampler(sampler, rng_lock)
+        sampler = LockedSampler(sampler, rng_lock, lock_sync=cfg.sampler.backend == "vllm")
     reference = reference_policy(learner) if cfg.algorithm.kl_coef > 0 else None  # no KL, no copy (LoRA: none at all)
     with ExitStack() as stack:
         verifier = stack.enter_context(
@@ -151,7 +157,8 @@ def open_run_parts(cfg: RunConfig, monitor: HealthMonitor) -> Iterator[RunParts]
         prompts, data_metrics, data_record = prepare_prompts(cfg, task, sampler, verifier, rng, directory)
         pipeline = None
         if stale_sampler is not None:
-            pipeline = stack.enter_context(open_pipeline(cfg, stale_sampler, learner, rng_lock))
+            assert stale_weights is not None
+            pipeline = stack.enter_context(open_pipeline(cfg, stale_sampler, stale_weights, learner, rng_lock))
         yield RunParts(
             pipeline=pipeline,
             task=task,
@@ -176,13 +183,17 @@ def open_run_parts(cfg: RunConfig, monitor: HealthMonitor) -> Iterator[RunParts]
 
 
 @contextmanager
-def open_pipeline(cfg: RunConfig, sampler: Sampler, learner: Learner, lock: threading.Lock) -> Iterator[StalePipeline]:
-    """The sampler thread of ``rollout.staleness >= 1``, holding the initial policy as version 0. Torch's
-    (process-wide) thread count is halved while both sides run, and restored when the pipeline closes."""
+def open_pipeline(
+    cfg: RunConfig, sampler: Sampler, weights: torch.nn.Module, learner: Learner, lock: threading.Lock
+) -> Iterator[StalePipeline]:
+    """The sampler thread of ``rollout.staleness >= 1`` (``sampler`` built over ``weights``), holding the initial
+    policy as version 0. Torch's (process-wide) thread count is halved while both sides run, and restored when
+    the pipeline closes."""
     threads = torch.get_num_threads()  # the run's, from the idle CPUs (workbench/execution/threads.py)
     torch.set_num_threads(split_threads(threads))
     pipeline = StalePipeline(
         sampler,
+        weights,
         staleness=cfg.rollout.staleness,
         steps=cfg.rollout.steps,
         group_size=cfg.rollout.group_size,
@@ -223,9 +234,10 @@ def rl_step(cfg: RunConfig, step: int, parts: RunParts) -> dict[str, float]:
                 batch, cfg.algorithm, cfg.sampler.temperature, parts.generator, section=watch, observe_old_logp=record
             )
             with parts.learner.gathered_model() as full:  # ZeRO-3: the sampler needs whole weights
+                if parts.pipeline is not None:  # version step + 1: before the sync, whose vLLM probe forward
+                    parts.pipeline.publish(step + 1, full)  # leaves ZeRO-3's weights partitioned again
                 parts.sampler.sync_weights(full)
-                if parts.pipeline is not None:  # version step + 1, and the request that samples with it
-                    parts.pipeline.publish(step + 1, full)
+                if parts.pipeline is not None:  # the request that samples with it
                     ask_ahead(cfg, step + 1, parts)
         sampled = sampled.ready()  # scored by now: the update needed the rewards
         metrics |= rollout_metrics(sampled)  # over everything sampled, not only what was kept
