@@ -29,7 +29,7 @@ from workbench.execution.threads import threads_per_run
 from workbench.study import RunSpec
 from workbench.tracking.redact import redact_text
 from workbench.tracking.study_runs import mark_orphaned_runs
-from workbench.tracking.writer import RunTracker
+from workbench.tracking.writer import RunTracker, release_interrupted_statements
 
 STOP_GRACE_S = 30.0  # how long stopping children get to mark their runs KILLED before SIGKILL
 POLL_S = 0.2
@@ -104,7 +104,8 @@ class _Pool:
                     self._reap()
                     self._stop_if_interrupted()
                 self._stop_if_interrupted()  # a Ctrl-C during the last round
-            except KeyboardInterrupt:
+            except KeyboardInterrupt as interrupt:
+                release_interrupted_statements(interrupt)
                 self._stop()
                 raise
         return self.results

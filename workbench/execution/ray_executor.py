@@ -44,6 +44,7 @@ from workbench.execution.run import RunOutcome
 from workbench.metrics.names import EVAL_ACCURACY
 from workbench.study import RunSpec
 from workbench.tracking.study_runs import finished_runs, mark_orphaned_runs
+from workbench.tracking.writer import release_interrupted_statements
 
 STOP_GRACE_S = 30.0  # how long cancelled tasks get to close their runs KILLED before a forced cancel
 POLL_S = 0.2
@@ -295,7 +296,8 @@ class _RayStudy:
                         self._finished(ref)
                     if self.interrupted or stop_requested():  # Ctrl-C, or SIGTERM (cli run)
                         raise KeyboardInterrupt
-            except KeyboardInterrupt:
+            except KeyboardInterrupt as interrupt:
+                release_interrupted_statements(interrupt)
                 self._stop()
                 raise
             finally:

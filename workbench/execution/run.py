@@ -39,6 +39,8 @@ from workbench.tracking.writer import (
     RunTracker,
     StoreWriteFailed,
     TrackingOutage,
+    interrupted_inside,
+    release_interrupted_statements,
     resend_spills,
     store_write_failure,
 )
@@ -460,6 +462,8 @@ def _close_failed(
     """End the MLflow run KILLED (Ctrl-C, re-raised) or FAILED. With MLflow unreachable past the
     deadline, the unsent metrics and the status go to the run's spill instead (re-sent on resume)."""
     killed = isinstance(error, KeyboardInterrupt)
+    if interrupted_inside(error):
+        release_interrupted_statements(error)
     outcome.status = "KILLED" if killed else "FAILED"
     outcome.error = f"{type(error).__name__}: {error}"
     if isinstance(error, StoreWriteFailed):  # the run is marked FAILED with this line already

@@ -63,6 +63,7 @@ from workbench.tracking.writer import (
     TrackingOutage,
     bound_mlflow_http_retries,
     call_with_retries,
+    release_interrupted_statements,
     resend_spills,
     route_store_tracebacks_to_log,
 )
@@ -371,8 +372,9 @@ def _run_locked(
                     "FAILED",
                     error="not started: MLflow unreachable (run again to resume)",
                 )
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as interrupt:
         status = "KILLED"
+        release_interrupted_statements(interrupt)
         if current is not None:  # interrupted while its MLflow run was being opened
             mark_orphaned_runs(client, ctx.experiment_id, [current], reason="interrupted", status="KILLED")
         raise

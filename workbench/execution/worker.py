@@ -66,7 +66,7 @@ from workbench.study import RunSpec, Study
 from workbench.tracking.redact import redact_uri
 from workbench.tracking.store import get_or_create_experiment, resolve_tracking_uri
 from workbench.tracking.study_runs import finished_runs, mark_orphaned_runs
-from workbench.tracking.writer import resend_spills
+from workbench.tracking.writer import release_interrupted_statements, resend_spills
 
 KEY = "workbench.run_key"
 LABEL = "workbench.label"
@@ -556,7 +556,8 @@ class Worker:
                 parent_run_id=self.ctx.parent_run_id,
                 progress=bar,
             )
-        except KeyboardInterrupt:  # stopped by hand: the run is KILLED; loop() hands it to the others
+        except KeyboardInterrupt as interrupt:  # stopped by hand: the run is KILLED; loop() hands it to the others
+            release_interrupted_statements(interrupt)
             trial.set_user_attr(OUTCOME, "KILLED")
             # (if the interrupt came while its MLflow run was being opened, that run is still RUNNING)
             mark_orphaned_runs(self.client, self.ctx.experiment_id, [key], reason="interrupted", status="KILLED")
