@@ -83,8 +83,9 @@ test: install verl
 test-trl: $(TRL_STAMP)
 	$(TRL)/bin/python -m pytest $(TRL_TESTS)
 
+# one vLLM engine (1 GiB KV cache) or DeepSpeed learner per worker; DeepSpeed picks a free MASTER_PORT per process
 test-engines: $(ENGINES_STAMP)
-	$(ENGINES)/bin/python -m pytest tests/engines
+	$(ENGINES)/bin/python -m pytest $(XDIST) --durations=15 tests/engines
 
 # ruff (lint) and mypy with the configuration in pyproject.toml, then every noqa / type: ignore must say
 # why on its line (`# noqa: BLE001 - why`, `# type: ignore[code]  # why`). workbench/health and
