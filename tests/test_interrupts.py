@@ -81,3 +81,39 @@ def test_a_run_whose_interrupt_was_swallowed_ends_killed_at_the_next_step(workdi
     assert run.info.status == "KILLED"
     steps = [m.step for m in client.get_metric_history(run.info.run_id, "reward/mean")]
     assert max(steps) == 2  # stopped after the step that followed the swallowed Ctrl-C, not at 5
+
+
+def test_workbench_run_remembers_a_ctrl_c_python_swallowed_and_stops_killed(workdir):
+    """`workbench run` (in this process) once kept training after a Ctrl-C: its KeyboardInterrupt landed in
+    a finalizer under Python's own SIGINT handler and was gone. Here the Ctrl-C is swallowed the same way
+    (a finalizer, run from a profile hook when the first step's metrics are logged, so mid-run): the CLI
+    still stops, exit 130, the run KILLED before its last step, and the study's second run never starts."""
+    import sys
+
+    from mlflow import MlflowClient
+    from typer.testing import CliRunner
+
+    from tests.execution_helpers import write_study
+    from workbench.cli.main import app
+
+    path = write_study(workdir / "study.yaml", "swallowed-cli", steps=6, seeds=[0, 1])
+    fired = []
+
+    def swallow_a_ctrl_c_once_mid_run(frame, event, arg):
+        if event == "call" and not fired and frame.f_code.co_name == "log_metrics":
+            fired.append(True)
+            SignalledWhileCollected()
+
+    sys.setprofile(swallow_a_ctrl_c_once_mid_run)
+    try:
+        result = CliRunner().invoke(app, ["run", str(path), "--quiet"])
+    finally:
+        sys.setprofile(None)
+    assert fired and result.exit_code == 130, result.output
+    client = MlflowClient(f"sqlite:///{workdir / 'mlflow.db'}")
+    runs = client.search_runs(
+        [client.get_experiment_by_name("swallowed-cli").experiment_id], "tags.`workbench.role` = 'run'"
+    )
+    assert [r.info.status for r in runs] == ["KILLED"]
+    steps = [m.step for m in client.get_metric_history(runs[0].info.run_id, "reward/mean")]
+    assert max(steps) < 5

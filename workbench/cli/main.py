@@ -356,7 +356,10 @@ def run(
     if until_decided and only and any(p.partition("=")[0].strip() == "seed" for p in only.split(",")):
         raise fail("--until-decided chooses the seeds itself: drop seed= from --only")
     try:
-        with stopping_on(signal.SIGTERM):  # `kill PID` stops like Ctrl-C: runs and the study KILLED, lock released
+        # Ctrl-C and `kill PID` stop the same way: runs and the study KILLED, lock released. SIGINT too, not
+        # Python's own handler: a Ctrl-C whose KeyboardInterrupt lands in a finalizer is otherwise lost and an
+        # in-process study trains on (seen: a study given SIGINT ran 3 more runs to FINISHED).
+        with stopping_on(signal.SIGINT, signal.SIGTERM):
             if until_decided:
                 from workbench.analysis.sequential import run_until_decided  # deferred: scipy, mlflow
 
@@ -459,7 +462,7 @@ def worker(
         )
     )
     options = WorkerOptions(heartbeat_interval=heartbeat, grace_period=grace, max_retries=max_retries, log=log)
-    with stopping_on(signal.SIGTERM):  # `kill PID` stops like Ctrl-C: run KILLED
+    with stopping_on(signal.SIGINT, signal.SIGTERM):  # Ctrl-C or `kill PID`: run KILLED, never lost (see `run`)
         try:
             report = run_worker(study_obj, specs, storage, options)
         except (WorkerError, PreflightError, FileNotFoundError, ImportError, StudyBusy, SpecError) as e:

@@ -177,7 +177,7 @@ def tune(
     from workbench.execution.ray_executor import RayOptions, RayUnavailable  # deferred: torch, transformers
     from workbench.search.ray_trials import trials_on_ray  # deferred: torch, transformers
 
-    with stopping_on(signal.SIGTERM):  # `kill PID` stops like Ctrl-C
+    with stopping_on(signal.SIGINT, signal.SIGTERM):  # Ctrl-C or `kill PID`, never lost (see `workbench run`)
         try:
             run_trials = (
                 trials_on_ray(RayOptions.from_execution(study_obj.execution, address), workers)
