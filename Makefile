@@ -49,7 +49,8 @@ $(ENGINES_STAMP): pyproject.toml
 	touch $@
 
 # TRL (the peer framework `workbench import trl` reads) in its own venv, test-only: the import
-# acceptance test trains real GRPOTrainer runs with it (tests/importers/test_trl_*.py).
+# acceptance test trains real GRPOTrainer runs with it (tests/importers/test_trl_*.py), and the engine's tests
+# (tests/trl_engine/) run engine: trl studies on the Ray executor too, hence the ray extra.
 TRL       := .venv-trl
 TRL_STAMP := $(TRL)/.installed
 trl: $(TRL_STAMP)
@@ -57,8 +58,8 @@ $(TRL_STAMP): pyproject.toml
 	test -d $(TRL) || $(PYTHON) -m venv $(TRL)
 	$(TRL)/bin/pip install -q --upgrade pip
 	$(TRL)/bin/pip install -q "$(TORCH)"
-	$(TRL)/bin/pip install -q -e '.[dev,trl]'  # the extra pins the TRL version the adapter and the engine's mapping were read from
-	$(TRL)/bin/python -c "import trl, workbench"
+	$(TRL)/bin/pip install -q -e '.[dev,trl,ray]'  # the extra pins the TRL version the adapter and the engine's mapping were read from
+	$(TRL)/bin/python -c "import trl, ray, xdist, workbench"
 	touch $@
 
 demo: $(CORE_STAMP)  # not the test extras: a demo needs no Ray, TensorBoard, W&B or browser
