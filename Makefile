@@ -81,8 +81,13 @@ test: install verl
 	@if [ -f $(TRL_STAMP) ]; then $(MAKE) --no-print-directory test-trl; \
 	 else echo "TRL import and engine tests not run: \`make trl\` installs TRL (see docs/import.md)"; fi
 
+# Serial by default: the TRL tests are CPU-bound GRPOTrainer runs (several start two runs at a time themselves) and
+# each xdist worker builds the tiny model once more. Measured on the 2-core dev machine shared with other jobs
+# (1-min load ~5-7): 346 s serial, 392 s with 2 workers. On a machine with more cores:
+# `make test-trl TRL_WORKERS=2` (a test file whole on one worker).
+TRL_WORKERS ?= 0
 test-trl: $(TRL_STAMP)
-	$(TRL)/bin/python -m pytest $(TRL_TESTS)
+	$(TRL)/bin/python -m pytest -n $(TRL_WORKERS) --dist loadfile --durations=20 $(TRL_TESTS)
 
 test-engines: $(ENGINES_STAMP)
 	$(ENGINES)/bin/python -m pytest tests/engines
