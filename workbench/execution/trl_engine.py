@@ -58,7 +58,8 @@ class SampledBatch:
     texts: list[str]
     lengths: list[int]  # completion tokens, EOS included (TRL's completion_ids)
     truncated: list[bool]  # no EOS/pad at the end: TRL's is_truncated
-    rewards: list[float]
+    correct: list[bool]  # the verifier's judgement
+    rewards: list[float]  # what the reward function returned (1.0 for a correct completion, else 0.0)
 
 
 def verifier_reward(
@@ -87,6 +88,7 @@ def verifier_reward(
                     texts=list(completions),
                     lengths=[len(ids) for ids in completion_ids],
                     truncated=[not ids or ids[-1] not in stop_ids for ids in completion_ids],
+                    correct=[bool(r.correct) for r in results],
                     rewards=correct,
                 )
             )
@@ -294,7 +296,7 @@ def record_train(recorder: RolloutRecorder, batch: SampledBatch, trainer, group_
         batch.problems,
         batch.texts,
         rewards=batch.rewards,
-        correct=[r == 1.0 for r in batch.rewards],
+        correct=batch.correct,
         lengths=batch.lengths,
         truncated=batch.truncated,
         advantages=advantages,

@@ -1,6 +1,7 @@
 """Every sampled completion of a run, kept compactly: the ``rollouts/`` artifacts (issue 51).
 
-Written as the run goes by :class:`RolloutRecorder` (hooked into :func:`workbench.train.loop.train`),
+Written as the run goes by :class:`RolloutRecorder` (hooked into :func:`workbench.train.loop.train`, and into
+TRL's trainer by :mod:`workbench.execution.trl_engine` for an ``engine: trl`` run),
 read back by :func:`workbench.results.rollouts.read_run_rollouts`, queried by
 :func:`workbench.analysis.rollouts.query_rollouts` (``workbench rollouts STUDY``).
 
