@@ -49,7 +49,8 @@ $(ENGINES_STAMP): pyproject.toml
 	touch $@
 
 # TRL (the peer framework `workbench import trl` reads) in its own venv, test-only: the import
-# acceptance test trains real GRPOTrainer runs with it (tests/importers/test_trl_*.py).
+# acceptance test trains real GRPOTrainer runs with it (tests/importers/test_trl_*.py), and the engine's tests
+# (tests/trl_engine/) run engine: trl studies on the Ray executor too, hence the ray extra.
 TRL       := .venv-trl
 TRL_STAMP := $(TRL)/.installed
 trl: $(TRL_STAMP)
@@ -57,8 +58,8 @@ $(TRL_STAMP): pyproject.toml
 	test -d $(TRL) || $(PYTHON) -m venv $(TRL)
 	$(TRL)/bin/pip install -q --upgrade pip
 	$(TRL)/bin/pip install -q "$(TORCH)"
-	$(TRL)/bin/pip install -q -e '.[dev,trl]'  # the extra pins the TRL version the adapter and the engine's mapping were read from
-	$(TRL)/bin/python -c "import trl, workbench"
+	$(TRL)/bin/pip install -q -e '.[dev,trl,ray]'  # the extra pins the TRL version the adapter and the engine's mapping were read from
+	$(TRL)/bin/python -c "import trl, ray, xdist, workbench"
 	touch $@
 
 demo: $(CORE_STAMP)  # not the test extras: a demo needs no Ray, TensorBoard, W&B or browser
@@ -80,8 +81,13 @@ test: install verl
 	@if [ -f $(TRL_STAMP) ]; then $(MAKE) --no-print-directory test-trl; \
 	 else echo "TRL import and engine tests not run: \`make trl\` installs TRL (see docs/import.md)"; fi
 
+# Serial by default: the TRL tests are CPU-bound GRPOTrainer runs (several start two runs at a time themselves) and
+# each xdist worker builds the tiny model once more. Measured on the 2-core dev machine shared with other jobs
+# (1-min load ~5-7): 346 s serial, 392 s with 2 workers. On a machine with more cores:
+# `make test-trl TRL_WORKERS=2` (a test file whole on one worker).
+TRL_WORKERS ?= 0
 test-trl: $(TRL_STAMP)
-	$(TRL)/bin/python -m pytest $(TRL_TESTS)
+	$(TRL)/bin/python -m pytest -n $(TRL_WORKERS) --dist loadfile --durations=20 $(TRL_TESTS)
 
 # one vLLM engine (1 GiB KV cache) or DeepSpeed learner per worker; DeepSpeed picks a free MASTER_PORT per process
 test-engines: $(ENGINES_STAMP)

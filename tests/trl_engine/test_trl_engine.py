@@ -117,6 +117,13 @@ def test_a_two_variant_two_seed_trl_study_runs_is_judged_and_skips_when_run_agai
     grads = [v for r in runs for v in history(client, r.info.run_id, "grad/norm").values()]
     assert any(g > 0 for g in grads), "no run had a gradient: the test model earns no reward"
 
+    check_stored_rollouts(client, uri, "trl-tiny", runs, prompts=4, group=4, eval_size=10)
+    shown = workbench(
+        "rollouts", "trl-tiny", "--tracking-uri", uri, "--split", "train", "--format", "csv", cwd=tmp_path
+    )
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    assert len(shown.stdout.strip().splitlines()) == 1 + len(runs) * STEPS * 4 * 4  # header + every completion
+
     health = workbench("health", str(study), cwd=tmp_path)
     assert health.returncode == 0, health.stderr[-2000:]
     assert "grpo" in health.stdout and "dr_grpo" in health.stdout
@@ -127,6 +134,52 @@ def test_a_two_variant_two_seed_trl_study_runs_is_judged_and_skips_when_run_agai
     again = workbench("run", str(study), "--quiet", cwd=tmp_path, timeout=600)
     assert again.returncode == 0, again.stderr[-2000:]
     assert {r.info.run_id for r in child_runs(uri, "trl-tiny")} == {r.info.run_id for r in runs}  # nothing re-ran
+
+
+def check_stored_rollouts(client, uri: str, study: str, runs, *, prompts: int, group: int, eval_size: int) -> None:
+    """Each run's stored completions (``workbench rollouts``' query) against what TRL logged for the same steps:
+    every train step's prompts x group completions, their mean reward, length and truncation equal to TRL's
+    reward/mean, length/mean and length/truncated_frac, each group's advantages centred as TRL's estimator
+    makes them, and the workbench eval's completions at its eval steps."""
+    import numpy as np
+
+    from workbench.analysis.rollouts import query_rollouts
+
+    rows = query_rollouts(study, tracking_uri=uri)
+    eps32 = float(np.finfo(np.float32).eps)
+    n = prompts * group
+    for run in runs:
+        rid = run.info.run_id
+        assert run.data.tags["workbench.rollouts"] == "all"
+        mine = rows[rows["run_id"] == rid]
+        train = mine[mine["split"] == "train"]
+        logged_reward = history(client, rid, "reward/mean")
+        assert sorted(set(train["step"])) == sorted(logged_reward)
+        for step, reward in logged_reward.items():
+            batch = train[train["step"] == step]
+            assert len(batch) == n and sorted(set(batch["group"])) == list(range(prompts))
+            # TRL's reward/mean is a float32 nanmean of n rewards in [0, 1]; ours a float64 mean of the same
+            # float32 values: they differ by at most the float32 summation's n x eps x max|reward|
+            tol = n * eps32 * 1.0
+            assert batch["reward"].mean() == pytest.approx(reward, abs=tol), (rid, step)
+            assert set(batch["reward"]) <= {0.0, 1.0} and list(batch["correct"]) == list(batch["reward"] == 1.0)
+            # lengths are integers: TRL's float32 mean of n of them (<= max_new_tokens = 10) is exact to n x eps x 10
+            assert batch["length"].mean() == pytest.approx(
+                history(client, rid, "length/mean")[step], abs=n * eps32 * 10
+            )
+            truncated = history(client, rid, "length/truncated_frac")[step]
+            assert batch["truncated"].mean() == pytest.approx(truncated, abs=n * eps32)
+            # TRL's advantage (r - group mean) / (std + 1e-4) (or unscaled) sums to 0 within a group; each is at
+            # most sqrt(group - 1) < group in size, so float32 rounding leaves at most group x eps x group
+            sums = batch.groupby("group")["advantage"].sum()
+            assert np.all(np.isfinite(batch["advantage"])) and np.allclose(sums, 0.0, atol=group * eps32 * group)
+            right = batch[batch["reward"] == 1.0]
+            assert (right["advantage"] >= 0).all()  # a correct answer is never pushed down
+        evals = mine[mine["split"] == "eval"]
+        assert sorted(set(evals["step"])) == sorted(history(client, rid, "eval/accuracy"))
+        for step, accuracy in history(client, rid, "eval/accuracy").items():
+            batch = evals[evals["step"] == step]
+            assert len(batch) == eval_size and batch["correct"].mean() == pytest.approx(accuracy, abs=eval_size * eps32)
 
 
 def test_a_planted_collapse_stops_the_trl_run_at_the_step_its_rules_say(tmp_path):

@@ -66,3 +66,14 @@ def test_a_failed_trl_run_executed_again_resumes_from_its_trl_checkpoint(tmp_pat
     assert any(m.value > 0 for m in client.get_metric_history(reference.run_id, "grad/norm"))  # weights moved
     assert sorted(m.step for m in client.get_metric_history(second.run_id, "eval/accuracy")) == [0, 2, 4]
     assert not (checkpoint_root(uri) / cfg.run_key()).exists()  # a FINISHED run's checkpoints are removed
+    # the stored completions too: steps 0-1 replayed from the failed attempt's chunks, each step's 16 once, the
+    # same completions as the uninterrupted run's (TRL restored the RNG: it samples the same tokens)
+    from workbench.analysis.rollouts import query_rollouts
+
+    resumed = query_rollouts("resumed", tracking_uri=uri)
+    resumed = resumed[resumed["run_id"] == second.run_id]
+    train = resumed[resumed["split"] == "train"]
+    assert train.groupby("step").size().to_dict() == dict.fromkeys(range(STEPS), 16)
+    assert resumed[resumed["split"] == "eval"].groupby("step").size().to_dict() == {0: 10, 2: 10, 4: 10}
+    ref = query_rollouts("uninterrupted", tracking_uri=uri, split="train")
+    assert list(train["text"]) == list(ref["text"]) and list(train["reward"]) == list(ref["reward"])

@@ -236,7 +236,12 @@ ROWS: tuple[Row, ...] = (
     Row("algorithm.kl_estimator", "refused", "k3 only (TRL's per_token_kl)"),
     Row("algorithm.kl_in", "refused", "loss only (TRL adds beta x KL to the per-token loss)"),
     Row("health", "around", "WorkbenchCallback runs the rules every step and stops the trainer"),
-    Row("tracking", "around", "WorkbenchCallback logs to the study's MLflow layout"),
+    Row(
+        "tracking",
+        "around",
+        "WorkbenchCallback logs to the study's MLflow layout; every completion goes to rollouts/ as a native "
+        "run's (within tracking.rollouts_budget_mb)",
+    ),
 )
 
 #: GRPOConfig fields the engine sets to one value whatever the settings, and why.

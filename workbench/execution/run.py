@@ -346,12 +346,20 @@ def execute_run(
         tracker.log_params(redact_config(cfg.flat()))  # a tracking.uri's password is never stored
         tracker.log_dict(redact_config(cfg.model_dump(mode="json")), "config.yaml")
         bar.start_run(label, cfg.rollout.steps)
+        earlier = None if resumed is None else _earlier_rollouts(tracking_uri, outcome, resumed)
         if cfg.engine == "trl":  # TRL's GRPOTrainer in place of the RL loop; the same run around it
             from workbench.execution.trl_engine import train_trl  # deferred: trl
 
-            result = train_trl(cfg, tracker, monitor, on_step=step_hook, checkpoints=checkpoints, on_eval=on_eval)
+            result = train_trl(
+                cfg,
+                tracker,
+                monitor,
+                on_step=step_hook,
+                checkpoints=checkpoints,
+                on_eval=on_eval,
+                rollout_log=rollout_recorder(cfg, tracker, made, earlier),
+            )
         else:
-            earlier = None if resumed is None else _earlier_rollouts(tracking_uri, outcome, resumed)
             result = train(
                 cfg,
                 tracker,

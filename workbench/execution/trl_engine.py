@@ -12,10 +12,14 @@ TRL is imported here only, when a run needs it (``make trl`` / the ``trl`` extra
 
 from __future__ import annotations
 
+import logging
 import math
 import random
 import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from workbench.config import RunConfig
@@ -29,13 +33,15 @@ from workbench.models.directory import NO_REMOTE_CODE, load_tokenizer
 from workbench.reward import AnswerVerifier
 from workbench.reward._worker import ANSWER_SCORERS
 from workbench.rollout.prompts import resolve_prompt_format
-from workbench.tasks import build_task
+from workbench.tasks import Problem, build_task
+from workbench.tracking.rollouts import RolloutRecorder
 from workbench.train.checkpoint import RunCheckpoints
 from workbench.train.evaluate import ProblemResults, evaluate
-from workbench.train.loop import StopReason, TrainResult
+from workbench.train.loop import StopReason, TrainResult, eval_recorder
 from workbench.train.step import reflection_words
 
 REWARD_NAME = "workbench_verifier"  # TRL logs rewards/<this>/mean and /std (kept as source/...)
+log = logging.getLogger("workbench.execution")
 
 
 def trl_unlogged(cfg: RunConfig) -> dict[str, str]:
@@ -43,13 +49,49 @@ def trl_unlogged(cfg: RunConfig) -> dict[str, str]:
     return unlogged_by_config(cfg.flat()) | unavailable_metrics(with_eval=True, beta=cfg.algorithm.kl_coef)
 
 
-def verifier_reward(verifier: AnswerVerifier, group_size: int):
-    """The workbench's verifier as a TRL reward function: 1 for a correct completion, else 0 (the native
-    correctness term), and the batch's accuracy and correct/incorrect lengths through TRL's ``log_metric``."""
+@dataclass
+class SampledBatch:
+    """One generation batch as the reward function saw it, in TRL's order (a prompt's completions in a row)."""
 
-    def workbench_verifier(prompts, completions, completion_ids, answer, log_metric=None, **_: Any) -> list[float]:
+    step: int  # the workbench step: TRL's optimizer steps so far // optimizer steps per workbench step
+    problems: list[Problem]
+    texts: list[str]
+    lengths: list[int]  # completion tokens, EOS included (TRL's completion_ids)
+    truncated: list[bool]  # no EOS/pad at the end: TRL's is_truncated
+    correct: list[bool]  # the verifier's judgement
+    rewards: list[float]  # what the reward function returned (1.0 for a correct completion, else 0.0)
+
+
+def verifier_reward(
+    verifier: AnswerVerifier,
+    group_size: int,
+    on_batch: Callable[[SampledBatch], None] | None = None,
+    *,
+    per_step: int = 1,
+    stop_ids: frozenset[int] = frozenset(),
+):
+    """The workbench's verifier as a TRL reward function: 1 for a correct completion, else 0 (the native
+    correctness term), and the batch's accuracy and correct/incorrect lengths through TRL's ``log_metric``.
+    ``on_batch`` receives every scored batch (the run's rollout log); ``stop_ids``: the EOS and pad ids that
+    end a completion that was not truncated; ``per_step``: TRL optimizer steps per workbench step."""
+
+    def workbench_verifier(
+        prompts, completions, completion_ids, answer, log_metric=None, question=None, trainer_state=None, **_: Any
+    ) -> list[float]:
         results = verifier.score(list(completions), list(answer))
         correct = [float(r.correct) for r in results]
+        if on_batch is not None and question is not None and trainer_state is not None:
+            on_batch(
+                SampledBatch(
+                    step=trainer_state.global_step // per_step,
+                    problems=[Problem(prompt=q, answer=a) for q, a in zip(question, answer, strict=True)],
+                    texts=list(completions),
+                    lengths=[len(ids) for ids in completion_ids],
+                    truncated=[not ids or ids[-1] not in stop_ids for ids in completion_ids],
+                    correct=[bool(r.correct) for r in results],
+                    rewards=correct,
+                )
+            )
         if log_metric is not None:
             lengths = [len(ids) for ids in completion_ids]
             right = [n for n, c in zip(lengths, correct, strict=True) if c]
@@ -76,8 +118,12 @@ def train_trl(
     checkpoints: RunCheckpoints | None = None,
     on_eval=None,
     work_dir: Path | None = None,
+    rollout_log: Callable[[Any], RolloutRecorder] | None = None,
 ) -> TrainResult:
     """Train ``cfg`` with TRL's ``GRPOTrainer``, logging every step to ``sink`` (as :func:`workbench.train.loop.train`).
+
+    ``rollout_log(parts)``: as the native loop's, the recorder of every completion (``rollouts/``): the eval's
+    from the workbench's eval, the train steps' as the reward function saw them with the advantages TRL computed.
 
     ``checkpoints``: with ``learner.checkpoint_every``, TRL saves its own checkpoints (weights, optimizer, RNG,
     trainer state) under the run key's checkpoint directory and an executed-again run resumes from the latest."""
@@ -94,10 +140,15 @@ def train_trl(
     prompt_format = resolve_prompt_format(cfg.model, tokenizer, cfg.model.path)
     roll = cfg.rollout
     problems = task.sample_train(roll.prompts_per_step * roll.steps, random.Random(f"train-{cfg.seed}"))
-    dataset = Dataset.from_dict(
-        {"prompt": [prompt_format.render(p.prompt) for p in problems], "answer": [p.answer for p in problems]}
+    dataset = Dataset.from_dict(  # question: the problem as posed (a stored completion's prompt id is its digest)
+        {
+            "prompt": [prompt_format.render(p.prompt) for p in problems],
+            "answer": [p.answer for p in problems],
+            "question": [p.prompt for p in problems],
+        }
     )
     out = trl_output_dir(checkpoints, work_dir)
+    recorder = None if rollout_log is None else rollout_log(SimpleNamespace(prompt_format=prompt_format))
     try:
         return _train(
             cfg,
@@ -112,6 +163,7 @@ def train_trl(
             prompt_format,
             dataset,
             eval_set,
+            recorder,
         )
     finally:
         if checkpoints is None and work_dir is None:  # a scratch directory: TRL's files are of no further use
@@ -131,6 +183,7 @@ def _train(
     prompt_format,
     dataset,
     eval_set,
+    recorder: RolloutRecorder | None,
 ) -> TrainResult:
     import torch
     from transformers import AutoModelForCausalLM, PrinterCallback
@@ -155,7 +208,14 @@ def _train(
             model.eval()
             try:
                 metrics, samples, rows = evaluate(
-                    sampler, verifier, eval_set, roll, seed=cfg.seed, step=step, reflection_words=reflection_words(cfg)
+                    sampler,
+                    verifier,
+                    eval_set,
+                    roll,
+                    seed=cfg.seed,
+                    step=step,
+                    reflection_words=reflection_words(cfg),
+                    on_scored=None if recorder is None else eval_recorder(recorder, step),
                 )
             finally:
                 model.train(was_training)
@@ -166,34 +226,83 @@ def _train(
                 on_eval(step, rows)
             return metrics
 
+        per_step = optimizer_steps_per_rl_step(cfg)
+        sampled: list[SampledBatch] = []
+        trainer: Any = None
+
+        def step_done(step: int, metrics: dict[str, float]):
+            if recorder is not None:  # the step's completions, then the chunk rule as the native loop's
+                while sampled and sampled[0].step <= step:
+                    record_train(recorder, sampled.pop(0), trainer, roll.group_size)
+                recorder.end_step(step)
+            return None if on_step is None else on_step(step, metrics)
+
         callback = WorkbenchCallback.inside_run(
             sink,
             monitor,
-            per_step=optimizer_steps_per_rl_step(cfg),
+            per_step=per_step,
             unavailable=trl_unlogged(cfg),
             evaluate=run_eval,
             eval_every=roll.eval_every,
-            on_step=on_step,
+            on_step=step_done,
         )
+        stop_ids = frozenset(i for i in (tokenizer.eos_token_id, tokenizer.pad_token_id) if i is not None)
         trainer = GRPOTrainer(
             model=model,
-            reward_funcs=[verifier_reward(verifier, roll.group_size)],
+            reward_funcs=[
+                verifier_reward(verifier, roll.group_size, sampled.append, per_step=per_step, stop_ids=stop_ids)
+            ],
             args=args,
             train_dataset=dataset,
             processing_class=tokenizer,
             callbacks=[callback],
         )
         trainer.remove_callback(PrinterCallback)  # TRL's stdout print of every log: the run's progress bar says it
-        callback.on_checkpoint = lambda path: save_record(Path(path), callback, result)
+
+        def on_checkpoint(path: str) -> None:
+            if recorder is not None:  # a resume replays the rows of the steps before it from this run's chunks
+                recorder.flush()
+            save_record(Path(path), callback, result)
+
+        callback.on_checkpoint = on_checkpoint
         resume = latest_checkpoint(out) if checkpoints is not None else None
         if resume is not None:
             replay(callback, resume, monitor, sink, result)
         trainer.train(resume_from_checkpoint=None if resume is None else str(resume))
+    if recorder is not None:
+        result.rollouts, result.latest_completions = recorder.close(), recorder.latest_table()
     result.steps_done = callback.steps_done
     result.stop = StopReason(callback.stop_reason) if callback.stop_reason else None
     for _, metrics in callback.history:
         result.last_metrics |= metrics
     return result
+
+
+def record_train(recorder: RolloutRecorder, batch: SampledBatch, trainer, group_size: int) -> None:
+    """One step's completions into the rollout log, with TRL's advantages: the trainer keeps the last generation
+    batch's rewards and advantages (``GRPOTrainer._logs``, TRL 1.16, read-only here); they pair with ``batch``
+    when its rewards are the batch's, else the advantages are stored as unknown (NaN) and the log says why."""
+    n = len(batch.texts)
+    logs = getattr(trainer, "_logs", None) or {}
+    advantages = list(logs.get("advantages", ()))
+    logged = list((logs.get("rewards") or {}).get(REWARD_NAME, ()))
+    if len(advantages) != n or logged != batch.rewards:
+        log.warning("TRL's advantages of step %d could not be paired with its completions: stored as NaN", batch.step)
+        advantages = [math.nan] * n
+    # mask_truncated_completions zeroes a truncated completion's loss mask: it does not enter the update
+    masked = bool(trainer.args.mask_truncated_completions)
+    recorder.record_train_rows(
+        batch.step,
+        batch.problems,
+        batch.texts,
+        rewards=batch.rewards,
+        correct=batch.correct,
+        lengths=batch.lengths,
+        truncated=batch.truncated,
+        advantages=advantages,
+        kept=[not (masked and t) for t in batch.truncated],
+        group_size=group_size,
+    )
 
 
 def trl_output_dir(checkpoints: RunCheckpoints | None, work_dir: Path | None) -> Path:

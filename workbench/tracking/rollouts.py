@@ -1,6 +1,7 @@
 """Every sampled completion of a run, kept compactly: the ``rollouts/`` artifacts (issue 51).
 
-Written as the run goes by :class:`RolloutRecorder` (hooked into :func:`workbench.train.loop.train`),
+Written as the run goes by :class:`RolloutRecorder` (hooked into :func:`workbench.train.loop.train`, and into
+TRL's trainer by :mod:`workbench.execution.trl_engine` for an ``engine: trl`` run),
 read back by :func:`workbench.results.rollouts.read_run_rollouts`, queried by
 :func:`workbench.analysis.rollouts.query_rollouts` (``workbench rollouts STUDY``).
 
@@ -263,6 +264,47 @@ class RolloutRecorder:
         self._add("train", step, sampled, ids, groups=groups, samples=samples, advantages=adv, kept=in_update)
         self.seconds += time.perf_counter() - t0
 
+    def record_train_rows(
+        self,
+        step: int,
+        problems: Sequence[Any],
+        texts: Sequence[str],
+        *,
+        rewards: Sequence[float],
+        correct: Sequence[bool],
+        lengths: Sequence[int],
+        truncated: Sequence[bool],
+        advantages: Sequence[float],
+        kept: Sequence[bool],
+        group_size: int,
+    ) -> None:
+        """A step's completions sampled by another trainer (``engine: trl``), one value per completion in the
+        order sampled, each prompt's ``group_size`` completions in a row; the sampler's logprobs are not known
+        there (``sampler_logp_sum`` NaN)."""
+        t0 = time.perf_counter()
+        n = len(texts)
+        if not self.keeps_train_step(step):
+            self.splits["train"].dropped += n
+        else:
+            self._add_rows(
+                "train",
+                step,
+                problems,
+                [prompt_digest(p.prompt, p.answer) for p in problems],
+                texts=texts,
+                rewards=list(rewards),
+                correct=list(correct),
+                lengths=list(lengths),
+                truncated=list(truncated),
+                logp_sums=[math.nan] * n,
+                terms={},
+                groups=[i // group_size for i in range(n)],
+                samples=[i % group_size for i in range(n)],
+                advantages=list(advantages),
+                kept=list(kept),
+            )
+        self.seconds += time.perf_counter() - t0
+
     def end_step(self, step: int) -> None:
         """After a step is logged: a chunk every ``flush_every`` steps (or sooner, many rows waiting)."""
         t0 = time.perf_counter()
@@ -336,29 +378,46 @@ class RolloutRecorder:
 
     # ---- buffering and writing ----------------------------------------------------------------
 
-    def _add(
+    def _add(self, split: str, step: int, scored: ScoredRollouts, ids: list[str], **placement: list) -> None:
+        r = scored.rollouts
+        self._add_rows(
+            split,
+            step,
+            r.problems,
+            ids,
+            texts=r.texts,
+            rewards=scored.rewards.float().tolist(),
+            correct=[bool(c) for c in scored.correct.tolist()],
+            lengths=[int(n) for n in r.lengths.tolist()],
+            truncated=[bool(t) for t in r.truncated.tolist()],
+            logp_sums=(r.sampler_logp.float() * r.mask).sum(-1).tolist(),
+            terms={name: t.float().tolist() for name, t in scored.reward_terms.items()},
+            **placement,
+        )
+
+    def _add_rows(
         self,
         split: str,
         step: int,
-        scored: ScoredRollouts,
+        problems: Sequence[Any],
         ids: list[str],
         *,
+        texts: Sequence[str],
+        rewards: Sequence[float],
+        correct: Sequence[bool],
+        lengths: Sequence[int],
+        truncated: Sequence[bool],
+        logp_sums: Sequence[float],
+        terms: dict[str, list[float]],
         groups: list[int],
         samples: list[int],
         advantages: list[float],
         kept: list[bool],
     ) -> None:
-        r = scored.rollouts
-        lengths = r.lengths.tolist()
-        logp = (r.sampler_logp.float() * r.mask).sum(-1).tolist()
-        rewards = scored.rewards.float().tolist()
-        correct = scored.correct.tolist()
-        truncated = r.truncated.tolist()
-        terms = {name: t.float().tolist() for name, t in scored.reward_terms.items()}
         for name in terms:
             if name not in self._terms:
                 self._terms.append(name)
-        for i, problem in enumerate(r.problems):
+        for i, problem in enumerate(problems):
             if ids[i] not in self._known:
                 self._known[ids[i]] = self._prompts[ids[i]] = (self.render(problem.prompt), problem.answer)
             row = {
@@ -367,12 +426,12 @@ class RolloutRecorder:
                 "prompt_id": ids[i],
                 "group": groups[i],
                 "sample": samples[i],
-                "text": r.texts[i],
+                "text": texts[i],
                 "reward": rewards[i],
-                "correct": bool(correct[i]),
-                "length": int(lengths[i]),
-                "truncated": bool(truncated[i]),
-                "sampler_logp_sum": logp[i],
+                "correct": correct[i],
+                "length": lengths[i],
+                "truncated": truncated[i],
+                "sampler_logp_sum": logp_sums[i],
                 "advantage": advantages[i],
                 "kept": kept[i],
             }
