@@ -87,6 +87,7 @@ def test_inexpressible_settings_are_named(sections, setting):
     assert inexpressible(workbench) == []
 
 
+@pytest.mark.slow  # over 5 s in the fast tier (2 cores, -n 3, load 8)
 def test_plan_refuses_an_inexpressible_variant_in_one_line_and_writes_nothing(tmp_path):
     study = tmp_path / "s.yaml"
     study.write_text(

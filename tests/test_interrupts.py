@@ -59,6 +59,7 @@ def test_each_job_starts_with_no_stop_requested():
         assert not stop_requested()
 
 
+@pytest.mark.slow  # over 5 s in the fast tier (2 cores, -n 3, load 8)
 def test_a_run_whose_interrupt_was_swallowed_ends_killed_at_the_next_step(workdir):
     from mlflow import MlflowClient
 
@@ -83,6 +84,7 @@ def test_a_run_whose_interrupt_was_swallowed_ends_killed_at_the_next_step(workdi
     assert max(steps) == 2  # stopped after the step that followed the swallowed Ctrl-C, not at 5
 
 
+@pytest.mark.slow  # over 5 s in the fast tier (2 cores, -n 3, load 8)
 def test_workbench_run_remembers_a_ctrl_c_python_swallowed_and_stops_killed(workdir):
     """`workbench run` (in this process) once kept training after a Ctrl-C: its KeyboardInterrupt landed in
     a finalizer under Python's own SIGINT handler and was gone. Here the Ctrl-C is swallowed the same way

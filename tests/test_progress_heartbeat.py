@@ -36,6 +36,7 @@ def gaps(times: list[float]) -> list[float]:
     return [b - a for a, b in zip(times, times[1:])]
 
 
+@pytest.mark.slow  # over 5 s in the fast tier (2 cores, -n 3, load 8)
 def test_a_heartbeat_beats_when_no_line_came_for_the_interval():
     beats: list[float] = []
 
@@ -62,6 +63,7 @@ def test_lines_printed_meanwhile_hold_the_heartbeat_back():
     assert beats == []
 
 
+@pytest.mark.slow  # over 5 s in the fast tier (2 cores, -n 3, load 8)
 def test_a_study_run_whose_step_outlasts_the_interval_still_prints_every_interval():
     out = TimedLines()
     bar = StudyProgress("s", total=1, console=Console(file=out), plain_every=EVERY)

@@ -41,6 +41,7 @@ def with_custom_code(
     return target
 
 
+@pytest.mark.slow  # over 5 s in the fast tier (2 cores, -n 3, load 8)
 def test_yes_y_piped_into_run_is_refused_and_runs_nothing(qwen2_chat_dir, tmp_path):
     marker = tmp_path / "MARKER"
     model = with_custom_code(qwen2_chat_dir, tmp_path / "evil-model", marker)

@@ -133,6 +133,7 @@ def comparison_inputs(draw):
     return pd.DataFrame(rows), metrics, sesoi, higher, settings_
 
 
+@pytest.mark.slow  # over 5 s in the fast tier (2 cores, -n 3, load 8)
 @settings(max_examples=60, deadline=None)
 @given(comparison_inputs())
 def test_no_printed_interval_contradicts_its_verdict(inputs):

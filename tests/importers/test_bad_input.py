@@ -58,6 +58,7 @@ def test_unknown_framework(tmp_path):
     _assert_refused(proc, "unknown framework 'openrlhf'", "trl", "verl", dst=dst)
 
 
+@pytest.mark.slow  # over 5 s in the fast tier (2 cores, -n 3, load 8)
 def test_store_without_the_experiment(source_store, tmp_path):
     dst = tmp_path / "dst.db"
     proc = workbench(
@@ -133,6 +134,7 @@ def test_file_that_is_not_a_trainer_state(tmp_path, content, problem):
     _assert_refused(proc, str(bad), problem, dst=dst)
 
 
+@pytest.mark.slow  # over 5 s in the fast tier (2 cores, -n 3, load 8)
 def test_file_that_is_not_a_verl_log(tmp_path):
     bad = tmp_path / "train.log"
     bad.write_text("INFO starting\nepoch 1 done\n")
@@ -154,6 +156,7 @@ def test_file_that_is_not_a_verl_log(tmp_path):
     _assert_refused(proc, str(bad), "is not a verl metric log", dst=dst)
 
 
+@pytest.mark.slow  # over 5 s in the fast tier (2 cores, -n 3, load 8)
 def test_variant_by_a_param_that_does_not_exist(source_store, tmp_path):
     dst = tmp_path / "dst.db"
     proc = workbench(
@@ -176,6 +179,7 @@ def test_variant_by_a_param_that_does_not_exist(source_store, tmp_path):
     _assert_refused(proc, "--variant-by param:loss_typ", "has no param 'loss_typ'", "loss_type", dst=dst)
 
 
+@pytest.mark.slow  # over 5 s in the fast tier (2 cores, -n 3, load 8)
 def test_selector_without_kind_and_seed_that_is_not_an_integer(source_store, tmp_path):
     dst = tmp_path / "dst.db"
     proc = workbench(
