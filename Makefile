@@ -94,14 +94,13 @@ test-engines: $(ENGINES_STAMP)
 	$(ENGINES)/bin/python -m pytest $(XDIST) --durations=15 tests/engines
 
 # ruff (lint) and mypy with the configuration in pyproject.toml, then every noqa / type: ignore must say
-# why on its line (`# noqa: BLE001 - why`, `# type: ignore[code]  # why`). workbench/health and
-# tests/health are left out of that last check while the health package is being rewritten (issue 45).
+# why on its line (`# noqa: BLE001 - why`, `# type: ignore[code]  # why`).
 BARE_SUPPRESSION := '\#\s*(noqa(:\s*[A-Z0-9, ]+)?|type:\s*ignore(\[[a-z-, ]+\])?)\s*($$|\#\s*(noqa|type:))'
 lint: install
 	$(BIN)/ruff check
 	$(BIN)/ruff format --check
 	$(BIN)/mypy
-	@if grep -rnPI --include='*.py' --exclude-dir=health $(BARE_SUPPRESSION) workbench tests benchmarks dashboards; \
+	@if grep -rnPI --include='*.py' $(BARE_SUPPRESSION) workbench tests benchmarks dashboards; \
 	 then echo "a noqa / type: ignore above does not say why"; exit 1; fi
 
 # The fast tier: no simulations, servers or cold starts (a test over ~3 s here is marked slow).

@@ -203,11 +203,17 @@ def test_rule_objects_agree_with_the_vectorised_decisions(rule):
     if rule == "incorrect_length_gap":
         values = 1.6 + noise + np.where((t >= ONSET) & (np.arange(60)[:, None] < 30), 0.03 * (t - ONSET + 1), 0)
         expected = length_gap_first_fire(values)
-        metrics = lambda v: {"length/correct_mean": 10.0, "length/incorrect_mean": 10.0 * v}  # noqa: E731
+
+        def metrics(v):
+            return {"length/correct_mean": 10.0, "length/incorrect_mean": 10.0 * v}
+
     else:
         values = 0.5 + noise - np.where((t >= ONSET) & (np.arange(60)[:, None] < 30), 0.4, 0)
         expected = reward_collapse_first_fire(values)
-        metrics = lambda v: {"reward/mean": v}  # noqa: E731
+
+        def metrics(v):
+            return {"reward/mean": v}
+
     got = []
     start = time.perf_counter()
     for row in values:

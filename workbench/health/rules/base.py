@@ -140,7 +140,20 @@ class BlockReadings:
 
     @classmethod
     def none(cls) -> BlockReadings:
-        return cls(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool), lambda k: None)  # type: ignore[arg-type,return-value]
+        return cls(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool), _no_reading)
+
+
+def _no_reading(k: int) -> Reading:
+    raise IndexError(f"no reading {k}: the rule evaluated no step of this block")
+
+
+def reading_of(update: Callable[[], Reading | None]) -> Reading:
+    """The reading ``update`` gives at a step the block form found violated: always one (a rule's
+    ``update`` returns None only where it could not evaluate, and such steps are not violations)."""
+    reading = update()
+    if reading is None:
+        raise AssertionError("a violated step gave no reading: the block and step forms disagree")
+    return reading
 
 
 class HealthRule:
@@ -301,7 +314,8 @@ class HealthRule:
 
         def start_of(k: int) -> int:
             if carried[k] and self._streak > 0:
-                return self._streak_start  # type: ignore[return-value]
+                assert self._streak_start is not None  # a carried streak has its start (set with _streak)
+                return self._streak_start
             return int(steps[r.at[last_clear[k] + 1]])
 
         events = []
@@ -387,7 +401,9 @@ def _stateless(rule: HealthRule, block: Block, checked: np.ndarray, violated: np
     """Readings of a rule whose ``update`` keeps no state: at a firing step, ``update`` itself on
     that step's values gives the reading (and its words)."""
     at = np.flatnonzero(checked)
-    return BlockReadings(at, violated[at], lambda k: rule.update(block.row(int(at[k]), rule.columns())))  # type: ignore[arg-type,return-value]
+    return BlockReadings(
+        at, violated[at], lambda k: reading_of(lambda: rule.update(block.row(int(at[k]), rule.columns())))
+    )
 
 
 class _Above(HealthRule):

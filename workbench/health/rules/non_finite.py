@@ -19,6 +19,7 @@ from .base import (
     RuleParams,
     _register,
     _stateless,
+    reading_of,
     to_float,
 )
 
@@ -81,7 +82,9 @@ class NonFinite(HealthRule):
             at = np.flatnonzero(block.numeric)
             bad = np.zeros(len(block), dtype=bool)
             bad[list(block.non_finite)] = True
-            return BlockReadings(at, bad[at], lambda k: self.update(dict(block.non_finite[int(at[k])])))  # type: ignore[return-value]
+            return BlockReadings(
+                at, bad[at], lambda k: reading_of(lambda: self.update(dict(block.non_finite[int(at[k])])))
+            )
         checked = np.zeros(len(block), dtype=bool)
         violated = np.zeros(len(block), dtype=bool)
         for key in keys:
