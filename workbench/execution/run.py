@@ -347,28 +347,18 @@ def execute_run(
         tracker.log_dict(redact_config(cfg.model_dump(mode="json")), "config.yaml")
         bar.start_run(label, cfg.rollout.steps)
         earlier = None if resumed is None else _earlier_rollouts(tracking_uri, outcome, resumed)
+        trainer = train
         if cfg.engine == "trl":  # TRL's GRPOTrainer in place of the RL loop; the same run around it
-            from workbench.execution.trl_engine import train_trl  # deferred: trl
-
-            result = train_trl(
-                cfg,
-                tracker,
-                monitor,
-                on_step=step_hook,
-                checkpoints=checkpoints,
-                on_eval=on_eval,
-                rollout_log=rollout_recorder(cfg, tracker, made, earlier),
-            )
-        else:
-            result = train(
-                cfg,
-                tracker,
-                monitor,
-                on_step=step_hook,
-                checkpoints=checkpoints,
-                on_eval=on_eval,
-                rollout_log=rollout_recorder(cfg, tracker, made, earlier),
-            )
+            from workbench.execution.trl_engine import train_trl as trainer  # deferred: trl
+        result = trainer(
+            cfg,
+            tracker,
+            monitor,
+            on_step=step_hook,
+            checkpoints=checkpoints,
+            on_eval=on_eval,
+            rollout_log=rollout_recorder(cfg, tracker, made, earlier),
+        )
     except BaseException as error:  # noqa: BLE001 - every exit path must close the MLflow run
         _close_rollouts(made, tracker, error)
         return _close_failed(tracker, monitor, bar, outcome, error)

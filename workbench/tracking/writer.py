@@ -134,17 +134,19 @@ def interrupted_inside(error: BaseException) -> bool:
     call makes SQLAlchemy roll back or commit while handling it; when that fails too ("database is
     locked"), the interrupt survives only as the new error's context, and retrying the "outage"
     would keep an interrupted run alive for the whole outage deadline."""
-    seen: set[int] = set()
+    return any(isinstance(e, KeyboardInterrupt) for e in exception_chain(error))
+
+
+def exception_chain(error: BaseException) -> list[BaseException]:
+    """``error`` and every exception it was raised from or while handling (each once)."""
+    seen: dict[int, BaseException] = {}
     stack: list[BaseException | None] = [error]
     while stack:
         current = stack.pop()
-        if current is None or id(current) in seen:
-            continue
-        seen.add(id(current))
-        if isinstance(current, KeyboardInterrupt):
-            return True
-        stack += [current.__cause__, current.__context__]
-    return False
+        if current is not None and id(current) not in seen:
+            seen[id(current)] = current
+            stack += [current.__cause__, current.__context__]
+    return list(seen.values())
 
 
 def release_interrupted_statements(error: BaseException) -> None:
@@ -157,15 +159,8 @@ def release_interrupted_statements(error: BaseException) -> None:
     (measured, SIGINT at random points of a log_batch/set_tag loop: 3 of 40 loops before, 0 of 40 with
     this). Clearing the locals of ``error``'s finished frames (its chain too) and collecting releases it;
     the traceback's file and line information stays for error.txt."""
-    seen: set[int] = set()
-    stack: list[BaseException | None] = [error]
-    while stack:
-        current = stack.pop()
-        if current is None or id(current) in seen:
-            continue
-        seen.add(id(current))
+    for current in exception_chain(error):
         traceback.clear_frames(current.__traceback__)  # frames still executing are skipped
-        stack += [current.__cause__, current.__context__]
     gc.collect()
 
 
