@@ -311,7 +311,7 @@ def test_an_arm_stopped_early_is_re_tested_paired_on_its_common_seeds(tmp_path):
     t = -0.00666667 / (0.0152753 / math.sqrt(3))
     p = 1.0 - abs(t) / math.sqrt(t * t + 2.0)  # 0.529 (the planted values' rounding moves it by < 1e-5)
     assert re.search(
-        r"re-test on all seeds \(not the design's decision\): inconclusive with 3 vs 6 seeds \(MDE [0-9.]+\), paired on "
+        r"re-test on all seeds \(not the design's decision\): inconclusive with 3 paired seeds \(the baseline has 6; MDE [0-9.]+\), paired on "
         r"their 3 common seeds, p = 0\.529,",
         stopped["note"],
     ), stopped["note"]

@@ -203,6 +203,33 @@ def test_verdict_rules():
     assert verdict(math.nan, math.nan, math.nan, math.nan, alpha=0.05, n_x=0, n_y=5) == "no data"
 
 
+def test_a_verdict_paired_on_common_seeds_counts_the_pairs_it_tested():
+    # an arm stopped at look 1 (seeds 0-2) against a baseline that ran on (seeds 0-5): the paired test had 3
+    # pairs, so "3 vs 6 seeds" would misstate it; the runs left without a partner are said beside the pairs
+    kw = {"alpha": 0.05, "higher_is_better": True}
+    said = verdict(0.01, -0.2, 0.2, 0.5, n_x=3, n_y=6, n_pairs=3, mde=0.279, **kw)
+    assert said == "inconclusive with 3 paired seeds (the baseline has 6; MDE 0.279)"
+    assert verdict(0.01, -0.2, 0.2, 0.5, n_x=3, n_y=6, n_pairs=3, **kw) == (
+        "inconclusive with 3 paired seeds (the baseline has 6)"
+    )
+    assert verdict(0.01, -0.2, 0.2, 0.5, n_x=4, n_y=6, n_pairs=3, **kw) == (
+        "inconclusive with 3 paired seeds (the arm has 4, the baseline 6)"
+    )
+    assert verdict(0.01, -0.2, 0.2, 0.5, n_x=6, n_y=3, n_pairs=3, **kw) == (
+        "inconclusive with 3 paired seeds (the arm has 6)"
+    )
+    # the same seeds on both sides: nothing left out, nothing to add
+    assert verdict(0.01, -0.2, 0.2, 0.5, n_x=3, n_y=3, n_pairs=3, **kw) == "inconclusive with 3 paired seeds"
+    # a decided verdict has no seed count to correct
+    assert verdict(0.3, 0.2, 0.4, 0.001, n_x=3, n_y=6, n_pairs=3, **kw) == "better"
+    # the pairs the test had: forced pairing of 3 vs 6 runs keeps the 3 common seeds
+    d = mean_difference(
+        [0.5, 0.6, 0.7], [0.5, 0.5, 0.6, 0.9, 0.9, 0.9], x_seeds=[0, 1, 2], y_seeds=range(6), pairing="paired"
+    )
+    assert (d.n_x, d.n_y, d.paired, d.note) == (3, 3, True, "paired on common seeds only")
+    assert d.delta == pytest.approx(0.2 / 3, abs=1e-15)  # (0 + 0.1 + 0.1) / 3: 3 operands of ~0.7, a few eps
+
+
 @pytest.mark.parametrize(
     ("effect", "alpha", "power"), [(0.05, 0.05, 0.8), (0.37, 0.01, 0.9), (1.3, 0.1, 0.5), (4.0, 0.05, 0.99)]
 )

@@ -593,6 +593,8 @@ def _decide(
         sesoi=r["sesoi"],
         equivalent=equivalent,
         unit=unit,
+        # an arm stopped at an earlier look is paired on its common seeds: its words count the pairs tested
+        n_pairs=diff.n_x if diff.paired and diff.note == stats.COMMON_SEEDS else None,
     )
     if wording.status(r["verdict"]) == "equivalent" and math.isfinite(cell.tost_level):
         r["delta_level"], r["delta_ci"] = cell.tost_level, TOST_INTERVAL

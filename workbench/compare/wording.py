@@ -12,7 +12,7 @@ direction), ``equivalent (|Δ| < 0.03)``, ``inconclusive with 5 seeds (MDE 0.041
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 
 from . import stats
@@ -33,6 +33,7 @@ __all__ = [
     "number_text",
     "ranked_verdict",
     "round_outward",
+    "paired_seeds_phrase",
     "seeds_phrase",
     "status",
     "table_precision",
@@ -209,6 +210,21 @@ def seeds_phrase(n_x: int, n_y: int, unit: str = "seed") -> str:
     return f"{n_x} vs {n_y} {unit}s"
 
 
+def paired_seeds_phrase(n_pairs: int, n_x: int, n_y: int, unit: str = "seed", aside: Sequence[str] = ()) -> str:
+    """What a test paired on two arms' common seeds used, ``"3 paired seeds"``, with the runs it had no
+    partner for in parentheses, ``"(the baseline has 6)"`` (``n_x`` runs of the arm, ``n_y`` of the
+    baseline), then any ``aside``: "3 vs 6 seeds" would count runs per arm, not the pairs tested."""
+    left_out = []
+    if n_x != n_pairs:
+        left_out.append(f"the arm has {n_x}")
+    if n_y != n_pairs:
+        left_out.append(f"the baseline{' has' if n_x == n_pairs else ''} {n_y}")
+    asides = [", ".join(left_out)] if left_out else []
+    asides += [a for a in aside if a]
+    said = f"{n_pairs} paired {unit}" + ("" if n_pairs == 1 else "s")
+    return said + (f" ({'; '.join(asides)})" if asides else "")
+
+
 def withheld(reason: str) -> str:
     """The verdict text of a withheld verdict."""
     return f"withheld: {reason}"
@@ -228,6 +244,7 @@ def verdict(
     sesoi: float = math.nan,
     equivalent: bool = False,
     unit: str = "seed",
+    n_pairs: int | None = None,
 ) -> str:
     """``"better"``/``"worse"`` (or ``"higher"``/``"lower"`` for a metric without a direction) only
     when the difference is :func:`~workbench.compare.stats.significant` (corrected p-value below
@@ -235,13 +252,18 @@ def verdict(
     is also ``equivalent`` within the SESOI: real but smaller than what matters); else
     ``"equivalent (|Δ| < 0.03)"`` when the equivalence test (TOST at the SESOI) rejected; else
     ``"inconclusive with N seeds (MDE x)"``, ``x`` the minimum detectable effect at those seeds
-    (never a post-hoc seed count); ``"no data"`` if a side has no finite values."""
+    (never a post-hoc seed count); ``"no data"`` if a side has no finite values. ``n_pairs``: the test
+    paired the arms on their ``n_pairs`` common seeds, said as ``"inconclusive with 3 paired seeds (the
+    baseline has 6; MDE x)"`` (:func:`paired_seeds_phrase`)."""
     if n_x == 0 or n_y == 0:
         return "no data"
     bound = f"|Δ| < {sesoi:g}"
     if not stats.significant(lo, hi, p_adjusted, alpha=alpha):
         if equivalent:
             return f"equivalent ({bound})"
+        if n_pairs is not None:  # paired on the common seeds: the pairs the test had, the runs left out beside
+            mde_text = f"MDE {_fmt_effect(mde)}" if math.isfinite(mde) else ""
+            return f"inconclusive with {paired_seeds_phrase(n_pairs, n_x, n_y, unit, aside=[mde_text])}"
         detectable = f" (MDE {_fmt_effect(mde)})" if math.isfinite(mde) else ""
         return f"inconclusive with {seeds_phrase(n_x, n_y, unit)}{detectable}"
     up = delta > 0.0
