@@ -8,6 +8,7 @@ fail on them): :func:`load_comparison` reads the study's runs and selects those 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -314,6 +315,22 @@ def _looks(target: Target, runs: pd.DataFrame, *, record: bool) -> LooksReport:
     found = looks_report(target.reader, target.study, parent, runs)
     if record:
         record_first_look(target.tracking_uri, parent, runs)
+    if found.record is not None and target.compare and not target.compare.get("sequential"):
+        # redesigned without looks (priming: seeds do not add cold starts): the old looks decided another design
+        from workbench.compare.sequential import Design  # deferred: scipy
+
+        looks = found.record["looks"]
+        phrase = Design.from_dict(found.record["design"]).phrase(len(looks))
+        found = dataclasses.replace(
+            found,
+            sequential=None,
+            level=None,
+            record=None,
+            earlier_design=(
+                f"the store also holds the looks of an earlier sequential design ({phrase}); the study file now "
+                "declares none (no compare.sequential), so each verdict here is this design's own test"
+            ),
+        )
     return found
 
 

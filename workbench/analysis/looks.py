@@ -126,10 +126,11 @@ class LooksReport:
     level: float | None = None  # the significance level of the design's last look taken (its verdicts' level)
     seeds_added: str | None = None  # the warning when seeds were added after looking without a design
     record: dict[str, Any] | None = None  # sequential.json, when the study was run with --until-decided
+    earlier_design: str | None = None  # looks of a sequential design the study file no longer declares
 
     def settings(self) -> dict[str, str]:
         """The lines a comparison table shows above its tables (``ComparisonTable.settings`` keys)."""
-        lines = {"sequential": self.sequential, "seeds_added": self.seeds_added}
+        lines = {"sequential": self.sequential, "seeds_added": self.seeds_added, "earlier_design": self.earlier_design}
         return {key: line for key, line in lines.items() if line is not None}
 
 

@@ -132,7 +132,7 @@ def _looks_html(table: Any) -> str:
     """The study's sequential design and a seeds-added-after-looking flag, as set by ``compare``."""
     return "".join(
         f"<p class='note'><b>{html.escape(table.settings[k])}</b></p>"
-        for k in ("sequential", "seeds_added")
+        for k in ("sequential", "seeds_added", "earlier_design")
         if table.settings.get(k)
     )
 
@@ -514,7 +514,11 @@ def _comparison(
         raise fail(str(e)) from None
     for line in done.uncomputed:
         note(f"[yellow]{line}[/yellow]")
-    for line, style in ((done.looks.sequential, "bold"), (done.looks.seeds_added, "yellow")):
+    for line, style in (
+        (done.looks.sequential, "bold"),
+        (done.looks.seeds_added, "yellow"),
+        (done.looks.earlier_design, "yellow"),
+    ):
         if line is not None:
             note(f"[{style}]{escape(line)}[/{style}]")
     return done

@@ -470,7 +470,11 @@ class ComparisonTable:
             if two_way:
                 out.write(f"\n{two_way}\n")
             out.write("\n")
-        for key in ("sequential", "seeds_added"):  # set by `workbench compare` from the study's recorded looks
+        for key in (
+            "sequential",
+            "seeds_added",
+            "earlier_design",
+        ):  # set by `workbench compare` from the recorded looks
             if self.settings.get(key):
                 out.write(f"**{self.settings[key]}**\n\n")
         out.write(
