@@ -74,11 +74,15 @@ def test_a_worker_killed_mid_trial_is_replaced_by_a_retry_and_the_budget_is_met(
     try:
 
         def a_trial_in_progress():
-            """(trial number, worker pid) of a trial whose MLflow run is training right now."""
-            running = [r for r in trial_runs(client, name) if r.info.status == "RUNNING"]
-            if not running:
+            """(trial number, worker pid) of a trial whose MLflow run has 20 or more of its 30 steps to go. A run
+            merely RUNNING may be closing: on a loaded machine (load 10) the kill once landed after the trial
+            completed. Metrics are sent every 10 steps: a RUNNING run with none sent is at most 9 steps in."""
+            for run in trial_runs(client, name):
+                if run.info.status == "RUNNING" and not client.get_metric_history(run.info.run_id, "reward/mean"):
+                    break
+            else:
                 return None
-            number = int(running[0].data.tags["workbench.trial"])
+            number = int(run.data.tags["workbench.trial"])
             trial = next(t for t in optuna_trials(spec, shared_storage) if t.number == number)
             pid = int(trial.user_attrs[WORKER].rsplit(":", 1)[1])
             return (number, pid) if pid in children(proc.pid) else None
