@@ -38,6 +38,8 @@ $(VERL)/.installed: tests/algorithms/install_verl.sh | $(STAMP)
 # drags in a CUDA torchvision that breaks `import vllm`, so the main venv stays untouched.
 ENGINES       := .venv-engines
 ENGINES_STAMP := $(ENGINES)/.installed
+# where the engine tests load DeepSpeed's JIT-compiled CPU ops from (tests/engines/conftest.py): built here once
+DS_OPS        := $(abspath .workbench/torch_extensions)
 engines: $(ENGINES_STAMP)
 $(ENGINES_STAMP): pyproject.toml
 	test -d $(ENGINES) || $(PYTHON) -m venv $(ENGINES)
@@ -46,6 +48,7 @@ $(ENGINES_STAMP): pyproject.toml
 	$(ENGINES)/bin/pip install -q -e '.[dev,cpu-engines]'
 	$(ENGINES)/bin/pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 	$(ENGINES)/bin/python -c "import vllm, deepspeed, workbench"
+	DS_ACCELERATOR=cpu TORCH_EXTENSIONS_DIR=$(DS_OPS) $(ENGINES)/bin/python tests/engines/prebuild_deepspeed_ops.py
 	touch $@
 
 # TRL (the peer framework `workbench import trl` reads) in its own venv, test-only: the import
