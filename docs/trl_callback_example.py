@@ -3,10 +3,15 @@
     MLFLOW_TRACKING_URI=sqlite:///$PWD/mlflow.db python docs/trl_callback_example.py MODEL_DIR \\
         --study my-trl-study --variant dapo --seed 0 --steps 20
     workbench health my-trl-study && workbench compare my-trl-study
+    workbench rollouts my-trl-study --worst 10        # the stored completions with the lowest reward
 
 MODEL_DIR is any local causal LM directory (a tokenizer with a pad or EOS token); the prompts are two-digit sums,
-the reward is 1 for the right sum. Only the ``callbacks=[WorkbenchCallback(...)]`` line is the workbench's; the
-rest is plain TRL (docs/trl-engine.md). CPU settings: bf16 and gradient checkpointing off, ``use_cpu``.
+the reward is 1 for the right sum plus 0.25 for an answer that starts with a digit (two reward functions: TRL sums
+them; the stored completions keep each as ``reward.<name>``). Only the ``callbacks=[WorkbenchCallback(...)]`` line
+is the workbench's; the rest is plain TRL (docs/trl-engine.md). CPU settings: bf16 and gradient checkpointing off,
+``use_cpu``. ``log_completions=True`` makes TRL write each step's completions, which the callback stores as the
+run's ``rollouts/`` (``workbench rollouts``); without it the run has none, and its tag ``workbench.rollouts`` says
+so.
 """
 
 from __future__ import annotations
@@ -43,6 +48,9 @@ def main() -> None:
             for text, gold in zip(completions, answer, strict=True)
         ]
 
+    def starts_with_a_digit(completions, **_):  # a format reward
+        return [0.25 if re.match(r"\d", text) else 0.0 for text in completions]
+
     config = GRPOConfig(
         output_dir=args.out,
         seed=args.seed,
@@ -53,6 +61,7 @@ def main() -> None:
         num_generations=4,
         max_completion_length=8,
         logging_steps=1,  # the health rules judge every step
+        log_completions=True,  # TRL writes each step's completions; the callback stores them (workbench rollouts)
         report_to="none",
         bf16=False,
         gradient_checkpointing=False,
@@ -62,7 +71,7 @@ def main() -> None:
     )
     trainer = GRPOTrainer(
         model=AutoModelForCausalLM.from_pretrained(args.model),
-        reward_funcs=[correct],
+        reward_funcs=[correct, starts_with_a_digit],
         args=config,
         train_dataset=data,
         processing_class=AutoTokenizer.from_pretrained(args.model, padding_side="left"),

@@ -291,6 +291,64 @@ def test_workbench_callback_in_a_plain_trl_script(tmp_path):
         out = workbench(*command, "--tracking-uri", uri, cwd=tmp_path)
         assert out.returncode == 0, out.stderr[-2000:]
         assert "dapo" in out.stdout and "grpo" in out.stdout
+    _check_stored_completions(client, uri, runs, tmp_path)
+
+
+def _check_stored_completions(client, uri: str, runs, tmp_path: Path) -> None:
+    """The example sets log_completions=True: each run's rollouts/ (as `workbench rollouts` reads them) hold every
+    completion file TRL wrote, each step once, with the rewards and advantages TRL wrote in it."""
+    import numpy as np
+    import pandas as pd
+
+    from workbench.analysis.rollouts import query_rollouts
+
+    stored = query_rollouts("mine", tracking_uri=uri)
+    eps = float(np.finfo(np.float32).eps)  # TRL computes rewards and advantages in float32
+    group_size = 4  # the example's num_generations
+    varied = 0  # groups whose rewards differ: the advantage relation below is not only 0 = 0
+    for run in runs:
+        assert run.data.tags["workbench.rollouts"] == "all"
+        rows = stored[stored.run_id == run.info.run_id]
+        files = sorted((tmp_path / run.data.tags["workbench.variant"] / "completions").glob("*.parquet"))
+        assert [f.name for f in files] == ["completions_00001.parquet", "completions_00002.parquet"]
+        assert sorted(set(rows.step)) == [0, 1] and set(rows.split) == {"train"}
+        reward_mean = history(client, run.info.run_id, "reward/mean")
+        for path in files:
+            written = pd.read_parquet(path)
+            step = int(path.stem.split("_")[1]) - 1  # one optimizer step per generation batch: global step - 1
+            mine = rows[rows.step == step]
+            assert len(mine) == len(written) == 16  # once: 4 prompts x 4 completions
+            assert list(mine.text) == list(written.completion)
+            assert list(mine.prompt) == list(written.prompt)
+            # TRL's float32 values, stored as float32 again: equal exactly; the example's two reward functions are
+            # kept apart and summed (TRL's weights of 1; 0, 0.25, 1 and 1.25 are exact in float32)
+            terms = ["correct", "starts_with_a_digit"]
+            for name in terms:
+                assert np.array_equal(mine[f"reward.{name}"].to_numpy(), written[name].to_numpy(np.float32))
+            assert np.array_equal(mine.reward.to_numpy(), written[terms].to_numpy(np.float32).sum(axis=1))
+            assert np.array_equal(mine.advantage.to_numpy(), written.advantage.to_numpy(np.float32))
+            assert mine.kept.all() and mine.correct.isna().all()
+            for group, sampled in mine.groupby("group"):
+                r, a = sampled.reward.to_numpy(np.float64), sampled.advantage.to_numpy(np.float64)
+                assert len(sampled) == group_size
+                if r.std() == 0:  # r - mean(r, ..., r) is exactly 0 in float32 for these rewards (multiples of 1/4)
+                    assert (a == 0).all(), (step, group)
+                    continue
+                varied += 1
+                # a_i = (r_i - m)/(s + 1e-4) in float32: the group mean m's G-term sum errs by <= G eps max|r|, which
+                # each of the G advantages carries divided by s; the subtraction and the division round each a_i
+                # once more (<= 2 eps |a_i|): |sum a| <= G^2 eps max|r| / s + 2 G eps max|a| (s: the Bessel std,
+                # <= TRL's s + 1e-4 up to float32 rounding, a second-order term; the float64 sum here adds G eps64)
+                s = r.std(ddof=1)
+                tol = group_size**2 * eps * np.abs(r).max() / s + 2 * group_size * eps * np.abs(a).max()
+                assert abs(a.sum()) <= tol, (step, group, a)
+            # TRL logs reward as the float32 nanmean of the n rewards: an n-term sum and a division round by at most
+            # n eps max|r| in all; the float64 mean here of the same float32 values adds n eps64 max|r|, far below
+            n = len(mine)
+            assert (
+                abs(mine.reward.to_numpy(np.float64).mean() - reward_mean[step]) <= n * eps * np.abs(mine.reward).max()
+            )
+    assert varied > 0  # 16 groups of 4, each with P ~ 0.5 of differing rewards under this model: not all equal
 
 
 def test_the_shipped_differential_study_runs_its_trl_arms(tmp_path):

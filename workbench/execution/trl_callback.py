@@ -19,7 +19,10 @@ applicable", not "ok").
 With ``engine: trl`` (:mod:`workbench.execution.trl_engine`) the same callback runs inside a workbench run, whose
 MLflow run :func:`workbench.execution.run.execute_run` opens and closes; standalone, the callback opens one run of
 the study's layout itself (a parent ``workbench.role=study`` run holding ``study.yaml``, a child run per
-trainer) so ``workbench health`` and ``workbench compare STUDY`` read it.
+trainer) so ``workbench health`` and ``workbench compare STUDY`` read it. Standalone with
+``GRPOConfig(log_completions=True)``, the completion files TRL writes go to the run's ``rollouts/`` log, each step
+once, as ``workbench import trl`` stores them (:mod:`workbench.execution.trl_completions`); without it, the run's
+tag ``workbench.rollouts`` says why it has none.
 """
 
 from __future__ import annotations
@@ -33,12 +36,15 @@ from typing import Any
 import yaml
 from transformers import TrainerCallback
 
+from workbench.config import TrackingConfig
+from workbench.execution.trl_completions import NO_LOG_COMPLETIONS, CompletionFiles
 from workbench.health import HealthConfig, HealthMonitor
 from workbench.importers.adapters import ADAPTERS
 from workbench.metrics import names
 from workbench.metrics.catalogue import BY_NAME
 from workbench.metrics.passk import PASS_AT_K_METRICS
 from workbench.metrics.reflection import REFLECTION_METRICS
+from workbench.tracking.rollouts import TABLE_ARTIFACT, RolloutRecorder
 
 __all__ = ["ENGINE_PREFIX", "WorkbenchCallback", "unavailable_metrics"]
 
@@ -98,7 +104,9 @@ class WorkbenchCallback(TrainerCallback):
     Standalone: ``WorkbenchCallback(study=..., variant=..., seed=...)``; ``health`` a preset name, a dict or a
     :class:`~workbench.health.HealthConfig` (default: the default preset); ``tracking_uri`` as ``workbench``'s
     (``$MLFLOW_TRACKING_URI``, else ``sqlite:///mlflow.db``). ``evaluate(step) -> metrics`` (optional) runs before
-    the update of every ``eval_every``-th step and after the last.
+    the update of every ``eval_every``-th step and after the last. ``rollouts_budget_mb`` (default
+    ``tracking.rollouts_budget_mb``'s): the size budget of the run's ``rollouts/`` log, kept from TRL's completion
+    files when ``GRPOConfig(log_completions=True)``.
 
     One workbench step is one generation batch: ``steps_per_generation x num_iterations / gradient_accumulation``
     TRL optimizer steps (read from the trainer's arguments); its metrics are the last of those logs merged.
@@ -114,8 +122,10 @@ class WorkbenchCallback(TrainerCallback):
         health: HealthConfig | Mapping[str, Any] | str | None = None,
         evaluate: Callable[[int], dict[str, float]] | None = None,
         eval_every: int | None = None,
+        rollouts_budget_mb: float | None = None,
     ) -> None:
         self.study, self.variant, self.seed = study, variant, seed
+        self.rollouts_budget_mb = rollouts_budget_mb
         self.tracking_uri, self.health = tracking_uri, health
         self.evaluate, self.eval_every = evaluate, eval_every
         self.sink: Any = None  # log_metrics(metrics, step): a RunTracker
@@ -130,6 +140,8 @@ class WorkbenchCallback(TrainerCallback):
         self._pending: dict[str, float] = {}
         self._last_step = -1
         self.on_checkpoint: Callable[[str], None] | None = None  # engine: trl saves its record next to TRL's
+        self.completions: CompletionFiles | None = None  # standalone with log_completions: TRL's files -> rollouts/
+        self.rollouts_tag = ""  # standalone: the run's workbench.rollouts tag
 
     @classmethod
     def inside_run(
@@ -156,6 +168,7 @@ class WorkbenchCallback(TrainerCallback):
                 1, (args.steps_per_generation or 1) * args.num_iterations // max(1, args.gradient_accumulation_steps)
             )
             self._open_run(args, kwargs.get("model"))
+            self._open_rollouts(args, state)
         return control
 
     def on_step_begin(self, args, state, control, **kwargs):
@@ -165,6 +178,12 @@ class WorkbenchCallback(TrainerCallback):
         return control
 
     def on_log(self, args, state, control, logs=None, **kwargs):
+        if self.completions is not None:  # TRL has written the files of the logs before this one
+            self.completions.collect()
+            if logs and any(k.startswith("eval_") for k in logs):
+                self.completions.eval_logged(state.global_step)
+            elif logs and "train_runtime" not in logs and state.global_step > 0:
+                self.completions.train_logged(state.global_step, logs)
         if not logs or "train_runtime" in logs or state.global_step == 0:
             return control
         step = (state.global_step - 1) // self.per_step
@@ -246,9 +265,32 @@ class WorkbenchCallback(TrainerCallback):
         self.sink.start()
         self.sink.log_params({f"trl.{k}": v for k, v in params.items()} | {"seed": self.seed, "engine": "trl"})
 
+    def _open_rollouts(self, args, state) -> None:
+        """The standalone run's rollout log: TRL's completion files, when it writes them."""
+        budget = self.rollouts_budget_mb
+        if budget is None:
+            budget = TrackingConfig().rollouts_budget_mb
+        if not getattr(args, "log_completions", False):
+            self.rollouts_tag = NO_LOG_COMPLETIONS
+        elif budget <= 0:
+            self.rollouts_tag = "none: rollouts_budget_mb=0"
+        else:
+            recorder = RolloutRecorder(
+                self.sink.log_bytes,
+                budget_bytes=int(budget * 1e6),
+                steps=-(-state.max_steps // self.per_step),
+                eval_steps=(),
+                render=str,  # not used: TRL's files hold the prompts as it fed them
+                flush_every=self.sink.flush_every,
+            )
+            self.completions = CompletionFiles(recorder, args.output_dir, self.per_step)
+
     def _close_run(self) -> None:
         assert self.monitor is not None
-        self.sink.set_tags(finish_tags(self.monitor, self.stop_reason))
+        if self.completions is not None:
+            _, self.rollouts_tag = self.completions.close(self.steps_done)
+            self.sink.log_table(self.completions.recorder.latest_table(), TABLE_ARTIFACT)
+        self.sink.set_tags(finish_tags(self.monitor, self.stop_reason) | {"workbench.rollouts": self.rollouts_tag})
         self.sink.log_text(self.monitor.report_json(), "health.json")
         self.sink.finish("FINISHED")
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,6 +46,7 @@ __all__ = [
     "CompletionRecord",
     "ImportedCompletions",
     "completion_files",
+    "completion_rows",
 ]
 
 MAX_COMPLETION_FILES = 100_000  # one file per logged step: a 100k-step run
@@ -100,9 +101,6 @@ class ImportedCompletions:
         not_imported = {n for d in dumps for n in d.not_imported}
         terms = list(dict.fromkeys(t for r in records for t in r.terms))
         ordered = sorted(range(len(records)), key=lambda i: (records[i].split != "train", records[i].step))
-        groups: dict[tuple[str, int, str], int] = {}
-        counts: dict[tuple[str, int, str], int] = {}
-        per_step: dict[tuple[str, int], int] = {}
         written_prompts: set[str] = set()
         chunks: list[tuple[str, bytes]] = []
         rows: list[dict[str, Any]] = []
@@ -131,35 +129,10 @@ class ImportedCompletions:
             written += 1
             rows, prompts = [], {}
 
-        for i in ordered:
-            r = records[i]
-            key = (r.split, r.step, r.prompt)
-            if key not in groups:
-                groups[key] = per_step.get((r.split, r.step), 0)
-                per_step[(r.split, r.step)] = groups[key] + 1
-            sample = counts.get(key, 0)
-            counts[key] = sample + 1
-            prompt_id = prompt_digest(r.prompt, r.answer or "")
-            if prompt_id not in written_prompts:
-                written_prompts.add(prompt_id)
-                prompts[prompt_id] = (r.prompt, r.answer)
-            row = {
-                "split": r.split,
-                "step": r.step,
-                "prompt_id": prompt_id,
-                "group": groups[key],
-                "sample": sample,
-                "text": r.text,
-                "reward": r.reward,
-                "correct": r.correct,
-                "length": None,
-                "truncated": None,
-                "sampler_logp_sum": math.nan,
-                "advantage": r.advantage,
-                "kept": None if math.isnan(r.advantage) else True,
-            }
-            for name, value in r.terms.items():
-                row[f"{TERM_PREFIX}{name}"] = value
+        for row, prompt, answer in completion_rows(records[i] for i in ordered):
+            if row["prompt_id"] not in written_prompts:
+                written_prompts.add(row["prompt_id"])
+                prompts[row["prompt_id"]] = (prompt, answer)
             rows.append(row)
             if len(rows) >= MAX_BUFFERED_ROWS:
                 flush()
@@ -187,6 +160,42 @@ class ImportedCompletions:
     def artifacts(self) -> list[tuple[str, bytes]]:
         """Every artifact the imported run gets: the chunks, then the manifest."""
         return [*self.chunks, (MANIFEST_ARTIFACT, json.dumps(self.manifest, indent=1).encode())]
+
+
+def completion_rows(records: Iterable[CompletionRecord]) -> Iterator[tuple[dict[str, Any], str, str | None]]:
+    """Each record as a row of the rollouts format (:data:`~workbench.tracking.rollouts.COMPLETION_COLUMNS`
+    and a ``reward.<term>`` per term), with its prompt and answer, in the order given. Groups: within one split
+    and step, the records of one prompt text, numbered in the order the prompts first appear; ``sample``
+    counts inside a group. What the record does not hold is null (NaN for ``sampler_logp_sum``); ``kept`` is
+    true where the advantage is known (it entered the update), else null."""
+    groups: dict[tuple[str, int, str], int] = {}
+    counts: dict[tuple[str, int, str], int] = {}
+    per_step: dict[tuple[str, int], int] = {}
+    for r in records:
+        key = (r.split, r.step, r.prompt)
+        if key not in groups:
+            groups[key] = per_step.get((r.split, r.step), 0)
+            per_step[(r.split, r.step)] = groups[key] + 1
+        sample = counts.get(key, 0)
+        counts[key] = sample + 1
+        row = {
+            "split": r.split,
+            "step": r.step,
+            "prompt_id": prompt_digest(r.prompt, r.answer or ""),
+            "group": groups[key],
+            "sample": sample,
+            "text": r.text,
+            "reward": r.reward,
+            "correct": r.correct,
+            "length": None,
+            "truncated": None,
+            "sampler_logp_sum": math.nan,
+            "advantage": r.advantage,
+            "kept": None if math.isnan(r.advantage) else True,
+        }
+        for name, value in r.terms.items():
+            row[f"{TERM_PREFIX}{name}"] = value
+        yield row, r.prompt, r.answer
 
 
 def completion_files(directory: str, matches: Any, what: str) -> list[tuple[int, Path]]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -234,13 +234,16 @@ def _text(value: Any, what: str, where: str) -> str:
     raise ImportSourceError(f"{where}: {what} is neither text nor a list of messages")
 
 
+def reward_names(keys: Iterable[str]) -> list[str]:
+    """The reward functions' names in one TRL log entry's keys: TRL logs ``rewards/<name>/mean`` for each."""
+    return [k[len("rewards/") : -len("/mean")] for k in keys if k.startswith("rewards/") and k.endswith("/mean")]
+
+
 def _reward_names(trainer_state: str) -> list[str]:
     """The reward functions' names, from the ``rewards/<name>/mean`` metrics TRL logs for each."""
     names: dict[str, None] = {}
     for _, _, row in read_trainer_state(trainer_state, BadLines(trainer_state, skip=True)):
-        for key in row:
-            if key.startswith("rewards/") and key.endswith("/mean"):
-                names[key[len("rewards/") : -len("/mean")]] = None
+        names |= dict.fromkeys(reward_names(row))
     return list(names)
 
 
@@ -251,8 +254,6 @@ def read_completions(directory: str, split: str, metrics_path: str) -> Dump:
     every function returned None), each also kept as ``reward.<name>``; ``advantage`` as logged; correctness,
     lengths and truncation are not in the file (null). Every row is ``train``: an evaluation writes the same
     file name, so a step's file holds whichever ran last."""
-    from workbench.safe_io import read_parquet  # deferred: pyarrow
-
     if split != "train":
         raise ImportSourceError(
             f"{directory}: TRL's completion files do not say train or eval; give them with --rollouts"
@@ -262,56 +263,85 @@ def read_completions(directory: str, split: str, metrics_path: str) -> Dump:
     records: list[CompletionRecord] = []
     budget = Budget()
     unused: set[str] = set()
-    rules = [
-        "reward = the sum of the reward functions' columns (TRL's default reward_weights = 1; a run with "
-        "other weights: read reward.<name>)",
+    rewards: list[str] = []
+    for _, path in files:
+        read, rewards, ignored = read_completions_file(path, known, budget)
+        records += read
+        unused |= ignored
+    return Dump(records, [p for _, p in files], completion_rules(rewards), unused)
+
+
+def completions_file(directory: str | Path, global_step: int) -> Path:
+    """The file ``GRPOTrainer.log`` writes at ``global_step`` with ``log_completions=True``."""
+    return Path(directory) / f"completions_{global_step:05d}.parquet"
+
+
+def completion_rules(rewards: list[str]) -> list[str]:
+    """How a TRL completions file's columns become the rollouts' columns, in words (the manifest keeps them)."""
+    summed = (
+        f"reward = the reward function {rewards[0]!r}'s column"
+        if len(rewards) == 1
+        else "reward = the sum of the reward functions' columns (TRL's default reward_weights = 1; a run with "
+        "other weights: read reward.<name>)"
+    )
+    return [
+        summed,
         "every row is split train (TRL names eval completions alike)",
         "correct, length, truncated: not recorded by TRL (null)",
     ]
-    for _, path in files:
-        try:
-            table = read_parquet(
-                read_bytes(path, limit=MAX_COMPLETIONS_FILE_BYTES, what="TRL completions file"),
-                str(path),
-                max_rows=MAX_IMPORTED_COMPLETIONS,
-            )
-        except UserFileError as e:
-            raise ImportSourceError(str(e)) from None
-        columns = table.column_names
-        missing = [c for c in ("step", "prompt", "completion", "advantage") if c not in columns]
-        if missing:
-            raise ImportSourceError(f"{path}: not a TRL completions file (no column {', '.join(missing)})")
-        rewards = (
-            [c for c in columns if c in known]
-            if known
-            else [c for c in columns if c not in ("step", "advantage") and _numeric(table.schema.field(c).type)]
+
+
+def read_completions_file(
+    path: Path, known: list[str], budget: Budget
+) -> tuple[list[CompletionRecord], list[str], set[str]]:
+    """One ``completions_NNNNN.parquet`` -> its records (one per row, in file order), the reward functions'
+    columns and the columns not imported. ``known``: the reward functions' names (``rewards/<name>/mean`` in
+    TRL's logs); none known: every numeric column but ``step`` and ``advantage``. ``budget`` counts the run's
+    rows and text (over its limit: :class:`ImportSourceError`, as is a file that is not TRL's)."""
+    from workbench.safe_io import read_parquet  # deferred: pyarrow
+
+    try:
+        table = read_parquet(
+            read_bytes(path, limit=MAX_COMPLETIONS_FILE_BYTES, what="TRL completions file"),
+            str(path),
+            max_rows=MAX_IMPORTED_COMPLETIONS,
         )
-        if not rewards:
-            raise ImportSourceError(
-                f"{path}: no reward function column (the trainer state logs rewards for {', '.join(known) or 'none'})"
-            )
-        unused |= set(columns) - {"step", "prompt", "completion", "advantage", *rewards}
-        for i, row in enumerate(table.to_pylist()):
-            where = f"{path}: row {i}"
-            step = row["step"]
-            if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= MAX_STEP:
-                raise ImportSourceError(f"{where}: step {str(step)[:40]!r} is not a step number")
-            terms = {name: finite_number(row[name], f"reward {name!r}", where) for name in rewards}
-            finite = [v for v in terms.values() if not math.isnan(v)]
-            record = CompletionRecord(
-                split="train",
-                step=step,
-                prompt=_text(row["prompt"], "prompt", where),
-                text=_text(row["completion"], "completion", where),
-                reward=sum(finite) if finite else math.nan,
-                terms=terms if len(terms) > 1 else {},
-                advantage=finite_number(row["advantage"], "advantage", where),
-            )
-            budget.add(record, where)
-            records.append(record)
-    if len(rewards) == 1:
-        rules[0] = f"reward = the reward function {rewards[0]!r}'s column"
-    return Dump(records, [p for _, p in files], rules, unused)
+    except UserFileError as e:
+        raise ImportSourceError(str(e)) from None
+    columns = table.column_names
+    missing = [c for c in ("step", "prompt", "completion", "advantage") if c not in columns]
+    if missing:
+        raise ImportSourceError(f"{path}: not a TRL completions file (no column {', '.join(missing)})")
+    rewards = (
+        [c for c in columns if c in known]
+        if known
+        else [c for c in columns if c not in ("step", "advantage") and _numeric(table.schema.field(c).type)]
+    )
+    if not rewards:
+        raise ImportSourceError(
+            f"{path}: no reward function column (the trainer state logs rewards for {', '.join(known) or 'none'})"
+        )
+    unused = set(columns) - {"step", "prompt", "completion", "advantage", *rewards}
+    records: list[CompletionRecord] = []
+    for i, row in enumerate(table.to_pylist()):
+        where = f"{path}: row {i}"
+        step = row["step"]
+        if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= MAX_STEP:
+            raise ImportSourceError(f"{where}: step {str(step)[:40]!r} is not a step number")
+        terms = {name: finite_number(row[name], f"reward {name!r}", where) for name in rewards}
+        finite = [v for v in terms.values() if not math.isnan(v)]
+        record = CompletionRecord(
+            split="train",
+            step=step,
+            prompt=_text(row["prompt"], "prompt", where),
+            text=_text(row["completion"], "completion", where),
+            reward=sum(finite) if finite else math.nan,
+            terms=terms if len(terms) > 1 else {},
+            advantage=finite_number(row["advantage"], "advantage", where),
+        )
+        budget.add(record, where)
+        records.append(record)
+    return records, rewards, unused
 
 
 def _numeric(kind: Any) -> bool:

@@ -27,7 +27,9 @@ it first appears.
 completions of the run's last stored eval step and of its last stored train step, with prompt and answer.
 
 ``rollouts/manifest.json``, written when the run ends: ``budget_bytes``, ``bytes`` (written), ``rows`` and
-``dropped`` per split, ``strides`` (``[[from_step, k], ...]``: the train-step sampling in force), ``chunks``.
+``dropped`` per split, ``strides`` (``[[from_step, k], ...]``: the train-step sampling in force), ``chunks``, and
+``imported`` where the rows were read from another trainer's files (an imported run's, or a standalone
+``WorkbenchCallback``'s from TRL's ``log_completions``: :meth:`RolloutRecorder.record_rows`): the files and rules.
 
 Budget (``tracking.rollouts_budget_mb``) and the sampling rule when a run would exceed it:
   1. Eval completions are kept while the budget lasts (they are what variants are compared on).
@@ -202,10 +204,12 @@ class RolloutRecorder:
         self.stopped_at: int | None = None  # the hard cap: the step whose chunk did not fit
         self.write_failure: str | None = None  # why the store could not write a chunk (a full disk), if it could not
         self.seconds = 0.0  # time spent here (building rows, encoding, writing): the overhead benchmark
+        # rows read from another trainer's dump (record_rows): its framework, files and rules, as an import's manifest
+        self.imported: dict[str, Any] | None = None
         self._rows: list[dict[str, Any]] = []
         self._row_splits: list[str] = []
-        self._prompts: dict[str, tuple[str, str]] = {}  # waiting to be written
-        self._known: dict[str, tuple[str, str]] = {}  # prompt id -> (rendered prompt, answer): written or waiting
+        self._prompts: dict[str, tuple[str, str | None]] = {}  # waiting to be written
+        self._known: dict[str, tuple[str, str | None]] = {}  # prompt id -> (prompt as fed, answer): written or waiting
         self._terms: list[str] = []
         self._steps_since_flush = 0
         self._last_step = -1
@@ -305,6 +309,27 @@ class RolloutRecorder:
             )
         self.seconds += time.perf_counter() - t0
 
+    def record_rows(
+        self, split: str, step: int, rows: Sequence[dict[str, Any]], prompts: dict[str, tuple[str, str | None]]
+    ) -> None:
+        """A step's completions already in this format (another trainer's dump, read by
+        :mod:`workbench.importers.completions`), stored at ``step``; ``prompts``: each row's prompt id -> (the
+        prompt as the trainer fed it, its answer or None). The budget's rules apply as to any step."""
+        t0 = time.perf_counter()
+        if self.stopped_at is not None or (split == "train" and not self.keeps_train_step(step)):
+            self.splits[split].dropped += len(rows)
+        else:
+            for given in rows:
+                row = dict(given, split=split, step=step)
+                for name in row:
+                    if name.startswith(TERM_PREFIX) and name.removeprefix(TERM_PREFIX) not in self._terms:
+                        self._terms.append(name.removeprefix(TERM_PREFIX))
+                prompt_id = row["prompt_id"]
+                if prompt_id not in self._known:
+                    self._known[prompt_id] = self._prompts[prompt_id] = prompts[prompt_id]
+                self._append(split, row)
+        self.seconds += time.perf_counter() - t0
+
     def end_step(self, step: int) -> None:
         """After a step is logged: a chunk every ``flush_every`` steps (or sooner, many rows waiting)."""
         t0 = time.perf_counter()
@@ -358,7 +383,7 @@ class RolloutRecorder:
             "strides": self.strides,
             "stopped_at_step": self.stopped_at,
             "write_failure": self.write_failure,
-        }
+        } | ({} if self.imported is None else {"imported": self.imported})
 
     def replay(self, rows: pd.DataFrame) -> None:
         """Buffer again the rows an earlier attempt of this run stored (a run resumed from a checkpoint: the
@@ -437,13 +462,16 @@ class RolloutRecorder:
             }
             for name, values in terms.items():
                 row[f"{TERM_PREFIX}{name}"] = values[i]
-            self._rows.append(row)
-            self._row_splits.append(split)
-            latest = self._latest[split]
-            if latest and latest[0]["step"] != step:
-                latest.clear()
-            prompt, answer = self._known[ids[i]]
-            latest.append({"prompt": prompt, "answer": answer} | row)
+            self._append(split, row)
+
+    def _append(self, split: str, row: dict[str, Any]) -> None:
+        self._rows.append(row)
+        self._row_splits.append(split)
+        latest = self._latest[split]
+        if latest and latest[0]["step"] != row["step"]:
+            latest.clear()
+        prompt, answer = self._known[row["prompt_id"]]
+        latest.append({"prompt": prompt, "answer": answer} | row)
 
     def flush(self) -> None:
         """Write the buffered rows as one chunk (within the budget), then re-project the stride."""
