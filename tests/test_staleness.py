@@ -212,7 +212,7 @@ def test_a_failure_on_the_sampler_thread_is_raised_on_the_learner_not_waited_for
     cfg = RunConfig.model_validate(learning_config(staleness=1, steps=3))
     with open_run_parts(cfg, HealthMonitor.from_config(cfg.health)) as parts:
         pipe = parts.pipeline
-        pipe.ask(2, lambda step: parts.prompts.draw(step, cfg.rollout.prompts_per_step), parts.rng)
+        pipe.ask(2, lambda step: parts.prompts.draw(step, cfg.rollout.prompts_per_step), parts.rng.getstate)
         assert [pipe.take(step)[0].version for step in (0, 1)] == [0, 0]
         with pytest.raises(KeyError):
             pipe.take(2)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 
@@ -22,6 +23,29 @@ def workbench(
         text=True,
         timeout=timeout,
     )
+
+
+def import_args(
+    source: str,
+    *paths: object,
+    study: str,
+    dst: str,
+    variant: str | None = None,
+    seeds: Sequence[int] = (),
+    **options: object,
+) -> list[str]:
+    """The arguments of ``workbench import SOURCE PATH... --study STUDY [--variant V] [--seed N]... [--OPTION VALUE]...
+    --tracking-uri DST``; an option is named by its flag in Python (``eval_rollouts`` for ``--eval-rollouts``,
+    ``from_`` for ``--from``), and ``True`` gives a flag without a value (``skip_bad_lines=True``)."""
+    args = ["import", source, *map(str, paths), "--study", study]
+    if variant is not None:
+        args += ["--variant", variant]
+    for seed in seeds:
+        args += ["--seed", str(seed)]
+    for name, value in options.items():
+        flag = "--" + name.rstrip("_").replace("_", "-")
+        args += [flag] if value is True else [flag, str(value)]
+    return [*args, "--tracking-uri", dst]
 
 
 def sqlite_uri(path: Path) -> str:

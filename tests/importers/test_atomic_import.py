@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from workbench.cli.main import app
 
-from .helpers import sqlite_uri
+from .helpers import import_args, sqlite_uri
 
 #: Every table an import writes to; a failed import must leave each one row for row as it was.
 TABLES = ("experiments", "runs", "tags", "params", "metrics", "latest_metrics")
@@ -44,7 +44,7 @@ def store_rows(db: Path) -> dict[str, list[tuple]]:
 
 
 def invoke(*args: str):
-    result = CliRunner().invoke(app, ["import", "verl", *args])
+    result = CliRunner().invoke(app, list(args))
     assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
     return result
 
@@ -56,9 +56,7 @@ def store(tmp_path_factory):
     good = root / "good.jsonl"
     good.write_text("\n".join(log_lines()) + "\n")
     db = root / "mlflow.db"
-    result = invoke(
-        str(good), "--study", "verl-a", "--variant", "grpo", "--seed", "0", "--tracking-uri", sqlite_uri(db)
-    )
+    result = invoke(*import_args("verl", good, study="verl-a", dst=sqlite_uri(db), variant="grpo", seeds=(0,)))
     assert result.exit_code == 0, result.output
     return db
 
@@ -86,9 +84,7 @@ def test_a_bad_line_anywhere_leaves_the_store_exactly_as_before(store, tmp_path,
     path = tmp_path / "log.jsonl"
     path.write_text("\n".join(lines) + "\n")
     before = store_rows(store)
-    result = invoke(
-        str(path), "--study", "verl-b", "--variant", "grpo", "--seed", "1", "--tracking-uri", sqlite_uri(store)
-    )
+    result = invoke(*import_args("verl", path, study="verl-b", dst=sqlite_uri(store), variant="grpo", seeds=(1,)))
     assert result.exit_code == 2, result.output
     assert len(result.output.strip().splitlines()) == 1, result.output
     assert f"log.jsonl:{position + 1}:" in result.output and phrase in result.output, result.output
@@ -104,16 +100,7 @@ def test_skip_bad_lines_imports_the_rest_and_counts_what_it_skipped(tmp_path):
     path.write_text("\n".join(lines) + "\n")
     db = tmp_path / "mlflow.db"
     result = invoke(
-        str(path),
-        "--study",
-        "verl-c",
-        "--variant",
-        "grpo",
-        "--seed",
-        "0",
-        "--tracking-uri",
-        sqlite_uri(db),
-        "--skip-bad-lines",
+        *import_args("verl", path, study="verl-c", dst=sqlite_uri(db), variant="grpo", seeds=(0,), skip_bad_lines=True)
     )
     assert result.exit_code == 0, result.output
     assert "skipped 2 malformed line(s) (first: line 5: invalid JSON" in " ".join(result.output.split())
@@ -123,15 +110,13 @@ def test_skip_bad_lines_imports_the_rest_and_counts_what_it_skipped(tmp_path):
 
 
 def test_a_fifo_and_a_device_are_refused_without_being_opened(tmp_path):
-    fifo = tmp_path / "pipe.log"
+    fifo, uri = tmp_path / "pipe.log", sqlite_uri(tmp_path / "m.db")
     os.mkfifo(fifo)
     done = threading.Event()
     outcome = {}
 
     def run():
-        outcome["fifo"] = invoke(
-            str(fifo), "--study", "s", "--variant", "v", "--seed", "0", "--tracking-uri", sqlite_uri(tmp_path / "m.db")
-        )
+        outcome["fifo"] = invoke(*import_args("verl", fifo, study="s", dst=uri, variant="v", seeds=(0,)))
         done.set()
 
     threading.Thread(target=run, daemon=True).start()
@@ -140,9 +125,7 @@ def test_a_fifo_and_a_device_are_refused_without_being_opened(tmp_path):
             pass
         pytest.fail("the import opened the FIFO")
     assert outcome["fifo"].exit_code == 2 and "is a FIFO, not a regular file" in outcome["fifo"].output
-    zero = invoke(
-        "/dev/zero", "--study", "s", "--variant", "v", "--seed", "0", "--tracking-uri", sqlite_uri(tmp_path / "m.db")
-    )
+    zero = invoke(*import_args("verl", "/dev/zero", study="s", dst=uri, variant="v", seeds=(0,)))
     assert zero.exit_code == 2 and "/dev/zero is a device or socket" in zero.output
     assert not (tmp_path / "m.db").exists()
 
@@ -168,7 +151,7 @@ def test_labels_a_study_file_would_reject_are_refused(tmp_path, args, phrase):
     path = tmp_path / "log.jsonl"
     path.write_text("\n".join(log_lines(3)) + "\n")
     db = tmp_path / "m.db"
-    result = invoke(str(path), *args, "--tracking-uri", sqlite_uri(db))
+    result = invoke("import", "verl", str(path), *args, "--tracking-uri", sqlite_uri(db))  # the labels as given
     assert result.exit_code == 2, result.output
     assert phrase in result.output and len(result.output.strip().splitlines()) == 1, result.output
     assert not db.exists()

@@ -17,7 +17,7 @@ from workbench.analysis.rollouts import query_rollouts
 from workbench.importers import ADAPTERS, ImportSourceError, runs_from_files, write_study
 
 from .dumps import trl_write_completions, verl_write_generations
-from .helpers import child_runs, sqlite_uri, workbench
+from .helpers import child_runs, import_args, sqlite_uri, workbench
 
 
 def _verl_run(root: Path) -> tuple[Path, Path, Path]:
@@ -258,39 +258,12 @@ def test_cli_import_then_rollouts_and_a_bad_dump_writes_nothing(tmp_path):
     bad.mkdir()
     (bad / "3.jsonl").write_text("{oops\n")
     refused = workbench(
-        "import",
-        "verl",
-        str(log),
-        "--study",
-        "v",
-        "--variant",
-        "grpo",
-        "--seed",
-        "0",
-        "--rollouts",
-        str(bad),
-        "--tracking-uri",
-        uri,
-        cwd=tmp_path,
+        *import_args("verl", log, study="v", dst=uri, variant="grpo", seeds=(0,), rollouts=bad), cwd=tmp_path
     )
     assert refused.returncode == 2 and refused.stderr.strip().count("\n") == 0, refused.stderr
     assert "3.jsonl:1: invalid JSON" in refused.stderr and not (tmp_path / "mlflow.db").exists()
     done = workbench(
-        "import",
-        "verl",
-        str(log),
-        "--study",
-        "v",
-        "--variant",
-        "grpo",
-        "--seed",
-        "0",
-        "--rollouts",
-        str(train),
-        "--eval-rollouts",
-        str(val),
-        "--tracking-uri",
-        uri,
+        *import_args("verl", log, study="v", dst=uri, variant="grpo", seeds=(0,), rollouts=train, eval_rollouts=val),
         cwd=tmp_path,
     )
     assert done.returncode == 0, done.stderr
@@ -309,25 +282,8 @@ def test_cli_import_then_rollouts_and_a_bad_dump_writes_nothing(tmp_path):
     assert table.returncode == 0, table.stderr
     # not a terminal: tab-separated; correctness, length, truncation not recorded: shown as -
     assert table.stdout.splitlines()[1].split("\t")[6:] == ["ünïcode ✓", "0.5", "-", "-", "-"]
-    wrong = workbench(
-        "import",
-        "verl",
-        "--from",
-        uri,
-        "--experiment",
-        "x",
-        "--variant-by",
-        "param:a",
-        "--seed-by",
-        "param:b",
-        "--study",
-        "w",
-        "--rollouts",
-        str(train),
-        "--tracking-uri",
-        uri,
-        cwd=tmp_path,
-    )
+    store = {"from_": uri, "experiment": "x", "variant_by": "param:a", "seed_by": "param:b"}
+    wrong = workbench(*import_args("verl", study="w", dst=uri, rollouts=train, **store), cwd=tmp_path)
     assert wrong.returncode == 2 and "--rollouts and --eval-rollouts go with FILE..." in wrong.stderr
 
 

@@ -16,7 +16,7 @@ from mlflow import MlflowClient
 
 from workbench.importers.trackers import source_steps
 
-from .helpers import child_runs, sqlite_uri, workbench
+from .helpers import child_runs, import_args, sqlite_uri, workbench
 from .tracker_runs import STEPS, trl_row
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,36 +58,13 @@ def test_hf_tracker_names_and_wandb_step_map_back_to_trl_names():
 def test_tensorboard_trl_runs_import_then_health_and_compare(runs, tmp_path):
     dst = sqlite_uri(tmp_path / "mlflow.db")
     for variant in ("grpo", "dr_grpo"):
+        tb = [runs / "tb" / f"{variant}-{seed}" for seed in (0, 1)]
         done = workbench(
-            "import",
-            "tensorboard",
-            str(runs / "tb" / f"{variant}-0"),
-            str(runs / "tb" / f"{variant}-1"),
-            "--study",
-            "tb-trl",
-            "--variant",
-            variant,
-            "--seed",
-            "0",
-            "--seed",
-            "1",
-            "--tracking-uri",
-            dst,
-            cwd=tmp_path,
+            *import_args("tensorboard", *tb, study="tb-trl", dst=dst, variant=variant, seeds=(0, 1)), cwd=tmp_path
         )
         assert done.returncode == 0, done.stderr
     again = workbench(
-        "import",
-        "tensorboard",
-        str(runs / "tb" / "grpo-0"),
-        "--study",
-        "tb-trl",
-        "--variant",
-        "grpo",
-        "--seed",
-        "0",
-        "--tracking-uri",
-        dst,
+        *import_args("tensorboard", runs / "tb" / "grpo-0", study="tb-trl", dst=dst, variant="grpo", seeds=(0,)),
         cwd=tmp_path,
     )
     assert again.returncode == 0 and "already imported" in again.stdout  # same event files, same run_key
@@ -124,37 +101,11 @@ def test_wandb_offline_runs_import_with_their_config_and_steps(runs, tmp_path):
     dst = sqlite_uri(tmp_path / "mlflow.db")
     verl = [str(wandb_run(runs, f"verl-{seed}")) for seed in (0, 1)]
     done = workbench(
-        "import",
-        "wandb",
-        *verl,
-        "--study",
-        "wb",
-        "--variant",
-        "grpo",
-        "--seed",
-        "0",
-        "--seed",
-        "1",
-        "--framework",
-        "verl",
-        "--tracking-uri",
-        dst,
-        cwd=tmp_path,
+        *import_args("wandb", *verl, study="wb", dst=dst, variant="grpo", seeds=(0, 1), framework="verl"), cwd=tmp_path
     )
     assert done.returncode == 0, done.stderr
     trl = workbench(
-        "import",
-        "wandb",
-        str(wandb_run(runs, "trl-0")),
-        "--study",
-        "wb",
-        "--variant",
-        "trl",
-        "--seed",
-        "0",
-        "--tracking-uri",
-        dst,
-        cwd=tmp_path,
+        *import_args("wandb", wandb_run(runs, "trl-0"), study="wb", dst=dst, variant="trl", seeds=(0,)), cwd=tmp_path
     )
     assert trl.returncode == 0, trl.stderr
     by_name = {r.info.run_name: r for r in child_runs(dst, "wb")}
@@ -233,19 +184,6 @@ def test_a_wandb_run_cut_short_is_left_for_later(runs, tmp_path):
     (log,) = cut.glob("run-*.wandb")
     log.write_bytes(log.read_bytes()[:-40])  # the exit record (37 bytes + its 7-byte header) half written
     dst = sqlite_uri(tmp_path / "mlflow.db")
-    done = workbench(
-        "import",
-        "wandb",
-        str(cut),
-        "--study",
-        "s",
-        "--variant",
-        "v",
-        "--seed",
-        "0",
-        "--tracking-uri",
-        dst,
-        cwd=tmp_path,
-    )
+    done = workbench(*import_args("wandb", cut, study="s", dst=dst, variant="v", seeds=(0,)), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "still running in the source" in done.stdout

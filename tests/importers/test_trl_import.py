@@ -17,7 +17,7 @@ import pytest
 from tests.conftest import MICRO_MODEL
 from tests.trl_support import require_trl
 
-from .helpers import child_runs, sqlite_uri, workbench
+from .helpers import child_runs, import_args, sqlite_uri, workbench
 
 require_trl("docs/import.md")
 
@@ -61,25 +61,15 @@ def trl_store(tmp_path_factory):
     return root, uri
 
 
+def store_options(src: str) -> dict[str, str]:
+    """The store options of an import of the four runs trl_store logged: one variant per loss type, seeds by param."""
+    return {"from_": src, "experiment": "trl-grpo", "variant_by": "param:loss_type", "seed_by": "param:seed"}
+
+
 def test_trl_runs_import_then_health_and_compare(trl_store, tmp_path):
     root, src = trl_store
     dst = sqlite_uri(tmp_path / "mlflow.db")
-    args = [
-        "import",
-        "trl",
-        "--from",
-        src,
-        "--experiment",
-        "trl-grpo",
-        "--study",
-        "trl-loss-types",
-        "--variant-by",
-        "param:loss_type",
-        "--seed-by",
-        "param:seed",
-        "--tracking-uri",
-        dst,
-    ]
+    args = import_args("trl", study="trl-loss-types", dst=dst, **store_options(src))
     first = workbench(*args, cwd=tmp_path)
     assert first.returncode == 0, first.stderr
     runs = child_runs(dst, "trl-loss-types")
@@ -141,37 +131,10 @@ def test_trl_trainer_state_file_gives_the_same_canonical_series(trl_store, tmp_p
     dst = sqlite_uri(tmp_path / "mlflow.db")
     state = root / "out" / "grpo-0" / "trainer_state.json"
     from_file = workbench(
-        "import",
-        "trl",
-        str(state),
-        "--study",
-        "from-file",
-        "--variant",
-        "grpo",
-        "--seed",
-        "0",
-        "--tracking-uri",
-        dst,
-        cwd=tmp_path,
+        *import_args("trl", state, study="from-file", dst=dst, variant="grpo", seeds=(0,)), cwd=tmp_path
     )
     assert from_file.returncode == 0, from_file.stderr
-    from_store = workbench(
-        "import",
-        "trl",
-        "--from",
-        src,
-        "--experiment",
-        "trl-grpo",
-        "--study",
-        "from-store",
-        "--variant-by",
-        "param:loss_type",
-        "--seed-by",
-        "param:seed",
-        "--tracking-uri",
-        dst,
-        cwd=tmp_path,
-    )
+    from_store = workbench(*import_args("trl", study="from-store", dst=dst, **store_options(src)), cwd=tmp_path)
     assert from_store.returncode == 0, from_store.stderr
     from mlflow import MlflowClient
 
@@ -200,18 +163,7 @@ def test_trl_logged_completions_are_the_imported_runs_rollouts(trl_store, tmp_pa
     dst = sqlite_uri(tmp_path / "mlflow.db")
     state = root / "out" / "grpo-0" / "trainer_state.json"
     done = workbench(
-        "import",
-        "trl",
-        str(state),
-        "--study",
-        "trl-rollouts",
-        "--variant",
-        "grpo",
-        "--seed",
-        "0",
-        "--tracking-uri",
-        dst,
-        cwd=tmp_path,
+        *import_args("trl", state, study="trl-rollouts", dst=dst, variant="grpo", seeds=(0,)), cwd=tmp_path
     )
     assert done.returncode == 0, done.stderr
     per_step = 8  # per_device_train_batch_size (completions) x steps_per_generation 1: the generation batch

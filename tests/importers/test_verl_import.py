@@ -13,7 +13,7 @@ from mlflow import MlflowClient
 from workbench.importers import ADAPTERS
 from workbench.viz.saved_view import decode_envelope
 
-from .helpers import child_runs, sqlite_uri, workbench
+from .helpers import child_runs, import_args, sqlite_uri, workbench
 
 FIXTURES = Path(__file__).with_name("fixtures")
 CONSOLE = FIXTURES / "verl_console.log"
@@ -34,19 +34,7 @@ def test_console_and_jsonl_logs_read_to_the_same_steps():
 @pytest.mark.slow
 def test_verl_log_import_and_recheck(tmp_path):
     dst = sqlite_uri(tmp_path / "mlflow.db")
-    args = [
-        "import",
-        "verl",
-        str(CONSOLE),
-        "--study",
-        "verl-grpo",
-        "--variant",
-        "grpo",
-        "--seed",
-        "0",
-        "--tracking-uri",
-        dst,
-    ]
+    args = import_args("verl", CONSOLE, study="verl-grpo", dst=dst, variant="grpo", seeds=(0,))
     done = workbench(*args, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert workbench(*args, cwd=tmp_path).returncode == 0  # re-import: same file content, same run_key
@@ -187,18 +175,7 @@ def test_an_imported_verl_runs_mismatch_is_judged_by_the_same_rules(tmp_path):
             )
     dst = sqlite_uri(tmp_path / "mlflow.db")
     done = workbench(
-        "import",
-        "verl",
-        str(log),
-        "--study",
-        "verl-mismatch",
-        "--variant",
-        "grpo",
-        "--seed",
-        "0",
-        "--tracking-uri",
-        dst,
-        cwd=tmp_path,
+        *import_args("verl", log, study="verl-mismatch", dst=dst, variant="grpo", seeds=(0,)), cwd=tmp_path
     )
     assert done.returncode == 0, done.stderr
     (run,) = child_runs(dst, "verl-mismatch")

@@ -667,9 +667,12 @@ def apply_design_verdicts(table: Any, verdicts: dict[tuple[str, str], DesignVerd
         note = str(row["note"]) if isinstance(row["note"], str) else ""
         # compare pairs a sequential study's arms on their common seeds: an arm stopped at an earlier look has fewer
         common = f" on their {int(row['n_seeds'])} common seeds" if COMMON_SEEDS in note else ""
+        # an inconclusive verdict already says "6 paired seeds (the baseline has 9; ...)": the count is said once
+        said_paired = bool(common) and f"{int(row['n_seeds'])} paired " in str(row["verdict"])
+        pairing = "unpaired" if not _is_true(row["paired"]) else "" if said_paired else "paired" + common
         retest = (
-            f"re-test on all seeds (not the design's decision): {row['verdict']}, "
-            f"{'paired' + common if _is_true(row['paired']) else 'unpaired'}"
+            f"re-test on all seeds (not the design's decision): {row['verdict']}"
+            + (f", {pairing}" if pairing else "")
             + (f", p = {p:.3g}" if isinstance(p, float) and math.isfinite(p) else "")
             + (
                 f", {level_percent(float(row['delta_level']))} CI {row['delta_lo']:.4g} to {row['delta_hi']:.4g}"

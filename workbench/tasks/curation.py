@@ -17,6 +17,7 @@ import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -118,7 +119,9 @@ class PromptOrder:
     ``pool`` is None for ``sampled`` without curation: the task's own i.i.d. draws (the default, and
     exactly the draws runs made before the ``data`` section existed). Otherwise prompts come from the
     pool: ``sampled`` draws with replacement, ``shuffled`` walks the pool in passes (each a fresh
-    permutation), ``curriculum`` walks stage k's chunk in passes during stage k's steps."""
+    permutation), ``curriculum`` walks stage k's chunk in passes during stage k's steps. The pass in
+    progress is state besides ``rng``: a checkpoint keeps it (``queue_state``), or a resumed run would
+    start a fresh pass where the uninterrupted one went on with the old."""
 
     task: Task
     rng: random.Random
@@ -153,6 +156,14 @@ class PromptOrder:
                 self.rng.shuffle(self._queue)
             out.append(self.pool[self._queue.pop()])
         return out
+
+    def queue_state(self) -> dict[str, Any]:
+        """The pass in progress: the pool indices still to draw (drawn from the end) and the stage they cover."""
+        return {"queue": list(self._queue), "stage": self._queue_stage}
+
+    def set_queue_state(self, state: dict[str, Any]) -> None:
+        """Continue the pass ``queue_state`` returned."""
+        self._queue, self._queue_stage = [int(i) for i in state["queue"]], int(state["stage"])
 
     def step_metrics(self, step: int, problems: Sequence[Problem]) -> dict[str, float]:
         """``data/*`` per step: the curriculum's stage, and the mean measured pass rate of the step's prompts."""

@@ -8,7 +8,8 @@ A run's checkpoints live in ``<root>/<run_key>/`` where ``<root>`` (``tracking.s
 
 Each save writes ``step-<n>/`` (``n`` = RL steps done) holding the learner's state (its own format:
 ``engine.save_checkpoint`` for DeepSpeed, model + optimizer ``state_dict`` for torch) and ``loop.pt``
-(the loop's RNG states, the metrics logged so far and the per-problem eval rows), then points
+(the loop's RNG states, the prompt order's pass in progress, the metrics logged so far and the per-problem
+eval rows), then points
 ``latest.json`` at it and removes older ones. A FAILED or KILLED run executed again restores the latest and continues
 at step ``n``; a FINISHED run's checkpoints are removed.
 """
@@ -46,6 +47,8 @@ class LoopState:
     history: list[tuple[int, dict[str, float]]] = field(default_factory=list)  # (step, metrics) as logged
     samples: list[dict] = field(default_factory=list)  # completions shown at eval steps so far
     problems: dict[str, list] = field(default_factory=dict)  # per-problem eval rows so far, as columns
+    # PromptOrder.queue_state() before the next step's draws; None: a checkpoint written before it was kept
+    prompt_queue: dict[str, Any] | None = None
 
 
 class RunCheckpoints:
@@ -118,6 +121,7 @@ def capture(
     history: list,
     samples: list,
     problems: ProblemResults | None = None,
+    prompt_queue: dict[str, Any] | None = None,
 ) -> LoopState:
     columns = {} if problems is None else {name: list(values) for name, values in vars(problems).items()}
     return LoopState(
@@ -128,6 +132,7 @@ def capture(
         list(history),
         list(samples),
         columns,
+        prompt_queue,
     )
 
 

@@ -8,6 +8,7 @@ It composes registered units by name from the run config and never names a paper
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,7 +20,9 @@ from workbench.metrics.names import EVAL_ACCURACY
 from workbench.tracking.rollouts import RolloutRecorder
 from workbench.train.checkpoint import RunCheckpoints, capture
 from workbench.train.evaluate import ProblemResults, evaluate
-from workbench.train.step import RunParts, health_metrics, open_run_parts, rl_step
+from workbench.train.step import RunParts, health_metrics, open_run_parts, prompt_state, rl_step
+
+log = logging.getLogger("workbench.train")
 
 
 class StepSink(Protocol):
@@ -110,15 +113,15 @@ def train(
             if checkpoints is not None and step < roll.steps and checkpoints.due(step + 1):
                 if log is not None:  # a resume replays the rows of the steps before it from this run's chunks
                     log.flush()
-                rng, pipeline = parts.rng, None
-                if parts.pipeline is not None:  # the prompt RNG as it was before the next step's draws
-                    rng_state, versions = parts.pipeline.state(step + 1, parts.rng)
+                rng, queue, pipeline = parts.rng, parts.prompts.queue_state(), None
+                if parts.pipeline is not None:  # the prompt RNG and queue as they were before the next step's draws
+                    (rng_state, queue), versions = parts.pipeline.state(step + 1, lambda: prompt_state(parts))
                     rng = random.Random()
                     rng.setstate(rng_state)
                     pipeline = {"versions": versions}
                 checkpoints.save(
                     parts.learner,
-                    capture(step + 1, rng, parts.generator, history, result.samples, result.problems),
+                    capture(step + 1, rng, parts.generator, history, result.samples, result.problems, queue),
                     pipeline=pipeline,
                 )
             result.stop = None if on_step is None else on_step(step, metrics)  # e.g. Optuna pruning
@@ -146,6 +149,16 @@ def resume(
     to the health monitor and the sink, so this run's record is whole. Returns the result so far and
     the logged history."""
     state = checkpoints.restore(parts.learner, parts.rng, parts.generator)
+    if state.prompt_queue is not None:
+        parts.prompts.set_queue_state(state.prompt_queue)
+    elif parts.prompts.pool is not None and parts.prompts.order != "sampled":  # a pass in progress was not kept
+        log.warning(
+            "%s: the checkpoint predates saving the prompt order's queue: data.order=%s starts a fresh pass at "
+            "step %d, so the resumed steps may train on other prompts than an uninterrupted run",
+            checkpoints.directory,
+            parts.prompts.order,
+            state.steps_done,
+        )
     with parts.learner.gathered_model() as full:  # ZeRO-3 partitions the weights elsewhere
         parts.sampler.sync_weights(full)
     if parts.pipeline is not None:  # the snapshots the next steps sample with

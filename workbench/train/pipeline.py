@@ -29,16 +29,17 @@ execution layer chose from the idle CPUs (``workbench/execution/threads.py``), s
 oversubscribe the cores.
 
 Resume: a checkpoint after step ``t`` holds the snapshots of the versions the steps after it still need
-(``max(0, t + 1 - k) .. t``) and the prompt RNG's state before step ``t + 1``'s draws (``state()``);
-the resumed run asks for those steps again and gets the same batches.
+(``max(0, t + 1 - k) .. t``) and the prompt source's state before step ``t + 1``'s draws (``state()``: the
+prompt RNG's state and the prompt order's pass in progress); the resumed run asks for those steps again and
+gets the same batches.
 """
 
 from __future__ import annotations
 
 import queue
-import random
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -136,7 +137,7 @@ class StalePipeline:
         self.group_size, self.temperature, self.run_seed = group_size, temperature, run_seed
         self.lock, self.threads = lock, threads
         self.snapshots: dict[int, dict[str, torch.Tensor]] = {}  # version -> weights, while a step still needs it
-        self.rng_before: dict[int, Any] = {}  # step -> the prompt RNG's state before its draws
+        self.prompts_before: dict[int, Any] = {}  # step -> the prompt source's state before its draws
         self.next_request = 0
         self.requests: queue.Queue[Request | None] = queue.Queue()
         self.done: dict[int, Sampled] = {}
@@ -152,12 +153,12 @@ class StalePipeline:
         if version + self.k < self.steps or (version == 0 and self.steps > 0):
             self.snapshots[version] = {name: t.detach().clone() for name, t in plain_state_dict(model).items()}
 
-    def ask(self, through: int, draw, rng: random.Random) -> None:
-        """Request every step up to ``through`` not yet requested; ``draw(step)`` draws its prompts (``rng``
-        is the RNG it draws from, recorded for checkpoints)."""
+    def ask(self, through: int, draw, prompt_state: Callable[[], Any]) -> None:
+        """Request every step up to ``through`` not yet requested; ``draw(step)`` draws its prompts, and
+        ``prompt_state()`` (recorded before each step's draws, for checkpoints) is all that decides what it draws."""
         for step in range(self.next_request, min(through, self.steps - 1) + 1):
             version = behaviour_version(step, self.k)
-            self.rng_before[step] = rng.getstate()
+            self.prompts_before[step] = prompt_state()
             self.requests.put(Request(step, version, draw(step), sampling_seed(self.run_seed, step)))
             self.next_request = step + 1
 
@@ -176,19 +177,20 @@ class StalePipeline:
         needed = behaviour_version(step + 1, self.k)  # later steps sample with versions >= this
         for version in [v for v in self.snapshots if v < needed]:
             del self.snapshots[version]
-        self.rng_before.pop(step, None)
+        self.prompts_before.pop(step, None)
         return sampled, learner_wait, sampler_wait
 
-    def state(self, steps_done: int, rng: random.Random) -> tuple[Any, dict[int, dict[str, torch.Tensor]]]:
-        """What a checkpoint after ``steps_done`` steps needs: the prompt RNG's state before step ``steps_done``'s
-        draws, and the snapshots of the versions steps ``steps_done`` onwards sample with."""
-        rng_state = self.rng_before.get(steps_done, rng.getstate())
+    def state(self, steps_done: int, prompt_state: Callable[[], Any]) -> tuple[Any, dict[int, dict[str, torch.Tensor]]]:
+        """What a checkpoint after ``steps_done`` steps needs: the prompt source's state before step ``steps_done``'s
+        draws (as ``ask`` recorded it; ``prompt_state()`` if that step is not drawn yet), and the snapshots of the
+        versions steps ``steps_done`` onwards sample with."""
+        before = self.prompts_before[steps_done] if steps_done in self.prompts_before else prompt_state()
         first = behaviour_version(steps_done, self.k)
-        return rng_state, {v: w for v, w in self.snapshots.items() if v >= first}
+        return before, {v: w for v, w in self.snapshots.items() if v >= first}
 
     def restore(self, steps_done: int, saved: dict[str, Any]) -> None:
         """Continue after a checkpoint of ``steps_done`` steps: its snapshots; the next request is that step's
-        (the prompt RNG was restored to its state before that step's draws)."""
+        (the prompt source was restored to its state before that step's draws)."""
         self.snapshots = dict(saved["versions"])
         self.next_request = steps_done
 

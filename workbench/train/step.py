@@ -411,7 +411,14 @@ def ask_ahead(cfg: RunConfig, step: int, parts: RunParts) -> None:
     their prompts are drawn here, on the main thread, in step order."""
     assert parts.pipeline is not None
     draw = parts.prompts.draw
-    parts.pipeline.ask(step + cfg.rollout.staleness, lambda s: draw(s, cfg.rollout.prompts_per_step), parts.rng)
+    parts.pipeline.ask(
+        step + cfg.rollout.staleness, lambda s: draw(s, cfg.rollout.prompts_per_step), lambda: prompt_state(parts)
+    )
+
+
+def prompt_state(parts: RunParts) -> tuple[Any, dict[str, Any]]:
+    """All that decides the next prompts drawn: the prompt RNG's state and the prompt order's pass in progress."""
+    return parts.rng.getstate(), parts.prompts.queue_state()
 
 
 def pipelined_batch(

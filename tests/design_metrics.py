@@ -1,0 +1,33 @@
+"""The canonical per-step metric names of DESIGN.md's table, in its order: the contract tests/test_metrics.py
+checks the catalogue against, and the names benchmarks/bench_compare.py fills its synthetic study with."""
+
+DESIGN_METRICS = (
+    "reward/mean",
+    "reward/std",
+    "accuracy/train",
+    "entropy/mean",
+    "length/mean",
+    "length/max",
+    "length/correct_mean",
+    "length/incorrect_mean",
+    "length/truncated_frac",
+    "clip/frac",
+    "clip/frac_low",
+    "clip/frac_high",
+    "mismatch/prob_abs_diff_mean",
+    "mismatch/prob_abs_diff_max",
+    "mismatch/kl",
+    "mismatch/is_weight_mean",
+    "mismatch/is_clipped_frac",
+    "kl/ref",
+    "loss/policy",
+    "grad/norm",
+    "batch/zero_std_frac",
+    "batch/filtered_frac",
+    "eval/accuracy",
+    "eval/length_mean",
+    "perf/step_s",
+    "perf/sample_tokens_per_s",
+    "perf/learn_tokens_per_s",
+    "health/status",
+)
