@@ -43,10 +43,16 @@ def store_rows(db: Path) -> dict[str, list[tuple]]:
         return {t: sorted(map(repr, con.execute(f"SELECT * FROM {t}").fetchall())) for t in TABLES}
 
 
-def invoke(*args: str):
+def invoke_cli(*args: str):
+    """``workbench ARGS...`` in-process; an error is an exit code, never an exception."""
     result = CliRunner().invoke(app, list(args))
     assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
     return result
+
+
+def invoke(*args: str):
+    """``workbench import verl ARGS...`` (test_identity and test_validate_first import it as ``invoke_verl``)."""
+    return invoke_cli("import", "verl", *args)
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +62,7 @@ def store(tmp_path_factory):
     good = root / "good.jsonl"
     good.write_text("\n".join(log_lines()) + "\n")
     db = root / "mlflow.db"
-    result = invoke(*import_args("verl", good, study="verl-a", dst=sqlite_uri(db), variant="grpo", seeds=(0,)))
+    result = invoke_cli(*import_args("verl", good, study="verl-a", dst=sqlite_uri(db), variant="grpo", seeds=(0,)))
     assert result.exit_code == 0, result.output
     return db
 
@@ -84,7 +90,7 @@ def test_a_bad_line_anywhere_leaves_the_store_exactly_as_before(store, tmp_path,
     path = tmp_path / "log.jsonl"
     path.write_text("\n".join(lines) + "\n")
     before = store_rows(store)
-    result = invoke(*import_args("verl", path, study="verl-b", dst=sqlite_uri(store), variant="grpo", seeds=(1,)))
+    result = invoke_cli(*import_args("verl", path, study="verl-b", dst=sqlite_uri(store), variant="grpo", seeds=(1,)))
     assert result.exit_code == 2, result.output
     assert len(result.output.strip().splitlines()) == 1, result.output
     assert f"log.jsonl:{position + 1}:" in result.output and phrase in result.output, result.output
@@ -99,7 +105,7 @@ def test_skip_bad_lines_imports_the_rest_and_counts_what_it_skipped(tmp_path):
     path = tmp_path / "log.jsonl"
     path.write_text("\n".join(lines) + "\n")
     db = tmp_path / "mlflow.db"
-    result = invoke(
+    result = invoke_cli(
         *import_args("verl", path, study="verl-c", dst=sqlite_uri(db), variant="grpo", seeds=(0,), skip_bad_lines=True)
     )
     assert result.exit_code == 0, result.output
@@ -116,7 +122,7 @@ def test_a_fifo_and_a_device_are_refused_without_being_opened(tmp_path):
     outcome = {}
 
     def run():
-        outcome["fifo"] = invoke(*import_args("verl", fifo, study="s", dst=uri, variant="v", seeds=(0,)))
+        outcome["fifo"] = invoke_cli(*import_args("verl", fifo, study="s", dst=uri, variant="v", seeds=(0,)))
         done.set()
 
     threading.Thread(target=run, daemon=True).start()
@@ -125,7 +131,7 @@ def test_a_fifo_and_a_device_are_refused_without_being_opened(tmp_path):
             pass
         pytest.fail("the import opened the FIFO")
     assert outcome["fifo"].exit_code == 2 and "is a FIFO, not a regular file" in outcome["fifo"].output
-    zero = invoke(*import_args("verl", "/dev/zero", study="s", dst=uri, variant="v", seeds=(0,)))
+    zero = invoke_cli(*import_args("verl", "/dev/zero", study="s", dst=uri, variant="v", seeds=(0,)))
     assert zero.exit_code == 2 and "/dev/zero is a device or socket" in zero.output
     assert not (tmp_path / "m.db").exists()
 
@@ -151,7 +157,7 @@ def test_labels_a_study_file_would_reject_are_refused(tmp_path, args, phrase):
     path = tmp_path / "log.jsonl"
     path.write_text("\n".join(log_lines(3)) + "\n")
     db = tmp_path / "m.db"
-    result = invoke("import", "verl", str(path), *args, "--tracking-uri", sqlite_uri(db))  # the labels as given
+    result = invoke(str(path), *args, "--tracking-uri", sqlite_uri(db))  # the labels as given
     assert result.exit_code == 2, result.output
     assert phrase in result.output and len(result.output.strip().splitlines()) == 1, result.output
     assert not db.exists()
