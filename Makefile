@@ -80,7 +80,10 @@ demo: $(CORE_STAMP)  # not the test extras: a demo needs no Ray, TensorBoard, W&
 # the TRL import tests and the TRL engine's (tests/trl_engine/): one level below tests/, named test_trl_*
 TRL_TESTS := tests/*/test_trl_*.py
 PYTEST_WORKERS ?= 3
-XDIST := -n $(PYTEST_WORKERS) --dist loadfile
+# --no-loadscope-reorder: xdist (3.6+) otherwise queues files by test count, which put the few-test files that take
+# minutes (real servers, clusters, kills) last and ended the suite on one or two busy workers; tests/conftest.py
+# puts them first instead (HEAVY_FILES_FIRST).
+XDIST := -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 test: install verl
 	WORKBENCH_VERL_PATH=$(VERL) $(BIN)/python -m pytest $(XDIST) --durations=30 --ignore=tests/engines --ignore-glob='$(TRL_TESTS)'
 	@if [ -f $(ENGINES_STAMP) ]; then $(MAKE) --no-print-directory test-engines; \

@@ -25,9 +25,10 @@ MICRO_MODEL = {
 
 
 # The files that take minutes, longest first (per-file sums of `--durations=0`, main suite at load ~10 on the
-# 2-core machine: 660, 565, 283, 266, 176 ... 93 s; engine suite: its three multi-run files). Under xdist's
-# loadfile a worker takes files in collection order, and alphabetically these came last: the suite ended
-# with one or two workers finishing them while the others idled. Run first, they overlap the short files.
+# 2-core machine: 660, 565, 283, 266, 176 ... 93 s; engine suite: its three multi-run files). xdist's loadfile
+# hands out files in collection order only with --no-loadscope-reorder (the Makefile's XDIST); by default it
+# queues them by test count, and these few-test files came last: the suite ended with one or two workers
+# finishing them while the others idled. Run first, they overlap the short files.
 HEAVY_FILES_FIRST = (
     "tests/test_outage_server.py",
     "tests/test_ray_executor.py",
