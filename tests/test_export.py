@@ -137,6 +137,30 @@ def test_exporting_the_loaded_store_gives_the_same_bytes(in_study, tmp_path):
     assert "(0 file(s) changed)" in rewrite.stdout  # nothing rewritten: a clean git diff
 
 
+def test_an_export_without_rollouts_still_reproduces_the_compare_table(in_study, tmp_path):
+    """--no-rollouts drops every stored completion (most of an export's bytes) and nothing compare reads."""
+    study_dir, export_dir, _ = in_study
+    lean, store = tmp_path / "lean", f"sqlite:///{tmp_path / 'lean-store' / 'mlflow.db'}"
+    wrote = invoke("export", "study.yaml", "--to", lean, "--no-rollouts")
+    assert wrote.exit_code == 0, wrote.output
+    paths = pd.read_parquet(lean / "artifacts.parquet")["path"]
+    full_paths = pd.read_parquet(export_dir / "artifacts.parquet")["path"]
+    assert full_paths.str.startswith("rollouts/").any() and not paths.str.startswith("rollouts/").any()
+    assert set(paths) == set(full_paths[~full_paths.str.startswith("rollouts/")])  # everything else kept
+    assert json.loads((lean / MANIFEST).read_text())["rollouts"] == "omitted"
+    assert "rollouts" not in json.loads((export_dir / MANIFEST).read_text())  # a full export's bytes unchanged
+    assert (lean / "artifacts.parquet").stat().st_size < (export_dir / "artifacts.parquet").stat().st_size
+    loaded = invoke("import", "workbench", lean, "--tracking-uri", store)
+    assert loaded.exit_code == 0, loaded.output
+    tables = [
+        invoke("compare", "study.yaml", "--no-log", "--format", "md", "--tracking-uri", uri).stdout
+        for uri in (uri_of(study_dir), store)
+    ]
+    assert tables[0] == tables[1] and "dr_grpo" in tables[1]
+    reader = StudyReader(store, cache_dir=False)
+    assert len(read_rollouts(reader, reader.load(STUDY).runs)) == 0
+
+
 def test_loading_again_adds_nothing(in_study):
     _, export_dir, fresh = in_study
     db = fresh.removeprefix("sqlite:///")

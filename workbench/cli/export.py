@@ -27,6 +27,14 @@ def export(
             "its files are replaced), e.g. docs/findings/data/STUDY",
         ),
     ],
+    rollouts: Annotated[
+        bool,
+        typer.Option(
+            "--rollouts/--no-rollouts",
+            help="keep the runs' stored completions (--no-rollouts leaves them out: no compare table reads "
+            "them, and they are most of an export's bytes; the manifest says they were omitted)",
+        ),
+    ] = True,
     tracking_uri: TrackingOpt = None,
 ) -> None:
     """Write a study's runs (params, tags, metric histories, per-problem tables, health) to DIR as
@@ -38,7 +46,7 @@ def export(
         raise fail(f"--to {to}: not a directory")
     target = resolve_target(study, tracking_uri, allow_run=False, settings=False, cache_dir=False)
     try:
-        summary = export_study(target.tracking_uri, target.study, to, reader=target.reader)
+        summary = export_study(target.tracking_uri, target.study, to, reader=target.reader, rollouts=rollouts)
     except (ExportError, OSError) as e:
         raise fail(str(e)) from None
     console.print(summary.line(), highlight=False, soft_wrap=True)

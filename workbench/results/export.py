@@ -14,7 +14,8 @@ Format (version :data:`FORMAT_VERSION`), one directory per study, zstd-compresse
 
 * ``manifest.json``: ``format``, ``format_version``, ``study``, ``experiment``, ``workbench_version``,
   ``last_end_time`` (the latest end of an exported run, epoch ms; no clock time: the same store
-  always gives the same bytes), ``docs``, and per file its ``sha256``, ``rows``, ``bytes`` and columns.
+  always gives the same bytes), ``docs``, ``rollouts: "omitted"`` when the completions were left out
+  (``export_study(..., rollouts=False)``), and per file its ``sha256``, ``rows``, ``bytes`` and columns.
 * ``runs.parquet``: one row per run: the study's parent run (``role`` study) first, then its runs
   (``role`` run) by start time. ``run`` (int32, the row's index: the other files' key), ``role``,
   ``run_key``, ``variant``, ``arm``, ``seed`` (the tags, for reading the file alone), ``run_name``,
@@ -193,11 +194,20 @@ class ExportSummary:
 
 
 def export_study(
-    tracking_uri: str, experiment: str, directory: str | os.PathLike[str], *, reader: StudyReader | None = None
+    tracking_uri: str,
+    experiment: str,
+    directory: str | os.PathLike[str],
+    *,
+    reader: StudyReader | None = None,
+    rollouts: bool = True,
 ) -> ExportSummary:
     """Write the study ``experiment`` of the store ``tracking_uri`` to ``directory`` (created if
     missing; the export's files in it are replaced, each only if its bytes changed). Raises
-    ``StudyNotFound`` for an unknown study."""
+    ``StudyNotFound`` for an unknown study.
+
+    ``rollouts=False`` leaves out the runs' stored completions (no table ``compare`` prints reads them:
+    they are ~90% of an export of runs that kept them) and says so in the manifest (``"rollouts":
+    "omitted"``); ``workbench rollouts`` then finds none in a store loaded from it."""
     t0 = time.perf_counter()
     reader = reader or StudyReader(tracking_uri, cache_dir=False)
     eid = reader.experiment_id(experiment)
@@ -231,7 +241,7 @@ def export_study(
         RUNS: _runs_table(rows),
         METRICS: _metrics_table(reader, index),
         PROBLEMS: _problems_table(reader, artifact_uris),
-        ARTIFACTS: _artifacts_table(reader, artifact_uris),
+        ARTIFACTS: _artifacts_table(reader, artifact_uris, rollouts=rollouts),
     }
     summary.runs = sum(r["role"] == "run" for r in rows)
     summary.points, summary.problem_rows = tables[METRICS].num_rows, tables[PROBLEMS].num_rows
@@ -247,6 +257,9 @@ def export_study(
         "last_end_time": max(ends) if ends else None,
         "runs": summary.runs,
         "docs": DOCS,
+        **(
+            {} if rollouts else {"rollouts": "omitted"}
+        ),  # absent when kept: exports made before the option keep their bytes
         "files": {
             name: {
                 "sha256": hashlib.sha256(data).hexdigest(),
@@ -356,15 +369,15 @@ def _problems_table(reader: StudyReader, runs: list[tuple[str, str | None]]):
     return pa.table(columns, schema=schema)
 
 
-def _artifacts_table(reader: StudyReader, runs: list[tuple[str, str | None]]):
+def _artifacts_table(reader: StudyReader, runs: list[tuple[str, str | None]], *, rollouts: bool = True):
     import pyarrow as pa
 
     from workbench.results.rollouts import rollout_files  # deferred: only an export reads them
 
     run, path, data = [], [], []
     for i, (run_id, artifact_uri) in enumerate(runs):
-        rollouts = rollout_files(reader.tracking_uri, run_id, artifact_uri)
-        for name in [*EXPORTED_ARTIFACTS, *rollouts, *([MANIFEST_ROLLOUTS] if rollouts else [])]:
+        chunks = rollout_files(reader.tracking_uri, run_id, artifact_uri) if rollouts else []
+        for name in [*EXPORTED_ARTIFACTS, *chunks, *([MANIFEST_ROLLOUTS] if chunks else [])]:
             blob = reader.read_artifact_bytes(run_id, artifact_uri, name)
             if blob is not None:
                 run.append(i)
