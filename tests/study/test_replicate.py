@@ -17,7 +17,8 @@ from .conftest import DATA
 
 STUDIES = sorted((Path(__file__).parents[2] / "studies").glob("*.yaml"))
 #: label and run_key of every run of every shipped study, written by the code before replicate: existed (studies
-#: added later, engines_trl and staleness, by the code that added them): a changed run key fails here
+#: added later, engines_trl and staleness, by the code that added them; spurious_rewards's two *_noclip arms added
+#: 2026-11-29 beside its unchanged keys): a changed run key fails here
 SHIPPED = json.loads((DATA / "shipped_run_keys.json").read_text())
 BASE = {"model": {"builtin": "tiny"}, "learner": {"lr": 1e-4}, "algorithm": {"preset": "grpo"}}
 
