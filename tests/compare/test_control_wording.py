@@ -17,6 +17,7 @@ from workbench.compare.wording import control_label
 
 # final_eval_accuracy per arm and seed (0, 1, 2): the mean of the evals after step 0 (steps 6 and 11), both set
 # to it. Means: constant 0.31, truth 0.41, random 0.32, truth_noclip 0.40 + 0.01 = 0.41, the others 0.30 + 0.01.
+# Nine arms: every reward with the clip on and off (the study's design since 2026-11-29).
 LEVEL = {
     "constant": 0.30,
     "truth": 0.40,
@@ -25,6 +26,8 @@ LEVEL = {
     "incorrect": 0.30,
     "truth_noclip": 0.40,
     "random_noclip": 0.30,
+    "format_noclip": 0.30,
+    "incorrect_noclip": 0.30,
 }
 OFFSET = {"constant": (0.01, 0.00, 0.02), "truth": (0.00, 0.02, 0.01), "random": (0.02, 0.01, 0.00)}
 
@@ -75,9 +78,11 @@ def test_every_comparison_against_the_control_baseline_is_a_control_comparison(s
         "format": "format_only",
         "incorrect": "incorrect_label",
         "random_noclip": "random",
+        "format_noclip": "format_only",
+        "incorrect_noclip": "incorrect_label",
     }
     lines = {line.split(": ", 1)[1].split(" vs ")[0]: line for line in doc["headline"]}
-    assert len(lines) == 6 and all(line.startswith("control comparison: ") for line in doc["headline"])
+    assert len(lines) == 8 and all(line.startswith("control comparison: ") for line in doc["headline"])
     # truth (the verifier's reward) against the constant control: 0.41 - 0.31 = +10.0 points
     assert lines["truth"].startswith(
         "control comparison: truth vs constant (control: constant reward): +10.0 points final eval accuracy ("
@@ -99,7 +104,9 @@ def test_tables_label_control_arms_and_treatments_stay_plain(store):
     # (0.41 - 0.41 = +0.0 points)
     (plain,) = [line for line in md.splitlines() if line.startswith("truth_noclip vs truth: ")]
     assert plain.startswith("truth_noclip vs truth: +0.0 points final eval accuracy ("), plain
-    assert sum(line.startswith("control comparison: ") for line in md.splitlines()) == 5, md
+    # every arm but truth_noclip is (or is compared with) a control: constant, random, format, incorrect and their
+    # three clip-free twins against truth
+    assert sum(line.startswith("control comparison: ") for line in md.splitlines()) == 7, md
     rows = {line.split(" | ")[1]: line for line in md.splitlines() if line.startswith("| ") and " | " in line}
     assert {
         "random (control: random reward)",
@@ -107,6 +114,8 @@ def test_tables_label_control_arms_and_treatments_stay_plain(store):
         "incorrect (control: incorrect-label reward)",
         "constant (control: constant reward)",
         "random_noclip (control: random reward)",
+        "format_noclip (control: format-only reward)",
+        "incorrect_noclip (control: incorrect-label reward)",
         "truth_noclip",
         "**truth**",
     } <= set(rows), sorted(rows)
