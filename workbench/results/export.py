@@ -248,6 +248,7 @@ def export_study(
     summary.artifacts, summary.running = tables[ARTIFACTS].num_rows, running
     files = {name: _parquet_bytes(table, ENCODINGS.get(name, {})) for name, table in tables.items()}
     ends = [r["end_time"] for r in rows if r["end_time"] is not None]
+    omitted = {} if rollouts else {"rollouts": "omitted"}  # absent when kept: earlier exports keep their bytes
     manifest = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -257,9 +258,7 @@ def export_study(
         "last_end_time": max(ends) if ends else None,
         "runs": summary.runs,
         "docs": DOCS,
-        **(
-            {} if rollouts else {"rollouts": "omitted"}
-        ),  # absent when kept: exports made before the option keep their bytes
+        **omitted,
         "files": {
             name: {
                 "sha256": hashlib.sha256(data).hexdigest(),
