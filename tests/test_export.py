@@ -283,6 +283,26 @@ def test_run_with_export_writes_it_after_each_run_and_at_the_end(in_study, tmp_p
     assert parent.status == "FINISHED" and "study.yaml" in parent.artifacts
 
 
+def test_run_with_export_can_leave_the_rollouts_out(in_study, tmp_path, monkeypatch):
+    """`run --export DIR --no-export-rollouts` writes what `export --no-rollouts` writes: no completions."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    lean = tmp_path / "lean"
+    result = invoke("run", "study.yaml", "--quiet", "--only", "seed=0", "--export", lean, "--no-export-rollouts")
+    assert result.exit_code == 0, result.output
+    assert json.loads((lean / MANIFEST).read_text())["rollouts"] == "omitted"
+    assert not pd.read_parquet(lean / "artifacts.parquet")["path"].str.startswith("rollouts/").any()
+    full = invoke("export", "study.yaml", "--to", tmp_path / "full")  # the same store still has them
+    assert full.exit_code == 0, full.output
+    assert pd.read_parquet(tmp_path / "full" / "artifacts.parquet")["path"].str.startswith("rollouts/").any()
+
+
+def test_leaving_rollouts_out_of_no_export_is_refused(in_study, tmp_path, monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    result = invoke("run", "study.yaml", "--quiet", "--no-export-rollouts")
+    assert result.exit_code == 2 and "--no-export-rollouts needs --export DIR" in result.output
+    assert not (tmp_path / "mlflow.db").exists()  # nothing written
+
+
 # ---- the exports committed with the findings (docs/findings/data/) ------------------------------
 
 ROOT = Path(__file__).resolve().parents[1]

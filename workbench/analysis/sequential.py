@@ -94,11 +94,13 @@ def run_until_decided(
     say: Callable[[str], None] = lambda line: None,
     ray=None,
     export_to=None,
+    export_rollouts: bool = True,
     reuse: bool = True,
 ) -> list:
     """Run ``study`` look by look until every comparison is decided or the last look; returns the
     outcomes of every run executed or skipped. ``select``: the ``--only`` filter of the runs.
-    ``export_to``: the study's export, written after each run and again after each look's record.
+    ``export_to``: the study's export, written after each run and again after each look's record
+    (without the runs' stored completions if ``export_rollouts`` is False).
     ``reuse``: runs FINISHED in another study of the store are copied (counted at a look like computed ones).
     ``say``: receives the design's line, then each look's lines, as they are decided.
     A bad design, or one that differs from the design recorded when the study was first run this way:
@@ -183,7 +185,14 @@ def run_until_decided(
     for k, n in enumerate(design.looks):
         todo = round_specs(all_specs, seeds[:n], plan.needed_arms())
         for o in run_study(
-            extended, todo, progress=progress, parallel=parallel, ray=ray, export_to=export_to, reuse=reuse
+            extended,
+            todo,
+            progress=progress,
+            parallel=parallel,
+            ray=ray,
+            export_to=export_to,
+            export_rollouts=export_rollouts,
+            reuse=reuse,
         ):
             outcomes[o.run_key] = o
         if any(getattr(o, "tracking_lost", False) for o in outcomes.values()):
@@ -195,7 +204,7 @@ def run_until_decided(
             say(line)
         _save_record(uri, extended, all_specs, record, lines, n_seeds=seeds[:n])
         if export_to is not None:  # the look's record (sequential.json) is part of the export
-            StudyExportHook(uri, _experiment(extended, all_specs), export_to)()
+            StudyExportHook(uri, _experiment(extended, all_specs), export_to, rollouts=export_rollouts)()
         if plan.done():
             break
     return list(outcomes.values())

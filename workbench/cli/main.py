@@ -312,6 +312,14 @@ def run(
             "after each run ends and at the end",
         ),
     ] = None,
+    export_rollouts: Annotated[
+        bool,
+        typer.Option(
+            "--export-rollouts/--no-export-rollouts",
+            help="with --export: keep the runs' stored completions in it (as `workbench export "
+            "--rollouts/--no-rollouts`; leaving them out keeps an export small enough to commit)",
+        ),
+    ] = True,
     no_reuse: Annotated[
         bool,
         typer.Option(
@@ -353,6 +361,8 @@ def run(
         raise fail("--max-seeds needs --until-decided")
     if export_to is not None and export_to.exists() and not export_to.is_dir():
         raise fail(f"--export {export_to}: not a directory")
+    if export_to is None and not export_rollouts:
+        raise fail("--no-export-rollouts needs --export DIR")
     if until_decided and only and any(p.partition("=")[0].strip() == "seed" for p in only.split(",")):
         raise fail("--until-decided chooses the seeds itself: drop seed= from --only")
     try:
@@ -372,6 +382,7 @@ def run(
                     parallel=1 if multi_rank() else parallel,
                     ray=ray,
                     export_to=export_to,
+                    export_rollouts=export_rollouts,
                     reuse=not no_reuse,
                 )
             else:
@@ -382,6 +393,7 @@ def run(
                     parallel=1 if multi_rank() else parallel,
                     ray=ray,
                     export_to=export_to,
+                    export_rollouts=export_rollouts,
                     reuse=not no_reuse,
                 )
     except (AnalysisError, PreflightError, FileNotFoundError, ImportError, StudyBusy, SpecError, RayUnavailable) as e:

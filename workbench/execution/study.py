@@ -208,6 +208,7 @@ class StudyExportHook:
     tracking_uri: str
     experiment: str
     directory: Path
+    rollouts: bool = True  # False: the runs' stored completions left out (`--no-export-rollouts`)
     say: Callable[[str], None] = _say
     exports: int = 0  # successful ones
     seconds: float = 0.0  # spent exporting, over all calls
@@ -218,7 +219,7 @@ class StudyExportHook:
         t0 = time.perf_counter()
         self.last = None
         try:
-            self.last = export_study(self.tracking_uri, self.experiment, self.directory)
+            self.last = export_study(self.tracking_uri, self.experiment, self.directory, rollouts=self.rollouts)
             self.exports += 1
         except Exception as error:  # noqa: BLE001 - the runs are tracked; only their export failed
             line = f"{type(error).__name__}: {error}".splitlines()[0][:300]
@@ -266,11 +267,13 @@ def run_study(
     parallel: int = 1,
     ray: RayOptions | None = None,
     export_to: Path | None = None,
+    export_rollouts: bool = True,
     reuse: bool = True,
 ) -> list[RunOutcome]:
     """Run every spec not yet FINISHED; returns one outcome per spec, in plan order. With ``ray``,
     the runs are Ray tasks (``parallel`` is then Ray's business: as many as the cluster places).
-    ``export_to``: the study's export directory, written after each run and at the end.
+    ``export_to``: the study's export directory, written after each run and at the end (with the runs'
+    stored completions unless ``export_rollouts`` is False).
     ``reuse``: copy a run that FINISHED in another study of the store rather than compute it.
 
     Raises ``KeyboardInterrupt`` after a clean stop (running runs KILLED, parent run KILLED),
@@ -282,7 +285,14 @@ def run_study(
         connect(ray.address)  # RayUnavailable (exit 2) before MLflow is touched
     with study_lock(study_tracking_uri(specs), study_experiment(study, specs)):  # StudyBusy: exit 2
         return _run_locked(
-            study, specs, progress=progress, parallel=parallel, ray=ray, export_to=export_to, reuse=reuse
+            study,
+            specs,
+            progress=progress,
+            parallel=parallel,
+            ray=ray,
+            export_to=export_to,
+            export_rollouts=export_rollouts,
+            reuse=reuse,
         )
 
 
@@ -294,6 +304,7 @@ def _run_locked(
     parallel: int,
     ray: RayOptions | None = None,
     export_to: Path | None = None,
+    export_rollouts: bool = True,
     reuse: bool = True,
 ) -> list[RunOutcome]:
     from mlflow import MlflowClient
@@ -303,7 +314,9 @@ def _run_locked(
     export = (
         None
         if export_to is None
-        else StudyExportHook(ctx.tracking_uri, study_experiment(study, specs), Path(export_to))
+        else StudyExportHook(
+            ctx.tracking_uri, study_experiment(study, specs), Path(export_to), rollouts=export_rollouts
+        )
     )
     client = MlflowClient(ctx.tracking_uri)
     done = finished_runs(client, ctx.experiment_id)
