@@ -285,6 +285,63 @@ def test_an_ablation_asks_futility_about_worsening():
     assert decided["worsening"] == "" and decided["none"] == ""  # left open: more seeds can show the loss
 
 
+def test_a_same_or_different_question_stops_only_when_both_sides_are_excluded():
+    """``futility: difference`` (engines_trl: do two engines train the same thing?): an arm stops for futility
+    only when an effect of the SESOI is excluded on *both* sides. The per-seed differences here have SD 0.1 and
+    the SESOI is 1.0, so at 3 seeds a ±1.5 arm is far from 0 and the 0 arm's bounds are ~0.3 either side: each
+    one-sided rule stops the arm on the side it does not ask about, ``difference`` stops only the 0 arm."""
+    design = Design((3, 6, 9))
+    summary = summary_frame({"lower": -1.5, "higher": 1.5, "same": 0.0}, 3, seed=5)
+    futile_arms = {}
+    for side in ("improvement", "worsening", "difference", "none"):
+        arms = ("lower", "higher", "same")
+        plan = Plan(
+            ["final_eval_accuracy"],
+            "grpo",
+            {"grpo": "grpo"} | {a: a for a in arms},
+            {"grpo": "grpo"} | dict.fromkeys(arms, "grpo"),
+            sesoi={"final_eval_accuracy": 1.0},
+            futility=side,
+        )
+        plan.status = {("final_eval_accuracy", a): "" for a in arms}
+        decide_metrics(summary, plan, design, 0)
+        futile_arms[side] = sorted(a for a in arms if plan.status["final_eval_accuracy", a] == "futile")
+    assert futile_arms == {
+        "improvement": ["lower", "same"],
+        "worsening": ["higher", "same"],
+        "difference": ["same"],
+        "none": [],
+    }
+
+
+def test_difference_futility_error_and_power_by_simulation():
+    """Error: a true effect of exactly the SESOI, on either side, is stopped for ``difference`` futility in
+    <= 5% of studies over the looks (each side's bound at 1 - 0.05/K, as the one-sided rule). Power: a true
+    null (two engines that agree) is stopped by the last look in 44% of studies at SESOI = 1 SD of the
+    per-seed differences, looks 3/6/9 (at 9 seeds both bounds lie inside ±1 only when |mean| < ~0.13: the
+    half-width is t(0.983, 8)·s/3 ≈ 0.87 s). A null that is not stopped ends inconclusive, never worse."""
+    design = Design((3, 6, 9))
+    conf = futility_confidence(design)
+    rng = np.random.default_rng(11)
+    rates = {}
+    for effect in (-1.0, 0.0, 1.0):
+        d = rng.standard_normal((20_000, 9)) + effect  # per-seed differences, SD 1
+        hit = np.zeros(len(d), bool)
+        for n in design.looks:
+            x = d[:, :n]
+            mean, se = x.mean(1), x.std(1, ddof=1) / math.sqrt(n)
+            both = [futile(mean, se, n - 1, sesoi=1.0, improvement_sign=s, confidence=conf) for s in (1.0, -1.0)]
+            hit |= both[0] & both[1]
+        rates[effect] = hit.mean()
+    print(
+        f"\ndifference futility, SESOI 1 SD, looks 3/6/9: stopped at -SESOI {rates[-1.0]:.4f}, "
+        f"at 0 {rates[0.0]:.4f}, at +SESOI {rates[1.0]:.4f}"
+    )
+    # bound 0.05; 20,000 studies: SE <= 0.0015
+    assert rates[-1.0] <= 0.05 and rates[1.0] <= 0.05
+    assert rates[0.0] > 0.4  # measured 0.4403; SE 0.0035
+
+
 def test_a_study_waits_only_on_its_primary_metrics():
     """Secondary comparisons (not in compare.primary) are decided when the data allow but neither keep
     the study running nor earn an arm more seeds."""

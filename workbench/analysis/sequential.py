@@ -384,8 +384,14 @@ def look_inputs(
         x = summary[summary["arm"] == row["variant"]]
         y = summary[summary["arm"] == base_arm]
         diff = stats.mean_difference(x[metric], y[metric], x_seeds=x["seed"], y_seeds=y["seed"], pairing="paired")
-        sign = (1.0 if hib else -1.0) * (-1.0 if side == "worsening" else 1.0)
-        futility = bool(futile(diff.delta, diff.se, diff.df, sesoi=sesoi, improvement_sign=sign, confidence=confidence))
+        better = 1.0 if hib else -1.0
+        # the sides whose SESOI-sized effect must be excluded: both for "do they differ?", each at the
+        # same one-sided confidence (a true effect of the SESOI on either side is stopped <= 5% over the looks)
+        signs = {"improvement": (better,), "worsening": (-better,), "difference": (better, -better)}[side]
+        futility = all(
+            bool(futile(diff.delta, diff.se, diff.df, sesoi=sesoi, improvement_sign=sign, confidence=confidence))
+            for sign in signs
+        )
     return _num(row["p_value"]), rejection, row_status(row), futility
 
 
@@ -695,8 +701,9 @@ def apply_design_verdicts(table: Any, verdicts: dict[tuple[str, str], DesignVerd
         ):
             said = str(look["verdict"])  # compare's words at the look (e.g. "better (but |Δ| < 0.1)")
         elif v.status == "futile" and v.sesoi is not None:
-            side = "a loss" if v.futility == "worsening" else "an improvement"  # an ablation asks whether removal hurts
-            said = f"futile ({side} of {v.sesoi:g} or more excluded)"
+            side = {"worsening": "a loss", "difference": "a difference"}.get(v.futility, "an improvement")
+            either = " either way" if v.futility == "difference" else ""
+            said = f"futile ({side} of {v.sesoi:g} or more{either} excluded)"
         elif v.status == "open" and not v.primary:
             said = "open (the design stopped when its primary questions were decided)"
         elif v.status == "open" and v.unrun:  # re-decided at a new SESOI: its arm had stopped earlier

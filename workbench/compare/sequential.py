@@ -41,7 +41,8 @@ After each look a comparison **stops** when it is declared (:func:`decide_family
 the level passed to it: :meth:`Design.compare_level`); or **futile**: with a smallest effect of
 interest (``compare.sesoi``) for the metric, the one-sided ``1 - 0.05/K`` upper confidence bound of
 the improvement is below it (an improvement of the SESOI or more is excluded; the chance of stopping
-a true improvement of the SESOI for futility, over all K looks, is at most 5%). Futility never
+a true improvement of the SESOI for futility, over all K looks, is at most 5%; ``futility: worsening``
+asks the same of a loss, ``difference`` of both sides at once). Futility never
 rejects anything, so it does not touch the false-positive rate. At the last look every open
 comparison ends **inconclusive**. The study stops when every comparison has stopped.
 """

@@ -13,5 +13,6 @@ SEQUENTIAL_KEYS: tuple[str, ...] = ("looks", "spending", "futility", "amendments
 #: ``compare.sequential.futility``: which side of the SESOI a futility stop excludes. ``improvement``: the
 #: variant cannot be a SESOI better than the baseline (a question "does the variant help?"); ``worsening``: it
 #: cannot be a SESOI worse (an ablation's "does removing it hurt?", the baseline being the full method);
+#: ``difference``: it can be neither (a question "do the two differ?", e.g. two engines on one setting);
 #: ``none``: no futility stops. Futility is non-binding, so the side never changes the design's α.
-FUTILITY_SIDES: tuple[str, ...] = ("improvement", "worsening", "none")
+FUTILITY_SIDES: tuple[str, ...] = ("improvement", "worsening", "difference", "none")
