@@ -13,7 +13,7 @@ from workbench.metrics.mismatch import mismatch_metrics
 from workbench.tasks import Problem
 
 
-def scored(rewards, correct, lengths, truncated, group_ids, T=6):
+def scored(rewards, correct, lengths, truncated, group_ids, T=6, timed_out=None):
     B = len(rewards)
     mask = torch.tensor([[1.0] * n + [0.0] * (T - n) for n in lengths])
     zeros = torch.zeros(B, T)
@@ -28,7 +28,8 @@ def scored(rewards, correct, lengths, truncated, group_ids, T=6):
         truncated=torch.tensor(truncated),
         texts=[""] * B,
     )
-    return ScoredRollouts(r, torch.tensor(rewards), torch.tensor(correct))
+    flags = None if timed_out is None else torch.tensor(timed_out)
+    return ScoredRollouts(r, torch.tensor(rewards), torch.tensor(correct), timed_out=flags)
 
 
 def test_rollout_metrics_hand_computed():
@@ -38,9 +39,11 @@ def test_rollout_metrics_hand_computed():
         lengths=[2, 4, 6, 6],
         truncated=[False, False, True, False],
         group_ids=[0, 0, 1, 1],
+        timed_out=[False, False, False, True],  # the last one scored incorrect for want of time
     )
     m = rollout_metrics(s)
     assert m["reward/mean"] == 0.25
+    assert m["reward/verify_timeout_frac"] == 0.25  # 1 of 4
     # population std, float32: every intermediate (0.25, 0.75², 0.0625, 0.1875) is exact in binary; only
     # sqrt and the cast to a Python float round: 2·eps32 ≈ 2.4e-7 relative; 1e-6 allows it with margin
     assert math.isclose(m["reward/std"], math.sqrt(0.1875), rel_tol=1e-6)
@@ -56,6 +59,9 @@ def test_empty_side_is_absent_not_zero():
     s = scored(rewards=[0.0, 0.0], correct=[False, False], lengths=[3, 3], truncated=[False, False], group_ids=[0, 0])
     m = rollout_metrics(s)
     assert "length/correct_mean" not in m and m["length/incorrect_mean"] == 3.0
+    assert "reward/verify_timeout_frac" not in m  # not scored by a verifier: unknown, not zero
+    s = scored([0.0, 0.0], [False, False], [3, 3], [False, False], [0, 0], timed_out=[False, False])
+    assert rollout_metrics(s)["reward/verify_timeout_frac"] == 0.0  # known: none timed out
 
 
 def test_mismatch_metrics_hand_computed():

@@ -59,6 +59,8 @@ class ScoredRollouts:
     rewards: torch.Tensor  # [B] total reward
     correct: torch.Tensor  # [B] bool, judged by the verifier
     reward_terms: dict[str, torch.Tensor] = field(default_factory=dict)  # name -> [B]
+    # [B] bool: the verifier ran out of time (scored incorrect); None: not scored by an AnswerVerifier
+    timed_out: torch.Tensor | None = None
 
     def ready(self) -> ScoredRollouts:
         return self  # scored already
@@ -154,7 +156,11 @@ def select(scored: ScoredRollouts, keep: torch.Tensor) -> ScoredRollouts:
         texts=[r.texts[i] for i in idx.tolist()],
     )
     return ScoredRollouts(
-        rollouts, scored.rewards[idx], scored.correct[idx], {k: v[idx] for k, v in scored.reward_terms.items()}
+        rollouts,
+        scored.rewards[idx],
+        scored.correct[idx],
+        {k: v[idx] for k, v in scored.reward_terms.items()},
+        None if scored.timed_out is None else scored.timed_out[idx],
     )
 
 
@@ -192,4 +198,8 @@ def concat(parts: list[ScoredRollouts]) -> ScoredRollouts:
         texts=[t for r in rs for t in r.texts],
     )
     terms = {k: torch.cat([p.reward_terms[k] for p in parts]) for k in parts[0].reward_terms}
-    return ScoredRollouts(rollouts, torch.cat([p.rewards for p in parts]), torch.cat([p.correct for p in parts]), terms)
+    flags = [p.timed_out for p in parts]
+    timed_out = None if any(f is None for f in flags) else torch.cat([f for f in flags if f is not None])
+    return ScoredRollouts(
+        rollouts, torch.cat([p.rewards for p in parts]), torch.cat([p.correct for p in parts]), terms, timed_out
+    )

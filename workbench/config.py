@@ -557,7 +557,13 @@ class ShapingTerm(Strict):
 class RewardConfig(Strict):
     """reward = 1·correct (math-verify) + Σ weight·shaper. Verification runs in bounded worker processes."""
 
-    timeout_s: float = Field(1.0, gt=0, le=3600, description="wall-clock limit per completion; slower scores 0")
+    timeout_s: float = Field(
+        1.0,
+        gt=0,
+        le=3600,
+        description="wall-clock limit per completion; slower scores 0, counted in reward/verify_timeout_frac and "
+        "eval/verify_timeout_frac",
+    )
     workers: int = Field(1, ge=1, description="verifier worker processes")
     overlap: bool | None = Field(
         None,

@@ -49,7 +49,7 @@ from workbench.tracking.rollouts import TABLE_ARTIFACT, RolloutRecorder
 __all__ = ["ENGINE_PREFIX", "WorkbenchCallback", "unavailable_metrics"]
 
 #: A reward function logs canonical metrics through TRL's ``log_metric`` under this prefix (TRL has no name for
-#: them): the callback strips it. ``workbench.execution.trl_engine``'s verifier reward logs these five.
+#: them): the callback strips it. ``workbench.execution.trl_engine``'s verifier reward logs these six.
 ENGINE_PREFIX = "workbench/"
 ENGINE_MEASURED = (
     names.ACCURACY_TRAIN,
@@ -57,11 +57,13 @@ ENGINE_MEASURED = (
     names.LENGTH_INCORRECT_MEAN,
     names.BATCH_ALL_CORRECT_FRAC,
     names.BATCH_ALL_WRONG_FRAC,
+    names.REWARD_VERIFY_TIMEOUT_FRAC,
 )
 EVAL_MEASURED = (
     names.EVAL_ACCURACY,
     names.EVAL_LENGTH_MEAN,
     names.EVAL_N_PROBLEMS,
+    names.EVAL_VERIFY_TIMEOUT_FRAC,
     *PASS_AT_K_METRICS,
     names.EVAL_MEAN_AT_N,
     *REFLECTION_METRICS["eval"],

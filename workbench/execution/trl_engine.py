@@ -71,7 +71,8 @@ def verifier_reward(
     stop_ids: frozenset[int] = frozenset(),
 ):
     """The workbench's verifier as a TRL reward function: 1 for a correct completion, else 0 (the native
-    correctness term), and the batch's accuracy and correct/incorrect lengths through TRL's ``log_metric``.
+    correctness term), and the batch's accuracy, correct/incorrect lengths and share of verifications that ran
+    out of time (scored 0) through TRL's ``log_metric``.
     ``on_batch`` receives every scored batch (the run's rollout log); ``stop_ids``: the EOS and pad ids that
     end a completion that was not truncated; ``per_step``: TRL optimizer steps per workbench step."""
 
@@ -104,6 +105,9 @@ def verifier_reward(
             log_metric(f"{ENGINE_PREFIX}length/incorrect_mean", sum(wrong) / len(wrong) if wrong else math.nan)
             log_metric(f"{ENGINE_PREFIX}batch/all_correct_frac", sum(all(g) for g in groups) / len(groups))
             log_metric(f"{ENGINE_PREFIX}batch/all_wrong_frac", sum(not any(g) for g in groups) / len(groups))
+            log_metric(
+                f"{ENGINE_PREFIX}{names.REWARD_VERIFY_TIMEOUT_FRAC}", sum(r.timed_out for r in results) / len(results)
+            )
         return correct
 
     workbench_verifier.__name__ = REWARD_NAME

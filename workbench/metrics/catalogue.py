@@ -68,6 +68,16 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         healthy_range=(0.3, 0.7),
     ),
     MetricSpec(
+        names.REWARD_VERIFY_TIMEOUT_FRAC,
+        "fraction of sampled completions whose answer verification ran out of time (reward.timeout_s); each is "
+        "scored incorrect, so a run on a loaded CPU can log other rewards than another run of its run key; "
+        "nonzero: reward.timeout_s is too short for the machine's load",
+        "fraction",
+        "down",
+        UNIT_INTERVAL,
+        healthy_range=(0.0, 0.0),
+    ),
+    MetricSpec(
         names.ENTROPY_MEAN,
         "learner next-token entropy of the sampling distribution, token-mean over responses",
         "nats",
@@ -532,6 +542,17 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "none",
         NON_NEGATIVE,
         healthy_range=(100.0, 500.0),
+    ),
+    MetricSpec(
+        names.EVAL_VERIFY_TIMEOUT_FRAC,
+        "fraction of held-out answers (all rollout.eval_samples per problem) whose verification ran out of time "
+        "(reward.timeout_s), at eval steps; each is scored incorrect in eval/accuracy (and pass@k, mean@n), so a "
+        "run on a loaded CPU can log another eval/accuracy than another run of its run key; nonzero: "
+        "reward.timeout_s is too short for the machine's load",
+        "fraction",
+        "down",
+        UNIT_INTERVAL,
+        healthy_range=(0.0, 0.0),
     ),
     *(
         MetricSpec(

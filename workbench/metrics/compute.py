@@ -19,6 +19,7 @@ from workbench.metrics.names import (
     LENGTH_TRUNCATED_FRAC,
     REWARD_MEAN,
     REWARD_STD,
+    REWARD_VERIFY_TIMEOUT_FRAC,
 )
 
 
@@ -36,7 +37,8 @@ def _mean_or_nan(values: torch.Tensor) -> float:
 
 
 def rollout_metrics(scored: ScoredRollouts) -> dict[str, float]:
-    """Reward, accuracy and response lengths, split correct / incorrect / truncated."""
+    """Reward, accuracy and response lengths, split correct / incorrect / truncated; the share of verifications
+    that timed out (when the batch says which did)."""
     r = scored.rollouts
     lengths = r.lengths  # [B]
     rewards = scored.rewards.float()
@@ -55,6 +57,8 @@ def rollout_metrics(scored: ScoredRollouts) -> dict[str, float]:
         **solved_group_fractions(correct, r.group_ids),
         BATCH_REPETITION_FRAC: repetition_frac(r.completion_ids, r.mask),
     }
+    if scored.timed_out is not None:  # scored incorrect for want of time: why two runs of one run key may differ
+        metrics[REWARD_VERIFY_TIMEOUT_FRAC] = float(scored.timed_out.float().mean())
     for name, term in scored.reward_terms.items():
         metrics[f"reward/{name}"] = float(term.float().mean())
         # the responses whose reward the term changed: how much the shaper acted (its declared

@@ -23,4 +23,6 @@ def score_rollouts(
         seed=seed,
     )
     terms = {k: v for k, v in batch.terms.items() if k != CORRECT_TERM}
-    return ScoredRollouts(rollouts=rollouts, rewards=batch.reward, correct=batch.correct, reward_terms=terms)
+    return ScoredRollouts(
+        rollouts=rollouts, rewards=batch.reward, correct=batch.correct, reward_terms=terms, timed_out=batch.timed_out
+    )

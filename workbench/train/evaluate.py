@@ -9,6 +9,8 @@ With ``rollout.eval_samples`` n > 1 every problem gets n answers at ``eval_tempe
 ``eval/length_mean`` and the table's ``correct``/``length``/``truncated`` describe each problem's first
 answer (so ``eval/accuracy`` stays the mean of the table's ``correct`` that ``compare`` re-derives), and
 ``eval/pass_at_k`` (k = 1, 2, 4, … ≤ n), ``eval/mean_at_n`` and the table's ``samples``/``n_correct`` use all n.
+``eval/verify_timeout_frac`` is over all n answers: each one whose verification ran out of time is scored
+incorrect in whichever of those metrics counts it.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from dataclasses import dataclass, field
 
 from workbench.batch import ScoredRollouts
 from workbench.config import RolloutConfig
-from workbench.metrics.names import EVAL_ACCURACY, EVAL_LENGTH_MEAN, EVAL_N_PROBLEMS
+from workbench.metrics.names import EVAL_ACCURACY, EVAL_LENGTH_MEAN, EVAL_N_PROBLEMS, EVAL_VERIFY_TIMEOUT_FRAC
 from workbench.metrics.passk import pass_at_k_metrics
 from workbench.metrics.reflection import reflection_metrics
 from workbench.reward.rollouts import score_rollouts
@@ -98,6 +100,7 @@ def evaluate(
     ``on_scored(scored, problem_ids, samples_per_problem)`` sees every scored chunk (the run's rollout log)."""
     n_samples = roll.eval_samples
     correct, lengths, samples = 0.0, 0.0, []
+    timed_out, scored_answers = 0, 0  # verifications that ran out of time (scored incorrect), of all answers
     counts: list[int] = []  # correct answers per problem, of n_samples
     first_texts: list[str] = []  # each problem's first answer, for the reflection rate
     rows = ProblemResults()
@@ -107,6 +110,9 @@ def evaluate(
         chunk = problems[start : start + per_call]
         rollouts = sampler.generate(chunk, n_samples, temperature=roll.eval_temperature, seed=seed + start)
         scored = score_rollouts(verifier, rollouts, shaping=())
+        assert scored.timed_out is not None  # score_rollouts always says
+        timed_out += int(scored.timed_out.sum())
+        scored_answers += len(scored.timed_out)
         if on_scored is not None:
             on_scored(scored, ids[start : start + len(chunk)], n_samples)
         first = slice(None, None, n_samples)  # rows are grouped by problem: each problem's first answer
@@ -145,6 +151,7 @@ def evaluate(
             )
     n = len(problems)
     metrics = {EVAL_ACCURACY: correct / n, EVAL_LENGTH_MEAN: lengths / n, EVAL_N_PROBLEMS: float(n)}
+    metrics[EVAL_VERIFY_TIMEOUT_FRAC] = timed_out / scored_answers
     if n_samples > 1:
         metrics |= pass_at_k_metrics(n_samples, counts)
     if reflection_words:
