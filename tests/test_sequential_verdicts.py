@@ -124,7 +124,8 @@ def test_one_status_per_sequential_question_equal_in_the_record_and_the_page(exp
 
 def stopped_early_study():
     """grpo (baseline) and ``kept`` ran 6 seeds; ``stopped`` ran 3: at look 1 (SESOI 0.5) its improvement of 0.5
-    was excluded (futile: Δ -0.1, paired noise SD 0.1, one-sided 98.3% bound ~ -0.1 + 5.6 x 0.058 = 0.22 < 0.5),
+    was excluded (futile: paired differences +0.0313, -0.2633, +0.0330, Δ -0.0663, se 0.0985, one-sided 98.3% bound
+    -0.0663 + t(0.9833, 2 df) 5.339 x 0.0985 = 0.459 < 0.5),
     so look 2 did not run it. ``kept`` is 0.6 better: open at look 1 (p ~ 0.01 > 0.0007), better at look 2."""
     rng = np.random.default_rng(52)
     base = rng.standard_normal(6)
@@ -190,7 +191,7 @@ def record_by_running(summary: pd.DataFrame, sesoi: float) -> dict:
 
 
 def test_the_replay_is_the_record_and_each_row_says_the_design_s_decision_at_its_look():
-    from workbench.analysis.sequential import apply_design_verdicts, design_verdicts
+    from workbench.analysis.sequential import FUTILITY_BOUNDS, apply_design_verdicts, design_verdicts
     from workbench.compare import CompareSettings, compare_variants
 
     summary = stopped_early_study()
@@ -211,8 +212,16 @@ def test_the_replay_is_the_record_and_each_row_says_the_design_s_decision_at_its
     assert apply_design_verdicts(table, verdicts) == 2
     row = table.df.set_index("variant").loc["stopped"]
     assert row["status"] == "futile" and row["verdict"].startswith(
-        "futile (an improvement of 0.5 or more excluded) at look 1 of 3, 3 seeds paired"
-    )
+        "futile (an improvement of 0.5 or more excluded: one-sided 98.3% bound +0.46) at look 1 of 3, 3 seeds paired"
+    )  # the bound that decided: 0.4594 (stopped_early_study), rounded up (towards the SESOI, never onto it)
+    assert stopped.row[FUTILITY_BOUNDS][0] != stopped.row[FUTILITY_BOUNDS][0]  # NaN: a loss was not asked about
+    assert stopped.row[FUTILITY_BOUNDS][1] == pytest.approx(0.45945, abs=1e-5) and stopped.row[FUTILITY_BOUNDS][1] < 0.5
+    # the headline says the SESOI and the bound in its own units (points, as its difference and interval)
+    stopped_line = next(line for line in table.headlines() if line.startswith("stopped vs grpo"))
+    assert stopped_line.endswith(
+        ", futile (an improvement of 50.0 points or more excluded: one-sided 98.3% bound +46.0 points) at look 1 of 3, "
+        "3 seeds paired"
+    ), stopped_line
     assert (row["delta_lo"], row["delta_hi"]) == (stopped.row["delta_lo"], stopped.row["delta_hi"])
     # the re-test's verdict already says "3 paired seeds (the baseline has 6; ...)": no second count after it
     assert retest["verdict"].startswith("inconclusive with 3 paired seeds (the baseline has 6; MDE ")
@@ -224,7 +233,7 @@ def test_the_replay_is_the_record_and_each_row_says_the_design_s_decision_at_its
 
 
 def test_a_smaller_sesoi_re_opens_the_stopped_question_and_says_what_the_record_holds():
-    """At SESOI 0.1 the look-1 futility no longer holds for ``stopped`` (its bound ~0.22 > 0.1): the replay needs
+    """At SESOI 0.1 the look-1 futility no longer holds for ``stopped`` (its bound 0.459 > 0.1): the replay needs
     its look-2 seeds, which were never run, so the question stays open, and the row names the record's status."""
     from workbench.analysis.sequential import design_verdicts
 
@@ -239,7 +248,12 @@ def test_the_html_report_colours_the_design_s_words():
     from workbench.cli.report import _verdict_class
 
     assert _verdict_class("better at look 2 of 3, 6 seeds paired") == "better"
-    assert _verdict_class("futile (an improvement of 0.03 or more excluded) at look 1 of 3, 3 seeds paired") == "nd"
+    assert (
+        _verdict_class(
+            "futile (an improvement of 0.03 or more excluded: one-sided 98.3% bound +0.0228) at look 1 of 3, 3 seeds paired"
+        )
+        == "nd"
+    )
     assert _verdict_class("open (the design stopped when its primary questions were decided) at look 2 of 3") == "nd"
 
 
@@ -325,9 +339,16 @@ def test_an_arm_stopped_early_is_re_tested_paired_on_its_common_seeds(tmp_path):
     assert res.exit_code == 0, res.output
     rows = page_rows(res.stdout)
     stopped, kept = rows["final_eval_accuracy", "stopped"], rows["final_eval_accuracy", "kept"]
+    # the bound that decided, by hand: -0.00667 + t(0.9833, 2 df) 5.3393 x 0.008819 = 0.040422, rounded up (3 digits)
     assert stopped["verdict"].startswith(
-        "futile (an improvement of 0.05 or more excluded) at look 1 of 3, 3 seeds paired"
+        "futile (an improvement of 0.05 or more excluded: one-sided 98.3% bound +0.0405) at look 1 of 3, 3 seeds paired"
     )
+    # the headline in points, as its difference and interval: 4.0422 points rounded up at 1 decimal
+    headline = next(line for line in res.stdout.splitlines() if line.startswith("stopped vs grpo: "))
+    assert headline.endswith(
+        ", futile (an improvement of 5.0 points or more excluded: one-sided 98.3% bound +4.1 points) at look 1 of 3, "
+        "3 seeds paired"
+    ), headline
     assert kept["verdict"].startswith("better at look 2 of 3, 6 seeds paired"), kept["verdict"]
     t = -0.00666667 / (0.0152753 / math.sqrt(3))
     p = 1.0 - abs(t) / math.sqrt(t * t + 2.0)  # 0.529 (the planted values' rounding moves it by < 1e-5)
@@ -339,3 +360,102 @@ def test_an_arm_stopped_early_is_re_tested_paired_on_its_common_seeds(tmp_path):
     assert f"{p:.3g}" == "0.529"
     assert "unpaired" not in stopped["note"] and "paired on common seeds only" not in stopped["note"]
     assert "kept is better at look 2 of 3 (6 seeds)" in res.stdout  # the headline names the deciding look
+
+
+# ---- a futile verdict states the bound that decided it (by hand, each side) ----------------------------------------
+
+#: paired seeds 0-3: the arm minus the baseline is +0.01, -0.01, +0.02, 0.00 (the baseline's values cancel in the test)
+HAND_BASE = [0.50, 0.52, 0.48, 0.56]
+HAND_DIFF = [0.01, -0.01, 0.02, 0.00]
+
+
+@pytest.mark.parametrize(
+    ("side", "higher", "sesoi", "futile", "bounds", "table", "headline"),
+    [
+        # mean 0.005, SD sqrt(0.0005 / 3) = 0.012910, se 0.0064550 on 3 df; K = 3 looks: one-sided 1 - 0.05/3 = 98.33%,
+        # scipy.stats.t.ppf(1 - 0.05 / 3, 3) = 3.74049: bounds 0.005 -/+ 3.74049 x 0.0064550 = -0.019145 and +0.029145
+        (
+            "worsening",
+            True,
+            0.03,
+            True,
+            (-0.019145, None),
+            "a loss of 0.03 or more excluded: one-sided 98.3% bound -0.0192",
+            "a loss of 3.0 points or more excluded: one-sided 98.3% bound -2.0 points",
+        ),
+        # +0.029145 < 0.03: rounded up at 1 decimal it would print +3.0, onto the SESOI: one more digit
+        (
+            "improvement",
+            True,
+            0.03,
+            True,
+            (None, 0.029145),
+            "an improvement of 0.03 or more excluded: one-sided 98.3% bound +0.0292",
+            "an improvement of 3.0 points or more excluded: one-sided 98.3% bound +2.92 points",
+        ),
+        (
+            "difference",
+            True,
+            0.03,
+            True,
+            (-0.019145, 0.029145),
+            "a difference of 0.03 or more either way excluded: one-sided 98.3% bounds -0.0192 and +0.0292",
+            "a difference of 3.0 points or more either way excluded: one-sided 98.3% bounds -2.0 and +2.92 points",
+        ),
+        # lower is better: a loss is an increase (the upper bound), an improvement a decrease (the lower bound)
+        (
+            "worsening",
+            False,
+            0.03,
+            True,
+            (None, 0.029145),
+            "a loss of 0.03 or more excluded: one-sided 98.3% bound +0.0292",
+            "a loss of 3.0 points or more excluded: one-sided 98.3% bound +2.92 points",
+        ),
+        (
+            "improvement",
+            False,
+            0.03,
+            True,
+            (-0.019145, None),
+            "an improvement of 0.03 or more excluded: one-sided 98.3% bound -0.0192",
+            "an improvement of 3.0 points or more excluded: one-sided 98.3% bound -2.0 points",
+        ),
+        # at SESOI 0.02 the improvement side is not excluded (+0.0291 > 0.02): "difference" needs both sides
+        ("improvement", True, 0.02, False, (None, 0.029145), "", ""),
+        ("difference", True, 0.02, False, (-0.019145, 0.029145), "", ""),
+        (
+            "worsening",
+            True,
+            0.02,
+            True,
+            (-0.019145, None),
+            "a loss of 0.02 or more excluded: one-sided 98.3% bound -0.0192",
+            "a loss of 2.0 points or more excluded: one-sided 98.3% bound -1.92 points",
+        ),
+    ],
+)
+def test_a_futile_verdict_states_the_one_sided_bound_that_decided_it(
+    side, higher, sesoi, futile, bounds, table, headline
+):
+    from workbench.analysis.sequential import look_inputs
+    from workbench.compare.sequential import Design, futility_confidence
+    from workbench.compare.wording import futile_text
+
+    summary = pd.DataFrame(
+        [{"arm": "base", "seed": s, "m": v} for s, v in enumerate(HAND_BASE)]
+        + [{"arm": "x", "seed": s, "m": v + d} for s, (v, d) in enumerate(zip(HAND_BASE, HAND_DIFF, strict=True))]
+    )
+    row = {"variant": "x", "higher_is_better": higher, "test": "paired t", "p_value": 0.5, "delta": 0.005}
+    confidence = futility_confidence(Design.planned([4, 8, 12], alpha=0.05))
+    assert confidence == pytest.approx(1 - 0.05 / 3)
+    out = look_inputs(row, summary, "base", "m", sesoi=sesoi, confidence=confidence, side=side)
+    assert out[3] is futile
+    for got, want in zip(out[4], bounds, strict=True):
+        assert math.isnan(got) if want is None else got == pytest.approx(want, abs=1e-6)
+    # the decision is exactly "each asked bound strictly inside ±SESOI"
+    assert futile == all(-sesoi < b < sesoi for b in out[4] if not math.isnan(b))
+    if futile:
+        args = {"side": side, "sesoi": sesoi, "bounds": out[4], "level": confidence}
+        assert futile_text(**args) == f"futile ({table})"
+        assert futile_text(**args, points=True) == f"futile ({headline})"

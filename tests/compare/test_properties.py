@@ -139,7 +139,10 @@ def comparison_inputs(draw):
 def test_no_printed_interval_contradicts_its_verdict(inputs):
     """Over random tables, as printed (markdown: headlines and tables, read back by
     tests/compare/verdict_intervals.py): better/worse excludes 0 on its side, equivalent's TOST interval lies
-    inside ±SESOI, inconclusive includes 0, and each headline's interval is its table row's."""
+    inside ±SESOI, inconclusive includes 0, and each headline's interval is its table row's. And a sequential
+    design's futility stop on each side, decided on the same rows (look_inputs, at K = 3 looks' one-sided level):
+    its verdict states the bound that decided, strictly inside ±SESOI on the excluded side, in the table and in
+    the headline (:func:`_futile_pages`)."""
     from tests.compare.verdict_intervals import page_contradictions, table_rows
     from workbench.compare import CompareSettings, compare_variants
 
@@ -158,3 +161,53 @@ def test_no_printed_interval_contradicts_its_verdict(inputs):
             assert r["delta_lo"] > 0 or r["delta_hi"] < 0
         elif r["status"] == "inconclusive":
             assert r["delta_lo"] <= 0 <= r["delta_hi"]
+    for md in _futile_pages(table, df):
+        assert page_contradictions(md) == [], md
+
+
+def _futile_pages(table, df):
+    """``table``'s markdown with each row that a futility stop on a side would stop (each side in turn) said as
+    the design says it (apply_design_verdicts), asserting on the numbers that each stated bound lies strictly
+    inside the SESOI on its side: one page per side that stopped a row."""
+    import copy
+    import math
+
+    from workbench.analysis.sequential import (
+        FUTILITY_BOUNDS,
+        FUTILITY_LEVEL,
+        DesignVerdict,
+        apply_design_verdicts,
+        look_inputs,
+    )
+
+    summary = df.assign(arm=df["variant"])
+    seeds = summary.groupby("arm")["seed"].apply(frozenset)
+    confidence = 1 - 0.05 / 3
+    pages = []
+    for side in ("improvement", "worsening", "difference"):
+        verdicts = {}
+        for r in table.df.to_dict("records"):
+            sesoi = r.get("sesoi")
+            if r["verdict"] == "baseline" or r["higher_is_better"] is None or sesoi is None or math.isnan(sesoi):
+                continue
+            if seeds[r["variant"]] != seeds["base"]:  # the short arm: its table difference is not the paired one
+                continue
+            *_, futile, bounds = look_inputs(
+                r, summary, "base", r["metric"], sesoi=float(sesoi), confidence=confidence, side=side
+            )
+            if not futile:
+                continue
+            # the bound that decided lies strictly inside the SESOI on its side: the lower one above -SESOI, the upper
+            # one below +SESOI
+            lo, hi = bounds
+            assert not (math.isnan(lo) and math.isnan(hi))
+            assert (math.isnan(lo) or -sesoi < lo) and (math.isnan(hi) or hi < sesoi)
+            row = {**r, FUTILITY_BOUNDS: bounds, FUTILITY_LEVEL: confidence}
+            verdicts[r["metric"], r["variant"]] = DesignVerdict(
+                r["metric"], r["variant"], "futile", 1, 3, row, "futile", float(sesoi), futility=side
+            )
+        if verdicts:
+            said = copy.deepcopy(table)
+            assert apply_design_verdicts(said, verdicts) == len(verdicts)
+            pages.append(said.to_markdown())
+    return pages

@@ -5,6 +5,11 @@ markdown `compare --format md` prints (headlines and tables), independently of h
   is better: the lower bound above 0; with lower is better: the upper bound below 0).
 - equivalent: the printed interval is the TOST's and lies strictly inside ±SESOI (the verdict's |Δ| < e).
 - inconclusive: the printed interval includes 0 and is not a TOST interval.
+- futile (a sequential design's futility stop): the verdict states the one-sided bound(s) that decided it, and each
+  lies strictly inside ±SESOI on the side the verdict excludes (a loss: the lower bound above -SESOI when higher is
+  better, the upper bound below +SESOI when lower is; an improvement: the opposite; a difference: both), on the
+  estimate's far side from the SESOI, in the table and in the headline (in its units: points), on the same sides of
+  0 and ±SESOI in both. The printed Δ interval is the look's efficacy interval (a higher level): not checked.
 - the headline and the table show the same interval for the same word: the same level and kind, and each
   printed bound on the same side of 0 and ±SESOI as the table's (they differ only in the digits shown).
 """
@@ -25,6 +30,10 @@ TITLE = re.compile(
     r"better|no preferred direction);"
 )
 SESOI = re.compile(r"\|Δ\| < (?P<e>[^)]+)\)")
+FUTILE = re.compile(
+    r"^futile \((?P<side>an improvement|a loss|a difference) of (?P<e>\S+)(?: points)? or more(?: either way)? "
+    r"excluded: one-sided (?P<level>[\d.]+)% bounds? (?P<b1>\S+)(?: and (?P<b2>\S+))?(?: points)?\)"
+)
 
 
 def number(text: str) -> float:
@@ -44,6 +53,7 @@ class Row:
     hi: float
     level: str
     tost: bool
+    est: float = math.nan
 
 
 def table_rows(md: str) -> list[Row]:
@@ -72,6 +82,7 @@ def table_rows(md: str) -> list[Row]:
                         number(m["hi"]),
                         m["level"],
                         bool(m["tost"]),
+                        number(m["est"]),
                     )
                 )
         elif not line.startswith("|"):
@@ -104,6 +115,37 @@ def contradictions(row: Row, lo: float, hi: float, *, tost: bool, where: str) ->
     return bad
 
 
+def futile_bounds(said: str, scale: float = 1.0) -> tuple[str, float, list[float]] | None:
+    """``(side, SESOI, bounds)`` a futile verdict states (``scale``: 100 for a headline in points), None when it
+    states no bound."""
+    m = FUTILE.match(said)
+    if not m:
+        return None
+    bounds = [number(b) / scale for b in (m["b1"], m["b2"]) if b is not None]
+    return m["side"], number(m["e"]) / scale, bounds
+
+
+def futile_contradictions(row: Row, said: str, *, scale: float = 1.0, where: str) -> list[str]:
+    """Why a futile verdict's words (``said``: the table's verdict, or the headline's words after its interval)
+    contradict themselves: no bound stated, or a bound not strictly inside ±SESOI on the excluded side."""
+    stated = futile_bounds(said, scale)
+    if stated is None:
+        return [f"{where}: futile without the bound that decided it: {said}"]
+    side, e, bounds = stated
+    higher = row.direction == "higher is better"
+    # which bound of Δ (arm - baseline) each excluded side states: "lo" must lie above -e, "hi" below +e
+    kinds = {"a difference": ["lo", "hi"], "a loss": ["lo" if higher else "hi"]}.get(side, ["hi" if higher else "lo"])
+    if row.direction == "no preferred direction" or len(kinds) != len(bounds):
+        return [f"{where}: futile ({side}) states {len(bounds)} bound(s): {said}"]
+    bad = []
+    for kind, b in zip(kinds, bounds, strict=True):
+        inside = -e < b if kind == "lo" else b < e
+        beyond = b <= row.est if kind == "lo" else row.est <= b  # a bound lies beyond the estimate
+        if not inside or not (beyond or math.isnan(row.est)):
+            bad.append(f"{where}: futile ({side} of {e} excluded) beside its {kind} bound {b} (Δ {row.est})")
+    return bad
+
+
 def page_contradictions(md: str) -> list[str]:
     """Every contradiction between a word and its printed interval on a compare page, in its tables and its
     headlines, and every headline whose interval is not its table row's (level, kind, side of 0 and ±SESOI)."""
@@ -111,6 +153,12 @@ def page_contradictions(md: str) -> list[str]:
 
     rows = table_rows(md)
     bad = [b for r in rows for b in contradictions(r, r.lo, r.hi, tost=r.tost, where=f"{r.metric}/{r.variant} table")]
+    bad += [
+        b
+        for r in rows
+        if r.status == "futile"
+        for b in futile_contradictions(r, r.verdict, where=f"{r.metric}/{r.variant} table")
+    ]
     by_words = {(metric_words(r.metric), r.variant): r for r in rows}
     for line in md.split("\n\n"):
         m = HEAD.match(line.split("\n")[0])
@@ -121,6 +169,14 @@ def page_contradictions(md: str) -> list[str]:
         lo, hi = number(m["lo"]) / scale, number(m["hi"]) / scale
         where = f"{r.metric}/{r.variant} headline"
         bad += contradictions(r, lo, hi, tost=bool(m["tost"]), where=where)
+        if r.status == "futile":
+            bad += futile_contradictions(r, m["said"], scale=scale, where=where)
+            said, table = futile_bounds(m["said"], scale), futile_bounds(r.verdict)
+            if said and table:  # the same bounds: on the same sides of 0 and ±SESOI (the digits may differ)
+                for a, b in zip(said[2], table[2], strict=False):
+                    for t in (0.0, table[1], -table[1]):
+                        if (a > t) != (b > t) or (a < t) != (b < t):
+                            bad.append(f"{where}: futility bound {a} and the table's {b} on two sides of {t}")
         if m["level"] != r.level or bool(m["tost"]) != r.tost:
             bad.append(
                 f"{where}: {m['level']}%{' TOST' if m['tost'] else ''} vs the table's {r.level}%"

@@ -294,7 +294,7 @@ def _decide_metrics(
         n_family[family[m]] = n_family.get(family[m], 0) + (s not in REJECTED)
     levels: dict[str, float] = {}
     rows: dict[tuple[str, str], dict] = {}
-    inputs: dict[tuple[str, str], tuple[float, str, str, bool]] = {}
+    inputs: dict[tuple[str, str], tuple[float, str, str, bool, tuple[float, float]]] = {}
     for metric in plan.metrics:
         open_arms = [a for a in arms if before[metric, a] == ""]
         if not open_arms:
@@ -314,8 +314,6 @@ def _decide_metrics(
         by_arm = {r["variant"]: r for r in table.df.to_dict("records")}
         levels[metric] = level
         for a in open_arms:
-            if a in by_arm:
-                rows[metric, a] = by_arm[a]
             inputs[metric, a] = look_inputs(
                 by_arm.get(a),
                 sub,
@@ -325,7 +323,14 @@ def _decide_metrics(
                 confidence=futility_confidence(design),
                 side=plan.futility,
             )
-    none = (math.nan, "", "", False)  # a closed comparison: decide_families keeps its status
+            if a in by_arm:
+                # the one-sided bounds the futility decision compared with the SESOI (what a futile verdict prints)
+                rows[metric, a] = {
+                    **by_arm[a],
+                    FUTILITY_BOUNDS: inputs[metric, a][4],
+                    FUTILITY_LEVEL: futility_confidence(design),
+                }
+    none = (math.nan, "", "", False, (math.nan, math.nan))  # a closed comparison: decide_families keeps its status
     ins = [inputs.get(c, none) for c in cells]
     after = decide_families(
         design,
@@ -365,14 +370,21 @@ def look_inputs(
     sesoi: float | None,
     confidence: float,
     side: str = "improvement",
-) -> tuple[float, str, str, bool]:
-    """``(p_value, rejection, compare status, futility)`` of one compared row for
-    :func:`~workbench.compare.sequential.decide_family` (a closed comparison: no row)."""
+) -> tuple[float, str, str, bool, tuple[float, float]]:
+    """``(p_value, rejection, compare status, futility, bounds)`` of one compared row for
+    :func:`~workbench.compare.sequential.decide_family` (a closed comparison: no row). ``bounds``: the
+    one-sided ``confidence`` bounds ``(lower, upper)`` of the difference (arm - baseline, the metric's units)
+    that the futility decision compared with ``sesoi``, on the side(s) it asked about (NaN on a side it did
+    not ask about, or without a futility test): ``futility`` is exactly "each asked bound lies strictly inside
+    the SESOI on its side" (the lower one above ``-sesoi``, the upper one below ``+sesoi``:
+    :func:`~workbench.compare.sequential.futility_bound`), so a futile verdict that prints them never
+    contradicts itself."""
     from workbench.compare import stats  # deferred: scipy
-    from workbench.compare.sequential import futile, rejection_name, row_status  # deferred: scipy
+    from workbench.compare.sequential import futile, futility_bound, rejection_name, row_status  # deferred: scipy
 
+    no_bounds = (math.nan, math.nan)
     if row is None:
-        return math.nan, "", "", False
+        return math.nan, "", "", False, no_bounds
     hib = row["higher_is_better"]
     by_rank = str(row["test"]).startswith("Mann-Whitney")
     if by_rank:  # the rank test decides in the direction of P(improvement) (in the metric's direction)
@@ -380,6 +392,7 @@ def look_inputs(
     else:
         rejection = rejection_name(row["delta"], hib)
     futility = False
+    bounds = [math.nan, math.nan]
     if sesoi is not None and hib is not None and not by_rank and base_arm is not None and side != "none":
         x = summary[summary["arm"] == row["variant"]]
         y = summary[summary["arm"] == base_arm]
@@ -392,7 +405,10 @@ def look_inputs(
             bool(futile(diff.delta, diff.se, diff.df, sesoi=sesoi, improvement_sign=sign, confidence=confidence))
             for sign in signs
         )
-    return _num(row["p_value"]), rejection, row_status(row), futility
+        for sign in signs:  # +1: the difference's upper bound (index 1), -1: its lower bound (index 0)
+            bound = futility_bound(diff.delta, diff.se, diff.df, improvement_sign=sign, confidence=confidence)
+            bounds[int(sign > 0)] = float(bound)
+    return _num(row["p_value"]), rejection, row_status(row), futility, (bounds[0], bounds[1])
 
 
 def _sesoi(plan: Plan, metric: str) -> float | None:
@@ -428,6 +444,11 @@ def _look_lines(look: Look, design, secondary: list[str]) -> list[str]:
 
 
 UNRUN = "unrun"  # a replayed question whose next look's seeds its arms never ran
+#: Keys of a look's compared row (:func:`decide_metrics`) that hold the one-sided bounds ``(lower, upper)`` of
+#: the difference the futility decision compared with the SESOI (NaN on a side it did not ask about) and
+#: their confidence (:func:`~workbench.compare.sequential.futility_confidence`): what a futile verdict prints.
+FUTILITY_BOUNDS = "futility_bounds"
+FUTILITY_LEVEL = "futility_level"
 
 
 @dataclass(frozen=True)
@@ -666,11 +687,12 @@ def apply_design_verdicts(table: Any, verdicts: dict[tuple[str, str], DesignVerd
     such. Returns the number of rows replaced."""
     from workbench.compare.sequential import row_status  # deferred: scipy
     from workbench.compare.stats import COMMON_SEEDS  # deferred: scipy
-    from workbench.compare.wording import level_percent  # deferred: scipy
+    from workbench.compare.wording import futile_text, level_percent  # deferred: scipy
 
     df = table.df
     done = 0
     looks: dict[str, dict[str, str]] = {}  # metric -> arm -> the look that decided it
+    futile_of: dict[str, dict[str, dict[str, Any]]] = {}  # metric -> arm -> a futile decision's bounds
     for i in df.index:
         row = df.loc[i]
         v = verdicts.get((str(row["metric"]), str(row["variant"])))
@@ -701,9 +723,17 @@ def apply_design_verdicts(table: Any, verdicts: dict[tuple[str, str], DesignVerd
         ):
             said = str(look["verdict"])  # compare's words at the look (e.g. "better (but |Δ| < 0.1)")
         elif v.status == "futile" and v.sesoi is not None:
-            side = {"worsening": "a loss", "difference": "a difference"}.get(v.futility, "an improvement")
-            either = " either way" if v.futility == "difference" else ""
-            said = f"futile ({side} of {v.sesoi:g} or more{either} excluded)"
+            # the bound(s) that decided, as the decision computed them: strictly inside the SESOI on the asked side(s)
+            bounds = [_num(b) for b in look.get(FUTILITY_BOUNDS, (math.nan, math.nan))]
+            futility = {
+                "side": v.futility,
+                "sesoi": v.sesoi,
+                "bounds": bounds,
+                "level": float(look.get(FUTILITY_LEVEL, math.nan)),
+            }
+            said = futile_text(**futility)
+            if any(b is not None for b in bounds):  # the headline says them in its own units (points)
+                futile_of.setdefault(str(row["metric"]), {})[str(row["variant"])] = futility
         elif v.status == "open" and not v.primary:
             said = "open (the design stopped when its primary questions were decided)"
         elif v.status == "open" and v.unrun:  # re-decided at a new SESOI: its arm had stopped earlier
@@ -733,6 +763,8 @@ def apply_design_verdicts(table: Any, verdicts: dict[tuple[str, str], DesignVerd
         done += 1
     if looks:  # the headlines name the look of each decision (ComparisonTable.headlines)
         table.settings["design_looks"] = looks
+    if futile_of:
+        table.settings["design_futility"] = futile_of
     return done
 
 

@@ -71,6 +71,7 @@ __all__ = [
     "decide_family",
     "family_of",
     "futile",
+    "futility_bound",
     "holm_adjusted",
 ]
 
@@ -323,15 +324,25 @@ def futility_confidence(design: Design) -> float:
     return 1.0 - FUTILITY_ERROR / len(design.looks)
 
 
+def futility_bound(delta: Any, se: Any, df: Any, *, improvement_sign: float, confidence: float) -> Any:
+    """The one-sided ``confidence`` bound of the difference ``delta`` on the asked side, in the difference's
+    own units and sign: ``delta + t * se`` (its upper bound) when ``improvement_sign`` is +1, ``delta - t * se``
+    (its lower bound) when it is -1. :func:`futile` compares it with the SESOI, and a futile verdict prints it
+    (the bound that decided). Vectorised; NaN where an input is."""
+    delta, se, df = (np.asarray(a, dtype=float) for a in (delta, se, df))
+    with np.errstate(invalid="ignore"):
+        return delta + improvement_sign * (sps.t.ppf(confidence, df) * se)
+
+
 def futile(delta: Any, se: Any, df: Any, *, sesoi: float, improvement_sign: float, confidence: float) -> Any:
     """Whether the one-sided ``confidence`` upper bound of the effect on the asked side (``improvement_sign *
     delta``: +1 when higher is better, -1 when lower is; the opposite for a ``worsening`` question) is
-    below ``sesoi``: an effect of the smallest size of interest on that side is excluded. Vectorised; NaN
-    inputs give False."""
-    delta, se, df = (np.asarray(a, dtype=float) for a in (delta, se, df))
+    below ``sesoi``: an effect of the smallest size of interest on that side is excluded. That upper bound is
+    ``improvement_sign *`` :func:`futility_bound` (the bound a futile verdict prints: the same number, so the
+    verdict and its printed bound cannot disagree). Vectorised; NaN inputs give False."""
+    bound = futility_bound(delta, se, df, improvement_sign=improvement_sign, confidence=confidence)
     with np.errstate(invalid="ignore"):
-        upper = improvement_sign * delta + sps.t.ppf(confidence, df) * se
-        return np.nan_to_num(upper, nan=math.inf) < sesoi
+        return np.nan_to_num(improvement_sign * bound, nan=math.inf) < sesoi
 
 
 def rejection_name(delta: float, higher_is_better: bool | None) -> str:

@@ -318,6 +318,7 @@ class ComparisonTable:
             seeds_of = dict(zip(rows["variant"], rows["n_seeds"], strict=True))
             points = value_bounds(metric) == (0.0, 1.0)  # a rate: differences in percentage points
             looks = (self.settings.get("design_looks") or {}).get(metric, {})
+            futility = (self.settings.get("design_futility") or {}).get(metric, {})
             for r in rows.to_dict("records"):
                 if r["verdict"] == "baseline":
                     continue
@@ -348,6 +349,7 @@ class ComparisonTable:
                         variant_control=controls.get(str(r["variant"])),
                         baseline_control=controls.get(str(base)),
                         look=look,
+                        futility=futility.get(str(r["variant"])),
                     )
                     + self._to_decide(metric, r)
                 )

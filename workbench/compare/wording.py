@@ -357,6 +357,33 @@ def excluded_text(x: float, *, points: bool) -> str:
     return number_text(round_outward(abs(x), precision, up=True, scale=2 if points else 0), precision)
 
 
+#: A futility stop's side (``compare.sequential.futility``) in words: the effect it excludes.
+FUTILE_SIDE_WORDS = {"improvement": "an improvement", "worsening": "a loss", "difference": "a difference"}
+
+
+def futile_text(*, side: str, sesoi: float, bounds: Sequence[float | None], level: float, points: bool = False) -> str:
+    """A futility stop in words, with the one-sided bound(s) that decided it: ``futile (a loss of 0.03 or more
+    excluded: one-sided 98.3% bound -0.0213)``; ``difference``: ``futile (a difference of 0.03 or more either
+    way excluded: one-sided 98.3% bounds -0.0201 and +0.0191)``. ``side``: ``compare.sequential.futility``;
+    ``bounds``: ``(lower, upper)`` of the difference (arm - baseline, the metric's units) at the one-sided
+    ``level``, None or NaN on a side the stop did not ask about (that decision: a lower bound above ``-sesoi``,
+    an upper one below ``+sesoi``). ``points``: SESOI and bounds in percentage points, as a headline of a
+    [0, 1] metric says its difference. The bounds are rounded outward (a lower one down, an upper one up),
+    never onto or across 0 or ±SESOI (:func:`effect_interval`): each printed bound lies on the same side of
+    them as the computed one."""
+    lo, hi = (math.nan if b is None else float(b) for b in bounds)
+    unit = " points" if points else ""
+    size = f"{effect_text(sesoi, points=True, signed=False)}{unit}" if points else f"{sesoi:g}"
+    either = " either way" if side == "difference" else ""
+    said = f"futile ({FUTILE_SIDE_WORDS.get(side, side)} of {size} or more{either} excluded"
+    lo_t, hi_t = effect_interval(lo, hi, points=points, sesoi=sesoi)
+    shown = [t for t, b in ((lo_t, lo), (hi_t, hi)) if math.isfinite(b)]
+    if not shown:
+        return said + ")"
+    kind = f"one-sided {level_percent(level)} bound" + ("s" if len(shown) > 1 else "")
+    return f"{said}: {kind} {' and '.join(shown)}{unit})"
+
+
 def control_label(name: str, control: str | None) -> str:
     """An arm's name as the tables and headlines show it: ``random (control: random reward)`` for an arm
     trained on a reward control (``reward.control: random``), else the name unchanged."""
@@ -386,6 +413,7 @@ def headline(
     variant_control: str | None = None,
     baseline_control: str | None = None,
     look: str = "",
+    futility: dict | None = None,
 ) -> str:
     """One comparison in one plain sentence, e.g. ``"dapo vs grpo: +4.5 points final eval accuracy
     (95% CI -1.2 to +10.2), not distinguishable with 3 seeds"``. ``level``: the confidence of the
@@ -400,7 +428,9 @@ def headline(
     ``baseline_control``: the reward control an arm trained on (``reward.control``), if any: the sentence then opens
     ``control comparison:`` and names the control, since the difference measures a control arm, not a treatment's
     effect. ``look``: the sequential design's look that took the decision (``"look 2 of 3"``): the seeds are
-    then said as that look's, ``"better at look 2 of 3 (6 seeds)"``."""
+    then said as that look's, ``"better at look 2 of 3 (6 seeds)"``. ``futility``: a futile decision's
+    :func:`futile_text` arguments (less ``points``): its words, which ``verdict_text`` holds in the metric's
+    units, are said in this sentence's (a [0, 1] metric's SESOI and bound in points)."""
     replicates = unit
     unit = " points" if points else ""
     who = f"{control_label(variant, variant_control)} vs {control_label(baseline, baseline_control)}"
@@ -439,6 +469,8 @@ def headline(
         if "; |Δ| > " in said and math.isfinite(lo) and math.isfinite(hi):  # the bound in this sentence's unit
             bound = excluded_text(max(abs(lo), abs(hi)), points=points)
             said = f"{said.split('; |Δ| > ')[0]}; |Δ| > {bound}{unit} excluded"
+    elif status_word == "futile" and futility and verdict_text.startswith(futile_text(**futility)):
+        said = futile_text(**futility, points=points) + verdict_text.removeprefix(futile_text(**futility))
     elif status_word == "withheld":
         said = f"verdict {verdict_text}"
     else:
