@@ -259,7 +259,7 @@ CASES = [
     (
         "compare-sequential-futility",
         {"x.yaml": HEAD + "variants: {grpo: {}}\ncompare:\n  sequential: {futility: worse}\n"},
-        ["x.yaml:8 compare.sequential.futility: expected improvement, worsening or none, got 'worse'"],
+        ["x.yaml:8 compare.sequential.futility: expected improvement, worsening, difference or none, got 'worse'"],
     ),
     (
         "compare-sequential-looks",
