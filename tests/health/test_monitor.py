@@ -384,6 +384,7 @@ def _healthy_native_step(step: int) -> dict:
         "clip/frac": 0.01,
         "loss/policy": 0.1,
         "grad/norm": 1.0,
+        "reward/verify_timeout_frac": 0.0,
     }
 
 
@@ -399,15 +400,15 @@ def test_a_short_run_reads_ok_only_for_the_rules_it_could_evaluate():
     assert report["rules"]["reward_collapse"]["not_evaluated"] == (
         "not evaluated: needs ≥ 80 finite observations of reward/mean (this run has 20 steps)"
     )
-    assert monitor.run_status == "ok" and monitor.coverage == (9, 12)  # 13 rules, kl_explosion not applicable
-    assert monitor.run_label == report["label"] == "ok (9 of 12 rules evaluated)"
-    assert monitor.tags()["workbench.health_label"] == "ok (9 of 12 rules evaluated)"
+    assert monitor.run_status == "ok" and monitor.coverage == (10, 13)  # 14 rules, kl_explosion not applicable
+    assert monitor.run_label == report["label"] == "ok (10 of 13 rules evaluated)"
+    assert monitor.tags()["workbench.health_label"] == "ok (10 of 13 rules evaluated)"
     assert monitor.tags()["workbench.health"] == "ok"  # the machine value stays ok / warn / fail
 
     full = HealthMonitor.from_config(None, unlogged={"kl/ref": "algorithm.kl_coef = 0"}).recheck(
         [(step, _healthy_native_step(step)) for step in range(120)]
     )
-    assert full.coverage == (12, 12) and full.run_label == "ok"
+    assert full.coverage == (13, 13) and full.run_label == "ok"
 
 
 def test_an_imported_run_without_a_rules_inputs_does_not_read_ok():
@@ -415,8 +416,8 @@ def test_an_imported_run_without_a_rules_inputs_does_not_read_ok():
     history = [(step, {"reward/mean": 0.0, "entropy/mean": 1.0}) for step in range(150)]
     monitor = HealthMonitor.from_config(None).recheck(history)
     evaluated, checkable = monitor.coverage
-    assert (evaluated, checkable) == (4, 13)  # entropy_collapse, entropy_blowup, reward_collapse, non_finite
-    assert monitor.run_label == "ok (4 of 13 rules evaluated)"
+    assert (evaluated, checkable) == (4, 14)  # entropy_collapse, entropy_blowup, reward_collapse, non_finite
+    assert monitor.run_label == "ok (4 of 14 rules evaluated)"
     assert monitor.report()["rules"]["no_learning_signal"]["not_evaluated"] == (
         "not evaluated: needs batch/zero_std_frac"
     )

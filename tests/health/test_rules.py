@@ -77,6 +77,9 @@ CASES = {
     "clip_fraction_anomaly": (make(40, clip__frac=step_change(0.05, 0.5, 30)), 34, 0.5, 0.3),
     # patience 1: 2.0 > 1.0 at step 12.
     "kl_explosion": (make(30, kl__ref=spike(0.02, 2.0, 12)), 12, 2.0, 1.0),
+    # window 10, evaluated from step 9: 0.06 from step 10 -> the mean is 0.006 at 10, 0.012 > 0.01 at 11
+    # (patience 1) -> fires at 11.
+    "verifier_timeouts": (make(30, reward__verify_timeout_frac=step_change(0.0, 0.06, 10)), 11, 0.012, 0.01),
     # immediate.
     "non_finite": (make(30, grad__norm=spike(1.0, math.inf, 7)), 7, math.inf, None),
 }
@@ -124,6 +127,8 @@ FAILURES = {
     "mismatch_growth": ("mismatch/kl", lambda k, old: 0.05, set(range(84, 97))),
     "clip_fraction_anomaly": ("clip/frac", lambda k, old: 0.5, {84}),
     "kl_explosion": ("kl/ref", lambda k, old: 2.0, {80}),
+    # healthy streams carry no timeouts (catalogue range [0, 0]); 0.06 from 80: 10-step mean 0.012 > 0.01 at 81.
+    "verifier_timeouts": ("reward/verify_timeout_frac", lambda k, old: 0.06, {81}),
     "non_finite": ("grad/norm", lambda k, old: math.nan if k == 0 else old, {80}),
 }
 

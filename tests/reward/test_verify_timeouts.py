@@ -171,3 +171,25 @@ def test_the_loop_logs_the_fraction_at_every_step_and_eval(monkeypatch):
     assert EVAL_VERIFY_TIMEOUT_FRAC not in rows[1]
     at_2 = [c for s, c in zip(result.problems.step, result.problems.correct, strict=True) if s == 2]
     assert at_2[3] == 0  # the timed-out answer is scored incorrect
+
+
+def test_a_controls_own_verification_counts_its_timeouts():
+    """incorrect_label judges the completions a second time, against wrong labels: the reward is that judgement,
+    so a timeout there is a timeout of the reward, counted like the first pass's."""
+    from workbench.reward import score_completions
+
+    # the first pass (against the gold "1") runs clean; the control's pass (against "2") times out on row 1
+    with PlantingVerifier({1: {1}}) as planting:
+        batch = score_completions(
+            planting,
+            ["2", "2", "1", "7"],
+            ["1"] * 4,
+            lengths=[1] * 4,
+            truncated=[False] * 4,
+            group_ids=[0] * 4,
+            control=("incorrect_label", {}),
+        )
+    assert planting.calls == 2
+    assert batch.correct.tolist() == [False, False, True, False]  # the first pass: true correctness
+    assert batch.reward.tolist() == [1.0, 0.0, 0.0, 0.0]  # "2" matches the wrong label, but row 1 timed out
+    assert batch.timed_out.tolist() == [False, True, False, False]

@@ -1,6 +1,6 @@
 """A run's metric history as columns, block by block: what the health rules judge all at once.
 
-``HealthMonitor.observe`` costs ~0.1-0.3 ms a step in Python (13 rules, each with its bookkeeping;
+``HealthMonitor.observe`` costs ~0.1-0.3 ms a step in Python (14 rules, each with its bookkeeping;
 ``reward_collapse`` refits its AR(1) noise at every step), so a 1M-step history would take
 minutes. :class:`StepColumns` collects ``(step, metrics)`` pairs into blocks (:class:`Block`) of a few
 thousand steps, numpy arrays per metric a rule reads, and hands each to

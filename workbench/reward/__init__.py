@@ -163,8 +163,12 @@ def score_completions(
         name, params = control
         validate_control(name, params)
 
+        judged_timeouts: list[torch.Tensor] = []
+
         def judge(texts: Sequence[str], labels: Sequence[str]) -> torch.Tensor:
-            return torch.tensor([r.correct for r in verifier.score(list(texts), list(labels))], dtype=torch.bool)
+            scored = verifier.score(list(texts), list(labels))
+            judged_timeouts.append(torch.tensor([r.timed_out for r in scored], dtype=torch.bool))
+            return torch.tensor([r.correct for r in scored], dtype=torch.bool)
 
         raw = REWARD_CONTROLS.get(name)(
             ControlInput(
@@ -178,6 +182,13 @@ def score_completions(
             **params,
         )
         terms = {CONTROL_TERM: raw.to(torch.float32)}  # [B] in place of the correctness term
+        for flags in judged_timeouts:  # a control's own verification (incorrect_label): its timeouts are the reward's
+            if flags.shape != timed_out.shape:
+                raise ValueError(
+                    f"reward control {name!r} judged {flags.numel()} texts for {b} completions: a control judges "
+                    "the batch's completions, one label each, so its timeouts count against the right completion"
+                )
+            timed_out = timed_out | flags
     inp = ShapingInput(
         completions=list(completions), lengths=lengths_t, correct=correct, group_ids=group_ids_t, truncated=truncated_t
     )

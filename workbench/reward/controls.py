@@ -44,7 +44,8 @@ class ControlInput:
     correct: torch.Tensor  # [B] bool, the verifier's judgement (against the gold answer)
     extracted: Sequence[str | None]  # [B] the answer the task's answer format read, None if none
     seed: int  # the batch's sampling seed
-    judge: Callable[[Sequence[str], Sequence[str]], torch.Tensor]  # (completions, labels) -> [B] bool, the verifier
+    # (the B completions, one label each) -> [B] bool, the verifier; its timeouts count in reward/verify_timeout_frac
+    judge: Callable[[Sequence[str], Sequence[str]], torch.Tensor]
 
 
 Control = Callable[..., torch.Tensor]

@@ -12,7 +12,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 from pydantic import Field, model_validator
 
-from workbench.metrics.names import BATCH_ZERO_STD_FRAC, REWARD_MEAN
+from workbench.metrics.names import BATCH_ZERO_STD_FRAC, REWARD_MEAN, REWARD_VERIFY_TIMEOUT_FRAC
 
 from ..columns import Block
 from ..trend import mean_shift_se
@@ -213,3 +213,91 @@ class NoLearningSignal(_Above):
         "No learning signal: most groups have zero-variance rewards and zero advantage "
         "(DAPO [1] dynamic sampling, or harder/easier prompts)."
     )
+
+
+class VerifierTimeoutsParams(StreakParams):
+    patience: int = Field(default=1, ge=1)
+    """Consecutive observations the condition must hold before the rule fires (1 = at once: the running
+    mean already spans ``window`` steps)."""
+
+    window: int = Field(default=10, ge=1)
+    """The running share = mean of the last ``window`` observations of reward/verify_timeout_frac,
+    evaluated once it has them ..."""
+
+    max_frac: float = Field(default=0.01, ge=0.0, le=1.0)
+    """... fires when it is above this: more than 1 reward in 100 of those steps was a timeout's 0, not the
+    verifier's judgement (a realised share, not an estimated rate). One timeout in a 128-completion batch
+    (0.0078, what a loaded CPU gives now and then) moves a 10-step mean by 0.00078: it never fires on its
+    own. Simulated (tests/health/test_verifier_timeouts.py, binomial timeouts in 128-completion batches,
+    2,000 runs a case): no alarm in 500-step runs at 1e-3 per completion (~90x the rate measured on this
+    CPU under load, 3 in 265,000); a step to 3% caught in every run, 0-8 steps after it (median 3); a linear
+    drift from 0 to 5% over 200 steps caught in every run, 20-65 steps after it starts (median 40; the
+    rate passes 1% at 40). A steady 0.5% realises a 10-step window above 1% in 57% of 200-step runs."""
+
+
+@_register
+class VerifierTimeouts(HealthRule):
+    """Verifier timeouts: a material share of rewards were a timeout's 0, not a judgement.
+
+    Symptom: the answer verifier has a wall-clock limit per completion (``reward.timeout_s``); an
+    answer it could not judge in time is scored incorrect. A few are harmless (one in a batch on a
+    busy CPU); a sustained share means the reward is no longer the verifier's judgement, biased
+    down by that share times the accuracy, and two runs of one run key can log different numbers.
+    The running share is a ``window``-observation mean of ``reward/verify_timeout_frac``.
+    [MV] Math-Verify's ``parse``/``verify`` take a time limit and, by default, swallow its expiry (an empty
+    parse, "not equal"), so without this count a timeout reads as a wrong answer; one such timeout is
+    the likely reason two staleness runs of one run key diverged (docs/findings.md, staleness).
+    """
+
+    name = "verifier_timeouts"
+    summary = (
+        "more than 1% of the last 10 steps' training rewards were a verifier timeout's 0 (reward.timeout_s), "
+        "not the verifier's judgement"
+    )
+    Params = VerifierTimeoutsParams
+    watches = (REWARD_VERIFY_TIMEOUT_FRAC,)
+    consequence = (
+        "Verifier timeouts: rewards are not the verifier's judgement (raise reward.timeout_s, or "
+        "give the verifier workers more CPU)."
+    )
+
+    @property
+    def min_observations(self) -> int:
+        return self.params.window
+
+    def _reset_state(self) -> None:
+        self._values: deque[float] = deque(maxlen=self.params.window)
+
+    def update(self, metrics: Mapping[str, Any]) -> Reading | None:
+        x = finite_value(metrics, REWARD_VERIFY_TIMEOUT_FRAC)
+        if x is None:
+            return None
+        self._values.append(x)
+        if len(self._values) < self.params.window:
+            return None  # a shorter mean is one batch's luck: two timeouts in the first batch would read 0.016
+        return self._reading(math.fsum(self._values) / len(self._values))
+
+    def _reading(self, running: float) -> Reading:
+        p = self.params
+        return Reading(
+            violated=running > p.max_frac,
+            metric=REWARD_VERIFY_TIMEOUT_FRAC,
+            value=running,
+            threshold=p.max_frac,
+            detail=(
+                f"running {REWARD_VERIFY_TIMEOUT_FRAC} (mean of the last {p.window}) = {_fmt(running)} > {p.max_frac:g}"
+            ),
+        )
+
+    def _block_readings(self, block: Block) -> BlockReadings:
+        at, x = _observations(block, REWARD_VERIFY_TIMEOUT_FRAC)
+        if not len(x):
+            return BlockReadings.none()
+        window = self.params.window
+        seq, spans = _windows(self._values, x, window)
+        self._values.extend(x[-window:].tolist())
+        full = spans[:, 1] - spans[:, 0] == window  # evaluated once the window is full, as update()
+        at, spans = at[full], spans[full]
+        # each window's mean by fsum, as update() takes it, so the two forms agree to the last bit
+        running = np.array([math.fsum(seq[a:b]) / window for a, b in spans.tolist()])
+        return BlockReadings(at, running > self.params.max_frac, lambda k: self._reading(float(running[k])))
