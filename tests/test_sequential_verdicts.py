@@ -71,7 +71,8 @@ def page_rows(text: str) -> dict[tuple[str, str], dict[str, str]]:
                 header = cells
             else:
                 row = dict(zip(header, cells, strict=True))
-                unit = row.get("variant", row.get("arm", "")).strip("*")
+                # a control arm is shown as "random (control: random reward)" (compare/wording.py, control_label)
+                unit = re.sub(r" \(control: [^)]*\)$", "", row.get("variant", row.get("arm", "")).strip("*"))
                 out[metric, unit] = row
         elif not line.startswith("|"):
             header = None if not line.strip() else header
