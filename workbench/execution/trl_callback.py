@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -39,14 +40,14 @@ from transformers import TrainerCallback
 from workbench.config import TrackingConfig
 from workbench.execution.trl_completions import NO_LOG_COMPLETIONS, CompletionFiles
 from workbench.health import HealthConfig, HealthMonitor
-from workbench.importers.adapters import ADAPTERS
+from workbench.importers.adapters import ADAPTERS, SOURCE_PREFIX
 from workbench.metrics import names
 from workbench.metrics.catalogue import BY_NAME
 from workbench.metrics.passk import PASS_AT_K_METRICS
 from workbench.metrics.reflection import REFLECTION_METRICS
 from workbench.tracking.rollouts import TABLE_ARTIFACT, RolloutRecorder
 
-__all__ = ["ENGINE_PREFIX", "WorkbenchCallback", "unavailable_metrics"]
+__all__ = ["ENGINE_PREFIX", "WorkbenchCallback", "step_metrics", "unavailable_metrics"]
 
 #: A reward function logs canonical metrics through TRL's ``log_metric`` under this prefix (TRL has no name for
 #: them): the callback strips it. ``workbench.execution.trl_engine``'s verifier reward logs these six.
@@ -100,6 +101,34 @@ def trl_metrics(logs: Mapping[str, Any]) -> dict[str, float]:
     return ADAPTERS.get("trl").convert_step(rest) | own
 
 
+# TRL counters that run on across the whole training: a step keeps their last value.
+CUMULATIVE = frozenset({SOURCE_PREFIX + "epoch", SOURCE_PREFIX + "num_tokens"})
+
+
+def step_metrics(logs: list[dict[str, float]]) -> dict[str, float]:
+    """A workbench step's metrics from its TRL logs, one per optimizer step (each already canonical), reduced as the
+    native loop defines them (workbench/train/update.py): a per-update value (clip fractions, loss, grad norm,
+    entropy, KL: TRL measures them on each minibatch) is the mean over the step's updates; ``perf/step_s`` adds the
+    updates' times up (the step's wall time); a ``…max`` / ``…min`` is the extreme over them; a cumulative counter
+    keeps its last value. A metric of the generation (reward, lengths) is logged by one update only: kept as is.
+    A NaN stays a NaN (the ``non_finite`` rule reads it)."""
+    values: dict[str, list[float]] = {}
+    for log in logs:
+        for key, value in log.items():
+            values.setdefault(key, []).append(value)
+    out: dict[str, float] = {}
+    for key, xs in values.items():
+        if key == names.PERF_STEP_S:
+            out[key] = math.fsum(xs)
+        elif key in CUMULATIVE:
+            out[key] = xs[-1]
+        elif key.endswith(("max", "_min", "/min")):
+            out[key] = max(xs) if key.endswith("max") else min(xs)
+        else:
+            out[key] = math.fsum(xs) / len(xs)
+    return out
+
+
 class WorkbenchCallback(TrainerCallback):
     """The health rules, canonical metrics and the study's MLflow layout for a ``GRPOTrainer`` (module docstring).
 
@@ -111,7 +140,8 @@ class WorkbenchCallback(TrainerCallback):
     files when ``GRPOConfig(log_completions=True)``.
 
     One workbench step is one generation batch: ``steps_per_generation x num_iterations / gradient_accumulation``
-    TRL optimizer steps (read from the trainer's arguments); its metrics are the last of those logs merged.
+    TRL optimizer steps (read from the trainer's arguments); its metrics are those logs reduced by
+    :func:`step_metrics` (the mean over the step's updates, as the native loop logs them).
     """
 
     def __init__(
@@ -139,7 +169,8 @@ class WorkbenchCallback(TrainerCallback):
         self.history: list[tuple[int, dict[str, float]]] = []
         self.stop_reason = ""
         self.steps_done = 0
-        self._pending: dict[str, float] = {}
+        self._pending: dict[str, float] = {}  # the step's own metrics (eval), beside its TRL logs
+        self._step_logs: list[dict[str, float]] = []  # the step's TRL logs so far, one per optimizer step
         self._last_step = -1
         self.on_checkpoint: Callable[[str], None] | None = None  # engine: trl saves its record next to TRL's
         self.completions: CompletionFiles | None = None  # standalone with log_completions: TRL's files -> rollouts/
@@ -189,7 +220,7 @@ class WorkbenchCallback(TrainerCallback):
         if not logs or "train_runtime" in logs or state.global_step == 0:
             return control
         step = (state.global_step - 1) // self.per_step
-        self._pending |= trl_metrics(logs)
+        self._step_logs.append(trl_metrics(logs))
         if state.global_step % self.per_step == 0:
             self._finish_step(step, control)
         return control
@@ -223,7 +254,8 @@ class WorkbenchCallback(TrainerCallback):
 
     def _finish_step(self, step: int, control, update: bool = True) -> None:
         assert self.monitor is not None
-        metrics, self._pending = self._pending, {}
+        metrics = step_metrics(self._step_logs) | self._pending
+        self._step_logs, self._pending = [], {}
         metrics |= self.monitor.observe(step, metrics).as_metrics()
         self.sink.log_metrics(metrics, step)
         self.history.append((step, metrics))
