@@ -113,8 +113,9 @@ def test_one_status_per_sequential_question_equal_in_the_record_and_the_page(exp
         )
         assert "sequential.json holds" not in row["verdict"], row["verdict"]  # no re-decided row left
         assert "re-test on all seeds (not the design's decision)" in row.get("note", "")  # labelled
-        if row["status"] == "futile":  # the side the stop excluded: an ablation (futility: worsening) asks about a loss,
-            # a same-or-different question (futility: difference, engines_trl) about either side
+        # the side the stop excluded: an ablation (futility: worsening) asks about a loss, a same-or-different
+        # question (futility: difference, engines_trl) about either side
+        if row["status"] == "futile":
             side = {"worsening": "a loss", "difference": "a difference"}.get(record.get("futility"), "an improvement")
             assert row["verdict"].startswith(f"futile ({side} of "), row["verdict"]
     compared = {k for k, r in rows.items() if r["status"] != "baseline" and k[0] in {m for m, _ in recorded}}

@@ -32,6 +32,7 @@ def test_hand_computed_reduction():
     assert out["source/epoch"] == 0.3  # a counter: its last value
     assert step_metrics([]) == {}
     assert math.isnan(step_metrics([{GRAD_NORM: 1.0}, {GRAD_NORM: math.nan}])[GRAD_NORM])  # a NaN is not dropped
+    assert math.isnan(step_metrics([{LENGTH_MAX: 1.0}, {LENGTH_MAX: math.nan}])[LENGTH_MAX])  # not by max() either
 
 
 class Sink:

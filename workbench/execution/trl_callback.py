@@ -122,8 +122,8 @@ def step_metrics(logs: list[dict[str, float]]) -> dict[str, float]:
             out[key] = math.fsum(xs)
         elif key in CUMULATIVE:
             out[key] = xs[-1]
-        elif key.endswith(("max", "_min", "/min")):
-            out[key] = max(xs) if key.endswith("max") else min(xs)
+        elif key.endswith(("max", "_min", "/min")):  # (max() and min() would skip a NaN that is not first)
+            out[key] = math.nan if any(math.isnan(x) for x in xs) else max(xs) if key.endswith("max") else min(xs)
         else:
             out[key] = math.fsum(xs) / len(xs)
     return out
