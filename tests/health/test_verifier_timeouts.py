@@ -20,10 +20,11 @@ BATCH = 128
 RUNS = 2000
 
 
-def _block(values: np.ndarray) -> Block:
+def _block(values: np.ndarray, start: int = 0) -> Block:
+    """Steps ``start, start + 1, …`` with these per-step timeout shares."""
     n = len(values)
     return Block(
-        steps=np.arange(n, dtype=np.int64),
+        steps=np.arange(start, start + n, dtype=np.int64),
         values={REWARD_VERIFY_TIMEOUT_FRAC: values.astype(float)},
         present={REWARD_VERIFY_TIMEOUT_FRAC: np.ones(n, dtype=bool)},
         numeric=np.ones(n, dtype=bool),
@@ -71,16 +72,7 @@ def test_block_and_step_forms_agree_on_simulated_runs():
         by_block = [
             e.step
             for a, b in ((0, 7), (7, 60), (60, 120))
-            for _, e in blockwise.observe_block(
-                Block(
-                    steps=np.arange(a, b, dtype=np.int64),
-                    values={REWARD_VERIFY_TIMEOUT_FRAC: fracs[a:b]},
-                    present={REWARD_VERIFY_TIMEOUT_FRAC: np.ones(b - a, dtype=bool)},
-                    numeric=np.ones(b - a, dtype=bool),
-                    non_finite={},
-                    names={REWARD_VERIFY_TIMEOUT_FRAC},
-                )
-            )
+            for _, e in blockwise.observe_block(_block(fracs[a:b], start=a))
         ]
         assert by_block == by_step
 
